@@ -1,0 +1,69 @@
+#include "cache/kernel_cache.hpp"
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "jitbmm/errors.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+using Key = std::pair<CUcontext, std::string>; // context and kernel name (which carries the source hash)
+using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
+
+std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const GeneratedKernel& kernel) {
+  auto loaded = std::make_shared<LoadedKernel>();
+  loaded->generated = kernel;
+  loaded->compiled = compile_to_cubin(kernel, device.arch());
+  loaded->resources = parse_ptxas_log(loaded->compiled.log);
+  const DriverApi& d = driver();
+  ScopedContext scope(device.context);
+  check(d.cuModuleLoadData(&loaded->module, loaded->compiled.binary.data()),
+        ("cuModuleLoadData(" + kernel.name + ")").c_str());
+  const CUresult r = d.cuModuleGetFunction(&loaded->function, loaded->module, kernel.name.c_str());
+  if (r != CUDA_SUCCESS) {
+    d.cuModuleUnload(loaded->module);
+    check(r, ("cuModuleGetFunction(" + kernel.name + ")").c_str());
+  }
+  check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
+        "cuFuncGetAttribute(NUM_REGS)");
+  return loaded; // modules stay loaded for the life of the process, like the cache that owns them
+}
+
+} // namespace
+
+std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& kernel) {
+  static std::mutex mutex;
+  static auto* entries = new std::map<Key, Entry>(); // never destroyed: modules must outlive static teardown
+  const Key key{device.context, kernel.name};
+  std::promise<std::shared_ptr<const LoadedKernel>> promise;
+  Entry existing;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = entries->find(key);
+    if (it != entries->end())
+      existing = it->second;
+    else
+      entries->emplace(key, promise.get_future().share());
+  }
+  if (existing.valid()) return existing.get(); // built, or being built by another thread
+  try {
+    auto loaded = build(device, kernel);
+    promise.set_value(loaded);
+    return loaded;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(mutex);
+    entries->erase(key);
+    throw;
+  }
+}
+
+std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const KernelSpec& spec) {
+  return load_generated(device, emit_kernel(spec));
+}
+
+} // namespace jitbmm

@@ -1,0 +1,29 @@
+// In-memory cache of loaded kernels: one NVRTC compile and one module load per (context, spec), for the life of
+// the process. (The disk cache of a later stage sits beneath this one.)
+#pragma once
+
+#include <memory>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/device.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace jitbmm {
+
+struct LoadedKernel {
+  GeneratedKernel generated;
+  CompiledKernel compiled;
+  PtxasResources resources;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  int registers = 0; // as the driver reports for the loaded function
+};
+
+// Returns the loaded kernel for `spec` on `device`, generating, compiling and loading it on first use. Concurrent
+// callers asking for the same kernel wait for one compilation. Failures are not cached: a later call retries.
+std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const KernelSpec& spec);
+
+// Compiles and loads a non-BMM kernel (probes) in the same way, keyed by its name.
+std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& kernel);
+
+} // namespace jitbmm

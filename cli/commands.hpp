@@ -1,0 +1,9 @@
+#pragma once
+
+namespace jitbmm::cli {
+
+int run_demo(int argc, char** argv);
+int run_inspect(int argc, char** argv);
+int run_info(int argc, char** argv);
+
+} // namespace jitbmm::cli

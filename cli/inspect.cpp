@@ -1,0 +1,83 @@
+// jitbmm inspect / info: show what jitbmm generates and what it runs on.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "generator/emit_source.hpp"
+#include "jitbmm/errors.hpp"
+#include "jitbmm/kernel_spec.hpp"
+#include "jitbmm/version.hpp"
+#include "runtime/device.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace jitbmm::cli {
+
+namespace {
+
+KernelSpec spec_from(const Args& args) {
+  Problem p;
+  p.semiring = parse_semiring(args.get("--semiring", "log"));
+  p.dtype = parse_dtype(args.get("--dtype", "f32"));
+  if (args.has("--out-dtype")) p.out_dtype = parse_dtype(args.get("--out-dtype", ""));
+  p.shape = parse_shape(args.get("--shape", "64x512x512x512"));
+  p.with_argmax = args.has("--argmax");
+  KernelSpec spec = default_spec(p);
+  if (args.has("--strategy")) spec.strategy = parse_strategy(args.get("--strategy", ""));
+  if (args.has("--block")) {
+    const std::string b = args.get("--block", "");
+    const auto x = b.find('x');
+    if (x == std::string::npos) throw std::invalid_argument("--block: expected XxY, got '" + b + "'");
+    spec.block_x = std::stoi(b.substr(0, x));
+    spec.block_y = std::stoi(b.substr(x + 1));
+  }
+  if (args.has("--index64")) spec.index64 = true;
+  check_spec_fits(spec, p);
+  return spec;
+}
+
+void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
+  const CompiledKernel c = compile_to_cubin(kernel, arch);
+  const PtxasResources r = parse_ptxas_log(c.log);
+  std::printf("kernel:      %s\narch:        %s\ncubin bytes: %zu\nregisters:   %d\nstack bytes: %d\n"
+              "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
+              kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes,
+              r.spill_store_bytes, r.spill_load_bytes, r.shared_bytes);
+  std::printf("ptxas log:\n%s\n", c.log.c_str());
+}
+
+} // namespace
+
+int run_inspect(int argc, char** argv) {
+  const Args args(argc, argv, 2,
+                  {"--semiring", "--dtype", "--out-dtype", "--shape", "--strategy", "--block", "--arch", "--emit"},
+                  {"--argmax", "--index64"});
+  const KernelSpec spec = spec_from(args);
+  const GeneratedKernel kernel = emit_kernel(spec);
+  const std::string arch = args.get("--arch", "sm_90");
+  if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument("--arch: expected sm_XY, got '" + arch + "'");
+  const std::string emit = args.get("--emit", "cuda");
+  const bool all = emit == "all";
+  if (emit != "cuda" && emit != "ptx" && emit != "resources" && !all)
+    throw std::invalid_argument("--emit: expected cuda, ptx, resources or all, got '" + emit + "'");
+  if (emit == "cuda" || all) std::cout << kernel.source;
+  if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary;
+  if (emit == "resources" || all) print_resources(kernel, arch);
+  return 0;
+}
+
+int run_info(int argc, char** argv) {
+  const Args args(argc, argv, 2, {}, {});
+  std::printf("jitbmm %s, NVRTC %s\n", kVersion, nvrtc_version().c_str());
+  try {
+    const auto dev = current_device();
+    std::printf("driver: CUDA %d.%d\ndevice %d: %s, %s, %d SMs, %.0f MHz\n", dev->driver_version / 1000,
+                dev->driver_version % 1000 / 10, dev->ordinal, dev->name.c_str(), dev->arch().c_str(), dev->sm_count,
+                dev->clock_khz / 1000.0);
+  } catch (const NoDriverError& e) {
+    std::printf("no GPU: %s\n", e.what());
+  }
+  return 0;
+}
+
+} // namespace jitbmm::cli

@@ -1,0 +1,55 @@
+// jitbmm: the command-line tool. Subcommands live in their own files; this one only dispatches and reports errors.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "jitbmm/errors.hpp"
+#include "jitbmm/version.hpp"
+
+namespace {
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "jitbmm %s: batched semiring matrix products, JIT-compiled for your GPU\n\n"
+               "usage:\n"
+               "  jitbmm demo [--shape BxMxKxN]\n"
+               "      On a GPU: run the log semiring (default 64x512x512x512, f32), verify a sample against the CPU\n"
+               "      reference, print time, terms/s and the share of the measured exp throughput.\n"
+               "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
+               "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
+               "                 [--strategy linear] [--block XxY] [--index64] [--arch sm_90]\n"
+               "                 --emit cuda|ptx|resources|all\n"
+               "      Print the generated source, NVRTC's PTX, or ptxas's resource report (no GPU needed).\n"
+               "  jitbmm info\n"
+               "      Driver, NVRTC and devices.\n",
+               jitbmm::kVersion);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "demo") return jitbmm::cli::run_demo(argc, argv);
+    if (command == "inspect") return jitbmm::cli::run_inspect(argc, argv);
+    if (command == "info") return jitbmm::cli::run_info(argc, argv);
+    if (command == "help" || command == "--help" || command == "-h") {
+      usage(stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "jitbmm: unknown command '%s'\n\n", command.c_str());
+    usage(stderr);
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "jitbmm %s: invalid argument: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jitbmm %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

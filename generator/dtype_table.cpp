@@ -1,0 +1,56 @@
+// The one table per enum: dtype and semiring spellings, sizes and device types. Every stage reads these.
+#include <array>
+#include <stdexcept>
+
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+namespace {
+
+constexpr std::array<DTypeInfo, 4> kDTypes = {{
+    {DType::f32, "f32", "jb::f32", "float", 4},
+    {DType::f64, "f64", "jb::f64", "double", 8},
+    {DType::f16, "f16", "jb::f16", "float", 2},
+    {DType::bf16, "bf16", "jb::bf16", "float", 2},
+}};
+
+constexpr std::array<SemiringInfo, 5> kSemirings = {{
+    {Semiring::log, "log", "jb::LogSemiring", false},
+    {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true},
+    {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true},
+    {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true},
+    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false},
+}};
+
+} // namespace
+
+const DTypeInfo& dtype_info(DType dtype) {
+  for (const auto& row : kDTypes)
+    if (row.dtype == dtype) return row;
+  throw std::invalid_argument("dtype: unknown enum value " + std::to_string(static_cast<int>(dtype)));
+}
+
+DType parse_dtype(const std::string& name) {
+  for (const auto& row : kDTypes)
+    if (name == row.name) return row.dtype;
+  if (name == "float32" || name == "float") return DType::f32;
+  if (name == "float64" || name == "double") return DType::f64;
+  if (name == "float16" || name == "half") return DType::f16;
+  if (name == "bfloat16") return DType::bf16;
+  throw std::invalid_argument("dtype: unsupported '" + name + "' (expected f32, f64, f16 or bf16)");
+}
+
+const SemiringInfo& semiring_info(Semiring semiring) {
+  for (const auto& row : kSemirings)
+    if (row.semiring == semiring) return row;
+  throw std::invalid_argument("semiring: unknown enum value " + std::to_string(static_cast<int>(semiring)));
+}
+
+Semiring parse_semiring(const std::string& name) {
+  for (const auto& row : kSemirings)
+    if (name == row.name) return row.semiring;
+  throw std::invalid_argument("semiring: unsupported '" + name +
+                              "' (expected log, max_plus, min_plus, max_times or plus_times)");
+}
+
+} // namespace jitbmm

@@ -1,0 +1,9 @@
+// jitbmm: batched semiring matrix products with kernels generated, compiled (NVRTC) and loaded at run time.
+#pragma once
+
+#include "jitbmm/errors.hpp"
+#include "jitbmm/kernel_spec.hpp"
+#include "jitbmm/plan.hpp"
+#include "jitbmm/reference.hpp"
+#include "jitbmm/types.hpp"
+#include "jitbmm/version.hpp"

@@ -1,0 +1,62 @@
+// Plans: a problem bound to a device and a compiled kernel, ready to launch many times.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+
+// A compiled, loaded kernel for one Problem on one device. Cheap to copy (shared). Thread-safe to call.
+class SemiringBMM {
+ public:
+  // Plan for the device current on this thread (see README: "Devices and contexts"). A second get() of the same
+  // problem on the same device reuses the compiled kernel: no second NVRTC call.
+  static SemiringBMM get(const Problem& problem);
+  // Plan with an explicit kernel variant (for inspection, tests and benchmarks).
+  static SemiringBMM get(const Problem& problem, const KernelSpec& spec);
+
+  // Launches out = a ⊗ b on `stream` (asynchronous). Pointers are device pointers laid out as the problem's
+  // strides say; they may be null only when the tensor they point to is empty. Throws std::invalid_argument
+  // naming the argument, CudaError when the launch fails.
+  void operator()(const void* a, const void* b, void* out, Stream stream = nullptr) const;
+  // As above, also writing int32 argmax[B][M][N] (problem.with_argmax must be set).
+  void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr) const;
+
+  const Problem& problem() const;
+  const KernelSpec& spec() const;
+  const std::string& kernel_name() const;
+  const std::string& source() const; // the generated CUDA source that was compiled
+  int registers() const;             // per thread, as the driver reports
+  std::string device_name() const;
+  std::string arch() const;          // "sm_90"
+
+  struct Impl;
+
+ private:
+  explicit SemiringBMM(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// The log semiring in f32, row-major contiguous operands: out[b,i,j] = log Σ_k exp(a[b,i,k] + b[b,k,j]).
+class JitLogBMM {
+ public:
+  static JitLogBMM get(Shape shape);
+  void operator()(const float* a, const float* b, float* out, Stream stream = nullptr) const { plan_(a, b, out, stream); }
+  const SemiringBMM& plan() const { return plan_; }
+
+ private:
+  explicit JitLogBMM(SemiringBMM plan) : plan_(std::move(plan)) {}
+  SemiringBMM plan_;
+};
+
+// Process-wide counters, for tests and diagnostics.
+struct Stats {
+  long nvrtc_compiles = 0;
+};
+Stats stats();
+
+} // namespace jitbmm

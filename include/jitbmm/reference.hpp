@@ -1,0 +1,45 @@
+// The CPU reference: the oracle of every test. Exact semantics of the README's contract, computed in long double
+// from the stored inputs, never rounded to the output dtype (compare with round_to(output_dtype, value)).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "jitbmm/types.hpp"
+
+namespace jitbmm::reference {
+
+struct Element {
+  double value = 0;   // the exact result (before rounding to the output dtype)
+  int32_t argmax = -1; // winning k for selecting semirings (ties: smallest k; first NaN wins), else -1
+  double scale = 1;   // magnitude that bounds the rounding error: max(1,|value|), or Σ|a·b| for plus_times
+  bool tie = false;   // another k reached the winning value (argmax is then a tie-break, not a choice)
+};
+
+// One output element out[batch, i, j] from host arrays laid out as the problem's strides say.
+Element element(const Problem& problem, const void* a, const void* b, int64_t batch, int64_t i, int64_t j);
+
+// Every output, in row-major [B][M][N] order.
+std::vector<Element> compute(const Problem& problem, const void* a, const void* b);
+
+} // namespace jitbmm::reference
+
+namespace jitbmm {
+
+// Host conversions between storage dtypes and double, shared by the reference, the tests and the CLI.
+double load_element(DType dtype, const void* base, int64_t index);
+void store_element(DType dtype, void* base, int64_t index, double value); // rounds to nearest even
+double round_to(DType dtype, double value);                              // value as the dtype stores it
+
+} // namespace jitbmm
+
+namespace jitbmm::reference {
+
+// Whether a computed output `got` (already read back as double) agrees with the reference element: special values
+// (NaN, ±inf of the rounded reference) must match exactly; finite values within tolerance · scale.
+bool close(DType out_dtype, double got, const Element& expected, double tolerance);
+
+// The tolerance each dtype is tested to (fp64 1e-12, fp32 1e-5, fp16/bf16 1e-2).
+double tolerance(DType dtype);
+
+} // namespace jitbmm::reference

@@ -1,0 +1,81 @@
+// The vocabulary of a batched semiring matrix product: semirings, dtypes, shapes and operand layouts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+struct CUstream_st;
+
+namespace jitbmm {
+
+// A CUDA stream from the runtime API (cudaStream_t) or the driver API (CUstream); nullptr is the default stream.
+using Stream = CUstream_st*;
+
+// out[b,i,j] = ⊕_k a[b,i,k] ⊗ b[b,k,j]. Each semiring's formula and edge cases are documented once, on its
+// device struct in templates/semirings.cuh, and in the README's contract.
+enum class Semiring { log, max_plus, min_plus, max_times, plus_times };
+
+// Storage types. Half types (f16, bf16) accumulate in f32; f64 accumulates in f64.
+enum class DType { f32, f64, f16, bf16 };
+
+// The one table of facts about each dtype lives in generator/dtype_table.cpp.
+struct DTypeInfo {
+  DType dtype;
+  const char* name;        // "f32": CLI spelling and kernel-name part
+  const char* device_type; // the storage type's spelling in templates/dtypes.cuh
+  const char* acc_type;    // accumulator type in device code
+  int size_bytes;
+};
+const DTypeInfo& dtype_info(DType dtype);
+DType parse_dtype(const std::string& name); // throws std::invalid_argument naming the value
+
+struct SemiringInfo {
+  Semiring semiring;
+  const char* name;        // "log", "max_plus", ...
+  const char* device_type; // the device struct in templates/semirings.cuh
+  bool has_argmax;         // the reduction selects one k (max/min semirings)
+};
+const SemiringInfo& semiring_info(Semiring semiring);
+Semiring parse_semiring(const std::string& name);
+
+// Sizes of out[B, M, N] = a[B, M, K] ⊗ b[B, K, N].
+struct Shape {
+  int64_t B = 1, M = 1, K = 1, N = 1;
+  int64_t terms() const { return B * M * N * K; }
+  bool operator==(const Shape& o) const { return B == o.B && M == o.M && K == o.K && N == o.N; }
+};
+Shape parse_shape(const std::string& text); // "BxMxKxN"
+std::string to_string(const Shape& shape);
+
+// Strides in elements (not bytes) of one batched matrix operand [batch][rows][cols]. A batch stride of 0
+// broadcasts one matrix over the batch. Strides may be any non-negative values; overlapping outputs are rejected.
+struct Strides {
+  int64_t batch = 0, row = 0, col = 0;
+  bool operator==(const Strides& o) const { return batch == o.batch && row == o.row && col == o.col; }
+};
+Strides row_major(int64_t rows, int64_t cols);      // {rows*cols, cols, 1}
+Strides column_major(int64_t rows, int64_t cols);   // {rows*cols, 1, rows}
+
+// Everything that defines one product, apart from the data pointers.
+struct Problem {
+  Semiring semiring = Semiring::log;
+  DType dtype = DType::f32;             // a and b
+  std::optional<DType> out_dtype;       // defaults to dtype; f32 output from f16/bf16 inputs is allowed
+  Shape shape;
+  std::optional<Strides> a_strides;     // default row-major [B][M][K]
+  std::optional<Strides> b_strides;     // default row-major [B][K][N]
+  std::optional<Strides> out_strides;   // default row-major [B][M][N]
+  bool with_argmax = false;             // also write int32 argmax[B][M][N] (contiguous); max/min semirings only
+
+  DType output_dtype() const { return out_dtype.value_or(dtype); }
+  Strides a() const { return a_strides.value_or(row_major(shape.M, shape.K)); }
+  Strides b() const { return b_strides.value_or(row_major(shape.K, shape.N)); }
+  Strides out() const { return out_strides.value_or(row_major(shape.M, shape.N)); }
+};
+
+// Throws std::invalid_argument naming the offending field when the problem is malformed.
+void validate(const Problem& problem);
+std::string describe(const Problem& problem);
+
+} // namespace jitbmm

@@ -1,0 +1,132 @@
+// The CPU reference. Terms are formed and reduced in long double from the stored inputs, with the edge-case
+// contract of the README spelled out case by case (the device structs in templates/semirings.cuh match it).
+#include "jitbmm/reference.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "runtime/layout.hpp"
+
+namespace jitbmm::reference {
+
+namespace {
+
+using Real = long double;
+constexpr Real kInf = std::numeric_limits<Real>::infinity();
+
+// Two terms are a tie when the kernel's accumulator type cannot tell them apart.
+bool same_in_acc(DType dtype, Real x, Real y) {
+  if (dtype == DType::f64) return static_cast<double>(x) == static_cast<double>(y);
+  const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+  if (fx == fy) return true;
+  return std::fabs(x - y) <= std::ldexp(std::fabs(x) + std::fabs(y), -22); // within f32 rounding of the terms
+}
+
+Element log_sum_exp(const std::vector<Real>& t) {
+  Element e;
+  bool any_nan = false, any_pos_inf = false;
+  Real m = -kInf;
+  for (Real x : t) {
+    any_nan |= std::isnan(x);
+    any_pos_inf |= x == kInf;
+    if (x > m) m = x;
+  }
+  if (any_nan) e.value = std::numeric_limits<double>::quiet_NaN();
+  else if (any_pos_inf) e.value = INFINITY;
+  else if (m == -kInf) e.value = -INFINITY; // K = 0, or every term −inf: the semiring zero, never NaN
+  else {
+    Real sum = 0;
+    for (Real x : t) sum += std::exp(x - m);
+    e.value = static_cast<double>(m + std::log(sum));
+  }
+  e.scale = std::isfinite(e.value) ? std::fmax(1.0, std::fabs(e.value)) : 1.0;
+  return e;
+}
+
+// The selecting semirings: keep the first k whose term beats the current one; the first NaN wins and stays.
+template <class Better>
+Element select(DType dtype, const std::vector<Real>& t, Real zero, Better better) {
+  Element e;
+  int64_t best = -1;
+  for (int64_t k = 0; k < static_cast<int64_t>(t.size()); ++k) {
+    if (best < 0 || (!std::isnan(t[best]) && (std::isnan(t[k]) || better(t[k], t[best])))) best = k;
+  }
+  e.value = best < 0 ? static_cast<double>(zero) : static_cast<double>(t[best]);
+  e.argmax = static_cast<int32_t>(best);
+  if (best >= 0 && !std::isnan(t[best]))
+    for (int64_t k = 0; k < static_cast<int64_t>(t.size()) && !e.tie; ++k)
+      e.tie = k != best && same_in_acc(dtype, t[k], t[best]);
+  e.scale = std::isfinite(e.value) ? std::fmax(1.0, std::fabs(e.value)) : 1.0;
+  return e;
+}
+
+} // namespace
+
+Element element(const Problem& p, const void* a, const void* b, int64_t batch, int64_t i, int64_t j) {
+  const int64_t K = p.shape.K;
+  const Strides sa = p.a(), sb = p.b();
+  std::vector<Real> x(K), y(K);
+  for (int64_t k = 0; k < K; ++k) {
+    x[k] = load_element(p.dtype, a, batch * sa.batch + i * sa.row + k * sa.col);
+    y[k] = load_element(p.dtype, b, batch * sb.batch + k * sb.row + j * sb.col);
+  }
+  std::vector<Real> t(K);
+  switch (p.semiring) {
+  case Semiring::log:
+    for (int64_t k = 0; k < K; ++k) t[k] = x[k] + y[k];
+    return log_sum_exp(t);
+  case Semiring::max_plus:
+    for (int64_t k = 0; k < K; ++k) t[k] = x[k] + y[k];
+    return select(p.dtype, t, -kInf, [](Real u, Real v) { return u > v; });
+  case Semiring::min_plus:
+    for (int64_t k = 0; k < K; ++k) t[k] = x[k] + y[k];
+    return select(p.dtype, t, kInf, [](Real u, Real v) { return u < v; });
+  case Semiring::max_times:
+    for (int64_t k = 0; k < K; ++k) t[k] = x[k] * y[k];
+    return select(p.dtype, t, 0, [](Real u, Real v) { return u > v; });
+  case Semiring::plus_times: {
+    Element e;
+    Real sum = 0, magnitude = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      sum += x[k] * y[k];
+      magnitude += std::fabs(x[k] * y[k]);
+    }
+    e.value = static_cast<double>(sum);
+    e.scale = std::isfinite(static_cast<double>(magnitude)) ? std::fmax(static_cast<double>(magnitude), 1e-300) : 1.0;
+    return e;
+  }
+  }
+  throw std::invalid_argument("semiring: unknown enum value");
+}
+
+std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
+  validate(p);
+  const Shape& s = p.shape;
+  std::vector<Element> out;
+  out.reserve(static_cast<std::size_t>(s.B * s.M * s.N));
+  for (int64_t batch = 0; batch < s.B; ++batch)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) out.push_back(element(p, a, b, batch, i, j));
+  return out;
+}
+
+bool close(DType out_dtype, double got, const Element& expected, double tolerance) {
+  const double want = round_to(out_dtype, expected.value);
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  if (!std::isfinite(got)) return false;
+  return std::fabs(got - want) <= tolerance * expected.scale;
+}
+
+double tolerance(DType dtype) {
+  switch (dtype) {
+  case DType::f64: return 1e-12;
+  case DType::f32: return 1e-5;
+  case DType::f16:
+  case DType::bf16: return 1e-2;
+  }
+  throw std::invalid_argument("dtype: unknown enum value");
+}
+
+} // namespace jitbmm::reference

@@ -1,0 +1,90 @@
+#include "runtime/device.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace jitbmm {
+
+namespace {
+
+int attribute(CUdevice dev, CUdevice_attribute attr, const char* what) {
+  int value = 0;
+  check(driver().cuDeviceGetAttribute(&value, attr, dev), what);
+  return value;
+}
+
+std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
+  const DriverApi& d = driver();
+  auto info = std::make_shared<DeviceInfo>();
+  info->device = dev;
+  info->ordinal = dev;
+  info->context = ctx;
+  char name[256] = {0};
+  check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  info->name = name;
+  info->cc_major = attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability");
+  info->cc_minor = attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability");
+  info->sm_count = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count");
+  info->clock_khz = attribute(dev, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "clock rate");
+  info->max_threads_per_block = attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block");
+  info->max_shared_per_block_optin =
+      attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "max shared memory per block");
+  check(d.cuDriverGetVersion(&info->driver_version), "cuDriverGetVersion");
+  return info;
+}
+
+int requested_ordinal() {
+  const char* env = std::getenv("JITBMM_DEVICE");
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 0) throw std::invalid_argument(std::string("JITBMM_DEVICE: not a device number: ") + env);
+  return static_cast<int>(v);
+}
+
+} // namespace
+
+std::shared_ptr<const DeviceInfo> current_device() {
+  static std::mutex mutex;
+  static auto* by_context = new std::map<CUcontext, std::shared_ptr<const DeviceInfo>>(); // lives for the process
+  const DriverApi& d = driver();
+  CUcontext ctx = nullptr;
+  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUdevice dev = 0;
+  if (ctx) {
+    check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  } else {
+    int count = 0;
+    check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    const int ordinal = requested_ordinal();
+    if (ordinal >= count)
+      throw std::invalid_argument("JITBMM_DEVICE: device " + std::to_string(ordinal) + " requested, but " +
+                                  std::to_string(count) + " device(s) present");
+    check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+    check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*by_context)[ctx];
+  if (!slot) slot = describe_device(dev, ctx);
+  return slot;
+}
+
+ScopedContext::ScopedContext(CUcontext ctx) {
+  CUcontext current = nullptr;
+  check(driver().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != ctx) {
+    check(driver().cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+    pushed_ = true;
+  }
+}
+
+ScopedContext::~ScopedContext() {
+  if (pushed_) {
+    CUcontext popped = nullptr;
+    driver().cuCtxPopCurrent(&popped);
+  }
+}
+
+} // namespace jitbmm

@@ -1,0 +1,42 @@
+// The device a plan runs on: its context and the facts about it that kernels and keys depend on.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/driver_api.hpp"
+
+namespace jitbmm {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int clock_khz = 0;
+  int max_threads_per_block = 0;
+  int max_shared_per_block_optin = 0;
+  int driver_version = 0; // e.g. 13000
+  std::string arch() const { return "sm_" + std::to_string(cc_major) + std::to_string(cc_minor); }
+};
+
+// The device of the context current on this thread (so jitbmm follows PyTorch or any cudart program), or, when
+// none is current, the primary context of device $JITBMM_DEVICE (default 0), retained for the process lifetime.
+// Throws NoDriverError without a driver and CudaError when the device cannot be used.
+std::shared_ptr<const DeviceInfo> current_device();
+
+// Makes `ctx` current for this scope if it is not already (RAII push/pop).
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+} // namespace jitbmm

@@ -1,0 +1,44 @@
+// Index arithmetic on strided batched operands, shared by validation, the reference and the launcher.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+
+// The largest element offset of a [batches][rows][cols] operand, or 0 when it has no element. Throws
+// std::invalid_argument naming `what` when the offset does not fit in int64.
+inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  if (batches == 0 || rows == 0 || cols == 0) return 0;
+  const std::array<std::pair<int64_t, int64_t>, 3> dims = {
+      {{batches, st.batch}, {rows, st.row}, {cols, st.col}}};
+  int64_t total = 0;
+  for (const auto& [extent, stride] : dims) {
+    int64_t part = 0;
+    if (__builtin_mul_overflow(extent - 1, stride, &part) || __builtin_add_overflow(total, part, &total))
+      throw std::invalid_argument(std::string(what) + ": element offsets overflow 64 bits");
+  }
+  return total;
+}
+
+// True when no two elements of the [batches][rows][cols] operand share an address (sufficient test: sorted
+// by stride, each dimension steps past everything the smaller ones span).
+inline bool is_injective(int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  std::array<std::pair<int64_t, int64_t>, 3> dims = {{{st.batch, batches}, {st.row, rows}, {st.col, cols}}};
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1; // one past the largest offset reached by the dimensions seen so far
+  for (const auto& [stride, extent] : dims) {
+    if (extent <= 1) continue;
+    if (stride < span) return false;
+    span = stride * (extent - 1) + span;
+  }
+  return true;
+}
+
+} // namespace jitbmm

@@ -1,0 +1,111 @@
+#include "runtime/nvrtc_compiler.hpp"
+
+#include <nvrtc.h>
+
+#include <regex>
+
+#include "jitbmm/errors.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+std::atomic<long> g_compiles{0};
+
+class Program {
+ public:
+  explicit Program(const GeneratedKernel& k) {
+    const nvrtcResult r = nvrtcCreateProgram(&prog_, k.source.c_str(), (k.name + ".cu").c_str(), 0, nullptr, nullptr);
+    if (r != NVRTC_SUCCESS)
+      throw CompileError("nvrtcCreateProgram failed for " + k.name + ": " + nvrtcGetErrorString(r), "");
+  }
+  ~Program() { nvrtcDestroyProgram(&prog_); }
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+  nvrtcProgram get() const { return prog_; }
+
+  std::string log() const {
+    std::size_t size = 0;
+    if (nvrtcGetProgramLogSize(prog_, &size) != NVRTC_SUCCESS || size <= 1) return "";
+    std::string log(size, '\0');
+    nvrtcGetProgramLog(prog_, log.data());
+    log.resize(size - 1);
+    return log;
+  }
+
+ private:
+  nvrtcProgram prog_ = nullptr;
+};
+
+std::string join(const std::vector<std::string>& options) {
+  std::string out;
+  for (const auto& o : options) out += (out.empty() ? "" : " ") + o;
+  return out;
+}
+
+CompiledKernel compile(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
+  Program prog(kernel);
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  g_compiles.fetch_add(1);
+  const nvrtcResult r = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+  CompiledKernel out{kernel.name, "", prog.log(), std::move(options)};
+  if (r != NVRTC_SUCCESS)
+    throw CompileError("NVRTC could not compile kernel " + kernel.name + " (" + nvrtcGetErrorString(r) +
+                           ")\noptions: " + join(out.options) + "\nlog:\n" + out.log,
+                       out.log);
+  std::size_t size = 0;
+  const nvrtcResult sr = cubin ? nvrtcGetCUBINSize(prog.get(), &size) : nvrtcGetPTXSize(prog.get(), &size);
+  if (sr != NVRTC_SUCCESS || size == 0)
+    throw CompileError("NVRTC produced no " + std::string(cubin ? "cubin" : "PTX") + " for " + kernel.name +
+                           " (options: " + join(out.options) + "; a virtual architecture gives no cubin)",
+                       out.log);
+  out.binary.resize(size);
+  if (cubin)
+    nvrtcGetCUBIN(prog.get(), out.binary.data());
+  else {
+    nvrtcGetPTX(prog.get(), out.binary.data());
+    if (!out.binary.empty() && out.binary.back() == '\0') out.binary.pop_back();
+  }
+  return out;
+}
+
+int match_int(const std::string& log, const std::regex& re) {
+  std::smatch m;
+  return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : -1;
+}
+
+} // namespace
+
+std::vector<std::string> compile_options(const std::string& arch) {
+  return {"--gpu-architecture=" + arch, "-std=c++17", "-lineinfo", "--ptxas-options=-v"};
+}
+
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
+  return compile(kernel, compile_options(arch), true);
+}
+
+CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch) {
+  return compile(kernel, {"--gpu-architecture=" + virtual_arch, "-std=c++17", "-lineinfo"}, false);
+}
+
+PtxasResources parse_ptxas_log(const std::string& log) {
+  PtxasResources r;
+  r.registers = match_int(log, std::regex(R"(Used (\d+) registers)"));
+  r.stack_bytes = match_int(log, std::regex(R"((\d+) bytes stack frame)"));
+  r.spill_store_bytes = match_int(log, std::regex(R"((\d+) bytes spill stores)"));
+  r.spill_load_bytes = match_int(log, std::regex(R"((\d+) bytes spill loads)"));
+  const int smem = match_int(log, std::regex(R"((\d+) bytes smem)"));
+  r.shared_bytes = smem < 0 ? 0 : smem;
+  return r;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+long nvrtc_compile_count() { return g_compiles.load(); }
+
+} // namespace jitbmm

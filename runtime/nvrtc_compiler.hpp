@@ -1,0 +1,42 @@
+// NVRTC: generated source → cubin (for one exact sm_XY) or PTX. Thread-safe, no GPU needed.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "generator/emit_source.hpp"
+
+namespace jitbmm {
+
+struct CompiledKernel {
+  std::string name;
+  std::string binary;                // cubin bytes, or PTX text for compile_to_ptx
+  std::string log;                   // NVRTC log, including ptxas's resource report
+  std::vector<std::string> options;  // exactly what NVRTC was given
+};
+
+// Registers, spills and stack as ptxas reported them in an NVRTC log (-1 where the log does not say).
+struct PtxasResources {
+  int registers = -1;
+  int stack_bytes = -1;
+  int spill_store_bytes = -1;
+  int spill_load_bytes = -1;
+  int shared_bytes = 0;
+};
+PtxasResources parse_ptxas_log(const std::string& log);
+
+// The options jitbmm compiles with for `arch` ("sm_90"); part of every cache key.
+std::vector<std::string> compile_options(const std::string& arch);
+
+// Throws CompileError carrying the kernel name, options and log when NVRTC rejects the source.
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch);
+CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch); // "compute_90"
+
+// "13.0": the NVRTC this process runs.
+std::string nvrtc_version();
+
+// How many NVRTC compilations this process has run (tests use it to prove reuse).
+long nvrtc_compile_count();
+
+} // namespace jitbmm

@@ -1,0 +1,29 @@
+#include "runtime/probes.hpp"
+
+#include "cache/kernel_cache.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/timing.hpp"
+
+namespace jitbmm {
+
+double measure_exp_per_second(const DeviceInfo& device) {
+  ScopedContext scope(device.context);
+  const auto kernel = load_generated(device, emit_exp_probe());
+  DeviceBuffer sink(1024 * sizeof(float));
+  const unsigned blocks = static_cast<unsigned>(device.sm_count) * 8, threads = 256;
+  int iterations = 4096;
+  void* args[] = {nullptr, &iterations};
+  void* sink_ptr = sink.get();
+  args[0] = &sink_ptr;
+  const Timing t = time_launches(
+      [&](Stream s) {
+        check(driver().cuLaunchKernel(kernel->function, blocks, 1, 1, threads, 1, 1, 0,
+                                      reinterpret_cast<CUstream>(s), args, nullptr),
+              "cuLaunchKernel(exp probe)");
+      },
+      2, 9);
+  const double ops = double(blocks) * threads * kExpProbeChains * iterations;
+  return ops / (t.median_ms * 1e-3);
+}
+
+} // namespace jitbmm

@@ -1,0 +1,51 @@
+#include "runtime/timing.hpp"
+
+#include <algorithm>
+
+#include "runtime/driver_api.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+class Event {
+ public:
+  Event() { check(driver().cuEventCreate(&event_, CU_EVENT_DEFAULT), "cuEventCreate"); }
+  ~Event() { driver().cuEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  CUevent get() const { return event_; }
+
+ private:
+  CUevent event_ = nullptr;
+};
+
+} // namespace
+
+Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int runs, Stream stream) {
+  const DriverApi& d = driver();
+  auto s = reinterpret_cast<CUstream>(stream);
+  for (int i = 0; i < warmup; ++i) launch(stream);
+  check(d.cuStreamSynchronize(s), "cuStreamSynchronize");
+  Event start, stop;
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    check(d.cuEventRecord(start.get(), s), "cuEventRecord");
+    launch(stream);
+    check(d.cuEventRecord(stop.get(), s), "cuEventRecord");
+    check(d.cuEventSynchronize(stop.get()), "cuEventSynchronize");
+    float elapsed = 0;
+    check(d.cuEventElapsedTime(&elapsed, start.get(), stop.get()), "cuEventElapsedTime");
+    ms.push_back(elapsed);
+  }
+  Timing t;
+  t.runs = runs;
+  if (ms.empty()) return t;
+  std::sort(ms.begin(), ms.end());
+  t.median_ms = ms[ms.size() / 2];
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  return t;
+}
+
+} // namespace jitbmm

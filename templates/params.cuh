@@ -1,0 +1,19 @@
+// The argument block every generated kernel receives by value. Plain C++ with no device code, so the host
+// (runtime/plan.cpp) includes this same file: one definition, no mirrored struct to drift.
+#pragma once
+
+namespace jb {
+
+// Strides are in elements. Every generated kernel takes exactly one BmmParams.
+struct BmmParams {
+  const void* a;     // [B][M][K] storage dtype
+  const void* b;     // [B][K][N] storage dtype
+  void* out;         // [B][M][N] output dtype
+  int* argmax;       // [B][M][N] contiguous int32, or null
+  long long B, M, N, K;
+  long long a_batch, a_row, a_col;
+  long long b_batch, b_row, b_col;
+  long long out_batch, out_row, out_col;
+};
+
+} // namespace jb
