@@ -70,7 +70,8 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::BmmParams) == " << sizeof(jb::BmmParams)
      << ", \"host and device disagree on BmmParams\");\n"
-     << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads() << ") " << kNameSlot
+     // Min-blocks 1: with the bare bound ptxas aims at full occupancy and caps registers low enough to spill.
+     << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads() << ", 1) " << kNameSlot
      << "(const jb::BmmParams p) {\n"
      << "  jb::linear_kernel<" << semiring_info(spec.semiring).device_type << '<' << acc << ">, "
      << dtype_info(spec.dtype).device_type << ", " << dtype_info(spec.out_dtype).device_type << ", "

@@ -22,9 +22,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-void DeviceBuffer::upload(const void* host, std::size_t bytes) {
-  if (bytes > bytes_) throw std::invalid_argument("upload: more bytes than the buffer holds");
-  if (bytes) check(driver().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset_bytes) {
+  if (offset_bytes > bytes_ || bytes > bytes_ - offset_bytes)
+    throw std::invalid_argument("upload: more bytes than the buffer holds");
+  if (bytes) check(driver().cuMemcpyHtoD(ptr_ + offset_bytes, host, bytes), "cuMemcpyHtoD");
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes) const {

@@ -1,0 +1,85 @@
+// Runs one problem on the GPU and compares every output with the CPU reference. Outputs (and the gaps between
+// strided outputs) are poisoned first, so an unwritten element or a write outside the layout shows as a mismatch.
+#pragma once
+
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "jitbmm/plan.hpp"
+#include "runtime/device_memory.hpp"
+#include "support.hpp"
+
+namespace jitbmm::test {
+
+struct CaseResult {
+  int64_t checked = 0, mismatches = 0, argmax_mismatches = 0, clobbered = 0;
+  std::string first_failure;
+  bool ok() const { return mismatches == 0 && argmax_mismatches == 0 && clobbered == 0; }
+};
+
+inline unsigned char poison_byte(DType dtype) { return dtype == DType::f16 ? 0x7b : 0x7f; } // finite, distinctive
+
+inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, const Specials& sp) {
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b(), so = p.out();
+  HostTensor a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
+  HostTensor b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
+  if (sp.p_neg_inf_row > 0) mask_rows(a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  const DType od = p.output_dtype();
+  const int64_t out_elems = storage_elements(s.B, s.M, s.N, so), outputs = s.B * s.M * s.N;
+  const std::size_t out_bytes = out_elems * dtype_info(od).size_bytes;
+
+  DeviceBuffer da(a.bytes.size()), db(b.bytes.size()), dout(out_bytes), darg(p.with_argmax ? outputs * 4 : 0);
+  da.upload(a.data(), a.bytes.size());
+  db.upload(b.data(), b.bytes.size());
+  dout.fill_bytes(poison_byte(od));
+  darg.fill_bytes(0x7f);
+  const SemiringBMM plan = SemiringBMM::get(p, spec);
+  plan(da.get(), db.get(), dout.get(), p.with_argmax ? static_cast<int32_t*>(darg.get()) : nullptr);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the kernel");
+
+  HostTensor out;
+  out.dtype = od;
+  out.elements = out_elems;
+  out.bytes.resize(out_bytes);
+  dout.download(out.data(), out_bytes);
+  std::vector<int32_t> arg(p.with_argmax ? outputs : 0);
+  darg.download(arg.data(), arg.size() * 4);
+
+  CaseResult r;
+  std::vector<char> covered(out_elems, 0);
+  const double tol = reference::tolerance(od);
+  for (int64_t bt = 0; bt < s.B; ++bt)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) {
+        const int64_t at = bt * so.batch + i * so.row + j * so.col;
+        covered[at] = 1;
+        const auto want = reference::element(p, a.data(), b.data(), bt, i, j);
+        const double got = out.at(at);
+        ++r.checked;
+        const bool value_ok = reference::close(od, got, want, tol);
+        const int64_t flat = (bt * s.M + i) * s.N + j;
+        const bool arg_ok = !p.with_argmax || want.tie || arg[flat] == want.argmax;
+        if (!value_ok) ++r.mismatches;
+        if (!arg_ok) ++r.argmax_mismatches;
+        if ((!value_ok || !arg_ok) && r.first_failure.empty()) {
+          std::ostringstream os;
+          os.precision(17);
+          os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value
+             << " (rounded " << round_to(od, want.value) << ")";
+          if (p.with_argmax) os << "; argmax " << arg[flat] << ", reference " << want.argmax;
+          r.first_failure = os.str();
+        }
+      }
+  // Elements between strided outputs must still hold the poison.
+  HostTensor poison;
+  poison.dtype = od;
+  poison.bytes.assign(dtype_info(od).size_bytes, poison_byte(od));
+  for (int64_t e = 0; e < out_elems; ++e)
+    if (!covered[e] && std::memcmp(&out.bytes[e * poison.bytes.size()], poison.bytes.data(), poison.bytes.size()) != 0)
+      ++r.clobbered;
+  return r;
+}
+
+} // namespace jitbmm::test

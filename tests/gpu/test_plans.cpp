@@ -1,0 +1,160 @@
+// Plans on the GPU: reuse without recompiling, the public entry points, bad arguments, empty problems, streams.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "differential.hpp"
+#include "jitbmm/errors.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+template <class F>
+void expect_invalid(F f, const std::string& needle) {
+  try {
+    f();
+    FAIL("expected std::invalid_argument mentioning '" << needle << "'");
+  } catch (const std::invalid_argument& e) {
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+
+} // namespace
+
+TEST_CASE("a second get() of the same problem reuses the compiled kernel: no second NVRTC call") {
+  Problem p;
+  p.semiring = Semiring::max_plus;
+  p.shape = {3, 5, 7, 9};
+  const SemiringBMM first = SemiringBMM::get(p);
+  const long compiles = stats().nvrtc_compiles;
+  const SemiringBMM second = SemiringBMM::get(p);
+  CHECK(stats().nvrtc_compiles == compiles);
+  CHECK(first.kernel_name() == second.kernel_name());
+  p.shape = {4, 6, 8, 10}; // same spec, other sizes: still no compile
+  SemiringBMM::get(p);
+  CHECK(stats().nvrtc_compiles == compiles);
+  p.semiring = Semiring::min_plus; // a new spec compiles once
+  SemiringBMM::get(p);
+  CHECK(stats().nvrtc_compiles == compiles + 1);
+}
+
+TEST_CASE("JitLogBMM computes the log semiring on row-major f32") {
+  const Shape s{8, 64, 64, 64};
+  Problem p;
+  p.shape = s;
+  const JitLogBMM plan = JitLogBMM::get(s);
+  CHECK(plan.plan().problem().semiring == Semiring::log);
+  CHECK(plan.plan().source().find(plan.plan().kernel_name()) != std::string::npos);
+  CHECK(plan.plan().registers() > 0);
+  std::mt19937_64 rng(3);
+  const auto r = test::run_case(p, plan.plan().spec(), rng, {});
+  CHECK(r.ok());
+  CHECK(r.checked == s.B * s.M * s.N);
+}
+
+TEST_CASE("bad arguments are std::invalid_argument naming the argument") {
+  Problem p;
+  p.shape = {2, 3, 4, 5};
+  const SemiringBMM plan = SemiringBMM::get(p);
+  DeviceBuffer a(2 * 3 * 4 * 4), b(2 * 4 * 5 * 4), out(2 * 3 * 5 * 4);
+  expect_invalid([&] { plan(nullptr, b.get(), out.get()); }, "a: null");
+  expect_invalid([&] { plan(a.get(), nullptr, out.get()); }, "b: null");
+  expect_invalid([&] { plan(a.get(), b.get(), nullptr); }, "out: null");
+  expect_invalid([&] { plan(a.get(), b.get(), out.get(), reinterpret_cast<int32_t*>(out.get()), nullptr); }, "argmax");
+  Problem arg = p;
+  arg.semiring = Semiring::max_plus;
+  arg.with_argmax = true;
+  const SemiringBMM with_arg = SemiringBMM::get(arg);
+  expect_invalid([&] { with_arg(a.get(), b.get(), out.get()); }, "argmax");
+  expect_invalid([&] { with_arg(a.get(), b.get(), out.get(), nullptr, nullptr); }, "argmax: null");
+  Problem neg = p;
+  neg.shape.M = -3;
+  expect_invalid([&] { SemiringBMM::get(neg); }, "shape.M");
+  KernelSpec narrow = default_spec(p);
+  Problem big = p;
+  big.shape = {1, 3, 5, 2};
+  big.a_strides = Strides{0, int64_t(1) << 31, 1};
+  expect_invalid([&] { SemiringBMM::get(big, narrow); }, "spec.index64");
+}
+
+TEST_CASE("empty problems launch nothing; K = 0 writes the semiring zero") {
+  Problem p;
+  p.shape = {0, 3, 4, 5};
+  CHECK_NOTHROW(SemiringBMM::get(p)(nullptr, nullptr, nullptr));
+  p.shape = {2, 0, 4, 5};
+  CHECK_NOTHROW(SemiringBMM::get(p)(nullptr, nullptr, nullptr));
+  const double zeros[] = {-INFINITY, -INFINITY, INFINITY, 0.0, 0.0};
+  const Semiring semirings[] = {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times,
+                                Semiring::plus_times};
+  for (int s = 0; s < 5; ++s) {
+    p.semiring = semirings[s];
+    p.shape = {2, 3, 0, 4};
+    DeviceBuffer out(24 * 4);
+    out.fill_bytes(0x7f);
+    SemiringBMM::get(p)(nullptr, nullptr, out.get());
+    check(driver().cuCtxSynchronize(), "sync");
+    float host[24];
+    out.download(host, sizeof host);
+    for (float v : host) CHECK(v == zeros[s]);
+  }
+}
+
+TEST_CASE("launches follow the given stream") {
+  CUstream stream = nullptr;
+  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  Problem p;
+  p.shape = {4, 33, 17, 65};
+  std::mt19937_64 rng(5);
+  auto a = test::random_tensor(DType::f32, 4 * 33 * 17, rng, {}), b = test::random_tensor(DType::f32, 4 * 17 * 65, rng, {});
+  DeviceBuffer da(a.bytes.size()), db(b.bytes.size()), dout(4 * 33 * 65 * 4);
+  da.upload(a.data(), a.bytes.size());
+  db.upload(b.data(), b.bytes.size());
+  dout.fill_bytes(0x7f);
+  SemiringBMM::get(p)(da.get(), db.get(), dout.get(), reinterpret_cast<Stream>(stream));
+  check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::vector<float> out(4 * 33 * 65);
+  dout.download(out.data(), out.size() * 4);
+  const auto want = reference::element(p, a.data(), b.data(), 3, 32, 64);
+  CHECK(reference::close(DType::f32, out.back(), want, 1e-5));
+  check(driver().cuStreamDestroy(stream), "cuStreamDestroy");
+}
+
+TEST_CASE("64-bit indexing: an operand whose offsets pass 2^31 elements") {
+  Problem p;
+  p.dtype = DType::bf16;
+  p.shape = {1, 3, 5, 4};
+  const int64_t row = (int64_t(1) << 30) + 7; // a's rows sit 2^30 elements apart: offsets reach 2^31 + 18
+  p.a_strides = Strides{0, row, 1};
+  const KernelSpec spec = default_spec(p);
+  CHECK(spec.index64);
+  std::mt19937_64 rng(64);
+  auto a = test::random_tensor(DType::bf16, 3 * 5, rng, {}), b = test::random_tensor(DType::bf16, 5 * 4, rng, {});
+  DeviceBuffer da((2 * row + 5) * 2), db(b.bytes.size()), dout(12 * 2);
+  for (int64_t i = 0; i < 3; ++i) da.upload(a.bytes.data() + i * 5 * 2, 5 * 2, i * row * 2);
+  db.upload(b.data(), b.bytes.size());
+  dout.fill_bytes(0x7f);
+  SemiringBMM::get(p, spec)(da.get(), db.get(), dout.get());
+  check(driver().cuCtxSynchronize(), "sync");
+  test::HostTensor out;
+  out.dtype = DType::bf16;
+  out.bytes.resize(24);
+  dout.download(out.data(), 24);
+  Problem compact = p;
+  compact.a_strides.reset();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      CHECK(reference::close(DType::bf16, out.at(i * 4 + j), reference::element(compact, a.data(), b.data(), 0, i, j), 1e-2));
+}
+
+TEST_CASE("a failed driver call is a CudaError naming the CUresult") {
+  try {
+    check(CUDA_ERROR_INVALID_VALUE, "cuSomething");
+    FAIL("expected CudaError");
+  } catch (const CudaError& e) {
+    CHECK(std::string(e.what()).find("cuSomething failed: CUDA_ERROR_INVALID_VALUE") != std::string::npos);
+    CHECK(e.result_name() == "CUDA_ERROR_INVALID_VALUE");
+  }
+}

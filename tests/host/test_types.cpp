@@ -1,0 +1,108 @@
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "jitbmm/types.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+// Asserts that `f` throws std::invalid_argument whose message contains `needle`.
+template <class F>
+void expect_invalid(F f, const std::string& needle) {
+  try {
+    f();
+    FAIL("expected std::invalid_argument mentioning '" << needle << "'");
+  } catch (const std::invalid_argument& e) {
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+
+} // namespace
+
+TEST_CASE("shapes parse and print as BxMxKxN") {
+  const Shape s = parse_shape("64x512x256x128");
+  CHECK(s == Shape{64, 512, 256, 128});
+  CHECK(to_string(s) == "64x512x256x128");
+  CHECK(s.terms() == 64LL * 512 * 256 * 128);
+  for (const char* bad : {"", "1x2x3", "1x2x3x4x5", "ax1x1x1", "1x2x3x4z", "1,2,3,4"})
+    expect_invalid([&] { parse_shape(bad); }, "shape");
+}
+
+TEST_CASE("dtype and semiring names round-trip; unknown names are errors that name the argument") {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) CHECK(parse_dtype(dtype_info(d).name) == d);
+  for (Semiring s : {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times})
+    CHECK(parse_semiring(semiring_info(s).name) == s);
+  CHECK(dtype_info(DType::f16).size_bytes == 2);
+  CHECK(std::string(dtype_info(DType::bf16).acc_type) == "float");
+  expect_invalid([] { parse_dtype("int32"); }, "dtype");
+  expect_invalid([] { parse_semiring("sum"); }, "semiring");
+}
+
+TEST_CASE("validate names the offending field") {
+  Problem p;
+  p.shape = {2, 3, 4, 5};
+  CHECK_NOTHROW(validate(p));
+  Problem neg = p;
+  neg.shape.K = -1;
+  expect_invalid([&] { validate(neg); }, "shape.K");
+  Problem arg = p;
+  arg.with_argmax = true;
+  expect_invalid([&] { validate(arg); }, "with_argmax");
+  arg.semiring = Semiring::max_plus;
+  CHECK_NOTHROW(validate(arg));
+  Problem out = p;
+  out.out_dtype = DType::f16;
+  expect_invalid([&] { validate(out); }, "out_dtype");
+  out.dtype = DType::bf16;
+  out.out_dtype = DType::f32;
+  CHECK_NOTHROW(validate(out));
+  Problem st = p;
+  st.a_strides = Strides{-1, 4, 1};
+  expect_invalid([&] { validate(st); }, "a_strides");
+  Problem overlap = p;
+  overlap.out_strides = Strides{0, 5, 1}; // every batch writes the same matrix
+  expect_invalid([&] { validate(overlap); }, "out_strides");
+  Problem huge = p;
+  huge.b_strides = Strides{INT64_MAX, 1, 1};
+  expect_invalid([&] { validate(huge); }, "b_strides");
+  Problem zero = p;
+  zero.shape = {0, 0, 0, 0};
+  CHECK_NOTHROW(validate(zero));
+}
+
+TEST_CASE("layouts: row-major, column-major and broadcast strides") {
+  CHECK(row_major(3, 4) == Strides{12, 4, 1});
+  CHECK(column_major(3, 4) == Strides{12, 1, 3});
+  Problem p;
+  p.shape = {4, 3, 5, 6};
+  p.a_strides = Strides{0, 5, 1}; // one matrix broadcast over the batch: fine for inputs
+  p.b_strides = column_major(5, 6);
+  CHECK_NOTHROW(validate(p));
+  p.out_strides = Strides{1, 24, 4}; // batch innermost: still one address per element
+  CHECK_NOTHROW(validate(p));
+}
+
+TEST_CASE("default specs pick 64-bit indices only when 32-bit math would overflow") {
+  Problem p;
+  p.shape = {64, 512, 512, 512};
+  KernelSpec s = default_spec(p);
+  CHECK_FALSE(s.index64);
+  CHECK(s.strategy == Strategy::linear);
+  p.shape = {1, 70000, 40000, 1}; // a has 2.8e9 elements
+  s = default_spec(p);
+  CHECK(s.index64);
+  KernelSpec narrow = s;
+  narrow.index64 = false;
+  expect_invalid([&] { check_spec_fits(narrow, p); }, "spec.index64");
+  KernelSpec wrong = default_spec(Problem{});
+  wrong.dtype = DType::f64;
+  expect_invalid([&] { check_spec_fits(wrong, Problem{}); }, "spec.dtype");
+  KernelSpec blocks = default_spec(Problem{});
+  blocks.block_x = 48;
+  blocks.block_y = 1;
+  expect_invalid([&] { check_spec_fits(blocks, Problem{}); }, "spec.block");
+}

@@ -1,0 +1,96 @@
+// Compile-only: every generated variant must compile with NVRTC for sm_80 and sm_90 with no spills. No GPU needed.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitbmm/errors.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "variants.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+struct Outcome {
+  std::string name, arch, error;
+  PtxasResources res;
+  std::size_t cubin_bytes = 0;
+};
+
+Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
+  Outcome o;
+  o.arch = arch;
+  try {
+    const GeneratedKernel k = emit_kernel(spec);
+    o.name = k.name;
+    const CompiledKernel c = compile_to_cubin(k, arch);
+    o.res = parse_ptxas_log(c.log);
+    o.cubin_bytes = c.binary.size();
+  } catch (const std::exception& e) {
+    o.error = e.what();
+  }
+  return o;
+}
+
+} // namespace
+
+TEST_CASE("every generated variant compiles for sm_80 and sm_90, without spills") {
+  std::vector<std::pair<KernelSpec, std::string>> jobs;
+  for (const KernelSpec& spec : test::all_linear_variants())
+    for (const char* arch : {"sm_80", "sm_90"}) jobs.emplace_back(spec, arch);
+  // NVRTC is thread-safe: compile on every core.
+  const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
+  std::vector<Outcome> outcomes(jobs.size());
+  std::vector<std::thread> pool;
+  std::atomic<std::size_t> next{0};
+  for (unsigned w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) outcomes[i] = compile_one(jobs[i].first, jobs[i].second);
+    });
+  for (auto& t : pool) t.join();
+  for (const Outcome& o : outcomes) {
+    CAPTURE(o.name);
+    CAPTURE(o.arch);
+    CHECK_MESSAGE(o.error.empty(), o.error);
+    CHECK(o.cubin_bytes > 0);
+    CHECK(o.res.registers > 0);
+    CHECK(o.res.spill_store_bytes == 0);
+    CHECK(o.res.stack_bytes == 0);
+  }
+  MESSAGE(jobs.size() << " kernels compiled");
+}
+
+TEST_CASE("PTX for a virtual architecture needs no GPU") {
+  const CompiledKernel ptx = compile_to_ptx(emit_kernel(KernelSpec{}), "compute_90");
+  CHECK(ptx.binary.find(".target sm_90") != std::string::npos);
+  CHECK(ptx.binary.find(".entry " + ptx.name) != std::string::npos);
+}
+
+TEST_CASE("a source NVRTC rejects is a CompileError carrying the kernel name, options and log") {
+  GeneratedKernel broken{"broken_kernel_0000", "extern \"C\" __global__ void broken_kernel_0000() { oops; }\n"};
+  try {
+    compile_to_cubin(broken, "sm_90");
+    FAIL("expected CompileError");
+  } catch (const CompileError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("broken_kernel_0000") != std::string::npos);
+    CHECK(what.find("--gpu-architecture=sm_90") != std::string::npos);
+    CHECK(what.find("oops") != std::string::npos);
+    CHECK(e.log().find("undefined") != std::string::npos);
+  }
+}
+
+TEST_CASE("the ptxas log parser reads registers and spills") {
+  const PtxasResources r = parse_ptxas_log(
+      "ptxas info    : Function properties for k\nptxas         .     16 bytes stack frame, 8 bytes spill stores, "
+      "4 bytes spill loads\nptxas info    : Used 137 registers, used 1 barriers, 33024 bytes smem\n");
+  CHECK(r.registers == 137);
+  CHECK(r.stack_bytes == 16);
+  CHECK(r.spill_store_bytes == 8);
+  CHECK(r.spill_load_bytes == 4);
+  CHECK(r.shared_bytes == 33024);
+}

@@ -1,0 +1,82 @@
+// Test inputs: random strided tensors in any dtype, with edge values injected where a case asks for them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "jitbmm/reference.hpp"
+#include "jitbmm/types.hpp"
+#include "runtime/layout.hpp"
+
+namespace jitbmm::test {
+
+struct HostTensor {
+  DType dtype = DType::f32;
+  std::vector<unsigned char> bytes;
+  int64_t elements = 0;
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  double at(int64_t index) const { return load_element(dtype, bytes.data(), index); }
+};
+
+// Elements needed to hold a [batches][rows][cols] operand with these strides (gaps included).
+inline int64_t storage_elements(int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  if (batches == 0 || rows == 0 || cols == 0) return 0;
+  return max_offset("test", batches, rows, cols, st) + 1;
+}
+
+struct Specials {
+  double spread = 1.0;      // inputs ~ N(0, spread²)
+  double p_neg_inf = 0;     // probability of each special value per element
+  double p_pos_inf = 0;
+  double p_nan = 0;
+  double p_huge = 0;        // ±(largest finite value of the dtype) / 3
+  bool non_negative = false; // |x| (max_times)
+  double p_neg_inf_row = 0; // probability that a whole matrix row (a) is −inf: CRF-style masks
+};
+
+inline double huge_value(DType dtype) {
+  switch (dtype) {
+  case DType::f32: return 1e38;
+  case DType::f64: return 1e307;
+  case DType::f16: return 2e4;
+  case DType::bf16: return 1e38;
+  }
+  return 1;
+}
+
+inline HostTensor random_tensor(DType dtype, int64_t elements, std::mt19937_64& rng, const Specials& sp) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.elements = elements;
+  t.bytes.resize(static_cast<std::size_t>(elements) * dtype_info(dtype).size_bytes);
+  std::normal_distribution<double> normal(0.0, sp.spread);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t i = 0; i < elements; ++i) {
+    double v = normal(rng);
+    if (sp.non_negative) v = std::fabs(v);
+    const double r = u(rng);
+    double edge = sp.p_neg_inf;
+    if (r < edge) v = -INFINITY;
+    else if (r < (edge += sp.p_pos_inf)) v = INFINITY;
+    else if (r < (edge += sp.p_nan)) v = NAN;
+    else if (r < (edge += sp.p_huge)) v = (u(rng) < 0.5 && !sp.non_negative ? -1 : 1) * huge_value(dtype);
+    store_element(dtype, t.bytes.data(), i, v);
+  }
+  return t;
+}
+
+// Sets every element of some rows of a [batches][rows][cols] operand to −inf.
+inline void mask_rows(HostTensor& t, int64_t batches, int64_t rows, int64_t cols, const Strides& st, double p,
+                      std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      if (u(rng) < p)
+        for (int64_t c = 0; c < cols; ++c)
+          store_element(t.dtype, t.bytes.data(), b * st.batch + r * st.row + c * st.col, -INFINITY);
+}
+
+} // namespace jitbmm::test
