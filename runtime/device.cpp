@@ -64,6 +64,9 @@ std::shared_ptr<const DeviceInfo> current_device() {
                                   std::to_string(count) + " device(s) present");
     check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
     check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    // As the CUDA runtime does: a thread with no context gets the primary one, so device memory the caller
+    // allocates afterwards (runtime API or driver API) lives where the plan's kernels run.
+    check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
   }
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = (*by_context)[ctx];

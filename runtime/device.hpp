@@ -23,7 +23,8 @@ struct DeviceInfo {
 };
 
 // The device of the context current on this thread (so jitbmm follows PyTorch or any cudart program), or, when
-// none is current, the primary context of device $JITBMM_DEVICE (default 0), retained for the process lifetime.
+// none is current, the primary context of device $JITBMM_DEVICE (default 0), retained for the process lifetime
+// and made current on this thread (as the CUDA runtime would).
 // Throws NoDriverError without a driver and CudaError when the device cannot be used.
 std::shared_ptr<const DeviceInfo> current_device();
 

@@ -30,6 +30,7 @@ inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64
 // True when no two elements of the [batches][rows][cols] operand share an address (sufficient test: sorted
 // by stride, each dimension steps past everything the smaller ones span).
 inline bool is_injective(int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  if (batches == 0 || rows == 0 || cols == 0) return true; // no elements, no collisions
   std::array<std::pair<int64_t, int64_t>, 3> dims = {{{st.batch, batches}, {st.row, rows}, {st.col, cols}}};
   std::sort(dims.begin(), dims.end());
   int64_t span = 1; // one past the largest offset reached by the dimensions seen so far

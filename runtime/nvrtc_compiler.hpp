@@ -36,7 +36,7 @@ CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& 
 // "13.0": the NVRTC this process runs.
 std::string nvrtc_version();
 
-// How many NVRTC compilations this process has run (tests use it to prove reuse).
+// How many kernels this process has compiled with NVRTC (tests use it to prove reuse).
 long nvrtc_compile_count();
 
 } // namespace jitbmm
