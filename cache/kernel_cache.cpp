@@ -28,6 +28,8 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
     d.cuModuleUnload(loaded->module);
     check(r, ("cuModuleGetFunction(" + kernel.name + ")").c_str());
   }
+  if (d.cuModuleGetFunction(&loaded->combine, loaded->module, (kernel.name + "_combine").c_str()) != CUDA_SUCCESS)
+    loaded->combine = nullptr;
   check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
         "cuFuncGetAttribute(NUM_REGS)");
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them

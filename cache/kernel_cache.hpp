@@ -16,6 +16,7 @@ struct LoadedKernel {
   PtxasResources resources;
   CUmodule module = nullptr;
   CUfunction function = nullptr;
+  CUfunction combine = nullptr; // split-K's second pass (<name>_combine), when the module has one
   int registers = 0; // as the driver reports for the loaded function
 };
 

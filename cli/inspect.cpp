@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/args.hpp"
+#include "cli/spec_args.hpp"
 #include "cli/commands.hpp"
 #include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
@@ -14,27 +15,6 @@
 namespace jitbmm::cli {
 
 namespace {
-
-KernelSpec spec_from(const Args& args) {
-  Problem p;
-  p.semiring = parse_semiring(args.get("--semiring", "log"));
-  p.dtype = parse_dtype(args.get("--dtype", "f32"));
-  if (args.has("--out-dtype")) p.out_dtype = parse_dtype(args.get("--out-dtype", ""));
-  p.shape = parse_shape(args.get("--shape", "64x512x512x512"));
-  p.with_argmax = args.has("--argmax");
-  KernelSpec spec = default_spec(p);
-  if (args.has("--strategy")) spec.strategy = parse_strategy(args.get("--strategy", ""));
-  if (args.has("--block")) {
-    const std::string b = args.get("--block", "");
-    const auto x = b.find('x');
-    if (x == std::string::npos) throw std::invalid_argument("--block: expected XxY, got '" + b + "'");
-    spec.block_x = std::stoi(b.substr(0, x));
-    spec.block_y = std::stoi(b.substr(x + 1));
-  }
-  if (args.has("--index64")) spec.index64 = true;
-  check_spec_fits(spec, p);
-  return spec;
-}
 
 void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
   const CompiledKernel c = compile_to_cubin(kernel, arch);
@@ -49,10 +29,10 @@ void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
 } // namespace
 
 int run_inspect(int argc, char** argv) {
-  const Args args(argc, argv, 2,
-                  {"--semiring", "--dtype", "--out-dtype", "--shape", "--strategy", "--block", "--arch", "--emit"},
-                  {"--argmax", "--index64"});
-  const KernelSpec spec = spec_from(args);
+  std::set<std::string> flags = spec_flags();
+  flags.insert({"--arch", "--emit"});
+  const Args args(argc, argv, 2, flags, spec_switches());
+  const KernelSpec spec = spec_from(args, problem_from(args));
   const GeneratedKernel kernel = emit_kernel(spec);
   const std::string arch = args.get("--arch", "sm_90");
   if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument("--arch: expected sm_XY, got '" + arch + "'");

@@ -18,9 +18,12 @@ void usage(std::FILE* to) {
                "      reference, print time, terms/s and the share of the measured exp throughput.\n"
                "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
                "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
-               "                 [--strategy linear] [--block XxY] [--index64] [--arch sm_90]\n"
+               "                 [--strategy S] [--block XxY] [--tile MxNxK] [--thread MxN] [--k-chunk N]\n"
+               "                 [--index64] [--arch sm_90]\n"
                "                 --emit cuda|ptx|resources|all\n"
                "      Print the generated source, NVRTC's PTX, or ptxas's resource report (no GPU needed).\n"
+               "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
+               "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
                "  jitbmm info\n"
                "      Driver, NVRTC and devices.\n",
                jitbmm::kVersion);
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
     if (command == "demo") return jitbmm::cli::run_demo(argc, argv);
     if (command == "inspect") return jitbmm::cli::run_inspect(argc, argv);
     if (command == "info") return jitbmm::cli::run_info(argc, argv);
+    if (command == "bench") return jitbmm::cli::run_bench(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return 0;

@@ -19,4 +19,7 @@ GeneratedKernel emit_kernel(const KernelSpec& spec);
 GeneratedKernel emit_exp_probe();
 constexpr int kExpProbeChains = 8;
 
+// The same for the FP32 pipe: each thread performs 8 * iterations fused multiply-adds.
+GeneratedKernel emit_fma_probe();
+
 } // namespace jitbmm

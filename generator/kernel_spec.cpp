@@ -1,6 +1,8 @@
-// KernelSpec: equality, hashing, printing, and which spec serves a problem until the autotuner exists.
+// KernelSpec: identity, printing, the default choice per problem, and what each strategy supports.
 #include "jitbmm/kernel_spec.hpp"
 
+#include <algorithm>
+#include <array>
 #include <sstream>
 #include <stdexcept>
 
@@ -8,85 +10,180 @@
 
 namespace jitbmm {
 
+namespace {
+
+struct StrategyName {
+  Strategy strategy;
+  const char* name;
+};
+constexpr std::array<StrategyName, 6> kStrategies = {{{Strategy::linear, "linear"},
+                                                      {Strategy::linear_two_pass, "linear_two_pass"},
+                                                      {Strategy::warp, "warp"},
+                                                      {Strategy::block_tree, "block_tree"},
+                                                      {Strategy::tiled, "tiled"},
+                                                      {Strategy::split_k, "split_k"}}};
+
+bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// 32-bit index variants add loop strides of up to 2^22 to indices before comparing them.
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
+
+int64_t chunks_of(const KernelSpec& spec, const Shape& s) {
+  return spec.strategy == Strategy::split_k && s.K > 0 ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
+}
+
+bool fits_index32(const Problem& p, int64_t chunks) {
+  const Shape& s = p.shape;
+  for (int64_t v : {s.B, s.M, s.N, s.K})
+    if (v >= kIndex32Limit) return false;
+  int64_t outputs = 0;
+  if (__builtin_mul_overflow(s.B, s.M, &outputs) || __builtin_mul_overflow(outputs, s.N, &outputs) ||
+      __builtin_mul_overflow(outputs, chunks, &outputs))
+    return false;
+  return outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
+         max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
+         max_offset("out_strides", s.B, s.M, s.N, p.out()) < kIndex32Limit;
+}
+
+[[noreturn]] void reject(const std::string& field, const std::string& why) {
+  throw std::invalid_argument("spec." + field + ": " + why);
+}
+
+} // namespace
+
 const char* strategy_name(Strategy strategy) {
-  switch (strategy) {
-  case Strategy::linear: return "linear";
-  }
+  for (const auto& row : kStrategies)
+    if (row.strategy == strategy) return row.name;
   throw std::invalid_argument("strategy: unknown enum value " + std::to_string(static_cast<int>(strategy)));
 }
 
 Strategy parse_strategy(const std::string& name) {
-  if (name == "linear") return Strategy::linear;
-  throw std::invalid_argument("strategy: unsupported '" + name + "' (expected linear)");
+  for (const auto& row : kStrategies)
+    if (name == row.name) return row.strategy;
+  throw std::invalid_argument("strategy: unsupported '" + name +
+                              "' (expected linear, linear_two_pass, warp, block_tree, tiled or split_k)");
 }
 
-bool KernelSpec::operator==(const KernelSpec& o) const {
-  return semiring == o.semiring && dtype == o.dtype && out_dtype == o.out_dtype && with_argmax == o.with_argmax &&
-         strategy == o.strategy && block_x == o.block_x && block_y == o.block_y && index64 == o.index64;
+int KernelSpec::threads() const {
+  if (is_tiled()) return thread_m > 0 && thread_n > 0 ? (tile_m / thread_m) * (tile_n / thread_n) : 0;
+  return block_x * block_y;
 }
 
 std::string to_string(const KernelSpec& s) {
   std::ostringstream os;
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
      << " out=" << dtype_info(s.out_dtype).name << " argmax=" << s.with_argmax
-     << " strategy=" << strategy_name(s.strategy) << " block=" << s.block_x << 'x' << s.block_y
-     << " index64=" << s.index64;
+     << " strategy=" << strategy_name(s.strategy) << " index64=" << s.index64;
+  if (s.is_tiled())
+    os << " tile=" << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << " thread=" << s.thread_m << 'x' << s.thread_n
+       << " min_blocks=" << s.min_blocks;
+  else
+    os << " block=" << s.block_x << 'x' << s.block_y;
+  if (s.strategy == Strategy::split_k) os << " k_chunk=" << s.k_chunk;
   return os.str();
 }
 
-std::size_t hash_value(const KernelSpec& s) {
-  // In-memory map key only; anything persisted is keyed by SHA-256 of the generated source.
-  std::size_t h = 0;
-  for (long long v : {(long long)s.semiring, (long long)s.dtype, (long long)s.out_dtype, (long long)s.with_argmax,
-                      (long long)s.strategy, (long long)s.block_x, (long long)s.block_y, (long long)s.index64})
-    h = h * 1000003u ^ std::hash<long long>()(v);
-  return h;
-}
+// Identity is the printed form: fields a strategy does not use cannot make two specs differ.
+bool KernelSpec::operator==(const KernelSpec& o) const { return to_string(*this) == to_string(o); }
+std::size_t hash_value(const KernelSpec& s) { return std::hash<std::string>()(to_string(s)); }
 
-namespace {
-
-// 32-bit index variants add loop strides of up to 2^21 to row and column indices before comparing them.
-constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
-
-bool fits_index32(const Problem& p) {
-  const Shape& s = p.shape;
-  for (int64_t v : {s.B, s.M, s.N, s.K})
-    if (v >= kIndex32Limit) return false;
-  int64_t outputs = 0;
-  if (__builtin_mul_overflow(s.B * 1, s.M, &outputs) || __builtin_mul_overflow(outputs, s.N, &outputs)) return false;
-  return outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
-         max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
-         max_offset("out_strides", s.B, s.M, s.N, p.out()) < kIndex32Limit;
-}
-
-} // namespace
-
-KernelSpec default_spec(const Problem& problem) {
+KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   validate(problem);
+  const Shape& s = problem.shape;
   KernelSpec spec;
   spec.semiring = problem.semiring;
   spec.dtype = problem.dtype;
   spec.out_dtype = problem.output_dtype();
   spec.with_argmax = problem.with_argmax;
-  spec.strategy = Strategy::linear;
-  spec.index64 = !fits_index32(problem);
+  spec.strategy = strategy;
+  const bool wide = problem.dtype == DType::f64;
+  switch (strategy) {
+  case Strategy::linear:
+  case Strategy::linear_two_pass: spec.block_x = 32, spec.block_y = 8; break;
+  case Strategy::warp: spec.block_x = s.K >= 512 ? 32 : s.K >= 64 ? 8 : 4, spec.block_y = 256 / spec.block_x; break;
+  case Strategy::block_tree: spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1; break;
+  case Strategy::tiled:
+  case Strategy::split_k:
+    if (s.M >= 128 && s.N >= 128 && !wide) {
+      spec.tile_m = spec.tile_n = 128, spec.thread_m = spec.thread_n = 8;
+    } else if (s.M >= 64 && s.N >= 64) {
+      spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4;
+    } else {
+      spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2;
+    }
+    spec.tile_k = wide ? 8 : 16;
+    if (strategy == Strategy::split_k) {
+      // Enough chunks that chunks × outputs fills the GPU a few times over; chunks a multiple of tile_k.
+      const int64_t outputs = std::max<int64_t>(1, s.B * s.M * s.N);
+      const int64_t want = std::clamp<int64_t>((int64_t(1) << 21) / outputs, 1, std::max<int64_t>(1, s.K / 256));
+      int64_t chunk = (s.K + want - 1) / want;
+      chunk = (chunk + spec.tile_k - 1) / spec.tile_k * spec.tile_k;
+      spec.k_chunk = static_cast<int>(std::clamp<int64_t>(chunk, spec.tile_k, int64_t(1) << 30));
+    }
+    break;
+  }
+  spec.index64 = !fits_index32(problem, chunks_of(spec, s));
+  check_spec_fits(spec, problem);
   return spec;
+}
+
+KernelSpec default_spec(const Problem& problem) {
+  validate(problem);
+  const Shape& s = problem.shape;
+  const int64_t outputs = s.B * s.M * s.N;
+  Strategy strategy = Strategy::linear;
+  if (s.K == 0 || outputs == 0) strategy = Strategy::linear;
+  else if (s.M >= 16 && s.N >= 16 && outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= 65535)
+    strategy = Strategy::tiled;
+  else if (s.M >= 16 && s.N >= 16 && s.K >= 4096) strategy = Strategy::split_k;
+  else if (s.K >= 256 && outputs < (int64_t(1) << 18)) strategy = Strategy::warp;
+  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) strategy = Strategy::tiled;
+  return default_spec(problem, strategy);
 }
 
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   validate(p);
-  if (spec.semiring != p.semiring) throw std::invalid_argument("spec.semiring: differs from the problem's");
-  if (spec.dtype != p.dtype) throw std::invalid_argument("spec.dtype: differs from the problem's");
-  if (spec.out_dtype != p.output_dtype()) throw std::invalid_argument("spec.out_dtype: differs from the problem's");
-  if (spec.with_argmax != p.with_argmax) throw std::invalid_argument("spec.with_argmax: differs from the problem's");
-  if (spec.block_x <= 0 || spec.block_y <= 0 || spec.threads() > 1024 || spec.threads() % 32 != 0)
-    throw std::invalid_argument("spec.block: " + std::to_string(spec.block_x) + "x" + std::to_string(spec.block_y) +
-                                " must be a positive multiple of 32 threads, at most 1024");
-  if (p.with_argmax && p.shape.K > INT32_MAX)
-    throw std::invalid_argument("shape.K: argmax is int32, so K must be < 2^31 when with_argmax is set");
-  if (!spec.index64 && !fits_index32(p))
-    throw std::invalid_argument("spec.index64: this problem's sizes or strides overflow 32-bit index math (" +
-                                describe(p) + "); use a 64-bit index variant");
+  const Shape& s = p.shape;
+  if (spec.semiring != p.semiring) reject("semiring", "differs from the problem's");
+  if (spec.dtype != p.dtype) reject("dtype", "differs from the problem's");
+  if (spec.out_dtype != p.output_dtype()) reject("out_dtype", "differs from the problem's");
+  if (spec.with_argmax != p.with_argmax) reject("with_argmax", "differs from the problem's");
+  if (p.with_argmax && s.K > INT32_MAX) throw std::invalid_argument("shape.K: argmax is int32, so K must be < 2^31");
+  const int threads = spec.threads();
+  if (threads <= 0 || threads > 1024 || threads % 32 != 0)
+    reject(spec.is_tiled() ? "thread" : "block", std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
+  switch (spec.strategy) {
+  case Strategy::linear: break;
+  case Strategy::linear_two_pass:
+    if (spec.semiring != Semiring::log) reject("strategy", "linear_two_pass is the log semiring's two-pass form");
+    break;
+  case Strategy::warp:
+    if (!power_of_two(spec.block_x) || spec.block_x < 2 || spec.block_x > 32)
+      reject("block", "warp lanes per output (block_x) must be a power of two in 2..32");
+    break;
+  case Strategy::block_tree:
+    if (!power_of_two(spec.block_x) || spec.block_x < 64 || spec.block_y != 1)
+      reject("block", "block_tree needs block_x a power of two in 64..1024 and block_y = 1");
+    break;
+  case Strategy::tiled:
+  case Strategy::split_k: {
+    if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
+      reject("thread", "thread tile must divide the block tile");
+    if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
+    if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
+    const int acc = spec.dtype == DType::f64 ? 8 : 4;
+    const int smem = 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc;
+    if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
+    if ((s.M + spec.tile_m - 1) / spec.tile_m > 65535)
+      throw std::invalid_argument("shape.M: more than 65535 row tiles for the tiled strategy; use linear or warp");
+    if (spec.strategy == Strategy::split_k && spec.k_chunk < 1) reject("k_chunk", "must be positive");
+    if (spec.min_blocks < 1 || spec.min_blocks * threads > 2048) reject("min_blocks", "must be in 1..2048/threads");
+    break;
+  }
+  }
+  if (!spec.index64 && !fits_index32(p, chunks_of(spec, s)))
+    reject("index64", "this problem's sizes or strides overflow 32-bit index math (" + describe(p) +
+                          "); use a 64-bit index variant");
 }
 
 } // namespace jitbmm

@@ -17,6 +17,8 @@ struct SemiringBMM::Impl {
   jb::BmmParams params{};                     // sizes and strides; pointers filled per call
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
+  std::size_t workspace_bytes = 0; // split-K only
+  unsigned combine_grid = 1;
 };
 
 namespace {
@@ -44,6 +46,71 @@ void check_pointer(const void* ptr, const char* name, bool empty) {
 
 SemiringBMM SemiringBMM::get(const Problem& problem) { return get(problem, default_spec(problem)); }
 
+
+namespace {
+
+unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
+
+// Grid and block for a spec; the kernels loop over whatever a grid dimension cannot hold.
+void set_geometry(SemiringBMM::Impl& im) {
+  const KernelSpec& spec = im.spec;
+  const Shape& s = im.problem.shape;
+  const int64_t outputs = s.B * s.M * s.N;
+  constexpr int64_t kMaxGridX = INT32_MAX;
+  switch (spec.strategy) {
+  case Strategy::linear:
+    im.block[0] = spec.block_x, im.block[1] = spec.block_y;
+    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX) throw std::invalid_argument("shape.N: too large for one grid");
+    im.grid[0] = static_cast<unsigned>((s.N + spec.block_x - 1) / spec.block_x);
+    im.grid[1] = clamp_grid((s.M + spec.block_y - 1) / spec.block_y, kMaxGridYZ);
+    im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
+    break;
+  case Strategy::linear_two_pass:
+    im.block[0] = spec.threads();
+    im.grid[0] = clamp_grid((outputs + spec.threads() - 1) / spec.threads(), int64_t(1) << 20);
+    break;
+  case Strategy::warp:
+    im.block[0] = spec.block_x, im.block[1] = spec.block_y;
+    im.grid[0] = clamp_grid((outputs + spec.block_y - 1) / spec.block_y, int64_t(1) << 20);
+    break;
+  case Strategy::block_tree:
+    im.block[0] = spec.block_x;
+    im.grid[0] = clamp_grid(outputs, int64_t(1) << 20);
+    break;
+  case Strategy::tiled:
+  case Strategy::split_k: {
+    const int64_t chunks = spec.strategy == Strategy::split_k ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
+    im.block[0] = spec.threads();
+    im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
+    im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
+    im.grid[2] = clamp_grid(s.B * chunks, kMaxGridYZ);
+    if (spec.strategy == Strategy::split_k) {
+      im.params.k_chunk = spec.k_chunk;
+      im.workspace_bytes = static_cast<std::size_t>(chunks * outputs) *
+                           (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) +
+                           (spec.with_argmax ? static_cast<std::size_t>(chunks * outputs) * 4 : 0);
+      im.combine_grid = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
+    }
+    break;
+  }
+  }
+}
+
+void check_alignment(const void* ptr, const char* name, int bytes) {
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
+    throw std::invalid_argument(std::string(name) + ": device pointer not aligned to its " + std::to_string(bytes) +
+                                "-byte element");
+}
+
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], jb::BmmParams& params,
+            CUstream stream, const std::string& name) {
+  void* args[] = {&params};
+  check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
+        ("cuLaunchKernel(" + name + ")").c_str());
+}
+
+} // namespace
+
 SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   check_spec_fits(spec, problem);
   auto impl = std::make_shared<Impl>();
@@ -54,16 +121,12 @@ SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   const Shape& s = problem.shape;
   if (s.B > 0 && s.M > 0 && s.N > 0) {
     if (spec.threads() > impl->device->max_threads_per_block)
-      throw std::invalid_argument("spec.block: " + std::to_string(spec.threads()) + " threads exceed this device's " +
+      throw std::invalid_argument("spec: " + std::to_string(spec.threads()) + " threads exceed this device's " +
                                   std::to_string(impl->device->max_threads_per_block));
-    impl->kernel = load_kernel(*impl->device, spec);
-    impl->block[0] = spec.block_x;
-    impl->block[1] = spec.block_y;
-    const int64_t gx = (s.N + spec.block_x - 1) / spec.block_x;
-    if (gx > INT32_MAX) throw std::invalid_argument("shape.N: too large for one grid");
-    impl->grid[0] = static_cast<unsigned>(gx);
-    impl->grid[1] = static_cast<unsigned>(std::min<int64_t>((s.M + spec.block_y - 1) / spec.block_y, kMaxGridYZ));
-    impl->grid[2] = static_cast<unsigned>(std::min<int64_t>(s.B, kMaxGridYZ));
+    // K = 0 has nothing to split: the tiled kernel writes the semiring zero in one pass.
+    if (spec.strategy == Strategy::split_k && s.K == 0) impl->spec.strategy = Strategy::tiled;
+    impl->kernel = load_kernel(*impl->device, impl->spec);
+    set_geometry(*impl);
   }
   return SemiringBMM(std::move(impl));
 }
@@ -84,17 +147,36 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   if (im.problem.with_argmax) check_pointer(argmax, "argmax", no_outputs);
   else if (argmax) throw std::invalid_argument("argmax: given, but the plan was made without with_argmax");
   if (no_outputs) return;
+  const int in_bytes = dtype_info(im.problem.dtype).size_bytes;
+  check_alignment(a, "a", in_bytes);
+  check_alignment(b, "b", in_bytes);
+  check_alignment(out, "out", dtype_info(im.problem.output_dtype()).size_bytes);
+  check_alignment(argmax, "argmax", 4);
   jb::BmmParams params = im.params;
   params.a = a;
   params.b = b;
   params.out = out;
   params.argmax = argmax;
-  void* args[] = {&params};
   const DriverApi& d = driver();
   ScopedContext scope(im.device->context);
-  check(d.cuLaunchKernel(im.kernel->function, im.grid[0], im.grid[1], im.grid[2], im.block[0], im.block[1],
-                         im.block[2], 0, reinterpret_cast<CUstream>(stream), args, nullptr),
-        ("cuLaunchKernel(" + im.kernel->generated.name + ")").c_str());
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  if (im.workspace_bytes == 0) {
+    launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
+    return;
+  }
+  // Split-K: a stream-ordered workspace, so concurrent calls on different streams never share one.
+  CUdeviceptr workspace = 0;
+  check(d.cuMemAllocAsync(&workspace, im.workspace_bytes, cu_stream), "cuMemAllocAsync(split-K workspace)");
+  params.workspace = reinterpret_cast<void*>(workspace);
+  try {
+    launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
+    const unsigned grid[3] = {im.combine_grid, 1, 1}, block[3] = {256, 1, 1};
+    launch(im.kernel->combine, grid, block, params, cu_stream, im.kernel->generated.name + "_combine");
+  } catch (...) {
+    d.cuMemFreeAsync(workspace, cu_stream);
+    throw;
+  }
+  check(d.cuMemFreeAsync(workspace, cu_stream), "cuMemFreeAsync(split-K workspace)");
 }
 
 const Problem& SemiringBMM::problem() const { return impl_->problem; }

@@ -6,9 +6,11 @@
 
 namespace jitbmm {
 
-double measure_exp_per_second(const DeviceInfo& device) {
+namespace {
+
+double measure(const DeviceInfo& device, const GeneratedKernel& probe) {
   ScopedContext scope(device.context);
-  const auto kernel = load_generated(device, emit_exp_probe());
+  const auto kernel = load_generated(device, probe);
   DeviceBuffer sink(1024 * sizeof(float));
   const unsigned blocks = static_cast<unsigned>(device.sm_count) * 8, threads = 256;
   int iterations = 4096;
@@ -25,5 +27,10 @@ double measure_exp_per_second(const DeviceInfo& device) {
   const double ops = double(blocks) * threads * kExpProbeChains * iterations;
   return ops / (t.median_ms * 1e-3);
 }
+
+} // namespace
+
+double measure_exp_per_second(const DeviceInfo& device) { return measure(device, emit_exp_probe()); }
+double measure_fma_per_second(const DeviceInfo& device) { return measure(device, emit_fma_probe()); }
 
 } // namespace jitbmm

@@ -14,6 +14,8 @@ struct BmmParams {
   long long a_batch, a_row, a_col;
   long long b_batch, b_row, b_col;
   long long out_batch, out_row, out_col;
+  long long k_chunk; // split-K: K per chunk (0: one pass over K)
+  void* workspace;   // split-K: per-chunk values [chunks][B][M][N] (accumulator type), then their argmax (int32)
 };
 
 } // namespace jb

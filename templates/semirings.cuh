@@ -14,6 +14,9 @@ __device__ __forceinline__ double exp_(double x) { return exp(x); }
 __device__ __forceinline__ float log_(float x) { return logf(x); }
 __device__ __forceinline__ double log_(double x) { return log(x); }
 template <class T> __device__ __forceinline__ bool is_nan(T x) { return x != x; }
+template <class T> __device__ __forceinline__ T shfl_xor_(T x, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, x, lane_mask);
+}
 
 // log: a ⊕ b = log(e^a + e^b), a ⊗ b = a + b, zero = −inf, one = 0.
 // State (m, s) stands for e^m · s (KeOps' online log-sum-exp). A term equal to m adds exactly 1, so ties of
@@ -49,6 +52,14 @@ template <class T> struct LogSemiring {
     return st.m + log_(st.s);
   }
   static __device__ __forceinline__ int arg(const State&) { return -1; }
+  // A value that is already a partial ⊕ (a split-K chunk) joins like a term.
+  static __device__ __forceinline__ void absorb(State& st, T v, int) { push(st, v); }
+  static __device__ __forceinline__ State shfl_xor(const State& st, int lane_mask) {
+    return {shfl_xor_(st.m, lane_mask), shfl_xor_(st.s, lane_mask)};
+  }
+  // Tiled padding: (−inf) + (−inf) adds nothing and never forms inf − inf.
+  static __device__ __forceinline__ T pad_a() { return -inf<T>(); }
+  static __device__ __forceinline__ T pad_b() { return -inf<T>(); }
 };
 
 // Selecting semirings: ⊕ picks one term, so the accumulator remembers which k won. Ties keep the smallest k;
@@ -72,6 +83,12 @@ template <class T, class Op> struct Select {
   }
   static __device__ __forceinline__ T finalize(const State& st) { return st.k < 0 ? Op::zero() : st.v; }
   static __device__ __forceinline__ int arg(const State& st) { return st.k; }
+  static __device__ __forceinline__ void absorb(State& st, T v, int k) { combine(st, State{v, k}); }
+  static __device__ __forceinline__ State shfl_xor(const State& st, int lane_mask) {
+    return {shfl_xor_(st.v, lane_mask), shfl_xor_(st.k, lane_mask)};
+  }
+  static __device__ __forceinline__ T pad_a() { return Op::pad_a(); }
+  static __device__ __forceinline__ T pad_b() { return Op::pad_b(); }
 };
 
 // max_plus (Viterbi, tropical): a ⊕ b = max, a ⊗ b = a + b, zero = −inf, one = 0.
@@ -79,12 +96,16 @@ template <class T> struct MaxPlusOp {
   static __device__ __forceinline__ T times(T a, T b) { return a + b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v > cur; }
   static __device__ __forceinline__ T zero() { return -inf<T>(); }
+  static __device__ __forceinline__ T pad_a() { return -inf<T>(); } // pad ⊗ pad = −inf: never wins a tie (larger k)
+  static __device__ __forceinline__ T pad_b() { return -inf<T>(); }
 };
 // min_plus (shortest paths): a ⊕ b = min, a ⊗ b = a + b, zero = +inf, one = 0.
 template <class T> struct MinPlusOp {
   static __device__ __forceinline__ T times(T a, T b) { return a + b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v < cur; }
   static __device__ __forceinline__ T zero() { return inf<T>(); }
+  static __device__ __forceinline__ T pad_a() { return inf<T>(); }
+  static __device__ __forceinline__ T pad_b() { return inf<T>(); }
 };
 // max_times (genbmm's prodmax, for non-negative inputs): a ⊕ b = max, a ⊗ b = a · b, zero = 0, one = 1.
 // The maximum is taken over the actual products, so negative inputs still give max_k a·b; K = 0 gives 0.
@@ -92,6 +113,8 @@ template <class T> struct MaxTimesOp {
   static __device__ __forceinline__ T times(T a, T b) { return a * b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v > cur; }
   static __device__ __forceinline__ T zero() { return T(0); }
+  static __device__ __forceinline__ T pad_a() { return -inf<T>(); } // (−inf) · 1 = −inf
+  static __device__ __forceinline__ T pad_b() { return T(1); }
 };
 template <class T> struct MaxPlusSemiring : Select<T, MaxPlusOp<T>> {};
 template <class T> struct MinPlusSemiring : Select<T, MinPlusOp<T>> {};
@@ -106,6 +129,10 @@ template <class T> struct PlusTimesSemiring {
   static __device__ __forceinline__ void combine(State& x, const State& y) { x.s += y.s; }
   static __device__ __forceinline__ T finalize(const State& st) { return st.s; }
   static __device__ __forceinline__ int arg(const State&) { return -1; }
+  static __device__ __forceinline__ void absorb(State& st, T v, int) { st.s += v; }
+  static __device__ __forceinline__ State shfl_xor(const State& st, int lane_mask) { return {shfl_xor_(st.s, lane_mask)}; }
+  static __device__ __forceinline__ T pad_a() { return T(0); }
+  static __device__ __forceinline__ T pad_b() { return T(0); }
 };
 
 } // namespace jb

@@ -68,9 +68,30 @@ inline HostTensor random_tensor(DType dtype, int64_t elements, std::mt19937_64& 
   return t;
 }
 
+// The input flavours every GPU suite draws from: 0 clean N(0,1), 1 wide spread (terms far apart), otherwise edge
+// values with masked rows. No huge values for plus_times (it follows IEEE overflow, like any GEMM) and non-negative
+// inputs for max_times.
+inline Specials specials_for(Semiring s, int flavour) {
+  Specials sp;
+  sp.non_negative = s == Semiring::max_times;
+  switch (flavour) {
+  case 0: break;
+  case 1: sp.spread = 20; break;
+  default:
+    sp.p_neg_inf = 0.05;
+    sp.p_pos_inf = 0.01;
+    sp.p_nan = 0.01;
+    sp.p_huge = s == Semiring::plus_times ? 0 : 0.03;
+    sp.p_neg_inf_row = 0.15;
+  }
+  return sp;
+}
+
 // Sets every element of some rows of a [batches][rows][cols] operand to −inf.
 inline void mask_rows(HostTensor& t, int64_t batches, int64_t rows, int64_t cols, const Strides& st, double p,
                       std::mt19937_64& rng) {
+  // Callers pass batches = 1 for a broadcast matrix; when B = 0 that matrix has no storage and nothing to mask.
+  if (t.elements == 0) return;
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t r = 0; r < rows; ++r)

@@ -1,5 +1,5 @@
-// The kernel variants every suite covers: each semiring × dtype, with the argmax and f32-output options where they
-// apply, and both index widths.
+// The kernel variants every suite covers: each semiring × dtype (with the argmax and f32-output options where they
+// apply) × each strategy, with small tiles and chunks so odd test shapes cross every boundary.
 #pragma once
 
 #include <vector>
@@ -8,26 +8,70 @@
 
 namespace jitbmm::test {
 
-inline std::vector<KernelSpec> all_linear_variants() {
+// Semiring × dtype × options, as linear specs.
+inline std::vector<KernelSpec> problem_kinds() {
   std::vector<KernelSpec> out;
   for (Semiring s : {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times})
-    for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (bool wide : {false, true}) {
-        KernelSpec spec;
-        spec.semiring = s;
-        spec.dtype = spec.out_dtype = d;
-        spec.index64 = wide;
+    for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      KernelSpec spec;
+      spec.semiring = s;
+      spec.dtype = spec.out_dtype = d;
+      out.push_back(spec);
+      if (semiring_info(s).has_argmax) {
+        spec.with_argmax = true;
         out.push_back(spec);
-        if (semiring_info(s).has_argmax) {
-          spec.with_argmax = true;
-          out.push_back(spec);
-          spec.with_argmax = false;
-        }
-        if (d == DType::f16 || d == DType::bf16) {
-          spec.out_dtype = DType::f32;
-          out.push_back(spec);
-        }
+        spec.with_argmax = false;
       }
+      if (d == DType::f16 || d == DType::bf16) {
+        spec.out_dtype = DType::f32;
+        out.push_back(spec);
+      }
+    }
+  return out;
+}
+
+// Every strategy (and both index widths) for one problem kind.
+inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
+  std::vector<KernelSpec> out;
+  const bool wide = kind.dtype == DType::f64;
+  for (bool index64 : {false, true}) {
+    KernelSpec s = kind;
+    s.index64 = index64;
+    s.strategy = Strategy::linear;
+    out.push_back(s);
+    s.strategy = Strategy::tiled;
+    s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = s.thread_n = 2;
+    out.push_back(s);
+    if (index64) continue;
+    if (kind.dtype == DType::f32 || kind.dtype == DType::f16) {
+      s.tile_m = s.tile_n = 128, s.tile_k = 16, s.thread_m = s.thread_n = 8;
+      out.push_back(s);
+    }
+    s.strategy = Strategy::split_k;
+    s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = 2, s.thread_n = 4, s.k_chunk = 24;
+    out.push_back(s);
+    s = kind;
+    s.strategy = Strategy::warp;
+    s.block_x = 8, s.block_y = 32;
+    out.push_back(s);
+    s.block_x = 32, s.block_y = 4;
+    out.push_back(s);
+    s.strategy = Strategy::block_tree;
+    s.block_x = 64, s.block_y = 1;
+    out.push_back(s);
+    if (kind.semiring == Semiring::log) {
+      s.strategy = Strategy::linear_two_pass;
+      s.block_x = 128, s.block_y = 1;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+inline std::vector<KernelSpec> all_variants() {
+  std::vector<KernelSpec> out;
+  for (const KernelSpec& kind : problem_kinds())
+    for (const KernelSpec& s : strategies_for(kind)) out.push_back(s);
   return out;
 }
 

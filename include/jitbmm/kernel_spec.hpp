@@ -10,7 +10,12 @@
 namespace jitbmm {
 
 enum class Strategy {
-  linear,  // one thread per output, one pass over K with the semiring's online state
+  linear,          // one thread per output, one pass over K with the semiring's online state
+  linear_two_pass, // log only: one thread per output, max over K, then Σ exp(t − max)
+  warp,            // `lanes` lanes of a warp per output, combined with warp shuffles
+  block_tree,      // a block per output, shared-memory tree then warp shuffle
+  tiled,           // register-tiled GEMM-style kernel (tile_* / thread_* below)
+  split_k,         // tiled over K chunks of `k_chunk`, then a ⊕ pass over the chunks
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);
@@ -21,24 +26,37 @@ struct KernelSpec {
   DType out_dtype = DType::f32;
   bool with_argmax = false;
   Strategy strategy = Strategy::linear;
-  int block_x = 32;   // threads along N (coalesced dimension of b and out)
-  int block_y = 8;    // threads along M
   bool index64 = false; // 64-bit element offsets; otherwise every offset must fit in int32
+  // linear, linear_two_pass: threads (block_x along N, block_y along M). warp: block_x = lanes per output
+  // (2..32, power of two), block_y = outputs per block. block_tree: block_x = threads per output (≥ 64, power of 2).
+  int block_x = 32;
+  int block_y = 8;
+  // tiled, split_k: outputs per block (tile_m × tile_n), K slice staged in shared memory, outputs per thread.
+  int tile_m = 128, tile_n = 128, tile_k = 16, thread_m = 8, thread_n = 8;
+  // tiled, split_k: __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads · min_blocks)).
+  int min_blocks = 1;
+  // split_k: K per chunk (a launch-time value, kept here so a spec says everything about how a problem runs).
+  int k_chunk = 1024;
 
   bool operator==(const KernelSpec& o) const;
   bool operator!=(const KernelSpec& o) const { return !(*this == o); }
-  int threads() const { return block_x * block_y; }
+  int threads() const;
+  bool is_tiled() const { return strategy == Strategy::tiled || strategy == Strategy::split_k; }
 };
 
-// "semiring=log dtype=f32 out=f32 argmax=0 strategy=linear block=32x8 index64=0": printed into every generated
-// source, so a kernel can always be traced back to its spec.
+// "semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled index64=0 tile=128x128x16 thread=8x8": printed into every
+// generated source, so a kernel can always be traced back to its spec. Only the fields the strategy uses appear.
 std::string to_string(const KernelSpec& spec);
 std::size_t hash_value(const KernelSpec& spec);
 
-// The default spec for a problem (until the autotuner chooses): checks that the strategy supports the problem.
+// A sensible spec for a problem until the autotuner chooses: the tiled kernel for large outputs, split-K for
+// few outputs with long K, warp shuffles for few outputs with moderate K, linear otherwise.
 KernelSpec default_spec(const Problem& problem);
+// The default parameters of one strategy for a problem (the strategy must support it).
+KernelSpec default_spec(const Problem& problem, Strategy strategy);
 
-// Throws std::invalid_argument when `spec` cannot compute `problem` (dtype mismatch, 32-bit indices too narrow).
+// Throws std::invalid_argument naming the field when `spec` cannot compute `problem` (dtype mismatch, a strategy
+// that does not support the semiring, tile parameters out of range, 32-bit indices too narrow).
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
 
 } // namespace jitbmm

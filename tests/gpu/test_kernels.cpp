@@ -10,22 +10,6 @@ using namespace jitbmm;
 
 namespace {
 
-test::Specials specials_for(Semiring s, int flavour) {
-  test::Specials sp;
-  sp.non_negative = s == Semiring::max_times;
-  switch (flavour) {
-  case 0: break;                      // clean N(0,1)
-  case 1: sp.spread = 20; break;      // wide spread: terms far apart
-  default:                            // edge values
-    sp.p_neg_inf = 0.05;
-    sp.p_pos_inf = 0.01;
-    sp.p_nan = 0.01;
-    sp.p_huge = s == Semiring::plus_times ? 0 : 0.03; // plus_times follows IEEE overflow, like any GEMM
-    sp.p_neg_inf_row = 0.15;
-  }
-  return sp;
-}
-
 Problem problem_for(const KernelSpec& spec, Shape shape) {
   Problem p;
   p.semiring = spec.semiring;
@@ -52,12 +36,12 @@ TEST_CASE("every linear variant matches the reference on odd shapes and edge val
   const Shape shapes[] = {{1, 1, 1, 1}, {3, 17, 129, 5}, {2, 129, 3, 127}, {1, 33, 0, 7}, {5, 1, 257, 1}, {1, 127, 64, 129}};
   uint64_t seed = 1000;
   int cases = 0;
-  for (const KernelSpec& spec : test::all_linear_variants())
+  for (const KernelSpec& spec : test::all_variants())
     for (const Shape& shape : shapes)
       for (int flavour = 0; flavour < 3; ++flavour) {
         const Problem p = problem_for(spec, shape);
         std::mt19937_64 rng(++seed);
-        expect_ok(test::run_case(p, spec, rng, specials_for(spec.semiring, flavour)), p, spec, seed);
+        expect_ok(test::run_case(p, spec, rng, test::specials_for(spec.semiring, flavour)), p, spec, seed);
         ++cases;
       }
   MESSAGE(cases << " cases");
@@ -82,7 +66,7 @@ TEST_CASE("transposed, strided, padded and broadcast operands") {
         p.out_strides = layouts_out[(v + 2) % 3];
         const KernelSpec spec = default_spec(p);
         std::mt19937_64 rng(++seed);
-        expect_ok(test::run_case(p, spec, rng, specials_for(sr, v)), p, spec, seed);
+        expect_ok(test::run_case(p, spec, rng, test::specials_for(sr, v)), p, spec, seed);
       }
     }
 }
@@ -107,6 +91,6 @@ TEST_CASE("block shapes other than the default") {
     spec.block_x = bx;
     spec.block_y = by;
     std::mt19937_64 rng(++seed);
-    expect_ok(test::run_case(p, spec, rng, specials_for(Semiring::log, 2)), p, spec, seed);
+    expect_ok(test::run_case(p, spec, rng, test::specials_for(Semiring::log, 2)), p, spec, seed);
   }
 }

@@ -91,7 +91,7 @@ TEST_CASE("default specs pick 64-bit indices only when 32-bit math would overflo
   p.shape = {64, 512, 512, 512};
   KernelSpec s = default_spec(p);
   CHECK_FALSE(s.index64);
-  CHECK(s.strategy == Strategy::linear);
+  CHECK(s.strategy == Strategy::tiled);
   p.shape = {1, 70000, 40000, 1}; // a has 2.8e9 elements
   s = default_spec(p);
   CHECK(s.index64);

@@ -1,0 +1,213 @@
+// Strategy "tiled": GEMM-style register tiling. A block computes a BM×BN tile of outputs; K is staged through
+// shared memory BK at a time (double-buffered: the next slice is fetched into registers while the current one
+// is consumed); each thread owns TM×TN outputs in registers. Operands are kept in the accumulator type in shared
+// memory, A transposed ([BK][BM]) so a thread's TM rows are one vector load.
+//
+// Out-of-range elements are padded with the semiring's "pad" pair, whose product never wins and adds nothing
+// (only pad ⊗ pad ever reaches a stored output: k ≥ K pads both operands at once).
+//
+// Split-K: BmmParams.k_chunk > 0 cuts K into chunks; blockIdx.z enumerates (batch, chunk) and each chunk's
+// result (an ordinary semiring value) goes to the workspace, which combine.cuh reduces with ⊕.
+#pragma once
+
+namespace jb {
+
+template <class T> struct TilePads;
+
+// Per-term policies for the generic tiled path: one accumulator per output, updated for every term.
+template <class S, class T> struct GenericTerm {
+  typedef typename S::State Acc;
+  static __device__ __forceinline__ Acc init() { return S::init(); }
+  static __device__ __forceinline__ void update(Acc& acc, T a, T b, int k) { S::add_term(acc, a, b, k); }
+  static __device__ __forceinline__ T value(const Acc& acc) { return S::finalize(acc); }
+  static __device__ __forceinline__ int arg(const Acc& acc) { return S::arg(acc); }
+};
+
+__device__ __forceinline__ float max_nan(float x, float y) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+__device__ __forceinline__ float min_nan(float x, float y) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+
+// Fast per-term policies (f32 accumulators, no argmax): one add or multiply and one NaN-propagating max/min.
+// Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller.
+struct MaxPlusTerm {
+  typedef float Acc;
+  static __device__ __forceinline__ Acc init() { return -__int_as_float(0x7f800000); }
+  static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a + b); }
+  static __device__ __forceinline__ float value(Acc v) { return v; }
+  static __device__ __forceinline__ int arg(Acc) { return -1; }
+};
+struct MinPlusTerm {
+  typedef float Acc;
+  static __device__ __forceinline__ Acc init() { return __int_as_float(0x7f800000); }
+  static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = min_nan(v, a + b); }
+  static __device__ __forceinline__ float value(Acc v) { return v; }
+  static __device__ __forceinline__ int arg(Acc) { return -1; }
+};
+struct MaxTimesTerm {
+  typedef float Acc;
+  static __device__ __forceinline__ Acc init() { return -__int_as_float(0x7f800000); }
+  static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a * b); }
+  static __device__ __forceinline__ float value(Acc v) { return v; }
+  static __device__ __forceinline__ int arg(Acc) { return -1; }
+};
+
+// The tile geometry and the shared-memory staging shared by every tiled kernel.
+template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
+  static constexpr int kThreads = (BM / TM) * (BN / TN);
+  static constexpr int kPadM = BM + 4, kPadN = BN + 4; // +4 floats: conflict-free transposed stores, 16 B aligned
+  static constexpr int kLoadA = (BM * BK + kThreads - 1) / kThreads;
+  static constexpr int kLoadB = (BK * BN + kThreads - 1) / kThreads;
+  static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide into thread tiles");
+
+  struct Smem {
+    T a[2][BK][kPadM];
+    T b[2][BK][kPadN];
+  };
+
+  // Fetches one K slice of A (rows m0.., k0..) and B (k0.., cols n0..) into registers, padding outside.
+  template <class In, class I>
+  static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
+                                               T pad_a, T pad_b, T (&ra)[kLoadA], T (&rb)[kLoadB]) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = tid + l * kThreads; // k fastest: consecutive threads read consecutive k of one row
+      const int r = idx / BK, c = idx % BK;
+      const I i = m0 + r, k = k0 + c;
+      ra[l] = (idx < BM * BK && i < (I)p.M && k < k_end) ? to_acc(A[i * (I)p.a_row + k * (I)p.a_col]) : pad_a;
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = tid + l * kThreads; // n fastest
+      const int r = idx / BN, c = idx % BN;
+      const I k = k0 + r, j = n0 + c;
+      rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? to_acc(B[k * (I)p.b_row + j * (I)p.b_col]) : pad_b;
+    }
+  }
+
+  static __device__ __forceinline__ void store(Smem& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB]) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = tid + l * kThreads;
+      if (idx < BM * BK) sm.a[buf][idx % BK][idx / BK] = ra[l];
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = tid + l * kThreads;
+      if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = rb[l];
+    }
+  }
+
+  // This thread's TM rows / TN columns at slice position k.
+  static __device__ __forceinline__ void row_frag(const Smem& sm, int buf, int k, T (&fa)[TM]) {
+    const int r0 = (threadIdx.x / (BN / TN)) * TM;
+#pragma unroll
+    for (int r = 0; r < TM; ++r) fa[r] = sm.a[buf][k][r0 + r];
+  }
+  static __device__ __forceinline__ void col_frag(const Smem& sm, int buf, int k, T (&fb)[TN]) {
+    const int c0 = (threadIdx.x % (BN / TN)) * TN;
+#pragma unroll
+    for (int c = 0; c < TN; ++c) fb[c] = sm.b[buf][k][c0 + c];
+  }
+};
+
+// Which tile, batch and K range this block works on. Returns false when blockIdx.z has no work.
+template <class I> struct TileCoords {
+  I m0, n0, batch, chunk, k_begin, k_end;
+};
+template <class I, int BM, int BN>
+__device__ __forceinline__ TileCoords<I> tile_coords(const BmmParams& p, I z) {
+  TileCoords<I> t;
+  const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
+  t.batch = z / (chunks > 0 ? chunks : 1);
+  t.chunk = chunks > 0 ? z % chunks : 0;
+  t.k_begin = p.k_chunk > 0 ? t.chunk * (I)p.k_chunk : 0;
+  t.k_end = p.k_chunk > 0 ? min((I)p.K, t.k_begin + (I)p.k_chunk) : (I)p.K;
+  t.m0 = (I)blockIdx.y * BM;
+  t.n0 = (I)blockIdx.x * BN;
+  return t;
+}
+
+// Where a finished value goes: the output (converted to Out), or, under split-K, the workspace in the
+// accumulator type laid out [chunk][batch][M][N] (argmax likewise, after the values).
+template <class T, class Out, class I>
+__device__ __forceinline__ void emit(const BmmParams& p, const TileCoords<I>& t, I i, I j, T value, int arg) {
+  if (p.k_chunk > 0) {
+    const I flat = ((t.chunk * (I)p.B + t.batch) * (I)p.M + i) * (I)p.N + j;
+    static_cast<T*>(p.workspace)[flat] = value;
+    if (p.argmax) {
+      const I chunks = ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk;
+      int* ws_arg = reinterpret_cast<int*>(static_cast<T*>(p.workspace) + chunks * (I)p.B * (I)p.M * (I)p.N);
+      ws_arg[flat] = arg;
+    }
+    return;
+  }
+  static_cast<Out*>(p.out)[t.batch * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col] = from_acc<Out>(value);
+  if (p.argmax) p.argmax[(t.batch * (I)p.M + i) * (I)p.N + j] = arg;
+}
+
+// The generic tiled kernel: any semiring through a per-term policy P.
+template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void tiled_kernel(const BmmParams p) {
+  typedef typename Acc<In>::type T;
+  typedef Tile<T, BM, BN, BK, TM, TN> G;
+  __shared__ __align__(16) typename G::Smem sm;
+  const In* A0 = static_cast<const In*>(p.a);
+  const In* B0 = static_cast<const In*>(p.b);
+  const T pad_a = S::pad_a(), pad_b = S::pad_b();
+  const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
+  for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
+    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
+    const In* A = A0 + t.batch * (I)p.a_batch;
+    const In* B = B0 + t.batch * (I)p.b_batch;
+    typename P::Acc acc[TM][TN];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) acc[r][c] = P::init();
+    T ra[G::kLoadA], rb[G::kLoadB];
+    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, pad_a, pad_b, ra, rb);
+    __syncthreads(); // the previous z iteration may still be reading shared memory
+    G::store(sm, 0, ra, rb);
+    __syncthreads();
+    int buf = 0;
+    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
+      const bool more = k0 + BK < t.k_end;
+      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, pad_a, pad_b, ra, rb);
+#pragma unroll
+      for (int k = 0; k < BK; ++k) {
+        T fa[TM], fb[TN];
+        G::row_frag(sm, buf, k, fa);
+        G::col_frag(sm, buf, k, fb);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) P::update(acc[r][c], fa[r], fb[c], (int)(k0 + k));
+      }
+      if (more) {
+        G::store(sm, buf ^ 1, ra, rb);
+        __syncthreads();
+        buf ^= 1;
+      }
+    }
+    const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
+    const bool empty = t.k_begin >= t.k_end; // K = 0: the semiring zero
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c)
+        if (r0 + r < (I)p.M && c0 + c < (I)p.N)
+          emit<T, Out, I>(p, t, r0 + r, c0 + c, empty ? S::finalize(S::init()) : P::value(acc[r][c]),
+                          empty ? -1 : P::arg(acc[r][c]));
+  }
+}
+
+} // namespace jb

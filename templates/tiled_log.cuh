@@ -1,0 +1,172 @@
+// The log semiring on the tiled skeleton, at the exp unit's pace: per term one add, one ex2.approx, one add.
+//
+// Exact by construction, not by luck of the data. Each output's terms are shifted by a separable bound
+// m[i,j] = A[i] + B[j], where A[i] (B[j]) is the running max of row i of a (column j of b) over the K slices seen
+// so far; so every shifted term 2^((a − A)·log2e + (b − B)·log2e) ≤ 1 and the sum s never overflows. When a new
+// slice raises A or B, s is rescaled once per row/column (not per term). The bound can be loose (row max and
+// column max at different k), so terms may underflow; the guard below catches every such output:
+//   ex2.approx.ftz drops terms under 2^-126, so the mass lost is at most K·2^-126. If s ≥ 2^-60 that is at most
+//   2^-35·s for any K < 2^31, far below f32 rounding: the output is exact to f32. Otherwise the output is
+//   recomputed exactly (the linear strategy's online loop over K, in place, by the owning thread).
+// Per slice each row/column also records which k hold a finite value, so an output whose terms are all −inf
+// (banded −inf masks) is recognised without recomputation. Rows or columns holding +inf are recomputed exactly;
+// NaN anywhere in a row or column makes its outputs NaN, as the contract says.
+#pragma once
+
+namespace jb {
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// The exact recomputation of one output, out of line: it is rare, and inlined per output it would bloat the
+// kernel and its register allocation.
+template <class In, class I>
+__device__ __noinline__ float repair_log(const BmmParams& p, const In* A, const In* B, I i, I j, I k_begin, I k_end) {
+  typename LogSemiring<float>::State st = LogSemiring<float>::init();
+  for (I k = k_begin; k < k_end; ++k)
+    LogSemiring<float>::push(st, to_acc(A[i * (I)p.a_row + k * (I)p.a_col]) + to_acc(B[k * (I)p.b_row + j * (I)p.b_col]));
+  return LogSemiring<float>::finalize(st);
+}
+
+// Per-slice statistics of one row of a (or column of b), computed by one thread for the whole block: the
+// running max (NaN-propagating), the factor that rescales sums made under the previous max, the shift to use
+// (0 while the max is not finite), and which k of the slice hold a finite value.
+struct LogLineStats {
+  float run, factor, shift;
+  unsigned finite;
+};
+
+template <int BK, int STRIDE>
+__device__ __forceinline__ LogLineStats log_line_stats(const float* line, float previous) {
+  const float kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
+  LogLineStats st;
+  st.run = previous;
+  st.finite = 0u;
+#pragma unroll
+  for (int k = 0; k < BK; ++k) {
+    const float v = line[k * STRIDE];
+    st.run = max_nan(st.run, v);
+    st.finite |= (v != kNegInf ? 1u : 0u) << k;
+  }
+  st.factor = st.run == previous ? 1.f : ex2_approx((previous - st.run) * 1.4426950408889634f);
+  st.shift = fabsf(st.run) < kPosInf ? st.run : 0.f;
+  return st;
+}
+
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
+  static_assert(BK <= 32, "finite-k masks are 32 bits");
+  typedef float T;
+  typedef Tile<T, BM, BN, BK, TM, TN> G;
+  __shared__ __align__(16) typename G::Smem sm;
+  __shared__ LogLineStats rows[BM], cols[BN];
+  const T kLog2e = 1.4426950408889634f;
+  const T kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
+  const In* A0 = static_cast<const In*>(p.a);
+  const In* B0 = static_cast<const In*>(p.b);
+  const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
+  const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
+  for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
+    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
+    const In* A = A0 + t.batch * (I)p.a_batch;
+    const In* B = B0 + t.batch * (I)p.b_batch;
+    T s[TM][TN];
+    unsigned any[(TM * TN + 31) / 32];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) s[r][c] = 0.f;
+#pragma unroll
+    for (int w = 0; w < (TM * TN + 31) / 32; ++w) any[w] = 0u;
+
+    T ra[G::kLoadA], rb[G::kLoadB];
+    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
+    __syncthreads(); // the previous tile's epilogue may still read rows[] / cols[] and shared memory
+    G::store(sm, 0, ra, rb);
+    for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
+    __syncthreads();
+    int buf = 0;
+    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
+      const bool more = k0 + BK < t.k_end;
+      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
+      // Pass 1, one thread per row or column: running maxima, rescale factors, shifts and finite masks.
+      for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) {
+        if (l < BM) rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[buf][0][l], rows[l].run);
+        else cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[buf][0][l - BM], cols[l - BM].run);
+      }
+      __syncthreads();
+      T sa[TM], sb[TN], fr[TM], fc[TN];
+      unsigned ma[TM], mb[TN];
+      bool rose = false;
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+        const LogLineStats st = rows[r_base + r];
+        sa[r] = st.shift, fr[r] = st.factor, ma[r] = st.finite;
+        rose |= st.factor != 1.f;
+      }
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const LogLineStats st = cols[c_base + c];
+        sb[c] = st.shift, fc[c] = st.factor, mb[c] = st.finite;
+        rose |= st.factor != 1.f;
+      }
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int c = 0; c < TN; ++c)
+          any[(r * TN + c) / 32] |= ((ma[r] & mb[c]) != 0u ? 1u : 0u) << ((r * TN + c) % 32);
+      // Rescale sums whose bound rose (rare after the first slices; skipped warp-wide).
+      if (__any_sync(0xffffffffu, rose)) {
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) s[r][c] *= fr[r] * fc[c];
+      }
+      // Pass 2: the terms, 2^((a − A)·log2e + (b − B)·log2e) each.
+#pragma unroll 2
+      for (int k = 0; k < BK; ++k) {
+        T fa[TM], fb[TN];
+        G::row_frag(sm, buf, k, fa);
+        G::col_frag(sm, buf, k, fb);
+#pragma unroll
+        for (int r = 0; r < TM; ++r) fa[r] = (fa[r] - sa[r]) * kLog2e;
+#pragma unroll
+        for (int c = 0; c < TN; ++c) fb[c] = (fb[c] - sb[c]) * kLog2e;
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) s[r][c] += ex2_approx(fa[r] + fb[c]);
+      }
+      if (more) { // one barrier a slice: buf ^ 1 and the stats were last read before the previous barrier
+        G::store(sm, buf ^ 1, ra, rb);
+      }
+      __syncthreads();
+      buf ^= 1;
+    }
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const I i = t.m0 + r_base + r, j = t.n0 + c_base + c;
+        if (i >= (I)p.M || j >= (I)p.N) continue;
+        const T amax = rows[r_base + r].run, bmax = cols[c_base + c].run, sum = s[r][c];
+        const bool has_finite = (any[(r * TN + c) / 32] >> ((r * TN + c) % 32)) & 1u;
+        T value;
+        if (amax != amax || bmax != bmax) {
+          value = __int_as_float(0x7fffffff); // a NaN input in the row or column
+        } else if (amax == kPosInf || bmax == kPosInf || (has_finite && !(sum >= 0x1p-60f))) {
+          value = repair_log<In, I>(p, A, B, i, j, t.k_begin, t.k_end); // +inf present, or the guard fired
+        } else if (!has_finite) {
+          value = kNegInf; // every term −inf
+        } else {
+          value = (amax + bmax) + logf(sum);
+        }
+        emit<T, Out, I>(p, t, i, j, value, -1);
+      }
+  }
+}
+
+} // namespace jb

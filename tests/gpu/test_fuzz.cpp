@@ -1,0 +1,95 @@
+// Randomized differential fuzz: random problems (tests/fuzz_cases.hpp) on the GPU against the CPU reference.
+// JITBMM_FUZZ_CASES sets the number of cases (default 2000), JITBMM_FUZZ_SEED the base seed; case n uses seed
+// base + n, so a failing case replays alone with JITBMM_FUZZ_SEED=<its seed> JITBMM_FUZZ_CASES=1.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "differential.hpp"
+#include "fuzz_cases.hpp"
+#include "jitbmm/errors.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+struct Tally {
+  int64_t cases = 0, failed = 0;
+};
+
+void print_tallies(const char* title, const std::map<std::string, Tally>& tallies) {
+  std::printf("  by %s:", title);
+  for (const auto& [name, t] : tallies)
+    std::printf(" %s %lld (%lld failed)", name.c_str(), static_cast<long long>(t.cases),
+                static_cast<long long>(t.failed));
+  std::printf("\n");
+}
+
+constexpr int kFailuresPrinted = 20; // the rest are counted only
+
+} // namespace
+
+TEST_CASE("fuzz: random problems match the reference") {
+  const uint64_t base = test::fuzz_seed();
+  const uint64_t cases = test::env_u64("JITBMM_FUZZ_CASES", test::kDefaultFuzzCases);
+  int64_t failed = 0, terms = 0, outputs = 0;
+  std::map<std::string, Tally> by_semiring, by_dtype;
+  const long compiles_before = stats().nvrtc_compiles;
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t ran = 0;
+  for (uint64_t n = 0; n < cases; ++n) {
+    ++ran;
+    const uint64_t seed = base + n;
+    std::mt19937_64 rng(seed);
+    const test::FuzzCase c = test::draw_case(rng);
+    const Problem& p = c.problem;
+    std::string failure;
+    bool context_lost = false;
+    try {
+      const KernelSpec spec = default_spec(p);
+      const test::CaseResult r = test::run_case(p, spec, rng, c.specials);
+      outputs += r.checked;
+      if (!r.ok())
+        failure = std::to_string(r.mismatches) + "/" + std::to_string(r.checked) + " mismatches, " +
+                  std::to_string(r.argmax_mismatches) + " argmax, " + std::to_string(r.clobbered) +
+                  " clobbered; first: " + r.first_failure + " [spec " + to_string(spec) + "]";
+    } catch (const CudaError& e) {
+      failure = std::string("CudaError: ") + e.what();
+      context_lost = true; // a faulting kernel leaves the context unusable: every later case would fail too
+    } catch (const std::exception& e) {
+      failure = std::string("exception: ") + e.what();
+    }
+    terms += p.shape.terms();
+    Tally& ts = by_semiring[semiring_info(p.semiring).name];
+    Tally& td = by_dtype[dtype_info(p.dtype).name];
+    ++ts.cases;
+    ++td.cases;
+    if (!failure.empty()) {
+      ++failed, ++ts.failed, ++td.failed;
+      if (failed <= kFailuresPrinted)
+        std::printf("FAIL fuzz seed=%llu %s: %s (replay: JITBMM_FUZZ_SEED=%llu JITBMM_FUZZ_CASES=1)\n",
+                    static_cast<unsigned long long>(seed), describe(p).c_str(), failure.c_str(),
+                    static_cast<unsigned long long>(seed));
+    }
+    if (context_lost) {
+      std::printf("fuzz: stopped at case %llu: the CUDA context is unusable\n",
+                  static_cast<unsigned long long>(n));
+      break;
+    }
+  }
+  std::printf("fuzz: %llu cases, %lld failed, seed %llu\n", static_cast<unsigned long long>(ran),
+              static_cast<long long>(failed), static_cast<unsigned long long>(base));
+  print_tallies("semiring", by_semiring);
+  print_tallies("dtype", by_dtype);
+  // Where the time goes: the CPU reference (terms) and NVRTC (one compile per distinct default spec).
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("  %lld outputs checked, %lld terms, %ld kernels compiled, %.1f s\n",
+              static_cast<long long>(outputs), static_cast<long long>(terms),
+              stats().nvrtc_compiles - compiles_before, seconds);
+  std::fflush(stdout);
+  CHECK(failed == 0);
+  CHECK(ran == cases);
+}
