@@ -136,7 +136,7 @@ KernelSpec default_spec(const Problem& problem) {
   else if (s.M >= 16 && s.N >= 16 && outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= 65535)
     strategy = Strategy::tiled;
   else if (s.M >= 16 && s.N >= 16 && s.K >= 4096) strategy = Strategy::split_k;
-  else if (s.K >= 256 && outputs < (int64_t(1) << 18)) strategy = Strategy::warp;
+  else if (s.K >= 32 && outputs < (int64_t(1) << 18)) strategy = Strategy::warp; // few outputs: parallel K
   else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) strategy = Strategy::tiled;
   return default_spec(problem, strategy);
 }

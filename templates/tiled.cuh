@@ -181,8 +181,7 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
     int buf = 0;
     for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
       const bool more = k0 + BK < t.k_end;
-      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, pad_a, pad_b, ra, rb);
-#pragma unroll
+#pragma unroll 4
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
         G::row_frag(sm, buf, k, fa);
@@ -192,7 +191,8 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) P::update(acc[r][c], fa[r], fb[c], (int)(k0 + k));
       }
-      if (more) {
+      if (more) { // fetched after the terms: its registers are not live across them
+        G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, pad_a, pad_b, ra, rb);
         G::store(sm, buf ^ 1, ra, rb);
         __syncthreads();
         buf ^= 1;

@@ -91,7 +91,6 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
     int buf = 0;
     for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
       const bool more = k0 + BK < t.k_end;
-      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
       // Pass 1, one thread per row or column: running maxima, rescale factors, shifts and finite masks.
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) {
         if (l < BM) rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[buf][0][l], rows[l].run);
@@ -126,7 +125,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
           for (int c = 0; c < TN; ++c) s[r][c] *= fr[r] * fc[c];
       }
       // Pass 2: the terms, 2^((a − A)·log2e + (b − B)·log2e) each.
-#pragma unroll 2
+#pragma unroll 1
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
         G::row_frag(sm, buf, k, fa);
@@ -140,7 +139,11 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) s[r][c] += ex2_approx(fa[r] + fb[c]);
       }
-      if (more) { // one barrier a slice: buf ^ 1 and the stats were last read before the previous barrier
+      // The next slice is fetched only now, so its registers are not live across the terms above (other blocks
+      // on the SM hide the load latency). One barrier a slice: buf ^ 1 and the stats were last read before the
+      // previous barrier.
+      if (more) {
+        G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
         G::store(sm, buf ^ 1, ra, rb);
       }
       __syncthreads();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <stdexcept>
@@ -111,6 +112,15 @@ inline Specials draw_specials(std::mt19937_64& rng, Semiring s) {
   sp.p_huge = s == Semiring::plus_times ? 0 : 0.2 * rate(rng);
   sp.p_neg_inf_row = 0.5 * rate(rng);
   return sp;
+}
+
+// "spread=1 -inf=0.05 +inf=0.01 nan=0.01 huge=0.03 rows=0.15": the input flavour, for failure messages.
+inline std::string describe(const Specials& sp) {
+  char text[160];
+  std::snprintf(text, sizeof text, "spread=%g -inf=%.3g +inf=%.3g nan=%.3g huge=%.3g rows=%.3g%s", sp.spread,
+                sp.p_neg_inf, sp.p_pos_inf, sp.p_nan, sp.p_huge, sp.p_neg_inf_row,
+                sp.non_negative ? " non-negative" : "");
+  return text;
 }
 
 struct FuzzCase {

@@ -70,9 +70,9 @@ TEST_CASE("fuzz: random problems match the reference") {
     if (!failure.empty()) {
       ++failed, ++ts.failed, ++td.failed;
       if (failed <= kFailuresPrinted)
-        std::printf("FAIL fuzz seed=%llu %s: %s (replay: JITBMM_FUZZ_SEED=%llu JITBMM_FUZZ_CASES=1)\n",
-                    static_cast<unsigned long long>(seed), describe(p).c_str(), failure.c_str(),
-                    static_cast<unsigned long long>(seed));
+        std::printf("FAIL fuzz seed=%llu %s inputs[%s]: %s (replay: JITBMM_FUZZ_SEED=%llu JITBMM_FUZZ_CASES=1)\n",
+                    static_cast<unsigned long long>(seed), describe(p).c_str(), test::describe(c.specials).c_str(),
+                    failure.c_str(), static_cast<unsigned long long>(seed));
     }
     if (context_lost) {
       std::printf("fuzz: stopped at case %llu: the CUDA context is unusable\n",
