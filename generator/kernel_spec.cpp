@@ -104,8 +104,8 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   case Strategy::block_tree: spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1; break;
   case Strategy::tiled:
   case Strategy::split_k:
-    if (s.M >= 128 && s.N >= 128 && !wide) {
-      spec.tile_m = spec.tile_n = 128, spec.thread_m = spec.thread_n = 8;
+    if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
+      spec.tile_m = 128, spec.tile_n = 64, spec.thread_m = 8, spec.thread_n = 4, spec.min_blocks = 2;
     } else if (s.M >= 64 && s.N >= 64) {
       spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4;
     } else {

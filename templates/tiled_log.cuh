@@ -1,4 +1,5 @@
 // The log semiring on the tiled skeleton, at the exp unit's pace: per term one add, one ex2.approx, one add.
+// Operands are scaled to log2 units as they enter shared memory and shifted there once per slice.
 //
 // Exact by construction, not by luck of the data. Each output's terms are shifted by a separable bound
 // m[i,j] = A[i] + B[j], where A[i] (B[j]) is the running max of row i of a (column j of b) over the K slices seen
@@ -40,7 +41,7 @@ struct LogLineStats {
 };
 
 template <int BK, int STRIDE>
-__device__ __forceinline__ LogLineStats log_line_stats(const float* line, float previous) {
+__device__ __forceinline__ LogLineStats log_line_stats(float* line, float previous) {
   const float kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
   LogLineStats st;
   st.run = previous;
@@ -51,9 +52,27 @@ __device__ __forceinline__ LogLineStats log_line_stats(const float* line, float 
     st.run = max_nan(st.run, v);
     st.finite |= (v != kNegInf ? 1u : 0u) << k;
   }
-  st.factor = st.run == previous ? 1.f : ex2_approx((previous - st.run) * 1.4426950408889634f);
+  st.factor = st.run == previous ? 1.f : ex2_approx(previous - st.run);
   st.shift = fabsf(st.run) < kPosInf ? st.run : 0.f;
+  // Shift the slice in place: the terms loop then reads ready exponents.
+#pragma unroll
+  for (int k = 0; k < BK; ++k) line[k * STRIDE] -= st.shift;
   return st;
+}
+
+// Operands enter shared memory in log2 units. A finite value too large to scale (|x|·log2e would overflow)
+// becomes +inf, which sends its row or column to exact recomputation: never a wrong value.
+__device__ __forceinline__ float to_log2_units(float x) {
+  const float kPosInf = __int_as_float(0x7f800000);
+  return fabsf(x) < 2.3e38f ? x * 1.4426950408889634f : (fabsf(x) < kPosInf ? kPosInf : x * 1.4426950408889634f);
+}
+
+template <int NA, int NB>
+__device__ __forceinline__ void to_log2_units(float (&ra)[NA], float (&rb)[NB]) {
+#pragma unroll
+  for (int l = 0; l < NA; ++l) ra[l] = to_log2_units(ra[l]);
+#pragma unroll
+  for (int l = 0; l < NB; ++l) rb[l] = to_log2_units(rb[l]);
 }
 
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
@@ -63,7 +82,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
   typedef Tile<T, BM, BN, BK, TM, TN> G;
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ LogLineStats rows[BM], cols[BN];
-  const T kLog2e = 1.4426950408889634f;
+  const T kLn2 = 0.6931471805599453f;
   const T kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
@@ -84,6 +103,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 
     T ra[G::kLoadA], rb[G::kLoadB];
     G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
+    to_log2_units(ra, rb);
     __syncthreads(); // the previous tile's epilogue may still read rows[] / cols[] and shared memory
     G::store(sm, 0, ra, rb);
     for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
@@ -97,19 +117,19 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
         else cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[buf][0][l - BM], cols[l - BM].run);
       }
       __syncthreads();
-      T sa[TM], sb[TN], fr[TM], fc[TN];
+      T fr[TM], fc[TN];
       unsigned ma[TM], mb[TN];
       bool rose = false;
 #pragma unroll
       for (int r = 0; r < TM; ++r) {
         const LogLineStats st = rows[r_base + r];
-        sa[r] = st.shift, fr[r] = st.factor, ma[r] = st.finite;
+        fr[r] = st.factor, ma[r] = st.finite;
         rose |= st.factor != 1.f;
       }
 #pragma unroll
       for (int c = 0; c < TN; ++c) {
         const LogLineStats st = cols[c_base + c];
-        sb[c] = st.shift, fc[c] = st.factor, mb[c] = st.finite;
+        fc[c] = st.factor, mb[c] = st.finite;
         rose |= st.factor != 1.f;
       }
 #pragma unroll
@@ -124,16 +144,12 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) s[r][c] *= fr[r] * fc[c];
       }
-      // Pass 2: the terms, 2^((a − A)·log2e + (b − B)·log2e) each.
+      // Pass 2: the terms, 2^(a' + b') each, a' and b' already scaled and shifted in shared memory.
 #pragma unroll 1
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
         G::row_frag(sm, buf, k, fa);
         G::col_frag(sm, buf, k, fb);
-#pragma unroll
-        for (int r = 0; r < TM; ++r) fa[r] = (fa[r] - sa[r]) * kLog2e;
-#pragma unroll
-        for (int c = 0; c < TN; ++c) fb[c] = (fb[c] - sb[c]) * kLog2e;
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
@@ -144,6 +160,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
       // previous barrier.
       if (more) {
         G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
+        to_log2_units(ra, rb);
         G::store(sm, buf ^ 1, ra, rb);
       }
       __syncthreads();
@@ -165,7 +182,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
         } else if (!has_finite) {
           value = kNegInf; // every term −inf
         } else {
-          value = (amax + bmax) + logf(sum);
+          value = ((amax + bmax) + log2f(sum)) * kLn2; // back from log2 units
         }
         emit<T, Out, I>(p, t, i, j, value, -1);
       }

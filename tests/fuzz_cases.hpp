@@ -22,21 +22,22 @@ constexpr DType kFuzzDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16
 // Odd sizes, powers of two and their neighbours (tile edges); 0 is drawn separately (and rarely).
 constexpr int64_t kFuzzSizes[] = {1, 2, 3, 5, 7, 13, 17, 31, 127, 128, 129};
 
-// How many terms (B·M·N·K) a case may have: the CPU reference costs ~50 ns a term, so most cases are small, a
-// few are large (one of M, N, K in 1000..3000).
+// How many terms (B·M·N·K) a case may have: the CPU reference costs ~50 ns a term, so most cases are small and a
+// few are large: one of M, N in 1000..3000 or K in 1000..6000, or few outputs with K past 4096.
 struct FuzzLimits {
   int64_t small_terms = 20000;
   int64_t medium_terms = 200000;
   int64_t large_terms = 3000000;
   double p_medium = 0.10;
   double p_large = 0.03;
+  double p_long_k = 0.01;
   double p_zero = 0.02; // per dimension
 };
 
 inline FuzzLimits small_only(int64_t terms) {
   FuzzLimits l;
   l.small_terms = terms;
-  l.p_medium = l.p_large = 0;
+  l.p_medium = l.p_large = l.p_long_k = 0;
   return l;
 }
 
@@ -63,8 +64,13 @@ inline Shape draw_shape(std::mt19937_64& rng, const FuzzLimits& limits) {
   if (u < limits.p_large) {
     cap = limits.large_terms;
     pinned = dims[uniform(rng, 1, 3)];
-    *pinned = uniform(rng, 1000, 3000);
-  } else if (u < limits.p_large + limits.p_medium) {
+    *pinned = uniform(rng, 1000, pinned == &s.K ? 6000 : 3000);
+  } else if (u < limits.p_large + limits.p_long_k) {
+    // Few outputs, long K: the regime where a reduction splits over K.
+    const int64_t few[] = {17, 19, 21};
+    cap = limits.large_terms;
+    s = {1, pick(rng, few), uniform(rng, 4096, 6000), pick(rng, few)};
+  } else if (u < limits.p_large + limits.p_long_k + limits.p_medium) {
     cap = limits.medium_terms;
   }
   // Shrink the largest free dimension to a smaller size from the list until the case fits. Never to 0: an empty

@@ -1,16 +1,23 @@
 // Randomized differential fuzz: random problems (tests/fuzz_cases.hpp) on the GPU against the CPU reference.
 // JITBMM_FUZZ_CASES sets the number of cases (default 2000), JITBMM_FUZZ_SEED the base seed; case n uses seed
 // base + n, so a failing case replays alone with JITBMM_FUZZ_SEED=<its seed> JITBMM_FUZZ_CASES=1.
+// Each case runs default_spec(problem), what users get. JITBMM_FUZZ_STRATEGY=<name> runs that strategy instead
+// wherever it supports the case, =any a random strategy per case: the way to fuzz strategies the default rarely
+// or never picks.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "differential.hpp"
 #include "fuzz_cases.hpp"
 #include "jitbmm/errors.hpp"
+#include "precompile.hpp"
 
 using namespace jitbmm;
 
@@ -30,15 +37,51 @@ void print_tallies(const char* title, const std::map<std::string, Tally>& tallie
 
 constexpr int kFailuresPrinted = 20; // the rest are counted only
 
+// The spec a case runs (see the file comment). The strategy of "any" comes from its own generator, so the case's
+// problem and data are the same in every mode.
+KernelSpec spec_for(const Problem& p, uint64_t seed) {
+  const char* forced = std::getenv("JITBMM_FUZZ_STRATEGY");
+  if (!forced || !*forced) return default_spec(p);
+  constexpr Strategy kAll[] = {Strategy::linear, Strategy::linear_two_pass, Strategy::warp,
+                               Strategy::block_tree, Strategy::tiled,           Strategy::split_k};
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  const Strategy strategy = std::string(forced) == "any" ? test::pick(rng, kAll) : parse_strategy(forced);
+  try {
+    return default_spec(p, strategy);
+  } catch (const std::invalid_argument&) {
+    return default_spec(p); // the strategy does not support this case (e.g. linear_two_pass is log only)
+  }
+}
+
+// The specs of every case that launches a kernel: the fuzz's shapes reach spec variants (block shapes,
+// strategies) that the suite's variant list does not, and compiling them one per case would dominate its time.
+std::vector<KernelSpec> default_specs(uint64_t base, uint64_t cases) {
+  std::unordered_set<KernelSpec> seen;
+  std::vector<KernelSpec> specs;
+  for (uint64_t n = 0; n < cases; ++n) {
+    std::mt19937_64 rng(base + n);
+    const Problem p = test::draw_case(rng).problem;
+    if (p.shape.B == 0 || p.shape.M == 0 || p.shape.N == 0) continue;
+    try {
+      const KernelSpec spec = spec_for(p, base + n);
+      if (seen.insert(spec).second) specs.push_back(spec);
+    } catch (const std::exception&) {
+      // the case reports it
+    }
+  }
+  return specs;
+}
+
 } // namespace
 
 TEST_CASE("fuzz: random problems match the reference") {
   const uint64_t base = test::fuzz_seed();
   const uint64_t cases = test::env_u64("JITBMM_FUZZ_CASES", test::kDefaultFuzzCases);
   int64_t failed = 0, terms = 0, outputs = 0;
-  std::map<std::string, Tally> by_semiring, by_dtype;
+  std::map<std::string, Tally> by_semiring, by_dtype, by_strategy;
   const long compiles_before = stats().nvrtc_compiles;
   const auto start = std::chrono::steady_clock::now();
+  test::precompile(*current_device(), default_specs(base, cases));
   uint64_t ran = 0;
   for (uint64_t n = 0; n < cases; ++n) {
     ++ran;
@@ -48,8 +91,10 @@ TEST_CASE("fuzz: random problems match the reference") {
     const Problem& p = c.problem;
     std::string failure;
     bool context_lost = false;
+    std::string strategy = "-";
     try {
-      const KernelSpec spec = default_spec(p);
+      const KernelSpec spec = spec_for(p, seed);
+      strategy = strategy_name(spec.strategy);
       const test::CaseResult r = test::run_case(p, spec, rng, c.specials);
       outputs += r.checked;
       if (!r.ok())
@@ -65,10 +110,10 @@ TEST_CASE("fuzz: random problems match the reference") {
     terms += p.shape.terms();
     Tally& ts = by_semiring[semiring_info(p.semiring).name];
     Tally& td = by_dtype[dtype_info(p.dtype).name];
-    ++ts.cases;
-    ++td.cases;
+    Tally& tk = by_strategy[strategy];
+    ++ts.cases, ++td.cases, ++tk.cases;
     if (!failure.empty()) {
-      ++failed, ++ts.failed, ++td.failed;
+      ++failed, ++ts.failed, ++td.failed, ++tk.failed;
       if (failed <= kFailuresPrinted)
         std::printf("FAIL fuzz seed=%llu %s inputs[%s]: %s (replay: JITBMM_FUZZ_SEED=%llu JITBMM_FUZZ_CASES=1)\n",
                     static_cast<unsigned long long>(seed), describe(p).c_str(), test::describe(c.specials).c_str(),
@@ -84,6 +129,7 @@ TEST_CASE("fuzz: random problems match the reference") {
               static_cast<long long>(failed), static_cast<unsigned long long>(base));
   print_tallies("semiring", by_semiring);
   print_tallies("dtype", by_dtype);
+  print_tallies("strategy", by_strategy);
   // Where the time goes: the CPU reference (terms) and NVRTC (one compile per distinct default spec).
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("  %lld outputs checked, %lld terms, %ld kernels compiled, %.1f s\n",

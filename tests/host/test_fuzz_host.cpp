@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "fuzz_cases.hpp"
@@ -302,6 +304,7 @@ TEST_CASE("fuzz: the reference keeps the edge-case contract on random rows") {
 TEST_CASE("fuzz: the GPU fuzz draws valid problems, every option, and a reference workload it can afford") {
   const uint64_t base = test::fuzz_seed();
   int64_t terms = 0, largest = 0, large = 0, empty = 0, broadcast = 0, argmax = 0, f32_out = 0;
+  std::map<std::string, int> strategies; // which kernels the default specs reach: informative, not asserted
   for (uint64_t n = 0; n < test::kDefaultFuzzCases; ++n) {
     std::mt19937_64 rng(base + n);
     const test::FuzzCase c = test::draw_case(rng);
@@ -311,6 +314,7 @@ TEST_CASE("fuzz: the GPU fuzz draws valid problems, every option, and a referenc
     REQUIRE_NOTHROW(validate(p));
     const KernelSpec spec = default_spec(p);
     CHECK_NOTHROW(check_spec_fits(spec, p));
+    if (p.shape.B * p.shape.M * p.shape.N > 0) ++strategies[strategy_name(spec.strategy)];
     terms += p.shape.terms();
     largest = std::max(largest, p.shape.terms());
     large += std::max({p.shape.M, p.shape.N, p.shape.K}) >= 1000;
@@ -322,6 +326,9 @@ TEST_CASE("fuzz: the GPU fuzz draws valid problems, every option, and a referenc
   MESSAGE("base seed " << base << ": " << terms << " terms (mean " << terms / int64_t(test::kDefaultFuzzCases)
                        << ", largest " << largest << "), " << large << " large, " << empty << " empty, "
                        << broadcast << " broadcast, " << argmax << " argmax, " << f32_out << " f32 out");
+  std::string mix;
+  for (const auto& [name, count] : strategies) mix += " " + name + " " + std::to_string(count);
+  MESSAGE("default strategies:" << mix);
   CHECK(largest <= test::FuzzLimits{}.large_terms);
   CHECK(terms <= 300'000'000); // ~15 s of CPU reference at ~50 ns a term
   CHECK(large > 0);
