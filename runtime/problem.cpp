@@ -74,7 +74,8 @@ void validate(const Problem& p) {
   max_offset("b_strides", s.B, s.K, s.N, p.b());
   max_offset("out_strides", s.B, s.M, s.N, p.out());
   if (!is_injective(s.B, s.M, s.N, p.out()))
-    throw std::invalid_argument("out_strides: the output layout maps two elements to one address");
+    throw std::invalid_argument("out_strides: the output layout may map two elements to one address (jitbmm needs "
+                                "each output dimension, ordered by stride, to step past the span of the smaller ones)");
 }
 
 std::string describe(const Problem& p) {

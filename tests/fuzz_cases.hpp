@@ -167,4 +167,8 @@ constexpr uint64_t kDefaultFuzzSeed = 20240917;
 constexpr uint64_t kDefaultFuzzCases = 2000;
 inline uint64_t fuzz_seed() { return env_u64("JITBMM_FUZZ_SEED", kDefaultFuzzSeed); }
 
+// Case n of a run with base seed `base`. Case 0 is the base itself (so any case replays as a run of one), and the
+// golden-ratio step keeps runs from nearby base seeds from sharing cases.
+inline uint64_t case_seed(uint64_t base, uint64_t n) { return base + n * 0x9e3779b97f4a7c15ull; }
+
 } // namespace jitbmm::test

@@ -33,7 +33,6 @@ inline std::vector<KernelSpec> problem_kinds() {
 // Every strategy (and both index widths) for one problem kind.
 inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
   std::vector<KernelSpec> out;
-  const bool wide = kind.dtype == DType::f64;
   for (bool index64 : {false, true}) {
     KernelSpec s = kind;
     s.index64 = index64;
@@ -44,7 +43,7 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
     out.push_back(s);
     if (index64) continue;
     if (kind.dtype == DType::f32 || kind.dtype == DType::f16) {
-      s.tile_m = s.tile_n = 128, s.tile_k = 16, s.thread_m = s.thread_n = 8;
+      s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 2;
       out.push_back(s);
     }
     s.strategy = Strategy::split_k;

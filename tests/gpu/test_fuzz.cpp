@@ -1,6 +1,6 @@
 // Randomized differential fuzz: random problems (tests/fuzz_cases.hpp) on the GPU against the CPU reference.
-// JITBMM_FUZZ_CASES sets the number of cases (default 2000), JITBMM_FUZZ_SEED the base seed; case n uses seed
-// base + n, so a failing case replays alone with JITBMM_FUZZ_SEED=<its seed> JITBMM_FUZZ_CASES=1.
+// JITBMM_FUZZ_CASES sets the number of cases (default 2000), JITBMM_FUZZ_SEED the base seed; every case has its
+// own seed (test::case_seed), printed when it fails: JITBMM_FUZZ_SEED=<it> JITBMM_FUZZ_CASES=1 replays it alone.
 // Each case runs default_spec(problem), what users get. JITBMM_FUZZ_STRATEGY=<name> runs that strategy instead
 // wherever it supports the case, =any a random strategy per case: the way to fuzz strategies the default rarely
 // or never picks.
@@ -42,8 +42,8 @@ constexpr int kFailuresPrinted = 20; // the rest are counted only
 KernelSpec spec_for(const Problem& p, uint64_t seed) {
   const char* forced = std::getenv("JITBMM_FUZZ_STRATEGY");
   if (!forced || !*forced) return default_spec(p);
-  constexpr Strategy kAll[] = {Strategy::linear, Strategy::linear_two_pass, Strategy::warp,
-                               Strategy::block_tree, Strategy::tiled,           Strategy::split_k};
+  constexpr Strategy kAll[] = {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree,
+                               Strategy::tiled, Strategy::split_k};
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   const Strategy strategy = std::string(forced) == "any" ? test::pick(rng, kAll) : parse_strategy(forced);
   try {
@@ -59,11 +59,11 @@ std::vector<KernelSpec> default_specs(uint64_t base, uint64_t cases) {
   std::unordered_set<KernelSpec> seen;
   std::vector<KernelSpec> specs;
   for (uint64_t n = 0; n < cases; ++n) {
-    std::mt19937_64 rng(base + n);
+    std::mt19937_64 rng(test::case_seed(base, n));
     const Problem p = test::draw_case(rng).problem;
     if (p.shape.B == 0 || p.shape.M == 0 || p.shape.N == 0) continue;
     try {
-      const KernelSpec spec = spec_for(p, base + n);
+      const KernelSpec spec = spec_for(p, test::case_seed(base, n));
       if (seen.insert(spec).second) specs.push_back(spec);
     } catch (const std::exception&) {
       // the case reports it
@@ -85,7 +85,7 @@ TEST_CASE("fuzz: random problems match the reference") {
   uint64_t ran = 0;
   for (uint64_t n = 0; n < cases; ++n) {
     ++ran;
-    const uint64_t seed = base + n;
+    const uint64_t seed = test::case_seed(base, n);
     std::mt19937_64 rng(seed);
     const test::FuzzCase c = test::draw_case(rng);
     const Problem& p = c.problem;

@@ -87,7 +87,7 @@ TEST_CASE("block shapes other than the default") {
   p.shape = {2, 37, 41, 43};
   uint64_t seed = 9000;
   for (auto [bx, by] : {std::pair{32, 1}, {64, 4}, {128, 2}, {32, 32}}) {
-    KernelSpec spec = default_spec(p);
+    KernelSpec spec = default_spec(p, Strategy::linear);
     spec.block_x = bx;
     spec.block_y = by;
     std::mt19937_64 rng(++seed);

@@ -136,7 +136,7 @@ TEST_CASE("fuzz: the reference over a strided layout equals the reference over a
   const uint64_t base = test::fuzz_seed();
   int64_t outputs = 0;
   for (uint64_t n = 0; n < 4000; ++n) {
-    const uint64_t seed = base + n;
+    const uint64_t seed = test::case_seed(base, n);
     CAPTURE(seed);
     std::mt19937_64 rng(seed);
     const test::FuzzCase c = test::draw_case(rng, test::small_only(5000));
@@ -257,7 +257,7 @@ TEST_CASE("fuzz: the reference keeps the edge-case contract on random rows") {
   const uint64_t base = test::fuzz_seed();
   RuleCounts n;
   for (uint64_t i = 0; i < 10000; ++i) {
-    const uint64_t seed = base + i;
+    const uint64_t seed = test::case_seed(base, i);
     CAPTURE(seed);
     std::mt19937_64 rng(seed);
     Problem p;
@@ -306,10 +306,11 @@ TEST_CASE("fuzz: the GPU fuzz draws valid problems, every option, and a referenc
   int64_t terms = 0, largest = 0, large = 0, empty = 0, broadcast = 0, argmax = 0, f32_out = 0;
   std::map<std::string, int> strategies; // which kernels the default specs reach: informative, not asserted
   for (uint64_t n = 0; n < test::kDefaultFuzzCases; ++n) {
-    std::mt19937_64 rng(base + n);
+    const uint64_t seed = test::case_seed(base, n);
+    std::mt19937_64 rng(seed);
     const test::FuzzCase c = test::draw_case(rng);
     const Problem& p = c.problem;
-    CAPTURE(base + n);
+    CAPTURE(seed);
     CAPTURE(describe(p));
     REQUIRE_NOTHROW(validate(p));
     const KernelSpec spec = default_spec(p);
