@@ -18,7 +18,7 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   auto loaded = std::make_shared<LoadedKernel>();
   loaded->generated = kernel;
   loaded->compiled = compile_to_cubin(kernel, device.arch());
-  loaded->resources = parse_ptxas_log(loaded->compiled.log);
+  loaded->resources = parse_ptxas_log(loaded->compiled.log, kernel.name);
   const DriverApi& d = driver();
   ScopedContext scope(device.context);
   check(d.cuModuleLoadData(&loaded->module, loaded->compiled.binary.data()),

@@ -96,7 +96,7 @@ int demo_without_gpu(const Shape& shape, const NoDriverError& why) {
   const GeneratedKernel kernel = emit_kernel(spec);
   const auto t0 = std::chrono::steady_clock::now();
   const CompiledKernel cubin = compile_to_cubin(kernel, "sm_90");
-  const PtxasResources res = parse_ptxas_log(cubin.log);
+  const PtxasResources res = parse_ptxas_log(cubin.log, kernel.name);
   std::printf("generated %s (%zu bytes of CUDA) and compiled it with NVRTC %s for sm_90 in %.0f ms:\n"
               "  cubin %zu bytes, %d registers, %d bytes stack, %d bytes spilled\n",
               kernel.name.c_str(), kernel.source.size(), nvrtc_version().c_str(), 1e3 * seconds_since(t0),

@@ -18,7 +18,7 @@ namespace {
 
 void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
   const CompiledKernel c = compile_to_cubin(kernel, arch);
-  const PtxasResources r = parse_ptxas_log(c.log);
+  const PtxasResources r = parse_ptxas_log(c.log, kernel.name);
   std::printf("kernel:      %s\narch:        %s\ncubin bytes: %zu\nregisters:   %d\nstack bytes: %d\n"
               "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
               kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes,

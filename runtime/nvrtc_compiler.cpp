@@ -2,7 +2,9 @@
 
 #include <nvrtc.h>
 
+#include <mutex>
 #include <regex>
+#include <shared_mutex>
 
 #include "jitbmm/errors.hpp"
 
@@ -11,6 +13,8 @@ namespace jitbmm {
 namespace {
 
 std::atomic<long> g_compiles{0};
+// Compiles run concurrently (shared); a retry for a missing ptxas report runs alone (exclusive).
+std::shared_mutex g_compile_lock;
 
 class Program {
  public:
@@ -82,10 +86,17 @@ std::vector<std::string> compile_options(const std::string& arch) {
 
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
   g_compiles.fetch_add(1);
-  CompiledKernel out = compile(kernel, compile_options(arch), true);
-  // On the GPU machine NVRTC 13.0 has returned an empty ptxas report for the first compile of a process (seen
-  // twice, under parallel load); the report is how spills are caught, so ask once more when it is missing.
-  if (parse_ptxas_log(out.log).registers < 0) out = compile(kernel, compile_options(arch), true);
+  CompiledKernel out;
+  {
+    std::shared_lock<std::shared_mutex> lock(g_compile_lock);
+    out = compile(kernel, compile_options(arch), true);
+  }
+  // On the GPU machine (16 threads compiling at once) NVRTC 13.0 sometimes returned an empty ptxas report, even
+  // on an immediate retry. The report is how spills are caught, so the retry runs with no other compile in flight.
+  if (parse_ptxas_log(out.log, kernel.name).registers < 0) {
+    std::unique_lock<std::shared_mutex> lock(g_compile_lock);
+    out = compile(kernel, compile_options(arch), true);
+  }
   return out;
 }
 
@@ -94,7 +105,15 @@ CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& 
   return compile(kernel, {"--gpu-architecture=" + virtual_arch, "-std=c++17", "-lineinfo"}, false);
 }
 
-PtxasResources parse_ptxas_log(const std::string& log) {
+PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& kernel_name) {
+  // Only the report of `kernel_name` counts, so another function's report can never be taken for it.
+  std::string log = full_log;
+  if (!kernel_name.empty()) {
+    const std::size_t at = full_log.find("Compiling entry function '" + kernel_name + "'");
+    if (at == std::string::npos) return PtxasResources{};
+    const std::size_t next = full_log.find("Compiling entry function", at + 1);
+    log = full_log.substr(at, next == std::string::npos ? std::string::npos : next - at);
+  }
   PtxasResources r;
   r.registers = match_int(log, std::regex(R"(Used (\d+) registers)"));
   r.stack_bytes = match_int(log, std::regex(R"((\d+) bytes stack frame)"));

@@ -24,7 +24,8 @@ struct PtxasResources {
   int spill_load_bytes = -1;
   int shared_bytes = 0;
 };
-PtxasResources parse_ptxas_log(const std::string& log);
+// With `kernel_name`, only that entry function's section of the log is read.
+PtxasResources parse_ptxas_log(const std::string& log, const std::string& kernel_name = "");
 
 // The options jitbmm compiles with for `arch` ("sm_90"); part of every cache key.
 std::vector<std::string> compile_options(const std::string& arch);

@@ -28,7 +28,7 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
     const GeneratedKernel k = emit_kernel(spec);
     o.name = k.name;
     const CompiledKernel c = compile_to_cubin(k, arch);
-    o.res = parse_ptxas_log(c.log);
+    o.res = parse_ptxas_log(c.log, k.name);
     o.cubin_bytes = c.binary.size();
   } catch (const std::exception& e) {
     o.error = e.what();
@@ -98,4 +98,14 @@ TEST_CASE("the ptxas log parser reads registers and spills") {
   CHECK(r.spill_store_bytes == 8);
   CHECK(r.spill_load_bytes == 4);
   CHECK(r.shared_bytes == 33024);
+}
+
+TEST_CASE("the parser reads only the named kernel's section of a log") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'other' for 'sm_90'\nptxas info    : Used 99 registers\n"
+      "ptxas info    : Compiling entry function 'mine' for 'sm_90'\nptxas         .     0 bytes stack frame, 0 bytes "
+      "spill stores, 0 bytes spill loads\nptxas info    : Used 40 registers\n";
+  CHECK(parse_ptxas_log(log, "mine").registers == 40);
+  CHECK(parse_ptxas_log(log, "other").registers == 99);
+  CHECK(parse_ptxas_log(log, "absent").registers == -1);
 }
