@@ -47,7 +47,29 @@ std::string join(const std::vector<std::string>& options) {
   return out;
 }
 
+CompiledKernel compile_unprepared(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin);
+
+// NVRTC's first compilations in a process, started on several threads at once, have lost ptxas's report for
+// the rest of that process (seen on the 16-core GPU machine). One small compile, alone, first, prevents it.
+void prepare_nvrtc() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::unique_lock<std::shared_mutex> lock(g_compile_lock);
+    const GeneratedKernel probe{"jitbmm_nvrtc_warmup", "extern \"C\" __global__ void jitbmm_nvrtc_warmup(float* x) { x[0] = 1.f; }\n"};
+    try {
+      compile_unprepared(probe, {"--gpu-architecture=sm_80", "--ptxas-options=-v"}, true);
+    } catch (const CompileError&) {
+      // A broken NVRTC shows up, with its log, on the real compile.
+    }
+  });
+}
+
 CompiledKernel compile(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
+  prepare_nvrtc();
+  return compile_unprepared(kernel, std::move(options), cubin);
+}
+
+CompiledKernel compile_unprepared(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
   Program prog(kernel);
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
