@@ -108,6 +108,7 @@ std::vector<std::string> compile_options(const std::string& arch) {
 
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
   g_compiles.fetch_add(1);
+  prepare_nvrtc(); // before taking the lock it needs exclusively
   CompiledKernel out;
   {
     std::shared_lock<std::shared_mutex> lock(g_compile_lock);
