@@ -15,6 +15,8 @@ namespace {
 std::atomic<long> g_compiles{0};
 // Compiles run concurrently (shared); a retry for a missing ptxas report runs alone (exclusive).
 std::shared_mutex g_compile_lock;
+// Set once a retry also came back without a report: retrying further would only serialise compiles.
+std::atomic<bool> g_reports_unreliable{false};
 
 class Program {
  public:
@@ -114,11 +116,13 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
     std::shared_lock<std::shared_mutex> lock(g_compile_lock);
     out = compile(kernel, compile_options(arch), true);
   }
-  // On the GPU machine (16 threads compiling at once) NVRTC 13.0 sometimes returned an empty ptxas report, even
-  // on an immediate retry. The report is how spills are caught, so the retry runs with no other compile in flight.
-  if (parse_ptxas_log(out.log, kernel.name).registers < 0) {
+  // On the GPU machine NVRTC 13.0 returned logs without ptxas's report while other processes were compiling at
+  // the same time (sometimes for one kernel, sometimes for a whole process). The report is how spills are caught,
+  // so retry once, alone in this process; the binary is never affected, only the report.
+  if (parse_ptxas_log(out.log, kernel.name).registers < 0 && !g_reports_unreliable.load()) {
     std::unique_lock<std::shared_mutex> lock(g_compile_lock);
     out = compile(kernel, compile_options(arch), true);
+    if (parse_ptxas_log(out.log, kernel.name).registers < 0) g_reports_unreliable = true;
   }
   return out;
 }
