@@ -23,6 +23,8 @@ void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
               "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
               kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes,
               r.spill_store_bytes, r.spill_load_bytes, r.shared_bytes);
+  if (r.registers < 0)
+    std::printf("(NVRTC returned no ptxas report for this kernel, so registers and spills are unknown here)\n");
   std::printf("ptxas log:\n%s\n", c.log.c_str());
 }
 
