@@ -6,23 +6,12 @@
 #include <string>
 
 #include "differential.hpp"
+#include "expect.hpp"
 #include "jitbmm/errors.hpp"
 
 using namespace jitbmm;
 
-namespace {
-
-template <class F>
-void expect_invalid(F f, const std::string& needle) {
-  try {
-    f();
-    FAIL("expected std::invalid_argument mentioning '" << needle << "'");
-  } catch (const std::invalid_argument& e) {
-    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
-  }
-}
-
-} // namespace
+using test::expect_invalid;
 
 TEST_CASE("a second get() of the same problem reuses the compiled kernel: no second NVRTC call") {
   Problem p;

@@ -5,23 +5,11 @@
 
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
+#include "expect.hpp"
 
 using namespace jitbmm;
 
-namespace {
-
-// Asserts that `f` throws std::invalid_argument whose message contains `needle`.
-template <class F>
-void expect_invalid(F f, const std::string& needle) {
-  try {
-    f();
-    FAIL("expected std::invalid_argument mentioning '" << needle << "'");
-  } catch (const std::invalid_argument& e) {
-    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
-  }
-}
-
-} // namespace
+using test::expect_invalid;
 
 TEST_CASE("shapes parse and print as BxMxKxN") {
   const Shape s = parse_shape("64x512x256x128");
