@@ -49,29 +49,7 @@ std::string join(const std::vector<std::string>& options) {
   return out;
 }
 
-CompiledKernel compile_unprepared(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin);
-
-// NVRTC's first compilations in a process, started on several threads at once, have lost ptxas's report for
-// the rest of that process (seen on the 16-core GPU machine). One small compile, alone, first, prevents it.
-void prepare_nvrtc() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::unique_lock<std::shared_mutex> lock(g_compile_lock);
-    const GeneratedKernel probe{"jitbmm_nvrtc_warmup", "extern \"C\" __global__ void jitbmm_nvrtc_warmup(float* x) { x[0] = 1.f; }\n"};
-    try {
-      compile_unprepared(probe, {"--gpu-architecture=sm_80", "--ptxas-options=-v"}, true);
-    } catch (const CompileError&) {
-      // A broken NVRTC shows up, with its log, on the real compile.
-    }
-  });
-}
-
 CompiledKernel compile(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
-  prepare_nvrtc();
-  return compile_unprepared(kernel, std::move(options), cubin);
-}
-
-CompiledKernel compile_unprepared(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
   Program prog(kernel);
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
@@ -110,15 +88,14 @@ std::vector<std::string> compile_options(const std::string& arch) {
 
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
   g_compiles.fetch_add(1);
-  prepare_nvrtc(); // before taking the lock it needs exclusively
   CompiledKernel out;
   {
     std::shared_lock<std::shared_mutex> lock(g_compile_lock);
     out = compile(kernel, compile_options(arch), true);
   }
-  // On the GPU machine NVRTC 13.0 returned logs without ptxas's report while other processes were compiling at
-  // the same time (sometimes for one kernel, sometimes for a whole process). The report is how spills are caught,
-  // so retry once, alone in this process; the binary is never affected, only the report.
+  // On the GPU machine NVRTC 13.0 returned logs without ptxas's report: for single kernels, and for every kernel
+  // of later processes (apparently binaries served from a compile cache, where ptxas never runs). The report is
+  // how spills are caught, so retry once, alone in this process, and stop retrying if that does not bring it.
   if (parse_ptxas_log(out.log, kernel.name).registers < 0 && !g_reports_unreliable.load()) {
     std::unique_lock<std::shared_mutex> lock(g_compile_lock);
     out = compile(kernel, compile_options(arch), true);
