@@ -5,7 +5,9 @@
 #include <mutex>
 #include <string>
 
+#include "cache/disk_cache.hpp"
 #include "jitbmm/errors.hpp"
+#include "jitbmm/version.hpp"
 
 namespace jitbmm {
 
@@ -14,10 +16,28 @@ namespace {
 using Key = std::pair<CUcontext, std::string>; // context and kernel name (which carries the source hash)
 using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 
+// The cubin from the disk cache when a valid entry exists for everything that shapes it, else from NVRTC (and
+// then stored, with its source beside it).
+CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& kernel) {
+  DiskCache* disk = DiskCache::process_cache();
+  const std::vector<std::string> options = compile_options(device.arch());
+  const std::string key =
+      cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
+  if (disk)
+    if (std::optional<std::string> cubin = disk->get(key, "cubin"))
+      return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")", options};
+  CompiledKernel compiled = compile_to_cubin(kernel, device.arch());
+  if (disk && disk->put(key, "cubin", compiled.binary)) {
+    disk->put_source(key, kernel.source);
+    disk->evict(disk->cap_bytes());
+  }
+  return compiled;
+}
+
 std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const GeneratedKernel& kernel) {
   auto loaded = std::make_shared<LoadedKernel>();
   loaded->generated = kernel;
-  loaded->compiled = compile_to_cubin(kernel, device.arch());
+  loaded->compiled = compiled_cubin(device, kernel);
   loaded->resources = parse_ptxas_log(loaded->compiled.log, kernel.name);
   const DriverApi& d = driver();
   ScopedContext scope(device.context);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cache/disk_cache.hpp"
 #include "cli/commands.hpp"
 #include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
@@ -83,6 +84,9 @@ int demo_gpu(const Shape& shape) {
   std::printf("\n%-22s %-12s %-14s %-18s\n", "shape BxMxKxN", "time (ms)", "terms/s", "share of exp unit");
   std::printf("%-22s %-12.3f %-14.3g %.1f%%\n", to_string(shape).c_str(), t.median_ms, terms_per_s,
               100.0 * terms_per_s / exp_rate);
+  const DiskCache* disk = DiskCache::process_cache();
+  std::printf("NVRTC compiles in this process: %ld (disk cache: %s)\n", stats().nvrtc_compiles,
+              disk ? disk->dir().c_str() : "off");
   const bool ok = bad == 0 && unwritten == 0;
   std::printf("%s\n", ok ? "demo: verified" : "demo: FAILED verification");
   return ok ? 0 : 1;

@@ -24,6 +24,8 @@ void usage(std::FILE* to) {
                "      Print the generated source, NVRTC's PTX, or ptxas's resource report (no GPU needed).\n"
                "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
                "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
+               "  jitbmm cache path|list|verify|clear\n"
+               "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"
                "  jitbmm info\n"
                "      Driver, NVRTC and devices.\n",
                jitbmm::kVersion);
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
     if (command == "inspect") return jitbmm::cli::run_inspect(argc, argv);
     if (command == "info") return jitbmm::cli::run_info(argc, argv);
     if (command == "bench") return jitbmm::cli::run_bench(argc, argv);
+    if (command == "cache") return jitbmm::cli::run_cache(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return 0;

@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "jitbmm/errors.hpp"
@@ -25,14 +28,26 @@ void compile_all_variants(const jitbmm::DeviceInfo& device) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // A fresh disk cache per run, so "compiles exactly once" holds on every run (unless the caller chose one).
+  std::string cache_dir;
+  if (!std::getenv("JITBMM_CACHE_DIR")) {
+    std::string templ = (std::filesystem::temp_directory_path() / "jitbmm-gpu-tests-XXXXXX").string();
+    if (::mkdtemp(templ.data())) cache_dir = templ;
+    if (!cache_dir.empty()) ::setenv("JITBMM_CACHE_DIR", cache_dir.c_str(), 1);
+  }
   try {
     const auto dev = jitbmm::current_device();
     std::printf("GPU suite on %s (%s)\n", dev->name.c_str(), dev->arch().c_str());
     compile_all_variants(*dev);
   } catch (const jitbmm::NoDriverError& e) {
     std::printf("SKIPPED: no GPU here (%s)\n", e.what());
+    std::error_code ec;
+    if (!cache_dir.empty()) std::filesystem::remove_all(cache_dir, ec);
     return 77;
   }
   doctest::Context context(argc, argv);
-  return context.run();
+  const int result = context.run();
+  std::error_code ec;
+  if (!cache_dir.empty()) std::filesystem::remove_all(cache_dir, ec);
+  return result;
 }

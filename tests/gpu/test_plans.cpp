@@ -5,6 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "differential.hpp"
 #include "expect.hpp"
 #include "jitbmm/errors.hpp"
@@ -149,4 +153,22 @@ TEST_CASE("a failed driver call is a CudaError naming the CUresult") {
     CHECK(std::string(e.what()).find("cuSomething failed: CUDA_ERROR_INVALID_VALUE") != std::string::npos);
     CHECK(e.result_name() == "CUDA_ERROR_INVALID_VALUE");
   }
+}
+
+TEST_CASE("a second process finds its kernels in the disk cache and compiles nothing") {
+  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/second-process";
+  const std::string run = "JITBMM_CACHE_DIR=" + dir + " " + JITBMM_CLI_PATH + " demo --shape 2x64x64x64 > " + dir;
+  std::filesystem::create_directories(dir);
+  REQUIRE(std::system((run + "/first.txt 2>&1").c_str()) == 0);
+  REQUIRE(std::system((run + "/second.txt 2>&1").c_str()) == 0);
+  auto text = [&](const char* name) {
+    std::ifstream in(dir + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first = text("first.txt"), second = text("second.txt");
+  CAPTURE(first);
+  CAPTURE(second);
+  CHECK(first.find("NVRTC compiles in this process: 0") == std::string::npos);
+  CHECK(second.find("NVRTC compiles in this process: 0 (disk cache: " + dir + ")") != std::string::npos);
+  CHECK(second.find("demo: verified") != std::string::npos);
 }

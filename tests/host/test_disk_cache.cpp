@@ -1,0 +1,216 @@
+// The disk cache on its own (no GPU): keys, atomic and concurrent writes, damaged entries, unusable directories,
+// eviction.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "cache/disk_cache.hpp"
+
+using namespace jitbmm;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed afterwards.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "jitbmm-cache-test-XXXXXX").string();
+    path = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+CubinKeyParts sample_parts() {
+  return {"extern \"C\" __global__ void k() {}", {"--gpu-architecture=sm_90", "-std=c++17"}, "13.0", "sm_90", 13000,
+          "0.1.0"};
+}
+
+std::string key_of(int n) {
+  CubinKeyParts p = sample_parts();
+  p.source += std::to_string(n);
+  return cubin_key(p);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+} // namespace
+
+TEST_CASE("the cubin key changes with every input and only then") {
+  const CubinKeyParts base = sample_parts();
+  const std::string k = cubin_key(base);
+  CHECK(k.size() == 64);
+  CHECK(cubin_key(sample_parts()) == k);
+  auto differs = [&](auto mutate) {
+    CubinKeyParts p = base;
+    mutate(p);
+    return cubin_key(p) != k;
+  };
+  CHECK(differs([](CubinKeyParts& p) { p.source += " "; }));
+  CHECK(differs([](CubinKeyParts& p) { p.options.push_back("-lineinfo"); }));
+  CHECK(differs([](CubinKeyParts& p) { p.options[1] = "-std=c++20"; }));
+  CHECK(differs([](CubinKeyParts& p) { p.nvrtc_version = "13.1"; }));
+  CHECK(differs([](CubinKeyParts& p) { p.arch = "sm_80"; }));
+  CHECK(differs([](CubinKeyParts& p) { p.driver_version = 13010; }));
+  CHECK(differs([](CubinKeyParts& p) { p.jitbmm_version = "0.2.0"; }));
+  // Field boundaries count: moving text between fields changes the key.
+  CHECK(differs([](CubinKeyParts& p) { p.options = {"--gpu-architecture=sm_90-std=c++17"}; }));
+}
+
+TEST_CASE("put then get returns the payload; a miss is empty") {
+  TempDir dir;
+  DiskCache cache(dir.path + "/nested/cache");
+  REQUIRE(cache.usable());
+  CHECK((fs::status(cache.dir()).permissions() & fs::perms::all) == fs::perms::owner_all); // 0700
+  const std::string key = key_of(1), payload("cubin\0bytes", 11);
+  CHECK_FALSE(cache.get(key, "cubin"));
+  CHECK(cache.put(key, "cubin", payload));
+  CHECK(cache.get(key, "cubin") == payload);
+  CHECK_FALSE(cache.get(key, "cu"));
+  CHECK_FALSE(cache.get("not-a-key", "cubin"));
+  const auto entries = cache.list();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].key == key);
+  CHECK(entries[0].kind == "cubin");
+}
+
+TEST_CASE("an entry truncated at any offset, or with any byte flipped, is a miss and is rebuilt") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string key = key_of(2);
+  std::string payload(300, '\0');
+  std::mt19937 rng(5);
+  for (char& c : payload) c = static_cast<char>(rng());
+  REQUIRE(cache.put(key, "cubin", payload));
+  const std::string path = dir.path + "/" + key + ".cubin";
+  const std::string good = file_bytes(path);
+  for (std::size_t cut = 0; cut < good.size(); ++cut) {
+    CAPTURE(cut);
+    write_bytes(path, good.substr(0, cut));
+    CHECK_FALSE(cache.get(key, "cubin"));
+    CHECK_FALSE(fs::exists(path)); // moved aside
+  }
+  for (std::size_t at = 0; at < good.size(); at += 7) {
+    CAPTURE(at);
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ (1 + rng() % 255));
+    write_bytes(path, bad);
+    CHECK_FALSE(cache.get(key, "cubin"));
+  }
+  write_bytes(path, good + "x"); // trailing bytes
+  CHECK_FALSE(cache.get(key, "cubin"));
+  CHECK(cache.put(key, "cubin", payload)); // rebuilt
+  CHECK(cache.get(key, "cubin") == payload);
+}
+
+TEST_CASE("a foreign entry under another key's name is a miss") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string a = key_of(3), b = key_of(4);
+  REQUIRE(cache.put(a, "cubin", "payload of a"));
+  fs::copy_file(dir.path + "/" + a + ".cubin", dir.path + "/" + b + ".cubin");
+  CHECK_FALSE(cache.get(b, "cubin"));
+  CHECK(cache.get(a, "cubin") == std::string("payload of a"));
+  CHECK(cache.verify() == 0);
+  write_bytes(dir.path + "/" + a + ".cubin", "garbage");
+  CHECK(cache.verify() == 1);
+  CHECK(cache.list().empty());
+}
+
+TEST_CASE("16 processes writing one key at once: all succeed, one valid entry, no temp files") {
+  TempDir dir;
+  const std::string key = key_of(5);
+  const std::string payload(1 << 16, 'p');
+  std::vector<pid_t> children;
+  for (int i = 0; i < 16; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      DiskCache cache(dir.path);
+      _exit(cache.put(key, "cubin", payload) ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  DiskCache cache(dir.path);
+  CHECK(cache.get(key, "cubin") == payload);
+  int files = 0;
+  for (const auto& item : fs::directory_iterator(dir.path)) {
+    ++files;
+    CHECK(item.path().filename().string().rfind(".tmp-", 0) == std::string::npos);
+  }
+  CHECK(files == 1);
+}
+
+TEST_CASE("an unusable cache directory means memory-only operation, not an error") {
+  TempDir dir;
+  write_bytes(dir.path + "/file", "not a directory");
+  DiskCache blocked(dir.path + "/file/cache"); // its parent is a file: cannot be created, even as root
+  CHECK_FALSE(blocked.usable());
+  CHECK_FALSE(blocked.put(key_of(6), "cubin", "x"));
+  CHECK_FALSE(blocked.get(key_of(6), "cubin"));
+  if (::geteuid() != 0) { // permissions bind everyone but root
+    fs::create_directory(dir.path + "/ro");
+    fs::permissions(dir.path + "/ro", fs::perms::owner_read | fs::perms::owner_exec);
+    DiskCache read_only(dir.path + "/ro");
+    CHECK_FALSE(read_only.put(key_of(6), "cubin", "x"));
+  }
+}
+
+TEST_CASE("eviction removes the least recently used entries down to the cap") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string payload(1000, 'e');
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(cache.put(key_of(100 + i), "cubin", payload));
+    ::usleep(2000); // distinct modification times
+  }
+  REQUIRE(cache.get(key_of(100), "cubin")); // the oldest becomes the most recently used
+  const uint64_t entry_bytes = cache.list()[0].bytes;
+  cache.evict(4 * entry_bytes);
+  const auto left = cache.list();
+  CHECK(left.size() == 4);
+  CHECK(cache.get(key_of(100), "cubin"));  // kept: used last
+  CHECK_FALSE(cache.get(key_of(101), "cubin")); // evicted: least recently used
+  cache.clear();
+  CHECK(cache.list().empty());
+}
+
+TEST_CASE("the default location follows JITBMM_CACHE_DIR, then XDG_CACHE_HOME, then HOME") {
+  const char* saved[3] = {std::getenv("JITBMM_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
+  const std::string keep[3] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : ""};
+  ::setenv("JITBMM_CACHE_DIR", "/tmp/a", 1);
+  ::setenv("XDG_CACHE_HOME", "/tmp/x", 1);
+  ::setenv("HOME", "/tmp/h", 1);
+  CHECK(DiskCache::default_dir() == "/tmp/a");
+  ::unsetenv("JITBMM_CACHE_DIR");
+  CHECK(DiskCache::default_dir() == "/tmp/x/jitbmm");
+  ::unsetenv("XDG_CACHE_HOME");
+  CHECK(DiskCache::default_dir() == "/tmp/h/.cache/jitbmm");
+  const char* names[3] = {"JITBMM_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  for (int i = 0; i < 3; ++i)
+    if (saved[i]) ::setenv(names[i], keep[i].c_str(), 1);
+    else ::unsetenv(names[i]);
+}
