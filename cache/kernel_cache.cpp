@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/disk_cache.hpp"
+#include "generator/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/version.hpp"
 
@@ -58,7 +59,8 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
 
 } // namespace
 
-std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& kernel) {
+std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& generated) {
+  const GeneratedKernel kernel = with_override(generated);
   static std::mutex mutex;
   static auto* entries = new std::map<Key, Entry>(); // never destroyed: modules must outlive static teardown
   const Key key{device.context, kernel.name};
@@ -74,6 +76,7 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
   }
   if (existing.valid()) return existing.get(); // built, or being built by another thread
   try {
+    if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + device.arch().substr(3)).binary);
     auto loaded = build(device, kernel);
     promise.set_value(loaded);
     return loaded;

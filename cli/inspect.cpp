@@ -6,6 +6,7 @@
 #include "cli/spec_args.hpp"
 #include "cli/commands.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
@@ -35,7 +36,7 @@ int run_inspect(int argc, char** argv) {
   flags.insert({"--arch", "--emit"});
   const Args args(argc, argv, 2, flags, spec_switches());
   const KernelSpec spec = spec_from(args, problem_from(args));
-  const GeneratedKernel kernel = emit_kernel(spec);
+  const GeneratedKernel kernel = with_override(emit_kernel(spec));
   const std::string arch = args.get("--arch", "sm_90");
   if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument("--arch: expected sm_XY, got '" + arch + "'");
   const std::string emit = args.get("--emit", "cuda");
@@ -45,6 +46,7 @@ int run_inspect(int argc, char** argv) {
   if (emit == "cuda" || all) std::cout << kernel.source;
   if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary;
   if (emit == "resources" || all) print_resources(kernel, arch);
+  if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);
   return 0;
 }
 
