@@ -75,7 +75,7 @@ int demo_gpu(const Shape& shape) {
     if (!reference::close(DType::f32, ho[idx], ref, reference::tolerance(DType::f32))) ++bad;
     worst = std::max(worst, std::fabs(ho[idx] - ref.value) / ref.scale);
   }
-  std::printf("check: %d sampled outputs vs CPU reference (long double): %d mismatches, max rel. error %.2e; "
+  std::printf("check: %d sampled outputs vs the CPU reference: %d mismatches, max rel. error %.2e; "
               "%zu of %zu outputs unwritten\n",
               samples, bad, worst, unwritten, no);
 

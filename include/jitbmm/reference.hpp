@@ -1,5 +1,6 @@
-// The CPU reference: the oracle of every test. Exact semantics of the README's contract, computed in long double
-// from the stored inputs, never rounded to the output dtype (compare with round_to(output_dtype, value)).
+// The CPU reference: the oracle of every test. Exact semantics of the README's contract, computed from the stored
+// inputs in double (f32/f16/bf16 inputs) or long double (f64 inputs), never rounded to the output dtype (compare
+// with round_to(output_dtype, value)).
 #pragma once
 
 #include <cstdint>
