@@ -38,9 +38,8 @@ uint64_t get_le(std::string_view bytes, std::size_t at, int n) {
 }
 
 bool is_key(std::string_view s) {
-  return s.size() == kKeyChars && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == kKeyChars &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // Length-prefixed fields, so no two different part lists serialise alike.
@@ -124,7 +123,7 @@ std::string DiskCache::default_dir() {
 }
 
 DiskCache* DiskCache::process_cache() {
-  static DiskCache* cache = [] () -> DiskCache* {
+  static DiskCache* cache = []() -> DiskCache* {
     const char* mode = std::getenv("JITBMM_CACHE");
     if (mode && std::string(mode) == "off") return nullptr;
     const std::string dir = default_dir();

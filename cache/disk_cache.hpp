@@ -2,10 +2,11 @@
 //
 // Location: $JITBMM_CACHE_DIR, else $XDG_CACHE_HOME/jitbmm, else ~/.cache/jitbmm (created 0700). Each entry is one
 // self-describing file, <key>.<kind>: magic, format version, the key, payload length, SHA-256 of the payload, then
-// the payload (<key>.cu beside a cubin is its plain source, for reading only). It is written to a unique temp file in the same directory, flushed, and renamed into place, so a
-// reader sees a whole entry or none and concurrent writers are safe. A truncated, corrupted or foreign entry is a
-// miss: it is moved aside (<file>.bad), with one warning. An unusable directory turns the cache off for the
-// process, with one warning: results never depend on the cache. Size is capped (least recently used evicted).
+// the payload (<key>.cu beside a cubin is its plain source, for reading only). It is written to a unique temp file in
+// the same directory, flushed, and renamed into place, so a reader sees a whole entry or none and concurrent writers
+// are safe. A truncated, corrupted or foreign entry is a miss: it is moved aside (<file>.bad), with one warning. An
+// unusable directory turns the cache off for the process, with one warning: results never depend on the cache. Size is
+// capped (least recently used evicted).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,8 @@ struct CubinKeyParts {
   std::string source;
   std::vector<std::string> options;
   std::string nvrtc_version;
-  std::string arch;          // "sm_90"
-  int driver_version = 0;    // CUDA driver version (e.g. 13000)
+  std::string arch;       // "sm_90"
+  int driver_version = 0; // CUDA driver version (e.g. 13000)
   std::string jitbmm_version;
 };
 std::string cubin_key(const CubinKeyParts& parts); // 64 hex digits
@@ -33,7 +34,7 @@ constexpr uint32_t kCacheFormatVersion = 1;
 constexpr uint64_t kDefaultCacheCapBytes = uint64_t(1) << 30;
 
 class DiskCache {
- public:
+public:
   // $JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm; empty when none can be named (no HOME).
   static std::string default_dir();
   // The process's cache, or null when disabled ($JITBMM_CACHE=off) or unusable. Cap: $JITBMM_CACHE_MAX_BYTES.
@@ -56,14 +57,14 @@ class DiskCache {
   std::vector<Entry> list() const;
   // Checks every entry; damaged ones are moved aside. Returns the number of damaged entries.
   int verify();
-  void clear();                  // removes every entry (and leftovers) of this cache
+  void clear();                   // removes every entry (and leftovers) of this cache
   void evict(uint64_t cap_bytes); // least recently used first, until the total is at most cap_bytes
 
   const std::string& dir() const { return dir_; }
   bool usable() const { return usable_; }
   uint64_t cap_bytes() const { return cap_; }
 
- private:
+private:
   std::string path_of(const std::string& key, const std::string& kind) const;
   void quarantine(const std::string& path, const std::string& why);
   bool atomic_write(const std::string& path, std::string_view bytes, const std::string& tag);

@@ -26,7 +26,8 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
       cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
   if (disk)
     if (std::optional<std::string> cubin = disk->get(key, "cubin"))
-      return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")", options};
+      return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")",
+                            options};
   CompiledKernel compiled = compile_to_cubin(kernel, device.arch());
   if (disk && disk->put(key, "cubin", compiled.binary)) {
     disk->put_source(key, kernel.source);

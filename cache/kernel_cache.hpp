@@ -17,7 +17,7 @@ struct LoadedKernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   CUfunction combine = nullptr; // split-K's second pass (<name>_combine), when the module has one
-  int registers = 0; // as the driver reports for the loaded function
+  int registers = 0;            // as the driver reports for the loaded function
 };
 
 // Returns the loaded kernel for `spec` on `device`, generating, compiling and loading it on first use. Concurrent

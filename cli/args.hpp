@@ -9,7 +9,7 @@
 namespace jitbmm::cli {
 
 class Args {
- public:
+public:
   // `flags` take a value; `switches` do not.
   Args(int argc, char** argv, int first, const std::set<std::string>& flags, const std::set<std::string>& switches) {
     for (int i = first; i < argc; ++i) {
@@ -30,7 +30,7 @@ class Args {
     return it == values_.end() ? fallback : it->second;
   }
 
- private:
+private:
   std::map<std::string, std::string> values_;
 };
 

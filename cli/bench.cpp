@@ -28,9 +28,12 @@ struct Ceilings {
 // max-times one add or multiply plus one max/min (two FP32-pipe instructions); plus-times one FMA.
 double ceiling_terms_per_s(Semiring s, const Ceilings& c) {
   switch (s) {
-  case Semiring::log: return c.exp_per_s;
-  case Semiring::plus_times: return c.fma_per_s;
-  default: return c.fma_per_s / 2;
+  case Semiring::log:
+    return c.exp_per_s;
+  case Semiring::plus_times:
+    return c.fma_per_s;
+  default:
+    return c.fma_per_s / 2;
   }
 }
 
@@ -47,8 +50,10 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
   const int64_t na = s.B * s.M * s.K, nb = s.B * s.K * s.N, no = s.B * s.M * s.N;
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<unsigned char> ha(na * in_bytes), hb(nb * in_bytes);
-  for (int64_t i = 0; i < na; ++i) store_element(p.dtype, ha.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
-  for (int64_t i = 0; i < nb; ++i) store_element(p.dtype, hb.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
+  for (int64_t i = 0; i < na; ++i)
+    store_element(p.dtype, ha.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
+  for (int64_t i = 0; i < nb; ++i)
+    store_element(p.dtype, hb.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
   DeviceBuffer a(ha.size()), b(hb.size()), out(no * out_bytes), arg(p.with_argmax ? no * 4 : 0);
   a.upload(ha.data(), ha.size());
   b.upload(hb.data(), hb.size());

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "cli/args.hpp"
 #include "cache/disk_cache.hpp"
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
@@ -35,9 +35,9 @@ std::vector<float> randn(std::size_t n, std::mt19937_64& rng) {
 
 int demo_gpu(const Shape& shape) {
   const auto device = current_device();
-  std::printf("device: %s (%s, %d SMs), driver CUDA %d.%d, NVRTC %s\n", device->name.c_str(),
-              device->arch().c_str(), device->sm_count, device->driver_version / 1000,
-              device->driver_version % 1000 / 10, nvrtc_version().c_str());
+  std::printf("device: %s (%s, %d SMs), driver CUDA %d.%d, NVRTC %s\n", device->name.c_str(), device->arch().c_str(),
+              device->sm_count, device->driver_version / 1000, device->driver_version % 1000 / 10,
+              nvrtc_version().c_str());
   ScopedContext scope(device->context);
   const double exp_rate = measure_exp_per_second(*device);
   std::printf("measured exp2 throughput: %.3g /s\n", exp_rate);
@@ -48,7 +48,8 @@ int demo_gpu(const Shape& shape) {
               plan.plan().kernel_name().c_str(), plan.plan().registers(), 1e3 * seconds_since(t0));
 
   std::mt19937_64 rng(20261122);
-  const std::size_t na = shape.B * shape.M * shape.K, nb = shape.B * shape.K * shape.N, no = shape.B * shape.M * shape.N;
+  const std::size_t na = shape.B * shape.M * shape.K, nb = shape.B * shape.K * shape.N,
+                    no = shape.B * shape.M * shape.N;
   const std::vector<float> ha = randn(na, rng), hb = randn(nb, rng);
   DeviceBuffer a(na * 4), b(nb * 4), out(no * 4);
   a.upload(ha.data(), na * 4);
@@ -112,7 +113,8 @@ int demo_without_gpu(const Shape& shape, const NoDriverError& why) {
   std::vector<float> a = randn(2 * 3 * 5, rng), b = randn(2 * 5 * 4, rng);
   for (int k = 0; k < 5; ++k) a[5 + k] = -INFINITY; // row 1 of batch 0: every term −inf
   const auto ref = reference::compute(small, a.data(), b.data());
-  std::printf("\nCPU reference, log semiring, shape %s (row 1 of batch 0 is all -inf):\n", to_string(small.shape).c_str());
+  std::printf("\nCPU reference, log semiring, shape %s (row 1 of batch 0 is all -inf):\n",
+              to_string(small.shape).c_str());
   for (int64_t i = 0; i < 3; ++i) {
     std::printf("  out[0,%lld,:] =", static_cast<long long>(i));
     for (int64_t j = 0; j < 4; ++j) std::printf(" %9.5f", ref[i * 4 + j].value);

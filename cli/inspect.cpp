@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "cli/args.hpp"
-#include "cli/spec_args.hpp"
 #include "cli/commands.hpp"
+#include "cli/spec_args.hpp"
 #include "generator/emit_source.hpp"
 #include "generator/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
@@ -22,8 +22,8 @@ void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
   const PtxasResources r = parse_ptxas_log(c.log, kernel.name);
   std::printf("kernel:      %s\narch:        %s\ncubin bytes: %zu\nregisters:   %d\nstack bytes: %d\n"
               "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
-              kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes,
-              r.spill_store_bytes, r.spill_load_bytes, r.shared_bytes);
+              kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes, r.spill_store_bytes,
+              r.spill_load_bytes, r.shared_bytes);
   if (r.registers < 0)
     std::printf("(NVRTC returned no ptxas report for this kernel, so registers and spills are unknown here)\n");
   std::printf("ptxas log:\n%s\n", c.log.c_str());

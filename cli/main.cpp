@@ -10,25 +10,26 @@
 namespace {
 
 void usage(std::FILE* to) {
-  std::fprintf(to,
-               "jitbmm %s: batched semiring matrix products, JIT-compiled for your GPU\n\n"
-               "usage:\n"
-               "  jitbmm demo [--shape BxMxKxN]\n"
-               "      On a GPU: run the log semiring (default 64x512x512x512, f32), verify a sample against the CPU\n"
-               "      reference, print time, terms/s and the share of the measured exp throughput.\n"
-               "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
-               "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
-               "                 [--strategy S] [--block XxY] [--tile MxNxK] [--thread MxN] [--k-chunk N]\n"
-               "                 [--index64] [--arch sm_90]\n"
-               "                 --emit cuda|ptx|resources|all\n"
-               "      Print the generated source, NVRTC's PTX, or ptxas's resource report (no GPU needed).\n"
-               "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
-               "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
-               "  jitbmm cache path|list|verify|clear\n"
-               "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"
-               "  jitbmm info\n"
-               "      Driver, NVRTC and devices.\n",
-               jitbmm::kVersion);
+  std::fprintf(
+      to,
+      "jitbmm %s: batched semiring matrix products, JIT-compiled for your GPU\n\n"
+      "usage:\n"
+      "  jitbmm demo [--shape BxMxKxN]\n"
+      "      On a GPU: run the log semiring (default 64x512x512x512, f32), verify a sample against the CPU\n"
+      "      reference, print time, terms/s and the share of the measured exp throughput.\n"
+      "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
+      "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
+      "                 [--strategy S] [--block XxY] [--tile MxNxK] [--thread MxN] [--k-chunk N]\n"
+      "                 [--index64] [--arch sm_90]\n"
+      "                 --emit cuda|ptx|resources|all\n"
+      "      Print the generated source, NVRTC's PTX, or ptxas's resource report (no GPU needed).\n"
+      "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
+      "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
+      "  jitbmm cache path|list|verify|clear\n"
+      "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"
+      "  jitbmm info\n"
+      "      Driver, NVRTC and devices.\n",
+      jitbmm::kVersion);
 }
 
 } // namespace

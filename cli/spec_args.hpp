@@ -11,8 +11,8 @@
 namespace jitbmm::cli {
 
 inline std::set<std::string> spec_flags() {
-  return {"--semiring", "--dtype", "--out-dtype", "--shape", "--strategy", "--block",
-          "--tile", "--thread", "--k-chunk", "--min-blocks"};
+  return {"--semiring", "--dtype", "--out-dtype", "--shape",   "--strategy",
+          "--block",    "--tile",  "--thread",    "--k-chunk", "--min-blocks"};
 }
 inline std::set<std::string> spec_switches() { return {"--argmax", "--index64"}; }
 
@@ -29,7 +29,8 @@ inline Problem problem_from(const Args& args, const std::string& shape = "64x512
 
 // The default spec for the problem (or for --strategy), with any tuning flag given overriding its field.
 inline KernelSpec spec_from(const Args& args, const Problem& p) {
-  KernelSpec spec = args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", ""))) : default_spec(p);
+  KernelSpec spec =
+      args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", ""))) : default_spec(p);
   if (args.has("--block")) {
     const std::string b = args.get("--block", "");
     const auto x = b.find('x');
@@ -53,6 +54,5 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   check_spec_fits(spec, p);
   return spec;
 }
-
 
 } // namespace jitbmm::cli

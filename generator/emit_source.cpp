@@ -71,9 +71,12 @@ std::string kernel_call(const KernelSpec& s) {
                            std::to_string(s.tile_k) + ", " + std::to_string(s.thread_m) + ", " +
                            std::to_string(s.thread_n);
   switch (s.strategy) {
-  case Strategy::linear: return "jb::linear_kernel<" + semiring + ", " + io + ">";
-  case Strategy::linear_two_pass: return "jb::linear_two_pass_kernel<" + io + ">";
-  case Strategy::warp: return "jb::warp_kernel<" + semiring + ", " + io + ", " + std::to_string(s.block_x) + ">";
+  case Strategy::linear:
+    return "jb::linear_kernel<" + semiring + ", " + io + ">";
+  case Strategy::linear_two_pass:
+    return "jb::linear_two_pass_kernel<" + io + ">";
+  case Strategy::warp:
+    return "jb::warp_kernel<" + semiring + ", " + io + ", " + std::to_string(s.block_x) + ">";
   case Strategy::block_tree:
     return "jb::block_tree_kernel<" + semiring + ", " + io + ", " + std::to_string(s.block_x) + ">";
   case Strategy::tiled:
@@ -112,10 +115,11 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
      << ", \"host and device disagree on BmmParams\");\n"
      // Min-blocks 1: with the bare bound ptxas aims at full occupancy and caps registers low enough to spill.
      << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads() << ", "
-     << (spec.is_tiled() ? spec.min_blocks : 1) << ") " << kNameSlot
-     << "(const jb::BmmParams p) {\n  " << kernel_call(spec) << "(p);\n}\n";
+     << (spec.is_tiled() ? spec.min_blocks : 1) << ") " << kNameSlot << "(const jb::BmmParams p) {\n  "
+     << kernel_call(spec) << "(p);\n}\n";
   if (spec.strategy == Strategy::split_k)
-    os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot << "_combine(const jb::BmmParams p) {\n"
+    os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
+       << "_combine(const jb::BmmParams p) {\n"
        << "  jb::combine_kernel<" << semiring_info(spec.semiring).device_type << '<' << dtype_info(spec.dtype).acc_type
        << ">, " << dtype_info(spec.out_dtype).device_type << ", " << (spec.index64 ? "long long" : "int") << ", "
        << dtype_info(spec.dtype).acc_type << ">(p);\n}\n";
@@ -152,7 +156,9 @@ GeneratedKernel emit_fma_probe() {
 }
 
 GeneratedKernel emit_exp_probe() {
-  return emit_probe("probe_exp2", "Exp-unit", "float y; asm volatile(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x[c])); x[c] = y - 1.0f;");
+  return emit_probe(
+      "probe_exp2", "Exp-unit",
+      "float y; asm volatile(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x[c])); x[c] = y - 1.0f;");
 }
 
 } // namespace jitbmm

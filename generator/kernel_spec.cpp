@@ -99,9 +99,15 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   const bool wide = problem.dtype == DType::f64;
   switch (strategy) {
   case Strategy::linear:
-  case Strategy::linear_two_pass: spec.block_x = 32, spec.block_y = 8; break;
-  case Strategy::warp: spec.block_x = s.K >= 512 ? 32 : s.K >= 64 ? 8 : 4, spec.block_y = 256 / spec.block_x; break;
-  case Strategy::block_tree: spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1; break;
+  case Strategy::linear_two_pass:
+    spec.block_x = 32, spec.block_y = 8;
+    break;
+  case Strategy::warp:
+    spec.block_x = s.K >= 512 ? 32 : s.K >= 64 ? 8 : 4, spec.block_y = 256 / spec.block_x;
+    break;
+  case Strategy::block_tree:
+    spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1;
+    break;
   case Strategy::tiled:
   case Strategy::split_k:
     if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
@@ -132,12 +138,16 @@ KernelSpec default_spec(const Problem& problem) {
   const Shape& s = problem.shape;
   const int64_t outputs = s.B * s.M * s.N;
   Strategy strategy = Strategy::linear;
-  if (s.K == 0 || outputs == 0) strategy = Strategy::linear;
+  if (s.K == 0 || outputs == 0)
+    strategy = Strategy::linear;
   else if (s.M >= 16 && s.N >= 16 && outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= 65535)
     strategy = Strategy::tiled;
-  else if (s.M >= 16 && s.N >= 16 && s.K >= 4096) strategy = Strategy::split_k;
-  else if (s.K >= 32 && outputs < (int64_t(1) << 18)) strategy = Strategy::warp; // few outputs: parallel K
-  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) strategy = Strategy::tiled;
+  else if (s.M >= 16 && s.N >= 16 && s.K >= 4096)
+    strategy = Strategy::split_k;
+  else if (s.K >= 32 && outputs < (int64_t(1) << 18))
+    strategy = Strategy::warp; // few outputs: parallel K
+  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535)
+    strategy = Strategy::tiled;
   return default_spec(problem, strategy);
 }
 
@@ -151,9 +161,11 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   if (p.with_argmax && s.K > INT32_MAX) throw std::invalid_argument("shape.K: argmax is int32, so K must be < 2^31");
   const int threads = spec.threads();
   if (threads <= 0 || threads > 1024 || threads % 32 != 0)
-    reject(spec.is_tiled() ? "thread" : "block", std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
+    reject(spec.is_tiled() ? "thread" : "block",
+           std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
   switch (spec.strategy) {
-  case Strategy::linear: break;
+  case Strategy::linear:
+    break;
   case Strategy::linear_two_pass:
     if (spec.semiring != Semiring::log) reject("strategy", "linear_two_pass is the log semiring's two-pass form");
     break;

@@ -16,16 +16,14 @@ namespace {
 // ~1e-16 relative error where the tests need 1e-5) and in long double for f64 inputs (tests need 1e-12).
 
 // Two terms are a tie when the kernel's accumulator type cannot tell them apart.
-template <class Real>
-bool same_in_acc(DType dtype, Real x, Real y) {
+template <class Real> bool same_in_acc(DType dtype, Real x, Real y) {
   if (dtype == DType::f64) return static_cast<double>(x) == static_cast<double>(y);
   const float fx = static_cast<float>(x), fy = static_cast<float>(y);
   if (fx == fy) return true;
   return std::fabs(x - y) <= std::ldexp(std::fabs(x) + std::fabs(y), -22); // within f32 rounding of the terms
 }
 
-template <class Real>
-Element log_sum_exp(const std::vector<Real>& t) {
+template <class Real> Element log_sum_exp(const std::vector<Real>& t) {
   constexpr Real kInf = std::numeric_limits<Real>::infinity();
   Element e;
   bool any_nan = false, any_pos_inf = false;
@@ -35,9 +33,12 @@ Element log_sum_exp(const std::vector<Real>& t) {
     any_pos_inf |= x == kInf;
     if (x > m) m = x;
   }
-  if (any_nan) e.value = std::numeric_limits<double>::quiet_NaN();
-  else if (any_pos_inf) e.value = INFINITY;
-  else if (m == -kInf) e.value = -INFINITY; // K = 0, or every term −inf: the semiring zero, never NaN
+  if (any_nan)
+    e.value = std::numeric_limits<double>::quiet_NaN();
+  else if (any_pos_inf)
+    e.value = INFINITY;
+  else if (m == -kInf)
+    e.value = -INFINITY; // K = 0, or every term −inf: the semiring zero, never NaN
   else {
     Real sum = 0;
     for (Real x : t) sum += std::exp(x - m);
@@ -48,8 +49,7 @@ Element log_sum_exp(const std::vector<Real>& t) {
 }
 
 // The selecting semirings: keep the first k whose term beats the current one; the first NaN wins and stays.
-template <class Real, class Better>
-Element select(DType dtype, const std::vector<Real>& t, Real zero, Better better) {
+template <class Real, class Better> Element select(DType dtype, const std::vector<Real>& t, Real zero, Better better) {
   Element e;
   int64_t best = -1;
   for (int64_t k = 0; k < static_cast<int64_t>(t.size()); ++k) {
@@ -131,10 +131,13 @@ bool close(DType out_dtype, double got, const Element& expected, double toleranc
 
 double tolerance(DType dtype) {
   switch (dtype) {
-  case DType::f64: return 1e-12;
-  case DType::f32: return 1e-5;
+  case DType::f64:
+    return 1e-12;
+  case DType::f32:
+    return 1e-5;
   case DType::f16:
-  case DType::bf16: return 1e-2;
+  case DType::bf16:
+    return 1e-2;
   }
   throw std::invalid_argument("dtype: unknown enum value");
 }

@@ -30,13 +30,13 @@ std::shared_ptr<const DeviceInfo> current_device();
 
 // Makes `ctx` current for this scope if it is not already (RAII push/pop).
 class ScopedContext {
- public:
+public:
   explicit ScopedContext(CUcontext ctx);
   ~ScopedContext();
   ScopedContext(const ScopedContext&) = delete;
   ScopedContext& operator=(const ScopedContext&) = delete;
 
- private:
+private:
   bool pushed_ = false;
 };
 

@@ -9,7 +9,7 @@
 namespace jitbmm {
 
 class DeviceBuffer {
- public:
+public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes); // in the current context
   ~DeviceBuffer();
@@ -24,7 +24,7 @@ class DeviceBuffer {
   void download(void* host, std::size_t bytes) const;
   void fill_bytes(unsigned char value); // e.g. 0xff: NaN in every float dtype, −1 in int32: poison
 
- private:
+private:
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
 };

@@ -31,11 +31,11 @@ DriverApi load_driver(const std::string& path) {
                         "). Install the NVIDIA driver, or run on a machine with a GPU.");
   }
   // JITBMM_STRINGIFY(name) expands cuda.h's versioning macros, so cuMemAlloc asks for "cuMemAlloc_v2".
-#define JITBMM_RESOLVE(name)                                                                                      \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, JITBMM_STRINGIFY(name)));                      \
-  if (!api.name)                                                                                                  \
-    throw NoDriverError("no CUDA driver found: " + path + " lacks the entry point " JITBMM_STRINGIFY(name)          \
-                        " (driver too old for this jitbmm build?)");
+#define JITBMM_RESOLVE(name)                                                                                           \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, JITBMM_STRINGIFY(name)));                          \
+  if (!api.name)                                                                                                       \
+    throw NoDriverError("no CUDA driver found: " + path +                                                              \
+                        " lacks the entry point " JITBMM_STRINGIFY(name) " (driver too old for this jitbmm build?)");
   JITBMM_DRIVER_FUNCTIONS(JITBMM_RESOLVE)
 #undef JITBMM_RESOLVE
   return api;

@@ -16,8 +16,7 @@ namespace jitbmm {
 // std::invalid_argument naming `what` when the offset does not fit in int64.
 inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
   if (batches == 0 || rows == 0 || cols == 0) return 0;
-  const std::array<std::pair<int64_t, int64_t>, 3> dims = {
-      {{batches, st.batch}, {rows, st.row}, {cols, st.col}}};
+  const std::array<std::pair<int64_t, int64_t>, 3> dims = {{{batches, st.batch}, {rows, st.row}, {cols, st.col}}};
   int64_t total = 0;
   for (const auto& [extent, stride] : dims) {
     int64_t part = 0;

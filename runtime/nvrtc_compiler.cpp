@@ -19,7 +19,7 @@ std::shared_mutex g_compile_lock;
 std::atomic<bool> g_reports_unreliable{false};
 
 class Program {
- public:
+public:
   explicit Program(const GeneratedKernel& k) {
     const nvrtcResult r = nvrtcCreateProgram(&prog_, k.source.c_str(), (k.name + ".cu").c_str(), 0, nullptr, nullptr);
     if (r != NVRTC_SUCCESS)
@@ -39,7 +39,7 @@ class Program {
     return log;
   }
 
- private:
+private:
   nvrtcProgram prog_ = nullptr;
 };
 

@@ -11,9 +11,9 @@ namespace jitbmm {
 
 struct CompiledKernel {
   std::string name;
-  std::string binary;                // cubin bytes, or PTX text for compile_to_ptx
-  std::string log;                   // NVRTC log, including ptxas's resource report
-  std::vector<std::string> options;  // exactly what NVRTC was given
+  std::string binary;               // cubin bytes, or PTX text for compile_to_ptx
+  std::string log;                  // NVRTC log, including ptxas's resource report
+  std::vector<std::string> options; // exactly what NVRTC was given
 };
 
 // Registers, spills and stack as ptxas reported them in an NVRTC log (-1 where the log does not say).

@@ -46,7 +46,6 @@ void check_pointer(const void* ptr, const char* name, bool empty) {
 
 SemiringBMM SemiringBMM::get(const Problem& problem) { return get(problem, default_spec(problem)); }
 
-
 namespace {
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
@@ -60,7 +59,8 @@ void set_geometry(SemiringBMM::Impl& im) {
   switch (spec.strategy) {
   case Strategy::linear:
     im.block[0] = spec.block_x, im.block[1] = spec.block_y;
-    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX) throw std::invalid_argument("shape.N: too large for one grid");
+    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX)
+      throw std::invalid_argument("shape.N: too large for one grid");
     im.grid[0] = static_cast<unsigned>((s.N + spec.block_x - 1) / spec.block_x);
     im.grid[1] = clamp_grid((s.M + spec.block_y - 1) / spec.block_y, kMaxGridYZ);
     im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
@@ -86,9 +86,9 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.grid[2] = clamp_grid(s.B * chunks, kMaxGridYZ);
     if (spec.strategy == Strategy::split_k) {
       im.params.k_chunk = spec.k_chunk;
-      im.workspace_bytes = static_cast<std::size_t>(chunks * outputs) *
-                           (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) +
-                           (spec.with_argmax ? static_cast<std::size_t>(chunks * outputs) * 4 : 0);
+      im.workspace_bytes =
+          static_cast<std::size_t>(chunks * outputs) * (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) +
+          (spec.with_argmax ? static_cast<std::size_t>(chunks * outputs) * 4 : 0);
       im.combine_grid = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
     }
     break;
@@ -102,8 +102,8 @@ void check_alignment(const void* ptr, const char* name, int bytes) {
                                 "-byte element");
 }
 
-void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], jb::BmmParams& params,
-            CUstream stream, const std::string& name) {
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], jb::BmmParams& params, CUstream stream,
+            const std::string& name) {
   void* args[] = {&params};
   check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
         ("cuLaunchKernel(" + name + ")").c_str());
@@ -144,8 +144,10 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   check_pointer(a, "a", no_outputs || s.K == 0);
   check_pointer(b, "b", no_outputs || s.K == 0);
   check_pointer(out, "out", no_outputs);
-  if (im.problem.with_argmax) check_pointer(argmax, "argmax", no_outputs);
-  else if (argmax) throw std::invalid_argument("argmax: given, but the plan was made without with_argmax");
+  if (im.problem.with_argmax)
+    check_pointer(argmax, "argmax", no_outputs);
+  else if (argmax)
+    throw std::invalid_argument("argmax: given, but the plan was made without with_argmax");
   if (no_outputs) return;
   const int in_bytes = dtype_info(im.problem.dtype).size_bytes;
   check_alignment(a, "a", in_bytes);

@@ -19,8 +19,8 @@ double measure(const DeviceInfo& device, const GeneratedKernel& probe) {
   args[0] = &sink_ptr;
   const Timing t = time_launches(
       [&](Stream s) {
-        check(driver().cuLaunchKernel(kernel->function, blocks, 1, 1, threads, 1, 1, 0,
-                                      reinterpret_cast<CUstream>(s), args, nullptr),
+        check(driver().cuLaunchKernel(kernel->function, blocks, 1, 1, threads, 1, 1, 0, reinterpret_cast<CUstream>(s),
+                                      args, nullptr),
               "cuLaunchKernel(exp probe)");
       },
       2, 9);

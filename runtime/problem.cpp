@@ -61,7 +61,8 @@ void validate(const Problem& p) {
   const bool half_in = p.dtype == DType::f16 || p.dtype == DType::bf16;
   if (out != p.dtype && !(half_in && out == DType::f32))
     throw std::invalid_argument(std::string("out_dtype: ") + dtype_info(out).name + " output from " +
-                                dtype_info(p.dtype).name + " inputs is not supported (only the input dtype, or f32 "
+                                dtype_info(p.dtype).name +
+                                " inputs is not supported (only the input dtype, or f32 "
                                 "from f16/bf16)");
   if (p.with_argmax && !semiring_info(p.semiring).has_argmax)
     throw std::invalid_argument(std::string("with_argmax: the ") + semiring_info(p.semiring).name +
@@ -85,8 +86,7 @@ std::string describe(const Problem& p) {
   };
   os << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name;
   if (p.output_dtype() != p.dtype) os << "->" << dtype_info(p.output_dtype()).name;
-  os << ' ' << to_string(p.shape) << " a" << strides(p.a()) << " b" << strides(p.b()) << " out"
-     << strides(p.out());
+  os << ' ' << to_string(p.shape) << " a" << strides(p.a()) << " b" << strides(p.b()) << " out" << strides(p.out());
   if (p.with_argmax) os << " +argmax";
   return os.str();
 }

@@ -9,14 +9,14 @@ namespace jitbmm {
 namespace {
 
 class Event {
- public:
+public:
   Event() { check(driver().cuEventCreate(&event_, CU_EVENT_DEFAULT), "cuEventCreate"); }
   ~Event() { driver().cuEventDestroy(event_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   CUevent get() const { return event_; }
 
- private:
+private:
   CUevent event_ = nullptr;
 };
 

@@ -4,8 +4,7 @@
 
 namespace jb {
 
-template <class S, class Out, class I, class T>
-__device__ __forceinline__ void combine_kernel(const BmmParams p) {
+template <class S, class Out, class I, class T> __device__ __forceinline__ void combine_kernel(const BmmParams p) {
   const I outputs = (I)p.B * (I)p.M * (I)p.N;
   const I chunks = ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk;
   const T* values = static_cast<const T*>(p.workspace);

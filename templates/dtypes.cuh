@@ -4,8 +4,12 @@
 
 namespace jb {
 
-struct f16 { unsigned short bits; };
-struct bf16 { unsigned short bits; };
+struct f16 {
+  unsigned short bits;
+};
+struct bf16 {
+  unsigned short bits;
+};
 typedef float f32;
 typedef double f64;
 

@@ -7,7 +7,8 @@ namespace jb {
 
 // S: semiring struct over the accumulator type; In/Out: storage types; I: index type (int or long long).
 template <class S, class In, class Out, class I>
-__device__ __forceinline__ void linear_kernel(const BmmParams p) { // by value: a reference to a kernel parameter can force a stack copy
+__device__ __forceinline__ void
+linear_kernel(const BmmParams p) { // by value: a reference to a kernel parameter can force a stack copy
   typedef typename Acc<In>::type T;
   const I j = (I)blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= (I)p.N) return;

@@ -6,10 +6,10 @@ namespace jb {
 
 // Strides are in elements. Every generated kernel takes exactly one BmmParams.
 struct BmmParams {
-  const void* a;     // [B][M][K] storage dtype
-  const void* b;     // [B][K][N] storage dtype
-  void* out;         // [B][M][N] output dtype
-  int* argmax;       // [B][M][N] contiguous int32, or null
+  const void* a; // [B][M][K] storage dtype
+  const void* b; // [B][K][N] storage dtype
+  void* out;     // [B][M][N] output dtype
+  int* argmax;   // [B][M][N] contiguous int32, or null
   long long B, M, N, K;
   long long a_batch, a_row, a_col;
   long long b_batch, b_row, b_col;

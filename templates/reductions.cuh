@@ -6,8 +6,7 @@
 
 namespace jb {
 
-template <class I>
-__device__ __forceinline__ void unflatten(const BmmParams& p, I o, I& batch, I& i, I& j) {
+template <class I> __device__ __forceinline__ void unflatten(const BmmParams& p, I o, I& batch, I& i, I& j) {
   j = o % (I)p.N;
   const I rest = o / (I)p.N;
   i = rest % (I)p.M;
@@ -19,8 +18,7 @@ __device__ __forceinline__ void accumulate_strided(const BmmParams& p, typename 
                                                    I k_first, I k_step) {
   const In* a = static_cast<const In*>(p.a) + batch * (I)p.a_batch + i * (I)p.a_row;
   const In* b = static_cast<const In*>(p.b) + batch * (I)p.b_batch + j * (I)p.b_col;
-  for (I k = k_first; k < (I)p.K; k += k_step)
-    S::add_term(st, to_acc(a[k * (I)p.a_col]), to_acc(b[k * (I)p.b_row]), k);
+  for (I k = k_first; k < (I)p.K; k += k_step) S::add_term(st, to_acc(a[k * (I)p.a_col]), to_acc(b[k * (I)p.b_row]), k);
 }
 
 template <class S, class Out, class I, class T>
@@ -30,8 +28,7 @@ __device__ __forceinline__ void store_output(const BmmParams& p, I batch, I i, I
 }
 
 // blockDim = (G, outputs per block); G lanes (a power of two ≤ 32, inside one warp) share one output.
-template <class S, class In, class Out, class I, int G>
-__device__ __forceinline__ void warp_kernel(const BmmParams p) {
+template <class S, class In, class Out, class I, int G> __device__ __forceinline__ void warp_kernel(const BmmParams p) {
   const I outputs = (I)p.B * (I)p.M * (I)p.N;
   const I stride = (I)gridDim.x * blockDim.y;
   // Every lane runs the same number of iterations, so the shuffles below always see their whole group.
@@ -81,8 +78,7 @@ __device__ __forceinline__ void block_tree_kernel(const BmmParams p) {
 
 // The log semiring in two passes over K per output (seed 001's form): the max, then the sum of shifted exps.
 // Same contract as the online form: NaN or (+inf)+(−inf) → NaN, +inf → +inf, all −inf (or K = 0) → −inf.
-template <class In, class Out, class I>
-__device__ __forceinline__ void linear_two_pass_kernel(const BmmParams p) {
+template <class In, class Out, class I> __device__ __forceinline__ void linear_two_pass_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   const I outputs = (I)p.B * (I)p.M * (I)p.N;
   for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += (I)gridDim.x * blockDim.x) {

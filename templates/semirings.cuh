@@ -23,7 +23,9 @@ template <class T> __device__ __forceinline__ T shfl_xor_(T x, int lane_mask) {
 // ±inf never form inf − inf; m is never NaN (NaN fails every comparison) and a NaN term poisons s instead.
 // All terms −inf → (−inf, K) → −inf; any +inf term → +inf; a NaN term or (+inf) + (−inf) → NaN.
 template <class T> struct LogSemiring {
-  struct State { T m, s; };
+  struct State {
+    T m, s;
+  };
   static __device__ __forceinline__ State init() { return {-inf<T>(), T(0)}; }
   static __device__ __forceinline__ void push(State& st, T t) {
     if (t > st.m) {
@@ -66,7 +68,10 @@ template <class T> struct LogSemiring {
 // the first NaN term wins over every number and stays; with no term (K = 0) the output is the semiring zero
 // and the argmax is −1. Op supplies times (⊗), better (strict preference) and zero.
 template <class T, class Op> struct Select {
-  struct State { T v; int k; };
+  struct State {
+    T v;
+    int k;
+  };
   static __device__ __forceinline__ State init() { return {Op::zero(), -1}; }
   static __device__ __forceinline__ bool takes(const State& x, T v, int k) {
     if (x.k < 0) return true;
@@ -76,7 +81,10 @@ template <class T, class Op> struct Select {
   }
   static __device__ __forceinline__ void add_term(State& st, T a, T b, long long k) {
     const T t = Op::times(a, b);
-    if (takes(st, t, (int)k)) { st.v = t; st.k = (int)k; }
+    if (takes(st, t, (int)k)) {
+      st.v = t;
+      st.k = (int)k;
+    }
   }
   static __device__ __forceinline__ void combine(State& x, const State& y) {
     if (y.k >= 0 && takes(x, y.v, y.k)) x = y;
@@ -123,14 +131,18 @@ template <class T> struct MaxTimesSemiring : Select<T, MaxTimesOp<T>> {};
 // plus_times (ordinary): a ⊕ b = a + b, a ⊗ b = a · b (fused multiply-add), zero = 0, one = 1. IEEE arithmetic:
 // overflowing products give ±inf and inf − inf gives NaN, as in any GEMM.
 template <class T> struct PlusTimesSemiring {
-  struct State { T s; };
+  struct State {
+    T s;
+  };
   static __device__ __forceinline__ State init() { return {T(0)}; }
   static __device__ __forceinline__ void add_term(State& st, T a, T b, long long) { st.s = fma(a, b, st.s); }
   static __device__ __forceinline__ void combine(State& x, const State& y) { x.s += y.s; }
   static __device__ __forceinline__ T finalize(const State& st) { return st.s; }
   static __device__ __forceinline__ int arg(const State&) { return -1; }
   static __device__ __forceinline__ void absorb(State& st, T v, int) { st.s += v; }
-  static __device__ __forceinline__ State shfl_xor(const State& st, int lane_mask) { return {shfl_xor_(st.s, lane_mask)}; }
+  static __device__ __forceinline__ State shfl_xor(const State& st, int lane_mask) {
+    return {shfl_xor_(st.s, lane_mask)};
+  }
   static __device__ __forceinline__ T pad_a() { return T(0); }
   static __device__ __forceinline__ T pad_b() { return T(0); }
 };

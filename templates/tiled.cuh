@@ -120,11 +120,8 @@ template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
 };
 
 // Which tile, batch and K range this block works on. Returns false when blockIdx.z has no work.
-template <class I> struct TileCoords {
-  I m0, n0, batch, chunk, k_begin, k_end;
-};
-template <class I, int BM, int BN>
-__device__ __forceinline__ TileCoords<I> tile_coords(const BmmParams& p, I z) {
+template <class I> struct TileCoords { I m0, n0, batch, chunk, k_begin, k_end; };
+template <class I, int BM, int BN> __device__ __forceinline__ TileCoords<I> tile_coords(const BmmParams& p, I z) {
   TileCoords<I> t;
   const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
   t.batch = z / (chunks > 0 ? chunks : 1);

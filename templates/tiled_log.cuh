@@ -28,7 +28,8 @@ template <class In, class I>
 __device__ __noinline__ float repair_log(const BmmParams& p, const In* A, const In* B, I i, I j, I k_begin, I k_end) {
   typename LogSemiring<float>::State st = LogSemiring<float>::init();
   for (I k = k_begin; k < k_end; ++k)
-    LogSemiring<float>::push(st, to_acc(A[i * (I)p.a_row + k * (I)p.a_col]) + to_acc(B[k * (I)p.b_row + j * (I)p.b_col]));
+    LogSemiring<float>::push(st,
+                             to_acc(A[i * (I)p.a_row + k * (I)p.a_col]) + to_acc(B[k * (I)p.b_row + j * (I)p.b_col]));
   return LogSemiring<float>::finalize(st);
 }
 
@@ -40,8 +41,7 @@ struct LogLineStats {
   unsigned finite;
 };
 
-template <int BK, int STRIDE>
-__device__ __forceinline__ LogLineStats log_line_stats(float* line, float previous) {
+template <int BK, int STRIDE> __device__ __forceinline__ LogLineStats log_line_stats(float* line, float previous) {
   const float kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
   LogLineStats st;
   st.run = previous;
@@ -67,8 +67,7 @@ __device__ __forceinline__ float to_log2_units(float x) {
   return fabsf(x) < 2.3e38f ? x * 1.4426950408889634f : (fabsf(x) < kPosInf ? kPosInf : x * 1.4426950408889634f);
 }
 
-template <int NA, int NB>
-__device__ __forceinline__ void to_log2_units(float (&ra)[NA], float (&rb)[NB]) {
+template <int NA, int NB> __device__ __forceinline__ void to_log2_units(float (&ra)[NA], float (&rb)[NB]) {
 #pragma unroll
   for (int l = 0; l < NA; ++l) ra[l] = to_log2_units(ra[l]);
 #pragma unroll
@@ -113,8 +112,10 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
       const bool more = k0 + BK < t.k_end;
       // Pass 1, one thread per row or column: running maxima, rescale factors, shifts and finite masks.
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) {
-        if (l < BM) rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[buf][0][l], rows[l].run);
-        else cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[buf][0][l - BM], cols[l - BM].run);
+        if (l < BM)
+          rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[buf][0][l], rows[l].run);
+        else
+          cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[buf][0][l - BM], cols[l - BM].run);
       }
       __syncthreads();
       T fr[TM], fc[TN];
@@ -135,8 +136,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 #pragma unroll
       for (int r = 0; r < TM; ++r)
 #pragma unroll
-        for (int c = 0; c < TN; ++c)
-          any[(r * TN + c) / 32] |= ((ma[r] & mb[c]) != 0u ? 1u : 0u) << ((r * TN + c) % 32);
+        for (int c = 0; c < TN; ++c) any[(r * TN + c) / 32] |= ((ma[r] & mb[c]) != 0u ? 1u : 0u) << ((r * TN + c) % 32);
       // Rescale sums whose bound rose (rare after the first slices; skipped warp-wide).
       if (__any_sync(0xffffffffu, rose)) {
 #pragma unroll

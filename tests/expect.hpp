@@ -7,8 +7,7 @@
 namespace jitbmm::test {
 
 // Asserts that `f` throws std::invalid_argument whose message contains `needle` (the argument's name).
-template <class F>
-void expect_invalid(F f, const std::string& needle) {
+template <class F> void expect_invalid(F f, const std::string& needle) {
   try {
     f();
     FAIL("expected std::invalid_argument mentioning '" << needle << "'");

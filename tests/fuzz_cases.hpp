@@ -41,14 +41,11 @@ inline FuzzLimits small_only(int64_t terms) {
   return l;
 }
 
-template <class T, std::size_t N>
-const T& pick(std::mt19937_64& rng, const T (&options)[N]) {
+template <class T, std::size_t N> const T& pick(std::mt19937_64& rng, const T (&options)[N]) {
   return options[std::uniform_int_distribution<std::size_t>(0, N - 1)(rng)];
 }
 
-inline bool chance(std::mt19937_64& rng, double p) {
-  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
-}
+inline bool chance(std::mt19937_64& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
 
 inline int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -93,14 +90,22 @@ inline Strides draw_strides(std::mt19937_64& rng, int64_t batches, int64_t rows,
   const int64_t pad = uniform(rng, 1, 7);
   switch (uniform(rng, 0, input ? 8 : 6)) {
   case 0:
-  case 1: return row_major(rows, cols);
-  case 2: return column_major(rows, cols);
-  case 3: return {rows * (cols + pad) + uniform(rng, 0, 11), cols + pad, 1};   // padded rows and matrices
-  case 4: return {(rows + pad) * cols + uniform(rng, 0, 11), 1, rows + pad};   // padded columns (transposed)
-  case 5: return {rows * cols * 2, cols * 2, 2};                               // every other element
-  case 6: return {1, cols * batches, batches};                                 // batch innermost
-  case 7: return chance(rng, 0.5) ? Strides{0, cols, 1} : Strides{0, 1, rows}; // broadcast over the batch
-  default: return {cols, 0, 1};                                                // every row the same memory
+  case 1:
+    return row_major(rows, cols);
+  case 2:
+    return column_major(rows, cols);
+  case 3:
+    return {rows * (cols + pad) + uniform(rng, 0, 11), cols + pad, 1}; // padded rows and matrices
+  case 4:
+    return {(rows + pad) * cols + uniform(rng, 0, 11), 1, rows + pad}; // padded columns (transposed)
+  case 5:
+    return {rows * cols * 2, cols * 2, 2}; // every other element
+  case 6:
+    return {1, cols * batches, batches}; // batch innermost
+  case 7:
+    return chance(rng, 0.5) ? Strides{0, cols, 1} : Strides{0, 1, rows}; // broadcast over the batch
+  default:
+    return {cols, 0, 1}; // every row the same memory
   }
 }
 

@@ -28,21 +28,25 @@ inline int64_t storage_elements(int64_t batches, int64_t rows, int64_t cols, con
 }
 
 struct Specials {
-  double spread = 1.0;      // inputs ~ N(0, spread²)
-  double p_neg_inf = 0;     // probability of each special value per element
+  double spread = 1.0;  // inputs ~ N(0, spread²)
+  double p_neg_inf = 0; // probability of each special value per element
   double p_pos_inf = 0;
   double p_nan = 0;
-  double p_huge = 0;        // ±(largest finite value of the dtype) / 3
+  double p_huge = 0;         // ±(largest finite value of the dtype) / 3
   bool non_negative = false; // |x| (max_times)
-  double p_neg_inf_row = 0; // probability that a whole matrix row (a) is −inf: CRF-style masks
+  double p_neg_inf_row = 0;  // probability that a whole matrix row (a) is −inf: CRF-style masks
 };
 
 inline double huge_value(DType dtype) {
   switch (dtype) {
-  case DType::f32: return 1e38;
-  case DType::f64: return 1e307;
-  case DType::f16: return 2e4;
-  case DType::bf16: return 1e38;
+  case DType::f32:
+    return 1e38;
+  case DType::f64:
+    return 1e307;
+  case DType::f16:
+    return 2e4;
+  case DType::bf16:
+    return 1e38;
   }
   return 1;
 }
@@ -59,10 +63,14 @@ inline HostTensor random_tensor(DType dtype, int64_t elements, std::mt19937_64& 
     if (sp.non_negative) v = std::fabs(v);
     const double r = u(rng);
     double edge = sp.p_neg_inf;
-    if (r < edge) v = -INFINITY;
-    else if (r < (edge += sp.p_pos_inf)) v = INFINITY;
-    else if (r < (edge += sp.p_nan)) v = NAN;
-    else if (r < (edge += sp.p_huge)) v = (u(rng) < 0.5 && !sp.non_negative ? -1 : 1) * huge_value(dtype);
+    if (r < edge)
+      v = -INFINITY;
+    else if (r < (edge += sp.p_pos_inf))
+      v = INFINITY;
+    else if (r < (edge += sp.p_nan))
+      v = NAN;
+    else if (r < (edge += sp.p_huge))
+      v = (u(rng) < 0.5 && !sp.non_negative ? -1 : 1) * huge_value(dtype);
     store_element(dtype, t.bytes.data(), i, v);
   }
   return t;
@@ -75,8 +83,11 @@ inline Specials specials_for(Semiring s, int flavour) {
   Specials sp;
   sp.non_negative = s == Semiring::max_times;
   switch (flavour) {
-  case 0: break;
-  case 1: sp.spread = 20; break;
+  case 0:
+    break;
+  case 1:
+    sp.spread = 20;
+    break;
   default:
     sp.p_neg_inf = 0.05;
     sp.p_pos_inf = 0.01;

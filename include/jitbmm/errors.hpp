@@ -9,30 +9,30 @@ namespace jitbmm {
 
 // libcuda.so.1 could not be loaded (no NVIDIA driver on this machine) or lacks an entry point we need.
 class NoDriverError : public std::runtime_error {
- public:
+public:
   using std::runtime_error::runtime_error;
 };
 
 // A CUDA Driver API call failed; what() names the call and the CUresult (e.g. CUDA_ERROR_LAUNCH_FAILED).
 class CudaError : public std::runtime_error {
- public:
+public:
   CudaError(const std::string& what, int result, std::string result_name)
       : std::runtime_error(what), result_(result), result_name_(std::move(result_name)) {}
   int result() const { return result_; }
   const std::string& result_name() const { return result_name_; }
 
- private:
+private:
   int result_;
   std::string result_name_;
 };
 
 // NVRTC rejected a generated (or overridden) kernel; what() carries the kernel name, the options and the log.
 class CompileError : public std::runtime_error {
- public:
+public:
   CompileError(const std::string& what, std::string log) : std::runtime_error(what), log_(std::move(log)) {}
   const std::string& log() const { return log_; }
 
- private:
+private:
   std::string log_;
 };
 

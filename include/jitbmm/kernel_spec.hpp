@@ -61,7 +61,6 @@ void check_spec_fits(const KernelSpec& spec, const Problem& problem);
 
 } // namespace jitbmm
 
-template <>
-struct std::hash<jitbmm::KernelSpec> {
+template <> struct std::hash<jitbmm::KernelSpec> {
   std::size_t operator()(const jitbmm::KernelSpec& spec) const { return jitbmm::hash_value(spec); }
 };

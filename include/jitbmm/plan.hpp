@@ -12,7 +12,7 @@ namespace jitbmm {
 
 // A compiled, loaded kernel for one Problem on one device. Cheap to copy (shared). Thread-safe to call.
 class SemiringBMM {
- public:
+public:
   // Plan for the device current on this thread (see README: "Devices and contexts"). A second get() of the same
   // problem on the same device reuses the compiled kernel: no second NVRTC call.
   static SemiringBMM get(const Problem& problem);
@@ -32,23 +32,25 @@ class SemiringBMM {
   const std::string& source() const; // the generated CUDA source that was compiled
   int registers() const;             // per thread, as the driver reports
   std::string device_name() const;
-  std::string arch() const;          // "sm_90"
+  std::string arch() const; // "sm_90"
 
   struct Impl;
 
- private:
+private:
   explicit SemiringBMM(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
 
 // The log semiring in f32, row-major contiguous operands: out[b,i,j] = log Σ_k exp(a[b,i,k] + b[b,k,j]).
 class JitLogBMM {
- public:
+public:
   static JitLogBMM get(Shape shape);
-  void operator()(const float* a, const float* b, float* out, Stream stream = nullptr) const { plan_(a, b, out, stream); }
+  void operator()(const float* a, const float* b, float* out, Stream stream = nullptr) const {
+    plan_(a, b, out, stream);
+  }
   const SemiringBMM& plan() const { return plan_; }
 
- private:
+private:
   explicit JitLogBMM(SemiringBMM plan) : plan_(std::move(plan)) {}
   SemiringBMM plan_;
 };

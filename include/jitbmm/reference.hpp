@@ -11,10 +11,10 @@
 namespace jitbmm::reference {
 
 struct Element {
-  double value = 0;   // the exact result (before rounding to the output dtype)
+  double value = 0;    // the exact result (before rounding to the output dtype)
   int32_t argmax = -1; // winning k for selecting semirings (ties: smallest k; first NaN wins), else -1
-  double scale = 1;   // magnitude that bounds the rounding error: max(1,|value|), or Σ|a·b| for plus_times
-  bool tie = false;   // another k reached the winning value (argmax is then a tie-break, not a choice)
+  double scale = 1;    // magnitude that bounds the rounding error: max(1,|value|), or Σ|a·b| for plus_times
+  bool tie = false;    // another k reached the winning value (argmax is then a tie-break, not a choice)
 };
 
 // One output element out[batch, i, j] from host arrays laid out as the problem's strides say.
@@ -30,7 +30,7 @@ namespace jitbmm {
 // Host conversions between storage dtypes and double, shared by the reference, the tests and the CLI.
 double load_element(DType dtype, const void* base, int64_t index);
 void store_element(DType dtype, void* base, int64_t index, double value); // rounds to nearest even
-double round_to(DType dtype, double value);                              // value as the dtype stores it
+double round_to(DType dtype, double value);                               // value as the dtype stores it
 
 } // namespace jitbmm
 

@@ -54,19 +54,19 @@ struct Strides {
   int64_t batch = 0, row = 0, col = 0;
   bool operator==(const Strides& o) const { return batch == o.batch && row == o.row && col == o.col; }
 };
-Strides row_major(int64_t rows, int64_t cols);      // {rows*cols, cols, 1}
-Strides column_major(int64_t rows, int64_t cols);   // {rows*cols, 1, rows}
+Strides row_major(int64_t rows, int64_t cols);    // {rows*cols, cols, 1}
+Strides column_major(int64_t rows, int64_t cols); // {rows*cols, 1, rows}
 
 // Everything that defines one product, apart from the data pointers.
 struct Problem {
   Semiring semiring = Semiring::log;
-  DType dtype = DType::f32;             // a and b
-  std::optional<DType> out_dtype;       // defaults to dtype; f32 output from f16/bf16 inputs is allowed
+  DType dtype = DType::f32;       // a and b
+  std::optional<DType> out_dtype; // defaults to dtype; f32 output from f16/bf16 inputs is allowed
   Shape shape;
-  std::optional<Strides> a_strides;     // default row-major [B][M][K]
-  std::optional<Strides> b_strides;     // default row-major [B][K][N]
-  std::optional<Strides> out_strides;   // default row-major [B][M][N]
-  bool with_argmax = false;             // also write int32 argmax[B][M][N] (contiguous); max/min semirings only
+  std::optional<Strides> a_strides;   // default row-major [B][M][K]
+  std::optional<Strides> b_strides;   // default row-major [B][K][N]
+  std::optional<Strides> out_strides; // default row-major [B][M][N]
+  bool with_argmax = false;           // also write int32 argmax[B][M][N] (contiguous); max/min semirings only
 
   DType output_dtype() const { return out_dtype.value_or(dtype); }
   Strides a() const { return a_strides.value_or(row_major(shape.M, shape.K)); }

@@ -66,8 +66,8 @@ inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt1993
         if ((!value_ok || !arg_ok) && r.first_failure.empty()) {
           std::ostringstream os;
           os.precision(17);
-          os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value
-             << " (rounded " << round_to(od, want.value) << ")";
+          os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value << " (rounded "
+             << round_to(od, want.value) << ")";
           if (p.with_argmax) os << "; argmax " << arg[flat] << ", reference " << want.argmax;
           r.first_failure = os.str();
         }

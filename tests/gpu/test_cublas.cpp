@@ -23,8 +23,7 @@ using namespace jitbmm;
 namespace {
 
 void check_cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess)
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(result));
+  if (result != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(result));
 }
 
 void check_cublas(cublasStatus_t result, const char* what) {
@@ -34,7 +33,7 @@ void check_cublas(cublasStatus_t result, const char* what) {
 
 // A float array in device memory, from cudaMalloc (not jitbmm's allocator: the point is sharing the context).
 class CudaFloats {
- public:
+public:
   explicit CudaFloats(std::size_t count) : count_(count) {
     check_cuda(cudaMalloc(&ptr_, count * sizeof(float)), "cudaMalloc");
   }
@@ -43,23 +42,21 @@ class CudaFloats {
   CudaFloats& operator=(const CudaFloats&) = delete;
   float* get() const { return ptr_; }
   void upload(const std::vector<float>& host) {
-    check_cuda(cudaMemcpy(ptr_, host.data(), count_ * sizeof(float), cudaMemcpyHostToDevice),
-               "cudaMemcpy to device");
+    check_cuda(cudaMemcpy(ptr_, host.data(), count_ * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy to device");
   }
   std::vector<float> download() const {
     std::vector<float> host(count_);
-    check_cuda(cudaMemcpy(host.data(), ptr_, count_ * sizeof(float), cudaMemcpyDeviceToHost),
-               "cudaMemcpy to host");
+    check_cuda(cudaMemcpy(host.data(), ptr_, count_ * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
     return host;
   }
 
- private:
+private:
   float* ptr_ = nullptr;
   std::size_t count_;
 };
 
 class CublasHandle {
- public:
+public:
   CublasHandle() {
     check_cublas(cublasCreate(&handle_), "cublasCreate");
     // Plain fp32 FMA, never TF32 tensor cores (whatever NVIDIA_TF32_OVERRIDE says): the 1e-5 bound needs fp32.
@@ -70,7 +67,7 @@ class CublasHandle {
   CublasHandle& operator=(const CublasHandle&) = delete;
   cublasHandle_t get() const { return handle_; }
 
- private:
+private:
   cublasHandle_t handle_ = nullptr;
 };
 
@@ -87,9 +84,9 @@ void cublas_bmm(const CublasHandle& handle, const Shape& s, const float* a, cons
                 float* out) {
   const float one = 1.0f, zero = 0.0f;
   check_cublas(cublasSgemmStridedBatched(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.N),
-                                         static_cast<int>(s.M), static_cast<int>(s.K), &one, b,
-                                         static_cast<int>(s.N), b_batch, a, static_cast<int>(s.K), s.M * s.K,
-                                         &zero, out, static_cast<int>(s.N), s.M * s.N, static_cast<int>(s.B)),
+                                         static_cast<int>(s.M), static_cast<int>(s.K), &one, b, static_cast<int>(s.N),
+                                         b_batch, a, static_cast<int>(s.K), s.M * s.K, &zero, out,
+                                         static_cast<int>(s.N), s.M * s.N, static_cast<int>(s.B)),
                "cublasSgemmStridedBatched");
 }
 

@@ -42,8 +42,8 @@ constexpr int kFailuresPrinted = 20; // the rest are counted only
 KernelSpec spec_for(const Problem& p, uint64_t seed) {
   const char* forced = std::getenv("JITBMM_FUZZ_STRATEGY");
   if (!forced || !*forced) return default_spec(p);
-  constexpr Strategy kAll[] = {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree,
-                               Strategy::tiled, Strategy::split_k};
+  constexpr Strategy kAll[] = {Strategy::linear,     Strategy::linear_two_pass, Strategy::warp,
+                               Strategy::block_tree, Strategy::tiled,           Strategy::split_k};
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   const Strategy strategy = std::string(forced) == "any" ? test::pick(rng, kAll) : parse_strategy(forced);
   try {
@@ -120,8 +120,7 @@ TEST_CASE("fuzz: random problems match the reference") {
                     failure.c_str(), static_cast<unsigned long long>(seed));
     }
     if (context_lost) {
-      std::printf("fuzz: stopped at case %llu: the CUDA context is unusable\n",
-                  static_cast<unsigned long long>(n));
+      std::printf("fuzz: stopped at case %llu: the CUDA context is unusable\n", static_cast<unsigned long long>(n));
       break;
     }
   }
@@ -132,9 +131,8 @@ TEST_CASE("fuzz: random problems match the reference") {
   print_tallies("strategy", by_strategy);
   // Where the time goes: the CPU reference (terms) and NVRTC (one compile per distinct default spec).
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("  %lld outputs checked, %lld terms, %ld kernels compiled, %.1f s\n",
-              static_cast<long long>(outputs), static_cast<long long>(terms),
-              stats().nvrtc_compiles - compiles_before, seconds);
+  std::printf("  %lld outputs checked, %lld terms, %ld kernels compiled, %.1f s\n", static_cast<long long>(outputs),
+              static_cast<long long>(terms), stats().nvrtc_compiles - compiles_before, seconds);
   std::fflush(stdout);
   CHECK(failed == 0);
   CHECK(ran == cases);

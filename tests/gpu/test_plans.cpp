@@ -104,7 +104,8 @@ TEST_CASE("launches follow the given stream") {
   Problem p;
   p.shape = {4, 33, 17, 65};
   std::mt19937_64 rng(5);
-  auto a = test::random_tensor(DType::f32, 4 * 33 * 17, rng, {}), b = test::random_tensor(DType::f32, 4 * 17 * 65, rng, {});
+  auto a = test::random_tensor(DType::f32, 4 * 33 * 17, rng, {}),
+       b = test::random_tensor(DType::f32, 4 * 17 * 65, rng, {});
   DeviceBuffer da(a.bytes.size()), db(b.bytes.size()), dout(4 * 33 * 65 * 4);
   da.upload(a.data(), a.bytes.size());
   db.upload(b.data(), b.bytes.size());
@@ -142,7 +143,8 @@ TEST_CASE("64-bit indexing: an operand whose offsets pass 2^31 elements") {
   compact.a_strides.reset();
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 4; ++j)
-      CHECK(reference::close(DType::bf16, out.at(i * 4 + j), reference::element(compact, a.data(), b.data(), 0, i, j), 1e-2));
+      CHECK(reference::close(DType::bf16, out.at(i * 4 + j), reference::element(compact, a.data(), b.data(), 0, i, j),
+                             1e-2));
 }
 
 TEST_CASE("a failed driver call is a CudaError naming the CUresult") {

@@ -33,7 +33,11 @@ struct TempDir {
 };
 
 CubinKeyParts sample_parts() {
-  return {"extern \"C\" __global__ void k() {}", {"--gpu-architecture=sm_90", "-std=c++17"}, "13.0", "sm_90", 13000,
+  return {"extern \"C\" __global__ void k() {}",
+          {"--gpu-architecture=sm_90", "-std=c++17"},
+          "13.0",
+          "sm_90",
+          13000,
           "0.1.0"};
 }
 
@@ -192,7 +196,7 @@ TEST_CASE("eviction removes the least recently used entries down to the cap") {
   cache.evict(4 * entry_bytes);
   const auto left = cache.list();
   CHECK(left.size() == 4);
-  CHECK(cache.get(key_of(100), "cubin"));  // kept: used last
+  CHECK(cache.get(key_of(100), "cubin"));       // kept: used last
   CHECK_FALSE(cache.get(key_of(101), "cubin")); // evicted: least recently used
   cache.clear();
   CHECK(cache.list().empty());
@@ -211,6 +215,8 @@ TEST_CASE("the default location follows JITBMM_CACHE_DIR, then XDG_CACHE_HOME, t
   CHECK(DiskCache::default_dir() == "/tmp/h/.cache/jitbmm");
   const char* names[3] = {"JITBMM_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
   for (int i = 0; i < 3; ++i)
-    if (saved[i]) ::setenv(names[i], keep[i].c_str(), 1);
-    else ::unsetenv(names[i]);
+    if (saved[i])
+      ::setenv(names[i], keep[i].c_str(), 1);
+    else
+      ::unsetenv(names[i]);
 }

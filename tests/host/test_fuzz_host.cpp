@@ -93,8 +93,7 @@ TEST_CASE("fuzz: max_offset throws exactly when an offset overflows int64") {
   int overflows = 0;
   for (int n = 0; n < 2000; ++n) {
     // Extents and strides near the edge: the exact sum fits in 128 bits.
-    const int64_t e[] = {test::uniform(rng, 1, int64_t(1) << 20), test::uniform(rng, 1, 5),
-                         test::uniform(rng, 1, 5)};
+    const int64_t e[] = {test::uniform(rng, 1, int64_t(1) << 20), test::uniform(rng, 1, 5), test::uniform(rng, 1, 5)};
     const Strides st{test::uniform(rng, 0, int64_t(1) << 43), test::uniform(rng, 0, int64_t(1) << 62),
                      test::uniform(rng, 0, int64_t(1) << 61)};
     const Wide exact = Wide(e[0] - 1) * st.batch + Wide(e[1] - 1) * st.row + Wide(e[2] - 1) * st.col;
@@ -123,8 +122,7 @@ test::HostTensor contiguous_copy(const test::HostTensor& t, int64_t batches, int
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        store_element(t.dtype, out.data(), (b * rows + r) * cols + c,
-                      t.at(b * st.batch + r * st.row + c * st.col));
+        store_element(t.dtype, out.data(), (b * rows + r) * cols + c, t.at(b * st.batch + r * st.row + c * st.col));
   return out;
 }
 
@@ -191,10 +189,13 @@ Term classify(Semiring s, double x, double y) {
 double semiring_zero(Semiring s) {
   switch (s) {
   case Semiring::log:
-  case Semiring::max_plus: return -INFINITY;
-  case Semiring::min_plus: return INFINITY;
+  case Semiring::max_plus:
+    return -INFINITY;
+  case Semiring::min_plus:
+    return INFINITY;
   case Semiring::max_times:
-  case Semiring::plus_times: return 0;
+  case Semiring::plus_times:
+    return 0;
   }
   return NAN;
 }
@@ -281,8 +282,7 @@ TEST_CASE("fuzz: the reference keeps the edge-case contract on random rows") {
     for (int64_t r = 0; r < s.M; ++r)
       for (int64_t c = 0; c < s.N; ++c) {
         std::vector<Term> terms;
-        for (int64_t k = 0; k < s.K; ++k)
-          terms.push_back(classify(p.semiring, a.at(r * s.K + k), b.at(k * s.N + c)));
+        for (int64_t k = 0; k < s.K; ++k) terms.push_back(classify(p.semiring, a.at(r * s.K + k), b.at(k * s.N + c)));
         const reference::Element e = reference::element(p, a.data(), b.data(), 0, r, c);
         const std::string broken = broken_rule(p.semiring, terms, e, n);
         if (!broken.empty())
@@ -290,9 +290,8 @@ TEST_CASE("fuzz: the reference keeps the edge-case contract on random rows") {
                              << " (argmax " << e.argmax << "): " << broken);
       }
   }
-  MESSAGE("base seed " << base << ": K = 0 " << n.empty << ", NaN " << n.nan << ", log all -inf "
-                       << n.log_all_neg_inf << ", +inf " << n.pos_inf << ", -inf " << n.neg_inf << ", log finite "
-                       << n.log_finite);
+  MESSAGE("base seed " << base << ": K = 0 " << n.empty << ", NaN " << n.nan << ", log all -inf " << n.log_all_neg_inf
+                       << ", +inf " << n.pos_inf << ", -inf " << n.neg_inf << ", log finite " << n.log_finite);
   CHECK(n.empty > 0);
   CHECK(n.nan > 0);
   CHECK(n.log_all_neg_inf > 0);
@@ -325,8 +324,8 @@ TEST_CASE("fuzz: the GPU fuzz draws valid problems, every option, and a referenc
     f32_out += p.output_dtype() != p.dtype;
   }
   MESSAGE("base seed " << base << ": " << terms << " terms (mean " << terms / int64_t(test::kDefaultFuzzCases)
-                       << ", largest " << largest << "), " << large << " large, " << empty << " empty, "
-                       << broadcast << " broadcast, " << argmax << " argmax, " << f32_out << " f32 out");
+                       << ", largest " << largest << "), " << large << " large, " << empty << " empty, " << broadcast
+                       << " broadcast, " << argmax << " argmax, " << f32_out << " f32 out");
   std::string mix;
   for (const auto& [name, count] : strategies) mix += " " + name + " " + std::to_string(count);
   MESSAGE("default strategies:" << mix);

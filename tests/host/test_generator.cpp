@@ -22,7 +22,7 @@ TEST_CASE("generated source is deterministic, self-contained and names its spec"
   CHECK(std::regex_match(a.name, std::regex("log_f32_linear_b32x8_[0-9a-f]{8}")));
   CHECK(a.source.find("// spec: " + to_string(spec)) != std::string::npos);
   CHECK(a.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) " + a.name + "(") != std::string::npos);
-  CHECK(a.source.find("#include") == std::string::npos);      // templates inlined
+  CHECK(a.source.find("#include") == std::string::npos); // templates inlined
   CHECK(a.source.find("#pragma once") == std::string::npos);
   CHECK(a.source.find("struct LogSemiring") != std::string::npos);
   CHECK(a.source.find("JITBMM_KERNEL_NAME") == std::string::npos);

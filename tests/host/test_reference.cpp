@@ -31,14 +31,14 @@ const Semiring kAll[] = {Semiring::log, Semiring::max_plus, Semiring::min_plus, 
 TEST_CASE("log semiring: values and the edge-case contract") {
   CHECK(dot(Semiring::log, {0, std::log(3.0)}, {0, 0}).value == doctest::Approx(std::log(4.0)));
   CHECK(dot(Semiring::log, {1000, 1000}, {0, 0}).value == doctest::Approx(1000 + std::log(2.0)));
-  CHECK(dot(Semiring::log, {-kInf, -kInf}, {1, 2}).value == -kInf);                 // all −inf → −inf, not NaN
+  CHECK(dot(Semiring::log, {-kInf, -kInf}, {1, 2}).value == -kInf); // all −inf → −inf, not NaN
   CHECK(dot(Semiring::log, {-kInf, 0.5}, {3, -kInf}).value == -kInf);
-  CHECK(dot(Semiring::log, {kInf, 0}, {1, 2}).value == kInf);                      // +inf wins
-  CHECK(std::isnan(dot(Semiring::log, {kInf, 0}, {-kInf, 2}).value));              // (+inf) + (−inf) → NaN
-  CHECK(std::isnan(dot(Semiring::log, {NAN, 0}, {0, 0}).value));                   // NaN propagates
+  CHECK(dot(Semiring::log, {kInf, 0}, {1, 2}).value == kInf);         // +inf wins
+  CHECK(std::isnan(dot(Semiring::log, {kInf, 0}, {-kInf, 2}).value)); // (+inf) + (−inf) → NaN
+  CHECK(std::isnan(dot(Semiring::log, {NAN, 0}, {0, 0}).value));      // NaN propagates
   CHECK(std::isnan(dot(Semiring::log, {-kInf, NAN}, {0, 0}).value));
   CHECK(dot(Semiring::log, {1e300, -1e300}, {1e300, 1e300}).value == doctest::Approx(2e300));
-  CHECK(dot(Semiring::log, {}, {}).value == -kInf);                                // K = 0 → zero
+  CHECK(dot(Semiring::log, {}, {}).value == -kInf); // K = 0 → zero
 }
 
 TEST_CASE("selecting semirings: ties keep the smallest k, the first NaN wins, K = 0 gives zero and -1") {
@@ -74,24 +74,26 @@ TEST_CASE("semiring laws on exact values: identities, absorbing zero, commutativ
     Semiring s;
     double zero, one;
   };
-  const Law laws[] = {{Semiring::log, -kInf, 0},       {Semiring::max_plus, -kInf, 0},
-                      {Semiring::min_plus, kInf, 0},   {Semiring::max_times, 0, 1},
+  const Law laws[] = {{Semiring::log, -kInf, 0},
+                      {Semiring::max_plus, -kInf, 0},
+                      {Semiring::min_plus, kInf, 0},
+                      {Semiring::max_times, 0, 1},
                       {Semiring::plus_times, 0, 1}};
   for (const Law& l : laws) {
     CAPTURE(semiring_info(l.s).name);
     for (double x : {0.25, 2.0, 7.5}) {
-      CHECK(dot(l.s, {l.one}, {x}).value == x);                       // one ⊗ x = x
-      CHECK(dot(l.s, {x}, {l.one}).value == x);                       // x ⊗ one = x
-      CHECK(dot(l.s, {x, l.zero}, {l.one, l.one}).value == x);        // x ⊕ zero = x
-      CHECK(dot(l.s, {l.zero}, {x}).value == l.zero);                 // zero ⊗ x = zero
+      CHECK(dot(l.s, {l.one}, {x}).value == x);                // one ⊗ x = x
+      CHECK(dot(l.s, {x}, {l.one}).value == x);                // x ⊗ one = x
+      CHECK(dot(l.s, {x, l.zero}, {l.one, l.one}).value == x); // x ⊕ zero = x
+      CHECK(dot(l.s, {l.zero}, {x}).value == l.zero);          // zero ⊗ x = zero
     }
     const double u = 1.5, v = 3.25, w = 0.5;
     const double uv = dot(l.s, {u, v}, {l.one, l.one}).value, vu = dot(l.s, {v, u}, {l.one, l.one}).value;
-    CHECK(uv == doctest::Approx(vu));                                  // commutative ⊕
+    CHECK(uv == doctest::Approx(vu)); // commutative ⊕
     const double left = dot(l.s, {uv, w}, {l.one, l.one}).value;
     const double vw = dot(l.s, {v, w}, {l.one, l.one}).value;
     const double right = dot(l.s, {u, vw}, {l.one, l.one}).value;
-    CHECK(left == doctest::Approx(right));                             // associative ⊕
+    CHECK(left == doctest::Approx(right)); // associative ⊕
     CHECK(dot(l.s, {u, v, w}, {l.one, l.one, l.one}).value == doctest::Approx(left));
   }
 }
@@ -115,7 +117,7 @@ TEST_CASE("strides: transposed and broadcast operands give the same outputs as c
       }
     Problem strided = dense;
     strided.a_strides = Strides{s.M * s.K, 1, s.M}; // column-major view of a
-    strided.b_strides = Strides{0, s.N, 1};        // broadcast b
+    strided.b_strides = Strides{0, s.N, 1};         // broadcast b
     const auto want = reference::compute(dense, a.data(), b_full.data());
     const auto got = reference::compute(strided, a_t.data(), b.data());
     REQUIRE(want.size() == got.size());
@@ -134,12 +136,12 @@ TEST_CASE("host dtype conversion rounds to nearest even like the device") {
   CHECK(round_to(DType::f16, 1.0) == 1.0);
   CHECK(round_to(DType::f16, 65504.0) == 65504.0);
   CHECK(round_to(DType::f16, 65520.0) == kInf);
-  CHECK(round_to(DType::f16, 1.0 + std::ldexp(1.0, -11)) == 1.0);               // tie → even
+  CHECK(round_to(DType::f16, 1.0 + std::ldexp(1.0, -11)) == 1.0); // tie → even
   CHECK(round_to(DType::f16, 1.0 + 3 * std::ldexp(1.0, -11)) == 1.0 + std::ldexp(1.0, -9));
-  CHECK(round_to(DType::f16, std::ldexp(1.0, -24)) == std::ldexp(1.0, -24));    // smallest subnormal
+  CHECK(round_to(DType::f16, std::ldexp(1.0, -24)) == std::ldexp(1.0, -24)); // smallest subnormal
   CHECK(round_to(DType::f16, -kInf) == -kInf);
   CHECK(std::isnan(round_to(DType::f16, NAN)));
-  CHECK(round_to(DType::bf16, 1.0 + std::ldexp(1.0, -8)) == 1.0);               // tie → even
+  CHECK(round_to(DType::bf16, 1.0 + std::ldexp(1.0, -8)) == 1.0); // tie → even
   CHECK(round_to(DType::bf16, 3.0) == 3.0);
   CHECK(std::isnan(round_to(DType::bf16, NAN)));
   CHECK(round_to(DType::f32, 1e39) == kInf);

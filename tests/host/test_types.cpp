@@ -3,9 +3,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "expect.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
-#include "expect.hpp"
 
 using namespace jitbmm;
 

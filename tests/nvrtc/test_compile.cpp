@@ -53,7 +53,8 @@ TEST_CASE("every generated variant compiles for sm_90 (a third also for sm_80), 
   std::atomic<std::size_t> next{0};
   for (unsigned w = 0; w < workers; ++w)
     pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) outcomes[i] = compile_one(jobs[i].first, jobs[i].second);
+      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();)
+        outcomes[i] = compile_one(jobs[i].first, jobs[i].second);
     });
   for (auto& t : pool) t.join();
   int without_report = 0;
