@@ -83,7 +83,7 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
 // The benchmark table: each shape with the default spec and the alternatives worth comparing.
 std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
   std::vector<std::pair<Problem, std::vector<KernelSpec>>> suite;
-  auto add = [&](Semiring s, DType d, Shape shape, std::vector<Strategy> extra) {
+  auto add = [&](Semiring s, DType d, Shape shape, const std::vector<Strategy>& extra) {
     Problem p;
     p.semiring = s;
     p.dtype = d;

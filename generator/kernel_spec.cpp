@@ -137,6 +137,7 @@ KernelSpec default_spec(const Problem& problem) {
   validate(problem);
   const Shape& s = problem.shape;
   const int64_t outputs = s.B * s.M * s.N;
+  // Order matters: many outputs → tiled; few outputs with long K → split-K, else warp; then tiled, then linear.
   Strategy strategy = Strategy::linear;
   if (s.K == 0 || outputs == 0)
     strategy = Strategy::linear;
@@ -145,8 +146,8 @@ KernelSpec default_spec(const Problem& problem) {
   else if (s.M >= 16 && s.N >= 16 && s.K >= 4096)
     strategy = Strategy::split_k;
   else if (s.K >= 32 && outputs < (int64_t(1) << 18))
-    strategy = Strategy::warp; // few outputs: parallel K
-  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535)
+    strategy = Strategy::warp;                                 // few outputs: parallel K
+  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) // NOLINT(bugprone-branch-clone): see the order
     strategy = Strategy::tiled;
   return default_spec(problem, strategy);
 }

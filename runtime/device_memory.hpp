@@ -18,7 +18,7 @@ public:
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  void* get() const { return reinterpret_cast<void*>(ptr_); } // NOLINT(performance-no-int-to-ptr): device address
   std::size_t size() const { return bytes_; }
   void upload(const void* host, std::size_t bytes, std::size_t offset_bytes = 0);
   void download(void* host, std::size_t bytes) const;

@@ -12,17 +12,19 @@ namespace jitbmm {
 // cuMemAlloc_v2); the member keeps the plain name and the loader asks for the versioned symbol.
 #define JITBMM_DRIVER_FUNCTIONS(X)                                                                                     \
   X(cuInit)                                                                                                            \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)    \
-      X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)    \
-          X(cuCtxPopCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload)               \
-              X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc)       \
-                  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD32) X(cuMemsetD8) X(cuStreamSynchronize)     \
-                      X(cuStreamCreate) X(cuStreamDestroy) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuEventCreate)       \
-                          X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)               \
+  X(cuDriverGetVersion)                                                                                                \
+  X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)  \
+      X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent)         \
+          X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)           \
+              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) \
+                  X(cuMemcpyDtoH) X(cuMemsetD32) X(cuMemsetD8) X(cuStreamSynchronize) X(cuStreamCreate)                \
+                      X(cuStreamDestroy) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuEventCreate) X(cuEventDestroy)       \
+                          X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)                                 \
                               X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct DriverApi {
-#define JITBMM_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
+#define JITBMM_DECLARE_MEMBER(name)                                                                                    \
+  decltype(&::name) name = nullptr; // NOLINT(bugprone-macro-parentheses): a declaration
   JITBMM_DRIVER_FUNCTIONS(JITBMM_DECLARE_MEMBER)
 #undef JITBMM_DECLARE_MEMBER
   void* handle = nullptr;

@@ -52,6 +52,7 @@ std::string join(const std::vector<std::string>& options) {
 CompiledKernel compile(const GeneratedKernel& kernel, std::vector<std::string> options, bool cubin) {
   Program prog(kernel);
   std::vector<const char*> argv;
+  argv.reserve(options.size());
   for (const auto& o : options) argv.push_back(o.c_str());
   const nvrtcResult r = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
   CompiledKernel out{kernel.name, "", prog.log(), std::move(options)};

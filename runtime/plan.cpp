@@ -169,7 +169,7 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   // Split-K: a stream-ordered workspace, so concurrent calls on different streams never share one.
   CUdeviceptr workspace = 0;
   check(d.cuMemAllocAsync(&workspace, im.workspace_bytes, cu_stream), "cuMemAllocAsync(split-K workspace)");
-  params.workspace = reinterpret_cast<void*>(workspace);
+  params.workspace = reinterpret_cast<void*>(workspace); // NOLINT(performance-no-int-to-ptr): a device address
   try {
     launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
     const unsigned grid[3] = {im.combine_grid, 1, 1}, block[3] = {256, 1, 1};
