@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     if (command == "info") return jitbmm::cli::run_info(argc, argv);
     if (command == "bench") return jitbmm::cli::run_bench(argc, argv);
     if (command == "cache") return jitbmm::cli::run_cache(argc, argv);
+    if (command == "tune") return jitbmm::cli::run_tune(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return 0;

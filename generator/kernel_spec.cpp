@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/layout.hpp"
 
@@ -81,6 +83,86 @@ std::string to_string(const KernelSpec& s) {
     os << " block=" << s.block_x << 'x' << s.block_y;
   if (s.strategy == Strategy::split_k) os << " k_chunk=" << s.k_chunk;
   return os.str();
+}
+
+namespace {
+
+int parse_int(const std::string& field, const std::string& text) {
+  std::size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw std::invalid_argument("spec." + field + ": not an integer: '" + text + "'");
+  return v;
+}
+
+// "AxBxC" into exactly `n` integers.
+std::vector<int> parse_dims(const std::string& field, const std::string& text, std::size_t n) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t x = text.find('x', pos);
+    out.push_back(parse_int(field, text.substr(pos, x == std::string::npos ? std::string::npos : x - pos)));
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  if (out.size() != n) throw std::invalid_argument("spec." + field + ": expected " + std::to_string(n) + " sizes");
+  return out;
+}
+
+bool parse_bool(const std::string& field, const std::string& text) {
+  if (text != "0" && text != "1") throw std::invalid_argument("spec." + field + ": expected 0 or 1");
+  return text == "1";
+}
+
+} // namespace
+
+KernelSpec parse_spec(const std::string& text) {
+  KernelSpec spec;
+  std::istringstream in(text);
+  std::string item;
+  std::set<std::string> seen;
+  while (in >> item) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("spec: expected key=value, got '" + item + "'");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (!seen.insert(key).second) throw std::invalid_argument("spec." + key + ": given twice");
+    if (key == "semiring")
+      spec.semiring = parse_semiring(value);
+    else if (key == "dtype")
+      spec.dtype = parse_dtype(value);
+    else if (key == "out")
+      spec.out_dtype = parse_dtype(value);
+    else if (key == "argmax")
+      spec.with_argmax = parse_bool(key, value);
+    else if (key == "strategy")
+      spec.strategy = parse_strategy(value);
+    else if (key == "index64")
+      spec.index64 = parse_bool(key, value);
+    else if (key == "block") {
+      const auto d = parse_dims(key, value, 2);
+      spec.block_x = d[0], spec.block_y = d[1];
+    } else if (key == "tile") {
+      const auto d = parse_dims(key, value, 3);
+      spec.tile_m = d[0], spec.tile_n = d[1], spec.tile_k = d[2];
+    } else if (key == "thread") {
+      const auto d = parse_dims(key, value, 2);
+      spec.thread_m = d[0], spec.thread_n = d[1];
+    } else if (key == "min_blocks")
+      spec.min_blocks = parse_int(key, value);
+    else if (key == "k_chunk")
+      spec.k_chunk = parse_int(key, value);
+    else
+      throw std::invalid_argument("spec: unknown field '" + key + "'");
+  }
+  for (const char* required : {"semiring", "dtype", "out", "argmax", "strategy", "index64"})
+    if (!seen.count(required)) throw std::invalid_argument(std::string("spec.") + required + ": missing");
+  if (to_string(spec) != text) throw std::invalid_argument("spec: '" + text + "' is not in canonical form");
+  return spec;
 }
 
 // Identity is the printed form: fields a strategy does not use cannot make two specs differ.

@@ -6,6 +6,7 @@
 
 #include "cache/kernel_cache.hpp"
 #include "params.cuh"
+#include "runtime/autotune.hpp"
 
 namespace jitbmm {
 
@@ -44,7 +45,10 @@ void check_pointer(const void* ptr, const char* name, bool empty) {
 
 } // namespace
 
-SemiringBMM SemiringBMM::get(const Problem& problem) { return get(problem, default_spec(problem)); }
+SemiringBMM SemiringBMM::get(const Problem& problem) {
+  validate(problem);
+  return get(problem, choose_spec(problem, *current_device(), tune_policy_from_env()));
+}
 
 namespace {
 

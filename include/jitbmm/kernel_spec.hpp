@@ -48,6 +48,9 @@ struct KernelSpec {
 // generated source, so a kernel can always be traced back to its spec. Only the fields the strategy uses appear.
 std::string to_string(const KernelSpec& spec);
 std::size_t hash_value(const KernelSpec& spec);
+// The inverse of to_string; strict (unknown keys, bad numbers and missing fields are std::invalid_argument), so it
+// can read stored tuning decisions without trusting them.
+KernelSpec parse_spec(const std::string& text);
 
 // A sensible spec for a problem until the autotuner chooses: the tiled kernel for large outputs, split-K for
 // few outputs with long K, warp shuffles for few outputs with moderate K, linear otherwise.

@@ -1,0 +1,35 @@
+// jitbmm tune: autotune one problem on this GPU, store the decision (exact shape and its bucket), print the
+// candidates compared.
+#include <cstdio>
+
+#include "cache/disk_cache.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/spec_args.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace jitbmm::cli {
+
+int run_tune(int argc, char** argv) {
+  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape"}, {"--argmax"});
+  const Problem p = problem_from(args);
+  const auto device = current_device();
+  const TuneReport report = autotune(p, *device, true);
+  if (DiskCache* disk = DiskCache::process_cache()) {
+    const TuningDevice td{device->name, device->arch(), nvrtc_version(), device->sm_count, device->driver_version};
+    const std::string text = to_string(report.best) + "\n" + describe(p) + "\n";
+    disk->put(tuning_key(p, td, false), "tune", text);
+    disk->put(tuning_key(p, td, true), "tune", text);
+    std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),
+                to_string(shape_bucket(p.shape)).c_str());
+  }
+  std::printf("%10s  %s\n", "median ms", "candidate");
+  for (const CandidateResult& c : report.candidates)
+    std::printf("%10.4f  %s%s\n", c.median_ms, to_string(c.spec).c_str(),
+                c.status == "ok" ? "" : ("  [" + c.status + "]").c_str());
+  std::printf("best: %s\n", to_string(report.best).c_str());
+  return 0;
+}
+
+} // namespace jitbmm::cli
