@@ -11,7 +11,9 @@
 
 #include "differential.hpp"
 #include "expect.hpp"
+#include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
+#include "runtime/autotune.hpp"
 
 using namespace jitbmm;
 
@@ -173,4 +175,35 @@ TEST_CASE("a second process finds its kernels in the disk cache and compiles not
   CHECK(first.find("NVRTC compiles in this process: 0") == std::string::npos);
   CHECK(second.find("NVRTC compiles in this process: 0 (disk cache: " + dir + ")") != std::string::npos);
   CHECK(second.find("demo: verified") != std::string::npos);
+}
+
+TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still picks a correct one") {
+  Problem p;
+  p.semiring = Semiring::max_times;
+  p.dtype = DType::bf16;
+  p.shape = {2, 48, 40, 56};
+  // Plant a broken kernel for one candidate (linear, 64x4 threads) through the override directory.
+  KernelSpec planted = default_spec(p, Strategy::linear);
+  planted.block_x = 64, planted.block_y = 4;
+  GeneratedKernel kernel = emit_kernel(planted);
+  const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
+  const std::size_t at = kernel.source.find(correct);
+  REQUIRE(at != std::string::npos);
+  kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
+  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/override";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + kernel.name + ".cu") << kernel.source;
+  ::setenv("JITBMM_OVERRIDE_DIR", dir.c_str(), 1);
+  const TuneReport report = autotune(p, *current_device(), false);
+  ::unsetenv("JITBMM_OVERRIDE_DIR");
+  bool seen = false;
+  for (const CandidateResult& c : report.candidates)
+    if (c.spec == planted) {
+      seen = true;
+      CHECK(c.status.rfind("wrong result", 0) == 0);
+    }
+  CHECK(seen);
+  CHECK(report.best != planted);
+  std::mt19937_64 rng(9);
+  CHECK(test::run_case(p, report.best, rng, {}).ok());
 }
