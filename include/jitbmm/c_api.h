@@ -1,0 +1,61 @@
+/* jitbmm's C ABI: plans, launches, the CPU reference and the cache location, for other languages (the Python
+ * package uses it through ctypes). No C++ exception crosses it: every function returns a status, and
+ * jitbmm_last_error() holds this thread's message for the last failure. */
+#ifndef JITBMM_C_API_H
+#define JITBMM_C_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  JITBMM_OK = 0,
+  JITBMM_INVALID_ARGUMENT = 1, /* a bad argument; the message names it */
+  JITBMM_NO_DRIVER = 2,        /* no CUDA driver / GPU on this machine */
+  JITBMM_CUDA_ERROR = 3,       /* a driver call failed; the message names the call and the CUresult */
+  JITBMM_COMPILE_ERROR = 4,    /* NVRTC rejected a kernel; the message carries its log */
+  JITBMM_INTERNAL_ERROR = 5
+} jitbmm_status;
+
+/* Semirings and dtypes by the same names as the C++ API: "log", "max_plus", "min_plus", "max_times",
+ * "plus_times"; "f32", "f64", "f16", "bf16". Strides are in elements; a batch stride of 0 broadcasts. */
+typedef struct {
+  const char* semiring;
+  const char* dtype;
+  const char* out_dtype; /* NULL: same as dtype */
+  int64_t B, M, K, N;
+  int64_t a_strides[3];   /* batch, row, col of a[B][M][K] */
+  int64_t b_strides[3];   /* batch, row, col of b[B][K][N] */
+  int64_t out_strides[3]; /* batch, row, col of out[B][M][N] */
+  int with_argmax;        /* also write int32 argmax[B][M][N] (contiguous) */
+} jitbmm_problem;
+
+typedef struct jitbmm_plan jitbmm_plan;
+
+const char* jitbmm_version(void);
+const char* jitbmm_last_error(void); /* this thread's message for the last non-OK status ("" if none) */
+
+/* A plan for the device current on this thread (see the README). */
+jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan);
+/* Launches on `stream` (a CUstream / cudaStream_t; NULL is the default stream). argmax may be NULL only when the
+ * plan was made without with_argmax. */
+jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
+                              void* stream);
+jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name); /* valid while the plan lives */
+void jitbmm_plan_destroy(jitbmm_plan* plan);
+
+/* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
+ * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
+jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
+                               int32_t* argmax);
+
+/* The disk cache directory in use ("" when the cache is off). */
+jitbmm_status jitbmm_cache_dir(const char** dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITBMM_C_API_H */

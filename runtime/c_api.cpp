@@ -1,0 +1,129 @@
+// The C ABI: each entry point converts C arguments, calls the C++ API, and turns every exception into a status
+// and a thread-local message.
+#include "jitbmm/c_api.h"
+
+#include <exception>
+#include <string>
+
+#include "cache/disk_cache.hpp"
+#include "jitbmm/errors.hpp"
+#include "jitbmm/plan.hpp"
+#include "jitbmm/reference.hpp"
+#include "jitbmm/version.hpp"
+
+struct jitbmm_plan {
+  jitbmm::SemiringBMM plan;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+jitbmm_status fail(jitbmm_status status, const std::string& message) {
+  g_last_error = message;
+  return status;
+}
+
+// Runs `body`, mapping each exception type to its status.
+template <class F> jitbmm_status guarded(F body) {
+  try {
+    body();
+    g_last_error.clear();
+    return JITBMM_OK;
+  } catch (const std::invalid_argument& e) {
+    return fail(JITBMM_INVALID_ARGUMENT, e.what());
+  } catch (const jitbmm::NoDriverError& e) {
+    return fail(JITBMM_NO_DRIVER, e.what());
+  } catch (const jitbmm::CudaError& e) {
+    return fail(JITBMM_CUDA_ERROR, e.what());
+  } catch (const jitbmm::CompileError& e) {
+    return fail(JITBMM_COMPILE_ERROR, e.what());
+  } catch (const std::exception& e) {
+    return fail(JITBMM_INTERNAL_ERROR, e.what());
+  } catch (...) {
+    return fail(JITBMM_INTERNAL_ERROR, "unknown exception");
+  }
+}
+
+void require(const void* ptr, const char* name) {
+  if (!ptr) throw std::invalid_argument(std::string(name) + ": null pointer");
+}
+
+jitbmm::Problem to_problem(const jitbmm_problem* c) {
+  require(c, "problem");
+  require(c->semiring, "problem.semiring");
+  require(c->dtype, "problem.dtype");
+  jitbmm::Problem p;
+  p.semiring = jitbmm::parse_semiring(c->semiring);
+  p.dtype = jitbmm::parse_dtype(c->dtype);
+  if (c->out_dtype) p.out_dtype = jitbmm::parse_dtype(c->out_dtype);
+  p.shape = {c->B, c->M, c->K, c->N};
+  p.a_strides = jitbmm::Strides{c->a_strides[0], c->a_strides[1], c->a_strides[2]};
+  p.b_strides = jitbmm::Strides{c->b_strides[0], c->b_strides[1], c->b_strides[2]};
+  p.out_strides = jitbmm::Strides{c->out_strides[0], c->out_strides[1], c->out_strides[2]};
+  p.with_argmax = c->with_argmax != 0;
+  jitbmm::validate(p);
+  return p;
+}
+
+} // namespace
+
+extern "C" {
+
+const char* jitbmm_version(void) { return jitbmm::kVersion; }
+const char* jitbmm_last_error(void) { return g_last_error.c_str(); }
+
+jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    const jitbmm::Problem p = to_problem(problem);
+    *plan = new jitbmm_plan{jitbmm::SemiringBMM::get(p)};
+  });
+}
+
+jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
+                              void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(a, b, out, argmax, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(name, "name");
+    *name = plan->plan.kernel_name().c_str();
+  });
+}
+
+void jitbmm_plan_destroy(jitbmm_plan* plan) { delete plan; }
+
+jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
+                               int32_t* argmax) {
+  return guarded([&] {
+    const jitbmm::Problem p = to_problem(problem);
+    const bool empty = p.shape.B * p.shape.M * p.shape.N == 0;
+    if (!empty) require(out, "out");
+    if (!empty && p.shape.K > 0) {
+      require(a, "a");
+      require(b, "b");
+    }
+    const auto elements = jitbmm::reference::compute(p, a, b);
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      out[i] = elements[i].value;
+      if (argmax) argmax[i] = elements[i].argmax;
+    }
+  });
+}
+
+jitbmm_status jitbmm_cache_dir(const char** dir) {
+  return guarded([&] {
+    require(dir, "dir");
+    const jitbmm::DiskCache* cache = jitbmm::DiskCache::process_cache();
+    *dir = cache ? cache->dir().c_str() : "";
+  });
+}
+
+} // extern "C"
