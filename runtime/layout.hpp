@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "jitbmm/types.hpp"
 
@@ -26,19 +27,35 @@ inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64
   return total;
 }
 
-// True when no two elements of the [batches][rows][cols] operand share an address (sufficient test: sorted
-// by stride, each dimension steps past everything the smaller ones span).
+// True when no two elements of the [batches][rows][cols] operand share an address. Fast sufficient test first
+// (sorted by stride, each dimension steps past everything the smaller ones span); when it fails, layouts of up to
+// kExactInjectivityLimit elements are decided exactly by enumerating their offsets (interleaved layouts such as
+// row stride 3, column stride 2 are injective); larger ones are rejected.
+constexpr int64_t kExactInjectivityLimit = int64_t(1) << 22;
+
 inline bool is_injective(int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
   if (batches == 0 || rows == 0 || cols == 0) return true; // no elements, no collisions
   std::array<std::pair<int64_t, int64_t>, 3> dims = {{{st.batch, batches}, {st.row, rows}, {st.col, cols}}};
   std::sort(dims.begin(), dims.end());
   int64_t span = 1; // one past the largest offset reached by the dimensions seen so far
+  bool nested = true;
   for (const auto& [stride, extent] : dims) {
     if (extent <= 1) continue;
-    if (stride < span) return false;
+    if (stride < span) {
+      nested = false;
+      break;
+    }
     span = stride * (extent - 1) + span;
   }
-  return true;
+  if (nested) return true;
+  if (batches > kExactInjectivityLimit / rows / cols) return false;
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(batches * rows * cols));
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) offsets.push_back(b * st.batch + r * st.row + c * st.col);
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) == offsets.end();
 }
 
 } // namespace jitbmm

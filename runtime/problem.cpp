@@ -75,8 +75,9 @@ void validate(const Problem& p) {
   max_offset("b_strides", s.B, s.K, s.N, p.b());
   max_offset("out_strides", s.B, s.M, s.N, p.out());
   if (!is_injective(s.B, s.M, s.N, p.out()))
-    throw std::invalid_argument("out_strides: the output layout may map two elements to one address (jitbmm needs "
-                                "each output dimension, ordered by stride, to step past the span of the smaller ones)");
+    throw std::invalid_argument("out_strides: the output layout maps two elements to one address (or, past 2^22 "
+                                "elements, is not nested: each dimension, ordered by stride, stepping past the "
+                                "span of the smaller ones)");
 }
 
 std::string describe(const Problem& p) {

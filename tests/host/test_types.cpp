@@ -72,6 +72,10 @@ TEST_CASE("layouts: row-major, column-major and broadcast strides") {
   CHECK_NOTHROW(validate(p));
   p.out_strides = Strides{1, 24, 4}; // batch innermost: still one address per element
   CHECK_NOTHROW(validate(p));
+  Problem interleaved;
+  interleaved.shape = {1, 2, 4, 3};
+  interleaved.out_strides = Strides{8, 3, 2}; // addresses 0 2 4 / 3 5 7: distinct, though not nested
+  CHECK_NOTHROW(validate(interleaved));
 }
 
 TEST_CASE("default specs pick 64-bit indices only when 32-bit math would overflow") {
