@@ -1,5 +1,9 @@
 // jitbmm inspect / info: show what jitbmm generates and what it runs on.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/args.hpp"
@@ -29,6 +33,43 @@ void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
   std::printf("ptxas log:\n%s\n", c.log.c_str());
 }
 
+// The directory holding `tool`: PATH first, then the CUDA toolkit's bin; empty when absent.
+std::string find_tool(const std::string& tool) {
+  std::string dirs = std::getenv("PATH") ? std::getenv("PATH") : "";
+  dirs += ":/usr/local/cuda/bin";
+  std::size_t pos = 0;
+  while (pos <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', pos), dirs.size());
+    const std::string dir = dirs.substr(pos, end - pos);
+    if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return dir + "/" + tool;
+    pos = end + 1;
+  }
+  return "";
+}
+
+void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
+  const std::string nvdisasm = find_tool("nvdisasm");
+  if (nvdisasm.empty()) {
+    std::printf("// SASS unavailable: nvdisasm not found on PATH or in /usr/local/cuda/bin (it ships with the CUDA "
+                "toolkit); --emit ptx works without it\n");
+    return;
+  }
+  const CompiledKernel c = compile_to_cubin(kernel, arch);
+  char path[] = "/tmp/jitbmm-sass-XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) throw std::runtime_error("inspect: cannot create a temporary file for the cubin");
+  const bool written = ::write(fd, c.binary.data(), c.binary.size()) == static_cast<ssize_t>(c.binary.size());
+  ::close(fd);
+  if (written) {
+    std::printf("// SASS of %s for %s (nvdisasm)\n", kernel.name.c_str(), arch.c_str());
+    std::fflush(stdout);
+    const std::string command = "'" + nvdisasm + "' -c '" + path + "'";
+    if (std::system(command.c_str()) != 0) std::printf("// nvdisasm failed on the cubin\n");
+  }
+  ::unlink(path);
+  if (!written) throw std::runtime_error("inspect: cannot write the cubin to a temporary file");
+}
+
 } // namespace
 
 int run_inspect(int argc, char** argv) {
@@ -41,10 +82,11 @@ int run_inspect(int argc, char** argv) {
   if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument("--arch: expected sm_XY, got '" + arch + "'");
   const std::string emit = args.get("--emit", "cuda");
   const bool all = emit == "all";
-  if (emit != "cuda" && emit != "ptx" && emit != "resources" && !all)
-    throw std::invalid_argument("--emit: expected cuda, ptx, resources or all, got '" + emit + "'");
+  if (emit != "cuda" && emit != "ptx" && emit != "sass" && emit != "resources" && !all)
+    throw std::invalid_argument("--emit: expected cuda, ptx, sass, resources or all, got '" + emit + "'");
   if (emit == "cuda" || all) std::cout << kernel.source;
   if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary;
+  if (emit == "sass" || all) print_sass(kernel, arch);
   if (emit == "resources" || all) print_resources(kernel, arch);
   if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);
   return 0;
