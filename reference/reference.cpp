@@ -2,6 +2,7 @@
 // edge-case contract of the README spelled out case by case (templates/semirings.cuh matches it).
 #include "jitbmm/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -119,6 +120,47 @@ std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) out.push_back(element(p, a, b, batch, i, j));
   return out;
+}
+
+void backward(const Problem& p, const void* a, const void* b, const double* grad_out, double* grad_a, double* grad_b) {
+  validate(p);
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b();
+  if (grad_a) std::fill(grad_a, grad_a + (s.B * s.M * s.K > 0 ? max_offset("a", s.B, s.M, s.K, sa) + 1 : 0), 0.0);
+  if (grad_b) std::fill(grad_b, grad_b + (s.B * s.K * s.N > 0 ? max_offset("b", s.B, s.K, s.N, sb) + 1 : 0), 0.0);
+  using Real = long double;
+  for (int64_t bt = 0; bt < s.B; ++bt)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) {
+        const double g = grad_out[(bt * s.M + i) * s.N + j];
+        if (g == 0.0) continue; // exactly zero, whatever the weights
+        const Element e = element(p, a, b, bt, i, j);
+        for (int64_t k = 0; k < s.K; ++k) {
+          const int64_t ia = bt * sa.batch + i * sa.row + k * sa.col, ib = bt * sb.batch + k * sb.row + j * sb.col;
+          const Real x = load_element(p.dtype, a, ia), y = load_element(p.dtype, b, ib);
+          Real da = 0, db = 0;
+          switch (p.semiring) {
+          case Semiring::log:
+            if (e.value == -INFINITY) continue; // every term −inf: no weight anywhere
+            da = db = g * std::exp(x + y - static_cast<Real>(e.value));
+            break;
+          case Semiring::max_plus:
+          case Semiring::min_plus:
+            if (k != e.argmax) continue;
+            da = db = g;
+            break;
+          case Semiring::max_times:
+            if (k != e.argmax) continue;
+            da = g * y, db = g * x;
+            break;
+          case Semiring::plus_times:
+            da = g * y, db = g * x;
+            break;
+          }
+          if (grad_a) grad_a[ia] += static_cast<double>(da);
+          if (grad_b) grad_b[ib] += static_cast<double>(db);
+        }
+      }
 }
 
 bool close(DType out_dtype, double got, const Element& expected, double tolerance) {

@@ -36,6 +36,16 @@ double round_to(DType dtype, double value);                               // val
 
 namespace jitbmm::reference {
 
+// Gradients of a scalar loss L with dL/dout = grad_out ([B][M][N], contiguous, double), from the inputs (laid out
+// as the problem's strides say). grad_a / grad_b are written at a's / b's own offsets (sized like a's / b's
+// storage), so a broadcast operand accumulates its batch's contributions. Either may be null.
+//   log:         dA[b,i,k] = Σ_j G[b,i,j]·exp(a[b,i,k] + b[b,k,j] − out[b,i,j]); dB likewise over i.
+//                An output whose terms are all −inf contributes nothing (not NaN); G = 0 contributes exactly 0.
+//   max_plus, min_plus: G goes to the argmax k (ties: smallest k). max_times: G·partner to the argmax k.
+//   plus_times:  dA = G·Bᵀ, dB = Aᵀ·G.
+void backward(const Problem& problem, const void* a, const void* b, const double* grad_out, double* grad_a,
+              double* grad_b);
+
 // Whether a computed output `got` (already read back as double) agrees with the reference element: special values
 // (NaN, ±inf of the rounded reference) must match exactly; finite values within tolerance · scale.
 bool close(DType out_dtype, double got, const Element& expected, double tolerance);
