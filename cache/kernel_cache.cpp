@@ -90,7 +90,18 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
 }
 
 std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const KernelSpec& spec) {
-  return load_generated(device, emit_kernel(spec));
+  // Every get() lands here: remember what each spec loaded, so a repeat skips generating and hashing the source.
+  static std::mutex mutex;
+  static auto* loaded = new std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const LoadedKernel>>();
+  const std::pair<CUcontext, std::string> key{device.context, to_string(spec)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = loaded->find(key);
+    if (it != loaded->end()) return it->second;
+  }
+  auto kernel = load_generated(device, emit_kernel(spec));
+  std::lock_guard<std::mutex> lock(mutex);
+  return loaded->emplace(key, std::move(kernel)).first->second;
 }
 
 } // namespace jitbmm
