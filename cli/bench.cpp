@@ -107,10 +107,12 @@ std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
 
 int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert("--reps");
+  flags.insert({"--reps", "--arch"});
   std::set<std::string> switches = spec_switches();
-  switches.insert("--json");
+  switches.insert({"--json", "--first-call", "--compile-times", "--verbose"});
   const Args args(argc, argv, 2, flags, switches);
+  if (args.has("--first-call")) return run_first_call(args);
+  if (args.has("--compile-times")) return run_compile_times(args);
   const int reps = std::stoi(args.get("--reps", "20"));
   const auto device = current_device();
   ScopedContext scope(device->context);

@@ -1,6 +1,7 @@
 // jitbmm cache path|list|verify|clear: look after the disk cache ($JITBMM_CACHE_DIR, see README).
 #include <cstdio>
 #include <ctime>
+#include <stdexcept>
 #include <string>
 
 #include "cache/disk_cache.hpp"

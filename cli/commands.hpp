@@ -9,4 +9,8 @@ int run_bench(int argc, char** argv);
 int run_cache(int argc, char** argv);
 int run_tune(int argc, char** argv);
 
+class Args;
+int run_first_call(const Args& args);    // bench --first-call
+int run_compile_times(const Args& args); // bench --compile-times
+
 } // namespace jitbmm::cli

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
@@ -14,6 +15,7 @@
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
+#include "runtime/autotune.hpp"
 #include "runtime/device.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -70,12 +72,34 @@ void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
   if (!written) throw std::runtime_error("inspect: cannot write the cubin to a temporary file");
 }
 
+// Which variant SemiringBMM::get would run for the problem on this GPU, where that choice came from, and the
+// timings the autotuner compared. Never tunes.
+int print_tuned(const Problem& p) {
+  const auto device = current_device();
+  const Choice c = choose(p, *device, TunePolicy::never);
+  std::printf("problem:  %s\ndevice:   %s (%s, %d SMs)\nchoice:   %s\nsource:   %s\n", describe(p).c_str(),
+              device->name.c_str(), device->arch().c_str(), device->sm_count, to_string(c.spec).c_str(),
+              c.source == "default" ? "built-in default (no tuning decision stored for this problem's family; "
+                                      "run jitbmm tune)"
+                                    : (c.source + " decision").c_str());
+  if (!c.decision) return 0;
+  const Decision& d = *c.decision;
+  std::printf("tuned:    %s (%s %s) in %.1f s\n", d.problem.c_str(), d.bucket ? "bucket" : "exact shape",
+              to_string(d.shape).c_str(), d.seconds);
+  std::printf("%10s  %s\n", "median ms", "best candidates compared");
+  for (const CandidateResult& r : d.ranking) std::printf("%10.4f  %s\n", r.median_ms, to_string(r.spec).c_str());
+  return 0;
+}
+
 } // namespace
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--arch", "--emit"});
-  const Args args(argc, argv, 2, flags, spec_switches());
+  std::set<std::string> switches = spec_switches();
+  switches.insert("--tuned");
+  const Args args(argc, argv, 2, flags, switches);
+  if (args.has("--tuned")) return print_tuned(problem_from(args));
   const KernelSpec spec = spec_from(args, problem_from(args));
   const GeneratedKernel kernel = with_override(emit_kernel(spec));
   const std::string arch = args.get("--arch", "sm_90");

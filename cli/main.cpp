@@ -1,6 +1,7 @@
 // jitbmm: the command-line tool. Subcommands live in their own files; this one only dispatches and reports errors.
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -24,8 +25,16 @@ void usage(std::FILE* to) {
       "                 --emit cuda|ptx|sass|resources|all\n"
       "      Print the generated source, NVRTC's PTX, SASS (via nvdisasm), or ptxas's resource report (no GPU "
       "needed).\n"
+      "  jitbmm inspect --tuned [problem flags]\n"
+      "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
+      "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
+      "  jitbmm tune [problem flags]\n"
+      "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket.\n"
       "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
       "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
+      "  jitbmm bench --first-call [problem flags]    time from start to the first result, NVRTC calls\n"
+      "  jitbmm bench --compile-times [problem flags] [--arch sm_XY] [--verbose]\n"
+      "      NVRTC compile time of each tuning candidate (no GPU needed).\n"
       "  jitbmm cache path|list|verify|clear\n"
       "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"
       "  jitbmm info\n"

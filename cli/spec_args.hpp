@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "cli/args.hpp"

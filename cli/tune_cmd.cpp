@@ -16,14 +16,10 @@ int run_tune(int argc, char** argv) {
   const Problem p = problem_from(args);
   const auto device = current_device();
   const TuneReport report = autotune(p, *device, true);
-  if (DiskCache* disk = DiskCache::process_cache()) {
-    const TuningDevice td{device->name, device->arch(), nvrtc_version(), device->sm_count, device->driver_version};
-    const std::string text = to_string(report.best) + "\n" + describe(p) + "\n";
-    disk->put(tuning_key(p, td, false), "tune", text);
-    disk->put(tuning_key(p, td, true), "tune", text);
+  store_decision(p, *device, report, true);
+  if (DiskCache* disk = DiskCache::process_cache())
     std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),
                 to_string(shape_bucket(p.shape)).c_str());
-  }
   std::printf("%10s  %s\n", "median ms", "candidate");
   for (const CandidateResult& c : report.candidates)
     std::printf("%10.4f  %s%s\n", c.median_ms, to_string(c.spec).c_str(),

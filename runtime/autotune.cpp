@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "cache/disk_cache.hpp"
@@ -31,7 +34,7 @@ TunePolicy parse_tune_policy(const std::string& text) {
 
 TunePolicy tune_policy_from_env() {
   const char* v = std::getenv("JITBMM_TUNE");
-  return v && *v ? parse_tune_policy(v) : TunePolicy::never;
+  return v && *v ? parse_tune_policy(v) : TunePolicy::bucket;
 }
 
 namespace {
@@ -134,17 +137,98 @@ Shape shape_bucket(const Shape& s) {
   return {round_up_pow2(s.B), round_up_pow2(s.M), round_up_pow2(s.K), round_up_pow2(s.N)};
 }
 
-std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket) {
+namespace {
+
+std::string family_text(const Problem& p, const TuningDevice& d) {
   std::ostringstream os;
-  const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
   os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
      << d.name << '\n'
      << d.sm_count << ' ' << d.arch << ' ' << d.driver_version << ' ' << d.nvrtc_version << ' ' << kVersion << '\n'
      << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
      << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
-     << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n'
-     << (bucket ? "bucket " : "exact ") << to_string(shape);
-  return sha256_hex(os.str());
+     << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
+  return os.str();
+}
+
+} // namespace
+
+std::string tuning_family(const Problem& p, const TuningDevice& d) { return sha256_hex(family_text(p, d)); }
+
+std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket) {
+  const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
+  return sha256_hex(family_text(p, d) + (bucket ? "bucket " : "exact ") + to_string(shape));
+}
+
+std::string encode_decision(const Decision& d) {
+  std::ostringstream os;
+  os << "spec " << to_string(d.spec) << '\n'
+     << "problem " << d.problem << '\n'
+     << "family " << d.family << '\n'
+     << "scope " << (d.bucket ? "bucket" : "exact") << '\n'
+     << "shape " << to_string(d.shape) << '\n';
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3f", d.seconds);
+  os << "seconds " << seconds << '\n';
+  for (const CandidateResult& c : d.ranking) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.5f", c.median_ms);
+    os << "candidate " << ms << ' ' << to_string(c.spec) << '\n';
+  }
+  return os.str();
+}
+
+std::optional<Decision> decode_decision(const std::string& text) {
+  if (text.size() > 64 * 1024 || text.empty() || text.back() != '\n') return std::nullopt; // whole lines only
+  Decision d;
+  std::istringstream in(text);
+  std::string line;
+  auto field = [&](const char* name) -> std::optional<std::string> {
+    const std::string prefix = std::string(name) + ' ';
+    if (!std::getline(in, line) || line.rfind(prefix, 0) != 0) return std::nullopt;
+    return line.substr(prefix.size());
+  };
+  try {
+    const auto spec = field("spec"), problem = field("problem"), family = field("family"), scope = field("scope"),
+               shape = field("shape"), seconds = field("seconds");
+    if (!spec || !problem || !family || !scope || !shape || !seconds) return std::nullopt;
+    if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos)
+      return std::nullopt;
+    if (*scope != "bucket" && *scope != "exact") return std::nullopt;
+    d.spec = parse_spec(*spec);
+    d.problem = *problem;
+    d.family = *family;
+    d.bucket = *scope == "bucket";
+    d.shape = parse_shape(*shape);
+    std::size_t used = 0;
+    d.seconds = std::stod(*seconds, &used);
+    if (used != seconds->size()) return std::nullopt;
+    while (std::getline(in, line)) {
+      if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= 16) return std::nullopt;
+      const std::string rest = line.substr(10);
+      const auto space = rest.find(' ');
+      if (space == std::string::npos) return std::nullopt;
+      CandidateResult c;
+      c.median_ms = std::stod(rest.substr(0, space), &used);
+      if (used != space) return std::nullopt;
+      c.spec = parse_spec(rest.substr(space + 1));
+      d.ranking.push_back(c);
+    }
+  } catch (const std::exception&) { // parse_spec/parse_shape (invalid_argument), stod (out_of_range)
+    return std::nullopt;
+  }
+  return d;
+}
+
+std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& s) {
+  auto lg = [](int64_t v) { return std::log2(double(std::max<int64_t>(v, 1))); };
+  std::optional<Decision> best;
+  double best_distance = 0;
+  for (const Decision& d : tuned) {
+    const double distance = std::fabs(lg(d.shape.B) - lg(s.B)) + std::fabs(lg(d.shape.M) - lg(s.M)) +
+                            std::fabs(lg(d.shape.K) - lg(s.K)) + std::fabs(lg(d.shape.N) - lg(s.N));
+    if (!best || distance < best_distance) best = d, best_distance = distance;
+  }
+  return best;
 }
 
 namespace {
@@ -153,23 +237,37 @@ TuningDevice tuning_device(const DeviceInfo& d) {
   return {d.name, d.arch(), nvrtc_version(), d.sm_count, d.driver_version};
 }
 
-// A stored decision, if present, readable and fitting the problem (index width adjusted to it).
-std::optional<KernelSpec> load_decision(DiskCache* disk, const std::string& key, const Problem& p) {
-  if (!disk) return std::nullopt;
-  const std::optional<std::string> text = disk->get(key, "tune");
-  if (!text) return std::nullopt;
+// The spec of a decision adjusted to the problem (index width), or nothing when it cannot run it.
+std::optional<KernelSpec> fitting(KernelSpec spec, const Problem& p) {
   try {
-    KernelSpec spec = parse_spec(text->substr(0, text->find('\n')));
-    try {
-      check_spec_fits(spec, p);
-    } catch (const std::invalid_argument&) {
-      spec.index64 = true;
-      check_spec_fits(spec, p);
-    }
+    check_spec_fits(spec, p);
     return spec;
   } catch (const std::invalid_argument&) {
-    return std::nullopt; // a decision for a spec this problem cannot use, or unreadable: tune or default instead
   }
+  try {
+    spec.index64 = true;
+    check_spec_fits(spec, p);
+    return spec;
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
+// A stored decision, if present and readable.
+std::optional<Decision> load_decision(DiskCache* disk, const std::string& key) {
+  if (!disk) return std::nullopt;
+  const std::optional<std::string> text = disk->get(key, "tune");
+  return text ? decode_decision(*text) : std::nullopt;
+}
+
+// Every bucket decision of a family in the cache.
+std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family) {
+  std::vector<Decision> out;
+  if (!disk) return out;
+  for (const DiskCache::Entry& e : disk->list())
+    if (e.kind == "tune")
+      if (auto d = load_decision(disk, e.key); d && d->bucket && d->family == family) out.push_back(*d);
+  return out;
 }
 
 // Random inputs laid out as the problem says, never zeros; non-negative for max_times.
@@ -300,22 +398,62 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress) {
   return report;
 }
 
-KernelSpec choose_spec(const Problem& p, const DeviceInfo& device, TunePolicy policy) {
+void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket) {
   DiskCache* disk = DiskCache::process_cache();
+  if (!disk) return;
   const TuningDevice td = tuning_device(device);
-  const std::string exact_key = tuning_key(p, td, false), bucket_key = tuning_key(p, td, true);
-  if (auto spec = load_decision(disk, exact_key, p)) return *spec;
-  if (policy != TunePolicy::exact)
-    if (auto spec = load_decision(disk, bucket_key, p)) return *spec;
-  const Shape& s = p.shape;
-  if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0) return default_spec(p);
-  const TuneReport report = autotune(p, device, true);
-  if (disk) {
-    const std::string text = to_string(report.best) + "\n" + describe(p) + "\n";
-    disk->put(exact_key, "tune", text);
-    if (policy == TunePolicy::bucket) disk->put(bucket_key, "tune", text);
+  Decision d;
+  d.spec = report.best;
+  d.problem = describe(p);
+  d.family = tuning_family(p, td);
+  d.seconds = report.seconds;
+  for (const CandidateResult& c : report.candidates)
+    if (c.median_ms >= 0) d.ranking.push_back(c);
+  std::sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
+  d.ranking.resize(std::min<std::size_t>(d.ranking.size(), 5));
+  d.shape = p.shape;
+  disk->put(tuning_key(p, td, false), "tune", encode_decision(d));
+  if (bucket) {
+    d.bucket = true;
+    d.shape = shape_bucket(p.shape);
+    disk->put(tuning_key(p, td, true), "tune", encode_decision(d));
   }
-  return report.best;
+}
+
+Choice choose(const Problem& p, const DeviceInfo& device, TunePolicy policy) {
+  // Decisions already made in this process, per context, problem and policy.
+  static std::mutex mutex;
+  static std::map<std::string, Choice> made;
+  std::ostringstream id;
+  id << device.context << ' ' << int(policy) << ' ' << describe(p) << ' ' << p.with_argmax << ' '
+     << dtype_info(p.output_dtype()).name;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = made.find(id.str()); it != made.end()) return it->second;
+  }
+  const Choice choice = [&]() -> Choice {
+    DiskCache* disk = DiskCache::process_cache();
+    const TuningDevice td = tuning_device(device);
+    auto use = [&](std::optional<Decision> d, const char* source) -> std::optional<Choice> {
+      if (!d) return std::nullopt;
+      if (auto spec = fitting(d->spec, p)) return Choice{*spec, source, d};
+      return std::nullopt;
+    };
+    if (auto c = use(load_decision(disk, tuning_key(p, td, false)), "exact")) return *c;
+    if (policy != TunePolicy::exact) {
+      if (auto c = use(load_decision(disk, tuning_key(p, td, true)), "bucket")) return *c;
+      if (auto c = use(nearest_decision(family_buckets(disk, tuning_family(p, td)), p.shape), "nearest bucket"))
+        return *c;
+    }
+    const Shape& s = p.shape;
+    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0) return {default_spec(p), "default", {}};
+    const TuneReport report = autotune(p, device, true);
+    store_decision(p, device, report, policy == TunePolicy::bucket);
+    return {report.best, "tuned now", {}};
+  }();
+  std::lock_guard<std::mutex> lock(mutex);
+  made.emplace(id.str(), choice);
+  return choice;
 }
 
 } // namespace jitbmm

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,11 +12,13 @@
 
 namespace jitbmm {
 
-// never: use stored decisions if any, else the default spec (never tune). bucket: an exact decision, else the
-// decision of the shape's bucket, else tune. exact: an exact decision, else tune.
+// never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
+// bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
+// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU).
+// exact: an exact decision, else tune this exact shape.
 enum class TunePolicy { never, bucket, exact };
 TunePolicy parse_tune_policy(const std::string& text); // throws std::invalid_argument naming JITBMM_TUNE
-TunePolicy tune_policy_from_env();                     // $JITBMM_TUNE, default never
+TunePolicy tune_policy_from_env();                     // $JITBMM_TUNE, default bucket
 
 // Device facts that bound the candidates.
 struct DeviceLimits {
@@ -36,6 +39,8 @@ struct TuningDevice {
   int sm_count = 0, driver_version = 0;
 };
 std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket);
+// The key without the shape: decisions of one family may stand in for each other (nearest bucket).
+std::string tuning_family(const Problem& problem, const TuningDevice& device);
 
 struct CandidateResult {
   KernelSpec spec;
@@ -48,13 +53,42 @@ struct TuneReport {
   double seconds = 0;
 };
 
+// A stored decision: the winner, what it was tuned for, and the best candidates' timings (for inspect --tuned).
+struct Decision {
+  KernelSpec spec;
+  std::string problem; // describe() of the tuned problem
+  std::string family;  // tuning_family()
+  bool bucket = false; // stored for the shape's bucket (else for the exact shape)
+  Shape shape;         // the bucket's shape, or the exact shape
+  double seconds = 0;  // how long tuning took
+  std::vector<CandidateResult> ranking; // the best candidates, fastest first
+};
+// A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
+std::string encode_decision(const Decision& d);
+std::optional<Decision> decode_decision(const std::string& text);
+// The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
+std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
+
 // Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
 // times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
 // and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
 TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress);
 
+// Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
+void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket);
+
+// Where a spec came from, for inspect --tuned.
+struct Choice {
+  KernelSpec spec;
+  std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
+  std::optional<Decision> decision; // the stored decision used, if any
+};
 // The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it (the
-// result is stored), else default_spec. A stored decision that no longer fits the problem is ignored.
-KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy);
+// result is stored), else default_spec. A stored decision that no longer fits the problem is ignored. Remembered
+// per process, so repeated get() calls read the disk once.
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy);
+inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
+  return choose(problem, device, policy).spec;
+}
 
 } // namespace jitbmm

@@ -3,6 +3,7 @@
 #include "jitbmm/c_api.h"
 
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "cache/disk_cache.hpp"

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     if (::mkdtemp(templ.data())) cache_dir = templ;
     if (!cache_dir.empty()) ::setenv("JITBMM_CACHE_DIR", cache_dir.c_str(), 1);
   }
+  // Tests choose their variants; the tests of tuning itself ask for it explicitly.
+  ::setenv("JITBMM_TUNE", "never", 0);
   try {
     const auto dev = jitbmm::current_device();
     std::printf("GPU suite on %s (%s)\n", dev->name.c_str(), dev->arch().c_str());

@@ -207,3 +207,33 @@ TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still pi
   std::mt19937_64 rng(9);
   CHECK(test::run_case(p, report.best, rng, {}).ok());
 }
+
+TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reuse its bucket or the nearest one") {
+  Problem p;
+  p.semiring = Semiring::min_plus;
+  p.dtype = DType::f32;
+  p.with_argmax = true; // a family no other test tunes
+  p.shape = {2, 40, 48, 40};
+  const auto device = current_device();
+  const Choice first = choose(p, *device, TunePolicy::bucket);
+  CHECK(first.source == "tuned now");
+  Problem same_bucket = p;
+  same_bucket.shape = {2, 36, 40, 50};
+  const long compiles = stats().nvrtc_compiles;
+  const Choice second = choose(same_bucket, *device, TunePolicy::bucket);
+  CHECK(second.source == "bucket");
+  CHECK(second.spec == first.spec);
+  REQUIRE(second.decision);
+  CHECK(second.decision->ranking.size() >= 1);
+  SemiringBMM::get(same_bucket, second.spec);
+  CHECK(stats().nvrtc_compiles - compiles <= 1); // no tuning: at most the one kernel
+  Problem elsewhere = p;
+  elsewhere.shape = {16, 300, 200, 100};
+  const Choice third = choose(elsewhere, *device, TunePolicy::bucket);
+  CHECK(third.source == "nearest bucket");
+  CHECK(third.spec == first.spec);
+  CHECK(choose(elsewhere, *device, TunePolicy::never).source == "nearest bucket");
+  CHECK(choose(elsewhere, *device, TunePolicy::exact).source == "tuned now"); // asked for: tunes this shape
+  std::mt19937_64 rng(11);
+  CHECK(test::run_case(elsewhere, third.spec, rng, {}).ok());
+}

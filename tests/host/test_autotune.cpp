@@ -96,8 +96,88 @@ TEST_CASE("decision keys change with the device, the problem and the bucket, and
 }
 
 TEST_CASE("the tuning policy comes from JITBMM_TUNE") {
+  ::unsetenv("JITBMM_TUNE");
+  CHECK(tune_policy_from_env() == TunePolicy::bucket);
   CHECK(parse_tune_policy("never") == TunePolicy::never);
   CHECK(parse_tune_policy("bucket") == TunePolicy::bucket);
   CHECK(parse_tune_policy("exact") == TunePolicy::exact);
   expect_invalid([] { parse_tune_policy("always"); }, "JITBMM_TUNE");
+}
+
+namespace {
+
+Decision sample_decision() {
+  const Problem p = problem(Semiring::log, DType::f32, {64, 500, 512, 512});
+  Decision d;
+  d.spec = default_spec(p);
+  d.problem = describe(p);
+  d.family = tuning_family(p, {"NVIDIA H100 80GB HBM3", "sm_90", "13.0", 132, 13000});
+  d.bucket = true;
+  d.shape = shape_bucket(p.shape);
+  d.seconds = 4.125;
+  d.ranking = {{d.spec, 2.5519, "ok"}, {default_spec(p, Strategy::warp), 9.6138, "ok"}};
+  return d;
+}
+
+} // namespace
+
+TEST_CASE("a stored decision reads back as written; every truncation or damaged line is rejected") {
+  const Decision d = sample_decision();
+  const std::string text = encode_decision(d);
+  const auto back = decode_decision(text);
+  REQUIRE(back);
+  CHECK(back->spec == d.spec);
+  CHECK(back->problem == d.problem);
+  CHECK(back->family == d.family);
+  CHECK(back->bucket);
+  CHECK(back->shape == d.shape);
+  CHECK(back->seconds == doctest::Approx(4.125));
+  REQUIRE(back->ranking.size() == 2);
+  CHECK(back->ranking[1].spec == d.ranking[1].spec);
+  CHECK(back->ranking[1].median_ms == doctest::Approx(9.6138));
+  // Cut inside any of the six required lines: rejected (cuts between candidate lines are valid decisions).
+  const std::size_t required = text.find("candidate ");
+  for (std::size_t cut = 0; cut + 1 < required; ++cut) {
+    CAPTURE(cut);
+    CHECK_FALSE(decode_decision(text.substr(0, cut)));
+  }
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  CHECK_FALSE(decode_decision(replaced("scope bucket", "scope nearby")));
+  CHECK_FALSE(decode_decision(replaced("family ", "family x")));
+  CHECK_FALSE(decode_decision(replaced("shape 64x", "shape 64y")));
+  CHECK_FALSE(decode_decision(replaced("seconds 4.125", "seconds 4.125s")));
+  CHECK_FALSE(decode_decision(replaced("candidate 2.55190", "candidate 2.5x")));
+  CHECK_FALSE(decode_decision(replaced("strategy=tiled", "strategy=magic")));
+  CHECK_FALSE(decode_decision(text + "rm -rf /\n"));
+  CHECK_FALSE(decode_decision(std::string(70000, 'x')));
+}
+
+TEST_CASE("an unseen shape borrows the decision of the nearest tuned bucket") {
+  CHECK_FALSE(nearest_decision({}, {1, 2, 3, 4}));
+  Decision small = sample_decision(), big = sample_decision(), tall = sample_decision();
+  small.shape = {8, 64, 64, 64};
+  big.shape = {64, 512, 512, 512};
+  tall.shape = {1, 4096, 64, 4096};
+  const std::vector<Decision> tuned = {small, big, tall};
+  CHECK(nearest_decision(tuned, {8, 60, 64, 70})->shape == small.shape);
+  CHECK(nearest_decision(tuned, {32, 512, 300, 512})->shape == big.shape);
+  CHECK(nearest_decision(tuned, {2, 3000, 64, 2000})->shape == tall.shape);
+  CHECK(nearest_decision(tuned, {0, 0, 0, 0})->shape == small.shape); // empty sizes count as 1
+}
+
+TEST_CASE("the family key ignores the shape and nothing else") {
+  const TuningDevice h100{"NVIDIA H100 80GB HBM3", "sm_90", "13.0", 132, 13000};
+  const Problem p = problem(Semiring::log, DType::f32, {64, 500, 512, 512});
+  Problem q = p;
+  q.shape = {1, 7, 9, 11};
+  CHECK(tuning_family(p, h100) == tuning_family(q, h100));
+  q.dtype = DType::f64;
+  CHECK(tuning_family(p, h100) != tuning_family(q, h100));
+  TuningDevice other = h100;
+  other.driver_version = 13010;
+  CHECK(tuning_family(p, other) != tuning_family(p, h100));
 }

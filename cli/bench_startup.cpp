@@ -1,0 +1,72 @@
+// The autotuner's and the disk cache's benchmarks (issue "autotune/cache"): how long a new process takes to its
+// first result, and how long NVRTC takes per variant. Programs to run on the GPU machine, not tests.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/spec_args.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace jitbmm::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+} // namespace
+
+// From entering this function to the first result copied back to the host: driver and context, the plan (a
+// stored decision and a cubin from the disk cache when warm), allocation, one launch. Prints the split and the
+// number of NVRTC compilations, which is 0 when the disk cache served everything.
+int run_first_call(const Args& args) {
+  const auto t0 = Clock::now();
+  const Problem p = problem_from(args);
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  const double t_context = ms_since(t0);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  const double t_plan = ms_since(t0) - t_context;
+  const Shape& s = p.shape;
+  const int in = dtype_info(p.dtype).size_bytes, outb = dtype_info(p.output_dtype()).size_bytes;
+  DeviceBuffer a(s.B * s.M * s.K * in), b(s.B * s.K * s.N * in), out(s.B * s.M * s.N * outb);
+  a.fill_bytes(0), b.fill_bytes(0);
+  const auto t_launch0 = Clock::now();
+  plan(a.get(), b.get(), out.get(), Stream{nullptr});
+  float first = 0;
+  out.download(&first, sizeof first);
+  const double t_launch = ms_since(t_launch0), total = ms_since(t0);
+  std::printf("first call %s: context %.1f ms, plan %.1f ms, first launch and copy %.1f ms; total %.1f ms, "
+              "jitbmm's part (plan + launch) %.1f ms; NVRTC compilations %ld; spec %s\n",
+              describe(p).c_str(), t_context, t_plan, t_launch, total, t_plan + t_launch, stats().nvrtc_compiles,
+              to_string(plan.spec()).c_str());
+  return 0;
+}
+
+// NVRTC + ptxas time of every tuning candidate of the problem, compiled one after another on one thread for
+// --arch (default sm_90; no GPU needed, the disk cache is bypassed), reported as a distribution.
+int run_compile_times(const Args& args) {
+  const Problem p = problem_from(args);
+  const std::string arch = args.get("--arch", "sm_90");
+  std::vector<double> ms;
+  for (const KernelSpec& spec : tuning_candidates(p, DeviceLimits{})) {
+    const GeneratedKernel kernel = emit_kernel(spec);
+    const auto t0 = Clock::now();
+    compile_to_cubin(kernel, arch);
+    ms.push_back(ms_since(t0));
+    if (args.has("--verbose")) std::printf("%8.0f ms  %s\n", ms.back(), to_string(spec).c_str());
+  }
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) { return ms[std::min(ms.size() - 1, std::size_t(q * ms.size()))]; };
+  std::printf("NVRTC compile of %zu variants of %s for %s: min %.0f ms, median %.0f ms, p90 %.0f ms, max %.0f ms\n",
+              ms.size(), describe(p).c_str(), arch.c_str(), ms.front(), at(0.5), at(0.9), ms.back());
+  return 0;
+}
+
+} // namespace jitbmm::cli
