@@ -53,6 +53,9 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   if (kernel.source.find(kernel.name + "_combine(") != std::string::npos)
     check(d.cuModuleGetFunction(&loaded->combine, loaded->module, (kernel.name + "_combine").c_str()),
           ("cuModuleGetFunction(" + kernel.name + "_combine)").c_str());
+  if (kernel.source.find(kernel.name + "_store(") != std::string::npos)
+    check(d.cuModuleGetFunction(&loaded->store, loaded->module, (kernel.name + "_store").c_str()),
+          ("cuModuleGetFunction(" + kernel.name + "_store)").c_str());
   check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
         "cuFuncGetAttribute(NUM_REGS)");
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them

@@ -17,6 +17,7 @@ struct LoadedKernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   CUfunction combine = nullptr; // split-K's second pass (<name>_combine), when the module has one
+  CUfunction store = nullptr;   // backward: workspace → gradient (<name>_store), when the module has one
   int registers = 0;            // as the driver reports for the loaded function
 };
 

@@ -109,10 +109,11 @@ int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--reps", "--arch"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--json", "--first-call", "--compile-times", "--verbose"});
+  switches.insert({"--json", "--first-call", "--compile-times", "--verbose", "--backward"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--first-call")) return run_first_call(args);
   if (args.has("--compile-times")) return run_compile_times(args);
+  if (args.has("--backward")) return run_backward_bench(args);
   const int reps = std::stoi(args.get("--reps", "20"));
   const auto device = current_device();
   ScopedContext scope(device->context);

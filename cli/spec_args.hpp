@@ -13,7 +13,7 @@ namespace jitbmm::cli {
 
 inline std::set<std::string> spec_flags() {
   return {"--semiring", "--dtype", "--out-dtype", "--shape",   "--strategy",
-          "--block",    "--tile",  "--thread",    "--k-chunk", "--min-blocks"};
+          "--block",    "--tile",  "--thread",    "--k-chunk", "--min-blocks", "--pass"};
 }
 inline std::set<std::string> spec_switches() { return {"--argmax", "--index64"}; }
 
@@ -30,8 +30,12 @@ inline Problem problem_from(const Args& args, const std::string& shape = "64x512
 
 // The default spec for the problem (or for --strategy), with any tuning flag given overriding its field.
 inline KernelSpec spec_from(const Args& args, const Problem& p) {
-  KernelSpec spec =
-      args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", ""))) : default_spec(p);
+  const Pass pass = parse_pass(args.get("--pass", "forward"));
+  if (pass != Pass::forward && args.has("--argmax"))
+    throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
+  KernelSpec spec = pass != Pass::forward      ? default_grad_spec(p, pass)
+                    : args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", "")))
+                                             : default_spec(p);
   if (args.has("--block")) {
     const std::string b = args.get("--block", "");
     const auto x = b.find('x');

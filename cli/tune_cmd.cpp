@@ -12,11 +12,12 @@
 namespace jitbmm::cli {
 
 int run_tune(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape"}, {"--argmax"});
+  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass"}, {"--argmax"});
   const Problem p = problem_from(args);
   const auto device = current_device();
-  const TuneReport report = autotune(p, *device, true);
-  store_decision(p, *device, report, true);
+  const Pass pass = parse_pass(args.get("--pass", "forward"));
+  const TuneReport report = autotune(p, *device, true, pass);
+  store_decision(p, *device, report, true, pass);
   if (DiskCache* disk = DiskCache::process_cache())
     std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),
                 to_string(shape_bucket(p.shape)).c_str());

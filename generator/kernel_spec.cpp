@@ -18,12 +18,13 @@ struct StrategyName {
   Strategy strategy;
   const char* name;
 };
-constexpr std::array<StrategyName, 6> kStrategies = {{{Strategy::linear, "linear"},
+constexpr std::array<StrategyName, 7> kStrategies = {{{Strategy::linear, "linear"},
                                                       {Strategy::linear_two_pass, "linear_two_pass"},
                                                       {Strategy::warp, "warp"},
                                                       {Strategy::block_tree, "block_tree"},
                                                       {Strategy::tiled, "tiled"},
-                                                      {Strategy::split_k, "split_k"}}};
+                                                      {Strategy::split_k, "split_k"},
+                                                      {Strategy::scatter, "scatter"}}};
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -34,13 +35,17 @@ int64_t chunks_of(const KernelSpec& spec, const Shape& s) {
   return spec.strategy == Strategy::split_k && s.K > 0 ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
 }
 
-bool fits_index32(const Problem& p, int64_t chunks) {
+bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
   const Shape& s = p.shape;
   for (int64_t v : {s.B, s.M, s.N, s.K})
     if (v >= kIndex32Limit) return false;
-  int64_t outputs = 0;
+  int64_t outputs = 0, grads_a = 0, grads_b = 0;
   if (__builtin_mul_overflow(s.B, s.M, &outputs) || __builtin_mul_overflow(outputs, s.N, &outputs) ||
       __builtin_mul_overflow(outputs, chunks, &outputs))
+    return false;
+  // Backward workspaces are [B][M][K] and [B][K][N].
+  if (backward && (__builtin_mul_overflow(s.B * s.M, s.K, &grads_a) || __builtin_mul_overflow(s.B * s.K, s.N, &grads_b) ||
+                   grads_a >= kIndex32Limit || grads_b >= kIndex32Limit))
     return false;
   return outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
          max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
@@ -63,7 +68,25 @@ Strategy parse_strategy(const std::string& name) {
   for (const auto& row : kStrategies)
     if (name == row.name) return row.strategy;
   throw std::invalid_argument("strategy: unsupported '" + name +
-                              "' (expected linear, linear_two_pass, warp, block_tree, tiled or split_k)");
+                              "' (expected linear, linear_two_pass, warp, block_tree, tiled, split_k or scatter)");
+}
+
+const char* pass_name(Pass pass) {
+  switch (pass) {
+  case Pass::forward:
+    return "forward";
+  case Pass::grad_a:
+    return "grad_a";
+  case Pass::grad_b:
+    return "grad_b";
+  }
+  throw std::invalid_argument("pass: unknown enum value " + std::to_string(static_cast<int>(pass)));
+}
+
+Pass parse_pass(const std::string& name) {
+  for (Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b})
+    if (name == pass_name(pass)) return pass;
+  throw std::invalid_argument("pass: unsupported '" + name + "' (expected forward, grad_a or grad_b)");
 }
 
 int KernelSpec::threads() const {
@@ -75,7 +98,9 @@ std::string to_string(const KernelSpec& s) {
   std::ostringstream os;
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
      << " out=" << dtype_info(s.out_dtype).name << " argmax=" << s.with_argmax
-     << " strategy=" << strategy_name(s.strategy) << " index64=" << s.index64;
+     << " strategy=" << strategy_name(s.strategy);
+  if (s.pass != Pass::forward) os << " pass=" << pass_name(s.pass);
+  os << " index64=" << s.index64;
   if (s.is_tiled())
     os << " tile=" << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << " thread=" << s.thread_m << 'x' << s.thread_n
        << " min_blocks=" << s.min_blocks;
@@ -141,6 +166,8 @@ KernelSpec parse_spec(const std::string& text) {
       spec.with_argmax = parse_bool(key, value);
     else if (key == "strategy")
       spec.strategy = parse_strategy(value);
+    else if (key == "pass")
+      spec.pass = parse_pass(value);
     else if (key == "index64")
       spec.index64 = parse_bool(key, value);
     else if (key == "block") {
@@ -190,6 +217,8 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   case Strategy::block_tree:
     spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1;
     break;
+  case Strategy::scatter: // backward only: default_grad_spec
+    break;
   case Strategy::tiled:
   case Strategy::split_k:
     if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
@@ -212,6 +241,33 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   }
   spec.index64 = !fits_index32(problem, chunks_of(spec, s));
   check_spec_fits(spec, problem);
+  return spec;
+}
+
+KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
+  if (pass == Pass::forward) throw std::invalid_argument("pass: default_grad_spec is for grad_a or grad_b");
+  Problem p = problem;
+  p.with_argmax = false;
+  validate(p);
+  const bool select = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+  // The tiled defaults pick tiles from the output's rows and columns: M×K for grad_a, K×N for grad_b.
+  Problem as_output = p;
+  as_output.shape = pass == Pass::grad_a ? Shape{p.shape.B, p.shape.M, p.shape.N, p.shape.K}
+                                         : Shape{p.shape.B, p.shape.K, p.shape.M, p.shape.N};
+  as_output.a_strides.reset(), as_output.b_strides.reset(), as_output.out_strides.reset();
+  KernelSpec spec;
+  if (select) {
+    spec.semiring = p.semiring, spec.dtype = p.dtype, spec.out_dtype = p.output_dtype();
+    spec.strategy = Strategy::scatter;
+    spec.block_x = 256, spec.block_y = 1;
+  } else {
+    spec = default_spec(as_output, Strategy::tiled);
+    if (spec.thread_m * spec.thread_n > 32) spec.thread_n /= 2; // room for the per-output constants
+    if (p.dtype == DType::bf16) spec.min_blocks = 1;            // its conversions need more than 128 registers
+  }
+  spec.pass = pass;
+  spec.index64 = !fits_index32(p, 1, true);
+  check_spec_fits(spec, p);
   return spec;
 }
 
@@ -249,6 +305,10 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   switch (spec.strategy) {
   case Strategy::linear:
     break;
+  case Strategy::scatter:
+    if (spec.pass == Pass::forward) reject("strategy", "scatter is a backward strategy");
+    if (spec.block_y != 1) reject("block", "scatter needs block_y = 1");
+    break;
   case Strategy::linear_two_pass:
     if (spec.semiring != Semiring::log) reject("strategy", "linear_two_pass is the log semiring's two-pass form");
     break;
@@ -267,16 +327,29 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
     if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
     const int acc = spec.dtype == DType::f64 ? 8 : 4;
-    const int smem = 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc;
+    // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
+    const int g_side = spec.pass == Pass::grad_a ? spec.tile_m : spec.tile_n;
+    const int smem = spec.pass == Pass::forward
+                         ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
+                         : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
     if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
-    if ((s.M + spec.tile_m - 1) / spec.tile_m > 65535)
-      throw std::invalid_argument("shape.M: more than 65535 row tiles for the tiled strategy; use linear or warp");
+    const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
+    if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)
+      throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
+                                  ": more than 65535 row tiles for the tiled strategy; use linear or warp");
     if (spec.strategy == Strategy::split_k && spec.k_chunk < 1) reject("k_chunk", "must be positive");
     if (spec.min_blocks < 1 || spec.min_blocks * threads > 2048) reject("min_blocks", "must be in 1..2048/threads");
     break;
   }
   }
-  if (!spec.index64 && !fits_index32(p, chunks_of(spec, s)))
+  if (spec.pass != Pass::forward) {
+    if (p.with_argmax) reject("pass", "backward kernels are planned for the problem without argmax");
+    const bool select = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+    if (spec.strategy != (select ? Strategy::scatter : Strategy::tiled))
+      reject("strategy", std::string("the backward of ") + semiring_info(p.semiring).name + " uses " +
+                             (select ? "scatter" : "tiled"));
+  }
+  if (!spec.index64 && !fits_index32(p, chunks_of(spec, s), spec.pass != Pass::forward))
     reject("index64", "this problem's sizes or strides overflow 32-bit index math (" + describe(p) +
                           "); use a 64-bit index variant");
 }

@@ -122,7 +122,8 @@ std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
   return out;
 }
 
-void backward(const Problem& p, const void* a, const void* b, const double* grad_out, double* grad_a, double* grad_b) {
+void backward(const Problem& p, const void* a, const void* b, const double* grad_out, double* grad_a, double* grad_b,
+              const double* out, const int32_t* argmax) {
   validate(p);
   const Shape& s = p.shape;
   const Strides sa = p.a(), sb = p.b();
@@ -132,9 +133,17 @@ void backward(const Problem& p, const void* a, const void* b, const double* grad
   for (int64_t bt = 0; bt < s.B; ++bt)
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) {
-        const double g = grad_out[(bt * s.M + i) * s.N + j];
+        const int64_t o = (bt * s.M + i) * s.N + j;
+        const double g = grad_out[o];
         if (g == 0.0) continue; // exactly zero, whatever the weights
-        const Element e = element(p, a, b, bt, i, j);
+        Element e;
+        if (out && (p.semiring == Semiring::log || argmax)) {
+          e.value = out[o];
+          e.argmax = argmax ? argmax[o] : -1;
+        } else {
+          e = element(p, a, b, bt, i, j);
+          if (argmax) e.argmax = argmax[o];
+        }
         for (int64_t k = 0; k < s.K; ++k) {
           const int64_t ia = bt * sa.batch + i * sa.row + k * sa.col, ib = bt * sb.batch + k * sb.row + j * sb.col;
           const Real x = load_element(p.dtype, a, ia), y = load_element(p.dtype, b, ib);
@@ -161,6 +170,64 @@ void backward(const Problem& p, const void* a, const void* b, const double* grad
           if (grad_b) grad_b[ib] += static_cast<double>(db);
         }
       }
+}
+
+GradElement gradient_element(const Problem& p, const void* a, const void* b, const double* out, const int32_t* argmax,
+                             const double* grad_out, Pass pass, int64_t bt, int64_t row, int64_t col) {
+  if (pass == Pass::forward) throw std::invalid_argument("pass: gradient_element needs grad_a or grad_b");
+  using Real = long double;
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b();
+  const int64_t reduce = pass == Pass::grad_a ? s.N : s.M;
+  Real value = 0, scale = 0, sum_g = 0;
+  for (int64_t m = 0; m < reduce; ++m) {
+    const int64_t i = pass == Pass::grad_a ? row : m, k = pass == Pass::grad_a ? col : row,
+                  j = pass == Pass::grad_a ? m : col;
+    const int64_t o = (bt * s.M + i) * s.N + j;
+    const double g = grad_out[o];
+    if (g == 0.0) continue;
+    const Real x = load_element(p.dtype, a, bt * sa.batch + i * sa.row + k * sa.col);
+    const Real y = load_element(p.dtype, b, bt * sb.batch + k * sb.row + j * sb.col);
+    const Real partner = pass == Pass::grad_a ? y : x;
+    Real c = 0, magnitude = 1;
+    switch (p.semiring) {
+    case Semiring::log: {
+      const Real ov = out ? out[o] : element(p, a, b, bt, i, j).value;
+      if (ov == -INFINITY) continue;
+      c = g * std::exp(x + y - ov);
+      magnitude = std::fmax(Real(1), std::fabs(x) + std::fabs(y) + std::fabs(ov));
+      break;
+    }
+    case Semiring::max_plus:
+    case Semiring::min_plus:
+    case Semiring::max_times: {
+      const int32_t win = argmax ? argmax[o] : element(p, a, b, bt, i, j).argmax;
+      if (k != win) continue;
+      c = p.semiring == Semiring::max_times ? g * partner : Real(g);
+      break;
+    }
+    case Semiring::plus_times:
+      c = g * partner;
+      break;
+    }
+    value += c;
+    sum_g += std::fabs(Real(g));
+    if (std::isfinite(static_cast<double>(c)) && std::isfinite(static_cast<double>(magnitude)))
+      scale += std::fabs(c) * magnitude;
+  }
+  GradElement e;
+  e.value = static_cast<double>(value);
+  e.scale = static_cast<double>(scale);
+  e.floor = static_cast<double>(std::ldexp(sum_g, p.dtype == DType::f64 ? -1000 : -120));
+  return e;
+}
+
+bool close_gradient(DType dtype, double got, const GradElement& want, double tolerance) {
+  const double rounded = round_to(dtype, want.value);
+  if (std::isnan(rounded)) return std::isnan(got);
+  if (std::isinf(rounded)) return got == rounded;
+  if (!std::isfinite(got)) return false;
+  return std::fabs(got - want.value) <= tolerance * want.scale + want.floor;
 }
 
 bool close(DType out_dtype, double got, const Element& expected, double tolerance) {

@@ -1,6 +1,9 @@
 #include "runtime/autotune.hpp"
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <memory>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -19,6 +22,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
+#include "runtime/backward.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -72,12 +76,37 @@ void add_tiles(std::vector<KernelSpec>& out, KernelSpec base, bool wide) {
 
 } // namespace
 
-std::vector<KernelSpec> tuning_candidates(const Problem& p, const DeviceLimits& limits) {
-  validate(p);
+namespace {
+
+// Backward candidates: the tile set over the gradient's rows × cols (scatter: block sizes).
+std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
+  std::vector<KernelSpec> raw;
+  KernelSpec base = default_grad_spec(p, pass);
+  if (base.strategy == Strategy::scatter) {
+    for (int threads : {128, 256, 512}) {
+      base.block_x = threads;
+      raw.push_back(base);
+    }
+    return raw;
+  }
+  raw.push_back(base);
+  add_tiles(raw, base, p.dtype == DType::f64);
+  raw.erase(std::remove_if(raw.begin(), raw.end(), [](const KernelSpec& k) { return k.thread_m * k.thread_n > 32; }),
+            raw.end()); // the per-output constants double the registers per output
+  return raw;
+}
+
+} // namespace
+
+std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits, Pass pass) {
+  validate(problem);
+  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
   const Shape& s = p.shape;
   const int64_t outputs = s.B * s.M * s.N;
   const bool wide = p.dtype == DType::f64;
   std::vector<KernelSpec> raw;
+  if (pass != Pass::forward) raw = grad_candidates(p, pass);
+  else {
   KernelSpec base = default_spec(p, Strategy::linear);
   raw.push_back(base);
   base.block_x = 64, base.block_y = 4;
@@ -110,6 +139,7 @@ std::vector<KernelSpec> tuning_candidates(const Problem& p, const DeviceLimits& 
       sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
       raw.push_back(sk);
     }
+  }
   // Keep what fits the problem and the device, once each.
   std::vector<KernelSpec> out;
   for (KernelSpec spec : raw) {
@@ -124,9 +154,10 @@ std::vector<KernelSpec> tuning_candidates(const Problem& p, const DeviceLimits& 
       }
     }
     if (spec.threads() > limits.max_threads_per_block) continue;
-    if (spec.is_tiled()) {
-      const int acc = wide ? 8 : 4;
-      if (2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc > limits.max_static_shared_bytes) continue;
+    if (spec.is_tiled() && limits.max_static_shared_bytes < 48 * 1024) {
+      const int acc = wide ? 8 : 4; // check_spec_fits allows 48 KiB; a smaller device allows less
+      if (2 * spec.tile_k * (2 * spec.tile_m + 8 + 2 * spec.tile_n + 8) * acc > limits.max_static_shared_bytes)
+        continue;
     }
     if (std::find(out.begin(), out.end(), spec) == out.end()) out.push_back(spec);
   }
@@ -139,7 +170,7 @@ Shape shape_bucket(const Shape& s) {
 
 namespace {
 
-std::string family_text(const Problem& p, const TuningDevice& d) {
+std::string family_text(const Problem& p, const TuningDevice& d, Pass pass) {
   std::ostringstream os;
   os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
      << d.name << '\n'
@@ -147,16 +178,19 @@ std::string family_text(const Problem& p, const TuningDevice& d) {
      << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
      << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
      << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
+  if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
   return os.str();
 }
 
 } // namespace
 
-std::string tuning_family(const Problem& p, const TuningDevice& d) { return sha256_hex(family_text(p, d)); }
+std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass) {
+  return sha256_hex(family_text(p, d, pass));
+}
 
-std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket) {
+std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket, Pass pass) {
   const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
-  return sha256_hex(family_text(p, d) + (bucket ? "bucket " : "exact ") + to_string(shape));
+  return sha256_hex(family_text(p, d, pass) + (bucket ? "bucket " : "exact ") + to_string(shape));
 }
 
 std::string encode_decision(const Decision& d) {
@@ -283,12 +317,161 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
 
 } // namespace
 
-TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress) {
+namespace {
+
+// What the tuner needs from one kind of kernel: run a candidate once on the prepared inputs, and check its
+// output against the CPU reference on sampled elements ("" when right, else why not).
+struct Trial {
+  std::function<void(const KernelSpec&)> run;
+  std::function<std::string(const KernelSpec&)> verify;
+};
+
+std::vector<unsigned char> download(const DeviceBuffer& buffer) {
+  std::vector<unsigned char> host(buffer.size());
+  buffer.download(host.data(), host.size());
+  return host;
+}
+
+// Inputs and checks for the forward: random a and b, outputs poisoned before every candidate.
+struct ForwardTrial {
+  const Problem& p;
+  std::mt19937_64& rng;
+  std::vector<unsigned char> ha, hb;
+  DeviceBuffer a, b, out, arg;
+  std::vector<std::pair<int64_t, reference::Element>> samples;
+
+  ForwardTrial(const Problem& problem, std::mt19937_64& random) : p(problem), rng(random) {
+    const Shape& s = p.shape;
+    ha = random_operand(p, max_offset("a", s.B, s.M, s.K, p.a()) + 1, rng);
+    hb = random_operand(p, max_offset("b", s.B, s.K, s.N, p.b()) + 1, rng);
+    const int64_t outputs = s.B * s.M * s.N;
+    a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size());
+    out = DeviceBuffer((max_offset("out", s.B, s.M, s.N, p.out()) + 1) * dtype_info(p.output_dtype()).size_bytes);
+    arg = DeviceBuffer(p.with_argmax ? outputs * 4 : 0);
+    a.upload(ha.data(), ha.size());
+    b.upload(hb.data(), hb.size());
+    std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, outputs - 1));
+    for (int n = 0; n < 24 && outputs > 0; ++n) {
+      const int64_t o = pick(rng);
+      samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N));
+    }
+  }
+  void run(const KernelSpec& spec) {
+    SemiringBMM::get(p, spec)(a.get(), b.get(), out.get(), p.with_argmax ? static_cast<int32_t*>(arg.get()) : nullptr,
+                             nullptr);
+  }
+  std::string verify(const KernelSpec& spec) {
+    out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
+    run(spec);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    const std::vector<unsigned char> ho = download(out);
+    const Shape& s = p.shape;
+    const Strides so = p.out();
+    for (const auto& [o, want] : samples) {
+      const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+      if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), at), want,
+                            reference::tolerance(p.output_dtype())))
+        return "wrong result at output " + std::to_string(o);
+    }
+    return "";
+  }
+};
+
+// Inputs and checks for a backward pass: random a, b and grad_out; out (and argmax) from the forward on the GPU,
+// which the CPU reference then uses too; the gradient poisoned before every candidate.
+struct BackwardTrial {
+  const Problem p; // without argmax
+  Pass pass;
+  const DeviceInfo& device;
+  std::vector<unsigned char> ha, hb, hg;
+  std::vector<double> out_values, grad_out;
+  std::vector<int32_t> argmax;
+  DeviceBuffer a, b, out, arg, g, grad;
+  std::vector<std::array<int64_t, 3>> samples; // batch, row, col of the gradient
+
+  BackwardTrial(const Problem& problem, Pass which, const DeviceInfo& dev, std::mt19937_64& rng)
+      : p(grad_problem(problem)), pass(which), device(dev) {
+    const Shape& s = p.shape;
+    ha = random_operand(p, max_offset("a", s.B, s.M, s.K, p.a()) + 1, rng);
+    hb = random_operand(p, max_offset("b", s.B, s.K, s.N, p.b()) + 1, rng);
+    const int64_t outputs = s.B * s.M * s.N, out_elems = max_offset("out", s.B, s.M, s.N, p.out()) + 1;
+    const DType od = p.output_dtype();
+    // grad_out in out's layout, and contiguous in double for the reference.
+    hg.assign(out_elems * dtype_info(od).size_bytes, 0);
+    grad_out.resize(outputs);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    const Strides so = p.out();
+    for (int64_t o = 0; o < outputs; ++o) {
+      const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+      store_element(od, hg.data(), at, normal(rng));
+      grad_out[o] = load_element(od, hg.data(), at);
+    }
+    a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size()), g = DeviceBuffer(hg.size());
+    a.upload(ha.data(), ha.size());
+    b.upload(hb.data(), hb.size());
+    g.upload(hg.data(), hg.size());
+    // The forward's results, as the backward will read them.
+    Problem fwd = p;
+    const bool sel = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+    fwd.with_argmax = sel;
+    out = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
+    arg = DeviceBuffer(sel ? outputs * 4 : 0);
+    SemiringBMM::get(fwd, default_spec(fwd))(a.get(), b.get(), out.get(),
+                                             sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    const std::vector<unsigned char> ho = download(out);
+    out_values.resize(outputs);
+    for (int64_t o = 0; o < outputs; ++o)
+      out_values[o] = load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+    if (sel) {
+      argmax.resize(outputs);
+      arg.download(argmax.data(), outputs * 4);
+    }
+    const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
+    const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
+    grad = DeviceBuffer((max_offset("grad", s.B, rows, cols, sd) + 1) * dtype_info(p.dtype).size_bytes);
+    std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, s.B * rows * cols - 1));
+    for (int n = 0; n < 24 && s.B * rows * cols > 0; ++n) {
+      const int64_t e = pick(rng);
+      samples.push_back({e / (rows * cols), e / cols % rows, e % cols});
+    }
+  }
+  void run(const KernelSpec& spec) {
+    launch_grad(p, spec, *load_kernel(device, spec),
+                {a.get(), b.get(), out.get(), g.get(), argmax.empty() ? nullptr : static_cast<int32_t*>(arg.get()),
+                 grad.get()},
+                nullptr);
+  }
+  std::string verify(const KernelSpec& spec) {
+    grad.fill_bytes(0x7f);
+    run(spec);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    const std::vector<unsigned char> hd = download(grad);
+    const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
+    const bool broadcast = sd.batch == 0;
+    for (const auto& [bt, r, c] : samples) {
+      reference::GradElement want;
+      for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? p.shape.B : bt + 1); ++z) {
+        const auto part = reference::gradient_element(p, ha.data(), hb.data(), out_values.data(),
+                                                      argmax.empty() ? nullptr : argmax.data(), grad_out.data(), pass,
+                                                      z, r, c);
+        want.value += part.value, want.scale += part.scale, want.floor += part.floor;
+      }
+      const double got = load_element(p.dtype, hd.data(), bt * sd.batch + r * sd.row + c * sd.col);
+      if (!reference::close_gradient(p.dtype, got, want, reference::tolerance(p.dtype)))
+        return "wrong gradient at " + std::to_string(bt) + "," + std::to_string(r) + "," + std::to_string(c);
+    }
+    return "";
+  }
+};
+
+} // namespace
+
+TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass) {
   const auto t0 = std::chrono::steady_clock::now();
   ScopedContext scope(device.context);
-  const Shape& s = p.shape;
   TuneReport report;
-  for (const KernelSpec& spec : tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}))
+  for (const KernelSpec& spec : tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}, pass))
     report.candidates.push_back({spec, -1, "ok"});
   // Compile every candidate on all cores (the kernel cache is thread-safe); a failure only skips that candidate.
   std::atomic<std::size_t> next{0};
@@ -304,33 +487,28 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress) {
   for (auto& t : pool) t.join();
 
   std::mt19937_64 rng(20261122);
-  const int64_t na = max_offset("a", s.B, s.M, s.K, p.a()) + 1, nb = max_offset("b", s.B, s.K, s.N, p.b()) + 1;
-  const int64_t no = max_offset("out", s.B, s.M, s.N, p.out()) + 1, outputs = s.B * s.M * s.N;
-  const std::vector<unsigned char> ha = random_operand(p, na, rng), hb = random_operand(p, nb, rng);
-  const int out_bytes = dtype_info(p.output_dtype()).size_bytes;
-  DeviceBuffer a(ha.size()), b(hb.size()), out(no * out_bytes), arg(p.with_argmax ? outputs * 4 : 0);
-  DeviceBuffer flush(std::size_t(256) << 20); // larger than any L2: written between timed runs
-  a.upload(ha.data(), ha.size());
-  b.upload(hb.data(), hb.size());
-  // Sampled outputs and their reference values, checked for every candidate before it may be timed.
-  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, outputs - 1));
-  std::vector<std::pair<int64_t, reference::Element>> samples;
-  for (int n = 0; n < 24 && outputs > 0; ++n) {
-    const int64_t o = pick(rng);
-    samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N));
+  std::unique_ptr<ForwardTrial> fwd;
+  std::unique_ptr<BackwardTrial> bwd;
+  Trial trial;
+  if (pass == Pass::forward) {
+    fwd = std::make_unique<ForwardTrial>(p, rng);
+    trial = {[&](const KernelSpec& k) { fwd->run(k); }, [&](const KernelSpec& k) { return fwd->verify(k); }};
+  } else {
+    bwd = std::make_unique<BackwardTrial>(p, pass, device, rng);
+    trial = {[&](const KernelSpec& k) { bwd->run(k); }, [&](const KernelSpec& k) { return bwd->verify(k); }};
   }
+  DeviceBuffer flush(std::size_t(256) << 20); // larger than any L2: written between timed runs
   const DriverApi& d = driver();
-  auto time_runs = [&](const SemiringBMM& plan, int runs) {
+  auto time_runs = [&](const KernelSpec& spec, int runs) {
     std::vector<double> ms;
     CUevent start = nullptr, stop = nullptr;
     check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
     check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
-    auto* argp = p.with_argmax ? static_cast<int32_t*>(arg.get()) : nullptr;
     for (int r = 0; r < runs; ++r) {
       check(d.cuMemsetD8(reinterpret_cast<CUdeviceptr>(flush.get()), static_cast<unsigned char>(r), flush.size()),
             "cuMemsetD8(L2 flush)");
       check(d.cuEventRecord(start, nullptr), "cuEventRecord");
-      plan(a.get(), b.get(), out.get(), argp, nullptr);
+      trial.run(spec);
       check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
       check(d.cuEventSynchronize(stop), "cuEventSynchronize");
       float elapsed = 0;
@@ -342,48 +520,37 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress) {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
+  const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
   double best_ms = -1;
   std::size_t done = 0;
   for (CandidateResult& c : report.candidates) {
     ++done;
     if (c.status != "ok") continue;
     try {
-      const SemiringBMM plan = SemiringBMM::get(p, c.spec);
-      out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
-      plan(a.get(), b.get(), out.get(), p.with_argmax ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
-      check(d.cuCtxSynchronize(), "cuCtxSynchronize");
-      std::vector<unsigned char> ho(no * out_bytes);
-      out.download(ho.data(), ho.size());
-      for (const auto& [o, want] : samples) {
-        const Strides so = p.out();
-        const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
-        if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), at), want,
-                              reference::tolerance(p.output_dtype()))) {
-          c.status = "wrong result at output " + std::to_string(o);
-          break;
-        }
+      const std::string wrong = trial.verify(c.spec);
+      if (!wrong.empty()) {
+        c.status = wrong;
+        continue;
       }
-      if (c.status != "ok") continue;
-      c.median_ms = time_runs(plan, 5);
+      c.median_ms = time_runs(c.spec, 5);
       if (best_ms < 0 || c.median_ms < best_ms) best_ms = c.median_ms;
     } catch (const std::exception& e) {
       c.status = std::string("launch failed: ") + e.what();
     }
     if (progress)
-      std::fprintf(stderr, "\rjitbmm: tuning %s [%zu/%zu] best %.4f ms   ", describe(p).c_str(), done,
+      std::fprintf(stderr, "\rjitbmm: tuning %s [%zu/%zu] best %.4f ms   ", what.c_str(), done,
                    report.candidates.size(), best_ms);
   }
   std::vector<CandidateResult*> timed;
   for (CandidateResult& c : report.candidates)
     if (c.median_ms >= 0) timed.push_back(&c);
-  if (timed.empty()) throw std::runtime_error("autotune: no correct candidate for " + describe(p));
+  if (timed.empty()) throw std::runtime_error("autotune: no correct candidate for " + what);
   std::sort(timed.begin(), timed.end(), [](auto* x, auto* y) { return x->median_ms < y->median_ms; });
   // Re-time the best three interleaved, so drift between the first pass's measurements cannot decide.
   timed.resize(std::min<std::size_t>(3, timed.size()));
   std::vector<std::vector<double>> again(timed.size());
   for (int round = 0; round < 3; ++round)
-    for (std::size_t i = 0; i < timed.size(); ++i)
-      again[i].push_back(time_runs(SemiringBMM::get(p, timed[i]->spec), 3));
+    for (std::size_t i = 0; i < timed.size(); ++i) again[i].push_back(time_runs(timed[i]->spec, 3));
   std::size_t winner = 0;
   for (std::size_t i = 0; i < timed.size(); ++i) {
     std::sort(again[i].begin(), again[i].end());
@@ -393,40 +560,41 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress) {
   report.best = timed[winner]->spec;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (progress)
-    std::fprintf(stderr, "\rjitbmm: tuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", describe(p).c_str(),
+    std::fprintf(stderr, "\rjitbmm: tuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", what.c_str(),
                  report.seconds, report.candidates.size(), timed[winner]->median_ms, to_string(report.best).c_str());
   return report;
 }
 
-void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket) {
+void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass) {
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) return;
   const TuningDevice td = tuning_device(device);
   Decision d;
   d.spec = report.best;
   d.problem = describe(p);
-  d.family = tuning_family(p, td);
+  d.family = tuning_family(p, td, pass);
   d.seconds = report.seconds;
   for (const CandidateResult& c : report.candidates)
     if (c.median_ms >= 0) d.ranking.push_back(c);
   std::sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
   d.ranking.resize(std::min<std::size_t>(d.ranking.size(), 5));
   d.shape = p.shape;
-  disk->put(tuning_key(p, td, false), "tune", encode_decision(d));
+  disk->put(tuning_key(p, td, false, pass), "tune", encode_decision(d));
   if (bucket) {
     d.bucket = true;
     d.shape = shape_bucket(p.shape);
-    disk->put(tuning_key(p, td, true), "tune", encode_decision(d));
+    disk->put(tuning_key(p, td, true, pass), "tune", encode_decision(d));
   }
 }
 
-Choice choose(const Problem& p, const DeviceInfo& device, TunePolicy policy) {
-  // Decisions already made in this process, per context, problem and policy.
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass) {
+  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
+  // Decisions already made in this process, per context, problem, pass and policy.
   static std::mutex mutex;
   static std::map<std::string, Choice> made;
   std::ostringstream id;
-  id << device.context << ' ' << int(policy) << ' ' << describe(p) << ' ' << p.with_argmax << ' '
-     << dtype_info(p.output_dtype()).name;
+  id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' '
+     << p.with_argmax << ' ' << dtype_info(p.output_dtype()).name;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = made.find(id.str()); it != made.end()) return it->second;
@@ -439,16 +607,17 @@ Choice choose(const Problem& p, const DeviceInfo& device, TunePolicy policy) {
       if (auto spec = fitting(d->spec, p)) return Choice{*spec, source, d};
       return std::nullopt;
     };
-    if (auto c = use(load_decision(disk, tuning_key(p, td, false)), "exact")) return *c;
+    if (auto c = use(load_decision(disk, tuning_key(p, td, false, pass)), "exact")) return *c;
     if (policy != TunePolicy::exact) {
-      if (auto c = use(load_decision(disk, tuning_key(p, td, true)), "bucket")) return *c;
-      if (auto c = use(nearest_decision(family_buckets(disk, tuning_family(p, td)), p.shape), "nearest bucket"))
+      if (auto c = use(load_decision(disk, tuning_key(p, td, true, pass)), "bucket")) return *c;
+      if (auto c = use(nearest_decision(family_buckets(disk, tuning_family(p, td, pass)), p.shape), "nearest bucket"))
         return *c;
     }
     const Shape& s = p.shape;
-    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0) return {default_spec(p), "default", {}};
-    const TuneReport report = autotune(p, device, true);
-    store_decision(p, device, report, policy == TunePolicy::bucket);
+    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0)
+      return {pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass), "default", {}};
+    const TuneReport report = autotune(p, device, true, pass);
+    store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};
   }();
   std::lock_guard<std::mutex> lock(mutex);

@@ -27,7 +27,9 @@ struct DeviceLimits {
 };
 
 // Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.
-std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits);
+// For a backward pass, `problem` is the forward problem (its with_argmax is ignored).
+std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits,
+                                          Pass pass = Pass::forward);
 
 // Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
 Shape shape_bucket(const Shape& shape);
@@ -38,9 +40,9 @@ struct TuningDevice {
   std::string name, arch, nvrtc_version;
   int sm_count = 0, driver_version = 0;
 };
-std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket);
+std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward);
 // The key without the shape: decisions of one family may stand in for each other (nearest bucket).
-std::string tuning_family(const Problem& problem, const TuningDevice& device);
+std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward);
 
 struct CandidateResult {
   KernelSpec spec;
@@ -72,10 +74,12 @@ std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, con
 // Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
 // times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
 // and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
-TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress);
+// Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
+TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward);
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
-void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket);
+void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
+                    Pass pass = Pass::forward);
 
 // Where a spec came from, for inspect --tuned.
 struct Choice {
@@ -86,7 +90,7 @@ struct Choice {
 // The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it (the
 // result is stored), else default_spec. A stored decision that no longer fits the problem is ignored. Remembered
 // per process, so repeated get() calls read the disk once.
-Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy);
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward);
 inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
   return choose(problem, device, policy).spec;
 }

@@ -17,7 +17,7 @@ namespace jitbmm {
       X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent)         \
           X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)           \
               X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) \
-                  X(cuMemcpyDtoH) X(cuMemsetD32) X(cuMemsetD8) X(cuStreamSynchronize) X(cuStreamCreate)                \
+                  X(cuMemcpyDtoH) X(cuMemsetD32) X(cuMemsetD8) X(cuMemsetD8Async) X(cuStreamSynchronize) X(cuStreamCreate)                \
                       X(cuStreamDestroy) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuEventCreate) X(cuEventDestroy)       \
                           X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)                                 \
                               X(cuOccupancyMaxActiveBlocksPerMultiprocessor)

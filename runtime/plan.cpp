@@ -4,23 +4,10 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "cache/kernel_cache.hpp"
-#include "params.cuh"
 #include "runtime/autotune.hpp"
+#include "runtime/plan_impl.hpp"
 
 namespace jitbmm {
-
-struct SemiringBMM::Impl {
-  Problem problem;
-  KernelSpec spec;
-  std::shared_ptr<const DeviceInfo> device;
-  std::shared_ptr<const LoadedKernel> kernel; // null when the problem has no outputs (nothing to launch)
-  jb::BmmParams params{};                     // sizes and strides; pointers filled per call
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
-  std::size_t workspace_bytes = 0; // split-K only
-  unsigned combine_grid = 1;
-};
 
 namespace {
 
@@ -81,6 +68,8 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.block[0] = spec.block_x;
     im.grid[0] = clamp_grid(outputs, int64_t(1) << 20);
     break;
+  case Strategy::scatter:
+    throw std::invalid_argument("spec.strategy: scatter is a backward strategy; plan the forward with another");
   case Strategy::tiled:
   case Strategy::split_k: {
     const int64_t chunks = spec.strategy == Strategy::split_k ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;

@@ -74,4 +74,32 @@ inline std::vector<KernelSpec> all_variants() {
   return out;
 }
 
+// Backward kernels: each problem kind without argmax × pass × (scatter, or small and large tiles) × index width.
+inline std::vector<KernelSpec> grad_variants() {
+  std::vector<KernelSpec> out;
+  for (KernelSpec kind : problem_kinds()) {
+    if (kind.with_argmax) continue;
+    const bool select = kind.semiring != Semiring::log && kind.semiring != Semiring::plus_times;
+    for (Pass pass : {Pass::grad_a, Pass::grad_b})
+      for (bool index64 : {false, true}) {
+        KernelSpec s = kind;
+        s.pass = pass;
+        s.index64 = index64;
+        if (select) {
+          s.strategy = Strategy::scatter;
+          s.block_x = 128, s.block_y = 1;
+          out.push_back(s);
+          continue;
+        }
+        s.strategy = Strategy::tiled;
+        s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = 2, s.thread_n = 4;
+        out.push_back(s);
+        if (index64 || (kind.dtype != DType::f32 && kind.dtype != DType::f16)) continue;
+        s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 2;
+        out.push_back(s);
+      }
+  }
+  return out;
+}
+
 } // namespace jitbmm::test

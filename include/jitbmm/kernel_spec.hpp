@@ -17,9 +17,17 @@ enum class Strategy {
   block_tree,      // a block per output, shared-memory tree then warp shuffle
   tiled,           // register-tiled GEMM-style kernel (tile_* / thread_* below)
   split_k,         // tiled over K chunks of `k_chunk`, then a ⊕ pass over the chunks
+  scatter,         // backward of the selecting semirings: G sent to the forward's argmax (block_x threads)
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);
+
+// What a kernel computes: the product, or the gradient of a loss with respect to a or b (templates/backward.cuh).
+// Backward kernels: log and plus_times use `tiled` (a register-tiled reduction over j for grad_a, over i for
+// grad_b); max_plus, min_plus and max_times use `scatter`.
+enum class Pass { forward, grad_a, grad_b };
+const char* pass_name(Pass pass);
+Pass parse_pass(const std::string& name);
 
 struct KernelSpec {
   Semiring semiring = Semiring::log;
@@ -27,6 +35,7 @@ struct KernelSpec {
   DType out_dtype = DType::f32;
   bool with_argmax = false;
   Strategy strategy = Strategy::linear;
+  Pass pass = Pass::forward;
   bool index64 = false; // 64-bit element offsets; otherwise every offset must fit in int32
   // linear, linear_two_pass: threads (block_x along N, block_y along M). warp: block_x = lanes per output
   // (2..32, power of two), block_y = outputs per block. block_tree: block_x = threads per output (≥ 64, power of 2).
@@ -46,12 +55,16 @@ struct KernelSpec {
 };
 
 // "semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled index64=0 tile=128x128x16 thread=8x8": printed into every
-// generated source, so a kernel can always be traced back to its spec. Only the fields the strategy uses appear.
+// generated source, so a kernel can always be traced back to its spec. Only the fields the strategy uses appear;
+// backward specs add "pass=grad_a" or "pass=grad_b" after the strategy.
 std::string to_string(const KernelSpec& spec);
 std::size_t hash_value(const KernelSpec& spec);
 // The inverse of to_string; strict (unknown keys, bad numbers and missing fields are std::invalid_argument), so it
 // can read stored tuning decisions without trusting them.
 KernelSpec parse_spec(const std::string& text);
+
+// The default backward spec (pass grad_a or grad_b) for a problem; with_argmax of the problem is ignored.
+KernelSpec default_grad_spec(const Problem& problem, Pass pass);
 
 // A sensible spec for a problem until the autotuner chooses: the tiled kernel for large outputs, split-K for
 // few outputs with long K, warp shuffles for few outputs with moderate K, linear otherwise.
@@ -60,7 +73,8 @@ KernelSpec default_spec(const Problem& problem);
 KernelSpec default_spec(const Problem& problem, Strategy strategy);
 
 // Throws std::invalid_argument naming the field when `spec` cannot compute `problem` (dtype mismatch, a strategy
-// that does not support the semiring, tile parameters out of range, 32-bit indices too narrow).
+// that does not support the semiring or pass, tile parameters out of range, 32-bit indices too narrow). For a
+// backward spec, `problem` is the forward problem without argmax.
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
 
 } // namespace jitbmm

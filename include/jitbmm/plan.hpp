@@ -27,6 +27,19 @@ public:
   // As above, also writing int32 argmax[B][M][N] (problem.with_argmax must be set).
   void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr) const;
 
+  // Gradients of a scalar loss L through out = a ⊗ b (README "Backward"), asynchronous on `stream`. grad_out is
+  // dL/dout, laid out like out; grad_a / grad_b (either may be null) receive dL/da and dL/db in a's and b's own
+  // layout and dtype (an operand broadcast over the batch gets the sum over the batch). log reads `out`, the saved
+  // forward result; max_plus, min_plus and max_times read `argmax`, the forward's (this overload recomputes it
+  // with one forward pass into a temporary buffer). Kernels are chosen per pass like the forward's (tuning
+  // policy, stored decisions) on first use. Throws std::invalid_argument naming the argument.
+  void backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a, void* grad_b,
+                Stream stream = nullptr) const;
+  void backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
+                void* grad_a, void* grad_b, Stream stream = nullptr) const;
+  // The variant a pass runs (grad_a / grad_b are chosen on first use; forward is spec()).
+  KernelSpec grad_spec(Pass pass) const;
+
   const Problem& problem() const;
   const KernelSpec& spec() const;
   const std::string& kernel_name() const;

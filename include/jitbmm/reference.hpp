@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
 
 namespace jitbmm::reference {
@@ -43,8 +44,24 @@ namespace jitbmm::reference {
 //                An output whose terms are all −inf contributes nothing (not NaN); G = 0 contributes exactly 0.
 //   max_plus, min_plus: G goes to the argmax k (ties: smallest k). max_times: G·partner to the argmax k.
 //   plus_times:  dA = G·Bᵀ, dB = Aᵀ·G.
+// `out` / `argmax` ([B][M][N] contiguous): the forward's results to use instead of the exact ones (as the GPU
+// backward does); null: computed here.
 void backward(const Problem& problem, const void* a, const void* b, const double* grad_out, double* grad_a,
-              double* grad_b);
+              double* grad_b, const double* out = nullptr, const int32_t* argmax = nullptr);
+
+// One element of one batch's contribution to grad_a (pass grad_a: row i, col k) or grad_b (grad_b: row k, col j),
+// with the magnitude that bounds a correct kernel's error: scale = Σ|contribution|·max(1, |a| + |b| + |out|) for
+// log (the exponent's rounding), Σ|contribution| otherwise; floor = Σ|G|·2^-120 (f32 and half types: weights
+// below 2^-126 flush to 0), Σ|G|·2^-1000 for f64. out / argmax / grad_out as for backward().
+struct GradElement {
+  double value = 0, scale = 0, floor = 0;
+};
+GradElement gradient_element(const Problem& problem, const void* a, const void* b, const double* out,
+                             const int32_t* argmax, const double* grad_out, Pass pass, int64_t batch, int64_t row,
+                             int64_t col);
+// A gradient read back from the device against the reference: special values (of the reference rounded to the
+// dtype) must match exactly; finite ones within tolerance · scale + floor.
+bool close_gradient(DType dtype, double got, const GradElement& want, double tolerance);
 
 // Whether a computed output `got` (already read back as double) agrees with the reference element: special values
 // (NaN, ±inf of the rounded reference) must match exactly; finite values within tolerance · scale.

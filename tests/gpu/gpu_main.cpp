@@ -19,7 +19,8 @@ namespace {
 // Every variant the suite will run, compiled on all cores first.
 void compile_all_variants(const jitbmm::DeviceInfo& device) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<jitbmm::KernelSpec> specs = jitbmm::test::all_variants();
+  std::vector<jitbmm::KernelSpec> specs = jitbmm::test::all_variants();
+  for (const jitbmm::KernelSpec& spec : jitbmm::test::grad_variants()) specs.push_back(spec);
   jitbmm::test::precompile(device, specs);
   std::printf("compiled %zu variants in %.1f s\n", specs.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -28,7 +28,13 @@ TEST_CASE("every spec prints and parses back to itself; malformed text is reject
     CAPTURE(to_string(spec));
     CHECK(parse_spec(to_string(spec)) == spec);
   }
+  for (const KernelSpec& spec : test::grad_variants()) {
+    CAPTURE(to_string(spec));
+    CHECK(parse_spec(to_string(spec)) == spec);
+    CHECK(to_string(spec).find(std::string(" pass=") + pass_name(spec.pass)) != std::string::npos);
+  }
   const std::string good = to_string(KernelSpec{});
+  expect_invalid([&] { parse_spec(good + " pass=forward"); }, "canonical"); // forward is written by omission
   expect_invalid([&] { parse_spec(good + " tile=1x2x3"); }, "canonical"); // a field the strategy does not use
   expect_invalid([] { parse_spec("semiring=log dtype=f32"); }, "spec.out");
   expect_invalid([&] { parse_spec(good + " bogus=1"); }, "unknown field");
@@ -180,4 +186,51 @@ TEST_CASE("the family key ignores the shape and nothing else") {
   TuningDevice other = h100;
   other.driver_version = 13010;
   CHECK(tuning_family(p, other) != tuning_family(p, h100));
+}
+
+TEST_CASE("backward specs: the default per semiring and pass, and what check_spec_fits refuses") {
+  Problem p = problem(Semiring::log, DType::f32, {64, 512, 256, 128});
+  const KernelSpec ga = default_grad_spec(p, Pass::grad_a), gb = default_grad_spec(p, Pass::grad_b);
+  CHECK(ga.strategy == Strategy::tiled);
+  CHECK(ga.pass == Pass::grad_a);
+  CHECK(gb.pass == Pass::grad_b);
+  CHECK(ga.thread_m * ga.thread_n <= 32);
+  CHECK_NOTHROW(check_spec_fits(ga, p));
+  const KernelSpec sel = default_grad_spec(problem(Semiring::max_plus, DType::f16, {2, 3, 4, 5}), Pass::grad_b);
+  CHECK(sel.strategy == Strategy::scatter);
+  p.with_argmax = false;
+  KernelSpec bad = ga;
+  bad.strategy = Strategy::linear;
+  expect_invalid([&] { check_spec_fits(bad, p); }, "spec.strategy");
+  expect_invalid([&] { check_spec_fits(sel, problem(Semiring::log, DType::f16, {2, 3, 4, 5})); }, "spec.semiring");
+  KernelSpec forward_scatter = default_spec(p);
+  forward_scatter.strategy = Strategy::scatter;
+  forward_scatter.block_x = 256, forward_scatter.block_y = 1;
+  expect_invalid([&] { check_spec_fits(forward_scatter, p); }, "backward strategy");
+  Problem with_arg = problem(Semiring::max_plus, DType::f32, {2, 3, 4, 5});
+  with_arg.with_argmax = true;
+  expect_invalid([&] { check_spec_fits(default_grad_spec(with_arg, Pass::grad_a), with_arg); }, "spec.");
+  KernelSpec wide = ga;
+  wide.tile_m = wide.tile_n = 128, wide.thread_m = 8, wide.thread_n = 8;
+  expect_invalid([&] { check_spec_fits(wide, p); }, "shared memory");
+  expect_invalid([] { default_grad_spec(problem(Semiring::log, DType::f32, {1, 2, 3, 4}), Pass::forward); }, "pass");
+}
+
+TEST_CASE("backward candidates and keys are their own") {
+  const DeviceLimits h100{1024, 48 * 1024};
+  const Problem p = problem(Semiring::log, DType::f32, {64, 512, 512, 512});
+  for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
+    const auto c = tuning_candidates(p, h100, pass);
+    CHECK(c.size() >= 3);
+    for (const KernelSpec& s : c) {
+      CHECK(s.pass == pass);
+      CHECK(s.thread_m * s.thread_n <= 32);
+    }
+  }
+  const auto sc = tuning_candidates(problem(Semiring::max_times, DType::f32, {4, 64, 64, 64}), h100, Pass::grad_b);
+  CHECK(sc.size() == 3);
+  const TuningDevice h{"NVIDIA H100 80GB HBM3", "sm_90", "13.0", 132, 13000};
+  CHECK(tuning_key(p, h, false, Pass::grad_a) != tuning_key(p, h, false));
+  CHECK(tuning_key(p, h, false, Pass::grad_a) != tuning_key(p, h, false, Pass::grad_b));
+  CHECK(tuning_family(p, h, Pass::grad_b) != tuning_family(p, h));
 }

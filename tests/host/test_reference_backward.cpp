@@ -101,3 +101,70 @@ TEST_CASE("reference gradients of max_plus go to the argmax, ties to the smalles
   CHECK(ga == std::vector<double>{0, 2.5, 0});
   CHECK(gb == std::vector<double>{0, 2.5, 0});
 }
+
+TEST_CASE("gradient_element gives each element of backward(), given or computing out and argmax") {
+  std::mt19937_64 rng(62);
+  for (Semiring s :
+       {Semiring::log, Semiring::plus_times, Semiring::max_plus, Semiring::min_plus, Semiring::max_times}) {
+    CAPTURE(semiring_info(s).name);
+    Problem p;
+    p.semiring = s;
+    p.dtype = DType::f64;
+    p.shape = {2, 4, 5, 3};
+    p.a_strides = column_major(4, 5);
+    const std::vector<double> a = randn(40, rng), b = randn(30, rng), g = randn(24, rng);
+    std::vector<double> ga(40), gb(30);
+    reference::backward(p, a.data(), b.data(), g.data(), ga.data(), gb.data());
+    const auto fwd = reference::compute(p, a.data(), b.data());
+    std::vector<double> out(24);
+    std::vector<int32_t> arg(24);
+    for (int o = 0; o < 24; ++o) out[o] = fwd[o].value, arg[o] = fwd[o].argmax;
+    std::vector<double> ga2(40), gb2(30);
+    reference::backward(p, a.data(), b.data(), g.data(), ga2.data(), gb2.data(), out.data(), arg.data());
+    for (int bt = 0; bt < 2; ++bt)
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 5; ++c) {
+          const auto e = reference::gradient_element(p, a.data(), b.data(), nullptr, nullptr, g.data(), Pass::grad_a,
+                                                     bt, r, c);
+          const int64_t at = bt * 20 + r + c * 4; // column-major a
+          CHECK(e.value == doctest::Approx(ga[at]).epsilon(1e-12));
+          CHECK(ga2[at] == doctest::Approx(ga[at]).epsilon(1e-12));
+          CHECK(e.scale >= std::fabs(e.value) * (1 - 1e-12));
+        }
+    for (int bt = 0; bt < 2; ++bt)
+      for (int r = 0; r < 5; ++r)
+        for (int c = 0; c < 3; ++c) {
+          const auto e = reference::gradient_element(p, a.data(), b.data(), out.data(), arg.data(), g.data(),
+                                                     Pass::grad_b, bt, r, c);
+          CHECK(e.value == doctest::Approx(gb[bt * 15 + r * 3 + c]).epsilon(1e-12));
+          CHECK(gb2[bt * 15 + r * 3 + c] == doctest::Approx(gb[bt * 15 + r * 3 + c]).epsilon(1e-12));
+        }
+  }
+}
+
+TEST_CASE("close_gradient: special values exactly, finite ones within tolerance · scale + floor") {
+  reference::GradElement e;
+  e.value = 2.0, e.scale = 4.0, e.floor = 1e-30;
+  CHECK(reference::close_gradient(DType::f32, 2.00003, e, 1e-5));
+  CHECK_FALSE(reference::close_gradient(DType::f32, 2.0001, e, 1e-5));
+  CHECK_FALSE(reference::close_gradient(DType::f32, NAN, e, 1e-5));
+  CHECK_FALSE(reference::close_gradient(DType::f32, INFINITY, e, 1e-5));
+  e.value = NAN;
+  CHECK(reference::close_gradient(DType::f32, NAN, e, 1e-5));
+  CHECK_FALSE(reference::close_gradient(DType::f32, 0.0, e, 1e-5));
+  e.value = 1e6; // beyond f16: the kernel's f16 result is inf
+  CHECK(reference::close_gradient(DType::f16, INFINITY, e, 1e-2));
+  e.value = 0, e.scale = 0, e.floor = 1e-36; // all weights underflowed in the kernel
+  CHECK(reference::close_gradient(DType::f32, 0.0, e, 1e-5));
+  CHECK_FALSE(reference::close_gradient(DType::f32, 1e-30, e, 1e-5));
+}
+
+TEST_CASE("a zero grad_out contributes nothing, even where the weight is NaN") {
+  Problem p;
+  p.semiring = Semiring::log;
+  p.dtype = DType::f64;
+  p.shape = {1, 1, 2, 1};
+  const std::vector<double> a = {INFINITY, 0.0}, b = {INFINITY, 1.0}, g = {0.0};
+  const auto e = reference::gradient_element(p, a.data(), b.data(), nullptr, nullptr, g.data(), Pass::grad_a, 0, 0, 0);
+  CHECK(e.value == 0.0);
+}

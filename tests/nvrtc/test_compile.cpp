@@ -38,7 +38,7 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
 
 } // namespace
 
-TEST_CASE("every generated variant compiles for sm_90 (a third also for sm_80), without spills") {
+TEST_CASE("every generated variant, forward and backward, compiles for sm_90 (a third also for sm_80), without spills") {
   std::vector<std::pair<KernelSpec, std::string>> jobs;
   // Every variant for sm_90; every third also for sm_80 (the tiled kernels take seconds each to compile).
   int n = 0;
@@ -46,6 +46,7 @@ TEST_CASE("every generated variant compiles for sm_90 (a third also for sm_80), 
     jobs.emplace_back(spec, "sm_90");
     if (n++ % 3 == 0) jobs.emplace_back(spec, "sm_80");
   }
+  for (const KernelSpec& spec : test::grad_variants()) jobs.emplace_back(spec, "sm_90");
   // NVRTC is thread-safe: compile on every core.
   const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
   std::vector<Outcome> outcomes(jobs.size());

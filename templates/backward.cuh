@@ -1,0 +1,238 @@
+// Backward kernels: gradients of a scalar loss through out = a ⊗ b, from grad_out (G) and what the forward saved.
+//
+// Gather (log, plus_times; strategy "tiled"): each gradient is itself a reduction shaped like a semiring BMM, so it
+// is register-tiled like the forward, and no B·M·N·K tensor ever exists:
+//   grad_a[i,k] = Σ_j G[i,j] · w(i,j,k)   (output rows i, cols k, reduction over j)
+//   grad_b[k,j] = Σ_i G[i,j] · w(i,j,k)   (output rows k, cols j, reduction over i)
+// with w = exp(a[i,k] + b[k,j] − out[i,j]) for log (the softmax weight; ≤ 1 since out ≥ every term) and w = the
+// other operand for plus_times. The operand whose gradient is computed is a per-output constant held in registers;
+// G (and out) sit on one side of the tile ("G side": rows for grad_a, columns for grad_b), the other operand on the
+// other side. Terms with G = 0, and outputs whose terms were all −inf (out = −inf), contribute exactly 0 (never
+// NaN); NaN in G or out reaches exactly the gradients of its row and column.
+//
+// Scatter (max_plus, min_plus, max_times; strategy "scatter"): G[i,j] goes to the forward's argmax k (times the
+// partner operand for max_times), accumulated atomically in an accumulator-type workspace, then stored.
+//
+// A gradient broadcast over the batch (its operand's batch stride is 0) sums every batch's contribution: the
+// kernels then accumulate atomically into the workspace and grad_store_kernel writes the result.
+#pragma once
+
+namespace jb {
+
+__device__ __forceinline__ float grad_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ double grad_exp2(double x) { return exp2(x); }
+
+// Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
+__device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
+__device__ __forceinline__ double grad_log2_units(double x) { return x * 1.4426950408889634; }
+
+// Per-semiring weight of one term. side(): the value stored for out on the G side; operand()/constant(): the
+// stored form of a or b; term(u, v, c): the weight from the G-side value u, the other side's v and the constant c.
+struct LogGrad {
+  static const bool kUsesOut = true, kConstant = true;
+  template <class T> static __device__ __forceinline__ T side(T o) { return -grad_log2_units(o); }
+  template <class T> static __device__ __forceinline__ T operand(T x) { return grad_log2_units(x); }
+  template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return grad_exp2((c + v) + u); }
+};
+struct PlusTimesGrad {
+  static const bool kUsesOut = false, kConstant = false;
+  template <class T> static __device__ __forceinline__ T side(T) { return T(0); }
+  template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
+  template <class T> static __device__ __forceinline__ T term(T, T v, T) { return v; }
+};
+
+template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
+  static constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
+  T u[2][BK][kG + 4]; // G side: out in the semiring's form (−out·log2e for log), −inf where the term is skipped
+  T g[2][BK][kG + 4]; // G side: grad_out, 0 where the term is skipped
+  T v[2][BK][kO + 4]; // other side: the other operand
+};
+
+// One slice [t0, t0 + BK) of the reduction into registers (GA: the G side is rows i, the reduction is j).
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
+__device__ __forceinline__ void grad_fetch(const GradParams& p, const In* A, const In* Bm, const Out* O, const Out* Gp,
+                                           I m0, I n0, I t0, typename Acc<In>::type (&ru)[LG],
+                                           typename Acc<In>::type (&rg)[LG], typename Acc<In>::type (&rv)[LO]) {
+  typedef typename Acc<In>::type T;
+  const T kNegInf = -T(__int_as_float(0x7f800000));
+  const int tid = threadIdx.x;
+  constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
+  const I T_len = GA ? (I)p.N : (I)p.M;
+#pragma unroll
+  for (int l = 0; l < LG; ++l) {
+    const int idx = tid + l * NT;
+    // GA: (i = m0 + r, j = t0 + t), t fastest. Else: (i = t0 + t, j = n0 + c), c fastest.
+    const int x = GA ? idx / BK : idx % kG, t = GA ? idx % BK : idx / kG;
+    const I i = GA ? m0 + x : t0 + t, j = GA ? t0 + t : n0 + x;
+    T u = kNegInf, g = T(0);
+    if (idx < kG * BK && i < (I)p.M && j < (I)p.N && t0 + t < T_len) {
+      const I at = i * (I)p.out_row + j * (I)p.out_col;
+      g = to_acc(Gp[at]);
+      if (Sem::kUsesOut) {
+        const T o = to_acc(O[at]);
+        if (o == kNegInf) g = T(0); // every term of this output was −inf: no weight anywhere
+        u = Sem::side(o);
+      } else {
+        u = T(0);
+      }
+    }
+    ru[l] = u, rg[l] = g;
+  }
+#pragma unroll
+  for (int l = 0; l < LO; ++l) {
+    const int idx = tid + l * NT;
+    // GA: b at (k = n0 + c, j = t0 + t), t fastest. Else: a at (i = t0 + t, k = m0 + r), r fastest.
+    const int x = GA ? idx / BK : idx % kO, t = GA ? idx % BK : idx / kO;
+    T v = T(0);
+    if (GA) {
+      const I k = n0 + x, j = t0 + t;
+      if (idx < kO * BK && k < (I)p.K && j < (I)p.N) v = Sem::operand(to_acc(Bm[k * (I)p.b_row + j * (I)p.b_col]));
+    } else {
+      const I i = t0 + t, k = m0 + x;
+      if (idx < kO * BK && i < (I)p.M && k < (I)p.K) v = Sem::operand(to_acc(A[i * (I)p.a_row + k * (I)p.a_col]));
+    }
+    rv[l] = v;
+  }
+}
+
+template <class T, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
+__device__ __forceinline__ void grad_store(GradSmem<T, BM, BN, BK, GA>& sm, int buf, const T (&ru)[LG],
+                                           const T (&rg)[LG], const T (&rv)[LO]) {
+  constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int l = 0; l < LG; ++l) {
+    const int idx = tid + l * NT;
+    if (idx >= kG * BK) continue;
+    const int x = GA ? idx / BK : idx % kG, t = GA ? idx % BK : idx / kG;
+    sm.u[buf][t][x] = ru[l];
+    sm.g[buf][t][x] = rg[l];
+  }
+#pragma unroll
+  for (int l = 0; l < LO; ++l) {
+    const int idx = tid + l * NT;
+    if (idx >= kO * BK) continue;
+    const int x = GA ? idx / BK : idx % kO, t = GA ? idx % BK : idx / kO;
+    sm.v[buf][t][x] = rv[l];
+  }
+}
+
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA>
+__device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
+  typedef typename Acc<In>::type T;
+  constexpr int kThreads = (BM / TM) * (BN / TN);
+  constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
+  constexpr int kLoadG = (kG * BK + kThreads - 1) / kThreads, kLoadO = (kO * BK + kThreads - 1) / kThreads;
+  constexpr int kFG = GA ? TM : TN, kFO = GA ? TN : TM; // fragment lengths: G side, other side
+  __shared__ __align__(16) GradSmem<T, BM, BN, BK, GA> sm;
+  const I R = GA ? (I)p.M : (I)p.K, C = GA ? (I)p.K : (I)p.N, T_len = GA ? (I)p.N : (I)p.M;
+  const long long d_batch = GA ? p.a_batch : p.b_batch, d_row = GA ? p.a_row : p.b_row,
+                  d_col = GA ? p.a_col : p.b_col;
+  const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
+  const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
+  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    const In* A = static_cast<const In*>(p.a) + z * (I)p.a_batch;
+    const In* Bm = static_cast<const In*>(p.b) + z * (I)p.b_batch;
+    const Out* O = Sem::kUsesOut ? static_cast<const Out*>(p.out) + z * (I)p.out_batch : nullptr;
+    const Out* Gp = static_cast<const Out*>(p.grad_out) + z * (I)p.out_batch;
+    T acc[TM][TN], cst[TM][TN];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const I rr = m0 + r_base + r, cc = n0 + c_base + c;
+        acc[r][c] = T(0);
+        cst[r][c] = T(0);
+        if (Sem::kConstant && rr < R && cc < C)
+          cst[r][c] = Sem::operand(to_acc(GA ? A[rr * (I)p.a_row + cc * (I)p.a_col] : Bm[rr * (I)p.b_row + cc * (I)p.b_col]));
+      }
+    T ru[kLoadG], rg[kLoadG], rv[kLoadO];
+    grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, I(0), ru, rg, rv);
+    __syncthreads(); // the previous batch's last slice may still be read
+    grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, 0, ru, rg, rv);
+    __syncthreads();
+    int buf = 0;
+    for (I t0 = 0; t0 < T_len; t0 += BK) {
+#pragma unroll 2
+      for (int t = 0; t < BK; ++t) {
+        T fu[kFG], fg[kFG], fv[kFO];
+        const int g0 = GA ? r_base : c_base, o0 = GA ? c_base : r_base;
+#pragma unroll
+        for (int x = 0; x < kFG; ++x) fu[x] = sm.u[buf][t][g0 + x], fg[x] = sm.g[buf][t][g0 + x];
+#pragma unroll
+        for (int x = 0; x < kFO; ++x) fv[x] = sm.v[buf][t][o0 + x];
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) {
+            const T gg = GA ? fg[r] : fg[c];
+            const T w = Sem::term(GA ? fu[r] : fu[c], GA ? fv[c] : fv[r], cst[r][c]);
+            acc[r][c] += gg != T(0) ? gg * w : T(0); // G = 0 contributes exactly 0, even next to inf or NaN
+          }
+      }
+      if (t0 + BK < T_len) { // one barrier a slice: buf ^ 1 was last read before the previous barrier
+        grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, t0 + BK, ru,
+                                                                              rg, rv);
+        grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, buf ^ 1, ru, rg, rv);
+      }
+      __syncthreads();
+      buf ^= 1;
+    }
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const I rr = m0 + r_base + r, cc = n0 + c_base + c;
+        if (rr >= R || cc >= C) continue;
+        if (p.workspace)
+          atomicAdd(static_cast<T*>(p.workspace) + rr * C + cc, acc[r][c]); // broadcast gradient: sum the batches
+        else
+          static_cast<In*>(p.grad)[z * (I)d_batch + rr * (I)d_row + cc * (I)d_col] = from_acc<In>(acc[r][c]);
+      }
+  }
+}
+
+// Selecting semirings: one thread per output (b, i, j) sends G to its argmax k.
+template <class In, class Out, class I, bool GA, bool kTimes>
+__device__ __forceinline__ void grad_scatter_kernel(const GradParams p) {
+  typedef typename Acc<In>::type T;
+  T* ws = static_cast<T*>(p.workspace);
+  const In* A = static_cast<const In*>(p.a);
+  const In* Bm = static_cast<const In*>(p.b);
+  const Out* Gp = static_cast<const Out*>(p.grad_out);
+  const I M = (I)p.M, N = (I)p.N, K = (I)p.K, total = (I)p.B * M * N;
+  for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+    const I bt = o / (M * N), i = o / N % M, j = o % N;
+    const int k = p.argmax[o];
+    if (k < 0 || (I)k >= K) continue; // K = 0: no term, no gradient
+    const T g = to_acc(Gp[bt * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col]);
+    if (g == T(0)) continue;
+    const I slice = p.workspace_slices == 1 ? I(0) : bt;
+    if (GA) {
+      const T w = kTimes ? g * to_acc(Bm[bt * (I)p.b_batch + (I)k * (I)p.b_row + j * (I)p.b_col]) : g;
+      atomicAdd(ws + (slice * M + i) * K + k, w);
+    } else {
+      const T w = kTimes ? g * to_acc(A[bt * (I)p.a_batch + i * (I)p.a_row + (I)k * (I)p.a_col]) : g;
+      atomicAdd(ws + (slice * K + k) * N + j, w);
+    }
+  }
+}
+
+// Workspace [slices][rows][cols] → the gradient in its operand's layout and dtype.
+template <class In, class I, bool GA> __device__ __forceinline__ void grad_store_kernel(const GradParams p) {
+  typedef typename Acc<In>::type T;
+  const T* ws = static_cast<const T*>(p.workspace);
+  const I R = GA ? (I)p.M : (I)p.K, C = GA ? (I)p.K : (I)p.N, total = (I)p.workspace_slices * R * C;
+  const I d_batch = GA ? (I)p.a_batch : (I)p.b_batch, d_row = GA ? (I)p.a_row : (I)p.b_row,
+          d_col = GA ? (I)p.a_col : (I)p.b_col;
+  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
+    const I s = e / (R * C), r = e / C % R, c = e % C;
+    static_cast<In*>(p.grad)[s * d_batch + r * d_row + c * d_col] = from_acc<In>(ws[e]);
+  }
+}
+
+} // namespace jb

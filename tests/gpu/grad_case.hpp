@@ -1,0 +1,135 @@
+// Runs one backward pass on the GPU and compares every gradient element with the CPU reference (which uses the
+// forward's out and argmax as read back from the GPU, exactly what the backward kernels read). The gradient buffer
+// is poisoned first, so an unwritten element shows, and gaps between strided elements must keep the poison.
+#pragma once
+
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "differential.hpp"
+#include "runtime/backward.hpp"
+
+namespace jitbmm::test {
+
+struct GradInputs {
+  HostTensor a, b, g;          // g: grad_out in out's layout
+  std::vector<double> g_flat;  // grad_out, contiguous [B][M][N]
+  std::vector<double> out_flat; // the forward's out, contiguous
+  std::vector<int32_t> argmax; // the forward's argmax (selecting semirings)
+  DeviceBuffer da, db, dout, dg, darg;
+};
+
+// Inputs with edge values (never huge: the gradient of a sum of huge terms is ill-conditioned in f32), grad_out
+// N(0,1) with exact zeros (and NaN in flavour 2), and the forward computed on the GPU.
+inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int flavour) {
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b(), so = p.out();
+  Specials sp = specials_for(p.semiring, flavour);
+  sp.p_huge = 0;
+  GradInputs in;
+  in.a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
+  in.b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
+  if (sp.p_neg_inf_row > 0) mask_rows(in.a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  const DType od = p.output_dtype();
+  const int64_t out_elems = storage_elements(s.B, s.M, s.N, so), outputs = s.B * s.M * s.N;
+  Specials gs;
+  gs.p_nan = flavour == 2 ? 0.01 : 0;
+  in.g = random_tensor(od, out_elems, rng, gs);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  in.g_flat.resize(outputs);
+  for (int64_t o = 0; o < outputs; ++o) {
+    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    if (u(rng) < 0.1) store_element(od, in.g.data(), at, 0.0); // exact zeros contribute exactly nothing
+    in.g_flat[o] = in.g.at(at);
+  }
+  in.da = DeviceBuffer(in.a.bytes.size()), in.db = DeviceBuffer(in.b.bytes.size());
+  in.dg = DeviceBuffer(in.g.bytes.size());
+  in.da.upload(in.a.data(), in.a.bytes.size());
+  in.db.upload(in.b.data(), in.b.bytes.size());
+  in.dg.upload(in.g.data(), in.g.bytes.size());
+  const bool sel = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+  Problem fwd = p;
+  fwd.with_argmax = sel;
+  in.dout = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
+  in.darg = DeviceBuffer(sel ? outputs * 4 : 0);
+  if (outputs > 0) {
+    SemiringBMM::get(fwd, default_spec(fwd))(in.da.get(), in.db.get(), in.dout.get(),
+                                             sel ? static_cast<int32_t*>(in.darg.get()) : nullptr, nullptr);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the forward");
+  }
+  HostTensor out;
+  out.dtype = od;
+  out.bytes.resize(out_elems * dtype_info(od).size_bytes);
+  in.dout.download(out.data(), out.bytes.size());
+  in.out_flat.resize(outputs);
+  for (int64_t o = 0; o < outputs; ++o)
+    in.out_flat[o] = out.at(o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+  in.argmax.resize(sel ? outputs : 0);
+  in.darg.download(in.argmax.data(), in.argmax.size() * 4);
+  return in;
+}
+
+// Compares a gradient read back from the device (in its operand's layout) with the reference, element by element;
+// a broadcast gradient against the sum over the batch.
+inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& in, const HostTensor& got) {
+  const Shape& s = p.shape;
+  const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
+  const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
+  const bool broadcast = sd.batch == 0;
+  CaseResult r;
+  std::vector<char> covered(got.elements, 0);
+  const double tol = reference::tolerance(p.dtype);
+  for (int64_t bt = 0; bt < (broadcast ? std::min<int64_t>(s.B, 1) : s.B); ++bt)
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t col = 0; col < cols; ++col) {
+        reference::GradElement want;
+        for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? s.B : bt + 1); ++z) {
+          const auto part = reference::gradient_element(p, in.a.data(), in.b.data(), in.out_flat.data(),
+                                                        in.argmax.empty() ? nullptr : in.argmax.data(),
+                                                        in.g_flat.data(), pass, z, row, col);
+          want.value += part.value, want.scale += part.scale, want.floor += part.floor;
+        }
+        const int64_t at = bt * sd.batch + row * sd.row + col * sd.col;
+        covered[at] = 1;
+        ++r.checked;
+        const double value = got.at(at);
+        if (reference::close_gradient(p.dtype, value, want, tol)) continue;
+        if (++r.mismatches == 1) {
+          std::ostringstream os;
+          os.precision(17);
+          os << pass_name(pass) << "[" << bt << "," << row << "," << col << "] = " << value << ", reference "
+             << want.value << " (scale " << want.scale << ")";
+          r.first_failure = os.str();
+        }
+      }
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  const std::vector<unsigned char> poison(bytes, poison_byte(p.dtype));
+  for (int64_t e = 0; e < got.elements; ++e)
+    if (!covered[e] && std::memcmp(&got.bytes[e * bytes], poison.data(), bytes) != 0) ++r.clobbered;
+  return r;
+}
+
+// One backward kernel (spec.pass) against the reference.
+inline CaseResult run_grad_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, int flavour) {
+  const GradInputs in = make_grad_inputs(p, rng, flavour);
+  const Shape& s = p.shape;
+  const Strides sd = spec.pass == Pass::grad_a ? p.a() : p.b();
+  const int64_t rows = spec.pass == Pass::grad_a ? s.M : s.K, cols = spec.pass == Pass::grad_a ? s.K : s.N;
+  HostTensor got;
+  got.dtype = p.dtype;
+  got.elements = storage_elements(s.B, rows, cols, sd);
+  got.bytes.resize(got.elements * dtype_info(p.dtype).size_bytes);
+  DeviceBuffer dgrad(got.bytes.size());
+  dgrad.fill_bytes(poison_byte(p.dtype));
+  const DeviceInfo& device = *current_device();
+  launch_grad(grad_problem(p), spec, *load_kernel(device, spec),
+              {in.da.get(), in.db.get(), in.dout.get(), in.dg.get(),
+               in.argmax.empty() ? nullptr : static_cast<const int32_t*>(in.darg.get()), dgrad.get()},
+              nullptr);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the backward");
+  dgrad.download(got.data(), got.bytes.size());
+  return check_gradient(p, spec.pass, in, got);
+}
+
+} // namespace jitbmm::test
