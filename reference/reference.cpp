@@ -227,7 +227,11 @@ bool close_gradient(DType dtype, double got, const GradElement& want, double tol
   if (std::isnan(rounded)) return std::isnan(got);
   if (std::isinf(rounded)) return got == rounded;
   if (!std::isfinite(got)) return false;
-  return std::fabs(got - want.value) <= tolerance * want.scale + want.floor;
+  // The kernel's result is rounded to the dtype: allow that rounding (twice: the value and its neighbours), and
+  // the dtype's smallest step near 0 (f16 gradients below 2^-24 are 0).
+  const double smallest = dtype == DType::f16 ? 0x1p-24 : dtype == DType::bf16 ? 0x1p-133 : 0.0;
+  return std::fabs(got - want.value) <=
+         tolerance * want.scale + want.floor + 2 * std::fabs(rounded - want.value) + smallest;
 }
 
 bool close(DType out_dtype, double got, const Element& expected, double tolerance) {

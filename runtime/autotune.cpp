@@ -90,9 +90,20 @@ std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
     return raw;
   }
   raw.push_back(base);
-  add_tiles(raw, base, p.dtype == DType::f64);
-  raw.erase(std::remove_if(raw.begin(), raw.end(), [](const KernelSpec& k) { return k.thread_m * k.thread_n > 32; }),
-            raw.end()); // the per-output constants double the registers per output
+  // At most 16 outputs per thread: the per-output constants double the registers per output.
+  struct T {
+    int m, n, k, tm, tn, mb;
+  };
+  static const T narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 16, 4, 4, 1}, {64, 64, 8, 4, 4, 2}, 
+                             {64, 32, 16, 4, 2, 3}, {32, 64, 16, 2, 4, 3}, {128, 32, 16, 4, 4, 2},
+                             {32, 32, 16, 2, 2, 2}};
+  static const T wide[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
+  for (const T& t : p.dtype == DType::f64 ? std::vector<T>(std::begin(wide), std::end(wide))
+                                          : std::vector<T>(std::begin(narrow), std::end(narrow))) {
+    KernelSpec k = base;
+    k.tile_m = t.m, k.tile_n = t.n, k.tile_k = t.k, k.thread_m = t.tm, k.thread_n = t.tn, k.min_blocks = t.mb;
+    raw.push_back(k);
+  }
   return raw;
 }
 

@@ -26,6 +26,24 @@ __device__ __forceinline__ float grad_exp2(float x) {
 }
 __device__ __forceinline__ double grad_exp2(double x) { return exp2(x); }
 
+// 2^x on the FP32 pipe, for finite x: n = round(x), f = x − n ∈ [−½, ½], a degree-5 minimax polynomial for 2^f
+// (max. relative error 2.1e-7 in f32, like ex2.approx's 2^-22), n added to the exponent bits. x is clamped to
+// [−125, 127]: a weight below 2^-125 comes out as at most 2^-124.5 instead of 0. Part of the terms use it, so the
+// exp unit and the FP32 pipe share the work (the backward is otherwise bound by the exp unit alone).
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fminf(fmaxf(x, -125.f), 127.f);
+  const float t = x + 12582912.f; // 1.5·2^23: round to nearest, n in the low mantissa bits
+  const float f = x - (t - 12582912.f);
+  float p = 1.3276472454890609e-3f;
+  p = fmaf(p, f, 9.675540961325169e-3f);
+  p = fmaf(p, f, 5.550713092088699e-2f);
+  p = fmaf(p, f, 2.4022120237350464e-1f);
+  p = fmaf(p, f, 6.931469440460205e-1f);
+  p = fmaf(p, f, 1.0000001192092896f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+__device__ __forceinline__ double exp2_fma(double x) { return exp2(x); }
+
 // Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
 __device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
 __device__ __forceinline__ double grad_log2_units(double x) { return x * 1.4426950408889634; }
@@ -37,12 +55,14 @@ struct LogGrad {
   template <class T> static __device__ __forceinline__ T side(T o) { return -grad_log2_units(o); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return grad_log2_units(x); }
   template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return grad_exp2((c + v) + u); }
+  template <class T> static __device__ __forceinline__ T term_fma(T u, T v, T c) { return exp2_fma((c + v) + u); }
 };
 struct PlusTimesGrad {
   static const bool kUsesOut = false, kConstant = false;
   template <class T> static __device__ __forceinline__ T side(T) { return T(0); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
   template <class T> static __device__ __forceinline__ T term(T, T v, T) { return v; }
+  template <class T> static __device__ __forceinline__ T term_fma(T, T v, T) { return v; }
 };
 
 template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
@@ -53,8 +73,9 @@ template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
 };
 
 // One slice [t0, t0 + BK) of the reduction into registers (GA: the G side is rows i, the reduction is j).
+// Returns whether everything fetched by this thread allows the fast term loop (see grad_tiled_kernel).
 template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
-__device__ __forceinline__ void grad_fetch(const GradParams& p, const In* A, const In* Bm, const Out* O, const Out* Gp,
+__device__ __forceinline__ bool grad_fetch(const GradParams& p, const In* A, const In* Bm, const Out* O, const Out* Gp,
                                            I m0, I n0, I t0, typename Acc<In>::type (&ru)[LG],
                                            typename Acc<In>::type (&rg)[LG], typename Acc<In>::type (&rv)[LO]) {
   typedef typename Acc<In>::type T;
@@ -62,6 +83,7 @@ __device__ __forceinline__ void grad_fetch(const GradParams& p, const In* A, con
   const int tid = threadIdx.x;
   constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
   const I T_len = GA ? (I)p.N : (I)p.M;
+  bool fast = true;
 #pragma unroll
   for (int l = 0; l < LG; ++l) {
     const int idx = tid + l * NT;
@@ -79,7 +101,9 @@ __device__ __forceinline__ void grad_fetch(const GradParams& p, const In* A, con
       } else {
         u = T(0);
       }
+      if (g == T(0)) u = kNegInf; // a skipped term: weight exactly 0 next to finite partners
     }
+    fast &= (u == u) && (g - g == T(0)); // u not NaN, g finite
     ru[l] = u, rg[l] = g;
   }
 #pragma unroll
@@ -95,8 +119,10 @@ __device__ __forceinline__ void grad_fetch(const GradParams& p, const In* A, con
       const I i = t0 + t, k = m0 + x;
       if (idx < kO * BK && i < (I)p.M && k < (I)p.K) v = Sem::operand(to_acc(A[i * (I)p.a_row + k * (I)p.a_col]));
     }
+    fast &= v - v == T(0); // finite
     rv[l] = v;
   }
+  return fast;
 }
 
 template <class T, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
@@ -121,13 +147,44 @@ __device__ __forceinline__ void grad_store(GradSmem<T, BM, BN, BK, GA>& sm, int 
   }
 }
 
+// One slice of terms. FAST (every value of the slice and every constant finite, u possibly −inf): acc += g·w with
+// no test, since a skipped term (u = −inf) has weight exactly 0 next to finite partners, and one term in five
+// takes its 2^x from the FP32 pipe. Otherwise: the exp unit only, and G = 0 contributes exactly 0 even next to
+// inf or NaN.
+template <bool FAST, class Sem, class T, int BM, int BN, int BK, int TM, int TN, bool GA>
+__device__ __forceinline__ void grad_slice(const GradSmem<T, BM, BN, BK, GA>& sm, int buf, int r_base, int c_base,
+                                           const T (&cst)[TM][TN], T (&acc)[TM][TN]) {
+  constexpr int kFG = GA ? TM : TN, kFO = GA ? TN : TM; // fragment lengths: G side, other side
+  const int g0 = GA ? r_base : c_base, o0 = GA ? c_base : r_base;
+#pragma unroll 2
+  for (int t = 0; t < BK; ++t) {
+    T fu[kFG], fg[kFG], fv[kFO];
+#pragma unroll
+    for (int x = 0; x < kFG; ++x) fu[x] = sm.u[buf][t][g0 + x], fg[x] = sm.g[buf][t][g0 + x];
+#pragma unroll
+    for (int x = 0; x < kFO; ++x) fv[x] = sm.v[buf][t][o0 + x];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const T gg = GA ? fg[r] : fg[c], uu = GA ? fu[r] : fu[c], vv = GA ? fv[c] : fv[r];
+        if (FAST) {
+          const T w = (r * TN + c) % 5 == 0 ? Sem::term_fma(uu, vv, cst[r][c]) : Sem::term(uu, vv, cst[r][c]);
+          acc[r][c] = fma(gg, w, acc[r][c]);
+        } else {
+          const T w = Sem::term(uu, vv, cst[r][c]);
+          acc[r][c] += gg != T(0) ? gg * w : T(0);
+        }
+      }
+  }
+}
+
 template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA>
 __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
   typedef typename Acc<In>::type T;
   constexpr int kThreads = (BM / TM) * (BN / TN);
   constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
   constexpr int kLoadG = (kG * BK + kThreads - 1) / kThreads, kLoadO = (kO * BK + kThreads - 1) / kThreads;
-  constexpr int kFG = GA ? TM : TN, kFO = GA ? TN : TM; // fragment lengths: G side, other side
   __shared__ __align__(16) GradSmem<T, BM, BN, BK, GA> sm;
   const I R = GA ? (I)p.M : (I)p.K, C = GA ? (I)p.K : (I)p.N, T_len = GA ? (I)p.N : (I)p.M;
   const long long d_batch = GA ? p.a_batch : p.b_batch, d_row = GA ? p.a_row : p.b_row,
@@ -140,6 +197,7 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
     const Out* O = Sem::kUsesOut ? static_cast<const Out*>(p.out) + z * (I)p.out_batch : nullptr;
     const Out* Gp = static_cast<const Out*>(p.grad_out) + z * (I)p.out_batch;
     T acc[TM][TN], cst[TM][TN];
+    bool finite = true; // this thread's constants
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
@@ -149,37 +207,28 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
         cst[r][c] = T(0);
         if (Sem::kConstant && rr < R && cc < C)
           cst[r][c] = Sem::operand(to_acc(GA ? A[rr * (I)p.a_row + cc * (I)p.a_col] : Bm[rr * (I)p.b_row + cc * (I)p.b_col]));
+        finite &= cst[r][c] - cst[r][c] == T(0);
       }
     T ru[kLoadG], rg[kLoadG], rv[kLoadO];
-    grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, I(0), ru, rg, rv);
-    __syncthreads(); // the previous batch's last slice may still be read
+    bool fetched_ok =
+        grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, I(0), ru, rg, rv);
+    // The fast loop is chosen block-wide per slice: constants of the whole tile, and the slice, all finite.
+    const bool tile_finite = !__syncthreads_or(!finite); // also: the previous batch's last slice is no longer read
     grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, 0, ru, rg, rv);
-    __syncthreads();
+    bool fast = tile_finite && !__syncthreads_or(!fetched_ok);
     int buf = 0;
     for (I t0 = 0; t0 < T_len; t0 += BK) {
-#pragma unroll 2
-      for (int t = 0; t < BK; ++t) {
-        T fu[kFG], fg[kFG], fv[kFO];
-        const int g0 = GA ? r_base : c_base, o0 = GA ? c_base : r_base;
-#pragma unroll
-        for (int x = 0; x < kFG; ++x) fu[x] = sm.u[buf][t][g0 + x], fg[x] = sm.g[buf][t][g0 + x];
-#pragma unroll
-        for (int x = 0; x < kFO; ++x) fv[x] = sm.v[buf][t][o0 + x];
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-          for (int c = 0; c < TN; ++c) {
-            const T gg = GA ? fg[r] : fg[c];
-            const T w = Sem::term(GA ? fu[r] : fu[c], GA ? fv[c] : fv[r], cst[r][c]);
-            acc[r][c] += gg != T(0) ? gg * w : T(0); // G = 0 contributes exactly 0, even next to inf or NaN
-          }
-      }
+      if (fast)
+        grad_slice<true, Sem, T, BM, BN, BK, TM, TN, GA>(sm, buf, r_base, c_base, cst, acc);
+      else
+        grad_slice<false, Sem, T, BM, BN, BK, TM, TN, GA>(sm, buf, r_base, c_base, cst, acc);
+      fetched_ok = true;
       if (t0 + BK < T_len) { // one barrier a slice: buf ^ 1 was last read before the previous barrier
-        grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, t0 + BK, ru,
-                                                                              rg, rv);
+        fetched_ok = grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0,
+                                                                                           t0 + BK, ru, rg, rv);
         grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, buf ^ 1, ru, rg, rv);
       }
-      __syncthreads();
+      fast = tile_finite && !__syncthreads_or(!fetched_ok);
       buf ^= 1;
     }
 #pragma unroll

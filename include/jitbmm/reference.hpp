@@ -60,7 +60,7 @@ GradElement gradient_element(const Problem& problem, const void* a, const void* 
                              const int32_t* argmax, const double* grad_out, Pass pass, int64_t batch, int64_t row,
                              int64_t col);
 // A gradient read back from the device against the reference: special values (of the reference rounded to the
-// dtype) must match exactly; finite ones within tolerance · scale + floor.
+// dtype) must match exactly; finite ones within tolerance · scale + floor, plus the rounding to the dtype.
 bool close_gradient(DType dtype, double got, const GradElement& want, double tolerance);
 
 // Whether a computed output `got` (already read back as double) agrees with the reference element: special values
