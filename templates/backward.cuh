@@ -215,7 +215,8 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
     // The fast loop is chosen block-wide per slice: constants of the whole tile, and the slice, all finite.
     const bool tile_finite = !__syncthreads_or(!finite); // also: the previous batch's last slice is no longer read
     grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, 0, ru, rg, rv);
-    bool fast = tile_finite && !__syncthreads_or(!fetched_ok);
+    // The barrier must run in every case: never inside a short-circuited condition.
+    bool fast = !__syncthreads_or(!fetched_ok) && tile_finite;
     int buf = 0;
     for (I t0 = 0; t0 < T_len; t0 += BK) {
       if (fast)
@@ -228,7 +229,7 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
                                                                                            t0 + BK, ru, rg, rv);
         grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, buf ^ 1, ru, rg, rv);
       }
-      fast = tile_finite && !__syncthreads_or(!fetched_ok);
+      fast = !__syncthreads_or(!fetched_ok) && tile_finite;
       buf ^= 1;
     }
 #pragma unroll
