@@ -18,7 +18,8 @@ namespace jitbmm {
 // exact: an exact decision, else tune this exact shape.
 enum class TunePolicy { never, bucket, exact };
 TunePolicy parse_tune_policy(const std::string& text); // throws std::invalid_argument naming JITBMM_TUNE
-TunePolicy tune_policy_from_env();                     // $JITBMM_TUNE, default bucket
+TunePolicy tune_policy_from_env();                     // set_tune_policy's, else $JITBMM_TUNE, default bucket
+void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
 
 // Device facts that bound the candidates.
 struct DeviceLimits {

@@ -11,6 +11,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
+#include "runtime/autotune.hpp"
 
 struct jitbmm_plan {
   jitbmm::SemiringBMM plan;
@@ -88,6 +89,24 @@ jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void
   return guarded([&] {
     require(plan, "plan");
     plan->plan(a, b, out, argmax, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const void* b, const void* out,
+                                   const int32_t* argmax, const void* grad_out, void* grad_a, void* grad_b,
+                                   void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(a, b, out, argmax, grad_out, grad_a, grad_b, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_set_tune_policy(const char* policy) {
+  return guarded([&] {
+    if (policy)
+      jitbmm::set_tune_policy(jitbmm::parse_tune_policy(policy));
+    else
+      jitbmm::set_tune_policy(std::nullopt);
   });
 }
 

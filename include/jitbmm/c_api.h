@@ -43,6 +43,12 @@ jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** pl
  * plan was made without with_argmax. */
 jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
                               void* stream);
+/* Gradients (see SemiringBMM::backward in plan.hpp): grad_out laid out like out; grad_a / grad_b (either may be
+ * NULL) in a's / b's layout. log reads out; max_plus, min_plus and max_times read argmax (the forward's, int32
+ * [B][M][N] contiguous; NULL: recomputed). Asynchronous on `stream`. */
+jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const void* b, const void* out,
+                                   const int32_t* argmax, const void* grad_out, void* grad_a, void* grad_b,
+                                   void* stream);
 jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name); /* valid while the plan lives */
 void jitbmm_plan_destroy(jitbmm_plan* plan);
 
@@ -50,6 +56,9 @@ void jitbmm_plan_destroy(jitbmm_plan* plan);
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
                                int32_t* argmax);
+
+/* The tuning policy of this process: "never", "bucket" or "exact"; NULL returns to $JITBMM_TUNE (default bucket). */
+jitbmm_status jitbmm_set_tune_policy(const char* policy);
 
 /* The disk cache directory in use ("" when the cache is off). */
 jitbmm_status jitbmm_cache_dir(const char** dir);

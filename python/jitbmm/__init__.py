@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "CudaError", "CompileError", "LibraryNotFoundError", "Problem", "Plan",
-           "reference", "version", "cache_dir", "SEMIRINGS", "DTYPES"]
+           "reference", "version", "cache_dir", "set_tune_policy", "SEMIRINGS", "DTYPES"]
 
 SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
 DTYPES = ("f32", "f64", "f16", "bf16")
@@ -87,6 +87,10 @@ def _declare(lib):
     lib.jitbmm_plan_create.restype = status
     lib.jitbmm_plan_run.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_void_p, ctypes.c_void_p]
     lib.jitbmm_plan_run.restype = status
+    lib.jitbmm_plan_backward.argtypes = [ctypes.c_void_p] * 9
+    lib.jitbmm_plan_backward.restype = status
+    lib.jitbmm_set_tune_policy.argtypes = [ctypes.c_char_p]
+    lib.jitbmm_set_tune_policy.restype = status
     lib.jitbmm_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_plan_kernel_name.restype = status
     lib.jitbmm_plan_destroy.argtypes = [ctypes.c_void_p]
@@ -115,6 +119,11 @@ def cache_dir():
     out = ctypes.c_char_p()
     _check(_library().jitbmm_cache_dir(ctypes.byref(out)))
     return out.value.decode()
+
+
+def set_tune_policy(policy):
+    """The tuning policy of this process: "never", "bucket" or "exact" (README, Caches); None: back to $JITBMM_TUNE."""
+    _check(_library().jitbmm_set_tune_policy(policy.encode() if policy is not None else None))
 
 
 def _row_major(batches, rows, cols):
@@ -164,6 +173,12 @@ class Plan:
     def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None):
         """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream)."""
         _check(_library().jitbmm_plan_run(self._handle, a_ptr, b_ptr, out_ptr, argmax_ptr, stream))
+
+    def backward(self, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr, grad_a_ptr, grad_b_ptr, stream=None):
+        """Gradients on device pointers: grad_out laid out like out, grad_a / grad_b (0 or None: not wanted) in a's
+        and b's layouts. log reads out; the selecting semirings read argmax (None: recomputed)."""
+        _check(_library().jitbmm_plan_backward(self._handle, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr,
+                                               grad_a_ptr or None, grad_b_ptr or None, stream))
 
     def __del__(self):
         handle = getattr(self, "_handle", None)

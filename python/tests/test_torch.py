@@ -1,0 +1,198 @@
+"""jitbmm.torch on the GPU machine: values and gradients against a float64 torch reference, gradcheck, strides,
+broadcasting, streams, errors, and a genbmm-style CRF example. Skipped where torch or a GPU is missing; the import
+error without torch is checked everywhere."""
+
+import importlib
+import math
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:
+    import torch
+    HAVE_CUDA = torch.cuda.is_available()
+except ImportError:
+    torch = None
+    HAVE_CUDA = False
+
+
+def naive(a, b, semiring):
+    """The float64 reference, written the way PyTorch users write it (it materializes B·M·K·N)."""
+    if semiring == "plus_times":
+        return a @ b
+    if semiring == "max_times":
+        return (a.unsqueeze(-1) * b.unsqueeze(-3)).max(-2).values
+    t = a.unsqueeze(-1) + b.unsqueeze(-3)
+    if semiring == "log":
+        return torch.logsumexp(t, dim=-2)
+    return t.max(-2).values if semiring == "max_plus" else t.min(-2).values
+
+
+TOL = {"f32": (2e-5, 2e-5), "f64": (1e-10, 1e-10), "f16": (2e-2, 2e-2), "bf16": (5e-2, 5e-2)}
+
+
+@unittest.skipIf(torch is not None, "torch is installed here")
+class WithoutTorchTest(unittest.TestCase):
+    def test_jitbmm_torch_says_it_needs_pytorch(self):
+        with self.assertRaisesRegex(ImportError, "PyTorch"):
+            importlib.import_module("jitbmm.torch")
+
+
+@unittest.skipUnless(HAVE_CUDA, "needs torch with a CUDA GPU")
+class TorchTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.torch as jt
+        cls.jt = jt
+        jitbmm.set_tune_policy("never")  # tests choose nothing; tuning is measured elsewhere
+        cls.dev = torch.device("cuda")
+
+    def rand(self, *shape, dtype=None, positive=False, requires_grad=False):
+        dtype = dtype or torch.float32
+        t = torch.randn(*shape, dtype=torch.float64, device=self.dev)
+        t = (t.abs() if positive else t).to(dtype)
+        return t.requires_grad_(requires_grad)
+
+    def check_values_and_grads(self, a, b, semiring, dtype_name):
+        out = self.jt.semiring_bmm(a, b, semiring)
+        a64 = a.detach().double().requires_grad_(True)
+        b64 = b.detach().double().requires_grad_(True)
+        want = naive(a64, b64, semiring)
+        rtol, atol = TOL[dtype_name]
+        self.assertEqual(out.dtype, a.dtype)
+        self.assertEqual(tuple(out.shape), tuple(want.shape))
+        torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
+        g = torch.randn_like(want)
+        out.backward(g.to(out.dtype))
+        want.backward(g.to(out.dtype).double())
+        if dtype_name in ("f16", "bf16") and semiring in ("max_plus", "min_plus", "max_times"):
+            # Half-precision terms tie often, and torch's reference breaks ties its own way: check that every
+            # output sends its gradient somewhere (max_times: times a partner, so only finiteness).
+            self.assertTrue(torch.isfinite(a.grad).all().item() and torch.isfinite(b.grad).all().item())
+            if semiring != "max_times":
+                total = g.to(out.dtype).double().sum()
+                torch.testing.assert_close(a.grad.double().sum(), total, rtol=1e-2, atol=1e-1)
+                torch.testing.assert_close(b.grad.double().sum(), total, rtol=1e-2, atol=1e-1)
+            return
+        torch.testing.assert_close(a.grad.double(), a64.grad, rtol=rtol * 5, atol=atol * 5)
+        torch.testing.assert_close(b.grad.double(), b64.grad, rtol=rtol * 5, atol=atol * 5)
+
+    def test_values_and_gradients_every_semiring_and_dtype(self):
+        torch.manual_seed(0)
+        for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
+            for dtype, name in ((torch.float32, "f32"), (torch.float64, "f64"), (torch.float16, "f16"),
+                                (torch.bfloat16, "bf16")):
+                with self.subTest(semiring=semiring, dtype=name):
+                    pos = semiring == "max_times"
+                    a = self.rand(3, 17, 33, dtype=dtype, positive=pos, requires_grad=True)
+                    b = self.rand(3, 33, 29, dtype=dtype, positive=pos, requires_grad=True)
+                    self.check_values_and_grads(a, b, semiring, name)
+
+    def test_non_contiguous_and_broadcast_inputs(self):
+        torch.manual_seed(1)
+        for semiring in ("log", "max_plus", "plus_times"):
+            with self.subTest(semiring=semiring, case="transposed"):
+                a = self.rand(4, 19, 23).transpose(1, 2).detach().requires_grad_(True)  # [4, 23, 19], col-major
+                b = self.rand(4, 29, 19)[:, ::2, :].transpose(1, 2).detach().requires_grad_(True)  # [4, 19, 15]
+                self.check_values_and_grads(a, b, semiring, "f32")
+            with self.subTest(semiring=semiring, case="one a for every batch"):
+                a = self.rand(7, 11, requires_grad=True)
+                b = self.rand(5, 11, 9, requires_grad=True)
+                self.check_values_and_grads(a, b, semiring, "f32")
+            with self.subTest(semiring=semiring, case="batch dims broadcast both ways"):
+                a = self.rand(2, 1, 6, 8, requires_grad=True)
+                b = self.rand(1, 3, 8, 5, requires_grad=True)
+                self.check_values_and_grads(a, b, semiring, "f32")
+            with self.subTest(semiring=semiring, case="expanded view"):
+                base = self.rand(1, 6, 8, requires_grad=True)
+                b = self.rand(4, 8, 5, requires_grad=True)
+                out = self.jt.semiring_bmm(base.expand(4, 6, 8), b, semiring)
+                base64 = base.detach().double().requires_grad_(True)
+                want = naive(base64.expand(4, 6, 8), b.detach().double(), semiring)
+                torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+                out.sum().backward()
+                want.sum().backward()
+                torch.testing.assert_close(base.grad.double(), base64.grad, rtol=1e-4, atol=1e-4)
+
+    def test_gradcheck_fp64(self):
+        torch.manual_seed(2)
+        for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
+            with self.subTest(semiring=semiring):
+                pos = semiring == "max_times"
+                a = self.rand(2, 4, 5, dtype=torch.float64, positive=pos, requires_grad=True)
+                b = self.rand(2, 5, 3, dtype=torch.float64, positive=pos, requires_grad=True)
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda x, y: self.jt.semiring_bmm(x, y, semiring), (a, b), eps=1e-6, atol=1e-6))
+
+    def test_genbmm_names_and_a_crf_forward_algorithm(self):
+        # genbmm-style usage: the log-partition of a linear-chain CRF by repeated log-semiring products.
+        torch.manual_seed(3)
+        batch, length, tags = 8, 12, 16
+        potentials = self.rand(batch, length, tags, tags, requires_grad=True)
+
+        def log_partition(bmm, pots):
+            alpha = pots[:, 0]
+            for t in range(1, length):
+                alpha = bmm(alpha, pots[:, t])
+            return torch.logsumexp(alpha, dim=(-2, -1)).sum()
+
+        got = log_partition(self.jt.logbmm, potentials)
+        pots64 = potentials.detach().double().requires_grad_(True)
+        want = log_partition(lambda x, y: naive(x, y, "log"), pots64)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(potentials.grad.double(), pots64.grad, rtol=1e-4, atol=1e-5)
+        # The other genbmm names.
+        a, b = self.rand(2, 5, 6), self.rand(2, 6, 7)
+        torch.testing.assert_close(self.jt.maxbmm(a, b), naive(a, b, "max_plus"))
+        torch.testing.assert_close(self.jt.minbmm(a, b), naive(a, b, "min_plus"))
+        pa, pb = a.abs(), b.abs()
+        torch.testing.assert_close(self.jt.prodmaxbmm(pa, pb), naive(pa, pb, "max_times"))
+
+    def test_runs_on_the_current_stream(self):
+        a, b = self.rand(16, 64, 64), self.rand(16, 64, 64)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            out = self.jt.logbmm(a, b)
+        s.synchronize()
+        torch.testing.assert_close(out.double(), naive(a.double(), b.double(), "log"), rtol=2e-5, atol=2e-5)
+
+    def test_clear_errors(self):
+        jt = self.jt
+        with self.assertRaisesRegex(ValueError, "CUDA"):
+            jt.logbmm(torch.zeros(2, 3, 4), torch.zeros(2, 4, 5))
+        with self.assertRaisesRegex(ValueError, "shape"):
+            jt.logbmm(self.rand(2, 3, 4), self.rand(2, 5, 5))
+        with self.assertRaisesRegex(ValueError, "broadcast"):
+            jt.logbmm(self.rand(2, 3, 4), self.rand(3, 4, 5))
+        with self.assertRaisesRegex(TypeError, "dtype"):
+            jt.logbmm(torch.zeros(2, 3, 4, dtype=torch.int32, device=self.dev), self.rand(2, 4, 5))
+        with self.assertRaisesRegex(TypeError, "different dtypes"):
+            jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5, dtype=torch.float64))
+        with self.assertRaisesRegex(ValueError, "semiring"):
+            jt.semiring_bmm(self.rand(2, 3, 4), self.rand(2, 4, 5), "sum")
+        with self.assertRaisesRegex(ValueError, "2 dimensions"):
+            jt.logbmm(self.rand(4), self.rand(4, 5))
+        with self.assertRaises(RuntimeError):  # no double backward
+            a = self.rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
+            out = jt.logbmm(a, self.rand(2, 4, 5, dtype=torch.float64))
+            (g,) = torch.autograd.grad(out.sum(), a, create_graph=True)
+            g.sum().backward()
+
+    def test_edge_values_follow_the_contract(self):
+        a = torch.tensor([[[0.0, -math.inf], [-math.inf, -math.inf]]], device=self.dev, requires_grad=True)
+        b = torch.tensor([[[0.0], [1.0]]], device=self.dev)
+        out = self.jt.logbmm(a, b)
+        self.assertEqual(out[0, 0, 0].item(), 0.0)
+        self.assertEqual(out[0, 1, 0].item(), -math.inf)
+        out.sum().backward()
+        self.assertFalse(torch.isnan(a.grad).any().item())  # an all -inf row has gradient 0, not NaN
+        self.assertEqual(a.grad[0, 1].abs().sum().item(), 0.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
