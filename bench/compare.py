@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""jitbmm against its peers on one GPU, in one run: time and peak memory, forward and forward+backward.
+
+Peers (see ../shared/PERF.md): torch naive (expand + logsumexp / max), torch.compile of it, and the exp-matmul
+trick (log semiring only; not exact). Writes results.md, results.json and PNG plots (time and memory against
+problem size, log scale) to --out. Needs torch with a CUDA GPU; matplotlib for the plots (skipped, with a note,
+without it). Example:
+
+    python3 bench/compare.py --shapes 8x64x64x64,64x128x128x128,64x256x256x256,64x512x512x512 \\
+        --semirings log,max_plus --out bench/compare
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+import torch  # noqa: E402
+
+import jitbmm  # noqa: E402
+import jitbmm.torch as jt  # noqa: E402
+
+
+def naive(semiring):
+    def f(a, b):
+        t = a.unsqueeze(-1) + b.unsqueeze(-3)
+        if semiring == "log":
+            return torch.logsumexp(t, dim=-2)
+        return t.max(-2).values if semiring == "max_plus" else t.min(-2).values
+    return f
+
+
+def exp_matmul(a, b):
+    ra = a.max(-1, keepdim=True).values
+    cb = b.max(-2, keepdim=True).values
+    return torch.log(torch.bmm(torch.exp(a - ra), torch.exp(b - cb))) + ra + cb
+
+
+def peers(semiring):
+    out = {"jitbmm": lambda a, b: jt.semiring_bmm(a, b, semiring), "torch naive": naive(semiring),
+           "torch.compile": torch.compile(naive(semiring), dynamic=False)}
+    if semiring == "log":
+        out["exp-matmul (inexact)"] = exp_matmul
+    return out
+
+
+def measure(fn, a, b, backward, reps):
+    """Median ms of `reps` timed calls after warm-up, and the peak memory they allocate beyond the inputs."""
+    def once():
+        out = fn(a, b)
+        if backward:
+            out.backward(torch.ones_like(out))
+        return out
+    for _ in range(2):
+        once()
+    torch.cuda.synchronize()
+    a.grad = b.grad = None
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        once()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+        a.grad = b.grad = None
+    times.sort()
+    return times[len(times) // 2], torch.cuda.max_memory_allocated() - base
+
+
+def parse_shape(text):
+    B, M, K, N = (int(x) for x in text.split("x"))
+    return B, M, K, N
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="8x64x64x64,64x128x128x128,64x256x256x256,64x512x512x512")
+    ap.add_argument("--semirings", default="log,max_plus")
+    ap.add_argument("--out", default="bench/compare")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--tune", default="bucket", help="jitbmm tuning policy for the run (never, bucket, exact)")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jitbmm.set_tune_policy(args.tune)
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name(dev)
+    rows = []
+    for semiring in args.semirings.split(","):
+        fns = peers(semiring)
+        for shape_text in args.shapes.split(","):
+            B, M, K, N = parse_shape(shape_text)
+            terms = B * M * K * N
+            torch.manual_seed(0)
+            a = torch.randn(B, M, K, device=dev, requires_grad=True)
+            b = torch.randn(B, K, N, device=dev, requires_grad=True)
+            if semiring == "log":  # one exact check per shape: jitbmm against float64
+                want = naive("log")(a.detach().double()[:1], b.detach().double()[:1]) if M * K * N <= 2**27 else None
+                if want is not None:
+                    got = jt.logbmm(a[:1], b[:1]).double()
+                    err = ((got - want).abs() / want.abs().clamp(min=1)).max().item()
+                    print(f"check {semiring} {shape_text}: max rel. error vs float64 {err:.2e}", flush=True)
+            for name, fn in fns.items():
+                for backward in (False, True):
+                    row = {"semiring": semiring, "shape": shape_text, "terms": terms, "impl": name,
+                           "pass": "fwd+bwd" if backward else "fwd"}
+                    t0 = time.time()
+                    try:
+                        ms, peak = measure(fn, a, b, backward, args.reps)
+                        row.update(ms=ms, peak_bytes=peak, terms_per_s=terms / (ms * 1e-3))
+                    except torch.cuda.OutOfMemoryError:
+                        row.update(ms=None, peak_bytes=None, note="out of memory")
+                    except Exception as e:  # a peer that fails is reported, not fatal
+                        row.update(ms=None, peak_bytes=None, note=f"failed: {type(e).__name__}: {str(e)[:120]}")
+                    torch.cuda.empty_cache()
+                    rows.append(row)
+                    shown = f"{row['ms']:.3f} ms, {row['peak_bytes'] / 1e6:.0f} MB" if row["ms"] else row["note"]
+                    print(f"{semiring:9s} {shape_text:18s} {name:22s} {row['pass']:8s} {shown}  "
+                          f"({time.time() - t0:.0f} s)", flush=True)
+            del a, b
+            torch.cuda.empty_cache()
+    (out_dir / "results.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+    write_markdown(out_dir / "results.md", gpu, rows)
+    plot(out_dir, gpu, rows)
+
+
+def write_markdown(path, gpu, rows):
+    lines = [f"# jitbmm and its peers on {gpu}", "",
+             "fp32, median of timed runs (CUDA events); peak = torch allocator memory beyond the inputs "
+             "(jitbmm's own backward workspace for max_plus, B·max(M·K, K·N)·4 bytes, is not in it). "
+             "Generated by bench/compare.py.", "",
+             "| semiring | shape B×M×K×N | implementation | pass | time ms | terms/s | peak MB |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["ms"] is None:
+            lines.append(f"| {r['semiring']} | {r['shape']} | {r['impl']} | {r['pass']} | {r['note']} | | |")
+        else:
+            lines.append(f"| {r['semiring']} | {r['shape']} | {r['impl']} | {r['pass']} | {r['ms']:.3f} | "
+                         f"{r['terms_per_s']:.3g} | {r['peak_bytes'] / 1e6:.0f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def plot(out_dir, gpu, rows):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plots (results.md and results.json are written)")
+        return
+    for semiring in sorted({r["semiring"] for r in rows}):
+        for metric, label in (("ms", "time (ms)"), ("peak_bytes", "peak memory (bytes)")):
+            fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+            for ax, pas in zip(axes, ("fwd", "fwd+bwd")):
+                for impl in dict.fromkeys(r["impl"] for r in rows if r["semiring"] == semiring):
+                    pts = [(r["terms"], r[metric]) for r in rows if r["semiring"] == semiring and r["impl"] == impl
+                           and r["pass"] == pas and r[metric]]
+                    if pts:
+                        ax.plot(*zip(*pts), marker="o", label=impl)
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.set_xlabel("terms B·M·K·N")
+                ax.set_ylabel(label)
+                ax.set_title(f"{semiring} {pas}")
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend()
+            fig.suptitle(f"{gpu}, fp32 (missing points: out of memory)")
+            fig.tight_layout()
+            name = f"{semiring}-{'time' if metric == 'ms' else 'memory'}.png"
+            fig.savefig(out_dir / name, dpi=110)
+            plt.close(fig)
+            print(f"wrote {out_dir / name}")
+
+
+if __name__ == "__main__":
+    main()
