@@ -3,6 +3,7 @@
 import array
 import math
 import os
+import subprocess
 import sys
 import unittest
 from pathlib import Path
@@ -20,8 +21,11 @@ def buffer(typecode, values):
 
 class CApiTest(unittest.TestCase):
     def test_imports_without_torch_and_reports_version(self):
-        self.assertNotIn("torch", sys.modules)
-        self.assertRegex(jitbmm.version(), r"^\d+\.\d+\.\d+$")
+        code = "import sys, jitbmm; assert 'torch' not in sys.modules; print(jitbmm.version())"
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        version = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+        self.assertRegex(version.stdout.strip(), r"^\d+\.\d+\.\d+$")
+        self.assertEqual(version.stdout.strip(), jitbmm.version())
 
     def test_reference_log_semiring_and_edge_cases(self):
         # a = [[0, log 3], [-inf, -inf]], b = [[0], [0]]: out = [log 4, -inf]
