@@ -62,7 +62,10 @@ def _library():
         tried.append(str(path))
         if path.exists():
             try:
-                lib = ctypes.CDLL(str(path))
+                # RTLD_DEEPBIND: libjitbmm resolves its own dependencies first. PyTorch preloads the NVRTC of its
+                # CUDA version with RTLD_GLOBAL; without this, jitbmm's NVRTC calls would land in that library.
+                mode = os.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0)
+                lib = ctypes.CDLL(str(path), mode=mode)
             except OSError as e:
                 raise LibraryNotFoundError(f"jitbmm: could not load {path}: {e}") from e
             _declare(lib)
