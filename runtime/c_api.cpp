@@ -2,6 +2,11 @@
 // and a thread-local message.
 #include "jitbmm/c_api.h"
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -20,6 +25,25 @@ struct jitbmm_plan {
 namespace {
 
 thread_local std::string g_last_error;
+
+// $JITBMM_CRASH_BACKTRACE=1: on SIGSEGV/SIGBUS/SIGABRT, print the native stack to stderr (for a crash inside a host
+// process such as Python, where no debugger is at hand), then die with the signal as before.
+void crash_backtrace(int sig) {
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  const char header[] = "jitbmm: fatal signal, native backtrace:\n";
+  (void)!::write(2, header, sizeof header - 1);
+  ::backtrace_symbols_fd(frames, n, 2);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+const bool g_backtrace_installed = [] {
+  const char* v = std::getenv("JITBMM_CRASH_BACKTRACE");
+  if (!v || std::string(v) != "1") return false;
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) ::signal(sig, crash_backtrace);
+  return true;
+}();
 
 jitbmm_status fail(jitbmm_status status, const std::string& message) {
   g_last_error = message;
