@@ -2,10 +2,13 @@
 // and a thread-local message.
 #include "jitbmm/c_api.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -28,11 +31,18 @@ thread_local std::string g_last_error;
 
 // $JITBMM_CRASH_BACKTRACE=1: on SIGSEGV/SIGBUS/SIGABRT, print the native stack to stderr (for a crash inside a host
 // process such as Python, where no debugger is at hand), then die with the signal as before.
-void crash_backtrace(int sig) {
+void crash_backtrace(int sig, siginfo_t* info, void* context) {
   void* frames[64];
   const int n = ::backtrace(frames, 64);
-  const char header[] = "jitbmm: fatal signal, native backtrace:\n";
-  (void)!::write(2, header, sizeof header - 1);
+  char line[256];
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  const auto pc = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
+  Dl_info where{};
+  ::dladdr(pc, &where);
+  const int len = std::snprintf(line, sizeof line, "jitbmm: fatal signal %d at address %p, pc %p (%s+%p)\n", sig,
+                                info->si_addr, pc, where.dli_fname ? where.dli_fname : "?",
+                                reinterpret_cast<void*>(static_cast<char*>(pc) - static_cast<char*>(where.dli_fbase)));
+  (void)!::write(2, line, static_cast<std::size_t>(len));
   ::backtrace_symbols_fd(frames, n, 2);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
@@ -41,7 +51,10 @@ void crash_backtrace(int sig) {
 const bool g_backtrace_installed = [] {
   const char* v = std::getenv("JITBMM_CRASH_BACKTRACE");
   if (!v || std::string(v) != "1") return false;
-  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) ::signal(sig, crash_backtrace);
+  struct sigaction action {};
+  action.sa_sigaction = crash_backtrace;
+  action.sa_flags = SA_SIGINFO;
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) ::sigaction(sig, &action, nullptr);
   return true;
 }();
 
