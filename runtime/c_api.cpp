@@ -43,6 +43,16 @@ void crash_backtrace(int sig, siginfo_t* info, void* context) {
                                 info->si_addr, pc, where.dli_fname ? where.dli_fname : "?",
                                 reinterpret_cast<void*>(static_cast<char*>(pc) - static_cast<char*>(where.dli_fbase)));
   (void)!::write(2, line, static_cast<std::size_t>(len));
+  if (!pc) { // a call through a null pointer: the caller's return address is on top of the stack
+    void* ret = *reinterpret_cast<void* const*>(uc->uc_mcontext.gregs[REG_RSP]);
+    Dl_info caller{};
+    ::dladdr(ret, &caller);
+    const int k = std::snprintf(line, sizeof line, "jitbmm: called from %p (%s+%p, %s)\n", ret,
+                                caller.dli_fname ? caller.dli_fname : "?",
+                                reinterpret_cast<void*>(static_cast<char*>(ret) - static_cast<char*>(caller.dli_fbase)),
+                                caller.dli_sname ? caller.dli_sname : "?");
+    (void)!::write(2, line, static_cast<std::size_t>(k));
+  }
   ::backtrace_symbols_fd(frames, n, 2);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
