@@ -3,8 +3,9 @@
 This module is pure Python over the C ABI (include/jitbmm/c_api.h) through ctypes; it needs neither torch nor a GPU
 to import. ``jitbmm.torch`` holds the PyTorch functions.
 
-The shared library is found, in order, at ``$JITBMM_LIBRARY``, next to this package (``libjitbmm.so``), or in the
-source tree's build directories (``build/``, ``build-gpu/``).
+The shared library ``libjitbmm_c.so`` (the C ABI with its C++ runtime linked in and hidden, so it coexists with
+PyTorch's libraries) is found, in order, at ``$JITBMM_LIBRARY``, next to this package, or in the source tree's
+build directories (``build/``, ``build-gpu/``).
 """
 
 import ctypes
@@ -35,7 +36,7 @@ class CompileError(JitbmmError):
 
 
 class LibraryNotFoundError(ImportError):
-    """libjitbmm.so could not be found or loaded."""
+    """libjitbmm_c.so could not be found or loaded."""
 
 
 def _candidates():
@@ -44,10 +45,10 @@ def _candidates():
         yield Path(env)
         return
     here = Path(__file__).resolve().parent
-    yield here / "libjitbmm.so"
+    yield here / "libjitbmm_c.so"
     root = here.parent.parent
     for build in ("build", "build-gpu"):
-        yield root / build / "libjitbmm.so"
+        yield root / build / "libjitbmm_c.so"
 
 
 _lib = None
@@ -62,16 +63,13 @@ def _library():
         tried.append(str(path))
         if path.exists():
             try:
-                # RTLD_DEEPBIND: libjitbmm resolves its own dependencies first. PyTorch preloads the NVRTC of its
-                # CUDA version with RTLD_GLOBAL; without this, jitbmm's NVRTC calls would land in that library.
-                mode = os.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0)
-                lib = ctypes.CDLL(str(path), mode=mode)
+                lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
             except OSError as e:
                 raise LibraryNotFoundError(f"jitbmm: could not load {path}: {e}") from e
             _declare(lib)
             _lib = lib
             return lib
-    raise LibraryNotFoundError("jitbmm: libjitbmm.so not found (tried " + ", ".join(tried) +
+    raise LibraryNotFoundError("jitbmm: libjitbmm_c.so not found (tried " + ", ".join(tried) +
                                "); build it (scripts/build) or set JITBMM_LIBRARY")
 
 
