@@ -51,9 +51,11 @@ def peers(semiring):
 def measure(fn, a, b, backward, reps):
     """Median ms of `reps` timed calls after warm-up, and the peak memory they allocate beyond the inputs."""
     def once():
+        if not backward:  # inference: nothing saved for a backward
+            with torch.no_grad():
+                return fn(a, b)
         out = fn(a, b)
-        if backward:
-            out.backward(torch.ones_like(out))
+        out.backward(torch.ones_like(out))
         return out
     for _ in range(2):
         once()

@@ -271,13 +271,17 @@ std::optional<Decision> decode_decision(const std::string& text) {
   return d;
 }
 
-std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& s) {
+double bucket_distance(const Shape& x, const Shape& s) {
   auto lg = [](int64_t v) { return std::log2(double(std::max<int64_t>(v, 1))); };
+  return std::fabs(lg(x.B) - lg(s.B)) + std::fabs(lg(x.M) - lg(s.M)) + std::fabs(lg(x.K) - lg(s.K)) +
+         std::fabs(lg(x.N) - lg(s.N));
+}
+
+std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& s) {
   std::optional<Decision> best;
   double best_distance = 0;
   for (const Decision& d : tuned) {
-    const double distance = std::fabs(lg(d.shape.B) - lg(s.B)) + std::fabs(lg(d.shape.M) - lg(s.M)) +
-                            std::fabs(lg(d.shape.K) - lg(s.K)) + std::fabs(lg(d.shape.N) - lg(s.N));
+    const double distance = bucket_distance(d.shape, s);
     if (!best || distance < best_distance) best = d, best_distance = distance;
   }
   return best;
@@ -485,11 +489,13 @@ struct BackwardTrial {
 
 } // namespace
 
-TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass) {
+TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass,
+                    const std::vector<KernelSpec>& only) {
   const auto t0 = std::chrono::steady_clock::now();
   ScopedContext scope(device.context);
   TuneReport report;
-  for (const KernelSpec& spec : tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}, pass))
+  for (const KernelSpec& spec :
+       only.empty() ? tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}, pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
   // Compile every candidate on all cores (the kernel cache is thread-safe); a failure only skips that candidate.
   std::atomic<std::size_t> next{0};
@@ -628,12 +634,24 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     if (auto c = use(load_decision(disk, tuning_key(p, td, false, pass)), "exact")) return *c;
     if (policy != TunePolicy::exact) {
       if (auto c = use(load_decision(disk, tuning_key(p, td, true, pass)), "bucket")) return *c;
-      if (auto c = use(nearest_decision(family_buckets(disk, tuning_family(p, td, pass)), p.shape), "nearest bucket"))
-        return *c;
+      if (const auto near = nearest_decision(family_buckets(disk, tuning_family(p, td, pass)), p.shape)) {
+        const double distance = bucket_distance(near->shape, shape_bucket(p.shape));
+        if (distance <= kNearBucketDistance) {
+          if (auto c = use(near, "nearest bucket")) return *c;
+        } else if (policy == TunePolicy::bucket && p.shape.B * p.shape.M * p.shape.N > 0 && p.shape.K > 0) {
+          // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
+          const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+          std::vector<KernelSpec> two = {fallback};
+          if (auto spec = fitting(near->spec, p); spec && *spec != fallback) two.push_back(*spec);
+          const TuneReport report = autotune(p, device, false, pass, two);
+          store_decision(p, device, report, true, pass);
+          return {report.best, "nearest bucket, checked against the default", near};
+        }
+      }
     }
     const Shape& s = p.shape;
-    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0)
-      return {pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass), "default", {}};
+    const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0) return {fallback, "default", {}};
     const TuneReport report = autotune(p, device, true, pass);
     store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};

@@ -71,12 +71,18 @@ std::string encode_decision(const Decision& d);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
 std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
+double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of |log2 ratio| (sizes below 1 count as 1)
+// Up to this distance a borrowed decision is used as it is; farther, `bucket` checks it against the default spec
+// (two candidates, timed) before storing it for the new bucket, and `never` uses the default spec.
+constexpr double kNearBucketDistance = 3.0;
 
 // Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
 // times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
 // and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
 // Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
-TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward);
+// `candidates`, when given, replaces the enumeration (a quick check between a few specs).
+TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
+                    const std::vector<KernelSpec>& candidates = {});
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
 void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,

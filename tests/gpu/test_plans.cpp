@@ -227,13 +227,19 @@ TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reus
   CHECK(second.decision->ranking.size() >= 1);
   SemiringBMM::get(same_bucket, second.spec);
   CHECK(stats().nvrtc_compiles - compiles <= 1); // no tuning: at most the one kernel
-  Problem elsewhere = p;
-  elsewhere.shape = {16, 300, 200, 100};
-  const Choice third = choose(elsewhere, *device, TunePolicy::bucket);
+  Problem near = p;
+  near.shape = {2, 100, 48, 40}; // bucket 2x128x64x64: distance 1 from 2x64x64x64
+  const Choice third = choose(near, *device, TunePolicy::bucket);
   CHECK(third.source == "nearest bucket");
   CHECK(third.spec == first.spec);
-  CHECK(choose(elsewhere, *device, TunePolicy::never).source == "nearest bucket");
+  CHECK(choose(near, *device, TunePolicy::never).source == "nearest bucket");
+  Problem elsewhere = p;
+  elsewhere.shape = {16, 300, 200, 100}; // far: the borrowed spec is timed against the default, not trusted
+  CHECK(choose(elsewhere, *device, TunePolicy::never).source == "default");
+  const long before = stats().nvrtc_compiles;
+  CHECK(choose(elsewhere, *device, TunePolicy::bucket).source == "nearest bucket, checked against the default");
+  CHECK(stats().nvrtc_compiles - before <= 2);
   CHECK(choose(elsewhere, *device, TunePolicy::exact).source == "tuned now"); // asked for: tunes this shape
   std::mt19937_64 rng(11);
-  CHECK(test::run_case(elsewhere, third.spec, rng, {}).ok());
+  CHECK(test::run_case(near, third.spec, rng, {}).ok());
 }
