@@ -95,9 +95,11 @@ def main():
     dev = torch.device("cuda")
     gpu = torch.cuda.get_device_name(dev)
     rows = []
+    torch._dynamo.config.recompile_limit = 64
     for semiring in args.semirings.split(","):
-        fns = peers(semiring)
         for shape_text in args.shapes.split(","):
+            torch._dynamo.reset()
+            fns = peers(semiring)  # a fresh torch.compile per shape: each one compiles for its own shape
             B, M, K, N = parse_shape(shape_text)
             terms = B * M * K * N
             torch.manual_seed(0)

@@ -589,7 +589,8 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   return report;
 }
 
-void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass) {
+void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
+                    bool exact) {
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) return;
   const TuningDevice td = tuning_device(device);
@@ -603,7 +604,7 @@ void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport
   std::sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
   d.ranking.resize(std::min<std::size_t>(d.ranking.size(), 5));
   d.shape = p.shape;
-  disk->put(tuning_key(p, td, false, pass), "tune", encode_decision(d));
+  if (exact) disk->put(tuning_key(p, td, false, pass), "tune", encode_decision(d));
   if (bucket) {
     d.bucket = true;
     d.shape = shape_bucket(p.shape);
@@ -644,7 +645,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
           std::vector<KernelSpec> two = {fallback};
           if (auto spec = fitting(near->spec, p); spec && *spec != fallback) two.push_back(*spec);
           const TuneReport report = autotune(p, device, false, pass, two);
-          store_decision(p, device, report, true, pass);
+          store_decision(p, device, report, true, pass, false);
           return {report.best, "nearest bucket, checked against the default", near};
         }
       }

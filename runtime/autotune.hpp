@@ -85,8 +85,9 @@ TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progr
                     const std::vector<KernelSpec>& candidates = {});
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
+// `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
 void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
-                    Pass pass = Pass::forward);
+                    Pass pass = Pass::forward, bool exact = true);
 
 // Where a spec came from, for inspect --tuned.
 struct Choice {
