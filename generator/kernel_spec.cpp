@@ -262,8 +262,13 @@ KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
     spec.block_x = 256, spec.block_y = 1;
   } else {
     spec = default_spec(as_output, Strategy::tiled);
-    // Measured best on the H100 (bench/RESULTS.md); the per-output constants double the registers per output.
-    if (spec.tile_m == 128) spec.tile_m = 64, spec.thread_m = 4, spec.thread_n = 4;
+    // Measured best on the H100 (bench/RESULTS.md): 8 outputs per thread (the per-output constants double the
+    // registers per output), 3 blocks per SM, the long side of the tile along the operand's columns for grad_a.
+    if (p.dtype != DType::f64 && spec.tile_m >= 64 && spec.tile_n >= 64) {
+      spec.tile_m = pass == Pass::grad_a ? 32 : 64, spec.tile_n = pass == Pass::grad_a ? 64 : 32;
+      spec.thread_m = pass == Pass::grad_a ? 2 : 4, spec.thread_n = pass == Pass::grad_a ? 4 : 2;
+      spec.tile_k = 16, spec.min_blocks = 3;
+    }
     if (p.dtype == DType::bf16) spec.min_blocks = 1; // its conversions need more than 128 registers
   }
   spec.pass = pass;

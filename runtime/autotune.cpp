@@ -101,9 +101,9 @@ std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
   struct T {
     int m, n, k, tm, tn, mb;
   };
-  static const T narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 16, 4, 4, 1}, {64, 64, 8, 4, 4, 2}, 
-                             {64, 32, 16, 4, 2, 3}, {32, 64, 16, 2, 4, 3}, {128, 32, 16, 4, 4, 2},
-                             {32, 32, 16, 2, 2, 2}};
+  static const T narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 8, 4, 4, 2},  {64, 32, 16, 4, 2, 3},
+                             {32, 64, 16, 2, 4, 3}, {64, 32, 32, 4, 2, 3}, {32, 64, 32, 2, 4, 3},
+                             {32, 32, 16, 2, 2, 3}, {128, 32, 16, 4, 4, 2}};
   static const T wide[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
   for (const T& t : p.dtype == DType::f64 ? std::vector<T>(std::begin(wide), std::end(wide))
                                           : std::vector<T>(std::begin(narrow), std::end(narrow))) {

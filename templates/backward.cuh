@@ -26,23 +26,6 @@ __device__ __forceinline__ float grad_exp2(float x) {
 }
 __device__ __forceinline__ double grad_exp2(double x) { return exp2(x); }
 
-// 2^x on the FP32 pipe, for finite x: n = round(x), f = x − n ∈ [−½, ½], a degree-5 minimax polynomial for 2^f
-// (max. relative error 2.1e-7 in f32, like ex2.approx's 2^-22), n added to the exponent bits. x is clamped to
-// [−125, 127]: a weight below 2^-125 comes out as at most 2^-124.5 instead of 0. Part of the terms use it, so the
-// exp unit and the FP32 pipe share the work (the backward is otherwise bound by the exp unit alone).
-__device__ __forceinline__ float exp2_fma(float x) {
-  x = fminf(fmaxf(x, -125.f), 127.f);
-  const float t = x + 12582912.f; // 1.5·2^23: round to nearest, n in the low mantissa bits
-  const float f = x - (t - 12582912.f);
-  float p = 1.3276472454890609e-3f;
-  p = fmaf(p, f, 9.675540961325169e-3f);
-  p = fmaf(p, f, 5.550713092088699e-2f);
-  p = fmaf(p, f, 2.4022120237350464e-1f);
-  p = fmaf(p, f, 6.931469440460205e-1f);
-  p = fmaf(p, f, 1.0000001192092896f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-__device__ __forceinline__ double exp2_fma(double x) { return exp2(x); }
 
 // Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
 __device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
@@ -55,14 +38,12 @@ struct LogGrad {
   template <class T> static __device__ __forceinline__ T side(T o) { return -grad_log2_units(o); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return grad_log2_units(x); }
   template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return grad_exp2((c + v) + u); }
-  template <class T> static __device__ __forceinline__ T term_fma(T u, T v, T c) { return exp2_fma((c + v) + u); }
 };
 struct PlusTimesGrad {
   static const bool kUsesOut = false, kConstant = false;
   template <class T> static __device__ __forceinline__ T side(T) { return T(0); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
   template <class T> static __device__ __forceinline__ T term(T, T v, T) { return v; }
-  template <class T> static __device__ __forceinline__ T term_fma(T, T v, T) { return v; }
 };
 
 template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
@@ -148,9 +129,9 @@ __device__ __forceinline__ void grad_store(GradSmem<T, BM, BN, BK, GA>& sm, int 
 }
 
 // One slice of terms. FAST (every value of the slice and every constant finite, u possibly −inf): acc += g·w with
-// no test, since a skipped term (u = −inf) has weight exactly 0 next to finite partners, and one term in five
-// takes its 2^x from the FP32 pipe. Otherwise: the exp unit only, and G = 0 contributes exactly 0 even next to
-// inf or NaN.
+// no test, since a skipped term (u = −inf) has weight exactly 0 next to finite partners. Otherwise G = 0
+// contributes exactly 0 even next to inf or NaN. (Computing one 2^x in five with a polynomial on the FP32 pipe was
+// tried and measured: no gain, since the loop is bound by instruction issue as much as by the exp unit.)
 template <bool FAST, class Sem, class T, int BM, int BN, int BK, int TM, int TN, bool GA>
 __device__ __forceinline__ void grad_slice(const GradSmem<T, BM, BN, BK, GA>& sm, int buf, int r_base, int c_base,
                                            const T (&cst)[TM][TN], T (&acc)[TM][TN]) {
@@ -169,8 +150,7 @@ __device__ __forceinline__ void grad_slice(const GradSmem<T, BM, BN, BK, GA>& sm
       for (int c = 0; c < TN; ++c) {
         const T gg = GA ? fg[r] : fg[c], uu = GA ? fu[r] : fu[c], vv = GA ? fv[c] : fv[r];
         if (FAST) {
-          const T w = (r * TN + c) % 5 == 0 ? Sem::term_fma(uu, vv, cst[r][c]) : Sem::term(uu, vv, cst[r][c]);
-          acc[r][c] = fma(gg, w, acc[r][c]);
+          acc[r][c] = fma(gg, Sem::term(uu, vv, cst[r][c]), acc[r][c]);
         } else {
           const T w = Sem::term(uu, vv, cst[r][c]);
           acc[r][c] += gg != T(0) ? gg * w : T(0);

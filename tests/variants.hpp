@@ -95,7 +95,7 @@ inline std::vector<KernelSpec> grad_variants() {
         s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = 2, s.thread_n = 4;
         out.push_back(s);
         if (index64 || (kind.dtype != DType::f32 && kind.dtype != DType::f16)) continue;
-        s.tile_m = 64, s.tile_n = 64, s.tile_k = 16, s.thread_m = 4, s.thread_n = 4, s.min_blocks = 2;
+        s.tile_m = 32, s.tile_n = 64, s.tile_k = 16, s.thread_m = 2, s.thread_n = 4, s.min_blocks = 3;
         out.push_back(s);
       }
   }
