@@ -66,7 +66,8 @@ class _SemiringBMM(torch.autograd.Function):
         M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
         a, a_strides = _layout(a, batches)
         b, b_strides = _layout(b, batches)
-        wants_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        # Under torch.no_grad() nothing is saved for a backward: the selecting semirings then skip the argmax.
+        wants_grad = torch.is_grad_enabled() and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         with_argmax = semiring in _SELECTING and wants_grad
         device = a.device
         with torch.cuda.device(device):
