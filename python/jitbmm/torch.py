@@ -61,13 +61,11 @@ def _layout(t, batches):
 
 class _SemiringBMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, semiring):
+    def forward(ctx, a, b, semiring, wants_grad):
         batches = a.shape[0] if a.dim() == 3 else b.shape[0] if b.dim() == 3 else 1
         M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
         a, a_strides = _layout(a, batches)
         b, b_strides = _layout(b, batches)
-        # Under torch.no_grad() nothing is saved for a backward: the selecting semirings then skip the argmax.
-        wants_grad = torch.is_grad_enabled() and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         with_argmax = semiring in _SELECTING and wants_grad
         device = a.device
         with torch.cuda.device(device):
@@ -95,7 +93,7 @@ class _SemiringBMM(torch.autograd.Function):
                               argmax.data_ptr() if argmax is not None else None, grad_out.data_ptr(),
                               grad_a.data_ptr() if grad_a is not None else None,
                               grad_b.data_ptr() if grad_b is not None else None, stream)
-        return grad_a, grad_b, None
+        return grad_a, grad_b, None, None
 
 
 def _check(a, b, semiring):
@@ -139,7 +137,10 @@ def semiring_bmm(a, b, semiring="log"):
     except RuntimeError as e:
         raise ValueError(f"shape: batch dimensions {tuple(a.shape[:-2])} and {tuple(b.shape[:-2])} do not "
                          f"broadcast") from e
-    out = _SemiringBMM.apply(_matrices(a, batch, M, K), _matrices(b, batch, K, N), semiring)
+    # Under torch.no_grad() (forward runs with grad mode off, so this is decided here) nothing is saved for a
+    # backward: the selecting semirings then skip the argmax.
+    wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    out = _SemiringBMM.apply(_matrices(a, batch, M, K), _matrices(b, batch, K, N), semiring, wants_grad)
     return out.reshape(*batch, M, N)
 
 
