@@ -1,5 +1,7 @@
 #include "cache/disk_cache.hpp"
 
+#include "runtime/log.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -128,8 +130,7 @@ DiskCache* DiskCache::process_cache() {
     if (mode && std::string(mode) == "off") return nullptr;
     const std::string dir = default_dir();
     if (dir.empty()) {
-      std::fprintf(stderr, "jitbmm: warning: no cache directory (set JITBMM_CACHE_DIR or HOME); kernels are kept "
-                           "in memory only\n");
+      log_message(LogLevel::warn, "no cache directory (set JITBMM_CACHE_DIR or HOME); kernels are kept in memory only");
       return nullptr;
     }
     uint64_t cap = kDefaultCacheCapBytes;
@@ -152,7 +153,7 @@ std::string DiskCache::path_of(const std::string& key, const std::string& kind) 
 }
 
 void DiskCache::warn_once(const std::string& topic, const std::string& message) {
-  if (warned_.insert(topic).second) std::fprintf(stderr, "jitbmm: warning: %s\n", message.c_str());
+  if (warned_.insert(topic).second) log_message(LogLevel::warn, message);
 }
 
 void DiskCache::quarantine(const std::string& path, const std::string& why) {

@@ -1,5 +1,7 @@
 #include "cache/kernel_cache.hpp"
 
+#include "runtime/log.hpp"
+
 #include <future>
 #include <map>
 #include <mutex>
@@ -24,10 +26,14 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
   const std::vector<std::string> options = compile_options(device.arch());
   const std::string key =
       cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
-  if (disk)
-    if (std::optional<std::string> cubin = disk->get(key, "cubin"))
+  if (disk) {
+    if (std::optional<std::string> cubin = disk->get(key, "cubin")) {
+      log_message(LogLevel::debug, "disk cache hit: " + kernel.name + " (" + key.substr(0, 16) + "...)");
       return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")",
                             options};
+    }
+    log_message(LogLevel::debug, "disk cache miss: " + kernel.name);
+  }
   CompiledKernel compiled = compile_to_cubin(kernel, device.arch());
   if (disk && disk->put(key, "cubin", compiled.binary)) {
     disk->put_source(key, kernel.source);

@@ -4,10 +4,39 @@
 #include <stdexcept>
 #include <string>
 
+#include <fstream>
+
 #include "cache/disk_cache.hpp"
+#include "runtime/autotune.hpp"
 #include "cli/commands.hpp"
 
 namespace jitbmm::cli {
+
+namespace {
+
+// What an entry holds, from its own content: a cubin's kernel name (from the source kept beside it), a tuning
+// decision's problem, scope and winner. Never trusted beyond display: damaged entries just say so.
+std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
+  if (e.kind == "cubin") {
+    std::ifstream source(cache.dir() + "/" + e.key + ".cu");
+    std::string first;
+    std::getline(source, first);
+    const auto at = first.find("Kernel ");
+    return at == std::string::npos ? "(kernel: source not kept)" : "kernel " + first.substr(at + 7);
+  }
+  if (e.kind == "tune") {
+    const auto text = cache.get(e.key, "tune");
+    const auto d = text ? decode_decision(*text) : std::nullopt;
+    if (!d) return "(unreadable decision)";
+    std::string spec = to_string(d->spec);
+    spec = spec.substr(spec.find("strategy="));
+    return "tuned " + d->problem.substr(0, d->problem.find(" a(")) + (d->bucket ? " bucket " : " exact ") +
+           to_string(d->shape) + ": " + spec;
+  }
+  return "";
+}
+
+} // namespace
 
 int run_cache(int argc, char** argv) {
   if (argc != 3) throw std::invalid_argument("cache: expected one of path, list, verify, clear");
@@ -22,13 +51,13 @@ int run_cache(int argc, char** argv) {
   if (!cache.usable()) throw std::runtime_error("cache directory " + dir + " is not usable");
   if (what == "list") {
     uint64_t total = 0;
-    std::printf("%-64s %-6s %10s  %s\n", "key", "kind", "bytes", "last use");
+    std::printf("%-16s %-5s %10s  %-19s  %s\n", "key", "kind", "bytes", "last use", "what");
     for (const auto& e : cache.list()) {
       const std::time_t t = static_cast<std::time_t>(e.last_use / 1000000000);
       char when[32];
       std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
-      std::printf("%-64s %-6s %10llu  %s\n", e.key.c_str(), e.kind.c_str(), static_cast<unsigned long long>(e.bytes),
-                  when);
+      std::printf("%-16s %-5s %10llu  %-19s  %s\n", e.key.substr(0, 16).c_str(), e.kind.c_str(),
+                  static_cast<unsigned long long>(e.bytes), when, describe_entry(cache, e).c_str());
       total += e.bytes;
     }
     std::printf("%llu bytes in %s (cap %llu)\n", static_cast<unsigned long long>(total), dir.c_str(),

@@ -1,5 +1,7 @@
 #include "generator/kernel_files.hpp"
 
+#include "runtime/log.hpp"
+
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -22,7 +24,7 @@ void note_once(const std::string& message) {
   static std::mutex mutex;
   static std::set<std::string> said;
   std::lock_guard<std::mutex> lock(mutex);
-  if (said.insert(message).second) std::fprintf(stderr, "jitbmm: %s\n", message.c_str());
+  if (said.insert(message).second) log_message(LogLevel::warn, message);
 }
 
 bool write_text(const std::string& path, const std::string& text) {

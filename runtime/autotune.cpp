@@ -25,6 +25,7 @@
 #include "runtime/backward.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/layout.hpp"
+#include "runtime/log.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace jitbmm {
@@ -561,7 +562,7 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
     } catch (const std::exception& e) {
       c.status = std::string("launch failed: ") + e.what();
     }
-    if (progress)
+    if (progress && log_enabled(LogLevel::info))
       std::fprintf(stderr, "\rjitbmm: tuning %s [%zu/%zu] best %.4f ms   ", what.c_str(), done,
                    report.candidates.size(), best_ms);
   }
@@ -583,7 +584,7 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   }
   report.best = timed[winner]->spec;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (progress)
+  if (progress && log_enabled(LogLevel::info))
     std::fprintf(stderr, "\rjitbmm: tuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", what.c_str(),
                  report.seconds, report.candidates.size(), timed[winner]->median_ms, to_string(report.best).c_str());
   return report;
@@ -657,6 +658,9 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};
   }();
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, "plan " + describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) +
+                                     ": " + to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(mutex);
   made.emplace(id.str(), choice);
   return choice;

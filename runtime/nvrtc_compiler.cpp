@@ -1,5 +1,9 @@
 #include "runtime/nvrtc_compiler.hpp"
 
+#include <chrono>
+
+#include "runtime/log.hpp"
+
 #include <nvrtc.h>
 
 #include <mutex>
@@ -88,6 +92,21 @@ std::vector<std::string> compile_options(const std::string& arch) {
 }
 
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Report { // logs the compilation on every way out
+    const GeneratedKernel& k;
+    const std::string& arch;
+    std::chrono::steady_clock::time_point t0;
+    ~Report() {
+      if (log_enabled(LogLevel::debug))
+        log_message(LogLevel::debug,
+                    "NVRTC compiled " + k.name + " for " + arch + " in " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - t0)
+                                           .count()) +
+                        " ms");
+    }
+  } report{kernel, arch, t0};
   g_compiles.fetch_add(1);
   CompiledKernel out;
   {

@@ -1,0 +1,37 @@
+#include "runtime/log.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace jitbmm {
+
+LogLevel parse_log_level(const std::string& text) {
+  if (text == "warn") return LogLevel::warn;
+  if (text == "info") return LogLevel::info;
+  if (text == "debug") return LogLevel::debug;
+  throw std::invalid_argument("JITBMM_LOG: expected warn, info or debug, got '" + text + "'");
+}
+
+LogLevel log_level() {
+  static const LogLevel level = [] {
+    const char* v = std::getenv("JITBMM_LOG");
+    if (!v || !*v) return LogLevel::info;
+    try {
+      return parse_log_level(v);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "jitbmm: warning: %s; using info\n", e.what());
+      return LogLevel::info;
+    }
+  }();
+  return level;
+}
+
+bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
+
+void log_message(LogLevel level, const std::string& message) {
+  if (!log_enabled(level)) return;
+  std::fprintf(stderr, "jitbmm: %s%s\n", level == LogLevel::warn ? "warning: " : "", message.c_str());
+}
+
+} // namespace jitbmm
