@@ -15,7 +15,9 @@
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
+#include "cache/kernel_cache.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/driver_api.hpp"
 #include "runtime/device.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -23,13 +25,35 @@ namespace jitbmm::cli {
 
 namespace {
 
-void print_resources(const GeneratedKernel& kernel, const std::string& arch) {
+// Resident blocks and warps per SM for the kernel on this machine's GPU, when it has one of the same arch.
+void print_occupancy(const GeneratedKernel& kernel, const std::string& arch, int threads) {
+  std::shared_ptr<const DeviceInfo> device;
+  try {
+    device = current_device();
+  } catch (const NoDriverError&) {
+    std::printf("occupancy:   (no GPU here)\n");
+    return;
+  }
+  if (device->arch() != arch) {
+    std::printf("occupancy:   (this GPU is %s, not %s)\n", device->arch().c_str(), arch.c_str());
+    return;
+  }
+  const auto loaded = load_generated(*device, kernel);
+  int blocks = 0;
+  check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, loaded->function, threads, 0),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  std::printf("occupancy:   %d blocks of %d threads per SM = %d warps (%s, %d registers as loaded)\n", blocks,
+              threads, blocks * threads / 32, device->name.c_str(), loaded->registers);
+}
+
+void print_resources(const GeneratedKernel& kernel, const std::string& arch, int threads) {
   const CompiledKernel c = compile_to_cubin(kernel, arch);
   const PtxasResources r = parse_ptxas_log(c.log, kernel.name);
   std::printf("kernel:      %s\narch:        %s\ncubin bytes: %zu\nregisters:   %d\nstack bytes: %d\n"
               "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
               kernel.name.c_str(), arch.c_str(), c.binary.size(), r.registers, r.stack_bytes, r.spill_store_bytes,
               r.spill_load_bytes, r.shared_bytes);
+  print_occupancy(kernel, arch, threads);
   if (r.registers < 0)
     std::printf("(NVRTC returned no ptxas report for this kernel, so registers and spills are unknown here)\n");
   std::printf("ptxas log:\n%s\n", c.log.c_str());
@@ -111,7 +135,7 @@ int run_inspect(int argc, char** argv) {
   if (emit == "cuda" || all) std::cout << kernel.source;
   if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary;
   if (emit == "sass" || all) print_sass(kernel, arch);
-  if (emit == "resources" || all) print_resources(kernel, arch);
+  if (emit == "resources" || all) print_resources(kernel, arch, spec.threads());
   if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);
   return 0;
 }
