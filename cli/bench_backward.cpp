@@ -60,15 +60,19 @@ int run_backward_bench(const Args& args) {
   if (sel) arg.download(harg.data(), harg.size() * 4);
   std::vector<double> out_flat(no), g_flat(no);
   for (int64_t o = 0; o < no; ++o)
-    out_flat[o] = load_element(p.output_dtype(), ho.data(), o), g_flat[o] = load_element(p.output_dtype(), hg.data(), o);
+    out_flat[o] = load_element(p.output_dtype(), ho.data(), o),
+    g_flat[o] = load_element(p.output_dtype(), hg.data(), o);
   int checked = 0, wrong = 0;
-  std::uniform_int_distribution<int64_t> pick_a(0, std::max<int64_t>(0, na - 1)), pick_b(0, std::max<int64_t>(0, nb - 1));
+  std::uniform_int_distribution<int64_t> pick_a(0, std::max<int64_t>(0, na - 1)),
+      pick_b(0, std::max<int64_t>(0, nb - 1));
   for (int n = 0; n < 16 && na > 0 && nb > 0; ++n) {
     const int64_t ea = pick_a(rng), eb = pick_b(rng);
-    const auto wa = reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
-                                                g_flat.data(), Pass::grad_a, ea / (s.M * s.K), ea / s.K % s.M, ea % s.K);
-    const auto wb = reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
-                                                g_flat.data(), Pass::grad_b, eb / (s.K * s.N), eb / s.N % s.K, eb % s.N);
+    const auto wa =
+        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
+                                    g_flat.data(), Pass::grad_a, ea / (s.M * s.K), ea / s.K % s.M, ea % s.K);
+    const auto wb =
+        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
+                                    g_flat.data(), Pass::grad_b, eb / (s.K * s.N), eb / s.N % s.K, eb % s.N);
     const double tol = reference::tolerance(p.dtype);
     wrong += !reference::close_gradient(p.dtype, load_element(p.dtype, hga.data(), ea), wa, tol);
     wrong += !reference::close_gradient(p.dtype, load_element(p.dtype, hgb.data(), eb), wb, tol);

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "cache/disk_cache.hpp"
-#include "runtime/autotune.hpp"
 #include "cli/commands.hpp"
+#include "runtime/autotune.hpp"
 
 namespace jitbmm::cli {
 

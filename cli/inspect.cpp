@@ -7,6 +7,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "cache/kernel_cache.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
@@ -15,10 +16,9 @@
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
-#include "cache/kernel_cache.hpp"
 #include "runtime/autotune.hpp"
-#include "runtime/driver_api.hpp"
 #include "runtime/device.hpp"
+#include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace jitbmm::cli {
@@ -42,8 +42,8 @@ void print_occupancy(const GeneratedKernel& kernel, const std::string& arch, int
   int blocks = 0;
   check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, loaded->function, threads, 0),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  std::printf("occupancy:   %d blocks of %d threads per SM = %d warps (%s, %d registers as loaded)\n", blocks,
-              threads, blocks * threads / 32, device->name.c_str(), loaded->registers);
+  std::printf("occupancy:   %d blocks of %d threads per SM = %d warps (%s, %d registers as loaded)\n", blocks, threads,
+              blocks * threads / 32, device->name.c_str(), loaded->registers);
 }
 
 void print_resources(const GeneratedKernel& kernel, const std::string& arch, int threads) {

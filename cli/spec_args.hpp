@@ -12,8 +12,8 @@
 namespace jitbmm::cli {
 
 inline std::set<std::string> spec_flags() {
-  return {"--semiring", "--dtype", "--out-dtype", "--shape",   "--strategy",
-          "--block",    "--tile",  "--thread",    "--k-chunk", "--min-blocks", "--pass"};
+  return {"--semiring", "--dtype",  "--out-dtype", "--shape",      "--strategy", "--block",
+          "--tile",     "--thread", "--k-chunk",   "--min-blocks", "--pass"};
 }
 inline std::set<std::string> spec_switches() { return {"--argmax", "--index64"}; }
 
@@ -33,7 +33,7 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   const Pass pass = parse_pass(args.get("--pass", "forward"));
   if (pass != Pass::forward && args.has("--argmax"))
     throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
-  KernelSpec spec = pass != Pass::forward      ? default_grad_spec(p, pass)
+  KernelSpec spec = pass != Pass::forward    ? default_grad_spec(p, pass)
                     : args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", "")))
                                              : default_spec(p);
   if (args.has("--block")) {

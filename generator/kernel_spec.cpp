@@ -44,8 +44,9 @@ bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
       __builtin_mul_overflow(outputs, chunks, &outputs))
     return false;
   // Backward workspaces are [B][M][K] and [B][K][N].
-  if (backward && (__builtin_mul_overflow(s.B * s.M, s.K, &grads_a) || __builtin_mul_overflow(s.B * s.K, s.N, &grads_b) ||
-                   grads_a >= kIndex32Limit || grads_b >= kIndex32Limit))
+  if (backward &&
+      (__builtin_mul_overflow(s.B * s.M, s.K, &grads_a) || __builtin_mul_overflow(s.B * s.K, s.N, &grads_b) ||
+       grads_a >= kIndex32Limit || grads_b >= kIndex32Limit))
     return false;
   return outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
          max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&

@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
-#include <memory>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -63,23 +63,29 @@ std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
   return st.batch == 0 ? kind + "b" : kind;
 }
 
-void add_tiles(std::vector<KernelSpec>& out, KernelSpec base, bool wide) {
-  struct T {
-    int m, n, k, tm, tn, mb;
-  };
-  static const T narrow_tiles[] = {{128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2},
-                                   {64, 128, 16, 4, 8, 2}, {64, 64, 16, 4, 4, 1},   {64, 64, 16, 4, 4, 2},
-                                   {32, 32, 16, 2, 2, 1},  {128, 64, 24, 8, 4, 2}};
-  static const T wide_tiles[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
-  auto push = [&](const T& t) {
+// A tile set: block tile (m, n, k), outputs per thread (tm, tn), blocks per SM.
+struct TileChoice {
+  int m, n, k, tm, tn, mb;
+};
+
+void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const TileChoice* first, const TileChoice* last) {
+  for (const TileChoice* t = first; t != last; ++t) {
     KernelSpec s = base;
-    s.tile_m = t.m, s.tile_n = t.n, s.tile_k = t.k, s.thread_m = t.tm, s.thread_n = t.tn, s.min_blocks = t.mb;
+    s.tile_m = t->m, s.tile_n = t->n, s.tile_k = t->k, s.thread_m = t->tm, s.thread_n = t->tn, s.min_blocks = t->mb;
     out.push_back(s);
-  };
+  }
+}
+
+// Forward tiles; f64 (8-byte accumulators) gets smaller ones.
+void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, bool wide) {
+  static const TileChoice narrow[] = {{128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2},
+                                      {64, 128, 16, 4, 8, 2}, {64, 64, 16, 4, 4, 1},   {64, 64, 16, 4, 4, 2},
+                                      {32, 32, 16, 2, 2, 1},  {128, 64, 24, 8, 4, 2}};
+  static const TileChoice wide_tiles[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
   if (wide)
-    for (const T& t : wide_tiles) push(t);
+    add_tiles(out, base, std::begin(wide_tiles), std::end(wide_tiles));
   else
-    for (const T& t : narrow_tiles) push(t);
+    add_tiles(out, base, std::begin(narrow), std::end(narrow));
 }
 
 } // namespace
@@ -99,19 +105,13 @@ std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
   }
   raw.push_back(base);
   // At most 16 outputs per thread: the per-output constants double the registers per output.
-  struct T {
-    int m, n, k, tm, tn, mb;
-  };
-  static const T narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 8, 4, 4, 2},  {64, 32, 16, 4, 2, 3},
-                             {32, 64, 16, 2, 4, 3}, {64, 32, 32, 4, 2, 3}, {32, 64, 32, 2, 4, 3},
-                             {32, 32, 16, 2, 2, 3}, {128, 32, 16, 4, 4, 2}};
-  static const T wide[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
-  for (const T& t : p.dtype == DType::f64 ? std::vector<T>(std::begin(wide), std::end(wide))
-                                          : std::vector<T>(std::begin(narrow), std::end(narrow))) {
-    KernelSpec k = base;
-    k.tile_m = t.m, k.tile_n = t.n, k.tile_k = t.k, k.thread_m = t.tm, k.thread_n = t.tn, k.min_blocks = t.mb;
-    raw.push_back(k);
-  }
+  static const TileChoice narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 8, 4, 4, 2},  {64, 32, 16, 4, 2, 3},
+                                      {32, 64, 16, 2, 4, 3}, {64, 32, 32, 4, 2, 3}, {32, 64, 32, 2, 4, 3},
+                                      {32, 32, 16, 2, 2, 3}, {128, 32, 16, 4, 4, 2}};
+  if (p.dtype == DType::f64)
+    add_tiles(raw, base, true); // the forward's f64 tiles have at most 16 outputs per thread
+  else
+    add_tiles(raw, base, std::begin(narrow), std::end(narrow));
   return raw;
 }
 
@@ -124,40 +124,41 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
   const int64_t outputs = s.B * s.M * s.N;
   const bool wide = p.dtype == DType::f64;
   std::vector<KernelSpec> raw;
-  if (pass != Pass::forward) raw = grad_candidates(p, pass);
+  if (pass != Pass::forward)
+    raw = grad_candidates(p, pass);
   else {
-  KernelSpec base = default_spec(p, Strategy::linear);
-  raw.push_back(base);
-  base.block_x = 64, base.block_y = 4;
-  raw.push_back(base);
-  if (p.semiring == Semiring::log) {
-    KernelSpec two = default_spec(p, Strategy::linear_two_pass);
-    raw.push_back(two);
-  }
-  if (s.K >= 16)
-    for (int lanes : {4, 8, 16, 32}) {
-      if (lanes > 2 * s.K) break;
-      KernelSpec w = default_spec(p, Strategy::warp);
-      w.block_x = lanes, w.block_y = 256 / lanes;
-      raw.push_back(w);
+    KernelSpec base = default_spec(p, Strategy::linear);
+    raw.push_back(base);
+    base.block_x = 64, base.block_y = 4;
+    raw.push_back(base);
+    if (p.semiring == Semiring::log) {
+      KernelSpec two = default_spec(p, Strategy::linear_two_pass);
+      raw.push_back(two);
     }
-  if (s.K >= 256 && outputs <= (int64_t(1) << 15))
-    for (int threads : {64, 256}) {
-      KernelSpec t = default_spec(p, Strategy::block_tree);
-      t.block_x = threads, t.block_y = 1;
-      raw.push_back(t);
-    }
-  if (s.M >= 8 && s.N >= 8) add_tiles(raw, default_spec(p, Strategy::tiled), wide);
-  if (s.M >= 8 && s.N >= 8 && s.K >= 1024)
-    for (int64_t chunks : {8, 32, 128}) {
-      KernelSpec sk = default_spec(p, Strategy::split_k);
-      const int64_t chunk = std::max<int64_t>(256, (s.K / chunks + sk.tile_k - 1) / sk.tile_k * sk.tile_k);
-      if (chunk >= s.K) continue;
-      sk.k_chunk = static_cast<int>(chunk);
-      raw.push_back(sk);
-      sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
-      raw.push_back(sk);
-    }
+    if (s.K >= 16)
+      for (int lanes : {4, 8, 16, 32}) {
+        if (lanes > 2 * s.K) break;
+        KernelSpec w = default_spec(p, Strategy::warp);
+        w.block_x = lanes, w.block_y = 256 / lanes;
+        raw.push_back(w);
+      }
+    if (s.K >= 256 && outputs <= (int64_t(1) << 15))
+      for (int threads : {64, 256}) {
+        KernelSpec t = default_spec(p, Strategy::block_tree);
+        t.block_x = threads, t.block_y = 1;
+        raw.push_back(t);
+      }
+    if (s.M >= 8 && s.N >= 8) add_tiles(raw, default_spec(p, Strategy::tiled), wide);
+    if (s.M >= 8 && s.N >= 8 && s.K >= 1024)
+      for (int64_t chunks : {8, 32, 128}) {
+        KernelSpec sk = default_spec(p, Strategy::split_k);
+        const int64_t chunk = std::max<int64_t>(256, (s.K / chunks + sk.tile_k - 1) / sk.tile_k * sk.tile_k);
+        if (chunk >= s.K) continue;
+        sk.k_chunk = static_cast<int>(chunk);
+        raw.push_back(sk);
+        sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
+        raw.push_back(sk);
+      }
   }
   // Keep what fits the problem and the device, once each.
   std::vector<KernelSpec> out;
@@ -244,8 +245,7 @@ std::optional<Decision> decode_decision(const std::string& text) {
     const auto spec = field("spec"), problem = field("problem"), family = field("family"), scope = field("scope"),
                shape = field("shape"), seconds = field("seconds");
     if (!spec || !problem || !family || !scope || !shape || !seconds) return std::nullopt;
-    if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos)
-      return std::nullopt;
+    if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
     if (*scope != "bucket" && *scope != "exact") return std::nullopt;
     d.spec = parse_spec(*spec);
     d.problem = *problem;
@@ -381,7 +381,7 @@ struct ForwardTrial {
   }
   void run(const KernelSpec& spec) {
     SemiringBMM::get(p, spec)(a.get(), b.get(), out.get(), p.with_argmax ? static_cast<int32_t*>(arg.get()) : nullptr,
-                             nullptr);
+                              nullptr);
   }
   std::string verify(const KernelSpec& spec) {
     out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
@@ -445,7 +445,8 @@ struct BackwardTrial {
     const std::vector<unsigned char> ho = download(out);
     out_values.resize(outputs);
     for (int64_t o = 0; o < outputs; ++o)
-      out_values[o] = load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+      out_values[o] =
+          load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
     if (sel) {
       argmax.resize(outputs);
       arg.download(argmax.data(), outputs * 4);
@@ -460,10 +461,10 @@ struct BackwardTrial {
     }
   }
   void run(const KernelSpec& spec) {
-    launch_grad(p, spec, *load_kernel(device, spec),
-                {a.get(), b.get(), out.get(), g.get(), argmax.empty() ? nullptr : static_cast<int32_t*>(arg.get()),
-                 grad.get()},
-                nullptr);
+    launch_grad(
+        p, spec, *load_kernel(device, spec),
+        {a.get(), b.get(), out.get(), g.get(), argmax.empty() ? nullptr : static_cast<int32_t*>(arg.get()), grad.get()},
+        nullptr);
   }
   std::string verify(const KernelSpec& spec) {
     grad.fill_bytes(0x7f);
@@ -475,9 +476,9 @@ struct BackwardTrial {
     for (const auto& [bt, r, c] : samples) {
       reference::GradElement want;
       for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? p.shape.B : bt + 1); ++z) {
-        const auto part = reference::gradient_element(p, ha.data(), hb.data(), out_values.data(),
-                                                      argmax.empty() ? nullptr : argmax.data(), grad_out.data(), pass,
-                                                      z, r, c);
+        const auto part =
+            reference::gradient_element(p, ha.data(), hb.data(), out_values.data(),
+                                        argmax.empty() ? nullptr : argmax.data(), grad_out.data(), pass, z, r, c);
         want.value += part.value, want.scale += part.scale, want.floor += part.floor;
       }
       const double got = load_element(p.dtype, hd.data(), bt * sd.batch + r * sd.row + c * sd.col);
@@ -619,8 +620,8 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
   static std::mutex mutex;
   static std::map<std::string, Choice> made;
   std::ostringstream id;
-  id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' '
-     << p.with_argmax << ' ' << dtype_info(p.output_dtype()).name;
+  id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
+     << ' ' << dtype_info(p.output_dtype()).name;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = made.find(id.str()); it != made.end()) return it->second;
@@ -659,8 +660,9 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     return {report.best, "tuned now", {}};
   }();
   if (log_enabled(LogLevel::debug))
-    log_message(LogLevel::debug, "plan " + describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) +
-                                     ": " + to_string(choice.spec) + " (" + choice.source + ")");
+    log_message(LogLevel::debug, "plan " + describe(p) +
+                                     (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
+                                     to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(mutex);
   made.emplace(id.str(), choice);
   return choice;

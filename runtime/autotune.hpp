@@ -17,8 +17,8 @@ namespace jitbmm {
 // family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU).
 // exact: an exact decision, else tune this exact shape.
 enum class TunePolicy { never, bucket, exact };
-TunePolicy parse_tune_policy(const std::string& text); // throws std::invalid_argument naming JITBMM_TUNE
-TunePolicy tune_policy_from_env();                     // set_tune_policy's, else $JITBMM_TUNE, default bucket
+TunePolicy parse_tune_policy(const std::string& text);  // throws std::invalid_argument naming JITBMM_TUNE
+TunePolicy tune_policy_from_env();                      // set_tune_policy's, else $JITBMM_TUNE, default bucket
 void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
 
 // Device facts that bound the candidates.
@@ -59,11 +59,11 @@ struct TuneReport {
 // A stored decision: the winner, what it was tuned for, and the best candidates' timings (for inspect --tuned).
 struct Decision {
   KernelSpec spec;
-  std::string problem; // describe() of the tuned problem
-  std::string family;  // tuning_family()
-  bool bucket = false; // stored for the shape's bucket (else for the exact shape)
-  Shape shape;         // the bucket's shape, or the exact shape
-  double seconds = 0;  // how long tuning took
+  std::string problem;                  // describe() of the tuned problem
+  std::string family;                   // tuning_family()
+  bool bucket = false;                  // stored for the shape's bucket (else for the exact shape)
+  Shape shape;                          // the bucket's shape, or the exact shape
+  double seconds = 0;                   // how long tuning took
   std::vector<CandidateResult> ranking; // the best candidates, fastest first
 };
 // A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.

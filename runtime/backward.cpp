@@ -70,9 +70,9 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
   q.out_batch = so.batch, q.out_row = so.row, q.out_col = so.col;
   q.workspace_slices = broadcast ? 1 : s.B;
   const std::size_t workspace_bytes =
-      scatter || broadcast ? static_cast<std::size_t>(q.workspace_slices * rows * cols) *
-                                 (dtype_info(p.dtype).size_bytes == 8 ? 8 : 4)
-                           : 0;
+      scatter || broadcast
+          ? static_cast<std::size_t>(q.workspace_slices * rows * cols) * (dtype_info(p.dtype).size_bytes == 8 ? 8 : 4)
+          : 0;
   const DriverApi& d = driver();
   CUdeviceptr workspace = 0;
   if (workspace_bytes) {
@@ -126,8 +126,8 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   backward(a, b, out, nullptr, grad_out, grad_a, grad_b, stream);
 }
 
-void SemiringBMM::backward(const void* a, const void* b, const void* out, const int32_t* argmax,
-                           const void* grad_out, void* grad_a, void* grad_b, Stream stream) const {
+void SemiringBMM::backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
+                           void* grad_a, void* grad_b, Stream stream) const {
   const Impl& im = *impl_;
   const Problem& p = im.problem;
   const Shape& s = p.shape;

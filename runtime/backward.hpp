@@ -11,8 +11,8 @@ namespace jitbmm {
 struct GradArgs {
   const void* a = nullptr;
   const void* b = nullptr;
-  const void* out = nullptr;      // log: the saved forward output
-  const void* grad_out = nullptr; // laid out like out
+  const void* out = nullptr;       // log: the saved forward output
+  const void* grad_out = nullptr;  // laid out like out
   const int32_t* argmax = nullptr; // selecting semirings: the forward's argmax, [B][M][N] contiguous
   void* grad = nullptr;            // grad_a or grad_b, in its operand's layout
 };

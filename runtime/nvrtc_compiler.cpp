@@ -99,12 +99,11 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
     std::chrono::steady_clock::time_point t0;
     ~Report() {
       if (log_enabled(LogLevel::debug))
-        log_message(LogLevel::debug,
-                    "NVRTC compiled " + k.name + " for " + arch + " in " +
-                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::steady_clock::now() - t0)
-                                           .count()) +
-                        " ms");
+        log_message(LogLevel::debug, "NVRTC compiled " + k.name + " for " + arch + " in " +
+                                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            std::chrono::steady_clock::now() - t0)
+                                                            .count()) +
+                                         " ms");
     }
   } report{kernel, arch, t0};
   g_compiles.fetch_add(1);

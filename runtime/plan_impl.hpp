@@ -27,9 +27,9 @@ struct SemiringBMM::Impl {
   std::size_t workspace_bytes = 0; // split-K only
   unsigned combine_grid = 1;
 
-  mutable std::mutex grad_mutex;                           // guards the two below
-  mutable std::shared_ptr<const GradKernel> grad[2];       // grad_a, grad_b
-  mutable std::shared_ptr<const SemiringBMM> with_argmax;  // the forward with argmax, for the selecting backward
+  mutable std::mutex grad_mutex;                          // guards the two below
+  mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b
+  mutable std::shared_ptr<const SemiringBMM> with_argmax; // the forward with argmax, for the selecting backward
 };
 
 } // namespace jitbmm

@@ -26,7 +26,6 @@ __device__ __forceinline__ float grad_exp2(float x) {
 }
 __device__ __forceinline__ double grad_exp2(double x) { return exp2(x); }
 
-
 // Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
 __device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
 __device__ __forceinline__ double grad_log2_units(double x) { return x * 1.4426950408889634; }
@@ -167,8 +166,7 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
   constexpr int kLoadG = (kG * BK + kThreads - 1) / kThreads, kLoadO = (kO * BK + kThreads - 1) / kThreads;
   __shared__ __align__(16) GradSmem<T, BM, BN, BK, GA> sm;
   const I R = GA ? (I)p.M : (I)p.K, C = GA ? (I)p.K : (I)p.N, T_len = GA ? (I)p.N : (I)p.M;
-  const long long d_batch = GA ? p.a_batch : p.b_batch, d_row = GA ? p.a_row : p.b_row,
-                  d_col = GA ? p.a_col : p.b_col;
+  const long long d_batch = GA ? p.a_batch : p.b_batch, d_row = GA ? p.a_row : p.b_row, d_col = GA ? p.a_col : p.b_col;
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
   const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
@@ -186,12 +184,13 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
         acc[r][c] = T(0);
         cst[r][c] = T(0);
         if (Sem::kConstant && rr < R && cc < C)
-          cst[r][c] = Sem::operand(to_acc(GA ? A[rr * (I)p.a_row + cc * (I)p.a_col] : Bm[rr * (I)p.b_row + cc * (I)p.b_col]));
+          cst[r][c] =
+              Sem::operand(to_acc(GA ? A[rr * (I)p.a_row + cc * (I)p.a_col] : Bm[rr * (I)p.b_row + cc * (I)p.b_col]));
         finite &= cst[r][c] - cst[r][c] == T(0);
       }
     T ru[kLoadG], rg[kLoadG], rv[kLoadO];
-    bool fetched_ok =
-        grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0, I(0), ru, rg, rv);
+    bool fetched_ok = grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0,
+                                                                                            I(0), ru, rg, rv);
     // The fast loop is chosen block-wide per slice: constants of the whole tile, and the slice, all finite.
     const bool tile_finite = !__syncthreads_or(!finite); // also: the previous batch's last slice is no longer read
     grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, 0, ru, rg, rv);

@@ -21,13 +21,13 @@ struct BmmParams {
 // The argument block of the backward kernels (pass grad_a or grad_b). Gradients have the layout (and storage
 // dtype) of the operand they belong to; grad_out has the layout of out. Strides in elements.
 struct GradParams {
-  const void* a;        // [B][M][K] storage dtype
-  const void* b;        // [B][K][N] storage dtype
-  const void* out;      // [B][M][N] output dtype: the saved forward result (log)
-  const void* grad_out; // [B][M][N] output dtype, laid out like out
-  const int* argmax;    // [B][M][N] contiguous int32: the forward's argmax (selecting semirings)
-  void* grad;           // grad_a ([B][M][K], a's layout) or grad_b ([B][K][N], b's layout), storage dtype
-  void* workspace;      // accumulator type, [slices][rows][cols] contiguous, zeroed: atomic accumulation
+  const void* a;              // [B][M][K] storage dtype
+  const void* b;              // [B][K][N] storage dtype
+  const void* out;            // [B][M][N] output dtype: the saved forward result (log)
+  const void* grad_out;       // [B][M][N] output dtype, laid out like out
+  const int* argmax;          // [B][M][N] contiguous int32: the forward's argmax (selecting semirings)
+  void* grad;                 // grad_a ([B][M][K], a's layout) or grad_b ([B][K][N], b's layout), storage dtype
+  void* workspace;            // accumulator type, [slices][rows][cols] contiguous, zeroed: atomic accumulation
   long long workspace_slices; // B, or 1 when the gradient is broadcast over the batch (its batch stride is 0)
   long long B, M, N, K;
   long long a_batch, a_row, a_col;

@@ -2,6 +2,7 @@
 // strided outputs) are poisoned first, so an unwritten element or a write outside the layout shows as a mismatch.
 #pragma once
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -17,6 +18,27 @@ struct CaseResult {
   std::string first_failure;
   bool ok() const { return mismatches == 0 && argmax_mismatches == 0 && clobbered == 0; }
 };
+
+// The problem a variant computes, at a shape (row-major layouts).
+inline Problem problem_for(const KernelSpec& spec, Shape shape) {
+  Problem p;
+  p.semiring = spec.semiring;
+  p.dtype = spec.dtype;
+  p.out_dtype = spec.out_dtype;
+  p.with_argmax = spec.with_argmax;
+  p.shape = shape;
+  return p;
+}
+
+// One line per failed case, with what it takes to replay it.
+inline void report_failure(const CaseResult& r, const Problem& p, const KernelSpec& spec, uint64_t seed) {
+  if (r.ok()) return;
+  std::printf("FAIL seed=%llu %s spec[%s]: %lld/%lld mismatches, %lld argmax, %lld clobbered; first: %s\n",
+              static_cast<unsigned long long>(seed), describe(p).c_str(), to_string(spec).c_str(),
+              static_cast<long long>(r.mismatches), static_cast<long long>(r.checked),
+              static_cast<long long>(r.argmax_mismatches), static_cast<long long>(r.clobbered),
+              r.first_failure.c_str());
+}
 
 inline unsigned char poison_byte(DType dtype) { return dtype == DType::f16 ? 0x7b : 0x7f; } // finite, distinctive
 

@@ -13,10 +13,10 @@
 namespace jitbmm::test {
 
 struct GradInputs {
-  HostTensor a, b, g;          // g: grad_out in out's layout
-  std::vector<double> g_flat;  // grad_out, contiguous [B][M][N]
+  HostTensor a, b, g;           // g: grad_out in out's layout
+  std::vector<double> g_flat;   // grad_out, contiguous [B][M][N]
   std::vector<double> out_flat; // the forward's out, contiguous
-  std::vector<int32_t> argmax; // the forward's argmax (selecting semirings)
+  std::vector<int32_t> argmax;  // the forward's argmax (selecting semirings)
   DeviceBuffer da, db, dout, dg, darg;
 };
 

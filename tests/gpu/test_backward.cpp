@@ -15,21 +15,10 @@ using test::expect_invalid;
 
 namespace {
 
-Problem problem_for(const KernelSpec& spec, Shape shape) {
-  Problem p;
-  p.semiring = spec.semiring;
-  p.dtype = spec.dtype;
-  p.out_dtype = spec.out_dtype;
-  p.shape = shape;
-  return p;
-}
+using test::problem_for;
 
 void expect_ok(const test::CaseResult& r, const Problem& p, const KernelSpec& spec, uint64_t seed) {
-  if (!r.ok())
-    std::printf("FAIL seed=%llu %s spec[%s]: %lld/%lld mismatches, %lld clobbered; first: %s\n",
-                static_cast<unsigned long long>(seed), describe(p).c_str(), to_string(spec).c_str(),
-                static_cast<long long>(r.mismatches), static_cast<long long>(r.checked),
-                static_cast<long long>(r.clobbered), r.first_failure.c_str());
+  test::report_failure(r, p, spec, seed);
   CHECK(r.ok());
 }
 
@@ -171,17 +160,16 @@ TEST_CASE("plan.backward rejects bad arguments, naming them") {
   expect_invalid([&] { plan.backward(a.get(), b.get(), nullptr, g.get(), ga.get(), gb.get()); }, "out");
   expect_invalid(
       [&] {
-        plan.backward(a.get(), b.get(), out.get(), static_cast<const int32_t*>(arg.get()), g.get(), ga.get(),
-                      gb.get());
+        plan.backward(a.get(), b.get(), out.get(), static_cast<const int32_t*>(arg.get()), g.get(), ga.get(), gb.get());
       },
       "argmax");
-  expect_invalid([&] { plan.backward(a.get(), b.get(), out.get(), g.get(), static_cast<char*>(ga.get()) + 2, nullptr); },
-                 "grad_a");
+  expect_invalid(
+      [&] { plan.backward(a.get(), b.get(), out.get(), g.get(), static_cast<char*>(ga.get()) + 2, nullptr); },
+      "grad_a");
   Problem expanded = p;
   expanded.a_strides = Strides{64, 0, 1}; // every row of a is the same memory: grad_a cannot be written there
-  expect_invalid(
-      [&] { SemiringBMM::get(expanded).backward(a.get(), b.get(), out.get(), g.get(), ga.get(), nullptr); },
-      "a_strides");
+  expect_invalid([&] { SemiringBMM::get(expanded).backward(a.get(), b.get(), out.get(), g.get(), ga.get(), nullptr); },
+                 "a_strides");
   // Only grad_b asked: the expanded a is fine then.
   SemiringBMM::get(expanded).backward(a.get(), b.get(), out.get(), g.get(), nullptr, gb.get());
   plan.backward(a.get(), b.get(), out.get(), g.get(), nullptr, nullptr); // nothing asked: nothing done
@@ -189,7 +177,8 @@ TEST_CASE("plan.backward rejects bad arguments, naming them") {
 }
 
 TEST_CASE("fp64 gradients agree with central finite differences of the GPU forward") {
-  for (Semiring sr : {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times}) {
+  for (Semiring sr :
+       {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times}) {
     Problem p;
     p.semiring = sr;
     p.dtype = DType::f64;

@@ -10,23 +10,10 @@ using namespace jitbmm;
 
 namespace {
 
-Problem problem_for(const KernelSpec& spec, Shape shape) {
-  Problem p;
-  p.semiring = spec.semiring;
-  p.dtype = spec.dtype;
-  p.out_dtype = spec.out_dtype;
-  p.with_argmax = spec.with_argmax;
-  p.shape = shape;
-  return p;
-}
+using test::problem_for;
 
 void expect_ok(const test::CaseResult& r, const Problem& p, const KernelSpec& spec, uint64_t seed) {
-  if (!r.ok())
-    std::printf("FAIL seed=%llu %s spec[%s]: %lld/%lld mismatches, %lld argmax, %lld clobbered; first: %s\n",
-                static_cast<unsigned long long>(seed), describe(p).c_str(), to_string(spec).c_str(),
-                static_cast<long long>(r.mismatches), static_cast<long long>(r.checked),
-                static_cast<long long>(r.argmax_mismatches), static_cast<long long>(r.clobbered),
-                r.first_failure.c_str());
+  test::report_failure(r, p, spec, seed);
   CHECK(r.ok());
 }
 

@@ -35,7 +35,7 @@ TEST_CASE("every spec prints and parses back to itself; malformed text is reject
   }
   const std::string good = to_string(KernelSpec{});
   expect_invalid([&] { parse_spec(good + " pass=forward"); }, "canonical"); // forward is written by omission
-  expect_invalid([&] { parse_spec(good + " tile=1x2x3"); }, "canonical"); // a field the strategy does not use
+  expect_invalid([&] { parse_spec(good + " tile=1x2x3"); }, "canonical");   // a field the strategy does not use
   expect_invalid([] { parse_spec("semiring=log dtype=f32"); }, "spec.out");
   expect_invalid([&] { parse_spec(good + " bogus=1"); }, "unknown field");
   expect_invalid([] { parse_spec("semiring=log semiring=log"); }, "twice");

@@ -124,8 +124,8 @@ TEST_CASE("gradient_element gives each element of backward(), given or computing
     for (int bt = 0; bt < 2; ++bt)
       for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 5; ++c) {
-          const auto e = reference::gradient_element(p, a.data(), b.data(), nullptr, nullptr, g.data(), Pass::grad_a,
-                                                     bt, r, c);
+          const auto e =
+              reference::gradient_element(p, a.data(), b.data(), nullptr, nullptr, g.data(), Pass::grad_a, bt, r, c);
           const int64_t at = bt * 20 + r + c * 4; // column-major a
           CHECK(e.value == doctest::Approx(ga[at]).epsilon(1e-12));
           CHECK(ga2[at] == doctest::Approx(ga[at]).epsilon(1e-12));

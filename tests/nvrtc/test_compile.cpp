@@ -38,7 +38,8 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
 
 } // namespace
 
-TEST_CASE("every generated variant, forward and backward, compiles for sm_90 (a third also for sm_80), without spills") {
+TEST_CASE(
+    "every generated variant, forward and backward, compiles for sm_90 (a third also for sm_80), without spills") {
   std::vector<std::pair<KernelSpec, std::string>> jobs;
   // Every variant for sm_90; every third also for sm_80 (the tiled kernels take seconds each to compile).
   int n = 0;
