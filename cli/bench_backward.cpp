@@ -22,7 +22,7 @@ int run_backward_bench(const Args& args) {
   const auto device = current_device();
   ScopedContext scope(device->context);
   const Shape& s = p.shape;
-  const bool sel = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+  const bool sel = semiring_info(p.semiring).has_argmax;
   const int in = dtype_info(p.dtype).size_bytes, ob = dtype_info(p.output_dtype()).size_bytes;
   const int64_t na = s.B * s.M * s.K, nb = s.B * s.K * s.N, no = s.B * s.M * s.N;
   std::mt19937_64 rng(4242);

@@ -435,7 +435,7 @@ struct BackwardTrial {
     g.upload(hg.data(), hg.size());
     // The forward's results, as the backward will read them.
     Problem fwd = p;
-    const bool sel = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+    const bool sel = semiring_info(p.semiring).has_argmax;
     fwd.with_argmax = sel;
     out = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
     arg = DeviceBuffer(sel ? outputs * 4 : 0);

@@ -43,14 +43,6 @@ void launch(CUfunction f, const unsigned (&grid)[3], unsigned threads, jb::GradP
         ("cuLaunchKernel(" + name + ")").c_str());
 }
 
-void check_aligned(const void* ptr, const char* name, int bytes) {
-  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
-    throw std::invalid_argument(std::string(name) + ": device pointer not aligned to its " + std::to_string(bytes) +
-                                "-byte element");
-}
-
-bool selects(Semiring s) { return s != Semiring::log && s != Semiring::plus_times; }
-
 } // namespace
 
 void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& kernel, const GradArgs& args,
@@ -134,12 +126,10 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   const bool want_a = grad_a != nullptr, want_b = grad_b != nullptr;
   const bool none_a = s.B * s.M * s.K == 0, none_b = s.B * s.K * s.N == 0, no_outputs = s.B * s.M * s.N == 0;
   if ((!want_a || none_a) && (!want_b || none_b)) return; // nothing to write
-  auto need = [](const void* ptr, const char* name) {
-    if (!ptr) throw std::invalid_argument(std::string(name) + ": null device pointer");
-  };
+  auto need = [](const void* ptr, const char* name) { check_pointer(ptr, name, false); };
   // What each pass reads: log both operands (one is the per-output constant), plus_times and max_times the
   // partner, max_plus and min_plus neither; all of them grad_out; log the saved out; selecting ones argmax.
-  const bool sel = selects(p.semiring);
+  const bool sel = semiring_info(p.semiring).has_argmax;
   if (!no_outputs) {
     need(grad_out, "grad_out");
     if (p.semiring == Semiring::log) need(out, "out");
@@ -149,13 +139,13 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
     }
   }
   const int in_bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(p.output_dtype()).size_bytes;
-  check_aligned(a, "a", in_bytes);
-  check_aligned(b, "b", in_bytes);
-  check_aligned(out, "out", out_bytes);
-  check_aligned(grad_out, "grad_out", out_bytes);
-  check_aligned(argmax, "argmax", 4);
-  check_aligned(grad_a, "grad_a", in_bytes);
-  check_aligned(grad_b, "grad_b", in_bytes);
+  check_alignment(a, "a", in_bytes);
+  check_alignment(b, "b", in_bytes);
+  check_alignment(out, "out", out_bytes);
+  check_alignment(grad_out, "grad_out", out_bytes);
+  check_alignment(argmax, "argmax", 4);
+  check_alignment(grad_a, "grad_a", in_bytes);
+  check_alignment(grad_b, "grad_b", in_bytes);
   if (want_a && !none_a) check_grad_layout(p, Pass::grad_a);
   if (want_b && !none_b) check_grad_layout(p, Pass::grad_b);
   if (argmax && !sel)

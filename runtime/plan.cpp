@@ -26,10 +26,6 @@ jb::BmmParams make_params(const Problem& p) {
   return q;
 }
 
-void check_pointer(const void* ptr, const char* name, bool empty) {
-  if (!ptr && !empty) throw std::invalid_argument(std::string(name) + ": null device pointer");
-}
-
 } // namespace
 
 SemiringBMM SemiringBMM::get(const Problem& problem) {
@@ -87,12 +83,6 @@ void set_geometry(SemiringBMM::Impl& im) {
     break;
   }
   }
-}
-
-void check_alignment(const void* ptr, const char* name, int bytes) {
-  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
-    throw std::invalid_argument(std::string(name) + ": device pointer not aligned to its " + std::to_string(bytes) +
-                                "-byte element");
 }
 
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], jb::BmmParams& params, CUstream stream,

@@ -1,8 +1,11 @@
 // The state behind a SemiringBMM, shared by the forward (plan.cpp) and the backward (backward.cpp).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "cache/kernel_cache.hpp"
 #include "jitbmm/plan.hpp"
@@ -31,5 +34,15 @@ struct SemiringBMM::Impl {
   mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b
   mutable std::shared_ptr<const SemiringBMM> with_argmax; // the forward with argmax, for the selecting backward
 };
+
+// Argument checks shared by the forward and backward launches; the message names the argument.
+inline void check_pointer(const void* ptr, const char* name, bool empty) {
+  if (!ptr && !empty) throw std::invalid_argument(std::string(name) + ": null device pointer");
+}
+inline void check_alignment(const void* ptr, const char* name, int bytes) {
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
+    throw std::invalid_argument(std::string(name) + ": device pointer not aligned to its " + std::to_string(bytes) +
+                                "-byte element");
+}
 
 } // namespace jitbmm

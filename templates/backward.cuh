@@ -19,13 +19,6 @@
 
 namespace jb {
 
-__device__ __forceinline__ float grad_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ double grad_exp2(double x) { return exp2(x); }
-
 // Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
 __device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
 __device__ __forceinline__ double grad_log2_units(double x) { return x * 1.4426950408889634; }
@@ -36,7 +29,7 @@ struct LogGrad {
   static const bool kUsesOut = true, kConstant = true;
   template <class T> static __device__ __forceinline__ T side(T o) { return -grad_log2_units(o); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return grad_log2_units(x); }
-  template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return grad_exp2((c + v) + u); }
+  template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return ex2_approx((c + v) + u); }
 };
 struct PlusTimesGrad {
   static const bool kUsesOut = false, kConstant = false;

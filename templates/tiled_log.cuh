@@ -16,12 +16,6 @@
 
 namespace jb {
 
-__device__ __forceinline__ float ex2_approx(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 // The exact recomputation of one output, out of line: it is rare, and inlined per output it would bloat the
 // kernel and its register allocation.
 template <class In, class I>

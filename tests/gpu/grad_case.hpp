@@ -48,7 +48,7 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   in.da.upload(in.a.data(), in.a.bytes.size());
   in.db.upload(in.b.data(), in.b.bytes.size());
   in.dg.upload(in.g.data(), in.g.bytes.size());
-  const bool sel = p.semiring != Semiring::log && p.semiring != Semiring::plus_times;
+  const bool sel = semiring_info(p.semiring).has_argmax;
   Problem fwd = p;
   fwd.with_argmax = sel;
   in.dout = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
