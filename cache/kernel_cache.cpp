@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "cache/disk_cache.hpp"
 #include "generator/kernel_files.hpp"
@@ -56,12 +57,13 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
     d.cuModuleUnload(loaded->module);
     check(r, ("cuModuleGetFunction(" + kernel.name + ")").c_str());
   }
-  if (kernel.source.find(kernel.name + "_combine(") != std::string::npos)
-    check(d.cuModuleGetFunction(&loaded->combine, loaded->module, (kernel.name + "_combine").c_str()),
-          ("cuModuleGetFunction(" + kernel.name + "_combine)").c_str());
-  if (kernel.source.find(kernel.name + "_store(") != std::string::npos)
-    check(d.cuModuleGetFunction(&loaded->store, loaded->module, (kernel.name + "_store").c_str()),
-          ("cuModuleGetFunction(" + kernel.name + "_store)").c_str());
+  // The module's other entry points, where its source defines them.
+  for (auto [slot, suffix] : {std::pair{&loaded->combine, "_combine"}, {&loaded->store, "_store"},
+                              {&loaded->stats, "_stats"}, {&loaded->repair, "_repair"}}) {
+    const std::string name = kernel.name + suffix;
+    if (kernel.source.find(name + "(") != std::string::npos)
+      check(d.cuModuleGetFunction(slot, loaded->module, name.c_str()), ("cuModuleGetFunction(" + name + ")").c_str());
+  }
   check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
         "cuFuncGetAttribute(NUM_REGS)");
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them

@@ -74,7 +74,7 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
     const int64_t o = pick(rng);
     const auto want = reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N);
     if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), o), want,
-                          reference::tolerance(p.output_dtype())))
+                          reference::tolerance(p)))
       ++row.mismatches;
   }
   return row;
@@ -109,11 +109,12 @@ int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--reps", "--arch"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--json", "--first-call", "--compile-times", "--verbose", "--backward"});
+  switches.insert({"--json", "--first-call", "--compile-times", "--verbose", "--backward", "--exp-matmul"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--first-call")) return run_first_call(args);
   if (args.has("--compile-times")) return run_compile_times(args);
   if (args.has("--backward")) return run_backward_bench(args);
+  if (args.has("--exp-matmul")) return run_exp_matmul_bench(args);
   const int reps = std::stoi(args.get("--reps", "20"));
   const auto device = current_device();
   ScopedContext scope(device->context);

@@ -12,8 +12,8 @@
 namespace jitbmm::cli {
 
 inline std::set<std::string> spec_flags() {
-  return {"--semiring", "--dtype",  "--out-dtype", "--shape",      "--strategy", "--block",
-          "--tile",     "--thread", "--k-chunk",   "--min-blocks", "--pass"};
+  return {"--semiring", "--dtype",   "--out-dtype",  "--shape", "--strategy", "--block",    "--tile",
+          "--thread",   "--k-chunk", "--min-blocks", "--pass",  "--math",     "--precision"};
 }
 inline std::set<std::string> spec_switches() { return {"--argmax", "--index64"}; }
 
@@ -24,6 +24,7 @@ inline Problem problem_from(const Args& args, const std::string& shape = "64x512
   if (args.has("--out-dtype")) p.out_dtype = parse_dtype(args.get("--out-dtype", ""));
   p.shape = parse_shape(args.get("--shape", shape));
   p.with_argmax = args.has("--argmax");
+  p.precision = parse_precision(args.get("--precision", "exact"));
   validate(p);
   return p;
 }
@@ -56,6 +57,7 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   if (args.has("--min-blocks")) spec.min_blocks = std::stoi(args.get("--min-blocks", ""));
   if (args.has("--k-chunk")) spec.k_chunk = std::stoi(args.get("--k-chunk", ""));
   if (args.has("--index64")) spec.index64 = true;
+  if (args.has("--math")) spec.math = parse_math(args.get("--math", ""));
   check_spec_fits(spec, p);
   return spec;
 }

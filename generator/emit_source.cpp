@@ -41,6 +41,7 @@ std::string readable_name(const KernelSpec& s) {
   os << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name;
   if (s.out_dtype != s.dtype) os << "to" << dtype_info(s.out_dtype).name;
   os << '_' << strategy_name(s.strategy);
+  if (s.strategy == Strategy::exp_matmul) os << '_' << math_name(s.math) << '_';
   if (s.pass != Pass::forward) os << '_' << pass_name(s.pass);
   if (s.is_tiled())
     os << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << "_t" << s.thread_m << 'x' << s.thread_n
@@ -84,10 +85,31 @@ std::string kernel_call(const KernelSpec& s) {
   case Strategy::split_k:
     if (s.semiring == Semiring::log && acc == "float") return "jb::tiled_log_kernel<" + io + ", " + tile + ">";
     return "jb::tiled_kernel<" + tiled_policy(s, semiring) + ", " + semiring + ", " + io + ", " + tile + ">";
+  case Strategy::exp_matmul:
+    if (s.math == Math::fma) return "jb::exp_matmul_fma_kernel<" + io + ", " + tile + ">";
+    return "jb::exp_matmul_mma_kernel<" + io + ", " + tile + ", " + (s.math == Math::tf32x3 ? "true" : "false") + ">";
   case Strategy::scatter:
     break; // backward only: emit_grad_kernel
   }
   throw std::invalid_argument("strategy: unknown enum value");
+}
+
+// exp_matmul's other two entry points: the stats pass and the repair pass (the direct tiled kernel on the tiles
+// the guard flagged, at the tile em_repair_tile names).
+void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
+  const std::string in = dtype_info(s.dtype).device_type, out = dtype_info(s.out_dtype).device_type,
+                    acc = dtype_info(s.dtype).acc_type, index = s.index64 ? "long long" : "int";
+  const std::string io = in + ", " + out + ", " + index;
+  const bool wide = acc == "double";
+  const std::string repair =
+      wide ? "jb::tiled_kernel<jb::GenericTerm<jb::LogSemiring<double>, double>, jb::LogSemiring<double>, " + io +
+                 ", 64, 64, 8, 4, 4>"
+           : "jb::tiled_log_kernel<" + io + ", 128, 128, 16, 8, 8>";
+  os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
+     << "_stats(const jb::BmmParams p) {\n  jb::em_stats_kernel<" << in << ", " << index << ", " << acc
+     << ">(p);\n}\n"
+     << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
+     << "_repair(const jb::BmmParams p) {\n  " << repair << "(p);\n}\n";
 }
 
 // The device call of a backward spec and its workspace store, e.g.
@@ -149,6 +171,8 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
     inline_template(os, part);
   if (spec.is_tiled())
     for (const char* part : {"tiled.cuh", "tiled_log.cuh", "combine.cuh"}) inline_template(os, part);
+  if (spec.strategy == Strategy::exp_matmul)
+    for (const char* part : {"exp_matmul_bounds.cuh", "exp_matmul.cuh"}) inline_template(os, part);
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::BmmParams) == " << sizeof(jb::BmmParams)
      << ", \"host and device disagree on BmmParams\");\n"
@@ -162,6 +186,7 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
        << "  jb::combine_kernel<" << semiring_info(spec.semiring).device_type << '<' << dtype_info(spec.dtype).acc_type
        << ">, " << dtype_info(spec.out_dtype).device_type << ", " << (spec.index64 ? "long long" : "int") << ", "
        << dtype_info(spec.dtype).acc_type << ">(p);\n}\n";
+  if (spec.strategy == Strategy::exp_matmul) emit_exp_matmul_passes(os, spec);
   return finish(readable_name(spec), os.str());
 }
 

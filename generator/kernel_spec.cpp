@@ -18,13 +18,14 @@ struct StrategyName {
   Strategy strategy;
   const char* name;
 };
-constexpr std::array<StrategyName, 7> kStrategies = {{{Strategy::linear, "linear"},
+constexpr std::array<StrategyName, 8> kStrategies = {{{Strategy::linear, "linear"},
                                                       {Strategy::linear_two_pass, "linear_two_pass"},
                                                       {Strategy::warp, "warp"},
                                                       {Strategy::block_tree, "block_tree"},
                                                       {Strategy::tiled, "tiled"},
                                                       {Strategy::split_k, "split_k"},
-                                                      {Strategy::scatter, "scatter"}}};
+                                                      {Strategy::scatter, "scatter"},
+                                                      {Strategy::exp_matmul, "exp_matmul"}}};
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -57,6 +58,27 @@ bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
   throw std::invalid_argument("spec." + field + ": " + why);
 }
 
+// exp_matmul's own rules (the tile rules of the tiled strategies apply as well).
+void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
+  if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
+  if (spec.pass != Pass::forward) reject("pass", "exp_matmul is a forward strategy");
+  const int tm = spec.thread_m, tn = spec.thread_n;
+  if (spec.math == Math::fma) {
+    // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
+    if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
+    return;
+  }
+  if (p.dtype == DType::f64) reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
+  if (spec.math == Math::tf32 && p.precision != Precision::fast)
+    reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
+  // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
+  const int wm = 8 * tm, wn = 4 * tn;
+  if (tm < 2 || tn < 2 || tm % 2 || tn % 2 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
+    reject("thread", "tensor-core exp_matmul needs even thread_m, thread_n with 8·thread_m and 4·thread_n dividing "
+                     "the block tile and 128");
+  if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
+}
+
 } // namespace
 
 const char* strategy_name(Strategy strategy) {
@@ -69,7 +91,26 @@ Strategy parse_strategy(const std::string& name) {
   for (const auto& row : kStrategies)
     if (name == row.name) return row.strategy;
   throw std::invalid_argument("strategy: unsupported '" + name +
-                              "' (expected linear, linear_two_pass, warp, block_tree, tiled, split_k or scatter)");
+                              "' (expected linear, linear_two_pass, warp, block_tree, tiled, split_k, scatter or "
+                              "exp_matmul)");
+}
+
+const char* math_name(Math math) {
+  switch (math) {
+  case Math::fma:
+    return "fma";
+  case Math::tf32x3:
+    return "tf32x3";
+  case Math::tf32:
+    return "tf32";
+  }
+  throw std::invalid_argument("math: unknown enum value " + std::to_string(static_cast<int>(math)));
+}
+
+Math parse_math(const std::string& name) {
+  for (Math m : {Math::fma, Math::tf32x3, Math::tf32})
+    if (name == math_name(m)) return m;
+  throw std::invalid_argument("math: unsupported '" + name + "' (expected fma, tf32x3 or tf32)");
 }
 
 const char* pass_name(Pass pass) {
@@ -108,6 +149,7 @@ std::string to_string(const KernelSpec& s) {
   else
     os << " block=" << s.block_x << 'x' << s.block_y;
   if (s.strategy == Strategy::split_k) os << " k_chunk=" << s.k_chunk;
+  if (s.strategy == Strategy::exp_matmul) os << " math=" << math_name(s.math);
   return os.str();
 }
 
@@ -184,6 +226,8 @@ KernelSpec parse_spec(const std::string& text) {
       spec.min_blocks = parse_int(key, value);
     else if (key == "k_chunk")
       spec.k_chunk = parse_int(key, value);
+    else if (key == "math")
+      spec.math = parse_math(value);
     else
       throw std::invalid_argument("spec: unknown field '" + key + "'");
   }
@@ -219,6 +263,17 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
     spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1;
     break;
   case Strategy::scatter: // backward only: default_grad_spec
+    break;
+  case Strategy::exp_matmul:
+    if (wide) { // FP64 FMA
+      spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
+    } else if (s.M >= 128 && s.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs
+      spec.math = Math::tf32x3;
+      spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8;
+    } else {
+      spec.math = Math::tf32x3;
+      spec.tile_m = spec.tile_n = 64, spec.tile_k = 16, spec.thread_m = 4, spec.thread_n = 4;
+    }
     break;
   case Strategy::tiled:
   case Strategy::split_k:
@@ -328,7 +383,9 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
       reject("block", "block_tree needs block_x a power of two in 64..1024 and block_y = 1");
     break;
   case Strategy::tiled:
-  case Strategy::split_k: {
+  case Strategy::split_k:
+  case Strategy::exp_matmul: {
+    if (spec.strategy == Strategy::exp_matmul) check_exp_matmul(spec, p);
     if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
       reject("thread", "thread tile must divide the block tile");
     if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
@@ -336,9 +393,11 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     const int acc = spec.dtype == DType::f64 ? 8 : 4;
     // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
     const int g_side = spec.pass == Pass::grad_a ? spec.tile_m : spec.tile_n;
-    const int smem = spec.pass == Pass::forward
-                         ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
-                         : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
+    int smem = spec.pass == Pass::forward
+                   ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
+                   : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
+    if (spec.strategy == Strategy::exp_matmul) // the row and column maxima and masks; mma pads by 8, not 4
+      smem += (spec.tile_m + spec.tile_n) * (acc + 8) + (spec.math == Math::fma ? 0 : 2 * spec.tile_k * 8 * acc);
     if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
     const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
     if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)

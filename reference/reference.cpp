@@ -255,4 +255,12 @@ double tolerance(DType dtype) {
   throw std::invalid_argument("dtype: unknown enum value");
 }
 
+double tolerance(const Problem& problem) {
+  const double own = tolerance(problem.output_dtype());
+  // One TF32 product per term: each factor rounded to 10 bits (2^-11 relative), so the positive sum is within
+  // 2^-10 and its log within about 1e-3.
+  if (problem.precision == Precision::fast && problem.semiring == Semiring::log) return std::max(own, 2e-3);
+  return own;
+}
+
 } // namespace jitbmm::reference

@@ -88,6 +88,28 @@ void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, bool wide) 
     add_tiles(out, base, std::begin(narrow), std::end(narrow));
 }
 
+// exp_matmul candidates: FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for
+// f32-accumulating dtypes.
+void add_exp_matmul(std::vector<KernelSpec>& out, const Problem& p) {
+  KernelSpec base = default_spec(p, Strategy::exp_matmul);
+  if (p.dtype == DType::f64) {
+    base.math = Math::fma;
+    static const TileChoice wide_tiles[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 2}};
+    add_tiles(out, base, std::begin(wide_tiles), std::end(wide_tiles));
+    return;
+  }
+  base.math = Math::fma;
+  static const TileChoice fma_tiles[] = {{128, 128, 8, 8, 8, 1}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}};
+  add_tiles(out, base, std::begin(fma_tiles), std::end(fma_tiles));
+  static const TileChoice mma_tiles[] = {
+      {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}};
+  for (Math m : {Math::tf32x3, Math::tf32}) {
+    if (m == Math::tf32 && p.precision != Precision::fast) continue;
+    base.math = m;
+    add_tiles(out, base, std::begin(mma_tiles), std::end(mma_tiles));
+  }
+}
+
 } // namespace
 
 namespace {
@@ -149,6 +171,7 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
         raw.push_back(t);
       }
     if (s.M >= 8 && s.N >= 8) add_tiles(raw, default_spec(p, Strategy::tiled), wide);
+    if (p.semiring == Semiring::log && s.M >= 16 && s.N >= 16 && s.K >= 16) add_exp_matmul(raw, p);
     if (s.M >= 8 && s.N >= 8 && s.K >= 1024)
       for (int64_t chunks : {8, 32, 128}) {
         KernelSpec sk = default_spec(p, Strategy::split_k);
@@ -198,6 +221,7 @@ std::string family_text(const Problem& p, const TuningDevice& d, Pass pass) {
      << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
      << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
      << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
+  if (p.precision != Precision::exact) os << "precision " << precision_name(p.precision) << '\n';
   if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
   return os.str();
 }
@@ -393,7 +417,7 @@ struct ForwardTrial {
     for (const auto& [o, want] : samples) {
       const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
       if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), at), want,
-                            reference::tolerance(p.output_dtype())))
+                            reference::tolerance(p)))
         return "wrong result at output " + std::to_string(o);
     }
     return "";

@@ -2,9 +2,13 @@
 #include "jitbmm/plan.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
+#include "exp_matmul_bounds.cuh"
 #include "runtime/autotune.hpp"
+#include "runtime/device_memory.hpp"
 #include "runtime/plan_impl.hpp"
 
 namespace jitbmm {
@@ -66,6 +70,22 @@ void set_geometry(SemiringBMM::Impl& im) {
     break;
   case Strategy::scatter:
     throw std::invalid_argument("spec.strategy: scatter is a backward strategy; plan the forward with another");
+  case Strategy::exp_matmul: {
+    const bool wide = dtype_info(spec.dtype).size_bytes == 8;
+    im.block[0] = spec.threads();
+    im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
+    im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
+    im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
+    const jb::EmStatsGrid g = jb::em_stats_grid(s.B, s.M, s.N);
+    im.stats_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
+    const int64_t rt = jb::em_repair_tile(wide);
+    if ((s.M + rt - 1) / rt > 65535) throw std::invalid_argument("shape.M: too many row tiles for exp_matmul's repair");
+    im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
+    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
+    im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
+    im.workspace_bytes = static_cast<std::size_t>(jb::em_workspace(s.B, s.M, s.N, wide).bytes);
+    break;
+  }
   case Strategy::tiled:
   case Strategy::split_k: {
     const int64_t chunks = spec.strategy == Strategy::split_k ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
@@ -90,6 +110,25 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
   void* args[] = {&params};
   check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
         ("cuLaunchKernel(" + name + ")").c_str());
+}
+
+// The launches of a plan that has a workspace (params.workspace set).
+void launch_passes(const SemiringBMM::Impl& im, jb::BmmParams& params, CUstream stream) {
+  const LoadedKernel& k = *im.kernel;
+  const unsigned block[3] = {256, 1, 1};
+  if (im.spec.strategy == Strategy::exp_matmul) {
+    const unsigned stats[3] = {im.stats_grid, 1, 1};
+    launch(k.stats, stats, block, params, stream, k.generated.name + "_stats");
+    launch(k.function, im.grid, im.block, params, stream, k.generated.name);
+    const jb::EmWorkspace w = jb::em_workspace(params.B, params.M, params.N, dtype_info(im.spec.dtype).size_bytes == 8);
+    jb::BmmParams repair = params;
+    repair.repair_flags = reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + w.flags);
+    launch(k.repair, im.repair_grid, block, repair, stream, k.generated.name + "_repair");
+    return;
+  }
+  launch(k.function, im.grid, im.block, params, stream, k.generated.name);
+  const unsigned grid[3] = {im.combine_grid, 1, 1};
+  launch(k.combine, grid, block, params, stream, k.generated.name + "_combine");
 }
 
 } // namespace
@@ -149,19 +188,56 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
     launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
     return;
   }
-  // Split-K: a stream-ordered workspace, so concurrent calls on different streams never share one.
+  // Split-K and exp_matmul: a stream-ordered workspace, so concurrent calls on different streams never share one.
   CUdeviceptr workspace = 0;
-  check(d.cuMemAllocAsync(&workspace, im.workspace_bytes, cu_stream), "cuMemAllocAsync(split-K workspace)");
+  check(d.cuMemAllocAsync(&workspace, im.workspace_bytes, cu_stream), "cuMemAllocAsync(workspace)");
   params.workspace = reinterpret_cast<void*>(workspace); // NOLINT(performance-no-int-to-ptr): a device address
   try {
-    launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
-    const unsigned grid[3] = {im.combine_grid, 1, 1}, block[3] = {256, 1, 1};
-    launch(im.kernel->combine, grid, block, params, cu_stream, im.kernel->generated.name + "_combine");
+    launch_passes(im, params, cu_stream);
   } catch (...) {
     d.cuMemFreeAsync(workspace, cu_stream);
     throw;
   }
-  check(d.cuMemFreeAsync(workspace, cu_stream), "cuMemFreeAsync(split-K workspace)");
+  check(d.cuMemFreeAsync(workspace, cu_stream), "cuMemFreeAsync(workspace)");
+}
+
+SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, const void* b, void* out,
+                                                              Stream stream) const {
+  const Impl& im = *impl_;
+  if (im.spec.strategy != Strategy::exp_matmul)
+    throw std::invalid_argument("plan: run_with_repair_report needs an exp_matmul plan, not " +
+                                std::string(strategy_name(im.spec.strategy)));
+  const Shape& s = im.problem.shape;
+  RepairReport report;
+  report.outputs = s.B * s.M * s.N;
+  if (report.outputs == 0) return report;
+  check_pointer(a, "a", s.K == 0);
+  check_pointer(b, "b", s.K == 0);
+  check_pointer(out, "out", false);
+  check_alignment(a, "a", dtype_info(im.problem.dtype).size_bytes);
+  check_alignment(b, "b", dtype_info(im.problem.dtype).size_bytes);
+  check_alignment(out, "out", dtype_info(im.problem.output_dtype()).size_bytes);
+  const DriverApi& d = driver();
+  ScopedContext scope(im.device->context);
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  DeviceBuffer workspace(im.workspace_bytes);
+  jb::BmmParams params = im.params;
+  params.a = a, params.b = b, params.out = out, params.workspace = workspace.get();
+  launch_passes(im, params, cu_stream);
+  check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
+  const jb::EmWorkspace w = jb::em_workspace(s.B, s.M, s.N, dtype_info(im.problem.dtype).size_bytes == 8);
+  std::vector<unsigned char> host(static_cast<std::size_t>(w.bytes));
+  workspace.download(host.data(), host.size());
+  uint64_t repaired = 0;
+  std::memcpy(&repaired, host.data() + w.repaired, sizeof repaired);
+  report.repaired_outputs = static_cast<int64_t>(repaired);
+  report.tiles = w.tiles;
+  for (int64_t t = 0; t < w.tiles; ++t) {
+    uint32_t flag = 0;
+    std::memcpy(&flag, host.data() + w.flags + 4 * t, sizeof flag);
+    report.repaired_tiles += flag != 0;
+  }
+  return report;
 }
 
 const Problem& SemiringBMM::problem() const { return impl_->problem; }

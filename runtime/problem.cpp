@@ -55,6 +55,7 @@ void validate(const Problem& p) {
   for (const auto& [name, v] : sizes)
     if (v < 0) throw std::invalid_argument(std::string(name) + " must be >= 0, got " + std::to_string(v));
   semiring_info(p.semiring); // throws on an out-of-range enum
+  precision_name(p.precision);
   dtype_info(p.dtype);
   const DType out = p.output_dtype();
   dtype_info(out);
@@ -89,7 +90,24 @@ std::string describe(const Problem& p) {
   if (p.output_dtype() != p.dtype) os << "->" << dtype_info(p.output_dtype()).name;
   os << ' ' << to_string(p.shape) << " a" << strides(p.a()) << " b" << strides(p.b()) << " out" << strides(p.out());
   if (p.with_argmax) os << " +argmax";
+  if (p.precision != Precision::exact) os << " precision=" << precision_name(p.precision);
   return os.str();
+}
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+  case Precision::exact:
+    return "exact";
+  case Precision::fast:
+    return "fast";
+  }
+  throw std::invalid_argument("precision: unknown enum value " + std::to_string(static_cast<int>(precision)));
+}
+
+Precision parse_precision(const std::string& name) {
+  for (Precision p : {Precision::exact, Precision::fast})
+    if (name == precision_name(p)) return p;
+  throw std::invalid_argument("precision: unsupported '" + name + "' (expected exact or fast)");
 }
 
 } // namespace jitbmm

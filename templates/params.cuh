@@ -15,7 +15,9 @@ struct BmmParams {
   long long b_batch, b_row, b_col;
   long long out_batch, out_row, out_col;
   long long k_chunk; // split-K: K per chunk (0: one pass over K)
-  void* workspace;   // split-K: per-chunk values [chunks][B][M][N] (accumulator type), then their argmax (int32)
+  void* workspace;   // split-K: per-chunk values [chunks][B][M][N] (accumulator type), then their argmax (int32);
+                     // exp_matmul: the layout of em_workspace (templates/exp_matmul_bounds.cuh)
+  const unsigned* repair_flags; // exp_matmul's repair pass: run only the tiles whose flag is set (null: every tile)
 };
 
 // The argument block of the backward kernels (pass grad_a or grad_b). Gradients have the layout (and storage

@@ -30,6 +30,28 @@ inline std::vector<KernelSpec> problem_kinds() {
   return out;
 }
 
+// exp_matmul (log only): FMA tiles small and large, and the tensor-core kernels (f32-accumulating dtypes).
+inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
+  std::vector<KernelSpec> out;
+  KernelSpec s = kind;
+  s.strategy = Strategy::exp_matmul;
+  s.math = Math::fma;
+  s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = 2, s.thread_n = 4;
+  out.push_back(s);
+  if (kind.dtype == DType::f64) return out;
+  s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4;
+  out.push_back(s);
+  s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = s.thread_n = 4;
+  for (Math m : {Math::tf32x3, Math::tf32}) {
+    s.math = m;
+    out.push_back(s);
+  }
+  s.math = Math::tf32x3;
+  s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
+  out.push_back(s);
+  return out;
+}
+
 // Every strategy (and both index widths) for one problem kind.
 inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
   std::vector<KernelSpec> out;
@@ -62,6 +84,7 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
       s.strategy = Strategy::linear_two_pass;
       s.block_x = 128, s.block_y = 1;
       out.push_back(s);
+      for (KernelSpec e : exp_matmul_variants(kind)) out.push_back(e);
     }
   }
   return out;

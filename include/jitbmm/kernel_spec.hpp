@@ -18,6 +18,8 @@ enum class Strategy {
   tiled,           // register-tiled GEMM-style kernel (tile_* / thread_* below)
   split_k,         // tiled over K chunks of `k_chunk`, then a ⊕ pass over the chunks
   scatter,         // backward of the selecting semirings: G sent to the forward's argmax (block_x threads)
+  exp_matmul,      // log only: exponentiated operands through a dense matrix product, exact by a guard and a repair
+                   // pass (templates/exp_matmul.cuh); tile_* / thread_* / math below
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);
@@ -28,6 +30,12 @@ Strategy parse_strategy(const std::string& name);
 enum class Pass { forward, grad_a, grad_b };
 const char* pass_name(Pass pass);
 Pass parse_pass(const std::string& name);
+
+// exp_matmul's matrix product: FP32/FP64 FMA on the CUDA cores, or tensor cores with TF32 operands: three TF32
+// products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative).
+enum class Math { fma, tf32x3, tf32 };
+const char* math_name(Math math);
+Math parse_math(const std::string& name);
 
 struct KernelSpec {
   Semiring semiring = Semiring::log;
@@ -45,18 +53,23 @@ struct KernelSpec {
   int tile_m = 128, tile_n = 128, tile_k = 16, thread_m = 8, thread_n = 8;
   // tiled, split_k: __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads · min_blocks)).
   int min_blocks = 1;
+  // exp_matmul: the product's arithmetic. tf32x3 and tf32 read thread_m × thread_n as mma fragments: a warp
+  // computes (8·thread_m) × (4·thread_n) outputs.
+  Math math = Math::fma;
   // split_k: K per chunk (a launch-time value, kept here so a spec says everything about how a problem runs).
   int k_chunk = 1024;
 
   bool operator==(const KernelSpec& o) const;
   bool operator!=(const KernelSpec& o) const { return !(*this == o); }
   int threads() const;
-  bool is_tiled() const { return strategy == Strategy::tiled || strategy == Strategy::split_k; }
+  bool is_tiled() const {
+    return strategy == Strategy::tiled || strategy == Strategy::split_k || strategy == Strategy::exp_matmul;
+  }
 };
 
 // "semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled index64=0 tile=128x128x16 thread=8x8": printed into every
 // generated source, so a kernel can always be traced back to its spec. Only the fields the strategy uses appear;
-// backward specs add "pass=grad_a" or "pass=grad_b" after the strategy.
+// backward specs add "pass=grad_a" or "pass=grad_b" after the strategy; exp_matmul adds "math=…" at the end.
 std::string to_string(const KernelSpec& spec);
 std::size_t hash_value(const KernelSpec& spec);
 // The inverse of to_string; strict (unknown keys, bad numbers and missing fields are std::invalid_argument), so it

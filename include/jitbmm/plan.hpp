@@ -27,6 +27,13 @@ public:
   // As above, also writing int32 argmax[B][M][N] (problem.with_argmax must be set).
   void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr) const;
 
+  // exp_matmul plans only (std::invalid_argument otherwise): runs like operator(), waits for `stream`, and says
+  // how many outputs the guard found inexact and sent to the exact repair pass, and how many repair tiles ran.
+  struct RepairReport {
+    int64_t outputs = 0, repaired_outputs = 0, tiles = 0, repaired_tiles = 0;
+  };
+  RepairReport run_with_repair_report(const void* a, const void* b, void* out, Stream stream = nullptr) const;
+
   // Gradients of a scalar loss L through out = a ⊗ b (README "Backward"), asynchronous on `stream`. grad_out is
   // dL/dout, laid out like out; grad_a / grad_b (either may be null) receive dL/da and dL/db in a's and b's own
   // layout and dtype (an operand broadcast over the batch gets the sum over the batch). log reads `out`, the saved

@@ -69,5 +69,7 @@ bool close(DType out_dtype, double got, const Element& expected, double toleranc
 
 // The tolerance each dtype is tested to (fp64 1e-12, fp32 1e-5, fp16/bf16 1e-2).
 double tolerance(DType dtype);
+// The tolerance of a problem's outputs: its output dtype's, or 2e-3 for the log semiring at Precision::fast.
+double tolerance(const Problem& problem);
 
 } // namespace jitbmm::reference

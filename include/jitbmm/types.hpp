@@ -58,6 +58,13 @@ struct Strides {
 Strides row_major(int64_t rows, int64_t cols);    // {rows*cols, cols, 1}
 Strides column_major(int64_t rows, int64_t cols); // {rows*cols, 1, rows}
 
+// How close to exact a product must be. exact: every output within the dtype's own rounding (what every kernel
+// gives). fast: the log semiring may also use tensor-core TF32 products (one TF32 product per term: about 1e-4
+// relative error, still guarded against underflow); other semirings are unaffected.
+enum class Precision { exact, fast };
+const char* precision_name(Precision precision);
+Precision parse_precision(const std::string& name);
+
 // Everything that defines one product, apart from the data pointers.
 struct Problem {
   Semiring semiring = Semiring::log;
@@ -68,6 +75,7 @@ struct Problem {
   std::optional<Strides> b_strides;   // default row-major [B][K][N]
   std::optional<Strides> out_strides; // default row-major [B][M][N]
   bool with_argmax = false;           // also write int32 argmax[B][M][N] (contiguous); max/min semirings only
+  Precision precision = Precision::exact;
 
   DType output_dtype() const { return out_dtype.value_or(dtype); }
   Strides a() const { return a_strides.value_or(row_major(shape.M, shape.K)); }

@@ -3,6 +3,6 @@
 namespace jitbmm {
 
 // Part of every generated source (and so of every cache key): a new release never reuses an old binary.
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = "0.2.0";
 
 } // namespace jitbmm

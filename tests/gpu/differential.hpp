@@ -27,6 +27,7 @@ inline Problem problem_for(const KernelSpec& spec, Shape shape) {
   p.out_dtype = spec.out_dtype;
   p.with_argmax = spec.with_argmax;
   p.shape = shape;
+  if (spec.strategy == Strategy::exp_matmul && spec.math == Math::tf32) p.precision = Precision::fast;
   return p;
 }
 
@@ -42,12 +43,10 @@ inline void report_failure(const CaseResult& r, const Problem& p, const KernelSp
 
 inline unsigned char poison_byte(DType dtype) { return dtype == DType::f16 ? 0x7b : 0x7f; } // finite, distinctive
 
-inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, const Specials& sp) {
+// Runs one problem on given host inputs (laid out as the problem's strides say) and checks every output.
+inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const HostTensor& a, const HostTensor& b) {
   const Shape& s = p.shape;
-  const Strides sa = p.a(), sb = p.b(), so = p.out();
-  HostTensor a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
-  HostTensor b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
-  if (sp.p_neg_inf_row > 0) mask_rows(a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  const Strides so = p.out();
   const DType od = p.output_dtype();
   const int64_t out_elems = storage_elements(s.B, s.M, s.N, so), outputs = s.B * s.M * s.N;
   const std::size_t out_bytes = out_elems * dtype_info(od).size_bytes;
@@ -71,7 +70,7 @@ inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt1993
 
   CaseResult r;
   std::vector<char> covered(out_elems, 0);
-  const double tol = reference::tolerance(od);
+  const double tol = reference::tolerance(p);
   for (int64_t bt = 0; bt < s.B; ++bt)
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) {
@@ -102,6 +101,15 @@ inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt1993
     if (!covered[e] && std::memcmp(&out.bytes[e * poison.bytes.size()], poison.bytes.data(), poison.bytes.size()) != 0)
       ++r.clobbered;
   return r;
+}
+
+inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, const Specials& sp) {
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b();
+  HostTensor a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
+  HostTensor b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
+  if (sp.p_neg_inf_row > 0) mask_rows(a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  return run_case_on(p, spec, a, b);
 }
 
 } // namespace jitbmm::test

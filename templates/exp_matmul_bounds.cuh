@@ -1,0 +1,104 @@
+// The exp-matmul strategy's arithmetic: the headroom, the guard threshold and the workspace layout. Plain C++
+// compiled both by the host (plan.cpp sizes the workspace; the host tests check the guard's bound) and by NVRTC
+// (templates/exp_matmul.cuh), so the two can never disagree.
+//
+// The method, in log2 units (x' = x·log2 e): with A = max_k a'[i,k] and B = max_k b'[k,j] (the stats pass),
+//   out[i,j] = (A + B − 2h + log2 s) · ln 2,   s = Σ_k 2^(a'[i,k] − A + h) · 2^(b'[k,j] − B + h),
+// so s is an ordinary matrix product of two exponentiated operands: one FMA per term, one exp per operand element.
+//
+// Headroom h. Every factor is at most 2^h, every product at most 2^2h and s at most K·2^2h; h is the largest value
+// that keeps K·2^2h below 2^(max_exp − 2), so s cannot overflow. The larger h, the smaller the share of terms that
+// underflow (a factor or product below the format's smallest normal 2^min_exp is flushed or denormal).
+//
+// What can be lost. A term is lost (or loses its precision) only where a factor, a partial product (3xTF32 forms
+// three) or the product falls below 2^min_exp; the other factor is then at most 2^h, so each term loses at most
+// 3·2^(h + min_exp) < 2^(h + min_exp + 2), and all K terms together less than L = 2^(lk + h + min_exp + 2),
+// lk = ceil(log2 K). Every term is non-negative, so the rounding of the sum itself is relative to s, as in any
+// positive sum; only L is absolute.
+//
+// The guard. An output whose s ≥ 2^(guard_bits) · L = 2^em_guard_log2(K) has lost at most 2^-guard_bits of its value
+// (2^-30 in float, below its 2^-24 rounding; 2^-60 in double): it is exact to the dtype. Any other output, and
+// any output whose row or column holds +inf (the shift is then meaningless), is recomputed by the direct kernel.
+// An output whose every term is −inf is recognised without recomputation: each row and column records, per 1/64
+// of K, whether it holds a value other than −inf; when no chunk is shared the output is exactly −inf.
+#pragma once
+
+#if defined(__CUDACC__)
+#define JB_HD __host__ __device__ __forceinline__
+#else
+#define JB_HD inline
+#endif
+
+namespace jb {
+
+// ceil(log2(max(k, 1))).
+JB_HD int em_log2_ceil(long long k) {
+  int l = 0;
+  while (l < 62 && (1LL << l) < k) ++l;
+  return l;
+}
+
+// Exponent range of the accumulator: smallest normal 2^min_exp, largest finite below 2^max_exp; guard_bits is how
+// far below the value the lost mass must stay.
+struct EmFormat {
+  int min_exp, max_exp, guard_bits;
+};
+JB_HD EmFormat em_format(bool wide) {
+  EmFormat f;
+  f.min_exp = wide ? -1022 : -126;
+  f.max_exp = wide ? 1024 : 128;
+  f.guard_bits = wide ? 60 : 30;
+  return f;
+}
+
+JB_HD int em_headroom(long long K, bool wide) { return (em_format(wide).max_exp - 2 - em_log2_ceil(K)) / 2; }
+
+// s ≥ 2^em_guard_log2(K): the output is exact; below, it is recomputed.
+JB_HD int em_guard_log2(long long K, bool wide) {
+  const EmFormat f = em_format(wide);
+  return em_log2_ceil(K) + em_headroom(K, wide) + f.min_exp + 2 + f.guard_bits;
+}
+
+// The repair pass's tile (the direct kernel run on flagged tiles only): 128×128 for float accumulators, 64×64 for
+// double. The tile flags are kept per repair tile.
+JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
+
+// The workspace, in byte offsets from its start: per row of a its max (accumulator type, log2 units) and finite-chunk
+// mask, per column of b the same, the number of outputs the guard sent to repair (one 64-bit counter), and one flag
+// per repair tile. The stats pass writes all of it.
+struct EmWorkspace {
+  long long row_max, col_max, row_mask, col_mask, repaired, flags, tiles, bytes;
+};
+JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
+JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, bool wide) {
+  const long long acc = wide ? 8 : 4, rt = em_repair_tile(wide);
+  EmWorkspace w;
+  w.row_max = 0;
+  w.col_max = em_align(w.row_max + B * M * acc);
+  w.row_mask = em_align(w.col_max + B * N * acc);
+  w.col_mask = em_align(w.row_mask + B * M * 8);
+  w.repaired = em_align(w.col_mask + B * N * 8);
+  w.flags = w.repaired + 16;
+  w.tiles = B * ((M + rt - 1) / rt) * ((N + rt - 1) / rt);
+  w.bytes = em_align(w.flags + w.tiles * 4);
+  return w;
+}
+
+// The stats pass's grid: blocks of 8 warps, a warp per row of a; then blocks of 32 columns of b × 8 slices of K.
+// Each part is capped (the kernel loops over the rest).
+struct EmStatsGrid {
+  long long row_blocks, col_blocks;
+};
+JB_HD EmStatsGrid em_stats_grid(long long B, long long M, long long N) {
+  const long long cap = 1LL << 16;
+  EmStatsGrid g;
+  g.row_blocks = (B * M + 7) / 8;
+  g.col_blocks = (B * N + 31) / 32;
+  if (g.row_blocks > cap) g.row_blocks = cap;
+  if (g.col_blocks > cap) g.col_blocks = cap;
+  if (g.row_blocks < 1) g.row_blocks = 1;
+  if (g.col_blocks < 1) g.col_blocks = 1;
+  return g;
+}
+
+} // namespace jb

@@ -1,0 +1,124 @@
+// exp_matmul's guard (templates/exp_matmul_bounds.cuh), checked on the host by emulating the device arithmetic at
+// its worst: every factor, partial product and product below 2^-126 flushed to zero, as ex2.approx.ftz and an
+// FTZ product would. The bound must hold for every row, and an output that passes the guard must have lost at
+// most 2^-30 of its value.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "exp_matmul_bounds.cuh"
+
+namespace {
+
+float flush(float x) { return std::fabs(x) < 0x1p-126f ? 0.f : x; }
+// A product kept exactly (its rounding is relative, not a loss), unless it falls below the smallest normal.
+long double product(float x, float y) {
+  const long double p = (long double)x * y;
+  return std::fabs(p) < 0x1p-126L ? 0.L : p;
+}
+
+// TF32 as cvt.rna.tf32.f32 makes it: 10 mantissa bits, rounded to nearest, ties away from zero.
+float tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x1000u) & 0xffffe000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+struct Sums {
+  long double exact = 0;   // Σ fa·fb of the (float) factors, nothing flushed
+  long double flushed = 0; // what an FMA kernel keeps (flushed factors and products)
+  long double split = 0;   // what 3xTF32 keeps (flushed hi/lo parts and partial products)
+};
+
+// One output's sum, as the device forms it, for log2-unit rows a' and b' (the stats pass's maxima A, B).
+Sums emulate(const std::vector<float>& a, const std::vector<float>& b, int h) {
+  float A = -INFINITY, B = -INFINITY;
+  for (float x : a) A = std::fmax(A, x);
+  for (float x : b) B = std::fmax(B, x);
+  Sums s;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const float fa = std::exp2(a[k] - (A - float(h))), fb = std::exp2(b[k] - (B - float(h)));
+    s.exact += (long double)fa * fb;
+    s.flushed += product(flush(fa), flush(fb));
+    const float ah = flush(tf32(flush(fa))), al = flush(tf32(flush(fa) - ah));
+    const float bh = flush(tf32(flush(fb))), bl = flush(tf32(flush(fb) - bh));
+    s.split += product(ah, bh) + product(ah, bl) + product(al, bh);
+  }
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("exp_matmul headroom: K·2^2h stays below the format's top for every K, and h is the largest such") {
+  for (bool wide : {false, true}) {
+    const jb::EmFormat f = jb::em_format(wide);
+    for (long long K : {1LL, 2LL, 3LL, 64LL, 511LL, 512LL, 513LL, 2048LL, 65536LL, 1LL << 31, 1LL << 40}) {
+      const int h = jb::em_headroom(K, wide), lk = jb::em_log2_ceil(K);
+      CAPTURE(K);
+      CHECK((1LL << lk) >= K);
+      CHECK(lk + 2 * h <= f.max_exp - 2);
+      CHECK(lk + 2 * (h + 1) > f.max_exp - 2);
+      CHECK(h >= (wide ? 480 : 40));
+    }
+  }
+  CHECK(jb::em_guard_log2(512, false) == 9 + 58 - 126 + 2 + 30);
+}
+
+TEST_CASE("exp_matmul guard: the underflowed mass never passes the bound; guarded outputs lose < 2^-30") {
+  std::mt19937_64 rng(2026);
+  int passed = 0, flagged = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int K = 1 + static_cast<int>(rng() % 1500);
+    const double spreads[] = {1, 5, 20, 50, 100};
+    const double spread = spreads[trial % 5];
+    std::normal_distribution<double> normal(0, spread);
+    std::vector<float> a(K), b(K);
+    for (int k = 0; k < K; ++k)
+      a[k] = static_cast<float>(normal(rng) * 1.4426950408889634), b[k] = static_cast<float>(normal(rng) * 1.4426950408889634);
+    if (trial % 7 == 0) { // the row's and the column's maxima at different k, far above the rest
+      a[rng() % K] += 150.f;
+      b[rng() % K] += 150.f;
+    }
+    const int h = jb::em_headroom(K, false), lk = jb::em_log2_ceil(K);
+    const Sums s = emulate(a, b, h);
+    CAPTURE(K);
+    CAPTURE(spread);
+    // No overflow: the sum stays below 2^126.
+    CHECK(s.exact < 0x1p126L);
+    // The bound: what flushing lost is below L = 2^(lk + h − 126 + 2), for the FMA and the 3xTF32 forms.
+    const long double L = std::ldexp(1.0L, lk + h - 126 + 2);
+    CHECK(s.exact - s.flushed <= L);
+    CHECK(s.flushed <= s.exact);
+    // The guard: an output that passes it lost at most 2^-30 of its value (3xTF32 adds its own ~2^-21 rounding).
+    if (s.flushed >= std::ldexp(1.0L, jb::em_guard_log2(K, false))) {
+      ++passed;
+      CHECK(s.exact - s.flushed <= std::ldexp(s.flushed, -30));
+      CHECK(std::fabs(s.exact - s.split) <= std::ldexp(s.exact, -20) + std::ldexp(s.split, -30));
+    } else {
+      ++flagged;
+    }
+  }
+  MESSAGE(passed << " sums passed the guard, " << flagged << " were flagged for repair");
+  CHECK(passed > 1000); // randn rows never need repair
+  CHECK(flagged > 100); // spreads of 50 and 100 often do
+}
+
+TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair tile") {
+  const jb::EmWorkspace w = jb::em_workspace(3, 130, 257, false);
+  CHECK(w.row_max == 0);
+  CHECK(w.col_max >= 3 * 130 * 4);
+  CHECK(w.row_mask >= w.col_max + 3 * 257 * 4);
+  CHECK(w.col_mask >= w.row_mask + 3 * 130 * 8);
+  CHECK(w.repaired >= w.col_mask + 3 * 257 * 8);
+  CHECK(w.flags == w.repaired + 16);
+  CHECK(w.tiles == 3 * 2 * 3);
+  CHECK(w.bytes >= w.flags + 4 * w.tiles);
+  for (long long off : {w.col_max, w.row_mask, w.col_mask, w.repaired, w.bytes}) CHECK(off % 16 == 0);
+  CHECK(jb::em_workspace(2, 65, 64, true).tiles == 2 * 2 * 1);
+}
