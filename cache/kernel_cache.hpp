@@ -18,7 +18,7 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   CUfunction combine = nullptr; // split-K's second pass (<name>_combine), when the module has one
   CUfunction store = nullptr;   // backward: workspace → gradient (<name>_store), when the module has one
-  CUfunction stats = nullptr;   // exp_matmul: row and column maxima (<name>_stats)
+  CUfunction prepare = nullptr; // exp_matmul: maxima and exponentiated operands (<name>_prepare)
   CUfunction repair = nullptr;  // exp_matmul: the direct kernel on flagged tiles (<name>_repair)
   int registers = 0;            // as the driver reports for the loaded function
 };

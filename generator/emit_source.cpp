@@ -94,22 +94,18 @@ std::string kernel_call(const KernelSpec& s) {
   throw std::invalid_argument("strategy: unknown enum value");
 }
 
-// exp_matmul's other two entry points: the stats pass and the repair pass (the direct tiled kernel on the tiles
-// the guard flagged, at the tile em_repair_tile names).
+// exp_matmul's other two entry points: the prepare pass and the exact repair pass (on the tiles the guard flagged,
+// at the tile em_repair_tile names).
 void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
-  const std::string in = dtype_info(s.dtype).device_type, out = dtype_info(s.out_dtype).device_type,
-                    acc = dtype_info(s.dtype).acc_type, index = s.index64 ? "long long" : "int";
-  const std::string io = in + ", " + out + ", " + index;
-  const bool wide = acc == "double";
-  const std::string repair =
-      wide ? "jb::tiled_kernel<jb::GenericTerm<jb::LogSemiring<double>, double>, jb::LogSemiring<double>, " + io +
-                 ", 64, 64, 8, 4, 4>"
-           : "jb::tiled_log_kernel<" + io + ", 128, 128, 16, 8, 8>";
+  const std::string in = dtype_info(s.dtype).device_type, acc = dtype_info(s.dtype).acc_type,
+                    index = s.index64 ? "long long" : "int";
+  const std::string io = in + ", " + dtype_info(s.out_dtype).device_type + ", " + index;
+  const std::string tile = acc == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8";
   os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
-     << "_stats(const jb::BmmParams p) {\n  jb::em_stats_kernel<" << in << ", " << index << ", " << acc
+     << "_prepare(const jb::BmmParams p) {\n  jb::em_prepare_kernel<" << in << ", " << index << ", " << acc
      << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
-     << "_repair(const jb::BmmParams p) {\n  " << repair << "(p);\n}\n";
+     << "_repair(const jb::BmmParams p) {\n  jb::em_repair_kernel<" << io << ", " << tile << ">(p);\n}\n";
 }
 
 // The device call of a backward spec and its workspace store, e.g.

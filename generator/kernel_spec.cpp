@@ -58,11 +58,31 @@ bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
   throw std::invalid_argument("spec." + field + ": " + why);
 }
 
+// exp_matmul's workspace holds padded copies of the operands ([Mp][Kp] and [Kp][Np] per batch); their offsets
+// must fit 32-bit index math too.
+bool exp_matmul_fits_index32(const Problem& p) {
+  const Shape& s = p.shape;
+  const auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+  const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
+  int64_t ea = 0, eb = 0;
+  return !__builtin_mul_overflow(a_batches * up(s.M, 128), up(s.K, 32), &ea) &&
+         !__builtin_mul_overflow(b_batches * up(s.N, 128), up(s.K, 32), &eb) && ea < kIndex32Limit &&
+         eb < kIndex32Limit;
+}
+
 // exp_matmul's own rules (the tile rules of the tiled strategies apply as well).
 void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
   if (spec.pass != Pass::forward) reject("pass", "exp_matmul is a forward strategy");
-  const int tm = spec.thread_m, tn = spec.thread_n;
+  const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
+  // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
+  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
+    reject("tile", "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " +
+                       std::to_string(vec) + ")");
+  if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
+    reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
+  if (!spec.index64 && !exp_matmul_fits_index32(p))
+    reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
   if (spec.math == Math::fma) {
     // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
     if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
@@ -295,7 +315,8 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
     }
     break;
   }
-  spec.index64 = !fits_index32(problem, chunks_of(spec, s));
+  spec.index64 = !fits_index32(problem, chunks_of(spec, s)) ||
+                 (strategy == Strategy::exp_matmul && !exp_matmul_fits_index32(problem));
   check_spec_fits(spec, problem);
   return spec;
 }

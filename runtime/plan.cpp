@@ -41,6 +41,12 @@ namespace {
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
 
+jb::EmWorkspace exp_matmul_workspace(const Problem& p) {
+  const Shape& s = p.shape;
+  return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
+                          dtype_info(p.dtype).size_bytes == 8);
+}
+
 // Grid and block for a spec; the kernels loop over whatever a grid dimension cannot hold.
 void set_geometry(SemiringBMM::Impl& im) {
   const KernelSpec& spec = im.spec;
@@ -71,19 +77,19 @@ void set_geometry(SemiringBMM::Impl& im) {
   case Strategy::scatter:
     throw std::invalid_argument("spec.strategy: scatter is a backward strategy; plan the forward with another");
   case Strategy::exp_matmul: {
-    const bool wide = dtype_info(spec.dtype).size_bytes == 8;
+    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
     im.block[0] = spec.threads();
     im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
     im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
     im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
-    const jb::EmStatsGrid g = jb::em_stats_grid(s.B, s.M, s.N);
-    im.stats_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
-    const int64_t rt = jb::em_repair_tile(wide);
-    if ((s.M + rt - 1) / rt > 65535) throw std::invalid_argument("shape.M: too many row tiles for exp_matmul's repair");
+    const Strides a = im.problem.a(), b = im.problem.b();
+    const jb::EmStatsGrid g = jb::em_stats_grid(s.M, s.N, a.batch == 0 ? 1 : s.B, b.batch == 0 ? 1 : s.B);
+    im.prepare_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
+    const int64_t rt = jb::em_repair_tile(dtype_info(spec.dtype).size_bytes == 8);
     im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
-    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
+    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt); // ≤ 65535: check_spec_fits
     im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
-    im.workspace_bytes = static_cast<std::size_t>(jb::em_workspace(s.B, s.M, s.N, wide).bytes);
+    im.workspace_bytes = static_cast<std::size_t>(w.bytes);
     break;
   }
   case Strategy::tiled:
@@ -117,10 +123,10 @@ void launch_passes(const SemiringBMM::Impl& im, jb::BmmParams& params, CUstream 
   const LoadedKernel& k = *im.kernel;
   const unsigned block[3] = {256, 1, 1};
   if (im.spec.strategy == Strategy::exp_matmul) {
-    const unsigned stats[3] = {im.stats_grid, 1, 1};
-    launch(k.stats, stats, block, params, stream, k.generated.name + "_stats");
+    const unsigned prepare[3] = {im.prepare_grid, 1, 1};
+    launch(k.prepare, prepare, block, params, stream, k.generated.name + "_prepare");
     launch(k.function, im.grid, im.block, params, stream, k.generated.name);
-    const jb::EmWorkspace w = jb::em_workspace(params.B, params.M, params.N, dtype_info(im.spec.dtype).size_bytes == 8);
+    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
     jb::BmmParams repair = params;
     repair.repair_flags = reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + w.flags);
     launch(k.repair, im.repair_grid, block, repair, stream, k.generated.name + "_repair");
@@ -225,8 +231,8 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   params.a = a, params.b = b, params.out = out, params.workspace = workspace.get();
   launch_passes(im, params, cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const jb::EmWorkspace w = jb::em_workspace(s.B, s.M, s.N, dtype_info(im.problem.dtype).size_bytes == 8);
-  std::vector<unsigned char> host(static_cast<std::size_t>(w.bytes));
+  const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
+  std::vector<unsigned char> host(static_cast<std::size_t>(w.ea)); // everything before the operands
   workspace.download(host.data(), host.size());
   uint64_t repaired = 0;
   std::memcpy(&repaired, host.data() + w.repaired, sizeof repaired);

@@ -29,7 +29,7 @@ struct SemiringBMM::Impl {
   unsigned block[3] = {1, 1, 1};
   std::size_t workspace_bytes = 0; // split-K and exp_matmul
   unsigned combine_grid = 1;       // split-K's combine pass
-  unsigned stats_grid = 1;         // exp_matmul's stats pass (256 threads a block)
+  unsigned prepare_grid = 1;       // exp_matmul's prepare pass (256 threads a block)
   unsigned repair_grid[3] = {1, 1, 1}; // exp_matmul's repair pass (256 threads a block)
 
   mutable std::mutex grad_mutex;                          // guards the two below

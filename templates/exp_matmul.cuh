@@ -1,12 +1,12 @@
-// Strategy "exp_matmul" (log semiring): one exp per operand element and one FMA per term, exact on every input.
-// The method, the headroom and the guard's bound are derived in exp_matmul_bounds.cuh. Three launches:
-//   1. em_stats_kernel: per row of a and column of b its max (log2 units) and which 1/64 chunks of K hold a value
-//      other than −inf; clears the repair flags and counter.
-//   2. the product: operands are exponentiated as they enter shared memory (2^(x' − max + h)), multiplied by a
-//      register-tiled FP32/FP64 FMA kernel (math=fma) or by tensor cores (math=tf32x3: three TF32 products per
-//      term for fp32 accuracy; math=tf32: one, the opt-in fast precision), and each output either written
-//      (log2 s + shifts) or, when the guard fires, its tile flagged.
-//   3. the repair: the direct tiled log kernel on the flagged tiles only (tiled.cuh: tile_wanted).
+// Strategy "exp_matmul" (log semiring): one exp per operand element and one multiply-add per term, exact on every
+// input. The method, the headroom and the guard's bound are derived in exp_matmul_bounds.cuh. Three launches:
+//   1. em_prepare_kernel: per row of a and column of b its max (log2 units) and which 1/64 chunks of K hold a value
+//      other than −inf; then the exponentiated operands 2^(x' − max + h), padded, into the workspace; clears the
+//      repair flags and counter.
+//   2. the product of the exponentiated operands: a register-tiled FP32/FP64 FMA kernel (math=fma) or tensor cores
+//      (math=tf32x3: three TF32 products per term, fp32-level accuracy; math=tf32: one, the opt-in fast precision).
+//      Each output is written (log2 s + shifts) or, when the guard fires, its tile is flagged.
+//   3. em_repair_kernel: an exact two-pass kernel (per output the max term, then Σ 2^(t − max)) on flagged tiles.
 #pragma once
 
 namespace jb {
@@ -35,25 +35,32 @@ template <> struct EmReal<double> {
   static __device__ __forceinline__ double max(double x, double y) { return x != x ? x : y != y ? y : fmax(x, y); }
 };
 
-// The workspace, typed.
+// The workspace, typed (exp_matmul_bounds.cuh: em_workspace).
 template <class T> struct EmView {
-  T *row_max, *col_max;
+  T *row_max, *col_max, *ea, *eb;
   unsigned long long *row_mask, *col_mask, *repaired;
   unsigned* flags;
-  long long tiles_m, tiles_n; // repair tiles
-  int headroom, guard;        // h and log2 of the guard threshold
+  long long Mp, Np, Kp;
+  long long a_batches, b_batches; // 1 for an operand broadcast over the batch
+  long long tiles_m, tiles_n;     // repair tiles
+  int headroom, guard;            // h and log2 of the guard threshold
 };
 template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
   const bool wide = sizeof(T) == 8;
-  const EmWorkspace w = em_workspace(p.B, p.M, p.N, wide);
-  char* base = static_cast<char*>(p.workspace);
   EmView<T> v;
+  v.a_batches = p.a_batch == 0 ? 1 : p.B;
+  v.b_batches = p.b_batch == 0 ? 1 : p.B;
+  const EmWorkspace w = em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide);
+  char* base = static_cast<char*>(p.workspace);
   v.row_max = reinterpret_cast<T*>(base + w.row_max);
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
+  v.ea = reinterpret_cast<T*>(base + w.ea);
+  v.eb = reinterpret_cast<T*>(base + w.eb);
   v.row_mask = reinterpret_cast<unsigned long long*>(base + w.row_mask);
   v.col_mask = reinterpret_cast<unsigned long long*>(base + w.col_mask);
   v.repaired = reinterpret_cast<unsigned long long*>(base + w.repaired);
   v.flags = reinterpret_cast<unsigned*>(base + w.flags);
+  v.Mp = w.Mp, v.Np = w.Np, v.Kp = w.Kp;
   const int rt = em_repair_tile(wide);
   v.tiles_m = (p.M + rt - 1) / rt;
   v.tiles_n = (p.N + rt - 1) / rt;
@@ -67,16 +74,24 @@ template <class I> __device__ __forceinline__ unsigned long long em_chunk_bit(I 
   return 1ull << (int)(k / chunk);
 }
 
-// Pass 1. Blocks [0, row_blocks): a warp per row of a (lanes along k). Blocks after: 32 columns of b per block
-// (lanes along n), its 8 warps splitting K. Every thread also clears part of the flags.
-template <class In, class I, class T> __device__ __forceinline__ void em_stats_kernel(const BmmParams p) {
+// One operand element's factor 2^(x' − max + h), 0 for −inf. A row or column whose max is not finite is shifted by
+// 0 (its outputs are NaN or repaired; its products are never used).
+template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
+  typedef EmReal<T> R;
+  const T shift = fabs(line_max) < R::inf() ? line_max - (T)headroom : (T)0;
+  return R::exp2(R::log2_units(x) - shift);
+}
+
+// Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
+// Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
+template <class In, class I, class T> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
   typedef EmReal<T> R;
   const EmView<T> v = em_view<T>(p);
-  const EmStatsGrid g = em_stats_grid(p.B, p.M, p.N);
+  const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
   const T kNegInf = -R::inf();
-  const I K = (I)p.K, chunk = K > 64 ? (K + 63) / 64 : 1;
+  const I K = (I)p.K, Kp = (I)v.Kp, Mp = (I)v.Mp, Np = (I)v.Np, chunk = K > 64 ? (K + 63) / 64 : 1;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   {
     const I total = (I)v.tiles_m * (I)v.tiles_n * (I)p.B;
@@ -84,8 +99,13 @@ template <class In, class I, class T> __device__ __forceinline__ void em_stats_k
     if (blockIdx.x == 0 && threadIdx.x == 0) *v.repaired = 0ull;
   }
   if ((long long)blockIdx.x < g.row_blocks) {
-    for (I r = (I)blockIdx.x * 8 + warp; r < (I)p.B * (I)p.M; r += (I)g.row_blocks * 8) {
-      const I batch = r / (I)p.M, i = r % (I)p.M;
+    for (I r = (I)blockIdx.x * 8 + warp; r < (I)v.a_batches * Mp; r += (I)g.row_blocks * 8) {
+      const I batch = r / Mp, i = r % Mp;
+      T* out = v.ea + r * Kp;
+      if (i >= (I)p.M) {
+        for (I k = lane; k < Kp; k += 32) out[k] = (T)0;
+        continue;
+      }
       const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
       T mx = kNegInf;
       unsigned long long mask = 0ull;
@@ -99,73 +119,54 @@ template <class In, class I, class T> __device__ __forceinline__ void em_stats_k
         mx = R::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         mask |= __shfl_xor_sync(0xffffffffu, mask, o);
       }
-      if (lane == 0) v.row_max[r] = mx, v.row_mask[r] = mask;
+      if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_mask[batch * (I)p.M + i] = mask;
+      for (I k = lane; k < Kp; k += 32)
+        out[k] = k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0;
     }
     return;
   }
   __shared__ T part_max[8][32];
   __shared__ unsigned long long part_mask[8][32];
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
-  for (I c0 = first; c0 < (I)p.B * (I)p.N; c0 += (I)g.col_blocks * 32) {
-    const I c = c0 + lane;
+  for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
+    const I c = c0 + lane, batch = c / Np, j = c % Np;
+    const bool real = c < (I)v.b_batches * Np && j < (I)p.N;
+    const In* B = B0 + batch * (I)p.b_batch + j * (I)p.b_col;
     T mx = kNegInf;
     unsigned long long mask = 0ull;
-    if (c < (I)p.B * (I)p.N) {
-      const I batch = c / (I)p.N, j = c % (I)p.N;
-      const In* B = B0 + batch * (I)p.b_batch + j * (I)p.b_col;
+    if (real)
       for (I k = warp; k < K; k += 8) {
         const T x = R::log2_units(to_acc(B[k * (I)p.b_row]));
         mx = R::max(mx, x);
         if (x != kNegInf) mask |= em_chunk_bit(k, chunk);
       }
-    }
     part_max[warp][lane] = mx;
     part_mask[warp][lane] = mask;
     __syncthreads();
-    if (warp == 0 && c < (I)p.B * (I)p.N) {
-      for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), mask |= part_mask[w][lane];
-      v.col_max[c] = mx, v.col_mask[c] = mask;
-    }
+    mx = part_max[0][lane], mask = part_mask[0][lane];
+    for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), mask |= part_mask[w][lane];
+    if (real && warp == 0) v.col_max[batch * (I)p.N + j] = mx, v.col_mask[batch * (I)p.N + j] = mask;
+    if (c < (I)v.b_batches * Np)
+      for (I k = warp; k < Kp; k += 8)
+        v.eb[(batch * Kp + k) * Np + j] = real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
     __syncthreads();
   }
 }
 
-// One operand element on its way into shared memory: 2^(x' − max + h), 0 for −inf. A row or column whose max is
-// not finite is shifted by 0 (its outputs are NaN or repaired; its products are never used).
-template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
-  typedef EmReal<T> R;
-  const T shift = fabs(line_max) < R::inf() ? line_max - (T)headroom : (T)0;
-  return R::exp2(R::log2_units(x) - shift);
-}
-
-// Exponentiates fetched slices (Tile::fetch order: a's element l at row idx / BK, b's at column idx % BN).
-template <class T, int BM, int BN, int BK, int THREADS, int NA, int NB>
-__device__ __forceinline__ void em_exponentiate(T (&ra)[NA], T (&rb)[NB], const T* sh_a, const T* sh_b, int h) {
-#pragma unroll
-  for (int l = 0; l < NA; ++l) {
-    const int idx = threadIdx.x + l * THREADS;
-    ra[l] = em_factor(ra[l], sh_a[idx < BM * BK ? idx / BK : 0], h);
-  }
-#pragma unroll
-  for (int l = 0; l < NB; ++l) {
-    const int idx = threadIdx.x + l * THREADS;
-    rb[l] = em_factor(rb[l], sh_b[idx % BN], h);
-  }
-}
-
-// The block's row and column maxima and masks, staged in shared memory for the exponentiation and the epilogue.
+// The block's row and column maxima and masks, staged in shared memory for the epilogue.
 template <class T, class I, int BM, int BN, int THREADS>
 __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0, T* sh_a,
                                                T* sh_b, unsigned long long* mask_a, unsigned long long* mask_b) {
+  const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
   for (int l = threadIdx.x; l < BM + BN; l += THREADS) {
     if (l < BM) {
       const I i = m0 + l;
-      sh_a[l] = i < (I)p.M ? v.row_max[batch * (I)p.M + i] : (T)0;
-      mask_a[l] = i < (I)p.M ? v.row_mask[batch * (I)p.M + i] : 0ull;
+      sh_a[l] = i < (I)p.M ? v.row_max[ab * (I)p.M + i] : (T)0;
+      mask_a[l] = i < (I)p.M ? v.row_mask[ab * (I)p.M + i] : 0ull;
     } else {
       const I j = n0 + (l - BM);
-      sh_b[l - BM] = j < (I)p.N ? v.col_max[batch * (I)p.N + j] : (T)0;
-      mask_b[l - BM] = j < (I)p.N ? v.col_mask[batch * (I)p.N + j] : 0ull;
+      sh_b[l - BM] = j < (I)p.N ? v.col_max[bb * (I)p.N + j] : (T)0;
+      mask_b[l - BM] = j < (I)p.N ? v.col_mask[bb * (I)p.N + j] : 0ull;
     }
   }
 }
@@ -204,11 +205,56 @@ __device__ __forceinline__ void em_report(const EmView<T>& v, I batch, I i, I j,
   if (threadIdx.x % 32 == 0 && total) atomicAdd(v.repaired, (unsigned long long)total);
 }
 
-// Pass 2, math=fma: the tiled skeleton (tiled.cuh) with exponentiated operands and an FMA per term.
+// 16 bytes of T: the product's loads from the padded, aligned workspace.
+template <class T> struct __align__(16) EmVec {
+  T v[16 / sizeof(T)];
+};
+
+// Moves one K slice of the exponentiated operands into shared memory: a's [BM][BK] block (k contiguous in the
+// workspace) transposed to [BK][BM], b's [BK][BN] block as it is. No bounds checks: the workspace is padded.
+template <class T, int BM, int BN, int BK, int THREADS> struct EmLoader {
+  static constexpr int V = 16 / sizeof(T);
+  static constexpr int kVecA = BM * BK / V, kVecB = BK * BN / V;
+  static constexpr int kLoadA = (kVecA + THREADS - 1) / THREADS, kLoadB = (kVecB + THREADS - 1) / THREADS;
+  static_assert(BK % V == 0 && BN % V == 0, "slices are whole 16-byte vectors");
+  EmVec<T> ra[kLoadA], rb[kLoadB];
+
+  template <class I> __device__ __forceinline__ void fetch(const T* ea, const T* eb, I Kp, I Np, I m0, I n0, I k0) {
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = threadIdx.x + l * THREADS, r = idx / (BK / V), c = idx % (BK / V);
+      if (kVecA % THREADS == 0 || idx < kVecA)
+        ra[l] = *reinterpret_cast<const EmVec<T>*>(ea + (m0 + r) * Kp + k0 + c * V);
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = threadIdx.x + l * THREADS, r = idx / (BN / V), c = idx % (BN / V);
+      if (kVecB % THREADS == 0 || idx < kVecB)
+        rb[l] = *reinterpret_cast<const EmVec<T>*>(eb + (k0 + r) * Np + n0 + c * V);
+    }
+  }
+  template <int PAD_M, int PAD_N> __device__ __forceinline__ void store(T (*sa)[PAD_M], T (*sb)[PAD_N]) const {
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = threadIdx.x + l * THREADS, r = idx / (BK / V), c = idx % (BK / V);
+      if (kVecA % THREADS == 0 || idx < kVecA)
+#pragma unroll
+        for (int e = 0; e < V; ++e) sa[c * V + e][r] = ra[l].v[e];
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = threadIdx.x + l * THREADS, r = idx / (BN / V), c = idx % (BN / V);
+      if (kVecB % THREADS == 0 || idx < kVecB) *reinterpret_cast<EmVec<T>*>(&sb[r][c * V]) = rb[l];
+    }
+  }
+};
+
+// Pass 2, math=fma: the tiled skeleton's shared-memory layout and fragments (tiled.cuh), an FMA per term.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   typedef Tile<T, BM, BN, BK, TM, TN> G;
+  typedef EmLoader<T, BM, BN, BK, G::kThreads> L;
   static_assert((TM & (TM - 1)) == 0 && (TN & (TN - 1)) == 0 && TM <= 64 && TN <= 64,
                 "a thread's outputs must lie in one repair tile");
   __shared__ __align__(16) typename G::Smem sm;
@@ -216,21 +262,17 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   __shared__ unsigned long long mask_a[BM], mask_b[BN];
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
-  const In* A0 = static_cast<const In*>(p.a);
-  const In* B0 = static_cast<const In*>(p.b);
-  const T kNegInf = -EmReal<T>::inf();
+  const I Kp = (I)v.Kp, Np = (I)v.Np;
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-    const In* A = A0 + t.batch * (I)p.a_batch;
-    const In* B = B0 + t.batch * (I)p.b_batch;
-    T ra[G::kLoadA], rb[G::kLoadB];
-    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
+    const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
+    const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * Kp * Np;
+    L ld;
+    ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, (I)0);
     __syncthreads(); // the previous tile's epilogue may still read the staged lines and shared memory
     em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
-    __syncthreads();
-    em_exponentiate<T, BM, BN, BK, G::kThreads>(ra, rb, sh_a, sh_b, v.headroom);
-    G::store(sm, 0, ra, rb);
+    ld.store(sm.a[0], sm.b[0]);
     __syncthreads();
     T s[TM][TN];
 #pragma unroll
@@ -238,9 +280,9 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
 #pragma unroll
       for (int c = 0; c < TN; ++c) s[r][c] = (T)0;
     int buf = 0;
-    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
-      const bool more = k0 + BK < t.k_end;
-      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb); // in flight meanwhile
+    for (I k0 = 0; k0 < Kp; k0 += BK) {
+      const bool more = k0 + BK < Kp;
+      if (more) ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, k0 + BK); // in flight during the FMAs
 #pragma unroll
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
@@ -251,11 +293,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
 #pragma unroll
           for (int c = 0; c < TN; ++c) s[r][c] = fma(fa[r], fb[c], s[r][c]);
       }
-      // buf ^ 1 was last read before the previous barrier: one barrier a slice.
-      if (more) {
-        em_exponentiate<T, BM, BN, BK, G::kThreads>(ra, rb, sh_a, sh_b, v.headroom);
-        G::store(sm, buf ^ 1, ra, rb);
-      }
+      if (more) ld.store(sm.a[buf ^ 1], sm.b[buf ^ 1]); // last read before the previous barrier
       __syncthreads();
       buf ^= 1;
     }
@@ -288,53 +326,40 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 // Shared memory of the tensor-core kernel: k-major like Tile's, padded by 8 floats so that the fragment loads
 // (lane = 4·row + k: addresses 8·k + row apart) hit 32 distinct banks.
 template <int BM, int BN, int BK> struct EmMmaSmem {
-  static constexpr int kPadM = BM + 8, kPadN = BN + 8;
-  float a[2][BK][kPadM];
-  float b[2][BK][kPadN];
+  float a[2][BK][BM + 8];
+  float b[2][BK][BN + 8];
 };
 
 // Pass 2, math=tf32x3 (SPLIT) or tf32: each thread owns TM×TN outputs as mma fragments; a warp covers a
 // (8·TM)×(4·TN) tile. With SPLIT each factor x is hi + lo (hi = tf32(x), lo = tf32(x − hi)) and a term is
-// hi·hi + hi·lo + lo·hi: f32-level accuracy (the lo·lo part is below 2^-22 of the term).
+// hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the term). Tensor cores add with truncation, so SPLIT
+// sums each k-step's three products from zero and adds that to the f32 accumulator with a rounded add: the
+// truncation then never compounds over K.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT>
 __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   typedef float T;
-  typedef Tile<T, BM, BN, BK, TM, TN> G; // fetch only
-  typedef EmMmaSmem<BM, BN, BK> S;
   constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8, WARPS_N = BN / WN;
+  constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
+  typedef EmLoader<T, BM, BN, BK, kThreads> L;
   static_assert(TM % 2 == 0 && TN % 2 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
   static_assert(128 % WM == 0 && 128 % WN == 0, "a warp's outputs must lie in one repair tile");
-  static_assert(G::kThreads == (BM / WM) * (BN / WN) * 32, "one thread count");
-  __shared__ __align__(16) S sm;
+  __shared__ __align__(16) EmMmaSmem<BM, BN, BK> sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ unsigned long long mask_a[BM], mask_b[BN];
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
-  const In* A0 = static_cast<const In*>(p.a);
-  const In* B0 = static_cast<const In*>(p.b);
-  const T kNegInf = -EmReal<T>::inf();
+  const I Kp = (I)v.Kp, Np = (I)v.Np;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-    const In* A = A0 + t.batch * (I)p.a_batch;
-    const In* B = B0 + t.batch * (I)p.b_batch;
-    T ra[G::kLoadA], rb[G::kLoadB];
-    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
+    const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
+    const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * Kp * Np;
+    L ld;
+    ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, (I)0);
     __syncthreads();
-    em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
-    __syncthreads();
-    em_exponentiate<T, BM, BN, BK, G::kThreads>(ra, rb, sh_a, sh_b, v.headroom);
-#pragma unroll
-    for (int l = 0; l < G::kLoadA; ++l) {
-      const int idx = threadIdx.x + l * G::kThreads;
-      if (idx < BM * BK) sm.a[0][idx % BK][idx / BK] = ra[l];
-    }
-#pragma unroll
-    for (int l = 0; l < G::kLoadB; ++l) {
-      const int idx = threadIdx.x + l * G::kThreads;
-      if (idx < BK * BN) sm.b[0][idx / BN][idx % BN] = rb[l];
-    }
+    em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
+    ld.store(sm.a[0], sm.b[0]);
     __syncthreads();
     float acc[MT][NT][4];
 #pragma unroll
@@ -344,9 +369,9 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
     int buf = 0;
-    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
-      const bool more = k0 + BK < t.k_end;
-      if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
+    for (I k0 = 0; k0 < Kp; k0 += BK) {
+      const bool more = k0 + BK < Kp;
+      if (more) ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, k0 + BK);
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 8) {
         unsigned bh[NT][2], bl[NT][2];
@@ -370,26 +395,19 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
             if (SPLIT) {
-              mma_tf32(acc[m][n], al, bh[n][0], bh[n][1]);
-              mma_tf32(acc[m][n], ah, bl[n][0], bl[n][1]);
+              float d[4] = {0.f, 0.f, 0.f, 0.f};
+              mma_tf32(d, al, bh[n][0], bh[n][1]);
+              mma_tf32(d, ah, bl[n][0], bl[n][1]);
+              mma_tf32(d, ah, bh[n][0], bh[n][1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[m][n][e] += d[e];
+            } else {
+              mma_tf32(acc[m][n], ah, bh[n][0], bh[n][1]);
             }
-            mma_tf32(acc[m][n], ah, bh[n][0], bh[n][1]);
           }
         }
       }
-      if (more) {
-        em_exponentiate<T, BM, BN, BK, G::kThreads>(ra, rb, sh_a, sh_b, v.headroom);
-#pragma unroll
-        for (int l = 0; l < G::kLoadA; ++l) {
-          const int idx = threadIdx.x + l * G::kThreads;
-          if (idx < BM * BK) sm.a[buf ^ 1][idx % BK][idx / BK] = ra[l];
-        }
-#pragma unroll
-        for (int l = 0; l < G::kLoadB; ++l) {
-          const int idx = threadIdx.x + l * G::kThreads;
-          if (idx < BK * BN) sm.b[buf ^ 1][idx / BN][idx % BN] = rb[l];
-        }
-      }
+      if (more) ld.store(sm.a[buf ^ 1], sm.b[buf ^ 1]);
       __syncthreads();
       buf ^= 1;
     }
@@ -407,6 +425,75 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
                                             threshold);
         }
     em_report<T, I>(v, t.batch, t.m0 + wm0, t.n0 + wn0, flagged);
+  }
+}
+
+// Pass 3: the exact two-pass kernel on the tiles the guard flagged (BmmParams.repair_flags). Per output, a first
+// sweep over K finds the largest term t = a + b (natural units, so no finite input overflows a scaling); a second
+// sums 2^((t − max)·log2 e), every term ≤ 1 and the largest exactly 1, so nothing that matters can underflow.
+// NaN terms give NaN, a +inf max gives +inf, an all −inf output −inf: the reference's contract.
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
+  typedef typename Acc<In>::type T;
+  typedef EmReal<T> R;
+  typedef Tile<T, BM, BN, BK, TM, TN> G;
+  __shared__ __align__(16) typename G::Smem sm;
+  const In* A0 = static_cast<const In*>(p.a);
+  const In* B0 = static_cast<const In*>(p.b);
+  const T kNegInf = -R::inf(), kLog2e = (T)1.4426950408889634, kLn2 = (T)0.6931471805599453;
+  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    if (!tile_wanted<I, BM, BN>(p, z)) continue; // uniform over the block
+    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
+    const In* A = A0 + t.batch * (I)p.a_batch;
+    const In* B = B0 + t.batch * (I)p.b_batch;
+    T m[TM][TN], s[TM][TN];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) m[r][c] = kNegInf, s[r][c] = (T)0;
+#pragma unroll 1
+    for (int sweep = 0; sweep < 2; ++sweep) {
+      T ra[G::kLoadA], rb[G::kLoadB];
+      G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
+      __syncthreads(); // the previous sweep or tile may still read shared memory
+      G::store(sm, 0, ra, rb);
+      __syncthreads();
+      int buf = 0;
+      for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
+        const bool more = k0 + BK < t.k_end;
+        if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
+#pragma unroll 4
+        for (int k = 0; k < BK; ++k) {
+          T fa[TM], fb[TN];
+          G::row_frag(sm, buf, k, fa);
+          G::col_frag(sm, buf, k, fb);
+#pragma unroll
+          for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) {
+              // Padding is −inf on both sides: a −inf term, which neither sweep counts.
+              const T term = fa[r] + fb[c];
+              if (sweep == 0)
+                m[r][c] = R::max(m[r][c], term);
+              else
+                s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
+            }
+        }
+        if (more) G::store(sm, buf ^ 1, ra, rb);
+        __syncthreads();
+        buf ^= 1;
+      }
+    }
+    const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c)
+        if (r0 + r < (I)p.M && c0 + c < (I)p.N) {
+          const T mx = m[r][c];
+          const T value = fabs(mx) < R::inf() ? mx + R::log2(s[r][c]) * kLn2 : mx; // NaN, ±inf as they are
+          emit<T, Out, I>(p, t, r0 + r, c0 + c, value, -1);
+        }
   }
 }
 

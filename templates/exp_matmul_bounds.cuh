@@ -59,41 +59,57 @@ JB_HD int em_guard_log2(long long K, bool wide) {
   return em_log2_ceil(K) + em_headroom(K, wide) + f.min_exp + 2 + f.guard_bits;
 }
 
-// The repair pass's tile (the direct kernel run on flagged tiles only): 128×128 for float accumulators, 64×64 for
-// double. The tile flags are kept per repair tile.
+// The repair pass's tile (the exact two-pass kernel run on flagged tiles only): 128×128 for float accumulators,
+// 64×64 for double. The tile flags are kept per repair tile.
 JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
 
-// The workspace, in byte offsets from its start: per row of a its max (accumulator type, log2 units) and finite-chunk
-// mask, per column of b the same, the number of outputs the guard sent to repair (one 64-bit counter), and one flag
-// per repair tile. The stats pass writes all of it.
+// The exponentiated operands are stored padded, so the product's loads need no bounds checks: rows and columns to
+// a multiple of 128 (any block tile up to 128 divides it), K to a multiple of 32 (any tile_k up to 32). Padding
+// holds 0 (the factor of −inf).
+JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
+
+// The workspace, in byte offsets from its start:
+//   row_max, row_mask  per row of a (a_batches × M): its max in log2 units, and which 1/64 chunks of K hold a value
+//                      other than −inf; col_max, col_mask likewise per column of b (b_batches × N)
+//   repaired           the number of outputs the guard sent to repair (one 64-bit counter)
+//   flags              one per repair tile of the output (B × tiles_m × tiles_n)
+//   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np]
+// a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
-  long long row_max, col_max, row_mask, col_mask, repaired, flags, tiles, bytes;
+  long long Mp, Np, Kp;
+  long long row_max, col_max, row_mask, col_mask, repaired, flags, tiles, ea, eb, bytes;
 };
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
-JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, bool wide) {
+JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
+                               long long b_batches, bool wide) {
   const long long acc = wide ? 8 : 4, rt = em_repair_tile(wide);
   EmWorkspace w;
+  w.Mp = em_round_up(M, 128);
+  w.Np = em_round_up(N, 128);
+  w.Kp = em_round_up(K, 32);
   w.row_max = 0;
-  w.col_max = em_align(w.row_max + B * M * acc);
-  w.row_mask = em_align(w.col_max + B * N * acc);
-  w.col_mask = em_align(w.row_mask + B * M * 8);
-  w.repaired = em_align(w.col_mask + B * N * 8);
+  w.col_max = em_align(w.row_max + a_batches * M * acc);
+  w.row_mask = em_align(w.col_max + b_batches * N * acc);
+  w.col_mask = em_align(w.row_mask + a_batches * M * 8);
+  w.repaired = em_align(w.col_mask + b_batches * N * 8);
   w.flags = w.repaired + 16;
   w.tiles = B * ((M + rt - 1) / rt) * ((N + rt - 1) / rt);
-  w.bytes = em_align(w.flags + w.tiles * 4);
+  w.ea = em_align(w.flags + w.tiles * 4);
+  w.eb = em_align(w.ea + a_batches * w.Mp * w.Kp * acc);
+  w.bytes = em_align(w.eb + b_batches * w.Kp * w.Np * acc);
   return w;
 }
 
-// The stats pass's grid: blocks of 8 warps, a warp per row of a; then blocks of 32 columns of b × 8 slices of K.
-// Each part is capped (the kernel loops over the rest).
+// The prepare pass's grid: blocks of 8 warps, a warp per (padded) row of a; then blocks of 32 (padded) columns of b
+// × 8 slices of K. Each part is capped (the kernel loops over the rest).
 struct EmStatsGrid {
   long long row_blocks, col_blocks;
 };
-JB_HD EmStatsGrid em_stats_grid(long long B, long long M, long long N) {
+JB_HD EmStatsGrid em_stats_grid(long long M, long long N, long long a_batches, long long b_batches) {
   const long long cap = 1LL << 16;
   EmStatsGrid g;
-  g.row_blocks = (B * M + 7) / 8;
-  g.col_blocks = (B * N + 31) / 32;
+  g.row_blocks = (a_batches * em_round_up(M, 128) + 7) / 8;
+  g.col_blocks = (b_batches * em_round_up(N, 128) + 31) / 32;
   if (g.row_blocks > cap) g.row_blocks = cap;
   if (g.col_blocks > cap) g.col_blocks = cap;
   if (g.row_blocks < 1) g.row_blocks = 1;

@@ -109,16 +109,22 @@ TEST_CASE("exp_matmul guard: the underflowed mass never passes the bound; guarde
   CHECK(flagged > 100); // spreads of 50 and 100 often do
 }
 
-TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair tile") {
-  const jb::EmWorkspace w = jb::em_workspace(3, 130, 257, false);
+TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair tile, padded operand copies") {
+  const jb::EmWorkspace w = jb::em_workspace(3, 130, 257, 45, 3, 1, false);
+  CHECK(w.Mp == 256);
+  CHECK(w.Np == 384);
+  CHECK(w.Kp == 64);
   CHECK(w.row_max == 0);
   CHECK(w.col_max >= 3 * 130 * 4);
-  CHECK(w.row_mask >= w.col_max + 3 * 257 * 4);
+  CHECK(w.row_mask >= w.col_max + 1 * 257 * 4);
   CHECK(w.col_mask >= w.row_mask + 3 * 130 * 8);
-  CHECK(w.repaired >= w.col_mask + 3 * 257 * 8);
+  CHECK(w.repaired >= w.col_mask + 1 * 257 * 8);
   CHECK(w.flags == w.repaired + 16);
   CHECK(w.tiles == 3 * 2 * 3);
-  CHECK(w.bytes >= w.flags + 4 * w.tiles);
-  for (long long off : {w.col_max, w.row_mask, w.col_mask, w.repaired, w.bytes}) CHECK(off % 16 == 0);
-  CHECK(jb::em_workspace(2, 65, 64, true).tiles == 2 * 2 * 1);
+  CHECK(w.ea >= w.flags + 4 * w.tiles);
+  CHECK(w.eb >= w.ea + 3 * 256 * 64 * 4);
+  CHECK(w.bytes >= w.eb + 1 * 64 * 384 * 4);
+  for (long long off : {w.col_max, w.row_mask, w.col_mask, w.repaired, w.ea, w.eb, w.bytes}) CHECK(off % 16 == 0);
+  CHECK(jb::em_workspace(2, 65, 64, 1, 2, 2, true).tiles == 2 * 2 * 1);
+  CHECK(jb::em_workspace(2, 65, 64, 0, 2, 2, true).Kp == 0);
 }
