@@ -93,9 +93,9 @@ void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
     reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
   // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
   const int wm = 8 * tm, wn = 4 * tn;
-  if (tm < 2 || tn < 2 || tm % 2 || tn % 2 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
-    reject("thread", "tensor-core exp_matmul needs even thread_m, thread_n with 8·thread_m and 4·thread_n dividing "
-                     "the block tile and 128");
+  if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
+    reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
+                     "4·thread_n dividing the block tile and 128");
   if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
 }
 
@@ -417,8 +417,10 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     int smem = spec.pass == Pass::forward
                    ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
                    : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
-    if (spec.strategy == Strategy::exp_matmul) // the row and column maxima and masks; mma pads by 8, not 4
-      smem += (spec.tile_m + spec.tile_n) * (acc + 8) + (spec.math == Math::fma ? 0 : 2 * spec.tile_k * 8 * acc);
+    if (spec.strategy == Strategy::exp_matmul) { // the row and column maxima and masks; mma rows are k-major
+      if (spec.math != Math::fma) smem = 2 * (spec.tile_m + spec.tile_n) * (spec.tile_k + 4) * acc;
+      smem += (spec.tile_m + spec.tile_n) * (acc + 8);
+    }
     if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
     const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
     if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)

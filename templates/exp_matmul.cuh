@@ -11,6 +11,13 @@
 
 namespace jb {
 
+// x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
 template <class T> struct EmReal;
 template <> struct EmReal<float> {
   static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
@@ -82,9 +89,17 @@ template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int h
   return R::exp2(R::log2_units(x) - shift);
 }
 
+// How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
+// FORM 1 (tf32) and 2 (tf32x3): b transposed to [Np][Kp], so both operands reach the tensor cores through
+// ldmatrix; FORM 1 stores the values rounded to TF32 (the product then converts nothing).
+template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
+  return FORM == 1 ? __uint_as_float(to_tf32(x)) : x;
+}
+template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
+
 // Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
 // Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
-template <class In, class I, class T> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
+template <class In, class I, class T, int FORM> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
   typedef EmReal<T> R;
   const EmView<T> v = em_view<T>(p);
   const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
@@ -121,12 +136,13 @@ template <class In, class I, class T> __device__ __forceinline__ void em_prepare
       }
       if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_mask[batch * (I)p.M + i] = mask;
       for (I k = lane; k < Kp; k += 32)
-        out[k] = k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0;
+        out[k] = k < K ? em_store_form<FORM>(em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom)) : (T)0;
     }
     return;
   }
   __shared__ T part_max[8][32];
   __shared__ unsigned long long part_mask[8][32];
+  __shared__ T tile[32][33]; // FORM 1, 2: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
     const I c = c0 + lane, batch = c / Np, j = c % Np;
@@ -146,9 +162,22 @@ template <class In, class I, class T> __device__ __forceinline__ void em_prepare
     mx = part_max[0][lane], mask = part_mask[0][lane];
     for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), mask |= part_mask[w][lane];
     if (real && warp == 0) v.col_max[batch * (I)p.N + j] = mx, v.col_mask[batch * (I)p.N + j] = mask;
-    if (c < (I)v.b_batches * Np)
-      for (I k = warp; k < Kp; k += 8)
-        v.eb[(batch * Kp + k) * Np + j] = real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
+    if (FORM == 0) {
+      if (c < (I)v.b_batches * Np)
+        for (I k = warp; k < Kp; k += 8)
+          v.eb[(batch * Kp + k) * Np + j] =
+              real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
+    } else if (c0 < (I)v.b_batches * Np) { // uniform: Np is a multiple of 32, so the block's columns are all real
+      for (I k0 = 0; k0 < Kp; k0 += 32) {  // through shared memory, so both the reads and the writes coalesce
+        for (int r = warp; r < 32; r += 8) {
+          const I k = k0 + r;
+          tile[r][lane] = real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
+        }
+        __syncthreads();
+        for (int r = warp; r < 32; r += 8) v.eb[(c0 + r) * Kp + k0 + lane] = em_store_form<FORM>(tile[lane][r]);
+        __syncthreads();
+      }
+    }
     __syncthreads();
   }
 }
@@ -312,54 +341,87 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
 }
 
 // Tensor cores: mma.sync m16n8k8 with TF32 operands and f32 accumulators.
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Shared memory of the tensor-core kernel: k-major like Tile's, padded by 8 floats so that the fragment loads
-// (lane = 4·row + k: addresses 8·k + row apart) hit 32 distinct banks.
+// Shared-memory address of a generic pointer, for the instructions that take one.
+__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
+  unsigned addr;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+
+// Four 8×4 tiles of 32-bit values from shared memory in one instruction: lane l names row l % 8 of tile l / 8,
+// and receives from tile i the word (row l / 4, column l % 4) in r[i] — exactly an mma fragment's layout.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const float* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(em_smem_addr(row)));
+}
+
+// Shared memory of the tensor-core kernel: a as [BM][BK] and b as [BN][BK] (k contiguous, as the prepare pass
+// stores them), rows padded by 4 words so that the 8 rows one ldmatrix tile reads hit 32 distinct banks.
 template <int BM, int BN, int BK> struct EmMmaSmem {
-  float a[2][BK][BM + 8];
-  float b[2][BK][BN + 8];
+  static constexpr int kPitch = BK + 4;
+  float a[2][BM][kPitch];
+  float b[2][BN][kPitch];
 };
+
+// Copies one K slice of rows (a's rows or b's columns, each k-contiguous in the workspace) into shared memory with
+// cp.async: 16 bytes per copy, straight from global to shared, no registers in between.
+template <int ROWS, int BK, int THREADS, int PITCH, class I>
+__device__ __forceinline__ void em_copy_rows(float (*dst)[PITCH], const float* src, I Kp, I row0, I k0) {
+  constexpr int kVec = ROWS * BK / 4, kLoad = (kVec + THREADS - 1) / THREADS;
+  static_assert(BK % 4 == 0, "slices are whole 16-byte vectors");
+#pragma unroll
+  for (int l = 0; l < kLoad; ++l) {
+    const int idx = threadIdx.x + l * THREADS;
+    if (kVec % THREADS == 0 || idx < kVec)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(em_smem_addr(&dst[idx / (BK / 4)][idx % (BK / 4) * 4])),
+                   "l"(src + (row0 + idx / (BK / 4)) * Kp + k0 + idx % (BK / 4) * 4));
+  }
+}
+__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // Pass 2, math=tf32x3 (SPLIT) or tf32: each thread owns TM×TN outputs as mma fragments; a warp covers a
 // (8·TM)×(4·TN) tile. With SPLIT each factor x is hi + lo (hi = tf32(x), lo = tf32(x − hi)) and a term is
 // hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the term). Tensor cores add with truncation, so SPLIT
 // sums each k-step's three products from zero and adds that to the f32 accumulator with a rounded add: the
-// truncation then never compounds over K.
+// truncation then never compounds over K. Without SPLIT the operands arrive rounded to TF32 (FORM 1).
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT>
 __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   typedef float T;
   constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8, WARPS_N = BN / WN;
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
-  typedef EmLoader<T, BM, BN, BK, kThreads> L;
-  static_assert(TM % 2 == 0 && TN % 2 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
+  typedef EmMmaSmem<BM, BN, BK> S;
+  static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
   static_assert(128 % WM == 0 && 128 % WN == 0, "a warp's outputs must lie in one repair tile");
-  __shared__ __align__(16) EmMmaSmem<BM, BN, BK> sm;
+  __shared__ __align__(16) S sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ unsigned long long mask_a[BM], mask_b[BN];
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
-  const I Kp = (I)v.Kp, Np = (I)v.Np;
+  const I Kp = (I)v.Kp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  // This lane's ldmatrix rows: for a, tile lane/8 is (rows +8 if odd, k +4 if ≥ 2); for b (two n8 tiles per
+  // call), (k +4 if odd, columns +8 if ≥ 2).
+  const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_k = (lane / 16) * 4;
+  const int b_row = (lane / 16) * 8 + lane % 8, b_k = (lane / 8 % 2) * 4;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
-    const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * Kp * Np;
-    L ld;
-    ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, (I)0);
-    __syncthreads();
+    const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * (I)v.Np * Kp;
+    __syncthreads(); // the previous tile's epilogue may still read the staged lines and shared memory
+    em_copy_rows<BM, BK, kThreads>(sm.a[0], ea, Kp, t.m0, (I)0);
+    em_copy_rows<BN, BK, kThreads>(sm.b[0], eb, Kp, t.n0, (I)0);
+    em_copy_commit();
     em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
-    ld.store(sm.a[0], sm.b[0]);
+    em_copy_wait_all();
     __syncthreads();
     float acc[MT][NT][4];
 #pragma unroll
@@ -371,26 +433,36 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     int buf = 0;
     for (I k0 = 0; k0 < Kp; k0 += BK) {
       const bool more = k0 + BK < Kp;
-      if (more) ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, k0 + BK);
+      if (more) { // into the other buffer, last read before the previous barrier; lands during the mma below
+        em_copy_rows<BM, BK, kThreads>(sm.a[buf ^ 1], ea, Kp, t.m0, k0 + BK);
+        em_copy_rows<BN, BK, kThreads>(sm.b[buf ^ 1], eb, Kp, t.n0, k0 + BK);
+        em_copy_commit();
+      }
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 8) {
         unsigned bh[NT][2], bl[NT][2];
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+        for (int n = 0; n < NT; n += 2) {
+          unsigned r[4];
+          ldmatrix_x4(r, &sm.b[buf][wn0 + n * 8 + b_row][kk + b_k]);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float x = sm.b[buf][kk + q + 4 * h][wn0 + n * 8 + g];
-            bh[n][h] = to_tf32(x);
-            bl[n][h] = SPLIT ? to_tf32(x - __uint_as_float(bh[n][h])) : 0u;
+          for (int e = 0; e < 4; ++e) {
+            const float x = __uint_as_float(r[e]);
+            bh[n + e / 2][e % 2] = SPLIT ? to_tf32(x) : r[e];
+            bl[n + e / 2][e % 2] = SPLIT ? to_tf32(x - __uint_as_float(to_tf32(x))) : 0u;
           }
+        }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           unsigned ah[4], al[4];
+          ldmatrix_x4(ah, &sm.a[buf][wm0 + m * 16 + a_row][kk + a_k]);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float x = sm.a[buf][kk + q + 4 * (e / 2)][wm0 + m * 16 + g + 8 * (e % 2)];
-            ah[e] = to_tf32(x);
-            al[e] = SPLIT ? to_tf32(x - __uint_as_float(ah[e])) : 0u;
+            const float x = __uint_as_float(ah[e]);
+            if (SPLIT) {
+              ah[e] = to_tf32(x);
+              al[e] = to_tf32(x - __uint_as_float(ah[e]));
+            }
           }
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
@@ -407,7 +479,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
           }
         }
       }
-      if (more) ld.store(sm.a[buf ^ 1], sm.b[buf ^ 1]);
+      em_copy_wait_all();
       __syncthreads();
       buf ^= 1;
     }
