@@ -419,7 +419,7 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
                    : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
     if (spec.strategy == Strategy::exp_matmul) { // the row and column maxima and masks; mma rows are k-major
       if (spec.math != Math::fma) smem = 2 * (spec.tile_m + spec.tile_n) * (spec.tile_k + 4) * acc;
-      smem += (spec.tile_m + spec.tile_n) * (acc + 8);
+      smem += (spec.tile_m + spec.tile_n) * (acc + 16);
     }
     if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
     const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;

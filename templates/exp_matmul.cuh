@@ -45,7 +45,8 @@ template <> struct EmReal<double> {
 // The workspace, typed (exp_matmul_bounds.cuh: em_workspace).
 template <class T> struct EmView {
   T *row_max, *col_max, *ea, *eb;
-  unsigned long long *row_mask, *col_mask, *repaired;
+  EmLine *row_line, *col_line;
+  unsigned long long* repaired;
   unsigned* flags;
   long long Mp, Np, Kp;
   long long a_batches, b_batches; // 1 for an operand broadcast over the batch
@@ -63,8 +64,8 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
   v.ea = reinterpret_cast<T*>(base + w.ea);
   v.eb = reinterpret_cast<T*>(base + w.eb);
-  v.row_mask = reinterpret_cast<unsigned long long*>(base + w.row_mask);
-  v.col_mask = reinterpret_cast<unsigned long long*>(base + w.col_mask);
+  v.row_line = reinterpret_cast<EmLine*>(base + w.row_line);
+  v.col_line = reinterpret_cast<EmLine*>(base + w.col_line);
   v.repaired = reinterpret_cast<unsigned long long*>(base + w.repaired);
   v.flags = reinterpret_cast<unsigned*>(base + w.flags);
   v.Mp = w.Mp, v.Np = w.Np, v.Kp = w.Kp;
@@ -76,10 +77,31 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
   return v;
 }
 
-// Which of the 64 chunks of K the index k falls in.
-template <class I> __device__ __forceinline__ unsigned long long em_chunk_bit(I k, I chunk) {
-  return 1ull << (int)(k / chunk);
-}
+// A line's EmLine as one lane sees it, and the merge of two lanes' views.
+struct EmLineAcc {
+  unsigned long long chunks = 0ull;
+  int first = 0x7fffffff, last = -1;
+  template <class I> __device__ __forceinline__ void add(I k, I chunk) {
+    chunks |= 1ull << (int)(k / chunk);
+    const int kk = k < (I)0x7fffffff ? (int)k : 0x7fffffff;
+    first = min(first, kk), last = max(last, kk);
+  }
+  __device__ __forceinline__ void merge(const EmLine& o) {
+    chunks |= o.chunks, first = min(first, o.first), last = max(last, o.last);
+  }
+  __device__ __forceinline__ void merge_xor(int lane_mask) {
+    EmLine o;
+    o.chunks = __shfl_xor_sync(0xffffffffu, chunks, lane_mask);
+    o.first = __shfl_xor_sync(0xffffffffu, first, lane_mask);
+    o.last = __shfl_xor_sync(0xffffffffu, last, lane_mask);
+    merge(o);
+  }
+  __device__ __forceinline__ EmLine line() const {
+    EmLine l;
+    l.chunks = chunks, l.first = first, l.last = last;
+    return l;
+  }
+};
 
 // One operand element's factor 2^(x' − max + h), 0 for −inf. A row or column whose max is not finite is shifted by
 // 0 (its outputs are NaN or repaired; its products are never used).
@@ -123,25 +145,27 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
       }
       const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
       T mx = kNegInf;
-      unsigned long long mask = 0ull;
+      EmLineAcc line;
+#pragma unroll 8
       for (I k = lane; k < K; k += 32) {
         const T x = R::log2_units(to_acc(A[k * (I)p.a_col]));
         mx = R::max(mx, x);
-        if (x != kNegInf) mask |= em_chunk_bit(k, chunk);
+        if (x != kNegInf) line.add(k, chunk);
       }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) {
         mx = R::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        mask |= __shfl_xor_sync(0xffffffffu, mask, o);
+        line.merge_xor(o);
       }
-      if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_mask[batch * (I)p.M + i] = mask;
+      if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_line[batch * (I)p.M + i] = line.line();
+#pragma unroll 8
       for (I k = lane; k < Kp; k += 32)
         out[k] = k < K ? em_store_form<FORM>(em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom)) : (T)0;
     }
     return;
   }
   __shared__ T part_max[8][32];
-  __shared__ unsigned long long part_mask[8][32];
+  __shared__ EmLine part_line[8][32];
   __shared__ T tile[32][33]; // FORM 1, 2: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
@@ -149,19 +173,20 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
     const bool real = c < (I)v.b_batches * Np && j < (I)p.N;
     const In* B = B0 + batch * (I)p.b_batch + j * (I)p.b_col;
     T mx = kNegInf;
-    unsigned long long mask = 0ull;
+    EmLineAcc line;
     if (real)
+#pragma unroll 8
       for (I k = warp; k < K; k += 8) {
         const T x = R::log2_units(to_acc(B[k * (I)p.b_row]));
         mx = R::max(mx, x);
-        if (x != kNegInf) mask |= em_chunk_bit(k, chunk);
+        if (x != kNegInf) line.add(k, chunk);
       }
     part_max[warp][lane] = mx;
-    part_mask[warp][lane] = mask;
+    part_line[warp][lane] = line.line();
     __syncthreads();
-    mx = part_max[0][lane], mask = part_mask[0][lane];
-    for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), mask |= part_mask[w][lane];
-    if (real && warp == 0) v.col_max[batch * (I)p.N + j] = mx, v.col_mask[batch * (I)p.N + j] = mask;
+    mx = part_max[0][lane];
+    for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), line.merge(part_line[w][lane]);
+    if (real && warp == 0) v.col_max[batch * (I)p.N + j] = mx, v.col_line[batch * (I)p.N + j] = line.line();
     if (FORM == 0) {
       if (c < (I)v.b_batches * Np)
         for (I k = warp; k < Kp; k += 8)
@@ -185,17 +210,18 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
 // The block's row and column maxima and masks, staged in shared memory for the epilogue.
 template <class T, class I, int BM, int BN, int THREADS>
 __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0, T* sh_a,
-                                               T* sh_b, unsigned long long* mask_a, unsigned long long* mask_b) {
+                                               T* sh_b, EmLine* line_a, EmLine* line_b) {
+  const EmLine none = {0ull, 0x7fffffff, -1};
   const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
   for (int l = threadIdx.x; l < BM + BN; l += THREADS) {
     if (l < BM) {
       const I i = m0 + l;
       sh_a[l] = i < (I)p.M ? v.row_max[ab * (I)p.M + i] : (T)0;
-      mask_a[l] = i < (I)p.M ? v.row_mask[ab * (I)p.M + i] : 0ull;
+      line_a[l] = i < (I)p.M ? v.row_line[ab * (I)p.M + i] : none;
     } else {
       const I j = n0 + (l - BM);
       sh_b[l - BM] = j < (I)p.N ? v.col_max[bb * (I)p.N + j] : (T)0;
-      mask_b[l - BM] = j < (I)p.N ? v.col_mask[bb * (I)p.N + j] : 0ull;
+      line_b[l - BM] = j < (I)p.N ? v.col_line[bb * (I)p.N + j] : none;
     }
   }
 }
@@ -203,7 +229,7 @@ __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<
 // One output: written when exact, else reported for repair (returns true; nothing is written).
 template <class T, class Out, class I>
 __device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I>& t, I i, I j, T s, T am, T bm,
-                                          unsigned long long shared_chunks, const EmView<T>& v, T threshold) {
+                                          bool all_neg_inf, const EmView<T>& v, T threshold) {
   typedef EmReal<T> R;
   const T kLn2 = (T)0.6931471805599453;
   T value;
@@ -211,7 +237,7 @@ __device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I
     value = R::nan(); // a NaN in the row of a or the column of b
   else if (am == R::inf() || bm == R::inf())
     return true; // +inf in the row or column: the shift says nothing
-  else if (shared_chunks == 0ull)
+  else if (all_neg_inf)
     value = -R::inf(); // every term is −inf
   else if (s >= threshold)
     value = ((am + bm) - (T)(2 * v.headroom) + R::log2(s)) * kLn2;
@@ -288,7 +314,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
                 "a thread's outputs must lie in one repair tile");
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ T sh_a[BM], sh_b[BN];
-  __shared__ unsigned long long mask_a[BM], mask_b[BN];
+  __shared__ EmLine line_a[BM], line_b[BN];
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp, Np = (I)v.Np;
@@ -300,7 +326,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
     L ld;
     ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, (I)0);
     __syncthreads(); // the previous tile's epilogue may still read the staged lines and shared memory
-    em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
+    em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
     ld.store(sm.a[0], sm.b[0]);
     __syncthreads();
     T s[TM][TN];
@@ -334,7 +360,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
         const I i = t.m0 + r_base + r, j = t.n0 + c_base + c;
         if (i < (I)p.M && j < (I)p.N)
           flagged += em_finish<T, Out, I>(p, t, i, j, s[r][c], sh_a[r_base + r], sh_b[c_base + c],
-                                          mask_a[r_base + r] & mask_b[c_base + c], v, threshold);
+                                          em_all_neg_inf(line_a[r_base + r], line_b[c_base + c]), v, threshold);
       }
     em_report<T, I>(v, t.batch, t.m0 + r_base, t.n0 + c_base, flagged);
   }
@@ -402,7 +428,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   static_assert(128 % WM == 0 && 128 % WN == 0, "a warp's outputs must lie in one repair tile");
   __shared__ __align__(16) S sm;
   __shared__ T sh_a[BM], sh_b[BN];
-  __shared__ unsigned long long mask_a[BM], mask_b[BN];
+  __shared__ EmLine line_a[BM], line_b[BN];
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp;
@@ -420,7 +446,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     em_copy_rows<BM, BK, kThreads>(sm.a[0], ea, Kp, t.m0, (I)0);
     em_copy_rows<BN, BK, kThreads>(sm.b[0], eb, Kp, t.n0, (I)0);
     em_copy_commit();
-    em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, mask_a, mask_b);
+    em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
     em_copy_wait_all();
     __syncthreads();
     float acc[MT][NT][4];
@@ -493,8 +519,8 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
           const int r = wm0 + m * 16 + g + 8 * (e / 2), c = wn0 + n * 8 + 2 * q + (e % 2);
           const I i = t.m0 + r, j = t.n0 + c;
           if (i < (I)p.M && j < (I)p.N)
-            flagged += em_finish<T, Out, I>(p, t, i, j, acc[m][n][e], sh_a[r], sh_b[c], mask_a[r] & mask_b[c], v,
-                                            threshold);
+            flagged += em_finish<T, Out, I>(p, t, i, j, acc[m][n][e], sh_a[r], sh_b[c],
+                                            em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
         }
     em_report<T, I>(v, t.batch, t.m0 + wm0, t.n0 + wn0, flagged);
   }

@@ -19,8 +19,8 @@
 // The guard. An output whose s ≥ 2^(guard_bits) · L = 2^em_guard_log2(K) has lost at most 2^-guard_bits of its value
 // (2^-30 in float, below its 2^-24 rounding; 2^-60 in double): it is exact to the dtype. Any other output, and
 // any output whose row or column holds +inf (the shift is then meaningless), is recomputed by the direct kernel.
-// An output whose every term is −inf is recognised without recomputation: each row and column records, per 1/64
-// of K, whether it holds a value other than −inf; when no chunk is shared the output is exactly −inf.
+// An output whose every term is −inf is recognised without recomputation: each row and column records where it
+// holds values other than −inf (EmLine below); when they cannot meet, the output is exactly −inf.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -69,16 +69,27 @@ JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
 JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
 
 // The workspace, in byte offsets from its start:
-//   row_max, row_mask  per row of a (a_batches × M): its max in log2 units, and which 1/64 chunks of K hold a value
-//                      other than −inf; col_max, col_mask likewise per column of b (b_batches × N)
+//   row_max, row_line  per row of a (a_batches × M): its max in log2 units, and its EmLine (where it holds values
+//                      other than −inf); col_max, col_line likewise per column of b (b_batches × N)
 //   repaired           the number of outputs the guard sent to repair (one 64-bit counter)
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
 //   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np]
 // a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
   long long Mp, Np, Kp;
-  long long row_max, col_max, row_mask, col_mask, repaired, flags, tiles, ea, eb, bytes;
+  long long row_max, col_max, row_line, col_line, repaired, flags, tiles, ea, eb, bytes;
 };
+
+// Where a row of a (column of b) holds values other than −inf: which 1/64 chunks of K, and the first and last such
+// k (saturated at 2^31 − 1, which only makes the test below weaker). An output is exactly −inf when its row and
+// column share no such chunk, or their [first, last] ranges do not meet: CRF-style block and band masks.
+struct EmLine {
+  unsigned long long chunks;
+  int first, last;
+};
+JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
+  return (a.chunks & b.chunks) == 0ull || a.last < b.first || b.last < a.first;
+}
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
 JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
                                long long b_batches, bool wide) {
@@ -89,9 +100,9 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
   w.Kp = em_round_up(K, 32);
   w.row_max = 0;
   w.col_max = em_align(w.row_max + a_batches * M * acc);
-  w.row_mask = em_align(w.col_max + b_batches * N * acc);
-  w.col_mask = em_align(w.row_mask + a_batches * M * 8);
-  w.repaired = em_align(w.col_mask + b_batches * N * 8);
+  w.row_line = em_align(w.col_max + b_batches * N * acc);
+  w.col_line = em_align(w.row_line + a_batches * M * 16);
+  w.repaired = em_align(w.col_line + b_batches * N * 16);
   w.flags = w.repaired + 16;
   w.tiles = B * ((M + rt - 1) / rt) * ((N + rt - 1) / rt);
   w.ea = em_align(w.flags + w.tiles * 4);

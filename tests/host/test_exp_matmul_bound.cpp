@@ -116,15 +116,26 @@ TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair 
   CHECK(w.Kp == 64);
   CHECK(w.row_max == 0);
   CHECK(w.col_max >= 3 * 130 * 4);
-  CHECK(w.row_mask >= w.col_max + 1 * 257 * 4);
-  CHECK(w.col_mask >= w.row_mask + 3 * 130 * 8);
-  CHECK(w.repaired >= w.col_mask + 1 * 257 * 8);
+  CHECK(w.row_line >= w.col_max + 1 * 257 * 4);
+  CHECK(w.col_line >= w.row_line + 3 * 130 * 16);
+  CHECK(w.repaired >= w.col_line + 1 * 257 * 16);
   CHECK(w.flags == w.repaired + 16);
   CHECK(w.tiles == 3 * 2 * 3);
   CHECK(w.ea >= w.flags + 4 * w.tiles);
   CHECK(w.eb >= w.ea + 3 * 256 * 64 * 4);
   CHECK(w.bytes >= w.eb + 1 * 64 * 384 * 4);
-  for (long long off : {w.col_max, w.row_mask, w.col_mask, w.repaired, w.ea, w.eb, w.bytes}) CHECK(off % 16 == 0);
+  for (long long off : {w.col_max, w.row_line, w.col_line, w.repaired, w.ea, w.eb, w.bytes}) CHECK(off % 16 == 0);
   CHECK(jb::em_workspace(2, 65, 64, 1, 2, 2, true).tiles == 2 * 2 * 1);
   CHECK(jb::em_workspace(2, 65, 64, 0, 2, 2, true).Kp == 0);
+}
+
+TEST_CASE("exp_matmul: a row and a column that cannot meet make an exactly −inf output") {
+  const jb::EmLine band_a = {0b0110ull, 10, 20}, band_b = {0b0110ull, 21, 30}, block = {0b1000ull, 40, 50};
+  CHECK(jb::em_all_neg_inf(band_a, band_b));  // chunks shared, ranges apart
+  CHECK(jb::em_all_neg_inf(band_a, block));   // no chunk shared
+  CHECK_FALSE(jb::em_all_neg_inf(band_a, band_a));
+  const jb::EmLine none = {0ull, 0x7fffffff, -1};
+  CHECK(jb::em_all_neg_inf(none, band_a)); // an all −inf row
+  const jb::EmLine touch = {0b0100ull, 20, 25};
+  CHECK_FALSE(jb::em_all_neg_inf(band_a, touch)); // k = 20 in both
 }
