@@ -81,8 +81,8 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
 struct EmLineAcc {
   unsigned long long chunks = 0ull;
   int first = 0x7fffffff, last = -1;
-  template <class I> __device__ __forceinline__ void add(I k, I chunk) {
-    chunks |= 1ull << (int)(k / chunk);
+  template <class I> __device__ __forceinline__ void add(I k, int chunk_shift) {
+    chunks |= 1ull << (int)(k >> chunk_shift);
     const int kk = k < (I)0x7fffffff ? (int)k : 0x7fffffff;
     first = min(first, kk), last = max(last, kk);
   }
@@ -128,7 +128,9 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
   const T kNegInf = -R::inf();
-  const I K = (I)p.K, Kp = (I)v.Kp, Mp = (I)v.Mp, Np = (I)v.Np, chunk = K > 64 ? (K + 63) / 64 : 1;
+  const I K = (I)p.K, Kp = (I)v.Kp, Mp = (I)v.Mp, Np = (I)v.Np;
+  int chunk = 0; // chunks of 2^chunk k, at most 64 of them
+  while (((I)64 << chunk) < K) ++chunk;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   {
     const I total = (I)v.tiles_m * (I)v.tiles_n * (I)p.B;
@@ -239,8 +241,13 @@ __device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I
     return true; // +inf in the row or column: the shift says nothing
   else if (all_neg_inf)
     value = -R::inf(); // every term is −inf
-  else if (s >= threshold)
-    value = ((am + bm) - (T)(2 * v.headroom) + R::log2(s)) * kLn2;
+  else if (s >= threshold) {
+    // log2 s = e + log2 f with f in [0.5, 1): exact exponent arithmetic, so log2 s − 2h keeps all its digits even
+    // though log2 s itself is near 2h (a plain log2f(s) would carry its rounding at the scale of 2h).
+    int e;
+    const T f = frexp(s, &e);
+    value = ((am + bm) + ((T)(e - 2 * v.headroom) + R::log2(f))) * kLn2;
+  }
   else
     return true; // the guard: too much of s may have underflowed
   emit<T, Out, I>(p, t, i, j, value, -1);
@@ -464,7 +471,8 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
         em_copy_rows<BN, BK, kThreads>(sm.b[buf ^ 1], eb, Kp, t.n0, k0 + BK);
         em_copy_commit();
       }
-#pragma unroll
+      // SPLIT holds twice the fragments: one k-step at a time, or ptxas hoists the next step's loads and spills.
+#pragma unroll(SPLIT ? 1 : BK / 8)
       for (int kk = 0; kk < BK; kk += 8) {
         unsigned bh[NT][2], bl[NT][2];
 #pragma unroll
