@@ -79,8 +79,9 @@ int run_exp_matmul_bench(const Args& args) {
     variants.push_back({"direct tiled", {p, direct}});
     KernelSpec em = default_spec(p, Strategy::exp_matmul);
     if (p.dtype != DType::f64) {
-      em.math = Math::fma, em.tile_m = em.tile_n = 128, em.tile_k = 8, em.thread_m = em.thread_n = 8;
-      variants.push_back({"exp_matmul fma 128x128x8 t8x8", {p, em}});
+      em.math = Math::fma, em.tile_m = 128, em.tile_n = 64, em.tile_k = 16, em.thread_m = 8, em.thread_n = 4;
+      em.min_blocks = 2;
+      variants.push_back({"exp_matmul fma 128x64 t8x4", {p, em}});
       em = default_spec(p, Strategy::exp_matmul);
       variants.push_back({"exp_matmul tf32x3 " + std::to_string(em.tile_m) + "x" + std::to_string(em.tile_n), {p, em}});
       Problem fast = p;

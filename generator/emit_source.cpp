@@ -101,7 +101,8 @@ void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
                     index = s.index64 ? "long long" : "int";
   const std::string io = in + ", " + dtype_info(s.out_dtype).device_type + ", " + index;
   const std::string tile = acc == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8";
-  os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
+  // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
+  os << "extern \"C\" __global__ void __launch_bounds__(256, 4) " << kNameSlot
      << "_prepare(const jb::BmmParams p) {\n  jb::em_prepare_kernel<" << in << ", " << index << ", " << acc << ", "
      << (s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2) << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot

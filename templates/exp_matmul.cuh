@@ -148,8 +148,22 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
       const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
       T mx = kNegInf;
       EmLineAcc line;
+      // The first 32·kCache elements stay in registers between the two sweeps: all their loads in flight at once,
+      // and read once. Longer rows read the rest twice.
+      constexpr int kCache = 64 / sizeof(T); // 16 floats or 8 doubles: 64 registers a thread in all
+      T cache[kCache];
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const I k = lane + 32 * c;
+        cache[c] = k < K ? R::log2_units(to_acc(A[k * (I)p.a_col])) : kNegInf;
+      }
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        mx = R::max(mx, cache[c]);
+        if (cache[c] != kNegInf) line.add(lane + 32 * c, chunk);
+      }
 #pragma unroll 8
-      for (I k = lane; k < K; k += 32) {
+      for (I k = lane + 32 * kCache; k < K; k += 32) {
         const T x = R::log2_units(to_acc(A[k * (I)p.a_col]));
         mx = R::max(mx, x);
         if (x != kNegInf) line.add(k, chunk);
@@ -160,8 +174,15 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
         line.merge_xor(o);
       }
       if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_line[batch * (I)p.M + i] = line.line();
+      // The factors: 2^(x' − max + h), as em_factor computes them, from the cached log2-unit values.
+      const T shift = fabs(mx) < R::inf() ? mx - (T)v.headroom : (T)0;
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const I k = lane + 32 * c;
+        if (k < Kp) out[k] = k < K ? em_store_form<FORM>(R::exp2(cache[c] - shift)) : (T)0;
+      }
 #pragma unroll 8
-      for (I k = lane; k < Kp; k += 32)
+      for (I k = lane + 32 * kCache; k < Kp; k += 32)
         out[k] = k < K ? em_store_form<FORM>(em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom)) : (T)0;
     }
     return;
