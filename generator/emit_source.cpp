@@ -2,7 +2,6 @@
 // and a small instantiation block with the extern "C" entry point.
 #include "generator/emit_source.hpp"
 
-#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -105,7 +104,7 @@ void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
   // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
   os << "extern \"C\" __global__ void __launch_bounds__(256, 4) " << kNameSlot
      << "_prepare(const jb::BmmParams p) {\n  jb::em_prepare_kernel<" << in << ", " << index << ", " << acc << ", "
-     << (s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2) << ", " << std::max(128, s.tile_n) << ">(p);\n}\n"
+     << (s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2) << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
      << "_repair(const jb::BmmParams p) {\n  jb::em_repair_kernel<" << io << ", " << tile << ">(p);\n}\n";
 }

@@ -66,7 +66,7 @@ bool exp_matmul_fits_index32(const Problem& p) {
   const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
   int64_t ea = 0, eb = 0;
   return !__builtin_mul_overflow(a_batches * up(s.M, 128), up(s.K, 32), &ea) &&
-         !__builtin_mul_overflow(b_batches * up(s.N, 256), up(s.K, 32), &eb) && ea < kIndex32Limit &&
+         !__builtin_mul_overflow(b_batches * up(s.N, 128), up(s.K, 32), &eb) && ea < kIndex32Limit &&
          eb < kIndex32Limit;
 }
 
@@ -76,11 +76,9 @@ void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
   if (spec.pass != Pass::forward) reject("pass", "exp_matmul is a forward strategy");
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
   // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
-  const bool wide_n = spec.tile_n == 256 && spec.math != Math::fma; // tensor cores: columns padded to 256
-  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || (128 % spec.tile_n && !wide_n) ||
-      spec.tile_n % vec)
-    reject("tile", "exp_matmul needs tile_m dividing 128 and tile_n dividing 128 (or 256 with tensor cores), "
-                   "tile_n a multiple of " + std::to_string(vec));
+  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
+    reject("tile", "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " +
+                       std::to_string(vec) + ")");
   if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
     reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
   if (!spec.index64 && !exp_matmul_fits_index32(p))
@@ -411,10 +409,7 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     if (spec.strategy == Strategy::exp_matmul) check_exp_matmul(spec, p);
     if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
       reject("thread", "thread tile must divide the block tile");
-    // Tensor-core accumulators are 4 registers per 4 outputs with nothing else per output: up to 128.
-    const int most = spec.strategy == Strategy::exp_matmul && spec.math != Math::fma ? 128 : 64;
-    if (spec.thread_m * spec.thread_n > most)
-      reject("thread", "at most " + std::to_string(most) + " outputs per thread (registers)");
+    if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
     if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
     const int acc = spec.dtype == DType::f64 ? 8 : 4;
     // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.

@@ -108,12 +108,6 @@ void add_exp_matmul(std::vector<KernelSpec>& out, const Problem& p) {
     base.math = m;
     add_tiles(out, base, std::begin(mma_tiles), std::end(mma_tiles));
   }
-  // One TF32 product per term is bound by L2 bandwidth: 256-wide tiles read a quarter less per term.
-  if (p.precision == Precision::fast && p.shape.N >= 256) {
-    static const TileChoice wide_tiles[] = {{128, 256, 8, 8, 16, 1}};
-    base.math = Math::tf32;
-    add_tiles(out, base, std::begin(wide_tiles), std::end(wide_tiles));
-  }
 }
 
 } // namespace

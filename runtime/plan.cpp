@@ -41,11 +41,10 @@ namespace {
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
 
-// The workspace of an exp_matmul plan; columns are padded for tiles wider than 128 (em_prepare_kernel's NA).
-jb::EmWorkspace exp_matmul_workspace(const Problem& p, const KernelSpec& spec) {
+jb::EmWorkspace exp_matmul_workspace(const Problem& p) {
   const Shape& s = p.shape;
   return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
-                          dtype_info(p.dtype).size_bytes == 8, std::max(128, spec.tile_n));
+                          dtype_info(p.dtype).size_bytes == 8);
 }
 
 // Grid and block for a spec; the kernels loop over whatever a grid dimension cannot hold.
@@ -78,14 +77,13 @@ void set_geometry(SemiringBMM::Impl& im) {
   case Strategy::scatter:
     throw std::invalid_argument("spec.strategy: scatter is a backward strategy; plan the forward with another");
   case Strategy::exp_matmul: {
-    const jb::EmWorkspace w = exp_matmul_workspace(im.problem, im.spec);
+    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
     im.block[0] = spec.threads();
     im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
     im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
     im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
     const Strides a = im.problem.a(), b = im.problem.b();
-    const jb::EmStatsGrid g =
-        jb::em_stats_grid(s.M, s.N, a.batch == 0 ? 1 : s.B, b.batch == 0 ? 1 : s.B, std::max(128, spec.tile_n));
+    const jb::EmStatsGrid g = jb::em_stats_grid(s.M, s.N, a.batch == 0 ? 1 : s.B, b.batch == 0 ? 1 : s.B);
     im.prepare_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
     const int64_t rt = jb::em_repair_tile(dtype_info(spec.dtype).size_bytes == 8);
     im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
@@ -128,7 +126,7 @@ void launch_passes(const SemiringBMM::Impl& im, jb::BmmParams& params, CUstream 
     const unsigned prepare[3] = {im.prepare_grid, 1, 1};
     launch(k.prepare, prepare, block, params, stream, k.generated.name + "_prepare");
     launch(k.function, im.grid, im.block, params, stream, k.generated.name);
-    const jb::EmWorkspace w = exp_matmul_workspace(im.problem, im.spec);
+    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
     jb::BmmParams repair = params;
     repair.repair_flags = reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + w.flags);
     launch(k.repair, im.repair_grid, block, repair, stream, k.generated.name + "_repair");
@@ -233,7 +231,7 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   params.a = a, params.b = b, params.out = out, params.workspace = workspace.get();
   launch_passes(im, params, cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const jb::EmWorkspace w = exp_matmul_workspace(im.problem, im.spec);
+  const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
   std::vector<unsigned char> host(static_cast<std::size_t>(w.ea)); // everything before the operands
   workspace.download(host.data(), host.size());
   uint64_t repaired = 0;

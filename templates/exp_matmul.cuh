@@ -53,12 +53,12 @@ template <class T> struct EmView {
   long long tiles_m, tiles_n;     // repair tiles
   int headroom, guard;            // h and log2 of the guard threshold
 };
-template <class T, int NA> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
+template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
   const bool wide = sizeof(T) == 8;
   EmView<T> v;
   v.a_batches = p.a_batch == 0 ? 1 : p.B;
   v.b_batches = p.b_batch == 0 ? 1 : p.B;
-  const EmWorkspace w = em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide, NA);
+  const EmWorkspace w = em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide);
   char* base = static_cast<char*>(p.workspace);
   v.row_max = reinterpret_cast<T*>(base + w.row_max);
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
@@ -119,13 +119,12 @@ template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
 }
 template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
 
-// Pass 1 (NA: the column padding, em_workspace's n_align). Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
+// Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
 // Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
-template <class In, class I, class T, int FORM, int NA>
-__device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
+template <class In, class I, class T, int FORM> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
   typedef EmReal<T> R;
-  const EmView<T> v = em_view<T, NA>(p);
-  const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches, NA);
+  const EmView<T> v = em_view<T>(p);
+  const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
   const T kNegInf = -R::inf();
@@ -344,7 +343,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
-  const EmView<T> v = em_view<T, (BN > 128 ? BN : 128)>(p);
+  const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp, Np = (I)v.Np;
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
@@ -458,7 +457,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   __shared__ __align__(16) S sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
-  const EmView<T> v = em_view<T, (BN > 128 ? BN : 128)>(p);
+  const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;

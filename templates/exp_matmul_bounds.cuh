@@ -63,9 +63,9 @@ JB_HD int em_guard_log2(long long K, bool wide) {
 // 64×64 for double. The tile flags are kept per repair tile.
 JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
 
-// The exponentiated operands are stored padded, so the product's loads need no bounds checks: rows to a multiple
-// of 128 (any block tile up to 128 divides it), columns to n_align (128, or 256 for 256-wide tiles), K to a
-// multiple of 32 (any tile_k up to 32). Padding holds 0 (the factor of −inf).
+// The exponentiated operands are stored padded, so the product's loads need no bounds checks: rows and columns to
+// a multiple of 128 (any block tile up to 128 divides it), K to a multiple of 32 (any tile_k up to 32). Padding
+// holds 0 (the factor of −inf).
 JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
 
 // The workspace, in byte offsets from its start:
@@ -92,11 +92,11 @@ JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
 }
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
 JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
-                               long long b_batches, bool wide, long long n_align = 128) {
+                               long long b_batches, bool wide) {
   const long long acc = wide ? 8 : 4, rt = em_repair_tile(wide);
   EmWorkspace w;
   w.Mp = em_round_up(M, 128);
-  w.Np = em_round_up(N, n_align);
+  w.Np = em_round_up(N, 128);
   w.Kp = em_round_up(K, 32);
   w.row_max = 0;
   w.col_max = em_align(w.row_max + a_batches * M * acc);
@@ -116,12 +116,11 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
 struct EmStatsGrid {
   long long row_blocks, col_blocks;
 };
-JB_HD EmStatsGrid em_stats_grid(long long M, long long N, long long a_batches, long long b_batches,
-                                long long n_align = 128) {
+JB_HD EmStatsGrid em_stats_grid(long long M, long long N, long long a_batches, long long b_batches) {
   const long long cap = 1LL << 16;
   EmStatsGrid g;
   g.row_blocks = (a_batches * em_round_up(M, 128) + 7) / 8;
-  g.col_blocks = (b_batches * em_round_up(N, n_align) + 31) / 32;
+  g.col_blocks = (b_batches * em_round_up(N, 128) + 31) / 32;
   if (g.row_blocks > cap) g.row_blocks = cap;
   if (g.col_blocks > cap) g.col_blocks = cap;
   if (g.row_blocks < 1) g.row_blocks = 1;

@@ -49,9 +49,6 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.math = Math::tf32x3;
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
-  s.math = Math::tf32; // 256-wide tiles (columns padded to 256)
-  s.tile_n = 256, s.tile_k = 8, s.thread_n = 16;
-  out.push_back(s);
   return out;
 }
 
