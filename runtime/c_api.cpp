@@ -111,6 +111,7 @@ jitbmm::Problem to_problem(const jitbmm_problem* c) {
   p.b_strides = jitbmm::Strides{c->b_strides[0], c->b_strides[1], c->b_strides[2]};
   p.out_strides = jitbmm::Strides{c->out_strides[0], c->out_strides[1], c->out_strides[2]};
   p.with_argmax = c->with_argmax != 0;
+  if (c->precision) p.precision = jitbmm::parse_precision(c->precision);
   jitbmm::validate(p);
   return p;
 }

@@ -30,6 +30,8 @@ typedef struct {
   int64_t b_strides[3];   /* batch, row, col of b[B][K][N] */
   int64_t out_strides[3]; /* batch, row, col of out[B][M][N] */
   int with_argmax;        /* also write int32 argmax[B][M][N] (contiguous) */
+  const char* precision;  /* NULL or "exact"; "fast" lets the log semiring use one TF32 product per term
+                             (about 1e-4 relative error). Zero-initialise the struct: {0} */
 } jitbmm_problem;
 
 typedef struct jitbmm_plan jitbmm_plan;

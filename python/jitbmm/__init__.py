@@ -77,7 +77,7 @@ class _CProblem(ctypes.Structure):
     _fields_ = [("semiring", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("out_dtype", ctypes.c_char_p),
                 ("B", ctypes.c_int64), ("M", ctypes.c_int64), ("K", ctypes.c_int64), ("N", ctypes.c_int64),
                 ("a_strides", ctypes.c_int64 * 3), ("b_strides", ctypes.c_int64 * 3),
-                ("out_strides", ctypes.c_int64 * 3), ("with_argmax", ctypes.c_int)]
+                ("out_strides", ctypes.c_int64 * 3), ("with_argmax", ctypes.c_int), ("precision", ctypes.c_char_p)]
 
 
 def _declare(lib):
@@ -135,7 +135,7 @@ class Problem:
     """out[B,M,N] = ⊕_k a[B,M,K] ⊗ b[B,K,N]; strides in elements (batch, row, col), default row-major."""
 
     def __init__(self, semiring, dtype, B, M, K, N, a_strides=None, b_strides=None, out_strides=None,
-                 out_dtype=None, with_argmax=False):
+                 out_dtype=None, with_argmax=False, precision="exact"):
         if semiring not in SEMIRINGS:
             raise ValueError(f"semiring: unsupported {semiring!r} (expected one of {', '.join(SEMIRINGS)})")
         if dtype not in DTYPES:
@@ -146,13 +146,17 @@ class Problem:
         self.b_strides = tuple(b_strides or _row_major(B, K, N))
         self.out_strides = tuple(out_strides or _row_major(B, M, N))
         self.with_argmax = bool(with_argmax)
+        if precision not in ("exact", "fast"):
+            raise ValueError(f"precision: unsupported {precision!r} (expected 'exact' or 'fast')")
+        self.precision = precision
 
     def _c(self):
         B, M, K, N = self.shape
         return _CProblem(self.semiring.encode(), self.dtype.encode(),
                          self.out_dtype.encode() if self.out_dtype else None, B, M, K, N,
                          (ctypes.c_int64 * 3)(*self.a_strides), (ctypes.c_int64 * 3)(*self.b_strides),
-                         (ctypes.c_int64 * 3)(*self.out_strides), int(self.with_argmax))
+                         (ctypes.c_int64 * 3)(*self.out_strides), int(self.with_argmax),
+                         self.precision.encode())
 
 
 class Plan:

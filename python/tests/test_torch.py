@@ -177,11 +177,28 @@ class TorchTest(unittest.TestCase):
             jt.semiring_bmm(self.rand(2, 3, 4), self.rand(2, 4, 5), "sum")
         with self.assertRaisesRegex(ValueError, "2 dimensions"):
             jt.logbmm(self.rand(4), self.rand(4, 5))
+        with self.assertRaisesRegex(ValueError, "precision"):
+            jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5), precision="rough")
         with self.assertRaises(RuntimeError):  # no double backward
             a = self.rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
             out = jt.logbmm(a, self.rand(2, 4, 5, dtype=torch.float64))
             (g,) = torch.autograd.grad(out.sum(), a, create_graph=True)
             g.sum().backward()
+
+    def test_tuned_log_and_precision_fast(self):
+        # With tuning on, a product this size runs exp_matmul (tensor cores); fast may use one TF32 product a term.
+        import jitbmm
+        torch.manual_seed(5)
+        a, b = self.rand(2, 128, 256), self.rand(2, 256, 128)
+        want = naive(a.double(), b.double(), "log")
+        jitbmm.set_tune_policy("exact")
+        try:
+            exact = self.jt.logbmm(a, b)
+            fast = self.jt.logbmm(a, b, precision="fast")
+        finally:
+            jitbmm.set_tune_policy("never")
+        torch.testing.assert_close(exact.double(), want, rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(fast.double(), want, rtol=2e-3, atol=2e-3)
 
     def test_edge_values_follow_the_contract(self):
         a = torch.tensor([[[0.0, -math.inf], [-math.inf, -math.inf]]], device=self.dev, requires_grad=True)
