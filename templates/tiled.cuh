@@ -133,8 +133,8 @@ template <class I, int BM, int BN> __device__ __forceinline__ TileCoords<I> tile
   return t;
 }
 
-// exp_matmul's repair pass runs the direct kernel on the tiles its guard flagged (BmmParams.repair_flags, one
-// flag per tile, [batch][row tile][column tile]); every other launch has no flags and runs every tile.
+// exp_matmul's repair pass runs on the tiles its guard flagged (BmmParams.repair_flags, one flag per tile,
+// [batch][row tile][column tile]); without flags every tile runs.
 template <class I, int BM, int BN> __device__ __forceinline__ bool tile_wanted(const BmmParams& p, I z) {
   if (!p.repair_flags) return true;
   const I tiles_m = ((I)p.M + BM - 1) / BM, tiles_n = ((I)p.N + BN - 1) / BN;
@@ -170,7 +170,6 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
   const T pad_a = S::pad_a(), pad_b = S::pad_b();
   const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
   for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
-    if (!tile_wanted<I, BM, BN>(p, z)) continue; // uniform over the block
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const In* A = A0 + t.batch * (I)p.a_batch;
     const In* B = B0 + t.batch * (I)p.b_batch;

@@ -82,7 +82,6 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
   const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
   for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
-    if (!tile_wanted<I, BM, BN>(p, z)) continue; // uniform over the block
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const In* A = A0 + t.batch * (I)p.a_batch;
     const In* B = B0 + t.batch * (I)p.b_batch;
