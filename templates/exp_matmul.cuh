@@ -105,10 +105,13 @@ struct EmLineAcc {
 
 // One operand element's factor 2^(x' − max + h), 0 for −inf. A row or column whose max is not finite is shifted by
 // 0 (its outputs are NaN or repaired; its products are never used).
+// The headroom is added after the max is subtracted: for a huge max (|max| ≫ 2^24 h in f32) max − h would round
+// back to max, silently dropping h, and an output whose row and column maxima cancel would come out h·2 too small.
+template <class T> __device__ __forceinline__ T em_exponent(T x_log2, T line_max, int headroom) {
+  return fabs(line_max) < EmReal<T>::inf() ? (x_log2 - line_max) + (T)headroom : x_log2;
+}
 template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
-  typedef EmReal<T> R;
-  const T shift = fabs(line_max) < R::inf() ? line_max - (T)headroom : (T)0;
-  return R::exp2(R::log2_units(x) - shift);
+  return EmReal<T>::exp2(em_exponent(EmReal<T>::log2_units(x), line_max, headroom));
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
@@ -175,11 +178,10 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
       }
       if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_line[batch * (I)p.M + i] = line.line();
       // The factors: 2^(x' − max + h), as em_factor computes them, from the cached log2-unit values.
-      const T shift = fabs(mx) < R::inf() ? mx - (T)v.headroom : (T)0;
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
         const I k = lane + 32 * c;
-        if (k < Kp) out[k] = k < K ? em_store_form<FORM>(R::exp2(cache[c] - shift)) : (T)0;
+        if (k < Kp) out[k] = k < K ? em_store_form<FORM>(R::exp2(em_exponent(cache[c], mx, v.headroom))) : (T)0;
       }
 #pragma unroll 8
       for (I k = lane + 32 * kCache; k < Kp; k += 32)

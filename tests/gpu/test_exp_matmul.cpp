@@ -48,6 +48,12 @@ std::vector<Kind> adversarial_kinds() {
       // Log-probabilities: everything far below zero, as in forward-algorithm alphas.
       {"offset -3000", [=](auto& rng, bool, int64_t, int64_t, const Shape&) { return normal(rng, 1) - 3000; }},
       {"offset +80", [=](auto& rng, bool, int64_t, int64_t, const Shape&) { return normal(rng, 3) + 80; }},
+      // Huge values whose sums cancel exactly (+1e37 in a, −1e37 in b): the row and column maxima are huge, the
+      // outputs small, so the shifts must not lose the headroom to rounding.
+      {"huge, cancelling",
+       [=](auto& rng, bool is_a, int64_t, int64_t, const Shape&) {
+         return std::uniform_real_distribution<double>(0, 1)(rng) < 0.2 ? (is_a ? 1e37 : -1e37) : normal(rng, 1);
+       }},
   };
 }
 
