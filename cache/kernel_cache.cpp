@@ -58,8 +58,10 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
     check(r, ("cuModuleGetFunction(" + kernel.name + ")").c_str());
   }
   // The module's other entry points, where its source defines them.
-  for (auto [slot, suffix] : {std::pair{&loaded->combine, "_combine"}, {&loaded->store, "_store"},
-                              {&loaded->prepare, "_prepare"}, {&loaded->repair, "_repair"}}) {
+  for (auto [slot, suffix] : {std::pair{&loaded->combine, "_combine"},
+                              {&loaded->store, "_store"},
+                              {&loaded->prepare, "_prepare"},
+                              {&loaded->repair, "_repair"}}) {
     const std::string name = kernel.name + suffix;
     if (kernel.source.find(name + "(") != std::string::npos)
       check(d.cuModuleGetFunction(slot, loaded->module, name.c_str()), ("cuModuleGetFunction(" + name + ")").c_str());

@@ -23,7 +23,9 @@ namespace {
 // The input kinds: randn, randn·50 (row and column maxima far apart: most outputs fail the plain shift), and a
 // banded −inf mask (CRF-style structured zeros: most outputs exactly −inf).
 enum class Inputs { randn, spread50, banded };
-const char* inputs_name(Inputs k) { return k == Inputs::randn ? "randn" : k == Inputs::spread50 ? "randn*50" : "banded"; }
+const char* inputs_name(Inputs k) {
+  return k == Inputs::randn ? "randn" : k == Inputs::spread50 ? "randn*50" : "banded";
+}
 
 void fill(const Problem& p, Inputs kind, std::vector<unsigned char>& ha, std::vector<unsigned char>& hb,
           std::mt19937_64& rng) {
@@ -132,9 +134,9 @@ int run_exp_matmul_bench(const Args& args) {
         row.terms_per_s = double(s.terms()) / (t.median_ms * 1e-3);
         char repaired[32] = "-";
         if (row.repaired >= 0) std::snprintf(repaired, sizeof repaired, "%.2f%%", 100 * row.repaired);
-        std::printf("%-17s %-9s %-40s %9.4f %10.3g %10.2e %10.2e %9s %d/%d\n", to_string(s).c_str(),
-                    inputs_name(kind), row.variant.c_str(), row.ms, row.terms_per_s, row.max_rel, row.mean_rel,
-                    repaired, row.checked - row.mismatches, row.checked);
+        std::printf("%-17s %-9s %-40s %9.4f %10.3g %10.2e %10.2e %9s %d/%d\n", to_string(s).c_str(), inputs_name(kind),
+                    row.variant.c_str(), row.ms, row.terms_per_s, row.max_rel, row.mean_rel, repaired,
+                    row.checked - row.mismatches, row.checked);
         std::fflush(stdout);
       }
     }

@@ -10,9 +10,9 @@ int run_cache(int argc, char** argv);
 int run_tune(int argc, char** argv);
 
 class Args;
-int run_first_call(const Args& args);     // bench --first-call
-int run_compile_times(const Args& args);  // bench --compile-times
-int run_backward_bench(const Args& args); // bench --backward
+int run_first_call(const Args& args);       // bench --first-call
+int run_compile_times(const Args& args);    // bench --compile-times
+int run_backward_bench(const Args& args);   // bench --backward
 int run_exp_matmul_bench(const Args& args); // bench --exp-matmul
 
 } // namespace jitbmm::cli

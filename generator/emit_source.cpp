@@ -104,7 +104,10 @@ void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
   // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
   os << "extern \"C\" __global__ void __launch_bounds__(256, 4) " << kNameSlot
      << "_prepare(const jb::BmmParams p) {\n  jb::em_prepare_kernel<" << in << ", " << index << ", " << acc << ", "
-     << (s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2) << ">(p);\n}\n"
+     << (s.math == Math::fma    ? 0
+         : s.math == Math::tf32 ? 1
+                                : 2)
+     << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
      << "_repair(const jb::BmmParams p) {\n  jb::em_repair_kernel<" << io << ", " << tile << ">(p);\n}\n";
 }
@@ -169,7 +172,9 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
   if (spec.is_tiled())
     for (const char* part : {"tiled.cuh", "tiled_log.cuh", "combine.cuh"}) inline_template(os, part);
   if (spec.strategy == Strategy::exp_matmul)
-    for (const char* part : {"exp_matmul_bounds.cuh", "exp_matmul.cuh"}) inline_template(os, part);
+    for (const char* part :
+         {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"})
+      inline_template(os, part);
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::BmmParams) == " << sizeof(jb::BmmParams)
      << ", \"host and device disagree on BmmParams\");\n"

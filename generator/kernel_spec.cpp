@@ -77,8 +77,8 @@ void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
   // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
   if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
-    reject("tile", "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " +
-                       std::to_string(vec) + ")");
+    reject("tile",
+           "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " + std::to_string(vec) + ")");
   if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
     reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
   if (!spec.index64 && !exp_matmul_fits_index32(p))
@@ -288,7 +288,7 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
     if (wide) { // FP64 FMA
       spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
     } else if (s.M >= 128 && s.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs; measured best
-      spec.math = Math::tf32x3;          // on the H100 (bench/RESULTS.md)
+      spec.math = Math::tf32x3;            // on the H100 (bench/RESULTS.md)
       spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
     } else {
       spec.math = Math::tf32x3;

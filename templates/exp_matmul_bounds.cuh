@@ -81,8 +81,9 @@ struct EmWorkspace {
 };
 
 // Where a row of a (column of b) holds values other than −inf: which of 64 chunks of K (each a power of two long),
-// and the first and last such k (saturated at 2^31 − 1, which only makes the test below weaker). An output is exactly −inf when its row and
-// column share no such chunk, or their [first, last] ranges do not meet: CRF-style block and band masks.
+// and the first and last such k (saturated at 2^31 − 1, which only makes the test below weaker). An output is exactly
+// −inf when its row and column share no such chunk, or their [first, last] ranges do not meet: CRF-style block and band
+// masks.
 struct EmLine {
   unsigned long long chunks;
   int first, last;

@@ -41,8 +41,8 @@ std::vector<Kind> adversarial_kinds() {
       // Banded −inf masks: a row of a is finite near k = i·K/M, a column of b near k = j·K/N.
       {"banded -inf",
        [=](auto& rng, bool is_a, int64_t r, int64_t c, const Shape& s) {
-         const int64_t k = is_a ? c : r, centre = is_a ? r * s.K / std::max<int64_t>(1, s.M)
-                                                       : c * s.K / std::max<int64_t>(1, s.N);
+         const int64_t k = is_a ? c : r,
+                       centre = is_a ? r * s.K / std::max<int64_t>(1, s.M) : c * s.K / std::max<int64_t>(1, s.N);
          return std::llabs(k - centre) <= 3 ? normal(rng, 2) : -INFINITY;
        }},
       // Log-probabilities: everything far below zero, as in forward-algorithm alphas.
@@ -142,6 +142,6 @@ TEST_CASE("exp_matmul: K = 0 gives −inf; a spec the problem does not allow is 
   CHECK_THROWS_WITH_AS(SemiringBMM::get(maxp, wrong), doctest::Contains("log semiring only"), std::invalid_argument);
   const SemiringBMM direct = SemiringBMM::get(p, default_spec(p, Strategy::tiled));
   DeviceBuffer a(64 * 64 * 2 * 4), b(64 * 64 * 2 * 4), out(64 * 64 * 2 * 4);
-  CHECK_THROWS_WITH_AS(direct.run_with_repair_report(a.get(), b.get(), out.get()),
-                       doctest::Contains("exp_matmul plan"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(direct.run_with_repair_report(a.get(), b.get(), out.get()), doctest::Contains("exp_matmul plan"),
+                       std::invalid_argument);
 }

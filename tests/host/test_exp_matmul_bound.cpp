@@ -80,7 +80,8 @@ TEST_CASE("exp_matmul guard: the underflowed mass never passes the bound; guarde
     std::normal_distribution<double> normal(0, spread);
     std::vector<float> a(K), b(K);
     for (int k = 0; k < K; ++k)
-      a[k] = static_cast<float>(normal(rng) * 1.4426950408889634), b[k] = static_cast<float>(normal(rng) * 1.4426950408889634);
+      a[k] = static_cast<float>(normal(rng) * 1.4426950408889634),
+      b[k] = static_cast<float>(normal(rng) * 1.4426950408889634);
     if (trial % 7 == 0) { // the row's and the column's maxima at different k, far above the rest
       a[rng() % K] += 150.f;
       b[rng() % K] += 150.f;
@@ -131,8 +132,8 @@ TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair 
 
 TEST_CASE("exp_matmul: a row and a column that cannot meet make an exactly −inf output") {
   const jb::EmLine band_a = {0b0110ull, 10, 20}, band_b = {0b0110ull, 21, 30}, block = {0b1000ull, 40, 50};
-  CHECK(jb::em_all_neg_inf(band_a, band_b));  // chunks shared, ranges apart
-  CHECK(jb::em_all_neg_inf(band_a, block));   // no chunk shared
+  CHECK(jb::em_all_neg_inf(band_a, band_b)); // chunks shared, ranges apart
+  CHECK(jb::em_all_neg_inf(band_a, block));  // no chunk shared
   CHECK_FALSE(jb::em_all_neg_inf(band_a, band_a));
   const jb::EmLine none = {0ull, 0x7fffffff, -1};
   CHECK(jb::em_all_neg_inf(none, band_a)); // an all −inf row
