@@ -60,6 +60,24 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   CHECK(strategies.count(Strategy::tiled) == 1);
   CHECK(strategies.count(Strategy::linear) == 1);
   CHECK(big.size() <= 32); // cold tuning must stay within seconds
+  // exp_matmul: FMA and 3xTF32 always for log; one TF32 product only where the problem allows precision = fast.
+  const auto has_math = [](const std::vector<KernelSpec>& specs, Math m) {
+    return std::any_of(specs.begin(), specs.end(),
+                       [m](const KernelSpec& s) { return s.strategy == Strategy::exp_matmul && s.math == m; });
+  };
+  CHECK(has_math(big, Math::fma));
+  CHECK(has_math(big, Math::tf32x3));
+  CHECK_FALSE(has_math(big, Math::tf32));
+  Problem fast = problem(Semiring::log, DType::f32, {64, 512, 512, 512});
+  fast.precision = Precision::fast;
+  const auto fast_candidates = tuning_candidates(fast, h100);
+  CHECK(has_math(fast_candidates, Math::tf32));
+  for (const KernelSpec& s : fast_candidates) CHECK_NOTHROW(check_spec_fits(s, fast));
+  CHECK_FALSE(has_math(tuning_candidates(problem(Semiring::max_plus, DType::f32, {64, 512, 512, 512}), h100),
+                       Math::fma));
+  const auto f64_candidates = tuning_candidates(problem(Semiring::log, DType::f64, {8, 256, 256, 256}), h100);
+  CHECK(has_math(f64_candidates, Math::fma));
+  CHECK_FALSE(has_math(f64_candidates, Math::tf32x3));
   const auto long_k = tuning_candidates(problem(Semiring::max_plus, DType::f32, {4, 64, 65536, 64}), h100);
   CHECK(std::any_of(long_k.begin(), long_k.end(), [](const KernelSpec& s) { return s.strategy == Strategy::split_k; }));
   CHECK(std::any_of(long_k.begin(), long_k.end(),

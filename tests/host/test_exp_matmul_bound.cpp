@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/layout.hpp"
 
 namespace {
 
@@ -139,4 +141,41 @@ TEST_CASE("exp_matmul: a row and a column that cannot meet make an exactly −in
   CHECK(jb::em_all_neg_inf(none, band_a)); // an all −inf row
   const jb::EmLine touch = {0b0100ull, 20, 25};
   CHECK_FALSE(jb::em_all_neg_inf(band_a, touch)); // k = 20 in both
+}
+
+TEST_CASE("exp_matmul specs: what check_spec_fits refuses, naming the field") {
+  using namespace jitbmm;
+  Problem p;
+  p.shape = {2, 256, 256, 256};
+  const KernelSpec base = default_spec(p, Strategy::exp_matmul);
+  CHECK(base.math == Math::tf32x3);
+  CHECK(to_string(base).find("math=tf32x3") != std::string::npos);
+  CHECK(parse_spec(to_string(base)) == base);
+  const auto refused = [&](KernelSpec s, const Problem& q, const char* field) {
+    CAPTURE(to_string(s));
+    CHECK_THROWS_WITH_AS(check_spec_fits(s, q), doctest::Contains(field), std::invalid_argument);
+  };
+  KernelSpec s = base;
+  s.math = Math::tf32; // one TF32 product: only at precision = fast
+  refused(s, p, "spec.math");
+  Problem fast = p;
+  fast.precision = Precision::fast;
+  CHECK_NOTHROW(check_spec_fits(s, fast));
+  s = base, s.tile_k = 12;
+  refused(s, p, "spec.tile");
+  s = base, s.thread_n = 2, s.thread_m = 2; // mma needs thread_n a multiple of 4
+  refused(s, p, "spec.thread");
+  s = base, s.tile_m = 96;
+  refused(s, p, "spec.tile");
+  Problem maxp = p;
+  maxp.semiring = Semiring::max_plus;
+  s = base, s.semiring = Semiring::max_plus;
+  refused(s, maxp, "log semiring only");
+  Problem wide = p;
+  wide.dtype = DType::f64;
+  s = base, s.dtype = s.out_dtype = DType::f64;
+  refused(s, wide, "spec.math");
+  CHECK(default_spec(wide, Strategy::exp_matmul).math == Math::fma);
+  CHECK_THROWS_WITH_AS(parse_precision("rough"), doctest::Contains("precision"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_math("bf16"), doctest::Contains("math"), std::invalid_argument);
 }
