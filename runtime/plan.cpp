@@ -87,7 +87,9 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.prepare_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
     const int64_t rt = jb::em_repair_tile(dtype_info(spec.dtype).size_bytes == 8);
     im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
-    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt); // ≤ 65535: check_spec_fits
+    if ((s.M + rt - 1) / rt > 65535)
+      throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
+    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
     im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
     im.workspace_bytes = static_cast<std::size_t>(w.bytes);
     break;
