@@ -2,30 +2,25 @@
 #include "jitbmm/kernel_spec.hpp"
 
 #include <algorithm>
-#include <array>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
+#include "runtime/enum_names.hpp"
 #include "runtime/layout.hpp"
 
 namespace jitbmm {
 
 namespace {
 
-struct StrategyName {
-  Strategy strategy;
-  const char* name;
-};
-constexpr std::array<StrategyName, 8> kStrategies = {{{Strategy::linear, "linear"},
-                                                      {Strategy::linear_two_pass, "linear_two_pass"},
-                                                      {Strategy::warp, "warp"},
-                                                      {Strategy::block_tree, "block_tree"},
-                                                      {Strategy::tiled, "tiled"},
-                                                      {Strategy::split_k, "split_k"},
-                                                      {Strategy::scatter, "scatter"},
-                                                      {Strategy::exp_matmul, "exp_matmul"}}};
+constexpr EnumName<Strategy> kStrategies[] = {
+    {Strategy::linear, "linear"},   {Strategy::linear_two_pass, "linear_two_pass"},
+    {Strategy::warp, "warp"},       {Strategy::block_tree, "block_tree"},
+    {Strategy::tiled, "tiled"},     {Strategy::split_k, "split_k"},
+    {Strategy::scatter, "scatter"}, {Strategy::exp_matmul, "exp_matmul"}};
+constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"}, {Math::tf32x3, "tf32x3"}, {Math::tf32, "tf32"}};
+constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -101,55 +96,12 @@ void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
 
 } // namespace
 
-const char* strategy_name(Strategy strategy) {
-  for (const auto& row : kStrategies)
-    if (row.strategy == strategy) return row.name;
-  throw std::invalid_argument("strategy: unknown enum value " + std::to_string(static_cast<int>(strategy)));
-}
-
-Strategy parse_strategy(const std::string& name) {
-  for (const auto& row : kStrategies)
-    if (name == row.name) return row.strategy;
-  throw std::invalid_argument("strategy: unsupported '" + name +
-                              "' (expected linear, linear_two_pass, warp, block_tree, tiled, split_k, scatter or "
-                              "exp_matmul)");
-}
-
-const char* math_name(Math math) {
-  switch (math) {
-  case Math::fma:
-    return "fma";
-  case Math::tf32x3:
-    return "tf32x3";
-  case Math::tf32:
-    return "tf32";
-  }
-  throw std::invalid_argument("math: unknown enum value " + std::to_string(static_cast<int>(math)));
-}
-
-Math parse_math(const std::string& name) {
-  for (Math m : {Math::fma, Math::tf32x3, Math::tf32})
-    if (name == math_name(m)) return m;
-  throw std::invalid_argument("math: unsupported '" + name + "' (expected fma, tf32x3 or tf32)");
-}
-
-const char* pass_name(Pass pass) {
-  switch (pass) {
-  case Pass::forward:
-    return "forward";
-  case Pass::grad_a:
-    return "grad_a";
-  case Pass::grad_b:
-    return "grad_b";
-  }
-  throw std::invalid_argument("pass: unknown enum value " + std::to_string(static_cast<int>(pass)));
-}
-
-Pass parse_pass(const std::string& name) {
-  for (Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b})
-    if (name == pass_name(pass)) return pass;
-  throw std::invalid_argument("pass: unsupported '" + name + "' (expected forward, grad_a or grad_b)");
-}
+const char* strategy_name(Strategy strategy) { return enum_name(kStrategies, strategy, "strategy"); }
+Strategy parse_strategy(const std::string& name) { return parse_enum(kStrategies, name, "strategy"); }
+const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
+Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
+const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
+Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }
 
 int KernelSpec::threads() const {
   if (is_tiled()) return thread_m > 0 && thread_n > 0 ? (tile_m / thread_m) * (tile_n / thread_n) : 0;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "jitbmm/types.hpp"
+#include "runtime/enum_names.hpp"
 #include "runtime/layout.hpp"
 
 namespace jitbmm {
@@ -94,20 +95,11 @@ std::string describe(const Problem& p) {
   return os.str();
 }
 
-const char* precision_name(Precision precision) {
-  switch (precision) {
-  case Precision::exact:
-    return "exact";
-  case Precision::fast:
-    return "fast";
-  }
-  throw std::invalid_argument("precision: unknown enum value " + std::to_string(static_cast<int>(precision)));
-}
+namespace {
+constexpr EnumName<Precision> kPrecisions[] = {{Precision::exact, "exact"}, {Precision::fast, "fast"}};
+} // namespace
 
-Precision parse_precision(const std::string& name) {
-  for (Precision p : {Precision::exact, Precision::fast})
-    if (name == precision_name(p)) return p;
-  throw std::invalid_argument("precision: unsupported '" + name + "' (expected exact or fast)");
-}
+const char* precision_name(Precision precision) { return enum_name(kPrecisions, precision, "precision"); }
+Precision parse_precision(const std::string& name) { return parse_enum(kPrecisions, name, "precision"); }
 
 } // namespace jitbmm
