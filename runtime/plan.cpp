@@ -92,6 +92,7 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
     im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
     im.workspace_bytes = static_cast<std::size_t>(w.bytes);
+    im.repair_flags_offset = static_cast<std::size_t>(w.flags);
     break;
   }
   case Strategy::tiled:
@@ -128,9 +129,9 @@ void launch_passes(const SemiringBMM::Impl& im, jb::BmmParams& params, CUstream 
     const unsigned prepare[3] = {im.prepare_grid, 1, 1};
     launch(k.prepare, prepare, block, params, stream, k.generated.name + "_prepare");
     launch(k.function, im.grid, im.block, params, stream, k.generated.name);
-    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
     jb::BmmParams repair = params;
-    repair.repair_flags = reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + w.flags);
+    repair.repair_flags =
+        reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + im.repair_flags_offset);
     launch(k.repair, im.repair_grid, block, repair, stream, k.generated.name + "_repair");
     return;
   }

@@ -27,10 +27,11 @@ struct SemiringBMM::Impl {
   jb::BmmParams params{};                     // sizes and strides; pointers filled per call
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
-  std::size_t workspace_bytes = 0; // split-K and exp_matmul
-  unsigned combine_grid = 1;       // split-K's combine pass
-  unsigned prepare_grid = 1;       // exp_matmul's prepare pass (256 threads a block)
+  std::size_t workspace_bytes = 0;     // split-K and exp_matmul
+  unsigned combine_grid = 1;           // split-K's combine pass
+  unsigned prepare_grid = 1;           // exp_matmul's prepare pass (256 threads a block)
   unsigned repair_grid[3] = {1, 1, 1}; // exp_matmul's repair pass (256 threads a block)
+  std::size_t repair_flags_offset = 0; // exp_matmul: where the repair flags sit in the workspace
 
   mutable std::mutex grad_mutex;                          // guards the two below
   mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b
