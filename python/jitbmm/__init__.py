@@ -122,33 +122,90 @@ def cache_dir():
     return out.value.decode()
 
 
+_TUNE_POLICIES = ("never", "bucket", "exact")
+
+
 def set_tune_policy(policy):
     """The tuning policy of this process: "never", "bucket" or "exact" (README, Caches); None: back to $JITBMM_TUNE."""
+    if policy is not None and (not isinstance(policy, str) or policy not in _TUNE_POLICIES):
+        raise ValueError(f"policy: expected one of {', '.join(_TUNE_POLICIES)} or None, got {policy!r}")
     _check(_library().jitbmm_set_tune_policy(policy.encode() if policy is not None else None))
 
 
-def _row_major(batches, rows, cols):
+# Numbers are checked here, before ctypes sees them: ctypes silently wraps integers to the C type's width (2**64 + 2
+# becomes 2, -1 a pointer to the top of memory) and pads short arrays with zeros.
+_INT64_MAX = 2**63 - 1
+_UINTPTR_MAX = 2**64 - 1
+
+
+def _integer(value, what, lo, hi):
+    """value as a Python int in [lo, hi]; bool and float are refused (True is not a size, 2.0 not an index)."""
+    if isinstance(value, (bool, float)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what}: expected an integer in [{lo}, {hi}], got {value!r} ({type(value).__name__})")
+    v = value.__index__()
+    if not lo <= v <= hi:
+        raise ValueError(f"{what}: expected an integer in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _strides(value, what):
+    """Exactly three non-negative integers (batch, row, col), as a tuple."""
+    message = f"{what}: expected 3 non-negative integers (batch, row, col), got {value!r}"
+    if isinstance(value, (str, bytes)):
+        raise TypeError(message)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(message) from None
+    if len(items) != 3:
+        raise ValueError(message)
+    for x in items:
+        if isinstance(x, (bool, float)) or not hasattr(type(x), "__index__"):
+            raise TypeError(message)
+        if not 0 <= x.__index__() <= _INT64_MAX:
+            raise ValueError(message)
+    return tuple(x.__index__() for x in items)
+
+
+def _pointer(value, what):
+    """An address or CUstream handle: None (null) or an integer in [0, 2**64 - 1]."""
+    return None if value is None else _integer(value, what, 0, _UINTPTR_MAX) or None
+
+
+def _choice(value, what, choices, allow_none=False):
+    if (value is None and allow_none) or (isinstance(value, str) and value in choices):
+        return value
+    expected = ", ".join(choices) + (" or None" if allow_none else "")
+    raise ValueError(f"{what}: unsupported {value!r} (expected one of {expected})")
+
+
+def _row_major(rows, cols, names):
+    """The default (contiguous) strides; a matrix too large for int64 offsets is the shape's fault, said so."""
+    if rows * cols > _INT64_MAX:
+        raise ValueError(f"shape.{names[0]} * shape.{names[1]} = {rows} * {cols} does not fit int64")
     return (rows * cols, cols, 1)
 
 
 class Problem:
-    """out[B,M,N] = ⊕_k a[B,M,K] ⊗ b[B,K,N]; strides in elements (batch, row, col), default row-major."""
+    """out[B,M,N] = ⊕_k a[B,M,K] ⊗ b[B,K,N]; strides in elements (batch, row, col), default row-major.
+
+    Sizes are integers in [0, 2**63 - 1], strides exactly three non-negative integers; anything else (floats, bools,
+    two or four strides, values that do not fit int64) raises TypeError or ValueError naming the argument."""
 
     def __init__(self, semiring, dtype, B, M, K, N, a_strides=None, b_strides=None, out_strides=None,
                  out_dtype=None, with_argmax=False, precision="exact"):
-        if semiring not in SEMIRINGS:
-            raise ValueError(f"semiring: unsupported {semiring!r} (expected one of {', '.join(SEMIRINGS)})")
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype: unsupported {dtype!r} (expected one of {', '.join(DTYPES)})")
-        self.semiring, self.dtype, self.out_dtype = semiring, dtype, out_dtype
-        self.shape = (B, M, K, N)
-        self.a_strides = tuple(a_strides or _row_major(B, M, K))
-        self.b_strides = tuple(b_strides or _row_major(B, K, N))
-        self.out_strides = tuple(out_strides or _row_major(B, M, N))
+        self.semiring = _choice(semiring, "semiring", SEMIRINGS)
+        self.dtype = _choice(dtype, "dtype", DTYPES)
+        self.out_dtype = _choice(out_dtype, "out_dtype", DTYPES, allow_none=True)
+        self.shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip((B, M, K, N), "BMKN"))
+        B, M, K, N = self.shape
+        self.a_strides = _row_major(M, K, "MK") if a_strides is None else _strides(a_strides, "a_strides")
+        self.b_strides = _row_major(K, N, "KN") if b_strides is None else _strides(b_strides, "b_strides")
+        self.out_strides = _row_major(M, N, "MN") if out_strides is None else _strides(out_strides, "out_strides")
+        if isinstance(with_argmax, float) or with_argmax not in (True, False):  # 0 and 1 equal False and True
+            raise TypeError(f"with_argmax: expected True or False, got {with_argmax!r}")
         self.with_argmax = bool(with_argmax)
-        if precision not in ("exact", "fast"):
-            raise ValueError(f"precision: unsupported {precision!r} (expected 'exact' or 'fast')")
-        self.precision = precision
+        self.precision = _choice(precision, "precision", ("exact", "fast"))
 
     def _c(self):
         B, M, K, N = self.shape
@@ -163,6 +220,8 @@ class Plan:
     """A compiled kernel for one Problem on the current CUDA device (raises NoDriverError without a GPU)."""
 
     def __init__(self, problem):
+        if not isinstance(problem, Problem):
+            raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
         self.problem = problem
         self._c_problem = problem._c()
         handle = ctypes.c_void_p()
@@ -177,13 +236,17 @@ class Plan:
 
     def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None):
         """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream)."""
-        _check(_library().jitbmm_plan_run(self._handle, a_ptr, b_ptr, out_ptr, argmax_ptr, stream))
+        _check(_library().jitbmm_plan_run(self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"),
+                                          _pointer(out_ptr, "out_ptr"), _pointer(argmax_ptr, "argmax_ptr"),
+                                          _pointer(stream, "stream")))
 
     def backward(self, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr, grad_a_ptr, grad_b_ptr, stream=None):
         """Gradients on device pointers: grad_out laid out like out, grad_a / grad_b (0 or None: not wanted) in a's
         and b's layouts. log reads out; the selecting semirings read argmax (None: recomputed)."""
-        _check(_library().jitbmm_plan_backward(self._handle, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr,
-                                               grad_a_ptr or None, grad_b_ptr or None, stream))
+        _check(_library().jitbmm_plan_backward(
+            self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"), _pointer(out_ptr, "out_ptr"),
+            _pointer(argmax_ptr, "argmax_ptr"), _pointer(grad_out_ptr, "grad_out_ptr"),
+            _pointer(grad_a_ptr, "grad_a_ptr"), _pointer(grad_b_ptr, "grad_b_ptr"), _pointer(stream, "stream")))
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -193,5 +256,8 @@ class Plan:
 
 def reference(problem, a_ptr, b_ptr, out_ptr, argmax_ptr=None):
     """The CPU reference on host memory (addresses as integers): out is double[B*M*N], argmax int32[B*M*N]."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
     c = problem._c()
-    _check(_library().jitbmm_reference(ctypes.byref(c), a_ptr, b_ptr, out_ptr, argmax_ptr))
+    _check(_library().jitbmm_reference(ctypes.byref(c), _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"),
+                                       _pointer(out_ptr, "out_ptr"), _pointer(argmax_ptr, "argmax_ptr")))

@@ -56,6 +56,76 @@ class CApiTest(unittest.TestCase):
             a, pa = buffer("f", [0.0])
             jitbmm.reference(jitbmm.Problem("log", "f32", 1, 1, 1, 1), pa, pa, 0)
 
+    def test_strides_must_be_three_non_negative_integers(self):
+        for bad in ((6, 3), (6, 3, 1, 0), (), 6, "631", None.__class__):
+            with self.subTest(strides=bad), self.assertRaisesRegex((ValueError, TypeError),
+                                                                   r"a_strides: expected 3 non-negative integers "
+                                                                   r"\(batch, row, col\), got "):
+                jitbmm.Problem("log", "f32", 2, 2, 3, 1, a_strides=bad)
+        with self.assertRaisesRegex(ValueError, r"a_strides: expected 3 non-negative integers \(batch, row, col\), "
+                                                r"got \(6, 3\)"):
+            jitbmm.Problem("log", "f32", 2, 2, 3, 1, a_strides=(6, 3))
+        for bad in ((6, 3, True), (6.0, 3, 1), (6, -3, 1), (2**63, 3, 1)):
+            with self.subTest(strides=bad), self.assertRaisesRegex((ValueError, TypeError), "b_strides"):
+                jitbmm.Problem("log", "f32", 2, 2, 3, 1, b_strides=bad)
+        with self.assertRaisesRegex(ValueError, "out_strides"):
+            jitbmm.Problem("log", "f32", 2, 2, 3, 1, out_strides=[2, 1])
+        p = jitbmm.Problem("log", "f32", 2, 2, 3, 1, a_strides=[0, 3, 1], b_strides=(3, 1, 1))
+        self.assertEqual((p.a_strides, p.b_strides, p.out_strides), ((0, 3, 1), (3, 1, 1), (2, 1, 1)))
+
+    def test_strides_given_are_the_strides_used(self):
+        # a is 2x3 stored column-major: strides (6, 1, 2); the reference must read it that way, not pad or drop.
+        a, pa = buffer("d", [1.0, 4.0, 2.0, 5.0, 3.0, 6.0])  # a = [[1, 2, 3], [4, 5, 6]]
+        b, pb = buffer("d", [1.0, 1.0, 1.0])
+        out, po = buffer("d", [0.0, 0.0])
+        jitbmm.reference(jitbmm.Problem("plus_times", "f64", 1, 2, 3, 1, a_strides=(6, 1, 2)), pa, pb, po)
+        self.assertEqual(list(out), [6.0, 15.0])
+
+    def test_sizes_must_be_int64_integers(self):
+        for name, bad, error in (("B", 2**64 + 2, ValueError), ("M", 2**63, ValueError), ("K", -1, ValueError),
+                                 ("N", 2.0, TypeError), ("B", True, TypeError), ("M", "2", TypeError),
+                                 ("K", None, TypeError)):
+            sizes = dict(B=1, M=1, K=1, N=1)
+            sizes[name] = bad
+            with self.subTest(**{name: bad}), self.assertRaisesRegex(error, f"shape.{name}: expected an integer"):
+                jitbmm.Problem("log", "f32", **sizes)
+        with self.assertRaisesRegex(ValueError, r"shape.M \* shape.K = .* does not fit int64"):
+            jitbmm.Problem("log", "f32", 1, 2**40, 2**40, 1)
+        self.assertEqual(jitbmm.Problem("log", "f32", 2**62, 1, 1, 1).shape, (2**62, 1, 1, 1))
+
+    def test_names_and_flags_are_checked_before_ctypes(self):
+        with self.assertRaisesRegex(ValueError, "semiring"):
+            jitbmm.Problem(b"log", "f32", 1, 1, 1, 1)
+        with self.assertRaisesRegex(ValueError, "dtype"):
+            jitbmm.Problem("log", "f32\0", 1, 1, 1, 1)
+        with self.assertRaisesRegex(ValueError, "out_dtype"):
+            jitbmm.Problem("log", "f32", 1, 1, 1, 1, out_dtype="float")
+        with self.assertRaisesRegex(ValueError, "precision"):
+            jitbmm.Problem("log", "f32", 1, 1, 1, 1, precision="exact\0")
+        with self.assertRaisesRegex(TypeError, "with_argmax"):
+            jitbmm.Problem("max_plus", "f32", 1, 1, 1, 1, with_argmax="no")
+        with self.assertRaisesRegex(ValueError, "policy"):
+            jitbmm.set_tune_policy("never\0junk")
+        with self.assertRaisesRegex(ValueError, "policy"):
+            jitbmm.set_tune_policy(1)
+        with self.assertRaisesRegex(TypeError, "problem"):
+            jitbmm.reference((1, 1, 1, 1), 0, 0, 0)
+        with self.assertRaisesRegex(TypeError, "problem"):
+            jitbmm.Plan("log")
+
+    def test_pointers_must_fit_64_bits(self):
+        p = jitbmm.Problem("log", "f32", 1, 1, 1, 1)
+        a, pa = buffer("f", [0.0])
+        out, po = buffer("d", [0.0])
+        for name, bad, error in (("a_ptr", 2**64 + pa, ValueError), ("a_ptr", -1, ValueError),
+                                 ("a_ptr", float(pa), TypeError), ("a_ptr", True, TypeError)):
+            with self.subTest(**{name: bad}), self.assertRaisesRegex(error, f"{name}: expected an integer"):
+                jitbmm.reference(p, bad, pa, po)
+        with self.assertRaisesRegex(ValueError, "out_ptr: expected an integer"):
+            jitbmm.reference(p, pa, pa, 2**64 + po)
+        jitbmm.reference(p, pa, pa, po)
+        self.assertEqual(out[0], 0.0)
+
     @unittest.skipUnless(os.environ.get("JITBMM_LIBCUDA") == "/nonexistent/libcuda.so.1",
                          "run with JITBMM_LIBCUDA=/nonexistent/libcuda.so.1 to force the no-driver path")
     def test_no_driver_is_a_clear_error(self):
