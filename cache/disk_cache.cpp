@@ -2,24 +2,22 @@
 
 #include "runtime/log.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <map>
 
 #include "cache/sha256.hpp"
+#include "runtime/parse_number.hpp"
 
 namespace jitbmm {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -50,25 +48,31 @@ void add_field(std::string& out, std::string_view field) {
   out.append(field);
 }
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
+// A kind is a plain word ("cubin", "tune"), so key + "." + kind always names a file in the cache directory.
+bool is_kind(std::string_view s) {
+  return !s.empty() && s.size() <= 16 && s != "bad" &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
 }
 
-bool make_dirs(const std::string& dir) {
-  std::error_code ec;
-  fs::path path(dir);
-  fs::path built;
-  for (const auto& part : path) {
-    built /= part;
-    if (built.empty() || fs::is_directory(built, ec)) continue;
-    if (::mkdir(built.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  }
-  return fs::is_directory(path, ec);
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool is_temp(const std::string& name) { return name.rfind(".tmp-", 0) == 0; }
+
+// <key>.<kind>: an entry, not a source (.cu), a quarantined file (.bad) or a temp file.
+bool is_entry_name(const std::string& name) {
+  return name.size() > kKeyChars + 1 && name[kKeyChars] == '.' && is_key(std::string_view(name).substr(0, kKeyChars)) &&
+         !ends_with(name, ".bad") && !ends_with(name, ".cu");
+}
+
+uint64_t max_entry_bytes(const std::string& kind) {
+  return kind == "cubin" ? kMaxCubinEntryBytes + kHeaderBytes : kMaxSmallEntryBytes;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 } // namespace
@@ -124,139 +128,221 @@ std::string DiskCache::default_dir() {
   return "";
 }
 
+uint64_t DiskCache::cap_from_env() {
+  const char* c = std::getenv("JITBMM_CACHE_MAX_BYTES");
+  return c && *c ? parse_unsigned(c, "JITBMM_CACHE_MAX_BYTES") : kDefaultCacheCapBytes;
+}
+
 DiskCache* DiskCache::process_cache() {
+  // A throw leaves the static uninitialised, so every call reports a malformed cap, not only the first.
   static DiskCache* cache = []() -> DiskCache* {
     const char* mode = std::getenv("JITBMM_CACHE");
     if (mode && std::string(mode) == "off") return nullptr;
-    const std::string dir = default_dir();
-    if (dir.empty()) {
-      log_message(LogLevel::warn, "no cache directory (set JITBMM_CACHE_DIR or HOME); kernels are kept in memory only");
-      return nullptr;
-    }
-    uint64_t cap = kDefaultCacheCapBytes;
-    if (const char* c = std::getenv("JITBMM_CACHE_MAX_BYTES"); c && *c) cap = std::strtoull(c, nullptr, 10);
-    return new DiskCache(dir, cap); // lives for the process
+    auto* c = new DiskCache(default_dir(), cap_from_env()); // lives for the process
+    if (const char* t = std::getenv("JITBMM_CACHE_TRUSTED_DIR"); t && *t)
+      c->set_fallback(std::make_unique<DiskCache>(t, 0, CacheAccess::trusted_read_only));
+    return c;
   }();
-  return cache && cache->usable() ? cache : nullptr;
+  return cache && (cache->usable() || cache->fallback_) ? cache : nullptr;
 }
 
-DiskCache::DiskCache(std::string dir, uint64_t cap_bytes) : dir_(std::move(dir)), cap_(cap_bytes) {
-  if (!make_dirs(dir_) || ::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0) {
-    usable_ = false;
-    warn_once("dir", "cache directory " + dir_ + " is not usable (" + std::strerror(errno) +
-                         "); kernels are kept in memory only");
+DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
+    : dir_(std::move(dir)), cap_(cap_bytes), access_(access) {
+  if (read_only()) {
+    CheckedDir checked = open_checked_dir(dir_, DirTrust::named_by_user);
+    dir_fd_ = std::move(checked.fd);
+    if (!usable()) {
+      refused_ = "not trusted (" + checked.refused + ")";
+      warn_once("dir", "shared cache directory " + dir_ + " (JITBMM_CACHE_TRUSTED_DIR) is " + refused_ +
+                           "; it is not used");
+    }
+    return;
   }
+  const std::string memory_only = "; kernels are kept in memory only";
+  if (dir_.empty()) {
+    refused_ = "not named (set JITBMM_CACHE_DIR or HOME)";
+    warn_once("dir", "no cache directory (set JITBMM_CACHE_DIR or HOME)" + memory_only);
+    return;
+  }
+  if (std::string error = make_private_dirs(dir_); !error.empty()) {
+    refused_ = "not usable (" + error + ")";
+    warn_once("dir", "cache directory " + dir_ + " is " + refused_ + memory_only);
+    return;
+  }
+  CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_only);
+  if (!checked.fd.valid()) {
+    refused_ = "not trusted (" + checked.refused + ")";
+    warn_once("dir", "cache directory " + dir_ + " is " + refused_ + ": nothing is loaded from it or written to it" +
+                         memory_only);
+    return;
+  }
+  if (::faccessat(checked.fd.get(), ".", R_OK | W_OK | X_OK, AT_EACCESS) != 0) {
+    refused_ = "not usable (" + std::string(std::strerror(errno)) + ")";
+    warn_once("dir", "cache directory " + dir_ + " is " + refused_ + memory_only);
+    return;
+  }
+  dir_fd_ = std::move(checked.fd);
 }
 
-std::string DiskCache::path_of(const std::string& key, const std::string& kind) const {
-  return dir_ + "/" + key + "." + kind;
+void DiskCache::set_fallback(std::unique_ptr<DiskCache> read_only) {
+  fallback_ = read_only && read_only->usable() ? std::move(read_only) : nullptr;
 }
 
 void DiskCache::warn_once(const std::string& topic, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (warned_.insert(topic).second) log_message(LogLevel::warn, message);
 }
 
-void DiskCache::quarantine(const std::string& path, const std::string& why) {
+void DiskCache::quarantine(const std::string& name, const std::string& why) {
+  const std::string path = dir_ + "/" + name;
+  if (read_only()) { // never changed: the user only reads it
+    warn_once("damaged", "entry " + path + " of the trusted cache (" + why + ") is ignored");
+    return;
+  }
   warn_once("damaged", "damaged cache entry " + path + " (" + why + ") moved aside; it will be rebuilt");
-  if (std::rename(path.c_str(), (path + ".bad").c_str()) != 0) std::remove(path.c_str());
+  // Renames the name itself (a symbolic link is moved, not followed); removes it when that fails.
+  if (::renameat(dir_fd_.get(), name.c_str(), dir_fd_.get(), (name + ".bad").c_str()) != 0)
+    ::unlinkat(dir_fd_.get(), name.c_str(), 0);
 }
 
-std::optional<std::string> DiskCache::get(const std::string& key, const std::string& kind) {
-  if (!usable_ || !is_key(key)) return std::nullopt;
-  const std::string path = path_of(key, kind);
-  std::string bytes;
-  if (!read_file(path, bytes)) return std::nullopt;
-  std::optional<std::string> payload = decode_cache_entry(bytes, key);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!payload) {
-    quarantine(path, bytes.size() < kHeaderBytes ? "truncated" : "header, key or checksum mismatch");
+std::optional<std::string> DiskCache::read_entry(const std::string& key, const std::string& kind) {
+  const std::string name = key + "." + kind;
+  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), !read_only());
+  if (r.status == ReadResult::absent) return std::nullopt;
+  if (r.status == ReadResult::refused) {
+    quarantine(name, r.why);
     return std::nullopt;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // last use, for eviction
+  std::optional<std::string> payload = decode_cache_entry(r.bytes, key);
+  if (!payload) {
+    quarantine(name, r.bytes.size() < kHeaderBytes ? "truncated" : "header, key or checksum mismatch");
+    return std::nullopt;
+  }
+  if (!read_only()) ::utimensat(dir_fd_.get(), name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW); // last use, for eviction
   return payload;
 }
 
-bool DiskCache::atomic_write(const std::string& path, std::string_view bytes, const std::string& tag) {
-  std::string temp = dir_ + "/.tmp-" + tag + "-XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  bool ok = fd >= 0;
-  for (std::size_t done = 0; ok && done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<std::size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  if (fd >= 0) ok = ::close(fd) == 0 && ok;
-  ok = ok && std::rename(temp.c_str(), path.c_str()) == 0;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!ok) {
-    if (fd >= 0) std::remove(temp.c_str());
-    warn_once("write", "cannot write to cache directory " + dir_ + " (" + std::strerror(errno) +
-                           "); kernels are kept in memory only");
-  }
-  return ok;
+std::optional<std::string> DiskCache::get(const std::string& key, const std::string& kind) {
+  if (!is_key(key) || !is_kind(kind)) return std::nullopt;
+  if (usable())
+    if (std::optional<std::string> payload = read_entry(key, kind)) return payload;
+  return fallback_ ? fallback_->get(key, kind) : std::nullopt;
+}
+
+std::optional<std::string> DiskCache::get_source(const std::string& key) const {
+  if (!usable() || !is_key(key)) return std::nullopt;
+  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, !read_only());
+  if (r.status != ReadResult::ok) return std::nullopt;
+  return std::move(r.bytes);
+}
+
+bool DiskCache::write(const std::string& name, std::string_view bytes) {
+  if (!usable() || read_only()) return false;
+  const std::string error = write_file_atomically(dir_fd_.get(), name, bytes);
+  if (!error.empty())
+    warn_once("write", "cannot write to cache directory " + dir_ + " (" + error + "); kernels are kept in memory only");
+  return error.empty();
 }
 
 bool DiskCache::put(const std::string& key, const std::string& kind, std::string_view payload) {
-  if (!usable_ || !is_key(key)) return false;
-  return atomic_write(path_of(key, kind), encode_cache_entry(key, payload), key + "." + kind);
+  if (!is_key(key) || !is_kind(kind)) return false;
+  return write(key + "." + kind, encode_cache_entry(key, payload));
 }
 
 bool DiskCache::put_source(const std::string& key, std::string_view source) {
-  if (!usable_ || !is_key(key)) return false;
-  return atomic_write(path_of(key, "cu"), source, key + ".cu");
+  if (!is_key(key)) return false;
+  return write(key + ".cu", source);
+}
+
+std::vector<DiskCache::File> DiskCache::files() const {
+  std::vector<File> out;
+  if (!usable()) return out;
+  // A descriptor of its own for the listing: readdir moves the position of the one it reads.
+  const int fd = ::openat(dir_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* dir = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (!dir) {
+    if (fd >= 0) ::close(fd);
+    return out;
+  }
+  while (const dirent* item = ::readdir(dir)) {
+    const std::string name = item->d_name;
+    const bool ours = (name.size() > kKeyChars && name[kKeyChars] == '.' &&
+                       is_key(std::string_view(name).substr(0, kKeyChars))) ||
+                      is_temp(name);
+    struct stat st {};
+    if (!ours || ::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    out.push_back({name, static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, S_ISREG(st.st_mode)});
+  }
+  ::closedir(dir);
+  return out;
 }
 
 std::vector<DiskCache::Entry> DiskCache::list() const {
   std::vector<Entry> out;
-  std::error_code ec;
-  for (const auto& item : fs::directory_iterator(dir_, ec)) {
-    const std::string name = item.path().filename().string();
-    const auto dot = name.find('.');
-    const auto ends_with = [&](const std::string& tail) {
-      return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    if (dot != kKeyChars || !is_key(name.substr(0, dot)) || ends_with(".bad") || ends_with(".cu")) continue;
-    struct stat st {};
-    if (::stat(item.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    out.push_back({item.path().string(), name.substr(0, dot), name.substr(dot + 1), static_cast<uint64_t>(st.st_size),
-                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-  }
+  for (const File& f : files())
+    if (f.regular && is_entry_name(f.name))
+      out.push_back({dir_ + "/" + f.name, f.name.substr(0, kKeyChars), f.name.substr(kKeyChars + 1), f.bytes,
+                     f.mtime_ns});
   return out;
 }
 
 int DiskCache::verify() {
+  if (!usable()) return 0;
   int damaged = 0;
-  for (const Entry& e : list()) {
-    std::string bytes;
-    if (read_file(e.file, bytes) && decode_cache_entry(bytes, e.key)) continue;
+  for (const File& f : files()) {
+    if (!is_entry_name(f.name)) continue;
+    const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
+    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), !read_only());
+    if (r.status == ReadResult::absent) continue; // removed meanwhile
+    if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;
-    std::lock_guard<std::mutex> lock(mutex_);
-    quarantine(e.file, "failed verification");
+    quarantine(f.name, r.status == ReadResult::refused ? r.why : "failed verification");
   }
   return damaged;
 }
 
 void DiskCache::clear() {
-  std::error_code ec;
-  for (const auto& item : fs::directory_iterator(dir_, ec)) {
-    const std::string name = item.path().filename().string();
-    const bool ours = (name.size() > kKeyChars && is_key(name.substr(0, kKeyChars)) && name[kKeyChars] == '.') ||
-                      name.rfind(".tmp-", 0) == 0;
-    if (ours) fs::remove(item.path(), ec);
-  }
+  if (!usable() || read_only()) return;
+  for (const File& f : files()) ::unlinkat(dir_fd_.get(), f.name.c_str(), 0);
 }
 
 void DiskCache::evict(uint64_t cap_bytes) {
-  std::vector<Entry> entries = list();
+  if (!usable() || read_only()) return;
+  // What may go, in order: .bad files first (oldest first), then each key's files together (entry and source),
+  // least recently used first. Fresh temp files are counted but left to their writers.
+  struct Victim {
+    int rank = 1;
+    int64_t last_use = 0;
+    std::vector<std::pair<std::string, uint64_t>> files; // name, bytes
+  };
+  const int64_t stale_before = now_ns() - kStaleTempSeconds * 1000000000;
+  std::vector<Victim> victims;
+  std::map<std::string, Victim> by_key;
   uint64_t total = 0;
-  for (const Entry& e : entries) total += e.bytes;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-  for (const Entry& e : entries) {
+  for (const File& f : files()) {
+    if (is_temp(f.name)) {
+      if (f.mtime_ns < stale_before && ::unlinkat(dir_fd_.get(), f.name.c_str(), 0) == 0) continue;
+      total += f.bytes;
+      continue;
+    }
+    total += f.bytes;
+    if (ends_with(f.name, ".bad")) {
+      victims.push_back({0, f.mtime_ns, {{f.name, f.bytes}}});
+      continue;
+    }
+    Victim& v = by_key[f.name.substr(0, kKeyChars)];
+    v.last_use = std::max(v.last_use, f.mtime_ns);
+    v.files.emplace_back(f.name, f.bytes);
+  }
+  for (auto& [key, v] : by_key) victims.push_back(std::move(v));
+  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.last_use < b.last_use;
+  });
+  for (const Victim& v : victims) {
     if (total <= cap_bytes) break;
-    if (std::remove(e.file.c_str()) == 0) total -= e.bytes;
-    std::remove(path_of(e.key, "cu").c_str()); // its readable source, if any
+    for (const auto& [name, bytes] : v.files)
+      if (::unlinkat(dir_fd_.get(), name.c_str(), 0) == 0) total -= bytes;
   }
 }
 

@@ -1,4 +1,4 @@
-// The disk cache: compiled cubins (and, later, tuning decisions) kept across processes.
+// The disk cache: compiled cubins and tuning decisions kept across processes.
 //
 // Location: $JITBMM_CACHE_DIR, else $XDG_CACHE_HOME/jitbmm, else ~/.cache/jitbmm (created 0700). Each entry is one
 // self-describing file, <key>.<kind>: magic, format version, the key, payload length, SHA-256 of the payload, then
@@ -7,15 +7,23 @@
 // are safe. A truncated, corrupted or foreign entry is a miss: it is moved aside (<file>.bad), with one warning. An
 // unusable directory turns the cache off for the process, with one warning: results never depend on the cache. Size is
 // capped (least recently used evicted).
+//
+// The checksum detects damage, not intent, so the directory itself must be one only its owner can feed: owned by the
+// effective user and writable by no group or other (else it is refused, with one warning, and never read or
+// written). Entries are read only when they are regular files of the user's, below a size bound (cache/safe_file).
+// $JITBMM_CACHE_TRUSTED_DIR names a second, read-only cache (a cluster's shared one) consulted after a miss.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cache/safe_file.hpp"
 
 namespace jitbmm {
 
@@ -32,47 +40,80 @@ std::string cubin_key(const CubinKeyParts& parts); // 64 hex digits
 
 constexpr uint32_t kCacheFormatVersion = 1;
 constexpr uint64_t kDefaultCacheCapBytes = uint64_t(1) << 30;
+// The largest file read back: a bigger one is refused (not a cubin jitbmm wrote), never allocated.
+constexpr uint64_t kMaxCubinEntryBytes = uint64_t(256) << 20;
+constexpr uint64_t kMaxSmallEntryBytes = uint64_t(1) << 20; // .tune and any other kind
+constexpr int64_t kStaleTempSeconds = 3600;                 // a .tmp-* file older than this is a dead writer's
+
+// Whether the cache reads and writes its directory (the user's own) or only reads it (a shared cache the user named).
+enum class CacheAccess { private_read_write, trusted_read_only };
 
 class DiskCache {
 public:
   // $JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm; empty when none can be named (no HOME).
   static std::string default_dir();
-  // The process's cache, or null when disabled ($JITBMM_CACHE=off) or unusable. Cap: $JITBMM_CACHE_MAX_BYTES.
+  // $JITBMM_CACHE_MAX_BYTES, else kDefaultCacheCapBytes. A malformed value throws std::invalid_argument naming the
+  // variable (no silent fallback: it reaches the user through SemiringBMM::get and the C ABI).
+  static uint64_t cap_from_env();
+  // The process's cache, or null when disabled ($JITBMM_CACHE=off) or unusable (neither the private directory nor
+  // $JITBMM_CACHE_TRUSTED_DIR can be used). Throws as cap_from_env does, on every call, while the cap is malformed.
   static DiskCache* process_cache();
 
-  explicit DiskCache(std::string dir, uint64_t cap_bytes = kDefaultCacheCapBytes);
+  // Private: creates `dir` 0700 when absent, then refuses it unless it is the user's and private. Read-only: the
+  // directory must exist and not be writable by anyone without the sticky bit; it is never written.
+  explicit DiskCache(std::string dir, uint64_t cap_bytes = kDefaultCacheCapBytes,
+                     CacheAccess access = CacheAccess::private_read_write);
 
-  // The payload stored under key and kind ("cubin", "cu"), or nothing. A damaged entry is moved aside.
+  // The payload stored under key and kind ("cubin", "tune"), or nothing: from this directory, else from the
+  // fallback. A damaged or refused entry (not a regular file of the user's, too large) is moved aside.
   std::optional<std::string> get(const std::string& key, const std::string& kind);
-  // Stores atomically; returns false (after one warning) when the directory cannot be written.
+  // Stores atomically; returns false (after one warning) when the directory cannot be written or is read-only.
   bool put(const std::string& key, const std::string& kind, std::string_view payload);
-  // Writes <key>.cu as plain text beside an entry, for people to read; never read back.
+  // Writes <key>.cu as plain text beside an entry, for people to read; never used to build anything.
   bool put_source(const std::string& key, std::string_view source);
+  // <key>.cu, for display, when it is a regular file of the user's.
+  std::optional<std::string> get_source(const std::string& key) const;
+  // A read-only cache consulted when this one misses ($JITBMM_CACHE_TRUSTED_DIR).
+  void set_fallback(std::unique_ptr<DiskCache> read_only);
 
   struct Entry {
     std::string file, key, kind;
     uint64_t bytes = 0;
     int64_t last_use = 0; // ns since the epoch (file modification time, refreshed on every hit)
   };
-  std::vector<Entry> list() const;
-  // Checks every entry; damaged ones are moved aside. Returns the number of damaged entries.
+  std::vector<Entry> list() const; // the entries (regular files) of this directory, not the fallback's
+  // Checks every entry; damaged or refused ones are moved aside. Returns their number.
   int verify();
-  void clear();                   // removes every entry (and leftovers) of this cache
-  void evict(uint64_t cap_bytes); // least recently used first, until the total is at most cap_bytes
+  void clear(); // removes every entry (and leftovers) of this cache
+  // Removes .tmp-* files older than kStaleTempSeconds, then, until every file the cache wrote (entries, sources,
+  // .bad and temp files) totals at most cap_bytes: .bad files first, then entries least recently used first.
+  void evict(uint64_t cap_bytes);
 
   const std::string& dir() const { return dir_; }
-  bool usable() const { return usable_; }
+  bool usable() const { return dir_fd_.valid(); }    // this directory is trusted and open
+  const std::string& refused() const { return refused_; } // else why not
   uint64_t cap_bytes() const { return cap_; }
+  bool read_only() const { return access_ == CacheAccess::trusted_read_only; }
 
 private:
-  std::string path_of(const std::string& key, const std::string& kind) const;
-  void quarantine(const std::string& path, const std::string& why);
-  bool atomic_write(const std::string& path, std::string_view bytes, const std::string& tag);
+  struct File {
+    std::string name;
+    uint64_t bytes = 0;
+    int64_t mtime_ns = 0;
+    bool regular = false;
+  };
+  std::vector<File> files() const; // every file this cache may have written
+  std::optional<std::string> read_entry(const std::string& key, const std::string& kind);
+  void quarantine(const std::string& name, const std::string& why);
+  bool write(const std::string& name, std::string_view bytes);
   void warn_once(const std::string& topic, const std::string& message);
 
   std::string dir_;
   uint64_t cap_;
-  bool usable_ = true;
+  CacheAccess access_;
+  FileDescriptor dir_fd_; // the directory opened and checked; every file is reached through it
+  std::string refused_;
+  std::unique_ptr<DiskCache> fallback_;
   std::mutex mutex_;
   std::set<std::string> warned_;
 };

@@ -1,0 +1,70 @@
+// Files that only their owner can feed: the checks shared by the disk cache and the kernel dump/override
+// directories. A directory is used through the descriptor of the directory actually opened and checked, so renaming
+// or re-pointing its path later changes nothing; entries are opened relative to it, never through a symbolic link,
+// never blocking (a FIFO), never larger than a bound; writes go to a fresh temp file that is renamed over the name,
+// so a link planted at the name is replaced, never written through.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace jitbmm {
+
+constexpr uint64_t kMaxSourceBytes = uint64_t(16) << 20; // a kernel's .cu read back (cache source, override file)
+
+// An open file descriptor, closed on destruction.
+class FileDescriptor {
+public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(other.release()) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+private:
+  int fd_ = -1;
+};
+
+// Who may have fed a directory. `owner_only`: owned by the effective user and writable by no group or other
+// (jitbmm's own cache, dump and override directories). `named_by_user`: any owner (the user named it as trusted,
+// e.g. a cluster's read-only cache), but a directory anyone can write to without the sticky bit is still refused.
+enum class DirTrust { owner_only, named_by_user };
+
+struct CheckedDir {
+  FileDescriptor fd;   // valid when trusted
+  std::string refused; // else why not: "owned by uid 65534, not by uid 1000", "writable by group or others (mode 0777)"
+};
+
+// Opens `path` as a directory (a symbolic link is followed to its target, which must pass) and checks the directory
+// that was opened.
+CheckedDir open_checked_dir(const std::string& path, DirTrust trust);
+
+// Creates `path` and any missing parents with mode 0700. Returns an empty string, or what failed.
+std::string make_private_dirs(const std::string& path);
+
+struct ReadResult {
+  enum Status { ok, absent, refused } status = absent;
+  std::string bytes; // when ok
+  std::string why;   // when refused: "a symbolic link", "a FIFO", "larger than 268435456 bytes", ...
+};
+
+// Reads `name` in the directory `dir_fd` when it is a regular file of at most `max_bytes` (and, with
+// `require_owner`, owned by the effective user). Opened O_NOFOLLOW|O_NONBLOCK and read from that descriptor.
+ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, bool require_owner);
+
+// Writes `bytes` as `name` in `dir_fd`: a new temp file (.tmp-<name>-<unique>, created O_EXCL|O_NOFOLLOW, mode
+// 0600), flushed, then renamed over `name`. Returns an empty string, or what failed (the temp file is removed).
+std::string write_file_atomically(int dir_fd, const std::string& name, std::string_view bytes);
+
+} // namespace jitbmm
