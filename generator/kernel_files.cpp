@@ -2,14 +2,11 @@
 
 #include "runtime/log.hpp"
 
-#include <sys/stat.h>
-
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
+
+#include "cache/safe_file.hpp"
 
 namespace jitbmm {
 
@@ -27,24 +24,26 @@ void note_once(const std::string& message) {
   if (said.insert(message).second) log_message(LogLevel::warn, message);
 }
 
-bool write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  return static_cast<bool>(out.flush());
-}
-
 } // namespace
 
 GeneratedKernel with_override(GeneratedKernel kernel) {
   const std::string dir = env("JITBMM_OVERRIDE_DIR");
   if (dir.empty()) return kernel;
-  const std::string path = dir + "/" + kernel.name + ".cu";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return kernel;
-  std::ostringstream text;
-  text << in.rdbuf();
-  kernel.source = text.str();
-  note_once("JITBMM_OVERRIDE_DIR is active: kernel " + kernel.name + " is compiled from " + path);
+  // Whatever is read here is compiled and run: only from a directory, and a file, that only the user can feed.
+  const CheckedDir checked = open_checked_dir(dir, DirTrust::owner_only);
+  if (!checked.fd.valid()) {
+    note_once("JITBMM_OVERRIDE_DIR " + dir + " is not trusted (" + checked.refused + "); it is ignored");
+    return kernel;
+  }
+  const std::string name = kernel.name + ".cu";
+  ReadResult r = read_regular_file(checked.fd.get(), name, kMaxSourceBytes, true);
+  if (r.status == ReadResult::absent) return kernel;
+  if (r.status == ReadResult::refused) {
+    note_once("JITBMM_OVERRIDE_DIR file " + dir + "/" + name + " is refused (" + r.why + "); it is ignored");
+    return kernel;
+  }
+  kernel.source = std::move(r.bytes);
+  note_once("JITBMM_OVERRIDE_DIR is active: kernel " + kernel.name + " is compiled from " + dir + "/" + name);
   return kernel;
 }
 
@@ -53,10 +52,21 @@ bool dump_requested() { return !env("JITBMM_DUMP_DIR").empty(); }
 bool dump_kernel(const GeneratedKernel& kernel, const std::string& ptx) {
   const std::string dir = env("JITBMM_DUMP_DIR");
   if (dir.empty()) return false;
-  ::mkdir(dir.c_str(), 0755);
-  bool ok = write_text(dir + "/" + kernel.name + ".cu", kernel.source);
-  if (!ptx.empty()) ok = write_text(dir + "/" + kernel.name + ".ptx", ptx) && ok;
-  if (!ok) note_once("warning: JITBMM_DUMP_DIR " + dir + " is not writable; kernels are not dumped");
+  std::string error = make_private_dirs(dir);
+  if (!error.empty()) {
+    note_once("JITBMM_DUMP_DIR " + dir + " is not usable (" + error + "); kernels are not dumped");
+    return true;
+  }
+  const CheckedDir checked = open_checked_dir(dir, DirTrust::owner_only);
+  if (!checked.fd.valid()) {
+    note_once("JITBMM_DUMP_DIR " + dir + " is not trusted (" + checked.refused + "); kernels are not dumped");
+    return true;
+  }
+  // A fresh file renamed over each name: a link planted there is replaced, never written through.
+  error = write_file_atomically(checked.fd.get(), kernel.name + ".cu", kernel.source);
+  if (error.empty() && !ptx.empty()) error = write_file_atomically(checked.fd.get(), kernel.name + ".ptx", ptx);
+  if (!error.empty())
+    note_once("JITBMM_DUMP_DIR " + dir + " is not writable (" + error + "); kernels are not dumped");
   return true;
 }
 
