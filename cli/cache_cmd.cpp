@@ -4,8 +4,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <fstream>
-
 #include "cache/disk_cache.hpp"
 #include "cli/commands.hpp"
 #include "runtime/autotune.hpp"
@@ -18,9 +16,8 @@ namespace {
 // decision's problem, scope and winner. Never trusted beyond display: damaged entries just say so.
 std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
   if (e.kind == "cubin") {
-    std::ifstream source(cache.dir() + "/" + e.key + ".cu");
-    std::string first;
-    std::getline(source, first);
+    const std::optional<std::string> source = cache.get_source(e.key);
+    const std::string first = source ? source->substr(0, source->find('\n')) : "";
     const auto at = first.find("Kernel ");
     return at == std::string::npos ? "(kernel: source not kept)" : "kernel " + first.substr(at + 7);
   }
@@ -47,8 +44,9 @@ int run_cache(int argc, char** argv) {
     std::printf("%s\n", dir.c_str());
     return 0;
   }
-  DiskCache cache(dir);
-  if (!cache.usable()) throw std::runtime_error("cache directory " + dir + " is not usable");
+  DiskCache cache(dir, DiskCache::cap_from_env());
+  // An untrusted directory is never listed, verified or cleared: its entries mean nothing to jitbmm.
+  if (!cache.usable()) throw std::runtime_error("cache directory " + dir + " is " + cache.refused());
   if (what == "list") {
     uint64_t total = 0;
     std::printf("%-16s %-5s %10s  %-19s  %s\n", "key", "kind", "bytes", "last use", "what");
