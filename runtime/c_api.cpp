@@ -20,6 +20,7 @@
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/parse_number.hpp"
 
 struct jitbmm_plan {
   jitbmm::SemiringBMM plan;
@@ -59,8 +60,13 @@ void crash_backtrace(int sig, siginfo_t* info, void* context) {
 }
 
 const bool g_backtrace_installed = [] {
-  const char* v = std::getenv("JITBMM_CRASH_BACKTRACE");
-  if (!v || std::string(v) != "1") return false;
+  bool on = false;
+  try { // a static initialiser must not throw: a bad value is a warning, and the handler stays off
+    on = jitbmm::env_integer("JITBMM_CRASH_BACKTRACE", 0, 1).value_or(0) == 1;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "jitbmm: warning: %s; crash backtraces off\n", e.what());
+  }
+  if (!on) return false;
   struct sigaction action {};
   action.sa_sigaction = crash_backtrace;
   action.sa_flags = SA_SIGINFO;

@@ -1,9 +1,11 @@
 #include "runtime/device.hpp"
 
-#include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+
+#include "runtime/parse_number.hpp"
 
 namespace jitbmm {
 
@@ -35,13 +37,9 @@ std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
   return info;
 }
 
+// JITBMM_DEVICE: a whole decimal integer in [0, INT_MAX] (never wrapped: 4294967296 is an error, not device 0).
 int requested_ordinal() {
-  const char* env = std::getenv("JITBMM_DEVICE");
-  if (!env || !*env) return 0;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || v < 0) throw std::invalid_argument(std::string("JITBMM_DEVICE: not a device number: ") + env);
-  return static_cast<int>(v);
+  return static_cast<int>(env_integer("JITBMM_DEVICE", 0, std::numeric_limits<int>::max()).value_or(0));
 }
 
 } // namespace
