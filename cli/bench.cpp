@@ -1,6 +1,7 @@
 // jitbmm bench: a benchmark program, not a test. Per shape and strategy: median device time of CUDA-event-timed
 // runs after warm-up on fresh random (never zero) inputs, terms/s (B·M·N·K per second), and the share of the
 // ceiling measured on this GPU (exp2 rate for log; FP32 instruction rate for the others).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -109,19 +110,52 @@ int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--reps", "--arch"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--json", "--first-call", "--compile-times", "--verbose", "--backward", "--exp-matmul"});
+  const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul"};
+  switches.insert(modes.begin(), modes.end());
+  switches.insert({"--json", "--verbose"});
   const Args args(argc, argv, 2, flags, switches);
-  if (args.has("--first-call")) return run_first_call(args);
-  if (args.has("--compile-times")) return run_compile_times(args);
-  if (args.has("--backward")) return run_backward_bench(args);
-  if (args.has("--exp-matmul")) return run_exp_matmul_bench(args);
-  const int reps = std::stoi(args.get("--reps", "20"));
+  // Each mode reads its own flags; one given to a mode that ignores it is an error.
+  std::string mode;
+  for (const std::string& m : modes)
+    if (args.has(m)) {
+      if (!mode.empty()) throw std::invalid_argument(m + ": not used with " + mode + " (one bench mode at a time)");
+      mode = m;
+    }
+  std::set<std::string> used = problem_flags();
+  used.insert({"--argmax", mode});
+  if (mode == "--first-call") {
+    args.require_only(used, "bench --first-call");
+    return run_first_call(args);
+  }
+  if (mode == "--compile-times") {
+    used.insert({"--arch", "--verbose"});
+    args.require_only(used, "bench --compile-times");
+    return run_compile_times(args);
+  }
+  if (mode == "--backward") {
+    used.insert("--reps");
+    args.require_only(used, "bench --backward");
+    return run_backward_bench(args);
+  }
+  if (mode == "--exp-matmul") {
+    args.require_only({"--exp-matmul", "--shape", "--dtype", "--reps"}, "bench --exp-matmul");
+    return run_exp_matmul_bench(args);
+  }
+  used = spec_flags();
+  used.erase("--pass"); // bench times the forward; bench --backward times the gradients
+  for (const std::string& s : spec_switches()) used.insert(s);
+  used.insert({"--reps", "--json"});
+  args.require_only(used, "bench (it times forward kernels; --arch and --verbose belong to --compile-times)");
+  const int reps = reps_from(args);
+  // Any problem or variant flag: that one problem; none: the standard table.
+  const bool one_problem = std::any_of(args.given().begin(), args.given().end(),
+                                       [](const std::string& flag) { return flag != "--reps" && flag != "--json"; });
   const auto device = current_device();
   ScopedContext scope(device->context);
   Ceilings ceilings{measure_exp_per_second(*device), measure_fma_per_second(*device)};
   std::vector<std::pair<Problem, std::vector<KernelSpec>>> suite;
-  if (args.has("--shape") || args.has("--semiring") || args.has("--strategy")) {
-    const Problem p = problem_from(args);
+  if (one_problem) {
+    const Problem p = problem_from(args, "bench");
     suite.push_back({p, {spec_from(args, p)}});
   } else {
     suite = default_suite();

@@ -17,8 +17,8 @@
 namespace jitbmm::cli {
 
 int run_backward_bench(const Args& args) {
-  const Problem p = problem_from(args);
-  const int reps = std::stoi(args.get("--reps", "20"));
+  const Problem p = problem_from(args, "bench --backward");
+  const int reps = reps_from(args);
   const auto device = current_device();
   ScopedContext scope(device->context);
   const Shape& s = p.shape;

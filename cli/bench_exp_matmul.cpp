@@ -57,7 +57,7 @@ struct Row {
 } // namespace
 
 int run_exp_matmul_bench(const Args& args) {
-  const int reps = std::stoi(args.get("--reps", "20"));
+  const int reps = reps_from(args);
   std::vector<Shape> shapes = {{64, 512, 512, 512}, {4, 2048, 2048, 2048}};
   if (args.has("--shape")) shapes = {parse_shape(args.get("--shape", ""))};
   const auto device = current_device();

@@ -27,7 +27,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // number of NVRTC compilations, which is 0 when the disk cache served everything.
 int run_first_call(const Args& args) {
   const auto t0 = Clock::now();
-  const Problem p = problem_from(args);
+  const Problem p = problem_from(args, "bench --first-call");
   const auto device = current_device();
   ScopedContext scope(device->context);
   const double t_context = ms_since(t0);
@@ -52,8 +52,8 @@ int run_first_call(const Args& args) {
 // NVRTC + ptxas time of every tuning candidate of the problem, compiled one after another on one thread for
 // --arch (default sm_90; no GPU needed, the disk cache is bypassed), reported as a distribution.
 int run_compile_times(const Args& args) {
-  const Problem p = problem_from(args);
-  const std::string arch = args.get("--arch", "sm_90");
+  const Problem p = problem_from(args, "bench --compile-times");
+  const std::string arch = arch_from(args);
   std::vector<double> ms;
   for (const KernelSpec& spec : tuning_candidates(p, DeviceLimits{})) {
     const GeneratedKernel kernel = emit_kernel(spec);

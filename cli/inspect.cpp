@@ -1,11 +1,17 @@
 // jitbmm inspect / info: show what jitbmm generates and what it runs on.
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <vector>
 
 #include "cache/kernel_cache.hpp"
 #include "cli/args.hpp"
@@ -20,6 +26,8 @@
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+
+extern char** environ; // posix_spawn passes ours on
 
 namespace jitbmm::cli {
 
@@ -59,7 +67,8 @@ void print_resources(const GeneratedKernel& kernel, const std::string& arch, int
   std::printf("ptxas log:\n%s\n", c.log.c_str());
 }
 
-// The directory holding `tool`: PATH first, then the CUDA toolkit's bin; empty when absent.
+// The path of the executable `tool`: the first PATH directory holding it, then the CUDA toolkit's bin; empty when
+// absent. The path is only ever an argv element, never shell text, so any character in a directory name is safe.
 std::string find_tool(const std::string& tool) {
   std::string dirs = std::getenv("PATH") ? std::getenv("PATH") : "";
   dirs += ":/usr/local/cuda/bin";
@@ -67,10 +76,86 @@ std::string find_tool(const std::string& tool) {
   while (pos <= dirs.size()) {
     const std::size_t end = std::min(dirs.find(':', pos), dirs.size());
     const std::string dir = dirs.substr(pos, end - pos);
-    if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return dir + "/" + tool;
+    const std::string path = dir + "/" + tool;
+    struct stat st {};
+    if (!dir.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0)
+      return path;
     pos = end + 1;
   }
   return "";
+}
+
+// A private temporary file (mkstemp: mode 0600, a fresh name), removed when this goes out of scope.
+class TempFile {
+public:
+  explicit TempFile(const std::string& prefix) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
+    fd_ = ::mkstemp(pattern.data());
+    if (fd_ < 0) throw std::runtime_error("cannot create a temporary file " + pattern + ": " + std::strerror(errno));
+    path_ = pattern;
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+  void write_all(const std::string& bytes) {
+    for (std::size_t done = 0; done < bytes.size();) {
+      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("cannot write the temporary file " + path_ + ": " + std::strerror(errno));
+      done += static_cast<std::size_t>(n);
+    }
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Runs `argv[0]` (a path, not searched for) with exactly these arguments and no shell; its stderr is ours, its
+// stdout is returned. Throws when it cannot start or does not exit with status 0.
+std::string run_capturing_stdout(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  std::vector<char*> c_argv;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, c_argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  std::string out;
+  if (spawned == 0) {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      out.append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(pipe_fds[0]);
+  if (spawned != 0) throw std::runtime_error("cannot run " + argv[0] + ": " + std::strerror(spawned));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw std::runtime_error("waitpid for " + argv[0] + ": " + std::strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error(argv[0] + " failed on the cubin (" +
+                             (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                                : "signal " + std::to_string(WTERMSIG(status))) +
+                             ")");
+  return out;
 }
 
 void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
@@ -81,19 +166,11 @@ void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
     return;
   }
   const CompiledKernel c = compile_to_cubin(kernel, arch);
-  char path[] = "/tmp/jitbmm-sass-XXXXXX";
-  const int fd = ::mkstemp(path);
-  if (fd < 0) throw std::runtime_error("inspect: cannot create a temporary file for the cubin");
-  const bool written = ::write(fd, c.binary.data(), c.binary.size()) == static_cast<ssize_t>(c.binary.size());
-  ::close(fd);
-  if (written) {
-    std::printf("// SASS of %s for %s (nvdisasm)\n", kernel.name.c_str(), arch.c_str());
-    std::fflush(stdout);
-    const std::string command = "'" + nvdisasm + "' -c '" + path + "'";
-    if (std::system(command.c_str()) != 0) std::printf("// nvdisasm failed on the cubin\n");
-  }
-  ::unlink(path);
-  if (!written) throw std::runtime_error("inspect: cannot write the cubin to a temporary file");
+  TempFile cubin("jitbmm-sass-");
+  cubin.write_all(c.binary);
+  const std::string sass = run_capturing_stdout({nvdisasm, "-c", cubin.path()});
+  std::printf("// SASS of %s for %s (%s)\n", kernel.name.c_str(), arch.c_str(), nvdisasm.c_str());
+  std::fwrite(sass.data(), 1, sass.size(), stdout);
 }
 
 // Which variant SemiringBMM::get would run for the problem on this GPU, where that choice came from, and the
@@ -123,17 +200,23 @@ int run_inspect(int argc, char** argv) {
   std::set<std::string> switches = spec_switches();
   switches.insert("--tuned");
   const Args args(argc, argv, 2, flags, switches);
-  if (args.has("--tuned")) return print_tuned(problem_from(args));
-  const KernelSpec spec = spec_from(args, problem_from(args));
-  const GeneratedKernel kernel = with_override(emit_kernel(spec));
-  const std::string arch = args.get("--arch", "sm_90");
-  if (arch.rfind("sm_", 0) != 0) throw std::invalid_argument("--arch: expected sm_XY, got '" + arch + "'");
+  if (args.has("--tuned")) {
+    std::set<std::string> used = problem_flags();
+    used.insert({"--argmax", "--tuned"});
+    args.require_only(used, "inspect --tuned");
+    return print_tuned(problem_from(args, "inspect --tuned"));
+  }
   const std::string emit = args.get("--emit", "cuda");
   const bool all = emit == "all";
   if (emit != "cuda" && emit != "ptx" && emit != "sass" && emit != "resources" && !all)
     throw std::invalid_argument("--emit: expected cuda, ptx, sass, resources or all, got '" + emit + "'");
-  if (emit == "cuda" || all) std::cout << kernel.source;
-  if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary;
+  const std::string arch = arch_from(args);
+  if (emit == "cuda" && args.has("--arch") && !dump_requested())
+    throw std::invalid_argument("--arch: not used by --emit cuda (the source is the same for every arch)");
+  const KernelSpec spec = spec_from(args, problem_from(args, "inspect", {{"--emit", "cuda"}}));
+  const GeneratedKernel kernel = with_override(emit_kernel(spec));
+  if (emit == "cuda" || all) std::cout << kernel.source << std::flush;
+  if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary << std::flush;
   if (emit == "sass" || all) print_sass(kernel, arch);
   if (emit == "resources" || all) print_resources(kernel, arch, spec.threads());
   if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);

@@ -20,12 +20,16 @@ void usage(std::FILE* to) {
       "      reference, print time, terms/s and the share of the measured exp throughput.\n"
       "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
       "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
-      "                 [--strategy S] [--block XxY] [--tile MxNxK] [--thread MxN] [--k-chunk N]\n"
-      "                 [--math fma|tf32x3|tf32] [--precision exact|fast]\n"
+      "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
+      "                 [--min-blocks N] [--k-chunk N] [--math fma|tf32x3|tf32] [--precision exact|fast]\n"
       "                 [--index64] [--arch sm_90]\n"
       "                 --emit cuda|ptx|sass|resources|all\n"
       "      Print the generated source, NVRTC's PTX, SASS (via nvdisasm), or ptxas's resource report (no GPU "
       "needed).\n"
+      "      --semiring, --dtype, --shape and --emit default to log, f32, 64x512x512x512 and cuda; a command that\n"
+      "      relies on a default says which on stderr (so do tune and bench). Variant flags apply to the\n"
+      "      strategies that read them (--block: linear, linear_two_pass, warp, block_tree, scatter; --tile,\n"
+      "      --thread, --min-blocks: tiled, split_k, exp_matmul; --k-chunk: split_k; --math: exp_matmul).\n"
       "  jitbmm inspect --tuned [problem flags]\n"
       "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
       "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
@@ -42,7 +46,12 @@ void usage(std::FILE* to) {
       "  jitbmm cache path|list|verify|clear\n"
       "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"
       "  jitbmm info\n"
-      "      Driver, NVRTC and devices.\n",
+      "      Driver, NVRTC and devices.\n"
+      "  jitbmm version | --version\n"
+      "      Print the version.\n\n"
+      "Arguments are strict: an unknown flag, a flag given twice, a flag without its value, a number that is not\n"
+      "a whole integer in range, or a flag the chosen command, mode or strategy does not use is an error (exit\n"
+      "status 2) naming the flag; nothing is silently ignored.\n",
       jitbmm::kVersion);
 }
 
@@ -61,8 +70,16 @@ int main(int argc, char** argv) {
     if (command == "bench") return jitbmm::cli::run_bench(argc, argv);
     if (command == "cache") return jitbmm::cli::run_cache(argc, argv);
     if (command == "tune") return jitbmm::cli::run_tune(argc, argv);
-    if (command == "help" || command == "--help" || command == "-h") {
+    const bool help = command == "help" || command == "--help" || command == "-h";
+    const bool version = command == "version" || command == "--version";
+    if ((help || version) && argc > 2)
+      throw std::invalid_argument("unknown argument '" + std::string(argv[2]) + "' after " + command);
+    if (help) {
       usage(stdout);
+      return 0;
+    }
+    if (version) {
+      std::printf("jitbmm %s\n", jitbmm::kVersion);
       return 0;
     }
     std::fprintf(stderr, "jitbmm: unknown command '%s'\n\n", command.c_str());

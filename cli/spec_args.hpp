@@ -1,23 +1,70 @@
-// The CLI flags that describe a problem and a kernel variant, shared by inspect and bench.
+// The CLI flags that describe a problem and a kernel variant, shared by inspect, bench and tune. Every number is
+// parsed whole and range-checked (runtime/parse_number.hpp), and a variant flag the chosen strategy does not read is
+// an error naming the strategies that do (variant_flags below is the one place that knows which).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/args.hpp"
 #include "jitbmm/kernel_spec.hpp"
+#include "runtime/parse_number.hpp"
 
 namespace jitbmm::cli {
 
+inline std::set<std::string> problem_flags() {
+  return {"--semiring", "--dtype", "--out-dtype", "--shape", "--precision"};
+}
+inline std::set<std::string> problem_switches() { return {"--argmax"}; }
+
+// A variant flag and the strategies whose kernels read the KernelSpec fields it sets (to_string(KernelSpec) prints
+// the same fields per strategy).
+struct VariantFlag {
+  const char* flag;
+  std::vector<Strategy> used_by;
+};
+inline const std::vector<VariantFlag>& variant_flags() {
+  using S = Strategy;
+  static const std::vector<VariantFlag> table = {
+      {"--block", {S::linear, S::linear_two_pass, S::warp, S::block_tree, S::scatter}},
+      {"--tile", {S::tiled, S::split_k, S::exp_matmul}},
+      {"--thread", {S::tiled, S::split_k, S::exp_matmul}},
+      {"--min-blocks", {S::tiled, S::split_k, S::exp_matmul}},
+      {"--k-chunk", {S::split_k}},
+      {"--math", {S::exp_matmul}},
+  };
+  return table;
+}
+
 inline std::set<std::string> spec_flags() {
-  return {"--semiring", "--dtype",   "--out-dtype",  "--shape", "--strategy", "--block",    "--tile",
-          "--thread",   "--k-chunk", "--min-blocks", "--pass",  "--math",     "--precision"};
+  std::set<std::string> flags = problem_flags();
+  flags.insert({"--strategy", "--pass"});
+  for (const VariantFlag& v : variant_flags()) flags.insert(v.flag);
+  return flags;
 }
 inline std::set<std::string> spec_switches() { return {"--argmax", "--index64"}; }
 
-inline Problem problem_from(const Args& args, const std::string& shape = "64x512x512x512") {
+// "--semiring log --dtype f32" for the flags of `defaults` not given, on stderr, so a bare command says what it ran.
+inline void note_defaults(const Args& args, const std::vector<std::pair<std::string, std::string>>& defaults,
+                          const std::string& who) {
+  std::string used;
+  for (const auto& [flag, value] : defaults)
+    if (!args.has(flag)) used += " " + flag + " " + value;
+  if (!used.empty()) std::fprintf(stderr, "jitbmm %s: defaults used:%s\n", who.c_str(), used.c_str());
+}
+
+// The problem of the flags; --semiring, --dtype and --shape default to log, f32 and `shape`, announced on stderr.
+inline Problem problem_from(const Args& args, const std::string& who,
+                            std::vector<std::pair<std::string, std::string>> more_defaults = {},
+                            const std::string& shape = "64x512x512x512") {
+  more_defaults.insert(more_defaults.begin(), {{"--semiring", "log"}, {"--dtype", "f32"}, {"--shape", shape}});
+  note_defaults(args, more_defaults, who);
   Problem p;
   p.semiring = parse_semiring(args.get("--semiring", "log"));
   p.dtype = parse_dtype(args.get("--dtype", "f32"));
@@ -29,37 +76,83 @@ inline Problem problem_from(const Args& args, const std::string& shape = "64x512
   return p;
 }
 
+// "128x64x16" → {128, 64, 16}: exactly `count` positive integers (each at most `hi`) joined by 'x'.
+inline std::vector<int> parse_dims(const Args& args, const std::string& flag, const char* form, std::size_t count,
+                                   int hi = 65536) {
+  const std::string text = args.get(flag, "");
+  std::vector<int> dims;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t x = text.find('x', pos);
+    const std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+    if (dims.size() == count) throw std::invalid_argument(flag + ": expected " + form + ", got '" + text + "'");
+    dims.push_back(parse_int(part, flag + " (" + form + ")", 1, hi));
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  if (dims.size() != count) throw std::invalid_argument(flag + ": expected " + form + ", got '" + text + "'");
+  return dims;
+}
+
+// A variant flag given for a strategy whose kernels do not read it: an error, never silently dropped.
+inline void require_used_by(const Args& args, const KernelSpec& spec, bool strategy_given) {
+  for (const VariantFlag& v : variant_flags()) {
+    if (!args.has(v.flag) || std::find(v.used_by.begin(), v.used_by.end(), spec.strategy) != v.used_by.end()) continue;
+    std::string users;
+    for (Strategy s : v.used_by) users += (users.empty() ? "" : ", ") + std::string(strategy_name(s));
+    const std::string name = strategy_name(spec.strategy);
+    const std::string why = spec.pass != Pass::forward ? "; '" + name + "' is the " + pass_name(spec.pass) + " kernel's"
+                            : strategy_given           ? ""
+                                             : "; '" + name + "' is this problem's default: choose one with --strategy";
+    throw std::invalid_argument(std::string(v.flag) + ": not used by strategy '" + name + "' (used by " + users + ")" +
+                                why);
+  }
+}
+
 // The default spec for the problem (or for --strategy), with any tuning flag given overriding its field.
 inline KernelSpec spec_from(const Args& args, const Problem& p) {
   const Pass pass = parse_pass(args.get("--pass", "forward"));
   if (pass != Pass::forward && args.has("--argmax"))
     throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
+  if (pass != Pass::forward && args.has("--strategy"))
+    throw std::invalid_argument("--strategy: not used with --pass (a backward kernel's strategy follows from the "
+                                "semiring: tiled for log and plus_times, scatter for the others)");
   KernelSpec spec = pass != Pass::forward    ? default_grad_spec(p, pass)
                     : args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", "")))
                                              : default_spec(p);
+  require_used_by(args, spec, args.has("--strategy"));
   if (args.has("--block")) {
-    const std::string b = args.get("--block", "");
-    const auto x = b.find('x');
-    if (x == std::string::npos) throw std::invalid_argument("--block: expected XxY, got '" + b + "'");
-    spec.block_x = std::stoi(b.substr(0, x));
-    spec.block_y = std::stoi(b.substr(x + 1));
+    const auto b = parse_dims(args, "--block", "XxY", 2);
+    spec.block_x = b[0], spec.block_y = b[1];
   }
   if (args.has("--tile")) {
-    const std::string t = args.get("--tile", "");
-    if (std::sscanf(t.c_str(), "%dx%dx%d", &spec.tile_m, &spec.tile_n, &spec.tile_k) != 3)
-      throw std::invalid_argument("--tile: expected MxNxK, got '" + t + "'");
+    const auto t = parse_dims(args, "--tile", "MxNxK", 3);
+    spec.tile_m = t[0], spec.tile_n = t[1], spec.tile_k = t[2];
   }
   if (args.has("--thread")) {
-    const std::string t = args.get("--thread", "");
-    if (std::sscanf(t.c_str(), "%dx%d", &spec.thread_m, &spec.thread_n) != 2)
-      throw std::invalid_argument("--thread: expected MxN, got '" + t + "'");
+    const auto t = parse_dims(args, "--thread", "MxN", 2);
+    spec.thread_m = t[0], spec.thread_n = t[1];
   }
-  if (args.has("--min-blocks")) spec.min_blocks = std::stoi(args.get("--min-blocks", ""));
-  if (args.has("--k-chunk")) spec.k_chunk = std::stoi(args.get("--k-chunk", ""));
+  if (args.has("--min-blocks")) spec.min_blocks = parse_int(args.get("--min-blocks", ""), "--min-blocks", 1, 2048);
+  if (args.has("--k-chunk")) spec.k_chunk = parse_int(args.get("--k-chunk", ""), "--k-chunk", 1, 1 << 30);
   if (args.has("--index64")) spec.index64 = true;
   if (args.has("--math")) spec.math = parse_math(args.get("--math", ""));
   check_spec_fits(spec, p);
   return spec;
 }
+
+// --arch (default sm_90): "sm_" then digits, optionally one letter (sm_90a); anything else would reach NVRTC.
+inline std::string arch_from(const Args& args) {
+  const std::string arch = args.get("--arch", "sm_90");
+  std::size_t i = 3;
+  while (i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) ++i;
+  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 &&
+                  (i == arch.size() || (i + 1 == arch.size() && std::islower(static_cast<unsigned char>(arch[i]))));
+  if (!ok) throw std::invalid_argument("--arch: expected sm_XY (e.g. sm_90, sm_90a), got '" + arch + "'");
+  return arch;
+}
+
+// --reps: launches timed per variant.
+inline int reps_from(const Args& args) { return parse_int(args.get("--reps", "20"), "--reps", 1, 1000000); }
 
 } // namespace jitbmm::cli

@@ -14,7 +14,7 @@ namespace jitbmm::cli {
 int run_tune(int argc, char** argv) {
   const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision"},
                   {"--argmax"});
-  const Problem p = problem_from(args);
+  const Problem p = problem_from(args, "tune");
   const auto device = current_device();
   const Pass pass = parse_pass(args.get("--pass", "forward"));
   const TuneReport report = autotune(p, *device, true, pass);
