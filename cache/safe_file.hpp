@@ -43,7 +43,7 @@ enum class DirTrust { owner_only, named_by_user };
 
 struct CheckedDir {
   FileDescriptor fd;   // valid when trusted
-  std::string refused; // else why not: "owned by uid 65534, not by uid 1000", "writable by group or others (mode 0777)"
+  std::string refused; // else why not: "owned by uid 65534, not by uid 1000", "writable by group or others, mode 0777"
 };
 
 // Opens `path` as a directory (a symbolic link is followed to its target, which must pass) and checks the directory

@@ -46,7 +46,12 @@ int run_cache(int argc, char** argv) {
   }
   DiskCache cache(dir, DiskCache::cap_from_env());
   // An untrusted directory is never listed, verified or cleared: its entries mean nothing to jitbmm.
-  if (!cache.usable()) throw std::runtime_error("cache directory " + dir + " is " + cache.refused());
+  if (!cache.usable())
+    throw std::runtime_error("cache directory " + dir + " is " + cache.refused() +
+                             (cache.refused().rfind("not trusted", 0) == 0
+                                  ? ": jitbmm never loads its entries or writes to it (make it yours, without group or "
+                                    "other write permission, or choose another JITBMM_CACHE_DIR)"
+                                  : ""));
   if (what == "list") {
     uint64_t total = 0;
     std::printf("%-16s %-5s %10s  %-19s  %s\n", "key", "kind", "bytes", "last use", "what");
