@@ -150,16 +150,16 @@ int run_bench(int argc, char** argv) {
   // Any problem or variant flag: that one problem; none: the standard table.
   const bool one_problem = std::any_of(args.given().begin(), args.given().end(),
                                        [](const std::string& flag) { return flag != "--reps" && flag != "--json"; });
-  const auto device = current_device();
-  ScopedContext scope(device->context);
-  Ceilings ceilings{measure_exp_per_second(*device), measure_fma_per_second(*device)};
   std::vector<std::pair<Problem, std::vector<KernelSpec>>> suite;
-  if (one_problem) {
+  if (one_problem) { // checked before the GPU is touched: a bad flag is reported as such, at once
     const Problem p = problem_from(args, "bench");
     suite.push_back({p, {spec_from(args, p)}});
   } else {
     suite = default_suite();
   }
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  Ceilings ceilings{measure_exp_per_second(*device), measure_fma_per_second(*device)};
   std::mt19937_64 rng(12345);
   std::vector<Row> rows;
   for (const auto& [p, specs] : suite)

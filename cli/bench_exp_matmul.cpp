@@ -60,6 +60,13 @@ int run_exp_matmul_bench(const Args& args) {
   const int reps = reps_from(args);
   std::vector<Shape> shapes = {{64, 512, 512, 512}, {4, 2048, 2048, 2048}};
   if (args.has("--shape")) shapes = {parse_shape(args.get("--shape", ""))};
+  const DType dtype = parse_dtype(args.get("--dtype", "f32"));
+  for (const Shape& shape : shapes) { // every problem checked before the GPU is touched (and sizes are computed)
+    Problem p;
+    p.shape = shape;
+    p.dtype = dtype;
+    validate(p);
+  }
   const auto device = current_device();
   ScopedContext scope(device->context);
   std::mt19937_64 rng(2026);
@@ -69,7 +76,7 @@ int run_exp_matmul_bench(const Args& args) {
   for (const Shape& shape : shapes) {
     Problem p;
     p.shape = shape;
-    p.dtype = parse_dtype(args.get("--dtype", "f32"));
+    p.dtype = dtype;
     const Shape& s = p.shape;
     const int in_bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(p.output_dtype()).size_bytes;
     std::vector<unsigned char> ha(s.B * s.M * s.K * in_bytes), hb(s.B * s.K * s.N * in_bytes),
