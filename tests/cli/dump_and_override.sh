@@ -11,7 +11,7 @@ cu=$(ls "$work"/dump/*.cu)
 name=$(basename "$cu" .cu)
 [ -s "$work/dump/$name.ptx" ] || { echo "no PTX dumped"; exit 1; }
 grep -q ".entry $name" "$work/dump/$name.ptx" || { echo "PTX lacks the entry point"; exit 1; }
-mkdir "$work/override"
+mkdir -m 0700 "$work/override"
 { cat "$cu"; echo "// hand-edited marker 1234"; } > "$work/override/$name.cu"
 out=$(JITBMM_OVERRIDE_DIR="$work/override" "$cli" inspect --semiring max_plus --dtype f32 --shape 2x3x4x5 --emit cuda 2>&1)
 grep -q "hand-edited marker 1234" <<< "$out" || { echo "override not used"; exit 1; }

@@ -163,6 +163,7 @@ TEST_CASE("a second process finds its kernels in the disk cache and compiles not
   const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/second-process";
   const std::string run = "JITBMM_CACHE_DIR=" + dir + " " + JITBMM_CLI_PATH + " demo --shape 2x64x64x64 > " + dir;
   std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all); // a cache dir others can write is refused
   REQUIRE(std::system((run + "/first.txt 2>&1").c_str()) == 0);
   REQUIRE(std::system((run + "/second.txt 2>&1").c_str()) == 0);
   auto text = [&](const char* name) {
@@ -192,6 +193,7 @@ TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still pi
   kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
   const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/override";
   std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all); // an override dir others can write is ignored
   std::ofstream(dir + "/" + kernel.name + ".cu") << kernel.source;
   ::setenv("JITBMM_OVERRIDE_DIR", dir.c_str(), 1);
   const TuneReport report = autotune(p, *current_device(), false);
