@@ -1,0 +1,392 @@
+// libjitbmm_fake_cuda.so: a stand-in for libcuda.so.1, loaded through $JITBMM_LIBCUDA, so CI machines without a GPU
+// exercise jitbmm's host paths with a driver present: validation, plan creation, the tuning choice, the disk cache,
+// the C ABI. It exports every entry point runtime/driver_api.hpp lists, under the names the loader asks for (cuda.h's
+// macros turn the definitions below into cuMemAlloc_v2 etc.). It computes nothing.
+//
+// What it does:
+// - one device, "Fake H100", sm_90, with an H100's limits (132 SMs, 227 KiB shared memory a block opt-in, ...); an
+//   attribute it does not know is CUDA_ERROR_INVALID_VALUE, so a new query fails loudly rather than reading 0;
+// - a primary context and a per-thread context stack;
+// - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB); copies and
+//   memsets check that the whole range lies in one allocation (CUDA_ERROR_INVALID_VALUE otherwise) and then run;
+//   the asynchronous forms run synchronously;
+// - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
+//   to the file $JITBMM_FAKE_CUDA_LOG names (if any), the SHA-256 taken over the image as its ELF header sizes it;
+// - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
+//   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
+//   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
+// - events: elapsed time is always 0.5 ms; occupancy is always 1 block.
+//
+// Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
+// CPU reference) finds no correct candidate: it throws "autotune: no correct candidate" (the C ABI's
+// JITBMM_INTERNAL_ERROR). The tests using this library therefore plan with JITBMM_TUNE=never, and test that one
+// failure on purpose.
+#include <cuda.h>
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct CUctx_st {
+  CUdevice device = 0;
+};
+struct CUfunc_st {
+  std::string name;
+};
+struct CUmod_st {
+  std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+};
+struct CUevent_st {};
+struct CUstream_st {};
+
+namespace {
+
+constexpr int kSmCount = 132;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kSharedPerBlock = 48 * 1024;
+constexpr int kSharedPerBlockOptin = 227 * 1024;
+constexpr int kSharedPerSm = 228 * 1024;
+constexpr float kEventMs = 0.5f;
+
+std::mutex g_mutex;
+CUctx_st g_primary;
+std::map<uintptr_t, std::size_t> g_allocations; // base → bytes
+std::size_t g_allocated = 0;
+thread_local std::vector<CUcontext> t_contexts;
+
+std::size_t memory_cap() {
+  const char* v = std::getenv("JITBMM_FAKE_CUDA_MEMORY_BYTES");
+  return v && *v ? std::strtoull(v, nullptr, 10) : std::size_t(2) << 30;
+}
+
+void log_line(const std::string& line) {
+  const char* path = std::getenv("JITBMM_FAKE_CUDA_LOG");
+  if (!path || !*path) return;
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  (void)!::write(fd, text.data(), text.size()); // one write with O_APPEND: lines of several processes never mix
+  ::close(fd);
+}
+
+// True when [ptr, ptr + bytes) lies inside one allocation.
+bool in_allocation(CUdeviceptr ptr, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocations.upper_bound(static_cast<uintptr_t>(ptr));
+  if (it == g_allocations.begin()) return false;
+  --it;
+  const uintptr_t offset = static_cast<uintptr_t>(ptr) - it->first;
+  return offset <= it->second && bytes <= it->second - offset;
+}
+
+CUresult allocate(CUdeviceptr* ptr, std::size_t bytes) {
+  if (!ptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  constexpr std::size_t kAlign = 256;
+  if (bytes > memory_cap()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_allocated + rounded > memory_cap()) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
+  g_allocated += rounded;
+  *ptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult release(CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocations.find(static_cast<uintptr_t>(ptr));
+  if (it == g_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  g_allocated -= (it->second + 255) / 256 * 256;
+  std::free(reinterpret_cast<void*>(it->first));
+  g_allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult fill(CUdeviceptr dst, const void* pattern, std::size_t size, std::size_t count) {
+  if (count > SIZE_MAX / size || !in_allocation(dst, count * size)) return CUDA_ERROR_INVALID_VALUE;
+  auto* out = reinterpret_cast<unsigned char*>(dst);
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(out + i * size, pattern, size);
+  return CUDA_SUCCESS;
+}
+
+// The size of an ELF64 image as its header says (the furthest of the section and program header tables), or 0 when
+// the bytes are not a plausible ELF64 image.
+std::size_t elf_image_bytes(const void* image) {
+  const auto* h = static_cast<const unsigned char*>(image);
+  if (std::memcmp(h, "\x7f" "ELF", 4) != 0 || h[4] != 2 /* ELFCLASS64 */) return 0;
+  auto u64 = [&](int at) { uint64_t v; std::memcpy(&v, h + at, 8); return v; };
+  auto u16 = [&](int at) { uint16_t v; std::memcpy(&v, h + at, 2); return uint64_t(v); };
+  const uint64_t ph_end = u64(0x20) + u16(0x36) * u16(0x38), sh_end = u64(0x28) + u16(0x3a) * u16(0x3c);
+  const uint64_t end = std::max<uint64_t>({64, ph_end, sh_end});
+  return end < (uint64_t(1) << 30) ? static_cast<std::size_t>(end) : 0;
+}
+
+std::string sha256_hex(const void* bytes, std::size_t n) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(static_cast<const unsigned char*>(bytes), n, digest);
+  std::string hex;
+  char two[3];
+  for (unsigned char c : digest) std::snprintf(two, sizeof two, "%02x", c), hex += two;
+  return hex;
+}
+
+CUcontext current() { return t_contexts.empty() ? nullptr : t_contexts.back(); }
+
+} // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuInit(unsigned int flags) { return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+CUresult CUDAAPI cuDriverGetVersion(int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+#define FAKE_NAME(e) case e: *name = #e; return CUDA_SUCCESS;
+    FAKE_NAME(CUDA_SUCCESS) FAKE_NAME(CUDA_ERROR_INVALID_VALUE) FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY)
+    FAKE_NAME(CUDA_ERROR_INVALID_DEVICE) FAKE_NAME(CUDA_ERROR_INVALID_IMAGE) FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT)
+    FAKE_NAME(CUDA_ERROR_INVALID_HANDLE) FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED) FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
+#undef FAKE_NAME
+  default:
+    *name = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char** text) {
+  const CUresult r = cuGetErrorName(error, text);
+  if (r == CUDA_SUCCESS) *text = "reported by jitbmm's fake CUDA driver";
+  return r;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  if (!device || ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice device) {
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<std::size_t>(len), "%s", "Fake H100");
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attribute) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = kSmCount; break;
+  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1980000; break; // kHz
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *value = 2048; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = kSharedPerBlock; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = kSharedPerBlockOptin; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = kSharedPerSm; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = 65536; break;
+  case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = 50 << 20; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = INT32_MAX; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
+  default: return CUDA_ERROR_INVALID_VALUE; // not modelled: fail loudly, never a made-up 0
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *ctx = &g_primary;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = current();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  if (t_contexts.empty())
+    t_contexts.push_back(ctx);
+  else
+    t_contexts.back() = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  t_contexts.push_back(ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext* ctx) {
+  if (t_contexts.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx) *ctx = t_contexts.back();
+  t_contexts.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = current()->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+  const std::size_t bytes = elf_image_bytes(image);
+  if (bytes == 0) return CUDA_ERROR_INVALID_IMAGE;
+  log_line("load " + sha256_hex(image, bytes) + " " + std::to_string(bytes));
+  *module = new CUmod_st;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule module) {
+  if (!module) return CUDA_ERROR_INVALID_HANDLE;
+  delete module;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  if (!function || !module || !name) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& slot = module->functions[name];
+  if (!slot) slot = std::make_unique<CUfunc_st>(CUfunc_st{name});
+  *function = slot.get();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
+  if (!value || !function) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+  case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 64; break;
+  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
+  case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+  case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+  case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *value = 0; break;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
+  if (!function) return CUDA_ERROR_INVALID_HANDLE;
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && (value < 0 || value > kSharedPerBlockOptin))
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream, void** params,
+                                void** extra) {
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+  const uint64_t threads = uint64_t(bx) * by * bz;
+  if (gx == 0 || gy == 0 || gz == 0 || gx > INT32_MAX || gy > 65535 || gz > 65535 || threads == 0 ||
+      threads > kMaxThreadsPerBlock || bz > 64 || shared_bytes > unsigned(kSharedPerBlockOptin) ||
+      (!params && !extra))
+    return CUDA_ERROR_INVALID_VALUE;
+  const char* fail = std::getenv("JITBMM_FAKE_CUDA_FAIL_LAUNCH");
+  const bool failing = fail && std::strcmp(fail, "1") == 0;
+  log_line(std::string(failing ? "launch-failed " : "launch ") + f->name + " grid=" + std::to_string(gx) + "," +
+           std::to_string(gy) + "," + std::to_string(gz) + " block=" + std::to_string(bx) + "," +
+           std::to_string(by) + "," + std::to_string(bz));
+  return failing ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) { return allocate(ptr, bytes); }
+CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) { return release(ptr); }
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream) { return allocate(ptr, bytes); }
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream) { return release(ptr); }
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) {
+  if ((bytes && !src) || !in_allocation(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes) std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
+  if ((bytes && !dst) || !in_allocation(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int value, size_t count) { return fill(dst, &value, 4, count); }
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) { return fill(dst, &value, 1, count); }
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream) {
+  return fill(dst, &value, 1, count);
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
+  if (!stream) return CUDA_ERROR_INVALID_VALUE;
+  *stream = new CUstream_st;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  delete stream;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  *event = new CUevent_st;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy(CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  delete event;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventRecord(CUevent event, CUstream) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+CUresult CUDAAPI cuEventSynchronize(CUevent event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  if (!start || !stop) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = kEventMs;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int block_size,
+                                                             size_t) {
+  if (!blocks || !function || block_size <= 0 || block_size > kMaxThreadsPerBlock) return CUDA_ERROR_INVALID_VALUE;
+  *blocks = 1;
+  return CUDA_SUCCESS;
+}
+
+} // extern "C"

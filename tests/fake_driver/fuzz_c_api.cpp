@@ -1,0 +1,292 @@
+// A fuzz of the C ABI (include/jitbmm/c_api.h): random problems, most of them hostile, through plan creation, launch,
+// backward, kernel name and the CPU reference. Each call must return a status (never crash, hang, or let an exception
+// out: that aborts), every failure must carry a message, and no plan may be made for a problem no device could hold.
+// Run it with $JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (plans are made, launches do nothing) or a missing library
+// (every plan fails with JITBMM_NO_DRIVER after validation); tests/fake_driver/CMakeLists.txt runs both.
+//
+// $JITBMM_FUZZ_CASES (default 3000) cases from $JITBMM_FUZZ_SEED (default 20261124); case i uses seed + i, so
+// `JITBMM_FUZZ_CASE=i` reruns exactly one case and `JITBMM_FUZZ_TRACE=1` prints each case before running it.
+// Exit status: 0 when every case held, 1 with a list of the findings otherwise.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "jitbmm/c_api.h"
+
+extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
+
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+// Bytes beyond any device: a plan that addresses more than this from one operand is a finding.
+constexpr double kImplausibleBytes = 1ull << 50;
+
+// The case being run, for the crash and hang messages (written before each case, read by signal handlers).
+char g_case_text[1024] = "(before the first case)";
+uint64_t g_case_seed = 0;
+
+void say_case(const char* what) {
+  char line[1280];
+  const int n = std::snprintf(line, sizeof line, "\nfuzz_c_api: %s in case seed %" PRIu64 ": %s\n", what, g_case_seed,
+                              g_case_text);
+  (void)!::write(2, line, static_cast<std::size_t>(n));
+}
+void on_death() { say_case("sanitizer report"); }
+void on_signal(int sig) {
+  say_case(sig == SIGALRM ? "hang (no status after 120 s)" : "fatal signal");
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+struct Fuzzer {
+  std::mt19937_64 rng;
+  explicit Fuzzer(uint64_t seed) : rng(seed) {}
+
+  uint64_t below(uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+  template <class T, std::size_t N> T pick(const T (&options)[N]) { return options[below(N)]; }
+
+  // A size: mostly ones a kernel can run, some at every edge of int32 and int64.
+  int64_t dim() {
+    switch (below(12)) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: case 3: case 4: return 1 + static_cast<int64_t>(below(8));
+    case 5: case 6: return 1 + static_cast<int64_t>(below(300));
+    case 7: return pick<int64_t>({65535, 65536, 65537, (1 << 20) + 1, 3000000});
+    case 8: return pick<int64_t>({INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MAX) + 2, int64_t(1) << 32,
+                                  (int64_t(1) << 32) + 1});
+    case 9: return pick<int64_t>({int64_t(1) << 62, (int64_t(1) << 62) + 1, kMax, kMax - 1, int64_t(1) << 40});
+    case 10: return pick<int64_t>({-1, -2, kMin, kMin + 1, -(int64_t(1) << 31)});
+    default: return static_cast<int64_t>(rng()); // anything
+    }
+  }
+  // A stride: mostly what the dims imply; some broadcast, huge, negative or random.
+  int64_t stride(int64_t natural) {
+    switch (below(10)) {
+    case 0: return 0;
+    case 1: return pick<int64_t>({1, 2, 7, 1024});
+    case 2: return pick<int64_t>({-1, -1024, kMin, kMin + 1});
+    case 3: return pick<int64_t>({kMax, kMax / 2, int64_t(1) << 31, int64_t(1) << 32, int64_t(1) << 62});
+    case 4: return static_cast<int64_t>(rng());
+    default: return natural;
+    }
+  }
+};
+
+const char* kSemirings[] = {"log", "max_plus", "min_plus", "max_times", "plus_times", "", "LOG", "sum",
+                            "log ", "max_plus\n", "plus_times;", "\xff\xfe"};
+const char* kDTypes[] = {"f32", "f64", "f16", "bf16", "int32", "", "F32", "f32 ", "float", "bf16\t", "f8"};
+const char* kPrecisions[] = {"exact", "fast", "", "FAST", "approximate"};
+
+// Wrapping products: strides as a caller would compute them, without undefined behaviour in the fuzz itself.
+int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+
+int dtype_bytes(const char* name) {
+  if (!name) return 0;
+  const std::string s = name;
+  return s == "f64" ? 8 : s == "f32" ? 4 : s == "f16" || s == "bf16" ? 2 : 0;
+}
+
+// The furthest byte an operand's strides reach, in double (no overflow): the size a device would need.
+double span_bytes(int64_t batches, int64_t rows, int64_t cols, const int64_t st[3], int bytes) {
+  if (batches <= 0 || rows <= 0 || cols <= 0) return 0;
+  return (double(batches - 1) * std::abs(double(st[0])) + double(rows - 1) * std::abs(double(st[1])) +
+          double(cols - 1) * std::abs(double(st[2])) + 1) * bytes;
+}
+
+// Contiguous row-major sizes of a [d0][d1][d2] operand when they are small and the strides are non-negative.
+int64_t small_storage(int64_t d0, int64_t d1, int64_t d2, const int64_t st[3]) {
+  if (d0 < 0 || d1 < 0 || d2 < 0 || st[0] < 0 || st[1] < 0 || st[2] < 0) return -1;
+  if (d0 == 0 || d1 == 0 || d2 == 0) return 0;
+  const double last = double(d0 - 1) * double(st[0]) + double(d1 - 1) * double(st[1]) + double(d2 - 1) * double(st[2]);
+  return last < 1 << 20 ? static_cast<int64_t>(last) + 1 : -1;
+}
+
+std::string text(const char* s) {
+  if (!s) return "NULL";
+  std::string out = "\"";
+  for (const char* p = s; *p; ++p) {
+    if (*p >= 32 && *p < 127) out += *p;
+    else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(*p));
+      out += hex;
+    }
+  }
+  return out + "\"";
+}
+
+std::string describe(const jitbmm_problem& p) {
+  char line[900];
+  std::snprintf(line, sizeof line,
+                "semiring=%s dtype=%s out_dtype=%s precision=%s B=%" PRId64 " M=%" PRId64 " K=%" PRId64 " N=%" PRId64
+                " a_strides=%" PRId64 ",%" PRId64 ",%" PRId64 " b_strides=%" PRId64 ",%" PRId64 ",%" PRId64
+                " out_strides=%" PRId64 ",%" PRId64 ",%" PRId64 " with_argmax=%d",
+                text(p.semiring).c_str(), text(p.dtype).c_str(), text(p.out_dtype).c_str(), text(p.precision).c_str(),
+                p.B, p.M, p.K, p.N, p.a_strides[0], p.a_strides[1], p.a_strides[2], p.b_strides[0], p.b_strides[1],
+                p.b_strides[2], p.out_strides[0], p.out_strides[1], p.out_strides[2], p.with_argmax);
+  return line;
+}
+
+struct Findings {
+  std::vector<std::string> lines;
+  long calls = 0, ok = 0, plans = 0;
+  void add(uint64_t seed, const std::string& what, const jitbmm_problem& p) {
+    if (lines.size() < 200)
+      lines.push_back("seed " + std::to_string(seed) + ": " + what + "\n    " + describe(p));
+  }
+};
+
+// Every status is a known one, and every failure carries a message.
+bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const jitbmm_problem& p) {
+  ++f.calls;
+  if (s < JITBMM_OK || s > JITBMM_INTERNAL_ERROR) {
+    f.add(seed, std::string(call) + " returned unknown status " + std::to_string(int(s)), p);
+    return false;
+  }
+  if (s == JITBMM_OK) {
+    ++f.ok;
+    return true;
+  }
+  const char* message = jitbmm_last_error();
+  if (!message || !*message) f.add(seed, std::string(call) + " failed (status " + std::to_string(int(s)) + ") with no message", p);
+  if (s == JITBMM_INTERNAL_ERROR) f.add(seed, std::string(call) + " internal error: " + (message ? message : ""), p);
+  return false;
+}
+
+void run_case(uint64_t seed, Findings& f) {
+  Fuzzer z(seed);
+  jitbmm_problem p{};
+  p.semiring = z.chance(0.85) ? z.pick(kSemirings) : (z.chance(0.5) ? nullptr : kSemirings[0]);
+  if (z.chance(0.8)) p.semiring = kSemirings[z.below(5)]; // mostly valid, so the sizes get tested
+  p.dtype = z.chance(0.8) ? kDTypes[z.below(4)] : (z.chance(0.9) ? z.pick(kDTypes) : nullptr);
+  p.out_dtype = z.chance(0.8) ? nullptr : z.pick(kDTypes);
+  p.precision = z.chance(0.7) ? nullptr : z.pick(kPrecisions);
+  p.with_argmax = z.chance(0.7) ? 0 : z.chance(0.8) ? 1 : static_cast<int>(z.rng());
+  // Half the cases keep every size small, so plans are made and launched; the rest draw each size from the edges.
+  const bool tame = z.chance(0.5);
+  auto size = [&] { return tame ? (z.chance(0.1) ? 0 : 1 + static_cast<int64_t>(z.below(70))) : z.dim(); };
+  p.B = size(), p.M = size(), p.K = size(), p.N = size();
+  const int64_t a_nat[3] = {wrap_mul(p.M, p.K), p.K, 1}, b_nat[3] = {wrap_mul(p.K, p.N), p.N, 1},
+                o_nat[3] = {wrap_mul(p.M, p.N), p.N, 1};
+  const bool keep = tame && z.chance(0.7);
+  for (int i = 0; i < 3; ++i) {
+    p.a_strides[i] = keep ? a_nat[i] : z.stride(a_nat[i]);
+    p.b_strides[i] = keep ? b_nat[i] : z.stride(b_nat[i]);
+    p.out_strides[i] = keep ? o_nat[i] : z.stride(o_nat[i]);
+  }
+  const std::string desc = describe(p);
+  std::snprintf(g_case_text, sizeof g_case_text, "%s", desc.c_str());
+  g_case_seed = seed;
+  if (std::getenv("JITBMM_FUZZ_TRACE")) std::fprintf(stderr, "case %" PRIu64 ": %s\n", seed, desc.c_str());
+
+  // Sentinels for device pointers: the fake driver never dereferences a kernel argument.
+  void* const device = reinterpret_cast<void*>(uintptr_t(1) << 40);
+  auto maybe = [&](double p_null) -> void* { return z.chance(p_null) ? nullptr : device; };
+
+  jitbmm_plan* plan = nullptr;
+  const bool null_problem = z.chance(0.02), null_out = z.chance(0.02);
+  const jitbmm_status created = jitbmm_plan_create(null_problem ? nullptr : &p, null_out ? nullptr : &plan);
+  if (check_status(f, seed, "jitbmm_plan_create", created, p)) {
+    if (null_problem || null_out) f.add(seed, "jitbmm_plan_create succeeded with a null argument", p);
+    ++f.plans;
+    const int bytes = dtype_bytes(p.dtype), out_bytes = p.out_dtype ? dtype_bytes(p.out_dtype) : bytes;
+    const double worst = std::max({span_bytes(p.B, p.M, p.K, p.a_strides, bytes),
+                                   span_bytes(p.B, p.K, p.N, p.b_strides, bytes),
+                                   span_bytes(p.B, p.M, p.N, p.out_strides, out_bytes),
+                                   p.with_argmax ? double(p.B) * double(p.M) * double(p.N) * 4 : 0.0});
+    if (worst > kImplausibleBytes)
+      f.add(seed, "a plan was made for a problem reaching " + std::to_string(worst) + " bytes", p);
+    if (p.B < 0 || p.M < 0 || p.K < 0 || p.N < 0) f.add(seed, "a plan was made with a negative size", p);
+    const char* name = nullptr;
+    check_status(f, seed, "jitbmm_plan_kernel_name", jitbmm_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name),
+                 p);
+    for (int launch = 0; launch < 2; ++launch)
+      check_status(f, seed, "jitbmm_plan_run",
+                   jitbmm_plan_run(plan, maybe(0.05), maybe(0.05), maybe(0.05),
+                                   static_cast<int32_t*>(maybe(p.with_argmax ? 0.1 : 0.8)), nullptr),
+                   p);
+    check_status(f, seed, "jitbmm_plan_backward",
+                 jitbmm_plan_backward(plan, maybe(0.05), maybe(0.05), maybe(0.1), static_cast<int32_t*>(maybe(0.5)),
+                                      maybe(0.05), maybe(0.3), maybe(0.3), nullptr),
+                 p);
+    jitbmm_plan_destroy(plan);
+  } else if (plan) {
+    f.add(seed, "jitbmm_plan_create failed but set the plan", p);
+  }
+
+  // The reference, with real host buffers where the problem is small, and with null pointers otherwise (which must
+  // be refused unless the output is empty).
+  const int64_t sa = small_storage(p.B, p.M, p.K, p.a_strides), sb = small_storage(p.B, p.K, p.N, p.b_strides);
+  const bool small = sa >= 0 && sb >= 0 && p.B >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0 &&
+                     double(p.B) * p.M * p.N * std::max<int64_t>(p.K, 1) <= 20000;
+  if (small) {
+    std::vector<double> a(static_cast<std::size_t>(sa) + 1), b(static_cast<std::size_t>(sb) + 1); // ≥ 8 bytes/elem
+    std::vector<double> out(static_cast<std::size_t>(p.B * p.M * p.N) + 1);
+    std::vector<int32_t> argmax(out.size());
+    const jitbmm_status s = jitbmm_reference(&p, a.data(), b.data(), out.data(), z.chance(0.5) ? argmax.data() : nullptr);
+    check_status(f, seed, "jitbmm_reference", s, p);
+  } else {
+    const jitbmm_status s = jitbmm_reference(&p, nullptr, nullptr, nullptr, nullptr);
+    if (check_status(f, seed, "jitbmm_reference(null buffers)", s, p) && p.B != 0 && p.M != 0 && p.N != 0)
+      f.add(seed, "jitbmm_reference accepted null buffers for a non-empty output", p);
+  }
+}
+
+} // namespace
+
+int main() {
+  const char* cases_env = std::getenv("JITBMM_FUZZ_CASES");
+  const char* seed_env = std::getenv("JITBMM_FUZZ_SEED");
+  const char* one_env = std::getenv("JITBMM_FUZZ_CASE");
+  const long cases = cases_env && *cases_env ? std::strtol(cases_env, nullptr, 10) : 3000;
+  const uint64_t base = seed_env && *seed_env ? std::strtoull(seed_env, nullptr, 10) : 20261124;
+  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(on_death);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) ::signal(sig, on_signal);
+
+  Findings f;
+  jitbmm_problem none{};
+  if (jitbmm_set_tune_policy("never") != JITBMM_OK) { // the fake driver computes nothing: tuning could not succeed
+    std::fprintf(stderr, "fuzz_c_api: cannot set the tuning policy: %s\n", jitbmm_last_error());
+    return 1;
+  }
+  for (const char* bad : {"", "Never", "bucket ", "exact\n", "\xff"})
+    check_status(f, 0, "jitbmm_set_tune_policy(bad)", jitbmm_set_tune_policy(bad), none) &&
+        (f.add(0, std::string("jitbmm_set_tune_policy accepted ") + text(bad), none), true);
+  check_status(f, 0, "jitbmm_set_tune_policy(never)", jitbmm_set_tune_policy("never"), none);
+  const char* dir = nullptr;
+  check_status(f, 0, "jitbmm_cache_dir", jitbmm_cache_dir(&dir), none);
+  if (jitbmm_cache_dir(nullptr) == JITBMM_OK) f.add(0, "jitbmm_cache_dir accepted a null pointer", none);
+  if (jitbmm_plan_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) == JITBMM_OK)
+    f.add(0, "jitbmm_plan_run accepted a null plan", none);
+  jitbmm_plan_destroy(nullptr);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const long first = one_env && *one_env ? std::strtol(one_env, nullptr, 10) : 0;
+  const long last = one_env && *one_env ? first + 1 : cases;
+  for (long i = first; i < last; ++i) {
+    ::alarm(120);
+    run_case(base + static_cast<uint64_t>(i), f);
+  }
+  ::alarm(0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("fuzz_c_api: %ld cases (seeds %" PRIu64 "..%" PRIu64 "), %ld calls, %ld OK, %ld plans made, %.1f s\n",
+              last - first, base + first, base + last - 1, f.calls, f.ok, f.plans, seconds);
+  for (const std::string& line : f.lines) std::printf("FINDING %s\n", line.c_str());
+  if (!f.lines.empty()) std::printf("fuzz_c_api: %zu findings\n", f.lines.size());
+  return f.lines.empty() ? 0 : 1;
+}

@@ -1,0 +1,296 @@
+// jitbmm's host paths with a driver present, on machines without a GPU: run with $JITBMM_LIBCUDA naming
+// libjitbmm_fake_cuda.so (fake_cuda.cpp says what it does and does not do) and $JITBMM_TUNE=never. Kernels are really
+// compiled by NVRTC and handed to the fake, which records a SHA-256 of every image it is given; nothing computes.
+//
+// Run as `jitbmm_test_fake_driver --plan <semiring> <dtype> <B> <M> <K> <N>` it is the helper process of the disk
+// cache tests: it plans once (policy never) and prints "compiles=<NVRTC compiles> kernel=<name>".
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "cache/sha256.hpp"
+#include "jitbmm/c_api.h"
+#include "jitbmm/errors.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/device.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/driver_api.hpp"
+
+using namespace jitbmm;
+namespace fs = std::filesystem;
+
+namespace {
+
+const Semiring kSemirings[] = {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times,
+                               Semiring::plus_times};
+const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "jitbmm-fake-driver-XXXXXX").string();
+    path = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct LoadedImage {
+  std::string sha256;
+  std::size_t bytes = 0; // as the image's ELF header sizes it
+  bool operator==(const LoadedImage& o) const { return sha256 == o.sha256 && bytes == o.bytes; }
+};
+
+// Every image the fake driver loaded, as its log lists them ("load <sha256> <bytes>").
+std::vector<LoadedImage> loaded_images(const std::string& log) {
+  std::vector<LoadedImage> out;
+  std::istringstream in(file_text(log));
+  for (std::string word; in >> word;) {
+    LoadedImage image;
+    if (word == "load" && in >> image.sha256 >> image.bytes) out.push_back(image);
+    else in.ignore(1 << 20, '\n');
+  }
+  return out;
+}
+
+bool is_image(const LoadedImage& loaded, const std::string& cubin) {
+  return loaded.bytes <= cubin.size() && sha256_hex(std::string_view(cubin).substr(0, loaded.bytes)) == loaded.sha256;
+}
+
+struct ChildResult {
+  int status = -1;
+  std::string output; // stdout
+  long compiles = -1;
+  std::string kernel;
+};
+
+// This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
+ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
+                          const std::string& dtype = "f32") {
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::setenv("JITBMM_CACHE_DIR", cache_dir.c_str(), 1);
+    ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
+    const char* argv[] = {"/proc/self/exe", "--plan", semiring.c_str(), dtype.c_str(), "2", "33", "17", "40", nullptr};
+    ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ChildResult r;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) r.output.append(buffer, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  char name[512] = {0};
+  if (std::sscanf(r.output.c_str(), "compiles=%ld kernel=%511s", &r.compiles, name) == 2) r.kernel = name;
+  return r;
+}
+
+int plan_main(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: %s --plan <semiring> <dtype> <B> <M> <K> <N>\n", argv[0]);
+    return 2;
+  }
+  try {
+    set_tune_policy(TunePolicy::never);
+    Problem p;
+    p.semiring = parse_semiring(argv[2]);
+    p.dtype = parse_dtype(argv[3]);
+    p.shape = {std::stoll(argv[4]), std::stoll(argv[5]), std::stoll(argv[6]), std::stoll(argv[7])};
+    const SemiringBMM plan = SemiringBMM::get(p);
+    std::printf("compiles=%ld kernel=%s\n", stats().nvrtc_compiles, plan.kernel_name().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "plan failed: %s\n", e.what());
+    return 1;
+  }
+}
+
+Problem small_problem(Semiring s, DType d) {
+  Problem p;
+  p.semiring = s;
+  p.dtype = d;
+  p.shape = {2, 33, 17, 40};
+  return p;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--plan") == 0) return plan_main(argc, argv);
+  const char* lib = std::getenv("JITBMM_LIBCUDA");
+  if (!lib || !std::strstr(lib, "fake_cuda")) {
+    std::fprintf(stderr, "run with JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (ctest does)\n");
+    return 2;
+  }
+  set_tune_policy(TunePolicy::never);
+  doctest::Context context(argc, argv);
+  return context.run();
+}
+
+TEST_CASE("the fake driver is the driver loaded, and describes an H100") {
+  CHECK(driver().library.find("fake_cuda") != std::string::npos);
+  const auto device = current_device();
+  CHECK(device->name == "Fake H100");
+  CHECK(device->arch() == "sm_90");
+  CHECK(device->sm_count == 132);
+  CHECK(device->max_shared_per_block_optin == 227 * 1024);
+  CHECK(device->driver_version == 13000);
+}
+
+TEST_CASE("a plan for every semiring and dtype (policy never), launched forward and backward") {
+  DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16), grad_a(1 << 16), grad_b(1 << 16), grad_out(1 << 16);
+  DeviceBuffer argmax(2 * 33 * 40 * 4);
+  for (Semiring s : kSemirings)
+    for (DType d : kDTypes) {
+      Problem p = small_problem(s, d);
+      p.with_argmax = semiring_info(s).has_argmax;
+      CAPTURE(describe(p));
+      const SemiringBMM plan = SemiringBMM::get(p);
+      CHECK(!plan.kernel_name().empty());
+      CHECK(plan.kernel_name().find(semiring_info(s).name) == 0);
+      CHECK(plan.arch() == "sm_90");
+      CHECK(plan.device_name() == "Fake H100");
+      CHECK(plan.registers() == 64); // the fake's answer: proof the module went through it
+      auto* arg = p.with_argmax ? static_cast<int32_t*>(argmax.get()) : nullptr;
+      CHECK_NOTHROW(plan(a.get(), b.get(), out.get(), arg));
+      if (d == DType::f32) // the backward passes once per semiring: each compiles two more kernels
+        CHECK_NOTHROW(plan.backward(a.get(), b.get(), out.get(), arg, grad_out.get(), grad_a.get(), grad_b.get()));
+    }
+  CHECK_THROWS_AS(SemiringBMM::get(small_problem(Semiring::log, DType::f32))(nullptr, nullptr, nullptr),
+                  std::invalid_argument);
+}
+
+TEST_CASE("the C ABI plans and launches through the fake driver") {
+  jitbmm_problem p{};
+  p.semiring = "max_plus";
+  p.dtype = "f32";
+  p.B = 2, p.M = 33, p.K = 17, p.N = 40;
+  p.a_strides[0] = 33 * 17, p.a_strides[1] = 17, p.a_strides[2] = 1;
+  p.b_strides[0] = 17 * 40, p.b_strides[1] = 40, p.b_strides[2] = 1;
+  p.out_strides[0] = 33 * 40, p.out_strides[1] = 40, p.out_strides[2] = 1;
+  p.with_argmax = 1;
+  jitbmm_plan* plan = nullptr;
+  REQUIRE(jitbmm_plan_create(&p, &plan) == JITBMM_OK);
+  DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16), argmax(1 << 16);
+  CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get()), nullptr) ==
+        JITBMM_OK);
+  CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), nullptr, nullptr) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("argmax") != std::string::npos);
+  const char* name = nullptr;
+  CHECK(jitbmm_plan_kernel_name(plan, &name) == JITBMM_OK);
+  CHECK(std::string(name).rfind("max_plus_f32_", 0) == 0);
+  jitbmm_plan_destroy(plan);
+  const char* dir = nullptr;
+  CHECK(jitbmm_cache_dir(&dir) == JITBMM_OK);
+  CHECK(std::string(dir) == DiskCache::default_dir());
+}
+
+TEST_CASE("a failing launch is a CudaError naming the launch; tuning finds no correct candidate and says so") {
+  const Problem p = small_problem(Semiring::min_plus, DType::f32);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16);
+  ::setenv("JITBMM_FAKE_CUDA_FAIL_LAUNCH", "1", 1);
+  try {
+    plan(a.get(), b.get(), out.get());
+    FAIL("the launch should have failed");
+  } catch (const CudaError& e) {
+    CHECK(std::string(e.what()).find("CUDA_ERROR_LAUNCH_FAILED") != std::string::npos);
+    CHECK(std::string(e.what()).find(plan.kernel_name()) != std::string::npos);
+  }
+  // Every candidate's launch fails: the tuner skips each one, then throws rather than choosing one.
+  CHECK_THROWS_WITH(autotune(p, *current_device(), false, Pass::forward, {plan.spec()}),
+                    doctest::Contains("no correct candidate"));
+  ::unsetenv("JITBMM_FAKE_CUDA_FAIL_LAUNCH");
+  // Launches "succeed" but compute nothing: the poisoned output fails the check against the CPU reference.
+  CHECK_THROWS_WITH(autotune(p, *current_device(), false, Pass::forward, {plan.spec()}),
+                    doctest::Contains("no correct candidate"));
+}
+
+TEST_CASE("the disk cache across processes: the second process loads the first one's cubin, compiling nothing") {
+  TempDir dir;
+  const std::string cache = dir.path + "/cache", log = dir.path + "/driver.log";
+  const ChildResult first = plan_in_child(cache, log);
+  REQUIRE(first.status == 0);
+  CHECK(first.compiles >= 1);
+  const ChildResult second = plan_in_child(cache, log);
+  REQUIRE(second.status == 0);
+  CHECK(second.compiles == 0);
+  CHECK(second.kernel == first.kernel);
+  const std::vector<LoadedImage> loads = loaded_images(log);
+  REQUIRE(loads.size() == 2);
+  CHECK(loads[0] == loads[1]); // the very bytes NVRTC produced, back from disk
+}
+
+// The attack: someone who can write the cache directory plants a valid entry (right key, right checksum) holding a
+// cubin of their own. A cache directory others can write must not be trusted.
+TEST_CASE("a planted cubin in a world-writable cache directory is not loaded") {
+  TempDir dir;
+  const std::string cache = dir.path + "/cache", log = dir.path + "/driver.log";
+  const ChildResult first = plan_in_child(cache, log);
+  REQUIRE(first.status == 0);
+  const std::vector<LoadedImage> genuine = loaded_images(log);
+  REQUIRE(genuine.size() == 1);
+
+  // Replace every cubin entry with a well-formed entry (valid header, key and checksum) holding a changed cubin.
+  std::vector<std::string> planted;
+  bool genuine_on_disk = false;
+  for (const auto& item : fs::directory_iterator(cache)) {
+    const std::string name = item.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot == std::string::npos || name.substr(dot) != ".cubin") continue;
+    const std::string key = name.substr(0, dot);
+    std::optional<std::string> cubin = decode_cache_entry(file_text(item.path().string()), key);
+    REQUIRE(cubin);
+    REQUIRE(cubin->size() > 200);
+    genuine_on_disk = genuine_on_disk || is_image(genuine[0], *cubin); // the log's hash is over these bytes
+    (*cubin)[150] = static_cast<char>((*cubin)[150] ^ 0x5a); // still an ELF image, no longer NVRTC's
+    std::ofstream(item.path(), std::ios::binary | std::ios::trunc) << encode_cache_entry(key, *cubin);
+    planted.push_back(*cubin);
+  }
+  REQUIRE(!planted.empty());
+  CHECK(genuine_on_disk);
+  REQUIRE(::chmod(cache.c_str(), 0777) == 0); // as if created by someone else, or by a careless umask
+
+  fs::remove(log);
+  const ChildResult second = plan_in_child(cache, log);
+  CHECK(second.status == 0); // the plan is still made (compiled anew, or the cache turned off)
+  CHECK(second.kernel == first.kernel);
+  const std::vector<LoadedImage> loads = loaded_images(log);
+  REQUIRE(loads.size() == 1);
+  for (const std::string& cubin : planted) CHECK_FALSE(is_image(loads[0], cubin)); // the attacker's bytes never run
+  CHECK(loads[0] == genuine[0]); // NVRTC's own cubin again (NVRTC is deterministic) ...
+  CHECK(second.compiles >= 1);   // ... compiled anew, not read from the untrusted directory
+}
