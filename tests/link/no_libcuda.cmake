@@ -1,0 +1,17 @@
+# link_needs_no_libcuda: readelf over every library and executable of the project (added at the end of the top
+# directory, so targets defined after this file count too).
+function(jitbmm_add_link_check)
+  set(files)
+  foreach(dir ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/tests/fake_driver)
+    get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(target ${targets})
+      get_target_property(type ${target} TYPE)
+      if(type STREQUAL "EXECUTABLE" OR type STREQUAL "SHARED_LIBRARY")
+        list(APPEND files $<TARGET_FILE:${target}>)
+      endif()
+    endforeach()
+  endforeach()
+  add_test(NAME link_needs_no_libcuda COMMAND bash ${PROJECT_SOURCE_DIR}/tests/link/no_libcuda_needed.sh ${files})
+  set_tests_properties(link_needs_no_libcuda PROPERTIES LABELS host)
+endfunction()
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL jitbmm_add_link_check)
