@@ -98,9 +98,9 @@ inline Specials specials_for(Semiring s, int flavour) {
   return sp;
 }
 
-// Sets every element of some rows of a [batches][rows][cols] operand to −inf.
+// Sets every element of some rows (each with probability p) of a [batches][rows][cols] operand to `value`.
 inline void mask_rows(HostTensor& t, int64_t batches, int64_t rows, int64_t cols, const Strides& st, double p,
-                      std::mt19937_64& rng) {
+                      std::mt19937_64& rng, double value = -INFINITY) {
   // Callers pass batches = 1 for a broadcast matrix; when B = 0 that matrix has no storage and nothing to mask.
   if (t.elements == 0) return;
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -108,7 +108,51 @@ inline void mask_rows(HostTensor& t, int64_t batches, int64_t rows, int64_t cols
     for (int64_t r = 0; r < rows; ++r)
       if (u(rng) < p)
         for (int64_t c = 0; c < cols; ++c)
-          store_element(t.dtype, t.bytes.data(), b * st.batch + r * st.row + c * st.col, -INFINITY);
+          store_element(t.dtype, t.bytes.data(), b * st.batch + r * st.row + c * st.col, value);
+}
+
+// A tensor whose elements are drawn from `values`, each with its weight. Small integers (with ±inf, NaN) make
+// equal terms common, and every sum and product of two of them exact in every dtype: exact ties, however the
+// kernel forms its terms.
+inline HostTensor tensor_from_set(DType dtype, int64_t elements, std::mt19937_64& rng,
+                                  const std::vector<double>& values, const std::vector<double>& weights) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.elements = elements;
+  t.bytes.resize(static_cast<std::size_t>(elements) * dtype_info(dtype).size_bytes);
+  std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+  for (int64_t i = 0; i < elements; ++i) store_element(dtype, t.bytes.data(), i, values.at(pick(rng)));
+  return t;
+}
+
+// The argmax a correct kernel must report: each term formed as the kernel forms it (a + b or a · b in the
+// accumulator type: float for f32/f16/bf16 inputs, double for f64), the first NaN term wins, otherwise the smallest k
+// among the best terms (K = 0: −1). Where the reference's exact terms do not tie this is the reference's argmax;
+// where two exact terms differ by less than the accumulator resolves, the kernel sees equal terms, and the contract
+// (ties go to the smallest k) decides between them.
+template <class Acc>
+int32_t accumulated_argmax(const Problem& p, const void* a, const void* b, int64_t bt, int64_t i, int64_t j) {
+  const Strides sa = p.a(), sb = p.b();
+  int32_t best = -1;
+  Acc best_term = 0;
+  for (int64_t k = 0; k < p.shape.K; ++k) {
+    const Acc x = static_cast<Acc>(load_element(p.dtype, a, bt * sa.batch + i * sa.row + k * sa.col));
+    const Acc y = static_cast<Acc>(load_element(p.dtype, b, bt * sb.batch + k * sb.row + j * sb.col));
+    const Acc t = p.semiring == Semiring::max_times ? x * y : x + y;
+    bool takes = best < 0;
+    if (!takes && !std::isnan(best_term))
+      takes = std::isnan(t) || (p.semiring == Semiring::min_plus ? t < best_term : t > best_term);
+    if (takes) best = static_cast<int32_t>(k), best_term = t;
+  }
+  return best;
+}
+
+// The argmax out[bt, i, j] must have, given the reference element `want` (see accumulated_argmax).
+inline int32_t expected_argmax(const Problem& p, const void* a, const void* b, int64_t bt, int64_t i, int64_t j,
+                               const reference::Element& want) {
+  if (!want.tie) return want.argmax;
+  return p.dtype == DType::f64 ? accumulated_argmax<double>(p, a, b, bt, i, j)
+                               : accumulated_argmax<float>(p, a, b, bt, i, j);
 }
 
 } // namespace jitbmm::test

@@ -69,6 +69,43 @@ TEST_CASE("selecting semirings: ties keep the smallest k, the first NaN wins, K 
   CHECK(std::isnan(dot(Semiring::max_times, {0}, {kInf}).value)); // 0 · inf is NaN, and NaN propagates
 }
 
+TEST_CASE("the argmax the GPU tests expect: the reference's, and the smallest k where terms tie") {
+  Problem p;
+  p.semiring = Semiring::max_plus;
+  p.with_argmax = true;
+  p.shape = {1, 1, 4, 1};
+  const float b[] = {0, 0, 0, 5};
+  const float a[] = {0, 1, 1, -INFINITY}; // terms 0, 1, 1, −inf: the smallest k of the two
+  const float none[] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; // all −inf: all tie, k = 0
+  const float nan_a[] = {0, NAN, 1, NAN};                              // the first NaN
+  const std::pair<const float*, int32_t> cases[] = {{a, 1}, {none, 0}, {nan_a, 1}};
+  for (const auto& [x, k] : cases) {
+    const auto e = reference::element(p, x, b, 0, 0, 0);
+    CHECK(e.argmax == k);
+    CHECK(test::accumulated_argmax<float>(p, x, b, 0, 0, 0) == k);
+    CHECK(test::expected_argmax(p, x, b, 0, 0, 0, e) == k);
+  }
+  // Exact terms 1 + 2^-30 and 1 differ, but not in the f32 accumulator: the kernel sees a tie, so k = 0 wins.
+  const float near_a[] = {1, 1, -INFINITY, -INFINITY};
+  p.dtype = DType::f64;
+  const double da[] = {1, 1 + std::ldexp(1.0, -30), 0, 0}, db[] = {0, 0, -kInf, -kInf};
+  CHECK(reference::element(p, da, db, 0, 0, 0).argmax == 1); // f64 resolves it
+  p.dtype = DType::f32;
+  const float fb[] = {std::ldexp(1.0f, -30), 0, 0, 0}; // terms 1 + 2^-30 (exact in double) and 1
+  const auto e = reference::element(p, near_a, fb, 0, 0, 0);
+  CHECK(e.argmax == 0);
+  CHECK(e.tie);
+  CHECK(test::expected_argmax(p, near_a, fb, 0, 0, 0, e) == 0);
+  const float fb2[] = {0, std::ldexp(1.0f, -30), 0, 0}; // now k = 1 is larger exactly, equal in f32
+  const auto e2 = reference::element(p, near_a, fb2, 0, 0, 0);
+  CHECK(e2.argmax == 1);
+  CHECK(e2.tie);
+  CHECK(test::expected_argmax(p, near_a, fb2, 0, 0, 0, e2) == 0); // the f32 kernel sees equal terms
+  p.shape.K = 0;
+  CHECK(reference::element(p, a, b, 0, 0, 0).argmax == -1);
+  CHECK(test::accumulated_argmax<float>(p, a, b, 0, 0, 0) == -1);
+}
+
 TEST_CASE("semiring laws on exact values: identities, absorbing zero, commutative and associative ⊕") {
   struct Law {
     Semiring s;
@@ -95,6 +132,28 @@ TEST_CASE("semiring laws on exact values: identities, absorbing zero, commutativ
     const double right = dot(l.s, {u, vw}, {l.one, l.one}).value;
     CHECK(left == doctest::Approx(right)); // associative ⊕
     CHECK(dot(l.s, {u, v, w}, {l.one, l.one, l.one}).value == doctest::Approx(left));
+    // The values themselves: the selecting semirings pick one exact input, the others are closed forms.
+    double want = 0;
+    switch (l.s) {
+    case Semiring::log:
+      want = std::log(std::exp(u) + std::exp(v) + std::exp(w));
+      break;
+    case Semiring::max_plus:
+    case Semiring::max_times:
+      want = v;
+      break;
+    case Semiring::min_plus:
+      want = w;
+      break;
+    case Semiring::plus_times:
+      want = u + v + w;
+      break;
+    }
+    if (l.s == Semiring::log)
+      CHECK(left == doctest::Approx(want).epsilon(1e-15));
+    else
+      CHECK(left == want); // exact: a selection, or a sum of dyadic numbers
+    if (l.s != Semiring::log && l.s != Semiring::plus_times) CHECK(uv == vu);
   }
 }
 
@@ -125,11 +184,37 @@ TEST_CASE("strides: transposed and broadcast operands give the same outputs as c
   }
 }
 
-TEST_CASE("huge finite inputs never become NaN in the reference") {
-  for (Semiring s : {Semiring::log, Semiring::max_plus, Semiring::min_plus}) {
-    const double v = dot(s, {1e300, -1e300, 3}, {1e300, 1e300, -1e300}).value;
-    CHECK_FALSE(std::isnan(v));
-  }
+TEST_CASE("huge finite inputs never become NaN in the reference: exact values and argmax") {
+  // Terms 2e300, 0 and −1e300 + 3 (= −1e300 in double): no term overflows long double, none is NaN.
+  const std::vector<double> a = {1e300, -1e300, 3}, b = {1e300, 1e300, -1e300};
+  const auto lse = dot(Semiring::log, a, b), max = dot(Semiring::max_plus, a, b), min = dot(Semiring::min_plus, a, b);
+  CHECK(lse.value == 2e300); // 2e300 + log(1 + e^-2e300 + ...) = 2e300 exactly
+  CHECK(lse.argmax == -1);
+  CHECK(max.value == 2e300);
+  CHECK(max.argmax == 0);
+  CHECK_FALSE(max.tie);
+  CHECK(min.value == -1e300);
+  CHECK(min.argmax == 2);
+  CHECK_FALSE(min.tie);
+  // max_times of huge non-negative inputs: 1e300 · 1e300 overflows double but not the long double reference.
+  const auto prod = dot(Semiring::max_times, {1e300, 2}, {1e300, 3});
+  CHECK(prod.value == kInf); // 1e600 rounded to double
+  CHECK(prod.argmax == 0);
+  // f32 inputs: terms beyond f32's range are computed in double, exactly, and round to ±inf only as f32 outputs.
+  Problem p;
+  p.semiring = Semiring::max_plus;
+  p.dtype = DType::f32;
+  p.shape = {1, 1, 2, 1};
+  const float fa[] = {3e38f, -3e38f}, fb[] = {3e38f, 1.0f};
+  const auto e = reference::element(p, fa, fb, 0, 0, 0);
+  CHECK(e.value == static_cast<double>(3e38f) * 2);
+  CHECK(e.argmax == 0);
+  CHECK(round_to(DType::f32, e.value) == kInf);
+  p.semiring = Semiring::min_plus;
+  const auto m = reference::element(p, fa, fb, 0, 0, 0);
+  CHECK(m.value == static_cast<double>(-3e38f)); // −3e38 + 1 rounds to −3e38 in double
+  CHECK(m.argmax == 1);
+  CHECK(round_to(DType::f32, m.value) == static_cast<double>(-3e38f));
 }
 
 TEST_CASE("host dtype conversion rounds to nearest even like the device") {
