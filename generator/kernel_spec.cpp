@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "exp_matmul_bounds.cuh"
+#include "runtime/checked_size.hpp"
 #include "runtime/enum_names.hpp"
 #include "runtime/layout.hpp"
 
@@ -35,16 +37,14 @@ bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
   const Shape& s = p.shape;
   for (int64_t v : {s.B, s.M, s.N, s.K})
     if (v >= kIndex32Limit) return false;
-  int64_t outputs = 0, grads_a = 0, grads_b = 0;
-  if (__builtin_mul_overflow(s.B, s.M, &outputs) || __builtin_mul_overflow(outputs, s.N, &outputs) ||
-      __builtin_mul_overflow(outputs, chunks, &outputs))
-    return false;
+  const auto outputs = try_product({s.B, s.M, s.N, chunks});
+  if (!outputs) return false;
   // Backward workspaces are [B][M][K] and [B][K][N].
-  if (backward &&
-      (__builtin_mul_overflow(s.B * s.M, s.K, &grads_a) || __builtin_mul_overflow(s.B * s.K, s.N, &grads_b) ||
-       grads_a >= kIndex32Limit || grads_b >= kIndex32Limit))
-    return false;
-  return outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
+  if (backward) {
+    const auto grads_a = try_product({s.B, s.M, s.K}), grads_b = try_product({s.B, s.K, s.N});
+    if (!grads_a || !grads_b || *grads_a >= kIndex32Limit || *grads_b >= kIndex32Limit) return false;
+  }
+  return *outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
          max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
          max_offset("out_strides", s.B, s.M, s.N, p.out()) < kIndex32Limit;
 }
@@ -53,16 +53,72 @@ bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
   throw std::invalid_argument("spec." + field + ": " + why);
 }
 
+// The linear kernel's grid holds one block per block_x columns in x (y and z are looped over).
+constexpr int64_t kMaxGridX = INT32_MAX;
+
+// An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
+template <class E> void check_enum(const char* field, E value, const char* (*name)(E)) {
+  try {
+    name(value);
+  } catch (const std::invalid_argument&) {
+    reject(field, "unknown enum value " + std::to_string(static_cast<int>(value)));
+  }
+}
+const char* semiring_text(Semiring s) { return semiring_info(s).name; }
+const char* dtype_text(DType d) { return dtype_info(d).name; }
+
+// Every field within the range any strategy could use, before any arithmetic on them: enums named, sizes bounded
+// (no product of two of them can then overflow an int).
+void check_fields(const KernelSpec& spec) {
+  check_enum("semiring", spec.semiring, semiring_text);
+  check_enum("dtype", spec.dtype, dtype_text);
+  check_enum("out_dtype", spec.out_dtype, dtype_text);
+  check_enum("strategy", spec.strategy, strategy_name);
+  check_enum("pass", spec.pass, pass_name);
+  check_enum("math", spec.math, math_name);
+  const auto in = [](const char* field, int v, int lo, int hi) {
+    if (v < lo || v > hi)
+      reject(field, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  };
+  if (spec.is_tiled()) {
+    in("tile_m", spec.tile_m, 1, 1024);
+    in("tile_n", spec.tile_n, 1, 1024);
+    in("tile_k", spec.tile_k, 1, 32);
+    in("thread_m", spec.thread_m, 1, 64);
+    in("thread_n", spec.thread_n, 1, 64);
+    in("min_blocks", spec.min_blocks, 1, 2048);
+    if (spec.strategy == Strategy::split_k) in("k_chunk", spec.k_chunk, 1, 1 << 30);
+  } else {
+    in("block_x", spec.block_x, 1, 1024);
+    in("block_y", spec.block_y, 1, 1024);
+  }
+}
+
 // exp_matmul's workspace holds padded copies of the operands ([Mp][Kp] and [Kp][Np] per batch); their offsets
 // must fit 32-bit index math too.
 bool exp_matmul_fits_index32(const Problem& p) {
   const Shape& s = p.shape;
-  const auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
   const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
-  int64_t ea = 0, eb = 0;
-  return !__builtin_mul_overflow(a_batches * up(s.M, 128), up(s.K, 32), &ea) &&
-         !__builtin_mul_overflow(b_batches * up(s.N, 128), up(s.K, 32), &eb) && ea < kIndex32Limit &&
-         eb < kIndex32Limit;
+  const auto ea = try_product({a_batches, jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32)});
+  const auto eb = try_product({b_batches, jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32)});
+  return ea && eb && *ea < kIndex32Limit && *eb < kIndex32Limit;
+}
+
+// exp_matmul's workspace (jb::em_workspace sums these without checks): each padded operand copy and the repair
+// flags within 2^60 bytes, so the sum fits too.
+void check_exp_matmul_workspace(const Problem& p) {
+  const Shape& s = p.shape;
+  const bool wide = dtype_info(p.dtype).size_bytes == 8;
+  const int64_t acc = wide ? 8 : 4, rt = jb::em_repair_tile(wide), limit = int64_t(1) << 60;
+  const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
+  const auto ea = try_product({a_batches, jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
+  const auto eb = try_product({b_batches, jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
+  const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
+  if (!ea || !eb || !flags || *ea > limit || *eb > limit || *flags > limit)
+    throw std::invalid_argument("shape: exp_matmul's padded workspace for " + to_string(s) +
+                                " exceeds 2^60 bytes; use tiled");
+  if ((s.M + rt - 1) / rt > 65535)
+    throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
 }
 
 // exp_matmul's own rules (the tile rules of the tiled strategies apply as well).
@@ -76,6 +132,7 @@ void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
            "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " + std::to_string(vec) + ")");
   if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
     reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
+  check_exp_matmul_workspace(p);
   if (!spec.index64 && !exp_matmul_fits_index32(p))
     reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
   if (spec.math == Math::fma) {
@@ -104,8 +161,10 @@ const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
 Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }
 
 int KernelSpec::threads() const {
-  if (is_tiled()) return thread_m > 0 && thread_n > 0 ? (tile_m / thread_m) * (tile_n / thread_n) : 0;
-  return block_x * block_y;
+  // In 64 bits and clamped, so fields out of range (check_spec_fits names them) cannot overflow here.
+  const int64_t t = is_tiled() ? (thread_m > 0 && thread_n > 0 ? int64_t(tile_m / thread_m) * (tile_n / thread_n) : 0)
+                               : int64_t(block_x) * block_y;
+  return static_cast<int>(std::clamp<int64_t>(t, 0, INT32_MAX));
 }
 
 std::string to_string(const KernelSpec& s) {
@@ -259,7 +318,7 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
     spec.tile_k = wide ? 8 : 16;
     if (strategy == Strategy::split_k) {
       // Enough chunks that chunks × outputs fills the GPU a few times over; chunks a multiple of tile_k.
-      const int64_t outputs = std::max<int64_t>(1, s.B * s.M * s.N);
+      const int64_t outputs = std::max<int64_t>(1, checked_product({s.B, s.M, s.N}, "shape: B*M*N"));
       const int64_t want = std::clamp<int64_t>((int64_t(1) << 21) / outputs, 1, std::max<int64_t>(1, s.K / 256));
       int64_t chunk = (s.K + want - 1) / want;
       chunk = (chunk + spec.tile_k - 1) / spec.tile_k * spec.tile_k;
@@ -309,7 +368,7 @@ KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
 KernelSpec default_spec(const Problem& problem) {
   validate(problem);
   const Shape& s = problem.shape;
-  const int64_t outputs = s.B * s.M * s.N;
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
   // Order matters: many outputs → tiled; few outputs with long K → split-K, else warp; then tiled, then linear.
   Strategy strategy = Strategy::linear;
   if (s.K == 0 || outputs == 0)
@@ -322,11 +381,13 @@ KernelSpec default_spec(const Problem& problem) {
     strategy = Strategy::warp;                                 // few outputs: parallel K
   else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) // NOLINT(bugprone-branch-clone): see the order
     strategy = Strategy::tiled;
+  if (strategy == Strategy::linear && (s.N + 31) / 32 > kMaxGridX) strategy = Strategy::warp; // loops over outputs
   return default_spec(problem, strategy);
 }
 
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   validate(p);
+  check_fields(spec);
   const Shape& s = p.shape;
   if (spec.semiring != p.semiring) reject("semiring", "differs from the problem's");
   if (spec.dtype != p.dtype) reject("dtype", "differs from the problem's");
@@ -339,6 +400,8 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
            std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
   switch (spec.strategy) {
   case Strategy::linear:
+    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX)
+      throw std::invalid_argument("shape.N: more than 2^31 - 1 column blocks for the linear strategy; use warp");
     break;
   case Strategy::scatter:
     if (spec.pass == Pass::forward) reject("strategy", "scatter is a backward strategy");
@@ -378,7 +441,20 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)
       throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
                                   ": more than 65535 row tiles for the tiled strategy; use linear or warp");
-    if (spec.strategy == Strategy::split_k && spec.k_chunk < 1) reject("k_chunk", "must be positive");
+    if (spec.pass != Pass::forward) { // the backward grid's x holds one block per tile_n columns, unlooped
+      const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
+      if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
+        throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
+                                    ": more than 2^31 - 1 column tiles for the backward's tiled kernel");
+    }
+    if (spec.strategy == Strategy::split_k) {
+      if (spec.k_chunk < 1) reject("k_chunk", "must be positive");
+      // The partial results of every chunk: [chunks][B][M][N] accumulators (and argmaxes).
+      const auto partials =
+          try_product({chunks_of(spec, s), s.B, s.M, s.N, (acc == 8 ? 8 : 4) + (p.with_argmax ? 4 : 0)});
+      if (!partials || *partials > kMaxOperandBytes)
+        reject("k_chunk", "split_k's partial results for " + to_string(s) + " exceed 2^62 bytes; use a larger k_chunk");
+    }
     if (spec.min_blocks < 1 || spec.min_blocks * threads > 2048) reject("min_blocks", "must be in 1..2048/threads");
     break;
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "runtime/checked_size.hpp"
 #include "runtime/layout.hpp"
 
 namespace jitbmm::reference {
@@ -65,10 +66,38 @@ template <class Real, class Better> Element select(DType dtype, const std::vecto
   return e;
 }
 
+// The reference keeps K terms of one output in memory: K is bounded so that stays within a few GiB.
+void check_k(int64_t K) {
+  if (K < 0 || K > kMaxReferenceK)
+    throw std::invalid_argument("shape.K: " + std::to_string(K) + " is outside what the CPU reference computes (0.." +
+                                std::to_string(kMaxReferenceK) + " terms an output)");
+}
+
+// compute() and backward() visit every term and hold every output: both are bounded, and named when exceeded.
+void check_work(const Problem& p) {
+  const Shape& s = p.shape;
+  check_k(s.K);
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+  if (outputs > kMaxReferenceOutputs) {
+    const std::pair<const char*, int64_t> dims[] = {{"shape.B", s.B}, {"shape.M", s.M}, {"shape.N", s.N}};
+    const auto largest = std::max_element(std::begin(dims), std::end(dims),
+                                          [](const auto& x, const auto& y) { return x.second < y.second; });
+    throw std::invalid_argument(std::string(largest->first) + ": " + std::to_string(outputs) +
+                                " outputs (B*M*N) are more than the CPU reference computes (" +
+                                std::to_string(kMaxReferenceOutputs) + ")");
+  }
+  const int64_t terms = s.terms(); // validate() has bounded it to int64
+  if (terms > kMaxReferenceTerms)
+    throw std::invalid_argument(std::string(s.K >= s.N && s.K >= s.M && s.K >= s.B ? "shape.K" : "shape") + ": " +
+                                std::to_string(terms) + " terms (B*M*N*K) are more than the CPU reference computes (" +
+                                std::to_string(kMaxReferenceTerms) + ")");
+}
+
 template <class Real>
 Element element_in(const Problem& p, const void* a, const void* b, int64_t batch, int64_t i, int64_t j) {
   constexpr Real kInf = std::numeric_limits<Real>::infinity();
   const int64_t K = p.shape.K;
+  check_k(K);
   const Strides sa = p.a(), sb = p.b();
   thread_local std::vector<Real> x, y, t; // reused: the reference runs millions of elements per test
   x.resize(K), y.resize(K), t.resize(K);
@@ -113,9 +142,12 @@ Element element(const Problem& p, const void* a, const void* b, int64_t batch, i
 
 std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
   validate(p);
+  check_work(p);
   const Shape& s = p.shape;
   std::vector<Element> out;
-  out.reserve(static_cast<std::size_t>(s.B * s.M * s.N));
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+  if (outputs == 0) return out; // no loop over a huge B (or M) of empty matrices
+  out.reserve(static_cast<std::size_t>(outputs));
   for (int64_t batch = 0; batch < s.B; ++batch)
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) out.push_back(element(p, a, b, batch, i, j));
@@ -125,10 +157,14 @@ std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
 void backward(const Problem& p, const void* a, const void* b, const double* grad_out, double* grad_a, double* grad_b,
               const double* out, const int32_t* argmax) {
   validate(p);
+  check_work(p);
   const Shape& s = p.shape;
   const Strides sa = p.a(), sb = p.b();
-  if (grad_a) std::fill(grad_a, grad_a + (s.B * s.M * s.K > 0 ? max_offset("a", s.B, s.M, s.K, sa) + 1 : 0), 0.0);
-  if (grad_b) std::fill(grad_b, grad_b + (s.B * s.K * s.N > 0 ? max_offset("b", s.B, s.K, s.N, sb) + 1 : 0), 0.0);
+  if (grad_a && try_product({s.B, s.M, s.K}) != 0)
+    std::fill(grad_a, grad_a + max_offset("a", s.B, s.M, s.K, sa) + 1, 0.0);
+  if (grad_b && try_product({s.B, s.K, s.N}) != 0)
+    std::fill(grad_b, grad_b + max_offset("b", s.B, s.K, s.N, sb) + 1, 0.0);
+  if (try_product({s.B, s.M, s.N}) == 0) return;
   using Real = long double;
   for (int64_t bt = 0; bt < s.B; ++bt)
     for (int64_t i = 0; i < s.M; ++i)
@@ -179,6 +215,7 @@ GradElement gradient_element(const Problem& p, const void* a, const void* b, con
   const Shape& s = p.shape;
   const Strides sa = p.a(), sb = p.b();
   const int64_t reduce = pass == Pass::grad_a ? s.N : s.M;
+  check_k(reduce); // the same bound on the terms of one gradient element
   Real value = 0, scale = 0, sum_g = 0;
   for (int64_t m = 0; m < reduce; ++m) {
     const int64_t i = pass == Pass::grad_a ? row : m, k = pass == Pass::grad_a ? col : row,

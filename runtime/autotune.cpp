@@ -12,17 +12,21 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "cache/disk_cache.hpp"
 #include "cache/kernel_cache.hpp"
 #include "cache/sha256.hpp"
+#include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/backward.hpp"
+#include "runtime/checked_size.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/log.hpp"
@@ -50,12 +54,6 @@ TunePolicy tune_policy_from_env() {
 }
 
 namespace {
-
-int64_t round_up_pow2(int64_t v) {
-  int64_t p = 1;
-  while (p < v) p <<= 1;
-  return v == 0 ? 0 : p;
-}
 
 // "rm" row-major contiguous, "cm" column-major contiguous, "s" anything else; "b" when broadcast over the batch.
 std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
@@ -143,45 +141,60 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
   validate(problem);
   const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
   const Shape& s = p.shape;
-  const int64_t outputs = s.B * s.M * s.N;
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
   const bool wide = p.dtype == DType::f64;
   std::vector<KernelSpec> raw;
   if (pass != Pass::forward)
     raw = grad_candidates(p, pass);
   else {
-    KernelSpec base = default_spec(p, Strategy::linear);
-    raw.push_back(base);
-    base.block_x = 64, base.block_y = 4;
-    raw.push_back(base);
-    if (p.semiring == Semiring::log) {
-      KernelSpec two = default_spec(p, Strategy::linear_two_pass);
-      raw.push_back(two);
-    }
+    // A strategy whose default cannot compute this problem (a grid limit: the error names the size) adds nothing.
+    const auto with_default = [&](Strategy strategy, const std::function<void(const KernelSpec&)>& add) {
+      std::optional<KernelSpec> base;
+      try {
+        base = default_spec(p, strategy);
+      } catch (const std::invalid_argument&) {
+        return;
+      }
+      add(*base);
+    };
+    with_default(Strategy::linear, [&](KernelSpec base) {
+      raw.push_back(base);
+      base.block_x = 64, base.block_y = 4;
+      raw.push_back(base);
+    });
+    if (p.semiring == Semiring::log)
+      with_default(Strategy::linear_two_pass, [&](const KernelSpec& two) { raw.push_back(two); });
     if (s.K >= 16)
-      for (int lanes : {4, 8, 16, 32}) {
-        if (lanes > 2 * s.K) break;
-        KernelSpec w = default_spec(p, Strategy::warp);
-        w.block_x = lanes, w.block_y = 256 / lanes;
-        raw.push_back(w);
-      }
+      with_default(Strategy::warp, [&](KernelSpec w) {
+        for (int lanes : {4, 8, 16, 32}) {
+          if (s.K < lanes / 2) break; // lanes > 2K, without forming 2K
+          w.block_x = lanes, w.block_y = 256 / lanes;
+          raw.push_back(w);
+        }
+      });
     if (s.K >= 256 && outputs <= (int64_t(1) << 15))
-      for (int threads : {64, 256}) {
-        KernelSpec t = default_spec(p, Strategy::block_tree);
-        t.block_x = threads, t.block_y = 1;
-        raw.push_back(t);
-      }
-    if (s.M >= 8 && s.N >= 8) add_tiles(raw, default_spec(p, Strategy::tiled), wide);
-    if (p.semiring == Semiring::log && s.M >= 16 && s.N >= 16 && s.K >= 16) add_exp_matmul(raw, p);
+      with_default(Strategy::block_tree, [&](KernelSpec t) {
+        for (int threads : {64, 256}) {
+          t.block_x = threads, t.block_y = 1;
+          raw.push_back(t);
+        }
+      });
+    if (s.M >= 8 && s.N >= 8)
+      with_default(Strategy::tiled, [&](const KernelSpec& tiled) { add_tiles(raw, tiled, wide); });
+    if (p.semiring == Semiring::log && s.M >= 16 && s.N >= 16 && s.K >= 16)
+      with_default(Strategy::exp_matmul, [&](const KernelSpec&) { add_exp_matmul(raw, p); });
     if (s.M >= 8 && s.N >= 8 && s.K >= 1024)
-      for (int64_t chunks : {8, 32, 128}) {
-        KernelSpec sk = default_spec(p, Strategy::split_k);
-        const int64_t chunk = std::max<int64_t>(256, (s.K / chunks + sk.tile_k - 1) / sk.tile_k * sk.tile_k);
-        if (chunk >= s.K) continue;
-        sk.k_chunk = static_cast<int>(chunk);
-        raw.push_back(sk);
-        sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
-        raw.push_back(sk);
-      }
+      with_default(Strategy::split_k, [&](const KernelSpec& split) {
+        for (int64_t chunks : {8, 32, 128}) {
+          KernelSpec sk = split;
+          const int64_t chunk = std::max<int64_t>(256, (s.K / chunks + sk.tile_k - 1) / sk.tile_k * sk.tile_k);
+          if (chunk >= s.K) continue;
+          sk.k_chunk = static_cast<int>(chunk);
+          raw.push_back(sk);
+          sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
+          raw.push_back(sk);
+        }
+      });
   }
   // Keep what fits the problem and the device, once each.
   std::vector<KernelSpec> out;
@@ -208,7 +221,8 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
 }
 
 Shape shape_bucket(const Shape& s) {
-  return {round_up_pow2(s.B), round_up_pow2(s.M), round_up_pow2(s.K), round_up_pow2(s.N)};
+  return {checked_round_up_pow2(s.B, "shape.B"), checked_round_up_pow2(s.M, "shape.M"),
+          checked_round_up_pow2(s.K, "shape.K"), checked_round_up_pow2(s.N, "shape.N")};
 }
 
 namespace {
@@ -351,9 +365,21 @@ std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family)
   return out;
 }
 
+// The elements a strided operand spans (at least 1), and their bytes: checked, since they size buffers.
+int64_t elements_of(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  return checked_add(max_offset(what, batches, rows, cols, st), 1, what);
+}
+std::size_t bytes_of(const char* what, int64_t elements, int element_bytes) {
+  return static_cast<std::size_t>(checked_mul(elements, element_bytes, what));
+}
+std::size_t bytes_of(const char* what, int64_t elements, DType dtype) {
+  return bytes_of(what, elements, dtype_info(dtype).size_bytes);
+}
+
 // Random inputs laid out as the problem says, never zeros; non-negative for max_times.
 std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng) {
-  std::vector<unsigned char> bytes(elements * dtype_info(p.dtype).size_bytes);
+  std::vector<unsigned char> bytes(
+      static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
   std::normal_distribution<double> normal(0.0, 1.0);
   for (int64_t i = 0; i < elements; ++i) {
     const double v = normal(rng);
@@ -389,12 +415,12 @@ struct ForwardTrial {
 
   ForwardTrial(const Problem& problem, std::mt19937_64& random) : p(problem), rng(random) {
     const Shape& s = p.shape;
-    ha = random_operand(p, max_offset("a", s.B, s.M, s.K, p.a()) + 1, rng);
-    hb = random_operand(p, max_offset("b", s.B, s.K, s.N, p.b()) + 1, rng);
-    const int64_t outputs = s.B * s.M * s.N;
+    ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng);
+    hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng);
+    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
     a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size());
-    out = DeviceBuffer((max_offset("out", s.B, s.M, s.N, p.out()) + 1) * dtype_info(p.output_dtype()).size_bytes);
-    arg = DeviceBuffer(p.with_argmax ? outputs * 4 : 0);
+    out = DeviceBuffer(bytes_of("out", elements_of("out", s.B, s.M, s.N, p.out()), p.output_dtype()));
+    arg = DeviceBuffer(p.with_argmax ? bytes_of("argmax", outputs, 4) : 0);
     a.upload(ha.data(), ha.size());
     b.upload(hb.data(), hb.size());
     std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, outputs - 1));
@@ -439,12 +465,13 @@ struct BackwardTrial {
   BackwardTrial(const Problem& problem, Pass which, const DeviceInfo& dev, std::mt19937_64& rng)
       : p(grad_problem(problem)), pass(which), device(dev) {
     const Shape& s = p.shape;
-    ha = random_operand(p, max_offset("a", s.B, s.M, s.K, p.a()) + 1, rng);
-    hb = random_operand(p, max_offset("b", s.B, s.K, s.N, p.b()) + 1, rng);
-    const int64_t outputs = s.B * s.M * s.N, out_elems = max_offset("out", s.B, s.M, s.N, p.out()) + 1;
+    ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng);
+    hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng);
+    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+    const int64_t out_elems = elements_of("out", s.B, s.M, s.N, p.out());
     const DType od = p.output_dtype();
     // grad_out in out's layout, and contiguous in double for the reference.
-    hg.assign(out_elems * dtype_info(od).size_bytes, 0);
+    hg.assign(bytes_of("out", out_elems, od), 0);
     grad_out.resize(outputs);
     std::normal_distribution<double> normal(0.0, 1.0);
     const Strides so = p.out();
@@ -461,8 +488,8 @@ struct BackwardTrial {
     Problem fwd = p;
     const bool sel = semiring_info(p.semiring).has_argmax;
     fwd.with_argmax = sel;
-    out = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
-    arg = DeviceBuffer(sel ? outputs * 4 : 0);
+    out = DeviceBuffer(bytes_of("out", out_elems, od));
+    arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
     SemiringBMM::get(fwd, default_spec(fwd))(a.get(), b.get(), out.get(),
                                              sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
     check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
@@ -473,13 +500,14 @@ struct BackwardTrial {
           load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
     if (sel) {
       argmax.resize(outputs);
-      arg.download(argmax.data(), outputs * 4);
+      arg.download(argmax.data(), bytes_of("argmax", outputs, 4));
     }
     const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
     const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
-    grad = DeviceBuffer((max_offset("grad", s.B, rows, cols, sd) + 1) * dtype_info(p.dtype).size_bytes);
-    std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, s.B * rows * cols - 1));
-    for (int n = 0; n < 24 && s.B * rows * cols > 0; ++n) {
+    grad = DeviceBuffer(bytes_of("grad", elements_of("grad", s.B, rows, cols, sd), p.dtype));
+    const int64_t grads = checked_product({s.B, rows, cols}, "shape: gradient elements");
+    std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, grads - 1));
+    for (int n = 0; n < 24 && grads > 0; ++n) {
       const int64_t e = pick(rng);
       samples.push_back({e / (rows * cols), e / cols % rows, e % cols});
     }
@@ -638,7 +666,102 @@ void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport
   }
 }
 
-Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass) {
+namespace {
+
+// Each unusable stored decision is reported once per process, however often the problem is decided again.
+void warn_once(const std::string& topic, const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!said.insert(topic).second) return;
+  }
+  log_message(LogLevel::warn, message);
+}
+
+// A stored decision under `key`, if present; one that does not decode is ignored with a warning.
+std::optional<Decision> load_decision_or_warn(DiskCache* disk, const std::string& key, const char* source) {
+  if (!disk) return std::nullopt;
+  const std::optional<std::string> text = disk->get(key, "tune");
+  if (!text) return std::nullopt;
+  auto d = decode_decision(*text);
+  if (!d)
+    warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
+                       "): it does not parse; deciding again");
+  return d;
+}
+
+bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec) {
+  return std::find(rejected.begin(), rejected.end(), spec) != rejected.end();
+}
+
+} // namespace
+
+std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
+                                    Pass pass, const std::vector<KernelSpec>& rejected, std::optional<Decision>* far) {
+  // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so.
+  auto own = [&](const std::string& key, const char* source) -> std::optional<Choice> {
+    const auto d = load_decision_or_warn(disk, key, source);
+    if (!d) return std::nullopt;
+    const auto spec = fitting(d->spec, p);
+    if (!spec) {
+      std::string why;
+      try {
+        check_spec_fits(d->spec, p);
+      } catch (const std::invalid_argument& e) {
+        why = e.what();
+      }
+      warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
+                         ", tuned for " + d->problem + "): " + to_string(d->spec) + " no longer fits (" + why +
+                         "); deciding again");
+      return std::nullopt;
+    }
+    if (is_rejected(rejected, *spec)) return std::nullopt;
+    return Choice{*spec, source, d};
+  };
+  if (auto c = own(tuning_key(p, td, false, pass), "exact")) return c;
+  if (policy == TunePolicy::exact) return std::nullopt;
+  if (auto c = own(tuning_key(p, td, true, pass), "bucket")) return c;
+  // Another bucket's decision may not fit this shape: that is no defect of the decision, so no warning.
+  std::vector<Decision> family = family_buckets(disk, tuning_family(p, td, pass));
+  family.erase(std::remove_if(family.begin(), family.end(),
+                              [&](const Decision& d) {
+                                const auto spec = fitting(d.spec, p);
+                                return spec && is_rejected(rejected, *spec);
+                              }),
+               family.end());
+  const auto near = nearest_decision(family, p.shape);
+  if (!near) return std::nullopt;
+  if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) {
+    if (far) *far = near;
+    return std::nullopt;
+  }
+  if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near};
+  return std::nullopt;
+}
+
+bool tunable(const Problem& p, Pass pass) {
+  const Shape& s = p.shape;
+  const auto outputs = try_product({s.B, s.M, s.N});
+  if (!outputs || *outputs == 0 || s.K == 0) return false;
+  // Candidates are checked against the CPU reference, one output's (one gradient element's) terms at a time.
+  if (s.K > reference::kMaxReferenceK || (pass != Pass::forward && std::max(s.M, s.N) > reference::kMaxReferenceK))
+    return false;
+  // The trial's buffers: both operands on the host and the device, the output (and, backward, grad_out and the
+  // gradient) on the device. Past kMaxTuningBytes, tuning would compete with the caller's own data for memory.
+  int64_t total = 0;
+  const int64_t in = dtype_info(p.dtype).size_bytes, out = dtype_info(p.output_dtype()).size_bytes;
+  for (const auto& [rows, cols, st, bytes, copies] :
+       {std::tuple{s.M, s.K, p.a(), in, 2}, std::tuple{s.K, s.N, p.b(), in, 2},
+        std::tuple{s.M, s.N, p.out(), out + 4, pass == Pass::forward ? 1 : 3}}) {
+    const auto part = try_product({max_offset("shape", s.B, rows, cols, st) + 1, bytes, copies});
+    if (!part || __builtin_add_overflow(total, *part, &total)) return false;
+  }
+  return total <= kMaxTuningBytes;
+}
+
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
+              const std::vector<KernelSpec>& rejected) {
   const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
   // Decisions already made in this process, per context, problem, pass and policy.
   static std::mutex mutex;
@@ -646,39 +769,26 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
   std::ostringstream id;
   id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
      << ' ' << dtype_info(p.output_dtype()).name;
-  {
+  if (rejected.empty()) {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = made.find(id.str()); it != made.end()) return it->second;
   }
   const Choice choice = [&]() -> Choice {
     DiskCache* disk = DiskCache::process_cache();
     const TuningDevice td = tuning_device(device);
-    auto use = [&](std::optional<Decision> d, const char* source) -> std::optional<Choice> {
-      if (!d) return std::nullopt;
-      if (auto spec = fitting(d->spec, p)) return Choice{*spec, source, d};
-      return std::nullopt;
-    };
-    if (auto c = use(load_decision(disk, tuning_key(p, td, false, pass)), "exact")) return *c;
-    if (policy != TunePolicy::exact) {
-      if (auto c = use(load_decision(disk, tuning_key(p, td, true, pass)), "bucket")) return *c;
-      if (const auto near = nearest_decision(family_buckets(disk, tuning_family(p, td, pass)), p.shape)) {
-        const double distance = bucket_distance(near->shape, shape_bucket(p.shape));
-        if (distance <= kNearBucketDistance) {
-          if (auto c = use(near, "nearest bucket")) return *c;
-        } else if (policy == TunePolicy::bucket && p.shape.B * p.shape.M * p.shape.N > 0 && p.shape.K > 0) {
-          // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
-          const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
-          std::vector<KernelSpec> two = {fallback};
-          if (auto spec = fitting(near->spec, p); spec && *spec != fallback) two.push_back(*spec);
-          const TuneReport report = autotune(p, device, false, pass, two);
-          store_decision(p, device, report, true, pass, false);
-          return {report.best, "nearest bucket, checked against the default", near};
-        }
-      }
-    }
-    const Shape& s = p.shape;
+    const bool tune = policy != TunePolicy::never && tunable(p, pass);
+    std::optional<Decision> far;
+    if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) return *c;
     const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
-    if (policy == TunePolicy::never || s.B * s.M * s.N == 0 || s.K == 0) return {fallback, "default", {}};
+    if (far && policy == TunePolicy::bucket && tune) {
+      // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
+      std::vector<KernelSpec> two = {fallback};
+      if (auto spec = fitting(far->spec, p); spec && *spec != fallback) two.push_back(*spec);
+      const TuneReport report = autotune(p, device, false, pass, two);
+      store_decision(p, device, report, true, pass, false);
+      return {report.best, "nearest bucket, checked against the default", far};
+    }
+    if (!tune) return {fallback, "default", {}};
     const TuneReport report = autotune(p, device, true, pass);
     store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};
@@ -688,8 +798,34 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
                                      (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
                                      to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(mutex);
-  made.emplace(id.str(), choice);
+  made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
   return choice;
+}
+
+KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
+                            const std::function<void(const KernelSpec&)>& plan) {
+  std::vector<KernelSpec> rejected;
+  for (;;) {
+    const Choice choice = decide(rejected);
+    // Only a stored decision may be wrong about what compiles: the default, a spec tuned now (which compiled to be
+    // timed) and one already rejected propagate their errors.
+    const bool stored = choice.decision && choice.source.rfind("nearest bucket, checked", 0) != 0 &&
+                        !is_rejected(rejected, choice.spec);
+    if (!stored) {
+      plan(choice.spec);
+      return choice.spec;
+    }
+    try {
+      plan(choice.spec);
+      return choice.spec;
+    } catch (const std::exception& e) {
+      if (!dynamic_cast<const CompileError*>(&e) && !dynamic_cast<const CudaError*>(&e)) throw;
+      log_message(LogLevel::warn, "ignoring the stored tuning decision (" + choice.source + ", tuned for " +
+                                      choice.decision->problem + "): " + to_string(choice.spec) +
+                                      " failed to compile or load (" + e.what() + "); deciding again without it");
+      rejected.push_back(choice.spec);
+    }
+  }
 }
 
 } // namespace jitbmm

@@ -2,6 +2,8 @@
 // fastest correct one kept on disk (kind "tune" of the disk cache) per exact shape and per shape bucket.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,8 @@
 #include "runtime/device.hpp"
 
 namespace jitbmm {
+
+class DiskCache;
 
 // never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
 // bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
@@ -89,16 +93,41 @@ TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progr
 void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
                     Pass pass = Pass::forward, bool exact = true);
 
+// Above this many bytes of trial buffers (operands on the host and the device, outputs), a problem is not tuned:
+// choose() takes a stored decision or the default spec instead.
+constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
+// Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
+bool tunable(const Problem& problem, Pass pass = Pass::forward);
+
 // Where a spec came from, for inspect --tuned.
 struct Choice {
   KernelSpec spec;
   std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
   std::optional<Decision> decision; // the stored decision used, if any
 };
-// The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it (the
-// result is stored), else default_spec. A stored decision that no longer fits the problem is ignored. Remembered
-// per process, so repeated get() calls read the disk once.
-Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward);
+// The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it and
+// the problem is tunable() (the result is stored), else default_spec. A stored decision that does not parse or no
+// longer fits the problem is ignored with one warning naming it; one whose spec is in `rejected` (it failed to
+// compile or load: plan_with_choice) is skipped. Remembered per process, so repeated get() calls read the disk
+// once; a choice made with specs rejected replaces the remembered one.
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
+              const std::vector<KernelSpec>& rejected = {});
+
+// The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
+// is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or
+// fit are skipped with a warning, those whose spec is in `rejected` silently. `far`, when given, receives the
+// nearest bucket's decision when it lies farther away than that.
+std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
+                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
+                                    std::optional<Decision>* far = nullptr);
+
+// Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
+// When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale
+// decision naming a kernel that cannot compile or load here), it warns naming the decision and decides again with
+// that spec rejected: the next stored decision, else tuning or the default. Only the variant changes, never the
+// results. Errors of any other spec (the default, one tuned now, one the user passed) propagate.
+KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
+                            const std::function<void(const KernelSpec&)>& plan);
 inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
   return choose(problem, device, policy).spec;
 }

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/autotune.hpp"
+#include "runtime/checked_size.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/plan_impl.hpp"
 
@@ -61,10 +63,11 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
   q.b_batch = sb.batch, q.b_row = sb.row, q.b_col = sb.col;
   q.out_batch = so.batch, q.out_row = so.row, q.out_col = so.col;
   q.workspace_slices = broadcast ? 1 : s.B;
+  const int64_t workspace_items = checked_product({q.workspace_slices, rows, cols}, "backward workspace");
   const std::size_t workspace_bytes =
-      scatter || broadcast
-          ? static_cast<std::size_t>(q.workspace_slices * rows * cols) * (dtype_info(p.dtype).size_bytes == 8 ? 8 : 4)
-          : 0;
+      scatter || broadcast ? static_cast<std::size_t>(checked_mul(
+                                 workspace_items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"))
+                           : 0;
   const DriverApi& d = driver();
   CUdeviceptr workspace = 0;
   if (workspace_bytes) {
@@ -75,7 +78,7 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
     if (workspace_bytes) check(d.cuMemsetD8Async(workspace, 0, workspace_bytes, stream), "cuMemsetD8Async");
     const std::string& name = kernel.generated.name;
     if (scatter) {
-      const int64_t outputs = s.B * s.M * s.N;
+      const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
       const unsigned grid[3] = {blocks_for(outputs, spec.threads()), 1, 1};
       if (outputs > 0) launch(kernel.function, grid, spec.threads(), q, stream, name);
     } else {
@@ -85,7 +88,7 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
       launch(kernel.function, grid, spec.threads(), q, stream, name);
     }
     if (workspace_bytes) {
-      const unsigned grid[3] = {blocks_for(q.workspace_slices * rows * cols, 256), 1, 1};
+      const unsigned grid[3] = {blocks_for(workspace_items, 256), 1, 1};
       launch(kernel.store, grid, 256, q, stream, name + "_store");
     }
   } catch (...) {
@@ -104,8 +107,10 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
   if (!slot) {
     const Problem p = grad_problem(im.problem);
     auto gk = std::make_shared<GradKernel>();
-    gk->spec = choose(p, *im.device, tune_policy_from_env(), pass).spec;
-    gk->kernel = load_kernel(*im.device, gk->spec);
+    const TunePolicy policy = tune_policy_from_env();
+    gk->spec = plan_with_choice(
+        [&](const std::vector<KernelSpec>& rejected) { return choose(p, *im.device, policy, pass, rejected); },
+        [&](const KernelSpec& spec) { gk->kernel = load_kernel(*im.device, spec); });
     slot = gk;
   }
   return slot;
@@ -124,7 +129,9 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   const Problem& p = im.problem;
   const Shape& s = p.shape;
   const bool want_a = grad_a != nullptr, want_b = grad_b != nullptr;
-  const bool none_a = s.B * s.M * s.K == 0, none_b = s.B * s.K * s.N == 0, no_outputs = s.B * s.M * s.N == 0;
+  // Products that are 0 when any size is (validate() bounds the rest).
+  const bool none_a = try_product({s.B, s.M, s.K}) == 0, none_b = try_product({s.B, s.K, s.N}) == 0,
+             no_outputs = try_product({s.B, s.M, s.N}) == 0;
   if ((!want_a || none_a) && (!want_b || none_b)) return; // nothing to write
   auto need = [](const void* ptr, const char* name) { check_pointer(ptr, name, false); };
   // What each pass reads: log both operands (one is the per-output constant), plus_times and max_times the
@@ -170,9 +177,12 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
       forward = im.with_argmax;
     }
     need(a, "a"), need(b, "b");
-    const std::size_t outputs = static_cast<std::size_t>(s.B * s.M * s.N);
-    const std::size_t value_bytes = (outputs * out_bytes + 15) / 16 * 16;
-    check(d.cuMemAllocAsync(&scratch, value_bytes + outputs * 4, cu_stream), "cuMemAllocAsync(argmax)");
+    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+    const int64_t value_bytes =
+        checked_product({checked_add(checked_mul(outputs, out_bytes, "argmax scratch"), 15, "argmax scratch") / 16, 16},
+                        "argmax scratch");
+    const int64_t scratch_bytes = checked_add(value_bytes, checked_mul(outputs, 4, "argmax scratch"), "argmax scratch");
+    check(d.cuMemAllocAsync(&scratch, static_cast<std::size_t>(scratch_bytes), cu_stream), "cuMemAllocAsync(argmax)");
     auto* values = reinterpret_cast<void*>(scratch); // NOLINT(performance-no-int-to-ptr): a device address
     argmax = reinterpret_cast<const int32_t*>(scratch + value_bytes); // NOLINT(performance-no-int-to-ptr)
     try {

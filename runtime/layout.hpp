@@ -39,16 +39,19 @@ inline bool is_injective(int64_t batches, int64_t rows, int64_t cols, const Stri
   std::sort(dims.begin(), dims.end());
   int64_t span = 1; // one past the largest offset reached by the dimensions seen so far
   bool nested = true;
+  int64_t stride_span = 0;
   for (const auto& [stride, extent] : dims) {
     if (extent <= 1) continue;
     if (stride < span) {
       nested = false;
       break;
     }
-    span = stride * (extent - 1) + span;
+    // Saturated past int64: any later dimension with extent > 1 then counts as not nested.
+    if (__builtin_mul_overflow(stride, extent - 1, &stride_span) || __builtin_add_overflow(stride_span, span, &span))
+      span = std::numeric_limits<int64_t>::max();
   }
   if (nested) return true;
-  if (batches > kExactInjectivityLimit / rows / cols) return false;
+  if (batches > kExactInjectivityLimit / rows / cols) return false; // so the products below are small
   std::vector<int64_t> offsets;
   offsets.reserve(static_cast<std::size_t>(batches * rows * cols));
   for (int64_t b = 0; b < batches; ++b)

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
 #include "runtime/autotune.hpp"
+#include "runtime/checked_size.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/plan_impl.hpp"
 
@@ -33,8 +35,16 @@ jb::BmmParams make_params(const Problem& p) {
 } // namespace
 
 SemiringBMM SemiringBMM::get(const Problem& problem) {
-  validate(problem);
-  return get(problem, choose_spec(problem, *current_device(), tune_policy_from_env()));
+  validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
+  const auto device = current_device();
+  const TunePolicy policy = tune_policy_from_env();
+  std::optional<SemiringBMM> plan;
+  plan_with_choice(
+      [&](const std::vector<KernelSpec>& rejected) {
+        return choose(problem, *device, policy, Pass::forward, rejected);
+      },
+      [&](const KernelSpec& spec) { plan = get(problem, spec); });
+  return *plan;
 }
 
 namespace {
@@ -51,13 +61,12 @@ jb::EmWorkspace exp_matmul_workspace(const Problem& p) {
 void set_geometry(SemiringBMM::Impl& im) {
   const KernelSpec& spec = im.spec;
   const Shape& s = im.problem.shape;
-  const int64_t outputs = s.B * s.M * s.N;
+  // check_spec_fits has bounded every grid and workspace below (it names the size that does not fit).
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
   constexpr int64_t kMaxGridX = INT32_MAX;
   switch (spec.strategy) {
   case Strategy::linear:
     im.block[0] = spec.block_x, im.block[1] = spec.block_y;
-    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX)
-      throw std::invalid_argument("shape.N: too large for one grid");
     im.grid[0] = static_cast<unsigned>((s.N + spec.block_x - 1) / spec.block_x);
     im.grid[1] = clamp_grid((s.M + spec.block_y - 1) / spec.block_y, kMaxGridYZ);
     im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
@@ -87,8 +96,6 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.prepare_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
     const int64_t rt = jb::em_repair_tile(dtype_info(spec.dtype).size_bytes == 8);
     im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
-    if ((s.M + rt - 1) / rt > 65535)
-      throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
     im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
     im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
     im.workspace_bytes = static_cast<std::size_t>(w.bytes);
@@ -104,9 +111,9 @@ void set_geometry(SemiringBMM::Impl& im) {
     im.grid[2] = clamp_grid(s.B * chunks, kMaxGridYZ);
     if (spec.strategy == Strategy::split_k) {
       im.params.k_chunk = spec.k_chunk;
+      const int64_t per_output = (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) + (spec.with_argmax ? 4 : 0);
       im.workspace_bytes =
-          static_cast<std::size_t>(chunks * outputs) * (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) +
-          (spec.with_argmax ? static_cast<std::size_t>(chunks * outputs) * 4 : 0);
+          static_cast<std::size_t>(checked_product({chunks, outputs, per_output}, "split_k workspace"));
       im.combine_grid = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
     }
     break;
@@ -218,7 +225,7 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
                                 std::string(strategy_name(im.spec.strategy)));
   const Shape& s = im.problem.shape;
   RepairReport report;
-  report.outputs = s.B * s.M * s.N;
+  report.outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
   if (report.outputs == 0) return report;
   check_pointer(a, "a", s.K == 0);
   check_pointer(b, "b", s.K == 0);

@@ -18,10 +18,18 @@ struct Element {
   bool tie = false;    // another k reached the winning value (argmax is then a tie-break, not a choice)
 };
 
-// One output element out[batch, i, j] from host arrays laid out as the problem's strides say.
+// What the reference computes in reasonable memory and time; beyond these it throws std::invalid_argument naming the
+// size ("shape.K: ...") rather than running for hours or exhausting memory. One output holds its K terms in memory.
+constexpr int64_t kMaxReferenceK = int64_t(1) << 26;
+constexpr int64_t kMaxReferenceOutputs = int64_t(1) << 28; // compute(): the result vector
+constexpr int64_t kMaxReferenceTerms = int64_t(1) << 36;   // compute(), backward(): B*M*N*K
+
+// One output element out[batch, i, j] from host arrays laid out as the problem's strides say. The problem is not
+// validated here (callers have); K above kMaxReferenceK is std::invalid_argument naming shape.K.
 Element element(const Problem& problem, const void* a, const void* b, int64_t batch, int64_t i, int64_t j);
 
-// Every output, in row-major [B][M][N] order.
+// Every output, in row-major [B][M][N] order. Validates the problem, and refuses (std::invalid_argument naming the
+// size) more than kMaxReferenceOutputs outputs, kMaxReferenceTerms terms or kMaxReferenceK terms an output.
 std::vector<Element> compute(const Problem& problem, const void* a, const void* b);
 
 } // namespace jitbmm::reference
@@ -45,7 +53,7 @@ namespace jitbmm::reference {
 //   max_plus, min_plus: G goes to the argmax k (ties: smallest k). max_times: G·partner to the argmax k.
 //   plus_times:  dA = G·Bᵀ, dB = Aᵀ·G.
 // `out` / `argmax` ([B][M][N] contiguous): the forward's results to use instead of the exact ones (as the GPU
-// backward does); null: computed here.
+// backward does); null: computed here. Bounded like compute() (std::invalid_argument naming the size).
 void backward(const Problem& problem, const void* a, const void* b, const double* grad_out, double* grad_a,
               double* grad_b, const double* out = nullptr, const int32_t* argmax = nullptr);
 

@@ -43,7 +43,9 @@ Semiring parse_semiring(const std::string& name);
 // Sizes of out[B, M, N] = a[B, M, K] ⊗ b[B, K, N].
 struct Shape {
   int64_t B = 1, M = 1, K = 1, N = 1;
-  int64_t terms() const { return B * M * N * K; }
+  // B·M·N·K; std::invalid_argument ("shape: B*M*N*K ...") when it does not fit in int64 (validate() refuses such
+  // shapes, so a validated problem's terms() never throws).
+  int64_t terms() const;
   bool operator==(const Shape& o) const { return B == o.B && M == o.M && K == o.K && N == o.N; }
 };
 Shape parse_shape(const std::string& text); // "BxMxKxN"
@@ -55,6 +57,7 @@ struct Strides {
   int64_t batch = 0, row = 0, col = 0;
   bool operator==(const Strides& o) const { return batch == o.batch && row == o.row && col == o.col; }
 };
+// Both throw std::invalid_argument when rows*cols overflows int64.
 Strides row_major(int64_t rows, int64_t cols);    // {rows*cols, cols, 1}
 Strides column_major(int64_t rows, int64_t cols); // {rows*cols, 1, rows}
 
@@ -78,12 +81,19 @@ struct Problem {
   Precision precision = Precision::exact;
 
   DType output_dtype() const { return out_dtype.value_or(dtype); }
-  Strides a() const { return a_strides.value_or(row_major(shape.M, shape.K)); }
-  Strides b() const { return b_strides.value_or(row_major(shape.K, shape.N)); }
-  Strides out() const { return out_strides.value_or(row_major(shape.M, shape.N)); }
+  // The strides given, else the row-major default, computed only when absent (std::invalid_argument naming the
+  // shape, "shape: M*K overflows 64 bits", when the default's batch stride does not fit; validate() refuses that).
+  Strides a() const;
+  Strides b() const;
+  Strides out() const;
 };
 
-// Throws std::invalid_argument naming the offending field when the problem is malformed.
+// Throws std::invalid_argument naming the offending field when the problem is malformed or too large for any
+// kernel: a size above kMaxDimension, an operand (or argmax) of more than kMaxOperandBytes bytes, more than
+// 2^63 − 1 terms (these name the largest size involved: "shape.N: b holds B*K*N = 1*1*2^61 elements ..."), or
+// strides whose element offsets span more than kMaxOperandBytes bytes (these name the strides).
+constexpr int64_t kMaxDimension = int64_t(1) << 62;
+constexpr int64_t kMaxOperandBytes = int64_t(1) << 62;
 void validate(const Problem& problem);
 std::string describe(const Problem& problem);
 

@@ -1,0 +1,166 @@
+// Sizes near and past 2^62: every product of sizes and strides is checked, and a problem too large for any kernel
+// is std::invalid_argument naming the size, from validate, the reference, the planning steps before the driver and
+// the C ABI. Nothing here loops forever, overflows (build with -fsanitize=undefined to check) or allocates.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "expect.hpp"
+#include "jitbmm/c_api.h"
+#include "jitbmm/plan.hpp"
+#include "jitbmm/reference.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/checked_size.hpp"
+
+using namespace jitbmm;
+using test::expect_invalid;
+
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t k2_62 = int64_t(1) << 62;
+
+Problem with_size(char dim, int64_t v, DType dtype = DType::f32) {
+  Problem p;
+  p.dtype = dtype;
+  p.shape = {1, 1, 1, 1};
+  (dim == 'B' ? p.shape.B : dim == 'M' ? p.shape.M : dim == 'K' ? p.shape.K : p.shape.N) = v;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("checked helpers: zero-aware products, bounded round-up") {
+  CHECK(try_product({0, kMax, kMax}) == 0);
+  CHECK(try_product({kMax, kMax, 0}) == 0);
+  CHECK_FALSE(try_product({k2_62, 2}));
+  CHECK(checked_product({3, 5, 7}, "x") == 105);
+  expect_invalid([] { checked_product({k2_62, 4}, "shape.N"); }, "shape.N");
+  CHECK(checked_round_up_pow2(0, "x") == 0);
+  CHECK(checked_round_up_pow2(5, "x") == 8);
+  CHECK(checked_round_up_pow2(k2_62, "x") == k2_62);
+  expect_invalid([] { checked_round_up_pow2(k2_62 + 1, "shape.M"); }, "shape.M");
+  expect_invalid([] { checked_round_up_pow2(kMax, "shape.M"); }, "shape.M");
+}
+
+TEST_CASE("each size near 2^62 and at 2^63-1 is refused by validate, naming that size") {
+  for (char dim : {'B', 'M', 'K', 'N'}) {
+    const std::string name = std::string("shape.") + dim;
+    for (int64_t v : {k2_62 - 1, k2_62, k2_62 + 1, kMax}) {
+      CAPTURE(name);
+      CAPTURE(v);
+      expect_invalid([&] { validate(with_size(dim, v)); }, name);
+      expect_invalid([&] { validate(with_size(dim, v, DType::f16)); }, name);
+    }
+  }
+  // The report's case: log f64, N = 2^61 + 1 (b and out hold 2^64 + 8 bytes).
+  expect_invalid([] { validate(with_size('N', (int64_t(1) << 61) + 1, DType::f64)); }, "shape.N");
+  // The default strides M*K would overflow: the shape is named, not a_strides.
+  Problem square;
+  square.shape = {1, int64_t(1) << 40, int64_t(1) << 40, 1};
+  expect_invalid([&] { validate(square); }, "shape.");
+  // Terms: each operand fits, B*M*N*K does not.
+  Problem terms;
+  terms.dtype = DType::f16;
+  terms.shape = {1, int64_t(1) << 30, int64_t(1) << 30, int64_t(1) << 30};
+  expect_invalid([&] { validate(terms); }, "terms");
+  expect_invalid([&] { (void)terms.shape.terms(); }, "shape");
+  // Empty problems hold nothing, whatever the other sizes (up to 2^62).
+  Problem empty;
+  empty.shape = {0, k2_62, 1, 1};
+  CHECK_NOTHROW(validate(empty));
+  empty.shape = {k2_62, k2_62, 0, 0};
+  CHECK_NOTHROW(validate(empty));
+  empty.shape = {0, k2_62, k2_62, k2_62};
+  CHECK(empty.shape.terms() == 0);
+  expect_invalid([&] { validate(empty); }, "shape: M*K"); // its default strides cannot be formed
+  // Strides that reach past 2^62 bytes name the strides.
+  Problem strided;
+  strided.shape = {2, 1, 1, 1};
+  strided.b_strides = Strides{int64_t(1) << 61, 1, 1};
+  expect_invalid([&] { validate(strided); }, "b_strides");
+}
+
+TEST_CASE("a Problem with explicit strides never forms the default M*K") {
+  Problem p;
+  p.shape = {1, kMax, kMax, 1};
+  p.a_strides = Strides{0, 1, 1};
+  p.b_strides = Strides{0, 1, 1};
+  p.out_strides = Strides{0, 1, 1};
+  CHECK(p.a() == Strides{0, 1, 1}); // UB before (M*K evaluated as value_or's argument); UBSan-clean now
+  CHECK(p.b() == Strides{0, 1, 1});
+  CHECK(p.out() == Strides{0, 1, 1});
+  p.a_strides.reset();
+  expect_invalid([&] { (void)p.a(); }, "shape: M*K");
+  expect_invalid([] { row_major(kMax, 2); }, "row_major");
+}
+
+TEST_CASE("the reference refuses what it cannot compute, naming the size, and returns at once when empty") {
+  Problem empty;
+  empty.shape = {int64_t(1) << 60, 0, 1, 1}; // looped over 2^60 empty batches before
+  CHECK(reference::compute(empty, nullptr, nullptr).empty());
+  for (char dim : {'B', 'M', 'K', 'N'})
+    for (int64_t v : {k2_62, kMax})
+      expect_invalid([&] { reference::compute(with_size(dim, v), nullptr, nullptr); }, std::string("shape.") + dim);
+  expect_invalid([] { reference::compute(with_size('K', reference::kMaxReferenceK + 1), nullptr, nullptr); },
+                 "shape.K");
+  expect_invalid([] { reference::compute(with_size('N', reference::kMaxReferenceOutputs + 1), nullptr, nullptr); },
+                 "shape.N");
+  Problem many;
+  many.shape = {1, 1 << 14, 1 << 14, 1 << 14}; // 2^42 terms
+  expect_invalid([&] { reference::compute(many, nullptr, nullptr); }, "shape.K");
+  const Problem long_k = with_size('K', reference::kMaxReferenceK + 1);
+  expect_invalid([&] { reference::element(long_k, nullptr, nullptr, 0, 0, 0); }, "shape.K");
+}
+
+TEST_CASE("planning steps before the driver refuse huge sizes, naming them; nothing loops or overflows") {
+  for (char dim : {'B', 'M', 'K', 'N'})
+    for (int64_t v : {k2_62 + 1, kMax}) {
+      const Problem p = with_size(dim, v, DType::f64);
+      const std::string name = std::string("shape.") + dim;
+      CAPTURE(name);
+      expect_invalid([&] { SemiringBMM::get(p); }, name); // validate runs before the device is asked for
+      expect_invalid([&] { default_spec(p); }, name);
+      expect_invalid([&] { tuning_candidates(p, {}); }, name);
+      expect_invalid([&] { shape_bucket(p.shape); }, name);
+      expect_invalid([&] { JitLogBMM::get(p.shape); }, name);
+    }
+  CHECK(shape_bucket({k2_62, 3, 0, 1}) == Shape{k2_62, 4, 0, 1});
+  // Large but valid: the default is a kernel whose grid holds it, candidates fit, the trial is not run.
+  Problem wide = with_size('N', int64_t(1) << 40);
+  const KernelSpec spec = default_spec(wide);
+  CHECK(spec.strategy != Strategy::linear); // 2^35 column blocks: more than one grid holds
+  CHECK(spec.index64);
+  KernelSpec linear = spec;
+  linear.strategy = Strategy::linear, linear.block_x = 32, linear.block_y = 8;
+  expect_invalid([&] { check_spec_fits(linear, wide); }, "shape.N");
+  for (const KernelSpec& s : tuning_candidates(wide, {})) CHECK_NOTHROW(check_spec_fits(s, wide));
+  CHECK_FALSE(tunable(wide));
+  CHECK(tunable(with_size('N', 1 << 20)));
+  CHECK_FALSE(tunable(with_size('K', reference::kMaxReferenceK + 1)));
+  // exp_matmul's padded workspace: 128 padded rows per row of a.
+  Problem padded;
+  padded.shape = {1, 1, int64_t(1) << 56, 16};
+  KernelSpec em = default_spec(with_size('M', 256), Strategy::exp_matmul);
+  em.index64 = true;
+  expect_invalid([&] { check_spec_fits(em, padded); }, "shape");
+}
+
+TEST_CASE("the C ABI turns a huge shape into JITBMM_INVALID_ARGUMENT naming the size") {
+  const int64_t n = (int64_t(1) << 61) + 1;
+  jitbmm_problem c{};
+  c.semiring = "log";
+  c.dtype = "f64";
+  c.B = c.M = c.K = 1;
+  c.N = n;
+  const int64_t a[3] = {1, 1, 1}, b[3] = {n, n, 1}, o[3] = {n, n, 1};
+  for (int i = 0; i < 3; ++i) c.a_strides[i] = a[i], c.b_strides[i] = b[i], c.out_strides[i] = o[i];
+  jitbmm_plan* plan = nullptr;
+  CHECK(jitbmm_plan_create(&c, &plan) == JITBMM_INVALID_ARGUMENT);
+  CHECK(plan == nullptr);
+  CHECK(std::string(jitbmm_last_error()).find("shape.N") != std::string::npos);
+  CHECK(jitbmm_reference(&c, nullptr, nullptr, nullptr, nullptr) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("shape.N") != std::string::npos);
+}
