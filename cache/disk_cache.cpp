@@ -153,8 +153,8 @@ DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     dir_fd_ = std::move(checked.fd);
     if (!usable()) {
       refused_ = "not trusted (" + checked.refused + ")";
-      warn_once("dir", "shared cache directory " + dir_ + " (JITBMM_CACHE_TRUSTED_DIR) is " + refused_ +
-                           "; it is not used");
+      warn_once("dir",
+                "shared cache directory " + dir_ + " (JITBMM_CACHE_TRUSTED_DIR) is " + refused_ + "; it is not used");
     }
     return;
   }
@@ -266,9 +266,9 @@ std::vector<DiskCache::File> DiskCache::files() const {
   }
   while (const dirent* item = ::readdir(dir)) {
     const std::string name = item->d_name;
-    const bool ours = (name.size() > kKeyChars && name[kKeyChars] == '.' &&
-                       is_key(std::string_view(name).substr(0, kKeyChars))) ||
-                      is_temp(name);
+    const bool ours =
+        (name.size() > kKeyChars && name[kKeyChars] == '.' && is_key(std::string_view(name).substr(0, kKeyChars))) ||
+        is_temp(name);
     struct stat st {};
     if (!ours || ::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     out.push_back({name, static_cast<uint64_t>(st.st_size),
@@ -282,8 +282,8 @@ std::vector<DiskCache::Entry> DiskCache::list() const {
   std::vector<Entry> out;
   for (const File& f : files())
     if (f.regular && is_entry_name(f.name))
-      out.push_back({dir_ + "/" + f.name, f.name.substr(0, kKeyChars), f.name.substr(kKeyChars + 1), f.bytes,
-                     f.mtime_ns});
+      out.push_back(
+          {dir_ + "/" + f.name, f.name.substr(0, kKeyChars), f.name.substr(kKeyChars + 1), f.bytes, f.mtime_ns});
   return out;
 }
 

@@ -90,7 +90,7 @@ public:
   void evict(uint64_t cap_bytes);
 
   const std::string& dir() const { return dir_; }
-  bool usable() const { return dir_fd_.valid(); }    // this directory is trusted and open
+  bool usable() const { return dir_fd_.valid(); }         // this directory is trusted and open
   const std::string& refused() const { return refused_; } // else why not
   uint64_t cap_bytes() const { return cap_; }
   bool read_only() const { return access_ == CacheAccess::trusted_read_only; }

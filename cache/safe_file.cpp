@@ -41,8 +41,7 @@ std::string refusal(const struct stat& st, uint64_t max_bytes, bool require_owne
 std::string unique_suffix() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   char text[32];
-  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(rng()));
+  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()), static_cast<unsigned long long>(rng()));
   return text;
 }
 
@@ -145,8 +144,10 @@ std::string write_file_atomically(int dir_fd, const std::string& name, std::stri
   for (std::size_t done = 0; error.empty() && done < bytes.size();) {
     const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) error = n < 0 ? std::strerror(errno) : "short write";
-    else done += static_cast<std::size_t>(n);
+    if (n <= 0)
+      error = n < 0 ? std::strerror(errno) : "short write";
+    else
+      done += static_cast<std::size_t>(n);
   }
   if (error.empty() && ::fsync(fd.get()) != 0) error = std::strerror(errno);
   if (::close(fd.release()) != 0 && error.empty()) error = std::strerror(errno);

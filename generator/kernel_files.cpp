@@ -65,8 +65,7 @@ bool dump_kernel(const GeneratedKernel& kernel, const std::string& ptx) {
   // A fresh file renamed over each name: a link planted there is replaced, never written through.
   error = write_file_atomically(checked.fd.get(), kernel.name + ".cu", kernel.source);
   if (error.empty() && !ptx.empty()) error = write_file_atomically(checked.fd.get(), kernel.name + ".ptx", ptx);
-  if (!error.empty())
-    note_once("JITBMM_DUMP_DIR " + dir + " is not writable (" + error + "); kernels are not dumped");
+  if (!error.empty()) note_once("JITBMM_DUMP_DIR " + dir + " is not writable (" + error + "); kernels are not dumped");
   return true;
 }
 

@@ -94,8 +94,8 @@ private:
 };
 
 std::string key_of(int n) {
-  return cubin_key({"extern \"C\" __global__ void k() {}" + std::to_string(n), {"-std=c++17"}, "13.0", "sm_90", 13000,
-                    "0.1.0"});
+  return cubin_key(
+      {"extern \"C\" __global__ void k() {}" + std::to_string(n), {"-std=c++17"}, "13.0", "sm_90", 13000, "0.1.0"});
 }
 
 std::string file_bytes(const std::string& path) {
@@ -108,9 +108,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 
 int count_files(const std::string& dir) {
-  int n = 0;
-  for (const auto& item : fs::directory_iterator(dir)) n += item.path().filename() != "." ? 1 : 0;
-  return n;
+  return static_cast<int>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
 uint64_t total_bytes(const std::string& dir) {
@@ -327,8 +325,7 @@ TEST_CASE("JITBMM_CACHE_MAX_BYTES: a malformed value is an error naming the vari
   for (const char* bad : {"12abc", "-1", "1e9", " 5", "18446744073709551616", "lots"}) {
     CAPTURE(bad);
     ScopedEnv env("JITBMM_CACHE_MAX_BYTES", bad);
-    CHECK_THROWS_WITH_AS(DiskCache::cap_from_env(), doctest::Contains("JITBMM_CACHE_MAX_BYTES"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(DiskCache::cap_from_env(), doctest::Contains("JITBMM_CACHE_MAX_BYTES"), std::invalid_argument);
   }
   ScopedEnv env("JITBMM_CACHE_MAX_BYTES", "");
   CHECK(DiskCache::cap_from_env() == kDefaultCacheCapBytes);
