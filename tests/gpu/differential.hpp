@@ -2,6 +2,7 @@
 // strided outputs) are poisoned first, so an unwritten element or a write outside the layout shows as a mismatch.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -15,6 +16,7 @@ namespace jitbmm::test {
 
 struct CaseResult {
   int64_t checked = 0, mismatches = 0, argmax_mismatches = 0, clobbered = 0;
+  int64_t ties = 0, nan_outputs = 0; // outputs where the reference saw a tie / a NaN (argmax cases: tests prove coverage)
   std::string first_failure;
   bool ok() const { return mismatches == 0 && argmax_mismatches == 0 && clobbered == 0; }
 };
@@ -43,30 +45,55 @@ inline void report_failure(const CaseResult& r, const Problem& p, const KernelSp
 
 inline unsigned char poison_byte(DType dtype) { return dtype == DType::f16 ? 0x7b : 0x7f; } // finite, distinctive
 
-// Runs one problem on given host inputs (laid out as the problem's strides say) and checks every output.
-inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const HostTensor& a, const HostTensor& b) {
+// One problem's inputs on the device and its outputs (out and argmax), poisoned.
+struct DeviceCase {
+  DeviceBuffer a, b, out, argmax;
+  int32_t* argmax_ptr() const { return argmax.size() ? static_cast<int32_t*>(argmax.get()) : nullptr; }
+};
+
+inline void poison_outputs(const Problem& p, DeviceCase& d) {
+  d.out.fill_bytes(poison_byte(p.output_dtype()));
+  d.argmax.fill_bytes(0x7f);
+}
+
+inline DeviceCase upload_case(const Problem& p, const HostTensor& a, const HostTensor& b) {
+  const Shape& s = p.shape;
+  const int64_t out_elems = storage_elements(s.B, s.M, s.N, p.out()), outputs = s.B * s.M * s.N;
+  DeviceCase d{DeviceBuffer(a.bytes.size()), DeviceBuffer(b.bytes.size()),
+               DeviceBuffer(out_elems * dtype_info(p.output_dtype()).size_bytes),
+               DeviceBuffer(p.with_argmax ? outputs * 4 : 0)};
+  d.a.upload(a.data(), a.bytes.size());
+  d.b.upload(b.data(), b.bytes.size());
+  poison_outputs(p, d);
+  return d;
+}
+
+// Whether every byte of out and argmax still holds the poison (nothing has written them yet).
+inline bool outputs_untouched(const Problem& p, const DeviceCase& d) {
+  std::vector<unsigned char> out(d.out.size()), arg(d.argmax.size());
+  d.out.download(out.data(), out.size());
+  d.argmax.download(arg.data(), arg.size());
+  for (unsigned char c : out)
+    if (c != poison_byte(p.output_dtype())) return false;
+  for (unsigned char c : arg)
+    if (c != 0x7f) return false;
+  return true;
+}
+
+// Reads back out and argmax and checks every output against the reference (inputs a, b on the host).
+inline CaseResult check_outputs(const Problem& p, const HostTensor& a, const HostTensor& b, const DeviceCase& d) {
   const Shape& s = p.shape;
   const Strides so = p.out();
   const DType od = p.output_dtype();
   const int64_t out_elems = storage_elements(s.B, s.M, s.N, so), outputs = s.B * s.M * s.N;
   const std::size_t out_bytes = out_elems * dtype_info(od).size_bytes;
-
-  DeviceBuffer da(a.bytes.size()), db(b.bytes.size()), dout(out_bytes), darg(p.with_argmax ? outputs * 4 : 0);
-  da.upload(a.data(), a.bytes.size());
-  db.upload(b.data(), b.bytes.size());
-  dout.fill_bytes(poison_byte(od));
-  darg.fill_bytes(0x7f);
-  const SemiringBMM plan = SemiringBMM::get(p, spec);
-  plan(da.get(), db.get(), dout.get(), p.with_argmax ? static_cast<int32_t*>(darg.get()) : nullptr);
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the kernel");
-
   HostTensor out;
   out.dtype = od;
   out.elements = out_elems;
   out.bytes.resize(out_bytes);
-  dout.download(out.data(), out_bytes);
+  d.out.download(out.data(), out_bytes);
   std::vector<int32_t> arg(p.with_argmax ? outputs : 0);
-  darg.download(arg.data(), arg.size() * 4);
+  d.argmax.download(arg.data(), arg.size() * 4);
 
   CaseResult r;
   std::vector<char> covered(out_elems, 0);
@@ -81,7 +108,10 @@ inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const Ho
         ++r.checked;
         const bool value_ok = reference::close(od, got, want, tol);
         const int64_t flat = (bt * s.M + i) * s.N + j;
-        const bool arg_ok = !p.with_argmax || want.tie || arg[flat] == want.argmax;
+        const int32_t want_arg = p.with_argmax ? expected_argmax(p, a.data(), b.data(), bt, i, j, want) : -1;
+        const bool arg_ok = !p.with_argmax || arg[flat] == want_arg;
+        r.ties += want.tie;
+        r.nan_outputs += std::isnan(want.value);
         if (!value_ok) ++r.mismatches;
         if (!arg_ok) ++r.argmax_mismatches;
         if ((!value_ok || !arg_ok) && r.first_failure.empty()) {
@@ -89,7 +119,8 @@ inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const Ho
           os.precision(17);
           os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value << " (rounded "
              << round_to(od, want.value) << ")";
-          if (p.with_argmax) os << "; argmax " << arg[flat] << ", reference " << want.argmax;
+          if (p.with_argmax)
+            os << "; argmax " << arg[flat] << ", expected " << want_arg << (want.tie ? " (a tie: smallest k)" : "");
           r.first_failure = os.str();
         }
       }
@@ -101,6 +132,15 @@ inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const Ho
     if (!covered[e] && std::memcmp(&out.bytes[e * poison.bytes.size()], poison.bytes.data(), poison.bytes.size()) != 0)
       ++r.clobbered;
   return r;
+}
+
+// Runs one problem on given host inputs (laid out as the problem's strides say) and checks every output.
+inline CaseResult run_case_on(const Problem& p, const KernelSpec& spec, const HostTensor& a, const HostTensor& b) {
+  DeviceCase d = upload_case(p, a, b);
+  const SemiringBMM plan = SemiringBMM::get(p, spec);
+  plan(d.a.get(), d.b.get(), d.out.get(), d.argmax_ptr());
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the kernel");
+  return check_outputs(p, a, b, d);
 }
 
 inline CaseResult run_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, const Specials& sp) {

@@ -1,4 +1,5 @@
-// Plans on the GPU: reuse without recompiling, the public entry points, bad arguments, empty problems, streams.
+// Plans on the GPU: reuse without recompiling, the public entry points, bad arguments, empty problems (streams:
+// test_streams.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -98,27 +99,6 @@ TEST_CASE("empty problems launch nothing; K = 0 writes the semiring zero") {
     out.download(host, sizeof host);
     for (float v : host) CHECK(v == zeros[s]);
   }
-}
-
-TEST_CASE("launches follow the given stream") {
-  CUstream stream = nullptr;
-  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  Problem p;
-  p.shape = {4, 33, 17, 65};
-  std::mt19937_64 rng(5);
-  auto a = test::random_tensor(DType::f32, 4 * 33 * 17, rng, {}),
-       b = test::random_tensor(DType::f32, 4 * 17 * 65, rng, {});
-  DeviceBuffer da(a.bytes.size()), db(b.bytes.size()), dout(4 * 33 * 65 * 4);
-  da.upload(a.data(), a.bytes.size());
-  db.upload(b.data(), b.bytes.size());
-  dout.fill_bytes(0x7f);
-  SemiringBMM::get(p)(da.get(), db.get(), dout.get(), reinterpret_cast<Stream>(stream));
-  check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
-  std::vector<float> out(4 * 33 * 65);
-  dout.download(out.data(), out.size() * 4);
-  const auto want = reference::element(p, a.data(), b.data(), 3, 32, 64);
-  CHECK(reference::close(DType::f32, out.back(), want, 1e-5));
-  check(driver().cuStreamDestroy(stream), "cuStreamDestroy");
 }
 
 TEST_CASE("64-bit indexing: an operand whose offsets pass 2^31 elements") {
