@@ -1,10 +1,14 @@
 """jitbmm.torch on the GPU machine: values and gradients against a float64 torch reference, gradcheck, strides,
-broadcasting, streams, errors, and a genbmm-style CRF example. Skipped where torch or a GPU is missing; the import
-error without torch is checked everywhere."""
+broadcasting, streams, errors, and a genbmm-style CRF example.
 
-import importlib
+Run as a program (the python_torch CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is missing, and
+fails if any test is skipped where both exist, so it never reports a pass without running everything. The clear
+ImportError without torch is checked everywhere by test_torch_import.py."""
+
+import ctypes
 import math
 import sys
+import threading
 import unittest
 from pathlib import Path
 
@@ -33,14 +37,46 @@ def naive(a, b, semiring):
 TOL = {"f32": (2e-5, 2e-5), "f64": (1e-10, 1e-10), "f16": (2e-2, 2e-2), "bf16": (5e-2, 5e-2)}
 
 
-@unittest.skipIf(torch is not None, "torch is installed here")
-class WithoutTorchTest(unittest.TestCase):
-    def test_jitbmm_torch_says_it_needs_pytorch(self):
-        with self.assertRaisesRegex(ImportError, "PyTorch"):
-            importlib.import_module("jitbmm.torch")
+class StreamGate:
+    """Holds a CUDA stream until release(): a host function queued on it (libc's sem_wait) waits on a semaphore that
+    only release() posts, so work queued behind it cannot start however slow the machine. A timer releases it after
+    `limit` seconds, so that a call that waits on the held stream fails the test (timed_out) instead of hanging."""
+
+    def __init__(self, stream, limit=60.0):
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._cuda = ctypes.CDLL("libcuda.so.1")
+        self._sem = ctypes.create_string_buffer(64)  # sem_t is 32 bytes on x86-64 Linux
+        if self._libc.sem_init(self._sem, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "sem_init")
+        fn = ctypes.cast(self._libc.sem_wait, ctypes.c_void_p)
+        result = self._cuda.cuLaunchHostFunc(ctypes.c_void_p(stream.cuda_stream), fn, self._sem)
+        if result != 0:
+            raise RuntimeError(f"cuLaunchHostFunc failed: CUresult {result}")
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._released = False
+        self.timed_out = False
+        self._timer = threading.Timer(limit, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self):
+        self.timed_out = True
+        self.release()
+
+    def release(self):
+        with self._lock:
+            if not self._released:
+                self._released = True
+                self._libc.sem_post(self._sem)
+
+    def close(self):
+        self.release()
+        self._timer.cancel()
+        self._stream.synchronize()  # the host function has returned: the semaphore is free to go
+        self._libc.sem_destroy(self._sem)
 
 
-@unittest.skipUnless(HAVE_CUDA, "needs torch with a CUDA GPU")
 class TorchTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -154,12 +190,41 @@ class TorchTest(unittest.TestCase):
         torch.testing.assert_close(self.jt.prodmaxbmm(pa, pb), naive(pa, pb, "max_times"))
 
     def test_runs_on_the_current_stream(self):
-        a, b = self.rand(16, 64, 64), self.rand(16, 64, 64)
-        s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            out = self.jt.logbmm(a, b)
-        s.synchronize()
-        torch.testing.assert_close(out.double(), naive(a.double(), b.double(), "log"), rtol=2e-5, atol=2e-5)
+        # The current stream s is held while the product is queued on it, behind a copy that gives `a` its values
+        # (NaN until then). A kernel launched anywhere but s would run now, on NaN, and say so in its output: the
+        # legacy default stream is drained before s is released.
+        torch.manual_seed(6)
+        for semiring in ("log", "max_plus"):
+            with self.subTest(semiring=semiring):
+                a_true, b = self.rand(16, 64, 64), self.rand(16, 64, 64)
+                a = torch.full_like(a_true, math.nan, requires_grad=False)
+                g = torch.randn(16, 64, 64, device=self.dev)
+                torch.cuda.synchronize()
+                s = torch.cuda.Stream()
+                # Every plan and kernel (forward with argmax, backward) loaded before the stream is held: loading a
+                # module may synchronise the context.
+                self.jt.semiring_bmm(a_true.detach().requires_grad_(True), b, semiring).backward(g)
+                torch.cuda.synchronize()
+                gate = StreamGate(s)
+                try:
+                    with torch.cuda.stream(s):
+                        a.copy_(a_true)
+                        leaf = a.detach().requires_grad_(True)
+                        out = self.jt.semiring_bmm(leaf, b, semiring)
+                        out.backward(g)
+                    self.assertFalse(s.query(), "the held stream reports its work done")
+                    torch.cuda.default_stream(self.dev).synchronize()  # a kernel sent there has run by now
+                finally:
+                    gate.release()
+                    gate.close()
+                self.assertFalse(gate.timed_out, "a call waited on the held stream")
+                torch.cuda.synchronize()
+                a64 = a_true.double().requires_grad_(True)
+                want = naive(a64, b.double(), semiring)
+                torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+                want.backward(g.double())
+                self.assertFalse(torch.isnan(leaf.grad).any().item(), "the backward read a before its copy")
+                torch.testing.assert_close(leaf.grad.double(), a64.grad, rtol=1e-4, atol=1e-4)
 
     def test_clear_errors(self):
         jt = self.jt
@@ -211,5 +276,22 @@ class TorchTest(unittest.TestCase):
         self.assertEqual(a.grad[0, 1].abs().sum().item(), 0.0)
 
 
+def main():
+    if torch is None:
+        print("SKIPPED: torch is not installed here")
+        return 77
+    if not HAVE_CUDA:
+        print("SKIPPED: torch sees no CUDA GPU here")
+        return 77
+    result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
+    if result.skipped:
+        print(f"FAILED: {len(result.skipped)} tests skipped where torch and a GPU exist: {result.skipped}")
+        return 1
+    if result.testsRun == 0:
+        print("FAILED: no test ran")
+        return 1
+    return 0 if result.wasSuccessful() else 1
+
+
 if __name__ == "__main__":
-    unittest.main()
+    sys.exit(main())
