@@ -178,7 +178,7 @@ jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, con
                                int32_t* argmax) {
   return guarded([&] {
     const jitbmm::Problem p = to_problem(problem);
-    const bool empty = p.shape.B * p.shape.M * p.shape.N == 0;
+    const bool empty = p.shape.B == 0 || p.shape.M == 0 || p.shape.N == 0; // no product: B*M may overflow
     if (!empty) require(out, "out");
     if (!empty && p.shape.K > 0) {
       require(a, "a");
