@@ -72,8 +72,8 @@ CheckedDir open_checked_dir(const std::string& path, DirTrust trust) {
       out.refused = "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid());
     else if (st.st_mode & (S_IWGRP | S_IWOTH))
       out.refused = "writable by group or others, mode " + mode_text(st.st_mode);
-  } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-    out.refused = "writable by anyone without the sticky bit, mode " + mode_text(st.st_mode);
+  } else if (st.st_mode & S_IWOTH) { // sticky or not: anyone could add an entry
+    out.refused = "writable by anyone, mode " + mode_text(st.st_mode);
   }
   if (out.refused.empty()) out.fd = std::move(fd);
   return out;

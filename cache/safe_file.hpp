@@ -38,7 +38,8 @@ private:
 
 // Who may have fed a directory. `owner_only`: owned by the effective user and writable by no group or other
 // (jitbmm's own cache, dump and override directories). `named_by_user`: any owner (the user named it as trusted,
-// e.g. a cluster's read-only cache), but a directory anyone can write to without the sticky bit is still refused.
+// e.g. a cluster's read-only cache, writable by a group), but a directory anyone can write to is still refused
+// (the sticky bit only stops others deleting entries, not adding them).
 enum class DirTrust { owner_only, named_by_user };
 
 struct CheckedDir {

@@ -363,7 +363,7 @@ TEST_CASE("the trusted shared cache is read after a miss, with the same checks, 
   CHECK(count_files(shared.path) == files_before);
 }
 
-TEST_CASE("a trusted shared cache anyone can write to is refused, unless sticky") {
+TEST_CASE("a trusted shared cache anyone can write to is refused, sticky or not; a group's is used") {
   TempDir shared;
   fs::permissions(shared.path, fs::perms::all);
   {
@@ -372,7 +372,10 @@ TEST_CASE("a trusted shared cache anyone can write to is refused, unless sticky"
     CHECK_FALSE(refused.usable());
     CHECK(err.text().find("JITBMM_CACHE_TRUSTED_DIR") != std::string::npos);
   }
-  fs::permissions(shared.path, fs::perms::all | fs::perms::sticky_bit);
+  fs::permissions(shared.path, fs::perms::all | fs::perms::sticky_bit); // /tmp-like: anyone can still add entries
+  CHECK_FALSE(DiskCache(shared.path, 0, CacheAccess::trusted_read_only).usable());
+  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_read |
+                                   fs::perms::others_exec);
   CHECK(DiskCache(shared.path, 0, CacheAccess::trusted_read_only).usable());
 }
 
