@@ -125,9 +125,22 @@ CUresult fill(CUdeviceptr dst, const void* pattern, std::size_t size, std::size_
 // the bytes are not a plausible ELF64 image.
 std::size_t elf_image_bytes(const void* image) {
   const auto* h = static_cast<const unsigned char*>(image);
-  if (std::memcmp(h, "\x7f" "ELF", 4) != 0 || h[4] != 2 /* ELFCLASS64 */) return 0;
-  auto u64 = [&](int at) { uint64_t v; std::memcpy(&v, h + at, 8); return v; };
-  auto u16 = [&](int at) { uint16_t v; std::memcpy(&v, h + at, 2); return uint64_t(v); };
+  if (std::memcmp(h,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      h[4] != 2 /* ELFCLASS64 */)
+    return 0;
+  auto u64 = [&](int at) {
+    uint64_t v;
+    std::memcpy(&v, h + at, 8);
+    return v;
+  };
+  auto u16 = [&](int at) {
+    uint16_t v;
+    std::memcpy(&v, h + at, 2);
+    return uint64_t(v);
+  };
   const uint64_t ph_end = u64(0x20) + u16(0x36) * u16(0x38), sh_end = u64(0x28) + u16(0x3a) * u16(0x3c);
   const uint64_t end = std::max<uint64_t>({64, ph_end, sh_end});
   return end < (uint64_t(1) << 30) ? static_cast<std::size_t>(end) : 0;
@@ -159,13 +172,16 @@ CUresult CUDAAPI cuDriverGetVersion(int* version) {
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   switch (error) {
-#define FAKE_NAME(e) case e: *name = #e; return CUDA_SUCCESS;
-    FAKE_NAME(CUDA_SUCCESS) FAKE_NAME(CUDA_ERROR_INVALID_VALUE) FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY)
-    FAKE_NAME(CUDA_ERROR_INVALID_DEVICE) FAKE_NAME(CUDA_ERROR_INVALID_IMAGE) FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT)
-    FAKE_NAME(CUDA_ERROR_INVALID_HANDLE) FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED) FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
+#define FAKE_NAME(e)                                                                                                   \
+  case e:                                                                                                              \
+    *name = #e;                                                                                                        \
+    return CUDA_SUCCESS;
+    FAKE_NAME(CUDA_SUCCESS)
+    FAKE_NAME(CUDA_ERROR_INVALID_VALUE) FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY) FAKE_NAME(CUDA_ERROR_INVALID_DEVICE)
+        FAKE_NAME(CUDA_ERROR_INVALID_IMAGE) FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT) FAKE_NAME(CUDA_ERROR_INVALID_HANDLE)
+            FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED) FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
 #undef FAKE_NAME
-  default:
-    *name = nullptr;
+                default : * name = nullptr;
     return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -199,25 +215,62 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
   switch (attribute) {
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
-  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = kSmCount; break;
-  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1980000; break; // kHz
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *value = 2048; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = kSharedPerBlock; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = kSharedPerBlockOptin; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = kSharedPerSm; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = 65536; break;
-  case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
-  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = 50 << 20; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = INT32_MAX; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
-  default: return CUDA_ERROR_INVALID_VALUE; // not modelled: fail loudly, never a made-up 0
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *value = 9;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    *value = 0;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *value = kSmCount;
+    break;
+  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+    *value = 1980000;
+    break; // kHz
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    *value = kMaxThreadsPerBlock;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+    *value = 2048;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+    *value = kSharedPerBlock;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+    *value = kSharedPerBlockOptin;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+    *value = kSharedPerSm;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+    *value = 65536;
+    break;
+  case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+    *value = 32;
+    break;
+  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+    *value = 50 << 20;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+    *value = INT32_MAX;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    *value = 65535;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+    *value = 65535;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    *value = 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+    *value = 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+    *value = 64;
+    break;
+  default:
+    return CUDA_ERROR_INVALID_VALUE; // not modelled: fail loudly, never a made-up 0
   }
   return CUDA_SUCCESS;
 }
@@ -293,12 +346,19 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, cons
 CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
   if (!value || !function) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
-  case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 64; break;
-  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
+  case CU_FUNC_ATTRIBUTE_NUM_REGS:
+    *value = 64;
+    break;
+  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    *value = kMaxThreadsPerBlock;
+    break;
   case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
   case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-  case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *value = 0; break;
-  default: return CUDA_ERROR_INVALID_VALUE;
+  case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    *value = 0;
+    break;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -317,14 +377,13 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
   const uint64_t threads = uint64_t(bx) * by * bz;
   if (gx == 0 || gy == 0 || gz == 0 || gx > INT32_MAX || gy > 65535 || gz > 65535 || threads == 0 ||
-      threads > kMaxThreadsPerBlock || bz > 64 || shared_bytes > unsigned(kSharedPerBlockOptin) ||
-      (!params && !extra))
+      threads > kMaxThreadsPerBlock || bz > 64 || shared_bytes > unsigned(kSharedPerBlockOptin) || (!params && !extra))
     return CUDA_ERROR_INVALID_VALUE;
   const char* fail = std::getenv("JITBMM_FAKE_CUDA_FAIL_LAUNCH");
   const bool failing = fail && std::strcmp(fail, "1") == 0;
   log_line(std::string(failing ? "launch-failed " : "launch ") + f->name + " grid=" + std::to_string(gx) + "," +
-           std::to_string(gy) + "," + std::to_string(gz) + " block=" + std::to_string(bx) + "," +
-           std::to_string(by) + "," + std::to_string(bz));
+           std::to_string(gy) + "," + std::to_string(gz) + " block=" + std::to_string(bx) + "," + std::to_string(by) +
+           "," + std::to_string(bz));
   return failing ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
 
@@ -382,8 +441,7 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int block_size,
-                                                             size_t) {
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int block_size, size_t) {
   if (!blocks || !function || block_size <= 0 || block_size > kMaxThreadsPerBlock) return CUDA_ERROR_INVALID_VALUE;
   *blocks = 1;
   return CUDA_SUCCESS;

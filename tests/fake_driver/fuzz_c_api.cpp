@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -31,10 +31,14 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-// Bytes beyond any device: a plan that addresses more than this from one operand is a finding.
-constexpr double kImplausibleBytes = 1ull << 50;
+// The library's own bound on the bytes an operand's strides may address (kMaxOperandBytes, runtime/problem.cpp):
+// a plan beyond it is a finding. Plans beyond what any GPU can address (2^49 bytes of virtual memory on an H100)
+// are counted and the first one printed, but they hold the library's contract.
+constexpr double kLimitBytes = double(1ull << 62);
+constexpr double kAddressableBytes = double(1ull << 49);
 
 // The case being run, for the crash and hang messages (written before each case, read by signal handlers).
+bool g_fake_driver = false; // $JITBMM_LIBCUDA names libjitbmm_fake_cuda.so
 char g_case_text[1024] = "(before the first case)";
 uint64_t g_case_seed = 0;
 
@@ -62,38 +66,58 @@ struct Fuzzer {
   // A size: mostly ones a kernel can run, some at every edge of int32 and int64.
   int64_t dim() {
     switch (below(12)) {
-    case 0: return 0;
-    case 1: return 1;
-    case 2: case 3: case 4: return 1 + static_cast<int64_t>(below(8));
-    case 5: case 6: return 1 + static_cast<int64_t>(below(300));
-    case 7: return pick<int64_t>({65535, 65536, 65537, (1 << 20) + 1, 3000000});
-    case 8: return pick<int64_t>({INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MAX) + 2, int64_t(1) << 32,
-                                  (int64_t(1) << 32) + 1});
-    case 9: return pick<int64_t>({int64_t(1) << 62, (int64_t(1) << 62) + 1, kMax, kMax - 1, int64_t(1) << 40});
-    case 10: return pick<int64_t>({-1, -2, kMin, kMin + 1, -(int64_t(1) << 31)});
-    default: return static_cast<int64_t>(rng()); // anything
+    case 0:
+      return 0;
+    case 1:
+      return 1;
+    case 2:
+    case 3:
+    case 4:
+      return 1 + static_cast<int64_t>(below(8));
+    case 5:
+    case 6:
+      return 1 + static_cast<int64_t>(below(300));
+    case 7:
+      return pick<int64_t>({65535, 65536, 65537, (1 << 20) + 1, 3000000});
+    case 8:
+      return pick<int64_t>(
+          {INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MAX) + 2, int64_t(1) << 32, (int64_t(1) << 32) + 1});
+    case 9:
+      return pick<int64_t>({int64_t(1) << 62, (int64_t(1) << 62) + 1, kMax, kMax - 1, int64_t(1) << 40});
+    case 10:
+      return pick<int64_t>({-1, -2, kMin, kMin + 1, -(int64_t(1) << 31)});
+    default:
+      return static_cast<int64_t>(rng()); // anything
     }
   }
   // A stride: mostly what the dims imply; some broadcast, huge, negative or random.
   int64_t stride(int64_t natural) {
     switch (below(10)) {
-    case 0: return 0;
-    case 1: return pick<int64_t>({1, 2, 7, 1024});
-    case 2: return pick<int64_t>({-1, -1024, kMin, kMin + 1});
-    case 3: return pick<int64_t>({kMax, kMax / 2, int64_t(1) << 31, int64_t(1) << 32, int64_t(1) << 62});
-    case 4: return static_cast<int64_t>(rng());
-    default: return natural;
+    case 0:
+      return 0;
+    case 1:
+      return pick<int64_t>({1, 2, 7, 1024});
+    case 2:
+      return pick<int64_t>({-1, -1024, kMin, kMin + 1});
+    case 3:
+      return pick<int64_t>({kMax, kMax / 2, int64_t(1) << 31, int64_t(1) << 32, int64_t(1) << 62});
+    case 4:
+      return static_cast<int64_t>(rng());
+    default:
+      return natural;
     }
   }
 };
 
-const char* kSemirings[] = {"log", "max_plus", "min_plus", "max_times", "plus_times", "", "LOG", "sum",
-                            "log ", "max_plus\n", "plus_times;", "\xff\xfe"};
+const char* kSemirings[] = {"log", "max_plus", "min_plus", "max_times",  "plus_times",  "",
+                            "LOG", "sum",      "log ",     "max_plus\n", "plus_times;", "\xff\xfe"};
 const char* kDTypes[] = {"f32", "f64", "f16", "bf16", "int32", "", "F32", "f32 ", "float", "bf16\t", "f8"};
 const char* kPrecisions[] = {"exact", "fast", "", "FAST", "approximate"};
 
 // Wrapping products: strides as a caller would compute them, without undefined behaviour in the fuzz itself.
-int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 
 int dtype_bytes(const char* name) {
   if (!name) return 0;
@@ -105,7 +129,8 @@ int dtype_bytes(const char* name) {
 double span_bytes(int64_t batches, int64_t rows, int64_t cols, const int64_t st[3], int bytes) {
   if (batches <= 0 || rows <= 0 || cols <= 0) return 0;
   return (double(batches - 1) * std::abs(double(st[0])) + double(rows - 1) * std::abs(double(st[1])) +
-          double(cols - 1) * std::abs(double(st[2])) + 1) * bytes;
+          double(cols - 1) * std::abs(double(st[2])) + 1) *
+         bytes;
 }
 
 // Contiguous row-major sizes of a [d0][d1][d2] operand when they are small and the strides are non-negative.
@@ -120,7 +145,8 @@ std::string text(const char* s) {
   if (!s) return "NULL";
   std::string out = "\"";
   for (const char* p = s; *p; ++p) {
-    if (*p >= 32 && *p < 127) out += *p;
+    if (*p >= 32 && *p < 127)
+      out += *p;
     else {
       char hex[8];
       std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(*p));
@@ -144,10 +170,10 @@ std::string describe(const jitbmm_problem& p) {
 
 struct Findings {
   std::vector<std::string> lines;
-  long calls = 0, ok = 0, plans = 0;
+  long calls = 0, ok = 0, plans = 0, unaddressable = 0;
+  std::string first_unaddressable;
   void add(uint64_t seed, const std::string& what, const jitbmm_problem& p) {
-    if (lines.size() < 200)
-      lines.push_back("seed " + std::to_string(seed) + ": " + what + "\n    " + describe(p));
+    if (lines.size() < 200) lines.push_back("seed " + std::to_string(seed) + ": " + what + "\n    " + describe(p));
   }
 };
 
@@ -163,8 +189,14 @@ bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s,
     return true;
   }
   const char* message = jitbmm_last_error();
-  if (!message || !*message) f.add(seed, std::string(call) + " failed (status " + std::to_string(int(s)) + ") with no message", p);
+  if (!message || !*message)
+    f.add(seed, std::string(call) + " failed (status " + std::to_string(int(s)) + ") with no message", p);
   if (s == JITBMM_INTERNAL_ERROR) f.add(seed, std::string(call) + " internal error: " + (message ? message : ""), p);
+  // The fake driver refuses only what a GPU would (a launch geometry past the device's limits, a copy outside an
+  // allocation): the library should have refused the problem itself, naming the size. Running out of memory is
+  // an answer a GPU gives too.
+  if (s == JITBMM_CUDA_ERROR && g_fake_driver && message && !std::strstr(message, "CUDA_ERROR_OUT_OF_MEMORY"))
+    f.add(seed, std::string(call) + " reached the driver with a request it refused: " + (message ? message : ""), p);
   return false;
 }
 
@@ -205,16 +237,17 @@ void run_case(uint64_t seed, Findings& f) {
     if (null_problem || null_out) f.add(seed, "jitbmm_plan_create succeeded with a null argument", p);
     ++f.plans;
     const int bytes = dtype_bytes(p.dtype), out_bytes = p.out_dtype ? dtype_bytes(p.out_dtype) : bytes;
-    const double worst = std::max({span_bytes(p.B, p.M, p.K, p.a_strides, bytes),
-                                   span_bytes(p.B, p.K, p.N, p.b_strides, bytes),
-                                   span_bytes(p.B, p.M, p.N, p.out_strides, out_bytes),
-                                   p.with_argmax ? double(p.B) * double(p.M) * double(p.N) * 4 : 0.0});
-    if (worst > kImplausibleBytes)
+    const double worst =
+        std::max({span_bytes(p.B, p.M, p.K, p.a_strides, bytes), span_bytes(p.B, p.K, p.N, p.b_strides, bytes),
+                  span_bytes(p.B, p.M, p.N, p.out_strides, out_bytes),
+                  p.with_argmax ? double(p.B) * double(p.M) * double(p.N) * 4 : 0.0});
+    if (worst > kLimitBytes)
       f.add(seed, "a plan was made for a problem reaching " + std::to_string(worst) + " bytes", p);
+    else if (worst > kAddressableBytes && f.unaddressable++ == 0)
+      f.first_unaddressable = "seed " + std::to_string(seed) + " (" + std::to_string(worst) + " bytes): " + describe(p);
     if (p.B < 0 || p.M < 0 || p.K < 0 || p.N < 0) f.add(seed, "a plan was made with a negative size", p);
     const char* name = nullptr;
-    check_status(f, seed, "jitbmm_plan_kernel_name", jitbmm_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name),
-                 p);
+    check_status(f, seed, "jitbmm_plan_kernel_name", jitbmm_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name), p);
     for (int launch = 0; launch < 2; ++launch)
       check_status(f, seed, "jitbmm_plan_run",
                    jitbmm_plan_run(plan, maybe(0.05), maybe(0.05), maybe(0.05),
@@ -232,13 +265,15 @@ void run_case(uint64_t seed, Findings& f) {
   // The reference, with real host buffers where the problem is small, and with null pointers otherwise (which must
   // be refused unless the output is empty).
   const int64_t sa = small_storage(p.B, p.M, p.K, p.a_strides), sb = small_storage(p.B, p.K, p.N, p.b_strides);
+  const double outputs = double(p.B) * double(p.M) * double(p.N); // 0 for an empty output, whatever the others
   const bool small = sa >= 0 && sb >= 0 && p.B >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0 &&
-                     double(p.B) * p.M * p.N * std::max<int64_t>(p.K, 1) <= 20000;
+                     outputs * double(std::max<int64_t>(p.K, 1)) <= 20000;
   if (small) {
     std::vector<double> a(static_cast<std::size_t>(sa) + 1), b(static_cast<std::size_t>(sb) + 1); // ≥ 8 bytes/elem
-    std::vector<double> out(static_cast<std::size_t>(p.B * p.M * p.N) + 1);
+    std::vector<double> out(static_cast<std::size_t>(outputs) + 1);
     std::vector<int32_t> argmax(out.size());
-    const jitbmm_status s = jitbmm_reference(&p, a.data(), b.data(), out.data(), z.chance(0.5) ? argmax.data() : nullptr);
+    const jitbmm_status s =
+        jitbmm_reference(&p, a.data(), b.data(), out.data(), z.chance(0.5) ? argmax.data() : nullptr);
     check_status(f, seed, "jitbmm_reference", s, p);
   } else {
     const jitbmm_status s = jitbmm_reference(&p, nullptr, nullptr, nullptr, nullptr);
@@ -255,6 +290,8 @@ int main() {
   const char* one_env = std::getenv("JITBMM_FUZZ_CASE");
   const long cases = cases_env && *cases_env ? std::strtol(cases_env, nullptr, 10) : 3000;
   const uint64_t base = seed_env && *seed_env ? std::strtoull(seed_env, nullptr, 10) : 20261124;
+  const char* libcuda = std::getenv("JITBMM_LIBCUDA");
+  g_fake_driver = libcuda && std::strstr(libcuda, "fake_cuda");
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(on_death);
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) ::signal(sig, on_signal);
 
@@ -286,6 +323,9 @@ int main() {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("fuzz_c_api: %ld cases (seeds %" PRIu64 "..%" PRIu64 "), %ld calls, %ld OK, %ld plans made, %.1f s\n",
               last - first, base + first, base + last - 1, f.calls, f.ok, f.plans, seconds);
+  if (f.unaddressable)
+    std::printf("fuzz_c_api: %ld plans address more than 2^49 bytes (within the library's 2^62), the first %s\n",
+                f.unaddressable, f.first_unaddressable.c_str());
   for (const std::string& line : f.lines) std::printf("FINDING %s\n", line.c_str());
   if (!f.lines.empty()) std::printf("fuzz_c_api: %zu findings\n", f.lines.size());
   return f.lines.empty() ? 0 : 1;

@@ -71,8 +71,10 @@ std::vector<LoadedImage> loaded_images(const std::string& log) {
   std::istringstream in(file_text(log));
   for (std::string word; in >> word;) {
     LoadedImage image;
-    if (word == "load" && in >> image.sha256 >> image.bytes) out.push_back(image);
-    else in.ignore(1 << 20, '\n');
+    if (word == "load" && in >> image.sha256 >> image.bytes)
+      out.push_back(image);
+    else
+      in.ignore(1 << 20, '\n');
   }
   return out;
 }
@@ -205,8 +207,7 @@ TEST_CASE("the C ABI plans and launches through the fake driver") {
   jitbmm_plan* plan = nullptr;
   REQUIRE(jitbmm_plan_create(&p, &plan) == JITBMM_OK);
   DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16), argmax(1 << 16);
-  CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get()), nullptr) ==
-        JITBMM_OK);
+  CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get()), nullptr) == JITBMM_OK);
   CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), nullptr, nullptr) == JITBMM_INVALID_ARGUMENT);
   CHECK(std::string(jitbmm_last_error()).find("argmax") != std::string::npos);
   const char* name = nullptr;
@@ -276,7 +277,7 @@ TEST_CASE("a planted cubin in a world-writable cache directory is not loaded") {
     REQUIRE(cubin);
     REQUIRE(cubin->size() > 200);
     genuine_on_disk = genuine_on_disk || is_image(genuine[0], *cubin); // the log's hash is over these bytes
-    (*cubin)[150] = static_cast<char>((*cubin)[150] ^ 0x5a); // still an ELF image, no longer NVRTC's
+    (*cubin)[150] = static_cast<char>((*cubin)[150] ^ 0x5a);           // still an ELF image, no longer NVRTC's
     std::ofstream(item.path(), std::ios::binary | std::ios::trunc) << encode_cache_entry(key, *cubin);
     planted.push_back(*cubin);
   }
