@@ -7,6 +7,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tests/temp_dir.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,19 +40,6 @@ namespace {
 const Semiring kSemirings[] = {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times,
                                Semiring::plus_times};
 const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "jitbmm-fake-driver-XXXXXX").string();
-    path = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -3,6 +3,8 @@
 // is ever written through a link.
 #include <doctest/doctest.h>
 
+#include "tests/temp_dir.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,18 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uid_t kNobody = 65534;
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "jitbmm-security-test-XXXXXX").string();
-    path = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // Everything written to stderr (where warnings go) while it lives.
 class CapturedStderr {

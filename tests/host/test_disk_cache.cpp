@@ -2,6 +2,8 @@
 // eviction.
 #include <doctest/doctest.h>
 
+#include "tests/temp_dir.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,20 +19,6 @@ using namespace jitbmm;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed afterwards.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "jitbmm-cache-test-XXXXXX").string();
-    path = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
 
 CubinKeyParts sample_parts() {
   return {"extern \"C\" __global__ void k() {}",
