@@ -244,11 +244,6 @@ class TorchTest(unittest.TestCase):
             jt.logbmm(self.rand(4), self.rand(4, 5))
         with self.assertRaisesRegex(ValueError, "precision"):
             jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5), precision="rough")
-        with self.assertRaises(RuntimeError):  # no double backward
-            a = self.rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
-            out = jt.logbmm(a, self.rand(2, 4, 5, dtype=torch.float64))
-            (g,) = torch.autograd.grad(out.sum(), a, create_graph=True)
-            g.sum().backward()
 
     def test_tuned_log_and_precision_fast(self):
         # With tuning on, a product this size runs exp_matmul (tensor cores); fast may use one TF32 product a term.
@@ -274,6 +269,144 @@ class TorchTest(unittest.TestCase):
         out.sum().backward()
         self.assertFalse(torch.isnan(a.grad).any().item())  # an all -inf row has gradient 0, not NaN
         self.assertEqual(a.grad[0, 1].abs().sum().item(), 0.0)
+
+
+class OperatorTest(unittest.TestCase):
+    """jitbmm.torch as registered operators: opcheck, double backward, torch.compile (default and fullgraph, no graph
+    break), torch.export, CUDA-graph capture and autocast."""
+
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.torch as jt
+        cls.jt = jt
+        jitbmm.set_tune_policy("never")
+        cls.dev = torch.device("cuda")
+
+    def rand(self, *shape, dtype=None, requires_grad=False):
+        t = torch.randn(*shape, dtype=dtype or torch.float32, device=self.dev)
+        return t.requires_grad_(requires_grad)
+
+    def test_opcheck_every_semiring(self):
+        torch.manual_seed(10)
+        for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
+            for a_shape in ((3, 5, 7), (5, 7)):  # batched, and one matrix for every batch
+                with self.subTest(semiring=semiring, a=a_shape):
+                    a = self.rand(*a_shape, requires_grad=True)
+                    b = self.rand(3, 7, 4, requires_grad=True)
+                    if semiring == "max_times":
+                        a, b = a.detach().abs().requires_grad_(), b.detach().abs().requires_grad_()
+                    argmax = semiring in ("max_plus", "min_plus", "max_times")
+                    torch.library.opcheck(torch.ops.jitbmm.semiring_bmm.default, (a, b, semiring, "exact", argmax))
+                    out, arg = torch.ops.jitbmm.semiring_bmm(a.detach(), b.detach(), semiring, "exact", argmax)
+                    g = torch.randn_like(out)
+                    torch.library.opcheck(torch.ops.jitbmm.semiring_bmm_backward.default,
+                                          (a.detach(), b.detach(), out, arg, g, semiring, "exact", True, True))
+
+    def test_double_backward_gradgradcheck_fp64(self):
+        torch.manual_seed(11)
+        for semiring in ("log", "plus_times", "max_plus", "max_times"):
+            for a_shape in ((2, 4, 5), (4, 5)):
+                with self.subTest(semiring=semiring, a=a_shape):
+                    pos = semiring == "max_times"
+                    a = self.rand(*a_shape, dtype=torch.float64)
+                    b = self.rand(2, 5, 3, dtype=torch.float64)
+                    if pos:
+                        a, b = a.abs(), b.abs()
+                    a.requires_grad_(), b.requires_grad_()
+                    f = lambda x, y: self.jt.semiring_bmm(x, y, semiring)
+                    self.assertTrue(torch.autograd.gradgradcheck(f, (a, b), eps=1e-6, atol=1e-5))
+
+    def test_loss_on_marginals_trains(self):
+        # pytorch-struct's marginals: the gradient of the log partition, with create_graph=True, then a loss on it.
+        torch.manual_seed(12)
+        a = self.rand(4, 6, 8, dtype=torch.float64, requires_grad=True)
+        b = self.rand(4, 8, 5, dtype=torch.float64, requires_grad=True)
+        for impl in ("jitbmm", "torch"):
+            a.grad = b.grad = None
+            out = self.jt.logbmm(a, b) if impl == "jitbmm" else torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), -2)
+            marg_a, marg_b = torch.autograd.grad(out.logsumexp((-1, -2)).sum(), (a, b), create_graph=True)
+            ((marg_a ** 2).sum() + (marg_b * b).sum()).backward()
+            if impl == "jitbmm":
+                got = (marg_a.detach(), a.grad.clone(), b.grad.clone())
+            else:
+                for x, y in zip(got, (marg_a.detach(), a.grad, b.grad)):
+                    torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+
+    def crf_partition(self, potentials):
+        """A linear-chain CRF's log partition by the forward algorithm: one log-semiring product a step."""
+        alpha = potentials[:, 0].logsumexp(-2, keepdim=True)  # [B, 1, T]
+        for t in range(1, potentials.shape[1]):
+            alpha = self.jt.logbmm(alpha, potentials[:, t])
+        return alpha.logsumexp(-1).squeeze(-1)
+
+    def test_compile_default_and_fullgraph_without_graph_breaks(self):
+        import torch._dynamo
+        torch.manual_seed(13)
+        potentials = self.rand(4, 6, 5, 5, requires_grad=True)
+        want = self.crf_partition(potentials)
+        (want_grad,) = torch.autograd.grad(want.sum(), potentials)
+        explanation = torch._dynamo.explain(self.crf_partition)(potentials)
+        self.assertEqual(explanation.graph_break_count, 0, explanation.break_reasons)
+        for fullgraph in (False, True):
+            with self.subTest(fullgraph=fullgraph):
+                torch._dynamo.reset()
+                compiled = torch.compile(self.crf_partition, fullgraph=fullgraph)
+                got = compiled(potentials)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+                (got_grad,) = torch.autograd.grad(got.sum(), potentials)
+                torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=1e-5)
+
+    def test_compiled_backward_uses_the_fused_kernels(self):
+        torch._dynamo.reset()
+        a = self.rand(2, 16, 16, requires_grad=True)
+        b = self.rand(2, 16, 16, requires_grad=True)
+        compiled = torch.compile(lambda x, y: self.jt.logbmm(x, y).sum(), fullgraph=True)
+        compiled(a, b).backward()  # compile first
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            compiled(a, b).backward()
+        names = {e.key for e in prof.key_averages()}
+        self.assertIn("jitbmm::semiring_bmm_backward", names, sorted(n for n in names if "jitbmm" in n))
+
+    def test_export(self):
+        class Step(torch.nn.Module):
+            def forward(self, x, y):
+                import jitbmm.torch as jt
+                return jt.logbmm(x, y).relu()
+
+        a, b = self.rand(3, 5, 7), self.rand(3, 7, 4)
+        exported = torch.export.export(Step(), (a, b))
+        self.assertIn("jitbmm.semiring_bmm", str(exported.graph))
+        torch.testing.assert_close(exported.module()(a, b), Step()(a, b))
+
+    def test_cuda_graph_capture(self):
+        a, b = self.rand(8, 32, 32), self.rand(8, 32, 32)
+        for semiring in ("log", "max_plus"):
+            with self.subTest(semiring=semiring):
+                self.jt.semiring_bmm(a, b, semiring)  # plan made (and kernel loaded) outside the capture
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    self.jt.semiring_bmm(a, b, semiring)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = self.jt.semiring_bmm(a, b, semiring)
+                a.copy_(torch.randn_like(a))  # new inputs in the captured buffers
+                graph.replay()
+                torch.cuda.synchronize()
+                torch.testing.assert_close(out, self.jt.semiring_bmm(a, b, semiring))
+
+    def test_autocast_keeps_the_input_dtype(self):
+        # The operators are not autocast-listed: under autocast they run in their inputs' dtype (as documented).
+        a, b = self.rand(2, 8, 8), self.rand(2, 8, 8)
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = self.jt.logbmm(a, b)
+            self.assertEqual(out.dtype, torch.float32)
+            h = torch.nn.functional.linear(a, torch.eye(8, device=self.dev))  # float16 under autocast
+            with self.assertRaisesRegex(TypeError, "different dtypes"):
+                self.jt.logbmm(h, b)
+        torch.testing.assert_close(out, self.jt.logbmm(a, b))
 
 
 def main():
