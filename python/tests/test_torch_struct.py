@@ -1,0 +1,103 @@
+"""The torch-struct recipe (jitbmm.torch_struct.patch) on the GPU machine: LinearChainCRF partition, marginals and
+argmax with jitbmm against torch-struct's own results, and a loss on marginals.
+
+Run as a program (the python_torch_struct CTest entry): exits 77 ("skipped") where torch, a CUDA GPU or
+torch-struct is missing, saying which; fails if any test is skipped where all three exist."""
+
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import torch_struct
+except Exception:  # ImportError, or an incompatibility with this torch
+    torch_struct = None
+
+
+class TorchStructTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.torch_struct as jts
+        cls.jts = jts
+        jitbmm.set_tune_policy("never")
+        cls.dev = torch.device("cuda")
+
+    def potentials(self, batch, n, c, dtype=None):
+        torch.manual_seed(batch * 1000 + n * 10 + c)
+        return torch.randn(batch, n - 1, c, c, dtype=dtype or torch.float64, device=self.dev)
+
+    def test_patch_routes_and_unpatch_restores(self):
+        original = torch_struct.LogSemiring.__dict__["matmul"]
+        with self.jts.patched():
+            self.assertIsNot(torch_struct.LogSemiring.__dict__["matmul"], original)
+            a = torch.randn(2, 3, 4, device=self.dev)
+            b = torch.randn(2, 4, 5, device=self.dev)
+            torch.testing.assert_close(torch_struct.LogSemiring.matmul(a, b),
+                                       torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), -2))
+            cpu = torch_struct.LogSemiring.matmul(a.cpu(), b.cpu())  # CPU: torch-struct's own
+            torch.testing.assert_close(cpu, torch.logsumexp(a.cpu().unsqueeze(-1) + b.cpu().unsqueeze(-3), -2))
+            std = torch_struct.StdSemiring.__dict__["matmul"].__func__
+            self.assertEqual(std.__module__, "torch_struct.semirings.semirings")  # opt-in only
+        self.assertIs(torch_struct.LogSemiring.__dict__["matmul"], original)
+
+    def run_both(self, fn):
+        want = fn()
+        with self.jts.patched(std=True):
+            got = fn()
+        return got, want
+
+    def test_linear_chain_crf_partition_marginals_argmax(self):
+        for batch, n, c in ((4, 9, 5), (3, 16, 16), (2, 33, 32)):
+            for ragged in (False, True):
+                with self.subTest(batch=batch, n=n, c=c, ragged=ragged):
+                    pot = self.potentials(batch, n, c)
+                    lengths = torch.tensor([n - (i % 3 if ragged else 0) for i in range(batch)], device=self.dev)
+                    lengths[0] = n
+
+                    def results():
+                        p = pot.clone().requires_grad_(True)
+                        dist = torch_struct.LinearChainCRF(p, lengths=lengths)
+                        return dist.partition.detach(), dist.marginals.detach(), dist.argmax.detach()
+
+                    (z, marg, arg), (z_ts, marg_ts, arg_ts) = self.run_both(results)
+                    torch.testing.assert_close(z, z_ts, rtol=1e-10, atol=1e-10)
+                    torch.testing.assert_close(marg, marg_ts, rtol=1e-8, atol=1e-10)
+                    torch.testing.assert_close(arg, arg_ts)  # random potentials: no ties
+
+    def test_float32_training_step_and_loss_on_marginals(self):
+        pot = self.potentials(8, 20, 16, dtype=torch.float32)
+
+        def step():
+            p = pot.clone().requires_grad_(True)
+            dist = torch_struct.LinearChainCRF(p)
+            (dist.partition.sum() + (dist.marginals ** 2).sum()).backward()  # marginals: create_graph=True inside
+            return dist.partition.detach(), p.grad
+
+        (z, g), (z_ts, g_ts) = self.run_both(step)
+        torch.testing.assert_close(z, z_ts, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(g, g_ts, rtol=1e-4, atol=1e-5)
+
+
+def main():
+    for missing, why in ((torch is None, "torch is not installed here"),
+                         (torch is not None and not torch.cuda.is_available(), "torch sees no CUDA GPU here"),
+                         (torch_struct is None, "torch-struct is not installed (pip install torch-struct)")):
+        if missing:
+            print(f"SKIPPED: {why}")
+            return 77
+    result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
+    if result.skipped or result.testsRun == 0:
+        print(f"FAILED: {len(result.skipped)} skipped, {result.testsRun} run")
+        return 1
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
