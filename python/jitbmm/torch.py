@@ -73,7 +73,7 @@ def _empty_grad(t):
 # The product and its backward. Operands are [B, rows, cols] or [rows, cols] (one matrix for every batch); without
 # an argmax, the argmax output is an empty int32 tensor (operators return tensors only).
 def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: str,
-            with_argmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  with_argmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
     batches = _batches(a, b)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     a, a_strides = _layout(a, batches)
@@ -103,8 +103,8 @@ def _(a, b, semiring, precision, with_argmax):
 
 
 def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, argmax: torch.Tensor,
-                     grad_out: torch.Tensor, semiring: str, precision: str, need_a: bool,
-                     need_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                   grad_out: torch.Tensor, semiring: str, precision: str, need_a: bool,
+                   need_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
     batches = _batches(a, b)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     a, a_strides = _layout(a, batches)
