@@ -717,7 +717,7 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
       return std::nullopt;
     }
     if (is_rejected(rejected, *spec)) return std::nullopt;
-    return Choice{*spec, source, d};
+    return Choice{*spec, source, d, true};
   };
   if (auto c = own(tuning_key(p, td, false, pass), "exact")) return c;
   if (policy == TunePolicy::exact) return std::nullopt;
@@ -736,7 +736,7 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
     if (far) *far = near;
     return std::nullopt;
   }
-  if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near};
+  if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near, true};
   return std::nullopt;
 }
 
@@ -809,8 +809,7 @@ KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelS
     const Choice choice = decide(rejected);
     // Only a stored decision may be wrong about what compiles: the default, a spec tuned now (which compiled to be
     // timed) and one already rejected propagate their errors.
-    const bool stored = choice.decision && choice.source.rfind("nearest bucket, checked", 0) != 0 &&
-                        !is_rejected(rejected, choice.spec);
+    const bool stored = choice.stored && !is_rejected(rejected, choice.spec);
     if (!stored) {
       plan(choice.spec);
       return choice.spec;

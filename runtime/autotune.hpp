@@ -104,6 +104,7 @@ struct Choice {
   KernelSpec spec;
   std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
   std::optional<Decision> decision; // the stored decision used, if any
+  bool stored = false;              // the spec is the stored decision's, not yet compiled in this process
 };
 // The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it and
 // the problem is tunable() (the result is stored), else default_spec. A stored decision that does not parse or no
