@@ -31,6 +31,7 @@
 #include "runtime/layout.hpp"
 #include "runtime/log.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/scratch.hpp"
 
 namespace jitbmm {
 
@@ -513,10 +514,12 @@ struct BackwardTrial {
     }
   }
   void run(const KernelSpec& spec) {
-    launch_grad(
-        p, spec, *load_kernel(device, spec),
-        {a.get(), b.get(), out.get(), g.get(), argmax.empty() ? nullptr : static_cast<int32_t*>(arg.get()), grad.get()},
-        nullptr);
+    const std::size_t bytes = grad_workspace_bytes(p, spec);
+    Scratch scratch(device, {}, ScratchSize().add(bytes, "backward workspace").bytes(), nullptr);
+    launch_grad(p, spec, *load_kernel(device, spec),
+                {a.get(), b.get(), out.get(), g.get(), argmax.empty() ? nullptr : static_cast<int32_t*>(arg.get()),
+                 grad.get(), scratch.take(bytes)},
+                nullptr);
   }
   std::string verify(const KernelSpec& spec) {
     grad.fill_bytes(0x7f);

@@ -11,6 +11,7 @@
 #include "runtime/checked_size.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/plan_impl.hpp"
+#include "runtime/scratch.hpp"
 
 namespace jitbmm {
 
@@ -45,7 +46,32 @@ void launch(CUfunction f, const unsigned (&grid)[3], unsigned threads, jb::GradP
         ("cuLaunchKernel(" + name + ")").c_str());
 }
 
+// What a gradient pass accumulates into: how many batch slices, and whether it needs the accumulator at all.
+struct GradAccumulator {
+  int64_t slices = 0, items = 0;
+  bool needed = false;
+};
+
+GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& spec) {
+  const Shape& s = p.shape;
+  const bool ga = spec.pass == Pass::grad_a;
+  const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
+  const bool broadcast = (ga ? p.a().batch : p.b().batch) == 0 && s.B > 1;
+  GradAccumulator acc;
+  acc.slices = broadcast ? 1 : s.B;
+  acc.items = checked_product({acc.slices, rows, cols}, "backward workspace");
+  acc.needed = acc.items > 0 && (spec.strategy == Strategy::scatter || broadcast);
+  return acc;
+}
+
 } // namespace
+
+std::size_t grad_workspace_bytes(const Problem& p, const KernelSpec& spec) {
+  const GradAccumulator acc = grad_accumulator(p, spec);
+  if (!acc.needed) return 0;
+  return static_cast<std::size_t>(
+      checked_mul(acc.items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"));
+}
 
 void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& kernel, const GradArgs& args,
                  CUstream stream) {
@@ -54,48 +80,36 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
   const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
   if (s.B == 0 || rows == 0 || cols == 0) return;
   const Strides sa = p.a(), sb = p.b(), so = p.out();
-  const bool broadcast = (ga ? sa.batch : sb.batch) == 0 && s.B > 1;
-  const bool scatter = spec.strategy == Strategy::scatter;
+  const GradAccumulator acc = grad_accumulator(p, spec);
   jb::GradParams q{};
   q.a = args.a, q.b = args.b, q.out = args.out, q.grad_out = args.grad_out, q.argmax = args.argmax, q.grad = args.grad;
   q.B = s.B, q.M = s.M, q.N = s.N, q.K = s.K;
   q.a_batch = sa.batch, q.a_row = sa.row, q.a_col = sa.col;
   q.b_batch = sb.batch, q.b_row = sb.row, q.b_col = sb.col;
   q.out_batch = so.batch, q.out_row = so.row, q.out_col = so.col;
-  q.workspace_slices = broadcast ? 1 : s.B;
-  const int64_t workspace_items = checked_product({q.workspace_slices, rows, cols}, "backward workspace");
-  const std::size_t workspace_bytes =
-      scatter || broadcast ? static_cast<std::size_t>(checked_mul(
-                                 workspace_items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"))
-                           : 0;
-  const DriverApi& d = driver();
-  CUdeviceptr workspace = 0;
+  q.workspace_slices = acc.slices;
+  const std::size_t workspace_bytes = grad_workspace_bytes(p, spec);
   if (workspace_bytes) {
-    check(d.cuMemAllocAsync(&workspace, workspace_bytes, stream), "cuMemAllocAsync(backward workspace)");
-    q.workspace = reinterpret_cast<void*>(workspace); // NOLINT(performance-no-int-to-ptr): a device address
+    if (!args.workspace) throw std::logic_error("launch_grad: no workspace for an accumulating pass");
+    q.workspace = args.workspace;
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(args.workspace), 0, workspace_bytes, stream),
+          "cuMemsetD8Async");
   }
-  try {
-    if (workspace_bytes) check(d.cuMemsetD8Async(workspace, 0, workspace_bytes, stream), "cuMemsetD8Async");
-    const std::string& name = kernel.generated.name;
-    if (scatter) {
-      const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-      const unsigned grid[3] = {blocks_for(outputs, spec.threads()), 1, 1};
-      if (outputs > 0) launch(kernel.function, grid, spec.threads(), q, stream, name);
-    } else {
-      const unsigned grid[3] = {static_cast<unsigned>((cols + spec.tile_n - 1) / spec.tile_n),
-                                static_cast<unsigned>((rows + spec.tile_m - 1) / spec.tile_m),
-                                static_cast<unsigned>(std::min<int64_t>(s.B, 65535))};
-      launch(kernel.function, grid, spec.threads(), q, stream, name);
-    }
-    if (workspace_bytes) {
-      const unsigned grid[3] = {blocks_for(workspace_items, 256), 1, 1};
-      launch(kernel.store, grid, 256, q, stream, name + "_store");
-    }
-  } catch (...) {
-    if (workspace) d.cuMemFreeAsync(workspace, stream);
-    throw;
+  const std::string& name = kernel.generated.name;
+  if (spec.strategy == Strategy::scatter) {
+    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+    const unsigned grid[3] = {blocks_for(outputs, spec.threads()), 1, 1};
+    if (outputs > 0) launch(kernel.function, grid, spec.threads(), q, stream, name);
+  } else {
+    const unsigned grid[3] = {static_cast<unsigned>((cols + spec.tile_n - 1) / spec.tile_n),
+                              static_cast<unsigned>((rows + spec.tile_m - 1) / spec.tile_m),
+                              static_cast<unsigned>(std::min<int64_t>(s.B, 65535))};
+    launch(kernel.function, grid, spec.threads(), q, stream, name);
   }
-  if (workspace) check(d.cuMemFreeAsync(workspace, stream), "cuMemFreeAsync(backward workspace)");
+  if (workspace_bytes) {
+    const unsigned grid[3] = {blocks_for(acc.items, 256), 1, 1};
+    launch(kernel.store, grid, 256, q, stream, name + "_store");
+  }
 }
 
 namespace {
@@ -116,6 +130,57 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
   return slot;
 }
 
+// The forward with argmax that recomputes the selecting semirings' argmax when the caller has none.
+std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
+  std::lock_guard<std::mutex> lock(im.grad_mutex);
+  if (!im.with_argmax) {
+    Problem q = im.problem;
+    q.with_argmax = true;
+    q.out_strides.reset();
+    im.with_argmax = std::make_shared<const SemiringBMM>(SemiringBMM::get(q));
+  }
+  return im.with_argmax;
+}
+
+// What one backward call runs and the scratch it takes, piece by piece in the order the call takes them: the
+// recomputed forward's values, argmax and workspace, then each pass's accumulator.
+struct BackwardWork {
+  std::shared_ptr<const SemiringBMM> forward; // set when the argmax is recomputed
+  std::size_t values = 0, argmax = 0, forward_workspace = 0;
+  std::shared_ptr<const GradKernel> pass[2]; // grad_a, grad_b: set for the passes that run
+  std::size_t pass_workspace[2] = {0, 0};
+  std::size_t scratch_bytes = 0;
+};
+
+BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b, bool argmax_given) {
+  const Problem& p = im.problem;
+  const Shape& s = p.shape;
+  BackwardWork w;
+  // Products that are 0 when any size is (validate() bounds the rest).
+  const bool none_a = try_product({s.B, s.M, s.K}) == 0, none_b = try_product({s.B, s.K, s.N}) == 0,
+             no_outputs = try_product({s.B, s.M, s.N}) == 0;
+  if ((!want_a || none_a) && (!want_b || none_b)) return w; // nothing to write
+  ScratchSize size;
+  if (semiring_info(p.semiring).has_argmax && !argmax_given && !no_outputs) {
+    w.forward = argmax_forward(im);
+    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+    w.values =
+        static_cast<std::size_t>(checked_mul(outputs, dtype_info(p.output_dtype()).size_bytes, "argmax scratch"));
+    w.argmax = static_cast<std::size_t>(checked_mul(outputs, 4, "argmax scratch"));
+    w.forward_workspace = w.forward->workspace_bytes();
+    size.add(w.values, "argmax scratch").add(w.argmax, "argmax scratch").add(w.forward_workspace, "workspace");
+  }
+  const Problem gp = grad_problem(p);
+  for (int i = 0; i < 2; ++i) {
+    if (!(i == 0 ? want_a && !none_a : want_b && !none_b)) continue;
+    w.pass[i] = grad_kernel(im, i == 0 ? Pass::grad_a : Pass::grad_b);
+    w.pass_workspace[i] = grad_workspace_bytes(gp, w.pass[i]->spec);
+    size.add(w.pass_workspace[i], "backward workspace");
+  }
+  w.scratch_bytes = size.bytes();
+  return w;
+}
+
 } // namespace
 
 void SemiringBMM::backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a,
@@ -124,12 +189,11 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
 }
 
 void SemiringBMM::backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
-                           void* grad_a, void* grad_b, Stream stream) const {
+                           void* grad_a, void* grad_b, Stream stream, const Workspace& workspace) const {
   const Impl& im = *impl_;
   const Problem& p = im.problem;
   const Shape& s = p.shape;
   const bool want_a = grad_a != nullptr, want_b = grad_b != nullptr;
-  // Products that are 0 when any size is (validate() bounds the rest).
   const bool none_a = try_product({s.B, s.M, s.K}) == 0, none_b = try_product({s.B, s.K, s.N}) == 0,
              no_outputs = try_product({s.B, s.M, s.N}) == 0;
   if ((!want_a || none_a) && (!want_b || none_b)) return; // nothing to write
@@ -158,54 +222,31 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   if (argmax && !sel)
     throw std::invalid_argument(std::string("argmax: the ") + semiring_info(p.semiring).name +
                                 " backward takes no argmax");
-  ScopedContext scope(im.device->context);
+  ScopedContext scope(im.device->context); // also for choosing the passes' kernels on first use
+  const BackwardWork w = backward_work(im, want_a, want_b, argmax != nullptr);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const DriverApi& d = driver();
+  Scratch scratch(*im.device, workspace, w.scratch_bytes, cu_stream);
   // The selecting semirings route G through the forward's argmax; without one, a forward pass with argmax
-  // recomputes it into a temporary (stream-ordered) buffer.
-  CUdeviceptr scratch = 0;
-  if (sel && !argmax && !no_outputs) {
-    std::shared_ptr<const SemiringBMM> forward;
-    {
-      std::lock_guard<std::mutex> lock(im.grad_mutex);
-      if (!im.with_argmax) {
-        Problem q = p;
-        q.with_argmax = true;
-        q.out_strides.reset();
-        im.with_argmax = std::make_shared<const SemiringBMM>(SemiringBMM::get(q));
-      }
-      forward = im.with_argmax;
-    }
+  // recomputes it into scratch.
+  if (w.forward) {
     need(a, "a"), need(b, "b");
-    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-    const int64_t value_bytes =
-        checked_product({checked_add(checked_mul(outputs, out_bytes, "argmax scratch"), 15, "argmax scratch") / 16, 16},
-                        "argmax scratch");
-    const int64_t scratch_bytes = checked_add(value_bytes, checked_mul(outputs, 4, "argmax scratch"), "argmax scratch");
-    check(d.cuMemAllocAsync(&scratch, static_cast<std::size_t>(scratch_bytes), cu_stream), "cuMemAllocAsync(argmax)");
-    auto* values = reinterpret_cast<void*>(scratch); // NOLINT(performance-no-int-to-ptr): a device address
-    argmax = reinterpret_cast<const int32_t*>(scratch + value_bytes); // NOLINT(performance-no-int-to-ptr)
-    try {
-      (*forward)(a, b, values, const_cast<int32_t*>(argmax), stream);
-    } catch (...) {
-      d.cuMemFreeAsync(scratch, cu_stream);
-      throw;
-    }
+    void* values = scratch.take(w.values);
+    argmax = static_cast<const int32_t*>(scratch.take(w.argmax));
+    (*w.forward)(a, b, values, const_cast<int32_t*>(argmax), stream,
+                 Workspace{scratch.take(w.forward_workspace), w.forward_workspace});
   }
-  try {
-    if (sel && !no_outputs) need(argmax, "argmax");
-    const Problem gp = grad_problem(p);
-    for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
-      void* grad = pass == Pass::grad_a ? grad_a : grad_b;
-      if (!grad || (pass == Pass::grad_a ? none_a : none_b)) continue;
-      const auto gk = grad_kernel(im, pass);
-      launch_grad(gp, gk->spec, *gk->kernel, {a, b, out, grad_out, argmax, grad}, cu_stream);
-    }
-  } catch (...) {
-    if (scratch) d.cuMemFreeAsync(scratch, cu_stream);
-    throw;
+  if (sel && !no_outputs) need(argmax, "argmax");
+  const Problem gp = grad_problem(p);
+  for (int i = 0; i < 2; ++i) {
+    if (!w.pass[i]) continue;
+    const GradArgs args{a, b, out, grad_out, argmax, i == 0 ? grad_a : grad_b, scratch.take(w.pass_workspace[i])};
+    launch_grad(gp, w.pass[i]->spec, *w.pass[i]->kernel, args, cu_stream);
   }
-  if (scratch) check(d.cuMemFreeAsync(scratch, cu_stream), "cuMemFreeAsync(argmax)");
+}
+
+std::size_t SemiringBMM::backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given) const {
+  ScopedContext scope(impl_->device->context);
+  return backward_work(*impl_, grad_a, grad_b, argmax_given).scratch_bytes;
 }
 
 KernelSpec SemiringBMM::grad_spec(Pass pass) const {

@@ -155,6 +155,46 @@ jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const
   });
 }
 
+jitbmm_status jitbmm_plan_workspace_bytes(const jitbmm_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_plan_backward_workspace_bytes(const jitbmm_plan* plan, int grad_a, int grad_b, int argmax_given,
+                                                   size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.backward_workspace_bytes(grad_a != 0, grad_b != 0, argmax_given != 0);
+  });
+}
+
+jitbmm_status jitbmm_plan_run_with_workspace(const jitbmm_plan* plan, const void* a, const void* b, void* out,
+                                             int32_t* argmax, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(a, b, out, argmax, static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_plan_backward_with_workspace(const jitbmm_plan* plan, const void* a, const void* b,
+                                                  const void* out, const int32_t* argmax, const void* grad_out,
+                                                  void* grad_a, void* grad_b, void* workspace, size_t workspace_bytes,
+                                                  void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(a, b, out, argmax, grad_out, grad_a, grad_b, static_cast<jitbmm::Stream>(stream),
+                        jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_release_pool_memory(void) {
+  return guarded([] { jitbmm::release_pool_memory(); });
+}
+
 jitbmm_status jitbmm_set_tune_policy(const char* policy) {
   return guarded([&] {
     if (policy)

@@ -15,14 +15,16 @@ namespace jitbmm {
   X(cuDriverGetVersion)                                                                                                \
   X(cuGetErrorName)                                                                                                    \
   X(cuGetErrorString)                                                                                                  \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)            \
-      X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetDevice)                   \
-          X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)       \
-              X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)       \
-                  X(cuMemsetD32) X(cuMemsetD8) X(cuMemsetD8Async) X(cuStreamSynchronize) X(cuStreamCreate)             \
-                      X(cuStreamDestroy) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuEventCreate) X(cuEventDestroy)       \
-                          X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)                                 \
-                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuDeviceGetCount)                                                                                                  \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent)             \
+      X(cuCtxSetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                  \
+          X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute)     \
+              X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD32)              \
+                  X(cuMemsetD8) X(cuMemsetD8Async) X(cuStreamSynchronize) X(cuStreamCreate) X(cuStreamDestroy)         \
+                      X(cuMemFreeAsync) X(cuMemPoolCreate) X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute)           \
+                          X(cuMemPoolTrimTo) X(cuMemAllocFromPoolAsync) X(cuEventCreate) X(cuEventDestroy)             \
+                              X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)                             \
+                                  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct DriverApi {
 #define JITBMM_DECLARE_MEMBER(name)                                                                                    \

@@ -11,7 +11,9 @@
 #include "runtime/autotune.hpp"
 #include "runtime/checked_size.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/device_pool.hpp"
 #include "runtime/plan_impl.hpp"
+#include "runtime/scratch.hpp"
 
 namespace jitbmm {
 
@@ -175,7 +177,8 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, Stream str
   (*this)(a, b, out, nullptr, stream);
 }
 
-void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream) const {
+void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+                             const Workspace& workspace) const {
   const Impl& im = *impl_;
   const Shape& s = im.problem.shape;
   const bool no_outputs = s.B == 0 || s.M == 0 || s.N == 0;
@@ -197,24 +200,21 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   params.b = b;
   params.out = out;
   params.argmax = argmax;
-  const DriverApi& d = driver();
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  // Split-K and exp_matmul: scratch that is stream-ordered (the caller's, or the pool's), so concurrent calls on
+  // different streams never share one.
+  Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
   if (im.workspace_bytes == 0) {
     launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
     return;
   }
-  // Split-K and exp_matmul: a stream-ordered workspace, so concurrent calls on different streams never share one.
-  CUdeviceptr workspace = 0;
-  check(d.cuMemAllocAsync(&workspace, im.workspace_bytes, cu_stream), "cuMemAllocAsync(workspace)");
-  params.workspace = reinterpret_cast<void*>(workspace); // NOLINT(performance-no-int-to-ptr): a device address
-  try {
-    launch_passes(im, params, cu_stream);
-  } catch (...) {
-    d.cuMemFreeAsync(workspace, cu_stream);
-    throw;
-  }
-  check(d.cuMemFreeAsync(workspace, cu_stream), "cuMemFreeAsync(workspace)");
+  params.workspace = scratch.take(im.workspace_bytes);
+  launch_passes(im, params, cu_stream);
+}
+
+std::size_t SemiringBMM::workspace_bytes() const {
+  return ScratchSize().add(impl_->workspace_bytes, "workspace").bytes();
 }
 
 SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, const void* b, void* out,
@@ -281,6 +281,6 @@ JitLogBMM JitLogBMM::get(Shape shape) {
   return JitLogBMM(SemiringBMM::get(p));
 }
 
-Stats stats() { return Stats{nvrtc_compile_count()}; }
+Stats stats() { return Stats{nvrtc_compile_count(), pool_reserved_bytes()}; }
 
 } // namespace jitbmm

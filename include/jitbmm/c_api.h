@@ -4,6 +4,7 @@
 #ifndef JITBMM_C_API_H
 #define JITBMM_C_API_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -51,6 +52,24 @@ jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void
 jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const void* b, const void* out,
                                    const int32_t* argmax, const void* grad_out, void* grad_a, void* grad_b,
                                    void* stream);
+/* Scratch memory from the caller (e.g. a framework's stream-ordered allocator; see the README, "Workspaces"): the
+ * bytes one forward or backward call takes, and the calls above with a workspace of `workspace_bytes` at
+ * `workspace` (device memory on the plan's device, 256-byte aligned, used by nothing else until the call's work on
+ * `stream` is done). A NULL workspace with 0 bytes takes the scratch from jitbmm's own pool, as the calls above do.
+ * argmax_given: the selecting semirings' backward will get the forward's argmax (else it recomputes it). */
+jitbmm_status jitbmm_plan_workspace_bytes(const jitbmm_plan* plan, size_t* bytes);
+jitbmm_status jitbmm_plan_backward_workspace_bytes(const jitbmm_plan* plan, int grad_a, int grad_b, int argmax_given,
+                                                   size_t* bytes);
+jitbmm_status jitbmm_plan_run_with_workspace(const jitbmm_plan* plan, const void* a, const void* b, void* out,
+                                             int32_t* argmax, void* workspace, size_t workspace_bytes, void* stream);
+jitbmm_status jitbmm_plan_backward_with_workspace(const jitbmm_plan* plan, const void* a, const void* b,
+                                                  const void* out, const int32_t* argmax, const void* grad_out,
+                                                  void* grad_a, void* grad_b, void* workspace, size_t workspace_bytes,
+                                                  void* stream);
+/* jitbmm's pool keeps the scratch memory of calls given no workspace for the next call; this gives back to the
+ * driver all of it that no call is using, on every device. */
+jitbmm_status jitbmm_release_pool_memory(void);
+
 jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name); /* valid while the plan lives */
 void jitbmm_plan_destroy(jitbmm_plan* plan);
 

@@ -24,8 +24,12 @@ public:
   // strides say; they may be null only when the tensor they point to is empty. Throws std::invalid_argument
   // naming the argument, CudaError when the launch fails.
   void operator()(const void* a, const void* b, void* out, Stream stream = nullptr) const;
-  // As above, also writing int32 argmax[B][M][N] (problem.with_argmax must be set).
-  void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr) const;
+  // As above, also writing int32 argmax[B][M][N] (problem.with_argmax must be set; otherwise argmax is null), with
+  // the scratch taken from `workspace` when one is given (see Workspace; workspace_bytes() says how much).
+  void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr,
+                  const Workspace& workspace = {}) const;
+  // The scratch bytes one forward call takes (0 for most direct kernels; split-K's partials, exp_matmul's factors).
+  std::size_t workspace_bytes() const;
 
   // exp_matmul plans only (std::invalid_argument otherwise): runs like operator(), waits for `stream`, and says
   // how many outputs the guard found inexact and sent to the exact repair pass, and how many repair tiles ran.
@@ -43,7 +47,10 @@ public:
   void backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a, void* grad_b,
                 Stream stream = nullptr) const;
   void backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
-                void* grad_a, void* grad_b, Stream stream = nullptr) const;
+                void* grad_a, void* grad_b, Stream stream = nullptr, const Workspace& workspace = {}) const;
+  // The scratch bytes one backward call takes for the gradients asked for; argmax_given: the selecting semirings
+  // get the forward's argmax (else their backward recomputes it into scratch). Chooses the passes' kernels.
+  std::size_t backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given = true) const;
   // The variant a pass runs (grad_a / grad_b are chosen on first use; forward is spec()).
   KernelSpec grad_spec(Pass pass) const;
 
@@ -79,7 +86,12 @@ private:
 // Process-wide counters, for tests and diagnostics.
 struct Stats {
   long nvrtc_compiles = 0;
+  std::size_t pool_reserved_bytes = 0; // device memory jitbmm's scratch pools hold, in use or kept for the next call
 };
 Stats stats();
+
+// Calls given no Workspace take their scratch from jitbmm's pool on the device, which keeps the memory for the next
+// call instead of mapping it again. This gives back to the driver all of it that no call is using (every device).
+void release_pool_memory();
 
 } // namespace jitbmm

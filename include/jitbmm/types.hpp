@@ -1,6 +1,7 @@
 // The vocabulary of a batched semiring matrix product: semirings, dtypes, shapes and operand layouts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +13,15 @@ namespace jitbmm {
 
 // A CUDA stream from the runtime API (cudaStream_t) or the driver API (CUstream); nullptr is the default stream.
 using Stream = CUstream_st*;
+
+// Device memory a call may use for its scratch (README "Workspaces"): at least what the plan's workspace_bytes() or
+// backward_workspace_bytes() says, aligned to 256 bytes, on the plan's device, and used by nothing else until the
+// call's work on its stream is done (what a stream-ordered allocator such as PyTorch's caching allocator gives).
+// Empty (the default): the call takes its scratch from jitbmm's own pool on the device.
+struct Workspace {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
 
 // out[b,i,j] = ⊕_k a[b,i,k] ⊗ b[b,k,j]. Each semiring's formula and edge cases are documented once, on its
 // device struct in templates/semirings.cuh, and in the README's contract.

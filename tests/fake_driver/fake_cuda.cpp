@@ -15,6 +15,8 @@
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
+// - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
+//   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
 // - events: elapsed time is always 0.5 ms; occupancy is always 1 block.
 //
 // Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
@@ -47,6 +49,9 @@ struct CUmod_st {
   std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
 };
 struct CUevent_st {};
+struct CUmemPoolHandle_st {
+  std::size_t reserved = 0;
+};
 struct CUstream_st {};
 
 namespace {
@@ -63,6 +68,9 @@ CUctx_st g_primary;
 std::map<uintptr_t, std::size_t> g_allocations; // base → bytes
 std::size_t g_allocated = 0;
 thread_local std::vector<CUcontext> t_contexts;
+std::mutex g_pool_mutex; // guards the pools and the two below
+std::map<CUdeviceptr, std::size_t> g_pool_allocations;
+std::size_t g_pool_in_use = 0;
 
 std::size_t memory_cap() {
   const char* v = std::getenv("JITBMM_FAKE_CUDA_MEMORY_BYTES");
@@ -177,9 +185,10 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
     *name = #e;                                                                                                        \
     return CUDA_SUCCESS;
     FAKE_NAME(CUDA_SUCCESS)
-    FAKE_NAME(CUDA_ERROR_INVALID_VALUE) FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY) FAKE_NAME(CUDA_ERROR_INVALID_DEVICE)
-        FAKE_NAME(CUDA_ERROR_INVALID_IMAGE) FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT) FAKE_NAME(CUDA_ERROR_INVALID_HANDLE)
-            FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED) FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
+    FAKE_NAME(CUDA_ERROR_INVALID_VALUE)
+    FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY) FAKE_NAME(CUDA_ERROR_INVALID_DEVICE) FAKE_NAME(CUDA_ERROR_INVALID_IMAGE)
+        FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT) FAKE_NAME(CUDA_ERROR_INVALID_HANDLE) FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED)
+            FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
 #undef FAKE_NAME
                 default : * name = nullptr;
     return CUDA_ERROR_INVALID_VALUE;
@@ -389,8 +398,56 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) { return allocate(ptr, bytes); }
 CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) { return release(ptr); }
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream) { return allocate(ptr, bytes); }
-CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream) { return release(ptr); }
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream) {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  auto it = g_pool_allocations.find(ptr);
+  if (it != g_pool_allocations.end()) {
+    g_pool_in_use -= it->second;
+    g_pool_allocations.erase(it);
+  }
+  return release(ptr);
+}
+
+// Memory pools: one kind of pool, whose reserved size is the most its allocations ever held at once (a real pool
+// with an unlimited release threshold keeps that much mapped) until cuMemPoolTrimTo brings it down to what is in use.
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pool = new CUmemPoolHandle_st;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  if (!pool || !value || attribute != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  if (!pool || !value || attribute != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  *static_cast<cuuint64_t*>(value) = pool->reserved;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  pool->reserved = std::max<std::size_t>(std::min(pool->reserved, keep), g_pool_in_use);
+  log_line("pool-trim " + std::to_string(keep));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t bytes, CUmemoryPool pool, CUstream) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = allocate(ptr, bytes);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  g_pool_allocations[*ptr] = bytes;
+  g_pool_in_use += bytes;
+  pool->reserved = std::max(pool->reserved, g_pool_in_use);
+  log_line("pool-alloc " + std::to_string(bytes));
+  return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) {
   if ((bytes && !src) || !in_allocation(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;

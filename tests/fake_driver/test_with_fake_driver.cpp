@@ -184,6 +184,71 @@ TEST_CASE("a plan for every semiring and dtype (policy never), launched forward 
                   std::invalid_argument);
 }
 
+namespace {
+
+// How many "pool-alloc" lines the fake driver's log holds.
+int pool_allocations(const std::string& log) {
+  std::istringstream in(file_text(log));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.rfind("pool-alloc ", 0) == 0;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {
+  TempDir dir;
+  const std::string log = dir.path + "/driver.log";
+  ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
+  Problem p = small_problem(Semiring::log, DType::f32);
+  const SemiringBMM plan = SemiringBMM::get(p, default_spec(p, Strategy::exp_matmul));
+  const std::size_t bytes = plan.workspace_bytes();
+  REQUIRE(bytes > 0);
+  CHECK(bytes % 256 == 0);
+  DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16), workspace(bytes + 256);
+
+  // The caller's workspace: no allocation of jitbmm's own; a null, misaligned or short one names "workspace".
+  CHECK_NOTHROW(plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{workspace.get(), bytes}));
+  CHECK(pool_allocations(log) == 0);
+  auto* base = static_cast<char*>(workspace.get());
+  CHECK_THROWS_WITH_AS(plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{base, bytes - 1}),
+                       doctest::Contains("workspace"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{base + 128, bytes}),
+                       doctest::Contains("workspace: pointer not aligned"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{nullptr, bytes}),
+                       doctest::Contains("workspace"), std::invalid_argument);
+  CHECK(pool_allocations(log) == 0);
+
+  // No workspace: one allocation from the pool per call, which keeps the memory for the next call.
+  release_pool_memory();
+  CHECK_NOTHROW(plan(a.get(), b.get(), out.get()));
+  CHECK_NOTHROW(plan(a.get(), b.get(), out.get()));
+  CHECK(pool_allocations(log) == 2);
+  CHECK(stats().pool_reserved_bytes >= bytes);
+  release_pool_memory();
+  CHECK(stats().pool_reserved_bytes == 0);
+
+  // The backward: its scratch (the recomputed argmax, the scatter accumulators) from the caller too.
+  Problem q = small_problem(Semiring::max_plus, DType::f32);
+  const SemiringBMM selecting = SemiringBMM::get(q);
+  const std::size_t with_argmax = selecting.backward_workspace_bytes(true, true, true);
+  const std::size_t recomputing = selecting.backward_workspace_bytes(true, true, false);
+  CHECK(with_argmax > 0); // scatter accumulates
+  CHECK(recomputing >= with_argmax + 2 * 33 * 40 * 4);
+  CHECK(selecting.backward_workspace_bytes(false, false, false) == 0);
+  DeviceBuffer grad_out(1 << 16), grad_a(1 << 16), grad_b(1 << 16), scratch(recomputing);
+  const int before = pool_allocations(log);
+  CHECK_NOTHROW(selecting.backward(a.get(), b.get(), out.get(), nullptr, grad_out.get(), grad_a.get(), grad_b.get(),
+                                   nullptr, Workspace{scratch.get(), recomputing}));
+  CHECK(pool_allocations(log) == before);
+  CHECK_THROWS_WITH_AS(selecting.backward(a.get(), b.get(), out.get(), nullptr, grad_out.get(), grad_a.get(),
+                                          grad_b.get(), nullptr, Workspace{scratch.get(), with_argmax}),
+                       doctest::Contains("workspace"), std::invalid_argument);
+  CHECK_NOTHROW(selecting.backward(a.get(), b.get(), out.get(), nullptr, grad_out.get(), grad_a.get(), grad_b.get()));
+  CHECK(pool_allocations(log) == before + 1); // the recomputed argmax and the passes' accumulators: one allocation
+  ::unsetenv("JITBMM_FAKE_CUDA_LOG");
+}
+
 TEST_CASE("the C ABI plans and launches through the fake driver") {
   jitbmm_problem p{};
   p.semiring = "max_plus";
@@ -199,6 +264,20 @@ TEST_CASE("the C ABI plans and launches through the fake driver") {
   CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get()), nullptr) == JITBMM_OK);
   CHECK(jitbmm_plan_run(plan, a.get(), b.get(), out.get(), nullptr, nullptr) == JITBMM_INVALID_ARGUMENT);
   CHECK(std::string(jitbmm_last_error()).find("argmax") != std::string::npos);
+  std::size_t bytes = 1;
+  CHECK(jitbmm_plan_workspace_bytes(plan, &bytes) == JITBMM_OK);
+  CHECK(bytes == 0); // the tiled kernel takes no scratch
+  CHECK(jitbmm_plan_workspace_bytes(plan, nullptr) == JITBMM_INVALID_ARGUMENT);
+  CHECK(jitbmm_plan_backward_workspace_bytes(plan, 1, 1, 0, &bytes) == JITBMM_OK);
+  DeviceBuffer scratch(bytes), grad_out(1 << 16), grad_a(1 << 16);
+  CHECK(jitbmm_plan_backward_with_workspace(plan, a.get(), b.get(), out.get(), nullptr, grad_out.get(), grad_a.get(),
+                                            nullptr, scratch.get(), bytes, nullptr) == JITBMM_OK);
+  CHECK(jitbmm_plan_backward_with_workspace(plan, a.get(), b.get(), out.get(), nullptr, grad_out.get(), grad_a.get(),
+                                            nullptr, scratch.get(), 256, nullptr) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("workspace: 256 bytes given") != std::string::npos);
+  CHECK(jitbmm_plan_run_with_workspace(plan, a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get()), nullptr,
+                                       0, nullptr) == JITBMM_OK);
+  CHECK(jitbmm_release_pool_memory() == JITBMM_OK);
   const char* name = nullptr;
   CHECK(jitbmm_plan_kernel_name(plan, &name) == JITBMM_OK);
   CHECK(std::string(name).rfind("max_plus_f32_", 0) == 0);

@@ -123,9 +123,12 @@ inline CaseResult run_grad_case(const Problem& p, const KernelSpec& spec, std::m
   DeviceBuffer dgrad(got.bytes.size());
   dgrad.fill_bytes(poison_byte(p.dtype));
   const DeviceInfo& device = *current_device();
+  // The pass's accumulator, poisoned: the launch must zero what it adds into.
+  DeviceBuffer workspace(grad_workspace_bytes(grad_problem(p), spec));
+  workspace.fill_bytes(0xff);
   launch_grad(grad_problem(p), spec, *load_kernel(device, spec),
               {in.da.get(), in.db.get(), in.dout.get(), in.dg.get(),
-               in.argmax.empty() ? nullptr : static_cast<const int32_t*>(in.darg.get()), dgrad.get()},
+               in.argmax.empty() ? nullptr : static_cast<const int32_t*>(in.darg.get()), dgrad.get(), workspace.get()},
               nullptr);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the backward");
   dgrad.download(got.data(), got.bytes.size());

@@ -74,7 +74,7 @@ struct Buffers {
 };
 
 // Runs plan.backward (with or without the forward's argmax) for both gradients, and reads them back.
-Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool pass_argmax) {
+Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool pass_argmax, bool caller_workspace) {
   Buffers x{test::make_grad_inputs(p, rng, flavour), {}, {}, {}, {}};
   const Shape& s = p.shape;
   x.ha.dtype = x.hb.dtype = p.dtype;
@@ -87,7 +87,11 @@ Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool 
   x.gb.fill_bytes(test::poison_byte(p.dtype));
   const SemiringBMM plan = SemiringBMM::get(p);
   const int32_t* arg = pass_argmax && !x.in.argmax.empty() ? static_cast<const int32_t*>(x.in.darg.get()) : nullptr;
-  plan.backward(x.in.da.get(), x.in.db.get(), x.in.dout.get(), arg, x.in.dg.get(), x.ga.get(), x.gb.get());
+  // The caller's workspace, poisoned (what it holds must not matter), or jitbmm's pool.
+  DeviceBuffer workspace(caller_workspace ? plan.backward_workspace_bytes(true, true, arg != nullptr) : 0);
+  if (caller_workspace) workspace.fill_bytes(0xff);
+  plan.backward(x.in.da.get(), x.in.db.get(), x.in.dout.get(), arg, x.in.dg.get(), x.ga.get(), x.gb.get(), nullptr,
+                Workspace{workspace.get(), workspace.size()});
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize after backward");
   x.ga.download(x.ha.data(), x.ha.bytes.size());
   x.gb.download(x.hb.data(), x.hb.bytes.size());
@@ -96,17 +100,19 @@ Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool 
 
 } // namespace
 
-TEST_CASE("plan.backward: both gradients, every semiring and dtype, argmax given or recomputed") {
+TEST_CASE("plan.backward: both gradients, every semiring and dtype, argmax given or recomputed, any workspace") {
   uint64_t seed = 40000;
   for (const KernelSpec& kind : test::problem_kinds()) {
     if (kind.with_argmax) continue;
     Problem p = problem_for(kind, {3, 37, 45, 29});
     set_layout(p, static_cast<int>(seed));
-    for (bool pass_argmax : {true, false}) {
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool pass_argmax = mode % 2 == 0, caller_workspace = mode >= 2;
       std::mt19937_64 rng(++seed);
       CAPTURE(describe(p));
       CAPTURE(pass_argmax);
-      Buffers x = plan_backward(p, rng, static_cast<int>(seed % 3), pass_argmax);
+      CAPTURE(caller_workspace);
+      Buffers x = plan_backward(p, rng, static_cast<int>(seed % 3), pass_argmax, caller_workspace);
       const KernelSpec spec_a = SemiringBMM::get(p).grad_spec(Pass::grad_a);
       expect_ok(test::check_gradient(p, Pass::grad_a, x.in, x.ha), p, spec_a, seed);
       expect_ok(test::check_gradient(p, Pass::grad_b, x.in, x.hb), p, SemiringBMM::get(p).grad_spec(Pass::grad_b),

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include "differential.hpp"
 #include "expect.hpp"
@@ -224,4 +227,53 @@ TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reus
   CHECK(choose(elsewhere, *device, TunePolicy::exact).source == "tuned now"); // asked for: tunes this shape
   std::mt19937_64 rng(11);
   CHECK(test::run_case(near, third.spec, rng, {}).ok());
+}
+
+TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keeps its memory until released") {
+  Problem split;
+  split.shape = {2, 20, 5000, 24}; // few outputs, long K: split-K's partial results
+  Problem em;
+  em.shape = {3, 70, 90, 50};
+  for (const auto& [p, spec] : {std::pair{split, default_spec(split, Strategy::split_k)},
+                                std::pair{em, default_spec(em, Strategy::exp_matmul)}}) {
+    CAPTURE(to_string(spec));
+    const SemiringBMM plan = SemiringBMM::get(p, spec);
+    const Shape& s = p.shape;
+    REQUIRE(plan.workspace_bytes() > 0);
+    std::mt19937_64 rng(77);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N);
+    for (float& v : ha) v = normal(rng);
+    for (float& v : hb) v = normal(rng);
+    DeviceBuffer a(ha.size() * 4), b(hb.size() * 4), out(s.B * s.M * s.N * 4);
+    a.upload(ha.data(), ha.size() * 4);
+    b.upload(hb.data(), hb.size() * 4);
+    std::vector<float> from_pool(s.B * s.M * s.N), from_caller(s.B * s.M * s.N);
+    out.fill_bytes(0xff);
+    plan(a.get(), b.get(), out.get());
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    out.download(from_pool.data(), from_pool.size() * 4);
+    DeviceBuffer workspace(plan.workspace_bytes());
+    workspace.fill_bytes(0xff); // NaN everywhere: a kernel that reads scratch it did not write shows
+    out.fill_bytes(0xff);
+    plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{workspace.get(), workspace.size()});
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    out.download(from_caller.data(), from_caller.size() * 4);
+    CHECK(std::memcmp(from_pool.data(), from_caller.data(), from_pool.size() * 4) == 0);
+    CHECK(std::isfinite(from_caller[0]));
+
+    // The pool: what one call took stays mapped across synchronisations, and is given back on request.
+    release_pool_memory();
+    plan(a.get(), b.get(), out.get());
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    const std::size_t kept = stats().pool_reserved_bytes;
+    CHECK(kept >= plan.workspace_bytes());
+    for (int i = 0; i < 20; ++i) {
+      plan(a.get(), b.get(), out.get());
+      check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    }
+    CHECK(stats().pool_reserved_bytes == kept);
+    release_pool_memory();
+    CHECK(stats().pool_reserved_bytes < kept);
+  }
 }
