@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "CudaError", "CompileError", "LibraryNotFoundError", "Problem", "Plan",
-           "reference", "version", "cache_dir", "set_tune_policy", "SEMIRINGS", "DTYPES"]
+           "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory", "SEMIRINGS", "DTYPES"]
 
 SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
 DTYPES = ("f32", "f64", "f16", "bf16")
@@ -86,12 +86,19 @@ def _declare(lib):
     lib.jitbmm_last_error.restype = ctypes.c_char_p
     lib.jitbmm_plan_create.argtypes = [ctypes.POINTER(_CProblem), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_plan_create.restype = status
-    lib.jitbmm_plan_run.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_void_p, ctypes.c_void_p]
-    lib.jitbmm_plan_run.restype = status
-    lib.jitbmm_plan_backward.argtypes = [ctypes.c_void_p] * 9
-    lib.jitbmm_plan_backward.restype = status
     lib.jitbmm_set_tune_policy.argtypes = [ctypes.c_char_p]
     lib.jitbmm_set_tune_policy.restype = status
+    lib.jitbmm_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_plan_workspace_bytes.restype = status
+    lib.jitbmm_plan_backward_workspace_bytes.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 3 + [
+        ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_plan_backward_workspace_bytes.restype = status
+    lib.jitbmm_plan_run_with_workspace.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_plan_run_with_workspace.restype = status
+    lib.jitbmm_plan_backward_with_workspace.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_plan_backward_with_workspace.restype = status
+    lib.jitbmm_release_pool_memory.argtypes = []
+    lib.jitbmm_release_pool_memory.restype = status
     lib.jitbmm_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_plan_kernel_name.restype = status
     lib.jitbmm_plan_destroy.argtypes = [ctypes.c_void_p]
@@ -110,6 +117,12 @@ def _check(status):
     if status == 1:
         raise ValueError(message)
     raise {2: NoDriverError, 3: CudaError, 4: CompileError}.get(status, JitbmmError)(message)
+
+
+def release_pool_memory():
+    """Gives back to the driver the scratch memory jitbmm's pools keep for calls made without a workspace (README,
+    Workspaces), all of it that no call is using, on every device."""
+    _check(_library().jitbmm_release_pool_memory())
 
 
 def version():
@@ -227,6 +240,27 @@ class Plan:
         handle = ctypes.c_void_p()
         _check(_library().jitbmm_plan_create(ctypes.byref(self._c_problem), ctypes.byref(handle)))
         self._handle = handle
+        self._workspace_bytes = None
+        self._backward_workspace_bytes = {}
+
+    @property
+    def workspace_bytes(self):
+        """The scratch bytes one forward call takes (0 for most direct kernels)."""
+        if self._workspace_bytes is None:
+            n = ctypes.c_size_t()
+            _check(_library().jitbmm_plan_workspace_bytes(self._handle, ctypes.byref(n)))
+            self._workspace_bytes = n.value
+        return self._workspace_bytes
+
+    def backward_workspace_bytes(self, grad_a=True, grad_b=True, argmax_given=True):
+        """The scratch bytes one backward call takes for the gradients asked for (chooses the passes' kernels);
+        argmax_given: the selecting semirings get the forward's argmax (else they recompute it)."""
+        key = (bool(grad_a), bool(grad_b), bool(argmax_given))
+        if key not in self._backward_workspace_bytes:
+            n = ctypes.c_size_t()
+            _check(_library().jitbmm_plan_backward_workspace_bytes(self._handle, *map(int, key), ctypes.byref(n)))
+            self._backward_workspace_bytes[key] = n.value
+        return self._backward_workspace_bytes[key]
 
     @property
     def kernel_name(self):
@@ -234,19 +268,26 @@ class Plan:
         _check(_library().jitbmm_plan_kernel_name(self._handle, ctypes.byref(name)))
         return name.value.decode()
 
-    def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None):
-        """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream)."""
-        _check(_library().jitbmm_plan_run(self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"),
-                                          _pointer(out_ptr, "out_ptr"), _pointer(argmax_ptr, "argmax_ptr"),
-                                          _pointer(stream, "stream")))
+    def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None, workspace_ptr=None, workspace_bytes=0):
+        """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream).
+        workspace_ptr / workspace_bytes: the call's scratch (at least `workspace_bytes` of this plan, 256-byte
+        aligned, stream-ordered; README, Workspaces); None: jitbmm's own pool."""
+        _check(_library().jitbmm_plan_run_with_workspace(
+            self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"), _pointer(out_ptr, "out_ptr"),
+            _pointer(argmax_ptr, "argmax_ptr"), _pointer(workspace_ptr, "workspace_ptr"),
+            _integer(workspace_bytes, "workspace_bytes", 0, _UINTPTR_MAX), _pointer(stream, "stream")))
 
-    def backward(self, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr, grad_a_ptr, grad_b_ptr, stream=None):
+    def backward(self, a_ptr, b_ptr, out_ptr, argmax_ptr, grad_out_ptr, grad_a_ptr, grad_b_ptr, stream=None,
+                 workspace_ptr=None, workspace_bytes=0):
         """Gradients on device pointers: grad_out laid out like out, grad_a / grad_b (0 or None: not wanted) in a's
-        and b's layouts. log reads out; the selecting semirings read argmax (None: recomputed)."""
-        _check(_library().jitbmm_plan_backward(
+        and b's layouts. log reads out; the selecting semirings read argmax (None: recomputed). workspace: as for
+        a call, sized by backward_workspace_bytes."""
+        _check(_library().jitbmm_plan_backward_with_workspace(
             self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"), _pointer(out_ptr, "out_ptr"),
             _pointer(argmax_ptr, "argmax_ptr"), _pointer(grad_out_ptr, "grad_out_ptr"),
-            _pointer(grad_a_ptr, "grad_a_ptr"), _pointer(grad_b_ptr, "grad_b_ptr"), _pointer(stream, "stream")))
+            _pointer(grad_a_ptr, "grad_a_ptr"), _pointer(grad_b_ptr, "grad_b_ptr"),
+            _pointer(workspace_ptr, "workspace_ptr"), _integer(workspace_bytes, "workspace_bytes", 0, _UINTPTR_MAX),
+            _pointer(stream, "stream")))
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
