@@ -14,27 +14,82 @@ try:
 except ImportError as e:  # the rest of jitbmm works without torch; this module cannot
     raise ImportError("jitbmm.torch needs PyTorch (pip install torch); the jitbmm package itself does not") from e
 
+import jitbmm
+
 from . import Plan, Problem, SEMIRINGS
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm"]
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 _SELECTING = ("max_plus", "min_plus", "max_times")
-_plans = {}
-_plans_lock = threading.Lock()
+_kernels = {}
+_kernels_lock = threading.Lock()
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object
 
 
-def _plan(semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision):
+def _stream(device_index):
+    return _raw_stream(device_index) if _raw_stream else torch.cuda.current_stream(device_index).cuda_stream
+
+
+class _Kernels:
+    """One jitbmm plan as this module calls it: every launch on the current stream of the operands' device, every
+    workspace from PyTorch's caching allocator on that stream (so memory stats, empty_cache, CUDA-graph pools and
+    expandable segments see it), the foreign functions looked up once."""
+
+    __slots__ = ("plan", "handle", "device", "with_argmax", "workspace", "backward_workspace", "run", "grad")
+
+    def __init__(self, plan, device, with_argmax):
+        lib = jitbmm._library()
+        self.plan, self.handle, self.device, self.with_argmax = plan, plan._handle, device, with_argmax
+        self.workspace = plan.workspace_bytes
+        self.backward_workspace = {}  # (need_a, need_b) → bytes, asked on the first backward
+        self.run, self.grad = lib.jitbmm_plan_run_with_workspace, lib.jitbmm_plan_backward_with_workspace
+
+    def forward(self, a, b, out_shape):
+        """(out, argmax or None) for operands in the plan's layout; out (and argmax) contiguous in out_shape."""
+        out = a.new_empty(out_shape)
+        argmax = a.new_empty(out_shape, dtype=torch.int32) if self.with_argmax else None
+        ws = self.workspace
+        scratch = a.new_empty((ws,), dtype=torch.uint8) if ws else None
+        status = self.run(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                          argmax.data_ptr() if argmax is not None else None,
+                          scratch.data_ptr() if ws else None, ws, _stream(self.device))
+        if status:
+            jitbmm._check(status)
+        return out, argmax
+
+    def backward(self, a, b, out, argmax, grad_out, need_a, need_b):
+        """(grad_a or None, grad_b or None) in a's and b's own layouts; grad_out in any layout of out's shape."""
+        ws = self.backward_workspace.get((need_a, need_b))
+        if ws is None:
+            with torch.cuda.device(self.device):
+                ws = self.plan.backward_workspace_bytes(need_a, need_b, argmax is not None)
+            self.backward_workspace[(need_a, need_b)] = ws
+        grad_out = grad_out.contiguous()  # out's layout
+        grad_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device) if need_a else None
+        grad_b = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=b.device) if need_b else None
+        scratch = a.new_empty((ws,), dtype=torch.uint8) if ws else None
+        status = self.grad(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                           argmax.data_ptr() if argmax is not None else None, grad_out.data_ptr(),
+                           grad_a.data_ptr() if need_a else None, grad_b.data_ptr() if need_b else None,
+                           scratch.data_ptr() if ws else None, ws, _stream(self.device))
+        if status:
+            jitbmm._check(status)
+        return grad_a, grad_b
+
+
+def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision):
     key = (semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision)
-    with _plans_lock:
-        plan = _plans.get(key)
-    if plan is None:
+    kernels = _kernels.get(key)
+    if kernels is None:
         B, M, K, N = shape
-        plan = Plan(Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
-                            out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision))
-        with _plans_lock:
-            plan = _plans.setdefault(key, plan)
-    return plan
+        with torch.cuda.device(device):  # the plan is made for the current device
+            plan = Plan(Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
+                                out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision))
+            kernels = _Kernels(plan, device, with_argmax)
+        with _kernels_lock:
+            kernels = _kernels.setdefault(key, kernels)
+    return kernels
 
 
 def _writable(t):
@@ -78,15 +133,10 @@ def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: st
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     a, a_strides = _layout(a, batches)
     b, b_strides = _layout(b, batches)
-    device = a.device
-    with torch.cuda.device(device):
-        plan = _plan(semiring, a.dtype, device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
-                     precision)
-        out = torch.empty((batches, M, N), dtype=a.dtype, device=device)
-        argmax = torch.empty((batches, M, N) if with_argmax else (0,), dtype=torch.int32, device=device)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), argmax.data_ptr() if with_argmax else None, stream)
-    return out, argmax
+    kernels = _kernels_for(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
+                           precision)
+    out, argmax = kernels.forward(a, b, (batches, M, N))
+    return out, argmax if argmax is not None else a.new_empty((0,), dtype=torch.int32)
 
 
 # The same as registered operators (namespace jitbmm): what torch.compile and torch.export trace, as single nodes
@@ -110,17 +160,10 @@ def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, argmax: 
     a, a_strides = _layout(a, batches)
     b, b_strides = _layout(b, batches)
     with_argmax = argmax.numel() > 0
-    grad_out = grad_out.contiguous()  # out's layout
-    grad_a = _empty_grad(a) if need_a else a.new_empty((0,))
-    grad_b = _empty_grad(b) if need_b else b.new_empty((0,))
-    with torch.cuda.device(a.device):
-        plan = _plan(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
-                     precision)
-        stream = torch.cuda.current_stream(a.device).cuda_stream
-        plan.backward(a.data_ptr(), b.data_ptr(), out.data_ptr(), argmax.data_ptr() if with_argmax else None,
-                      grad_out.data_ptr(), grad_a.data_ptr() if need_a else None,
-                      grad_b.data_ptr() if need_b else None, stream)
-    return grad_a, grad_b
+    kernels = _kernels_for(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
+                           precision)
+    grad_a, grad_b = kernels.backward(a, b, out, argmax if with_argmax else None, grad_out, need_a, need_b)
+    return (grad_a if need_a else a.new_empty((0,))), (grad_b if need_b else b.new_empty((0,)))
 
 
 _bmm_backward_op = torch.library.custom_op("jitbmm::semiring_bmm_backward", _backward_impl, mutates_args=(),
@@ -201,11 +244,14 @@ def _plus_times_backward_differentiable(a, b, grad_out, need_a, need_b):
     return grad_a, grad_b
 
 
-def _gradients(ctx, grad_out, fused):
+def _gradients(ctx, grad_out, fused, out_shape=None):
     """The fused backward kernels (`fused`: the operator when traced, its body when eager); under
     create_graph=True (grad mode on during the backward) the same gradients through differentiable operations
-    instead, so a loss on the gradients (marginals) trains."""
+    instead, so a loss on the gradients (marginals) trains. out_shape: the saved output seen as [B, M, N]."""
     a, b, out, argmax = ctx.saved_tensors
+    if out_shape is not None:
+        out = out.view(out_shape)
+        argmax = argmax.view(out_shape) if argmax is not None else None
     need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if torch.is_grad_enabled():
         if ctx.semiring == "log":
@@ -271,15 +317,85 @@ def _matrices(t, batch, rows, cols):
     [B, rows, cols] over the broadcast batch shape (a view where the strides allow, else a copy). Autograd carries
     the gradient back through the indexing, expand and reshape."""
     lead = t.dim() - 2
-    if t.numel() > 0 and all(n == 1 or st == 0 for n, st in zip(t.shape[:lead], t.stride()[:lead])):
+    # A leaf whose batch elements share memory still has a gradient per element: it takes the copy below.
+    shared_ok = not (t.requires_grad and t.is_leaf)
+    if t.numel() > 0 and all(n == 1 or (st == 0 and shared_ok) for n, st in zip(t.shape[:lead], t.stride()[:lead])):
         return t[(0,) * lead] if lead else t
     return t.expand(*batch, rows, cols).reshape(-1, rows, cols)
+
+
+# The per-call path. A call whose operands have the tensor types, shapes, strides, dtypes and devices of an earlier
+# call that the kernels took as they were, or as views keeping every element (no broadcast copy, no one matrix of
+# an expanded batch), is one dictionary lookup and one foreign call: everything the general path below checked and
+# decided follows from that key.
+_fast = {}
+_FAST_ENTRIES = 4096  # then the table starts again (shapes that vary without end, e.g. every sequence length)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+class _Fast:
+    """A remembered call: its kernels, the output's shape (the caller's, and the kernels' [B, M, N], one memory
+    layout), and the 3-D (or 2-D) views of a and b the kernels take (None: the operand as it is)."""
+    __slots__ = ("kernels", "out_shape", "kernel_out_shape", "a_view", "b_view")
+
+    def __init__(self, kernels, out_shape, kernel_out_shape, a_view, b_view):
+        self.kernels, self.out_shape, self.kernel_out_shape = kernels, out_shape, kernel_out_shape
+        self.a_view, self.b_view = a_view, b_view
+
+
+class _FastBMM(torch.autograd.Function):
+    """The per-call path with gradients: the operands are the kernels' own, so are their gradients."""
+
+    @staticmethod
+    def forward(ctx, a, b, semiring, precision, fast):
+        out, argmax = fast.kernels.forward(a, b, fast.out_shape)
+        ctx.semiring, ctx.precision, ctx.fast = semiring, precision, fast
+        ctx.save_for_backward(a, b, out, argmax)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        fast = ctx.fast
+        return _gradients(ctx, grad_out.reshape(fast.kernel_out_shape),
+                          lambda a, b, out, argmax, g, semiring, precision, need_a, need_b:
+                          fast.kernels.backward(a, b, out, argmax, g, need_a, need_b),
+                          fast.kernel_out_shape)
+
+
+def _key(a, b, semiring, precision):
+    """What decides everything about a call but its data; None for arguments that are not tensors."""
+    try:
+        wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+        return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+                semiring, precision, wants_grad)
+    except (AttributeError, TypeError):
+        return None
 
 
 def semiring_bmm(a, b, semiring="log", precision="exact"):
     """out[..., i, j] = ⊕_k a[..., i, k] ⊗ b[..., k, j] over `semiring` (see the README for ±inf and NaN).
     precision="fast" lets the log semiring use one TF32 tensor-core product per term (about 1e-4 relative
     error); "exact" (the default) keeps every output within the dtype's own rounding."""
+    if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator
+        return _general(a, b, semiring, precision, None)
+    key = _key(a, b, semiring, precision)
+    try:
+        fast = _fast.get(key)
+    except TypeError:  # an unhashable semiring or precision: the general path names it
+        fast = None
+    if fast is None:
+        return _general(a, b, semiring, precision, key)
+    if fast.a_view is not None:
+        a = a.view(fast.a_view)
+    if fast.b_view is not None:
+        b = b.view(fast.b_view)
+    if key[-1]:
+        return _FastBMM.apply(a, b, semiring, precision, fast)
+    return fast.kernels.forward(a, b, fast.out_shape)[0]
+
+
+def _general(a, b, semiring, precision, key):
+    """Every check, broadcast and layout decision; remembers the call for the per-call path when it can."""
     _check(a, b, semiring)
     if precision not in ("exact", "fast"):
         raise ValueError(f"precision: unsupported {precision!r} (expected 'exact' or 'fast')")
@@ -293,12 +409,42 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     # backward: the selecting semirings then skip the argmax.
     wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_argmax = semiring in _SELECTING and wants_grad
-    a, b = _matrices(a, batch, M, K), _matrices(b, batch, K, N)
-    if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator
-        out, _ = _bmm_op(a, b, semiring, precision, with_argmax)
-    else:
-        out = _SemiringBMM.apply(a, b, semiring, precision, with_argmax)
+    am, bm = _matrices(a, batch, M, K), _matrices(b, batch, K, N)
+    if key is None:  # compiling: the registered operator
+        out, _ = _bmm_op(am, bm, semiring, precision, with_argmax)
+        return out.reshape(*batch, M, N)
+    out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax)
+    _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax)
     return out.reshape(*batch, M, N)
+
+
+def _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax):
+    """Enters the call into the per-call table when the kernels take a and b themselves, or views of them with all
+    their elements (a reshape of the batch dimensions; not a copy, not one matrix of an expanded batch)."""
+    if type(a) not in _PLAIN_TENSORS or type(b) not in _PLAIN_TENSORS or a.numel() == 0 or b.numel() == 0:
+        return
+    batches = _batches(am, bm)
+    (ak, a_strides), (bk, b_strides) = _layout(am, batches), _layout(bm, batches)
+    views = []
+    for t, k in ((a, ak), (b, bk)):
+        if k.data_ptr() != t.data_ptr() or k.numel() != t.numel():
+            return
+        if k.shape == t.shape and k.stride() == t.stride():
+            views.append(None)
+            continue
+        try:
+            v = t.view(k.shape)
+        except RuntimeError:
+            return
+        if v.stride() != k.stride():
+            return
+        views.append(tuple(k.shape))
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    kernels = _kernels_for(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
+                           precision)
+    if len(_fast) >= _FAST_ENTRIES:
+        _fast.clear()
+    _fast[key] = _Fast(kernels, (*batch, M, N), (batches, M, N), *views)
 
 
 def logbmm(a, b, precision="exact"):

@@ -245,6 +245,73 @@ class TorchTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "precision"):
             jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5), precision="rough")
 
+    def test_workspaces_come_from_pytorch_and_reserved_memory_stays_flat(self):
+        # Few outputs with a long K: split-K (under tuning policy never, as here), whose partial results need a
+        # workspace every call. It must come from PyTorch's caching allocator: two allocations a call (the output
+        # and the workspace) and no growth of reserved memory across 1000 calls. Likewise the backward's
+        # workspaces (max_plus scatters into an accumulator).
+        torch.manual_seed(7)
+        for semiring in ("log", "max_plus"):
+            with self.subTest(semiring=semiring):
+                a = self.rand(2, 16, 8192, requires_grad=True)
+                b = self.rand(2, 8192, 16, requires_grad=True)
+                kernels = self.jt._kernels_for(semiring, torch.float32, a.device.index, (2, 16, 8192, 16),
+                                               tuple(a.stride()), tuple(b.stride()), False, "exact")
+                self.assertGreater(kernels.workspace, 0, "the test needs a plan with a workspace")
+                want = naive(a.detach().double(), b.detach().double(), semiring)
+                with torch.no_grad():
+                    self.jt.semiring_bmm(a, b, semiring)
+                torch.cuda.synchronize()
+                reserved = torch.cuda.memory_reserved(self.dev)
+                allocations = torch.cuda.memory_stats(self.dev)["allocation.all.allocated"]
+                with torch.no_grad():
+                    for _ in range(1000):
+                        out = self.jt.semiring_bmm(a, b, semiring)
+                torch.cuda.synchronize()
+                made = torch.cuda.memory_stats(self.dev)["allocation.all.allocated"] - allocations
+                self.assertGreaterEqual(made, 2000, "the workspace did not come from PyTorch")
+                self.assertEqual(torch.cuda.memory_reserved(self.dev), reserved)
+                torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+                for _ in range(3):  # the backward's plans and workspaces settle
+                    self.jt.semiring_bmm(a, b, semiring).sum().backward()
+                torch.cuda.synchronize()
+                reserved = torch.cuda.memory_reserved(self.dev)
+                for _ in range(1000):
+                    a.grad = b.grad = None
+                    self.jt.semiring_bmm(a, b, semiring).sum().backward()
+                torch.cuda.synchronize()
+                self.assertEqual(torch.cuda.memory_reserved(self.dev), reserved)
+
+    def test_repeated_calls_take_the_per_call_path_and_stay_right(self):
+        # The second call of a layout is one lookup and one foreign call; layouts the kernels cannot take as they
+        # are (a broadcast copy, a 1-batch view) keep the general path. Values and gradients right either way.
+        torch.manual_seed(8)
+        cases = {
+            "contiguous": (lambda: self.rand(3, 9, 10), lambda: self.rand(3, 10, 7), True),
+            "one a for every batch": (lambda: self.rand(9, 10), lambda: self.rand(3, 10, 7), True),
+            "transposed b": (lambda: self.rand(3, 9, 10), lambda: self.rand(3, 7, 10).transpose(1, 2), True),
+            "both 2-D": (lambda: self.rand(9, 10), lambda: self.rand(10, 7), True),
+            "batch of one against three": (lambda: self.rand(1, 9, 10), lambda: self.rand(3, 10, 7), True),
+            "4-D, a strided batch view": (lambda: self.rand(2, 6, 9, 10)[:, ::2], lambda: self.rand(2, 3, 10, 7), True),
+            "expanded a": (lambda: self.rand(1, 9, 10).expand(3, 9, 10), lambda: self.rand(3, 10, 7), False),
+            "batch dims broadcast both ways": (lambda: self.rand(2, 1, 9, 10), lambda: self.rand(1, 3, 10, 7), False),
+        }
+        for semiring in ("log", "max_plus"):
+            for name, (make_a, make_b, fast) in cases.items():
+                for grad in (False, True):
+                    with self.subTest(semiring=semiring, case=name, grad=grad):
+                        for _ in range(2):
+                            a, b = make_a(), make_b()
+                            if grad:  # leaves of the same layout
+                                a = a.detach().requires_grad_(True)
+                                b = b.detach().requires_grad_(True)
+                            self.check_values_and_grads(a, b, semiring, "f32") if grad else \
+                                torch.testing.assert_close(
+                                    self.jt.semiring_bmm(a, b, semiring).double(),
+                                    naive(a.double(), b.double(), semiring), rtol=2e-5, atol=2e-5)
+                        key = self.jt._key(a, b, semiring, "exact")
+                        self.assertEqual(key in self.jt._fast, fast)
+
     def test_tuned_log_and_precision_fast(self):
         # With tuning on, a product this size runs exp_matmul (tensor cores); fast may use one TF32 product a term.
         import jitbmm
@@ -332,6 +399,44 @@ class OperatorTest(unittest.TestCase):
             else:
                 for x, y in zip(got, (marg_a.detach(), a.grad, b.grad)):
                     torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+
+    def test_double_backward_with_infinities_and_nan(self):
+        # Masked entries (-inf, as a CRF's forbidden transitions) in the second-order path: the marginals equal the
+        # fused backward's, the loss on them matches torch's composition where that is finite, and an output whose
+        # terms are all -inf contributes nothing (no NaN from 0 * inf). A NaN input poisons exactly what it reaches.
+        torch.manual_seed(14)
+        a = self.rand(3, 6, 8, dtype=torch.float64)
+        b = self.rand(3, 8, 5, dtype=torch.float64)
+        a[torch.rand_like(a) < 0.25] = -math.inf
+        b[torch.rand_like(b) < 0.25] = -math.inf
+        a[0, 2, :] = -math.inf  # out[0, 2, :] = -inf: no contribution
+        a.requires_grad_(), b.requires_grad_()
+        results = {}
+        for impl in ("jitbmm", "torch"):
+            a.grad = b.grad = None
+            out = self.jt.logbmm(a, b) if impl == "jitbmm" else torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), -2)
+            live = out.detach() > -math.inf
+            loss = torch.where(live, out, torch.zeros_like(out)).sum()
+            marg_a, marg_b = torch.autograd.grad(loss, (a, b), create_graph=True)
+            ((marg_a ** 2).sum() + (marg_b ** 2).sum()).backward()
+            results[impl] = (marg_a.detach(), marg_b.detach(), a.grad.clone(), b.grad.clone())
+        first = torch.autograd.grad(torch.where(live, self.jt.logbmm(a, b), 0).sum(), (a, b))
+        for got, want in zip(results["jitbmm"][:2], first):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        for got in results["jitbmm"]:
+            self.assertFalse(torch.isnan(got).any().item(), "NaN from an all -inf output")
+        finite = [torch.isfinite(t) for t in results["torch"]]
+        for got, want, ok in zip(results["jitbmm"], results["torch"], finite):
+            torch.testing.assert_close(got[ok], want[ok], rtol=1e-9, atol=1e-12)
+        a2 = a.detach().clone()
+        a2[1, 3, 4] = math.nan
+        a2.requires_grad_()
+        out = self.jt.logbmm(a2, b)
+        marg_a, = torch.autograd.grad(out.nan_to_num(0, 0, 0).sum(), (a2,), create_graph=True)
+        (marg_a ** 2).sum().backward()
+        self.assertTrue(torch.isnan(out[1, 3]).all().item())
+        self.assertTrue(torch.isnan(a2.grad[1, 3]).any().item())
+        self.assertFalse(torch.isnan(a2.grad[0]).any().item() or torch.isnan(a2.grad[2]).any().item())
 
     def crf_partition(self, potentials):
         """A linear-chain CRF's log partition by the forward algorithm: one log-semiring product a step."""
