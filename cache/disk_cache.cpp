@@ -1,6 +1,6 @@
 #include "cache/disk_cache.hpp"
 
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <map>
 
-#include "cache/sha256.hpp"
-#include "runtime/parse_number.hpp"
+#include "support/sha256.hpp"
+#include "support/parse_number.hpp"
 
 namespace jitbmm {
 

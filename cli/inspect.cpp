@@ -13,12 +13,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
 #include "generator/emit_source.hpp"
-#include "generator/kernel_files.hpp"
+#include "runtime/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"

@@ -1,5 +1,5 @@
 // The CLI flags that describe a problem and a kernel variant, shared by inspect, bench and tune. Every number is
-// parsed whole and range-checked (runtime/parse_number.hpp), and a variant flag the chosen strategy does not read is
+// parsed whole and range-checked (support/parse_number.hpp), and a variant flag the chosen strategy does not read is
 // an error naming the strategies that do (variant_flags below is the one place that knows which).
 #pragma once
 
@@ -14,7 +14,7 @@
 
 #include "cli/args.hpp"
 #include "jitbmm/kernel_spec.hpp"
-#include "runtime/parse_number.hpp"
+#include "support/parse_number.hpp"
 
 namespace jitbmm::cli {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cache/sha256.hpp"
+#include "support/sha256.hpp"
 #include "generator/embedded_templates.hpp"
 #include "jitbmm/version.hpp"
 #include "params.cuh"

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
-#include "runtime/checked_size.hpp"
-#include "runtime/enum_names.hpp"
-#include "runtime/layout.hpp"
+#include "support/checked_size.hpp"
+#include "support/enum_names.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm {
 

@@ -7,8 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "runtime/checked_size.hpp"
-#include "runtime/layout.hpp"
+#include "support/checked_size.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm::reference {
 

@@ -19,17 +19,17 @@
 #include <tuple>
 
 #include "cache/disk_cache.hpp"
-#include "cache/kernel_cache.hpp"
-#include "cache/sha256.hpp"
+#include "runtime/jit.hpp"
+#include "support/sha256.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/backward.hpp"
-#include "runtime/checked_size.hpp"
+#include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"
-#include "runtime/layout.hpp"
-#include "runtime/log.hpp"
+#include "support/layout.hpp"
+#include "support/log.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/scratch.hpp"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/autotune.hpp"
-#include "runtime/checked_size.hpp"
-#include "runtime/layout.hpp"
+#include "support/checked_size.hpp"
+#include "support/layout.hpp"
 #include "runtime/plan_impl.hpp"
 #include "runtime/scratch.hpp"
 

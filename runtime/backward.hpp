@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 #include "jitbmm/plan.hpp"
 
 namespace jitbmm {

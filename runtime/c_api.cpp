@@ -20,7 +20,7 @@
 #include "jitbmm/reference.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/autotune.hpp"
-#include "runtime/parse_number.hpp"
+#include "support/parse_number.hpp"
 
 struct jitbmm_plan {
   jitbmm::SemiringBMM plan;

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "runtime/parse_number.hpp"
+#include "support/parse_number.hpp"
 
 namespace jitbmm {
 

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 #include <nvrtc.h>
 

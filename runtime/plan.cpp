@@ -9,7 +9,7 @@
 
 #include "exp_matmul_bounds.cuh"
 #include "runtime/autotune.hpp"
-#include "runtime/checked_size.hpp"
+#include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/plan_impl.hpp"

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 #include "jitbmm/plan.hpp"
 #include "params.cuh"
 

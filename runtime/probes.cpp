@@ -1,6 +1,6 @@
 #include "runtime/probes.hpp"
 
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/timing.hpp"
 

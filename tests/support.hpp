@@ -8,7 +8,7 @@
 
 #include "jitbmm/reference.hpp"
 #include "jitbmm/types.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm::test {
 

@@ -30,7 +30,7 @@ enum class Semiring { log, max_plus, min_plus, max_times, plus_times };
 // Storage types. Half types (f16, bf16) accumulate in f32; f64 accumulates in f64.
 enum class DType { f32, f64, f16, bf16 };
 
-// The one table of facts about each dtype lives in generator/dtype_table.cpp.
+// The one table of facts about each dtype lives in support/dtype_table.cpp.
 struct DTypeInfo {
   DType dtype;
   const char* name;        // "f32": CLI spelling and kernel-name part

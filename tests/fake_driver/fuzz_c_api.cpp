@@ -31,7 +31,7 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-// The library's own bound on the bytes an operand's strides may address (kMaxOperandBytes, runtime/problem.cpp):
+// The library's own bound on the bytes an operand's strides may address (kMaxOperandBytes, support/problem.cpp):
 // a plan beyond it is a finding. Plans beyond what any GPU can address (2^49 bytes of virtual memory on an H100)
 // are counted and the first one printed, but they hold the library's contract.
 constexpr double kLimitBytes = double(1ull << 62);

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cache/disk_cache.hpp"
-#include "cache/sha256.hpp"
+#include "support/sha256.hpp"
 #include "jitbmm/c_api.h"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"

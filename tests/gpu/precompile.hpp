@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
 

@@ -18,7 +18,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "cache/safe_file.hpp"
-#include "generator/kernel_files.hpp"
+#include "runtime/kernel_files.hpp"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;

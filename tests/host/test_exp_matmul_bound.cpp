@@ -11,7 +11,7 @@
 
 #include "exp_matmul_bounds.cuh"
 #include "jitbmm/kernel_spec.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 
 namespace {
 

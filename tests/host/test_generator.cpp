@@ -3,7 +3,7 @@
 #include <regex>
 #include <set>
 
-#include "cache/sha256.hpp"
+#include "support/sha256.hpp"
 #include "generator/emit_source.hpp"
 #include "params.cuh"
 

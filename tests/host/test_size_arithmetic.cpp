@@ -12,7 +12,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/autotune.hpp"
-#include "runtime/checked_size.hpp"
+#include "support/checked_size.hpp"
 
 using namespace jitbmm;
 using test::expect_invalid;

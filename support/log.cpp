@@ -1,4 +1,4 @@
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 #include <cstdio>
 #include <cstdlib>

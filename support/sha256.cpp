@@ -1,4 +1,4 @@
-#include "cache/sha256.hpp"
+#include "support/sha256.hpp"
 
 #include <openssl/evp.h>
 

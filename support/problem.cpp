@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "jitbmm/types.hpp"
-#include "runtime/checked_size.hpp"
-#include "runtime/enum_names.hpp"
-#include "runtime/layout.hpp"
+#include "support/checked_size.hpp"
+#include "support/enum_names.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm {
 

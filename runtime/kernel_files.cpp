@@ -1,6 +1,6 @@
-#include "generator/kernel_files.hpp"
+#include "runtime/kernel_files.hpp"
 
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 #include <cstdlib>
 #include <mutex>

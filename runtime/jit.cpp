@@ -1,6 +1,6 @@
-#include "cache/kernel_cache.hpp"
+#include "runtime/jit.hpp"
 
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 #include <future>
 #include <map>
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "cache/disk_cache.hpp"
-#include "generator/kernel_files.hpp"
+#include "runtime/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/version.hpp"
 

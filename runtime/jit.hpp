@@ -1,5 +1,6 @@
-// In-memory cache of loaded kernels: one NVRTC compile and one module load per (context, spec), for the life of
-// the process. (The disk cache of a later stage sits beneath this one.)
+// The JIT pipeline: spec → source (generator/) → the override and dump directories (runtime/kernel_files) → cubin
+// (from the disk cache, cache/, else NVRTC, then stored) → module and entry points (the driver). Loaded kernels are
+// kept per (context, spec) for the life of the process: one NVRTC compile and one module load each.
 #pragma once
 
 #include <memory>
