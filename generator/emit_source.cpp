@@ -1,5 +1,5 @@
-// Renders generated kernels: a header naming the spec, the templates the strategy needs (inlined, in order),
-// and a small instantiation block with the extern "C" entry point.
+// Renders generated kernels: a header naming the spec, the templates the strategy's entry lists (inlined, in order),
+// and a small instantiation block with its extern "C" entry points.
 #include "generator/emit_source.hpp"
 
 #include <sstream>
@@ -8,6 +8,7 @@
 #include "support/sha256.hpp"
 #include "generator/embedded_templates.hpp"
 #include "jitbmm/version.hpp"
+#include "generator/strategy.hpp"
 #include "params.cuh"
 
 namespace jitbmm {
@@ -37,13 +38,14 @@ void inline_template(std::ostringstream& os, std::string_view name) {
 }
 
 std::string readable_name(const KernelSpec& s) {
+  const unsigned fields = strategy_def(s).fields;
   std::ostringstream os;
   os << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name;
   if (s.out_dtype != s.dtype) os << "to" << dtype_info(s.out_dtype).name;
   os << '_' << strategy_name(s.strategy);
-  if (s.strategy == Strategy::exp_matmul) os << '_' << math_name(s.math) << '_';
+  if (fields & kMathField) os << '_' << math_name(s.math) << '_';
   if (s.pass != Pass::forward) os << '_' << pass_name(s.pass);
-  if (s.is_tiled())
+  if (fields & kTileFields)
     os << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << "_t" << s.thread_m << 'x' << s.thread_n
        << (s.min_blocks > 1 ? "_mb" + std::to_string(s.min_blocks) : "");
   else
@@ -51,100 +53,6 @@ std::string readable_name(const KernelSpec& s) {
   if (s.index64) os << "_i64";
   if (s.with_argmax) os << "_arg";
   return os.str();
-}
-
-// The per-term policy of the generic tiled kernel: fast NaN-propagating max/min for f32 accumulators without
-// argmax, the semiring's own online state otherwise.
-std::string tiled_policy(const KernelSpec& s, const std::string& semiring) {
-  const bool fast = std::string(dtype_info(s.dtype).acc_type) == "float" && !s.with_argmax;
-  if (fast && s.semiring == Semiring::max_plus) return "jb::MaxPlusTerm";
-  if (fast && s.semiring == Semiring::min_plus) return "jb::MinPlusTerm";
-  if (fast && s.semiring == Semiring::max_times) return "jb::MaxTimesTerm";
-  return "jb::GenericTerm<" + semiring + ", " + dtype_info(s.dtype).acc_type + ">";
-}
-
-// The device call that implements a spec, e.g. "jb::linear_kernel<jb::LogSemiring<float>, jb::f32, jb::f32, int>".
-std::string kernel_call(const KernelSpec& s) {
-  const std::string acc = dtype_info(s.dtype).acc_type;
-  const std::string semiring = std::string(semiring_info(s.semiring).device_type) + "<" + acc + ">";
-  const std::string io = std::string(dtype_info(s.dtype).device_type) + ", " + dtype_info(s.out_dtype).device_type +
-                         ", " + (s.index64 ? "long long" : "int");
-  const std::string tile = std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " +
-                           std::to_string(s.tile_k) + ", " + std::to_string(s.thread_m) + ", " +
-                           std::to_string(s.thread_n);
-  switch (s.strategy) {
-  case Strategy::linear:
-    return "jb::linear_kernel<" + semiring + ", " + io + ">";
-  case Strategy::linear_two_pass:
-    return "jb::linear_two_pass_kernel<" + io + ">";
-  case Strategy::warp:
-    return "jb::warp_kernel<" + semiring + ", " + io + ", " + std::to_string(s.block_x) + ">";
-  case Strategy::block_tree:
-    return "jb::block_tree_kernel<" + semiring + ", " + io + ", " + std::to_string(s.block_x) + ">";
-  case Strategy::tiled:
-  case Strategy::split_k:
-    if (s.semiring == Semiring::log && acc == "float") return "jb::tiled_log_kernel<" + io + ", " + tile + ">";
-    return "jb::tiled_kernel<" + tiled_policy(s, semiring) + ", " + semiring + ", " + io + ", " + tile + ">";
-  case Strategy::exp_matmul:
-    if (s.math == Math::fma) return "jb::exp_matmul_fma_kernel<" + io + ", " + tile + ">";
-    return "jb::exp_matmul_mma_kernel<" + io + ", " + tile + ", " + (s.math == Math::tf32x3 ? "true" : "false") + ">";
-  case Strategy::scatter:
-    break; // backward only: emit_grad_kernel
-  }
-  throw std::invalid_argument("strategy: unknown enum value");
-}
-
-// exp_matmul's other two entry points: the prepare pass and the exact repair pass (on the tiles the guard flagged,
-// at the tile em_repair_tile names).
-void emit_exp_matmul_passes(std::ostringstream& os, const KernelSpec& s) {
-  const std::string in = dtype_info(s.dtype).device_type, acc = dtype_info(s.dtype).acc_type,
-                    index = s.index64 ? "long long" : "int";
-  const std::string io = in + ", " + dtype_info(s.out_dtype).device_type + ", " + index;
-  const std::string tile = acc == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8";
-  // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
-  os << "extern \"C\" __global__ void __launch_bounds__(256, 4) " << kNameSlot
-     << "_prepare(const jb::BmmParams p) {\n  jb::em_prepare_kernel<" << in << ", " << index << ", " << acc << ", "
-     << (s.math == Math::fma    ? 0
-         : s.math == Math::tf32 ? 1
-                                : 2)
-     << ">(p);\n}\n"
-     << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
-     << "_repair(const jb::BmmParams p) {\n  jb::em_repair_kernel<" << io << ", " << tile << ">(p);\n}\n";
-}
-
-// The device call of a backward spec and its workspace store, e.g.
-// "jb::grad_tiled_kernel<jb::LogGrad, jb::f32, jb::f32, int, 128, 64, 16, 8, 4, true>".
-std::string grad_call(const KernelSpec& s) {
-  const std::string ga = s.pass == Pass::grad_a ? "true" : "false";
-  const std::string io = std::string(dtype_info(s.dtype).device_type) + ", " + dtype_info(s.out_dtype).device_type +
-                         ", " + (s.index64 ? "long long" : "int");
-  if (s.strategy == Strategy::scatter)
-    return "jb::grad_scatter_kernel<" + io + ", " + ga + ", " + (s.semiring == Semiring::max_times ? "true" : "false") +
-           ">";
-  const std::string sem = s.semiring == Semiring::log ? "jb::LogGrad" : "jb::PlusTimesGrad";
-  return "jb::grad_tiled_kernel<" + sem + ", " + io + ", " + std::to_string(s.tile_m) + ", " +
-         std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " + std::to_string(s.thread_m) + ", " +
-         std::to_string(s.thread_n) + ", " + ga + ">";
-}
-
-GeneratedKernel finish(const std::string& readable, std::string source);
-
-GeneratedKernel emit_grad_kernel(const KernelSpec& spec) {
-  std::ostringstream os;
-  os << "// Generated by jitbmm " << kVersion << ". Kernel " << kNameSlot << "\n"
-     << "// spec: " << to_string(spec) << "\n\n";
-  for (const char* part : {"params.cuh", "dtypes.cuh", "backward.cuh"}) inline_template(os, part);
-  const std::string index = spec.index64 ? "long long" : "int";
-  os << "// ---- instantiation ----\n"
-     << "static_assert(sizeof(jb::GradParams) == " << sizeof(jb::GradParams)
-     << ", \"host and device disagree on GradParams\");\n"
-     << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads() << ", "
-     << (spec.is_tiled() ? spec.min_blocks : 1) << ") " << kNameSlot << "(const jb::GradParams p) {\n  "
-     << grad_call(spec) << "(p);\n}\n"
-     << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
-     << "_store(const jb::GradParams p) {\n  jb::grad_store_kernel<" << dtype_info(spec.dtype).device_type << ", "
-     << index << ", " << (spec.pass == Pass::grad_a ? "true" : "false") << ">(p);\n}\n";
-  return finish(readable_name(spec), os.str());
 }
 
 // Replaces the name slot with the final name, derived from the hash of the source that still holds the slot.
@@ -159,37 +67,29 @@ GeneratedKernel finish(const std::string& readable, std::string source) {
 
 } // namespace
 
+// Any spec, through its strategy's entry: the header naming the spec, the templates in order, and the entry points.
 GeneratedKernel emit_kernel(const KernelSpec& spec) {
-  if (spec.pass != Pass::forward) return emit_grad_kernel(spec);
+  const Rendering r = strategy_def(spec).render(spec);
   // k_chunk is a launch value: specs differing only there share one source, one binary and one cache entry.
   KernelSpec source_spec = spec;
   source_spec.k_chunk = 0;
   std::ostringstream os;
   os << "// Generated by jitbmm " << kVersion << ". Kernel " << kNameSlot << "\n"
      << "// spec: " << to_string(source_spec) << "\n\n";
-  for (const char* part : {"params.cuh", "dtypes.cuh", "semirings.cuh", "linear.cuh", "reductions.cuh"})
-    inline_template(os, part);
-  if (spec.is_tiled())
-    for (const char* part : {"tiled.cuh", "tiled_log.cuh", "combine.cuh"}) inline_template(os, part);
-  if (spec.strategy == Strategy::exp_matmul)
-    for (const char* part :
-         {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"})
-      inline_template(os, part);
+  for (const char* part : r.templates) inline_template(os, part);
+  const bool grad = std::string(r.params) == "GradParams";
   os << "// ---- instantiation ----\n"
-     << "static_assert(sizeof(jb::BmmParams) == " << sizeof(jb::BmmParams)
-     << ", \"host and device disagree on BmmParams\");\n"
-     // Min-blocks 1: with the bare bound ptxas aims at full occupancy and caps registers low enough to spill.
-     << "extern \"C\" __global__ void __launch_bounds__(" << spec.threads() << ", "
-     << (spec.is_tiled() ? spec.min_blocks : 1) << ") " << kNameSlot << "(const jb::BmmParams p) {\n  "
-     << kernel_call(spec) << "(p);\n}\n";
-  if (spec.strategy == Strategy::split_k)
-    os << "extern \"C\" __global__ void __launch_bounds__(256, 1) " << kNameSlot
-       << "_combine(const jb::BmmParams p) {\n"
-       << "  jb::combine_kernel<" << semiring_info(spec.semiring).device_type << '<' << dtype_info(spec.dtype).acc_type
-       << ">, " << dtype_info(spec.out_dtype).device_type << ", " << (spec.index64 ? "long long" : "int") << ", "
-       << dtype_info(spec.dtype).acc_type << ">(p);\n}\n";
-  if (spec.strategy == Strategy::exp_matmul) emit_exp_matmul_passes(os, spec);
-  return finish(readable_name(spec), os.str());
+     << "static_assert(sizeof(jb::" << r.params << ") == " << (grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams))
+     << ", \"host and device disagree on " << r.params << "\");\n";
+  std::vector<std::string> entries;
+  for (const EntryPoint& e : r.entries) {
+    os << "extern \"C\" __global__ void __launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot
+       << e.suffix << "(const jb::" << r.params << " p) {\n  " << e.call << "(p);\n}\n";
+    entries.push_back(e.suffix);
+  }
+  GeneratedKernel k = finish(readable_name(spec), os.str());
+  k.entries = std::move(entries);
+  return k;
 }
 
 namespace {

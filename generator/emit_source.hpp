@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "jitbmm/kernel_spec.hpp"
 
@@ -10,6 +11,7 @@ namespace jitbmm {
 struct GeneratedKernel {
   std::string name;   // e.g. log_f32_linear_b32x8_9f2c01ab: readable parts plus 8 hex of the source's SHA-256
   std::string source; // self-contained: the templates it needs are inlined, so the text alone is the kernel
+  std::vector<std::string> entries = {""}; // its extern "C" entry points: name + suffix; "" is the main one
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);

@@ -1,4 +1,5 @@
-// KernelSpec: identity, printing, the default choice per problem, and what each strategy supports.
+// KernelSpec: identity, printing, the default choice per problem, and the checks every strategy shares. What each
+// strategy supports lives in its own entry of the strategy table (generator/strategies/).
 #include "jitbmm/kernel_spec.hpp"
 
 #include <algorithm>
@@ -7,54 +8,19 @@
 #include <stdexcept>
 #include <vector>
 
-#include "exp_matmul_bounds.cuh"
+#include "generator/strategy.hpp"
+#include "generator/strategies/common.hpp"
 #include "support/checked_size.hpp"
 #include "support/enum_names.hpp"
-#include "support/layout.hpp"
 
 namespace jitbmm {
 
+using strategies::reject;
+
 namespace {
 
-constexpr EnumName<Strategy> kStrategies[] = {
-    {Strategy::linear, "linear"},   {Strategy::linear_two_pass, "linear_two_pass"},
-    {Strategy::warp, "warp"},       {Strategy::block_tree, "block_tree"},
-    {Strategy::tiled, "tiled"},     {Strategy::split_k, "split_k"},
-    {Strategy::scatter, "scatter"}, {Strategy::exp_matmul, "exp_matmul"}};
 constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"}, {Math::tf32x3, "tf32x3"}, {Math::tf32, "tf32"}};
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
-
-bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
-
-// 32-bit index variants add loop strides of up to 2^22 to indices before comparing them.
-constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
-
-int64_t chunks_of(const KernelSpec& spec, const Shape& s) {
-  return spec.strategy == Strategy::split_k && s.K > 0 ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
-}
-
-bool fits_index32(const Problem& p, int64_t chunks, bool backward = false) {
-  const Shape& s = p.shape;
-  for (int64_t v : {s.B, s.M, s.N, s.K})
-    if (v >= kIndex32Limit) return false;
-  const auto outputs = try_product({s.B, s.M, s.N, chunks});
-  if (!outputs) return false;
-  // Backward workspaces are [B][M][K] and [B][K][N].
-  if (backward) {
-    const auto grads_a = try_product({s.B, s.M, s.K}), grads_b = try_product({s.B, s.K, s.N});
-    if (!grads_a || !grads_b || *grads_a >= kIndex32Limit || *grads_b >= kIndex32Limit) return false;
-  }
-  return *outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
-         max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
-         max_offset("out_strides", s.B, s.M, s.N, p.out()) < kIndex32Limit;
-}
-
-[[noreturn]] void reject(const std::string& field, const std::string& why) {
-  throw std::invalid_argument("spec." + field + ": " + why);
-}
-
-// The linear kernel's grid holds one block per block_x columns in x (y and z are looped over).
-constexpr int64_t kMaxGridX = INT32_MAX;
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
 template <class E> void check_enum(const char* field, E value, const char* (*name)(E)) {
@@ -66,6 +32,13 @@ template <class E> void check_enum(const char* field, E value, const char* (*nam
 }
 const char* semiring_text(Semiring s) { return semiring_info(s).name; }
 const char* dtype_text(DType d) { return dtype_info(d).name; }
+
+// The fields a spec's strategy reads; an unknown strategy reads none.
+unsigned fields_of(const KernelSpec& s) {
+  for (const StrategyDef* d : strategy_defs())
+    if (d->id == s.strategy) return d->fields;
+  return 0;
+}
 
 // Every field within the range any strategy could use, before any arithmetic on them: enums named, sizes bounded
 // (no product of two of them can then overflow an int).
@@ -80,85 +53,52 @@ void check_fields(const KernelSpec& spec) {
     if (v < lo || v > hi)
       reject(field, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
   };
-  if (spec.is_tiled()) {
+  const unsigned fields = fields_of(spec);
+  if (fields & kTileFields) {
     in("tile_m", spec.tile_m, 1, 1024);
     in("tile_n", spec.tile_n, 1, 1024);
     in("tile_k", spec.tile_k, 1, 32);
     in("thread_m", spec.thread_m, 1, 64);
     in("thread_n", spec.thread_n, 1, 64);
     in("min_blocks", spec.min_blocks, 1, 2048);
-    if (spec.strategy == Strategy::split_k) in("k_chunk", spec.k_chunk, 1, 1 << 30);
   } else {
     in("block_x", spec.block_x, 1, 1024);
     in("block_y", spec.block_y, 1, 1024);
   }
+  if (fields & kKChunkField) in("k_chunk", spec.k_chunk, 1, 1 << 30);
 }
 
-// exp_matmul's workspace holds padded copies of the operands ([Mp][Kp] and [Kp][Np] per batch); their offsets
-// must fit 32-bit index math too.
-bool exp_matmul_fits_index32(const Problem& p) {
-  const Shape& s = p.shape;
-  const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
-  const auto ea = try_product({a_batches, jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32)});
-  const auto eb = try_product({b_batches, jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32)});
-  return ea && eb && *ea < kIndex32Limit && *eb < kIndex32Limit;
-}
-
-// exp_matmul's workspace (jb::em_workspace sums these without checks): each padded operand copy and the repair
-// flags within 2^60 bytes, so the sum fits too.
-void check_exp_matmul_workspace(const Problem& p) {
-  const Shape& s = p.shape;
-  const bool wide = dtype_info(p.dtype).size_bytes == 8;
-  const int64_t acc = wide ? 8 : 4, rt = jb::em_repair_tile(wide), limit = int64_t(1) << 60;
-  const int64_t a_batches = p.a().batch == 0 ? 1 : s.B, b_batches = p.b().batch == 0 ? 1 : s.B;
-  const auto ea = try_product({a_batches, jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
-  const auto eb = try_product({b_batches, jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
-  const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
-  if (!ea || !eb || !flags || *ea > limit || *eb > limit || *flags > limit)
-    throw std::invalid_argument("shape: exp_matmul's padded workspace for " + to_string(s) +
-                                " exceeds 2^60 bytes; use tiled");
-  if ((s.M + rt - 1) / rt > 65535)
-    throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
-}
-
-// exp_matmul's own rules (the tile rules of the tiled strategies apply as well).
-void check_exp_matmul(const KernelSpec& spec, const Problem& p) {
-  if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
-  if (spec.pass != Pass::forward) reject("pass", "exp_matmul is a forward strategy");
-  const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
-  // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
-  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
-    reject("tile",
-           "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " + std::to_string(vec) + ")");
-  if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
-    reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
-  check_exp_matmul_workspace(p);
-  if (!spec.index64 && !exp_matmul_fits_index32(p))
-    reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
-  if (spec.math == Math::fma) {
-    // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
-    if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
-    return;
-  }
-  if (p.dtype == DType::f64) reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
-  if (spec.math == Math::tf32 && p.precision != Precision::fast)
-    reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
-  // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
-  const int wm = 8 * tm, wn = 4 * tn;
-  if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
-    reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
-                     "4·thread_n dividing the block tile and 128");
-  if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
+// Which strategy a semiring's backward runs: scatter through the forward's argmax for the selecting semirings,
+// the tiled reduction of gradient weights for the others.
+Strategy backward_strategy(Semiring semiring) {
+  return semiring_info(semiring).has_argmax ? Strategy::scatter : Strategy::tiled;
 }
 
 } // namespace
 
-const char* strategy_name(Strategy strategy) { return enum_name(kStrategies, strategy, "strategy"); }
-Strategy parse_strategy(const std::string& name) { return parse_enum(kStrategies, name, "strategy"); }
+const char* strategy_name(Strategy strategy) {
+  for (const StrategyDef* d : strategy_defs())
+    if (d->id == strategy) return d->name;
+  throw std::invalid_argument("strategy: unknown enum value " + std::to_string(static_cast<int>(strategy)));
+}
+Strategy parse_strategy(const std::string& name) {
+  std::vector<const StrategyDef*> defs = strategy_defs();
+  std::string expected;
+  for (std::size_t i = 0; i < defs.size(); ++i) {
+    if (name == defs[i]->name) return defs[i]->id;
+    if (i > 0 && defs[i]->id == defs[i - 1]->id) continue; // a forward and a backward entry share a name
+    expected += std::string(expected.empty() ? "" : ", ") + defs[i]->name;
+  }
+  const auto comma = expected.rfind(", ");
+  if (comma != std::string::npos) expected.replace(comma, 2, " or ");
+  throw std::invalid_argument("strategy: unsupported '" + name + "' (expected " + expected + ")");
+}
 const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
 Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
 const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
 Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }
+
+bool KernelSpec::is_tiled() const { return (fields_of(*this) & kTileFields) != 0; }
 
 int KernelSpec::threads() const {
   // In 64 bits and clamped, so fields out of range (check_spec_fits names them) cannot overflow here.
@@ -168,19 +108,20 @@ int KernelSpec::threads() const {
 }
 
 std::string to_string(const KernelSpec& s) {
+  const unsigned fields = fields_of(s);
   std::ostringstream os;
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
      << " out=" << dtype_info(s.out_dtype).name << " argmax=" << s.with_argmax
      << " strategy=" << strategy_name(s.strategy);
   if (s.pass != Pass::forward) os << " pass=" << pass_name(s.pass);
   os << " index64=" << s.index64;
-  if (s.is_tiled())
+  if (fields & kTileFields)
     os << " tile=" << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << " thread=" << s.thread_m << 'x' << s.thread_n
        << " min_blocks=" << s.min_blocks;
   else
     os << " block=" << s.block_x << 'x' << s.block_y;
-  if (s.strategy == Strategy::split_k) os << " k_chunk=" << s.k_chunk;
-  if (s.strategy == Strategy::exp_matmul) os << " math=" << math_name(s.math);
+  if (fields & kKChunkField) os << " k_chunk=" << s.k_chunk;
+  if (fields & kMathField) os << " math=" << math_name(s.math);
   return os.str();
 }
 
@@ -268,66 +209,47 @@ KernelSpec parse_spec(const std::string& text) {
   return spec;
 }
 
-// Identity is the printed form: fields a strategy does not use cannot make two specs differ.
-bool KernelSpec::operator==(const KernelSpec& o) const { return to_string(*this) == to_string(o); }
-std::size_t hash_value(const KernelSpec& s) { return std::hash<std::string>()(to_string(s)); }
+// Identity is the fields the strategy reads (the ones to_string prints): others cannot make two specs differ.
+namespace {
+template <class F> void for_identity(const KernelSpec& s, F&& f) {
+  const unsigned fields = fields_of(s);
+  f(static_cast<int>(s.semiring)), f(static_cast<int>(s.dtype)), f(static_cast<int>(s.out_dtype));
+  f(s.with_argmax), f(static_cast<int>(s.strategy)), f(static_cast<int>(s.pass)), f(s.index64);
+  if (fields & kTileFields)
+    f(s.tile_m), f(s.tile_n), f(s.tile_k), f(s.thread_m), f(s.thread_n), f(s.min_blocks);
+  else
+    f(s.block_x), f(s.block_y);
+  if (fields & kKChunkField) f(s.k_chunk);
+  if (fields & kMathField) f(static_cast<int>(s.math));
+}
+std::vector<int> identity(const KernelSpec& s) {
+  std::vector<int> v;
+  v.reserve(16);
+  for_identity(s, [&](int x) { v.push_back(x); });
+  return v;
+}
+} // namespace
+
+bool KernelSpec::operator==(const KernelSpec& o) const { return identity(*this) == identity(o); }
+std::size_t hash_value(const KernelSpec& s) {
+  std::size_t h = 1469598103934665603ull; // FNV-1a over the identity's ints
+  for_identity(s, [&](int x) {
+    for (int byte = 0; byte < 4; ++byte) h = (h ^ ((static_cast<unsigned>(x) >> (8 * byte)) & 0xff)) * 1099511628211ull;
+  });
+  return h;
+}
 
 KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   validate(problem);
-  const Shape& s = problem.shape;
+  const StrategyDef& def = strategy_def(strategy, Pass::forward);
   KernelSpec spec;
   spec.semiring = problem.semiring;
   spec.dtype = problem.dtype;
   spec.out_dtype = problem.output_dtype();
   spec.with_argmax = problem.with_argmax;
   spec.strategy = strategy;
-  const bool wide = problem.dtype == DType::f64;
-  switch (strategy) {
-  case Strategy::linear:
-  case Strategy::linear_two_pass:
-    spec.block_x = 32, spec.block_y = 8;
-    break;
-  case Strategy::warp:
-    spec.block_x = s.K >= 512 ? 32 : s.K >= 64 ? 8 : 4, spec.block_y = 256 / spec.block_x;
-    break;
-  case Strategy::block_tree:
-    spec.block_x = s.K >= 4096 ? 256 : 64, spec.block_y = 1;
-    break;
-  case Strategy::scatter: // backward only: default_grad_spec
-    break;
-  case Strategy::exp_matmul:
-    if (wide) { // FP64 FMA
-      spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
-    } else if (s.M >= 128 && s.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs; measured best
-      spec.math = Math::tf32x3;            // on the H100 (bench/RESULTS.md)
-      spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
-    } else {
-      spec.math = Math::tf32x3;
-      spec.tile_m = spec.tile_n = 64, spec.tile_k = 16, spec.thread_m = 4, spec.thread_n = 4, spec.min_blocks = 2;
-    }
-    break;
-  case Strategy::tiled:
-  case Strategy::split_k:
-    if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
-      spec.tile_m = 128, spec.tile_n = 64, spec.thread_m = 8, spec.thread_n = 4, spec.min_blocks = 2;
-    } else if (s.M >= 64 && s.N >= 64) {
-      spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4;
-    } else {
-      spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2;
-    }
-    spec.tile_k = wide ? 8 : 16;
-    if (strategy == Strategy::split_k) {
-      // Enough chunks that chunks × outputs fills the GPU a few times over; chunks a multiple of tile_k.
-      const int64_t outputs = std::max<int64_t>(1, checked_product({s.B, s.M, s.N}, "shape: B*M*N"));
-      const int64_t want = std::clamp<int64_t>((int64_t(1) << 21) / outputs, 1, std::max<int64_t>(1, s.K / 256));
-      int64_t chunk = (s.K + want - 1) / want;
-      chunk = (chunk + spec.tile_k - 1) / spec.tile_k * spec.tile_k;
-      spec.k_chunk = static_cast<int>(std::clamp<int64_t>(chunk, spec.tile_k, int64_t(1) << 30));
-    }
-    break;
-  }
-  spec.index64 = !fits_index32(problem, chunks_of(spec, s)) ||
-                 (strategy == Strategy::exp_matmul && !exp_matmul_fits_index32(problem));
+  def.defaults(spec, problem);
+  spec.index64 = def.needs_index64(spec, problem);
   check_spec_fits(spec, problem);
   return spec;
 }
@@ -337,52 +259,34 @@ KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
   Problem p = problem;
   p.with_argmax = false;
   validate(p);
-  const bool select = semiring_info(p.semiring).has_argmax;
-  // The tiled defaults pick tiles from the output's rows and columns: M×K for grad_a, K×N for grad_b.
-  Problem as_output = p;
-  as_output.shape = pass == Pass::grad_a ? Shape{p.shape.B, p.shape.M, p.shape.N, p.shape.K}
-                                         : Shape{p.shape.B, p.shape.K, p.shape.M, p.shape.N};
-  as_output.a_strides.reset(), as_output.b_strides.reset(), as_output.out_strides.reset();
   KernelSpec spec;
-  if (select) {
-    spec.semiring = p.semiring, spec.dtype = p.dtype, spec.out_dtype = p.output_dtype();
-    spec.strategy = Strategy::scatter;
-    spec.block_x = 256, spec.block_y = 1;
-  } else {
-    spec = default_spec(as_output, Strategy::tiled);
-    // Measured best on the H100 (bench/RESULTS.md): 8 outputs per thread (the per-output constants double the
-    // registers per output), 3 blocks per SM, the long side of the tile along the operand's columns for grad_a.
-    if (p.dtype != DType::f64 && spec.tile_m >= 64 && spec.tile_n >= 64) {
-      spec.tile_m = pass == Pass::grad_a ? 32 : 64, spec.tile_n = pass == Pass::grad_a ? 64 : 32;
-      spec.thread_m = pass == Pass::grad_a ? 2 : 4, spec.thread_n = pass == Pass::grad_a ? 4 : 2;
-      spec.tile_k = 16, spec.min_blocks = 3;
-    }
-    if (p.dtype == DType::bf16) spec.min_blocks = 1; // its conversions need more than 128 registers
-  }
+  spec.semiring = p.semiring, spec.dtype = p.dtype, spec.out_dtype = p.output_dtype();
+  spec.strategy = backward_strategy(p.semiring);
   spec.pass = pass;
-  spec.index64 = !fits_index32(p, 1, true);
+  const StrategyDef& def = strategy_def(spec);
+  def.defaults(spec, p);
+  spec.index64 = def.needs_index64(spec, p);
   check_spec_fits(spec, p);
   return spec;
 }
 
+// The forward strategy whose rank for the problem is highest (each strategy's file says when it is the default).
 KernelSpec default_spec(const Problem& problem) {
   validate(problem);
-  const Shape& s = problem.shape;
-  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-  // Order matters: many outputs → tiled; few outputs with long K → split-K, else warp; then tiled, then linear.
-  Strategy strategy = Strategy::linear;
-  if (s.K == 0 || outputs == 0)
-    strategy = Strategy::linear;
-  else if (s.M >= 16 && s.N >= 16 && outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= 65535)
-    strategy = Strategy::tiled;
-  else if (s.M >= 16 && s.N >= 16 && s.K >= 4096)
-    strategy = Strategy::split_k;
-  else if (s.K >= 32 && outputs < (int64_t(1) << 18))
-    strategy = Strategy::warp;                                 // few outputs: parallel K
-  else if (s.M >= 16 && s.N >= 16 && (s.M + 31) / 32 <= 65535) // NOLINT(bugprone-branch-clone): see the order
-    strategy = Strategy::tiled;
-  if (strategy == Strategy::linear && (s.N + 31) / 32 > kMaxGridX) strategy = Strategy::warp; // loops over outputs
-  return default_spec(problem, strategy);
+  const StrategyDef* best = nullptr;
+  int best_rank = -1;
+  for (const StrategyDef* d : strategy_defs()) {
+    if (d->backward) continue;
+    const int rank = d->default_rank(problem);
+    if (rank > best_rank) best = d, best_rank = rank;
+  }
+  if (!best) throw std::logic_error("default_spec: no strategy takes " + describe(problem));
+  return default_spec(problem, best->id);
+}
+
+int shared_memory_bytes(const KernelSpec& spec) {
+  const StrategyDef& def = strategy_def(spec);
+  return def.shared_bytes ? def.shared_bytes(spec) : 0;
 }
 
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
@@ -398,75 +302,21 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   if (threads <= 0 || threads > 1024 || threads % 32 != 0)
     reject(spec.is_tiled() ? "thread" : "block",
            std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
-  switch (spec.strategy) {
-  case Strategy::linear:
-    if ((s.N + spec.block_x - 1) / spec.block_x > kMaxGridX)
-      throw std::invalid_argument("shape.N: more than 2^31 - 1 column blocks for the linear strategy; use warp");
-    break;
-  case Strategy::scatter:
-    if (spec.pass == Pass::forward) reject("strategy", "scatter is a backward strategy");
-    if (spec.block_y != 1) reject("block", "scatter needs block_y = 1");
-    break;
-  case Strategy::linear_two_pass:
-    if (spec.semiring != Semiring::log) reject("strategy", "linear_two_pass is the log semiring's two-pass form");
-    break;
-  case Strategy::warp:
-    if (!power_of_two(spec.block_x) || spec.block_x < 2 || spec.block_x > 32)
-      reject("block", "warp lanes per output (block_x) must be a power of two in 2..32");
-    break;
-  case Strategy::block_tree:
-    if (!power_of_two(spec.block_x) || spec.block_x < 64 || spec.block_y != 1)
-      reject("block", "block_tree needs block_x a power of two in 64..1024 and block_y = 1");
-    break;
-  case Strategy::tiled:
-  case Strategy::split_k:
-  case Strategy::exp_matmul: {
-    if (spec.strategy == Strategy::exp_matmul) check_exp_matmul(spec, p);
-    if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
-      reject("thread", "thread tile must divide the block tile");
-    if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
-    if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
-    const int acc = spec.dtype == DType::f64 ? 8 : 4;
-    // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
-    const int g_side = spec.pass == Pass::grad_a ? spec.tile_m : spec.tile_n;
-    int smem = spec.pass == Pass::forward
-                   ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
-                   : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
-    if (spec.strategy == Strategy::exp_matmul) { // the row and column maxima and masks; mma rows are k-major
-      if (spec.math != Math::fma) smem = 2 * (spec.tile_m + spec.tile_n) * (spec.tile_k + 4) * acc;
-      smem += (spec.tile_m + spec.tile_n) * (acc + 16);
-    }
-    if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
-    const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
-    if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)
-      throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
-                                  ": more than 65535 row tiles for the tiled strategy; use linear or warp");
-    if (spec.pass != Pass::forward) { // the backward grid's x holds one block per tile_n columns, unlooped
-      const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
-      if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
-        throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
-                                    ": more than 2^31 - 1 column tiles for the backward's tiled kernel");
-    }
-    if (spec.strategy == Strategy::split_k) {
-      if (spec.k_chunk < 1) reject("k_chunk", "must be positive");
-      // The partial results of every chunk: [chunks][B][M][N] accumulators (and argmaxes).
-      const auto partials =
-          try_product({chunks_of(spec, s), s.B, s.M, s.N, (acc == 8 ? 8 : 4) + (p.with_argmax ? 4 : 0)});
-      if (!partials || *partials > kMaxOperandBytes)
-        reject("k_chunk", "split_k's partial results for " + to_string(s) + " exceed 2^62 bytes; use a larger k_chunk");
-    }
-    if (spec.min_blocks < 1 || spec.min_blocks * threads > 2048) reject("min_blocks", "must be in 1..2048/threads");
-    break;
+  const StrategyDef* def = nullptr;
+  try {
+    def = &strategy_def(spec);
+  } catch (const std::invalid_argument& e) { // "strategy: scatter is a backward strategy"
+    throw std::invalid_argument(std::string("spec.") + e.what());
   }
-  }
+  def->check(spec, p);
   if (spec.pass != Pass::forward) {
     if (p.with_argmax) reject("pass", "backward kernels are planned for the problem without argmax");
-    const bool select = semiring_info(p.semiring).has_argmax;
-    if (spec.strategy != (select ? Strategy::scatter : Strategy::tiled))
+    const Strategy want = backward_strategy(p.semiring);
+    if (spec.strategy != want)
       reject("strategy", std::string("the backward of ") + semiring_info(p.semiring).name + " uses " +
-                             (select ? "scatter" : "tiled"));
+                             strategy_name(want));
   }
-  if (!spec.index64 && !fits_index32(p, chunks_of(spec, s), spec.pass != Pass::forward))
+  if (!spec.index64 && def->needs_index64(spec, p))
     reject("index64", "this problem's sizes or strides overflow 32-bit index math (" + describe(p) +
                           "); use a 64-bit index variant");
 }

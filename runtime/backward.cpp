@@ -12,6 +12,8 @@
 #include "support/layout.hpp"
 #include "runtime/plan_impl.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/launch.hpp"
+#include "generator/strategies/common.hpp"
 
 namespace jitbmm {
 
@@ -33,83 +35,24 @@ void check_grad_layout(const Problem& p, Pass pass) {
                                 "broadcast, may repeat); give the operand a dense layout");
 }
 
-namespace {
-
-unsigned blocks_for(int64_t items, int threads) {
-  return static_cast<unsigned>(std::clamp<int64_t>((items + threads - 1) / threads, 1, int64_t(1) << 20));
-}
-
-void launch(CUfunction f, const unsigned (&grid)[3], unsigned threads, jb::GradParams& q, CUstream stream,
-            const std::string& name) {
-  void* args[] = {&q};
-  check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], threads, 1, 1, 0, stream, args, nullptr),
-        ("cuLaunchKernel(" + name + ")").c_str());
-}
-
-// What a gradient pass accumulates into: how many batch slices, and whether it needs the accumulator at all.
-struct GradAccumulator {
-  int64_t slices = 0, items = 0;
-  bool needed = false;
-};
-
-GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& spec) {
-  const Shape& s = p.shape;
-  const bool ga = spec.pass == Pass::grad_a;
-  const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
-  const bool broadcast = (ga ? p.a().batch : p.b().batch) == 0 && s.B > 1;
-  GradAccumulator acc;
-  acc.slices = broadcast ? 1 : s.B;
-  acc.items = checked_product({acc.slices, rows, cols}, "backward workspace");
-  acc.needed = acc.items > 0 && (spec.strategy == Strategy::scatter || broadcast);
-  return acc;
-}
-
-} // namespace
-
 std::size_t grad_workspace_bytes(const Problem& p, const KernelSpec& spec) {
-  const GradAccumulator acc = grad_accumulator(p, spec);
-  if (!acc.needed) return 0;
-  return static_cast<std::size_t>(
-      checked_mul(acc.items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"));
+  return strategy_def(spec).launches(spec, p).workspace_bytes;
 }
 
 void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& kernel, const GradArgs& args,
                  CUstream stream) {
+  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
+  if (plan.launches.empty()) return; // an empty gradient
   const Shape& s = p.shape;
-  const bool ga = spec.pass == Pass::grad_a;
-  const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
-  if (s.B == 0 || rows == 0 || cols == 0) return;
   const Strides sa = p.a(), sb = p.b(), so = p.out();
-  const GradAccumulator acc = grad_accumulator(p, spec);
   jb::GradParams q{};
   q.a = args.a, q.b = args.b, q.out = args.out, q.grad_out = args.grad_out, q.argmax = args.argmax, q.grad = args.grad;
   q.B = s.B, q.M = s.M, q.N = s.N, q.K = s.K;
   q.a_batch = sa.batch, q.a_row = sa.row, q.a_col = sa.col;
   q.b_batch = sb.batch, q.b_row = sb.row, q.b_col = sb.col;
   q.out_batch = so.batch, q.out_row = so.row, q.out_col = so.col;
-  q.workspace_slices = acc.slices;
-  const std::size_t workspace_bytes = grad_workspace_bytes(p, spec);
-  if (workspace_bytes) {
-    if (!args.workspace) throw std::logic_error("launch_grad: no workspace for an accumulating pass");
-    q.workspace = args.workspace;
-    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(args.workspace), 0, workspace_bytes, stream),
-          "cuMemsetD8Async");
-  }
-  const std::string& name = kernel.generated.name;
-  if (spec.strategy == Strategy::scatter) {
-    const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-    const unsigned grid[3] = {blocks_for(outputs, spec.threads()), 1, 1};
-    if (outputs > 0) launch(kernel.function, grid, spec.threads(), q, stream, name);
-  } else {
-    const unsigned grid[3] = {static_cast<unsigned>((cols + spec.tile_n - 1) / spec.tile_n),
-                              static_cast<unsigned>((rows + spec.tile_m - 1) / spec.tile_m),
-                              static_cast<unsigned>(std::min<int64_t>(s.B, 65535))};
-    launch(kernel.function, grid, spec.threads(), q, stream, name);
-  }
-  if (workspace_bytes) {
-    const unsigned grid[3] = {blocks_for(acc.items, 256), 1, 1};
-    launch(kernel.store, grid, 256, q, stream, name + "_store");
-  }
+  q.workspace_slices = strategies::grad_accumulator(p, spec).slices;
+  run_launches(kernel, plan, q, args.workspace, stream);
 }
 
 namespace {

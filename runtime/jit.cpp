@@ -52,26 +52,30 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   ScopedContext scope(device.context);
   check(d.cuModuleLoadData(&loaded->module, loaded->compiled.binary.data()),
         ("cuModuleLoadData(" + kernel.name + ")").c_str());
-  const CUresult r = d.cuModuleGetFunction(&loaded->function, loaded->module, kernel.name.c_str());
-  if (r != CUDA_SUCCESS) {
-    d.cuModuleUnload(loaded->module);
-    check(r, ("cuModuleGetFunction(" + kernel.name + ")").c_str());
-  }
-  // The module's other entry points, where its source defines them.
-  for (auto [slot, suffix] : {std::pair{&loaded->combine, "_combine"},
-                              {&loaded->store, "_store"},
-                              {&loaded->prepare, "_prepare"},
-                              {&loaded->repair, "_repair"}}) {
+  // The entry points the generator declared (an override must define the same ones).
+  for (const std::string& suffix : kernel.entries) {
     const std::string name = kernel.name + suffix;
-    if (kernel.source.find(name + "(") != std::string::npos)
-      check(d.cuModuleGetFunction(slot, loaded->module, name.c_str()), ("cuModuleGetFunction(" + name + ")").c_str());
+    CUfunction f = nullptr;
+    const CUresult r = d.cuModuleGetFunction(&f, loaded->module, name.c_str());
+    if (r != CUDA_SUCCESS) {
+      d.cuModuleUnload(loaded->module);
+      check(r, ("cuModuleGetFunction(" + name + ")").c_str());
+    }
+    loaded->entries.emplace_back(suffix, f);
   }
+  loaded->function = loaded->entry("");
   check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
         "cuFuncGetAttribute(NUM_REGS)");
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them
 }
 
 } // namespace
+
+CUfunction LoadedKernel::entry(const std::string& suffix) const {
+  for (const auto& [name, f] : entries)
+    if (name == suffix) return f;
+  throw std::logic_error("kernel " + generated.name + " has no entry point '" + generated.name + suffix + "'");
+}
 
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& generated) {
   const GeneratedKernel kernel = with_override(generated);

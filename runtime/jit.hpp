@@ -4,6 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
@@ -16,12 +19,12 @@ struct LoadedKernel {
   CompiledKernel compiled;
   PtxasResources resources;
   CUmodule module = nullptr;
-  CUfunction function = nullptr;
-  CUfunction combine = nullptr; // split-K's second pass (<name>_combine), when the module has one
-  CUfunction store = nullptr;   // backward: workspace → gradient (<name>_store), when the module has one
-  CUfunction prepare = nullptr; // exp_matmul: maxima and exponentiated operands (<name>_prepare)
-  CUfunction repair = nullptr;  // exp_matmul: the direct kernel on flagged tiles (<name>_repair)
-  int registers = 0;            // as the driver reports for the loaded function
+  CUfunction function = nullptr; // the main entry point
+  std::vector<std::pair<std::string, CUfunction>> entries; // every entry point by suffix (generated.entries)
+  int registers = 0;             // as the driver reports for the main entry
+
+  // The entry point <name><suffix>; std::logic_error when the module has none (a plan and its kernel disagree).
+  CUfunction entry(const std::string& suffix) const;
 };
 
 // Returns the loaded kernel for `spec` on `device`, generating, compiling and loading it on first use. Concurrent

@@ -13,13 +13,12 @@
 #include "runtime/device_memory.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/plan_impl.hpp"
+#include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 
 namespace jitbmm {
 
 namespace {
-
-constexpr unsigned kMaxGridYZ = 65535;
 
 jb::BmmParams make_params(const Problem& p) {
   jb::BmmParams q{};
@@ -49,108 +48,6 @@ SemiringBMM SemiringBMM::get(const Problem& problem) {
   return *plan;
 }
 
-namespace {
-
-unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
-
-jb::EmWorkspace exp_matmul_workspace(const Problem& p) {
-  const Shape& s = p.shape;
-  return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
-                          dtype_info(p.dtype).size_bytes == 8);
-}
-
-// Grid and block for a spec; the kernels loop over whatever a grid dimension cannot hold.
-void set_geometry(SemiringBMM::Impl& im) {
-  const KernelSpec& spec = im.spec;
-  const Shape& s = im.problem.shape;
-  // check_spec_fits has bounded every grid and workspace below (it names the size that does not fit).
-  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-  constexpr int64_t kMaxGridX = INT32_MAX;
-  switch (spec.strategy) {
-  case Strategy::linear:
-    im.block[0] = spec.block_x, im.block[1] = spec.block_y;
-    im.grid[0] = static_cast<unsigned>((s.N + spec.block_x - 1) / spec.block_x);
-    im.grid[1] = clamp_grid((s.M + spec.block_y - 1) / spec.block_y, kMaxGridYZ);
-    im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
-    break;
-  case Strategy::linear_two_pass:
-    im.block[0] = spec.threads();
-    im.grid[0] = clamp_grid((outputs + spec.threads() - 1) / spec.threads(), int64_t(1) << 20);
-    break;
-  case Strategy::warp:
-    im.block[0] = spec.block_x, im.block[1] = spec.block_y;
-    im.grid[0] = clamp_grid((outputs + spec.block_y - 1) / spec.block_y, int64_t(1) << 20);
-    break;
-  case Strategy::block_tree:
-    im.block[0] = spec.block_x;
-    im.grid[0] = clamp_grid(outputs, int64_t(1) << 20);
-    break;
-  case Strategy::scatter:
-    throw std::invalid_argument("spec.strategy: scatter is a backward strategy; plan the forward with another");
-  case Strategy::exp_matmul: {
-    const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
-    im.block[0] = spec.threads();
-    im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
-    im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
-    im.grid[2] = clamp_grid(s.B, kMaxGridYZ);
-    const Strides a = im.problem.a(), b = im.problem.b();
-    const jb::EmStatsGrid g = jb::em_stats_grid(s.M, s.N, a.batch == 0 ? 1 : s.B, b.batch == 0 ? 1 : s.B);
-    im.prepare_grid = static_cast<unsigned>(g.row_blocks + g.col_blocks);
-    const int64_t rt = jb::em_repair_tile(dtype_info(spec.dtype).size_bytes == 8);
-    im.repair_grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
-    im.repair_grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt);
-    im.repair_grid[2] = clamp_grid(s.B, kMaxGridYZ);
-    im.workspace_bytes = static_cast<std::size_t>(w.bytes);
-    im.repair_flags_offset = static_cast<std::size_t>(w.flags);
-    break;
-  }
-  case Strategy::tiled:
-  case Strategy::split_k: {
-    const int64_t chunks = spec.strategy == Strategy::split_k ? (s.K + spec.k_chunk - 1) / spec.k_chunk : 1;
-    im.block[0] = spec.threads();
-    im.grid[0] = clamp_grid((s.N + spec.tile_n - 1) / spec.tile_n, kMaxGridX);
-    im.grid[1] = static_cast<unsigned>((s.M + spec.tile_m - 1) / spec.tile_m); // ≤ 65535: check_spec_fits
-    im.grid[2] = clamp_grid(s.B * chunks, kMaxGridYZ);
-    if (spec.strategy == Strategy::split_k) {
-      im.params.k_chunk = spec.k_chunk;
-      const int64_t per_output = (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) + (spec.with_argmax ? 4 : 0);
-      im.workspace_bytes =
-          static_cast<std::size_t>(checked_product({chunks, outputs, per_output}, "split_k workspace"));
-      im.combine_grid = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
-    }
-    break;
-  }
-  }
-}
-
-void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], jb::BmmParams& params, CUstream stream,
-            const std::string& name) {
-  void* args[] = {&params};
-  check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
-        ("cuLaunchKernel(" + name + ")").c_str());
-}
-
-// The launches of a plan that has a workspace (params.workspace set).
-void launch_passes(const SemiringBMM::Impl& im, jb::BmmParams& params, CUstream stream) {
-  const LoadedKernel& k = *im.kernel;
-  const unsigned block[3] = {256, 1, 1};
-  if (im.spec.strategy == Strategy::exp_matmul) {
-    const unsigned prepare[3] = {im.prepare_grid, 1, 1};
-    launch(k.prepare, prepare, block, params, stream, k.generated.name + "_prepare");
-    launch(k.function, im.grid, im.block, params, stream, k.generated.name);
-    jb::BmmParams repair = params;
-    repair.repair_flags =
-        reinterpret_cast<const unsigned*>(static_cast<const char*>(params.workspace) + im.repair_flags_offset);
-    launch(k.repair, im.repair_grid, block, repair, stream, k.generated.name + "_repair");
-    return;
-  }
-  launch(k.function, im.grid, im.block, params, stream, k.generated.name);
-  const unsigned grid[3] = {im.combine_grid, 1, 1};
-  launch(k.combine, grid, block, params, stream, k.generated.name + "_combine");
-}
-
-} // namespace
-
 SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   check_spec_fits(spec, problem);
   auto impl = std::make_shared<Impl>();
@@ -166,7 +63,7 @@ SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
     // K = 0 has nothing to split: the tiled kernel writes the semiring zero in one pass.
     if (spec.strategy == Strategy::split_k && s.K == 0) impl->spec.strategy = Strategy::tiled;
     impl->kernel = load_kernel(*impl->device, impl->spec);
-    set_geometry(*impl);
+    impl->launches = strategy_def(impl->spec).launches(impl->spec, problem);
   }
   return SemiringBMM(std::move(impl));
 }
@@ -205,16 +102,11 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   // Split-K and exp_matmul: scratch that is stream-ordered (the caller's, or the pool's), so concurrent calls on
   // different streams never share one.
   Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
-  if (im.workspace_bytes == 0) {
-    launch(im.kernel->function, im.grid, im.block, params, cu_stream, im.kernel->generated.name);
-    return;
-  }
-  params.workspace = scratch.take(im.workspace_bytes);
-  launch_passes(im, params, cu_stream);
+  run_launches(*im.kernel, im.launches, params, scratch.take(im.launches.workspace_bytes), cu_stream);
 }
 
 std::size_t SemiringBMM::workspace_bytes() const {
-  return ScratchSize().add(impl_->workspace_bytes, "workspace").bytes();
+  return ScratchSize().add(impl_->launches.workspace_bytes, "workspace").bytes();
 }
 
 SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, const void* b, void* out,
@@ -236,12 +128,13 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   const DriverApi& d = driver();
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  DeviceBuffer workspace(im.workspace_bytes);
+  DeviceBuffer workspace(im.launches.workspace_bytes);
   jb::BmmParams params = im.params;
-  params.a = a, params.b = b, params.out = out, params.workspace = workspace.get();
-  launch_passes(im, params, cu_stream);
+  params.a = a, params.b = b, params.out = out;
+  run_launches(*im.kernel, im.launches, params, workspace.get(), cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const jb::EmWorkspace w = exp_matmul_workspace(im.problem);
+  const jb::EmWorkspace w = jb::em_workspace(s.B, s.M, s.N, s.K, im.problem.a().batch == 0 ? 1 : s.B,
+                                            im.problem.b().batch == 0 ? 1 : s.B, dtype_info(im.problem.dtype).size_bytes == 8);
   std::vector<unsigned char> host(static_cast<std::size_t>(w.ea)); // everything before the operands
   workspace.download(host.data(), host.size());
   uint64_t repaired = 0;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "generator/strategy.hpp"
 #include "runtime/jit.hpp"
 #include "jitbmm/plan.hpp"
 #include "params.cuh"
@@ -25,13 +26,7 @@ struct SemiringBMM::Impl {
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel; // null when the problem has no outputs (nothing to launch)
   jb::BmmParams params{};                     // sizes and strides; pointers filled per call
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
-  std::size_t workspace_bytes = 0;     // split-K and exp_matmul
-  unsigned combine_grid = 1;           // split-K's combine pass
-  unsigned prepare_grid = 1;           // exp_matmul's prepare pass (256 threads a block)
-  unsigned repair_grid[3] = {1, 1, 1}; // exp_matmul's repair pass (256 threads a block)
-  std::size_t repair_flags_offset = 0; // exp_matmul: where the repair flags sit in the workspace
+  LaunchPlan launches;                        // the strategy's launches for this problem, and their workspace
 
   mutable std::mutex grad_mutex;                          // guards the two below
   mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b

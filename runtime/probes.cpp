@@ -1,6 +1,7 @@
 #include "runtime/probes.hpp"
 
 #include "runtime/jit.hpp"
+#include "runtime/launch.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/timing.hpp"
 
@@ -13,15 +14,14 @@ double measure(const DeviceInfo& device, const GeneratedKernel& probe) {
   const auto kernel = load_generated(device, probe);
   DeviceBuffer sink(1024 * sizeof(float));
   const unsigned blocks = static_cast<unsigned>(device.sm_count) * 8, threads = 256;
+  const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
   int iterations = 4096;
   void* args[] = {nullptr, &iterations};
   void* sink_ptr = sink.get();
   args[0] = &sink_ptr;
   const Timing t = time_launches(
       [&](Stream s) {
-        check(driver().cuLaunchKernel(kernel->function, blocks, 1, 1, threads, 1, 1, 0, reinterpret_cast<CUstream>(s),
-                                      args, nullptr),
-              "cuLaunchKernel(exp probe)");
+        launch(kernel->function, grid, block, args, reinterpret_cast<CUstream>(s), kernel->generated.name);
       },
       2, 9);
   const double ops = double(blocks) * threads * kExpProbeChains * iterations;

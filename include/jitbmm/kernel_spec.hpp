@@ -10,6 +10,7 @@
 
 namespace jitbmm {
 
+// Each strategy is one entry of the strategy table, in its own file generator/strategies/<name>.cpp.
 enum class Strategy {
   linear,          // one thread per output, one pass over K with the semiring's online state
   linear_two_pass, // log only: one thread per output, max over K, then Σ exp(t − max)
@@ -62,9 +63,8 @@ struct KernelSpec {
   bool operator==(const KernelSpec& o) const;
   bool operator!=(const KernelSpec& o) const { return !(*this == o); }
   int threads() const;
-  bool is_tiled() const {
-    return strategy == Strategy::tiled || strategy == Strategy::split_k || strategy == Strategy::exp_matmul;
-  }
+  // The strategy reads the tiled family's fields (tile_*, thread_*, min_blocks) rather than block_x / block_y.
+  bool is_tiled() const;
 };
 
 // "semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled index64=0 tile=128x128x16 thread=8x8": printed into every
@@ -89,6 +89,10 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy);
 // that does not support the semiring or pass, tile parameters out of range, 32-bit indices too narrow). For a
 // backward spec, `problem` is the forward problem without argmax.
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
+
+// The static shared memory a block of the spec's kernel takes (0 for strategies without shared tiles): the one
+// formula the fit rules and the tuner's device limits read.
+int shared_memory_bytes(const KernelSpec& spec);
 
 } // namespace jitbmm
 

@@ -1,0 +1,200 @@
+// The pieces several strategies share (common.hpp).
+#include "generator/strategies/common.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "support/checked_size.hpp"
+#include "support/layout.hpp"
+
+namespace jitbmm::strategies {
+
+void reject(const std::string& field, const std::string& why) {
+  throw std::invalid_argument("spec." + field + ": " + why);
+}
+
+bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
+
+std::string acc_type(const KernelSpec& s) { return dtype_info(s.dtype).acc_type; }
+std::string semiring_type(const KernelSpec& s) {
+  return std::string(semiring_info(s.semiring).device_type) + "<" + acc_type(s) + ">";
+}
+std::string index_type(const KernelSpec& s) { return s.index64 ? "long long" : "int"; }
+std::string io_types(const KernelSpec& s) {
+  return std::string(dtype_info(s.dtype).device_type) + ", " + dtype_info(s.out_dtype).device_type + ", " +
+         index_type(s);
+}
+std::string tile_args(const KernelSpec& s) {
+  return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " +
+         std::to_string(s.thread_m) + ", " + std::to_string(s.thread_n);
+}
+
+std::vector<const char*> forward_templates(bool tiled) {
+  std::vector<const char*> t = {"params.cuh", "dtypes.cuh", "semirings.cuh", "linear.cuh", "reductions.cuh"};
+  if (tiled) t.insert(t.end(), {"tiled.cuh", "tiled_log.cuh", "combine.cuh"});
+  return t;
+}
+
+EntryPoint main_entry(const KernelSpec& s, std::string call) {
+  // Min-blocks 1 for the others: with the bare bound ptxas aims at full occupancy and caps registers low enough to
+  // spill.
+  return {"", s.threads(), (strategy_def(s).fields & kTileFields) ? s.min_blocks : 1, std::move(call)};
+}
+
+namespace {
+// 32-bit index variants add loop strides of up to 2^22 to indices before comparing them.
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
+} // namespace
+
+bool fits_index32(const Problem& p, int64_t chunks, bool backward) {
+  const Shape& s = p.shape;
+  for (int64_t v : {s.B, s.M, s.N, s.K})
+    if (v >= kIndex32Limit) return false;
+  const auto outputs = try_product({s.B, s.M, s.N, chunks});
+  if (!outputs) return false;
+  // Backward workspaces are [B][M][K] and [B][K][N].
+  if (backward) {
+    const auto grads_a = try_product({s.B, s.M, s.K}), grads_b = try_product({s.B, s.K, s.N});
+    if (!grads_a || !grads_b || *grads_a >= kIndex32Limit || *grads_b >= kIndex32Limit) return false;
+  }
+  return *outputs < kIndex32Limit && max_offset("a_strides", s.B, s.M, s.K, p.a()) < kIndex32Limit &&
+         max_offset("b_strides", s.B, s.K, s.N, p.b()) < kIndex32Limit &&
+         max_offset("out_strides", s.B, s.M, s.N, p.out()) < kIndex32Limit;
+}
+
+bool needs_index64(const KernelSpec& s, const Problem& p) { return !fits_index32(p, 1, s.pass != Pass::forward); }
+
+int64_t outputs_of(const Problem& p) {
+  return checked_product({p.shape.B, p.shape.M, p.shape.N}, "shape: B*M*N");
+}
+
+void default_tiles(KernelSpec& spec, const Problem& p) {
+  const Shape& s = p.shape;
+  const bool wide = p.dtype == DType::f64;
+  if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
+    spec.tile_m = 128, spec.tile_n = 64, spec.thread_m = 8, spec.thread_n = 4, spec.min_blocks = 2;
+  } else if (s.M >= 64 && s.N >= 64) {
+    spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4;
+  } else {
+    spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2;
+  }
+  spec.tile_k = wide ? 8 : 16;
+}
+
+int tiled_shared_bytes(const KernelSpec& s) {
+  const int acc = s.dtype == DType::f64 ? 8 : 4;
+  // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
+  const int g_side = s.pass == Pass::grad_a ? s.tile_m : s.tile_n;
+  return s.pass == Pass::forward ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
+                                 : 2 * s.tile_k * (2 * (g_side + 4) + (s.tile_m + s.tile_n - g_side + 4)) * acc;
+}
+
+void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
+  const Shape& s = p.shape;
+  if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
+    reject("thread", "thread tile must divide the block tile");
+  if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
+  if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
+  if (shared_bytes > 48 * 1024)
+    reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most 48 KiB");
+  const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
+  if ((rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
+    throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
+                                ": more than 65535 row tiles for the tiled strategy; use linear or warp");
+  if (spec.pass != Pass::forward) { // the backward grid's x holds one block per tile_n columns, unlooped
+    const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
+    if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
+      throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
+                                  ": more than 2^31 - 1 column tiles for the backward's tiled kernel");
+  }
+  if (spec.min_blocks < 1 || spec.min_blocks * spec.threads() > 2048)
+    reject("min_blocks", "must be in 1..2048/threads");
+}
+
+namespace {
+// The per-term policy of the generic tiled kernel: fast NaN-propagating max/min for f32 accumulators without
+// argmax, the semiring's own online state otherwise.
+std::string tiled_policy(const KernelSpec& s) {
+  const bool fast = acc_type(s) == "float" && !s.with_argmax;
+  if (fast && s.semiring == Semiring::max_plus) return "jb::MaxPlusTerm";
+  if (fast && s.semiring == Semiring::min_plus) return "jb::MinPlusTerm";
+  if (fast && s.semiring == Semiring::max_times) return "jb::MaxTimesTerm";
+  return "jb::GenericTerm<" + semiring_type(s) + ", " + acc_type(s) + ">";
+}
+} // namespace
+
+std::string tiled_call(const KernelSpec& s) {
+  if (s.semiring == Semiring::log && acc_type(s) == "float")
+    return "jb::tiled_log_kernel<" + io_types(s) + ", " + tile_args(s) + ">";
+  return "jb::tiled_kernel<" + tiled_policy(s) + ", " + semiring_type(s) + ", " + io_types(s) + ", " + tile_args(s) +
+         ">";
+}
+
+void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z) {
+  l.block[0] = static_cast<unsigned>(s.threads());
+  l.grid[0] = clamp_grid((cols + s.tile_n - 1) / s.tile_n, kMaxGridX);
+  l.grid[1] = static_cast<unsigned>((rows + s.tile_m - 1) / s.tile_m); // ≤ 65535: check_tiles
+  l.grid[2] = clamp_grid(z, kMaxGridYZ);
+}
+
+void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const std::vector<TileChoice>& tiles) {
+  for (const TileChoice& t : tiles) {
+    KernelSpec s = base;
+    s.tile_m = t.m, s.tile_n = t.n, s.tile_k = t.k, s.thread_m = t.tm, s.thread_n = t.tn, s.min_blocks = t.mb;
+    out.push_back(s);
+  }
+}
+
+const std::vector<TileChoice>& forward_tiles(bool wide) {
+  static const std::vector<TileChoice> narrow = {{128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1},
+                                                 {128, 128, 16, 8, 8, 2}, {64, 128, 16, 4, 8, 2},
+                                                 {64, 64, 16, 4, 4, 1},   {64, 64, 16, 4, 4, 2},
+                                                 {32, 32, 16, 2, 2, 1},   {128, 64, 24, 8, 4, 2}};
+  static const std::vector<TileChoice> wide_tiles = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
+  return wide ? wide_tiles : narrow;
+}
+
+GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& spec) {
+  const Shape& s = p.shape;
+  const bool ga = spec.pass == Pass::grad_a;
+  const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
+  const bool broadcast = (ga ? p.a().batch : p.b().batch) == 0 && s.B > 1;
+  GradAccumulator acc;
+  acc.slices = broadcast ? 1 : s.B;
+  acc.items = checked_product({acc.slices, rows, cols}, "backward workspace");
+  acc.needed = acc.items > 0 && (spec.strategy == Strategy::scatter || broadcast);
+  return acc;
+}
+
+LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& main) {
+  LaunchPlan plan;
+  const GradAccumulator acc = grad_accumulator(p, spec);
+  plan.launches.push_back(main);
+  if (!acc.needed) return plan;
+  plan.workspace_bytes = static_cast<std::size_t>(
+      checked_mul(acc.items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"));
+  plan.zero_workspace = true;
+  Launch store;
+  store.entry = "_store";
+  store.block[0] = 256;
+  store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((acc.items + 255) / 256, 1, int64_t(1) << 20));
+  plan.launches.push_back(store);
+  return plan;
+}
+
+std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "backward.cuh"}; }
+
+std::string grad_weights(const KernelSpec& s) {
+  return s.semiring == Semiring::log ? "jb::LogGrad" : "jb::PlusTimesGrad";
+}
+bool scatter_times(const KernelSpec& s) { return s.semiring == Semiring::max_times; }
+
+EntryPoint grad_store_entry(const KernelSpec& s) {
+  return {"_store", 256, 1,
+          "jb::grad_store_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) + ", " +
+              (s.pass == Pass::grad_a ? "true" : "false") + ">"};
+}
+
+} // namespace jitbmm::strategies

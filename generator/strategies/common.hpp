@@ -1,0 +1,72 @@
+// What several strategies share: the spelling of their device types, the forward templates, grid clamping, the
+// 32-bit index rule, and the tiled family's tile defaults, fit rules, tile tables and gradient accumulator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generator/strategy.hpp"
+
+namespace jitbmm::strategies {
+
+[[noreturn]] void reject(const std::string& field, const std::string& why); // "spec.<field>: <why>"
+bool power_of_two(int v);
+
+// The largest grid x the kernels are launched with (y and z: kMaxGridYZ); the kernels loop over the rest.
+constexpr int64_t kMaxGridX = INT32_MAX;
+constexpr int64_t kMaxGridYZ = 65535;
+unsigned clamp_grid(int64_t blocks, int64_t limit);
+
+// Device spellings: "float"; "jb::LogSemiring<float>"; "jb::f32, jb::f32, int"; "128, 64, 16, 8, 4".
+std::string acc_type(const KernelSpec& s);
+std::string semiring_type(const KernelSpec& s);
+std::string io_types(const KernelSpec& s);
+std::string index_type(const KernelSpec& s);
+std::string tile_args(const KernelSpec& s);
+std::vector<const char*> forward_templates(bool tiled);
+EntryPoint main_entry(const KernelSpec& s, std::string call); // threads, and min_blocks for the tiled family
+
+// Whether every size, the B·M·N·chunks outputs (and, backward, the [B][M][K] and [B][K][N] gradients) and every
+// operand offset fit 32-bit index math.
+bool fits_index32(const Problem& p, int64_t chunks, bool backward);
+bool needs_index64(const KernelSpec& s, const Problem& p); // !fits_index32 for one chunk
+
+// The forward outputs B·M·N (validate() has bounded them).
+int64_t outputs_of(const Problem& p);
+
+// The tiled family: the tile a problem gets by default (tiled, split_k), the rules every tile obeys, the shared
+// memory of the direct and backward tiled kernels.
+void default_tiles(KernelSpec& s, const Problem& p);
+void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
+int tiled_shared_bytes(const KernelSpec& s);
+// The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
+// with the semiring's per-term policy.
+std::string tiled_call(const KernelSpec& s);
+// A 2D tile grid over rows × cols and the batch (or batch × chunks) in z.
+void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z);
+
+// A tile set for candidates: block tile (m, n, k), outputs per thread (tm, tn), blocks per SM.
+struct TileChoice {
+  int m, n, k, tm, tn, mb;
+};
+void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const std::vector<TileChoice>& tiles);
+// The forward tiles (f64, with 8-byte accumulators, gets smaller ones).
+const std::vector<TileChoice>& forward_tiles(bool wide);
+
+// What a gradient pass accumulates into: batch slices (1 when the operand is broadcast over the batch), elements,
+// and whether the kernel accumulates atomically (scatter always; tiled for a broadcast operand).
+struct GradAccumulator {
+  int64_t slices = 0, items = 0;
+  bool needed = false;
+};
+GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& s);
+// The backward's plan around its main launch: the zeroed accumulator and the store pass, when it accumulates.
+LaunchPlan grad_plan(const KernelSpec& s, const Problem& p, const Launch& main);
+std::vector<const char*> grad_templates();
+// The semiring's gradient weights (marginal backward) and whether its scatter multiplies by the partner.
+std::string grad_weights(const KernelSpec& s);
+bool scatter_times(const KernelSpec& s);
+EntryPoint grad_store_entry(const KernelSpec& s);
+
+} // namespace jitbmm::strategies

@@ -1,0 +1,167 @@
+// Strategy "exp_matmul" (log only, forward): exponentiated operands through a dense matrix product, exact by a guard
+// and a repair pass. Three launches: prepare (row and column maxima, the exponentiated and padded operands), the
+// product with its guard (FMA, or tensor cores: math tf32x3, tf32 at precision fast), and the direct kernel on the
+// tiles the guard flagged (templates/exp_matmul*.cuh). A tuning candidate; never the default.
+#include "generator/strategies/common.hpp"
+
+#include "exp_matmul_bounds.cuh"
+#include "support/checked_size.hpp"
+
+namespace jitbmm::strategies {
+namespace {
+
+int rank(const Problem&) { return -1; }
+
+int64_t a_batches(const Problem& p) { return p.a().batch == 0 ? 1 : p.shape.B; }
+int64_t b_batches(const Problem& p) { return p.b().batch == 0 ? 1 : p.shape.B; }
+bool wide(const KernelSpec& s) { return dtype_info(s.dtype).size_bytes == 8; }
+
+jb::EmWorkspace workspace(const Problem& p) {
+  const Shape& s = p.shape;
+  return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), dtype_info(p.dtype).size_bytes == 8);
+}
+
+// The padded operand copies ([Mp][Kp] and [Kp][Np] per batch) must fit 32-bit index math too.
+bool fits_index32(const Problem& p) {
+  const Shape& s = p.shape;
+  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32)});
+  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32)});
+  constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
+  return ea && eb && *ea < kIndex32Limit && *eb < kIndex32Limit;
+}
+
+void defaults(KernelSpec& spec, const Problem& p) {
+  if (wide(spec)) { // FP64 FMA
+    spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
+  } else if (p.shape.M >= 128 && p.shape.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs; measured
+    spec.math = Math::tf32x3;                       // best on the H100 (bench/RESULTS.md)
+    spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
+  } else {
+    spec.math = Math::tf32x3;
+    spec.tile_m = spec.tile_n = 64, spec.tile_k = 16, spec.thread_m = 4, spec.thread_n = 4, spec.min_blocks = 2;
+  }
+}
+
+// The workspace (jb::em_workspace sums these without checks): each padded operand copy and the repair flags within
+// 2^60 bytes, so the sum fits too.
+void check_workspace(const Problem& p) {
+  const Shape& s = p.shape;
+  const bool w = dtype_info(p.dtype).size_bytes == 8;
+  const int64_t acc = w ? 8 : 4, rt = jb::em_repair_tile(w), limit = int64_t(1) << 60;
+  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
+  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
+  const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
+  if (!ea || !eb || !flags || *ea > limit || *eb > limit || *flags > limit)
+    throw std::invalid_argument("shape: exp_matmul's padded workspace for " + to_string(s) +
+                                " exceeds 2^60 bytes; use tiled");
+  if ((s.M + rt - 1) / rt > 65535)
+    throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
+}
+
+int shared_bytes(const KernelSpec& s) {
+  const int acc = s.dtype == DType::f64 ? 8 : 4;
+  // The a and b slices (mma rows are k-major), then the row and column maxima and masks.
+  const int slices =
+      s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
+  return slices + (s.tile_m + s.tile_n) * (acc + 16);
+}
+
+void check(const KernelSpec& spec, const Problem& p) {
+  if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
+  const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
+  // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
+  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
+    reject("tile",
+           "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " + std::to_string(vec) + ")");
+  if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
+    reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
+  check_workspace(p);
+  if (!spec.index64 && !fits_index32(p))
+    reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
+  if (spec.math == Math::fma) {
+    // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
+    if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
+  } else {
+    if (p.dtype == DType::f64)
+      reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
+    if (spec.math == Math::tf32 && p.precision != Precision::fast)
+      reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
+    // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
+    const int wm = 8 * tm, wn = 4 * tn;
+    if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
+      reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
+                       "4·thread_n dividing the block tile and 128");
+    if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
+  }
+  check_tiles(spec, p, shared_bytes(spec));
+}
+
+bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(p); }
+
+// FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes.
+std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
+  std::vector<KernelSpec> out;
+  const Shape& s = p.shape;
+  if (s.M < 16 || s.N < 16 || s.K < 16) return out;
+  KernelSpec base = first;
+  base.math = Math::fma;
+  if (p.dtype == DType::f64) {
+    add_tiles(out, base, {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 2}});
+    return out;
+  }
+  add_tiles(out, base, {{128, 128, 8, 8, 8, 1}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
+  for (Math m : {Math::tf32x3, Math::tf32}) {
+    if (m == Math::tf32 && p.precision != Precision::fast) continue;
+    base.math = m;
+    add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
+  }
+  return out;
+}
+
+Rendering render(const KernelSpec& s) {
+  Rendering r{forward_templates(true), "BmmParams", {}};
+  r.templates.insert(r.templates.end(),
+                     {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"});
+  const std::string io = io_types(s);
+  r.entries.push_back(main_entry(s, s.math == Math::fma ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
+                                                        : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) + ", " +
+                                                              (s.math == Math::tf32x3 ? "true" : "false") + ">"));
+  // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
+  const int math = s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2;
+  r.entries.push_back({"_prepare", 256, 4,
+                       "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
+                           ", " + acc_type(s) + ", " + std::to_string(math) + ">"});
+  // The exact repair at the tile em_repair_tile names.
+  r.entries.push_back({"_repair", 256, 1,
+                       "jb::em_repair_kernel<" + io + ", " + (acc_type(s) == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8") +
+                           ">"});
+  return r;
+}
+
+LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
+  const Shape& s = p.shape;
+  const jb::EmWorkspace w = workspace(p);
+  const jb::EmStatsGrid g = jb::em_stats_grid(s.M, s.N, a_batches(p), b_batches(p));
+  LaunchPlan plan;
+  Launch prepare, main, repair;
+  prepare.entry = "_prepare";
+  prepare.block[0] = 256;
+  prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
+  tile_grid(main, spec, s.M, s.N, s.B);
+  const int64_t rt = jb::em_repair_tile(wide(spec));
+  repair.entry = "_repair";
+  repair.block[0] = 256;
+  repair.grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
+  repair.grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt); // ≤ 65535: check_workspace
+  repair.grid[2] = clamp_grid(s.B, kMaxGridYZ);
+  repair.repair_flags_at = static_cast<std::size_t>(w.flags);
+  plan.launches = {prepare, main, repair};
+  plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
+  return plan;
+}
+
+const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank,
+                                   defaults, check, index64, candidates, render, launches, shared_bytes}};
+
+} // namespace
+} // namespace jitbmm::strategies

@@ -1,0 +1,40 @@
+// Strategy "tiled" (forward): GEMM-style register tiling. A block computes a tile_m × tile_n tile of outputs, K is
+// staged through shared memory tile_k at a time, each thread keeps thread_m × thread_n outputs in registers
+// (templates/tiled.cuh; the log semiring in f32 accumulators: templates/tiled_log.cuh). The default for many
+// outputs.
+#include "generator/strategies/common.hpp"
+
+namespace jitbmm::strategies {
+namespace {
+
+int rank(const Problem& p) {
+  const Shape& s = p.shape;
+  const int64_t outputs = outputs_of(p);
+  if (s.K == 0 || outputs == 0 || s.M < 16 || s.N < 16) return -1;
+  if (outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= kMaxGridYZ) return 50; // many outputs
+  return (s.M + 31) / 32 <= kMaxGridYZ ? 20 : -1; // after split-K and warp
+}
+
+void defaults(KernelSpec& spec, const Problem& p) { default_tiles(spec, p); }
+
+void check(const KernelSpec& spec, const Problem& p) { check_tiles(spec, p, tiled_shared_bytes(spec)); }
+
+std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
+  std::vector<KernelSpec> out;
+  if (p.shape.M >= 8 && p.shape.N >= 8) add_tiles(out, base, forward_tiles(p.dtype == DType::f64));
+  return out;
+}
+
+Rendering render(const KernelSpec& s) { return {forward_templates(true), "BmmParams", {main_entry(s, tiled_call(s))}}; }
+
+LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
+  Launch l;
+  tile_grid(l, spec, p.shape.M, p.shape.N, p.shape.B);
+  return {{l}};
+}
+
+const RegisterStrategy registered{{Strategy::tiled, "tiled", false, kTileFields, rank, defaults, check,
+                                   needs_index64, candidates, render, launches, tiled_shared_bytes}};
+
+} // namespace
+} // namespace jitbmm::strategies

@@ -1,0 +1,90 @@
+// A strategy is one entry of data. Each lives in its own file, generator/strategies/<name>.cpp, and registers
+// itself: which spec fields it reads, its defaults and when it is the default choice, its fit rules, its tuning
+// candidates, the device code it renders (templates and named entry points) and the launches a problem needs
+// (entry, grid, block, workspace, order). kernel_spec.cpp prints, parses and checks any spec through the table,
+// emit_source.cpp renders any entry, and one executor in runtime/ runs the launches. README: "add a strategy".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+
+namespace jitbmm {
+
+// The spec fields a strategy reads (and prints): the linear family's block, or the tiled family's block tile,
+// thread tile and min_blocks; split_k also its k_chunk, exp_matmul its math.
+enum FieldGroup : unsigned { kBlockFields = 1, kTileFields = 2, kKChunkField = 4, kMathField = 8 };
+
+// One extern "C" entry point of a generated kernel: <kernel name><suffix>(const jb::<params> p) { <call>(p); }.
+struct EntryPoint {
+  std::string suffix;  // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
+  int threads = 256;   // __launch_bounds__(threads, min_blocks)
+  int min_blocks = 1;
+  std::string call;    // the device function, e.g. "jb::tiled_kernel<...>"
+};
+
+// What a spec renders to: the templates inlined in order, the argument block and the entry points (the first is
+// the main one).
+struct Rendering {
+  std::vector<const char*> templates;
+  const char* params = "BmmParams"; // or "GradParams": the struct of templates/params.cuh every entry takes
+  std::vector<EntryPoint> entries;
+};
+
+// One launch of a plan.
+struct Launch {
+  std::string entry; // an EntryPoint suffix
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  // exp_matmul's repair pass: BmmParams.repair_flags points this many bytes into the workspace.
+  static constexpr std::size_t kNoFlags = SIZE_MAX;
+  std::size_t repair_flags_at = kNoFlags;
+};
+
+// The launches of one call, in order, and the scratch they share.
+struct LaunchPlan {
+  std::vector<Launch> launches;
+  std::size_t workspace_bytes = 0;
+  bool zero_workspace = false; // accumulated atomically: zeroed on the stream before the first launch
+  long long k_chunk = 0;       // BmmParams.k_chunk
+};
+
+struct StrategyDef {
+  Strategy id;
+  const char* name; // its spelling in specs, names and the CLI
+  bool backward;  // a gradient pass's strategy (spec.pass grad_a / grad_b), else a forward one
+  unsigned fields; // FieldGroup bits
+  // When default_spec(problem) picks this strategy: the highest rank wins; below 0 never.
+  int (*default_rank)(const Problem&);
+  // Fills the parameters the strategy reads (the problem's fields are already set).
+  void (*defaults)(KernelSpec&, const Problem&);
+  // Throws std::invalid_argument naming the field when the spec cannot compute the problem (the checks common to
+  // every strategy have passed).
+  void (*check)(const KernelSpec&, const Problem&);
+  // Whether 32-bit index math is too narrow for this problem (before the common check of sizes and strides).
+  bool (*needs_index64)(const KernelSpec&, const Problem&);
+  // Variants worth timing, from the strategy's default for the problem (they need not all fit: the tuner filters).
+  std::vector<KernelSpec> (*candidates)(const KernelSpec& base, const Problem&);
+  Rendering (*render)(const KernelSpec&);
+  // The launches for a problem the spec fits; `problem` is the forward problem for backward passes.
+  LaunchPlan (*launches)(const KernelSpec&, const Problem&);
+  // Static shared memory per block (its one formula; the fit rules and the tuner's device limit read it), or null
+  // for none.
+  int (*shared_bytes)(const KernelSpec&);
+};
+
+// Registration from a strategy's own file: `const RegisterStrategy registered{{...}};` (the table keeps a copy).
+struct RegisterStrategy {
+  explicit RegisterStrategy(const StrategyDef& def);
+};
+
+// The entry of a spec's strategy and pass; std::invalid_argument naming the strategy when there is none.
+const StrategyDef& strategy_def(Strategy strategy, Pass pass);
+const StrategyDef& strategy_def(const KernelSpec& spec);
+// Every registered entry, in the order of the Strategy enum (forward before backward).
+std::vector<const StrategyDef*> strategy_defs();
+
+} // namespace jitbmm

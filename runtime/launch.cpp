@@ -1,0 +1,56 @@
+// Kernel launches (launch.hpp).
+#include "runtime/launch.hpp"
+
+#include <stdexcept>
+
+#include "runtime/driver_api.hpp"
+
+namespace jitbmm {
+
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
+            const std::string& name) {
+  check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
+        ("cuLaunchKernel(" + name + ")").c_str());
+}
+
+namespace {
+
+// exp_matmul's repair pass reads its flags from BmmParams; no backward launch has any.
+void point_repair_flags(jb::BmmParams& q, const Launch& l, void* workspace) {
+  q.repair_flags = reinterpret_cast<const unsigned*>(static_cast<const char*>(workspace) + l.repair_flags_at);
+}
+void point_repair_flags(jb::GradParams&, const Launch&, void*) {
+  throw std::logic_error("run_launches: a backward launch asks for repair flags");
+}
+
+template <class Params>
+void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void* workspace, CUstream stream) {
+  if (plan.workspace_bytes) {
+    if (!workspace) throw std::logic_error("run_launches: no workspace for " + kernel.generated.name);
+    params.workspace = workspace;
+    if (plan.zero_workspace)
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0, plan.workspace_bytes, stream),
+            "cuMemsetD8Async");
+  }
+  for (const Launch& l : plan.launches) {
+    Params q = params;
+    if (l.repair_flags_at != Launch::kNoFlags) point_repair_flags(q, l, workspace);
+    void* args[] = {&q};
+    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name + l.entry);
+  }
+}
+
+} // namespace
+
+void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::BmmParams params, void* workspace,
+                  CUstream stream) {
+  params.k_chunk = plan.k_chunk;
+  run(kernel, plan, params, workspace, stream);
+}
+
+void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::GradParams params, void* workspace,
+                  CUstream stream) {
+  run(kernel, plan, params, workspace, stream);
+}
+
+} // namespace jitbmm

@@ -1,0 +1,24 @@
+// The one place kernels are launched: a launch wrapper that names the kernel in its error, and the executor that
+// runs a strategy's LaunchPlan (generator/strategy.hpp) for plans, backward passes and the tuner's trials alike.
+#pragma once
+
+#include <string>
+
+#include "generator/strategy.hpp"
+#include "params.cuh"
+#include "runtime/jit.hpp"
+
+namespace jitbmm {
+
+// cuLaunchKernel with no dynamic shared memory; a failure is CudaError naming `name`.
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
+            const std::string& name);
+
+// Runs the plan's launches in order on `stream`, each with a copy of `params` whose workspace is `workspace` (at
+// least plan.workspace_bytes; zeroed first when the plan says so). Arguments must already be checked.
+void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::BmmParams params, void* workspace,
+                  CUstream stream);
+void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::GradParams params, void* workspace,
+                  CUstream stream);
+
+} // namespace jitbmm
