@@ -1,6 +1,6 @@
 // The CLI flags that describe a problem and a kernel variant, shared by inspect, bench and tune. Every number is
 // parsed whole and range-checked (support/parse_number.hpp), and a variant flag the chosen strategy does not read is
-// an error naming the strategies that do (variant_flags below is the one place that knows which).
+// an error naming the strategies that do (variant_flags below reads which from the strategy table).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "support/parse_number.hpp"
 
@@ -23,22 +24,27 @@ inline std::set<std::string> problem_flags() {
 }
 inline std::set<std::string> problem_switches() { return {"--argmax"}; }
 
-// A variant flag and the strategies whose kernels read the KernelSpec fields it sets (to_string(KernelSpec) prints
-// the same fields per strategy).
+// A variant flag and the strategies whose kernels read the KernelSpec fields it sets: the strategy table's field
+// groups (generator/strategy.hpp), which to_string(KernelSpec) prints too.
 struct VariantFlag {
   const char* flag;
   std::vector<Strategy> used_by;
 };
 inline const std::vector<VariantFlag>& variant_flags() {
-  using S = Strategy;
-  static const std::vector<VariantFlag> table = {
-      {"--block", {S::linear, S::linear_two_pass, S::warp, S::block_tree, S::scatter}},
-      {"--tile", {S::tiled, S::split_k, S::exp_matmul}},
-      {"--thread", {S::tiled, S::split_k, S::exp_matmul}},
-      {"--min-blocks", {S::tiled, S::split_k, S::exp_matmul}},
-      {"--k-chunk", {S::split_k}},
-      {"--math", {S::exp_matmul}},
-  };
+  static const std::vector<VariantFlag> table = [] {
+    const std::pair<const char*, unsigned> fields[] = {{"--block", kBlockFields},     {"--tile", kTileFields},
+                                                       {"--thread", kTileFields},     {"--min-blocks", kTileFields},
+                                                       {"--k-chunk", kKChunkField}, {"--math", kMathField}};
+    std::vector<VariantFlag> out;
+    for (const auto& [flag, group] : fields) {
+      VariantFlag v{flag, {}};
+      for (const StrategyDef* d : strategy_defs())
+        if ((d->fields & group) && std::find(v.used_by.begin(), v.used_by.end(), d->id) == v.used_by.end())
+          v.used_by.push_back(d->id);
+      out.push_back(v);
+    }
+    return out;
+  }();
   return table;
 }
 

@@ -2,7 +2,10 @@
 // apply) × each strategy, with small tiles and chunks so odd test shapes cross every boundary.
 #pragma once
 
+#include <algorithm>
 #include <vector>
+
+#include "generator/strategy.hpp"
 
 #include "jitbmm/kernel_spec.hpp"
 
@@ -85,6 +88,18 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
       s.block_x = 128, s.block_y = 1;
       out.push_back(s);
       for (KernelSpec e : exp_matmul_variants(kind)) out.push_back(e);
+    }
+  }
+  // A strategy of the table not listed above (a new one) is covered by its default for a small odd problem.
+  for (const StrategyDef* def : strategy_defs()) {
+    if (def->backward || std::any_of(out.begin(), out.end(), [&](const KernelSpec& s) { return s.strategy == def->id; }))
+      continue;
+    Problem p;
+    p.semiring = kind.semiring, p.dtype = kind.dtype, p.out_dtype = kind.out_dtype, p.with_argmax = kind.with_argmax;
+    p.shape = {2, 33, 47, 65};
+    try {
+      out.push_back(default_spec(p, def->id));
+    } catch (const std::invalid_argument&) { // the strategy does not compute this kind
     }
   }
   return out;
