@@ -277,10 +277,14 @@ TEST_CASE("the size cap counts sources, quarantined and temp files; .bad first, 
   TempDir dir;
   DiskCache cache(dir.path);
   const std::string payload(1000, 'e');
+  // Each key a minute older than the next: stamped, because file times may be as coarse as the kernel's tick
+  // (several milliseconds) and a sleep between the writes made this test flaky on a loaded machine.
+  const auto now = fs::file_time_type::clock::now();
   for (int i = 0; i < 4; ++i) {
     REQUIRE(cache.put(key_of(100 + i), "cubin", payload));
     REQUIRE(cache.put_source(key_of(100 + i), std::string(1000, 's')));
-    ::usleep(2000);
+    for (const char* suffix : {".cubin", ".cu"})
+      fs::last_write_time(dir.path + "/" + key_of(100 + i) + suffix, now - std::chrono::minutes(10 - i));
   }
   write_bytes(dir.path + "/" + key_of(200) + ".cubin.bad", std::string(3000, 'b'));
   write_bytes(dir.path + "/.tmp-" + key_of(201) + ".cubin-dead", std::string(3000, 't'));
