@@ -69,7 +69,8 @@ struct StrategyDef {
   // Variants worth timing, from the strategy's default for the problem (they need not all fit: the tuner filters).
   std::vector<KernelSpec> (*candidates)(const KernelSpec& base, const Problem&);
   Rendering (*render)(const KernelSpec&);
-  // The launches for a problem the spec fits; `problem` is the forward problem for backward passes.
+  // The launches for a problem the spec fits (forward: one with outputs); `problem` is the forward problem for
+  // backward passes, whose plan is empty when the gradient is.
   LaunchPlan (*launches)(const KernelSpec&, const Problem&);
   // Static shared memory per block (its one formula; the fit rules and the tuner's device limit read it), or null
   // for none.

@@ -1,0 +1,111 @@
+// The strategy table (generator/strategies/): every entry is complete and consistent with itself, so a new strategy
+// that forgets a piece fails here, without a GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "generator/emit_source.hpp"
+#include "generator/strategy.hpp"
+#include "jitbmm/kernel_spec.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+std::vector<Problem> problems() {
+  std::vector<Problem> out;
+  for (Semiring s : {Semiring::log, Semiring::max_plus, Semiring::plus_times, Semiring::max_times})
+    for (DType d : {DType::f32, DType::f64, DType::bf16})
+      for (Shape shape : {Shape{2, 33, 47, 65}, Shape{64, 512, 512, 512}, Shape{1, 16, 16, 8192}, Shape{3, 1, 257, 1},
+                          Shape{1, 0, 5, 7}, Shape{2, 3, 4, 0}}) {
+        Problem p;
+        p.semiring = s, p.dtype = d, p.shape = shape;
+        out.push_back(p);
+      }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("every strategy registers once, with a unique name that parses back, and every piece") {
+  std::set<std::pair<int, bool>> seen;
+  for (const StrategyDef* d : strategy_defs()) {
+    INFO(d->name);
+    CHECK(seen.insert({static_cast<int>(d->id), d->backward}).second);
+    CHECK(parse_strategy(d->name) == d->id);
+    CHECK(std::string(strategy_name(d->id)) == d->name);
+    CHECK((d->default_rank && d->defaults && d->check && d->needs_index64 && d->candidates && d->render &&
+           d->launches));
+    CHECK(((d->fields & kBlockFields) != 0) != ((d->fields & kTileFields) != 0)); // one of the two families
+    CHECK(((d->fields & kTileFields) != 0) == (d->shared_bytes != nullptr));
+  }
+  // Every value of the public enum has a forward or a backward entry.
+  for (Strategy s : {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree, Strategy::tiled,
+                     Strategy::split_k, Strategy::scatter, Strategy::exp_matmul})
+    CHECK(std::any_of(seen.begin(), seen.end(), [&](auto& e) { return e.first == static_cast<int>(s); }));
+}
+
+TEST_CASE("a strategy's launches name only entry points its rendering declares, and its defaults and candidates fit") {
+  int plans = 0;
+  for (const Problem& p : problems()) {
+    std::vector<KernelSpec> specs;
+    for (const StrategyDef* d : strategy_defs()) {
+      try {
+        if (!d->backward) specs.push_back(default_spec(p, d->id));
+      } catch (const std::invalid_argument&) { // the strategy does not compute this problem
+      }
+    }
+    for (Pass pass : {Pass::grad_a, Pass::grad_b}) specs.push_back(default_grad_spec(p, pass));
+    for (const KernelSpec& spec : specs) {
+      INFO(to_string(spec));
+      const StrategyDef& def = strategy_def(spec);
+      CHECK_NOTHROW(check_spec_fits(spec, p));
+      const GeneratedKernel k = emit_kernel(spec);
+      const Rendering r = def.render(spec);
+      REQUIRE(!k.entries.empty());
+      CHECK(k.entries.front().empty()); // the main entry first
+      for (const std::string& suffix : k.entries)
+        CHECK(k.source.find(k.name + suffix + "(const jb::" + r.params + " p)") != std::string::npos);
+      const bool empty = p.shape.B * p.shape.M * p.shape.N == 0;
+      if (empty && spec.pass == Pass::forward) continue; // a plan without outputs launches nothing
+      const LaunchPlan plan = def.launches(spec, p);
+      for (const Launch& l : plan.launches) {
+        CHECK(std::find(k.entries.begin(), k.entries.end(), l.entry) != k.entries.end());
+        CHECK(l.block[0] * l.block[1] * l.block[2] >= 32);
+        CHECK(l.grid[0] * l.grid[1] * l.grid[2] >= 1);
+        if (l.repair_flags_at != Launch::kNoFlags) CHECK(l.repair_flags_at < plan.workspace_bytes);
+      }
+      CHECK((!plan.zero_workspace || plan.workspace_bytes > 0));
+      ++plans;
+      int fitting = 0;
+      for (const KernelSpec& c : def.candidates(spec, p)) {
+        CHECK(c.strategy == spec.strategy);
+        try {
+          check_spec_fits(c, p);
+          ++fitting;
+        } catch (const std::invalid_argument&) { // the tuner drops those that do not fit
+        }
+      }
+      (void)fitting;
+    }
+  }
+  MESSAGE(plans << " plans checked");
+}
+
+TEST_CASE("default_spec picks by rank as the cascade did") {
+  auto pick = [](int64_t B, int64_t M, int64_t N, int64_t K) {
+    Problem p;
+    p.shape.B = B, p.shape.M = M, p.shape.N = N, p.shape.K = K;
+    return default_spec(p).strategy;
+  };
+  CHECK(pick(64, 512, 512, 512) == Strategy::tiled);  // many outputs
+  CHECK(pick(1, 16, 16, 8192) == Strategy::split_k);  // few outputs, long K
+  CHECK(pick(1, 8, 8, 512) == Strategy::warp);        // few outputs, moderate K
+  CHECK(pick(1, 64, 64, 16) == Strategy::tiled);      // after warp
+  CHECK(pick(3, 1, 257, 1) == Strategy::linear);      // nothing else suits
+  CHECK(pick(1, 0, 5, 7) == Strategy::linear);        // no outputs
+  CHECK(pick(2, 3, 4, 0) == Strategy::linear);        // no terms
+  CHECK(pick(1, 1, int64_t(1) << 37, 0) == Strategy::warp); // linear's grid cannot hold the columns
+}
