@@ -385,6 +385,21 @@ KernelSpec default_spec(const Problem& problem) {
   return default_spec(problem, strategy);
 }
 
+int shared_memory_bytes(const KernelSpec& spec) {
+  if (!spec.is_tiled()) return 0;
+  const int acc = spec.dtype == DType::f64 ? 8 : 4;
+  // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
+  const int g_side = spec.pass == Pass::grad_a ? spec.tile_m : spec.tile_n;
+  int smem = spec.pass == Pass::forward
+                 ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
+                 : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
+  if (spec.strategy == Strategy::exp_matmul) { // the row and column maxima and masks; mma rows are k-major
+    if (spec.math != Math::fma) smem = 2 * (spec.tile_m + spec.tile_n) * (spec.tile_k + 4) * acc;
+    smem += (spec.tile_m + spec.tile_n) * (acc + 16);
+  }
+  return smem;
+}
+
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   validate(p);
   check_fields(spec);
@@ -427,15 +442,7 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
     if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
     const int acc = spec.dtype == DType::f64 ? 8 : 4;
-    // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
-    const int g_side = spec.pass == Pass::grad_a ? spec.tile_m : spec.tile_n;
-    int smem = spec.pass == Pass::forward
-                   ? 2 * spec.tile_k * (spec.tile_m + 4 + spec.tile_n + 4) * acc
-                   : 2 * spec.tile_k * (2 * (g_side + 4) + (spec.tile_m + spec.tile_n - g_side + 4)) * acc;
-    if (spec.strategy == Strategy::exp_matmul) { // the row and column maxima and masks; mma rows are k-major
-      if (spec.math != Math::fma) smem = 2 * (spec.tile_m + spec.tile_n) * (spec.tile_k + 4) * acc;
-      smem += (spec.tile_m + spec.tile_n) * (acc + 16);
-    }
+    const int smem = shared_memory_bytes(spec);
     if (smem > 48 * 1024) reject("tile", std::to_string(smem) + " bytes of shared memory; at most 48 KiB");
     const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
     if ((rows + spec.tile_m - 1) / spec.tile_m > 65535)

@@ -211,11 +211,7 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
       }
     }
     if (spec.threads() > limits.max_threads_per_block) continue;
-    if (spec.is_tiled() && limits.max_static_shared_bytes < 48 * 1024) {
-      const int acc = wide ? 8 : 4; // check_spec_fits allows 48 KiB; a smaller device allows less
-      if (2 * spec.tile_k * (2 * spec.tile_m + 8 + 2 * spec.tile_n + 8) * acc > limits.max_static_shared_bytes)
-        continue;
-    }
+    if (shared_memory_bytes(spec) > limits.max_static_shared_bytes) continue; // check_spec_fits allows 48 KiB
     if (std::find(out.begin(), out.end(), spec) == out.end()) out.push_back(spec);
   }
   return out;
