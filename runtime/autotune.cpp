@@ -32,6 +32,7 @@
 #include "runtime/log.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/timing.hpp"
 
 namespace jitbmm {
 
@@ -574,28 +575,9 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
     bwd = std::make_unique<BackwardTrial>(p, pass, device, rng);
     trial = {[&](const KernelSpec& k) { bwd->run(k); }, [&](const KernelSpec& k) { return bwd->verify(k); }};
   }
-  DeviceBuffer flush(std::size_t(256) << 20); // larger than any L2: written between timed runs
-  const DriverApi& d = driver();
+  const L2Flush flush;
   auto time_runs = [&](const KernelSpec& spec, int runs) {
-    std::vector<double> ms;
-    CUevent start = nullptr, stop = nullptr;
-    check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-    check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
-    for (int r = 0; r < runs; ++r) {
-      check(d.cuMemsetD8(reinterpret_cast<CUdeviceptr>(flush.get()), static_cast<unsigned char>(r), flush.size()),
-            "cuMemsetD8(L2 flush)");
-      check(d.cuEventRecord(start, nullptr), "cuEventRecord");
-      trial.run(spec);
-      check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
-      check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-      float elapsed = 0;
-      check(d.cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
-      ms.push_back(elapsed);
-    }
-    d.cuEventDestroy(start);
-    d.cuEventDestroy(stop);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return time_launches([&](Stream) { trial.run(spec); }, 0, runs, nullptr, std::ref(flush)).median_ms;
   };
   const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
   double best_ms = -1;
