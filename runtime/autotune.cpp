@@ -36,25 +36,6 @@
 
 namespace jitbmm {
 
-TunePolicy parse_tune_policy(const std::string& text) {
-  if (text == "never") return TunePolicy::never;
-  if (text == "bucket") return TunePolicy::bucket;
-  if (text == "exact") return TunePolicy::exact;
-  throw std::invalid_argument("JITBMM_TUNE: expected never, bucket or exact, got '" + text + "'");
-}
-
-namespace {
-std::atomic<int> g_policy_override{-1};
-} // namespace
-
-void set_tune_policy(std::optional<TunePolicy> policy) { g_policy_override = policy ? static_cast<int>(*policy) : -1; }
-
-TunePolicy tune_policy_from_env() {
-  if (const int v = g_policy_override.load(); v >= 0) return static_cast<TunePolicy>(v);
-  const char* v = std::getenv("JITBMM_TUNE");
-  return v && *v ? parse_tune_policy(v) : TunePolicy::bucket;
-}
-
 namespace {
 
 // "rm" row-major contiguous, "cm" column-major contiguous, "s" anything else; "b" when broadcast over the batch.

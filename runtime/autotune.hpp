@@ -11,19 +11,11 @@
 
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tuner/policy.hpp"
 
 namespace jitbmm {
 
 class DiskCache;
-
-// never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
-// bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
-// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU).
-// exact: an exact decision, else tune this exact shape.
-enum class TunePolicy { never, bucket, exact };
-TunePolicy parse_tune_policy(const std::string& text);  // throws std::invalid_argument naming JITBMM_TUNE
-TunePolicy tune_policy_from_env();                      // set_tune_policy's, else $JITBMM_TUNE, default bucket
-void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
 
 // Device facts that bound the candidates.
 struct DeviceLimits {

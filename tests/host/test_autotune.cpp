@@ -131,7 +131,10 @@ TEST_CASE("the tuning policy comes from JITBMM_TUNE") {
   CHECK(parse_tune_policy("never") == TunePolicy::never);
   CHECK(parse_tune_policy("bucket") == TunePolicy::bucket);
   CHECK(parse_tune_policy("exact") == TunePolicy::exact);
-  expect_invalid([] { parse_tune_policy("always"); }, "JITBMM_TUNE");
+  expect_invalid([] { parse_tune_policy("always"); },
+                 "JITBMM_TUNE: unsupported 'always' (expected never, bucket or exact)");
+  for (TunePolicy policy : {TunePolicy::never, TunePolicy::bucket, TunePolicy::exact})
+    CHECK(parse_tune_policy(tune_policy_name(policy)) == policy);
 }
 
 namespace {
