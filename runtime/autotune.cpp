@@ -33,6 +33,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/timing.hpp"
+#include "runtime/tuner/search_space.hpp"
 
 namespace jitbmm {
 
@@ -44,160 +45,7 @@ std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
   return st.batch == 0 ? kind + "b" : kind;
 }
 
-// A tile set: block tile (m, n, k), outputs per thread (tm, tn), blocks per SM.
-struct TileChoice {
-  int m, n, k, tm, tn, mb;
-};
-
-void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const TileChoice* first, const TileChoice* last) {
-  for (const TileChoice* t = first; t != last; ++t) {
-    KernelSpec s = base;
-    s.tile_m = t->m, s.tile_n = t->n, s.tile_k = t->k, s.thread_m = t->tm, s.thread_n = t->tn, s.min_blocks = t->mb;
-    out.push_back(s);
-  }
-}
-
-// Forward tiles; f64 (8-byte accumulators) gets smaller ones.
-void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, bool wide) {
-  static const TileChoice narrow[] = {{128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2},
-                                      {64, 128, 16, 4, 8, 2}, {64, 64, 16, 4, 4, 1},   {64, 64, 16, 4, 4, 2},
-                                      {32, 32, 16, 2, 2, 1},  {128, 64, 24, 8, 4, 2}};
-  static const TileChoice wide_tiles[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
-  if (wide)
-    add_tiles(out, base, std::begin(wide_tiles), std::end(wide_tiles));
-  else
-    add_tiles(out, base, std::begin(narrow), std::end(narrow));
-}
-
-// exp_matmul candidates: FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for
-// f32-accumulating dtypes.
-void add_exp_matmul(std::vector<KernelSpec>& out, const Problem& p) {
-  KernelSpec base = default_spec(p, Strategy::exp_matmul);
-  if (p.dtype == DType::f64) {
-    base.math = Math::fma;
-    static const TileChoice wide_tiles[] = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 2}};
-    add_tiles(out, base, std::begin(wide_tiles), std::end(wide_tiles));
-    return;
-  }
-  base.math = Math::fma;
-  static const TileChoice fma_tiles[] = {{128, 128, 8, 8, 8, 1}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}};
-  add_tiles(out, base, std::begin(fma_tiles), std::end(fma_tiles));
-  static const TileChoice mma_tiles[] = {
-      {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}};
-  for (Math m : {Math::tf32x3, Math::tf32}) {
-    if (m == Math::tf32 && p.precision != Precision::fast) continue;
-    base.math = m;
-    add_tiles(out, base, std::begin(mma_tiles), std::end(mma_tiles));
-  }
-}
-
 } // namespace
-
-namespace {
-
-// Backward candidates: the tile set over the gradient's rows × cols (scatter: block sizes).
-std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
-  std::vector<KernelSpec> raw;
-  KernelSpec base = default_grad_spec(p, pass);
-  if (base.strategy == Strategy::scatter) {
-    for (int threads : {128, 256, 512}) {
-      base.block_x = threads;
-      raw.push_back(base);
-    }
-    return raw;
-  }
-  raw.push_back(base);
-  // At most 16 outputs per thread: the per-output constants double the registers per output.
-  static const TileChoice narrow[] = {{64, 64, 16, 4, 4, 2}, {64, 64, 8, 4, 4, 2},  {64, 32, 16, 4, 2, 3},
-                                      {32, 64, 16, 2, 4, 3}, {64, 32, 32, 4, 2, 3}, {32, 64, 32, 2, 4, 3},
-                                      {32, 32, 16, 2, 2, 3}, {128, 32, 16, 4, 4, 2}};
-  if (p.dtype == DType::f64)
-    add_tiles(raw, base, true); // the forward's f64 tiles have at most 16 outputs per thread
-  else
-    add_tiles(raw, base, std::begin(narrow), std::end(narrow));
-  return raw;
-}
-
-} // namespace
-
-std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits, Pass pass) {
-  validate(problem);
-  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
-  const Shape& s = p.shape;
-  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-  const bool wide = p.dtype == DType::f64;
-  std::vector<KernelSpec> raw;
-  if (pass != Pass::forward)
-    raw = grad_candidates(p, pass);
-  else {
-    // A strategy whose default cannot compute this problem (a grid limit: the error names the size) adds nothing.
-    const auto with_default = [&](Strategy strategy, const std::function<void(const KernelSpec&)>& add) {
-      std::optional<KernelSpec> base;
-      try {
-        base = default_spec(p, strategy);
-      } catch (const std::invalid_argument&) {
-        return;
-      }
-      add(*base);
-    };
-    with_default(Strategy::linear, [&](KernelSpec base) {
-      raw.push_back(base);
-      base.block_x = 64, base.block_y = 4;
-      raw.push_back(base);
-    });
-    if (p.semiring == Semiring::log)
-      with_default(Strategy::linear_two_pass, [&](const KernelSpec& two) { raw.push_back(two); });
-    if (s.K >= 16)
-      with_default(Strategy::warp, [&](KernelSpec w) {
-        for (int lanes : {4, 8, 16, 32}) {
-          if (s.K < lanes / 2) break; // lanes > 2K, without forming 2K
-          w.block_x = lanes, w.block_y = 256 / lanes;
-          raw.push_back(w);
-        }
-      });
-    if (s.K >= 256 && outputs <= (int64_t(1) << 15))
-      with_default(Strategy::block_tree, [&](KernelSpec t) {
-        for (int threads : {64, 256}) {
-          t.block_x = threads, t.block_y = 1;
-          raw.push_back(t);
-        }
-      });
-    if (s.M >= 8 && s.N >= 8)
-      with_default(Strategy::tiled, [&](const KernelSpec& tiled) { add_tiles(raw, tiled, wide); });
-    if (p.semiring == Semiring::log && s.M >= 16 && s.N >= 16 && s.K >= 16)
-      with_default(Strategy::exp_matmul, [&](const KernelSpec&) { add_exp_matmul(raw, p); });
-    if (s.M >= 8 && s.N >= 8 && s.K >= 1024)
-      with_default(Strategy::split_k, [&](const KernelSpec& split) {
-        for (int64_t chunks : {8, 32, 128}) {
-          KernelSpec sk = split;
-          const int64_t chunk = std::max<int64_t>(256, (s.K / chunks + sk.tile_k - 1) / sk.tile_k * sk.tile_k);
-          if (chunk >= s.K) continue;
-          sk.k_chunk = static_cast<int>(chunk);
-          raw.push_back(sk);
-          sk.tile_m = sk.tile_n = 32, sk.thread_m = sk.thread_n = 2;
-          raw.push_back(sk);
-        }
-      });
-  }
-  // Keep what fits the problem and the device, once each.
-  std::vector<KernelSpec> out;
-  for (KernelSpec spec : raw) {
-    try {
-      check_spec_fits(spec, p);
-    } catch (const std::invalid_argument&) {
-      spec.index64 = true; // a variant that only needs wider indices is still a candidate
-      try {
-        check_spec_fits(spec, p);
-      } catch (const std::invalid_argument&) {
-        continue;
-      }
-    }
-    if (spec.threads() > limits.max_threads_per_block) continue;
-    if (shared_memory_bytes(spec) > limits.max_static_shared_bytes) continue; // check_spec_fits allows 48 KiB
-    if (std::find(out.begin(), out.end(), spec) == out.end()) out.push_back(spec);
-  }
-  return out;
-}
 
 Shape shape_bucket(const Shape& s) {
   return {checked_round_up_pow2(s.B, "shape.B"), checked_round_up_pow2(s.M, "shape.M"),
@@ -309,22 +157,6 @@ namespace {
 
 TuningDevice tuning_device(const DeviceInfo& d) {
   return {d.name, d.arch(), nvrtc_version(), d.sm_count, d.driver_version};
-}
-
-// The spec of a decision adjusted to the problem (index width), or nothing when it cannot run it.
-std::optional<KernelSpec> fitting(KernelSpec spec, const Problem& p) {
-  try {
-    check_spec_fits(spec, p);
-    return spec;
-  } catch (const std::invalid_argument&) {
-  }
-  try {
-    spec.index64 = true;
-    check_spec_fits(spec, p);
-    return spec;
-  } catch (const std::invalid_argument&) {
-    return std::nullopt;
-  }
 }
 
 // A stored decision, if present and readable.

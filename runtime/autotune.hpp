@@ -12,21 +12,11 @@
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/policy.hpp"
+#include "runtime/tuner/search_space.hpp"
 
 namespace jitbmm {
 
 class DiskCache;
-
-// Device facts that bound the candidates.
-struct DeviceLimits {
-  int max_threads_per_block = 1024;
-  int max_static_shared_bytes = 48 * 1024;
-};
-
-// Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.
-// For a backward pass, `problem` is the forward problem (its with_argmax is ignored).
-std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits,
-                                          Pass pass = Pass::forward);
 
 // Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
 Shape shape_bucket(const Shape& shape);
