@@ -13,6 +13,7 @@
 #include "runtime/device.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "runtime/tuner/search_space.hpp"
+#include "runtime/tuner/trials.hpp"
 #include "runtime/tuner/tuning_db.hpp"
 
 namespace jitbmm {
@@ -37,12 +38,6 @@ TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progr
 // `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
 void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
                     Pass pass = Pass::forward, bool exact = true);
-
-// Above this many bytes of trial buffers (operands on the host and the device, outputs), a problem is not tuned:
-// choose() takes a stored decision or the default spec instead.
-constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
-// Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
-bool tunable(const Problem& problem, Pass pass = Pass::forward);
 
 // Where a spec came from, for inspect --tuned.
 struct Choice {
