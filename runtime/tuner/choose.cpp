@@ -1,41 +1,22 @@
-#include "runtime/autotune.hpp"
+// The choice cascade: a stored decision (exact, bucket, nearest bucket; unreadable or stale ones warned about
+// once), else tuning now, else the default spec; remembered per process; a stored spec that fails to compile or
+// load is rejected and the choice made again.
+#include "runtime/tuner/choose.hpp"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
-#include <tuple>
 
 #include "cache/disk_cache.hpp"
-#include "cache/kernel_cache.hpp"
-#include "cache/sha256.hpp"
 #include "jitbmm/errors.hpp"
-#include "jitbmm/plan.hpp"
-#include "jitbmm/reference.hpp"
-#include "jitbmm/version.hpp"
 #include "runtime/backward.hpp"
-#include "runtime/checked_size.hpp"
-#include "runtime/device_memory.hpp"
-#include "runtime/layout.hpp"
 #include "runtime/log.hpp"
-#include "runtime/nvrtc_compiler.hpp"
-#include "runtime/scratch.hpp"
-#include "runtime/timing.hpp"
+#include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
-#include "runtime/tuner/tuning_db.hpp"
 
 namespace jitbmm {
 
@@ -54,7 +35,6 @@ void warn_once(const std::string& topic, const std::string& message) {
 
 // A stored decision under `key`, if present; one that does not decode is ignored with a warning.
 std::optional<Decision> load_decision_or_warn(DiskCache* disk, const std::string& key, const char* source) {
-  if (!disk) return std::nullopt;
   bool unreadable = false;
   auto d = load_decision(disk, key, &unreadable);
   if (unreadable)
