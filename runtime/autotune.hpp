@@ -1,136 +1,16 @@
-// The autotuner: candidate specs for a problem, timed on the device, verified against the CPU reference, the
-// fastest correct one kept on disk (kind "tune" of the disk cache) per exact shape and per shape bucket.
+// The autotuner, for code that uses several of its parts (cli/, tests/, the plans): each part has its own header
+// under runtime/tuner/ —
+//   policy        when tuning may run ($JITBMM_TUNE, set_tune_policy)
+//   search_space  the candidate specs for a problem, bounded by the device
+//   tuning_db     stored decisions: keys, shape buckets, text, the disk cache's kind "tune"
+//   trials        random inputs per pass, one launch of a candidate, the check against the CPU reference
+//   autotune      compile in parallel, time (runtime/timing.hpp), rank, store the winner
+//   choose        the choice cascade: stored decision, tuning, default; planning again without a failing spec
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <optional>
-#include <stdexcept>
-#include <string>
-#include <vector>
-
-#include "jitbmm/kernel_spec.hpp"
-#include "runtime/device.hpp"
-
-namespace jitbmm {
-
-class DiskCache;
-
-// never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
-// bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
-// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU).
-// exact: an exact decision, else tune this exact shape.
-enum class TunePolicy { never, bucket, exact };
-TunePolicy parse_tune_policy(const std::string& text);  // throws std::invalid_argument naming JITBMM_TUNE
-TunePolicy tune_policy_from_env();                      // set_tune_policy's, else $JITBMM_TUNE, default bucket
-void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
-
-// Device facts that bound the candidates.
-struct DeviceLimits {
-  int max_threads_per_block = 1024;
-  int max_static_shared_bytes = 48 * 1024;
-};
-
-// Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.
-// For a backward pass, `problem` is the forward problem (its with_argmax is ignored).
-std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits,
-                                          Pass pass = Pass::forward);
-
-// Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
-Shape shape_bucket(const Shape& shape);
-
-// The key of a stored decision: device (name, SM count, arch, driver), NVRTC and jitbmm versions, and the problem
-// (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket).
-struct TuningDevice {
-  std::string name, arch, nvrtc_version;
-  int sm_count = 0, driver_version = 0;
-};
-std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward);
-// The key without the shape: decisions of one family may stand in for each other (nearest bucket).
-std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward);
-
-struct CandidateResult {
-  KernelSpec spec;
-  double median_ms = -1; // -1: not timed
-  std::string status;    // "ok", or why the candidate was skipped
-};
-struct TuneReport {
-  KernelSpec best;
-  std::vector<CandidateResult> candidates;
-  double seconds = 0;
-};
-
-// A stored decision: the winner, what it was tuned for, and the best candidates' timings (for inspect --tuned).
-struct Decision {
-  KernelSpec spec;
-  std::string problem;                  // describe() of the tuned problem
-  std::string family;                   // tuning_family()
-  bool bucket = false;                  // stored for the shape's bucket (else for the exact shape)
-  Shape shape;                          // the bucket's shape, or the exact shape
-  double seconds = 0;                   // how long tuning took
-  std::vector<CandidateResult> ranking; // the best candidates, fastest first
-};
-// A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
-std::string encode_decision(const Decision& d);
-std::optional<Decision> decode_decision(const std::string& text);
-// The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
-std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
-double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of |log2 ratio| (sizes below 1 count as 1)
-// Up to this distance a borrowed decision is used as it is; farther, `bucket` checks it against the default spec
-// (two candidates, timed) before storing it for the new bucket, and `never` uses the default spec.
-constexpr double kNearBucketDistance = 3.0;
-
-// Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
-// times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
-// and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
-// Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
-// `candidates`, when given, replaces the enumeration (a quick check between a few specs).
-TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
-                    const std::vector<KernelSpec>& candidates = {});
-
-// Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
-// `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
-void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
-                    Pass pass = Pass::forward, bool exact = true);
-
-// Above this many bytes of trial buffers (operands on the host and the device, outputs), a problem is not tuned:
-// choose() takes a stored decision or the default spec instead.
-constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
-// Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
-bool tunable(const Problem& problem, Pass pass = Pass::forward);
-
-// Where a spec came from, for inspect --tuned.
-struct Choice {
-  KernelSpec spec;
-  std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
-  std::optional<Decision> decision; // the stored decision used, if any
-  bool stored = false;              // the spec is the stored decision's, not yet compiled in this process
-};
-// The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it and
-// the problem is tunable() (the result is stored), else default_spec. A stored decision that does not parse or no
-// longer fits the problem is ignored with one warning naming it; one whose spec is in `rejected` (it failed to
-// compile or load: plan_with_choice) is skipped. Remembered per process, so repeated get() calls read the disk
-// once; a choice made with specs rejected replaces the remembered one.
-Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
-              const std::vector<KernelSpec>& rejected = {});
-
-// The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
-// is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or
-// fit are skipped with a warning, those whose spec is in `rejected` silently. `far`, when given, receives the
-// nearest bucket's decision when it lies farther away than that.
-std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
-                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
-                                    std::optional<Decision>* far = nullptr);
-
-// Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
-// When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale
-// decision naming a kernel that cannot compile or load here), it warns naming the decision and decides again with
-// that spec rejected: the next stored decision, else tuning or the default. Only the variant changes, never the
-// results. Errors of any other spec (the default, one tuned now, one the user passed) propagate.
-KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
-                            const std::function<void(const KernelSpec&)>& plan);
-inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
-  return choose(problem, device, policy).spec;
-}
-
-} // namespace jitbmm
+#include "runtime/tuner/autotune.hpp"     // IWYU pragma: export
+#include "runtime/tuner/choose.hpp"       // IWYU pragma: export
+#include "runtime/tuner/policy.hpp"       // IWYU pragma: export
+#include "runtime/tuner/search_space.hpp" // IWYU pragma: export
+#include "runtime/tuner/trials.hpp"       // IWYU pragma: export
+#include "runtime/tuner/tuning_db.hpp"    // IWYU pragma: export

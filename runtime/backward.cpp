@@ -13,7 +13,6 @@
 #include "runtime/plan_impl.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/launch.hpp"
-#include "generator/strategies/common.hpp"
 
 namespace jitbmm {
 
@@ -43,15 +42,8 @@ void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& k
                  CUstream stream) {
   const LaunchPlan plan = strategy_def(spec).launches(spec, p);
   if (plan.launches.empty()) return; // an empty gradient
-  const Shape& s = p.shape;
-  const Strides sa = p.a(), sb = p.b(), so = p.out();
-  jb::GradParams q{};
+  jb::GradParams q = grad_params(p, spec);
   q.a = args.a, q.b = args.b, q.out = args.out, q.grad_out = args.grad_out, q.argmax = args.argmax, q.grad = args.grad;
-  q.B = s.B, q.M = s.M, q.N = s.N, q.K = s.K;
-  q.a_batch = sa.batch, q.a_row = sa.row, q.a_col = sa.col;
-  q.b_batch = sb.batch, q.b_row = sb.row, q.b_col = sb.col;
-  q.out_batch = so.batch, q.out_row = so.row, q.out_col = so.col;
-  q.workspace_slices = strategies::grad_accumulator(p, spec).slices;
   run_launches(kernel, plan, q, args.workspace, stream);
 }
 

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "generator/strategies/common.hpp"
 #include "runtime/driver_api.hpp"
 
 namespace jitbmm {
@@ -11,6 +12,27 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
             const std::string& name) {
   check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
         ("cuLaunchKernel(" + name + ")").c_str());
+}
+
+jb::BmmParams bmm_params(const Problem& p) {
+  jb::BmmParams q{};
+  q.B = p.shape.B, q.M = p.shape.M, q.N = p.shape.N, q.K = p.shape.K;
+  const Strides a = p.a(), b = p.b(), o = p.out();
+  q.a_batch = a.batch, q.a_row = a.row, q.a_col = a.col;
+  q.b_batch = b.batch, q.b_row = b.row, q.b_col = b.col;
+  q.out_batch = o.batch, q.out_row = o.row, q.out_col = o.col;
+  return q;
+}
+
+jb::GradParams grad_params(const Problem& p, const KernelSpec& spec) {
+  jb::GradParams q{};
+  q.B = p.shape.B, q.M = p.shape.M, q.N = p.shape.N, q.K = p.shape.K;
+  const Strides a = p.a(), b = p.b(), o = p.out();
+  q.a_batch = a.batch, q.a_row = a.row, q.a_col = a.col;
+  q.b_batch = b.batch, q.b_row = b.row, q.b_col = b.col;
+  q.out_batch = o.batch, q.out_row = o.row, q.out_col = o.col;
+  q.workspace_slices = strategies::grad_accumulator(p, spec).slices;
+  return q;
 }
 
 namespace {

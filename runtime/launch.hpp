@@ -14,6 +14,11 @@ namespace jitbmm {
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
             const std::string& name);
 
+// The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
+// pass's also says how many batch slices its accumulator has.
+jb::BmmParams bmm_params(const Problem& problem);
+jb::GradParams grad_params(const Problem& problem, const KernelSpec& spec);
+
 // Runs the plan's launches in order on `stream`, each with a copy of `params` whose workspace is `workspace` (at
 // least plan.workspace_bytes; zeroed first when the plan says so). Arguments must already be checked.
 void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::BmmParams params, void* workspace,

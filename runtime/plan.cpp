@@ -18,22 +18,6 @@
 
 namespace jitbmm {
 
-namespace {
-
-jb::BmmParams make_params(const Problem& p) {
-  jb::BmmParams q{};
-  q.B = p.shape.B;
-  q.M = p.shape.M;
-  q.N = p.shape.N;
-  q.K = p.shape.K;
-  const Strides a = p.a(), b = p.b(), o = p.out();
-  q.a_batch = a.batch, q.a_row = a.row, q.a_col = a.col;
-  q.b_batch = b.batch, q.b_row = b.row, q.b_col = b.col;
-  q.out_batch = o.batch, q.out_row = o.row, q.out_col = o.col;
-  return q;
-}
-
-} // namespace
 
 SemiringBMM SemiringBMM::get(const Problem& problem) {
   validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
@@ -54,7 +38,7 @@ SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   impl->problem = problem;
   impl->spec = spec;
   impl->device = current_device();
-  impl->params = make_params(problem);
+  impl->params = bmm_params(problem);
   const Shape& s = problem.shape;
   if (s.B > 0 && s.M > 0 && s.N > 0) {
     if (spec.threads() > impl->device->max_threads_per_block)

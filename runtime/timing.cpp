@@ -22,14 +22,18 @@ private:
 
 } // namespace
 
-Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int runs, Stream stream) {
+Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int runs, Stream stream,
+                     const BeforeRun& before_run) {
   const DriverApi& d = driver();
   auto s = reinterpret_cast<CUstream>(stream);
-  for (int i = 0; i < warmup; ++i) launch(stream);
-  check(d.cuStreamSynchronize(s), "cuStreamSynchronize");
+  if (warmup > 0) {
+    for (int i = 0; i < warmup; ++i) launch(stream);
+    check(d.cuStreamSynchronize(s), "cuStreamSynchronize");
+  }
   Event start, stop;
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {
+    if (before_run) before_run(i);
     check(d.cuEventRecord(start.get(), s), "cuEventRecord");
     launch(stream);
     check(d.cuEventRecord(stop.get(), s), "cuEventRecord");
@@ -46,6 +50,14 @@ Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int 
   t.min_ms = ms.front();
   t.max_ms = ms.back();
   return t;
+}
+
+L2Flush::L2Flush() : buffer_(std::size_t(256) << 20) {}
+
+void L2Flush::operator()(int run) const {
+  check(driver().cuMemsetD8(reinterpret_cast<CUdeviceptr>(buffer_.get()), static_cast<unsigned char>(run),
+                            buffer_.size()),
+        "cuMemsetD8(L2 flush)");
 }
 
 } // namespace jitbmm

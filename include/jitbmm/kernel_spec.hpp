@@ -89,9 +89,9 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy);
 // that does not support the semiring or pass, tile parameters out of range, 32-bit indices too narrow). For a
 // backward spec, `problem` is the forward problem without argmax.
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
-
-// The static shared memory a block of the spec's kernel takes (0 for strategies without shared tiles): the one
-// formula the fit rules and the tuner's device limits read.
+// The static shared memory a block of the spec's kernel takes (0 for strategies without shared tiles), from its
+// strategy's one formula: check_spec_fits allows at most 48 KiB; the tuner drops candidates above a smaller
+// device's limit.
 int shared_memory_bytes(const KernelSpec& spec);
 
 } // namespace jitbmm

@@ -73,8 +73,8 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   const auto fast_candidates = tuning_candidates(fast, h100);
   CHECK(has_math(fast_candidates, Math::tf32));
   for (const KernelSpec& s : fast_candidates) CHECK_NOTHROW(check_spec_fits(s, fast));
-  CHECK_FALSE(has_math(tuning_candidates(problem(Semiring::max_plus, DType::f32, {64, 512, 512, 512}), h100),
-                       Math::fma));
+  CHECK_FALSE(
+      has_math(tuning_candidates(problem(Semiring::max_plus, DType::f32, {64, 512, 512, 512}), h100), Math::fma));
   const auto f64_candidates = tuning_candidates(problem(Semiring::log, DType::f64, {8, 256, 256, 256}), h100);
   CHECK(has_math(f64_candidates, Math::fma));
   CHECK_FALSE(has_math(f64_candidates, Math::tf32x3));
@@ -85,8 +85,14 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   const auto tiny = tuning_candidates(problem(Semiring::log, DType::f64, {1, 1, 3, 1}), h100);
   CHECK(std::none_of(tiny.begin(), tiny.end(), [](const KernelSpec& s) { return s.is_tiled(); }));
   const DeviceLimits small{256, 16 * 1024}; // a device that allows less prunes more
-  for (const KernelSpec& s : tuning_candidates(problem(Semiring::log, DType::f32, {64, 512, 512, 512}), small))
+  const auto small_candidates = tuning_candidates(problem(Semiring::log, DType::f32, {64, 512, 512, 512}), small);
+  for (const KernelSpec& s : small_candidates) {
     CHECK(s.threads() <= 256);
+    CHECK(shared_memory_bytes(s) <= 16 * 1024); // the one formula check_spec_fits uses too
+  }
+  // 32x32x16 needs 9 KiB (a formula twice as large once pruned it here).
+  CHECK(std::any_of(small_candidates.begin(), small_candidates.end(),
+                    [](const KernelSpec& s) { return s.strategy == Strategy::tiled; }));
 }
 
 TEST_CASE("shape buckets round each size up to a power of two") {
@@ -125,7 +131,10 @@ TEST_CASE("the tuning policy comes from JITBMM_TUNE") {
   CHECK(parse_tune_policy("never") == TunePolicy::never);
   CHECK(parse_tune_policy("bucket") == TunePolicy::bucket);
   CHECK(parse_tune_policy("exact") == TunePolicy::exact);
-  expect_invalid([] { parse_tune_policy("always"); }, "JITBMM_TUNE");
+  expect_invalid([] { parse_tune_policy("always"); },
+                 "JITBMM_TUNE: unsupported 'always' (expected never, bucket or exact)");
+  for (TunePolicy policy : {TunePolicy::never, TunePolicy::bucket, TunePolicy::exact})
+    CHECK(parse_tune_policy(tune_policy_name(policy)) == policy);
 }
 
 namespace {

@@ -1,0 +1,145 @@
+// The autotuner's run: the compile pool (parallel NVRTC through the kernel cache), the first timing pass over the
+// correct candidates, the re-timing of the best three, and the stored decision.
+#include "runtime/tuner/autotune.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/jit.hpp"
+#include "support/log.hpp"
+#include "runtime/timing.hpp"
+#include "runtime/tuner/search_space.hpp"
+#include "runtime/tuner/trials.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+// Compiles and loads every candidate through the kernel cache (which is thread-safe) on up to `max_threads`
+// threads, never more than there are candidates; a failure only marks that candidate.
+void compile_candidates(const DeviceInfo& device, std::vector<CandidateResult>& candidates, unsigned max_threads) {
+  const std::size_t threads = std::min<std::size_t>(std::max(1u, max_threads), candidates.size());
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < threads; ++w)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < candidates.size();) try {
+          load_kernel(device, candidates[i].spec);
+        } catch (const std::exception& e) {
+          candidates[i].status = std::string("compile failed: ") + e.what();
+        }
+    });
+  for (auto& t : pool) t.join();
+}
+
+// The median of `runs` timed launches of `spec` on the trial, the L2 flushed before each.
+double time_candidate(const Trial& trial, const L2Flush& flush, const KernelSpec& spec, int runs) {
+  return time_launches([&](Stream stream) { trial.run(spec, stream); }, 0, runs, nullptr, std::ref(flush)).median_ms;
+}
+
+// Checks each compiled candidate against the reference and times the correct ones (median of 5); the others get
+// their status. Progress on stderr when `progress`.
+void verify_and_time(std::vector<CandidateResult>& candidates, const Trial& trial, const L2Flush& flush,
+                     const std::string& what, bool progress) {
+  double best_ms = -1;
+  std::size_t done = 0;
+  for (CandidateResult& c : candidates) {
+    ++done;
+    if (c.status != "ok") continue;
+    try {
+      const std::string wrong = trial.verify(c.spec);
+      if (!wrong.empty()) {
+        c.status = wrong;
+        continue;
+      }
+      c.median_ms = time_candidate(trial, flush, c.spec, 5);
+      if (best_ms < 0 || c.median_ms < best_ms) best_ms = c.median_ms;
+    } catch (const std::exception& e) {
+      c.status = std::string("launch failed: ") + e.what();
+    }
+    if (progress && log_enabled(LogLevel::info))
+      std::fprintf(stderr, "\rjitbmm: tuning %s [%zu/%zu] best %.4f ms   ", what.c_str(), done, candidates.size(),
+                   best_ms);
+  }
+}
+
+// Re-times the best three interleaved, so drift between the first pass's measurements cannot decide; their
+// median_ms become the new timings (the middle of three rounds). Returns the fastest.
+const CandidateResult& rank(std::vector<CandidateResult>& candidates, const Trial& trial, const L2Flush& flush,
+                            const std::string& what) {
+  std::vector<CandidateResult*> timed;
+  for (CandidateResult& c : candidates)
+    if (c.median_ms >= 0) timed.push_back(&c);
+  if (timed.empty()) throw std::runtime_error("autotune: no correct candidate for " + what);
+  std::sort(timed.begin(), timed.end(), [](auto* x, auto* y) { return x->median_ms < y->median_ms; });
+  timed.resize(std::min<std::size_t>(3, timed.size()));
+  std::vector<std::vector<double>> again(timed.size());
+  for (int round = 0; round < 3; ++round)
+    for (std::size_t i = 0; i < timed.size(); ++i) again[i].push_back(time_candidate(trial, flush, timed[i]->spec, 3));
+  std::size_t winner = 0;
+  for (std::size_t i = 0; i < timed.size(); ++i) {
+    std::sort(again[i].begin(), again[i].end());
+    timed[i]->median_ms = again[i][1];
+    if (timed[i]->median_ms < timed[winner]->median_ms) winner = i;
+  }
+  return *timed[winner];
+}
+
+} // namespace
+
+TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass,
+                    const std::vector<KernelSpec>& only) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ScopedContext scope(device.context);
+  TuneReport report;
+  for (const KernelSpec& spec :
+       only.empty() ? tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}, pass) : only)
+    report.candidates.push_back({spec, -1, "ok"});
+  compile_candidates(device, report.candidates, std::thread::hardware_concurrency());
+
+  std::mt19937_64 rng(20261122);
+  const Trial trial = make_trial(p, pass, device, rng);
+  const L2Flush flush;
+  const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
+  verify_and_time(report.candidates, trial, flush, what, progress);
+  const CandidateResult& winner = rank(report.candidates, trial, flush, what);
+  report.best = winner.spec;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (progress && log_enabled(LogLevel::info))
+    std::fprintf(stderr, "\rjitbmm: tuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", what.c_str(),
+                 report.seconds, report.candidates.size(), winner.median_ms, to_string(report.best).c_str());
+  return report;
+}
+
+void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
+                    bool exact) {
+  DiskCache* disk = DiskCache::process_cache();
+  if (!disk) return;
+  const TuningDevice td = tuning_device(device);
+  Decision d;
+  d.spec = report.best;
+  d.problem = describe(p);
+  d.family = tuning_family(p, td, pass);
+  d.seconds = report.seconds;
+  for (const CandidateResult& c : report.candidates)
+    if (c.median_ms >= 0) d.ranking.push_back(c);
+  std::sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
+  d.ranking.resize(std::min<std::size_t>(d.ranking.size(), 5));
+  d.shape = p.shape;
+  if (exact) put_decision(*disk, tuning_key(p, td, false, pass), d);
+  if (bucket) {
+    d.bucket = true;
+    d.shape = shape_bucket(p.shape);
+    put_decision(*disk, tuning_key(p, td, true, pass), d);
+  }
+}
+
+} // namespace jitbmm

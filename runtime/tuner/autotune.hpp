@@ -1,0 +1,32 @@
+// The autotuner's run: compile the candidates in parallel, check each against the CPU reference, time the correct
+// ones, rank them (the best three re-timed interleaved), and store the winner as a decision.
+#pragma once
+
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tuner/tuning_db.hpp"
+
+namespace jitbmm {
+
+struct TuneReport {
+  KernelSpec best;
+  std::vector<CandidateResult> candidates;
+  double seconds = 0;
+};
+
+// Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
+// times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
+// and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
+// Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
+// `candidates`, when given, replaces the enumeration (a quick check between a few specs).
+TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
+                    const std::vector<KernelSpec>& candidates = {});
+
+// Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
+// `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
+void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
+                    Pass pass = Pass::forward, bool exact = true);
+
+} // namespace jitbmm

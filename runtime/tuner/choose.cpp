@@ -1,0 +1,162 @@
+// The choice cascade: a stored decision (exact, bucket, nearest bucket; unreadable or stale ones warned about
+// once), else tuning now, else the default spec; remembered per process; a stored spec that fails to compile or
+// load is rejected and the choice made again.
+#include "runtime/tuner/choose.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "cache/disk_cache.hpp"
+#include "jitbmm/errors.hpp"
+#include "runtime/backward.hpp"
+#include "support/log.hpp"
+#include "runtime/tuner/autotune.hpp"
+#include "runtime/tuner/search_space.hpp"
+#include "runtime/tuner/trials.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+// Each unusable stored decision is reported once per process, however often the problem is decided again.
+void warn_once(const std::string& topic, const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!said.insert(topic).second) return;
+  }
+  log_message(LogLevel::warn, message);
+}
+
+// A stored decision under `key`, if present; one that does not decode is ignored with a warning.
+std::optional<Decision> load_decision_or_warn(DiskCache* disk, const std::string& key, const char* source) {
+  bool unreadable = false;
+  auto d = load_decision(disk, key, &unreadable);
+  if (unreadable)
+    warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
+                       "): it does not parse; deciding again");
+  return d;
+}
+
+bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec) {
+  return std::find(rejected.begin(), rejected.end(), spec) != rejected.end();
+}
+
+} // namespace
+
+std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
+                                    Pass pass, const std::vector<KernelSpec>& rejected, std::optional<Decision>* far) {
+  // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so.
+  auto own = [&](const std::string& key, const char* source) -> std::optional<Choice> {
+    const auto d = load_decision_or_warn(disk, key, source);
+    if (!d) return std::nullopt;
+    const auto spec = fitting(d->spec, p);
+    if (!spec) {
+      std::string why;
+      try {
+        check_spec_fits(d->spec, p);
+      } catch (const std::invalid_argument& e) {
+        why = e.what();
+      }
+      warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
+                         ", tuned for " + d->problem + "): " + to_string(d->spec) + " no longer fits (" + why +
+                         "); deciding again");
+      return std::nullopt;
+    }
+    if (is_rejected(rejected, *spec)) return std::nullopt;
+    return Choice{*spec, source, d, true};
+  };
+  if (auto c = own(tuning_key(p, td, false, pass), "exact")) return c;
+  if (policy == TunePolicy::exact) return std::nullopt;
+  if (auto c = own(tuning_key(p, td, true, pass), "bucket")) return c;
+  // Another bucket's decision may not fit this shape: that is no defect of the decision, so no warning.
+  std::vector<Decision> family = family_buckets(disk, tuning_family(p, td, pass));
+  family.erase(std::remove_if(family.begin(), family.end(),
+                              [&](const Decision& d) {
+                                const auto spec = fitting(d.spec, p);
+                                return spec && is_rejected(rejected, *spec);
+                              }),
+               family.end());
+  const auto near = nearest_decision(family, p.shape);
+  if (!near) return std::nullopt;
+  if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) {
+    if (far) *far = near;
+    return std::nullopt;
+  }
+  if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near, true};
+  return std::nullopt;
+}
+
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
+              const std::vector<KernelSpec>& rejected) {
+  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
+  // Decisions already made in this process, per context, problem, pass and policy.
+  static std::mutex mutex;
+  static std::map<std::string, Choice> made;
+  std::ostringstream id;
+  id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
+     << ' ' << dtype_info(p.output_dtype()).name;
+  if (rejected.empty()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = made.find(id.str()); it != made.end()) return it->second;
+  }
+  const Choice choice = [&]() -> Choice {
+    DiskCache* disk = DiskCache::process_cache();
+    const TuningDevice td = tuning_device(device);
+    const bool tune = policy != TunePolicy::never && tunable(p, pass);
+    std::optional<Decision> far;
+    if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) return *c;
+    const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+    if (far && policy == TunePolicy::bucket && tune) {
+      // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
+      std::vector<KernelSpec> two = {fallback};
+      if (auto spec = fitting(far->spec, p); spec && *spec != fallback) two.push_back(*spec);
+      const TuneReport report = autotune(p, device, false, pass, two);
+      store_decision(p, device, report, true, pass, false);
+      return {report.best, "nearest bucket, checked against the default", far};
+    }
+    if (!tune) return {fallback, "default", {}};
+    const TuneReport report = autotune(p, device, true, pass);
+    store_decision(p, device, report, policy == TunePolicy::bucket, pass);
+    return {report.best, "tuned now", {}};
+  }();
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, "plan " + describe(p) +
+                                     (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
+                                     to_string(choice.spec) + " (" + choice.source + ")");
+  std::lock_guard<std::mutex> lock(mutex);
+  made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
+  return choice;
+}
+
+KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
+                            const std::function<void(const KernelSpec&)>& plan) {
+  std::vector<KernelSpec> rejected;
+  for (;;) {
+    const Choice choice = decide(rejected);
+    // Only a stored decision may be wrong about what compiles: the default, a spec tuned now (which compiled to be
+    // timed) and one already rejected propagate their errors.
+    const bool stored = choice.stored && !is_rejected(rejected, choice.spec);
+    if (!stored) {
+      plan(choice.spec);
+      return choice.spec;
+    }
+    try {
+      plan(choice.spec);
+      return choice.spec;
+    } catch (const std::exception& e) {
+      if (!dynamic_cast<const CompileError*>(&e) && !dynamic_cast<const CudaError*>(&e)) throw;
+      log_message(LogLevel::warn, "ignoring the stored tuning decision (" + choice.source + ", tuned for " +
+                                      choice.decision->problem + "): " + to_string(choice.spec) +
+                                      " failed to compile or load (" + e.what() + "); deciding again without it");
+      rejected.push_back(choice.spec);
+    }
+  }
+}
+
+} // namespace jitbmm

@@ -1,0 +1,53 @@
+// The choice cascade: which spec a plan uses — a stored decision the policy allows (exact, bucket, nearest
+// bucket), else tuning now, else the default — and planning again without a stored spec that fails to compile.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tuner/policy.hpp"
+#include "runtime/tuner/tuning_db.hpp"
+
+namespace jitbmm {
+
+class DiskCache;
+
+// Where a spec came from, for inspect --tuned.
+struct Choice {
+  KernelSpec spec;
+  std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
+  std::optional<Decision> decision; // the stored decision used, if any
+  bool stored = false;              // the spec is the stored decision's, not yet compiled in this process
+};
+// The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it and
+// the problem is tunable() (the result is stored), else default_spec. A stored decision that does not parse or no
+// longer fits the problem is ignored with one warning naming it; one whose spec is in `rejected` (it failed to
+// compile or load: plan_with_choice) is skipped. Remembered per process, so repeated get() calls read the disk
+// once; a choice made with specs rejected replaces the remembered one.
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
+              const std::vector<KernelSpec>& rejected = {});
+
+// The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
+// is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or
+// fit are skipped with a warning, those whose spec is in `rejected` silently. `far`, when given, receives the
+// nearest bucket's decision when it lies farther away than that.
+std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
+                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
+                                    std::optional<Decision>* far = nullptr);
+
+// Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
+// When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale
+// decision naming a kernel that cannot compile or load here), it warns naming the decision and decides again with
+// that spec rejected: the next stored decision, else tuning or the default. Only the variant changes, never the
+// results. Errors of any other spec (the default, one tuned now, one the user passed) propagate.
+KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
+                            const std::function<void(const KernelSpec&)>& plan);
+inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
+  return choose(problem, device, policy).spec;
+}
+
+} // namespace jitbmm

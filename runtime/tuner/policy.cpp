@@ -1,0 +1,32 @@
+// The tuning policy's names and where the process's policy comes from.
+#include "runtime/tuner/policy.hpp"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "support/enum_names.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+constexpr EnumName<TunePolicy> kPolicyNames[] = {
+    {TunePolicy::never, "never"}, {TunePolicy::bucket, "bucket"}, {TunePolicy::exact, "exact"}};
+
+std::atomic<int> g_policy_override{-1};
+
+} // namespace
+
+const char* tune_policy_name(TunePolicy policy) { return enum_name(kPolicyNames, policy, "JITBMM_TUNE"); }
+
+TunePolicy parse_tune_policy(const std::string& text) { return parse_enum(kPolicyNames, text, "JITBMM_TUNE"); }
+
+void set_tune_policy(std::optional<TunePolicy> policy) { g_policy_override = policy ? static_cast<int>(*policy) : -1; }
+
+TunePolicy tune_policy_from_env() {
+  if (const int v = g_policy_override.load(); v >= 0) return static_cast<TunePolicy>(v);
+  const char* v = std::getenv("JITBMM_TUNE");
+  return v && *v ? parse_tune_policy(v) : TunePolicy::bucket;
+}
+
+} // namespace jitbmm

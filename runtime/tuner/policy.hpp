@@ -1,0 +1,19 @@
+// The tuning policy: when the tuner may run ($JITBMM_TUNE, or set_tune_policy for this process).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace jitbmm {
+
+// never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
+// bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
+// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU).
+// exact: an exact decision, else tune this exact shape.
+enum class TunePolicy { never, bucket, exact };
+const char* tune_policy_name(TunePolicy policy);
+TunePolicy parse_tune_policy(const std::string& text);  // throws std::invalid_argument naming JITBMM_TUNE
+TunePolicy tune_policy_from_env();                      // set_tune_policy's, else $JITBMM_TUNE, default bucket
+void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
+
+} // namespace jitbmm

@@ -1,0 +1,25 @@
+// The tuner's search space: which specs are worth timing for a problem, each fitting it and the device.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+
+namespace jitbmm {
+
+// Device facts that bound the candidates.
+struct DeviceLimits {
+  int max_threads_per_block = 1024;
+  int max_static_shared_bytes = 48 * 1024;
+};
+
+// Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.
+// For a backward pass, `problem` is the forward problem (its with_argmax is ignored).
+std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits,
+                                          Pass pass = Pass::forward);
+
+// `spec` as it is when it fits `problem`, else with 64-bit indices when that fits, else nothing.
+std::optional<KernelSpec> fitting(KernelSpec spec, const Problem& problem);
+
+} // namespace jitbmm

@@ -1,0 +1,214 @@
+// Trials: random inputs for one pass of a problem on the device, one launch of a candidate on them, and the check
+// of its output against the CPU reference on sampled elements; and the size limit on problems worth a trial.
+#include "runtime/tuner/trials.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
+
+#include "runtime/jit.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/backward.hpp"
+#include "support/checked_size.hpp"
+#include "support/layout.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/scratch.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+// The elements a strided operand spans (at least 1), and their bytes: checked, since they size buffers.
+int64_t elements_of(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
+  return checked_add(max_offset(what, batches, rows, cols, st), 1, what);
+}
+std::size_t bytes_of(const char* what, int64_t elements, int element_bytes) {
+  return static_cast<std::size_t>(checked_mul(elements, element_bytes, what));
+}
+std::size_t bytes_of(const char* what, int64_t elements, DType dtype) {
+  return bytes_of(what, elements, dtype_info(dtype).size_bytes);
+}
+
+// Random inputs laid out as the problem says, never zeros; non-negative for max_times.
+std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng) {
+  std::vector<unsigned char> bytes(
+      static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t i = 0; i < elements; ++i) {
+    const double v = normal(rng);
+    store_element(p.dtype, bytes.data(), i, p.semiring == Semiring::max_times ? std::fabs(v) : v);
+  }
+  return bytes;
+}
+
+std::vector<unsigned char> download(const DeviceBuffer& buffer) {
+  std::vector<unsigned char> host(buffer.size());
+  buffer.download(host.data(), host.size());
+  return host;
+}
+
+} // namespace
+
+bool tunable(const Problem& p, Pass pass) {
+  const Shape& s = p.shape;
+  const auto outputs = try_product({s.B, s.M, s.N});
+  if (!outputs || *outputs == 0 || s.K == 0) return false;
+  // Candidates are checked against the CPU reference, one output's (one gradient element's) terms at a time.
+  if (s.K > reference::kMaxReferenceK || (pass != Pass::forward && std::max(s.M, s.N) > reference::kMaxReferenceK))
+    return false;
+  // The trial's buffers: both operands on the host and the device, the output (and, backward, grad_out and the
+  // gradient) on the device. Past kMaxTuningBytes, tuning would compete with the caller's own data for memory.
+  int64_t total = 0;
+  const int64_t in = dtype_info(p.dtype).size_bytes, out = dtype_info(p.output_dtype()).size_bytes;
+  for (const auto& [rows, cols, st, bytes, copies] :
+       {std::tuple{s.M, s.K, p.a(), in, 2}, std::tuple{s.K, s.N, p.b(), in, 2},
+        std::tuple{s.M, s.N, p.out(), out + 4, pass == Pass::forward ? 1 : 3}}) {
+    const auto part = try_product({max_offset("shape", s.B, rows, cols, st) + 1, bytes, copies});
+    if (!part || __builtin_add_overflow(total, *part, &total)) return false;
+  }
+  return total <= kMaxTuningBytes;
+}
+
+ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::mt19937_64& rng)
+    : p(problem), device(dev) {
+  const Shape& s = p.shape;
+  ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng);
+  hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng);
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+  a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size());
+  out = DeviceBuffer(bytes_of("out", elements_of("out", s.B, s.M, s.N, p.out()), p.output_dtype()));
+  arg = DeviceBuffer(p.with_argmax ? bytes_of("argmax", outputs, 4) : 0);
+  a.upload(ha.data(), ha.size());
+  b.upload(hb.data(), hb.size());
+  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, outputs - 1));
+  for (int n = 0; n < 24 && outputs > 0; ++n) {
+    const int64_t o = pick(rng);
+    samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N));
+  }
+}
+
+// Through the same executor as plans (runtime/launch), not the public SemiringBMM::get.
+void run_candidate(const ForwardTrial& trial, const KernelSpec& spec, Stream stream) {
+  const Problem& p = trial.p;
+  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
+  jb::BmmParams params = bmm_params(p);
+  params.a = trial.a.get(), params.b = trial.b.get(), params.out = trial.out.get();
+  params.argmax = p.with_argmax ? static_cast<int32_t*>(trial.arg.get()) : nullptr;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(trial.device, {}, ScratchSize().add(plan.workspace_bytes, "workspace").bytes(), cu_stream);
+  run_launches(*load_kernel(trial.device, spec), plan, params, scratch.take(plan.workspace_bytes), cu_stream);
+}
+
+std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
+  trial.out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
+  run_candidate(trial, spec, nullptr);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::vector<unsigned char> ho = download(trial.out);
+  const Problem& p = trial.p;
+  const Shape& s = p.shape;
+  const Strides so = p.out();
+  for (const auto& [o, want] : trial.samples) {
+    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), at), want,
+                          reference::tolerance(p)))
+      return "wrong result at output " + std::to_string(o);
+  }
+  return "";
+}
+
+BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInfo& dev, std::mt19937_64& rng)
+    : p(grad_problem(problem)), pass(which), device(dev) {
+  const Shape& s = p.shape;
+  ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng);
+  hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng);
+  const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
+  const int64_t out_elems = elements_of("out", s.B, s.M, s.N, p.out());
+  const DType od = p.output_dtype();
+  // grad_out in out's layout, and contiguous in double for the reference.
+  hg.assign(bytes_of("out", out_elems, od), 0);
+  grad_out.resize(outputs);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const Strides so = p.out();
+  for (int64_t o = 0; o < outputs; ++o) {
+    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    store_element(od, hg.data(), at, normal(rng));
+    grad_out[o] = load_element(od, hg.data(), at);
+  }
+  a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size()), g = DeviceBuffer(hg.size());
+  a.upload(ha.data(), ha.size());
+  b.upload(hb.data(), hb.size());
+  g.upload(hg.data(), hg.size());
+  // The forward's results, as the backward will read them.
+  Problem fwd = p;
+  const bool sel = semiring_info(p.semiring).has_argmax;
+  fwd.with_argmax = sel;
+  out = DeviceBuffer(bytes_of("out", out_elems, od));
+  arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
+  SemiringBMM::get(fwd, default_spec(fwd))(a.get(), b.get(), out.get(),
+                                           sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::vector<unsigned char> ho = download(out);
+  out_values.resize(outputs);
+  for (int64_t o = 0; o < outputs; ++o)
+    out_values[o] = load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+  if (sel) {
+    argmax.resize(outputs);
+    arg.download(argmax.data(), bytes_of("argmax", outputs, 4));
+  }
+  const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
+  const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
+  grad = DeviceBuffer(bytes_of("grad", elements_of("grad", s.B, rows, cols, sd), p.dtype));
+  const int64_t grads = checked_product({s.B, rows, cols}, "shape: gradient elements");
+  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, grads - 1));
+  for (int n = 0; n < 24 && grads > 0; ++n) {
+    const int64_t e = pick(rng);
+    samples.push_back({e / (rows * cols), e / cols % rows, e % cols});
+  }
+}
+
+void run_candidate(const BackwardTrial& trial, const KernelSpec& spec, Stream stream) {
+  const std::size_t bytes = grad_workspace_bytes(trial.p, spec);
+  Scratch scratch(trial.device, {}, ScratchSize().add(bytes, "backward workspace").bytes(), stream);
+  launch_grad(trial.p, spec, *load_kernel(trial.device, spec),
+              {trial.a.get(), trial.b.get(), trial.out.get(), trial.g.get(),
+               trial.argmax.empty() ? nullptr : static_cast<int32_t*>(trial.arg.get()), trial.grad.get(),
+               scratch.take(bytes)},
+              stream);
+}
+
+std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
+  trial.grad.fill_bytes(0x7f); // poison: an unwritten element cannot pass the check
+  run_candidate(trial, spec, nullptr);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::vector<unsigned char> hd = download(trial.grad);
+  const Problem& p = trial.p;
+  const Strides sd = trial.pass == Pass::grad_a ? p.a() : p.b();
+  const bool broadcast = sd.batch == 0;
+  const int32_t* argmax = trial.argmax.empty() ? nullptr : trial.argmax.data();
+  for (const auto& [bt, r, c] : trial.samples) {
+    reference::GradElement want;
+    for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? p.shape.B : bt + 1); ++z) {
+      const auto part = reference::gradient_element(p, trial.ha.data(), trial.hb.data(), trial.out_values.data(),
+                                                    argmax, trial.grad_out.data(), trial.pass, z, r, c);
+      want.value += part.value, want.scale += part.scale, want.floor += part.floor;
+    }
+    const double got = load_element(p.dtype, hd.data(), bt * sd.batch + r * sd.row + c * sd.col);
+    if (!reference::close_gradient(p.dtype, got, want, reference::tolerance(p.dtype)))
+      return "wrong gradient at " + std::to_string(bt) + "," + std::to_string(r) + "," + std::to_string(c);
+  }
+  return "";
+}
+
+Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng) {
+  if (pass == Pass::forward) {
+    const auto t = std::make_shared<ForwardTrial>(problem, device, rng);
+    return {[t](const KernelSpec& spec, Stream stream) { run_candidate(*t, spec, stream); },
+            [t](const KernelSpec& spec) { return verify_candidate(*t, spec); }};
+  }
+  const auto t = std::make_shared<BackwardTrial>(problem, pass, device, rng);
+  return {[t](const KernelSpec& spec, Stream stream) { run_candidate(*t, spec, stream); },
+          [t](const KernelSpec& spec) { return verify_candidate(*t, spec); }};
+}
+
+} // namespace jitbmm

@@ -1,0 +1,68 @@
+// Trials: one pass of a problem set up on the device with random inputs, so that candidates can be launched on it
+// and their outputs checked against the CPU reference on sampled elements; and which problems are small enough.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "jitbmm/reference.hpp"
+#include "runtime/device.hpp"
+#include "runtime/device_memory.hpp"
+
+namespace jitbmm {
+
+// Above this many bytes of trial buffers (operands on the host and the device, outputs), a problem is not tuned:
+// choose() takes a stored decision or the default spec instead.
+constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
+// Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
+bool tunable(const Problem& problem, Pass pass = Pass::forward);
+
+// The forward: random a and b, and the reference's value of 24 sampled outputs.
+struct ForwardTrial {
+  ForwardTrial(const Problem& problem, const DeviceInfo& device, std::mt19937_64& rng);
+  Problem p;
+  const DeviceInfo& device;
+  std::vector<unsigned char> ha, hb;
+  DeviceBuffer a, b, out, arg;
+  std::vector<std::pair<int64_t, reference::Element>> samples; // output index, its reference value
+};
+
+// A backward pass: random a, b and grad_out; out (and argmax) from the default forward on the GPU, which the CPU
+// reference then uses too; 24 sampled gradient elements.
+struct BackwardTrial {
+  BackwardTrial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng);
+  Problem p; // the forward problem without argmax
+  Pass pass;
+  const DeviceInfo& device;
+  std::vector<unsigned char> ha, hb, hg;
+  std::vector<double> out_values, grad_out;
+  std::vector<int32_t> argmax;
+  DeviceBuffer a, b, out, arg, g, grad;
+  std::vector<std::array<int64_t, 3>> samples; // batch, row, col of the gradient
+};
+
+// Launches `spec` (compiled and loaded through runtime/jit) once on the trial's buffers, on `stream`, without
+// waiting for it, through the executor plans use (runtime/launch).
+void run_candidate(const ForwardTrial& trial, const KernelSpec& spec, Stream stream);
+void run_candidate(const BackwardTrial& trial, const KernelSpec& spec, Stream stream);
+
+// Poisons the output (an unwritten element cannot pass), runs `spec` once and compares the samples with the CPU
+// reference: "" when all are close, else the first that is not.
+std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec);
+std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec);
+
+// One pass's trial behind one interface, for the tuner's loop; it owns the trial's buffers.
+struct Trial {
+  std::function<void(const KernelSpec&, Stream)> run;
+  std::function<std::string(const KernelSpec&)> verify;
+};
+// In the current context (the device's).
+Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng);
+
+} // namespace jitbmm

@@ -1,0 +1,158 @@
+// The tuning database: stored decisions' keys (a hash of the device, the versions and the problem's family, plus
+// the exact shape or its bucket), their line-based text, the nearest bucket, and their place in the disk cache.
+#include "runtime/tuner/tuning_db.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "cache/disk_cache.hpp"
+#include "support/sha256.hpp"
+#include "jitbmm/version.hpp"
+#include "support/checked_size.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+constexpr const char* kKind = "tune"; // the disk cache's kind for decisions
+
+// "rm" row-major contiguous, "cm" column-major contiguous, "s" anything else; "b" when broadcast over the batch.
+std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
+  std::string kind = st.col == 1 && st.row == cols ? "rm" : st.row == 1 && st.col == rows ? "cm" : "s";
+  return st.batch == 0 ? kind + "b" : kind;
+}
+
+std::string family_text(const Problem& p, const TuningDevice& d, Pass pass) {
+  std::ostringstream os;
+  os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
+     << d.name << '\n'
+     << d.sm_count << ' ' << d.arch << ' ' << d.driver_version << ' ' << d.nvrtc_version << ' ' << kVersion << '\n'
+     << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
+     << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
+     << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
+  if (p.precision != Precision::exact) os << "precision " << precision_name(p.precision) << '\n';
+  if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
+  return os.str();
+}
+
+} // namespace
+
+Shape shape_bucket(const Shape& s) {
+  return {checked_round_up_pow2(s.B, "shape.B"), checked_round_up_pow2(s.M, "shape.M"),
+          checked_round_up_pow2(s.K, "shape.K"), checked_round_up_pow2(s.N, "shape.N")};
+}
+
+std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass) {
+  return sha256_hex(family_text(p, d, pass));
+}
+
+std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket, Pass pass) {
+  const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
+  return sha256_hex(family_text(p, d, pass) + (bucket ? "bucket " : "exact ") + to_string(shape));
+}
+
+std::string encode_decision(const Decision& d) {
+  std::ostringstream os;
+  os << "spec " << to_string(d.spec) << '\n'
+     << "problem " << d.problem << '\n'
+     << "family " << d.family << '\n'
+     << "scope " << (d.bucket ? "bucket" : "exact") << '\n'
+     << "shape " << to_string(d.shape) << '\n';
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3f", d.seconds);
+  os << "seconds " << seconds << '\n';
+  for (const CandidateResult& c : d.ranking) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.5f", c.median_ms);
+    os << "candidate " << ms << ' ' << to_string(c.spec) << '\n';
+  }
+  return os.str();
+}
+
+std::optional<Decision> decode_decision(const std::string& text) {
+  if (text.size() > 64 * 1024 || text.empty() || text.back() != '\n') return std::nullopt; // whole lines only
+  Decision d;
+  std::istringstream in(text);
+  std::string line;
+  auto field = [&](const char* name) -> std::optional<std::string> {
+    const std::string prefix = std::string(name) + ' ';
+    if (!std::getline(in, line) || line.rfind(prefix, 0) != 0) return std::nullopt;
+    return line.substr(prefix.size());
+  };
+  try {
+    const auto spec = field("spec"), problem = field("problem"), family = field("family"), scope = field("scope"),
+               shape = field("shape"), seconds = field("seconds");
+    if (!spec || !problem || !family || !scope || !shape || !seconds) return std::nullopt;
+    if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+    if (*scope != "bucket" && *scope != "exact") return std::nullopt;
+    d.spec = parse_spec(*spec);
+    d.problem = *problem;
+    d.family = *family;
+    d.bucket = *scope == "bucket";
+    d.shape = parse_shape(*shape);
+    std::size_t used = 0;
+    d.seconds = std::stod(*seconds, &used);
+    if (used != seconds->size()) return std::nullopt;
+    while (std::getline(in, line)) {
+      if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= 16) return std::nullopt;
+      const std::string rest = line.substr(10);
+      const auto space = rest.find(' ');
+      if (space == std::string::npos) return std::nullopt;
+      CandidateResult c;
+      c.median_ms = std::stod(rest.substr(0, space), &used);
+      if (used != space) return std::nullopt;
+      c.spec = parse_spec(rest.substr(space + 1));
+      d.ranking.push_back(c);
+    }
+  } catch (const std::exception&) { // parse_spec/parse_shape (invalid_argument), stod (out_of_range)
+    return std::nullopt;
+  }
+  return d;
+}
+
+double bucket_distance(const Shape& x, const Shape& s) {
+  auto lg = [](int64_t v) { return std::log2(double(std::max<int64_t>(v, 1))); };
+  return std::fabs(lg(x.B) - lg(s.B)) + std::fabs(lg(x.M) - lg(s.M)) + std::fabs(lg(x.K) - lg(s.K)) +
+         std::fabs(lg(x.N) - lg(s.N));
+}
+
+std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& s) {
+  std::optional<Decision> best;
+  double best_distance = 0;
+  for (const Decision& d : tuned) {
+    const double distance = bucket_distance(d.shape, s);
+    if (!best || distance < best_distance) best = d, best_distance = distance;
+  }
+  return best;
+}
+
+TuningDevice tuning_device(const DeviceInfo& d) {
+  return {d.name, d.arch(), nvrtc_version(), d.sm_count, d.driver_version};
+}
+
+std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable) {
+  if (!disk) return std::nullopt;
+  const std::optional<std::string> text = disk->get(key, kKind);
+  if (!text) return std::nullopt;
+  auto d = decode_decision(*text);
+  if (!d && unreadable) *unreadable = true;
+  return d;
+}
+
+std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family) {
+  std::vector<Decision> out;
+  if (!disk) return out;
+  for (const DiskCache::Entry& e : disk->list())
+    if (e.kind == kKind)
+      if (auto d = load_decision(disk, e.key); d && d->bucket && d->family == family) out.push_back(*d);
+  return out;
+}
+
+void put_decision(DiskCache& disk, const std::string& key, const Decision& decision) {
+  disk.put(key, kKind, encode_decision(decision));
+}
+
+} // namespace jitbmm

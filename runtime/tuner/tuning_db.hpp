@@ -1,0 +1,64 @@
+// The tuning database: decisions stored in the disk cache (kind "tune"), their keys (device, versions, problem
+// family, exact shape or shape bucket), their text, and the distance between shape buckets.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/device.hpp"
+
+namespace jitbmm {
+
+class DiskCache;
+
+// Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
+Shape shape_bucket(const Shape& shape);
+
+// The key of a stored decision: device (name, SM count, arch, driver), NVRTC and jitbmm versions, and the problem
+// (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket).
+struct TuningDevice {
+  std::string name, arch, nvrtc_version;
+  int sm_count = 0, driver_version = 0;
+};
+TuningDevice tuning_device(const DeviceInfo& device); // with this process's NVRTC version
+std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward);
+// The key without the shape: decisions of one family may stand in for each other (nearest bucket).
+std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward);
+
+struct CandidateResult {
+  KernelSpec spec;
+  double median_ms = -1; // -1: not timed
+  std::string status;    // "ok", or why the candidate was skipped
+};
+
+// A stored decision: the winner, what it was tuned for, and the best candidates' timings (for inspect --tuned).
+struct Decision {
+  KernelSpec spec;
+  std::string problem;                  // describe() of the tuned problem
+  std::string family;                   // tuning_family()
+  bool bucket = false;                  // stored for the shape's bucket (else for the exact shape)
+  Shape shape;                          // the bucket's shape, or the exact shape
+  double seconds = 0;                   // how long tuning took
+  std::vector<CandidateResult> ranking; // the best candidates, fastest first
+};
+// A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
+std::string encode_decision(const Decision& d);
+std::optional<Decision> decode_decision(const std::string& text);
+// The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
+std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
+double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of |log2 ratio| (sizes below 1 count as 1)
+// Up to this distance a borrowed decision is used as it is; farther, `bucket` checks it against the default spec
+// (two candidates, timed) before storing it for the new bucket, and `never` uses the default spec.
+constexpr double kNearBucketDistance = 3.0;
+
+// The decision stored under `key`, if any (none without a disk cache). One that is stored but does not decode is
+// nothing too, and sets `*unreadable` when given.
+std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable = nullptr);
+// Every readable bucket decision of a family in the cache.
+std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family);
+// Stores `decision` under `key`, replacing any.
+void put_decision(DiskCache& disk, const std::string& key, const Decision& decision);
+
+} // namespace jitbmm
