@@ -8,7 +8,6 @@
 #include <tuple>
 
 #include "runtime/jit.hpp"
-#include "jitbmm/plan.hpp"
 #include "runtime/backward.hpp"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
@@ -16,6 +15,22 @@
 #include "runtime/scratch.hpp"
 
 namespace jitbmm {
+
+namespace {
+
+// One forward of `spec` on a problem with outputs and terms, through the executor plans use (runtime/launch), not
+// the public SemiringBMM::get: the tuner sits beneath the plans.
+void launch_forward(const DeviceInfo& device, const Problem& p, const KernelSpec& spec, const void* a, const void* b,
+                    void* out, int32_t* argmax, Stream stream) {
+  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
+  jb::BmmParams params = bmm_params(p);
+  params.a = a, params.b = b, params.out = out, params.argmax = argmax;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(device, {}, ScratchSize().add(plan.workspace_bytes, "workspace").bytes(), cu_stream);
+  run_launches(*load_kernel(device, spec), plan, params, scratch.take(plan.workspace_bytes), cu_stream);
+}
+
+} // namespace
 
 namespace {
 
@@ -88,16 +103,10 @@ ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::m
   }
 }
 
-// Through the same executor as plans (runtime/launch), not the public SemiringBMM::get.
 void run_candidate(const ForwardTrial& trial, const KernelSpec& spec, Stream stream) {
   const Problem& p = trial.p;
-  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
-  jb::BmmParams params = bmm_params(p);
-  params.a = trial.a.get(), params.b = trial.b.get(), params.out = trial.out.get();
-  params.argmax = p.with_argmax ? static_cast<int32_t*>(trial.arg.get()) : nullptr;
-  const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  Scratch scratch(trial.device, {}, ScratchSize().add(plan.workspace_bytes, "workspace").bytes(), cu_stream);
-  run_launches(*load_kernel(trial.device, spec), plan, params, scratch.take(plan.workspace_bytes), cu_stream);
+  launch_forward(trial.device, p, spec, trial.a.get(), trial.b.get(), trial.out.get(),
+                 p.with_argmax ? static_cast<int32_t*>(trial.arg.get()) : nullptr, stream);
 }
 
 std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
@@ -145,8 +154,8 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   fwd.with_argmax = sel;
   out = DeviceBuffer(bytes_of("out", out_elems, od));
   arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
-  SemiringBMM::get(fwd, default_spec(fwd))(a.get(), b.get(), out.get(),
-                                           sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
+  launch_forward(device, fwd, default_spec(fwd), a.get(), b.get(), out.get(),
+                 sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
   const std::vector<unsigned char> ho = download(out);
   out_values.resize(outputs);
