@@ -2,6 +2,7 @@
 #include "jitbmm/kernel_spec.hpp"
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -167,20 +168,37 @@ int KernelSpec::threads() const {
   return static_cast<int>(std::clamp<int64_t>(t, 0, INT32_MAX));
 }
 
+namespace {
+
+// The field groups a strategy reads, beyond those every spec has (semiring, dtypes, argmax, strategy, pass,
+// index64). The one rule for what a spec prints, compares and hashes: a field outside them cannot tell two specs
+// apart.
+struct FieldGroups {
+  bool block;   // block_x, block_y
+  bool tile;    // tile_m, tile_n, tile_k, thread_m, thread_n, min_blocks
+  bool k_chunk; // k_chunk
+  bool math;    // math
+};
+FieldGroups field_groups(const KernelSpec& s) {
+  return {!s.is_tiled(), s.is_tiled(), s.strategy == Strategy::split_k, s.strategy == Strategy::exp_matmul};
+}
+
+} // namespace
+
 std::string to_string(const KernelSpec& s) {
+  const FieldGroups used = field_groups(s);
   std::ostringstream os;
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
      << " out=" << dtype_info(s.out_dtype).name << " argmax=" << s.with_argmax
      << " strategy=" << strategy_name(s.strategy);
   if (s.pass != Pass::forward) os << " pass=" << pass_name(s.pass);
   os << " index64=" << s.index64;
-  if (s.is_tiled())
+  if (used.tile)
     os << " tile=" << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << " thread=" << s.thread_m << 'x' << s.thread_n
        << " min_blocks=" << s.min_blocks;
-  else
-    os << " block=" << s.block_x << 'x' << s.block_y;
-  if (s.strategy == Strategy::split_k) os << " k_chunk=" << s.k_chunk;
-  if (s.strategy == Strategy::exp_matmul) os << " math=" << math_name(s.math);
+  if (used.block) os << " block=" << s.block_x << 'x' << s.block_y;
+  if (used.k_chunk) os << " k_chunk=" << s.k_chunk;
+  if (used.math) os << " math=" << math_name(s.math);
   return os.str();
 }
 
@@ -268,9 +286,43 @@ KernelSpec parse_spec(const std::string& text) {
   return spec;
 }
 
-// Identity is the printed form: fields a strategy does not use cannot make two specs differ.
-bool KernelSpec::operator==(const KernelSpec& o) const { return to_string(*this) == to_string(o); }
-std::size_t hash_value(const KernelSpec& s) { return std::hash<std::string>()(to_string(s)); }
+namespace {
+
+// Every field as an integer in one fixed order, those the strategy does not use (field_groups) as 0, so they
+// cannot make two specs differ: what == compares and hash_value hashes, the fields to_string prints. The strategy
+// is among them, so a 0 in an unused field never meets a used one.
+std::array<int64_t, 17> identity_fields(const KernelSpec& s) {
+  const FieldGroups used = field_groups(s);
+  const auto when = [](bool on, int64_t v) { return on ? v : int64_t(0); };
+  return {static_cast<int64_t>(s.semiring),
+          static_cast<int64_t>(s.dtype),
+          static_cast<int64_t>(s.out_dtype),
+          s.with_argmax,
+          static_cast<int64_t>(s.strategy),
+          static_cast<int64_t>(s.pass),
+          s.index64,
+          when(used.block, s.block_x),
+          when(used.block, s.block_y),
+          when(used.tile, s.tile_m),
+          when(used.tile, s.tile_n),
+          when(used.tile, s.tile_k),
+          when(used.tile, s.thread_m),
+          when(used.tile, s.thread_n),
+          when(used.tile, s.min_blocks),
+          when(used.k_chunk, s.k_chunk),
+          when(used.math, static_cast<int64_t>(s.math))};
+}
+
+} // namespace
+
+bool KernelSpec::operator==(const KernelSpec& o) const { return identity_fields(*this) == identity_fields(o); }
+
+std::size_t hash_value(const KernelSpec& s) {
+  std::size_t h = 0;
+  for (int64_t v : identity_fields(s)) // boost::hash_combine's mixing
+    h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
 
 KernelSpec default_spec(const Problem& problem, Strategy strategy) {
   validate(problem);
