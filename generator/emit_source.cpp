@@ -56,10 +56,8 @@ std::string readable_name(const KernelSpec& s) {
 // The per-term policy of the generic tiled kernel: fast NaN-propagating max/min for f32 accumulators without
 // argmax, the semiring's own online state otherwise.
 std::string tiled_policy(const KernelSpec& s, const std::string& semiring) {
-  const bool fast = std::string(dtype_info(s.dtype).acc_type) == "float" && !s.with_argmax;
-  if (fast && s.semiring == Semiring::max_plus) return "jb::MaxPlusTerm";
-  if (fast && s.semiring == Semiring::min_plus) return "jb::MinPlusTerm";
-  if (fast && s.semiring == Semiring::max_times) return "jb::MaxTimesTerm";
+  const char* fast_term = semiring_info(s.semiring).fast_term;
+  if (fast_term && std::string(dtype_info(s.dtype).acc_type) == "float" && !s.with_argmax) return fast_term;
   return "jb::GenericTerm<" + semiring + ", " + dtype_info(s.dtype).acc_type + ">";
 }
 
@@ -118,11 +116,13 @@ std::string grad_call(const KernelSpec& s) {
   const std::string ga = s.pass == Pass::grad_a ? "true" : "false";
   const std::string io = std::string(dtype_info(s.dtype).device_type) + ", " + dtype_info(s.out_dtype).device_type +
                          ", " + (s.index64 ? "long long" : "int");
+  const SemiringInfo& semiring = semiring_info(s.semiring);
   if (s.strategy == Strategy::scatter)
-    return "jb::grad_scatter_kernel<" + io + ", " + ga + ", " + (s.semiring == Semiring::max_times ? "true" : "false") +
-           ">";
-  const std::string sem = s.semiring == Semiring::log ? "jb::LogGrad" : "jb::PlusTimesGrad";
-  return "jb::grad_tiled_kernel<" + sem + ", " + io + ", " + std::to_string(s.tile_m) + ", " +
+    return "jb::grad_scatter_kernel<" + io + ", " + ga + ", " + (semiring.scatter_times ? "true" : "false") + ">";
+  if (!semiring.grad)
+    throw std::invalid_argument(std::string("strategy: the backward of ") + semiring.name +
+                                " is not a tiled reduction");
+  return "jb::grad_tiled_kernel<" + std::string(semiring.grad) + ", " + io + ", " + std::to_string(s.tile_m) + ", " +
          std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " + std::to_string(s.thread_m) + ", " +
          std::to_string(s.thread_n) + ", " + ga + ">";
 }

@@ -389,7 +389,7 @@ KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
   Problem p = problem;
   p.with_argmax = false;
   validate(p);
-  const bool select = semiring_info(p.semiring).has_argmax;
+  const bool select = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
   // The tiled defaults pick tiles from the output's rows and columns: M×K for grad_a, K×N for grad_b.
   Problem as_output = p;
   as_output.shape = pass == Pass::grad_a ? Shape{p.shape.B, p.shape.M, p.shape.N, p.shape.K}
@@ -513,7 +513,7 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   }
   if (spec.pass != Pass::forward) {
     if (p.with_argmax) reject("pass", "backward kernels are planned for the problem without argmax");
-    const bool select = semiring_info(p.semiring).has_argmax;
+    const bool select = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
     if (spec.strategy != (select ? Strategy::scatter : Strategy::tiled))
       reject("strategy", std::string("the backward of ") + semiring_info(p.semiring).name + " uses " +
                              (select ? "scatter" : "tiled"));

@@ -30,6 +30,19 @@ TEST_CASE("dtype and semiring names round-trip; unknown names are errors that na
   expect_invalid([] { parse_semiring("sum"); }, "semiring");
 }
 
+TEST_CASE("each semiring's row says its backward consistently") {
+  for (Semiring s : {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times}) {
+    const SemiringInfo& row = semiring_info(s);
+    CAPTURE(row.name);
+    // A marginal backward has gradient weights; a scatter one routes through the forward's argmax.
+    CHECK((row.backward == BackwardKind::marginal) == (row.grad != nullptr));
+    if (row.backward == BackwardKind::argmax_scatter) CHECK(row.has_argmax);
+    if (row.scatter_times) CHECK(row.backward == BackwardKind::argmax_scatter);
+  }
+  CHECK(semiring_info(Semiring::max_times).scatter_times);
+  CHECK_FALSE(semiring_info(Semiring::max_plus).scatter_times);
+}
+
 TEST_CASE("validate names the offending field") {
   Problem p;
   p.shape = {2, 3, 4, 5};
