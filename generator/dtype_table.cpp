@@ -27,7 +27,20 @@ constexpr std::array<SemiringInfo, 5> kSemirings = {{
      "jb::PlusTimesGrad", false},
 }};
 
+// Row i holds enum value i: the C ABI and the Python package list the values by index.
+template <class Row, std::size_t N, class Key>
+constexpr bool in_enum_order(const std::array<Row, N>& rows, Key Row::*key) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (static_cast<std::size_t>(rows[i].*key) != i) return false;
+  return true;
+}
+static_assert(in_enum_order(kDTypes, &DTypeInfo::dtype));
+static_assert(in_enum_order(kSemirings, &SemiringInfo::semiring));
+
 } // namespace
+
+int dtype_count() { return static_cast<int>(kDTypes.size()); }
+int semiring_count() { return static_cast<int>(kSemirings.size()); }
 
 const DTypeInfo& dtype_info(DType dtype) {
   for (const auto& row : kDTypes)

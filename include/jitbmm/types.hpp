@@ -40,6 +40,7 @@ struct DTypeInfo {
 };
 const DTypeInfo& dtype_info(DType dtype);
 DType parse_dtype(const std::string& name); // throws std::invalid_argument naming the value
+int dtype_count();                          // the DType values are 0 .. dtype_count() - 1
 
 // How a semiring's backward sends grad_out to the operands. A new kind of backward (sampling, k-best) is a new
 // value here and a row's choice in generator/dtype_table.cpp, not a test on semiring names.
@@ -62,6 +63,7 @@ struct SemiringInfo {
 };
 const SemiringInfo& semiring_info(Semiring semiring);
 Semiring parse_semiring(const std::string& name);
+int semiring_count(); // the Semiring values are 0 .. semiring_count() - 1
 
 // Sizes of out[B, M, N] = a[B, M, K] ⊗ b[B, K, N].
 struct Shape {
