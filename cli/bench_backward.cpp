@@ -22,7 +22,7 @@ int run_backward_bench(const Args& args) {
   const auto device = current_device();
   ScopedContext scope(device->context);
   const Shape& s = p.shape;
-  const bool sel = semiring_info(p.semiring).has_argmax;
+  const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
   const int in = dtype_info(p.dtype).size_bytes, ob = dtype_info(p.output_dtype()).size_bytes;
   const int64_t na = s.B * s.M * s.K, nb = s.B * s.K * s.N, no = s.B * s.M * s.N;
   std::mt19937_64 rng(4242);
@@ -35,14 +35,15 @@ int run_backward_bench(const Args& args) {
   const auto ha = random(p.dtype, na, p.semiring == Semiring::max_times);
   const auto hb = random(p.dtype, nb, p.semiring == Semiring::max_times);
   const auto hg = random(p.output_dtype(), no, false);
-  DeviceBuffer a(ha.size()), b(hb.size()), g(hg.size()), out(no * ob), arg(sel ? no * 4 : 0), ga(na * in), gb(nb * in);
+  DeviceBuffer a(ha.size()), b(hb.size()), g(hg.size()), out(no * ob), arg(scatter ? no * 4 : 0), ga(na * in),
+      gb(nb * in);
   a.upload(ha.data(), ha.size());
   b.upload(hb.data(), hb.size());
   g.upload(hg.data(), hg.size());
   Problem fp = p;
-  fp.with_argmax = sel; // the forward a training step runs: it saves the argmax for the backward
+  fp.with_argmax = scatter; // the forward a training step runs: it saves the argmax for the backward
   const SemiringBMM plan = SemiringBMM::get(fp);
-  auto* argp = sel ? static_cast<int32_t*>(arg.get()) : nullptr;
+  auto* argp = scatter ? static_cast<int32_t*>(arg.get()) : nullptr;
   const Timing fwd = time_launches([&](Stream st) { plan(a.get(), b.get(), out.get(), argp, st); }, 3, reps);
   const Timing both = time_launches(
       [&](Stream st) { plan.backward(a.get(), b.get(), out.get(), argp, g.get(), ga.get(), gb.get(), st); }, 3, reps);
@@ -53,11 +54,11 @@ int run_backward_bench(const Args& args) {
   plan.backward(a.get(), b.get(), out.get(), argp, g.get(), ga.get(), gb.get());
   // Sampled check of both gradients (the reference uses the forward's out and argmax, as the kernels do).
   std::vector<unsigned char> ho(no * ob), hga(na * in), hgb(nb * in);
-  std::vector<int32_t> harg(sel ? no : 0);
+  std::vector<int32_t> harg(scatter ? no : 0);
   out.download(ho.data(), ho.size());
   ga.download(hga.data(), hga.size());
   gb.download(hgb.data(), hgb.size());
-  if (sel) arg.download(harg.data(), harg.size() * 4);
+  if (scatter) arg.download(harg.data(), harg.size() * 4);
   std::vector<double> out_flat(no), g_flat(no);
   for (int64_t o = 0; o < no; ++o)
     out_flat[o] = load_element(p.output_dtype(), ho.data(), o),
@@ -68,10 +69,10 @@ int run_backward_bench(const Args& args) {
   for (int n = 0; n < 16 && na > 0 && nb > 0; ++n) {
     const int64_t ea = pick_a(rng), eb = pick_b(rng);
     const auto wa =
-        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
+        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), scatter ? harg.data() : nullptr,
                                     g_flat.data(), Pass::grad_a, ea / (s.M * s.K), ea / s.K % s.M, ea % s.K);
     const auto wb =
-        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), sel ? harg.data() : nullptr,
+        reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), scatter ? harg.data() : nullptr,
                                     g_flat.data(), Pass::grad_b, eb / (s.K * s.N), eb / s.N % s.K, eb % s.N);
     const double tol = reference::tolerance(p.dtype);
     wrong += !reference::close_gradient(p.dtype, load_element(p.dtype, hga.data(), ea), wa, tol);
@@ -81,7 +82,7 @@ int run_backward_bench(const Args& args) {
   // Temporaries the backward allocates: none for log/plus_times with unbroadcast operands; the scatter's
   // accumulator-type workspace per gradient; an argmax recomputation when none is passed (not here).
   const int acc = p.dtype == DType::f64 ? 8 : 4;
-  const double extra_mb = sel ? double(std::max(na, nb)) * acc / 1e6 : 0.0;
+  const double extra_mb = scatter ? double(std::max(na, nb)) * acc / 1e6 : 0.0;
   const double io_mb = double(na + nb) * in / 1e6 + double(no) * ob / 1e6;
   std::printf("backward %s on %s\n", describe(p).c_str(), device->name.c_str());
   std::printf("  forward %s: %.4f ms\n", to_string(plan.spec()).c_str(), fwd.median_ms);

@@ -71,7 +71,7 @@ void check_fields(const KernelSpec& spec) {
 // Which strategy a semiring's backward runs: scatter through the forward's argmax for the selecting semirings,
 // the tiled reduction of gradient weights for the others.
 Strategy backward_strategy(Semiring semiring) {
-  return semiring_info(semiring).has_argmax ? Strategy::scatter : Strategy::tiled;
+  return semiring_info(semiring).backward == BackwardKind::argmax_scatter ? Strategy::scatter : Strategy::tiled;
 }
 
 } // namespace

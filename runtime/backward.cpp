@@ -96,7 +96,7 @@ BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b
              no_outputs = try_product({s.B, s.M, s.N}) == 0;
   if ((!want_a || none_a) && (!want_b || none_b)) return w; // nothing to write
   ScratchSize size;
-  if (semiring_info(p.semiring).has_argmax && !argmax_given && !no_outputs) {
+  if (semiring_info(p.semiring).backward == BackwardKind::argmax_scatter && !argmax_given && !no_outputs) {
     w.forward = argmax_forward(im);
     const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
     w.values =
@@ -135,7 +135,7 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   auto need = [](const void* ptr, const char* name) { check_pointer(ptr, name, false); };
   // What each pass reads: log both operands (one is the per-output constant), plus_times and max_times the
   // partner, max_plus and min_plus neither; all of them grad_out; log the saved out; selecting ones argmax.
-  const bool sel = semiring_info(p.semiring).has_argmax;
+  const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
   if (!no_outputs) {
     need(grad_out, "grad_out");
     if (p.semiring == Semiring::log) need(out, "out");
@@ -154,7 +154,7 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   check_alignment(grad_b, "grad_b", in_bytes);
   if (want_a && !none_a) check_grad_layout(p, Pass::grad_a);
   if (want_b && !none_b) check_grad_layout(p, Pass::grad_b);
-  if (argmax && !sel)
+  if (argmax && !scatter)
     throw std::invalid_argument(std::string("argmax: the ") + semiring_info(p.semiring).name +
                                 " backward takes no argmax");
   ScopedContext scope(im.device->context); // also for choosing the passes' kernels on first use
@@ -170,7 +170,7 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
     (*w.forward)(a, b, values, const_cast<int32_t*>(argmax), stream,
                  Workspace{scratch.take(w.forward_workspace), w.forward_workspace});
   }
-  if (sel && !no_outputs) need(argmax, "argmax");
+  if (scatter && !no_outputs) need(argmax, "argmax");
   const Problem gp = grad_problem(p);
   for (int i = 0; i < 2; ++i) {
     if (!w.pass[i]) continue;

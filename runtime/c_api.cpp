@@ -122,12 +122,34 @@ jitbmm::Problem to_problem(const jitbmm_problem* c) {
   return p;
 }
 
+// The table rows the listing functions read; nullptr for an index outside the table.
+const jitbmm::SemiringInfo* semiring_row(int index) {
+  if (index < 0 || index >= jitbmm::semiring_count()) return nullptr;
+  return &jitbmm::semiring_info(static_cast<jitbmm::Semiring>(index));
+}
+const jitbmm::DTypeInfo* dtype_row(int index) {
+  if (index < 0 || index >= jitbmm::dtype_count()) return nullptr;
+  return &jitbmm::dtype_info(static_cast<jitbmm::DType>(index));
+}
+static_assert(JITBMM_BACKWARD_MARGINAL == static_cast<int>(jitbmm::BackwardKind::marginal));
+static_assert(JITBMM_BACKWARD_ARGMAX_SCATTER == static_cast<int>(jitbmm::BackwardKind::argmax_scatter));
+
 } // namespace
 
 extern "C" {
 
 const char* jitbmm_version(void) { return jitbmm::kVersion; }
 const char* jitbmm_last_error(void) { return g_last_error.c_str(); }
+
+int jitbmm_semiring_count(void) { return jitbmm::semiring_count(); }
+const char* jitbmm_semiring_name(int index) { return semiring_row(index) ? semiring_row(index)->name : nullptr; }
+int jitbmm_semiring_has_argmax(int index) { return semiring_row(index) ? semiring_row(index)->has_argmax : -1; }
+int jitbmm_semiring_backward(int index) {
+  return semiring_row(index) ? static_cast<int>(semiring_row(index)->backward) : -1;
+}
+int jitbmm_dtype_count(void) { return jitbmm::dtype_count(); }
+const char* jitbmm_dtype_name(int index) { return dtype_row(index) ? dtype_row(index)->name : nullptr; }
+int jitbmm_dtype_size(int index) { return dtype_row(index) ? dtype_row(index)->size_bytes : -1; }
 
 jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan) {
   return guarded([&] {

@@ -15,14 +15,32 @@ constexpr std::array<DTypeInfo, 4> kDTypes = {{
 }};
 
 constexpr std::array<SemiringInfo, 5> kSemirings = {{
-    {Semiring::log, "log", "jb::LogSemiring", false},
-    {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true},
-    {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true},
-    {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true},
-    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false},
+    // semiring, name, device type, has_argmax, fast_term, backward, grad, scatter_times
+    {Semiring::log, "log", "jb::LogSemiring", false, nullptr, BackwardKind::marginal, "jb::LogGrad", false},
+    {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true, "jb::MaxPlusTerm", BackwardKind::argmax_scatter,
+     nullptr, false},
+    {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true, "jb::MinPlusTerm", BackwardKind::argmax_scatter,
+     nullptr, false},
+    {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true, "jb::MaxTimesTerm", BackwardKind::argmax_scatter,
+     nullptr, true},
+    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, BackwardKind::marginal,
+     "jb::PlusTimesGrad", false},
 }};
 
+// Row i holds enum value i: the C ABI and the Python package list the values by index.
+template <class Row, std::size_t N, class Key>
+constexpr bool in_enum_order(const std::array<Row, N>& rows, Key Row::*key) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (static_cast<std::size_t>(rows[i].*key) != i) return false;
+  return true;
+}
+static_assert(in_enum_order(kDTypes, &DTypeInfo::dtype));
+static_assert(in_enum_order(kSemirings, &SemiringInfo::semiring));
+
 } // namespace
+
+int dtype_count() { return static_cast<int>(kDTypes.size()); }
+int semiring_count() { return static_cast<int>(kSemirings.size()); }
 
 const DTypeInfo& dtype_info(DType dtype) {
   for (const auto& row : kDTypes)

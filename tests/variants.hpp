@@ -117,7 +117,7 @@ inline std::vector<KernelSpec> grad_variants() {
   std::vector<KernelSpec> out;
   for (KernelSpec kind : problem_kinds()) {
     if (kind.with_argmax) continue;
-    const bool select = semiring_info(kind.semiring).has_argmax;
+    const bool select = semiring_info(kind.semiring).backward == BackwardKind::argmax_scatter;
     for (Pass pass : {Pass::grad_a, Pass::grad_b})
       for (bool index64 : {false, true}) {
         KernelSpec s = kind;

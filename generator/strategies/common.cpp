@@ -117,10 +117,8 @@ namespace {
 // The per-term policy of the generic tiled kernel: fast NaN-propagating max/min for f32 accumulators without
 // argmax, the semiring's own online state otherwise.
 std::string tiled_policy(const KernelSpec& s) {
-  const bool fast = acc_type(s) == "float" && !s.with_argmax;
-  if (fast && s.semiring == Semiring::max_plus) return "jb::MaxPlusTerm";
-  if (fast && s.semiring == Semiring::min_plus) return "jb::MinPlusTerm";
-  if (fast && s.semiring == Semiring::max_times) return "jb::MaxTimesTerm";
+  const char* fast_term = semiring_info(s.semiring).fast_term;
+  if (fast_term && acc_type(s) == "float" && !s.with_argmax) return fast_term;
   return "jb::GenericTerm<" + semiring_type(s) + ", " + acc_type(s) + ">";
 }
 } // namespace
@@ -185,11 +183,6 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
 }
 
 std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "backward.cuh"}; }
-
-std::string grad_weights(const KernelSpec& s) {
-  return s.semiring == Semiring::log ? "jb::LogGrad" : "jb::PlusTimesGrad";
-}
-bool scatter_times(const KernelSpec& s) { return s.semiring == Semiring::max_times; }
 
 EntryPoint grad_store_entry(const KernelSpec& s) {
   return {"_store", 256, 1,

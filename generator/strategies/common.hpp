@@ -64,9 +64,7 @@ GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& s);
 // The backward's plan around its main launch: the zeroed accumulator and the store pass, when it accumulates.
 LaunchPlan grad_plan(const KernelSpec& s, const Problem& p, const Launch& main);
 std::vector<const char*> grad_templates();
-// The semiring's gradient weights (marginal backward) and whether its scatter multiplies by the partner.
-std::string grad_weights(const KernelSpec& s);
-bool scatter_times(const KernelSpec& s);
+
 EntryPoint grad_store_entry(const KernelSpec& s);
 
 } // namespace jitbmm::strategies

@@ -43,10 +43,12 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  const std::string weights = grad_weights(s);
+  const char* weights = semiring_info(s.semiring).grad; // the semiring's gradient weights (templates/backward.cuh)
+  if (!weights)
+    reject("strategy", std::string("the backward of ") + semiring_info(s.semiring).name + " is not a tiled reduction");
   return {grad_templates(),
           "GradParams",
-          {main_entry(s, "jb::grad_tiled_kernel<" + weights + ", " + io_types(s) + ", " + tile_args(s) + ", " +
+          {main_entry(s, "jb::grad_tiled_kernel<" + std::string(weights) + ", " + io_types(s) + ", " + tile_args(s) + ", " +
                              (s.pass == Pass::grad_a ? "true" : "false") + ">"),
            grad_store_entry(s)}};
 }

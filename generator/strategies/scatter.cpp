@@ -30,7 +30,7 @@ Rendering render(const KernelSpec& s) {
   return {grad_templates(),
           "GradParams",
           {main_entry(s, "jb::grad_scatter_kernel<" + io_types(s) + ", " + (s.pass == Pass::grad_a ? "true" : "false") +
-                             ", " + (scatter_times(s) ? "true" : "false") + ">"),
+                             ", " + (semiring_info(s.semiring).scatter_times ? "true" : "false") + ">"),
            grad_store_entry(s)}};
 }
 

@@ -40,6 +40,21 @@ typedef struct jitbmm_plan jitbmm_plan;
 const char* jitbmm_version(void);
 const char* jitbmm_last_error(void); /* this thread's message for the last non-OK status ("" if none) */
 
+/* The semirings and dtypes, read from the library's own tables (bindings build their lists from these). Index i is
+ * the value of the C++ enum (jitbmm::Semiring, jitbmm::DType), 0 .. count - 1; an index outside that range gives
+ * NULL (names) or -1 (numbers). These never fail otherwise and leave jitbmm_last_error() alone. */
+typedef enum {
+  JITBMM_BACKWARD_MARGINAL = 0,      /* every term weighted by its gradient, summed */
+  JITBMM_BACKWARD_ARGMAX_SCATTER = 1 /* grad_out sent to the term the forward's argmax selected */
+} jitbmm_backward_kind;
+int jitbmm_semiring_count(void);
+const char* jitbmm_semiring_name(int index); /* "log", "max_plus", ...: what jitbmm_problem.semiring takes */
+int jitbmm_semiring_has_argmax(int index);   /* 1: the forward can report argmax (with_argmax), else 0 */
+int jitbmm_semiring_backward(int index);     /* a jitbmm_backward_kind */
+int jitbmm_dtype_count(void);
+const char* jitbmm_dtype_name(int index); /* "f32", "f64", ...: what jitbmm_problem.dtype takes */
+int jitbmm_dtype_size(int index);         /* bytes per element */
+
 /* A plan for the device current on this thread (see the README). */
 jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan);
 /* Launches on `stream` (a CUstream / cudaStream_t; NULL is the default stream). argmax may be NULL only when the

@@ -40,15 +40,30 @@ struct DTypeInfo {
 };
 const DTypeInfo& dtype_info(DType dtype);
 DType parse_dtype(const std::string& name); // throws std::invalid_argument naming the value
+int dtype_count();                          // the DType values are 0 .. dtype_count() - 1
+
+// How a semiring's backward sends grad_out to the operands. A new kind of backward (sampling, k-best) is a new
+// value here and a row's choice in generator/dtype_table.cpp, not a test on semiring names.
+enum class BackwardKind {
+  marginal,       // every term weighted by its gradient (the row's `grad` type), summed by a tiled reduction
+  argmax_scatter, // grad_out sent to the one term the forward's argmax selected
+};
 
 struct SemiringInfo {
   Semiring semiring;
   const char* name;        // "log", "max_plus", ...
   const char* device_type; // the device struct in templates/semirings.cuh
-  bool has_argmax;         // the reduction selects one k (max/min semirings)
+  bool has_argmax;         // the reduction selects one k (max/min semirings): the forward can report it
+  // The tiled kernel's fast per-term policy for f32 accumulators without argmax (templates/tiled.cuh), or nullptr:
+  // the semiring's own online state (jb::GenericTerm).
+  const char* fast_term;
+  BackwardKind backward;
+  const char* grad;   // marginal: the gradient weights' device struct in templates/backward.cuh; otherwise nullptr
+  bool scatter_times; // argmax_scatter: grad_out times the partner operand (max_times), not grad_out alone
 };
 const SemiringInfo& semiring_info(Semiring semiring);
 Semiring parse_semiring(const std::string& name);
+int semiring_count(); // the Semiring values are 0 .. semiring_count() - 1
 
 // Sizes of out[B, M, N] = a[B, M, K] ⊗ b[B, K, N].
 struct Shape {

@@ -14,9 +14,7 @@ from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "CudaError", "CompileError", "LibraryNotFoundError", "Problem", "Plan",
            "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory", "SEMIRINGS", "DTYPES"]
-
-SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
-DTYPES = ("f32", "f64", "f16", "bf16")
+# SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
 class JitbmmError(RuntimeError):
@@ -67,6 +65,7 @@ def _library():
             except OSError as e:
                 raise LibraryNotFoundError(f"jitbmm: could not load {path}: {e}") from e
             _declare(lib)
+            _read_tables(lib)
             _lib = lib
             return lib
     raise LibraryNotFoundError("jitbmm: libjitbmm_c.so not found (tried " + ", ".join(tried) +
@@ -108,6 +107,43 @@ def _declare(lib):
     lib.jitbmm_reference.restype = status
     lib.jitbmm_cache_dir.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_cache_dir.restype = status
+    for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
+        getattr(lib, "jitbmm_" + name).argtypes = []
+        getattr(lib, "jitbmm_" + name).restype = restype
+    for name, restype in (("semiring_name", ctypes.c_char_p), ("semiring_has_argmax", ctypes.c_int),
+                          ("semiring_backward", ctypes.c_int), ("dtype_name", ctypes.c_char_p),
+                          ("dtype_size", ctypes.c_int)):
+        getattr(lib, "jitbmm_" + name).argtypes = [ctypes.c_int]
+        getattr(lib, "jitbmm_" + name).restype = restype
+
+
+# The C ABI's jitbmm_backward_kind values: how a semiring's backward sends grad_out to the operands.
+_BACKWARD_MARGINAL = 0
+_BACKWARD_ARGMAX_SCATTER = 1
+_TABLES = ("SEMIRINGS", "DTYPES", "_SEMIRING_BACKWARD")
+
+
+def _read_tables(lib):
+    """SEMIRINGS, DTYPES and each semiring's backward kind from the library's own tables (the C ABI's index i is the
+    C++ enum value i); read once, when the library loads."""
+    semirings = tuple(lib.jitbmm_semiring_name(i).decode() for i in range(lib.jitbmm_semiring_count()))
+    globals().update(SEMIRINGS=semirings,
+                     DTYPES=tuple(lib.jitbmm_dtype_name(i).decode() for i in range(lib.jitbmm_dtype_count())),
+                     _SEMIRING_BACKWARD={name: lib.jitbmm_semiring_backward(i) for i, name in enumerate(semirings)})
+
+
+def __getattr__(name):
+    """SEMIRINGS and DTYPES (tuples of names, in the C ABI's order) load the library on first use, so that importing
+    jitbmm needs no library (PEP 562)."""
+    if name in _TABLES:
+        _library()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _table(name):
+    """One of the tables above, from code in this package (a bare global name does not reach __getattr__)."""
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
 def _check(status):
@@ -207,9 +243,9 @@ class Problem:
 
     def __init__(self, semiring, dtype, B, M, K, N, a_strides=None, b_strides=None, out_strides=None,
                  out_dtype=None, with_argmax=False, precision="exact"):
-        self.semiring = _choice(semiring, "semiring", SEMIRINGS)
-        self.dtype = _choice(dtype, "dtype", DTYPES)
-        self.out_dtype = _choice(out_dtype, "out_dtype", DTYPES, allow_none=True)
+        self.semiring = _choice(semiring, "semiring", _table("SEMIRINGS"))
+        self.dtype = _choice(dtype, "dtype", _table("DTYPES"))
+        self.out_dtype = _choice(out_dtype, "out_dtype", _table("DTYPES"), allow_none=True)
         self.shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip((B, M, K, N), "BMKN"))
         B, M, K, N = self.shape
         self.a_strides = _row_major(M, K, "MK") if a_strides is None else _strides(a_strides, "a_strides")

@@ -16,12 +16,15 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 
 import jitbmm
 
-from . import Plan, Problem, SEMIRINGS
+from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm"]
 
-_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
-_SELECTING = ("max_plus", "min_plus", "max_times")
+# The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
+# forward's argmax, so a forward that will be differentiated saves it.
+_TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES = {_TORCH_DTYPES[name]: name for name in DTYPES if name in _TORCH_DTYPES}
+_SELECTING = tuple(s for s in SEMIRINGS if _SEMIRING_BACKWARD[s] == _BACKWARD_ARGMAX_SCATTER)
 _kernels = {}
 _kernels_lock = threading.Lock()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object

@@ -3,6 +3,7 @@
 import array
 import math
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -26,6 +27,35 @@ class CApiTest(unittest.TestCase):
         version = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
         self.assertRegex(version.stdout.strip(), r"^\d+\.\d+\.\d+$")
         self.assertEqual(version.stdout.strip(), jitbmm.version())
+
+    def test_tables_are_the_c_abis(self):
+        lib = jitbmm._library()
+        n = lib.jitbmm_semiring_count()
+        self.assertEqual(jitbmm.SEMIRINGS, tuple(lib.jitbmm_semiring_name(i).decode() for i in range(n)))
+        self.assertEqual(jitbmm.SEMIRINGS, ("log", "max_plus", "min_plus", "max_times", "plus_times"))
+        self.assertEqual(jitbmm._SEMIRING_BACKWARD, {s: lib.jitbmm_semiring_backward(i)
+                                                     for i, s in enumerate(jitbmm.SEMIRINGS)})
+        # The selecting semirings report argmax and send the gradient through it.
+        for i, s in enumerate(jitbmm.SEMIRINGS):
+            self.assertEqual(lib.jitbmm_semiring_has_argmax(i) == 1,
+                             jitbmm._SEMIRING_BACKWARD[s] == jitbmm._BACKWARD_ARGMAX_SCATTER, s)
+        n = lib.jitbmm_dtype_count()
+        self.assertEqual(jitbmm.DTYPES, tuple(lib.jitbmm_dtype_name(i).decode() for i in range(n)))
+        self.assertEqual(jitbmm.DTYPES, ("f32", "f64", "f16", "bf16"))
+        self.assertEqual([lib.jitbmm_dtype_size(i) for i in range(n)], [4, 8, 2, 2])
+        for bad in (-1, 99):
+            self.assertIsNone(lib.jitbmm_semiring_name(bad))
+            self.assertEqual(lib.jitbmm_semiring_backward(bad), -1)
+            self.assertIsNone(lib.jitbmm_dtype_name(bad))
+            self.assertEqual(lib.jitbmm_dtype_size(bad), -1)
+        self.assertIn("SEMIRINGS", jitbmm.__all__)
+        self.assertIn("DTYPES", jitbmm.__all__)
+
+    def test_enum_values_are_the_c_headers(self):
+        header = (Path(__file__).resolve().parents[2] / "include" / "jitbmm" / "c_api.h").read_text()
+        values = {name: int(v) for name, v in re.findall(r"\b(JITBMM_[A-Z_]+) = (\d+)", header)}
+        self.assertEqual(values["JITBMM_BACKWARD_MARGINAL"], jitbmm._BACKWARD_MARGINAL)
+        self.assertEqual(values["JITBMM_BACKWARD_ARGMAX_SCATTER"], jitbmm._BACKWARD_ARGMAX_SCATTER)
 
     def test_reference_log_semiring_and_edge_cases(self):
         # a = [[0, log 3], [-inf, -inf]], b = [[0], [0]]: out = [log 4, -inf]

@@ -48,14 +48,14 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   in.da.upload(in.a.data(), in.a.bytes.size());
   in.db.upload(in.b.data(), in.b.bytes.size());
   in.dg.upload(in.g.data(), in.g.bytes.size());
-  const bool sel = semiring_info(p.semiring).has_argmax;
+  const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
   Problem fwd = p;
-  fwd.with_argmax = sel;
+  fwd.with_argmax = scatter;
   in.dout = DeviceBuffer(out_elems * dtype_info(od).size_bytes);
-  in.darg = DeviceBuffer(sel ? outputs * 4 : 0);
+  in.darg = DeviceBuffer(scatter ? outputs * 4 : 0);
   if (outputs > 0) {
     SemiringBMM::get(fwd, default_spec(fwd))(in.da.get(), in.db.get(), in.dout.get(),
-                                             sel ? static_cast<int32_t*>(in.darg.get()) : nullptr, nullptr);
+                                             scatter ? static_cast<int32_t*>(in.darg.get()) : nullptr, nullptr);
     check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the forward");
   }
   HostTensor out;
@@ -65,7 +65,7 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   in.out_flat.resize(outputs);
   for (int64_t o = 0; o < outputs; ++o)
     in.out_flat[o] = out.at(o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
-  in.argmax.resize(sel ? outputs : 0);
+  in.argmax.resize(scatter ? outputs : 0);
   in.darg.download(in.argmax.data(), in.argmax.size() * 4);
   return in;
 }

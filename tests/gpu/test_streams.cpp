@@ -86,7 +86,7 @@ TEST_CASE("plan.backward follows the given stream: nothing runs while it is held
     CAPTURE(describe(p));
     std::mt19937_64 rng(53000 + static_cast<int>(sr));
     const test::GradInputs in = test::make_grad_inputs(p, rng, 0);
-    const bool sel = semiring_info(sr).has_argmax;
+    const bool scatter = semiring_info(sr).backward == BackwardKind::argmax_scatter;
     const Shape& s = p.shape;
     test::HostTensor ha, hb;
     ha.dtype = hb.dtype = p.dtype;
@@ -94,7 +94,7 @@ TEST_CASE("plan.backward follows the given stream: nothing runs while it is held
     ha.bytes.resize(ha.elements * 4), hb.bytes.resize(hb.elements * 4);
     DeviceBuffer ga(ha.bytes.size()), gb(hb.bytes.size());
     const SemiringBMM plan = SemiringBMM::get(p);
-    const int32_t* arg = sel ? static_cast<const int32_t*>(in.darg.get()) : nullptr;
+    const int32_t* arg = scatter ? static_cast<const int32_t*>(in.darg.get()) : nullptr;
     test::TestStream stream;
     const Stream st = reinterpret_cast<Stream>(stream.get());
     auto run = [&] { plan.backward(in.da.get(), in.db.get(), in.dout.get(), arg, in.dg.get(), ga.get(), gb.get(), st); };

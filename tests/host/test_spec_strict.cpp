@@ -3,7 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <climits>
+#include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "expect.hpp"
 #include "jitbmm/kernel_spec.hpp"
@@ -89,4 +92,58 @@ TEST_CASE("grid limits are decided by check_spec_fits, naming the size") {
   expect_invalid([&] { check_spec_fits(linear, wide); }, "shape.N");
   KernelSpec warp = default_spec(wide, Strategy::warp);
   CHECK_NOTHROW(check_spec_fits(warp, wide)); // loops over its outputs: any count fits
+}
+
+TEST_CASE("== and hash_value mean what to_string prints: fields the strategy does not use do not count") {
+  // Fields drawn from two values each, so many pairs differ only in fields some strategy ignores.
+  std::mt19937_64 rng(16);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const auto draw = [&] {
+    KernelSpec s;
+    s.semiring = static_cast<Semiring>(pick(5));
+    s.dtype = static_cast<DType>(pick(4));
+    s.out_dtype = static_cast<DType>(pick(2));
+    s.with_argmax = pick(2);
+    s.strategy = static_cast<Strategy>(pick(8));
+    s.pass = static_cast<Pass>(pick(3));
+    s.index64 = pick(2);
+    for (int* f :
+         {&s.block_x, &s.block_y, &s.tile_m, &s.tile_n, &s.tile_k, &s.thread_m, &s.thread_n, &s.min_blocks, &s.k_chunk})
+      *f = 1 + pick(2);
+    s.math = static_cast<Math>(pick(3));
+    return s;
+  };
+  std::vector<KernelSpec> specs;
+  for (int i = 0; i < 400; ++i) {
+    specs.push_back(draw());
+    // A copy with every field the strategy ignores redrawn: equal to the original.
+    KernelSpec twin = draw();
+    KernelSpec same = specs.back();
+    if (same.is_tiled())
+      same.block_x = twin.block_x, same.block_y = twin.block_y;
+    else
+      same.tile_m = twin.tile_m, same.tile_n = twin.tile_n, same.tile_k = twin.tile_k, same.thread_m = twin.thread_m,
+      same.thread_n = twin.thread_n, same.min_blocks = twin.min_blocks;
+    if (same.strategy != Strategy::split_k) same.k_chunk = twin.k_chunk;
+    if (same.strategy != Strategy::exp_matmul) same.math = twin.math;
+    specs.push_back(same);
+  }
+  int equal_pairs = 0, differing_text = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+      const bool same_text = to_string(specs[i]) == to_string(specs[j]);
+      CAPTURE(to_string(specs[i]));
+      CAPTURE(to_string(specs[j]));
+      REQUIRE((specs[i] == specs[j]) == same_text);
+      REQUIRE((specs[i] != specs[j]) == !same_text);
+      if (same_text) {
+        ++equal_pairs;
+        REQUIRE(hash_value(specs[i]) == hash_value(specs[j]));
+        REQUIRE(std::hash<KernelSpec>()(specs[i]) == hash_value(specs[j]));
+        differing_text += specs[i].block_x != specs[j].block_x || specs[i].tile_m != specs[j].tile_m ||
+                          specs[i].k_chunk != specs[j].k_chunk || specs[i].math != specs[j].math;
+      }
+    }
+  CHECK(equal_pairs > static_cast<int>(specs.size())); // more than each spec with itself
+  CHECK(differing_text > 0);                           // some equal pairs differ in an ignored field
 }

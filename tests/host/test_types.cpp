@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 
 #include "expect.hpp"
+#include "jitbmm/c_api.h"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
 
@@ -28,6 +30,51 @@ TEST_CASE("dtype and semiring names round-trip; unknown names are errors that na
   CHECK(std::string(dtype_info(DType::bf16).acc_type) == "float");
   expect_invalid([] { parse_dtype("int32"); }, "dtype");
   expect_invalid([] { parse_semiring("sum"); }, "semiring");
+}
+
+TEST_CASE("each semiring's row says its backward consistently") {
+  for (Semiring s :
+       {Semiring::log, Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times}) {
+    const SemiringInfo& row = semiring_info(s);
+    CAPTURE(row.name);
+    // A marginal backward has gradient weights; a scatter one routes through the forward's argmax.
+    CHECK((row.backward == BackwardKind::marginal) == (row.grad != nullptr));
+    if (row.backward == BackwardKind::argmax_scatter) CHECK(row.has_argmax);
+    if (row.scatter_times) CHECK(row.backward == BackwardKind::argmax_scatter);
+  }
+  CHECK(semiring_info(Semiring::max_times).scatter_times);
+  CHECK_FALSE(semiring_info(Semiring::max_plus).scatter_times);
+}
+
+TEST_CASE("the C ABI lists the semiring and dtype tables by enum value; other indices give NULL or -1") {
+  REQUIRE(jitbmm_semiring_count() == semiring_count());
+  REQUIRE(jitbmm_semiring_count() == 5);
+  for (int i = 0; i < jitbmm_semiring_count(); ++i) {
+    const SemiringInfo& row = semiring_info(static_cast<Semiring>(i));
+    CHECK(std::string(jitbmm_semiring_name(i)) == row.name);
+    CHECK(jitbmm_semiring_has_argmax(i) == int(row.has_argmax));
+    CHECK(jitbmm_semiring_backward(i) == static_cast<int>(row.backward));
+  }
+  CHECK(jitbmm_semiring_backward(static_cast<int>(Semiring::log)) == JITBMM_BACKWARD_MARGINAL);
+  CHECK(jitbmm_semiring_backward(static_cast<int>(Semiring::max_times)) == JITBMM_BACKWARD_ARGMAX_SCATTER);
+  REQUIRE(jitbmm_dtype_count() == dtype_count());
+  REQUIRE(jitbmm_dtype_count() == 4);
+  for (int i = 0; i < jitbmm_dtype_count(); ++i) {
+    const DTypeInfo& row = dtype_info(static_cast<DType>(i));
+    CHECK(std::string(jitbmm_dtype_name(i)) == row.name);
+    CHECK(jitbmm_dtype_size(i) == row.size_bytes);
+  }
+  for (int bad : {-1, 5, 99, INT_MIN, INT_MAX}) {
+    CAPTURE(bad);
+    CHECK(jitbmm_semiring_name(bad) == nullptr);
+    CHECK(jitbmm_semiring_has_argmax(bad) == -1);
+    CHECK(jitbmm_semiring_backward(bad) == -1);
+  }
+  for (int bad : {-1, 4, INT_MIN, INT_MAX}) {
+    CAPTURE(bad);
+    CHECK(jitbmm_dtype_name(bad) == nullptr);
+    CHECK(jitbmm_dtype_size(bad) == -1);
+  }
 }
 
 TEST_CASE("validate names the offending field") {
