@@ -14,6 +14,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/probes.hpp"
 #include "runtime/timing.hpp"
 
@@ -73,7 +74,8 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
   std::uniform_int_distribution<int64_t> pick(0, no - 1);
   for (int n = 0; n < 32 && no > 0; ++n, ++row.checked) {
     const int64_t o = pick(rng);
-    const auto want = reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N);
+    const MatrixIndex at = index_of(s.M, s.N, o);
+    const auto want = reference::element(p, ha.data(), hb.data(), at.batch, at.row, at.col);
     if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), o), want,
                           reference::tolerance(p)))
       ++row.mismatches;

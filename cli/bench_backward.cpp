@@ -12,6 +12,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/timing.hpp"
 
 namespace jitbmm::cli {
@@ -68,12 +69,13 @@ int run_backward_bench(const Args& args) {
       pick_b(0, std::max<int64_t>(0, nb - 1));
   for (int n = 0; n < 16 && na > 0 && nb > 0; ++n) {
     const int64_t ea = pick_a(rng), eb = pick_b(rng);
+    const MatrixIndex ia = index_of(s.M, s.K, ea), ib = index_of(s.K, s.N, eb);
     const auto wa =
         reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), scatter ? harg.data() : nullptr,
-                                    g_flat.data(), Pass::grad_a, ea / (s.M * s.K), ea / s.K % s.M, ea % s.K);
+                                    g_flat.data(), Pass::grad_a, ia.batch, ia.row, ia.col);
     const auto wb =
         reference::gradient_element(p, ha.data(), hb.data(), out_flat.data(), scatter ? harg.data() : nullptr,
-                                    g_flat.data(), Pass::grad_b, eb / (s.K * s.N), eb / s.N % s.K, eb % s.N);
+                                    g_flat.data(), Pass::grad_b, ib.batch, ib.row, ib.col);
     const double tol = reference::tolerance(p.dtype);
     wrong += !reference::close_gradient(p.dtype, load_element(p.dtype, hga.data(), ea), wa, tol);
     wrong += !reference::close_gradient(p.dtype, load_element(p.dtype, hgb.data(), eb), wb, tol);

@@ -14,6 +14,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/timing.hpp"
 
 namespace jitbmm::cli {
@@ -109,7 +110,8 @@ int run_exp_matmul_bench(const Args& args) {
       std::vector<std::pair<int64_t, reference::Element>> samples;
       for (int n = 0; n < 256; ++n) {
         const int64_t o = pick(rng);
-        samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N));
+        const MatrixIndex at = index_of(s.M, s.N, o);
+        samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), at.batch, at.row, at.col));
       }
       for (const auto& [name, pv] : variants) {
         const auto& [vp, spec] = pv;

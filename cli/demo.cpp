@@ -14,6 +14,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/probes.hpp"
 #include "runtime/timing.hpp"
@@ -71,8 +72,8 @@ int demo_gpu(const Shape& shape) {
   double worst = 0;
   for (int s = 0; s < samples; ++s) {
     const int64_t idx = pick(rng);
-    const int64_t bt = idx / (shape.M * shape.N), i = idx / shape.N % shape.M, j = idx % shape.N;
-    const auto ref = reference::element(problem, ha.data(), hb.data(), bt, i, j);
+    const MatrixIndex at = index_of(shape.M, shape.N, idx);
+    const auto ref = reference::element(problem, ha.data(), hb.data(), at.batch, at.row, at.col);
     if (!reference::close(DType::f32, ho[idx], ref, reference::tolerance(DType::f32))) ++bad;
     worst = std::max(worst, std::fabs(ho[idx] - ref.value) / ref.scale);
   }

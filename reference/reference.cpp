@@ -102,8 +102,8 @@ Element element_in(const Problem& p, const void* a, const void* b, int64_t batch
   thread_local std::vector<Real> x, y, t; // reused: the reference runs millions of elements per test
   x.resize(K), y.resize(K), t.resize(K);
   for (int64_t k = 0; k < K; ++k) {
-    x[k] = load_element(p.dtype, a, batch * sa.batch + i * sa.row + k * sa.col);
-    y[k] = load_element(p.dtype, b, batch * sb.batch + k * sb.row + j * sb.col);
+    x[k] = load_element(p.dtype, a, offset_of(sa, {batch, i, k}));
+    y[k] = load_element(p.dtype, b, offset_of(sb, {batch, k, j}));
   }
   switch (p.semiring) {
   case Semiring::log:
@@ -181,7 +181,7 @@ void backward(const Problem& p, const void* a, const void* b, const double* grad
           if (argmax) e.argmax = argmax[o];
         }
         for (int64_t k = 0; k < s.K; ++k) {
-          const int64_t ia = bt * sa.batch + i * sa.row + k * sa.col, ib = bt * sb.batch + k * sb.row + j * sb.col;
+          const int64_t ia = offset_of(sa, {bt, i, k}), ib = offset_of(sb, {bt, k, j});
           const Real x = load_element(p.dtype, a, ia), y = load_element(p.dtype, b, ib);
           Real da = 0, db = 0;
           switch (p.semiring) {
@@ -223,8 +223,8 @@ GradElement gradient_element(const Problem& p, const void* a, const void* b, con
     const int64_t o = (bt * s.M + i) * s.N + j;
     const double g = grad_out[o];
     if (g == 0.0) continue;
-    const Real x = load_element(p.dtype, a, bt * sa.batch + i * sa.row + k * sa.col);
-    const Real y = load_element(p.dtype, b, bt * sb.batch + k * sb.row + j * sb.col);
+    const Real x = load_element(p.dtype, a, offset_of(sa, {bt, i, k}));
+    const Real y = load_element(p.dtype, b, offset_of(sb, {bt, k, j}));
     const Real partner = pass == Pass::grad_a ? y : x;
     Real c = 0, magnitude = 1;
     switch (p.semiring) {

@@ -1,8 +1,9 @@
 // The one table per enum: dtype and semiring spellings, sizes and device types. Every stage reads these.
 #include <array>
-#include <stdexcept>
+#include <string>
 
 #include "jitbmm/types.hpp"
+#include "runtime/enum_names.hpp"
 
 namespace jitbmm {
 namespace {
@@ -27,6 +28,11 @@ constexpr std::array<SemiringInfo, 5> kSemirings = {{
      "jb::PlusTimesGrad", false},
 }};
 
+// Other spellings parse_dtype accepts: NumPy's and PyTorch's names, and C's.
+constexpr EnumName<DType> kDTypeAliases[] = {{DType::f32, "float32"},  {DType::f32, "float"},   {DType::f64, "float64"},
+                                             {DType::f64, "double"},   {DType::f16, "float16"}, {DType::f16, "half"},
+                                             {DType::bf16, "bfloat16"}};
+
 // Row i holds enum value i: the C ABI and the Python package list the values by index.
 template <class Row, std::size_t N, class Key>
 constexpr bool in_enum_order(const std::array<Row, N>& rows, Key Row::*key) {
@@ -43,32 +49,24 @@ int dtype_count() { return static_cast<int>(kDTypes.size()); }
 int semiring_count() { return static_cast<int>(kSemirings.size()); }
 
 const DTypeInfo& dtype_info(DType dtype) {
-  for (const auto& row : kDTypes)
-    if (row.dtype == dtype) return row;
-  throw std::invalid_argument("dtype: unknown enum value " + std::to_string(static_cast<int>(dtype)));
+  if (const auto* row = find_value(kDTypes, &DTypeInfo::dtype, dtype)) return *row;
+  throw_unknown_value("dtype", dtype);
 }
 
 DType parse_dtype(const std::string& name) {
-  for (const auto& row : kDTypes)
-    if (name == row.name) return row.dtype;
-  if (name == "float32" || name == "float") return DType::f32;
-  if (name == "float64" || name == "double") return DType::f64;
-  if (name == "float16" || name == "half") return DType::f16;
-  if (name == "bfloat16") return DType::bf16;
-  throw std::invalid_argument("dtype: unsupported '" + name + "' (expected f32, f64, f16 or bf16)");
+  if (const auto* row = find_named(kDTypes, name)) return row->dtype;
+  if (const auto* alias = find_named(kDTypeAliases, name)) return alias->value;
+  throw_unsupported("dtype", name, kDTypes);
 }
 
 const SemiringInfo& semiring_info(Semiring semiring) {
-  for (const auto& row : kSemirings)
-    if (row.semiring == semiring) return row;
-  throw std::invalid_argument("semiring: unknown enum value " + std::to_string(static_cast<int>(semiring)));
+  if (const auto* row = find_value(kSemirings, &SemiringInfo::semiring, semiring)) return *row;
+  throw_unknown_value("semiring", semiring);
 }
 
 Semiring parse_semiring(const std::string& name) {
-  for (const auto& row : kSemirings)
-    if (name == row.name) return row.semiring;
-  throw std::invalid_argument("semiring: unsupported '" + name +
-                              "' (expected log, max_plus, min_plus, max_times or plus_times)");
+  if (const auto* row = find_named(kSemirings, name)) return row->semiring;
+  throw_unsupported("semiring", name, kSemirings);
 }
 
 } // namespace jitbmm

@@ -13,6 +13,27 @@
 
 namespace jitbmm {
 
+// One element of a [batches][rows][cols] operand.
+struct MatrixIndex {
+  int64_t batch = 0, row = 0, col = 0;
+};
+
+// The element at row-major position `flat` of a [batches][rows][cols] array (rows, cols > 0).
+inline MatrixIndex index_of(int64_t rows, int64_t cols, int64_t flat) {
+  return {flat / (rows * cols), flat / cols % rows, flat % cols};
+}
+
+// The element offset of `at` in an operand with strides `st`.
+inline int64_t offset_of(const Strides& st, const MatrixIndex& at) {
+  return at.batch * st.batch + at.row * st.row + at.col * st.col;
+}
+
+// The element offset, in an operand with strides `st`, of row-major position `flat` of [batches][rows][cols]: where
+// the flat index of an output (or gradient) is found in its strided storage.
+inline int64_t offset_of(const Strides& st, int64_t rows, int64_t cols, int64_t flat) {
+  return offset_of(st, index_of(rows, cols, flat));
+}
+
 // The largest element offset of a [batches][rows][cols] operand, or 0 when it has no element. Throws
 // std::invalid_argument naming `what` when the offset does not fit in int64.
 inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
@@ -56,7 +77,7 @@ inline bool is_injective(int64_t batches, int64_t rows, int64_t cols, const Stri
   offsets.reserve(static_cast<std::size_t>(batches * rows * cols));
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) offsets.push_back(b * st.batch + r * st.row + c * st.col);
+      for (int64_t c = 0; c < cols; ++c) offsets.push_back(offset_of(st, {b, r, c}));
   std::sort(offsets.begin(), offsets.end());
   return std::adjacent_find(offsets.begin(), offsets.end()) == offsets.end();
 }

@@ -4,13 +4,18 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "runtime/enum_names.hpp"
+
 namespace jitbmm {
 
+namespace {
+constexpr EnumName<LogLevel> kLogLevels[] = {
+    {LogLevel::warn, "warn"}, {LogLevel::info, "info"}, {LogLevel::debug, "debug"}};
+} // namespace
+
 LogLevel parse_log_level(const std::string& text) {
-  if (text == "warn") return LogLevel::warn;
-  if (text == "info") return LogLevel::info;
-  if (text == "debug") return LogLevel::debug;
-  throw std::invalid_argument("JITBMM_LOG: expected warn, info or debug, got '" + text + "'");
+  if (const auto* row = find_named(kLogLevels, text)) return row->value;
+  throw std::invalid_argument("JITBMM_LOG: expected " + name_list(kLogLevels) + ", got '" + text + "'");
 }
 
 LogLevel log_level() {

@@ -107,8 +107,7 @@ inline void mask_rows(HostTensor& t, int64_t batches, int64_t rows, int64_t cols
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t r = 0; r < rows; ++r)
       if (u(rng) < p)
-        for (int64_t c = 0; c < cols; ++c)
-          store_element(t.dtype, t.bytes.data(), b * st.batch + r * st.row + c * st.col, value);
+        for (int64_t c = 0; c < cols; ++c) store_element(t.dtype, t.bytes.data(), offset_of(st, {b, r, c}), value);
 }
 
 // A tensor whose elements are drawn from `values`, each with its weight. Small integers (with ±inf, NaN) make
@@ -136,8 +135,8 @@ int32_t accumulated_argmax(const Problem& p, const void* a, const void* b, int64
   int32_t best = -1;
   Acc best_term = 0;
   for (int64_t k = 0; k < p.shape.K; ++k) {
-    const Acc x = static_cast<Acc>(load_element(p.dtype, a, bt * sa.batch + i * sa.row + k * sa.col));
-    const Acc y = static_cast<Acc>(load_element(p.dtype, b, bt * sb.batch + k * sb.row + j * sb.col));
+    const Acc x = static_cast<Acc>(load_element(p.dtype, a, offset_of(sa, {bt, i, k})));
+    const Acc y = static_cast<Acc>(load_element(p.dtype, b, offset_of(sb, {bt, k, j})));
     const Acc t = p.semiring == Semiring::max_times ? x * y : x + y;
     bool takes = best < 0;
     if (!takes && !std::isnan(best_term))

@@ -146,13 +146,15 @@ def _table(name):
     return globals()[name] if name in globals() else __getattr__(name)
 
 
+# The C ABI's jitbmm_status values other than JITBMM_OK (0), by the exception each becomes (others: JitbmmError).
+_STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError}
+
+
 def _check(status):
     if status == 0:
         return
     message = _library().jitbmm_last_error().decode()
-    if status == 1:
-        raise ValueError(message)
-    raise {2: NoDriverError, 3: CudaError, 4: CompileError}.get(status, JitbmmError)(message)
+    raise _STATUS_ERRORS.get(status, JitbmmError)(message)
 
 
 def release_pool_memory():

@@ -56,6 +56,11 @@ class CApiTest(unittest.TestCase):
         values = {name: int(v) for name, v in re.findall(r"\b(JITBMM_[A-Z_]+) = (\d+)", header)}
         self.assertEqual(values["JITBMM_BACKWARD_MARGINAL"], jitbmm._BACKWARD_MARGINAL)
         self.assertEqual(values["JITBMM_BACKWARD_ARGMAX_SCATTER"], jitbmm._BACKWARD_ARGMAX_SCATTER)
+        self.assertEqual(values["JITBMM_OK"], 0)
+        self.assertEqual(jitbmm._STATUS_ERRORS, {values["JITBMM_INVALID_ARGUMENT"]: ValueError,
+                                                 values["JITBMM_NO_DRIVER"]: jitbmm.NoDriverError,
+                                                 values["JITBMM_CUDA_ERROR"]: jitbmm.CudaError,
+                                                 values["JITBMM_COMPILE_ERROR"]: jitbmm.CompileError})
 
     def test_reference_log_semiring_and_edge_cases(self):
         # a = [[0, log 3], [-inf, -inf]], b = [[0], [0]]: out = [log 4, -inf]

@@ -10,6 +10,7 @@
 
 #include "jitbmm/plan.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/layout.hpp"
 #include "support.hpp"
 
 namespace jitbmm::test {
@@ -101,7 +102,7 @@ inline CaseResult check_outputs(const Problem& p, const HostTensor& a, const Hos
   for (int64_t bt = 0; bt < s.B; ++bt)
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) {
-        const int64_t at = bt * so.batch + i * so.row + j * so.col;
+        const int64_t at = offset_of(so, {bt, i, j});
         covered[at] = 1;
         const auto want = reference::element(p, a.data(), b.data(), bt, i, j);
         const double got = out.at(at);

@@ -9,6 +9,7 @@
 
 #include "differential.hpp"
 #include "runtime/backward.hpp"
+#include "runtime/layout.hpp"
 
 namespace jitbmm::test {
 
@@ -39,7 +40,7 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   std::uniform_real_distribution<double> u(0.0, 1.0);
   in.g_flat.resize(outputs);
   for (int64_t o = 0; o < outputs; ++o) {
-    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    const int64_t at = offset_of(so, s.M, s.N, o);
     if (u(rng) < 0.1) store_element(od, in.g.data(), at, 0.0); // exact zeros contribute exactly nothing
     in.g_flat[o] = in.g.at(at);
   }
@@ -63,8 +64,7 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   out.bytes.resize(out_elems * dtype_info(od).size_bytes);
   in.dout.download(out.data(), out.bytes.size());
   in.out_flat.resize(outputs);
-  for (int64_t o = 0; o < outputs; ++o)
-    in.out_flat[o] = out.at(o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+  for (int64_t o = 0; o < outputs; ++o) in.out_flat[o] = out.at(offset_of(so, s.M, s.N, o));
   in.argmax.resize(scatter ? outputs : 0);
   in.darg.download(in.argmax.data(), in.argmax.size() * 4);
   return in;
@@ -90,7 +90,7 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
                                                         in.g_flat.data(), pass, z, row, col);
           want.value += part.value, want.scale += part.scale, want.floor += part.floor;
         }
-        const int64_t at = bt * sd.batch + row * sd.row + col * sd.col;
+        const int64_t at = offset_of(sd, {bt, row, col});
         covered[at] = 1;
         ++r.checked;
         const double value = got.at(at);

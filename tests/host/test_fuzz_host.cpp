@@ -13,6 +13,7 @@
 
 #include "fuzz_cases.hpp"
 #include "jitbmm/kernel_spec.hpp"
+#include "runtime/layout.hpp"
 
 using namespace jitbmm;
 
@@ -55,7 +56,7 @@ Layout draw_layout(std::mt19937_64& rng, bool& nested) {
 
 } // namespace
 
-TEST_CASE("fuzz: is_injective and max_offset agree with enumerating every address") {
+TEST_CASE("fuzz: is_injective, max_offset and offset_of agree with enumerating every address") {
   const uint64_t seed = test::fuzz_seed();
   std::mt19937_64 rng(seed);
   int rejected_injective = 0;
@@ -74,6 +75,8 @@ TEST_CASE("fuzz: is_injective and max_offset agree with enumerating every addres
     const bool injective = std::set<int64_t>(all.begin(), all.end()).size() == all.size();
     const int64_t largest = all.empty() ? 0 : *std::max_element(all.begin(), all.end());
     CHECK(max_offset("fuzz", l.batches, l.rows, l.cols, l.st) == largest);
+    for (std::size_t flat = 0; flat < all.size(); ++flat)
+      REQUIRE(offset_of(l.st, l.rows, l.cols, static_cast<int64_t>(flat)) == all[flat]);
     const bool accepted = is_injective(l.batches, l.rows, l.cols, l.st);
     // Layouts this small are decided exactly (interleaved ones such as row stride 3, column stride 2 included).
     CHECK(accepted == injective);
@@ -120,7 +123,7 @@ test::HostTensor contiguous_copy(const test::HostTensor& t, int64_t batches, int
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        store_element(t.dtype, out.data(), (b * rows + r) * cols + c, t.at(b * st.batch + r * st.row + c * st.col));
+        store_element(t.dtype, out.data(), (b * rows + r) * cols + c, t.at(offset_of(st, {b, r, c})));
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
+#include "runtime/log.hpp"
 
 using namespace jitbmm;
 
@@ -30,6 +31,29 @@ TEST_CASE("dtype and semiring names round-trip; unknown names are errors that na
   CHECK(std::string(dtype_info(DType::bf16).acc_type) == "float");
   expect_invalid([] { parse_dtype("int32"); }, "dtype");
   expect_invalid([] { parse_semiring("sum"); }, "semiring");
+}
+
+TEST_CASE("enum spellings: aliases parse, and the errors read exactly as before") {
+  for (const char* alias : {"float32", "float"}) CHECK(parse_dtype(alias) == DType::f32);
+  for (const char* alias : {"float64", "double"}) CHECK(parse_dtype(alias) == DType::f64);
+  for (const char* alias : {"float16", "half"}) CHECK(parse_dtype(alias) == DType::f16);
+  CHECK(parse_dtype("bfloat16") == DType::bf16);
+  CHECK(parse_log_level("debug") == LogLevel::debug);
+  const auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message([] { parse_dtype("int32"); }) == "dtype: unsupported 'int32' (expected f32, f64, f16 or bf16)");
+  CHECK(message([] { parse_semiring("sum"); }) ==
+        "semiring: unsupported 'sum' (expected log, max_plus, min_plus, max_times or plus_times)");
+  CHECK(message([] { parse_log_level("loud"); }) == "JITBMM_LOG: expected warn, info or debug, got 'loud'");
+  CHECK(message([] { parse_precision("slow"); }) == "precision: unsupported 'slow' (expected exact or fast)");
+  CHECK(message([] { dtype_info(static_cast<DType>(7)); }) == "dtype: unknown enum value 7");
+  CHECK(message([] { semiring_info(static_cast<Semiring>(-1)); }) == "semiring: unknown enum value -1");
 }
 
 TEST_CASE("each semiring's row says its backward consistently") {
