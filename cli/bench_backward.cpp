@@ -12,7 +12,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 #include "runtime/timing.hpp"
 
 namespace jitbmm::cli {

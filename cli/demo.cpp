@@ -14,7 +14,7 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/probes.hpp"
 #include "runtime/timing.hpp"

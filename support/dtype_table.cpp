@@ -3,7 +3,7 @@
 #include <string>
 
 #include "jitbmm/types.hpp"
-#include "runtime/enum_names.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitbmm {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "runtime/enum_names.hpp"
+#include "support/enum_names.hpp"
 
 namespace jitbmm {
 

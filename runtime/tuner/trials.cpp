@@ -99,7 +99,8 @@ ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::m
   std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(0, outputs - 1));
   for (int n = 0; n < 24 && outputs > 0; ++n) {
     const int64_t o = pick(rng);
-    samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N));
+    const MatrixIndex at = index_of(s.M, s.N, o);
+    samples.emplace_back(o, reference::element(p, ha.data(), hb.data(), at.batch, at.row, at.col));
   }
 }
 
@@ -118,7 +119,7 @@ std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
   const Shape& s = p.shape;
   const Strides so = p.out();
   for (const auto& [o, want] : trial.samples) {
-    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    const int64_t at = offset_of(so, s.M, s.N, o);
     if (!reference::close(p.output_dtype(), load_element(p.output_dtype(), ho.data(), at), want,
                           reference::tolerance(p)))
       return "wrong result at output " + std::to_string(o);
@@ -140,7 +141,7 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   std::normal_distribution<double> normal(0.0, 1.0);
   const Strides so = p.out();
   for (int64_t o = 0; o < outputs; ++o) {
-    const int64_t at = o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col;
+    const int64_t at = offset_of(so, s.M, s.N, o);
     store_element(od, hg.data(), at, normal(rng));
     grad_out[o] = load_element(od, hg.data(), at);
   }
@@ -150,7 +151,7 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   g.upload(hg.data(), hg.size());
   // The forward's results, as the backward will read them.
   Problem fwd = p;
-  const bool sel = semiring_info(p.semiring).has_argmax;
+  const bool sel = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
   fwd.with_argmax = sel;
   out = DeviceBuffer(bytes_of("out", out_elems, od));
   arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
@@ -160,7 +161,7 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   const std::vector<unsigned char> ho = download(out);
   out_values.resize(outputs);
   for (int64_t o = 0; o < outputs; ++o)
-    out_values[o] = load_element(od, ho.data(), o / (s.M * s.N) * so.batch + o / s.N % s.M * so.row + o % s.N * so.col);
+    out_values[o] = load_element(od, ho.data(), offset_of(so, s.M, s.N, o));
   if (sel) {
     argmax.resize(outputs);
     arg.download(argmax.data(), bytes_of("argmax", outputs, 4));
@@ -202,7 +203,7 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
                                                     argmax, trial.grad_out.data(), trial.pass, z, r, c);
       want.value += part.value, want.scale += part.scale, want.floor += part.floor;
     }
-    const double got = load_element(p.dtype, hd.data(), bt * sd.batch + r * sd.row + c * sd.col);
+    const double got = load_element(p.dtype, hd.data(), offset_of(sd, {bt, r, c}));
     if (!reference::close_gradient(p.dtype, got, want, reference::tolerance(p.dtype)))
       return "wrong gradient at " + std::to_string(bt) + "," + std::to_string(r) + "," + std::to_string(c);
   }

@@ -10,7 +10,7 @@
 
 #include "jitbmm/plan.hpp"
 #include "runtime/device_memory.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 #include "support.hpp"
 
 namespace jitbmm::test {

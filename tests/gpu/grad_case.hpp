@@ -9,7 +9,7 @@
 
 #include "differential.hpp"
 #include "runtime/backward.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm::test {
 

@@ -13,7 +13,7 @@
 
 #include "fuzz_cases.hpp"
 #include "jitbmm/kernel_spec.hpp"
-#include "runtime/layout.hpp"
+#include "support/layout.hpp"
 
 using namespace jitbmm;
 

@@ -8,7 +8,7 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
-#include "runtime/log.hpp"
+#include "support/log.hpp"
 
 using namespace jitbmm;
 
