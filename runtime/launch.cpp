@@ -14,8 +14,10 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
         ("cuLaunchKernel(" + name + ")").c_str());
 }
 
-jb::BmmParams bmm_params(const Problem& p) {
-  jb::BmmParams q{};
+namespace {
+// Sizes and strides: the part both argument blocks share, field for field.
+template <class Params> Params shaped(const Problem& p) {
+  Params q{};
   q.B = p.shape.B, q.M = p.shape.M, q.N = p.shape.N, q.K = p.shape.K;
   const Strides a = p.a(), b = p.b(), o = p.out();
   q.a_batch = a.batch, q.a_row = a.row, q.a_col = a.col;
@@ -23,14 +25,12 @@ jb::BmmParams bmm_params(const Problem& p) {
   q.out_batch = o.batch, q.out_row = o.row, q.out_col = o.col;
   return q;
 }
+} // namespace
+
+jb::BmmParams bmm_params(const Problem& p) { return shaped<jb::BmmParams>(p); }
 
 jb::GradParams grad_params(const Problem& p, const KernelSpec& spec) {
-  jb::GradParams q{};
-  q.B = p.shape.B, q.M = p.shape.M, q.N = p.shape.N, q.K = p.shape.K;
-  const Strides a = p.a(), b = p.b(), o = p.out();
-  q.a_batch = a.batch, q.a_row = a.row, q.a_col = a.col;
-  q.b_batch = b.batch, q.b_row = b.row, q.b_col = b.col;
-  q.out_batch = o.batch, q.out_row = o.row, q.out_col = o.col;
+  jb::GradParams q = shaped<jb::GradParams>(p);
   q.workspace_slices = strategies::grad_accumulator(p, spec).slices;
   return q;
 }
