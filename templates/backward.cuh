@@ -20,8 +20,7 @@
 namespace jb {
 
 // Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
-__device__ __forceinline__ float grad_log2_units(float x) { return x * 1.4426950408889634f; }
-__device__ __forceinline__ double grad_log2_units(double x) { return x * 1.4426950408889634; }
+template <class T> __device__ __forceinline__ T grad_log2_units(T x) { return x * Num<T>::log2e(); }
 
 // Per-semiring weight of one term. side(): the value stored for out on the G side; operand()/constant(): the
 // stored form of a or b; term(u, v, c): the weight from the G-side value u, the other side's v and the constant c.
@@ -52,7 +51,7 @@ __device__ __forceinline__ bool grad_fetch(const GradParams& p, const In* A, con
                                            I m0, I n0, I t0, typename Acc<In>::type (&ru)[LG],
                                            typename Acc<In>::type (&rg)[LG], typename Acc<In>::type (&rv)[LO]) {
   typedef typename Acc<In>::type T;
-  const T kNegInf = -T(__int_as_float(0x7f800000));
+  const T kNegInf = Num<T>::neg_inf();
   const int tid = threadIdx.x;
   constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
   const I T_len = GA ? (I)p.N : (I)p.M;

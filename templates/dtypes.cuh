@@ -1,5 +1,6 @@
-// Storage dtypes and their conversion to and from the accumulator type. NVRTC ships no fp16/bf16 headers, so
-// the conversions are written here in PTX (f16) and bit arithmetic (bf16), with IEEE round-to-nearest-even.
+// Storage dtypes and their conversion to and from the accumulator type, and the accumulator types' special values
+// and constants (Num). NVRTC ships no fp16/bf16 headers, so the conversions are written here in PTX (f16) and bit
+// arithmetic (bf16), with IEEE round-to-nearest-even.
 #pragma once
 
 namespace jb {
@@ -16,6 +17,25 @@ typedef double f64;
 // Accumulator type per storage type: half types accumulate in float.
 template <class T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
+
+// ±inf, NaN, log2 e and ln 2 per accumulator type: every template spells them through this, never as a literal.
+// The infinities and NaN are written as bit patterns, which need no header. Functions, not static constexpr
+// members: NVRTC would emit those as global variables in every module.
+template <class T> struct Num;
+template <> struct Num<float> {
+  static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
+  static __device__ __forceinline__ float neg_inf() { return -inf(); }
+  static __device__ __forceinline__ float nan() { return __int_as_float(0x7fffffff); }
+  static __device__ __forceinline__ float log2e() { return 1.4426950408889634f; }
+  static __device__ __forceinline__ float ln2() { return 0.6931471805599453f; }
+};
+template <> struct Num<double> {
+  static __device__ __forceinline__ double inf() { return __longlong_as_double(0x7ff0000000000000LL); }
+  static __device__ __forceinline__ double neg_inf() { return -inf(); }
+  static __device__ __forceinline__ double nan() { return __longlong_as_double(0x7fffffffffffffffLL); }
+  static __device__ __forceinline__ double log2e() { return 1.4426950408889634; }
+  static __device__ __forceinline__ double ln2() { return 0.6931471805599453; }
+};
 
 __device__ __forceinline__ float to_acc(float x) { return x; }
 __device__ __forceinline__ double to_acc(double x) { return x; }

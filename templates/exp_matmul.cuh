@@ -36,14 +36,14 @@ template <class T, class Out, class I>
 __device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I>& t, I i, I j, T s, T am, T bm,
                                           bool all_neg_inf, const EmView<T>& v, T threshold) {
   typedef EmReal<T> R;
-  const T kLn2 = (T)0.6931471805599453;
+  const T kLn2 = Num<T>::ln2();
   T value;
   if (am != am || bm != bm)
-    value = R::nan(); // a NaN in the row of a or the column of b
-  else if (am == R::inf() || bm == R::inf())
+    value = Num<T>::nan(); // a NaN in the row of a or the column of b
+  else if (am == Num<T>::inf() || bm == Num<T>::inf())
     return true; // +inf in the row or column: the shift says nothing
   else if (all_neg_inf)
-    value = -R::inf(); // every term is −inf
+    value = Num<T>::neg_inf(); // every term is −inf
   else if (s >= threshold) {
     // log2 s = e + log2 f with f in [0.5, 1): exact exponent arithmetic, so log2 s − 2h keeps all its digits even
     // though log2 s itself is near 2h (a plain log2f(s) would carry its rounding at the scale of 2h).

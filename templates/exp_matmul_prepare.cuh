@@ -13,8 +13,6 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 
 template <class T> struct EmReal;
 template <> struct EmReal<float> {
-  static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
-  static __device__ __forceinline__ float nan() { return __int_as_float(0x7fffffff); }
   static __device__ __forceinline__ float log2_units(float x) { return to_log2_units(x); }
   static __device__ __forceinline__ float exp2(float x) { return ex2_approx(x); }
   static __device__ __forceinline__ float log2(float x) { return log2f(x); }
@@ -22,12 +20,10 @@ template <> struct EmReal<float> {
   static __device__ __forceinline__ float max(float x, float y) { return max_nan(x, y); }
 };
 template <> struct EmReal<double> {
-  static __device__ __forceinline__ double inf() { return __longlong_as_double(0x7ff0000000000000LL); }
-  static __device__ __forceinline__ double nan() { return __longlong_as_double(0x7fffffffffffffffLL); }
   // As the float version: a finite value too large to scale becomes +inf, which sends its outputs to repair.
   static __device__ __forceinline__ double log2_units(double x) {
-    const double kLog2e = 1.4426950408889634;
-    return fabs(x) < 1.2e308 ? x * kLog2e : (fabs(x) < inf() ? inf() : x * kLog2e);
+    const double kLog2e = Num<double>::log2e();
+    return fabs(x) < 1.2e308 ? x * kLog2e : (fabs(x) < Num<double>::inf() ? Num<double>::inf() : x * kLog2e);
   }
   static __device__ __forceinline__ double exp2(double x) { return ::exp2(x); }
   static __device__ __forceinline__ double log2(double x) { return ::log2(x); }
@@ -101,7 +97,7 @@ struct EmLineAcc {
 // The headroom is added after the max is subtracted: for a huge max (|max| ≫ 2^24 h in f32) max − h would round
 // back to max, silently dropping h, and an output whose row and column maxima cancel would come out h·2 too small.
 template <class T> __device__ __forceinline__ T em_exponent(T x_log2, T line_max, int headroom) {
-  return fabs(line_max) < EmReal<T>::inf() ? (x_log2 - line_max) + (T)headroom : x_log2;
+  return fabs(line_max) < Num<T>::inf() ? (x_log2 - line_max) + (T)headroom : x_log2;
 }
 template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
   return EmReal<T>::exp2(em_exponent(EmReal<T>::log2_units(x), line_max, headroom));
@@ -123,7 +119,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
-  const T kNegInf = -R::inf();
+  const T kNegInf = Num<T>::neg_inf();
   const I K = (I)p.K, Kp = (I)v.Kp, Mp = (I)v.Mp, Np = (I)v.Np;
   int chunk = 0; // chunks of 2^chunk k, at most 64 of them
   while (((I)64 << chunk) < K) ++chunk;

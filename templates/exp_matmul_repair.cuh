@@ -16,7 +16,7 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
   __shared__ __align__(16) typename G::Smem sm;
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
-  const T kNegInf = -R::inf(), kLog2e = (T)1.4426950408889634, kLn2 = (T)0.6931471805599453;
+  const T kNegInf = Num<T>::neg_inf(), kLog2e = Num<T>::log2e(), kLn2 = Num<T>::ln2();
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     if (!tile_wanted<I, BM, BN>(p, z)) continue; // uniform over the block
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
@@ -67,7 +67,7 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
       for (int c = 0; c < TN; ++c)
         if (r0 + r < (I)p.M && c0 + c < (I)p.N) {
           const T mx = m[r][c];
-          const T value = fabs(mx) < R::inf() ? mx + R::log2(s[r][c]) * kLn2 : mx; // NaN, ±inf as they are
+          const T value = fabs(mx) < Num<T>::inf() ? mx + R::log2(s[r][c]) * kLn2 : mx; // NaN, ±inf as they are
           emit<T, Out, I>(p, t, r0 + r, c0 + c, value, -1);
         }
   }

@@ -86,7 +86,7 @@ template <class In, class Out, class I> __device__ __forceinline__ void linear_t
     unflatten(p, o, batch, i, j);
     const In* a = static_cast<const In*>(p.a) + batch * (I)p.a_batch + i * (I)p.a_row;
     const In* b = static_cast<const In*>(p.b) + batch * (I)p.b_batch + j * (I)p.b_col;
-    T m = -inf<T>();
+    T m = Num<T>::neg_inf();
     bool nan = false;
     for (I k = 0; k < (I)p.K; ++k) {
       const T t = to_acc(a[k * (I)p.a_col]) + to_acc(b[k * (I)p.b_row]);
@@ -95,8 +95,8 @@ template <class In, class Out, class I> __device__ __forceinline__ void linear_t
     }
     T value = m;
     if (nan) {
-      value = m - m + __int_as_float(0x7fffffff);
-    } else if (m != inf<T>() && m != -inf<T>()) {
+      value = m - m + Num<T>::nan();
+    } else if (m != Num<T>::inf() && m != Num<T>::neg_inf()) {
       T s = 0;
       for (I k = 0; k < (I)p.K; ++k) s += exp_(to_acc(a[k * (I)p.a_col]) + to_acc(b[k * (I)p.b_row]) - m);
       value = m + log_(s);

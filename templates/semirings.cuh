@@ -6,9 +6,6 @@
 
 namespace jb {
 
-template <class T> __device__ __forceinline__ T inf();
-template <> __device__ __forceinline__ float inf<float>() { return __int_as_float(0x7f800000); }
-template <> __device__ __forceinline__ double inf<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ float exp_(float x) { return __expf(x); }
 __device__ __forceinline__ double exp_(double x) { return exp(x); }
 __device__ __forceinline__ float log_(float x) { return logf(x); }
@@ -26,7 +23,7 @@ template <class T> struct LogSemiring {
   struct State {
     T m, s;
   };
-  static __device__ __forceinline__ State init() { return {-inf<T>(), T(0)}; }
+  static __device__ __forceinline__ State init() { return {Num<T>::neg_inf(), T(0)}; }
   static __device__ __forceinline__ void push(State& st, T t) {
     if (t > st.m) {
       st.s = st.s * exp_(st.m - t) + T(1);
@@ -50,7 +47,7 @@ template <class T> struct LogSemiring {
   }
   static __device__ __forceinline__ T finalize(const State& st) {
     if (is_nan(st.s)) return st.s;
-    if (st.m == inf<T>() || st.m == -inf<T>()) return st.m;
+    if (st.m == Num<T>::inf() || st.m == Num<T>::neg_inf()) return st.m;
     return st.m + log_(st.s);
   }
   static __device__ __forceinline__ int arg(const State&) { return -1; }
@@ -60,8 +57,8 @@ template <class T> struct LogSemiring {
     return {shfl_xor_(st.m, lane_mask), shfl_xor_(st.s, lane_mask)};
   }
   // Tiled padding: (−inf) + (−inf) adds nothing and never forms inf − inf.
-  static __device__ __forceinline__ T pad_a() { return -inf<T>(); }
-  static __device__ __forceinline__ T pad_b() { return -inf<T>(); }
+  static __device__ __forceinline__ T pad_a() { return Num<T>::neg_inf(); }
+  static __device__ __forceinline__ T pad_b() { return Num<T>::neg_inf(); }
 };
 
 // Selecting semirings: ⊕ picks one term, so the accumulator remembers which k won. Ties keep the smallest k;
@@ -103,17 +100,19 @@ template <class T, class Op> struct Select {
 template <class T> struct MaxPlusOp {
   static __device__ __forceinline__ T times(T a, T b) { return a + b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v > cur; }
-  static __device__ __forceinline__ T zero() { return -inf<T>(); }
-  static __device__ __forceinline__ T pad_a() { return -inf<T>(); } // pad ⊗ pad = −inf: never wins a tie (larger k)
-  static __device__ __forceinline__ T pad_b() { return -inf<T>(); }
+  static __device__ __forceinline__ T zero() { return Num<T>::neg_inf(); }
+  static __device__ __forceinline__ T pad_a() {
+    return Num<T>::neg_inf();
+  } // pad ⊗ pad = −inf: never wins a tie (larger k)
+  static __device__ __forceinline__ T pad_b() { return Num<T>::neg_inf(); }
 };
 // min_plus (shortest paths): a ⊕ b = min, a ⊗ b = a + b, zero = +inf, one = 0.
 template <class T> struct MinPlusOp {
   static __device__ __forceinline__ T times(T a, T b) { return a + b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v < cur; }
-  static __device__ __forceinline__ T zero() { return inf<T>(); }
-  static __device__ __forceinline__ T pad_a() { return inf<T>(); }
-  static __device__ __forceinline__ T pad_b() { return inf<T>(); }
+  static __device__ __forceinline__ T zero() { return Num<T>::inf(); }
+  static __device__ __forceinline__ T pad_a() { return Num<T>::inf(); }
+  static __device__ __forceinline__ T pad_b() { return Num<T>::inf(); }
 };
 // max_times (genbmm's prodmax, for non-negative inputs): a ⊕ b = max, a ⊗ b = a · b, zero = 0, one = 1.
 // The maximum is taken over the actual products, so negative inputs still give max_k a·b; K = 0 gives 0.
@@ -121,7 +120,7 @@ template <class T> struct MaxTimesOp {
   static __device__ __forceinline__ T times(T a, T b) { return a * b; }
   static __device__ __forceinline__ bool better(T v, T cur) { return v > cur; }
   static __device__ __forceinline__ T zero() { return T(0); }
-  static __device__ __forceinline__ T pad_a() { return -inf<T>(); } // (−inf) · 1 = −inf
+  static __device__ __forceinline__ T pad_a() { return Num<T>::neg_inf(); } // (−inf) · 1 = −inf
   static __device__ __forceinline__ T pad_b() { return T(1); }
 };
 template <class T> struct MaxPlusSemiring : Select<T, MaxPlusOp<T>> {};

@@ -38,21 +38,21 @@ __device__ __forceinline__ float min_nan(float x, float y) {
 // Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller.
 struct MaxPlusTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return -__int_as_float(0x7f800000); }
+  static __device__ __forceinline__ Acc init() { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }
 };
 struct MinPlusTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return __int_as_float(0x7f800000); }
+  static __device__ __forceinline__ Acc init() { return Num<float>::inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = min_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }
 };
 struct MaxTimesTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return -__int_as_float(0x7f800000); }
+  static __device__ __forceinline__ Acc init() { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a * b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }

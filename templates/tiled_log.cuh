@@ -36,7 +36,7 @@ struct LogLineStats {
 };
 
 template <int BK, int STRIDE> __device__ __forceinline__ LogLineStats log_line_stats(float* line, float previous) {
-  const float kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
+  const float kNegInf = Num<float>::neg_inf(), kPosInf = Num<float>::inf();
   LogLineStats st;
   st.run = previous;
   st.finite = 0u;
@@ -57,8 +57,8 @@ template <int BK, int STRIDE> __device__ __forceinline__ LogLineStats log_line_s
 // Operands enter shared memory in log2 units. A finite value too large to scale (|x|·log2e would overflow)
 // becomes +inf, which sends its row or column to exact recomputation: never a wrong value.
 __device__ __forceinline__ float to_log2_units(float x) {
-  const float kPosInf = __int_as_float(0x7f800000);
-  return fabsf(x) < 2.3e38f ? x * 1.4426950408889634f : (fabsf(x) < kPosInf ? kPosInf : x * 1.4426950408889634f);
+  const float kPosInf = Num<float>::inf(), kLog2e = Num<float>::log2e();
+  return fabsf(x) < 2.3e38f ? x * kLog2e : (fabsf(x) < kPosInf ? kPosInf : x * kLog2e);
 }
 
 template <int NA, int NB> __device__ __forceinline__ void to_log2_units(float (&ra)[NA], float (&rb)[NB]) {
@@ -75,8 +75,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
   typedef Tile<T, BM, BN, BK, TM, TN> G;
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ LogLineStats rows[BM], cols[BN];
-  const T kLn2 = 0.6931471805599453f;
-  const T kNegInf = -__int_as_float(0x7f800000), kPosInf = __int_as_float(0x7f800000);
+  const T kLn2 = Num<T>::ln2(), kNegInf = Num<T>::neg_inf(), kPosInf = Num<T>::inf();
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
@@ -170,7 +169,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
         const bool has_finite = (any[(r * TN + c) / 32] >> ((r * TN + c) % 32)) & 1u;
         T value;
         if (amax != amax || bmax != bmax) {
-          value = __int_as_float(0x7fffffff); // a NaN input in the row or column
+          value = Num<T>::nan(); // a NaN input in the row or column
         } else if (amax == kPosInf || bmax == kPosInf || (has_finite && !(sum >= 0x1p-60f))) {
           value = repair_log<In, I>(p, A, B, i, j, t.k_begin, t.k_end); // +inf present, or the guard fired
         } else if (!has_finite) {
