@@ -9,9 +9,10 @@
 namespace jitbmm {
 
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name) {
-  check(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr),
-        ("cuLaunchKernel(" + name + ")").c_str());
+            const std::string& name, const std::string& suffix) {
+  const CUresult r =
+      driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr);
+  if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + name + suffix + ")").c_str()); // the text only on failure
 }
 
 namespace {
@@ -58,7 +59,7 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
     Params q = params;
     if (l.repair_flags_at != Launch::kNoFlags) point_repair_flags(q, l, workspace);
     void* args[] = {&q};
-    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name + l.entry);
+    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name, l.entry);
   }
 }
 

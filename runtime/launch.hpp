@@ -10,9 +10,9 @@
 
 namespace jitbmm {
 
-// cuLaunchKernel with no dynamic shared memory; a failure is CudaError naming `name`.
+// cuLaunchKernel with no dynamic shared memory; a failure is CudaError naming the entry point (name + suffix).
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name);
+            const std::string& name, const std::string& suffix = "");
 
 // The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
 // pass's also says how many batch slices its accumulator has.
