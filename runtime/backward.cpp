@@ -40,7 +40,11 @@ std::size_t grad_workspace_bytes(const Problem& p, const KernelSpec& spec) {
 
 void launch_grad(const Problem& p, const KernelSpec& spec, const LoadedKernel& kernel, const GradArgs& args,
                  CUstream stream) {
-  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
+  launch_grad(p, spec, strategy_def(spec).launches(spec, p), kernel, args, stream);
+}
+
+void launch_grad(const Problem& p, const KernelSpec& spec, const LaunchPlan& plan, const LoadedKernel& kernel,
+                 const GradArgs& args, CUstream stream) {
   if (plan.launches.empty()) return; // an empty gradient
   jb::GradParams q = grad_params(p, spec);
   q.a = args.a, q.b = args.b, q.out = args.out, q.grad_out = args.grad_out, q.argmax = args.argmax, q.grad = args.grad;
@@ -60,6 +64,7 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
     gk->spec = plan_with_choice(
         [&](const std::vector<KernelSpec>& rejected) { return choose(p, *im.device, policy, pass, rejected); },
         [&](const KernelSpec& spec) { gk->kernel = load_kernel(*im.device, spec); });
+    gk->launches = strategy_def(gk->spec).launches(gk->spec, p);
     slot = gk;
   }
   return slot;
@@ -105,11 +110,10 @@ BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b
     w.forward_workspace = w.forward->workspace_bytes();
     size.add(w.values, "argmax scratch").add(w.argmax, "argmax scratch").add(w.forward_workspace, "workspace");
   }
-  const Problem gp = grad_problem(p);
   for (int i = 0; i < 2; ++i) {
     if (!(i == 0 ? want_a && !none_a : want_b && !none_b)) continue;
     w.pass[i] = grad_kernel(im, i == 0 ? Pass::grad_a : Pass::grad_b);
-    w.pass_workspace[i] = grad_workspace_bytes(gp, w.pass[i]->spec);
+    w.pass_workspace[i] = w.pass[i]->launches.workspace_bytes;
     size.add(w.pass_workspace[i], "backward workspace");
   }
   w.scratch_bytes = size.bytes();
@@ -175,7 +179,7 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   for (int i = 0; i < 2; ++i) {
     if (!w.pass[i]) continue;
     const GradArgs args{a, b, out, grad_out, argmax, i == 0 ? grad_a : grad_b, scratch.take(w.pass_workspace[i])};
-    launch_grad(gp, w.pass[i]->spec, *w.pass[i]->kernel, args, cu_stream);
+    launch_grad(gp, w.pass[i]->spec, w.pass[i]->launches, *w.pass[i]->kernel, args, cu_stream);
   }
 }
 

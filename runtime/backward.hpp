@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "runtime/jit.hpp"
+#include "generator/strategy.hpp"
 #include "jitbmm/plan.hpp"
 
 namespace jitbmm {
@@ -33,5 +34,9 @@ std::size_t grad_workspace_bytes(const Problem& problem, const KernelSpec& spec)
 // store into the gradient's layout. Arguments must already be checked.
 void launch_grad(const Problem& problem, const KernelSpec& spec, const LoadedKernel& kernel, const GradArgs& args,
                  CUstream stream);
+// The same with the pass's launches already worked out (strategy_def(spec).launches(spec, problem)), as a plan
+// keeps them.
+void launch_grad(const Problem& problem, const KernelSpec& spec, const LaunchPlan& launches,
+                 const LoadedKernel& kernel, const GradArgs& args, CUstream stream);
 
 } // namespace jitbmm

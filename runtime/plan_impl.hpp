@@ -18,6 +18,7 @@ namespace jitbmm {
 struct GradKernel {
   KernelSpec spec;
   std::shared_ptr<const LoadedKernel> kernel;
+  LaunchPlan launches; // the pass's launches for the plan's problem, worked out once
 };
 
 struct SemiringBMM::Impl {
