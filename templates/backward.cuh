@@ -150,6 +150,40 @@ __device__ __forceinline__ void grad_slice(const GradSmem<T, BM, BN, BK, GA>& sm
   }
 }
 
+// kslice_loop's loader for the backward: one slice of the reduction (G side and other side) through the registers ru,
+// rg, rv into GradSmem. Its barriers also decide, block-wide, whether the staged slice allows the fast term loop: the
+// constants of the whole tile (voted once, at the first barrier) and everything fetched for the slice, all finite.
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
+struct GradLoader : KSliceLoader {
+  typedef typename Acc<In>::type T;
+  enum { kSliceK = BK };
+  GradSmem<T, BM, BN, BK, GA>& sm;
+  const In *A, *Bm;
+  const Out *O, *Gp;
+  I m0, n0;
+  T (&ru)[LG];
+  T (&rg)[LG];
+  T (&rv)[LO];
+  bool constants_finite;    // this thread's constants
+  bool tile_finite = false; // the whole tile's
+  bool fetched_finite = true, fast = false;
+  __device__ __forceinline__ GradLoader(GradSmem<T, BM, BN, BK, GA>& sm, const In* A, const In* Bm, const Out* O,
+                                        const Out* Gp, I m0, I n0, T (&ru)[LG], T (&rg)[LG], T (&rv)[LO],
+                                        bool constants_finite)
+      : sm(sm), A(A), Bm(Bm), O(O), Gp(Gp), m0(m0), n0(n0), ru(ru), rg(rg), rv(rv), constants_finite(constants_finite) {
+  }
+  __device__ __forceinline__ void fetch(const GradParams& p, int, I t0) {
+    fetched_finite = grad_fetch<Sem, In, Out, I, BM, BN, BK, NT, LG, LO, GA>(p, A, Bm, O, Gp, m0, n0, t0, ru, rg, rv);
+  }
+  __device__ __forceinline__ void land(int buf) { grad_store<T, BM, BN, BK, NT, LG, LO, GA>(sm, buf, ru, rg, rv); }
+  // The barriers must run in every case: never inside a short-circuited condition.
+  __device__ __forceinline__ void tile_barrier() { tile_finite = !__syncthreads_or(!constants_finite); }
+  __device__ __forceinline__ void slice_barrier() {
+    fast = !__syncthreads_or(!fetched_finite) && tile_finite;
+    fetched_finite = true; // no slice fetched, nothing that is not finite
+  }
+};
+
 template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA>
 __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
   typedef typename Acc<In>::type T;
@@ -181,27 +215,15 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
         finite &= cst[r][c] - cst[r][c] == T(0);
       }
     T ru[kLoadG], rg[kLoadG], rv[kLoadO];
-    bool fetched_ok = grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0,
-                                                                                            I(0), ru, rg, rv);
-    // The fast loop is chosen block-wide per slice: constants of the whole tile, and the slice, all finite.
-    const bool tile_finite = !__syncthreads_or(!finite); // also: the previous batch's last slice is no longer read
-    grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, 0, ru, rg, rv);
-    // The barrier must run in every case: never inside a short-circuited condition.
-    bool fast = !__syncthreads_or(!fetched_ok) && tile_finite;
-    int buf = 0;
-    for (I t0 = 0; t0 < T_len; t0 += BK) {
-      if (fast)
-        grad_slice<true, Sem, T, BM, BN, BK, TM, TN, GA>(sm, buf, r_base, c_base, cst, acc);
+    GradLoader<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA> ld(sm, A, Bm, O, Gp, m0, n0, ru, rg, rv,
+                                                                             finite);
+    for (auto slice = kslice_loop<kFetchAfterUse, kBarrierEverySlice>(ld, p, I(0), T_len); slice.valid();
+         slice.finish(p)) {
+      slice.start(p);
+      if (ld.fast)
+        grad_slice<true, Sem, T, BM, BN, BK, TM, TN, GA>(sm, slice.buf, r_base, c_base, cst, acc);
       else
-        grad_slice<false, Sem, T, BM, BN, BK, TM, TN, GA>(sm, buf, r_base, c_base, cst, acc);
-      fetched_ok = true;
-      if (t0 + BK < T_len) { // one barrier a slice: buf ^ 1 was last read before the previous barrier
-        fetched_ok = grad_fetch<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(p, A, Bm, O, Gp, m0, n0,
-                                                                                           t0 + BK, ru, rg, rv);
-        grad_store<T, BM, BN, BK, kThreads, kLoadG, kLoadO, GA>(sm, buf ^ 1, ru, rg, rv);
-      }
-      fast = !__syncthreads_or(!fetched_ok) && tile_finite;
-      buf ^= 1;
+        grad_slice<false, Sem, T, BM, BN, BK, TM, TN, GA>(sm, slice.buf, r_base, c_base, cst, acc);
     }
 #pragma unroll
     for (int r = 0; r < TM; ++r)

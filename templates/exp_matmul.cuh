@@ -72,16 +72,26 @@ __device__ __forceinline__ void em_report(const EmView<T>& v, I batch, I i, I j,
 // 16 bytes of T: the product's loads from the padded, aligned workspace.
 template <class T> struct __align__(16) EmVec { T v[16 / sizeof(T)]; };
 
-// Moves one K slice of the exponentiated operands into shared memory: a's [BM][BK] block (k contiguous in the
-// workspace) transposed to [BK][BM], b's [BK][BN] block as it is. No bounds checks: the workspace is padded.
-template <class T, int BM, int BN, int BK, int THREADS> struct EmLoader {
+// kslice_loop's loader for the FMA form: one K slice of the exponentiated operands through the registers ra, rb into
+// a Tile G's shared memory, a's [BM][BK] block (k contiguous in the workspace) transposed to [BK][BM], b's [BK][BN]
+// block as it is. No bounds checks: the workspace is padded.
+template <class G, class I, int BM, int BN, int BK, int THREADS> struct EmLoader : KSliceLoader {
+  typedef typename G::Value T;
+  enum { kSliceK = BK };
   static constexpr int V = 16 / sizeof(T);
   static constexpr int kVecA = BM * BK / V, kVecB = BK * BN / V;
   static constexpr int kLoadA = (kVecA + THREADS - 1) / THREADS, kLoadB = (kVecB + THREADS - 1) / THREADS;
   static_assert(BK % V == 0 && BN % V == 0, "slices are whole 16-byte vectors");
-  EmVec<T> ra[kLoadA], rb[kLoadB];
+  typename G::Smem& sm;
+  const T *ea, *eb;
+  I Kp, Np, m0, n0;
+  EmVec<T> (&ra)[kLoadA];
+  EmVec<T> (&rb)[kLoadB];
 
-  template <class I> __device__ __forceinline__ void fetch(const T* ea, const T* eb, I Kp, I Np, I m0, I n0, I k0) {
+  __device__ __forceinline__ EmLoader(typename G::Smem& sm, const T* ea, const T* eb, I Kp, I Np, I m0, I n0,
+                                      EmVec<T> (&ra)[kLoadA], EmVec<T> (&rb)[kLoadB])
+      : sm(sm), ea(ea), eb(eb), Kp(Kp), Np(Np), m0(m0), n0(n0), ra(ra), rb(rb) {}
+  __device__ __forceinline__ void fetch(const BmmParams&, int, I k0) {
 #pragma unroll
     for (int l = 0; l < kLoadA; ++l) {
       const int idx = threadIdx.x + l * THREADS, r = idx / (BK / V), c = idx % (BK / V);
@@ -95,6 +105,7 @@ template <class T, int BM, int BN, int BK, int THREADS> struct EmLoader {
         rb[l] = *reinterpret_cast<const EmVec<T>*>(eb + (k0 + r) * Np + n0 + c * V);
     }
   }
+  __device__ __forceinline__ void land(int buf) { store(sm.a[buf], sm.b[buf]); }
   template <int PAD_M, int PAD_N> __device__ __forceinline__ void store(T (*sa)[PAD_M], T (*sb)[PAD_N]) const {
 #pragma unroll
     for (int l = 0; l < kLoadA; ++l) {
@@ -116,7 +127,7 @@ template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   typedef Tile<T, BM, BN, BK, TM, TN> G;
-  typedef EmLoader<T, BM, BN, BK, G::kThreads> L;
+  typedef EmLoader<G, I, BM, BN, BK, G::kThreads> L;
   static_assert((TM & (TM - 1)) == 0 && (TN & (TN - 1)) == 0 && TM <= 64 && TN <= 64,
                 "a thread's outputs must lie in one repair tile");
   __shared__ __align__(16) typename G::Smem sm;
@@ -130,34 +141,31 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
     const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * Kp * Np;
-    L ld;
-    ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, (I)0);
-    __syncthreads(); // the previous tile's epilogue may still read the staged lines and shared memory
-    em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
-    ld.store(sm.a[0], sm.b[0]);
-    __syncthreads();
+    // After the first barrier: the previous tile's epilogue may still read the staged lines.
+    const auto stage_lines = [&](const BmmParams& p) {
+      em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
+    };
+    EmVec<T> ra[L::kLoadA], rb[L::kLoadB];
+    L ld(sm, ea, eb, Kp, Np, t.m0, t.n0, ra, rb);
+    auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, (I)0, Kp, stage_lines);
     T s[TM][TN];
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
       for (int c = 0; c < TN; ++c) s[r][c] = (T)0;
-    int buf = 0;
-    for (I k0 = 0; k0 < Kp; k0 += BK) {
-      const bool more = k0 + BK < Kp;
-      if (more) ld.fetch(ea, eb, Kp, Np, t.m0, t.n0, k0 + BK); // in flight during the FMAs
+    // The next slice's loads are in flight during the FMAs.
+    for (; slice.valid(); slice.finish(p)) {
+      slice.start(p);
 #pragma unroll
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
-        G::row_frag(sm, buf, k, fa);
-        G::col_frag(sm, buf, k, fb);
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
           for (int c = 0; c < TN; ++c) s[r][c] = fma(fa[r], fb[c], s[r][c]);
       }
-      if (more) ld.store(sm.a[buf ^ 1], sm.b[buf ^ 1]); // last read before the previous barrier
-      __syncthreads();
-      buf ^= 1;
     }
     unsigned flagged = 0;
 #pragma unroll
@@ -221,6 +229,23 @@ __device__ __forceinline__ void em_copy_rows(float (*dst)[PITCH], const float* s
 __device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
+// kslice_loop's loader for the tensor-core form: a's rows and b's columns of one K slice straight into buffer buf
+// with cp.async; land() waits for every copy in flight.
+template <int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoader : KSliceLoader {
+  enum { kAsyncCopy = true, kSliceK = BK };
+  EmMmaSmem<BM, BN, BK>& sm;
+  const float *ea, *eb;
+  I Kp, m0, n0;
+  __device__ __forceinline__ EmMmaLoader(EmMmaSmem<BM, BN, BK>& sm, const float* ea, const float* eb, I Kp, I m0, I n0)
+      : sm(sm), ea(ea), eb(eb), Kp(Kp), m0(m0), n0(n0) {}
+  __device__ __forceinline__ void fetch(const BmmParams&, int buf, I k0) {
+    em_copy_rows<BM, BK, THREADS>(sm.a[buf], ea, Kp, m0, k0);
+    em_copy_rows<BN, BK, THREADS>(sm.b[buf], eb, Kp, n0, k0);
+    em_copy_commit();
+  }
+  __device__ __forceinline__ void land(int) { em_copy_wait_all(); }
+};
+
 // Pass 2, math=tf32x3 (SPLIT) or tf32: each thread owns TM×TN outputs as mma fragments; a warp covers a
 // (8·TM)×(4·TN) tile. With SPLIT each factor x is hi + lo (hi = tf32(x), lo = tf32(x − hi)) and a term is
 // hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the term). Tensor cores add with truncation, so SPLIT
@@ -250,13 +275,13 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
     const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * (I)v.Np * Kp;
-    __syncthreads(); // the previous tile's epilogue may still read the staged lines and shared memory
-    em_copy_rows<BM, BK, kThreads>(sm.a[0], ea, Kp, t.m0, (I)0);
-    em_copy_rows<BN, BK, kThreads>(sm.b[0], eb, Kp, t.n0, (I)0);
-    em_copy_commit();
-    em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
-    em_copy_wait_all();
-    __syncthreads();
+    // After the first barrier (the previous tile's epilogue may still read the staged lines), while the first
+    // slice's copies are in flight.
+    const auto stage_lines = [&](const BmmParams& p) {
+      em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
+    };
+    EmMmaLoader<BM, BN, BK, kThreads, I> ld(sm, ea, eb, Kp, t.m0, t.n0);
+    auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, (I)0, Kp, stage_lines);
     float acc[MT][NT][4];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -264,14 +289,9 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-    int buf = 0;
-    for (I k0 = 0; k0 < Kp; k0 += BK) {
-      const bool more = k0 + BK < Kp;
-      if (more) { // into the other buffer, last read before the previous barrier; lands during the mma below
-        em_copy_rows<BM, BK, kThreads>(sm.a[buf ^ 1], ea, Kp, t.m0, k0 + BK);
-        em_copy_rows<BN, BK, kThreads>(sm.b[buf ^ 1], eb, Kp, t.n0, k0 + BK);
-        em_copy_commit();
-      }
+    // The next slice's copies land during the mma.
+    for (; slice.valid(); slice.finish(p)) {
+      slice.start(p);
       // SPLIT holds twice the fragments: one k-step at a time, or ptxas hoists the next step's loads and spills.
 #pragma unroll(SPLIT ? 1 : BK / 8)
       for (int kk = 0; kk < BK; kk += 8) {
@@ -279,7 +299,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
           unsigned r[4];
-          ldmatrix_x4(r, &sm.b[buf][wn0 + n * 8 + b_row][kk + b_k]);
+          ldmatrix_x4(r, &sm.b[slice.buf][wn0 + n * 8 + b_row][kk + b_k]);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float x = __uint_as_float(r[e]);
@@ -290,7 +310,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           unsigned ah[4], al[4];
-          ldmatrix_x4(ah, &sm.a[buf][wm0 + m * 16 + a_row][kk + a_k]);
+          ldmatrix_x4(ah, &sm.a[slice.buf][wm0 + m * 16 + a_row][kk + a_k]);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float x = __uint_as_float(ah[e]);
@@ -314,9 +334,6 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
           }
         }
       }
-      em_copy_wait_all();
-      __syncthreads();
-      buf ^= 1;
     }
     unsigned flagged = 0;
 #pragma unroll

@@ -29,20 +29,17 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
       for (int c = 0; c < TN; ++c) m[r][c] = kNegInf, s[r][c] = (T)0;
 #pragma unroll 1
     for (int sweep = 0; sweep < 2; ++sweep) {
+      // Each sweep is a pass of its own: the previous sweep (or tile) may still read shared memory at its start.
       T ra[G::kLoadA], rb[G::kLoadB];
-      G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
-      __syncthreads(); // the previous sweep or tile may still read shared memory
-      G::store(sm, 0, ra, rb);
-      __syncthreads();
-      int buf = 0;
-      for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
-        const bool more = k0 + BK < t.k_end;
-        if (more) G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
+      TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
+      for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end); slice.valid();
+           slice.finish(p)) {
+        slice.start(p);
 #pragma unroll 4
         for (int k = 0; k < BK; ++k) {
           T fa[TM], fb[TN];
-          G::row_frag(sm, buf, k, fa);
-          G::col_frag(sm, buf, k, fb);
+          G::row_frag(sm, slice.buf, k, fa);
+          G::col_frag(sm, slice.buf, k, fb);
 #pragma unroll
           for (int r = 0; r < TM; ++r)
 #pragma unroll
@@ -55,9 +52,6 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
                 s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
             }
         }
-        if (more) G::store(sm, buf ^ 1, ra, rb);
-        __syncthreads();
-        buf ^= 1;
       }
     }
     const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;

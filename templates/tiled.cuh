@@ -1,7 +1,7 @@
 // Strategy "tiled": GEMM-style register tiling. A block computes a BM×BN tile of outputs; K is staged through
-// shared memory BK at a time (double-buffered: the next slice is fetched into registers while the current one
-// is consumed); each thread owns TM×TN outputs in registers. Operands are kept in the accumulator type in shared
-// memory, A transposed ([BK][BM]) so a thread's TM rows are one vector load.
+// shared memory BK at a time (double-buffered: kslice.cuh); each thread owns TM×TN outputs in registers. Operands
+// are kept in the accumulator type in shared memory, A transposed ([BK][BM]) so a thread's TM rows are one vector
+// load.
 //
 // Out-of-range elements are padded with the semiring's "pad" pair, whose product never wins and adds nothing
 // (only pad ⊗ pad ever reaches a stored output: k ≥ K pads both operands at once).
@@ -60,6 +60,8 @@ struct MaxTimesTerm {
 
 // The tile geometry and the shared-memory staging shared by every tiled kernel.
 template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
+  typedef T Value;
+  enum { kSliceK = BK };
   static constexpr int kThreads = (BM / TM) * (BN / TN);
   static constexpr int kPadM = BM + 4, kPadN = BN + 4; // +4 floats: conflict-free transposed stores, 16 B aligned
   static constexpr int kLoadA = (BM * BK + kThreads - 1) / kThreads;
@@ -133,6 +135,26 @@ template <class I, int BM, int BN> __device__ __forceinline__ TileCoords<I> tile
   return t;
 }
 
+// kslice_loop's loader for a Tile G: a slice of the block's rows of A and columns of B through the registers ra, rb
+// (Tile::fetch, padded with pad_a / pad_b outside the matrices and from k_end on), then into a shared-memory buffer.
+template <class G, class In, class I> struct TileLoader : KSliceLoader {
+  typedef typename G::Value T;
+  enum { kSliceK = G::kSliceK };
+  typename G::Smem& sm;
+  const In *A, *B;
+  I m0, n0, k_end;
+  T pad_a, pad_b;
+  T (&ra)[G::kLoadA];
+  T (&rb)[G::kLoadB];
+  __device__ __forceinline__ TileLoader(typename G::Smem& sm, const In* A, const In* B, const TileCoords<I>& t, T pad_a,
+                                        T pad_b, T (&ra)[G::kLoadA], T (&rb)[G::kLoadB])
+      : sm(sm), A(A), B(B), m0(t.m0), n0(t.n0), k_end(t.k_end), pad_a(pad_a), pad_b(pad_b), ra(ra), rb(rb) {}
+  __device__ __forceinline__ void fetch(const BmmParams& p, int, I k0) {
+    G::fetch(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
+  }
+  __device__ __forceinline__ void land(int buf) { G::store(sm, buf, ra, rb); }
+};
+
 // exp_matmul's repair pass runs on the tiles its guard flagged (BmmParams.repair_flags, one flag per tile,
 // [batch][row tile][column tile]); without flags every tile runs.
 template <class I, int BM, int BN> __device__ __forceinline__ bool tile_wanted(const BmmParams& p, I z) {
@@ -171,36 +193,26 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
   const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
   for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-    const In* A = A0 + t.batch * (I)p.a_batch;
-    const In* B = B0 + t.batch * (I)p.b_batch;
     typename P::Acc acc[TM][TN];
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
       for (int c = 0; c < TN; ++c) acc[r][c] = P::init();
     T ra[G::kLoadA], rb[G::kLoadB];
-    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, pad_a, pad_b, ra, rb);
-    __syncthreads(); // the previous z iteration may still be reading shared memory
-    G::store(sm, 0, ra, rb);
-    __syncthreads();
-    int buf = 0;
-    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
-      const bool more = k0 + BK < t.k_end;
+    TileLoader<G, In, I> ld(sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
+    // The next slice is fetched after the terms: its registers are not live across them.
+    for (auto slice = kslice_loop<kFetchAfterUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
+         slice.finish(p)) {
+      slice.start(p);
 #pragma unroll 4
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
-        G::row_frag(sm, buf, k, fa);
-        G::col_frag(sm, buf, k, fb);
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
-          for (int c = 0; c < TN; ++c) P::update(acc[r][c], fa[r], fb[c], (int)(k0 + k));
-      }
-      if (more) { // fetched after the terms: its registers are not live across them
-        G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, pad_a, pad_b, ra, rb);
-        G::store(sm, buf ^ 1, ra, rb);
-        __syncthreads();
-        buf ^= 1;
+          for (int c = 0; c < TN; ++c) P::update(acc[r][c], fa[r], fb[c], (int)(slice.k0 + k));
       }
     }
     const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;

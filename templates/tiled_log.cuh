@@ -68,6 +68,15 @@ template <int NA, int NB> __device__ __forceinline__ void to_log2_units(float (&
   for (int l = 0; l < NB; ++l) rb[l] = to_log2_units(rb[l]);
 }
 
+// The tiled loader, its slices scaled to log2 units before they reach shared memory.
+template <class G, class In, class I> struct Log2TileLoader : TileLoader<G, In, I> {
+  using TileLoader<G, In, I>::TileLoader;
+  __device__ __forceinline__ void fetch(const BmmParams& p, int buf, I k0) {
+    TileLoader<G, In, I>::fetch(p, buf, k0);
+    to_log2_units(this->ra, this->rb);
+  }
+};
+
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
   static_assert(BK <= 32, "finite-k masks are 32 bits");
@@ -93,22 +102,25 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 #pragma unroll
     for (int w = 0; w < (TM * TN + 31) / 32; ++w) any[w] = 0u;
 
+    // After the first barrier: the previous tile's epilogue may still read rows[] / cols[].
+    const auto reset_lines = [&](const BmmParams&) {
+      for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
+    };
     T ra[G::kLoadA], rb[G::kLoadB];
-    G::fetch(p, A, B, t.m0, t.n0, t.k_begin, t.k_end, kNegInf, kNegInf, ra, rb);
-    to_log2_units(ra, rb);
-    __syncthreads(); // the previous tile's epilogue may still read rows[] / cols[] and shared memory
-    G::store(sm, 0, ra, rb);
-    for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
-    __syncthreads();
-    int buf = 0;
-    for (I k0 = t.k_begin; k0 < t.k_end; k0 += BK) {
-      const bool more = k0 + BK < t.k_end;
+    Log2TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
+    // The next slice is fetched after the terms, so its registers are not live across them (other blocks on the
+    // SM hide the load latency). One barrier a slice: the next slice's pass 1 rewrites rows[] / cols[], which
+    // this one read after its middle barrier.
+    auto slice =
+        kslice_loop<kFetchAfterUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end, NoTileStaging(), reset_lines);
+    for (; slice.valid(); slice.finish(p)) {
+      slice.start(p);
       // Pass 1, one thread per row or column: running maxima, rescale factors, shifts and finite masks.
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) {
         if (l < BM)
-          rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[buf][0][l], rows[l].run);
+          rows[l] = log_line_stats<BK, G::kPadM>(&sm.a[slice.buf][0][l], rows[l].run);
         else
-          cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[buf][0][l - BM], cols[l - BM].run);
+          cols[l - BM] = log_line_stats<BK, G::kPadN>(&sm.b[slice.buf][0][l - BM], cols[l - BM].run);
       }
       __syncthreads();
       T fr[TM], fc[TN];
@@ -141,23 +153,13 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
 #pragma unroll 1
       for (int k = 0; k < BK; ++k) {
         T fa[TM], fb[TN];
-        G::row_frag(sm, buf, k, fa);
-        G::col_frag(sm, buf, k, fb);
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
           for (int c = 0; c < TN; ++c) s[r][c] += ex2_approx(fa[r] + fb[c]);
       }
-      // The next slice is fetched only now, so its registers are not live across the terms above (other blocks
-      // on the SM hide the load latency). One barrier a slice: buf ^ 1 and the stats were last read before the
-      // previous barrier.
-      if (more) {
-        G::fetch(p, A, B, t.m0, t.n0, k0 + BK, t.k_end, kNegInf, kNegInf, ra, rb);
-        to_log2_units(ra, rb);
-        G::store(sm, buf ^ 1, ra, rb);
-      }
-      __syncthreads();
-      buf ^= 1;
     }
 #pragma unroll
     for (int r = 0; r < TM; ++r)

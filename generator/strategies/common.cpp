@@ -33,7 +33,7 @@ std::string tile_args(const KernelSpec& s) {
 
 std::vector<const char*> forward_templates(bool tiled) {
   std::vector<const char*> t = {"params.cuh", "dtypes.cuh", "semirings.cuh", "linear.cuh", "reductions.cuh"};
-  if (tiled) t.insert(t.end(), {"tiled.cuh", "tiled_log.cuh", "combine.cuh"});
+  if (tiled) t.insert(t.end(), {"kslice.cuh", "tiled.cuh", "tiled_log.cuh", "combine.cuh"});
   return t;
 }
 
@@ -182,7 +182,7 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   return plan;
 }
 
-std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "backward.cuh"}; }
+std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "kslice.cuh", "backward.cuh"}; }
 
 EntryPoint grad_store_entry(const KernelSpec& s) {
   return {"_store", 256, 1,
