@@ -120,12 +120,12 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   const Pass pass = parse_pass(args.get("--pass", "forward"));
   if (pass != Pass::forward && args.has("--argmax"))
     throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
-  if (pass != Pass::forward && args.has("--strategy"))
-    throw std::invalid_argument("--strategy: not used with --pass (a backward kernel's strategy follows from the "
-                                "semiring: tiled for log and plus_times, scatter for the others)");
-  KernelSpec spec = pass != Pass::forward    ? default_grad_spec(p, pass)
-                    : args.has("--strategy") ? default_spec(p, parse_strategy(args.get("--strategy", "")))
-                                             : default_spec(p);
+  const bool strategy_given = args.has("--strategy");
+  const Strategy strategy = parse_strategy(args.get("--strategy", "tiled"));
+  KernelSpec spec = pass != Pass::forward ? (strategy_given ? default_grad_spec(p, pass, strategy)
+                                                            : default_grad_spec(p, pass))
+                    : strategy_given      ? default_spec(p, strategy)
+                                          : default_spec(p);
   require_used_by(args, spec, args.has("--strategy"));
   if (args.has("--block")) {
     const auto b = parse_dims(args, "--block", "XxY", 2);

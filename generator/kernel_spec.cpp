@@ -255,13 +255,17 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
 }
 
 KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
+  return default_grad_spec(problem, pass, backward_strategy(problem.semiring));
+}
+
+KernelSpec default_grad_spec(const Problem& problem, Pass pass, Strategy strategy) {
   if (pass == Pass::forward) throw std::invalid_argument("pass: default_grad_spec is for grad_a or grad_b");
   Problem p = problem;
   p.with_argmax = false;
   validate(p);
   KernelSpec spec;
   spec.semiring = p.semiring, spec.dtype = p.dtype, spec.out_dtype = p.output_dtype();
-  spec.strategy = backward_strategy(p.semiring);
+  spec.strategy = strategy;
   spec.pass = pass;
   const StrategyDef& def = strategy_def(spec);
   def.defaults(spec, p);
@@ -311,10 +315,12 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   def->check(spec, p);
   if (spec.pass != Pass::forward) {
     if (p.with_argmax) reject("pass", "backward kernels are planned for the problem without argmax");
-    const Strategy want = backward_strategy(p.semiring);
-    if (spec.strategy != want)
+    // The selecting semirings scatter G to the argmax; the others gather (tiled, or exp_matmul for log: its own
+    // check names the semirings it computes).
+    const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
+    if (scatter != (spec.strategy == Strategy::scatter))
       reject("strategy", std::string("the backward of ") + semiring_info(p.semiring).name + " uses " +
-                             strategy_name(want));
+                             (scatter ? "scatter" : "a gather (tiled, or exp_matmul for log)"));
   }
   if (!spec.index64 && def->needs_index64(spec, p))
     reject("index64", "this problem's sizes or strides overflow 32-bit index math (" + describe(p) +

@@ -48,7 +48,7 @@ struct Launch {
 struct LaunchPlan {
   std::vector<Launch> launches;
   std::size_t workspace_bytes = 0;
-  bool zero_workspace = false; // accumulated atomically: zeroed on the stream before the first launch
+  std::size_t zero_bytes = 0; // the workspace's first bytes zeroed on the stream before the first launch (atomics)
   long long k_chunk = 0;       // BmmParams.k_chunk
 };
 

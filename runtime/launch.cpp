@@ -51,8 +51,8 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
   if (plan.workspace_bytes) {
     if (!workspace) throw std::logic_error("run_launches: no workspace for " + kernel.generated.name);
     params.workspace = workspace;
-    if (plan.zero_workspace)
-      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0, plan.workspace_bytes, stream),
+    if (plan.zero_bytes)
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0, plan.zero_bytes, stream),
             "cuMemsetD8Async");
   }
   for (const Launch& l : plan.launches) {

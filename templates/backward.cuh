@@ -37,6 +37,17 @@ struct PlusTimesGrad {
   template <class T> static __device__ __forceinline__ T term(T, T v, T) { return v; }
 };
 
+// Which outputs a tiled backward reads. Every one, for the backward itself; the exp-matmul backward's direct pass
+// reads only the outputs its guard gave up and adds their contributions to the gradient (exp_matmul_grad.cuh).
+// batch(z) binds a batch; tile(m0) says, the same for the whole block, whether rows [m0, m0 + BM) read any;
+// (i, j) whether one output is read.
+struct KeepAll {
+  enum { kAdd = false }; // store the gradient, or add to what is there
+  template <class I> __device__ __forceinline__ KeepAll batch(I) const { return *this; }
+  template <class I> __device__ __forceinline__ bool tile(I) const { return true; }
+  template <class I> __device__ __forceinline__ bool operator()(I, I) const { return true; }
+};
+
 template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
   static constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
   T u[2][BK][kG + 4]; // G side: out in the semiring's form (−out·log2e for log), −inf where the term is skipped
@@ -46,9 +57,10 @@ template <class T, int BM, int BN, int BK, bool GA> struct GradSmem {
 
 // One slice [t0, t0 + BK) of the reduction into registers (GA: the G side is rows i, the reduction is j).
 // Returns whether everything fetched by this thread allows the fast term loop (see grad_tiled_kernel).
-template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
-__device__ __forceinline__ bool grad_fetch(const GradParams& p, const In* A, const In* Bm, const Out* O, const Out* Gp,
-                                           I m0, I n0, I t0, typename Acc<In>::type (&ru)[LG],
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA, class Keep>
+__device__ __forceinline__ bool grad_fetch(const GradParams& p, const Keep& keep, const In* A, const In* Bm,
+                                           const Out* O, const Out* Gp, I m0, I n0, I t0,
+                                           typename Acc<In>::type (&ru)[LG],
                                            typename Acc<In>::type (&rg)[LG], typename Acc<In>::type (&rv)[LO]) {
   typedef typename Acc<In>::type T;
   const T kNegInf = Num<T>::neg_inf();
@@ -66,6 +78,7 @@ __device__ __forceinline__ bool grad_fetch(const GradParams& p, const In* A, con
     if (idx < kG * BK && i < (I)p.M && j < (I)p.N && t0 + t < T_len) {
       const I at = i * (I)p.out_row + j * (I)p.out_col;
       g = to_acc(Gp[at]);
+      if (!keep(i, j)) g = T(0);
       if (Sem::kUsesOut) {
         const T o = to_acc(O[at]);
         if (o == kNegInf) g = T(0); // every term of this output was −inf: no weight anywhere
@@ -153,11 +166,12 @@ __device__ __forceinline__ void grad_slice(const GradSmem<T, BM, BN, BK, GA>& sm
 // kslice_loop's loader for the backward: one slice of the reduction (G side and other side) through the registers ru,
 // rg, rv into GradSmem. Its barriers also decide, block-wide, whether the staged slice allows the fast term loop: the
 // constants of the whole tile (voted once, at the first barrier) and everything fetched for the slice, all finite.
-template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA>
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int NT, int LG, int LO, bool GA, class Keep>
 struct GradLoader : KSliceLoader {
   typedef typename Acc<In>::type T;
   enum { kSliceK = BK };
   GradSmem<T, BM, BN, BK, GA>& sm;
+  const Keep& keep;
   const In *A, *Bm;
   const Out *O, *Gp;
   I m0, n0;
@@ -167,13 +181,14 @@ struct GradLoader : KSliceLoader {
   bool constants_finite;    // this thread's constants
   bool tile_finite = false; // the whole tile's
   bool fetched_finite = true, fast = false;
-  __device__ __forceinline__ GradLoader(GradSmem<T, BM, BN, BK, GA>& sm, const In* A, const In* Bm, const Out* O,
-                                        const Out* Gp, I m0, I n0, T (&ru)[LG], T (&rg)[LG], T (&rv)[LO],
-                                        bool constants_finite)
-      : sm(sm), A(A), Bm(Bm), O(O), Gp(Gp), m0(m0), n0(n0), ru(ru), rg(rg), rv(rv), constants_finite(constants_finite) {
-  }
+  __device__ __forceinline__ GradLoader(GradSmem<T, BM, BN, BK, GA>& sm, const Keep& keep, const In* A, const In* Bm,
+                                        const Out* O, const Out* Gp, I m0, I n0, T (&ru)[LG], T (&rg)[LG],
+                                        T (&rv)[LO], bool constants_finite)
+      : sm(sm), keep(keep), A(A), Bm(Bm), O(O), Gp(Gp), m0(m0), n0(n0), ru(ru), rg(rg), rv(rv),
+        constants_finite(constants_finite) {}
   __device__ __forceinline__ void fetch(const GradParams& p, int, I t0) {
-    fetched_finite = grad_fetch<Sem, In, Out, I, BM, BN, BK, NT, LG, LO, GA>(p, A, Bm, O, Gp, m0, n0, t0, ru, rg, rv);
+    fetched_finite =
+        grad_fetch<Sem, In, Out, I, BM, BN, BK, NT, LG, LO, GA>(p, keep, A, Bm, O, Gp, m0, n0, t0, ru, rg, rv);
   }
   __device__ __forceinline__ void land(int buf) { grad_store<T, BM, BN, BK, NT, LG, LO, GA>(sm, buf, ru, rg, rv); }
   // The barriers must run in every case: never inside a short-circuited condition.
@@ -184,8 +199,8 @@ struct GradLoader : KSliceLoader {
   }
 };
 
-template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA>
-__device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA, class Keep = KeepAll>
+__device__ __forceinline__ void grad_tiled_kernel(const GradParams p, const Keep& keep_all = Keep()) {
   typedef typename Acc<In>::type T;
   constexpr int kThreads = (BM / TM) * (BN / TN);
   constexpr int kG = GA ? BM : BN, kO = GA ? BN : BM;
@@ -196,6 +211,8 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
   const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    const Keep keep = keep_all.batch(z);
+    if (!keep.tile(m0)) continue; // uniform over the block
     const In* A = static_cast<const In*>(p.a) + z * (I)p.a_batch;
     const In* Bm = static_cast<const In*>(p.b) + z * (I)p.b_batch;
     const Out* O = Sem::kUsesOut ? static_cast<const Out*>(p.out) + z * (I)p.out_batch : nullptr;
@@ -215,8 +232,8 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
         finite &= cst[r][c] - cst[r][c] == T(0);
       }
     T ru[kLoadG], rg[kLoadG], rv[kLoadO];
-    GradLoader<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA> ld(sm, A, Bm, O, Gp, m0, n0, ru, rg, rv,
-                                                                             finite);
+    GradLoader<Sem, In, Out, I, BM, BN, BK, kThreads, kLoadG, kLoadO, GA, Keep> ld(sm, keep, A, Bm, O, Gp, m0, n0, ru,
+                                                                                   rg, rv, finite);
     for (auto slice = kslice_loop<kFetchAfterUse, kBarrierEverySlice>(ld, p, I(0), T_len); slice.valid();
          slice.finish(p)) {
       slice.start(p);
@@ -231,10 +248,13 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p) {
       for (int c = 0; c < TN; ++c) {
         const I rr = m0 + r_base + r, cc = n0 + c_base + c;
         if (rr >= R || cc >= C) continue;
+        In* grad = static_cast<In*>(p.grad) + z * (I)d_batch + rr * (I)d_row + cc * (I)d_col;
         if (p.workspace)
           atomicAdd(static_cast<T*>(p.workspace) + rr * C + cc, acc[r][c]); // broadcast gradient: sum the batches
+        else if (Keep::kAdd)
+          *grad = from_acc<In>(to_acc(*grad) + acc[r][c]);
         else
-          static_cast<In*>(p.grad)[z * (I)d_batch + rr * (I)d_row + cc * (I)d_col] = from_acc<In>(acc[r][c]);
+          *grad = from_acc<In>(acc[r][c]);
       }
   }
 }

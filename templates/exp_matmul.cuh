@@ -238,7 +238,7 @@ template <int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoader : KSl
   I Kp, m0, n0;
   __device__ __forceinline__ EmMmaLoader(EmMmaSmem<BM, BN, BK>& sm, const float* ea, const float* eb, I Kp, I m0, I n0)
       : sm(sm), ea(ea), eb(eb), Kp(Kp), m0(m0), n0(n0) {}
-  __device__ __forceinline__ void fetch(const BmmParams&, int buf, I k0) {
+  template <class P> __device__ __forceinline__ void fetch(const P&, int buf, I k0) {
     em_copy_rows<BM, BK, THREADS>(sm.a[buf], ea, Kp, m0, k0);
     em_copy_rows<BN, BK, THREADS>(sm.b[buf], eb, Kp, n0, k0);
     em_copy_commit();
@@ -246,15 +246,96 @@ template <int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoader : KSl
   __device__ __forceinline__ void land(int) { em_copy_wait_all(); }
 };
 
-// Pass 2, math=tf32x3 (SPLIT) or tf32: each thread owns TM×TN outputs as mma fragments; a warp covers a
-// (8·TM)×(4·TN) tile. With SPLIT each factor x is hi + lo (hi = tf32(x), lo = tf32(x − hi)) and a term is
-// hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the term). Tensor cores add with truncation, so SPLIT
-// sums each k-step's three products from zero and adds that to the f32 accumulator with a rounded add: the
-// truncation then never compounds over K. Without SPLIT the operands arrive rounded to TF32 (FORM 1).
+// Where one warp's outputs and ldmatrix rows lie in a block tile of the tensor-core product: a warp covers a
+// (8·TM)×(4·TN) tile. This lane's ldmatrix rows: for a, tile lane/8 is (rows +8 if odd, k +4 if ≥ 2); for b (two n8
+// tiles per call), (k +4 if odd, columns +8 if ≥ 2).
+struct EmWarpTile {
+  int wm0, wn0, a_row, a_k, b_row, b_k;
+};
+template <int BN, int TM, int TN> __device__ __forceinline__ EmWarpTile em_warp_tile() {
+  constexpr int WM = 8 * TM, WN = 4 * TN, WARPS_N = BN / WN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  EmWarpTile w;
+  w.wm0 = (warp / WARPS_N) * WM, w.wn0 = (warp % WARPS_N) * WN;
+  w.a_row = (lane / 8 % 2) * 8 + lane % 8, w.a_k = (lane / 16) * 4;
+  w.b_row = (lane / 16) * 8 + lane % 8, w.b_k = (lane / 8 % 2) * 4;
+  return w;
+}
+
+// The tensor-core product of one block tile: acc = Σ_k a[m0 + r][k]·b[n0 + c][k] over the padded reduction
+// [0, Kp), both operands k-contiguous rows of length Kp, as mma fragments (element e of acc[m][n] is row
+// wm0 + m·16 + lane/4 + 8·(e/2), column wn0 + n·8 + 2·(lane%4) + e%2). With SPLIT each factor x is hi + lo
+// (hi = tf32(x), lo = tf32(x − hi)) and a term is hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the
+// term). Tensor cores add with truncation, so SPLIT sums each k-step's three products from zero and adds that to
+// the f32 accumulator with a rounded add: the truncation then never compounds over K. Without SPLIT the operands
+// arrive rounded to TF32 (FORM 1). stage(p) runs between the first barrier and the first slice's landing (what
+// the epilogue reads, staged while the copies are in flight).
+template <int BM, int BN, int BK, int TM, int TN, bool SPLIT, int THREADS, class I, class P, class Stage>
+__device__ __forceinline__ void em_mma_tile(EmMmaSmem<BM, BN, BK>& sm, const P& p, const float* ea, const float* eb,
+                                            I Kp, I m0, I n0, const EmWarpTile& w, const Stage& stage,
+                                            float (&acc)[TM / 2][TN / 2][4]) {
+  constexpr int MT = TM / 2, NT = TN / 2;
+  EmMmaLoader<BM, BN, BK, THREADS, I> ld(sm, ea, eb, Kp, m0, n0);
+  auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, (I)0, Kp, stage);
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+  // The next slice's copies land during the mma.
+  for (; slice.valid(); slice.finish(p)) {
+    slice.start(p);
+    // SPLIT holds twice the fragments: one k-step at a time, or ptxas hoists the next step's loads and spills.
+#pragma unroll(SPLIT ? 1 : BK / 8)
+    for (int kk = 0; kk < BK; kk += 8) {
+      unsigned bh[NT][2], bl[NT][2];
+#pragma unroll
+      for (int n = 0; n < NT; n += 2) {
+        unsigned r[4];
+        ldmatrix_x4(r, &sm.b[slice.buf][w.wn0 + n * 8 + w.b_row][kk + w.b_k]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = __uint_as_float(r[e]);
+          bh[n + e / 2][e % 2] = SPLIT ? to_tf32(x) : r[e];
+          bl[n + e / 2][e % 2] = SPLIT ? to_tf32(x - __uint_as_float(to_tf32(x))) : 0u;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        unsigned ah[4], al[4];
+        ldmatrix_x4(ah, &sm.a[slice.buf][w.wm0 + m * 16 + w.a_row][kk + w.a_k]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = __uint_as_float(ah[e]);
+          if (SPLIT) {
+            ah[e] = to_tf32(x);
+            al[e] = to_tf32(x - __uint_as_float(ah[e]));
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          if (SPLIT) {
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_tf32(d, al, bh[n][0], bh[n][1]);
+            mma_tf32(d, ah, bl[n][0], bl[n][1]);
+            mma_tf32(d, ah, bh[n][0], bh[n][1]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] += d[e];
+          } else {
+            mma_tf32(acc[m][n], ah, bh[n][0], bh[n][1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Pass 2, math=tf32x3 (SPLIT) or tf32: em_mma_tile, then each output written or its repair tile flagged.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT>
 __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   typedef float T;
-  constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8, WARPS_N = BN / WN;
+  constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8;
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   typedef EmMmaSmem<BM, BN, BK> S;
   static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
@@ -265,12 +346,9 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   const EmView<T> v = em_view<T>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  // This lane's ldmatrix rows: for a, tile lane/8 is (rows +8 if odd, k +4 if ≥ 2); for b (two n8 tiles per
-  // call), (k +4 if odd, columns +8 if ≥ 2).
-  const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_k = (lane / 16) * 4;
-  const int b_row = (lane / 16) * 8 + lane % 8, b_k = (lane / 8 % 2) * 4;
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const EmWarpTile w = em_warp_tile<BN, TM, TN>();
+  const int wm0 = w.wm0, wn0 = w.wn0;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
@@ -280,61 +358,8 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     const auto stage_lines = [&](const BmmParams& p) {
       em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
     };
-    EmMmaLoader<BM, BN, BK, kThreads, I> ld(sm, ea, eb, Kp, t.m0, t.n0);
-    auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, (I)0, Kp, stage_lines);
     float acc[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-    // The next slice's copies land during the mma.
-    for (; slice.valid(); slice.finish(p)) {
-      slice.start(p);
-      // SPLIT holds twice the fragments: one k-step at a time, or ptxas hoists the next step's loads and spills.
-#pragma unroll(SPLIT ? 1 : BK / 8)
-      for (int kk = 0; kk < BK; kk += 8) {
-        unsigned bh[NT][2], bl[NT][2];
-#pragma unroll
-        for (int n = 0; n < NT; n += 2) {
-          unsigned r[4];
-          ldmatrix_x4(r, &sm.b[slice.buf][wn0 + n * 8 + b_row][kk + b_k]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = __uint_as_float(r[e]);
-            bh[n + e / 2][e % 2] = SPLIT ? to_tf32(x) : r[e];
-            bl[n + e / 2][e % 2] = SPLIT ? to_tf32(x - __uint_as_float(to_tf32(x))) : 0u;
-          }
-        }
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          unsigned ah[4], al[4];
-          ldmatrix_x4(ah, &sm.a[slice.buf][wm0 + m * 16 + a_row][kk + a_k]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = __uint_as_float(ah[e]);
-            if (SPLIT) {
-              ah[e] = to_tf32(x);
-              al[e] = to_tf32(x - __uint_as_float(ah[e]));
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            if (SPLIT) {
-              float d[4] = {0.f, 0.f, 0.f, 0.f};
-              mma_tf32(d, al, bh[n][0], bh[n][1]);
-              mma_tf32(d, ah, bl[n][0], bl[n][1]);
-              mma_tf32(d, ah, bh[n][0], bh[n][1]);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[m][n][e] += d[e];
-            } else {
-              mma_tf32(acc[m][n], ah, bh[n][0], bh[n][1]);
-            }
-          }
-        }
-      }
-    }
+    em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);
     unsigned flagged = 0;
 #pragma unroll
     for (int m = 0; m < MT; ++m)

@@ -112,6 +112,28 @@ inline std::vector<KernelSpec> all_variants() {
   return out;
 }
 
+// The exp_matmul backward of a log kind (not f64): small and large tensor-core tiles, 3xTF32 and (precision fast) TF32,
+// both passes, both index widths.
+inline std::vector<KernelSpec> exp_matmul_grad_variants(KernelSpec kind) {
+  std::vector<KernelSpec> out;
+  KernelSpec s = kind;
+  s.strategy = Strategy::exp_matmul;
+  for (Pass pass : {Pass::grad_a, Pass::grad_b})
+    for (bool index64 : {false, true}) {
+      s.pass = pass, s.index64 = index64;
+      s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
+      for (Math m : {Math::tf32x3, Math::tf32}) {
+        s.math = m;
+        out.push_back(s);
+      }
+      if (index64) continue;
+      s.math = Math::tf32x3;
+      s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
+      out.push_back(s);
+    }
+  return out;
+}
+
 // Backward kernels: each problem kind without argmax × pass × (scatter, or small and large tiles) × index width.
 inline std::vector<KernelSpec> grad_variants() {
   std::vector<KernelSpec> out;
@@ -136,6 +158,9 @@ inline std::vector<KernelSpec> grad_variants() {
         s.tile_m = 32, s.tile_n = 64, s.tile_k = 16, s.thread_m = 2, s.thread_n = 4, s.min_blocks = 3;
         out.push_back(s);
       }
+    // The exp_matmul backward (log, tensor cores: f32-accumulating dtypes), exact and fast, both index widths.
+    if (kind.semiring == Semiring::log && kind.dtype != DType::f64)
+      for (KernelSpec e : exp_matmul_grad_variants(kind)) out.push_back(e);
   }
   return out;
 }

@@ -173,13 +173,38 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   if (!acc.needed) return plan;
   plan.workspace_bytes = static_cast<std::size_t>(
       checked_mul(acc.items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"));
-  plan.zero_workspace = true;
+  plan.zero_bytes = plan.workspace_bytes;
   Launch store;
   store.entry = "_store";
   store.block[0] = 256;
   store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((acc.items + 255) / 256, 1, int64_t(1) << 20));
   plan.launches.push_back(store);
   return plan;
+}
+
+void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
+  const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
+  // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
+  if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
+    reject("tile",
+           "exp_matmul needs tile_m and tile_n dividing 128 (and tile_n a multiple of " + std::to_string(vec) + ")");
+  if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
+    reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
+  if (spec.math == Math::fma) {
+    // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
+    if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
+  } else {
+    if (p.dtype == DType::f64)
+      reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
+    if (spec.math == Math::tf32 && p.precision != Precision::fast)
+      reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
+    // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
+    const int wm = 8 * tm, wn = 4 * tn;
+    if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
+      reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
+                       "4·thread_n dividing the block tile and 128");
+    if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
+  }
 }
 
 std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "kslice.cuh", "backward.cuh"}; }

@@ -64,6 +64,10 @@ GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& s);
 // The backward's plan around its main launch: the zeroed accumulator and the store pass, when it accumulates.
 LaunchPlan grad_plan(const KernelSpec& s, const Problem& p, const Launch& main);
 std::vector<const char*> grad_templates();
+// The exp_matmul family (forward and backward): the tiles over its padded operands (rows to 128, the reduction to 32,
+// read 16 bytes at a time) and the math forms' rules (tensor cores: f32 accumulators, the mma warp geometry; tf32
+// only at precision fast).
+void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p);
 
 EntryPoint grad_store_entry(const KernelSpec& s);
 

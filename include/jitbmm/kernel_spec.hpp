@@ -76,8 +76,11 @@ std::size_t hash_value(const KernelSpec& spec);
 // can read stored tuning decisions without trusting them.
 KernelSpec parse_spec(const std::string& text);
 
-// The default backward spec (pass grad_a or grad_b) for a problem; with_argmax of the problem is ignored.
+// The default backward spec (pass grad_a or grad_b) for a problem; with_argmax of the problem is ignored. With a
+// strategy: that backward strategy's defaults (tiled, scatter, exp_matmul; std::invalid_argument when it cannot
+// compute the problem).
 KernelSpec default_grad_spec(const Problem& problem, Pass pass);
+KernelSpec default_grad_spec(const Problem& problem, Pass pass, Strategy strategy);
 
 // A sensible spec for a problem until the autotuner chooses: the tiled kernel for large outputs, split-K for
 // few outputs with long K, warp shuffles for few outputs with moderate K, linear otherwise.

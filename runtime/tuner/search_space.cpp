@@ -31,10 +31,22 @@ std::vector<KernelSpec> forward_candidates(const Problem& p) {
   return raw;
 }
 
-// A gradient pass's strategy is the semiring's; its candidates come from its entry too.
+// A gradient pass's default strategy is the semiring's; every backward strategy adds its candidates, from its own
+// defaults for the problem (those that cannot compute it are filtered out below).
 std::vector<KernelSpec> grad_candidates(const Problem& p, Pass pass) {
   const KernelSpec base = default_grad_spec(p, pass);
-  return strategy_def(base).candidates(base, p);
+  std::vector<KernelSpec> raw = strategy_def(base).candidates(base, p);
+  for (const StrategyDef* def : strategy_defs()) {
+    if (!def->backward || def->id == base.strategy) continue;
+    KernelSpec spec;
+    try {
+      spec = default_grad_spec(p, pass, def->id);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    for (const KernelSpec& c : def->candidates(spec, p)) raw.push_back(c);
+  }
+  return raw;
 }
 
 } // namespace

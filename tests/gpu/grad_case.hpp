@@ -21,17 +21,14 @@ struct GradInputs {
   DeviceBuffer da, db, dout, dg, darg;
 };
 
-// Inputs with edge values (never huge: the gradient of a sum of huge terms is ill-conditioned in f32), grad_out
-// N(0,1) with exact zeros (and NaN in flavour 2), and the forward computed on the GPU.
-inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int flavour) {
+// Given operands (in the problem's layouts): grad_out N(0,1)·g_scale with exact zeros (and NaN in flavour 2), and
+// the forward computed on the GPU.
+inline GradInputs grad_inputs_from(const Problem& p, HostTensor a, HostTensor b, std::mt19937_64& rng, int flavour,
+                                   double g_scale = 1.0) {
   const Shape& s = p.shape;
-  const Strides sa = p.a(), sb = p.b(), so = p.out();
-  Specials sp = specials_for(p.semiring, flavour);
-  sp.p_huge = 0;
+  const Strides so = p.out();
   GradInputs in;
-  in.a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
-  in.b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
-  if (sp.p_neg_inf_row > 0) mask_rows(in.a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  in.a = std::move(a), in.b = std::move(b);
   const DType od = p.output_dtype();
   const int64_t out_elems = storage_elements(s.B, s.M, s.N, so), outputs = s.B * s.M * s.N;
   Specials gs;
@@ -42,6 +39,7 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   for (int64_t o = 0; o < outputs; ++o) {
     const int64_t at = offset_of(so, s.M, s.N, o);
     if (u(rng) < 0.1) store_element(od, in.g.data(), at, 0.0); // exact zeros contribute exactly nothing
+    if (g_scale != 1.0) store_element(od, in.g.data(), at, in.g.at(at) * g_scale);
     in.g_flat[o] = in.g.at(at);
   }
   in.da = DeviceBuffer(in.a.bytes.size()), in.db = DeviceBuffer(in.b.bytes.size());
@@ -70,6 +68,18 @@ inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int f
   return in;
 }
 
+// Inputs with edge values (never huge: the gradient of a sum of huge terms is ill-conditioned in f32).
+inline GradInputs make_grad_inputs(const Problem& p, std::mt19937_64& rng, int flavour) {
+  const Shape& s = p.shape;
+  const Strides sa = p.a(), sb = p.b();
+  Specials sp = specials_for(p.semiring, flavour);
+  sp.p_huge = 0;
+  HostTensor a = random_tensor(p.dtype, storage_elements(s.B, s.M, s.K, sa), rng, sp);
+  HostTensor b = random_tensor(p.dtype, storage_elements(s.B, s.K, s.N, sb), rng, sp);
+  if (sp.p_neg_inf_row > 0) mask_rows(a, sa.batch ? s.B : 1, s.M, s.K, sa, sp.p_neg_inf_row, rng);
+  return grad_inputs_from(p, std::move(a), std::move(b), rng, flavour);
+}
+
 // Compares a gradient read back from the device (in its operand's layout) with the reference, element by element;
 // a broadcast gradient against the sum over the batch.
 inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& in, const HostTensor& got) {
@@ -79,7 +89,7 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   const bool broadcast = sd.batch == 0;
   CaseResult r;
   std::vector<char> covered(got.elements, 0);
-  const double tol = reference::tolerance(p.dtype);
+  const double tol = reference::tolerance(p); // precision fast: the TF32 forms' tolerance
   for (int64_t bt = 0; bt < (broadcast ? std::min<int64_t>(s.B, 1) : s.B); ++bt)
     for (int64_t row = 0; row < rows; ++row)
       for (int64_t col = 0; col < cols; ++col) {
@@ -110,9 +120,8 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   return r;
 }
 
-// One backward kernel (spec.pass) against the reference.
-inline CaseResult run_grad_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, int flavour) {
-  const GradInputs in = make_grad_inputs(p, rng, flavour);
+// One backward kernel (spec.pass) against the reference, on given inputs.
+inline CaseResult run_grad_case_on(const Problem& p, const KernelSpec& spec, const GradInputs& in) {
   const Shape& s = p.shape;
   const Strides sd = spec.pass == Pass::grad_a ? p.a() : p.b();
   const int64_t rows = spec.pass == Pass::grad_a ? s.M : s.K, cols = spec.pass == Pass::grad_a ? s.K : s.N;
@@ -133,6 +142,11 @@ inline CaseResult run_grad_case(const Problem& p, const KernelSpec& spec, std::m
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the backward");
   dgrad.download(got.data(), got.bytes.size());
   return check_gradient(p, spec.pass, in, got);
+}
+
+// One backward kernel (spec.pass) against the reference, on inputs with edge values.
+inline CaseResult run_grad_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, int flavour) {
+  return run_grad_case_on(p, spec, make_grad_inputs(p, rng, flavour));
 }
 
 } // namespace jitbmm::test

@@ -58,6 +58,14 @@ TEST_CASE("every backward variant matches the reference gradients on odd shapes,
       for (int flavour = 0; flavour < 3; ++flavour) {
         Problem p = problem_for(spec, shape);
         set_layout(p, cases);
+        if (spec.strategy == Strategy::exp_matmul) { // a shape with no outputs to reduce over is refused (tested below)
+          try {
+            check_spec_fits(spec, grad_problem(p));
+          } catch (const std::invalid_argument&) {
+            ++cases;
+            continue;
+          }
+        }
         std::mt19937_64 rng(++seed);
         expect_ok(test::run_grad_case(p, spec, rng, flavour), p, spec, seed);
         ++cases;

@@ -249,10 +249,18 @@ TEST_CASE("backward candidates and keys are their own") {
   for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
     const auto c = tuning_candidates(p, h100, pass);
     CHECK(c.size() >= 3);
+    int exp_matmul = 0;
     for (const KernelSpec& s : c) {
       CHECK(s.pass == pass);
+      if (s.strategy == Strategy::exp_matmul) { // tensor-core fragments: their own register budget
+        ++exp_matmul;
+        CHECK(s.math == Math::tf32x3); // exact precision: never the one-product TF32 form
+        continue;
+      }
+      CHECK(s.strategy == Strategy::tiled);
       CHECK(s.thread_m * s.thread_n <= 32);
     }
+    CHECK(exp_matmul == 4); // the exp_matmul backward's tiles beside the direct ones
   }
   const auto sc = tuning_candidates(problem(Semiring::max_times, DType::f32, {4, 64, 64, 64}), h100, Pass::grad_b);
   CHECK(sc.size() == 3);

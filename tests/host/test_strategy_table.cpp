@@ -77,7 +77,7 @@ TEST_CASE("a strategy's launches name only entry points its rendering declares, 
         CHECK(l.grid[0] * l.grid[1] * l.grid[2] >= 1);
         if (l.repair_flags_at != Launch::kNoFlags) CHECK(l.repair_flags_at < plan.workspace_bytes);
       }
-      CHECK((!plan.zero_workspace || plan.workspace_bytes > 0));
+      CHECK(plan.zero_bytes <= plan.workspace_bytes);
       ++plans;
       int fitting = 0;
       for (const KernelSpec& c : def.candidates(spec, p)) {

@@ -1,0 +1,150 @@
+// Strategy "exp_matmul" for a gradient pass (log only): the gradient as a dense product of exponentiated operands on
+// tensor cores (math tf32x3; tf32 at precision fast), exact by a guard and the direct backward on what it gives up.
+// Five launches: stats, H, the product, the direct pass, and the store of a broadcast gradient
+// (templates/exp_matmul_grad*.cuh). A tuning candidate beside the direct backward; never the default.
+#include "generator/strategies/common.hpp"
+
+#include <algorithm>
+
+#include "exp_matmul_grad_bounds.cuh"
+#include "support/checked_size.hpp"
+
+namespace jitbmm::strategies {
+namespace {
+
+int rank(const Problem&) { return -1; }
+
+bool ga(const KernelSpec& s) { return s.pass == Pass::grad_a; }
+bool wide(const Problem& p) { return dtype_info(p.dtype).size_bytes == 8; }
+
+jb::EgDims dims(const KernelSpec& s, const Problem& p) {
+  const Shape& sh = p.shape;
+  return jb::eg_dims(sh.B, sh.M, sh.N, sh.K, p.a().batch, p.b().batch, ga(s));
+}
+
+// The direct pass's tiles (the tiled backward's measured best for f32 accumulators, bench/RESULTS.md).
+constexpr int kRepairM = 32, kRepairN = 64, kRepairK = 16, kRepairTM = 2, kRepairTN = 4;
+
+void defaults(KernelSpec& spec, const Problem& p) {
+  spec.math = Math::tf32x3;
+  const jb::EgDims d = dims(spec, p);
+  if (d.Mx >= 128 && d.Kx >= 128)
+    spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
+  else
+    spec.tile_m = spec.tile_n = 64, spec.tile_k = 16, spec.thread_m = 4, spec.thread_n = 4, spec.min_blocks = 2;
+}
+
+// Every workspace piece within 2^60 bytes (eg_workspace sums them without checks).
+void check_workspace(const KernelSpec& spec, const Problem& p) {
+  const jb::EgDims d = dims(spec, p);
+  const int64_t limit = int64_t(1) << 60, B = p.shape.B;
+  const int64_t Mxp = jb::eg_round_up(d.Mx, 128), Kxp = jb::eg_round_up(d.Kx, 128), Nxp = jb::eg_round_up(d.Nx, 32);
+  for (const auto& part : {try_product({B, Mxp, Nxp, 4}), try_product({d.y_batches, Kxp, Nxp, 4}),
+                           try_product({d.Mx, d.Kx, 4}), try_product({B, d.Mx, Nxp / 32, 4})})
+    if (!part || *part > limit)
+      throw std::invalid_argument("shape: the exp_matmul backward's workspace for " + to_string(p.shape) +
+                                  " exceeds 2^60 bytes; use tiled");
+}
+
+// The padded operands ([B][Mxp][Nxp], [y_batches][Kxp][Nxp]) must fit 32-bit index math too.
+bool fits_index32(const KernelSpec& spec, const Problem& p) {
+  const jb::EgDims d = dims(spec, p);
+  const auto h = try_product({p.shape.B, jb::eg_round_up(d.Mx, 128), jb::eg_round_up(d.Nx, 32)});
+  const auto v = try_product({d.y_batches, jb::eg_round_up(d.Kx, 128), jb::eg_round_up(d.Nx, 32)});
+  constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
+  return h && v && *h < kIndex32Limit && *v < kIndex32Limit;
+}
+
+int shared_bytes(const KernelSpec& s) { return 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * 4; }
+
+void check(const KernelSpec& spec, const Problem& p) {
+  if (spec.semiring != Semiring::log) reject("strategy", "the exp_matmul backward computes the log semiring only");
+  if (spec.math == Math::fma)
+    reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 at precision fast); its FMA form "
+                   "(and so f64) is not built: use tiled");
+  check_exp_matmul_tiles(spec, p);
+  const jb::EgDims d = dims(spec, p);
+  if (d.Nx == 0) reject("strategy", "the exp_matmul backward needs outputs to reduce over; use tiled");
+  if (!jb::eg_fits(d.Kx, d.Nx, wide(p)))
+    reject("strategy", "the exp_matmul backward's exponent range does not fit K = " + std::to_string(p.shape.K) +
+                           " with a reduction of " + std::to_string(d.Nx) + "; use tiled");
+  check_workspace(spec, p);
+  if (!spec.index64 && !fits_index32(spec, p))
+    reject("index64", "the exp_matmul backward's padded operands overflow 32-bit index math; use a 64-bit index variant");
+  if ((d.Mx + kRepairM - 1) / kRepairM > 65535)
+    reject("shape", "more than 65535 row tiles for the exp_matmul backward's direct pass; use tiled");
+  check_tiles(spec, p, shared_bytes(spec));
+}
+
+bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(spec, p); }
+
+std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
+  std::vector<KernelSpec> out;
+  const jb::EgDims d = dims(first, p);
+  if (d.Mx < 16 || d.Kx < 16 || d.Nx < 16) return out;
+  KernelSpec base = first;
+  for (Math m : {Math::tf32x3, Math::tf32}) {
+    if (m == Math::tf32 && p.precision != Precision::fast) continue;
+    base.math = m;
+    add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
+  }
+  return out;
+}
+
+Rendering render(const KernelSpec& s) {
+  Rendering r{forward_templates(true), "GradParams", {}};
+  r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
+                                         "backward.cuh", "exp_matmul_grad_bounds.cuh", "exp_matmul_grad.cuh"});
+  const std::string io = io_types(s), pass = ga(s) ? "true" : "false";
+  const std::string form = s.math == Math::tf32 ? "1" : "2";
+  const std::string in = dtype_info(s.dtype).device_type;
+  r.entries.push_back(main_entry(s, "jb::eg_product_kernel<" + io + ", " + tile_args(s) + ", " +
+                                        (s.math == Math::tf32x3 ? "true" : "false") + ", " + pass + ">"));
+  r.entries.push_back({"_stats", 256, 4, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
+  r.entries.push_back({"_h", 256, 4, "jb::eg_h_kernel<" + io + ", " + pass + ", " + form + ">"});
+  const int repair_threads = (kRepairM / kRepairTM) * (kRepairN / kRepairTN);
+  r.entries.push_back({"_repair", repair_threads, s.dtype == DType::bf16 ? 1 : 3,
+                       "jb::eg_repair_kernel<" + io + ", " + std::to_string(kRepairM) + ", " + std::to_string(kRepairN) +
+                           ", " + std::to_string(kRepairK) + ", " + std::to_string(kRepairTM) + ", " +
+                           std::to_string(kRepairTN) + ", " + pass + ">"});
+  r.entries.push_back({"_store", 256, 1, "jb::eg_store_kernel<" + in + ", " + index_type(s) + ", " + pass + ">"});
+  return r;
+}
+
+LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
+  const Shape& s = p.shape;
+  const jb::EgDims d = dims(spec, p);
+  if (s.B == 0 || d.Mx == 0 || d.Kx == 0) return {}; // an empty gradient
+  const jb::EgWorkspace w = jb::eg_workspace(s.B, d, wide(p));
+  LaunchPlan plan;
+  plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
+  plan.zero_bytes = static_cast<std::size_t>(w.zeroed);
+  const jb::EgStatsGrid g = jb::eg_stats_grid(s.B, d, w);
+  Launch stats, h, main, repair, store;
+  stats.entry = "_stats";
+  stats.block[0] = 256;
+  stats.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks + g.g_blocks);
+  h.entry = "_h";
+  h.block[0] = 256;
+  h.grid[0] = clamp_grid(s.B * (w.Mxp / 32) * (w.Nxp / 32), 1 << 20);
+  tile_grid(main, spec, d.Mx, d.Kx, s.B);
+  repair.entry = "_repair";
+  repair.block[0] = static_cast<unsigned>((kRepairM / kRepairTM) * (kRepairN / kRepairTN));
+  repair.grid[0] = clamp_grid((d.Kx + kRepairN - 1) / kRepairN, kMaxGridX);
+  repair.grid[1] = static_cast<unsigned>((d.Mx + kRepairM - 1) / kRepairM); // ≤ 65535: check
+  repair.grid[2] = clamp_grid(s.B, kMaxGridYZ);
+  plan.launches = {stats, h, main, repair};
+  if (d.broadcast) {
+    store.entry = "_store";
+    store.block[0] = 256;
+    store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((d.Mx * d.Kx + 255) / 256, 1, int64_t(1) << 20));
+    plan.launches.push_back(store);
+  }
+  return plan;
+}
+
+const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", true, kTileFields | kMathField, rank, defaults,
+                                   check, index64, candidates, render, launches, shared_bytes}};
+
+} // namespace
+} // namespace jitbmm::strategies

@@ -1,0 +1,274 @@
+// Strategy "exp_matmul" for a log gradient pass: the gradient through exponentiated operands and a dense product on
+// tensor cores, exact by a guard and the direct backward. The method, the offsets and the guard's bounds are derived
+// in exp_matmul_grad_bounds.cuh; both passes run in its canonical form (grad_b is grad_a of the transposed problem).
+// Launches, in order:
+//   _stats  row maxima r of x, column maxima c of y with the factors V, each batch's largest finite |G|
+//   _h      H = G·2^(x_ij − E − F) per output, 0 where the guard gives the output up, and the given-up mask
+//   main    the product Σ_j H·V on tensor cores (em_mma_tile), times 2^(x' − r + E), into the gradient
+//   _repair the direct backward over the given-up outputs only, added to the gradient
+//   _store  (a gradient broadcast over the batch) the summed accumulator into the gradient
+#pragma once
+
+namespace jb {
+
+// The pass's argument block in canonical form: grad_a as it is; grad_b with a and b, M and N, and out's row and
+// column exchanged (x = bᵀ, y = aᵀ). The gradient keeps x's layout: b's, transposed.
+template <bool GA> __device__ __forceinline__ GradParams eg_canonical(const GradParams& p) {
+  if (GA) return p;
+  GradParams q = p;
+  q.a = p.b, q.b = p.a;
+  q.M = p.N, q.N = p.M;
+  q.a_batch = p.b_batch, q.a_row = p.b_col, q.a_col = p.b_row;
+  q.b_batch = p.a_batch, q.b_row = p.a_col, q.b_col = p.a_row;
+  q.out_row = p.out_col, q.out_col = p.out_row;
+  return q;
+}
+
+// The workspace, typed (eg_workspace), of a canonical argument block.
+template <class T> struct EgView {
+  EgDims d;
+  EgWorkspace w;
+  EgBounds b;
+  unsigned *gmax, *rowflag, *mask;
+  T *acc, *r, *c, *h, *v;
+};
+template <class T> __device__ __forceinline__ EgView<T> eg_view(const GradParams& q) {
+  EgView<T> e;
+  e.d = eg_dims(q.B, q.M, q.N, q.K, q.a_batch, q.b_batch, true);
+  e.w = eg_workspace(q.B, e.d, sizeof(T) == 8);
+  e.b = eg_bounds(q.K, q.N, sizeof(T) == 8);
+  char* base = static_cast<char*>(q.workspace);
+  e.gmax = reinterpret_cast<unsigned*>(base + e.w.gmax);
+  e.rowflag = reinterpret_cast<unsigned*>(base + e.w.rowflag);
+  e.mask = reinterpret_cast<unsigned*>(base + e.w.mask);
+  e.acc = reinterpret_cast<T*>(base + e.w.acc);
+  e.r = reinterpret_cast<T*>(base + e.w.r);
+  e.c = reinterpret_cast<T*>(base + e.w.c);
+  e.h = reinterpret_cast<T*>(base + e.w.h);
+  e.v = reinterpret_cast<T*>(base + e.w.v);
+  return e;
+}
+
+// E of batch z: from its largest finite |G| (0 when it has none; its H is then all 0).
+template <class T> __device__ __forceinline__ int eg_batch_e(const EgView<T>& e, long long z) {
+  int gamma = 0;
+  const float g = __uint_as_float(e.gmax[z]);
+  if (g > 0.f) frexpf(g, &gamma);
+  return eg_e(e.b, gamma);
+}
+
+// Launch 1. Blocks [0, row_blocks): a warp per row of x, its max. Then blocks of 32 (padded) columns of y, 8 warps
+// over k: the max, then the column's factors V[k][j] = 2^(y' − c + F) (0 for padding and for a column whose max is
+// not finite: its outputs are given up). Then blocks over G: each batch's largest finite |G|.
+template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
+  typedef typename Acc<In>::type T;
+  typedef EmReal<T> R;
+  const GradParams p = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(p);
+  const EgStatsGrid g = eg_stats_grid(p.B, e.d, e.w);
+  const T kNegInf = Num<T>::neg_inf();
+  const In* X = static_cast<const In*>(p.a);
+  const In* Y = static_cast<const In*>(p.b);
+  const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Kx = (I)e.d.Kx, Kxp = (I)e.w.Kxp, Nxp = (I)e.w.Nxp;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const long long blk = blockIdx.x;
+  if (blk < g.row_blocks) {
+    for (I r = (I)blk * 8 + warp; r < (I)e.d.x_batches * Mx; r += (I)g.row_blocks * 8) {
+      const In* x = X + (r / Mx) * (I)p.a_batch + (r % Mx) * (I)p.a_row;
+      T mx = kNegInf;
+      for (I k = lane; k < Kx; k += 32) mx = R::max(mx, R::log2_units(to_acc(x[k * (I)p.a_col])));
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = R::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      if (lane == 0) e.r[r] = mx;
+    }
+    return;
+  }
+  if (blk < g.row_blocks + g.col_blocks) {
+    __shared__ T part[8][32];
+    for (I c0 = (I)(blk - g.row_blocks) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
+      const I c = c0 + lane, batch = c / Nxp, j = c % Nxp;
+      const bool real = j < Nx;
+      const In* y = Y + batch * (I)p.b_batch + j * (I)p.b_col;
+      T mx = kNegInf;
+      if (real)
+        for (I k = warp; k < Kx; k += 8) mx = R::max(mx, R::log2_units(to_acc(y[k * (I)p.b_row])));
+      part[warp][lane] = mx;
+      __syncthreads();
+      mx = part[0][lane];
+      for (int w = 1; w < 8; ++w) mx = R::max(mx, part[w][lane]);
+      if (real && warp == 0) e.c[batch * Nx + j] = mx;
+      const bool finite = fabs(mx) < Num<T>::inf();
+      for (I k = warp; k < Kxp; k += 8)
+        e.v[(batch * Kxp + k) * Nxp + j] =
+            real && finite && k < Kx
+                ? em_store_form<FORM>(R::exp2((R::log2_units(to_acc(y[k * (I)p.b_row])) - mx) + (T)e.b.f))
+                : (T)0;
+      __syncthreads(); // part[] is rewritten by the next columns
+    }
+    return;
+  }
+  // G in its own memory order (the maximum does not care), so the reads coalesce whichever pass this is.
+  const Out* G = static_cast<const Out*>(p0.grad_out);
+  const I per_batch = (I)p0.M * (I)p0.N;
+  for (I z = 0; z < (I)p0.B; ++z) {
+    float mx = 0.f;
+    for (I o = (I)(blk - g.row_blocks - g.col_blocks) * blockDim.x + threadIdx.x; o < per_batch;
+         o += (I)g.g_blocks * blockDim.x) {
+      const float v = fabsf((float)to_acc(G[z * (I)p0.out_batch + o / (I)p0.N * (I)p0.out_row + o % (I)p0.N * (I)p0.out_col]));
+      if (v < Num<float>::inf()) mx = fmaxf(mx, v); // NaN compares false: skipped
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0 && mx > 0.f) atomicMax(&e.gmax[z], __float_as_uint(mx));
+  }
+}
+
+// Launch 2. Tiles of 32×32 outputs (canonical rows i, columns j), read in the memory order of out and G and written
+// in the order of H through shared memory. Per output: H, or 0 and a bit in the mask when the guard gives it up
+// (and its row's flag).
+template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
+  typedef typename Acc<In>::type T;
+  typedef EmReal<T> R;
+  const GradParams p = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(p);
+  __shared__ T tile[32][33];
+  __shared__ unsigned char given_up[32][33];
+  const Out* G = static_cast<const Out*>(p.grad_out);
+  const Out* O = static_cast<const Out*>(p.out);
+  const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Mxp = (I)e.w.Mxp, Nxp = (I)e.w.Nxp;
+  const I tiles_i = Mxp / 32, tiles_j = Nxp / 32, tiles = (I)p.B * tiles_i * tiles_j;
+  const bool along_j = p.out_col == 1 || p.out_row != 1; // lanes along the contiguous direction of out
+  const int lane = threadIdx.x % 32;
+  for (I t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * 32, j0 = t % tiles_j * 32;
+    const int E = eg_batch_e(e, z);
+    const T e_f = (T)(E + e.b.f), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
+    const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
+    for (int l = threadIdx.x; l < 32 * 32; l += blockDim.x) {
+      const int ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
+      const I i = i0 + ti, j = j0 + tj;
+      T h = (T)0;
+      bool up = false;
+      if (i < Mx && j < Nx) {
+        const I at = z * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col;
+        const T g = to_acc(G[at]), o = to_acc(O[at]);
+        if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution
+          const T r = e.r[xb * Mx + i], c = e.c[yb * Nx + j];
+          const T x = (r - R::log2_units(o)) + c; // NaN or ±inf when any of them is not finite
+          const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
+                            fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
+          if (safe)
+            h = g * R::exp2(x - e_f);
+          else
+            up = true;
+        }
+      }
+      tile[ti][tj] = h;
+      given_up[ti][tj] = up;
+    }
+    __syncthreads();
+    for (int l = threadIdx.x; l < 32 * 32; l += blockDim.x) { // a warp per row: l / 32 is uniform in it
+      const int ti = l / 32, tj = l % 32;
+      const I i = i0 + ti;
+      e.h[(z * Mxp + i) * Nxp + j0 + tj] = em_store_form<FORM>(tile[ti][tj]);
+      const unsigned bits = __ballot_sync(0xffffffffu, given_up[ti][tj] != 0);
+      if (lane == 0 && i < Mx) {
+        e.mask[(z * Mx + i) * (I)e.w.words + j0 / 32] = bits;
+        if (bits) e.rowflag[z * Mx + i] = 1u;
+      }
+    }
+    __syncthreads(); // the tile is rewritten by the next one
+  }
+}
+
+// Launch 3: per block tile of the result, Σ_j H·V (em_mma_tile), times 2^(x' − r + E), into the gradient (or,
+// broadcast over the batch, added to the accumulator). A given-up output contributed 0 here.
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT, bool GA>
+__device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
+  typedef float T;
+  typedef EmReal<T> R;
+  constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8;
+  constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
+  static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
+  __shared__ __align__(16) EmMmaSmem<BM, BN, BK> sm;
+  const GradParams p = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(p);
+  const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Nxp = (I)e.w.Nxp;
+  const In* X = static_cast<const In*>(p.a);
+  In* grad = static_cast<In*>(p.grad);
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const EmWarpTile w = em_warp_tile<BN, TM, TN>();
+  const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
+  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    const I yb = e.d.y_batches == 1 ? 0 : z, xb = e.d.x_batches == 1 ? 0 : z;
+    const T* eh = e.h + z * (I)e.w.Mxp * Nxp;
+    const T* ev = e.v + yb * (I)e.w.Kxp * Nxp;
+    float acc[MT][NT][4];
+    em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, eh, ev, Nxp, m0, n0, w, NoTileStaging(), acc);
+    const T e_batch = (T)eg_batch_e(e, z);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int el = 0; el < 4; ++el) {
+          const I i = m0 + w.wm0 + m * 16 + g + 8 * (el / 2), k = n0 + w.wn0 + n * 8 + 2 * q + (el % 2);
+          if (i >= Mx || k >= Kx) continue;
+          const T s = acc[m][n][el];
+          T value = (T)0;
+          if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up
+            int pe;
+            const T f = frexpf(s, &pe);
+            const T x = R::log2_units(to_acc(X[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]));
+            value = f * R::exp2(((x - e.r[xb * Mx + i]) + e_batch) + (T)pe);
+          }
+          if (e.d.broadcast)
+            atomicAdd(e.acc + i * Kx + k, value);
+          else
+            grad[z * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col] = from_acc<In>(value);
+        }
+  }
+}
+
+// The direct backward's outputs: those the guard gave up (their mask bits), in rows whose flag is set.
+template <class I, int BM> struct EgKeep {
+  enum { kAdd = true };
+  const unsigned *mask, *rowflag;
+  I Mx, words;
+  __device__ __forceinline__ EgKeep batch(I z) const {
+    EgKeep k = *this;
+    k.mask += z * Mx * words;
+    k.rowflag += z * Mx;
+    return k;
+  }
+  __device__ __forceinline__ bool tile(I m0) const {
+    bool any = false;
+    for (I i = m0; i < m0 + BM && i < Mx; ++i) any |= rowflag[i] != 0u;
+    return any;
+  }
+  __device__ __forceinline__ bool operator()(I i, I j) const { return (mask[i * words + j / 32] >> (j % 32)) & 1u; }
+};
+
+// Launch 4: the given-up outputs' exact contributions (the direct tiled backward, reading only them), added.
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA>
+__device__ __forceinline__ void eg_repair_kernel(const GradParams p0) {
+  typedef typename Acc<In>::type T;
+  GradParams q = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(q);
+  EgKeep<I, BM> keep;
+  keep.mask = e.mask, keep.rowflag = e.rowflag, keep.Mx = (I)e.d.Mx, keep.words = (I)e.w.words;
+  q.workspace = e.d.broadcast ? static_cast<void*>(e.acc) : nullptr;
+  grad_tiled_kernel<LogGrad, In, Out, I, BM, BN, BK, TM, TN, true>(q, keep);
+}
+
+// Launch 5 (a gradient broadcast over the batch): the accumulator into the gradient.
+template <class In, class I, bool GA> __device__ __forceinline__ void eg_store_kernel(const GradParams p0) {
+  typedef typename Acc<In>::type T;
+  const GradParams p = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(p);
+  const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx;
+  for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < Mx * Kx; o += (I)gridDim.x * blockDim.x)
+    static_cast<In*>(p.grad)[o / Kx * (I)p.a_row + o % Kx * (I)p.a_col] = from_acc<In>(e.acc[o]);
+}
+
+} // namespace jb

@@ -1,0 +1,145 @@
+// The exp-matmul backward's arithmetic: its exponent offsets, its guard and its workspace layout. Plain C++ compiled
+// both by the host (the strategy sizes the workspace; the host tests check the bounds) and by NVRTC
+// (templates/exp_matmul_grad.cuh), so the two never disagree.
+//
+// Both gradients are one computation. grad_a[i,k] = Σ_j G[i,j]·2^(a'[i,k] + b'[k,j] − out'[i,j]) in log2 units
+// (x' = x·log2 e); grad_b is the same with the problem transposed (rows j, reduction i: x = bᵀ, y = aᵀ, out and G
+// transposed), so the kernels see one canonical form: x [Mx][Kx], y [Kx][Nx], out and G [Mx][Nx], the result
+// [Mx][Kx], the reduction over j < Nx. With r_i = max_k x'[i,k], c_j = max_k y'[k,j] and x_ij = r_i + c_j − out'_ij:
+//   result[i,k] = 2^(x'[i,k] − r_i + E) · Σ_j H[i,j]·V[k,j],
+//   H[i,j] = G[i,j]·2^(x_ij − E − F),   V[k,j] = 2^(y'[k,j] − c_j + F),
+// two exponentiated operands and a dense product, as in the forward. E and F are offsets chosen below so that no
+// value the result depends on overflows or underflows.
+//
+// What may be lost. A term's weight w = 2^(x'−r)·2^(x_ij)·2^(y'−c) ≤ 1. The contract's floor lets each term lose
+// 2^-λ·|G| (λ = −floor + 2: the reference's floor is 2^-120·Σ|G| in f32, 2^-1000 in f64), so only terms with
+// w ≥ 2^-λ must survive. With the smallest normal 2^m, the largest finite below 2^Mx, R = Nx (lR = ceil log2 R),
+// lK = ceil log2 Kx, and per batch |G| < 2^γ (γ from the largest finite |G|):
+//   - out ≤ (max term) + lK, so x_ij ≥ −lK; an output is safe when X_min ≤ x_ij ≤ X_max (X_min = −lK − 1 leaves
+//     room for rounding; a caller's out that is not the forward's falls outside and is recomputed).
+//   - V flushes only when 2^(y'−c) < 2^(m−F); then w < 2^(X_max + m − F): F = X_max + m + λ makes that 2^-λ.
+//   - E = lR + γ + X_max − (Mx − 2) keeps Σ_j H·V below 2^(Mx−2): H ≤ 2^(γ + X_max − E − F), V ≤ 2^F, R terms.
+//   - A product H·V = G·2^(x_ij + y' − c − E) of a term that matters is at least |G|·2^(−λ−E); it must stay normal
+//     (each of the up-to-three TF32 partial products loses at most 2^m when it flushes, 3·2^(m+E) < 2^-λ·|G| in
+//     the result) for every |G| ≥ 2^γlo, γlo = E + λ + m + 2. Smaller nonzero |G| is not safe.
+//   - H is then at least 2^(1 − lK − X_max) for safe outputs: normal while lK + X_max ≤ −m − 1 (eg_fits).
+// So the guard gives up the outputs with x_ij outside [X_min, X_max], |G| outside [2^γlo, 2^γ) or non-finite
+// values anywhere (G, out, r_i, c_j); G = 0 and out = −inf contribute exactly 0 and are safe. The given-up outputs
+// contribute nothing to the product; the direct backward (templates/backward.cuh) adds their exact contributions.
+// In f32: X_max = 64 (natural units: r_i + c_j − out ≤ 44), F = 60, and |G| may span 64 − lR binades per batch.
+#pragma once
+
+#if defined(__CUDACC__)
+#define JB_HD __host__ __device__ __forceinline__
+#else
+#define JB_HD inline
+#endif
+
+namespace jb {
+
+// The offsets of one pass (all exponents, log2 units).
+struct EgBounds {
+  int x_min, x_max; // the safe range of x_ij = r_i + c_j − out'_ij
+  int f;            // V's offset
+  int lambda, m;    // 2^-λ: the weight a lost term may have; 2^m: the smallest normal
+  int limit;        // Mx − 2: Σ H·V stays below 2^limit
+  int lr;           // ceil log2 of the reduction length
+};
+JB_HD int eg_log2_ceil(long long k) {
+  int l = 0;
+  while (l < 62 && (1LL << l) < k) ++l;
+  return l;
+}
+JB_HD EgBounds eg_bounds(long long Kx, long long Nx, bool wide) {
+  EgBounds b;
+  b.m = wide ? -1022 : -126;
+  b.limit = wide ? 1022 : 126;
+  b.lambda = wide ? 1002 : 122;
+  b.x_max = wide ? 512 : 64;
+  b.x_min = -eg_log2_ceil(Kx) - 1;
+  b.f = b.x_max + b.m + b.lambda;
+  b.lr = eg_log2_ceil(Nx);
+  return b;
+}
+// E for a batch whose finite |G| are all below 2^gamma.
+JB_HD int eg_e(const EgBounds& b, int gamma) { return b.lr + gamma + b.x_max - b.limit; }
+// The smallest safe |G| is 2^eg_gamma_lo.
+JB_HD int eg_gamma_lo(const EgBounds& b, int e) { return e + b.lambda + b.m + 2; }
+// Whether the bounds leave any room: G must span at least one binade, and H must stay normal for safe outputs.
+JB_HD bool eg_fits(long long Kx, long long Nx, bool wide) {
+  const EgBounds b = eg_bounds(Kx, Nx, wide);
+  const int span = 0 - eg_gamma_lo(b, eg_e(b, 0)); // γ − γlo, the same for every γ
+  const int lk = -b.x_min - 1;
+  return span >= 8 && lk + b.x_max <= -b.m - 1;
+}
+
+JB_HD long long eg_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
+JB_HD long long eg_align(long long bytes) { return (bytes + 255) / 256 * 256; }
+
+// The canonical dimensions of a pass (GA: grad_a; else grad_b, the problem transposed).
+struct EgDims {
+  long long Mx, Nx, Kx;           // result rows, reduction, result columns
+  long long x_batches, y_batches; // 1 for an operand broadcast over the batch
+  bool broadcast;                 // the result is summed over the batch (x broadcast, B > 1)
+};
+JB_HD EgDims eg_dims(long long B, long long M, long long N, long long K, long long a_batch, long long b_batch,
+                     bool ga) {
+  EgDims d;
+  d.Mx = ga ? M : N;
+  d.Nx = ga ? N : M;
+  d.Kx = K;
+  const long long ab = a_batch == 0 ? 1 : B, bb = b_batch == 0 ? 1 : B;
+  d.x_batches = ga ? ab : bb;
+  d.y_batches = ga ? bb : ab;
+  d.broadcast = d.x_batches == 1 && B > 1;
+  return d;
+}
+
+// The workspace, in byte offsets from its start. The first `zeroed` bytes must be zero before the first launch:
+//   gmax     [B] u32: the largest finite |G| of each batch, as float bits (atomicMax)
+//   rowflag  [B][Mx] u32: whether a row holds an output given up to the direct backward
+//   acc      [Mx][Kx] accumulator: the broadcast result, summed over the batch (absent otherwise)
+// then
+//   r        [x_batches][Mx], c [y_batches][Nx]: the line maxima (log2 units)
+//   mask     [B][Mx][Nxp/32] u32: one bit per output given up
+//   h        [B][Mxp][Nxp], v [y_batches][Kxp][Nxp]: the product's operands, rows padded to 128, the reduction to
+//            32, padding 0
+struct EgWorkspace {
+  long long Mxp, Nxp, Kxp, words; // words: mask words per row
+  long long gmax, rowflag, acc, zeroed, r, c, mask, h, v, bytes;
+};
+JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
+  const long long t = wide ? 8 : 4;
+  EgWorkspace w;
+  w.Mxp = eg_round_up(d.Mx, 128);
+  w.Kxp = eg_round_up(d.Kx, 128);
+  w.Nxp = eg_round_up(d.Nx, 32);
+  w.words = w.Nxp / 32;
+  w.gmax = 0;
+  w.rowflag = eg_align(w.gmax + B * 4);
+  w.acc = eg_align(w.rowflag + B * d.Mx * 4);
+  w.zeroed = eg_align(w.acc + (d.broadcast ? d.Mx * d.Kx * t : 0));
+  w.r = w.zeroed;
+  w.c = eg_align(w.r + d.x_batches * d.Mx * t);
+  w.mask = eg_align(w.c + d.y_batches * d.Nx * t);
+  w.h = eg_align(w.mask + B * d.Mx * w.words * 4);
+  w.v = eg_align(w.h + B * w.Mxp * w.Nxp * t);
+  w.bytes = eg_align(w.v + d.y_batches * w.Kxp * w.Nxp * t);
+  return w;
+}
+
+// The _stats launch's grid: blocks of 8 warps, a warp per row of x; blocks of 32 (padded) columns of y; blocks
+// over each batch of G. Each part is capped (the kernel loops over the rest).
+struct EgStatsGrid {
+  long long row_blocks, col_blocks, g_blocks;
+};
+JB_HD long long eg_clamp(long long v, long long cap) { return v < 1 ? 1 : v > cap ? cap : v; }
+JB_HD EgStatsGrid eg_stats_grid(long long B, const EgDims& d, const EgWorkspace& w) {
+  EgStatsGrid g;
+  g.row_blocks = eg_clamp((d.x_batches * d.Mx + 7) / 8, 1LL << 16);
+  g.col_blocks = eg_clamp(d.y_batches * w.Nxp / 32, 1LL << 16);
+  g.g_blocks = eg_clamp((d.Mx * d.Nx + 255) / 256, B > 64 ? 256 : 1024);
+  return g;
+}
+
+} // namespace jb
