@@ -83,12 +83,13 @@ std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
 }
 
 // What one backward call runs and the scratch it takes, piece by piece in the order the call takes them: the
-// recomputed forward's values, argmax and workspace, then each pass's accumulator.
+// recomputed forward's values, argmax and workspace, then the passes' workspace. The passes run one after the other
+// on the stream, so they share one region, as large as the larger of the two.
 struct BackwardWork {
   std::shared_ptr<const SemiringBMM> forward; // set when the argmax is recomputed
   std::size_t values = 0, argmax = 0, forward_workspace = 0;
   std::shared_ptr<const GradKernel> pass[2]; // grad_a, grad_b: set for the passes that run
-  std::size_t pass_workspace[2] = {0, 0};
+  std::size_t pass_workspace = 0; // shared by the passes
   std::size_t scratch_bytes = 0;
 };
 
@@ -113,9 +114,9 @@ BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b
   for (int i = 0; i < 2; ++i) {
     if (!(i == 0 ? want_a && !none_a : want_b && !none_b)) continue;
     w.pass[i] = grad_kernel(im, i == 0 ? Pass::grad_a : Pass::grad_b);
-    w.pass_workspace[i] = w.pass[i]->launches.workspace_bytes;
-    size.add(w.pass_workspace[i], "backward workspace");
+    w.pass_workspace = std::max(w.pass_workspace, w.pass[i]->launches.workspace_bytes);
   }
+  size.add(w.pass_workspace, "backward workspace");
   w.scratch_bytes = size.bytes();
   return w;
 }
@@ -176,9 +177,10 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   }
   if (scatter && !no_outputs) need(argmax, "argmax");
   const Problem gp = grad_problem(p);
+  void* pass_workspace = scratch.take(w.pass_workspace);
   for (int i = 0; i < 2; ++i) {
     if (!w.pass[i]) continue;
-    const GradArgs args{a, b, out, grad_out, argmax, i == 0 ? grad_a : grad_b, scratch.take(w.pass_workspace[i])};
+    const GradArgs args{a, b, out, grad_out, argmax, i == 0 ? grad_a : grad_b, pass_workspace};
     launch_grad(gp, w.pass[i]->spec, w.pass[i]->launches, *w.pass[i]->kernel, args, cu_stream);
   }
 }
