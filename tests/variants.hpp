@@ -128,7 +128,7 @@ inline std::vector<KernelSpec> exp_matmul_grad_variants(KernelSpec kind) {
       }
       if (index64) continue;
       s.math = Math::tf32x3;
-      s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
+      s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8, s.min_blocks = 1;
       out.push_back(s);
     }
   return out;
