@@ -49,12 +49,12 @@ template <class T> __device__ __forceinline__ EgView<T> eg_view(const GradParams
   return e;
 }
 
-// E of batch z: from its largest finite |G| (0 when it has none; its H is then all 0).
-template <class T> __device__ __forceinline__ int eg_batch_e(const EgView<T>& e, long long z) {
+// γ of batch z: its finite |G| are below 2^γ (0 when it has none; its H is then all 0).
+template <class T> __device__ __forceinline__ int eg_batch_gamma(const EgView<T>& e, long long z) {
   int gamma = 0;
   const float g = __uint_as_float(e.gmax[z]);
   if (g > 0.f) frexpf(g, &gamma);
-  return eg_e(e.b, gamma);
+  return gamma;
 }
 
 // Launch 1. Blocks [0, row_blocks): a warp per row of x, its max. Then blocks of 32 (padded) columns of y, 8 warps
@@ -141,8 +141,9 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
   const int lane = threadIdx.x % 32;
   for (I t = blockIdx.x; t < tiles; t += gridDim.x) {
     const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * 32, j0 = t % tiles_j * 32;
-    const int E = eg_batch_e(e, z);
-    const T e_f = (T)(E + e.b.f), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
+    const int gamma = eg_batch_gamma(e, z), E = eg_e(e.b, gamma);
+    // H = (G·2^-γ)·2^(x − E − F + γ): G scaled first, exactly, so that neither factor overflows however small G is.
+    const T e_f = (T)(E + e.b.f - gamma), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
     const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
     for (int l = threadIdx.x; l < 32 * 32; l += blockDim.x) {
       const int ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
@@ -158,7 +159,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
           const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
                             fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
           if (safe)
-            h = g * R::exp2(x - e_f);
+            h = ldexp(g, -gamma) * R::exp2(x - e_f);
           else
             up = true;
         }
@@ -205,7 +206,7 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
     const T* ev = e.v + yb * (I)e.w.Kxp * Nxp;
     float acc[MT][NT][4];
     em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, eh, ev, Nxp, m0, n0, w, NoTileStaging(), acc);
-    const T e_batch = (T)eg_batch_e(e, z);
+    const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -220,7 +221,13 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
             int pe;
             const T f = frexpf(s, &pe);
             const T x = R::log2_units(to_acc(X[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]));
-            value = f * R::exp2(((x - e.r[xb * Mx + i]) + e_batch) + (T)pe);
+            // f·2^t with t = n + φ: 2^φ by ex2, 2^n by ldexp, so a result below the smallest normal keeps its
+            // digits (ex2 alone flushes it to 0). t is −inf (or far below any result) where x is −inf.
+            const T t = ((x - e.r[xb * Mx + i]) + e_batch) + (T)pe;
+            if (t > (T)-300) {
+              const T n = floorf(t);
+              value = ldexpf(f * R::exp2(t - n), (int)n);
+            }
           }
           if (e.d.broadcast)
             atomicAdd(e.acc + i * Kx + k, value);

@@ -3,6 +3,7 @@
 // is poisoned first, so an unwritten element shows, and gaps between strided elements must keep the poison.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -89,7 +90,8 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   const bool broadcast = sd.batch == 0;
   CaseResult r;
   std::vector<char> covered(got.elements, 0);
-  const double tol = reference::tolerance(p); // precision fast: the TF32 forms' tolerance
+  // The gradient's own dtype, or at precision fast the TF32 forms' tolerance, whichever is larger.
+  const double tol = std::max(reference::tolerance(p.dtype), reference::tolerance(p));
   for (int64_t bt = 0; bt < (broadcast ? std::min<int64_t>(s.B, 1) : s.B); ++bt)
     for (int64_t row = 0; row < rows; ++row)
       for (int64_t col = 0; col < cols; ++col) {
