@@ -27,13 +27,9 @@
 // values anywhere (G, out, r_i, c_j); G = 0 and out = −inf contribute exactly 0 and are safe. The given-up outputs
 // contribute nothing to the product; the direct backward (templates/backward.cuh) adds their exact contributions.
 // In f32: X_max = 64 (natural units: r_i + c_j − out ≤ 44), F = 60, and |G| may span 64 − lR binades per batch.
+// It builds on exp_matmul_bounds.cuh (JB_HD, em_log2_ceil, em_round_up), which precedes it in every rendering and
+// which its host users include first.
 #pragma once
-
-#if defined(__CUDACC__)
-#define JB_HD __host__ __device__ __forceinline__
-#else
-#define JB_HD inline
-#endif
 
 namespace jb {
 
@@ -45,20 +41,15 @@ struct EgBounds {
   int limit;        // Mx − 2: Σ H·V stays below 2^limit
   int lr;           // ceil log2 of the reduction length
 };
-JB_HD int eg_log2_ceil(long long k) {
-  int l = 0;
-  while (l < 62 && (1LL << l) < k) ++l;
-  return l;
-}
 JB_HD EgBounds eg_bounds(long long Kx, long long Nx, bool wide) {
   EgBounds b;
   b.m = wide ? -1022 : -126;
   b.limit = wide ? 1022 : 126;
   b.lambda = wide ? 1002 : 122;
   b.x_max = wide ? 512 : 64;
-  b.x_min = -eg_log2_ceil(Kx) - 1;
+  b.x_min = -em_log2_ceil(Kx) - 1;
   b.f = b.x_max + b.m + b.lambda;
-  b.lr = eg_log2_ceil(Nx);
+  b.lr = em_log2_ceil(Nx);
   return b;
 }
 // E for a batch whose finite |G| are all below 2^gamma.
@@ -73,7 +64,6 @@ JB_HD bool eg_fits(long long Kx, long long Nx, bool wide) {
   return span >= 8 && lk + b.x_max <= -b.m - 1;
 }
 
-JB_HD long long eg_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
 JB_HD long long eg_align(long long bytes) { return (bytes + 255) / 256 * 256; }
 
 // The canonical dimensions of a pass (GA: grad_a; else grad_b, the problem transposed).
@@ -111,9 +101,9 @@ struct EgWorkspace {
 JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
   const long long t = wide ? 8 : 4;
   EgWorkspace w;
-  w.Mxp = eg_round_up(d.Mx, 128);
-  w.Kxp = eg_round_up(d.Kx, 128);
-  w.Nxp = eg_round_up(d.Nx, 32);
+  w.Mxp = em_round_up(d.Mx, 128);
+  w.Kxp = em_round_up(d.Kx, 128);
+  w.Nxp = em_round_up(d.Nx, 32);
   w.words = w.Nxp / 32;
   w.gmax = 0;
   w.rowflag = eg_align(w.gmax + B * 4);

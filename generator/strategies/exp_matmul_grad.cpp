@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "exp_matmul_bounds.cuh"
 #include "exp_matmul_grad_bounds.cuh"
 #include "support/checked_size.hpp"
 
@@ -39,7 +40,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
 void check_workspace(const KernelSpec& spec, const Problem& p) {
   const jb::EgDims d = dims(spec, p);
   const int64_t limit = int64_t(1) << 60, B = p.shape.B;
-  const int64_t Mxp = jb::eg_round_up(d.Mx, 128), Kxp = jb::eg_round_up(d.Kx, 128), Nxp = jb::eg_round_up(d.Nx, 32);
+  const int64_t Mxp = jb::em_round_up(d.Mx, 128), Kxp = jb::em_round_up(d.Kx, 128), Nxp = jb::em_round_up(d.Nx, 32);
   for (const auto& part : {try_product({B, Mxp, Nxp, 4}), try_product({d.y_batches, Kxp, Nxp, 4}),
                            try_product({d.Mx, d.Kx, 4}), try_product({B, d.Mx, Nxp / 32, 4})})
     if (!part || *part > limit)
@@ -50,8 +51,8 @@ void check_workspace(const KernelSpec& spec, const Problem& p) {
 // The padded operands ([B][Mxp][Nxp], [y_batches][Kxp][Nxp]) must fit 32-bit index math too.
 bool fits_index32(const KernelSpec& spec, const Problem& p) {
   const jb::EgDims d = dims(spec, p);
-  const auto h = try_product({p.shape.B, jb::eg_round_up(d.Mx, 128), jb::eg_round_up(d.Nx, 32)});
-  const auto v = try_product({d.y_batches, jb::eg_round_up(d.Kx, 128), jb::eg_round_up(d.Nx, 32)});
+  const auto h = try_product({p.shape.B, jb::em_round_up(d.Mx, 128), jb::em_round_up(d.Nx, 32)});
+  const auto v = try_product({d.y_batches, jb::em_round_up(d.Kx, 128), jb::em_round_up(d.Nx, 32)});
   constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
   return h && v && *h < kIndex32Limit && *v < kIndex32Limit;
 }
