@@ -89,6 +89,7 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
   }
   GeneratedKernel k = finish(readable_name(spec), os.str());
   k.entries = std::move(entries);
+  k.arch_specific = arch_specific(spec);
   return k;
 }
 

@@ -12,6 +12,7 @@ struct GeneratedKernel {
   std::string name;   // e.g. log_f32_linear_b32x8_9f2c01ab: readable parts plus 8 hex of the source's SHA-256
   std::string source; // self-contained: the templates it needs are inlined, so the text alone is the kernel
   std::vector<std::string> entries = {""}; // its extern "C" entry points: name + suffix; "" is the main one
+  bool arch_specific = false; // built for the GPU's architecture-specific target (sm_90a): see arch_specific(spec)
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);

@@ -19,7 +19,11 @@ using strategies::reject;
 
 namespace {
 
-constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"}, {Math::tf32x3, "tf32x3"}, {Math::tf32, "tf32"}};
+constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"},
+                                     {Math::tf32x3, "tf32x3"},
+                                     {Math::tf32, "tf32"},
+                                     {Math::wgmma_tf32x3, "wgmma_tf32x3"},
+                                     {Math::wgmma_tf32, "wgmma_tf32"}};
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
@@ -95,6 +99,8 @@ Strategy parse_strategy(const std::string& name) {
 }
 const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
 Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
+bool single_tf32(Math math) { return math == Math::tf32 || math == Math::wgmma_tf32; }
+bool uses_wgmma(Math math) { return math == Math::wgmma_tf32x3 || math == Math::wgmma_tf32; }
 const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
 Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }
 
@@ -292,6 +298,13 @@ int shared_memory_bytes(const KernelSpec& spec) {
   const StrategyDef& def = strategy_def(spec);
   return def.shared_bytes ? def.shared_bytes(spec) : 0;
 }
+
+int dynamic_shared_memory_bytes(const KernelSpec& spec) {
+  const StrategyDef& def = strategy_def(spec);
+  return def.dynamic_shared_bytes ? def.dynamic_shared_bytes(spec) : 0;
+}
+
+bool arch_specific(const KernelSpec& spec) { return (fields_of(spec) & kMathField) && uses_wgmma(spec.math); }
 
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   validate(p);

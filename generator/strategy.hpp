@@ -39,6 +39,7 @@ struct Launch {
   std::string entry; // an EntryPoint suffix
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
+  unsigned dynamic_shared = 0; // bytes of dynamic shared memory per block
   // exp_matmul's repair pass: BmmParams.repair_flags points this many bytes into the workspace.
   static constexpr std::size_t kNoFlags = SIZE_MAX;
   std::size_t repair_flags_at = kNoFlags;
@@ -75,6 +76,8 @@ struct StrategyDef {
   // Static shared memory per block (its one formula; the fit rules and the tuner's device limit read it), or null
   // for none.
   int (*shared_bytes)(const KernelSpec&);
+  // Dynamic shared memory of the main entry's block (opted in beyond 48 KiB at launch), or null for none.
+  int (*dynamic_shared_bytes)(const KernelSpec&) = nullptr;
 };
 
 // Registration from a strategy's own file: `const RegisterStrategy registered{{...}};` (the table keeps a copy).

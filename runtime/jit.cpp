@@ -24,7 +24,7 @@ using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 // then stored, with its source beside it).
 CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& kernel) {
   DiskCache* disk = DiskCache::process_cache();
-  const std::vector<std::string> options = compile_options(device.arch());
+  const std::vector<std::string> options = compile_options(kernel_target(kernel, device.arch()));
   const std::string key =
       cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
   if (disk) {

@@ -9,9 +9,12 @@
 namespace jitbmm {
 
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name, const std::string& suffix) {
-  const CUresult r =
-      driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args, nullptr);
+            const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
+  if (dynamic_shared > 48 * 1024)
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
+          ("cuFuncSetAttribute(" + name + suffix + ", dynamic shared memory)").c_str());
+  const CUresult r = driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,
+                                             stream, args, nullptr);
   if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + name + suffix + ")").c_str()); // the text only on failure
 }
 
@@ -59,7 +62,7 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
     Params q = params;
     if (l.repair_flags_at != Launch::kNoFlags) point_repair_flags(q, l, workspace);
     void* args[] = {&q};
-    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name, l.entry);
+    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name, l.entry, l.dynamic_shared);
   }
 }
 

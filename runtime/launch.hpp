@@ -10,9 +10,10 @@
 
 namespace jitbmm {
 
-// cuLaunchKernel with no dynamic shared memory; a failure is CudaError naming the entry point (name + suffix).
+// cuLaunchKernel (beyond 48 KiB of dynamic shared memory, the function's limit raised first); a failure is CudaError
+// naming the entry point (name + suffix).
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name, const std::string& suffix = "");
+            const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
 // The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
 // pass's also says how many batch slices its accumulator has.

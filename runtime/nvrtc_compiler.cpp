@@ -9,6 +9,7 @@
 #include <mutex>
 #include <regex>
 #include <shared_mutex>
+#include <stdexcept>
 
 #include "jitbmm/errors.hpp"
 
@@ -91,7 +92,16 @@ std::vector<std::string> compile_options(const std::string& arch) {
   return {"--gpu-architecture=" + arch, "-std=c++17", "-lineinfo", "--ptxas-options=-v"};
 }
 
-CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch) {
+std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch) {
+  if (!kernel.arch_specific) return arch;
+  // wgmma exists on sm_90 alone (not on sm_100 and later), through the sm_90a target.
+  if (arch == "sm_90" || arch == "compute_90") return arch + "a";
+  throw std::invalid_argument("kernel " + kernel.name + " uses Hopper's wgmma instructions, which only sm_90 GPUs have (this is " +
+                              arch + "); choose another math for exp_matmul");
+}
+
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& gpu_arch) {
+  const std::string arch = kernel_target(kernel, gpu_arch);
   const auto t0 = std::chrono::steady_clock::now();
   struct Report { // logs the compilation on every way out
     const GeneratedKernel& k;
@@ -125,7 +135,8 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
 
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch) {
   g_compiles.fetch_add(1);
-  return compile(kernel, {"--gpu-architecture=" + virtual_arch, "-std=c++17", "-lineinfo"}, false);
+  return compile(kernel, {"--gpu-architecture=" + kernel_target(kernel, virtual_arch), "-std=c++17", "-lineinfo"},
+                 false);
 }
 
 PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& kernel_name) {

@@ -29,8 +29,12 @@ PtxasResources parse_ptxas_log(const std::string& log, const std::string& kernel
 
 // The options jitbmm compiles with for `arch` ("sm_90"); part of every cache key.
 std::vector<std::string> compile_options(const std::string& arch);
+// What NVRTC targets for a kernel on a GPU of `arch` ("sm_90" or "compute_90"): the arch itself, or for an
+// architecture-specific kernel (wgmma) its "a" target; std::invalid_argument naming the kernel when the GPU has none.
+std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch);
 
-// Throws CompileError carrying the kernel name, options and log when NVRTC rejects the source.
+// Throws CompileError carrying the kernel name, options and log when NVRTC rejects the source. `arch` is the GPU's;
+// both compile for kernel_target(kernel, arch).
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch);
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch); // "compute_90"
 

@@ -73,11 +73,14 @@ JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / t
 //                      other than −inf); col_max, col_line likewise per column of b (b_batches × N)
 //   repaired           the number of outputs the guard sent to repair (one 64-bit counter)
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
-//   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np]
-// a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
+//   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
+//                      [b_batches][Np][Kp] (the tensor-core forms)
+//   ea_lo, eb_lo       FORM 3 only (math wgmma_tf32x3): x − tf32(x) rounded to TF32, where ea and eb hold tf32(x)
+// a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it;
+// `bytes` is the size without the FORM 3 arrays, `split_bytes` with them.
 struct EmWorkspace {
   long long Mp, Np, Kp;
-  long long row_max, col_max, row_line, col_line, repaired, flags, tiles, ea, eb, bytes;
+  long long row_max, col_max, row_line, col_line, repaired, flags, tiles, ea, eb, bytes, ea_lo, eb_lo, split_bytes;
 };
 
 // Where a row of a (column of b) holds values other than −inf: which of 64 chunks of K (each a power of two long),
@@ -109,7 +112,19 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
   w.ea = em_align(w.flags + w.tiles * 4);
   w.eb = em_align(w.ea + a_batches * w.Mp * w.Kp * acc);
   w.bytes = em_align(w.eb + b_batches * w.Kp * w.Np * acc);
+  w.ea_lo = w.bytes;
+  w.eb_lo = em_align(w.ea_lo + a_batches * w.Mp * w.Kp * acc);
+  w.split_bytes = em_align(w.eb_lo + b_batches * w.Kp * w.Np * acc);
   return w;
+}
+
+// The Hopper product (math wgmma_*): a K-slice stage holds a's BM rows and b's BN columns of BK k, twice (the TF32
+// high and low parts) for wgmma_tf32x3. As many stages as fit in 200 KiB of shared memory, at most 4; the kernel
+// needs 3 (one slice in the tensor cores, one landing, one being filled).
+JB_HD int em_wg_stage_bytes(int bm, int bn, int bk, bool split) { return (split ? 2 : 1) * (bm + bn) * bk * 4; }
+JB_HD int em_wg_stages(int stage_bytes) {
+  const int s = stage_bytes > 0 ? 200 * 1024 / stage_bytes : 0;
+  return s > 4 ? 4 : s;
 }
 
 // The prepare pass's grid: blocks of 8 warps, a warp per (padded) row of a; then blocks of 32 (padded) columns of b

@@ -33,7 +33,7 @@ template <> struct EmReal<double> {
 
 // The workspace, typed (exp_matmul_bounds.cuh: em_workspace).
 template <class T> struct EmView {
-  T *row_max, *col_max, *ea, *eb;
+  T *row_max, *col_max, *ea, *eb, *ea_lo, *eb_lo; // the _lo arrays: FORM 3 only
   EmLine *row_line, *col_line;
   unsigned long long* repaired;
   unsigned* flags;
@@ -53,6 +53,8 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
   v.ea = reinterpret_cast<T*>(base + w.ea);
   v.eb = reinterpret_cast<T*>(base + w.eb);
+  v.ea_lo = reinterpret_cast<T*>(base + w.ea_lo);
+  v.eb_lo = reinterpret_cast<T*>(base + w.eb_lo);
   v.row_line = reinterpret_cast<EmLine*>(base + w.row_line);
   v.col_line = reinterpret_cast<EmLine*>(base + w.col_line);
   v.repaired = reinterpret_cast<unsigned long long*>(base + w.repaired);
@@ -104,12 +106,19 @@ template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int h
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
-// FORM 1 (tf32) and 2 (tf32x3): b transposed to [Np][Kp], so both operands reach the tensor cores through
-// ldmatrix; FORM 1 stores the values rounded to TF32 (the product then converts nothing).
+// FORM 1 (tf32, wgmma_tf32), 2 (tf32x3) and 3 (wgmma_tf32x3): b transposed to [Np][Kp], so both operands reach the
+// tensor cores k-contiguous; FORM 1 stores the values rounded to TF32 (the product then converts nothing); FORM 3
+// stores each x as its TF32 high part tf32(x) in ea/eb and its low part tf32(x − tf32(x)) in ea_lo/eb_lo.
 template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
-  return FORM == 1 ? __uint_as_float(to_tf32(x)) : x;
+  return FORM == 1 || FORM == 3 ? __uint_as_float(to_tf32(x)) : x;
 }
 template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
+template <int FORM> __device__ __forceinline__ void em_put(float* hi, float* lo, long long at, float x) {
+  const float h = em_store_form<FORM>(x);
+  hi[at] = h;
+  if (FORM == 3) lo[at] = __uint_as_float(to_tf32(x - h));
+}
+template <int FORM> __device__ __forceinline__ void em_put(double* hi, double*, long long at, double x) { hi[at] = x; }
 
 // Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
 // Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
@@ -132,9 +141,9 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   if ((long long)blockIdx.x < g.row_blocks) {
     for (I r = (I)blockIdx.x * 8 + warp; r < (I)v.a_batches * Mp; r += (I)g.row_blocks * 8) {
       const I batch = r / Mp, i = r % Mp;
-      T* out = v.ea + r * Kp;
+      T *out = v.ea + r * Kp, *out_lo = v.ea_lo + r * Kp;
       if (i >= (I)p.M) {
-        for (I k = lane; k < Kp; k += 32) out[k] = (T)0;
+        for (I k = lane; k < Kp; k += 32) em_put<FORM>(out, out_lo, k, (T)0);
         continue;
       }
       const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
@@ -170,17 +179,17 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
         const I k = lane + 32 * c;
-        if (k < Kp) out[k] = k < K ? em_store_form<FORM>(R::exp2(em_exponent(cache[c], mx, v.headroom))) : (T)0;
+        if (k < Kp) em_put<FORM>(out, out_lo, k, k < K ? R::exp2(em_exponent(cache[c], mx, v.headroom)) : (T)0);
       }
 #pragma unroll 8
       for (I k = lane + 32 * kCache; k < Kp; k += 32)
-        out[k] = k < K ? em_store_form<FORM>(em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom)) : (T)0;
+        em_put<FORM>(out, out_lo, k, k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0);
     }
     return;
   }
   __shared__ T part_max[8][32];
   __shared__ EmLine part_line[8][32];
-  __shared__ T tile[32][33]; // FORM 1, 2: [k][column] → written out as [column][k]
+  __shared__ T tile[32][33]; // FORM 1–3: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
     const I c = c0 + lane, batch = c / Np, j = c % Np;
@@ -213,7 +222,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
           tile[r][lane] = real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
         }
         __syncthreads();
-        for (int r = warp; r < 32; r += 8) v.eb[(c0 + r) * Kp + k0 + lane] = em_store_form<FORM>(tile[lane][r]);
+        for (int r = warp; r < 32; r += 8) em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + lane, tile[lane][r]);
         __syncthreads();
       }
     }

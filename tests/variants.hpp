@@ -52,6 +52,15 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.math = Math::tf32x3;
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
+  // Hopper's wgmma forms (sm_90 only): one warpgroup, 16-k slices; two warpgroups, 32-k slices; TF32 at 128×256.
+  s.math = Math::wgmma_tf32x3;
+  s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = 2, s.thread_n = 16;
+  out.push_back(s);
+  s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_n = 32;
+  out.push_back(s);
+  s.math = Math::wgmma_tf32;
+  s.tile_n = 256, s.thread_n = 64;
+  out.push_back(s);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "exp_matmul_bounds.cuh"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
 
@@ -95,7 +96,9 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
   const Shape& s = p.shape;
   if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
     reject("thread", "thread tile must divide the block tile");
-  if (spec.thread_m * spec.thread_n > 64) reject("thread", "at most 64 outputs per thread (registers)");
+  // (The wgmma forms hold up to 128 accumulators a thread: check_exp_matmul_tiles bounds them.)
+  if (spec.thread_m * spec.thread_n > 64 && !uses_wgmma(spec.math))
+    reject("thread", "at most 64 outputs per thread (registers)");
   if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
   if (shared_bytes > 48 * 1024)
     reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most 48 KiB");
@@ -184,6 +187,26 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
 
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
+  if (spec.math != Math::fma && p.dtype == DType::f64)
+    reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
+  if (single_tf32(spec.math) && p.precision != Precision::fast)
+    reject("math", std::string(math_name(spec.math)) +
+                       " (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
+  if (uses_wgmma(spec.math)) { // templates/exp_matmul_wgmma.cuh: a warpgroup per 64 rows, wgmma's N up to 256
+    if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
+    if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)
+      reject("tile", "wgmma exp_matmul needs tile_n 64, 128 or 256");
+    if (spec.tile_k <= 0 || spec.tile_k % 8 || 32 % spec.tile_k) reject("tile", "wgmma exp_matmul needs tile_k 8, 16 or 32");
+    if (tm != 2 || tn != spec.tile_n / 4)
+      reject("thread", "wgmma exp_matmul: a thread holds 2 × tile_n/4 outputs, so thread must be 2x" +
+                           std::to_string(spec.tile_n / 4));
+    // Registers: the accumulators (tile_n / 2 a thread), and for wgmma_tf32x3 a partial set as large.
+    if (spec.math == Math::wgmma_tf32x3 && spec.tile_n > 128)
+      reject("tile", "wgmma_tf32x3 needs tile_n ≤ 128 (two accumulator sets of tile_n/2 registers)");
+    if (jb::em_wg_stages(jb::em_wg_stage_bytes(spec.tile_m, spec.tile_n, spec.tile_k, spec.math == Math::wgmma_tf32x3)) < 3)
+      reject("tile", "wgmma exp_matmul needs three K-slice stages in 200 KiB of shared memory; use a smaller tile_k");
+    return;
+  }
   // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.
   if (spec.tile_m <= 0 || spec.tile_n <= 0 || 128 % spec.tile_m || 128 % spec.tile_n || spec.tile_n % vec)
     reject("tile",
@@ -194,10 +217,6 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
     if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
   } else {
-    if (p.dtype == DType::f64)
-      reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
-    if (spec.math == Math::tf32 && p.precision != Precision::fast)
-      reject("math", "tf32 (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
     // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
     const int wm = 8 * tm, wn = 4 * tn;
     if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)

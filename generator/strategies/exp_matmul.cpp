@@ -58,12 +58,23 @@ void check_workspace(const Problem& p) {
     throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
 }
 
+bool split_wgmma(const KernelSpec& s) { return s.math == Math::wgmma_tf32x3; }
+
 int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
+  if (uses_wgmma(s.math)) return (s.tile_m + s.tile_n) * (acc + 16); // the slices are dynamic: wgmma_shared_bytes
   // The a and b slices (mma rows are k-major), then the row and column maxima and masks.
   const int slices =
       s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
   return slices + (s.tile_m + s.tile_n) * (acc + 16);
+}
+
+// The wgmma forms' K-slice stages (templates/exp_matmul_wgmma.cuh), in dynamic shared memory.
+int wgmma_stages(const KernelSpec& s) {
+  return jb::em_wg_stages(jb::em_wg_stage_bytes(s.tile_m, s.tile_n, s.tile_k, split_wgmma(s)));
+}
+int wgmma_shared_bytes(const KernelSpec& s) {
+  return uses_wgmma(s.math) ? wgmma_stages(s) * jb::em_wg_stage_bytes(s.tile_m, s.tile_n, s.tile_k, split_wgmma(s)) : 0;
 }
 
 void check(const KernelSpec& spec, const Problem& p) {
@@ -78,6 +89,8 @@ void check(const KernelSpec& spec, const Problem& p) {
 bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(p); }
 
 // FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes.
+// The wgmma forms are not offered yet: they compile (tests/nvrtc) but have not run on a GPU; the tuner gets them
+// once the GPU suites have passed them (the tuner filters them to sm_90 by DeviceLimits::wgmma already).
 std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   std::vector<KernelSpec> out;
   const Shape& s = p.shape;
@@ -102,11 +115,21 @@ Rendering render(const KernelSpec& s) {
   r.templates.insert(r.templates.end(),
                      {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"});
   const std::string io = io_types(s);
-  r.entries.push_back(main_entry(s, s.math == Math::fma ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
-                                                        : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) + ", " +
-                                                              (s.math == Math::tf32x3 ? "true" : "false") + ">"));
-  // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight.
-  const int math = s.math == Math::fma ? 0 : s.math == Math::tf32 ? 1 : 2;
+  if (uses_wgmma(s.math)) {
+    r.templates.insert(r.templates.end(), {"wgmma.cuh", "exp_matmul_wgmma.cuh"});
+    r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + std::to_string(s.tile_m) + ", " +
+                                          std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " +
+                                          std::to_string(wgmma_stages(s)) + ", " + (split_wgmma(s) ? "true" : "false") +
+                                          ">"));
+  } else {
+    r.entries.push_back(main_entry(s, s.math == Math::fma
+                                          ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
+                                          : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) + ", " +
+                                                (s.math == Math::tf32x3 ? "true" : "false") + ">"));
+  }
+  // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight. Its FORM
+  // (exp_matmul_prepare.cuh): how the product reads the operands.
+  const int math = s.math == Math::fma ? 0 : single_tf32(s.math) ? 1 : s.math == Math::tf32x3 ? 2 : 3;
   r.entries.push_back({"_prepare", 256, 4,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(math) + ">"});
@@ -127,6 +150,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.block[0] = 256;
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
   tile_grid(main, spec, s.M, s.N, s.B);
+  main.dynamic_shared = static_cast<unsigned>(wgmma_shared_bytes(spec));
   const int64_t rt = jb::em_repair_tile(wide(spec));
   repair.entry = "_repair";
   repair.block[0] = 256;
@@ -135,12 +159,13 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   repair.grid[2] = clamp_grid(s.B, kMaxGridYZ);
   repair.repair_flags_at = static_cast<std::size_t>(w.flags);
   plan.launches = {prepare, main, repair};
-  plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
+  plan.workspace_bytes = static_cast<std::size_t>(split_wgmma(spec) ? w.split_bytes : w.bytes);
   return plan;
 }
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank,
-                                   defaults, check, index64, candidates, render, launches, shared_bytes}};
+                                   defaults, check, index64, candidates, render, launches, shared_bytes,
+                                   wgmma_shared_bytes}};
 
 } // namespace
 } // namespace jitbmm::strategies

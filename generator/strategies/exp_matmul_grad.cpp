@@ -61,9 +61,9 @@ int shared_bytes(const KernelSpec& s) { return 2 * (s.tile_m + s.tile_n) * (s.ti
 
 void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "the exp_matmul backward computes the log semiring only");
-  if (spec.math == Math::fma)
-    reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 at precision fast); its FMA form "
-                   "(and so f64) is not built: use tiled");
+  if (spec.math == Math::fma || uses_wgmma(spec.math))
+    reject("math", "the exp_matmul backward runs on mma.sync tensor cores (tf32x3, or tf32 at precision fast); its "
+                   "FMA form (and so f64) and its wgmma form are not built: use tiled, or tf32x3");
   check_exp_matmul_tiles(spec, p);
   const jb::EgDims d = dims(spec, p);
   if (d.Nx == 0) reject("strategy", "the exp_matmul backward needs outputs to reduce over; use tiled");
@@ -98,7 +98,7 @@ Rendering render(const KernelSpec& s) {
   r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
                                          "backward.cuh", "exp_matmul_grad_bounds.cuh", "exp_matmul_grad.cuh"});
   const std::string io = io_types(s), pass = ga(s) ? "true" : "false";
-  const std::string form = s.math == Math::tf32 ? "1" : "2";
+  const std::string form = single_tf32(s.math) ? "1" : "2";
   const std::string in = dtype_info(s.dtype).device_type;
   r.entries.push_back(main_entry(s, "jb::eg_product_kernel<" + io + ", " + tile_args(s) + ", " +
                                         (s.math == Math::tf32x3 ? "true" : "false") + ", " + pass + ">"));

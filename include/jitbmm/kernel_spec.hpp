@@ -33,10 +33,14 @@ const char* pass_name(Pass pass);
 Pass parse_pass(const std::string& name);
 
 // exp_matmul's matrix product: FP32/FP64 FMA on the CUDA cores, or tensor cores with TF32 operands: three TF32
-// products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative).
-enum class Math { fma, tf32x3, tf32 };
+// products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative), through mma.sync
+// (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific).
+enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32 };
 const char* math_name(Math math);
 Math parse_math(const std::string& name);
+// One TF32 product per term (tf32, wgmma_tf32): allowed at Precision::fast only.
+bool single_tf32(Math math);
+bool uses_wgmma(Math math);
 
 struct KernelSpec {
   Semiring semiring = Semiring::log;
@@ -55,7 +59,8 @@ struct KernelSpec {
   // tiled, split_k: __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads · min_blocks)).
   int min_blocks = 1;
   // exp_matmul: the product's arithmetic. tf32x3 and tf32 read thread_m × thread_n as mma fragments: a warp
-  // computes (8·thread_m) × (4·thread_n) outputs.
+  // computes (8·thread_m) × (4·thread_n) outputs. wgmma_*: a warpgroup computes 64 × tile_n outputs, each thread
+  // 2 × (tile_n / 4) of them (thread must be 2 × tile_n/4).
   Math math = Math::fma;
   // split_k: K per chunk (a launch-time value, kept here so a spec says everything about how a problem runs).
   int k_chunk = 1024;
@@ -92,6 +97,12 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy);
 // that does not support the semiring or pass, tile parameters out of range, 32-bit indices too narrow). For a
 // backward spec, `problem` is the forward problem without argmax.
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
+// Whether the spec's kernel is built for its GPU's architecture-specific target (NVRTC sm_90a): the wgmma forms,
+// which run on sm_90 GPUs only (compiling one for another GPU is std::invalid_argument naming the spec).
+bool arch_specific(const KernelSpec& spec);
+// The dynamic shared memory a block of the spec's main kernel takes (beyond 48 KiB, opted in at launch), 0 for most.
+int dynamic_shared_memory_bytes(const KernelSpec& spec);
+
 // The static shared memory a block of the spec's kernel takes (0 for strategies without shared tiles), from its
 // strategy's one formula: check_spec_fits allows at most 48 KiB; the tuner drops candidates above a smaller
 // device's limit.

@@ -23,6 +23,10 @@ namespace jitbmm {
 
 namespace {
 
+DeviceLimits device_limits(const DeviceInfo& d) {
+  return {d.max_threads_per_block, 48 * 1024, d.max_shared_per_block_optin, d.cc_major == 9 && d.cc_minor == 0};
+}
+
 // Compiles and loads every candidate through the kernel cache (which is thread-safe) on up to `max_threads`
 // threads, never more than there are candidates; a failure only marks that candidate.
 void compile_candidates(const DeviceInfo& device, std::vector<CandidateResult>& candidates, unsigned max_threads) {
@@ -101,7 +105,7 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   ScopedContext scope(device.context);
   TuneReport report;
   for (const KernelSpec& spec :
-       only.empty() ? tuning_candidates(p, {device.max_threads_per_block, 48 * 1024}, pass) : only)
+       only.empty() ? tuning_candidates(p, device_limits(device), pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
   compile_candidates(device, report.candidates, std::thread::hardware_concurrency());
 

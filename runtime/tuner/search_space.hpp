@@ -12,6 +12,8 @@ namespace jitbmm {
 struct DeviceLimits {
   int max_threads_per_block = 1024;
   int max_static_shared_bytes = 48 * 1024;
+  int max_dynamic_shared_bytes = 0; // the opt-in limit per block
+  bool wgmma = false;               // an sm_90 GPU: architecture-specific (wgmma) kernels run on it
 };
 
 // Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.

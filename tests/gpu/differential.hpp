@@ -30,7 +30,7 @@ inline Problem problem_for(const KernelSpec& spec, Shape shape) {
   p.out_dtype = spec.out_dtype;
   p.with_argmax = spec.with_argmax;
   p.shape = shape;
-  if (spec.strategy == Strategy::exp_matmul && spec.math == Math::tf32) p.precision = Precision::fast;
+  if (spec.strategy == Strategy::exp_matmul && single_tf32(spec.math)) p.precision = Precision::fast;
   return p;
 }
 

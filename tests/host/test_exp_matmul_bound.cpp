@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
+#include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
+#include "runtime/tuner/search_space.hpp"
 #include "support/layout.hpp"
 
 namespace {
@@ -178,4 +180,63 @@ TEST_CASE("exp_matmul specs: what check_spec_fits refuses, naming the field") {
   CHECK(default_spec(wide, Strategy::exp_matmul).math == Math::fma);
   CHECK_THROWS_WITH_AS(parse_precision("rough"), doctest::Contains("precision"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_math("bf16"), doctest::Contains("math"), std::invalid_argument);
+}
+
+TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace and target") {
+  using namespace jitbmm;
+  Problem p;
+  p.shape = {2, 256, 300, 256};
+  KernelSpec s = default_spec(p, Strategy::exp_matmul);
+  s.math = Math::wgmma_tf32x3, s.min_blocks = 1;
+  s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_m = 2, s.thread_n = 32;
+  CHECK_NOTHROW(check_spec_fits(s, p));
+  CHECK(s.threads() == 256); // two warpgroups
+  CHECK(parse_spec(to_string(s)) == s);
+  CHECK(to_string(s).find("math=wgmma_tf32x3") != std::string::npos);
+  CHECK(arch_specific(s));
+  CHECK_FALSE(arch_specific(default_spec(p, Strategy::exp_matmul)));
+  CHECK_FALSE(arch_specific(default_spec(p, Strategy::tiled)));
+  // Three stages of the high and low parts of a 128-row and a 128-column slice of 32 k.
+  CHECK(jb::em_wg_stage_bytes(128, 128, 32, true) == 64 * 1024);
+  CHECK(dynamic_shared_memory_bytes(s) == 3 * 64 * 1024);
+  CHECK(dynamic_shared_memory_bytes(default_spec(p, Strategy::exp_matmul)) == 0);
+  CHECK(shared_memory_bytes(s) <= 48 * 1024);
+  const LaunchPlan plan = strategy_def(s).launches(s, p);
+  REQUIRE(plan.launches.size() == 3);
+  CHECK(plan.launches[1].dynamic_shared == 3u * 64 * 1024);
+  CHECK(plan.launches[0].dynamic_shared == 0u);
+  // The split form's workspace adds the low parts of both operands.
+  const jb::EmWorkspace w = jb::em_workspace(2, 256, 256, 300, 2, 2, false); // B, M, N, K
+  CHECK(plan.workspace_bytes == static_cast<std::size_t>(w.split_bytes));
+  CHECK(w.split_bytes - w.bytes == w.bytes - w.ea); // low parts as large as the high parts
+  CHECK(w.ea_lo == w.bytes);
+  KernelSpec one = s;
+  one.math = Math::wgmma_tf32;
+  CHECK(strategy_def(one).launches(one, p).workspace_bytes == static_cast<std::size_t>(w.bytes));
+
+  const auto refused = [&](KernelSpec r, const Problem& q, const char* field) {
+    CAPTURE(to_string(r));
+    CHECK_THROWS_WITH_AS(check_spec_fits(r, q), doctest::Contains(field), std::invalid_argument);
+  };
+  refused(one, p, "spec.math"); // one TF32 product: precision fast only
+  Problem fast = p;
+  fast.precision = Precision::fast;
+  one.tile_n = 256, one.thread_n = 64; // 128 accumulators a thread: allowed for the single product
+  CHECK_NOTHROW(check_spec_fits(one, fast));
+  KernelSpec r = s;
+  r.tile_n = 256, r.thread_n = 64; // the split form would need 256 accumulator registers
+  refused(r, p, "spec.tile");
+  r = s, r.thread_n = 16;
+  refused(r, p, "spec.thread");
+  r = s, r.tile_m = 32, r.thread_n = 32;
+  refused(r, p, "spec.tile");
+  r = s, r.tile_k = 12;
+  refused(r, p, "spec.tile");
+  Problem wide = p;
+  wide.dtype = DType::f64;
+  r = s, r.dtype = r.out_dtype = DType::f64;
+  refused(r, wide, "spec.math");
+  // The tuner offers them only on a GPU that has wgmma.
+  for (const KernelSpec& c : tuning_candidates(p, DeviceLimits{}))
+    CHECK_FALSE(arch_specific(c));
 }

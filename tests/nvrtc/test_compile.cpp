@@ -51,7 +51,7 @@ TEST_CASE(
   int n = 0;
   for (const KernelSpec& spec : test::all_variants()) {
     jobs.emplace_back(spec, "sm_90");
-    if (n++ % 3 == 0) jobs.emplace_back(spec, "sm_80");
+    if (n++ % 3 == 0 && !arch_specific(spec)) jobs.emplace_back(spec, "sm_80"); // wgmma: sm_90 alone
   }
   for (const KernelSpec& spec : test::grad_variants()) jobs.emplace_back(spec, "sm_90");
   // NVRTC is thread-safe: compile on every core.
@@ -122,4 +122,30 @@ TEST_CASE("the parser reads only the named kernel's section of a log") {
   CHECK(parse_ptxas_log(log, "mine").registers == 40);
   CHECK(parse_ptxas_log(log, "other").registers == 99);
   CHECK(parse_ptxas_log(log, "absent").registers == -1);
+}
+
+TEST_CASE("a wgmma kernel builds for sm_90a, shows HGMMA-class code in its PTX, and names the GPU it cannot serve") {
+  KernelSpec spec;
+  spec.strategy = Strategy::exp_matmul;
+  spec.math = Math::wgmma_tf32x3;
+  spec.tile_m = spec.tile_n = 128, spec.tile_k = 32, spec.thread_m = 2, spec.thread_n = 32;
+  const GeneratedKernel k = emit_kernel(spec);
+  CHECK(k.arch_specific);
+  CHECK(kernel_target(k, "sm_90") == "sm_90a");
+  CHECK(kernel_target(emit_kernel(KernelSpec{}), "sm_90") == "sm_90");
+  const CompiledKernel ptx = compile_to_ptx(k, "compute_90");
+  CHECK(ptx.binary.find(".target sm_90a") != std::string::npos);
+  CHECK(ptx.binary.find("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32") != std::string::npos);
+  const CompiledKernel cubin = compile_to_cubin(k, "sm_90");
+  CHECK(cubin.log.find("serialized") == std::string::npos); // ptxas did not have to fence every wgmma
+  for (const char* arch : {"sm_80", "sm_89", "sm_100"}) {
+    CAPTURE(arch);
+    try {
+      compile_to_cubin(k, arch);
+      FAIL("expected std::invalid_argument");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("wgmma") != std::string::npos);
+      CHECK(std::string(e.what()).find(arch) != std::string::npos);
+    }
+  }
 }
