@@ -18,7 +18,9 @@
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
 #include "generator/emit_source.hpp"
+#include "runtime/driver_api.hpp"
 #include "runtime/kernel_files.hpp"
+#include "runtime/nvrtc_api.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
@@ -225,11 +227,18 @@ int run_inspect(int argc, char** argv) {
 
 int run_info(int argc, char** argv) {
   const Args args(argc, argv, 2, {}, {});
-  std::printf("jitbmm %s, NVRTC %s\n", kVersion, nvrtc_version().c_str());
+  std::printf("jitbmm %s\n", kVersion);
+  try {
+    const std::string version = nvrtc_version();
+    std::printf("NVRTC %s: %s\n", version.c_str(), nvrtc().library.c_str());
+  } catch (const NoNvrtcError& e) {
+    std::printf("no NVRTC: %s\n", e.what());
+  }
   try {
     const auto dev = current_device();
-    std::printf("driver: CUDA %d.%d\ndevice %d: %s, %s, %d SMs, %.0f MHz\n", dev->driver_version / 1000,
-                dev->driver_version % 1000 / 10, dev->ordinal, dev->name.c_str(), dev->arch().c_str(), dev->sm_count,
+    std::printf("driver: CUDA %d.%d: %s\ndevice %d: %s, %s, %d SMs, %.0f MHz\n", dev->driver_version / 1000,
+                dev->driver_version % 1000 / 10, driver().library.c_str(), dev->ordinal, dev->name.c_str(),
+                dev->arch().c_str(), dev->sm_count,
                 dev->clock_khz / 1000.0);
   } catch (const NoDriverError& e) {
     std::printf("no GPU: %s\n", e.what());

@@ -4,7 +4,7 @@
 
 #include "support/log.hpp"
 
-#include <nvrtc.h>
+#include "runtime/nvrtc_api.hpp"
 
 #include <mutex>
 #include <regex>
@@ -26,20 +26,20 @@ std::atomic<bool> g_reports_unreliable{false};
 class Program {
 public:
   explicit Program(const GeneratedKernel& k) {
-    const nvrtcResult r = nvrtcCreateProgram(&prog_, k.source.c_str(), (k.name + ".cu").c_str(), 0, nullptr, nullptr);
+    const nvrtcResult r = nvrtc().nvrtcCreateProgram(&prog_, k.source.c_str(), (k.name + ".cu").c_str(), 0, nullptr, nullptr);
     if (r != NVRTC_SUCCESS)
-      throw CompileError("nvrtcCreateProgram failed for " + k.name + ": " + nvrtcGetErrorString(r), "");
+      throw CompileError("nvrtcCreateProgram failed for " + k.name + ": " + nvrtc().nvrtcGetErrorString(r), "");
   }
-  ~Program() { nvrtcDestroyProgram(&prog_); }
+  ~Program() { nvrtc().nvrtcDestroyProgram(&prog_); }
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   nvrtcProgram get() const { return prog_; }
 
   std::string log() const {
     std::size_t size = 0;
-    if (nvrtcGetProgramLogSize(prog_, &size) != NVRTC_SUCCESS || size <= 1) return "";
+    if (nvrtc().nvrtcGetProgramLogSize(prog_, &size) != NVRTC_SUCCESS || size <= 1) return "";
     std::string log(size, '\0');
-    nvrtcGetProgramLog(prog_, log.data());
+    nvrtc().nvrtcGetProgramLog(prog_, log.data());
     log.resize(size - 1);
     return log;
   }
@@ -59,23 +59,23 @@ CompiledKernel compile(const GeneratedKernel& kernel, std::vector<std::string> o
   std::vector<const char*> argv;
   argv.reserve(options.size());
   for (const auto& o : options) argv.push_back(o.c_str());
-  const nvrtcResult r = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+  const nvrtcResult r = nvrtc().nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
   CompiledKernel out{kernel.name, "", prog.log(), std::move(options)};
   if (r != NVRTC_SUCCESS)
-    throw CompileError("NVRTC could not compile kernel " + kernel.name + " (" + nvrtcGetErrorString(r) +
+    throw CompileError("NVRTC could not compile kernel " + kernel.name + " (" + nvrtc().nvrtcGetErrorString(r) +
                            ")\noptions: " + join(out.options) + "\nlog:\n" + out.log,
                        out.log);
   std::size_t size = 0;
-  const nvrtcResult sr = cubin ? nvrtcGetCUBINSize(prog.get(), &size) : nvrtcGetPTXSize(prog.get(), &size);
+  const nvrtcResult sr = cubin ? nvrtc().nvrtcGetCUBINSize(prog.get(), &size) : nvrtc().nvrtcGetPTXSize(prog.get(), &size);
   if (sr != NVRTC_SUCCESS || size == 0)
     throw CompileError("NVRTC produced no " + std::string(cubin ? "cubin" : "PTX") + " for " + kernel.name +
                            " (options: " + join(out.options) + "; a virtual architecture gives no cubin)",
                        out.log);
   out.binary.resize(size);
   if (cubin)
-    nvrtcGetCUBIN(prog.get(), out.binary.data());
+    nvrtc().nvrtcGetCUBIN(prog.get(), out.binary.data());
   else {
-    nvrtcGetPTX(prog.get(), out.binary.data());
+    nvrtc().nvrtcGetPTX(prog.get(), out.binary.data());
     if (!out.binary.empty() && out.binary.back() == '\0') out.binary.pop_back();
   }
   return out;
@@ -160,7 +160,7 @@ PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& k
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
+  nvrtc().nvrtcVersion(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
 }
 

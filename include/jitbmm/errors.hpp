@@ -13,6 +13,13 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+// NVRTC (libnvrtc, which compiles the kernels) could not be found or lacks an entry point; what() names every place
+// tried (runtime/nvrtc_api.hpp: $JITBMM_NVRTC_LIBRARY, the pip package, the toolkit).
+class NoNvrtcError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
 // A CUDA Driver API call failed; what() names the call and the CUresult (e.g. CUDA_ERROR_LAUNCH_FAILED).
 class CudaError : public std::runtime_error {
 public:

@@ -1,0 +1,89 @@
+#include "runtime/nvrtc_api.hpp"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "jitbmm/errors.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+#define JITBMM_STRINGIFY2(x) #x
+#define JITBMM_STRINGIFY(x) JITBMM_STRINGIFY2(x)
+
+// The folder holding this library (libjitbmm.so, libjitbmm_c.so in the wheel), or "" when it cannot be told.
+std::string own_folder() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return "";
+  const std::string path = info.dli_fname;
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+} // namespace
+
+std::vector<std::string> nvrtc_candidates() {
+  const char* env = std::getenv("JITBMM_NVRTC_LIBRARY");
+  if (env && *env) return {env};
+  std::vector<std::string> out;
+  const std::string here = own_folder();
+  if (!here.empty()) // the wheel: site-packages/jitbmm/libjitbmm_c.so beside site-packages/nvidia/...
+    for (const char* pip : {"/../nvidia/cu13/lib/libnvrtc.so.13", "/../nvidia/cuda_nvrtc/lib/libnvrtc.so.12"})
+      out.push_back(here + pip);
+  for (const char* soname : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) out.push_back(soname);
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    const char* root = std::getenv(var);
+    if (root && *root) out.push_back(std::string(root) + "/lib64/libnvrtc.so");
+  }
+  out.push_back("/usr/local/cuda/lib64/libnvrtc.so");
+  return out;
+}
+
+NvrtcApi load_nvrtc(const std::string& path) {
+  NvrtcApi api;
+  api.library = path;
+  api.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!api.handle) {
+    const char* why = dlerror();
+    throw NoNvrtcError("could not load " + path + " (" + (why ? why : "unknown reason") + ")");
+  }
+#define JITBMM_RESOLVE(name)                                                                                           \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, JITBMM_STRINGIFY(name)));                          \
+  if (!api.name) {                                                                                                     \
+    dlclose(api.handle);                                                                                               \
+    throw NoNvrtcError(path + " lacks the entry point " JITBMM_STRINGIFY(name));                                       \
+  }
+  JITBMM_NVRTC_FUNCTIONS(JITBMM_RESOLVE)
+#undef JITBMM_RESOLVE
+  link_map* map = nullptr; // the file the loader chose for a bare soname
+  if (dlinfo(api.handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) api.library = map->l_name;
+  return api;
+}
+
+const NvrtcApi& nvrtc() {
+  static std::once_flag once;
+  static NvrtcApi api;
+  static std::string failure;
+  std::call_once(once, [] {
+    std::string tried;
+    for (const std::string& path : nvrtc_candidates()) {
+      try {
+        api = load_nvrtc(path);
+        return;
+      } catch (const NoNvrtcError& e) {
+        tried += std::string("\n  ") + e.what();
+      }
+    }
+    failure = "no NVRTC found (jitbmm compiles its kernels with it at run time). Tried:" + tried +
+              "\nInstall it with `pip install nvidia-cuda-nvrtc`, install the CUDA toolkit, or set "
+              "JITBMM_NVRTC_LIBRARY to a libnvrtc.so.";
+  });
+  if (!failure.empty()) throw NoNvrtcError(failure);
+  return api;
+}
+
+} // namespace jitbmm
