@@ -29,7 +29,7 @@ CUmemoryPool pool_of(const DeviceInfo& device) {
   CUmemoryPool created = nullptr;
   check(d.cuMemPoolCreate(&created, &props),
         ("cuMemPoolCreate(device " + std::to_string(device.ordinal) + ")").c_str());
-  cuuint64_t keep_all = UINT64_MAX;
+  std::uint64_t keep_all = UINT64_MAX;
   check(d.cuMemPoolSetAttribute(created, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all),
         "cuMemPoolSetAttribute(release threshold)");
   pool = created;
@@ -58,7 +58,7 @@ std::size_t pool_reserved_bytes() {
   std::lock_guard<std::mutex> lock(g_pools_mutex);
   std::size_t total = 0;
   for (const auto& entry : pools()) {
-    cuuint64_t reserved = 0;
+    std::uint64_t reserved = 0;
     check(driver().cuMemPoolGetAttribute(entry.second, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved),
           "cuMemPoolGetAttribute(reserved)");
     total += static_cast<std::size_t>(reserved);

@@ -11,9 +11,6 @@ namespace jitbmm {
 
 namespace {
 
-#define JITBMM_STRINGIFY2(x) #x
-#define JITBMM_STRINGIFY(x) JITBMM_STRINGIFY2(x)
-
 std::string default_library() {
   const char* env = std::getenv("JITBMM_LIBCUDA");
   return env && *env ? env : "libcuda.so.1";
@@ -30,12 +27,11 @@ DriverApi load_driver(const std::string& path) {
     throw NoDriverError("no CUDA driver found: could not load " + path + " (" + (why ? why : "unknown reason") +
                         "). Install the NVIDIA driver, or run on a machine with a GPU.");
   }
-  // JITBMM_STRINGIFY(name) expands cuda.h's versioning macros, so cuMemAlloc asks for "cuMemAlloc_v2".
-#define JITBMM_RESOLVE(name)                                                                                           \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, JITBMM_STRINGIFY(name)));                          \
-  if (!api.name)                                                                                                       \
+#define JITBMM_RESOLVE(member, symbol, parameters)                                                                     \
+  api.member = reinterpret_cast<decltype(api.member)>(dlsym(api.handle, #symbol));                                     \
+  if (!api.member)                                                                                                     \
     throw NoDriverError("no CUDA driver found: " + path +                                                              \
-                        " lacks the entry point " JITBMM_STRINGIFY(name) " (driver too old for this jitbmm build?)");
+                        " lacks the entry point " #symbol " (driver too old for this jitbmm build?)");
   JITBMM_DRIVER_FUNCTIONS(JITBMM_RESOLVE)
 #undef JITBMM_RESOLVE
   return api;

@@ -12,14 +12,18 @@ namespace jitbmm {
 
 namespace {
 
-#define JITBMM_STRINGIFY2(x) #x
-#define JITBMM_STRINGIFY(x) JITBMM_STRINGIFY2(x)
-
-// The folder holding this library (libjitbmm.so, libjitbmm_c.so in the wheel), or "" when it cannot be told.
+// The folder holding this code's file: libjitbmm.so, libjitbmm_c.so, or the wheel's CLI (jitbmm/jitbmm-cli, linked
+// statically, for which the loader reports argv[0], so the executable's real path is read instead); "" when it
+// cannot be told.
 std::string own_folder() {
   Dl_info info{};
   if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
+  std::string path = info.dli_fname;
+  if (path.find('/') == std::string::npos) path = "/proc/self/exe"; // the main program, started through PATH
+  char* real = realpath(path.c_str(), nullptr);
+  if (!real) return "";
+  path = real;
+  std::free(real);
   const std::size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash);
 }
@@ -51,16 +55,20 @@ NvrtcApi load_nvrtc(const std::string& path) {
     const char* why = dlerror();
     throw NoNvrtcError("could not load " + path + " (" + (why ? why : "unknown reason") + ")");
   }
-#define JITBMM_RESOLVE(name)                                                                                           \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, JITBMM_STRINGIFY(name)));                          \
+#define JITBMM_RESOLVE(name, result, parameters)                                                                       \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, #name));                                           \
   if (!api.name) {                                                                                                     \
     dlclose(api.handle);                                                                                               \
-    throw NoNvrtcError(path + " lacks the entry point " JITBMM_STRINGIFY(name));                                       \
+    throw NoNvrtcError(path + " lacks the entry point " #name);                                                        \
   }
   JITBMM_NVRTC_FUNCTIONS(JITBMM_RESOLVE)
 #undef JITBMM_RESOLVE
   link_map* map = nullptr; // the file the loader chose for a bare soname
-  if (dlinfo(api.handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) api.library = map->l_name;
+  if (dlinfo(api.handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) {
+    char* real = realpath(map->l_name, nullptr); // without ../ and links: the file itself
+    api.library = real ? real : map->l_name;
+    std::free(real);
+  }
   return api;
 }
 

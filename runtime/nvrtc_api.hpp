@@ -1,22 +1,42 @@
-// NVRTC, loaded at run time with dlopen like the driver, so jitbmm builds against nvrtc.h alone and runs with the
-// NVRTC the machine has: the pip package (nvidia-cuda-nvrtc) beside an installed jitbmm, or a CUDA toolkit.
+// NVRTC, loaded at run time with dlopen like the driver, so jitbmm runs with the NVRTC the machine has: the pip
+// package (nvidia-cuda-nvrtc) beside an installed jitbmm, or a CUDA toolkit.
+//
+// The part of NVRTC's C interface that jitbmm calls is declared below, written from the NVRTC reference, so building
+// jitbmm needs no CUDA header; tests/abi/check_cuda_abi.cpp checks it against nvrtc.h where the toolkit is installed.
 #pragma once
 
-#include <nvrtc.h>
-
+#include <cstddef>
 #include <string>
 #include <vector>
 
+struct _nvrtcProgram; // NVRTC's opaque program, under its own tag
+
 namespace jitbmm {
 
+using nvrtcProgram = _nvrtcProgram*;
+
+// A fixed underlying type, so any value NVRTC returns is a valid nvrtcResult.
+enum nvrtcResult : int { NVRTC_SUCCESS = 0 };
+
+// X(name, result, parameters): every NVRTC entry point jitbmm calls.
 #define JITBMM_NVRTC_FUNCTIONS(X)                                                                                      \
-  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram)           \
-      X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetPTXSize) X(nvrtcGetPTX) X(nvrtcGetCUBINSize)           \
-          X(nvrtcGetCUBIN)
+  X(nvrtcVersion, nvrtcResult, (int* major, int* minor))                                                               \
+  X(nvrtcGetErrorString, const char*, (nvrtcResult result))                                                            \
+  X(nvrtcCreateProgram, nvrtcResult,                                                                                   \
+    (nvrtcProgram * program, const char* source, const char* name, int header_count, const char* const* headers,      \
+     const char* const* include_names))                                                                                \
+  X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram * program))                                                        \
+  X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram program, int option_count, const char* const* options))            \
+  X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram program, std::size_t* bytes))                                   \
+  X(nvrtcGetProgramLog, nvrtcResult, (nvrtcProgram program, char* log))                                                \
+  X(nvrtcGetPTXSize, nvrtcResult, (nvrtcProgram program, std::size_t* bytes))                                          \
+  X(nvrtcGetPTX, nvrtcResult, (nvrtcProgram program, char* ptx))                                                       \
+  X(nvrtcGetCUBINSize, nvrtcResult, (nvrtcProgram program, std::size_t* bytes))                                        \
+  X(nvrtcGetCUBIN, nvrtcResult, (nvrtcProgram program, char* cubin))
 
 struct NvrtcApi {
-#define JITBMM_DECLARE_MEMBER(name)                                                                                    \
-  decltype(&::name) name = nullptr; // NOLINT(bugprone-macro-parentheses): a declaration
+#define JITBMM_DECLARE_MEMBER(name, result, parameters)                                                                \
+  result(*name) parameters = nullptr; // NOLINT(bugprone-macro-parentheses): a declaration
   JITBMM_NVRTC_FUNCTIONS(JITBMM_DECLARE_MEMBER)
 #undef JITBMM_DECLARE_MEMBER
   void* handle = nullptr;

@@ -23,7 +23,7 @@ class StreamGate {
 public:
   explicit StreamGate(CUstream stream, std::chrono::seconds limit = std::chrono::seconds(60)) : stream_(stream) {
     // Not in jitbmm's driver table (the library never needs it): resolved from the same libcuda.
-    using LaunchHostFunc = CUresult (*)(CUstream, CUhostFn, void*);
+    using LaunchHostFunc = CUresult (*)(CUstream, void (*)(void*), void*); // the host function's type: CUhostFn
     const auto launch_host_func = reinterpret_cast<LaunchHostFunc>(dlsym(driver().handle, "cuLaunchHostFunc"));
     if (!launch_host_func) throw std::runtime_error("libcuda lacks cuLaunchHostFunc");
     if (::sem_init(&sem_, 0, 0) != 0) throw std::runtime_error("sem_init failed");
@@ -59,7 +59,7 @@ public:
   bool timed_out() const { return timed_out_.load(); }
 
 private:
-  static void CUDA_CB wait(void* sem) {
+  static void wait(void* sem) { // CUDA_CB is empty on Linux
     while (::sem_wait(static_cast<sem_t*>(sem)) != 0 && errno == EINTR) {
     }
   }

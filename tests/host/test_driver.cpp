@@ -106,7 +106,7 @@ TEST_CASE("the driver this machine has: loaded with every entry point, or a NoDr
   const DriverApi api = load_driver(library);
   CHECK(api.library == library);
   CHECK(api.handle != nullptr);
-#define JITBMM_CHECK_RESOLVED(name) CHECK_MESSAGE(static_cast<bool>(api.name), #name);
+#define JITBMM_CHECK_RESOLVED(member, symbol, parameters) CHECK_MESSAGE(static_cast<bool>(api.member), #symbol);
   JITBMM_DRIVER_FUNCTIONS(JITBMM_CHECK_RESOLVED)
 #undef JITBMM_CHECK_RESOLVED
   int version = 0;
