@@ -1,12 +1,15 @@
 #include "cache/safe_file.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -38,8 +41,17 @@ std::string refusal(const struct stat& st, uint64_t max_bytes, bool require_owne
   return "";
 }
 
+// The seed comes from getrandom (glibc 2.25), not std::random_device, whose libstdc++ object needs glibc 2.36's
+// arc4random once linked in statically (libjitbmm_c.so, the wheel's CLI); the pid and the clock are the fallback.
+std::uint64_t random_seed() {
+  std::uint64_t seed = 0;
+  if (::getrandom(&seed, sizeof seed, GRND_NONBLOCK) == static_cast<ssize_t>(sizeof seed)) return seed;
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+         (static_cast<std::uint64_t>(::getpid()) << 32);
+}
+
 std::string unique_suffix() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
+  thread_local std::mt19937_64 rng(random_seed());
   char text[32];
   std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()), static_cast<unsigned long long>(rng()));
   return text;
