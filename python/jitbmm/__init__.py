@@ -4,8 +4,9 @@ This module is pure Python over the C ABI (include/jitbmm/c_api.h) through ctype
 to import. ``jitbmm.torch`` holds the PyTorch functions.
 
 The shared library ``libjitbmm_c.so`` (the C ABI with its C++ runtime linked in and hidden, so it coexists with
-PyTorch's libraries) is found, in order, at ``$JITBMM_LIBRARY``, next to this package, or in the source tree's
-build directories (``build/``, ``build-gpu/``).
+PyTorch's libraries) is found, in order, at ``$JITBMM_LIBRARY``, next to this package (where the wheel puts it), or
+in the source tree's build directories (``build/``, ``build-gpu/``). ``jitbmm.__version__`` is the library's
+version (include/jitbmm/version.hpp, the one place it is written).
 """
 
 import ctypes
@@ -133,8 +134,10 @@ def _read_tables(lib):
 
 
 def __getattr__(name):
-    """SEMIRINGS and DTYPES (tuples of names, in the C ABI's order) load the library on first use, so that importing
-    jitbmm needs no library (PEP 562)."""
+    """SEMIRINGS, DTYPES (tuples of names, in the C ABI's order) and __version__ load the library on first use, so
+    that importing jitbmm needs no library (PEP 562)."""
+    if name == "__version__":
+        return version()
     if name in _TABLES:
         _library()
         return globals()[name]

@@ -9,8 +9,9 @@ import sys
 import unittest
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import package_under_test  # noqa: E402
 
+package_under_test.import_path()
 import jitbmm  # noqa: E402
 
 
@@ -23,10 +24,22 @@ def buffer(typecode, values):
 class CApiTest(unittest.TestCase):
     def test_imports_without_torch_and_reports_version(self):
         code = "import sys, jitbmm; assert 'torch' not in sys.modules; print(jitbmm.version())"
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-        version = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+        version = subprocess.run([sys.executable, "-c", code], env=package_under_test.child_env(), check=True,
+                                 capture_output=True, text=True)
         self.assertRegex(version.stdout.strip(), r"^\d+\.\d+\.\d+$")
         self.assertEqual(version.stdout.strip(), jitbmm.version())
+
+    def test_version_is_the_librarys(self):
+        self.assertEqual(jitbmm.__version__, jitbmm.version())
+        header = (package_under_test.SOURCE_ROOT / "include" / "jitbmm" / "version.hpp").read_text()
+        self.assertIn(f'kVersion = "{jitbmm.__version__}"', header)
+
+    @unittest.skipUnless(package_under_test.INSTALLED, "the source tree's package is under test")
+    def test_the_installed_package_is_not_the_source_trees(self):
+        package = Path(jitbmm.__file__).resolve().parent
+        self.assertFalse(package.is_relative_to(package_under_test.SOURCE_ROOT), package)
+        self.assertNotIn("JITBMM_LIBRARY", os.environ)
+        self.assertEqual(Path(jitbmm._library()._name).resolve().parent, package)
 
     def test_tables_are_the_c_abis(self):
         lib = jitbmm._library()
@@ -52,7 +65,7 @@ class CApiTest(unittest.TestCase):
         self.assertIn("DTYPES", jitbmm.__all__)
 
     def test_enum_values_are_the_c_headers(self):
-        header = (Path(__file__).resolve().parents[2] / "include" / "jitbmm" / "c_api.h").read_text()
+        header = (package_under_test.SOURCE_ROOT / "include" / "jitbmm" / "c_api.h").read_text()
         values = {name: int(v) for name, v in re.findall(r"\b(JITBMM_[A-Z_]+) = (\d+)", header)}
         self.assertEqual(values["JITBMM_BACKWARD_MARGINAL"], jitbmm._BACKWARD_MARGINAL)
         self.assertEqual(values["JITBMM_BACKWARD_ARGMAX_SCATTER"], jitbmm._BACKWARD_ARGMAX_SCATTER)

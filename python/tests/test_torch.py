@@ -10,9 +10,10 @@ import math
 import sys
 import threading
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
 
 try:
     import torch

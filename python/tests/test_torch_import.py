@@ -1,13 +1,11 @@
 """jitbmm.torch without torch: a clear ImportError naming PyTorch. Runs everywhere (torch installed or not): the
 child process blocks the torch import itself."""
 
-import os
 import subprocess
 import sys
 import unittest
-from pathlib import Path
 
-PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+import package_under_test
 
 
 class WithoutTorchTest(unittest.TestCase):
@@ -24,13 +22,13 @@ class WithoutTorchTest(unittest.TestCase):
             "else:\n"
             "    print('imported without torch')\n"
         )
-        env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+        env = package_under_test.child_env()
         run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         self.assertRegex(run.stdout, r"ImportError: jitbmm.torch needs PyTorch \(pip install torch\)")
 
     def test_the_jitbmm_package_imports_without_torch(self):
         code = "import sys; sys.modules['torch'] = None; import jitbmm; print(jitbmm.version())"
-        env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+        env = package_under_test.child_env()
         run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         self.assertRegex(run.stdout.strip(), r"^\d+\.\d+\.\d+$")
 

@@ -6,9 +6,10 @@ torch-struct is missing, saying which; fails if any test is skipped where all th
 
 import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
 
 try:
     import torch
