@@ -244,6 +244,14 @@ bool DiskCache::write(const std::string& name, std::string_view bytes) {
   return error.empty();
 }
 
+KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeout,
+                        const std::function<void(const std::string&)>& on_wait) {
+  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
+  if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
+  if (!is_key(key)) return KeyLock::unavailable("not a cache key");
+  return KeyLock::acquire(dir_fd_.get(), "lock-" + key, timeout, on_wait);
+}
+
 bool DiskCache::put(const std::string& key, const std::string& kind, std::string_view payload) {
   if (!is_key(key) || !is_kind(kind)) return false;
   return write(key + "." + kind, encode_cache_entry(key, payload));

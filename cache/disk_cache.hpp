@@ -14,7 +14,9 @@
 // $JITBMM_CACHE_TRUSTED_DIR names a second, read-only cache (a cluster's shared one) consulted after a miss.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/key_lock.hpp"
 #include "cache/safe_file.hpp"
 
 namespace jitbmm {
@@ -73,6 +76,10 @@ public:
   bool put_source(const std::string& key, std::string_view source);
   // <key>.cu, for display, when it is a regular file of the user's.
   std::optional<std::string> get_source(const std::string& key) const;
+  // The machine-wide lock on `key` (cache/key_lock.hpp), waiting up to `timeout`; failed (why() says why) when this
+  // cache is read-only or unusable, or the key is malformed.
+  KeyLock lock(const std::string& key, std::chrono::milliseconds timeout,
+               const std::function<void(const std::string& holder)>& on_wait = {});
   // A read-only cache consulted when this one misses ($JITBMM_CACHE_TRUSTED_DIR).
   void set_fallback(std::unique_ptr<DiskCache> read_only);
 

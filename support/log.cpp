@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "support/enum_names.hpp"
+#include "support/process_share.hpp"
 
 namespace jitbmm {
 
@@ -34,9 +35,14 @@ LogLevel log_level() {
 
 bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
 
+std::string log_prefix() {
+  const std::string tag = rank_tag();
+  return tag.empty() ? "jitbmm: " : "jitbmm [" + tag + "]: ";
+}
+
 void log_message(LogLevel level, const std::string& message) {
   if (!log_enabled(level)) return;
-  std::fprintf(stderr, "jitbmm: %s%s\n", level == LogLevel::warn ? "warning: " : "", message.c_str());
+  std::fprintf(stderr, "%s%s%s\n", log_prefix().c_str(), level == LogLevel::warn ? "warning: " : "", message.c_str());
 }
 
 } // namespace jitbmm

@@ -12,7 +12,9 @@ enum class LogLevel { warn = 0, info = 1, debug = 2 };
 LogLevel parse_log_level(const std::string& text); // throws std::invalid_argument naming JITBMM_LOG
 LogLevel log_level();                              // $JITBMM_LOG, read once; a bad value warns and means info
 bool log_enabled(LogLevel level);
-// "jitbmm: <message>" (warnings: "jitbmm: warning: <message>") on stderr when the level is enabled.
+// "jitbmm: " or, under a launcher, "jitbmm [rank 3]: " (support/process_share.hpp): what every line starts with.
+std::string log_prefix();
+// "<prefix><message>" (warnings: "<prefix>warning: <message>") on stderr when the level is enabled.
 void log_message(LogLevel level, const std::string& message);
 
 } // namespace jitbmm

@@ -15,6 +15,7 @@
 #include "cache/disk_cache.hpp"
 #include "runtime/jit.hpp"
 #include "support/log.hpp"
+#include "support/process_share.hpp"
 #include "runtime/timing.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
@@ -70,8 +71,8 @@ void verify_and_time(std::vector<CandidateResult>& candidates, const Trial& tria
       c.status = std::string("launch failed: ") + e.what();
     }
     if (progress && log_enabled(LogLevel::info))
-      std::fprintf(stderr, "\rjitbmm: tuning %s [%zu/%zu] best %.4f ms   ", what.c_str(), done, candidates.size(),
-                   best_ms);
+      std::fprintf(stderr, "\r%stuning %s [%zu/%zu] best %.4f ms   ", log_prefix().c_str(), what.c_str(), done,
+                   candidates.size(), best_ms);
   }
 }
 
@@ -107,7 +108,7 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   for (const KernelSpec& spec :
        only.empty() ? tuning_candidates(p, device_limits(device), pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
-  compile_candidates(device, report.candidates, std::thread::hardware_concurrency());
+  compile_candidates(device, report.candidates, compile_threads());
 
   std::mt19937_64 rng(20261122);
   const Trial trial = make_trial(p, pass, device, rng);
@@ -118,8 +119,9 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   report.best = winner.spec;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (progress && log_enabled(LogLevel::info))
-    std::fprintf(stderr, "\rjitbmm: tuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", what.c_str(),
-                 report.seconds, report.candidates.size(), winner.median_ms, to_string(report.best).c_str());
+    std::fprintf(stderr, "\r%stuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", log_prefix().c_str(),
+                 what.c_str(), report.seconds, report.candidates.size(), winner.median_ms,
+                 to_string(report.best).c_str());
   return report;
 }
 

@@ -4,6 +4,7 @@
 #include "runtime/tuner/choose.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -14,6 +15,7 @@
 #include "jitbmm/errors.hpp"
 #include "runtime/backward.hpp"
 #include "support/log.hpp"
+#include "support/process_share.hpp"
 #include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
@@ -41,6 +43,25 @@ std::optional<Decision> load_decision_or_warn(DiskCache* disk, const std::string
     warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
                        "): it does not parse; deciding again");
   return d;
+}
+
+// How long a process waits for another's tuning of the same key before tuning itself (a hung holder).
+constexpr std::chrono::seconds kTuneLockWait{600};
+
+// The machine-wide tuning lock on `key` (cache/key_lock.hpp): waited for up to kTuneLockWait, announced once (by
+// local rank 0) while another process holds it; without a writable cache directory there is none to take.
+KeyLock lock_tuning(DiskCache* disk, const std::string& key, const std::string& what) {
+  if (!disk) return KeyLock::unavailable("no disk cache");
+  KeyLock held = disk->lock(key, kTuneLockWait, [&](const std::string& holder) {
+    if (is_local_leader())
+      log_message(LogLevel::info, "waiting for " + (holder.empty() ? std::string("another process") : holder) +
+                                      ", which is tuning " + what + " (one tuning per machine)");
+  });
+  if (held.state() == KeyLock::State::timed_out)
+    log_message(LogLevel::warn, "tuning " + what + " without the machine-wide lock: " + held.why());
+  else if (!held.held() && log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, "tuning " + what + " without the machine-wide lock: " + held.why());
+  return held;
 }
 
 bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec) {
@@ -112,7 +133,17 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     std::optional<Decision> far;
     if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) return *c;
     const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
-    if (far && policy == TunePolicy::bucket && tune) {
+    if (!tune) return {fallback, "default", {}};
+    // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
+    const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
+    if (held.held() || held.waited()) {
+      far.reset();
+      if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) {
+        c->source = "decided by another process (" + c->source + ")";
+        return *c;
+      }
+    }
+    if (far && policy == TunePolicy::bucket) {
       // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
       std::vector<KernelSpec> two = {fallback};
       if (auto spec = fitting(far->spec, p); spec && *spec != fallback) two.push_back(*spec);
@@ -120,8 +151,8 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       store_decision(p, device, report, true, pass, false);
       return {report.best, "nearest bucket, checked against the default", far};
     }
-    if (!tune) return {fallback, "default", {}};
-    const TuneReport report = autotune(p, device, true, pass);
+    // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
+    const TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
     store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};
   }();

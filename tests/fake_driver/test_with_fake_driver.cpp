@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/disk_cache.hpp"
@@ -27,6 +29,7 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
+#include "generator/emit_source.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
@@ -80,19 +83,22 @@ struct ChildResult {
 };
 
 // This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
+// With `tune`, the helper plans under policy bucket (tuning, were no decision stored) and its stderr is captured too.
 ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
-                          const std::string& dtype = "f32") {
+                          const std::string& dtype = "f32", bool tune = false) {
   int out[2];
   REQUIRE(::pipe(out) == 0);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(out[1], 1);
+    if (tune) ::dup2(out[1], 2);
     ::close(out[0]);
     ::close(out[1]);
     ::setenv("JITBMM_CACHE_DIR", cache_dir.c_str(), 1);
     ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
-    const char* argv[] = {"/proc/self/exe", "--plan", semiring.c_str(), dtype.c_str(), "2", "33", "17", "40", nullptr};
+    const char* mode = tune ? "--plan-bucket" : "--plan";
+    const char* argv[] = {"/proc/self/exe", mode, semiring.c_str(), dtype.c_str(), "2", "33", "17", "40", nullptr};
     ::execv("/proc/self/exe", const_cast<char* const*>(argv));
     ::_exit(127);
   }
@@ -105,17 +111,20 @@ ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, 
   ::waitpid(pid, &status, 0);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   char name[512] = {0};
-  if (std::sscanf(r.output.c_str(), "compiles=%ld kernel=%511s", &r.compiles, name) == 2) r.kernel = name;
+  const std::size_t line = r.output.find("compiles=");
+  if (line != std::string::npos &&
+      std::sscanf(r.output.c_str() + line, "compiles=%ld kernel=%511s", &r.compiles, name) == 2)
+    r.kernel = name;
   return r;
 }
 
 int plan_main(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "usage: %s --plan <semiring> <dtype> <B> <M> <K> <N>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --plan|--plan-bucket <semiring> <dtype> <B> <M> <K> <N>\n", argv[0]);
     return 2;
   }
   try {
-    set_tune_policy(TunePolicy::never);
+    set_tune_policy(std::strcmp(argv[1], "--plan-bucket") == 0 ? TunePolicy::bucket : TunePolicy::never);
     Problem p;
     p.semiring = parse_semiring(argv[2]);
     p.dtype = parse_dtype(argv[3]);
@@ -140,7 +149,8 @@ Problem small_problem(Semiring s, DType d) {
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--plan") == 0) return plan_main(argc, argv);
+  if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
+    return plan_main(argc, argv);
   const char* lib = std::getenv("JITBMM_LIBCUDA");
   if (!lib || !std::strstr(lib, "fake_cuda")) {
     std::fprintf(stderr, "run with JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (ctest does)\n");
@@ -321,6 +331,41 @@ TEST_CASE("the disk cache across processes: the second process loads the first o
   const std::vector<LoadedImage> loads = loaded_images(log);
   REQUIRE(loads.size() == 2);
   CHECK(loads[0] == loads[1]); // the very bytes NVRTC produced, back from disk
+}
+
+// One tuning per machine: a process that finds the problem's tuning lock held waits, then plans with the decision its
+// holder stored. Here the test holds the lock and stores the decision; the helper, planning under policy bucket,
+// would otherwise tune, which fails on the fake driver (no kernel computes anything).
+TEST_CASE("a process that finds the tuning lock held waits for the holder's decision and plans with it") {
+  TempDir dir;
+  const std::string cache_dir = dir.path + "/cache", log = dir.path + "/driver.log";
+  const Problem p = small_problem(Semiring::log, DType::f32);
+  const TuningDevice td = tuning_device(*current_device());
+  const std::string key = tuning_key(p, td, true);
+  DiskCache cache(cache_dir);
+  REQUIRE(cache.usable());
+  KeyLock held = cache.lock(key, std::chrono::seconds(1));
+  REQUIRE(held.held());
+  const KernelSpec chosen = default_spec(p, Strategy::linear);
+  REQUIRE(chosen != default_spec(p));
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    Decision d;
+    d.spec = chosen;
+    d.problem = describe(p);
+    d.family = tuning_family(p, td);
+    d.bucket = true;
+    d.shape = shape_bucket(p.shape);
+    CHECK(cache.put(key, "tune", encode_decision(d)));
+    held.release();
+  });
+  const ChildResult waiter = plan_in_child(cache_dir, log, "log", "f32", true);
+  holder.join();
+  INFO(waiter.output);
+  CHECK(waiter.status == 0);
+  CHECK(waiter.kernel == emit_kernel(chosen).name);
+  CHECK(waiter.output.find("waiting for pid " + std::to_string(::getpid()) + ", which is tuning") != std::string::npos);
+  CHECK(waiter.output.find("no correct candidate") == std::string::npos);
 }
 
 // The attack: someone who can write the cache directory plants a valid entry (right key, right checksum) holding a

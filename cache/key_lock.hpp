@@ -1,0 +1,42 @@
+// One holder at a time per key among every process and thread of the machine that shares a cache directory: an
+// advisory flock(2) on the file lock-<key> in that directory (DiskCache::lock). The kernel releases the lock when its
+// holder's descriptor closes, so a process that exits or is killed never leaves a stale lock to break. The files
+// stay: removing one that is held or awaited would let a second holder in through a new file. They are not cache
+// entries (never listed, verified or evicted).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "cache/safe_file.hpp"
+
+namespace jitbmm {
+
+class KeyLock {
+public:
+  enum class State { held, held_after_waiting, timed_out, failed };
+
+  // Takes the lock on `name` in `dir_fd` (created 0600 if absent, never through a link), waiting up to `timeout`.
+  // When another holds it, `on_wait(holder)` is called once, with what that holder wrote ("pid 1234"). The holder
+  // then writes its own pid into the file.
+  static KeyLock acquire(int dir_fd, const std::string& name, std::chrono::milliseconds timeout,
+                         const std::function<void(const std::string& holder)>& on_wait = {});
+
+  // No lock: the cache cannot hold one (read-only, unusable); `why` says so.
+  static KeyLock unavailable(std::string why);
+
+  State state() const { return state_; }
+  bool held() const { return state_ == State::held || state_ == State::held_after_waiting; }
+  bool waited() const { return state_ == State::held_after_waiting || state_ == State::timed_out; }
+  const std::string& why() const { return why_; }      // when failed: what failed
+
+  void release() { fd_ = FileDescriptor(); } // also on destruction
+
+private:
+  FileDescriptor fd_;
+  State state_ = State::failed;
+  std::string why_;
+};
+
+} // namespace jitbmm

@@ -1,0 +1,208 @@
+// The machine-wide tuning lock (cache/key_lock.hpp): one holder at a time per key across threads and processes, a
+// waiter told who holds it, a bounded wait, no stale lock after its holder is killed, and lock files that are no
+// cache entries. And this process's share of the machine (support/process_share.hpp) under a launcher's variables.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "cache/key_lock.hpp"
+#include "support/log.hpp"
+#include "support/process_share.hpp"
+#include "temp_dir.hpp"
+
+using namespace jitbmm;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kKey(64, 'a');
+
+int open_dir(const std::string& path) { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
+
+// A variable set for one scope, then restored.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> saved;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* old = std::getenv(n)) saved = old;
+    if (value)
+      ::setenv(n, value, 1);
+    else
+      ::unsetenv(n);
+  }
+  ~ScopedEnv() {
+    if (saved)
+      ::setenv(name.c_str(), saved->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+} // namespace
+
+TEST_CASE("a key lock is held by one at a time; a waiter learns the holder's pid, and gives up at its deadline") {
+  TempDir dir;
+  const int fd = open_dir(dir.path);
+  REQUIRE(fd >= 0);
+  KeyLock first = KeyLock::acquire(fd, "lock-x", 1s);
+  REQUIRE(first.state() == KeyLock::State::held);
+  CHECK_FALSE(first.waited());
+  std::string holder;
+  int announced = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const KeyLock second = KeyLock::acquire(fd, "lock-x", 150ms, [&](const std::string& h) {
+    holder = h;
+    ++announced;
+  });
+  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
+  CHECK(second.state() == KeyLock::State::timed_out);
+  CHECK_FALSE(second.held());
+  CHECK(announced == 1);
+  CHECK(holder == "pid " + std::to_string(::getpid()));
+  CHECK(second.why().find("still held by pid") != std::string::npos);
+  // Another key is free meanwhile.
+  CHECK(KeyLock::acquire(fd, "lock-y", 0ms).state() == KeyLock::State::held);
+  // Released: the next one takes it after waiting.
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    first.release();
+  });
+  const KeyLock third = KeyLock::acquire(fd, "lock-x", 5s);
+  later.join();
+  CHECK(third.state() == KeyLock::State::held_after_waiting);
+  // A link planted at the name is not followed.
+  REQUIRE(::symlinkat("/tmp/elsewhere", fd, "lock-link") == 0);
+  const KeyLock linked = KeyLock::acquire(fd, "lock-link", 0ms);
+  CHECK(linked.state() == KeyLock::State::failed);
+  CHECK(linked.why().find("cannot open lock-link") != std::string::npos);
+  ::close(fd);
+}
+
+TEST_CASE("processes racing on one key hold it one at a time, and a killed holder leaves no stale lock") {
+  TempDir dir;
+  const std::string journal = dir.path + "/journal";
+  std::vector<pid_t> children;
+  for (int i = 0; i < 6; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int fd = open_dir(dir.path);
+      const KeyLock lock = KeyLock::acquire(fd, "lock-race", 30s);
+      if (!lock.held()) ::_exit(3);
+      const int out = ::open(journal.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0600);
+      const std::string enter = "enter " + std::to_string(::getpid()) + "\n";
+      const std::string leave = "leave " + std::to_string(::getpid()) + "\n";
+      if (::write(out, enter.data(), enter.size()) < 0) ::_exit(4);
+      std::this_thread::sleep_for(30ms);
+      if (::write(out, leave.data(), leave.size()) < 0) ::_exit(4);
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  std::ifstream in(journal);
+  std::string word, pid, inside;
+  int entries = 0;
+  while (in >> word >> pid) {
+    if (word == "enter") {
+      CHECK_MESSAGE(inside.empty(), "pid " << pid << " entered while " << inside << " held the lock");
+      inside = pid;
+      ++entries;
+    } else {
+      CHECK(inside == pid);
+      inside.clear();
+    }
+  }
+  CHECK(entries == 6);
+
+  // A holder killed with SIGKILL: the kernel drops its lock, so the next process takes it at once.
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    const int fd = open_dir(dir.path);
+    const KeyLock lock = KeyLock::acquire(fd, "lock-killed", 5s);
+    if (::write(ready[1], lock.held() ? "y" : "n", 1) < 0) ::_exit(4);
+    for (;;) ::pause();
+  }
+  char held = 0;
+  REQUIRE(::read(ready[0], &held, 1) == 1);
+  CHECK(held == 'y');
+  const int fd = open_dir(dir.path);
+  CHECK(KeyLock::acquire(fd, "lock-killed", 0ms).state() == KeyLock::State::timed_out);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  CHECK(KeyLock::acquire(fd, "lock-killed", 0ms).state() == KeyLock::State::held);
+  ::close(fd);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST_CASE("the disk cache's locks: none in a read-only cache, and lock files are not entries") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  REQUIRE(cache.usable());
+  {
+    const KeyLock lock = cache.lock(kKey, 0ms);
+    CHECK(lock.held());
+    CHECK(cache.lock("not-a-key", 0ms).state() == KeyLock::State::failed);
+  }
+  REQUIRE(cache.put(kKey, "tune", "x"));
+  CHECK(cache.list().size() == 1);
+  CHECK(cache.verify() == 0); // the lock file is neither listed nor quarantined
+  cache.evict(0);
+  cache.clear();
+  CHECK(cache.list().empty());
+  CHECK(std::ifstream(dir.path + "/lock-" + kKey).good()); // a lock file is never removed
+  DiskCache shared(dir.path, kDefaultCacheCapBytes, CacheAccess::trusted_read_only);
+  const KeyLock none = shared.lock(kKey, 0ms);
+  CHECK(none.state() == KeyLock::State::failed);
+  CHECK(none.why() == "the cache directory is read-only");
+}
+
+TEST_CASE("a launcher's variables: the rank in every message, progress from local rank 0, CPUs shared") {
+  {
+    ScopedEnv rank("RANK", nullptr), local("LOCAL_RANK", nullptr), size("LOCAL_WORLD_SIZE", nullptr);
+    CHECK(rank_tag().empty());
+    CHECK(log_prefix() == "jitbmm: ");
+    CHECK(is_local_leader());
+    CHECK(local_world_size() == 1);
+    CHECK(compile_threads() >= 1);
+  }
+  {
+    ScopedEnv rank("RANK", "11"), local("LOCAL_RANK", "3"), size("LOCAL_WORLD_SIZE", "100000");
+    CHECK(rank_tag() == "rank 11");
+    CHECK(log_prefix() == "jitbmm [rank 11]: ");
+    CHECK_FALSE(is_local_leader());
+    CHECK(compile_threads() == 1); // far more local processes than CPUs: one thread each
+  }
+  {
+    ScopedEnv rank("RANK", nullptr), local("LOCAL_RANK", "0"), size("LOCAL_WORLD_SIZE", "2");
+    CHECK(rank_tag() == "rank 0");
+    CHECK(is_local_leader());
+  }
+  {
+    // Malformed values belong to the launcher: ignored (with one warning), never fatal.
+    ScopedEnv rank("RANK", "x1"), local("LOCAL_RANK", "-1"), size("LOCAL_WORLD_SIZE", "0");
+    CHECK(rank_tag().empty());
+    CHECK(is_local_leader());
+    CHECK(local_world_size() == 1);
+  }
+}
