@@ -189,6 +189,7 @@ int print_tuned(const Problem& p) {
   const Decision& d = *c.decision;
   std::printf("tuned:    %s (%s %s) in %.1f s\n", d.problem.c_str(), d.bucket ? "bucket" : "exact shape",
               to_string(d.shape).c_str(), d.seconds);
+  if (!d.reason.empty()) std::printf("why:      %s\n", d.reason.c_str());
   std::printf("%10s  %s\n", "median ms", "best candidates compared");
   for (const CandidateResult& r : d.ranking) std::printf("%10.4f  %s\n", r.median_ms, to_string(r.spec).c_str());
   return 0;

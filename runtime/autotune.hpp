@@ -5,11 +5,13 @@
 //   tuning_db     stored decisions: keys, shape buckets, text, the disk cache's kind "tune"
 //   trials        random inputs per pass, one launch of a candidate, the check against the CPU reference
 //   autotune      compile in parallel, time (runtime/timing.hpp), rank, store the winner
+//   family_model  what a new bucket of a tuned family times: the variants its family's timings predict best
 //   choose        the choice cascade: stored decision, tuning, default; planning again without a failing spec
 #pragma once
 
 #include "runtime/tuner/autotune.hpp"     // IWYU pragma: export
 #include "runtime/tuner/choose.hpp"       // IWYU pragma: export
+#include "runtime/tuner/family_model.hpp" // IWYU pragma: export
 #include "runtime/tuner/policy.hpp"       // IWYU pragma: export
 #include "runtime/tuner/search_space.hpp" // IWYU pragma: export
 #include "runtime/tuner/trials.hpp"       // IWYU pragma: export

@@ -125,21 +125,28 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   return report;
 }
 
-void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
-                    bool exact) {
-  DiskCache* disk = DiskCache::process_cache();
-  if (!disk) return;
-  const TuningDevice td = tuning_device(device);
+Decision decision_from(const Problem& p, const TuningDevice& td, const TuneReport& report, Pass pass) {
   Decision d;
   d.spec = report.best;
   d.problem = describe(p);
   d.family = tuning_family(p, td, pass);
   d.seconds = report.seconds;
+  d.reason = report.reason;
   for (const CandidateResult& c : report.candidates)
     if (c.median_ms >= 0) d.ranking.push_back(c);
-  std::sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
-  d.ranking.resize(std::min<std::size_t>(d.ranking.size(), 5));
+  std::stable_sort(d.ranking.begin(), d.ranking.end(), [](auto& x, auto& y) { return x.median_ms < y.median_ms; });
+  d.ranking.resize(std::min(d.ranking.size(), kRankingKept));
   d.shape = p.shape;
+  d.measured = p.shape;
+  return d;
+}
+
+void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
+                    bool exact) {
+  DiskCache* disk = DiskCache::process_cache();
+  if (!disk) return;
+  const TuningDevice td = tuning_device(device);
+  Decision d = decision_from(p, td, report, pass);
   if (exact) put_decision(*disk, tuning_key(p, td, false, pass), d);
   if (bucket) {
     d.bucket = true;

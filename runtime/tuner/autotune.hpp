@@ -2,6 +2,7 @@
 // ones, rank them (the best three re-timed interleaved), and store the winner as a decision.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "jitbmm/kernel_spec.hpp"
@@ -14,6 +15,7 @@ struct TuneReport {
   KernelSpec best;
   std::vector<CandidateResult> candidates;
   double seconds = 0;
+  std::string reason; // why these candidates were timed (the caller's words, stored with the decision)
 };
 
 // Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
@@ -23,6 +25,11 @@ struct TuneReport {
 // `candidates`, when given, replaces the enumeration (a quick check between a few specs).
 TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
                     const std::vector<KernelSpec>& candidates = {});
+
+// The decision a tuning result makes for the exact shape: its winner, and its ranking (fastest first, up to
+// kRankingKept) measured on that shape.
+Decision decision_from(const Problem& problem, const TuningDevice& device, const TuneReport& report,
+                       Pass pass = Pass::forward);
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
 // `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).

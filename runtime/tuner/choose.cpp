@@ -17,6 +17,7 @@
 #include "support/log.hpp"
 #include "support/process_share.hpp"
 #include "runtime/tuner/autotune.hpp"
+#include "runtime/tuner/family_model.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
 
@@ -71,7 +72,7 @@ bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec
 } // namespace
 
 std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
-                                    Pass pass, const std::vector<KernelSpec>& rejected, std::optional<Decision>* far) {
+                                    Pass pass, const std::vector<KernelSpec>& rejected) {
   // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so.
   auto own = [&](const std::string& key, const char* source) -> std::optional<Choice> {
     const auto d = load_decision_or_warn(disk, key, source);
@@ -105,10 +106,7 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
                family.end());
   const auto near = nearest_decision(family, p.shape);
   if (!near) return std::nullopt;
-  if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) {
-    if (far) *far = near;
-    return std::nullopt;
-  }
+  if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) return std::nullopt;
   if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near, true};
   return std::nullopt;
 }
@@ -130,29 +128,32 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     DiskCache* disk = DiskCache::process_cache();
     const TuningDevice td = tuning_device(device);
     const bool tune = policy != TunePolicy::never && tunable(p, pass);
-    std::optional<Decision> far;
-    if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) return *c;
+    if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) return *c;
     const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
     if (!tune) return {fallback, "default", {}};
     // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
     const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
-    if (held.held() || held.waited()) {
-      far.reset();
-      if (auto c = stored_choice(disk, p, td, policy, pass, rejected, &far)) {
+    if (held.held() || held.waited())
+      if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) {
         c->source = "decided by another process (" + c->source + ")";
         return *c;
       }
-    }
-    if (far && policy == TunePolicy::bucket) {
-      // Far from anything tuned: time the borrowed spec against the default (no full tuning), keep the winner.
-      std::vector<KernelSpec> two = {fallback};
-      if (auto spec = fitting(far->spec, p); spec && *spec != fallback) two.push_back(*spec);
-      const TuneReport report = autotune(p, device, false, pass, two);
-      store_decision(p, device, report, true, pass, false);
-      return {report.best, "nearest bucket, checked against the default", far};
+    if (policy == TunePolicy::bucket) {
+      // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
+      // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
+      const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
+      const std::vector<KernelSpec> timed = model_candidates(related, p, fallback);
+      if (!timed.empty()) {
+        TuneReport report = autotune(p, device, false, pass, timed);
+        report.reason = "family model: the " + std::to_string(timed.size()) + " best-predicted variants of " +
+                        std::to_string(related.size()) + " tuned buckets timed";
+        store_decision(p, device, report, true, pass, false);
+        return {report.best, report.reason, {}};
+      }
     }
     // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
-    const TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
+    TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
+    report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
     store_decision(p, device, report, policy == TunePolicy::bucket, pass);
     return {report.best, "tuned now", {}};
   }();

@@ -19,7 +19,7 @@ class DiskCache;
 // Where a spec came from, for inspect --tuned.
 struct Choice {
   KernelSpec spec;
-  std::string source;               // "exact", "bucket", "nearest bucket", "tuned now", "default"
+  std::string source; // "exact", "bucket", "nearest bucket", "tuned now", "family model: ...", "default"
   std::optional<Decision> decision; // the stored decision used, if any
   bool stored = false;              // the spec is the stored decision's, not yet compiled in this process
 };
@@ -33,11 +33,10 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
 
 // The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
 // is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or
-// fit are skipped with a warning, those whose spec is in `rejected` silently. `far`, when given, receives the
-// nearest bucket's decision when it lies farther away than that.
+// fit are skipped with a warning, those whose spec is in `rejected` silently. Beyond that distance choose() tunes
+// under `bucket`: the family model's best variants when the family (or a sibling) has been tuned, else everything.
 std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
-                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
-                                    std::optional<Decision>* far = nullptr);
+                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected);
 
 // Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
 // When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale

@@ -64,6 +64,8 @@ std::string encode_decision(const Decision& d) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.3f", d.seconds);
   os << "seconds " << seconds << '\n';
+  if (d.measured) os << "measured " << to_string(*d.measured) << '\n';
+  if (!d.reason.empty() && d.reason.find('\n') == std::string::npos) os << "reason " << d.reason << '\n';
   for (const CandidateResult& c : d.ranking) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.5f", c.median_ms);
@@ -96,7 +98,16 @@ std::optional<Decision> decode_decision(const std::string& text) {
     std::size_t used = 0;
     d.seconds = std::stod(*seconds, &used);
     if (used != seconds->size()) return std::nullopt;
+    // Optional lines (absent from decisions stored before they existed), each at most once, before the candidates.
     while (std::getline(in, line)) {
+      if (d.ranking.empty() && !d.measured && line.rfind("measured ", 0) == 0) {
+        d.measured = parse_shape(line.substr(9));
+        continue;
+      }
+      if (d.ranking.empty() && d.reason.empty() && line.rfind("reason ", 0) == 0 && line.size() > 7) {
+        d.reason = line.substr(7);
+        continue;
+      }
       if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= 16) return std::nullopt;
       const std::string rest = line.substr(10);
       const auto space = rest.find(' ');
@@ -143,11 +154,17 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
 }
 
 std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family) {
+  return families_buckets(disk, {family});
+}
+
+std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::string>& families) {
   std::vector<Decision> out;
   if (!disk) return out;
   for (const DiskCache::Entry& e : disk->list())
     if (e.kind == kKind)
-      if (auto d = load_decision(disk, e.key); d && d->bucket && d->family == family) out.push_back(*d);
+      if (auto d = load_decision(disk, e.key);
+          d && d->bucket && std::find(families.begin(), families.end(), d->family) != families.end())
+        out.push_back(*d);
   return out;
 }
 

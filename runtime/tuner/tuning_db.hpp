@@ -41,16 +41,19 @@ struct Decision {
   bool bucket = false;                  // stored for the shape's bucket (else for the exact shape)
   Shape shape;                          // the bucket's shape, or the exact shape
   double seconds = 0;                   // how long tuning took
-  std::vector<CandidateResult> ranking; // the best candidates, fastest first
+  std::optional<Shape> measured;        // the shape the ranking was timed on (absent in older decisions)
+  std::string reason;                   // why these candidates were timed, one line ("" in older decisions)
+  std::vector<CandidateResult> ranking; // the best candidates (up to kRankingKept), fastest first
 };
+constexpr std::size_t kRankingKept = 8; // what a decision keeps of its ranking: the family model's observations
 // A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
 std::string encode_decision(const Decision& d);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
 std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
 double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of |log2 ratio| (sizes below 1 count as 1)
-// Up to this distance a borrowed decision is used as it is; farther, `bucket` checks it against the default spec
-// (two candidates, timed) before storing it for the new bucket, and `never` uses the default spec.
+// Up to this distance a borrowed decision is used as it is; farther, `bucket` tunes the new bucket (the family
+// model's candidates: family_model.hpp) and `never` uses the default spec.
 constexpr double kNearBucketDistance = 3.0;
 
 // The decision stored under `key`, if any (none without a disk cache). One that is stored but does not decode is
@@ -58,6 +61,8 @@ constexpr double kNearBucketDistance = 3.0;
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable = nullptr);
 // Every readable bucket decision of a family in the cache.
 std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family);
+// Every readable bucket decision of any of these families (the cache listed once).
+std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::string>& families);
 // Stores `decision` under `key`, replacing any.
 void put_decision(DiskCache& disk, const std::string& key, const Decision& decision);
 

@@ -1,0 +1,42 @@
+// The family model: what a new bucket of a tuned family is timed on, instead of the whole search space.
+//
+// Every stored decision keeps the timings of its best variants (up to kRankingKept) on the shape they were measured
+// on. The decisions that inform a problem are its family's and its siblings' (related_families): the same problem in
+// the other layouts, and for precision fast the exact family's too (every exact variant is valid at fast, so fast
+// is never slower than exact). A variant's throughput (terms/s = B·M·N·K per second) at a new shape is predicted as
+// the mean of its observed log-throughputs weighted by 2^-distance (bucket_distance between the shapes): near
+// measurements count most. The prediction depends only on the set of stored decisions, never on the order in which
+// they were made. A new bucket times the best predicted variants and the default, and stores the result as the
+// family's newest decision, so the family learns from every bucket it meets.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "jitbmm/kernel_spec.hpp"
+#include "runtime/tuner/tuning_db.hpp"
+
+namespace jitbmm {
+
+struct Prediction {
+  KernelSpec spec;             // fitted to the problem
+  double terms_per_second = 0; // predicted at the problem's shape
+  int observations = 0;        // timings it rests on
+};
+
+// The variants the decisions timed that fit `problem`, best predicted first (ties by spec text).
+std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Problem& problem);
+
+constexpr std::size_t kModelMinVariants = 3; // fewer timed variants that fit: tune the whole search space
+constexpr std::size_t kModelCandidates = 8;  // the most a new bucket times, besides the default
+
+// What a new bucket times: the kModelCandidates best predictions and `fallback` (the default spec); empty when fewer
+// than kModelMinVariants variants fit.
+std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& problem,
+                                         const KernelSpec& fallback);
+
+// The families whose decisions inform `problem`'s (its own first): a and b each row- or column-major and each
+// broadcast over the batch or not, with the problem's own output layout; for precision fast the same at exact.
+std::vector<std::string> related_families(const Problem& problem, const TuningDevice& device, Pass pass);
+
+} // namespace jitbmm

@@ -1,0 +1,180 @@
+// The family model (runtime/tuner/family_model.hpp): predictions from stored timings, independent of the order the
+// decisions were made in; the siblings that inform a problem; the decision text's new lines; and the policy replayed
+// over twelve shapes of a family in three orders on a stand-in GPU (a synthetic cost for every real candidate), each
+// choice within 5% of that GPU's best. The stand-in shows the logic, not a real GPU's figures (scripts/bench-tuner
+// measures those).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/autotune.hpp"
+#include "temp_dir.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+const TuningDevice kDevice{"Fake H100", "sm_90", "13.0", 132, 13000};
+
+Problem log_problem(Shape shape) {
+  Problem p;
+  p.shape = shape;
+  return p;
+}
+
+Decision timed(const Problem& p, const std::vector<std::pair<KernelSpec, double>>& ms) {
+  TuneReport report;
+  for (const auto& [spec, t] : ms) report.candidates.push_back({spec, t, "ok"});
+  report.best = ms.front().first;
+  Decision d = decision_from(p, kDevice, report);
+  d.bucket = true;
+  d.shape = shape_bucket(p.shape);
+  return d;
+}
+
+// The stand-in GPU: 132 SMs; a variant's time is a launch overhead plus waves of its output tiles, each at a rate of
+// its own (fixed per variant), so which variant wins depends on the shape (tile quantisation, waves, K).
+double stand_in_ms(const KernelSpec& v, const Shape& s) {
+  const bool tiles = v.strategy == Strategy::tiled || v.strategy == Strategy::split_k ||
+                     v.strategy == Strategy::exp_matmul;
+  const int64_t tm = tiles ? v.tile_m : std::max(1, v.threads() / 8), tn = tiles ? v.tile_n : 8;
+  const double blocks = double(s.B) * std::ceil(double(s.M) / tm) * std::ceil(double(s.N) / tn);
+  const double waves = std::ceil(blocks / 132.0);
+  const std::size_t h = std::hash<std::string>{}(to_string(v));
+  const double rate = 2e4 * (1.0 + double(h % 1000) / 1000.0); // tile-terms per microsecond
+  return 0.004 + waves * double(tm) * double(tn) * double(s.K) / rate * 1e-3;
+}
+
+} // namespace
+
+TEST_CASE("a decision's measured shape and reason round-trip, and a decision without them still decodes") {
+  const Problem p = log_problem({64, 512, 512, 512});
+  Decision d = timed(p, {{default_spec(p), 1.0}});
+  d.reason = "family model: the 9 best-predicted variants of 3 tuned buckets timed";
+  const auto back = decode_decision(encode_decision(d));
+  REQUIRE(back);
+  CHECK(back->measured == d.measured);
+  CHECK(*back->measured == p.shape);
+  CHECK(back->reason == d.reason);
+  Decision old = d;
+  old.measured.reset();
+  old.reason.clear();
+  const std::string text = encode_decision(old);
+  CHECK(text.find("measured") == std::string::npos);
+  const auto older = decode_decision(text);
+  REQUIRE(older);
+  CHECK_FALSE(older->measured);
+  CHECK(older->ranking.size() == 1);
+  // Each optional line at most once, and only before the candidates.
+  CHECK_FALSE(decode_decision(encode_decision(d) + "measured 1x1x1x1\n"));
+}
+
+TEST_CASE("the family model predicts from the nearest timings, whatever order the decisions came in") {
+  const Problem here = log_problem({64, 512, 512, 512});
+  const KernelSpec a = default_spec(here, Strategy::tiled), b = default_spec(here, Strategy::linear);
+  KernelSpec c = a;
+  c.min_blocks = 1;
+  REQUIRE(a != c);
+  // Near (the same shape): b beats a; far (a 64× smaller problem): a beats b by far. The near timings decide.
+  const Decision near = timed(here, {{b, 1.0}, {a, 2.0}, {c, 3.0}});
+  const Decision far = timed(log_problem({1, 512, 512, 512}), {{a, 0.001}, {c, 0.002}, {b, 1.0}});
+  std::vector<Decision> decisions = {near, far};
+  const std::vector<Prediction> first = predict(decisions, here);
+  REQUIRE(first.size() == 3);
+  CHECK(first[0].spec == b);
+  CHECK(first[0].observations == 2);
+  std::reverse(decisions.begin(), decisions.end());
+  const std::vector<Prediction> second = predict(decisions, here);
+  REQUIRE(second.size() == first.size());
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    CHECK(second[i].spec == first[i].spec);
+    CHECK(second[i].terms_per_second == doctest::Approx(first[i].terms_per_second));
+  }
+  // A variant that needed 64-bit indices there is the same variant here.
+  Decision wide = far;
+  for (CandidateResult& r : wide.ranking) r.spec.index64 = true;
+  CHECK(predict({near, wide}, here).size() == 3);
+  // Fewer than kModelMinVariants variants: no model, the whole space is tuned.
+  CHECK(model_candidates({timed(here, {{a, 1.0}, {b, 2.0}})}, here, default_spec(here)).empty());
+  const std::vector<KernelSpec> timed_specs = model_candidates({near}, here, default_spec(here));
+  CHECK(std::find(timed_specs.begin(), timed_specs.end(), default_spec(here)) != timed_specs.end());
+}
+
+TEST_CASE("a problem learns from its layout siblings, and fast from exact, never exact from fast") {
+  Problem p = log_problem({8, 64, 32, 48});
+  const std::vector<std::string> exact = related_families(p, kDevice, Pass::forward);
+  CHECK(exact.front() == tuning_family(p, kDevice));
+  CHECK(exact.size() == 16); // a and b: row- or column-major, broadcast or not
+  Problem transposed = p;
+  transposed.b_strides = column_major(p.shape.K, p.shape.N);
+  CHECK(std::find(exact.begin(), exact.end(), tuning_family(transposed, kDevice)) != exact.end());
+  p.precision = Precision::fast;
+  const std::vector<std::string> fast = related_families(p, kDevice, Pass::forward);
+  CHECK(fast.size() == 32);
+  for (const std::string& f : exact) CHECK(std::find(fast.begin(), fast.end(), f) != fast.end());
+  CHECK(std::find(exact.begin(), exact.end(), fast.front()) == exact.end()); // exact never learns from fast
+  // Different device: nothing shared.
+  TuningDevice other = kDevice;
+  other.sm_count = 114;
+  CHECK(related_families(p, other, Pass::forward).front() != fast.front());
+}
+
+TEST_CASE("twelve shapes of a family, in three orders, each run within 5% of the stand-in GPU's best") {
+  const std::vector<Shape> shapes = {{8, 32, 32, 32},     {64, 512, 512, 512},  {512, 128, 128, 128},
+                                     {4, 2048, 2048, 2048}, {64, 64, 1024, 64},  {1, 512, 4096, 512},
+                                     {16, 256, 256, 256},   {2, 1024, 1024, 1024}, {128, 64, 64, 64},
+                                     {32, 33, 17, 40},      {8, 1000, 300, 700},  {256, 32, 512, 32}};
+  const DeviceLimits limits{1024, 48 * 1024, 227 * 1024, true};
+  std::mt19937 rng(20261123);
+  for (int order = 0; order < 3; ++order) {
+    TempDir dir;
+    DiskCache disk(dir.path);
+    REQUIRE(disk.usable());
+    std::vector<Shape> visit = shapes;
+    std::shuffle(visit.begin(), visit.end(), rng);
+    int whole = 0, model = 0, reused = 0;
+    for (const Shape& shape : visit) {
+      const Problem p = log_problem(shape);
+      const std::vector<KernelSpec> space = tuning_candidates(p, limits);
+      REQUIRE(!space.empty());
+      double best = 1e300;
+      for (const KernelSpec& v : space) best = std::min(best, stand_in_ms(v, shape));
+      KernelSpec chosen;
+      // choose()'s cascade under policy bucket, with the stand-in's timings for autotune's.
+      if (auto c = stored_choice(&disk, p, kDevice, TunePolicy::bucket, Pass::forward, {})) {
+        chosen = c->spec;
+        ++reused;
+      } else {
+        std::vector<KernelSpec> timed_specs = model_candidates(
+            families_buckets(&disk, related_families(p, kDevice, Pass::forward)), p, default_spec(p));
+        const bool everything = timed_specs.empty();
+        if (everything) timed_specs = space;
+        (everything ? whole : model)++;
+        TuneReport report;
+        for (const KernelSpec& v : timed_specs) report.candidates.push_back({v, stand_in_ms(v, shape), "ok"});
+        report.best = std::min_element(report.candidates.begin(), report.candidates.end(), [](auto& x, auto& y) {
+                        return x.median_ms < y.median_ms;
+                      })->spec;
+        Decision d = decision_from(p, kDevice, report);
+        if (everything) put_decision(disk, tuning_key(p, kDevice, false), d);
+        d.bucket = true;
+        d.shape = shape_bucket(shape);
+        put_decision(disk, tuning_key(p, kDevice, true), d);
+        chosen = report.best;
+      }
+      INFO("order " << order << ", " << to_string(shape) << ": " << to_string(chosen));
+      CHECK(stand_in_ms(chosen, shape) <= 1.05 * best);
+    }
+    INFO("order " << order << ": " << whole << " whole, " << model << " model, " << reused << " reused");
+    CHECK(whole == 1); // only the family's first shape searches everything
+    MESSAGE("order " << order << ": " << whole << " searched everything, " << model << " timed the model's "
+                     << "candidates, " << reused << " reused a near decision");
+  }
+}
