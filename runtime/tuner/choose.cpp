@@ -145,8 +145,9 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       const std::vector<KernelSpec> timed = model_candidates(related, p, fallback);
       if (!timed.empty()) {
         TuneReport report = autotune(p, device, false, pass, timed);
-        report.reason = "family model: the " + std::to_string(timed.size()) + " best-predicted variants of " +
-                        std::to_string(related.size()) + " tuned buckets timed";
+        report.reason = "family model: " + std::to_string(timed.size()) +
+                        " variants timed, the best predicted from " + std::to_string(related.size()) +
+                        " tuned buckets and the default";
         store_decision(p, device, report, true, pass, false);
         return {report.best, report.reason, {}};
       }

@@ -57,7 +57,7 @@ double stand_in_ms(const KernelSpec& v, const Shape& s) {
 TEST_CASE("a decision's measured shape and reason round-trip, and a decision without them still decodes") {
   const Problem p = log_problem({64, 512, 512, 512});
   Decision d = timed(p, {{default_spec(p), 1.0}});
-  d.reason = "family model: the 9 best-predicted variants of 3 tuned buckets timed";
+  d.reason = "family model: 9 variants timed, the best predicted from 3 tuned buckets and the default";
   const auto back = decode_decision(encode_decision(d));
   REQUIRE(back);
   CHECK(back->measured == d.measured);
