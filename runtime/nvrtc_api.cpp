@@ -12,6 +12,14 @@ namespace jitbmm {
 
 namespace {
 
+// `path` without ../ and links (the file itself), or "" when it cannot be resolved.
+std::string real_path(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  const std::string out = real ? real : "";
+  std::free(real);
+  return out;
+}
+
 // The folder holding this code's file: libjitbmm.so, libjitbmm_c.so, or the wheel's CLI (jitbmm/jitbmm-cli, linked
 // statically, for which the loader reports argv[0], so the executable's real path is read instead); "" when it
 // cannot be told.
@@ -20,10 +28,7 @@ std::string own_folder() {
   if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return "";
   std::string path = info.dli_fname;
   if (path.find('/') == std::string::npos) path = "/proc/self/exe"; // the main program, started through PATH
-  char* real = realpath(path.c_str(), nullptr);
-  if (!real) return "";
-  path = real;
-  std::free(real);
+  path = real_path(path);
   const std::size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash);
 }
@@ -65,9 +70,8 @@ NvrtcApi load_nvrtc(const std::string& path) {
 #undef JITBMM_RESOLVE
   link_map* map = nullptr; // the file the loader chose for a bare soname
   if (dlinfo(api.handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) {
-    char* real = realpath(map->l_name, nullptr); // without ../ and links: the file itself
-    api.library = real ? real : map->l_name;
-    std::free(real);
+    const std::string real = real_path(map->l_name);
+    api.library = real.empty() ? map->l_name : real;
   }
   return api;
 }
