@@ -88,9 +88,9 @@ void check(const KernelSpec& spec, const Problem& p) {
 
 bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(p); }
 
-// FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes.
-// The wgmma forms are not offered yet: they compile (tests/nvrtc) but have not run on a GPU; the tuner gets them
-// once the GPU suites have passed them (the tuner filters them to sm_90 by DeviceLimits::wgmma already).
+// FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes,
+// through mma.sync on every GPU and through wgmma on sm_90 (the tuner drops those elsewhere: DeviceLimits::wgmma).
+// The wgmma tiles are the ones that won a product somewhere in scripts/gpu-wgmma's H100 table (bench/RESULTS.md).
 std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   std::vector<KernelSpec> out;
   const Shape& s = p.shape;
@@ -106,6 +106,12 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     if (m == Math::tf32 && p.precision != Precision::fast) continue;
     base.math = m;
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
+  }
+  base.math = Math::wgmma_tf32x3;
+  add_tiles(out, base, {{128, 128, 16, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
+  if (p.precision == Precision::fast) {
+    base.math = Math::wgmma_tf32;
+    add_tiles(out, base, {{128, 256, 16, 2, 64, 1}, {128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
   }
   return out;
 }

@@ -100,13 +100,16 @@ const CandidateResult& rank(std::vector<CandidateResult>& candidates, const Tria
 
 } // namespace
 
+std::vector<KernelSpec> device_candidates(const Problem& p, const DeviceInfo& device, Pass pass) {
+  return tuning_candidates(p, device_limits(device), pass);
+}
+
 TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass,
                     const std::vector<KernelSpec>& only) {
   const auto t0 = std::chrono::steady_clock::now();
   ScopedContext scope(device.context);
   TuneReport report;
-  for (const KernelSpec& spec :
-       only.empty() ? tuning_candidates(p, device_limits(device), pass) : only)
+  for (const KernelSpec& spec : only.empty() ? device_candidates(p, device, pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
   compile_candidates(device, report.candidates, compile_threads());
 

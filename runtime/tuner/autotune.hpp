@@ -26,6 +26,10 @@ struct TuneReport {
 TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
                     const std::vector<KernelSpec>& candidates = {});
 
+// The candidates autotune times for `problem` on `device` when none are given (tuning_candidates, bounded by what
+// the device allows).
+std::vector<KernelSpec> device_candidates(const Problem& problem, const DeviceInfo& device, Pass pass = Pass::forward);
+
 // The decision a tuning result makes for the exact shape: its winner, and its ranking (fastest first, up to
 // kRankingKept) measured on that shape.
 Decision decision_from(const Problem& problem, const TuningDevice& device, const TuneReport& report,

@@ -142,7 +142,9 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
       // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
       const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
-      const std::vector<KernelSpec> timed = model_candidates(related, p, fallback);
+      const std::vector<KernelSpec> timed =
+          model_candidates(related, p, fallback,
+                           untimed_variants(related, p, td, pass, device_candidates(problem, device, pass)));
       if (!timed.empty()) {
         TuneReport report = autotune(p, device, false, pass, timed);
         report.reason = "family model: " + std::to_string(timed.size()) +

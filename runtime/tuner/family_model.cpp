@@ -43,12 +43,31 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
 }
 
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& p,
-                                         const KernelSpec& fallback) {
+                                         const KernelSpec& fallback, const std::vector<KernelSpec>& untimed) {
   const std::vector<Prediction> ranked = predict(decisions, p);
   if (ranked.size() < kModelMinVariants) return {};
   std::vector<KernelSpec> out;
   for (std::size_t i = 0; i < ranked.size() && i < kModelCandidates; ++i) out.push_back(ranked[i].spec);
-  if (std::find(out.begin(), out.end(), fallback) == out.end()) out.push_back(fallback);
+  out.push_back(fallback);
+  out.insert(out.end(), untimed.begin(), untimed.end());
+  std::vector<KernelSpec> once;
+  for (const KernelSpec& s : out)
+    if (std::find(once.begin(), once.end(), s) == once.end()) once.push_back(s);
+  return once;
+}
+
+std::vector<KernelSpec> untimed_variants(const std::vector<Decision>& decisions, const Problem& p,
+                                         const TuningDevice& device, Pass pass, const std::vector<KernelSpec>& space) {
+  if (p.precision == Precision::exact) return {};
+  Problem exact = p;
+  exact.precision = Precision::exact;
+  const std::vector<std::string> exact_families = related_families(exact, device, pass);
+  for (const Decision& d : decisions)
+    if (std::find(exact_families.begin(), exact_families.end(), d.family) == exact_families.end())
+      return {}; // a decision made at this precision has had the chance to time them
+  std::vector<KernelSpec> out;
+  for (const KernelSpec& s : space)
+    if (!fitting(s, exact)) out.push_back(s);
   return out;
 }
 

@@ -30,10 +30,16 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
 constexpr std::size_t kModelMinVariants = 3; // fewer timed variants that fit: tune the whole search space
 constexpr std::size_t kModelCandidates = 8;  // the most a new bucket times, besides the default
 
-// What a new bucket times: the kModelCandidates best predictions and `fallback` (the default spec); empty when fewer
-// than kModelMinVariants variants fit.
+// What a new bucket times: the kModelCandidates best predictions, `fallback` (the default spec) and `untimed`
+// (untimed_variants); empty when fewer than kModelMinVariants variants fit.
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& problem,
-                                         const KernelSpec& fallback);
+                                         const KernelSpec& fallback, const std::vector<KernelSpec>& untimed = {});
+
+// The variants of `space` (the problem's search space) that none of the decisions could have timed, so the model
+// knows nothing of them: for precision fast informed by exact decisions alone, the variants only fast allows (one
+// TF32 product per term). Without them fast would only ever run exact's variants.
+std::vector<KernelSpec> untimed_variants(const std::vector<Decision>& decisions, const Problem& problem,
+                                         const TuningDevice& device, Pass pass, const std::vector<KernelSpec>& space);
 
 // The families whose decisions inform `problem`'s (its own first): a and b each row- or column-major and each
 // broadcast over the batch or not, with the problem's own output layout; for precision fast the same at exact.

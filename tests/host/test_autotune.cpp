@@ -75,6 +75,18 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   for (const KernelSpec& s : fast_candidates) CHECK_NOTHROW(check_spec_fits(s, fast));
   CHECK_FALSE(
       has_math(tuning_candidates(problem(Semiring::max_plus, DType::f32, {64, 512, 512, 512}), h100), Math::fma));
+  // The wgmma forms: only on a GPU that has wgmma and room for their stages; 1xTF32 only at fast there too.
+  CHECK_FALSE(has_math(big, Math::wgmma_tf32x3));
+  DeviceLimits hopper = h100;
+  hopper.max_dynamic_shared_bytes = 227 * 1024, hopper.wgmma = true;
+  const auto hopper_exact = tuning_candidates(problem(Semiring::log, DType::f32, {64, 512, 512, 512}), hopper);
+  CHECK(has_math(hopper_exact, Math::wgmma_tf32x3));
+  CHECK_FALSE(has_math(hopper_exact, Math::wgmma_tf32));
+  CHECK(hopper_exact.size() <= 32);
+  const auto hopper_fast = tuning_candidates(fast, hopper);
+  CHECK(has_math(hopper_fast, Math::wgmma_tf32));
+  CHECK(has_math(hopper_fast, Math::wgmma_tf32x3)); // every exact variant is valid at fast
+  for (const KernelSpec& s : hopper_fast) CHECK_NOTHROW(check_spec_fits(s, fast));
   const auto f64_candidates = tuning_candidates(problem(Semiring::log, DType::f64, {8, 256, 256, 256}), h100);
   CHECK(has_math(f64_candidates, Math::fma));
   CHECK_FALSE(has_math(f64_candidates, Math::tf32x3));

@@ -126,6 +126,32 @@ TEST_CASE("a problem learns from its layout siblings, and fast from exact, never
   CHECK(related_families(p, other, Pass::forward).front() != fast.front());
 }
 
+TEST_CASE("fast informed by exact alone also times the variants only fast allows; once fast has decided, not") {
+  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
+  const Problem exact = log_problem({64, 512, 512, 512});
+  Problem fast = exact;
+  fast.precision = Precision::fast;
+  const std::vector<KernelSpec> space = tuning_candidates(fast, hopper);
+  std::vector<KernelSpec> fast_only;
+  for (const KernelSpec& s : space)
+    if (!fitting(s, exact)) fast_only.push_back(s);
+  REQUIRE(fast_only.size() >= 2); // tf32 and wgmma_tf32 tiles
+  for (const KernelSpec& s : fast_only) CHECK(single_tf32(s.math));
+  std::vector<std::pair<KernelSpec, double>> exact_times;
+  for (const KernelSpec& s : tuning_candidates(exact, hopper)) exact_times.push_back({s, 1.0 + exact_times.size()});
+  const std::vector<Decision> from_exact = {timed(exact, exact_times)};
+  CHECK(untimed_variants(from_exact, exact, kDevice, Pass::forward, tuning_candidates(exact, hopper)).empty());
+  const std::vector<KernelSpec> untimed = untimed_variants(from_exact, fast, kDevice, Pass::forward, space);
+  CHECK(untimed == fast_only);
+  const std::vector<KernelSpec> timed_specs = model_candidates(from_exact, fast, default_spec(fast), untimed);
+  for (const KernelSpec& s : fast_only)
+    CHECK(std::find(timed_specs.begin(), timed_specs.end(), s) != timed_specs.end());
+  CHECK(timed_specs.size() <= kModelCandidates + 1 + fast_only.size());
+  // A decision of fast's own family (whatever it ranked) has had the chance to time them.
+  const std::vector<Decision> with_fast = {from_exact[0], timed(fast, {{fast_only[0], 0.5}, {exact_times[0].first, 1.0}})};
+  CHECK(untimed_variants(with_fast, fast, kDevice, Pass::forward, space).empty());
+}
+
 TEST_CASE("twelve shapes of a family, in three orders, each run within 5% of the stand-in GPU's best") {
   const std::vector<Shape> shapes = {{8, 32, 32, 32},     {64, 512, 512, 512},  {512, 128, 128, 128},
                                      {4, 2048, 2048, 2048}, {64, 64, 1024, 64},  {1, 512, 4096, 512},
