@@ -40,12 +40,28 @@ def exp_matmul(a, b):
     return torch.log(torch.bmm(torch.exp(a - ra), torch.exp(b - cb))) + ra + cb
 
 
-def peers(semiring):
-    out = {"jitbmm": lambda a, b: jt.semiring_bmm(a, b, semiring), "torch naive": naive(semiring),
-           "torch.compile": torch.compile(naive(semiring), dynamic=False)}
+def exp_matmul_tf32(a, b):
+    """The trick with cuBLAS allowed TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32), as a
+    practitioner who turns TF32 on gets it; the setting is restored after the call."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return exp_matmul(a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+PEERS = ("jitbmm", "torch naive", "torch.compile", "exp-matmul (inexact)", "exp-matmul TF32 (inexact)")
+
+
+def peers(semiring, precision, wanted):
+    out = {"jitbmm": lambda a, b: jt.semiring_bmm(a, b, semiring, precision=precision), "torch naive": naive(semiring)}
+    if "torch.compile" in wanted:  # compiled lazily, on its first call, but made only when asked for
+        out["torch.compile"] = torch.compile(naive(semiring), dynamic=False)
     if semiring == "log":
         out["exp-matmul (inexact)"] = exp_matmul
-    return out
+        out["exp-matmul TF32 (inexact)"] = exp_matmul_tf32
+    return {name: fn for name, fn in out.items() if name in wanted}
 
 
 def measure(fn, a, b, backward, reps):
@@ -88,7 +104,14 @@ def main():
     ap.add_argument("--out", default="bench/compare")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--tune", default="bucket", help="jitbmm tuning policy for the run (never, bucket, exact)")
+    ap.add_argument("--precision", default="exact", choices=("exact", "fast"), help="jitbmm's precision")
+    ap.add_argument("--peers", default=",".join(PEERS[:4]),
+                    help=f"comma-separated, from: {', '.join(PEERS)} (jitbmm is one of them)")
     args = ap.parse_args()
+    wanted = args.peers.split(",")
+    unknown = [p for p in wanted if p not in PEERS]
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(unknown)} (expected some of: {', '.join(PEERS)})")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     jitbmm.set_tune_policy(args.tune)
@@ -99,7 +122,7 @@ def main():
     for semiring in args.semirings.split(","):
         for shape_text in args.shapes.split(","):
             torch._dynamo.reset()
-            fns = peers(semiring)  # a fresh torch.compile per shape: each one compiles for its own shape
+            fns = peers(semiring, args.precision, wanted)  # a fresh torch.compile per shape: its own shape
             B, M, K, N = parse_shape(shape_text)
             terms = B * M * K * N
             torch.manual_seed(0)
@@ -108,12 +131,14 @@ def main():
             if semiring == "log":  # one exact check per shape: jitbmm against float64
                 want = naive("log")(a.detach().double()[:1], b.detach().double()[:1]) if M * K * N <= 2**27 else None
                 if want is not None:
-                    got = jt.logbmm(a[:1], b[:1]).double()
+                    got = jt.semiring_bmm(a[:1], b[:1], "log", precision=args.precision).double()
                     err = ((got - want).abs() / want.abs().clamp(min=1)).max().item()
-                    print(f"check {semiring} {shape_text}: max rel. error vs float64 {err:.2e}", flush=True)
+                    print(f"check {semiring} {shape_text} {args.precision}: max rel. error vs float64 {err:.2e}",
+                          flush=True)
             for name, fn in fns.items():
                 for backward in (False, True):
-                    row = {"semiring": semiring, "shape": shape_text, "terms": terms, "impl": name,
+                    row = {"semiring": semiring, "shape": shape_text, "terms": terms,
+                           "impl": f"jitbmm {args.precision}" if name == "jitbmm" else name,
                            "pass": "fwd+bwd" if backward else "fwd"}
                     t0 = time.time()
                     try:
