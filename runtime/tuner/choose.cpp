@@ -144,7 +144,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
       const std::vector<KernelSpec> timed =
           model_candidates(related, p, fallback,
-                           untimed_variants(related, p, td, pass, device_candidates(problem, device, pass)));
+                           untimed_variants(related, p, device_candidates(problem, device, pass)));
       if (!timed.empty()) {
         TuneReport report = autotune(p, device, false, pass, timed);
         report.reason = "family model: " + std::to_string(timed.size()) +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "runtime/tuner/search_space.hpp"
 
@@ -17,9 +18,10 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
   std::map<std::string, Sum> by_variant; // keyed by the fitted spec's text: one entry per variant
   for (const Decision& d : decisions) {
     const Shape measured = d.measured.value_or(d.shape);
-    const double terms = static_cast<double>(measured.B) * static_cast<double>(measured.M) *
-                         static_cast<double>(measured.N) * static_cast<double>(measured.K);
     const double weight = std::exp2(-bucket_distance(measured, p.shape));
+    double best_ms = 0; // the decision's fastest: each variant counts as its speed relative to it
+    for (const CandidateResult& c : d.ranking)
+      if (c.median_ms > 0 && (best_ms == 0 || c.median_ms < best_ms)) best_ms = c.median_ms;
     for (const CandidateResult& c : d.ranking) {
       if (!(c.median_ms > 0)) continue;
       KernelSpec plain = c.spec;
@@ -29,7 +31,7 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
       Sum& sum = by_variant[to_string(*spec)];
       sum.spec = *spec;
       sum.weight += weight;
-      sum.weighted_log += weight * std::log(terms / (c.median_ms * 1e-3));
+      sum.weighted_log += weight * std::log(best_ms / c.median_ms);
       ++sum.observations;
     }
   }
@@ -37,13 +39,15 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
   for (const auto& [text, sum] : by_variant)
     out.push_back({sum.spec, std::exp(sum.weighted_log / sum.weight), sum.observations});
   std::stable_sort(out.begin(), out.end(), [](const Prediction& x, const Prediction& y) {
-    return x.terms_per_second > y.terms_per_second;
+    return x.relative_speed > y.relative_speed;
   }); // the map's order (spec text) breaks ties
   return out;
 }
 
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& p,
                                          const KernelSpec& fallback, const std::vector<KernelSpec>& untimed) {
+  const Shape& shape = p.shape;
+  if (double(shape.B) * double(shape.M) * double(shape.N) * double(shape.K) < kModelMinTerms) return {};
   const std::vector<Prediction> ranked = predict(decisions, p);
   if (ranked.size() < kModelMinVariants) return {};
   std::vector<KernelSpec> out;
@@ -57,17 +61,17 @@ std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions,
 }
 
 std::vector<KernelSpec> untimed_variants(const std::vector<Decision>& decisions, const Problem& p,
-                                         const TuningDevice& device, Pass pass, const std::vector<KernelSpec>& space) {
-  if (p.precision == Precision::exact) return {};
-  Problem exact = p;
-  exact.precision = Precision::exact;
-  const std::vector<std::string> exact_families = related_families(exact, device, pass);
+                                         const std::vector<KernelSpec>& space) {
+  std::set<std::string> timed;
   for (const Decision& d : decisions)
-    if (std::find(exact_families.begin(), exact_families.end(), d.family) == exact_families.end())
-      return {}; // a decision made at this precision has had the chance to time them
+    for (const CandidateResult& c : d.ranking) {
+      KernelSpec plain = c.spec;
+      plain.index64 = false;
+      if (const std::optional<KernelSpec> spec = fitting(plain, p)) timed.insert(to_string(*spec));
+    }
   std::vector<KernelSpec> out;
   for (const KernelSpec& s : space)
-    if (!fitting(s, exact)) out.push_back(s);
+    if (!timed.count(to_string(s))) out.push_back(s);
   return out;
 }
 

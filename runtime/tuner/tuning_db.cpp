@@ -108,7 +108,7 @@ std::optional<Decision> decode_decision(const std::string& text) {
         d.reason = line.substr(7);
         continue;
       }
-      if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= 16) return std::nullopt;
+      if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= kRankingKept) return std::nullopt;
       const std::string rest = line.substr(10);
       const auto space = rest.find(' ');
       if (space == std::string::npos) return std::nullopt;

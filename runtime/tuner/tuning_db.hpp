@@ -43,9 +43,10 @@ struct Decision {
   double seconds = 0;                   // how long tuning took
   std::optional<Shape> measured;        // the shape the ranking was timed on (absent in older decisions)
   std::string reason;                   // why these candidates were timed, one line ("" in older decisions)
-  std::vector<CandidateResult> ranking; // the best candidates (up to kRankingKept), fastest first
+  std::vector<CandidateResult> ranking; // every candidate timed (up to kRankingKept), fastest first
 };
-constexpr std::size_t kRankingKept = 8; // what a decision keeps of its ranking: the family model's observations
+constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking: the family model's observations
+                                         // (every variant: the H100 search spaces recorded hold 14 to 33)
 // A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
 std::string encode_decision(const Decision& d);
 std::optional<Decision> decode_decision(const std::string& text);
