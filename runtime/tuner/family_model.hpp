@@ -30,11 +30,13 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
 
 constexpr std::size_t kModelMinVariants = 3; // fewer timed variants that fit: tune the whole search space
 constexpr double kModelMinTerms = 1 << 22;    // smaller problems (B·M·N·K) time the whole space: microseconds each
+constexpr double kModelMaxDistance = 12;      // no decision nearer (bucket_distance): the whole space, too
 constexpr std::size_t kModelCandidates = 12; // the most a new bucket times, besides the default and the untimed
 
 // What a new bucket times: the kModelCandidates best predictions, `fallback` (the default spec) and `untimed`
-// (untimed_variants); empty (time everything) when fewer than kModelMinVariants variants fit or the problem is smaller
-// than kModelMinTerms, where a launch takes microseconds and the best variant is often one large shapes rank low.
+// (untimed_variants); empty (time everything) when fewer than kModelMinVariants variants fit, when the problem is
+// smaller than kModelMinTerms (a launch takes microseconds, and the best variant is often one large shapes rank low),
+// or when no decision lies within kModelMaxDistance (far shapes rank variants too differently to predict from).
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& problem,
                                          const KernelSpec& fallback, const std::vector<KernelSpec>& untimed = {});
 

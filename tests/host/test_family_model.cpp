@@ -258,7 +258,7 @@ TEST_CASE("twelve shapes of a family, in three orders, each run within 5% of the
   }
 }
 
-TEST_CASE("the policy replayed on an H100's recorded timings: 13 problems, three orders, at most one run 5% off") {
+TEST_CASE("the policy replayed on an H100's recorded timings: 13 problems, three orders, within 5% of each best") {
   const auto tunes = recorded_tunes(JITBMM_H100_TUNES);
   REQUIRE(tunes.size() == 13);
   std::mt19937 rng(20261124);
@@ -294,9 +294,8 @@ TEST_CASE("the policy replayed on an H100's recorded timings: 13 problems, three
   MESSAGE(slower << " of " << runs << " runs more than 5% slower than their problem's best; " << how[How::whole]
                  << " searched everything, " << how[How::model] << " timed the model's candidates, " << how[How::reused]
                  << " reused a near decision");
-  // Each order: the first of each family (log f32 fast learns from exact) and the two 8x32^3 problems.
-  CHECK(how[How::whole] <= 3 * (4 + 2));
-  // The target is every run within 5%; the model misses it once (exact 4x2048^3 visited when only far, small-M
-  // shapes of its family were tuned: 2.28 ms against 2.00). More than one is a regression.
-  CHECK(slower <= 1);
+  // Each order: the first of each family (log f32 fast learns from exact), the two 8x32^3 problems, and the few with
+  // no decision within kModelMaxDistance (these 13 problems lie far apart: 3 of them over the three orders).
+  CHECK(how[How::whole] <= 3 * (4 + 2) + 3);
+  CHECK(slower == 0);
 }
