@@ -149,7 +149,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
         TuneReport report = autotune(p, device, false, pass, timed);
         report.reason = "family model: " + std::to_string(timed.size()) +
                         " variants timed, the best predicted from " + std::to_string(related.size()) +
-                        " tuned buckets and the default";
+                        " tuned buckets, the default and any no bucket timed";
         store_decision(p, device, report, true, pass, false);
         return {report.best, report.reason, {}};
       }

@@ -9,6 +9,16 @@
 
 namespace jitbmm {
 
+namespace {
+
+// A variant a decision timed, as it would run `p`: the same variant whichever index width it needed there.
+std::optional<KernelSpec> fitted_here(KernelSpec spec, const Problem& p) {
+  spec.index64 = false;
+  return fitting(spec, p);
+}
+
+} // namespace
+
 std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Problem& p) {
   struct Sum {
     KernelSpec spec;
@@ -24,9 +34,7 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
       if (c.median_ms > 0 && (best_ms == 0 || c.median_ms < best_ms)) best_ms = c.median_ms;
     for (const CandidateResult& c : d.ranking) {
       if (!(c.median_ms > 0)) continue;
-      KernelSpec plain = c.spec;
-      plain.index64 = false; // a variant is the same whichever index width it needed there
-      const std::optional<KernelSpec> spec = fitting(plain, p);
+      const std::optional<KernelSpec> spec = fitted_here(c.spec, p);
       if (!spec) continue;
       Sum& sum = by_variant[to_string(*spec)];
       sum.spec = *spec;
@@ -68,11 +76,8 @@ std::vector<KernelSpec> untimed_variants(const std::vector<Decision>& decisions,
                                          const std::vector<KernelSpec>& space) {
   std::set<std::string> timed;
   for (const Decision& d : decisions)
-    for (const CandidateResult& c : d.ranking) {
-      KernelSpec plain = c.spec;
-      plain.index64 = false;
-      if (const std::optional<KernelSpec> spec = fitting(plain, p)) timed.insert(to_string(*spec));
-    }
+    for (const CandidateResult& c : d.ranking)
+      if (const std::optional<KernelSpec> spec = fitted_here(c.spec, p)) timed.insert(to_string(*spec));
   std::vector<KernelSpec> out;
   for (const KernelSpec& s : space)
     if (!timed.count(to_string(s))) out.push_back(s);
