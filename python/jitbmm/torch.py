@@ -315,6 +315,16 @@ def _check(a, b, semiring):
                          f"{b.shape[-1]}]: a's last dimension must equal b's second to last")
 
 
+def _broadcast(x, y):
+    """The batch shape x and y broadcast to, as torch.matmul's. (torch.broadcast_shapes would do, but its first
+    call imports sympy: 2.7 s of a first call on an H100 machine.)"""
+    n = max(len(x), len(y))
+    px, py = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    if any(p != q and p != 1 and q != 1 for p, q in zip(px, py)):
+        raise ValueError(f"shape: batch dimensions {x} and {y} do not broadcast")
+    return torch.Size(q if p == 1 else p for p, q in zip(px, py))
+
+
 def _matrices(t, batch, rows, cols):
     """t as one matrix shared by every batch (2-D: its batch dimensions are all 1 or all stride 0), else as
     [B, rows, cols] over the broadcast batch shape (a view where the strides allow, else a copy). Autograd carries
@@ -403,11 +413,7 @@ def _general(a, b, semiring, precision, key):
     if precision not in ("exact", "fast"):
         raise ValueError(f"precision: unsupported {precision!r} (expected 'exact' or 'fast')")
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError as e:
-        raise ValueError(f"shape: batch dimensions {tuple(a.shape[:-2])} and {tuple(b.shape[:-2])} do not "
-                         f"broadcast") from e
+    batch = _broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     # Under torch.no_grad() (forward runs with grad mode off, so this is decided here) nothing is saved for a
     # backward: the selecting semirings then skip the argmax.
     wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
