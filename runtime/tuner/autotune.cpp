@@ -1,5 +1,5 @@
 // The autotuner's run: the compile pool (parallel NVRTC through the kernel cache), the first timing pass over the
-// correct candidates, the re-timing of the best three, and the stored decision.
+// correct candidates, the re-timing of the leaders, and the stored decision.
 #include "runtime/tuner/autotune.hpp"
 
 #include <algorithm>
@@ -76,8 +76,13 @@ void verify_and_time(std::vector<CandidateResult>& candidates, const Trial& tria
   }
 }
 
-// Re-times the best three interleaved, so drift between the first pass's measurements cannot decide; their
-// median_ms become the new timings (the middle of three rounds). Returns the fastest.
+// The first pass's candidates re-timed: every one within kRetimeWithin of its best, at most kRetimedMost of them (at
+// least the best three), so that one slow first measurement of the true winner (clock or power drift) cannot drop it.
+constexpr double kRetimeWithin = 1.3;
+constexpr std::size_t kRetimedMost = 8;
+
+// Re-times the first pass's leaders (above) interleaved, so drift between the first pass's measurements cannot
+// decide; their median_ms become the new timings (the middle of three rounds). Returns the fastest.
 const CandidateResult& rank(std::vector<CandidateResult>& candidates, const Trial& trial, const L2Flush& flush,
                             const std::string& what) {
   std::vector<CandidateResult*> timed;
@@ -85,7 +90,11 @@ const CandidateResult& rank(std::vector<CandidateResult>& candidates, const Tria
     if (c.median_ms >= 0) timed.push_back(&c);
   if (timed.empty()) throw std::runtime_error("autotune: no correct candidate for " + what);
   std::sort(timed.begin(), timed.end(), [](auto* x, auto* y) { return x->median_ms < y->median_ms; });
-  timed.resize(std::min<std::size_t>(3, timed.size()));
+  std::size_t leaders = std::min<std::size_t>(3, timed.size());
+  while (leaders < std::min(kRetimedMost, timed.size()) &&
+         timed[leaders]->median_ms <= kRetimeWithin * timed.front()->median_ms)
+    ++leaders;
+  timed.resize(leaders);
   std::vector<std::vector<double>> again(timed.size());
   for (int round = 0; round < 3; ++round)
     for (std::size_t i = 0; i < timed.size(); ++i) again[i].push_back(time_candidate(trial, flush, timed[i]->spec, 3));

@@ -1,5 +1,5 @@
 // The autotuner's run: compile the candidates in parallel, check each against the CPU reference, time the correct
-// ones, rank them (the best three re-timed interleaved), and store the winner as a decision.
+// ones, rank them (the leaders re-timed interleaved), and store the winner as a decision.
 #pragma once
 
 #include <string>
@@ -19,8 +19,8 @@ struct TuneReport {
 };
 
 // Compiles the candidates on all cores, checks each one's output against the CPU reference on sampled elements,
-// times the correct ones (median of repetitions, L2 flushed between them), re-times the best three interleaved,
-// and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
+// times the correct ones (median of repetitions, L2 flushed between them), re-times the leaders interleaved (the
+// best three, and up to eight within 30% of the best), and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
 // Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
 // `candidates`, when given, replaces the enumeration (a quick check between a few specs).
 TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
