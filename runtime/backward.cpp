@@ -163,8 +163,11 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
     throw std::invalid_argument(std::string("argmax: the ") + semiring_info(p.semiring).name +
                                 " backward takes no argmax");
   ScopedContext scope(im.device->context); // also for choosing the passes' kernels on first use
-  const BackwardWork w = backward_work(im, want_a, want_b, argmax != nullptr);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const BackwardWork w = [&] {
+    const TuningHold hold(stream_is_capturing(cu_stream));
+    return backward_work(im, want_a, want_b, argmax != nullptr);
+  }();
   Scratch scratch(*im.device, workspace, w.scratch_bytes, cu_stream);
   // The selecting semirings route G through the forward's argmax; without one, a forward pass with argmax
   // recomputes it into scratch.
@@ -185,8 +188,9 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   }
 }
 
-std::size_t SemiringBMM::backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given) const {
+std::size_t SemiringBMM::backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given, Stream stream) const {
   ScopedContext scope(impl_->device->context);
+  const TuningHold hold(stream_is_capturing(stream));
   return backward_work(*impl_, grad_a, grad_b, argmax_given).scratch_bytes;
 }
 

@@ -160,6 +160,15 @@ jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** pl
   });
 }
 
+jitbmm_status jitbmm_plan_create_on_stream(const jitbmm_problem* problem, void* stream, jitbmm_plan** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    const jitbmm::Problem p = to_problem(problem);
+    *plan = new jitbmm_plan{jitbmm::SemiringBMM::get(p, static_cast<jitbmm::Stream>(stream))};
+  });
+}
+
 jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
                               void* stream) {
   return guarded([&] {
@@ -191,6 +200,16 @@ jitbmm_status jitbmm_plan_backward_workspace_bytes(const jitbmm_plan* plan, int 
     require(plan, "plan");
     require(bytes, "bytes");
     *bytes = plan->plan.backward_workspace_bytes(grad_a != 0, grad_b != 0, argmax_given != 0);
+  });
+}
+
+jitbmm_status jitbmm_plan_backward_workspace_bytes_on_stream(const jitbmm_plan* plan, int grad_a, int grad_b,
+                                                             int argmax_given, void* stream, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.backward_workspace_bytes(grad_a != 0, grad_b != 0, argmax_given != 0,
+                                                 static_cast<jitbmm::Stream>(stream));
   });
 }
 

@@ -72,6 +72,14 @@ std::shared_ptr<const DeviceInfo> current_device() {
   return slot;
 }
 
+bool stream_is_capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = driver().cuStreamIsCapturing(stream, &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  check(r, "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE; // active, or invalidated (still capturing until it ends)
+}
+
 ScopedContext::ScopedContext(CUcontext ctx) {
   CUcontext current = nullptr;
   check(driver().cuCtxGetCurrent(&current), "cuCtxGetCurrent");

@@ -28,6 +28,11 @@ struct DeviceInfo {
 // Throws NoDriverError without a driver and CudaError when the device cannot be used.
 std::shared_ptr<const DeviceInfo> current_device();
 
+// Whether work enqueued on `stream` would be captured into a CUDA graph rather than run: the stream is capturing, or
+// it is the legacy default stream while another stream of its context captures (which makes it unusable as well).
+// The tuner must not run then (it allocates, launches and synchronises; runtime/tuner/policy.hpp).
+bool stream_is_capturing(CUstream stream);
+
 // Makes `ctx` current for this scope if it is not already (RAII push/pop).
 class ScopedContext {
 public:

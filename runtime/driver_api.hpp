@@ -37,6 +37,7 @@ enum CUresult : int {
   CUDA_ERROR_OUT_OF_MEMORY = 2,
   CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
 };
 
 enum CUdevice_attribute : int {
@@ -56,6 +57,12 @@ enum CUfunction_attribute : int {
 enum CUmemPool_attribute : int {
   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
   CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+};
+
+enum CUstreamCaptureStatus : int {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
 };
 
 enum CUmemAllocationType : int { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
@@ -118,6 +125,7 @@ constexpr unsigned int CU_EVENT_DEFAULT = 0;
   X(cuMemsetD8Async, cuMemsetD8Async,                                                                                  \
     (CUdeviceptr destination, unsigned char value, std::size_t count, CUstream stream))                                \
   X(cuStreamSynchronize, cuStreamSynchronize, (CUstream stream))                                                       \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status))                       \
   X(cuStreamCreate, cuStreamCreate, (CUstream * stream, unsigned int flags))                                           \
   X(cuStreamDestroy, cuStreamDestroy_v2, (CUstream stream))                                                            \
   X(cuMemFreeAsync, cuMemFreeAsync, (CUdeviceptr pointer, CUstream stream))                                            \

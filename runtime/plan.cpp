@@ -32,6 +32,14 @@ SemiringBMM SemiringBMM::get(const Problem& problem) {
   return *plan;
 }
 
+SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
+  validate(problem);
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  const TuningHold hold(stream_is_capturing(stream));
+  return get(problem);
+}
+
 SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   check_spec_fits(spec, problem);
   auto impl = std::make_shared<Impl>();

@@ -57,6 +57,9 @@ int jitbmm_dtype_size(int index);         /* bytes per element */
 
 /* A plan for the device current on this thread (see the README). */
 jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan);
+/* The same, for calls on `stream`: while it is being captured into a CUDA graph nothing is tuned (a stored decision
+ * or the default variant is used; a plan made later outside the capture tunes as usual). */
+jitbmm_status jitbmm_plan_create_on_stream(const jitbmm_problem* problem, void* stream, jitbmm_plan** plan);
 /* Launches on `stream` (a CUstream / cudaStream_t; NULL is the default stream). argmax may be NULL only when the
  * plan was made without with_argmax. */
 jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
@@ -75,6 +78,9 @@ jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const
 jitbmm_status jitbmm_plan_workspace_bytes(const jitbmm_plan* plan, size_t* bytes);
 jitbmm_status jitbmm_plan_backward_workspace_bytes(const jitbmm_plan* plan, int grad_a, int grad_b, int argmax_given,
                                                    size_t* bytes);
+/* The same for calls on `stream` (choosing the backward's kernels tunes nothing while it is being captured). */
+jitbmm_status jitbmm_plan_backward_workspace_bytes_on_stream(const jitbmm_plan* plan, int grad_a, int grad_b,
+                                                             int argmax_given, void* stream, size_t* bytes);
 jitbmm_status jitbmm_plan_run_with_workspace(const jitbmm_plan* plan, const void* a, const void* b, void* out,
                                              int32_t* argmax, void* workspace, size_t workspace_bytes, void* stream);
 jitbmm_status jitbmm_plan_backward_with_workspace(const jitbmm_plan* plan, const void* a, const void* b,

@@ -17,6 +17,10 @@ public:
   // Plan for the device current on this thread (see README: "Devices and contexts"). A second get() of the same
   // problem on the same device reuses the compiled kernel: no second NVRTC call.
   static SemiringBMM get(const Problem& problem);
+  // The same, for calls on `stream`: while `stream` is being captured into a CUDA graph, the variant comes from a
+  // stored decision or is the default, and nothing is tuned (tuning launches and synchronises, which would break
+  // the capture); a later get() outside the capture tunes as usual (README: "CUDA graphs").
+  static SemiringBMM get(const Problem& problem, Stream stream);
   // Plan with an explicit kernel variant (for inspection, tests and benchmarks).
   static SemiringBMM get(const Problem& problem, const KernelSpec& spec);
 
@@ -43,14 +47,17 @@ public:
   // layout and dtype (an operand broadcast over the batch gets the sum over the batch). log reads `out`, the saved
   // forward result; max_plus, min_plus and max_times read `argmax`, the forward's (this overload recomputes it
   // with one forward pass into a temporary buffer). Kernels are chosen per pass like the forward's (tuning
-  // policy, stored decisions) on first use. Throws std::invalid_argument naming the argument.
+  // policy, stored decisions) on first use, and kept by the plan; a first use while `stream` is being captured into
+  // a CUDA graph tunes nothing (see get). Throws std::invalid_argument naming the argument.
   void backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a, void* grad_b,
                 Stream stream = nullptr) const;
   void backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
                 void* grad_a, void* grad_b, Stream stream = nullptr, const Workspace& workspace = {}) const;
   // The scratch bytes one backward call takes for the gradients asked for; argmax_given: the selecting semirings
-  // get the forward's argmax (else their backward recomputes it into scratch). Chooses the passes' kernels.
-  std::size_t backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given = true) const;
+  // get the forward's argmax (else their backward recomputes it into scratch). Chooses the passes' kernels (for
+  // calls on `stream`: nothing is tuned while it is being captured, as backward() itself does).
+  std::size_t backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given = true,
+                                       Stream stream = nullptr) const;
   // The variant a pass runs (grad_a / grad_b are chosen on first use; forward is spec()).
   KernelSpec grad_spec(Pass pass) const;
 

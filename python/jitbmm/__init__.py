@@ -84,15 +84,16 @@ def _declare(lib):
     status = ctypes.c_int
     lib.jitbmm_version.restype = ctypes.c_char_p
     lib.jitbmm_last_error.restype = ctypes.c_char_p
-    lib.jitbmm_plan_create.argtypes = [ctypes.POINTER(_CProblem), ctypes.POINTER(ctypes.c_void_p)]
-    lib.jitbmm_plan_create.restype = status
+    lib.jitbmm_plan_create_on_stream.argtypes = [ctypes.POINTER(_CProblem), ctypes.c_void_p,
+                                                 ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_plan_create_on_stream.restype = status
     lib.jitbmm_set_tune_policy.argtypes = [ctypes.c_char_p]
     lib.jitbmm_set_tune_policy.restype = status
     lib.jitbmm_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.jitbmm_plan_workspace_bytes.restype = status
-    lib.jitbmm_plan_backward_workspace_bytes.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 3 + [
-        ctypes.POINTER(ctypes.c_size_t)]
-    lib.jitbmm_plan_backward_workspace_bytes.restype = status
+    lib.jitbmm_plan_backward_workspace_bytes_on_stream.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 3 + [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_plan_backward_workspace_bytes_on_stream.restype = status
     lib.jitbmm_plan_run_with_workspace.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_size_t, ctypes.c_void_p]
     lib.jitbmm_plan_run_with_workspace.restype = status
     lib.jitbmm_plan_backward_with_workspace.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_size_t, ctypes.c_void_p]
@@ -271,15 +272,18 @@ class Problem:
 
 
 class Plan:
-    """A compiled kernel for one Problem on the current CUDA device (raises NoDriverError without a GPU)."""
+    """A compiled kernel for one Problem on the current CUDA device (raises NoDriverError without a GPU), for calls
+    on `stream` (an integer CUstream handle; None: the default stream): while that stream is being captured into a
+    CUDA graph, the variant is a stored decision's or the default, and nothing is tuned."""
 
-    def __init__(self, problem):
+    def __init__(self, problem, stream=None):
         if not isinstance(problem, Problem):
             raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
         self.problem = problem
         self._c_problem = problem._c()
         handle = ctypes.c_void_p()
-        _check(_library().jitbmm_plan_create(ctypes.byref(self._c_problem), ctypes.byref(handle)))
+        _check(_library().jitbmm_plan_create_on_stream(ctypes.byref(self._c_problem), _pointer(stream, "stream"),
+                                                       ctypes.byref(handle)))
         self._handle = handle
         self._workspace_bytes = None
         self._backward_workspace_bytes = {}
@@ -293,13 +297,15 @@ class Plan:
             self._workspace_bytes = n.value
         return self._workspace_bytes
 
-    def backward_workspace_bytes(self, grad_a=True, grad_b=True, argmax_given=True):
-        """The scratch bytes one backward call takes for the gradients asked for (chooses the passes' kernels);
-        argmax_given: the selecting semirings get the forward's argmax (else they recompute it)."""
+    def backward_workspace_bytes(self, grad_a=True, grad_b=True, argmax_given=True, stream=None):
+        """The scratch bytes one backward call takes for the gradients asked for (chooses the passes' kernels, for
+        calls on `stream`: nothing is tuned while it is being captured); argmax_given: the selecting semirings get
+        the forward's argmax (else they recompute it)."""
         key = (bool(grad_a), bool(grad_b), bool(argmax_given))
         if key not in self._backward_workspace_bytes:
             n = ctypes.c_size_t()
-            _check(_library().jitbmm_plan_backward_workspace_bytes(self._handle, *map(int, key), ctypes.byref(n)))
+            _check(_library().jitbmm_plan_backward_workspace_bytes_on_stream(
+                self._handle, *map(int, key), _pointer(stream, "stream"), ctypes.byref(n)))
             self._backward_workspace_bytes[key] = n.value
         return self._backward_workspace_bytes[key]
 

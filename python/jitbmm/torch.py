@@ -66,7 +66,7 @@ class _Kernels:
         ws = self.backward_workspace.get((need_a, need_b))
         if ws is None:
             with torch.cuda.device(self.device):
-                ws = self.plan.backward_workspace_bytes(need_a, need_b, argmax is not None)
+                ws = self.plan.backward_workspace_bytes(need_a, need_b, argmax is not None, _stream(self.device))
             self.backward_workspace[(need_a, need_b)] = ws
         grad_out = grad_out.contiguous()  # out's layout
         grad_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device) if need_a else None
@@ -86,10 +86,15 @@ def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argm
     kernels = _kernels.get(key)
     if kernels is None:
         B, M, K, N = shape
-        with torch.cuda.device(device):  # the plan is made for the current device
+        with torch.cuda.device(device):  # the plan is made for the current device, for its current stream
             plan = Plan(Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
-                                out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision))
+                                out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision),
+                        _stream(device))
             kernels = _Kernels(plan, device, with_argmax)
+            # Inside a CUDA-graph capture the plan tuned nothing (a stored decision or the default): it serves
+            # the capture, and the next call outside one plans (and tunes) again.
+            if torch.cuda.is_current_stream_capturing():
+                return kernels
         with _kernels_lock:
             kernels = _kernels.setdefault(key, kernels)
     return kernels
@@ -423,7 +428,8 @@ def _general(a, b, semiring, precision, key):
         out, _ = _bmm_op(am, bm, semiring, precision, with_argmax)
         return out.reshape(*batch, M, N)
     out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax)
-    _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax)
+    if not torch.cuda.is_current_stream_capturing():  # a capture's plans are not kept (_kernels_for)
+        _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax)
     return out.reshape(*batch, M, N)
 
 

@@ -503,6 +503,38 @@ class OperatorTest(unittest.TestCase):
                 torch.cuda.synchronize()
                 torch.testing.assert_close(out, self.jt.semiring_bmm(a, b, semiring))
 
+    def test_first_call_inside_a_capture_tunes_nothing(self):
+        # A shape first seen inside a CUDA-graph capture, forward and backward, under the default policy: tuning
+        # would launch and synchronise and so break the capture; the plan takes the default variant instead. The
+        # first call outside the capture then tunes (a decision appears in the cache) and agrees with the replay.
+        import glob
+        import os
+        import jitbmm
+        a, b = self.rand(3, 40, 24, requires_grad=True), self.rand(3, 24, 56, requires_grad=True)
+        cache = jitbmm.cache_dir()
+        decisions = lambda: len(glob.glob(os.path.join(cache, "*.tune"))) if cache else 0
+        before = decisions()
+        jitbmm.set_tune_policy("bucket")
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.jt.logbmm(a, b)
+                ga, gb = torch.autograd.grad(out.sum(), (a, b))
+            self.assertEqual(decisions(), before)
+            with torch.no_grad():
+                a.copy_(torch.randn_like(a))
+            graph.replay()
+            torch.cuda.synchronize()
+            want = self.jt.logbmm(a, b)
+            want_ga, want_gb = torch.autograd.grad(want.sum(), (a, b))
+        finally:
+            jitbmm.set_tune_policy("never")
+        if cache:
+            self.assertGreater(decisions(), before)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ga, want_ga, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gb, want_gb, rtol=1e-5, atol=1e-5)
+
     def test_autocast_keeps_the_input_dtype(self):
         # The operators are not autocast-listed: under autocast they run in their inputs' dtype (as documented).
         a, b = self.rand(2, 8, 8), self.rand(2, 8, 8)

@@ -130,6 +130,9 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     const bool tune = policy != TunePolicy::never && tunable(p, pass);
     if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) return *c;
     const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+    if (tune && TuningHold::active())
+      return {fallback, "default: the caller's stream is being captured into a CUDA graph, so nothing is tuned now", {},
+              false, true};
     if (!tune) return {fallback, "default", {}};
     // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
     const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
@@ -165,7 +168,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
                                      (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
                                      to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(mutex);
-  made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
+  if (!choice.held) made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
   return choice;
 }
 

@@ -14,6 +14,7 @@ constexpr EnumName<TunePolicy> kPolicyNames[] = {
     {TunePolicy::never, "never"}, {TunePolicy::bucket, "bucket"}, {TunePolicy::exact, "exact"}};
 
 std::atomic<int> g_policy_override{-1};
+thread_local bool t_tuning_held = false;
 
 } // namespace
 
@@ -22,6 +23,10 @@ const char* tune_policy_name(TunePolicy policy) { return enum_name(kPolicyNames,
 TunePolicy parse_tune_policy(const std::string& text) { return parse_enum(kPolicyNames, text, "JITBMM_TUNE"); }
 
 void set_tune_policy(std::optional<TunePolicy> policy) { g_policy_override = policy ? static_cast<int>(*policy) : -1; }
+
+TuningHold::TuningHold(bool hold) : previous_(t_tuning_held) { t_tuning_held = previous_ || hold; }
+TuningHold::~TuningHold() { t_tuning_held = previous_; }
+bool TuningHold::active() { return t_tuning_held; }
 
 TunePolicy tune_policy_from_env() {
   if (const int v = g_policy_override.load(); v >= 0) return static_cast<TunePolicy>(v);

@@ -16,4 +16,21 @@ TunePolicy parse_tune_policy(const std::string& text);  // throws std::invalid_a
 TunePolicy tune_policy_from_env();                      // set_tune_policy's, else $JITBMM_TUNE, default bucket
 void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the C ABI); nullopt: back to the env
 
+// Tuning allocates, launches and synchronises, none of which may happen while the caller's stream is being captured
+// into a CUDA graph. While a TuningHold made with `hold` = true lives, choices made on its thread come from stored
+// decisions or the default, whatever the policy, and a default chosen so is not remembered: the first choice outside
+// the hold tunes as usual. Plans that find the caller's stream capturing (SemiringBMM::get with a stream, backward)
+// hold tuning this way.
+class TuningHold {
+public:
+  explicit TuningHold(bool hold);
+  ~TuningHold();
+  TuningHold(const TuningHold&) = delete;
+  TuningHold& operator=(const TuningHold&) = delete;
+  static bool active(); // on this thread
+
+private:
+  bool previous_;
+};
+
 } // namespace jitbmm

@@ -15,6 +15,8 @@
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
+// - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
+//   none (nothing else changes: launches still run);
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
 // - events: elapsed time is always 0.5 ms; occupancy is always 1 block.
@@ -468,6 +470,13 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t co
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  const char* capturing = std::getenv("JITBMM_FAKE_CUDA_CAPTURING");
+  *status = capturing && std::strcmp(capturing, "1") == 0 ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                           : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
   if (!stream) return CUDA_ERROR_INVALID_VALUE;
   *stream = new CUstream_st;

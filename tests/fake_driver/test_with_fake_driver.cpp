@@ -31,6 +31,7 @@
 #include "jitbmm/plan.hpp"
 #include "generator/emit_source.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/backward.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
@@ -407,4 +408,38 @@ TEST_CASE("a planted cubin in a world-writable cache directory is not loaded") {
   for (const std::string& cubin : planted) CHECK_FALSE(is_image(loads[0], cubin)); // the attacker's bytes never run
   CHECK(loads[0] == genuine[0]); // NVRTC's own cubin again (NVRTC is deterministic) ...
   CHECK(second.compiles >= 1);   // ... compiled anew, not read from the untrusted directory
+}
+
+// Capture safety: tuning launches and synchronises, so a problem first planned for a stream that is being captured
+// into a CUDA graph gets the default variant and tunes nothing; the first plan outside the capture tunes as usual.
+// On the fake driver tuning fails ("no correct candidate": nothing computes), which is what shows it ran.
+TEST_CASE("inside a stream capture nothing is tuned; the next plan outside the capture tunes") {
+  set_tune_policy(TunePolicy::bucket);
+  Problem p;
+  p.semiring = Semiring::max_times;
+  p.dtype = DType::f64;
+  p.shape = {3, 7, 9, 11}; // this test's own problem: no other test has planned or stored it
+  const Stream stream = nullptr;
+  ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
+  const SemiringBMM held = SemiringBMM::get(p, stream);
+  CHECK(held.spec() == default_spec(p));
+  {
+    DeviceBuffer a(1 << 12), b(1 << 12), out(1 << 12), g(1 << 12), ga(1 << 12), gb(1 << 12);
+    CHECK(held.backward_workspace_bytes(true, true, false, stream) > 0); // the argmax recomputed into scratch
+    held.backward(a.get(), b.get(), out.get(), g.get(), ga.get(), gb.get(), stream);
+    CHECK(held.grad_spec(Pass::grad_a) == default_grad_spec(grad_problem(p), Pass::grad_a));
+  }
+  jitbmm_problem c{};
+  c.semiring = "max_times", c.dtype = "f64", c.B = 3, c.M = 7, c.K = 9, c.N = 11;
+  const int64_t as[3] = {63, 9, 1}, bs[3] = {99, 11, 1}, os[3] = {77, 11, 1};
+  std::copy(as, as + 3, c.a_strides), std::copy(bs, bs + 3, c.b_strides), std::copy(os, os + 3, c.out_strides);
+  jitbmm_plan* cp = nullptr;
+  CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_OK);
+  jitbmm_plan_destroy(cp);
+  ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
+  // Outside the capture the same problem tunes: the held default was not remembered as its choice.
+  CHECK_THROWS_WITH(SemiringBMM::get(p, stream), doctest::Contains("no correct candidate"));
+  CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_INTERNAL_ERROR);
+  CHECK(std::string(jitbmm_last_error()).find("no correct candidate") != std::string::npos);
+  set_tune_policy(TunePolicy::never);
 }
