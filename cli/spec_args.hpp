@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -20,7 +21,17 @@
 namespace jitbmm::cli {
 
 inline std::set<std::string> problem_flags() {
-  return {"--semiring", "--dtype", "--out-dtype", "--shape", "--precision"};
+  return {"--semiring", "--dtype", "--out-dtype", "--shape", "--precision", "--a-layout", "--b-layout"};
+}
+
+// --a-layout / --b-layout: row (row-major, the default), col (column-major: the operand transposed in memory) or
+// broadcast (one row-major matrix for every batch: batch stride 0).
+inline std::optional<Strides> operand_layout(const Args& args, const std::string& flag, int64_t rows, int64_t cols) {
+  const std::string text = args.get(flag, "row");
+  if (text == "row") return std::nullopt;
+  if (text == "col") return column_major(rows, cols);
+  if (text == "broadcast") return Strides{0, cols, 1};
+  throw std::invalid_argument(flag + ": expected row, col or broadcast, got '" + text + "'");
 }
 inline std::set<std::string> problem_switches() { return {"--argmax"}; }
 
@@ -78,6 +89,8 @@ inline Problem problem_from(const Args& args, const std::string& who,
   p.shape = parse_shape(args.get("--shape", shape));
   p.with_argmax = args.has("--argmax");
   p.precision = parse_precision(args.get("--precision", "exact"));
+  p.a_strides = operand_layout(args, "--a-layout", p.shape.M, p.shape.K);
+  p.b_strides = operand_layout(args, "--b-layout", p.shape.K, p.shape.N);
   validate(p);
   return p;
 }

@@ -12,7 +12,7 @@
 namespace jitbmm::cli {
 
 int run_tune(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision"},
+  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout", "--b-layout"},
                   {"--argmax"});
   const Problem p = problem_from(args, "tune");
   const auto device = current_device();
