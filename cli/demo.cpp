@@ -101,7 +101,7 @@ int demo_without_gpu(const Shape& shape, const NoDriverError& why) {
   const KernelSpec spec = default_spec(problem);
   const GeneratedKernel kernel = emit_kernel(spec);
   const auto t0 = std::chrono::steady_clock::now();
-  const CompiledKernel cubin = compile_to_cubin(kernel, "sm_90");
+  const CompiledKernel cubin = compile_to_cubin(kernel, "sm_90", PtxasReport::wanted);
   const PtxasResources res = parse_ptxas_log(cubin.log, kernel.name);
   std::printf("generated %s (%zu bytes of CUDA) and compiled it with NVRTC %s for sm_90 in %.0f ms:\n"
               "  cubin %zu bytes, %d registers, %d bytes stack, %d bytes spilled\n",

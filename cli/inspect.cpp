@@ -57,7 +57,7 @@ void print_occupancy(const GeneratedKernel& kernel, const std::string& arch, int
 }
 
 void print_resources(const GeneratedKernel& kernel, const std::string& arch, int threads) {
-  const CompiledKernel c = compile_to_cubin(kernel, arch);
+  const CompiledKernel c = compile_to_cubin(kernel, arch, PtxasReport::wanted);
   const PtxasResources r = parse_ptxas_log(c.log, kernel.name);
   std::printf("kernel:      %s\narch:        %s\ncubin bytes: %zu\nregisters:   %d\nstack bytes: %d\n"
               "spill bytes: %d stored, %d loaded\nshared:      %d bytes static\n",
@@ -167,7 +167,7 @@ void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
                 "toolkit); --emit ptx works without it\n");
     return;
   }
-  const CompiledKernel c = compile_to_cubin(kernel, arch);
+  const CompiledKernel c = compile_to_cubin(kernel, arch, PtxasReport::wanted);
   TempFile cubin("jitbmm-sass-");
   cubin.write_all(c.binary);
   const std::string sass = run_capturing_stdout({nvdisasm, "-c", cubin.path()});

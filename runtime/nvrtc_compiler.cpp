@@ -100,7 +100,7 @@ std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch
                               arch + "); choose another math for exp_matmul");
 }
 
-CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& gpu_arch) {
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& gpu_arch, PtxasReport wanted) {
   const std::string arch = kernel_target(kernel, gpu_arch);
   const auto t0 = std::chrono::steady_clock::now();
   struct Report { // logs the compilation on every way out
@@ -123,9 +123,13 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
     out = compile(kernel, compile_options(arch), true);
   }
   // On the GPU machine NVRTC 13.0 returned logs without ptxas's report: for single kernels, and for every kernel
-  // of later processes (apparently binaries served from a compile cache, where ptxas never runs). The report is
-  // how spills are caught, so retry once, alone in this process, and stop retrying if that does not bring it.
-  if (parse_ptxas_log(out.log, kernel.name).registers < 0 && !g_reports_unreliable.load()) {
+  // of later processes (apparently binaries served from a compile cache, where ptxas never runs). Where the report
+  // is wanted (it is how spills are caught), retry once, alone in this process, and stop retrying if that does not
+  // bring it.
+  if (wanted == PtxasReport::wanted && parse_ptxas_log(out.log, kernel.name).registers < 0 &&
+      !g_reports_unreliable.load()) {
+    if (log_enabled(LogLevel::debug))
+      log_message(LogLevel::debug, "NVRTC gave no ptxas report for " + kernel.name + ": compiling it again, alone");
     std::unique_lock<std::shared_mutex> lock(g_compile_lock);
     out = compile(kernel, compile_options(arch), true);
     if (parse_ptxas_log(out.log, kernel.name).registers < 0) g_reports_unreliable = true;

@@ -35,7 +35,13 @@ std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch
 
 // Throws CompileError carrying the kernel name, options and log when NVRTC rejects the source. `arch` is the GPU's;
 // both compile for kernel_target(kernel, arch).
-CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch);
+// NVRTC 13.0 sometimes returns a cubin whose log lacks ptxas's resource report (registers, spills). With
+// PtxasReport::wanted (inspect, the compile tests) such a kernel is compiled once more, alone in the process, to get
+// it; plans and the tuner take the log as it comes (they read registers from the driver), since those retries
+// serialise the tuner's parallel compiles (on the H100: 16 of 24 retried, a 5 s cold tune became 16 s).
+enum class PtxasReport { as_given, wanted };
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch,
+                                PtxasReport report = PtxasReport::as_given);
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch); // "compute_90"
 
 // "13.0": the NVRTC this process runs.

@@ -33,7 +33,7 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
   try {
     const GeneratedKernel k = emit_kernel(spec);
     o.name = k.name;
-    const CompiledKernel c = compile_to_cubin(k, arch);
+    const CompiledKernel c = compile_to_cubin(k, arch, PtxasReport::wanted);
     o.res = parse_ptxas_log(c.log, k.name);
     o.cubin_bytes = c.binary.size();
   } catch (const std::exception& e) {
@@ -136,7 +136,7 @@ TEST_CASE("a wgmma kernel builds for sm_90a, shows HGMMA-class code in its PTX, 
   const CompiledKernel ptx = compile_to_ptx(k, "compute_90");
   CHECK(ptx.binary.find(".target sm_90a") != std::string::npos);
   CHECK(ptx.binary.find("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32") != std::string::npos);
-  const CompiledKernel cubin = compile_to_cubin(k, "sm_90");
+  const CompiledKernel cubin = compile_to_cubin(k, "sm_90", PtxasReport::wanted);
   CHECK(cubin.log.find("serialized") == std::string::npos); // ptxas did not have to fence every wgmma
   for (const char* arch : {"sm_80", "sm_89", "sm_100"}) {
     CAPTURE(arch);
