@@ -265,8 +265,12 @@ bool close_gradient(DType dtype, double got, const GradElement& want, double tol
   if (std::isinf(rounded)) return got == rounded;
   if (!std::isfinite(got)) return false;
   // The kernel's result is rounded to the dtype: allow that rounding (twice: the value and its neighbours), and
-  // the dtype's smallest step near 0 (f16 gradients below 2^-24 are 0).
-  const double smallest = dtype == DType::f16 ? 0x1p-24 : dtype == DType::bf16 ? 0x1p-133 : 0.0;
+  // the dtype's smallest step near 0, its smallest subnormal (f16 gradients below 2^-24 are 0; an f32 gradient of
+  // 1e-45 computes as 0 or 2^-149), which no tolerance relative to the contributions can go below.
+  const double smallest = dtype == DType::f16    ? 0x1p-24
+                          : dtype == DType::bf16 ? 0x1p-133
+                          : dtype == DType::f32  ? 0x1p-149
+                                                 : 0x1p-1074;
   return std::fabs(got - want.value) <=
          tolerance * want.scale + want.floor + 2 * std::fabs(rounded - want.value) + smallest;
 }
