@@ -12,13 +12,20 @@
 namespace jitbmm::cli {
 
 int run_tune(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout", "--b-layout"},
+  const Args args(argc, argv, 2,
+                  {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout",
+                   "--b-layout", "--data"},
                   {"--argmax"});
   const Problem p = problem_from(args, "tune");
-  const auto device = current_device();
   const Pass pass = parse_pass(args.get("--pass", "forward"));
-  const TuneReport report = autotune(p, *device, true, pass);
-  store_decision(p, *device, report, true, pass);
+  // --data wide: the variant a plan moves to when its repairs show wide-range data (runtime/repair_watch.hpp).
+  const InputRange range = parse_input_range(args.get("--data", "normal"));
+  if (range == InputRange::wide && pass != Pass::forward)
+    throw std::invalid_argument("--data: wide-range tuning is for the forward pass only, not --pass " +
+                                std::string(pass_name(pass)));
+  const auto device = current_device();
+  const TuneReport report = autotune(p, *device, true, pass, {}, range);
+  store_decision(p, *device, report, true, pass, true, range);
   if (DiskCache* disk = DiskCache::process_cache())
     std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),
                 to_string(shape_bucket(p.shape)).c_str());

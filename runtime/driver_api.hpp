@@ -87,6 +87,7 @@ struct CUmemPoolProps {
 
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned int CU_EVENT_DEFAULT = 0;
+constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
 
 // X(member, symbol, parameters): every driver entry point jitbmm calls, each returning CUresult. The symbol is the
 // versioned one where the driver exports several (cuMemAlloc → cuMemAlloc_v2), and the default-stream (not
@@ -120,6 +121,10 @@ constexpr unsigned int CU_EVENT_DEFAULT = 0;
   X(cuMemFree, cuMemFree_v2, (CUdeviceptr pointer))                                                                    \
   X(cuMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr destination, const void* source, std::size_t bytes))                   \
   X(cuMemcpyDtoH, cuMemcpyDtoH_v2, (void* destination, CUdeviceptr source, std::size_t bytes))                         \
+  X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2,                                                                           \
+    (void* destination, CUdeviceptr source, std::size_t bytes, CUstream stream))                                       \
+  X(cuMemAllocHost, cuMemAllocHost_v2, (void** pointer, std::size_t bytes))                                            \
+  X(cuMemFreeHost, cuMemFreeHost, (void* pointer))                                                                     \
   X(cuMemsetD32, cuMemsetD32_v2, (CUdeviceptr destination, unsigned int value, std::size_t count))                     \
   X(cuMemsetD8, cuMemsetD8_v2, (CUdeviceptr destination, unsigned char value, std::size_t count))                      \
   X(cuMemsetD8Async, cuMemsetD8Async,                                                                                  \
@@ -139,6 +144,7 @@ constexpr unsigned int CU_EVENT_DEFAULT = 0;
   X(cuEventDestroy, cuEventDestroy_v2, (CUevent event))                                                                \
   X(cuEventRecord, cuEventRecord, (CUevent event, CUstream stream))                                                    \
   X(cuEventSynchronize, cuEventSynchronize, (CUevent event))                                                           \
+  X(cuEventQuery, cuEventQuery, (CUevent event))                                                                       \
   X(cuEventElapsedTime, cuEventElapsedTime_v2, (float* milliseconds, CUevent start, CUevent end))                      \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor,                          \
     (int* blocks, CUfunction function, int block_size, std::size_t dynamic_shared_bytes))

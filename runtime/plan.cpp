@@ -15,34 +15,16 @@
 #include "runtime/plan_impl.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "support/log.hpp"
 
 namespace jitbmm {
 
+namespace {
 
-SemiringBMM SemiringBMM::get(const Problem& problem) {
-  validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
-  const auto device = current_device();
-  const TunePolicy policy = tune_policy_from_env();
-  std::optional<SemiringBMM> plan;
-  plan_with_choice(
-      [&](const std::vector<KernelSpec>& rejected) {
-        return choose(problem, *device, policy, Pass::forward, rejected);
-      },
-      [&](const KernelSpec& spec) { plan = get(problem, spec); });
-  return *plan;
-}
-
-SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
-  validate(problem);
-  const auto device = current_device();
-  ScopedContext scope(device->context);
-  const TuningHold hold(stream_is_capturing(stream));
-  return get(problem);
-}
-
-SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
+// The plan's state for `spec`: its kernel compiled and loaded, its launches worked out.
+std::shared_ptr<SemiringBMM::Impl> make_impl(const Problem& problem, const KernelSpec& spec) {
   check_spec_fits(spec, problem);
-  auto impl = std::make_shared<Impl>();
+  auto impl = std::make_shared<SemiringBMM::Impl>();
   impl->problem = problem;
   impl->spec = spec;
   impl->device = current_device();
@@ -57,7 +39,87 @@ SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
     impl->kernel = load_kernel(*impl->device, impl->spec);
     impl->launches = strategy_def(impl->spec).launches(impl->spec, problem);
   }
+  return impl;
+}
+
+// exp_matmul's workspace layout for the problem (where its repair counter and tile flags sit).
+jb::EmWorkspace em_workspace_of(const Problem& p) {
+  const Shape& s = p.shape;
+  return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
+                          dtype_info(p.dtype).size_bytes == 8);
+}
+
+// A watched plan whose observed call repaired kWideRepairShare of its outputs or more: the variant fastest on
+// wide-range data, among those whose workspace fits the plan's (stored, or tuned now on such data), from now on.
+// Returns it, or null when there is none or it is the plan's own (watching then stops).
+const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
+  std::lock_guard<std::mutex> lock(im.wide_mutex);
+  if (im.moved.load()) return im.wide.get();
+  if (im.settled.load()) return nullptr;
+  im.settled = true;
+  const Problem& p = im.problem;
+  std::vector<KernelSpec> fits;
+  for (const KernelSpec& spec : device_candidates(p, *im.device))
+    if (strategy_def(spec).launches(spec, p).workspace_bytes <= im.launches.workspace_bytes) fits.push_back(spec);
+  const std::string seen = describe(p) + ": exp_matmul sent " + std::to_string(int(100 * share + 0.5)) +
+                           "% of an observed call's outputs to its exact repair (wide-range data); ";
+  const auto choice = choose_wide(p, *im.device, tune_policy_from_env(), fits);
+  if (!choice || choice->spec == im.spec) {
+    log_message(LogLevel::info, seen + (choice ? "its variant is also the fastest on such data: it stays"
+                                               : "no variant for such data is stored or may be tuned: it stays"));
+    return nullptr;
+  }
+  auto v = std::make_shared<ForwardVariant>();
+  v->spec = choice->spec;
+  v->launches = strategy_def(v->spec).launches(v->spec, p);
+  if (v->launches.workspace_bytes > im.launches.workspace_bytes) {
+    log_message(LogLevel::info, seen + to_string(v->spec) + " (" + choice->source +
+                                    ") needs more workspace than the plan has: it stays");
+    return nullptr;
+  }
+  try {
+    v->kernel = load_kernel(*im.device, v->spec);
+  } catch (const std::exception& e) {
+    log_message(LogLevel::warn, seen + to_string(v->spec) + " (" + choice->source + ") failed to load (" + e.what() +
+                                    "): the plan stays");
+    return nullptr;
+  }
+  log_message(LogLevel::info, seen + "running " + to_string(v->spec) + " (" + choice->source + ") from now on");
+  im.wide = std::move(v);
+  im.moved.store(true, std::memory_order_release);
+  return im.wide.get();
+}
+
+} // namespace
+
+SemiringBMM SemiringBMM::get(const Problem& problem) {
+  validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
+  const auto device = current_device();
+  const TunePolicy policy = tune_policy_from_env();
+  const bool watched = repair_watch_enabled();
+  std::shared_ptr<Impl> impl;
+  plan_with_choice(
+      [&](const std::vector<KernelSpec>& rejected) {
+        return choose(problem, *device, policy, Pass::forward, rejected);
+      },
+      [&](const KernelSpec& spec) { impl = make_impl(problem, spec); });
+  if (watched && impl->kernel && impl->spec.strategy == Strategy::exp_matmul)
+    impl->watch = std::make_unique<RepairWatch>(*impl->device, checked_product({problem.shape.B, problem.shape.M,
+                                                                                problem.shape.N}, "shape: B*M*N"),
+                                                static_cast<std::size_t>(em_workspace_of(problem).repaired));
   return SemiringBMM(std::move(impl));
+}
+
+SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
+  validate(problem);
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  const TuningHold hold(stream_is_capturing(stream));
+  return get(problem);
+}
+
+SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
+  return SemiringBMM(make_impl(problem, spec));
 }
 
 void SemiringBMM::operator()(const void* a, const void* b, void* out, Stream stream) const {
@@ -91,10 +153,18 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   params.argmax = argmax;
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  // A watched plan reads an earlier call's repair count once it has landed, and may move to the wide-data variant.
+  const ForwardVariant* moved = im.moved.load(std::memory_order_acquire) ? im.wide.get() : nullptr;
+  const bool watching = im.watch && !moved && !im.settled.load(std::memory_order_relaxed);
+  if (watching)
+    if (const auto share = im.watch->landed(cu_stream); share && *share >= kWideRepairShare)
+      moved = move_to_wide(im, *share);
   // Split-K and exp_matmul: scratch that is stream-ordered (the caller's, or the pool's), so concurrent calls on
   // different streams never share one.
   Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
-  run_launches(*im.kernel, im.launches, params, scratch.take(im.launches.workspace_bytes), cu_stream);
+  void* ws = scratch.take(im.launches.workspace_bytes);
+  run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream);
+  if (watching && !moved) im.watch->observe(ws, cu_stream);
 }
 
 std::size_t SemiringBMM::workspace_bytes() const {
@@ -125,8 +195,7 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   params.a = a, params.b = b, params.out = out;
   run_launches(*im.kernel, im.launches, params, workspace.get(), cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const jb::EmWorkspace w = jb::em_workspace(s.B, s.M, s.N, s.K, im.problem.a().batch == 0 ? 1 : s.B,
-                                            im.problem.b().batch == 0 ? 1 : s.B, dtype_info(im.problem.dtype).size_bytes == 8);
+  const jb::EmWorkspace w = em_workspace_of(im.problem);
   std::vector<unsigned char> host(static_cast<std::size_t>(w.ea)); // everything before the operands
   workspace.download(host.data(), host.size());
   uint64_t repaired = 0;
@@ -142,10 +211,14 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
 }
 
 const Problem& SemiringBMM::problem() const { return impl_->problem; }
-const KernelSpec& SemiringBMM::spec() const { return impl_->spec; }
+// The variant calls run now: the plan's own, or the wide-data one it moved to.
+const KernelSpec& SemiringBMM::spec() const {
+  return impl_->moved.load(std::memory_order_acquire) ? impl_->wide->spec : impl_->spec;
+}
 
 const std::string& SemiringBMM::kernel_name() const {
   static const std::string none = "(no kernel: empty problem)";
+  if (impl_->moved.load(std::memory_order_acquire)) return impl_->wide->kernel->generated.name;
   return impl_->kernel ? impl_->kernel->generated.name : none;
 }
 

@@ -1,6 +1,7 @@
 // The state behind a SemiringBMM, shared by the forward (plan.cpp) and the backward (backward.cpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,7 @@
 
 #include "generator/strategy.hpp"
 #include "runtime/jit.hpp"
+#include "runtime/repair_watch.hpp"
 #include "jitbmm/plan.hpp"
 #include "params.cuh"
 
@@ -21,6 +23,13 @@ struct GradKernel {
   LaunchPlan launches; // the pass's launches for the plan's problem, worked out once
 };
 
+// A forward variant a plan moves to (the one fastest on wide-range data: runtime/repair_watch.hpp).
+struct ForwardVariant {
+  KernelSpec spec;
+  std::shared_ptr<const LoadedKernel> kernel;
+  LaunchPlan launches; // its workspace fits the plan's (workspace_bytes() never changes)
+};
+
 struct SemiringBMM::Impl {
   Problem problem;
   KernelSpec spec;
@@ -28,6 +37,13 @@ struct SemiringBMM::Impl {
   std::shared_ptr<const LoadedKernel> kernel; // null when the problem has no outputs (nothing to launch)
   jb::BmmParams params{};                     // sizes and strides; pointers filled per call
   LaunchPlan launches;                        // the strategy's launches for this problem, and their workspace
+
+  // Plans the tuner gave an exp_matmul variant watch its repairs and may move, once, to the wide-data variant.
+  std::unique_ptr<RepairWatch> watch;
+  mutable std::mutex wide_mutex;                      // guards moving
+  mutable std::shared_ptr<const ForwardVariant> wide; // set once, before `moved`
+  mutable std::atomic<bool> moved{false};             // calls run `wide` from now on
+  mutable std::atomic<bool> settled{false};           // watching is over: moved, or nothing faster on wide data
 
   mutable std::mutex grad_mutex;                          // guards the two below
   mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b

@@ -114,7 +114,7 @@ std::vector<KernelSpec> device_candidates(const Problem& p, const DeviceInfo& de
 }
 
 TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass,
-                    const std::vector<KernelSpec>& only) {
+                    const std::vector<KernelSpec>& only, InputRange range) {
   const auto t0 = std::chrono::steady_clock::now();
   ScopedContext scope(device.context);
   TuneReport report;
@@ -123,9 +123,10 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   compile_candidates(device, report.candidates, compile_threads());
 
   std::mt19937_64 rng(20261122);
-  const Trial trial = make_trial(p, pass, device, rng);
+  const Trial trial = make_trial(p, pass, device, rng, range);
   const L2Flush flush;
-  const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
+  const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) +
+                           (range == InputRange::normal ? "" : std::string(" on ") + input_range_name(range) + " data");
   verify_and_time(report.candidates, trial, flush, what, progress);
   const CandidateResult& winner = rank(report.candidates, trial, flush, what);
   report.best = winner.spec;
@@ -137,11 +138,12 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
   return report;
 }
 
-Decision decision_from(const Problem& p, const TuningDevice& td, const TuneReport& report, Pass pass) {
+Decision decision_from(const Problem& p, const TuningDevice& td, const TuneReport& report, Pass pass,
+                       InputRange range) {
   Decision d;
   d.spec = report.best;
   d.problem = describe(p);
-  d.family = tuning_family(p, td, pass);
+  d.family = tuning_family(p, td, pass, range);
   d.seconds = report.seconds;
   d.reason = report.reason;
   for (const CandidateResult& c : report.candidates)
@@ -154,16 +156,16 @@ Decision decision_from(const Problem& p, const TuningDevice& td, const TuneRepor
 }
 
 void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
-                    bool exact) {
+                    bool exact, InputRange range) {
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) return;
   const TuningDevice td = tuning_device(device);
-  Decision d = decision_from(p, td, report, pass);
-  if (exact) put_decision(*disk, tuning_key(p, td, false, pass), d);
+  Decision d = decision_from(p, td, report, pass, range);
+  if (exact) put_decision(*disk, tuning_key(p, td, false, pass, range), d);
   if (bucket) {
     d.bucket = true;
     d.shape = shape_bucket(p.shape);
-    put_decision(*disk, tuning_key(p, td, true, pass), d);
+    put_decision(*disk, tuning_key(p, td, true, pass, range), d);
   }
 }
 

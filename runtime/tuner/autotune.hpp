@@ -23,8 +23,9 @@ struct TuneReport {
 // best three, and up to eight within 30% of the best), and returns the fastest. Progress goes to stderr when `progress`. Throws when no candidate is correct.
 // Backward passes are tuned the same way: each candidate's gradient is checked against reference::gradient_element.
 // `candidates`, when given, replaces the enumeration (a quick check between a few specs).
+// `range`: the inputs candidates are timed and checked on (tuning_db.hpp).
 TuneReport autotune(const Problem& problem, const DeviceInfo& device, bool progress, Pass pass = Pass::forward,
-                    const std::vector<KernelSpec>& candidates = {});
+                    const std::vector<KernelSpec>& candidates = {}, InputRange range = InputRange::normal);
 
 // The candidates autotune times for `problem` on `device` when none are given (tuning_candidates, bounded by what
 // the device allows).
@@ -33,11 +34,11 @@ std::vector<KernelSpec> device_candidates(const Problem& problem, const DeviceIn
 // The decision a tuning result makes for the exact shape: its winner, and its ranking (fastest first, up to
 // kRankingKept) measured on that shape.
 Decision decision_from(const Problem& problem, const TuningDevice& device, const TuneReport& report,
-                       Pass pass = Pass::forward);
+                       Pass pass = Pass::forward, InputRange range = InputRange::normal);
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
 // `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
 void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
-                    Pass pass = Pass::forward, bool exact = true);
+                    Pass pass = Pass::forward, bool exact = true, InputRange range = InputRange::normal);
 
 } // namespace jitbmm

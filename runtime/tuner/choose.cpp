@@ -72,7 +72,7 @@ bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec
 } // namespace
 
 std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
-                                    Pass pass, const std::vector<KernelSpec>& rejected) {
+                                    Pass pass, const std::vector<KernelSpec>& rejected, InputRange range) {
   // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so.
   auto own = [&](const std::string& key, const char* source) -> std::optional<Choice> {
     const auto d = load_decision_or_warn(disk, key, source);
@@ -93,11 +93,11 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
     if (is_rejected(rejected, *spec)) return std::nullopt;
     return Choice{*spec, source, d, true};
   };
-  if (auto c = own(tuning_key(p, td, false, pass), "exact")) return c;
+  if (auto c = own(tuning_key(p, td, false, pass, range), "exact")) return c;
   if (policy == TunePolicy::exact) return std::nullopt;
-  if (auto c = own(tuning_key(p, td, true, pass), "bucket")) return c;
+  if (auto c = own(tuning_key(p, td, true, pass, range), "bucket")) return c;
   // Another bucket's decision may not fit this shape: that is no defect of the decision, so no warning.
-  std::vector<Decision> family = family_buckets(disk, tuning_family(p, td, pass));
+  std::vector<Decision> family = family_buckets(disk, tuning_family(p, td, pass, range));
   family.erase(std::remove_if(family.begin(), family.end(),
                               [&](const Decision& d) {
                                 const auto spec = fitting(d.spec, p);
@@ -170,6 +170,32 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
   std::lock_guard<std::mutex> lock(mutex);
   if (!choice.held) made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
   return choice;
+}
+
+std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, TunePolicy policy,
+                                  const std::vector<KernelSpec>& candidates) {
+  DiskCache* disk = DiskCache::process_cache();
+  const TuningDevice td = tuning_device(device);
+  const std::string what = describe(p) + " on wide-range data";
+  if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
+    c->source = "stored for wide-range data: " + c->source;
+    return c;
+  }
+  if (policy == TunePolicy::never || TuningHold::active() || candidates.empty() || !tunable(p, Pass::forward))
+    return std::nullopt;
+  const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, Pass::forward,
+                                                    InputRange::wide), what);
+  if (held.held() || held.waited())
+    if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
+      c->source = "decided by another process (" + c->source + ")";
+      return c;
+    }
+  TuneReport report = autotune(p, device, held.held() || is_local_leader(), Pass::forward, candidates,
+                               InputRange::wide);
+  report.reason = "tuned on wide-range inputs (randn*" + std::to_string(int(kWideSpread)) + "): " +
+                  std::to_string(candidates.size()) + " variants whose workspace fits the plan's";
+  store_decision(p, device, report, policy == TunePolicy::bucket, Pass::forward, true, InputRange::wide);
+  return Choice{report.best, "tuned now on wide-range data", {}};
 }
 
 KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,

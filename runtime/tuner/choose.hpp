@@ -38,7 +38,15 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
 // fit are skipped with a warning, those whose spec is in `rejected` silently. Beyond that distance choose() tunes
 // under `bucket`: the family model's best variants when the family (or a sibling) has been tuned, else everything.
 std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
-                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected);
+                                    TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
+                                    InputRange range = InputRange::normal);
+
+// The forward variant for `problem` on wide-range inputs (InputRange::wide), which a plan whose repairs dominate
+// moves to (runtime/repair_watch.hpp): a stored wide decision as stored_choice finds one, else, unless the policy is
+// never or tuning is held, a tuning now of `candidates` on wide inputs (stored for the exact shape and its bucket,
+// one process of the machine at a time like any tuning); nothing when neither is possible.
+std::optional<Choice> choose_wide(const Problem& problem, const DeviceInfo& device, TunePolicy policy,
+                                  const std::vector<KernelSpec>& candidates);
 
 // Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
 // When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale

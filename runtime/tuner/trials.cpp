@@ -45,11 +45,12 @@ std::size_t bytes_of(const char* what, int64_t elements, DType dtype) {
   return bytes_of(what, elements, dtype_info(dtype).size_bytes);
 }
 
-// Random inputs laid out as the problem says, never zeros; non-negative for max_times.
-std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng) {
+// Random inputs laid out as the problem says, normal times `spread`, never zeros; non-negative for max_times.
+std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng,
+                                          double spread = 1) {
   std::vector<unsigned char> bytes(
       static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
-  std::normal_distribution<double> normal(0.0, 1.0);
+  std::normal_distribution<double> normal(0.0, spread);
   for (int64_t i = 0; i < elements; ++i) {
     const double v = normal(rng);
     store_element(p.dtype, bytes.data(), i, p.semiring == Semiring::max_times ? std::fabs(v) : v);
@@ -85,11 +86,11 @@ bool tunable(const Problem& p, Pass pass) {
   return total <= kMaxTuningBytes;
 }
 
-ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::mt19937_64& rng)
+ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::mt19937_64& rng, double spread)
     : p(problem), device(dev) {
   const Shape& s = p.shape;
-  ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng);
-  hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng);
+  ha = random_operand(p, elements_of("a", s.B, s.M, s.K, p.a()), rng, spread);
+  hb = random_operand(p, elements_of("b", s.B, s.K, s.N, p.b()), rng, spread);
   const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
   a = DeviceBuffer(ha.size()), b = DeviceBuffer(hb.size());
   out = DeviceBuffer(bytes_of("out", elements_of("out", s.B, s.M, s.N, p.out()), p.output_dtype()));
@@ -210,9 +211,11 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
   return "";
 }
 
-Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng) {
+Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng,
+                 InputRange range) {
   if (pass == Pass::forward) {
-    const auto t = std::make_shared<ForwardTrial>(problem, device, rng);
+    const auto t =
+        std::make_shared<ForwardTrial>(problem, device, rng, range == InputRange::wide ? kWideSpread : 1.0);
     return {[t](const KernelSpec& spec, Stream stream) { run_candidate(*t, spec, stream); },
             [t](const KernelSpec& spec) { return verify_candidate(*t, spec); }};
   }

@@ -14,6 +14,7 @@
 #include "jitbmm/reference.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/tuner/tuning_db.hpp"
 
 namespace jitbmm {
 
@@ -23,9 +24,9 @@ constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
 // Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
 bool tunable(const Problem& problem, Pass pass = Pass::forward);
 
-// The forward: random a and b, and the reference's value of 24 sampled outputs.
+// The forward: random a and b (normal, times `spread`), and the reference's value of 24 sampled outputs.
 struct ForwardTrial {
-  ForwardTrial(const Problem& problem, const DeviceInfo& device, std::mt19937_64& rng);
+  ForwardTrial(const Problem& problem, const DeviceInfo& device, std::mt19937_64& rng, double spread = 1);
   Problem p;
   const DeviceInfo& device;
   std::vector<unsigned char> ha, hb;
@@ -62,7 +63,9 @@ struct Trial {
   std::function<void(const KernelSpec&, Stream)> run;
   std::function<std::string(const KernelSpec&)> verify;
 };
-// In the current context (the device's).
-Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng);
+// In the current context (the device's). A forward trial on wide-range inputs when `range` is wide (backward trials
+// are always on normal inputs).
+Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng,
+                 InputRange range = InputRange::normal);
 
 } // namespace jitbmm

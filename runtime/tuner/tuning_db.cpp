@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #include "cache/disk_cache.hpp"
 #include "support/sha256.hpp"
@@ -25,7 +26,7 @@ std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
   return st.batch == 0 ? kind + "b" : kind;
 }
 
-std::string family_text(const Problem& p, const TuningDevice& d, Pass pass) {
+std::string family_text(const Problem& p, const TuningDevice& d, Pass pass, InputRange range) {
   std::ostringstream os;
   os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
      << d.name << '\n'
@@ -35,6 +36,7 @@ std::string family_text(const Problem& p, const TuningDevice& d, Pass pass) {
      << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
   if (p.precision != Precision::exact) os << "precision " << precision_name(p.precision) << '\n';
   if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
+  if (range != InputRange::normal) os << "data " << input_range_name(range) << '\n';
   return os.str();
 }
 
@@ -45,13 +47,21 @@ Shape shape_bucket(const Shape& s) {
           checked_round_up_pow2(s.K, "shape.K"), checked_round_up_pow2(s.N, "shape.N")};
 }
 
-std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass) {
-  return sha256_hex(family_text(p, d, pass));
+const char* input_range_name(InputRange range) { return range == InputRange::wide ? "wide" : "normal"; }
+
+InputRange parse_input_range(const std::string& text) {
+  if (text == "normal") return InputRange::normal;
+  if (text == "wide") return InputRange::wide;
+  throw std::invalid_argument("--data: expected normal or wide, got '" + text + "'");
 }
 
-std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket, Pass pass) {
+std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass, InputRange range) {
+  return sha256_hex(family_text(p, d, pass, range));
+}
+
+std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket, Pass pass, InputRange range) {
   const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
-  return sha256_hex(family_text(p, d, pass) + (bucket ? "bucket " : "exact ") + to_string(shape));
+  return sha256_hex(family_text(p, d, pass, range) + (bucket ? "bucket " : "exact ") + to_string(shape));
 }
 
 std::string encode_decision(const Decision& d) {

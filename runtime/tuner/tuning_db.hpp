@@ -16,16 +16,26 @@ class DiskCache;
 // Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
 Shape shape_bucket(const Shape& shape);
 
+// What the tuner times candidates on: randn inputs (normal), or randn·kWideSpread (wide: row and column maxima far
+// apart, so most of exp_matmul's outputs fail its shift and go to the exact repair; runtime/repair_watch.hpp). A
+// plan's own decision is tuned on normal data; the wide decision is the variant it moves to on wide data.
+enum class InputRange { normal, wide };
+constexpr double kWideSpread = 50;
+const char* input_range_name(InputRange range); // "normal", "wide"
+InputRange parse_input_range(const std::string& text); // std::invalid_argument naming --data
+
 // The key of a stored decision: device (name, SM count, arch, driver), NVRTC and jitbmm versions, and the problem
-// (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket).
+// (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket), and the input range when wide.
 struct TuningDevice {
   std::string name, arch, nvrtc_version;
   int sm_count = 0, driver_version = 0;
 };
 TuningDevice tuning_device(const DeviceInfo& device); // with this process's NVRTC version
-std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward);
+std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward,
+                       InputRange range = InputRange::normal);
 // The key without the shape: decisions of one family may stand in for each other (nearest bucket).
-std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward);
+std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward,
+                          InputRange range = InputRange::normal);
 
 struct CandidateResult {
   KernelSpec spec;

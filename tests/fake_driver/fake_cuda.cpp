@@ -9,7 +9,7 @@
 // - a primary context and a per-thread context stack;
 // - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB); copies and
 //   memsets check that the whole range lies in one allocation (CUDA_ERROR_INVALID_VALUE otherwise) and then run;
-//   the asynchronous forms run synchronously;
+//   the asynchronous forms run synchronously; pinned host memory is plain host memory;
 // - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
 //   to the file $JITBMM_FAKE_CUDA_LOG names (if any), the SHA-256 taken over the image as its ELF header sizes it;
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
@@ -19,7 +19,7 @@
 //   none (nothing else changes: launches still run);
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
-// - events: elapsed time is always 0.5 ms; occupancy is always 1 block.
+// - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
 //
 // Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
 // CPU reference) finds no correct candidate: it throws "autotune: no correct candidate" (the C ABI's
@@ -463,6 +463,19 @@ CUresult CUDAAPI cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t bytes, CUstream) {
+  return cuMemcpyDtoH(dst, src, bytes);
+}
+CUresult CUDAAPI cuMemAllocHost(void** ptr, size_t bytes) {
+  if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  *ptr = std::calloc(1, bytes ? bytes : 1);
+  return *ptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult CUDAAPI cuMemFreeHost(void* ptr) {
+  std::free(ptr);
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemsetD32(CUdeviceptr dst, unsigned int value, size_t count) { return fill(dst, &value, 4, count); }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) { return fill(dst, &value, 1, count); }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream) {
@@ -500,6 +513,7 @@ CUresult CUDAAPI cuEventDestroy(CUevent event) {
 }
 CUresult CUDAAPI cuEventRecord(CUevent event, CUstream) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 CUresult CUDAAPI cuEventSynchronize(CUevent event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+CUresult CUDAAPI cuEventQuery(CUevent event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
   if (!start || !stop) return CUDA_ERROR_INVALID_HANDLE;

@@ -35,6 +35,7 @@
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
+#include "templates/exp_matmul_bounds.cuh"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;
@@ -147,11 +148,54 @@ Problem small_problem(Semiring s, DType d) {
   return p;
 }
 
+// The --watch helper (its own cache directory, from $JITBMM_CACHE_DIR): stores decisions for log f32 4x256x256x256,
+// an exp_matmul variant for well-behaved data and a tiled one for wide-range data, then runs the plan 3 times with a
+// workspace whose repair counter says `percent`% of the outputs were repaired (the fake runs no kernel, so the counter
+// keeps what is written there), printing the variant each call ran: "call <i> <strategy>" (a move to the wide-data
+// variant happens at the start of a call, once an earlier call's count has landed).
+int watch_main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  try {
+    set_tune_policy(TunePolicy::never);
+    Problem p;
+    p.shape = {4, 256, 256, 256};
+    KernelSpec em = default_spec(p), wide = default_spec(p);
+    em.strategy = Strategy::exp_matmul, em.math = Math::fma;
+    wide.strategy = Strategy::tiled;
+    const auto device = current_device();
+    const TuningDevice td = tuning_device(*device);
+    DiskCache* disk = DiskCache::process_cache();
+    if (!disk) return 3;
+    for (const auto& [spec, range] : {std::pair{em, InputRange::normal}, std::pair{wide, InputRange::wide}}) {
+      TuneReport report;
+      report.best = spec;
+      report.candidates.push_back({spec, 1.0, "ok"});
+      put_decision(*disk, tuning_key(p, td, false, Pass::forward, range), decision_from(p, td, report, Pass::forward,
+                                                                                         range));
+    }
+    const SemiringBMM plan = SemiringBMM::get(p);
+    const std::size_t bytes = plan.workspace_bytes();
+    DeviceBuffer a(4 << 20), b(4 << 20), out(4 << 20), ws(bytes);
+    const jb::EmWorkspace w = jb::em_workspace(4, 256, 256, 256, 4, 4, false);
+    const uint64_t repaired = uint64_t(4 * 256 * 256) * std::stoi(argv[2]) / 100;
+    for (int call = 1; call <= 3; ++call) {
+      ws.upload(&repaired, sizeof repaired, static_cast<std::size_t>(w.repaired));
+      plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), bytes});
+      std::printf("call %d %s\n", call, strategy_name(plan.spec().strategy));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "watch failed: %s\n", e.what());
+    return 1;
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
     return plan_main(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--watch") == 0) return watch_main(argc, argv);
   const char* lib = std::getenv("JITBMM_LIBCUDA");
   if (!lib || !std::strstr(lib, "fake_cuda")) {
     std::fprintf(stderr, "run with JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (ctest does)\n");
@@ -442,4 +486,48 @@ TEST_CASE("inside a stream capture nothing is tuned; the next plan outside the c
   CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_INTERNAL_ERROR);
   CHECK(std::string(jitbmm_last_error()).find("no correct candidate") != std::string::npos);
   set_tune_policy(TunePolicy::never);
+}
+
+// Data matter: a plan the tuner gave an exp_matmul variant watches its repair count (copied asynchronously after a
+// call, read by a later call once landed) and moves to the wide-data variant when an observed call repaired a
+// quarter of its outputs or more; below that, or while the stream is being captured, it stays.
+TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its next call; otherwise it stays") {
+  TempDir dir;
+  int exit_status = -1;
+  const auto run = [&](const char* percent, bool capturing) {
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::setenv("JITBMM_CACHE_DIR", (dir.path + "/cache-" + percent + (capturing ? "c" : "")).c_str(), 1);
+      if (capturing) ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
+      const char* argv[] = {"/proc/self/exe", "--watch", percent, nullptr};
+      ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string text;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return text;
+  };
+  CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
+  CHECK(run("25", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
+  CHECK(run("10", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
+  CHECK(run("60", true) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
+  ::setenv("JITBMM_REPAIR_WATCH", "off", 1);
+  CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
+  CHECK(exit_status == 0);
+  ::setenv("JITBMM_REPAIR_WATCH", "maybe", 1);
+  CHECK(run("60", false).empty()); // get() throws std::invalid_argument naming the variable: the helper exits 1
+  CHECK(exit_status == 1);
+  ::unsetenv("JITBMM_REPAIR_WATCH");
 }

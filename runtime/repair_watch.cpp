@@ -1,0 +1,64 @@
+#include "runtime/repair_watch.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace jitbmm {
+
+bool repair_watch_enabled() {
+  const char* v = std::getenv("JITBMM_REPAIR_WATCH");
+  if (!v || !*v || std::strcmp(v, "on") == 0) return true;
+  if (std::strcmp(v, "off") == 0) return false;
+  throw std::invalid_argument(std::string("JITBMM_REPAIR_WATCH: expected on or off, got '") + v + "'");
+}
+
+RepairWatch::RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t counter_offset)
+    : context_(device.context), outputs_(outputs), counter_offset_(counter_offset) {
+  const DriverApi& d = driver();
+  ScopedContext scope(context_);
+  void* host = nullptr;
+  check(d.cuMemAllocHost(&host, sizeof(uint64_t)), "cuMemAllocHost (the repair counter's copy)");
+  pinned_ = static_cast<uint64_t*>(host);
+  *pinned_ = 0;
+  const CUresult r = d.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    d.cuMemFreeHost(pinned_);
+    check(r, "cuEventCreate (the repair counter's copy)");
+  }
+}
+
+RepairWatch::~RepairWatch() {
+  const DriverApi& d = driver();
+  ScopedContext scope(context_);
+  if (pending_) d.cuEventSynchronize(event_); // the copy still lands in pinned_
+  d.cuEventDestroy(event_);
+  d.cuMemFreeHost(pinned_);
+}
+
+std::optional<double> RepairWatch::landed(CUstream stream) {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || !pending_ || stream_is_capturing(stream)) return std::nullopt;
+  const CUresult r = driver().cuEventQuery(event_);
+  if (r == CUDA_ERROR_NOT_READY) return std::nullopt;
+  check(r, "cuEventQuery (the repair counter's copy)");
+  pending_ = false;
+  return outputs_ > 0 ? static_cast<double>(*pinned_) / static_cast<double>(outputs_) : 0.0;
+}
+
+void RepairWatch::observe(const void* workspace, CUstream stream) {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_) return;
+  const long call = calls_++;
+  if (observations_ >= kEarlyObservations && call % kLaterEvery != 0) return;
+  if (stream_is_capturing(stream)) return;
+  const DriverApi& d = driver();
+  const auto counter = reinterpret_cast<CUdeviceptr>(static_cast<const unsigned char*>(workspace) + counter_offset_);
+  check(d.cuMemcpyDtoHAsync(pinned_, counter, sizeof(uint64_t), stream), "cuMemcpyDtoHAsync (the repair counter)");
+  check(d.cuEventRecord(event_, stream), "cuEventRecord (the repair counter's copy)");
+  pending_ = true;
+  ++observations_;
+}
+
+} // namespace jitbmm
