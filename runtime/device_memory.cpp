@@ -28,9 +28,10 @@ void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offse
   if (bytes) check(driver().cuMemcpyHtoD(ptr_ + offset_bytes, host, bytes), "cuMemcpyHtoD");
 }
 
-void DeviceBuffer::download(void* host, std::size_t bytes) const {
-  if (bytes > bytes_) throw std::invalid_argument("download: more bytes than the buffer holds");
-  if (bytes) check(driver().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
+void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset_bytes) const {
+  if (offset_bytes > bytes_ || bytes > bytes_ - offset_bytes)
+    throw std::invalid_argument("download: more bytes than the buffer holds");
+  if (bytes) check(driver().cuMemcpyDtoH(host, ptr_ + offset_bytes, bytes), "cuMemcpyDtoH");
 }
 
 void DeviceBuffer::fill_bytes(unsigned char value) {

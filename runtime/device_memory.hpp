@@ -21,7 +21,7 @@ public:
   void* get() const { return reinterpret_cast<void*>(ptr_); } // NOLINT(performance-no-int-to-ptr): device address
   std::size_t size() const { return bytes_; }
   void upload(const void* host, std::size_t bytes, std::size_t offset_bytes = 0);
-  void download(void* host, std::size_t bytes) const;
+  void download(void* host, std::size_t bytes, std::size_t offset_bytes = 0) const;
   void fill_bytes(unsigned char value); // e.g. 0xff: NaN in every float dtype, −1 in int32: poison
 
 private:
