@@ -7,6 +7,7 @@
 //   autotune      compile in parallel, time (runtime/timing.hpp), rank, store the winner
 //   family_model  what a new bucket of a tuned family times: the variants its family's timings predict best
 //   choose        the choice cascade: stored decision, tuning, default; planning again without a failing spec
+//   shared_choices  one process's settled choices exported as text and imported elsewhere (every rank alike)
 #pragma once
 
 #include "runtime/tuner/autotune.hpp"     // IWYU pragma: export
@@ -14,5 +15,6 @@
 #include "runtime/tuner/family_model.hpp" // IWYU pragma: export
 #include "runtime/tuner/policy.hpp"       // IWYU pragma: export
 #include "runtime/tuner/search_space.hpp" // IWYU pragma: export
+#include "runtime/tuner/shared_choices.hpp" // IWYU pragma: export
 #include "runtime/tuner/trials.hpp"       // IWYU pragma: export
 #include "runtime/tuner/tuning_db.hpp"    // IWYU pragma: export

@@ -273,6 +273,23 @@ jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, con
   });
 }
 
+jitbmm_status jitbmm_export_choices(const char** text) {
+  return guarded([&] {
+    require(text, "text");
+    thread_local std::string exported;
+    exported = jitbmm::export_choices();
+    *text = exported.c_str();
+  });
+}
+
+jitbmm_status jitbmm_import_choices(const char* text, size_t* stored) {
+  return guarded([&] {
+    require(text, "text");
+    const std::size_t n = jitbmm::import_choices(text);
+    if (stored) *stored = n;
+  });
+}
+
 jitbmm_status jitbmm_cache_dir(const char** dir) {
   return guarded([&] {
     require(dir, "dir");

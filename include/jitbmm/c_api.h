@@ -102,6 +102,14 @@ jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, con
 /* The tuning policy of this process: "never", "bucket" or "exact"; NULL returns to $JITBMM_TUNE (default bucket). */
 jitbmm_status jitbmm_set_tune_policy(const char* policy);
 
+/* Sharing choices across processes (ranks on other machines; README, Caches): the variants this process settled on,
+ * one line each, valid until this thread's next call of jitbmm_export_choices; and storing another process's as this
+ * machine's exact decisions for the current device (`stored`, if not NULL, receives how many), after which plans made
+ * in this process use them (plans already made keep their variant). Malformed text is JITBMM_INVALID_ARGUMENT naming
+ * the line, and nothing is stored. */
+jitbmm_status jitbmm_export_choices(const char** text);
+jitbmm_status jitbmm_import_choices(const char* text, size_t* stored);
+
 /* The disk cache directory in use ("" when the cache is off). */
 jitbmm_status jitbmm_cache_dir(const char** dir);
 

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "CudaError", "CompileError", "LibraryNotFoundError", "Problem", "Plan",
-           "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory", "SEMIRINGS", "DTYPES"]
+           "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory", "export_choices",
+           "import_choices", "SEMIRINGS", "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
@@ -107,6 +108,10 @@ def _declare(lib):
     lib.jitbmm_reference.argtypes = [ctypes.POINTER(_CProblem), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p]
     lib.jitbmm_reference.restype = status
+    lib.jitbmm_export_choices.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+    lib.jitbmm_export_choices.restype = status
+    lib.jitbmm_import_choices.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_import_choices.restype = status
     lib.jitbmm_cache_dir.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_cache_dir.restype = status
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
@@ -175,6 +180,25 @@ def cache_dir():
     out = ctypes.c_char_p()
     _check(_library().jitbmm_cache_dir(ctypes.byref(out)))
     return out.value.decode()
+
+
+def export_choices():
+    """The kernel variants this process settled on (by a stored decision or tuning), as text: one line per pass and
+    problem. jitbmm.torch.share_choices sends rank 0's to every rank."""
+    out = ctypes.c_char_p()
+    _check(_library().jitbmm_export_choices(ctypes.byref(out)))
+    return out.value.decode()
+
+
+def import_choices(text):
+    """Stores another process's export_choices() text as this machine's decisions for the current device, so plans
+    made from now on in this process (and later ones) use those variants; returns how many. Malformed text raises
+    ValueError naming the line, and nothing is stored."""
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str, got {type(text).__name__}")
+    n = ctypes.c_size_t()
+    _check(_library().jitbmm_import_choices(text.encode(), ctypes.byref(n)))
+    return n.value
 
 
 _TUNE_POLICIES = ("never", "bucket", "exact")

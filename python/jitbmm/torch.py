@@ -18,7 +18,7 @@ import jitbmm
 
 from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
 
-__all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm"]
+__all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices"]
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.
@@ -480,3 +480,25 @@ def minbmm(a, b):
 def prodmaxbmm(a, b):
     """max_k a[..., i, k] · b[..., k, j]: genbmm.prodmaxbmm."""
     return semiring_bmm(a, b, "max_times")
+
+
+def share_choices(src=0, group=None):
+    """Makes rank `src`'s kernel variants every rank's, so every rank of a job rounds alike. Call it on every rank of
+    an initialised torch.distributed job (it is a collective), after a step that planned the problems (the first
+    training step, forward and backward): rank `src` (a global rank) exports the variants it settled on
+    (jitbmm.export_choices), torch.distributed.broadcast_object_list sends them, and every other rank stores them
+    as its machine's decisions for its current CUDA device and forgets its own plans, so its next calls plan again
+    with `src`'s variants. Returns how many choices this rank imported (0 on `src`)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("share_choices: torch.distributed is not initialised (call init_process_group first)")
+    box = [jitbmm.export_choices() if dist.get_rank() == src else None]
+    dist.broadcast_object_list(box, src=src, group=group)
+    if dist.get_rank() == src:
+        return 0
+    with torch.cuda.device(torch.cuda.current_device()):
+        n = jitbmm.import_choices(box[0])
+    with _kernels_lock:
+        _kernels.clear()
+    _fast.clear()
+    return n

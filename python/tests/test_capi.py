@@ -180,6 +180,15 @@ class CApiTest(unittest.TestCase):
         with self.assertRaisesRegex(jitbmm.NoDriverError, "no CUDA driver found"):
             jitbmm.Plan(jitbmm.Problem("log", "f32", 2, 3, 4, 5))
 
+    def test_choices_export_and_malformed_imports(self):
+        # Nothing planned in this process: nothing to share. A malformed import names its line (checked before any
+        # device is looked at) and a non-string is a TypeError; the round trip is in tests/fake_driver.
+        self.assertEqual(jitbmm.export_choices(), "")
+        with self.assertRaisesRegex(ValueError, "choices: line 2"):
+            jitbmm.import_choices("\nchoice forward log f32 | nonsense\n")
+        with self.assertRaisesRegex(TypeError, "text"):
+            jitbmm.import_choices(b"choice")
+
     def test_missing_library_is_a_clear_import_error(self):
         saved = (jitbmm._lib, os.environ.get("JITBMM_LIBRARY"))
         try:

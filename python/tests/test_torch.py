@@ -547,6 +547,53 @@ class OperatorTest(unittest.TestCase):
         torch.testing.assert_close(out, self.jt.logbmm(a, b))
 
 
+def _share_choices_rank(rank, world, init_file, caches, results):
+    """One rank of test_share_choices_makes_rank_0s_variants_everyones, in its own process with its own cache
+    directory (standing in for its own machine): rank 0 tunes, rank 1 may not (policy never: the default)."""
+    import os
+    os.environ["JITBMM_CACHE_DIR"] = caches[rank]
+    import torch.distributed as dist
+    import jitbmm
+    import jitbmm.torch as jt
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    try:
+        jitbmm.set_tune_policy("exact" if rank == 0 else "never")
+        torch.manual_seed(0)
+        a = torch.randn(2, 33, 17, device="cuda")
+        b = torch.randn(2, 17, 40, device="cuda")
+        jt.logbmm(a, b)
+        torch.cuda.synchronize()
+        imported = jt.share_choices()
+        jt.logbmm(a, b)  # rank 1 plans again, with rank 0's variant
+        torch.cuda.synchronize()
+        results[rank] = (imported, jitbmm.export_choices())
+    finally:
+        dist.destroy_process_group()
+
+
+class DistributedTest(unittest.TestCase):
+    """jitbmm.torch.share_choices over torch.distributed (gloo), two processes on one GPU."""
+
+    def test_share_choices_makes_rank_0s_variants_everyones(self):
+        import tempfile
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory() as tmp:
+            caches = [f"{tmp}/cache0", f"{tmp}/cache1"]
+            results = mp.Manager().dict()
+            mp.spawn(_share_choices_rank, args=(2, f"{tmp}/init", caches, results), nprocs=2, join=True)
+            imported0, choices0 = results[0]
+            imported1, choices1 = results[1]
+        self.assertEqual(imported0, 0)
+        self.assertEqual(imported1, 1)  # the one forward choice rank 0 tuned
+        self.assertIn("choice forward log f32 f32 2 33 17 40", choices0)
+        self.assertEqual(choices1, choices0)  # rank 1 now runs exactly rank 0's variant
+
+    def test_share_choices_needs_an_initialised_job(self):
+        import jitbmm.torch as jt
+        with self.assertRaisesRegex(RuntimeError, "not initialised"):
+            jt.share_choices()
+
+
 def main():
     if torch is None:
         print("SKIPPED: torch is not installed here")

@@ -111,18 +111,38 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
   return std::nullopt;
 }
 
+namespace {
+
+// Decisions already made in this process, per context, problem, pass and policy; and, per pass and problem, the
+// choices to share (choices_made).
+std::mutex g_made_mutex;
+std::map<std::string, Choice> g_made;
+std::map<std::string, MadeChoice> g_settled;
+
+} // namespace
+
+std::vector<MadeChoice> choices_made() {
+  std::lock_guard<std::mutex> lock(g_made_mutex);
+  std::vector<MadeChoice> out;
+  for (const auto& [id, c] : g_settled) out.push_back(c);
+  return out;
+}
+
+void forget_choices() {
+  std::lock_guard<std::mutex> lock(g_made_mutex);
+  g_made.clear();
+  g_settled.clear();
+}
+
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
               const std::vector<KernelSpec>& rejected) {
   const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
-  // Decisions already made in this process, per context, problem, pass and policy.
-  static std::mutex mutex;
-  static std::map<std::string, Choice> made;
   std::ostringstream id;
   id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
      << ' ' << dtype_info(p.output_dtype()).name;
   if (rejected.empty()) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = made.find(id.str()); it != made.end()) return it->second;
+    std::lock_guard<std::mutex> lock(g_made_mutex);
+    if (auto it = g_made.find(id.str()); it != g_made.end()) return it->second;
   }
   const Choice choice = [&]() -> Choice {
     DiskCache* disk = DiskCache::process_cache();
@@ -167,8 +187,11 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     log_message(LogLevel::debug, "plan " + describe(p) +
                                      (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
                                      to_string(choice.spec) + " (" + choice.source + ")");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!choice.held) made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
+  std::lock_guard<std::mutex> lock(g_made_mutex);
+  if (!choice.held) g_made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
+  if (!choice.held && choice.source != "default")
+    g_settled[std::string(pass_name(pass)) + ' ' + describe(p) + ' ' + std::to_string(p.with_argmax) + ' ' +
+              dtype_info(p.output_dtype()).name] = MadeChoice{p, pass, choice.spec};
   return choice;
 }
 

@@ -33,6 +33,17 @@ struct Choice {
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
               const std::vector<KernelSpec>& rejected = {});
 
+// What choose() settled in this process (by a stored decision or tuning; not defaults, not choices held in a
+// capture), per pass and problem (for a backward pass its grad_problem), once each: what share_choices exports.
+struct MadeChoice {
+  Problem problem;
+  Pass pass = Pass::forward;
+  KernelSpec spec;
+};
+std::vector<MadeChoice> choices_made();
+// Forgets every choice made in this process, so the next choose() reads the stored decisions again.
+void forget_choices();
+
 // The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
 // is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or
 // fit are skipped with a warning, those whose spec is in `rejected` silently. Beyond that distance choose() tunes

@@ -190,9 +190,41 @@ int watch_main(int argc, char** argv) {
   }
 }
 
+// The --share helpers (their own cache directories, from $JITBMM_CACHE_DIR), for log f32 2x33x17x40 under policy
+// never: "--share-export" stores an exact decision naming a warp kernel (not the default), plans with it and prints
+// export_choices(); "--share-import <file>" plans (the default), imports the file's choices, plans again and prints
+// "before <spec>" and "after <spec>".
+int share_main(int argc, char** argv) {
+  try {
+    set_tune_policy(TunePolicy::never);
+    Problem p;
+    p.shape = {2, 33, 17, 40};
+    if (std::strcmp(argv[1], "--share-export") == 0) {
+      DiskCache* disk = DiskCache::process_cache();
+      if (!disk) return 3;
+      const TuningDevice td = tuning_device(*current_device());
+      TuneReport report;
+      report.best = parse_spec("semiring=log dtype=f32 out=f32 argmax=0 strategy=warp index64=0 block=8x32");
+      put_decision(*disk, tuning_key(p, td, false), decision_from(p, td, report));
+      SemiringBMM::get(p);
+      std::printf("%s", export_choices().c_str());
+      return 0;
+    }
+    if (argc != 3) return 2;
+    const std::string before = to_string(SemiringBMM::get(p).spec());
+    const std::size_t n = import_choices(file_text(argv[2]));
+    std::printf("imported %zu\nbefore %s\nafter %s\n", n, before.c_str(), to_string(SemiringBMM::get(p).spec()).c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "share failed: %s\n", e.what());
+    return 1;
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strncmp(argv[1], "--share-", 8) == 0) return share_main(argc, argv);
   if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
     return plan_main(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--watch") == 0) return watch_main(argc, argv);
@@ -530,4 +562,47 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
   CHECK(run("60", false).empty()); // get() throws std::invalid_argument naming the variable: the helper exits 1
   CHECK(exit_status == 1);
   ::unsetenv("JITBMM_REPAIR_WATCH");
+}
+
+// One process's choices made another's (jitbmm.torch.share_choices does this across ranks): the exporter plans with a
+// stored, non-default decision and exports it; a process with its own empty cache plans the default, imports, and
+// then plans with the exporter's variant.
+TEST_CASE("choices exported by one process are the variants another plans with after importing them") {
+  TempDir dir;
+  const auto child = [&](std::vector<std::string> args, const std::string& cache) {
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::setenv("JITBMM_CACHE_DIR", cache.c_str(), 1);
+      std::vector<char*> argv = {const_cast<char*>("/proc/self/exe")};
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string text;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    return text;
+  };
+  const std::string exported = child({"--share-export"}, dir.path + "/rank0");
+  CHECK(exported.rfind("choice forward log f32 f32 2 33 17 40 ", 0) == 0);
+  CHECK(exported.find("strategy=warp") != std::string::npos);
+  std::ofstream(dir.path + "/choices.txt") << exported;
+  const std::string imported = child({"--share-import", dir.path + "/choices.txt"}, dir.path + "/rank1");
+  CHECK(imported.find("imported 1\n") == 0);
+  CHECK(imported.find("before semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
+  CHECK(imported.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=warp index64=0 block=8x32\n") !=
+        std::string::npos);
 }

@@ -1,0 +1,89 @@
+#include "runtime/tuner/shared_choices.hpp"
+
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/tuner/autotune.hpp"
+#include "runtime/tuner/choose.hpp"
+#include "runtime/tuner/tuning_db.hpp"
+
+namespace jitbmm {
+
+std::string problem_text(const Problem& p) {
+  std::ostringstream os;
+  os << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
+     << ' ' << p.shape.B << ' ' << p.shape.M << ' ' << p.shape.K << ' ' << p.shape.N;
+  for (const Strides& st : {p.a(), p.b(), p.out()}) os << ' ' << st.batch << ' ' << st.row << ' ' << st.col;
+  os << ' ' << (p.with_argmax ? 1 : 0) << ' ' << precision_name(p.precision);
+  return os.str();
+}
+
+Problem parse_problem_text(const std::string& text) {
+  std::istringstream in(text);
+  std::string semiring, dtype, out_dtype, precision, rest;
+  Problem p;
+  Strides a, b, out;
+  int argmax = -1;
+  if (!(in >> semiring >> dtype >> out_dtype >> p.shape.B >> p.shape.M >> p.shape.K >> p.shape.N >> a.batch >>
+        a.row >> a.col >> b.batch >> b.row >> b.col >> out.batch >> out.row >> out.col >> argmax >> precision) ||
+      (in >> rest) || (argmax != 0 && argmax != 1))
+    throw std::invalid_argument("problem: expected 'semiring dtype out_dtype B M K N' and three stride triples, argmax "
+                                "(0 or 1) and precision, got '" + text + "'");
+  p.semiring = parse_semiring(semiring);
+  p.dtype = parse_dtype(dtype);
+  p.out_dtype = parse_dtype(out_dtype);
+  p.a_strides = a, p.b_strides = b, p.out_strides = out;
+  p.with_argmax = argmax == 1;
+  p.precision = parse_precision(precision);
+  validate(p);
+  return p;
+}
+
+std::string export_choices() {
+  std::ostringstream os;
+  for (const MadeChoice& c : choices_made())
+    os << "choice " << pass_name(c.pass) << ' ' << problem_text(c.problem) << " | " << to_string(c.spec) << '\n';
+  return os.str();
+}
+
+std::size_t import_choices(const std::string& text) {
+  struct Parsed {
+    Problem problem;
+    Pass pass;
+    KernelSpec spec;
+  };
+  std::vector<Parsed> parsed;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      const std::size_t bar = line.find(" | ");
+      if (line.rfind("choice ", 0) != 0 || bar == std::string::npos)
+        throw std::invalid_argument("expected 'choice <pass> <problem> | <spec>'");
+      const std::size_t space = line.find(' ', 7);
+      if (space == std::string::npos || space > bar) throw std::invalid_argument("no pass");
+      Parsed c{parse_problem_text(line.substr(space + 1, bar - space - 1)), parse_pass(line.substr(7, space - 7)),
+               parse_spec(line.substr(bar + 3))};
+      check_spec_fits(c.spec, c.problem);
+      parsed.push_back(std::move(c));
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("choices: line " + std::to_string(number) + ": " + e.what());
+    }
+  }
+  DiskCache* disk = DiskCache::process_cache();
+  if (!disk) throw std::runtime_error("import_choices: no disk cache to keep the decisions in (JITBMM_CACHE=off?)");
+  const TuningDevice td = tuning_device(*current_device());
+  for (const Parsed& c : parsed) {
+    TuneReport report;
+    report.best = c.spec;
+    report.reason = "shared: another process's choice (import_choices)";
+    put_decision(*disk, tuning_key(c.problem, td, false, c.pass), decision_from(c.problem, td, report, c.pass));
+  }
+  forget_choices();
+  return parsed.size();
+}
+
+} // namespace jitbmm
