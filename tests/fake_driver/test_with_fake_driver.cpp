@@ -84,24 +84,24 @@ struct ChildResult {
   std::string kernel;
 };
 
-// This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
-// With `tune`, the helper plans under policy bucket (tuning, were no decision stored) and its stderr is captured too.
-ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
-                          const std::string& dtype = "f32", bool tune = false) {
+// This executable run as a helper: `args` after the program name, the variables of `env` set, its stdout (and with
+// `with_stderr` its stderr) captured; status is its exit status (128 + signal when killed).
+ChildResult run_helper(std::vector<std::string> args, const std::vector<std::pair<std::string, std::string>>& env,
+                       bool with_stderr = false) {
   int out[2];
   REQUIRE(::pipe(out) == 0);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(out[1], 1);
-    if (tune) ::dup2(out[1], 2);
+    if (with_stderr) ::dup2(out[1], 2);
     ::close(out[0]);
     ::close(out[1]);
-    ::setenv("JITBMM_CACHE_DIR", cache_dir.c_str(), 1);
-    ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
-    const char* mode = tune ? "--plan-bucket" : "--plan";
-    const char* argv[] = {"/proc/self/exe", mode, semiring.c_str(), dtype.c_str(), "2", "33", "17", "40", nullptr};
-    ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> argv = {const_cast<char*>("/proc/self/exe")};
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
     ::_exit(127);
   }
   ::close(out[1]);
@@ -112,6 +112,15 @@ ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, 
   int status = 0;
   ::waitpid(pid, &status, 0);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
+// With `tune`, the helper plans under policy bucket (tuning, were no decision stored) and its stderr is captured too.
+ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
+                          const std::string& dtype = "f32", bool tune = false) {
+  ChildResult r = run_helper({tune ? "--plan-bucket" : "--plan", semiring, dtype, "2", "33", "17", "40"},
+                             {{"JITBMM_CACHE_DIR", cache_dir}, {"JITBMM_FAKE_CUDA_LOG", log}}, tune);
   char name[512] = {0};
   const std::size_t line = r.output.find("compiles=");
   if (line != std::string::npos &&
@@ -526,30 +535,12 @@ TEST_CASE("inside a stream capture nothing is tuned; the next plan outside the c
 TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its next call; otherwise it stays") {
   TempDir dir;
   int exit_status = -1;
-  const auto run = [&](const char* percent, bool capturing) {
-    int out[2];
-    REQUIRE(::pipe(out) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::setenv("JITBMM_CACHE_DIR", (dir.path + "/cache-" + percent + (capturing ? "c" : "")).c_str(), 1);
-      if (capturing) ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
-      const char* argv[] = {"/proc/self/exe", "--watch", percent, nullptr};
-      ::execv("/proc/self/exe", const_cast<char* const*>(argv));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string text;
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
-    ::close(out[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return text;
+  const auto run = [&](const std::string& percent, bool capturing) {
+    const ChildResult r = run_helper({"--watch", percent},
+                                     {{"JITBMM_CACHE_DIR", dir.path + "/cache-" + percent + (capturing ? "c" : "")},
+                                      {"JITBMM_FAKE_CUDA_CAPTURING", capturing ? "1" : "0"}});
+    exit_status = r.status;
+    return r.output;
   };
   CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
   CHECK(run("25", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
@@ -569,32 +560,10 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
 // then plans with the exporter's variant.
 TEST_CASE("choices exported by one process are the variants another plans with after importing them") {
   TempDir dir;
-  const auto child = [&](std::vector<std::string> args, const std::string& cache) {
-    int out[2];
-    REQUIRE(::pipe(out) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::setenv("JITBMM_CACHE_DIR", cache.c_str(), 1);
-      std::vector<char*> argv = {const_cast<char*>("/proc/self/exe")};
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv("/proc/self/exe", argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string text;
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
-    ::close(out[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-    return text;
+  const auto child = [&](const std::vector<std::string>& args, const std::string& cache) {
+    const ChildResult r = run_helper(args, {{"JITBMM_CACHE_DIR", cache}});
+    CHECK(r.status == 0);
+    return r.output;
   };
   const std::string exported = child({"--share-export"}, dir.path + "/rank0");
   CHECK(exported.rfind("choice forward log f32 f32 2 33 17 40 ", 0) == 0);
