@@ -30,11 +30,14 @@ RepairWatch::RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t 
 }
 
 RepairWatch::~RepairWatch() {
-  const DriverApi& d = driver();
-  ScopedContext scope(context_);
-  if (pending_) d.cuEventSynchronize(event_); // the copy still lands in pinned_
-  d.cuEventDestroy(event_);
-  d.cuMemFreeHost(pinned_);
+  try {
+    const DriverApi& d = driver();
+    ScopedContext scope(context_);
+    if (pending_) d.cuEventSynchronize(event_); // the copy still lands in pinned_
+    d.cuEventDestroy(event_);
+    d.cuMemFreeHost(pinned_);
+  } catch (const std::exception&) { // the context is gone (process exit): so is what it held
+  }
 }
 
 std::optional<double> RepairWatch::landed(CUstream stream) {
