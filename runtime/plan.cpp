@@ -63,7 +63,13 @@ const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
     if (strategy_def(spec).launches(spec, p).workspace_bytes <= im.launches.workspace_bytes) fits.push_back(spec);
   const std::string seen = describe(p) + ": exp_matmul sent " + std::to_string(int(100 * share + 0.5)) +
                            "% of an observed call's outputs to its exact repair (wide-range data); ";
-  const auto choice = choose_wide(p, *im.device, tune_policy_from_env(), fits);
+  std::optional<Choice> choice;
+  try {
+    choice = choose_wide(p, *im.device, tune_policy_from_env(), fits);
+  } catch (const std::exception& e) { // the call itself must not fail for want of a faster variant
+    log_message(LogLevel::warn, seen + "finding the variant for such data failed (" + e.what() + "): it stays");
+    return nullptr;
+  }
   if (!choice || choice->spec == im.spec) {
     log_message(LogLevel::info, seen + (choice ? "its variant is also the fastest on such data: it stays"
                                                : "no variant for such data is stored or may be tuned: it stays"));
