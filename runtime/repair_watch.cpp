@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/log.hpp"
+
 namespace jitbmm {
 
 bool repair_watch_enabled() {
@@ -15,27 +17,16 @@ bool repair_watch_enabled() {
 }
 
 RepairWatch::RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t counter_offset)
-    : context_(device.context), outputs_(outputs), counter_offset_(counter_offset) {
-  const DriverApi& d = driver();
-  ScopedContext scope(context_);
-  void* host = nullptr;
-  check(d.cuMemAllocHost(&host, sizeof(uint64_t)), "cuMemAllocHost (the repair counter's copy)");
-  pinned_ = static_cast<uint64_t*>(host);
-  *pinned_ = 0;
-  const CUresult r = d.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING);
-  if (r != CUDA_SUCCESS) {
-    d.cuMemFreeHost(pinned_);
-    check(r, "cuEventCreate (the repair counter's copy)");
-  }
-}
+    : context_(device.context), outputs_(outputs), counter_offset_(counter_offset) {}
 
 RepairWatch::~RepairWatch() {
+  if (!pinned_ && !event_) return;
   try {
     const DriverApi& d = driver();
     ScopedContext scope(context_);
     if (pending_) d.cuEventSynchronize(event_); // the copy still lands in pinned_
-    d.cuEventDestroy(event_);
-    d.cuMemFreeHost(pinned_);
+    if (event_) d.cuEventDestroy(event_);
+    if (pinned_) d.cuMemFreeHost(pinned_);
   } catch (const std::exception&) { // the context is gone (process exit): so is what it held
   }
 }
@@ -52,11 +43,26 @@ std::optional<double> RepairWatch::landed(CUstream stream) {
 
 void RepairWatch::observe(const void* workspace, CUstream stream) {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock() || pending_) return;
+  if (!lock.owns_lock() || pending_ || broken_) return;
   const long call = calls_++;
   if (observations_ >= kEarlyObservations && call % kLaterEvery != 0) return;
   if (stream_is_capturing(stream)) return;
   const DriverApi& d = driver();
+  if (!event_) { // the first observed call, outside any capture (the caller's context is current)
+    void* host = nullptr;
+    CUresult r = d.cuMemAllocHost(&host, sizeof(uint64_t));
+    if (r == CUDA_SUCCESS) {
+      pinned_ = static_cast<uint64_t*>(host);
+      *pinned_ = 0;
+      r = d.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING);
+    }
+    if (r != CUDA_SUCCESS) {
+      broken_ = true;
+      log_message(LogLevel::warn, "not watching exp_matmul's repairs: the pinned buffer or event for the counter's "
+                                  "copy could not be made (CUresult " + std::to_string(int(r)) + ")");
+      return;
+    }
+  }
   const auto counter = reinterpret_cast<CUdeviceptr>(static_cast<const unsigned char*>(workspace) + counter_offset_);
   check(d.cuMemcpyDtoHAsync(pinned_, counter, sizeof(uint64_t), stream), "cuMemcpyDtoHAsync (the repair counter)");
   check(d.cuEventRecord(event_, stream), "cuEventRecord (the repair counter's copy)");

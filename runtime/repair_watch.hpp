@@ -29,7 +29,9 @@ bool repair_watch_enabled();
 class RepairWatch {
 public:
   // For a plan on `device` with `outputs` outputs whose repair counter (uint64) sits `counter_offset` bytes into the
-  // workspace of each call. Throws CudaError when the pinned buffer or the event cannot be made.
+  // workspace of each call. Allocates nothing: the pinned buffer and the event are made at the first observed call
+  // (never inside a capture, where a pinned allocation is not allowed); if they cannot be, watching stops with a
+  // warning and the call goes on.
   RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t counter_offset);
   ~RepairWatch();
   RepairWatch(const RepairWatch&) = delete;
@@ -50,6 +52,7 @@ private:
   uint64_t* pinned_ = nullptr;
   CUevent event_ = nullptr;
   bool pending_ = false;
+  bool broken_ = false; // the buffer or the event could not be made: nothing is observed
   long calls_ = 0;
   int observations_ = 0;
 };
