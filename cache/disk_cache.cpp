@@ -252,6 +252,12 @@ KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeou
   return KeyLock::acquire(dir_fd_.get(), "lock-" + key, timeout, on_wait);
 }
 
+KeyLock DiskCache::try_cpu_token(unsigned index) {
+  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
+  if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
+  return KeyLock::acquire(dir_fd_.get(), "lock-cpu-" + std::to_string(index), std::chrono::milliseconds(0));
+}
+
 bool DiskCache::put(const std::string& key, const std::string& kind, std::string_view payload) {
   if (!is_key(key) || !is_kind(kind)) return false;
   return write(key + "." + kind, encode_cache_entry(key, payload));

@@ -80,6 +80,9 @@ public:
   // cache is read-only or unusable, or the key is malformed.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout,
                const std::function<void(const std::string& holder)>& on_wait = {});
+  // One of the machine's CPU tokens, lock-cpu-<index> (a KeyLock), taken now or not at all (then not held()). The
+  // processes sharing this directory hold one per extra worker thread (runtime/tuner/cpu_pool.hpp).
+  KeyLock try_cpu_token(unsigned index);
   // A read-only cache consulted when this one misses ($JITBMM_CACHE_TRUSTED_DIR).
   void set_fallback(std::unique_ptr<DiskCache> read_only);
 

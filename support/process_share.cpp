@@ -45,14 +45,27 @@ std::string rank_tag() {
   return "";
 }
 
-unsigned compile_threads() {
-  const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+namespace {
+
+int online_cpus() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// The CPUs of this process's affinity mask when it is narrower than the machine (a launcher that binds ranks to
+// cores: already this process's share), else nothing.
+std::optional<int> narrowed_mask() {
   cpu_set_t set;
   CPU_ZERO(&set);
   const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  // A mask narrower than the machine is already this process's share (a launcher that binds ranks to cores).
-  if (allowed > 0 && allowed < online) return static_cast<unsigned>(allowed);
-  return static_cast<unsigned>(std::max(1, online / local_world_size()));
+  if (allowed > 0 && allowed < online_cpus()) return allowed;
+  return std::nullopt;
+}
+
+} // namespace
+
+unsigned usable_cpus() { return static_cast<unsigned>(narrowed_mask().value_or(online_cpus())); }
+
+unsigned compile_threads() {
+  if (const auto mask = narrowed_mask()) return static_cast<unsigned>(*mask);
+  return static_cast<unsigned>(std::max(1, online_cpus() / local_world_size()));
 }
 
 } // namespace jitbmm

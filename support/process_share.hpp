@@ -21,8 +21,12 @@ bool is_local_leader();
 // "rank 3" under a launcher ($RANK, else $LOCAL_RANK), else "": the tag that jitbmm's messages carry.
 std::string rank_tag();
 
-// The NVRTC threads the tuner may start: the CPUs of this process's affinity mask when a launcher narrowed it, else
-// the machine's CPUs divided among the local processes ($LOCAL_WORLD_SIZE); at least 1.
+// The CPUs this process may run on: its affinity mask when a launcher narrowed it, else the machine's; at least 1.
+unsigned usable_cpus();
+
+// This process's fair share of them: usable_cpus() when a launcher narrowed the mask, else the machine's CPUs divided
+// among the local processes ($LOCAL_WORLD_SIZE); at least 1. What the tuner's pools use when they cannot coordinate
+// with the other processes (runtime/tuner/cpu_pool.hpp).
 unsigned compile_threads();
 
 } // namespace jitbmm

@@ -3,20 +3,18 @@
 #include "runtime/tuner/autotune.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "cache/disk_cache.hpp"
 #include "runtime/jit.hpp"
 #include "support/log.hpp"
-#include "support/process_share.hpp"
 #include "runtime/timing.hpp"
+#include "runtime/tuner/cpu_pool.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
 
@@ -28,21 +26,16 @@ DeviceLimits device_limits(const DeviceInfo& d) {
   return {d.max_threads_per_block, 48 * 1024, d.max_shared_per_block_optin, d.cc_major == 9 && d.cc_minor == 0};
 }
 
-// Compiles and loads every candidate through the kernel cache (which is thread-safe) on up to `max_threads`
-// threads, never more than there are candidates; a failure only marks that candidate.
-void compile_candidates(const DeviceInfo& device, std::vector<CandidateResult>& candidates, unsigned max_threads) {
-  const std::size_t threads = std::min<std::size_t>(std::max(1u, max_threads), candidates.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (std::size_t w = 0; w < threads; ++w)
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < candidates.size();) try {
-          load_kernel(device, candidates[i].spec);
-        } catch (const std::exception& e) {
-          candidates[i].status = std::string("compile failed: ") + e.what();
-        }
-    });
-  for (auto& t : pool) t.join();
+// Compiles and loads every candidate through the kernel cache (which is thread-safe) on the tuner's CPU pool
+// (runtime/tuner/cpu_pool.hpp); a failure only marks that candidate.
+void compile_candidates(const DeviceInfo& device, std::vector<CandidateResult>& candidates) {
+  for_each_on_cpus(candidates.size(), [&](std::size_t i) {
+    try {
+      load_kernel(device, candidates[i].spec);
+    } catch (const std::exception& e) {
+      candidates[i].status = std::string("compile failed: ") + e.what();
+    }
+  });
 }
 
 // The median of `runs` timed launches of `spec` on the trial, the L2 flushed before each.
@@ -116,21 +109,39 @@ std::vector<KernelSpec> device_candidates(const Problem& p, const DeviceInfo& de
 TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, Pass pass,
                     const std::vector<KernelSpec>& only, InputRange range) {
   const auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
+  std::vector<double> phases; // for the debug line below: compile, trial, check and time, re-time
+  auto phase_done = [&, t = t0]() mutable {
+    phases.push_back(seconds_since(t));
+    t = std::chrono::steady_clock::now();
+  };
   ScopedContext scope(device.context);
   TuneReport report;
   for (const KernelSpec& spec : only.empty() ? device_candidates(p, device, pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
-  compile_candidates(device, report.candidates, compile_threads());
+  compile_candidates(device, report.candidates);
+  phase_done();
 
   std::mt19937_64 rng(20261122);
   const Trial trial = make_trial(p, pass, device, rng, range);
   const L2Flush flush;
+  phase_done();
   const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) +
                            (range == InputRange::normal ? "" : std::string(" on ") + input_range_name(range) + " data");
   verify_and_time(report.candidates, trial, flush, what, progress);
+  phase_done();
   const CandidateResult& winner = rank(report.candidates, trial, flush, what);
+  phase_done();
   report.best = winner.spec;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.seconds = seconds_since(t0);
+  if (log_enabled(LogLevel::debug)) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "tuning %s took %.3f s: compile and load %.3f s, trial inputs %.3f s, check and time %zu "
+                  "candidates %.3f s, re-time the leaders %.3f s",
+                  what.c_str(), report.seconds, phases[0], phases[1], report.candidates.size(), phases[2], phases[3]);
+    log_message(LogLevel::debug, line);
+  }
   if (progress && log_enabled(LogLevel::info))
     std::fprintf(stderr, "\r%stuned %s in %.1f s: %zu candidates, best %.4f ms (%s)\n", log_prefix().c_str(),
                  what.c_str(), report.seconds, report.candidates.size(), winner.median_ms,

@@ -3,19 +3,17 @@
 #include "runtime/tuner/trials.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <memory>
-#include <thread>
 #include <tuple>
 
 #include "runtime/jit.hpp"
 #include "runtime/backward.hpp"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
-#include "support/process_share.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/cpu_pool.hpp"
 
 namespace jitbmm {
 
@@ -49,7 +47,7 @@ std::size_t bytes_of(const char* what, int64_t elements, DType dtype) {
 }
 
 // Random inputs laid out as the problem says, normal times `spread`, never zeros; non-negative for max_times. Drawn
-// in chunks of kChunk elements on the tuner's CPUs, each chunk seeded from one draw of `rng` and its index, so the
+// in chunks of kChunk elements on the tuner's CPU pool, each chunk seeded from one draw of `rng` and its index, so the
 // values do not depend on the number of threads (one thread took about 1 s for the two operands of 64x512^3).
 std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng,
                                           double spread = 1) {
@@ -58,21 +56,15 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
       static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
   const uint64_t seed = rng();
   const int64_t chunks = (elements + kChunk - 1) / kChunk;
-  std::atomic<int64_t> next{0};
-  const auto fill = [&] {
-    for (int64_t c; (c = next.fetch_add(1)) < chunks;) {
-      std::mt19937_64 chunk_rng(seed ^ (static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull));
-      std::normal_distribution<double> normal(0.0, spread);
-      for (int64_t i = c * kChunk; i < std::min(elements, (c + 1) * kChunk); ++i) {
-        const double v = normal(chunk_rng);
-        store_element(p.dtype, bytes.data(), i, p.semiring == Semiring::max_times ? std::fabs(v) : v);
-      }
+  for_each_on_cpus(static_cast<std::size_t>(chunks), [&](std::size_t chunk) {
+    const int64_t c = static_cast<int64_t>(chunk);
+    std::mt19937_64 chunk_rng(seed ^ (static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull));
+    std::normal_distribution<double> normal(0.0, spread);
+    for (int64_t i = c * kChunk; i < std::min(elements, (c + 1) * kChunk); ++i) {
+      const double v = normal(chunk_rng);
+      store_element(p.dtype, bytes.data(), i, p.semiring == Semiring::max_times ? std::fabs(v) : v);
     }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < std::min<int64_t>(chunks, compile_threads()); ++t) pool.emplace_back(fill);
-  fill();
-  for (std::thread& t : pool) t.join();
+  });
   return bytes;
 }
 

@@ -1,6 +1,7 @@
 // The machine-wide tuning lock (cache/key_lock.hpp): one holder at a time per key across threads and processes, a
 // waiter told who holds it, a bounded wait, no stale lock after its holder is killed, and lock files that are no
-// cache entries. And this process's share of the machine (support/process_share.hpp) under a launcher's variables.
+// cache entries. And this process's share of the machine (support/process_share.hpp) under a launcher's variables,
+// and the tuner's CPU pool (runtime/tuner/cpu_pool.hpp), whose extra threads each need one of the machine's tokens.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -8,7 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -18,6 +23,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "cache/key_lock.hpp"
+#include "runtime/tuner/cpu_pool.hpp"
 #include "support/log.hpp"
 #include "support/process_share.hpp"
 #include "temp_dir.hpp"
@@ -204,5 +210,79 @@ TEST_CASE("a launcher's variables: the rank in every message, progress from loca
     CHECK(rank_tag().empty());
     CHECK(is_local_leader());
     CHECK(local_world_size() == 1);
+  }
+}
+
+namespace {
+
+// Runs the pool over `count` items of about 2 ms each; returns how many distinct threads ran items, and checks that
+// every item ran exactly once.
+std::size_t threads_running(DiskCache* tokens, std::size_t count) {
+  std::vector<std::atomic<int>> runs(count);
+  std::mutex mutex;
+  std::set<std::thread::id> seen;
+  for_each_on_cpus(
+      count,
+      [&](std::size_t i) {
+        ++runs[i];
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          seen.insert(std::this_thread::get_id());
+        }
+        std::this_thread::sleep_for(2ms);
+      },
+      tokens);
+  for (std::size_t i = 0; i < count; ++i) CHECK(runs[i] == 1);
+  return seen.size();
+}
+
+} // namespace
+
+TEST_CASE("the tuner's CPU pool: every item once; an extra thread only with one of the machine's CPU tokens") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  REQUIRE(cache.usable());
+  const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
+  SUBCASE("tokens free: up to the CPUs this process may use") {
+    const std::size_t threads = threads_running(&cache, 64);
+    CHECK(threads <= usable_cpus());
+    if (usable_cpus() > 1) CHECK(threads > 1);
+  }
+  SUBCASE("every token held by another: the calling thread alone, and no wait once the items are done") {
+    const int fd = open_dir(dir.path);
+    REQUIRE(fd >= 0);
+    std::vector<KeyLock> held;
+    for (unsigned t = 0; t < machine; ++t) {
+      held.push_back(KeyLock::acquire(fd, "lock-cpu-" + std::to_string(t), 0ms));
+      REQUIRE(held.back().held());
+      CHECK_FALSE(cache.try_cpu_token(t).held()); // another description of the same file: refused
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(threads_running(&cache, 16) == 1);
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    held.clear();
+    CHECK(cache.try_cpu_token(0).held());
+    ::close(fd);
+  }
+  SUBCASE("no cache directory: this process's fair share, without tokens") {
+    ScopedEnv size("LOCAL_WORLD_SIZE", "100000");
+    CHECK(threads_running(nullptr, 16) <= compile_threads()); // 1 unless a launcher narrowed the affinity mask
+  }
+  SUBCASE("a read-only cache has no tokens") {
+    DiskCache shared(dir.path, kDefaultCacheCapBytes, CacheAccess::trusted_read_only);
+    CHECK(shared.try_cpu_token(0).why() == "the cache directory is read-only");
+  }
+  SUBCASE("the first error comes back after every started item has finished") {
+    std::atomic<int> done{0};
+    CHECK_THROWS_WITH_AS(for_each_on_cpus(
+                             32,
+                             [&](std::size_t i) {
+                               if (i == 3) throw std::runtime_error("item 3 failed");
+                               std::this_thread::sleep_for(1ms);
+                               ++done;
+                             },
+                             &cache),
+                         "item 3 failed", std::runtime_error);
+    CHECK(done < 32);
   }
 }
