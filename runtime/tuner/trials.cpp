@@ -46,9 +46,19 @@ std::size_t bytes_of(const char* what, int64_t elements, DType dtype) {
   return bytes_of(what, elements, dtype_info(dtype).size_bytes);
 }
 
-// Random inputs laid out as the problem says, normal times `spread`, never zeros; non-negative for max_times. Drawn
-// in chunks of kChunk elements on the tuner's CPU pool, each chunk seeded from one draw of `rng` and its index, so the
-// values do not depend on the number of threads (one thread took about 1 s for the two operands of 64x512^3).
+// splitmix64: one 64-bit draw per call, from a state advanced by a constant.
+uint64_t next_draw(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Random inputs laid out as the problem says, normal times `spread` (Box–Muller on two 24-bit uniforms of one draw,
+// in float: tails to 5.8σ; several times faster than std::normal_distribution<double>, which took about 1 s on one
+// thread for the two operands of 64x512^3), non-negative for max_times. Drawn in chunks of kChunk elements on the
+// tuner's CPU pool, each chunk seeded from one draw of `rng` and its index, so the values do not depend on the number
+// of threads.
 std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng,
                                           double spread = 1) {
   constexpr int64_t kChunk = int64_t(1) << 18;
@@ -58,11 +68,17 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
   const int64_t chunks = (elements + kChunk - 1) / kChunk;
   for_each_on_cpus(static_cast<std::size_t>(chunks), [&](std::size_t chunk) {
     const int64_t c = static_cast<int64_t>(chunk);
-    std::mt19937_64 chunk_rng(seed ^ (static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull));
-    std::normal_distribution<double> normal(0.0, spread);
-    for (int64_t i = c * kChunk; i < std::min(elements, (c + 1) * kChunk); ++i) {
-      const double v = normal(chunk_rng);
-      store_element(p.dtype, bytes.data(), i, p.semiring == Semiring::max_times ? std::fabs(v) : v);
+    uint64_t state = seed ^ (static_cast<uint64_t>(c) * 0xD1B54A32D192ED03ull);
+    const int64_t end = std::min(elements, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; i += 2) {
+      const uint64_t x = next_draw(state);
+      const float u1 = (static_cast<float>(x >> 40) + 0.5f) * 0x1p-24f; // (0, 1)
+      const float u2 = static_cast<float>(x & 0xFFFFFFu) * 0x1p-24f;     // [0, 1)
+      const float r = std::sqrt(-2.0f * std::log(u1)) * static_cast<float>(spread);
+      const float angle = 6.2831853f * u2;
+      const float pair[2] = {r * std::cos(angle), r * std::sin(angle)};
+      for (int h = 0; h < 2 && i + h < end; ++h)
+        store_element(p.dtype, bytes.data(), i + h, p.semiring == Semiring::max_times ? std::fabs(pair[h]) : pair[h]);
     }
   });
   return bytes;
