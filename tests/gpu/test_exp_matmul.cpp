@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "differential.hpp"
 #include "grad_case.hpp"
@@ -148,16 +149,28 @@ TEST_CASE("exp_matmul: K = 0 gives −inf; a spec the problem does not allow is 
                        std::invalid_argument);
 }
 
-TEST_CASE("exp_matmul backward: exact gradients on adversarial inputs and scaled grad_out, both passes") {
+namespace {
+
+// The log backward's variants (exp_matmul, and the direct backward, also exp_matmul's repair path) on every
+// adversarial kind, f32 (with scaled grad_out) or the halves (G is f16/bf16: unscaled). Returns the cases run.
+int log_backward_cases(bool f32) {
   const Shape shapes[] = {{2, 70, 130, 90}, {1, 96, 600, 136}};
-  // A gradient below 2^-126 keeps only the subnormal spacing (the direct kernel flushes it to 0): 1e-20 keeps the
-  // results normal while the guard still scales G by 2^-γ.
-  const double g_scales[] = {1.0, 1e-20, 1e25};
-  uint64_t seed = 33000;
+  // Scaled G: 1e-20 next to weights of e^-60 (maxima apart) makes gradients of many subnormal terms, which the
+  // direct backward sums with G scaled per line (templates/backward.cuh); 1e-38 makes G itself reach the
+  // subnormals; 1e25 the guard's other end.
+  const double g_scales[] = {1.0, 1e-20, 1e25, 1e-38};
+  uint64_t seed = f32 ? 33000 : 34000;
   int cases = 0;
   for (const KernelSpec& kind : test::problem_kinds()) {
-    if (kind.semiring != Semiring::log || kind.dtype == DType::f64 || kind.out_dtype != kind.dtype) continue;
-    for (const KernelSpec& spec : test::exp_matmul_grad_variants(kind)) {
+    if (kind.semiring != Semiring::log || kind.dtype == DType::f64 || kind.out_dtype != kind.dtype ||
+        (kind.dtype == DType::f32) != f32)
+      continue;
+    std::vector<KernelSpec> variants = test::exp_matmul_grad_variants(kind);
+    for (const KernelSpec& s : test::grad_variants())
+      if (s.strategy == Strategy::tiled && s.semiring == kind.semiring && s.dtype == kind.dtype &&
+          s.out_dtype == kind.out_dtype)
+        variants.push_back(s);
+    for (const KernelSpec& spec : variants) {
       if (spec.index64) continue; // the variant test in test_backward.cpp runs them
       for (const Shape& shape : shapes)
         for (const Kind& k : adversarial_kinds()) {
@@ -165,7 +178,7 @@ TEST_CASE("exp_matmul backward: exact gradients on adversarial inputs and scaled
           const Problem p = test::problem_for(spec, shape);
           std::mt19937_64 rng(++seed);
           test::HostTensor a = fill(p, true, k, rng), b = fill(p, false, k, rng);
-          const double g_scale = kind.dtype == DType::f32 ? g_scales[seed % 3] : 1.0; // halves: G is f16/bf16
+          const double g_scale = f32 ? g_scales[seed % 4] : 1.0;
           const test::GradInputs in = test::grad_inputs_from(p, std::move(a), std::move(b), rng, seed % 3, g_scale);
           const test::CaseResult r = test::run_grad_case_on(p, spec, in);
           if (!r.ok()) std::printf("inputs: %s, grad_out scaled by %g\n", k.name, g_scale);
@@ -175,5 +188,15 @@ TEST_CASE("exp_matmul backward: exact gradients on adversarial inputs and scaled
         }
     }
   }
-  MESSAGE(cases << " backward cases");
+  return cases;
+}
+
+} // namespace
+
+TEST_CASE("log backward f32, exp_matmul and direct: exact gradients on adversarial inputs and scaled grad_out") {
+  MESSAGE(log_backward_cases(true) << " backward cases");
+}
+
+TEST_CASE("log backward f16 and bf16, exp_matmul and direct: exact gradients on adversarial inputs") {
+  MESSAGE(log_backward_cases(false) << " backward cases");
 }
