@@ -88,10 +88,10 @@ int tiled_shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
   // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
   const int g_side = s.pass == Pass::grad_a ? s.tile_m : s.tile_n;
-  // Backward, also each G line's scale: its exponent (int) and factor.
+  // Backward, also each G line's scale (its exponent, an int, and its factor) and the block's flag (an int).
   return s.pass == Pass::forward ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
                                  : 2 * s.tile_k * (2 * (g_side + 4) + (s.tile_m + s.tile_n - g_side + 4)) * acc +
-                                       g_side * (4 + acc);
+                                       g_side * (4 + acc) + 4;
 }
 
 void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
