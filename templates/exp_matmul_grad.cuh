@@ -57,78 +57,160 @@ template <class T> __device__ __forceinline__ int eg_batch_gamma(const EgView<T>
   return gamma;
 }
 
-// Launch 1. Blocks [0, row_blocks): a warp per row of x, its max. Then blocks of 32 (padded) columns of y, 8 warps
-// over k: the max, then the column's factors V[k][j] = 2^(y' − c + F) (0 for padding and for a column whose max is
-// not finite: its outputs are given up). Then blocks over G: each batch's largest finite |G|.
+// The stats launch reads lines of a strided matrix (rows of x, columns of y) 32 at a time through shared memory,
+// kEgK of their elements per step, along whichever direction is contiguous in memory, so that every read coalesces
+// and each thread has 8 loads in flight. Line l's element k is at off(l) + k·ks; a line that is not real reads −inf.
+constexpr int kEgK = 64;
+template <class T> struct EgLineSmem {
+  T tile[32][kEgK + 1]; // [line][k]: conflict-free both ways
+  T part[8][32];        // per warp, per line: the partial maxima
+};
+struct EgLines {
+  long long batch_lines, line_stride, batch_stride, k_stride, real_lines, K;
+  // Along k (a warp reads 32 consecutive k of one line) when k is the denser direction, else along the lines.
+  __device__ __forceinline__ bool along_k() const { return k_stride <= line_stride; }
+};
+// This thread's line offsets for the block's lines [l0, l0 + 32): along k, lines warp + 8u (u < 4); along the
+// lines, its lane's line in off[0]. −1: not a real line.
+template <class I> __device__ __forceinline__ void eg_line_offsets(const EgLines& L, I l0, I (&off)[4]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const I l = l0 + (L.along_k() ? warp + 8 * u : lane), batch = l / (I)L.batch_lines, j = l % (I)L.batch_lines;
+    off[u] = j < (I)L.real_lines ? batch * (I)L.batch_stride + j * (I)L.line_stride : (I)-1;
+  }
+}
+// Step k0: tile[line][k − k0] = log2-unit value, −inf past K or off a real line. Ends with a barrier.
+template <class In, class I, class T>
+__device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4],
+                                              I k0) {
+  typedef EmReal<T> R;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const I ks = (I)L.k_stride, K = (I)L.K;
+  T v[8];
+  if (L.along_k()) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const I k = k0 + 32 * (e % 2) + lane, o = off[e / 2];
+      v[e] = o >= 0 && k < K ? R::log2_units(to_acc(X[o + k * ks])) : Num<T>::neg_inf();
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sm.tile[warp + 8 * (e / 2)][32 * (e % 2) + lane] = v[e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const I k = k0 + warp + 8 * e;
+      v[e] = off[0] >= 0 && k < K ? R::log2_units(to_acc(X[off[0] + k * ks])) : Num<T>::neg_inf();
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sm.tile[lane][warp + 8 * e] = v[e];
+  }
+  __syncthreads();
+}
+// The max of line l0 + lane over all k, in every thread (lines not real: −inf).
+template <class In, class I, class T>
+__device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4], I l0) {
+  typedef EmReal<T> R;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T mx = Num<T>::neg_inf();
+  for (I k0 = 0; k0 < (I)L.K; k0 += kEgK) {
+    eg_load_lines<In, I, T>(sm, L, X, off, k0);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mx = R::max(mx, sm.tile[lane][warp + 8 * e]);
+    __syncthreads(); // the tile is rewritten by the next step
+  }
+  sm.part[warp][lane] = mx;
+  __syncthreads();
+  mx = sm.part[0][lane];
+#pragma unroll
+  for (int w = 1; w < 8; ++w) mx = R::max(mx, sm.part[w][lane]);
+  __syncthreads(); // part[] is rewritten by the next lines
+  return mx;
+}
+
+// Launch 1, 256 threads a block. Blocks [0, row_blocks): 32 rows of x each, their maxima r. Then blocks of 32
+// (padded) columns of y: the maxima c, then the columns' factors V[k][j] = 2^(y' − c + F) (0 for padding and for a
+// column whose max is not finite: its outputs are given up). Then blocks over G, 2048 values each: each batch's
+// largest finite |G|.
 template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   const EgStatsGrid g = eg_stats_grid(p.B, e.d, e.w);
-  const T kNegInf = Num<T>::neg_inf();
-  const In* X = static_cast<const In*>(p.a);
-  const In* Y = static_cast<const In*>(p.b);
+  __shared__ EgLineSmem<T> sm;
   const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Kx = (I)e.d.Kx, Kxp = (I)e.w.Kxp, Nxp = (I)e.w.Nxp;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const long long blk = blockIdx.x;
+  I off[4];
   if (blk < g.row_blocks) {
-    for (I r = (I)blk * 8 + warp; r < (I)e.d.x_batches * Mx; r += (I)g.row_blocks * 8) {
-      const In* x = X + (r / Mx) * (I)p.a_batch + (r % Mx) * (I)p.a_row;
-      T mx = kNegInf;
-      for (I k = lane; k < Kx; k += 32) mx = R::max(mx, R::log2_units(to_acc(x[k * (I)p.a_col])));
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) mx = R::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      if (lane == 0) e.r[r] = mx;
+    const EgLines L = {e.d.Mx, p.a_row, p.a_batch, p.a_col, e.d.Mx, e.d.Kx};
+    for (I l0 = (I)blk * 32; l0 < (I)e.d.x_batches * Mx; l0 += (I)g.row_blocks * 32) {
+      eg_line_offsets<I>(L, l0, off);
+      const T mx = eg_lines_max<In, I, T>(sm, L, static_cast<const In*>(p.a), off, l0);
+      if (warp == 0 && l0 + lane < (I)e.d.x_batches * Mx) e.r[l0 + lane] = mx;
     }
     return;
   }
   if (blk < g.row_blocks + g.col_blocks) {
-    __shared__ T part[8][32];
+    const EgLines L = {e.w.Nxp, p.b_col, p.b_batch, p.b_row, e.d.Nx, e.d.Kx};
+    const In* Y = static_cast<const In*>(p.b);
     for (I c0 = (I)(blk - g.row_blocks) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
-      const I c = c0 + lane, batch = c / Nxp, j = c % Nxp;
-      const bool real = j < Nx;
-      const In* y = Y + batch * (I)p.b_batch + j * (I)p.b_col;
-      T mx = kNegInf;
-      if (real)
-        for (I k = warp; k < Kx; k += 8) mx = R::max(mx, R::log2_units(to_acc(y[k * (I)p.b_row])));
-      part[warp][lane] = mx;
-      __syncthreads();
-      mx = part[0][lane];
-      for (int w = 1; w < 8; ++w) mx = R::max(mx, part[w][lane]);
+      eg_line_offsets<I>(L, c0, off);
+      const I c = c0 + lane, batch = c / Nxp, j = c % Nxp; // Nxp is a multiple of 32: one batch per block
+      const T mx = eg_lines_max<In, I, T>(sm, L, Y, off, c0);
+      const bool real = j < Nx, finite = fabs(mx) < Num<T>::inf();
       if (real && warp == 0) e.c[batch * Nx + j] = mx;
-      const bool finite = fabs(mx) < Num<T>::inf();
-      for (I k = warp; k < Kxp; k += 8)
-        e.v[(batch * Kxp + k) * Nxp + j] =
-            real && finite && k < Kx
-                ? em_store_form<FORM>(R::exp2((R::log2_units(to_acc(y[k * (I)p.b_row])) - mx) + (T)e.b.f))
-                : (T)0;
-      __syncthreads(); // part[] is rewritten by the next columns
+      for (I k0 = 0; k0 < Kxp; k0 += kEgK) {
+        eg_load_lines<In, I, T>(sm, L, Y, off, k0);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const I k = k0 + warp + 8 * u;
+          e.v[(batch * Kxp + k) * Nxp + j] =
+              real && finite && k < Kx ? em_store_form<FORM>(R::exp2((sm.tile[lane][warp + 8 * u] - mx) + (T)e.b.f))
+                                       : (T)0;
+        }
+        __syncthreads(); // the tile is rewritten by the next step
+      }
     }
     return;
   }
-  // G in its own memory order (the maximum does not care), so the reads coalesce whichever pass this is.
+  // G in its own memory order (the maximum does not care), so the reads coalesce whichever pass this is: blocks of
+  // 2048 values of one batch, 8 loads in flight a thread, one atomic a block.
   const Out* G = static_cast<const Out*>(p0.grad_out);
-  const I per_batch = (I)p0.M * (I)p0.N;
-  for (I z = 0; z < (I)p0.B; ++z) {
+  const I M = (I)p0.M, N = (I)p0.N, per_batch = M * N, chunks = (per_batch + 2047) / 2048;
+  const bool rows_first = p0.out_col <= p0.out_row; // o runs along j within a row of G, else along i
+  for (I q = (I)(blk - g.row_blocks - g.col_blocks); q < (I)p0.B * chunks; q += (I)g.g_blocks) {
+    const I z = q / chunks, o0 = q % chunks * 2048;
     float mx = 0.f;
-    for (I o = (I)(blk - g.row_blocks - g.col_blocks) * blockDim.x + threadIdx.x; o < per_batch;
-         o += (I)g.g_blocks * blockDim.x) {
-      const float v = fabsf((float)to_acc(G[z * (I)p0.out_batch + o / (I)p0.N * (I)p0.out_row + o % (I)p0.N * (I)p0.out_col]));
-      if (v < Num<float>::inf()) mx = fmaxf(mx, v); // NaN compares false: skipped
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const I o = o0 + u * 256 + (I)threadIdx.x;
+      if (o < per_batch) {
+        const I i = rows_first ? o / N : o % M, j = rows_first ? o % N : o / M;
+        const float v = fabsf((float)to_acc(G[z * (I)p0.out_batch + i * (I)p0.out_row + j * (I)p0.out_col]));
+        if (v < Num<float>::inf()) mx = fmaxf(mx, v); // NaN compares false: skipped
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0 && mx > 0.f) atomicMax(&e.gmax[z], __float_as_uint(mx));
+    if (lane == 0) sm.part[warp][0] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < 8; ++w) mx = fmaxf(mx, sm.part[w][0]);
+      if (mx > 0.f) atomicMax(&e.gmax[z], __float_as_uint(mx));
+    }
+    __syncthreads(); // part[] is rewritten by the next chunk
   }
 }
 
-// Launch 2. Tiles of 32×32 outputs (canonical rows i, columns j), read in the memory order of out and G and written
-// in the order of H through shared memory. Per output: H, or 0 and a bit in the mask when the guard gives it up
-// (and its row's flag).
+// Launch 2, 256 threads a block. Tiles of 32×32 outputs (canonical rows i, columns j), read in the memory order of
+// out and G (each thread's loads all in flight before any is used) and written in the order of H through shared
+// memory. Per output: H, or 0 and a bit in the mask when the guard gives it up (and its row's flag).
 template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
+  constexpr int kThreads = 256, kPer = 32 * 32 / kThreads;
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   __shared__ T tile[32][33];
@@ -137,7 +219,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
   const Out* O = static_cast<const Out*>(p.out);
   const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Mxp = (I)e.w.Mxp, Nxp = (I)e.w.Nxp;
   const I tiles_i = Mxp / 32, tiles_j = Nxp / 32, tiles = (I)p.B * tiles_i * tiles_j;
-  const bool along_j = p.out_col == 1 || p.out_row != 1; // lanes along the contiguous direction of out
+  const bool along_j = p.out_col <= p.out_row; // lanes along the denser direction of out
   const int lane = threadIdx.x % 32;
   for (I t = blockIdx.x; t < tiles; t += gridDim.x) {
     const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * 32, j0 = t % tiles_j * 32;
@@ -145,31 +227,39 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     // H = (G·2^-γ)·2^(x − E − F + γ): G scaled first, exactly, so that neither factor overflows however small G is.
     const T e_f = (T)(E + e.b.f - gamma), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
     const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
-    for (int l = threadIdx.x; l < 32 * 32; l += blockDim.x) {
-      const int ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
+    T gv[kPer], ov[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
+      const I i = i0 + ti, j = j0 + tj, at = z * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col;
+      const bool in = i < Mx && j < Nx;
+      gv[u] = in ? to_acc(G[at]) : (T)0;
+      ov[u] = in ? to_acc(O[at]) : Num<T>::neg_inf();
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
       const I i = i0 + ti, j = j0 + tj;
+      const T g = gv[u], o = ov[u];
       T h = (T)0;
       bool up = false;
-      if (i < Mx && j < Nx) {
-        const I at = z * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col;
-        const T g = to_acc(G[at]), o = to_acc(O[at]);
-        if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution
-          const T r = e.r[xb * Mx + i], c = e.c[yb * Nx + j];
-          const T x = (r - R::log2_units(o)) + c; // NaN or ±inf when any of them is not finite
-          const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
-                            fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
-          if (safe)
-            h = ldexp(g, -gamma) * R::exp2(x - e_f);
-          else
-            up = true;
-        }
+      if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution (also outside the result)
+        const T r = e.r[xb * Mx + i], c = e.c[yb * Nx + j];
+        const T x = (r - R::log2_units(o)) + c; // NaN or ±inf when any of them is not finite
+        const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
+                          fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
+        if (safe)
+          h = ldexp(g, -gamma) * R::exp2(x - e_f);
+        else
+          up = true;
       }
       tile[ti][tj] = h;
       given_up[ti][tj] = up;
     }
     __syncthreads();
-    for (int l = threadIdx.x; l < 32 * 32; l += blockDim.x) { // a warp per row: l / 32 is uniform in it
-      const int ti = l / 32, tj = l % 32;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) { // a warp per row: l / 32 is uniform in it
+      const int l = threadIdx.x + u * kThreads, ti = l / 32, tj = l % 32;
       const I i = i0 + ti;
       e.h[(z * Mxp + i) * Nxp + j0 + tj] = em_store_form<FORM>(tile[ti][tj]);
       const unsigned bits = __ballot_sync(0xffffffffu, given_up[ti][tj] != 0);
@@ -248,10 +338,10 @@ template <class I, int BM> struct EgKeep {
     k.rowflag += z * Mx;
     return k;
   }
-  __device__ __forceinline__ bool tile(I m0) const {
+  __device__ __forceinline__ bool tile(I m0) const { // the same in every warp: a lane a row, one vote
     bool any = false;
-    for (I i = m0; i < m0 + BM && i < Mx; ++i) any |= rowflag[i] != 0u;
-    return any;
+    for (I i = m0 + (I)(threadIdx.x % 32); i < m0 + BM && i < Mx; i += 32) any |= rowflag[i] != 0u;
+    return __any_sync(0xffffffffu, any);
   }
   __device__ __forceinline__ bool operator()(I i, I j) const { return (mask[i * words + j / 32] >> (j % 32)) & 1u; }
 };

@@ -118,17 +118,17 @@ JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
   return w;
 }
 
-// The _stats launch's grid: blocks of 8 warps, a warp per row of x; blocks of 32 (padded) columns of y; blocks
-// over each batch of G. Each part is capped (the kernel loops over the rest).
+// The _stats launch's grid: blocks of 32 rows of x; blocks of 32 (padded) columns of y; blocks of 2048 values of one
+// batch of G. Each part is capped (the kernel loops over the rest).
 struct EgStatsGrid {
   long long row_blocks, col_blocks, g_blocks;
 };
 JB_HD long long eg_clamp(long long v, long long cap) { return v < 1 ? 1 : v > cap ? cap : v; }
 JB_HD EgStatsGrid eg_stats_grid(long long B, const EgDims& d, const EgWorkspace& w) {
   EgStatsGrid g;
-  g.row_blocks = eg_clamp((d.x_batches * d.Mx + 7) / 8, 1LL << 16);
+  g.row_blocks = eg_clamp((d.x_batches * d.Mx + 31) / 32, 1LL << 16);
   g.col_blocks = eg_clamp(d.y_batches * w.Nxp / 32, 1LL << 16);
-  g.g_blocks = eg_clamp((d.Mx * d.Nx + 255) / 256, B > 64 ? 256 : 1024);
+  g.g_blocks = eg_clamp(B * ((d.Mx * d.Nx + 2047) / 2048), 1LL << 16);
   return g;
 }
 
