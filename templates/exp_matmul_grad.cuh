@@ -227,7 +227,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     // H = (G·2^-γ)·2^(x − E − F + γ): G scaled first, exactly, so that neither factor overflows however small G is.
     const T e_f = (T)(E + e.b.f - gamma), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
     const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
-    T gv[kPer], ov[kPer];
+    T gv[kPer], ov[kPer], rv[kPer], cv[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
@@ -235,16 +235,17 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
       const bool in = i < Mx && j < Nx;
       gv[u] = in ? to_acc(G[at]) : (T)0;
       ov[u] = in ? to_acc(O[at]) : Num<T>::neg_inf();
+      rv[u] = in ? e.r[xb * Mx + i] : (T)0;
+      cv[u] = in ? e.c[yb * Nx + j] : (T)0;
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
-      const I i = i0 + ti, j = j0 + tj;
       const T g = gv[u], o = ov[u];
       T h = (T)0;
       bool up = false;
       if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution (also outside the result)
-        const T r = e.r[xb * Mx + i], c = e.c[yb * Nx + j];
+        const T r = rv[u], c = cv[u];
         const T x = (r - R::log2_units(o)) + c; // NaN or ±inf when any of them is not finite
         const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
                           fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();

@@ -189,7 +189,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   }
   __shared__ T part_max[8][32];
   __shared__ EmLine part_line[8][32];
-  __shared__ T tile[32][33]; // FORM 1–3: [k][column] → written out as [column][k]
+  __shared__ T tile[64][33]; // FORM 1–3: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
     const I c = c0 + lane, batch = c / Np, j = c % Np;
@@ -216,13 +216,27 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
           v.eb[(batch * Kp + k) * Np + j] =
               real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
     } else if (c0 < (I)v.b_batches * Np) { // uniform: Np is a multiple of 32, so the block's columns are all real
-      for (I k0 = 0; k0 < Kp; k0 += 32) {  // through shared memory, so both the reads and the writes coalesce
-        for (int r = warp; r < 32; r += 8) {
-          const I k = k0 + r;
-          tile[r][lane] = real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
+      // Through shared memory, so both the reads and the writes coalesce; 64 k a step, each thread's 8 loads in
+      // flight before any is used. Kp is a multiple of 32: the last step may have only its first half.
+      for (I k0 = 0; k0 < Kp; k0 += 64) {
+        T x[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const I k = k0 + warp + 8 * u;
+          x[u] = real && k < K ? to_acc(B[k * (I)p.b_row]) : (T)0;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const I k = k0 + warp + 8 * u;
+          tile[warp + 8 * u][lane] = real && k < K ? em_factor<T>(x[u], mx, v.headroom) : (T)0;
         }
         __syncthreads();
-        for (int r = warp; r < 32; r += 8) em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + lane, tile[lane][r]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int r = warp + 8 * u; // column c0 + r, k0 + lane and k0 + 32 + lane
+          em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + lane, tile[lane][r]);
+          if (k0 + 32 < Kp) em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + 32 + lane, tile[32 + lane][r]);
+        }
         __syncthreads();
       }
     }
