@@ -66,6 +66,7 @@ template <class T> struct EgLineSmem {
   T part[8][32];        // per warp, per line: the partial maxima
 };
 struct EgLines {
+  long long lines; // in all batches
   long long batch_lines, line_stride, batch_stride, k_stride, real_lines, K;
   // Along k (a warp reads 32 consecutive k of one line) when k is the denser direction, else along the lines.
   __device__ __forceinline__ bool along_k() const { return k_stride <= line_stride; }
@@ -77,7 +78,7 @@ template <class I> __device__ __forceinline__ void eg_line_offsets(const EgLines
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     const I l = l0 + (L.along_k() ? warp + 8 * u : lane), batch = l / (I)L.batch_lines, j = l % (I)L.batch_lines;
-    off[u] = j < (I)L.real_lines ? batch * (I)L.batch_stride + j * (I)L.line_stride : (I)-1;
+    off[u] = l < (I)L.lines && j < (I)L.real_lines ? batch * (I)L.batch_stride + j * (I)L.line_stride : (I)-1;
   }
 }
 // Step k0: tile[line][k − k0] = log2-unit value, −inf past K or off a real line. Ends with a barrier.
@@ -144,7 +145,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
   const long long blk = blockIdx.x;
   I off[4];
   if (blk < g.row_blocks) {
-    const EgLines L = {e.d.Mx, p.a_row, p.a_batch, p.a_col, e.d.Mx, e.d.Kx};
+    const EgLines L = {e.d.x_batches * e.d.Mx, e.d.Mx, p.a_row, p.a_batch, p.a_col, e.d.Mx, e.d.Kx};
     for (I l0 = (I)blk * 32; l0 < (I)e.d.x_batches * Mx; l0 += (I)g.row_blocks * 32) {
       eg_line_offsets<I>(L, l0, off);
       const T mx = eg_lines_max<In, I, T>(sm, L, static_cast<const In*>(p.a), off, l0);
@@ -153,7 +154,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     return;
   }
   if (blk < g.row_blocks + g.col_blocks) {
-    const EgLines L = {e.w.Nxp, p.b_col, p.b_batch, p.b_row, e.d.Nx, e.d.Kx};
+    const EgLines L = {e.d.y_batches * e.w.Nxp, e.w.Nxp, p.b_col, p.b_batch, p.b_row, e.d.Nx, e.d.Kx};
     const In* Y = static_cast<const In*>(p.b);
     for (I c0 = (I)(blk - g.row_blocks) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
       eg_line_offsets<I>(L, c0, off);
