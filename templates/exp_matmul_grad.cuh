@@ -108,9 +108,9 @@ __device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& 
   }
   __syncthreads();
 }
-// The max of line l0 + lane over all k, in every thread (lines not real: −inf).
+// The max of the block's line lane over all k, in every thread (lines not real: −inf).
 template <class In, class I, class T>
-__device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4], I l0) {
+__device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4]) {
   typedef EmReal<T> R;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   T mx = Num<T>::neg_inf();
@@ -148,7 +148,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     const EgLines L = {e.d.x_batches * e.d.Mx, e.d.Mx, p.a_row, p.a_batch, p.a_col, e.d.Mx, e.d.Kx};
     for (I l0 = (I)blk * 32; l0 < (I)e.d.x_batches * Mx; l0 += (I)g.row_blocks * 32) {
       eg_line_offsets<I>(L, l0, off);
-      const T mx = eg_lines_max<In, I, T>(sm, L, static_cast<const In*>(p.a), off, l0);
+      const T mx = eg_lines_max<In, I, T>(sm, L, static_cast<const In*>(p.a), off);
       if (warp == 0 && l0 + lane < (I)e.d.x_batches * Mx) e.r[l0 + lane] = mx;
     }
     return;
@@ -159,7 +159,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     for (I c0 = (I)(blk - g.row_blocks) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
       eg_line_offsets<I>(L, c0, off);
       const I c = c0 + lane, batch = c / Nxp, j = c % Nxp; // Nxp is a multiple of 32: one batch per block
-      const T mx = eg_lines_max<In, I, T>(sm, L, Y, off, c0);
+      const T mx = eg_lines_max<In, I, T>(sm, L, Y, off);
       const bool real = j < Nx, finite = fabs(mx) < Num<T>::inf();
       if (real && warp == 0) e.c[batch * Nx + j] = mx;
       for (I k0 = 0; k0 < Kxp; k0 += kEgK) {
