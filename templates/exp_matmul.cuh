@@ -12,13 +12,14 @@
 
 namespace jb {
 
-// The block's row and column maxima and masks, staged in shared memory for the epilogue.
+// The block's row and column maxima and masks, staged in shared memory for the epilogue by THREADS threads, this
+// one numbered tid among them.
 template <class T, class I, int BM, int BN, int THREADS>
 __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0, T* sh_a,
-                                               T* sh_b, EmLine* line_a, EmLine* line_b) {
+                                               T* sh_b, EmLine* line_a, EmLine* line_b, int tid) {
   const EmLine none = {0ull, 0x7fffffff, -1};
   const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
-  for (int l = threadIdx.x; l < BM + BN; l += THREADS) {
+  for (int l = tid; l < BM + BN; l += THREADS) {
     if (l < BM) {
       const I i = m0 + l;
       sh_a[l] = i < (I)p.M ? v.row_max[ab * (I)p.M + i] : (T)0;
@@ -143,7 +144,7 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
     const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * Kp * Np;
     // After the first barrier: the previous tile's epilogue may still read the staged lines.
     const auto stage_lines = [&](const BmmParams& p) {
-      em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
+      em_stage_lines<T, I, BM, BN, G::kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b, threadIdx.x);
     };
     EmVec<T> ra[L::kLoadA], rb[L::kLoadB];
     L ld(sm, ea, eb, Kp, Np, t.m0, t.n0, ra, rb);
@@ -356,7 +357,7 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     // After the first barrier (the previous tile's epilogue may still read the staged lines), while the first
     // slice's copies are in flight.
     const auto stage_lines = [&](const BmmParams& p) {
-      em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b);
+      em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b, threadIdx.x);
     };
     float acc[MT][NT][4];
     em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);

@@ -74,13 +74,11 @@ JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / t
 //   repaired           the number of outputs the guard sent to repair (one 64-bit counter)
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
 //   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
-//                      [b_batches][Np][Kp] (the tensor-core forms)
-//   ea_lo, eb_lo       FORM 3 only (math wgmma_tf32x3): x − tf32(x) rounded to TF32, where ea and eb hold tf32(x)
-// a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it;
-// `bytes` is the size without the FORM 3 arrays, `split_bytes` with them.
+//                      [b_batches][Np][Kp] (the tensor-core forms), or both in panels (the wgmma forms: em_panel_at)
+// a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
   long long Mp, Np, Kp;
-  long long row_max, col_max, row_line, col_line, repaired, flags, tiles, ea, eb, bytes, ea_lo, eb_lo, split_bytes;
+  long long row_max, col_max, row_line, col_line, repaired, flags, tiles, ea, eb, bytes;
 };
 
 // Where a row of a (column of b) holds values other than −inf: which of 64 chunks of K (each a power of two long),
@@ -112,16 +110,24 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
   w.ea = em_align(w.flags + w.tiles * 4);
   w.eb = em_align(w.ea + a_batches * w.Mp * w.Kp * acc);
   w.bytes = em_align(w.eb + b_batches * w.Kp * w.Np * acc);
-  w.ea_lo = w.bytes;
-  w.eb_lo = em_align(w.ea_lo + a_batches * w.Mp * w.Kp * acc);
-  w.split_bytes = em_align(w.eb_lo + b_batches * w.Kp * w.Np * acc);
   return w;
 }
 
-// The Hopper product (math wgmma_*): a K-slice stage holds a's BM rows and b's BN columns of BK k, twice (the TF32
-// high and low parts) for wgmma_tf32x3. As many stages as fit in 200 KiB of shared memory, at most 4; the kernel
-// needs 3 (one slice in the tensor cores, one landing, one being filled).
-JB_HD int em_wg_stage_bytes(int bm, int bn, int bk, bool split) { return (split ? 2 : 1) * (bm + bn) * bk * 4; }
+// The wgmma forms' operand layout, which a K slice's bulk copy moves as it lies. Lines (rows of a, columns of b,
+// counted across the batch) are grouped in panels of 128, each panel's K in slices of 32: a slice is 128 lines × 32
+// k, 16 KiB contiguous, every line 128 bytes with its 16-byte chunks swizzled by line % 8 (wgmma's 128-byte swizzle,
+// templates/wgmma.cuh), so any 64 consecutive lines of a panel copy straight into a wgmma tile. Offsets in 4-byte
+// values; Kp is a multiple of 32 and the padded line counts of 128.
+JB_HD int em_sw128_at(int row, int k) { return row * 32 + (((k / 4) ^ (row % 8)) * 4) + k % 4; }
+JB_HD long long em_panel_at(long long line, long long k, long long Kp) {
+  return ((line / 128) * (Kp / 32) + k / 32) * 4096 + em_sw128_at((int)(line % 128), (int)(k % 32));
+}
+
+// The Hopper product (math wgmma_*, templates/exp_matmul_wgmma.cuh): a stage holds one 32-k slice of a's BM rows and
+// b's BN columns, and for wgmma_tf32x3 their TF32 low parts beside them. Stages start 1024-byte aligned (the
+// swizzle's period); as many as fit in 200 KiB of shared memory, at most 4; the kernel needs 3 (one slice in the
+// tensor cores, one being split into TF32 parts or waited for, one landing).
+JB_HD int em_wg_stage_bytes(int bm, int bn, bool split) { return (split ? 2 : 1) * (bm + bn) * 32 * 4; }
 JB_HD int em_wg_stages(int stage_bytes) {
   const int s = stage_bytes > 0 ? 200 * 1024 / stage_bytes : 0;
   return s > 4 ? 4 : s;

@@ -4,7 +4,8 @@
 // Launches, in order:
 //   _stats  row maxima r of x, column maxima c of y with the factors V, each batch's largest finite |G|
 //   _h      H = G·2^(x_ij − E − F) per output, 0 where the guard gives the output up, and the given-up mask
-//   main    the product Σ_j H·V on tensor cores (em_mma_tile), times 2^(x' − r + E), into the gradient
+//   main    the product Σ_j H·V on tensor cores (em_mma_tile; on Hopper the wgmma pipeline of
+//           exp_matmul_grad_wgmma.cuh), times 2^(x' − r + E), into the gradient
 //   _repair the direct backward over the given-up outputs only, added to the gradient
 //   _store  (a gradient broadcast over the batch) the summed accumulator into the gradient
 #pragma once
@@ -167,9 +168,8 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
           const I k = k0 + warp + 8 * u;
-          e.v[(batch * Kxp + k) * Nxp + j] =
-              real && finite && k < Kx ? em_store_form<FORM>(R::exp2((sm.tile[lane][warp + 8 * u] - mx) + (T)e.b.f))
-                                       : (T)0;
+          em_put<FORM>(e.v, batch * Kxp + k, j, Nxp,
+                       real && finite && k < Kx ? R::exp2((sm.tile[lane][warp + 8 * u] - mx) + (T)e.b.f) : (T)0);
         }
         __syncthreads(); // the tile is rewritten by the next step
       }
@@ -263,7 +263,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
     for (int u = 0; u < kPer; ++u) { // a warp per row: l / 32 is uniform in it
       const int l = threadIdx.x + u * kThreads, ti = l / 32, tj = l % 32;
       const I i = i0 + ti;
-      e.h[(z * Mxp + i) * Nxp + j0 + tj] = em_store_form<FORM>(tile[ti][tj]);
+      em_put<FORM>(e.h, z * Mxp + i, j0 + tj, Nxp, tile[ti][tj]);
       const unsigned bits = __ballot_sync(0xffffffffu, given_up[ti][tj] != 0);
       if (lane == 0 && i < Mx) {
         e.mask[(z * Mx + i) * (I)e.w.words + j0 / 32] = bits;
@@ -274,12 +274,38 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
   }
 }
 
-// Launch 3: per block tile of the result, Σ_j H·V (em_mma_tile), times 2^(x' − r + E), into the gradient (or,
-// broadcast over the batch, added to the accumulator). A given-up output contributed 0 here.
+// One gradient element from its product s = Σ_j H·V (row i, column k of the canonical gradient): s times
+// 2^(x' − r + E), into the gradient (or, broadcast over the batch, added to the accumulator). A given-up output
+// contributed 0 to s.
+template <class In, class I>
+__device__ __forceinline__ void eg_emit(const GradParams& p, const EgView<float>& e, I z, I i, I k, float s,
+                                        float e_batch) {
+  typedef float T;
+  typedef EmReal<T> R;
+  const I xb = e.d.x_batches == 1 ? 0 : z;
+  T value = (T)0;
+  if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up
+    int pe;
+    const T f = frexpf(s, &pe);
+    const T x = R::log2_units(to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]));
+    // f·2^t with t = n + φ: 2^φ by ex2, 2^n by ldexp, so a result below the smallest normal keeps its digits (ex2
+    // alone flushes it to 0). t is −inf (or far below any result) where x is −inf.
+    const T t = ((x - e.r[xb * (I)e.d.Mx + i]) + e_batch) + (T)pe;
+    if (t > (T)-300) {
+      const T n = floorf(t);
+      value = ldexpf(f * R::exp2(t - n), (int)n);
+    }
+  }
+  if (e.d.broadcast)
+    atomicAdd(e.acc + i * (I)e.d.Kx + k, value);
+  else
+    static_cast<In*>(p.grad)[z * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col] = from_acc<In>(value);
+}
+
+// Launch 3 (mma.sync: math tf32x3, tf32): per block tile of the result, Σ_j H·V (em_mma_tile), then eg_emit.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT, bool GA>
 __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
   typedef float T;
-  typedef EmReal<T> R;
   constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8;
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
@@ -287,13 +313,11 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Nxp = (I)e.w.Nxp;
-  const In* X = static_cast<const In*>(p.a);
-  In* grad = static_cast<In*>(p.grad);
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const EmWarpTile w = em_warp_tile<BN, TM, TN>();
   const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
-    const I yb = e.d.y_batches == 1 ? 0 : z, xb = e.d.x_batches == 1 ? 0 : z;
+    const I yb = e.d.y_batches == 1 ? 0 : z;
     const T* eh = e.h + z * (I)e.w.Mxp * Nxp;
     const T* ev = e.v + yb * (I)e.w.Kxp * Nxp;
     float acc[MT][NT][4];
@@ -306,25 +330,7 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
 #pragma unroll
         for (int el = 0; el < 4; ++el) {
           const I i = m0 + w.wm0 + m * 16 + g + 8 * (el / 2), k = n0 + w.wn0 + n * 8 + 2 * q + (el % 2);
-          if (i >= Mx || k >= Kx) continue;
-          const T s = acc[m][n][el];
-          T value = (T)0;
-          if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up
-            int pe;
-            const T f = frexpf(s, &pe);
-            const T x = R::log2_units(to_acc(X[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]));
-            // f·2^t with t = n + φ: 2^φ by ex2, 2^n by ldexp, so a result below the smallest normal keeps its
-            // digits (ex2 alone flushes it to 0). t is −inf (or far below any result) where x is −inf.
-            const T t = ((x - e.r[xb * Mx + i]) + e_batch) + (T)pe;
-            if (t > (T)-300) {
-              const T n = floorf(t);
-              value = ldexpf(f * R::exp2(t - n), (int)n);
-            }
-          }
-          if (e.d.broadcast)
-            atomicAdd(e.acc + i * Kx + k, value);
-          else
-            grad[z * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col] = from_acc<In>(value);
+          if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[m][n][el], e_batch);
         }
   }
 }

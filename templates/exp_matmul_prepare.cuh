@@ -33,7 +33,7 @@ template <> struct EmReal<double> {
 
 // The workspace, typed (exp_matmul_bounds.cuh: em_workspace).
 template <class T> struct EmView {
-  T *row_max, *col_max, *ea, *eb, *ea_lo, *eb_lo; // the _lo arrays: FORM 3 only
+  T *row_max, *col_max, *ea, *eb;
   EmLine *row_line, *col_line;
   unsigned long long* repaired;
   unsigned* flags;
@@ -53,8 +53,6 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
   v.ea = reinterpret_cast<T*>(base + w.ea);
   v.eb = reinterpret_cast<T*>(base + w.eb);
-  v.ea_lo = reinterpret_cast<T*>(base + w.ea_lo);
-  v.eb_lo = reinterpret_cast<T*>(base + w.eb_lo);
   v.row_line = reinterpret_cast<EmLine*>(base + w.row_line);
   v.col_line = reinterpret_cast<EmLine*>(base + w.col_line);
   v.repaired = reinterpret_cast<unsigned long long*>(base + w.repaired);
@@ -106,19 +104,17 @@ template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int h
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
-// FORM 1 (tf32, wgmma_tf32), 2 (tf32x3) and 3 (wgmma_tf32x3): b transposed to [Np][Kp], so both operands reach the
-// tensor cores k-contiguous; FORM 1 stores the values rounded to TF32 (the product then converts nothing); FORM 3
-// stores each x as its TF32 high part tf32(x) in ea/eb and its low part tf32(x − tf32(x)) in ea_lo/eb_lo.
+// FORM 1 (tf32) and 2 (tf32x3): b transposed to [Np][Kp], so both operands reach the tensor cores k-contiguous;
+// FORM 3 (wgmma_tf32x3) and 4 (wgmma_tf32): both in the swizzled panels a bulk copy moves as they lie (em_panel_at).
+// FORM 1 and 4 store the values rounded to TF32 (the product then converts nothing).
 template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
-  return FORM == 1 || FORM == 3 ? __uint_as_float(to_tf32(x)) : x;
+  return FORM == 1 || FORM == 4 ? __uint_as_float(to_tf32(x)) : x;
 }
 template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
-template <int FORM> __device__ __forceinline__ void em_put(float* hi, float* lo, long long at, float x) {
-  const float h = em_store_form<FORM>(x);
-  hi[at] = h;
-  if (FORM == 3) lo[at] = __uint_as_float(to_tf32(x - h));
+// Element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form.
+template <int FORM, class T, class I> __device__ __forceinline__ void em_put(T* base, I line, I k, I Kp, T x) {
+  base[FORM >= 3 ? (I)em_panel_at(line, k, Kp) : line * Kp + k] = em_store_form<FORM>(x);
 }
-template <int FORM> __device__ __forceinline__ void em_put(double* hi, double*, long long at, double x) { hi[at] = x; }
 
 // Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
 // Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
@@ -141,9 +137,8 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   if ((long long)blockIdx.x < g.row_blocks) {
     for (I r = (I)blockIdx.x * 8 + warp; r < (I)v.a_batches * Mp; r += (I)g.row_blocks * 8) {
       const I batch = r / Mp, i = r % Mp;
-      T *out = v.ea + r * Kp, *out_lo = v.ea_lo + r * Kp;
       if (i >= (I)p.M) {
-        for (I k = lane; k < Kp; k += 32) em_put<FORM>(out, out_lo, k, (T)0);
+        for (I k = lane; k < Kp; k += 32) em_put<FORM>(v.ea, r, k, Kp, (T)0);
         continue;
       }
       const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
@@ -179,17 +174,17 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
         const I k = lane + 32 * c;
-        if (k < Kp) em_put<FORM>(out, out_lo, k, k < K ? R::exp2(em_exponent(cache[c], mx, v.headroom)) : (T)0);
+        if (k < Kp) em_put<FORM>(v.ea, r, k, Kp, k < K ? R::exp2(em_exponent(cache[c], mx, v.headroom)) : (T)0);
       }
 #pragma unroll 8
       for (I k = lane + 32 * kCache; k < Kp; k += 32)
-        em_put<FORM>(out, out_lo, k, k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0);
+        em_put<FORM>(v.ea, r, k, Kp, k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0);
     }
     return;
   }
   __shared__ T part_max[8][32];
   __shared__ EmLine part_line[8][32];
-  __shared__ T tile[64][33]; // FORM 1–3: [k][column] → written out as [column][k]
+  __shared__ T tile[64][33]; // FORM 1–4: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
     const I c = c0 + lane, batch = c / Np, j = c % Np;
@@ -234,8 +229,8 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int r = warp + 8 * u; // column c0 + r, k0 + lane and k0 + 32 + lane
-          em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + lane, tile[lane][r]);
-          if (k0 + 32 < Kp) em_put<FORM>(v.eb, v.eb_lo, (c0 + r) * Kp + k0 + 32 + lane, tile[32 + lane][r]);
+          em_put<FORM>(v.eb, c0 + r, k0 + lane, Kp, tile[lane][r]);
+          if (k0 + 32 < Kp) em_put<FORM>(v.eb, c0 + r, k0 + 32 + lane, Kp, tile[32 + lane][r]);
         }
         __syncthreads();
       }

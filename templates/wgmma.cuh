@@ -2,9 +2,11 @@
 // product of a 64×N tile over k = 8, and the fences that order it. A warpgroup is 4 consecutive warps starting at a
 // warp index divisible by 4; its 128 threads issue each instruction together.
 //
-// Operand layout ("no swizzle", K-major, the only order TF32 operands have): a tile of R rows × BK k is stored as
-// core matrices of 8 rows × 4 k (16 bytes a row, 128 contiguous bytes), [R/8][BK/4][8][4]. k-adjacent core matrices
-// are 128 bytes apart (the descriptor's leading offset), 8-row groups BK·32 bytes apart (its stride offset).
+// Operand layout (K-major, 128-byte swizzle, the layout TF32 operands take fastest): a tile of R rows × 32 k is
+// [R][32] 4-byte values, each row 128 bytes, with row r's 16-byte chunk c stored at chunk c ^ (r % 8) (em_sw128_at in
+// exp_matmul_bounds.cuh, which the workspace's panels share). The tile starts 1024-byte aligned; 8-row groups are
+// 1024 bytes apart (the descriptor's stride offset). A k = 8 step inside the tile is the descriptor of the tile's
+// start plus 32·step bytes: the hardware applies the swizzle to the address.
 //
 // Accumulator fragment (as mma.sync's m16n8 C, repeated over N/8): warp w of the group holds rows 16w..16w+15;
 // register 4n + e of lane l is row 16w + l/4 + 8·(e/2), column 8n + 2·(l%4) + e%2.
@@ -12,16 +14,16 @@
 
 namespace jb {
 
-// Byte offset of element (row, k) in a [R/8][BK/4][8][4] tile of 4-byte values.
-template <int BK> __device__ __forceinline__ int wg_offset(int row, int k) {
-  return (((row / 8) * (BK / 4) + k / 4) * 8 + row % 8) * 16 + (k % 4) * 4;
+// The descriptor of a swizzled K-major tile (or a k step into one) at shared address `addr`.
+__device__ __forceinline__ unsigned long long wg_descriptor(unsigned addr) {
+  constexpr unsigned long long kLeading = 1, kStride = 1024 >> 4, kSwizzle128 = 1;
+  return (unsigned long long)((addr >> 4) & 0x3fff) | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
 }
 
-// The descriptor of a K-major no-swizzle tile whose first core matrix is at shared address `addr`.
-template <int BK> __device__ __forceinline__ unsigned long long wg_descriptor(unsigned addr) {
-  constexpr unsigned long long kLeading = 128 >> 4, kStride = (BK * 32) >> 4;
-  return (unsigned long long)((addr >> 4) & 0x3fff) | (kLeading << 16) | (kStride << 32);
-}
+// Where accumulator register 4·c8 + e of this lane lies in warpgroup warp-row block `warp`: row and column of the
+// 64×N tile (the layout above).
+__device__ __forceinline__ int wg_frag_row(int warp, int lane, int e) { return 16 * warp + lane / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int wg_frag_col(int lane, int c8, int e) { return 8 * c8 + 2 * (lane % 4) + e % 2; }
 
 // Before the first wgmma that reads registers other instructions wrote (the accumulators after an epilogue or an add).
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

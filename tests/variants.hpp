@@ -52,11 +52,11 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.math = Math::tf32x3;
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
-  // Hopper's wgmma forms (sm_90 only): one warpgroup, 16-k slices; two warpgroups, 32-k slices; TF32 at 128×256.
+  // Hopper's wgmma forms (sm_90 only): one consumer warpgroup; two; TF32 at 128×256 (two bulk copies of b a slice).
   s.math = Math::wgmma_tf32x3;
-  s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = 2, s.thread_n = 16;
+  s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = 2, s.thread_n = 16;
   out.push_back(s);
-  s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_n = 32;
+  s.tile_m = s.tile_n = 128, s.thread_n = 32;
   out.push_back(s);
   s.math = Math::wgmma_tf32;
   s.tile_n = 256, s.thread_n = 64;
@@ -138,6 +138,15 @@ inline std::vector<KernelSpec> exp_matmul_grad_variants(KernelSpec kind) {
       if (index64) continue;
       s.math = Math::tf32x3;
       s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8, s.min_blocks = 1;
+      out.push_back(s);
+      // Hopper's wgmma forms (sm_90 only): one consumer warpgroup; two; TF32 at 128×256.
+      s.math = Math::wgmma_tf32x3;
+      s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = 2, s.thread_n = 16;
+      out.push_back(s);
+      s.tile_m = s.tile_n = 128, s.thread_n = 32;
+      out.push_back(s);
+      s.math = Math::wgmma_tf32;
+      s.tile_n = 256, s.thread_n = 64;
       out.push_back(s);
     }
   return out;

@@ -187,6 +187,31 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   return plan;
 }
 
+bool split_wgmma(const KernelSpec& s) { return s.math == Math::wgmma_tf32x3; }
+int wgmma_stages(const KernelSpec& s) {
+  return jb::em_wg_stages(jb::em_wg_stage_bytes(s.tile_m, s.tile_n, split_wgmma(s)));
+}
+// From the first 1024-byte boundary (the swizzle's period): the extra KiB.
+int wgmma_dynamic_shared_bytes(const KernelSpec& s) {
+  return uses_wgmma(s.math) ? wgmma_stages(s) * jb::em_wg_stage_bytes(s.tile_m, s.tile_n, split_wgmma(s)) + 1024 : 0;
+}
+int wgmma_static_shared_bytes(const KernelSpec& s) { return 3 * 8 * wgmma_stages(s); }
+std::vector<const char*> wgmma_templates() { return {"wgmma.cuh", "bulk_copy.cuh", "wgmma_pipeline.cuh"}; }
+std::string wgmma_tile_args(const KernelSpec& s) {
+  return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(wgmma_stages(s)) + ", " +
+         (split_wgmma(s) ? "true" : "false");
+}
+int em_form(const KernelSpec& s) {
+  switch (s.math) {
+  case Math::fma: return 0;
+  case Math::tf32: return 1;
+  case Math::tf32x3: return 2;
+  case Math::wgmma_tf32x3: return 3;
+  case Math::wgmma_tf32: return 4;
+  }
+  return 0;
+}
+
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
   if (spec.math != Math::fma && p.dtype == DType::f64)
@@ -198,15 +223,15 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
     if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)
       reject("tile", "wgmma exp_matmul needs tile_n 64, 128 or 256");
-    if (spec.tile_k <= 0 || spec.tile_k % 8 || 32 % spec.tile_k) reject("tile", "wgmma exp_matmul needs tile_k 8, 16 or 32");
+    if (spec.tile_k != 32) reject("tile", "wgmma exp_matmul needs tile_k 32 (the workspace's 32-k panels)");
     if (tm != 2 || tn != spec.tile_n / 4)
       reject("thread", "wgmma exp_matmul: a thread holds 2 × tile_n/4 outputs, so thread must be 2x" +
                            std::to_string(spec.tile_n / 4));
     // Registers: the accumulators (tile_n / 2 a thread), and for wgmma_tf32x3 a partial set as large.
     if (spec.math == Math::wgmma_tf32x3 && spec.tile_n > 128)
       reject("tile", "wgmma_tf32x3 needs tile_n ≤ 128 (two accumulator sets of tile_n/2 registers)");
-    if (jb::em_wg_stages(jb::em_wg_stage_bytes(spec.tile_m, spec.tile_n, spec.tile_k, spec.math == Math::wgmma_tf32x3)) < 3)
-      reject("tile", "wgmma exp_matmul needs three K-slice stages in 200 KiB of shared memory; use a smaller tile_k");
+    if (wgmma_stages(spec) < 3)
+      reject("tile", "wgmma exp_matmul needs three K-slice stages in 200 KiB of shared memory; use a smaller tile");
     return;
   }
   // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.

@@ -68,6 +68,17 @@ std::vector<const char*> grad_templates();
 // read 16 bytes at a time) and the math forms' rules (tensor cores: f32 accumulators, the mma warp geometry; tf32
 // only at precision fast).
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p);
+// The exp_matmul family's wgmma forms (templates/wgmma_pipeline.cuh): their K-slice stages, the dynamic shared memory
+// that holds them (0 for the other forms), the static rest (three barriers a stage), and their source files.
+bool split_wgmma(const KernelSpec& s); // wgmma_tf32x3: the TF32 split in shared memory
+int wgmma_stages(const KernelSpec& s);
+int wgmma_dynamic_shared_bytes(const KernelSpec& s);
+int wgmma_static_shared_bytes(const KernelSpec& s);
+std::vector<const char*> wgmma_templates();
+// "BM, BN, STAGES, SPLIT": the wgmma kernels' template arguments after the I/O types.
+std::string wgmma_tile_args(const KernelSpec& s);
+// How the product reads its exponentiated operands (templates/exp_matmul_prepare.cuh: FORM), by math form.
+int em_form(const KernelSpec& s);
 
 EntryPoint grad_store_entry(const KernelSpec& s);
 

@@ -58,23 +58,14 @@ void check_workspace(const Problem& p) {
     throw std::invalid_argument("shape.M: more than 65535 row tiles for exp_matmul's repair pass; use tiled");
 }
 
-bool split_wgmma(const KernelSpec& s) { return s.math == Math::wgmma_tf32x3; }
-
 int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
-  if (uses_wgmma(s.math)) return (s.tile_m + s.tile_n) * (acc + 16); // the slices are dynamic: wgmma_shared_bytes
-  // The a and b slices (mma rows are k-major), then the row and column maxima and masks.
+  const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
+  if (uses_wgmma(s.math)) return lines + wgmma_static_shared_bytes(s);
+  // The a and b slices (mma rows are k-major).
   const int slices =
       s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
-  return slices + (s.tile_m + s.tile_n) * (acc + 16);
-}
-
-// The wgmma forms' K-slice stages (templates/exp_matmul_wgmma.cuh), in dynamic shared memory.
-int wgmma_stages(const KernelSpec& s) {
-  return jb::em_wg_stages(jb::em_wg_stage_bytes(s.tile_m, s.tile_n, s.tile_k, split_wgmma(s)));
-}
-int wgmma_shared_bytes(const KernelSpec& s) {
-  return uses_wgmma(s.math) ? wgmma_stages(s) * jb::em_wg_stage_bytes(s.tile_m, s.tile_n, s.tile_k, split_wgmma(s)) : 0;
+  return slices + lines;
 }
 
 void check(const KernelSpec& spec, const Problem& p) {
@@ -90,7 +81,7 @@ bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(sp
 
 // FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes,
 // through mma.sync on every GPU and through wgmma on sm_90 (the tuner drops those elsewhere: DeviceLimits::wgmma).
-// The wgmma tiles are the ones that won a product somewhere in scripts/gpu-wgmma's H100 table (bench/RESULTS.md).
+// The wgmma tiles: 32-k slices (the workspace panels), two consumer warpgroups (or one at 128×64 tiles).
 std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   std::vector<KernelSpec> out;
   const Shape& s = p.shape;
@@ -108,10 +99,10 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
   base.math = Math::wgmma_tf32x3;
-  add_tiles(out, base, {{128, 128, 16, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
+  add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
   if (p.precision == Precision::fast) {
     base.math = Math::wgmma_tf32;
-    add_tiles(out, base, {{128, 256, 16, 2, 64, 1}, {128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
+    add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
   }
   return out;
 }
@@ -122,11 +113,9 @@ Rendering render(const KernelSpec& s) {
                      {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"});
   const std::string io = io_types(s);
   if (uses_wgmma(s.math)) {
-    r.templates.insert(r.templates.end(), {"wgmma.cuh", "exp_matmul_wgmma.cuh"});
-    r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + std::to_string(s.tile_m) + ", " +
-                                          std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " +
-                                          std::to_string(wgmma_stages(s)) + ", " + (split_wgmma(s) ? "true" : "false") +
-                                          ">"));
+    for (const char* t : wgmma_templates()) r.templates.push_back(t);
+    r.templates.push_back("exp_matmul_wgmma.cuh");
+    r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ">"));
   } else {
     r.entries.push_back(main_entry(s, s.math == Math::fma
                                           ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
@@ -135,10 +124,9 @@ Rendering render(const KernelSpec& s) {
   }
   // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight. Its FORM
   // (exp_matmul_prepare.cuh): how the product reads the operands.
-  const int math = s.math == Math::fma ? 0 : single_tf32(s.math) ? 1 : s.math == Math::tf32x3 ? 2 : 3;
   r.entries.push_back({"_prepare", 256, 4,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
-                           ", " + acc_type(s) + ", " + std::to_string(math) + ">"});
+                           ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
   // The exact repair at the tile em_repair_tile names.
   r.entries.push_back({"_repair", 256, 1,
                        "jb::em_repair_kernel<" + io + ", " + (acc_type(s) == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8") +
@@ -156,7 +144,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.block[0] = 256;
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
   tile_grid(main, spec, s.M, s.N, s.B);
-  main.dynamic_shared = static_cast<unsigned>(wgmma_shared_bytes(spec));
+  main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   const int64_t rt = jb::em_repair_tile(wide(spec));
   repair.entry = "_repair";
   repair.block[0] = 256;
@@ -165,13 +153,13 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   repair.grid[2] = clamp_grid(s.B, kMaxGridYZ);
   repair.repair_flags_at = static_cast<std::size_t>(w.flags);
   plan.launches = {prepare, main, repair};
-  plan.workspace_bytes = static_cast<std::size_t>(split_wgmma(spec) ? w.split_bytes : w.bytes);
+  plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
   return plan;
 }
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank,
                                    defaults, check, index64, candidates, render, launches, shared_bytes,
-                                   wgmma_shared_bytes}};
+                                   wgmma_dynamic_shared_bytes}};
 
 } // namespace
 } // namespace jitbmm::strategies

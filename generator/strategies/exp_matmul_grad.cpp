@@ -1,5 +1,6 @@
 // Strategy "exp_matmul" for a gradient pass (log only): the gradient as a dense product of exponentiated operands on
-// tensor cores (math tf32x3; tf32 at precision fast), exact by a guard and the direct backward on what it gives up.
+// tensor cores (math tf32x3; tf32 at precision fast; on sm_90 also wgmma_tf32x3 and wgmma_tf32), exact by a guard and
+// the direct backward on what it gives up.
 // Five launches: stats, H, the product, the direct pass, and the store of a broadcast gradient
 // (templates/exp_matmul_grad*.cuh). A tuning candidate beside the direct backward; never the default.
 #include "generator/strategies/common.hpp"
@@ -57,13 +58,15 @@ bool fits_index32(const KernelSpec& spec, const Problem& p) {
   return h && v && *h < kIndex32Limit && *v < kIndex32Limit;
 }
 
-int shared_bytes(const KernelSpec& s) { return 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * 4; }
+int shared_bytes(const KernelSpec& s) {
+  return uses_wgmma(s.math) ? wgmma_static_shared_bytes(s) : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * 4;
+}
 
 void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "the exp_matmul backward computes the log semiring only");
-  if (spec.math == Math::fma || uses_wgmma(spec.math))
-    reject("math", "the exp_matmul backward runs on mma.sync tensor cores (tf32x3, or tf32 at precision fast); its "
-                   "FMA form (and so f64) and its wgmma form are not built: use tiled, or tf32x3");
+  if (spec.math == Math::fma)
+    reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 at precision fast; wgmma_* on "
+                   "sm_90); its FMA form (and so f64) is not built: use tiled, or tf32x3");
   check_exp_matmul_tiles(spec, p);
   const jb::EgDims d = dims(spec, p);
   if (d.Nx == 0) reject("strategy", "the exp_matmul backward needs outputs to reduce over; use tiled");
@@ -90,6 +93,13 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     base.math = m;
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 64, 16, 8, 4, 1}, {64, 64, 16, 4, 4, 2}});
   }
+  // Hopper (the tuner drops these elsewhere: DeviceLimits::wgmma), the forward's wgmma tiles.
+  base.math = Math::wgmma_tf32x3;
+  add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
+  if (p.precision == Precision::fast) {
+    base.math = Math::wgmma_tf32;
+    add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
+  }
   return out;
 }
 
@@ -98,10 +108,17 @@ Rendering render(const KernelSpec& s) {
   r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
                                          "backward.cuh", "exp_matmul_grad_bounds.cuh", "exp_matmul_grad.cuh"});
   const std::string io = io_types(s), pass = ga(s) ? "true" : "false";
-  const std::string form = single_tf32(s.math) ? "1" : "2";
+  const std::string form = std::to_string(em_form(s)); // how _stats and _h write H and V for the product
   const std::string in = dtype_info(s.dtype).device_type;
-  r.entries.push_back(main_entry(s, "jb::eg_product_kernel<" + io + ", " + tile_args(s) + ", " +
-                                        (s.math == Math::tf32x3 ? "true" : "false") + ", " + pass + ">"));
+  if (uses_wgmma(s.math)) {
+    for (const char* t : wgmma_templates()) r.templates.push_back(t);
+    r.templates.push_back("exp_matmul_grad_wgmma.cuh");
+    r.entries.push_back(
+        main_entry(s, "jb::eg_product_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ", " + pass + ">"));
+  } else {
+    r.entries.push_back(main_entry(s, "jb::eg_product_kernel<" + io + ", " + tile_args(s) + ", " +
+                                          (s.math == Math::tf32x3 ? "true" : "false") + ", " + pass + ">"));
+  }
   r.entries.push_back({"_stats", 256, 4, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
   r.entries.push_back({"_h", 256, 4, "jb::eg_h_kernel<" + io + ", " + pass + ", " + form + ">"});
   const int repair_threads = (kRepairM / kRepairTM) * (kRepairN / kRepairTN);
@@ -130,6 +147,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   h.block[0] = 256;
   h.grid[0] = clamp_grid(s.B * (w.Mxp / 32) * (w.Nxp / 32), 1 << 20);
   tile_grid(main, spec, d.Mx, d.Kx, s.B);
+  main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   repair.entry = "_repair";
   repair.block[0] = static_cast<unsigned>((kRepairM / kRepairTM) * (kRepairN / kRepairTN));
   repair.grid[0] = clamp_grid((d.Kx + kRepairN - 1) / kRepairN, kMaxGridX);
@@ -146,7 +164,8 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
 }
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", true, kTileFields | kMathField, rank, defaults,
-                                   check, index64, candidates, render, launches, shared_bytes}};
+                                   check, index64, candidates, render, launches, shared_bytes,
+                                   wgmma_dynamic_shared_bytes}};
 
 } // namespace
 } // namespace jitbmm::strategies

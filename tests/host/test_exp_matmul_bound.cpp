@@ -190,29 +190,31 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   s.math = Math::wgmma_tf32x3, s.min_blocks = 1;
   s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_m = 2, s.thread_n = 32;
   CHECK_NOTHROW(check_spec_fits(s, p));
-  CHECK(s.threads() == 256); // two warpgroups
+  CHECK(s.threads() == 384); // two consumer warpgroups and the producer
   CHECK(parse_spec(to_string(s)) == s);
   CHECK(to_string(s).find("math=wgmma_tf32x3") != std::string::npos);
   CHECK(arch_specific(s));
   CHECK_FALSE(arch_specific(default_spec(p, Strategy::exp_matmul)));
   CHECK_FALSE(arch_specific(default_spec(p, Strategy::tiled)));
-  // Three stages of the high and low parts of a 128-row and a 128-column slice of 32 k.
-  CHECK(jb::em_wg_stage_bytes(128, 128, 32, true) == 64 * 1024);
-  CHECK(dynamic_shared_memory_bytes(s) == 3 * 64 * 1024);
+  // Three stages of the high and low parts of a 128-row and a 128-column slice of 32 k, from a 1024-byte boundary.
+  CHECK(jb::em_wg_stage_bytes(128, 128, true) == 64 * 1024);
+  CHECK(dynamic_shared_memory_bytes(s) == 3 * 64 * 1024 + 1024);
   CHECK(dynamic_shared_memory_bytes(default_spec(p, Strategy::exp_matmul)) == 0);
   CHECK(shared_memory_bytes(s) <= 48 * 1024);
   const LaunchPlan plan = strategy_def(s).launches(s, p);
   REQUIRE(plan.launches.size() == 3);
-  CHECK(plan.launches[1].dynamic_shared == 3u * 64 * 1024);
+  CHECK(plan.launches[1].dynamic_shared == 3u * 64 * 1024 + 1024);
+  CHECK(plan.launches[1].block[0] == 384u);
   CHECK(plan.launches[0].dynamic_shared == 0u);
-  // The split form's workspace adds the low parts of both operands.
+  // Both forms read the factors once, in panels as large as the other tensor-core forms' copies.
   const jb::EmWorkspace w = jb::em_workspace(2, 256, 256, 300, 2, 2, false); // B, M, N, K
-  CHECK(plan.workspace_bytes == static_cast<std::size_t>(w.split_bytes));
-  CHECK(w.split_bytes - w.bytes == w.bytes - w.ea); // low parts as large as the high parts
-  CHECK(w.ea_lo == w.bytes);
+  CHECK(plan.workspace_bytes == static_cast<std::size_t>(w.bytes));
   KernelSpec one = s;
   one.math = Math::wgmma_tf32;
   CHECK(strategy_def(one).launches(one, p).workspace_bytes == static_cast<std::size_t>(w.bytes));
+  KernelSpec single = s;
+  single.tile_m = single.tile_n = 64, single.thread_n = 16;
+  CHECK(single.threads() == 256); // one consumer warpgroup
 
   const auto refused = [&](KernelSpec r, const Problem& q, const char* field) {
     CAPTURE(to_string(r));
@@ -230,7 +232,7 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   refused(r, p, "spec.thread");
   r = s, r.tile_m = 32, r.thread_n = 32;
   refused(r, p, "spec.tile");
-  r = s, r.tile_k = 12;
+  r = s, r.tile_k = 16; // the workspace's panels are 32 k wide
   refused(r, p, "spec.tile");
   Problem wide = p;
   wide.dtype = DType::f64;
@@ -239,4 +241,23 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   // The tuner offers them only on a GPU that has wgmma.
   for (const KernelSpec& c : tuning_candidates(p, DeviceLimits{}))
     CHECK_FALSE(arch_specific(c));
+}
+
+TEST_CASE("the wgmma forms' panels: every element once, a slice's 64-line halves contiguous, 16-byte runs kept") {
+  const long long lines = 256, Kp = 96; // two panels, three slices
+  std::vector<int> seen(static_cast<std::size_t>(lines * Kp), 0);
+  for (long long line = 0; line < lines; ++line)
+    for (long long k = 0; k < Kp; ++k) {
+      const long long at = jb::em_panel_at(line, k, Kp);
+      REQUIRE(at >= 0);
+      REQUIRE(at < lines * Kp);
+      ++seen[static_cast<std::size_t>(at)];
+      // A line's slice is its own 128 bytes (32 values), 4 consecutive k stay one 16-byte run.
+      const long long start = jb::em_panel_at(line - line % 64, k - k % 32, Kp) + (line % 64) * 32;
+      CHECK(at / 32 == start / 32);
+      if (k % 4) CHECK(at == jb::em_panel_at(line, k - 1, Kp) + 1);
+      // The swizzle wgmma's 128-byte mode applies: chunk k/4 of line l at chunk (k/4) ^ (l % 8).
+      CHECK(at % 32 / 4 == ((k % 32) / 4 ^ line % 8));
+    }
+  for (int c : seen) REQUIRE(c == 1);
 }

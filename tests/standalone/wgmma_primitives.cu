@@ -1,19 +1,21 @@
-// On an sm_90 GPU, alone (not part of the build): templates/wgmma.cuh's descriptor and fragment conventions, one
-// 64×N×32 product per N against the CPU. scripts/gpu-wgmma builds and runs it first:
+// On an sm_90 GPU, alone (not part of the build): templates/wgmma.cuh's descriptor (128-byte swizzle, the layout of
+// exp_matmul_bounds.cuh's em_sw128_at) and fragment conventions, one 64×N×32 product per N against the CPU.
+// scripts/gpu-wgmma builds and runs it first:
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 tests/standalone/wgmma_primitives.cu
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <vector>
+#include "../../templates/exp_matmul_bounds.cuh"
 #include "../../templates/wgmma.cuh"
 using namespace jb;
 constexpr int BK = 32;
 template <int N>
 __global__ void k(const float* A, const float* B, float* D) {
-  __shared__ __align__(128) float sa[64 * BK];
-  __shared__ __align__(128) float sb[N * BK];
-  for (int i = threadIdx.x; i < 64 * BK; i += 128) { int r = i / BK, c = i % BK; sa[wg_offset<BK>(r, c) / 4] = A[i]; }
-  for (int i = threadIdx.x; i < N * BK; i += 128) { int r = i / BK, c = i % BK; sb[wg_offset<BK>(r, c) / 4] = B[i]; }
+  __shared__ __align__(1024) float sa[64 * BK];
+  __shared__ __align__(1024) float sb[N * BK];
+  for (int i = threadIdx.x; i < 64 * BK; i += 128) { int r = i / BK, c = i % BK; sa[em_sw128_at(r, c)] = A[i]; }
+  for (int i = threadIdx.x; i < N * BK; i += 128) { int r = i / BK, c = i % BK; sb[em_sw128_at(r, c)] = B[i]; }
   wg_fence_async_shared();
   __syncthreads();
   float d[N / 2];
@@ -21,7 +23,7 @@ __global__ void k(const float* A, const float* B, float* D) {
   unsigned a0 = (unsigned)__cvta_generic_to_shared(sa), b0 = (unsigned)__cvta_generic_to_shared(sb);
   wg_fence();
   for (int kk = 0; kk < BK / 8; ++kk)
-    wg_mma_tf32<N>(d, wg_descriptor<BK>(a0 + kk * 256), wg_descriptor<BK>(b0 + kk * 256), kk > 0);
+    wg_mma_tf32<N>(d, wg_descriptor(a0 + kk * 32), wg_descriptor(b0 + kk * 32), kk > 0);
   wg_commit();
   wg_wait<0>();
   wg_pin(d);

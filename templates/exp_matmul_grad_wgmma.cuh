@@ -1,0 +1,40 @@
+// The exp_matmul backward's product on Hopper (math wgmma_tf32x3 and wgmma_tf32; sm_90a): Σ_j H·V through the
+// warp-specialised pipeline of wgmma_pipeline.cuh, H and V in the workspace's panels (FORM 3: as they are, split
+// into TF32 parts in shared memory; FORM 4: rounded to TF32), then eg_emit per gradient element.
+#pragma once
+
+namespace jb {
+
+template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, bool GA>
+__device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
+  typedef float T;
+  typedef WgPipeline<BM, BN, STAGES, SPLIT> P;
+  extern __shared__ unsigned char eg_wg_smem[];
+  __shared__ __align__(8) unsigned long long bars[3 * STAGES];
+  P pipe(eg_wg_smem, bars);
+  const GradParams p = eg_canonical<GA>(p0);
+  const EgView<T> e = eg_view<T>(p);
+  const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Mxp = (I)e.w.Mxp, Kxp = (I)e.w.Kxp, Nxp = (I)e.w.Nxp;
+  const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
+  const int group = threadIdx.x / 128;
+  if (group == 0) {
+    for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z)
+      pipe.produce(e.h, z * Mxp + m0, e.v, (e.d.y_batches == 1 ? 0 : z) * Kxp + n0, Kxp - n0, Nxp, threadIdx.x);
+    return;
+  }
+  const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    float acc[P::kRegs];
+    pipe.consume(acc, Nxp, cg);
+    const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
+#pragma unroll
+    for (int c8 = 0; c8 < BN / 8; ++c8)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        const I i = m0 + 64 * cg + wg_frag_row(warp, lane, el), k = n0 + wg_frag_col(lane, c8, el);
+        if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[4 * c8 + el], e_batch);
+      }
+  }
+}
+
+} // namespace jb

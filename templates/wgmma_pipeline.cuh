@@ -1,0 +1,146 @@
+// A warp-specialised wgmma product of two operands stored in the exp-matmul workspace's panels (em_panel_at, both
+// K-major: lines of Kp values), for the exp_matmul forward and backward on Hopper (sm_90a).
+//
+// Warpgroup 0 produces. One of its threads moves each 32-k slice of the block tile (BM lines of a, BN of b) into one
+// of STAGES shared-memory stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
+// whole warpgroup then splits the landed slice into TF32 high parts (in place) and low parts (beside them), so each
+// value crosses L2 once, as f32. Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
+//
+// Barriers per stage: `full` (the slice's bytes have landed), `split` (SPLIT: its parts are written, 128 arrivals),
+// `empty` (every consumer warp is done reading it, 4 arrivals a consumer warpgroup). Producer and consumers walk the
+// same slices in the same order (tile after tile, then k), so the block's n-th slice uses stage n % STAGES, and its
+// barriers' phase of parity (n / STAGES) % 2.
+//
+// Without SPLIT the operands hold TF32 values and every product chains into the accumulators, one slice's products
+// in flight while the next one's are issued. With SPLIT there are three products per term, hi·hi + hi·lo + lo·hi
+// (lo·lo is below 2^-22 of the term). The tensor cores add with truncation, so each slice's products go into a fresh
+// partial accumulator that is then added to the f32 total with a rounded add: the truncation never compounds over K
+// (as in em_mma_tile).
+#pragma once
+
+namespace jb {
+
+// The producer's split of one landed stage of BYTES bytes (thread tid of 128): each value x becomes tf32(x) in
+// place, and tf32(x − tf32(x)) BYTES further on. Consecutive threads take consecutive 16 bytes.
+template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* stage, int tid) {
+  static_assert(BYTES % (16 * 128) == 0, "whole 16-byte vectors for every thread");
+#pragma unroll 4
+  for (int c = tid; c < BYTES / 16; c += 128) {
+    float4* hi = reinterpret_cast<float4*>(stage) + c;
+    const float4 x = *hi;
+    float4 h, l;
+    h.x = __uint_as_float(to_tf32(x.x)), l.x = __uint_as_float(to_tf32(x.x - h.x));
+    h.y = __uint_as_float(to_tf32(x.y)), l.y = __uint_as_float(to_tf32(x.y - h.y));
+    h.z = __uint_as_float(to_tf32(x.z)), l.z = __uint_as_float(to_tf32(x.z - h.z));
+    h.w = __uint_as_float(to_tf32(x.w)), l.w = __uint_as_float(to_tf32(x.w - h.w));
+    *hi = h;
+    *reinterpret_cast<float4*>(stage + BYTES + 16 * c) = l;
+  }
+}
+
+template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
+  static constexpr int kConsumers = BM / 64, kConsumerThreads = 128 * kConsumers, kRegs = BN / 2;
+  static constexpr int kA = BM * 128, kB = BN * 128, kPart = kA + kB, kStage = (SPLIT ? 2 : 1) * kPart; // bytes
+  static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128 || BN == 256), "wgmma tile geometry");
+  static_assert(STAGES >= 3, "one stage in the tensor cores, one being split or waited for, one landing");
+  unsigned smem, full, split, empty; // shared addresses: the first stage, each kind's first barrier
+  unsigned char* smem_ptr;           // the first stage
+  unsigned n = 0;                    // the block's slices so far
+
+  // Every thread of the block, first: `dyn` is the dynamic shared memory (STAGES × kStage from its first 1024-byte
+  // boundary: the swizzle's period), `bars` room for 3 × STAGES barriers.
+  __device__ __forceinline__ WgPipeline(unsigned char* dyn, unsigned long long* bars) {
+    const unsigned raw = em_smem_addr(dyn);
+    smem = (raw + 1023u) & ~1023u;
+    smem_ptr = dyn + (smem - raw);
+    full = em_smem_addr(bars), split = full + 8 * STAGES, empty = full + 16 * STAGES;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        mb_init(full + 8 * s, 1);
+        mb_init(split + 8 * s, 128);
+        mb_init(empty + 8 * s, 4 * kConsumers);
+      }
+      mb_init_fence();
+    }
+    __syncthreads();
+  }
+
+  // The producer warpgroup's thread tid, one block tile: the Kp / 32 slices of a's BM lines from a_line and b's BN
+  // lines from b_line. b_left: the lines of b's batch from b_line on (a 256-line tile's second panel may lie past
+  // them; its stage bytes are then left as they are, and the caller writes none of its columns).
+  template <class I>
+  __device__ __forceinline__ void produce(const float* a, I a_line, const float* b, I b_line, I b_left, I Kp, int tid) {
+    const bool second = BN == 256 && b_left > 128;
+    const unsigned bytes = kA + (BN == 256 && !second ? 128 * 128 : kB);
+    for (I s = 0; s < Kp / 32; ++s, ++n) {
+      const unsigned st = n % STAGES, parity = (n / STAGES) % 2, stage = smem + st * kStage, bar = full + 8 * st;
+      if (tid == 0) {
+        if (n >= STAGES) mb_wait(empty + 8 * st, parity ^ 1u); // the stage's previous slice is consumed
+        mb_arrive_expect(bar, bytes);
+        bulk_copy(stage, a + em_panel_at(a_line, s * 32, Kp), kA, bar);
+        bulk_copy(stage + kA, b + em_panel_at(b_line, s * 32, Kp), BN == 256 ? 128 * 128 : kB, bar);
+        if (second) bulk_copy(stage + kA + 128 * 128, b + em_panel_at(b_line + 128, s * 32, Kp), 128 * 128, bar);
+      }
+      if (SPLIT) {
+        mb_wait(bar, parity);
+        wg_split<kPart>(smem_ptr + st * kStage, tid);
+        wg_fence_async_shared(); // the parts, written by ordinary stores, are read by the tensor cores next
+        mb_arrive(split + 8 * st);
+      }
+    }
+  }
+
+  // Consumer warpgroup cg, one block tile: acc = its 64 lines of a × the BN lines of b (the fragment of wgmma.cuh).
+  template <class I> __device__ __forceinline__ void consume(float (&acc)[kRegs], I Kp, int cg) {
+    const unsigned a_rows = cg * 64 * 128, ready = SPLIT ? split : full;
+    const bool leader = threadIdx.x % 32 == 0;
+    float part[kRegs];
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) acc[r] = 0.f;
+    unsigned held = 0; // without SPLIT: the stage whose products may still be in flight
+    for (I s = 0; s < Kp / 32; ++s, ++n) {
+      const unsigned st = n % STAGES, stage = smem + st * kStage;
+      mb_wait(ready + 8 * st, (n / STAGES) % 2);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const unsigned long long ah = wg_descriptor(stage + a_rows + 32 * kk), bh = wg_descriptor(stage + kA + 32 * kk);
+        if (SPLIT) {
+          const unsigned long long al = wg_descriptor(stage + kPart + a_rows + 32 * kk),
+                                   bl = wg_descriptor(stage + kPart + kA + 32 * kk);
+          wg_mma_tf32<BN>(part, al, bh, kk > 0);
+          wg_mma_tf32<BN>(part, ah, bl, 1);
+          wg_mma_tf32<BN>(part, ah, bh, 1);
+        } else {
+          wg_mma_tf32<BN>(acc, ah, bh, 1);
+        }
+      }
+      wg_commit();
+      if (SPLIT) {
+        // Reading a wgmma's accumulators while any wgmma is in flight serialises them all (ptxas C7514), so the
+        // slice's products complete first; the other consumer warpgroup keeps the tensor cores busy meanwhile.
+        wg_wait<0>();
+        if (leader) mb_arrive(empty + 8 * st);
+        wg_pin(part);
+#pragma unroll
+        for (int r = 0; r < kRegs; ++r) acc[r] += part[r];
+      } else {
+        wg_wait<1>(); // the previous slice's products are done: its stage goes back to the producer
+        if (s > 0 && leader) mb_arrive(empty + 8 * held);
+        held = st;
+      }
+    }
+    if (!SPLIT) {
+      wg_wait<0>();
+      if (Kp > 0 && leader) mb_arrive(empty + 8 * held);
+    }
+    wg_pin(acc);
+  }
+
+  // The consumer warpgroups' own barrier (barrier 0 is __syncthreads).
+  static __device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+  }
+};
+
+} // namespace jb
