@@ -33,6 +33,19 @@ inline std::vector<KernelSpec> problem_kinds() {
   return out;
 }
 
+// Hopper's wgmma forms of an exp_matmul spec (sm_90 only): one consumer warpgroup; two; TF32 at 128×256 (two bulk
+// copies of b a slice).
+inline void add_wgmma_variants(std::vector<KernelSpec>& out, KernelSpec s) {
+  s.math = Math::wgmma_tf32x3;
+  s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = 2, s.thread_n = 16, s.min_blocks = 1;
+  out.push_back(s);
+  s.tile_m = s.tile_n = 128, s.thread_n = 32;
+  out.push_back(s);
+  s.math = Math::wgmma_tf32;
+  s.tile_n = 256, s.thread_n = 64;
+  out.push_back(s);
+}
+
 // exp_matmul (log only): FMA tiles small and large, and the tensor-core kernels (f32-accumulating dtypes).
 inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   std::vector<KernelSpec> out;
@@ -52,15 +65,7 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.math = Math::tf32x3;
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
-  // Hopper's wgmma forms (sm_90 only): one consumer warpgroup; two; TF32 at 128×256 (two bulk copies of b a slice).
-  s.math = Math::wgmma_tf32x3;
-  s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = 2, s.thread_n = 16;
-  out.push_back(s);
-  s.tile_m = s.tile_n = 128, s.thread_n = 32;
-  out.push_back(s);
-  s.math = Math::wgmma_tf32;
-  s.tile_n = 256, s.thread_n = 64;
-  out.push_back(s);
+  add_wgmma_variants(out, s);
   return out;
 }
 
@@ -139,15 +144,7 @@ inline std::vector<KernelSpec> exp_matmul_grad_variants(KernelSpec kind) {
       s.math = Math::tf32x3;
       s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8, s.min_blocks = 1;
       out.push_back(s);
-      // Hopper's wgmma forms (sm_90 only): one consumer warpgroup; two; TF32 at 128×256.
-      s.math = Math::wgmma_tf32x3;
-      s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = 2, s.thread_n = 16;
-      out.push_back(s);
-      s.tile_m = s.tile_n = 128, s.thread_n = 32;
-      out.push_back(s);
-      s.math = Math::wgmma_tf32;
-      s.tile_n = 256, s.thread_n = 64;
-      out.push_back(s);
+      add_wgmma_variants(out, s);
     }
   return out;
 }
