@@ -197,6 +197,13 @@ int wgmma_dynamic_shared_bytes(const KernelSpec& s) {
 }
 int wgmma_static_shared_bytes(const KernelSpec& s) { return 3 * 8 * wgmma_stages(s); }
 std::vector<const char*> wgmma_templates() { return {"wgmma.cuh", "bulk_copy.cuh", "wgmma_pipeline.cuh"}; }
+void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p) {
+  base.math = Math::wgmma_tf32x3;
+  add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
+  if (p.precision != Precision::fast) return;
+  base.math = Math::wgmma_tf32;
+  add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
+}
 std::string wgmma_tile_args(const KernelSpec& s) {
   return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(wgmma_stages(s)) + ", " +
          (split_wgmma(s) ? "true" : "false");

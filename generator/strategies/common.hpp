@@ -75,6 +75,9 @@ int wgmma_stages(const KernelSpec& s);
 int wgmma_dynamic_shared_bytes(const KernelSpec& s);
 int wgmma_static_shared_bytes(const KernelSpec& s);
 std::vector<const char*> wgmma_templates();
+// The wgmma candidates of the forward and both gradient passes: 32-k slices (the workspace's panels), two consumer
+// warpgroups (or one at 128×64 tiles); wgmma_tf32 only at precision fast.
+void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p);
 // "BM, BN, STAGES, SPLIT": the wgmma kernels' template arguments after the I/O types.
 std::string wgmma_tile_args(const KernelSpec& s);
 // How the product reads its exponentiated operands (templates/exp_matmul_prepare.cuh: FORM), by math form.

@@ -81,7 +81,6 @@ bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(sp
 
 // FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes,
 // through mma.sync on every GPU and through wgmma on sm_90 (the tuner drops those elsewhere: DeviceLimits::wgmma).
-// The wgmma tiles: 32-k slices (the workspace panels), two consumer warpgroups (or one at 128×64 tiles).
 std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   std::vector<KernelSpec> out;
   const Shape& s = p.shape;
@@ -98,12 +97,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     base.math = m;
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
-  base.math = Math::wgmma_tf32x3;
-  add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
-  if (p.precision == Precision::fast) {
-    base.math = Math::wgmma_tf32;
-    add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
-  }
+  add_wgmma_tiles(out, base, p);
   return out;
 }
 

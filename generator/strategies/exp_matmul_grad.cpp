@@ -93,13 +93,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     base.math = m;
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 64, 16, 8, 4, 1}, {64, 64, 16, 4, 4, 2}});
   }
-  // Hopper (the tuner drops these elsewhere: DeviceLimits::wgmma), the forward's wgmma tiles.
-  base.math = Math::wgmma_tf32x3;
-  add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
-  if (p.precision == Precision::fast) {
-    base.math = Math::wgmma_tf32;
-    add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
-  }
+  add_wgmma_tiles(out, base, p); // Hopper only (the tuner drops them elsewhere: DeviceLimits::wgmma)
   return out;
 }
 
