@@ -19,11 +19,13 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   const I Kp = (I)v.Kp;
   const int group = threadIdx.x / 128;
   if (group == 0) {
-    for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
-      const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-      pipe.produce(v.ea, (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp + t.m0, v.eb,
-                   (v.b_batches == 1 ? 0 : t.batch) * (I)v.Np + t.n0, (I)v.Np - t.n0, Kp, threadIdx.x);
-    }
+    // The block's tiles: batches z = blockIdx.z, + gridDim.z, ... (exp_matmul's batch is its z: no k chunks).
+    const I z0 = (I)blockIdx.z, dz = (I)gridDim.z, m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
+    const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
+    pipe.produce(v.ea, v.eb, Kp,
+                 WgTiles<I>{((I)p.B - z0 + dz - 1) / dz, z0 * a_batch + m0, dz * a_batch, z0 * b_batch + n0,
+                            dz * b_batch, (I)v.Np - n0},
+                 (int)threadIdx.x);
     return;
   }
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;

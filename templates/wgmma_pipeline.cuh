@@ -4,7 +4,7 @@
 // Warpgroup 0 produces. One of its threads moves each 32-k slice of the block tile (BM lines of a, BN of b) into one
 // of STAGES shared-memory stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
 // whole warpgroup then splits the landed slice into TF32 high parts (in place) and low parts (beside them), so each
-// value crosses L2 once, as f32. Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
+// value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile. Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
 //
 // Barriers per stage: `full` (the slice's bytes have landed), `split` (SPLIT: its parts are written, 128 arrivals),
 // `empty` (every consumer warp is done reading it, 4 arrivals a consumer warpgroup). Producer and consumers walk the
@@ -24,19 +24,28 @@ namespace jb {
 // place, and tf32(x − tf32(x)) BYTES further on. Consecutive threads take consecutive 16 bytes.
 template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* stage, int tid) {
   static_assert(BYTES % (16 * 128) == 0, "whole 16-byte vectors for every thread");
-#pragma unroll 4
-  for (int c = tid; c < BYTES / 16; c += 128) {
-    float4* hi = reinterpret_cast<float4*>(stage) + c;
-    const float4 x = *hi;
+  constexpr int kVectors = BYTES / (16 * 128);
+  float4* const hi = reinterpret_cast<float4*>(stage) + tid;
+  float4* const lo = reinterpret_cast<float4*>(stage + BYTES) + tid;
+  float4 x[kVectors]; // every load first (at most 64 registers): no store waits for one
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) x[i] = hi[128 * i];
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) {
     float4 h, l;
-    h.x = __uint_as_float(to_tf32(x.x)), l.x = __uint_as_float(to_tf32(x.x - h.x));
-    h.y = __uint_as_float(to_tf32(x.y)), l.y = __uint_as_float(to_tf32(x.y - h.y));
-    h.z = __uint_as_float(to_tf32(x.z)), l.z = __uint_as_float(to_tf32(x.z - h.z));
-    h.w = __uint_as_float(to_tf32(x.w)), l.w = __uint_as_float(to_tf32(x.w - h.w));
-    *hi = h;
-    *reinterpret_cast<float4*>(stage + BYTES + 16 * c) = l;
+    h.x = __uint_as_float(to_tf32(x[i].x)), l.x = __uint_as_float(to_tf32(x[i].x - h.x));
+    h.y = __uint_as_float(to_tf32(x[i].y)), l.y = __uint_as_float(to_tf32(x[i].y - h.y));
+    h.z = __uint_as_float(to_tf32(x[i].z)), l.z = __uint_as_float(to_tf32(x[i].z - h.z));
+    h.w = __uint_as_float(to_tf32(x[i].w)), l.w = __uint_as_float(to_tf32(x[i].w - h.w));
+    hi[128 * i] = h;
+    lo[128 * i] = l;
   }
 }
+
+// The block's tiles for the producer, `count` of them: the t-th reads a's lines from a_line + t · a_step and b's from
+// b_line + t · b_step; b_left: b's lines from b_line to its batch's end (a 256-line tile's second panel may lie past
+// them; its stage bytes are then left as they are, and the consumers write none of its columns).
+template <class I> struct WgTiles { I count, a_line, a_step, b_line, b_step, b_left; };
 
 template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
   static constexpr int kConsumers = BM / 64, kConsumerThreads = 128 * kConsumers, kRegs = BN / 2;
@@ -65,29 +74,37 @@ template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
     __syncthreads();
   }
 
-  // The producer warpgroup's thread tid, one block tile: the Kp / 32 slices of a's BM lines from a_line and b's BN
-  // lines from b_line. b_left: the lines of b's batch from b_line on (a 256-line tile's second panel may lie past
-  // them; its stage bytes are then left as they are, and the caller writes none of its columns).
+  // The producer warpgroup's thread tid: every slice of the block's tiles in order (called once a block, so a tile's
+  // first slice is issued while the tile before it is finished). Thread 0 issues slice q + 1's copies before the
+  // warpgroup splits slice q: a slice lands while the one before it is split. (Issuing further ahead, or as soon as
+  // a stage frees, measured slower on the H100: the split then waits on the consumers.)
   template <class I>
-  __device__ __forceinline__ void produce(const float* a, I a_line, const float* b, I b_line, I b_left, I Kp, int tid) {
-    const bool second = BN == 256 && b_left > 128;
+  __device__ __forceinline__ void produce(const float* a, const float* b, I Kp, const WgTiles<I>& tiles, int tid) {
+    const I total = tiles.count * (Kp / 32);
+    const bool second = BN == 256 && tiles.b_left > 128;
     const unsigned bytes = kA + (BN == 256 && !second ? 128 * 128 : kB);
-    for (I s = 0; s < Kp / 32; ++s, ++n) {
-      const unsigned st = n % STAGES, parity = (n / STAGES) % 2, stage = smem + st * kStage, bar = full + 8 * st;
-      if (tid == 0) {
-        if (n >= STAGES) mb_wait(empty + 8 * st, parity ^ 1u); // the stage's previous slice is consumed
-        mb_arrive_expect(bar, bytes);
-        bulk_copy(stage, a + em_panel_at(a_line, s * 32, Kp), kA, bar);
-        bulk_copy(stage + kA, b + em_panel_at(b_line, s * 32, Kp), BN == 256 ? 128 * 128 : kB, bar);
-        if (second) bulk_copy(stage + kA + 128 * 128, b + em_panel_at(b_line + 128, s * 32, Kp), 128 * 128, bar);
-      }
+    I k = 0, a_line = tiles.a_line, b_line = tiles.b_line; // the next slice to issue
+    auto issue = [&](I q) {
+      const unsigned m = n + (unsigned)q, st = m % STAGES, stage = smem + st * kStage, bar = full + 8 * st;
+      if (m >= STAGES) mb_wait(empty + 8 * st, (m / STAGES) % 2 ^ 1u); // the stage's previous slice is consumed
+      mb_arrive_expect(bar, bytes);
+      bulk_copy(stage, a + em_panel_at(a_line, k, Kp), kA, bar);
+      bulk_copy(stage + kA, b + em_panel_at(b_line, k, Kp), BN == 256 ? 128 * 128 : kB, bar);
+      if (second) bulk_copy(stage + kA + 128 * 128, b + em_panel_at(b_line + 128, k, Kp), 128 * 128, bar);
+      if ((k += 32) == Kp) k = 0, a_line += tiles.a_step, b_line += tiles.b_step;
+    };
+    if (tid == 0 && total > 0) issue(0);
+    for (I q = 0; q < total; ++q) {
+      if (tid == 0 && q + 1 < total) issue(q + 1);
       if (SPLIT) {
-        mb_wait(bar, parity);
+        const unsigned m = n + (unsigned)q, st = m % STAGES;
+        mb_wait(full + 8 * st, (m / STAGES) % 2);
         wg_split<kPart>(smem_ptr + st * kStage, tid);
         wg_fence_async_shared(); // the parts, written by ordinary stores, are read by the tensor cores next
         mb_arrive(split + 8 * st);
       }
     }
+    n += (unsigned)total;
   }
 
   // Consumer warpgroup cg, one block tile: acc = its 64 lines of a × the BN lines of b (the fragment of wgmma.cuh).
