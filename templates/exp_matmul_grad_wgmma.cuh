@@ -20,10 +20,10 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
   if (group == 0) {
     // The block's tiles: batches z = blockIdx.z, + gridDim.z, ...
     const I z0 = (I)blockIdx.z, dz = (I)gridDim.z, y_batch = e.d.y_batches == 1 ? 0 : Kxp;
-    pipe.produce(e.h, e.v, Nxp,
-                 WgTiles<I>{((I)p.B - z0 + dz - 1) / dz, z0 * Mxp + m0, dz * Mxp, z0 * y_batch + n0, dz * y_batch,
-                            Kxp - n0},
-                 (int)threadIdx.x);
+    pipe.produce(
+        e.h, e.v, Nxp,
+        WgTiles<I>{((I)p.B - z0 + dz - 1) / dz, z0 * Mxp + m0, dz * Mxp, z0 * y_batch + n0, dz * y_batch, Kxp - n0},
+        (int)threadIdx.x);
     return;
   }
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;

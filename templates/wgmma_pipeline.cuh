@@ -4,7 +4,8 @@
 // Warpgroup 0 produces. One of its threads moves each 32-k slice of the block tile (BM lines of a, BN of b) into one
 // of STAGES shared-memory stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
 // whole warpgroup then splits the landed slice into TF32 high parts (in place) and low parts (beside them), so each
-// value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile. Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
+// value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile.
+// Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
 //
 // Barriers per stage: `full` (the slice's bytes have landed), `split` (SPLIT: its parts are written, 128 arrivals),
 // `empty` (every consumer warp is done reading it, 4 arrivals a consumer warpgroup). Producer and consumers walk the
