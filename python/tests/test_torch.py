@@ -601,7 +601,13 @@ def main():
     if not HAVE_CUDA:
         print("SKIPPED: torch sees no CUDA GPU here")
         return 77
-    result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
+    # An empty cache of its own: the tests count the decisions they store, and a user's cache (or an earlier run's)
+    # may already hold them.
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["JITBMM_CACHE_DIR"] = cache
+        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
     if result.skipped:
         print(f"FAILED: {len(result.skipped)} tests skipped where torch and a GPU exist: {result.skipped}")
         return 1
