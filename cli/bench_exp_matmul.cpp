@@ -1,4 +1,5 @@
-// jitbmm bench --exp-matmul: the exp-matmul strategy against the direct log kernel, per input kind. Per row: median
+// jitbmm bench --exp-matmul: the exp-matmul strategy against the direct log kernels (tiled, tiled_online), per input
+// kind. Per row: median
 // time, terms/s, the relative error of sampled outputs against the float64 CPU reference, and the share of outputs
 // the guard sent to the exact repair pass.
 #include <algorithm>
@@ -14,24 +15,27 @@
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
-#include "support/layout.hpp"
 #include "runtime/timing.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm::cli {
 
 namespace {
 
-// The input kinds: randn, randn·50 (row and column maxima far apart: most outputs fail the plain shift), and a
-// banded −inf mask (CRF-style structured zeros: most outputs exactly −inf).
-enum class Inputs { randn, spread50, banded };
+// The input kinds: randn, randn·50 and randn·500 (row and column maxima far apart: most outputs fail the plain
+// shift), and a banded −inf mask (CRF-style structured zeros: most outputs exactly −inf).
+enum class Inputs { randn, spread50, spread500, banded };
 const char* inputs_name(Inputs k) {
-  return k == Inputs::randn ? "randn" : k == Inputs::spread50 ? "randn*50" : "banded";
+  return k == Inputs::randn       ? "randn"
+         : k == Inputs::spread50  ? "randn*50"
+         : k == Inputs::spread500 ? "randn*500"
+                                  : "banded";
 }
 
 void fill(const Problem& p, Inputs kind, std::vector<unsigned char>& ha, std::vector<unsigned char>& hb,
           std::mt19937_64& rng) {
   const Shape& s = p.shape;
-  const double spread = kind == Inputs::spread50 ? 50 : 1;
+  const double spread = kind == Inputs::spread50 ? 50 : kind == Inputs::spread500 ? 500 : 1;
   std::normal_distribution<double> normal(0.0, spread);
   const int64_t band = std::max<int64_t>(4, s.K / 64);
   for (int64_t b = 0; b < s.B; ++b)
@@ -87,6 +91,8 @@ int run_exp_matmul_bench(const Args& args) {
     std::vector<std::pair<std::string, std::pair<Problem, KernelSpec>>> variants;
     KernelSpec direct = default_spec(p, Strategy::tiled);
     variants.push_back({"direct tiled", {p, direct}});
+    if (p.dtype != DType::f64)
+      variants.push_back({"direct tiled_online", {p, default_spec(p, Strategy::tiled_online)}});
     KernelSpec em = default_spec(p, Strategy::exp_matmul);
     if (p.dtype != DType::f64) {
       em.math = Math::fma, em.tile_m = 128, em.tile_n = 64, em.tile_k = 16, em.thread_m = 8, em.thread_n = 4;
@@ -101,7 +107,7 @@ int run_exp_matmul_bench(const Args& args) {
     } else {
       variants.push_back({"exp_matmul fma", {p, em}});
     }
-    for (Inputs kind : {Inputs::randn, Inputs::spread50, Inputs::banded}) {
+    for (Inputs kind : {Inputs::randn, Inputs::spread50, Inputs::spread500, Inputs::banded}) {
       fill(p, kind, ha, hb, rng);
       a.upload(ha.data(), ha.size());
       b.upload(hb.data(), hb.size());

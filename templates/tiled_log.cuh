@@ -1,5 +1,6 @@
 // The log semiring on the tiled skeleton, at the exp unit's pace: per term one add, one ex2.approx, one add.
-// Operands are scaled to log2 units as they enter shared memory and shifted there once per slice.
+// Operands are shifted in shared memory once per slice, in natural units (so rows and columns that sit at ±1e4 lose
+// nothing to rounding), and scaled to log2 units there.
 //
 // Exact by construction, not by luck of the data. Each output's terms are shifted by a separable bound
 // m[i,j] = A[i] + B[j], where A[i] (B[j]) is the running max of row i of a (column j of b) over the K slices seen
@@ -46,34 +47,42 @@ template <int BK, int STRIDE> __device__ __forceinline__ LogLineStats log_line_s
     st.run = max_nan(st.run, v);
     st.finite |= (v != kNegInf ? 1u : 0u) << k;
   }
-  st.factor = st.run == previous ? 1.f : ex2_approx(previous - st.run);
+  st.factor = st.run == previous ? 1.f : ex2_approx((previous - st.run) * Num<float>::log2e());
   st.shift = fabsf(st.run) < kPosInf ? st.run : 0.f;
-  // Shift the slice in place: the terms loop then reads ready exponents.
+  // Shift the slice in place, then scale it to log2 units: the terms loop reads ready exponents.
 #pragma unroll
-  for (int k = 0; k < BK; ++k) line[k * STRIDE] -= st.shift;
+  for (int k = 0; k < BK; ++k) line[k * STRIDE] = (line[k * STRIDE] - st.shift) * Num<float>::log2e();
   return st;
 }
 
-// Operands enter shared memory in log2 units. A finite value too large to scale (|x|·log2e would overflow)
-// becomes +inf, which sends its row or column to exact recomputation: never a wrong value.
+// exp_matmul's prepare pass takes its operands to log2 units with this. A finite value too large to scale
+// (|x|·log2e would overflow) becomes +inf, which sends its row or column to exact recomputation.
 __device__ __forceinline__ float to_log2_units(float x) {
   const float kPosInf = Num<float>::inf(), kLog2e = Num<float>::log2e();
   return fabsf(x) < 2.3e38f ? x * kLog2e : (fabsf(x) < kPosInf ? kPosInf : x * kLog2e);
 }
 
-template <int NA, int NB> __device__ __forceinline__ void to_log2_units(float (&ra)[NA], float (&rb)[NB]) {
-#pragma unroll
-  for (int l = 0; l < NA; ++l) ra[l] = to_log2_units(ra[l]);
-#pragma unroll
-  for (int l = 0; l < NB; ++l) rb[l] = to_log2_units(rb[l]);
+// A finite operand of 2^126 (about 8.5e37) or more becomes +inf as it enters shared memory, which sends its row or
+// column to exact recomputation (never a wrong value): below it, a sum of two operands scaled to log2 units cannot
+// overflow.
+__device__ __forceinline__ float to_shiftable(float x) {
+  const float kPosInf = Num<float>::inf();
+  return fabsf(x) < 0x1p126f ? x : (fabsf(x) < kPosInf ? kPosInf : x);
 }
 
-// The tiled loader, its slices scaled to log2 units before they reach shared memory.
-template <class G, class In, class I> struct Log2TileLoader : TileLoader<G, In, I> {
+template <int NA, int NB> __device__ __forceinline__ void to_shiftable(float (&ra)[NA], float (&rb)[NB]) {
+#pragma unroll
+  for (int l = 0; l < NA; ++l) ra[l] = to_shiftable(ra[l]);
+#pragma unroll
+  for (int l = 0; l < NB; ++l) rb[l] = to_shiftable(rb[l]);
+}
+
+// The tiled loader, huge finite operands made +inf on the way (to_shiftable); the log kernels' loader.
+template <class G, class In, class I> struct ShiftableTileLoader : TileLoader<G, In, I> {
   using TileLoader<G, In, I>::TileLoader;
   __device__ __forceinline__ void fetch(const BmmParams& p, int buf, I k0) {
     TileLoader<G, In, I>::fetch(p, buf, k0);
-    to_log2_units(this->ra, this->rb);
+    to_shiftable(this->ra, this->rb);
   }
 };
 
@@ -107,7 +116,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
     };
     T ra[G::kLoadA], rb[G::kLoadB];
-    Log2TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
+    ShiftableTileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
     // The next slice is fetched after the terms, so its registers are not live across them (other blocks on the
     // SM hide the load latency). One barrier a slice: the next slice's pass 1 rewrites rows[] / cols[], which
     // this one read after its middle barrier.
@@ -177,7 +186,7 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
         } else if (!has_finite) {
           value = kNegInf; // every term −inf
         } else {
-          value = ((amax + bmax) + log2f(sum)) * kLn2; // back from log2 units
+          value = (amax + bmax) + log2f(sum) * kLn2; // the shift in natural units, the sum in log2 units
         }
         emit<T, Out, I>(p, t, i, j, value, -1);
       }

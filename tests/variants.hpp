@@ -69,6 +69,26 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   return out;
 }
 
+// The online tiled log kernel of a log kind with f32 accumulators (not f64): a small and a large thread tile, a
+// 32-k slice, and 64-bit indices.
+inline std::vector<KernelSpec> tiled_online_variants(KernelSpec kind) {
+  std::vector<KernelSpec> out;
+  if (kind.semiring != Semiring::log || kind.dtype == DType::f64) return out;
+  KernelSpec s = kind;
+  s.strategy = Strategy::tiled_online;
+  for (bool index64 : {false, true}) {
+    s.index64 = index64;
+    s.tile_m = s.tile_n = 32, s.tile_k = 16, s.thread_m = s.thread_n = 2, s.min_blocks = 3;
+    out.push_back(s);
+    if (index64) continue;
+    s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
+    out.push_back(s);
+    s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 1;
+    out.push_back(s);
+  }
+  return out;
+}
+
 // Every strategy (and both index widths) for one problem kind.
 inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
   std::vector<KernelSpec> out;
@@ -104,9 +124,11 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
       for (KernelSpec e : exp_matmul_variants(kind)) out.push_back(e);
     }
   }
+  for (const KernelSpec& o : tiled_online_variants(kind)) out.push_back(o);
   // A strategy of the table not listed above (a new one) is covered by its default for a small odd problem.
   for (const StrategyDef* def : strategy_defs()) {
-    if (def->backward || std::any_of(out.begin(), out.end(), [&](const KernelSpec& s) { return s.strategy == def->id; }))
+    if (def->backward ||
+        std::any_of(out.begin(), out.end(), [&](const KernelSpec& s) { return s.strategy == def->id; }))
       continue;
     Problem p;
     p.semiring = kind.semiring, p.dtype = kind.dtype, p.out_dtype = kind.out_dtype, p.with_argmax = kind.with_argmax;

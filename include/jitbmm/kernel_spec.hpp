@@ -21,6 +21,8 @@ enum class Strategy {
   scatter,         // backward of the selecting semirings: G sent to the forward's argmax (block_x threads)
   exp_matmul,      // log only: exponentiated operands through a dense matrix product, exact by a guard and a repair
                    // pass (templates/exp_matmul.cuh); tile_* / thread_* / math below
+  tiled_online,    // log only: tiled with each output's scale kept online, exact on any data in one pass
+                   // (templates/tiled_online.cuh); tile_* / thread_* below
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);

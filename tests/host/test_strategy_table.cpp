@@ -36,14 +36,14 @@ TEST_CASE("every strategy registers once, with a unique name that parses back, a
     CHECK(seen.insert({static_cast<int>(d->id), d->backward}).second);
     CHECK(parse_strategy(d->name) == d->id);
     CHECK(std::string(strategy_name(d->id)) == d->name);
-    CHECK((d->default_rank && d->defaults && d->check && d->needs_index64 && d->candidates && d->render &&
-           d->launches));
+    CHECK(
+        (d->default_rank && d->defaults && d->check && d->needs_index64 && d->candidates && d->render && d->launches));
     CHECK(((d->fields & kBlockFields) != 0) != ((d->fields & kTileFields) != 0)); // one of the two families
     CHECK(((d->fields & kTileFields) != 0) == (d->shared_bytes != nullptr));
   }
   // Every value of the public enum has a forward or a backward entry.
   for (Strategy s : {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree, Strategy::tiled,
-                     Strategy::split_k, Strategy::scatter, Strategy::exp_matmul})
+                     Strategy::split_k, Strategy::scatter, Strategy::exp_matmul, Strategy::tiled_online})
     CHECK(std::any_of(seen.begin(), seen.end(), [&](auto& e) { return e.first == static_cast<int>(s); }));
 }
 
@@ -100,12 +100,12 @@ TEST_CASE("default_spec picks by rank as the cascade did") {
     p.shape.B = B, p.shape.M = M, p.shape.N = N, p.shape.K = K;
     return default_spec(p).strategy;
   };
-  CHECK(pick(64, 512, 512, 512) == Strategy::tiled);  // many outputs
-  CHECK(pick(1, 16, 16, 8192) == Strategy::split_k);  // few outputs, long K
-  CHECK(pick(1, 8, 8, 512) == Strategy::warp);        // few outputs, moderate K
-  CHECK(pick(1, 64, 64, 16) == Strategy::tiled);      // after warp
-  CHECK(pick(3, 1, 257, 1) == Strategy::linear);      // nothing else suits
-  CHECK(pick(1, 0, 5, 7) == Strategy::linear);        // no outputs
-  CHECK(pick(2, 3, 4, 0) == Strategy::linear);        // no terms
+  CHECK(pick(64, 512, 512, 512) == Strategy::tiled);        // many outputs
+  CHECK(pick(1, 16, 16, 8192) == Strategy::split_k);        // few outputs, long K
+  CHECK(pick(1, 8, 8, 512) == Strategy::warp);              // few outputs, moderate K
+  CHECK(pick(1, 64, 64, 16) == Strategy::tiled);            // after warp
+  CHECK(pick(3, 1, 257, 1) == Strategy::linear);            // nothing else suits
+  CHECK(pick(1, 0, 5, 7) == Strategy::linear);              // no outputs
+  CHECK(pick(2, 3, 4, 0) == Strategy::linear);              // no terms
   CHECK(pick(1, 1, int64_t(1) << 37, 0) == Strategy::warp); // linear's grid cannot hold the columns
 }

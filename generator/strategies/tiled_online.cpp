@@ -1,0 +1,61 @@
+// Strategy "tiled_online" (log only, f32 accumulators): the tiled kernel with each output's scale kept online
+// (templates/tiled_online.cuh), exact on any data in one pass where `tiled` recomputes outputs whose terms spread
+// widely. Never the default; a tuning candidate, and the kind of variant a plan moves to on wide-range data.
+#include "generator/strategies/common.hpp"
+
+namespace jitbmm::strategies {
+namespace {
+
+int rank(const Problem&) { return -1; }
+
+// The tiles, and each line's slice maximum and running maximum.
+int shared_bytes(const KernelSpec& s) { return tiled_shared_bytes(s) + 2 * (s.tile_m + s.tile_n) * 4; }
+
+void defaults(KernelSpec& spec, const Problem& p) {
+  const Shape& s = p.shape;
+  // Three arrays a thread (sums, scales, the slice's sums) leave room for 4×4 outputs at two blocks an SM.
+  if (s.M >= 64 && s.N >= 64)
+    spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4, spec.min_blocks = 2;
+  else
+    spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2, spec.min_blocks = 1;
+  spec.tile_k = 16;
+}
+
+void check(const KernelSpec& spec, const Problem& p) {
+  if (spec.semiring != Semiring::log) reject("strategy", "tiled_online is the log semiring's online tiled form");
+  if (p.dtype == DType::f64)
+    reject("strategy", "tiled_online accumulates in f32; f64 log is exact on any data in `tiled` already");
+  check_tiles(spec, p, shared_bytes(spec));
+}
+
+std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
+  std::vector<KernelSpec> out;
+  if (p.semiring != Semiring::log || p.dtype == DType::f64 || p.shape.M < 8 || p.shape.N < 8) return out;
+  add_tiles(out, base,
+            {{64, 64, 16, 4, 4, 2},
+             {64, 64, 32, 4, 4, 2},
+             {128, 64, 16, 8, 4, 1},
+             {64, 128, 16, 4, 8, 1},
+             {32, 64, 16, 2, 4, 2},
+             {32, 32, 16, 2, 2, 3}});
+  return out;
+}
+
+Rendering render(const KernelSpec& s) {
+  std::vector<const char*> templates = forward_templates(true);
+  templates.push_back("tiled_online.cuh");
+  return {
+      templates, "BmmParams", {main_entry(s, "jb::tiled_online_kernel<" + io_types(s) + ", " + tile_args(s) + ">")}};
+}
+
+LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
+  Launch l;
+  tile_grid(l, spec, p.shape.M, p.shape.N, p.shape.B);
+  return {{l}};
+}
+
+const RegisterStrategy registered{{Strategy::tiled_online, "tiled_online", false, kTileFields, rank, defaults, check,
+                                   needs_index64, candidates, render, launches, shared_bytes}};
+
+} // namespace
+} // namespace jitbmm::strategies
