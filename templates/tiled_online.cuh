@@ -4,8 +4,9 @@
 // (row max + column max), m follows the output's own terms, so spread-out data need no recomputation.
 //
 // Per K slice, a thread's outputs take the slice's terms under their current scale: sl = Σ 2^(t·log2e − m), one add
-// (t = a + b in natural units: rows and columns that sit at ±1e4 cancel exactly), one fused multiply-add, one
-// ex2.approx and one add a term.
+// (t = a + b in natural units: rows and columns that sit at ±1e4 cancel exactly), one multiply, one subtract, one
+// ex2.approx and one add a term. The product is rounded before the subtraction (not fused): the slice's largest term
+// then gives exactly 2^0 under its own scale, however large t is (a fused 1e37·log2e − m is off by 2^99).
 //   - sl < 2^120: no term overflowed (each is below 2^120), and a term that ex2.approx.ftz flushed is below
 //     2^-126 · 2^m ≤ 2^-126 of the output's sum: s += sl is the slice's exact contribution to f32 accuracy.
 //   - otherwise (a term above the scale by 2^120 or more, or m = −inf: no finite term before this slice) the thread
@@ -31,10 +32,10 @@ __device__ __forceinline__ float2 online_exact_slice(const float* a, const float
   const float kLog2e = Num<float>::log2e();
   float top = Num<float>::neg_inf();
   for (int k = 0; k < BK; ++k) top = fmaxf(top, a[k * PA] + b[k * PB]);
-  const float shift = fmaxf(m, top * kLog2e);
+  const float shift = fmaxf(m, __fmul_rn(top, kLog2e));
   if (shift == Num<float>::neg_inf()) return make_float2(m, s); // no finite term in the slice
   if (shift != m) s *= ex2_approx(m - shift);                   // m = −inf: s is 0 and stays 0
-  for (int k = 0; k < BK; ++k) s += ex2_approx(fmaf(a[k * PA] + b[k * PB], kLog2e, -shift));
+  for (int k = 0; k < BK; ++k) s += ex2_approx(__fmul_rn(a[k * PA] + b[k * PB], kLog2e) - shift);
   return make_float2(shift, s);
 }
 
@@ -107,7 +108,7 @@ __device__ __forceinline__ void tiled_online_kernel(const BmmParams p) {
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
-          for (int c = 0; c < TN; ++c) sl[r][c] += ex2_approx(fmaf(fa[r] + fb[c], kLog2e, -m[r][c]));
+          for (int c = 0; c < TN; ++c) sl[r][c] += ex2_approx(__fmul_rn(fa[r] + fb[c], kLog2e) - m[r][c]);
       }
       // Taken as they are, or the slice redone exactly (see the top of the file); then s back to [1, 2).
 #pragma unroll
