@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "differential.hpp"
 #include "jitbmm/types.hpp"
 #include "support.hpp"
 
@@ -99,6 +101,18 @@ inline HostTensor fill(const Problem& p, bool is_a, const Kind& kind, std::mt199
       for (int64_t c = 0; c < cols; ++c)
         store_element(p.dtype, t.bytes.data(), (b * rows + r) * cols + c, kind.value(rng, is_a, r, c, s));
   return t;
+}
+
+// One forward case: the kind's inputs for spec at shape (from seed), run and compared with the reference; a failure
+// is reported with the inputs' name and the seed.
+inline bool kind_case_ok(const KernelSpec& spec, const Shape& shape, const Kind& kind, uint64_t seed) {
+  const Problem p = problem_for(spec, shape);
+  std::mt19937_64 rng(seed);
+  const HostTensor a = fill(p, true, kind, rng), b = fill(p, false, kind, rng);
+  const CaseResult r = run_case_on(p, spec, a, b);
+  if (!r.ok()) std::printf("inputs: %s\n", kind.name);
+  report_failure(r, p, spec, seed);
+  return r.ok();
 }
 
 } // namespace jitbmm::test

@@ -29,13 +29,7 @@ TEST_CASE("exp_matmul: every variant is exact on adversarial inputs, odd shapes 
     for (const KernelSpec& spec : test::exp_matmul_variants(kind))
       for (const Shape& shape : shapes)
         for (const Kind& k : test::forward_kinds(false)) {
-          const Problem p = test::problem_for(spec, shape);
-          std::mt19937_64 rng(++seed);
-          const test::HostTensor a = fill(p, true, k, rng), b = fill(p, false, k, rng);
-          const test::CaseResult r = test::run_case_on(p, spec, a, b);
-          if (!r.ok()) std::printf("inputs: %s\n", k.name);
-          test::report_failure(r, p, spec, seed);
-          CHECK(r.ok());
+          CHECK(test::kind_case_ok(spec, shape, k, ++seed));
           ++cases;
         }
   }
@@ -105,13 +99,7 @@ TEST_CASE("exp_matmul: more than 65535 batches, so a block runs several tiles: f
       for (const Kind& k : adversarial_kinds()) {
         const std::string name = k.name;
         if (name != "randn" && name != "maxima apart (gap 120)") continue; // no repair; repair
-        const Problem p = test::problem_for(spec, shape);
-        std::mt19937_64 rng(++seed);
-        const test::HostTensor a = fill(p, true, k, rng), b = fill(p, false, k, rng);
-        const test::CaseResult r = test::run_case_on(p, spec, a, b);
-        if (!r.ok()) std::printf("inputs: %s\n", k.name);
-        test::report_failure(r, p, spec, seed);
-        CHECK(r.ok());
+        CHECK(test::kind_case_ok(spec, shape, k, ++seed));
         ++cases;
       }
     for (const KernelSpec& spec : test::exp_matmul_grad_variants(kind)) {

@@ -3,11 +3,9 @@
 // every adversarial and wide input kind, odd shapes included. Every output is checked (poisoned first).
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <vector>
 
 #include "adversarial.hpp"
-#include "differential.hpp"
 #include "variants.hpp"
 
 using namespace jitbmm;
@@ -27,13 +25,7 @@ TEST_CASE("tiled_online and tiled are exact on adversarial and wide-range inputs
     for (const KernelSpec& spec : specs)
       for (const Shape& shape : shapes)
         for (const test::Kind& k : test::forward_kinds()) {
-          const Problem p = test::problem_for(spec, shape);
-          std::mt19937_64 rng(++seed);
-          const test::HostTensor a = test::fill(p, true, k, rng), b = test::fill(p, false, k, rng);
-          const test::CaseResult r = test::run_case_on(p, spec, a, b);
-          if (!r.ok()) std::printf("inputs: %s\n", k.name);
-          test::report_failure(r, p, spec, seed);
-          CHECK(r.ok());
+          CHECK(test::kind_case_ok(spec, shape, k, ++seed));
           ++cases;
         }
   }
