@@ -78,10 +78,10 @@ inline std::vector<KernelSpec> tiled_online_variants(KernelSpec kind) {
   s.strategy = Strategy::tiled_online;
   for (bool index64 : {false, true}) {
     s.index64 = index64;
-    s.tile_m = s.tile_n = 32, s.tile_k = 16, s.thread_m = s.thread_n = 2, s.min_blocks = 3;
+    s.tile_m = s.tile_n = 32, s.tile_k = 16, s.thread_m = s.thread_n = 2, s.min_blocks = 2;
     out.push_back(s);
     if (index64) continue;
-    s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
+    s.tile_m = s.tile_n = 64, s.tile_k = 32, s.thread_m = s.thread_n = 4, s.min_blocks = 1;
     out.push_back(s);
     s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 1;
     out.push_back(s);

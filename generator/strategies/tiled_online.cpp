@@ -13,12 +13,14 @@ int shared_bytes(const KernelSpec& s) { return tiled_shared_bytes(s) + 2 * (s.ti
 
 void defaults(KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  // Three arrays a thread (sums, scales, the slice's sums) leave room for 4×4 outputs at two blocks an SM.
+  // Three arrays a thread (sums, scales, the slice's sums) leave room for 4×4 outputs at two blocks an SM; with
+  // 64-bit indices at one (at two, ptxas spills).
   if (s.M >= 64 && s.N >= 64)
     spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4, spec.min_blocks = 2;
   else
     spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2, spec.min_blocks = 1;
   spec.tile_k = 16;
+  if (needs_index64(spec, p)) spec.min_blocks = 1;
 }
 
 void check(const KernelSpec& spec, const Problem& p) {
@@ -31,13 +33,16 @@ void check(const KernelSpec& spec, const Problem& p) {
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   std::vector<KernelSpec> out;
   if (p.semiring != Semiring::log || p.dtype == DType::f64 || p.shape.M < 8 || p.shape.N < 8) return out;
+  // None spills on sm_80 or sm_90 (jitbmm inspect --emit resources); with 64-bit indices, at one block an SM.
   add_tiles(out, base,
             {{64, 64, 16, 4, 4, 2},
-             {64, 64, 32, 4, 4, 2},
+             {64, 64, 32, 4, 4, 1},
              {128, 64, 16, 8, 4, 1},
              {64, 128, 16, 4, 8, 1},
              {32, 64, 16, 2, 4, 2},
-             {32, 32, 16, 2, 2, 3}});
+             {32, 32, 16, 2, 2, 2}});
+  if (base.index64)
+    for (KernelSpec& c : out) c.min_blocks = 1;
   return out;
 }
 
