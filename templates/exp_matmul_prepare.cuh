@@ -13,7 +13,11 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 
 template <class T> struct EmReal;
 template <> struct EmReal<float> {
-  static __device__ __forceinline__ float log2_units(float x) { return to_log2_units(x); }
+  // A finite value too large to scale (|x|·log2e would overflow) becomes +inf, which sends its outputs to repair.
+  static __device__ __forceinline__ float log2_units(float x) {
+    const float kLog2e = Num<float>::log2e();
+    return fabsf(x) < 2.3e38f ? x * kLog2e : (fabsf(x) < Num<float>::inf() ? Num<float>::inf() : x * kLog2e);
+  }
   static __device__ __forceinline__ float exp2(float x) { return ex2_approx(x); }
   static __device__ __forceinline__ float log2(float x) { return log2f(x); }
   static __device__ __forceinline__ float pow2(int e) { return ldexpf(1.f, e); }

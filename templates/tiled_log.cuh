@@ -55,13 +55,6 @@ template <int BK, int STRIDE> __device__ __forceinline__ LogLineStats log_line_s
   return st;
 }
 
-// exp_matmul's prepare pass takes its operands to log2 units with this. A finite value too large to scale
-// (|x|·log2e would overflow) becomes +inf, which sends its row or column to exact recomputation.
-__device__ __forceinline__ float to_log2_units(float x) {
-  const float kPosInf = Num<float>::inf(), kLog2e = Num<float>::log2e();
-  return fabsf(x) < 2.3e38f ? x * kLog2e : (fabsf(x) < kPosInf ? kPosInf : x * kLog2e);
-}
-
 // A finite operand of 2^126 (about 8.5e37) or more becomes +inf as it enters shared memory, which sends its row or
 // column to exact recomputation (never a wrong value): below it, a sum of two operands scaled to log2 units cannot
 // overflow.

@@ -142,6 +142,12 @@ void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64
   l.grid[2] = clamp_grid(z, kMaxGridYZ);
 }
 
+LaunchPlan forward_tile_launches(const KernelSpec& s, const Problem& p) {
+  Launch l;
+  tile_grid(l, s, p.shape.M, p.shape.N, p.shape.B);
+  return {{l}};
+}
+
 void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const std::vector<TileChoice>& tiles) {
   for (const TileChoice& t : tiles) {
     KernelSpec s = base;

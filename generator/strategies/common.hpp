@@ -45,6 +45,8 @@ int tiled_shared_bytes(const KernelSpec& s);
 std::string tiled_call(const KernelSpec& s);
 // A 2D tile grid over rows × cols and the batch (or batch × chunks) in z.
 void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z);
+// A forward tiled kernel's one launch: an M × N tile grid over the batch (tiled, tiled_online).
+LaunchPlan forward_tile_launches(const KernelSpec& s, const Problem& p);
 
 // A tile set for candidates: block tile (m, n, k), outputs per thread (tm, tn), blocks per SM.
 struct TileChoice {

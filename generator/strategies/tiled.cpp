@@ -27,14 +27,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 
 Rendering render(const KernelSpec& s) { return {forward_templates(true), "BmmParams", {main_entry(s, tiled_call(s))}}; }
 
-LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
-  Launch l;
-  tile_grid(l, spec, p.shape.M, p.shape.N, p.shape.B);
-  return {{l}};
-}
-
-const RegisterStrategy registered{{Strategy::tiled, "tiled", false, kTileFields, rank, defaults, check,
-                                   needs_index64, candidates, render, launches, tiled_shared_bytes}};
+const RegisterStrategy registered{{Strategy::tiled, "tiled", false, kTileFields, rank, defaults, check, needs_index64,
+                                   candidates, render, forward_tile_launches, tiled_shared_bytes}};
 
 } // namespace
 } // namespace jitbmm::strategies

@@ -53,14 +53,8 @@ Rendering render(const KernelSpec& s) {
       templates, "BmmParams", {main_entry(s, "jb::tiled_online_kernel<" + io_types(s) + ", " + tile_args(s) + ">")}};
 }
 
-LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
-  Launch l;
-  tile_grid(l, spec, p.shape.M, p.shape.N, p.shape.B);
-  return {{l}};
-}
-
 const RegisterStrategy registered{{Strategy::tiled_online, "tiled_online", false, kTileFields, rank, defaults, check,
-                                   needs_index64, candidates, render, launches, shared_bytes}};
+                                   needs_index64, candidates, render, forward_tile_launches, shared_bytes}};
 
 } // namespace
 } // namespace jitbmm::strategies
