@@ -27,16 +27,19 @@
 
 namespace jb {
 
-// Natural units → log2 units (an f32 beyond ±2.3e38 scales to ±inf).
-template <class T> __device__ __forceinline__ T grad_log2_units(T x) { return x * Num<T>::log2e(); }
-
 // Per-semiring weight of one term. side(): the value stored for out on the G side; operand()/constant(): the
 // stored form of a or b; term(u, v, c): the weight from the G-side value u, the other side's v and the constant c.
+// Log: the weight 2^((a + b)·log2e − out·log2e), a + b added in natural units and scaled inside one fused
+// multiply-add, so offsets of rows and columns that cancel in a + b cancel exactly (scaled first, each operand would
+// carry |x|·2^-24 of rounding); what remains is out's own rounding, |out|·2^-24. Two instructions and the exp,
+// as many as adding operands scaled beforehand.
 struct LogGrad {
   static const bool kUsesOut = true, kConstant = true, kScaleG = true;
-  template <class T> static __device__ __forceinline__ T side(T o) { return -grad_log2_units(o); }
-  template <class T> static __device__ __forceinline__ T operand(T x) { return grad_log2_units(x); }
-  template <class T> static __device__ __forceinline__ T term(T u, T v, T c) { return ex2_approx((c + v) + u); }
+  template <class T> static __device__ __forceinline__ T side(T o) { return -o * Num<T>::log2e(); }
+  template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
+  template <class T> static __device__ __forceinline__ T term(T u, T v, T c) {
+    return ex2_approx(fma(c + v, Num<T>::log2e(), u));
+  }
 };
 struct PlusTimesGrad {
   static const bool kUsesOut = false, kConstant = false, kScaleG = false; // w unbounded: G kept as it is
@@ -179,8 +182,8 @@ template <bool SCALED, class Sem, class In, class Out, class I, int BM, int BN, 
           class Keep>
 __device__ __forceinline__ bool grad_fetch(const GradParams& p, const Keep& keep, const In* A, const In* Bm,
                                            const Out* O, const Out* Gp, const typename Acc<In>::type* up, I m0, I n0,
-                                           I t0, typename Acc<In>::type (&ru)[LG],
-                                           typename Acc<In>::type (&rg)[LG], typename Acc<In>::type (&rv)[LO]) {
+                                           I t0, typename Acc<In>::type (&ru)[LG], typename Acc<In>::type (&rg)[LG],
+                                           typename Acc<In>::type (&rv)[LO]) {
   typedef typename Acc<In>::type T;
   const T kNegInf = Num<T>::neg_inf();
   const int tid = threadIdx.x;
@@ -303,14 +306,13 @@ struct GradLoader : KSliceLoader {
   bool tile_finite = false; // the whole tile's
   bool fetched_finite = true, fast = false;
   __device__ __forceinline__ GradLoader(GradSmem<T, BM, BN, BK, GA>& sm, const Keep& keep, const In* A, const In* Bm,
-                                        const Out* O, const Out* Gp, I m0, I n0, T (&ru)[LG], T (&rg)[LG],
-                                        T (&rv)[LO], bool constants_finite)
+                                        const Out* O, const Out* Gp, I m0, I n0, T (&ru)[LG], T (&rg)[LG], T (&rv)[LO],
+                                        bool constants_finite)
       : sm(sm), keep(keep), A(A), Bm(Bm), O(O), Gp(Gp), m0(m0), n0(n0), ru(ru), rg(rg), rv(rv),
         constants_finite(constants_finite) {}
   __device__ __forceinline__ void fetch(const GradParams& p, int, I t0) {
-    fetched_finite =
-        grad_fetch<SCALED, Sem, In, Out, I, BM, BN, BK, NT, LG, LO, GA>(p, keep, A, Bm, O, Gp, sm.up, m0, n0, t0, ru,
-                                                                        rg, rv);
+    fetched_finite = grad_fetch<SCALED, Sem, In, Out, I, BM, BN, BK, NT, LG, LO, GA>(p, keep, A, Bm, O, Gp, sm.up, m0,
+                                                                                     n0, t0, ru, rg, rv);
   }
   __device__ __forceinline__ void land(int buf) { grad_store<T, BM, BN, BK, NT, LG, LO, GA>(sm, buf, ru, rg, rv); }
   // The barriers must run in every case: never inside a short-circuited condition.
@@ -350,7 +352,8 @@ __device__ __forceinline__ void grad_tiled_pass(const GradParams& p, GradSmem<T,
   }
 }
 
-template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA, class Keep = KeepAll>
+template <class Sem, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool GA,
+          class Keep = KeepAll>
 __device__ __forceinline__ void grad_tiled_kernel(const GradParams p, const Keep& keep_all = Keep()) {
   typedef typename Acc<In>::type T;
   constexpr int kThreads = (BM / TM) * (BN / TN);
@@ -386,8 +389,8 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p, const Keep
       grad_tiled_pass<true, Sem, In, Out, I, BM, BN, BK, TM, TN, GA>(p, sm, keep, A, Bm, O, Gp, m0, n0, r_base, c_base,
                                                                      finite, cst, acc);
     } else {
-      grad_tiled_pass<false, Sem, In, Out, I, BM, BN, BK, TM, TN, GA>(p, sm, keep, A, Bm, O, Gp, m0, n0, r_base,
-                                                                      c_base, finite, cst, acc);
+      grad_tiled_pass<false, Sem, In, Out, I, BM, BN, BK, TM, TN, GA>(p, sm, keep, A, Bm, O, Gp, m0, n0, r_base, c_base,
+                                                                      finite, cst, acc);
     }
 #pragma unroll
     for (int r = 0; r < TM; ++r)

@@ -1,7 +1,7 @@
 // Strategy "exp_matmul" (log semiring): one exp per operand element and one multiply-add per term, exact on every
 // input. The method, the headroom and the guard's bound are derived in exp_matmul_bounds.cuh. Three launches:
-//   1. em_prepare_kernel (exp_matmul_prepare.cuh): per row of a and column of b its max (log2 units) and where it
-//      holds values other than −inf; then the exponentiated operands 2^(x' − max + h), padded, into the workspace;
+//   1. em_prepare_kernel (exp_matmul_prepare.cuh): per row of a and column of b its max and where it holds values
+//      other than −inf; then the exponentiated operands 2^((x − max)·log2 e + h), padded, into the workspace;
 //      clears the repair flags and counter.
 //   2. this file: the product of the exponentiated operands, a register-tiled FP32/FP64 FMA kernel (math=fma) or
 //      tensor cores (math=tf32x3: three TF32 products per term, fp32-level accuracy; math=tf32: one, the opt-in
@@ -50,25 +50,43 @@ __device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I
     // though log2 s itself is near 2h (a plain log2f(s) would carry its rounding at the scale of 2h).
     int e;
     const T f = frexp(s, &e);
-    value = ((am + bm) + ((T)(e - 2 * v.headroom) + R::log2(f))) * kLn2;
+    value = (am + bm) + ((T)(e - 2 * v.headroom) + R::log2(f)) * kLn2; // the maxima in natural units
   } else
     return true; // the guard: too much of s may have underflowed
   emit<T, Out, I>(p, t, i, j, value, -1);
   return false;
 }
 
-// After the epilogue: this thread's flagged outputs (all in one repair tile) flag it and join the count.
-template <class T, class I>
-__device__ __forceinline__ void em_report(const EmView<T>& v, I batch, I i, I j, unsigned flagged) {
-  if (flagged) {
-    const int rt = em_repair_tile(sizeof(T) == 8);
-    atomicOr(&v.flags[(batch * (I)v.tiles_m + i / rt) * (I)v.tiles_n + j / rt], 1u);
-  }
-  unsigned total = flagged;
+// A thread's flagged outputs, counted per 32×32 block of the output (the smallest repair tile) they lie in: RT × CT
+// blocks from the one holding (i0, j0). The kernels index the counts by compile-time offsets, so they stay in
+// registers. report(), after the epilogue, by every lane of the warp: flags the repair tile of each block that has
+// flagged outputs (a plain store: every writer writes 1) and adds them to the count.
+template <int RT, int CT> struct EmFlagged {
+  unsigned n[RT][CT];
+  __device__ __forceinline__ EmFlagged() {
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffffu, total, o);
-  if (threadIdx.x % 32 == 0 && total) atomicAdd(v.repaired, (unsigned long long)total);
-}
+    for (int a = 0; a < RT; ++a)
+#pragma unroll
+      for (int b = 0; b < CT; ++b) n[a][b] = 0u;
+  }
+  template <class T, class I> __device__ __forceinline__ void report(const EmView<T>& v, I batch, I i0, I j0) const {
+    unsigned total = 0u;
+#pragma unroll
+    for (int a = 0; a < RT; ++a)
+#pragma unroll
+      for (int b = 0; b < CT; ++b)
+        if (n[a][b]) {
+          const I ti = (i0 + 32 * a) >> v.repair_shift, tj = (j0 + 32 * b) >> v.repair_shift;
+          v.flags[(batch * (I)v.tiles_m + ti) * (I)v.tiles_n + tj] = 1u;
+          total += n[a][b];
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffffu, total, o);
+    if (threadIdx.x % 32 == 0 && total) atomicAdd(v.repaired, (unsigned long long)total);
+  }
+};
+// How many 32-blocks a span of `extent` outputs, starting 32-aligned (or inside one block when shorter), covers.
+__host__ __device__ constexpr int em_blocks(int extent) { return extent > 32 ? extent / 32 : 1; }
 
 // 16 bytes of T: the product's loads from the padded, aligned workspace.
 template <class T> struct __align__(16) EmVec { T v[16 / sizeof(T)]; };
@@ -129,8 +147,8 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   typedef Tile<T, BM, BN, BK, TM, TN> G;
   typedef EmLoader<G, I, BM, BN, BK, G::kThreads> L;
-  static_assert((TM & (TM - 1)) == 0 && (TN & (TN - 1)) == 0 && TM <= 64 && TN <= 64,
-                "a thread's outputs must lie in one repair tile");
+  static_assert((TM & (TM - 1)) == 0 && (TN & (TN - 1)) == 0, "a thread's outputs start 32-aligned or lie in one "
+                                                              "32-block (EmFlagged)");
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
@@ -168,17 +186,18 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
           for (int c = 0; c < TN; ++c) s[r][c] = fma(fa[r], fb[c], s[r][c]);
       }
     }
-    unsigned flagged = 0;
+    EmFlagged<em_blocks(TM), em_blocks(TN)> flagged;
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
       for (int c = 0; c < TN; ++c) {
         const I i = t.m0 + r_base + r, j = t.n0 + c_base + c;
         if (i < (I)p.M && j < (I)p.N)
-          flagged += em_finish<T, Out, I>(p, t, i, j, s[r][c], sh_a[r_base + r], sh_b[c_base + c],
-                                          em_all_neg_inf(line_a[r_base + r], line_b[c_base + c]), v, threshold);
+          flagged.n[r / 32][c / 32] +=
+              em_finish<T, Out, I>(p, t, i, j, s[r][c], sh_a[r_base + r], sh_b[c_base + c],
+                                   em_all_neg_inf(line_a[r_base + r], line_b[c_base + c]), v, threshold);
       }
-    em_report<T, I>(v, t.batch, t.m0 + r_base, t.n0 + c_base, flagged);
+    flagged.report(v, t.batch, t.m0 + r_base, t.n0 + c_base);
   }
 }
 
@@ -340,7 +359,6 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   typedef EmMmaSmem<BM, BN, BK> S;
   static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
-  static_assert(128 % WM == 0 && 128 % WN == 0, "a warp's outputs must lie in one repair tile");
   __shared__ __align__(16) S sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
@@ -361,7 +379,8 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     };
     float acc[MT][NT][4];
     em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);
-    unsigned flagged = 0;
+    // The warp's WM × WN outputs start at a multiple of WM, WN (powers of two): 32-aligned, or in one 32-block.
+    EmFlagged<em_blocks(WM), em_blocks(WN)> flagged;
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -370,11 +389,11 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
         for (int e = 0; e < 4; ++e) {
           const int r = wm0 + m * 16 + g + 8 * (e / 2), c = wn0 + n * 8 + 2 * q + (e % 2);
           const I i = t.m0 + r, j = t.n0 + c;
-          if (i < (I)p.M && j < (I)p.N)
-            flagged += em_finish<T, Out, I>(p, t, i, j, acc[m][n][e], sh_a[r], sh_b[c],
-                                            em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
+          if (i < (I)p.M && j < (I)p.N) // g < 8 and 2q + 1 < 8 never carry into the next 32-block
+            flagged.n[(m * 16 + 8 * (e / 2)) / 32][n * 8 / 32] += em_finish<T, Out, I>(
+                p, t, i, j, acc[m][n][e], sh_a[r], sh_b[c], em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
         }
-    em_report<T, I>(v, t.batch, t.m0 + wm0, t.n0 + wn0, flagged);
+    flagged.report(v, t.batch, t.m0 + wm0, t.n0 + wn0);
   }
 }
 

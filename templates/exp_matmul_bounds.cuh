@@ -2,8 +2,9 @@
 // compiled both by the host (plan.cpp sizes the workspace; the host tests check the guard's bound) and by NVRTC
 // (templates/exp_matmul.cuh), so the two can never disagree.
 //
-// The method, in log2 units (x' = x·log2 e): with A = max_k a'[i,k] and B = max_k b'[k,j] (the stats pass),
-//   out[i,j] = (A + B − 2h + log2 s) · ln 2,   s = Σ_k 2^(a'[i,k] − A + h) · 2^(b'[k,j] − B + h),
+// The method: with A = max_k a[i,k] and B = max_k b[k,j] (the stats pass; natural units, so that offsets of rows and
+// columns that cancel in a + b cancel exactly) and d' = d·log2 e for a shift d,
+//   out[i,j] = A + B + (log2 s − 2h) · ln 2,   s = Σ_k 2^((a[i,k] − A)' + h) · 2^((b[k,j] − B)' + h),
 // so s is an ordinary matrix product of two exponentiated operands: one FMA per term, one exp per operand element.
 //
 // Headroom h. Every factor is at most 2^h, every product at most 2^2h and s at most K·2^2h; h is the largest value
@@ -59,9 +60,13 @@ JB_HD int em_guard_log2(long long K, bool wide) {
   return em_log2_ceil(K) + em_headroom(K, wide) + f.min_exp + 2 + f.guard_bits;
 }
 
-// The repair pass's tile (the exact two-pass kernel run on flagged tiles only): 128×128 for float accumulators,
-// 64×64 for double. The tile flags are kept per repair tile.
-JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
+// The repair pass's tile (the exact two-pass kernel run on flagged tiles only), which is also the grain of the
+// flags: 64×64, or 32×32 when the problem has fewer than 512 tiles of 64×64 (about a wave of them on an H100).
+// Sized to the problem, so that a small one still spreads its repair over many blocks (at 8×256², 512 blocks of
+// 32×32 rather than 128 of 64×64 for 132 SMs), and a finer grain repairs fewer outputs around each flagged one.
+JB_HD int em_repair_tile(long long B, long long M, long long N) {
+  return B * ((M + 63) / 64) * ((N + 63) / 64) >= 512 ? 64 : 32;
+}
 
 // The exponentiated operands are stored padded, so the product's loads need no bounds checks: rows and columns to
 // a multiple of 128 (any block tile up to 128 divides it), K to a multiple of 32 (any tile_k up to 32). Padding
@@ -69,11 +74,11 @@ JB_HD int em_repair_tile(bool wide) { return wide ? 64 : 128; }
 JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
 
 // The workspace, in byte offsets from its start:
-//   row_max, row_line  per row of a (a_batches × M): its max in log2 units, and its EmLine (where it holds values
-//                      other than −inf); col_max, col_line likewise per column of b (b_batches × N)
+//   row_max, row_line  per row of a (a_batches × M): its max, and its EmLine (where it holds values other than
+//                      −inf); col_max, col_line likewise per column of b (b_batches × N)
 //   repaired           the number of outputs the guard sent to repair (one 64-bit counter)
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
-//   ea                 2^(a' − max + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
+//   ea                 2^((a − max)' + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
 //                      [b_batches][Np][Kp] (the tensor-core forms), or both in panels (the wgmma forms: em_panel_at)
 // a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
@@ -95,7 +100,7 @@ JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
 JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
                                long long b_batches, bool wide) {
-  const long long acc = wide ? 8 : 4, rt = em_repair_tile(wide);
+  const long long acc = wide ? 8 : 4, rt = em_repair_tile(B, M, N);
   EmWorkspace w;
   w.Mp = em_round_up(M, 128);
   w.Np = em_round_up(N, 128);

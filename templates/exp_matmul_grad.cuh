@@ -5,7 +5,7 @@
 //   _stats  row maxima r of x, column maxima c of y with the factors V, each batch's largest finite |G|
 //   _h      H = G·2^(x_ij − E − F) per output, 0 where the guard gives the output up, and the given-up mask
 //   main    the product Σ_j H·V on tensor cores (em_mma_tile; on Hopper the wgmma pipeline of
-//           exp_matmul_grad_wgmma.cuh), times 2^(x' − r + E), into the gradient
+//           exp_matmul_grad_wgmma.cuh), times 2^((x − r)' + E), into the gradient
 //   _repair the direct backward over the given-up outputs only, added to the gradient
 //   _store  (a gradient broadcast over the batch) the summed accumulator into the gradient
 #pragma once
@@ -82,11 +82,10 @@ template <class I> __device__ __forceinline__ void eg_line_offsets(const EgLines
     off[u] = l < (I)L.lines && j < (I)L.real_lines ? batch * (I)L.batch_stride + j * (I)L.line_stride : (I)-1;
   }
 }
-// Step k0: tile[line][k − k0] = log2-unit value, −inf past K or off a real line. Ends with a barrier.
+// Step k0: tile[line][k − k0] = the value, −inf past K or off a real line. Ends with a barrier.
 template <class In, class I, class T>
 __device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4],
                                               I k0) {
-  typedef EmReal<T> R;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const I ks = (I)L.k_stride, K = (I)L.K;
   T v[8];
@@ -94,7 +93,7 @@ __device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& 
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const I k = k0 + 32 * (e % 2) + lane, o = off[e / 2];
-      v[e] = o >= 0 && k < K ? R::log2_units(to_acc(X[o + k * ks])) : Num<T>::neg_inf();
+      v[e] = o >= 0 && k < K ? to_acc(X[o + k * ks]) : Num<T>::neg_inf();
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) sm.tile[warp + 8 * (e / 2)][32 * (e % 2) + lane] = v[e];
@@ -102,7 +101,7 @@ __device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& 
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const I k = k0 + warp + 8 * e;
-      v[e] = off[0] >= 0 && k < K ? R::log2_units(to_acc(X[off[0] + k * ks])) : Num<T>::neg_inf();
+      v[e] = off[0] >= 0 && k < K ? to_acc(X[off[0] + k * ks]) : Num<T>::neg_inf();
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) sm.tile[lane][warp + 8 * e] = v[e];
@@ -131,12 +130,14 @@ __device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, c
 }
 
 // Launch 1, 256 threads a block. Blocks [0, row_blocks): 32 rows of x each, their maxima r. Then blocks of 32
-// (padded) columns of y: the maxima c, then the columns' factors V[k][j] = 2^(y' − c + F) (0 for padding and for a
+// (padded) columns of y: the maxima c, then the columns' factors V[k][j] = 2^((y − c)' + F) (0 for padding and for a
 // column whose max is not finite: its outputs are given up). Then blocks over G, 2048 values each: each batch's
 // largest finite |G|.
-template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
+template <class In, class Out, class I, bool GA, int FORM>
+__device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
+  const T kLog2e = Num<T>::log2e();
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   const EgStatsGrid g = eg_stats_grid(p.B, e.d, e.w);
@@ -169,7 +170,8 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
         for (int u = 0; u < 8; ++u) {
           const I k = k0 + warp + 8 * u;
           em_put<FORM>(e.v, batch * Kxp + k, j, Nxp,
-                       real && finite && k < Kx ? R::exp2((sm.tile[lane][warp + 8 * u] - mx) + (T)e.b.f) : (T)0);
+                       real && finite && k < Kx ? R::exp2((sm.tile[lane][warp + 8 * u] - mx) * kLog2e + (T)e.b.f)
+                                                : (T)0);
         }
         __syncthreads(); // the tile is rewritten by the next step
       }
@@ -208,10 +210,12 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
 // Launch 2, 256 threads a block. Tiles of 32×32 outputs (canonical rows i, columns j), read in the memory order of
 // out and G (each thread's loads all in flight before any is used) and written in the order of H through shared
 // memory. Per output: H, or 0 and a bit in the mask when the guard gives it up (and its row's flag).
-template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
+template <class In, class Out, class I, bool GA, int FORM>
+__device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
   constexpr int kThreads = 256, kPer = 32 * 32 / kThreads;
+  const T kLog2e = Num<T>::log2e();
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   __shared__ T tile[32][33];
@@ -247,7 +251,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
       bool up = false;
       if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution (also outside the result)
         const T r = rv[u], c = cv[u];
-        const T x = (r - R::log2_units(o)) + c; // NaN or ±inf when any of them is not finite
+        const T x = ((r + c) - o) * kLog2e; // NaN or ±inf when any of them is not finite (or r + c overflows)
         const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
                           fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
         if (safe)
@@ -275,7 +279,7 @@ template <class In, class Out, class I, bool GA, int FORM> __device__ __forceinl
 }
 
 // One gradient element from its product s = Σ_j H·V (row i, column k of the canonical gradient): s times
-// 2^(x' − r + E), into the gradient (or, broadcast over the batch, added to the accumulator). A given-up output
+// 2^((x − r)' + E), into the gradient (or, broadcast over the batch, added to the accumulator). A given-up output
 // contributed 0 to s.
 template <class In, class I>
 __device__ __forceinline__ void eg_emit(const GradParams& p, const EgView<float>& e, I z, I i, I k, float s,
@@ -287,10 +291,10 @@ __device__ __forceinline__ void eg_emit(const GradParams& p, const EgView<float>
   if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up
     int pe;
     const T f = frexpf(s, &pe);
-    const T x = R::log2_units(to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]));
+    const T x = to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]);
     // f·2^t with t = n + φ: 2^φ by ex2, 2^n by ldexp, so a result below the smallest normal keeps its digits (ex2
     // alone flushes it to 0). t is −inf (or far below any result) where x is −inf.
-    const T t = ((x - e.r[xb * (I)e.d.Mx + i]) + e_batch) + (T)pe;
+    const T t = ((x - e.r[xb * (I)e.d.Mx + i]) * Num<T>::log2e() + e_batch) + (T)pe;
     if (t > (T)-300) {
       const T n = floorf(t);
       value = ldexpf(f * R::exp2(t - n), (int)n);

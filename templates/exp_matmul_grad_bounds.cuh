@@ -2,24 +2,26 @@
 // both by the host (the strategy sizes the workspace; the host tests check the bounds) and by NVRTC
 // (templates/exp_matmul_grad.cuh), so the two never disagree.
 //
-// Both gradients are one computation. grad_a[i,k] = Σ_j G[i,j]·2^(a'[i,k] + b'[k,j] − out'[i,j]) in log2 units
-// (x' = x·log2 e); grad_b is the same with the problem transposed (rows j, reduction i: x = bᵀ, y = aᵀ, out and G
-// transposed), so the kernels see one canonical form: x [Mx][Kx], y [Kx][Nx], out and G [Mx][Nx], the result
-// [Mx][Kx], the reduction over j < Nx. With r_i = max_k x'[i,k], c_j = max_k y'[k,j] and x_ij = r_i + c_j − out'_ij:
-//   result[i,k] = 2^(x'[i,k] − r_i + E) · Σ_j H[i,j]·V[k,j],
-//   H[i,j] = G[i,j]·2^(x_ij − E − F),   V[k,j] = 2^(y'[k,j] − c_j + F),
+// Both gradients are one computation. grad_a[i,k] = Σ_j G[i,j]·2^((a[i,k] + b[k,j] − out[i,j])') with d' = d·log2 e;
+// grad_b is the same with the problem transposed (rows j, reduction i: x = bᵀ, y = aᵀ, out and G transposed), so
+// the kernels see one canonical form: x [Mx][Kx], y [Kx][Nx], out and G [Mx][Nx], the result [Mx][Kx], the
+// reduction over j < Nx. With the line maxima r_i = max_k x[i,k], c_j = max_k y[k,j] and
+// x_ij = ((r_i + c_j) − out_ij)' (natural units until each difference is taken, so offsets that cancel in x + y
+// cancel exactly):
+//   result[i,k] = 2^((x[i,k] − r_i)' + E) · Σ_j H[i,j]·V[k,j],
+//   H[i,j] = G[i,j]·2^(x_ij − E − F),   V[k,j] = 2^((y[k,j] − c_j)' + F),
 // two exponentiated operands and a dense product, as in the forward. E and F are offsets chosen below so that no
 // value the result depends on overflows or underflows.
 //
-// What may be lost. A term's weight w = 2^(x'−r)·2^(x_ij)·2^(y'−c) ≤ 1. The contract's floor lets each term lose
+// What may be lost. A term's weight w = 2^((x−r)')·2^(x_ij)·2^((y−c)') ≤ 1. The contract's floor lets each term lose
 // 2^-λ·|G| (λ = −floor + 2: the reference's floor is 2^-120·Σ|G| in f32, 2^-1000 in f64), so only terms with
 // w ≥ 2^-λ must survive. With the smallest normal 2^m, the largest finite below 2^Mx, R = Nx (lR = ceil log2 R),
 // lK = ceil log2 Kx, and per batch |G| < 2^γ (γ from the largest finite |G|):
 //   - out ≤ (max term) + lK, so x_ij ≥ −lK; an output is safe when X_min ≤ x_ij ≤ X_max (X_min = −lK − 1 leaves
 //     room for rounding; a caller's out that is not the forward's falls outside and is recomputed).
-//   - V flushes only when 2^(y'−c) < 2^(m−F); then w < 2^(X_max + m − F): F = X_max + m + λ makes that 2^-λ.
+//   - V flushes only when 2^((y−c)') < 2^(m−F); then w < 2^(X_max + m − F): F = X_max + m + λ makes that 2^-λ.
 //   - E = lR + γ + X_max − (Mx − 2) keeps Σ_j H·V below 2^(Mx−2): H ≤ 2^(γ + X_max − E − F), V ≤ 2^F, R terms.
-//   - A product H·V = G·2^(x_ij + y' − c − E) of a term that matters is at least |G|·2^(−λ−E); it must stay normal
+//   - A product H·V = G·2^(x_ij + (y − c)' − E) of a term that matters is at least |G|·2^(−λ−E); it must stay normal
 //     (each of the up-to-three TF32 partial products loses at most 2^m when it flushes, 3·2^(m+E) < 2^-λ·|G| in
 //     the result) for every |G| ≥ 2^γlo, γlo = E + λ + m + 2. Smaller nonzero |G| is not safe.
 //   - H is then at least 2^(1 − lK − X_max) for safe outputs: normal while lK + X_max ≤ −m − 1 (eg_fits).
@@ -90,7 +92,7 @@ JB_HD EgDims eg_dims(long long B, long long M, long long N, long long K, long lo
 //   rowflag  [B][Mx] u32: whether a row holds an output given up to the direct backward
 //   acc      [Mx][Kx] accumulator: the broadcast result, summed over the batch (absent otherwise)
 // then
-//   r        [x_batches][Mx], c [y_batches][Nx]: the line maxima (log2 units)
+//   r        [x_batches][Mx], c [y_batches][Nx]: the line maxima
 //   mask     [B][Mx][Nxp/32] u32: one bit per output given up
 //   h        [B][Mxp][Nxp], v [y_batches][Kxp][Nxp]: the product's operands, rows padded to 128, the reduction to
 //            32, padding 0

@@ -1,4 +1,4 @@
-// exp_matmul's first pass (the overview is in exp_matmul.cuh): per row of a and column of b, the max in log2 units
+// exp_matmul's first pass (the overview is in exp_matmul.cuh): per row of a and column of b, the max (natural units)
 // and where it holds values other than −inf; the exponentiated operands, padded, into the workspace.
 #pragma once
 
@@ -13,22 +13,12 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 
 template <class T> struct EmReal;
 template <> struct EmReal<float> {
-  // A finite value too large to scale (|x|·log2e would overflow) becomes +inf, which sends its outputs to repair.
-  static __device__ __forceinline__ float log2_units(float x) {
-    const float kLog2e = Num<float>::log2e();
-    return fabsf(x) < 2.3e38f ? x * kLog2e : (fabsf(x) < Num<float>::inf() ? Num<float>::inf() : x * kLog2e);
-  }
   static __device__ __forceinline__ float exp2(float x) { return ex2_approx(x); }
   static __device__ __forceinline__ float log2(float x) { return log2f(x); }
   static __device__ __forceinline__ float pow2(int e) { return ldexpf(1.f, e); }
   static __device__ __forceinline__ float max(float x, float y) { return max_nan(x, y); }
 };
 template <> struct EmReal<double> {
-  // As the float version: a finite value too large to scale becomes +inf, which sends its outputs to repair.
-  static __device__ __forceinline__ double log2_units(double x) {
-    const double kLog2e = Num<double>::log2e();
-    return fabs(x) < 1.2e308 ? x * kLog2e : (fabs(x) < Num<double>::inf() ? Num<double>::inf() : x * kLog2e);
-  }
   static __device__ __forceinline__ double exp2(double x) { return ::exp2(x); }
   static __device__ __forceinline__ double log2(double x) { return ::log2(x); }
   static __device__ __forceinline__ double pow2(int e) { return ldexp(1.0, e); }
@@ -44,6 +34,7 @@ template <class T> struct EmView {
   long long Mp, Np, Kp;
   long long a_batches, b_batches; // 1 for an operand broadcast over the batch
   long long tiles_m, tiles_n;     // repair tiles
+  int repair_shift;               // log2 of their size (em_repair_tile)
   int headroom, guard;            // h and log2 of the guard threshold
 };
 template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
@@ -62,7 +53,8 @@ template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams&
   v.repaired = reinterpret_cast<unsigned long long*>(base + w.repaired);
   v.flags = reinterpret_cast<unsigned*>(base + w.flags);
   v.Mp = w.Mp, v.Np = w.Np, v.Kp = w.Kp;
-  const int rt = em_repair_tile(wide);
+  const int rt = em_repair_tile(p.B, p.M, p.N);
+  v.repair_shift = em_log2_ceil(rt);
   v.tiles_m = (p.M + rt - 1) / rt;
   v.tiles_n = (p.N + rt - 1) / rt;
   v.headroom = em_headroom(p.K, wide);
@@ -96,15 +88,16 @@ struct EmLineAcc {
   }
 };
 
-// One operand element's factor 2^(x' − max + h), 0 for −inf. A row or column whose max is not finite is shifted by
-// 0 (its outputs are NaN or repaired; its products are never used).
-// The headroom is added after the max is subtracted: for a huge max (|max| ≫ 2^24 h in f32) max − h would round
-// back to max, silently dropping h, and an output whose row and column maxima cancel would come out h·2 too small.
-template <class T> __device__ __forceinline__ T em_exponent(T x_log2, T line_max, int headroom) {
-  return fabs(line_max) < Num<T>::inf() ? (x_log2 - line_max) + (T)headroom : x_log2;
+// One operand element's factor 2^((x − max)·log2 e + h), 0 for −inf. The shift is taken in natural units and only
+// the difference is scaled: rounded to log2 units first, x and max would each carry an error of |x|·2^-24 (10^-3 at
+// ±1e4), which rows and columns whose offsets cancel in a + b would keep in their outputs. The headroom is added
+// after the shift: for a huge max, max − h would round back to max and silently drop h. A row or column whose max
+// is not finite gets factors of 0: its outputs are NaN, −inf or repaired, and never read its products.
+template <class T> __device__ __forceinline__ T em_exponent(T x, T line_max, int headroom) {
+  return fabs(line_max) < Num<T>::inf() ? (x - line_max) * Num<T>::log2e() + (T)headroom : Num<T>::neg_inf();
 }
 template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
-  return EmReal<T>::exp2(em_exponent(EmReal<T>::log2_units(x), line_max, headroom));
+  return EmReal<T>::exp2(em_exponent(x, line_max, headroom));
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
@@ -155,7 +148,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
         const I k = lane + 32 * c;
-        cache[c] = k < K ? R::log2_units(to_acc(A[k * (I)p.a_col])) : kNegInf;
+        cache[c] = k < K ? to_acc(A[k * (I)p.a_col]) : kNegInf;
       }
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
@@ -164,7 +157,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
       }
 #pragma unroll 8
       for (I k = lane + 32 * kCache; k < K; k += 32) {
-        const T x = R::log2_units(to_acc(A[k * (I)p.a_col]));
+        const T x = to_acc(A[k * (I)p.a_col]);
         mx = R::max(mx, x);
         if (x != kNegInf) line.add(k, chunk);
       }
@@ -174,7 +167,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
         line.merge_xor(o);
       }
       if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_line[batch * (I)p.M + i] = line.line();
-        // The factors: 2^(x' − max + h), as em_factor computes them, from the cached log2-unit values.
+        // The factors, as em_factor computes them, from the cached values.
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
         const I k = lane + 32 * c;
@@ -199,7 +192,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
     if (real)
 #pragma unroll 8
       for (I k = warp; k < K; k += 8) {
-        const T x = R::log2_units(to_acc(B[k * (I)p.b_row]));
+        const T x = to_acc(B[k * (I)p.b_row]);
         mx = R::max(mx, x);
         if (x != kNegInf) line.add(k, chunk);
       }

@@ -1,7 +1,7 @@
 // exp_matmul's product on Hopper (math wgmma_tf32x3 and wgmma_tf32; sm_90a): the warp-specialised pipeline of
 // wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the factors as they are, split
 // into TF32 parts in shared memory) or FORM 4 (rounded to TF32). The guard and the epilogue are the other forms'
-// (em_finish, em_report).
+// (em_finish, EmFlagged).
 #pragma once
 
 namespace jb {
@@ -38,11 +38,8 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     float acc[P::kRegs];
     pipe.consume(acc, Kp, cg);
     P::consumers_sync(); // every consumer's staged lines are in
-    // Each warp's outputs lie in one 128-row repair tile and in BN / 128 (at least one) 128-column ones.
-    constexpr int kHalves = BN > 128 ? BN / 128 : 1;
-    unsigned flagged[kHalves];
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) flagged[h] = 0;
+    // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns.
+    EmFlagged<1, em_blocks(BN)> flagged;
 #pragma unroll
     for (int c8 = 0; c8 < BN / 8; ++c8)
 #pragma unroll
@@ -50,12 +47,10 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
         const int r = 64 * cg + wg_frag_row(warp, lane, e), c = wg_frag_col(lane, c8, e);
         const I i = t.m0 + r, j = t.n0 + c;
         if (i < (I)p.M && j < (I)p.N)
-          flagged[c / 128 % kHalves] += em_finish<T, Out, I>(p, t, i, j, acc[4 * c8 + e], sh_a[r], sh_b[c],
-                                                             em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
+          flagged.n[0][c8 * 8 / 32] += em_finish<T, Out, I>(p, t, i, j, acc[4 * c8 + e], sh_a[r], sh_b[c],
+                                                            em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
       }
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h)
-      em_report<T, I>(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0 + 128 * h, flagged[h]);
+    flagged.report(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0);
   }
 }
 

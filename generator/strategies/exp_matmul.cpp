@@ -34,7 +34,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
   if (wide(spec)) { // FP64 FMA
     spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
   } else if (p.shape.M >= 128 && p.shape.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs; measured
-    spec.math = Math::tf32x3;                       // best on the H100 (bench/RESULTS.md)
+    spec.math = Math::tf32x3;                        // best on the H100 (bench/RESULTS.md)
     spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
   } else {
     spec.math = Math::tf32x3;
@@ -47,7 +47,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
 void check_workspace(const Problem& p) {
   const Shape& s = p.shape;
   const bool w = dtype_info(p.dtype).size_bytes == 8;
-  const int64_t acc = w ? 8 : 4, rt = jb::em_repair_tile(w), limit = int64_t(1) << 60;
+  const int64_t acc = w ? 8 : 4, rt = jb::em_repair_tile(s.B, s.M, s.N), limit = int64_t(1) << 60;
   const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
   const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
   const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
@@ -63,8 +63,8 @@ int shared_bytes(const KernelSpec& s) {
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
   if (uses_wgmma(s.math)) return lines + wgmma_static_shared_bytes(s);
   // The a and b slices (mma rows are k-major).
-  const int slices =
-      s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
+  const int slices = s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
+                                         : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
   return slices + lines;
 }
 
@@ -95,7 +95,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   for (Math m : {Math::tf32x3, Math::tf32}) {
     if (m == Math::tf32 && p.precision != Precision::fast) continue;
     base.math = m;
-    add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
+    add_tiles(out, base,
+              {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
   add_wgmma_tiles(out, base, p);
   return out;
@@ -121,10 +122,12 @@ Rendering render(const KernelSpec& s) {
   r.entries.push_back({"_prepare", 256, 4,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
-  // The exact repair at the tile em_repair_tile names.
-  r.entries.push_back({"_repair", 256, 1,
-                       "jb::em_repair_kernel<" + io + ", " + (acc_type(s) == "double" ? "64, 64, 8, 4, 4" : "128, 128, 16, 8, 8") +
-                           ">"});
+  // The exact repair at either tile em_repair_tile may name (launches picks one by the shape).
+  const bool dbl = acc_type(s) == "double";
+  r.entries.push_back({"_repair64", 256, 2,
+                       "jb::em_repair_kernel<" + io + ", " + (dbl ? "64, 64, 8, 4, 4" : "64, 64, 16, 4, 4") + ">"});
+  r.entries.push_back({"_repair32", 256, 2,
+                       "jb::em_repair_kernel<" + io + ", " + (dbl ? "32, 32, 8, 2, 2" : "32, 32, 16, 2, 2") + ">"});
   return r;
 }
 
@@ -139,8 +142,8 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
   tile_grid(main, spec, s.M, s.N, s.B);
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
-  const int64_t rt = jb::em_repair_tile(wide(spec));
-  repair.entry = "_repair";
+  const int64_t rt = jb::em_repair_tile(s.B, s.M, s.N);
+  repair.entry = rt == 64 ? "_repair64" : "_repair32";
   repair.block[0] = 256;
   repair.grid[0] = clamp_grid((s.N + rt - 1) / rt, kMaxGridX);
   repair.grid[1] = static_cast<unsigned>((s.M + rt - 1) / rt); // ≤ 65535: check_workspace
@@ -151,8 +154,8 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   return plan;
 }
 
-const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank,
-                                   defaults, check, index64, candidates, render, launches, shared_bytes,
+const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank, defaults,
+                                   check, index64, candidates, render, launches, shared_bytes,
                                    wgmma_dynamic_shared_bytes}};
 
 } // namespace

@@ -125,13 +125,24 @@ TEST_CASE("exp_matmul workspace: aligned sections in order, one flag per repair 
   CHECK(w.col_line >= w.row_line + 3 * 130 * 16);
   CHECK(w.repaired >= w.col_line + 1 * 257 * 16);
   CHECK(w.flags == w.repaired + 16);
-  CHECK(w.tiles == 3 * 2 * 3);
+  CHECK(w.tiles == 3 * 5 * 9); // a small problem: repair tiles of 32×32
   CHECK(w.ea >= w.flags + 4 * w.tiles);
   CHECK(w.eb >= w.ea + 3 * 256 * 64 * 4);
   CHECK(w.bytes >= w.eb + 1 * 64 * 384 * 4);
   for (long long off : {w.col_max, w.row_line, w.col_line, w.repaired, w.ea, w.eb, w.bytes}) CHECK(off % 16 == 0);
-  CHECK(jb::em_workspace(2, 65, 64, 1, 2, 2, true).tiles == 2 * 2 * 1);
+  CHECK(jb::em_workspace(2, 65, 64, 1, 2, 2, true).tiles == 2 * 3 * 2);
+  CHECK(jb::em_workspace(512, 64, 64, 8, 1, 1, false).tiles == 512); // 512 tiles of 64×64: that size
   CHECK(jb::em_workspace(2, 65, 64, 0, 2, 2, true).Kp == 0);
+}
+
+TEST_CASE("exp_matmul's repair tile: 64×64 from 512 such tiles up, else 32×32") {
+  CHECK(jb::em_repair_tile(64, 512, 512) == 64);
+  CHECK(jb::em_repair_tile(4, 2048, 2048) == 64);
+  CHECK(jb::em_repair_tile(512, 128, 128) == 64);
+  CHECK(jb::em_repair_tile(8, 256, 256) == 32); // 128 tiles of 64×64
+  CHECK(jb::em_repair_tile(1, 64 * 16, 64 * 32) == 64);
+  CHECK(jb::em_repair_tile(1, 64 * 16, 64 * 32 - 64) == 32);
+  CHECK(jb::em_repair_tile(1, 1, 1) == 32);
 }
 
 TEST_CASE("exp_matmul: a row and a column that cannot meet make an exactly −inf output") {
@@ -239,8 +250,7 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   r = s, r.dtype = r.out_dtype = DType::f64;
   refused(r, wide, "spec.math");
   // The tuner offers them only on a GPU that has wgmma.
-  for (const KernelSpec& c : tuning_candidates(p, DeviceLimits{}))
-    CHECK_FALSE(arch_specific(c));
+  for (const KernelSpec& c : tuning_candidates(p, DeviceLimits{})) CHECK_FALSE(arch_specific(c));
 }
 
 TEST_CASE("the wgmma forms' panels: every element once, a slice's 64-line halves contiguous, 16-byte runs kept") {
