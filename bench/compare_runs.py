@@ -29,6 +29,20 @@ def exp_matmul(path):
     return rows
 
 
+def tune(path):
+    # "  median ms  candidate" rows: the time, then the candidate's spec (and a marker on the best)
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[1].startswith("semiring="):
+                try:
+                    rows[parts[1].split("  [")[0].strip()] = float(parts[0])
+                except ValueError:
+                    pass
+    return rows
+
+
 def collect(out, pattern, read):
     runs = {"before": [], "after": []}
     for side in runs:
@@ -54,7 +68,7 @@ def table(title, runs):
         ratios.append(ma / mb)
         spread = max(b) / min(b) if min(b) > 0 else float("nan")
         print(f"  {ma / mb:6.3f}  before {mb:9.4f} ms  after {ma:9.4f} ms  (before's spread {spread:5.3f})  "
-              f"{' '.join(str(k) for k in key)[:150]}")
+              f"{(key if isinstance(key, str) else ' '.join(str(k) for k in key))[:150]}")
     if ratios:
         print(f"  after/before: geometric mean {statistics.geometric_mean(ratios):.3f}, "
               f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rows")
@@ -64,6 +78,9 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "before-after-out"
     table("jitbmm bench", collect(out, "bench-{side}-*.json", standard))
     table("jitbmm bench --exp-matmul", collect(out, "em-{side}-*.txt", exp_matmul))
+    tunes = sorted({os.path.basename(p).rsplit("-", 1)[1] for p in glob.glob(os.path.join(out, "tune-*-*-*.txt"))})
+    for t in tunes:
+        table(f"jitbmm tune #{t.split('.')[0]}", collect(out, "tune-{side}-*-" + t, tune))
 
 
 if __name__ == "__main__":
