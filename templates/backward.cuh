@@ -27,16 +27,27 @@
 
 namespace jb {
 
+// |x| ≤ 2^126 (f64: 2^1022), false for NaN: LogGrad's fast loop (below).
+__device__ __forceinline__ bool log_grad_fast(float x) { return fabsf(x) <= 0x1p126f; }
+__device__ __forceinline__ bool log_grad_fast(double x) { return fabs(x) <= 0x1p1022; }
+
 // Per-semiring weight of one term. side(): the value stored for out on the G side; operand()/constant(): the
-// stored form of a or b; term(u, v, c): the weight from the G-side value u, the other side's v and the constant c.
+// stored form of a or b; term(u, v, c): the weight from the G-side value u, the other side's v and the constant c;
+// fast(x): whether an operand value allows the fast term loop (no test per term: grad_tiled_pass).
 // Log: the weight 2^((a + b)·log2e − out·log2e), a + b added in natural units and scaled inside one fused
 // multiply-add, so offsets of rows and columns that cancel in a + b cancel exactly (scaled first, each operand would
 // carry |x|·2^-24 of rounding); what remains is out's own rounding, |out|·2^-24. Two instructions and the exp,
-// as many as adding operands scaled beforehand.
+// as many as adding operands scaled beforehand. A finite out too large to scale (|out|·log2e past the format's
+// top: beyond ±2.3e38 in f32) is stored as NaN, so its gradients are NaN rather than silently missing its terms.
+// The fast loop takes operands up to 2^126 (2^1022): a + b then stays finite, so a skipped term's weight is 0.
 struct LogGrad {
   static const bool kUsesOut = true, kConstant = true, kScaleG = true;
-  template <class T> static __device__ __forceinline__ T side(T o) { return -o * Num<T>::log2e(); }
+  template <class T> static __device__ __forceinline__ T side(T o) {
+    const T u = -o * Num<T>::log2e();
+    return fabs(u) == Num<T>::inf() && fabs(o) < Num<T>::inf() ? Num<T>::nan() : u;
+  }
   template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
+  template <class T> static __device__ __forceinline__ bool fast(T x) { return log_grad_fast(x); }
   template <class T> static __device__ __forceinline__ T term(T u, T v, T c) {
     return ex2_approx(fma(c + v, Num<T>::log2e(), u));
   }
@@ -46,6 +57,7 @@ struct PlusTimesGrad {
   template <class T> static __device__ __forceinline__ T side(T) { return T(0); }
   template <class T> static __device__ __forceinline__ T operand(T x) { return x; }
   template <class T> static __device__ __forceinline__ T term(T, T v, T) { return v; }
+  template <class T> static __device__ __forceinline__ bool fast(T x) { return x - x == T(0); } // finite
 };
 
 // Which outputs a tiled backward reads. Every one, for the backward itself; the exp-matmul backward's direct pass
@@ -227,7 +239,7 @@ __device__ __forceinline__ bool grad_fetch(const GradParams& p, const Keep& keep
       const I i = t0 + t, k = m0 + x;
       if (idx < kO * BK && i < (I)p.M && k < (I)p.K) v = Sem::operand(to_acc(A[i * (I)p.a_row + k * (I)p.a_col]));
     }
-    fast &= v - v == T(0); // finite
+    fast &= Sem::fast(v);
     rv[l] = v;
   }
   return fast;
@@ -380,7 +392,7 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p, const Keep
         if (Sem::kConstant && rr < R && cc < C)
           cst[r][c] =
               Sem::operand(to_acc(GA ? A[rr * (I)p.a_row + cc * (I)p.a_col] : Bm[rr * (I)p.b_row + cc * (I)p.b_col]));
-        finite &= cst[r][c] - cst[r][c] == T(0);
+        finite &= Sem::fast(cst[r][c]);
       }
     // The header's small G: G as it is, or scaled by lines. Uniform over the block.
     const bool scaled = Sem::kScaleG && grad_needs_scales<Out, I, BM, BN, BK, kThreads, GA>(sm, p, Gp, m0, n0);

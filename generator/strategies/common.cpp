@@ -254,10 +254,10 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   if (spec.tile_k <= 0 || 32 % spec.tile_k || spec.tile_k % vec)
     reject("tile", "exp_matmul needs tile_k dividing 32, a multiple of " + std::to_string(vec));
   if (spec.math == Math::fma) {
-    // A thread's outputs must fall in one repair tile (64 or 128 square): powers of two.
+    // A thread's outputs start 32-aligned or lie in one 32×32 block of the repair flags (EmFlagged): powers of two.
     if (!power_of_two(tm) || !power_of_two(tn)) reject("thread", "exp_matmul needs powers of two");
   } else {
-    // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, within one 128×128 repair tile.
+    // mma m16n8k8: a warp's (8·thread_m) × (4·thread_n) outputs, 32-aligned or in one 32×32 block (EmFlagged).
     const int wm = 8 * tm, wn = 4 * tn;
     if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
       reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
