@@ -16,15 +16,15 @@ constexpr std::array<DTypeInfo, 4> kDTypes = {{
 }};
 
 constexpr std::array<SemiringInfo, 5> kSemirings = {{
-    // semiring, name, device type, has_argmax, fast_term, backward, grad, scatter_times
-    {Semiring::log, "log", "jb::LogSemiring", false, nullptr, BackwardKind::marginal, "jb::LogGrad", false},
-    {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true, "jb::MaxPlusTerm", BackwardKind::argmax_scatter,
-     nullptr, false},
-    {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true, "jb::MinPlusTerm", BackwardKind::argmax_scatter,
-     nullptr, false},
-    {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true, "jb::MaxTimesTerm", BackwardKind::argmax_scatter,
-     nullptr, true},
-    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, BackwardKind::marginal,
+    // semiring, name, device type, has_argmax, fast_term, select_op, backward, grad, scatter_times
+    {Semiring::log, "log", "jb::LogSemiring", false, nullptr, nullptr, BackwardKind::marginal, "jb::LogGrad", false},
+    {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true, "jb::MaxPlusTerm", "jb::MaxPlusOp",
+     BackwardKind::argmax_scatter, nullptr, false},
+    {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true, "jb::MinPlusTerm", "jb::MinPlusOp",
+     BackwardKind::argmax_scatter, nullptr, false},
+    {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true, "jb::MaxTimesTerm", "jb::MaxTimesOp",
+     BackwardKind::argmax_scatter, nullptr, true},
+    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, nullptr, BackwardKind::marginal,
      "jb::PlusTimesGrad", false},
 }};
 

@@ -105,6 +105,10 @@ template <class T> struct MaxPlusOp {
     return Num<T>::neg_inf();
   } // pad ⊗ pad = −inf: never wins a tie (larger k)
   static __device__ __forceinline__ T pad_b() { return Num<T>::neg_inf(); }
+  // For the tiled kernel's argmax policy (tiled.cuh): a value no term is worse than, and the operands that can form
+  // a NaN term (NaN, or +inf meeting −inf).
+  static __device__ __forceinline__ T worst() { return Num<T>::neg_inf(); }
+  static __device__ __forceinline__ bool suspect(T x) { return !(x < Num<T>::inf()); }
 };
 // min_plus (shortest paths): a ⊕ b = min, a ⊗ b = a + b, zero = +inf, one = 0.
 template <class T> struct MinPlusOp {
@@ -113,6 +117,8 @@ template <class T> struct MinPlusOp {
   static __device__ __forceinline__ T zero() { return Num<T>::inf(); }
   static __device__ __forceinline__ T pad_a() { return Num<T>::inf(); }
   static __device__ __forceinline__ T pad_b() { return Num<T>::inf(); }
+  static __device__ __forceinline__ T worst() { return Num<T>::inf(); }
+  static __device__ __forceinline__ bool suspect(T x) { return !(x > Num<T>::neg_inf()); }
 };
 // max_times (genbmm's prodmax, for non-negative inputs): a ⊕ b = max, a ⊗ b = a · b, zero = 0, one = 1.
 // The maximum is taken over the actual products, so negative inputs still give max_k a·b; K = 0 gives 0.
@@ -122,6 +128,8 @@ template <class T> struct MaxTimesOp {
   static __device__ __forceinline__ T zero() { return T(0); }
   static __device__ __forceinline__ T pad_a() { return Num<T>::neg_inf(); } // (−inf) · 1 = −inf
   static __device__ __forceinline__ T pad_b() { return T(1); }
+  static __device__ __forceinline__ T worst() { return Num<T>::neg_inf(); } // below zero(): products may be negative
+  static __device__ __forceinline__ bool suspect(T x) { return !(fabs(x) < Num<T>::inf()); } // 0 · inf
 };
 template <class T> struct MaxPlusSemiring : Select<T, MaxPlusOp<T>> {};
 template <class T> struct MinPlusSemiring : Select<T, MinPlusOp<T>> {};

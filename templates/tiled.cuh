@@ -14,10 +14,13 @@ namespace jb {
 
 template <class T> struct TilePads;
 
-// Per-term policies for the generic tiled path: one accumulator per output, updated for every term.
+// Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
+// the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
+// operand is suspect() (its loader votes on every slice), and its term loop branches on the vote.
 template <class S, class T> struct GenericTerm {
   typedef typename S::State Acc;
-  static __device__ __forceinline__ Acc init() { return S::init(); }
+  enum { kCleanSlices = false };
+  static __device__ __forceinline__ Acc init(int) { return S::init(); }
   static __device__ __forceinline__ void update(Acc& acc, T a, T b, int k) { S::add_term(acc, a, b, k); }
   static __device__ __forceinline__ T value(const Acc& acc) { return S::finalize(acc); }
   static __device__ __forceinline__ int arg(const Acc& acc) { return S::arg(acc); }
@@ -38,24 +41,56 @@ __device__ __forceinline__ float min_nan(float x, float y) {
 // Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller.
 struct MaxPlusTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return Num<float>::neg_inf(); }
+  enum { kCleanSlices = false };
+  static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }
 };
 struct MinPlusTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return Num<float>::inf(); }
+  enum { kCleanSlices = false };
+  static __device__ __forceinline__ Acc init(int) { return Num<float>::inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = min_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }
 };
 struct MaxTimesTerm {
   typedef float Acc;
-  static __device__ __forceinline__ Acc init() { return Num<float>::neg_inf(); }
+  enum { kCleanSlices = false };
+  static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a * b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
   static __device__ __forceinline__ int arg(Acc) { return -1; }
+};
+
+// The fast argmax policy (f32 accumulators; max_plus, min_plus, max_times with argmax): the value and its k in two
+// registers, started at the operation's worst value and the range's first k. A term replaces them when it is
+// strictly better or is the first NaN; k ascends, so ties keep the smallest k and a NaN stays. Over a non-empty
+// range that is Select's state exactly (an all-worst range keeps its first k, as Select's first term does). In a
+// slice where no operand is suspect no term is NaN, and the test is one comparison.
+template <class Op> struct SelectTerm {
+  struct Acc {
+    float v;
+    int k;
+  };
+  enum { kCleanSlices = true };
+  static __device__ __forceinline__ Acc init(int k_first) { return {Op::worst(), k_first}; }
+  static __device__ __forceinline__ void update(Acc& acc, float a, float b, int k) {
+    const float t = Op::times(a, b);
+    const bool take = Op::better(t, acc.v) || (is_nan(t) && !is_nan(acc.v));
+    acc.v = take ? t : acc.v;
+    acc.k = take ? k : acc.k;
+  }
+  static __device__ __forceinline__ void update_clean(Acc& acc, float a, float b, int k) {
+    const float t = Op::times(a, b);
+    const bool take = Op::better(t, acc.v);
+    acc.v = take ? t : acc.v;
+    acc.k = take ? k : acc.k;
+  }
+  static __device__ __forceinline__ bool suspect(float x) { return Op::suspect(x); }
+  static __device__ __forceinline__ float value(const Acc& acc) { return acc.v; }
+  static __device__ __forceinline__ int arg(const Acc& acc) { return acc.k; }
 };
 
 // The tile geometry and the shared-memory staging shared by every tiled kernel.
@@ -155,6 +190,64 @@ template <class G, class In, class I> struct TileLoader : KSliceLoader {
   __device__ __forceinline__ void land(int buf) { G::store(sm, buf, ra, rb); }
 };
 
+// TileLoader whose slice barrier also votes: clean is true when no operand staged for the slice (pads included) is
+// P::suspect. Pads can only be flagged needlessly (max_times pads a with −inf), never missed.
+template <class P, class G, class In, class I> struct VotingTileLoader : TileLoader<G, In, I> {
+  typedef TileLoader<G, In, I> Base;
+  bool fetched_clean = true, clean = false;
+  using Base::Base;
+  __device__ __forceinline__ void fetch(const BmmParams& p, int buf, I k0) {
+    Base::fetch(p, buf, k0);
+    bool ok = true;
+#pragma unroll
+    for (int l = 0; l < G::kLoadA; ++l) ok &= !P::suspect(this->ra[l]);
+#pragma unroll
+    for (int l = 0; l < G::kLoadB; ++l) ok &= !P::suspect(this->rb[l]);
+    fetched_clean = ok;
+  }
+  __device__ __forceinline__ void slice_barrier() { clean = !__syncthreads_or(!fetched_clean); }
+};
+
+template <class G, class In, class I> __device__ __forceinline__ bool slice_clean(const TileLoader<G, In, I>&) {
+  return false;
+}
+template <class P, class G, class In, class I>
+__device__ __forceinline__ bool slice_clean(const VotingTileLoader<P, G, In, I>& ld) {
+  return ld.clean;
+}
+
+template <bool VOTE, class P, class G, class In, class I> struct TermLoader { typedef TileLoader<G, In, I> type; };
+template <class P, class G, class In, class I> struct TermLoader<true, P, G, In, I> {
+  typedef VotingTileLoader<P, G, In, I> type;
+};
+
+template <bool CLEAN> struct TermUpdate {
+  template <class P, class A, class T> static __device__ __forceinline__ void run(A& acc, T a, T b, int k) {
+    P::update(acc, a, b, k);
+  }
+};
+template <> struct TermUpdate<true> {
+  template <class P, class A, class T> static __device__ __forceinline__ void run(A& acc, T a, T b, int k) {
+    P::update_clean(acc, a, b, k);
+  }
+};
+
+// One staged slice's terms for a thread's TM × TN outputs; CLEAN: through P::update_clean.
+template <bool CLEAN, class P, class G, int TM, int TN, class I>
+__device__ __forceinline__ void tile_terms(const typename G::Smem& sm, int buf, I k0, typename P::Acc (&acc)[TM][TN]) {
+  typedef typename G::Value T;
+#pragma unroll 4
+  for (int k = 0; k < G::kSliceK; ++k) {
+    T fa[TM], fb[TN];
+    G::row_frag(sm, buf, k, fa);
+    G::col_frag(sm, buf, k, fb);
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) TermUpdate<CLEAN>::template run<P>(acc[r][c], fa[r], fb[c], (int)(k0 + k));
+  }
+}
+
 // exp_matmul's repair pass runs on the tiles its guard flagged (BmmParams.repair_flags, one flag per tile,
 // [batch][row tile][column tile]); without flags every tile runs.
 template <class I, int BM, int BN> __device__ __forceinline__ bool tile_wanted(const BmmParams& p, I z) {
@@ -197,23 +290,18 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
-      for (int c = 0; c < TN; ++c) acc[r][c] = P::init();
+      for (int c = 0; c < TN; ++c) acc[r][c] = P::init((int)t.k_begin);
     T ra[G::kLoadA], rb[G::kLoadB];
-    TileLoader<G, In, I> ld(sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
+    typename TermLoader<P::kCleanSlices != 0, P, G, In, I>::type ld(
+        sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
     // The next slice is fetched after the terms: its registers are not live across them.
     for (auto slice = kslice_loop<kFetchAfterUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
          slice.finish(p)) {
       slice.start(p);
-#pragma unroll 4
-      for (int k = 0; k < BK; ++k) {
-        T fa[TM], fb[TN];
-        G::row_frag(sm, slice.buf, k, fa);
-        G::col_frag(sm, slice.buf, k, fb);
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-          for (int c = 0; c < TN; ++c) P::update(acc[r][c], fa[r], fb[c], (int)(slice.k0 + k));
-      }
+      if (P::kCleanSlices && slice_clean(ld))
+        tile_terms<P::kCleanSlices != 0, P, G>(sm, slice.buf, slice.k0, acc);
+      else
+        tile_terms<false, P, G>(sm, slice.buf, slice.k0, acc);
     }
     const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
     const bool empty = t.k_begin >= t.k_end; // K = 0: the semiring zero

@@ -119,11 +119,13 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
 }
 
 namespace {
-// The per-term policy of the generic tiled kernel: fast NaN-propagating max/min for f32 accumulators without
-// argmax, the semiring's own online state otherwise.
+// The per-term policy of the generic tiled kernel, for f32 accumulators: the fast NaN-propagating max/min without
+// argmax, the (value, k) pair with it. The semiring's own online state otherwise.
 std::string tiled_policy(const KernelSpec& s) {
-  const char* fast_term = semiring_info(s.semiring).fast_term;
-  if (fast_term && acc_type(s) == "float" && !s.with_argmax) return fast_term;
+  const SemiringInfo& info = semiring_info(s.semiring);
+  if (acc_type(s) == "float" && info.fast_term && !s.with_argmax) return info.fast_term;
+  if (acc_type(s) == "float" && info.select_op && s.with_argmax)
+    return std::string("jb::SelectTerm<") + info.select_op + "<float>>";
   return "jb::GenericTerm<" + semiring_type(s) + ", " + acc_type(s) + ">";
 }
 } // namespace

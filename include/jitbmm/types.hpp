@@ -57,6 +57,9 @@ struct SemiringInfo {
   // The tiled kernel's fast per-term policy for f32 accumulators without argmax (templates/tiled.cuh), or nullptr:
   // the semiring's own online state (jb::GenericTerm).
   const char* fast_term;
+  // Its ⊕ selects through this operation (templates/semirings.cuh): the tiled kernel's argmax policy
+  // (jb::SelectTerm); nullptr for the others.
+  const char* select_op;
   BackwardKind backward;
   const char* grad;   // marginal: the gradient weights' device struct in templates/backward.cuh; otherwise nullptr
   bool scatter_times; // argmax_scatter: grad_out times the partner operand (max_times), not grad_out alone

@@ -82,3 +82,40 @@ TEST_CASE("argmax ties go to the smallest k in every selecting semiring, dtype a
   MESSAGE(cases << " tie cases");
   CHECK(cases > 0);
 }
+
+TEST_CASE("argmax: a NaN term in one K slice stays the answer through the clean slices after it") {
+  // The tiled kernel's argmax policy compares values alone in slices where no operand can form a NaN, and takes the
+  // careful path elsewhere (templates/tiled.cuh, SelectTerm). Here row 11 of a has a NaN at k = 20 and a better
+  // value than any other at k = 90; row 7 has the infinity that makes NaN terms with b's other infinity (or zero)
+  // at k = 33. The slices after hold no suspect operand, so they run the one-comparison loop.
+  const Shape shape{2, 40, 100, 36};
+  uint64_t seed = 32000;
+  int cases = 0;
+  for (const KernelSpec& spec : test::all_variants()) {
+    if (!spec.with_argmax) continue;
+    const Problem p = test::problem_for(spec, shape);
+    std::mt19937_64 rng(++seed);
+    const TieInputs in = tie_inputs(p.semiring, false);
+    test::HostTensor a = test::tensor_from_set(p.dtype, test::storage_elements(shape.B, shape.M, shape.K, p.a()),
+                                               rng, in.values, in.weights);
+    test::HostTensor b = test::tensor_from_set(p.dtype, test::storage_elements(shape.B, shape.K, shape.N, p.b()),
+                                               rng, in.values, in.weights);
+    const double nan_maker = p.semiring == Semiring::min_plus ? -INFINITY : INFINITY; // meets +inf, or 0 (max_times)
+    const double best = p.semiring == Semiring::min_plus ? -5.0 : 5.0;
+    for (int64_t bt = 0; bt < shape.B; ++bt) {
+      const auto at = [&](int64_t i, int64_t k) { return bt * p.a().batch + i * p.a().row + k * p.a().col; };
+      store_element(p.dtype, a.data(), at(11, 20), NAN);
+      store_element(p.dtype, a.data(), at(11, 90), best);
+      store_element(p.dtype, a.data(), at(7, 33), nan_maker);
+      store_element(p.dtype, a.data(), at(7, 95), best);
+    }
+    const test::CaseResult r = test::run_case_on(p, spec, a, b);
+    test::report_failure(r, p, spec, seed);
+    CAPTURE(to_string(spec));
+    CHECK(r.ok());
+    CHECK(r.nan_outputs >= shape.B * shape.N); // row 11 at least
+    ++cases;
+  }
+  MESSAGE(cases << " cases");
+  CHECK(cases > 0);
+}
