@@ -16,16 +16,17 @@ constexpr std::array<DTypeInfo, 4> kDTypes = {{
 }};
 
 constexpr std::array<SemiringInfo, 5> kSemirings = {{
-    // semiring, name, device type, has_argmax, fast_term, select_op, backward, grad, scatter_times
-    {Semiring::log, "log", "jb::LogSemiring", false, nullptr, nullptr, BackwardKind::marginal, "jb::LogGrad", false},
+    // semiring, name, device type, has_argmax, fast_term, select_op, packed_term, backward, grad, scatter_times
+    {Semiring::log, "log", "jb::LogSemiring", false, nullptr, nullptr, nullptr, BackwardKind::marginal, "jb::LogGrad",
+     false},
     {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true, "jb::MaxPlusTerm", "jb::MaxPlusOp",
-     BackwardKind::argmax_scatter, nullptr, false},
+     "jb::PackedMaxPlus", BackwardKind::argmax_scatter, nullptr, false},
     {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true, "jb::MinPlusTerm", "jb::MinPlusOp",
-     BackwardKind::argmax_scatter, nullptr, false},
+     "jb::PackedMinPlus", BackwardKind::argmax_scatter, nullptr, false},
     {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true, "jb::MaxTimesTerm", "jb::MaxTimesOp",
-     BackwardKind::argmax_scatter, nullptr, true},
-    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, nullptr, BackwardKind::marginal,
-     "jb::PlusTimesGrad", false},
+     "jb::PackedMaxTimes", BackwardKind::argmax_scatter, nullptr, true},
+    {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, nullptr, nullptr,
+     BackwardKind::marginal, "jb::PlusTimesGrad", false},
 }};
 
 // Other spellings parse_dtype accepts: NumPy's and PyTorch's names, and C's.

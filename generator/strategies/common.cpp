@@ -34,7 +34,7 @@ std::string tile_args(const KernelSpec& s) {
 
 std::vector<const char*> forward_templates(bool tiled) {
   std::vector<const char*> t = {"params.cuh", "dtypes.cuh", "semirings.cuh", "linear.cuh", "reductions.cuh"};
-  if (tiled) t.insert(t.end(), {"kslice.cuh", "tiled.cuh", "tiled_log.cuh", "combine.cuh"});
+  if (tiled) t.insert(t.end(), {"kslice.cuh", "tiled.cuh", "tiled_log.cuh", "tiled_packed.cuh", "combine.cuh"});
   return t;
 }
 
@@ -99,6 +99,8 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
   if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
     reject("thread", "thread tile must divide the block tile");
   // (The wgmma forms hold up to 128 accumulators a thread: check_exp_matmul_tiles bounds them.)
+  if (packed_tiles(spec) && spec.thread_n % 2)
+    reject("thread", "thread_n must be even: the half kernel holds pairs of columns");
   if (spec.thread_m * spec.thread_n > 64 && !uses_wgmma(spec.math))
     reject("thread", "at most 64 outputs per thread (registers)");
   if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
@@ -130,9 +132,17 @@ std::string tiled_policy(const KernelSpec& s) {
 }
 } // namespace
 
+bool packed_tiles(const KernelSpec& s) {
+  const bool half = s.dtype == DType::f16 || s.dtype == DType::bf16;
+  return half && s.out_dtype == s.dtype && !s.with_argmax && semiring_info(s.semiring).packed_term;
+}
+
 std::string tiled_call(const KernelSpec& s) {
   if (s.semiring == Semiring::log && acc_type(s) == "float")
     return "jb::tiled_log_kernel<" + io_types(s) + ", " + tile_args(s) + ">";
+  if (packed_tiles(s))
+    return std::string("jb::packed_tiled_kernel<") + semiring_info(s.semiring).packed_term + "<" +
+           dtype_info(s.dtype).device_type + ">, " + semiring_type(s) + ", " + io_types(s) + ", " + tile_args(s) + ">";
   return "jb::tiled_kernel<" + tiled_policy(s) + ", " + semiring_type(s) + ", " + io_types(s) + ", " + tile_args(s) +
          ">";
 }

@@ -42,6 +42,9 @@ void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
 int tiled_shared_bytes(const KernelSpec& s);
 // The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
 // with the semiring's per-term policy.
+// Whether the tiled kernel runs on packed half pairs (templates/tiled_packed.cuh): a half output from the same half
+// inputs, a max/min semiring, no argmax.
+bool packed_tiles(const KernelSpec& s);
 std::string tiled_call(const KernelSpec& s);
 // A 2D tile grid over rows × cols and the batch (or batch × chunks) in z.
 void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z);

@@ -60,6 +60,9 @@ struct SemiringInfo {
   // Its ⊕ selects through this operation (templates/semirings.cuh): the tiled kernel's argmax policy
   // (jb::SelectTerm); nullptr for the others.
   const char* select_op;
+  // The tiled kernel's policy on packed half pairs (templates/tiled_packed.cuh), for a half output without argmax;
+  // nullptr where there is none.
+  const char* packed_term;
   BackwardKind backward;
   const char* grad;   // marginal: the gradient weights' device struct in templates/backward.cuh; otherwise nullptr
   bool scatter_times; // argmax_scatter: grad_out times the partner operand (max_times), not grad_out alone

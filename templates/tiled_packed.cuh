@@ -1,0 +1,200 @@
+// The tiled kernel on packed half pairs: max_plus, min_plus and max_times without argmax, when the output has the
+// inputs' half type (f16 or bf16). Two adjacent columns share a 32-bit register, so one add (or multiply) and one
+// max (or min) instruction make two terms: twice the f32 path's rate.
+//
+// Exact as the contract reads it: each term a ⊗ b is rounded once to the half type, and rounding is monotone, so the
+// largest rounded term is the rounded largest term, the value the output would hold anyway (the f32 path rounds the
+// f32 result, which may itself be a rounded sum: never closer). Overflow rounds to ±inf as the output's rounding
+// does. The max/min propagate NaN (max.NaN / min.NaN), as the f32 policies do.
+//
+// Staging: A's slice is stored transposed as pairs (a, a), so a thread's row fragment is ready to meet a pair of
+// columns; B's slice as halves, read two at a time.
+#pragma once
+
+namespace jb {
+
+// The pair operations per half type. The add is a fused a · 1 + b and the multiply a · b + (−0): one rounding each,
+// the same results as add and mul (which need sm_90 for bf16x2).
+template <class H> struct Half2;
+template <> struct Half2<bf16> {
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
+    unsigned r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
+    unsigned r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned max(unsigned a, unsigned b) {
+    unsigned r;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned min(unsigned a, unsigned b) {
+    unsigned r;
+    asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+};
+template <> struct Half2<f16> {
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
+    unsigned r;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned max(unsigned a, unsigned b) {
+    unsigned r;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned min(unsigned a, unsigned b) {
+    unsigned r;
+    asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+};
+
+// A half value's bits from a float that the half type holds exactly (the semirings' pads and zeros).
+__device__ __forceinline__ unsigned short half_bits(float x, f16) { return from_acc<f16>(x).bits; }
+__device__ __forceinline__ unsigned short half_bits(float x, bf16) { return from_acc<bf16>(x).bits; }
+__device__ __forceinline__ unsigned pair_of(unsigned short h) { return (unsigned)h * 0x10001u; }
+
+// The per-pair policies: the accumulator pair's start, and one term pair folded in.
+template <class H> struct PackedMaxPlus {
+  static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
+  static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
+    return Half2<H>::max(acc, Half2<H>::add(a2, b2));
+  }
+};
+template <class H> struct PackedMinPlus {
+  static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::inf(), H())); }
+  static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
+    return Half2<H>::min(acc, Half2<H>::add(a2, b2));
+  }
+};
+template <class H> struct PackedMaxTimes { // from −inf, not the semiring's zero: products may be negative
+  static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
+  static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
+    return Half2<H>::max(acc, Half2<H>::mul(a2, b2));
+  }
+};
+
+// The tile geometry and staging of the packed kernel (cf. Tile in tiled.cuh): halves in registers, A's slice as
+// pairs [BK][BM], B's as halves [BK][BN].
+template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
+  typedef unsigned short Value;
+  enum { kSliceK = BK };
+  static constexpr int kThreads = (BM / TM) * (BN / TN);
+  static constexpr int kPadM = BM + 4, kPadN = BN + 8; // conflict-free transposed stores; rows 16 B aligned
+  static constexpr int kLoadA = (BM * BK + kThreads - 1) / kThreads;
+  static constexpr int kLoadB = (BK * BN + kThreads - 1) / kThreads;
+  static_assert(BM % TM == 0 && BN % TN == 0 && TN % 2 == 0, "tile must divide into thread tiles of column pairs");
+
+  struct Smem {
+    unsigned a[2][BK][kPadM];
+    unsigned short b[2][BK][kPadN];
+  };
+
+  template <class In, class I>
+  static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
+                                               Value pad_a, Value pad_b, Value (&ra)[kLoadA], Value (&rb)[kLoadB]) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = tid + l * kThreads;
+      const int r = idx / BK, c = idx % BK;
+      const I i = m0 + r, k = k0 + c;
+      ra[l] = (idx < BM * BK && i < (I)p.M && k < k_end) ? A[i * (I)p.a_row + k * (I)p.a_col].bits : pad_a;
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = tid + l * kThreads;
+      const int r = idx / BN, c = idx % BN;
+      const I k = k0 + r, j = n0 + c;
+      rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? B[k * (I)p.b_row + j * (I)p.b_col].bits : pad_b;
+    }
+  }
+
+  static __device__ __forceinline__ void store(Smem& sm, int buf, const Value (&ra)[kLoadA],
+                                               const Value (&rb)[kLoadB]) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int idx = tid + l * kThreads;
+      if (idx < BM * BK) sm.a[buf][idx % BK][idx / BK] = pair_of(ra[l]);
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int idx = tid + l * kThreads;
+      if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = rb[l];
+    }
+  }
+
+  static __device__ __forceinline__ void row_frag(const Smem& sm, int buf, int k, unsigned (&fa)[TM]) {
+    const int r0 = (threadIdx.x / (BN / TN)) * TM;
+#pragma unroll
+    for (int r = 0; r < TM; ++r) fa[r] = sm.a[buf][k][r0 + r];
+  }
+  // Columns c0 + 2q and c0 + 2q + 1 in pair q (the lower column in the low half).
+  static __device__ __forceinline__ void col_frag(const Smem& sm, int buf, int k, unsigned (&fb)[TN / 2]) {
+    const int c0 = (threadIdx.x % (BN / TN)) * TN;
+    const unsigned* row = reinterpret_cast<const unsigned*>(&sm.b[buf][k][c0]);
+#pragma unroll
+    for (int q = 0; q < TN / 2; ++q) fb[q] = row[q];
+  }
+};
+
+template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
+  typedef PackedTile<BM, BN, BK, TM, TN> G;
+  typedef typename Acc<In>::type T;
+  __shared__ __align__(16) typename G::Smem sm;
+  const In* A0 = static_cast<const In*>(p.a);
+  const In* B0 = static_cast<const In*>(p.b);
+  const unsigned short pad_a = half_bits(S::pad_a(), In()), pad_b = half_bits(S::pad_b(), In());
+  const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
+  for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
+    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
+    unsigned acc[TM][TN / 2];
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int q = 0; q < TN / 2; ++q) acc[r][q] = P::init();
+    unsigned short ra[G::kLoadA], rb[G::kLoadB];
+    TileLoader<G, In, I> ld(sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
+    for (auto slice = kslice_loop<kFetchAfterUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
+         slice.finish(p)) {
+      slice.start(p);
+#pragma unroll 4
+      for (int k = 0; k < BK; ++k) {
+        unsigned fa[TM], fb[TN / 2];
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int q = 0; q < TN / 2; ++q) acc[r][q] = P::update(acc[r][q], fa[r], fb[q]);
+      }
+    }
+    const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
+    const bool empty = t.k_begin >= t.k_end; // K = 0: the semiring zero
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c)
+        if (r0 + r < (I)p.M && c0 + c < (I)p.N) {
+          In h;
+          h.bits = (unsigned short)(acc[r][c / 2] >> (16 * (c % 2)));
+          emit<T, Out, I>(p, t, r0 + r, c0 + c, empty ? S::finalize(S::init()) : to_acc(h), -1);
+        }
+  }
+}
+
+} // namespace jb
