@@ -23,7 +23,8 @@ constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"},
                                      {Math::tf32x3, "tf32x3"},
                                      {Math::tf32, "tf32"},
                                      {Math::wgmma_tf32x3, "wgmma_tf32x3"},
-                                     {Math::wgmma_tf32, "wgmma_tf32"}};
+                                     {Math::wgmma_tf32, "wgmma_tf32"},
+                                     {Math::bf16, "bf16"}};
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).

@@ -217,33 +217,33 @@ __device__ __forceinline__ unsigned em_smem_addr(const void* p) {
 
 // Four 8×4 tiles of 32-bit values from shared memory in one instruction: lane l names row l % 8 of tile l / 8,
 // and receives from tile i the word (row l / 4, column l % 4) in r[i] — exactly an mma fragment's layout.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const float* row) {
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(em_smem_addr(row)));
 }
 
-// Shared memory of the tensor-core kernel: a as [BM][BK] and b as [BN][BK] (k contiguous, as the prepare pass
-// stores them), rows padded by 4 words so that the 8 rows one ldmatrix tile reads hit 32 distinct banks.
-template <int BM, int BN, int BK> struct EmMmaSmem {
-  static constexpr int kPitch = BK + 4;
-  float a[2][BM][kPitch];
-  float b[2][BN][kPitch];
+// Shared memory of the tensor-core kernel: a as [BM][BK] and b as [BN][BK] factors E (k contiguous, as the prepare
+// pass stores them), rows padded by 16 bytes so that the 8 rows one ldmatrix tile reads hit 32 distinct banks.
+template <class E, int BM, int BN, int BK> struct EmMmaSmem {
+  static constexpr int kPitch = BK + 16 / sizeof(E);
+  E a[2][BM][kPitch];
+  E b[2][BN][kPitch];
 };
 
 // Copies one K slice of rows (a's rows or b's columns, each k-contiguous in the workspace) into shared memory with
 // cp.async: 16 bytes per copy, straight from global to shared, no registers in between.
-template <int ROWS, int BK, int THREADS, int PITCH, class I>
-__device__ __forceinline__ void em_copy_rows(float (*dst)[PITCH], const float* src, I Kp, I row0, I k0) {
-  constexpr int kVec = ROWS * BK / 4, kLoad = (kVec + THREADS - 1) / THREADS;
-  static_assert(BK % 4 == 0, "slices are whole 16-byte vectors");
+template <int ROWS, int BK, int THREADS, int PITCH, class E, class I>
+__device__ __forceinline__ void em_copy_rows(E (*dst)[PITCH], const E* src, I Kp, I row0, I k0) {
+  constexpr int kPer = 16 / sizeof(E), kVec = ROWS * BK / kPer, kLoad = (kVec + THREADS - 1) / THREADS;
+  static_assert(BK % kPer == 0, "slices are whole 16-byte vectors");
 #pragma unroll
   for (int l = 0; l < kLoad; ++l) {
     const int idx = threadIdx.x + l * THREADS;
     if (kVec % THREADS == 0 || idx < kVec)
-      asm volatile(
-          "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(em_smem_addr(&dst[idx / (BK / 4)][idx % (BK / 4) * 4])),
-          "l"(src + (row0 + idx / (BK / 4)) * Kp + k0 + idx % (BK / 4) * 4));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                       em_smem_addr(&dst[idx / (BK / kPer)][idx % (BK / kPer) * kPer])),
+                   "l"(src + (row0 + idx / (BK / kPer)) * Kp + k0 + idx % (BK / kPer) * kPer));
   }
 }
 __device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
@@ -251,12 +251,12 @@ __device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait
 
 // kslice_loop's loader for the tensor-core form: a's rows and b's columns of one K slice straight into buffer buf
 // with cp.async; land() waits for every copy in flight.
-template <int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoader : KSliceLoader {
+template <class E, int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoader : KSliceLoader {
   enum { kAsyncCopy = true, kSliceK = BK };
-  EmMmaSmem<BM, BN, BK>& sm;
-  const float *ea, *eb;
+  EmMmaSmem<E, BM, BN, BK>& sm;
+  const E *ea, *eb;
   I Kp, m0, n0;
-  __device__ __forceinline__ EmMmaLoader(EmMmaSmem<BM, BN, BK>& sm, const float* ea, const float* eb, I Kp, I m0, I n0)
+  __device__ __forceinline__ EmMmaLoader(EmMmaSmem<E, BM, BN, BK>& sm, const E* ea, const E* eb, I Kp, I m0, I n0)
       : sm(sm), ea(ea), eb(eb), Kp(Kp), m0(m0), n0(n0) {}
   template <class P> __device__ __forceinline__ void fetch(const P&, int buf, I k0) {
     em_copy_rows<BM, BK, THREADS>(sm.a[buf], ea, Kp, m0, k0);
@@ -291,11 +291,11 @@ template <int BN, int TM, int TN> __device__ __forceinline__ EmWarpTile em_warp_
 // arrive rounded to TF32 (FORM 1). stage(p) runs between the first barrier and the first slice's landing (what
 // the epilogue reads, staged while the copies are in flight).
 template <int BM, int BN, int BK, int TM, int TN, bool SPLIT, int THREADS, class I, class P, class Stage>
-__device__ __forceinline__ void em_mma_tile(EmMmaSmem<BM, BN, BK>& sm, const P& p, const float* ea, const float* eb,
-                                            I Kp, I m0, I n0, const EmWarpTile& w, const Stage& stage,
+__device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, const P& p, const float* ea,
+                                            const float* eb, I Kp, I m0, I n0, const EmWarpTile& w, const Stage& stage,
                                             float (&acc)[TM / 2][TN / 2][4]) {
   constexpr int MT = TM / 2, NT = TN / 2;
-  EmMmaLoader<BM, BN, BK, THREADS, I> ld(sm, ea, eb, Kp, m0, n0);
+  EmMmaLoader<float, BM, BN, BK, THREADS, I> ld(sm, ea, eb, Kp, m0, n0);
   auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, (I)0, Kp, stage);
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -351,18 +351,34 @@ __device__ __forceinline__ void em_mma_tile(EmMmaSmem<BM, BN, BK>& sm, const P& 
   }
 }
 
-// Pass 2, math=tf32x3 (SPLIT) or tf32: em_mma_tile, then each output written or its repair tile flagged.
-template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool SPLIT>
+// The product of the tensor-core kernel below, through TF32 (one product a term, or SPLIT: three): the factor type,
+// its FORM (exp_matmul_prepare.cuh) and the tile's product.
+template <bool SPLIT> struct EmTf32Product {
+  typedef float Factor;
+  enum { kForm = SPLIT ? 2 : 1, kStepK = 8 };
+  template <int BM, int BN, int BK, int TM, int TN, int THREADS, class I, class P, class Stage>
+  static __device__ __forceinline__ void tile(EmMmaSmem<float, BM, BN, BK>& sm, const P& p, const float* ea,
+                                              const float* eb, I Kp, I m0, I n0, const EmWarpTile& w,
+                                              const Stage& stage, float (&acc)[TM / 2][TN / 2][4]) {
+    em_mma_tile<BM, BN, BK, TM, TN, SPLIT, THREADS>(sm, p, ea, eb, Kp, m0, n0, w, stage, acc);
+  }
+};
+
+// Pass 2, math=tf32x3, tf32 or bf16 (Product: EmTf32Product, EmBf16Product): the product of a block tile, then each
+// output written or its repair tile flagged.
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, class Product>
 __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   typedef float T;
+  typedef typename Product::Factor E;
   constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8;
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
-  typedef EmMmaSmem<BM, BN, BK> S;
-  static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
+  typedef EmMmaSmem<E, BM, BN, BK> S;
+  static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % Product::kStepK == 0,
+                "mma tile geometry");
   __shared__ __align__(16) S sm;
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
-  const EmView<T> v = em_view<T>(p);
+  const EmView<T> v = em_view<T, Product::kForm>(p);
   const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -370,15 +386,15 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   const int wm0 = w.wm0, wn0 = w.wn0;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-    const T* ea = v.ea + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
-    const T* eb = v.eb + (v.b_batches == 1 ? 0 : t.batch) * (I)v.Np * Kp;
+    const E* ea = reinterpret_cast<const E*>(v.ea) + (v.a_batches == 1 ? 0 : t.batch) * (I)v.Mp * Kp;
+    const E* eb = reinterpret_cast<const E*>(v.eb) + (v.b_batches == 1 ? 0 : t.batch) * (I)v.Np * Kp;
     // After the first barrier (the previous tile's epilogue may still read the staged lines), while the first
     // slice's copies are in flight.
     const auto stage_lines = [&](const BmmParams& p) {
       em_stage_lines<T, I, BM, BN, kThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b, threadIdx.x);
     };
     float acc[MT][NT][4];
-    em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);
+    Product::template tile<BM, BN, BK, TM, TN, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);
     // The warp's WM × WN outputs start at a multiple of WM, WN (powers of two): 32-aligned, or in one 32-block.
     EmFlagged<em_blocks(WM), em_blocks(WN)> flagged;
 #pragma unroll

@@ -313,7 +313,7 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
   constexpr int WM = 8 * TM, WN = 4 * TN, MT = WM / 16, NT = WN / 8;
   constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
-  __shared__ __align__(16) EmMmaSmem<BM, BN, BK> sm;
+  __shared__ __align__(16) EmMmaSmem<float, BM, BN, BK> sm;
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
   const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Nxp = (I)e.w.Nxp;

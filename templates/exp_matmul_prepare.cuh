@@ -37,12 +37,14 @@ template <class T> struct EmView {
   int repair_shift;               // log2 of their size (em_repair_tile)
   int headroom, guard;            // h and log2 of the guard threshold
 };
-template <class T> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
+// FORM: how the factors are stored (em_store_form), which sets their size.
+template <class T, int FORM = 0> __device__ __forceinline__ EmView<T> em_view(const BmmParams& p) {
   const bool wide = sizeof(T) == 8;
   EmView<T> v;
   v.a_batches = p.a_batch == 0 ? 1 : p.B;
   v.b_batches = p.b_batch == 0 ? 1 : p.B;
-  const EmWorkspace w = em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide);
+  const EmWorkspace w =
+      em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide, em_factor_bytes(FORM, wide));
   char* base = static_cast<char*>(p.workspace);
   v.row_max = reinterpret_cast<T*>(base + w.row_max);
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
@@ -101,23 +103,34 @@ template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int h
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
-// FORM 1 (tf32) and 2 (tf32x3): b transposed to [Np][Kp], so both operands reach the tensor cores k-contiguous;
-// FORM 3 (wgmma_tf32x3) and 4 (wgmma_tf32): both in the swizzled panels a bulk copy moves as they lie (em_panel_at).
-// FORM 1 and 4 store the values rounded to TF32 (the product then converts nothing).
+// FORM 1 (tf32), 2 (tf32x3) and 5 (bf16): b transposed to [Np][Kp], so both operands reach the tensor cores
+// k-contiguous; FORM 3 (wgmma_tf32x3) and 4 (wgmma_tf32): both in the swizzled panels a bulk copy moves as they lie
+// (em_panel_at). FORM 1 and 4 store the values rounded to TF32 (the product then converts nothing), FORM 5 rounded
+// to BF16 (to nearest even) in 2-byte slots.
 template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
   return FORM == 1 || FORM == 4 ? __uint_as_float(to_tf32(x)) : x;
 }
 template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
+template <int FORM> struct EmStore {
+  template <class T, class I> static __device__ __forceinline__ void put(T* base, I at, T x) {
+    base[at] = em_store_form<FORM>(x);
+  }
+};
+template <> struct EmStore<5> {
+  template <class I> static __device__ __forceinline__ void put(float* base, I at, float x) {
+    reinterpret_cast<unsigned short*>(base)[at] = from_acc<bf16>(x).bits;
+  }
+};
 // Element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form.
 template <int FORM, class T, class I> __device__ __forceinline__ void em_put(T* base, I line, I k, I Kp, T x) {
-  base[FORM >= 3 ? (I)em_panel_at(line, k, Kp) : line * Kp + k] = em_store_form<FORM>(x);
+  EmStore<FORM>::put(base, FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp) : line * Kp + k, x);
 }
 
 // Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
 // Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
 template <class In, class I, class T, int FORM> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
   typedef EmReal<T> R;
-  const EmView<T> v = em_view<T>(p);
+  const EmView<T> v = em_view<T, FORM>(p);
   const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);

@@ -66,6 +66,13 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
   add_wgmma_variants(out, s);
+  if (kind.out_dtype == DType::f16 || kind.out_dtype == DType::bf16) { // BF16 factors: half outputs only
+    s.math = Math::bf16;
+    s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
+    out.push_back(s);
+    s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_m = s.thread_n = 8, s.min_blocks = 1;
+    out.push_back(s);
+  }
   return out;
 }
 

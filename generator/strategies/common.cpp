@@ -233,6 +233,7 @@ int em_form(const KernelSpec& s) {
   case Math::tf32x3: return 2;
   case Math::wgmma_tf32x3: return 3;
   case Math::wgmma_tf32: return 4;
+  case Math::bf16: return 5;
   }
   return 0;
 }
@@ -241,6 +242,8 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
   if (spec.math != Math::fma && p.dtype == DType::f64)
     reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
+  if (spec.math == Math::bf16 && p.output_dtype() != DType::f16 && p.output_dtype() != DType::bf16)
+    reject("math", "bf16 rounds the factors to 8 bits: only for f16 and bf16 outputs (their 1e-2 contract)");
   if (single_tf32(spec.math) && p.precision != Precision::fast)
     reject("math", std::string(math_name(spec.math)) +
                        " (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
@@ -274,7 +277,9 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     if (tm < 2 || tn < 4 || tm % 2 || tn % 4 || 128 % wm || 128 % wn || spec.tile_m % wm || spec.tile_n % wn)
       reject("thread", "tensor-core exp_matmul needs thread_m even and thread_n a multiple of 4, with 8·thread_m and "
                        "4·thread_n dividing the block tile and 128");
-    if (spec.tile_k % 8) reject("tile", "tensor-core exp_matmul needs tile_k a multiple of 8");
+    if (spec.tile_k % (spec.math == Math::bf16 ? 16 : 8))
+      reject("tile", std::string("tensor-core exp_matmul needs tile_k a multiple of ") +
+                         (spec.math == Math::bf16 ? "16 (bf16)" : "8"));
   }
 }
 

@@ -16,9 +16,11 @@ int64_t a_batches(const Problem& p) { return p.a().batch == 0 ? 1 : p.shape.B; }
 int64_t b_batches(const Problem& p) { return p.b().batch == 0 ? 1 : p.shape.B; }
 bool wide(const KernelSpec& s) { return dtype_info(s.dtype).size_bytes == 8; }
 
-jb::EmWorkspace workspace(const Problem& p) {
+int factor_bytes(const KernelSpec& spec) { return jb::em_factor_bytes(em_form(spec), wide(spec)); }
+
+jb::EmWorkspace workspace(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), dtype_info(p.dtype).size_bytes == 8);
+  return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), wide(spec), factor_bytes(spec));
 }
 
 // The padded operand copies ([Mp][Kp] and [Kp][Np] per batch) must fit 32-bit index math too.
@@ -44,10 +46,9 @@ void defaults(KernelSpec& spec, const Problem& p) {
 
 // The workspace (jb::em_workspace sums these without checks): each padded operand copy and the repair flags within
 // 2^60 bytes, so the sum fits too.
-void check_workspace(const Problem& p) {
+void check_workspace(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  const bool w = dtype_info(p.dtype).size_bytes == 8;
-  const int64_t acc = w ? 8 : 4, rt = jb::em_repair_tile(s.B, s.M, s.N), limit = int64_t(1) << 60;
+  const int64_t acc = factor_bytes(spec), rt = jb::em_repair_tile(s.B, s.M, s.N), limit = int64_t(1) << 60;
   const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
   const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
   const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
@@ -62,16 +63,17 @@ int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
   if (uses_wgmma(s.math)) return lines + wgmma_static_shared_bytes(s);
-  // The a and b slices (mma rows are k-major).
+  // The a and b slices (mma rows are k-major, padded by 16 bytes).
+  const int fb = factor_bytes(s);
   const int slices = s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
-                                         : 2 * (s.tile_m + s.tile_n) * (s.tile_k + 4) * acc;
+                                         : 2 * (s.tile_m + s.tile_n) * (s.tile_k * fb + 16);
   return slices + lines;
 }
 
 void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
   check_exp_matmul_tiles(spec, p);
-  check_workspace(p);
+  check_workspace(spec, p);
   if (!spec.index64 && !fits_index32(p))
     reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
   check_tiles(spec, p, shared_bytes(spec));
@@ -99,23 +101,30 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
               {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
   add_wgmma_tiles(out, base, p);
+  if (p.output_dtype() == DType::f16 || p.output_dtype() == DType::bf16) { // BF16 factors: inside their contract
+    base.math = Math::bf16;
+    add_tiles(out, base,
+              {{128, 128, 32, 8, 8, 1}, {128, 128, 32, 8, 8, 2}, {128, 64, 32, 8, 4, 2}, {64, 64, 32, 4, 4, 2}});
+  }
   return out;
 }
 
 Rendering render(const KernelSpec& s) {
   Rendering r{forward_templates(true), "BmmParams", {}};
-  r.templates.insert(r.templates.end(),
-                     {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh", "exp_matmul_repair.cuh"});
+  r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
+                                        "exp_matmul_bf16.cuh", "exp_matmul_repair.cuh"});
   const std::string io = io_types(s);
   if (uses_wgmma(s.math)) {
     for (const char* t : wgmma_templates()) r.templates.push_back(t);
     r.templates.push_back("exp_matmul_wgmma.cuh");
     r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ">"));
   } else {
-    r.entries.push_back(main_entry(s, s.math == Math::fma
-                                          ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
-                                          : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) + ", " +
-                                                (s.math == Math::tf32x3 ? "true" : "false") + ">"));
+    const std::string product = s.math == Math::bf16     ? "jb::EmBf16Product"
+                                : s.math == Math::tf32x3 ? "jb::EmTf32Product<true>"
+                                                         : "jb::EmTf32Product<false>";
+    r.entries.push_back(main_entry(s, s.math == Math::fma ? "jb::exp_matmul_fma_kernel<" + io + ", " + tile_args(s) + ">"
+                                                          : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) +
+                                                                ", " + product + ">"));
   }
   // The prepare pass waits on memory: 4 blocks an SM (64 registers) keep more loads in flight. Its FORM
   // (exp_matmul_prepare.cuh): how the product reads the operands.
@@ -133,7 +142,7 @@ Rendering render(const KernelSpec& s) {
 
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  const jb::EmWorkspace w = workspace(p);
+  const jb::EmWorkspace w = workspace(spec, p);
   const jb::EmStatsGrid g = jb::em_stats_grid(s.M, s.N, a_batches(p), b_batches(p));
   LaunchPlan plan;
   Launch prepare, main, repair;

@@ -36,8 +36,10 @@ Pass parse_pass(const std::string& name);
 
 // exp_matmul's matrix product: FP32/FP64 FMA on the CUDA cores, or tensor cores with TF32 operands: three TF32
 // products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative), through mma.sync
-// (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific).
-enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32 };
+// (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific); or, for
+// f16 and bf16 outputs only, BF16 tensor cores: one product of factors rounded to BF16 (about 4e-3 in the log,
+// inside the half types' 1e-2: templates/exp_matmul_bf16.cuh).
+enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16 };
 const char* math_name(Math math);
 Math parse_math(const std::string& name);
 // One TF32 product per term (tf32, wgmma_tf32): allowed at Precision::fast only.

@@ -190,7 +190,21 @@ TEST_CASE("exp_matmul specs: what check_spec_fits refuses, naming the field") {
   refused(s, wide, "spec.math");
   CHECK(default_spec(wide, Strategy::exp_matmul).math == Math::fma);
   CHECK_THROWS_WITH_AS(parse_precision("rough"), doctest::Contains("precision"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(parse_math("bf16"), doctest::Contains("math"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_math("fp8"), doctest::Contains("math"), std::invalid_argument);
+  s = base, s.math = Math::bf16, s.tile_k = 32; // BF16 factors: f16 and bf16 problems only, k-steps of 16
+  refused(s, p, "only for f16 and bf16 outputs");
+  Problem half = p;
+  half.dtype = DType::bf16;
+  KernelSpec to_f32 = s;
+  to_f32.dtype = DType::bf16;
+  Problem wide_out = half;
+  wide_out.out_dtype = DType::f32; // a bf16 problem with f32 outputs keeps f32's 1e-5
+  refused(to_f32, wide_out, "only for f16 and bf16 outputs");
+  KernelSpec h = s;
+  h.dtype = h.out_dtype = DType::bf16;
+  CHECK_NOTHROW(check_spec_fits(h, half));
+  h.tile_k = 8;
+  refused(h, half, "multiple of 16");
 }
 
 TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace and target") {
