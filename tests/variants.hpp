@@ -109,7 +109,10 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
     out.push_back(s);
     if (index64) continue;
     if (kind.dtype == DType::f32 || kind.dtype == DType::f16) {
-      s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 2;
+      // Two blocks an SM cap registers at 128: the f16 argmax kernel (value and k per output, and the conversions)
+      // spills there, so it is compiled for one.
+      s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4;
+      s.min_blocks = kind.with_argmax && kind.dtype == DType::f16 ? 1 : 2;
       out.push_back(s);
     }
     s.strategy = Strategy::split_k;
