@@ -21,7 +21,7 @@ void usage(std::FILE* to) {
       "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"
       "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
       "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
-      "                 [--min-blocks N] [--k-chunk N] [--math fma|tf32x3|tf32|wgmma_tf32x3|wgmma_tf32]\n"
+      "                 [--min-blocks N] [--k-chunk N] [--math fma|tf32x3|tf32|wgmma_tf32x3|wgmma_tf32|bf16]\n"
       "                 [--precision exact|fast] [--a-layout row|col|broadcast] [--b-layout row|col|broadcast]\n"
       "                 [--index64] [--arch sm_90]\n"
       "                 --emit cuda|ptx|sass|resources|all\n"
