@@ -93,6 +93,15 @@ template <class Op> struct SelectTerm {
   static __device__ __forceinline__ int arg(const Acc& acc) { return acc.k; }
 };
 
+// An operand element as a tile stages it: in the accumulator type (to_acc), or as its raw bits (unsigned short: the
+// packed half kernel, tiled_packed.cuh).
+template <class T> struct Staged {
+  template <class In> static __device__ __forceinline__ T of(In x) { return to_acc(x); }
+};
+template <> struct Staged<unsigned short> {
+  template <class In> static __device__ __forceinline__ unsigned short of(In x) { return x.bits; }
+};
+
 // The tile geometry and the shared-memory staging shared by every tiled kernel.
 template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
   typedef T Value;
@@ -118,14 +127,14 @@ template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
       const int idx = tid + l * kThreads; // k fastest: consecutive threads read consecutive k of one row
       const int r = idx / BK, c = idx % BK;
       const I i = m0 + r, k = k0 + c;
-      ra[l] = (idx < BM * BK && i < (I)p.M && k < k_end) ? to_acc(A[i * (I)p.a_row + k * (I)p.a_col]) : pad_a;
+      ra[l] = (idx < BM * BK && i < (I)p.M && k < k_end) ? Staged<T>::of(A[i * (I)p.a_row + k * (I)p.a_col]) : pad_a;
     }
 #pragma unroll
     for (int l = 0; l < kLoadB; ++l) {
       const int idx = tid + l * kThreads; // n fastest
       const int r = idx / BN, c = idx % BN;
       const I k = k0 + r, j = n0 + c;
-      rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? to_acc(B[k * (I)p.b_row + j * (I)p.b_col]) : pad_b;
+      rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? Staged<T>::of(B[k * (I)p.b_row + j * (I)p.b_col]) : pad_b;
     }
   }
 

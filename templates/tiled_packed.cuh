@@ -102,24 +102,11 @@ template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
     unsigned short b[2][BK][kPadN];
   };
 
+  // Fetched as Tile fetches (the raw bits: Staged<unsigned short>).
   template <class In, class I>
   static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
                                                Value pad_a, Value pad_b, Value (&ra)[kLoadA], Value (&rb)[kLoadB]) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int l = 0; l < kLoadA; ++l) {
-      const int idx = tid + l * kThreads;
-      const int r = idx / BK, c = idx % BK;
-      const I i = m0 + r, k = k0 + c;
-      ra[l] = (idx < BM * BK && i < (I)p.M && k < k_end) ? A[i * (I)p.a_row + k * (I)p.a_col].bits : pad_a;
-    }
-#pragma unroll
-    for (int l = 0; l < kLoadB; ++l) {
-      const int idx = tid + l * kThreads;
-      const int r = idx / BN, c = idx % BN;
-      const I k = k0 + r, j = n0 + c;
-      rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? B[k * (I)p.b_row + j * (I)p.b_col].bits : pad_b;
-    }
+    Tile<Value, BM, BN, BK, TM, TN>::fetch(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
   }
 
   static __device__ __forceinline__ void store(Smem& sm, int buf, const Value (&ra)[kLoadA],
