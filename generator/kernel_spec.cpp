@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "generator/strategy.hpp"
 #include "generator/strategies/common.hpp"
+#include "generator/strategy.hpp"
 #include "support/checked_size.hpp"
 #include "support/enum_names.hpp"
 
@@ -24,7 +24,8 @@ constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"},
                                      {Math::tf32, "tf32"},
                                      {Math::wgmma_tf32x3, "wgmma_tf32x3"},
                                      {Math::wgmma_tf32, "wgmma_tf32"},
-                                     {Math::bf16, "bf16"}};
+                                     {Math::bf16, "bf16"},
+                                     {Math::wgmma_bf16, "wgmma_bf16"}};
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
@@ -62,7 +63,7 @@ void check_fields(const KernelSpec& spec) {
   if (fields & kTileFields) {
     in("tile_m", spec.tile_m, 1, 1024);
     in("tile_n", spec.tile_n, 1, 1024);
-    in("tile_k", spec.tile_k, 1, 32);
+    in("tile_k", spec.tile_k, 1, 64); // 64 for wgmma_bf16 only (check_tiles)
     in("thread_m", spec.thread_m, 1, 64);
     in("thread_n", spec.thread_n, 1, 64);
     in("min_blocks", spec.min_blocks, 1, 2048);
@@ -101,7 +102,10 @@ Strategy parse_strategy(const std::string& name) {
 const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
 Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
 bool single_tf32(Math math) { return math == Math::tf32 || math == Math::wgmma_tf32; }
-bool uses_wgmma(Math math) { return math == Math::wgmma_tf32x3 || math == Math::wgmma_tf32; }
+bool bf16_factors(Math math) { return math == Math::bf16 || math == Math::wgmma_bf16; }
+bool uses_wgmma(Math math) {
+  return math == Math::wgmma_tf32x3 || math == Math::wgmma_tf32 || math == Math::wgmma_bf16;
+}
 const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
 Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }
 

@@ -1,12 +1,15 @@
 // exp_matmul's product through BF16 tensor cores (math=bf16), for f16 and bf16 problems: the prepare pass stores the
-// factors rounded to BF16 (FORM 5), and mma.sync m16n8k16 multiplies them exactly and sums in f32.
+// factors rounded to BF16 (FORM 5), and mma.sync m16n8k16 multiplies them exactly and sums in f32. The bound below
+// holds for Hopper's wgmma_bf16 too (FORM 6, exp_matmul_wgmma.cuh).
 //
 // Accuracy. A BF16 factor is within 2^-9 of its value (8 mantissa bits, to nearest), so each product is within
 // 2^-8 + 2^-18 of its term, and the positive sum s within the same relative error: log s within 2^-8 ≈ 0.0039.
 // The half types' contract is 1e-2 (README), of which the output's own rounding takes at most one step, 2^-8 for
 // bf16 and 2^-11 for f16 (relative to max(1, |out|)); the rest, 0.0061 of it, is more than the 0.0039 this form
-// can lose. BF16 has f32's exponent range, so the headroom and the guard are f32's: a term lost to underflow is
-// bounded as in exp_matmul_bounds.cuh, and the guard sends its outputs to the exact repair.
+// can lose. The f32 sums chain over K, and the tensor cores truncate each add (about 2^-22 relative, all one way):
+// K/16 adds, at most 0.001 more at K = 65536, the longest K these forms accept. BF16 has f32's exponent range, so the
+// headroom and the guard are f32's: a term lost to underflow is bounded as in exp_matmul_bounds.cuh, and the guard
+// sends its outputs to the exact repair.
 #pragma once
 
 namespace jb {

@@ -69,9 +69,11 @@ JB_HD int em_repair_tile(long long B, long long M, long long N) {
 }
 
 // The exponentiated operands are stored padded, so the product's loads need no bounds checks: rows and columns to
-// a multiple of 128 (any block tile up to 128 divides it), K to a multiple of 32 (any tile_k up to 32). Padding
-// holds 0 (the factor of −inf).
+// a multiple of 128 (any block tile up to 128 divides it), K to a whole 128-byte line of factors: a multiple of 32
+// (any tile_k up to 32), or of 64 for 2-byte factors (a wgmma_bf16 panel's line). Padding holds 0 (the factor of
+// −inf).
 JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / to * to; }
+JB_HD int em_k_align(int factor_bytes) { return factor_bytes == 2 ? 64 : 32; }
 
 // The workspace, in byte offsets from its start:
 //   row_max, row_line  per row of a (a_batches × M): its max, and its EmLine (where it holds values other than
@@ -80,7 +82,7 @@ JB_HD long long em_round_up(long long v, long long to) { return (v + to - 1) / t
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
 //   ea                 2^((a − max)' + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
 //                      [b_batches][Np][Kp] (the tensor-core forms), or both in panels (the wgmma forms: em_panel_at);
-//                      in the accumulator type, or in BF16 (FORM 5: em_factor_bytes)
+//                      in the accumulator type, or in BF16 (FORM 5 and 6: em_factor_bytes)
 // a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
   long long Mp, Np, Kp;
@@ -99,8 +101,9 @@ JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
   return (a.chunks & b.chunks) == 0ull || a.last < b.first || b.last < a.first;
 }
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
-// The size of one stored factor: the accumulator's, or 2 for FORM 5 (math=bf16: factors rounded to BF16).
-JB_HD int em_factor_bytes(int form, bool wide) { return form == 5 ? 2 : wide ? 8 : 4; }
+// The size of one stored factor: the accumulator's, or 2 for FORM 5 and 6 (math bf16 and wgmma_bf16: factors
+// rounded to BF16).
+JB_HD int em_factor_bytes(int form, bool wide) { return form == 5 || form == 6 ? 2 : wide ? 8 : 4; }
 // factor_bytes 0: the accumulator's size (the parts before ea do not depend on it).
 JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
                                long long b_batches, bool wide, int factor_bytes = 0) {
@@ -108,7 +111,7 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
   EmWorkspace w;
   w.Mp = em_round_up(M, 128);
   w.Np = em_round_up(N, 128);
-  w.Kp = em_round_up(K, 32);
+  w.Kp = em_round_up(K, em_k_align((int)fb));
   w.row_max = 0;
   w.col_max = em_align(w.row_max + a_batches * M * acc);
   w.row_line = em_align(w.col_max + b_batches * N * acc);
@@ -123,19 +126,22 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
 }
 
 // The wgmma forms' operand layout, which a K slice's bulk copy moves as it lies. Lines (rows of a, columns of b,
-// counted across the batch) are grouped in panels of 128, each panel's K in slices of 32: a slice is 128 lines × 32
-// k, 16 KiB contiguous, every line 128 bytes with its 16-byte chunks swizzled by line % 8 (wgmma's 128-byte swizzle,
-// templates/wgmma.cuh), so any 64 consecutive lines of a panel copy straight into a wgmma tile. Offsets in 4-byte
-// values; Kp is a multiple of 32 and the padded line counts of 128.
-JB_HD int em_sw128_at(int row, int k) { return row * 32 + (((k / 4) ^ (row % 8)) * 4) + k % 4; }
-JB_HD long long em_panel_at(long long line, long long k, long long Kp) {
-  return ((line / 128) * (Kp / 32) + k / 32) * 4096 + em_sw128_at((int)(line % 128), (int)(k % 32));
+// counted across the batch) are grouped in panels of 128, each panel's K in slices of one 128-byte line: PER values
+// (32 of 4 bytes, or 64 BF16 for wgmma_bf16). A slice is 128 lines × PER k, 16 KiB contiguous, every line's 16-byte
+// chunks swizzled by line % 8 (wgmma's 128-byte swizzle, templates/wgmma.cuh), so any 64 consecutive lines of a panel
+// copy straight into a wgmma tile. Offsets in values; Kp is a multiple of PER and the padded line counts of 128.
+template <int PER = 32> JB_HD int em_sw128_at(int row, int k) {
+  constexpr int kChunk = PER / 8; // values a 16-byte chunk
+  return row * PER + (((k / kChunk) ^ (row % 8)) * kChunk) + k % kChunk;
+}
+template <int PER = 32> JB_HD long long em_panel_at(long long line, long long k, long long Kp) {
+  return ((line / 128) * (Kp / PER) + k / PER) * (128 * PER) + em_sw128_at<PER>((int)(line % 128), (int)(k % PER));
 }
 
-// The Hopper product (math wgmma_*, templates/exp_matmul_wgmma.cuh): a stage holds one 32-k slice of a's BM rows and
-// b's BN columns, and for wgmma_tf32x3 their TF32 low parts beside them. Stages start 1024-byte aligned (the
-// swizzle's period); as many as fit in 200 KiB of shared memory, at most 4; the kernel needs 3 (one slice in the
-// tensor cores, one being split into TF32 parts or waited for, one landing).
+// The Hopper product (math wgmma_*, templates/exp_matmul_wgmma.cuh): a stage holds one slice (a 128-byte line: 32
+// k, or 64 for wgmma_bf16) of a's BM rows and b's BN columns, and for wgmma_tf32x3 their TF32 low parts beside them.
+// Stages start 1024-byte aligned (the swizzle's period); as many as fit in 200 KiB of shared memory, at most 4; the
+// kernel needs 3 (one slice in the tensor cores, one being split into TF32 parts or waited for, one landing).
 JB_HD int em_wg_stage_bytes(int bm, int bn, bool split) { return (split ? 2 : 1) * (bm + bn) * 32 * 4; }
 JB_HD int em_wg_stages(int stage_bytes) {
   const int s = stage_bytes > 0 ? 200 * 1024 / stage_bytes : 0;

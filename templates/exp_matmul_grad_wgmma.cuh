@@ -18,6 +18,7 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
   const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
   const int group = threadIdx.x / 128;
   if (group == 0) {
+    P::enter_producer();
     // The block's tiles: batches z = blockIdx.z, + gridDim.z, ...
     const I z0 = (I)blockIdx.z, dz = (I)gridDim.z, y_batch = e.d.y_batches == 1 ? 0 : Kxp;
     pipe.produce(
@@ -26,18 +27,20 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
         (int)threadIdx.x);
     return;
   }
+  P::enter_consumer();
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     float acc[P::kRegs];
     pipe.consume(acc, Nxp, cg);
     const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
+    wg_epilogue_blocks<BN>([&](int blk) { // a 32-column block a pass (wg_next_block)
 #pragma unroll
-    for (int c8 = 0; c8 < BN / 8; ++c8)
-#pragma unroll
-      for (int el = 0; el < 4; ++el) {
-        const I i = m0 + 64 * cg + wg_frag_row(warp, lane, el), k = n0 + wg_frag_col(lane, c8, el);
-        if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[4 * c8 + el], e_batch);
+      for (int q = 0; q < 16; ++q) {
+        const I i = m0 + 64 * cg + wg_frag_row(warp, lane, q % 4), k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
+        if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[q], e_batch);
       }
+      wg_next_block(acc);
+    });
   }
 }
 

@@ -104,9 +104,9 @@ template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int h
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
 // FORM 1 (tf32), 2 (tf32x3) and 5 (bf16): b transposed to [Np][Kp], so both operands reach the tensor cores
-// k-contiguous; FORM 3 (wgmma_tf32x3) and 4 (wgmma_tf32): both in the swizzled panels a bulk copy moves as they lie
-// (em_panel_at). FORM 1 and 4 store the values rounded to TF32 (the product then converts nothing), FORM 5 rounded
-// to BF16 (to nearest even) in 2-byte slots.
+// k-contiguous; FORM 3 (wgmma_tf32x3), 4 (wgmma_tf32) and 6 (wgmma_bf16): both in the swizzled panels a bulk copy
+// moves as they lie (em_panel_at, 64 k a line for FORM 6). FORM 1 and 4 store the values rounded to TF32 (the
+// product then converts nothing), FORM 5 and 6 rounded to BF16 (to nearest even) in 2-byte slots.
 template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
   return FORM == 1 || FORM == 4 ? __uint_as_float(to_tf32(x)) : x;
 }
@@ -121,9 +121,14 @@ template <> struct EmStore<5> {
     reinterpret_cast<unsigned short*>(base)[at] = from_acc<bf16>(x).bits;
   }
 };
+template <> struct EmStore<6> : EmStore<5> {};
 // Element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form.
 template <int FORM, class T, class I> __device__ __forceinline__ void em_put(T* base, I line, I k, I Kp, T x) {
-  EmStore<FORM>::put(base, FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp) : line * Kp + k, x);
+  EmStore<FORM>::put(base,
+                     FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp)
+                     : FORM == 6            ? (I)em_panel_at<64>(line, k, Kp)
+                                            : line * Kp + k,
+                     x);
 }
 
 // Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
@@ -194,7 +199,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   }
   __shared__ T part_max[8][32];
   __shared__ EmLine part_line[8][32];
-  __shared__ T tile[64][33]; // FORM 1–4: [k][column] → written out as [column][k]
+  __shared__ T tile[64][33]; // FORM 1–6: [k][column] → written out as [column][k]
   const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
   for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
     const I c = c0 + lane, batch = c / Np, j = c % Np;

@@ -1,33 +1,38 @@
-// exp_matmul's product on Hopper (math wgmma_tf32x3 and wgmma_tf32; sm_90a): the warp-specialised pipeline of
-// wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the factors as they are, split
-// into TF32 parts in shared memory) or FORM 4 (rounded to TF32). The guard and the epilogue are the other forms'
+// exp_matmul's product on Hopper (math wgmma_tf32x3, wgmma_tf32 and wgmma_bf16; sm_90a): the warp-specialised
+// pipeline of wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the factors as they
+// are, split into TF32 parts in shared memory), FORM 4 (rounded to TF32) or FORM 6 (rounded to BF16: Mma = WgBf16,
+// for half outputs, bounded as math=bf16 in exp_matmul_bf16.cuh). The guard and the epilogue are the other forms'
 // (em_finish, EmFlagged).
 #pragma once
 
 namespace jb {
 
-template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT>
+template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
-  typedef WgPipeline<BM, BN, STAGES, SPLIT> P;
+  typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma> P;
+  typedef typename P::F F;
+  constexpr int kForm = sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
   extern __shared__ unsigned char em_wg_smem[];
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
   P pipe(em_wg_smem, bars);
-  const EmView<T> v = em_view<T>(p);
+  const EmView<T> v = em_view<T, kForm>(p);
   const I Kp = (I)v.Kp;
   const int group = threadIdx.x / 128;
   if (group == 0) {
+    P::enter_producer();
     // The block's tiles: batches z = blockIdx.z, + gridDim.z, ... (exp_matmul's batch is its z: no k chunks).
     const I z0 = (I)blockIdx.z, dz = (I)gridDim.z, m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
     const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
-    pipe.produce(v.ea, v.eb, Kp,
+    pipe.produce(reinterpret_cast<const F*>(v.ea), reinterpret_cast<const F*>(v.eb), Kp,
                  WgTiles<I>{((I)p.B - z0 + dz - 1) / dz, z0 * a_batch + m0, dz * a_batch, z0 * b_batch + n0,
                             dz * b_batch, (I)v.Np - n0},
                  (int)threadIdx.x);
     return;
   }
+  P::enter_consumer();
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const T threshold = EmReal<T>::pow2(v.guard);
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
@@ -39,18 +44,21 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     pipe.consume(acc, Kp, cg);
     P::consumers_sync(); // every consumer's staged lines are in
     // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns.
-    EmFlagged<1, em_blocks(BN)> flagged;
+    // A 32-column block a pass (wg_next_block), each pass's flagged outputs reported as it ends.
+    const auto finish_block = [&](int blk) {
+      EmFlagged<1, 1> flagged;
 #pragma unroll
-    for (int c8 = 0; c8 < BN / 8; ++c8)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 64 * cg + wg_frag_row(warp, lane, e), c = wg_frag_col(lane, c8, e);
+      for (int q = 0; q < 16; ++q) {
+        const int r = 64 * cg + wg_frag_row(warp, lane, q % 4), c = 32 * blk + wg_frag_col(lane, q / 4, q % 4);
         const I i = t.m0 + r, j = t.n0 + c;
         if (i < (I)p.M && j < (I)p.N)
-          flagged.n[0][c8 * 8 / 32] += em_finish<T, Out, I>(p, t, i, j, acc[4 * c8 + e], sh_a[r], sh_b[c],
-                                                            em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
+          flagged.n[0][0] += em_finish<T, Out, I>(p, t, i, j, acc[q], sh_a[r], sh_b[c],
+                                                  em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
       }
-    flagged.report(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0);
+      flagged.report(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0 + 32 * blk);
+      wg_next_block(acc);
+    };
+    wg_epilogue_blocks<BN>(finish_block);
   }
 }
 

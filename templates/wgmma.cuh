@@ -1,12 +1,12 @@
 // Hopper's warpgroup tensor-core instructions (wgmma, sm_90a only): shared-memory matrix descriptors, the TF32
-// product of a 64×N tile over k = 8, and the fences that order it. A warpgroup is 4 consecutive warps starting at a
-// warp index divisible by 4; its 128 threads issue each instruction together.
+// product of a 64×N tile over k = 8 and the BF16 one over k = 16, and the fences that order them. A warpgroup is 4
+// consecutive warps starting at a warp index divisible by 4; its 128 threads issue each instruction together.
 //
-// Operand layout (K-major, 128-byte swizzle, the layout TF32 operands take fastest): a tile of R rows × 32 k is
-// [R][32] 4-byte values, each row 128 bytes, with row r's 16-byte chunk c stored at chunk c ^ (r % 8) (em_sw128_at in
-// exp_matmul_bounds.cuh, which the workspace's panels share). The tile starts 1024-byte aligned; 8-row groups are
-// 1024 bytes apart (the descriptor's stride offset). A k = 8 step inside the tile is the descriptor of the tile's
-// start plus 32·step bytes: the hardware applies the swizzle to the address.
+// Operand layout (K-major, 128-byte swizzle): a tile of R rows × 32 k is [R][32] 4-byte values (TF32), or R × 64
+// k of 2-byte ones (BF16), each row 128 bytes, with row r's 16-byte chunk c stored at chunk c ^ (r % 8) (em_sw128_at
+// in exp_matmul_bounds.cuh, which the workspace's panels share). The tile starts 1024-byte aligned; 8-row groups are
+// 1024 bytes apart (the descriptor's stride offset). A k step inside the tile (8 TF32 or 16 BF16 values: 32 bytes) is
+// the descriptor of the tile's start plus 32·step bytes: the hardware applies the swizzle to the address.
 //
 // Accumulator fragment (as mma.sync's m16n8 C, repeated over N/8): warp w of the group holds rows 16w..16w+15;
 // register 4n + e of lane l is row 16w + l/4 + 8·(e/2), column 8n + 2·(l%4) + e%2.
@@ -25,6 +25,40 @@ __device__ __forceinline__ unsigned long long wg_descriptor(unsigned addr) {
 __device__ __forceinline__ int wg_frag_row(int warp, int lane, int e) { return 16 * warp + lane / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int wg_frag_col(int lane, int c8, int e) { return 8 * c8 + 2 * (lane % 4) + e % 2; }
 
+// The epilogue's step over the accumulators, 32 columns (16 registers) at a time: the next block's registers move
+// to the front. An epilogue that walks them in a loop that is not unrolled, always reading registers 0..15, keeps
+// every index a compile-time constant (so they stay registers) while its code is one block's: unrolled over all N/8
+// fragments, the finishing code of 128 outputs outgrew the instruction cache (Nsight Compute at 4×2048³, BF16
+// 128×256: "no instruction" the top stall, the epilogue more than half the product's time).
+template <int R> __device__ __forceinline__ void wg_next_block(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i + 16 < R; ++i) d[i] = d[i + 16];
+}
+// Runs block(0) .. block(N/32 − 1), each finishing registers 0..15 and calling wg_next_block. The loop's registers
+// all stay live across it, so at N = 256 (128 accumulators) the first two blocks run unrolled before it: their
+// registers are free by then, and the loop fits beside the rest without spilling.
+template <int N, class Block> __device__ __forceinline__ void wg_epilogue_blocks(const Block& block) {
+  constexpr int kPeeled = N > 192 ? (N - 192) / 32 : 0;
+#pragma unroll
+  for (int b = 0; b < kPeeled; ++b) block(b);
+#pragma unroll 1
+  for (int b = kPeeled; b < N / 32; ++b) block(b);
+}
+
+// Moves registers between a block's warpgroups (sm_90a; the kernel must be compiled with a register cap, as
+// __launch_bounds__(threads, 1) sets): each thread of the calling warpgroup gives its count up to N, or raises it to
+// N. Every warpgroup's role must be one branch of the kernel for ptxas to apply it.
+template <int N> __device__ __forceinline__ void wg_release_registers() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_claim_registers() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+
 // Before the first wgmma that reads registers other instructions wrote (the accumulators after an epilogue or an add).
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -41,79 +75,63 @@ template <int R> __device__ __forceinline__ void wg_pin(float (&d)[R]) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// D (+)= A·Bᵀ for a 64×64 tile and k = 8; D is this thread's 32 fragment registers.
-__device__ __forceinline__ void wg_mma_tf32_n64(float (&d)[32], unsigned long long a, unsigned long long b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-      "}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// D (+)= A·Bᵀ for a 64×128 tile and k = 8; D is this thread's 64 fragment registers.
-__device__ __forceinline__ void wg_mma_tf32_n128(float (&d)[64], unsigned long long a, unsigned long long b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// D (+)= A·Bᵀ for a 64×256 tile and k = 8; D is this thread's 128 fragment registers.
-__device__ __forceinline__ void wg_mma_tf32_n256(float (&d)[128], unsigned long long a, unsigned long long b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-      "}, %128, %129, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
+// The accumulator operands of one 64×N wgmma, N/2 registers of d: their names in the instruction and their
+// constraints (d[0..7] at JB_WG_D8(0)). Macros, because an asm statement takes only literals.
+#define JB_WG_D8(o)                                                                                                    \
+  "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]),          \
+      "+f"(d[o + 7])
+#define JB_WG_D32 JB_WG_D8(0), JB_WG_D8(8), JB_WG_D8(16), JB_WG_D8(24)
+#define JB_WG_D64 JB_WG_D32, JB_WG_D8(32), JB_WG_D8(40), JB_WG_D8(48), JB_WG_D8(56)
+#define JB_WG_D128                                                                                                     \
+  JB_WG_D64, JB_WG_D8(64), JB_WG_D8(72), JB_WG_D8(80), JB_WG_D8(88), JB_WG_D8(96), JB_WG_D8(104), JB_WG_D8(112),       \
+      JB_WG_D8(120)
+#define JB_WG_LIST32                                                                                                   \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"                     \
+  "%26,%27,%28,%29,%30,%31"
+#define JB_WG_LIST64                                                                                                   \
+  JB_WG_LIST32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"                         \
+               "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define JB_WG_LIST128                                                                                                  \
+  JB_WG_LIST64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,"     \
+               "%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,"    \
+               "%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+// NAME(d, a, b, accumulate): D (+)= A·Bᵀ by the instruction SHAPE_TYPES (its operands after the predicate: TAIL) for
+// descriptors a and b; R accumulator registers, whose constraints are D and names LIST; "%A" is a's operand number,
+// R, and b and accumulate follow it.
+#define JB_WG_MMA(NAME, R, SHAPE_TYPES, TAIL, D, LIST, A, B, ACC)                                                      \
+  __device__ __forceinline__ void NAME(float(&d)[R], unsigned long long a, unsigned long long b, int accumulate) {     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ACC ", 0;\n"                                                     \
+                 "wgmma.mma_async.sync.aligned." SHAPE_TYPES " {" LIST "}, %" A ", %" B ", p, " TAIL ";\n}\n"          \
+                 : D                                                                                                   \
+                 : "l"(a), "l"(b), "r"(accumulate));                                                                   \
+  }
+// TF32: k = 8 a step; the scales of a and b are 1 (K-major operands take no transpose immediates).
+JB_WG_MMA(wg_mma_tf32_n64, 32, "m64n64k8.f32.tf32.tf32", "1, 1", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
+JB_WG_MMA(wg_mma_tf32_n128, 64, "m64n128k8.f32.tf32.tf32", "1, 1", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
+JB_WG_MMA(wg_mma_tf32_n256, 128, "m64n256k8.f32.tf32.tf32", "1, 1", JB_WG_D128, JB_WG_LIST128, "128", "129", "130")
+// BF16: k = 16 a step (the same 32 bytes of each line); scales 1, both operands K-major (transpose 0).
+JB_WG_MMA(wg_mma_bf16_n64, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
+JB_WG_MMA(wg_mma_bf16_n128, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
+JB_WG_MMA(wg_mma_bf16_n256, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128, JB_WG_LIST128, "128", "129",
+          "130")
+#undef JB_WG_MMA
+#undef JB_WG_LIST128
+#undef JB_WG_LIST64
+#undef JB_WG_LIST32
+#undef JB_WG_D128
+#undef JB_WG_D64
+#undef JB_WG_D32
+#undef JB_WG_D8
 #endif
 
-// The 64×N product of descriptors a (64 rows) and b (N rows), accumulate = 0 to overwrite d.
-template <int N> __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], unsigned long long a,
-                                                             unsigned long long b, int accumulate) {
+// The arithmetic of a wgmma product: what its operands' 4-byte or 2-byte values are, and the 64×N product of
+// descriptors a (64 rows) and b (N rows) over one k step, 32 bytes of every line (accumulate = 0 overwrites d).
+// Either way a 128-byte line is 4 steps.
+struct WgTf32 {
+  typedef float Factor;
+  template <int N>
+  static __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b,
+                                             int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (N == 64) wg_mma_tf32_n64(d, a, b, accumulate);
   else if constexpr (N == 128) wg_mma_tf32_n128(d, a, b, accumulate);
@@ -121,6 +139,24 @@ template <int N> __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], 
 #else
   static_assert(N < 0, "wgmma needs the sm_90a target");
 #endif
-}
+  }
+};
+struct WgBf16 {
+  typedef unsigned short Factor; // BF16 bits
+  template <int N>
+  static __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b,
+                                             int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (N == 64)
+      wg_mma_bf16_n64(d, a, b, accumulate);
+    else if constexpr (N == 128)
+      wg_mma_bf16_n128(d, a, b, accumulate);
+    else
+      wg_mma_bf16_n256(d, a, b, accumulate);
+#else
+    static_assert(N < 0, "wgmma needs the sm_90a target");
+#endif
+  }
+};
 
 } // namespace jb

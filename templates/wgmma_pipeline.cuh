@@ -1,8 +1,9 @@
 // A warp-specialised wgmma product of two operands stored in the exp-matmul workspace's panels (em_panel_at, both
 // K-major: lines of Kp values), for the exp_matmul forward and backward on Hopper (sm_90a).
 //
-// Warpgroup 0 produces. One of its threads moves each 32-k slice of the block tile (BM lines of a, BN of b) into one
-// of STAGES shared-memory stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
+// Warpgroup 0 produces. One of its threads moves each slice of the block tile (BM lines of a, BN of b; a slice is a
+// 128-byte line of each: 32 k of TF32's 4-byte values, 64 of BF16's 2-byte ones) into one of STAGES shared-memory
+// stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
 // whole warpgroup then splits the landed slice into TF32 high parts (in place) and low parts (beside them), so each
 // value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile.
 // Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
@@ -12,11 +13,11 @@
 // same slices in the same order (tile after tile, then k), so the block's n-th slice uses stage n % STAGES, and its
 // barriers' phase of parity (n / STAGES) % 2.
 //
-// Without SPLIT the operands hold TF32 values and every product chains into the accumulators, one slice's products
-// in flight while the next one's are issued. With SPLIT there are three products per term, hi·hi + hi·lo + lo·hi
-// (lo·lo is below 2^-22 of the term). The tensor cores add with truncation, so each slice's products go into a fresh
-// partial accumulator that is then added to the f32 total with a rounded add: the truncation never compounds over K
-// (as in em_mma_tile).
+// Without SPLIT the operands hold the values Mma multiplies (WgTf32: TF32; WgBf16: BF16) and every product chains
+// into the accumulators, one slice's products in flight while the next one's are issued. With SPLIT there are three
+// products per term, hi·hi + hi·lo + lo·hi (lo·lo is below 2^-22 of the term). The tensor cores add with truncation, so
+// each slice's products go into a fresh partial accumulator that is then added to the f32 total with a rounded add: the
+// truncation never compounds over K (as in em_mma_tile).
 #pragma once
 
 namespace jb {
@@ -48,11 +49,25 @@ template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* sta
 // them; its stage bytes are then left as they are, and the consumers write none of its columns).
 template <class I> struct WgTiles { I count, a_line, a_step, b_line, b_step, b_left; };
 
-template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
+template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgPipeline {
+  typedef typename Mma::Factor F;
+  static constexpr int kLine = 128 / (int)sizeof(F); // k a slice
   static constexpr int kConsumers = BM / 64, kConsumerThreads = 128 * kConsumers, kRegs = BN / 2;
   static constexpr int kA = BM * 128, kB = BN * 128, kPart = kA + kB, kStage = (SPLIT ? 2 : 1) * kPart; // bytes
   static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128 || BN == 256), "wgmma tile geometry");
   static_assert(STAGES >= 3, "one stage in the tensor cores, one being split or waited for, one landing");
+  static_assert(!SPLIT || sizeof(F) == 4, "the split makes TF32 parts of 4-byte values");
+  // With two consumer warpgroups (384 threads, 168 registers each at entry) the producer, which needs few, gives
+  // registers to the consumers (kProducerRegs + 2 · kConsumerRegs ≤ 512 per thread of a warpgroup: 64 Ki a block).
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "the register file");
+  // The producer's and the consumers' first step (a block of one consumer warpgroup has registers enough).
+  static __device__ __forceinline__ void enter_producer() {
+    if constexpr (kConsumers == 2) wg_release_registers<kProducerRegs>();
+  }
+  static __device__ __forceinline__ void enter_consumer() {
+    if constexpr (kConsumers == 2) wg_claim_registers<kConsumerRegs>();
+  }
   unsigned smem, full, split, empty; // shared addresses: the first stage, each kind's first barrier
   unsigned char* smem_ptr;           // the first stage
   unsigned n = 0;                    // the block's slices so far
@@ -80,8 +95,8 @@ template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
   // warpgroup splits slice q: a slice lands while the one before it is split. (Issuing further ahead, or as soon as
   // a stage frees, measured slower on the H100: the split then waits on the consumers.)
   template <class I>
-  __device__ __forceinline__ void produce(const float* a, const float* b, I Kp, const WgTiles<I>& tiles, int tid) {
-    const I total = tiles.count * (Kp / 32);
+  __device__ __forceinline__ void produce(const F* a, const F* b, I Kp, const WgTiles<I>& tiles, int tid) {
+    const I total = tiles.count * (Kp / kLine);
     const bool second = BN == 256 && tiles.b_left > 128;
     const unsigned bytes = kA + (BN == 256 && !second ? 128 * 128 : kB);
     I k = 0, a_line = tiles.a_line, b_line = tiles.b_line; // the next slice to issue
@@ -89,10 +104,10 @@ template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
       const unsigned m = n + (unsigned)q, st = m % STAGES, stage = smem + st * kStage, bar = full + 8 * st;
       if (m >= STAGES) mb_wait(empty + 8 * st, (m / STAGES) % 2 ^ 1u); // the stage's previous slice is consumed
       mb_arrive_expect(bar, bytes);
-      bulk_copy(stage, a + em_panel_at(a_line, k, Kp), kA, bar);
-      bulk_copy(stage + kA, b + em_panel_at(b_line, k, Kp), BN == 256 ? 128 * 128 : kB, bar);
-      if (second) bulk_copy(stage + kA + 128 * 128, b + em_panel_at(b_line + 128, k, Kp), 128 * 128, bar);
-      if ((k += 32) == Kp) k = 0, a_line += tiles.a_step, b_line += tiles.b_step;
+      bulk_copy(stage, a + em_panel_at<kLine>(a_line, k, Kp), kA, bar);
+      bulk_copy(stage + kA, b + em_panel_at<kLine>(b_line, k, Kp), BN == 256 ? 128 * 128 : kB, bar);
+      if (second) bulk_copy(stage + kA + 128 * 128, b + em_panel_at<kLine>(b_line + 128, k, Kp), 128 * 128, bar);
+      if ((k += kLine) == Kp) k = 0, a_line += tiles.a_step, b_line += tiles.b_step;
     };
     if (tid == 0 && total > 0) issue(0);
     for (I q = 0; q < total; ++q) {
@@ -116,7 +131,7 @@ template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
 #pragma unroll
     for (int r = 0; r < kRegs; ++r) acc[r] = 0.f;
     unsigned held = 0; // without SPLIT: the stage whose products may still be in flight
-    for (I s = 0; s < Kp / 32; ++s, ++n) {
+    for (I s = 0; s < Kp / kLine; ++s, ++n) {
       const unsigned st = n % STAGES, stage = smem + st * kStage;
       mb_wait(ready + 8 * st, (n / STAGES) % 2);
       wg_fence();
@@ -126,11 +141,11 @@ template <int BM, int BN, int STAGES, bool SPLIT> struct WgPipeline {
         if (SPLIT) {
           const unsigned long long al = wg_descriptor(stage + kPart + a_rows + 32 * kk),
                                    bl = wg_descriptor(stage + kPart + kA + 32 * kk);
-          wg_mma_tf32<BN>(part, al, bh, kk > 0);
-          wg_mma_tf32<BN>(part, ah, bl, 1);
-          wg_mma_tf32<BN>(part, ah, bh, 1);
+          Mma::template mma<BN>(part, al, bh, kk > 0);
+          Mma::template mma<BN>(part, ah, bl, 1);
+          Mma::template mma<BN>(part, ah, bh, 1);
         } else {
-          wg_mma_tf32<BN>(acc, ah, bh, 1);
+          Mma::template mma<BN>(acc, ah, bh, 1);
         }
       }
       wg_commit();

@@ -72,6 +72,11 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
     out.push_back(s);
     s.tile_m = s.tile_n = 128, s.tile_k = 32, s.thread_m = s.thread_n = 8, s.min_blocks = 1;
     out.push_back(s);
+    s.math = Math::wgmma_bf16; // Hopper: one consumer warpgroup; two, with two bulk copies of b a slice
+    s.tile_m = s.tile_n = 64, s.tile_k = 64, s.thread_m = 2, s.thread_n = 16;
+    out.push_back(s);
+    s.tile_m = 128, s.tile_n = 256, s.thread_n = 64;
+    out.push_back(s);
   }
   return out;
 }

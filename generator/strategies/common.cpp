@@ -103,7 +103,8 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
     reject("thread", "thread_n must be even: the half kernel holds pairs of columns");
   if (spec.thread_m * spec.thread_n > 64 && !uses_wgmma(spec.math))
     reject("thread", "at most 64 outputs per thread (registers)");
-  if (spec.tile_k < 1 || spec.tile_k > 32) reject("tile", "tile_k must be in 1..32");
+  if (spec.tile_k < 1 || spec.tile_k > (arch_specific(spec) && spec.math == Math::wgmma_bf16 ? 64 : 32))
+    reject("tile", "tile_k must be in 1..32 (64 for wgmma_bf16)");
   if (shared_bytes > 48 * 1024)
     reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most 48 KiB");
   const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
@@ -224,7 +225,7 @@ void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Proble
 }
 std::string wgmma_tile_args(const KernelSpec& s) {
   return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(wgmma_stages(s)) + ", " +
-         (split_wgmma(s) ? "true" : "false");
+         (split_wgmma(s) ? "true" : "false") + (s.math == Math::wgmma_bf16 ? ", jb::WgBf16" : "");
 }
 int em_form(const KernelSpec& s) {
   switch (s.math) {
@@ -234,6 +235,7 @@ int em_form(const KernelSpec& s) {
   case Math::wgmma_tf32x3: return 3;
   case Math::wgmma_tf32: return 4;
   case Math::bf16: return 5;
+  case Math::wgmma_bf16: return 6;
   }
   return 0;
 }
@@ -242,8 +244,14 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
   if (spec.math != Math::fma && p.dtype == DType::f64)
     reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
-  if (spec.math == Math::bf16 && p.output_dtype() != DType::f16 && p.output_dtype() != DType::bf16)
-    reject("math", "bf16 rounds the factors to 8 bits: only for f16 and bf16 outputs (their 1e-2 contract)");
+  if (bf16_factors(spec.math) && p.output_dtype() != DType::f16 && p.output_dtype() != DType::bf16)
+    reject("math", std::string(math_name(spec.math)) +
+                       " rounds the factors to 8 bits: only for f16 and bf16 outputs (their 1e-2 contract)");
+  // Their f32 sums chain over K in the tensor cores, which truncate each add (about 2^-22 relative, all one way):
+  // K/16 adds stay inside the bound's slack (templates/exp_matmul_bf16.cuh) up to K = 65536.
+  if (bf16_factors(spec.math) && p.shape.K > 65536)
+    reject("math",
+           std::string(math_name(spec.math)) + " sums K in chained f32 accumulators: K up to 65536; use tf32x3");
   if (single_tf32(spec.math) && p.precision != Precision::fast)
     reject("math", std::string(math_name(spec.math)) +
                        " (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
@@ -251,7 +259,10 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
     if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)
       reject("tile", "wgmma exp_matmul needs tile_n 64, 128 or 256");
-    if (spec.tile_k != 32) reject("tile", "wgmma exp_matmul needs tile_k 32 (the workspace's 32-k panels)");
+    const int line = spec.math == Math::wgmma_bf16 ? 64 : 32; // k in a 128-byte line of the workspace's panels
+    if (spec.tile_k != line)
+      reject("tile", std::string(math_name(spec.math)) + " needs tile_k " + std::to_string(line) +
+                         " (the workspace's panels: a 128-byte line of factors)");
     if (tm != 2 || tn != spec.tile_n / 4)
       reject("thread", "wgmma exp_matmul: a thread holds 2 × tile_n/4 outputs, so thread must be 2x" +
                            std::to_string(spec.tile_n / 4));

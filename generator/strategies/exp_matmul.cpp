@@ -23,11 +23,16 @@ jb::EmWorkspace workspace(const KernelSpec& spec, const Problem& p) {
   return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), wide(spec), factor_bytes(spec));
 }
 
+// K as the workspace pads it (em_workspace).
+int64_t padded_k(const KernelSpec& spec, const Problem& p) {
+  return jb::em_round_up(p.shape.K, jb::em_k_align(factor_bytes(spec)));
+}
+
 // The padded operand copies ([Mp][Kp] and [Kp][Np] per batch) must fit 32-bit index math too.
-bool fits_index32(const Problem& p) {
+bool fits_index32(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32)});
-  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32)});
+  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), padded_k(spec, p)});
+  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), padded_k(spec, p)});
   constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
   return ea && eb && *ea < kIndex32Limit && *eb < kIndex32Limit;
 }
@@ -49,8 +54,8 @@ void defaults(KernelSpec& spec, const Problem& p) {
 void check_workspace(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
   const int64_t acc = factor_bytes(spec), rt = jb::em_repair_tile(s.B, s.M, s.N), limit = int64_t(1) << 60;
-  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), jb::em_round_up(s.K, 32), acc});
-  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), jb::em_round_up(s.K, 32), acc});
+  const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), padded_k(spec, p), acc});
+  const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), padded_k(spec, p), acc});
   const auto flags = try_product({s.B, (s.M + rt - 1) / rt, (s.N + rt - 1) / rt, 4});
   if (!ea || !eb || !flags || *ea > limit || *eb > limit || *flags > limit)
     throw std::invalid_argument("shape: exp_matmul's padded workspace for " + to_string(s) +
@@ -74,12 +79,12 @@ void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "exp_matmul computes the log semiring only");
   check_exp_matmul_tiles(spec, p);
   check_workspace(spec, p);
-  if (!spec.index64 && !fits_index32(p))
+  if (!spec.index64 && !fits_index32(spec, p))
     reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
   check_tiles(spec, p, shared_bytes(spec));
 }
 
-bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(p); }
+bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(spec, p); }
 
 // FMA tiles for every dtype; tensor cores (3xTF32, and 1xTF32 at Precision::fast) for f32-accumulating dtypes,
 // through mma.sync on every GPU and through wgmma on sm_90 (the tuner drops those elsewhere: DeviceLimits::wgmma).
@@ -105,6 +110,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     base.math = Math::bf16;
     add_tiles(out, base,
               {{128, 128, 32, 8, 8, 1}, {128, 128, 32, 8, 8, 2}, {128, 64, 32, 8, 4, 2}, {64, 64, 32, 4, 4, 2}});
+    base.math = Math::wgmma_bf16; // Hopper only, as add_wgmma_tiles
+    add_tiles(out, base, {{128, 256, 64, 2, 64, 1}, {128, 128, 64, 2, 32, 1}, {128, 64, 64, 2, 16, 1}});
   }
   return out;
 }

@@ -67,7 +67,8 @@ void check(const KernelSpec& spec, const Problem& p) {
   if (spec.math == Math::fma)
     reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 at precision fast; wgmma_* on "
                    "sm_90); its FMA form (and so f64) is not built: use tiled, or tf32x3");
-  if (spec.math == Math::bf16) reject("math", "the exp_matmul backward has no bf16 form: use tf32x3");
+  if (bf16_factors(spec.math))
+    reject("math", "the exp_matmul backward has no " + std::string(math_name(spec.math)) + " form: use tf32x3");
   check_exp_matmul_tiles(spec, p);
   const jb::EgDims d = dims(spec, p);
   if (d.Nx == 0) reject("strategy", "the exp_matmul backward needs outputs to reduce over; use tiled");

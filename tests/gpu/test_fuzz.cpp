@@ -3,13 +3,15 @@
 // own seed (test::case_seed), printed when it fails: JITBMM_FUZZ_SEED=<it> JITBMM_FUZZ_CASES=1 replays it alone.
 // Each case runs default_spec(problem), what users get. JITBMM_FUZZ_STRATEGY=<name> runs that strategy instead
 // wherever it supports the case, =any a random strategy per case: the way to fuzz strategies the default rarely
-// or never picks.
+// or never picks. JITBMM_FUZZ_MATH=<math> runs exp_matmul with that arithmetic (forced_math) wherever it may compute
+// the case, the default elsewhere: the tuner's forms that no default picks (bf16, wgmma_bf16, the wgmma TF32 ones).
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "fuzz_cases.hpp"
 #include "jitbmm/errors.hpp"
 #include "precompile.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tuner/search_space.hpp"
 
 using namespace jitbmm;
 
@@ -39,7 +43,29 @@ constexpr int kFailuresPrinted = 20; // the rest are counted only
 
 // The spec a case runs (see the file comment). The strategy of "any" comes from its own generator, so the case's
 // problem and data are the same in every mode.
+// exp_matmul with arithmetic m at a 128×128 tile (as the tuner offers each form), when the case allows it: a log
+// problem, an output the form may write (half types for the BF16 forms), a GPU that runs it (sm_90 for wgmma).
+std::optional<KernelSpec> forced_math(const Problem& p, Math m) {
+  const DeviceInfo& device = *current_device();
+  if (uses_wgmma(m) && !(device.cc_major == 9 && device.cc_minor == 0)) return std::nullopt;
+  KernelSpec s;
+  try {
+    s = default_spec(p, Strategy::exp_matmul);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  const bool wgmma = uses_wgmma(m);
+  s.math = m, s.min_blocks = 1, s.tile_m = s.tile_n = 128;
+  s.tile_k = m == Math::wgmma_bf16 ? 64 : m == Math::fma ? 8 : wgmma || m == Math::bf16 ? 32 : 16;
+  s.thread_m = wgmma ? 2 : 8, s.thread_n = wgmma ? 32 : 8;
+  return fitting(s, p);
+}
+
 KernelSpec spec_for(const Problem& p, uint64_t seed) {
+  if (const char* math = std::getenv("JITBMM_FUZZ_MATH"); math && *math) {
+    if (const auto s = forced_math(p, parse_math(math))) return *s;
+    return default_spec(p);
+  }
   const char* forced = std::getenv("JITBMM_FUZZ_STRATEGY");
   if (!forced || !*forced) return default_spec(p);
   constexpr Strategy kAll[] = {Strategy::linear,     Strategy::linear_two_pass, Strategy::warp,

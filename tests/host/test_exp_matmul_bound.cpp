@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
+#include "generator/emit_source.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/tuner/search_space.hpp"
@@ -267,21 +268,90 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   for (const KernelSpec& c : tuning_candidates(p, DeviceLimits{})) CHECK_FALSE(arch_specific(c));
 }
 
-TEST_CASE("the wgmma forms' panels: every element once, a slice's 64-line halves contiguous, 16-byte runs kept") {
-  const long long lines = 256, Kp = 96; // two panels, three slices
+// Every element of `lines` lines × Kp lands once; a line's slice is its own 128 bytes (PER values), a 16-byte chunk
+// (PER/8 consecutive k) stays one run, at the chunk wgmma's 128-byte swizzle names: chunk c of line l at c ^ (l % 8).
+template <int PER> void check_panels(long long lines, long long Kp) {
+  constexpr int kChunk = PER / 8;
   std::vector<int> seen(static_cast<std::size_t>(lines * Kp), 0);
   for (long long line = 0; line < lines; ++line)
     for (long long k = 0; k < Kp; ++k) {
-      const long long at = jb::em_panel_at(line, k, Kp);
+      const long long at = jb::em_panel_at<PER>(line, k, Kp);
       REQUIRE(at >= 0);
       REQUIRE(at < lines * Kp);
       ++seen[static_cast<std::size_t>(at)];
-      // A line's slice is its own 128 bytes (32 values), 4 consecutive k stay one 16-byte run.
-      const long long start = jb::em_panel_at(line - line % 64, k - k % 32, Kp) + (line % 64) * 32;
-      CHECK(at / 32 == start / 32);
-      if (k % 4) CHECK(at == jb::em_panel_at(line, k - 1, Kp) + 1);
-      // The swizzle wgmma's 128-byte mode applies: chunk k/4 of line l at chunk (k/4) ^ (l % 8).
-      CHECK(at % 32 / 4 == ((k % 32) / 4 ^ line % 8));
+      const long long start = jb::em_panel_at<PER>(line - line % 64, k - k % PER, Kp) + (line % 64) * PER;
+      CHECK(at / PER == start / PER);
+      if (k % kChunk) CHECK(at == jb::em_panel_at<PER>(line, k - 1, Kp) + 1);
+      CHECK(at % PER / kChunk == ((k % PER) / kChunk ^ line % 8));
     }
   for (int c : seen) REQUIRE(c == 1);
+}
+
+TEST_CASE("the wgmma forms' panels: every element once, a slice's 64-line halves contiguous, 16-byte runs kept") {
+  check_panels<32>(256, 96);  // 4-byte factors: two panels, three slices of 32 k
+  check_panels<64>(256, 192); // BF16 (wgmma_bf16): three slices of 64 k
+  CHECK(jb::em_panel_at(300, 40, 96) == jb::em_panel_at<32>(300, 40, 96));
+}
+
+TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backward; Hopper only") {
+  using namespace jitbmm;
+  Problem p;
+  p.shape = {2, 256, 100, 300}; // B, M, K, N
+  p.dtype = DType::bf16;
+  KernelSpec s = default_spec(p, Strategy::exp_matmul);
+  s.math = Math::wgmma_bf16, s.min_blocks = 1;
+  s.tile_m = 128, s.tile_n = 256, s.tile_k = 64, s.thread_m = 2, s.thread_n = 64;
+  CHECK_NOTHROW(check_spec_fits(s, p));
+  CHECK(arch_specific(s));
+  CHECK(parse_spec(to_string(s)) == s);
+  CHECK(to_string(s).find("math=wgmma_bf16") != std::string::npos);
+  // 2-byte factors, K padded to a whole 128-byte line: 128 of them here.
+  const jb::EmWorkspace w = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2);
+  CHECK(w.Kp == 128);
+  CHECK(jb::em_workspace(2, 256, 300, 100, 2, 2, false).Kp == 128); // 4-byte: 32-k lines
+  CHECK(jb::em_workspace(2, 256, 300, 90, 2, 2, false).Kp == 96);
+  CHECK(jb::em_workspace(2, 256, 300, 90, 2, 2, false, 2).Kp == 128);
+  CHECK(strategy_def(s).launches(s, p).workspace_bytes == static_cast<std::size_t>(w.bytes));
+  CHECK(w.eb - w.ea == 2 * 256 * 128 * 2);
+  // Same stage bytes as wgmma_tf32: a 128-byte line of each operand's lines.
+  KernelSpec tf = s;
+  tf.math = Math::wgmma_tf32, tf.tile_k = 32;
+  CHECK(dynamic_shared_memory_bytes(s) == dynamic_shared_memory_bytes(tf));
+  CHECK(emit_kernel(s).source.find("jb::WgBf16") != std::string::npos);
+
+  const auto refused = [&](KernelSpec r, const Problem& q, const char* field, const char* what) {
+    CAPTURE(to_string(r));
+    CHECK_THROWS_WITH_AS(check_spec_fits(r, q), doctest::Contains(field), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(check_spec_fits(r, q), doctest::Contains(what), std::invalid_argument);
+  };
+  KernelSpec r = s;
+  r.tile_k = 32;
+  refused(r, p, "spec.tile", "tile_k 64");
+  Problem f32_out = p;
+  f32_out.out_dtype = DType::f32;
+  r = s, r.out_dtype = DType::f32;
+  refused(r, f32_out, "spec.math", "only for f16 and bf16 outputs");
+  Problem f32 = p;
+  f32.dtype = DType::f32;
+  r = s, r.dtype = r.out_dtype = DType::f32;
+  refused(r, f32, "spec.math", "only for f16 and bf16 outputs");
+  Problem long_k = p;
+  long_k.shape.K = 65537;
+  refused(s, long_k, "spec.math", "65536");
+  long_k.shape.K = 65536;
+  CHECK_NOTHROW(check_spec_fits(s, long_k));
+  KernelSpec g = s;
+  g.pass = Pass::grad_a;
+  refused(g, p, "spec.math", "no wgmma_bf16 form");
+  // Offered for half outputs, on a GPU with wgmma only.
+  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
+  const auto offered = [&](const Problem& q, const DeviceLimits& d) {
+    int n = 0;
+    for (const KernelSpec& c : tuning_candidates(q, d))
+      n += c.strategy == Strategy::exp_matmul && c.math == Math::wgmma_bf16;
+    return n;
+  };
+  CHECK(offered(p, hopper) == 3);
+  CHECK(offered(p, DeviceLimits{}) == 0);
+  CHECK(offered(f32_out, hopper) == 0);
 }

@@ -23,7 +23,7 @@ __global__ void k(const float* A, const float* B, float* D) {
   unsigned a0 = (unsigned)__cvta_generic_to_shared(sa), b0 = (unsigned)__cvta_generic_to_shared(sb);
   wg_fence();
   for (int kk = 0; kk < BK / 8; ++kk)
-    wg_mma_tf32<N>(d, wg_descriptor(a0 + kk * 32), wg_descriptor(b0 + kk * 32), kk > 0);
+    WgTf32::mma<N>(d, wg_descriptor(a0 + kk * 32), wg_descriptor(b0 + kk * 32), kk > 0);
   wg_commit();
   wg_wait<0>();
   wg_pin(d);
