@@ -95,7 +95,7 @@ template <int R> __device__ __forceinline__ void wg_pin(float (&d)[R]) {
   JB_WG_LIST64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,"     \
                "%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,"    \
                "%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-// NAME(d, a, b, accumulate): D (+)= A·Bᵀ by the instruction SHAPE_TYPES (its operands after the predicate: TAIL) for
+// NAME(d, a, b, accumulate), overloaded on d's R registers (N = 2R): D (+)= A·Bᵀ by the instruction SHAPE_TYPES (its operands after the predicate: TAIL) for
 // descriptors a and b; R accumulator registers, whose constraints are D and names LIST; "%A" is a's operand number,
 // R, and b and accumulate follow it.
 #define JB_WG_MMA(NAME, R, SHAPE_TYPES, TAIL, D, LIST, A, B, ACC)                                                      \
@@ -106,13 +106,13 @@ template <int R> __device__ __forceinline__ void wg_pin(float (&d)[R]) {
                  : "l"(a), "l"(b), "r"(accumulate));                                                                   \
   }
 // TF32: k = 8 a step; the scales of a and b are 1 (K-major operands take no transpose immediates).
-JB_WG_MMA(wg_mma_tf32_n64, 32, "m64n64k8.f32.tf32.tf32", "1, 1", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
-JB_WG_MMA(wg_mma_tf32_n128, 64, "m64n128k8.f32.tf32.tf32", "1, 1", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
-JB_WG_MMA(wg_mma_tf32_n256, 128, "m64n256k8.f32.tf32.tf32", "1, 1", JB_WG_D128, JB_WG_LIST128, "128", "129", "130")
+JB_WG_MMA(wg_mma_tf32, 32, "m64n64k8.f32.tf32.tf32", "1, 1", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
+JB_WG_MMA(wg_mma_tf32, 64, "m64n128k8.f32.tf32.tf32", "1, 1", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
+JB_WG_MMA(wg_mma_tf32, 128, "m64n256k8.f32.tf32.tf32", "1, 1", JB_WG_D128, JB_WG_LIST128, "128", "129", "130")
 // BF16: k = 16 a step (the same 32 bytes of each line); scales 1, both operands K-major (transpose 0).
-JB_WG_MMA(wg_mma_bf16_n64, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
-JB_WG_MMA(wg_mma_bf16_n128, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
-JB_WG_MMA(wg_mma_bf16_n256, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128, JB_WG_LIST128, "128", "129",
+JB_WG_MMA(wg_mma_bf16, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
+JB_WG_MMA(wg_mma_bf16, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
+JB_WG_MMA(wg_mma_bf16, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128, JB_WG_LIST128, "128", "129",
           "130")
 #undef JB_WG_MMA
 #undef JB_WG_LIST128
@@ -127,36 +127,20 @@ JB_WG_MMA(wg_mma_bf16_n256, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG
 // The arithmetic of a wgmma product: what its operands' 4-byte or 2-byte values are, and the 64×N product of
 // descriptors a (64 rows) and b (N rows) over one k step, 32 bytes of every line (accumulate = 0 overwrites d).
 // Either way a 128-byte line is 4 steps.
-struct WgTf32 {
-  typedef float Factor;
+template <class F> struct WgMma {
+  typedef F Factor;
   template <int N>
   static __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                              int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (N == 64) wg_mma_tf32_n64(d, a, b, accumulate);
-  else if constexpr (N == 128) wg_mma_tf32_n128(d, a, b, accumulate);
-  else wg_mma_tf32_n256(d, a, b, accumulate);
-#else
-  static_assert(N < 0, "wgmma needs the sm_90a target");
-#endif
-  }
-};
-struct WgBf16 {
-  typedef unsigned short Factor; // BF16 bits
-  template <int N>
-  static __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b,
-                                             int accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (N == 64)
-      wg_mma_bf16_n64(d, a, b, accumulate);
-    else if constexpr (N == 128)
-      wg_mma_bf16_n128(d, a, b, accumulate);
-    else
-      wg_mma_bf16_n256(d, a, b, accumulate);
+    if constexpr (sizeof(F) == 4) wg_mma_tf32(d, a, b, accumulate);
+    else wg_mma_bf16(d, a, b, accumulate);
 #else
     static_assert(N < 0, "wgmma needs the sm_90a target");
 #endif
   }
 };
+typedef WgMma<float> WgTf32;
+typedef WgMma<unsigned short> WgBf16; // BF16 bits
 
 } // namespace jb

@@ -259,7 +259,7 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
     if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)
       reject("tile", "wgmma exp_matmul needs tile_n 64, 128 or 256");
-    const int line = spec.math == Math::wgmma_bf16 ? 64 : 32; // k in a 128-byte line of the workspace's panels
+    const int line = jb::em_k_align(jb::em_factor_bytes(em_form(spec), false)); // k a 128-byte line of a panel
     if (spec.tile_k != line)
       reject("tile", std::string(math_name(spec.math)) + " needs tile_k " + std::to_string(line) +
                          " (the workspace's panels: a 128-byte line of factors)");
