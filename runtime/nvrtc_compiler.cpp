@@ -85,6 +85,13 @@ int match_int(const std::string& log, const std::regex& re) {
   std::smatch m;
   return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : -1;
 }
+// The sum over every match (-1: none).
+int sum_ints(const std::string& log, const std::regex& re) {
+  int sum = -1;
+  for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end; ++it)
+    sum = (sum < 0 ? 0 : sum) + std::stoi((*it)[1].str());
+  return sum;
+}
 
 } // namespace
 
@@ -144,7 +151,8 @@ CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& 
 }
 
 PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& kernel_name) {
-  // Only the report of `kernel_name` counts, so another function's report can never be taken for it.
+  // Only the report of `kernel_name` counts, so another function's report can never be taken for it. Its section
+  // runs to the next entry's and lists the functions it calls (not inlined) after it: their spills are its spills.
   std::string log = full_log;
   if (!kernel_name.empty()) {
     const std::size_t at = full_log.find("Compiling entry function '" + kernel_name + "'");
@@ -155,8 +163,8 @@ PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& k
   PtxasResources r;
   r.registers = match_int(log, std::regex(R"(Used (\d+) registers)"));
   r.stack_bytes = match_int(log, std::regex(R"((\d+) bytes stack frame)"));
-  r.spill_store_bytes = match_int(log, std::regex(R"((\d+) bytes spill stores)"));
-  r.spill_load_bytes = match_int(log, std::regex(R"((\d+) bytes spill loads)"));
+  r.spill_store_bytes = sum_ints(log, std::regex(R"((\d+) bytes spill stores)"));
+  r.spill_load_bytes = sum_ints(log, std::regex(R"((\d+) bytes spill loads)"));
   const int smem = match_int(log, std::regex(R"((\d+) bytes smem)"));
   r.shared_bytes = smem < 0 ? 0 : smem;
   return r;

@@ -16,7 +16,8 @@ struct CompiledKernel {
   std::vector<std::string> options; // exactly what NVRTC was given
 };
 
-// Registers, spills and stack as ptxas reported them in an NVRTC log (-1 where the log does not say).
+// Registers, spills and stack as ptxas reported them in an NVRTC log (-1 where the log does not say). Spills are
+// summed over the functions read: an entry and those it calls, or the whole log.
 struct PtxasResources {
   int registers = -1;
   int stack_bytes = -1;
@@ -24,7 +25,7 @@ struct PtxasResources {
   int spill_load_bytes = -1;
   int shared_bytes = 0;
 };
-// With `kernel_name`, only that entry function's section of the log is read.
+// With `kernel_name`, only that entry function's section of the log is read (with the functions it calls).
 PtxasResources parse_ptxas_log(const std::string& log, const std::string& kernel_name = "");
 
 // The options jitbmm compiles with for `arch` ("sm_90"); part of every cache key.

@@ -148,15 +148,15 @@ JB_HD int em_wg_stages(int stage_bytes) {
   return s > 4 ? 4 : s;
 }
 
-// The prepare pass's grid: blocks of 8 warps, a warp per (padded) row of a; then blocks of 32 (padded) columns of b
-// × 8 slices of K. Each part is capped (the kernel loops over the rest).
+// The prepare pass's grid: blocks of 32 (padded) rows of a, then blocks of 32 (padded) columns of b. Each part is
+// capped (the kernel loops over the rest).
 struct EmStatsGrid {
   long long row_blocks, col_blocks;
 };
 JB_HD EmStatsGrid em_stats_grid(long long M, long long N, long long a_batches, long long b_batches) {
   const long long cap = 1LL << 16;
   EmStatsGrid g;
-  g.row_blocks = (a_batches * em_round_up(M, 128) + 7) / 8;
+  g.row_blocks = (a_batches * em_round_up(M, 128) + 31) / 32;
   g.col_blocks = (b_batches * em_round_up(N, 128) + 31) / 32;
   if (g.row_blocks > cap) g.row_blocks = cap;
   if (g.col_blocks > cap) g.col_blocks = cap;

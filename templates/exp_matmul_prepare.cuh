@@ -68,10 +68,20 @@ template <class T, int FORM = 0> __device__ __forceinline__ EmView<T> em_view(co
 struct EmLineAcc {
   unsigned long long chunks = 0ull;
   int first = 0x7fffffff, last = -1;
-  template <class I> __device__ __forceinline__ void add(I k, int chunk_shift) {
-    chunks |= 1ull << (int)(k >> chunk_shift);
-    const int kk = k < (I)0x7fffffff ? (int)k : 0x7fffffff;
-    first = min(first, kk), last = max(last, kk);
+  // The values at k + u for the bits u of `held` (a mask of V ≤ 32 bits, k a multiple of V).
+  template <int V, class I> __device__ __forceinline__ void add(I k, unsigned held, int chunk_shift) {
+    if (held == 0u) return;
+    if (chunk_shift >= em_log2_ceil(V)) // one K chunk holds them all
+      chunks |= 1ull << (int)(k >> chunk_shift);
+    else
+#pragma unroll
+      for (int u = 0; u < V; ++u)
+        if (held >> u & 1u) chunks |= 1ull << (int)((k + u) >> chunk_shift);
+    first = min(first, saturate(k + (I)(__ffs(held) - 1)));
+    last = max(last, saturate(k + (I)(31 - __clz(held))));
+  }
+  template <class I> static __device__ __forceinline__ int saturate(I k) {
+    return k < (I)0x7fffffff ? (int)k : 0x7fffffff;
   }
   __device__ __forceinline__ void merge(const EmLine& o) {
     chunks |= o.chunks, first = min(first, o.first), last = max(last, o.last);
@@ -95,8 +105,11 @@ struct EmLineAcc {
 // ±1e4), which rows and columns whose offsets cancel in a + b would keep in their outputs. The headroom is added
 // after the shift: for a huge max, max − h would round back to max and silently drop h. A row or column whose max
 // is not finite gets factors of 0: its outputs are NaN, −inf or repaired, and never read its products.
+template <class T> __device__ __forceinline__ T em_shifted(T x, T line_max, int headroom) {
+  return (x - line_max) * Num<T>::log2e() + (T)headroom;
+}
 template <class T> __device__ __forceinline__ T em_exponent(T x, T line_max, int headroom) {
-  return fabs(line_max) < Num<T>::inf() ? (x - line_max) * Num<T>::log2e() + (T)headroom : Num<T>::neg_inf();
+  return fabs(line_max) < Num<T>::inf() ? em_shifted(x, line_max, headroom) : Num<T>::neg_inf();
 }
 template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
   return EmReal<T>::exp2(em_exponent(x, line_max, headroom));
@@ -111,146 +124,356 @@ template <int FORM> __device__ __forceinline__ float em_store_form(float x) {
   return FORM == 1 || FORM == 4 ? __uint_as_float(to_tf32(x)) : x;
 }
 template <int FORM> __device__ __forceinline__ double em_store_form(double x) { return x; }
+// A factor's slot in the workspace: its type and its value.
 template <int FORM> struct EmStore {
-  template <class T, class I> static __device__ __forceinline__ void put(T* base, I at, T x) {
-    base[at] = em_store_form<FORM>(x);
-  }
+  template <class T> using Slot = T;
+  template <class T> static __device__ __forceinline__ T slot(T x) { return em_store_form<FORM>(x); }
 };
 template <> struct EmStore<5> {
-  template <class I> static __device__ __forceinline__ void put(float* base, I at, float x) {
-    reinterpret_cast<unsigned short*>(base)[at] = from_acc<bf16>(x).bits;
+  template <class T> using Slot = bf16;
+  static __device__ __forceinline__ bf16 slot(float x) { return from_acc<bf16>(x); }
+  // Two factors, rounded as slot() rounds them (to nearest even; factors are finite), lo in the low half.
+  static __device__ __forceinline__ unsigned pair(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
   }
 };
 template <> struct EmStore<6> : EmStore<5> {};
-// Element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form.
+// Where element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form lies,
+// in slots. A line's 16 bytes from an aligned k lie together in every form (FORM 0's b aside).
+template <int FORM, class I> __device__ __forceinline__ I em_at(I line, I k, I Kp) {
+  return FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp)
+         : FORM == 6            ? (I)em_panel_at<64>(line, k, Kp)
+                                : line * Kp + k;
+}
 template <int FORM, class T, class I> __device__ __forceinline__ void em_put(T* base, I line, I k, I Kp, T x) {
-  EmStore<FORM>::put(base,
-                     FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp)
-                     : FORM == 6            ? (I)em_panel_at<64>(line, k, Kp)
-                                            : line * Kp + k,
-                     x);
+  typedef typename EmStore<FORM>::template Slot<T> S;
+  reinterpret_cast<S*>(base)[em_at<FORM>(line, k, Kp)] = EmStore<FORM>::slot(x);
 }
 
-// Pass 1. Blocks [0, row_blocks): a warp per padded row of a (lanes along k): max and mask, then the row's factors.
-// Blocks after: 32 padded columns of b per block (lanes along n), its 8 warps splitting K. Padding gets 0.
+// 16 bytes of input (16 / sizeof(In) values) or of factors, as 32-bit words (registers): at and set value u.
+struct __align__(16) EmChunk {
+  unsigned w[4];
+};
+struct __align__(8) EmHalfChunk {
+  unsigned w[2];
+};
+template <class In> struct EmBits;
+template <> struct EmBits<float> {
+  static __device__ __forceinline__ float at(const EmChunk& c, int u) { return __uint_as_float(c.w[u]); }
+  static __device__ __forceinline__ void set(EmChunk& c, int u, float x) { c.w[u] = __float_as_uint(x); }
+};
+template <> struct EmBits<double> {
+  static __device__ __forceinline__ double at(const EmChunk& c, int u) {
+    return __hiloint2double((int)c.w[2 * u + 1], (int)c.w[2 * u]);
+  }
+  static __device__ __forceinline__ void set(EmChunk& c, int u, double x) {
+    c.w[2 * u] = (unsigned)__double2loint(x), c.w[2 * u + 1] = (unsigned)__double2hiint(x);
+  }
+};
+template <class H> struct EmHalfBits { // f16, bf16: two a word, the first in the low half
+  static __device__ __forceinline__ H at(const EmChunk& c, int u) {
+    H h;
+    h.bits = (unsigned short)(c.w[u / 2] >> (16 * (u % 2)));
+    return h;
+  }
+  static __device__ __forceinline__ void set(EmChunk& c, int u, H x) { c.w[u / 2] |= (unsigned)x.bits << (16 * (u % 2)); }
+};
+template <> struct EmBits<f16> : EmHalfBits<f16> {};
+template <> struct EmBits<bf16> : EmHalfBits<bf16> {};
+
+// V consecutive factors of line `line` from k (a multiple of V) into the workspace, 16 bytes (or all V) a store.
+template <int FORM, class T, class I, int V>
+__device__ __forceinline__ void em_put_chunk(T* base, bool b_side, I line, I k, I Kp, I Np, const T (&f)[V]) {
+  typedef typename EmStore<FORM>::template Slot<T> S;
+  S* out = reinterpret_cast<S*>(base);
+  if (FORM == 0 && b_side) { // [Kp][Np]: the values lie a line apart
+#pragma unroll
+    for (int u = 0; u < V; ++u) out[((line / Np) * Kp + k + u) * Np + line % Np] = EmStore<FORM>::slot(f[u]);
+    return;
+  }
+  constexpr int kPiece = V * (int)sizeof(S) < 16 ? V : 16 / (int)sizeof(S); // 16 or 8 bytes
+#pragma unroll
+  for (int q = 0; q < V / kPiece; ++q) {
+    EmChunk c = {{0u, 0u, 0u, 0u}};
+    if constexpr (sizeof(S) == 2) {
+#pragma unroll
+      for (int e = 0; e < kPiece; e += 2) c.w[e / 2] = EmStore<FORM>::pair(f[q * kPiece + e], f[q * kPiece + e + 1]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPiece; ++e) EmBits<S>::set(c, e, EmStore<FORM>::slot(f[q * kPiece + e]));
+    }
+    S* at = out + em_at<FORM>(line, k + (I)(q * kPiece), Kp);
+    if (kPiece * sizeof(S) == 16)
+      *reinterpret_cast<EmChunk*>(at) = c;
+    else
+      *reinterpret_cast<EmHalfChunk*>(at) = EmHalfChunk{{c.w[0], c.w[1]}};
+  }
+}
+
+// One operand's lines as pass 1 walks them: rows of a or columns of b, counted across its batches, each padded to
+// `padded` a batch. Strides in elements.
+template <class In, class T> struct EmLines {
+  const In* x;
+  long long batch_stride, line_stride, k_stride;
+  long long count, padded, batches; // real lines a batch (M or N), padded (Mp or Np), batches (1: broadcast)
+  T* max;                           // per real line, [batches][count]
+  EmLine* info;                     // likewise
+  T* factors;                       // ea or eb
+  bool b_side;                      // FORM 0 stores b's factors [Kp][Np]
+  long long Kp, Np;                 // the workspace's padded K and columns of b (em_workspace)
+  int headroom;                     // h (em_headroom)
+};
+
+// Pass 1 reads a line's K in chunks, a block 32 lines at a time: thread t takes line t / 8 and chunks t % 8,
+// t % 8 + 8, ... (8V k a step). Where k is contiguous (a row of a as it usually lies) a thread loads its chunks
+// itself. Where the lines are (a column of b), the block loads each step's 32 × 8V values along the lines and hands
+// the chunks over in shared memory (EmStage: 16-byte slots swizzled so that neither side has bank conflicts).
+// 16-byte loads where the layout allows them (aligned, V dividing the strides), else one value a load.
+template <class In> struct EmStage {
+  EmChunk chunk[32][8];
+  static __device__ __forceinline__ int swizzle(int line) { return (line ^ (line >> 3)) & 7; }
+  __device__ __forceinline__ void put(int line, int k, In x) {
+    constexpr int V = 16 / sizeof(In);
+    reinterpret_cast<In*>(&chunk[line][(k / V) ^ swizzle(line)])[k % V] = x;
+  }
+  __device__ __forceinline__ EmChunk get(int line, int c) const { return chunk[line][c ^ swizzle(line)]; }
+};
+
+// How a block reads an operand's lines (EmLineWalk): staged (the lines, not k, are contiguous), and with 16-byte
+// loads (the base aligned and V dividing the strides and the count along the loads).
+template <class In, class T, class I> __device__ __forceinline__ void em_walk_mode(const EmLines<In, T>& L, I K,
+                                                                                   bool& staged, bool& vector) {
+  constexpr int V = 16 / sizeof(In);
+  staged = L.k_stride != 1 && L.line_stride == 1;
+  vector = reinterpret_cast<unsigned long long>(L.x) % 16 == 0 && L.batch_stride % V == 0 &&
+           (staged ? L.k_stride % V == 0 && L.count % V == 0 : L.k_stride == 1 && L.line_stride % V == 0 && K % V == 0);
+}
+
+template <class In, class I, bool STAGED, bool VECTOR> struct EmLineWalk {
+  static constexpr int V = 16 / sizeof(In), kStep = 8 * V;
+  const In* x;
+  I batch_stride, line_stride, k_stride, count, padded, K;
+  int row, sub;       // this thread's line in the block's 32 and its first chunk
+  I line;             // its line, counted across the batches
+  bool real;          // its line is a real one
+  const In* src;      // its line (real lines only)
+  const In* step_src; // staged: the lines this thread loads (vector: its group of V; else its lane's)
+  bool step_real;
+
+  template <class T>
+  __device__ __forceinline__ EmLineWalk(const EmLines<In, T>& L, I K)
+      : x(L.x), batch_stride((I)L.batch_stride), line_stride((I)L.line_stride), k_stride((I)L.k_stride),
+        count((I)L.count), padded((I)L.padded), K(K), row(threadIdx.x / 8), sub(threadIdx.x % 8) {}
+  __device__ __forceinline__ const In* line_at(I l, bool& is_real) const {
+    const I batch = l / padded, j = l % padded;
+    is_real = j < count;
+    return x + batch * batch_stride + j * line_stride;
+  }
+  // The block's lines [l0, l0 + 32): one batch, as padded is a multiple of 128.
+  __device__ __forceinline__ void lines(I l0) {
+    line = l0 + row;
+    src = line_at(line, real);
+    if (STAGED) step_src = line_at(l0 + (VECTOR ? threadIdx.x % (32 / V) * V : threadIdx.x % 32), step_real);
+  }
+  __device__ __forceinline__ I steps() const { return (K + kStep - 1) / kStep; }
+  // Step s's loads: this thread's chunk (not staged), or its share of the step's values (staged).
+  __device__ __forceinline__ EmChunk fetch(I s) const {
+    EmChunk c = {{0u, 0u, 0u, 0u}};
+    const I k0 = s * kStep;
+    if (!STAGED) {
+      const I k = k0 + sub * V;
+      if (real && k < K) {
+        if (VECTOR)
+          c = *reinterpret_cast<const EmChunk*>(src + k);
+        else
+#pragma unroll
+          for (int u = 0; u < V; ++u)
+            if (k + u < K) EmBits<In>::set(c, u, src[(k + u) * k_stride]);
+      }
+    } else if (VECTOR) { // 32 / V threads a k, V lines each
+      const I k = k0 + threadIdx.x / (32 / V);
+      if (step_real && k < K) c = *reinterpret_cast<const EmChunk*>(step_src + k * k_stride);
+    } else { // a warp a k, lanes along the lines
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const I k = k0 + threadIdx.x / 32 + 8 * e;
+        if (step_real && k < K) EmBits<In>::set(c, e, step_src[k * k_stride]);
+      }
+    }
+    return c;
+  }
+  // This thread's chunk of a step from what fetch loaded. Staged: a barrier-bounded exchange, so every thread of the
+  // block calls it for the same steps.
+  __device__ __forceinline__ EmChunk land(EmStage<In>& stage, EmChunk c) const {
+    if (!STAGED) return c;
+    __syncthreads(); // the previous step's chunks are read
+    if (VECTOR) {
+      const int g = threadIdx.x % (32 / V), k = threadIdx.x / (32 / V);
+#pragma unroll
+      for (int u = 0; u < V; ++u) stage.put(g * V + u, k, EmBits<In>::at(c, u));
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) stage.put(threadIdx.x % 32, threadIdx.x / 32 + 8 * e, EmBits<In>::at(c, e));
+    }
+    __syncthreads();
+    return stage.get(row, sub);
+  }
+};
+
+// One line's max and EmLine as one thread sees them: its chunks' values.
+template <class In, class T> struct EmLineStats {
+  T mx = Num<T>::neg_inf();
+  EmLineAcc acc;
+  template <class I> __device__ __forceinline__ void add(const EmChunk& c, I k, I K, int chunk_shift) {
+    constexpr int V = 16 / sizeof(In);
+    unsigned held = 0u; // values other than −inf
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+      if (k + u < K) {
+        const T x = to_acc(EmBits<In>::at(c, u));
+        mx = EmReal<T>::max(mx, x);
+        held |= (unsigned)(x != Num<T>::neg_inf()) << u;
+      }
+    acc.add<V>(k, held, chunk_shift);
+  }
+};
+
+// A chunk's factors into the workspace (0 past K and on padding lines).
+template <class In, int FORM, class T, class I>
+__device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, I k, I K,
+                                               bool real, T mx, const EmChunk& c) {
+  constexpr int V = 16 / sizeof(In);
+  if (k >= (I)L.Kp) return; // Kp is a multiple of 32, k of V: a chunk is in or out as a whole
+  // em_factor, its test of the max taken once.
+  const bool live = real && fabs(mx) < Num<T>::inf();
+  T f[V];
+#pragma unroll
+  for (int u = 0; u < V; ++u)
+    f[u] = live && k + u < K ? EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom)) : (T)0;
+  em_put_chunk<FORM>(L.factors, L.b_side, line, k, (I)L.Kp, (I)L.Np, f);
+}
+
+// Pass 1 for one operand's lines (EmLines, given field by field), blocks [blk, …) of `blocks`: per real line its max
+// and EmLine, then its factors 2^((x − max)·log2 e + h) (0 past K, on padding lines, and for a line whose max is not
+// finite). Not inlined, and given scalars: ptxas spills when it allocates the four ways of reading in one function
+// (none alone needs more than 96 registers), and a struct argument would pass through the stack (local memory).
+template <class In, class I, class T, int FORM, bool STAGED, bool VECTOR>
+__device__ __noinline__ void em_prepare_lines(const In* x, long long batch_stride, long long line_stride,
+                                              long long k_stride, long long count, long long padded,
+                                              long long batches, T* max, EmLine* info, T* factors, bool b_side,
+                                              long long Kp, long long Np, int headroom, I K, int chunk_shift,
+                                              long long blk, long long blocks) {
+  const EmLines<In, T> L = {x,   batch_stride, line_stride, k_stride, count, padded, batches, max, info, factors,
+                            b_side, Kp,         Np,          headroom};
+  __shared__ EmStage<In> stage; // STAGED only
+  typedef EmLineWalk<In, I, STAGED, VECTOR> W;
+  // Lines of up to kCache steps (K ≤ 512 for 2-byte inputs, 256 for f32) stay in registers between the two sweeps;
+  // longer lines are read twice (the second time mostly from L2), kBatch steps' loads at a time. One value a load
+  // holds V registers a chunk in flight. (16 steps spill at 128 registers.)
+  constexpr int kCache = VECTOR ? 8 : 2, kBatch = VECTOR ? 4 : 2;
+  W w(L, K);
+  const I steps = w.steps(), out_steps = ((I)L.Kp + W::kStep - 1) / W::kStep, lines = (I)(L.batches * L.padded);
+  for (I l0 = (I)blk * 32; l0 < lines; l0 += (I)blocks * 32) {
+    w.lines(l0);
+    const I k_first = w.sub * W::V; // this thread's k in step s: s·kStep + k_first
+    EmLineStats<In, T> st;
+    // Sweep 1 (stats) or 2 (factors) over steps [from, to), kBatch steps' loads at a time.
+    auto stream = [&](bool factors, I from, I to) {
+      for (I s = from; s < to; s += kBatch) {
+        EmChunk c[kBatch];
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q)
+          if (s + q < steps) c[q] = w.fetch(s + q);
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q)
+          if (s + q < to) {
+            if (s + q < steps) c[q] = w.land(stage, c[q]);
+            const I k = (s + q) * W::kStep + k_first;
+            if (factors)
+              em_put_factors<In, FORM>(L, w.line, k, K, w.real, st.mx, c[q]);
+            else if (w.real)
+              st.add(c[q], k, K, chunk_shift);
+          }
+      }
+    };
+    auto finish_stats = [&] {
+#pragma unroll
+      for (int o = 1; o < 8; o *= 2) { // the line's 8 threads are adjacent lanes
+        st.mx = EmReal<T>::max(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, o));
+        st.acc.merge_xor(o);
+      }
+      if (w.real && w.sub == 0) {
+        const I at = w.line / (I)L.padded * (I)L.count + w.line % (I)L.padded;
+        L.max[at] = st.mx, L.info[at] = st.acc.line();
+      }
+    };
+    if (steps <= kCache) { // every chunk read once, all in flight at once
+      EmChunk cache[kCache];
+#pragma unroll
+      for (int s = 0; s < kCache; ++s)
+        if (s < steps) cache[s] = w.fetch(s);
+#pragma unroll
+      for (int s = 0; s < kCache; ++s)
+        if (s < steps) {
+          cache[s] = w.land(stage, cache[s]);
+          if (w.real) st.add(cache[s], s * W::kStep + k_first, K, chunk_shift);
+        }
+      finish_stats();
+#pragma unroll
+      for (int s = 0; s < kCache; ++s)
+        if (s < out_steps)
+          em_put_factors<In, FORM>(L, w.line, s * W::kStep + k_first, K, w.real, st.mx,
+                                   s < steps ? cache[s] : EmChunk{{0u, 0u, 0u, 0u}});
+      stream(true, (I)kCache, out_steps); // padding alone: no loads
+    } else { // longer lines are read twice
+      stream(false, 0, steps);
+      finish_stats();
+      stream(true, 0, out_steps);
+    }
+    __syncthreads(); // the stage is rewritten by the next lines
+  }
+}
+
+// em_prepare_lines for the way these lines are read (em_walk_mode).
+template <class In, class I, class T, int FORM>
+__device__ __forceinline__ void em_prepare_operand(const EmLines<In, T>& L, I K, int chunk_shift, long long blk,
+                                                   long long blocks) {
+  bool staged, vector;
+  em_walk_mode(L, K, staged, vector);
+#define JB_EM_LINES(S, V)                                                                                             \
+  em_prepare_lines<In, I, T, FORM, S, V>(L.x, L.batch_stride, L.line_stride, L.k_stride, L.count, L.padded, L.batches, \
+                                         L.max, L.info, L.factors, L.b_side, L.Kp, L.Np, L.headroom, K, chunk_shift,   \
+                                         blk, blocks)
+  if (staged && vector) JB_EM_LINES(true, true);
+  else if (staged) JB_EM_LINES(true, false);
+  else if (vector) JB_EM_LINES(false, true);
+  else JB_EM_LINES(false, false);
+#undef JB_EM_LINES
+}
+
+// Pass 1: the repair flags cleared; blocks [0, row_blocks) walk the rows of a, the blocks after them the columns of
+// b (em_stats_grid).
 template <class In, class I, class T, int FORM> __device__ __forceinline__ void em_prepare_kernel(const BmmParams p) {
-  typedef EmReal<T> R;
   const EmView<T> v = em_view<T, FORM>(p);
   const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
-  const In* A0 = static_cast<const In*>(p.a);
-  const In* B0 = static_cast<const In*>(p.b);
-  const T kNegInf = Num<T>::neg_inf();
-  const I K = (I)p.K, Kp = (I)v.Kp, Mp = (I)v.Mp, Np = (I)v.Np;
+  const I K = (I)p.K;
   int chunk = 0; // chunks of 2^chunk k, at most 64 of them
   while (((I)64 << chunk) < K) ++chunk;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   {
     const I total = (I)v.tiles_m * (I)v.tiles_n * (I)p.B;
     for (I f = (I)blockIdx.x * blockDim.x + threadIdx.x; f < total; f += (I)gridDim.x * blockDim.x) v.flags[f] = 0u;
     if (blockIdx.x == 0 && threadIdx.x == 0) *v.repaired = 0ull;
   }
   if ((long long)blockIdx.x < g.row_blocks) {
-    for (I r = (I)blockIdx.x * 8 + warp; r < (I)v.a_batches * Mp; r += (I)g.row_blocks * 8) {
-      const I batch = r / Mp, i = r % Mp;
-      if (i >= (I)p.M) {
-        for (I k = lane; k < Kp; k += 32) em_put<FORM>(v.ea, r, k, Kp, (T)0);
-        continue;
-      }
-      const In* A = A0 + batch * (I)p.a_batch + i * (I)p.a_row;
-      T mx = kNegInf;
-      EmLineAcc line;
-      // The first 32·kCache elements stay in registers between the two sweeps: all their loads in flight at once,
-      // and read once. Longer rows read the rest twice.
-      constexpr int kCache = 64 / sizeof(T); // 16 floats or 8 doubles: 64 registers a thread in all
-      T cache[kCache];
-#pragma unroll
-      for (int c = 0; c < kCache; ++c) {
-        const I k = lane + 32 * c;
-        cache[c] = k < K ? to_acc(A[k * (I)p.a_col]) : kNegInf;
-      }
-#pragma unroll
-      for (int c = 0; c < kCache; ++c) {
-        mx = R::max(mx, cache[c]);
-        if (cache[c] != kNegInf) line.add(lane + 32 * c, chunk);
-      }
-#pragma unroll 8
-      for (I k = lane + 32 * kCache; k < K; k += 32) {
-        const T x = to_acc(A[k * (I)p.a_col]);
-        mx = R::max(mx, x);
-        if (x != kNegInf) line.add(k, chunk);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) {
-        mx = R::max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        line.merge_xor(o);
-      }
-      if (lane == 0) v.row_max[batch * (I)p.M + i] = mx, v.row_line[batch * (I)p.M + i] = line.line();
-        // The factors, as em_factor computes them, from the cached values.
-#pragma unroll
-      for (int c = 0; c < kCache; ++c) {
-        const I k = lane + 32 * c;
-        if (k < Kp) em_put<FORM>(v.ea, r, k, Kp, k < K ? R::exp2(em_exponent(cache[c], mx, v.headroom)) : (T)0);
-      }
-#pragma unroll 8
-      for (I k = lane + 32 * kCache; k < Kp; k += 32)
-        em_put<FORM>(v.ea, r, k, Kp, k < K ? em_factor<T>(to_acc(A[k * (I)p.a_col]), mx, v.headroom) : (T)0);
-    }
-    return;
-  }
-  __shared__ T part_max[8][32];
-  __shared__ EmLine part_line[8][32];
-  __shared__ T tile[64][33]; // FORM 1–6: [k][column] → written out as [column][k]
-  const I first = ((I)blockIdx.x - (I)g.row_blocks) * 32;
-  for (I c0 = first; c0 < (I)v.b_batches * Np; c0 += (I)g.col_blocks * 32) {
-    const I c = c0 + lane, batch = c / Np, j = c % Np;
-    const bool real = c < (I)v.b_batches * Np && j < (I)p.N;
-    const In* B = B0 + batch * (I)p.b_batch + j * (I)p.b_col;
-    T mx = kNegInf;
-    EmLineAcc line;
-    if (real)
-#pragma unroll 8
-      for (I k = warp; k < K; k += 8) {
-        const T x = to_acc(B[k * (I)p.b_row]);
-        mx = R::max(mx, x);
-        if (x != kNegInf) line.add(k, chunk);
-      }
-    part_max[warp][lane] = mx;
-    part_line[warp][lane] = line.line();
-    __syncthreads();
-    mx = part_max[0][lane];
-    for (int w = 1; w < 8; ++w) mx = R::max(mx, part_max[w][lane]), line.merge(part_line[w][lane]);
-    if (real && warp == 0) v.col_max[batch * (I)p.N + j] = mx, v.col_line[batch * (I)p.N + j] = line.line();
-    if (FORM == 0) {
-      if (c < (I)v.b_batches * Np)
-        for (I k = warp; k < Kp; k += 8)
-          v.eb[(batch * Kp + k) * Np + j] =
-              real && k < K ? em_factor<T>(to_acc(B[k * (I)p.b_row]), mx, v.headroom) : (T)0;
-    } else if (c0 < (I)v.b_batches * Np) { // uniform: Np is a multiple of 32, so the block's columns are all real
-      // Through shared memory, so both the reads and the writes coalesce; 64 k a step, each thread's 8 loads in
-      // flight before any is used. Kp is a multiple of 32: the last step may have only its first half.
-      for (I k0 = 0; k0 < Kp; k0 += 64) {
-        T x[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const I k = k0 + warp + 8 * u;
-          x[u] = real && k < K ? to_acc(B[k * (I)p.b_row]) : (T)0;
-        }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const I k = k0 + warp + 8 * u;
-          tile[warp + 8 * u][lane] = real && k < K ? em_factor<T>(x[u], mx, v.headroom) : (T)0;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int r = warp + 8 * u; // column c0 + r, k0 + lane and k0 + 32 + lane
-          em_put<FORM>(v.eb, c0 + r, k0 + lane, Kp, tile[lane][r]);
-          if (k0 + 32 < Kp) em_put<FORM>(v.eb, c0 + r, k0 + 32 + lane, Kp, tile[32 + lane][r]);
-        }
-        __syncthreads();
-      }
-    }
-    __syncthreads();
+    const EmLines<In, T> a = {static_cast<const In*>(p.a), p.a_batch, p.a_row, p.a_col, p.M, v.Mp, v.a_batches,
+                              v.row_max, v.row_line, v.ea, false, v.Kp, v.Np, v.headroom};
+    em_prepare_operand<In, I, T, FORM>(a, K, chunk, blockIdx.x, g.row_blocks);
+  } else {
+    const EmLines<In, T> b = {static_cast<const In*>(p.b), p.b_batch, p.b_col, p.b_row, p.N, v.Np, v.b_batches,
+                              v.col_max, v.col_line, v.eb, true, v.Kp, v.Np, v.headroom};
+    em_prepare_operand<In, I, T, FORM>(b, K, chunk, blockIdx.x - g.row_blocks, g.col_blocks);
   }
 }
 

@@ -118,7 +118,9 @@ Rendering render(const KernelSpec& s) {
   r.entries.push_back({"_stats", 256, 4, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
   r.entries.push_back({"_h", 256, 4, "jb::eg_h_kernel<" + io + ", " + pass + ", " + form + ">"});
   const int repair_threads = (kRepairM / kRepairTM) * (kRepairN / kRepairTN);
-  r.entries.push_back({"_repair", repair_threads, s.dtype == DType::bf16 ? 1 : 3,
+  // 3 blocks an SM where that fits without spills; bf16, and f16 with 64-bit indices, spill at 3 (4 bytes).
+  const int repair_blocks = s.dtype == DType::bf16 || (s.dtype == DType::f16 && s.index64) ? 1 : 3;
+  r.entries.push_back({"_repair", repair_threads, repair_blocks,
                        "jb::eg_repair_kernel<" + io + ", " + std::to_string(kRepairM) + ", " + std::to_string(kRepairN) +
                            ", " + std::to_string(kRepairK) + ", " + std::to_string(kRepairTM) + ", " +
                            std::to_string(kRepairTN) + ", " + pass + ">"});

@@ -1,4 +1,5 @@
-// Compile-only: every generated variant must compile with NVRTC for sm_80 and sm_90 with no spills. No GPU needed.
+// Compile-only: every generated variant must compile with NVRTC for sm_80 and sm_90 with no spills in any of its
+// entries. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -23,7 +24,8 @@ const bool kComputeCacheOff = ::setenv("CUDA_CACHE_DISABLE", "1", 1) == 0;
 
 struct Outcome {
   std::string name, arch, error;
-  PtxasResources res;
+  PtxasResources res;    // the main entry's
+  PtxasResources module; // every entry's (prepare, repair, ...) and their callees' spills
   std::size_t cubin_bytes = 0;
 };
 
@@ -35,6 +37,7 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
     o.name = k.name;
     const CompiledKernel c = compile_to_cubin(k, arch, PtxasReport::wanted);
     o.res = parse_ptxas_log(c.log, k.name);
+    o.module = parse_ptxas_log(c.log);
     o.cubin_bytes = c.binary.size();
   } catch (const std::exception& e) {
     o.error = e.what();
@@ -78,6 +81,8 @@ TEST_CASE(
     CHECK(o.res.stack_bytes >= 0);
     CHECK(o.res.spill_store_bytes == 0);
     CHECK(o.res.spill_load_bytes == 0);
+    CHECK(o.module.spill_store_bytes == 0);
+    CHECK(o.module.spill_load_bytes == 0);
   }
   CHECK(without_report == 0);
   MESSAGE(jobs.size() << " kernels compiled, each with ptxas's report");
@@ -112,6 +117,22 @@ TEST_CASE("the ptxas log parser reads registers and spills") {
   CHECK(r.spill_store_bytes == 8);
   CHECK(r.spill_load_bytes == 4);
   CHECK(r.shared_bytes == 33024);
+}
+
+TEST_CASE("an entry's spills include those of the functions it calls") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'mine' for 'sm_90'\nptxas info    : Function properties for mine\n"
+      "ptxas         .     224 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 128 "
+      "registers\nptxas info    : Function properties for _Z6calleev\nptxas         .     0 bytes stack frame, 16 bytes "
+      "spill stores, 12 bytes spill loads\nptxas info    : Compiling entry function 'other' for 'sm_90'\nptxas         "
+      ".     0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\nptxas info    : Used 40 registers\n";
+  const PtxasResources mine = parse_ptxas_log(log, "mine");
+  CHECK(mine.registers == 128);
+  CHECK(mine.stack_bytes == 224);
+  CHECK(mine.spill_store_bytes == 16);
+  CHECK(mine.spill_load_bytes == 12);
+  CHECK(parse_ptxas_log(log, "other").spill_store_bytes == 4);
+  CHECK(parse_ptxas_log(log).spill_store_bytes == 20); // the whole module
 }
 
 TEST_CASE("the parser reads only the named kernel's section of a log") {
