@@ -100,19 +100,14 @@ struct EmLineAcc {
   }
 };
 
-// One operand element's factor 2^((x − max)·log2 e + h), 0 for −inf. The shift is taken in natural units and only
-// the difference is scaled: rounded to log2 units first, x and max would each carry an error of |x|·2^-24 (10^-3 at
-// ±1e4), which rows and columns whose offsets cancel in a + b would keep in their outputs. The headroom is added
-// after the shift: for a huge max, max − h would round back to max and silently drop h. A row or column whose max
-// is not finite gets factors of 0: its outputs are NaN, −inf or repaired, and never read its products.
+// One operand element's factor is 2^em_shifted(x, max, h) (0 for −inf), on a line whose max is finite. The shift is
+// taken in natural units and only the difference is scaled: rounded to log2 units first, x and max would each carry
+// an error of |x|·2^-24 (10^-3 at ±1e4), which rows and columns whose offsets cancel in a + b would keep in their
+// outputs. The headroom is added after the shift: for a huge max, max − h would round back to max and silently drop
+// h. A row or column whose max is not finite gets factors of 0 (em_put_factors): its outputs are NaN, −inf or
+// repaired, and never read its products.
 template <class T> __device__ __forceinline__ T em_shifted(T x, T line_max, int headroom) {
   return (x - line_max) * Num<T>::log2e() + (T)headroom;
-}
-template <class T> __device__ __forceinline__ T em_exponent(T x, T line_max, int headroom) {
-  return fabs(line_max) < Num<T>::inf() ? em_shifted(x, line_max, headroom) : Num<T>::neg_inf();
-}
-template <class T> __device__ __forceinline__ T em_factor(T x, T line_max, int headroom) {
-  return EmReal<T>::exp2(em_exponent(x, line_max, headroom));
 }
 
 // How the product reads the exponentiated operands. FORM 0 (math=fma): a as [Mp][Kp], b as [Kp][Np], fp32/fp64.
@@ -346,7 +341,7 @@ __device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, 
                                                bool real, T mx, const EmChunk& c) {
   constexpr int V = 16 / sizeof(In);
   if (k >= (I)L.Kp) return; // Kp is a multiple of 32, k of V: a chunk is in or out as a whole
-  // em_factor, its test of the max taken once.
+  // The factors (em_shifted), the test of the max taken once a chunk.
   const bool live = real && fabs(mx) < Num<T>::inf();
   T f[V];
 #pragma unroll
@@ -369,9 +364,10 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
                             b_side, Kp,         Np,          headroom};
   __shared__ EmStage<In> stage; // STAGED only
   typedef EmLineWalk<In, I, STAGED, VECTOR> W;
-  // Lines of up to kCache steps (K ≤ 512 for 2-byte inputs, 256 for f32) stay in registers between the two sweeps;
-  // longer lines are read twice (the second time mostly from L2), kBatch steps' loads at a time. One value a load
-  // holds V registers a chunk in flight. (16 steps spill at 128 registers.)
+  // Lines of up to kCache steps stay in registers between the two sweeps: with 16-byte loads K ≤ 512 for 2-byte
+  // inputs, 256 for f32, 128 for f64 (16 steps spill at 128 registers); one value a load holds V registers a chunk
+  // in flight, so 2 steps there. Longer lines are read twice (the second time mostly from L2), kBatch steps' loads
+  // at a time.
   constexpr int kCache = VECTOR ? 8 : 2, kBatch = VECTOR ? 4 : 2;
   W w(L, K);
   const I steps = w.steps(), out_steps = ((I)L.Kp + W::kStep - 1) / W::kStep, lines = (I)(L.batches * L.padded);
@@ -432,8 +428,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
       finish_stats();
       stream(true, 0, out_steps);
     }
-    __syncthreads(); // the stage is rewritten by the next lines
-  }
+  } // the next lines' first land() starts with a barrier before it rewrites the stage
 }
 
 // em_prepare_lines for the way these lines are read (em_walk_mode).

@@ -133,8 +133,8 @@ Rendering render(const KernelSpec& s) {
                                                           : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) +
                                                                 ", " + product + ">"));
   }
-  // The prepare pass waits on memory: 2 blocks an SM (128 registers) let each thread keep 16 chunks of 16 bytes in
-  // flight (exp_matmul_prepare.cuh: em_prepare_lines). Its FORM: how the product reads the operands.
+  // The prepare pass waits on memory: 2 blocks an SM (128 registers) let each thread keep up to 8 chunks of 16 bytes
+  // in flight (exp_matmul_prepare.cuh: em_prepare_lines). Its FORM: how the product reads the operands.
   r.entries.push_back({"_prepare", 256, 2,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
