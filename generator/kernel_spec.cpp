@@ -74,10 +74,12 @@ void check_fields(const KernelSpec& spec) {
   if (fields & kKChunkField) in("k_chunk", spec.k_chunk, 1, 1 << 30);
 }
 
-// Which strategy a semiring's backward runs: scatter through the forward's argmax for the selecting semirings,
-// the tiled reduction of gradient weights for the others.
-Strategy backward_strategy(Semiring semiring) {
-  return semiring_info(semiring).backward == BackwardKind::argmax_scatter ? Strategy::scatter : Strategy::tiled;
+// Which strategy a semiring's backward runs: for the selecting semirings the forward's argmax routes G, binned per
+// line (histogram) where its rank takes the problem, else sent with atomics (scatter); the tiled reduction of gradient
+// weights for the others.
+Strategy backward_strategy(const Problem& p) {
+  if (semiring_info(p.semiring).backward != BackwardKind::argmax_scatter) return Strategy::tiled;
+  return strategy_def(Strategy::histogram, Pass::grad_a).default_rank(p) >= 0 ? Strategy::histogram : Strategy::scatter;
 }
 
 } // namespace
@@ -268,7 +270,7 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy) {
 }
 
 KernelSpec default_grad_spec(const Problem& problem, Pass pass) {
-  return default_grad_spec(problem, pass, backward_strategy(problem.semiring));
+  return default_grad_spec(problem, pass, backward_strategy(problem));
 }
 
 KernelSpec default_grad_spec(const Problem& problem, Pass pass, Strategy strategy) {
@@ -338,9 +340,9 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
     // The selecting semirings scatter G to the argmax; the others gather (tiled, or exp_matmul for log: its own
     // check names the semirings it computes).
     const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
-    if (scatter != (spec.strategy == Strategy::scatter))
+    if (scatter != (spec.strategy == Strategy::scatter || spec.strategy == Strategy::histogram))
       reject("strategy", std::string("the backward of ") + semiring_info(p.semiring).name + " uses " +
-                             (scatter ? "scatter" : "a gather (tiled, or exp_matmul for log)"));
+                             (scatter ? "histogram or scatter" : "a gather (tiled, or exp_matmul for log)"));
   }
   if (!spec.index64 && def->needs_index64(spec, p))
     reject("index64", "this problem's sizes or strides overflow 32-bit index math (" + describe(p) +

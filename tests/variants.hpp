@@ -186,7 +186,8 @@ inline std::vector<KernelSpec> exp_matmul_grad_variants(KernelSpec kind) {
   return out;
 }
 
-// Backward kernels: each problem kind without argmax × pass × (scatter, or small and large tiles) × index width.
+// Backward kernels: each problem kind without argmax × pass × (scatter and histogram, or small and large tiles) ×
+// index width.
 inline std::vector<KernelSpec> grad_variants() {
   std::vector<KernelSpec> out;
   for (KernelSpec kind : problem_kinds()) {
@@ -201,6 +202,11 @@ inline std::vector<KernelSpec> grad_variants() {
           s.strategy = Strategy::scatter;
           s.block_x = 128, s.block_y = 1;
           out.push_back(s);
+          s.strategy = Strategy::histogram; // 2 warps, and 32, whose grad_b bins take K = 70 in two chunks (f32)
+          for (int threads : {64, 1024}) {
+            s.block_x = threads;
+            if (threads == 64 || !index64) out.push_back(s);
+          }
           continue;
         }
         s.strategy = Strategy::tiled;

@@ -186,7 +186,9 @@ GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& spec) {
   GradAccumulator acc;
   acc.slices = broadcast ? 1 : s.B;
   acc.items = checked_product({acc.slices, rows, cols}, "backward workspace");
-  acc.needed = acc.items > 0 && (spec.strategy == Strategy::scatter || broadcast);
+  // scatter sends every term atomically; histogram sums even a broadcast gradient in its bins.
+  acc.needed =
+      acc.items > 0 && (spec.strategy == Strategy::scatter || (broadcast && spec.strategy != Strategy::histogram));
   return acc;
 }
 

@@ -60,7 +60,8 @@ void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const std::
 const std::vector<TileChoice>& forward_tiles(bool wide);
 
 // What a gradient pass accumulates into: batch slices (1 when the operand is broadcast over the batch), elements,
-// and whether the kernel accumulates atomically (scatter always; tiled for a broadcast operand).
+// and whether the kernel accumulates atomically into a workspace (scatter always; histogram never; the others for a
+// broadcast operand).
 struct GradAccumulator {
   int64_t slices = 0, items = 0;
   bool needed = false;

@@ -23,13 +23,15 @@ enum class Strategy {
                    // pass (templates/exp_matmul.cuh); tile_* / thread_* / math below
   tiled_online,    // log only: tiled with each output's scale kept online, exact on any data in one pass
                    // (templates/tiled_online.cuh); tile_* / thread_* below
+  histogram,       // backward of the selecting semirings: scatter's sums binned per gradient line in shared memory,
+                   // no atomics, deterministic (templates/grad_histogram.cuh; block_x threads)
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);
 
 // What a kernel computes: the product, or the gradient of a loss with respect to a or b (templates/backward.cuh).
 // Backward kernels: log and plus_times use `tiled` (a register-tiled reduction over j for grad_a, over i for
-// grad_b); max_plus, min_plus and max_times use `scatter`.
+// grad_b); max_plus, min_plus and max_times use `histogram`, or `scatter` where K is long (histogram.cpp says when).
 enum class Pass { forward, grad_a, grad_b };
 const char* pass_name(Pass pass);
 Pass parse_pass(const std::string& name);

@@ -324,8 +324,11 @@ TEST_CASE("scratch memory: the caller's workspace when given (checked), else jit
   release_pool_memory();
   CHECK(stats().pool_reserved_bytes == 0);
 
-  // The backward: its scratch (the recomputed argmax, the scatter accumulators) from the caller too.
+  // The backward: its scratch (the recomputed argmax, scatter's accumulators) from the caller too. K long enough
+  // for scatter (histogram, the default at shorter K, needs none).
   Problem q = small_problem(Semiring::max_plus, DType::f32);
+  CHECK(SemiringBMM::get(q).backward_workspace_bytes(true, true, true) == 0);
+  q.shape.K = 4000;
   const SemiringBMM selecting = SemiringBMM::get(q);
   const std::size_t with_argmax = selecting.backward_workspace_bytes(true, true, true);
   const std::size_t recomputing = selecting.backward_workspace_bytes(true, true, false);

@@ -122,8 +122,9 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   return r;
 }
 
-// One backward kernel (spec.pass) against the reference, on given inputs.
-inline CaseResult run_grad_case_on(const Problem& p, const KernelSpec& spec, const GradInputs& in) {
+// One backward kernel (spec.pass) against the reference, on given inputs; the gradient as read back in *got_out.
+inline CaseResult run_grad_case_on(const Problem& p, const KernelSpec& spec, const GradInputs& in,
+                                   HostTensor* got_out = nullptr) {
   const Shape& s = p.shape;
   const Strides sd = spec.pass == Pass::grad_a ? p.a() : p.b();
   const int64_t rows = spec.pass == Pass::grad_a ? s.M : s.K, cols = spec.pass == Pass::grad_a ? s.K : s.N;
@@ -143,7 +144,9 @@ inline CaseResult run_grad_case_on(const Problem& p, const KernelSpec& spec, con
               nullptr);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize after the backward");
   dgrad.download(got.data(), got.bytes.size());
-  return check_gradient(p, spec.pass, in, got);
+  const CaseResult r = check_gradient(p, spec.pass, in, got);
+  if (got_out) *got_out = std::move(got);
+  return r;
 }
 
 // One backward kernel (spec.pass) against the reference, on inputs with edge values.

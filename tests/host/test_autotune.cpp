@@ -236,7 +236,14 @@ TEST_CASE("backward specs: the default per semiring and pass, and what check_spe
   CHECK(ga.thread_m * ga.thread_n <= 32);
   CHECK_NOTHROW(check_spec_fits(ga, p));
   const KernelSpec sel = default_grad_spec(problem(Semiring::max_plus, DType::f16, {2, 3, 4, 5}), Pass::grad_b);
-  CHECK(sel.strategy == Strategy::scatter);
+  CHECK(sel.strategy == Strategy::histogram);
+  // Past 4 chunks of grad_b's bins (768 k in f32, 384 in f64) the selecting semirings scatter.
+  CHECK(default_grad_spec(problem(Semiring::max_plus, DType::f32, {2, 3, 3072, 5}), Pass::grad_a).strategy ==
+        Strategy::histogram);
+  CHECK(default_grad_spec(problem(Semiring::max_times, DType::f32, {2, 3, 3073, 5}), Pass::grad_a).strategy ==
+        Strategy::scatter);
+  CHECK(default_grad_spec(problem(Semiring::min_plus, DType::f64, {2, 3, 1537, 5}), Pass::grad_b).strategy ==
+        Strategy::scatter);
   p.with_argmax = false;
   KernelSpec bad = ga;
   bad.strategy = Strategy::linear;
@@ -274,8 +281,11 @@ TEST_CASE("backward candidates and keys are their own") {
     }
     CHECK(exp_matmul == 3); // the exp_matmul backward's tiles beside the direct ones
   }
+  // The selecting semirings: histogram's four block sizes, then scatter's three.
   const auto sc = tuning_candidates(problem(Semiring::max_times, DType::f32, {4, 64, 64, 64}), h100, Pass::grad_b);
-  CHECK(sc.size() == 3);
+  REQUIRE(sc.size() == 7);
+  CHECK(sc.front().strategy == Strategy::histogram);
+  CHECK(std::count_if(sc.begin(), sc.end(), [](const KernelSpec& s) { return s.strategy == Strategy::scatter; }) == 3);
   const TuningDevice h{"NVIDIA H100 80GB HBM3", "sm_90", "13.0", 132, 13000};
   CHECK(tuning_key(p, h, false, Pass::grad_a) != tuning_key(p, h, false));
   CHECK(tuning_key(p, h, false, Pass::grad_a) != tuning_key(p, h, false, Pass::grad_b));

@@ -42,8 +42,9 @@ TEST_CASE("every strategy registers once, with a unique name that parses back, a
     CHECK(((d->fields & kTileFields) != 0) == (d->shared_bytes != nullptr));
   }
   // Every value of the public enum has a forward or a backward entry.
-  for (Strategy s : {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree, Strategy::tiled,
-                     Strategy::split_k, Strategy::scatter, Strategy::exp_matmul, Strategy::tiled_online})
+  for (Strategy s :
+       {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree, Strategy::tiled,
+        Strategy::split_k, Strategy::scatter, Strategy::exp_matmul, Strategy::tiled_online, Strategy::histogram})
     CHECK(std::any_of(seen.begin(), seen.end(), [&](auto& e) { return e.first == static_cast<int>(s); }));
 }
 
@@ -108,4 +109,42 @@ TEST_CASE("default_spec picks by rank as the cascade did") {
   CHECK(pick(1, 0, 5, 7) == Strategy::linear);              // no outputs
   CHECK(pick(2, 3, 4, 0) == Strategy::linear);              // no terms
   CHECK(pick(1, 1, int64_t(1) << 37, 0) == Strategy::warp); // linear's grid cannot hold the columns
+}
+
+TEST_CASE("histogram plans: one launch, bins within 48 KiB, K in chunks over grid y, no workspace even broadcast") {
+  Problem p;
+  p.semiring = Semiring::max_plus, p.dtype = DType::f32, p.shape = {3, 37, 900, 41};
+  for (Pass pass : {Pass::grad_a, Pass::grad_b})
+    for (int threads : {32, 256, 1024})
+      for (bool broadcast : {false, true}) {
+        Problem q = p;
+        if (broadcast && pass == Pass::grad_a) q.a_strides = Strides{0, 900, 1};
+        if (broadcast && pass == Pass::grad_b) q.b_strides = Strides{0, 41, 1};
+        KernelSpec spec = default_grad_spec(q, pass, Strategy::histogram);
+        spec.block_x = threads;
+        INFO(to_string(spec), " broadcast ", broadcast);
+        const LaunchPlan plan = strategy_def(spec).launches(spec, q);
+        REQUIRE(plan.launches.size() == 1);
+        CHECK(plan.workspace_bytes == 0);
+        CHECK(plan.zero_bytes == 0);
+        const Launch& l = plan.launches[0];
+        const int64_t warps = threads / 32, lines = pass == Pass::grad_a ? 1 : 8;
+        const int64_t chunk_k = l.dynamic_shared / (warps * lines * 4);
+        CHECK(l.dynamic_shared <= 48u * 1024);
+        CHECK(l.dynamic_shared == static_cast<unsigned>(warps * lines * chunk_k * 4)); // whole bins
+        CHECK(chunk_k == std::min<int64_t>(900, 48 * 1024 / (warps * lines * 4)));
+        CHECK(l.grid[1] == static_cast<unsigned>((900 + chunk_k - 1) / chunk_k));
+        // A warp a gradient row (grad_a) or 8 columns (grad_b) of each slice: one slice when broadcast.
+        const int64_t slices = broadcast ? 1 : 3, per_slice = pass == Pass::grad_a ? 37 : (41 + 7) / 8;
+        CHECK(l.grid[0] == static_cast<unsigned>((slices * per_slice + warps - 1) / warps));
+      }
+  // An empty gradient launches nothing; one with no outputs to gather from still writes its zeros.
+  Problem no_k = p, no_outputs = p;
+  no_k.shape.K = 0, no_outputs.shape.M = 0;
+  for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
+    const KernelSpec spec = default_grad_spec(no_k, pass, Strategy::histogram);
+    CHECK(strategy_def(spec).launches(spec, no_k).launches.empty());
+  }
+  const KernelSpec gb = default_grad_spec(no_outputs, Pass::grad_b, Strategy::histogram);
+  CHECK(strategy_def(gb).launches(gb, no_outputs).launches.size() == 1);
 }
