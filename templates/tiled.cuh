@@ -16,10 +16,11 @@ template <class T> struct TilePads;
 
 // Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
 // the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
-// operand is suspect() (its loader votes on every slice), and its term loop branches on the vote.
+// operand is suspect() (its loader votes on every slice), and its term loop branches on the vote. kFetch: when the
+// next slice is fetched (kslice.cuh), as measured per policy (bench/RESULTS.md, session 40).
 template <class S, class T> struct GenericTerm {
   typedef typename S::State Acc;
-  enum { kCleanSlices = false };
+  enum { kCleanSlices = false, kFetch = kFetchAfterUse };
   static __device__ __forceinline__ Acc init(int) { return S::init(); }
   static __device__ __forceinline__ void update(Acc& acc, T a, T b, int k) { S::add_term(acc, a, b, k); }
   static __device__ __forceinline__ T value(const Acc& acc) { return S::finalize(acc); }
@@ -38,10 +39,11 @@ __device__ __forceinline__ float min_nan(float x, float y) {
 }
 
 // Fast per-term policies (f32 accumulators, no argmax): one add or multiply and one NaN-propagating max/min.
-// Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller.
+// Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller. The
+// next slice's loads are in flight during the terms (1–5% faster on the H100; their registers fit at 2 blocks an SM).
 struct MaxPlusTerm {
   typedef float Acc;
-  enum { kCleanSlices = false };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -49,7 +51,7 @@ struct MaxPlusTerm {
 };
 struct MinPlusTerm {
   typedef float Acc;
-  enum { kCleanSlices = false };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = min_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -57,7 +59,7 @@ struct MinPlusTerm {
 };
 struct MaxTimesTerm {
   typedef float Acc;
-  enum { kCleanSlices = false };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a * b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -74,7 +76,7 @@ template <class Op> struct SelectTerm {
     float v;
     int k;
   };
-  enum { kCleanSlices = true };
+  enum { kCleanSlices = true, kFetch = kFetchAfterUse }; // measured 5% slower with the loads before the terms
   static __device__ __forceinline__ Acc init(int k_first) { return {Op::worst(), k_first}; }
   static __device__ __forceinline__ void update(Acc& acc, float a, float b, int k) {
     const float t = Op::times(a, b);
@@ -293,6 +295,9 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
   const In* B0 = static_cast<const In*>(p.b);
   const T pad_a = S::pad_a(), pad_b = S::pad_b();
   const I chunks = p.k_chunk > 0 ? ((I)p.K + (I)p.k_chunk - 1) / (I)p.k_chunk : 1;
+  // The policy's fetch order, but after the terms at more than 32 outputs a thread: with the next slice's registers
+  // live across the terms, 128×128 t8×8 spills at 2 blocks an SM.
+  constexpr KSliceFetch kTileFetch = P::kFetch == kFetchBeforeUse && TM * TN <= 32 ? kFetchBeforeUse : kFetchAfterUse;
   for (I z = blockIdx.z; z < (I)p.B * chunks; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     typename P::Acc acc[TM][TN];
@@ -303,8 +308,7 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
     T ra[G::kLoadA], rb[G::kLoadB];
     typename TermLoader<P::kCleanSlices != 0, P, G, In, I>::type ld(
         sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
-    // The next slice is fetched after the terms: its registers are not live across them.
-    for (auto slice = kslice_loop<kFetchAfterUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
+    for (auto slice = kslice_loop<kTileFetch, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
          slice.finish(p)) {
       slice.start(p);
       if (P::kCleanSlices && slice_clean(ld))

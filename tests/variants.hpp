@@ -202,8 +202,8 @@ inline std::vector<KernelSpec> grad_variants() {
           s.strategy = Strategy::scatter;
           s.block_x = 128, s.block_y = 1;
           out.push_back(s);
-          s.strategy = Strategy::histogram; // 2 warps, and 32, whose grad_b bins take K = 70 in two chunks (f32)
-          for (int threads : {64, 1024}) {
+          s.strategy = Strategy::histogram; // 2 warps, and 16, whose grad_b bins take K = 70 in two chunks (f64)
+          for (int threads : {64, 512}) {
             s.block_x = threads;
             if (threads == 64 || !index64) out.push_back(s);
           }

@@ -42,6 +42,8 @@ int rank(const Problem& p) {
 
 void check(const KernelSpec& spec, const Problem&) {
   if (spec.block_y != 1) reject("block", "histogram needs block_y = 1");
+  // At 1024 threads a thread gets 64 registers, and the loads a warp keeps in flight spill (f64 grad_b).
+  if (spec.block_x > 512) reject("block", "histogram takes at most 512 threads a block");
 }
 
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
