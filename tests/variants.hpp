@@ -101,6 +101,24 @@ inline std::vector<KernelSpec> tiled_online_variants(KernelSpec kind) {
   return out;
 }
 
+// The two-pass argmax of a selecting kind with argmax and f32 accumulators (groups of 16 k): two slices a group at
+// small tiles (both index widths), one at the default tile.
+inline std::vector<KernelSpec> tiled_refine_variants(KernelSpec kind) {
+  std::vector<KernelSpec> out;
+  if (!kind.with_argmax || !semiring_info(kind.semiring).fast_term || kind.dtype == DType::f64) return out;
+  KernelSpec s = kind;
+  s.strategy = Strategy::tiled_refine;
+  for (bool index64 : {false, true}) {
+    s.index64 = index64;
+    s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = s.thread_n = 2, s.min_blocks = 1;
+    out.push_back(s);
+  }
+  s.index64 = false;
+  s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 2;
+  out.push_back(s);
+  return out;
+}
+
 // Every strategy (and both index widths) for one problem kind.
 inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
   std::vector<KernelSpec> out;
@@ -140,6 +158,7 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
     }
   }
   for (const KernelSpec& o : tiled_online_variants(kind)) out.push_back(o);
+  for (const KernelSpec& r : tiled_refine_variants(kind)) out.push_back(r);
   // A strategy of the table not listed above (a new one) is covered by its default for a small odd problem.
   for (const StrategyDef* def : strategy_defs()) {
     if (def->backward ||

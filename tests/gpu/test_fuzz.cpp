@@ -70,7 +70,7 @@ KernelSpec spec_for(const Problem& p, uint64_t seed) {
   if (!forced || !*forced) return default_spec(p);
   constexpr Strategy kAll[] = {Strategy::linear,     Strategy::linear_two_pass, Strategy::warp,
                                Strategy::block_tree, Strategy::tiled,           Strategy::split_k,
-                               Strategy::exp_matmul, Strategy::tiled_online};
+                               Strategy::exp_matmul, Strategy::tiled_online,    Strategy::tiled_refine};
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   const Strategy strategy = std::string(forced) == "any" ? test::pick(rng, kAll) : parse_strategy(forced);
   try {

@@ -44,7 +44,8 @@ TEST_CASE("every strategy registers once, with a unique name that parses back, a
   // Every value of the public enum has a forward or a backward entry.
   for (Strategy s :
        {Strategy::linear, Strategy::linear_two_pass, Strategy::warp, Strategy::block_tree, Strategy::tiled,
-        Strategy::split_k, Strategy::scatter, Strategy::exp_matmul, Strategy::tiled_online, Strategy::histogram})
+        Strategy::split_k, Strategy::scatter, Strategy::exp_matmul, Strategy::tiled_online, Strategy::histogram,
+        Strategy::tiled_refine})
     CHECK(std::any_of(seen.begin(), seen.end(), [&](auto& e) { return e.first == static_cast<int>(s); }));
 }
 
@@ -150,4 +151,48 @@ TEST_CASE("histogram plans: one launch, bins within 48 KiB, K in chunks over gri
   KernelSpec wide = default_grad_spec(p, Pass::grad_b, Strategy::histogram);
   wide.block_x = 1024; // 64 registers a thread: the loads in flight would spill
   CHECK_THROWS_WITH_AS(check_spec_fits(wide, p), doctest::Contains("spec.block"), std::invalid_argument);
+}
+
+TEST_CASE("tiled_refine plans: the product, then the refinement over 64x64 tiles; its default and limits") {
+  Problem p;
+  p.semiring = Semiring::max_plus, p.dtype = DType::f32, p.with_argmax = true, p.shape = {70000, 130, 900, 70};
+  const KernelSpec spec = default_spec(p, Strategy::tiled_refine);
+  const LaunchPlan plan = strategy_def(spec).launches(spec, p);
+  REQUIRE(plan.launches.size() == 2);
+  CHECK(plan.workspace_bytes == 0);
+  CHECK(plan.launches[0].entry.empty());
+  const Launch& refine = plan.launches[1];
+  CHECK(refine.entry == "_refine");
+  CHECK(refine.block[0] == 256u);
+  CHECK(refine.grid[0] == 2u); // 70 columns
+  CHECK(refine.grid[1] == 3u); // 130 rows
+  CHECK(refine.grid[2] == 65535u); // the kernel loops over the other batches
+  // No terms: the product alone writes the zero and argmax -1.
+  Problem no_k = p;
+  no_k.shape.K = 0;
+  CHECK(strategy_def(spec).launches(default_spec(no_k, Strategy::tiled_refine), no_k).launches.size() == 1);
+  // The default where it measured faster: f32 inputs, many outputs, K >= 512; not without argmax, with f64 or
+  // bf16, for small K, past the groups' 16384 or for few outputs.
+  Problem q;
+  q.semiring = Semiring::min_plus, q.dtype = DType::f32, q.with_argmax = true, q.shape = {64, 512, 512, 512};
+  CHECK(default_spec(q).strategy == Strategy::tiled_refine);
+  for (auto change : {+[](Problem& x) { x.with_argmax = false; }, +[](Problem& x) { x.dtype = DType::f64; },
+                      +[](Problem& x) { x.dtype = DType::bf16; }, +[](Problem& x) { x.shape.K = 128; },
+                      +[](Problem& x) { x.shape.K = 16385; }, +[](Problem& x) { x.shape = {1, 64, 512, 64}; }}) {
+    Problem r = q;
+    change(r);
+    INFO(describe(r));
+    CHECK(default_spec(r).strategy != Strategy::tiled_refine);
+  }
+  Problem long_k = q;
+  long_k.shape.K = 16385;
+  CHECK_THROWS_WITH_AS(default_spec(long_k, Strategy::tiled_refine), doctest::Contains("shape.K"),
+                       std::invalid_argument);
+  Problem plain = q;
+  plain.with_argmax = false;
+  CHECK_THROWS_WITH_AS(default_spec(plain, Strategy::tiled_refine), doctest::Contains("spec.strategy"),
+                       std::invalid_argument);
+  KernelSpec odd = default_spec(q, Strategy::tiled_refine);
+  odd.tile_k = 24; // a group of 16 k must be whole slices
+  CHECK_THROWS_WITH_AS(check_spec_fits(odd, q), doctest::Contains("spec.tile"), std::invalid_argument);
 }

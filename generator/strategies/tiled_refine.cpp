@@ -1,0 +1,87 @@
+// Strategy "tiled_refine" (forward, max_plus, min_plus and max_times with argmax, f32 accumulators): the product with
+// the fast policy of the one without argmax, noting for each output the group of 16 k that holds its value, then a
+// second pass that finds the argmax within that group (templates/tiled_refine.cuh). The tile fields are the
+// product's.
+#include "generator/strategies/common.hpp"
+
+namespace jitbmm::strategies {
+namespace {
+
+// The k of a group (the refinement scans one a output) and the most groups, which bound K to 16384. The
+// refinement's block: a 64 × 64 tile of outputs, 256 threads (4 × 256 ≥ the groups its scan sums), 3 blocks an SM
+// (registers for 80 a thread: no spills).
+constexpr int64_t kGroupK = 16, kMaxGroups = 1024;
+constexpr int kRefineTile = 64, kRefineThreads = 256, kRefineBlocks = 3;
+
+bool computes(const Problem& p) {
+  const SemiringInfo& info = semiring_info(p.semiring);
+  return p.with_argmax && info.select_op && info.fast_term && p.dtype != DType::f64;
+}
+
+// Before tiled (50) for f32 inputs with many outputs and K ≥ 512, where it measured faster on the H100 (64×512³:
+// 1.71 ms against 2.03, bench/RESULTS.md). At K = 128 the second pass costs more than it saves (0.38 against
+// 0.31 ms at 512×128³), and with bf16 inputs it was within 1% (2.01 against 2.04 ms); there the tuner times it.
+int rank(const Problem& p) {
+  const Shape& s = p.shape;
+  if (!computes(p) || p.dtype != DType::f32 || s.K < 512 || s.K > kGroupK * kMaxGroups || s.M < 16 || s.N < 16)
+    return -1;
+  if ((s.M + kRefineTile - 1) / kRefineTile > kMaxGridYZ) return -1;
+  return outputs_of(p) >= (int64_t(1) << 16) ? 55 : -1;
+}
+
+void defaults(KernelSpec& spec, const Problem& p) { default_tiles(spec, p); }
+
+void check(const KernelSpec& spec, const Problem& p) {
+  const Shape& s = p.shape;
+  if (!computes(p))
+    reject("strategy", "tiled_refine computes max_plus, min_plus and max_times with argmax in f32 accumulators");
+  if (s.K > kGroupK * kMaxGroups)
+    throw std::invalid_argument("shape.K: tiled_refine takes K up to " + std::to_string(kGroupK * kMaxGroups) +
+                                " (its groups of k); use tiled");
+  if ((s.M + kRefineTile - 1) / kRefineTile > kMaxGridYZ)
+    throw std::invalid_argument("shape.M: more than 65535 row tiles of 64 for tiled_refine's second pass; use tiled");
+  if (spec.tile_k <= 0 || kGroupK % spec.tile_k)
+    reject("tile", "tiled_refine needs tile_k dividing " + std::to_string(kGroupK) + " (its groups of k)");
+  check_tiles(spec, p, tiled_shared_bytes(spec));
+}
+
+std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
+  std::vector<KernelSpec> out;
+  add_tiles(out, base, forward_tiles(false));
+  return out;
+}
+
+Rendering render(const KernelSpec& s) {
+  const SemiringInfo& info = semiring_info(s.semiring);
+  std::vector<const char*> templates = forward_templates(true);
+  templates.push_back("tiled_refine.cuh");
+  const std::string refine = std::string("jb::refine_argmax_kernel<") + info.fast_term + ", " + info.select_op +
+                             "<float>, " + dtype_info(s.dtype).device_type + ", " + index_type(s) + ", " +
+                             std::to_string(kRefineTile) + ", " + std::to_string(kRefineTile) + ", " +
+                             std::to_string(kRefineThreads) + ", " + std::to_string(kGroupK) + ", " +
+                             std::to_string(kMaxGroups) + ">";
+  return {templates,
+          "BmmParams",
+          {main_entry(s, std::string("jb::tiled_groups_kernel<") + info.fast_term + ", " + semiring_type(s) + ", " +
+                             io_types(s) + ", " + tile_args(s) + ", " + std::to_string(kGroupK) + ">"),
+           {"_refine", kRefineThreads, kRefineBlocks, refine}}};
+}
+
+LaunchPlan launches(const KernelSpec& s, const Problem& p) {
+  LaunchPlan plan = forward_tile_launches(s, p);
+  if (p.shape.K == 0) return plan; // no terms: the product writes argmax −1
+  Launch refine;
+  refine.entry = "_refine";
+  refine.block[0] = kRefineThreads;
+  refine.grid[0] = clamp_grid((p.shape.N + kRefineTile - 1) / kRefineTile, kMaxGridX);
+  refine.grid[1] = static_cast<unsigned>((p.shape.M + kRefineTile - 1) / kRefineTile); // ≤ 65535: check
+  refine.grid[2] = clamp_grid(p.shape.B, kMaxGridYZ);
+  plan.launches.push_back(refine);
+  return plan;
+}
+
+const RegisterStrategy registered{{Strategy::tiled_refine, "tiled_refine", false, kTileFields, rank, defaults, check,
+                                   needs_index64, candidates, render, launches, tiled_shared_bytes}};
+
+} // namespace
+} // namespace jitbmm::strategies
