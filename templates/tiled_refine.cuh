@@ -129,9 +129,13 @@ __device__ __forceinline__ void refine_argmax_kernel(const BmmParams p) {
                     BN * GK % THREADS == 0,
                 "refine staging");
   constexpr int kItems = BM * BN / THREADS, kLoadA = BM * GK / THREADS, kLoadB = BN * GK / THREADS;
-  constexpr int kRow = GK + 4; // 16-byte rows; 8 consecutive rows start in 8 different bank quads
-  constexpr int kFewGroups = 16;
-  __shared__ __align__(16) float sa[2][BM][kRow], sb[2][BN][kRow];
+  constexpr int kRow = GK + 4;               // 16-byte rows; 8 consecutive rows start in 8 different bank quads
+  constexpr int kFewGroups = 16, kChunk = 8; // kChunk: the outputs' groups a thread loads at once
+  static_assert(kItems % kChunk == 0, "refine chunks");
+  // Two staging buffers where they fit the 48 KB of static shared memory with the rest, else one.
+  constexpr int kBuffers =
+      2 * (BM + BN) * kRow * 4 + BM * BN * 2 + (2 * MAX_GROUPS + THREADS / 32) * 4 <= 48 * 1024 ? 2 : 1;
+  __shared__ __align__(16) float sa[kBuffers][BM][kRow], sb[kBuffers][BN][kRow];
   __shared__ unsigned short order[BM * BN]; // the tile's outputs (r · BN + c), by group
   __shared__ int count[MAX_GROUPS], end[MAX_GROUPS], warp_sums[THREADS / 32];
   const int tid = threadIdx.x, lane = tid % 32;
@@ -142,32 +146,37 @@ __device__ __forceinline__ void refine_argmax_kernel(const BmmParams p) {
     const In* B = static_cast<const In*>(p.b) + z * (I)p.b_batch;
     int* arg = p.argmax + z * (I)p.M * (I)p.N;
     // A group's slices of a (k fastest: a row's k are consecutive in a) and b (8 columns of 4 rows a warp: 32-byte
-    // pieces of b, conflict-free stores), through registers; past K Op's pads. Each load's offset from the group's
-    // first k, and whether its row (column) exists, are the same for every group.
-    // Load l of a thread: a's row a_r + l · THREADS / GK at k a_t; b's column b_c at k b_t + l · THREADS / BN.
+    // pieces of b, conflict-free stores), through registers; past K Op's pads. Load l of a thread: a's row
+    // a_r + l · THREADS / GK at k a_t (a_step further in a than load l − 1), b's column b_c at k b_t + l · THREADS / BN
+    // (b_step further). Whether a load's row (column) exists is the same for every group; a tile whose rows and
+    // columns all exist (`whole`) loads a group inside K without any test.
     const int a_r = tid / GK, a_t = tid % GK, b_c = (tid / 4) % BN, b_t = tid % 4 + 4 * (tid / (4 * BN));
-    I off_a[kLoadA], off_b[kLoadB];
+    const bool whole = m0 + BM <= (I)p.M && n0 + BN <= (I)p.N;
+    const In* a_at = A + (m0 + a_r) * (I)p.a_row + (I)a_t * (I)p.a_col;
+    const In* b_at = B + (I)b_t * (I)p.b_row + (n0 + b_c) * (I)p.b_col;
+    const I a_step = (I)(THREADS / GK) * (I)p.a_row, b_step = (I)(THREADS / BN) * (I)p.b_row;
     unsigned rows_in = 0;
 #pragma unroll
-    for (int l = 0; l < kLoadA; ++l) {
-      const I i = m0 + a_r + l * (THREADS / GK);
-      off_a[l] = i * (I)p.a_row + (I)a_t * (I)p.a_col;
-      rows_in |= (i < (I)p.M ? 1u : 0u) << l;
-    }
+    for (int l = 0; l < kLoadA; ++l) rows_in |= (m0 + a_r + l * (THREADS / GK) < (I)p.M ? 1u : 0u) << l;
     const bool col_in = n0 + b_c < (I)p.N;
-#pragma unroll
-    for (int l = 0; l < kLoadB; ++l) off_b[l] = (I)(b_t + l * (THREADS / BN)) * (I)p.b_row + (n0 + b_c) * (I)p.b_col;
     float ra[kLoadA], rb[kLoadB];
     const auto fetch = [&](int g) {
       const I k0 = (I)g * GK, left = K - k0; // k - k0 < left: inside K
-      const In* Ag = A + k0 * (I)p.a_col;
-      const In* Bg = B + k0 * (I)p.b_row;
+      const In* Ag = a_at + k0 * (I)p.a_col;
+      const In* Bg = b_at + k0 * (I)p.b_row;
+      if (whole && left >= GK) { // the same for every thread
+#pragma unroll
+        for (int l = 0; l < kLoadA; ++l) ra[l] = to_acc(Ag[l * a_step]);
+#pragma unroll
+        for (int l = 0; l < kLoadB; ++l) rb[l] = to_acc(Bg[l * b_step]);
+        return;
+      }
 #pragma unroll
       for (int l = 0; l < kLoadA; ++l)
-        ra[l] = a_t < left ? ((rows_in >> l) & 1u ? to_acc(Ag[off_a[l]]) : 0.0f) : Op::pad_a();
+        ra[l] = a_t < left ? ((rows_in >> l) & 1u ? to_acc(Ag[l * a_step]) : 0.0f) : Op::pad_a();
 #pragma unroll
       for (int l = 0; l < kLoadB; ++l)
-        rb[l] = b_t + l * (THREADS / BN) < left ? (col_in ? to_acc(Bg[off_b[l]]) : 0.0f) : Op::pad_b();
+        rb[l] = b_t + l * (THREADS / BN) < left ? (col_in ? to_acc(Bg[l * b_step]) : 0.0f) : Op::pad_b();
     };
     const auto land = [&](int buf) {
 #pragma unroll
@@ -178,39 +187,46 @@ __device__ __forceinline__ void refine_argmax_kernel(const BmmParams p) {
     for (int g = tid; g < groups; g += THREADS) count[g] = 0;
     __syncthreads();
     // Count the groups, then place each output after its group's start (`end` moves from each group's start to its
-    // end; the groups are read again rather than held in registers). With few groups the lanes of a warp that share
-    // one add once (else thousands of adds land on one word); with many, each adds its own (MATCH is slow).
-    const auto group_at = [&](int f) {
-      const I i = m0 + f / BN, j = n0 + f % BN;
-      return i < (I)p.M && j < (I)p.N ? arg[i * (I)p.N + j] : -1;
-    };
+    // end; the groups are read again, kChunk at a time, rather than held in registers). With few groups the lanes of
+    // a warp that share one add once (else thousands of adds land on one word); with many, each adds its own (MATCH
+    // is slow).
+    // Item l of a thread is the tile's output tid + l · THREADS: column tid % BN, row tid / BN + l · THREADS / BN.
+    const int* arg_at = arg + (m0 + tid / BN) * (I)p.N + n0 + tid % BN;
+    const I arg_step = (I)(THREADS / BN) * (I)p.N;
+    const bool out_col = n0 + tid % BN < (I)p.N;
+    // One sweep over the items, their groups loaded kChunk at a time so that the loads are in flight together (−1
+    // outside the outputs): counting them (place = false), or placing them (true).
     const bool few = groups <= kFewGroups; // the same for every thread
-#pragma unroll 4
-    for (int l = 0; l < kItems; ++l) {
-      const int g = group_at(tid + l * THREADS);
-      if (few) {
-        const unsigned peers = __match_any_sync(0xffffffffu, g);
-        if (g >= 0 && lane == __ffs(peers) - 1) atomicAdd(&count[g], __popc(peers));
-      } else if (g >= 0) {
-        atomicAdd(&count[g], 1);
+    const auto sweep = [&](bool place) {
+      for (int l0 = 0; l0 < kItems; l0 += kChunk) {
+        int gs[kChunk];
+#pragma unroll
+        for (int u = 0; u < kChunk; ++u) gs[u] = -1;
+#pragma unroll
+        for (int u = 0; u < kChunk; ++u)
+          if (whole || (out_col && m0 + tid / BN + (l0 + u) * (THREADS / BN) < (I)p.M))
+            gs[u] = arg_at[(l0 + u) * arg_step];
+#pragma unroll
+        for (int u = 0; u < kChunk; ++u) {
+          const int g = gs[u];
+          int* const counter = place ? end : count;
+          int at = 0;
+          if (few) {
+            const unsigned peers = __match_any_sync(0xffffffffu, g);
+            const int leader = __ffs(peers) - 1;
+            if (g >= 0 && lane == leader) at = atomicAdd(&counter[g], __popc(peers));
+            if (place) at = __shfl_sync(0xffffffffu, at, leader) + __popc(peers & ((1u << lane) - 1u));
+          } else if (g >= 0) {
+            at = atomicAdd(&counter[g], 1);
+          }
+          if (place && g >= 0) order[at] = (unsigned short)(tid + (l0 + u) * THREADS);
+        }
       }
-    }
+    };
+    sweep(false);
     __syncthreads();
     block_exclusive_scan<THREADS>(count, end, (int)groups, warp_sums);
-#pragma unroll 4
-    for (int l = 0; l < kItems; ++l) {
-      const int g = group_at(tid + l * THREADS);
-      int at = 0;
-      if (few) {
-        const unsigned peers = __match_any_sync(0xffffffffu, g);
-        const int leader = __ffs(peers) - 1;
-        if (g >= 0 && lane == leader) at = atomicAdd(&end[g], __popc(peers));
-        at = __shfl_sync(0xffffffffu, at, leader) + __popc(peers & ((1u << lane) - 1u));
-      } else if (g >= 0) {
-        at = atomicAdd(&end[g], 1);
-      }
-      if (g >= 0) order[at] = (unsigned short)(tid + l * THREADS);
-    }
+    sweep(true);
     __syncthreads();
     // The groups with outputs, in order: each one's slices staged in one buffer while the previous one's outputs are
     // refined from the other.
@@ -240,16 +256,19 @@ __device__ __forceinline__ void refine_argmax_kernel(const BmmParams p) {
 #pragma unroll
         for (int t = 0; t < GK; ++t) P::update(value, av[t], bv[t], t);
         int at = 0;
+        if (value == value) { // no term is NaN
 #pragma unroll
-        for (int t = GK - 1; t >= 0; --t) {
-          const float v = Op::times(av[t], bv[t]);
-          at = v == value || v != v ? t : at;
+          for (int t = GK - 1; t >= 0; --t) at = Op::times(av[t], bv[t]) == value ? t : at;
+        } else {
+#pragma unroll
+          for (int t = GK - 1; t >= 0; --t) at = Op::times(av[t], bv[t]) != Op::times(av[t], bv[t]) ? t : at;
         }
         arg[(m0 + r) * (I)p.N + n0 + c] = g * GK + at;
       }
-      if (after < (int)groups) land(buf ^ 1); // last read before the previous barrier
+      if (kBuffers == 1) __syncthreads();                  // the group's reads, before its buffer is overwritten
+      if (after < (int)groups) land(buf ^ (kBuffers - 1)); // two buffers: last read before the previous barrier
       __syncthreads();
-      buf ^= 1;
+      buf ^= kBuffers - 1;
       g = after;
     }
     __syncthreads(); // the counts are read to the last group before the next batch clears them

@@ -8,24 +8,25 @@ namespace jitbmm::strategies {
 namespace {
 
 // The k of a group (the refinement scans one a output) and the most groups, which bound K to 16384. The
-// refinement's block: a 64 × 64 tile of outputs, 256 threads (4 × 256 ≥ the groups its scan sums), 3 blocks an SM
-// (registers for 80 a thread: no spills).
+// refinement's block: a 128 × 64 tile of outputs, 256 threads (4 × 256 ≥ the groups its scan sums), 3 blocks an SM
+// (registers for 85 a thread: no spills). Against 64 × 64 tiles it stages 3/4 of the operands an output, and its
+// 3 blocks an SM beat 2 blocks of 512 threads and 4 of 64 × 64 (0.451 ms against 0.502 and 0.509 at 64×512³ under
+// Nsight Compute, H100; bench/RESULTS.md).
 constexpr int64_t kGroupK = 16, kMaxGroups = 1024;
-constexpr int kRefineTile = 64, kRefineThreads = 256, kRefineBlocks = 3;
+constexpr int kRefineTileM = 128, kRefineTileN = 64, kRefineThreads = 256, kRefineBlocks = 3;
 
 bool computes(const Problem& p) {
   const SemiringInfo& info = semiring_info(p.semiring);
   return p.with_argmax && info.select_op && info.fast_term && p.dtype != DType::f64;
 }
 
-// Before tiled (50) for f32 inputs with many outputs and K ≥ 512, where it measured faster on the H100 (64×512³:
-// 1.71 ms against 2.03, bench/RESULTS.md). At K = 128 the second pass costs more than it saves (0.38 against
-// 0.31 ms at 512×128³), and with bf16 inputs it was within 1% (2.01 against 2.04 ms); there the tuner times it.
+// Before tiled (50) for inputs of any dtype it computes with many outputs and K ≥ 512, where it measured faster on
+// the H100 (64×512³: f32 1.56 ms against 2.03, bf16 1.79 against 2.04, f16 1.76 against 2.20; bench/RESULTS.md).
+// At K = 128 the second pass costs more than it saves (f32 0.34 against 0.31 ms at 512×128³); the tuner times it.
 int rank(const Problem& p) {
   const Shape& s = p.shape;
-  if (!computes(p) || p.dtype != DType::f32 || s.K < 512 || s.K > kGroupK * kMaxGroups || s.M < 16 || s.N < 16)
-    return -1;
-  if ((s.M + kRefineTile - 1) / kRefineTile > kMaxGridYZ) return -1;
+  if (!computes(p) || s.K < 512 || s.K > kGroupK * kMaxGroups || s.M < 16 || s.N < 16) return -1;
+  if ((s.M + kRefineTileM - 1) / kRefineTileM > kMaxGridYZ) return -1;
   return outputs_of(p) >= (int64_t(1) << 16) ? 55 : -1;
 }
 
@@ -38,8 +39,9 @@ void check(const KernelSpec& spec, const Problem& p) {
   if (s.K > kGroupK * kMaxGroups)
     throw std::invalid_argument("shape.K: tiled_refine takes K up to " + std::to_string(kGroupK * kMaxGroups) +
                                 " (its groups of k); use tiled");
-  if ((s.M + kRefineTile - 1) / kRefineTile > kMaxGridYZ)
-    throw std::invalid_argument("shape.M: more than 65535 row tiles of 64 for tiled_refine's second pass; use tiled");
+  if ((s.M + kRefineTileM - 1) / kRefineTileM > kMaxGridYZ)
+    throw std::invalid_argument("shape.M: more than 65535 row tiles of " + std::to_string(kRefineTileM) +
+                                " for tiled_refine's second pass; use tiled");
   if (spec.tile_k <= 0 || kGroupK % spec.tile_k)
     reject("tile", "tiled_refine needs tile_k dividing " + std::to_string(kGroupK) + " (its groups of k)");
   check_tiles(spec, p, tiled_shared_bytes(spec));
@@ -57,7 +59,7 @@ Rendering render(const KernelSpec& s) {
   templates.push_back("tiled_refine.cuh");
   const std::string refine = std::string("jb::refine_argmax_kernel<") + info.fast_term + ", " + info.select_op +
                              "<float>, " + dtype_info(s.dtype).device_type + ", " + index_type(s) + ", " +
-                             std::to_string(kRefineTile) + ", " + std::to_string(kRefineTile) + ", " +
+                             std::to_string(kRefineTileM) + ", " + std::to_string(kRefineTileN) + ", " +
                              std::to_string(kRefineThreads) + ", " + std::to_string(kGroupK) + ", " +
                              std::to_string(kMaxGroups) + ">";
   return {templates,
@@ -73,8 +75,8 @@ LaunchPlan launches(const KernelSpec& s, const Problem& p) {
   Launch refine;
   refine.entry = "_refine";
   refine.block[0] = kRefineThreads;
-  refine.grid[0] = clamp_grid((p.shape.N + kRefineTile - 1) / kRefineTile, kMaxGridX);
-  refine.grid[1] = static_cast<unsigned>((p.shape.M + kRefineTile - 1) / kRefineTile); // ≤ 65535: check
+  refine.grid[0] = clamp_grid((p.shape.N + kRefineTileN - 1) / kRefineTileN, kMaxGridX);
+  refine.grid[1] = static_cast<unsigned>((p.shape.M + kRefineTileM - 1) / kRefineTileM); // ≤ 65535: check
   refine.grid[2] = clamp_grid(p.shape.B, kMaxGridYZ);
   plan.launches.push_back(refine);
   return plan;

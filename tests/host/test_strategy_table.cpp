@@ -153,7 +153,7 @@ TEST_CASE("histogram plans: one launch, bins within 48 KiB, K in chunks over gri
   CHECK_THROWS_WITH_AS(check_spec_fits(wide, p), doctest::Contains("spec.block"), std::invalid_argument);
 }
 
-TEST_CASE("tiled_refine plans: the product, then the refinement over 64x64 tiles; its default and limits") {
+TEST_CASE("tiled_refine plans: the product, then the refinement over 128x64 tiles; its default and limits") {
   Problem p;
   p.semiring = Semiring::max_plus, p.dtype = DType::f32, p.with_argmax = true, p.shape = {70000, 130, 900, 70};
   const KernelSpec spec = default_spec(p, Strategy::tiled_refine);
@@ -165,19 +165,24 @@ TEST_CASE("tiled_refine plans: the product, then the refinement over 64x64 tiles
   CHECK(refine.entry == "_refine");
   CHECK(refine.block[0] == 256u);
   CHECK(refine.grid[0] == 2u); // 70 columns
-  CHECK(refine.grid[1] == 3u); // 130 rows
+  CHECK(refine.grid[1] == 2u); // 130 rows
   CHECK(refine.grid[2] == 65535u); // the kernel loops over the other batches
   // No terms: the product alone writes the zero and argmax -1.
   Problem no_k = p;
   no_k.shape.K = 0;
   CHECK(strategy_def(spec).launches(default_spec(no_k, Strategy::tiled_refine), no_k).launches.size() == 1);
-  // The default where it measured faster: f32 inputs, many outputs, K >= 512; not without argmax, with f64 or
-  // bf16, for small K, past the groups' 16384 or for few outputs.
+  // The default where it measured faster: many outputs, K >= 512, f32 or half inputs; not without argmax, with f64,
+  // for small K, past the groups' 16384 or for few outputs.
   Problem q;
   q.semiring = Semiring::min_plus, q.dtype = DType::f32, q.with_argmax = true, q.shape = {64, 512, 512, 512};
   CHECK(default_spec(q).strategy == Strategy::tiled_refine);
+  for (DType half : {DType::bf16, DType::f16}) {
+    Problem h = q;
+    h.dtype = half;
+    CHECK(default_spec(h).strategy == Strategy::tiled_refine);
+  }
   for (auto change : {+[](Problem& x) { x.with_argmax = false; }, +[](Problem& x) { x.dtype = DType::f64; },
-                      +[](Problem& x) { x.dtype = DType::bf16; }, +[](Problem& x) { x.shape.K = 128; },
+                      +[](Problem& x) { x.shape.K = 128; },
                       +[](Problem& x) { x.shape.K = 16385; }, +[](Problem& x) { x.shape = {1, 64, 512, 64}; }}) {
     Problem r = q;
     change(r);
