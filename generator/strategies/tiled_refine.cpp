@@ -9,9 +9,9 @@ namespace {
 
 // The k of a group (the refinement scans one a output) and the most groups, which bound K to 16384. The
 // refinement's block: a 128 × 64 tile of outputs, 256 threads (4 × 256 ≥ the groups its scan sums), 3 blocks an SM
-// (registers for 85 a thread: no spills). Against 64 × 64 tiles it stages 3/4 of the operands an output, and its
-// 3 blocks an SM beat 2 blocks of 512 threads and 4 of 64 × 64 (0.451 ms against 0.502 and 0.509 at 64×512³ under
-// Nsight Compute, H100; bench/RESULTS.md).
+// (registers for 85 a thread: no spills), or 2 with 64-bit indices (at 3 they spill 8 bytes on sm_80). Against
+// 64 × 64 tiles it stages 3/4 of the operands an output, and its 3 blocks an SM beat 2 blocks of 512 threads and 4
+// of 64 × 64 (0.451 ms against 0.502 and 0.509 at 64×512³ under Nsight Compute, H100; bench/RESULTS.md).
 constexpr int64_t kGroupK = 16, kMaxGroups = 1024;
 constexpr int kRefineTileM = 128, kRefineTileN = 64, kRefineThreads = 256, kRefineBlocks = 3;
 
@@ -66,7 +66,7 @@ Rendering render(const KernelSpec& s) {
           "BmmParams",
           {main_entry(s, std::string("jb::tiled_groups_kernel<") + info.fast_term + ", " + semiring_type(s) + ", " +
                              io_types(s) + ", " + tile_args(s) + ", " + std::to_string(kGroupK) + ">"),
-           {"_refine", kRefineThreads, kRefineBlocks, refine}}};
+           {"_refine", kRefineThreads, s.index64 ? 2 : kRefineBlocks, refine}}};
 }
 
 LaunchPlan launches(const KernelSpec& s, const Problem& p) {
