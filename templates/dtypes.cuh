@@ -56,14 +56,18 @@ template <> __device__ __forceinline__ f16 from_acc<f16>(float x) {
   return r;
 }
 template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) {
-  unsigned u = __float_as_uint(x);
   bf16 r;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x)); // one instruction; NaN stays NaN
+#else
+  unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) {
     r.bits = (unsigned short)((u >> 16) | 0x40u); // NaN stays a (quiet) NaN
   } else {
     u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even; overflow rounds to inf as IEEE says
     r.bits = (unsigned short)(u >> 16);
   }
+#endif
   return r;
 }
 
@@ -75,5 +79,11 @@ __device__ __forceinline__ float ex2_approx(float x) {
   return r;
 }
 __device__ __forceinline__ double ex2_approx(double x) { return exp2(x); }
+// log2 x on the exp unit (MUFU.LG2): absolute error below 2^-22 for x in [0.5, 2]; subnormal x flushed to 0.
+__device__ __forceinline__ float lg2_approx(float x) {
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 
 } // namespace jb

@@ -32,29 +32,122 @@ __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<
   }
 }
 
-// One output: written when exact, else reported for repair (returns true; nothing is written).
-template <class T, class Out, class I>
-__device__ __forceinline__ bool em_finish(const BmmParams& p, const TileCoords<I>& t, I i, I j, T s, T am, T bm,
-                                          bool all_neg_inf, const EmView<T>& v, T threshold) {
-  typedef EmReal<T> R;
-  const T kLn2 = Num<T>::ln2();
-  T value;
-  if (am != am || bm != bm)
-    value = Num<T>::nan(); // a NaN in the row of a or the column of b
-  else if (am == Num<T>::inf() || bm == Num<T>::inf())
-    return true; // +inf in the row or column: the shift says nothing
-  else if (all_neg_inf)
-    value = Num<T>::neg_inf(); // every term is −inf
-  else if (s >= threshold) {
-    // log2 s = e + log2 f with f in [0.5, 1): exact exponent arithmetic, so log2 s − 2h keeps all its digits even
-    // though log2 s itself is near 2h (a plain log2f(s) would carry its rounding at the scale of 2h).
-    int e;
-    const T f = frexp(s, &e);
-    value = (am + bm) + ((T)(e - 2 * v.headroom) + R::log2(f)) * kLn2; // the maxima in natural units
-  } else
-    return true; // the guard: too much of s may have underflowed
-  emit<T, Out, I>(p, t, i, j, value, -1);
-  return false;
+// log s plus the shift (am + bm), for s in the guard's range, a positive normal number: s = f · 2^e with f in
+// [0.5, 1), so log s = (e + log2 f) · ln 2 and log2 s − 2h = (e − 2h) + log2 f keeps all its digits although log2 s
+// itself lies near 2h (a plain log2(s) would carry its rounding at the scale of 2h). `ebias` is 2^23 + 126 + 2h: e − 2h
+// is the exponent field minus 126 + 2h, exact in f32 as 2^23 + field − ebias. log2 f on the exp unit (lg2.approx,
+// absolute error below 2^-22 on [0.5, 1); 1.2e-7 after the ln 2) is far inside f32's 1e-5 of max(1, |out|).
+__device__ __forceinline__ float em_log(float s, float shift, float ebias) {
+  const unsigned u = __float_as_uint(s);
+  const float e = __uint_as_float((u >> 23) + 0x4b000000u) - ebias;
+  return fmaf(e + lg2_approx(__uint_as_float((u & 0x007fffffu) | 0x3f000000u)), Num<float>::ln2(), shift);
+}
+__device__ __forceinline__ double em_log(double s, double shift, double ebias) {
+  int e;
+  const double f = frexp(s, &e);
+  return shift + ((double)e - (ebias - 8388734.0) + ::log2(f)) * Num<double>::ln2(); // 8388734 = 2^23 + 126
+}
+
+// A store when `go` holds, as one predicated instruction: a branch around it would cost the epilogue a convergence
+// barrier per output. (The output is global memory; nothing the kernel reads aliases it.)
+#define JB_EM_STORE_IF(TYPE, PTX, CONSTRAINT, VALUE)                                                                   \
+  __device__ __forceinline__ void em_store_if(bool go, TYPE* at, TYPE v) {                                             \
+    asm volatile("{\n.reg .pred p;\n.reg .u64 g;\nsetp.ne.b32 p, %0, 0;\ncvta.to.global.u64 g, %1;\n"                  \
+                 "@p st.global." PTX " [g], %2;\n}\n" ::"r"((int)go),                                                  \
+                 "l"(at), CONSTRAINT(VALUE));                                                                          \
+  }
+JB_EM_STORE_IF(float, "f32", "f", v)
+JB_EM_STORE_IF(double, "f64", "d", v)
+JB_EM_STORE_IF(f16, "b16", "h", v.bits)
+JB_EM_STORE_IF(bf16, "b16", "h", v.bits)
+#undef JB_EM_STORE_IF
+
+// The epilogue of every exp_matmul product, per output: log s + the shifts written, or the output reported for
+// repair. common() takes the usual case, s in [threshold, +inf) in a plain row and column (inside the output, its max
+// neither NaN nor +inf), in a few instructions and no branch (em_log, a predicated store); rare() decides the rest,
+// in the order NaN, +inf, all terms −inf, the guard.
+template <class T, class Out, class I> struct EmFinish {
+  // A row of a or column of b: its max (natural units), its place in the tile (its staged EmLine), where its outputs
+  // lie (a row: its pointer into the output; a column: its offset j·out_col), whether it lies inside the output and
+  // whether it is plain.
+  struct Row {
+    T max;
+    Out* at;
+    int line;
+    bool in, plain;
+  };
+  struct Col {
+    T max;
+    I offset;
+    int line;
+    bool in, plain;
+  };
+  Out* out;               // the tile's batch of the output
+  T threshold, lo, ebias; // lo: the threshold, raised to 2^-126 for f32 (em_log's bit arithmetic needs a normal s)
+  const EmLine *line_a, *line_b;
+  const BmmParams& p; // the kernel's parameters: read where used, holding no registers
+  int headroom;
+  __device__ __forceinline__ EmFinish(const BmmParams& p, const EmView<T>& v, I batch, const EmLine* line_a,
+                                      const EmLine* line_b)
+      : out(static_cast<Out*>(p.out) + batch * (I)p.out_batch), threshold(EmReal<T>::pow2(v.guard)),
+        lo(sizeof(T) == 4 && threshold < (T)1.17549435e-38f ? (T)1.17549435e-38f : threshold),
+        ebias((T)(8388608 + 126 + 2 * v.headroom)), line_a(line_a), line_b(line_b), p(p), headroom(v.headroom) {}
+  // Row i of the output, line `line` of the tile's staged ones, with its max.
+  __device__ __forceinline__ Row row(I i, int line, T max) const {
+    const bool in = i < (I)p.M;
+    return Row{max, out + i * (I)p.out_row, line, in, in && max < Num<T>::inf()};
+  }
+  __device__ __forceinline__ Col col(I j, int line, T max) const {
+    const bool in = j < (I)p.N;
+    return Col{max, j * (I)p.out_col, line, in, in && max < Num<T>::inf()};
+  }
+  // Whether common() takes the output. (NaN and +inf sums fail s < inf, and 0 fails s ≥ lo > 0.) & rather than &&:
+  // no branches.
+  __device__ __forceinline__ bool usual(T s, const Row& a, const Col& b) const {
+    return a.plain & b.plain & (s >= lo) & (s < Num<T>::inf());
+  }
+  // Writes the output when usual() holds, and says whether it did.
+  __device__ __forceinline__ bool common(T s, const Row& a, const Col& b) const {
+    const bool go = usual(s, a, b);
+    if (sizeof(T) == 8) { // f64's log2 is a long library routine: only where it is used
+      if (go) a.at[b.offset] = from_acc<Out>(em_log(s, a.max + b.max, ebias));
+    } else // f32's is a few instructions: computed for every output, the store alone predicated
+      em_store_if(go, a.at + b.offset, from_acc<Out>(em_log(s, a.max + b.max, ebias)));
+    return go;
+  }
+  // Any other output: written (returns false), outside the output (false), or reported for repair (true). Nothing
+  // for an output common() took.
+  __device__ __forceinline__ bool rare(T s, const Row& a, const Col& b) const {
+    if (!a.in || !b.in || usual(s, a, b)) return false;
+    T value;
+    if (a.max != a.max || b.max != b.max)
+      value = Num<T>::nan(); // a NaN in the row of a or the column of b
+    else if (a.max == Num<T>::inf() || b.max == Num<T>::inf())
+      return true; // +inf in the row or column: the shift says nothing
+    else if (em_all_neg_inf(line_a[a.line], line_b[b.line]))
+      value = Num<T>::neg_inf(); // every term is −inf
+    else if (s >= threshold) {
+      int e; // as em_log, for what it leaves: s = +inf, or in [threshold, lo)
+      const T f = frexp(s, &e);
+      value = (a.max + b.max) + ((T)(e - 2 * headroom) + EmReal<T>::log2(f)) * Num<T>::ln2();
+    } else
+      return true; // the guard: too much of s may have underflowed
+    a.at[b.offset] = from_acc<Out>(value);
+    return false;
+  }
+};
+
+// N of a thread's outputs, numbered q at compile time: common(q) for each (branch-free), then, if it left any,
+// rare(q) for each (which passes over those common() took). Their sums stay live until the end: the kernels pass a
+// group at a time.
+template <int N, class Common, class Rare>
+__device__ __forceinline__ void em_outputs(const Common& common, const Rare& rare) {
+  bool all = true;
+#pragma unroll
+  for (int q = 0; q < N; ++q) all &= common(q);
+  if (!all)
+#pragma unroll
+    for (int q = 0; q < N; ++q) rare(q);
 }
 
 // A thread's flagged outputs, counted per 32×32 block of the output (the smallest repair tile) they lie in: RT × CT
@@ -153,7 +246,6 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
   const EmView<T> v = em_view<T>(p);
-  const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp, Np = (I)v.Np;
   const int r_base = (threadIdx.x / (BN / TN)) * TM, c_base = (threadIdx.x % (BN / TN)) * TN;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
@@ -186,17 +278,29 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
           for (int c = 0; c < TN; ++c) s[r][c] = fma(fa[r], fb[c], s[r][c]);
       }
     }
+    // Each output's row and column read where it is finished (up to 64 outputs a thread leave no registers to hold
+    // them all, as the tensor-core forms do).
+    typedef EmFinish<T, Out, I> Finish;
+    const Finish finish(p, v, t.batch, line_a, line_b);
+    const auto row = [&](int q) {
+      const int r = r_base + q / TN;
+      return finish.row(t.m0 + r, r, sh_a[r]);
+    };
+    const auto col = [&](int q) {
+      const int c = c_base + q % TN;
+      return finish.col(t.n0 + c, c, sh_b[c]);
+    };
     EmFlagged<em_blocks(TM), em_blocks(TN)> flagged;
+    constexpr int kGroup = sizeof(T) == 8 ? 1 : TN;
 #pragma unroll
-    for (int r = 0; r < TM; ++r)
+    for (int r = 0; r < TM; ++r) // a row at a time, its sums dying as it is finished; f64 an output at a time
 #pragma unroll
-      for (int c = 0; c < TN; ++c) {
-        const I i = t.m0 + r_base + r, j = t.n0 + c_base + c;
-        if (i < (I)p.M && j < (I)p.N)
-          flagged.n[r / 32][c / 32] +=
-              em_finish<T, Out, I>(p, t, i, j, s[r][c], sh_a[r_base + r], sh_b[c_base + c],
-                                   em_all_neg_inf(line_a[r_base + r], line_b[c_base + c]), v, threshold);
-      }
+      for (int c0 = 0; c0 < TN; c0 += kGroup)
+        em_outputs<kGroup>([&](int c) { return finish.common(s[r][c0 + c], row(r * TN + c0 + c), col(c0 + c)); },
+                           [&](int c) {
+                             flagged.n[r / 32][(c0 + c) / 32] +=
+                                 finish.rare(s[r][c0 + c], row(r * TN + c0 + c), col(c0 + c));
+                           });
     flagged.report(v, t.batch, t.m0 + r_base, t.n0 + c_base);
   }
 }
@@ -379,7 +483,6 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ EmLine line_a[BM], line_b[BN];
   const EmView<T> v = em_view<T, Product::kForm>(p);
-  const T threshold = EmReal<T>::pow2(v.guard);
   const I Kp = (I)v.Kp;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const EmWarpTile w = em_warp_tile<BN, TM, TN>();
@@ -396,19 +499,28 @@ __device__ __forceinline__ void exp_matmul_mma_kernel(const BmmParams p) {
     float acc[MT][NT][4];
     Product::template tile<BM, BN, BK, TM, TN, kThreads>(sm, p, ea, eb, Kp, t.m0, t.n0, w, stage_lines, acc);
     // The warp's WM × WN outputs start at a multiple of WM, WN (powers of two): 32-aligned, or in one 32-block.
+    // Each output's row and column read where it is finished (sides held for every output spill at 2 blocks an SM).
+    typedef EmFinish<T, Out, I> Finish;
+    const Finish finish(p, v, t.batch, line_a, line_b);
+    const auto row = [&](int m, int e) {
+      const int r = wm0 + m * 16 + g + 8 * (e / 2);
+      return finish.row(t.m0 + r, r, sh_a[r]);
+    };
+    const auto col = [&](int n, int e) {
+      const int c = wn0 + n * 8 + 2 * q + e % 2;
+      return finish.col(t.n0 + c, c, sh_b[c]);
+    };
     EmFlagged<em_blocks(WM), em_blocks(WN)> flagged;
+    // A fragment at a time (its sums die as it is finished). g < 8 and 2q + 1 < 8 never carry into the next 32-block.
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = wm0 + m * 16 + g + 8 * (e / 2), c = wn0 + n * 8 + 2 * q + (e % 2);
-          const I i = t.m0 + r, j = t.n0 + c;
-          if (i < (I)p.M && j < (I)p.N) // g < 8 and 2q + 1 < 8 never carry into the next 32-block
-            flagged.n[(m * 16 + 8 * (e / 2)) / 32][n * 8 / 32] += em_finish<T, Out, I>(
-                p, t, i, j, acc[m][n][e], sh_a[r], sh_b[c], em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
-        }
+        em_outputs<4>([&](int e) { return finish.common(acc[m][n][e], row(m, e), col(n, e)); },
+                      [&](int e) {
+                        flagged.n[(m * 16 + 8 * (e / 2)) / 32][n * 8 / 32] +=
+                            finish.rare(acc[m][n][e], row(m, e), col(n, e));
+                      });
     flagged.report(v, t.batch, t.m0 + wm0, t.n0 + wn0);
   }
 }

@@ -2,7 +2,7 @@
 // pipeline of wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the factors as they
 // are, split into TF32 parts in shared memory), FORM 4 (rounded to TF32) or FORM 6 (rounded to BF16: Mma = WgBf16,
 // for half outputs, bounded as math=bf16 in exp_matmul_bf16.cuh). The guard and the epilogue are the other forms'
-// (em_finish, EmFlagged).
+// (EmFinish, EmFlagged).
 #pragma once
 
 namespace jb {
@@ -34,7 +34,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   }
   P::enter_consumer();
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const T threshold = EmReal<T>::pow2(v.guard);
+  typedef EmFinish<T, Out, I> Finish;
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
     const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
     P::consumers_sync(); // the previous tile's epilogue is done with the staged lines
@@ -43,22 +43,40 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     float acc[P::kRegs];
     pipe.consume(acc, Kp, cg);
     P::consumers_sync(); // every consumer's staged lines are in
-    // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns.
-    // A 32-column block a pass (wg_next_block), each pass's flagged outputs reported as it ends.
-    const auto finish_block = [&](int blk) {
+    const Finish finish(p, v, t.batch, line_a, line_b);
+    // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns, a thread's in two rows.
+    typename Finish::Row rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 64 * cg + wg_frag_row(warp, lane, 2 * h);
+      rows[h] = finish.row(t.m0 + r, r, sh_a[r]);
+    }
+    // Register q holds row rows[q % 4 / 2] and column col(q) (wgmma.cuh's fragment).
+    const auto col = [&](int q) {
+      const int c = wg_frag_col(lane, q / 4, q % 4);
+      return finish.col(t.n0 + c, c, sh_b[c]);
+    };
+    // The usual outputs in one pass, unrolled: a few instructions each (EmFinish::common), so even 128 of them stay
+    // small beside the instruction cache.
+    bool all = true;
+#pragma unroll
+    for (int q = 0; q < P::kRegs; ++q) {
+      all &= finish.common(acc[q], rows[q % 4 / 2], col(q));
+      // A 32-column block's columns are read once the block before it is done (hoisted all together, they spilled).
+      if (q % 16 == 15) asm volatile("" ::: "memory");
+    }
+    if (__all_sync(0xffffffffu, all)) continue; // the warp as one: report() below shuffles across it
+    // Any others, a 32-column block a pass (wg_next_block: the rare code stays one block's; a loop not unrolled, so
+    // that the registers it moves need no copies), each pass's flagged outputs reported as it ends.
+    const auto rare_block = [&](int blk) {
       EmFlagged<1, 1> flagged;
 #pragma unroll
-      for (int q = 0; q < 16; ++q) {
-        const int r = 64 * cg + wg_frag_row(warp, lane, q % 4), c = 32 * blk + wg_frag_col(lane, q / 4, q % 4);
-        const I i = t.m0 + r, j = t.n0 + c;
-        if (i < (I)p.M && j < (I)p.N)
-          flagged.n[0][0] += em_finish<T, Out, I>(p, t, i, j, acc[q], sh_a[r], sh_b[c],
-                                                  em_all_neg_inf(line_a[r], line_b[c]), v, threshold);
-      }
+      for (int q = 0; q < 16; ++q) flagged.n[0][0] += finish.rare(acc[q], rows[q % 4 / 2], col(16 * blk + q));
       flagged.report(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0 + 32 * blk);
       wg_next_block(acc);
     };
-    wg_epilogue_blocks<BN>(finish_block);
+#pragma unroll 1
+    for (int blk = 0; blk < BN / 32; ++blk) rare_block(blk);
   }
 }
 
