@@ -12,7 +12,7 @@ template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
-  typedef Tile<T, BM, BN, BK, TM, TN> G;
+  typedef Tile<T, BM, BN, BK, TM, TN, sizeof(T) == 8 ? 0 : 16> G; // f64 element by element: chunks spill 16–32 bytes
   __shared__ __align__(16) typename G::Smem sm;
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);

@@ -17,10 +17,12 @@ template <class T> struct TilePads;
 // Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
 // the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
 // operand is suspect() (its loader votes on every slice), and its term loop branches on the vote. kFetch: when the
-// next slice is fetched (kslice.cuh), as measured per policy (bench/RESULTS.md, session 40).
+// next slice is fetched (kslice.cuh), as measured per policy (bench/RESULTS.md, session 40). kChunk: Tile's CHUNK.
+// kUnroll: the k loop's unrolling (8 for the fast policies: 1.8% faster than 4 at 64×512³, full unrolling 1% slower;
+// H100, session 44).
 template <class S, class T> struct GenericTerm {
   typedef typename S::State Acc;
-  enum { kCleanSlices = false, kFetch = kFetchAfterUse };
+  enum { kCleanSlices = false, kFetch = kFetchAfterUse, kChunk = 16, kUnroll = 4 };
   static __device__ __forceinline__ Acc init(int) { return S::init(); }
   static __device__ __forceinline__ void update(Acc& acc, T a, T b, int k) { S::add_term(acc, a, b, k); }
   static __device__ __forceinline__ T value(const Acc& acc) { return S::finalize(acc); }
@@ -43,7 +45,7 @@ __device__ __forceinline__ float min_nan(float x, float y) {
 // next slice's loads are in flight during the terms (1–5% faster on the H100; their registers fit at 2 blocks an SM).
 struct MaxPlusTerm {
   typedef float Acc;
-  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse, kChunk = 16, kUnroll = 8 };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -51,7 +53,7 @@ struct MaxPlusTerm {
 };
 struct MinPlusTerm {
   typedef float Acc;
-  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse, kChunk = 16, kUnroll = 8 };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = min_nan(v, a + b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -59,7 +61,7 @@ struct MinPlusTerm {
 };
 struct MaxTimesTerm {
   typedef float Acc;
-  enum { kCleanSlices = false, kFetch = kFetchBeforeUse };
+  enum { kCleanSlices = false, kFetch = kFetchBeforeUse, kChunk = 16, kUnroll = 8 };
   static __device__ __forceinline__ Acc init(int) { return Num<float>::neg_inf(); }
   static __device__ __forceinline__ void update(Acc& v, float a, float b, int) { v = max_nan(v, a * b); }
   static __device__ __forceinline__ float value(Acc v) { return v; }
@@ -76,7 +78,9 @@ template <class Op> struct SelectTerm {
     float v;
     int k;
   };
-  enum { kCleanSlices = true, kFetch = kFetchAfterUse }; // measured 5% slower with the loads before the terms
+  // Measured 5% slower with the loads before the terms. Its 128 registers at 2 blocks an SM leave no room for the
+  // chunked fetch's addresses (44–56 bytes spilled): element by element.
+  enum { kCleanSlices = true, kFetch = kFetchAfterUse, kChunk = 0, kUnroll = 4 };
   static __device__ __forceinline__ Acc init(int k_first) { return {Op::worst(), k_first}; }
   static __device__ __forceinline__ void update(Acc& acc, float a, float b, int k) {
     const float t = Op::times(a, b);
@@ -104,14 +108,33 @@ template <> struct Staged<unsigned short> {
   template <class In> static __device__ __forceinline__ unsigned short of(In x) { return x.bits; }
 };
 
+// V elements of T as one load or store (V · sizeof(T) bytes, aligned as much).
+template <class T, int V> struct alignas(sizeof(T) * V) Chunk { T v[V]; };
+
 // The tile geometry and the shared-memory staging shared by every tiled kernel.
-template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
+//
+// A thread fetches a slice in chunks of kVec consecutive elements: A's along k (a chunk's elements go to kVec rows of
+// the transposed slice, one line; consecutive threads take consecutive lines, so the stores meet no bank twice), B's
+// along n (one vector store). Where the chunk lies in the matrices, in the usual layout (A's k or B's n contiguous)
+// and aligned, it is one load of kVec · sizeof(In) bytes from a pointer computed once for it; anywhere else (a
+// partial tile or slice, another layout) its elements are loaded one by one and padded, as the first slice of an
+// unaligned problem is. The test is uniform over the block: a slice goes the one way or the other.
+//
+// CHUNK: bytes a chunk (16), or 0 for element by element only, for kernels whose registers have no room for the
+// chunks' addresses.
+template <class T, int BM, int BN, int BK, int TM, int TN, int CHUNK = 16> struct Tile {
   typedef T Value;
   enum { kSliceK = BK };
   static constexpr int kThreads = (BM / TM) * (BN / TN);
-  static constexpr int kPadM = BM + 4, kPadN = BN + 4; // +4 floats: conflict-free transposed stores, 16 B aligned
-  static constexpr int kLoadA = (BM * BK + kThreads - 1) / kThreads;
-  static constexpr int kLoadB = (BK * BN + kThreads - 1) / kThreads;
+  // CHUNK bytes of T a chunk where the tile divides into them, else one element (fetch_elements).
+  static constexpr int kV = CHUNK > (int)sizeof(T) ? CHUNK / (int)sizeof(T) : 1;
+  // +4 elements (+16 bytes for 2-byte T): conflict-free transposed stores, rows 16 B aligned.
+  static constexpr int kPadM = BM + 4, kPadN = BN + (kV > 4 ? kV : 4);
+  static constexpr int kVec = BK % kV == 0 && BM % kV == 0 && BN % kV == 0 ? kV : 1;
+  static constexpr int kChunksA = (BM * BK / kVec + kThreads - 1) / kThreads;
+  static constexpr int kChunksB = (BK * BN / kVec + kThreads - 1) / kThreads;
+  static constexpr int kLoadA = kChunksA * kVec;
+  static constexpr int kLoadB = kChunksB * kVec;
   static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide into thread tiles");
 
   struct Smem {
@@ -119,10 +142,45 @@ template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
     T b[2][BK][kPadN];
   };
 
-  // Fetches one K slice of A (rows m0.., k0..) and B (k0.., cols n0..) into registers, padding outside.
+  // Where this thread's chunk l of A lies in the slice: line (row of the tile) and first k; of B: k and first column.
+  // valid: the tile has that many chunks (the last round of threads may run out).
+  struct Place {
+    int line, k;
+    bool valid;
+  };
+  static __device__ __forceinline__ Place a_chunk(int l) {
+    const int idx = threadIdx.x + l * kThreads;
+    return {idx % BM, idx / BM * kVec, idx < BM * BK / kVec};
+  }
+  static __device__ __forceinline__ Place b_chunk(int l) {
+    const int idx = threadIdx.x + l * kThreads; // n fastest
+    return {idx % (BN / kVec) * kVec, idx / (BN / kVec), idx < BK * BN / kVec};
+  }
+
+  // One operand chunk: kVec elements from at(0) on (one vector load) when `whole`, else element by element: at(e)
+  // where in(e), the pad elsewhere.
+  template <class In, class At, class InRange>
+  static __device__ __forceinline__ void chunk(At at, bool whole, InRange in, T pad, T* r) {
+    if (whole) {
+      const Chunk<In, kVec> c = *reinterpret_cast<const Chunk<In, kVec>*>(at(0));
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) r[e] = Staged<T>::of(c.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) r[e] = in(e) ? Staged<T>::of(*at(e)) : pad;
+    }
+  }
+
+  // Whether chunks at p, p + stride, ... (kVec elements of In each) can be loaded whole: aligned to their size.
+  template <class In, class I> static __device__ __forceinline__ bool aligned(const In* p, I stride) {
+    return kVec > 1 && ((unsigned long long)p | (unsigned long long)stride * sizeof(In)) % (kVec * sizeof(In)) == 0;
+  }
+
+  // fetch() a value a load (kVec = 1): A's k fastest (consecutive threads read consecutive k of one row), B's n
+  // fastest, as the kernels at 128 registers were measured (ptxas spills them written otherwise).
   template <class In, class I>
-  static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
-                                               T pad_a, T pad_b, T (&ra)[kLoadA], T (&rb)[kLoadB]) {
+  static __device__ __forceinline__ void fetch_elements(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0,
+                                                        I k_end, T pad_a, T pad_b, T (&ra)[kLoadA], T (&rb)[kLoadB]) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int l = 0; l < kLoadA; ++l) {
@@ -139,19 +197,75 @@ template <class T, int BM, int BN, int BK, int TM, int TN> struct Tile {
       rb[l] = (idx < BK * BN && k < k_end && j < (I)p.N) ? Staged<T>::of(B[k * (I)p.b_row + j * (I)p.b_col]) : pad_b;
     }
   }
+  // Fetches one K slice of A (rows m0.., k0..) and B (k0.., cols n0..) into registers, padding outside.
+  template <class In, class I>
+  static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
+                                               T pad_a, T pad_b, T (&ra)[kLoadA], T (&rb)[kLoadB]) {
+    if constexpr (kVec == 1) {
+      fetch_elements(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
+      return;
+    }
+    const I a_row = (I)p.a_row, a_col = (I)p.a_col, b_row = (I)p.b_row, b_col = (I)p.b_col;
+    const bool full_k = k0 + BK <= k_end;
+    const bool a_whole = full_k && a_col == 1 && m0 + BM <= (I)p.M && aligned(A + m0 * a_row + k0, a_row);
+    const bool b_whole = full_k && b_col == 1 && n0 + BN <= (I)p.N && aligned(B + k0 * b_row + n0, b_row);
+#pragma unroll
+    for (int l = 0; l < kChunksA; ++l) {
+      const Place c = a_chunk(l);
+      const I i = m0 + c.line, k = k0 + c.k;
+      chunk<In>([&](int e) { return A + i * a_row + (k + e) * a_col; }, a_whole && c.valid,
+                [&](int e) { return c.valid && i < (I)p.M && k + e < k_end; }, pad_a, &ra[l * kVec]);
+    }
+#pragma unroll
+    for (int l = 0; l < kChunksB; ++l) {
+      const Place c = b_chunk(l);
+      const I k = k0 + c.k, j = n0 + c.line;
+      chunk<In>([&](int e) { return B + k * b_row + (j + e) * b_col; }, b_whole && c.valid,
+                [&](int e) { return c.valid && k < k_end && j + e < (I)p.N; }, pad_b, &rb[l * kVec]);
+    }
+  }
 
-  static __device__ __forceinline__ void store(Smem& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB]) {
+  // Stores a fetched slice in buffer buf of shared memory laid out as Smem's [BK][lines] (PackedTile's too), A's
+  // values through as_a (PackedTile's pairs).
+  template <class S, class AsA>
+  static __device__ __forceinline__ void store_as(S& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB],
+                                                  AsA as_a) {
     const int tid = threadIdx.x;
+    if constexpr (kVec == 1) { // fetch_elements' places
 #pragma unroll
-    for (int l = 0; l < kLoadA; ++l) {
-      const int idx = tid + l * kThreads;
-      if (idx < BM * BK) sm.a[buf][idx % BK][idx / BK] = ra[l];
+      for (int l = 0; l < kLoadA; ++l) {
+        const int idx = tid + l * kThreads;
+        if (idx < BM * BK) sm.a[buf][idx % BK][idx / BK] = as_a(ra[l]);
+      }
+#pragma unroll
+      for (int l = 0; l < kLoadB; ++l) {
+        const int idx = tid + l * kThreads;
+        if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = rb[l];
+      }
+      return;
     }
 #pragma unroll
-    for (int l = 0; l < kLoadB; ++l) {
-      const int idx = tid + l * kThreads;
-      if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = rb[l];
+    for (int l = 0; l < kChunksA; ++l) {
+      const Place c = a_chunk(l);
+      if (c.valid)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sm.a[buf][c.k + e][c.line] = as_a(ra[l * kVec + e]);
     }
+#pragma unroll
+    for (int l = 0; l < kChunksB; ++l) {
+      const Place c = b_chunk(l);
+      if (c.valid) store_chunk(&sm.b[buf][c.k][c.line], &rb[l * kVec]);
+    }
+  }
+  static __device__ __forceinline__ void store(Smem& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB]) {
+    store_as(sm, buf, ra, rb, [](T x) { return x; });
+  }
+
+  template <class V> static __device__ __forceinline__ void store_chunk(V* at, const V* r) {
+    Chunk<V, kVec> c;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) c.v[e] = r[e];
+    *reinterpret_cast<Chunk<V, kVec>*>(at) = c;
   }
 
   // This thread's TM rows / TN columns at slice position k.
@@ -247,7 +361,7 @@ template <> struct TermUpdate<true> {
 template <bool CLEAN, class P, class G, int TM, int TN, class I>
 __device__ __forceinline__ void tile_terms(const typename G::Smem& sm, int buf, I k0, typename P::Acc (&acc)[TM][TN]) {
   typedef typename G::Value T;
-#pragma unroll 4
+#pragma unroll(P::kUnroll)
   for (int k = 0; k < G::kSliceK; ++k) {
     T fa[TM], fb[TN];
     G::row_frag(sm, buf, k, fa);
@@ -289,7 +403,7 @@ __device__ __forceinline__ void emit(const BmmParams& p, const TileCoords<I>& t,
 template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
-  typedef Tile<T, BM, BN, BK, TM, TN> G;
+  typedef Tile<T, BM, BN, BK, TM, TN, P::kChunk> G;
   __shared__ __align__(16) typename G::Smem sm;
   const In* A0 = static_cast<const In*>(p.a);
   const In* B0 = static_cast<const In*>(p.b);

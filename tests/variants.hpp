@@ -131,11 +131,16 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
     s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = s.thread_n = 2;
     out.push_back(s);
     if (index64) continue;
+    if (kind.dtype == DType::f16 || kind.dtype == DType::bf16) { // slices of 12 halves: fetched a value a load
+      s.tile_k = 12;
+      out.push_back(s);
+    }
     if (kind.dtype == DType::f32 || kind.dtype == DType::f16) {
       // Two blocks an SM cap registers at 128: the f16 argmax kernel (value and k per output, and the conversions)
-      // spills there, so it is compiled for one.
+      // spills there, so it is compiled for one. The fast kernels (an add and a max a term) run at 3, as tuned.
+      const bool fast = semiring_info(kind.semiring).fast_term && !kind.with_argmax;
       s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4;
-      s.min_blocks = kind.with_argmax && kind.dtype == DType::f16 ? 1 : 2;
+      s.min_blocks = kind.with_argmax && kind.dtype == DType::f16 ? 1 : fast ? 3 : 2;
       out.push_back(s);
     }
     s.strategy = Strategy::split_k;

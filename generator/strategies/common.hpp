@@ -40,11 +40,15 @@ int64_t outputs_of(const Problem& p);
 void default_tiles(KernelSpec& s, const Problem& p);
 void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
 int tiled_shared_bytes(const KernelSpec& s);
-// The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
-// with the semiring's per-term policy.
 // Whether the tiled kernel runs on packed half pairs (templates/tiled_packed.cuh): a half output from the same half
 // inputs, a max/min semiring, no argmax.
 bool packed_tiles(const KernelSpec& s);
+// Whether a term of the tiled kernel is two instructions, an add (or multiply) and a max (or min): the semiring's
+// fast policy in f32 accumulators without argmax, or packed half pairs. Such kernels need fewer registers than the
+// others and run 3 blocks an SM (with 32-bit indices; bench/RESULTS.md, session 44).
+bool fast_tiles(const KernelSpec& s);
+// The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
+// with the semiring's per-term policy.
 std::string tiled_call(const KernelSpec& s);
 // A 2D tile grid over rows × cols and the batch (or batch × chunks) in z.
 void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z);
