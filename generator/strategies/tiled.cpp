@@ -12,13 +12,13 @@ int rank(const Problem& p) {
   const int64_t outputs = outputs_of(p);
   if (s.K == 0 || outputs == 0 || s.M < 16 || s.N < 16) return -1;
   if (outputs >= (int64_t(1) << 16) && (s.M + 127) / 128 <= kMaxGridYZ) return 50; // many outputs
-  return (s.M + 31) / 32 <= kMaxGridYZ ? 20 : -1;                                  // after split-K and warp
+  return (s.M + 31) / 32 <= kMaxGridYZ ? 20 : -1; // after split-K and warp
 }
 
-// The fast kernels' tiles at 3 blocks an SM, where they do not spill: with 32-bit indices (64-bit ones spill 40–144
-// bytes), 128 × 128 for packed pairs only (4 bytes; f32 accumulators 168). Measured on the H100 at 64×512³ and
-// 512×128³: 128 × 64 at 3 blocks 7–12% faster than at 2 for f32 and the half pairs; 128 × 128 the fastest for the
-// pairs at 64×512³ (bench/RESULTS.md, session 44).
+// The fast kernels' tiles at 3 blocks an SM (85 registers a thread): with 32-bit indices only (64-bit ones spill
+// 40–144 bytes); 128 × 128 for packed pairs only, which spill 4 bytes there on sm_90 (f32 accumulators 168). Measured
+// on the H100 at 64×512³ and 512×128³: 128 × 64 at 3 blocks 5–10% faster than at 2 for f32 and the half pairs,
+// 128 × 128 the fastest for the pairs at 64×512³ (bench/RESULTS.md, session 44).
 std::vector<TileChoice> three_block_tiles(const KernelSpec& s) {
   if (!fast_tiles(s) || s.index64) return {};
   std::vector<TileChoice> tiles = {{128, 64, 16, 8, 4, 3}, {64, 128, 16, 4, 8, 3}};
