@@ -121,12 +121,16 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
     reject("min_blocks", "must be in 1..2048/threads");
 }
 
+bool fast_tiles(const KernelSpec& s) { // packed_tiles implies it: half inputs accumulate in f32
+  return acc_type(s) == "float" && semiring_info(s.semiring).fast_term && !s.with_argmax;
+}
+
 namespace {
 // The per-term policy of the generic tiled kernel, for f32 accumulators: the fast NaN-propagating max/min without
 // argmax, the (value, k) pair with it. The semiring's own online state otherwise.
 std::string tiled_policy(const KernelSpec& s) {
   const SemiringInfo& info = semiring_info(s.semiring);
-  if (acc_type(s) == "float" && info.fast_term && !s.with_argmax) return info.fast_term; // fast_tiles
+  if (fast_tiles(s)) return info.fast_term;
   if (acc_type(s) == "float" && info.select_op && s.with_argmax)
     return std::string("jb::SelectTerm<") + info.select_op + "<float>>";
   return "jb::GenericTerm<" + semiring_type(s) + ", " + acc_type(s) + ">";
@@ -136,10 +140,6 @@ std::string tiled_policy(const KernelSpec& s) {
 bool packed_tiles(const KernelSpec& s) {
   const bool half = s.dtype == DType::f16 || s.dtype == DType::bf16;
   return half && s.out_dtype == s.dtype && !s.with_argmax && semiring_info(s.semiring).packed_term;
-}
-
-bool fast_tiles(const KernelSpec& s) {
-  return packed_tiles(s) || (acc_type(s) == "float" && semiring_info(s.semiring).fast_term && !s.with_argmax);
 }
 
 std::string tiled_call(const KernelSpec& s) {
