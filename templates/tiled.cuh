@@ -115,10 +115,10 @@ template <class T, int V> struct alignas(sizeof(T) * V) Chunk { T v[V]; };
 //
 // A thread fetches a slice in chunks of kVec consecutive elements: A's along k (a chunk's elements go to kVec rows of
 // the transposed slice, one line; consecutive threads take consecutive lines, so the stores meet no bank twice), B's
-// along n (one vector store). Where the chunk lies in the matrices, in the usual layout (A's k or B's n contiguous)
-// and aligned, it is one load of kVec · sizeof(In) bytes from a pointer computed once for it; anywhere else (a
-// partial tile or slice, another layout) its elements are loaded one by one and padded, as the first slice of an
-// unaligned problem is. The test is uniform over the block: a slice goes the one way or the other.
+// along n (one vector store). Where the tile and slice lie in the matrices, in the usual layout (A's k or B's n
+// contiguous) with aligned rows, a chunk is one load of kVec · sizeof(In) bytes from its own pointer; anywhere else
+// (partial tiles and slices, other layouts, unaligned rows) its elements are loaded one by one and padded. The test
+// is per operand and slice, uniform over the block.
 //
 // CHUNK: bytes a chunk (16), or 0 for element by element only, for kernels whose registers have no room for the
 // chunks' addresses.
