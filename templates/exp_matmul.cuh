@@ -182,7 +182,7 @@ template <int RT, int CT> struct EmFlagged {
 __host__ __device__ constexpr int em_blocks(int extent) { return extent > 32 ? extent / 32 : 1; }
 
 // 16 bytes of T: the product's loads from the padded, aligned workspace.
-template <class T> struct __align__(16) EmVec { T v[16 / sizeof(T)]; };
+template <class T> using EmVec = Chunk<T, 16 / sizeof(T)>; // tiled.cuh
 
 // kslice_loop's loader for the FMA form: one K slice of the exponentiated operands through the registers ra, rb into
 // a Tile G's shared memory, a's [BM][BK] block (k contiguous in the workspace) transposed to [BK][BM], b's [BK][BN]
