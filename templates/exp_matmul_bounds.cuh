@@ -34,9 +34,13 @@ namespace jb {
 
 // ceil(log2(max(k, 1))).
 JB_HD int em_log2_ceil(long long k) {
+#ifdef __CUDA_ARCH__
+  return k <= 1 ? 0 : min(62, 64 - __clzll(k - 1)); // every thread of a kernel takes it: no loop
+#else
   int l = 0;
   while (l < 62 && (1LL << l) < k) ++l;
   return l;
+#endif
 }
 
 // Exponent range of the accumulator: smallest normal 2^min_exp, largest finite below 2^max_exp; guard_bits is how

@@ -80,6 +80,13 @@ struct EmLineAcc {
     first = min(first, saturate(k + (I)(__ffs(held) - 1)));
     last = max(last, saturate(k + (I)(31 - __clz(held))));
   }
+  // Every value at [k, k + V): the chunks from k's to k + V − 1's.
+  template <int V, class I> __device__ __forceinline__ void add_all(I k, int chunk_shift) {
+    const int from = (int)(k >> chunk_shift), to = (int)((k + (I)(V - 1)) >> chunk_shift);
+    chunks |= (~0ull >> (63 - to)) & (~0ull << from);
+    first = min(first, saturate(k));
+    last = max(last, saturate(k + (I)(V - 1)));
+  }
   template <class I> static __device__ __forceinline__ int saturate(I k) {
     return k < (I)0x7fffffff ? (int)k : 0x7fffffff;
   }
@@ -137,10 +144,17 @@ template <> struct EmStore<5> {
 template <> struct EmStore<6> : EmStore<5> {};
 // Where element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form lies,
 // in slots. A line's 16 bytes from an aligned k lie together in every form (FORM 0's b aside).
+// k a panel line in the wgmma forms (em_panel_at), 0 where a line is Kp slots in a row.
+template <int FORM> __device__ constexpr int em_panel_k() { return FORM == 3 || FORM == 4 ? 32 : FORM == 6 ? 64 : 0; }
 template <int FORM, class I> __device__ __forceinline__ I em_at(I line, I k, I Kp) {
-  return FORM == 3 || FORM == 4 ? (I)em_panel_at(line, k, Kp)
-         : FORM == 6            ? (I)em_panel_at<64>(line, k, Kp)
-                                : line * Kp + k;
+  constexpr int P = em_panel_k<FORM>();
+  return P == 0 ? line * Kp + k : (I)em_panel_at<P == 0 ? 32 : P>(line, k, Kp);
+}
+// em_at(line, k + s·STEP) less em_at(line, k), for every k and s, when STEP is whole panel lines (or the form has
+// none); -1 when it depends on k.
+template <int FORM, int STEP, class I> __device__ __forceinline__ I em_step_slots(I Kp) {
+  constexpr int P = em_panel_k<FORM>();
+  return P == 0 ? (I)STEP : STEP % P == 0 ? (I)(STEP / P * 128 * P) : (I)-1;
 }
 template <int FORM, class T, class I> __device__ __forceinline__ void em_put(T* base, I line, I k, I Kp, T x) {
   typedef typename EmStore<FORM>::template Slot<T> S;
@@ -178,11 +192,74 @@ template <class H> struct EmHalfBits { // f16, bf16: two a word, the first in th
 template <> struct EmBits<f16> : EmHalfBits<f16> {};
 template <> struct EmBits<bf16> : EmHalfBits<bf16> {};
 
-// V consecutive factors of line `line` from k (a multiple of V) into the workspace, 16 bytes (or all V) a store.
-template <int FORM, class T, class I, int V>
-__device__ __forceinline__ void em_put_chunk(T* base, bool b_side, I line, I k, I Kp, I Np, const T (&f)[V]) {
+// A whole chunk at once (every value inside K): its max (NaN if it holds one) and whether every value is other
+// than −inf. The least value is −inf exactly when one is (a plain min passes over NaN, and all NaN are held).
+template <class In, class T> struct EmChunkSummary {
+  static __device__ __forceinline__ void of(const EmChunk& c, T& mx, bool& all_held) {
+    constexpr int V = 16 / sizeof(In);
+    T lo = to_acc(EmBits<In>::at(c, 0));
+    mx = lo;
+#pragma unroll
+    for (int u = 1; u < V; ++u) {
+      const T x = to_acc(EmBits<In>::at(c, u));
+      mx = EmReal<T>::max(mx, x);
+      lo = x < lo ? x : lo == lo ? lo : x; // the least, passing over NaN
+    }
+    all_held = lo != Num<T>::neg_inf();
+  }
+};
+#if __CUDA_ARCH__ >= 800
+// Half types: the 8 values as 4 packed pairs, 3 pairwise max.NaN and 3 min an answer (sm_80 and later).
+template <class H> struct EmHalfPairs;
+template <> struct EmHalfPairs<bf16> {
+  static constexpr unsigned kNegInf = 0xff80u;
+  static __device__ __forceinline__ unsigned max(unsigned x, unsigned y) {
+    unsigned r;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned min(unsigned x, unsigned y) {
+    unsigned r;
+    asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+  }
+};
+template <> struct EmHalfPairs<f16> {
+  static constexpr unsigned kNegInf = 0xfc00u;
+  static __device__ __forceinline__ unsigned max(unsigned x, unsigned y) {
+    unsigned r;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned min(unsigned x, unsigned y) {
+    unsigned r;
+    asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+  }
+};
+template <class H> struct EmHalfSummary {
+  static __device__ __forceinline__ void of(const EmChunk& c, float& mx, bool& all_held) {
+    typedef EmHalfPairs<H> P;
+    const unsigned hi = P::max(P::max(c.w[0], c.w[1]), P::max(c.w[2], c.w[3]));
+    const unsigned lo = P::min(P::min(c.w[0], c.w[1]), P::min(c.w[2], c.w[3]));
+    H h0, h1;
+    h0.bits = (unsigned short)(hi & 0xffffu), h1.bits = (unsigned short)(hi >> 16);
+    mx = max_nan(to_acc(h0), to_acc(h1));
+    all_held = (lo & 0xffffu) != P::kNegInf && lo >> 16 != P::kNegInf;
+  }
+};
+template <> struct EmChunkSummary<f16, float> : EmHalfSummary<f16> {};
+template <> struct EmChunkSummary<bf16, float> : EmHalfSummary<bf16> {};
+#endif
+
+// V consecutive factors of line `line` from k = k0 + s·STEP (k0 a multiple of V) into the workspace, 16 bytes (or
+// all V) a store. Where em_step_slots allows, the address is the one at k0 (the same for every s, which the
+// compiler computes once) plus s steps.
+template <int FORM, int STEP, class T, class I, int V>
+__device__ __forceinline__ void em_put_chunk(T* base, bool b_side, I line, I k0, I s, I Kp, I Np, const T (&f)[V]) {
   typedef typename EmStore<FORM>::template Slot<T> S;
   S* out = reinterpret_cast<S*>(base);
+  const I k = k0 + s * (I)STEP, step = em_step_slots<FORM, STEP>(Kp);
   if (FORM == 0 && b_side) { // [Kp][Np]: the values lie a line apart
 #pragma unroll
     for (int u = 0; u < V; ++u) out[((line / Np) * Kp + k + u) * Np + line % Np] = EmStore<FORM>::slot(f[u]);
@@ -199,7 +276,8 @@ __device__ __forceinline__ void em_put_chunk(T* base, bool b_side, I line, I k, 
 #pragma unroll
       for (int e = 0; e < kPiece; ++e) EmBits<S>::set(c, e, EmStore<FORM>::slot(f[q * kPiece + e]));
     }
-    S* at = out + em_at<FORM>(line, k + (I)(q * kPiece), Kp);
+    S* at = out + (step >= 0 ? em_at<FORM>(line, k0 + (I)(q * kPiece), Kp) + s * step
+                             : em_at<FORM>(line, k + (I)(q * kPiece), Kp));
     if (kPiece * sizeof(S) == 16)
       *reinterpret_cast<EmChunk*>(at) = c;
     else
@@ -323,6 +401,16 @@ template <class In, class T> struct EmLineStats {
   EmLineAcc acc;
   template <class I> __device__ __forceinline__ void add(const EmChunk& c, I k, I K, int chunk_shift) {
     constexpr int V = 16 / sizeof(In);
+    if (k + (I)V <= K) { // the usual chunk: its summary, and value by value only when it holds −inf
+      T cm;
+      bool all_held;
+      EmChunkSummary<In, T>::of(c, cm, all_held);
+      mx = EmReal<T>::max(mx, cm);
+      if (all_held) {
+        acc.add_all<V>(k, chunk_shift);
+        return;
+      }
+    }
     unsigned held = 0u; // values other than −inf
 #pragma unroll
     for (int u = 0; u < V; ++u)
@@ -335,19 +423,26 @@ template <class In, class T> struct EmLineStats {
   }
 };
 
-// A chunk's factors into the workspace (0 past K and on padding lines).
-template <class In, int FORM, class T, class I>
-__device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, I k, I K,
+// A chunk's factors into the workspace (0 past K and on padding lines): the chunk at k = k0 + s·STEP.
+template <class In, int FORM, int STEP, class T, class I>
+__device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, I k0, I s, I K,
                                                bool real, T mx, const EmChunk& c) {
   constexpr int V = 16 / sizeof(In);
+  const I k = k0 + s * (I)STEP;
   if (k >= (I)L.Kp) return; // Kp is a multiple of 32, k of V: a chunk is in or out as a whole
-  // The factors (em_shifted), the test of the max taken once a chunk.
+  // The factors (em_shifted), the test of the max taken once a chunk; value by value only for a chunk K cuts.
   const bool live = real && fabs(mx) < Num<T>::inf();
   T f[V];
+  if (live && k + (I)V <= K) {
 #pragma unroll
-  for (int u = 0; u < V; ++u)
-    f[u] = live && k + u < K ? EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom)) : (T)0;
-  em_put_chunk<FORM>(L.factors, L.b_side, line, k, (I)L.Kp, (I)L.Np, f);
+    for (int u = 0; u < V; ++u)
+      f[u] = EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom));
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+      f[u] = live && k + u < K ? EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom)) : (T)0;
+  }
+  em_put_chunk<FORM, STEP>(L.factors, L.b_side, line, k0, s, (I)L.Kp, (I)L.Np, f);
 }
 
 // Pass 1 for one operand's lines (EmLines, given field by field), blocks [blk, …) of `blocks`: per real line its max
@@ -364,18 +459,19 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
                             b_side, Kp,         Np,          headroom};
   __shared__ EmStage<In> stage; // STAGED only
   typedef EmLineWalk<In, I, STAGED, VECTOR> W;
-  // Lines of up to kCache steps stay in registers between the two sweeps: with 16-byte loads K ≤ 512 for 2-byte
-  // inputs, 256 for f32, 128 for f64 (16 steps spill at 128 registers); one value a load holds V registers a chunk
-  // in flight, so 2 steps there. Longer lines are read twice (the second time mostly from L2), kBatch steps' loads
-  // at a time.
-  constexpr int kCache = VECTOR ? 8 : 2, kBatch = VECTOR ? 4 : 2;
+  // Every line is read twice, the second time mostly from L2: sweep 1 its max and EmLine, sweep 2 its factors, each
+  // with kBatch steps' loads in flight a thread: 4 with 16-byte loads, 2 with one value a load (V registers a
+  // chunk). Keeping a line in registers between the sweeps (up to 512 k) needed 128 registers, 2 blocks an SM; read
+  // twice, a thread takes at most 80 and the SM 3 blocks (the launch bounds: exp_matmul.cpp), which ran the pass
+  // faster on an H100 (bench/RESULTS.md, session 45).
+  constexpr int kBatch = VECTOR ? 4 : 2;
   W w(L, K);
   const I steps = w.steps(), out_steps = ((I)L.Kp + W::kStep - 1) / W::kStep, lines = (I)(L.batches * L.padded);
   for (I l0 = (I)blk * 32; l0 < lines; l0 += (I)blocks * 32) {
     w.lines(l0);
     const I k_first = w.sub * W::V; // this thread's k in step s: s·kStep + k_first
     EmLineStats<In, T> st;
-    // Sweep 1 (stats) or 2 (factors) over steps [from, to), kBatch steps' loads at a time.
+    // Sweep 1 (stats) or 2 (factors) over steps [from, to).
     auto stream = [&](bool factors, I from, I to) {
       for (I s = from; s < to; s += kBatch) {
         EmChunk c[kBatch];
@@ -386,11 +482,10 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
         for (int q = 0; q < kBatch; ++q)
           if (s + q < to) {
             if (s + q < steps) c[q] = w.land(stage, c[q]);
-            const I k = (s + q) * W::kStep + k_first;
             if (factors)
-              em_put_factors<In, FORM>(L, w.line, k, K, w.real, st.mx, c[q]);
+              em_put_factors<In, FORM, W::kStep>(L, w.line, k_first, s + q, K, w.real, st.mx, c[q]);
             else if (w.real)
-              st.add(c[q], k, K, chunk_shift);
+              st.add(c[q], (s + q) * W::kStep + k_first, K, chunk_shift);
           }
       }
     };
@@ -405,29 +500,9 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
         L.max[at] = st.mx, L.info[at] = st.acc.line();
       }
     };
-    if (steps <= kCache) { // every chunk read once, all in flight at once
-      EmChunk cache[kCache];
-#pragma unroll
-      for (int s = 0; s < kCache; ++s)
-        if (s < steps) cache[s] = w.fetch(s);
-#pragma unroll
-      for (int s = 0; s < kCache; ++s)
-        if (s < steps) {
-          cache[s] = w.land(stage, cache[s]);
-          if (w.real) st.add(cache[s], s * W::kStep + k_first, K, chunk_shift);
-        }
-      finish_stats();
-#pragma unroll
-      for (int s = 0; s < kCache; ++s)
-        if (s < out_steps)
-          em_put_factors<In, FORM>(L, w.line, s * W::kStep + k_first, K, w.real, st.mx,
-                                   s < steps ? cache[s] : EmChunk{{0u, 0u, 0u, 0u}});
-      stream(true, (I)kCache, out_steps); // padding alone: no loads
-    } else { // longer lines are read twice
-      stream(false, 0, steps);
-      finish_stats();
-      stream(true, 0, out_steps);
-    }
+    stream(false, 0, steps);
+    finish_stats();
+    stream(true, 0, out_steps);
   } // the next lines' first land() starts with a barrier before it rewrites the stage
 }
 
@@ -454,8 +529,7 @@ template <class In, class I, class T, int FORM> __device__ __forceinline__ void 
   const EmView<T> v = em_view<T, FORM>(p);
   const EmStatsGrid g = em_stats_grid(p.M, p.N, v.a_batches, v.b_batches);
   const I K = (I)p.K;
-  int chunk = 0; // chunks of 2^chunk k, at most 64 of them
-  while (((I)64 << chunk) < K) ++chunk;
+  const int chunk = max(0, em_log2_ceil(p.K) - 6); // chunks of 2^chunk k, at most 64 of them
   {
     const I total = (I)v.tiles_m * (I)v.tiles_n * (I)p.B;
     for (I f = (I)blockIdx.x * blockDim.x + threadIdx.x; f < total; f += (I)gridDim.x * blockDim.x) v.flags[f] = 0u;

@@ -133,9 +133,11 @@ Rendering render(const KernelSpec& s) {
                                                           : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) +
                                                                 ", " + product + ">"));
   }
-  // The prepare pass waits on memory: 2 blocks an SM (128 registers) let each thread keep up to 8 chunks of 16 bytes
-  // in flight (exp_matmul_prepare.cuh: em_prepare_lines). Its FORM: how the product reads the operands.
-  r.entries.push_back({"_prepare", 256, 2,
+  // The prepare pass waits on memory, so it runs as many blocks an SM as fit without spilling (exp_matmul_prepare.cuh:
+  // em_prepare_lines): 3 (80 registers), 2 for f64 inputs. At 4 (64 registers) ptxas spilled for sm_80, and f32
+  // measured slower at 64×512³ (bench/RESULTS.md, session 45). Its FORM: how the product reads the operands.
+  const int prepare_blocks = dtype_info(s.dtype).size_bytes == 8 ? 2 : 3;
+  r.entries.push_back({"_prepare", 256, prepare_blocks,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
   // The exact repair at either tile em_repair_tile may name (launches picks one by the shape).
