@@ -142,10 +142,10 @@ template <> struct EmStore<5> {
   }
 };
 template <> struct EmStore<6> : EmStore<5> {};
-// Where element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form lies,
-// in slots. A line's 16 bytes from an aligned k lie together in every form (FORM 0's b aside).
 // k a panel line in the wgmma forms (em_panel_at), 0 where a line is Kp slots in a row.
 template <int FORM> __device__ constexpr int em_panel_k() { return FORM == 3 || FORM == 4 ? 32 : FORM == 6 ? 64 : 0; }
+// Where element k of line `line` (a row of a or a column of b, counted across the batch) of a tensor-core form lies,
+// in slots. A line's 16 bytes from an aligned k lie together in every form (FORM 0's b aside).
 template <int FORM, class I> __device__ __forceinline__ I em_at(I line, I k, I Kp) {
   constexpr int P = em_panel_k<FORM>();
   return P == 0 ? line * Kp + k : (I)em_panel_at<P == 0 ? 32 : P>(line, k, Kp);
