@@ -57,21 +57,57 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
       return finish.col(t.n0 + c, c, sh_b[c]);
     };
     // The usual outputs in one pass, unrolled: a few instructions each (EmFinish::common), so even 128 of them stay
-    // small beside the instruction cache.
+    // small beside the instruction cache. Where the output's rows are contiguous and 16-byte aligned, a warp's 32
+    // columns at a time, stored as 16-byte vectors (wg_store_block) when all of them are usual or lie past M;
+    // otherwise an output at a time.
+    // Whether the output's rows are contiguous and 16-byte aligned (read from the parameters here, where it is used:
+    // kept across the main loop, it cost a register).
+    const bool vectors = p.out_col == 1 && (reinterpret_cast<unsigned long long>(p.out) |
+                                            (unsigned long long)p.out_batch * sizeof(Out) |
+                                            (unsigned long long)p.out_row * sizeof(Out)) % 16 == 0;
     bool all = true;
+    if (vectors) {
 #pragma unroll
-    for (int q = 0; q < P::kRegs; ++q) {
-      all &= finish.common(acc[q], rows[q % 4 / 2], col(q));
-      // A 32-column block's columns are read once the block before it is done (hoisted all together, they spilled).
-      if (q % 16 == 15) asm volatile("" ::: "memory");
+      for (int blk = 0; blk < BN / 32; ++blk) {
+        bool usual = true;
+#pragma unroll
+        for (int q = 16 * blk; q < 16 * blk + 16; ++q)
+          usual &= finish.usual(acc[q], rows[q % 4 / 2], col(q)) | !rows[q % 4 / 2].in;
+        asm volatile("" ::: "memory"); // the columns read again below, not kept in registers
+        if (__all_sync(0xffffffffu, usual)) {
+          Out* const at[2] = {rows[0].at + (t.n0 + 32 * blk), rows[1].at + (t.n0 + 32 * blk)};
+          const bool in[2] = {rows[0].in, rows[1].in};
+          wg_store_block<Out>(
+              [&](int r) {
+                const int q = 16 * blk + r;
+                return em_log(acc[q], rows[q % 4 / 2].max + col(q).max, finish.ebias);
+              },
+              at, in);
+        } else {
+          all = false; // the block's outputs, usual ones too, are written below
+        }
+        asm volatile("" ::: "memory"); // as below: a block's columns once the block before it is done
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < P::kRegs; ++q) {
+        all &= finish.common(acc[q], rows[q % 4 / 2], col(q));
+        // A 32-column block's columns are read once the block before it is done (hoisted all together, they spilled).
+        if (q % 16 == 15) asm volatile("" ::: "memory");
+      }
     }
     if (__all_sync(0xffffffffu, all)) continue; // the warp as one: report() below shuffles across it
     // Any others, a 32-column block a pass (wg_next_block: the rare code stays one block's; a loop not unrolled, so
-    // that the registers it moves need no copies), each pass's flagged outputs reported as it ends.
+    // that the registers it moves need no copies), each pass's flagged outputs reported as it ends. A block the vector
+    // path left has none of its outputs written yet, so there common() writes the usual ones first (and again, the
+    // same values, in a block it stored).
     const auto rare_block = [&](int blk) {
       EmFlagged<1, 1> flagged;
 #pragma unroll
-      for (int q = 0; q < 16; ++q) flagged.n[0][0] += finish.rare(acc[q], rows[q % 4 / 2], col(16 * blk + q));
+      for (int q = 0; q < 16; ++q) {
+        if (vectors) finish.common(acc[q], rows[q % 4 / 2], col(16 * blk + q));
+        flagged.n[0][0] += finish.rare(acc[q], rows[q % 4 / 2], col(16 * blk + q));
+      }
       flagged.report(v, t.batch, t.m0 + 64 * cg + 16 * warp, t.n0 + 32 * blk);
       wg_next_block(acc);
     };

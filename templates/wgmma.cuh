@@ -45,6 +45,62 @@ template <int N, class Block> __device__ __forceinline__ void wg_epilogue_blocks
   for (int b = kPeeled; b < N / 32; ++b) block(b);
 }
 
+// A store of 8 or 16 bytes where `go` holds (one predicated instruction); `at` is global memory aligned to the size.
+__device__ __forceinline__ void wg_store_if(bool go, void* at, unsigned x, unsigned y) {
+  asm volatile("{\n.reg .pred p;\n.reg .u64 g;\nsetp.ne.b32 p, %0, 0;\ncvta.to.global.u64 g, %1;\n"
+               "@p st.global.v2.b32 [g], {%2, %3};\n}\n" ::"r"((int)go),
+               "l"(at), "r"(x), "r"(y)
+               : "memory");
+}
+__device__ __forceinline__ void wg_store_if(bool go, void* at, unsigned x, unsigned y, unsigned z, unsigned w) {
+  asm volatile("{\n.reg .pred p;\n.reg .u64 g;\nsetp.ne.b32 p, %0, 0;\ncvta.to.global.u64 g, %1;\n"
+               "@p st.global.v4.b32 [g], {%2, %3, %4, %5};\n}\n" ::"r"((int)go),
+               "l"(at), "r"(x), "r"(y), "r"(z), "r"(w)
+               : "memory");
+}
+
+// Stores a warp's 16 × 32 block of outputs, 2- or 4-byte values of Out, in whole 32-byte sectors. value(r) is the
+// lane's output in the block's fragment register r (4·c8 + e: row l/4 + 8·(e/2), column 8·c8 + 2·(l%4) + e%2, as
+// above), asked for as it is stored, so few are live at once; row[h] points at the block's first column in the lane's
+// row h (16-byte aligned), written where in[h] holds. The fragment's own stores would write 4 or 8 bytes of each
+// sector. Here lanes l and l ^ 1 trade pairs: of groups c8 = 2i and 2i + 1, lane l keeps c8 = 2i + l % 2, whose
+// columns 8·c8 + 4·(l%4/2) .. + 3 it then holds, and the quad's four lanes store 16 consecutive columns at once.
+template <class Out, class Value>
+__device__ __forceinline__ void wg_store_block(const Value& value, Out* const (&row)[2], const bool (&in)[2]) {
+  static_assert(sizeof(Out) == 2 || sizeof(Out) == 4, "2- or 4-byte outputs");
+  const int c = threadIdx.x % 4;
+  const bool lo = c & 1;
+  // A pair of adjacent outputs as the words it is stored in.
+  struct Pair {
+    unsigned w[sizeof(Out) / 2];
+  };
+  const auto pair = [&](int r) {
+    Pair x;
+    if constexpr (sizeof(Out) == 2)
+      x.w[0] = (unsigned)from_acc<Out>(value(r)).bits | (unsigned)from_acc<Out>(value(r + 1)).bits << 16;
+    else
+      x.w[0] = __float_as_uint(value(r)), x.w[1] = __float_as_uint(value(r + 1));
+    return x;
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const Pair even = pair(8 * i + 2 * h), odd = pair(8 * i + 2 * h + 4); // groups 2i and 2i + 1
+      Pair keep, got;
+#pragma unroll
+      for (int u = 0; u < (int)sizeof(Out) / 2; ++u) {
+        keep.w[u] = lo ? odd.w[u] : even.w[u];
+        got.w[u] = __shfl_xor_sync(0xffffffffu, lo ? even.w[u] : odd.w[u], 1);
+      }
+      const Pair& first = lo ? got : keep; // the pair of the even lane: the lower columns
+      const Pair& second = lo ? keep : got;
+      Out* const at = row[h] + 8 * (2 * i + lo) + 4 * (c / 2);
+      if constexpr (sizeof(Out) == 2) wg_store_if(in[h], at, first.w[0], second.w[0]);
+      else wg_store_if(in[h], at, first.w[0], first.w[1], second.w[0], second.w[1]);
+    }
+}
+
 // Moves registers between a block's warpgroups (sm_90a; the kernel must be compiled with a register cap, as
 // __launch_bounds__(threads, 1) sets): each thread of the calling warpgroup gives its count up to N, or raises it to
 // N. Every warpgroup's role must be one branch of the kernel for ptxas to apply it.
