@@ -43,6 +43,9 @@ struct Launch {
   // exp_matmul's repair pass: BmmParams.repair_flags points this many bytes into the workspace.
   static constexpr std::size_t kNoFlags = SIZE_MAX;
   std::size_t repair_flags_at = kNoFlags;
+  // A persistent launch: its kernel loops over grid[0] tiles (grid[1] = grid[2] = 1), and the runtime launches at
+  // most this many blocks an SM of the device (0: the grid as it is).
+  unsigned blocks_per_sm = 0;
 };
 
 // The launches of one call, in order, and the scratch they share.

@@ -46,6 +46,7 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
 std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const GeneratedKernel& kernel) {
   auto loaded = std::make_shared<LoadedKernel>();
   loaded->generated = kernel;
+  loaded->sm_count = device.sm_count;
   loaded->compiled = compiled_cubin(device, kernel);
   loaded->resources = parse_ptxas_log(loaded->compiled.log, kernel.name);
   const DriverApi& d = driver();

@@ -22,6 +22,7 @@ struct LoadedKernel {
   CUfunction function = nullptr; // the main entry point
   std::vector<std::pair<std::string, CUfunction>> entries; // every entry point by suffix (generated.entries)
   int registers = 0;             // as the driver reports for the main entry
+  int sm_count = 0;              // the device's (persistent launches: Launch::blocks_per_sm)
 
   // The entry point <name><suffix>; std::logic_error when the module has none (a plan and its kernel disagree).
   CUfunction entry(const std::string& suffix) const;

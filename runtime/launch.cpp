@@ -1,6 +1,7 @@
 // Kernel launches (launch.hpp).
 #include "runtime/launch.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "generator/strategies/common.hpp"
@@ -62,7 +63,10 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
     Params q = params;
     if (l.repair_flags_at != Launch::kNoFlags) point_repair_flags(q, l, workspace);
     void* args[] = {&q};
-    launch(kernel.entry(l.entry), l.grid, l.block, args, stream, kernel.generated.name, l.entry, l.dynamic_shared);
+    unsigned grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
+    if (l.blocks_per_sm && kernel.sm_count > 0)
+      grid[0] = std::min(grid[0], l.blocks_per_sm * static_cast<unsigned>(kernel.sm_count));
+    launch(kernel.entry(l.entry), grid, l.block, args, stream, kernel.generated.name, l.entry, l.dynamic_shared);
   }
 }
 

@@ -7,6 +7,22 @@
 
 namespace jb {
 
+// The kernel's tiles: B × tiles_m × tiles_n of them, numbered n fastest, then m, then the batch (neighbouring blocks
+// share a batch's operands in L2). The launch is persistent (a block an SM: Launch::blocks_per_sm), and block b runs
+// tiles b, b + gridDim.x, ...: its producer fetches a tile's first slices while the consumers finish the one before.
+// Computed from the parameters where used, so that nothing of it is held in registers across the main loop.
+template <class I, int BM, int BN> struct EmWgTiles {
+  static __device__ __forceinline__ I tiles_n(const BmmParams& p) { return ((I)p.N + BN - 1) / BN; }
+  static __device__ __forceinline__ I per_batch(const BmmParams& p) { return tiles_n(p) * (((I)p.M + BM - 1) / BM); }
+  static __device__ __forceinline__ I total(const BmmParams& p) { return per_batch(p) * (I)p.B; }
+  static __device__ __forceinline__ TileCoords<I> at(const BmmParams& p, I u) {
+    TileCoords<I> t{};
+    const I r = u % per_batch(p);
+    t.batch = u / per_batch(p), t.m0 = r / tiles_n(p) * BM, t.n0 = r % tiles_n(p) * BN;
+    return t;
+  }
+};
+
 template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
@@ -20,23 +36,24 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   P pipe(em_wg_smem, bars);
   const EmView<T> v = em_view<T, kForm>(p);
   const I Kp = (I)v.Kp;
+  typedef EmWgTiles<I, BM, BN> Tiles;
   const int group = threadIdx.x / 128;
   if (group == 0) {
     P::enter_producer();
-    // The block's tiles: batches z = blockIdx.z, + gridDim.z, ... (exp_matmul's batch is its z: no k chunks).
-    const I z0 = (I)blockIdx.z, dz = (I)gridDim.z, m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
     const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
-    pipe.produce(reinterpret_cast<const F*>(v.ea), reinterpret_cast<const F*>(v.eb), Kp,
-                 WgTiles<I>{((I)p.B - z0 + dz - 1) / dz, z0 * a_batch + m0, dz * a_batch, z0 * b_batch + n0,
-                            dz * b_batch, (I)v.Np - n0},
-                 (int)threadIdx.x);
+    for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
+      const TileCoords<I> t = Tiles::at(p, u);
+      pipe.produce(reinterpret_cast<const F*>(v.ea), reinterpret_cast<const F*>(v.eb), Kp,
+                   WgTiles<I>{1, t.batch * a_batch + t.m0, 0, t.batch * b_batch + t.n0, 0, (I)v.Np - t.n0},
+                   (int)threadIdx.x);
+    }
     return;
   }
   P::enter_consumer();
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   typedef EmFinish<T, Out, I> Finish;
-  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
-    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
+  for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
+    const TileCoords<I> t = Tiles::at(p, u);
     P::consumers_sync(); // the previous tile's epilogue is done with the staged lines
     em_stage_lines<T, I, BM, BN, P::kConsumerThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b,
                                                       threadIdx.x - 128);

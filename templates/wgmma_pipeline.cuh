@@ -90,10 +90,11 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
     __syncthreads();
   }
 
-  // The producer warpgroup's thread tid: every slice of the block's tiles in order (called once a block, so a tile's
-  // first slice is issued while the tile before it is finished). Thread 0 issues slice q + 1's copies before the
-  // warpgroup splits slice q: a slice lands while the one before it is split. (Issuing further ahead, or as soon as
-  // a stage frees, measured slower on the H100: the split then waits on the consumers.)
+  // The producer warpgroup's thread tid: every slice of `tiles` in order (called once a block, or tile after tile:
+  // the stages carry over, so a tile's first slices are issued while the consumers finish the tile before it).
+  // Thread 0 issues slice q + 1's copies before the warpgroup splits slice q: a slice lands while the one before it
+  // is split. (Issuing further ahead, or as soon as a stage frees, measured slower on the H100: the split then waits
+  // on the consumers.)
   template <class I>
   __device__ __forceinline__ void produce(const F* a, const F* b, I Kp, const WgTiles<I>& tiles, int tid) {
     const I total = tiles.count * (Kp / kLine);

@@ -159,6 +159,16 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.block[0] = 256;
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
   tile_grid(main, spec, s.M, s.N, s.B);
+  if (uses_wgmma(spec.math)) {
+    // The wgmma kernel numbers its tiles along grid[0] (templates/exp_matmul_wgmma.cuh). Persistent, a block an SM
+    // (its stages fill shared memory) looping over the tiles, so that its producer fetches a tile's first slices while
+    // the consumers finish the tile before it: 10–20% faster for BF16 and TF32 factors. Not for the split forms
+    // (tf32x3), which ran 8–25% slower so (bench/RESULTS.md, session 46): a block a tile.
+    const int64_t tiles = s.B * ((s.M + spec.tile_m - 1) / spec.tile_m) * ((s.N + spec.tile_n - 1) / spec.tile_n);
+    main.grid[0] = clamp_grid(tiles, kMaxGridX);
+    main.grid[1] = main.grid[2] = 1;
+    main.blocks_per_sm = split_wgmma(spec) ? 0 : 1;
+  }
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   const int64_t rt = jb::em_repair_tile(s.B, s.M, s.N);
   repair.entry = rt == 64 ? "_repair64" : "_repair32";
