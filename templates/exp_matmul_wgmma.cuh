@@ -75,7 +75,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     };
     // The usual outputs in one pass, unrolled: a few instructions each (EmFinish::common), so even 128 of them stay
     // small beside the instruction cache. Where the output's rows are contiguous and 16-byte aligned, a warp's 32
-    // columns at a time, stored as 16-byte vectors (wg_store_block) when all of them are usual or lie past M;
+    // columns at a time, stored in whole sectors (wg_store_block) when all of them are usual or lie past M;
     // otherwise an output at a time.
     // Whether the output's rows are contiguous and 16-byte aligned (read from the parameters here, where it is used:
     // kept across the main loop, it cost a register).
