@@ -8,62 +8,106 @@ namespace jb {
 // sweep over K finds the largest term t = a + b (natural units, so no finite input overflows a scaling); a second
 // sums 2^((t − max)·log2 e), every term ≤ 1 and the largest exactly 1, so nothing that matters can underflow.
 // NaN terms give NaN, a +inf max gives +inf, an all −inf output −inf: the reference's contract.
+//
+// The tiles are one list (the flags' order: batch, row tile, column tile), walked by a grid of a few blocks an SM
+// (exp_matmul.cpp): block b's tiles are b, b + gridDim.x, … (every tile where there are no flags). It reads 256 of its tiles' flags at once, a thread
+// each, and runs the flagged ones in order, so a repair with nothing flagged (the usual one) costs a launch and a
+// read rather than a block for every tile (13 µs for 4096 tiles on an H100).
+template <class I, int BM, int BN> struct EmRepairTiles {
+  I tiles_m, tiles_n, total;
+  __device__ __forceinline__ explicit EmRepairTiles(const BmmParams& p)
+      : tiles_m(((I)p.M + BM - 1) / BM), tiles_n(((I)p.N + BN - 1) / BN), total(tiles_m * tiles_n * (I)p.B) {}
+  __device__ __forceinline__ TileCoords<I> at(I u, I K) const {
+    TileCoords<I> t{};
+    const I r = u % (tiles_m * tiles_n);
+    t.batch = u / (tiles_m * tiles_n), t.m0 = r / tiles_n * BM, t.n0 = r % tiles_n * BN;
+    t.chunk = 0, t.k_begin = 0, t.k_end = K;
+    return t;
+  }
+};
+
+// The repair tile's geometry: f64 element by element (16-byte chunks spilled 16–32 bytes).
+template <class In, int BM, int BN, int BK, int TM, int TN>
+using EmRepairGeometry = Tile<typename Acc<In>::type, BM, BN, BK, TM, TN, sizeof(typename Acc<In>::type) == 8 ? 0 : 16>;
+
+// One tile of outputs, both sweeps, through shared memory sm.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
-__device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
+__device__ __forceinline__ void em_repair_one(const BmmParams& p,
+                                              typename EmRepairGeometry<In, BM, BN, BK, TM, TN>::Smem& sm,
+                                              const TileCoords<I>& t) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
-  typedef Tile<T, BM, BN, BK, TM, TN, sizeof(T) == 8 ? 0 : 16> G; // f64 element by element: chunks spill 16–32 bytes
-  __shared__ __align__(16) typename G::Smem sm;
-  const In* A0 = static_cast<const In*>(p.a);
-  const In* B0 = static_cast<const In*>(p.b);
+  typedef EmRepairGeometry<In, BM, BN, BK, TM, TN> G;
   const T kNegInf = Num<T>::neg_inf(), kLog2e = Num<T>::log2e(), kLn2 = Num<T>::ln2();
-  for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
-    if (!tile_wanted<I, BM, BN>(p, z)) continue; // uniform over the block
-    const TileCoords<I> t = tile_coords<I, BM, BN>(p, z);
-    const In* A = A0 + t.batch * (I)p.a_batch;
-    const In* B = B0 + t.batch * (I)p.b_batch;
-    T m[TM][TN], s[TM][TN];
+  const In* A = static_cast<const In*>(p.a) + t.batch * (I)p.a_batch;
+  const In* B = static_cast<const In*>(p.b) + t.batch * (I)p.b_batch;
+  T m[TM][TN], s[TM][TN];
 #pragma unroll
-    for (int r = 0; r < TM; ++r)
+  for (int r = 0; r < TM; ++r)
 #pragma unroll
-      for (int c = 0; c < TN; ++c) m[r][c] = kNegInf, s[r][c] = (T)0;
+    for (int c = 0; c < TN; ++c) m[r][c] = kNegInf, s[r][c] = (T)0;
 #pragma unroll 1
-    for (int sweep = 0; sweep < 2; ++sweep) {
-      // Each sweep is a pass of its own: the previous sweep (or tile) may still read shared memory at its start.
-      T ra[G::kLoadA], rb[G::kLoadB];
-      TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
-      for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end); slice.valid();
-           slice.finish(p)) {
-        slice.start(p);
+  for (int sweep = 0; sweep < 2; ++sweep) {
+    // Each sweep is a pass of its own: the previous sweep (or tile) may still read shared memory at its start.
+    T ra[G::kLoadA], rb[G::kLoadB];
+    TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
+    for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end); slice.valid();
+         slice.finish(p)) {
+      slice.start(p);
 #pragma unroll 4
-        for (int k = 0; k < BK; ++k) {
-          T fa[TM], fb[TN];
-          G::row_frag(sm, slice.buf, k, fa);
-          G::col_frag(sm, slice.buf, k, fb);
+      for (int k = 0; k < BK; ++k) {
+        T fa[TM], fb[TN];
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
 #pragma unroll
-          for (int r = 0; r < TM; ++r)
+        for (int r = 0; r < TM; ++r)
 #pragma unroll
-            for (int c = 0; c < TN; ++c) {
-              // Padding is −inf on both sides: a −inf term, which neither sweep counts.
-              const T term = fa[r] + fb[c];
-              if (sweep == 0)
-                m[r][c] = R::max(m[r][c], term);
-              else
-                s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
-            }
-        }
+          for (int c = 0; c < TN; ++c) {
+            // Padding is −inf on both sides: a −inf term, which neither sweep counts.
+            const T term = fa[r] + fb[c];
+            if (sweep == 0)
+              m[r][c] = R::max(m[r][c], term);
+            else
+              s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
+          }
       }
     }
-    const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
+  }
+  const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
 #pragma unroll
-    for (int r = 0; r < TM; ++r)
+  for (int r = 0; r < TM; ++r)
 #pragma unroll
-      for (int c = 0; c < TN; ++c)
-        if (r0 + r < (I)p.M && c0 + c < (I)p.N) {
-          const T mx = m[r][c];
-          const T value = fabs(mx) < Num<T>::inf() ? mx + R::log2(s[r][c]) * kLn2 : mx; // NaN, ±inf as they are
-          emit<T, Out, I>(p, t, r0 + r, c0 + c, value, -1);
-        }
+    for (int c = 0; c < TN; ++c)
+      if (r0 + r < (I)p.M && c0 + c < (I)p.N) {
+        const T mx = m[r][c];
+        const T value = fabs(mx) < Num<T>::inf() ? mx + R::log2(s[r][c]) * kLn2 : mx; // NaN, ±inf as they are
+        emit<T, Out, I>(p, t, r0 + r, c0 + c, value, -1);
+      }
+}
+
+template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
+  typedef EmRepairGeometry<In, BM, BN, BK, TM, TN> G;
+  static_assert(BM / TM * (BN / TN) == 256, "a flag a thread: 256 threads");
+  __shared__ __align__(16) typename G::Smem sm;
+  __shared__ unsigned flagged[8]; // a round's flags, a warp's 32 a word
+  const EmRepairTiles<I, BM, BN> tiles(p);
+  for (I round = 0; (I)blockIdx.x + round * (I)gridDim.x < tiles.total; round += 256) {
+    {
+      const I u = (I)blockIdx.x + (round + (I)threadIdx.x) * (I)gridDim.x;
+      const unsigned mine = __ballot_sync(0xffffffffu, u < tiles.total && (!p.repair_flags || p.repair_flags[u] != 0u));
+      __syncthreads(); // the previous round's words are read
+      if (threadIdx.x % 32 == 0) flagged[threadIdx.x / 32] = mine;
+      __syncthreads();
+    }
+    // The flagged tiles in order, uniformly over the block: every thread reads the same words.
+#pragma unroll 1
+    for (int w = 0; w < 8; ++w)
+#pragma unroll 1
+      for (unsigned bits = flagged[w]; bits != 0u; bits &= bits - 1u) {
+        const I f = round + (I)(32 * w + __ffs(bits) - 1);
+        em_repair_one<In, Out, I, BM, BN, BK, TM, TN>(p, sm, tiles.at((I)blockIdx.x + f * (I)gridDim.x, (I)p.K));
+      }
   }
 }
 

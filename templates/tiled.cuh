@@ -373,14 +373,6 @@ __device__ __forceinline__ void tile_terms(const typename G::Smem& sm, int buf, 
   }
 }
 
-// exp_matmul's repair pass runs on the tiles its guard flagged (BmmParams.repair_flags, one flag per tile,
-// [batch][row tile][column tile]); without flags every tile runs.
-template <class I, int BM, int BN> __device__ __forceinline__ bool tile_wanted(const BmmParams& p, I z) {
-  if (!p.repair_flags) return true;
-  const I tiles_m = ((I)p.M + BM - 1) / BM, tiles_n = ((I)p.N + BN - 1) / BN;
-  return p.repair_flags[(z * tiles_m + (I)blockIdx.y) * tiles_n + (I)blockIdx.x] != 0u;
-}
-
 // Where a finished value goes: the output (converted to Out), or, under split-K, the workspace in the
 // accumulator type laid out [chunk][batch][M][N] (argmax likewise, after the values).
 template <class T, class Out, class I>
