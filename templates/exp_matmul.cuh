@@ -12,24 +12,49 @@
 
 namespace jb {
 
+// Shared-memory address of a generic pointer, for the instructions that take one.
+__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
+  unsigned addr;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+
+// cp.async (sm_80 and later): BYTES (4, 8 or 16) from global to shared memory, both addresses aligned to BYTES, no
+// registers in between; the thread's copies so far made one group; waiting for every group.
+template <int BYTES> __device__ __forceinline__ void em_copy_async(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(em_smem_addr(dst)), "l"(src), "n"(BYTES) : "memory");
+}
+__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
 // The block's row and column maxima and masks, staged in shared memory for the epilogue by THREADS threads, this
-// one numbered tid among them.
-template <class T, class I, int BM, int BN, int THREADS>
+// one numbered tid among them. ASYNC: the lines inside the output by cp.async (em_copy_async), committed as one
+// group, so that their loads hold no registers and the thread goes on; it calls em_copy_wait_all before the barrier
+// that precedes their use.
+template <class T, class I, int BM, int BN, int THREADS, bool ASYNC = false>
 __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0, T* sh_a,
                                                T* sh_b, EmLine* line_a, EmLine* line_b, int tid) {
   const EmLine none = {0ull, 0x7fffffff, -1};
   const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
+  const auto stage = [&](T* max_at, EmLine* line_at, bool in, const T* max_from, const EmLine* line_from) {
+    if (ASYNC && in) {
+      em_copy_async<sizeof(T)>(max_at, max_from);
+      em_copy_async<sizeof(EmLine)>(line_at, line_from);
+    } else {
+      *max_at = in ? *max_from : (T)0;
+      *line_at = in ? *line_from : none;
+    }
+  };
   for (int l = tid; l < BM + BN; l += THREADS) {
     if (l < BM) {
       const I i = m0 + l;
-      sh_a[l] = i < (I)p.M ? v.row_max[ab * (I)p.M + i] : (T)0;
-      line_a[l] = i < (I)p.M ? v.row_line[ab * (I)p.M + i] : none;
+      stage(&sh_a[l], &line_a[l], i < (I)p.M, &v.row_max[ab * (I)p.M + i], &v.row_line[ab * (I)p.M + i]);
     } else {
       const I j = n0 + (l - BM);
-      sh_b[l - BM] = j < (I)p.N ? v.col_max[bb * (I)p.N + j] : (T)0;
-      line_b[l - BM] = j < (I)p.N ? v.col_line[bb * (I)p.N + j] : none;
+      stage(&sh_b[l - BM], &line_b[l - BM], j < (I)p.N, &v.col_max[bb * (I)p.N + j], &v.col_line[bb * (I)p.N + j]);
     }
   }
+  if (ASYNC) em_copy_commit();
 }
 
 // log s plus the shift (am + bm), for s in the guard's range, a positive normal number: s = f · 2^e with f in
@@ -312,13 +337,6 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Shared-memory address of a generic pointer, for the instructions that take one.
-__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
-  unsigned addr;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-
 // Four 8×4 tiles of 32-bit values from shared memory in one instruction: lane l names row l % 8 of tile l / 8,
 // and receives from tile i the word (row l / 4, column l % 4) in r[i] — exactly an mma fragment's layout.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
@@ -350,8 +368,6 @@ __device__ __forceinline__ void em_copy_rows(E (*dst)[PITCH], const E* src, I Kp
                    "l"(src + (row0 + idx / (BK / kPer)) * Kp + k0 + idx % (BK / kPer) * kPer));
   }
 }
-__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // kslice_loop's loader for the tensor-core form: a's rows and b's columns of one K slice straight into buffer buf
 // with cp.async; land() waits for every copy in flight.

@@ -32,7 +32,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   extern __shared__ unsigned char em_wg_smem[];
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
   __shared__ T sh_a[BM], sh_b[BN];
-  __shared__ EmLine line_a[BM], line_b[BN];
+  __shared__ __align__(16) EmLine line_a[BM], line_b[BN];
   P pipe(em_wg_smem, bars);
   const EmView<T> v = em_view<T, kForm>(p);
   const I Kp = (I)v.Kp;
@@ -54,11 +54,13 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef EmFinish<T, Out, I> Finish;
   for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
     const TileCoords<I> t = Tiles::at(p, u);
+    // The tile's lines, copied while the tile's products run (their loads off the consumers' path).
     P::consumers_sync(); // the previous tile's epilogue is done with the staged lines
-    em_stage_lines<T, I, BM, BN, P::kConsumerThreads>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b,
-                                                      threadIdx.x - 128);
+    em_stage_lines<T, I, BM, BN, P::kConsumerThreads, true>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b,
+                                                            threadIdx.x - 128);
     float acc[P::kRegs];
     pipe.consume(acc, Kp, cg);
+    em_copy_wait_all();
     P::consumers_sync(); // every consumer's staged lines are in
     const Finish finish(p, v, t.batch, line_a, line_b);
     // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns, a thread's in two rows.
