@@ -10,9 +10,9 @@ namespace jb {
 // NaN terms give NaN, a +inf max gives +inf, an all −inf output −inf: the reference's contract.
 //
 // The tiles are one list (the flags' order: batch, row tile, column tile), walked by a grid of a few blocks an SM
-// (exp_matmul.cpp): block b's tiles are b, b + gridDim.x, … (every tile where there are no flags). It reads 256 of its tiles' flags at once, a thread
-// each, and runs the flagged ones in order, so a repair with nothing flagged (the usual one) costs a launch and a
-// read rather than a block for every tile (13 µs for 4096 tiles on an H100).
+// (exp_matmul.cpp): block b's tiles are b, b + gridDim.x, … . It reads 256 of its tiles' flags at once, a thread
+// each, and runs the flagged ones in order (every one where there are no flags), so a repair with nothing flagged
+// (the usual one) costs a launch and a read rather than a block for every tile (13 µs for 4096 tiles on an H100).
 template <class I, int BM, int BN> struct EmRepairTiles {
   I tiles_m, tiles_n, total;
   __device__ __forceinline__ explicit EmRepairTiles(const BmmParams& p)
@@ -32,9 +32,8 @@ using EmRepairGeometry = Tile<typename Acc<In>::type, BM, BN, BK, TM, TN, sizeof
 
 // One tile of outputs, both sweeps, through shared memory sm.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
-__device__ __forceinline__ void em_repair_one(const BmmParams& p,
-                                              typename EmRepairGeometry<In, BM, BN, BK, TM, TN>::Smem& sm,
-                                              const TileCoords<I>& t) {
+__device__ __forceinline__ void
+em_repair_one(const BmmParams& p, typename EmRepairGeometry<In, BM, BN, BK, TM, TN>::Smem& sm, const TileCoords<I>& t) {
   typedef typename Acc<In>::type T;
   typedef EmReal<T> R;
   typedef EmRepairGeometry<In, BM, BN, BK, TM, TN> G;
