@@ -13,15 +13,16 @@ namespace jb {
 // (exp_matmul.cpp): block b's tiles are b, b + gridDim.x, … . It reads 256 of its tiles' flags at once, a thread
 // each, and runs the flagged ones in order (every one where there are no flags), so a repair with nothing flagged
 // (the usual one) costs a launch and a read rather than a block for every tile (13 µs for 4096 tiles on an H100).
+// Computed from the parameters where used, so that nothing of it is held in registers across a tile's repair.
 template <class I, int BM, int BN> struct EmRepairTiles {
-  I tiles_m, tiles_n, total;
-  __device__ __forceinline__ explicit EmRepairTiles(const BmmParams& p)
-      : tiles_m(((I)p.M + BM - 1) / BM), tiles_n(((I)p.N + BN - 1) / BN), total(tiles_m * tiles_n * (I)p.B) {}
-  __device__ __forceinline__ TileCoords<I> at(I u, I K) const {
+  static __device__ __forceinline__ I tiles_n(const BmmParams& p) { return ((I)p.N + BN - 1) / BN; }
+  static __device__ __forceinline__ I per_batch(const BmmParams& p) { return tiles_n(p) * (((I)p.M + BM - 1) / BM); }
+  static __device__ __forceinline__ I total(const BmmParams& p) { return per_batch(p) * (I)p.B; }
+  static __device__ __forceinline__ TileCoords<I> at(const BmmParams& p, I u) {
     TileCoords<I> t{};
-    const I r = u % (tiles_m * tiles_n);
-    t.batch = u / (tiles_m * tiles_n), t.m0 = r / tiles_n * BM, t.n0 = r % tiles_n * BN;
-    t.chunk = 0, t.k_begin = 0, t.k_end = K;
+    const I r = u % per_batch(p);
+    t.batch = u / per_batch(p), t.m0 = r / tiles_n(p) * BM, t.n0 = r % tiles_n(p) * BN;
+    t.chunk = 0, t.k_begin = 0, t.k_end = (I)p.K;
     return t;
   }
 };
@@ -90,11 +91,11 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
   static_assert(BM / TM * (BN / TN) == 256, "a flag a thread: 256 threads");
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ unsigned flagged[8]; // a round's flags, a warp's 32 a word
-  const EmRepairTiles<I, BM, BN> tiles(p);
-  for (I round = 0; (I)blockIdx.x + round * (I)gridDim.x < tiles.total; round += 256) {
+  typedef EmRepairTiles<I, BM, BN> Tiles;
+  for (I round = 0; (I)blockIdx.x + round * (I)gridDim.x < Tiles::total(p); round += 256) {
     {
       const I u = (I)blockIdx.x + (round + (I)threadIdx.x) * (I)gridDim.x;
-      const unsigned mine = __ballot_sync(0xffffffffu, u < tiles.total && (!p.repair_flags || p.repair_flags[u] != 0u));
+      const unsigned mine = __ballot_sync(0xffffffffu, u < Tiles::total(p) && (!p.repair_flags || p.repair_flags[u] != 0u));
       __syncthreads(); // the previous round's words are read
       if (threadIdx.x % 32 == 0) flagged[threadIdx.x / 32] = mine;
       __syncthreads();
@@ -105,7 +106,7 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
 #pragma unroll 1
       for (unsigned bits = flagged[w]; bits != 0u; bits &= bits - 1u) {
         const I f = round + (I)(32 * w + __ffs(bits) - 1);
-        em_repair_one<In, Out, I, BM, BN, BK, TM, TN>(p, sm, tiles.at((I)blockIdx.x + f * (I)gridDim.x, (I)p.K));
+        em_repair_one<In, Out, I, BM, BN, BK, TM, TN>(p, sm, Tiles::at(p, (I)blockIdx.x + f * (I)gridDim.x));
       }
   }
 }

@@ -12,8 +12,9 @@ namespace {
 
 int rank(const Problem&) { return -1; }
 
-// The repair kernel's blocks an SM: its launch bounds, and the most its grid launches a multiprocessor.
-constexpr int kRepairBlocks = 2;
+// The repair kernel's blocks an SM: its launch bounds, and the most its grid launches a multiprocessor. One for
+// f64 accumulators: at two (128 registers) its tile loop spilled 20–28 bytes.
+int repair_blocks(const KernelSpec& s) { return acc_type(s) == "double" ? 1 : 2; }
 
 int64_t a_batches(const Problem& p) { return p.a().batch == 0 ? 1 : p.shape.B; }
 int64_t b_batches(const Problem& p) { return p.b().batch == 0 ? 1 : p.shape.B; }
@@ -143,9 +144,9 @@ Rendering render(const KernelSpec& s) {
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
   // The exact repair at either tile em_repair_tile may name (launches picks one by the shape).
   const bool dbl = acc_type(s) == "double";
-  r.entries.push_back({"_repair64", 256, kRepairBlocks,
+  r.entries.push_back({"_repair64", 256, repair_blocks(s),
                        "jb::em_repair_kernel<" + io + ", " + (dbl ? "64, 64, 8, 4, 4" : "64, 64, 16, 4, 4") + ">"});
-  r.entries.push_back({"_repair32", 256, kRepairBlocks,
+  r.entries.push_back({"_repair32", 256, repair_blocks(s),
                        "jb::em_repair_kernel<" + io + ", " + (dbl ? "32, 32, 8, 2, 2" : "32, 32, 16, 2, 2") + ">"});
   return r;
 }
@@ -171,12 +172,12 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
     main.blocks_per_sm = split_wgmma(spec) ? 0 : 1;
   }
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
-  // The repair walks the list of its tiles (templates/exp_matmul_repair.cuh), kRepairBlocks blocks an SM at most.
+  // The repair walks the list of its tiles (templates/exp_matmul_repair.cuh), repair_blocks an SM at most.
   const int64_t rt = jb::em_repair_tile(s.B, s.M, s.N);
   repair.entry = rt == 64 ? "_repair64" : "_repair32";
   repair.block[0] = 256;
   repair.grid[0] = clamp_grid(s.B * ((s.M + rt - 1) / rt) * ((s.N + rt - 1) / rt), kMaxGridX);
-  repair.blocks_per_sm = kRepairBlocks;
+  repair.blocks_per_sm = static_cast<unsigned>(repair_blocks(spec));
   repair.repair_flags_at = static_cast<std::size_t>(w.flags);
   plan.launches = {prepare, main, repair};
   plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
