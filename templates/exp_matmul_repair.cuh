@@ -9,23 +9,10 @@ namespace jb {
 // sums 2^((t − max)·log2 e), every term ≤ 1 and the largest exactly 1, so nothing that matters can underflow.
 // NaN terms give NaN, a +inf max gives +inf, an all −inf output −inf: the reference's contract.
 //
-// The tiles are one list (the flags' order: batch, row tile, column tile), walked by a grid of a few blocks an SM
-// (exp_matmul.cpp): block b's tiles are b, b + gridDim.x, … . It reads 256 of its tiles' flags at once, a thread
-// each, and runs the flagged ones in order (every one where there are no flags), so a repair with nothing flagged
-// (the usual one) costs a launch and a read rather than a block for every tile (13 µs for 4096 tiles on an H100).
-// Computed from the parameters where used, so that nothing of it is held in registers across a tile's repair.
-template <class I, int BM, int BN> struct EmRepairTiles {
-  static __device__ __forceinline__ I tiles_n(const BmmParams& p) { return ((I)p.N + BN - 1) / BN; }
-  static __device__ __forceinline__ I per_batch(const BmmParams& p) { return tiles_n(p) * (((I)p.M + BM - 1) / BM); }
-  static __device__ __forceinline__ I total(const BmmParams& p) { return per_batch(p) * (I)p.B; }
-  static __device__ __forceinline__ TileCoords<I> at(const BmmParams& p, I u) {
-    TileCoords<I> t{};
-    const I r = u % per_batch(p);
-    t.batch = u / per_batch(p), t.m0 = r / tiles_n(p) * BM, t.n0 = r % tiles_n(p) * BN;
-    t.chunk = 0, t.k_begin = 0, t.k_end = (I)p.K;
-    return t;
-  }
-};
+// The tiles are one list (TileList, the flags' order), walked by a grid of a few blocks an SM (exp_matmul.cpp): block
+// b's tiles are b, b + gridDim.x, … . It reads 256 of its tiles' flags at once, a thread each, and runs the flagged
+// ones in order (every one where there are no flags), so a repair with nothing flagged (the usual one) costs a
+// launch and a read rather than a block for every tile (13 µs for 4096 tiles on an H100).
 
 // The repair tile's geometry: f64 element by element (16-byte chunks spilled 16–32 bytes).
 template <class In, int BM, int BN, int BK, int TM, int TN>
@@ -91,11 +78,12 @@ __device__ __forceinline__ void em_repair_kernel(const BmmParams p) {
   static_assert(BM / TM * (BN / TN) == 256, "a flag a thread: 256 threads");
   __shared__ __align__(16) typename G::Smem sm;
   __shared__ unsigned flagged[8]; // a round's flags, a warp's 32 a word
-  typedef EmRepairTiles<I, BM, BN> Tiles;
+  typedef TileList<I, BM, BN> Tiles;
   for (I round = 0; (I)blockIdx.x + round * (I)gridDim.x < Tiles::total(p); round += 256) {
     {
       const I u = (I)blockIdx.x + (round + (I)threadIdx.x) * (I)gridDim.x;
-      const unsigned mine = __ballot_sync(0xffffffffu, u < Tiles::total(p) && (!p.repair_flags || p.repair_flags[u] != 0u));
+      const unsigned mine =
+          __ballot_sync(0xffffffffu, u < Tiles::total(p) && (!p.repair_flags || p.repair_flags[u] != 0u));
       __syncthreads(); // the previous round's words are read
       if (threadIdx.x % 32 == 0) flagged[threadIdx.x / 32] = mine;
       __syncthreads();

@@ -7,22 +7,6 @@
 
 namespace jb {
 
-// The kernel's tiles: B × tiles_m × tiles_n of them, numbered n fastest, then m, then the batch (neighbouring blocks
-// share a batch's operands in L2). The launch is persistent (a block an SM: Launch::blocks_per_sm), and block b runs
-// tiles b, b + gridDim.x, ...: its producer fetches a tile's first slices while the consumers finish the one before.
-// Computed from the parameters where used, so that nothing of it is held in registers across the main loop.
-template <class I, int BM, int BN> struct EmWgTiles {
-  static __device__ __forceinline__ I tiles_n(const BmmParams& p) { return ((I)p.N + BN - 1) / BN; }
-  static __device__ __forceinline__ I per_batch(const BmmParams& p) { return tiles_n(p) * (((I)p.M + BM - 1) / BM); }
-  static __device__ __forceinline__ I total(const BmmParams& p) { return per_batch(p) * (I)p.B; }
-  static __device__ __forceinline__ TileCoords<I> at(const BmmParams& p, I u) {
-    TileCoords<I> t{};
-    const I r = u % per_batch(p);
-    t.batch = u / per_batch(p), t.m0 = r / tiles_n(p) * BM, t.n0 = r % tiles_n(p) * BN;
-    return t;
-  }
-};
-
 template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
@@ -36,7 +20,9 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   P pipe(em_wg_smem, bars);
   const EmView<T> v = em_view<T, kForm>(p);
   const I Kp = (I)v.Kp;
-  typedef EmWgTiles<I, BM, BN> Tiles;
+  // The tiles (TileList). The launch is persistent (a block an SM: Launch::blocks_per_sm): a block's producer fetches
+  // a tile's first slices while its consumers finish the one before.
+  typedef TileList<I, BM, BN> Tiles;
   const int group = threadIdx.x / 128;
   if (group == 0) {
     P::enter_producer();

@@ -295,6 +295,23 @@ template <class I, int BM, int BN> __device__ __forceinline__ TileCoords<I> tile
   return t;
 }
 
+// A grid's tiles as one list: B × tiles_m × tiles_n of them, numbered n fastest, then m, then the batch (neighbouring
+// tiles share a batch's operands in L2), each over the whole of K; for kernels whose blocks walk the list (block b
+// runs tiles b, b + gridDim.x, …). Computed from the parameters where used, so that nothing of it is held in
+// registers across a tile's work.
+template <class I, int BM, int BN> struct TileList {
+  static __device__ __forceinline__ I tiles_n(const BmmParams& p) { return ((I)p.N + BN - 1) / BN; }
+  static __device__ __forceinline__ I per_batch(const BmmParams& p) { return tiles_n(p) * (((I)p.M + BM - 1) / BM); }
+  static __device__ __forceinline__ I total(const BmmParams& p) { return per_batch(p) * (I)p.B; }
+  static __device__ __forceinline__ TileCoords<I> at(const BmmParams& p, I u) {
+    TileCoords<I> t{};
+    const I r = u % per_batch(p);
+    t.batch = u / per_batch(p), t.m0 = r / tiles_n(p) * BM, t.n0 = r % tiles_n(p) * BN;
+    t.chunk = 0, t.k_begin = 0, t.k_end = (I)p.K;
+    return t;
+  }
+};
+
 // kslice_loop's loader for a Tile G: a slice of the block's rows of A and columns of B through the registers ra, rb
 // (Tile::fetch, padded with pad_a / pad_b outside the matrices and from k_end on), then into a shared-memory buffer.
 template <class G, class In, class I> struct TileLoader : KSliceLoader {
