@@ -25,7 +25,8 @@ constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"},
                                      {Math::wgmma_tf32x3, "wgmma_tf32x3"},
                                      {Math::wgmma_tf32, "wgmma_tf32"},
                                      {Math::bf16, "bf16"},
-                                     {Math::wgmma_bf16, "wgmma_bf16"}};
+                                     {Math::wgmma_bf16, "wgmma_bf16"},
+                                     {Math::wgmma_bf16_fused, "wgmma_bf16_fused"}};
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
@@ -104,9 +105,12 @@ Strategy parse_strategy(const std::string& name) {
 const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
 Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
 bool single_tf32(Math math) { return math == Math::tf32 || math == Math::wgmma_tf32; }
-bool bf16_factors(Math math) { return math == Math::bf16 || math == Math::wgmma_bf16; }
+bool bf16_factors(Math math) {
+  return math == Math::bf16 || math == Math::wgmma_bf16 || math == Math::wgmma_bf16_fused;
+}
 bool uses_wgmma(Math math) {
-  return math == Math::wgmma_tf32x3 || math == Math::wgmma_tf32 || math == Math::wgmma_bf16;
+  return math == Math::wgmma_tf32x3 || math == Math::wgmma_tf32 || math == Math::wgmma_bf16 ||
+         math == Math::wgmma_bf16_fused;
 }
 const char* pass_name(Pass pass) { return enum_name(kPasses, pass, "pass"); }
 Pass parse_pass(const std::string& name) { return parse_enum(kPasses, name, "pass"); }

@@ -24,8 +24,17 @@ __device__ __forceinline__ unsigned em_smem_addr(const void* p) {
 template <int BYTES> __device__ __forceinline__ void em_copy_async(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(em_smem_addr(dst)), "l"(src), "n"(BYTES) : "memory");
 }
-__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void em_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// 16 bytes to shared address dst of which the first `bytes` (0..16) come from src and the rest are zeros, through
+// L2 only (cp.async's source size; src 16-byte aligned, and read only when bytes > 0).
+__device__ __forceinline__ void em_copy_async_part(unsigned dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of the thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void em_copy_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void em_copy_wait_all() { em_copy_wait<0>(); }
 
 // The block's row and column maxima and masks, staged in shared memory for the epilogue by THREADS threads, this
 // one numbered tid among them. ASYNC: the lines inside the output by cp.async (em_copy_async), committed as one

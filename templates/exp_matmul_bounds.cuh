@@ -86,7 +86,7 @@ JB_HD int em_k_align(int factor_bytes) { return factor_bytes == 2 ? 64 : 32; }
 //   flags              one per repair tile of the output (B × tiles_m × tiles_n)
 //   ea                 2^((a − max)' + h), [a_batches][Mp][Kp]; eb likewise, [b_batches][Kp][Np] (FORM 0) or
 //                      [b_batches][Np][Kp] (the tensor-core forms), or both in panels (the wgmma forms: em_panel_at);
-//                      in the accumulator type, or in BF16 (FORM 5 and 6: em_factor_bytes)
+//                      in the accumulator type, or in BF16 (FORM 5 and 6: em_factor_bytes); none for FORM 7
 // a_batches (b_batches) is 1 when that operand is broadcast over the batch, else B. The prepare pass writes all of it.
 struct EmWorkspace {
   long long Mp, Np, Kp;
@@ -105,12 +105,14 @@ JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
   return (a.chunks & b.chunks) == 0ull || a.last < b.first || b.last < a.first;
 }
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
-// The size of one stored factor: the accumulator's, or 2 for FORM 5 and 6 (math bf16 and wgmma_bf16: factors
-// rounded to BF16).
-JB_HD int em_factor_bytes(int form, bool wide) { return form == 5 || form == 6 ? 2 : wide ? 8 : 4; }
-// factor_bytes 0: the accumulator's size (the parts before ea do not depend on it).
+// The size of one factor: the accumulator's, or 2 for FORM 5, 6 and 7 (math bf16, wgmma_bf16 and wgmma_bf16_fused:
+// factors rounded to BF16). FORM 7 stores none: its product makes them from a and b (exp_matmul_fused.cuh).
+JB_HD int em_factor_bytes(int form, bool wide) { return form >= 5 && form <= 7 ? 2 : wide ? 8 : 4; }
+JB_HD constexpr bool em_stores_factors(int form) { return form != 7; }
+// factor_bytes 0: the accumulator's size (the parts before ea do not depend on it); stored false: ea and eb empty
+// (Kp is still K padded for factor_bytes: the product's slices).
 JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long K, long long a_batches,
-                               long long b_batches, bool wide, int factor_bytes = 0) {
+                               long long b_batches, bool wide, int factor_bytes = 0, bool stored = true) {
   const long long acc = wide ? 8 : 4, rt = em_repair_tile(B, M, N), fb = factor_bytes > 0 ? factor_bytes : acc;
   EmWorkspace w;
   w.Mp = em_round_up(M, 128);
@@ -124,8 +126,8 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
   w.flags = w.repaired + 16;
   w.tiles = B * ((M + rt - 1) / rt) * ((N + rt - 1) / rt);
   w.ea = em_align(w.flags + w.tiles * 4);
-  w.eb = em_align(w.ea + a_batches * w.Mp * w.Kp * fb);
-  w.bytes = em_align(w.eb + b_batches * w.Kp * w.Np * fb);
+  w.eb = em_align(w.ea + (stored ? a_batches * w.Mp * w.Kp * fb : 0));
+  w.bytes = em_align(w.eb + (stored ? b_batches * w.Kp * w.Np * fb : 0));
   return w;
 }
 

@@ -43,8 +43,8 @@ template <class T, int FORM = 0> __device__ __forceinline__ EmView<T> em_view(co
   EmView<T> v;
   v.a_batches = p.a_batch == 0 ? 1 : p.B;
   v.b_batches = p.b_batch == 0 ? 1 : p.B;
-  const EmWorkspace w =
-      em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide, em_factor_bytes(FORM, wide));
+  const EmWorkspace w = em_workspace(p.B, p.M, p.N, p.K, v.a_batches, v.b_batches, wide, em_factor_bytes(FORM, wide),
+                                     em_stores_factors(FORM));
   char* base = static_cast<char*>(p.workspace);
   v.row_max = reinterpret_cast<T*>(base + w.row_max);
   v.col_max = reinterpret_cast<T*>(base + w.col_max);
@@ -482,9 +482,10 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
         for (int q = 0; q < kBatch; ++q)
           if (s + q < to) {
             if (s + q < steps) c[q] = w.land(stage, c[q]);
-            if (factors)
-              em_put_factors<In, FORM, W::kStep>(L, w.line, k_first, s + q, K, w.real, st.mx, c[q]);
-            else if (w.real)
+            if (factors) {
+              if constexpr (em_stores_factors(FORM))
+                em_put_factors<In, FORM, W::kStep>(L, w.line, k_first, s + q, K, w.real, st.mx, c[q]);
+            } else if (w.real)
               st.add(c[q], (s + q) * W::kStep + k_first, K, chunk_shift);
           }
       }
@@ -502,7 +503,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
     };
     stream(false, 0, steps);
     finish_stats();
-    stream(true, 0, out_steps);
+    if (em_stores_factors(FORM)) stream(true, 0, out_steps); // FORM 7: the product makes its own
   } // the next lines' first land() starts with a barrier before it rewrites the stage
 }
 

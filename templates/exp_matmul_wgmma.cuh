@@ -1,31 +1,38 @@
-// exp_matmul's product on Hopper (math wgmma_tf32x3, wgmma_tf32 and wgmma_bf16; sm_90a): the warp-specialised
-// pipeline of wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the factors as they
-// are, split into TF32 parts in shared memory), FORM 4 (rounded to TF32) or FORM 6 (rounded to BF16: Mma = WgBf16,
-// for half outputs, bounded as math=bf16 in exp_matmul_bf16.cuh). The guard and the epilogue are the other forms'
-// (EmFinish, EmFlagged).
+// exp_matmul's product on Hopper (math wgmma_tf32x3, wgmma_tf32, wgmma_bf16 and wgmma_bf16_fused; sm_90a): the
+// warp-specialised pipeline of wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the
+// factors as they are, split into TF32 parts in shared memory), FORM 4 (rounded to TF32) or FORM 6 (rounded to BF16:
+// Mma = WgBf16, for half outputs, bounded as math=bf16 in exp_matmul_bf16.cuh); or, MADE (FORM 7), over the factors
+// its producer makes from a and b (exp_matmul_fused.cuh). The guard and the epilogue are the other forms' (EmFinish,
+// EmFlagged).
 #pragma once
 
 namespace jb {
 
-template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32>
+template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE = false>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
-  typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma> P;
+  typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma, MADE> P;
   typedef typename P::F F;
-  constexpr int kForm = sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
+  constexpr int kForm = MADE ? 7 : sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
   extern __shared__ unsigned char em_wg_smem[];
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
   __shared__ T sh_a[BM], sh_b[BN];
   __shared__ __align__(16) EmLine line_a[BM], line_b[BN];
   P pipe(em_wg_smem, bars);
-  const EmView<T> v = em_view<T, kForm>(p);
-  const I Kp = (I)v.Kp;
   // The tiles (TileList). The launch is persistent (a block an SM: Launch::blocks_per_sm): a block's producer fetches
   // a tile's first slices while its consumers finish the one before.
   typedef TileList<I, BM, BN> Tiles;
   const int group = threadIdx.x / 128;
+  // Each role reads the workspace's view itself, after taking its registers: computed before the roles part, its
+  // fields stayed live across setmaxnreg and spilled.
   if (group == 0) {
     P::enter_producer();
+    const EmView<T> v = em_view<T, kForm>(p);
+    const I Kp = (I)v.Kp;
+    if constexpr (MADE) {
+      em_make_factors<In, I, BM, BN, STAGES>(pipe, p, v, (int)threadIdx.x);
+      return;
+    }
     const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
     for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
       const TileCoords<I> t = Tiles::at(p, u);
@@ -36,6 +43,8 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     return;
   }
   P::enter_consumer();
+  const EmView<T> v = em_view<T, kForm>(p);
+  const I Kp = (I)v.Kp;
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   typedef EmFinish<T, Out, I> Finish;
   for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {

@@ -20,6 +20,15 @@ __device__ __forceinline__ unsigned long long wg_descriptor(unsigned addr) {
   return (unsigned long long)((addr >> 4) & 0x3fff) | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
 }
 
+// The descriptor of an N-major BF16 operand (b as its rows of n lie; the fused product, exp_matmul_fused.cuh) at
+// shared address `addr`: blocks of 64 n (128 bytes a k), each 64 k long (8 KiB), 128-byte swizzled by k % 8 (chunk c
+// of row k at c ^ (k % 8)). The leading offset steps to the next 64 n (8 KiB), the stride offset to the next 8 k
+// (1 KiB); a k step (16 k) is 2 KiB further on.
+__device__ __forceinline__ unsigned long long wg_descriptor_n_major(unsigned addr) {
+  constexpr unsigned long long kLeading = 8192 >> 4, kStride = 1024 >> 4, kSwizzle128 = 1;
+  return (unsigned long long)((addr >> 4) & 0x3fff) | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
+}
+
 // Where accumulator register 4·c8 + e of this lane lies in warpgroup warp-row block `warp`: row and column of the
 // 64×N tile (the layout above).
 __device__ __forceinline__ int wg_frag_row(int warp, int lane, int e) { return 16 * warp + lane / 4 + 8 * (e / 2); }
@@ -151,9 +160,9 @@ template <int R> __device__ __forceinline__ void wg_pin(float (&d)[R]) {
   JB_WG_LIST64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,"     \
                "%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,"    \
                "%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-// NAME(d, a, b, accumulate), overloaded on d's R registers (N = 2R): D (+)= A·Bᵀ by the instruction SHAPE_TYPES (its operands after the predicate: TAIL) for
-// descriptors a and b; R accumulator registers, whose constraints are D and names LIST; "%A" is a's operand number,
-// R, and b and accumulate follow it.
+// NAME(d, a, b, accumulate), overloaded on d's R registers (N = 2R): D (+)= A·Bᵀ by the instruction SHAPE_TYPES (its
+// operands after the predicate: TAIL) for descriptors a and b; R accumulator registers, whose constraints are D and
+// names LIST; "%A" is a's operand number, R, and b and accumulate follow it.
 #define JB_WG_MMA(NAME, R, SHAPE_TYPES, TAIL, D, LIST, A, B, ACC)                                                      \
   __device__ __forceinline__ void NAME(float(&d)[R], unsigned long long a, unsigned long long b, int accumulate) {     \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ACC ", 0;\n"                                                     \
@@ -168,8 +177,11 @@ JB_WG_MMA(wg_mma_tf32, 128, "m64n256k8.f32.tf32.tf32", "1, 1", JB_WG_D128, JB_WG
 // BF16: k = 16 a step (the same 32 bytes of each line); scales 1, both operands K-major (transpose 0).
 JB_WG_MMA(wg_mma_bf16, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
 JB_WG_MMA(wg_mma_bf16, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
-JB_WG_MMA(wg_mma_bf16, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128, JB_WG_LIST128, "128", "129",
-          "130")
+JB_WG_MMA(wg_mma_bf16, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128, JB_WG_LIST128, "128", "129", "130")
+// BF16 with b N-major (transpose 1: wg_descriptor_n_major).
+JB_WG_MMA(wg_mma_bf16_nb, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 1", JB_WG_D32, JB_WG_LIST32, "32", "33", "34")
+JB_WG_MMA(wg_mma_bf16_nb, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1", JB_WG_D64, JB_WG_LIST64, "64", "65", "66")
+JB_WG_MMA(wg_mma_bf16_nb, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1", JB_WG_D128, JB_WG_LIST128, "128", "129", "130")
 #undef JB_WG_MMA
 #undef JB_WG_LIST128
 #undef JB_WG_LIST64
@@ -182,15 +194,20 @@ JB_WG_MMA(wg_mma_bf16, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0", JB_WG_D128
 
 // The arithmetic of a wgmma product: what its operands' 4-byte or 2-byte values are, and the 64×N product of
 // descriptors a (64 rows) and b (N rows) over one k step, 32 bytes of every line (accumulate = 0 overwrites d).
-// Either way a 128-byte line is 4 steps.
+// Either way a 128-byte line is 4 steps. B_N: b is N-major (BF16 only).
 template <class F> struct WgMma {
   typedef F Factor;
-  template <int N>
+  template <int N, bool B_N = false>
   static __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                              int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (sizeof(F) == 4) wg_mma_tf32(d, a, b, accumulate);
-    else wg_mma_bf16(d, a, b, accumulate);
+    static_assert(!B_N || sizeof(F) == 2, "N-major operands are BF16");
+    if constexpr (sizeof(F) == 4)
+      wg_mma_tf32(d, a, b, accumulate);
+    else if constexpr (B_N)
+      wg_mma_bf16_nb(d, a, b, accumulate);
+    else
+      wg_mma_bf16(d, a, b, accumulate);
 #else
     static_assert(N < 0, "wgmma needs the sm_90a target");
 #endif

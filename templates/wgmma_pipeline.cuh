@@ -8,6 +8,10 @@
 // value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile.
 // Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
 //
+// MADE (BF16): the producer warpgroup writes every stage itself, from a and b as they lie (exp_matmul_fused.cuh:
+// em_make_factors), and b's slice is N-major (wg_descriptor_n_major); the consumers then wait on `split` as with
+// SPLIT, and `full` goes unused.
+//
 // Barriers per stage: `full` (the slice's bytes have landed), `split` (SPLIT: its parts are written, 128 arrivals),
 // `empty` (every consumer warp is done reading it, 4 arrivals a consumer warpgroup). Producer and consumers walk the
 // same slices in the same order (tile after tile, then k), so the block's n-th slice uses stage n % STAGES, and its
@@ -49,7 +53,7 @@ template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* sta
 // them; its stage bytes are then left as they are, and the consumers write none of its columns).
 template <class I> struct WgTiles { I count, a_line, a_step, b_line, b_step, b_left; };
 
-template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgPipeline {
+template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE = false> struct WgPipeline {
   typedef typename Mma::Factor F;
   static constexpr int kLine = 128 / (int)sizeof(F); // k a slice
   static constexpr int kConsumers = BM / 64, kConsumerThreads = 128 * kConsumers, kRegs = BN / 2;
@@ -57,10 +61,13 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
   static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128 || BN == 256), "wgmma tile geometry");
   static_assert(STAGES >= 3, "one stage in the tensor cores, one being split or waited for, one landing");
   static_assert(!SPLIT || sizeof(F) == 4, "the split makes TF32 parts of 4-byte values");
+  static_assert(!MADE || (!SPLIT && sizeof(F) == 2), "made stages hold BF16 factors");
   // With two consumer warpgroups (384 threads, 168 registers each at entry) the producer, which needs few, gives
-  // registers to the consumers (kProducerRegs + 2 · kConsumerRegs ≤ 512 per thread of a warpgroup: 64 Ki a block).
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "the register file");
+  // registers to the consumers. The consumers' claim waits until the producer's release covers it, so the two
+  // counts may add up to no more than the block holds from its entry: kProducerRegs + 2 · kConsumerRegs ≤ 3 · 168
+  // (a larger claim never returns). A producer that makes the factors (MADE) keeps 56: at 40 it spilled.
+  static constexpr int kProducerRegs = MADE ? 56 : 40, kConsumerRegs = MADE ? 224 : 232;
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "the block's registers at entry");
   // The producer's and the consumers' first step (a block of one consumer warpgroup has registers enough).
   static __device__ __forceinline__ void enter_producer() {
     if constexpr (kConsumers == 2) wg_release_registers<kProducerRegs>();
@@ -126,7 +133,7 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
 
   // Consumer warpgroup cg, one block tile: acc = its 64 lines of a × the BN lines of b (the fragment of wgmma.cuh).
   template <class I> __device__ __forceinline__ void consume(float (&acc)[kRegs], I Kp, int cg) {
-    const unsigned a_rows = cg * 64 * 128, ready = SPLIT ? split : full;
+    const unsigned a_rows = cg * 64 * 128, ready = SPLIT || MADE ? split : full;
     const bool leader = threadIdx.x % 32 == 0;
     float part[kRegs];
 #pragma unroll
@@ -138,7 +145,9 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
       wg_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const unsigned long long ah = wg_descriptor(stage + a_rows + 32 * kk), bh = wg_descriptor(stage + kA + 32 * kk);
+        const unsigned long long ah = wg_descriptor(stage + a_rows + 32 * kk),
+                                 bh = MADE ? wg_descriptor_n_major(stage + kA + 2048 * kk)
+                                           : wg_descriptor(stage + kA + 32 * kk);
         if (SPLIT) {
           const unsigned long long al = wg_descriptor(stage + kPart + a_rows + 32 * kk),
                                    bl = wg_descriptor(stage + kPart + kA + 32 * kk);
@@ -146,7 +155,7 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
           Mma::template mma<BN>(part, ah, bl, 1);
           Mma::template mma<BN>(part, ah, bh, 1);
         } else {
-          Mma::template mma<BN>(acc, ah, bh, 1);
+          Mma::template mma<BN, MADE>(acc, ah, bh, 1);
         }
       }
       wg_commit();
@@ -158,13 +167,18 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32> struct WgP
         wg_pin(part);
 #pragma unroll
         for (int r = 0; r < kRegs; ++r) acc[r] += part[r];
+      } else if (MADE) {
+        // The stage goes back as soon as its products are done, for the producer to copy the next slices into: it
+        // is the slower side here, so keeping one slice's products in flight gains nothing.
+        wg_wait<0>();
+        if (leader) mb_arrive(empty + 8 * st);
       } else {
         wg_wait<1>(); // the previous slice's products are done: its stage goes back to the producer
         if (s > 0 && leader) mb_arrive(empty + 8 * held);
         held = st;
       }
     }
-    if (!SPLIT) {
+    if (!SPLIT && !MADE) {
       wg_wait<0>();
       if (Kp > 0 && leader) mb_arrive(empty + 8 * held);
     }

@@ -77,6 +77,11 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
     out.push_back(s);
     s.tile_m = 128, s.tile_n = 256, s.thread_n = 64;
     out.push_back(s);
+    s.math = Math::wgmma_bf16_fused; // the factors made in the product: one consumer warpgroup; two
+    s.tile_m = s.tile_n = 64, s.thread_n = 16;
+    out.push_back(s);
+    s.tile_m = 128, s.tile_n = 256, s.thread_n = 64;
+    out.push_back(s);
   }
   return out;
 }

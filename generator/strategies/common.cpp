@@ -103,8 +103,8 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
     reject("thread", "thread_n must be even: the half kernel holds pairs of columns");
   if (spec.thread_m * spec.thread_n > 64 && !uses_wgmma(spec.math))
     reject("thread", "at most 64 outputs per thread (registers)");
-  if (spec.tile_k < 1 || spec.tile_k > (arch_specific(spec) && spec.math == Math::wgmma_bf16 ? 64 : 32))
-    reject("tile", "tile_k must be in 1..32 (64 for wgmma_bf16)");
+  if (spec.tile_k < 1 || spec.tile_k > (arch_specific(spec) && bf16_factors(spec.math) ? 64 : 32))
+    reject("tile", "tile_k must be in 1..32 (64 for the wgmma BF16 forms)");
   if (shared_bytes > 48 * 1024)
     reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most 48 KiB");
   const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
@@ -231,7 +231,10 @@ void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Proble
 }
 std::string wgmma_tile_args(const KernelSpec& s) {
   return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(wgmma_stages(s)) + ", " +
-         (split_wgmma(s) ? "true" : "false") + (s.math == Math::wgmma_bf16 ? ", jb::WgBf16" : "");
+         (split_wgmma(s) ? "true" : "false") +
+         (s.math == Math::wgmma_bf16         ? ", jb::WgBf16"
+          : s.math == Math::wgmma_bf16_fused ? ", jb::WgBf16, true"
+                                             : "");
 }
 int em_form(const KernelSpec& s) {
   switch (s.math) {
@@ -242,6 +245,7 @@ int em_form(const KernelSpec& s) {
   case Math::wgmma_tf32: return 4;
   case Math::bf16: return 5;
   case Math::wgmma_bf16: return 6;
+  case Math::wgmma_bf16_fused: return 7;
   }
   return 0;
 }

@@ -24,7 +24,8 @@ int factor_bytes(const KernelSpec& spec) { return jb::em_factor_bytes(em_form(sp
 
 jb::EmWorkspace workspace(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), wide(spec), factor_bytes(spec));
+  return jb::em_workspace(s.B, s.M, s.N, s.K, a_batches(p), b_batches(p), wide(spec), factor_bytes(spec),
+                          jb::em_stores_factors(em_form(spec)));
 }
 
 // K as the workspace pads it (em_workspace).
@@ -69,7 +70,9 @@ void check_workspace(const KernelSpec& spec, const Problem& p) {
 int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
-  if (uses_wgmma(s.math)) return lines + wgmma_static_shared_bytes(s);
+  // wgmma_bf16_fused's producer: up to 3 tiles' line shifts (templates/exp_matmul_fused.cuh).
+  const int shifts = s.math == Math::wgmma_bf16_fused ? 3 * (s.tile_m + s.tile_n) * 4 : 0;
+  if (uses_wgmma(s.math)) return lines + shifts + wgmma_static_shared_bytes(s);
   // The a and b slices (mma rows are k-major, padded by 16 bytes).
   const int fb = factor_bytes(s);
   const int slices = s.math == Math::fma ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
@@ -114,6 +117,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
               {{128, 128, 32, 8, 8, 1}, {128, 128, 32, 8, 8, 2}, {128, 64, 32, 8, 4, 2}, {64, 64, 32, 4, 4, 2}});
     base.math = Math::wgmma_bf16; // Hopper only, as add_wgmma_tiles
     add_tiles(out, base, {{128, 256, 64, 2, 64, 1}, {128, 128, 64, 2, 32, 1}, {128, 64, 64, 2, 16, 1}});
+    // Not wgmma_bf16_fused: its producer warpgroup alone makes the factors, which measured 1.6× slower than
+    // wgmma_bf16 at 64×512³ (bench/RESULTS.md, session 48). Named in a spec, it runs.
   }
   return out;
 }
@@ -125,6 +130,7 @@ Rendering render(const KernelSpec& s) {
   const std::string io = io_types(s);
   if (uses_wgmma(s.math)) {
     for (const char* t : wgmma_templates()) r.templates.push_back(t);
+    r.templates.push_back("exp_matmul_fused.cuh");
     r.templates.push_back("exp_matmul_wgmma.cuh");
     r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ">"));
   } else {

@@ -42,13 +42,14 @@ Pass parse_pass(const std::string& name);
 // products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative), through mma.sync
 // (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific); or, for
 // f16 and bf16 outputs only, BF16 tensor cores: one product of factors rounded to BF16 (about 4e-3 in the log,
-// inside the half types' 1e-2: templates/exp_matmul_bf16.cuh), through mma.sync (bf16) or wgmma (wgmma_bf16).
-enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16, wgmma_bf16 };
+// inside the half types' 1e-2: templates/exp_matmul_bf16.cuh), through mma.sync (bf16) or wgmma (wgmma_bf16; and
+// wgmma_bf16_fused, whose product makes the factors itself from a and b: templates/exp_matmul_fused.cuh).
+enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16, wgmma_bf16, wgmma_bf16_fused };
 const char* math_name(Math math);
 Math parse_math(const std::string& name);
 // One TF32 product per term (tf32, wgmma_tf32): allowed at Precision::fast only.
 bool single_tf32(Math math);
-// Factors rounded to BF16 (bf16, wgmma_bf16): for f16 and bf16 outputs only.
+// Factors rounded to BF16 (bf16, wgmma_bf16, wgmma_bf16_fused): for f16 and bf16 outputs only.
 bool bf16_factors(Math math);
 bool uses_wgmma(Math math);
 

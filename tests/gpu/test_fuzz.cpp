@@ -56,7 +56,7 @@ std::optional<KernelSpec> forced_math(const Problem& p, Math m) {
   }
   const bool wgmma = uses_wgmma(m);
   s.math = m, s.min_blocks = 1, s.tile_m = s.tile_n = 128;
-  s.tile_k = m == Math::wgmma_bf16 ? 64 : m == Math::fma ? 8 : wgmma || m == Math::bf16 ? 32 : 16;
+  s.tile_k = wgmma && bf16_factors(m) ? 64 : m == Math::fma ? 8 : wgmma || m == Math::bf16 ? 32 : 16;
   s.thread_m = wgmma ? 2 : 8, s.thread_n = wgmma ? 32 : 8;
   return fitting(s, p);
 }

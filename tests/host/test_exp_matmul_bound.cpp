@@ -355,3 +355,45 @@ TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backwar
   CHECK(offered(p, DeviceLimits{}) == 0);
   CHECK(offered(f32_out, hopper) == 0);
 }
+
+TEST_CASE("wgmma_bf16_fused: no factors in the workspace, b N-major in the stage, the same limits; named, not tuned") {
+  using namespace jitbmm;
+  Problem p;
+  p.shape = {2, 256, 100, 300}; // B, M, K, N
+  p.dtype = DType::f16;
+  KernelSpec s = default_spec(p, Strategy::exp_matmul);
+  s.math = Math::wgmma_bf16_fused, s.min_blocks = 1;
+  s.tile_m = 128, s.tile_n = 256, s.tile_k = 64, s.thread_m = 2, s.thread_n = 64;
+  CHECK_NOTHROW(check_spec_fits(s, p));
+  CHECK(arch_specific(s));
+  CHECK(bf16_factors(s.math));
+  CHECK(parse_spec(to_string(s)) == s);
+  // Only the lines, counter and flags: ea and eb are empty, and Kp is still padded to the product's 64-k slices.
+  const jb::EmWorkspace stored = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2);
+  const jb::EmWorkspace made = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2, false);
+  CHECK(made.Kp == 128);
+  CHECK(made.ea == stored.ea);
+  CHECK(made.eb == made.ea);
+  CHECK(made.bytes == made.ea);
+  CHECK(strategy_def(s).launches(s, p).workspace_bytes == static_cast<std::size_t>(made.bytes));
+  // The kernel: the pipeline told that its stages are made (FORM 7), the producer's file included.
+  const std::string source = emit_kernel(s).source;
+  CHECK(source.find("jb::WgBf16, true") != std::string::npos);
+  CHECK(source.find("em_make_factors") != std::string::npos);
+  CHECK(source.find("em_prepare_kernel<jb::f16, int, float, 7>") != std::string::npos);
+  // The limits of wgmma_bf16: half outputs, K up to 65536, no backward.
+  Problem f32_out = p;
+  f32_out.out_dtype = DType::f32;
+  KernelSpec r = s;
+  r.out_dtype = DType::f32;
+  CHECK_THROWS_WITH_AS(check_spec_fits(r, f32_out), doctest::Contains("only for f16 and bf16 outputs"),
+                       std::invalid_argument);
+  Problem long_k = p;
+  long_k.shape.K = 65537;
+  CHECK_THROWS_WITH_AS(check_spec_fits(s, long_k), doctest::Contains("65536"), std::invalid_argument);
+  r = s, r.pass = Pass::grad_a;
+  CHECK_THROWS_AS(check_spec_fits(r, p), std::invalid_argument);
+  // Not a tuning candidate (slower than wgmma_bf16 on the H100: bench/RESULTS.md, session 48).
+  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
+  for (const KernelSpec& c : tuning_candidates(p, hopper)) CHECK(c.math != Math::wgmma_bf16_fused);
+}
