@@ -22,7 +22,7 @@ void usage(std::FILE* to) {
       "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
       "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
       "                 [--min-blocks N] [--k-chunk N] [--precision exact|fast]\n"
-      "                 [--math fma|tf32x3|tf32|wgmma_tf32x3|wgmma_tf32|bf16|wgmma_bf16]\n"
+      "                 [--math fma|tf32x3|tf32|wgmma_tf32x3|wgmma_tf32|bf16|wgmma_bf16|wgmma_bf16_fused]\n"
       "                 [--a-layout row|col|broadcast] [--b-layout row|col|broadcast]\n"
       "                 [--index64] [--arch sm_90]\n"
       "                 --emit cuda|ptx|sass|resources|all\n"
