@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "exp_matmul_bounds.cuh"
@@ -293,17 +294,27 @@ TEST_CASE("the wgmma forms' panels: every element once, a slice's 64-line halves
   CHECK(jb::em_panel_at(300, 40, 96) == jb::em_panel_at<32>(300, 40, 96));
 }
 
-TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backward; Hopper only") {
+// A 2×256×100×300 problem of `dtype` and a 128×256 wgmma spec of math m for it, which must fit and round-trip.
+static std::pair<jitbmm::Problem, jitbmm::KernelSpec> half_wgmma_case(jitbmm::DType dtype, jitbmm::Math m) {
   using namespace jitbmm;
   Problem p;
   p.shape = {2, 256, 100, 300}; // B, M, K, N
-  p.dtype = DType::bf16;
+  p.dtype = dtype;
   KernelSpec s = default_spec(p, Strategy::exp_matmul);
-  s.math = Math::wgmma_bf16, s.min_blocks = 1;
+  s.math = m, s.min_blocks = 1;
   s.tile_m = 128, s.tile_n = 256, s.tile_k = 64, s.thread_m = 2, s.thread_n = 64;
   CHECK_NOTHROW(check_spec_fits(s, p));
   CHECK(arch_specific(s));
+  CHECK(bf16_factors(s.math));
   CHECK(parse_spec(to_string(s)) == s);
+  return {p, s};
+}
+
+TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backward; Hopper only") {
+  using namespace jitbmm;
+  const auto given = half_wgmma_case(DType::bf16, Math::wgmma_bf16);
+  const Problem& p = given.first;
+  const KernelSpec& s = given.second;
   CHECK(to_string(s).find("math=wgmma_bf16") != std::string::npos);
   // 2-byte factors, K padded to a whole 128-byte line: 128 of them here.
   const jb::EmWorkspace w = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2);
@@ -358,16 +369,9 @@ TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backwar
 
 TEST_CASE("wgmma_bf16_fused: no factors in the workspace, b N-major in the stage, the same limits; named, not tuned") {
   using namespace jitbmm;
-  Problem p;
-  p.shape = {2, 256, 100, 300}; // B, M, K, N
-  p.dtype = DType::f16;
-  KernelSpec s = default_spec(p, Strategy::exp_matmul);
-  s.math = Math::wgmma_bf16_fused, s.min_blocks = 1;
-  s.tile_m = 128, s.tile_n = 256, s.tile_k = 64, s.thread_m = 2, s.thread_n = 64;
-  CHECK_NOTHROW(check_spec_fits(s, p));
-  CHECK(arch_specific(s));
-  CHECK(bf16_factors(s.math));
-  CHECK(parse_spec(to_string(s)) == s);
+  const auto given = half_wgmma_case(DType::f16, Math::wgmma_bf16_fused);
+  const Problem& p = given.first;
+  const KernelSpec& s = given.second;
   // Only the lines, counter and flags: ea and eb are empty, and Kp is still padded to the product's 64-k slices.
   const jb::EmWorkspace stored = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2);
   const jb::EmWorkspace made = jb::em_workspace(2, 256, 300, 100, 2, 2, false, 2, false);
