@@ -148,6 +148,9 @@ template <int PER = 32> JB_HD long long em_panel_at(long long line, long long k,
 // k, or 64 for wgmma_bf16) of a's BM rows and b's BN columns, and for wgmma_tf32x3 their TF32 low parts beside them.
 // Stages start 1024-byte aligned (the swizzle's period); as many as fit in 200 KiB of shared memory, at most 4; the
 // kernel needs 3 (one slice in the tensor cores, one being split into TF32 parts or waited for, one landing).
+// wgmma_bf16_fused (exp_matmul_fused.cuh): the slices its producer copies ahead of the one it makes, and so the
+// tiles whose line shifts it keeps (one more).
+JB_HD constexpr int em_made_lead(int stages) { return stages - 2 < 2 ? stages - 2 : 2; }
 JB_HD int em_wg_stage_bytes(int bm, int bn, bool split) { return (split ? 2 : 1) * (bm + bn) * 32 * 4; }
 JB_HD int em_wg_stages(int stage_bytes) {
   const int s = stage_bytes > 0 ? 200 * 1024 / stage_bytes : 0;

@@ -3,8 +3,10 @@
 // turns each slice into the factors FORM 6's prepare pass would have stored: 2^em_shifted(x, max, h) on the exp unit,
 // rounded to BF16 (EmStore<6>::pair), 0 past K and on lines whose max is not finite. The consumers multiply the same
 // values as wgmma_bf16's, so the bound of exp_matmul_bf16.cuh and the guard hold as they are; what changes is that
-// the factors never cross device memory (the workspace holds no copy of a or b). The price is the exp unit: a slice
-// of b is exponentiated by each of the tiles that read it, M / BM of them (a's by N / BN).
+// the factors never cross device memory (the workspace holds no copy of a or b). The price: a slice of b is made by
+// each of the tiles that read it, M / BM of them (a's by N / BN), and by the producer's four warps alone, whose
+// instructions (more than the exp unit) made this form slower than wgmma_bf16 on the H100 (bench/RESULTS.md, session
+// 48).
 //
 // The stage: a's BM rows K-major, as in every wgmma form (wgmma.cuh); b's BN columns N-major (wg_descriptor_n_major),
 // so that a row-major b lands as it lies. Each producer thread copies its own 16-byte chunks of a slice (8 k of a row
@@ -15,6 +17,12 @@
 #pragma once
 
 namespace jb {
+
+// A chunk's 16 bytes stored at shared address dst.
+__device__ __forceinline__ void em_store_chunk(unsigned dst, const EmChunk& c) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(c.w[0]), "r"(c.w[1]), "r"(c.w[2]), "r"(c.w[3])
+               : "memory");
+}
 
 // 16 bytes at shared address dst: `count` (0..8) 2-byte values base[0], base[step], …, then zeros. vec: the values
 // lie together and 16-byte aligned, and one cp.async moves them (its source size; `any` is a valid address to name
@@ -30,8 +38,7 @@ __device__ __forceinline__ void em_fetch_chunk(unsigned dst, const In* base, I s
 #pragma unroll
   for (int u = 0; u < 8; ++u)
     if (u < count) EmBits<In>::set(c, u, base[(I)u * step]);
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(c.w[0]), "r"(c.w[1]), "r"(c.w[2]), "r"(c.w[3])
-               : "memory");
+  em_store_chunk(dst, c);
 }
 
 // The chunk of 8 inputs at shared address dst rewritten as their factors 2^em_shifted(x, shift(u), h) in BF16; those
@@ -51,15 +58,14 @@ __device__ __forceinline__ void em_make_chunk(unsigned dst, const Shift& shift, 
     for (int u = 0; u < 8; ++u) f[u] = u < count ? f[u] : 0.f;
 #pragma unroll
   for (int e = 0; e < 4; ++e) c.w[e] = EmStore<6>::pair(f[2 * e], f[2 * e + 1]);
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(c.w[0]), "r"(c.w[1]), "r"(c.w[2]), "r"(c.w[3])
-               : "memory");
+  em_store_chunk(dst, c);
 }
 
 // The producer warpgroup's part (thread tid of 128): every slice of the block's tiles (TileList, persistent as the
 // consumers walk them), copied, then made into factors and handed to the consumers through `split`.
 template <class In, class I, int BM, int BN, int STAGES, class Pipe>
 __device__ __forceinline__ void em_make_factors(Pipe& pipe, const BmmParams& p, const EmView<float>& v, int tid) {
-  constexpr int kLead = STAGES - 2 < 2 ? STAGES - 2 : 2;           // slices copied ahead of the one being made
+  constexpr int kLead = em_made_lead(STAGES); // slices copied ahead of the one being made
   constexpr int kARows = 16, kBRow = BN / 8, kBRows = 128 / kBRow; // a pass of the warpgroup: rows of a, of b
   // Per tile, each line's max as the factors take it: +inf (every factor 0) outside the output or where the max is
   // not finite. kLead + 1 tiles' worth: a tile's are written when its first slice is copied, while the slices of

@@ -70,8 +70,9 @@ void check_workspace(const KernelSpec& spec, const Problem& p) {
 int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
-  // wgmma_bf16_fused's producer: up to 3 tiles' line shifts (templates/exp_matmul_fused.cuh).
-  const int shifts = s.math == Math::wgmma_bf16_fused ? 3 * (s.tile_m + s.tile_n) * 4 : 0;
+  // wgmma_bf16_fused's producer: the line shifts of em_made_lead + 1 tiles (templates/exp_matmul_fused.cuh).
+  const int shifts =
+      s.math == Math::wgmma_bf16_fused ? (jb::em_made_lead(wgmma_stages(s)) + 1) * (s.tile_m + s.tile_n) * 4 : 0;
   if (uses_wgmma(s.math)) return lines + shifts + wgmma_static_shared_bytes(s);
   // The a and b slices (mma rows are k-major, padded by 16 bytes).
   const int fb = factor_bytes(s);
