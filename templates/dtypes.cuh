@@ -71,6 +71,22 @@ template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) {
   return r;
 }
 
+// Two values rounded to a half type as from_acc rounds them, packed in one word (lo in the low half): one instruction
+// (sm_80 and later).
+template <class H> __device__ __forceinline__ unsigned pack_pair(float lo, float hi);
+#if __CUDA_ARCH__ >= 800
+template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif
+
 // 2^x on the exp unit (MUFU.EX2): relative error ≤ 2^-22, results below 2^-126 flushed to 0. Shared by the tiled
 // log forward and the backward.
 __device__ __forceinline__ float ex2_approx(float x) {

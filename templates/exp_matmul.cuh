@@ -65,6 +65,14 @@ __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<
   }
   if (ASYNC) em_copy_commit();
 }
+// Whether every line this thread staged (em_stage_lines, its copies landed) has a max below +inf: no NaN or +inf in
+// the row or column (lines outside the output hold 0).
+template <class T, int BM, int BN, int THREADS>
+__device__ __forceinline__ bool em_staged_plain(const T* sh_a, const T* sh_b, int tid) {
+  bool plain = true;
+  for (int l = tid; l < BM + BN; l += THREADS) plain &= (l < BM ? sh_a[l] : sh_b[l - BM]) < Num<T>::inf();
+  return plain;
+}
 
 // log s plus the shift (am + bm), for s in the guard's range, a positive normal number: s = f · 2^e with f in
 // [0.5, 1), so log s = (e + log2 f) · ln 2 and log2 s − 2h = (e − 2h) + log2 f keeps all its digits although log2 s
@@ -75,6 +83,18 @@ __device__ __forceinline__ float em_log(float s, float shift, float ebias) {
   const unsigned u = __float_as_uint(s);
   const float e = __uint_as_float((u >> 23) + 0x4b000000u) - ebias;
   return fmaf(e + lg2_approx(__uint_as_float((u & 0x007fffffu) | 0x3f000000u)), Num<float>::ln2(), shift);
+}
+// The same for a half output (the BF16 forms, FORM 6 and 7, write f16 and bf16 only), in three instructions: lg2 of s
+// itself, `shift` holding −2h·ln 2 besides the maxima (EmFinish::half_shift). Its rounding at the scale of log2 s
+// (below 2^-17 in log2 units, as log2 s < 128) and lg2.approx's own 2^-22 add under 1e-5 to the output: nothing beside
+// the 1e-2 of the half types' contract, of which exp_matmul_bf16.cuh's bound leaves 0.0061 to spare.
+__device__ __forceinline__ float em_log_half(float s, float shift) {
+  return fmaf(lg2_approx(s), Num<float>::ln2(), shift);
+}
+// Whether s lies in [lo, +inf), lo_bits the bits of a positive normal lo: one unsigned compare of the bits (0,
+// negative values and NaN fall outside).
+__device__ __forceinline__ bool em_in_range(float s, unsigned lo_bits) {
+  return __float_as_uint(s) - lo_bits < 0x7f800000u - lo_bits;
 }
 __device__ __forceinline__ double em_log(double s, double shift, double ebias) {
   int e;
@@ -131,6 +151,8 @@ template <class T, class Out, class I> struct EmFinish {
     const bool in = i < (I)p.M;
     return Row{max, out + i * (I)p.out_row, line, in, in && max < Num<T>::inf()};
   }
+  // A column's part of em_log_half's shift: its max less 2h·ln 2.
+  __device__ __forceinline__ T half_shift(T col_max) const { return col_max - (T)(2 * headroom) * Num<T>::ln2(); }
   __device__ __forceinline__ Col col(I j, int line, T max) const {
     const bool in = j < (I)p.N;
     return Col{max, j * (I)p.out_col, line, in, in && max < Num<T>::inf()};

@@ -7,7 +7,8 @@
 // The half types' contract is 1e-2 (README), of which the output's own rounding takes at most one step, 2^-8 for
 // bf16 and 2^-11 for f16 (relative to max(1, |out|)); the rest, 0.0061 of it, is more than the 0.0039 this form
 // can lose. The f32 sums chain over K, and the tensor cores truncate each add (about 2^-22 relative, all one way):
-// K/16 adds, at most 0.001 more at K = 65536, the longest K these forms accept. BF16 has f32's exponent range, so the
+// K/16 adds, at most 0.001 more at K = 65536, the longest K these forms accept. The wgmma forms' epilogue takes
+// the log as em_log_half (exp_matmul.cuh): under 1e-5 more. BF16 has f32's exponent range, so the
 // headroom and the guard are f32's: a term lost to underflow is bounded as in exp_matmul_bounds.cuh, and the guard
 // sends its outputs to the exact repair.
 #pragma once

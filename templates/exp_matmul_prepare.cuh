@@ -135,11 +135,7 @@ template <> struct EmStore<5> {
   template <class T> using Slot = bf16;
   static __device__ __forceinline__ bf16 slot(float x) { return from_acc<bf16>(x); }
   // Two factors, rounded as slot() rounds them (to nearest even; factors are finite), lo in the low half.
-  static __device__ __forceinline__ unsigned pair(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
+  static __device__ __forceinline__ unsigned pair(float lo, float hi) { return pack_pair<bf16>(lo, hi); }
 };
 template <> struct EmStore<6> : EmStore<5> {};
 // k a panel line in the wgmma forms (em_panel_at), 0 where a line is Kp slots in a row.

@@ -11,12 +11,13 @@ namespace jb {
 template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE = false>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
+  constexpr bool kHalf = sizeof(Out) == 2; // the BF16 forms' outputs (em_log_half)
   typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma, MADE> P;
   typedef typename P::F F;
   constexpr int kForm = MADE ? 7 : sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
   extern __shared__ unsigned char em_wg_smem[];
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
-  __shared__ T sh_a[BM], sh_b[BN];
+  __shared__ __align__(16) T sh_a[BM], sh_b[BN];
   __shared__ __align__(16) EmLine line_a[BM], line_b[BN];
   P pipe(em_wg_smem, bars);
   // The tiles (TileList). The launch is persistent (a block an SM: Launch::blocks_per_sm): a block's producer fetches
@@ -56,8 +57,11 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     float acc[P::kRegs];
     pipe.consume(acc, Kp, cg);
     em_copy_wait_all();
-    P::consumers_sync(); // every consumer's staged lines are in
+    // Every consumer's staged lines are in; for half outputs the barrier also says whether all of them are plain.
+    const bool plain = P::consumers_all(
+        kHalf ? em_staged_plain<T, BM, BN, P::kConsumerThreads>(sh_a, sh_b, threadIdx.x - 128) : true);
     const Finish finish(p, v, t.batch, line_a, line_b);
+    const unsigned lo_bits = __float_as_uint(finish.lo); // half outputs: em_in_range's bound
     // Each warp's outputs: 16 rows (one 32-block) by the tile's BN columns, a thread's in two rows.
     typename Finish::Row rows[2];
 #pragma unroll
@@ -73,7 +77,9 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     // The usual outputs in one pass, unrolled: a few instructions each (EmFinish::common), so even 128 of them stay
     // small beside the instruction cache. Where the output's rows are contiguous and 16-byte aligned, a warp's 32
     // columns at a time, stored in whole sectors (wg_store_block) when all of them are usual or lie past M;
-    // otherwise an output at a time.
+    // otherwise an output at a time. Half outputs there take the shortest path: when the tile's lines are all plain
+    // and the block lies inside N, an output is usual when its sum is in range (em_in_range), and its value is
+    // em_log_half's, the column maxima read in pairs.
     // Whether the output's rows are contiguous and 16-byte aligned (read from the parameters here, where it is used:
     // kept across the main loop, it cost a register).
     const bool vectors = p.out_col == 1 && (reinterpret_cast<unsigned long long>(p.out) |
@@ -84,9 +90,16 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
 #pragma unroll
       for (int blk = 0; blk < BN / 32; ++blk) {
         bool usual = true;
+        if constexpr (kHalf) {
+          bool ok[2] = {true, true}; // each row's sums
 #pragma unroll
-        for (int q = 16 * blk; q < 16 * blk + 16; ++q)
-          usual &= finish.usual(acc[q], rows[q % 4 / 2], col(q)) | !rows[q % 4 / 2].in;
+          for (int q = 16 * blk; q < 16 * blk + 16; ++q) ok[q % 4 / 2] &= em_in_range(acc[q], lo_bits);
+          usual = plain & (t.n0 + (I)(32 * blk + 32) <= (I)p.N) & (ok[0] | !rows[0].in) & (ok[1] | !rows[1].in);
+        } else {
+#pragma unroll
+          for (int q = 16 * blk; q < 16 * blk + 16; ++q)
+            usual &= finish.usual(acc[q], rows[q % 4 / 2], col(q)) | !rows[q % 4 / 2].in;
+        }
         asm volatile("" ::: "memory"); // the columns read again below, not kept in registers
         if (__all_sync(0xffffffffu, usual)) {
           Out* const at[2] = {rows[0].at + (t.n0 + 32 * blk), rows[1].at + (t.n0 + 32 * blk)};
@@ -94,7 +107,12 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
           wg_store_block<Out>(
               [&](int r) {
                 const int q = 16 * blk + r;
-                return em_log(acc[q], rows[q % 4 / 2].max + col(q).max, finish.ebias);
+                if constexpr (kHalf) {
+                  const float2 m = reinterpret_cast<const float2*>(sh_b)[4 * (q / 4) + lane % 4]; // columns c, c + 1
+                  return em_log_half(acc[q], rows[q % 4 / 2].max + finish.half_shift(q % 2 ? m.y : m.x));
+                } else {
+                  return em_log(acc[q], rows[q % 4 / 2].max + col(q).max, finish.ebias);
+                }
               },
               at, in);
         } else {

@@ -86,7 +86,7 @@ __device__ __forceinline__ void wg_store_block(const Value& value, Out* const (&
   const auto pair = [&](int r) {
     Pair x;
     if constexpr (sizeof(Out) == 2)
-      x.w[0] = (unsigned)from_acc<Out>(value(r)).bits | (unsigned)from_acc<Out>(value(r + 1)).bits << 16;
+      x.w[0] = pack_pair<Out>(value(r), value(r + 1));
     else
       x.w[0] = __float_as_uint(value(r)), x.w[1] = __float_as_uint(value(r + 1));
     return x;

@@ -189,6 +189,15 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE 
   static __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
   }
+  // The same barrier, which also says whether x holds in every consumer thread.
+  static __device__ __forceinline__ bool consumers_all(bool x) {
+    int all;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.and.pred q, 1, %2, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                 : "=r"(all)
+                 : "r"((int)x), "n"(kConsumerThreads)
+                 : "memory");
+    return all;
+  }
 };
 
 } // namespace jb
