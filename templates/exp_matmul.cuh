@@ -84,10 +84,10 @@ __device__ __forceinline__ float em_log(float s, float shift, float ebias) {
   const float e = __uint_as_float((u >> 23) + 0x4b000000u) - ebias;
   return fmaf(e + lg2_approx(__uint_as_float((u & 0x007fffffu) | 0x3f000000u)), Num<float>::ln2(), shift);
 }
-// The same for a half output (the BF16 forms, FORM 6 and 7, write f16 and bf16 only), in three instructions: lg2 of s
-// itself, `shift` holding −2h·ln 2 besides the maxima (EmFinish::half_shift). Its rounding at the scale of log2 s
-// (below 2^-17 in log2 units, as log2 s < 128) and lg2.approx's own 2^-22 add under 1e-5 to the output: nothing beside
-// the 1e-2 of the half types' contract, of which exp_matmul_bf16.cuh's bound leaves 0.0061 to spare.
+// The same for an f16 or bf16 output (the wgmma epilogue's, any form), in three instructions: lg2 of s itself, `shift`
+// holding −2h·ln 2 besides the maxima (EmFinish::half_shift). Its rounding at the scale of log2 s (below 2^-17 in log2
+// units, as log2 s < 128) and lg2.approx's own 2^-22 add under 1e-5 to the output: nothing beside the 1e-2 of the half
+// types' contract (of which the BF16 forms' bound, exp_matmul_bf16.cuh, leaves 0.0061 to spare).
 __device__ __forceinline__ float em_log_half(float s, float shift) {
   return fmaf(lg2_approx(s), Num<float>::ln2(), shift);
 }

@@ -11,7 +11,7 @@ namespace jb {
 template <class In, class Out, class I, int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE = false>
 __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   typedef float T;
-  constexpr bool kHalf = sizeof(Out) == 2; // the BF16 forms' outputs (em_log_half)
+  constexpr bool kHalf = sizeof(Out) == 2; // f16 and bf16 outputs (em_log_half)
   typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma, MADE> P;
   typedef typename P::F F;
   constexpr int kForm = MADE ? 7 : sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
