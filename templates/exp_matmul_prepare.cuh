@@ -87,6 +87,13 @@ struct EmLineAcc {
     first = min(first, saturate(k));
     last = max(last, saturate(k + (I)(V - 1)));
   }
+  // Every value at [0, K).
+  template <class I> __device__ __forceinline__ void add_line(I K, int chunk_shift) {
+    if (K <= (I)0) return;
+    chunks = ~0ull >> (63 - (int)((K - (I)1) >> chunk_shift));
+    first = 0;
+    last = saturate(K - (I)1);
+  }
   template <class I> static __device__ __forceinline__ int saturate(I k) {
     return k < (I)0x7fffffff ? (int)k : 0x7fffffff;
   }
@@ -188,6 +195,9 @@ template <class H> struct EmHalfBits { // f16, bf16: two a word, the first in th
 template <> struct EmBits<f16> : EmHalfBits<f16> {};
 template <> struct EmBits<bf16> : EmHalfBits<bf16> {};
 
+// The least of l and x passing over NaN: −inf exactly when either is, whatever NaN the other holds.
+template <class T> __device__ __forceinline__ T em_least(T l, T x) { return x < l ? x : l == l ? l : x; }
+
 // A whole chunk at once (every value inside K): its max (NaN if it holds one) and whether every value is other
 // than −inf. The least value is −inf exactly when one is (a plain min passes over NaN, and all NaN are held).
 template <class In, class T> struct EmChunkSummary {
@@ -199,7 +209,7 @@ template <class In, class T> struct EmChunkSummary {
     for (int u = 1; u < V; ++u) {
       const T x = to_acc(EmBits<In>::at(c, u));
       mx = EmReal<T>::max(mx, x);
-      lo = x < lo ? x : lo == lo ? lo : x; // the least, passing over NaN
+      lo = em_least(lo, x);
     }
     all_held = lo != Num<T>::neg_inf();
   }
@@ -246,6 +256,62 @@ template <class H> struct EmHalfSummary {
 };
 template <> struct EmChunkSummary<f16, float> : EmHalfSummary<f16> {};
 template <> struct EmChunkSummary<bf16, float> : EmHalfSummary<bf16> {};
+#endif
+
+// Value u of a chunk across the chunks added: its max (NaN if any is) and whether every one is other than −inf (the
+// least, passing over NaN, is −inf exactly when one is). Sweep 1 where a chunk holds V lines at one k (EmFoldStats).
+template <class In, class T> struct EmFold {
+  static constexpr int V = 16 / sizeof(In);
+  T hi[V], lo[V];
+  __device__ __forceinline__ EmFold() {
+#pragma unroll
+    for (int u = 0; u < V; ++u) hi[u] = Num<T>::neg_inf(), lo[u] = Num<T>::inf();
+  }
+  __device__ __forceinline__ void add(const EmChunk& c) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const T x = (T)to_acc(EmBits<In>::at(c, u));
+      hi[u] = EmReal<T>::max(hi[u], x), lo[u] = em_least(lo[u], x);
+    }
+  }
+  __device__ __forceinline__ void merge_xor(int lane_mask) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const T h = __shfl_xor_sync(0xffffffffu, hi[u], lane_mask), l = __shfl_xor_sync(0xffffffffu, lo[u], lane_mask);
+      hi[u] = EmReal<T>::max(hi[u], h), lo[u] = em_least(lo[u], l);
+    }
+  }
+  __device__ __forceinline__ T max(int u) const { return hi[u]; }
+  __device__ __forceinline__ bool held(int u) const { return lo[u] != Num<T>::neg_inf(); }
+};
+#if __CUDA_ARCH__ >= 800
+// Half types: the values kept packed, 4 pairwise max.NaN and 4 min a chunk.
+template <class H> struct EmHalfFold {
+  static constexpr int V = 8;
+  typedef EmHalfPairs<H> P;
+  EmChunk hi, lo;
+  __device__ __forceinline__ EmHalfFold() {
+    const unsigned neg_inf = P::kNegInf * 0x10001u, inf = (P::kNegInf & 0x7fffu) * 0x10001u;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) hi.w[w] = neg_inf, lo.w[w] = inf;
+  }
+  __device__ __forceinline__ void add(const EmChunk& c) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], c.w[w]), lo.w[w] = P::min(lo.w[w], c.w[w]);
+  }
+  __device__ __forceinline__ void merge_xor(int lane_mask) {
+    EmChunk h, l;
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      h.w[w] = __shfl_xor_sync(0xffffffffu, hi.w[w], lane_mask), l.w[w] = __shfl_xor_sync(0xffffffffu, lo.w[w], lane_mask);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], h.w[w]), lo.w[w] = P::min(lo.w[w], l.w[w]);
+  }
+  __device__ __forceinline__ float max(int u) const { return to_acc(EmBits<H>::at(hi, u)); }
+  __device__ __forceinline__ bool held(int u) const { return EmBits<H>::at(lo, u).bits != P::kNegInf; }
+};
+template <> struct EmFold<f16, float> : EmHalfFold<f16> {};
+template <> struct EmFold<bf16, float> : EmHalfFold<bf16> {};
 #endif
 
 // V consecutive factors of line `line` from k = k0 + s·STEP (k0 a multiple of V) into the workspace, 16 bytes (or
@@ -298,7 +364,8 @@ template <class In, class T> struct EmLines {
 // Pass 1 reads a line's K in chunks, a block 32 lines at a time: thread t takes line t / 8 and chunks t % 8,
 // t % 8 + 8, ... (8V k a step). Where k is contiguous (a row of a as it usually lies) a thread loads its chunks
 // itself. Where the lines are (a column of b), the block loads each step's 32 × 8V values along the lines and hands
-// the chunks over in shared memory (EmStage: 16-byte slots swizzled so that neither side has bank conflicts).
+// the chunks over in shared memory (EmStage: 16-byte slots swizzled so that neither side has bank conflicts); with
+// 16-byte loads, sweep 1 needs no hand-over where no value is −inf (em_fold_stats).
 // 16-byte loads where the layout allows them (aligned, V dividing the strides), else one value a load.
 template <class In> struct EmStage {
   EmChunk chunk[32][8];
@@ -373,6 +440,11 @@ template <class In, class I, bool STAGED, bool VECTOR> struct EmLineWalk {
     }
     return c;
   }
+  // Whether fetch(s) loaded values, staged with 16-byte loads: its lines are real and its k is inside K.
+  __device__ __forceinline__ bool fetches(I s) const {
+    static_assert(STAGED && VECTOR, "fetches: the staged 16-byte walk only");
+    return step_real && s * kStep + (I)(threadIdx.x / (32 / V)) < K;
+  }
   // This thread's chunk of a step from what fetch loaded. Staged: a barrier-bounded exchange, so every thread of the
   // block calls it for the same steps.
   __device__ __forceinline__ EmChunk land(EmStage<In>& stage, EmChunk c) const {
@@ -419,6 +491,45 @@ template <class In, class T> struct EmLineStats {
   }
 };
 
+// The 8 warps' folds of the block's 32 lines (EmFoldStats).
+template <class T> struct EmFoldPart {
+  T mx[8][32];
+  bool held[8][32];
+};
+
+// Sweep 1 where the loads run along the lines (staged, 16-byte loads), with no exchange: each thread folds the
+// chunks it loads, V lines at one k each (EmFold), KBATCH steps' loads in flight; a warp's threads of a group of lines
+// merge their folds; the line's 8 threads each take one warp's (finish_stats merges them). Where no real line of the
+// block holds −inf, a line's EmLine is all of [0, K) and this returns true; else false, for every thread of the block
+// alike, and `st` is to be recomputed (sweep 1 staged).
+template <int KBATCH, class In, class T, class W, class I>
+__device__ __forceinline__ bool em_fold_stats(const W& w, I steps, I K, int chunk_shift, EmFoldPart<T>& part,
+                                              EmLineStats<In, T>& st) {
+  constexpr int V = W::V, G = 32 / V; // G groups of V lines; a warp's lanes g, g + G, ... load group g
+  EmFold<In, T> fold;
+  for (I s = 0; s < steps; s += KBATCH) {
+    EmChunk c[KBATCH];
+#pragma unroll
+    for (int q = 0; q < KBATCH; ++q)
+      if (s + q < steps) c[q] = w.fetch(s + q);
+#pragma unroll
+    for (int q = 0; q < KBATCH; ++q)
+      if (s + q < steps && w.fetches(s + q)) fold.add(c[q]);
+  }
+#pragma unroll
+  for (int o = G; o < 32; o *= 2) fold.merge_xor(o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane < G)
+#pragma unroll
+    for (int u = 0; u < V; ++u) part.mx[warp][lane * V + u] = fold.max(u), part.held[warp][lane * V + u] = fold.held(u);
+  __syncthreads();
+  st.mx = part.mx[w.sub][w.row];
+  const bool held = part.held[w.sub][w.row];
+  if (__syncthreads_or(w.real && !held)) return false; // also: every read of `part` is done
+  if (w.real) st.acc.add_line(K, chunk_shift);
+  return true;
+}
+
 // A chunk's factors into the workspace (0 past K and on padding lines): the chunk at k = k0 + s·STEP.
 template <class In, int FORM, int STEP, class T, class I>
 __device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, I k0, I s, I K,
@@ -454,6 +565,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
   const EmLines<In, T> L = {x,   batch_stride, line_stride, k_stride, count, padded, batches, max, info, factors,
                             b_side, Kp,         Np,          headroom};
   __shared__ EmStage<In> stage; // STAGED only
+  __shared__ EmFoldPart<T> part; // STAGED and VECTOR only
   typedef EmLineWalk<In, I, STAGED, VECTOR> W;
   // Every line is read twice, the second time mostly from L2: sweep 1 its max and EmLine, sweep 2 its factors, each
   // with kBatch steps' loads in flight a thread: 4 with 16-byte loads, 2 with one value a load (V registers a
@@ -497,7 +609,14 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
         L.max[at] = st.mx, L.info[at] = st.acc.line();
       }
     };
-    stream(false, 0, steps);
+    if constexpr (STAGED && VECTOR) { // sweep 1 by folding where it can (em_fold_stats), staged where not
+      if (!em_fold_stats<kBatch>(w, steps, K, chunk_shift, part, st)) {
+        st = EmLineStats<In, T>();
+        stream(false, 0, steps);
+      }
+    } else {
+      stream(false, 0, steps);
+    }
     finish_stats();
     if (em_stores_factors(FORM)) stream(true, 0, out_steps); // FORM 7: the product makes its own
   } // the next lines' first land() starts with a barrier before it rewrites the stage

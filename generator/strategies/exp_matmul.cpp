@@ -143,9 +143,12 @@ Rendering render(const KernelSpec& s) {
                                                                 ", " + product + ">"));
   }
   // The prepare pass waits on memory, so it runs as many blocks an SM as fit without spilling (exp_matmul_prepare.cuh:
-  // em_prepare_lines): 3 (80 registers), 2 for f64 inputs. At 4 (64 registers) ptxas spilled for sm_80, and f32
-  // measured slower at 64×512³ (bench/RESULTS.md, session 45). Its FORM: how the product reads the operands.
-  const int prepare_blocks = dtype_info(s.dtype).size_bytes == 8 ? 2 : 3;
+  // em_prepare_lines): 3 (80 registers), 2 for f64 inputs. At 4 (64 registers) ptxas spilled for sm_80 and with
+  // 64-bit indices, and f32 measured slower at 64×512³ (bench/RESULTS.md, session 45); half inputs with 32-bit indices
+  // on the sm_90 (wgmma) forms run 4 without spilling, which on an H100 took 5 µs off the pass at 64×512³ (session 50).
+  // Its FORM: how the product reads the operands.
+  const int in_bytes = dtype_info(s.dtype).size_bytes;
+  const int prepare_blocks = in_bytes == 8 ? 2 : in_bytes == 2 && uses_wgmma(s.math) && !s.index64 ? 4 : 3;
   r.entries.push_back({"_prepare", 256, prepare_blocks,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
