@@ -12,13 +12,6 @@
 
 namespace jb {
 
-// Shared-memory address of a generic pointer, for the instructions that take one.
-__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
-  unsigned addr;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-
 // cp.async (sm_80 and later): BYTES (4, 8 or 16) from global to shared memory, both addresses aligned to BYTES, no
 // registers in between; the thread's copies so far made one group; waiting for every group.
 template <int BYTES> __device__ __forceinline__ void em_copy_async(void* dst, const void* src) {

@@ -4,6 +4,13 @@
 
 namespace jb {
 
+// Shared-memory address of a generic pointer, for the instructions that take one.
+__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
+  unsigned addr;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+
 // x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it.
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;
@@ -552,6 +559,84 @@ __device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, 
   em_put_chunk<FORM, STEP>(L.factors, L.b_side, line, k0, s, (I)L.Kp, (I)L.Np, f);
 }
 
+// Sweep 2 where the loads run along the lines, for 2-byte inputs (16-byte loads; not FORM 0, whose b is stored as it
+// lies): a step is 64 k of the block's 32 lines, a thread's load 8 lines at one k. KBATCH steps' loads go to shared
+// memory as they are (tile: [k][group of 8 lines], the group's slot swizzled by (k / 2) % 4 so that the 8 rows an
+// ldmatrix phase reads hit distinct banks), one barrier, and each warp reads 8 lines × 32 k of a step back transposed
+// with one ldmatrix.trans: lane l gets line l / 4 of its group, k = 8i + 2(l % 4) and + 1 in word i. The line's 4
+// lanes then swap words (em_quad_transpose) so that lane l holds k = 8(l % 4) ... + 7, a chunk em_put_factors stores
+// in one piece. Two buffers, so that one barrier a batch suffices.
+template <class T, int KBATCH> struct EmTransposeStage {
+  EmChunk tile[2][KBATCH][64][4];
+  T line_max[32];
+  bool real[32];
+};
+// Steps a batch: 4 (42 KB of shared memory a block), or 2 (26 KB) where an SM has 100 KB (sm_86, sm_89, sm_120 and
+// later), so that the 3 blocks of the launch bounds fit. On an H100 the two measured alike (bench/RESULTS.md,
+// session 50).
+__device__ constexpr int em_transpose_steps() {
+#if __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
+  return 2;
+#else
+  return 4;
+#endif
+}
+template <int FORM, class In> __device__ constexpr bool em_transposes() {
+  return sizeof(In) == 2 && FORM != 0 && em_stores_factors(FORM);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(em_smem_addr(row)));
+}
+// Four adjacent lanes (q = lane % 4) holding words w[i] = W_q[i] end holding w[j] = W_j[q]: two exchanges of two
+// words each, with the lane one and then two apart.
+__device__ __forceinline__ void em_quad_transpose(unsigned (&w)[4]) {
+  const int q = threadIdx.x % 4;
+#pragma unroll
+  for (int m = 1; m <= 2; m *= 2) {
+    const bool upper = (q & m) != 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (i & m) continue; // the pairs (i, i + m)
+      const unsigned got = __shfl_xor_sync(0xffffffffu, upper ? w[i] : w[i + m], m);
+      if (upper) w[i] = got;
+      else w[i + m] = got;
+    }
+  }
+}
+template <int KBATCH, int FORM, class In, class T, class W, class I>
+__device__ __forceinline__ void em_transpose_factors(const EmLines<In, T>& L, const W& w, I l0, I out_steps, I K,
+                                                     EmTransposeStage<T, KBATCH>& ts) {
+  static_assert(W::V == 8 && W::kStep == 64, "em_transpose_factors: 2-byte inputs");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int put_k = threadIdx.x / 4, put_g = threadIdx.x % 4;   // this thread's load: 8 lines at one k
+  const int group = warp % 4, half = warp / 4;                   // this warp's 8 lines and 32 k of a step
+  const int row_k = half * 32 + (lane / 8) * 8 + lane % 8;       // the tile row this lane names to ldmatrix
+  const int my = group * 8 + lane / 4;                           // its line
+  const I k_first = (I)(half * 32 + 8 * (lane % 4));             // its chunk's k in step s: s·64 + k_first
+  auto swz = [](int k, int g) { return g ^ ((k >> 1) & 3); };
+  __syncthreads(); // line_max and real are in
+  const T mx = ts.line_max[my];
+  const bool real = ts.real[my];
+  for (I s = 0, b = 0; s < out_steps; s += KBATCH, b ^= 1) {
+    EmChunk c[KBATCH];
+#pragma unroll
+    for (int q = 0; q < KBATCH; ++q) c[q] = w.fetch(s + q); // zero past K
+#pragma unroll
+    for (int q = 0; q < KBATCH; ++q) ts.tile[b][q][put_k][swz(put_k, put_g)] = c[q];
+    __syncthreads(); // the batch is in; the other buffer's reads (the batch before) are done
+#pragma unroll
+    for (int q = 0; q < KBATCH; ++q) {
+      if (s + q >= out_steps) break;
+      EmChunk x;
+      ldmatrix_x4_trans(x.w, &ts.tile[b][q][row_k][swz(row_k, group)]);
+      em_quad_transpose(x.w);
+      em_put_factors<In, FORM, W::kStep>(L, l0 + (I)my, k_first, s + q, K, real, mx, x);
+    }
+  }
+}
+
 // Pass 1 for one operand's lines (EmLines, given field by field), blocks [blk, …) of `blocks`: per real line its max
 // and EmLine, then its factors 2^((x − max)·log2 e + h) (0 past K, on padding lines, and for a line whose max is not
 // finite). Not inlined, and given scalars: ptxas spills when it allocates the four ways of reading in one function
@@ -618,8 +703,15 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
       stream(false, 0, steps);
     }
     finish_stats();
-    if (em_stores_factors(FORM)) stream(true, 0, out_steps); // FORM 7: the product makes its own
-  } // the next lines' first land() starts with a barrier before it rewrites the stage
+    if constexpr (STAGED && VECTOR && em_transposes<FORM, In>()) { // sweep 2 through ldmatrix.trans
+      constexpr int kSteps = em_transpose_steps();
+      __shared__ EmTransposeStage<T, kSteps> ts;
+      if (w.sub == 0) ts.line_max[w.row] = st.mx, ts.real[w.row] = w.real;
+      em_transpose_factors<kSteps, FORM>(L, w, l0, out_steps, K, ts);
+    } else if (em_stores_factors(FORM)) {
+      stream(true, 0, out_steps); // FORM 7: the product makes its own
+    }
+  } // the next lines' sweep 1 has barriers (em_fold_stats, land()) before anything rewrites shared memory
 }
 
 // em_prepare_lines for the way these lines are read (em_walk_mode).
