@@ -309,8 +309,10 @@ template <class H> struct EmHalfFold {
   __device__ __forceinline__ void merge_xor(int lane_mask) {
     EmChunk h, l;
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      h.w[w] = __shfl_xor_sync(0xffffffffu, hi.w[w], lane_mask), l.w[w] = __shfl_xor_sync(0xffffffffu, lo.w[w], lane_mask);
+    for (int w = 0; w < 4; ++w) {
+      h.w[w] = __shfl_xor_sync(0xffffffffu, hi.w[w], lane_mask);
+      l.w[w] = __shfl_xor_sync(0xffffffffu, lo.w[w], lane_mask);
+    }
 #pragma unroll
     for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], h.w[w]), lo.w[w] = P::min(lo.w[w], l.w[w]);
   }
