@@ -449,6 +449,12 @@ template <class In, class I, bool STAGED, bool VECTOR> struct EmLineWalk {
     }
     return c;
   }
+  // Steps [s, s + N)'s loads (fetch), those before steps(); the others are left as they were.
+  template <int N> __device__ __forceinline__ void fetch_batch(I s, EmChunk (&c)[N]) const {
+#pragma unroll
+    for (int q = 0; q < N; ++q)
+      if (s + q < steps()) c[q] = fetch(s + q);
+  }
   // Whether fetch(s) loaded values, staged with 16-byte loads: its lines are real and its k is inside K.
   __device__ __forceinline__ bool fetches(I s) const {
     static_assert(STAGED && VECTOR, "fetches: the staged 16-byte walk only");
@@ -518,9 +524,7 @@ __device__ __forceinline__ bool em_fold_stats(const W& w, I steps, I K, int chun
   EmFold<In, T> fold;
   for (I s = 0; s < steps; s += KBATCH) {
     EmChunk c[KBATCH];
-#pragma unroll
-    for (int q = 0; q < KBATCH; ++q)
-      if (s + q < steps) c[q] = w.fetch(s + q);
+    w.fetch_batch(s, c);
 #pragma unroll
     for (int q = 0; q < KBATCH; ++q)
       if (s + q < steps && w.fetches(s + q)) fold.add(c[q]);
@@ -670,9 +674,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
     auto stream = [&](bool factors, I from, I to) {
       for (I s = from; s < to; s += kBatch) {
         EmChunk c[kBatch];
-#pragma unroll
-        for (int q = 0; q < kBatch; ++q)
-          if (s + q < steps) c[q] = w.fetch(s + q);
+        w.fetch_batch(s, c);
 #pragma unroll
         for (int q = 0; q < kBatch; ++q)
           if (s + q < to) {
