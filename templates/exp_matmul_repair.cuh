@@ -36,7 +36,8 @@ em_repair_one(const BmmParams& p, typename EmRepairGeometry<In, BM, BN, BK, TM, 
 #pragma unroll 1
   for (int sweep = 0; sweep < 2; ++sweep) {
     // Each sweep is a pass of its own: the previous sweep (or tile) may still read shared memory at its start.
-    T ra[G::kLoadA], rb[G::kLoadB];
+    typedef TileRegs<G, In> Regs;
+    typename Regs::Word ra[Regs::kA], rb[Regs::kB];
     TileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
     for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end); slice.valid();
          slice.finish(p)) {

@@ -107,6 +107,17 @@ template <class T> struct Staged {
 template <> struct Staged<unsigned short> {
   template <class In> static __device__ __forceinline__ unsigned short of(In x) { return x.bits; }
 };
+// The In value a staged pad stands for (the semirings' pads, ±inf, 0 and 1, are exact in every input type).
+template <class In> __device__ __forceinline__ In staged_pad(float x) { return from_acc<In>(x); }
+template <class In> __device__ __forceinline__ In staged_pad(double x) { return from_acc<In>(x); }
+template <class In> __device__ __forceinline__ In staged_pad(unsigned short bits) {
+  In h;
+  h.bits = bits;
+  return h;
+}
+
+template <bool C, class X, class Y> struct IfType { typedef X type; };
+template <class X, class Y> struct IfType<false, X, Y> { typedef Y type; };
 
 // V elements of T as one load or store (V · sizeof(T) bytes, aligned as much).
 template <class T, int V> struct alignas(sizeof(T) * V) Chunk { T v[V]; };
@@ -157,18 +168,46 @@ template <class T, int BM, int BN, int BK, int TM, int TN, int CHUNK = 16> struc
     return {idx % (BN / kVec) * kVec, idx / (BN / kVec), idx < BK * BN / kVec};
   }
 
-  // One operand chunk: kVec elements from at(0) on (one vector load) when `whole`, else element by element: at(e)
-  // where in(e), the pad elsewhere.
+  // The registers a thread fetches a slice into (TileRegs). In chunks, the chunks as loaded, kWords 32-bit words
+  // each, converted to T only when the slice lands (store_as): converted on arrival, every warp waited out its loads
+  // at the top of every slice, since the values had to be in place where the chunk and element paths meet. Element
+  // by element (kVec = 1), the values in T as fetched.
+  template <class In> struct Regs {
+    static constexpr bool kRaw = kVec > 1;
+    static constexpr int kWords = kRaw ? kVec * (int)sizeof(In) / 4 : 1;
+    typedef typename IfType<kRaw, unsigned, T>::type Word;
+    static constexpr int kA = kRaw ? kChunksA * kWords : kLoadA, kB = kRaw ? kChunksB * kWords : kLoadB;
+    static_assert(!kRaw || kVec * sizeof(In) % 4 == 0, "a chunk is whole words");
+    // A chunk's words and its elements.
+    union Raw {
+      Chunk<unsigned, kWords> w;
+      Chunk<In, kVec> v;
+    };
+  };
+
+  // One operand chunk into words r: kVec elements from at(0) on (one vector load) when `whole`, else element by
+  // element: at(e) where in(e), the pad elsewhere.
   template <class In, class At, class InRange>
-  static __device__ __forceinline__ void chunk(At at, bool whole, InRange in, T pad, T* r) {
+  static __device__ __forceinline__ void chunk(At at, bool whole, InRange in, In pad, unsigned* r) {
+    typedef Regs<In> R;
+    typename R::Raw c;
     if (whole) {
-      const Chunk<In, kVec> c = *reinterpret_cast<const Chunk<In, kVec>*>(at(0));
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) r[e] = Staged<T>::of(c.v[e]);
+      c.w = *reinterpret_cast<const Chunk<unsigned, R::kWords>*>(at(0));
     } else {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) r[e] = in(e) ? Staged<T>::of(*at(e)) : pad;
+      for (int e = 0; e < kVec; ++e) c.v.v[e] = in(e) ? *at(e) : pad;
     }
+#pragma unroll
+    for (int w = 0; w < R::kWords; ++w) r[w] = c.w.v[w];
+  }
+  // Chunk words r's elements, converted.
+  template <class In> static __device__ __forceinline__ void unpack(const unsigned* r, T (&x)[kVec]) {
+    typedef Regs<In> R;
+    typename R::Raw c;
+#pragma unroll
+    for (int w = 0; w < R::kWords; ++w) c.w.v[w] = r[w];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) x[e] = Staged<T>::of(c.v.v[e]);
   }
 
   // Whether chunks at p, p + stride, ... (kVec elements of In each) can be loaded whole: aligned to their size.
@@ -200,36 +239,41 @@ template <class T, int BM, int BN, int BK, int TM, int TN, int CHUNK = 16> struc
   // Fetches one K slice of A (rows m0.., k0..) and B (k0.., cols n0..) into registers, padding outside.
   template <class In, class I>
   static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
-                                               T pad_a, T pad_b, T (&ra)[kLoadA], T (&rb)[kLoadB]) {
+                                               T pad_a, T pad_b, typename Regs<In>::Word (&ra)[Regs<In>::kA],
+                                               typename Regs<In>::Word (&rb)[Regs<In>::kB]) {
     if constexpr (kVec == 1) {
       fetch_elements(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
-      return;
-    }
-    const I a_row = (I)p.a_row, a_col = (I)p.a_col, b_row = (I)p.b_row, b_col = (I)p.b_col;
-    const bool full_k = k0 + BK <= k_end;
-    const bool a_whole = full_k && a_col == 1 && m0 + BM <= (I)p.M && aligned(A + m0 * a_row + k0, a_row);
-    const bool b_whole = full_k && b_col == 1 && n0 + BN <= (I)p.N && aligned(B + k0 * b_row + n0, b_row);
+    } else {
+      constexpr int kWords = Regs<In>::kWords;
+      const I a_row = (I)p.a_row, a_col = (I)p.a_col, b_row = (I)p.b_row, b_col = (I)p.b_col;
+      const bool full_k = k0 + BK <= k_end;
+      const bool a_whole = full_k && a_col == 1 && m0 + BM <= (I)p.M && aligned(A + m0 * a_row + k0, a_row);
+      const bool b_whole = full_k && b_col == 1 && n0 + BN <= (I)p.N && aligned(B + k0 * b_row + n0, b_row);
 #pragma unroll
-    for (int l = 0; l < kChunksA; ++l) {
-      const Place c = a_chunk(l);
-      const I i = m0 + c.line, k = k0 + c.k;
-      chunk<In>([&](int e) { return A + i * a_row + (k + e) * a_col; }, a_whole && c.valid,
-                [&](int e) { return c.valid && i < (I)p.M && k + e < k_end; }, pad_a, &ra[l * kVec]);
-    }
+      for (int l = 0; l < kChunksA; ++l) {
+        const Place c = a_chunk(l);
+        const I i = m0 + c.line, k = k0 + c.k;
+        chunk<In>([&](int e) { return A + i * a_row + (k + e) * a_col; }, a_whole && c.valid,
+                  [&](int e) { return c.valid && i < (I)p.M && k + e < k_end; }, staged_pad<In>(pad_a),
+                  &ra[l * kWords]);
+      }
 #pragma unroll
-    for (int l = 0; l < kChunksB; ++l) {
-      const Place c = b_chunk(l);
-      const I k = k0 + c.k, j = n0 + c.line;
-      chunk<In>([&](int e) { return B + k * b_row + (j + e) * b_col; }, b_whole && c.valid,
-                [&](int e) { return c.valid && k < k_end && j + e < (I)p.N; }, pad_b, &rb[l * kVec]);
+      for (int l = 0; l < kChunksB; ++l) {
+        const Place c = b_chunk(l);
+        const I k = k0 + c.k, j = n0 + c.line;
+        chunk<In>([&](int e) { return B + k * b_row + (j + e) * b_col; }, b_whole && c.valid,
+                  [&](int e) { return c.valid && k < k_end && j + e < (I)p.N; }, staged_pad<In>(pad_b),
+                  &rb[l * kWords]);
+      }
     }
   }
 
-  // Stores a fetched slice in buffer buf of shared memory laid out as Smem's [BK][lines] (PackedTile's too), A's
-  // values through as_a (PackedTile's pairs).
-  template <class S, class AsA>
-  static __device__ __forceinline__ void store_as(S& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB],
-                                                  AsA as_a) {
+  // Stores a fetched slice in buffer buf of shared memory laid out as Smem's [BK][lines] (PackedTile's too), each
+  // value of A through as_a (PackedTile's pairs) and of B through as_b.
+  template <class In, class S, class AsA, class AsB>
+  static __device__ __forceinline__ void store_as(S& sm, int buf, const typename Regs<In>::Word (&ra)[Regs<In>::kA],
+                                                  const typename Regs<In>::Word (&rb)[Regs<In>::kB], AsA as_a,
+                                                  AsB as_b) {
     const int tid = threadIdx.x;
     if constexpr (kVec == 1) { // fetch_elements' places
 #pragma unroll
@@ -240,25 +284,38 @@ template <class T, int BM, int BN, int BK, int TM, int TN, int CHUNK = 16> struc
 #pragma unroll
       for (int l = 0; l < kLoadB; ++l) {
         const int idx = tid + l * kThreads;
-        if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = rb[l];
+        if (idx < BK * BN) sm.b[buf][idx / BN][idx % BN] = as_b(rb[l]);
       }
-      return;
-    }
+    } else {
+      constexpr int kWords = Regs<In>::kWords;
 #pragma unroll
-    for (int l = 0; l < kChunksA; ++l) {
-      const Place c = a_chunk(l);
-      if (c.valid)
+      for (int l = 0; l < kChunksA; ++l) {
+        const Place c = a_chunk(l);
+        if (c.valid) {
+          T x[kVec];
+          unpack<In>(&ra[l * kWords], x);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) sm.a[buf][c.k + e][c.line] = as_a(ra[l * kVec + e]);
-    }
+          for (int e = 0; e < kVec; ++e) sm.a[buf][c.k + e][c.line] = as_a(x[e]);
+        }
+      }
 #pragma unroll
-    for (int l = 0; l < kChunksB; ++l) {
-      const Place c = b_chunk(l);
-      if (c.valid) store_chunk(&sm.b[buf][c.k][c.line], &rb[l * kVec]);
+      for (int l = 0; l < kChunksB; ++l) {
+        const Place c = b_chunk(l);
+        if (c.valid) {
+          T x[kVec];
+          unpack<In>(&rb[l * kWords], x);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) x[e] = as_b(x[e]);
+          store_chunk(&sm.b[buf][c.k][c.line], x);
+        }
+      }
     }
   }
-  static __device__ __forceinline__ void store(Smem& sm, int buf, const T (&ra)[kLoadA], const T (&rb)[kLoadB]) {
-    store_as(sm, buf, ra, rb, [](T x) { return x; });
+  template <class In>
+  static __device__ __forceinline__ void store(Smem& sm, int buf, const typename Regs<In>::Word (&ra)[Regs<In>::kA],
+                                               const typename Regs<In>::Word (&rb)[Regs<In>::kB]) {
+    const auto same = [](T x) { return x; };
+    store_as<In>(sm, buf, ra, rb, same, same);
   }
 
   template <class V> static __device__ __forceinline__ void store_chunk(V* at, const V* r) {
@@ -312,24 +369,31 @@ template <class I, int BM, int BN> struct TileList {
   }
 };
 
+// The staging registers of a Tile G's slices of In (Tile::Regs): the kernel declares them as
+//   typedef TileRegs<G, In> Regs;
+//   typename Regs::Word ra[Regs::kA], rb[Regs::kB];
+template <class G, class In> using TileRegs = typename G::template Regs<In>;
+
 // kslice_loop's loader for a Tile G: a slice of the block's rows of A and columns of B through the registers ra, rb
 // (Tile::fetch, padded with pad_a / pad_b outside the matrices and from k_end on), then into a shared-memory buffer.
 template <class G, class In, class I> struct TileLoader : KSliceLoader {
   typedef typename G::Value T;
+  typedef TileRegs<G, In> Regs;
+  typedef typename Regs::Word W;
   enum { kSliceK = G::kSliceK };
   typename G::Smem& sm;
   const In *A, *B;
   I m0, n0, k_end;
   T pad_a, pad_b;
-  T (&ra)[G::kLoadA];
-  T (&rb)[G::kLoadB];
+  W (&ra)[Regs::kA];
+  W (&rb)[Regs::kB];
   __device__ __forceinline__ TileLoader(typename G::Smem& sm, const In* A, const In* B, const TileCoords<I>& t, T pad_a,
-                                        T pad_b, T (&ra)[G::kLoadA], T (&rb)[G::kLoadB])
+                                        T pad_b, W (&ra)[Regs::kA], W (&rb)[Regs::kB])
       : sm(sm), A(A), B(B), m0(t.m0), n0(t.n0), k_end(t.k_end), pad_a(pad_a), pad_b(pad_b), ra(ra), rb(rb) {}
   __device__ __forceinline__ void fetch(const BmmParams& p, int, I k0) {
     G::fetch(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
   }
-  __device__ __forceinline__ void land(int buf) { G::store(sm, buf, ra, rb); }
+  __device__ __forceinline__ void land(int buf) { G::template store<In>(sm, buf, ra, rb); }
 };
 
 // TileLoader whose slice barrier also votes: clean is true when no operand staged for the slice (pads included) is
@@ -338,6 +402,7 @@ template <class P, class G, class In, class I> struct VotingTileLoader : TileLoa
   typedef TileLoader<G, In, I> Base;
   bool fetched_clean = true, clean = false;
   using Base::Base;
+  static_assert(G::kVec == 1, "votes on the values as fetched: element by element");
   __device__ __forceinline__ void fetch(const BmmParams& p, int buf, I k0) {
     Base::fetch(p, buf, k0);
     bool ok = true;
@@ -428,7 +493,8 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
     for (int r = 0; r < TM; ++r)
 #pragma unroll
       for (int c = 0; c < TN; ++c) acc[r][c] = P::init((int)t.k_begin);
-    T ra[G::kLoadA], rb[G::kLoadB];
+    typedef TileRegs<G, In> Regs;
+    typename Regs::Word ra[Regs::kA], rb[Regs::kB];
     typename TermLoader<P::kCleanSlices != 0, P, G, In, I>::type ld(
         sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
     for (auto slice = kslice_loop<kTileFetch, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();

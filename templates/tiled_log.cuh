@@ -63,19 +63,12 @@ __device__ __forceinline__ float to_shiftable(float x) {
   return fabsf(x) < 0x1p126f ? x : (fabsf(x) < kPosInf ? kPosInf : x);
 }
 
-template <int NA, int NB> __device__ __forceinline__ void to_shiftable(float (&ra)[NA], float (&rb)[NB]) {
-#pragma unroll
-  for (int l = 0; l < NA; ++l) ra[l] = to_shiftable(ra[l]);
-#pragma unroll
-  for (int l = 0; l < NB; ++l) rb[l] = to_shiftable(rb[l]);
-}
-
-// The tiled loader, huge finite operands made +inf on the way (to_shiftable); the log kernels' loader.
+// The tiled loader, huge finite operands made +inf as the slice lands (to_shiftable); the log kernels' loader.
 template <class G, class In, class I> struct ShiftableTileLoader : TileLoader<G, In, I> {
   using TileLoader<G, In, I>::TileLoader;
-  __device__ __forceinline__ void fetch(const BmmParams& p, int buf, I k0) {
-    TileLoader<G, In, I>::fetch(p, buf, k0);
-    to_shiftable(this->ra, this->rb);
+  __device__ __forceinline__ void land(int buf) {
+    const auto shiftable = [](float x) { return to_shiftable(x); };
+    G::template store_as<In>(this->sm, buf, this->ra, this->rb, shiftable, shiftable);
   }
 };
 
@@ -108,7 +101,8 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
     const auto reset_lines = [&](const BmmParams&) {
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) (l < BM ? rows[l] : cols[l - BM]).run = kNegInf;
     };
-    T ra[G::kLoadA], rb[G::kLoadB];
+    typedef TileRegs<G, In> Regs;
+    typename Regs::Word ra[Regs::kA], rb[Regs::kB];
     ShiftableTileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
     // The next slice is fetched after the terms, so its registers are not live across them (other blocks on the
     // SM hide the load latency). One barrier a slice: the next slice's pass 1 rewrites rows[] / cols[], which

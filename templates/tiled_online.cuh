@@ -77,7 +77,8 @@ __device__ __forceinline__ void tiled_online_kernel(const BmmParams p) {
     const auto reset_lines = [&](const BmmParams&) {
       for (int l = threadIdx.x; l < BM + BN; l += G::kThreads) run_max[l] = kNegInf;
     };
-    T ra[G::kLoadA], rb[G::kLoadB];
+    typedef TileRegs<G, In> Regs;
+    typename Regs::Word ra[Regs::kA], rb[Regs::kB];
     ShiftableTileLoader<G, In, I> ld(sm, A, B, t, kNegInf, kNegInf, ra, rb);
     auto slice =
         kslice_loop<kFetchAfterUse, kBarrierEverySlice>(ld, p, t.k_begin, t.k_end, NoTileStaging(), reset_lines);

@@ -94,7 +94,6 @@ template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
   enum { kSliceK = BK };
   static constexpr int kThreads = Halves::kThreads;
   static constexpr int kPadM = BM + 4, kPadN = Halves::kPadN; // conflict-free transposed stores; rows 16 B aligned
-  static constexpr int kLoadA = Halves::kLoadA, kLoadB = Halves::kLoadB;
   static_assert(BM % TM == 0 && BN % TN == 0 && TN % 2 == 0, "tile must divide into thread tiles of column pairs");
 
   struct Smem {
@@ -102,16 +101,19 @@ template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
     unsigned short b[2][BK][kPadN];
   };
 
+  template <class In> using Regs = typename Halves::template Regs<In>;
   template <class In, class I>
   static __device__ __forceinline__ void fetch(const BmmParams& p, const In* A, const In* B, I m0, I n0, I k0, I k_end,
-                                               Value pad_a, Value pad_b, Value (&ra)[kLoadA], Value (&rb)[kLoadB]) {
+                                               Value pad_a, Value pad_b, typename Regs<In>::Word (&ra)[Regs<In>::kA],
+                                               typename Regs<In>::Word (&rb)[Regs<In>::kB]) {
     Halves::fetch(p, A, B, m0, n0, k0, k_end, pad_a, pad_b, ra, rb);
   }
 
   // Where Tile::store puts each value, A's halves as pairs.
-  static __device__ __forceinline__ void store(Smem& sm, int buf, const Value (&ra)[kLoadA],
-                                               const Value (&rb)[kLoadB]) {
-    Halves::store_as(sm, buf, ra, rb, [](Value h) { return pair_of(h); });
+  template <class In>
+  static __device__ __forceinline__ void store(Smem& sm, int buf, const typename Regs<In>::Word (&ra)[Regs<In>::kA],
+                                               const typename Regs<In>::Word (&rb)[Regs<In>::kB]) {
+    Halves::template store_as<In>(sm, buf, ra, rb, [](Value h) { return pair_of(h); }, [](Value h) { return h; });
   }
 
   static __device__ __forceinline__ void row_frag(const Smem& sm, int buf, int k, unsigned (&fa)[TM]) {
@@ -144,7 +146,8 @@ __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
     for (int r = 0; r < TM; ++r)
 #pragma unroll
       for (int q = 0; q < TN / 2; ++q) acc[r][q] = P::init();
-    unsigned short ra[G::kLoadA], rb[G::kLoadB];
+    typedef TileRegs<G, In> Regs;
+    typename Regs::Word ra[Regs::kA], rb[Regs::kB];
     TileLoader<G, In, I> ld(sm, A0 + t.batch * (I)p.a_batch, B0 + t.batch * (I)p.b_batch, t, pad_a, pad_b, ra, rb);
     // The next slice's loads in flight during the terms: 6% faster than after them (H100, bf16 64×512³).
     for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
