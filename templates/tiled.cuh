@@ -118,6 +118,8 @@ template <class In> __device__ __forceinline__ In staged_pad(unsigned short bits
 
 template <bool C, class X, class Y> struct IfType { typedef X type; };
 template <class X, class Y> struct IfType<false, X, Y> { typedef Y type; };
+template <class X, class Y> struct SameType { enum { value = false }; };
+template <class X> struct SameType<X, X> { enum { value = true }; };
 
 // V elements of T as one load or store (V · sizeof(T) bytes, aligned as much).
 template <class T, int V> struct alignas(sizeof(T) * V) Chunk { T v[V]; };
@@ -473,8 +475,38 @@ __device__ __forceinline__ void emit(const BmmParams& p, const TileCoords<I>& t,
   if (p.argmax) p.argmax[(t.batch * (I)p.M + i) * (I)p.N + j] = arg;
 }
 
-// The generic tiled kernel: any semiring through a per-term policy P.
-template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
+// A thread's TM rows of outputs from column c0 on, each row NV words V already as the output holds them (a word one
+// output, or a packed pair of half outputs), stored in pieces of up to 16 bytes where the rows lie whole in the
+// output: no split-K (its workspace), K > 0, contiguous columns, inside M and N, aligned. Returns whether it stored
+// them; where not, the caller stores value by value (emit). The same for every thread of a block but at the edges.
+template <class Out, int TM, int NV, class V, class I>
+__device__ __forceinline__ bool store_whole_rows(const BmmParams& p, const TileCoords<I>& t, I r0, I c0,
+                                                 const V (&v)[TM][NV]) {
+  constexpr int kCols = NV * (int)(sizeof(V) / sizeof(Out)); // outputs a row
+  constexpr int kMax = 16 / (int)sizeof(V);
+  constexpr int kWords = NV % kMax == 0 ? kMax : NV % 2 == 0 && kMax >= 2 ? 2 : 1; // words a store
+  static_assert(sizeof(V) % sizeof(Out) == 0, "whole outputs a word");
+  typedef Chunk<V, kWords> Piece;
+  Out* at = static_cast<Out*>(p.out) + t.batch * (I)p.out_batch + r0 * (I)p.out_row + c0;
+  const bool whole = t.k_begin < t.k_end && p.k_chunk == 0 && p.out_col == 1 && r0 + TM <= (I)p.M &&
+                     c0 + kCols <= (I)p.N &&
+                     ((unsigned long long)at | (unsigned long long)p.out_row * sizeof(Out)) % sizeof(Piece) == 0;
+  if (!whole) return false;
+#pragma unroll
+  for (int r = 0; r < TM; ++r)
+#pragma unroll
+    for (int q = 0; q < NV; q += kWords) {
+      Piece x;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) x.v[w] = v[r][q + w];
+      reinterpret_cast<Piece*>(at + r * (I)p.out_row)[q / kWords] = x;
+    }
+  return true;
+}
+
+// The generic tiled kernel: any semiring through a per-term policy P. WHOLE_ROWS: outputs in the accumulator type
+// leave a row at a time (store_whole_rows) where they can, not value by value (the generator's choice, as measured).
+template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, bool WHOLE_ROWS>
 __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
   typedef Tile<T, BM, BN, BK, TM, TN, P::kChunk> G;
@@ -507,6 +539,15 @@ __device__ __forceinline__ void tiled_kernel(const BmmParams p) {
     }
     const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
     const bool empty = t.k_begin >= t.k_end; // K = 0: the semiring zero
+    // Outputs in the accumulator type and no argmax: whole rows in stores of up to 16 bytes, as the packed kernel's.
+    if (WHOLE_ROWS && SameType<T, Out>::value && !p.argmax) {
+      T v[TM][TN];
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int c = 0; c < TN; ++c) v[r][c] = P::value(acc[r][c]);
+      if (store_whole_rows<Out>(p, t, r0, c0, v)) continue;
+    }
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll

@@ -167,25 +167,8 @@ __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
     const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;
     const bool empty = t.k_begin >= t.k_end; // K = 0: the semiring zero
     // A thread's TN columns of a row are TN / 2 pairs already packed as the output holds them (Out is the inputs'
-    // half type): where they lie in the output, contiguous and aligned, a row goes out in stores of up to 16 bytes.
-    // Elsewhere (edges, split-K's workspace, other layouts, K = 0) value by value through emit.
-    constexpr int kWords = (TN / 2) % 4 == 0 ? 4 : (TN / 2) % 2 == 0 ? 2 : 1; // words a store
-    typedef Chunk<unsigned, kWords> Piece;
-    Out* out_row = static_cast<Out*>(p.out) + t.batch * (I)p.out_batch + r0 * (I)p.out_row + c0;
-    const bool whole = !empty && p.k_chunk == 0 && p.out_col == 1 && r0 + TM <= (I)p.M && c0 + TN <= (I)p.N &&
-                       ((unsigned long long)out_row | (unsigned long long)p.out_row * sizeof(Out)) % sizeof(Piece) == 0;
-    if (whole) {
-#pragma unroll
-      for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int q = 0; q < TN / 2; q += kWords) {
-          Piece v;
-#pragma unroll
-          for (int w = 0; w < kWords; ++w) v.v[w] = acc[r][q + w];
-          *reinterpret_cast<Piece*>(out_row + r * (I)p.out_row + 2 * q) = v;
-        }
-      continue;
-    }
+    // half type): whole rows go out in stores of up to 16 bytes, the rest value by value.
+    if (store_whole_rows<Out>(p, t, r0, c0, acc)) continue;
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll

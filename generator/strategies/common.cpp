@@ -142,6 +142,19 @@ bool packed_tiles(const KernelSpec& s) {
   return half && s.out_dtype == s.dtype && !s.with_argmax && semiring_info(s.semiring).packed_term;
 }
 
+namespace {
+// Whether the generic tiled kernel stores a thread's rows of f32 outputs whole (16-byte pieces) rather than value by
+// value: for strategy tiled without argmax (split-K writes its workspace; the argmax kernels spill with the path
+// compiled in). Measured on the H100 (bench/RESULTS.md, session 52): faster everywhere (plus_times 64×512³ 12%;
+// max_plus at 512×128³ 64×128 t4×8 28%, 128×64 t8×4 at 2 blocks an SM 11%; at 64×512³ 1–5%) but at t8×4 with 3
+// blocks an SM, whose k loop then spills: 2.5–6% slower at 64×512³ (max_plus, min_plus), so that one keeps the element
+// stores.
+bool whole_row_stores(const KernelSpec& s) {
+  return s.strategy == Strategy::tiled && !s.with_argmax && acc_type(s) == "float" && s.out_dtype == DType::f32 &&
+         !(s.thread_m == 8 && s.thread_n == 4 && s.min_blocks >= 3);
+}
+} // namespace
+
 std::string tiled_call(const KernelSpec& s) {
   if (s.semiring == Semiring::log && acc_type(s) == "float")
     return "jb::tiled_log_kernel<" + io_types(s) + ", " + tile_args(s) + ">";
@@ -149,7 +162,7 @@ std::string tiled_call(const KernelSpec& s) {
     return std::string("jb::packed_tiled_kernel<") + semiring_info(s.semiring).packed_term + "<" +
            dtype_info(s.dtype).device_type + ">, " + semiring_type(s) + ", " + io_types(s) + ", " + tile_args(s) + ">";
   return "jb::tiled_kernel<" + tiled_policy(s) + ", " + semiring_type(s) + ", " + io_types(s) + ", " + tile_args(s) +
-         ">";
+         (whole_row_stores(s) ? ", true>" : ", false>");
 }
 
 void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z) {
