@@ -30,7 +30,18 @@ int rank(const Problem& p) {
   return outputs_of(p) >= (int64_t(1) << 16) ? 55 : -1;
 }
 
-void defaults(KernelSpec& spec, const Problem& p) { default_tiles(spec, p); }
+// Where the shared default is 128 × 64 t8×4 at 2 blocks an SM, 64 × 64 t4×4 instead: at 3 blocks for f32 inputs with
+// 32-bit indices (its 4 spilled bytes lie outside the k loop), at 2 with 64-bit ones, where 128 × 64 spills 112–116
+// bytes in the product. Half inputs with 32-bit indices keep 128 × 64. H100 at 64×512³ (ms; bench/RESULTS.md,
+// session 53): f32 1.389–1.394 against 1.447–1.483; 64-bit f32 1.503–1.505 against 1.564–1.568, bf16 1.538–1.544
+// against 1.573–1.575; bf16 1.392–1.394 at 64 × 64 against 1.385–1.386.
+void defaults(KernelSpec& spec, const Problem& p) {
+  default_tiles(spec, p);
+  if (spec.tile_m != 128 || spec.tile_n != 64) return;
+  const bool index64 = needs_index64(spec, p);
+  if (!index64 && p.dtype != DType::f32) return;
+  spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4, spec.min_blocks = index64 ? 2 : 3;
+}
 
 void check(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
