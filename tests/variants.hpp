@@ -107,7 +107,7 @@ inline std::vector<KernelSpec> tiled_online_variants(KernelSpec kind) {
 }
 
 // The two-pass argmax of a selecting kind with argmax and f32 accumulators (groups of 16 k): two slices a group at
-// small tiles (both index widths), one at the default tile.
+// small tiles (both index widths), one at the default tiles of half inputs and of 64-bit indices.
 inline std::vector<KernelSpec> tiled_refine_variants(KernelSpec kind) {
   std::vector<KernelSpec> out;
   if (!kind.with_argmax || !semiring_info(kind.semiring).fast_term || kind.dtype == DType::f64) return out;
@@ -118,6 +118,8 @@ inline std::vector<KernelSpec> tiled_refine_variants(KernelSpec kind) {
     s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = s.thread_n = 2, s.min_blocks = 1;
     out.push_back(s);
   }
+  s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
+  out.push_back(s);
   s.index64 = false;
   s.tile_m = 128, s.tile_n = 64, s.tile_k = 16, s.thread_m = 8, s.thread_n = 4, s.min_blocks = 2;
   out.push_back(s);
