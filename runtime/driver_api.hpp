@@ -119,6 +119,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
      void** extra))                                                                                                    \
   X(cuMemAlloc, cuMemAlloc_v2, (CUdeviceptr * pointer, std::size_t bytes))                                             \
   X(cuMemFree, cuMemFree_v2, (CUdeviceptr pointer))                                                                    \
+  X(cuMemGetInfo, cuMemGetInfo_v2, (std::size_t * free_bytes, std::size_t * total_bytes))                             \
   X(cuMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr destination, const void* source, std::size_t bytes))                   \
   X(cuMemcpyDtoH, cuMemcpyDtoH_v2, (void* destination, CUdeviceptr source, std::size_t bytes))                         \
   X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2,                                                                           \

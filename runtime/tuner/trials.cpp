@@ -14,6 +14,7 @@
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/cpu_pool.hpp"
+#include "support/host_memory.hpp"
 
 namespace jitbmm {
 
@@ -92,6 +93,35 @@ std::vector<unsigned char> download(const DeviceBuffer& buffer) {
 
 } // namespace
 
+std::optional<TrialBytes> trial_bytes(const Problem& p, Pass pass) {
+  const Shape& s = p.shape;
+  const int64_t in = dtype_info(p.dtype).size_bytes, od = dtype_info(p.output_dtype()).size_bytes;
+  const bool fwd = pass == Pass::forward, ga = pass == Pass::grad_a;
+  const bool sel = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
+  const auto span = [&](int64_t rows, int64_t cols, const Strides& st, int64_t bytes) {
+    return try_product({max_offset("shape", s.B, rows, cols, st) + 1, bytes});
+  };
+  const auto a = span(s.M, s.K, p.a(), in), b = span(s.K, s.N, p.b(), in), out = span(s.M, s.N, p.out(), od);
+  const auto outputs = try_product({s.B, s.M, s.N});
+  const auto grad = ga ? a : b;
+  if (!a || !b || !out || !outputs || !grad) return std::nullopt;
+  TrialBytes t;
+  const auto add = [](int64_t& total, std::optional<int64_t> part) {
+    return part && !__builtin_add_overflow(total, *part, &total);
+  };
+  const bool ok =
+      fwd ? add(t.device, *a) && add(t.device, *b) && add(t.device, *out) &&
+                add(t.device, p.with_argmax ? try_product({*outputs, 4}) : std::optional<int64_t>(0)) && add(t.host, *a) && add(t.host, *b)
+          // device: a, b, grad_out and out in out's layout, argmax, the gradient; host: a, b, grad_out in out's
+          // layout and as doubles, out read back and as doubles, argmax, the gradient read back.
+          : add(t.device, *a) && add(t.device, *b) && add(t.device, *out) && add(t.device, *out) &&
+                add(t.device, sel ? try_product({*outputs, 4}) : std::optional<int64_t>(0)) && add(t.device, *grad) && add(t.host, *a) &&
+                add(t.host, *b) && add(t.host, *out) && add(t.host, *out) &&
+                add(t.host, try_product({*outputs, sel ? 8 + 8 + 4 : 8 + 8})) && add(t.host, *grad);
+  if (!ok) return std::nullopt;
+  return t;
+}
+
 bool tunable(const Problem& p, Pass pass) {
   const Shape& s = p.shape;
   const auto outputs = try_product({s.B, s.M, s.N});
@@ -99,17 +129,28 @@ bool tunable(const Problem& p, Pass pass) {
   // Candidates are checked against the CPU reference, one output's (one gradient element's) terms at a time.
   if (s.K > reference::kMaxReferenceK || (pass != Pass::forward && std::max(s.M, s.N) > reference::kMaxReferenceK))
     return false;
-  // The trial's buffers: both operands on the host and the device, the output (and, backward, grad_out and the
-  // gradient) on the device. Past kMaxTuningBytes, tuning would compete with the caller's own data for memory.
+  const auto bytes = trial_bytes(p, pass);
   int64_t total = 0;
-  const int64_t in = dtype_info(p.dtype).size_bytes, out = dtype_info(p.output_dtype()).size_bytes;
-  for (const auto& [rows, cols, st, bytes, copies] :
-       {std::tuple{s.M, s.K, p.a(), in, 2}, std::tuple{s.K, s.N, p.b(), in, 2},
-        std::tuple{s.M, s.N, p.out(), out + 4, pass == Pass::forward ? 1 : 3}}) {
-    const auto part = try_product({max_offset("shape", s.B, rows, cols, st) + 1, bytes, copies});
-    if (!part || __builtin_add_overflow(total, *part, &total)) return false;
-  }
-  return total <= kMaxTuningBytes;
+  return bytes && !__builtin_add_overflow(bytes->device, bytes->host, &total) && total <= kMaxTuningBytes;
+}
+
+std::string trial_memory_refusal(const TrialBytes& need, std::size_t device_free, std::size_t host_available) {
+  const auto mib = [](double bytes) { return std::to_string(static_cast<long long>(std::ceil(bytes / (1 << 20)))); };
+  if (static_cast<double>(need.device) > kTrialDeviceShare * static_cast<double>(device_free))
+    return "its trial needs " + mib(static_cast<double>(need.device)) + " MiB of device memory and " +
+           mib(static_cast<double>(device_free)) + " MiB are free";
+  if (static_cast<double>(need.host) > kTrialHostShare * static_cast<double>(host_available))
+    return "its trial needs " + mib(static_cast<double>(need.host)) + " MiB of host memory and " +
+           mib(static_cast<double>(host_available)) + " MiB are available";
+  return "";
+}
+
+std::string trial_memory_refusal(const Problem& p, Pass pass) {
+  const auto need = trial_bytes(p, pass);
+  if (!need) return "its trial's size does not fit 64 bits";
+  std::size_t free = 0, total = 0;
+  if (driver().cuMemGetInfo(&free, &total) != CUDA_SUCCESS) free = SIZE_MAX;
+  return trial_memory_refusal(*need, free, host_available_bytes().value_or(SIZE_MAX));
 }
 
 ForwardTrial::ForwardTrial(const Problem& problem, const DeviceInfo& dev, std::mt19937_64& rng, double spread)

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -18,11 +19,30 @@
 
 namespace jitbmm {
 
-// Above this many bytes of trial buffers (operands on the host and the device, outputs), a problem is not tuned:
+// The memory one trial of a pass takes: on the device its operands, output and argmax, and for a backward grad_out
+// and the gradient; on the host the operands the reference reads, and for a backward grad_out, the forward's values
+// and argmax as the reference reads them, and the gradient read back. Nothing when a size overflows.
+struct TrialBytes {
+  int64_t device = 0, host = 0;
+};
+std::optional<TrialBytes> trial_bytes(const Problem& problem, Pass pass = Pass::forward);
+
+// Above this many bytes of trial buffers (host and device together), a problem is not tuned on any machine:
 // choose() takes a stored decision or the default spec instead.
 constexpr int64_t kMaxTuningBytes = int64_t(1) << 34;
-// Whether choose() may tune the problem: it has outputs and terms, and its trial buffers fit kMaxTuningBytes.
+// Whether choose() may tune the problem at all: it has outputs and terms, and its trial fits kMaxTuningBytes.
 bool tunable(const Problem& problem, Pass pass = Pass::forward);
+
+// A trial may take this share of the device's free memory (the rest is for the candidates' workspaces and the
+// caller's own allocations, which a framework's caching allocator may make at any time) and of the host's
+// available memory.
+constexpr double kTrialDeviceShare = 0.5;
+constexpr double kTrialHostShare = 0.5;
+// Why a trial needing `need` does not fit `device_free` and `host_available` bytes now (the shares above), or "".
+std::string trial_memory_refusal(const TrialBytes& need, std::size_t device_free, std::size_t host_available);
+// The same for one pass of `problem`, with the current context's free memory and the host's available memory read
+// now (what the process cannot read counts as unlimited).
+std::string trial_memory_refusal(const Problem& problem, Pass pass);
 
 // The forward: random a and b (normal, times `spread`), and the reference's value of 24 sampled outputs.
 struct ForwardTrial {

@@ -7,7 +7,8 @@
 // - one device, "Fake H100", sm_90, with an H100's limits (132 SMs, 227 KiB shared memory a block opt-in, ...); an
 //   attribute it does not know is CUDA_ERROR_INVALID_VALUE, so a new query fails loudly rather than reading 0;
 // - a primary context and a per-thread context stack;
-// - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB); copies and
+// - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB, which
+//   cuMemGetInfo reports as the total, less what is allocated as free); copies and
 //   memsets check that the whole range lies in one allocation (CUDA_ERROR_INVALID_VALUE otherwise) and then run;
 //   the asynchronous forms run synchronously; pinned host memory is plain host memory;
 // - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
@@ -400,6 +401,13 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) { return allocate(ptr, bytes); }
 CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) { return release(ptr); }
+CUresult CUDAAPI cuMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *total_bytes = memory_cap();
+  *free_bytes = *total_bytes - std::min(g_allocated, *total_bytes);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream) {
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   auto it = g_pool_allocations.find(ptr);

@@ -164,3 +164,31 @@ TEST_CASE("the C ABI turns a huge shape into JITBMM_INVALID_ARGUMENT naming the 
   CHECK(jitbmm_reference(&c, nullptr, nullptr, nullptr, nullptr) == JITBMM_INVALID_ARGUMENT);
   CHECK(std::string(jitbmm_last_error()).find("shape.N") != std::string::npos);
 }
+
+TEST_CASE("a trial is sized before anything is drawn: device and host bytes, against what is free now") {
+  Problem p;
+  p.semiring = Semiring::log;
+  p.dtype = DType::f32;
+  p.shape = {16, 4096, 1, 4096};
+  const auto fwd = trial_bytes(p, Pass::forward);
+  REQUIRE(fwd);
+  const int64_t out = int64_t(16) * 4096 * 4096 * 4, a = 16 * 4096 * 4, b = 16 * 4096 * 4;
+  CHECK(fwd->device == a + b + out);
+  CHECK(fwd->host == a + b);
+  const auto ga = trial_bytes(p, Pass::grad_a);
+  REQUIRE(ga);
+  CHECK(ga->device == a + b + 2 * out + a);             // grad_out and out in out's layout, the gradient
+  CHECK(ga->host == a + b + 2 * out + out / 4 * 16 + a); // + grad_out and out as doubles, the gradient read back
+  Problem sel = p;
+  sel.semiring = Semiring::max_plus;
+  sel.with_argmax = true;
+  CHECK(trial_bytes(sel, Pass::forward)->device == fwd->device + out); // int32 argmax, as wide as an f32 output
+  CHECK(trial_bytes(sel, Pass::grad_b)->host == ga->host - a + b + out);
+  // Half of what is free on each side.
+  CHECK(trial_memory_refusal(*fwd, std::size_t(4) << 30, std::size_t(1) << 30).empty());
+  CHECK(trial_memory_refusal(*fwd, std::size_t(512) << 20, std::size_t(1) << 30) ==
+        "its trial needs 1025 MiB of device memory and 512 MiB are free");
+  CHECK(trial_memory_refusal(*ga, std::size_t(80) << 30, std::size_t(2) << 30) ==
+        "its trial needs 6145 MiB of host memory and 2048 MiB are available");
+  CHECK_FALSE(trial_bytes(with_size('B', int64_t(1) << 62, DType::f64), Pass::forward));
+}
