@@ -20,6 +20,7 @@
 #include "runtime/tuner/family_model.hpp"
 #include "runtime/tuner/search_space.hpp"
 #include "runtime/tuner/trials.hpp"
+#include "runtime/tuner/policy.hpp"
 
 namespace jitbmm {
 
@@ -119,6 +120,41 @@ std::mutex g_made_mutex;
 std::map<std::string, Choice> g_made;
 std::map<std::string, MadeChoice> g_settled;
 
+// Tunes `p` now (one tuning per key on the machine; a new bucket of a tuned family times the family model's
+// candidates) and stores the decision.
+Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
+                const std::vector<KernelSpec>& rejected, const KernelSpec& fallback) {
+  DiskCache* disk = DiskCache::process_cache();
+  const TuningDevice td = tuning_device(device);
+  // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
+  const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
+  if (held.held() || held.waited())
+    if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) {
+      c->source = "decided by another process (" + c->source + ")";
+      return *c;
+    }
+  if (policy == TunePolicy::bucket) {
+    // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
+    // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
+    const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
+    const std::vector<KernelSpec> timed =
+        model_candidates(related, p, fallback, untimed_variants(related, p, device_candidates(p, device, pass)));
+    if (!timed.empty()) {
+      TuneReport report = autotune(p, device, false, pass, timed);
+      report.reason = "family model: " + std::to_string(timed.size()) +
+                      " variants timed, the best predicted from " + std::to_string(related.size()) +
+                      " tuned buckets, the default and any no bucket timed";
+      store_decision(p, device, report, true, pass, false);
+      return {report.best, report.reason, {}};
+    }
+  }
+  // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
+  TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
+  report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
+  store_decision(p, device, report, policy == TunePolicy::bucket, pass);
+  return {report.best, "tuned now", {}};
+}
+
 } // namespace
 
 std::vector<MadeChoice> choices_made() {
@@ -154,34 +190,25 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       return {fallback, "default: the caller's stream is being captured into a CUDA graph, so nothing is tuned now", {},
               false, true};
     if (!tune) return {fallback, "default", {}};
-    // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
-    const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
-    if (held.held() || held.waited())
-      if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) {
-        c->source = "decided by another process (" + c->source + ")";
-        return *c;
-      }
-    if (policy == TunePolicy::bucket) {
-      // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
-      // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
-      const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
-      const std::vector<KernelSpec> timed =
-          model_candidates(related, p, fallback,
-                           untimed_variants(related, p, device_candidates(problem, device, pass)));
-      if (!timed.empty()) {
-        TuneReport report = autotune(p, device, false, pass, timed);
-        report.reason = "family model: " + std::to_string(timed.size()) +
-                        " variants timed, the best predicted from " + std::to_string(related.size()) +
-                        " tuned buckets, the default and any no bucket timed";
-        store_decision(p, device, report, true, pass, false);
-        return {report.best, report.reason, {}};
-      }
+    // A first plan must not wait seconds of compiles for a product that runs in microseconds: under bucket a small
+    // problem runs the default until a decision for it exists (jitbmm tune, JITBMM_TUNE=exact, a shared choice).
+    if (policy == TunePolicy::bucket && is_small_problem(p))
+      return {fallback, "default: a small problem is not tuned on first use", {}};
+    const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
+    // A trial draws device and host memory of the problem's size: it is sized against what is free before anything
+    // is drawn, and a tuning that fails anyway leaves the call with the default rather than an error. Neither is
+    // stored, so a later process tunes.
+    if (const std::string why = trial_memory_refusal(p, pass); !why.empty()) {
+      warn_once("memory " + id.str(), "not tuning " + what + " now: " + why + "; running the default variant");
+      return {fallback, "default: not tuned, " + why, {}, false, true};
     }
-    // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
-    TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
-    report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
-    store_decision(p, device, report, policy == TunePolicy::bucket, pass);
-    return {report.best, "tuned now", {}};
+    try {
+      return tune_now(p, device, policy, pass, rejected, fallback);
+    } catch (const std::exception& e) {
+      warn_once("failed " + id.str(), "tuning " + what + " failed (" + e.what() +
+                                          "); running the default variant, and nothing is stored");
+      return {fallback, std::string("default: tuning failed, ") + e.what(), {}};
+    }
   }();
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "plan " + describe(p) +
@@ -189,11 +216,17 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
                                      to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(g_made_mutex);
   if (!choice.held) g_made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
-  if (!choice.held && choice.source != "default")
+  if (!choice.held && choice.source.rfind("default", 0) != 0) // defaults are nobody's decision
     g_settled[std::string(pass_name(pass)) + ' ' + describe(p) + ' ' + std::to_string(p.with_argmax) + ' ' +
               dtype_info(p.output_dtype()).name] = MadeChoice{p, pass, choice.spec};
   return choice;
 }
+
+namespace {
+// The wide-data tuning itself (below): one tuning per key on the machine, the decision stored.
+std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, TunePolicy policy,
+                                    const std::vector<KernelSpec>& candidates);
+} // namespace
 
 std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, TunePolicy policy,
                                   const std::vector<KernelSpec>& candidates) {
@@ -206,6 +239,26 @@ std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, Tu
   }
   if (policy == TunePolicy::never || TuningHold::active() || candidates.empty() || !tunable(p, Pass::forward))
     return std::nullopt;
+  // As for choose(): sized against free memory first, and a failure keeps the plan on its variant.
+  if (const std::string why = trial_memory_refusal(p, Pass::forward); !why.empty()) {
+    warn_once("memory wide " + what, "not tuning " + what + " now: " + why + "; the plan keeps its variant");
+    return std::nullopt;
+  }
+  try {
+    return tune_wide_now(p, device, policy, candidates);
+  } catch (const std::exception& e) {
+    warn_once("failed wide " + what, "tuning " + what + " failed (" + e.what() + "); the plan keeps its variant");
+    return std::nullopt;
+  }
+}
+
+namespace {
+
+std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, TunePolicy policy,
+                                    const std::vector<KernelSpec>& candidates) {
+  DiskCache* disk = DiskCache::process_cache();
+  const TuningDevice td = tuning_device(device);
+  const std::string what = describe(p) + " on wide-range data";
   const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, Pass::forward,
                                                     InputRange::wide), what);
   if (held.held() || held.waited())
@@ -220,6 +273,8 @@ std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, Tu
   store_decision(p, device, report, policy == TunePolicy::bucket, Pass::forward, true, InputRange::wide);
   return Choice{report.best, "tuned now on wide-range data", {}};
 }
+
+} // namespace
 
 KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
                             const std::function<void(const KernelSpec&)>& plan) {

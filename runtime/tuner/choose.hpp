@@ -22,14 +22,17 @@ struct Choice {
   std::string source; // "exact", "bucket", "nearest bucket", "tuned now", "family model: ...", "default"
   std::optional<Decision> decision; // the stored decision used, if any
   bool stored = false;              // the spec is the stored decision's, not yet compiled in this process
-  bool held = false;                // the default, because tuning was held (TuningHold): not remembered
+  bool held = false; // the default because tuning was held (TuningHold) or memory was short: not remembered
 };
 // The spec SemiringBMM::get uses: a stored decision the policy allows, else tuning when the policy allows it and
 // the problem is tunable() (the result is stored), else default_spec. A stored decision that does not parse or no
 // longer fits the problem is ignored with one warning naming it; one whose spec is in `rejected` (it failed to
 // compile or load: plan_with_choice) is skipped. Remembered per process, so repeated get() calls read the disk
 // once; a choice made with specs rejected replaces the remembered one. While a TuningHold is active on the thread,
-// a problem that would be tuned gets the default instead, and that choice is not remembered.
+// or while the device or host has too little free memory for the problem's trial (trial_memory_refusal), a problem
+// that would be tuned gets the default instead, and that choice is not remembered. A tuning that fails (no candidate
+// correct, an allocation or launch failing) gives the default too, with one warning: remembered in this process,
+// stored nowhere. Under bucket a small problem (is_small_problem) without a decision runs the default.
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
               const std::vector<KernelSpec>& rejected = {});
 

@@ -55,7 +55,6 @@ std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Pr
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& p,
                                          const KernelSpec& fallback, const std::vector<KernelSpec>& untimed) {
   const Shape& shape = p.shape;
-  if (double(shape.B) * double(shape.M) * double(shape.N) * double(shape.K) < kModelMinTerms) return {};
   if (std::none_of(decisions.begin(), decisions.end(), [&](const Decision& d) {
         return bucket_distance(d.measured.value_or(d.shape), shape) <= kModelMaxDistance;
       }))

@@ -29,14 +29,14 @@ struct Prediction {
 std::vector<Prediction> predict(const std::vector<Decision>& decisions, const Problem& problem);
 
 constexpr std::size_t kModelMinVariants = 3; // fewer timed variants that fit: tune the whole search space
-constexpr double kModelMinTerms = 1 << 22;    // smaller problems (B·M·N·K) time the whole space: microseconds each
 constexpr double kModelMaxDistance = 12;      // no decision nearer (bucket_distance): the whole space, too
 constexpr std::size_t kModelCandidates = 12; // the most a new bucket times, besides the default and the untimed
 
 // What a new bucket times: the kModelCandidates best predictions, `fallback` (the default spec) and `untimed`
-// (untimed_variants); empty (time everything) when fewer than kModelMinVariants variants fit, when the problem is
-// smaller than kModelMinTerms (a launch takes microseconds, and the best variant is often one large shapes rank low),
-// or when no decision lies within kModelMaxDistance (far shapes rank variants too differently to predict from).
+// (untimed_variants); empty (time everything) when fewer than kModelMinVariants variants fit, or when no decision
+// lies within kModelMaxDistance (far shapes rank variants too differently to predict from). Small problems
+// (is_small_problem) never come here: they are tuned only on request, and then over the whole space, since their
+// best variant is often one large shapes rank low.
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& problem,
                                          const KernelSpec& fallback, const std::vector<KernelSpec>& untimed = {});
 

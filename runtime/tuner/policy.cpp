@@ -34,4 +34,9 @@ TunePolicy tune_policy_from_env() {
   return v && *v ? parse_tune_policy(v) : TunePolicy::bucket;
 }
 
+bool is_small_problem(const Problem& p) {
+  const Shape& s = p.shape;
+  return double(s.B) * double(s.M) * double(s.N) * double(s.K) < kSmallProblemTerms;
+}
+
 } // namespace jitbmm

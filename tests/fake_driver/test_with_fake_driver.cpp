@@ -118,8 +118,9 @@ ChildResult run_helper(std::vector<std::string> args, const std::vector<std::pai
 // This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
 // With `tune`, the helper plans under policy bucket (tuning, were no decision stored) and its stderr is captured too.
 ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
-                          const std::string& dtype = "f32", bool tune = false) {
-  ChildResult r = run_helper({tune ? "--plan-bucket" : "--plan", semiring, dtype, "2", "33", "17", "40"},
+                          const std::string& dtype = "f32", bool tune = false, const Shape& shape = {2, 33, 17, 40}) {
+  ChildResult r = run_helper({tune ? "--plan-bucket" : "--plan", semiring, dtype, std::to_string(shape.B),
+                              std::to_string(shape.M), std::to_string(shape.K), std::to_string(shape.N)},
                              {{"JITBMM_CACHE_DIR", cache_dir}, {"JITBMM_FAKE_CUDA_LOG", log}}, tune);
   char name[512] = {0};
   const std::size_t line = r.output.find("compiles=");
@@ -428,7 +429,9 @@ TEST_CASE("the disk cache across processes: the second process loads the first o
 TEST_CASE("a process that finds the tuning lock held waits for the holder's decision and plans with it") {
   TempDir dir;
   const std::string cache_dir = dir.path + "/cache", log = dir.path + "/driver.log";
-  const Problem p = small_problem(Semiring::log, DType::f32);
+  Problem p = small_problem(Semiring::log, DType::f32);
+  p.shape = {4, 128, 64, 128}; // large enough to be tuned under bucket (is_small_problem)
+  REQUIRE_FALSE(is_small_problem(p));
   const TuningDevice td = tuning_device(*current_device());
   const std::string key = tuning_key(p, td, true);
   DiskCache cache(cache_dir);
@@ -448,7 +451,7 @@ TEST_CASE("a process that finds the tuning lock held waits for the holder's deci
     CHECK(cache.put(key, "tune", encode_decision(d)));
     held.release();
   });
-  const ChildResult waiter = plan_in_child(cache_dir, log, "log", "f32", true);
+  const ChildResult waiter = plan_in_child(cache_dir, log, "log", "f32", true, p.shape);
   holder.join();
   INFO(waiter.output);
   CHECK(waiter.status == 0);
@@ -500,13 +503,15 @@ TEST_CASE("a planted cubin in a world-writable cache directory is not loaded") {
 
 // Capture safety: tuning launches and synchronises, so a problem first planned for a stream that is being captured
 // into a CUDA graph gets the default variant and tunes nothing; the first plan outside the capture tunes as usual.
-// On the fake driver tuning fails ("no correct candidate": nothing computes), which is what shows it ran.
+// On the fake driver tuning launches candidates (the driver's log shows them) and then fails ("no correct
+// candidate": nothing computes), which leaves the plan with the default variant and a warning.
 TEST_CASE("inside a stream capture nothing is tuned; the next plan outside the capture tunes") {
   set_tune_policy(TunePolicy::bucket);
   Problem p;
   p.semiring = Semiring::max_times;
   p.dtype = DType::f64;
-  p.shape = {3, 7, 9, 11}; // this test's own problem: no other test has planned or stored it
+  p.shape = {4, 128, 67, 123}; // this test's own problem (no other test has planned or stored it), not a small one
+  REQUIRE_FALSE(is_small_problem(p));
   const Stream stream = nullptr;
   ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
   const SemiringBMM held = SemiringBMM::get(p, stream);
@@ -518,17 +523,61 @@ TEST_CASE("inside a stream capture nothing is tuned; the next plan outside the c
     CHECK(held.grad_spec(Pass::grad_a) == default_grad_spec(grad_problem(p), Pass::grad_a));
   }
   jitbmm_problem c{};
-  c.semiring = "max_times", c.dtype = "f64", c.B = 3, c.M = 7, c.K = 9, c.N = 11;
-  const int64_t as[3] = {63, 9, 1}, bs[3] = {99, 11, 1}, os[3] = {77, 11, 1};
+  c.semiring = "max_times", c.dtype = "f64", c.B = 4, c.M = 128, c.K = 67, c.N = 123;
+  const int64_t as[3] = {128 * 67, 67, 1}, bs[3] = {67 * 123, 123, 1}, os[3] = {128 * 123, 123, 1};
   std::copy(as, as + 3, c.a_strides), std::copy(bs, bs + 3, c.b_strides), std::copy(os, os + 3, c.out_strides);
+  TempDir dir;
+  const std::string log = dir.path + "/driver.log";
+  ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
   jitbmm_plan* cp = nullptr;
   CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_OK);
   jitbmm_plan_destroy(cp);
+  CHECK(file_text(log).find("launch ") == std::string::npos); // no trial ran
   ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
-  // Outside the capture the same problem tunes: the held default was not remembered as its choice.
-  CHECK_THROWS_WITH(SemiringBMM::get(p, stream), doctest::Contains("no correct candidate"));
-  CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_INTERNAL_ERROR);
-  CHECK(std::string(jitbmm_last_error()).find("no correct candidate") != std::string::npos);
+  // Outside the capture the same problem tunes (the held default was not remembered as its choice): its trial
+  // launches candidates, finds none correct here, and the plan runs the default, stored nowhere.
+  const SemiringBMM tuned = SemiringBMM::get(p, stream);
+  CHECK(file_text(log).find("launch ") != std::string::npos);
+  CHECK(tuned.spec() == default_spec(p));
+  CHECK(jitbmm_plan_create_on_stream(&c, nullptr, &cp) == JITBMM_OK);
+  jitbmm_plan_destroy(cp);
+  CHECK_FALSE(stored_choice(DiskCache::process_cache(), p, tuning_device(*current_device()), TunePolicy::bucket,
+                            Pass::forward, {}));
+  ::unsetenv("JITBMM_FAKE_CUDA_LOG");
+  set_tune_policy(TunePolicy::never);
+}
+
+// Tuning never turns a valid call into an error. With 512 MiB of device memory, a problem whose trial would need
+// more than half of what is free is not tuned (nothing is drawn: no launch, no allocation of its size), and its plan
+// and first backward run the default variants; a small problem is not tuned on first use at all.
+TEST_CASE("under memory pressure, and for small problems, plans and first backwards run the default variants") {
+  set_tune_policy(TunePolicy::bucket);
+  TempDir dir;
+  const std::string log = dir.path + "/driver.log";
+  ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
+  ::setenv("JITBMM_FAKE_CUDA_MEMORY_BYTES", std::to_string(512 << 20).c_str(), 1);
+  Problem p;
+  p.semiring = Semiring::log;
+  p.dtype = DType::f32;
+  p.shape = {16, 4096, 1, 4096}; // a 1 GiB output
+  REQUIRE(tunable(p));
+  CHECK(trial_memory_refusal(p, Pass::forward).find("MiB of device memory") != std::string::npos);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  CHECK(plan.spec() == default_spec(p));
+  plan.backward_workspace_bytes(true, true, true); // chooses both passes' kernels
+  CHECK(plan.grad_spec(Pass::grad_a) == default_grad_spec(grad_problem(p), Pass::grad_a));
+  CHECK(plan.grad_spec(Pass::grad_b) == default_grad_spec(grad_problem(p), Pass::grad_b));
+  CHECK(file_text(log).find("launch ") == std::string::npos);
+  ::unsetenv("JITBMM_FAKE_CUDA_MEMORY_BYTES");
+
+  Problem small = p;
+  small.shape = {3, 6, 6, 6};
+  REQUIRE(is_small_problem(small));
+  const SemiringBMM quick = SemiringBMM::get(small);
+  CHECK(quick.spec() == default_spec(small));
+  CHECK(quick.grad_spec(Pass::grad_a) == default_grad_spec(grad_problem(small), Pass::grad_a));
+  CHECK(file_text(log).find("launch ") == std::string::npos);
+  ::unsetenv("JITBMM_FAKE_CUDA_LOG");
   set_tune_policy(TunePolicy::never);
 }
 

@@ -65,8 +65,10 @@ std::pair<KernelSpec, How> replay_choice(DiskCache& disk, const Problem& p, cons
   if (auto c = stored_choice(&disk, p, kDevice, TunePolicy::bucket, Pass::forward, {})) return {c->spec, How::reused};
   const std::vector<KernelSpec> space = tuning_candidates(p, limits);
   const std::vector<Decision> related = families_buckets(&disk, related_families(p, kDevice, Pass::forward));
+  // A small problem is tuned only on request (jitbmm tune), and then over the whole space.
   std::vector<KernelSpec> timed_specs =
-      model_candidates(related, p, default_spec(p), untimed_variants(related, p, space));
+      is_small_problem(p) ? std::vector<KernelSpec>{}
+                          : model_candidates(related, p, default_spec(p), untimed_variants(related, p, space));
   const bool everything = timed_specs.empty();
   if (everything) timed_specs = space;
   TuneReport report;
@@ -248,9 +250,8 @@ TEST_CASE("twelve shapes of a family, in three orders, each run within 5% of the
       CHECK(stand_in_ms(chosen, shape) <= 1.05 * best);
     }
     // Only the family's first shape and the small ones (a launch of microseconds) search everything.
-    const auto small = std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) {
-      return double(s.B) * double(s.M) * double(s.N) * double(s.K) < kModelMinTerms;
-    });
+    const auto small =
+        std::count_if(shapes.begin(), shapes.end(), [](const Shape& s) { return is_small_problem(log_problem(s)); });
     CHECK(how[How::whole] <= 1 + small);
     CHECK(how[How::whole] + how[How::model] + how[How::reused] == static_cast<int>(shapes.size()));
     MESSAGE("order " << order << ": " << how[How::whole] << " searched everything, " << how[How::model]
