@@ -3,6 +3,7 @@
 #include "runtime/backward.hpp"
 
 #include <algorithm>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -70,6 +71,28 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
   return slot;
 }
 
+// Both passes' kernels for a first backward that runs both: chosen one after the other (a tuning has the GPU to
+// itself), then grad_b's compiled beside grad_a's, so that the call waits for one compile rather than two. A
+// failure of grad_b's here is left for grad_kernel to meet and report.
+void prepare_both_passes(const SemiringBMM::Impl& im) {
+  {
+    std::lock_guard<std::mutex> lock(im.grad_mutex);
+    if (im.grad[0] || im.grad[1]) return;
+  }
+  const Problem p = grad_problem(im.problem);
+  const TunePolicy policy = tune_policy_from_env();
+  choose(p, *im.device, policy, Pass::grad_a);
+  const KernelSpec b = choose(p, *im.device, policy, Pass::grad_b).spec;
+  const std::shared_ptr<const DeviceInfo> device = im.device;
+  auto other = std::async(std::launch::async, [device, b] {
+    try {
+      load_kernel(*device, b);
+    } catch (const std::exception&) {
+    }
+  });
+  grad_kernel(im, Pass::grad_a); // waits for `other` on the way out, also when it throws
+}
+
 // The forward with argmax that recomputes the selecting semirings' argmax when the caller has none.
 std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
   std::lock_guard<std::mutex> lock(im.grad_mutex);
@@ -111,6 +134,7 @@ BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b
     w.forward_workspace = w.forward->workspace_bytes();
     size.add(w.values, "argmax scratch").add(w.argmax, "argmax scratch").add(w.forward_workspace, "workspace");
   }
+  if (want_a && !none_a && want_b && !none_b) prepare_both_passes(im);
   for (int i = 0; i < 2; ++i) {
     if (!(i == 0 ? want_a && !none_a : want_b && !none_b)) continue;
     w.pass[i] = grad_kernel(im, i == 0 ? Pass::grad_a : Pass::grad_b);
