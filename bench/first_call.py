@@ -1,0 +1,121 @@
+"""What a first call of a small problem costs, and what running its default variant gives up.
+
+1. Defaults against the full search: for small problems (fewer than 2^22 terms, which the default policy does not
+   tune on first use), each pass (forward, grad_a, grad_b) tuned over its whole search space by `jitbmm tune`, which
+   times every candidate alike; the default variant's median against the best one's.
+2. First calls through jitbmm.torch, each in a fresh process (torch and its CUDA context ready first, so the figure
+   is jitbmm's): forward + backward of a new problem with an empty cache, again with its binaries on disk, and a new
+   shape whose family has decisions on disk (tuned in part 1).
+
+    python bench/first_call.py --cli build/jitbmm [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SHAPES = ["3x6x6x6", "8x32x32x32", "8x64x64x64", "16x64x64x64", "2x128x128x64"]
+SEMIRINGS = ["log", "max_plus"]
+PASSES = ["forward", "grad_a", "grad_b"]
+
+CHILD = r"""
+import sys, time, torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t0 = time.perf_counter()
+import jitbmm.torch as jt
+t1 = time.perf_counter()
+B, M, K, N = map(int, sys.argv[2].split("x"))
+a = torch.randn(B, M, K, device="cuda", requires_grad=True)
+b = torch.randn(B, K, N, device="cuda", requires_grad=True)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+jt.semiring_bmm(a, b, sys.argv[1]).sum().backward()
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+jt.semiring_bmm(a, b, sys.argv[1]).sum().backward()
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+print(f"{t1 - t0:.4f} {t3 - t2:.4f} {t4 - t3:.4f}")
+"""
+
+
+def run(cmd, env):
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def default_spec(cli, semiring, shape, pass_, env):
+    text = run([cli, "inspect", "--semiring", semiring, "--shape", shape, "--pass", pass_, "--emit", "cuda"]
+               if pass_ != "forward" else
+               [cli, "inspect", "--semiring", semiring, "--shape", shape, "--emit", "cuda"], env)
+    return re.search(r"// spec: (.*)", text).group(1).strip()
+
+
+def defaults_against_search(cli, cache):
+    env = dict(os.environ, JITBMM_CACHE_DIR=cache)
+    rows = []
+    for shape in SHAPES:
+        for semiring in SEMIRINGS:
+            for pass_ in PASSES:
+                out = run([cli, "tune", "--semiring", semiring, "--shape", shape, "--pass", pass_], env)
+                times = {}
+                for line in out.splitlines():
+                    m = re.match(r"\s*(-?[0-9.]+)\s+(semiring=\S.*?)(\s+\[.*\])?$", line)
+                    if m and float(m.group(1)) > 0:
+                        times[m.group(2).strip()] = float(m.group(1))
+                best = min(times.values())
+                spec = default_spec(cli, semiring, shape, pass_, env)
+                d = times.get(spec)
+                rows.append({"shape": shape, "semiring": semiring, "pass": pass_, "default_ms": d, "best_ms": best,
+                             "ratio": d / best if d else None, "default": spec})
+                print(f"{semiring:8s} {shape:14s} {pass_:7s} default {d if d else float('nan'):.4f} ms  "
+                      f"best {best:.4f} ms  ratio {d / best if d else float('nan'):.2f}", flush=True)
+    return rows
+
+
+def first_call(semiring, shape, cache):
+    env = dict(os.environ, JITBMM_CACHE_DIR=cache)
+    out = run([sys.executable, "-c", CHILD, semiring, shape], env).split()
+    return {"import_s": float(out[0]), "first_s": float(out[1]), "second_s": float(out[2])}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as tuned:
+        rows = []
+        for semiring, shape in (("log", "3x6x6x6"), ("max_plus", "8x64x64x64"), ("log", "2x128x128x64")):
+            cold = first_call(semiring, shape, os.path.join(empty, semiring + shape))
+            warm = first_call(semiring, shape, os.path.join(empty, semiring + shape))
+            rows.append({"semiring": semiring, "shape": shape, "empty_cache": cold, "binaries_on_disk": warm})
+            print(f"first call {semiring} {shape}: empty cache {cold['first_s'] * 1e3:.0f} ms (import "
+                  f"{cold['import_s'] * 1e3:.0f} ms), binaries on disk {warm['first_s'] * 1e3:.0f} ms, "
+                  f"second call {warm['second_s'] * 1e3:.2f} ms", flush=True)
+        results["first_calls"] = rows
+        results["defaults"] = defaults_against_search(args.cli, tuned)
+        family = []
+        for semiring, shape in (("log", "8x32x32x33"), ("max_plus", "8x64x64x66"), ("log", "16x64x64x60")):
+            f = first_call(semiring, shape, tuned)
+            family.append({"semiring": semiring, "shape": shape, **f})
+            print(f"first call {semiring} {shape}, its family tuned on disk: {f['first_s'] * 1e3:.0f} ms",
+                  flush=True)
+        results["family_on_disk"] = family
+    worst = max(r["ratio"] for r in results["defaults"] if r["ratio"])
+    missing = [r for r in results["defaults"] if not r["ratio"]]
+    print(f"defaults: worst {worst:.2f}x the best; {len(missing)} defaults not among the timed candidates")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
