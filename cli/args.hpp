@@ -1,5 +1,6 @@
-// A small --key value parser for the jitbmm CLI: unknown flags are errors, never ignored; so are a flag given twice,
-// a flag whose value is missing (nothing follows, or another --flag does), and a flag the chosen mode does not read.
+// A small parser for the jitbmm CLI's flags, `--key value` or `--key=value`: unknown flags are errors, never ignored;
+// so are a flag given twice, a flag whose value is missing (nothing follows, another --flag does, or nothing follows
+// the '='), a switch given a value, and a flag the chosen mode does not read.
 #pragma once
 
 #include <map>
@@ -15,11 +16,17 @@ public:
   // `flags` take a value; `switches` do not.
   Args(int argc, char** argv, int first, const std::set<std::string>& flags, const std::set<std::string>& switches) {
     for (int i = first; i < argc; ++i) {
-      const std::string key = argv[i];
+      const std::string arg = argv[i];
+      const std::size_t eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+      const std::string key = arg.substr(0, eq);
       if (!switches.count(key) && !flags.count(key)) throw std::invalid_argument("unknown argument '" + key + "'");
       if (values_.count(key)) throw std::invalid_argument(key + ": given twice");
       if (switches.count(key)) {
+        if (eq != std::string::npos) throw std::invalid_argument(key + ": takes no value, got '" + arg + "'");
         values_[key] = "1";
+      } else if (eq != std::string::npos) {
+        if (eq + 1 == arg.size()) throw std::invalid_argument(key + ": missing value");
+        values_[key] = arg.substr(eq + 1);
       } else {
         // A value never starts with "--" (negative numbers have one dash), so "--shape --emit cuda" is a missing
         // value, not a shape called "--emit".

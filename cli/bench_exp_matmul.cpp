@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -64,13 +65,17 @@ struct Row {
 int run_exp_matmul_bench(const Args& args) {
   const int reps = reps_from(args);
   std::vector<Shape> shapes = {{64, 512, 512, 512}, {4, 2048, 2048, 2048}};
-  if (args.has("--shape")) shapes = {parse_shape(args.get("--shape", ""))};
-  const DType dtype = parse_dtype(args.get("--dtype", "f32"));
+  if (args.has("--shape")) shapes = {parse_flag(args, "--shape", "", parse_shape)};
+  const DType dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
   for (const Shape& shape : shapes) { // every problem checked before the GPU is touched (and sizes are computed)
     Problem p;
     p.shape = shape;
     p.dtype = dtype;
-    validate(p);
+    try {
+      validate(p);
+    } catch (const std::invalid_argument& e) {
+      throw_for_flag(args, e);
+    }
   }
   const auto device = current_device();
   ScopedContext scope(device->context);

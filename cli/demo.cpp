@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cache/disk_cache.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/spec_args.hpp"
 #include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
@@ -129,10 +131,14 @@ int demo_without_gpu(const Shape& shape, const NoDriverError& why) {
 
 int run_demo(int argc, char** argv) {
   const Args args(argc, argv, 2, {"--shape"}, {});
-  const Shape shape = parse_shape(args.get("--shape", "64x512x512x512"));
+  const Shape shape = parse_flag(args, "--shape", "64x512x512x512", parse_shape);
   Problem problem;
   problem.shape = shape;
-  validate(problem);
+  try {
+    validate(problem);
+  } catch (const std::invalid_argument& e) {
+    throw_for_flag(args, e);
+  }
   try {
     current_device();
   } catch (const NoDriverError& e) {

@@ -20,6 +20,71 @@
 
 namespace jitbmm::cli {
 
+// The library's errors name a field ("dtype: unsupported 'x' ...", "shape.M: ...", "spec.thread: ..."); the user
+// typed flags, so the CLI's errors name the flag instead. The field of a message: its lowercase start before ": ".
+inline std::string error_field(const std::string& message) {
+  std::size_t i = 0;
+  while (i < message.size() && (std::islower(static_cast<unsigned char>(message[i])) ||
+                                std::isdigit(static_cast<unsigned char>(message[i])) || message[i] == '_' ||
+                                message[i] == '.'))
+    ++i;
+  return i > 0 && message.compare(i, 2, ": ") == 0 ? message.substr(0, i) : "";
+}
+
+// The flag's value parsed by `parse` (a library parser such as parse_dtype), its error addressed to the flag:
+// "--out-dtype: unsupported 'bogus' (expected f32, f64, f16 or bf16)".
+template <class Parse>
+auto parse_flag(const Args& args, const std::string& flag, const std::string& fallback, Parse parse) {
+  const std::string text = args.get(flag, fallback);
+  try {
+    return parse(text);
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what(), field = error_field(message);
+    throw std::invalid_argument(flag + ": " + (field.empty() ? message : message.substr(field.size() + 2)));
+  }
+}
+
+// Which flags set a field that validate() or check_spec_fits() names, most direct first.
+inline std::vector<std::string> flags_setting(const std::string& field) {
+  const std::string f = field.rfind("spec.", 0) == 0 ? field.substr(5) : field;
+  const auto is = [&](const char* name) { return f == name || f.rfind(std::string(name) + "_", 0) == 0; };
+  if (f == "shape" || f.rfind("shape.", 0) == 0) return {"--shape"};
+  if (f == "out_dtype") return {"--out-dtype", "--dtype"};
+  if (f == "with_argmax") return {"--argmax"};
+  if (f == "a_strides") return {"--a-layout"};
+  if (f == "b_strides") return {"--b-layout"};
+  if (is("tile")) return {"--tile", "--thread", "--min-blocks"};
+  if (is("thread")) return {"--thread", "--tile", "--min-blocks"};
+  if (f == "min_blocks") return {"--min-blocks", "--tile", "--thread"};
+  if (is("block")) return {"--block"};
+  if (f == "k_chunk") return {"--k-chunk"};
+  for (const char* plain : {"semiring", "dtype", "precision", "strategy", "pass", "math", "index64"})
+    if (f == plain) return {std::string("--") + plain};
+  return {};
+}
+
+// Re-addresses an error of validate() or check_spec_fits() to the first flag given that sets its field:
+// "--tile: 1 threads per block; need a multiple of 32, at most 1024 (tile 7x7x7, thread 4x4, min-blocks 1)". An
+// error about a field no flag given sets (a default's) is left as the library wrote it.
+[[noreturn]] inline void throw_for_flag(const Args& args, const std::invalid_argument& e,
+                                        const KernelSpec* spec = nullptr) {
+  const std::string message = e.what(), field = error_field(message);
+  for (const std::string& flag : flags_setting(field)) {
+    if (!args.has(flag)) continue;
+    const std::string plain = field.rfind("spec.", 0) == 0 ? field.substr(5) : field;
+    std::string why = message.substr(field.size() + 2);
+    const bool tiles = flag == "--tile" || flag == "--thread" || flag == "--min-blocks";
+    if (tiles && spec)
+      why += " (tile " + std::to_string(spec->tile_m) + "x" + std::to_string(spec->tile_n) + "x" +
+             std::to_string(spec->tile_k) + ", thread " + std::to_string(spec->thread_m) + "x" +
+             std::to_string(spec->thread_n) + ", min-blocks " + std::to_string(spec->min_blocks) + ")";
+    else if (plain.find('.') != std::string::npos) // a part of what the flag sets: "(shape.M)"
+      why += " (" + plain + ")";
+    throw std::invalid_argument(flag + ": " + why);
+  }
+  throw e;
+}
+
 inline std::set<std::string> problem_flags() {
   return {"--semiring", "--dtype", "--out-dtype", "--shape", "--precision", "--a-layout", "--b-layout"};
 }
@@ -83,15 +148,19 @@ inline Problem problem_from(const Args& args, const std::string& who,
   more_defaults.insert(more_defaults.begin(), {{"--semiring", "log"}, {"--dtype", "f32"}, {"--shape", shape}});
   note_defaults(args, more_defaults, who);
   Problem p;
-  p.semiring = parse_semiring(args.get("--semiring", "log"));
-  p.dtype = parse_dtype(args.get("--dtype", "f32"));
-  if (args.has("--out-dtype")) p.out_dtype = parse_dtype(args.get("--out-dtype", ""));
-  p.shape = parse_shape(args.get("--shape", shape));
+  p.semiring = parse_flag(args, "--semiring", "log", parse_semiring);
+  p.dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
+  if (args.has("--out-dtype")) p.out_dtype = parse_flag(args, "--out-dtype", "", parse_dtype);
+  p.shape = parse_flag(args, "--shape", shape, parse_shape);
   p.with_argmax = args.has("--argmax");
-  p.precision = parse_precision(args.get("--precision", "exact"));
-  p.a_strides = operand_layout(args, "--a-layout", p.shape.M, p.shape.K);
-  p.b_strides = operand_layout(args, "--b-layout", p.shape.K, p.shape.N);
-  validate(p);
+  p.precision = parse_flag(args, "--precision", "exact", parse_precision);
+  try {
+    p.a_strides = operand_layout(args, "--a-layout", p.shape.M, p.shape.K);
+    p.b_strides = operand_layout(args, "--b-layout", p.shape.K, p.shape.N);
+    validate(p);
+  } catch (const std::invalid_argument& e) {
+    throw_for_flag(args, e);
+  }
   return p;
 }
 
@@ -130,15 +199,19 @@ inline void require_used_by(const Args& args, const KernelSpec& spec, bool strat
 
 // The default spec for the problem (or for --strategy), with any tuning flag given overriding its field.
 inline KernelSpec spec_from(const Args& args, const Problem& p) {
-  const Pass pass = parse_pass(args.get("--pass", "forward"));
+  const Pass pass = parse_flag(args, "--pass", "forward", parse_pass);
   if (pass != Pass::forward && args.has("--argmax"))
     throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
   const bool strategy_given = args.has("--strategy");
-  const Strategy strategy = parse_strategy(args.get("--strategy", "tiled"));
-  KernelSpec spec = pass != Pass::forward ? (strategy_given ? default_grad_spec(p, pass, strategy)
-                                                            : default_grad_spec(p, pass))
-                    : strategy_given      ? default_spec(p, strategy)
-                                          : default_spec(p);
+  const Strategy strategy = parse_flag(args, "--strategy", "tiled", parse_strategy);
+  KernelSpec spec;
+  try {
+    spec = pass != Pass::forward ? (strategy_given ? default_grad_spec(p, pass, strategy) : default_grad_spec(p, pass))
+           : strategy_given      ? default_spec(p, strategy)
+                                 : default_spec(p);
+  } catch (const std::invalid_argument& e) {
+    throw_for_flag(args, e);
+  }
   require_used_by(args, spec, args.has("--strategy"));
   if (args.has("--block")) {
     const auto b = parse_dims(args, "--block", "XxY", 2);
@@ -155,8 +228,12 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   if (args.has("--min-blocks")) spec.min_blocks = parse_int(args.get("--min-blocks", ""), "--min-blocks", 1, 2048);
   if (args.has("--k-chunk")) spec.k_chunk = parse_int(args.get("--k-chunk", ""), "--k-chunk", 1, 1 << 30);
   if (args.has("--index64")) spec.index64 = true;
-  if (args.has("--math")) spec.math = parse_math(args.get("--math", ""));
-  check_spec_fits(spec, p);
+  if (args.has("--math")) spec.math = parse_flag(args, "--math", "", parse_math);
+  try {
+    check_spec_fits(spec, p);
+  } catch (const std::invalid_argument& e) {
+    throw_for_flag(args, e, &spec);
+  }
   return spec;
 }
 

@@ -17,7 +17,7 @@ int run_tune(int argc, char** argv) {
                    "--b-layout", "--data"},
                   {"--argmax"});
   const Problem p = problem_from(args, "tune");
-  const Pass pass = parse_pass(args.get("--pass", "forward"));
+  const Pass pass = parse_flag(args, "--pass", "forward", parse_pass);
   // --data wide: the variant a plan moves to when its repairs show wide-range data (runtime/repair_watch.hpp).
   const InputRange range = parse_input_range(args.get("--data", "normal"));
   if (range == InputRange::wide && pass != Pass::forward)

@@ -10,6 +10,7 @@
 #include "support/checked_size.hpp"
 #include "support/enum_names.hpp"
 #include "support/layout.hpp"
+#include "support/parse_number.hpp"
 
 namespace jitbmm {
 
@@ -34,22 +35,22 @@ Strides Problem::a() const { return a_strides ? *a_strides : default_strides(sha
 Strides Problem::b() const { return b_strides ? *b_strides : default_strides(shape.K, shape.N, "shape: K*N"); }
 Strides Problem::out() const { return out_strides ? *out_strides : default_strides(shape.M, shape.N, "shape: M*N"); }
 
+// Each size is digits only, as every other number in jitbmm (support/parse_number.hpp): no blanks, no sign.
 Shape parse_shape(const std::string& text) {
   Shape s;
   std::array<int64_t*, 4> fields = {&s.B, &s.M, &s.K, &s.N};
   std::size_t pos = 0;
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    std::size_t used = 0;
-    try {
-      *fields[f] = std::stoll(text.substr(pos), &used);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("shape: expected BxMxKxN (four integers), got '" + text + "'");
-    }
-    pos += used;
     const bool last = f + 1 == fields.size();
-    if (last ? pos != text.size() : (pos >= text.size() || (text[pos] != 'x' && text[pos] != 'X')))
-      throw std::invalid_argument("shape: expected BxMxKxN (four integers), got '" + text + "'");
-    ++pos;
+    const std::size_t end = last ? text.size() : text.find_first_of("xX", pos);
+    try {
+      if (end == std::string::npos) throw std::invalid_argument("too few sizes");
+      *fields[f] = static_cast<int64_t>(
+          parse_unsigned(text.substr(pos, end - pos), "shape", static_cast<uint64_t>(INT64_MAX)));
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument("shape: expected BxMxKxN (four non-negative integers), got '" + text + "'");
+    }
+    pos = end + 1;
   }
   return s;
 }

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,14 @@ TEST_CASE("shapes parse and print as BxMxKxN") {
   CHECK(s.terms() == 64LL * 512 * 256 * 128);
   for (const char* bad : {"", "1x2x3", "1x2x3x4x5", "ax1x1x1", "1x2x3x4z", "1,2,3,4"})
     expect_invalid([&] { parse_shape(bad); }, "shape");
+}
+
+TEST_CASE("shape sizes are digits only, as every other number") {
+  CHECK(parse_shape("0x2X3x4") == Shape{0, 2, 3, 4});
+  for (const char* bad : {" 2x3x4x5", "2x3x4x5 ", "2x+3x4x5", "2x 3x4x5", "-2x3x4x5", "2x3x4x-5", "2xx3x4x5",
+                          "2x3x4x", "x2x3x4", "2x3x4x0x5", "2x3x4x9223372036854775808", "2x3x4x5\n"})
+    expect_invalid([&] { parse_shape(bad); }, "shape: expected BxMxKxN");
+  CHECK(parse_shape("1x1x1x9223372036854775807").N == INT64_MAX); // validate(), not the parser, bounds the sizes
 }
 
 TEST_CASE("dtype and semiring names round-trip; unknown names are errors that name the argument") {
