@@ -20,6 +20,7 @@
 #include "runtime/autotune.hpp"
 #include "cache/disk_cache.hpp"
 #include "jitbmm/reference.hpp"
+#include "needs.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/repair_watch.hpp"
 
@@ -286,12 +287,10 @@ TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keep
 // repaired), reads the repair count of its first call once it has landed and moves to the wide-data variant (here
 // stored: tiled) exactly when that call repaired kWideRepairShare of its outputs or more (measured here with
 // run_with_repair_report). Every call's outputs match the reference; a plan called on randn stays.
-TEST_CASE("a plan whose repairs dominate moves to the wide-data variant; its results stay exact") {
+TEST_CASE("a plan whose repairs dominate moves to the wide-data variant; its results stay exact" *
+          doctest::test_suite(test::kNeedsDiskCache)) {
   DiskCache* disk = DiskCache::process_cache();
-  if (!disk) {
-    MESSAGE("skipped: no disk cache to store the decisions in");
-    return;
-  }
+  REQUIRE(disk); // the decisions are stored there
   Problem p;
   p.shape = {3, 160, 96, 200};
   p.b_strides = column_major(96, 200); // a layout no other test tunes

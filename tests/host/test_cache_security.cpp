@@ -19,6 +19,7 @@
 #include "cache/disk_cache.hpp"
 #include "cache/safe_file.hpp"
 #include "runtime/kernel_files.hpp"
+#include "tests/needs.hpp"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;
@@ -155,11 +156,7 @@ TEST_CASE("the user's own directory, readable by others (0755), is accepted") {
   CHECK(cache.get(key_of(3), "cubin") == std::string("payload"));
 }
 
-TEST_CASE("a cache directory owned by another user is refused") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: simulating another user's directory needs root (chown to uid 65534)");
-    return;
-  }
+TEST_CASE("a cache directory owned by another user is refused" * doctest::test_suite(test::kNeedsRoot)) {
   TempDir dir;
   const std::string key = key_of(4);
   write_bytes(dir.path + "/" + key + ".cubin", encode_cache_entry(key, "planted cubin"));
@@ -238,11 +235,8 @@ TEST_CASE("entries that are not regular files are misses, moved aside, and never
   CHECK(err.warnings() == 1); // one warning, however many entries
 }
 
-TEST_CASE("an entry owned by another user in the user's own directory is a miss") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: planting another user's file needs root (chown to uid 65534)");
-    return;
-  }
+TEST_CASE("an entry owned by another user in the user's own directory is a miss" *
+          doctest::test_suite(test::kNeedsRoot)) {
   TempDir dir;
   DiskCache cache(dir.path);
   const std::string key = key_of(11), path = dir.path + "/" + key + ".cubin";

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cache/disk_cache.hpp"
+#include "tests/needs.hpp"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;
@@ -163,12 +164,15 @@ TEST_CASE("an unusable cache directory means memory-only operation, not an error
   CHECK_FALSE(blocked.usable());
   CHECK_FALSE(blocked.put(key_of(6), "cubin", "x"));
   CHECK_FALSE(blocked.get(key_of(6), "cubin"));
-  if (::geteuid() != 0) { // permissions bind everyone but root
-    fs::create_directory(dir.path + "/ro");
-    fs::permissions(dir.path + "/ro", fs::perms::owner_read | fs::perms::owner_exec);
-    DiskCache read_only(dir.path + "/ro");
-    CHECK_FALSE(read_only.put(key_of(6), "cubin", "x"));
-  }
+}
+
+TEST_CASE("a read-only cache directory takes no entries, and that is not an error" *
+          doctest::test_suite(test::kNeedsNonRoot)) { // permissions bind everyone but root
+  TempDir dir;
+  fs::create_directory(dir.path + "/ro");
+  fs::permissions(dir.path + "/ro", fs::perms::owner_read | fs::perms::owner_exec);
+  DiskCache read_only(dir.path + "/ro");
+  CHECK_FALSE(read_only.put(key_of(6), "cubin", "x"));
 }
 
 TEST_CASE("eviction removes the least recently used entries down to the cap") {
