@@ -89,6 +89,8 @@ template <class F> jitbmm_status guarded(F body) {
     return fail(JITBMM_INVALID_ARGUMENT, e.what());
   } catch (const jitbmm::NoDriverError& e) {
     return fail(JITBMM_NO_DRIVER, e.what());
+  } catch (const jitbmm::NoNvrtcError& e) {
+    return fail(JITBMM_NO_NVRTC, e.what());
   } catch (const jitbmm::CudaError& e) {
     return fail(JITBMM_CUDA_ERROR, e.what());
   } catch (const jitbmm::CompileError& e) {
@@ -150,6 +152,29 @@ int jitbmm_semiring_backward(int index) {
 int jitbmm_dtype_count(void) { return jitbmm::dtype_count(); }
 const char* jitbmm_dtype_name(int index) { return dtype_row(index) ? dtype_row(index)->name : nullptr; }
 int jitbmm_dtype_size(int index) { return dtype_row(index) ? dtype_row(index)->size_bytes : -1; }
+
+jitbmm_status jitbmm_problem_row_major(jitbmm_problem* problem, const char* semiring, const char* dtype, int64_t B,
+                                       int64_t M, int64_t K, int64_t N) {
+  return guarded([&] {
+    require(problem, "problem");
+    require(semiring, "semiring");
+    require(dtype, "dtype");
+    jitbmm::Problem p; // its default strides are the row-major ones: the rule is written once, there
+    p.semiring = jitbmm::parse_semiring(semiring);
+    p.dtype = jitbmm::parse_dtype(dtype);
+    p.shape = {B, M, K, N};
+    jitbmm::validate(p);
+    jitbmm_problem c{};
+    c.semiring = semiring;
+    c.dtype = dtype;
+    c.B = B, c.M = M, c.K = K, c.N = N;
+    const jitbmm::Strides strides[3] = {p.a(), p.b(), p.out()};
+    int64_t* fields[3] = {c.a_strides, c.b_strides, c.out_strides};
+    for (int i = 0; i < 3; ++i)
+      fields[i][0] = strides[i].batch, fields[i][1] = strides[i].row, fields[i][2] = strides[i].col;
+    *problem = c;
+  });
+}
 
 jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan) {
   return guarded([&] {

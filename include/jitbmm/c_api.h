@@ -17,7 +17,8 @@ typedef enum {
   JITBMM_NO_DRIVER = 2,        /* no CUDA driver / GPU on this machine */
   JITBMM_CUDA_ERROR = 3,       /* a driver call failed; the message names the call and the CUresult */
   JITBMM_COMPILE_ERROR = 4,    /* NVRTC rejected a kernel; the message carries its log */
-  JITBMM_INTERNAL_ERROR = 5
+  JITBMM_INTERNAL_ERROR = 5,
+  JITBMM_NO_NVRTC = 6 /* NVRTC (which compiles the kernels) could not be loaded; the message names every place tried */
 } jitbmm_status;
 
 /* Semirings and dtypes by the same names as the C++ API: "log", "max_plus", "min_plus", "max_times",
@@ -32,8 +33,16 @@ typedef struct {
   int64_t out_strides[3]; /* batch, row, col of out[B][M][N] */
   int with_argmax;        /* also write int32 argmax[B][M][N] (contiguous) */
   const char* precision;  /* NULL or "exact"; "fast" lets the log semiring use one TF32 product per term
-                             (about 1e-4 relative error). Zero-initialise the struct: {0} */
+                             (about 1e-4 relative error) */
 } jitbmm_problem;
+
+/* Fills *problem with a valid row-major problem: the semiring and dtype given (the strings are pointed to, not
+ * copied), the sizes, every operand contiguous (a: {M*K, K, 1}, b: {K*N, N, 1}, out: {M*N, N, 1}), the output in
+ * the input dtype, no argmax, exact precision. Change fields afterwards as needed. JITBMM_INVALID_ARGUMENT naming the
+ * field for an unknown name or sizes out of range (and *problem is left as it was). A zero-initialised struct is not
+ * a valid problem: its strides map every element to one address. */
+jitbmm_status jitbmm_problem_row_major(jitbmm_problem* problem, const char* semiring, const char* dtype, int64_t B,
+                                       int64_t M, int64_t K, int64_t N);
 
 typedef struct jitbmm_plan jitbmm_plan;
 

@@ -180,7 +180,7 @@ struct Findings {
 // Every status is a known one, and every failure carries a message.
 bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const jitbmm_problem& p) {
   ++f.calls;
-  if (s < JITBMM_OK || s > JITBMM_INTERNAL_ERROR) {
+  if (s < JITBMM_OK || s > JITBMM_NO_NVRTC) {
     f.add(seed, std::string(call) + " returned unknown status " + std::to_string(int(s)), p);
     return false;
   }

@@ -13,12 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -231,9 +233,21 @@ int share_main(int argc, char** argv) {
   }
 }
 
+// The --c-plan helper: plans log f32 2x3x4x5 through the C ABI alone and prints "status <s>: <last error>".
+int c_plan_main() {
+  jitbmm_problem p;
+  jitbmm_status s = jitbmm_problem_row_major(&p, "log", "f32", 2, 3, 4, 5);
+  jitbmm_plan* plan = nullptr;
+  if (s == JITBMM_OK) s = jitbmm_plan_create(&p, &plan);
+  std::printf("status %d: %s\n", static_cast<int>(s), jitbmm_last_error());
+  jitbmm_plan_destroy(plan);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--c-plan") == 0) return c_plan_main();
   if (argc > 1 && std::strncmp(argv[1], "--share-", 8) == 0) return share_main(argc, argv);
   if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
     return plan_main(argc, argv);
@@ -385,6 +399,62 @@ TEST_CASE("the C ABI plans and launches through the fake driver") {
   const char* dir = nullptr;
   CHECK(jitbmm_cache_dir(&dir) == JITBMM_OK);
   CHECK(std::string(dir) == DiskCache::default_dir());
+}
+
+TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
+  jitbmm_problem p;
+  std::memset(&p, 0x5a, sizeof p);
+  REQUIRE(jitbmm_problem_row_major(&p, "max_plus", "f16", 2, 3, 4, 5) == JITBMM_OK);
+  CHECK(std::string(p.semiring) == "max_plus");
+  CHECK(std::string(p.dtype) == "f16");
+  CHECK((p.out_dtype == nullptr && p.precision == nullptr && p.with_argmax == 0));
+  CHECK((p.B == 2 && p.M == 3 && p.K == 4 && p.N == 5));
+  const int64_t a[3] = {12, 4, 1}, b[3] = {20, 5, 1}, out[3] = {15, 5, 1};
+  CHECK(std::equal(a, a + 3, p.a_strides));
+  CHECK(std::equal(b, b + 3, p.b_strides));
+  CHECK(std::equal(out, out + 3, p.out_strides));
+  jitbmm_plan* plan = nullptr;
+  CHECK(jitbmm_plan_create(&p, &plan) == JITBMM_OK);
+  jitbmm_plan_destroy(plan);
+  p.with_argmax = 1; // fields may be changed afterwards
+  CHECK(jitbmm_plan_create(&p, &plan) == JITBMM_OK);
+  jitbmm_plan_destroy(plan);
+  // Empty sizes are a valid problem too (its empty matrices' batch strides are 0).
+  REQUIRE(jitbmm_problem_row_major(&p, "log", "f32", 2, 0, 4, 5) == JITBMM_OK);
+  CHECK((p.a_strides[0] == 0 && p.b_strides[0] == 20 && p.out_strides[0] == 0));
+  // A refused call names what is wrong (jitbmm_last_error) and leaves the struct as it was.
+  const jitbmm_problem before = p;
+  const int64_t big = int64_t(1) << 40;
+  const std::pair<std::function<jitbmm_status()>, const char*> refused[] = {
+      {[&] { return jitbmm_problem_row_major(&p, "sum", "f32", 1, 1, 1, 1); }, "semiring: unsupported 'sum'"},
+      {[&] { return jitbmm_problem_row_major(&p, "log", "f31", 1, 1, 1, 1); }, "dtype: unsupported 'f31'"},
+      {[&] { return jitbmm_problem_row_major(&p, "log", "f32", 1, -1, 1, 1); }, "shape.M must be >= 0"},
+      {[&] { return jitbmm_problem_row_major(&p, "log", "f32", 1, big, big, 1); }, "shape.M: a holds B*M*K"},
+      {[&] { return jitbmm_problem_row_major(&p, nullptr, "f32", 1, 1, 1, 1); }, "semiring: null pointer"},
+      {[&] { return jitbmm_problem_row_major(&p, "log", nullptr, 1, 1, 1, 1); }, "dtype: null pointer"},
+      {[&] { return jitbmm_problem_row_major(nullptr, "log", "f32", 1, 1, 1, 1); }, "problem: null pointer"}};
+  for (const auto& [call, message] : refused) {
+    CHECK(call() == JITBMM_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(jitbmm_last_error()).find(message) != std::string::npos,
+                  std::string(jitbmm_last_error()));
+  }
+  CHECK(std::memcmp(&before, &p, sizeof p) == 0);
+  // A zero-initialised struct, the header's warning: its zero strides put every output at one address.
+  jitbmm_problem zeroed{};
+  zeroed.semiring = "log", zeroed.dtype = "f32", zeroed.B = 1, zeroed.M = 2, zeroed.K = 2, zeroed.N = 2;
+  CHECK(jitbmm_plan_create(&zeroed, &plan) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("out_strides") != std::string::npos);
+}
+
+TEST_CASE("without NVRTC, a plan through the C ABI is JITBMM_NO_NVRTC naming every place tried") {
+  // A child process: NVRTC, once loaded, stays loaded; with the cache off the plan must compile.
+  const ChildResult r =
+      run_helper({"--c-plan"}, {{"JITBMM_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}, {"JITBMM_CACHE", "off"}});
+  CHECK(r.status == 0);
+  CHECK_MESSAGE(r.output.rfind("status " + std::to_string(JITBMM_NO_NVRTC) + ": no NVRTC found", 0) == 0, r.output);
+  CHECK_MESSAGE(r.output.find("could not load /nonexistent/libnvrtc.so.13") != std::string::npos, r.output);
+  const ChildResult with = run_helper({"--c-plan"}, {{"JITBMM_CACHE", "off"}}); // the same child with NVRTC
+  CHECK_MESSAGE(with.output == "status 0: \n", with.output);
 }
 
 TEST_CASE("a failing launch is a CudaError naming the launch; tuning finds no correct candidate and says so") {
