@@ -13,9 +13,9 @@ import ctypes
 import os
 from pathlib import Path
 
-__all__ = ["JitbmmError", "NoDriverError", "CudaError", "CompileError", "LibraryNotFoundError", "Problem", "Plan",
-           "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory", "export_choices",
-           "import_choices", "SEMIRINGS", "DTYPES"]
+__all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "CudaError", "CompileError", "LibraryNotFoundError",
+           "Problem", "Plan", "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory",
+           "export_choices", "import_choices", "SEMIRINGS", "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
@@ -25,6 +25,11 @@ class JitbmmError(RuntimeError):
 
 class NoDriverError(JitbmmError):
     """No CUDA driver or GPU on this machine."""
+
+
+class NoNvrtcError(JitbmmError):
+    """NVRTC, which compiles jitbmm's kernels, could not be loaded; the message names every place tried (README,
+    Install)."""
 
 
 class CudaError(JitbmmError):
@@ -156,7 +161,7 @@ def _table(name):
 
 
 # The C ABI's jitbmm_status values other than JITBMM_OK (0), by the exception each becomes (others: JitbmmError).
-_STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError}
+_STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError, 6: NoNvrtcError}
 
 
 def _check(status):
@@ -258,6 +263,9 @@ def _choice(value, what, choices, allow_none=False):
     raise ValueError(f"{what}: unsupported {value!r} (expected one of {expected})")
 
 
+_OPERANDS = {"a": "MK", "b": "KN", "out": "MN"}  # each operand's (rows, cols) among the sizes
+
+
 def _row_major(rows, cols, names):
     """The default (contiguous) strides; a matrix too large for int64 offsets is the shape's fault, said so."""
     if rows * cols > _INT64_MAX:
@@ -265,34 +273,108 @@ def _row_major(rows, cols, names):
     return (rows * cols, cols, 1)
 
 
+def _shape(value, defaulted=()):
+    """(B, M, K, N): four integers in [0, 2**63 - 1]. `defaulted` names the operands ("a", "b", "out") whose
+    strides are row-major: their matrices must then fit int64 offsets."""
+    message = f"shape: expected 4 integers (B, M, K, N), got {value!r}"
+    if isinstance(value, (str, bytes)):
+        raise TypeError(message)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(message) from None
+    if len(items) != 4:
+        raise ValueError(message)
+    shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip(items, "BMKN"))
+    sizes = dict(zip("BMKN", shape))
+    for operand in defaulted:
+        rows, cols = _OPERANDS[operand]
+        _row_major(sizes[rows], sizes[cols], rows + cols)
+    return shape
+
+
+def _flag(value, what):
+    if isinstance(value, float) or value not in (True, False):  # 0 and 1 equal False and True
+        raise TypeError(f"{what}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def _checked(name, check):
+    """A property whose every assignment goes through check(problem, value), which returns the value to store."""
+    attr = "_" + name
+
+    def set_(self, value):
+        setattr(self, attr, check(self, value))
+
+    return property(lambda self: getattr(self, attr), set_)
+
+
+def _stride_property(operand):
+    """`operand`_strides: three non-negative integers, or None for the row-major strides of the current shape (read
+    back as those strides)."""
+    attr, (rows, cols) = f"_{operand}_strides", _OPERANDS[operand]
+
+    def get(self):
+        given = getattr(self, attr)
+        sizes = dict(zip("BMKN", self._shape))
+        return given if given is not None else _row_major(sizes[rows], sizes[cols], rows + cols)
+
+    def set_(self, value):
+        if value is None:
+            sizes = dict(zip("BMKN", self._shape))
+            _row_major(sizes[rows], sizes[cols], rows + cols)  # the default must fit this shape
+            setattr(self, attr, None)
+        else:
+            setattr(self, attr, _strides(value, f"{operand}_strides"))
+
+    return property(get, set_, doc=f"(batch, row, col) of {operand} in elements; None: row-major")
+
+
 class Problem:
     """out[B,M,N] = ⊕_k a[B,M,K] ⊗ b[B,K,N]; strides in elements (batch, row, col), default row-major.
 
     Sizes are integers in [0, 2**63 - 1], strides exactly three non-negative integers; anything else (floats, bools,
-    two or four strides, values that do not fit int64) raises TypeError or ValueError naming the argument."""
+    two or four strides, values that do not fit int64) raises TypeError or ValueError naming the argument, both in
+    the constructor and on every later assignment of an attribute (the C structure is only ever built from checked
+    values). Strides given as None are the row-major ones of the current shape."""
+
+    semiring = _checked("semiring", lambda self, v: _choice(v, "semiring", _table("SEMIRINGS")))
+    dtype = _checked("dtype", lambda self, v: _choice(v, "dtype", _table("DTYPES")))
+    out_dtype = _checked("out_dtype", lambda self, v: _choice(v, "out_dtype", _table("DTYPES"), allow_none=True))
+    shape = _checked("shape", lambda self, v: _shape(v, self._row_major_operands()))
+    a_strides = _stride_property("a")
+    b_strides = _stride_property("b")
+    out_strides = _stride_property("out")
+    with_argmax = _checked("with_argmax", lambda self, v: _flag(v, "with_argmax"))
+    precision = _checked("precision", lambda self, v: _choice(v, "precision", ("exact", "fast")))
 
     def __init__(self, semiring, dtype, B, M, K, N, a_strides=None, b_strides=None, out_strides=None,
                  out_dtype=None, with_argmax=False, precision="exact"):
-        self.semiring = _choice(semiring, "semiring", _table("SEMIRINGS"))
-        self.dtype = _choice(dtype, "dtype", _table("DTYPES"))
-        self.out_dtype = _choice(out_dtype, "out_dtype", _table("DTYPES"), allow_none=True)
-        self.shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip((B, M, K, N), "BMKN"))
-        B, M, K, N = self.shape
-        self.a_strides = _row_major(M, K, "MK") if a_strides is None else _strides(a_strides, "a_strides")
-        self.b_strides = _row_major(K, N, "KN") if b_strides is None else _strides(b_strides, "b_strides")
-        self.out_strides = _row_major(M, N, "MN") if out_strides is None else _strides(out_strides, "out_strides")
-        if isinstance(with_argmax, float) or with_argmax not in (True, False):  # 0 and 1 equal False and True
-            raise TypeError(f"with_argmax: expected True or False, got {with_argmax!r}")
-        self.with_argmax = bool(with_argmax)
-        self.precision = _choice(precision, "precision", ("exact", "fast"))
+        self.semiring = semiring
+        self.dtype = dtype
+        self.out_dtype = out_dtype
+        shape = _shape((B, M, K, N))  # the sizes are named before any stride
+        self._a_strides = None if a_strides is None else _strides(a_strides, "a_strides")
+        self._b_strides = None if b_strides is None else _strides(b_strides, "b_strides")
+        self._out_strides = None if out_strides is None else _strides(out_strides, "out_strides")
+        self.shape = shape  # the row-major strides of the operands given none must fit
+        self.with_argmax = with_argmax
+        self.precision = precision
+
+    def _row_major_operands(self):
+        return tuple(o for o in _OPERANDS if getattr(self, f"_{o}_strides", None) is None)
 
     def _c(self):
-        B, M, K, N = self.shape
-        return _CProblem(self.semiring.encode(), self.dtype.encode(),
-                         self.out_dtype.encode() if self.out_dtype else None, B, M, K, N,
-                         (ctypes.c_int64 * 3)(*self.a_strides), (ctypes.c_int64 * 3)(*self.b_strides),
-                         (ctypes.c_int64 * 3)(*self.out_strides), int(self.with_argmax),
-                         self.precision.encode())
+        # Every field checked again (cheap), so only checked values reach C whatever was written to the object.
+        B, M, K, N = _shape(self._shape, self._row_major_operands())
+        a_strides, b_strides, out_strides = (_strides(getattr(self, o + "_strides"), o + "_strides") for o in _OPERANDS)
+        out_dtype = _choice(self._out_dtype, "out_dtype", _table("DTYPES"), allow_none=True)
+        return _CProblem(_choice(self._semiring, "semiring", _table("SEMIRINGS")).encode(),
+                         _choice(self._dtype, "dtype", _table("DTYPES")).encode(),
+                         out_dtype.encode() if out_dtype else None, B, M, K, N,
+                         (ctypes.c_int64 * 3)(*a_strides), (ctypes.c_int64 * 3)(*b_strides),
+                         (ctypes.c_int64 * 3)(*out_strides), int(_flag(self._with_argmax, "with_argmax")),
+                         _choice(self._precision, "precision", ("exact", "fast")).encode())
 
 
 class Plan:

@@ -73,7 +73,13 @@ class CApiTest(unittest.TestCase):
         self.assertEqual(jitbmm._STATUS_ERRORS, {values["JITBMM_INVALID_ARGUMENT"]: ValueError,
                                                  values["JITBMM_NO_DRIVER"]: jitbmm.NoDriverError,
                                                  values["JITBMM_CUDA_ERROR"]: jitbmm.CudaError,
-                                                 values["JITBMM_COMPILE_ERROR"]: jitbmm.CompileError})
+                                                 values["JITBMM_COMPILE_ERROR"]: jitbmm.CompileError,
+                                                 values["JITBMM_NO_NVRTC"]: jitbmm.NoNvrtcError})
+        self.assertEqual(values["JITBMM_INTERNAL_ERROR"], 5)  # appended after it: the old values stay
+        self.assertEqual(values["JITBMM_NO_NVRTC"], 6)
+        for name in ("NoDriverError", "NoNvrtcError", "CudaError", "CompileError"):
+            self.assertIn(name, jitbmm.__all__)
+            self.assertTrue(issubclass(getattr(jitbmm, name), jitbmm.JitbmmError), name)
 
     def test_reference_log_semiring_and_edge_cases(self):
         # a = [[0, log 3], [-inf, -inf]], b = [[0], [0]]: out = [log 4, -inf]
@@ -83,6 +89,36 @@ class CApiTest(unittest.TestCase):
         jitbmm.reference(jitbmm.Problem("log", "f32", 1, 2, 2, 1), pa, pb, po)
         self.assertAlmostEqual(out[0], math.log(4.0), places=6)
         self.assertEqual(out[1], -math.inf)
+
+    def test_reference_empty_dimensions(self):
+        # K = 0: every output is the semiring's zero and its argmax -1; a and b may be null (they hold nothing).
+        zeros = {"log": -math.inf, "max_plus": -math.inf, "min_plus": math.inf, "max_times": 0.0, "plus_times": 0.0}
+        self.assertEqual(set(zeros), set(jitbmm.SEMIRINGS))
+        for semiring, zero in zeros.items():
+            for dtype in jitbmm.DTYPES:
+                with self.subTest(semiring=semiring, dtype=dtype):
+                    argmax = semiring in ("max_plus", "min_plus", "max_times")
+                    out, po = buffer("d", [7.0] * 6)
+                    arg, pg = buffer("i", [7] * 6)
+                    p = jitbmm.Problem(semiring, dtype, 2, 3, 0, 1, with_argmax=argmax)
+                    jitbmm.reference(p, None, None, po, pg if argmax else None)
+                    self.assertEqual(list(out), [zero] * 6)
+                    if argmax:
+                        self.assertEqual(list(arg), [-1] * 6)
+        # No output (B, M or N = 0, with or without K): nothing is written and every buffer may be null.
+        for shape in ((0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 4, 0), (0, 0, 0, 0), (2, 0, 0, 5)):
+            with self.subTest(shape=shape):
+                p = jitbmm.Problem("max_plus", "f32", *shape, with_argmax=True)
+                jitbmm.reference(p, None, None, None, None)
+                self.assertEqual(p.out_strides, (shape[1] * shape[3], shape[3], 1))
+
+    @unittest.skipUnless(os.environ.get("JITBMM_LIBCUDA") == "/nonexistent/libcuda.so.1",
+                         "run with JITBMM_LIBCUDA=/nonexistent/libcuda.so.1 to force the no-driver path")
+    def test_empty_problems_still_need_a_device_for_a_plan(self):
+        # A plan is for a device even when it launches nothing: without a driver, every shape says so alike.
+        for shape in ((0, 3, 4, 5), (2, 3, 0, 5), (2, 0, 4, 0)):
+            with self.subTest(shape=shape), self.assertRaises(jitbmm.NoDriverError):
+                jitbmm.Plan(jitbmm.Problem("log", "f32", *shape))
 
     def test_reference_max_plus_argmax_ties_take_the_smallest_k(self):
         a, pa = buffer("d", [1.0, 3.0, 3.0])
@@ -120,6 +156,53 @@ class CApiTest(unittest.TestCase):
             jitbmm.Problem("log", "f32", 2, 2, 3, 1, out_strides=[2, 1])
         p = jitbmm.Problem("log", "f32", 2, 2, 3, 1, a_strides=[0, 3, 1], b_strides=(3, 1, 1))
         self.assertEqual((p.a_strides, p.b_strides, p.out_strides), ((0, 3, 1), (3, 1, 1), (2, 1, 1)))
+
+    def test_every_assignment_is_checked(self):
+        p = jitbmm.Problem("log", "f32", 2, 3, 4, 5)
+        cases = [("shape", (2**64 + 2, 3, 4, 5), ValueError, "shape.B: expected an integer"),
+                 ("shape", (2, 3, -4, 5), ValueError, "shape.K: expected an integer"),
+                 ("shape", (2, 3.0, 4, 5), TypeError, "shape.M: expected an integer"),
+                 ("shape", (2, 3, 4), ValueError, r"shape: expected 4 integers \(B, M, K, N\)"),
+                 ("shape", "2345", TypeError, "shape: expected 4 integers"),
+                 ("shape", 7, TypeError, "shape: expected 4 integers"),
+                 ("shape", (1, 2**40, 2**40, 1), ValueError, r"shape.M \* shape.K = .* does not fit int64"),
+                 ("a_strides", (1, 2), ValueError, r"a_strides: expected 3 non-negative integers"),
+                 ("b_strides", (1, 2, -1), ValueError, "b_strides"),
+                 ("out_strides", (1, 2, 2**63), ValueError, "out_strides"),
+                 ("out_strides", (1, 2, True), TypeError, "out_strides"),
+                 ("semiring", "sum", ValueError, "semiring: unsupported 'sum'"),
+                 ("dtype", "int32", ValueError, "dtype: unsupported"),
+                 ("out_dtype", "float", ValueError, "out_dtype: unsupported"),
+                 ("precision", "rough", ValueError, "precision: unsupported"),
+                 ("with_argmax", 1.0, TypeError, "with_argmax: expected True or False")]
+        for name, bad, error, message in cases:
+            with self.subTest(**{name: bad}):
+                before = getattr(p, name)
+                with self.assertRaisesRegex(error, message):
+                    setattr(p, name, bad)
+                self.assertEqual(getattr(p, name), before)  # a refused value leaves the attribute as it was
+        # What reaches C is what was checked: the shape and strides assigned, not a wrapped or padded version.
+        p.shape = (2, 3, 4, 5)
+        p.a_strides = [13, 4, 1]
+        c = p._c()
+        self.assertEqual((c.B, c.M, c.K, c.N), (2, 3, 4, 5))
+        self.assertEqual(list(c.a_strides), [13, 4, 1])
+        self.assertEqual(p.a_strides, (13, 4, 1))
+        # Strides left to the default follow the shape; given ones stay; None returns to the default.
+        p.shape = (1, 6, 7, 8)
+        self.assertEqual((p.a_strides, p.b_strides, p.out_strides), ((13, 4, 1), (56, 8, 1), (48, 8, 1)))
+        p.a_strides = None
+        self.assertEqual(p.a_strides, (42, 7, 1))
+        # A default stride that cannot fit the new shape is the shape's fault; given strides spare the check.
+        with self.assertRaisesRegex(ValueError, r"shape.K \* shape.N = .* does not fit int64"):
+            p.shape = (1, 1, 2**40, 2**40)
+        p.b_strides = (0, 1, 1)
+        p.shape = (1, 1, 2**40, 2**40)
+        self.assertEqual(p.shape, (1, 1, 2**40, 2**40))
+        # A value written around the properties is still refused before it reaches C.
+        p._shape = (2**64 + 2, 1, 1, 1)
+        with self.assertRaisesRegex(ValueError, "shape.B: expected an integer"):
+            p._c()
 
     def test_strides_given_are_the_strides_used(self):
         # a is 2x3 stored column-major: strides (6, 1, 2); the reference must read it that way, not pad or drop.
@@ -179,6 +262,53 @@ class CApiTest(unittest.TestCase):
     def test_no_driver_is_a_clear_error(self):
         with self.assertRaisesRegex(jitbmm.NoDriverError, "no CUDA driver found"):
             jitbmm.Plan(jitbmm.Problem("log", "f32", 2, 3, 4, 5))
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_missing_nvrtc_is_no_nvrtc_error(self):
+        # A driver (the fake one) but no NVRTC and no cache to load a kernel from: the plan must compile, and cannot.
+        code = ("import jitbmm\n"
+                "try:\n"
+                "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
+                "except jitbmm.NoNvrtcError as e:\n"
+                "    print('NoNvrtcError:', e)\n")
+        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"],
+                                           JITBMM_NVRTC_LIBRARY="/nonexistent/libnvrtc.so.13", JITBMM_CACHE="off",
+                                           JITBMM_TUNE="never")
+        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        self.assertRegex(child.stdout, r"^NoNvrtcError: no NVRTC found .*Tried:\n  could not load "
+                                       r"/nonexistent/libnvrtc.so.13")
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_empty_problems_plan_and_run_on_the_fake_driver(self):
+        # Empty outputs launch nothing (every pointer may be null); K = 0 has a kernel that writes the semiring's
+        # zero and reads neither operand. The fake driver runs no kernel, so only the calls are checked here
+        # (values: test_torch.py on a GPU).
+        code = ("import jitbmm\n"
+                "for shape in ((0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 4, 0), (2, 3, 0, 5), (0, 0, 0, 0)):\n"
+                "    plan = jitbmm.Plan(jitbmm.Problem('max_plus', 'f32', *shape, with_argmax=True))\n"
+                "    B, M, K, N = shape\n"
+                "    out = arg = None\n"
+                "    if B * M * N:\n"
+                "        import ctypes\n"
+                "        lib = ctypes.CDLL(__import__('os').environ['JITBMM_LIBCUDA'])\n"
+                "        out, arg = ctypes.c_uint64(), ctypes.c_uint64()\n"
+                "        assert lib.cuMemAlloc_v2(ctypes.byref(out), 4 * B * M * N) == 0\n"
+                "        assert lib.cuMemAlloc_v2(ctypes.byref(arg), 4 * B * M * N) == 0\n"
+                "        out, arg = out.value, arg.value\n"
+                "    plan(None, None, out, arg)\n"
+                "    print(shape, plan.workspace_bytes, plan.kernel_name)\n")
+        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
+                                           JITBMM_TUNE="never")
+        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        lines = child.stdout.splitlines()
+        self.assertEqual(len(lines), 5, child.stdout)
+        for line in lines[:3] + lines[4:]:
+            self.assertTrue(line.endswith(" 0 (no kernel: empty problem)"), line)
+        self.assertRegex(lines[3], r"^\(2, 3, 0, 5\) 0 max_plus_f32_")
 
     def test_choices_export_and_malformed_imports(self):
         # Nothing planned in this process: nothing to share. A malformed import names its line (checked before any
