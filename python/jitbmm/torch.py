@@ -133,14 +133,20 @@ def _empty_grad(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
+def _sizes(a, b):
+    """(B, M, K, N) of the product of a and b as the kernels see them."""
+    return _batches(a, b), a.shape[-2], a.shape[-1], b.shape[-1]
+
+
 # The product and its backward. Operands are [B, rows, cols] or [rows, cols] (one matrix for every batch); without
 # an argmax, the argmax output is an empty int32 tensor (operators return tensors only).
 def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: str,
                   with_argmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    batches = _batches(a, b)
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batches, M, K, N = _sizes(a, b)
     a, a_strides = _layout(a, batches)
     b, b_strides = _layout(b, batches)
+    # Empty sizes too: the plan launches nothing for an empty output, and with K = 0 writes the semiring's zero
+    # (and argmax -1), as the C++ API does.
     kernels = _kernels_for(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
                            precision)
     out, argmax = kernels.forward(a, b, (batches, M, N))
@@ -163,8 +169,13 @@ def _(a, b, semiring, precision, with_argmax):
 def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, argmax: torch.Tensor,
                    grad_out: torch.Tensor, semiring: str, precision: str, need_a: bool,
                    need_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    batches = _batches(a, b)
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batches, M, K, N = _sizes(a, b)
+    if 0 in (batches, M, K, N):
+        # No term reaches a or b (K = 0 leaves them empty; no output, none is summed): the gradients are zero in
+        # the layouts the kernels would write, as the fake implementation gives. An operand shared by every batch
+        # of an empty batch (B = 0) is not empty, so this is not left to kernels that would write nothing.
+        return ((_empty_grad(a).zero_() if need_a else a.new_empty((0,))),
+                (_empty_grad(b).zero_() if need_b else b.new_empty((0,))))
     a, a_strides = _layout(a, batches)
     b, b_strides = _layout(b, batches)
     with_argmax = argmax.numel() > 0
@@ -337,9 +348,11 @@ def _matrices(t, batch, rows, cols):
     lead = t.dim() - 2
     # A leaf whose batch elements share memory still has a gradient per element: it takes the copy below.
     shared_ok = not (t.requires_grad and t.is_leaf)
-    if t.numel() > 0 and all(n == 1 or (st == 0 and shared_ok) for n, st in zip(t.shape[:lead], t.stride()[:lead])):
+    if lead == 0 or (t.numel() > 0 and all(n == 1 or (st == 0 and shared_ok)
+                                           for n, st in zip(t.shape[:lead], t.stride()[:lead]))):
         return t[(0,) * lead] if lead else t
-    return t.expand(*batch, rows, cols).reshape(-1, rows, cols)
+    # flatten, not reshape(-1, rows, cols): a -1 beside an empty M, K or N could be any size.
+    return t.expand(*batch, rows, cols).flatten(0, -3)
 
 
 # The per-call path. A call whose operands have the tensor types, shapes, strides, dtypes and devices of an earlier

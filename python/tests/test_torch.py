@@ -36,6 +36,20 @@ def naive(a, b, semiring):
 
 
 TOL = {"f32": (2e-5, 2e-5), "f64": (1e-10, 1e-10), "f16": (2e-2, 2e-2), "bf16": (5e-2, 5e-2)}
+SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
+SELECTING = ("max_plus", "min_plus", "max_times")
+# Each semiring's zero: an output with no terms (K = 0).
+ZERO = {"log": -math.inf, "max_plus": -math.inf, "min_plus": math.inf, "max_times": 0.0, "plus_times": 0.0}
+
+
+def reference(a, b, semiring):
+    """naive() broadcast over the batch dimensions, with K = 0 giving the semiring's zero (torch's max and min refuse
+    an empty reduction)."""
+    if a.shape[-1] == 0:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        zero = torch.full((*batch, a.shape[-2], b.shape[-1]), ZERO[semiring], dtype=a.dtype, device=a.device)
+        return zero + 0 * (a.sum() + b.sum())  # still a function of a and b, whose gradients are then zeros
+    return naive(a, b, semiring)
 
 
 class StreamGate:
@@ -545,6 +559,258 @@ class OperatorTest(unittest.TestCase):
             with self.assertRaisesRegex(TypeError, "different dtypes"):
                 self.jt.logbmm(h, b)
         torch.testing.assert_close(out, self.jt.logbmm(a, b))
+
+
+class EmptyDimensionsTest(unittest.TestCase):
+    """B, M, K or N = 0 through every path of jitbmm.torch: the semiring's zero for K = 0, empty outputs otherwise,
+    and zero (or empty) gradients, as torch's own composition gives them."""
+
+    # (a's shape, b's shape): each size zero alone, together, in 2-D operands and in broadcast batch dimensions.
+    CASES = {
+        "K = 0": ((2, 3, 0), (2, 0, 4)),
+        "M = 0": ((2, 0, 4), (2, 4, 5)),
+        "N = 0": ((2, 3, 4), (2, 4, 0)),
+        "B = 0": ((0, 3, 4), (0, 4, 5)),
+        "M = N = 0": ((2, 0, 4), (2, 4, 0)),
+        "M = K = 0": ((2, 0, 0), (2, 0, 5)),
+        "B = K = 0": ((0, 3, 0), (0, 0, 5)),
+        "all 0": ((0, 0, 0), (0, 0, 0)),
+        "2-D, K = 0": ((3, 0), (0, 5)),
+        "2-D, M = 0": ((0, 4), (4, 5)),
+        "2-D a, B = 0": ((3, 4), (0, 4, 5)),
+        "2-D a, K = 0": ((3, 0), (2, 0, 5)),
+        "broadcast to B = 0": ((2, 1, 3, 4), (1, 0, 4, 5)),
+        "broadcast, K = 0": ((1, 3, 0), (4, 0, 2)),
+        "broadcast, N = 0": ((2, 1, 3, 4), (1, 3, 4, 0)),
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.torch as jt
+        cls.jitbmm, cls.jt = jitbmm, jt
+        jitbmm.set_tune_policy("never")
+        cls.dev = torch.device("cuda")
+
+    def operands(self, a_shape, b_shape, semiring, dtype=torch.float32, requires_grad=True):
+        a = torch.randn(*a_shape, dtype=dtype, device=self.dev)
+        b = torch.randn(*b_shape, dtype=dtype, device=self.dev)
+        if semiring == "max_times":
+            a, b = a.abs(), b.abs()
+        return a.requires_grad_(requires_grad), b.requires_grad_(requires_grad)
+
+    def check(self, a, b, semiring, out, grads=None, g=None):
+        """out (and the gradients (grad_a, grad_b) for the upstream gradient g) against torch in float64."""
+        a64 = a.detach().double().requires_grad_(True)
+        b64 = b.detach().double().requires_grad_(True)
+        want = reference(a64, b64, semiring)
+        self.assertEqual(out.dtype, a.dtype)
+        self.assertEqual(tuple(out.shape), tuple(want.shape))
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+        if grads is not None:
+            want_a, want_b = torch.autograd.grad(want, (a64, b64), g.double(), allow_unused=True)
+            for got, want_grad, t in zip(grads, (want_a, want_b), (a, b)):
+                self.assertEqual(tuple(got.shape), tuple(t.shape))
+                self.assertEqual(got.dtype, t.dtype)
+                self.assertEqual(got.count_nonzero().item(), 0)  # nothing reaches an operand of an empty product
+                if want_grad is not None:
+                    torch.testing.assert_close(got.double(), want_grad, rtol=0, atol=0)
+
+    def test_every_empty_case_every_semiring_with_and_without_gradients(self):
+        for semiring in SEMIRINGS:
+            for name, (a_shape, b_shape) in self.CASES.items():
+                with self.subTest(semiring=semiring, case=name):
+                    for _ in range(2):  # the second call of a layout: remembered plans and the per-call table
+                        a, b = self.operands(a_shape, b_shape, semiring)
+                        out = self.jt.semiring_bmm(a, b, semiring)
+                        g = torch.randn_like(out)
+                        grads = torch.autograd.grad(out, (a, b), g)
+                        self.check(a, b, semiring, out, grads, g)
+                        with torch.no_grad():
+                            self.check(a, b, semiring, self.jt.semiring_bmm(a, b, semiring))
+                        plain_a, plain_b = a.detach(), b.detach()
+                        self.check(plain_a, plain_b, semiring, self.jt.semiring_bmm(plain_a, plain_b, semiring))
+
+    def test_k_zero_gives_the_semirings_zero_in_every_dtype(self):
+        for semiring in SEMIRINGS:
+            for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                for grad in (False, True):
+                    with self.subTest(semiring=semiring, dtype=dtype, grad=grad):
+                        a, b = self.operands((2, 3, 0), (2, 0, 4), semiring, dtype, requires_grad=grad)
+                        out = self.jt.semiring_bmm(a, b, semiring)
+                        self.assertEqual(out.dtype, dtype)
+                        self.assertTrue(torch.equal(out, torch.full((2, 3, 4), ZERO[semiring], dtype=dtype,
+                                                                    device=self.dev)), out)
+                        if grad:
+                            out.sum().backward()
+                            self.assertEqual((a.grad.shape, b.grad.shape), (a.shape, b.shape))
+
+    def test_transposed_and_strided_empty_views(self):
+        for semiring in ("log", "max_plus", "plus_times"):
+            with self.subTest(semiring=semiring):
+                base_a = torch.randn(2, 6, 3, device=self.dev)
+                base_b = torch.randn(2, 5, 6, device=self.dev)
+                a = base_a[:, :0].transpose(1, 2).detach().requires_grad_(True)  # [2, 3, 0], strided
+                b = base_b[:, :, :0].transpose(1, 2).detach().requires_grad_(True)  # [2, 0, 5]
+                out = self.jt.semiring_bmm(a, b, semiring)
+                g = torch.randn_like(out)
+                self.check(a, b, semiring, out, torch.autograd.grad(out, (a, b), g), g)
+                a = base_a.transpose(1, 2)[:, :0].detach().requires_grad_(True)  # [2, 0, 6], M = 0
+                b = base_b.transpose(1, 2).detach().requires_grad_(True)  # [2, 6, 5], column-major
+                out = self.jt.semiring_bmm(a, b, semiring)
+                g = torch.randn_like(out)
+                self.check(a, b, semiring, out, torch.autograd.grad(out, (a, b), g), g)
+
+    def test_double_backward_with_empty_dimensions(self):
+        for semiring in ("log", "plus_times", "max_plus", "max_times"):
+            for name in ("K = 0", "M = 0", "N = 0", "2-D a, B = 0", "broadcast, K = 0"):
+                with self.subTest(semiring=semiring, case=name):
+                    a, b = self.operands(*self.CASES[name], semiring, dtype=torch.float64)
+                    out = self.jt.semiring_bmm(a, b, semiring)
+                    g = torch.randn_like(out)
+                    grads = torch.autograd.grad(out, (a, b), g, create_graph=True)
+                    self.check(a, b, semiring, out, grads, g)
+                    loss = sum((x ** 2).sum() for x in grads) + out.sum()
+                    second = torch.autograd.grad(loss, (a, b), allow_unused=True)
+                    for got, t in zip(second, (a, b)):
+                        if got is not None:
+                            self.assertEqual(tuple(got.shape), tuple(t.shape))
+                            self.assertEqual(got.count_nonzero().item(), 0)
+
+    def test_compile_fullgraph_with_empty_dimensions(self):
+        # The fake implementations give the shapes and layouts the real ones return; fullgraph: no graph break.
+        import torch._dynamo
+        cases = [(semiring, name, "aot_eager") for semiring in SEMIRINGS
+                 for name in ("K = 0", "M = 0", "N = 0", "B = 0", "2-D a, B = 0", "broadcast, K = 0")]
+        cases += [("log", "K = 0", "inductor"), ("max_plus", "M = 0", "inductor")]
+        for semiring, name, backend in cases:
+            with self.subTest(semiring=semiring, case=name, backend=backend):
+                torch._dynamo.reset()
+                a, b = self.operands(*self.CASES[name], semiring)
+                compiled = torch.compile(lambda x, y: self.jt.semiring_bmm(x, y, semiring) * 2, fullgraph=True,
+                                         backend=backend)
+                out = compiled(a, b)
+                g = torch.randn_like(out)
+                grads = torch.autograd.grad(out, (a, b), g)
+                self.check(a, b, semiring, out / 2, [x / 2 for x in grads], g)
+
+    def test_the_c_abi_backward_with_empty_dimensions(self):
+        # The plan's own backward (the C ABI, below jitbmm.torch): gradients of an operand that is not empty while
+        # the output is (M = 0: grad_b; N = 0: grad_a) are zeros, written over whatever the buffer held.
+        for semiring in SEMIRINGS:
+            for B, M, K, N in ((2, 0, 4, 5), (2, 3, 4, 0)):
+                with self.subTest(semiring=semiring, shape=(B, M, K, N)):
+                    p = self.jitbmm.Problem(semiring, "f32", B, M, K, N)
+                    plan = self.jitbmm.Plan(p, torch.cuda.current_stream().cuda_stream)
+                    a = torch.randn(B, M, K, device=self.dev)
+                    b = torch.randn(B, K, N, device=self.dev)
+                    out = torch.empty(B, M, N, device=self.dev)
+                    grad_a, grad_b = torch.full_like(a, math.nan), torch.full_like(b, math.nan)
+                    stream = torch.cuda.current_stream().cuda_stream
+                    plan(a.data_ptr() or None, b.data_ptr() or None, out.data_ptr() or None, stream=stream)
+                    plan.backward(a.data_ptr() or None, b.data_ptr() or None, out.data_ptr() or None, None,
+                                  out.data_ptr() or None, grad_a.data_ptr() or None, grad_b.data_ptr() or None,
+                                  stream=stream)
+                    torch.cuda.synchronize()
+                    self.assertEqual(grad_a.count_nonzero().item(), 0, grad_a)
+                    self.assertEqual(grad_b.count_nonzero().item(), 0, grad_b)
+
+
+def random_operand(shape, rng, semiring, dtype, device):
+    """A tensor of `shape` in a random layout: contiguous, transposed (column-major matrices), a strided slice of a
+    larger tensor, or an expanded batch (stride 0); all of them views the kernels must read as they are."""
+    layout = rng.choice(("contiguous", "transposed", "sliced", "expanded"))
+    *batch, rows, cols = shape
+    if layout == "transposed":
+        t = torch.randn(*batch, cols, rows, dtype=torch.float64, device=device).transpose(-1, -2)
+    elif layout == "sliced":
+        t = torch.randn(*batch, rows, 2 * cols + 1, dtype=torch.float64, device=device)[..., 1::2]
+    elif layout == "expanded" and batch:
+        t = torch.randn(*([1] * len(batch)), rows, cols, dtype=torch.float64, device=device).expand(*shape)
+    else:
+        layout = "contiguous"
+        t = torch.randn(*shape, dtype=torch.float64, device=device)
+    if semiring == "max_times":
+        t = t.abs()
+    return t.to(dtype), layout
+
+
+class FuzzTest(unittest.TestCase):
+    """Random calls of jitbmm.torch against torch in float64: shapes with zeros, broadcast batch dimensions,
+    transposed, strided and expanded views, every semiring and dtype, with and without gradients. Every failure is
+    counted and listed; valid input must give none."""
+
+    CASES = 400
+    SIZES = (0, 1, 2, 3, 5, 8)  # few sizes, so that few kernels are compiled
+
+    def test_fuzz_against_torch(self):
+        import random
+        import jitbmm
+        import jitbmm.torch as jt
+        jitbmm.set_tune_policy("never")  # the default variant of each shape: compiles, no tuning
+        try:
+            failures = self.run_cases(jt, random.Random(20261201))
+        finally:
+            jitbmm.set_tune_policy("never")  # the policy the other tests of this program run under
+        self.assertEqual(failures, [], f"{len(failures)} of {self.CASES} cases failed:\n" + "\n".join(failures[:20]))
+
+    def run_cases(self, jt, rng):
+        device = torch.device("cuda")
+        dtypes = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
+        failures = []
+        counts = {"an empty size": 0, "gradients": 0, "a broadcast batch": 0}
+        for case in range(self.CASES):
+            semiring = rng.choice(SEMIRINGS)
+            dtype_name = rng.choice(("f32", "f32", "f64", "f64", "f16", "bf16"))
+            dtype = dtypes[dtype_name]
+            M, K, N = (rng.choice(self.SIZES) for _ in range(3))
+            batch = tuple(rng.choice(self.SIZES[:4]) for _ in range(rng.randint(0, 2)))
+            a_batch = tuple(n if rng.random() < 0.7 else 1 for n in batch)[rng.randint(0, len(batch)):]
+            b_batch = tuple(n if rng.random() < 0.7 else 1 for n in batch)[rng.randint(0, len(batch)):]
+            grad = rng.random() < 0.5
+            a, a_layout = random_operand((*a_batch, M, K), rng, semiring, dtype, device)
+            b, b_layout = random_operand((*b_batch, K, N), rng, semiring, dtype, device)
+            what = (f"case {case}: {semiring} {dtype_name} a{tuple(a.shape)} {a_layout} b{tuple(b.shape)} {b_layout} "
+                    f"grad={grad}")
+            counts["an empty size"] += 0 in (*batch, M, K, N)
+            counts["gradients"] += grad
+            counts["a broadcast batch"] += a_batch != b_batch
+            try:
+                self.one_case(jt, a, b, semiring, dtype_name, grad)
+            except Exception as e:  # noqa: BLE001 (every failure is a finding, listed with its case)
+                failures.append(f"{what}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        print(f"\nfuzz: {self.CASES} cases, " + ", ".join(f"{n} with {what}" for what, n in counts.items()) +
+              f"; {len(failures)} failed", file=sys.stderr)
+        return failures
+
+    def one_case(self, jt, a, b, semiring, dtype_name, grad):
+        if grad:
+            a, b = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        out = jt.semiring_bmm(a, b, semiring)
+        a64 = a.detach().double().requires_grad_(True)
+        b64 = b.detach().double().requires_grad_(True)
+        want = reference(a64, b64, semiring)
+        if out.dtype != a.dtype or tuple(out.shape) != tuple(want.shape):
+            raise AssertionError(f"out is {out.dtype} {tuple(out.shape)}, expected {a.dtype} {tuple(want.shape)}")
+        rtol, atol = TOL[dtype_name]
+        # Half inputs: the reference sees the rounded inputs, the kernel accumulates in float32.
+        torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol, equal_nan=True)
+        if not grad:
+            return
+        g = torch.randn_like(want)
+        got_a, got_b = torch.autograd.grad(out, (a, b), g.to(out.dtype))
+        want_a, want_b = torch.autograd.grad(want, (a64, b64), g.to(out.dtype).double(), allow_unused=True)
+        for name, got, want_grad, t in (("grad_a", got_a, want_a, a), ("grad_b", got_b, want_b, b)):
+            if tuple(got.shape) != tuple(t.shape) or got.dtype != t.dtype:
+                raise AssertionError(f"{name} is {got.dtype} {tuple(got.shape)}, expected {t.dtype} {tuple(t.shape)}")
+            if want_grad is None:
+                want_grad = torch.zeros_like(a64 if name == "grad_a" else b64)
+            if dtype_name in ("f16", "bf16"):
+                # Ties in half precision go their own way in torch; the total a gradient carries is the same.
+                if semiring in ("max_plus", "min_plus", "plus_times", "log"):
+                    torch.testing.assert_close(got.double().sum(), want_grad.sum(), rtol=5e-2, atol=1e-1)
+                continue
+            torch.testing.assert_close(got.double(), want_grad, rtol=rtol * 5, atol=atol * 5)
 
 
 def _share_choices_rank(rank, world, init_file, caches, results):
