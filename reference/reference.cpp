@@ -142,11 +142,13 @@ Element element(const Problem& p, const void* a, const void* b, int64_t batch, i
 
 std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
   validate(p);
-  check_work(p);
   const Shape& s = p.shape;
   std::vector<Element> out;
+  // An empty output has no term to compute, however long K is (planning accepts it too), and no loop runs over a
+  // huge B (or M) of empty matrices.
+  if (try_product({s.B, s.M, s.N}) == 0) return out;
+  check_work(p);
   const int64_t outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
-  if (outputs == 0) return out; // no loop over a huge B (or M) of empty matrices
   out.reserve(static_cast<std::size_t>(outputs));
   for (int64_t batch = 0; batch < s.B; ++batch)
     for (int64_t i = 0; i < s.M; ++i)
@@ -157,14 +159,15 @@ std::vector<Element> compute(const Problem& p, const void* a, const void* b) {
 void backward(const Problem& p, const void* a, const void* b, const double* grad_out, double* grad_a, double* grad_b,
               const double* out, const int32_t* argmax) {
   validate(p);
-  check_work(p);
   const Shape& s = p.shape;
+  const bool empty = try_product({s.B, s.M, s.N}) == 0; // no term: only zeros to write, however long K is
+  if (!empty) check_work(p);
   const Strides sa = p.a(), sb = p.b();
   if (grad_a && try_product({s.B, s.M, s.K}) != 0)
     std::fill(grad_a, grad_a + max_offset("a", s.B, s.M, s.K, sa) + 1, 0.0);
   if (grad_b && try_product({s.B, s.K, s.N}) != 0)
     std::fill(grad_b, grad_b + max_offset("b", s.B, s.K, s.N, sb) + 1, 0.0);
-  if (try_product({s.B, s.M, s.N}) == 0) return;
+  if (empty) return;
   using Real = long double;
   for (int64_t bt = 0; bt < s.B; ++bt)
     for (int64_t i = 0; i < s.M; ++i)

@@ -29,7 +29,8 @@ constexpr int64_t kMaxReferenceTerms = int64_t(1) << 36;   // compute(), backwar
 Element element(const Problem& problem, const void* a, const void* b, int64_t batch, int64_t i, int64_t j);
 
 // Every output, in row-major [B][M][N] order. Validates the problem, and refuses (std::invalid_argument naming the
-// size) more than kMaxReferenceOutputs outputs, kMaxReferenceTerms terms or kMaxReferenceK terms an output.
+// size) more than kMaxReferenceOutputs outputs, kMaxReferenceTerms terms or kMaxReferenceK terms an output. An empty
+// output (B, M or N = 0) has no term to compute: it is an empty result whatever K is.
 std::vector<Element> compute(const Problem& problem, const void* a, const void* b);
 
 } // namespace jitbmm::reference
@@ -53,7 +54,8 @@ namespace jitbmm::reference {
 //   max_plus, min_plus: G goes to the argmax k (ties: smallest k). max_times: G·partner to the argmax k.
 //   plus_times:  dA = G·Bᵀ, dB = Aᵀ·G.
 // `out` / `argmax` ([B][M][N] contiguous): the forward's results to use instead of the exact ones (as the GPU
-// backward does); null: computed here. Bounded like compute() (std::invalid_argument naming the size).
+// backward does); null: computed here. Bounded like compute() (std::invalid_argument naming the size); an empty
+// output only zeroes the gradients.
 void backward(const Problem& problem, const void* a, const void* b, const double* grad_out, double* grad_a,
               double* grad_b, const double* out = nullptr, const int32_t* argmax = nullptr);
 

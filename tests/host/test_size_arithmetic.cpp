@@ -115,6 +115,30 @@ TEST_CASE("the reference refuses what it cannot compute, naming the size, and re
   expect_invalid([&] { reference::element(long_k, nullptr, nullptr, 0, 0, 0); }, "shape.K");
 }
 
+TEST_CASE("an empty output is computed (as nothing) whatever K is, as planning accepts it") {
+  const int64_t long_k = reference::kMaxReferenceK + 1;
+  for (const Shape& shape :
+       {Shape{0, 3, long_k, 4}, Shape{2, 0, long_k, 4}, Shape{2, 3, long_k, 0}, Shape{1, 0, int64_t(1) << 40, 1}}) {
+    const std::string what = to_string(shape);
+    CAPTURE(what);
+    Problem p;
+    p.shape = shape;
+    CHECK(reference::compute(p, nullptr, nullptr).empty());
+    CHECK_NOTHROW(reference::backward(p, nullptr, nullptr, nullptr, nullptr, nullptr));
+    jitbmm_problem c{};
+    c.semiring = "log";
+    c.dtype = "f32";
+    c.B = shape.B, c.M = shape.M, c.K = shape.K, c.N = shape.N;
+    const int64_t a[3] = {shape.M * shape.K, shape.K, 1}, b[3] = {shape.K * shape.N, shape.N, 1},
+                  o[3] = {shape.M * shape.N, shape.N, 1};
+    for (int i = 0; i < 3; ++i) c.a_strides[i] = a[i], c.b_strides[i] = b[i], c.out_strides[i] = o[i];
+    CHECK(jitbmm_reference(&c, nullptr, nullptr, nullptr, nullptr) == JITBMM_OK);
+  }
+  // A single output still holds its K terms: refused, naming K.
+  expect_invalid([] { reference::compute(with_size('K', reference::kMaxReferenceK + 1), nullptr, nullptr); },
+                 "shape.K");
+}
+
 TEST_CASE("planning steps before the driver refuse huge sizes, naming them; nothing loops or overflows") {
   for (char dim : {'B', 'M', 'K', 'N'})
     for (int64_t v : {k2_62 + 1, kMax}) {
