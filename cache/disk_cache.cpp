@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 
 #include "support/sha256.hpp"
 #include "support/parse_number.hpp"
@@ -130,14 +132,32 @@ std::string DiskCache::default_dir() {
 
 uint64_t DiskCache::cap_from_env() {
   const char* c = std::getenv("JITBMM_CACHE_MAX_BYTES");
-  return c && *c ? parse_unsigned(c, "JITBMM_CACHE_MAX_BYTES") : kDefaultCacheCapBytes;
+  if (!c || !*c) return kDefaultCacheCapBytes;
+  const uint64_t cap = parse_unsigned(c, "JITBMM_CACHE_MAX_BYTES");
+  if (cap < kMinCacheCapBytes)
+    throw std::invalid_argument("JITBMM_CACHE_MAX_BYTES: " + std::string(c) + " bytes is below the minimum, " +
+                                std::to_string(kMinCacheCapBytes) +
+                                " (16 MiB, room for a few kernels); JITBMM_CACHE=off turns the disk cache off");
+  return cap;
+}
+
+bool DiskCache::enabled_from_env() {
+  const char* v = std::getenv("JITBMM_CACHE");
+  if (!v || !*v) return true;
+  std::string word = v;
+  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* off : {"off", "0", "false", "no"})
+    if (word == off) return false;
+  for (const char* on : {"on", "1", "true", "yes"})
+    if (word == on) return true;
+  throw std::invalid_argument(std::string("JITBMM_CACHE: expected on or off (or 1/0, true/false, yes/no), got '") + v +
+                              "'");
 }
 
 DiskCache* DiskCache::process_cache() {
-  // A throw leaves the static uninitialised, so every call reports a malformed cap, not only the first.
+  // A throw leaves the static uninitialised, so every call reports a malformed variable, not only the first.
   static DiskCache* cache = []() -> DiskCache* {
-    const char* mode = std::getenv("JITBMM_CACHE");
-    if (mode && std::string(mode) == "off") return nullptr;
+    if (!enabled_from_env()) return nullptr;
     auto* c = new DiskCache(default_dir(), cap_from_env()); // lives for the process
     if (const char* t = std::getenv("JITBMM_CACHE_TRUSTED_DIR"); t && *t)
       c->set_fallback(std::make_unique<DiskCache>(t, 0, CacheAccess::trusted_read_only));
@@ -148,8 +168,8 @@ DiskCache* DiskCache::process_cache() {
 
 DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     : dir_(std::move(dir)), cap_(cap_bytes), access_(access) {
-  if (read_only()) {
-    CheckedDir checked = open_checked_dir(dir_, DirTrust::named_by_user);
+  if (access_ == CacheAccess::trusted_read_only) {
+    CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_or_root);
     dir_fd_ = std::move(checked.fd);
     if (!usable()) {
       refused_ = "not trusted (" + checked.refused + ")";
@@ -176,12 +196,20 @@ DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
                          memory_only);
     return;
   }
-  if (::faccessat(checked.fd.get(), ".", R_OK | W_OK | X_OK, AT_EACCESS) != 0) {
+  if (::faccessat(checked.fd.get(), ".", R_OK | X_OK, AT_EACCESS) != 0) {
     refused_ = "not usable (" + std::string(std::strerror(errno)) + ")";
     warn_once("dir", "cache directory " + dir_ + " is " + refused_ + memory_only);
     return;
   }
   dir_fd_ = std::move(checked.fd);
+  // Decided as every write would find it: a mode the user cannot write (root can) or a read-only mount.
+  if (::faccessat(dir_fd_.get(), ".", W_OK, AT_EACCESS) != 0) {
+    warn_once("dir", "cache directory " + dir_ + " is read-only (" + std::strerror(errno) +
+                         "): kernels and decisions stored there are used, but nothing new is stored");
+    return;
+  }
+  writable_ = true;
+  remove_dead_temps();
 }
 
 void DiskCache::set_fallback(std::unique_ptr<DiskCache> read_only) {
@@ -196,7 +224,8 @@ void DiskCache::warn_once(const std::string& topic, const std::string& message) 
 void DiskCache::quarantine(const std::string& name, const std::string& why) {
   const std::string path = dir_ + "/" + name;
   if (read_only()) { // never changed: the user only reads it
-    warn_once("damaged", "entry " + path + " of the trusted cache (" + why + ") is ignored");
+    warn_once("damaged", "entry " + path + (owner_checked() ? " of the read-only cache (" : " of the trusted cache (") +
+                             why + ") is ignored");
     return;
   }
   warn_once("damaged", "damaged cache entry " + path + " (" + why + ") moved aside; it will be rebuilt");
@@ -207,7 +236,7 @@ void DiskCache::quarantine(const std::string& name, const std::string& why) {
 
 std::optional<std::string> DiskCache::read_entry(const std::string& key, const std::string& kind) {
   const std::string name = key + "." + kind;
-  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), !read_only());
+  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
   if (r.status == ReadResult::absent) return std::nullopt;
   if (r.status == ReadResult::refused) {
     quarantine(name, r.why);
@@ -231,44 +260,59 @@ std::optional<std::string> DiskCache::get(const std::string& key, const std::str
 
 std::optional<std::string> DiskCache::get_source(const std::string& key) const {
   if (!usable() || !is_key(key)) return std::nullopt;
-  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, !read_only());
+  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, owner_checked());
   if (r.status != ReadResult::ok) return std::nullopt;
   return std::move(r.bytes);
 }
 
-bool DiskCache::write(const std::string& name, std::string_view bytes) {
-  if (!usable() || read_only()) return false;
-  const std::string error = write_file_atomically(dir_fd_.get(), name, bytes);
-  if (!error.empty())
-    warn_once("write", "cannot write to cache directory " + dir_ + " (" + error + "); kernels are kept in memory only");
-  return error.empty();
-}
-
 KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeout,
                         const std::function<void(const std::string&)>& on_wait) {
-  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
   if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
+  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
   if (!is_key(key)) return KeyLock::unavailable("not a cache key");
   return KeyLock::acquire(dir_fd_.get(), "lock-" + key, timeout, on_wait);
 }
 
 KeyLock DiskCache::try_cpu_token(unsigned index) {
-  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
   if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
+  if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
   return KeyLock::acquire(dir_fd_.get(), "lock-cpu-" + std::to_string(index), std::chrono::milliseconds(0));
 }
 
 bool DiskCache::put(const std::string& key, const std::string& kind, std::string_view payload) {
-  if (!is_key(key) || !is_kind(kind)) return false;
-  return write(key + "." + kind, encode_cache_entry(key, payload));
+  if (!is_key(key) || !is_kind(kind) || !usable() || read_only()) return false; // read-only: said when opened
+  const std::string error = write_file_atomically(dir_fd_.get(), key + "." + kind, encode_cache_entry(key, payload));
+  if (!error.empty())
+    warn_once("write", "cannot write to cache directory " + dir_ + " (" + error +
+                           "); kernels and decisions not stored there are kept in memory only");
+  return error.empty();
 }
 
 bool DiskCache::put_source(const std::string& key, std::string_view source) {
-  if (!is_key(key)) return false;
-  return write(key + ".cu", source);
+  if (!is_key(key) || !usable() || read_only()) return false;
+  const std::string error = write_file_atomically(dir_fd_.get(), key + ".cu", source);
+  if (!error.empty())
+    warn_once("write-source",
+              "cannot write the source " + dir_ + "/" + key + ".cu (" + error +
+                  "): the kernel's cubin is stored; only its source, kept beside it for reading, is not");
+  return error.empty();
 }
 
-std::vector<DiskCache::File> DiskCache::files() const {
+void DiskCache::discard(const std::string& key, const std::string& kind, std::string_view payload,
+                        const std::string& why) {
+  if (!is_key(key) || !is_kind(kind)) return;
+  if (usable()) {
+    const std::string name = key + "." + kind;
+    const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
+    if (r.status == ReadResult::ok) { // this directory answered get(): the fallback was not asked
+      if (decode_cache_entry(r.bytes, key) == payload) quarantine(name, why); // else rewritten meanwhile: kept
+      return;
+    }
+  }
+  if (fallback_) fallback_->discard(key, kind, payload, why);
+}
+
+std::vector<DiskCache::File> DiskCache::files(bool temps_only) const {
   std::vector<File> out;
   if (!usable()) return out;
   // A descriptor of its own for the listing: readdir moves the position of the one it reads.
@@ -280,9 +324,8 @@ std::vector<DiskCache::File> DiskCache::files() const {
   }
   while (const dirent* item = ::readdir(dir)) {
     const std::string name = item->d_name;
-    const bool ours =
-        (name.size() > kKeyChars && name[kKeyChars] == '.' && is_key(std::string_view(name).substr(0, kKeyChars))) ||
-        is_temp(name);
+    const bool ours = is_temp(name) || (!temps_only && name.size() > kKeyChars && name[kKeyChars] == '.' &&
+                                        is_key(std::string_view(name).substr(0, kKeyChars)));
     struct stat st {};
     if (!ours || ::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     out.push_back({name, static_cast<uint64_t>(st.st_size),
@@ -307,7 +350,7 @@ int DiskCache::verify() {
   for (const File& f : files()) {
     if (!is_entry_name(f.name)) continue;
     const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
-    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), !read_only());
+    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), owner_checked());
     if (r.status == ReadResult::absent) continue; // removed meanwhile
     if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;
@@ -336,7 +379,7 @@ void DiskCache::evict(uint64_t cap_bytes) {
   uint64_t total = 0;
   for (const File& f : files()) {
     if (is_temp(f.name)) {
-      if (f.mtime_ns < stale_before && ::unlinkat(dir_fd_.get(), f.name.c_str(), 0) == 0) continue;
+      if (dead_temp(f, stale_before) && ::unlinkat(dir_fd_.get(), f.name.c_str(), 0) == 0) continue;
       total += f.bytes;
       continue;
     }
@@ -358,6 +401,17 @@ void DiskCache::evict(uint64_t cap_bytes) {
     for (const auto& [name, bytes] : v.files)
       if (::unlinkat(dir_fd_.get(), name.c_str(), 0) == 0) total -= bytes;
   }
+}
+
+bool DiskCache::dead_temp(const File& file, int64_t stale_before_ns) {
+  return file.mtime_ns < stale_before_ns || temp_writer_gone(file.name);
+}
+
+// Killed writers leave their temp files; removed when the cache is opened, not only when it next writes a cubin.
+void DiskCache::remove_dead_temps() {
+  const int64_t stale_before = now_ns() - kStaleTempSeconds * 1000000000;
+  for (const File& f : files(true))
+    if (dead_temp(f, stale_before)) ::unlinkat(dir_fd_.get(), f.name.c_str(), 0);
 }
 
 } // namespace jitbmm

@@ -11,7 +11,12 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <random>
+#include <sstream>
+
+#include "support/sha256.hpp"
 
 namespace jitbmm {
 
@@ -50,11 +55,60 @@ std::uint64_t random_seed() {
          (static_cast<std::uint64_t>(::getpid()) << 32);
 }
 
-std::string unique_suffix() {
-  thread_local std::mt19937_64 rng(random_seed());
-  char text[32];
-  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()), static_cast<unsigned long long>(rng()));
-  return text;
+// Which boot of which machine, and which pid namespace, this process runs in: pids and start times mean something
+// only within both. Empty when /proc does not say.
+const std::string& machine_tag() {
+  static const std::string tag = [] {
+    // A /proc of another pid namespace (mounted before an unshare) would name other processes by our pids.
+    char self[32];
+    const ssize_t self_chars = ::readlink("/proc/self", self, sizeof self);
+    if (self_chars <= 0 || std::string(self, static_cast<std::size_t>(self_chars)) != std::to_string(::getpid()))
+      return std::string();
+    std::ifstream boot("/proc/sys/kernel/random/boot_id");
+    std::string boot_id;
+    std::getline(boot, boot_id);
+    char ns[128];
+    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns);
+    if (boot_id.empty() || n <= 0) return std::string();
+    return sha256_hex(boot_id + '\n' + std::string(ns, static_cast<std::size_t>(n))).substr(0, 12);
+  }();
+  return tag;
+}
+
+struct ProcessStart {
+  unsigned long long ticks = 0; // field 22 of /proc/<pid>/stat: clock ticks from boot to the process's start
+  bool running = false;         // not a zombie (which has exited and only waits for its parent)
+};
+
+// Nothing when /proc has no process `pid`.
+std::optional<ProcessStart> process_start(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  const std::size_t comm_end = stat.rfind(')'); // the command name (field 2) may hold spaces and parentheses
+  if (comm_end == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string state, skipped;
+  fields >> state; // field 3
+  for (int field = 4; field < 22; ++field) fields >> skipped;
+  ProcessStart out;
+  if (!(fields >> out.ticks)) return std::nullopt;
+  out.running = state != "Z" && state != "X";
+  return out;
+}
+
+// <pid>.<start>.<machine tag>, or <pid> alone where /proc does not say.
+std::string writer_id() {
+  const long pid = ::getpid();
+  const std::optional<ProcessStart> start = machine_tag().empty() ? std::nullopt : process_start(pid);
+  if (!start) return std::to_string(pid);
+  return std::to_string(pid) + "." + std::to_string(start->ticks) + "." + machine_tag();
+}
+
+std::optional<unsigned long long> decimal(const std::string& text) {
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoull(text);
 }
 
 } // namespace
@@ -79,14 +133,12 @@ CheckedDir open_checked_dir(const std::string& path, DirTrust trust) {
     out.refused = std::strerror(errno);
     return out;
   }
-  if (trust == DirTrust::owner_only) {
-    if (st.st_uid != ::geteuid())
-      out.refused = "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid());
-    else if (st.st_mode & (S_IWGRP | S_IWOTH))
-      out.refused = "writable by group or others, mode " + mode_text(st.st_mode);
-  } else if (st.st_mode & S_IWOTH) { // sticky or not: anyone could add an entry
-    out.refused = "writable by anyone, mode " + mode_text(st.st_mode);
-  }
+  const bool root_may_own = trust == DirTrust::owner_or_root;
+  if (st.st_uid != ::geteuid() && !(root_may_own && st.st_uid == 0))
+    out.refused = "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid()) +
+                  (root_may_own && ::geteuid() != 0 ? " or root" : "");
+  else if (st.st_mode & (S_IWGRP | S_IWOTH))
+    out.refused = "writable by group or others, mode " + mode_text(st.st_mode);
   if (out.refused.empty()) out.fd = std::move(fd);
   return out;
 }
@@ -146,7 +198,7 @@ std::string write_file_atomically(int dir_fd, const std::string& name, std::stri
   std::string temp;
   FileDescriptor fd;
   for (int attempt = 0; attempt < 16 && !fd.valid(); ++attempt) {
-    temp = ".tmp-" + name + "-" + unique_suffix();
+    temp = temp_file_name(name);
     fd = FileDescriptor(
         ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, S_IRUSR | S_IWUSR));
     if (!fd.valid() && errno != EEXIST) break;
@@ -166,6 +218,30 @@ std::string write_file_atomically(int dir_fd, const std::string& name, std::stri
   if (error.empty() && ::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) error = std::strerror(errno);
   if (!error.empty()) ::unlinkat(dir_fd, temp.c_str(), 0);
   return error;
+}
+
+std::string temp_file_name(const std::string& name) {
+  thread_local std::mt19937_64 rng(random_seed());
+  char random[24];
+  std::snprintf(random, sizeof random, "%016llx", static_cast<unsigned long long>(rng()));
+  return ".tmp-" + name + "-" + writer_id() + "-" + random;
+}
+
+bool temp_writer_gone(const std::string& temp_name) {
+  const std::size_t random_dash = temp_name.rfind('-');
+  if (random_dash == std::string::npos || random_dash == 0) return false;
+  const std::size_t writer_dash = temp_name.rfind('-', random_dash - 1);
+  if (writer_dash == std::string::npos) return false;
+  const std::string writer = temp_name.substr(writer_dash + 1, random_dash - writer_dash - 1);
+  const std::size_t dot = writer.find('.');
+  if (dot == std::string::npos) return false; // <pid> alone: /proc could not say who wrote it
+  const std::size_t tag_dot = writer.find('.', dot + 1);
+  if (tag_dot == std::string::npos || machine_tag().empty() || writer.substr(tag_dot + 1) != machine_tag())
+    return false;
+  const auto pid = decimal(writer.substr(0, dot)), ticks = decimal(writer.substr(dot + 1, tag_dot - dot - 1));
+  if (!pid || !ticks || *pid == 0 || *pid > 1u << 30) return false;
+  const std::optional<ProcessStart> now = process_start(static_cast<long>(*pid));
+  return !now || !now->running || now->ticks != *ticks; // exited, or its pid now names another process
 }
 
 } // namespace jitbmm

@@ -36,11 +36,11 @@ private:
   int fd_ = -1;
 };
 
-// Who may have fed a directory. `owner_only`: owned by the effective user and writable by no group or other
-// (jitbmm's own cache, dump and override directories). `named_by_user`: any owner (the user named it as trusted,
-// e.g. a cluster's read-only cache, writable by a group), but a directory anyone can write to is still refused
-// (the sticky bit only stops others deleting entries, not adding them).
-enum class DirTrust { owner_only, named_by_user };
+// Who may have fed a directory: never a group or others (no write permission for them, sticky bit or not: it only
+// stops others deleting entries, not adding them), and only its owner: the effective user (`owner_only`: jitbmm's
+// own cache, dump and override directories) or also root (`owner_or_root`: a shared read-only cache the user
+// named, e.g. a cluster's, filled by its admins).
+enum class DirTrust { owner_only, owner_or_root };
 
 struct CheckedDir {
   FileDescriptor fd;   // valid when trusted
@@ -64,8 +64,17 @@ struct ReadResult {
 // `require_owner`, owned by the effective user). Opened O_NOFOLLOW|O_NONBLOCK and read from that descriptor.
 ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, bool require_owner);
 
-// Writes `bytes` as `name` in `dir_fd`: a new temp file (.tmp-<name>-<unique>, created O_EXCL|O_NOFOLLOW, mode
-// 0600), flushed, then renamed over `name`. Returns an empty string, or what failed (the temp file is removed).
+// Writes `bytes` as `name` in `dir_fd`: a new temp file (temp_file_name, created O_EXCL|O_NOFOLLOW, mode 0600),
+// flushed, then renamed over `name`. Returns an empty string, or what failed (the temp file is removed).
 std::string write_file_atomically(int dir_fd, const std::string& name, std::string_view bytes);
+
+// A new temp file's name for `name`: .tmp-<name>-<writer>-<random>, where <writer> is this process's pid, its start
+// time and a tag of the machine's boot and pid namespace (<pid>.<start>.<tag>), so that another process can tell
+// when the writer is gone; just <pid> where /proc cannot say.
+std::string temp_file_name(const std::string& name);
+// Whether the writer named in a temp file's name (temp_file_name) has exited: only a name written in this boot and
+// pid namespace is judged, by whether a live process has its pid and start time. Any other name (an older format,
+// another machine sharing the directory) is never called gone: its age is the only clue.
+bool temp_writer_gone(const std::string& temp_name);
 
 } // namespace jitbmm

@@ -69,10 +69,14 @@ int run_cache(int argc, char** argv) {
   }
   if (what == "verify") {
     const int damaged = cache.verify();
-    std::printf("%zu entries valid, %d damaged (moved aside as .bad)\n", cache.list().size(), damaged);
+    if (cache.read_only()) // damaged entries stay where they are, among the listed ones
+      std::printf("%d damaged (left in place: the directory is read-only)\n", damaged);
+    else
+      std::printf("%zu entries valid, %d damaged (moved aside as .bad)\n", cache.list().size(), damaged);
     return damaged == 0 ? 0 : 1;
   }
   if (what == "clear") {
+    if (cache.read_only()) throw std::runtime_error("cache directory " + dir + " is read-only: nothing was cleared");
     cache.clear();
     std::printf("cleared %s\n", dir.c_str());
     return 0;

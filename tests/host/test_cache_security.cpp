@@ -6,13 +6,16 @@
 #include "tests/temp_dir.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <string>
 
@@ -107,6 +110,41 @@ uint64_t total_bytes(const std::string& dir) {
   for (const auto& item : fs::directory_iterator(dir))
     if (item.is_regular_file()) n += item.file_size();
   return n;
+}
+
+// Runs `checks` in a child process that file permissions bind: this user, or uid 65534 when this is root (root
+// ignores permission bits, so a 0500 directory tests nothing as root). Returns what the child reported: "" when
+// every check held, else what failed.
+std::string as_user_bound_by_permissions(const std::function<std::string()>& checks) {
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(report[0]);
+    std::string failed;
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0))
+      failed = "cannot become uid 65534";
+    else
+      failed = checks();
+    if (failed.empty()) failed = "ok";
+    const ssize_t wrote = ::write(report[1], failed.data(), failed.size());
+    ::_exit(wrote == static_cast<ssize_t>(failed.size()) ? 0 : 1);
+  }
+  ::close(report[1]);
+  std::string got;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(report[0], buffer, sizeof buffer)) > 0;) got.append(buffer, static_cast<std::size_t>(n));
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the child failed: " + got;
+  return got == "ok" ? "" : got;
+}
+
+// A directory the child of as_user_bound_by_permissions may work in: as root, handed to uid 65534.
+void hand_to_bound_user(const std::string& path) {
+  if (::geteuid() == 0) REQUIRE(::chown(path.c_str(), kNobody, kNobody) == 0);
 }
 
 // get() run with a time limit, so a read that blocks (a FIFO) fails the test instead of hanging it.
@@ -307,8 +345,8 @@ TEST_CASE("the size cap counts sources, quarantined and temp files; .bad first, 
 
 TEST_CASE("JITBMM_CACHE_MAX_BYTES: a malformed value is an error naming the variable") {
   {
-    ScopedEnv env("JITBMM_CACHE_MAX_BYTES", "4096");
-    CHECK(DiskCache::cap_from_env() == 4096);
+    ScopedEnv env("JITBMM_CACHE_MAX_BYTES", "16777216");
+    CHECK(DiskCache::cap_from_env() == kMinCacheCapBytes);
   }
   for (const char* bad : {"12abc", "-1", "1e9", " 5", "18446744073709551616", "lots"}) {
     CAPTURE(bad);
@@ -317,6 +355,40 @@ TEST_CASE("JITBMM_CACHE_MAX_BYTES: a malformed value is an error naming the vari
   }
   ScopedEnv env("JITBMM_CACHE_MAX_BYTES", "");
   CHECK(DiskCache::cap_from_env() == kDefaultCacheCapBytes);
+}
+
+TEST_CASE("JITBMM_CACHE_MAX_BYTES below one entry's room is an error naming the minimum, never a cache turned off") {
+  for (const char* small : {"0", "1000", "4096", "16777215"}) {
+    CAPTURE(small);
+    ScopedEnv env("JITBMM_CACHE_MAX_BYTES", small);
+    CHECK_THROWS_WITH_AS(
+        DiskCache::cap_from_env(),
+        doctest::Contains(
+            ("JITBMM_CACHE_MAX_BYTES: " + std::string(small) + " bytes is below the minimum, 16777216").c_str()),
+        std::invalid_argument);
+  }
+}
+
+TEST_CASE("JITBMM_CACHE: off, 0, false, no and on, 1, true, yes in any case; anything else is an error") {
+  for (const char* off : {"off", "OFF", "Off", "0", "false", "FALSE", "no", "No"}) {
+    CAPTURE(off);
+    ScopedEnv env("JITBMM_CACHE", off);
+    CHECK_FALSE(DiskCache::enabled_from_env());
+  }
+  for (const char* on : {"on", "ON", "1", "true", "True", "yes", "YES", ""}) {
+    CAPTURE(on);
+    ScopedEnv env("JITBMM_CACHE", on);
+    CHECK(DiskCache::enabled_from_env());
+  }
+  for (const char* bad : {"maybe", "offf", " off", "off ", "2", "disabled", "-1"}) {
+    CAPTURE(bad);
+    ScopedEnv env("JITBMM_CACHE", bad);
+    CHECK_THROWS_WITH_AS(
+        DiskCache::enabled_from_env(),
+        doctest::Contains(
+            ("JITBMM_CACHE: expected on or off (or 1/0, true/false, yes/no), got '" + std::string(bad) + "'").c_str()),
+        std::invalid_argument);
+  }
 }
 
 TEST_CASE("the trusted shared cache is read after a miss, with the same checks, and never written") {
@@ -328,8 +400,8 @@ TEST_CASE("the trusted shared cache is read after a miss, with the same checks, 
     write_bytes(shared.path + "/" + damaged + ".cubin", "damaged");
     fs::create_symlink("/dev/zero", shared.path + "/" + key_of(22) + ".cubin");
   }
-  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_read |
-                                   fs::perms::others_exec); // group-writable: the cluster's admins
+  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec); // read by all, fed by its owner
   const int files_before = count_files(shared.path);
   DiskCache cache(mine.path);
   cache.set_fallback(std::make_unique<DiskCache>(shared.path, 0, CacheAccess::trusted_read_only));
@@ -351,7 +423,7 @@ TEST_CASE("the trusted shared cache is read after a miss, with the same checks, 
   CHECK(count_files(shared.path) == files_before);
 }
 
-TEST_CASE("a trusted shared cache anyone can write to is refused, sticky or not; a group's is used") {
+TEST_CASE("a trusted shared cache a group or anyone can write to is refused, sticky or not; its owner's is used") {
   TempDir shared;
   fs::permissions(shared.path, fs::perms::all);
   {
@@ -363,8 +435,49 @@ TEST_CASE("a trusted shared cache anyone can write to is refused, sticky or not;
   fs::permissions(shared.path, fs::perms::all | fs::perms::sticky_bit); // /tmp-like: anyone can still add entries
   CHECK_FALSE(DiskCache(shared.path, 0, CacheAccess::trusted_read_only).usable());
   fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_read |
-                                   fs::perms::others_exec);
+                                   fs::perms::others_exec); // any member of the group could plant an entry
+  {
+    CapturedStderr err;
+    DiskCache refused(shared.path, 0, CacheAccess::trusted_read_only);
+    CHECK_FALSE(refused.usable());
+    CHECK(err.text().find("writable by group or others, mode 0775") != std::string::npos);
+  }
+  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
   CHECK(DiskCache(shared.path, 0, CacheAccess::trusted_read_only).usable());
+}
+
+TEST_CASE("a trusted shared cache is used only when owned by the user or root" *
+          doctest::test_suite(test::kNeedsRoot)) {
+  TempDir base;
+  fs::permissions(base.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                 fs::perms::others_read | fs::perms::others_exec);
+  const std::string key = key_of(24), by_root = base.path + "/root", by_other = base.path + "/other";
+  for (const std::string& dir : {by_root, by_other}) {
+    DiskCache writer(dir); // created 0700, then opened to all for reading
+    REQUIRE(writer.put(key, "cubin", "shared cubin"));
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                             fs::perms::others_exec);
+    fs::permissions(dir + "/" + key + ".cubin",
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  }
+  REQUIRE(::chown(by_other.c_str(), kNobody - 1, kNobody - 1) == 0); // neither the reader (65534) nor root
+  const std::string failed = as_user_bound_by_permissions([&]() -> std::string {
+    CapturedStderr err;
+    DiskCache root_owned(by_root, 0, CacheAccess::trusted_read_only);
+    if (!root_owned.usable()) return "root's directory refused: " + root_owned.refused();
+    if (root_owned.get(key, "cubin") != std::string("shared cubin")) return "root's entry not served";
+    DiskCache foreign(by_other, 0, CacheAccess::trusted_read_only);
+    if (foreign.usable()) return "uid 65533's directory used";
+    if (foreign.get(key, "cubin")) return "uid 65533's entry served";
+    if (err.text().find("owned by uid 65533, not by uid 65534 or root") == std::string::npos)
+      return "no warning naming the owner: " + err.text();
+    return "";
+  });
+  CHECK(failed == "");
+  CapturedStderr err; // root itself: the other user's directory is still not its own
+  CHECK_FALSE(DiskCache(by_other, 0, CacheAccess::trusted_read_only).usable());
+  CHECK(err.text().find("owned by uid 65533, not by uid 0") != std::string::npos);
 }
 
 TEST_CASE("JITBMM_DUMP_DIR: created 0700, refused when others can write, never written through a link") {
@@ -414,4 +527,128 @@ TEST_CASE("JITBMM_OVERRIDE_DIR: read only from a private directory, and only a r
   fs::permissions(dir.path, fs::perms::all);
   CHECK(with_override(kernel).source == "generated");
   CHECK(err.text().find("not trusted") != std::string::npos);
+}
+
+TEST_CASE("a private cache directory the user cannot write serves its entries, with one warning, and stores nothing") {
+  TempDir base;
+  hand_to_bound_user(base.path);
+  const std::string dir = base.path + "/cache", key = key_of(30), damaged = key_of(31);
+  const std::string failed = as_user_bound_by_permissions([&]() -> std::string {
+    {
+      DiskCache writer(dir);
+      if (!writer.put(key, "cubin", "stored cubin") || !writer.put_source(key, "stored source") ||
+          !writer.put(damaged, "tune", "decision"))
+        return "the writable directory took no entries";
+    }
+    write_bytes(dir + "/" + damaged + ".tune", "damaged");
+    if (::chmod(dir.c_str(), 0500) != 0) return "chmod failed";
+    const int files_before = count_files(dir);
+    CapturedStderr err;
+    DiskCache cache(dir);
+    std::string missed;
+    const auto expect = [&](bool held, const char* what) {
+      if (!held) missed += std::string(what) + "; ";
+    };
+    expect(cache.usable() && cache.read_only(), "opened read-only");
+    for (int call = 0; call < 3; ++call) { // what every kernel build and tuning would do
+      expect(cache.get(key, "cubin") == std::string("stored cubin"), "its entry served");
+      expect(!cache.get(key_of(32), "cubin"), "a miss");
+      expect(!cache.put(key_of(32), "cubin", "new"), "put refused");
+      expect(!cache.put_source(key_of(32), "new"), "put_source refused");
+      expect(!cache.lock(key_of(32), std::chrono::milliseconds(0)).held(), "no lock taken");
+      expect(!cache.try_cpu_token(0).held(), "no CPU token taken");
+      cache.evict(0);
+    }
+    expect(cache.get_source(key) == std::string("stored source"), "its source served");
+    expect(!cache.get(damaged, "tune"), "a damaged entry is a miss");
+    cache.clear();
+    expect(count_files(dir) == files_before, "nothing written, moved or removed");
+    const std::string text = err.text();
+    expect(err.warnings() == 2, "two warnings: the read-only directory, the damaged entry");
+    expect(text.find("cache directory " + dir + " is read-only") != std::string::npos &&
+               text.find("nothing new is stored") != std::string::npos,
+           "the warning says the directory is read-only and nothing new is stored");
+    if (!missed.empty()) missed += "stderr: " + text;
+    return missed;
+  });
+  CHECK(failed == "");
+}
+
+TEST_CASE("when only the source beside a stored cubin cannot be written, the warning says the cubin is stored") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string key = key_of(33);
+  fs::create_directory(dir.path + "/" + key + ".cu"); // a non-empty directory: renaming over it fails, even as root
+  write_bytes(dir.path + "/" + key + ".cu/in-the-way", "x");
+  CapturedStderr err;
+  CHECK(cache.put(key, "cubin", "payload"));
+  CHECK_FALSE(cache.put_source(key, "source"));
+  CHECK_FALSE(cache.put_source(key, "source"));
+  CHECK(cache.get(key, "cubin") == std::string("payload"));
+  const std::string text = err.text();
+  CHECK(err.warnings() == 1);
+  CHECK(text.find(key + ".cu") != std::string::npos);
+  CHECK(text.find("cubin is stored") != std::string::npos);
+  CHECK(text.find("memory only") == std::string::npos);
+}
+
+namespace {
+
+// A temp file `name` (temp_file_name) left by a writer that exited before renaming it; reaped or still a zombie.
+struct DeadWriter {
+  std::string temp;
+  pid_t pid = 0;
+};
+DeadWriter dead_writer(const std::string& dir, const std::string& target, bool reap) {
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string temp = temp_file_name(target);
+    write_bytes(dir + "/" + temp, "half an entry");
+    const ssize_t wrote = ::write(report[1], temp.data(), temp.size());
+    ::_exit(wrote == static_cast<ssize_t>(temp.size()) ? 0 : 1); // killed mid-write, as far as the cache can tell
+  }
+  ::close(report[1]);
+  DeadWriter out{"", pid};
+  char buffer[512];
+  for (ssize_t n; (n = ::read(report[0], buffer, sizeof buffer)) > 0;) out.temp.append(buffer, std::size_t(n));
+  ::close(report[0]);
+  siginfo_t exited{};
+  ::waitid(P_PID, static_cast<id_t>(pid), &exited, WEXITED | (reap ? 0 : WNOWAIT)); // a zombie once not reaped
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("temp files of writers that exited go when the cache is opened or next written; others stay") {
+  TempDir dir;
+  const std::string target = key_of(34) + ".cubin";
+  const std::string mine = temp_file_name(target);
+  CHECK(mine.rfind(".tmp-" + target + "-" + std::to_string(::getpid()) + ".", 0) == 0);
+  CHECK_FALSE(temp_writer_gone(mine));
+  const DeadWriter reaped = dead_writer(dir.path, target, true), zombie = dead_writer(dir.path, target, false);
+  CHECK(temp_writer_gone(reaped.temp));
+  CHECK(temp_writer_gone(zombie.temp));
+  // Names that say nothing certain: another machine's (or pid namespace's) tag, the older <pid>-<random> form.
+  std::string foreign = reaped.temp;
+  const std::size_t tag_end = foreign.rfind('-'), tag_start = foreign.rfind('.', tag_end);
+  foreign.replace(tag_start + 1, tag_end - tag_start - 1, std::string(tag_end - tag_start - 1, '0'));
+  const std::string older = ".tmp-" + target + "-" + std::to_string(reaped.pid) + "-0123456789abcdef";
+  CHECK_FALSE(temp_writer_gone(foreign));
+  CHECK_FALSE(temp_writer_gone(older));
+  for (const std::string& name : {mine, foreign, older}) write_bytes(dir.path + "/" + name, "in progress?");
+
+  DiskCache cache(dir.path); // opening sweeps
+  CHECK_FALSE(fs::exists(dir.path + "/" + reaped.temp));
+  CHECK_FALSE(fs::exists(dir.path + "/" + zombie.temp));
+  for (const std::string& name : {mine, foreign, older}) CHECK(fs::exists(dir.path + "/" + name));
+  ::waitpid(zombie.pid, nullptr, 0);
+
+  const DeadWriter later = dead_writer(dir.path, target, true); // killed while this process runs
+  REQUIRE(cache.put(key_of(34), "cubin", "payload"));
+  cache.evict(cache.cap_bytes()); // as after every cubin written
+  CHECK_FALSE(fs::exists(dir.path + "/" + later.temp));
+  for (const std::string& name : {mine, foreign, older}) CHECK(fs::exists(dir.path + "/" + name));
 }
