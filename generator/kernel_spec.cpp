@@ -319,6 +319,19 @@ int dynamic_shared_memory_bytes(const KernelSpec& spec) {
 
 bool arch_specific(const KernelSpec& spec) { return (fields_of(spec) & kMathField) && uses_wgmma(spec.math); }
 
+void check_spec_exists(const KernelSpec& spec) {
+  check_fields(spec);
+  const int threads = spec.threads();
+  if (threads <= 0 || threads > 1024 || threads % 32 != 0)
+    reject(spec.is_tiled() ? "thread" : "block",
+           std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
+  try {
+    strategy_def(spec);
+  } catch (const std::invalid_argument& e) { // "strategy: scatter is a backward strategy"
+    throw std::invalid_argument(std::string("spec.") + e.what());
+  }
+}
+
 void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   validate(p);
   check_fields(spec);
@@ -328,16 +341,8 @@ void check_spec_fits(const KernelSpec& spec, const Problem& p) {
   if (spec.out_dtype != p.output_dtype()) reject("out_dtype", "differs from the problem's");
   if (spec.with_argmax != p.with_argmax) reject("with_argmax", "differs from the problem's");
   if (p.with_argmax && s.K > INT32_MAX) throw std::invalid_argument("shape.K: argmax is int32, so K must be < 2^31");
-  const int threads = spec.threads();
-  if (threads <= 0 || threads > 1024 || threads % 32 != 0)
-    reject(spec.is_tiled() ? "thread" : "block",
-           std::to_string(threads) + " threads per block; need a multiple of 32, at most 1024");
-  const StrategyDef* def = nullptr;
-  try {
-    def = &strategy_def(spec);
-  } catch (const std::invalid_argument& e) { // "strategy: scatter is a backward strategy"
-    throw std::invalid_argument(std::string("spec.") + e.what());
-  }
+  check_spec_exists(spec);
+  const StrategyDef* def = &strategy_def(spec);
   def->check(spec, p);
   if (spec.pass != Pass::forward) {
     if (p.with_argmax) reject("pass", "backward kernels are planned for the problem without argmax");

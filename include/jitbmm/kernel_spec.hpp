@@ -108,6 +108,10 @@ KernelSpec default_spec(const Problem& problem, Strategy strategy);
 // that does not support the semiring or pass, tile parameters out of range, 32-bit indices too narrow). For a
 // backward spec, `problem` is the forward problem without argmax.
 void check_spec_fits(const KernelSpec& spec, const Problem& problem);
+// Throws std::invalid_argument naming the field when `spec` describes no kernel whatever the problem: a field out
+// of range, an enum holding none of its values, a thread count no block can have, a strategy without that pass.
+// The part of check_spec_fits that needs no problem (a stored decision's specs are checked with it when read).
+void check_spec_exists(const KernelSpec& spec);
 // Whether the spec's kernel is built for its GPU's architecture-specific target (NVRTC sm_90a): the wgmma forms,
 // which run on sm_90 GPUs only (compiling one for another GPU is std::invalid_argument naming the spec).
 bool arch_specific(const KernelSpec& spec);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -38,6 +40,29 @@ std::string family_text(const Problem& p, const TuningDevice& d, Pass pass, Inpu
   if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
   if (range != InputRange::normal) os << "data " << input_range_name(range) << '\n';
   return os.str();
+}
+
+// A duration as encode_decision writes it ("%.3f", "%.5f"): digits with at most one point, so no sign, exponent,
+// blank, nan or inf; nothing otherwise.
+std::optional<double> parse_duration(const std::string& text) {
+  const std::size_t point = text.find('.');
+  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos || text.front() == '.' ||
+      text.back() == '.' || (point != std::string::npos && text.find('.', point + 1) != std::string::npos))
+    return std::nullopt;
+  const double v = std::strtod(text.c_str(), nullptr);
+  if (!std::isfinite(v)) return std::nullopt; // more digits than a double holds
+  return v;
+}
+
+// A spec a decision names: in canonical form, one that can exist, and (when `of` is given) of the same problem
+// kind as the decision's own spec, since every candidate was timed on that problem.
+KernelSpec parse_stored_spec(const std::string& text, const KernelSpec* of = nullptr) {
+  KernelSpec spec = parse_spec(text);
+  check_spec_exists(spec);
+  if (of && (spec.semiring != of->semiring || spec.dtype != of->dtype || spec.out_dtype != of->out_dtype ||
+             spec.with_argmax != of->with_argmax || spec.pass != of->pass))
+    throw std::invalid_argument("candidate: '" + text + "' is not of the decision's problem");
+  return spec;
 }
 
 } // namespace
@@ -100,14 +125,14 @@ std::optional<Decision> decode_decision(const std::string& text) {
     if (!spec || !problem || !family || !scope || !shape || !seconds) return std::nullopt;
     if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
     if (*scope != "bucket" && *scope != "exact") return std::nullopt;
-    d.spec = parse_spec(*spec);
+    d.spec = parse_stored_spec(*spec);
     d.problem = *problem;
     d.family = *family;
     d.bucket = *scope == "bucket";
     d.shape = parse_shape(*shape);
-    std::size_t used = 0;
-    d.seconds = std::stod(*seconds, &used);
-    if (used != seconds->size()) return std::nullopt;
+    const std::optional<double> tuned_for = parse_duration(*seconds);
+    if (!tuned_for) return std::nullopt;
+    d.seconds = *tuned_for;
     // Optional lines (absent from decisions stored before they existed), each at most once, before the candidates.
     while (std::getline(in, line)) {
       if (d.ranking.empty() && !d.measured && line.rfind("measured ", 0) == 0) {
@@ -123,12 +148,13 @@ std::optional<Decision> decode_decision(const std::string& text) {
       const auto space = rest.find(' ');
       if (space == std::string::npos) return std::nullopt;
       CandidateResult c;
-      c.median_ms = std::stod(rest.substr(0, space), &used);
-      if (used != space) return std::nullopt;
-      c.spec = parse_spec(rest.substr(space + 1));
+      const std::optional<double> ms = parse_duration(rest.substr(0, space));
+      if (!ms) return std::nullopt;
+      c.median_ms = *ms;
+      c.spec = parse_stored_spec(rest.substr(space + 1), &d.spec);
       d.ranking.push_back(c);
     }
-  } catch (const std::exception&) { // parse_spec/parse_shape (invalid_argument), stod (out_of_range)
+  } catch (const std::exception&) { // parse_spec, check_spec_exists, parse_shape (invalid_argument)
     return std::nullopt;
   }
   return d;
@@ -159,7 +185,11 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
   const std::optional<std::string> text = disk->get(key, kKind);
   if (!text) return std::nullopt;
   auto d = decode_decision(*text);
-  if (!d && unreadable) *unreadable = true;
+  if (!d) {
+    // Moved aside, so that the next process neither reads it nor warns about it again.
+    disk->discard(key, kKind, *text, "does not parse as a tuning decision");
+    if (unreadable) *unreadable = true;
+  }
   return d;
 }
 

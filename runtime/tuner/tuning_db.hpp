@@ -57,7 +57,9 @@ struct Decision {
 };
 constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking: the family model's observations
                                          // (every variant: the H100 search spaces recorded hold 14 to 33)
-// A line-based text; decode is strict (every line checked, sizes bounded) and returns nothing on any defect.
+// A line-based text; decode is strict (every line checked, sizes bounded, durations finite and not negative, every
+// spec canonical and one that can exist, candidates of the decision's own problem kind) and returns nothing on any
+// defect.
 std::string encode_decision(const Decision& d);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
@@ -68,7 +70,8 @@ double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of
 constexpr double kNearBucketDistance = 3.0;
 
 // The decision stored under `key`, if any (none without a disk cache). One that is stored but does not decode is
-// nothing too, and sets `*unreadable` when given.
+// nothing too: it is moved aside (DiskCache::discard), so no later process reads it, and sets `*unreadable` when
+// given.
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable = nullptr);
 // Every readable bucket decision of a family in the cache.
 std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family);

@@ -76,6 +76,45 @@ TEST_CASE("a malformed decision decodes to nothing") {
     CHECK_FALSE(decode_decision(text));
 }
 
+TEST_CASE("a decision's durations are finite and not negative, and its specs ones that can exist") {
+  const Problem p = sample();
+  Decision d = decision_for(p, default_spec(p, Strategy::tiled), false, p.shape);
+  d.seconds = 2.5;
+  d.ranking = {{default_spec(p, Strategy::tiled), 0.25, "ok"}, {default_spec(p, Strategy::linear), 1.5, "ok"}};
+  const std::string good = encode_decision(d);
+  const auto decoded = decode_decision(good);
+  REQUIRE(decoded);
+  CHECK(decoded->seconds == 2.5);
+  REQUIRE(decoded->ranking.size() == 2);
+  CHECK(decoded->ranking[1].median_ms == 1.5);
+  // One line of the good text replaced: every variant must decode to nothing.
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    const std::size_t at = good.find(from);
+    REQUIRE(at != std::string::npos);
+    return good.substr(0, at) + to + good.substr(at + from.size());
+  };
+  for (const char* seconds : {"nan", "inf", "-inf", "-1.000", "1e3", " 2.5", "+2.5", "2.", ".5", "0x1p1", "2..5", ""}) {
+    CAPTURE(seconds);
+    CHECK_FALSE(decode_decision(replaced("seconds 2.500\n", std::string("seconds ") + seconds + "\n")));
+  }
+  for (const char* ms : {"nan", "inf", "-0.25000", "1e-1"}) {
+    CAPTURE(ms);
+    CHECK_FALSE(decode_decision(replaced("candidate 0.25000 ", std::string("candidate ") + ms + " ")));
+  }
+  KernelSpec impossible = default_spec(p, Strategy::tiled);
+  impossible.tile_m = -128; // parses, canonical, but no kernel has it
+  const std::string tiled = to_string(default_spec(p, Strategy::tiled));
+  CHECK_FALSE(decode_decision(replaced("candidate 0.25000 " + tiled, "candidate 0.25000 " + to_string(impossible))));
+  CHECK_FALSE(decode_decision(replaced("spec " + tiled, "spec " + to_string(impossible))));
+  KernelSpec threads = default_spec(p, Strategy::tiled);
+  threads.thread_n = 3; // 16 x 21 threads: no whole number of warps
+  CHECK_FALSE(decode_decision(replaced("candidate 0.25000 " + tiled, "candidate 0.25000 " + to_string(threads))));
+  KernelSpec other = default_spec(p, Strategy::tiled);
+  other.dtype = other.out_dtype = DType::f64; // timed on another problem
+  CHECK_FALSE(decode_decision(replaced("candidate 0.25000 " + tiled, "candidate 0.25000 " + to_string(other))));
+  CHECK_FALSE(decode_decision(replaced("candidate 0.25000 " + tiled, "candidate 0.25000 " + tiled + " ")));
+}
+
 TEST_CASE("the cascade skips stored decisions that are rejected, stale or unreadable") {
   ScratchCache scratch;
   DiskCache& disk = *scratch.cache;
@@ -101,9 +140,23 @@ TEST_CASE("the cascade skips stored decisions that are rejected, stale or unread
   broken.tile_m = -128;
   plant(disk, p, decision_for(p, broken, false, p.shape));
   CHECK(decide(disk, p, {}).source == "bucket");
-  // One that does not parse at all: skipped the same way.
-  REQUIRE(disk.put(tuning_key(p, kDevice, false), "tune", "spec strategy=magic\n"));
+  // One that does not parse at all: skipped the same way, and moved aside, so no later process reads it (and warns
+  // about it) again; the next decision stored takes its place.
+  const std::string key = tuning_key(p, kDevice, false);
+  REQUIRE(disk.put(key, "tune", "spec strategy=magic\n"));
   CHECK(decide(disk, p, {}).source == "bucket");
+  CHECK_FALSE(fs::exists(scratch.path + "/" + key + ".tune"));
+  CHECK(fs::exists(scratch.path + "/" + key + ".tune.bad"));
+  CHECK(decide(*std::make_unique<DiskCache>(scratch.path), p, {}).source == "bucket");
+  // Another bucket's damaged decision, met while looking for the nearest, goes the same way.
+  Problem far = p;
+  far.shape = {8, 2048, 256, 512};
+  const std::string far_key = tuning_key(far, kDevice, true);
+  REQUIRE(disk.put(far_key, "tune", "seconds nan\n"));
+  CHECK(decide(disk, p, {exact_spec, bucket_spec}).source == "nearest bucket");
+  CHECK(fs::exists(scratch.path + "/" + far_key + ".tune.bad"));
+  plant(disk, p, decision_for(p, exact_spec, false, p.shape));
+  CHECK(decide(disk, p, {}).source == "exact");
 }
 
 TEST_CASE("a stored decision whose kernel fails to compile or load is discarded and the problem decided again") {
