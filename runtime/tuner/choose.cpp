@@ -133,6 +133,15 @@ Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, P
       c->source = "decided by another process (" + c->source + ")";
       return *c;
     }
+  if (policy == TunePolicy::bucket && is_small_problem(p)) {
+    // A first plan must not wait seconds of compiles for a product that runs in microseconds: a small problem times
+    // only the default and the light variants (search_space.hpp), a fraction of a second of compiles.
+    const std::vector<KernelSpec> timed = small_problem_candidates(device_candidates(p, device, pass), fallback);
+    TuneReport report = autotune(p, device, false, pass, timed);
+    report.reason = "small problem: the default and " + std::to_string(timed.size() - 1) + " light variants timed";
+    store_decision(p, device, report, true, pass);
+    return {report.best, report.reason, {}};
+  }
   if (policy == TunePolicy::bucket) {
     // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
     // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
@@ -190,10 +199,6 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       return {fallback, "default: the caller's stream is being captured into a CUDA graph, so nothing is tuned now", {},
               false, true};
     if (!tune) return {fallback, "default", {}};
-    // A first plan must not wait seconds of compiles for a product that runs in microseconds: under bucket a small
-    // problem runs the default until a decision for it exists (jitbmm tune, JITBMM_TUNE=exact, a shared choice).
-    if (policy == TunePolicy::bucket && is_small_problem(p))
-      return {fallback, "default: a small problem is not tuned on first use", {}};
     const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
     // A trial draws device and host memory of the problem's size: it is sized against what is free before anything
     // is drawn, and a tuning that fails anyway leaves the call with the default rather than an error. Neither is

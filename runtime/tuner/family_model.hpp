@@ -35,8 +35,8 @@ constexpr std::size_t kModelCandidates = 12; // the most a new bucket times, bes
 // What a new bucket times: the kModelCandidates best predictions, `fallback` (the default spec) and `untimed`
 // (untimed_variants); empty (time everything) when fewer than kModelMinVariants variants fit, or when no decision
 // lies within kModelMaxDistance (far shapes rank variants too differently to predict from). Small problems
-// (is_small_problem) never come here: they are tuned only on request, and then over the whole space, since their
-// best variant is often one large shapes rank low.
+// (is_small_problem) never come here: they time their light variants (small_problem_candidates), since their best
+// variant is often one that large shapes rank low.
 std::vector<KernelSpec> model_candidates(const std::vector<Decision>& decisions, const Problem& problem,
                                          const KernelSpec& fallback, const std::vector<KernelSpec>& untimed = {});
 

@@ -10,13 +10,13 @@ namespace jitbmm {
 
 // never: use stored decisions if any (exact, bucket, nearest bucket), else the default spec; never tune.
 // bucket (the default): an exact decision, else the shape's bucket, else the nearest tuned bucket of the same
-// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU),
-// except a small problem (is_small_problem), which runs the default.
+// family (device, semiring, dtypes, argmax, layout kinds), else tune (the first problem of a family on a GPU; a
+// small problem, is_small_problem, times only its light variants).
 // exact: an exact decision, else tune this exact shape.
 enum class TunePolicy { never, bucket, exact };
 
-// A problem of fewer terms (B·M·N·K) than this runs in microseconds, while a search of its variants compiles for
-// seconds: under bucket it is not tuned on first use (it runs the default until a decision for it exists).
+// A problem of fewer terms (B·M·N·K) than this runs in microseconds, while a search of all its variants compiles for
+// seconds: under bucket it times only a few light variants (small_problem_candidates) when it is first planned.
 constexpr double kSmallProblemTerms = 1 << 22;
 bool is_small_problem(const Problem& problem);
 const char* tune_policy_name(TunePolicy policy);

@@ -21,6 +21,12 @@ struct DeviceLimits {
 std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLimits& limits,
                                           Pass pass = Pass::forward);
 
+// What a small problem (is_small_problem) times when it is first planned: `fallback` (the default) and the light
+// variants of `space`: the direct kernels and the tiles of at most 32×32 outputs, which are the ones that win at
+// small shapes and whose compiles are short.
+constexpr int kLightTileOutputs = 32 * 32;
+std::vector<KernelSpec> small_problem_candidates(const std::vector<KernelSpec>& space, const KernelSpec& fallback);
+
 // `spec` as it is when it fits `problem`, else with 64-bit indices when that fits, else nothing.
 std::optional<KernelSpec> fitting(KernelSpec spec, const Problem& problem);
 
