@@ -69,27 +69,48 @@ def defaults_against_search(cli, cache):
                     m = re.match(r"\s*(-?[0-9.]+)\s+(semiring=\S.*?)(\s+\[.*\])?$", line)
                     if m and float(m.group(1)) > 0:
                         times[m.group(2).strip()] = float(m.group(1))
-                best = min(times.values())
+                best_spec, best = min(times.items(), key=lambda kv: kv[1])
                 spec = default_spec(cli, semiring, shape, pass_, env)
                 d = times.get(spec)
                 rows.append({"shape": shape, "semiring": semiring, "pass": pass_, "default_ms": d, "best_ms": best,
-                             "ratio": d / best if d else None, "default": spec})
+                             "ratio": d / best if d else None, "default": spec, "best": best_spec})
                 print(f"{semiring:8s} {shape:14s} {pass_:7s} default {d if d else float('nan'):.4f} ms  "
-                      f"best {best:.4f} ms  ratio {d / best if d else float('nan'):.2f}", flush=True)
+                      f"best {best:.4f} ms  ratio {d / best if d else float('nan'):.2f}  best: "
+                      f"{best_spec.split('strategy=')[1]}", flush=True)
     return rows
 
 
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+
+
 def first_call(semiring, shape, cache):
-    env = dict(os.environ, JITBMM_CACHE_DIR=cache)
-    out = run([sys.executable, "-c", CHILD, semiring, shape], env).split()
-    return {"import_s": float(out[0]), "first_s": float(out[1]), "second_s": float(out[2])}
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""))
+    env["JITBMM_LOG"] = "debug"
+    r = subprocess.run([sys.executable, "-c", CHILD, semiring, shape], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"first call of {semiring} {shape} failed:\n{r.stderr[-3000:]}")
+    out = r.stdout.split()
+    compiles = [int(m) for m in re.findall(r"NVRTC compiled \S+ for \S+ in ([0-9]+) ms", r.stderr)]
+    plans = re.findall(r"plan (.*)", r.stderr)
+    return {"import_s": float(out[0]), "first_s": float(out[1]), "second_s": float(out[2]),
+            "compiles": len(compiles), "compile_ms": compiles, "plans": plans}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cli", required=True)
     ap.add_argument("--json")
+    ap.add_argument("--shapes", help="comma-separated BxMxKxN: only part 1, on these shapes")
     args = ap.parse_args()
+    if args.shapes:
+        SHAPES[:] = args.shapes.split(",")
+        with tempfile.TemporaryDirectory() as cache:
+            rows = defaults_against_search(args.cli, cache)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"defaults": rows}, f, indent=1)
+        return
     results = {}
     with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as tuned:
         rows = []
@@ -98,16 +119,20 @@ def main():
             warm = first_call(semiring, shape, os.path.join(empty, semiring + shape))
             rows.append({"semiring": semiring, "shape": shape, "empty_cache": cold, "binaries_on_disk": warm})
             print(f"first call {semiring} {shape}: empty cache {cold['first_s'] * 1e3:.0f} ms (import "
-                  f"{cold['import_s'] * 1e3:.0f} ms), binaries on disk {warm['first_s'] * 1e3:.0f} ms, "
-                  f"second call {warm['second_s'] * 1e3:.2f} ms", flush=True)
+                  f"{cold['import_s'] * 1e3:.0f} ms; NVRTC {cold['compile_ms']} ms), binaries on disk "
+                  f"{warm['first_s'] * 1e3:.0f} ms, second call {warm['second_s'] * 1e3:.2f} ms", flush=True)
+            for line in cold["plans"]:
+                print("   ", line, flush=True)
         results["first_calls"] = rows
         results["defaults"] = defaults_against_search(args.cli, tuned)
         family = []
         for semiring, shape in (("log", "8x32x32x33"), ("max_plus", "8x64x64x66"), ("log", "16x64x64x60")):
             f = first_call(semiring, shape, tuned)
             family.append({"semiring": semiring, "shape": shape, **f})
-            print(f"first call {semiring} {shape}, its family tuned on disk: {f['first_s'] * 1e3:.0f} ms",
-                  flush=True)
+            print(f"first call {semiring} {shape}, its family tuned on disk: {f['first_s'] * 1e3:.0f} ms "
+                  f"({f['compiles']} compiles)", flush=True)
+            for line in f["plans"]:
+                print("   ", line, flush=True)
         results["family_on_disk"] = family
     worst = max(r["ratio"] for r in results["defaults"] if r["ratio"])
     missing = [r for r in results["defaults"] if not r["ratio"]]
