@@ -53,9 +53,9 @@ def run(cmd, env):
 
 def _light(spec):
     """Whether a small problem's first plan times this variant (runtime/tuner/search_space.hpp,
-    small_problem_candidates): a direct kernel, or a tile of at most 32x32 outputs, not a wgmma form."""
+    small_problem_candidates): a direct kernel, or the plain tiled kernel with a tile of at most 32x32 outputs."""
     tile = re.search(r"tile=([0-9]+)x([0-9]+)x", spec)
-    return (tile is None or int(tile.group(1)) * int(tile.group(2)) <= 32 * 32) and "math=wgmma" not in spec
+    return tile is None or ("strategy=tiled " in spec and int(tile.group(1)) * int(tile.group(2)) <= 32 * 32)
 
 
 def default_spec(cli, semiring, shape, pass_, env):

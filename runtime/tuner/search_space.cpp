@@ -89,7 +89,7 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
 std::vector<KernelSpec> small_problem_candidates(const std::vector<KernelSpec>& space, const KernelSpec& fallback) {
   std::vector<KernelSpec> out = {fallback};
   for (const KernelSpec& spec : space)
-    if ((!spec.is_tiled() || spec.tile_m * spec.tile_n <= kLightTileOutputs) && !arch_specific(spec) &&
+    if ((!spec.is_tiled() || (spec.strategy == Strategy::tiled && spec.tile_m * spec.tile_n <= kLightTileOutputs)) &&
         std::find(out.begin(), out.end(), spec) == out.end())
       out.push_back(spec);
   return out;

@@ -22,8 +22,8 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
                                           Pass pass = Pass::forward);
 
 // What a small problem (is_small_problem) times when it is first planned: `fallback` (the default) and the light
-// variants of `space`: the direct kernels and the tiles of at most 32×32 outputs, which are the ones that win at
-// small shapes and whose compiles are short.
+// variants of `space`: the direct kernels and the plain tiled kernel's tiles of at most 32×32 outputs, which are the
+// ones that win at small shapes and whose compiles are short (the other tiled strategies' are not, whatever the tile).
 constexpr int kLightTileOutputs = 32 * 32;
 std::vector<KernelSpec> small_problem_candidates(const std::vector<KernelSpec>& space, const KernelSpec& fallback);
 

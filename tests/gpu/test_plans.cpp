@@ -203,12 +203,13 @@ TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reus
   p.semiring = Semiring::min_plus;
   p.dtype = DType::f32;
   p.with_argmax = true; // a family no other test tunes
-  p.shape = {2, 40, 48, 40};
+  p.shape = {64, 40, 48, 40};
+  REQUIRE_FALSE(is_small_problem(p));
   const auto device = current_device();
   const Choice first = choose(p, *device, TunePolicy::bucket);
   CHECK(first.source == "tuned now");
   Problem same_bucket = p;
-  same_bucket.shape = {2, 36, 40, 50};
+  same_bucket.shape = {64, 36, 40, 50};
   const long compiles = stats().nvrtc_compiles;
   const Choice second = choose(same_bucket, *device, TunePolicy::bucket);
   CHECK(second.source == "bucket");
@@ -218,7 +219,7 @@ TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reus
   SemiringBMM::get(same_bucket, second.spec);
   CHECK(stats().nvrtc_compiles - compiles <= 1); // no tuning: at most the one kernel
   Problem near = p;
-  near.shape = {2, 100, 48, 40}; // bucket 2x128x64x64: distance 1 from 2x64x64x64
+  near.shape = {64, 100, 48, 40}; // bucket 64x128x64x64: distance 1 from 64x64x64x64
   const Choice third = choose(near, *device, TunePolicy::bucket);
   CHECK(third.source == "nearest bucket");
   CHECK(third.spec == first.spec);
@@ -232,6 +233,16 @@ TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reus
   CHECK(test::run_case(elsewhere, modelled.spec, rng, {}).ok());
   CHECK(choose(elsewhere, *device, TunePolicy::exact).source == "tuned now"); // asked for: tunes this shape
   CHECK(test::run_case(near, third.spec, rng, {}).ok());
+  // A small problem of a family no other test tunes times its light variants and stores the winner for its shape.
+  Problem tiny = p;
+  tiny.semiring = Semiring::max_times;
+  tiny.dtype = DType::f64;
+  tiny.shape = {3, 41, 47, 39};
+  REQUIRE(is_small_problem(tiny));
+  const Choice light = choose(tiny, *device, TunePolicy::bucket);
+  CHECK(light.source.rfind("small problem: ", 0) == 0);
+  CHECK(choose(tiny, *device, TunePolicy::never).source == "exact");
+  CHECK(test::run_case(tiny, light.spec, rng, {}).ok());
 }
 
 TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keeps its memory until released") {
