@@ -106,7 +106,7 @@ def main():
     ap.add_argument("--tune", default="bucket", help="jitbmm tuning policy for the run (never, bucket, exact)")
     ap.add_argument("--precision", default="exact", choices=("exact", "fast"), help="jitbmm's precision")
     ap.add_argument("--scale", type=float, default=1.0,
-                    help="inputs are randn times this (50: the wide-range data of issue 20)")
+                    help="inputs are randn times this (50: wide-range data)")
     ap.add_argument("--peers", default=",".join(PEERS[:4]),
                     help=f"comma-separated, from: {', '.join(PEERS)} (jitbmm is one of them)")
     args = ap.parse_args()

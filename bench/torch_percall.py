@@ -1,4 +1,4 @@
-"""Per-call cost of jitbmm.torch against torch.bmm and expand+logsumexp in the same loop (issue 15's measure).
+"""Per-call cost of jitbmm.torch against torch.bmm and expand+logsumexp in the same loop.
 
     python3 bench/torch_percall.py [--module path/to/torch.py]
 

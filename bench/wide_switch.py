@@ -1,4 +1,4 @@
-"""A plan that meets wide-range data (issue 18's "data matter"), through jitbmm.torch as a user calls it.
+"""A plan that meets wide-range data, through jitbmm.torch as a user calls it.
 
     python3 bench/wide_switch.py [--shape 64x512x512x512] [--spread 50] [--calls 6]
 

@@ -2,8 +2,8 @@
 // exp_matmul factors, backward accumulators) when the caller gives no Workspace.
 //
 // The device's default pool returns its memory to the driver at every synchronisation, so the next call maps it
-// again (about 0.4 ms per call for exp_matmul's ~200 MB at 64x512^3). This pool keeps what it has mapped for the next
-// call (its release threshold is unlimited) until release_pool_memory() gives the unused part back.
+// again, which costs a large problem's call about as much as a small kernel. This pool keeps what it has mapped for
+// the next call (its release threshold is unlimited) until release_pool_memory() gives the unused part back.
 #pragma once
 
 #include <cstddef>

@@ -74,7 +74,7 @@ int64_t outputs_of(const Problem& p) {
 void default_tiles(KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
   const bool wide = p.dtype == DType::f64;
-  if (s.M >= 128 && s.N >= 64 && !wide) { // measured best on the H100 (bench/RESULTS.md)
+  if (s.M >= 128 && s.N >= 64 && !wide) { // the tuner's usual choice on the H100
     spec.tile_m = 128, spec.tile_n = 64, spec.thread_m = 8, spec.thread_n = 4, spec.min_blocks = 2;
   } else if (s.M >= 64 && s.N >= 64) {
     spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4;
@@ -145,10 +145,8 @@ bool packed_tiles(const KernelSpec& s) {
 namespace {
 // Whether the generic tiled kernel stores a thread's rows of f32 outputs whole (16-byte pieces) rather than value by
 // value: for strategy tiled without argmax (split-K writes its workspace; the argmax kernels spill with the path
-// compiled in). Measured on the H100 (bench/RESULTS.md, session 52): faster everywhere (plus_times 64×512³ 12%;
-// max_plus at 512×128³ 64×128 t4×8 28%, 128×64 t8×4 at 2 blocks an SM 11%; at 64×512³ 1–5%) but at t8×4 with 3
-// blocks an SM, whose k loop then spills: 2.5–6% slower at 64×512³ (max_plus, min_plus), so that one keeps the element
-// stores.
+// compiled in). Whole stores are faster for every tile (fewer store instructions, whole sectors) but t8×4 at 3 blocks
+// an SM, whose k loop then spills and runs slower, so that one keeps the element stores.
 bool whole_row_stores(const KernelSpec& s) {
   return s.strategy == Strategy::tiled && !s.with_argmax && acc_type(s) == "float" && s.out_dtype == DType::f32 &&
          !(s.thread_m == 8 && s.thread_n == 4 && s.min_blocks >= 3);

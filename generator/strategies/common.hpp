@@ -45,7 +45,7 @@ int tiled_shared_bytes(const KernelSpec& s);
 bool packed_tiles(const KernelSpec& s);
 // Whether a term of the tiled kernel is two instructions, an add (or multiply) and a max (or min): the semiring's
 // fast policy in f32 accumulators without argmax, or packed half pairs. Such kernels need fewer registers than the
-// others and run 3 blocks an SM (with 32-bit indices; bench/RESULTS.md, session 44).
+// others and run 3 blocks an SM (with 32-bit indices), where the extra warps hide the slices' loads.
 bool fast_tiles(const KernelSpec& s);
 // The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
 // with the semiring's per-term policy.

@@ -45,8 +45,8 @@ bool fits_index32(const KernelSpec& spec, const Problem& p) {
 void defaults(KernelSpec& spec, const Problem& p) {
   if (wide(spec)) { // FP64 FMA
     spec.tile_m = spec.tile_n = 64, spec.tile_k = 8, spec.thread_m = spec.thread_n = 4;
-  } else if (p.shape.M >= 128 && p.shape.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs; measured
-    spec.math = Math::tf32x3;                        // best on the H100 (bench/RESULTS.md)
+  } else if (p.shape.M >= 128 && p.shape.N >= 128) { // tensor cores, fp32-level: warps of 64×32 outputs;
+    spec.math = Math::tf32x3;                        // matches or beats FP32 FMA at these sizes
     spec.tile_m = spec.tile_n = 128, spec.tile_k = 16, spec.thread_m = spec.thread_n = 8, spec.min_blocks = 2;
   } else {
     spec.math = Math::tf32x3;
@@ -118,8 +118,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
               {{128, 128, 32, 8, 8, 1}, {128, 128, 32, 8, 8, 2}, {128, 64, 32, 8, 4, 2}, {64, 64, 32, 4, 4, 2}});
     base.math = Math::wgmma_bf16; // Hopper only, as add_wgmma_tiles
     add_tiles(out, base, {{128, 256, 64, 2, 64, 1}, {128, 128, 64, 2, 32, 1}, {128, 64, 64, 2, 16, 1}});
-    // Not wgmma_bf16_fused: its producer warpgroup alone makes the factors, which measured 1.6× slower than
-    // wgmma_bf16 at 64×512³ (bench/RESULTS.md, session 48). Named in a spec, it runs.
+    // Not wgmma_bf16_fused: its producer warpgroup alone makes the factors while the consumers wait, so it is slower
+    // than wgmma_bf16 at every shape but the smallest. Named in a spec, it runs.
   }
   return out;
 }
@@ -144,8 +144,8 @@ Rendering render(const KernelSpec& s) {
   }
   // The prepare pass waits on memory, so it runs as many blocks an SM as fit without spilling (exp_matmul_prepare.cuh:
   // em_prepare_lines): 3 (80 registers), 2 for f64 inputs. At 4 (64 registers) ptxas spilled for sm_80 and with
-  // 64-bit indices, and f32 measured slower at 64×512³ (bench/RESULTS.md, session 45); half inputs with 32-bit indices
-  // on the sm_90 (wgmma) forms run 4 without spilling, which on an H100 took 5 µs off the pass at 64×512³ (session 50).
+  // 64-bit indices, and f32 inputs ran slower at 4 (their second sweep misses L2 more often); half inputs with 32-bit
+  // indices on the sm_90 (wgmma) forms run 4 without spilling, where the extra warps hide the pass's memory latency.
   // Its FORM: how the product reads the operands.
   const int in_bytes = dtype_info(s.dtype).size_bytes;
   const int prepare_blocks = in_bytes == 8 ? 2 : in_bytes == 2 && uses_wgmma(s.math) && !s.index64 ? 4 : 3;
@@ -174,8 +174,8 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   if (uses_wgmma(spec.math)) {
     // The wgmma kernel numbers its tiles along grid[0] (templates/exp_matmul_wgmma.cuh). Persistent, a block an SM
     // (its stages fill shared memory) looping over the tiles, so that its producer fetches a tile's first slices while
-    // the consumers finish the tile before it: 10–20% faster for BF16 and TF32 factors. Not for the split forms
-    // (tf32x3), which ran 8–25% slower so (bench/RESULTS.md, session 46): a block a tile.
+    // the consumers finish the tile before it: faster for BF16 and TF32 factors. Not for the split form (tf32x3),
+    // which ran slower persistent (its producer's split of a tile's first slice waits behind the last): a block a tile.
     const int64_t tiles = s.B * ((s.M + spec.tile_m - 1) / spec.tile_m) * ((s.N + spec.tile_n - 1) / spec.tile_n);
     main.grid[0] = clamp_grid(tiles, kMaxGridX);
     main.grid[1] = main.grid[2] = 1;

@@ -24,7 +24,7 @@ jb::EgDims dims(const KernelSpec& s, const Problem& p) {
   return jb::eg_dims(sh.B, sh.M, sh.N, sh.K, p.a().batch, p.b().batch, ga(s));
 }
 
-// The direct pass's tiles (the tiled backward's measured best for f32 accumulators, bench/RESULTS.md).
+// The direct pass's tiles: the tiled backward's default for f32 accumulators (grad_tiled.cpp).
 constexpr int kRepairM = 32, kRepairN = 64, kRepairK = 16, kRepairTM = 2, kRepairTN = 4;
 
 void defaults(KernelSpec& spec, const Problem& p) {

@@ -17,8 +17,8 @@ void defaults(KernelSpec& spec, const Problem& p) {
   const KernelSpec t = default_spec(as_output, Strategy::tiled);
   spec.tile_m = t.tile_m, spec.tile_n = t.tile_n, spec.tile_k = t.tile_k;
   spec.thread_m = t.thread_m, spec.thread_n = t.thread_n, spec.min_blocks = t.min_blocks;
-  // Measured best on the H100 (bench/RESULTS.md): 8 outputs per thread (the per-output constants double the
-  // registers per output), 3 blocks per SM, the long side of the tile along the operand's columns for grad_a.
+  // The tuner's choice on the H100: 8 outputs per thread (the per-output constants double the registers per
+  // output), 3 blocks per SM, the long side of the tile along the operand's columns for grad_a.
   const bool ga = spec.pass == Pass::grad_a;
   if (p.dtype != DType::f64 && spec.tile_m >= 64 && spec.tile_n >= 64) {
     spec.tile_m = ga ? 32 : 64, spec.tile_n = ga ? 64 : 32;

@@ -22,8 +22,8 @@ int64_t chunk_k(const KernelSpec& s, const Problem& p) {
   return std::min<int64_t>(p.shape.K, kBinBytes / (s.threads() / 32 * lines_per_warp(s) * bin_bytes(s)));
 }
 
-// Two warps a block: the best or within 5% of it for both passes at 64×512³, 512×128³ and 4×2048³ on the H100
-// (bench/RESULTS.md). Their bins hold 6144 k of a row (f32) for grad_a, 768 k of 8 columns for grad_b.
+// Two warps a block: the best or within 5% of it for both passes at 64×512³, 512×128³ and 4×2048³ on the H100.
+// Their bins hold 6144 k of a row (f32) for grad_a, 768 k of 8 columns for grad_b.
 void defaults(KernelSpec& spec, const Problem&) { spec.block_x = 64, spec.block_y = 1; }
 
 int64_t default_chunks(const Problem& p, Pass pass) {

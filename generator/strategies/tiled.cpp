@@ -16,9 +16,9 @@ int rank(const Problem& p) {
 }
 
 // The fast kernels' tiles at 3 blocks an SM (85 registers a thread): with 32-bit indices only (64-bit ones spill
-// 40–144 bytes); 128 × 128 for packed pairs only, which spill 16 bytes there on sm_90 (f32 accumulators 168). Measured
-// on the H100 at 64×512³ and 512×128³: 128 × 64 at 3 blocks 5–11% faster than at 2 for f32 and the half pairs,
-// 128 × 128 the fastest for the pairs at 64×512³ (bench/RESULTS.md, session 44).
+// 40–144 bytes); 128 × 128 for packed pairs only, which spill 16 bytes there on sm_90 (f32 accumulators 168). On the
+// H100, 128 × 64 at 3 blocks beats 2 blocks for f32 and the half pairs (more warps hide the slices' loads), and
+// 128 × 128 at 3 is the fastest tile for the pairs at 64×512³.
 std::vector<TileChoice> three_block_tiles(const KernelSpec& s) {
   if (!fast_tiles(s) || s.index64) return {};
   std::vector<TileChoice> tiles = {{128, 64, 16, 8, 4, 3}, {64, 128, 16, 4, 8, 3}};

@@ -11,7 +11,7 @@ namespace {
 // refinement's block: a 128 × 64 tile of outputs, 256 threads (4 × 256 ≥ the groups its scan sums), 3 blocks an SM
 // (registers for 85 a thread: no spills), or 2 with 64-bit indices (at 3 they spill 8 bytes on sm_80). Against
 // 64 × 64 tiles it stages 3/4 of the operands an output, and its 3 blocks an SM beat 2 blocks of 512 threads and 4
-// of 64 × 64 (0.451 ms against 0.502 and 0.509 at 64×512³ under Nsight Compute, H100; bench/RESULTS.md).
+// of 64 × 64 (measured on the H100).
 constexpr int64_t kGroupK = 16, kMaxGroups = 1024;
 constexpr int kRefineTileM = 128, kRefineTileN = 64, kRefineThreads = 256, kRefineBlocks = 3;
 
@@ -20,9 +20,9 @@ bool computes(const Problem& p) {
   return p.with_argmax && info.select_op && info.fast_term && p.dtype != DType::f64;
 }
 
-// Before tiled (50) for inputs of any dtype it computes with many outputs and K ≥ 512, where it measured faster on
-// the H100 (64×512³: f32 1.56 ms against 2.03, bf16 1.79 against 2.04, f16 1.76 against 2.20; bench/RESULTS.md).
-// At K = 128 the second pass costs more than it saves (f32 0.34 against 0.31 ms at 512×128³); the tuner times it.
+// Before tiled (50) for inputs of any dtype it computes with many outputs and K ≥ 512, where the product's two
+// instructions a term and a second pass over 16 k an output cost less than tiled's per-term argmax. At K = 128 the
+// second pass's fixed cost per output is more than it saves; the tuner times it.
 int rank(const Problem& p) {
   const Shape& s = p.shape;
   if (!computes(p) || s.K < 512 || s.K > kGroupK * kMaxGroups || s.M < 16 || s.N < 16) return -1;
@@ -32,9 +32,8 @@ int rank(const Problem& p) {
 
 // Where the shared default is 128 × 64 t8×4 at 2 blocks an SM, 64 × 64 t4×4 instead: at 3 blocks for f32 inputs with
 // 32-bit indices (its 4 spilled bytes lie outside the k loop), at 2 with 64-bit ones, where 128 × 64 spills 112–116
-// bytes in the product. Half inputs with 32-bit indices keep 128 × 64. H100 at 64×512³ (ms; bench/RESULTS.md,
-// session 53): f32 1.389–1.394 against 1.447–1.483; 64-bit f32 1.503–1.505 against 1.564–1.568, bf16 1.538–1.544
-// against 1.573–1.575; bf16 1.392–1.394 at 64 × 64 against 1.385–1.386.
+// bytes in the product. Half inputs with 32-bit indices keep 128 × 64, where 64 × 64 is no faster. Each choice is
+// the faster of the two on the H100 at 64×512³ (bench/RESULTS.md, "Viterbi and argmax").
 void defaults(KernelSpec& spec, const Problem& p) {
   default_tiles(spec, p);
   if (spec.tile_m != 128 || spec.tile_n != 64) return;
@@ -59,8 +58,8 @@ void check(const KernelSpec& spec, const Problem& p) {
 }
 
 // The forward tiles, and 64 × 64 t4×4 at 3 blocks an SM with 32-bit indices: 80 registers (f32 inputs spill 4 bytes,
-// outside the k loop), 1% faster than at 1 or 2 blocks for f32 at 64×512³ (1.390–1.398 ms against 1.412–1.415,
-// H100). 128 × 64 t8×4 at 3 blocks spills in its k loop (152 bytes; 1.61 ms).
+// outside the k loop), a little faster than at 1 or 2 blocks for f32 at 64×512³ on the H100. Not 128 × 64 t8×4 at
+// 3 blocks: it spills in its k loop (152 bytes) and runs slower.
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
   std::vector<KernelSpec> out;
   add_tiles(out, base, forward_tiles(false));

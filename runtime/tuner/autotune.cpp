@@ -45,7 +45,7 @@ double time_candidate(const Trial& trial, const L2Flush& flush, const KernelSpec
 
 // A candidate whose first timed launch takes more than kHopeless times the best median so far keeps that one
 // timing: it cannot be a leader (rank() re-times those within kRetimeWithin of the best), and its other four
-// launches were most of a large problem's tuning time (a 10 ms direct kernel next to a 2 ms winner).
+// launches were most of a large problem's tuning time (a slow direct kernel next to a winner five times faster).
 constexpr double kHopeless = 2.0;
 
 // Checks each compiled candidate against the reference and times the correct ones (median of 5, or the one launch

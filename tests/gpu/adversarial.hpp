@@ -1,6 +1,6 @@
 // Inputs built to break a log-semiring kernel that shifts its exponentials: wide spreads, row and column maxima at
-// different k, CRF-style banded −inf masks, large common offsets, specials (adversarial_kinds); and the wider ones of
-// issue 20 (wide_kinds): randn·500, rows and columns offset by ±1e4, −1e5 fills in place of −inf.
+// different k, CRF-style banded −inf masks, large common offsets, specials (adversarial_kinds); and wider-range ones
+// (wide_kinds): randn·500, rows and columns offset by ±1e4, −1e5 fills in place of −inf.
 #pragma once
 
 #include <cmath>

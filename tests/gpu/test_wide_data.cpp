@@ -1,4 +1,4 @@
-// The log semiring's direct tiled kernels on wide-range data (issue 20): tiled_online, whose scale follows each
+// The log semiring's direct tiled kernels on wide-range data: tiled_online, whose scale follows each
 // output's own terms, and tiled, whose separable shift sends outputs to recomputation, against the CPU reference on
 // every adversarial and wide input kind, odd shapes included. Every output is checked (poisoned first).
 #include <doctest/doctest.h>

@@ -397,7 +397,7 @@ TEST_CASE("wgmma_bf16_fused: no factors in the workspace, b N-major in the stage
   CHECK_THROWS_WITH_AS(check_spec_fits(s, long_k), doctest::Contains("65536"), std::invalid_argument);
   r = s, r.pass = Pass::grad_a;
   CHECK_THROWS_AS(check_spec_fits(r, p), std::invalid_argument);
-  // Not a tuning candidate (slower than wgmma_bf16 on the H100: bench/RESULTS.md, session 48).
+  // Not a tuning candidate: its producer warpgroup alone makes the factors, slower than wgmma_bf16.
   const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
   for (const KernelSpec& c : tuning_candidates(p, hopper)) CHECK(c.math != Math::wgmma_bf16_fused);
 }
