@@ -593,7 +593,7 @@ class EmptyDimensionsTest(unittest.TestCase):
         jitbmm.set_tune_policy("never")
         cls.dev = torch.device("cuda")
 
-    def operands(self, a_shape, b_shape, semiring, dtype=torch.float32, requires_grad=True):
+    def operands(self, a_shape, b_shape, semiring, dtype=None, requires_grad=True):
         a = torch.randn(*a_shape, dtype=dtype, device=self.dev)
         b = torch.randn(*b_shape, dtype=dtype, device=self.dev)
         if semiring == "max_times":
