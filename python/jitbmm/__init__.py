@@ -232,17 +232,23 @@ def _integer(value, what, lo, hi):
     return v
 
 
-def _strides(value, what):
-    """Exactly three non-negative integers (batch, row, col), as a tuple."""
-    message = f"{what}: expected 3 non-negative integers (batch, row, col), got {value!r}"
+def _items(value, count, message):
+    """value as a tuple of exactly `count` items (a string is not a sequence of sizes); `message` names it."""
     if isinstance(value, (str, bytes)):
         raise TypeError(message)
     try:
         items = tuple(value)
     except TypeError:
         raise TypeError(message) from None
-    if len(items) != 3:
+    if len(items) != count:
         raise ValueError(message)
+    return items
+
+
+def _strides(value, what):
+    """Exactly three non-negative integers (batch, row, col), as a tuple."""
+    message = f"{what}: expected 3 non-negative integers (batch, row, col), got {value!r}"
+    items = _items(value, 3, message)
     for x in items:
         if isinstance(x, (bool, float)) or not hasattr(type(x), "__index__"):
             raise TypeError(message)
@@ -276,15 +282,7 @@ def _row_major(rows, cols, names):
 def _shape(value, defaulted=()):
     """(B, M, K, N): four integers in [0, 2**63 - 1]. `defaulted` names the operands ("a", "b", "out") whose
     strides are row-major: their matrices must then fit int64 offsets."""
-    message = f"shape: expected 4 integers (B, M, K, N), got {value!r}"
-    if isinstance(value, (str, bytes)):
-        raise TypeError(message)
-    try:
-        items = tuple(value)
-    except TypeError:
-        raise TypeError(message) from None
-    if len(items) != 4:
-        raise ValueError(message)
+    items = _items(value, 4, f"shape: expected 4 integers (B, M, K, N), got {value!r}")
     shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip(items, "BMKN"))
     sizes = dict(zip("BMKN", shape))
     for operand in defaulted:
