@@ -1,4 +1,4 @@
-// jitbmm cache path|list|verify|clear: look after the disk cache ($JITBMM_CACHE_DIR, see README).
+// jitbmm cache path|list|verify|clear: look after the disk cache (docs/caching-and-tuning.md).
 #include <cstdio>
 #include <ctime>
 #include <stdexcept>

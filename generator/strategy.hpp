@@ -2,7 +2,8 @@
 // itself: which spec fields it reads, its defaults and when it is the default choice, its fit rules, its tuning
 // candidates, the device code it renders (templates and named entry points) and the launches a problem needs
 // (entry, grid, block, workspace, order). kernel_spec.cpp prints, parses and checks any spec through the table,
-// emit_source.cpp renders any entry, and one executor in runtime/ runs the launches. README: "add a strategy".
+// emit_source.cpp renders any entry, and one executor in runtime/ runs the launches.
+// To add a strategy: docs/architecture.md.
 #pragma once
 
 #include <cstddef>

@@ -64,7 +64,7 @@ int jitbmm_dtype_count(void);
 const char* jitbmm_dtype_name(int index); /* "f32", "f64", ...: what jitbmm_problem.dtype takes */
 int jitbmm_dtype_size(int index);         /* bytes per element */
 
-/* A plan for the device current on this thread (see the README). */
+/* A plan for the device current on this thread (docs/cpp-api.md, Devices and contexts). */
 jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** plan);
 /* The same, for calls on `stream`: while it is being captured into a CUDA graph nothing is tuned (a stored decision
  * or the default variant is used; a plan made later outside the capture tunes as usual). */
@@ -79,7 +79,7 @@ jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void
 jitbmm_status jitbmm_plan_backward(const jitbmm_plan* plan, const void* a, const void* b, const void* out,
                                    const int32_t* argmax, const void* grad_out, void* grad_a, void* grad_b,
                                    void* stream);
-/* Scratch memory from the caller (e.g. a framework's stream-ordered allocator; see the README, "Workspaces"): the
+/* Scratch memory from the caller (e.g. a framework's stream-ordered allocator; docs/cpp-api.md): the
  * bytes one forward or backward call takes, and the calls above with a workspace of `workspace_bytes` at
  * `workspace` (device memory on the plan's device, 256-byte aligned, used by nothing else until the call's work on
  * `stream` is done). A NULL workspace with 0 bytes takes the scratch from jitbmm's own pool, as the calls above do.
@@ -111,11 +111,11 @@ jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, con
 /* The tuning policy of this process: "never", "bucket" or "exact"; NULL returns to $JITBMM_TUNE (default bucket). */
 jitbmm_status jitbmm_set_tune_policy(const char* policy);
 
-/* Sharing choices across processes (ranks on other machines; README, Caches): the variants this process settled on,
- * one line each, valid until this thread's next call of jitbmm_export_choices; and storing another process's as this
- * machine's exact decisions for the current device (`stored`, if not NULL, receives how many), after which plans made
- * in this process use them (plans already made keep their variant). Malformed text is JITBMM_INVALID_ARGUMENT naming
- * the line, and nothing is stored. */
+/* Sharing choices across processes (ranks on other machines; docs/caching-and-tuning.md): the variants this process
+ * settled on, one line each, valid until this thread's next call of jitbmm_export_choices; and storing another
+ * process's as this machine's exact decisions for the current device (`stored`, if not NULL, receives how many), after
+ * which plans made in this process use them (plans already made keep their variant). Malformed text is
+ * JITBMM_INVALID_ARGUMENT naming the line, and nothing is stored. */
 jitbmm_status jitbmm_export_choices(const char** text);
 jitbmm_status jitbmm_import_choices(const char* text, size_t* stored);
 

@@ -14,12 +14,12 @@ namespace jitbmm {
 // A compiled, loaded kernel for one Problem on one device. Cheap to copy (shared). Thread-safe to call.
 class SemiringBMM {
 public:
-  // Plan for the device current on this thread (see README: "Devices and contexts"). A second get() of the same
+  // Plan for the device current on this thread (docs/cpp-api.md). A second get() of the same
   // problem on the same device reuses the compiled kernel: no second NVRTC call.
   static SemiringBMM get(const Problem& problem);
   // The same, for calls on `stream`: while `stream` is being captured into a CUDA graph, the variant comes from a
   // stored decision or is the default, and nothing is tuned (tuning launches and synchronises, which would break
-  // the capture); a later get() outside the capture tunes as usual (README: "CUDA graphs").
+  // the capture); a later get() outside the capture tunes as usual (docs/caching-and-tuning.md, "CUDA graphs").
   static SemiringBMM get(const Problem& problem, Stream stream);
   // Plan with an explicit kernel variant (for inspection, tests and benchmarks).
   static SemiringBMM get(const Problem& problem, const KernelSpec& spec);
@@ -42,9 +42,9 @@ public:
   };
   RepairReport run_with_repair_report(const void* a, const void* b, void* out, Stream stream = nullptr) const;
 
-  // Gradients of a scalar loss L through out = a ⊗ b (README "Backward"), asynchronous on `stream`. grad_out is
-  // dL/dout, laid out like out; grad_a / grad_b (either may be null) receive dL/da and dL/db in a's and b's own
-  // layout and dtype (an operand broadcast over the batch gets the sum over the batch). log reads `out`, the saved
+  // Gradients of a scalar loss L through out = a ⊗ b (docs/gradients-and-numerics.md), asynchronous on `stream`.
+  // grad_out is dL/dout, laid out like out; grad_a / grad_b (either may be null) receive dL/da and dL/db in a's and b's
+  // own layout and dtype (an operand broadcast over the batch gets the sum over the batch). log reads `out`, the saved
   // forward result; max_plus, min_plus and max_times read `argmax`, the forward's (this overload recomputes it
   // with one forward pass into a temporary buffer). Kernels are chosen per pass like the forward's (tuning
   // policy, stored decisions) on first use, and kept by the plan; a first use while `stream` is being captured into

@@ -14,7 +14,7 @@ namespace jitbmm {
 // A CUDA stream from the runtime API (cudaStream_t) or the driver API (CUstream); nullptr is the default stream.
 using Stream = CUstream_st*;
 
-// Device memory a call may use for its scratch (README "Workspaces"): at least what the plan's workspace_bytes() or
+// Device memory a call may use for its scratch (docs/cpp-api.md): at least what the plan's workspace_bytes() or
 // backward_workspace_bytes() says, aligned to 256 bytes, on the plan's device, and used by nothing else until the
 // call's work on its stream is done (what a stream-ordered allocator such as PyTorch's caching allocator gives).
 // Empty (the default): the call takes its scratch from jitbmm's own pool on the device.

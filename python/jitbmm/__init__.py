@@ -28,8 +28,8 @@ class NoDriverError(JitbmmError):
 
 
 class NoNvrtcError(JitbmmError):
-    """NVRTC, which compiles jitbmm's kernels, could not be loaded; the message names every place tried (README,
-    Install)."""
+    """NVRTC, which compiles jitbmm's kernels, could not be loaded; the message names every place tried
+    (docs/install.md)."""
 
 
 class CudaError(JitbmmError):
@@ -172,8 +172,8 @@ def _check(status):
 
 
 def release_pool_memory():
-    """Gives back to the driver the scratch memory jitbmm's pools keep for calls made without a workspace (README,
-    Workspaces), all of it that no call is using, on every device."""
+    """Gives back to the driver the scratch memory jitbmm's pools keep for calls made without a workspace
+    (docs/cpp-api.md, Workspaces), all of it that no call is using, on every device."""
     _check(_library().jitbmm_release_pool_memory())
 
 
@@ -210,7 +210,8 @@ _TUNE_POLICIES = ("never", "bucket", "exact")
 
 
 def set_tune_policy(policy):
-    """The tuning policy of this process: "never", "bucket" or "exact" (README, Caches); None: back to $JITBMM_TUNE."""
+    """The tuning policy of this process: "never", "bucket" or "exact"
+    (docs/caching-and-tuning.md); None: back to $JITBMM_TUNE."""
     if policy is not None and (not isinstance(policy, str) or policy not in _TUNE_POLICIES):
         raise ValueError(f"policy: expected one of {', '.join(_TUNE_POLICIES)} or None, got {policy!r}")
     _check(_library().jitbmm_set_tune_policy(policy.encode() if policy is not None else None))
@@ -422,7 +423,7 @@ class Plan:
     def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None, workspace_ptr=None, workspace_bytes=0):
         """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream).
         workspace_ptr / workspace_bytes: the call's scratch (at least `workspace_bytes` of this plan, 256-byte
-        aligned, stream-ordered; README, Workspaces); None: jitbmm's own pool."""
+        aligned, stream-ordered; docs/cpp-api.md, Workspaces); None: jitbmm's own pool."""
         _check(_library().jitbmm_plan_run_with_workspace(
             self._handle, _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"), _pointer(out_ptr, "out_ptr"),
             _pointer(argmax_ptr, "argmax_ptr"), _pointer(workspace_ptr, "workspace_ptr"),

@@ -404,7 +404,7 @@ def _key(a, b, semiring, precision):
 
 
 def semiring_bmm(a, b, semiring="log", precision="exact"):
-    """out[..., i, j] = ⊕_k a[..., i, k] ⊗ b[..., k, j] over `semiring` (see the README for ±inf and NaN).
+    """out[..., i, j] = ⊕_k a[..., i, k] ⊗ b[..., k, j] over `semiring` (README.md: ±inf and NaN).
     precision="fast" lets the log semiring use one TF32 tensor-core product per term (about 1e-4 relative
     error); "exact" (the default) keeps every output within the dtype's own rounding."""
     if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator

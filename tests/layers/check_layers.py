@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The folders are stages, and each may include only the stages beneath it (README "Architecture"):
+"""The folders are stages, and each may include only the stages beneath it (docs/architecture.md):
 
     include/ (public types) <- support/ <- templates/ <- generator/ <- runtime/ -> cache/
                                        reference/ (public types and support/ only)
