@@ -20,8 +20,8 @@
 namespace jitbmm {
 
 // An observed call repairing this share of its outputs: wide data. Where exp_matmul's repairs start to cost more than
-// the direct tiled_online kernel: measured on an H100, exp_matmul still wins at about 15% of its outputs repaired and
-// has lost by about 20% (bench/RESULTS.md, "Wide-range data").
+// the direct tiled_online kernel: measured on an H100, exp_matmul still wins with about 15% of its outputs repaired
+// and has lost at about 22% (bench/RESULTS.md, "Wide-range data").
 constexpr double kWideRepairShare = 0.15;
 constexpr int kEarlyObservations = 16;    // the first calls are all observed (a switch within 2-3 calls) ...
 constexpr long kLaterEvery = 64;          // ... then one call in this many (data can widen later in training)
