@@ -4,9 +4,8 @@
 // rounded to BF16 (EmStore<6>::pair), 0 past K and on lines whose max is not finite. The consumers multiply the same
 // values as wgmma_bf16's, so the bound of exp_matmul_bf16.cuh and the guard hold as they are; what changes is that
 // the factors never cross device memory (the workspace holds no copy of a or b). The price: a slice of b is made by
-// each of the tiles that read it, M / BM of them (a's by N / BN), and by the producer's four warps alone, whose
-// instructions (more than the exp unit) made this form slower than wgmma_bf16 on the H100 (bench/RESULTS.md, session
-// 48).
+// each of the tiles that read it, M / BM of them (a's by N / BN), and by the producer's four warps alone while the
+// consumers wait: their instruction stream, more than the exp unit, makes this form slower than wgmma_bf16.
 //
 // The stage: a's BM rows K-major, as in every wgmma form (wgmma.cuh); b's BN columns N-major (wg_descriptor_n_major),
 // so that a row-major b lands as it lies. Each producer thread copies its own 16-byte chunks of a slice (8 k of a row

@@ -578,8 +578,7 @@ template <class T, int KBATCH> struct EmTransposeStage {
   bool real[32];
 };
 // Steps a batch: 4 (42 KB of shared memory a block), or 2 (26 KB) where an SM has 100 KB (sm_86, sm_89, sm_120 and
-// later), so that the 3 blocks of the launch bounds fit. On an H100 the two measured alike (bench/RESULTS.md,
-// session 50).
+// later), so that the 3 blocks of the launch bounds fit. On an H100 the two run alike.
 __device__ constexpr int em_transpose_steps() {
 #if __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
   return 2;
@@ -661,8 +660,8 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
   // Every line is read twice, the second time mostly from L2: sweep 1 its max and EmLine, sweep 2 its factors, each
   // with kBatch steps' loads in flight a thread: 4 with 16-byte loads, 2 with one value a load (V registers a
   // chunk). Keeping a line in registers between the sweeps (up to 512 k) needed 128 registers, 2 blocks an SM; read
-  // twice, a thread takes at most 80 and the SM 3 blocks (the launch bounds: exp_matmul.cpp), which ran the pass
-  // faster on an H100 (bench/RESULTS.md, session 45).
+  // twice, a thread takes at most 80 and the SM 3 blocks (the launch bounds: exp_matmul.cpp): more warps hide the
+  // pass's memory latency better than a line kept in registers saves.
   constexpr int kBatch = VECTOR ? 4 : 2;
   W w(L, K);
   const I steps = w.steps(), out_steps = ((I)L.Kp + W::kStep - 1) / W::kStep, lines = (I)(L.batches * L.padded);

@@ -12,7 +12,7 @@ namespace jb {
 // The tiles are one list (TileList, the flags' order), walked by a grid of a few blocks an SM (exp_matmul.cpp): block
 // b's tiles are b, b + gridDim.x, … . It reads 256 of its tiles' flags at once, a thread each, and runs the flagged
 // ones in order (every one where there are no flags), so a repair with nothing flagged (the usual one) costs a
-// launch and a read rather than a block for every tile (13 µs for 4096 tiles on an H100).
+// launch and a read rather than a block for every tile, thousands of which cost more than the launch.
 
 // The repair tile's geometry: f64 element by element (16-byte chunks spilled 16–32 bytes).
 template <class In, int BM, int BN, int BK, int TM, int TN>

@@ -17,9 +17,9 @@ template <class T> struct TilePads;
 // Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
 // the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
 // operand is suspect() (its loader votes on every slice), and its term loop branches on the vote. kFetch: when the
-// next slice is fetched (kslice.cuh), as measured per policy (bench/RESULTS.md, session 40). kChunk: Tile's CHUNK.
-// kUnroll: the k loop's unrolling (8 for the fast policies: 1.8% faster than 4 at 64×512³, full unrolling 1% slower;
-// H100, session 44).
+// next slice is fetched (kslice.cuh): before the terms where the policy's registers allow it, so the loads overlap
+// the terms. kChunk: Tile's CHUNK. kUnroll: the k loop's unrolling (8 for the fast policies: faster than 4, and full
+// unrolling is slower).
 template <class S, class T> struct GenericTerm {
   typedef typename S::State Acc;
   enum { kCleanSlices = false, kFetch = kFetchAfterUse, kChunk = 16, kUnroll = 4 };
