@@ -203,7 +203,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     // A trial draws device and host memory of the problem's size: it is sized against what is free before anything
     // is drawn, and a tuning that fails anyway leaves the call with the default rather than an error. Neither is
     // stored, so a later process tunes.
-    if (const std::string why = trial_memory_refusal(p, pass); !why.empty()) {
+    if (const std::string why = trial_memory_refusal(p, pass, device); !why.empty()) {
       warn_once("memory " + id.str(), "not tuning " + what + " now: " + why + "; running the default variant");
       return {fallback, "default: not tuned, " + why, {}, false, true};
     }
@@ -245,7 +245,7 @@ std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, Tu
   if (policy == TunePolicy::never || TuningHold::active() || candidates.empty() || !tunable(p, Pass::forward))
     return std::nullopt;
   // As for choose(): sized against free memory first, and a failure keeps the plan on its variant.
-  if (const std::string why = trial_memory_refusal(p, Pass::forward); !why.empty()) {
+  if (const std::string why = trial_memory_refusal(p, Pass::forward, device); !why.empty()) {
     warn_once("memory wide " + what, "not tuning " + what + " now: " + why + "; the plan keeps its variant");
     return std::nullopt;
   }

@@ -145,9 +145,10 @@ std::string trial_memory_refusal(const TrialBytes& need, std::size_t device_free
   return "";
 }
 
-std::string trial_memory_refusal(const Problem& p, Pass pass) {
+std::string trial_memory_refusal(const Problem& p, Pass pass, const DeviceInfo& device) {
   const auto need = trial_bytes(p, pass);
   if (!need) return "its trial's size does not fit 64 bits";
+  ScopedContext scope(device.context);
   std::size_t free = 0, total = 0;
   if (driver().cuMemGetInfo(&free, &total) != CUDA_SUCCESS) free = SIZE_MAX;
   return trial_memory_refusal(*need, free, host_available_bytes().value_or(SIZE_MAX));

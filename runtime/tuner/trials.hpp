@@ -40,9 +40,10 @@ constexpr double kTrialDeviceShare = 0.5;
 constexpr double kTrialHostShare = 0.5;
 // Why a trial needing `need` does not fit `device_free` and `host_available` bytes now (the shares above), or "".
 std::string trial_memory_refusal(const TrialBytes& need, std::size_t device_free, std::size_t host_available);
-// The same for one pass of `problem`, with the current context's free memory and the host's available memory read
-// now (what the process cannot read counts as unlimited).
-std::string trial_memory_refusal(const Problem& problem, Pass pass);
+// The same for one pass of `problem`, with the free memory of `device` (its context made current for the query, so
+// a plan made without one current is sized too) and the host's available memory, read now (what the process cannot
+// read counts as unlimited).
+std::string trial_memory_refusal(const Problem& problem, Pass pass, const DeviceInfo& device);
 
 // The forward: random a and b (normal, times `spread`), and the reference's value of 24 sampled outputs.
 struct ForwardTrial {

@@ -632,7 +632,7 @@ TEST_CASE("under memory pressure, or when tuning fails, plans and first backward
   p.dtype = DType::f32;
   p.shape = {16, 4096, 1, 4096}; // a 1 GiB output
   REQUIRE(tunable(p));
-  CHECK(trial_memory_refusal(p, Pass::forward).find("MiB of device memory") != std::string::npos);
+  CHECK(trial_memory_refusal(p, Pass::forward, *current_device()).find("MiB of device memory") != std::string::npos);
   const SemiringBMM plan = SemiringBMM::get(p);
   CHECK(plan.spec() == default_spec(p));
   plan.backward_workspace_bytes(true, true, true); // chooses both passes' kernels
