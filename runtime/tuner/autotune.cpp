@@ -23,7 +23,8 @@ namespace jitbmm {
 namespace {
 
 DeviceLimits device_limits(const DeviceInfo& d) {
-  return {d.max_threads_per_block, 48 * 1024, d.max_shared_per_block_optin, d.cc_major == 9 && d.cc_minor == 0};
+  return {d.max_threads_per_block, kMaxStaticSharedBytes, d.max_shared_per_block_optin,
+          d.cc_major == 9 && d.cc_minor == 0};
 }
 
 // Compiles and loads every candidate through the kernel cache (which is thread-safe) on the tuner's CPU pool
