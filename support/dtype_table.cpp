@@ -9,24 +9,26 @@ namespace jitbmm {
 namespace {
 
 constexpr std::array<DTypeInfo, 4> kDTypes = {{
-    {DType::f32, "f32", "jb::f32", "float", 4},
-    {DType::f64, "f64", "jb::f64", "double", 8},
-    {DType::f16, "f16", "jb::f16", "float", 2},
-    {DType::bf16, "bf16", "jb::bf16", "float", 2},
+    // dtype, name, device type, accumulator type, size_bytes, acc_bytes, half
+    {DType::f32, "f32", "jb::f32", "float", 4, 4, false},
+    {DType::f64, "f64", "jb::f64", "double", 8, 8, false},
+    {DType::f16, "f16", "jb::f16", "float", 2, 4, true},
+    {DType::bf16, "bf16", "jb::bf16", "float", 2, 4, true},
 }};
 
 constexpr std::array<SemiringInfo, 5> kSemirings = {{
-    // semiring, name, device type, has_argmax, fast_term, select_op, packed_term, backward, grad, scatter_times
+    // semiring, name, device type, has_argmax, fast_term, select_op, packed_term, backward, grad, scatter_times,
+    // nonnegative_inputs
     {Semiring::log, "log", "jb::LogSemiring", false, nullptr, nullptr, nullptr, BackwardKind::marginal, "jb::LogGrad",
-     false},
+     false, false},
     {Semiring::max_plus, "max_plus", "jb::MaxPlusSemiring", true, "jb::MaxPlusTerm", "jb::MaxPlusOp",
-     "jb::PackedMaxPlus", BackwardKind::argmax_scatter, nullptr, false},
+     "jb::PackedMaxPlus", BackwardKind::argmax_scatter, nullptr, false, false},
     {Semiring::min_plus, "min_plus", "jb::MinPlusSemiring", true, "jb::MinPlusTerm", "jb::MinPlusOp",
-     "jb::PackedMinPlus", BackwardKind::argmax_scatter, nullptr, false},
+     "jb::PackedMinPlus", BackwardKind::argmax_scatter, nullptr, false, false},
     {Semiring::max_times, "max_times", "jb::MaxTimesSemiring", true, "jb::MaxTimesTerm", "jb::MaxTimesOp",
-     "jb::PackedMaxTimes", BackwardKind::argmax_scatter, nullptr, true},
+     "jb::PackedMaxTimes", BackwardKind::argmax_scatter, nullptr, true, true},
     {Semiring::plus_times, "plus_times", "jb::PlusTimesSemiring", false, nullptr, nullptr, nullptr,
-     BackwardKind::marginal, "jb::PlusTimesGrad", false},
+     BackwardKind::marginal, "jb::PlusTimesGrad", false, false},
 }};
 
 // Other spellings parse_dtype accepts: NumPy's and PyTorch's names, and C's.

@@ -37,6 +37,12 @@ struct DTypeInfo {
   const char* device_type; // the storage type's spelling in templates/dtypes.cuh
   const char* acc_type;    // accumulator type in device code
   int size_bytes;
+  int acc_bytes; // the accumulator's size: what shared-memory slices, split-K partials and gradient sums hold
+  // A 2-byte float that accumulates in f32 (f16, bf16): the packed-pair kernels and the BF16-factor forms serve
+  // these only, and their contract allows a coarser tolerance.
+  bool half;
+  // Accumulates in 8 bytes (f64): smaller tiles, FMA only (no tensor-core form), half the values per 16-byte load.
+  constexpr bool wide_acc() const { return acc_bytes == 8; }
 };
 const DTypeInfo& dtype_info(DType dtype);
 DType parse_dtype(const std::string& name); // throws std::invalid_argument naming the value
@@ -66,6 +72,8 @@ struct SemiringInfo {
   BackwardKind backward;
   const char* grad;   // marginal: the gradient weights' device struct in templates/backward.cuh; otherwise nullptr
   bool scatter_times; // argmax_scatter: grad_out times the partner operand (max_times), not grad_out alone
+  // Meant for non-negative inputs (max_times, whose zero is 0): the tuner's trials and the benchmarks draw |x|.
+  bool nonnegative_inputs;
 };
 const SemiringInfo& semiring_info(Semiring semiring);
 Semiring parse_semiring(const std::string& name);

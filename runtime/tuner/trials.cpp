@@ -66,6 +66,7 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
   std::vector<unsigned char> bytes(
       static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
   const uint64_t seed = rng();
+  const bool non_negative = semiring_info(p.semiring).nonnegative_inputs;
   const int64_t chunks = (elements + kChunk - 1) / kChunk;
   for_each_on_cpus(static_cast<std::size_t>(chunks), [&](std::size_t chunk) {
     const int64_t c = static_cast<int64_t>(chunk);
@@ -79,7 +80,7 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
       const float angle = 6.2831853f * u2;
       const float pair[2] = {r * std::cos(angle), r * std::sin(angle)};
       for (int h = 0; h < 2 && i + h < end; ++h)
-        store_element(p.dtype, bytes.data(), i + h, p.semiring == Semiring::max_times ? std::fabs(pair[h]) : pair[h]);
+        store_element(p.dtype, bytes.data(), i + h, non_negative ? std::fabs(pair[h]) : pair[h]);
     }
   });
   return bytes;
