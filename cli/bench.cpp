@@ -51,11 +51,12 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
   const int in_bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(p.output_dtype()).size_bytes;
   const int64_t na = s.B * s.M * s.K, nb = s.B * s.K * s.N, no = s.B * s.M * s.N;
   std::normal_distribution<double> normal(0.0, 1.0);
+  const bool non_negative = semiring_info(p.semiring).nonnegative_inputs;
   std::vector<unsigned char> ha(na * in_bytes), hb(nb * in_bytes);
   for (int64_t i = 0; i < na; ++i)
-    store_element(p.dtype, ha.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
+    store_element(p.dtype, ha.data(), i, non_negative ? std::fabs(normal(rng)) : normal(rng));
   for (int64_t i = 0; i < nb; ++i)
-    store_element(p.dtype, hb.data(), i, p.semiring == Semiring::max_times ? std::fabs(normal(rng)) : normal(rng));
+    store_element(p.dtype, hb.data(), i, non_negative ? std::fabs(normal(rng)) : normal(rng));
   DeviceBuffer a(ha.size()), b(hb.size()), out(no * out_bytes), arg(p.with_argmax ? no * 4 : 0);
   a.upload(ha.data(), ha.size());
   b.upload(hb.data(), hb.size());

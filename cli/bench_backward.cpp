@@ -33,8 +33,8 @@ int run_backward_bench(const Args& args) {
     for (int64_t i = 0; i < n; ++i) store_element(dt, h.data(), i, non_negative ? std::fabs(normal(rng)) : normal(rng));
     return h;
   };
-  const auto ha = random(p.dtype, na, p.semiring == Semiring::max_times);
-  const auto hb = random(p.dtype, nb, p.semiring == Semiring::max_times);
+  const auto ha = random(p.dtype, na, semiring_info(p.semiring).nonnegative_inputs);
+  const auto hb = random(p.dtype, nb, semiring_info(p.semiring).nonnegative_inputs);
   const auto hg = random(p.output_dtype(), no, false);
   DeviceBuffer a(ha.size()), b(hb.size()), g(hg.size()), out(no * ob), arg(scatter ? no * 4 : 0), ga(na * in),
       gb(nb * in);
@@ -83,8 +83,7 @@ int run_backward_bench(const Args& args) {
   }
   // Temporaries the backward allocates: none for log/plus_times with unbroadcast operands; the scatter's
   // accumulator-type workspace per gradient; an argmax recomputation when none is passed (not here).
-  const int acc = p.dtype == DType::f64 ? 8 : 4;
-  const double extra_mb = scatter ? double(std::max(na, nb)) * acc / 1e6 : 0.0;
+  const double extra_mb = scatter ? double(std::max(na, nb)) * dtype_info(p.dtype).acc_bytes / 1e6 : 0.0;
   const double io_mb = double(na + nb) * in / 1e6 + double(no) * ob / 1e6;
   std::printf("backward %s on %s\n", describe(p).c_str(), device->name.c_str());
   std::printf("  forward %s: %.4f ms\n", to_string(plan.spec()).c_str(), fwd.median_ms);

@@ -96,10 +96,11 @@ int run_exp_matmul_bench(const Args& args) {
     std::vector<std::pair<std::string, std::pair<Problem, KernelSpec>>> variants;
     KernelSpec direct = default_spec(p, Strategy::tiled);
     variants.push_back({"direct tiled", {p, direct}});
-    if (p.dtype != DType::f64)
+    const bool f32_acc = !dtype_info(p.dtype).wide_acc(); // tiled_online and the tensor-core forms
+    if (f32_acc)
       variants.push_back({"direct tiled_online", {p, default_spec(p, Strategy::tiled_online)}});
     KernelSpec em = default_spec(p, Strategy::exp_matmul);
-    if (p.dtype != DType::f64) {
+    if (f32_acc) {
       em.math = Math::fma, em.tile_m = 128, em.tile_n = 64, em.tile_k = 16, em.thread_m = 8, em.thread_n = 4;
       em.min_blocks = 2;
       variants.push_back({"exp_matmul fma 128x64 t8x4", {p, em}});

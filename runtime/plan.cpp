@@ -46,7 +46,7 @@ std::shared_ptr<SemiringBMM::Impl> make_impl(const Problem& problem, const Kerne
 jb::EmWorkspace em_workspace_of(const Problem& p) {
   const Shape& s = p.shape;
   return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
-                          dtype_info(p.dtype).size_bytes == 8);
+                          dtype_info(p.dtype).wide_acc());
 }
 
 // A watched plan whose observed call repaired kWideRepairShare of its outputs or more: the variant fastest on

@@ -121,8 +121,7 @@ void validate(const Problem& p) {
   dtype_info(p.dtype);
   const DType out = p.output_dtype();
   dtype_info(out);
-  const bool half_in = p.dtype == DType::f16 || p.dtype == DType::bf16;
-  if (out != p.dtype && !(half_in && out == DType::f32))
+  if (out != p.dtype && !(dtype_info(p.dtype).half && out == DType::f32))
     throw std::invalid_argument(std::string("out_dtype: ") + dtype_info(out).name + " output from " +
                                 dtype_info(p.dtype).name +
                                 " inputs is not supported (only the input dtype, or f32 "
