@@ -13,7 +13,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "jitbmm/errors.hpp"
-#include "runtime/backward.hpp"
+#include "runtime/grad_launch.hpp"
 #include "support/log.hpp"
 #include "support/process_share.hpp"
 #include "runtime/tuner/autotune.hpp"

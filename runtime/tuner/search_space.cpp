@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "generator/strategy.hpp"
-#include "runtime/backward.hpp"
+#include "runtime/grad_launch.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm {

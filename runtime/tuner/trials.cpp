@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "runtime/jit.hpp"
-#include "runtime/backward.hpp"
+#include "runtime/grad_launch.hpp"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
 #include "runtime/launch.hpp"
