@@ -6,81 +6,26 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/help.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/version.hpp"
 
 namespace {
 
-// Each command's usage, printed by `jitbmm <command> --help` and, all together, by `jitbmm --help`.
-struct CommandHelp {
-  const char* command;
-  const char* text;
-};
-constexpr CommandHelp kHelp[] = {
-    {"demo", "  jitbmm demo [--shape BxMxKxN]\n"
-             "      On a GPU: run the log semiring (default 64x512x512x512, f32), verify a sample against the CPU\n"
-             "      reference, print time, terms/s and the share of the measured exp throughput.\n"
-             "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"},
-    {"inspect",
-     "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
-     "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
-     "                 [--min-blocks N] [--k-chunk N] [--precision exact|fast]\n"
-     "                 [--math fma|tf32x3|tf32|wgmma_tf32x3|wgmma_tf32|bf16|wgmma_bf16|wgmma_bf16_fused]\n"
-     "                 [--a-layout row|col|broadcast] [--b-layout row|col|broadcast]\n"
-     "                 [--index64] [--arch sm_90]\n"
-     "                 --emit cuda|ptx|sass|resources|all\n"
-     "      Print the generated source, NVRTC's PTX, SASS (via nvdisasm), or ptxas's resource report (no GPU\n"
-     "      needed). --semiring, --dtype, --shape and --emit default to log, f32, 64x512x512x512 and cuda; a\n"
-     "      command that relies on a default says which on stderr (so do tune and bench). --a-layout / --b-layout:\n"
-     "      an operand row-major (default), column-major (transposed in memory) or one matrix for every batch\n"
-     "      (broadcast). Variant flags apply to the strategies that read them (--block: linear, linear_two_pass,\n"
-     "      warp, block_tree, scatter, histogram; --tile, --thread, --min-blocks: tiled, split_k, exp_matmul,\n"
-     "      tiled_online, tiled_refine; --k-chunk: split_k; --math: exp_matmul).\n"
-     "  jitbmm inspect --tuned [problem flags]\n"
-     "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
-     "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"},
-    {"tune", "  jitbmm tune [problem flags] [--pass forward|grad_a|grad_b] [--data normal|wide]\n"
-             "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket. --data wide\n"
-             "      times on randn*50 inputs: the variant a plan moves to when its repairs show wide-range data.\n"},
-    {"bench", "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
-              "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
-              "  jitbmm bench --first-call [problem flags]    time from start to the first result, NVRTC calls\n"
-              "  jitbmm bench --backward [problem flags]      forward and backward times, memory, sampled check\n"
-              "  jitbmm bench --exp-matmul [--shape S] [--dtype D]  exp_matmul vs the direct kernels on randn, randn*50,\n"
-              "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
-              "  jitbmm bench --compile-times [problem flags] [--arch sm_XY] [--verbose]\n"
-              "      NVRTC compile time of each tuning candidate (no GPU needed).\n"},
-    {"cache", "  jitbmm cache path|list|verify|clear\n"
-              "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"},
-    {"info", "  jitbmm info\n"
-             "      Driver, NVRTC and devices.\n"},
-    {"version", "  jitbmm version | --version\n"
-                "      Print the version.\n"},
-    {"help", "  jitbmm help [command] | --help | <command> --help\n"
-             "      This text, or one command's part of it.\n"},
-};
-
-constexpr const char* kStrictness =
-    "\nArguments are strict: an unknown flag, a flag given twice, a flag without its value, a number that is not\n"
-    "a whole integer in range, or a flag the chosen command, mode or strategy does not use is an error (exit\n"
-    "status 2) naming the flag; nothing is silently ignored. A flag's value follows it (--shape 2x3x4x5) or an\n"
-    "'=' (--shape=2x3x4x5).\n";
-
-const CommandHelp* help_of(const std::string& command) {
-  for (const CommandHelp& h : kHelp)
-    if (command == h.command) return &h;
-  return nullptr;
-}
+using jitbmm::cli::CommandHelp;
+using jitbmm::cli::command_help;
+using jitbmm::cli::help_of;
+using jitbmm::cli::kStrictness;
 
 void usage(std::FILE* to) {
   std::fprintf(to, "jitbmm %s: batched semiring matrix products, JIT-compiled for your GPU\n\nusage:\n",
                jitbmm::kVersion);
-  for (const CommandHelp& h : kHelp) std::fputs(h.text, to);
+  for (const CommandHelp& h : command_help()) std::fputs(h.text.c_str(), to);
   std::fputs(kStrictness, to);
 }
 
 void command_usage(const CommandHelp& h) {
-  std::printf("usage:\n%s", h.text);
+  std::printf("usage:\n%s", h.text.c_str());
   std::fputs(kStrictness, stdout);
 }
 

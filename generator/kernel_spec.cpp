@@ -3,6 +3,7 @@
 #include "jitbmm/kernel_spec.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -27,6 +28,13 @@ constexpr EnumName<Math> kMaths[] = {{Math::fma, "fma"},
                                      {Math::bf16, "bf16"},
                                      {Math::wgmma_bf16, "wgmma_bf16"},
                                      {Math::wgmma_bf16_fused, "wgmma_bf16_fused"}};
+// Row i holds value i: math_count() lists the values by index (the CLI's help lists them all).
+constexpr bool maths_in_order() {
+  for (std::size_t i = 0; i < std::size(kMaths); ++i)
+    if (static_cast<std::size_t>(kMaths[i].value) != i) return false;
+  return true;
+}
+static_assert(maths_in_order());
 constexpr EnumName<Pass> kPasses[] = {{Pass::forward, "forward"}, {Pass::grad_a, "grad_a"}, {Pass::grad_b, "grad_b"}};
 
 // An enum field holds one of its values (a spec built from garbage ints, or a damaged one, names the field).
@@ -103,6 +111,7 @@ Strategy parse_strategy(const std::string& name) {
   throw std::invalid_argument("strategy: unsupported '" + name + "' (expected " + expected + ")");
 }
 const char* math_name(Math math) { return enum_name(kMaths, math, "math"); }
+int math_count() { return static_cast<int>(std::size(kMaths)); }
 Math parse_math(const std::string& name) { return parse_enum(kMaths, name, "math"); }
 bool single_tf32(Math math) { return math == Math::tf32 || math == Math::wgmma_tf32; }
 bool bf16_factors(Math math) {

@@ -47,6 +47,7 @@ Pass parse_pass(const std::string& name);
 enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16, wgmma_bf16, wgmma_bf16_fused };
 const char* math_name(Math math);
 Math parse_math(const std::string& name);
+int math_count(); // the Math values are 0 .. math_count() - 1
 // One TF32 product per term (tf32, wgmma_tf32): allowed at Precision::fast only.
 bool single_tf32(Math math);
 // Factors rounded to BF16 (bf16, wgmma_bf16, wgmma_bf16_fused): for f16 and bf16 outputs only.

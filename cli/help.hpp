@@ -1,0 +1,136 @@
+// The CLI's usage text: each command's part, printed by `jitbmm <command> --help` and, all together, by
+// `jitbmm --help`. What the tables already say — which strategies read each variant flag (the strategy table's
+// fields), the --math values — is written from them, so the help says what the flags do.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "cli/spec_args.hpp"
+#include "jitbmm/kernel_spec.hpp"
+
+namespace jitbmm::cli {
+
+// `text` in lines of at most `width` columns (a longer word gets a line of its own), each indented by `indent`
+// spaces and ended by a newline.
+inline std::string wrap(const std::string& text, std::size_t indent, std::size_t width) {
+  std::string out, line;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = std::min(text.find(' ', pos), text.size());
+    const std::string word = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += std::string(indent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += std::string(indent, ' ') + line + "\n";
+  return out;
+}
+
+// "Variant flags apply to the strategies that read them (--block: linear, ...; --k-chunk: split_k; ...).": the
+// strategies of each flag as variant_flags() reads them from the strategy table; flags read by the same strategies
+// share one list.
+inline std::string variant_flags_sentence() {
+  const std::vector<VariantFlag>& flags = variant_flags();
+  std::string groups;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    groups += flags[i].flag;
+    if (i + 1 < flags.size() && flags[i + 1].used_by == flags[i].used_by) {
+      groups += ", ";
+      continue;
+    }
+    groups += ":";
+    for (std::size_t j = 0; j < flags[i].used_by.size(); ++j)
+      groups += std::string(j == 0 ? " " : ", ") + strategy_name(flags[i].used_by[j]);
+    if (i + 1 < flags.size()) groups += "; ";
+  }
+  return "Variant flags apply to the strategies that read them (" + groups + ").";
+}
+
+// "fma|tf32x3|...": every Math value, in the enum's order.
+inline std::string math_values() {
+  std::string out;
+  for (int i = 0; i < math_count(); ++i) out += std::string(i == 0 ? "" : "|") + math_name(static_cast<Math>(i));
+  return out;
+}
+
+// inspect's usage. Its description is wrapped at the width of the other commands' hand-wrapped lines.
+inline std::string inspect_help() {
+  const std::string description =
+      "Print the generated source, NVRTC's PTX, SASS (via nvdisasm), or ptxas's resource report (no GPU needed). "
+      "--semiring, --dtype, --shape and --emit default to log, f32, 64x512x512x512 and cuda; a command that relies on "
+      "a default says which on stderr (so do tune and bench). --a-layout / --b-layout: an operand row-major "
+      "(default), column-major (transposed in memory) or one matrix for every batch (broadcast). " +
+      variant_flags_sentence();
+  const std::string math = "                 [--math " + math_values() + "]\n";
+  return "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
+         "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
+         "                 [--min-blocks N] [--k-chunk N] [--precision exact|fast]\n" +
+         math +
+         "                 [--a-layout row|col|broadcast] [--b-layout row|col|broadcast]\n"
+         "                 [--index64] [--arch sm_90]\n"
+         "                 --emit cuda|ptx|sass|resources|all\n" +
+         wrap(description, 6, 108) +
+         "  jitbmm inspect --tuned [problem flags]\n"
+         "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
+         "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n";
+}
+
+struct CommandHelp {
+  std::string command;
+  std::string text;
+};
+
+// Each command's usage, in the order `jitbmm --help` prints them.
+inline const std::vector<CommandHelp>& command_help() {
+  static const std::vector<CommandHelp> help = {
+      {"demo", "  jitbmm demo [--shape BxMxKxN]\n"
+               "      On a GPU: run the log semiring (default 64x512x512x512, f32), verify a sample against the CPU\n"
+               "      reference, print time, terms/s and the share of the measured exp throughput.\n"
+               "      Without a GPU: say so, NVRTC-compile the same kernel for sm_90, run the CPU reference.\n"},
+      {"inspect", inspect_help()},
+      {"tune",
+       "  jitbmm tune [problem flags] [--pass forward|grad_a|grad_b] [--data normal|wide]\n"
+       "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket. --data wide\n"
+       "      times on randn*50 inputs: the variant a plan moves to when its repairs show wide-range data.\n"},
+      {"bench",
+       "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
+       "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
+       "  jitbmm bench --first-call [problem flags]    time from start to the first result, NVRTC calls\n"
+       "  jitbmm bench --backward [problem flags]      forward and backward times, memory, sampled check\n"
+       "  jitbmm bench --exp-matmul [--shape S] [--dtype D]  exp_matmul vs the direct kernels on randn, randn*50,\n"
+       "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
+       "  jitbmm bench --compile-times [problem flags] [--arch sm_XY] [--verbose]\n"
+       "      NVRTC compile time of each tuning candidate (no GPU needed).\n"},
+      {"cache",
+       "  jitbmm cache path|list|verify|clear\n"
+       "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"},
+      {"info", "  jitbmm info\n"
+               "      Driver, NVRTC and devices.\n"},
+      {"version", "  jitbmm version | --version\n"
+                  "      Print the version.\n"},
+      {"help", "  jitbmm help [command] | --help | <command> --help\n"
+               "      This text, or one command's part of it.\n"},
+  };
+  return help;
+}
+
+constexpr const char* kStrictness =
+    "\nArguments are strict: an unknown flag, a flag given twice, a flag without its value, a number that is not\n"
+    "a whole integer in range, or a flag the chosen command, mode or strategy does not use is an error (exit\n"
+    "status 2) naming the flag; nothing is silently ignored. A flag's value follows it (--shape 2x3x4x5) or an\n"
+    "'=' (--shape=2x3x4x5).\n";
+
+inline const CommandHelp* help_of(const std::string& command) {
+  for (const CommandHelp& h : command_help())
+    if (command == h.command) return &h;
+  return nullptr;
+}
+
+} // namespace jitbmm::cli
