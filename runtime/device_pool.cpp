@@ -5,8 +5,6 @@
 #include <string>
 #include <unordered_map>
 
-#include "jitbmm/plan.hpp"
-
 namespace jitbmm {
 namespace {
 
@@ -49,7 +47,7 @@ void pool_free(CUdeviceptr ptr, CUstream stream) {
   if (ptr) check(driver().cuMemFreeAsync(ptr, stream), "cuMemFreeAsync(scratch)");
 }
 
-void release_pool_memory() {
+void trim_pools() {
   std::lock_guard<std::mutex> lock(g_pools_mutex);
   for (const auto& entry : pools()) check(driver().cuMemPoolTrimTo(entry.second, 0), "cuMemPoolTrimTo");
 }

@@ -3,7 +3,8 @@
 //
 // The device's default pool returns its memory to the driver at every synchronisation, so the next call maps it
 // again, which costs a large problem's call about as much as a small kernel. This pool keeps what it has mapped for
-// the next call (its release threshold is unlimited) until release_pool_memory() gives the unused part back.
+// the next call (its release threshold is unlimited) until trim_pools() (the public release_pool_memory()) gives the
+// unused part back.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +20,10 @@ CUdeviceptr pool_allocate(const DeviceInfo& device, std::size_t bytes, CUstream 
 // Returns an allocation to its pool once the work before this point on `stream` is done.
 void pool_free(CUdeviceptr ptr, CUstream stream);
 
-// The bytes all pools hold, in use or kept (Stats::pool_reserved_bytes); release_pool_memory() is in plan.hpp.
+// Gives back to the driver the memory of every device's pool that no call is using (release_pool_memory()).
+void trim_pools();
+
+// The bytes all pools hold, in use or kept (Stats::pool_reserved_bytes).
 std::size_t pool_reserved_bytes();
 
 } // namespace jitbmm

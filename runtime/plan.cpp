@@ -246,5 +246,6 @@ JitLogBMM JitLogBMM::get(Shape shape) {
 }
 
 Stats stats() { return Stats{nvrtc_compile_count(), pool_reserved_bytes()}; }
+void release_pool_memory() { trim_pools(); }
 
 } // namespace jitbmm

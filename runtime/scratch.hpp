@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "jitbmm/plan.hpp"
+#include "jitbmm/types.hpp" // Workspace
 #include "runtime/device.hpp"
 
 namespace jitbmm {
