@@ -4,7 +4,22 @@
     include/ (public types) <- support/ <- templates/ <- generator/ <- runtime/ -> cache/
                                        reference/ (public types and support/ only)
 
-This fails, naming the file, the line and the two folders, when a file includes a header of a stage it may not
+runtime/ has three inner stages, each seeing the ones beneath it:
+
+    engine (the JIT pipeline, launches, scratch, devices) <- tuner (runtime/tuner/) <- plan (the public face)
+
+Every runtime file belongs to one of them: runtime/tuner/ to the tuner, the others by the lists in RUNTIME_STAGES
+(a runtime file in no list is a defect, so a new file is placed on purpose).
+
+The public headers (include/jitbmm/) belong to levels too, and a stage may include only those of the levels it sees:
+    types.hpp, kernel_spec.hpp, errors.hpp, version.hpp   the vocabulary: every stage
+    reference.hpp                                         the CPU reference's face: reference/, and runtime's tuner
+                                                          (its trials check results) and plan
+    plan.hpp, jitbmm.hpp, c_api.h                         the library's face: runtime's plan stage only
+So generator/, support/, cache/, the engine and the tuner never include jitbmm/plan.hpp or jitbmm/jitbmm.hpp, and a
+vocabulary header includes only the vocabulary. A public header in no level is a defect.
+
+This fails, naming the file, the line and the two stages, when a file includes a header of a stage it may not
 see, and when generator/ (spec -> source text, pure) reads the environment, touches files or logs.
 Usage: check_layers.py ROOT      (--self-test: checks that each kind of defect is caught)
 """
@@ -13,15 +28,32 @@ import re
 import sys
 import tempfile
 
-# Which folders each folder's files may include from (its own always).
+ENGINE, TUNER, PLAN = "runtime:engine", "runtime:tuner", "runtime:plan"
+LOWER = {"include", "support", "templates", "generator", "cache"}
+# Which stages each stage's files may include from (its own always).
 ALLOWED = {
     "include": {"include"},
     "support": {"include"},
-    "templates": set(),  # device code: other templates only, by their bare names
+    "templates": set(),  # device code: other templates only
     "generator": {"include", "support", "templates"},
     "cache": {"include", "support"},
     "reference": {"include", "support"},
-    "runtime": {"include", "support", "templates", "generator", "cache", "reference"},
+    ENGINE: LOWER,
+    TUNER: LOWER | {"reference", ENGINE},
+    PLAN: LOWER | {"reference", ENGINE, TUNER},
+}
+# runtime/<stem>.{cpp,hpp}: the stage of each file outside runtime/tuner/.
+RUNTIME_STAGES = {
+    ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
+             "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
+    TUNER: {"autotune"},  # the tuner's one header for the plan stage
+    PLAN: {"backward", "c_api", "plan", "plan_impl", "repair_watch"},
+}
+# include/jitbmm/<name>: the level of each public header (the docstring says why).
+PUBLIC_LEVELS = {
+    "types.hpp": "include", "kernel_spec.hpp": "include", "errors.hpp": "include", "version.hpp": "include",
+    "reference.hpp": "reference",
+    "plan.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
 }
 # generator/ is pure: no environment, no files, no logging.
 IMPURE = re.compile(r"\b(getenv|fopen|ofstream|ifstream|fstream|std::cerr|std::cout|fprintf|printf|puts|"
@@ -30,36 +62,63 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCES = (".cpp", ".hpp", ".h", ".cuh")
 
 
-def folder_of(include, here):
-    """The stage a quoted include names: its first path part, or templates/ for a bare template name."""
-    if "/" in include:
-        first = include.split("/", 1)[0]
-        return "include" if first == "jitbmm" else first
+def stage_of(rel):
+    """The stage of a library file by its path from the root; None when it is in none."""
+    parts = rel.split("/")
+    if parts[0] == "include":
+        return PUBLIC_LEVELS.get(parts[-1]) if parts[:2] == ["include", "jitbmm"] and len(parts) == 3 else None
+    if parts[0] == "runtime":
+        if len(parts) > 2:
+            return TUNER if parts[1] == "tuner" and len(parts) == 3 else None
+        stem = os.path.splitext(parts[1])[0]
+        return next((stage for stage, stems in RUNTIME_STAGES.items() if stem in stems), None)
+    return parts[0] if parts[0] in ALLOWED else None
+
+
+def included_path(include, here):
+    """The path from the root of a quoted include in the file `here`: a template's path under templates/ for any
+    .cuh (the device code includes its own files that way), jitbmm/ under include/, a bare name beside `here`."""
     if include.endswith(".cuh"):
-        return "templates"
-    return here  # a bare name: the including file's own folder
+        return include if include.startswith("templates/") else "templates/" + include
+    if "/" not in include:
+        return os.path.join(os.path.dirname(here), include)
+    return "include/" + include if include.startswith("jitbmm/") else include
+
+
+def describe(stage):
+    return stage.replace("runtime:", "runtime's ") if stage.startswith("runtime:") else stage + "/"
 
 
 def check(root):
     problems = []
-    for folder, allowed in ALLOWED.items():
-        base = os.path.join(root, folder)
-        for dirpath, _, names in os.walk(base):
+    for folder in ("include", "support", "templates", "generator", "cache", "reference", "runtime"):
+        for dirpath, _, names in os.walk(os.path.join(root, folder)):
             for name in sorted(names):
                 if not name.endswith(SOURCES):
                     continue
                 path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                stage = stage_of(rel)
+                if stage is None:
+                    problems.append(f"{rel}:1: belongs to no stage (add it to RUNTIME_STAGES or PUBLIC_LEVELS in "
+                                    f"tests/layers/check_layers.py, and to docs/architecture.md)")
+                    continue
+                allowed = ALLOWED[stage]
                 with open(path, encoding="utf-8") as f:
                     lines = f.read().split("\n")
                 for number, line in enumerate(lines, 1):
                     m = INCLUDE.match(line)
                     if m:
-                        target = folder_of(m.group(1), folder)
-                        if target != folder and target not in allowed:
-                            problems.append(f"{rel}:{number}: {folder}/ includes {m.group(1)} from {target}/, a "
-                                            f"stage it may not see (allowed: {', '.join(sorted(allowed)) or 'none'})")
-                    if folder == "generator":
+                        target_path = included_path(m.group(1), rel)
+                        target = stage_of(target_path)
+                        if target is None:
+                            problems.append(f"{rel}:{number}: {describe(stage)} includes {m.group(1)}, which "
+                                            f"belongs to no stage")
+                        elif target != stage and target not in allowed:
+                            seen = ", ".join(describe(s) for s in sorted(allowed)) or "none"
+                            problems.append(f"{rel}:{number}: {describe(stage)} includes {m.group(1)} from "
+                                            f"{describe(target)}, a stage it may not see (it sees: {seen})")
+                    if stage == "generator":
                         code = line.split("//", 1)[0]
                         hit = IMPURE.search(code)
                         if hit:
@@ -69,29 +128,63 @@ def check(root):
 
 
 def self_test():
-    """Plants one defect of each kind in a scratch tree and checks that each is reported."""
-    planted = {
+    """Plants one defect of each kind in a scratch tree, beside files that break no rule, and checks that exactly the
+    defects are reported."""
+    defects = {
         "cache/bad.cpp": '#include "runtime/device.hpp"\n',
         "generator/env.cpp": 'int f() { return std::getenv("X") != nullptr; }\n',
         "generator/log.cpp": 'void g() { log_message(LogLevel::warn, "x"); }\n',
         "reference/bad.cpp": '#include "generator/emit_source.hpp"\n',
         "support/bad.hpp": '#include "runtime/jit.hpp"\n',
         "templates/bad.cuh": '#include "support/layout.hpp"\n',
-        "generator/fine.cpp": '#include "support/layout.hpp"\n#include "params.cuh"\n// getenv in a comment\n',
-        "runtime/fine.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n',
+        # runtime's inner stages: the engine sees neither the tuner nor the plan, the tuner not the plan
+        "runtime/launch.cpp": '#include "runtime/autotune.hpp"\n',
+        "runtime/jit.cpp": '#include "runtime/tuner/choose.hpp"\n',
+        "runtime/device.cpp": '#include "runtime/plan_impl.hpp"\n',
+        "runtime/tuner/trials.cpp": '#include "runtime/backward.hpp"\n',
+        # the public headers' levels
+        "runtime/scratch.hpp": '#include "jitbmm/plan.hpp"\n',
+        "runtime/tuner/choose.cpp": '#include "jitbmm/jitbmm.hpp"\n',
+        "runtime/timing.hpp": '#include "jitbmm/reference.hpp"\n',
+        "generator/face.cpp": '#include "jitbmm/plan.hpp"\n',
+        "generator/oracle.cpp": '#include "jitbmm/reference.hpp"\n',
+        "support/umbrella.hpp": '#include "jitbmm/jitbmm.hpp"\n',
+        "cache/c.cpp": '#include "jitbmm/c_api.h"\n',
+        "include/jitbmm/kernel_spec.hpp": '#include "jitbmm/plan.hpp"\n',
+        # files and headers in no stage
+        "runtime/unlisted.cpp": '#include "runtime/jit.hpp"\n',
+        "include/jitbmm/unlisted.hpp": '#include "jitbmm/types.hpp"\n',
+        "runtime/plan.cpp": '#include "runtime/unlisted.hpp"\n',
+    }
+    clean = {
+        "generator/fine.cpp": '#include "support/layout.hpp"\n#include "templates/core/params.cuh"\n'
+                              '#include "jitbmm/kernel_spec.hpp"\n// getenv in a comment\n',
+        "runtime/c_api.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
+                             '#include "jitbmm/c_api.h"\n#include "jitbmm/plan.hpp"\n#include "runtime/autotune.hpp"\n'
+                             '#include "runtime/backward.hpp"\n#include "runtime/launch.hpp"\n',
+        "runtime/launch.hpp": '#include "runtime/jit.hpp"\n#include "templates/core/params.cuh"\n'
+                              '#include "jitbmm/types.hpp"\n',
+        "runtime/tuner/search_space.cpp": '#include "runtime/tuner/trials.hpp"\n#include "runtime/grad_launch.hpp"\n'
+                                          '#include "jitbmm/reference.hpp"\n#include "generator/strategy.hpp"\n',
+        "runtime/autotune.hpp": '#include "runtime/tuner/choose.hpp"\n',
+        "reference/fine.cpp": '#include "jitbmm/reference.hpp"\n#include "support/layout.hpp"\n',
+        "include/jitbmm/jitbmm.hpp": '#include "jitbmm/plan.hpp"\n#include "jitbmm/reference.hpp"\n'
+                                     '#include "jitbmm/errors.hpp"\n',
+        "include/jitbmm/plan.hpp": '#include "jitbmm/kernel_spec.hpp"\n',
     }
     with tempfile.TemporaryDirectory() as root:
-        for rel, text in planted.items():
+        for rel, text in {**defects, **clean}.items():
             os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
             with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
                 f.write(text)
         found = check(root)
     caught = {p.split(":", 1)[0] for p in found}
-    want = {rel for rel in planted if "fine" not in rel}
-    if caught != want:
-        print("self-test failed: caught", sorted(caught), "expected", sorted(want))
+    if caught != set(defects) or len(found) != len(defects):
+        print("self-test failed: caught", sorted(caught), "expected", sorted(defects))
+        for p in found:
+            print("  ", p)
         return 1
-    print(f"self-test: all {len(want)} planted defects caught, the 2 clean files pass")
+    print(f"self-test: all {len(defects)} planted defects caught, the {len(clean)} clean files pass")
     return 0
 
 
@@ -107,7 +200,8 @@ def main():
     if problems:
         print(f"{len(problems)} layering defect(s)")
         return 1
-    print("layers: every include points down; generator/ is pure")
+    print("layers: every include points down, runtime's engine < tuner < plan, each public header at its level; "
+          "generator/ is pure")
     return 0
 
 
