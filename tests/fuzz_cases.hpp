@@ -145,8 +145,7 @@ inline FuzzCase draw_case(std::mt19937_64& rng, const FuzzLimits& limits = {}) {
   Problem& p = c.problem;
   p.semiring = pick(rng, kFuzzSemirings);
   p.dtype = pick(rng, kFuzzDTypes);
-  const bool half = p.dtype == DType::f16 || p.dtype == DType::bf16;
-  if (half && chance(rng, 0.3)) p.out_dtype = DType::f32;
+  if (dtype_info(p.dtype).half && chance(rng, 0.3)) p.out_dtype = DType::f32;
   p.with_argmax = semiring_info(p.semiring).has_argmax && chance(rng, 0.5);
   p.shape = draw_shape(rng, limits);
   const Shape& s = p.shape;

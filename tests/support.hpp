@@ -81,7 +81,7 @@ inline HostTensor random_tensor(DType dtype, int64_t elements, std::mt19937_64& 
 // inputs for max_times.
 inline Specials specials_for(Semiring s, int flavour) {
   Specials sp;
-  sp.non_negative = s == Semiring::max_times;
+  sp.non_negative = semiring_info(s).nonnegative_inputs;
   switch (flavour) {
   case 0:
     break;

@@ -25,7 +25,7 @@ inline std::vector<KernelSpec> problem_kinds() {
         out.push_back(spec);
         spec.with_argmax = false;
       }
-      if (d == DType::f16 || d == DType::bf16) {
+      if (dtype_info(d).half) {
         spec.out_dtype = DType::f32;
         out.push_back(spec);
       }
@@ -66,7 +66,7 @@ inline std::vector<KernelSpec> exp_matmul_variants(KernelSpec kind) {
   s.tile_m = s.tile_n = 128, s.thread_m = s.thread_n = 8;
   out.push_back(s);
   add_wgmma_variants(out, s);
-  if (kind.out_dtype == DType::f16 || kind.out_dtype == DType::bf16) { // BF16 factors: half outputs only
+  if (dtype_info(kind.out_dtype).half) { // BF16 factors: half outputs only
     s.math = Math::bf16;
     s.tile_m = s.tile_n = 64, s.tile_k = 16, s.thread_m = s.thread_n = 4, s.min_blocks = 2;
     out.push_back(s);
@@ -138,7 +138,7 @@ inline std::vector<KernelSpec> strategies_for(KernelSpec kind) {
     s.tile_m = s.tile_n = 32, s.tile_k = 8, s.thread_m = s.thread_n = 2;
     out.push_back(s);
     if (index64) continue;
-    if (kind.dtype == DType::f16 || kind.dtype == DType::bf16) { // slices of 12 halves: fetched a value a load
+    if (dtype_info(kind.dtype).half) { // slices of 12 halves: fetched a value a load
       s.tile_k = 12;
       out.push_back(s);
     }

@@ -42,6 +42,24 @@ TEST_CASE("dtype and semiring names round-trip; unknown names are errors that na
   expect_invalid([] { parse_semiring("sum"); }, "semiring");
 }
 
+TEST_CASE("each dtype's row agrees with itself: the accumulator's size, the half types") {
+  for (int i = 0; i < dtype_count(); ++i) {
+    const DTypeInfo& row = dtype_info(static_cast<DType>(i));
+    CAPTURE(row.name);
+    const std::string acc = row.acc_type;
+    CHECK(row.acc_bytes == (acc == "double" ? 8 : acc == "float" ? 4 : 0));
+    CHECK(row.acc_bytes >= row.size_bytes);
+    CHECK(row.wide_acc() == (row.acc_bytes == 8));
+    // A half type is a 2-byte float that accumulates in f32, and may write an f32 output (validate()).
+    CHECK(row.half == (row.size_bytes == 2 && acc == "float"));
+  }
+  CHECK(dtype_info(DType::f16).half);
+  CHECK(dtype_info(DType::bf16).half);
+  CHECK_FALSE(dtype_info(DType::f32).half);
+  CHECK(dtype_info(DType::f64).wide_acc());
+  CHECK_FALSE(dtype_info(DType::f32).wide_acc());
+}
+
 TEST_CASE("enum spellings: aliases parse, and the errors read exactly as before") {
   for (const char* alias : {"float32", "float"}) CHECK(parse_dtype(alias) == DType::f32);
   for (const char* alias : {"float64", "double"}) CHECK(parse_dtype(alias) == DType::f64);
@@ -77,6 +95,11 @@ TEST_CASE("each semiring's row says its backward consistently") {
   }
   CHECK(semiring_info(Semiring::max_times).scatter_times);
   CHECK_FALSE(semiring_info(Semiring::max_plus).scatter_times);
+  // Only max_times is meant for non-negative inputs (its zero is 0: README's contract).
+  for (int i = 0; i < semiring_count(); ++i) {
+    const auto s = static_cast<Semiring>(i);
+    CHECK(semiring_info(s).nonnegative_inputs == (s == Semiring::max_times));
+  }
 }
 
 TEST_CASE("the C ABI lists the semiring and dtype tables by enum value; other indices give NULL or -1") {
