@@ -1,4 +1,4 @@
-// The device templates (templates/*.cuh), embedded into the library at build time.
+// The device templates (templates/**/*.cuh), embedded into the library at build time.
 #pragma once
 
 #include <string>
@@ -8,7 +8,7 @@
 namespace jitbmm {
 
 struct EmbeddedTemplate {
-  const char* name; // file name, e.g. "semirings.cuh"
+  const char* name; // path under templates/, e.g. "core/semirings.cuh": how templates #include it
   const char* text;
 };
 const std::vector<EmbeddedTemplate>& embedded_templates();

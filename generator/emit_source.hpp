@@ -1,7 +1,9 @@
 // Generator: KernelSpec → CUDA source text and a stable, readable kernel name.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jitbmm/kernel_spec.hpp"
@@ -16,6 +18,13 @@ struct GeneratedKernel {
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);
+
+// The templates `headers` need (paths under templates/), each once and after every template it #includes, framed by
+// a comment naming it, without its include lines and include guard: what emit_kernel puts before the entry points.
+// `text_of` gives a template's text by its path (the embedded templates by default). std::logic_error on a cycle of
+// includes or an include that is not a template's path.
+using TemplateTexts = std::function<std::string_view(std::string_view path)>;
+std::string inline_templates(const std::vector<const char*>& headers, const TemplateTexts& text_of = {});
 
 // A throughput probe for the exp unit (ex2.approx), used to report the share of the measured ceiling.
 // Kernel signature: (float* sink, int iterations); each thread performs 8 * iterations exp2 operations.

@@ -128,7 +128,7 @@ bool KernelSpec::is_tiled() const { return (fields_of(*this) & kTileFields) != 0
 
 int KernelSpec::threads() const {
   // In 64 bits and clamped, so fields out of range (check_spec_fits names them) cannot overflow here. The wgmma
-  // forms add a producer warpgroup to the threads that hold the outputs (templates/wgmma_pipeline.cuh).
+  // forms add a producer warpgroup to the threads that hold the outputs (templates/exp_matmul/pipeline.cuh).
   const int64_t producer = arch_specific(*this) ? 128 : 0;
   const int64_t tiled = thread_m > 0 && thread_n > 0 ? int64_t(tile_m / thread_m) * (tile_n / thread_n) + producer : 0;
   const int64_t t = is_tiled() ? tiled : int64_t(block_x) * block_y;

@@ -1,6 +1,6 @@
 // A strategy is one entry of data. Each lives in its own file, generator/strategies/<name>.cpp, and registers
 // itself: which spec fields it reads, its defaults and when it is the default choice, its fit rules, its tuning
-// candidates, the device code it renders (templates and named entry points) and the launches a problem needs
+// candidates, the device code it renders (entry headers and named entry points) and the launches a problem needs
 // (entry, grid, block, workspace, order). kernel_spec.cpp prints, parses and checks any spec through the table,
 // emit_source.cpp renders any entry, and one executor in runtime/ runs the launches.
 // To add a strategy: docs/architecture.md.
@@ -27,11 +27,11 @@ struct EntryPoint {
   std::string call;    // the device function, e.g. "jb::tiled_kernel<...>"
 };
 
-// What a spec renders to: the templates inlined in order, the argument block and the entry points (the first is
-// the main one).
+// What a spec renders to: the entry headers (paths under templates/; the generator adds what they #include), the
+// argument block and the entry points (the first is the main one).
 struct Rendering {
-  std::vector<const char*> templates;
-  const char* params = "BmmParams"; // or "GradParams": the struct of templates/params.cuh every entry takes
+  std::vector<const char*> headers;
+  const char* params = "BmmParams"; // or "GradParams": the struct of templates/core/params.cuh every entry takes
   std::vector<EntryPoint> entries;
 };
 

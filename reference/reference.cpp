@@ -1,5 +1,5 @@
 // The CPU reference. Terms are formed and reduced from the stored inputs (precision: see below), with the
-// edge-case contract of the README spelled out case by case (templates/semirings.cuh matches it).
+// edge-case contract of the README spelled out case by case (templates/core/semirings.cuh matches it).
 #include "jitbmm/reference.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// One gradient pass's launch (templates/backward.cuh): what SemiringBMM::backward and the tuner's trials both run.
+// One gradient pass's launch (templates/grad/backward.cuh): what SemiringBMM::backward and the tuner's trials both run.
 // It sits in the engine, beneath both, so that the tuner never includes the plan's backward (runtime/backward.hpp)
 // while the backward asks the tuner for its kernels.
 #pragma once

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "generator/strategy.hpp"
-#include "params.cuh"
+#include "templates/core/params.cuh"
 #include "runtime/jit.hpp"
 
 namespace jitbmm {

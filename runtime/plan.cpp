@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "exp_matmul_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
 #include "runtime/autotune.hpp"
 #include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"

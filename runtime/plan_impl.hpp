@@ -12,7 +12,7 @@
 #include "runtime/jit.hpp"
 #include "runtime/repair_watch.hpp"
 #include "jitbmm/plan.hpp"
-#include "params.cuh"
+#include "templates/core/params.cuh"
 
 namespace jitbmm {
 

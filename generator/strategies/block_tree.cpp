@@ -1,5 +1,5 @@
 // Strategy "block_tree": a block per output (block_x threads, a power of two ≥ 64), a shared-memory tree then a
-// warp shuffle (templates/reductions.cuh). Never the default; a tuning candidate for few outputs with long K.
+// warp shuffle (templates/direct/reductions.cuh). Never the default; a tuning candidate for few outputs with long K.
 #include "generator/strategies/common.hpp"
 
 namespace jitbmm::strategies {
@@ -26,7 +26,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {forward_templates(false),
+  return {{"direct/reductions.cuh"},
           "BmmParams",
           {main_entry(s, "jb::block_tree_kernel<" + semiring_type(s) + ", " + io_types(s) + ", " +
                              std::to_string(s.block_x) + ">")}};

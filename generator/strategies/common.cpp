@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "exp_matmul_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
 
@@ -30,12 +30,6 @@ std::string io_types(const KernelSpec& s) {
 std::string tile_args(const KernelSpec& s) {
   return std::to_string(s.tile_m) + ", " + std::to_string(s.tile_n) + ", " + std::to_string(s.tile_k) + ", " +
          std::to_string(s.thread_m) + ", " + std::to_string(s.thread_n);
-}
-
-std::vector<const char*> forward_templates(bool tiled) {
-  std::vector<const char*> t = {"params.cuh", "dtypes.cuh", "semirings.cuh", "linear.cuh", "reductions.cuh"};
-  if (tiled) t.insert(t.end(), {"kslice.cuh", "tiled.cuh", "tiled_log.cuh", "tiled_packed.cuh", "combine.cuh"});
-  return t;
 }
 
 EntryPoint main_entry(const KernelSpec& s, std::string call) {
@@ -153,6 +147,11 @@ bool whole_row_stores(const KernelSpec& s) {
 }
 } // namespace
 
+const char* tiled_header(const KernelSpec& s) {
+  if (s.semiring == Semiring::log && acc_type(s) == "float") return "tiled/log.cuh";
+  return packed_tiles(s) ? "tiled/packed.cuh" : "tiled/tiled.cuh";
+}
+
 std::string tiled_call(const KernelSpec& s) {
   if (s.semiring == Semiring::log && acc_type(s) == "float")
     return "jb::tiled_log_kernel<" + io_types(s) + ", " + tile_args(s) + ">";
@@ -232,7 +231,6 @@ int wgmma_dynamic_shared_bytes(const KernelSpec& s) {
   return uses_wgmma(s.math) ? wgmma_stages(s) * jb::em_wg_stage_bytes(s.tile_m, s.tile_n, split_wgmma(s)) + 1024 : 0;
 }
 int wgmma_static_shared_bytes(const KernelSpec& s) { return 3 * 8 * wgmma_stages(s); }
-std::vector<const char*> wgmma_templates() { return {"wgmma.cuh", "bulk_copy.cuh", "wgmma_pipeline.cuh"}; }
 void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p) {
   base.math = Math::wgmma_tf32x3;
   add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
@@ -269,14 +267,14 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
     reject("math", std::string(math_name(spec.math)) +
                        " rounds the factors to 8 bits: only for f16 and bf16 outputs (their 1e-2 contract)");
   // Their f32 sums chain over K in the tensor cores, which truncate each add (about 2^-22 relative, all one way):
-  // K/16 adds stay inside the bound's slack (templates/exp_matmul_bf16.cuh) up to K = 65536.
+  // K/16 adds stay inside the bound's slack (templates/exp_matmul/bf16.cuh) up to K = 65536.
   if (bf16_factors(spec.math) && p.shape.K > 65536)
     reject("math",
            std::string(math_name(spec.math)) + " sums K in chained f32 accumulators: K up to 65536; use tf32x3");
   if (single_tf32(spec.math) && p.precision != Precision::fast)
     reject("math", std::string(math_name(spec.math)) +
                        " (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
-  if (uses_wgmma(spec.math)) { // templates/exp_matmul_wgmma.cuh: a warpgroup per 64 rows, wgmma's N up to 256
+  if (uses_wgmma(spec.math)) { // templates/exp_matmul/wgmma.cuh: a warpgroup per 64 rows, wgmma's N up to 256
     if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
     if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)
       reject("tile", "wgmma exp_matmul needs tile_n 64, 128 or 256");
@@ -314,8 +312,6 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
                          (spec.math == Math::bf16 ? "16 (bf16)" : "8"));
   }
 }
-
-std::vector<const char*> grad_templates() { return {"params.cuh", "dtypes.cuh", "kslice.cuh", "backward.cuh"}; }
 
 EntryPoint grad_store_entry(const KernelSpec& s) {
   return {"_store", 256, 1,

@@ -24,7 +24,6 @@ std::string semiring_type(const KernelSpec& s);
 std::string io_types(const KernelSpec& s);
 std::string index_type(const KernelSpec& s);
 std::string tile_args(const KernelSpec& s);
-std::vector<const char*> forward_templates(bool tiled);
 EntryPoint main_entry(const KernelSpec& s, std::string call); // threads, and min_blocks for the tiled family
 
 // Whether every size, the B·M·N·chunks outputs (and, backward, the [B][M][K] and [B][K][N] gradients) and every
@@ -40,16 +39,17 @@ int64_t outputs_of(const Problem& p);
 void default_tiles(KernelSpec& s, const Problem& p);
 void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
 int tiled_shared_bytes(const KernelSpec& s);
-// Whether the tiled kernel runs on packed half pairs (templates/tiled_packed.cuh): a half output from the same half
+// Whether the tiled kernel runs on packed half pairs (templates/tiled/packed.cuh): a half output from the same half
 // inputs, a max/min semiring, no argmax.
 bool packed_tiles(const KernelSpec& s);
 // Whether a term of the tiled kernel is two instructions, an add (or multiply) and a max (or min): the semiring's
 // fast policy in f32 accumulators without argmax, or packed half pairs. Such kernels need fewer registers than the
 // others and run 3 blocks an SM (with 32-bit indices), where the extra warps hide the slices' loads.
 bool fast_tiles(const KernelSpec& s);
-// The direct tiled kernel's device call (tiled, split_k): the log form for f32 accumulators, else the generic one
-// with the semiring's per-term policy.
+// The direct tiled kernel's device call (tiled, split_k) and the template that defines it: the log form for f32
+// accumulators, the packed half pairs, else the generic one with the semiring's per-term policy.
 std::string tiled_call(const KernelSpec& s);
+const char* tiled_header(const KernelSpec& s);
 // A 2D tile grid over rows × cols and the batch (or batch × chunks) in z.
 void tile_grid(Launch& l, const KernelSpec& s, int64_t rows, int64_t cols, int64_t z);
 // A forward tiled kernel's one launch: an M × N tile grid over the batch (tiled, tiled_online).
@@ -73,24 +73,22 @@ struct GradAccumulator {
 GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& s);
 // The backward's plan around its main launch: the zeroed accumulator and the store pass, when it accumulates.
 LaunchPlan grad_plan(const KernelSpec& s, const Problem& p, const Launch& main);
-std::vector<const char*> grad_templates();
 // The exp_matmul family (forward and backward): the tiles over its padded operands (rows to 128, the reduction to 32,
 // read 16 bytes at a time) and the math forms' rules (tensor cores: f32 accumulators, the mma warp geometry; tf32
 // only at precision fast).
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p);
-// The exp_matmul family's wgmma forms (templates/wgmma_pipeline.cuh): their K-slice stages, the dynamic shared memory
+// The exp_matmul family's wgmma forms (templates/exp_matmul/pipeline.cuh): their K-slice stages, the dynamic shared memory
 // that holds them (0 for the other forms), the static rest (three barriers a stage), and their source files.
 bool split_wgmma(const KernelSpec& s); // wgmma_tf32x3: the TF32 split in shared memory
 int wgmma_stages(const KernelSpec& s);
 int wgmma_dynamic_shared_bytes(const KernelSpec& s);
 int wgmma_static_shared_bytes(const KernelSpec& s);
-std::vector<const char*> wgmma_templates();
 // The wgmma candidates of the forward and both gradient passes: 32-k slices (the workspace's panels), two consumer
 // warpgroups (or one at 128×64 tiles); wgmma_tf32 only at precision fast.
 void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p);
 // "BM, BN, STAGES, SPLIT": the wgmma kernels' template arguments after the I/O types.
 std::string wgmma_tile_args(const KernelSpec& s);
-// How the product reads its exponentiated operands (templates/exp_matmul_prepare.cuh: FORM), by math form.
+// How the product reads its exponentiated operands (templates/exp_matmul/prepare.cuh: FORM), by math form.
 int em_form(const KernelSpec& s);
 
 EntryPoint grad_store_entry(const KernelSpec& s);

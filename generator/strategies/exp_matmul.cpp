@@ -1,10 +1,10 @@
 // Strategy "exp_matmul" (log only, forward): exponentiated operands through a dense matrix product, exact by a guard
 // and a repair pass. Three launches: prepare (row and column maxima, the exponentiated and padded operands), the
 // product with its guard (FMA, or tensor cores: math tf32x3, tf32 at precision fast), and the direct kernel on the
-// tiles the guard flagged (templates/exp_matmul*.cuh). A tuning candidate; never the default.
+// tiles the guard flagged (templates/exp_matmul/*.cuh). A tuning candidate; never the default.
 #include "generator/strategies/common.hpp"
 
-#include "exp_matmul_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
 #include "support/checked_size.hpp"
 
 namespace jitbmm::strategies {
@@ -70,7 +70,7 @@ void check_workspace(const KernelSpec& spec, const Problem& p) {
 int shared_bytes(const KernelSpec& s) {
   const int acc = s.dtype == DType::f64 ? 8 : 4;
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
-  // wgmma_bf16_fused's producer: the line shifts of em_made_lead + 1 tiles (templates/exp_matmul_fused.cuh).
+  // wgmma_bf16_fused's producer: the line shifts of em_made_lead + 1 tiles (templates/exp_matmul/fused.cuh).
   const int shifts =
       s.math == Math::wgmma_bf16_fused ? (jb::em_made_lead(wgmma_stages(s)) + 1) * (s.tile_m + s.tile_n) * 4 : 0;
   if (uses_wgmma(s.math)) return lines + shifts + wgmma_static_shared_bytes(s);
@@ -125,16 +125,13 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  Rendering r{forward_templates(true), "BmmParams", {}};
-  r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
-                                        "exp_matmul_bf16.cuh", "exp_matmul_repair.cuh"});
+  Rendering r{{"exp_matmul/prepare.cuh", "exp_matmul/repair.cuh"}, "BmmParams", {}};
   const std::string io = io_types(s);
   if (uses_wgmma(s.math)) {
-    for (const char* t : wgmma_templates()) r.templates.push_back(t);
-    r.templates.push_back("exp_matmul_fused.cuh");
-    r.templates.push_back("exp_matmul_wgmma.cuh");
+    r.headers.push_back("exp_matmul/wgmma.cuh");
     r.entries.push_back(main_entry(s, "jb::exp_matmul_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ">"));
   } else {
+    r.headers.push_back(s.math == Math::bf16 ? "exp_matmul/bf16.cuh" : "exp_matmul/product.cuh");
     const std::string product = s.math == Math::bf16     ? "jb::EmBf16Product"
                                 : s.math == Math::tf32x3 ? "jb::EmTf32Product<true>"
                                                          : "jb::EmTf32Product<false>";
@@ -142,7 +139,7 @@ Rendering render(const KernelSpec& s) {
                                                           : "jb::exp_matmul_mma_kernel<" + io + ", " + tile_args(s) +
                                                                 ", " + product + ">"));
   }
-  // The prepare pass waits on memory, so it runs as many blocks an SM as fit without spilling (exp_matmul_prepare.cuh:
+  // The prepare pass waits on memory, so it runs as many blocks an SM as fit without spilling (exp_matmul/prepare.cuh:
   // em_prepare_lines): 3 (80 registers), 2 for f64 inputs. At 4 (64 registers) ptxas spilled for sm_80 and with
   // 64-bit indices, and f32 inputs ran slower at 4 (their second sweep misses L2 more often); half inputs with 32-bit
   // indices on the sm_90 (wgmma) forms run 4 without spilling, where the extra warps hide the pass's memory latency.
@@ -172,7 +169,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
   tile_grid(main, spec, s.M, s.N, s.B);
   if (uses_wgmma(spec.math)) {
-    // The wgmma kernel numbers its tiles along grid[0] (templates/exp_matmul_wgmma.cuh). Persistent, a block an SM
+    // The wgmma kernel numbers its tiles along grid[0] (templates/exp_matmul/wgmma.cuh). Persistent, a block an SM
     // (its stages fill shared memory) looping over the tiles, so that its producer fetches a tile's first slices while
     // the consumers finish the tile before it: faster for BF16 and TF32 factors. Not for the split form (tf32x3),
     // which ran slower persistent (its producer's split of a tile's first slice waits behind the last): a block a tile.
@@ -182,7 +179,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
     main.blocks_per_sm = split_wgmma(spec) ? 0 : 1;
   }
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
-  // The repair walks the list of its tiles (templates/exp_matmul_repair.cuh), repair_blocks an SM at most.
+  // The repair walks the list of its tiles (templates/exp_matmul/repair.cuh), repair_blocks an SM at most.
   const int64_t rt = jb::em_repair_tile(s.B, s.M, s.N);
   repair.entry = rt == 64 ? "_repair64" : "_repair32";
   repair.block[0] = 256;

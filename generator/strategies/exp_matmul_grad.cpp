@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "exp_matmul_bounds.cuh"
-#include "exp_matmul_grad_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
+#include "templates/exp_matmul/grad_bounds.cuh"
 #include "support/checked_size.hpp"
 
 namespace jitbmm::strategies {
@@ -100,15 +100,12 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  Rendering r{forward_templates(true), "GradParams", {}};
-  r.templates.insert(r.templates.end(), {"exp_matmul_bounds.cuh", "exp_matmul_prepare.cuh", "exp_matmul.cuh",
-                                         "backward.cuh", "exp_matmul_grad_bounds.cuh", "exp_matmul_grad.cuh"});
+  Rendering r{{"exp_matmul/grad.cuh"}, "GradParams", {}};
   const std::string io = io_types(s), pass = ga(s) ? "true" : "false";
   const std::string form = std::to_string(em_form(s)); // how _stats and _h write H and V for the product
   const std::string in = dtype_info(s.dtype).device_type;
   if (uses_wgmma(s.math)) {
-    for (const char* t : wgmma_templates()) r.templates.push_back(t);
-    r.templates.push_back("exp_matmul_grad_wgmma.cuh");
+    r.headers.push_back("exp_matmul/grad_wgmma.cuh");
     r.entries.push_back(
         main_entry(s, "jb::eg_product_wgmma_kernel<" + io + ", " + wgmma_tile_args(s) + ", " + pass + ">"));
   } else {

@@ -1,6 +1,6 @@
 // Strategy "tiled" for a gradient pass (log and plus_times): a register-tiled reduction over j for grad_a (over i
 // for grad_b) of G·w, w the semiring's gradient weight, into the operand's layout; a gradient broadcast over the
-// batch is accumulated atomically into the workspace, then stored (templates/backward.cuh).
+// batch is accumulated atomically into the workspace, then stored (templates/grad/backward.cuh).
 #include "generator/strategies/common.hpp"
 
 namespace jitbmm::strategies {
@@ -43,10 +43,10 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  const char* weights = semiring_info(s.semiring).grad; // the semiring's gradient weights (templates/backward.cuh)
+  const char* weights = semiring_info(s.semiring).grad; // the semiring's gradient weights (templates/grad/backward.cuh)
   if (!weights)
     reject("strategy", std::string("the backward of ") + semiring_info(s.semiring).name + " is not a tiled reduction");
-  return {grad_templates(),
+  return {{"grad/backward.cuh"},
           "GradParams",
           {main_entry(s, "jb::grad_tiled_kernel<" + std::string(weights) + ", " + io_types(s) + ", " + tile_args(s) + ", " +
                              (s.pass == Pass::grad_a ? "true" : "false") + ">"),

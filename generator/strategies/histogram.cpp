@@ -1,6 +1,6 @@
 // Strategy "histogram" (a gradient pass of the selecting semirings: max_plus, min_plus, max_times): scatter's sums
 // gathered per gradient line in shared-memory bins, without atomics, workspace or store pass, deterministic
-// (templates/grad_histogram.cuh). The selecting semirings' default where K fits in a few chunks of bins.
+// (templates/grad/histogram.cuh). The selecting semirings' default where K fits in a few chunks of bins.
 #include "generator/strategies/common.hpp"
 
 #include <algorithm>
@@ -57,9 +57,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
 }
 
 Rendering render(const KernelSpec& s) {
-  std::vector<const char*> templates = grad_templates();
-  templates.push_back("grad_histogram.cuh");
-  return {templates,
+  return {{"grad/histogram.cuh"},
           "GradParams",
           {main_entry(s, std::string(s.pass == Pass::grad_a ? "jb::grad_rows_kernel<" : "jb::grad_cols_kernel<") +
                              io_types(s) + ", " + (semiring_info(s.semiring).scatter_times ? "true" : "false") + ">")}};

@@ -1,4 +1,4 @@
-// Strategy "linear": one thread per output, one pass over K with the semiring's online state (templates/linear.cuh).
+// Strategy "linear": one thread per output, one pass over K with the semiring's online state (templates/direct/linear.cuh).
 // The default for problems without outputs or terms, and for those no other strategy suits.
 #include "generator/strategies/common.hpp"
 
@@ -25,7 +25,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {forward_templates(false), "BmmParams", {main_entry(s, "jb::linear_kernel<" + semiring_type(s) + ", " + io_types(s) + ">")}};
+  return {{"direct/linear.cuh"}, "BmmParams", {main_entry(s, "jb::linear_kernel<" + semiring_type(s) + ", " + io_types(s) + ">")}};
 }
 
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {

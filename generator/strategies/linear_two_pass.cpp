@@ -1,5 +1,5 @@
 // Strategy "linear_two_pass" (log only): one thread per output, the maximum over K, then Σ exp(t − max)
-// (templates/linear.cuh). Never the default; a tuning candidate.
+// (templates/direct/linear.cuh). Never the default; a tuning candidate.
 #include "generator/strategies/common.hpp"
 
 namespace jitbmm::strategies {
@@ -19,7 +19,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {forward_templates(false), "BmmParams", {main_entry(s, "jb::linear_two_pass_kernel<" + io_types(s) + ">")}};
+  return {{"direct/reductions.cuh"}, "BmmParams", {main_entry(s, "jb::linear_two_pass_kernel<" + io_types(s) + ">")}};
 }
 
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {

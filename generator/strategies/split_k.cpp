@@ -1,5 +1,5 @@
 // Strategy "split_k": the tiled kernel over chunks of k_chunk terms (grid z: batch × chunk), each chunk's partial
-// state into the workspace, then a ⊕ pass over the chunks (templates/combine.cuh). The default for few outputs with
+// state into the workspace, then a ⊕ pass over the chunks (templates/tiled/combine.cuh). The default for few outputs with
 // long K.
 #include "generator/strategies/common.hpp"
 
@@ -61,7 +61,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {forward_templates(true),
+  return {{tiled_header(s), "tiled/combine.cuh"},
           "BmmParams",
           {main_entry(s, tiled_call(s)),
            {"_combine", 256, 1,

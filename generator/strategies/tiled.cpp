@@ -1,6 +1,6 @@
 // Strategy "tiled" (forward): GEMM-style register tiling. A block computes a tile_m × tile_n tile of outputs, K is
 // staged through shared memory tile_k at a time, each thread keeps thread_m × thread_n outputs in registers
-// (templates/tiled.cuh; the log semiring in f32 accumulators: templates/tiled_log.cuh). The default for many
+// (templates/tiled/tiled.cuh; the log semiring in f32 accumulators: templates/tiled/log.cuh). The default for many
 // outputs.
 #include "generator/strategies/common.hpp"
 
@@ -44,7 +44,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   return out;
 }
 
-Rendering render(const KernelSpec& s) { return {forward_templates(true), "BmmParams", {main_entry(s, tiled_call(s))}}; }
+Rendering render(const KernelSpec& s) { return {{tiled_header(s)}, "BmmParams", {main_entry(s, tiled_call(s))}}; }
 
 const RegisterStrategy registered{{Strategy::tiled, "tiled", false, kTileFields, rank, defaults, check, needs_index64,
                                    candidates, render, forward_tile_launches, tiled_shared_bytes}};

@@ -1,5 +1,5 @@
 // Strategy "tiled_online" (log only, f32 accumulators): the tiled kernel with each output's scale kept online
-// (templates/tiled_online.cuh), exact on any data in one pass where `tiled` recomputes outputs whose terms spread
+// (templates/tiled/online.cuh), exact on any data in one pass where `tiled` recomputes outputs whose terms spread
 // widely. Never the default; a tuning candidate, and the kind of variant a plan moves to on wide-range data.
 #include "generator/strategies/common.hpp"
 
@@ -47,10 +47,8 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  std::vector<const char*> templates = forward_templates(true);
-  templates.push_back("tiled_online.cuh");
   return {
-      templates, "BmmParams", {main_entry(s, "jb::tiled_online_kernel<" + io_types(s) + ", " + tile_args(s) + ">")}};
+      {"tiled/online.cuh"}, "BmmParams", {main_entry(s, "jb::tiled_online_kernel<" + io_types(s) + ", " + tile_args(s) + ">")}};
 }
 
 const RegisterStrategy registered{{Strategy::tiled_online, "tiled_online", false, kTileFields, rank, defaults, check,

@@ -1,6 +1,6 @@
 // Strategy "tiled_refine" (forward, max_plus, min_plus and max_times with argmax, f32 accumulators): the product with
 // the fast policy of the one without argmax, noting for each output the group of 16 k that holds its value, then a
-// second pass that finds the argmax within that group (templates/tiled_refine.cuh). The tile fields are the
+// second pass that finds the argmax within that group (templates/tiled/refine.cuh). The tile fields are the
 // product's.
 #include "generator/strategies/common.hpp"
 
@@ -69,14 +69,12 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
 
 Rendering render(const KernelSpec& s) {
   const SemiringInfo& info = semiring_info(s.semiring);
-  std::vector<const char*> templates = forward_templates(true);
-  templates.push_back("tiled_refine.cuh");
   const std::string refine = std::string("jb::refine_argmax_kernel<") + info.fast_term + ", " + info.select_op +
                              "<float>, " + dtype_info(s.dtype).device_type + ", " + index_type(s) + ", " +
                              std::to_string(kRefineTileM) + ", " + std::to_string(kRefineTileN) + ", " +
                              std::to_string(kRefineThreads) + ", " + std::to_string(kGroupK) + ", " +
                              std::to_string(kMaxGroups) + ">";
-  return {templates,
+  return {{"tiled/refine.cuh"},
           "BmmParams",
           {main_entry(s, std::string("jb::tiled_groups_kernel<") + info.fast_term + ", " + semiring_type(s) + ", " +
                              io_types(s) + ", " + tile_args(s) + ", " + std::to_string(kGroupK) + ">"),

@@ -1,5 +1,5 @@
 // Strategy "warp": block_x lanes of a warp per output (a power of two in 2..32), block_y outputs per block, the
-// lanes' partial states combined with warp shuffles (templates/reductions.cuh). The default for few outputs with
+// lanes' partial states combined with warp shuffles (templates/direct/reductions.cuh). The default for few outputs with
 // moderate K, and where linear's grid cannot hold the columns.
 #include "generator/strategies/common.hpp"
 
@@ -35,7 +35,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {forward_templates(false),
+  return {{"direct/reductions.cuh"},
           "BmmParams",
           {main_entry(s, "jb::warp_kernel<" + semiring_type(s) + ", " + io_types(s) + ", " +
                              std::to_string(s.block_x) + ">")}};

@@ -20,18 +20,18 @@ enum class Strategy {
   split_k,         // tiled over K chunks of `k_chunk`, then a ⊕ pass over the chunks
   scatter,         // backward of the selecting semirings: G sent to the forward's argmax (block_x threads)
   exp_matmul,      // log only: exponentiated operands through a dense matrix product, exact by a guard and a repair
-                   // pass (templates/exp_matmul.cuh); tile_* / thread_* / math below
+                   // pass (templates/exp_matmul/product.cuh); tile_* / thread_* / math below
   tiled_online,    // log only: tiled with each output's scale kept online, exact on any data in one pass
-                   // (templates/tiled_online.cuh); tile_* / thread_* below
+                   // (templates/tiled/online.cuh); tile_* / thread_* below
   histogram,       // backward of the selecting semirings: scatter's sums binned per gradient line in shared memory,
-                   // no atomics, deterministic (templates/grad_histogram.cuh; block_x threads)
+                   // no atomics, deterministic (templates/grad/histogram.cuh; block_x threads)
   tiled_refine,    // max_plus, min_plus, max_times with argmax: tiled at the speed without argmax, noting each
-                   // output's group of 32 k, then the argmax found within it (templates/tiled_refine.cuh)
+                   // output's group of 32 k, then the argmax found within it (templates/tiled/refine.cuh)
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);
 
-// What a kernel computes: the product, or the gradient of a loss with respect to a or b (templates/backward.cuh).
+// What a kernel computes: the product, or the gradient of a loss with respect to a or b (templates/grad/backward.cuh).
 // Backward kernels: log and plus_times use `tiled` (a register-tiled reduction over j for grad_a, over i for
 // grad_b); max_plus, min_plus and max_times use `histogram`, or `scatter` where K is long (histogram.cpp says when).
 enum class Pass { forward, grad_a, grad_b };
@@ -42,8 +42,8 @@ Pass parse_pass(const std::string& name);
 // products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative), through mma.sync
 // (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific); or, for
 // f16 and bf16 outputs only, BF16 tensor cores: one product of factors rounded to BF16 (about 4e-3 in the log,
-// inside the half types' 1e-2: templates/exp_matmul_bf16.cuh), through mma.sync (bf16) or wgmma (wgmma_bf16; and
-// wgmma_bf16_fused, whose product makes the factors itself from a and b: templates/exp_matmul_fused.cuh).
+// inside the half types' 1e-2: templates/exp_matmul/bf16.cuh), through mma.sync (bf16) or wgmma (wgmma_bf16; and
+// wgmma_bf16_fused, whose product makes the factors itself from a and b: templates/exp_matmul/fused.cuh).
 enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16, wgmma_bf16, wgmma_bf16_fused };
 const char* math_name(Math math);
 Math parse_math(const std::string& name);

@@ -24,7 +24,7 @@ struct Workspace {
 };
 
 // out[b,i,j] = ⊕_k a[b,i,k] ⊗ b[b,k,j]. Each semiring's formula and edge cases are documented once, on its
-// device struct in templates/semirings.cuh, and in the README's contract.
+// device struct in templates/core/semirings.cuh, and in the README's contract.
 enum class Semiring { log, max_plus, min_plus, max_times, plus_times };
 
 // Storage types. Half types (f16, bf16) accumulate in f32; f64 accumulates in f64.
@@ -34,7 +34,7 @@ enum class DType { f32, f64, f16, bf16 };
 struct DTypeInfo {
   DType dtype;
   const char* name;        // "f32": CLI spelling and kernel-name part
-  const char* device_type; // the storage type's spelling in templates/dtypes.cuh
+  const char* device_type; // the storage type's spelling in templates/core/dtypes.cuh
   const char* acc_type;    // accumulator type in device code
   int size_bytes;
   int acc_bytes; // the accumulator's size: what shared-memory slices, split-K partials and gradient sums hold
@@ -58,19 +58,19 @@ enum class BackwardKind {
 struct SemiringInfo {
   Semiring semiring;
   const char* name;        // "log", "max_plus", ...
-  const char* device_type; // the device struct in templates/semirings.cuh
+  const char* device_type; // the device struct in templates/core/semirings.cuh
   bool has_argmax;         // the reduction selects one k (max/min semirings): the forward can report it
-  // The tiled kernel's fast per-term policy for f32 accumulators without argmax (templates/tiled.cuh), or nullptr:
+  // The tiled kernel's fast per-term policy for f32 accumulators without argmax (templates/tiled/tiled.cuh), or nullptr:
   // the semiring's own online state (jb::GenericTerm).
   const char* fast_term;
-  // Its ⊕ selects through this operation (templates/semirings.cuh): the tiled kernel's argmax policy
+  // Its ⊕ selects through this operation (templates/core/semirings.cuh): the tiled kernel's argmax policy
   // (jb::SelectTerm); nullptr for the others.
   const char* select_op;
-  // The tiled kernel's policy on packed half pairs (templates/tiled_packed.cuh), for a half output without argmax;
+  // The tiled kernel's policy on packed half pairs (templates/tiled/packed.cuh), for a half output without argmax;
   // nullptr where there is none.
   const char* packed_term;
   BackwardKind backward;
-  const char* grad;   // marginal: the gradient weights' device struct in templates/backward.cuh; otherwise nullptr
+  const char* grad;   // marginal: the gradient weights' device struct in templates/grad/backward.cuh; otherwise nullptr
   bool scatter_times; // argmax_scatter: grad_out times the partner operand (max_times), not grad_out alone
   // Meant for non-negative inputs (max_times, whose zero is 0): the tuner's trials and the benchmarks draw |x|.
   bool nonnegative_inputs;

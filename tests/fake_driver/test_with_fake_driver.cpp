@@ -37,7 +37,7 @@
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
-#include "templates/exp_matmul_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;

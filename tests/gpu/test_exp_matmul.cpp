@@ -127,7 +127,7 @@ int log_backward_cases(DType dtype) {
   const bool f32 = dtype == DType::f32;
   const Shape shapes[] = {{2, 70, 130, 90}, {1, 96, 600, 136}};
   // Scaled G: 1e-20 next to weights of e^-60 (maxima apart) makes gradients of many subnormal terms, which the
-  // direct backward sums with G scaled per line (templates/backward.cuh); 1e-38 makes G itself reach the
+  // direct backward sums with G scaled per line (templates/grad/backward.cuh); 1e-38 makes G itself reach the
   // subnormals; 1e25 the guard's other end.
   const double g_scales[] = {1.0, 1e-20, 1e25, 1e-38};
   uint64_t seed = f32 ? 33000 : dtype == DType::f16 ? 34000 : 34500;

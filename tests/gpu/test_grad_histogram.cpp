@@ -1,4 +1,4 @@
-// The histogram backward (templates/grad_histogram.cuh) where the general backward suite does not reach: K in many
+// The histogram backward (templates/grad/histogram.cuh) where the general backward suite does not reach: K in many
 // chunks of bins, every output choosing the same k (the most lanes summed into one bin at once), a broadcast
 // gradient over several chunks, and the same bits on a second run.
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 // Argmax ties on the GPU: inputs drawn from a few small integers (with ±inf and NaN), so equal terms are common and
 // exactly equal in every dtype, through every strategy that computes an argmax. The contract (README, Semantics;
-// templates/semirings.cuh Select): ties go to the smallest k, so a row whose terms are all the semiring's zero
+// templates/core/semirings.cuh Select): ties go to the smallest k, so a row whose terms are all the semiring's zero
 // reports k = 0; the first NaN term wins; K = 0 reports −1.
 #include <doctest/doctest.h>
 
@@ -85,7 +85,7 @@ TEST_CASE("argmax ties go to the smallest k in every selecting semiring, dtype a
 
 TEST_CASE("argmax: a NaN term in one K slice stays the answer through the clean slices after it") {
   // The tiled kernel's argmax policy compares values alone in slices where no operand can form a NaN, and takes the
-  // careful path elsewhere (templates/tiled.cuh, SelectTerm). Here row 11 of a has a NaN at k = 20 and a better
+  // careful path elsewhere (templates/tiled/tiled.cuh, SelectTerm). Here row 11 of a has a NaN at k = 20 and a better
   // value than any other at k = 90; row 7 has the infinity that makes NaN terms with b's other infinity (or zero)
   // at k = 33. The slices after hold no suspect operand, so they run the one-comparison loop.
   const Shape shape{2, 40, 100, 36};

@@ -1,4 +1,4 @@
-// exp_matmul's guard (templates/exp_matmul_bounds.cuh), checked on the host by emulating the device arithmetic at
+// exp_matmul's guard (templates/exp_matmul/bounds.cuh), checked on the host by emulating the device arithmetic at
 // its worst: every factor, partial product and product below 2^-126 flushed to zero, as ex2.approx.ftz and an
 // FTZ product would. The bound must hold for every row, and an output that passes the guard must have lost at
 // most 2^-30 of its value.
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "exp_matmul_bounds.cuh"
+#include "templates/exp_matmul/bounds.cuh"
 #include "generator/emit_source.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"

@@ -1,11 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <map>
 #include <regex>
 #include <set>
+#include <stdexcept>
 
 #include "support/sha256.hpp"
 #include "generator/emit_source.hpp"
-#include "params.cuh"
+#include "templates/core/params.cuh"
 
 using namespace jitbmm;
 
@@ -46,6 +48,56 @@ TEST_CASE("generated source is deterministic, self-contained and names its spec"
   CHECK(a.source.find("struct LogSemiring") != std::string::npos);
   CHECK(a.source.find("JITBMM_KERNEL_NAME") == std::string::npos);
   CHECK(a.source.find("sizeof(jb::BmmParams) == " + std::to_string(sizeof(jb::BmmParams))) != std::string::npos);
+}
+
+namespace {
+// The framed names, in order, of what inline_templates emits.
+std::vector<std::string> framed(const std::string& source) {
+  std::vector<std::string> names;
+  const std::regex frame("// ---- templates/(\\S+) ----");
+  for (std::sregex_iterator it(source.begin(), source.end(), frame), end; it != end; ++it) names.push_back((*it)[1]);
+  return names;
+}
+} // namespace
+
+TEST_CASE("templates are inlined once each, after what they include, without include lines") {
+  const std::map<std::string, std::string> files = {
+      {"core/a.cuh", "#pragma once\nA\n"},
+      {"core/b.cuh", "#pragma once\n#include \"core/a.cuh\"\nB\n"},
+      {"fam/c.cuh", "#pragma once\n  #  include \"core/b.cuh\"\n#include \"core/a.cuh\"\nC\n"},
+      {"fam/d.cuh", "#pragma once\n#include \"core/a.cuh\"\n#include \"fam/c.cuh\"\nD\n"},
+      {"cyc/x.cuh", "#include \"cyc/y.cuh\"\n"},
+      {"cyc/y.cuh", "#include \"cyc/x.cuh\"\n"},
+      {"bad/system.cuh", "#include <cstdio>\n"},
+  };
+  const TemplateTexts text_of = [&](std::string_view path) -> std::string_view {
+    const auto it = files.find(std::string(path));
+    if (it == files.end()) throw std::logic_error("no template " + std::string(path));
+    return it->second;
+  };
+  const std::string out = inline_templates({"fam/d.cuh", "fam/c.cuh"}, text_of);
+  CHECK(framed(out) == std::vector<std::string>{"core/a.cuh", "core/b.cuh", "fam/c.cuh", "fam/d.cuh"});
+  CHECK(out.find("include") == std::string::npos);
+  CHECK(out.find("#pragma once") == std::string::npos);
+  CHECK(out.find("A\n") < out.find("B\n"));
+  CHECK(out.find("C\n") < out.find("D\n"));
+  CHECK_THROWS_WITH_AS(inline_templates({"cyc/x.cuh"}, text_of), doctest::Contains("cycle"), std::logic_error);
+  CHECK_THROWS_WITH_AS(inline_templates({"bad/system.cuh"}, text_of), doctest::Contains("<cstdio>"), std::logic_error);
+  CHECK_THROWS_AS(inline_templates({"core/none.cuh"}, text_of), std::logic_error);
+}
+
+TEST_CASE("a generated source holds only the templates its kernel's entry headers reach") {
+  KernelSpec plus; // the generic tiled kernel: no log, packed, online or exp_matmul code, no direct reductions
+  plus.strategy = Strategy::tiled;
+  plus.semiring = Semiring::plus_times;
+  CHECK(framed(emit_kernel(plus).source) == std::vector<std::string>{"core/params.cuh", "core/dtypes.cuh",
+                                                                     "core/semirings.cuh", "core/kslice.cuh",
+                                                                     "tiled/tiled.cuh"});
+  KernelSpec log = plus;
+  log.semiring = Semiring::log;
+  const std::vector<std::string> parts = framed(emit_kernel(log).source);
+  CHECK(parts.back() == "tiled/log.cuh");
+  CHECK(std::set<std::string>(parts.begin(), parts.end()).size() == parts.size());
 }
 
 TEST_CASE("every spec field changes the kernel name; equal specs hash equally") {

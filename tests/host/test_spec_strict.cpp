@@ -151,7 +151,7 @@ TEST_CASE("== and hash_value mean what to_string prints: fields the strategy doe
 TEST_CASE("the packed half kernel refuses an odd thread_n, naming the field; the f32 path takes it") {
   Problem p = sample();
   p.semiring = Semiring::max_plus;
-  p.dtype = DType::bf16; // output bf16 too: packed pairs of columns (templates/tiled_packed.cuh)
+  p.dtype = DType::bf16; // output bf16 too: packed pairs of columns (templates/tiled/packed.cuh)
   KernelSpec s = default_spec(p, Strategy::tiled);
   s.tile_m = 96, s.tile_n = 48, s.thread_m = 4, s.thread_n = 3, s.min_blocks = 1;
   expect_invalid([&] { check_spec_fits(s, p); }, "spec.thread");

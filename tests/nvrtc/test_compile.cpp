@@ -2,13 +2,18 @@
 // entries. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "generator/embedded_templates.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "variants.hpp"
@@ -27,11 +32,19 @@ struct Outcome {
   PtxasResources res;    // the main entry's
   PtxasResources module; // every entry's (prepare, repair, ...) and their callees' spills
   std::size_t cubin_bytes = 0;
+  double cpu_seconds = 0; // NVRTC and ptxas run on the calling thread: this thread's CPU time is the compile's
 };
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
   Outcome o;
   o.arch = arch;
+  const double start = thread_cpu_seconds();
   try {
     const GeneratedKernel k = emit_kernel(spec);
     o.name = k.name;
@@ -42,6 +55,7 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
   } catch (const std::exception& e) {
     o.error = e.what();
   }
+  o.cpu_seconds = thread_cpu_seconds() - start;
   return o;
 }
 
@@ -85,7 +99,29 @@ TEST_CASE(
     CHECK(o.module.spill_load_bytes == 0);
   }
   CHECK(without_report == 0);
-  MESSAGE(jobs.size() << " kernels compiled, each with ptxas's report");
+  // What a cold tuning pays per candidate: the distribution of compile times, and the slowest kernels.
+  std::vector<const Outcome*> by_time;
+  for (const Outcome& o : outcomes) by_time.push_back(&o);
+  std::sort(by_time.begin(), by_time.end(), [](auto* x, auto* y) { return x->cpu_seconds < y->cpu_seconds; });
+  double total = 0;
+  for (const Outcome* o : by_time) total += o->cpu_seconds;
+  const auto at = [&](double q) { return by_time[std::size_t(q * (by_time.size() - 1))]->cpu_seconds; };
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << jobs.size() << " kernels compiled, each with ptxas's report; CPU s per"
+     << " kernel: median " << at(0.5) << ", p90 " << at(0.9) << ", max " << at(1.0) << ", total " << total
+     << "; slowest:";
+  for (std::size_t i = by_time.size(); i-- > 0 && i + 5 >= by_time.size();)
+    os << "\n  " << by_time[i]->cpu_seconds << " " << by_time[i]->name << " " << by_time[i]->arch;
+  MESSAGE(os.str());
+}
+
+TEST_CASE("every template compiles on its own, with what it includes: no template relies on another's inclusion") {
+  for (const EmbeddedTemplate& t : embedded_templates()) {
+    CAPTURE(std::string(t.name));
+    GeneratedKernel k{"template_alone", inline_templates({t.name}) + "extern \"C\" __global__ void template_alone() {}\n"};
+    k.arch_specific = true; // the Hopper templates need sm_90a; the others compile for it as well
+    CHECK_NOTHROW(compile_to_ptx(k, "compute_90"));
+  }
 }
 
 TEST_CASE("PTX for a virtual architecture needs no GPU") {

@@ -4,14 +4,11 @@
 // Outputs are enumerated flat (batch, i, j) with grid-stride loops, so no grid dimension limits B, M or N.
 #pragma once
 
-namespace jb {
+#include "core/params.cuh"
+#include "core/semirings.cuh"
+#include "core/outputs.cuh"
 
-template <class I> __device__ __forceinline__ void unflatten(const BmmParams& p, I o, I& batch, I& i, I& j) {
-  j = o % (I)p.N;
-  const I rest = o / (I)p.N;
-  i = rest % (I)p.M;
-  batch = rest / (I)p.M;
-}
+namespace jb {
 
 template <class S, class In, class I>
 __device__ __forceinline__ void accumulate_strided(const BmmParams& p, typename S::State& st, I batch, I i, I j,
@@ -21,11 +18,6 @@ __device__ __forceinline__ void accumulate_strided(const BmmParams& p, typename 
   for (I k = k_first; k < (I)p.K; k += k_step) S::add_term(st, to_acc(a[k * (I)p.a_col]), to_acc(b[k * (I)p.b_row]), k);
 }
 
-template <class S, class Out, class I, class T>
-__device__ __forceinline__ void store_output(const BmmParams& p, I batch, I i, I j, T value, int arg) {
-  static_cast<Out*>(p.out)[batch * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col] = from_acc<Out>(value);
-  if (p.argmax) p.argmax[(batch * (I)p.M + i) * (I)p.N + j] = arg;
-}
 
 // blockDim = (G, outputs per block); G lanes (a power of two ≤ 32, inside one warp) share one output.
 template <class S, class In, class Out, class I, int G> __device__ __forceinline__ void warp_kernel(const BmmParams p) {

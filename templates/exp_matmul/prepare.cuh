@@ -1,6 +1,10 @@
-// exp_matmul's first pass (the overview is in exp_matmul.cuh): per row of a and column of b, the max (natural units)
+// exp_matmul's first pass (the overview is in exp_matmul/product.cuh): per row of a and column of b, the max (natural units)
 // and where it holds values other than −inf; the exponentiated operands, padded, into the workspace.
 #pragma once
+
+#include "core/params.cuh"
+#include "core/dtypes.cuh"
+#include "exp_matmul/bounds.cuh"
 
 namespace jb {
 
@@ -9,13 +13,6 @@ __device__ __forceinline__ unsigned em_smem_addr(const void* p) {
   unsigned addr;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
   return addr;
-}
-
-// x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it.
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
 }
 
 template <class T> struct EmReal;
@@ -32,7 +29,7 @@ template <> struct EmReal<double> {
   static __device__ __forceinline__ double max(double x, double y) { return x != x ? x : y != y ? y : fmax(x, y); }
 };
 
-// The workspace, typed (exp_matmul_bounds.cuh: em_workspace).
+// The workspace, typed (exp_matmul/bounds.cuh: em_workspace).
 template <class T> struct EmView {
   T *row_max, *col_max, *ea, *eb;
   EmLine *row_line, *col_line;

@@ -3,6 +3,9 @@
 // number of batches: blockIdx.z and blockIdx.y stride over batches and rows, so grid limits never cap B or M.
 #pragma once
 
+#include "core/params.cuh"
+#include "core/semirings.cuh"
+
 namespace jb {
 
 // S: semiring struct over the accumulator type; In/Out: storage types; I: index type (int or long long).

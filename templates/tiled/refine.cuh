@@ -2,17 +2,19 @@
 // so that the product runs the fast term of the one without argmax, plus a note every GK k.
 //
 // Pass 1, the product (tiled_groups_kernel): the tiled kernel with the fast policy (one ⊗ and one NaN-propagating
-// max/min a term, tiled.cuh), which also notes, for every output, the group of GK consecutive k in which its
+// max/min a term, tiled/tiled.cuh), which also notes, for every output, the group of GK consecutive k in which its
 // value last changed. The value changes only when a term is strictly better or the first NaN arrives, so that group
 // is the first that holds a term equal to the final value (or the first NaN), and no term before it does. The note
 // goes to the output's argmax slot.
 //
 // Pass 2, the refinement (refine_argmax_kernel): within that group alone, the first k of the group's best term, or
-// its first NaN, is the one-pass kernel's argmax (Select, semirings.cuh). An output whose value never changed
+// its first NaN, is the one-pass kernel's argmax (Select, core/semirings.cuh). An output whose value never changed
 // (every term the worst) keeps group 0 and gets k = 0, as Select does. A block takes a tile of outputs, sorts them
 // by group in shared memory, then stages each group's slices of a and b once and refines that group's outputs, a
 // thread each.
 #pragma once
+
+#include "tiled/tiled.cuh"
 
 namespace jb {
 

@@ -1,10 +1,14 @@
 // exp_matmul's product on Hopper (math wgmma_tf32x3, wgmma_tf32, wgmma_bf16 and wgmma_bf16_fused; sm_90a): the
-// warp-specialised pipeline of wgmma_pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the
+// warp-specialised pipeline of exp_matmul/pipeline.cuh over the workspace's panels of exponentiated operands, FORM 3 (the
 // factors as they are, split into TF32 parts in shared memory), FORM 4 (rounded to TF32) or FORM 6 (rounded to BF16:
-// Mma = WgBf16, for half outputs, bounded as math=bf16 in exp_matmul_bf16.cuh); or, MADE (FORM 7), over the factors
-// its producer makes from a and b (exp_matmul_fused.cuh). The guard and the epilogue are the other forms' (EmFinish,
+// Mma = WgBf16, for half outputs, bounded as math=bf16 in exp_matmul/bf16.cuh); or, MADE (FORM 7), over the factors
+// its producer makes from a and b (exp_matmul/fused.cuh). The guard and the epilogue are the other forms' (EmFinish,
 // EmFlagged).
 #pragma once
+
+#include "exp_matmul/product.cuh"
+#include "exp_matmul/pipeline.cuh"
+#include "exp_matmul/fused.cuh"
 
 namespace jb {
 
@@ -69,7 +73,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
       const int r = 64 * cg + wg_frag_row(warp, lane, 2 * h);
       rows[h] = finish.row(t.m0 + r, r, sh_a[r]);
     }
-    // Register q holds row rows[q % 4 / 2] and column col(q) (wgmma.cuh's fragment).
+    // Register q holds row rows[q % 4 / 2] and column col(q) (hopper/wgmma.cuh's fragment).
     const auto col = [&](int q) {
       const int c = wg_frag_col(lane, q / 4, q % 4);
       return finish.col(t.n0 + c, c, sh_b[c]);

@@ -1,14 +1,18 @@
 // Strategy "exp_matmul" for a log gradient pass: the gradient through exponentiated operands and a dense product on
 // tensor cores, exact by a guard and the direct backward. The method, the offsets and the guard's bounds are derived
-// in exp_matmul_grad_bounds.cuh; both passes run in its canonical form (grad_b is grad_a of the transposed problem).
+// in exp_matmul/grad_bounds.cuh; both passes run in its canonical form (grad_b is grad_a of the transposed problem).
 // Launches, in order:
 //   _stats  row maxima r of x, column maxima c of y with the factors V, each batch's largest finite |G|
 //   _h      H = G·2^(x_ij − E − F) per output, 0 where the guard gives the output up, and the given-up mask
 //   main    the product Σ_j H·V on tensor cores (em_mma_tile; on Hopper the wgmma pipeline of
-//           exp_matmul_grad_wgmma.cuh), times 2^((x − r)' + E), into the gradient
+//           exp_matmul/grad_wgmma.cuh), times 2^((x − r)' + E), into the gradient
 //   _repair the direct backward over the given-up outputs only, added to the gradient
 //   _store  (a gradient broadcast over the batch) the summed accumulator into the gradient
 #pragma once
+
+#include "grad/backward.cuh"
+#include "exp_matmul/grad_bounds.cuh"
+#include "exp_matmul/product.cuh"
 
 namespace jb {
 

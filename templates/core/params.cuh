@@ -16,7 +16,7 @@ struct BmmParams {
   long long out_batch, out_row, out_col;
   long long k_chunk; // split-K: K per chunk (0: one pass over K)
   void* workspace;   // split-K: per-chunk values [chunks][B][M][N] (accumulator type), then their argmax (int32);
-                     // exp_matmul: the layout of em_workspace (templates/exp_matmul_bounds.cuh)
+                     // exp_matmul: the layout of em_workspace (templates/exp_matmul/bounds.cuh)
   const unsigned* repair_flags; // exp_matmul's repair pass: run only the tiles whose flag is set (null: every tile)
 };
 

@@ -4,13 +4,15 @@
 //
 // Operand layout (K-major, 128-byte swizzle): a tile of R rows × 32 k is [R][32] 4-byte values (TF32), or R × 64
 // k of 2-byte ones (BF16), each row 128 bytes, with row r's 16-byte chunk c stored at chunk c ^ (r % 8) (em_sw128_at
-// in exp_matmul_bounds.cuh, which the workspace's panels share). The tile starts 1024-byte aligned; 8-row groups are
+// in exp_matmul/bounds.cuh, which the workspace's panels share). The tile starts 1024-byte aligned; 8-row groups are
 // 1024 bytes apart (the descriptor's stride offset). A k step inside the tile (8 TF32 or 16 BF16 values: 32 bytes) is
 // the descriptor of the tile's start plus 32·step bytes: the hardware applies the swizzle to the address.
 //
 // Accumulator fragment (as mma.sync's m16n8 C, repeated over N/8): warp w of the group holds rows 16w..16w+15;
 // register 4n + e of lane l is row 16w + l/4 + 8·(e/2), column 8n + 2·(l%4) + e%2.
 #pragma once
+
+#include "core/dtypes.cuh"
 
 namespace jb {
 
@@ -20,7 +22,7 @@ __device__ __forceinline__ unsigned long long wg_descriptor(unsigned addr) {
   return (unsigned long long)((addr >> 4) & 0x3fff) | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
 }
 
-// The descriptor of an N-major BF16 operand (b as its rows of n lie; the fused product, exp_matmul_fused.cuh) at
+// The descriptor of an N-major BF16 operand (b as its rows of n lie; the fused product, exp_matmul/fused.cuh) at
 // shared address `addr`: blocks of 64 n (128 bytes a k), each 64 k long (8 KiB), 128-byte swizzled by k % 8 (chunk c
 // of row k at c ^ (k % 8)). The leading offset steps to the next 64 n (8 KiB), the stride offset to the next 8 k
 // (1 KiB); a k step (16 k) is 2 KiB further on.

@@ -1,6 +1,6 @@
 // The exp-matmul strategy's arithmetic: the headroom, the guard threshold and the workspace layout. Plain C++
 // compiled both by the host (plan.cpp sizes the workspace; the host tests check the guard's bound) and by NVRTC
-// (templates/exp_matmul.cuh), so the two can never disagree.
+// (templates/exp_matmul/product.cuh), so the two can never disagree.
 //
 // The method: with A = max_k a[i,k] and B = max_k b[k,j] (the stats pass; natural units, so that offsets of rows and
 // columns that cancel in a + b cancel exactly) and d' = d·log2 e for a shift d,
@@ -106,7 +106,7 @@ JB_HD bool em_all_neg_inf(const EmLine& a, const EmLine& b) {
 }
 JB_HD long long em_align(long long bytes) { return (bytes + 15) / 16 * 16; }
 // The size of one factor: the accumulator's, or 2 for FORM 5, 6 and 7 (math bf16, wgmma_bf16 and wgmma_bf16_fused:
-// factors rounded to BF16). FORM 7 stores none: its product makes them from a and b (exp_matmul_fused.cuh).
+// factors rounded to BF16). FORM 7 stores none: its product makes them from a and b (exp_matmul/fused.cuh).
 JB_HD int em_factor_bytes(int form, bool wide) { return form >= 5 && form <= 7 ? 2 : wide ? 8 : 4; }
 JB_HD constexpr bool em_stores_factors(int form) { return form != 7; }
 // factor_bytes 0: the accumulator's size (the parts before ea do not depend on it); stored false: ea and eb empty
@@ -134,7 +134,7 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
 // The wgmma forms' operand layout, which a K slice's bulk copy moves as it lies. Lines (rows of a, columns of b,
 // counted across the batch) are grouped in panels of 128, each panel's K in slices of one 128-byte line: PER values
 // (32 of 4 bytes, or 64 BF16 for wgmma_bf16). A slice is 128 lines × PER k, 16 KiB contiguous, every line's 16-byte
-// chunks swizzled by line % 8 (wgmma's 128-byte swizzle, templates/wgmma.cuh), so any 64 consecutive lines of a panel
+// chunks swizzled by line % 8 (wgmma's 128-byte swizzle, templates/hopper/wgmma.cuh), so any 64 consecutive lines of a panel
 // copy straight into a wgmma tile. Offsets in values; Kp is a multiple of PER and the padded line counts of 128.
 template <int PER = 32> JB_HD int em_sw128_at(int row, int k) {
   constexpr int kChunk = PER / 8; // values a 16-byte chunk
@@ -144,11 +144,11 @@ template <int PER = 32> JB_HD long long em_panel_at(long long line, long long k,
   return ((line / 128) * (Kp / PER) + k / PER) * (128 * PER) + em_sw128_at<PER>((int)(line % 128), (int)(k % PER));
 }
 
-// The Hopper product (math wgmma_*, templates/exp_matmul_wgmma.cuh): a stage holds one slice (a 128-byte line: 32
+// The Hopper product (math wgmma_*, templates/exp_matmul/wgmma.cuh): a stage holds one slice (a 128-byte line: 32
 // k, or 64 for wgmma_bf16) of a's BM rows and b's BN columns, and for wgmma_tf32x3 their TF32 low parts beside them.
 // Stages start 1024-byte aligned (the swizzle's period); as many as fit in 200 KiB of shared memory, at most 4; the
 // kernel needs 3 (one slice in the tensor cores, one being split into TF32 parts or waited for, one landing).
-// wgmma_bf16_fused (exp_matmul_fused.cuh): the slices its producer copies ahead of the one it makes, and so the
+// wgmma_bf16_fused (exp_matmul/fused.cuh): the slices its producer copies ahead of the one it makes, and so the
 // tiles whose line shifts it keeps (one more).
 JB_HD constexpr int em_made_lead(int stages) { return stages - 2 < 2 ? stages - 2 : 2; }
 JB_HD int em_wg_stage_bytes(int bm, int bn, bool split) { return (split ? 2 : 1) * (bm + bn) * 32 * 4; }

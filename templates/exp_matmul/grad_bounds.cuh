@@ -1,6 +1,6 @@
 // The exp-matmul backward's arithmetic: its exponent offsets, its guard and its workspace layout. Plain C++ compiled
 // both by the host (the strategy sizes the workspace; the host tests check the bounds) and by NVRTC
-// (templates/exp_matmul_grad.cuh), so the two never disagree.
+// (templates/exp_matmul/grad.cuh), so the two never disagree.
 //
 // Both gradients are one computation. grad_a[i,k] = Σ_j G[i,j]·2^((a[i,k] + b[k,j] − out[i,j])') with d' = d·log2 e;
 // grad_b is the same with the problem transposed (rows j, reduction i: x = bᵀ, y = aᵀ, out and G transposed), so
@@ -27,11 +27,12 @@
 //   - H is then at least 2^(1 − lK − X_max) for safe outputs: normal while lK + X_max ≤ −m − 1 (eg_fits).
 // So the guard gives up the outputs with x_ij outside [X_min, X_max], |G| outside [2^γlo, 2^γ) or non-finite
 // values anywhere (G, out, r_i, c_j); G = 0 and out = −inf contribute exactly 0 and are safe. The given-up outputs
-// contribute nothing to the product; the direct backward (templates/backward.cuh) adds their exact contributions.
+// contribute nothing to the product; the direct backward (templates/grad/backward.cuh) adds their exact contributions.
 // In f32: X_max = 64 (natural units: r_i + c_j − out ≤ 44), F = 60, and |G| may span 64 − lR binades per batch.
-// It builds on exp_matmul_bounds.cuh (JB_HD, em_log2_ceil, em_round_up), which precedes it in every rendering and
-// which its host users include first.
+// It builds on exp_matmul/bounds.cuh (JB_HD, em_log2_ceil, em_round_up).
 #pragma once
+
+#include "exp_matmul/bounds.cuh"
 
 namespace jb {
 

@@ -11,6 +11,8 @@
 // columns; B's slice as halves, read two at a time.
 #pragma once
 
+#include "tiled/tiled.cuh"
+
 namespace jb {
 
 // The pair operations per half type. The add is a fused a · 1 + b and the multiply a · b + (−0): one rounding each,
@@ -86,7 +88,7 @@ template <class H> struct PackedMaxTimes { // from −inf, not the semiring's ze
   }
 };
 
-// The tile geometry and staging of the packed kernel (cf. Tile in tiled.cuh, whose chunks of raw half bits it
+// The tile geometry and staging of the packed kernel (cf. Tile in tiled/tiled.cuh, whose chunks of raw half bits it
 // fetches): halves in registers, A's slice as pairs [BK][BM], B's as halves [BK][BN].
 template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
   typedef unsigned short Value;
@@ -153,7 +155,7 @@ __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
     for (auto slice = kslice_loop<kFetchBeforeUse, kBarrierBetweenSlices>(ld, p, t.k_begin, t.k_end); slice.valid();
          slice.finish(p)) {
       slice.start(p);
-#pragma unroll 8 // as the f32 fast policies (1.5% faster than 4 at 64×512³; tiled.cuh)
+#pragma unroll 8 // as the f32 fast policies (1.5% faster than 4 at 64×512³; tiled/tiled.cuh)
       for (int k = 0; k < BK; ++k) {
         unsigned fa[TM], fb[TN / 2];
         G::row_frag(sm, slice.buf, k, fa);

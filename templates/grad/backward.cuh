@@ -25,6 +25,10 @@
 // kernels then accumulate atomically into the workspace and grad_store_kernel writes the result.
 #pragma once
 
+#include "core/params.cuh"
+#include "core/dtypes.cuh"
+#include "core/kslice.cuh"
+
 namespace jb {
 
 // |x| ≤ 2^126 (f64: 2^1022), false for NaN: LogGrad's fast loop (below).
@@ -61,7 +65,7 @@ struct PlusTimesGrad {
 };
 
 // Which outputs a tiled backward reads. Every one, for the backward itself; the exp-matmul backward's direct pass
-// reads only the outputs its guard gave up and adds their contributions to the gradient (exp_matmul_grad.cuh).
+// reads only the outputs its guard gave up and adds their contributions to the gradient (exp_matmul/grad.cuh).
 // batch(z) binds a batch; tile(m0) says, the same for the whole block, whether rows [m0, m0 + BM) read any;
 // (i, j) whether one output is read.
 struct KeepAll {

@@ -4,6 +4,8 @@
 // mirrored exactly by reference/reference.cpp.
 #pragma once
 
+#include "core/dtypes.cuh"
+
 namespace jb {
 
 __device__ __forceinline__ float exp_(float x) { return __expf(x); }
@@ -105,7 +107,7 @@ template <class T> struct MaxPlusOp {
     return Num<T>::neg_inf();
   } // pad ⊗ pad = −inf: never wins a tie (larger k)
   static __device__ __forceinline__ T pad_b() { return Num<T>::neg_inf(); }
-  // For the tiled kernel's argmax policy (tiled.cuh): a value no term is worse than, and the operands that can form
+  // For the tiled kernel's argmax policy (tiled/tiled.cuh): a value no term is worse than, and the operands that can form
   // a NaN term (NaN, or +inf meeting −inf).
   static __device__ __forceinline__ T worst() { return Num<T>::neg_inf(); }
   static __device__ __forceinline__ bool suspect(T x) { return !(x < Num<T>::inf()); }

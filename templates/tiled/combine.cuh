@@ -2,6 +2,10 @@
 // smaller k than chunk c + 1, so ties resolve to the smaller k exactly as in a single pass.
 #pragma once
 
+#include "core/params.cuh"
+#include "core/semirings.cuh"
+#include "core/outputs.cuh"
+
 namespace jb {
 
 template <class S, class Out, class I, class T> __device__ __forceinline__ void combine_kernel(const BmmParams p) {

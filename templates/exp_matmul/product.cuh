@@ -1,14 +1,18 @@
 // Strategy "exp_matmul" (log semiring): one exp per operand element and one multiply-add per term, exact on every
-// input. The method, the headroom and the guard's bound are derived in exp_matmul_bounds.cuh. Three launches:
-//   1. em_prepare_kernel (exp_matmul_prepare.cuh): per row of a and column of b its max and where it holds values
+// input. The method, the headroom and the guard's bound are derived in exp_matmul/bounds.cuh. Three launches:
+//   1. em_prepare_kernel (exp_matmul/prepare.cuh): per row of a and column of b its max and where it holds values
 //      other than −inf; then the exponentiated operands 2^((x − max)·log2 e + h), padded, into the workspace;
 //      clears the repair flags and counter.
 //   2. this file: the product of the exponentiated operands, a register-tiled FP32/FP64 FMA kernel (math=fma) or
 //      tensor cores (math=tf32x3: three TF32 products per term, fp32-level accuracy; math=tf32: one, the opt-in
 //      fast precision). Each output is written (log2 s + shifts) or, when the guard fires, its tile is flagged.
-//   3. em_repair_kernel (exp_matmul_repair.cuh): an exact two-pass kernel (per output the max term, then
+//   3. em_repair_kernel (exp_matmul/repair.cuh): an exact two-pass kernel (per output the max term, then
 //      Σ 2^(t − max)) on the flagged tiles.
 #pragma once
+
+#include "core/kslice.cuh"
+#include "tiled/tiled.cuh"
+#include "exp_matmul/prepare.cuh"
 
 namespace jb {
 
@@ -80,7 +84,7 @@ __device__ __forceinline__ float em_log(float s, float shift, float ebias) {
 // The same for an f16 or bf16 output (the wgmma epilogue's, any form), in three instructions: lg2 of s itself, `shift`
 // holding −2h·ln 2 besides the maxima (EmFinish::half_shift). Its rounding at the scale of log2 s (below 2^-17 in log2
 // units, as log2 s < 128) and lg2.approx's own 2^-22 add under 1e-5 to the output: nothing beside the 1e-2 of the half
-// types' contract (of which the BF16 forms' bound, exp_matmul_bf16.cuh, leaves 0.0061 to spare).
+// types' contract (of which the BF16 forms' bound, exp_matmul/bf16.cuh, leaves 0.0061 to spare).
 __device__ __forceinline__ float em_log_half(float s, float shift) {
   return fmaf(lg2_approx(s), Num<float>::ln2(), shift);
 }
@@ -231,7 +235,7 @@ template <int RT, int CT> struct EmFlagged {
 __host__ __device__ constexpr int em_blocks(int extent) { return extent > 32 ? extent / 32 : 1; }
 
 // 16 bytes of T: the product's loads from the padded, aligned workspace.
-template <class T> using EmVec = Chunk<T, 16 / sizeof(T)>; // tiled.cuh
+template <class T> using EmVec = Chunk<T, 16 / sizeof(T)>; // tiled/tiled.cuh
 
 // kslice_loop's loader for the FMA form: one K slice of the exponentiated operands through the registers ra, rb into
 // a Tile G's shared memory, a's [BM][BK] block (k contiguous in the workspace) transposed to [BK][BM], b's [BK][BN]
@@ -283,7 +287,7 @@ template <class G, class I, int BM, int BN, int BK, int THREADS> struct EmLoader
   }
 };
 
-// Pass 2, math=fma: the tiled skeleton's shared-memory layout and fragments (tiled.cuh), an FMA per term.
+// Pass 2, math=fma: the tiled skeleton's shared-memory layout and fragments (tiled/tiled.cuh), an FMA per term.
 template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   typedef typename Acc<In>::type T;
@@ -496,7 +500,7 @@ __device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, co
 }
 
 // The product of the tensor-core kernel below, through TF32 (one product a term, or SPLIT: three): the factor type,
-// its FORM (exp_matmul_prepare.cuh) and the tile's product.
+// its FORM (exp_matmul/prepare.cuh) and the tile's product.
 template <bool SPLIT> struct EmTf32Product {
   typedef float Factor;
   enum { kForm = SPLIT ? 2 : 1, kStepK = 8 };

@@ -1,6 +1,9 @@
-// exp_matmul's third pass (the overview is in exp_matmul.cuh): the outputs the guard could not vouch for,
+// exp_matmul's third pass (the overview is in exp_matmul/product.cuh): the outputs the guard could not vouch for,
 // recomputed exactly.
 #pragma once
+
+#include "tiled/tiled.cuh"
+#include "exp_matmul/prepare.cuh"
 
 namespace jb {
 

@@ -3,12 +3,12 @@
 //
 // Warpgroup 0 produces. One of its threads moves each slice of the block tile (BM lines of a, BN of b; a slice is a
 // 128-byte line of each: 32 k of TF32's 4-byte values, 64 of BF16's 2-byte ones) into one of STAGES shared-memory
-// stages with bulk copies (bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
+// stages with bulk copies (hopper/bulk_copy.cuh): the panels lie as wgmma reads them. With SPLIT the
 // whole warpgroup then splits the landed slice into TF32 high parts (in place) and low parts (beside them), so each
 // value crosses L2 once, as f32; the next slice's copies are issued before the split, so they land meanwhile.
 // Warpgroups 1 .. BM/64 consume: each computes 64 lines of a × BN lines of b.
 //
-// MADE (BF16): the producer warpgroup writes every stage itself, from a and b as they lie (exp_matmul_fused.cuh:
+// MADE (BF16): the producer warpgroup writes every stage itself, from a and b as they lie (exp_matmul/fused.cuh:
 // em_make_factors), and b's slice is N-major (wg_descriptor_n_major); the consumers then wait on `split` as with
 // SPLIT, and `full` goes unused.
 //
@@ -23,6 +23,10 @@
 // each slice's products go into a fresh partial accumulator that is then added to the f32 total with a rounded add: the
 // truncation never compounds over K (as in em_mma_tile).
 #pragma once
+
+#include "hopper/bulk_copy.cuh"
+#include "hopper/wgmma.cuh"
+#include "exp_matmul/prepare.cuh"
 
 namespace jb {
 
@@ -131,7 +135,7 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE 
     n += (unsigned)total;
   }
 
-  // Consumer warpgroup cg, one block tile: acc = its 64 lines of a × the BN lines of b (the fragment of wgmma.cuh).
+  // Consumer warpgroup cg, one block tile: acc = its 64 lines of a × the BN lines of b (the fragment of hopper/wgmma.cuh).
   template <class I> __device__ __forceinline__ void consume(float (&acc)[kRegs], I Kp, int cg) {
     const unsigned a_rows = cg * 64 * 128, ready = SPLIT || MADE ? split : full;
     const bool leader = threadIdx.x % 32 == 0;

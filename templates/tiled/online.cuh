@@ -21,6 +21,8 @@
 // each line's running maximum (NaN-propagating), gathered with the slice maxima by one thread per line.
 #pragma once
 
+#include "tiled/log.cuh"
+
 namespace jb {
 
 // One output's slice exactly: its terms' maximum first (NaN ignored: a NaN input decides the output elsewhere),

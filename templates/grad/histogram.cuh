@@ -16,6 +16,9 @@
 // (zero where no output chose it), so the gradient needs no zeroing either.
 #pragma once
 
+#include "core/params.cuh"
+#include "core/dtypes.cuh"
+
 namespace jb {
 
 __device__ __forceinline__ unsigned dynamic_shared_bytes() {

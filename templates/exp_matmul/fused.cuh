@@ -2,18 +2,21 @@
 // stores only each line's max and mask (em_stores_factors); the producer warpgroup reads a and b as they lie and
 // turns each slice into the factors FORM 6's prepare pass would have stored: 2^em_shifted(x, max, h) on the exp unit,
 // rounded to BF16 (EmStore<6>::pair), 0 past K and on lines whose max is not finite. The consumers multiply the same
-// values as wgmma_bf16's, so the bound of exp_matmul_bf16.cuh and the guard hold as they are; what changes is that
+// values as wgmma_bf16's, so the bound of exp_matmul/bf16.cuh and the guard hold as they are; what changes is that
 // the factors never cross device memory (the workspace holds no copy of a or b). The price: a slice of b is made by
 // each of the tiles that read it, M / BM of them (a's by N / BN), and by the producer's four warps alone while the
 // consumers wait: their instruction stream, more than the exp unit, makes this form slower than wgmma_bf16.
 //
-// The stage: a's BM rows K-major, as in every wgmma form (wgmma.cuh); b's BN columns N-major (wg_descriptor_n_major),
+// The stage: a's BM rows K-major, as in every wgmma form (hopper/wgmma.cuh); b's BN columns N-major (wg_descriptor_n_major),
 // so that a row-major b lands as it lies. Each producer thread copies its own 16-byte chunks of a slice (8 k of a row
 // of a, or 8 n of a row of b) into the stage by cp.async and, kLead slices later, rewrites the same chunks as
 // factors: no other thread touches them before the stage is handed over, so the producers need no barrier there,
 // and the next slices' copies land meanwhile. An operand whose contiguous dimension is not k (a) or n (b), or whose
 // start or strides are not 16-byte multiples, is read a value at a time (correct, not fast).
 #pragma once
+
+#include "exp_matmul/product.cuh"
+#include "exp_matmul/pipeline.cuh"
 
 namespace jb {
 

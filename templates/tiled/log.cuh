@@ -15,6 +15,8 @@
 // NaN anywhere in a row or column makes its outputs NaN, as the contract says.
 #pragma once
 
+#include "tiled/tiled.cuh"
+
 namespace jb {
 
 // The exact recomputation of one output, out of line: it is rare, and inlined per output it would bloat the

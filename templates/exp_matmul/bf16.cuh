@@ -1,6 +1,6 @@
 // exp_matmul's product through BF16 tensor cores (math=bf16), for f16 and bf16 problems: the prepare pass stores the
 // factors rounded to BF16 (FORM 5), and mma.sync m16n8k16 multiplies them exactly and sums in f32. The bound below
-// holds for Hopper's wgmma_bf16 too (FORM 6, exp_matmul_wgmma.cuh).
+// holds for Hopper's wgmma_bf16 too (FORM 6, exp_matmul/wgmma.cuh).
 //
 // Accuracy. A BF16 factor is within 2^-9 of its value (8 mantissa bits, to nearest), so each product is within
 // 2^-8 + 2^-18 of its term, and the positive sum s within the same relative error: log s within 2^-8 ≈ 0.0039.
@@ -8,10 +8,12 @@
 // bf16 and 2^-11 for f16 (relative to max(1, |out|)); the rest, 0.0061 of it, is more than the 0.0039 this form
 // can lose. The f32 sums chain over K, and the tensor cores truncate each add (about 2^-22 relative, all one way):
 // K/16 adds, at most 0.001 more at K = 65536, the longest K these forms accept. The wgmma forms' epilogue takes
-// the log as em_log_half (exp_matmul.cuh): under 1e-5 more. BF16 has f32's exponent range, so the
-// headroom and the guard are f32's: a term lost to underflow is bounded as in exp_matmul_bounds.cuh, and the guard
+// the log as em_log_half (exp_matmul/product.cuh): under 1e-5 more. BF16 has f32's exponent range, so the
+// headroom and the guard are f32's: a term lost to underflow is bounded as in exp_matmul/bounds.cuh, and the guard
 // sends its outputs to the exact repair.
 #pragma once
+
+#include "exp_matmul/product.cuh"
 
 namespace jb {
 
@@ -21,7 +23,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The BF16 product of one block tile, as em_mma_tile (exp_matmul.cuh) computes the TF32 one, with the same fragment
+// The BF16 product of one block tile, as em_mma_tile (exp_matmul/product.cuh) computes the TF32 one, with the same fragment
 // layout of acc: ldmatrix reads the same 16-byte pieces of each row, which now hold 8 k each, so a k-step is 16.
 struct EmBf16Product {
   typedef unsigned short Factor;

@@ -1,7 +1,10 @@
 // The exp_matmul backward's product on Hopper (math wgmma_tf32x3 and wgmma_tf32; sm_90a): Σ_j H·V through the
-// warp-specialised pipeline of wgmma_pipeline.cuh, H and V in the workspace's panels (FORM 3: as they are, split
+// warp-specialised pipeline of exp_matmul/pipeline.cuh, H and V in the workspace's panels (FORM 3: as they are, split
 // into TF32 parts in shared memory; FORM 4: rounded to TF32), then eg_emit per gradient element.
 #pragma once
+
+#include "exp_matmul/grad.cuh"
+#include "exp_matmul/pipeline.cuh"
 
 namespace jb {
 

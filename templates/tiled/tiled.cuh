@@ -1,5 +1,5 @@
 // Strategy "tiled": GEMM-style register tiling. A block computes a BM×BN tile of outputs; K is staged through
-// shared memory BK at a time (double-buffered: kslice.cuh); each thread owns TM×TN outputs in registers. Operands
+// shared memory BK at a time (double-buffered: core/kslice.cuh); each thread owns TM×TN outputs in registers. Operands
 // are kept in the accumulator type in shared memory, A transposed ([BK][BM]) so a thread's TM rows are one vector
 // load.
 //
@@ -7,8 +7,12 @@
 // (only pad ⊗ pad ever reaches a stored output: k ≥ K pads both operands at once).
 //
 // Split-K: BmmParams.k_chunk > 0 cuts K into chunks; blockIdx.z enumerates (batch, chunk) and each chunk's
-// result (an ordinary semiring value) goes to the workspace, which combine.cuh reduces with ⊕.
+// result (an ordinary semiring value) goes to the workspace, which tiled/combine.cuh reduces with ⊕.
 #pragma once
+
+#include "core/params.cuh"
+#include "core/semirings.cuh"
+#include "core/kslice.cuh"
 
 namespace jb {
 
@@ -17,7 +21,7 @@ template <class T> struct TilePads;
 // Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
 // the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
 // operand is suspect() (its loader votes on every slice), and its term loop branches on the vote. kFetch: when the
-// next slice is fetched (kslice.cuh): before the terms where the policy's registers allow it, so the loads overlap
+// next slice is fetched (core/kslice.cuh): before the terms where the policy's registers allow it, so the loads overlap
 // the terms. kChunk: Tile's CHUNK. kUnroll: the k loop's unrolling (8 for the fast policies: faster than 4, and full
 // unrolling is slower).
 template <class S, class T> struct GenericTerm {
@@ -28,17 +32,6 @@ template <class S, class T> struct GenericTerm {
   static __device__ __forceinline__ T value(const Acc& acc) { return S::finalize(acc); }
   static __device__ __forceinline__ int arg(const Acc& acc) { return S::arg(acc); }
 };
-
-__device__ __forceinline__ float max_nan(float x, float y) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
-__device__ __forceinline__ float min_nan(float x, float y) {
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
 
 // Fast per-term policies (f32 accumulators, no argmax): one add or multiply and one NaN-propagating max/min.
 // Same results as the Select structs' values: NaN wins, ties are equal values, K = 0 is handled by the caller. The
@@ -100,7 +93,7 @@ template <class Op> struct SelectTerm {
 };
 
 // An operand element as a tile stages it: in the accumulator type (to_acc), or as its raw bits (unsigned short: the
-// packed half kernel, tiled_packed.cuh).
+// packed half kernel, tiled/packed.cuh).
 template <class T> struct Staged {
   template <class In> static __device__ __forceinline__ T of(In x) { return to_acc(x); }
 };

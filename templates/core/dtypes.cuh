@@ -102,4 +102,23 @@ __device__ __forceinline__ float lg2_approx(float x) {
   return r;
 }
 
+// Maximum and minimum of f32 values where NaN wins (PTX max.NaN / min.NaN).
+__device__ __forceinline__ float max_nan(float x, float y) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+__device__ __forceinline__ float min_nan(float x, float y) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+
+// x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
 } // namespace jb
