@@ -6,6 +6,7 @@
 
 #include "templates/exp_matmul/bounds.cuh"
 #include "support/checked_size.hpp"
+#include "support/cuda_limits.hpp"
 #include "support/layout.hpp"
 
 namespace jitbmm::strategies {
@@ -67,7 +68,7 @@ int64_t outputs_of(const Problem& p) {
 
 void default_tiles(KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
-  const bool wide = p.dtype == DType::f64;
+  const bool wide = dtype_info(p.dtype).wide_acc();
   if (s.M >= 128 && s.N >= 64 && !wide) { // the tuner's usual choice on the H100
     spec.tile_m = 128, spec.tile_n = 64, spec.thread_m = 8, spec.thread_n = 4, spec.min_blocks = 2;
   } else if (s.M >= 64 && s.N >= 64) {
@@ -79,7 +80,7 @@ void default_tiles(KernelSpec& spec, const Problem& p) {
 }
 
 int tiled_shared_bytes(const KernelSpec& s) {
-  const int acc = s.dtype == DType::f64 ? 8 : 4;
+  const int acc = dtype_info(s.dtype).acc_bytes;
   // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
   const int g_side = s.pass == Pass::grad_a ? s.tile_m : s.tile_n;
   // Backward, also each G line's scale (its exponent, an int, and its factor) and the block's flag (an int).
@@ -99,8 +100,9 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
     reject("thread", "at most 64 outputs per thread (registers)");
   if (spec.tile_k < 1 || spec.tile_k > (arch_specific(spec) && bf16_factors(spec.math) ? 64 : 32))
     reject("tile", "tile_k must be in 1..32 (64 for the wgmma BF16 forms)");
-  if (shared_bytes > 48 * 1024)
-    reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most 48 KiB");
+  if (shared_bytes > kMaxStaticSharedBytes)
+    reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most " +
+                       std::to_string(kMaxStaticSharedBytes / 1024) + " KiB");
   const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
   if ((rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
     throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
@@ -116,7 +118,7 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
 }
 
 bool fast_tiles(const KernelSpec& s) { // packed_tiles implies it: half inputs accumulate in f32
-  return acc_type(s) == "float" && semiring_info(s.semiring).fast_term && !s.with_argmax;
+  return !dtype_info(s.dtype).wide_acc() && semiring_info(s.semiring).fast_term && !s.with_argmax;
 }
 
 namespace {
@@ -125,15 +127,15 @@ namespace {
 std::string tiled_policy(const KernelSpec& s) {
   const SemiringInfo& info = semiring_info(s.semiring);
   if (fast_tiles(s)) return info.fast_term;
-  if (acc_type(s) == "float" && info.select_op && s.with_argmax)
+  if (!dtype_info(s.dtype).wide_acc() && info.select_op && s.with_argmax)
     return std::string("jb::SelectTerm<") + info.select_op + "<float>>";
   return "jb::GenericTerm<" + semiring_type(s) + ", " + acc_type(s) + ">";
 }
 } // namespace
 
 bool packed_tiles(const KernelSpec& s) {
-  const bool half = s.dtype == DType::f16 || s.dtype == DType::bf16;
-  return half && s.out_dtype == s.dtype && !s.with_argmax && semiring_info(s.semiring).packed_term;
+  return dtype_info(s.dtype).half && s.out_dtype == s.dtype && !s.with_argmax &&
+         semiring_info(s.semiring).packed_term;
 }
 
 namespace {
@@ -142,8 +144,8 @@ namespace {
 // compiled in). Whole stores are faster for every tile (fewer store instructions, whole sectors) but t8×4 at 3 blocks
 // an SM, whose k loop then spills and runs slower, so that one keeps the element stores.
 bool whole_row_stores(const KernelSpec& s) {
-  return s.strategy == Strategy::tiled && !s.with_argmax && acc_type(s) == "float" && s.out_dtype == DType::f32 &&
-         !(s.thread_m == 8 && s.thread_n == 4 && s.min_blocks >= 3);
+  return s.strategy == Strategy::tiled && !s.with_argmax && !dtype_info(s.dtype).wide_acc() &&
+         s.out_dtype == DType::f32 && !(s.thread_m == 8 && s.thread_n == 4 && s.min_blocks >= 3);
 }
 } // namespace
 
@@ -153,7 +155,7 @@ const char* tiled_header(const KernelSpec& s) {
 }
 
 std::string tiled_call(const KernelSpec& s) {
-  if (s.semiring == Semiring::log && acc_type(s) == "float")
+  if (s.semiring == Semiring::log && !dtype_info(s.dtype).wide_acc())
     return "jb::tiled_log_kernel<" + io_types(s) + ", " + tile_args(s) + ">";
   if (packed_tiles(s))
     return std::string("jb::packed_tiled_kernel<") + semiring_info(s.semiring).packed_term + "<" +
@@ -212,7 +214,7 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   plan.launches.push_back(main);
   if (!acc.needed) return plan;
   plan.workspace_bytes = static_cast<std::size_t>(
-      checked_mul(acc.items, dtype_info(p.dtype).size_bytes == 8 ? 8 : 4, "backward workspace"));
+      checked_mul(acc.items, dtype_info(p.dtype).acc_bytes, "backward workspace"));
   plan.zero_bytes = plan.workspace_bytes;
   Launch store;
   store.entry = "_store";
@@ -260,10 +262,10 @@ int em_form(const KernelSpec& s) {
 }
 
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
-  const int tm = spec.thread_m, tn = spec.thread_n, vec = spec.dtype == DType::f64 ? 2 : 4;
-  if (spec.math != Math::fma && p.dtype == DType::f64)
+  const int tm = spec.thread_m, tn = spec.thread_n, vec = 16 / dtype_info(spec.dtype).acc_bytes;
+  if (spec.math != Math::fma && dtype_info(p.dtype).wide_acc())
     reject("math", std::string(math_name(spec.math)) + " has f32 accumulators; f64 uses fma");
-  if (bf16_factors(spec.math) && p.output_dtype() != DType::f16 && p.output_dtype() != DType::bf16)
+  if (bf16_factors(spec.math) && !dtype_info(p.output_dtype()).half)
     reject("math", std::string(math_name(spec.math)) +
                        " rounds the factors to 8 bits: only for f16 and bf16 outputs (their 1e-2 contract)");
   // Their f32 sums chain over K in the tensor cores, which truncate each add (about 2^-22 relative, all one way):

@@ -14,11 +14,11 @@ int rank(const Problem&) { return -1; }
 
 // The repair kernel's blocks an SM: its launch bounds, and the most its grid launches a multiprocessor. One for
 // f64 accumulators: at two (128 registers) its tile loop spilled 20–28 bytes.
-int repair_blocks(const KernelSpec& s) { return acc_type(s) == "double" ? 1 : 2; }
+int repair_blocks(const KernelSpec& s) { return dtype_info(s.dtype).wide_acc() ? 1 : 2; }
 
 int64_t a_batches(const Problem& p) { return p.a().batch == 0 ? 1 : p.shape.B; }
 int64_t b_batches(const Problem& p) { return p.b().batch == 0 ? 1 : p.shape.B; }
-bool wide(const KernelSpec& s) { return dtype_info(s.dtype).size_bytes == 8; }
+bool wide(const KernelSpec& s) { return dtype_info(s.dtype).wide_acc(); }
 
 int factor_bytes(const KernelSpec& spec) { return jb::em_factor_bytes(em_form(spec), wide(spec)); }
 
@@ -68,7 +68,7 @@ void check_workspace(const KernelSpec& spec, const Problem& p) {
 }
 
 int shared_bytes(const KernelSpec& s) {
-  const int acc = s.dtype == DType::f64 ? 8 : 4;
+  const int acc = dtype_info(s.dtype).acc_bytes;
   const int lines = (s.tile_m + s.tile_n) * (acc + 16); // the row and column maxima and masks
   // wgmma_bf16_fused's producer: the line shifts of em_made_lead + 1 tiles (templates/exp_matmul/fused.cuh).
   const int shifts =
@@ -100,7 +100,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   if (s.M < 16 || s.N < 16 || s.K < 16) return out;
   KernelSpec base = first;
   base.math = Math::fma;
-  if (p.dtype == DType::f64) {
+  if (dtype_info(p.dtype).wide_acc()) {
     add_tiles(out, base, {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 2}});
     return out;
   }
@@ -112,7 +112,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
               {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
   add_wgmma_tiles(out, base, p);
-  if (p.output_dtype() == DType::f16 || p.output_dtype() == DType::bf16) { // BF16 factors: inside their contract
+  if (dtype_info(p.output_dtype()).half) { // BF16 factors: inside their contract
     base.math = Math::bf16;
     add_tiles(out, base,
               {{128, 128, 32, 8, 8, 1}, {128, 128, 32, 8, 8, 2}, {128, 64, 32, 8, 4, 2}, {64, 64, 32, 4, 4, 2}});

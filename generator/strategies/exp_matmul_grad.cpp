@@ -17,7 +17,7 @@ namespace {
 int rank(const Problem&) { return -1; }
 
 bool ga(const KernelSpec& s) { return s.pass == Pass::grad_a; }
-bool wide(const Problem& p) { return dtype_info(p.dtype).size_bytes == 8; }
+bool wide(const Problem& p) { return dtype_info(p.dtype).wide_acc(); }
 
 jb::EgDims dims(const KernelSpec& s, const Problem& p) {
   const Shape& sh = p.shape;

@@ -20,7 +20,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
   // The tuner's choice on the H100: 8 outputs per thread (the per-output constants double the registers per
   // output), 3 blocks per SM, the long side of the tile along the operand's columns for grad_a.
   const bool ga = spec.pass == Pass::grad_a;
-  if (p.dtype != DType::f64 && spec.tile_m >= 64 && spec.tile_n >= 64) {
+  if (!dtype_info(p.dtype).wide_acc() && spec.tile_m >= 64 && spec.tile_n >= 64) {
     spec.tile_m = ga ? 32 : 64, spec.tile_n = ga ? 64 : 32;
     spec.thread_m = ga ? 2 : 4, spec.thread_n = ga ? 4 : 2;
     spec.tile_k = 16, spec.min_blocks = 3;
@@ -33,7 +33,7 @@ void check(const KernelSpec& spec, const Problem& p) { check_tiles(spec, p, tile
 // At most 16 outputs per thread: the per-output constants double the registers per output.
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   std::vector<KernelSpec> out = {base};
-  if (p.dtype == DType::f64)
+  if (dtype_info(p.dtype).wide_acc())
     add_tiles(out, base, forward_tiles(true)); // the forward's f64 tiles have at most 16 outputs per thread
   else
     add_tiles(out, base,

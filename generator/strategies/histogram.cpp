@@ -5,17 +5,19 @@
 
 #include <algorithm>
 
+#include "support/cuda_limits.hpp"
+
 namespace jitbmm::strategies {
 namespace {
 
 // Each block's bins: at most the dynamic shared memory any GPU gives without opting in.
-constexpr int64_t kBinBytes = 48 * 1024;
+constexpr int64_t kBinBytes = kMaxStaticSharedBytes;
 // Past this many chunks of K (each reads the gradient's lines again) the default is scatter.
 constexpr int64_t kDefaultChunks = 4;
 
 // Bin lines a warp holds: a gradient row (grad_a), or 8 columns (grad_b).
 int lines_per_warp(const KernelSpec& s) { return s.pass == Pass::grad_a ? 1 : 8; }
-int64_t bin_bytes(const KernelSpec& s) { return s.dtype == DType::f64 ? 8 : 4; }
+int64_t bin_bytes(const KernelSpec& s) { return dtype_info(s.dtype).acc_bytes; }
 
 // The k a line's bins cover at once (the chunk), for a problem's K.
 int64_t chunk_k(const KernelSpec& s, const Problem& p) {

@@ -37,7 +37,7 @@ void check(const KernelSpec& spec, const Problem& p) {
   // The partial results of every chunk: [chunks][B][M][N] accumulators (and argmaxes).
   const Shape& s = p.shape;
   const auto partials = try_product(
-      {chunks_of(spec, p), s.B, s.M, s.N, (p.dtype == DType::f64 ? 8 : 4) + (p.with_argmax ? 4 : 0)});
+      {chunks_of(spec, p), s.B, s.M, s.N, dtype_info(p.dtype).acc_bytes + (p.with_argmax ? 4 : 0)});
   if (!partials || *partials > kMaxOperandBytes)
     reject("k_chunk", "split_k's partial results for " + to_string(s) + " exceed 2^62 bytes; use a larger k_chunk");
 }
@@ -80,7 +80,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   combine.grid[0] = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
   plan.launches = {main, combine};
   plan.k_chunk = spec.k_chunk;
-  const int64_t per_output = (dtype_info(spec.dtype).size_bytes == 8 ? 8 : 4) + (spec.with_argmax ? 4 : 0);
+  const int64_t per_output = dtype_info(spec.dtype).acc_bytes + (spec.with_argmax ? 4 : 0);
   plan.workspace_bytes = static_cast<std::size_t>(checked_product({chunks, outputs, per_output}, "split_k workspace"));
   return plan;
 }

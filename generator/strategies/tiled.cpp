@@ -38,7 +38,7 @@ void check(const KernelSpec& spec, const Problem& p) { check_tiles(spec, p, tile
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   std::vector<KernelSpec> out;
   if (p.shape.M >= 8 && p.shape.N >= 8) {
-    add_tiles(out, base, forward_tiles(p.dtype == DType::f64));
+    add_tiles(out, base, forward_tiles(dtype_info(p.dtype).wide_acc()));
     add_tiles(out, base, three_block_tiles(base));
   }
   return out;

@@ -25,14 +25,14 @@ void defaults(KernelSpec& spec, const Problem& p) {
 
 void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "tiled_online is the log semiring's online tiled form");
-  if (p.dtype == DType::f64)
+  if (dtype_info(p.dtype).wide_acc())
     reject("strategy", "tiled_online accumulates in f32; f64 log is exact on any data in `tiled` already");
   check_tiles(spec, p, shared_bytes(spec));
 }
 
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   std::vector<KernelSpec> out;
-  if (p.semiring != Semiring::log || p.dtype == DType::f64 || p.shape.M < 8 || p.shape.N < 8) return out;
+  if (p.semiring != Semiring::log || dtype_info(p.dtype).wide_acc() || p.shape.M < 8 || p.shape.N < 8) return out;
   // None spills on sm_80 or sm_90 (jitbmm inspect --emit resources); with 64-bit indices, at one block an SM.
   add_tiles(out, base,
             {{64, 64, 16, 4, 4, 2},

@@ -17,7 +17,7 @@ constexpr int kRefineTileM = 128, kRefineTileN = 64, kRefineThreads = 256, kRefi
 
 bool computes(const Problem& p) {
   const SemiringInfo& info = semiring_info(p.semiring);
-  return p.with_argmax && info.select_op && info.fast_term && p.dtype != DType::f64;
+  return p.with_argmax && info.select_op && info.fast_term && !dtype_info(p.dtype).wide_acc();
 }
 
 // Before tiled (50) for inputs of any dtype it computes with many outputs and K ≥ 512, where the product's two
