@@ -83,12 +83,19 @@ void check_fields(const KernelSpec& spec) {
   if (fields & kKChunkField) in("k_chunk", spec.k_chunk, 1, 1 << 30);
 }
 
-// Which strategy a semiring's backward runs: for the selecting semirings the forward's argmax routes G, binned per
-// line (histogram) where its rank takes the problem, else sent with atomics (scatter); the tiled reduction of gradient
-// weights for the others.
+// The backward strategy whose rank for the problem is highest (each strategy's file says when it is the default):
+// for the selecting semirings the forward's argmax routes G, binned per line (histogram) where K fits its bins, else
+// sent with atomics (scatter); the tiled reduction of gradient weights for the others.
 Strategy backward_strategy(const Problem& p) {
-  if (semiring_info(p.semiring).backward != BackwardKind::argmax_scatter) return Strategy::tiled;
-  return strategy_def(Strategy::histogram, Pass::grad_a).default_rank(p) >= 0 ? Strategy::histogram : Strategy::scatter;
+  const StrategyDef* best = nullptr;
+  int best_rank = -1;
+  for (const StrategyDef* d : strategy_defs()) {
+    if (!d->backward) continue;
+    const int rank = d->default_rank(p);
+    if (rank > best_rank) best = d, best_rank = rank;
+  }
+  if (!best) throw std::logic_error("default_grad_spec: no backward strategy takes " + describe(p));
+  return best->id;
 }
 
 } // namespace

@@ -57,12 +57,21 @@ struct LaunchPlan {
   long long k_chunk = 0;       // BmmParams.k_chunk
 };
 
+// Where a call of a strategy with an exact repair pass leaves its counts in the workspace (the prepare pass zeroes
+// them, the product's guard adds to them).
+struct RepairCounts {
+  std::size_t outputs_at = 0; // uint64: the outputs the guard sent to the repair pass
+  std::size_t flags_at = 0;   // uint32 per repair tile: nonzero where the tile was repaired
+  int64_t tiles = 0;
+};
+
 struct StrategyDef {
   Strategy id;
   const char* name; // its spelling in specs, names and the CLI
   bool backward;  // a gradient pass's strategy (spec.pass grad_a / grad_b), else a forward one
   unsigned fields; // FieldGroup bits
-  // When default_spec(problem) picks this strategy: the highest rank wins; below 0 never.
+  // When this strategy is the default: default_spec(problem) takes the forward entry of highest rank,
+  // default_grad_spec(problem, pass) the backward entry of highest rank (the same for both passes); below 0 never.
   int (*default_rank)(const Problem&);
   // Fills the parameters the strategy reads (the problem's fields are already set).
   void (*defaults)(KernelSpec&, const Problem&);
@@ -82,6 +91,10 @@ struct StrategyDef {
   int (*shared_bytes)(const KernelSpec&);
   // Dynamic shared memory of the main entry's block (opted in beyond 48 KiB at launch), or null for none.
   int (*dynamic_shared_bytes)(const KernelSpec&) = nullptr;
+  // For a strategy whose guard sends inexact outputs to an exact repair pass (exp_matmul), where a call's repair
+  // counts are; null for the others. A plan the tuner gave such a strategy watches the count after its calls and may
+  // move to the variant fastest on wide-range data (runtime/repair_watch.hpp); run_with_repair_report reads them.
+  RepairCounts (*repair_counts)(const KernelSpec&, const Problem&) = nullptr;
 };
 
 // Registration from a strategy's own file: `const RegisterStrategy registered{{...}};` (the table keeps a copy).

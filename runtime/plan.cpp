@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "templates/exp_matmul/bounds.cuh"
 #include "runtime/autotune.hpp"
 #include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"
@@ -42,13 +41,6 @@ std::shared_ptr<SemiringBMM::Impl> make_impl(const Problem& problem, const Kerne
   return impl;
 }
 
-// exp_matmul's workspace layout for the problem (where its repair counter and tile flags sit).
-jb::EmWorkspace em_workspace_of(const Problem& p) {
-  const Shape& s = p.shape;
-  return jb::em_workspace(s.B, s.M, s.N, s.K, p.a().batch == 0 ? 1 : s.B, p.b().batch == 0 ? 1 : s.B,
-                          dtype_info(p.dtype).wide_acc());
-}
-
 // A watched plan whose observed call repaired kWideRepairShare of its outputs or more: the variant fastest on
 // wide-range data, among those whose workspace fits the plan's (stored, or tuned now on such data), from now on.
 // Returns it, or null when there is none or it is the plan's own (watching then stops).
@@ -61,7 +53,8 @@ const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
   std::vector<KernelSpec> fits;
   for (const KernelSpec& spec : device_candidates(p, *im.device))
     if (strategy_def(spec).launches(spec, p).workspace_bytes <= im.launches.workspace_bytes) fits.push_back(spec);
-  const std::string seen = describe(p) + ": exp_matmul sent " + std::to_string(int(100 * share + 0.5)) +
+  const std::string seen = describe(p) + ": " + strategy_name(im.spec.strategy) + " sent " +
+                           std::to_string(int(100 * share + 0.5)) +
                            "% of an observed call's outputs to its exact repair (wide-range data); ";
   std::optional<Choice> choice;
   try {
@@ -109,10 +102,12 @@ SemiringBMM SemiringBMM::get(const Problem& problem) {
         return choose(problem, *device, policy, Pass::forward, rejected);
       },
       [&](const KernelSpec& spec) { impl = make_impl(problem, spec); });
-  if (watched && impl->kernel && impl->spec.strategy == Strategy::exp_matmul)
+  // A strategy with a repair pass says where a call's count of repaired outputs is: the plan watches it.
+  const StrategyDef& def = strategy_def(impl->spec);
+  if (watched && impl->kernel && def.repair_counts)
     impl->watch = std::make_unique<RepairWatch>(*impl->device, checked_product({problem.shape.B, problem.shape.M,
                                                                                 problem.shape.N}, "shape: B*M*N"),
-                                                static_cast<std::size_t>(em_workspace_of(problem).repaired));
+                                                def.repair_counts(impl->spec, problem).outputs_at);
   return SemiringBMM(std::move(impl));
 }
 
@@ -180,7 +175,8 @@ std::size_t SemiringBMM::workspace_bytes() const {
 SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, const void* b, void* out,
                                                               Stream stream) const {
   const Impl& im = *impl_;
-  if (im.spec.strategy != Strategy::exp_matmul)
+  const StrategyDef& def = strategy_def(im.spec);
+  if (!def.repair_counts)
     throw std::invalid_argument("plan: run_with_repair_report needs an exp_matmul plan, not " +
                                 std::string(strategy_name(im.spec.strategy)));
   const Shape& s = im.problem.shape;
@@ -201,16 +197,17 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   params.a = a, params.b = b, params.out = out;
   run_launches(*im.kernel, im.launches, params, workspace.get(), cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const jb::EmWorkspace w = em_workspace_of(im.problem);
-  std::vector<unsigned char> host(static_cast<std::size_t>(w.ea)); // everything before the operands
+  const RepairCounts counts = def.repair_counts(im.spec, im.problem);
+  const std::size_t flags_end = counts.flags_at + 4 * static_cast<std::size_t>(counts.tiles);
+  std::vector<unsigned char> host(std::max(counts.outputs_at + sizeof(uint64_t), flags_end)); // both counts
   workspace.download(host.data(), host.size());
   uint64_t repaired = 0;
-  std::memcpy(&repaired, host.data() + w.repaired, sizeof repaired);
+  std::memcpy(&repaired, host.data() + counts.outputs_at, sizeof repaired);
   report.repaired_outputs = static_cast<int64_t>(repaired);
-  report.tiles = w.tiles;
-  for (int64_t t = 0; t < w.tiles; ++t) {
+  report.tiles = counts.tiles;
+  for (int64_t t = 0; t < counts.tiles; ++t) {
     uint32_t flag = 0;
-    std::memcpy(&flag, host.data() + w.flags + 4 * t, sizeof flag);
+    std::memcpy(&flag, host.data() + counts.flags_at + 4 * t, sizeof flag);
     report.repaired_tiles += flag != 0;
   }
   return report;

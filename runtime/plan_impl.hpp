@@ -38,7 +38,8 @@ struct SemiringBMM::Impl {
   jb::BmmParams params{};                     // sizes and strides; pointers filled per call
   LaunchPlan launches;                        // the strategy's launches for this problem, and their workspace
 
-  // Plans the tuner gave an exp_matmul variant watch its repairs and may move, once, to the wide-data variant.
+  // Plans the tuner gave a strategy with repair counts (exp_matmul) watch them and may move, once, to the wide-data
+  // variant.
   std::unique_ptr<RepairWatch> watch;
   mutable std::mutex wide_mutex;                      // guards moving
   mutable std::shared_ptr<const ForwardVariant> wide; // set once, before `moved`

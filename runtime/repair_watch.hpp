@@ -2,12 +2,13 @@
 //
 // exp_matmul counts, on the GPU, the outputs its guard sends to the exact repair pass (the prepare pass zeroes the
 // counter, the product adds to it). On wide-range inputs most outputs go there and the plan's variant, tuned on
-// randn, is no longer the fastest. A plan made by the tuner (SemiringBMM::get) watches that count: after an observed
-// call it copies the counter to pinned host memory and records an event on the caller's stream, both asynchronous;
-// a later call reads the copy only once the event has completed (cuEventQuery, never a wait), so the hot path never
-// synchronises. When an observed call repaired at least kWideRepairShare of its outputs, the plan asks the tuner for
-// the variant fastest on wide-range inputs (choose_wide) and runs that from then on. Nothing is observed while the
-// stream is being captured into a CUDA graph. JITBMM_REPAIR_WATCH=off turns watching off.
+// randn, is no longer the fastest. A plan made by the tuner (SemiringBMM::get) whose strategy's entry says where
+// the count is (StrategyDef::repair_counts) watches it: after an observed call it copies the counter to pinned host
+// memory and records an event on the caller's stream, both asynchronous; a later call reads the copy only once the
+// event has completed (cuEventQuery, never a wait), so the hot path never synchronises. When an observed call
+// repaired at least kWideRepairShare of its outputs, the plan asks the tuner for the variant fastest on wide-range
+// inputs (choose_wide) and runs that from then on. Nothing is observed while the stream is being captured into a CUDA
+// graph. JITBMM_REPAIR_WATCH=off turns watching off.
 #pragma once
 
 #include <cstddef>

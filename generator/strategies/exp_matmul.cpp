@@ -191,9 +191,14 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   return plan;
 }
 
+RepairCounts repair_counts(const KernelSpec& spec, const Problem& p) {
+  const jb::EmWorkspace w = workspace(spec, p);
+  return {static_cast<std::size_t>(w.repaired), static_cast<std::size_t>(w.flags), w.tiles};
+}
+
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank, defaults,
                                    check, index64, candidates, render, launches, shared_bytes,
-                                   wgmma_dynamic_shared_bytes}};
+                                   wgmma_dynamic_shared_bytes, repair_counts}};
 
 } // namespace
 } // namespace jitbmm::strategies

@@ -14,7 +14,7 @@
 namespace jitbmm::strategies {
 namespace {
 
-int rank(const Problem&) { return -1; }
+int rank(const Problem&) { return -1; } // a tuning candidate only
 
 bool ga(const KernelSpec& s) { return s.pass == Pass::grad_a; }
 bool wide(const Problem& p) { return dtype_info(p.dtype).wide_acc(); }

@@ -6,7 +6,8 @@
 namespace jitbmm::strategies {
 namespace {
 
-int rank(const Problem&) { return -1; } // backward strategies are chosen by the semiring (default_grad_spec)
+// The default backward of the semirings whose gradient gathers weighted terms (all but the selecting ones).
+int rank(const Problem& p) { return semiring_info(p.semiring).backward == BackwardKind::argmax_scatter ? -1 : 0; }
 
 // The forward tiled defaults over the gradient's rows × cols, then the backward's own measured best.
 void defaults(KernelSpec& spec, const Problem& p) {

@@ -35,7 +35,7 @@ int64_t default_chunks(const Problem& p, Pass pass) {
   return (p.shape.K + chunk_k(s, p) - 1) / std::max<int64_t>(chunk_k(s, p), 1);
 }
 
-// Chosen over scatter (kernel_spec.cpp: backward_strategy) when both passes take K in at most kDefaultChunks.
+// Ranked above scatter (0) when both passes take K in at most kDefaultChunks.
 int rank(const Problem& p) {
   if (semiring_info(p.semiring).backward != BackwardKind::argmax_scatter) return -1;
   return default_chunks(p, Pass::grad_a) <= kDefaultChunks && default_chunks(p, Pass::grad_b) <= kDefaultChunks ? 1

@@ -8,7 +8,8 @@
 namespace jitbmm::strategies {
 namespace {
 
-int rank(const Problem&) { return -1; } // backward strategies are chosen by the semiring (default_grad_spec)
+// The selecting semirings' default backward where histogram's rank (1) does not take the problem.
+int rank(const Problem& p) { return semiring_info(p.semiring).backward == BackwardKind::argmax_scatter ? 0 : -1; }
 
 void defaults(KernelSpec& spec, const Problem&) { spec.block_x = 256, spec.block_y = 1; }
 

@@ -112,6 +112,44 @@ TEST_CASE("default_spec picks by rank as the cascade did") {
   CHECK(pick(1, 1, int64_t(1) << 37, 0) == Strategy::warp); // linear's grid cannot hold the columns
 }
 
+TEST_CASE("a gradient pass's default is the backward entry of highest rank: the semiring's kind, then histogram's fit") {
+  for (const Problem& p : problems()) {
+    const bool selecting = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
+    const Strategy want = !selecting ? Strategy::tiled
+                          : strategy_def(Strategy::histogram, Pass::grad_a).default_rank(p) >= 0 ? Strategy::histogram
+                                                                                                   : Strategy::scatter;
+    for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
+      INFO(describe(p));
+      CHECK(default_grad_spec(p, pass).strategy == want);
+    }
+  }
+  for (const StrategyDef* d : strategy_defs()) // a tuning candidate only
+    if (d->backward && d->id == Strategy::exp_matmul)
+      for (const Problem& p : problems()) CHECK(d->default_rank(p) < 0);
+}
+
+TEST_CASE("repair counts: exp_matmul's entry alone says where they are, inside its workspace") {
+  for (const StrategyDef* d : strategy_defs())
+    CHECK((d->repair_counts != nullptr) == (d->id == Strategy::exp_matmul && !d->backward));
+  const StrategyDef& em = strategy_def(Strategy::exp_matmul, Pass::forward);
+  for (Problem p : problems()) {
+    if (p.semiring != Semiring::log || p.shape.B * p.shape.M * p.shape.N == 0) continue;
+    KernelSpec spec;
+    try {
+      spec = default_spec(p, Strategy::exp_matmul);
+    } catch (const std::invalid_argument&) { // a problem exp_matmul does not compute
+      continue;
+    }
+    const RepairCounts c = em.repair_counts(spec, p);
+    const LaunchPlan plan = em.launches(spec, p);
+    INFO(to_string(spec), " ", describe(p));
+    CHECK(c.tiles > 0);
+    CHECK(c.outputs_at + 8 <= c.flags_at);
+    CHECK(c.flags_at + 4 * static_cast<std::size_t>(c.tiles) <= plan.workspace_bytes);
+    CHECK(plan.launches.back().repair_flags_at == c.flags_at); // the repair pass reads the flags the counts name
+  }
+}
+
 TEST_CASE("histogram plans: one launch, bins within 48 KiB, K in chunks over grid y, no workspace even broadcast") {
   Problem p;
   p.semiring = Semiring::max_plus, p.dtype = DType::f32, p.shape = {3, 37, 900, 41};
