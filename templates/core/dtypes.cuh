@@ -1,5 +1,5 @@
-// Storage dtypes and their conversion to and from the accumulator type, and the accumulator types' special values
-// and constants (Num). NVRTC ships no fp16/bf16 headers, so the conversions are written here in PTX (f16) and bit
+// Storage dtypes and their conversion to and from the accumulator type (and to TF32, as the tensor cores read
+// f32). The accumulator types' numbers are in core/numbers.cuh. NVRTC ships no fp16/bf16 headers, so the conversions are written here in PTX (f16) and bit
 // arithmetic (bf16), with IEEE round-to-nearest-even.
 #pragma once
 
@@ -17,25 +17,6 @@ typedef double f64;
 // Accumulator type per storage type: half types accumulate in float.
 template <class T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
-
-// ±inf, NaN, log2 e and ln 2 per accumulator type: every template spells them through this, never as a literal.
-// The infinities and NaN are written as bit patterns, which need no header. Functions, not static constexpr
-// members: NVRTC would emit those as global variables in every module.
-template <class T> struct Num;
-template <> struct Num<float> {
-  static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
-  static __device__ __forceinline__ float neg_inf() { return -inf(); }
-  static __device__ __forceinline__ float nan() { return __int_as_float(0x7fffffff); }
-  static __device__ __forceinline__ float log2e() { return 1.4426950408889634f; }
-  static __device__ __forceinline__ float ln2() { return 0.6931471805599453f; }
-};
-template <> struct Num<double> {
-  static __device__ __forceinline__ double inf() { return __longlong_as_double(0x7ff0000000000000LL); }
-  static __device__ __forceinline__ double neg_inf() { return -inf(); }
-  static __device__ __forceinline__ double nan() { return __longlong_as_double(0x7fffffffffffffffLL); }
-  static __device__ __forceinline__ double log2e() { return 1.4426950408889634; }
-  static __device__ __forceinline__ double ln2() { return 0.6931471805599453; }
-};
 
 __device__ __forceinline__ float to_acc(float x) { return x; }
 __device__ __forceinline__ double to_acc(double x) { return x; }
@@ -86,33 +67,6 @@ template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float 
   return r;
 }
 #endif
-
-// 2^x on the exp unit (MUFU.EX2): relative error ≤ 2^-22, results below 2^-126 flushed to 0. Shared by the tiled
-// log forward and the backward.
-__device__ __forceinline__ float ex2_approx(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ double ex2_approx(double x) { return exp2(x); }
-// log2 x on the exp unit (MUFU.LG2): absolute error below 2^-22 for x in [0.5, 2]; subnormal x flushed to 0.
-__device__ __forceinline__ float lg2_approx(float x) {
-  float r;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
-// Maximum and minimum of f32 values where NaN wins (PTX max.NaN / min.NaN).
-__device__ __forceinline__ float max_nan(float x, float y) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
-__device__ __forceinline__ float min_nan(float x, float y) {
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-}
 
 // x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it.
 __device__ __forceinline__ unsigned to_tf32(float x) {

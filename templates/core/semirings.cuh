@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/dtypes.cuh"
+#include "core/numbers.cuh"
 
 namespace jb {
 

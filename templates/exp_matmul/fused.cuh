@@ -54,7 +54,7 @@ __device__ __forceinline__ void em_make_chunk(unsigned dst, const Shift& shift, 
                : "memory");
   float f[8];
 #pragma unroll
-  for (int u = 0; u < 8; ++u) f[u] = EmReal<float>::exp2(em_shifted(to_acc(EmBits<In>::at(c, u)), shift(u), headroom));
+  for (int u = 0; u < 8; ++u) f[u] = Num<float>::exp2(em_shifted(to_acc(EmBits<In>::at(c, u)), shift(u), headroom));
   if (count < 8)
 #pragma unroll
     for (int u = 0; u < 8; ++u) f[u] = u < count ? f[u] : 0.f;

@@ -115,7 +115,7 @@ __device__ __forceinline__ void eg_load_lines(EgLineSmem<T>& sm, const EgLines& 
 // The max of the block's line lane over all k, in every thread (lines not real: −inf).
 template <class In, class I, class T>
 __device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, const In* X, const I (&off)[4]) {
-  typedef EmReal<T> R;
+  typedef Num<T> R;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   T mx = Num<T>::neg_inf();
   for (I k0 = 0; k0 < (I)L.K; k0 += kEgK) {
@@ -140,7 +140,7 @@ __device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, c
 template <class In, class Out, class I, bool GA, int FORM>
 __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
-  typedef EmReal<T> R;
+  typedef Num<T> R;
   const T kLog2e = Num<T>::log2e();
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
@@ -217,7 +217,7 @@ __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
 template <class In, class Out, class I, bool GA, int FORM>
 __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
-  typedef EmReal<T> R;
+  typedef Num<T> R;
   constexpr int kThreads = 256, kPer = 32 * 32 / kThreads;
   const T kLog2e = Num<T>::log2e();
   const GradParams p = eg_canonical<GA>(p0);
@@ -234,7 +234,7 @@ __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
     const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * 32, j0 = t % tiles_j * 32;
     const int gamma = eg_batch_gamma(e, z), E = eg_e(e.b, gamma);
     // H = (G·2^-γ)·2^(x − E − F + γ): G scaled first, exactly, so that neither factor overflows however small G is.
-    const T e_f = (T)(E + e.b.f - gamma), g_lo = EmReal<T>::pow2(eg_gamma_lo(e.b, E));
+    const T e_f = (T)(E + e.b.f - gamma), g_lo = Num<T>::pow2(eg_gamma_lo(e.b, E));
     const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
     T gv[kPer], ov[kPer], rv[kPer], cv[kPer];
 #pragma unroll
@@ -289,7 +289,7 @@ template <class In, class I>
 __device__ __forceinline__ void eg_emit(const GradParams& p, const EgView<float>& e, I z, I i, I k, float s,
                                         float e_batch) {
   typedef float T;
-  typedef EmReal<T> R;
+  typedef Num<T> R;
   const I xb = e.d.x_batches == 1 ? 0 : z;
   T value = (T)0;
   if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up

@@ -5,6 +5,8 @@
 #include "core/params.cuh"
 #include "core/dtypes.cuh"
 #include "exp_matmul/bounds.cuh"
+#include "core/numbers.cuh"
+#include "core/half_pairs.cuh"
 
 namespace jb {
 
@@ -14,20 +16,6 @@ __device__ __forceinline__ unsigned em_smem_addr(const void* p) {
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-
-template <class T> struct EmReal;
-template <> struct EmReal<float> {
-  static __device__ __forceinline__ float exp2(float x) { return ex2_approx(x); }
-  static __device__ __forceinline__ float log2(float x) { return log2f(x); }
-  static __device__ __forceinline__ float pow2(int e) { return ldexpf(1.f, e); }
-  static __device__ __forceinline__ float max(float x, float y) { return max_nan(x, y); }
-};
-template <> struct EmReal<double> {
-  static __device__ __forceinline__ double exp2(double x) { return ::exp2(x); }
-  static __device__ __forceinline__ double log2(double x) { return ::log2(x); }
-  static __device__ __forceinline__ double pow2(int e) { return ldexp(1.0, e); }
-  static __device__ __forceinline__ double max(double x, double y) { return x != x ? x : y != y ? y : fmax(x, y); }
-};
 
 // The workspace, typed (exp_matmul/bounds.cuh: em_workspace).
 template <class T> struct EmView {
@@ -212,7 +200,7 @@ template <class In, class T> struct EmChunkSummary {
 #pragma unroll
     for (int u = 1; u < V; ++u) {
       const T x = to_acc(EmBits<In>::at(c, u));
-      mx = EmReal<T>::max(mx, x);
+      mx = Num<T>::max(mx, x);
       lo = em_least(lo, x);
     }
     all_held = lo != Num<T>::neg_inf();
@@ -220,42 +208,15 @@ template <class In, class T> struct EmChunkSummary {
 };
 #if __CUDA_ARCH__ >= 800
 // Half types: the 8 values as 4 packed pairs, 3 pairwise max.NaN and 3 min an answer (sm_80 and later).
-template <class H> struct EmHalfPairs;
-template <> struct EmHalfPairs<bf16> {
-  static constexpr unsigned kNegInf = 0xff80u;
-  static __device__ __forceinline__ unsigned max(unsigned x, unsigned y) {
-    unsigned r;
-    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned min(unsigned x, unsigned y) {
-    unsigned r;
-    asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
-    return r;
-  }
-};
-template <> struct EmHalfPairs<f16> {
-  static constexpr unsigned kNegInf = 0xfc00u;
-  static __device__ __forceinline__ unsigned max(unsigned x, unsigned y) {
-    unsigned r;
-    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned min(unsigned x, unsigned y) {
-    unsigned r;
-    asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
-    return r;
-  }
-};
 template <class H> struct EmHalfSummary {
   static __device__ __forceinline__ void of(const EmChunk& c, float& mx, bool& all_held) {
-    typedef EmHalfPairs<H> P;
+    typedef HalfPairs<H> P;
     const unsigned hi = P::max(P::max(c.w[0], c.w[1]), P::max(c.w[2], c.w[3]));
-    const unsigned lo = P::min(P::min(c.w[0], c.w[1]), P::min(c.w[2], c.w[3]));
+    const unsigned lo = P::least(P::least(c.w[0], c.w[1]), P::least(c.w[2], c.w[3]));
     H h0, h1;
     h0.bits = (unsigned short)(hi & 0xffffu), h1.bits = (unsigned short)(hi >> 16);
     mx = max_nan(to_acc(h0), to_acc(h1));
-    all_held = (lo & 0xffffu) != P::kNegInf && lo >> 16 != P::kNegInf;
+    all_held = (lo & 0xffffu) != P::neg_inf_bits() && lo >> 16 != P::neg_inf_bits();
   }
 };
 template <> struct EmChunkSummary<f16, float> : EmHalfSummary<f16> {};
@@ -275,14 +236,14 @@ template <class In, class T> struct EmFold {
 #pragma unroll
     for (int u = 0; u < V; ++u) {
       const T x = (T)to_acc(EmBits<In>::at(c, u));
-      hi[u] = EmReal<T>::max(hi[u], x), lo[u] = em_least(lo[u], x);
+      hi[u] = Num<T>::max(hi[u], x), lo[u] = em_least(lo[u], x);
     }
   }
   __device__ __forceinline__ void merge_xor(int lane_mask) {
 #pragma unroll
     for (int u = 0; u < V; ++u) {
       const T h = __shfl_xor_sync(0xffffffffu, hi[u], lane_mask), l = __shfl_xor_sync(0xffffffffu, lo[u], lane_mask);
-      hi[u] = EmReal<T>::max(hi[u], h), lo[u] = em_least(lo[u], l);
+      hi[u] = Num<T>::max(hi[u], h), lo[u] = em_least(lo[u], l);
     }
   }
   __device__ __forceinline__ T max(int u) const { return hi[u]; }
@@ -292,16 +253,16 @@ template <class In, class T> struct EmFold {
 // Half types: the values kept packed, 4 pairwise max.NaN and 4 min a chunk.
 template <class H> struct EmHalfFold {
   static constexpr int V = 8;
-  typedef EmHalfPairs<H> P;
+  typedef HalfPairs<H> P;
   EmChunk hi, lo;
   __device__ __forceinline__ EmHalfFold() {
-    const unsigned neg_inf = P::kNegInf * 0x10001u, inf = (P::kNegInf & 0x7fffu) * 0x10001u;
+    const unsigned neg_inf = P::neg_inf_bits() * 0x10001u, inf = (P::neg_inf_bits() & 0x7fffu) * 0x10001u;
 #pragma unroll
     for (int w = 0; w < 4; ++w) hi.w[w] = neg_inf, lo.w[w] = inf;
   }
   __device__ __forceinline__ void add(const EmChunk& c) {
 #pragma unroll
-    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], c.w[w]), lo.w[w] = P::min(lo.w[w], c.w[w]);
+    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], c.w[w]), lo.w[w] = P::least(lo.w[w], c.w[w]);
   }
   __device__ __forceinline__ void merge_xor(int lane_mask) {
     EmChunk h, l;
@@ -311,10 +272,10 @@ template <class H> struct EmHalfFold {
       l.w[w] = __shfl_xor_sync(0xffffffffu, lo.w[w], lane_mask);
     }
 #pragma unroll
-    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], h.w[w]), lo.w[w] = P::min(lo.w[w], l.w[w]);
+    for (int w = 0; w < 4; ++w) hi.w[w] = P::max(hi.w[w], h.w[w]), lo.w[w] = P::least(lo.w[w], l.w[w]);
   }
   __device__ __forceinline__ float max(int u) const { return to_acc(EmBits<H>::at(hi, u)); }
-  __device__ __forceinline__ bool held(int u) const { return EmBits<H>::at(lo, u).bits != P::kNegInf; }
+  __device__ __forceinline__ bool held(int u) const { return EmBits<H>::at(lo, u).bits != P::neg_inf_bits(); }
 };
 template <> struct EmFold<f16, float> : EmHalfFold<f16> {};
 template <> struct EmFold<bf16, float> : EmHalfFold<bf16> {};
@@ -485,7 +446,7 @@ template <class In, class T> struct EmLineStats {
       T cm;
       bool all_held;
       EmChunkSummary<In, T>::of(c, cm, all_held);
-      mx = EmReal<T>::max(mx, cm);
+      mx = Num<T>::max(mx, cm);
       if (all_held) {
         acc.add_all<V>(k, chunk_shift);
         return;
@@ -496,7 +457,7 @@ template <class In, class T> struct EmLineStats {
     for (int u = 0; u < V; ++u)
       if (k + u < K) {
         const T x = to_acc(EmBits<In>::at(c, u));
-        mx = EmReal<T>::max(mx, x);
+        mx = Num<T>::max(mx, x);
         held |= (unsigned)(x != Num<T>::neg_inf()) << u;
       }
     acc.add<V>(k, held, chunk_shift);
@@ -553,11 +514,11 @@ __device__ __forceinline__ void em_put_factors(const EmLines<In, T>& L, I line, 
   if (live && k + (I)V <= K) {
 #pragma unroll
     for (int u = 0; u < V; ++u)
-      f[u] = EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom));
+      f[u] = Num<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom));
   } else {
 #pragma unroll
     for (int u = 0; u < V; ++u)
-      f[u] = live && k + u < K ? EmReal<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom)) : (T)0;
+      f[u] = live && k + u < K ? Num<T>::exp2(em_shifted((T)to_acc(EmBits<In>::at(c, u)), mx, L.headroom)) : (T)0;
   }
   em_put_chunk<FORM, STEP>(L.factors, L.b_side, line, k0, s, (I)L.Kp, (I)L.Np, f);
 }
@@ -686,7 +647,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
     auto finish_stats = [&] {
 #pragma unroll
       for (int o = 1; o < 8; o *= 2) { // the line's 8 threads are adjacent lanes
-        st.mx = EmReal<T>::max(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, o));
+        st.mx = Num<T>::max(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, o));
         st.acc.merge_xor(o);
       }
       if (w.real && w.sub == 0) {

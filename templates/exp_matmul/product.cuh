@@ -140,7 +140,7 @@ template <class T, class Out, class I> struct EmFinish {
   int headroom;
   __device__ __forceinline__ EmFinish(const BmmParams& p, const EmView<T>& v, I batch, const EmLine* line_a,
                                       const EmLine* line_b)
-      : out(static_cast<Out*>(p.out) + batch * (I)p.out_batch), threshold(EmReal<T>::pow2(v.guard)),
+      : out(static_cast<Out*>(p.out) + batch * (I)p.out_batch), threshold(Num<T>::pow2(v.guard)),
         lo(sizeof(T) == 4 && threshold < (T)1.17549435e-38f ? (T)1.17549435e-38f : threshold),
         ebias((T)(8388608 + 126 + 2 * v.headroom)), line_a(line_a), line_b(line_b), p(p), headroom(v.headroom) {}
   // Row i of the output, line `line` of the tile's staged ones, with its max.
@@ -182,7 +182,7 @@ template <class T, class Out, class I> struct EmFinish {
     else if (s >= threshold) {
       int e; // as em_log, for what it leaves: s = +inf, or in [threshold, lo)
       const T f = frexp(s, &e);
-      value = (a.max + b.max) + ((T)(e - 2 * headroom) + EmReal<T>::log2(f)) * Num<T>::ln2();
+      value = (a.max + b.max) + ((T)(e - 2 * headroom) + Num<T>::log2(f)) * Num<T>::ln2();
     } else
       return true; // the guard: too much of s may have underflowed
     a.at[b.offset] = from_acc<Out>(value);

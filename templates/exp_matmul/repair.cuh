@@ -26,7 +26,7 @@ template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void
 em_repair_one(const BmmParams& p, typename EmRepairGeometry<In, BM, BN, BK, TM, TN>::Smem& sm, const TileCoords<I>& t) {
   typedef typename Acc<In>::type T;
-  typedef EmReal<T> R;
+  typedef Num<T> R;
   typedef EmRepairGeometry<In, BM, BN, BK, TM, TN> G;
   const T kNegInf = Num<T>::neg_inf(), kLog2e = Num<T>::log2e(), kLn2 = Num<T>::ln2();
   const In* A = static_cast<const In*>(p.a) + t.batch * (I)p.a_batch;

@@ -28,6 +28,7 @@
 #include "core/params.cuh"
 #include "core/dtypes.cuh"
 #include "core/kslice.cuh"
+#include "core/numbers.cuh"
 
 namespace jb {
 

@@ -18,6 +18,7 @@
 
 #include "core/params.cuh"
 #include "core/dtypes.cuh"
+#include "core/numbers.cuh"
 
 namespace jb {
 

@@ -12,56 +12,9 @@
 #pragma once
 
 #include "tiled/tiled.cuh"
+#include "core/half_pairs.cuh"
 
 namespace jb {
-
-// The pair operations per half type. The add is a fused a · 1 + b and the multiply a · b + (−0): one rounding each,
-// the same results as add and mul (which need sm_90 for bf16x2).
-template <class H> struct Half2;
-template <> struct Half2<bf16> {
-  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
-    unsigned r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
-    unsigned r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned max(unsigned a, unsigned b) {
-    unsigned r;
-    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned min(unsigned a, unsigned b) {
-    unsigned r;
-    asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-};
-template <> struct Half2<f16> {
-  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
-    unsigned r;
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
-    unsigned r;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned max(unsigned a, unsigned b) {
-    unsigned r;
-    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-  static __device__ __forceinline__ unsigned min(unsigned a, unsigned b) {
-    unsigned r;
-    asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-  }
-};
 
 // A half value's bits from a float that the half type holds exactly (the semirings' pads and zeros).
 __device__ __forceinline__ unsigned short half_bits(float x, f16) { return from_acc<f16>(x).bits; }
@@ -72,19 +25,19 @@ __device__ __forceinline__ unsigned pair_of(unsigned short h) { return (unsigned
 template <class H> struct PackedMaxPlus {
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
-    return Half2<H>::max(acc, Half2<H>::add(a2, b2));
+    return HalfPairs<H>::max(acc, HalfPairs<H>::add(a2, b2));
   }
 };
 template <class H> struct PackedMinPlus {
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
-    return Half2<H>::min(acc, Half2<H>::add(a2, b2));
+    return HalfPairs<H>::min(acc, HalfPairs<H>::add(a2, b2));
   }
 };
 template <class H> struct PackedMaxTimes { // from −inf, not the semiring's zero: products may be negative
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
-    return Half2<H>::max(acc, Half2<H>::mul(a2, b2));
+    return HalfPairs<H>::max(acc, HalfPairs<H>::mul(a2, b2));
   }
 };
 

@@ -16,8 +16,6 @@
 
 namespace jb {
 
-template <class T> struct TilePads;
-
 // Per-term policies for the generic tiled path: one accumulator per output, updated for every term. init() takes
 // the first k of the block's range. A policy with kCleanSlices also has update_clean(), for slices in which no
 // operand is suspect() (its loader votes on every slice), and its term loop branches on the vote. kFetch: when the
