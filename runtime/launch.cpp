@@ -6,13 +6,13 @@
 
 #include "generator/strategies/common.hpp"
 #include "runtime/driver_api.hpp"
-#include "support/cuda_limits.hpp"
+#include "templates/core/limits.cuh"
 
 namespace jitbmm {
 
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
             const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
-  if (dynamic_shared > kMaxStaticSharedBytes)
+  if (dynamic_shared > jb::kMaxStaticSharedBytes)
     check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
           ("cuFuncSetAttribute(" + name + suffix + ", dynamic shared memory)").c_str());
   const CUresult r = driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,

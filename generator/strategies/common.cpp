@@ -6,7 +6,7 @@
 
 #include "templates/exp_matmul/bounds.cuh"
 #include "support/checked_size.hpp"
-#include "support/cuda_limits.hpp"
+#include "templates/core/limits.cuh"
 #include "support/layout.hpp"
 
 namespace jitbmm::strategies {
@@ -100,9 +100,9 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
     reject("thread", "at most 64 outputs per thread (registers)");
   if (spec.tile_k < 1 || spec.tile_k > (arch_specific(spec) && bf16_factors(spec.math) ? 64 : 32))
     reject("tile", "tile_k must be in 1..32 (64 for the wgmma BF16 forms)");
-  if (shared_bytes > kMaxStaticSharedBytes)
+  if (shared_bytes > jb::kMaxStaticSharedBytes)
     reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most " +
-                       std::to_string(kMaxStaticSharedBytes / 1024) + " KiB");
+                       std::to_string(jb::kMaxStaticSharedBytes / 1024) + " KiB");
   const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
   if ((rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
     throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
@@ -150,7 +150,7 @@ bool whole_row_stores(const KernelSpec& s) {
 } // namespace
 
 const char* tiled_header(const KernelSpec& s) {
-  if (s.semiring == Semiring::log && acc_type(s) == "float") return "tiled/log.cuh";
+  if (s.semiring == Semiring::log && !dtype_info(s.dtype).wide_acc()) return "tiled/log.cuh";
   return packed_tiles(s) ? "tiled/packed.cuh" : "tiled/tiled.cuh";
 }
 

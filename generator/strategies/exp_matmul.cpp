@@ -144,13 +144,13 @@ Rendering render(const KernelSpec& s) {
   // 64-bit indices, and f32 inputs ran slower at 4 (their second sweep misses L2 more often); half inputs with 32-bit
   // indices on the sm_90 (wgmma) forms run 4 without spilling, where the extra warps hide the pass's memory latency.
   // Its FORM: how the product reads the operands.
-  const int in_bytes = dtype_info(s.dtype).size_bytes;
-  const int prepare_blocks = in_bytes == 8 ? 2 : in_bytes == 2 && uses_wgmma(s.math) && !s.index64 ? 4 : 3;
+  const DTypeInfo& in = dtype_info(s.dtype);
+  const int prepare_blocks = in.wide_acc() ? 2 : in.half && uses_wgmma(s.math) && !s.index64 ? 4 : 3;
   r.entries.push_back({"_prepare", 256, prepare_blocks,
                        "jb::em_prepare_kernel<" + std::string(dtype_info(s.dtype).device_type) + ", " + index_type(s) +
                            ", " + acc_type(s) + ", " + std::to_string(em_form(s)) + ">"});
   // The exact repair at either tile em_repair_tile may name (launches picks one by the shape).
-  const bool dbl = acc_type(s) == "double";
+  const bool dbl = in.wide_acc();
   r.entries.push_back({"_repair64", 256, repair_blocks(s),
                        "jb::em_repair_kernel<" + io + ", " + (dbl ? "64, 64, 8, 4, 4" : "64, 64, 16, 4, 4") + ">"});
   r.entries.push_back({"_repair32", 256, repair_blocks(s),

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 
-#include "support/cuda_limits.hpp"
+#include "templates/core/limits.cuh"
 
 namespace jitbmm::strategies {
 namespace {
 
 // Each block's bins: at most the dynamic shared memory any GPU gives without opting in.
-constexpr int64_t kBinBytes = kMaxStaticSharedBytes;
+constexpr int64_t kBinBytes = jb::kMaxStaticSharedBytes;
 // Past this many chunks of K (each reads the gradient's lines again) the default is scatter.
 constexpr int64_t kDefaultChunks = 4;
 

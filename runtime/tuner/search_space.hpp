@@ -5,14 +5,14 @@
 #include <vector>
 
 #include "jitbmm/kernel_spec.hpp"
-#include "support/cuda_limits.hpp"
+#include "templates/core/limits.cuh"
 
 namespace jitbmm {
 
 // Device facts that bound the candidates.
 struct DeviceLimits {
   int max_threads_per_block = 1024;
-  int max_static_shared_bytes = kMaxStaticSharedBytes;
+  int max_static_shared_bytes = jb::kMaxStaticSharedBytes;
   int max_dynamic_shared_bytes = 0; // the opt-in limit per block
   bool wgmma = false;               // an sm_90 GPU: architecture-specific (wgmma) kernels run on it
 };

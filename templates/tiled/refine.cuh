@@ -14,6 +14,7 @@
 // thread each.
 #pragma once
 
+#include "core/limits.cuh"
 #include "tiled/tiled.cuh"
 
 namespace jb {
@@ -137,9 +138,9 @@ __device__ __forceinline__ void refine_argmax_kernel(const BmmParams p) {
   constexpr int kRow = GK + 4;               // 16-byte rows; 8 consecutive rows start in 8 different bank quads
   constexpr int kFewGroups = 16, kChunk = 8; // kChunk: the outputs' groups a thread loads at once
   static_assert(kItems % kChunk == 0, "refine chunks");
-  // Two staging buffers where they fit the 48 KB of static shared memory with the rest, else one.
+  // Two staging buffers where they fit the static shared memory with the rest, else one.
   constexpr int kBuffers =
-      2 * (BM + BN) * kRow * 4 + BM * BN * 2 + (2 * MAX_GROUPS + THREADS / 32) * 4 <= 48 * 1024 ? 2 : 1;
+      2 * (BM + BN) * kRow * 4 + BM * BN * 2 + (2 * MAX_GROUPS + THREADS / 32) * 4 <= kMaxStaticSharedBytes ? 2 : 1;
   __shared__ __align__(16) float sa[kBuffers][BM][kRow], sb[kBuffers][BN][kRow];
   __shared__ unsigned short order[BM * BN]; // the tile's outputs (r · BN + c), by group
   __shared__ int count[MAX_GROUPS], end[MAX_GROUPS], warp_sums[THREADS / 32];

@@ -1,11 +1,12 @@
-// Limits CUDA sets on every GPU jitbmm runs on, read by the generator's fit rules, the launcher and the tuner.
+// Limits CUDA sets on every GPU jitbmm runs on. Plain C++ with no device code: the generator's fit rules, the
+// launcher and the tuner include this same file, so host and device read one number.
 #pragma once
 
-namespace jitbmm {
+namespace jb {
 
 // The shared memory a block gets without opting in, on every architecture: it bounds static (__shared__) memory
 // outright, and dynamic shared memory beyond it must be opted in per kernel
 // (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to the device's own limit.
 constexpr int kMaxStaticSharedBytes = 48 * 1024;
 
-} // namespace jitbmm
+} // namespace jb
