@@ -11,6 +11,12 @@ runtime/ has three inner stages, each seeing the ones beneath it:
 Every runtime file belongs to one of them: runtime/tuner/ to the tuner, the others by the lists in RUNTIME_STAGES
 (a runtime file in no list is a defect, so a new file is placed on purpose).
 
+templates/ (device code) has levels of its own, one folder each: core/ beneath every family; hopper/ (sm_90a
+primitives) beneath the families that use tensor-core pipelines; the families direct/, tiled/, grad/ side by side;
+exp_matmul/ above tiled/, grad/ and hopper/. A template includes other templates by their path under templates/,
+and the file must exist. The entry points the strategies name (a "family/name.cuh" string in generator/) are
+family headers, never core/ or hopper/. A template outside these folders is a defect.
+
 The public headers (include/jitbmm/) belong to levels too, and a stage may include only those of the levels it sees:
     types.hpp, kernel_spec.hpp, errors.hpp, version.hpp   the vocabulary: every stage
     reference.hpp                                         the CPU reference's face: reference/, and runtime's tuner
@@ -30,11 +36,22 @@ import tempfile
 
 ENGINE, TUNER, PLAN = "runtime:engine", "runtime:tuner", "runtime:plan"
 LOWER = {"include", "support", "templates", "generator", "cache"}
+# templates/<folder>/: the device code's levels, and which levels each may include (its own always).
+DEVICE = {
+    "core": set(),
+    "hopper": {"core"},
+    "direct": {"core"},
+    "tiled": {"core"},
+    "grad": {"core"},
+    "exp_matmul": {"core", "hopper", "tiled", "grad"},
+}
+ENTRY_FAMILIES = {"direct", "tiled", "grad", "exp_matmul"}  # what a strategy may name as its entry header
+ENTRY = re.compile(r'"([a-z_0-9]+)/([a-z_0-9]+\.cuh)"')
 # Which stages each stage's files may include from (its own always).
 ALLOWED = {
     "include": {"include"},
     "support": {"include"},
-    "templates": set(),  # device code: other templates only
+    "templates": set(),  # device code: other templates only, by the levels of DEVICE
     "generator": {"include", "support", "templates"},
     "cache": {"include", "support"},
     "reference": {"include", "support"},
@@ -72,7 +89,20 @@ def stage_of(rel):
             return TUNER if parts[1] == "tuner" and len(parts) == 3 else None
         stem = os.path.splitext(parts[1])[0]
         return next((stage for stage, stems in RUNTIME_STAGES.items() if stem in stems), None)
+    if parts[0] == "templates":
+        return "templates:" + parts[1] if len(parts) == 3 and parts[1] in DEVICE else None
     return parts[0] if parts[0] in ALLOWED else None
+
+
+def allowed_for(stage):
+    if stage.startswith("templates:"):
+        return {"templates:" + level for level in DEVICE[stage.split(":", 1)[1]]}
+    return ALLOWED[stage]
+
+
+def sees(allowed, target):
+    """Whether a stage that sees `allowed` may include a file of stage `target` (host stages see every template)."""
+    return target in allowed or (target.startswith("templates:") and "templates" in allowed)
 
 
 def included_path(include, here):
@@ -86,6 +116,8 @@ def included_path(include, here):
 
 
 def describe(stage):
+    if stage.startswith("templates:"):
+        return "templates/" + stage.split(":", 1)[1] + "/"
     return stage.replace("runtime:", "runtime's ") if stage.startswith("runtime:") else stage + "/"
 
 
@@ -100,10 +132,10 @@ def check(root):
                 rel = os.path.relpath(path, root).replace(os.sep, "/")
                 stage = stage_of(rel)
                 if stage is None:
-                    problems.append(f"{rel}:1: belongs to no stage (add it to RUNTIME_STAGES or PUBLIC_LEVELS in "
-                                    f"tests/layers/check_layers.py, and to docs/architecture.md)")
+                    problems.append(f"{rel}:1: belongs to no stage (add it to RUNTIME_STAGES, PUBLIC_LEVELS or "
+                                    f"DEVICE in tests/layers/check_layers.py, and to docs/architecture.md)")
                     continue
-                allowed = ALLOWED[stage]
+                allowed = allowed_for(stage)
                 with open(path, encoding="utf-8") as f:
                     lines = f.read().split("\n")
                 for number, line in enumerate(lines, 1):
@@ -114,10 +146,20 @@ def check(root):
                         if target is None:
                             problems.append(f"{rel}:{number}: {describe(stage)} includes {m.group(1)}, which "
                                             f"belongs to no stage")
-                        elif target != stage and target not in allowed:
+                        elif target != stage and not sees(allowed, target):
                             seen = ", ".join(describe(s) for s in sorted(allowed)) or "none"
                             problems.append(f"{rel}:{number}: {describe(stage)} includes {m.group(1)} from "
                                             f"{describe(target)}, a stage it may not see (it sees: {seen})")
+                        elif stage.startswith("templates:") and not os.path.isfile(os.path.join(root, target_path)):
+                            problems.append(f"{rel}:{number}: includes {m.group(1)}, which is no template")
+                    if stage == "generator" and not m:
+                        for e in ENTRY.finditer(line.split("//", 1)[0]):
+                            if e.group(1) not in ENTRY_FAMILIES:
+                                problems.append(f"{rel}:{number}: names {e.group(0)} as an entry header: entry "
+                                                f"headers are a family's ({', '.join(sorted(ENTRY_FAMILIES))})")
+                            elif not os.path.isfile(os.path.join(root, "templates", e.group(1), e.group(2))):
+                                problems.append(f"{rel}:{number}: names {e.group(0)} as an entry header, which is "
+                                                f"no template")
                     if stage == "generator":
                         code = line.split("//", 1)[0]
                         hit = IMPURE.search(code)
@@ -136,7 +178,18 @@ def self_test():
         "generator/log.cpp": 'void g() { log_message(LogLevel::warn, "x"); }\n',
         "reference/bad.cpp": '#include "generator/emit_source.hpp"\n',
         "support/bad.hpp": '#include "runtime/jit.hpp"\n',
-        "templates/bad.cuh": '#include "support/layout.hpp"\n',
+        "templates/bad.cuh": '#include "core/params.cuh"\n',  # a template in no level
+        "templates/tiled/host.cuh": '#include "support/layout.hpp"\n',
+        # the device code's levels: core beneath the families, families side by side, exp_matmul above them
+        "templates/core/up.cuh": '#include "tiled/tiled.cuh"\n',
+        "templates/hopper/up.cuh": '#include "grad/backward.cuh"\n',
+        "templates/direct/side.cuh": '#include "tiled/tiled.cuh"\n',
+        "templates/tiled/up.cuh": '#include "exp_matmul/prepare.cuh"\n',
+        "templates/grad/missing.cuh": '#include "core/absent.cuh"\n',
+        "templates/odd/file.cuh": '#include "core/params.cuh"\n',
+        # a strategy's entry header: a family's, and one that exists
+        "generator/strategies/core_entry.cpp": 'Rendering r{{"core/dtypes.cuh"}, "BmmParams", {}};\n',
+        "generator/strategies/absent_entry.cpp": 'return {{"tiled/absent.cuh"}, "BmmParams", {e}};\n',
         # runtime's inner stages: the engine sees neither the tuner nor the plan, the tuner not the plan
         "runtime/launch.cpp": '#include "runtime/autotune.hpp"\n',
         "runtime/jit.cpp": '#include "runtime/tuner/choose.hpp"\n',
@@ -157,6 +210,15 @@ def self_test():
         "runtime/plan.cpp": '#include "runtime/unlisted.hpp"\n',
     }
     clean = {
+        "templates/core/params.cuh": "",
+        "templates/core/dtypes.cuh": '#include "core/params.cuh"\n',
+        "templates/tiled/tiled.cuh": '#include "core/dtypes.cuh"\n',
+        "templates/grad/backward.cuh": '#include "core/params.cuh"\n',
+        "templates/hopper/wgmma.cuh": '#include "core/dtypes.cuh"\n',
+        "templates/exp_matmul/prepare.cuh": '#include "core/params.cuh"\n#include "tiled/tiled.cuh"\n'
+                                            '#include "grad/backward.cuh"\n#include "hopper/wgmma.cuh"\n',
+        "generator/strategies/tiled.cpp": '// the entry (templates/tiled/tiled.cuh)\n#include "templates/core/params.cuh"\n'
+                                          'return {{tiled_header(s), "tiled/tiled.cuh", "exp_matmul/prepare.cuh"}};\n',
         "generator/fine.cpp": '#include "support/layout.hpp"\n#include "templates/core/params.cuh"\n'
                               '#include "jitbmm/kernel_spec.hpp"\n// getenv in a comment\n',
         "runtime/c_api.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
@@ -200,8 +262,8 @@ def main():
     if problems:
         print(f"{len(problems)} layering defect(s)")
         return 1
-    print("layers: every include points down, runtime's engine < tuner < plan, each public header at its level; "
-          "generator/ is pure")
+    print("layers: every include points down, runtime's engine < tuner < plan, each public header at its level, "
+          "templates' core < families < exp_matmul and the entry headers a family's; generator/ is pure")
     return 0
 
 
