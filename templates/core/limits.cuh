@@ -6,7 +6,8 @@ namespace jb {
 
 // The shared memory a block gets without opting in, on every architecture: it bounds static (__shared__) memory
 // outright, and dynamic shared memory beyond it must be opted in per kernel
-// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to the device's own limit.
-constexpr int kMaxStaticSharedBytes = 48 * 1024;
+// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to the device's own limit. An enumerator, not a constexpr
+// variable: NVRTC would emit that as a global variable in every module.
+enum : int { kMaxStaticSharedBytes = 48 * 1024 };
 
 } // namespace jb

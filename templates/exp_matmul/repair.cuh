@@ -46,22 +46,15 @@ em_repair_one(const BmmParams& p, typename EmRepairGeometry<In, BM, BN, BK, TM, 
          slice.finish(p)) {
       slice.start(p);
 #pragma unroll 4
-      for (int k = 0; k < BK; ++k) {
-        T fa[TM], fb[TN];
-        G::row_frag(sm, slice.buf, k, fa);
-        G::col_frag(sm, slice.buf, k, fb);
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-          for (int c = 0; c < TN; ++c) {
-            // Padding is −inf on both sides: a −inf term, which neither sweep counts.
-            const T term = fa[r] + fb[c];
-            if (sweep == 0)
-              m[r][c] = R::max(m[r][c], term);
-            else
-              s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
-          }
-      }
+      for (int k = 0; k < BK; ++k)
+        G::for_each_term(sm, slice.buf, k, [&](int r, int c, T a, T b) {
+          // Padding is −inf on both sides: a −inf term, which neither sweep counts.
+          const T term = a + b;
+          if (sweep == 0)
+            m[r][c] = R::max(m[r][c], term);
+          else
+            s[r][c] += R::exp2((term - m[r][c]) * kLog2e);
+        });
     }
   }
   const I r0 = t.m0 + (threadIdx.x / (BN / TN)) * TM, c0 = t.n0 + (threadIdx.x % (BN / TN)) * TN;

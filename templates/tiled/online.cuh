@@ -104,15 +104,10 @@ __device__ __forceinline__ void tiled_online_kernel(const BmmParams p) {
 #pragma unroll
         for (int c = 0; c < TN; ++c) sl[r][c] = 0.f;
 #pragma unroll 1
-      for (int k = 0; k < BK; ++k) {
-        T fa[TM], fb[TN];
-        G::row_frag(sm, slice.buf, k, fa);
-        G::col_frag(sm, slice.buf, k, fb);
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-          for (int c = 0; c < TN; ++c) sl[r][c] += ex2_approx(__fmul_rn(fa[r] + fb[c], kLog2e) - m[r][c]);
-      }
+      for (int k = 0; k < BK; ++k)
+        G::for_each_term(sm, slice.buf, k, [&](int r, int c, T a, T b) {
+          sl[r][c] += ex2_approx(__fmul_rn(a + b, kLog2e) - m[r][c]);
+        });
       // Taken as they are, or the slice redone exactly (see the top of the file); then s back to [1, 2).
 #pragma unroll
       for (int r = 0; r < TM; ++r)

@@ -329,6 +329,16 @@ template <class T, int BM, int BN, int BK, int TM, int TN, int CHUNK = 16> struc
 #pragma unroll
     for (int c = 0; c < TN; ++c) fb[c] = sm.b[buf][k][c0 + c];
   }
+  // f(r, c, a, b) for each of this thread's TM × TN terms at slice position k: the kernels' term loops.
+  template <class F> static __device__ __forceinline__ void for_each_term(const Smem& sm, int buf, int k, F&& f) {
+    T fa[TM], fb[TN];
+    row_frag(sm, buf, k, fa);
+    col_frag(sm, buf, k, fb);
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) f(r, c, fa[r], fb[c]);
+  }
 };
 
 // Which tile, batch and K range this block works on. Returns false when blockIdx.z has no work.
@@ -437,15 +447,10 @@ template <bool CLEAN, class P, class G, int TM, int TN, class I>
 __device__ __forceinline__ void tile_terms(const typename G::Smem& sm, int buf, I k0, typename P::Acc (&acc)[TM][TN]) {
   typedef typename G::Value T;
 #pragma unroll(P::kUnroll)
-  for (int k = 0; k < G::kSliceK; ++k) {
-    T fa[TM], fb[TN];
-    G::row_frag(sm, buf, k, fa);
-    G::col_frag(sm, buf, k, fb);
-#pragma unroll
-    for (int r = 0; r < TM; ++r)
-#pragma unroll
-      for (int c = 0; c < TN; ++c) TermUpdate<CLEAN>::template run<P>(acc[r][c], fa[r], fb[c], (int)(k0 + k));
-  }
+  for (int k = 0; k < G::kSliceK; ++k)
+    G::for_each_term(sm, buf, k, [&](int r, int c, T a, T b) {
+      TermUpdate<CLEAN>::template run<P>(acc[r][c], a, b, (int)(k0 + k));
+    });
 }
 
 // Where a finished value goes: the output (converted to Out), or, under split-K, the workspace in the
