@@ -321,8 +321,17 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
     for (; slice.valid(); slice.finish(p)) {
       slice.start(p);
 #pragma unroll
-      for (int k = 0; k < BK; ++k)
-        G::for_each_term(sm, slice.buf, k, [&](int r, int c, T a, T b) { s[r][c] = fma(a, b, s[r][c]); });
+      // Written out rather than through G::for_each_term, which numbers the PTX's registers otherwise and so moves
+      // ptxas's allocation.
+      for (int k = 0; k < BK; ++k) {
+        T fa[TM], fb[TN];
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) s[r][c] = fma(fa[r], fb[c], s[r][c]);
+      }
     }
     // Each output's row and column read where it is finished (up to 64 outputs a thread leave no registers to hold
     // them all, as the tensor-core forms do).

@@ -149,8 +149,17 @@ __device__ __forceinline__ void tiled_log_kernel(const BmmParams p) {
       }
       // Pass 2: the terms, 2^(a' + b') each, a' and b' already scaled and shifted in shared memory.
 #pragma unroll 1
-      for (int k = 0; k < BK; ++k)
-        G::for_each_term(sm, slice.buf, k, [&](int r, int c, T a, T b) { s[r][c] += ex2_approx(a + b); });
+      // Written out rather than through G::for_each_term: the same PTX with its registers numbered otherwise, which
+      // ptxas schedules differently in this, the default kernel.
+      for (int k = 0; k < BK; ++k) {
+        T fa[TM], fb[TN];
+        G::row_frag(sm, slice.buf, k, fa);
+        G::col_frag(sm, slice.buf, k, fb);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int c = 0; c < TN; ++c) s[r][c] += ex2_approx(fa[r] + fb[c]);
+      }
     }
 #pragma unroll
     for (int r = 0; r < TM; ++r)
