@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cache/disk_cache.hpp"
+#include "jitbmm/chain.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
@@ -24,6 +25,11 @@
 
 struct jitbmm_plan {
   jitbmm::SemiringBMM plan;
+};
+
+struct jitbmm_chain_plan {
+  jitbmm::ChainPlan plan;
+  std::string kernel_name; // what jitbmm_chain_plan_kernel_name points into
 };
 
 namespace {
@@ -121,6 +127,20 @@ jitbmm::Problem to_problem(const jitbmm_problem* c) {
   p.with_argmax = c->with_argmax != 0;
   if (c->precision) p.precision = jitbmm::parse_precision(c->precision);
   jitbmm::validate(p);
+  return p;
+}
+
+jitbmm::ChainProblem to_chain_problem(const jitbmm_chain_problem* c) {
+  require(c, "problem");
+  require(c->semiring, "problem.semiring");
+  require(c->dtype, "problem.dtype");
+  jitbmm::ChainProblem p;
+  p.semiring = jitbmm::parse_semiring(c->semiring);
+  p.dtype = jitbmm::parse_dtype(c->dtype);
+  p.B = c->B, p.T = c->T, p.C = c->C;
+  for (int i = 0; i < 4; ++i) p.strides[i] = c->strides[i];
+  p.with_lengths = c->with_lengths != 0;
+  jitbmm::check_chain_problem(p);
   return p;
 }
 
@@ -279,6 +299,62 @@ jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name
 }
 
 void jitbmm_plan_destroy(jitbmm_plan* plan) { delete plan; }
+
+jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    const jitbmm::ChainProblem p = to_chain_problem(problem);
+    const jitbmm::ChainPlan chain = jitbmm::ChainPlan::get(p);
+    *plan = new jitbmm_chain_plan{chain, chain.kernel_name()};
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.saved_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.workspace_bytes(with_path != 0);
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                    void* score, void* saved, void* alpha, int32_t* path, void* workspace,
+                                    size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(potentials, lengths, score, saved, alpha, path, static_cast<jitbmm::Stream>(stream),
+               jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                         const void* saved, const int32_t* path, const void* grad_score,
+                                         void* grad_potentials, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(potentials, lengths, saved, path, grad_score, grad_potentials,
+                        static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(name, "name");
+    *name = plan->kernel_name.c_str();
+  });
+}
+
+void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
 
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
                                int32_t* argmax) {

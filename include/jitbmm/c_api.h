@@ -103,6 +103,41 @@ jitbmm_status jitbmm_release_pool_memory(void);
 jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name); /* valid while the plan lives */
 void jitbmm_plan_destroy(jitbmm_plan* plan);
 
+/* Chains (ChainPlan in chain.hpp; docs/chains.md): the forward algorithm of a linear-chain CRF over B sequences of
+ * T positions and C states in fused kernels. potentials[b][t][c][p] (t < T - 1) scores the edge from state p at
+ * position t to state c at t + 1: torch-struct's LinearChainCRF layout. */
+typedef struct {
+  const char* semiring; /* "log" (log-partition) or "max_plus" (Viterbi) */
+  const char* dtype;    /* "f32" or "f64" */
+  int64_t B, T, C;      /* B >= 0, T >= 1, 1 <= C <= 1024 */
+  int64_t strides[4];   /* b, t, c, p of potentials in elements; all 0: contiguous [B][T - 1][C][C] */
+  int with_lengths;     /* the calls get int64 lengths[B] on the device, each in [1, T] (else NULL) */
+} jitbmm_chain_problem;
+
+typedef struct jitbmm_chain_plan jitbmm_chain_plan;
+
+/* A chain plan for the device current on this thread (it tunes nothing, so needs no stream). */
+jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan);
+/* The bytes of a run's `saved` (what the log backward reads; 0 for max_plus, whose backward reads the path), and the
+ * scratch bytes one run takes (max_plus with a path keeps a back-pointer per (b, t, c)). */
+jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes);
+/* The forward on `stream`: score[B] in the problem's dtype. Optional (NULL to skip): saved (saved_bytes, 256-byte
+ * aligned) for the backward; alpha[B][T][C] in the dtype, the forward messages; path[B][T] (max_plus), the best
+ * path's states (ties: the smallest state; -1 past a sequence's length). The workspace as for
+ * jitbmm_plan_run_with_workspace (NULL with 0 bytes: jitbmm's own pool). */
+jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                    void* score, void* saved, void* alpha, int32_t* path, void* workspace,
+                                    size_t workspace_bytes, void* stream);
+/* grad_potentials (contiguous [B][T - 1][C][C]) = grad_score[b] times the derivative of score[b]: log reads the
+ * forward's saved (edge marginals), max_plus its path (the path's edge indicator). Asynchronous on `stream`. */
+jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                         const void* saved, const int32_t* path, const void* grad_score,
+                                         void* grad_potentials, void* stream);
+/* The forward's and backward's kernel names; valid while the plan lives. */
+jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name);
+void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
