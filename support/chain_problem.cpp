@@ -1,0 +1,88 @@
+// Validation of ChainProblem and its potentials' strides: the checks every chain entry point runs first.
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "jitbmm/chain.hpp"
+#include "support/checked_size.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& field, const std::string& what) {
+  throw std::invalid_argument("chain." + field + ": " + what);
+}
+
+// A [B][dims...] array of `bytes`-byte elements must fit in kMaxOperandBytes. B = 0 is sized as 1: the contiguous
+// batch stride of an empty batch must still fit.
+void check_holds(const char* field, const char* letters, int64_t B, std::initializer_list<int64_t> dims, int bytes) {
+  std::optional<int64_t> elements = B == 0 ? 1 : B;
+  std::string values = std::to_string(B);
+  for (int64_t d : dims) {
+    values += "*" + std::to_string(d);
+    if (elements) elements = try_product({*elements, d});
+  }
+  if (!elements || *elements > kMaxOperandBytes / bytes)
+    fail(field, std::string(letters) + " = " + values + " elements of " + std::to_string(bytes) +
+                    " bytes: more than 2^62 bytes");
+}
+
+} // namespace
+
+void check_chain_problem(const ChainProblem& p) {
+  if (p.semiring != Semiring::log && p.semiring != Semiring::max_plus) {
+    const int s = static_cast<int>(p.semiring);
+    fail("semiring", (s >= 0 && s < semiring_count() ? std::string("'") + semiring_info(p.semiring).name + "'"
+                                                     : "enum value " + std::to_string(s)) +
+                         " is not supported (expected log or max_plus)");
+  }
+  if (p.dtype != DType::f32 && p.dtype != DType::f64) {
+    const int d = static_cast<int>(p.dtype);
+    fail("dtype", (d >= 0 && d < dtype_count() ? std::string("'") + dtype_info(p.dtype).name + "'"
+                                               : "enum value " + std::to_string(d)) +
+                      " is not supported (expected f32 or f64)");
+  }
+  if (p.B < 0) fail("B", "must be at least 0 (got " + std::to_string(p.B) + ")");
+  if (p.T < 1) fail("T", "must be at least 1 (got " + std::to_string(p.T) + ")");
+  if (p.C < 1 || p.C > kMaxChainStates)
+    fail("C", "must be in [1, " + std::to_string(kMaxChainStates) + "] (got " + std::to_string(p.C) + ")");
+  for (int i = 0; i < 4; ++i)
+    if (p.strides[i] < 0)
+      fail("strides[" + std::to_string(i) + "]", "must be non-negative (got " + std::to_string(p.strides[i]) + ")");
+  // Sizes before strides: the contiguous strides are products of sizes. What the calls write is contiguous: alpha
+  // [B][T][C] (path [B][T] int32 is no larger) and grad_potentials [B][T − 1][C][C], which is also the contiguous
+  // potentials.
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_holds("alpha", "B*T*C", p.B, {p.T, p.C}, bytes);
+  check_holds("potentials", "B*(T-1)*C*C", p.B, {p.T - 1, p.C, p.C}, bytes);
+  if (p.B == 0 || p.T == 1) return; // no potential is read, whatever the strides
+  int64_t st[4];
+  chain_strides(p, st);
+  const int64_t extents[4] = {p.B, p.T - 1, p.C, p.C};
+  int64_t last = 0, part = 0, span = 0;
+  bool fits = true;
+  for (int i = 0; i < 4; ++i)
+    fits = fits && !__builtin_mul_overflow(extents[i] - 1, st[i], &part) && !__builtin_add_overflow(last, part, &last);
+  if (!fits || last >= kMaxOperandBytes || __builtin_mul_overflow(last + 1, int64_t(bytes), &span) ||
+      span > kMaxOperandBytes)
+    fail("potentials", "addresses more than 2^62 bytes (strides " + std::to_string(st[0]) + ", " +
+                           std::to_string(st[1]) + ", " + std::to_string(st[2]) + ", " + std::to_string(st[3]) +
+                           " over B*(T-1)*C*C = " + std::to_string(p.B) + "*" + std::to_string(p.T - 1) + "*" +
+                           std::to_string(p.C) + "*" + std::to_string(p.C) + ")");
+}
+
+void chain_strides(const ChainProblem& p, int64_t out[4]) {
+  const int64_t* s = p.strides;
+  if (s[0] != 0 || s[1] != 0 || s[2] != 0 || s[3] != 0) {
+    for (int i = 0; i < 4; ++i) out[i] = s[i];
+    return;
+  }
+  out[3] = 1;
+  out[2] = p.C;
+  out[1] = checked_mul(p.C, p.C, "chain.C");
+  out[0] = checked_mul(p.T - 1, out[1], "chain.T");
+}
+
+} // namespace jitbmm
