@@ -86,6 +86,12 @@ class _CProblem(ctypes.Structure):
                 ("out_strides", ctypes.c_int64 * 3), ("with_argmax", ctypes.c_int), ("precision", ctypes.c_char_p)]
 
 
+class _CChainProblem(ctypes.Structure):
+    _fields_ = [("semiring", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("B", ctypes.c_int64),
+                ("T", ctypes.c_int64), ("C", ctypes.c_int64), ("strides", ctypes.c_int64 * 4),
+                ("with_lengths", ctypes.c_int)]
+
+
 def _declare(lib):
     status = ctypes.c_int
     lib.jitbmm_version.restype = ctypes.c_char_p
@@ -119,6 +125,21 @@ def _declare(lib):
     lib.jitbmm_import_choices.restype = status
     lib.jitbmm_cache_dir.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_cache_dir.restype = status
+    # Chains (jitbmm.torch.chain_log_partition, chain_viterbi): every pointer a c_void_p.
+    lib.jitbmm_chain_plan_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_chain_plan_create.restype = status
+    lib.jitbmm_chain_plan_saved_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_plan_saved_bytes.restype = status
+    lib.jitbmm_chain_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_plan_workspace_bytes.restype = status
+    lib.jitbmm_chain_plan_run.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_plan_run.restype = status
+    lib.jitbmm_chain_plan_backward.argtypes = [ctypes.c_void_p] * 8
+    lib.jitbmm_chain_plan_backward.restype = status
+    lib.jitbmm_chain_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
+    lib.jitbmm_chain_plan_kernel_name.restype = status
+    lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_chain_plan_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
         getattr(lib, "jitbmm_" + name).argtypes = []
         getattr(lib, "jitbmm_" + name).restype = restype
