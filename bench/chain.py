@@ -1,0 +1,180 @@
+"""Linear-chain CRFs: jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition, chain_viterbi) against
+torch-struct's LinearChainCRF with its own semiring products, the same with jitbmm's (jitbmm.torch_struct.patch), and
+a loop of one jitbmm.torch.logbmm a step.
+
+    python3 bench/chain.py [--shapes 32,128,32;...] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
+
+For each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the log-partition's
+forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm) against
+torch-struct's argmax (with jitbmm's products). Each figure is the median of --reps CUDA-event times after three
+warm-up calls, and the peak device memory the call adds (torch.cuda.max_memory_allocated over what was allocated
+before it); a peer that runs out of memory shows OOM. terms/s = B·(T − 1)·C² / time, for the fused chain."""
+
+import argparse
+import contextlib
+import gc
+import importlib.metadata
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+import jitbmm  # noqa: E402
+import jitbmm.torch as jt  # noqa: E402
+
+try:
+    import torch_struct
+    import jitbmm.torch_struct as jts
+except Exception:  # not installed, or incompatible with this torch: its peers are left out
+    torch_struct = jts = None
+
+DEFAULT_SHAPES = "32,128,32;32,512,64;8,1024,128;16,256,256"
+LONG_T = (1024, 2048, 4096)  # at B = 16, C = --long-c
+DTYPES = {"f32": torch.float32, "f64": torch.float64}
+PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",)}
+
+
+def measure(fn, reps):
+    """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""
+    try:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times), (torch.cuda.max_memory_allocated() - base) / 2**20
+    except (torch.OutOfMemoryError, jitbmm.CudaError) as e:
+        if isinstance(e, jitbmm.CudaError) and "OUT_OF_MEMORY" not in str(e):
+            raise
+        return None
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def logbmm_loop(pot):
+    """The forward algorithm as one product a step: alpha [B, 1, C] times pot[:, t] transposed (rows p, columns c)."""
+    alpha = pot.new_zeros(pot.shape[0], 1, pot.shape[-1])
+    for t in range(pot.shape[1]):
+        alpha = jt.logbmm(alpha, pot[:, t].transpose(-1, -2))
+    return alpha.logsumexp(-1).squeeze(-1)
+
+
+def torch_struct_partition(pot):
+    return torch_struct.LinearChainCRF(pot).partition
+
+
+def torch_struct_argmax(pot):
+    return torch_struct.LinearChainCRF(pot).argmax
+
+
+# The peers: (name, the function of potentials, a context it runs in). torch-struct's semirings are patched only
+# while "torch-struct + jitbmm" runs, and restored after.
+def log_peers():
+    peers = [("jitbmm chain", jt.chain_log_partition, contextlib.nullcontext)]
+    if torch_struct is not None:
+        peers += [("torch-struct", torch_struct_partition, contextlib.nullcontext),
+                  ("torch-struct + jitbmm", torch_struct_partition, jts.patched)]
+    return peers + [("logbmm loop", logbmm_loop, contextlib.nullcontext)]
+
+
+def viterbi_peers():
+    peers = [("jitbmm chain", jt.chain_viterbi, contextlib.nullcontext)]
+    if torch_struct is not None:
+        peers.append(("torch-struct + jitbmm", torch_struct_argmax, jts.patched))
+    return peers
+
+
+def forward_only(fn, pot):
+    def run():
+        with torch.no_grad():
+            fn(pot)
+    return run
+
+
+def forward_backward(fn, pot):
+    def run():
+        p = pot.detach().requires_grad_(True)
+        torch.autograd.grad(fn(p).sum(), p)
+    return run
+
+
+def viterbi(fn, pot):
+    def run():
+        fn(pot.detach().requires_grad_(True))  # torch-struct's argmax is a gradient: it needs one
+    return run
+
+
+def cell(result):
+    return f"{'OOM':>9} {'':>9}" if result is None else f"{result[0]:9.3f} {result[1]:9.1f}"
+
+
+def main():
+    warnings.filterwarnings("ignore", message=".*arg_constraints.*")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,T,C;B,T,C;...")
+    ap.add_argument("--long-c", type=int, default=64, help="C of the long sequences (B = 16, T up to 4096); 0: none")
+    ap.add_argument("--dtype", choices=DTYPES, default="f32")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/chain.py: needs a CUDA GPU")
+    shapes = [tuple(map(int, s.split(","))) for s in args.shapes.split(";") if s]
+    shapes += [(16, T, args.long_c) for T in LONG_T if args.long_c]
+    dtype = DTYPES[args.dtype]
+    versions = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "jitbmm": jitbmm.version(),
+                "torch_struct": importlib.metadata.version("torch-struct") if torch_struct else None}
+    print(f"{versions['gpu']} | torch {versions['torch']} | torch-struct {versions['torch_struct'] or 'absent'} | "
+          f"jitbmm {versions['jitbmm']} | {args.dtype}, median of {args.reps}")
+    rows, summary = [], []
+    print(f"{'B':>4} {'T':>5} {'C':>4} {'task':<8} {'peer':<22} {'fwd ms':>9} {'fwd MiB':>9} {'f+b ms':>9} "
+          f"{'f+b MiB':>9} {'Gterms/s (fwd, f+b)'}")
+    for B, T, C in shapes:
+        torch.manual_seed(0)
+        pot = torch.randn(B, T - 1, C, C, device="cuda", dtype=dtype)
+        terms = B * (T - 1) * C * C
+        best = {}
+        tasks = [("log", peer, (forward_only(fn, pot), forward_backward(fn, pot)), ctx)
+                 for peer, fn, ctx in log_peers()]
+        tasks += [("viterbi", peer, (viterbi(fn, pot),), ctx) for peer, fn, ctx in viterbi_peers()]
+        for task, peer, runs, ctx in tasks:
+            with ctx():
+                results = [measure(run, args.reps) for run in runs]
+            fused = peer == "jitbmm chain"
+            for name, r in zip(PASSES[task], results):
+                rows.append({"B": B, "T": T, "C": C, "task": task, "peer": peer, "pass": name, "ms": r and r[0],
+                             "peak_mib": r and r[1], "terms_per_s": terms / r[0] * 1e3 if fused and r else None})
+            if task == "log":
+                best[peer] = results[1] and results[1][0]
+            rate = " ".join(f"{terms / r[0] / 1e6:8.2f}" if r else f"{'-':>8}" for r in results) if fused else ""
+            print(f"{B:>4} {T:>5} {C:>4} {task:<8} {peer:<22} {' '.join(cell(r) for r in results):<39} {rate}")
+        peers = {k: v for k, v in best.items() if k != "jitbmm chain" and v}
+        fastest = min(peers, key=peers.get) if peers else None
+        summary.append((B, T, C, best.get("jitbmm chain"), fastest, peers.get(fastest)))
+        del pot
+    print(f"\nlog-partition forward + backward\n{'B':>4} {'T':>5} {'C':>4} {'jitbmm chain ms':>16} "
+          f"{'fastest other':<22} {'its ms':>9} {'speed-up':>9}")
+    for B, T, C, ours, name, theirs in summary:
+        ours_text = f"{ours:16.3f}" if ours else f"{'OOM':>16}"
+        speedup = f"{theirs / ours:9.1f}" if ours and theirs else f"{'-':>9}"
+        print(f"{B:>4} {T:>5} {C:>4} {ours_text} {name or '(all OOM)':<22} "
+              f"{f'{theirs:9.3f}' if theirs else '-':>9} {speedup}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
