@@ -1,6 +1,7 @@
 // A fuzz of the C ABI (include/jitbmm/c_api.h): random problems, most of them hostile, through plan creation, launch,
-// backward, kernel name and the CPU reference. Each call must return a status (never crash, hang, or let an exception
-// out: that aborts), every failure must carry a message, and no plan may be made for a problem no device could hold.
+// backward, kernel name and the CPU reference, and random chain problems through the chain plans' calls. Each call
+// must return a status (never crash, hang, or let an exception out: that aborts), every failure must carry a message,
+// and no plan may be made for a problem no device could hold.
 // Run it with $JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (plans are made, launches do nothing) or a missing library
 // (every plan fails with JITBMM_NO_DRIVER after validation); tests/fake_driver/CMakeLists.txt runs both.
 //
@@ -168,17 +169,28 @@ std::string describe(const jitbmm_problem& p) {
   return line;
 }
 
+std::string describe(const jitbmm_chain_problem& p) {
+  char line[600];
+  std::snprintf(line, sizeof line,
+                "chain semiring=%s dtype=%s B=%" PRId64 " T=%" PRId64 " C=%" PRId64 " strides=%" PRId64 ",%" PRId64
+                ",%" PRId64 ",%" PRId64 " with_lengths=%d",
+                text(p.semiring).c_str(), text(p.dtype).c_str(), p.B, p.T, p.C, p.strides[0], p.strides[1],
+                p.strides[2], p.strides[3], p.with_lengths);
+  return line;
+}
+
 struct Findings {
   std::vector<std::string> lines;
   long calls = 0, ok = 0, plans = 0, unaddressable = 0;
   std::string first_unaddressable;
-  void add(uint64_t seed, const std::string& what, const jitbmm_problem& p) {
+  template <class Problem> void add(uint64_t seed, const std::string& what, const Problem& p) {
     if (lines.size() < 200) lines.push_back("seed " + std::to_string(seed) + ": " + what + "\n    " + describe(p));
   }
 };
 
 // Every status is a known one, and every failure carries a message.
-bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const jitbmm_problem& p) {
+template <class Problem>
+bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const Problem& p) {
   ++f.calls;
   if (s < JITBMM_OK || s > JITBMM_NO_NVRTC) {
     f.add(seed, std::string(call) + " returned unknown status " + std::to_string(int(s)), p);
@@ -282,6 +294,70 @@ void run_case(uint64_t seed, Findings& f) {
   }
 }
 
+// A chain problem (jitbmm_chain_problem) through create, the byte counts, run, backward, kernel name and destroy.
+// Valid state counts are few, since each compiles a module; the other sizes and the strides come from the edges.
+void run_chain_case(uint64_t seed, Findings& f) {
+  Fuzzer z(seed ^ 0x636861696eull); // "chain": a stream of its own, so the bmm case's draws stay as they were
+  jitbmm_chain_problem p{};
+  p.semiring = z.chance(0.85) ? (z.chance(0.5) ? "log" : "max_plus") : (z.chance(0.8) ? z.pick(kSemirings) : nullptr);
+  p.dtype = z.chance(0.85) ? (z.chance(0.5) ? "f32" : "f64") : (z.chance(0.8) ? z.pick(kDTypes) : nullptr);
+  const bool tame = z.chance(0.5);
+  p.B = tame ? static_cast<int64_t>(z.below(40)) : z.dim();
+  p.T = tame ? 1 + static_cast<int64_t>(z.below(70)) : z.dim();
+  p.C = z.chance(0.8) ? z.pick<int64_t>({1, 3, 33}) : z.pick<int64_t>({0, -1, 1025, 65536, kMax, kMin});
+  p.with_lengths = z.chance(0.5) ? 0 : z.chance(0.8) ? 1 : static_cast<int>(z.rng());
+  const int64_t steps = static_cast<int64_t>(static_cast<uint64_t>(p.T) - 1); // T - 1, wrapping as a caller's would
+  const int64_t nat[4] = {wrap_mul(wrap_mul(steps, p.C), p.C), wrap_mul(p.C, p.C), p.C, 1};
+  const bool keep = tame && z.chance(0.6);
+  for (int i = 0; i < 4; ++i) p.strides[i] = keep ? (z.chance(0.5) ? 0 : nat[i]) : z.stride(nat[i]);
+  const std::string desc = describe(p);
+  std::snprintf(g_case_text, sizeof g_case_text, "%s", desc.c_str());
+  if (std::getenv("JITBMM_FUZZ_TRACE")) std::fprintf(stderr, "chain case %" PRIu64 ": %s\n", seed, desc.c_str());
+
+  void* const device = reinterpret_cast<void*>(uintptr_t(1) << 40);
+  auto maybe = [&](double p_null) -> void* { return z.chance(p_null) ? nullptr : device; };
+  jitbmm_chain_plan* plan = nullptr;
+  const bool null_problem = z.chance(0.02), null_out = z.chance(0.02);
+  const jitbmm_status created = jitbmm_chain_plan_create(null_problem ? nullptr : &p, null_out ? nullptr : &plan);
+  if (!check_status(f, seed, "jitbmm_chain_plan_create", created, p)) {
+    if (plan) f.add(seed, "jitbmm_chain_plan_create failed but set the plan", p);
+    return;
+  }
+  if (null_problem || null_out) f.add(seed, "jitbmm_chain_plan_create succeeded with a null argument", p);
+  ++f.plans;
+  if (p.B < 0 || p.T < 1 || p.C < 1 || p.C > 1024) f.add(seed, "a chain plan was made with sizes out of range", p);
+  int64_t st[4];
+  for (int i = 0; i < 4; ++i)
+    st[i] = p.strides[0] || p.strides[1] || p.strides[2] || p.strides[3] ? p.strides[i] : nat[i];
+  const double span = p.B > 0 && p.T > 1 ? (double(p.B - 1) * double(st[0]) + double(p.T - 2) * double(st[1]) +
+                                            double(p.C - 1) * (double(st[2]) + double(st[3])) + 1) *
+                                               dtype_bytes(p.dtype)
+                                         : 0;
+  if (span > kLimitBytes)
+    f.add(seed, "a chain plan was made for potentials reaching " + std::to_string(span) + " bytes", p);
+  size_t bytes = 0;
+  check_status(f, seed, "jitbmm_chain_plan_saved_bytes", jitbmm_chain_plan_saved_bytes(plan, &bytes), p);
+  check_status(f, seed, "jitbmm_chain_plan_workspace_bytes",
+               jitbmm_chain_plan_workspace_bytes(plan, static_cast<int>(z.rng()), z.chance(0.1) ? nullptr : &bytes), p);
+  const char* name = nullptr;
+  check_status(f, seed, "jitbmm_chain_plan_kernel_name",
+               jitbmm_chain_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name), p);
+  const bool log = std::strcmp(p.semiring, "log") == 0;
+  auto* lengths = static_cast<const int64_t*>(maybe(p.with_lengths ? 0.1 : 0.9));
+  const jitbmm_status ran =
+      jitbmm_chain_plan_run(plan, maybe(0.05), lengths, maybe(0.05), maybe(log ? 0.3 : 0.9), maybe(0.7),
+                            static_cast<int32_t*>(maybe(log ? 0.9 : 0.4)), nullptr, 0, nullptr);
+  if (check_status(f, seed, "jitbmm_chain_plan_run", ran, p) && p.B > 0 &&
+      (p.with_lengths != 0) != (lengths != nullptr))
+    f.add(seed, "jitbmm_chain_plan_run accepted lengths that disagree with with_lengths", p);
+  check_status(f, seed, "jitbmm_chain_plan_backward",
+               jitbmm_chain_plan_backward(plan, maybe(0.05), lengths, maybe(log ? 0.1 : 0.9),
+                                          static_cast<int32_t*>(maybe(log ? 0.9 : 0.1)), maybe(0.05), maybe(0.05),
+                                          nullptr),
+               p);
+  jitbmm_chain_plan_destroy(plan);
+}
+
 } // namespace
 
 int main() {
@@ -311,6 +387,10 @@ int main() {
   if (jitbmm_plan_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) == JITBMM_OK)
     f.add(0, "jitbmm_plan_run accepted a null plan", none);
   jitbmm_plan_destroy(nullptr);
+  if (jitbmm_chain_plan_run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr) ==
+      JITBMM_OK)
+    f.add(0, "jitbmm_chain_plan_run accepted a null plan", none);
+  jitbmm_chain_plan_destroy(nullptr);
 
   const auto t0 = std::chrono::steady_clock::now();
   const long first = one_env && *one_env ? std::strtol(one_env, nullptr, 10) : 0;
@@ -318,6 +398,7 @@ int main() {
   for (long i = first; i < last; ++i) {
     ::alarm(120);
     run_case(base + static_cast<uint64_t>(i), f);
+    run_chain_case(base + static_cast<uint64_t>(i), f);
   }
   ::alarm(0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
