@@ -119,7 +119,7 @@ class ChainTest(unittest.TestCase):
         """float32 rounds every step of a chain; the scores' absolute error grows with the potentials and T."""
         if dtype == torch.float64:
             return dict(rtol=1e-9, atol=1e-9 * scale * T)
-        return dict(rtol=1e-5, atol=1e-5 + 2e-6 * scale * T)
+        return dict(rtol=2e-5, atol=1e-5 + 4e-6 * scale * T)
 
     def ours(self, fn, pot, lengths, weights):
         """(score, extra outputs, d(weights · score)/d potentials) of one of jitbmm's chain functions."""
@@ -319,8 +319,7 @@ class ChainOperatorTest(unittest.TestCase):
             score, path = self.jt.chain_viterbi(p, n)
             return self.jt.chain_log_partition(p, n).sum() + 0.5 * score.sum(), path
 
-        import torch._dynamo
-        torch._dynamo.reset()
+        torch.compiler.reset()
         want, want_path = step(pot, lengths)
         (want_grad,) = torch.autograd.grad(want, pot)
         compiled = torch.compile(step, fullgraph=True)
