@@ -591,14 +591,14 @@ def _address(t):
     return t.data_ptr() if t is not None else None
 
 
-def _chain_layout(potentials):
-    """(potentials, strides) for the library, whose all-zero strides mean contiguous: a tensor broadcast from one
-    element along every dimension is copied."""
+def _chain_layout(potentials, lengths):
+    """(potentials, lengths, potentials' strides) for the library: lengths contiguous; potentials as they are, but
+    for a tensor broadcast from one element along every dimension, copied (all-zero strides mean contiguous)."""
     strides = tuple(potentials.stride())
     if not any(strides) and potentials.numel() > 1:
         potentials = potentials.contiguous()
         strides = tuple(potentials.stride())
-    return potentials, strides
+    return potentials, lengths.contiguous() if lengths is not None else None, strides
 
 
 def _chain_for(semiring, potentials, strides, with_lengths):
@@ -616,7 +616,7 @@ def _chain_for(semiring, potentials, strides, with_lengths):
 
 def _chain_forward_impl(potentials: torch.Tensor, lengths: Optional[torch.Tensor], semiring: str,
                         keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    potentials, strides = _chain_layout(potentials)
+    potentials, lengths, strides = _chain_layout(potentials, lengths)
     return _chain_for(semiring, potentials, strides, lengths is not None).forward(potentials, lengths, semiring, keep)
 
 
@@ -631,7 +631,8 @@ def _(potentials, lengths, semiring, keep):
     elif not keep:
         aux = potentials.new_empty((0,), dtype=torch.uint8)
     elif all(isinstance(x, int) for x in (B, n, C)):  # the library's size for this problem
-        aux = potentials.new_empty((_chain_for(semiring, *_chain_layout(potentials), lengths is not None).saved,),
+        potentials, _, strides = _chain_layout(potentials, None)
+        aux = potentials.new_empty((_chain_for(semiring, potentials, strides, lengths is not None).saved,),
                                    dtype=torch.uint8)
     else:  # symbolic sizes: the saved bytes are known when the operator runs
         aux = potentials.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
@@ -640,7 +641,7 @@ def _(potentials, lengths, semiring, keep):
 
 def _chain_backward_impl(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux: torch.Tensor,
                          grad_score: torch.Tensor, semiring: str) -> torch.Tensor:
-    potentials, strides = _chain_layout(potentials)
+    potentials, lengths, strides = _chain_layout(potentials, lengths)
     chain = _chain_for(semiring, potentials, strides, lengths is not None)
     return chain.backward(potentials, lengths, aux, grad_score, semiring)
 

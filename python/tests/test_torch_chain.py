@@ -236,13 +236,14 @@ class ChainTest(unittest.TestCase):
                 torch.testing.assert_close(grad[keep].double(), want_grad, **self.tolerance(dtype, 1.0, 17))
 
     def test_strides(self):
-        # Any layout reads as its contiguous copy: transposed (c, p), every other step, a batch broadcast.
+        # Any layout reads as its contiguous copy: transposed (c, p), every other step, a batch broadcast; the
+        # lengths a strided view.
         base = self.potentials(4, 11, 9)
         layouts = {"transposed": base.transpose(2, 3).contiguous().transpose(2, 3),
                    "strided": self.potentials(4, 21, 9)[:, ::2],
                    "broadcast": base[:1].expand(4, -1, -1, -1),
                    "one element": base[:1, :1, :1, :1].expand(4, 10, 9, 9)}
-        lengths = torch.tensor([11, 3, 7, 1], device=self.dev)
+        lengths = torch.tensor([[11, 0], [3, 0], [7, 0], [1, 0]], device=self.dev)[:, 0]
         for name, pot in layouts.items():
             for fn in (self.jt.chain_log_partition, self.jt.chain_viterbi):
                 with self.subTest(layout=name, fn=fn.__name__):
