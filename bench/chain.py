@@ -2,7 +2,7 @@
 torch-struct's LinearChainCRF with its own semiring products, the same with jitbmm's (jitbmm.torch_struct.patch), and
 a loop of one jitbmm.torch.logbmm a step.
 
-    python3 bench/chain.py [--shapes 32,128,32;...] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
+    python3 bench/chain.py [--shapes "32,128,32;..."] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
 
 For each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the log-partition's
 forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm) against
