@@ -23,7 +23,6 @@ std::string_view template_text(std::string_view name) {
 
 namespace {
 
-constexpr const char* kNameSlot = "JITBMM_KERNEL_NAME";
 
 // The template a line #includes ("" if none). Templates include one another by their path under templates/.
 std::string_view included(std::string_view line) {
@@ -93,8 +92,9 @@ std::string readable_name(const KernelSpec& s) {
   return os.str();
 }
 
-// Replaces the name slot with the final name, derived from the hash of the source that still holds the slot.
-GeneratedKernel finish(const std::string& readable, std::string source) {
+} // namespace
+
+GeneratedKernel finish_kernel(const std::string& readable, std::string source) {
   GeneratedKernel k;
   k.name = readable + '_' + sha256_hex(source).substr(0, 8);
   for (std::size_t at = source.find(kNameSlot); at != std::string::npos; at = source.find(kNameSlot, at))
@@ -102,8 +102,6 @@ GeneratedKernel finish(const std::string& readable, std::string source) {
   k.source = std::move(source);
   return k;
 }
-
-} // namespace
 
 std::string inline_templates(const std::vector<const char*>& headers, const TemplateTexts& text_of) {
   std::ostringstream os;
@@ -134,7 +132,7 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
        << e.suffix << "(const jb::" << r.params << " p) {\n  " << e.call << "(p);\n}\n";
     entries.push_back(e.suffix);
   }
-  GeneratedKernel k = finish(readable_name(spec), os.str());
+  GeneratedKernel k = finish_kernel(readable_name(spec), os.str());
   k.entries = std::move(entries);
   k.arch_specific = arch_specific(spec);
   return k;
@@ -159,7 +157,7 @@ GeneratedKernel emit_probe(const std::string& readable, const std::string& what,
      << "  for (int c = 0; c < " << kExpProbeChains << "; ++c) s += x[c];\n"
      << "  if (s == 12345.f) sink[threadIdx.x] = s;\n"
      << "}\n";
-  return finish(readable, os.str());
+  return finish_kernel(readable, os.str());
 }
 
 } // namespace

@@ -19,6 +19,11 @@ struct GeneratedKernel {
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);
 
+// Where a source names its own kernel: finish_kernel replaces every occurrence with the final name, the readable
+// part then 8 hex of the SHA-256 of the source that still holds the slot (so the name follows every byte of it).
+constexpr const char* kNameSlot = "JITBMM_KERNEL_NAME";
+GeneratedKernel finish_kernel(const std::string& readable, std::string source);
+
 // The templates `headers` need (paths under templates/), each once and after every template it #includes, framed by
 // a comment naming it, without its include lines and include guard: what emit_kernel puts before the entry points.
 // `text_of` gives a template's text by its path (the embedded templates by default). std::logic_error on a cycle of

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 #include "support/checked_size.hpp"
 
@@ -99,8 +98,10 @@ public:
   }
 
   // The best path's states (max_plus), by following the back-pointers from the best last state.
+  // A sequence whose score is −inf has no path: −1 throughout.
   std::vector<int32_t> path() const {
-    std::vector<int32_t> states(static_cast<std::size_t>(L_));
+    std::vector<int32_t> states(static_cast<std::size_t>(L_), -1);
+    if (score_ == -std::numeric_limits<Real>::infinity()) return states;
     states[L_ - 1] = last_;
     for (int64_t t = L_ - 1; t > 0; --t) states[t - 1] = back_[t * C_ + states[t]];
     return states;
@@ -157,7 +158,7 @@ void backward_in(const ChainProblem& p, const void* potentials, const int64_t* l
     double* out = grad + b * steps * C * C; // [t][c][q]
     if (p.semiring == Semiring::max_plus) {
       const std::vector<int32_t> states = s.path();
-      for (int64_t t = 0; t + 1 < s.length(); ++t)
+      for (int64_t t = 0; t + 1 < s.length() && states[t] >= 0; ++t)
         out[(t * C + states[t + 1]) * C + states[t]] = static_cast<double>(g);
       continue;
     }

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "jitbmm/chain.hpp"
+#include "jitbmm/chain_problem.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm {

@@ -1,6 +1,8 @@
 // jitbmm: batched semiring matrix products with kernels generated, compiled (NVRTC) and loaded at run time.
 #pragma once
 
+#include "jitbmm/chain.hpp"
+#include "jitbmm/chain_problem.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/plan.hpp"

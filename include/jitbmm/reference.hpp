@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "jitbmm/chain_problem.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/types.hpp"
 
@@ -81,5 +82,16 @@ bool close(DType out_dtype, double got, const Element& expected, double toleranc
 double tolerance(DType dtype);
 // The tolerance of a problem's outputs: its output dtype's, or 2e-3 for the log semiring at Precision::fast.
 double tolerance(const Problem& problem);
+
+
+// The chain on the CPU, in double (long double for f64): the oracle of the chain tests. Inputs as ChainProblem
+// says (host memory; lengths may be null when the problem has none). score[B]; alpha[B][T][C] (may be null);
+// path[B][T] (max_plus, may be null; ties: smallest state; −1 past a length, and throughout for a sequence whose
+// score is −inf). Validates the problem.
+void chain_forward(const ChainProblem& problem, const void* potentials, const int64_t* lengths, double* score,
+                   double* alpha, int32_t* path);
+// grad_potentials[B][T − 1][C][C] for dL/dscore = grad_score[B], as ChainPlan::backward defines it.
+void chain_backward(const ChainProblem& problem, const void* potentials, const int64_t* lengths,
+                    const double* grad_score, double* grad_potentials);
 
 } // namespace jitbmm::reference

@@ -12,16 +12,17 @@ Every runtime file belongs to one of them: runtime/tuner/ to the tuner, the othe
 (a runtime file in no list is a defect, so a new file is placed on purpose).
 
 templates/ (device code) has levels of its own, one folder each: core/ beneath every family; hopper/ (sm_90a
-primitives) beneath the families that use tensor-core pipelines; the families direct/, tiled/, grad/ side by side;
-exp_matmul/ above tiled/, grad/ and hopper/. A template includes other templates by their path under templates/,
+primitives) beneath the families that use tensor-core pipelines; the families direct/, tiled/, grad/, chain/ side by
+side; exp_matmul/ above tiled/, grad/ and hopper/. A template includes other templates by their path under templates/,
 and the file must exist. The entry points the strategies name (a "family/name.cuh" string in generator/) are
 family headers, never core/ or hopper/. A template outside these folders is a defect.
 
 The public headers (include/jitbmm/) belong to levels too, and a stage may include only those of the levels it sees:
-    types.hpp, kernel_spec.hpp, errors.hpp, version.hpp   the vocabulary: every stage
+    types.hpp, kernel_spec.hpp, errors.hpp, version.hpp,  the vocabulary: every stage
+    chain_problem.hpp
     reference.hpp                                         the CPU reference's face: reference/, and runtime's tuner
                                                           (its trials check results) and plan
-    plan.hpp, jitbmm.hpp, c_api.h                         the library's face: runtime's plan stage only
+    plan.hpp, chain.hpp, jitbmm.hpp, c_api.h              the library's face: runtime's plan stage only
 So generator/, support/, cache/, the engine and the tuner never include jitbmm/plan.hpp or jitbmm/jitbmm.hpp, and a
 vocabulary header includes only the vocabulary. A public header in no level is a defect.
 
@@ -44,8 +45,9 @@ DEVICE = {
     "tiled": {"core"},
     "grad": {"core"},
     "exp_matmul": {"core", "hopper", "tiled", "grad"},
+    "chain": {"core"},
 }
-ENTRY_FAMILIES = {"direct", "tiled", "grad", "exp_matmul"}  # what a strategy may name as its entry header
+ENTRY_FAMILIES = {"direct", "tiled", "grad", "exp_matmul", "chain"}  # what a strategy may name as its entry header
 ENTRY = re.compile(r'"([a-z_0-9]+)/([a-z_0-9]+\.cuh)"')
 # Which stages each stage's files may include from (its own always).
 ALLOWED = {
@@ -64,13 +66,14 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api", "plan", "plan_impl", "repair_watch"},
+    PLAN: {"backward", "c_api", "chain_plan", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
     "types.hpp": "include", "kernel_spec.hpp": "include", "errors.hpp": "include", "version.hpp": "include",
+    "chain_problem.hpp": "include",
     "reference.hpp": "reference",
-    "plan.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
+    "plan.hpp": PLAN, "chain.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
 }
 # generator/ is pure: no environment, no files, no logging.
 IMPURE = re.compile(r"\b(getenv|fopen|ofstream|ifstream|fstream|std::cerr|std::cout|fprintf|printf|puts|"

@@ -1,0 +1,54 @@
+// Chain plans: the forward algorithm of a linear-chain CRF (an HMM is one, with potentials formed from its tables)
+// over all T positions of B sequences in generated kernels, instead of T − 1 dependent products (docs/chains.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "jitbmm/chain_problem.hpp"
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+
+// A chain bound to a device and its compiled kernels. Cheap to copy (shared). Thread-safe to call.
+class ChainPlan {
+public:
+  // For the device current on this thread. A second get() of the same problem reuses the compiled kernels.
+  static ChainPlan get(const ChainProblem& problem);
+
+  // The forward, asynchronous on `stream`. Device pointers: potentials laid out as the problem's strides say;
+  // lengths as ChainProblem::with_lengths says (else null); score[B] in the problem's dtype. Optional (null to
+  // skip): saved, saved_bytes() bytes (256-byte aligned) that backward() reads: the messages at full precision,
+  // for log; alpha[B][T][C] in the dtype, the forward messages (alpha[b][t][c] = ⊕ over the paths that end in
+  // state c at position t; −inf from a sequence's length on); path[B][T] (max_plus only, int32), the best path's
+  // states (ties: the smallest state; −1 from a sequence's length on). Throws std::invalid_argument naming the
+  // argument, CudaError when a launch fails.
+  void operator()(const void* potentials, const int64_t* lengths, void* score, void* saved = nullptr,
+                  void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
+                  const Workspace& workspace = {}) const;
+  // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path).
+  std::size_t saved_bytes() const;
+  // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c).
+  std::size_t workspace_bytes(bool with_path) const;
+
+  // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] times the
+  // derivative of score[b] with respect to potentials[b][t][c][p]. log reads the forward's `saved` and gives the
+  // edge marginals (0 for a sequence whose score is −inf, for steps past a sequence's length, and wherever
+  // grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator. Asynchronous on `stream`.
+  void backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
+                const void* grad_score, void* grad_potentials, Stream stream = nullptr) const;
+
+  const ChainProblem& problem() const;
+  // The generated kernels' names (forward, backward), as `jitbmm inspect` and the dump directory show them.
+  std::string kernel_name() const;
+  std::string device_name() const;
+
+  struct Impl;
+
+private:
+  explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+} // namespace jitbmm

@@ -1,0 +1,178 @@
+// ChainPlan: a chain problem bound to the current device and its generated module (generator/chain_source.hpp).
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/plan_impl.hpp" // check_pointer, check_alignment
+#include "runtime/scratch.hpp"
+#include "support/checked_size.hpp"
+#include "templates/chain/params.cuh"
+
+namespace jitbmm {
+
+struct ChainPlan::Impl {
+  ChainProblem problem;
+  ChainSpec spec;
+  std::shared_ptr<const DeviceInfo> device;
+  std::shared_ptr<const LoadedKernel> kernel; // null when B = 0 (nothing to launch)
+  int64_t strides[4] = {};
+};
+
+namespace {
+
+// The pieces of `saved`: rel[B][T][C] (dtype), offset[B][T] and logz[B] (double), each 256-byte aligned.
+struct SavedLayout {
+  std::size_t rel = 0, offset = 0, logz = 0;
+  std::size_t total() const { return ScratchSize().add(rel, "saved").add(offset, "saved").add(logz, "saved").bytes(); }
+};
+SavedLayout saved_layout(const ChainProblem& p) {
+  if (p.semiring != Semiring::log) return {};
+  const auto messages = std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C"));
+  return {messages * std::size_t(dtype_info(p.dtype).size_bytes), std::size_t(p.B * p.T) * sizeof(double),
+          std::size_t(p.B) * sizeof(double)};
+}
+
+void point_saved(jb::ChainParams& params, const ChainProblem& p, void* saved) {
+  const SavedLayout layout = saved_layout(p);
+  char* at = static_cast<char*>(saved);
+  params.rel = at;
+  at += ScratchSize().add(layout.rel, "saved").bytes();
+  params.offset = reinterpret_cast<double*>(at);
+  at += ScratchSize().add(layout.offset, "saved").bytes();
+  params.logz = reinterpret_cast<double*>(at);
+}
+
+jb::ChainParams chain_params(const ChainPlan::Impl& im) {
+  jb::ChainParams params{};
+  params.B = im.problem.B;
+  params.T = im.problem.T;
+  params.s_b = im.strides[0];
+  params.s_t = im.strides[1];
+  params.s_c = im.strides[2];
+  params.s_p = im.strides[3];
+  return params;
+}
+
+void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
+                  jb::ChainParams params, CUstream stream) {
+  const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
+  void* args[] = {&params};
+  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
+}
+
+} // namespace
+
+ChainPlan ChainPlan::get(const ChainProblem& problem) {
+  check_chain_problem(problem);
+  auto impl = std::make_shared<Impl>();
+  impl->problem = problem;
+  impl->spec = default_chain_spec(problem);
+  check_chain_spec(impl->spec, problem);
+  chain_strides(problem, impl->strides);
+  impl->device = current_device();
+  if (problem.B > int64_t(0x7fffffff)) throw std::invalid_argument("chain.B: more than 2^31 − 1 sequences");
+  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
+  return ChainPlan(std::move(impl));
+}
+
+std::size_t ChainPlan::saved_bytes() const { return saved_layout(impl_->problem).total(); }
+
+std::size_t ChainPlan::workspace_bytes(bool with_path) const {
+  const ChainProblem& p = impl_->problem;
+  if (!with_path || p.semiring != Semiring::max_plus) return 0;
+  return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
+}
+
+void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void* score, void* saved, void* alpha,
+                           int32_t* path, Stream stream, const Workspace& workspace) const {
+  const Impl& im = *impl_;
+  const ChainProblem& p = im.problem;
+  const bool empty = p.B == 0;
+  check_pointer(potentials, "potentials", empty || p.T == 1);
+  check_pointer(score, "score", empty);
+  if (p.with_lengths)
+    check_pointer(lengths, "lengths", empty);
+  else if (lengths)
+    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  if (path && p.semiring != Semiring::max_plus)
+    throw std::invalid_argument("path: only max_plus chains have a best path");
+  if (saved && p.semiring != Semiring::log)
+    throw std::invalid_argument("saved: only log chains save messages (max_plus's backward reads the path)");
+  if (empty) return;
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_alignment(potentials, "potentials", bytes);
+  check_alignment(score, "score", bytes);
+  check_alignment(alpha, "alpha", bytes);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(path, "path", 4);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  jb::ChainParams params = chain_params(im);
+  params.potentials = potentials;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.score = score;
+  params.alpha = alpha;
+  params.path = path;
+  if (saved) point_saved(params, p, saved);
+  ScopedContext scope(im.device->context);
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(*im.device, workspace, workspace_bytes(path != nullptr), cu_stream);
+  params.back = static_cast<unsigned short*>(scratch.take(path ? workspace_bytes(true) : 0));
+  launch_chain(im, "", unsigned(p.B), unsigned(im.spec.threads), params, cu_stream);
+}
+
+void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
+                         const void* grad_score, void* grad_potentials, Stream stream) const {
+  const Impl& im = *impl_;
+  const ChainProblem& p = im.problem;
+  const bool empty = p.B == 0 || p.T == 1;
+  const bool log = p.semiring == Semiring::log;
+  check_pointer(potentials, "potentials", empty);
+  check_pointer(grad_score, "grad_score", p.B == 0);
+  check_pointer(grad_potentials, "grad_potentials", empty);
+  if (p.with_lengths)
+    check_pointer(lengths, "lengths", p.B == 0);
+  else if (lengths)
+    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  if (log) {
+    check_pointer(saved, "saved", empty);
+    if (path) throw std::invalid_argument("path: a log chain's backward reads `saved`, not a path");
+  } else {
+    check_pointer(path, "path", empty);
+    if (saved) throw std::invalid_argument("saved: a max_plus chain's backward reads the path, not `saved`");
+  }
+  if (empty) return;
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_alignment(potentials, "potentials", bytes);
+  check_alignment(grad_score, "grad_score", bytes);
+  check_alignment(grad_potentials, "grad_potentials", bytes);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(path, "path", 4);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  jb::ChainParams params = chain_params(im);
+  params.potentials = potentials;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.path = const_cast<int32_t*>(path);
+  params.grad_score = grad_score;
+  params.grad = grad_potentials;
+  if (log) point_saved(params, p, const_cast<void*>(saved));
+  ScopedContext scope(im.device->context);
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  // log: a block per sequence; max_plus: a block per step, grid-strided beyond what one launch should hold.
+  const int64_t steps = p.B * (p.T - 1);
+  const unsigned blocks = log ? unsigned(p.B) : unsigned(steps < (int64_t(1) << 20) ? steps : (int64_t(1) << 20));
+  launch_chain(im, "_backward", blocks, unsigned(im.spec.backward_threads), params, cu_stream);
+}
+
+const ChainProblem& ChainPlan::problem() const { return impl_->problem; }
+
+std::string ChainPlan::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }
+
+std::string ChainPlan::device_name() const { return impl_->device->name; }
+
+} // namespace jitbmm

@@ -1,0 +1,276 @@
+// Chains on the GPU against the CPU reference (reference/chain.cpp): the score, the saved and returned messages,
+// the Viterbi path and every gradient, on odd sizes, ragged lengths, wide potentials, banded −inf masks, padded
+// strides and the edge values; outputs poisoned first so that an element the kernels skip shows.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "expect.hpp"
+#include "jitbmm/chain.hpp"
+#include "jitbmm/reference.hpp"
+#include "runtime/device_memory.hpp"
+
+using namespace jitbmm;
+using test::expect_invalid;
+
+namespace {
+
+struct Case {
+  Semiring semiring;
+  DType dtype;
+  int64_t B, T, C;
+  double spread = 1;       // potentials ~ N(0, spread²)
+  bool ragged = false;     // lengths drawn in [1, T]
+  bool banded = false;     // potentials[c][p] = −inf where |c − p| > 2
+  bool padded = false;     // potentials laid out [B][C][T−1][C + 3] (permuted, with gaps)
+  double p_special = 0;    // each potential ±inf or NaN with this probability
+  bool integers = false;   // small integers: exact sums and many ties (max_plus)
+};
+
+std::string describe(const Case& k) {
+  char text[256];
+  std::snprintf(text, sizeof text, "%s %s B=%lld T=%lld C=%lld spread=%g%s%s%s%s%s", semiring_info(k.semiring).name,
+                dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
+                k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.padded ? " padded" : "",
+                k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
+  return text;
+}
+
+template <class V> DeviceBuffer upload(const std::vector<V>& host) {
+  DeviceBuffer d(std::max<std::size_t>(1, host.size() * sizeof(V)));
+  if (!host.empty()) d.upload(host.data(), host.size() * sizeof(V));
+  return d;
+}
+std::vector<double> download_as_double(const DeviceBuffer& d, DType dtype, int64_t n) {
+  std::vector<unsigned char> bytes(std::size_t(n) * dtype_info(dtype).size_bytes);
+  if (n) d.download(bytes.data(), bytes.size());
+  std::vector<double> out(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = load_element(dtype, bytes.data(), i);
+  return out;
+}
+
+// |gpu − ref| within tol·max(1, |ref|), with equal infinities and NaN where the reference has NaN.
+bool close(double gpu, double ref, double tol) {
+  if (std::isnan(ref) || std::isnan(gpu)) return std::isnan(ref) && std::isnan(gpu);
+  if (std::isinf(ref) || std::isinf(gpu)) return gpu == ref;
+  return std::fabs(gpu - ref) <= tol * std::max(1.0, std::fabs(ref));
+}
+
+struct Worst {
+  double score = 0, alpha = 0, grad = 0;
+};
+
+void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
+  CAPTURE(describe(k));
+  ChainProblem p;
+  p.semiring = k.semiring;
+  p.dtype = k.dtype;
+  p.B = k.B;
+  p.T = k.T;
+  p.C = k.C;
+  p.with_lengths = k.ragged;
+  const int64_t steps = k.T - 1, C = k.C;
+  // Layout: contiguous [B][T−1][C][C], or [B][C][T−1][C + 3] read through strides.
+  const int64_t row = k.padded ? C + 3 : C;
+  if (k.padded) {
+    p.strides[3] = 1;
+    p.strides[1] = row;
+    p.strides[2] = steps * row;
+    p.strides[0] = C * steps * row;
+  }
+  const int64_t elements = k.B * C * std::max<int64_t>(steps, 0) * row;
+  std::vector<unsigned char> pot(std::size_t(std::max<int64_t>(elements, 1)) * dtype_info(k.dtype).size_bytes);
+  std::normal_distribution<double> normal(0, k.spread);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::uniform_int_distribution<int> small(-2, 2);
+  int64_t strides[4];
+  chain_strides(p, strides);
+  for (int64_t i = 0; i < elements; ++i) store_element(k.dtype, pot.data(), i, NAN); // gaps: read, they would show
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t t = 0; t < steps; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t q = 0; q < C; ++q) {
+          double v = k.integers ? double(small(rng)) : normal(rng);
+          if (k.banded && std::abs(c - q) > 2) v = -INFINITY;
+          if (k.p_special > 0 && u(rng) < k.p_special) {
+            const double r = u(rng);
+            v = r < 0.6 ? -INFINITY : r < 0.8 ? INFINITY : NAN;
+          }
+          store_element(k.dtype, pot.data(), b * strides[0] + t * strides[1] + c * strides[2] + q * strides[3], v);
+        }
+  std::vector<int64_t> lengths;
+  if (k.ragged) {
+    std::uniform_int_distribution<int64_t> length(1, k.T);
+    for (int64_t b = 0; b < k.B; ++b) lengths.push_back(b == 0 ? k.T : length(rng));
+  }
+  std::vector<double> grad_score(std::size_t(k.B));
+  for (double& g : grad_score) g = u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5;
+
+  const bool viterbi = k.semiring == Semiring::max_plus;
+  std::vector<double> ref_score(std::size_t(k.B)), ref_alpha(std::size_t(k.B * k.T * C)),
+      ref_grad(std::size_t(k.B * std::max<int64_t>(steps, 0) * C * C));
+  std::vector<int32_t> ref_path(std::size_t(k.B * k.T));
+  const int64_t* host_lengths = k.ragged ? lengths.data() : nullptr;
+  reference::chain_forward(p, pot.data(), host_lengths, ref_score.data(), ref_alpha.data(),
+                           viterbi ? ref_path.data() : nullptr);
+
+  const ChainPlan plan = ChainPlan::get(p);
+  CAPTURE(plan.kernel_name());
+  const int bytes = dtype_info(k.dtype).size_bytes;
+  DeviceBuffer d_pot = upload(pot), d_lengths = upload(lengths);
+  DeviceBuffer d_score(std::size_t(k.B) * bytes + 1), d_alpha(ref_alpha.size() * bytes + 1),
+      d_path(ref_path.size() * 4 + 1), d_saved(plan.saved_bytes() + 1), d_grad(ref_grad.size() * bytes + 1);
+  for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &d_grad}) d->fill_bytes(0xff); // poison
+  std::vector<unsigned char> g_bytes(grad_score.size() * bytes + 1);
+  for (std::size_t b = 0; b < grad_score.size(); ++b) store_element(k.dtype, g_bytes.data(), int64_t(b), grad_score[b]);
+  for (std::size_t b = 0; b < grad_score.size(); ++b) grad_score[b] = load_element(k.dtype, g_bytes.data(), int64_t(b));
+  DeviceBuffer d_g = upload(g_bytes);
+  const auto* d_len = k.ragged ? static_cast<const int64_t*>(d_lengths.get()) : nullptr;
+  plan(d_pot.get(), d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(),
+       viterbi ? static_cast<int32_t*>(d_path.get()) : nullptr);
+  plan.backward(d_pot.get(), d_len, viterbi ? nullptr : d_saved.get(),
+                viterbi ? static_cast<const int32_t*>(d_path.get()) : nullptr, d_g.get(), d_grad.get());
+  const std::vector<double> score = download_as_double(d_score, k.dtype, k.B);
+  const std::vector<double> alpha = download_as_double(d_alpha, k.dtype, int64_t(ref_alpha.size()));
+  const std::vector<double> grad = download_as_double(d_grad, k.dtype, int64_t(ref_grad.size()));
+  std::vector<int32_t> path(ref_path.size());
+  if (viterbi && !path.empty()) d_path.download(path.data(), path.size() * 4);
+
+  // The reference's gradient for the path the GPU found (max_plus: a near-tie may pick an equally good path).
+  reference::chain_backward(p, pot.data(), host_lengths, grad_score.data(), ref_grad.data());
+  const bool wide = k.dtype == DType::f64;
+  // f32 sums of potentials of size s round by about s·2^-24 a step: the gradients' exponents carry that error, so
+  // their tolerance grows with the spread (the contract's 1e-5 at spread 1).
+  const double score_tol = wide ? 1e-12 : 1e-6, grad_tol = wide ? 1e-12 : 1e-5 * k.spread;
+  const double alpha_tol = wide ? 1e-12 : 1e-6;
+  int bad = 0;
+  for (int64_t b = 0; b < k.B; ++b) {
+    if (!close(score[b], ref_score[b], score_tol) && bad++ < 5)
+      FAIL_CHECK("score[" << b << "] = " << score[b] << ", reference " << ref_score[b]);
+    if (std::isfinite(ref_score[b]))
+      worst.score = std::max(worst.score, std::fabs(score[b] - ref_score[b]) / std::max(1.0, std::fabs(ref_score[b])));
+  }
+  for (std::size_t i = 0; i < alpha.size(); ++i) {
+    if (!close(alpha[i], ref_alpha[i], alpha_tol) && bad++ < 5)
+      FAIL_CHECK("alpha[" << i << "] = " << alpha[i] << ", reference " << ref_alpha[i]);
+    if (std::isfinite(ref_alpha[i]))
+      worst.alpha = std::max(worst.alpha, std::fabs(alpha[i] - ref_alpha[i]) / std::max(1.0, std::fabs(ref_alpha[i])));
+  }
+  bool same_path = true;
+  for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
+  if (viterbi && !same_path) {
+    // Only an equally good path (to the score's tolerance) may differ from the reference's.
+    for (int64_t b = 0; b < k.B; ++b) {
+      const int64_t L = k.ragged ? lengths[b] : k.T;
+      double sum = 0;
+      bool any = false;
+      for (int64_t t = 0; t + 1 < L; ++t) {
+        const int32_t to = path[b * k.T + t + 1], from = path[b * k.T + t];
+        if (to < 0 || from < 0) break;
+        any = true;
+        sum += load_element(k.dtype, pot.data(),
+                            b * strides[0] + t * strides[1] + to * strides[2] + from * strides[3]);
+      }
+      if (any && std::isfinite(ref_score[b]) && !close(sum, ref_score[b], score_tol) && bad++ < 5)
+        FAIL_CHECK("path of sequence " << b << " scores " << sum << ", the best " << ref_score[b]);
+    }
+  } else {
+    for (std::size_t i = 0; i < grad.size(); ++i) {
+      if (!close(grad[i], ref_grad[i], viterbi ? 0 : grad_tol) && bad++ < 5)
+        FAIL_CHECK("grad[" << i << "] = " << grad[i] << ", reference " << ref_grad[i]);
+      if (std::isfinite(ref_grad[i])) worst.grad = std::max(worst.grad, std::fabs(grad[i] - ref_grad[i]));
+    }
+  }
+  CHECK(bad == 0);
+}
+
+} // namespace
+
+TEST_CASE("chains: every semiring and dtype against the float64 reference, odd sizes, ragged, wide, masked") {
+  std::mt19937_64 rng(20261127);
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f64}) {
+      Worst worst;
+      const struct {
+        int64_t B, T, C;
+      } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
+                    {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}};
+      for (const auto& sh : shapes)
+        for (double spread : {1.0, 10.0, 50.0}) {
+          Case k{s, d, sh.B, sh.T, sh.C, spread};
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          run_case(k, rng, worst);
+        }
+      for (int64_t C : {3, 31, 64}) {
+        run_case(Case{s, d, 4, 9, C, 1, true, false, true}, rng, worst);      // padded strides
+        run_case(Case{s, d, 4, 9, C, 1, true, false, false, 0.05}, rng, worst); // ±inf, NaN
+        run_case(Case{s, d, 4, 9, C, 1, false, false, false, 0, true}, rng, worst); // ties
+      }
+      MESSAGE(semiring_info(s).name << " " << dtype_info(d).name << ": worst relative error of the score "
+                                    << worst.score << ", of alpha " << worst.alpha
+                                    << ", worst absolute error of a gradient " << worst.grad);
+    }
+}
+
+TEST_CASE("chains: B = 0 launches nothing; T = 1 scores log C or 0; bad arguments name themselves") {
+  ChainProblem p;
+  p.B = 0;
+  p.T = 4;
+  p.C = 5;
+  const ChainPlan empty = ChainPlan::get(p);
+  CHECK_NOTHROW(empty(nullptr, nullptr, nullptr));
+  CHECK(empty.kernel_name().empty());
+
+  p.B = 2;
+  const ChainPlan plan = ChainPlan::get(p);
+  DeviceBuffer pot(2 * 3 * 25 * 4), score(8), saved(plan.saved_bytes());
+  expect_invalid([&] { plan(nullptr, nullptr, score.get()); }, "potentials");
+  expect_invalid([&] { plan(pot.get(), nullptr, nullptr); }, "score");
+  int64_t fake = 0;
+  expect_invalid([&] { plan(pot.get(), &fake, score.get()); }, "lengths");
+  DeviceBuffer path(2 * 4 * 4);
+  expect_invalid([&] { plan(pot.get(), nullptr, score.get(), nullptr, nullptr, static_cast<int32_t*>(path.get())); },
+                 "path");
+  expect_invalid([&] { plan.backward(pot.get(), nullptr, nullptr, nullptr, score.get(), pot.get()); }, "saved");
+  expect_invalid([&] { plan(static_cast<char*>(pot.get()) + 1, nullptr, score.get()); }, "potentials");
+
+  p.T = 1;
+  const ChainPlan single = ChainPlan::get(p);
+  DeviceBuffer one(8);
+  one.fill_bytes(0xff);
+  single(nullptr, nullptr, one.get());
+  float host[2];
+  one.download(host, sizeof host);
+  CHECK(host[0] == doctest::Approx(std::log(5.0)));
+  CHECK(host[1] == doctest::Approx(std::log(5.0)));
+}
+
+TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, never a read past the tensor") {
+  ChainProblem p;
+  p.B = 2;
+  p.T = 3;
+  p.C = 4;
+  p.with_lengths = true;
+  const ChainPlan plan = ChainPlan::get(p);
+  std::vector<float> pot(2 * 2 * 16, 0.5f);
+  DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{3, 7}), score(8),
+               saved(plan.saved_bytes()), grad(pot.size() * 4), g = upload(std::vector<float>{1, 1});
+  const auto* len = static_cast<const int64_t*>(d_len.get());
+  plan(d_pot.get(), len, score.get(), saved.get());
+  plan.backward(d_pot.get(), len, saved.get(), nullptr, g.get(), grad.get());
+  float s[2];
+  score.download(s, sizeof s);
+  CHECK(std::isfinite(s[0]));
+  CHECK(std::isnan(s[1]));
+  std::vector<float> gr(pot.size());
+  grad.download(gr.data(), gr.size() * 4);
+  CHECK(std::all_of(gr.begin() + 32, gr.end(), [](float x) { return std::isnan(x); }));
+  CHECK(std::none_of(gr.begin(), gr.begin() + 32, [](float x) { return std::isnan(x); }));
+}
