@@ -563,7 +563,8 @@ class _Chain:
         score = potentials.new_empty((B,))
         log, path = semiring == "log", keep and semiring == "max_plus"
         if log:
-            aux = potentials.new_empty((self.saved if keep else 0,), dtype=torch.uint8)
+            # Zeroed: the kernels leave the alignment gaps between its pieces, and the result must not vary.
+            aux = potentials.new_zeros((self.saved if keep else 0,), dtype=torch.uint8)
         else:
             aux = potentials.new_empty((B, T) if path else (0,), dtype=torch.int32)
         ws = self.workspace[path]

@@ -123,12 +123,12 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
   };
 
+  // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else it loads them round by
+  // round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
+  // no copy waits for the loads: they land while the block synchronises and the next step starts.
+  using Buffer = T[PREFETCH ? ROUNDS : 1][N];
   double offset = 0;
-  T ahead[PREFETCH ? ROUNDS : 1][N];
-  if (PREFETCH && L > 1)
-#pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) load(0, r, ahead[r]);
-  for (long long t = 0; t + 1 < L; ++t) {
+  auto step = [&](long long t, Buffer& use, Buffer& fill) {
     const int from = int(t & 1), to = from ^ 1;
     const T shift = step_shift<T, WARPS>(warp_max[from]);
     offset += double(shift);
@@ -136,17 +136,19 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     T a[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) a[k] = lane + k * G < C ? msg[from][lane + k * G] - shift : Num<T>::neg_inf();
-    T next[PREFETCH ? ROUNDS : 1][N];
     if (PREFETCH && t + 2 < L)
 #pragma unroll
-      for (int r = 0; r < ROUNDS; ++r) load(t + 1, r, next[r]);
+      for (int r = 0; r < ROUNDS; ++r) load(t + 1, r, fill[r]);
     T best = Num<T>::neg_inf();
-#pragma unroll
+    // Without PREFETCH every round loads its own terms: two at a time overlap their loads without the registers
+    // of every round at once.
+    constexpr int kRoundUnroll = PREFETCH ? ROUNDS : 2;
+#pragma unroll kRoundUnroll
     for (int r = 0; r < ROUNDS; ++r) {
       T x[N];
       if (PREFETCH) {
 #pragma unroll
-        for (int k = 0; k < N; ++k) x[k] = ahead[r][k];
+        for (int k = 0; k < N; ++k) x[k] = use[r][k];
       } else {
         load(t, r, x);
       }
@@ -165,12 +167,15 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
     best = group_reduce<32>(best, [](T x, T y) { return Num<T>::max(x, y); });
     if (tid % 32 == 0) warp_max[to][tid / 32] = best;
-    if (PREFETCH)
-#pragma unroll
-      for (int r = 0; r < ROUNDS; ++r)
-#pragma unroll
-        for (int k = 0; k < N; ++k) ahead[r][k] = next[r][k];
     __syncthreads();
+  };
+  Buffer even, odd;
+  if (PREFETCH && L > 1)
+#pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) load(0, r, even[r]);
+  for (long long t = 0; t + 1 < L; t += 2) {
+    step(t, even, odd);
+    if (t + 2 < L) step(t + 1, odd, even);
   }
 
   const int last = int((L - 1) & 1);
@@ -199,9 +204,13 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       }
     }
   }
-  // Past the sequence's length: no message, no state.
-  for (long long i = (L * C) + tid; i < T_ * C; i += NT)
+  // Past the sequence's length: no message, no state (saved too, so that its every byte is determined).
+  for (long long i = (L * C) + tid; i < T_ * C; i += NT) {
     if (p.alpha) static_cast<T*>(p.alpha)[b * T_ * C + i] = Num<T>::neg_inf();
+    if (p.rel) static_cast<T*>(p.rel)[b * T_ * C + i] = Num<T>::neg_inf();
+  }
+  if (p.rel)
+    for (long long t = L + tid; t < T_; t += NT) p.offset[b * T_ + t] = 0;
   if (p.path)
     for (long long t = L + tid; t < T_; t += NT) p.path[b * T_ + t] = -1;
 }
@@ -234,25 +243,55 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_backward
 
   for (int c = tid; c < C; c += NT) msg[0][c] = T(0);
   if (tid < WARPS) warp_max[0][tid] = T(0);
+  // A step's potentials, alpha_t[q] and its offset do not depend on beta: with PREFETCH (when twice a thread's rows
+  // fit in a quarter of its registers) they are loaded one step ahead, so the step's reduction never waits on memory.
+  constexpr int ROWS = (C + R - 1) / R;
+  constexpr bool PREFETCH = ROWS * int(sizeof(T)) <= 65536 / NT;
+  struct Ahead {
+    T w[PREFETCH ? ROWS : 1];
+    T a;
+    double offset;
+  };
+  auto load = [&](long long t, Ahead& x) {
+    const T* step = pot + t * p.s_t + (long long)q * p.s_p;
+#pragma unroll
+    for (int j = 0; j < (PREFETCH ? ROWS : 0); ++j) {
+      const int c = r + j * R;
+      x.w[j] = active && c < C ? step[(long long)c * p.s_c] : Num<T>::neg_inf();
+    }
+    x.a = active ? static_cast<const T*>(p.rel)[(b * T_ + t) * C + q] : T(0);
+    x.offset = p.offset[b * T_ + t];
+  };
+  Ahead even, odd;
+  load(L - 2, even);
   __syncthreads();
   double offset = 0;
-  for (long long t = L - 2, i = 0; t >= 0; --t, ++i) {
+  // Step t (beta_{t+1} → beta_t) with `now` loaded a step before; it loads step t − 1 into `fill`. Two steps an
+  // iteration with the buffers swapped, as in the forward.
+  auto step = [&](long long t, long long i, const Ahead& now, Ahead& fill) {
     const int from = int(i & 1), to = from ^ 1;
+    if (t > 0) load(t - 1, fill);
     const T shift = step_shift<T, WARPS>(warp_max[from]);
     offset += double(shift);
     // exp(alpha_t[q] + pot + beta_{t+1}[c] − z), each message split into its small part and its offset.
-    const T k = T(p.offset[b * T_ + t] + offset - z);
+    const T a = now.a + T(now.offset + offset - z);
     if (active) {
-      const T a = static_cast<const T*>(p.rel)[(b * T_ + t) * C + q] + k;
-      const T* step = pot + t * p.s_t + (long long)q * p.s_p;
       T* out = grad + (t * C) * C + q;
       State st = LogSemiring<T>::init();
-      constexpr int kUnroll = sizeof(T) == 8 ? 1 : 4; // f64's exp takes registers that more copies would spill
-#pragma unroll kUnroll
-      for (int c = r; c < C; c += R) {
-        const T y = step[(long long)c * p.s_c] + (msg[from][c] - shift);
+      auto row = [&](int c, T potential) {
+        const T y = potential + (msg[from][c] - shift);
         LogSemiring<T>::push(st, y);
         out[c * C] = g * Num<T>::exp2((a + y) * Num<T>::log2e());
+      };
+      if (PREFETCH) {
+#pragma unroll
+        for (int j = 0; j < (PREFETCH ? ROWS : 0); ++j)
+          if (r + j * R < C) row(r + j * R, now.w[j]);
+      } else {
+        const T* step_pot = pot + t * p.s_t + (long long)q * p.s_p;
+        constexpr int kUnroll = sizeof(T) == 8 ? 1 : 4; // f64's exp takes registers that more copies would spill
+#pragma unroll kUnroll
+        for (int c = r; c < C; c += R) row(c, step_pot[(long long)c * p.s_c]);
       }
       part[r][q] = st;
     }
@@ -268,6 +307,10 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_backward
     v = group_reduce<32>(v, [](T x, T y) { return Num<T>::max(x, y); });
     if (tid % 32 == 0) warp_max[to][tid / 32] = v;
     __syncthreads();
+  };
+  for (long long t = L - 2, i = 0; t >= 0; t -= 2, i += 2) {
+    step(t, i, even, odd);
+    if (t > 0) step(t - 1, i + 1, odd, even);
   }
 }
 
