@@ -70,13 +70,13 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
+  if (problem.B > int64_t(0x7fffffff)) throw std::invalid_argument("chain.B: more than 2^31 − 1 sequences");
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
   impl->spec = default_chain_spec(problem);
   check_chain_spec(impl->spec, problem);
   chain_strides(problem, impl->strides);
   impl->device = current_device();
-  if (problem.B > int64_t(0x7fffffff)) throw std::invalid_argument("chain.B: more than 2^31 − 1 sequences");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
   return ChainPlan(std::move(impl));
 }

@@ -134,7 +134,7 @@ jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* p
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,
                                          void* grad_potentials, void* stream);
-/* The forward's and backward's kernel names; valid while the plan lives. */
+/* The generated module's name (the forward's entry; the backward's adds "_backward"); valid while the plan lives. */
 jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name);
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 

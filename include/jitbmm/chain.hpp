@@ -40,7 +40,8 @@ public:
                 const void* grad_score, void* grad_potentials, Stream stream = nullptr) const;
 
   const ChainProblem& problem() const;
-  // The generated kernels' names (forward, backward), as `jitbmm inspect` and the dump directory show them.
+  // The generated module's name, as the dump and override directories name its files: the forward's entry point;
+  // the backward's is this name followed by "_backward". Empty when B = 0 (nothing was compiled).
   std::string kernel_name() const;
   std::string device_name() const;
 

@@ -327,7 +327,7 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_path_bac
     const T g = static_cast<const T*>(p.grad_score)[b];
     T* grad = static_cast<T*>(p.grad) + bt * C * C;
     for (long long e = threadIdx.x; e < (long long)C * C; e += NT)
-      grad[e] = bad ? Num<T>::nan() : e == hit ? g : T(0);
+      grad[e] = bad && g != T(0) ? Num<T>::nan() : e == hit ? g : T(0);
   }
 }
 
