@@ -214,7 +214,7 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
         run_case(Case{s, d, 4, 9, C, 1, true, false, false, 0.05}, rng, worst); // ±inf, NaN
         run_case(Case{s, d, 4, 9, C, 1, false, false, false, 0, true}, rng, worst); // ties
       }
-      MESSAGE(std::string(semiring_info(s).name) << " " << dtype_info(d).name << ": worst relative error of the score "
+      MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name) << ": worst relative error of the score "
                                     << worst.score << ", of alpha " << worst.alpha
                                     << ", worst absolute error of a gradient " << worst.grad);
     }
