@@ -662,11 +662,26 @@ def _chain_setup_context(ctx, inputs, output):
     ctx.save_for_backward(potentials, lengths, output[1])
 
 
+class _FirstOrderOnly(torch.autograd.Function):
+    """The chain's gradient under create_graph=True (torch-struct's marginals ask for it): the fused kernel's value,
+    tied to the potentials so that differentiating it again says plainly that it cannot, instead of giving 0."""
+
+    @staticmethod
+    def forward(ctx, grad, potentials):
+        return grad
+
+    @staticmethod
+    def backward(ctx, _):
+        raise NotImplementedError("jitbmm chains: second derivatives (through the marginals or the argmax) are "
+                                  "not implemented")
+
+
 def _chain_gradients(ctx, grad_score, _grad_aux):
-    if torch.is_grad_enabled():
-        raise NotImplementedError("jitbmm chains: second derivatives (create_graph=True) are not implemented")
     potentials, lengths, aux = ctx.saved_tensors
-    return _chain_backward_op(potentials, lengths, aux, grad_score, ctx.semiring), None, None, None
+    grad = _chain_backward_op(potentials, lengths, aux, grad_score, ctx.semiring)
+    if torch.is_grad_enabled():  # create_graph=True: a value now, an error only if differentiated again
+        grad = _FirstOrderOnly.apply(grad, potentials)
+    return grad, None, None, None
 
 
 _chain_op.register_autograd(_chain_gradients, setup_context=_chain_setup_context)
@@ -703,7 +718,7 @@ def chain_log_partition(potentials, lengths=None):
     which would wait for the device); sequence b's steps from lengths[b] - 1 on are not read. A length-1 sequence
     scores log C. Returns score [B] in the potentials' dtype, on the current CUDA stream. Its gradient with respect
     to the potentials is the edge marginals (0 for a sequence whose score is -inf), from a fused backward kernel;
-    second derivatives are not implemented."""
+    second derivatives raise NotImplementedError (create_graph=True itself works: the first derivative is exact)."""
     _check_chain(potentials, lengths)
     keep = torch.is_grad_enabled() and potentials.requires_grad
     return _chain_op(potentials, lengths, "log", keep)[0]

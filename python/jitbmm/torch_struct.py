@@ -1,7 +1,8 @@
 """torch-struct's semiring products through jitbmm, in one line:
 
     import jitbmm.torch_struct
-    jitbmm.torch_struct.patch()          # LogSemiring and MaxSemiring; patch(std=True) adds StdSemiring
+    jitbmm.torch_struct.patch()          # LogSemiring and MaxSemiring; patch(std=True) adds StdSemiring,
+                                         # patch(chains=True) sends LinearChainCRF to the fused chain kernels
 
 After patch(), ``LogSemiring.matmul``, ``MaxSemiring.matmul`` (and with std=True ``StdSemiring.matmul``) run
 ``jitbmm.torch.semiring_bmm`` (log, max_plus, plus_times) on CUDA tensors of float32/float64/float16/bfloat16
@@ -10,6 +11,13 @@ matmul as before. Every structure built on these semirings (LinearChainCRF, Semi
 its partition, its marginals (gradients, also create_graph=True) and its argmax (MaxSemiring's gradient: ties go to
 the smallest k). StdSemiring is opt-in because torch-struct already runs it through cuBLAS (torch.matmul), which
 jitbmm's plus_times kernels do not beat. unpatch() restores torch-struct's methods; patched() is a context manager.
+
+With chains=True, LinearChainCRF goes further: its log-partition (LogSemiring) and best score (MaxSemiring), and so
+its partition, marginals, max and argmax, run jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition,
+chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/float64 [B, N - 1, C, C] with C within
+the kernels' limit), one kernel for the whole chain instead of torch-struct's log-depth scan of products. It is not
+the default because the chain has no second derivative: a loss on the marginals (differentiating them again) raises
+NotImplementedError there, where the products' scan differentiates twice.
 """
 
 import contextlib
@@ -21,6 +29,7 @@ from . import torch as _jt
 __all__ = ["patch", "unpatch", "patched"]
 
 _ROUTES = {"LogSemiring": "log", "MaxSemiring": "max_plus", "StdSemiring": "plus_times"}
+_CHAIN_ROUTES = {"LogSemiring": _jt.chain_log_partition, "MaxSemiring": lambda p, n: _jt.chain_viterbi(p, n)[0]}
 _originals = {}
 
 
@@ -43,8 +52,30 @@ def _routed(semiring, original):
     return classmethod(matmul)
 
 
-def patch(std=False):
-    """Routes LogSemiring and MaxSemiring (and StdSemiring with std=True) matmul through jitbmm. Idempotent."""
+def _chain_routed(ts, original):
+    def logpartition(self, log_potentials, lengths=None, force_grad=False):
+        name = next((n for n in _CHAIN_ROUTES if self.semiring is getattr(ts, n)), None)
+        p = log_potentials
+        if (name is None or not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in _jt._CHAIN_DTYPES
+                or p.dim() != 4 or p.shape[2] != p.shape[3]):
+            return original(self, log_potentials, lengths, force_grad)
+        # torch-struct's own checks (one length equals N) and conversion (a leading semiring dimension): the
+        # marginals are the gradient with respect to the converted tensor it returns.
+        edge, _, _, _, checked = self._check_potentials(log_potentials, lengths)
+        given = None if lengths is None else checked.to(device=p.device, dtype=torch.int64)
+        try:
+            score = _CHAIN_ROUTES[name](edge[0], given)
+        except ValueError:  # more states than the chain kernels hold: torch-struct's scan, as before
+            return original(self, log_potentials, lengths, force_grad)
+        return score.unsqueeze(0), [edge]
+
+    logpartition.__doc__ = "LinearChain's logpartition through jitbmm's fused chain where it fits; see jitbmm.torch_struct."
+    return logpartition
+
+
+def patch(std=False, chains=False):
+    """Routes LogSemiring and MaxSemiring (and StdSemiring with std=True) matmul, and with chains=True
+    LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
     ts = _semirings()
     for name, semiring in _ROUTES.items():
         if name == "StdSemiring" and not std:
@@ -53,19 +84,27 @@ def patch(std=False):
         if name not in _originals:
             _originals[name] = cls.__dict__["matmul"]
         setattr(cls, "matmul", _routed(semiring, _originals[name]))
+    if chains and "LinearChain" not in _originals:
+        if "logpartition" not in ts.LinearChain.__dict__:
+            raise RuntimeError("jitbmm.torch_struct.patch(chains=True): this torch-struct's LinearChain has no "
+                               "logpartition method to route (torch-struct 0.5 has)")
+        _originals["LinearChain"] = ts.LinearChain.__dict__["logpartition"]
+        ts.LinearChain.logpartition = _chain_routed(ts, _originals["LinearChain"])
+    elif not chains and "LinearChain" in _originals:
+        ts.LinearChain.logpartition = _originals.pop("LinearChain")
 
 
 def unpatch():
     """Restores torch-struct's own matmul methods."""
     ts = _semirings()
     for name, original in list(_originals.items()):
-        setattr(getattr(ts, name), "matmul", original)
+        setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
         del _originals[name]
 
 
 @contextlib.contextmanager
-def patched(std=False):
-    patch(std=std)
+def patched(std=False, chains=False):
+    patch(std=std, chains=chains)
     try:
         yield
     finally:

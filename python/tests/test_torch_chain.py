@@ -396,6 +396,41 @@ class TorchStructTest(unittest.TestCase):
                     torch.testing.assert_close(best, dist.max.detach(), rtol=1e-10, atol=1e-10)
                     torch.testing.assert_close(path_indicator(path.cpu(), pot), dist.argmax.detach())
 
+    def test_patch_routes_linear_chain_crf_to_the_chain(self):
+        """After jitbmm.torch_struct.patch(chains=True), LinearChainCRF's partition, marginals, max and argmax come from the
+        chain kernels (counted), equal to torch-struct's own; more states than the kernels hold fall back."""
+        import jitbmm.torch_struct as jts
+        calls = []
+        routes = dict(jts._CHAIN_ROUTES)
+        counted = {k: (lambda f, k=k: lambda *a: calls.append(k) or f(*a))(f) for k, f in routes.items()}
+        torch.manual_seed(7)
+        for B, T, C, ragged in ((3, 17, 5, False), (4, 40, 33, True)):
+            with self.subTest(B=B, T=T, C=C, ragged=ragged):
+                pot = torch.randn(B, T - 1, C, C, dtype=torch.float64, device=self.dev)
+                lengths = torch.tensor([T - (i % 3 if ragged else 0) for i in range(B)], device=self.dev)
+                own = torch_struct.LinearChainCRF(pot.clone().requires_grad_(True), lengths=lengths)
+                want = (own.partition.detach(), own.marginals.detach(), own.max.detach(), own.argmax.detach())
+                calls.clear()
+                jts._CHAIN_ROUTES.update(counted)
+                try:
+                    with jts.patched(chains=True):
+                        dist = torch_struct.LinearChainCRF(pot.clone().requires_grad_(True), lengths=lengths)
+                        got = (dist.partition.detach(), dist.marginals.detach(), dist.max.detach(),
+                               dist.argmax.detach())
+                        loss = dist.marginals.sum()  # differentiating the marginals again: not available
+                        with self.assertRaises(NotImplementedError):
+                            loss.backward()
+                finally:
+                    jts._CHAIN_ROUTES.update(routes)
+                self.assertEqual(sorted(set(calls)), ["LogSemiring", "MaxSemiring"])
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10)
+        # 1100 states: more than the chain kernels hold; torch-struct's own scan (with jitbmm's products) serves it.
+        pot = torch.randn(1, 2, 1100, 1100, dtype=torch.float32, device=self.dev)
+        with jts.patched(chains=True):
+            got = torch_struct.LinearChainCRF(pot).partition
+        torch.testing.assert_close(got, torch_struct.LinearChainCRF(pot).partition, rtol=1e-5, atol=1e-4)
+
 
 def main():
     if torch is None:
