@@ -59,6 +59,28 @@ jb::ChainParams chain_params(const ChainPlan::Impl& im) {
   return params;
 }
 
+void check_lengths(const ChainProblem& p, const int64_t* lengths, bool empty) {
+  if (p.with_lengths)
+    check_pointer(lengths, "lengths", empty);
+  else if (lengths)
+    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+}
+
+// What the forward and the backward share: the inputs aligned, the sizes, strides and the pieces of `saved`.
+jb::ChainParams call_params(const ChainPlan::Impl& im, const void* potentials, const int64_t* lengths,
+                            const int32_t* path, const void* saved) {
+  check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(path, "path", 4);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  jb::ChainParams params = chain_params(im);
+  params.potentials = potentials;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.path = const_cast<int32_t*>(path);
+  if (saved) point_saved(params, im.problem, const_cast<void*>(saved));
+  return params;
+}
+
 void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
                   jb::ChainParams params, CUstream stream) {
   const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
@@ -96,29 +118,18 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   const bool empty = p.B == 0;
   check_pointer(potentials, "potentials", empty || p.T == 1);
   check_pointer(score, "score", empty);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", empty);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  check_lengths(p, lengths, empty);
   if (path && p.semiring != Semiring::max_plus)
     throw std::invalid_argument("path: only max_plus chains have a best path");
   if (saved && p.semiring != Semiring::log)
     throw std::invalid_argument("saved: only log chains save messages (max_plus's backward reads the path)");
   if (empty) return;
   const int bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(potentials, "potentials", bytes);
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
-  check_alignment(lengths, "lengths", 8);
-  check_alignment(path, "path", 4);
-  check_alignment(saved, "saved", int(kScratchAlignment));
-  jb::ChainParams params = chain_params(im);
-  params.potentials = potentials;
-  params.lengths = reinterpret_cast<const long long*>(lengths);
+  jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
-  params.path = path;
-  if (saved) point_saved(params, p, saved);
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*im.device, workspace, workspace_bytes(path != nullptr), cu_stream);
@@ -135,10 +146,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_pointer(potentials, "potentials", empty);
   check_pointer(grad_score, "grad_score", p.B == 0);
   check_pointer(grad_potentials, "grad_potentials", empty);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", p.B == 0);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  check_lengths(p, lengths, p.B == 0);
   if (log) {
     check_pointer(saved, "saved", empty);
     if (path) throw std::invalid_argument("path: a log chain's backward reads `saved`, not a path");
@@ -148,19 +156,11 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   }
   if (empty) return;
   const int bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(potentials, "potentials", bytes);
   check_alignment(grad_score, "grad_score", bytes);
   check_alignment(grad_potentials, "grad_potentials", bytes);
-  check_alignment(lengths, "lengths", 8);
-  check_alignment(path, "path", 4);
-  check_alignment(saved, "saved", int(kScratchAlignment));
-  jb::ChainParams params = chain_params(im);
-  params.potentials = potentials;
-  params.lengths = reinterpret_cast<const long long*>(lengths);
-  params.path = const_cast<int32_t*>(path);
+  jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
   params.grad_score = grad_score;
   params.grad = grad_potentials;
-  if (log) point_saved(params, p, const_cast<void*>(saved));
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   // log: a block per sequence; max_plus: a block per step, grid-strided beyond what one launch should hold.
