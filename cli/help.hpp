@@ -77,6 +77,9 @@ inline std::string inspect_help() {
          "                 [--index64] [--arch sm_90]\n"
          "                 --emit cuda|ptx|sass|resources|all\n" +
          wrap(description, 6, 108) +
+         "  jitbmm inspect --chain C [--semiring log|max_plus] [--dtype f32|f64] [--arch sm_90]\n"
+         "                 --emit cuda|ptx|sass|resources|all\n"
+         "      The same for the linear-chain module of C states (docs/chains.md): its forward and backward.\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n";

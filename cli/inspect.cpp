@@ -17,6 +17,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
+#include "generator/chain_source.hpp"
 #include "generator/emit_source.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/kernel_files.hpp"
@@ -199,7 +200,7 @@ int print_tuned(const Problem& p) {
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--arch", "--emit"});
+  flags.insert({"--arch", "--emit", "--chain"});
   std::set<std::string> switches = spec_switches();
   switches.insert("--tuned");
   const Args args(argc, argv, 2, flags, switches);
@@ -216,12 +217,36 @@ int run_inspect(int argc, char** argv) {
   const std::string arch = arch_from(args);
   if (emit == "cuda" && args.has("--arch") && !dump_requested())
     throw std::invalid_argument("--arch: not used by --emit cuda (the source is the same for every arch)");
-  const KernelSpec spec = spec_from(args, problem_from(args, "inspect", {{"--emit", "cuda"}}));
-  const GeneratedKernel kernel = with_override(emit_kernel(spec));
+  GeneratedKernel kernel;
+  int threads = 0;
+  if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
+    args.require_only({"--chain", "--semiring", "--dtype", "--emit", "--arch"}, "inspect --chain");
+    ChainProblem problem;
+    problem.semiring = parse_flag(args, "--semiring", "log", parse_semiring);
+    problem.dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
+    problem.B = 1;
+    problem.T = 2;
+    problem.C = parse_int(args.get("--chain", ""), "--chain", 1, int(kMaxChainStates));
+    ChainSpec spec;
+    try {
+      spec = default_chain_spec(problem);
+    } catch (const std::invalid_argument& e) { // the problem's field, as the flag that set it
+      const std::string message = e.what();
+      for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"}})
+        if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
+      throw;
+    }
+    kernel = with_override(emit_chain_kernel(spec));
+    threads = spec.threads;
+  } else {
+    const KernelSpec spec = spec_from(args, problem_from(args, "inspect", {{"--emit", "cuda"}}));
+    kernel = with_override(emit_kernel(spec));
+    threads = spec.threads();
+  }
   if (emit == "cuda" || all) std::cout << kernel.source << std::flush;
   if (emit == "ptx" || all) std::cout << compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary << std::flush;
   if (emit == "sass" || all) print_sass(kernel, arch);
-  if (emit == "resources" || all) print_resources(kernel, arch, spec.threads());
+  if (emit == "resources" || all) print_resources(kernel, arch, threads);
   if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);
   return 0;
 }
