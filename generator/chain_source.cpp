@@ -16,6 +16,7 @@ int floor_pow2(int x) {
   while (p * 2 <= x) p *= 2;
   return p;
 }
+int ceil_pow2(int x) { return floor_pow2(x) == x ? x : 2 * floor_pow2(x); }
 int round_up(int x, int to) { return (x + to - 1) / to * to; }
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -48,8 +49,7 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   // About eight source states per lane: fewer makes the shuffles dominate, more the serial part of a step.
   s.lanes = std::clamp(floor_pow2(std::max(1, s.C / 8)), 1, 32);
   // As many threads as the step has groups of lanes for, fewer where their registers would spill.
-  s.threads = std::min(1024, floor_pow2(std::max(32, s.lanes * s.C)));
-  if (s.threads < s.lanes * s.C && s.threads < 1024) s.threads *= 2;
+  s.threads = std::min(1024, ceil_pow2(std::max(32, s.lanes * s.C)));
   while (s.threads > 32 && forward_registers(s, false) > register_budget(s.threads)) s.threads /= 2;
   // The log backward: R threads per state p (R·C ≤ 1024), about eight rows c each.
   const int rows = std::clamp(s.C / 8, 1, 1024 / s.C);

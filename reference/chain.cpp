@@ -8,24 +8,12 @@
 #include <vector>
 
 #include "jitbmm/reference.hpp"
+#include "reference/log_sum_exp.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm::reference {
 
 namespace {
-
-// log: log Σ exp(x), exact at the edges: a NaN term gives NaN, else a +inf term +inf, else all −inf (or none) −inf.
-template <class Real> Real log_sum_exp(const std::vector<Real>& x) {
-  Real m = -std::numeric_limits<Real>::infinity();
-  for (Real v : x) {
-    if (std::isnan(v)) return v;
-    m = std::max(m, v);
-  }
-  if (std::isinf(m)) return m;
-  Real sum = 0;
-  for (Real v : x) sum += std::exp(v - m);
-  return m + std::log(sum);
-}
 
 // max_plus: the index of the first NaN, else of the first largest term (ties: the smallest index).
 template <class Real> int32_t first_max(const std::vector<Real>& x) {

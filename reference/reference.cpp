@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "reference/log_sum_exp.hpp"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
 
@@ -25,27 +26,9 @@ template <class Real> bool same_in_acc(DType dtype, Real x, Real y) {
   return std::fabs(x - y) <= std::ldexp(std::fabs(x) + std::fabs(y), -22); // within f32 rounding of the terms
 }
 
-template <class Real> Element log_sum_exp(const std::vector<Real>& t) {
-  constexpr Real kInf = std::numeric_limits<Real>::infinity();
+template <class Real> Element log_sum_exp_element(const std::vector<Real>& t) {
   Element e;
-  bool any_nan = false, any_pos_inf = false;
-  Real m = -kInf;
-  for (Real x : t) {
-    any_nan |= std::isnan(x);
-    any_pos_inf |= x == kInf;
-    if (x > m) m = x;
-  }
-  if (any_nan)
-    e.value = std::numeric_limits<double>::quiet_NaN();
-  else if (any_pos_inf)
-    e.value = INFINITY;
-  else if (m == -kInf)
-    e.value = -INFINITY; // K = 0, or every term −inf: the semiring zero, never NaN
-  else {
-    Real sum = 0;
-    for (Real x : t) sum += std::exp(x - m);
-    e.value = static_cast<double>(m + std::log(sum));
-  }
+  e.value = static_cast<double>(log_sum_exp(t));
   e.scale = std::isfinite(e.value) ? std::fmax(1.0, std::fabs(e.value)) : 1.0;
   return e;
 }
@@ -108,7 +91,7 @@ Element element_in(const Problem& p, const void* a, const void* b, int64_t batch
   switch (p.semiring) {
   case Semiring::log:
     for (int64_t k = 0; k < K; ++k) t[k] = x[k] + y[k];
-    return log_sum_exp(t);
+    return log_sum_exp_element(t);
   case Semiring::max_plus:
     for (int64_t k = 0; k < K; ++k) t[k] = x[k] + y[k];
     return select(p.dtype, t, -kInf, [](Real u, Real v) { return u > v; });

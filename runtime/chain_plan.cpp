@@ -132,8 +132,9 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   params.alpha = alpha;
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  Scratch scratch(*im.device, workspace, workspace_bytes(path != nullptr), cu_stream);
-  params.back = static_cast<unsigned short*>(scratch.take(path ? workspace_bytes(true) : 0));
+  const std::size_t back_bytes = workspace_bytes(path != nullptr);
+  Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
+  params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
   launch_chain(im, "", unsigned(p.B), unsigned(im.spec.threads), params, cu_stream);
 }
 
