@@ -17,7 +17,6 @@ int floor_pow2(int x) {
   return p;
 }
 int ceil_pow2(int x) { return floor_pow2(x) == x ? x : 2 * floor_pow2(x); }
-int round_up(int x, int to) { return (x + to - 1) / to * to; }
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // The forward's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round,
@@ -51,9 +50,8 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   // As many threads as the step has groups of lanes for, fewer where their registers would spill.
   s.threads = std::min(1024, ceil_pow2(std::max(32, s.lanes * s.C)));
   while (s.threads > 32 && forward_registers(s, false) > register_budget(s.threads)) s.threads /= 2;
-  // The log backward: R threads per state p (R·C ≤ 1024), about eight rows c each.
-  const int rows = std::clamp(s.C / 8, 1, 1024 / s.C);
-  s.backward_threads = problem.semiring == Semiring::log ? round_up(rows * s.C, 32) : 256;
+  // The backward's block writes one step's C² gradients: a step's worth of threads, up to 256.
+  s.backward_threads = std::clamp(ceil_pow2(s.C * s.C), 32, 256);
   return s;
 }
 
@@ -68,8 +66,6 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
     fail("threads: must be a multiple of 32 in [32, 1024] (got " + std::to_string(s.threads) + ")");
   if (s.backward_threads < 32 || s.backward_threads > 1024 || s.backward_threads % 32)
     fail("backward_threads: must be a multiple of 32 in [32, 1024] (got " + std::to_string(s.backward_threads) + ")");
-  if (s.semiring == Semiring::log && s.backward_threads < s.C)
-    fail("backward_threads: the log backward needs a thread per state (C = " + std::to_string(s.C) + ")");
 }
 
 std::string to_string(const ChainSpec& s) {
@@ -94,7 +90,7 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
      << type << ">, " << s.C << ", " << s.threads << ", " << s.lanes << ", " << (s.prefetch() ? "true" : "false")
      << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(" << s.backward_threads << ", 1) " << kNameSlot
-     << "_backward(const jb::ChainParams p) {\n  jb::" << (log ? "chain_backward<" : "chain_path_backward<") << type
+     << "_backward(const jb::ChainParams p) {\n  jb::" << (log ? "chain_marginals<" : "chain_path_backward<") << type
      << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
   std::ostringstream name;
   name << "chain_" << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name << "_c" << s.C << "_b"

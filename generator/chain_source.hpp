@@ -8,15 +8,16 @@
 
 namespace jitbmm {
 
-// One module per spec: the forward (main entry) and the backward ("_backward": the edge marginals for log, the
-// best path's indicator for max_plus), both one block per sequence (templates/chain/sequential.cuh).
+// One module per spec: the forward (main entry: a block per sequence, and for log with saved messages a second one
+// computing its backward messages) and the backward ("_backward": the edge marginals for log, the best path's
+// indicator for max_plus; a block per step) (templates/chain/sequential.cuh).
 struct ChainSpec {
   Semiring semiring = Semiring::log;
   DType dtype = DType::f32;
   int C = 1;                  // states: the messages' size and every loop's bound are compile-time
   int threads = 32;           // the forward's block (a multiple of 32, at most 1024)
   int lanes = 1;              // the forward's lanes per target state (a power of two ≤ 32)
-  int backward_threads = 32;  // the backward's block (log: at least C; a multiple of 32, at most 1024)
+  int backward_threads = 32;  // the backward's block (a multiple of 32, at most 1024)
 
   bool operator==(const ChainSpec& o) const;
   // Registers hold a whole step's potentials (loaded a step ahead) when they are few enough.

@@ -26,10 +26,14 @@ struct ChainPlan::Impl {
 
 namespace {
 
-// The pieces of `saved`: rel[B][T][C] (dtype), offset[B][T] and logz[B] (double), each 256-byte aligned.
+// The pieces of `saved`, each 256-byte aligned: the forward and the backward messages (rel[B][T][C] in the dtype
+// and offset[B][T] in double, each), then logz[B] (double).
 struct SavedLayout {
-  std::size_t rel = 0, offset = 0, logz = 0;
-  std::size_t total() const { return ScratchSize().add(rel, "saved").add(offset, "saved").add(logz, "saved").bytes(); }
+  std::size_t messages = 0, offsets = 0, logz = 0;
+  std::size_t total() const {
+    return ScratchSize().add(messages, "saved").add(messages, "saved").add(offsets, "saved").add(offsets, "saved")
+        .add(logz, "saved").bytes();
+  }
 };
 SavedLayout saved_layout(const ChainProblem& p) {
   if (p.semiring != Semiring::log) return {};
@@ -41,11 +45,16 @@ SavedLayout saved_layout(const ChainProblem& p) {
 void point_saved(jb::ChainParams& params, const ChainProblem& p, void* saved) {
   const SavedLayout layout = saved_layout(p);
   char* at = static_cast<char*>(saved);
-  params.rel = at;
-  at += ScratchSize().add(layout.rel, "saved").bytes();
-  params.offset = reinterpret_cast<double*>(at);
-  at += ScratchSize().add(layout.offset, "saved").bytes();
-  params.logz = reinterpret_cast<double*>(at);
+  auto take = [&](std::size_t bytes) {
+    char* piece = at;
+    at += ScratchSize().add(bytes, "saved").bytes();
+    return piece;
+  };
+  params.rel = take(layout.messages);
+  params.beta_rel = take(layout.messages);
+  params.offset = reinterpret_cast<double*>(take(layout.offsets));
+  params.beta_offset = reinterpret_cast<double*>(take(layout.offsets));
+  params.logz = reinterpret_cast<double*>(take(layout.logz));
 }
 
 jb::ChainParams chain_params(const ChainPlan::Impl& im) {
@@ -92,7 +101,8 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
-  if (problem.B > int64_t(0x7fffffff)) throw std::invalid_argument("chain.B: more than 2^31 − 1 sequences");
+  // A forward that saves its messages launches two blocks per sequence, and a grid holds fewer than 2^31.
+  if (problem.B >= int64_t(1) << 30) throw std::invalid_argument("chain.B: 2^30 sequences or more");
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
   impl->spec = default_chain_spec(problem);
@@ -135,7 +145,8 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   const std::size_t back_bytes = workspace_bytes(path != nullptr);
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
-  launch_chain(im, "", unsigned(p.B), unsigned(im.spec.threads), params, cu_stream);
+  // With saved, blocks B to 2B − 1 compute the backward messages alongside (templates/chain/sequential.cuh).
+  launch_chain(im, "", unsigned(saved ? 2 * p.B : p.B), unsigned(im.spec.threads), params, cu_stream);
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
@@ -164,9 +175,9 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   params.grad = grad_potentials;
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  // log: a block per sequence; max_plus: a block per step, grid-strided beyond what one launch should hold.
+  // A block per step, grid-strided beyond what one launch should hold.
   const int64_t steps = p.B * (p.T - 1);
-  const unsigned blocks = log ? unsigned(p.B) : unsigned(steps < (int64_t(1) << 20) ? steps : (int64_t(1) << 20));
+  const unsigned blocks = unsigned(steps < (int64_t(1) << 20) ? steps : (int64_t(1) << 20));
   launch_chain(im, "_backward", blocks, unsigned(im.spec.backward_threads), params, cu_stream);
 }
 

@@ -2,11 +2,15 @@
 // step's C² terms are spread over the block, G lanes of a warp per target state combined by shuffles. Potentials do
 // not depend on the messages, so a step's are loaded before the previous step's reduction (PREFETCH) where they fit
 // in registers. The messages are kept near 0 with their offsets in double (templates/chain/params.cuh).
+//
+// The backward messages beta depend on the potentials alone, not on alpha: when the forward saves its messages for
+// a backward, a second block per sequence runs the same recursion over the reversed chain at the same time, on SMs
+// one block per sequence leaves idle. What is left for the backward, the edge marginals, is independent per step
+// and spreads over the whole GPU.
 #pragma once
 
 #include "chain/params.cuh"
 #include "core/numbers.cuh"
-#include "core/semirings.cuh"
 
 namespace jb {
 
@@ -86,7 +90,10 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 }
 
 // The forward: score[b], and what the caller asked for of saved (rel, offset, logz), alpha and the best path.
-// One block of NT threads per sequence; C states; G lanes per target state.
+// One block of NT threads per sequence; C states; G lanes per target state. Blocks B to 2B − 1 (launched when saved
+// is asked for) compute sequence blockIdx.x − B's backward messages into saved (beta_rel, beta_offset) instead:
+// beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t reversed and
+// the roles of c and p swapped.
 template <class T, class Op, int C, int NT, int G, bool PREFETCH>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   constexpr int GROUPS = NT / G, ROUNDS = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G, WARPS = NT / 32;
@@ -94,10 +101,15 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   __shared__ T msg[2][C];
   __shared__ T warp_max[2][WARPS];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  const long long b = blockIdx.x, T_ = p.T;
+  const bool beta = blockIdx.x >= p.B;
+  const long long b = beta ? blockIdx.x - p.B : blockIdx.x, T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
   const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b;
+  // A step's target states run along s_to, its sources along s_from; rel_out and offset_out take the messages.
+  const long long s_to = beta ? p.s_p : p.s_c, s_from = beta ? p.s_c : p.s_p;
+  T* const rel_out = static_cast<T*>(beta ? p.beta_rel : p.rel);
+  double* const offset_out = beta ? p.beta_offset : p.offset;
 
   for (int c = tid; c < C; c += NT) msg[0][c] = bad ? Num<T>::nan() : T(0);
   if (tid < WARPS) warp_max[0][tid] = T(0);
@@ -106,20 +118,22 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   // The potentials of step t (positions t → t + 1) that round r of this thread reduces.
   auto load = [&](long long t, int r, T(&w)[N]) {
     const int c = group + r * GROUPS;
-    const T* row = pot + t * p.s_t + (long long)(c < C ? c : 0) * p.s_c;
+    const T* row = pot + (beta ? L - 2 - t : t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int q = lane + k * G;
-      w[k] = c < C && q < C ? row[(long long)q * p.s_p] : Num<T>::neg_inf();
+      w[k] = c < C && q < C ? row[(long long)q * s_from] : Num<T>::neg_inf();
     }
   };
-  // Position t's messages, now msg[from] − shift with the offset `offset`, to saved and alpha.
+  // Step t's messages (position t, or L − 1 − t for beta), now msg[from] − shift with the offset `offset`, to
+  // saved and alpha.
   auto store_position = [&](long long t, int from, T shift, double offset) {
-    if (p.rel && tid == 0) p.offset[b * T_ + t] = offset;
+    const long long at = b * T_ + (beta ? L - 1 - t : t);
+    if (rel_out && tid == 0) offset_out[at] = offset;
     for (int c = tid; c < C; c += NT) {
       const T rel = msg[from][c] - shift;
-      if (p.rel) static_cast<T*>(p.rel)[(b * T_ + t) * C + c] = rel;
-      if (p.alpha) static_cast<T*>(p.alpha)[(b * T_ + t) * C + c] = T(offset + double(rel));
+      if (rel_out) rel_out[at * C + c] = rel;
+      if (p.alpha && !beta) static_cast<T*>(p.alpha)[at * C + c] = T(offset + double(rel));
     }
   };
 
@@ -182,7 +196,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const T shift = step_shift<T, WARPS>(warp_max[last]);
   offset += double(shift);
   store_position(L - 1, last, shift, offset);
-  if (tid < 32) {
+  if (tid < 32 && !beta) {
     constexpr int N32 = (C + 31) / 32;
     T x[N32];
 #pragma unroll
@@ -206,111 +220,51 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   }
   // Past the sequence's length: no message, no state (saved too, so that its every byte is determined).
   for (long long i = (L * C) + tid; i < T_ * C; i += NT) {
-    if (p.alpha) static_cast<T*>(p.alpha)[b * T_ * C + i] = Num<T>::neg_inf();
-    if (p.rel) static_cast<T*>(p.rel)[b * T_ * C + i] = Num<T>::neg_inf();
+    if (p.alpha && !beta) static_cast<T*>(p.alpha)[b * T_ * C + i] = Num<T>::neg_inf();
+    if (rel_out) rel_out[b * T_ * C + i] = Num<T>::neg_inf();
   }
-  if (p.rel)
-    for (long long t = L + tid; t < T_; t += NT) p.offset[b * T_ + t] = 0;
-  if (p.path)
+  if (rel_out)
+    for (long long t = L + tid; t < T_; t += NT) offset_out[b * T_ + t] = 0;
+  if (p.path && !beta)
     for (long long t = L + tid; t < T_; t += NT) p.path[b * T_ + t] = -1;
 }
 
-// The log backward: the edge marginals times grad_score[b], from the forward's saved messages and the backward
-// messages beta (kept like alpha: near 0, their offset in double) computed here from the sequence's end. One block
-// of NT threads per sequence, R = NT / C threads per state p, each summing the rows c ≡ its rank (mod R).
-template <class T, int C, int NT> __device__ __forceinline__ void chain_backward(const ChainParams& p) {
-  constexpr int R = NT / C, WARPS = NT / 32;
-  static_assert(R >= 1 && NT % 32 == 0, "a thread per state at least");
-  using State = typename LogSemiring<T>::State;
-  __shared__ T msg[2][C];
-  __shared__ State part[R][C];
-  __shared__ T warp_max[2][WARPS];
-  const int tid = threadIdx.x, r = tid / C, q = tid % C;
-  const bool active = r < R;
-  const long long b = blockIdx.x, T_ = p.T;
-  bool bad;
-  const long long L = chain_length(p, b, bad);
-  const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b;
-  T* grad = static_cast<T*>(p.grad) + b * (T_ - 1) * C * C;
-  const T g = static_cast<const T*>(p.grad_score)[b];
-  const double z = p.logz[b];
-
-  // Steps past the length, and every step of a sequence that sends nothing back (G = 0, score −inf), are 0.
-  const bool none = g == T(0) || z == double(Num<T>::neg_inf());
-  for (long long i = ((none || bad ? 0 : L - 1) * C * C) + tid; i < (T_ - 1) * C * C; i += NT)
-    grad[i] = bad && !none ? Num<T>::nan() : T(0);
-  if (none || bad || L < 2) return;
-
-  for (int c = tid; c < C; c += NT) msg[0][c] = T(0);
-  if (tid < WARPS) warp_max[0][tid] = T(0);
-  // A step's potentials, alpha_t[q] and its offset do not depend on beta: with PREFETCH (when twice a thread's rows
-  // fit in a quarter of its registers) they are loaded one step ahead, so the step's reduction never waits on memory.
-  constexpr int ROWS = (C + R - 1) / R;
-  constexpr bool PREFETCH = ROWS * int(sizeof(T)) <= 65536 / NT;
-  struct Ahead {
-    T w[PREFETCH ? ROWS : 1];
-    T a;
-    double offset;
-  };
-  auto load = [&](long long t, Ahead& x) {
-    const T* step = pot + t * p.s_t + (long long)q * p.s_p;
-#pragma unroll
-    for (int j = 0; j < (PREFETCH ? ROWS : 0); ++j) {
-      const int c = r + j * R;
-      x.w[j] = active && c < C ? step[(long long)c * p.s_c] : Num<T>::neg_inf();
+// The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]
+// − score), from the messages the forward saved. Every step is independent: one block of NT threads per (b, t),
+// grid-strided, the step's two message vectors in shared memory.
+template <class T, int C, int NT> __device__ __forceinline__ void chain_marginals(const ChainParams& p) {
+  __shared__ T alpha[C], beta[C];
+  const long long steps = p.B * (p.T - 1);
+  for (long long bt = blockIdx.x; bt < steps; bt += gridDim.x) {
+    const long long b = bt / (p.T - 1), t = bt % (p.T - 1);
+    bool bad;
+    const long long L = chain_length(p, b, bad);
+    const T g = static_cast<const T*>(p.grad_score)[b];
+    const double z = p.logz[b];
+    T* grad = static_cast<T*>(p.grad) + bt * C * C;
+    // Steps past the length, and every step of a sequence that sends nothing back (grad_score 0, score −inf), are
+    // 0; a bad length's steps NaN.
+    const bool none = g == T(0) || z == double(Num<T>::neg_inf());
+    if (none || bad || t + 1 >= L) {
+      const T fill = bad && !none ? Num<T>::nan() : T(0);
+      for (int e = threadIdx.x; e < C * C; e += NT) grad[e] = fill;
+      continue;
     }
-    x.a = active ? static_cast<const T*>(p.rel)[(b * T_ + t) * C + q] : T(0);
-    x.offset = p.offset[b * T_ + t];
-  };
-  Ahead even, odd;
-  load(L - 2, even);
-  __syncthreads();
-  double offset = 0;
-  // Step t (beta_{t+1} → beta_t) with `now` loaded a step before; it loads step t − 1 into `fill`. Two steps an
-  // iteration with the buffers swapped, as in the forward.
-  auto step = [&](long long t, long long i, const Ahead& now, Ahead& fill) {
-    const int from = int(i & 1), to = from ^ 1;
-    if (t > 0) load(t - 1, fill);
-    const T shift = step_shift<T, WARPS>(warp_max[from]);
-    offset += double(shift);
-    // exp(alpha_t[q] + pot + beta_{t+1}[c] − z), each message split into its small part and its offset.
-    const T a = now.a + T(now.offset + offset - z);
-    if (active) {
-      T* out = grad + (t * C) * C + q;
-      State st = LogSemiring<T>::init();
-      auto row = [&](int c, T potential) {
-        const T y = potential + (msg[from][c] - shift);
-        LogSemiring<T>::push(st, y);
-        out[c * C] = g * Num<T>::exp2((a + y) * Num<T>::log2e());
-      };
-      if (PREFETCH) {
-#pragma unroll
-        for (int j = 0; j < (PREFETCH ? ROWS : 0); ++j)
-          if (r + j * R < C) row(r + j * R, now.w[j]);
-      } else {
-        const T* step_pot = pot + t * p.s_t + (long long)q * p.s_p;
-        constexpr int kUnroll = sizeof(T) == 8 ? 1 : 4; // f64's exp takes registers that more copies would spill
-#pragma unroll kUnroll
-        for (int c = r; c < C; c += R) row(c, step_pot[(long long)c * p.s_c]);
-      }
-      part[r][q] = st;
+    __syncthreads(); // the previous step's messages are read
+    for (int c = threadIdx.x; c < C; c += NT) {
+      alpha[c] = static_cast<const T*>(p.rel)[(b * p.T + t) * C + c];
+      beta[c] = static_cast<const T*>(p.beta_rel)[(b * p.T + t + 1) * C + c];
     }
+    // The messages' offsets and the score, combined in double: what is left is of the size of one step's terms.
+    const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - z);
     __syncthreads();
-    T v = Num<T>::neg_inf();
-    if (tid < C) {
-      State st = part[0][q];
-#pragma unroll
-      for (int j = 1; j < R; ++j) LogSemiring<T>::combine(st, part[j][q]);
-      v = LogSemiring<T>::finalize(st);
-      msg[to][q] = v;
+    const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b + t * p.s_t;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < C * C; e += NT) {
+      const int c = e / C, q = e % C;
+      const T y = pot[(long long)c * p.s_c + (long long)q * p.s_p] + beta[c];
+      grad[e] = g * Num<T>::exp2(((alpha[q] + k) + y) * Num<T>::log2e());
     }
-    v = group_reduce<32>(v, [](T x, T y) { return Num<T>::max(x, y); });
-    if (tid % 32 == 0) warp_max[to][tid / 32] = v;
-    __syncthreads();
-  };
-  for (long long t = L - 2, i = 0; t >= 0; t -= 2, i += 2) {
-    step(t, i, even, odd);
-    if (t > 0) step(t - 1, i + 1, odd, even);
   }
 }
 
