@@ -111,11 +111,12 @@ std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
 
 int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--reps", "--arch"});
+  flags.insert({"--reps", "--arch", "--chain", "--batch", "--length", "--threads", "--lanes"});
   std::set<std::string> switches = spec_switches();
-  const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul"};
+  const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
   switches.insert(modes.begin(), modes.end());
-  switches.insert({"--json", "--verbose"});
+  switches.erase("--chain"); // a flag (the number of states)
+  switches.insert({"--json", "--verbose", "--sweep"});
   const Args args(argc, argv, 2, flags, switches);
   // Each mode reads its own flags; one given to a mode that ignores it is an error.
   std::string mode;
@@ -139,6 +140,12 @@ int run_bench(int argc, char** argv) {
     used.insert("--reps");
     args.require_only(used, "bench --backward");
     return run_backward_bench(args);
+  }
+  if (mode == "--chain") {
+    args.require_only({"--chain", "--semiring", "--dtype", "--batch", "--length", "--threads", "--lanes", "--sweep",
+                       "--reps"},
+                      "bench --chain");
+    return run_chain_bench(args);
   }
   if (mode == "--exp-matmul") {
     args.require_only({"--exp-matmul", "--shape", "--dtype", "--reps"}, "bench --exp-matmul");

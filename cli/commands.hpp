@@ -14,5 +14,6 @@ int run_first_call(const Args& args);       // bench --first-call
 int run_compile_times(const Args& args);    // bench --compile-times
 int run_backward_bench(const Args& args);   // bench --backward
 int run_exp_matmul_bench(const Args& args); // bench --exp-matmul
+int run_chain_bench(const Args& args);      // bench --chain
 
 } // namespace jitbmm::cli

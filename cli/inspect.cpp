@@ -15,6 +15,7 @@
 
 #include "runtime/jit.hpp"
 #include "cli/args.hpp"
+#include "cli/chain_args.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
 #include "generator/chain_source.hpp"
@@ -200,7 +201,7 @@ int print_tuned(const Problem& p) {
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--arch", "--emit", "--chain"});
+  flags.insert({"--arch", "--emit", "--chain", "--threads", "--lanes"});
   std::set<std::string> switches = spec_switches();
   switches.insert("--tuned");
   const Args args(argc, argv, 2, flags, switches);
@@ -220,22 +221,9 @@ int run_inspect(int argc, char** argv) {
   GeneratedKernel kernel;
   int threads = 0;
   if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
-    args.require_only({"--chain", "--semiring", "--dtype", "--emit", "--arch"}, "inspect --chain");
-    ChainProblem problem;
-    problem.semiring = parse_flag(args, "--semiring", "log", parse_semiring);
-    problem.dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
-    problem.B = 1;
-    problem.T = 2;
-    problem.C = parse_int(args.get("--chain", ""), "--chain", 1, int(kMaxChainStates));
-    ChainSpec spec;
-    try {
-      spec = default_chain_spec(problem);
-    } catch (const std::invalid_argument& e) { // the problem's field, as the flag that set it
-      const std::string message = e.what();
-      for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"}})
-        if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
-      throw;
-    }
+    args.require_only({"--chain", "--semiring", "--dtype", "--threads", "--lanes", "--emit", "--arch"},
+                      "inspect --chain");
+    const ChainSpec spec = chain_spec_from(args, chain_problem_from(args, 1, 2));
     kernel = with_override(emit_chain_kernel(spec));
     threads = spec.threads;
   } else {

@@ -21,11 +21,12 @@ bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // The forward's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round,
 // or with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
-// (addresses, counters, the reduction's temporaries: found by compiling every state count the tests use).
+// (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors: found by compiling
+// every state count the tests use).
 int forward_registers(const ChainSpec& s, bool prefetch) {
   const int groups = s.threads / s.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + s.lanes - 1) / s.lanes;
   const int words = dtype_info(s.dtype).acc_bytes / 4;
-  return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40);
+  return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40) + (prefetch ? 0 : 24);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
@@ -38,6 +39,25 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 }
 
 bool ChainSpec::prefetch() const { return forward_registers(*this, true) <= register_budget(threads); }
+
+namespace {
+// A ring slot: one round's terms of every thread of the forward's block.
+unsigned slot_bytes(const ChainSpec& s) {
+  return unsigned(s.threads) * unsigned((s.C + s.lanes - 1) / s.lanes) * unsigned(dtype_info(s.dtype).size_bytes);
+}
+// What the ring may take: enough rounds in flight to cover the latency of memory at the rate one SM reads it,
+// within the 227 KiB of shared memory a block may have.
+constexpr unsigned kRingBytes = 160 * 1024;
+constexpr int kMaxStages = 8;
+} // namespace
+
+int ChainSpec::stages() const {
+  if (prefetch()) return 0;
+  const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this)));
+  return n >= 2 ? n : 0;
+}
+
+unsigned ChainSpec::forward_shared_bytes() const { return unsigned(stages()) * slot_bytes(*this); }
 
 ChainSpec default_chain_spec(const ChainProblem& problem) {
   check_chain_problem(problem);
@@ -88,7 +108,7 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
      << "extern \"C\" __global__ void __launch_bounds__(" << s.threads << ", 1) " << kNameSlot
      << "(const jb::ChainParams p) {\n  jb::chain_forward<" << type << ", jb::" << (log ? "ChainLog<" : "ChainMax<")
      << type << ">, " << s.C << ", " << s.threads << ", " << s.lanes << ", " << (s.prefetch() ? "true" : "false")
-     << ">(p);\n}\n"
+     << ", " << s.stages() << ">(p);\n}\n"
      << "extern \"C\" __global__ void __launch_bounds__(" << s.backward_threads << ", 1) " << kNameSlot
      << "_backward(const jb::ChainParams p) {\n  jb::" << (log ? "chain_marginals<" : "chain_path_backward<") << type
      << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";

@@ -22,6 +22,10 @@ struct ChainSpec {
   bool operator==(const ChainSpec& o) const;
   // Registers hold a whole step's potentials (loaded a step ahead) when they are few enough.
   bool prefetch() const;
+  // Otherwise the forward fetches them round by round through a ring of stages() slots in shared memory (0: none,
+  // where two slots do not fit), forward_shared_bytes() of dynamic shared memory.
+  int stages() const;
+  unsigned forward_shared_bytes() const;
 };
 
 // The spec for a problem: about eight terms per lane and target state, as many threads as a step has work for.

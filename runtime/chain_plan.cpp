@@ -4,8 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "generator/chain_source.hpp"
-#include "jitbmm/chain.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
@@ -91,21 +90,23 @@ jb::ChainParams call_params(const ChainPlan::Impl& im, const void* potentials, c
 }
 
 void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
-                  jb::ChainParams params, CUstream stream) {
+                  jb::ChainParams params, CUstream stream, unsigned dynamic_shared = 0) {
   const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
   void* args[] = {&params};
-  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
+  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix, dynamic_shared);
 }
 
 } // namespace
 
-ChainPlan ChainPlan::get(const ChainProblem& problem) {
+ChainPlan ChainPlan::get(const ChainProblem& problem) { return chain_plan_for(problem, default_chain_spec(problem)); }
+
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
   check_chain_problem(problem);
   // A forward that saves its messages launches two blocks per sequence, and a grid holds fewer than 2^31.
   if (problem.B >= int64_t(1) << 30) throw std::invalid_argument("chain.B: 2^30 sequences or more");
-  auto impl = std::make_shared<Impl>();
+  auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
-  impl->spec = default_chain_spec(problem);
+  impl->spec = spec;
   check_chain_spec(impl->spec, problem);
   chain_strides(problem, impl->strides);
   impl->device = current_device();
@@ -146,7 +147,8 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
   // With saved, blocks B to 2B − 1 compute the backward messages alongside (templates/chain/sequential.cuh).
-  launch_chain(im, "", unsigned(saved ? 2 * p.B : p.B), unsigned(im.spec.threads), params, cu_stream);
+  launch_chain(im, "", unsigned(saved ? 2 * p.B : p.B), unsigned(im.spec.threads), params, cu_stream,
+               im.spec.forward_shared_bytes());
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,

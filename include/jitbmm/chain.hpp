@@ -11,6 +11,8 @@
 
 namespace jitbmm {
 
+struct ChainSpec; // a chain module's variant (internal: generator/chain_source.hpp)
+
 // A chain bound to a device and its compiled kernels. Cheap to copy (shared). Thread-safe to call.
 class ChainPlan {
 public:
@@ -48,6 +50,7 @@ public:
   struct Impl;
 
 private:
+  friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

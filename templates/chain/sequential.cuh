@@ -1,7 +1,9 @@
 // The linear chain with one block per sequence, sequential along T: the messages stay in shared memory, and each
 // step's C² terms are spread over the block, G lanes of a warp per target state combined by shuffles. Potentials do
-// not depend on the messages, so a step's are loaded before the previous step's reduction (PREFETCH) where they fit
-// in registers. The messages are kept near 0 with their offsets in double (templates/chain/params.cuh).
+// not depend on the messages, so they are fetched ahead of their use: a whole step's in registers during the
+// previous step (PREFETCH) where they fit there, else round by round through a ring of STAGES slots in shared
+// memory that cp.async fills (each thread copies the terms it reduces itself, so no barrier guards the ring). The
+// messages are kept near 0 with their offsets in double (templates/chain/params.cuh).
 //
 // The backward messages beta depend on the potentials alone, not on alpha: when the forward saves its messages for
 // a backward, a second block per sequence runs the same recursion over the reversed chain at the same time, on SMs
@@ -10,6 +12,7 @@
 #pragma once
 
 #include "chain/params.cuh"
+#include "core/async_copy.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
@@ -94,7 +97,7 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 // is asked for) compute sequence blockIdx.x − B's backward messages into saved (beta_rel, beta_offset) instead:
 // beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t reversed and
 // the roles of c and p swapped.
-template <class T, class Op, int C, int NT, int G, bool PREFETCH>
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   constexpr int GROUPS = NT / G, ROUNDS = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G, WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
@@ -137,6 +140,34 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
   };
 
+  // The ring (STAGES ≥ 2, dynamic shared memory): slot s holds a round's N terms of every thread, [s][k][tid].
+  // Rounds are numbered along the chain (step t's round r is t · ROUNDS + r); `fetch` copies the next unfetched
+  // one, STAGES − 1 rounds ahead of the one reduced, as one group (empty past the last step).
+  extern __shared__ __align__(16) unsigned char ring_bytes[];
+  T* const ring = reinterpret_cast<T*>(ring_bytes) + tid;
+  long long fetch_t = 0;
+  int fetch_r = 0, fetch_slot = 0, use_slot = 0;
+  auto fetch = [&] {
+    if (fetch_t + 1 < L) {
+      const int c = group + fetch_r * GROUPS;
+      const T* row = pot + (beta ? L - 2 - fetch_t : fetch_t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
+      T* slot = ring + fetch_slot * N * NT;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int q = lane + k * G;
+        if (c < C && q < C)
+          copy_async<int(sizeof(T))>(slot + k * NT, row + (long long)q * s_from);
+        else
+          slot[k * NT] = Num<T>::neg_inf();
+      }
+    }
+    copy_commit();
+    if (++fetch_r == ROUNDS) fetch_r = 0, ++fetch_t;
+    fetch_slot = fetch_slot + 1 == STAGES ? 0 : fetch_slot + 1;
+  };
+  if (STAGES > 1)
+    for (int s = 0; s + 1 < STAGES; ++s) fetch();
+
   // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else it loads them round by
   // round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
   // no copy waits for the loads: they land while the block synchronises and the next step starts.
@@ -163,6 +194,13 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       if (PREFETCH) {
 #pragma unroll
         for (int k = 0; k < N; ++k) x[k] = use[r][k];
+      } else if (STAGES > 1) {
+        fetch(); // into the slot the previous round emptied
+        copy_wait<(STAGES > 1 ? STAGES - 1 : 0)>();
+        const T* slot = ring + use_slot * N * NT;
+#pragma unroll
+        for (int k = 0; k < N; ++k) x[k] = slot[k * NT];
+        use_slot = use_slot + 1 == STAGES ? 0 : use_slot + 1;
       } else {
         load(t, r, x);
       }

@@ -33,7 +33,7 @@ template <class In, class I>
 __device__ __forceinline__ void em_fetch_chunk(unsigned dst, const In* base, I step, int count, bool vec,
                                                const In* any) {
   if (vec) {
-    em_copy_async_part(dst, count > 0 ? base : any, 2 * count);
+    copy_async_prefix(dst, count > 0 ? base : any, 2 * count);
     return;
   }
   EmChunk c = {{0u, 0u, 0u, 0u}};
@@ -160,9 +160,9 @@ __device__ __forceinline__ void em_make_factors(Pipe& pipe, const BmmParams& p, 
   // Slice q's copies are one cp.async group; the slice kLead groups back is made once its group is in.
   for (I q = 0; q < total + kLead; ++q) {
     if (q < total) copy(q);
-    em_copy_commit();
+    copy_commit();
     if (q >= kLead) {
-      em_copy_wait<kLead>();
+      copy_wait<kLead>();
       make(q - kLead);
     }
   }

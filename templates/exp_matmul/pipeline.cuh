@@ -86,10 +86,10 @@ template <int BM, int BN, int STAGES, bool SPLIT, class Mma = WgTf32, bool MADE 
   // Every thread of the block, first: `dyn` is the dynamic shared memory (STAGES × kStage from its first 1024-byte
   // boundary: the swizzle's period), `bars` room for 3 × STAGES barriers.
   __device__ __forceinline__ WgPipeline(unsigned char* dyn, unsigned long long* bars) {
-    const unsigned raw = em_smem_addr(dyn);
+    const unsigned raw = smem_addr(dyn);
     smem = (raw + 1023u) & ~1023u;
     smem_ptr = dyn + (smem - raw);
-    full = em_smem_addr(bars), split = full + 8 * STAGES, empty = full + 16 * STAGES;
+    full = smem_addr(bars), split = full + 8 * STAGES, empty = full + 16 * STAGES;
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         mb_init(full + 8 * s, 1);

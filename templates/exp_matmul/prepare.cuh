@@ -2,6 +2,7 @@
 // and where it holds values other than −inf; the exponentiated operands, padded, into the workspace.
 #pragma once
 
+#include "core/async_copy.cuh"
 #include "core/params.cuh"
 #include "core/dtypes.cuh"
 #include "exp_matmul/bounds.cuh"
@@ -9,13 +10,6 @@
 #include "core/half_pairs.cuh"
 
 namespace jb {
-
-// Shared-memory address of a generic pointer, for the instructions that take one.
-__device__ __forceinline__ unsigned em_smem_addr(const void* p) {
-  unsigned addr;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
 
 // The workspace, typed (exp_matmul/bounds.cuh: em_workspace).
 template <class T> struct EmView {
@@ -550,7 +544,7 @@ template <int FORM, class In> __device__ constexpr bool em_transposes() {
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(em_smem_addr(row)));
+               : "r"(smem_addr(row)));
 }
 // Four adjacent lanes (q = lane % 4) holding words w[i] = W_q[i] end holding w[j] = W_j[q]: two exchanges of two
 // words each, with the lane one and then two apart.

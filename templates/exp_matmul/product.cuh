@@ -16,26 +16,9 @@
 
 namespace jb {
 
-// cp.async (sm_80 and later): BYTES (4, 8 or 16) from global to shared memory, both addresses aligned to BYTES, no
-// registers in between; the thread's copies so far made one group; waiting for every group.
-template <int BYTES> __device__ __forceinline__ void em_copy_async(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(em_smem_addr(dst)), "l"(src), "n"(BYTES) : "memory");
-}
-// 16 bytes to shared address dst of which the first `bytes` (0..16) come from src and the rest are zeros, through
-// L2 only (cp.async's source size; src 16-byte aligned, and read only when bytes > 0).
-__device__ __forceinline__ void em_copy_async_part(unsigned dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void em_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N of the thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void em_copy_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void em_copy_wait_all() { em_copy_wait<0>(); }
-
 // The block's row and column maxima and masks, staged in shared memory for the epilogue by THREADS threads, this
-// one numbered tid among them. ASYNC: the lines inside the output by cp.async (em_copy_async), committed as one
-// group, so that their loads hold no registers and the thread goes on; it calls em_copy_wait_all before the barrier
+// one numbered tid among them. ASYNC: the lines inside the output by cp.async (copy_async), committed as one
+// group, so that their loads hold no registers and the thread goes on; it calls copy_wait_all before the barrier
 // that precedes their use.
 template <class T, class I, int BM, int BN, int THREADS, bool ASYNC = false>
 __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0, T* sh_a,
@@ -44,8 +27,8 @@ __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<
   const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
   const auto stage = [&](T* max_at, EmLine* line_at, bool in, const T* max_from, const EmLine* line_from) {
     if (ASYNC && in) {
-      em_copy_async<sizeof(T)>(max_at, max_from);
-      em_copy_async<sizeof(EmLine)>(line_at, line_from);
+      copy_async<sizeof(T)>(max_at, max_from);
+      copy_async<sizeof(EmLine)>(line_at, line_from);
     } else {
       *max_at = in ? *max_from : (T)0;
       *line_at = in ? *line_from : none;
@@ -60,7 +43,7 @@ __device__ __forceinline__ void em_stage_lines(const BmmParams& p, const EmView<
       stage(&sh_b[l - BM], &line_b[l - BM], j < (I)p.N, &v.col_max[bb * (I)p.N + j], &v.col_line[bb * (I)p.N + j]);
     }
   }
-  if (ASYNC) em_copy_commit();
+  if (ASYNC) copy_commit();
 }
 // Whether every line this thread staged (em_stage_lines, its copies landed) has a max below +inf: no NaN or +inf in
 // the row or column (lines outside the output hold 0).
@@ -372,7 +355,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(em_smem_addr(row)));
+               : "r"(smem_addr(row)));
 }
 
 // Shared memory of the tensor-core kernel: a as [BM][BK] and b as [BN][BK] factors E (k contiguous, as the prepare
@@ -394,7 +377,7 @@ __device__ __forceinline__ void em_copy_rows(E (*dst)[PITCH], const E* src, I Kp
     const int idx = threadIdx.x + l * THREADS;
     if (kVec % THREADS == 0 || idx < kVec)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                       em_smem_addr(&dst[idx / (BK / kPer)][idx % (BK / kPer) * kPer])),
+                       smem_addr(&dst[idx / (BK / kPer)][idx % (BK / kPer) * kPer])),
                    "l"(src + (row0 + idx / (BK / kPer)) * Kp + k0 + idx % (BK / kPer) * kPer));
   }
 }
@@ -411,9 +394,9 @@ template <class E, int BM, int BN, int BK, int THREADS, class I> struct EmMmaLoa
   template <class P> __device__ __forceinline__ void fetch(const P&, int buf, I k0) {
     em_copy_rows<BM, BK, THREADS>(sm.a[buf], ea, Kp, m0, k0);
     em_copy_rows<BN, BK, THREADS>(sm.b[buf], eb, Kp, n0, k0);
-    em_copy_commit();
+    copy_commit();
   }
-  __device__ __forceinline__ void land(int) { em_copy_wait_all(); }
+  __device__ __forceinline__ void land(int) { copy_wait_all(); }
 };
 
 // Where one warp's outputs and ldmatrix rows lie in a block tile of the tensor-core product: a warp covers a

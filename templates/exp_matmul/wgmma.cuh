@@ -60,7 +60,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
                                                             threadIdx.x - 128);
     float acc[P::kRegs];
     pipe.consume(acc, Kp, cg);
-    em_copy_wait_all();
+    copy_wait_all();
     // Every consumer's staged lines are in; for half outputs the barrier also says whether all of them are plain.
     const bool plain = P::consumers_all(
         kHalf ? em_staged_plain<T, BM, BN, P::kConsumerThreads>(sh_a, sh_b, threadIdx.x - 128) : true);

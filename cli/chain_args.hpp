@@ -1,0 +1,55 @@
+// The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --semiring,
+// --dtype, and for bench the batch and length; the spec's own fields by --threads and --lanes.
+#pragma once
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cli/args.hpp"
+#include "cli/spec_args.hpp"
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain_problem.hpp"
+
+namespace jitbmm::cli {
+
+// A problem's or spec's error ("chain.dtype: ...") addressed to the flag that set the field.
+[[noreturn]] inline void throw_for_chain_flag(const std::invalid_argument& e) {
+  const std::string message = e.what();
+  for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"},
+                                    {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"}})
+    if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
+  throw e;
+}
+
+// The problem of --chain C states, --semiring (log) and --dtype (f32), with B sequences of T positions.
+inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
+  ChainProblem problem;
+  problem.semiring = parse_flag(args, "--semiring", "log", parse_semiring);
+  problem.dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
+  problem.B = B;
+  problem.T = T;
+  problem.C = parse_int(args.get("--chain", ""), "--chain", 1, int(kMaxChainStates));
+  try {
+    check_chain_problem(problem);
+  } catch (const std::invalid_argument& e) {
+    throw_for_chain_flag(e);
+  }
+  return problem;
+}
+
+// The default spec for the problem, with --threads and --lanes overriding its fields.
+inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem) {
+  try {
+    ChainSpec spec = default_chain_spec(problem);
+    if (args.has("--threads")) spec.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);
+    if (args.has("--lanes")) spec.lanes = parse_int(args.get("--lanes", ""), "--lanes", 1, 32);
+    check_chain_spec(spec, problem);
+    return spec;
+  } catch (const std::invalid_argument& e) {
+    throw_for_chain_flag(e);
+  }
+}
+
+} // namespace jitbmm::cli
