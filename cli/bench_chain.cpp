@@ -3,7 +3,9 @@
 // max_plus the forward with the best path; median device times of CUDA-event-timed runs after warm-up on standard
 // normal potentials, terms/s (B·(T − 1)·C² per second), and the first sequence's score checked against the CPU
 // reference so that no broken variant is timed silently. --sweep compares the variants a block of 128 to 1024
-// threads with 1 to 32 lanes per state makes, the default first.
+// threads with 1 to 32 lanes per state makes (both forwards alike, the backward messages' lanes by their rule), the
+// default first.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -37,8 +39,8 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
   for (int threads = 128; threads <= 1024; threads *= 2)
     for (int lanes = 1; lanes <= 32; lanes *= 2) {
       ChainSpec s = first;
-      s.threads = threads;
-      s.lanes = lanes;
+      s.forward = s.saving = {threads, lanes};
+      s.beta_lanes = std::max(4, std::min(32, threads / int(problem.C)));
       if (s == first || lanes > 2 * problem.C) continue;
       specs.push_back(s);
     }
@@ -113,12 +115,17 @@ int run_chain_bench(const Args& args) {
   std::printf("device: %s; chain %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
               device->name.c_str(), semiring_info(p.semiring).name, dtype_info(p.dtype).name, (long long)B,
               (long long)T, (long long)p.C);
-  std::printf("%7s %5s %6s %10s %10s %12s %12s %10s %s\n", "threads", "lanes", "stages", "forward", "terms/s",
-              log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd", "check");
+  // A loop as threads x lanes, and where its potentials wait: registers, a ring of N stages, or plain loads.
+  auto loop = [](const ChainSpec& s, const ChainLoop& l) {
+    return std::to_string(l.threads) + "x" + std::to_string(l.lanes) + ":" +
+           (s.prefetch(l) ? std::string("regs") : s.stages(l) ? "ring" + std::to_string(s.stages(l)) : "loads");
+  };
+  std::printf("%-16s %-16s %-16s %10s %10s %12s %10s %10s %s\n", "forward", log ? "saving" : "", log ? "beta" : "",
+              "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd", "check");
   for (const ChainRow& r : rows)
-    std::printf("%7d %5d %6s %10.4f %10.3g %12.4f %12.4f %10.4f %s\n", r.spec.threads, r.spec.lanes,
-                r.spec.prefetch() ? "regs" : std::to_string(r.spec.stages()).c_str(), r.forward_ms,
-                terms / (r.forward_ms * 1e-3), r.saving_ms, r.backward_ms, r.saving_ms + r.backward_ms,
+    std::printf("%-16s %-16s %-16s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(r.spec, r.spec.forward).c_str(),
+                log ? loop(r.spec, r.spec.saving).c_str() : "", log ? loop(r.spec, r.spec.beta()).c_str() : "",
+                r.forward_ms, terms / (r.forward_ms * 1e-3), r.saving_ms, r.backward_ms, r.saving_ms + r.backward_ms,
                 r.checked ? "ok" : "WRONG");
   for (const ChainRow& r : rows)
     if (!r.checked) return 1;

@@ -1,5 +1,5 @@
 // The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --semiring,
-// --dtype, and for bench the batch and length; the spec's own fields by --threads and --lanes.
+// --dtype, and for bench the batch and length; the spec's own fields by --threads, --lanes and --beta-lanes.
 #pragma once
 
 #include <cstring>
@@ -18,7 +18,9 @@ namespace jitbmm::cli {
 [[noreturn]] inline void throw_for_chain_flag(const std::invalid_argument& e) {
   const std::string message = e.what();
   for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"},
-                                    {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"}})
+                                    {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"},
+                                    {"chain spec.saving_threads", "--threads"}, {"chain spec.saving_lanes", "--lanes"},
+                                    {"chain spec.beta_lanes", "--beta-lanes"}})
     if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
   throw e;
 }
@@ -39,12 +41,15 @@ inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
   return problem;
 }
 
-// The default spec for the problem, with --threads and --lanes overriding its fields.
+// The default spec for the problem, with --threads, --lanes and --beta-lanes overriding its fields.
 inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem) {
   try {
     ChainSpec spec = default_chain_spec(problem);
-    if (args.has("--threads")) spec.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);
-    if (args.has("--lanes")) spec.lanes = parse_int(args.get("--lanes", ""), "--lanes", 1, 32);
+    // --threads and --lanes set both forwards' blocks (the saving one's backward messages keep their rule).
+    if (args.has("--threads"))
+      spec.forward.threads = spec.saving.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);
+    if (args.has("--lanes")) spec.forward.lanes = spec.saving.lanes = parse_int(args.get("--lanes", ""), "--lanes", 1, 32);
+    if (args.has("--beta-lanes")) spec.beta_lanes = parse_int(args.get("--beta-lanes", ""), "--beta-lanes", 1, 32);
     check_chain_spec(spec, problem);
     return spec;
   } catch (const std::invalid_argument& e) {

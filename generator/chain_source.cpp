@@ -19,45 +19,52 @@ int floor_pow2(int x) {
 int ceil_pow2(int x) { return floor_pow2(x) == x ? x : 2 * floor_pow2(x); }
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-// The forward's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round,
-// or with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
+// A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round, or
+// with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
 // (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors: found by compiling
 // every state count the tests use).
-int forward_registers(const ChainSpec& s, bool prefetch) {
-  const int groups = s.threads / s.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + s.lanes - 1) / s.lanes;
+int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
+  const int groups = l.threads / l.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + l.lanes - 1) / l.lanes;
   const int words = dtype_info(s.dtype).acc_bytes / 4;
   return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40) + (prefetch ? 0 : 24);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
-
-} // namespace
-
-bool ChainSpec::operator==(const ChainSpec& o) const {
-  return semiring == o.semiring && dtype == o.dtype && C == o.C && threads == o.threads && lanes == o.lanes &&
-         backward_threads == o.backward_threads;
+bool fits(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
+  return loop_registers(s, l, prefetch) <= register_budget(l.threads);
 }
 
-bool ChainSpec::prefetch() const { return forward_registers(*this, true) <= register_budget(threads); }
-
-namespace {
-// A ring slot: one round's terms of every thread of the forward's block.
-unsigned slot_bytes(const ChainSpec& s) {
-  return unsigned(s.threads) * unsigned((s.C + s.lanes - 1) / s.lanes) * unsigned(dtype_info(s.dtype).size_bytes);
+// A ring slot: one round's terms of every thread of the block.
+unsigned slot_bytes(const ChainSpec& s, const ChainLoop& l) {
+  return unsigned(l.threads) * unsigned((s.C + l.lanes - 1) / l.lanes) * unsigned(dtype_info(s.dtype).size_bytes);
 }
 // What the ring may take: enough rounds in flight to cover the latency of memory at the rate one SM reads it,
 // within the 227 KiB of shared memory a block may have.
 constexpr unsigned kRingBytes = 160 * 1024;
 constexpr int kMaxStages = 8;
+
+// About eight source states per lane (fewer makes the shuffles dominate, more the serial part of a step), and no
+// fewer lanes than leave every group of lanes a state.
+int default_lanes(int C, int threads, int per_lane) {
+  return std::clamp(std::max(floor_pow2(std::max(1, C / per_lane)), ceil_pow2(std::max(1, threads / C))), 1, 32);
+}
+
 } // namespace
 
-int ChainSpec::stages() const {
-  if (prefetch()) return 0;
-  const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this)));
+bool ChainSpec::operator==(const ChainSpec& o) const {
+  return semiring == o.semiring && dtype == o.dtype && C == o.C && forward == o.forward && saving == o.saving &&
+         beta_lanes == o.beta_lanes && backward_threads == o.backward_threads;
+}
+
+bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
+
+int ChainSpec::stages(const ChainLoop& loop) const {
+  if (prefetch(loop)) return 0;
+  const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this, loop)));
   return n >= 2 ? n : 0;
 }
 
-unsigned ChainSpec::forward_shared_bytes() const { return unsigned(stages()) * slot_bytes(*this); }
+unsigned ChainSpec::ring_bytes(const ChainLoop& loop) const { return unsigned(stages(loop)) * slot_bytes(*this, loop); }
 
 ChainSpec default_chain_spec(const ChainProblem& problem) {
   check_chain_problem(problem);
@@ -65,11 +72,27 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   s.semiring = problem.semiring;
   s.dtype = problem.dtype;
   s.C = static_cast<int>(problem.C);
-  // About eight source states per lane: fewer makes the shuffles dominate, more the serial part of a step.
-  s.lanes = std::clamp(floor_pow2(std::max(1, s.C / 8)), 1, 32);
-  // As many threads as the step has groups of lanes for, fewer where their registers would spill.
-  s.threads = std::min(1024, ceil_pow2(std::max(32, s.lanes * s.C)));
-  while (s.threads > 32 && forward_registers(s, false) > register_budget(s.threads)) s.threads /= 2;
+  // The forward: about eight terms per lane, as many threads as the step has groups of lanes for, fewer where their
+  // registers would spill.
+  s.forward.lanes = default_lanes(s.C, 1, 8);
+  s.forward.threads = std::min(1024, ceil_pow2(std::max(32, s.forward.lanes * s.C)));
+  while (s.forward.threads > 32 && !fits(s, s.forward, false)) s.forward.threads /= 2;
+  // The saving forward runs both recursions in one block size. The backward messages read the potentials
+  // transposed: a group's lanes read different rows, so fewer lanes (four, or as many as leave each group a state)
+  // read more of each row at once. The largest block in which both loops keep a step in registers; failing that,
+  // the forward's block.
+  s.saving = s.forward;
+  s.beta_lanes = s.forward.lanes;
+  if (s.semiring == Semiring::log) {
+    auto at = [&](int threads) {
+      s.saving = {threads, default_lanes(s.C, threads, 16)};
+      s.beta_lanes = std::clamp(ceil_pow2(std::max(1, threads / s.C)), 4, 32);
+      while (s.beta_lanes < 32 && !fits(s, s.beta(), false)) s.beta_lanes *= 2;
+    };
+    int threads = s.forward.threads;
+    for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
+    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(s.forward.threads);
+  }
   // The backward's block writes one step's C² gradients: a step's worth of threads, up to 256.
   s.backward_threads = std::clamp(ceil_pow2(s.C * s.C), 32, 256);
   return s;
@@ -81,9 +104,19 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
   if (s.semiring != problem.semiring) fail("semiring: differs from the problem's");
   if (s.dtype != problem.dtype) fail("dtype: differs from the problem's");
   if (s.C != problem.C) fail("C: differs from the problem's (" + std::to_string(problem.C) + ")");
-  if (!pow2(s.lanes) || s.lanes > 32) fail("lanes: must be a power of two at most 32 (got " + std::to_string(s.lanes) + ")");
-  if (s.threads < 32 || s.threads > 1024 || s.threads % 32)
-    fail("threads: must be a multiple of 32 in [32, 1024] (got " + std::to_string(s.threads) + ")");
+  auto check_lanes = [&](int lanes, const char* field) {
+    if (!pow2(lanes) || lanes > 32)
+      fail(std::string(field) + ": must be a power of two at most 32 (got " + std::to_string(lanes) + ")");
+  };
+  auto check_threads = [&](int threads, const char* field) {
+    if (threads < 32 || threads > 1024 || threads % 32)
+      fail(std::string(field) + ": must be a multiple of 32 in [32, 1024] (got " + std::to_string(threads) + ")");
+  };
+  check_threads(s.forward.threads, "threads");
+  check_lanes(s.forward.lanes, "lanes");
+  check_threads(s.saving.threads, "saving_threads");
+  check_lanes(s.saving.lanes, "saving_lanes");
+  check_lanes(s.beta_lanes, "beta_lanes");
   if (s.backward_threads < 32 || s.backward_threads > 1024 || s.backward_threads % 32)
     fail("backward_threads: must be a multiple of 32 in [32, 1024] (got " + std::to_string(s.backward_threads) + ")");
 }
@@ -91,13 +124,24 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
 std::string to_string(const ChainSpec& s) {
   std::ostringstream os;
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name << " C=" << s.C
-     << " threads=" << s.threads << " lanes=" << s.lanes << " backward_threads=" << s.backward_threads;
+     << " forward=" << s.forward.threads << 'x' << s.forward.lanes << " saving=" << s.saving.threads << 'x'
+     << s.saving.lanes << " beta_lanes=" << s.beta_lanes << " backward_threads=" << s.backward_threads;
   return os.str();
 }
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   const std::string type = dtype_info(s.dtype).acc_type;
   const bool log = s.semiring == Semiring::log;
+  const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + type + ">";
+  // A loop's template arguments: threads, lanes, prefetch, stages.
+  auto loop = [&](const ChainLoop& l) {
+    return std::to_string(l.threads) + ", " + std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") +
+           ", " + std::to_string(s.stages(l));
+  };
+  auto entry = [&](int threads, const char* suffix) {
+    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ", 1) " + kNameSlot +
+           suffix + "(const jb::ChainParams p) {\n  ";
+  };
   std::ostringstream os;
   os << "// Generated by jitbmm " << kVersion << ". Kernel " << kNameSlot << "\n"
      << "// chain spec: " << to_string(s) << "\n\n";
@@ -105,18 +149,22 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::ChainParams) == " << sizeof(jb::ChainParams)
      << ", \"host and device disagree on ChainParams\");\n"
-     << "extern \"C\" __global__ void __launch_bounds__(" << s.threads << ", 1) " << kNameSlot
-     << "(const jb::ChainParams p) {\n  jb::chain_forward<" << type << ", jb::" << (log ? "ChainLog<" : "ChainMax<")
-     << type << ">, " << s.C << ", " << s.threads << ", " << s.lanes << ", " << (s.prefetch() ? "true" : "false")
-     << ", " << s.stages() << ">(p);\n}\n"
-     << "extern \"C\" __global__ void __launch_bounds__(" << s.backward_threads << ", 1) " << kNameSlot
-     << "_backward(const jb::ChainParams p) {\n  jb::" << (log ? "chain_marginals<" : "chain_path_backward<") << type
-     << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
+     << entry(s.forward.threads, "") << "jb::chain_forward<" << type << ", " << op << ", " << s.C << ", "
+     << loop(s.forward) << ">(p);\n}\n";
+  if (log) {
+    const std::string beta = loop(s.beta());
+    os << entry(s.saving.threads, "_saving") << "jb::chain_saving<" << type << ", " << op << ", " << s.C << ", "
+       << loop(s.saving) << ", " << beta.substr(beta.find(", ") + 2) << ">(p);\n}\n";
+  }
+  os << entry(s.backward_threads, "_backward") << "jb::" << (log ? "chain_marginals<" : "chain_path_backward<")
+     << type << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
   std::ostringstream name;
   name << "chain_" << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name << "_c" << s.C << "_b"
-       << s.threads << "_l" << s.lanes << "_g" << s.backward_threads;
+       << s.forward.threads << "_l" << s.forward.lanes;
+  if (log) name << "_s" << s.saving.threads << 'x' << s.saving.lanes << 'x' << s.beta_lanes;
+  name << "_g" << s.backward_threads;
   GeneratedKernel k = finish_kernel(name.str(), os.str());
-  k.entries = {"", "_backward"};
+  k.entries = log ? std::vector<std::string>{"", "_saving", "_backward"} : std::vector<std::string>{"", "_backward"};
   return k;
 }
 

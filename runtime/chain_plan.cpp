@@ -1,4 +1,5 @@
 // ChainPlan: a chain problem bound to the current device and its generated module (generator/chain_source.hpp).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -146,9 +147,13 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   const std::size_t back_bytes = workspace_bytes(path != nullptr);
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
-  // With saved, blocks B to 2B − 1 compute the backward messages alongside (templates/chain/sequential.cuh).
-  launch_chain(im, "", unsigned(saved ? 2 * p.B : p.B), unsigned(im.spec.threads), params, cu_stream,
-               im.spec.forward_shared_bytes());
+  // With saved, "_saving": blocks B to 2B − 1 compute the backward messages alongside.
+  const ChainSpec& sp = im.spec;
+  if (saved)
+    launch_chain(im, "_saving", unsigned(2 * p.B), unsigned(sp.saving.threads), params, cu_stream,
+                 std::max(sp.ring_bytes(sp.saving), sp.ring_bytes(sp.beta())));
+  else
+    launch_chain(im, "", unsigned(p.B), unsigned(sp.forward.threads), params, cu_stream, sp.ring_bytes(sp.forward));
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,

@@ -676,15 +676,38 @@ class _FirstOrderOnly(torch.autograd.Function):
                                   "not implemented")
 
 
-def _chain_gradients(ctx, grad_score, _grad_aux):
+def _chain_gradients(ctx, grad_score, _grad_aux, backward=_chain_backward_op):
     potentials, lengths, aux = ctx.saved_tensors
-    grad = _chain_backward_op(potentials, lengths, aux, grad_score, ctx.semiring)
+    grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
     if torch.is_grad_enabled():  # create_graph=True: a value now, an error only if differentiated again
         grad = _FirstOrderOnly.apply(grad, potentials)
     return grad, None, None, None
 
 
 _chain_op.register_autograd(_chain_gradients, setup_context=_chain_setup_context)
+
+
+class _ChainFunction(torch.autograd.Function):
+    """The eager path: the same forward and backward as the registered operator, without the operator's dispatch
+    (what torch.compile and torch.export, and tensor subclasses, take instead)."""
+
+    @staticmethod
+    def forward(ctx, potentials, lengths, semiring, keep):
+        score, aux = _chain_forward_impl(potentials, lengths, semiring, keep)
+        ctx.mark_non_differentiable(aux)
+        _chain_setup_context(ctx, (potentials, lengths, semiring, keep), (score, aux))
+        return score, aux
+
+    @staticmethod
+    def backward(ctx, grad_score, grad_aux):
+        return _chain_gradients(ctx, grad_score, grad_aux, _chain_backward_impl)
+
+
+def _chain(potentials, lengths, semiring, keep):
+    if (torch.compiler.is_compiling() or type(potentials) not in _PLAIN_TENSORS
+            or (lengths is not None and type(lengths) not in _PLAIN_TENSORS)):
+        return _chain_op(potentials, lengths, semiring, keep)
+    return _ChainFunction.apply(potentials, lengths, semiring, keep)
 
 
 def _check_chain(potentials, lengths):
@@ -721,7 +744,7 @@ def chain_log_partition(potentials, lengths=None):
     second derivatives raise NotImplementedError (create_graph=True itself works: the first derivative is exact)."""
     _check_chain(potentials, lengths)
     keep = torch.is_grad_enabled() and potentials.requires_grad
-    return _chain_op(potentials, lengths, "log", keep)[0]
+    return _chain(potentials, lengths, "log", keep)[0]
 
 
 def chain_viterbi(potentials, lengths=None):
@@ -730,5 +753,5 @@ def chain_viterbi(potentials, lengths=None):
     lengths[b] on). Arguments as chain_log_partition's; a length-1 sequence scores 0. The gradient of score is the
     best path's edge indicator (torch_struct.LinearChainCRF(...).argmax)."""
     _check_chain(potentials, lengths)
-    score, path = _chain_op(potentials, lengths, "max_plus", True)
+    score, path = _chain(potentials, lengths, "max_plus", True)
     return score, path.long()

@@ -93,18 +93,18 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 }
 
 // The forward: score[b], and what the caller asked for of saved (rel, offset, logz), alpha and the best path.
-// One block of NT threads per sequence; C states; G lanes per target state. Blocks B to 2B − 1 (launched when saved
-// is asked for) compute sequence blockIdx.x − B's backward messages into saved (beta_rel, beta_offset) instead:
-// beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t reversed and
-// the roles of c and p swapped.
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES>
+// One block of NT threads per sequence; C states; G lanes per target state. With BETA, block blockIdx.x − B
+// (chain_saving launches 2B blocks) computes that sequence's backward messages into saved (beta_rel, beta_offset)
+// instead: beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t
+// reversed and the roles of c and p swapped.
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   constexpr int GROUPS = NT / G, ROUNDS = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G, WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
   __shared__ T msg[2][C];
   __shared__ T warp_max[2][WARPS];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  const bool beta = blockIdx.x >= p.B;
+  constexpr bool beta = BETA;
   const long long b = beta ? blockIdx.x - p.B : blockIdx.x, T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
@@ -267,6 +267,17 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     for (long long t = L + tid; t < T_; t += NT) p.path[b * T_ + t] = -1;
 }
 
+// The forward that saves its messages for the backward (log): blocks 0 to B − 1 run the forward messages with G lanes
+// per state, blocks B to 2B − 1 the backward messages with GB lanes (their potentials are read transposed, and fewer
+// lanes per state read more of each row at once).
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B>
+__device__ __forceinline__ void chain_saving(const ChainParams& p) {
+  if (blockIdx.x >= p.B)
+    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true>(p);
+  else
+    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false>(p);
+}
+
 // The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]
 // − score), from the messages the forward saved. Every step is independent: one block of NT threads per (b, t),
 // grid-strided, the step's two message vectors in shared memory.
@@ -297,11 +308,21 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_marginal
     const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - z);
     __syncthreads();
     const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b + t * p.s_t;
-#pragma unroll 4
-    for (int e = threadIdx.x; e < C * C; e += NT) {
-      const int c = e / C, q = e % C;
-      const T y = pot[(long long)c * p.s_c + (long long)q * p.s_p] + beta[c];
-      grad[e] = g * Num<T>::exp2(((alpha[q] + k) + y) * Num<T>::log2e());
+    // CHUNK loads in flight before the first store: a store the compiler cannot prove apart from the next load
+    // (grad and potentials might alias) would otherwise make every load wait for the one before.
+    constexpr int PER = (C * C + NT - 1) / NT, CHUNK = PER < 8 ? PER : 8;
+    for (int base = 0; base < PER; base += CHUNK) {
+      T y[CHUNK];
+#pragma unroll
+      for (int j = 0; j < CHUNK; ++j) {
+        const int e = threadIdx.x + (base + j) * NT, c = e / C, q = e % C;
+        y[j] = e < C * C ? pot[(long long)c * p.s_c + (long long)q * p.s_p] : T(0);
+      }
+#pragma unroll
+      for (int j = 0; j < CHUNK; ++j) {
+        const int e = threadIdx.x + (base + j) * NT, c = e / C, q = e % C;
+        if (e < C * C) grad[e] = g * Num<T>::exp2(((alpha[q] + k) + (y[j] + beta[c])) * Num<T>::log2e());
+      }
     }
   }
 }

@@ -19,7 +19,7 @@ TEST_CASE("every chain module compiles for sm_90 without spills") {
   std::vector<ChainSpec> specs;
   for (Semiring semiring : {Semiring::log, Semiring::max_plus})
     for (DType dtype : {DType::f32, DType::f64})
-      for (int64_t C : {1, 2, 33, 64, 129, 257, 1024}) {
+      for (int64_t C : {1, 2, 33, 64, 128, 129, 256, 257, 1024}) {
         ChainProblem problem;
         problem.semiring = semiring;
         problem.dtype = dtype;
