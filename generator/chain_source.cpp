@@ -21,12 +21,13 @@ bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round, or
 // with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
-// (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors: found by compiling
-// every state count the tests use).
+// (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors; max_plus's winning
+// states: found by compiling every state count the tests use).
 int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
   const int groups = l.threads / l.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + l.lanes - 1) / l.lanes;
   const int words = dtype_info(s.dtype).acc_bytes / 4;
-  return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40) + (prefetch ? 0 : 24);
+  return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40) + (prefetch ? 0 : 24) +
+         (s.semiring == Semiring::max_plus ? 12 : 0);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
