@@ -73,9 +73,10 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   s.semiring = problem.semiring;
   s.dtype = problem.dtype;
   s.C = static_cast<int>(problem.C);
-  // The forward: about eight terms per lane, as many threads as the step has groups of lanes for, fewer where their
+  // The forward: about eight terms per lane (sixteen beyond 128 states, where a group's shuffles cost more than a
+  // longer serial part: measured at 256), as many threads as the step has groups of lanes for, fewer where their
   // registers would spill.
-  s.forward.lanes = default_lanes(s.C, 1, 8);
+  s.forward.lanes = default_lanes(s.C, 1, s.C > 128 ? 16 : 8);
   s.forward.threads = std::min(1024, ceil_pow2(std::max(32, s.forward.lanes * s.C)));
   while (s.forward.threads > 32 && !fits(s, s.forward, false)) s.forward.threads /= 2;
   // The saving forward runs both recursions in one block size. The backward messages read the potentials

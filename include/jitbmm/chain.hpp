@@ -43,7 +43,8 @@ public:
 
   const ChainProblem& problem() const;
   // The generated module's name, as the dump and override directories name its files: the forward's entry point;
-  // the backward's is this name followed by "_backward". Empty when B = 0 (nothing was compiled).
+  // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".
+  // Empty when B = 0 (nothing was compiled).
   std::string kernel_name() const;
   std::string device_name() const;
 
