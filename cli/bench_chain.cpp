@@ -40,7 +40,7 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
     for (int lanes = 1; lanes <= 32; lanes *= 2) {
       ChainSpec s = first;
       s.forward = s.saving = {threads, lanes};
-      s.beta_lanes = std::max(4, std::min(32, threads / int(problem.C)));
+      s.beta_lanes = default_beta_lanes(s);
       if (s == first || lanes > 2 * problem.C) continue;
       specs.push_back(s);
     }

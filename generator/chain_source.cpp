@@ -59,6 +59,13 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
 
+int default_beta_lanes(const ChainSpec& spec) {
+  ChainSpec s = spec;
+  s.beta_lanes = std::clamp(ceil_pow2(std::max(1, s.saving.threads / s.C)), 4, 32);
+  while (s.beta_lanes < 32 && !fits(s, s.beta(), false)) s.beta_lanes *= 2;
+  return s.beta_lanes;
+}
+
 int ChainSpec::stages(const ChainLoop& loop) const {
   if (prefetch(loop)) return 0;
   const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this, loop)));
@@ -79,17 +86,15 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   s.forward.lanes = default_lanes(s.C, 1, s.C > 128 ? 16 : 8);
   s.forward.threads = std::min(1024, ceil_pow2(std::max(32, s.forward.lanes * s.C)));
   while (s.forward.threads > 32 && !fits(s, s.forward, false)) s.forward.threads /= 2;
-  // The saving forward runs both recursions in one block size. The backward messages read the potentials
-  // transposed: a group's lanes read different rows, so fewer lanes (four, or as many as leave each group a state)
-  // read more of each row at once. The largest block in which both loops keep a step in registers; failing that,
-  // the forward's block.
+  // The saving forward runs both recursions in one block size, the backward messages with their own lanes
+  // (default_beta_lanes): the largest block in which both loops keep a step in registers; failing that, the
+  // forward's block.
   s.saving = s.forward;
   s.beta_lanes = s.forward.lanes;
   if (s.semiring == Semiring::log) {
     auto at = [&](int threads) {
       s.saving = {threads, default_lanes(s.C, threads, 16)};
-      s.beta_lanes = std::clamp(ceil_pow2(std::max(1, threads / s.C)), 4, 32);
-      while (s.beta_lanes < 32 && !fits(s, s.beta(), false)) s.beta_lanes *= 2;
+      s.beta_lanes = default_beta_lanes(s);
     };
     int threads = s.forward.threads;
     for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
@@ -135,10 +140,9 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   const std::string type = dtype_info(s.dtype).acc_type;
   const bool log = s.semiring == Semiring::log;
   const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + type + ">";
-  // A loop's template arguments: threads, lanes, prefetch, stages.
+  // A loop's template arguments after its block size: lanes, prefetch, stages.
   auto loop = [&](const ChainLoop& l) {
-    return std::to_string(l.threads) + ", " + std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") +
-           ", " + std::to_string(s.stages(l));
+    return std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") + ", " + std::to_string(s.stages(l));
   };
   auto entry = [&](int threads, const char* suffix) {
     return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ", 1) " + kNameSlot +
@@ -152,12 +156,10 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
      << "static_assert(sizeof(jb::ChainParams) == " << sizeof(jb::ChainParams)
      << ", \"host and device disagree on ChainParams\");\n"
      << entry(s.forward.threads, "") << "jb::chain_forward<" << type << ", " << op << ", " << s.C << ", "
-     << loop(s.forward) << ">(p);\n}\n";
-  if (log) {
-    const std::string beta = loop(s.beta());
+     << s.forward.threads << ", " << loop(s.forward) << ">(p);\n}\n";
+  if (log)
     os << entry(s.saving.threads, "_saving") << "jb::chain_saving<" << type << ", " << op << ", " << s.C << ", "
-       << loop(s.saving) << ", " << beta.substr(beta.find(", ") + 2) << ">(p);\n}\n";
-  }
+       << s.saving.threads << ", " << loop(s.saving) << ", " << loop(s.beta()) << ">(p);\n}\n";
   os << entry(s.backward_threads, "_backward") << "jb::" << (log ? "chain_marginals<" : "chain_path_backward<")
      << type << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
   std::ostringstream name;

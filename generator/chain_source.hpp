@@ -41,6 +41,9 @@ struct ChainSpec {
 
 // The spec for a problem: about eight terms per lane and target state, as many threads as a step has work for.
 ChainSpec default_chain_spec(const ChainProblem& problem);
+// The backward messages' lanes for spec.saving's block: four, or as many as leave every group a state, more where
+// their registers would spill (their potentials are read transposed: fewer lanes read more of each row at once).
+int default_beta_lanes(const ChainSpec& spec);
 // Throws std::invalid_argument naming the field when the spec cannot compute the problem or describes no kernel.
 void check_chain_spec(const ChainSpec& spec, const ChainProblem& problem);
 // "semiring=log dtype=f32 C=64 forward=512x8 saving=512x8 beta_lanes=8 backward_threads=256", printed into the
