@@ -15,14 +15,6 @@ namespace jitbmm::reference {
 
 namespace {
 
-// max_plus: the index of the first NaN, else of the first largest term (ties: the smallest index).
-template <class Real> int32_t first_max(const std::vector<Real>& x) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i)
-    if (!std::isnan(x[best]) && (std::isnan(x[i]) || x[i] > x[best])) best = i;
-  return best;
-}
-
 void require(const void* pointer, const char* name) {
   if (!pointer) throw std::invalid_argument(std::string(name) + ": null");
 }
@@ -30,6 +22,8 @@ void require(const void* pointer, const char* name) {
 // The problem, the work (bounded like the product's reference, and named when exceeded) and the lengths.
 void check_inputs(const ChainProblem& p, const int64_t* lengths) {
   check_chain_problem(p);
+  if (p.form != ChainForm::crf)
+    throw std::invalid_argument("potentials: the problem has the hmm form (pass HmmInputs)");
   const auto terms = try_product({p.B, p.T, p.C, p.C});
   if (!terms || *terms > kMaxReferenceTerms) {
     const char* largest = p.B >= p.T && p.B >= p.C * p.C ? "chain.B" : p.T >= p.C * p.C ? "chain.T" : "chain.C";

@@ -1,9 +1,10 @@
-// log Σ exp(x) for the references of the product and of the chain, exact at the edges as the README's contract says:
-// a NaN term gives NaN, else a +inf term +inf, else all −inf (or no term) −inf, never NaN.
+// The reductions of the references of the product and of the chain. log Σ exp(x), exact at the edges as the
+// README's contract says: a NaN term gives NaN, else a +inf term +inf, else all −inf (or no term) −inf, never NaN.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -19,6 +20,14 @@ template <class Real> Real log_sum_exp(const std::vector<Real>& x) {
   Real sum = 0;
   for (Real v : x) sum += std::exp(v - m);
   return m + std::log(sum);
+}
+
+// max_plus's choice: the index of the first NaN, else of the first largest term (ties: the smallest index).
+template <class Real> int32_t first_max(const std::vector<Real>& x) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i)
+    if (!std::isnan(x[best]) && (std::isnan(x[i]) || x[i] > x[best])) best = i;
+  return best;
 }
 
 } // namespace jitbmm::reference

@@ -29,6 +29,32 @@ void check_holds(const char* field, const char* letters, int64_t B, std::initial
                     " bytes: more than 2^62 bytes");
 }
 
+// The last element an array of `extents` at `strides` addresses must lie within kMaxOperandBytes. Nothing is
+// addressed when an extent is 0.
+void check_span(const char* field, const char* letters, std::initializer_list<int64_t> extents,
+                const int64_t* strides, int bytes) {
+  int64_t last = 0, part = 0, span = 0, i = 0;
+  bool fits = true;
+  std::string values, listed;
+  for (int64_t e : extents) {
+    if (e == 0) return;
+    fits = fits && !__builtin_mul_overflow(e - 1, strides[i], &part) && !__builtin_add_overflow(last, part, &last);
+    values += (i ? "*" : "") + std::to_string(e);
+    listed += (i ? ", " : "") + std::to_string(strides[i]);
+    ++i;
+  }
+  if (!fits || last >= kMaxOperandBytes || __builtin_mul_overflow(last + 1, int64_t(bytes), &span) ||
+      span > kMaxOperandBytes)
+    fail(field, "addresses more than 2^62 bytes (strides " + listed + " over " + letters + " = " + values + ")");
+}
+
+void check_strides(const char* field, const int64_t* strides, int n) {
+  for (int i = 0; i < n; ++i)
+    if (strides[i] < 0)
+      fail(std::string(field) + "[" + std::to_string(i) + "]",
+           "must be non-negative (got " + std::to_string(strides[i]) + ")");
+}
+
 } // namespace
 
 void check_chain_problem(const ChainProblem& p) {
@@ -48,29 +74,35 @@ void check_chain_problem(const ChainProblem& p) {
   if (p.T < 1) fail("T", "must be at least 1 (got " + std::to_string(p.T) + ")");
   if (p.C < 1 || p.C > kMaxChainStates)
     fail("C", "must be in [1, " + std::to_string(kMaxChainStates) + "] (got " + std::to_string(p.C) + ")");
-  for (int i = 0; i < 4; ++i)
-    if (p.strides[i] < 0)
-      fail("strides[" + std::to_string(i) + "]", "must be non-negative (got " + std::to_string(p.strides[i]) + ")");
+  if (p.form != ChainForm::crf && p.form != ChainForm::hmm)
+    fail("form", "enum value " + std::to_string(static_cast<int>(p.form)) + " is not a form (expected crf or hmm)");
+  check_strides("strides", p.strides, 4);
+  check_strides("emission_strides", p.emission_strides, 3);
+  check_strides("transition_strides", p.transition_strides, 3);
+  check_strides("initial_strides", p.initial_strides, 2);
   // Sizes before strides: the contiguous strides are products of sizes. What the calls write is contiguous: alpha
   // [B][T][C] (path [B][T] int32 is no larger) and grad_potentials [B][T − 1][C][C], which is also the contiguous
   // potentials.
   const int bytes = dtype_info(p.dtype).size_bytes;
   check_holds("alpha", "B*T*C", p.B, {p.T, p.C}, bytes);
-  check_holds("potentials", "B*(T-1)*C*C", p.B, {p.T - 1, p.C, p.C}, bytes);
+  if (p.form == ChainForm::crf)
+    check_holds("potentials", "B*(T-1)*C*C", p.B, {p.T - 1, p.C, p.C}, bytes);
+  else
+    check_holds("transitions", "B*C*C", p.B, {p.C, p.C}, bytes); // a batched table's gradient
+  if (p.form == ChainForm::hmm) {
+    for (int i = 0; i < 4; ++i)
+      if (p.strides[i] != 0)
+        fail("strides[" + std::to_string(i) + "]", "the hmm form has no potentials (its tables have their own strides)");
+    const HmmStrides st = hmm_strides(p);
+    check_span("emissions", "B*T*C", {p.B, p.T, p.C}, st.emissions, bytes);
+    check_span("transitions", "B*C*C", {p.batched_transitions ? p.B : 1, p.C, p.C}, st.transitions, bytes);
+    check_span("initial", "B*C", {p.batched_initial ? p.B : 1, p.C}, st.initial, bytes);
+    return;
+  }
   if (p.B == 0 || p.T == 1) return; // no potential is read, whatever the strides
   int64_t st[4];
   chain_strides(p, st);
-  const int64_t extents[4] = {p.B, p.T - 1, p.C, p.C};
-  int64_t last = 0, part = 0, span = 0;
-  bool fits = true;
-  for (int i = 0; i < 4; ++i)
-    fits = fits && !__builtin_mul_overflow(extents[i] - 1, st[i], &part) && !__builtin_add_overflow(last, part, &last);
-  if (!fits || last >= kMaxOperandBytes || __builtin_mul_overflow(last + 1, int64_t(bytes), &span) ||
-      span > kMaxOperandBytes)
-    fail("potentials", "addresses more than 2^62 bytes (strides " + std::to_string(st[0]) + ", " +
-                           std::to_string(st[1]) + ", " + std::to_string(st[2]) + ", " + std::to_string(st[3]) +
-                           " over B*(T-1)*C*C = " + std::to_string(p.B) + "*" + std::to_string(p.T - 1) + "*" +
-                           std::to_string(p.C) + "*" + std::to_string(p.C) + ")");
+  check_span("potentials", "B*(T-1)*C*C", {p.B, p.T - 1, p.C, p.C}, st, bytes);
 }
 
 void chain_strides(const ChainProblem& p, int64_t out[4]) {
@@ -83,6 +115,30 @@ void chain_strides(const ChainProblem& p, int64_t out[4]) {
   out[2] = p.C;
   out[1] = checked_mul(p.C, p.C, "chain.C");
   out[0] = checked_mul(p.T - 1, out[1], "chain.T");
+}
+
+HmmStrides hmm_strides(const ChainProblem& p) {
+  HmmStrides out{};
+  auto fill = [](const int64_t* given, int64_t* st, std::initializer_list<int64_t> extents) {
+    const int n = int(extents.size());
+    bool any = false;
+    for (int i = 0; i < n; ++i) any = any || given[i] != 0;
+    if (any) {
+      for (int i = 0; i < n; ++i) st[i] = given[i];
+      return;
+    }
+    int64_t stride = 1;
+    for (int i = n - 1; i >= 0; --i) {
+      st[i] = stride;
+      stride = checked_mul(stride, extents.begin()[i], "chain.C");
+    }
+  };
+  fill(p.emission_strides, out.emissions, {p.B, p.T, p.C});
+  fill(p.transition_strides, out.transitions, {p.B, p.C, p.C});
+  fill(p.initial_strides, out.initial, {p.B, p.C});
+  if (!p.batched_transitions) out.transitions[0] = 0;
+  if (!p.batched_initial) out.initial[0] = 0;
+  return out;
 }
 
 } // namespace jitbmm

@@ -93,5 +93,12 @@ void chain_forward(const ChainProblem& problem, const void* potentials, const in
 // grad_potentials[B][T − 1][C][C] for dL/dscore = grad_score[B], as ChainPlan::backward defines it.
 void chain_backward(const ChainProblem& problem, const void* potentials, const int64_t* lengths,
                     const double* grad_score, double* grad_potentials);
+// The HMM form (problem.form = hmm; the two above refuse it), its tables in host memory: score, alpha (alpha[b][0]
+// = initial ⊗ emissions[b][0]) and path as chain_forward gives them; the tables' gradients (each may be null) as
+// ChainPlan::backward defines them, contiguous.
+void chain_forward(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths, double* score,
+                   double* alpha, int32_t* path);
+void chain_backward(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths,
+                    const double* grad_score, double* grad_emissions, double* grad_transitions, double* grad_initial);
 
 } // namespace jitbmm::reference
