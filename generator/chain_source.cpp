@@ -26,8 +26,10 @@ bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
   const int groups = l.threads / l.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + l.lanes - 1) / l.lanes;
   const int words = dtype_info(s.dtype).acc_bytes / 4;
-  return words * (n + (prefetch ? 2 * rounds * n : n)) + n + (words == 2 ? 64 : 40) + (prefetch ? 0 : 24) +
-         (s.semiring == Semiring::max_plus ? 12 : 0);
+  // The HMM form's transitions stay the same along the chain: one buffer of them, and a step's emissions.
+  const bool hmm = s.form == ChainForm::hmm;
+  return words * (n + (prefetch ? (hmm ? 1 : 2) * rounds * n + (hmm ? rounds : 0) : n)) + n +
+         (words == 2 ? 64 : 40) + (prefetch ? 0 : hmm ? 40 : 24) + (s.semiring == Semiring::max_plus ? 12 : 0);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
@@ -53,9 +55,14 @@ int default_lanes(int C, int threads, int per_lane) {
 } // namespace
 
 bool ChainSpec::operator==(const ChainSpec& o) const {
-  return semiring == o.semiring && dtype == o.dtype && C == o.C && forward == o.forward && saving == o.saving &&
-         beta_lanes == o.beta_lanes && backward_threads == o.backward_threads;
+  return semiring == o.semiring && dtype == o.dtype && form == o.form && C == o.C && forward == o.forward &&
+         saving == o.saving && beta_lanes == o.beta_lanes && backward_threads == o.backward_threads;
 }
+
+// An "_edges" block holds about 2048 elements of the table, eight a thread, with the transitions in registers:
+// enough exponentials a step to amortise staging the step's messages.
+int ChainSpec::edge_rows() const { return std::clamp(2048 / C, 1, C); }
+int ChainSpec::edge_threads() const { return std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256); }
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
 
@@ -72,13 +79,17 @@ int ChainSpec::stages(const ChainLoop& loop) const {
   return n >= 2 ? n : 0;
 }
 
-unsigned ChainSpec::ring_bytes(const ChainLoop& loop) const { return unsigned(stages(loop)) * slot_bytes(*this, loop); }
+unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
+  const unsigned emissions = form == ChainForm::hmm && !prefetch(loop) ? 2u * unsigned(C) * unsigned(dtype_info(dtype).size_bytes) : 0;
+  return unsigned(stages(loop)) * slot_bytes(*this, loop) + emissions;
+}
 
 ChainSpec default_chain_spec(const ChainProblem& problem) {
   check_chain_problem(problem);
   ChainSpec s;
   s.semiring = problem.semiring;
   s.dtype = problem.dtype;
+  s.form = problem.form;
   s.C = static_cast<int>(problem.C);
   // The forward: about eight terms per lane (sixteen beyond 128 states, where a group's shuffles cost more than a
   // longer serial part: measured at 256), as many threads as the step has groups of lanes for, fewer where their
@@ -110,6 +121,7 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("chain spec." + what); };
   if (s.semiring != problem.semiring) fail("semiring: differs from the problem's");
   if (s.dtype != problem.dtype) fail("dtype: differs from the problem's");
+  if (s.form != problem.form) fail("form: differs from the problem's");
   if (s.C != problem.C) fail("C: differs from the problem's (" + std::to_string(problem.C) + ")");
   auto check_lanes = [&](int lanes, const char* field) {
     if (!pow2(lanes) || lanes > 32)
@@ -130,7 +142,8 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
 
 std::string to_string(const ChainSpec& s) {
   std::ostringstream os;
-  os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name << " C=" << s.C
+  os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
+     << (s.form == ChainForm::hmm ? " form=hmm" : "") << " C=" << s.C
      << " forward=" << s.forward.threads << 'x' << s.forward.lanes << " saving=" << s.saving.threads << 'x'
      << s.saving.lanes << " beta_lanes=" << s.beta_lanes << " backward_threads=" << s.backward_threads;
   return os.str();
@@ -138,7 +151,7 @@ std::string to_string(const ChainSpec& s) {
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   const std::string type = dtype_info(s.dtype).acc_type;
-  const bool log = s.semiring == Semiring::log;
+  const bool log = s.semiring == Semiring::log, hmm = s.form == ChainForm::hmm;
   const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + type + ">";
   // A loop's template arguments after its block size: lanes, prefetch, stages.
   auto loop = [&](const ChainLoop& l) {
@@ -148,27 +161,43 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
     return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ", 1) " + kNameSlot +
            suffix + "(const jb::ChainParams p) {\n  ";
   };
+  // The HMM backward's template arguments after the type: the semiring and C.
+  const std::string hmm_args = type + ", " + (log ? "true" : "false") + ", " + std::to_string(s.C);
   std::ostringstream os;
   os << "// Generated by jitbmm " << kVersion << ". Kernel " << kNameSlot << "\n"
      << "// chain spec: " << to_string(s) << "\n\n";
-  os << inline_templates({"chain/sequential.cuh"});
+  os << inline_templates({hmm ? "chain/hmm_backward.cuh" : "chain/sequential.cuh"});
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::ChainParams) == " << sizeof(jb::ChainParams)
      << ", \"host and device disagree on ChainParams\");\n"
      << entry(s.forward.threads, "") << "jb::chain_forward<" << type << ", " << op << ", " << s.C << ", "
-     << s.forward.threads << ", " << loop(s.forward) << ">(p);\n}\n";
+     << s.forward.threads << ", " << loop(s.forward) << (hmm ? ", false, true" : "") << ">(p);\n}\n";
   if (log)
     os << entry(s.saving.threads, "_saving") << "jb::chain_saving<" << type << ", " << op << ", " << s.C << ", "
-       << s.saving.threads << ", " << loop(s.saving) << ", " << loop(s.beta()) << ">(p);\n}\n";
-  os << entry(s.backward_threads, "_backward") << "jb::" << (log ? "chain_marginals<" : "chain_path_backward<")
-     << type << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
+       << s.saving.threads << ", " << loop(s.saving) << ", " << loop(s.beta()) << (hmm ? ", true" : "")
+       << ">(p);\n}\n";
+  if (hmm)
+    os << entry(kHmmNodeThreads, "_nodes") << "jb::hmm_nodes<" << hmm_args << ">(p);\n}\n"
+       << entry(s.edge_threads(), "_edges") << "jb::hmm_edges<" << hmm_args << ", " << s.edge_threads() << ", "
+       << s.edge_rows() << ">(p);\n}\n"
+       << entry(kHmmNodeThreads, "_reduce") << "jb::hmm_reduce<" << hmm_args << ">(p);\n}\n";
+  else
+    os << entry(s.backward_threads, "_backward") << "jb::" << (log ? "chain_marginals<" : "chain_path_backward<")
+       << type << ", " << s.C << ", " << s.backward_threads << ">(p);\n}\n";
   std::ostringstream name;
-  name << "chain_" << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name << "_c" << s.C << "_b"
-       << s.forward.threads << "_l" << s.forward.lanes;
+  name << (hmm ? "hmm_" : "chain_") << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name << "_c"
+       << s.C << "_b" << s.forward.threads << "_l" << s.forward.lanes;
   if (log) name << "_s" << s.saving.threads << 'x' << s.saving.lanes << 'x' << s.beta_lanes;
-  name << "_g" << s.backward_threads;
+  if (hmm)
+    name << "_e" << s.edge_threads() << 'x' << s.edge_rows();
+  else
+    name << "_g" << s.backward_threads;
   GeneratedKernel k = finish_kernel(name.str(), os.str());
-  k.entries = log ? std::vector<std::string>{"", "_saving", "_backward"} : std::vector<std::string>{"", "_backward"};
+  std::vector<std::string> entries = {""};
+  if (log) entries.push_back("_saving");
+  for (const char* e : hmm ? std::vector<const char*>{"_nodes", "_edges", "_reduce"} : std::vector<const char*>{"_backward"})
+    entries.push_back(e);
+  k.entries = entries;
   return k;
 }
 

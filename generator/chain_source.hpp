@@ -16,13 +16,15 @@ struct ChainLoop {
   bool operator==(const ChainLoop& o) const { return threads == o.threads && lanes == o.lanes; }
 };
 
-// One module per spec, three entry points (templates/chain/sequential.cuh): the forward (main entry: a block per
-// sequence), "_saving" (log: the forward that saves its messages for a backward, with a second block per sequence
-// computing its backward messages), and "_backward" (the edge marginals for log, the best path's indicator for
-// max_plus; a block per step).
+// One module per spec (templates/chain/): the forward (main entry: a block per sequence), "_saving" (log: the
+// forward that saves its messages for a backward, with a second block per sequence computing its backward
+// messages), and the backward: for the CRF form "_backward" (the edge marginals for log, the best path's indicator
+// for max_plus; a block per step), for the HMM form "_nodes" (the emissions' gradient), "_edges" (the transitions'
+// gradient, or its partial sums over ranges of steps) and "_reduce" (those sums, and the initial table's gradient).
 struct ChainSpec {
   Semiring semiring = Semiring::log;
   DType dtype = DType::f32;
+  ChainForm form = ChainForm::crf;
   int C = 1;                 // states: the messages' size and every loop's bound are compile-time
   ChainLoop forward;         // the forward's block
   ChainLoop saving;          // log: "_saving"'s forward-message blocks; its block size is saving.threads
@@ -32,12 +34,18 @@ struct ChainSpec {
   bool operator==(const ChainSpec& o) const;
   // A loop's potentials sit in registers, a whole step loaded a step ahead, when they are few enough; otherwise
   // they come round by round through a ring of stages(loop) slots of shared memory (0: none, where two slots do
-  // not fit), ring_bytes(loop) of dynamic shared memory.
+  // not fit). dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without
+  // prefetch, two steps' emissions.
   bool prefetch(const ChainLoop& loop) const;
   int stages(const ChainLoop& loop) const;
-  unsigned ring_bytes(const ChainLoop& loop) const;
+  unsigned dynamic_bytes(const ChainLoop& loop) const;
   ChainLoop beta() const { return {saving.threads, beta_lanes}; }
+  // The HMM form's "_edges" block: rows of the transitions' table per block, and its threads.
+  int edge_rows() const;
+  int edge_threads() const;
 };
+// The threads of the HMM form's "_nodes" and "_reduce" blocks.
+constexpr int kHmmNodeThreads = 256;
 
 // The spec for a problem: about eight terms per lane and target state, as many threads as a step has work for.
 ChainSpec default_chain_spec(const ChainProblem& problem);

@@ -21,7 +21,8 @@ struct ChainPlan::Impl {
   ChainSpec spec;
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0 (nothing to launch)
-  int64_t strides[4] = {};
+  int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
+  HmmStrides hmm{};
 };
 
 namespace {
@@ -65,6 +66,47 @@ jb::ChainParams chain_params(const ChainPlan::Impl& im) {
   params.s_t = im.strides[1];
   params.s_c = im.strides[2];
   params.s_p = im.strides[3];
+  params.e_b = im.hmm.emissions[0];
+  params.e_t = im.hmm.emissions[1];
+  params.e_c = im.hmm.emissions[2];
+  params.i_b = im.hmm.initial[0];
+  params.i_c = im.hmm.initial[1];
+  params.batched_transitions = im.problem.batched_transitions;
+  params.batched_initial = im.problem.batched_initial;
+  return params;
+}
+
+// What a backward reads of its forward: log its `saved`, max_plus its best path.
+void check_backward_reads(const ChainProblem& p, const void* saved, const int32_t* path, bool empty) {
+  if (p.semiring == Semiring::log) {
+    check_pointer(saved, "saved", empty);
+    if (path) throw std::invalid_argument("path: a log chain's backward reads `saved`, not a path");
+  } else {
+    check_pointer(path, "path", empty);
+    if (saved) throw std::invalid_argument("saved: a max_plus chain's backward reads the path, not `saved`");
+  }
+}
+
+void check_form(const ChainProblem& p, ChainForm form) {
+  if (p.form == form) return;
+  if (form == ChainForm::hmm)
+    throw std::invalid_argument("hmm: the plan's problem has the crf form (pass the potentials)");
+  throw std::invalid_argument("potentials: the plan's problem has the hmm form (pass HmmInputs)");
+}
+
+// The HMM form's tables as the kernels read them: the transitions in the potentials' place.
+jb::ChainParams hmm_params(const ChainPlan::Impl& im, const HmmInputs& hmm, bool empty) {
+  const ChainProblem& p = im.problem;
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_pointer(hmm.emissions, "hmm.emissions", empty);
+  check_pointer(hmm.transitions, "hmm.transitions", empty || p.T == 1);
+  check_pointer(hmm.initial, "hmm.initial", empty);
+  check_alignment(hmm.emissions, "hmm.emissions", bytes);
+  check_alignment(hmm.transitions, "hmm.transitions", bytes);
+  check_alignment(hmm.initial, "hmm.initial", bytes);
+  jb::ChainParams params = chain_params(im);
+  params.emissions = hmm.emissions;
+  params.initial = hmm.initial;
   return params;
 }
 
@@ -110,6 +152,14 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
   impl->spec = spec;
   check_chain_spec(impl->spec, problem);
   chain_strides(problem, impl->strides);
+  if (problem.form == ChainForm::hmm) {
+    impl->hmm = hmm_strides(problem);
+    const int64_t* tr = impl->hmm.transitions;
+    impl->strides[0] = tr[0];
+    impl->strides[1] = 0;
+    impl->strides[2] = tr[1];
+    impl->strides[3] = tr[2];
+  }
   impl->device = current_device();
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
   return ChainPlan(std::move(impl));
@@ -123,12 +173,13 @@ std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
 }
 
-void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void* score, void* saved, void* alpha,
-                           int32_t* path, Stream stream, const Workspace& workspace) const {
-  const Impl& im = *impl_;
+namespace {
+
+// The forward of either form: `params` holds the inputs.
+void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
+                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
   const ChainProblem& p = im.problem;
   const bool empty = p.B == 0;
-  check_pointer(potentials, "potentials", empty || p.T == 1);
   check_pointer(score, "score", empty);
   check_lengths(p, lengths, empty);
   if (path && p.semiring != Semiring::max_plus)
@@ -139,40 +190,61 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   const int bytes = dtype_info(p.dtype).size_bytes;
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
-  jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(path, "path", 4);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.path = path;
+  if (saved) point_saved(params, p, saved);
   params.score = score;
   params.alpha = alpha;
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const std::size_t back_bytes = workspace_bytes(path != nullptr);
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
   // With saved, "_saving": blocks B to 2B − 1 compute the backward messages alongside.
   const ChainSpec& sp = im.spec;
   if (saved)
     launch_chain(im, "_saving", unsigned(2 * p.B), unsigned(sp.saving.threads), params, cu_stream,
-                 std::max(sp.ring_bytes(sp.saving), sp.ring_bytes(sp.beta())));
+                 std::max(sp.dynamic_bytes(sp.saving), sp.dynamic_bytes(sp.beta())));
   else
-    launch_chain(im, "", unsigned(p.B), unsigned(sp.forward.threads), params, cu_stream, sp.ring_bytes(sp.forward));
+    launch_chain(im, "", unsigned(p.B), unsigned(sp.forward.threads), params, cu_stream, sp.dynamic_bytes(sp.forward));
+}
+
+} // namespace
+
+void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void* score, void* saved, void* alpha,
+                           int32_t* path, Stream stream, const Workspace& workspace) const {
+  const Impl& im = *impl_;
+  check_form(im.problem, ChainForm::crf);
+  const bool empty = im.problem.B == 0;
+  check_pointer(potentials, "potentials", empty || im.problem.T == 1);
+  check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
+  jb::ChainParams params = chain_params(im);
+  params.potentials = potentials;
+  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
+}
+
+void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* score, void* saved, void* alpha,
+                           int32_t* path, Stream stream, const Workspace& workspace) const {
+  const Impl& im = *impl_;
+  check_form(im.problem, ChainForm::hmm);
+  jb::ChainParams params = hmm_params(im, hmm, im.problem.B == 0);
+  params.potentials = hmm.transitions;
+  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
                          const void* grad_score, void* grad_potentials, Stream stream) const {
   const Impl& im = *impl_;
   const ChainProblem& p = im.problem;
+  check_form(p, ChainForm::crf);
   const bool empty = p.B == 0 || p.T == 1;
-  const bool log = p.semiring == Semiring::log;
   check_pointer(potentials, "potentials", empty);
   check_pointer(grad_score, "grad_score", p.B == 0);
   check_pointer(grad_potentials, "grad_potentials", empty);
   check_lengths(p, lengths, p.B == 0);
-  if (log) {
-    check_pointer(saved, "saved", empty);
-    if (path) throw std::invalid_argument("path: a log chain's backward reads `saved`, not a path");
-  } else {
-    check_pointer(path, "path", empty);
-    if (saved) throw std::invalid_argument("saved: a max_plus chain's backward reads the path, not `saved`");
-  }
+  check_backward_reads(p, saved, path, empty);
   if (empty) return;
   const int bytes = dtype_info(p.dtype).size_bytes;
   check_alignment(grad_score, "grad_score", bytes);
@@ -186,6 +258,109 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   const int64_t steps = p.B * (p.T - 1);
   const unsigned blocks = unsigned(steps < (int64_t(1) << 20) ? steps : (int64_t(1) << 20));
   launch_chain(im, "_backward", blocks, unsigned(im.spec.backward_threads), params, cu_stream);
+}
+
+namespace {
+
+// How the HMM backward sums the transitions' gradient: `groups` tables (one per sequence when batched), each over
+// `steps` steps cut into `chunks` ranges of `chunk` steps, one "_edges" block per range and tile of `rows` rows.
+// Enough ranges to give every SM a few blocks; with one range a block's sums are the gradient itself, otherwise
+// partial sums that "_reduce" adds in order.
+struct EdgeSplit {
+  int64_t groups = 1, steps = 0, chunks = 1, chunk = 1, tiles = 1;
+  std::size_t partial_bytes(const ChainProblem& p) const {
+    if (chunks == 1) return 0;
+    const auto n = std::size_t(checked_product({groups, chunks, p.C, p.C}, "chain: partial sums"));
+    return ScratchSize().add(n * std::size_t(dtype_info(p.dtype).acc_bytes), "workspace").bytes();
+  }
+};
+EdgeSplit edge_split(const ChainPlan::Impl& im) {
+  const ChainProblem& p = im.problem;
+  EdgeSplit e;
+  e.groups = p.batched_transitions ? p.B : 1;
+  e.steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
+  e.tiles = (p.C + im.spec.edge_rows() - 1) / im.spec.edge_rows();
+  const int64_t blocks = 4 * int64_t(std::max(1, im.device->sm_count));
+  const int64_t per_chunk = std::max<int64_t>(1, e.groups * e.tiles); // blocks per range of steps (B may be 0)
+  const int64_t wanted = std::max<int64_t>(1, (blocks + per_chunk - 1) / per_chunk);
+  // A range of fewer than 8 steps would stage more than it sums.
+  e.chunks = std::clamp<int64_t>(std::min(wanted, e.steps / 8), 1, int64_t(1) << 20);
+  e.chunk = std::max<int64_t>(1, (e.steps + e.chunks - 1) / e.chunks);
+  e.chunks = std::max<int64_t>(1, (e.steps + e.chunk - 1) / e.chunk);
+  return e;
+}
+
+} // namespace
+
+std::size_t ChainPlan::backward_workspace_bytes() const {
+  if (impl_->problem.form != ChainForm::hmm) return 0;
+  return edge_split(*impl_).partial_bytes(impl_->problem);
+}
+
+void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const void* saved, const int32_t* path,
+                         const void* grad_score, const HmmGradients& grads, Stream stream,
+                         const Workspace& workspace) const {
+  const Impl& im = *impl_;
+  const ChainProblem& p = im.problem;
+  check_form(p, ChainForm::hmm);
+  const bool empty = p.B == 0;
+  jb::ChainParams params = hmm_params(im, hmm, empty);
+  params.potentials = hmm.transitions;
+  check_pointer(grad_score, "grad_score", empty);
+  check_lengths(p, lengths, empty);
+  check_backward_reads(p, saved, path, empty);
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_alignment(grad_score, "grad_score", bytes);
+  check_alignment(grads.emissions, "grads.emissions", bytes);
+  check_alignment(grads.transitions, "grads.transitions", bytes);
+  check_alignment(grads.initial, "grads.initial", bytes);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(path, "path", 4);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  if (empty) {
+    // No sequence: a shared table's gradient is a sum of nothing.
+    ScopedContext scope(im.device->context);
+    const std::size_t table = std::size_t(p.C) * std::size_t(bytes);
+    if (grads.transitions && !p.batched_transitions)
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(grads.transitions), 0, table * std::size_t(p.C),
+                                     cu_stream),
+            "cuMemsetD8Async");
+    if (grads.initial && !p.batched_initial)
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(grads.initial), 0, table, cu_stream),
+            "cuMemsetD8Async");
+    return;
+  }
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.path = const_cast<int32_t*>(path);
+  if (saved) point_saved(params, p, const_cast<void*>(saved));
+  params.grad_score = grad_score;
+  params.grad_emissions = grads.emissions;
+  params.grad = grads.transitions;
+  params.grad_initial = grads.initial;
+  const EdgeSplit split = edge_split(im);
+  params.chunk = split.chunk;
+  params.chunks = split.chunks;
+  ScopedContext scope(im.device->context);
+  // Grid-strided launches: enough blocks to fill the GPU a few times over.
+  auto strided = [&](int64_t items) {
+    const int64_t blocks = (items + kHmmNodeThreads - 1) / kHmmNodeThreads;
+    return unsigned(std::clamp<int64_t>(blocks, 1, 16 * int64_t(std::max(1, im.device->sm_count))));
+  };
+  if (grads.emissions)
+    launch_chain(im, "_nodes", strided(p.B * p.T * p.C), unsigned(kHmmNodeThreads), params, cu_stream);
+  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
+  Scratch scratch(*im.device, workspace, partial_bytes, cu_stream);
+  params.partials = scratch.take(partial_bytes);
+  if (grads.transitions) {
+    const unsigned grid[3] = {unsigned(split.groups * split.chunks), unsigned(split.tiles), 1};
+    const unsigned block[3] = {unsigned(im.spec.edge_threads()), 1, 1};
+    void* args[] = {&params};
+    launch(im.kernel->entry("_edges"), grid, block, args, cu_stream, im.kernel->generated.name, "_edges", 0);
+  }
+  const int64_t reduced = (grads.transitions && split.chunks > 1 ? split.groups * p.C * p.C : 0) +
+                          (grads.initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
+  if (reduced > 0) launch_chain(im, "_reduce", strided(reduced), unsigned(kHmmNodeThreads), params, cu_stream);
 }
 
 const ChainProblem& ChainPlan::problem() const { return impl_->problem; }

@@ -41,6 +41,21 @@ public:
   void backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
                 const void* grad_score, void* grad_potentials, Stream stream = nullptr) const;
 
+  // The HMM form (ChainProblem::form = hmm): the same calls with the three tables instead of the potentials. The
+  // forward's alpha[b][0] is initial ⊗ emissions[b][0]. The backward writes every gradient asked for: emissions'
+  // (the state marginals times grad_score for log, the best path's states for max_plus; 0 past a length),
+  // transitions' (the expected or the best path's transition counts times grad_score, summed over steps, and over
+  // sequences for a shared table) and initial's (the state marginals at position 0, summed likewise). A log score
+  // of −inf gives zeros, one of +inf or NaN NaN (for a shared table, in the sum). It takes backward_workspace_bytes()
+  // of scratch (the transitions' partial sums), from `workspace` or jitbmm's pool.
+  void operator()(const HmmInputs& hmm, const int64_t* lengths, void* score, void* saved = nullptr,
+                  void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
+                  const Workspace& workspace = {}) const;
+  void backward(const HmmInputs& hmm, const int64_t* lengths, const void* saved, const int32_t* path,
+                const void* grad_score, const HmmGradients& grads, Stream stream = nullptr,
+                const Workspace& workspace = {}) const;
+  std::size_t backward_workspace_bytes() const;
+
   const ChainProblem& problem() const;
   // The generated module's name, as the dump and override directories name its files: the forward's entry point;
   // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".

@@ -12,6 +12,12 @@ namespace jb {
 // is the previous messages' maximum. The backward messages beta are kept the same way. `saved` holds both for the
 // backward: rel and beta_rel [B][T][C] (accumulator type), then offset and beta_offset [B][T] and the score[B] in
 // double.
+//
+// The HMM form reads potentials[b][t][c][p] as transitions[c][p] (potentials with s_t = 0, s_b = 0 for a shared
+// table) plus emissions[b][t + 1][c], with initial[p] + emissions[b][0][p] as the first messages. Its backward
+// writes grad_emissions [B][T][C], grad (the transitions' gradient: [B][C][C] with batched_transitions, else
+// [C][C]) and grad_initial ([B][C] with batched_initial, else [C]), all contiguous; the transitions' partial sums
+// go through `partials` ([groups][chunks][C][C] in the accumulator type) when one block does not see every step.
 struct ChainParams {
   const void* potentials;   // storage dtype, laid out by the strides below
   const long long* lengths; // [B], each in [1, T], or null: every sequence has T positions
@@ -26,8 +32,18 @@ struct ChainParams {
   unsigned short* back;     // [B][T][C] contiguous: the back-pointers the best path is read from (with path)
   const void* grad_score;   // [B]: the backward's dL/dscore
   void* grad;               // [B][T − 1][C][C] contiguous: the backward's dL/dpotentials
+  const void* emissions;    // hmm: [B][T][C] by e_b, e_t, e_c
+  const void* initial;      // hmm: [C] or [B][C] by i_b, i_c
+  void* grad_emissions;     // hmm backward: [B][T][C], or null
+  void* grad_initial;       // hmm backward: [C] or [B][C], or null
+  void* partials;           // hmm backward: [groups][chunks][C][C], with chunks > 1
   long long B, T;
   long long s_b, s_t, s_c, s_p;
+  long long e_b, e_t, e_c, i_b, i_c;
+  // hmm backward: the transitions' gradient is summed over `groups` groups of `steps` steps (groups = B and steps =
+  // T − 1 with batched_transitions, else 1 and B·(T − 1)), each cut into `chunks` ranges of `chunk` steps.
+  long long chunk, chunks;
+  int batched_transitions, batched_initial;
 };
 
 } // namespace jb

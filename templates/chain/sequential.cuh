@@ -97,7 +97,13 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 // (chain_saving launches 2B blocks) computes that sequence's backward messages into saved (beta_rel, beta_offset)
 // instead: beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t
 // reversed and the roles of c and p swapped.
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false>
+//
+// With HMM the potentials are transitions[c][p] (s_t = 0) and emissions[t + 1][c], which, one value per target
+// state, is ⊗-ed onto the step's result instead of onto each term; the first messages are initial[p] ⊗
+// emissions[0][p]. Its backward messages carry their position's emissions as well (beta_{L−1}[c] = emissions[L −
+// 1][c], and each step ⊗-es emissions[t][p] onto its result), which is what makes them the same recursion. The
+// transitions do not change along the chain, so with PREFETCH they are loaded once and stay in registers.
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   constexpr int GROUPS = NT / G, ROUNDS = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G, WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
@@ -113,9 +119,43 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const long long s_to = beta ? p.s_p : p.s_c, s_from = beta ? p.s_c : p.s_p;
   T* const rel_out = static_cast<T*>(beta ? p.beta_rel : p.rel);
   double* const offset_out = beta ? p.beta_offset : p.offset;
+  const T* const em = static_cast<const T*>(p.emissions) + b * p.e_b;
+  auto emission = [&](long long position, int c) { return em[position * p.e_t + (long long)c * p.e_c]; };
 
-  for (int c = tid; c < C; c += NT) msg[0][c] = bad ? Num<T>::nan() : T(0);
-  if (tid < WARPS) warp_max[0][tid] = T(0);
+  // The dynamic shared memory: the ring (below), then with EMIT_SHARED the emissions.
+  extern __shared__ __align__(16) unsigned char dynamic_bytes[];
+  // HMM: the emissions a step ⊗-es on. With PREFETCH in registers, loaded as the step starts; otherwise (large C,
+  // where registers are short) copied into shared memory during the step before: step t's into emit + (t & 1) · C,
+  // one copy group, complete by the barrier that ends the step before.
+  constexpr bool EMIT_SHARED = HMM && !PREFETCH;
+  T* const emit = reinterpret_cast<T*>(dynamic_bytes) + (STAGES > 1 ? STAGES : 0) * N * NT;
+  auto fetch_emissions = [&](long long t) {
+    if (EMIT_SHARED && t + 1 < L)
+      for (int c = tid; c < C; c += NT)
+        copy_async<int(sizeof(T))>(emit + (t & 1) * C + c,
+                                   &em[(beta ? L - 2 - t : t + 1) * p.e_t + (long long)c * p.e_c]);
+    copy_commit();
+  };
+
+  T first_max = Num<T>::neg_inf();
+  for (int c = tid; c < C; c += NT) {
+    T v = T(0);
+    if (HMM)
+      v = beta ? emission(L - 1, c)
+               : static_cast<const T*>(p.initial)[b * p.i_b + (long long)c * p.i_c] + emission(0, c);
+    msg[0][c] = bad ? Num<T>::nan() : v;
+    first_max = Num<T>::max(first_max, v);
+  }
+  if (HMM) {
+    first_max = group_reduce<32>(first_max, [](T x, T y) { return Num<T>::max(x, y); });
+    if (tid % 32 == 0) warp_max[0][tid / 32] = first_max;
+  } else if (tid < WARPS) {
+    warp_max[0][tid] = T(0);
+  }
+  if (EMIT_SHARED) {
+    fetch_emissions(0);
+    copy_wait_all();
+  }
   __syncthreads();
 
   // The potentials of step t (positions t → t + 1) that round r of this thread reduces.
@@ -143,8 +183,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   // The ring (STAGES ≥ 2, dynamic shared memory): slot s holds a round's N terms of every thread, [s][k][tid].
   // Rounds are numbered along the chain (step t's round r is t · ROUNDS + r); `fetch` copies the next unfetched
   // one, STAGES − 1 rounds ahead of the one reduced, as one group (empty past the last step).
-  extern __shared__ __align__(16) unsigned char ring_bytes[];
-  T* const ring = reinterpret_cast<T*>(ring_bytes) + tid;
+  T* const ring = reinterpret_cast<T*>(dynamic_bytes) + tid;
   long long fetch_t = 0;
   int fetch_r = 0, fetch_slot = 0, use_slot = 0;
   auto fetch = [&] {
@@ -176,20 +215,29 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   auto step = [&](long long t, Buffer& use, Buffer& fill) {
     const int from = int(t & 1), to = from ^ 1;
     const T shift = step_shift<T, WARPS>(warp_max[from]);
+    if (EMIT_SHARED) fetch_emissions(t + 1);
     offset += double(shift);
     store_position(t, from, shift, offset);
     T a[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) a[k] = lane + k * G < C ? msg[from][lane + k * G] - shift : Num<T>::neg_inf();
-    if (PREFETCH && t + 2 < L)
+    // HMM: the emissions of the position this step reaches, one per round's target state.
+    const long long reached = beta ? L - 2 - t : t + 1;
+    T e[PREFETCH ? ROUNDS : 1];
+    if (HMM && PREFETCH)
+#pragma unroll
+      for (int r = 0; r < ROUNDS; ++r) e[r] = group + r * GROUPS < C ? emission(reached, group + r * GROUPS) : T(0);
+    if (PREFETCH && !HMM && t + 2 < L)
 #pragma unroll
       for (int r = 0; r < ROUNDS; ++r) load(t + 1, r, fill[r]);
     T best = Num<T>::neg_inf();
     // Without PREFETCH every round loads its own terms: two at a time overlap their loads without the registers
-    // of every round at once.
-    constexpr int kRoundUnroll = PREFETCH ? ROUNDS : 2;
+    // of every round at once (one at a time for HMM's widest rounds of doubles, which two would spill).
+    constexpr int kRoundUnroll = PREFETCH ? ROUNDS : HMM && sizeof(T) == 8 && N >= 32 ? 1 : 2;
 #pragma unroll kRoundUnroll
     for (int r = 0; r < ROUNDS; ++r) {
+      const int c = group + r * GROUPS;
+      const T er = !HMM ? T(0) : PREFETCH ? e[PREFETCH ? r : 0] : c < C ? emit[(t & 1) * C + c] : T(0);
       T x[N];
       if (PREFETCH) {
 #pragma unroll
@@ -207,8 +255,8 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
 #pragma unroll
       for (int k = 0; k < N; ++k) x[k] += a[k];
       int arg;
-      const T v = Op::template reduce<G>(x, lane, arg);
-      const int c = group + r * GROUPS;
+      T v = Op::template reduce<G>(x, lane, arg);
+      if (HMM) v += er;
       if (c < C) {
         if (lane == 0) {
           msg[to][c] = v;
@@ -219,6 +267,8 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
     best = group_reduce<32>(best, [](T x, T y) { return Num<T>::max(x, y); });
     if (tid % 32 == 0) warp_max[to][tid / 32] = best;
+    // The next step's emissions: the groups committed after theirs are this step's rounds of the ring.
+    if (EMIT_SHARED) copy_wait<(STAGES > 1 ? (ROUNDS < STAGES - 1 ? ROUNDS : STAGES - 1) : 0)>();
     __syncthreads();
   };
   Buffer even, odd;
@@ -227,7 +277,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     for (int r = 0; r < ROUNDS; ++r) load(0, r, even[r]);
   for (long long t = 0; t + 1 < L; t += 2) {
     step(t, even, odd);
-    if (t + 2 < L) step(t + 1, odd, even);
+    if (t + 2 < L) step(t + 1, HMM ? even : odd, even);
   }
 
   const int last = int((L - 1) & 1);
@@ -270,12 +320,13 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
 // The forward that saves its messages for the backward (log): blocks 0 to B − 1 run the forward messages with G lanes
 // per state, blocks B to 2B − 1 the backward messages with GB lanes (their potentials are read transposed, and fewer
 // lanes per state read more of each row at once).
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B>
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B,
+          bool HMM = false>
 __device__ __forceinline__ void chain_saving(const ChainParams& p) {
   if (blockIdx.x >= p.B)
-    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true>(p);
+    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM>(p);
   else
-    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false>(p);
+    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false, HMM>(p);
 }
 
 // The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]

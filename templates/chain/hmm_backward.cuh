@@ -1,0 +1,175 @@
+// The HMM form's backward: the gradients of its three tables from the messages the saving forward kept (log) or
+// from the best path (max_plus). Every position's and every step's share is independent of the others, so these
+// spread over the whole GPU: state marginals one thread per (b, t, c); the transitions' gradient, a sum over steps,
+// as partial sums over ranges of steps (one block per range and tile of rows), then a fixed-order sum of the
+// partials, so the result does not depend on the launch's timing.
+#pragma once
+
+#include "chain/params.cuh"
+#include "chain/sequential.cuh"
+#include "core/numbers.cuh"
+
+namespace jb {
+
+// What sequence b's gradients are: 0 zeros (grad_score 0, a log score of −inf), 1 the marginals or path counts, 2
+// NaN (a bad length, or a log score of +inf or NaN: there is no distribution over paths to differentiate).
+template <class T, bool LOG> struct HmmSequence {
+  long long L = 1;
+  T g = 0;
+  double z = 0;
+  int mode = 0;
+  __device__ __forceinline__ HmmSequence(const ChainParams& p, long long b) {
+    bool bad;
+    L = chain_length(p, b, bad);
+    g = static_cast<const T*>(p.grad_score)[b];
+    if (LOG) z = p.logz[b];
+    mode = g == T(0) ? 0 : bad ? 2 : !LOG ? 1 : z == double(Num<T>::neg_inf()) ? 0 : z < double(Num<T>::inf()) ? 1 : 2;
+  }
+};
+
+// d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
+// (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
+// path's indicator (max_plus).
+template <class T, bool LOG, int C>
+__device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, long long b, long long t,
+                                      int c) {
+  if (s.mode == 2) return Num<T>::nan();
+  if (s.mode == 0 || t >= s.L) return T(0);
+  const long long at = b * p.T + t;
+  if (!LOG) return p.path[at] == c ? s.g : T(0);
+  const T e = static_cast<const T*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c];
+  if (e == Num<T>::neg_inf()) return T(0);
+  const T k = T(p.offset[at] + p.beta_offset[at] - s.z);
+  const T a = static_cast<const T*>(p.rel)[at * C + c], bt = static_cast<const T*>(p.beta_rel)[at * C + c];
+  return s.g * Num<T>::exp2(((a + k) + (bt - e)) * Num<T>::log2e());
+}
+
+// grad_emissions [B][T][C], grid-strided.
+template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
+  const long long n = p.B * p.T * C;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long b = i / (p.T * C), t = i / C % p.T;
+    static_cast<T*>(p.grad_emissions)[i] = hmm_node<T, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C));
+  }
+}
+
+// The transitions' gradient over one range of steps: block (x, y) = (group · chunks + chunk, tile) sums the steps
+// [chunk · p.chunk, (chunk + 1) · p.chunk) of its group into rows [y · ROWS, (y + 1) · ROWS) of the table, each of
+// NT threads holding PER elements and their transitions in registers; a step's share is grad_score · exp(alpha_t[p]
+// + transitions[c][p] + beta_{t+1}[c] − score) (log: the backward messages carry emissions[t + 1][c]) or the best
+// path's step indicator (max_plus). EB steps' messages are staged in shared memory at a time. With one chunk the
+// sums are the gradient; otherwise partial sums for hmm_reduce.
+template <class T, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
+  constexpr int E = ROWS * C, PER = (E + NT - 1) / NT;
+  constexpr int EB = 16384 / (C * int(sizeof(T))) < 1 ? 1 : 16384 / (C * int(sizeof(T))) > 8 ? 8 : 16384 / (C * int(sizeof(T)));
+  __shared__ T alpha[LOG ? EB : 1][LOG ? C : 1], beta[LOG ? EB : 1][ROWS];
+  __shared__ T k_s[EB], g_s[EB];
+  __shared__ int mode_s[EB], to_s[EB], from_s[EB];
+  const int tid = threadIdx.x, c0 = blockIdx.y * ROWS;
+  const long long group = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
+  const long long steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
+  const long long i0 = chunk * p.chunk, i1 = i0 + p.chunk < steps ? i0 + p.chunk : steps;
+
+  const T* trans = static_cast<const T*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
+  T tr[PER], acc[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int e = tid + j * NT, c = c0 + e / C, q = e % C;
+    tr[j] = i0 < i1 && e < E && c < C ? trans[(long long)c * p.s_c + (long long)q * p.s_p] : T(0);
+    acc[j] = T(0);
+  }
+  for (long long i = i0; i < i1; i += EB) {
+    const int n = i1 - i < EB ? int(i1 - i) : EB;
+    __syncthreads(); // the previous steps' messages are read
+    // Step u of the batch: sequence b, positions t → t + 1.
+    auto where = [&](int u, long long& b, long long& t) {
+      b = p.batched_transitions ? group : (i + u) / (p.T - 1);
+      t = p.batched_transitions ? i + u : (i + u) % (p.T - 1);
+    };
+    if (tid < n) {
+      long long b, t;
+      where(tid, b, t);
+      const HmmSequence<T, LOG> s(p, b);
+      int mode = s.mode == 1 && t + 1 >= s.L ? 0 : s.mode;
+      if (LOG) {
+        if (mode == 1) k_s[tid] = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - s.z);
+      } else {
+        to_s[tid] = mode == 1 ? p.path[b * p.T + t + 1] : -1;
+        from_s[tid] = mode == 1 ? p.path[b * p.T + t] : -1;
+        if (to_s[tid] < 0 || from_s[tid] < 0) mode = mode == 2 ? 2 : 0;
+      }
+      mode_s[tid] = mode;
+      g_s[tid] = s.g;
+    }
+    if (LOG)
+      for (int x = tid; x < n * (C + ROWS); x += NT) {
+        const int u = x / (C + ROWS), y = x % (C + ROWS);
+        long long b, t;
+        where(u, b, t);
+        if (y < C)
+          alpha[u][y] = static_cast<const T*>(p.rel)[(b * p.T + t) * C + y];
+        else if (c0 + y - C < C)
+          beta[u][y - C] = static_cast<const T*>(p.beta_rel)[(b * p.T + t + 1) * C + c0 + y - C];
+      }
+    __syncthreads();
+    for (int u = 0; u < n; ++u) {
+      const int mode = mode_s[u];
+      if (mode == 0) continue;
+      const T g = g_s[u];
+      if (mode == 2) {
+#pragma unroll
+        for (int j = 0; j < PER; ++j) acc[j] += Num<T>::nan();
+        continue;
+      }
+      if (LOG) {
+        const T k = k_s[u];
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+          const int e = tid + j * NT, r = e / C, q = e % C;
+          if (e < E && c0 + r < C)
+            acc[j] += g * Num<T>::exp2(((alpha[u][q] + k) + (tr[j] + beta[u][r])) * Num<T>::log2e());
+        }
+      } else {
+        const int hit = (to_s[u] - c0) * C + from_s[u];
+#pragma unroll
+        for (int j = 0; j < PER; ++j)
+          if (tid + j * NT == hit) acc[j] += g;
+      }
+    }
+  }
+  T* out = static_cast<T*>(p.chunks > 1 ? p.partials : p.grad) +
+           (p.chunks > 1 ? blockIdx.x : group) * (long long)(C * C) + (long long)c0 * C;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int e = tid + j * NT;
+    if (e < E && c0 + e / C < C) out[e] = acc[j];
+  }
+}
+
+// What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
+// than one chunk), and the initial table's gradient, the state marginals at position 0 (summed over the sequences
+// for a shared table). Grid-strided over both.
+template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
+  const long long groups = p.batched_transitions ? p.B : 1;
+  const long long n_trans = p.chunks > 1 && p.grad ? groups * C * C : 0;
+  const long long n_init = p.grad_initial ? (p.batched_initial ? p.B * C : C) : 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n_trans + n_init;
+       i += (long long)gridDim.x * blockDim.x) {
+    if (i < n_trans) {
+      const long long group = i / (C * C), e = i % (C * C);
+      const T* part = static_cast<const T*>(p.partials) + group * p.chunks * C * C + e;
+      T sum = T(0);
+      for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
+      static_cast<T*>(p.grad)[i] = sum;
+    } else {
+      const long long j = i - n_trans;
+      const int c = int(j % C);
+      T sum = T(0);
+      for (long long b = p.batched_initial ? j / C : 0; b < (p.batched_initial ? j / C + 1 : p.B); ++b)
+        sum += hmm_node<T, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, 0, c);
+      static_cast<T*>(p.grad_initial)[j] = sum;
+    }
+  }
+}
+
+} // namespace jb
