@@ -117,7 +117,7 @@ int run_bench(int argc, char** argv) {
   const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
   switches.insert(modes.begin(), modes.end());
   switches.erase("--chain"); // a flag (the number of states)
-  switches.insert({"--json", "--verbose", "--sweep"});
+  switches.insert({"--json", "--verbose", "--sweep", "--hmm"});
   const Args args(argc, argv, 2, flags, switches);
   // Each mode reads its own flags; one given to a mode that ignores it is an error.
   std::string mode;
@@ -143,7 +143,7 @@ int run_bench(int argc, char** argv) {
     return run_backward_bench(args);
   }
   if (mode == "--chain") {
-    args.require_only({"--chain", "--semiring", "--dtype", "--batch", "--length", "--threads", "--lanes",
+    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--threads", "--lanes",
                        "--beta-lanes", "--sweep", "--reps"},
                       "bench --chain");
     return run_chain_bench(args);

@@ -1,4 +1,4 @@
-// jitbmm bench --chain C: the linear-chain kernels of one problem on this GPU (a benchmark, not a test). Per
+// jitbmm bench --chain C [--hmm]: the linear-chain kernels of one problem on this GPU (a benchmark, not a test). Per
 // variant: the forward (score only), the forward that saves its messages for a backward, the backward, and for
 // max_plus the forward with the best path; median device times of CUDA-event-timed runs after warm-up on standard
 // normal potentials, terms/s (B·(T − 1)·C² per second), and the first sequence's score checked against the CPU
@@ -60,23 +60,40 @@ int run_chain_bench(const Args& args) {
   ScopedContext scope(device->context);
 
   const int bytes = dtype_info(p.dtype).size_bytes;
+  const bool hmm = p.form == ChainForm::hmm;
   const int64_t n = B * (T - 1) * p.C * p.C;
-  std::vector<unsigned char> host(std::size_t(n) * bytes);
+  // The inputs, standard normal: the potentials [B][T − 1][C][C], or the HMM form's emissions [B][T][C],
+  // transitions [C][C] and initial [C] one after the other.
+  const int64_t n_input = hmm ? B * T * p.C + p.C * p.C + p.C : n;
+  std::vector<unsigned char> host(std::size_t(n_input) * bytes);
   std::mt19937_64 rng(2024);
   std::normal_distribution<double> normal(0.0, 1.0);
-  for (int64_t i = 0; i < n; ++i) store_element(p.dtype, host.data(), i, normal(rng));
+  for (int64_t i = 0; i < n_input; ++i) store_element(p.dtype, host.data(), i, normal(rng));
   DeviceBuffer pot(host.size() + 1), score(B * bytes), grad(host.size() + 1), g(B * bytes),
       path(log ? 0 : B * T * 4);
   pot.upload(host.data(), host.size());
   std::vector<unsigned char> ones(B * bytes);
   for (int64_t b = 0; b < B; ++b) store_element(p.dtype, ones.data(), b, 1.0);
   g.upload(ones.data(), ones.size());
+  auto tables = [&](const DeviceBuffer& d) {
+    char* base = static_cast<char*>(d.get());
+    return std::pair{HmmInputs{base, base + B * T * p.C * bytes, base + (B * T * p.C + p.C * p.C) * bytes},
+                     HmmGradients{base, base + B * T * p.C * bytes, base + (B * T * p.C + p.C * p.C) * bytes}};
+  };
+  const HmmInputs inputs = tables(pot).first;
+  const HmmGradients grads = tables(grad).second;
 
   // The first sequence's score on the CPU: every variant must agree with it.
   ChainProblem first = p;
   first.B = 1;
   double want = 0;
-  reference::chain_forward(first, host.data(), nullptr, &want, nullptr, nullptr);
+  if (hmm) {
+    const HmmInputs on_host{host.data(), host.data() + B * T * p.C * bytes,
+                            host.data() + (B * T * p.C + p.C * p.C) * bytes};
+    reference::chain_forward(first, on_host, nullptr, &want, nullptr, nullptr);
+  } else {
+    reference::chain_forward(first, host.data(), nullptr, &want, nullptr, nullptr);
+  }
   const double tolerance = p.dtype == DType::f32 ? 1e-5 : 1e-11;
 
   std::vector<ChainRow> rows;
@@ -88,23 +105,29 @@ int run_chain_bench(const Args& args) {
       continue; // a sweep's variant this problem cannot use
     }
     const ChainPlan plan = chain_plan_for(p, spec);
-    DeviceBuffer saved(plan.saved_bytes() + 1), workspace(plan.workspace_bytes(true) + 1);
+    DeviceBuffer saved(plan.saved_bytes() + 1), workspace(plan.workspace_bytes(true) + 1),
+        backward_workspace(plan.backward_workspace_bytes() + 1);
     const Workspace ws{workspace.get(), plan.workspace_bytes(true)};
+    const Workspace bws{backward_workspace.get(), plan.backward_workspace_bytes()};
+    // The forward with `saved` or the best path as asked, and the backward from them, in either form.
+    auto forward = [&](Stream st, void* keep, int32_t* best) {
+      if (hmm)
+        plan(inputs, nullptr, score.get(), keep, nullptr, best, st, ws);
+      else
+        plan(pot.get(), nullptr, score.get(), keep, nullptr, best, st, ws);
+    };
+    auto backward = [&](Stream st, const void* keep, const int32_t* best) {
+      if (hmm)
+        plan.backward(inputs, nullptr, keep, best, g.get(), grads, st, bws);
+      else
+        plan.backward(pot.get(), nullptr, keep, best, g.get(), grad.get(), st);
+    };
     ChainRow row{spec};
-    row.forward_ms = time_launches([&](Stream st) { plan(pot.get(), nullptr, score.get(), nullptr, nullptr,
-                                                         nullptr, st); }, 3, reps).median_ms;
-    if (log) {
-      row.saving_ms = time_launches([&](Stream st) { plan(pot.get(), nullptr, score.get(), saved.get(), nullptr,
-                                                          nullptr, st); }, 3, reps).median_ms;
-      row.backward_ms = time_launches([&](Stream st) { plan.backward(pot.get(), nullptr, saved.get(), nullptr,
-                                                                     g.get(), grad.get(), st); }, 3, reps).median_ms;
-    } else {
-      auto* best = static_cast<int32_t*>(path.get());
-      row.saving_ms = time_launches([&](Stream st) { plan(pot.get(), nullptr, score.get(), nullptr, nullptr, best,
-                                                          st, ws); }, 3, reps).median_ms;
-      row.backward_ms = time_launches([&](Stream st) { plan.backward(pot.get(), nullptr, nullptr, best, g.get(),
-                                                                     grad.get(), st); }, 3, reps).median_ms;
-    }
+    row.forward_ms = time_launches([&](Stream st) { forward(st, nullptr, nullptr); }, 3, reps).median_ms;
+    void* keep = log ? saved.get() : nullptr;
+    auto* best = log ? nullptr : static_cast<int32_t*>(path.get());
+    row.saving_ms = time_launches([&](Stream st) { forward(st, keep, best); }, 3, reps).median_ms;
+    row.backward_ms = time_launches([&](Stream st) { backward(st, keep, best); }, 3, reps).median_ms;
     std::vector<unsigned char> got(bytes);
     score.download(got.data(), got.size());
     row.checked = std::fabs(load_element(p.dtype, got.data(), 0) - want) <= tolerance * std::max(1.0, std::fabs(want));
@@ -112,8 +135,8 @@ int run_chain_bench(const Args& args) {
   }
 
   const double terms = double(n);
-  std::printf("device: %s; chain %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
-              device->name.c_str(), semiring_info(p.semiring).name, dtype_info(p.dtype).name, (long long)B,
+  std::printf("device: %s; chain%s %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
+              device->name.c_str(), hmm ? " (hmm form)" : "", semiring_info(p.semiring).name, dtype_info(p.dtype).name, (long long)B,
               (long long)T, (long long)p.C);
   // A loop as threads x lanes, and where its potentials wait: registers, a ring of N stages, or plain loads.
   auto loop = [](const ChainSpec& s, const ChainLoop& l) {

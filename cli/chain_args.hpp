@@ -1,5 +1,5 @@
-// The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --semiring,
-// --dtype, and for bench the batch and length; the spec's own fields by --threads, --lanes and --beta-lanes.
+// The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --hmm (the
+// HMM form), --semiring, --dtype, and for bench the batch and length; the spec's own fields by --threads, --lanes and --beta-lanes.
 #pragma once
 
 #include <cstring>
@@ -25,13 +25,15 @@ namespace jitbmm::cli {
   throw e;
 }
 
-// The problem of --chain C states, --semiring (log) and --dtype (f32), with B sequences of T positions.
+// The problem of --chain C states, --semiring (log) and --dtype (f32), with B sequences of T positions; with --hmm
+// in the HMM form (shared transitions and initial table).
 inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
   ChainProblem problem;
   problem.semiring = parse_flag(args, "--semiring", "log", parse_semiring);
   problem.dtype = parse_flag(args, "--dtype", "f32", parse_dtype);
   problem.B = B;
   problem.T = T;
+  problem.form = args.has("--hmm") ? ChainForm::hmm : ChainForm::crf;
   problem.C = parse_int(args.get("--chain", ""), "--chain", 1, int(kMaxChainStates));
   try {
     check_chain_problem(problem);
