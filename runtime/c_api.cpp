@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -140,6 +141,15 @@ jitbmm::ChainProblem to_chain_problem(const jitbmm_chain_problem* c) {
   p.B = c->B, p.T = c->T, p.C = c->C;
   for (int i = 0; i < 4; ++i) p.strides[i] = c->strides[i];
   p.with_lengths = c->with_lengths != 0;
+  if (c->form && std::strcmp(c->form, "hmm") == 0)
+    p.form = jitbmm::ChainForm::hmm;
+  else if (c->form && std::strcmp(c->form, "crf") != 0)
+    throw std::invalid_argument(std::string("problem.form: '") + c->form + "' (expected crf or hmm)");
+  p.batched_transitions = c->batched_transitions != 0;
+  p.batched_initial = c->batched_initial != 0;
+  for (int i = 0; i < 3; ++i) p.emission_strides[i] = c->emission_strides[i];
+  for (int i = 0; i < 3; ++i) p.transition_strides[i] = c->transition_strides[i];
+  for (int i = 0; i < 2; ++i) p.initial_strides[i] = c->initial_strides[i];
   jitbmm::check_chain_problem(p);
   return p;
 }
@@ -343,6 +353,38 @@ jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const vo
     require(plan, "plan");
     plan->plan.backward(potentials, lengths, saved, path, grad_score, grad_potentials,
                         static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_run_hmm(const jitbmm_chain_plan* plan, const void* emissions, const void* transitions,
+                                        const void* initial, const int64_t* lengths, void* score, void* saved,
+                                        void* alpha, int32_t* path, void* workspace, size_t workspace_bytes,
+                                        void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, score, saved, alpha, path,
+               static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward_workspace_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.backward_workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward_hmm(const jitbmm_chain_plan* plan, const void* emissions,
+                                             const void* transitions, const void* initial, const int64_t* lengths,
+                                             const void* saved, const int32_t* path, const void* grad_score,
+                                             void* grad_emissions, void* grad_transitions, void* grad_initial,
+                                             void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, saved, path, grad_score,
+                        jitbmm::HmmGradients{grad_emissions, grad_transitions, grad_initial},
+                        static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
   });
 }
 

@@ -105,13 +105,20 @@ void jitbmm_plan_destroy(jitbmm_plan* plan);
 
 /* Chains (ChainPlan in chain.hpp; docs/chains.md): the forward algorithm of a linear-chain CRF over B sequences of
  * T positions and C states in fused kernels. potentials[b][t][c][p] (t < T - 1) scores the edge from state p at
- * position t to state c at t + 1: torch-struct's LinearChainCRF layout. */
+ * position t to state c at t + 1: torch-struct's LinearChainCRF layout. The HMM form gives the chain by its tables
+ * instead: emissions[B][T][C], transitions[C][C] (to, from) and initial[C], the tables optionally per sequence. */
 typedef struct {
   const char* semiring; /* "log" (log-partition) or "max_plus" (Viterbi) */
   const char* dtype;    /* "f32" or "f64" */
   int64_t B, T, C;      /* B >= 0, T >= 1, 1 <= C <= 1024 */
   int64_t strides[4];   /* b, t, c, p of potentials in elements; all 0: contiguous [B][T - 1][C][C] */
   int with_lengths;     /* the calls get int64 lengths[B] on the device, each in [1, T] (else NULL) */
+  const char* form;     /* NULL or "crf": the potentials; "hmm": the tables (the _hmm calls; strides all 0) */
+  int batched_transitions;       /* hmm: transitions [B][C][C] (else [C][C], shared) */
+  int batched_initial;           /* hmm: initial [B][C] (else [C], shared) */
+  int64_t emission_strides[3];   /* hmm: b, t, c in elements; all 0: contiguous */
+  int64_t transition_strides[3]; /* hmm: b (batched only), to, from; all 0: contiguous */
+  int64_t initial_strides[2];    /* hmm: b (batched only), c; all 0: contiguous */
 } jitbmm_chain_problem;
 
 typedef struct jitbmm_chain_plan jitbmm_chain_plan;
@@ -134,6 +141,19 @@ jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* p
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,
                                          void* grad_potentials, void* stream);
+/* The HMM form's forward and backward (ChainPlan's HmmInputs calls): the tables laid out as the problem says; the
+ * gradients contiguous, each NULL to skip. The backward takes backward_workspace_bytes of scratch (NULL with 0
+ * bytes: jitbmm's own pool). */
+jitbmm_status jitbmm_chain_plan_run_hmm(const jitbmm_chain_plan* plan, const void* emissions, const void* transitions,
+                                        const void* initial, const int64_t* lengths, void* score, void* saved,
+                                        void* alpha, int32_t* path, void* workspace, size_t workspace_bytes,
+                                        void* stream);
+jitbmm_status jitbmm_chain_plan_backward_workspace_bytes(const jitbmm_chain_plan* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_plan_backward_hmm(const jitbmm_chain_plan* plan, const void* emissions,
+                                             const void* transitions, const void* initial, const int64_t* lengths,
+                                             const void* saved, const int32_t* path, const void* grad_score,
+                                             void* grad_emissions, void* grad_transitions, void* grad_initial,
+                                             void* workspace, size_t workspace_bytes, void* stream);
 /* The generated module's name (the forward's entry; the backward's adds "_backward"); valid while the plan lives. */
 jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name);
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);

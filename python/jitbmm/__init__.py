@@ -89,7 +89,9 @@ class _CProblem(ctypes.Structure):
 class _CChainProblem(ctypes.Structure):
     _fields_ = [("semiring", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("B", ctypes.c_int64),
                 ("T", ctypes.c_int64), ("C", ctypes.c_int64), ("strides", ctypes.c_int64 * 4),
-                ("with_lengths", ctypes.c_int)]
+                ("with_lengths", ctypes.c_int), ("form", ctypes.c_char_p), ("batched_transitions", ctypes.c_int),
+                ("batched_initial", ctypes.c_int), ("emission_strides", ctypes.c_int64 * 3),
+                ("transition_strides", ctypes.c_int64 * 3), ("initial_strides", ctypes.c_int64 * 2)]
 
 
 def _declare(lib):

@@ -173,9 +173,14 @@ std::string describe(const jitbmm_chain_problem& p) {
   char line[600];
   std::snprintf(line, sizeof line,
                 "chain semiring=%s dtype=%s B=%" PRId64 " T=%" PRId64 " C=%" PRId64 " strides=%" PRId64 ",%" PRId64
-                ",%" PRId64 ",%" PRId64 " with_lengths=%d",
+                ",%" PRId64 ",%" PRId64 " with_lengths=%d form=%s batched=%d,%d emission_strides=%" PRId64
+                ",%" PRId64 ",%" PRId64 " transition_strides=%" PRId64 ",%" PRId64 ",%" PRId64
+                " initial_strides=%" PRId64 ",%" PRId64,
                 text(p.semiring).c_str(), text(p.dtype).c_str(), p.B, p.T, p.C, p.strides[0], p.strides[1],
-                p.strides[2], p.strides[3], p.with_lengths);
+                p.strides[2], p.strides[3], p.with_lengths, text(p.form).c_str(), p.batched_transitions,
+                p.batched_initial, p.emission_strides[0], p.emission_strides[1], p.emission_strides[2],
+                p.transition_strides[0], p.transition_strides[1], p.transition_strides[2], p.initial_strides[0],
+                p.initial_strides[1]);
   return line;
 }
 
@@ -310,6 +315,19 @@ void run_chain_case(uint64_t seed, Findings& f) {
   const int64_t nat[4] = {wrap_mul(wrap_mul(steps, p.C), p.C), wrap_mul(p.C, p.C), p.C, 1};
   const bool keep = tame && z.chance(0.6);
   for (int i = 0; i < 4; ++i) p.strides[i] = keep ? (z.chance(0.5) ? 0 : nat[i]) : z.stride(nat[i]);
+  // The HMM form: its tables' strides drawn the same way (the potentials' must then be 0, mostly kept so).
+  const bool hmm = z.chance(0.3);
+  const int64_t nat_em[3] = {wrap_mul(p.T, p.C), p.C, 1}, nat_tr[3] = {wrap_mul(p.C, p.C), p.C, 1},
+                nat_in[2] = {p.C, 1};
+  if (hmm) {
+    p.form = z.chance(0.95) ? "hmm" : "markov";
+    if (z.chance(0.9)) std::fill(p.strides, p.strides + 4, 0);
+    p.batched_transitions = z.chance(0.5);
+    p.batched_initial = z.chance(0.5);
+    for (int i = 0; i < 3; ++i) p.emission_strides[i] = keep ? (z.chance(0.5) ? 0 : nat_em[i]) : z.stride(nat_em[i]);
+    for (int i = 0; i < 3; ++i) p.transition_strides[i] = keep ? 0 : z.stride(nat_tr[i]);
+    for (int i = 0; i < 2; ++i) p.initial_strides[i] = keep ? 0 : z.stride(nat_in[i]);
+  }
   const std::string desc = describe(p);
   std::snprintf(g_case_text, sizeof g_case_text, "%s", desc.c_str());
   if (std::getenv("JITBMM_FUZZ_TRACE")) std::fprintf(stderr, "chain case %" PRIu64 ": %s\n", seed, desc.c_str());
@@ -326,15 +344,27 @@ void run_chain_case(uint64_t seed, Findings& f) {
   if (null_problem || null_out) f.add(seed, "jitbmm_chain_plan_create succeeded with a null argument", p);
   ++f.plans;
   if (p.B < 0 || p.T < 1 || p.C < 1 || p.C > 1024) f.add(seed, "a chain plan was made with sizes out of range", p);
-  int64_t st[4];
-  for (int i = 0; i < 4; ++i)
-    st[i] = p.strides[0] || p.strides[1] || p.strides[2] || p.strides[3] ? p.strides[i] : nat[i];
-  const double span = p.B > 0 && p.T > 1 ? (double(p.B - 1) * double(st[0]) + double(p.T - 2) * double(st[1]) +
-                                            double(p.C - 1) * (double(st[2]) + double(st[3])) + 1) *
-                                               dtype_bytes(p.dtype)
-                                         : 0;
-  if (span > kLimitBytes)
-    f.add(seed, "a chain plan was made for potentials reaching " + std::to_string(span) + " bytes", p);
+  // The bytes an input of `extents` at `given` strides (all 0: `natural`) reaches.
+  auto span = [&](std::initializer_list<int64_t> extents, const int64_t* given, const int64_t* natural) {
+    const std::size_t n = extents.size();
+    const bool any = std::any_of(given, given + n, [](int64_t v) { return v != 0; });
+    double last = 0;
+    std::size_t i = 0;
+    for (int64_t e : extents) {
+      if (e <= 0) return 0.0;
+      last += double(e - 1) * double(any ? given[i] : natural[i]);
+      ++i;
+    }
+    return (last + 1) * dtype_bytes(p.dtype);
+  };
+  const int64_t one = 1;
+  const double reach =
+      hmm ? std::max({span({p.B, p.T, p.C}, p.emission_strides, nat_em),
+                      span({p.batched_transitions ? p.B : one, p.C, p.C}, p.transition_strides, nat_tr),
+                      span({p.batched_initial ? p.B : one, p.C}, p.initial_strides, nat_in)})
+          : span({p.B, p.T - 1, p.C, p.C}, p.strides, nat);
+  if (reach > kLimitBytes)
+    f.add(seed, "a chain plan was made for inputs reaching " + std::to_string(reach) + " bytes", p);
   size_t bytes = 0;
   check_status(f, seed, "jitbmm_chain_plan_saved_bytes", jitbmm_chain_plan_saved_bytes(plan, &bytes), p);
   check_status(f, seed, "jitbmm_chain_plan_workspace_bytes",
@@ -344,6 +374,27 @@ void run_chain_case(uint64_t seed, Findings& f) {
                jitbmm_chain_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name), p);
   const bool log = std::strcmp(p.semiring, "log") == 0;
   auto* lengths = static_cast<const int64_t*>(maybe(p.with_lengths ? 0.1 : 0.9));
+  if (hmm) {
+    const jitbmm_status ran = jitbmm_chain_plan_run_hmm(
+        plan, maybe(0.05), maybe(0.05), maybe(0.05), lengths, maybe(0.05), maybe(log ? 0.3 : 0.9), maybe(0.7),
+        static_cast<int32_t*>(maybe(log ? 0.9 : 0.4)), nullptr, 0, nullptr);
+    if (check_status(f, seed, "jitbmm_chain_plan_run_hmm", ran, p) && p.B > 0 &&
+        (p.with_lengths != 0) != (lengths != nullptr))
+      f.add(seed, "jitbmm_chain_plan_run_hmm accepted lengths that disagree with with_lengths", p);
+    check_status(f, seed, "jitbmm_chain_plan_backward_workspace_bytes",
+                 jitbmm_chain_plan_backward_workspace_bytes(plan, z.chance(0.1) ? nullptr : &bytes), p);
+    // With no sequence, the shared tables' gradients are zeroed by a memset, which the fake driver checks against
+    // its allocations: the made-up device address is not one, so those two are left out then.
+    void* const table_grad = p.B == 0 ? nullptr : device;
+    check_status(f, seed, "jitbmm_chain_plan_backward_hmm",
+                 jitbmm_chain_plan_backward_hmm(plan, maybe(0.05), maybe(0.05), maybe(0.05), lengths,
+                                                maybe(log ? 0.1 : 0.9), static_cast<int32_t*>(maybe(log ? 0.9 : 0.1)),
+                                                maybe(0.05), maybe(0.3), z.chance(0.3) ? nullptr : table_grad,
+                                                z.chance(0.3) ? nullptr : table_grad, nullptr, 0, nullptr),
+                 p);
+    jitbmm_chain_plan_destroy(plan);
+    return;
+  }
   const jitbmm_status ran =
       jitbmm_chain_plan_run(plan, maybe(0.05), lengths, maybe(0.05), maybe(log ? 0.3 : 0.9), maybe(0.7),
                             static_cast<int32_t*>(maybe(log ? 0.9 : 0.4)), nullptr, 0, nullptr);
