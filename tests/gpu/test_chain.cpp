@@ -10,13 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "chain_arrays.hpp"
 #include "expect.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
 
 using namespace jitbmm;
+using test::close;
+using test::compare;
+using test::download_as_double;
 using test::expect_invalid;
+using test::upload;
+using test::Worst;
 
 namespace {
 
@@ -40,30 +46,6 @@ std::string describe(const Case& k) {
                 k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
   return text;
 }
-
-template <class V> DeviceBuffer upload(const std::vector<V>& host) {
-  DeviceBuffer d(std::max<std::size_t>(1, host.size() * sizeof(V)));
-  if (!host.empty()) d.upload(host.data(), host.size() * sizeof(V));
-  return d;
-}
-std::vector<double> download_as_double(const DeviceBuffer& d, DType dtype, int64_t n) {
-  std::vector<unsigned char> bytes(std::size_t(n) * dtype_info(dtype).size_bytes);
-  if (n) d.download(bytes.data(), bytes.size());
-  std::vector<double> out(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = load_element(dtype, bytes.data(), i);
-  return out;
-}
-
-// |gpu − ref| within tol·max(1, |ref|), with equal infinities and NaN where the reference has NaN.
-bool close(double gpu, double ref, double tol) {
-  if (std::isnan(ref) || std::isnan(gpu)) return std::isnan(ref) && std::isnan(gpu);
-  if (std::isinf(ref) || std::isinf(gpu)) return gpu == ref;
-  return std::fabs(gpu - ref) <= tol * std::max(1.0, std::fabs(ref));
-}
-
-struct Worst {
-  double score = 0, alpha = 0, grad = 0;
-};
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CAPTURE(describe(k));
@@ -150,30 +132,15 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   // alpha = offset + rel: rel, of the messages' spread in size, rounds in the dtype.
   const double alpha_tol = wide ? 1e-12 : 1e-5;
   int bad = 0;
-  for (int64_t b = 0; b < k.B; ++b) {
-    if (!close(score[b], ref_score[b], score_tol) && bad++ < 5)
-      FAIL_CHECK("score[" << b << "] = " << score[b] << ", reference " << ref_score[b]);
-    if (std::isfinite(ref_score[b]))
-      worst.score = std::max(worst.score, std::fabs(score[b] - ref_score[b]) / std::max(1.0, std::fabs(ref_score[b])));
-  }
-  for (std::size_t i = 0; i < alpha.size(); ++i) {
-    if (!close(alpha[i], ref_alpha[i], alpha_tol) && bad++ < 5)
-      FAIL_CHECK("alpha[" << i << "] = " << alpha[i] << ", reference " << ref_alpha[i]);
-    if (std::isfinite(ref_alpha[i]))
-      worst.alpha = std::max(worst.alpha, std::fabs(alpha[i] - ref_alpha[i]) / std::max(1.0, std::fabs(ref_alpha[i])));
-  }
+  compare("score", score, ref_score, score_tol, bad, &worst.score);
+  compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha);
   if (!viterbi) { // the forward without saved is another entry point with its own block: the same contract
     d_score.fill_bytes(0xff);
     d_alpha.fill_bytes(0xff);
     plan(d_pot.get(), d_len, d_score.get(), nullptr, d_alpha.get());
-    const std::vector<double> plain_score = download_as_double(d_score, k.dtype, k.B);
-    const std::vector<double> plain_alpha = download_as_double(d_alpha, k.dtype, int64_t(ref_alpha.size()));
-    for (int64_t b = 0; b < k.B; ++b)
-      if (!close(plain_score[b], ref_score[b], score_tol) && bad++ < 5)
-        FAIL_CHECK("without saved: score[" << b << "] = " << plain_score[b] << ", reference " << ref_score[b]);
-    for (std::size_t i = 0; i < plain_alpha.size(); ++i)
-      if (!close(plain_alpha[i], ref_alpha[i], alpha_tol) && bad++ < 5)
-        FAIL_CHECK("without saved: alpha[" << i << "] = " << plain_alpha[i] << ", reference " << ref_alpha[i]);
+    compare("without saved: score", download_as_double(d_score, k.dtype, k.B), ref_score, score_tol, bad);
+    compare("without saved: alpha", download_as_double(d_alpha, k.dtype, int64_t(ref_alpha.size())), ref_alpha,
+            alpha_tol, bad);
   }
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];

@@ -1,6 +1,6 @@
-// Compile-only: the chain modules for every semiring and dtype they serve, at state counts that reach each shape of
-// the kernels (one lane per state, groups of lanes, the next step's potentials in registers or not, more states
-// than threads), build for sm_90 without spills in either entry. No GPU needed.
+// Compile-only: the chain modules for every semiring, dtype and input form they serve, at state counts that reach
+// each shape of the kernels (one lane per state, groups of lanes, the next step's potentials in registers or not,
+// more states than threads), build for sm_90 without spills in any entry. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,17 +17,19 @@ using namespace jitbmm;
 
 TEST_CASE("every chain module compiles for sm_90 without spills") {
   std::vector<ChainSpec> specs;
-  for (Semiring semiring : {Semiring::log, Semiring::max_plus})
-    for (DType dtype : {DType::f32, DType::f64})
-      for (int64_t C : {1, 2, 33, 64, 128, 129, 256, 257, 1024}) {
-        ChainProblem problem;
-        problem.semiring = semiring;
-        problem.dtype = dtype;
-        problem.B = 3;
-        problem.T = 5;
-        problem.C = C;
-        specs.push_back(default_chain_spec(problem));
-      }
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+    for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+      for (DType dtype : {DType::f32, DType::f64})
+        for (int64_t C : {1, 2, 33, 64, 128, 129, 256, 257, 1024}) {
+          ChainProblem problem;
+          problem.form = form;
+          problem.semiring = semiring;
+          problem.dtype = dtype;
+          problem.B = 3;
+          problem.T = 5;
+          problem.C = C;
+          specs.push_back(default_chain_spec(problem));
+        }
   // NVRTC is thread-safe: compile on every core, check on this thread.
   std::vector<std::future<std::pair<GeneratedKernel, std::string>>> logs;
   const std::size_t workers = std::max(2u, std::thread::hardware_concurrency());

@@ -1,0 +1,307 @@
+// The HMM form on the GPU against the CPU reference (reference/hmm.cpp, which forms each step's potentials and
+// runs the CRF reference): score, messages, the Viterbi path and the three tables' gradients, shared and batched
+// tables, on odd sizes, ragged lengths, wide tables, banded −inf transitions, padded strides and the edge values;
+// outputs poisoned first so that an element the kernels skip shows.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chain_arrays.hpp"
+#include "expect.hpp"
+#include "jitbmm/chain.hpp"
+#include "jitbmm/reference.hpp"
+#include "runtime/device_memory.hpp"
+
+using namespace jitbmm;
+using test::close;
+using test::compare;
+using test::download_as_double;
+using test::expect_invalid;
+using test::upload;
+using test::Worst;
+
+namespace {
+
+struct Case {
+  Semiring semiring;
+  DType dtype;
+  int64_t B, T, C;
+  double spread = 1;        // every table ~ N(0, spread²)
+  bool ragged = false;      // lengths drawn in [1, T]
+  bool banded = false;      // transitions[c][p] = −inf where |c − p| > 2
+  bool batched = false;     // transitions [B][C][C] and initial [B][C]
+  bool padded = false;      // every table read through strides with gaps
+  double p_special = 0;     // each emission ±inf or NaN with this probability (−inf only with minus_inf)
+  bool minus_inf = false;
+  bool integers = false;    // small integers: exact sums and many ties (max_plus)
+};
+
+std::string describe(const Case& k) {
+  char text[256];
+  std::snprintf(text, sizeof text, "%s %s B=%lld T=%lld C=%lld spread=%g%s%s%s%s%s%s", semiring_info(k.semiring).name,
+                dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
+                k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
+                k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
+                k.integers ? " integers" : "");
+  return text;
+}
+
+// A table of `extents` in host memory: contiguous, or (padded) each dimension's stride one element wider than
+// contiguous, the gaps NaN (a read of one would show).
+struct Table {
+  std::vector<int64_t> extents, strides;
+  std::vector<unsigned char> bytes;
+  Table(DType dtype, std::vector<int64_t> e, bool padded) : extents(std::move(e)), strides(extents.size()) {
+    int64_t stride = 1;
+    for (std::size_t i = extents.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= extents[i] + (padded ? 1 : 0);
+    }
+    bytes.resize(std::size_t(std::max<int64_t>(stride, 1)) * dtype_info(dtype).size_bytes);
+    for (int64_t i = 0; i < stride; ++i) store_element(dtype, bytes.data(), i, NAN);
+  }
+  int64_t at(std::initializer_list<int64_t> index) const {
+    int64_t o = 0, i = 0;
+    for (int64_t x : index) o += x * strides[std::size_t(i++)];
+    return o;
+  }
+};
+
+void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
+  CAPTURE(describe(k));
+  ChainProblem p;
+  p.semiring = k.semiring;
+  p.dtype = k.dtype;
+  p.form = ChainForm::hmm;
+  p.B = k.B;
+  p.T = k.T;
+  p.C = k.C;
+  p.with_lengths = k.ragged;
+  p.batched_transitions = p.batched_initial = k.batched;
+  const int64_t B = k.B, T = k.T, C = k.C, TB = k.batched ? B : 1;
+  Table em(k.dtype, {B, T, C}, k.padded), tr(k.dtype, {TB, C, C}, k.padded), in(k.dtype, {TB, C}, k.padded);
+  if (k.padded) {
+    std::copy(em.strides.begin(), em.strides.end(), p.emission_strides);
+    std::copy(tr.strides.begin(), tr.strides.end(), p.transition_strides);
+    std::copy(in.strides.begin(), in.strides.end(), p.initial_strides);
+  }
+  std::normal_distribution<double> normal(0, k.spread);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::uniform_int_distribution<int> small(-2, 2);
+  auto draw = [&] { return k.integers ? double(small(rng)) : normal(rng); };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double v = draw();
+        if (k.p_special > 0 && u(rng) < k.p_special) {
+          const double r = k.minus_inf ? 0 : u(rng);
+          v = r < 0.6 ? -INFINITY : r < 0.8 ? INFINITY : NAN;
+        }
+        store_element(k.dtype, em.bytes.data(), em.at({b, t, c}), v);
+      }
+  for (int64_t b = 0; b < TB; ++b) {
+    for (int64_t c = 0; c < C; ++c) {
+      store_element(k.dtype, in.bytes.data(), in.at({b, c}), draw());
+      for (int64_t q = 0; q < C; ++q)
+        store_element(k.dtype, tr.bytes.data(), tr.at({b, c, q}), k.banded && std::abs(c - q) > 2 ? -INFINITY : draw());
+    }
+  }
+  std::vector<int64_t> lengths;
+  if (k.ragged) {
+    std::uniform_int_distribution<int64_t> length(1, T);
+    for (int64_t b = 0; b < B; ++b) lengths.push_back(b == 0 ? T : length(rng));
+  }
+  const int bytes = dtype_info(k.dtype).size_bytes;
+  std::vector<double> grad_score(static_cast<std::size_t>(B)), magnitude(static_cast<std::size_t>(B));
+  std::vector<unsigned char> g_bytes(std::size_t(B) * bytes + 1);
+  for (int64_t b = 0; b < B; ++b) {
+    store_element(k.dtype, g_bytes.data(), b, u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5);
+    grad_score[std::size_t(b)] = load_element(k.dtype, g_bytes.data(), b);
+    magnitude[std::size_t(b)] = std::fabs(grad_score[std::size_t(b)]);
+  }
+
+  const bool viterbi = k.semiring == Semiring::max_plus;
+  const HmmInputs host{em.bytes.data(), tr.bytes.data(), in.bytes.data()};
+  const int64_t* host_lengths = k.ragged ? lengths.data() : nullptr;
+  std::vector<double> ref_score(static_cast<std::size_t>(B)), ref_alpha(static_cast<std::size_t>(B * T * C));
+  std::vector<int32_t> ref_path(std::size_t(B * T));
+  reference::chain_forward(p, host, host_lengths, ref_score.data(), ref_alpha.data(),
+                           viterbi ? ref_path.data() : nullptr);
+  // The gradients, and their sizes: each is a sum of shares of grad_score (over steps and sequences for the
+  // transitions), so its error is relative to the sum of the shares' magnitudes.
+  const std::size_t n_em = std::size_t(B * T * C), n_tr = std::size_t(TB * C * C), n_in = std::size_t(TB * C);
+  std::vector<double> ref_em(n_em), ref_tr(n_tr), ref_in(n_in), mag_em(n_em), mag_tr(n_tr), mag_in(n_in);
+  reference::chain_backward(p, host, host_lengths, grad_score.data(), ref_em.data(), ref_tr.data(), ref_in.data());
+  reference::chain_backward(p, host, host_lengths, magnitude.data(), mag_em.data(), mag_tr.data(), mag_in.data());
+
+  const ChainPlan plan = ChainPlan::get(p);
+  CAPTURE(plan.kernel_name());
+  DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
+               d_g = upload(g_bytes);
+  DeviceBuffer d_score(std::size_t(B) * bytes + 1), d_alpha(n_em * bytes + 1), d_path(ref_path.size() * 4 + 1),
+      d_saved(plan.saved_bytes() + 1), g_em(n_em * bytes + 1), g_tr(n_tr * bytes + 1), g_in(n_in * bytes + 1);
+  for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &g_em, &g_tr, &g_in}) d->fill_bytes(0xff); // poison
+  const HmmInputs dev{d_em.get(), d_tr.get(), d_in.get()};
+  const auto* d_len = k.ragged ? static_cast<const int64_t*>(d_lengths.get()) : nullptr;
+  auto* d_best = viterbi ? static_cast<int32_t*>(d_path.get()) : nullptr;
+  plan(dev, d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(), d_best);
+  plan.backward(dev, d_len, viterbi ? nullptr : d_saved.get(), d_best, d_g.get(),
+                HmmGradients{g_em.get(), g_tr.get(), g_in.get()});
+  const std::vector<double> score = download_as_double(d_score, k.dtype, B);
+  const std::vector<double> alpha = download_as_double(d_alpha, k.dtype, int64_t(n_em));
+  std::vector<int32_t> path(ref_path.size());
+  if (viterbi && !path.empty()) d_path.download(path.data(), path.size() * 4);
+
+  // A message is an emission ⊗ a step's reduction, both of the tables' spread in size, and they may nearly cancel:
+  // its rounding in f32 is of the spread's size, not the result's, and a marginal carries both messages' along the
+  // chain. So the tolerances of alpha and the log gradients grow with the spread.
+  const bool wide = k.dtype == DType::f64;
+  const double score_tol = wide ? 1e-12 : 1e-6, alpha_tol = (wide ? 1e-12 : 1e-5) * std::max(1.0, k.spread / 10);
+  const double grad_tol = viterbi ? (wide ? 1e-14 : 1e-6) : (wide ? 1e-11 : 4e-5) * k.spread;
+  int bad = 0;
+  compare("score", score, ref_score, score_tol, bad, &worst.score);
+  compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha);
+  if (!viterbi) { // the forward without saved: another entry point, the same contract
+    d_score.fill_bytes(0xff);
+    plan(dev, d_len, d_score.get());
+    compare("without saved: score", download_as_double(d_score, k.dtype, B), ref_score, score_tol, bad);
+  }
+  bool same_path = true;
+  for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
+  if (viterbi && !same_path) {
+    // Only an equally good path (to the score's tolerance) may differ from the reference's; with a score that is
+    // not finite the path is not compared (the back-pointers choose among transitions, the reference among formed
+    // potentials that carry the NaN).
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t L = k.ragged ? lengths[b] : T, tb = k.batched ? b : 0;
+      const int32_t* s = path.data() + b * T;
+      if (!std::isfinite(ref_score[b]) || s[0] < 0) continue;
+      double sum = load_element(k.dtype, in.bytes.data(), in.at({tb, s[0]})) +
+                   load_element(k.dtype, em.bytes.data(), em.at({b, 0, s[0]}));
+      for (int64_t t = 0; t + 1 < L; ++t)
+        sum += load_element(k.dtype, tr.bytes.data(), tr.at({tb, s[t + 1], s[t]})) +
+               load_element(k.dtype, em.bytes.data(), em.at({b, t + 1, s[t + 1]}));
+      if (!close(sum, ref_score[b], score_tol) && bad++ < 5)
+        FAIL_CHECK("path of sequence " << b << " scores " << sum << ", the best " << ref_score[b]);
+    }
+    CHECK(bad == 0);
+    return;
+  }
+  auto compare = [&](const char* name, const DeviceBuffer& d, const std::vector<double>& ref,
+                     const std::vector<double>& mag) {
+    const std::vector<double> got = download_as_double(d, k.dtype, int64_t(ref.size()));
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!close(got[i], ref[i], grad_tol * std::max(1.0, mag[i]) / std::max(1.0, std::fabs(ref[i]))) && bad++ < 5)
+        FAIL_CHECK(std::string(name) << "[" << i << "] = " << got[i] << ", reference " << ref[i] << " (of shares " << mag[i]
+                        << ")");
+      if (std::isfinite(ref[i]))
+        worst.grad = std::max(worst.grad, std::fabs(got[i] - ref[i]) / std::max(1.0, mag[i]));
+    }
+  };
+  compare("grad_emissions", g_em, ref_em, mag_em);
+  compare("grad_transitions", g_tr, ref_tr, mag_tr);
+  compare("grad_initial", g_in, ref_in, mag_in);
+  CHECK(bad == 0);
+}
+
+// Both dtypes of one semiring: the shapes, spreads, layouts and edge values above.
+void run_semiring(Semiring s, std::mt19937_64& rng) {
+  for (DType d : {DType::f32, DType::f64}) {
+    Worst worst;
+    const struct {
+      int64_t B, T, C;
+    } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
+                  {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}, {8, 200, 64}};
+    for (const auto& sh : shapes)
+      for (double spread : {1.0, 10.0, 50.0}) {
+        Case k{s, d, sh.B, sh.T, sh.C, spread};
+        run_case(k, rng, worst);
+        k.ragged = true;
+        k.banded = sh.C > 3;
+        k.batched = true;
+        run_case(k, rng, worst);
+      }
+    for (int64_t C : {3, 31, 64}) {
+      Case k{s, d, 4, 9, C};
+      k.ragged = k.padded = true;
+      run_case(k, rng, worst); // padded strides
+      k.padded = false;
+      k.p_special = 0.1;
+      k.minus_inf = true;
+      run_case(k, rng, worst); // −inf emissions: structural zeros
+      k.p_special = 0.01;
+      k.minus_inf = false;
+      run_case(k, rng, worst); // ±inf, NaN
+      Case ties{s, d, 4, 9, C};
+      ties.integers = true;
+      run_case(ties, rng, worst);
+    }
+    MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
+                                               << ": worst relative error of the score " << worst.score
+                                               << ", of alpha " << worst.alpha
+                                               << ", worst error of a gradient (relative to its shares) " << worst.grad);
+  }
+}
+
+} // namespace
+
+TEST_CASE("hmm: log against the float64 reference, shared and batched tables, odd sizes, f32 and f64") {
+  std::mt19937_64 rng(20261128);
+  run_semiring(Semiring::log, rng);
+}
+
+TEST_CASE("hmm: max_plus against the float64 reference, shared and batched tables, odd sizes, f32 and f64") {
+  std::mt19937_64 rng(20261129);
+  run_semiring(Semiring::max_plus, rng);
+}
+
+TEST_CASE("hmm: B = 0 zeroes the shared tables' gradients; T = 1 scores initial and emissions; bad arguments") {
+  ChainProblem p;
+  p.form = ChainForm::hmm;
+  p.B = 0;
+  p.T = 4;
+  p.C = 5;
+  const ChainPlan empty = ChainPlan::get(p);
+  DeviceBuffer g_tr(25 * 4), g_in(5 * 4);
+  g_tr.fill_bytes(0xff);
+  g_in.fill_bytes(0xff);
+  empty(HmmInputs{}, nullptr, nullptr);
+  empty.backward(HmmInputs{}, nullptr, nullptr, nullptr, nullptr, HmmGradients{nullptr, g_tr.get(), g_in.get()});
+  std::vector<float> tr(25), in(5);
+  g_tr.download(tr.data(), 100);
+  g_in.download(in.data(), 20);
+  CHECK(std::all_of(tr.begin(), tr.end(), [](float x) { return x == 0; }));
+  CHECK(std::all_of(in.begin(), in.end(), [](float x) { return x == 0; }));
+
+  p.B = 2;
+  const ChainPlan plan = ChainPlan::get(p);
+  DeviceBuffer em(2 * 4 * 5 * 4), t(25 * 4), i(5 * 4), score(8);
+  expect_invalid([&] { plan(HmmInputs{nullptr, t.get(), i.get()}, nullptr, score.get()); }, "hmm.emissions");
+  expect_invalid([&] { plan(HmmInputs{em.get(), nullptr, i.get()}, nullptr, score.get()); }, "hmm.transitions");
+  expect_invalid([&] { plan(HmmInputs{em.get(), t.get(), nullptr}, nullptr, score.get()); }, "hmm.initial");
+  expect_invalid([&] { plan(em.get(), nullptr, score.get()); }, "potentials");
+  expect_invalid([&] { plan(HmmInputs{em.get(), t.get(), i.get()}, nullptr, nullptr); }, "score");
+  p.form = ChainForm::crf;
+  const ChainPlan crf = ChainPlan::get(p);
+  expect_invalid([&] { crf(HmmInputs{em.get(), t.get(), i.get()}, nullptr, score.get()); }, "hmm");
+
+  // One position: log Σ exp(initial + emissions[0]); no transition is read.
+  p.form = ChainForm::hmm;
+  p.T = 1;
+  const ChainPlan single = ChainPlan::get(p);
+  DeviceBuffer e1 = upload(std::vector<float>{0, 1, 2, 3, 4, 1, 1, 1, 1, 1}), i1 = upload(std::vector<float>(5, 0.5f));
+  DeviceBuffer out(8);
+  out.fill_bytes(0xff);
+  single(HmmInputs{e1.get(), nullptr, i1.get()}, nullptr, out.get());
+  float host[2];
+  out.download(host, sizeof host);
+  double want0 = 0;
+  for (int c = 0; c < 5; ++c) want0 += std::exp(0.5 + c);
+  CHECK(host[0] == doctest::Approx(std::log(want0)));
+  CHECK(host[1] == doctest::Approx(std::log(5.0) + 1.5));
+}
