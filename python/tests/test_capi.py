@@ -64,6 +64,20 @@ class CApiTest(unittest.TestCase):
         self.assertIn("SEMIRINGS", jitbmm.__all__)
         self.assertIn("DTYPES", jitbmm.__all__)
 
+    def test_chain_problem_struct_is_the_c_abis(self):
+        # The problem is checked before any device is asked for, so a field at the wrong offset shows without a GPU:
+        # each bad value must come back named as the field it was written to.
+        lib = jitbmm._library()
+        plan = jitbmm.ctypes.c_void_p()
+        problem = jitbmm._CChainProblem(b"log", b"f32", 2, 3, 4, (0, 0, 0, 0), 0, b"markov")
+        with self.assertRaisesRegex(ValueError, "problem.form: 'markov'"):
+            jitbmm._check(lib.jitbmm_chain_plan_create(jitbmm.ctypes.byref(problem), jitbmm.ctypes.byref(plan)))
+        for field, size in (("emission_strides", 3), ("transition_strides", 3), ("initial_strides", 2)):
+            problem = jitbmm._CChainProblem(b"log", b"f32", 2, 3, 4, (0, 0, 0, 0), 0, b"hmm", 1, 1)
+            getattr(problem, field)[size - 1] = -1
+            with self.assertRaisesRegex(ValueError, r"chain\.%s\[%d\]" % (field, size - 1)):
+                jitbmm._check(lib.jitbmm_chain_plan_create(jitbmm.ctypes.byref(problem), jitbmm.ctypes.byref(plan)))
+
     def test_enum_values_are_the_c_headers(self):
         header = (package_under_test.SOURCE_ROOT / "include" / "jitbmm" / "c_api.h").read_text()
         values = {name: int(v) for name, v in re.findall(r"\b(JITBMM_[A-Z_]+) = (\d+)", header)}
