@@ -1,5 +1,5 @@
-// The HMM form on the GPU against the CPU reference (reference/hmm.cpp, which forms each step's potentials and
-// runs the CRF reference): score, messages, the Viterbi path and the three tables' gradients, shared and batched
+// The HMM form on the GPU against the CPU reference (reference/hmm.cpp, itself checked against the CRF reference on
+// formed potentials): score, messages, the Viterbi path and the three tables' gradients, shared and batched
 // tables, on odd sizes, ragged lengths, wide tables, banded −inf transitions, padded strides and the edge values;
 // outputs poisoned first so that an element the kernels skip shows.
 #include <doctest/doctest.h>

@@ -81,7 +81,7 @@ TEST_CASE("hmm problem checks: the tables' strides, the form, and potentials' st
   CHECK(st.initial[0] == 4);
 }
 
-TEST_CASE("hmm reference: the forward of the tables is the CRF forward of the potentials they form") {
+TEST_CASE("hmm reference: the tables' forward and gradients are the CRF's on the potentials they form") {
   std::mt19937_64 rng(7);
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (bool batched : {false, true}) {
@@ -121,6 +121,31 @@ TEST_CASE("hmm reference: the forward of the tables is the CRF forward of the po
         }
       }
       if (viterbi) CHECK(hmm_path == crf_path);
+
+      // The gradients: the CRF's edge gradients summed back onto the tables they were formed from.
+      std::vector<double> g = {0.7, -1.3, 2.0}, edges(pot.size());
+      reference::chain_backward(crf, pot.data(), nullptr, g.data(), edges.data());
+      const int64_t TB = batched ? B : 1;
+      std::vector<double> want_em(B * T * C, 0), want_tr(TB * C * C, 0), want_in(TB * C, 0);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t tb = batched ? b : 0;
+        for (int64_t u = 0; u + 1 < T; ++u)
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t q = 0; q < C; ++q) {
+              const double x = edges[std::size_t(((b * (T - 1) + u) * C + c) * C + q)];
+              want_tr[(tb * C + c) * C + q] += x;
+              want_em[(b * T + u + 1) * C + c] += x;
+              if (u == 0) {
+                want_em[b * T * C + q] += x;
+                want_in[tb * C + q] += x;
+              }
+            }
+      }
+      std::vector<double> got_em(want_em.size()), got_tr(want_tr.size()), got_in(want_in.size());
+      reference::chain_backward(p, t.inputs(), nullptr, g.data(), got_em.data(), got_tr.data(), got_in.data());
+      for (std::size_t i = 0; i < got_em.size(); ++i) CHECK(got_em[i] == doctest::Approx(want_em[i]).epsilon(1e-12));
+      for (std::size_t i = 0; i < got_tr.size(); ++i) CHECK(got_tr[i] == doctest::Approx(want_tr[i]).epsilon(1e-12));
+      for (std::size_t i = 0; i < got_in.size(); ++i) CHECK(got_in[i] == doctest::Approx(want_in[i]).epsilon(1e-12));
     }
 }
 
