@@ -105,6 +105,7 @@ jb::ChainParams hmm_params(const ChainPlan::Impl& im, const HmmInputs& hmm, bool
   check_alignment(hmm.transitions, "hmm.transitions", bytes);
   check_alignment(hmm.initial, "hmm.initial", bytes);
   jb::ChainParams params = chain_params(im);
+  params.potentials = hmm.transitions;
   params.emissions = hmm.emissions;
   params.initial = hmm.initial;
   return params;
@@ -118,17 +119,23 @@ void check_lengths(const ChainProblem& p, const int64_t* lengths, bool empty) {
 }
 
 // What the forward and the backward share: the inputs aligned, the sizes, strides and the pieces of `saved`.
-jb::ChainParams call_params(const ChainPlan::Impl& im, const void* potentials, const int64_t* lengths,
-                            const int32_t* path, const void* saved) {
-  check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
+// The lengths, the best path and the pieces of `saved` into params, each aligned as its elements need.
+void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengths, const int32_t* path,
+            const void* saved) {
   check_alignment(lengths, "lengths", 8);
   check_alignment(path, "path", 4);
   check_alignment(saved, "saved", int(kScratchAlignment));
-  jb::ChainParams params = chain_params(im);
-  params.potentials = potentials;
   params.lengths = reinterpret_cast<const long long*>(lengths);
   params.path = const_cast<int32_t*>(path);
-  if (saved) point_saved(params, im.problem, const_cast<void*>(saved));
+  if (saved) point_saved(params, p, const_cast<void*>(saved));
+}
+
+jb::ChainParams call_params(const ChainPlan::Impl& im, const void* potentials, const int64_t* lengths,
+                            const int32_t* path, const void* saved) {
+  check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
+  jb::ChainParams params = chain_params(im);
+  params.potentials = potentials;
+  attach(params, im.problem, lengths, path, saved);
   return params;
 }
 
@@ -190,12 +197,7 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
   const int bytes = dtype_info(p.dtype).size_bytes;
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
-  check_alignment(lengths, "lengths", 8);
-  check_alignment(path, "path", 4);
-  check_alignment(saved, "saved", int(kScratchAlignment));
-  params.lengths = reinterpret_cast<const long long*>(lengths);
-  params.path = path;
-  if (saved) point_saved(params, p, saved);
+  attach(params, p, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
   ScopedContext scope(im.device->context);
@@ -230,7 +232,6 @@ void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* s
   const Impl& im = *impl_;
   check_form(im.problem, ChainForm::hmm);
   jb::ChainParams params = hmm_params(im, hmm, im.problem.B == 0);
-  params.potentials = hmm.transitions;
   run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
 }
 
@@ -305,7 +306,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_form(p, ChainForm::hmm);
   const bool empty = p.B == 0;
   jb::ChainParams params = hmm_params(im, hmm, empty);
-  params.potentials = hmm.transitions;
   check_pointer(grad_score, "grad_score", empty);
   check_lengths(p, lengths, empty);
   check_backward_reads(p, saved, path, empty);
@@ -314,9 +314,7 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.emissions, "grads.emissions", bytes);
   check_alignment(grads.transitions, "grads.transitions", bytes);
   check_alignment(grads.initial, "grads.initial", bytes);
-  check_alignment(lengths, "lengths", 8);
-  check_alignment(path, "path", 4);
-  check_alignment(saved, "saved", int(kScratchAlignment));
+  attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.
@@ -331,9 +329,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
             "cuMemsetD8Async");
     return;
   }
-  params.lengths = reinterpret_cast<const long long*>(lengths);
-  params.path = const_cast<int32_t*>(path);
-  if (saved) point_saved(params, p, const_cast<void*>(saved));
   params.grad_score = grad_score;
   params.grad_emissions = grads.emissions;
   params.grad = grads.transitions;
