@@ -138,6 +138,12 @@ def _declare(lib):
     lib.jitbmm_chain_plan_run.restype = status
     lib.jitbmm_chain_plan_backward.argtypes = [ctypes.c_void_p] * 8
     lib.jitbmm_chain_plan_backward.restype = status
+    lib.jitbmm_chain_plan_run_hmm.argtypes = [ctypes.c_void_p] * 10 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_plan_run_hmm.restype = status
+    lib.jitbmm_chain_plan_backward_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_plan_backward_workspace_bytes.restype = status
+    lib.jitbmm_chain_plan_backward_hmm.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_plan_backward_hmm.restype = status
     lib.jitbmm_chain_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_chain_plan_kernel_name.restype = status
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]

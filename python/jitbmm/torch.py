@@ -5,15 +5,13 @@ Drop-in for genbmm: ``jitbmm.torch.logbmm(a, b)``, ``maxbmm``, ``minbmm``, ``pro
 dimensions broadcast as in ``torch.matmul``) and return ``out[..., M, N]`` in their dtype, on the current CUDA
 stream of their device. ``semiring`` is one of ``log``, ``max_plus``, ``min_plus``, ``max_times``, ``plus_times``.
 
-Linear-chain CRFs in fused kernels: ``chain_log_partition(potentials, lengths=None)`` and ``chain_viterbi`` take
-torch-struct's LinearChainCRF potentials ``[B, T - 1, C, C]`` and run the forward algorithm over all T positions at
-once, instead of one product a step.
+Linear chains in fused kernels, which run the forward algorithm over all T positions at once instead of one
+product a step: ``chain_log_partition(potentials, lengths=None)`` and ``chain_viterbi`` take torch-struct's
+LinearChainCRF potentials ``[B, T - 1, C, C]``; ``hmm_log_partition(emissions, transitions, initial, lengths=None)``
+and ``hmm_viterbi`` take an HMM's tables and never form the potentials.
 """
 
-import ctypes
 import math
-import threading
-from typing import Optional
 
 try:
     import torch
@@ -23,9 +21,12 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 import jitbmm
 
 from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
+from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENSORS as _PLAIN_TENSORS
+from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES
+from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
-           "chain_viterbi"]
+           "chain_viterbi", "hmm_log_partition", "hmm_viterbi"]
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.
@@ -33,12 +34,6 @@ _TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float1
 _DTYPES = {_TORCH_DTYPES[name]: name for name in DTYPES if name in _TORCH_DTYPES}
 _SELECTING = tuple(s for s in SEMIRINGS if _SEMIRING_BACKWARD[s] == _BACKWARD_ARGMAX_SCATTER)
 _kernels = {}
-_kernels_lock = threading.Lock()
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object
-
-
-def _stream(device_index):
-    return _raw_stream(device_index) if _raw_stream else torch.cuda.current_stream(device_index).cuda_stream
 
 
 class _Kernels:
@@ -367,8 +362,6 @@ def _matrices(t, batch, rows, cols):
 # an expanded batch), is one dictionary lookup and one foreign call: everything the general path below checked and
 # decided follows from that key.
 _fast = {}
-_FAST_ENTRIES = 4096  # then the table starts again (shapes that vary without end, e.g. every sequence length)
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 class _Fast:
@@ -522,236 +515,3 @@ def share_choices(src=0, group=None):
         _kernels.clear()
     _fast.clear()
     return n
-
-
-# Linear-chain CRFs (include/jitbmm/chain.hpp). The forward operator returns (score, aux): aux is what the backward
-# reads, the library's `saved` bytes for log and the int32 path [B, T] for max_plus, or empty when `keep` is off
-# (nothing will be differentiated; max_plus then skips the path).
-_CHAIN_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
-_chains = {}
-
-
-class _Chain:
-    """One chain plan as this module calls it: launches on the current stream of the potentials' device, the
-    workspace from PyTorch's caching allocator on that stream."""
-
-    __slots__ = ("handle", "device", "saved", "workspace", "run", "grad")
-
-    def __init__(self, semiring, dtype, device, sizes, strides, with_lengths):
-        lib = jitbmm._library()
-        problem = jitbmm._CChainProblem(semiring.encode(), _CHAIN_DTYPES[dtype].encode(), *sizes,
-                                        (ctypes.c_int64 * 4)(*strides), int(with_lengths))
-        handle, n = ctypes.c_void_p(), ctypes.c_size_t()
-        with torch.cuda.device(device):
-            jitbmm._check(lib.jitbmm_chain_plan_create(ctypes.byref(problem), ctypes.byref(handle)))
-        self.handle, self.device = handle, device
-        jitbmm._check(lib.jitbmm_chain_plan_saved_bytes(handle, ctypes.byref(n)))
-        self.saved = n.value
-        self.workspace = []  # bytes without and with the path
-        for with_path in (0, 1):
-            jitbmm._check(lib.jitbmm_chain_plan_workspace_bytes(handle, with_path, ctypes.byref(n)))
-            self.workspace.append(n.value)
-        self.run, self.grad = lib.jitbmm_chain_plan_run, lib.jitbmm_chain_plan_backward
-
-    def __del__(self):
-        handle = getattr(self, "handle", None)
-        if handle is not None and handle.value and jitbmm._lib is not None:
-            jitbmm._lib.jitbmm_chain_plan_destroy(handle)
-
-    def forward(self, potentials, lengths, semiring, keep):
-        B, T = potentials.shape[0], potentials.shape[1] + 1
-        score = potentials.new_empty((B,))
-        log, path = semiring == "log", keep and semiring == "max_plus"
-        if log:
-            # Zeroed: the kernels leave the alignment gaps between its pieces, and the result must not vary.
-            aux = potentials.new_zeros((self.saved if keep else 0,), dtype=torch.uint8)
-        else:
-            aux = potentials.new_empty((B, T) if path else (0,), dtype=torch.int32)
-        ws = self.workspace[path]
-        scratch = potentials.new_empty((ws,), dtype=torch.uint8) if ws else None
-        status = self.run(self.handle, potentials.data_ptr(), _address(lengths), score.data_ptr(),
-                          aux.data_ptr() if log and keep else None, None, aux.data_ptr() if path else None,
-                          _address(scratch), ws, _stream(self.device))
-        if status:
-            jitbmm._check(status)
-        return score, aux
-
-    def backward(self, potentials, lengths, aux, grad_score, semiring):
-        grad = potentials.new_empty(potentials.shape)  # contiguous [B, T - 1, C, C]
-        if grad.numel():
-            log = semiring == "log"
-            status = self.grad(self.handle, potentials.data_ptr(), _address(lengths), aux.data_ptr() if log else None,
-                               None if log else aux.data_ptr(), grad_score.contiguous().data_ptr(), grad.data_ptr(),
-                               _stream(self.device))
-            if status:
-                jitbmm._check(status)
-        return grad
-
-
-def _address(t):
-    return t.data_ptr() if t is not None else None
-
-
-def _chain_layout(potentials, lengths):
-    """(potentials, lengths, potentials' strides) for the library: lengths contiguous; potentials as they are, but
-    for a tensor broadcast from one element along every dimension, copied (all-zero strides mean contiguous)."""
-    strides = tuple(potentials.stride())
-    if not any(strides) and potentials.numel() > 1:
-        potentials = potentials.contiguous()
-        strides = tuple(potentials.stride())
-    return potentials, lengths.contiguous() if lengths is not None else None, strides
-
-
-def _chain_for(semiring, potentials, strides, with_lengths):
-    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    key = (semiring, potentials.dtype, potentials.device.index, B, n + 1, C, strides, with_lengths)
-    chain = _chains.get(key)
-    if chain is None:
-        chain = _Chain(semiring, potentials.dtype, potentials.device.index, (B, n + 1, C), strides, with_lengths)
-        with _kernels_lock:
-            if len(_chains) >= _FAST_ENTRIES:  # shapes that vary without end: start again
-                _chains.clear()
-            chain = _chains.setdefault(key, chain)
-    return chain
-
-
-def _chain_forward_impl(potentials: torch.Tensor, lengths: Optional[torch.Tensor], semiring: str,
-                        keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    potentials, lengths, strides = _chain_layout(potentials, lengths)
-    return _chain_for(semiring, potentials, strides, lengths is not None).forward(potentials, lengths, semiring, keep)
-
-
-_chain_op = torch.library.custom_op("jitbmm::chain", _chain_forward_impl, mutates_args=(), device_types="cuda")
-
-
-@_chain_op.register_fake
-def _(potentials, lengths, semiring, keep):
-    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    if semiring == "max_plus":
-        aux = potentials.new_empty((B, n + 1) if keep else (0,), dtype=torch.int32)
-    elif not keep:
-        aux = potentials.new_empty((0,), dtype=torch.uint8)
-    elif all(isinstance(x, int) for x in (B, n, C)):  # the library's size for this problem
-        potentials, _, strides = _chain_layout(potentials, None)
-        aux = potentials.new_empty((_chain_for(semiring, potentials, strides, lengths is not None).saved,),
-                                   dtype=torch.uint8)
-    else:  # symbolic sizes: the saved bytes are known when the operator runs
-        aux = potentials.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
-    return potentials.new_empty((B,)), aux
-
-
-def _chain_backward_impl(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux: torch.Tensor,
-                         grad_score: torch.Tensor, semiring: str) -> torch.Tensor:
-    potentials, lengths, strides = _chain_layout(potentials, lengths)
-    chain = _chain_for(semiring, potentials, strides, lengths is not None)
-    return chain.backward(potentials, lengths, aux, grad_score, semiring)
-
-
-_chain_backward_op = torch.library.custom_op("jitbmm::chain_backward", _chain_backward_impl, mutates_args=(),
-                                             device_types="cuda")
-
-
-@_chain_backward_op.register_fake
-def _(potentials, lengths, aux, grad_score, semiring):
-    return potentials.new_empty(potentials.shape)
-
-
-def _chain_setup_context(ctx, inputs, output):
-    potentials, lengths, semiring, _ = inputs
-    ctx.semiring = semiring
-    ctx.save_for_backward(potentials, lengths, output[1])
-
-
-class _FirstOrderOnly(torch.autograd.Function):
-    """The chain's gradient under create_graph=True (torch-struct's marginals ask for it): the fused kernel's value,
-    tied to the potentials so that differentiating it again says plainly that it cannot, instead of giving 0."""
-
-    @staticmethod
-    def forward(ctx, grad, potentials):
-        return grad
-
-    @staticmethod
-    def backward(ctx, _):
-        raise NotImplementedError("jitbmm chains: second derivatives (through the marginals or the argmax) are "
-                                  "not implemented")
-
-
-def _chain_gradients(ctx, grad_score, _grad_aux, backward=_chain_backward_op):
-    potentials, lengths, aux = ctx.saved_tensors
-    grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
-    if torch.is_grad_enabled():  # create_graph=True: a value now, an error only if differentiated again
-        grad = _FirstOrderOnly.apply(grad, potentials)
-    return grad, None, None, None
-
-
-_chain_op.register_autograd(_chain_gradients, setup_context=_chain_setup_context)
-
-
-class _ChainFunction(torch.autograd.Function):
-    """The eager path: the same forward and backward as the registered operator, without the operator's dispatch
-    (what torch.compile and torch.export, and tensor subclasses, take instead)."""
-
-    @staticmethod
-    def forward(ctx, potentials, lengths, semiring, keep):
-        score, aux = _chain_forward_impl(potentials, lengths, semiring, keep)
-        ctx.mark_non_differentiable(aux)
-        _chain_setup_context(ctx, (potentials, lengths, semiring, keep), (score, aux))
-        return score, aux
-
-    @staticmethod
-    def backward(ctx, grad_score, grad_aux):
-        return _chain_gradients(ctx, grad_score, grad_aux, _chain_backward_impl)
-
-
-def _chain(potentials, lengths, semiring, keep):
-    if (torch.compiler.is_compiling() or type(potentials) not in _PLAIN_TENSORS
-            or (lengths is not None and type(lengths) not in _PLAIN_TENSORS)):
-        return _chain_op(potentials, lengths, semiring, keep)
-    return _ChainFunction.apply(potentials, lengths, semiring, keep)
-
-
-def _check_chain(potentials, lengths):
-    if not isinstance(potentials, torch.Tensor):
-        raise TypeError(f"potentials: expected a torch.Tensor, got {type(potentials).__name__}")
-    if potentials.device.type != "cuda":
-        raise ValueError(f"potentials: jitbmm runs on CUDA tensors; this one is on {potentials.device}")
-    if potentials.dtype not in _CHAIN_DTYPES:
-        raise TypeError(f"potentials: unsupported dtype {potentials.dtype} (expected float32 or float64)")
-    if potentials.dim() != 4 or potentials.shape[2] != potentials.shape[3]:
-        raise ValueError(f"potentials: expected [B, T - 1, C, C], got shape {tuple(potentials.shape)}")
-    if lengths is None:
-        return
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(f"lengths: expected a torch.Tensor or None, got {type(lengths).__name__}")
-    if lengths.device != potentials.device:
-        raise ValueError(f"lengths: on {lengths.device}, expected the potentials' device {potentials.device}")
-    if lengths.dtype != torch.int64:
-        raise TypeError(f"lengths: expected dtype int64, got {lengths.dtype}")
-    if lengths.shape != potentials.shape[:1]:
-        raise ValueError(f"lengths: expected shape ({potentials.shape[0]},), got {tuple(lengths.shape)}")
-
-
-def chain_log_partition(potentials, lengths=None):
-    """score[b] = log Σ over the state paths z of sequence b of exp Σ_t potentials[b, t, z[t + 1], z[t]]: a
-    linear-chain CRF's log-partition (torch_struct.LinearChainCRF(potentials, lengths).partition).
-
-    potentials: a CUDA tensor [B, T - 1, C, C] (float32 or float64, any strides), potentials[b, t, c, p] scoring the
-    edge from state p at position t to state c at t + 1. lengths: None (every sequence has T positions) or int64 [B]
-    on the same device, each in [1, T] (a length outside gives a NaN score; the values are not checked on the host,
-    which would wait for the device); sequence b's steps from lengths[b] - 1 on are not read. A length-1 sequence
-    scores log C. Returns score [B] in the potentials' dtype, on the current CUDA stream. Its gradient with respect
-    to the potentials is the edge marginals (0 for a sequence whose score is -inf), from a fused backward kernel;
-    second derivatives raise NotImplementedError (create_graph=True itself works: the first derivative is exact)."""
-    _check_chain(potentials, lengths)
-    keep = torch.is_grad_enabled() and potentials.requires_grad
-    return _chain(potentials, lengths, "log", keep)[0]
-
-
-def chain_viterbi(potentials, lengths=None):
-    """(score [B], path [B, T]) of each sequence's best state path (Viterbi): score[b] = max over z of
-    Σ_t potentials[b, t, z[t + 1], z[t]], path[b, t] = that z[t] as int64 (ties: the smallest state; -1 from
-    lengths[b] on). Arguments as chain_log_partition's; a length-1 sequence scores 0. The gradient of score is the
-    best path's edge indicator (torch_struct.LinearChainCRF(...).argmax)."""
-    _check_chain(potentials, lengths)
-    score, path = _chain(potentials, lengths, "max_plus", True)
-    return score, path.long()

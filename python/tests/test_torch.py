@@ -862,26 +862,7 @@ class DistributedTest(unittest.TestCase):
 
 
 def main():
-    if torch is None:
-        print("SKIPPED: torch is not installed here")
-        return 77
-    if not HAVE_CUDA:
-        print("SKIPPED: torch sees no CUDA GPU here")
-        return 77
-    # An empty cache of its own: the tests count the decisions they store, and a user's cache (or an earlier run's)
-    # may already hold them.
-    import os
-    import tempfile
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["JITBMM_CACHE_DIR"] = cache
-        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
-    if result.skipped:
-        print(f"FAILED: {len(result.skipped)} tests skipped where torch and a GPU exist: {result.skipped}")
-        return 1
-    if result.testsRun == 0:
-        print("FAILED: no test ran")
-        return 1
-    return 0 if result.wasSuccessful() else 1
+    return package_under_test.gpu_main(torch)
 
 
 if __name__ == "__main__":

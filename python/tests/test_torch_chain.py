@@ -433,27 +433,9 @@ class TorchStructTest(unittest.TestCase):
 
 
 def main():
-    if torch is None:
-        print("SKIPPED: torch is not installed here")
-        return 77
-    if not HAVE_CUDA:
-        print("SKIPPED: torch sees no CUDA GPU here")
-        return 77
-    import os
-    import tempfile
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["JITBMM_CACHE_DIR"] = cache
-        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
-    skipped = [s for s in result.skipped if "torch-struct" not in s[1]]
-    if torch_struct is None:
-        print("NOTE: torch-struct is not installed: its comparisons did not run")
-    if skipped:
-        print(f"FAILED: {len(skipped)} tests skipped where torch and a GPU exist: {skipped}")
-        return 1
-    if result.testsRun == 0:
-        print("FAILED: no test ran")
-        return 1
-    return 0 if result.wasSuccessful() else 1
+    if torch is not None and torch_struct is None:
+        print("NOTE: torch-struct is not installed: its comparisons will not run")
+    return package_under_test.gpu_main(torch, may_skip="torch-struct")
 
 
 if __name__ == "__main__":

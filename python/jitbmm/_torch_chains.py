@@ -1,0 +1,401 @@
+"""jitbmm.torch's linear chains (include/jitbmm/chain.hpp, docs/chains.md): the CRF form's chain_log_partition and
+chain_viterbi, the HMM form's hmm_log_partition and hmm_viterbi, as registered operators with autograd.
+
+Each form is a pair of operators, jitbmm::chain / jitbmm::chain_backward (potentials) and jitbmm::hmm /
+jitbmm::hmm_backward (emissions, transitions, initial). The forward returns (score, aux): aux is what the backward
+reads, the library's `saved` bytes for log and the int32 path [B, T] for max_plus, or empty when `keep` is off
+(nothing will be differentiated; max_plus then skips the path)."""
+
+import ctypes
+from typing import Optional
+
+import torch
+
+import jitbmm
+
+from ._torch_support import PLAIN_TENSORS, TABLE_ENTRIES, address, lock, stream
+
+CHAIN_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+_plans = {}
+
+
+class _Chain:
+    """One chain plan as this module calls it: launches on the current stream of the inputs' device, every scratch
+    buffer from PyTorch's caching allocator on that stream."""
+
+    __slots__ = ("handle", "device", "B", "T", "hmm", "saved", "workspace", "backward_workspace", "run", "grad")
+
+    def __init__(self, problem, device):
+        lib = jitbmm._library()
+        handle, n = ctypes.c_void_p(), ctypes.c_size_t()
+        with torch.cuda.device(device):
+            jitbmm._check(lib.jitbmm_chain_plan_create(ctypes.byref(problem), ctypes.byref(handle)))
+        self.handle, self.device, self.B, self.T = handle, device, problem.B, problem.T
+        self.hmm = problem.form == b"hmm"
+        jitbmm._check(lib.jitbmm_chain_plan_saved_bytes(handle, ctypes.byref(n)))
+        self.saved = n.value
+        self.workspace = []  # bytes without and with the path
+        for with_path in (0, 1):
+            jitbmm._check(lib.jitbmm_chain_plan_workspace_bytes(handle, with_path, ctypes.byref(n)))
+            self.workspace.append(n.value)
+        jitbmm._check(lib.jitbmm_chain_plan_backward_workspace_bytes(handle, ctypes.byref(n)))
+        self.backward_workspace = n.value
+        if self.hmm:
+            self.run, self.grad = lib.jitbmm_chain_plan_run_hmm, lib.jitbmm_chain_plan_backward_hmm
+        else:
+            self.run, self.grad = lib.jitbmm_chain_plan_run, lib.jitbmm_chain_plan_backward
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle is not None and handle.value and jitbmm._lib is not None:
+            jitbmm._lib.jitbmm_chain_plan_destroy(handle)
+
+    def forward(self, inputs, lengths, semiring, keep):
+        """(score [B], aux) of the chain given by `inputs` (the potentials, or the three tables)."""
+        like = inputs[0]
+        score = like.new_empty((self.B,))
+        log, path = semiring == "log", keep and semiring == "max_plus"
+        if log:
+            # Zeroed: the kernels leave the alignment gaps between its pieces, and the result must not vary.
+            aux = like.new_zeros((self.saved if keep else 0,), dtype=torch.uint8)
+        else:
+            aux = like.new_empty((self.B, self.T) if path else (0,), dtype=torch.int32)
+        ws = self.workspace[path]
+        scratch = like.new_empty((ws,), dtype=torch.uint8) if ws else None
+        status = self.run(self.handle, *(t.data_ptr() for t in inputs), address(lengths), score.data_ptr(),
+                          aux.data_ptr() if log and keep else None, None, aux.data_ptr() if path else None,
+                          address(scratch), ws, stream(self.device))
+        if status:
+            jitbmm._check(status)
+        return score, aux
+
+    def backward(self, inputs, lengths, aux, grad_score, semiring, needs):
+        """The gradients of `inputs` times grad_score, each contiguous in its input's shape; an empty tensor for
+        an input that `needs` says no to."""
+        grads = [t.new_empty(t.shape if need else (0,)) for t, need in zip(inputs, needs)]
+        log = semiring == "log"
+        saved, path = (aux.data_ptr(), None) if log else (None, aux.data_ptr())
+        grad_score = grad_score.contiguous()
+        if self.hmm:
+            ws = self.backward_workspace
+            scratch = inputs[0].new_empty((ws,), dtype=torch.uint8) if ws else None
+            status = self.grad(self.handle, *(t.data_ptr() for t in inputs), address(lengths), saved, path,
+                               grad_score.data_ptr(), *(g.data_ptr() if g.numel() else None for g in grads),
+                               address(scratch), ws, stream(self.device))
+        elif grads[0].numel():
+            status = self.grad(self.handle, inputs[0].data_ptr(), address(lengths), saved, path,
+                               grad_score.data_ptr(), grads[0].data_ptr(), stream(self.device))
+        else:
+            status = 0
+        if status:
+            jitbmm._check(status)
+        return grads
+
+
+def _layout(t):
+    """(t, its strides) as the library reads them: t as it is, but copied where it is broadcast from one element
+    along every dimension (to the library, all-zero strides mean contiguous)."""
+    if t.numel() > 1 and not any(t.stride()):
+        t = t.contiguous()
+    return t, tuple(t.stride())
+
+
+def _plan_for(key, problem, device):
+    chain = _plans.get(key)
+    if chain is None:
+        chain = _Chain(problem(), device)
+        with lock:
+            if len(_plans) >= TABLE_ENTRIES:  # shapes that vary without end: start again
+                _plans.clear()
+            chain = _plans.setdefault(key, chain)
+    return chain
+
+
+def _crf(semiring, potentials, lengths):
+    """(plan, (potentials,), lengths) laid out for the library."""
+    potentials, strides = _layout(potentials)
+    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
+    dtype, device, with_lengths = CHAIN_DTYPES[potentials.dtype], potentials.device.index, lengths is not None
+    key = ("crf", semiring, dtype, device, B, n + 1, C, strides, with_lengths)
+    chain = _plan_for(key, lambda: jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, n + 1, C,
+                                                         (ctypes.c_int64 * 4)(*strides), int(with_lengths)), device)
+    return chain, (potentials,), lengths.contiguous() if with_lengths else None
+
+
+def _hmm(semiring, emissions, transitions, initial, lengths):
+    """(plan, (emissions, transitions, initial), lengths) laid out for the library; a shared table's batch stride
+    is 0."""
+    (emissions, e_strides), (transitions, t_strides), (initial, i_strides) = map(
+        _layout, (emissions, transitions, initial))
+    batched_t, batched_i = transitions.dim() == 3, initial.dim() == 2
+    t_strides, i_strides = t_strides if batched_t else (0, *t_strides), i_strides if batched_i else (0, *i_strides)
+    B, T, C = emissions.shape
+    dtype, device, with_lengths = CHAIN_DTYPES[emissions.dtype], emissions.device.index, lengths is not None
+    key = ("hmm", semiring, dtype, device, B, T, C, e_strides, batched_t, t_strides, batched_i, i_strides,
+           with_lengths)
+
+    def problem():
+        return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
+                                     int(with_lengths), b"hmm", int(batched_t), int(batched_i),
+                                     (ctypes.c_int64 * 3)(*e_strides), (ctypes.c_int64 * 3)(*t_strides),
+                                     (ctypes.c_int64 * 2)(*i_strides))
+
+    chain = _plan_for(key, problem, device)
+    return chain, (emissions, transitions, initial), lengths.contiguous() if with_lengths else None
+
+
+def _fake_aux(like, semiring, keep, B, T, saved):
+    """The fake (traced) aux of a forward: `saved()` gives the library's saved bytes where the sizes are known."""
+    if semiring == "max_plus":
+        return like.new_empty((B, T) if keep else (0,), dtype=torch.int32)
+    if not keep:
+        return like.new_empty((0,), dtype=torch.uint8)
+    if all(isinstance(x, int) for x in like.shape):
+        return like.new_empty((saved(),), dtype=torch.uint8)
+    return like.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)  # known when it runs
+
+
+# The CRF form: potentials [B, T - 1, C, C].
+def _crf_forward(potentials: torch.Tensor, lengths: Optional[torch.Tensor], semiring: str,
+                 keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    chain, inputs, lengths = _crf(semiring, potentials, lengths)
+    return chain.forward(inputs, lengths, semiring, keep)
+
+
+def _crf_backward(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux: torch.Tensor,
+                  grad_score: torch.Tensor, semiring: str) -> torch.Tensor:
+    chain, inputs, lengths = _crf(semiring, potentials, lengths)
+    return chain.backward(inputs, lengths, aux, grad_score, semiring, (True,))[0]
+
+
+_crf_op = torch.library.custom_op("jitbmm::chain", _crf_forward, mutates_args=(), device_types="cuda")
+_crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backward, mutates_args=(),
+                                           device_types="cuda")
+
+
+@_crf_op.register_fake
+def _(potentials, lengths, semiring, keep):
+    B, T = potentials.shape[0], potentials.shape[1] + 1
+    return potentials.new_empty((B,)), _fake_aux(potentials, semiring, keep, B, T,
+                                                 lambda: _crf(semiring, potentials, lengths)[0].saved)
+
+
+@_crf_backward_op.register_fake
+def _(potentials, lengths, aux, grad_score, semiring):
+    return potentials.new_empty(potentials.shape)
+
+
+def _crf_gradients(ctx, grad_score, needs, backward):
+    potentials, lengths, aux = ctx.saved_tensors
+    return _first_order(backward(potentials, lengths, aux, grad_score, ctx.semiring), potentials), None, None, None
+
+
+# The HMM form: emissions [B, T, C], transitions [C, C] or [B, C, C], initial [C] or [B, C].
+def _hmm_forward(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
+                 lengths: Optional[torch.Tensor], semiring: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    chain, inputs, lengths = _hmm(semiring, emissions, transitions, initial, lengths)
+    return chain.forward(inputs, lengths, semiring, keep)
+
+
+def _hmm_backward(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
+                  lengths: Optional[torch.Tensor], aux: torch.Tensor, grad_score: torch.Tensor, semiring: str,
+                  needs: list[bool]) -> list[torch.Tensor]:
+    chain, inputs, lengths = _hmm(semiring, emissions, transitions, initial, lengths)
+    return chain.backward(inputs, lengths, aux, grad_score, semiring, needs)
+
+
+_hmm_op = torch.library.custom_op("jitbmm::hmm", _hmm_forward, mutates_args=(), device_types="cuda")
+_hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward, mutates_args=(),
+                                           device_types="cuda")
+
+
+@_hmm_op.register_fake
+def _(emissions, transitions, initial, lengths, semiring, keep):
+    B, T = emissions.shape[0], emissions.shape[1]
+    return emissions.new_empty((B,)), _fake_aux(
+        emissions, semiring, keep, B, T, lambda: _hmm(semiring, emissions, transitions, initial, lengths)[0].saved)
+
+
+@_hmm_backward_op.register_fake
+def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, needs):
+    return [t.new_empty(t.shape if need else (0,)) for t, need in zip((emissions, transitions, initial), needs)]
+
+
+def _hmm_gradients(ctx, grad_score, needs, backward):
+    *tables, lengths, aux = ctx.saved_tensors
+    needs = list(needs[:3])
+    grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, needs)
+    return (*(_first_order(g, *tables) if need else None for g, need in zip(grads, needs)), None, None, None)
+
+
+# What both forms share: the context their backward reads, the first-order guard, the eager path.
+def _setup_context(ctx, inputs, output):
+    """inputs: the form's tensors, lengths, semiring, keep."""
+    ctx.semiring = inputs[-2]
+    ctx.save_for_backward(*inputs[:-2], output[1])
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """A chain's gradient under create_graph=True (torch-struct's marginals ask for it): the fused kernel's value,
+    tied to the inputs so that differentiating it again says plainly that it cannot, instead of giving 0."""
+
+    @staticmethod
+    def forward(ctx, grad, *inputs):
+        return grad
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise NotImplementedError("jitbmm chains: second derivatives (through the marginals or the argmax) are "
+                                  "not implemented")
+
+
+def _first_order(grad, *inputs):
+    return _FirstOrderOnly.apply(grad, *inputs) if torch.is_grad_enabled() else grad
+
+
+class _Form:
+    """One input form: its registered operators (what torch.compile and torch.export trace, as single nodes) and
+    the same forward and backward for the eager path."""
+
+    def __init__(self, op, backward_op, forward, backward, gradients):
+        self.op, self.backward_op, self.forward, self.backward, self.gradients = (op, backward_op, forward,
+                                                                                  backward, gradients)
+        op.register_autograd(lambda ctx, grad_score, _grad_aux: gradients(ctx, grad_score, ctx.needs_input_grad,
+                                                                          backward_op),
+                             setup_context=_setup_context)
+
+    def __call__(self, *args):
+        """args: the form's tensors, lengths, semiring, keep."""
+        if torch.compiler.is_compiling() or any(t is not None and type(t) not in PLAIN_TENSORS for t in args[:-2]):
+            return self.op(*args)
+        return _Eager.apply(self, *args)
+
+
+class _Eager(torch.autograd.Function):
+    """The eager path of a form: its operators' forward and backward without the operators' dispatch."""
+
+    @staticmethod
+    def forward(ctx, form, *args):
+        score, aux = form.forward(*args)
+        ctx.mark_non_differentiable(aux)
+        ctx.form = form
+        _setup_context(ctx, args, (score, aux))
+        return score, aux
+
+    @staticmethod
+    def backward(ctx, grad_score, grad_aux):
+        return (None, *ctx.form.gradients(ctx, grad_score, ctx.needs_input_grad[1:], ctx.form.backward))
+
+
+_CRF = _Form(_crf_op, _crf_backward_op, _crf_forward, _crf_backward, _crf_gradients)
+_HMM = _Form(_hmm_op, _hmm_backward_op, _hmm_forward, _hmm_backward, _hmm_gradients)
+
+
+# The checks, naming the argument.
+def _check_tensor(t, name, like=None):
+    """t: a CUDA tensor of a chain dtype, on like's device and of like's dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if like is None and t.device.type != "cuda":
+        raise ValueError(f"{name}: jitbmm runs on CUDA tensors; this one is on {t.device}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name}: on {t.device}, expected the emissions' device {like.device}")
+    if t.dtype not in CHAIN_DTYPES:
+        raise TypeError(f"{name}: unsupported dtype {t.dtype} (expected float32 or float64)")
+    if like is not None and t.dtype != like.dtype:
+        raise TypeError(f"{name}: dtype {t.dtype} differs from the emissions' {like.dtype}")
+
+
+def _check_lengths(lengths, like):
+    if lengths is None:
+        return
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(f"lengths: expected a torch.Tensor or None, got {type(lengths).__name__}")
+    if lengths.device != like.device:
+        raise ValueError(f"lengths: on {lengths.device}, expected the inputs' device {like.device}")
+    if lengths.dtype != torch.int64:
+        raise TypeError(f"lengths: expected dtype int64, got {lengths.dtype}")
+    if lengths.shape != like.shape[:1]:
+        raise ValueError(f"lengths: expected shape ({like.shape[0]},), got {tuple(lengths.shape)}")
+
+
+def _check_crf(potentials, lengths):
+    _check_tensor(potentials, "potentials")
+    if potentials.dim() != 4 or potentials.shape[2] != potentials.shape[3]:
+        raise ValueError(f"potentials: expected [B, T - 1, C, C], got shape {tuple(potentials.shape)}")
+    _check_lengths(lengths, potentials)
+
+
+def _check_hmm(emissions, transitions, initial, lengths):
+    _check_tensor(emissions, "emissions")
+    if emissions.dim() != 3:
+        raise ValueError(f"emissions: expected [B, T, C], got shape {tuple(emissions.shape)}")
+    B, T, C = emissions.shape
+    if T < 1:
+        raise ValueError(f"emissions: T (its second dimension) must be at least 1, got shape {tuple(emissions.shape)}")
+    _check_tensor(transitions, "transitions", emissions)
+    if transitions.shape not in ((C, C), (B, C, C)):
+        raise ValueError(f"transitions: expected [C, C] or [B, C, C] with B, C = {B}, {C} (the emissions'), got "
+                         f"shape {tuple(transitions.shape)}")
+    _check_tensor(initial, "initial", emissions)
+    if initial.shape not in ((C,), (B, C)):
+        raise ValueError(f"initial: expected [C] or [B, C] with B, C = {B}, {C} (the emissions'), got shape "
+                         f"{tuple(initial.shape)}")
+    _check_lengths(lengths, emissions)
+
+
+# The public functions (jitbmm.torch re-exports them).
+def chain_log_partition(potentials, lengths=None):
+    """score[b] = log Σ over the state paths z of sequence b of exp Σ_t potentials[b, t, z[t + 1], z[t]]: a
+    linear-chain CRF's log-partition (torch_struct.LinearChainCRF(potentials, lengths).partition).
+
+    potentials: a CUDA tensor [B, T - 1, C, C] (float32 or float64, any strides), potentials[b, t, c, p] scoring the
+    edge from state p at position t to state c at t + 1. lengths: None (every sequence has T positions) or int64 [B]
+    on the same device, each in [1, T] (a length outside gives a NaN score; the values are not checked on the host,
+    which would wait for the device); sequence b's steps from lengths[b] - 1 on are not read. A length-1 sequence
+    scores log C. Returns score [B] in the potentials' dtype, on the current CUDA stream. Its gradient with respect
+    to the potentials is the edge marginals (0 for a sequence whose score is -inf), from a fused backward kernel;
+    second derivatives raise NotImplementedError (create_graph=True itself works: the first derivative is exact)."""
+    _check_crf(potentials, lengths)
+    keep = torch.is_grad_enabled() and potentials.requires_grad
+    return _CRF(potentials, lengths, "log", keep)[0]
+
+
+def chain_viterbi(potentials, lengths=None):
+    """(score [B], path [B, T]) of each sequence's best state path (Viterbi): score[b] = max over z of
+    Σ_t potentials[b, t, z[t + 1], z[t]], path[b, t] = that z[t] as int64 (ties: the smallest state; -1 from
+    lengths[b] on). Arguments as chain_log_partition's; a length-1 sequence scores 0. The gradient of score is the
+    best path's edge indicator (torch_struct.LinearChainCRF(...).argmax)."""
+    _check_crf(potentials, lengths)
+    score, path = _CRF(potentials, lengths, "max_plus", True)
+    return score, path.long()
+
+
+def hmm_log_partition(emissions, transitions, initial, lengths=None):
+    """score[b] = log Σ over the state paths z of sequence b of exp(initial[z[0]] + emissions[b, 0, z[0]] +
+    Σ_{t ≥ 1} (transitions[z[t], z[t - 1]] + emissions[b, t, z[t]])): an HMM's log-likelihood of its observations
+    when the tables hold log-probabilities (emissions[b, t, c] = log p(x_t | c)), computed without forming the
+    potentials [B, T - 1, C, C].
+
+    emissions: a CUDA tensor [B, T, C] (float32 or float64, T >= 1). transitions: [C, C] shared by the batch, or
+    [B, C, C] per sequence; transitions[c, p] scores the step from state p to state c (to, from: pass
+    ``table.T`` for a [from, to] table, no copy is made). initial: [C] or [B, C]. All of one dtype and device, any
+    strides (broadcast views included). lengths as chain_log_partition's: emissions from lengths[b] on are not read.
+    Returns score [B] in their dtype, on the current CUDA stream. Its gradients, from fused backward kernels: the
+    state marginals for emissions, the expected transition counts for transitions (summed over the batch for a
+    shared table), the first position's state marginals for initial; each computed only where asked for; zero for a
+    sequence whose score is -inf. Second derivatives raise NotImplementedError."""
+    _check_hmm(emissions, transitions, initial, lengths)
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (emissions, transitions, initial))
+    return _HMM(emissions, transitions, initial, lengths, "log", keep)[0]
+
+
+def hmm_viterbi(emissions, transitions, initial, lengths=None):
+    """(score [B], path [B, T]) of each sequence's best state path under an HMM's tables: score[b] = max over z of
+    initial[z[0]] + emissions[b, 0, z[0]] + Σ_{t ≥ 1} (transitions[z[t], z[t - 1]] + emissions[b, t, z[t]]), path
+    as chain_viterbi's (int64; ties: the smallest state; -1 from lengths[b] on). Arguments as hmm_log_partition's.
+    The gradients of score are the best path's state indicator (emissions), its transition counts (transitions)
+    and its first state's indicator (initial)."""
+    _check_hmm(emissions, transitions, initial, lengths)
+    score, path = _HMM(emissions, transitions, initial, lengths, "max_plus", True)
+    return score, path.long()
