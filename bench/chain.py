@@ -1,12 +1,15 @@
-"""Linear-chain CRFs: jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition, chain_viterbi) against
-torch-struct's LinearChainCRF with its own semiring products, the same with jitbmm's (jitbmm.torch_struct.patch), and
-a loop of one jitbmm.torch.logbmm a step.
+"""Linear-chain CRFs and HMMs: jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition, chain_viterbi, and
+the HMM form's hmm_log_partition, hmm_viterbi) against torch-struct's LinearChainCRF with its own semiring products,
+the same with jitbmm's (jitbmm.torch_struct.patch), and a loop of one jitbmm.torch.logbmm a step.
 
     python3 bench/chain.py [--shapes "32,128,32;..."] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
 
 For each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the log-partition's
 forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm) against
-torch-struct's argmax (with jitbmm's products). Each figure is the median of --reps CUDA-event times after three
+torch-struct's argmax (with jitbmm's products). The HMM rows take an HMM's tables instead (emissions [B, T, C],
+transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials, against
+forming them (differentiably) and running jitbmm's CRF form or torch-struct on them; forward + backward gives
+the gradients of all three tables. Each figure is the median of --reps CUDA-event times after three
 warm-up calls, and the peak device memory the call adds (torch.cuda.max_memory_allocated over what was allocated
 before it); a peer that runs out of memory shows OOM. terms/s = B·(T − 1)·C² / time, for the fused chain."""
 
@@ -35,7 +38,9 @@ except Exception:  # not installed, or incompatible with this torch: its peers a
 DEFAULT_SHAPES = "32,128,32;32,512,64;8,1024,128;16,256,256"
 LONG_T = (1024, 2048, 4096)  # at B = 16, C = --long-c
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
-PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",)}
+FUSED = "jitbmm chain"  # the fused kernels' row, in either form
+PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",), "hmm": ("fwd", "fwd+bwd"),
+          "hmm-vit": ("score+path",)}
 
 
 def measure(fn, reps):
@@ -80,10 +85,21 @@ def torch_struct_argmax(pot):
     return torch_struct.LinearChainCRF(pot).argmax
 
 
+def formed(emissions, transitions, initial):
+    """The potentials [B, T - 1, C, C] of an HMM's tables: transitions[c, p] + emissions[:, t + 1, c], with
+    initial[p] + emissions[:, 0, p] in the first step."""
+    pot = transitions + emissions[:, 1:, :, None]
+    return torch.cat((pot[:, :1] + (initial + emissions[:, 0])[:, None, None, :], pot[:, 1:]), 1)
+
+
+def on_formed(fn):
+    return lambda e, t, i: fn(formed(e, t, i))
+
+
 # The peers: (name, the function of potentials, a context it runs in). torch-struct's semirings are patched only
 # while "torch-struct + jitbmm" runs, and restored after.
 def log_peers():
-    peers = [("jitbmm chain", jt.chain_log_partition, contextlib.nullcontext)]
+    peers = [(FUSED, jt.chain_log_partition, contextlib.nullcontext)]
     if torch_struct is not None:
         peers += [("torch-struct", torch_struct_partition, contextlib.nullcontext),
                   ("torch-struct + jitbmm", torch_struct_partition, jts.patched)]
@@ -91,29 +107,44 @@ def log_peers():
 
 
 def viterbi_peers():
-    peers = [("jitbmm chain", jt.chain_viterbi, contextlib.nullcontext)]
+    peers = [(FUSED, jt.chain_viterbi, contextlib.nullcontext)]
     if torch_struct is not None:
         peers.append(("torch-struct + jitbmm", torch_struct_argmax, jts.patched))
     return peers
 
 
-def forward_only(fn, pot):
+def hmm_peers():
+    peers = [(FUSED, jt.hmm_log_partition, contextlib.nullcontext),
+             ("jitbmm chain on formed", on_formed(jt.chain_log_partition), contextlib.nullcontext)]
+    if torch_struct is not None:
+        peers.append(("torch-struct + jitbmm", on_formed(torch_struct_partition), jts.patched))
+    return peers
+
+
+def hmm_viterbi_peers():
+    peers = [(FUSED, jt.hmm_viterbi, contextlib.nullcontext)]
+    if torch_struct is not None:
+        peers.append(("torch-struct + jitbmm", on_formed(torch_struct_argmax), jts.patched))
+    return peers
+
+
+def forward_only(fn, inputs):
     def run():
         with torch.no_grad():
-            fn(pot)
+            fn(*inputs)
     return run
 
 
-def forward_backward(fn, pot):
+def forward_backward(fn, inputs):
     def run():
-        p = pot.detach().requires_grad_(True)
-        torch.autograd.grad(fn(p).sum(), p)
+        xs = [x.detach().requires_grad_(True) for x in inputs]
+        torch.autograd.grad(fn(*xs).sum(), xs)
     return run
 
 
-def viterbi(fn, pot):
+def viterbi(fn, inputs):
     def run():
-        fn(pot.detach().requires_grad_(True))  # torch-struct's argmax is a gradient: it needs one
+        fn(*(x.detach().requires_grad_(True) for x in inputs))  # torch-struct's argmax is a gradient: it needs one
     return run
 
 
@@ -144,34 +175,42 @@ def main():
           f"{'f+b MiB':>9} {'Gterms/s (fwd, f+b)'}")
     for B, T, C in shapes:
         torch.manual_seed(0)
-        pot = torch.randn(B, T - 1, C, C, device="cuda", dtype=dtype)
+        pot = (torch.randn(B, T - 1, C, C, device="cuda", dtype=dtype),)
+        tables = tuple(torch.randn(*shape, device="cuda", dtype=dtype) for shape in ((B, T, C), (C, C), (C,)))
         terms = B * (T - 1) * C * C
-        best = {}
+        best = {"log": {}, "hmm": {}}
         tasks = [("log", peer, (forward_only(fn, pot), forward_backward(fn, pot)), ctx)
                  for peer, fn, ctx in log_peers()]
         tasks += [("viterbi", peer, (viterbi(fn, pot),), ctx) for peer, fn, ctx in viterbi_peers()]
+        tasks += [("hmm", peer, (forward_only(fn, tables), forward_backward(fn, tables)), ctx)
+                  for peer, fn, ctx in hmm_peers()]
+        tasks += [("hmm-vit", peer, (viterbi(fn, tables),), ctx) for peer, fn, ctx in hmm_viterbi_peers()]
         for task, peer, runs, ctx in tasks:
             with ctx():
                 results = [measure(run, args.reps) for run in runs]
-            fused = peer == "jitbmm chain"
+            fused = peer == FUSED
             for name, r in zip(PASSES[task], results):
                 rows.append({"B": B, "T": T, "C": C, "task": task, "peer": peer, "pass": name, "ms": r and r[0],
                              "peak_mib": r and r[1], "terms_per_s": terms / r[0] * 1e3 if fused and r else None})
-            if task == "log":
-                best[peer] = results[1] and results[1][0]
+            if task in best:
+                best[task][peer] = results[1] and results[1][0]
             rate = " ".join(f"{terms / r[0] / 1e6:8.2f}" if r else f"{'-':>8}" for r in results) if fused else ""
             print(f"{B:>4} {T:>5} {C:>4} {task:<8} {peer:<22} {' '.join(cell(r) for r in results):<39} {rate}")
-        peers = {k: v for k, v in best.items() if k != "jitbmm chain" and v}
-        fastest = min(peers, key=peers.get) if peers else None
-        summary.append((B, T, C, best.get("jitbmm chain"), fastest, peers.get(fastest)))
-        del pot
-    print(f"\nlog-partition forward + backward\n{'B':>4} {'T':>5} {'C':>4} {'jitbmm chain ms':>16} "
-          f"{'fastest other':<22} {'its ms':>9} {'speed-up':>9}")
-    for B, T, C, ours, name, theirs in summary:
-        ours_text = f"{ours:16.3f}" if ours else f"{'OOM':>16}"
-        speedup = f"{theirs / ours:9.1f}" if ours and theirs else f"{'-':>9}"
-        print(f"{B:>4} {T:>5} {C:>4} {ours_text} {name or '(all OOM)':<22} "
-              f"{f'{theirs:9.3f}' if theirs else '-':>9} {speedup}")
+        for task, times in best.items():
+            peers = {k: v for k, v in times.items() if k != FUSED and v}
+            fastest = min(peers, key=peers.get) if peers else None
+            summary.append((task, B, T, C, times.get(FUSED), fastest, peers.get(fastest)))
+        del pot, tables
+    for form, title in (("log", "CRF form"), ("hmm", "HMM form")):
+        print(f"\nlog-partition forward + backward, {title}\n{'B':>4} {'T':>5} {'C':>4} {'jitbmm fused ms':>16} "
+              f"{'fastest other':<22} {'its ms':>9} {'speed-up':>9}")
+        for task, B, T, C, ours, name, theirs in summary:
+            if task != form:
+                continue
+            ours_text = f"{ours:16.3f}" if ours else f"{'OOM':>16}"
+            speedup = f"{theirs / ours:9.1f}" if ours and theirs else f"{'-':>9}"
+            print(f"{B:>4} {T:>5} {C:>4} {ours_text} {name or '(all OOM)':<22} "
+                  f"{f'{theirs:9.3f}' if theirs else '-':>9} {speedup}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps, rows=rows), indent=1))
 
