@@ -1,5 +1,6 @@
 // Compiles many kernels on all cores before the tests that launch them: NVRTC is thread-safe and the kernel cache
 // waits for in-flight builds, so a test then finds its kernels loaded instead of compiling them one at a time.
+// Failures are not cached: the test that uses a kernel compiles it again there and reports the error.
 #pragma once
 
 #include <algorithm>
@@ -8,26 +9,55 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/jit.hpp"
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain_problem.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
+#include "runtime/jit.hpp"
 
 namespace jitbmm::test {
 
-inline void precompile(const DeviceInfo& device, const std::vector<KernelSpec>& specs) {
+// Runs build(i) for every i < n on all cores, ignoring what it throws.
+template <class Build> void on_all_cores(std::size_t n, const Build& build) {
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> pool;
   for (unsigned w = 0; w < std::max(2u, std::thread::hardware_concurrency()); ++w)
     pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < specs.size();) {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) {
         try {
-          load_kernel(device, specs[i]);
+          build(i);
         } catch (const std::exception&) {
-          // reported by the test that uses it (failures are not cached: it compiles again there)
         }
       }
     });
   for (auto& t : pool) t.join();
+}
+
+inline void precompile(const DeviceInfo& device, const std::vector<KernelSpec>& specs) {
+  on_all_cores(specs.size(), [&](std::size_t i) { load_kernel(device, specs[i]); });
+}
+
+// The modules of chain problems' default variants (what ChainPlan::get loads; B and T do not change a module).
+inline void precompile(const DeviceInfo& device, const std::vector<ChainProblem>& problems) {
+  on_all_cores(problems.size(),
+               [&](std::size_t i) { load_generated(device, emit_chain_kernel(default_chain_spec(problems[i]))); });
+}
+
+// Those of one semiring and form in f32 and f64 for each of `states`, on the current device.
+inline void precompile_chains(Semiring semiring, ChainForm form, const std::vector<int64_t>& states) {
+  std::vector<ChainProblem> problems;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (int64_t C : states) {
+      ChainProblem p;
+      p.semiring = semiring;
+      p.dtype = dtype;
+      p.form = form;
+      p.B = 1;
+      p.T = 2;
+      p.C = C;
+      problems.push_back(p);
+    }
+  precompile(*current_device(), problems);
 }
 
 } // namespace jitbmm::test

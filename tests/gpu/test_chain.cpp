@@ -14,6 +14,7 @@
 #include "expect.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
+#include "precompile.hpp"
 #include "runtime/device_memory.hpp"
 
 using namespace jitbmm;
@@ -174,13 +175,17 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
 
 TEST_CASE("chains: every semiring and dtype against the float64 reference, odd sizes, ragged, wide, masked") {
   std::mt19937_64 rng(20261127);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
+                {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}};
+  const int64_t special_states[] = {3, 31, 64};
+  std::vector<int64_t> states(std::begin(special_states), std::end(special_states));
+  for (const auto& sh : shapes) states.push_back(sh.C);
+  for (Semiring s : {Semiring::log, Semiring::max_plus}) test::precompile_chains(s, ChainForm::crf, states);
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f64}) {
       Worst worst;
-      const struct {
-        int64_t B, T, C;
-      } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
-                    {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}};
       for (const auto& sh : shapes)
         for (double spread : {1.0, 10.0, 50.0}) {
           Case k{s, d, sh.B, sh.T, sh.C, spread};
@@ -189,7 +194,7 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
           k.banded = sh.C > 3;
           run_case(k, rng, worst);
         }
-      for (int64_t C : {3, 31, 64}) {
+      for (int64_t C : special_states) {
         run_case(Case{s, d, 4, 9, C, 1, true, false, true}, rng, worst);      // padded strides
         run_case(Case{s, d, 4, 9, C, 1, true, false, false, 0.05}, rng, worst); // ±inf, NaN
         run_case(Case{s, d, 4, 9, C, 1, false, false, false, 0, true}, rng, worst); // ties

@@ -15,6 +15,7 @@
 #include "expect.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
+#include "precompile.hpp"
 #include "runtime/device_memory.hpp"
 
 using namespace jitbmm;
@@ -211,12 +212,16 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
 
 // Both dtypes of one semiring: the shapes, spreads, layouts and edge values above.
 void run_semiring(Semiring s, std::mt19937_64& rng) {
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
+                {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}, {8, 200, 64}};
+  const int64_t special_states[] = {3, 31, 64};
+  std::vector<int64_t> states(std::begin(special_states), std::end(special_states));
+  for (const auto& sh : shapes) states.push_back(sh.C);
+  test::precompile_chains(s, ChainForm::hmm, states);
   for (DType d : {DType::f32, DType::f64}) {
     Worst worst;
-    const struct {
-      int64_t B, T, C;
-    } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
-                  {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}, {8, 200, 64}};
     for (const auto& sh : shapes)
       for (double spread : {1.0, 10.0, 50.0}) {
         Case k{s, d, sh.B, sh.T, sh.C, spread};
@@ -226,7 +231,7 @@ void run_semiring(Semiring s, std::mt19937_64& rng) {
         k.batched = true;
         run_case(k, rng, worst);
       }
-    for (int64_t C : {3, 31, 64}) {
+    for (int64_t C : special_states) {
       Case k{s, d, 4, 9, C};
       k.ragged = k.padded = true;
       run_case(k, rng, worst); // padded strides
