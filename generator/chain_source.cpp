@@ -94,12 +94,20 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   // The forward: about eight terms per lane (sixteen beyond 128 states, where a group's shuffles cost more than a
   // longer serial part: measured at 256), as many threads as the step has groups of lanes for, fewer where their
   // registers would spill.
-  s.forward.lanes = default_lanes(s.C, 1, s.C > 128 ? 16 : 8);
-  s.forward.threads = std::min(1024, ceil_pow2(std::max(32, s.forward.lanes * s.C)));
-  while (s.forward.threads > 32 && !fits(s, s.forward, false)) s.forward.threads /= 2;
+  auto block_for = [&](int per_lane) {
+    ChainLoop l{0, default_lanes(s.C, 1, per_lane)};
+    l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * s.C)));
+    while (l.threads > 32 && !fits(s, l, false)) l.threads /= 2;
+    return l;
+  };
+  const ChainLoop base = block_for(s.C > 128 ? 16 : 8);
+  // The f32 HMM form's transitions stay in registers for the whole chain, which leaves a lane room for sixteen
+  // terms from 64 states on (the log forward measured at 64 and 128; its saving forward keeps the rule below).
+  const bool hmm_log_f32 = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32;
+  s.forward = hmm_log_f32 && s.C >= 64 ? block_for(16) : base;
   // The saving forward runs both recursions in one block size, the backward messages with their own lanes
-  // (default_beta_lanes): the largest block in which both loops keep a step in registers; failing that, the
-  // forward's block.
+  // (default_beta_lanes): the largest block, from the forward's of eight terms a lane down, in which both loops keep
+  // a step in registers; failing that, that forward's block.
   s.saving = s.forward;
   s.beta_lanes = s.forward.lanes;
   if (s.semiring == Semiring::log) {
@@ -107,9 +115,9 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
       s.saving = {threads, default_lanes(s.C, threads, 16)};
       s.beta_lanes = default_beta_lanes(s);
     };
-    int threads = s.forward.threads;
+    int threads = base.threads;
     for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
-    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(s.forward.threads);
+    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(base.threads);
   }
   // The backward's block writes one step's C² gradients: a step's worth of threads, up to 256.
   s.backward_threads = std::clamp(ceil_pow2(s.C * s.C), 32, 256);
