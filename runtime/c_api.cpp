@@ -328,6 +328,13 @@ jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_
   });
 }
 
+jitbmm_status jitbmm_chain_problem_saved_bytes(const jitbmm_chain_problem* problem, size_t* bytes) {
+  return guarded([&] {
+    require(bytes, "bytes");
+    *bytes = jitbmm::chain_saved_bytes(to_chain_problem(problem));
+  });
+}
+
 jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes) {
   return guarded([&] {
     require(plan, "plan");

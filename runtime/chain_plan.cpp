@@ -174,6 +174,11 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
 
 std::size_t ChainPlan::saved_bytes() const { return saved_layout(impl_->problem).total(); }
 
+std::size_t chain_saved_bytes(const ChainProblem& problem) {
+  check_chain_problem(problem);
+  return saved_layout(problem).total();
+}
+
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   const ChainProblem& p = impl_->problem;
   if (!with_path || p.semiring != Semiring::max_plus) return 0;

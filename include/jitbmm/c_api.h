@@ -128,6 +128,8 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
 /* The bytes of a run's `saved` (what the log backward reads; 0 for max_plus, whose backward reads the path), and the
  * scratch bytes one run takes (max_plus with a path keeps a back-pointer per (b, t, c)). */
 jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes);
+/* The same bytes for a problem, without a plan (no GPU, no compiling): chain_saved_bytes in chain.hpp. */
+jitbmm_status jitbmm_chain_problem_saved_bytes(const jitbmm_chain_problem* problem, size_t* bytes);
 jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes);
 /* The forward on `stream`: score[B] in the problem's dtype. Optional (NULL to skip): saved (saved_bytes, 256-byte
  * aligned) for the backward; alpha[B][T][C] in the dtype, the forward messages; path[B][T] (max_plus), the best

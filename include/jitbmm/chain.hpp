@@ -29,7 +29,7 @@ public:
   void operator()(const void* potentials, const int64_t* lengths, void* score, void* saved = nullptr,
                   void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
                   const Workspace& workspace = {}) const;
-  // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path).
+  // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path): chain_saved_bytes(problem()).
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c).
   std::size_t workspace_bytes(bool with_path) const;
@@ -70,5 +70,10 @@ private:
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
+
+// The bytes of a forward's `saved` for `problem`, as a plan of it takes them, without making one (no GPU, no
+// compiler): what a graph tracer needs to size the buffer. Throws std::invalid_argument as ChainPlan::get does for a
+// problem jitbmm does not compute.
+std::size_t chain_saved_bytes(const ChainProblem& problem);
 
 } // namespace jitbmm

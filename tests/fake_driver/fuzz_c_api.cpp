@@ -367,6 +367,9 @@ void run_chain_case(uint64_t seed, Findings& f) {
     f.add(seed, "a chain plan was made for inputs reaching " + std::to_string(reach) + " bytes", p);
   size_t bytes = 0;
   check_status(f, seed, "jitbmm_chain_plan_saved_bytes", jitbmm_chain_plan_saved_bytes(plan, &bytes), p);
+  size_t planless = 0;
+  check_status(f, seed, "jitbmm_chain_problem_saved_bytes", jitbmm_chain_problem_saved_bytes(&p, &planless), p);
+  if (planless != bytes) f.add(seed, "jitbmm_chain_problem_saved_bytes differs from the plan's saved bytes", p);
   check_status(f, seed, "jitbmm_chain_plan_workspace_bytes",
                jitbmm_chain_plan_workspace_bytes(plan, static_cast<int>(z.rng()), z.chance(0.1) ? nullptr : &bytes), p);
   const char* name = nullptr;

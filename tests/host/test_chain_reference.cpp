@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 
 using namespace jitbmm;
@@ -146,6 +147,22 @@ TEST_CASE("chain problem checks: B = 0, T = 1 and broadcast strides are valid; c
   CHECK_NOTHROW(check_chain_problem(p));
   chain_strides(p, st);
   CHECK((st[0] == 0 && st[1] == 1 && st[2] == 100 && st[3] == 0));
+}
+
+TEST_CASE("chain saved bytes: from the problem alone, as documented; 0 for max_plus; a bad problem named") {
+  // The messages (2·B·T·C values), their offsets (2·B·T doubles) and the scores (B doubles), each piece rounded up
+  // to 256 bytes.
+  auto round = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  ChainProblem p = chain(Semiring::log, 3, 5, 4);
+  p.dtype = DType::f32;
+  CHECK(chain_saved_bytes(p) == 2 * round(60 * 4) + 2 * round(15 * 8) + round(3 * 8));
+  p = chain(Semiring::log, 32, 512, 64);
+  CHECK(chain_saved_bytes(p) == 2 * round(std::size_t(32 * 512 * 64) * 8) + 2 * round(32 * 512 * 8) + round(32 * 8));
+  p.form = ChainForm::hmm; // the same messages in either form
+  CHECK(chain_saved_bytes(p) == 2 * round(std::size_t(32 * 512 * 64) * 8) + 2 * round(32 * 512 * 8) + round(32 * 8));
+  CHECK(chain_saved_bytes(chain(Semiring::max_plus, 32, 512, 64)) == 0);
+  CHECK(chain_saved_bytes(chain(Semiring::log, 0, 7, 3)) == 0);
+  check_throws_naming([] { chain_saved_bytes(chain(Semiring::log, 2, 3, 0)); }, "chain.C: ");
 }
 
 TEST_CASE("chain reference: potentials[b][t][c][p] scores the edge from p at t to c at t + 1 (torch-struct)") {
