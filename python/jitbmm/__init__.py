@@ -132,6 +132,8 @@ def _declare(lib):
     lib.jitbmm_chain_plan_create.restype = status
     lib.jitbmm_chain_plan_saved_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.jitbmm_chain_plan_saved_bytes.restype = status
+    lib.jitbmm_chain_problem_saved_bytes.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_problem_saved_bytes.restype = status
     lib.jitbmm_chain_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
     lib.jitbmm_chain_plan_workspace_bytes.restype = status
     lib.jitbmm_chain_plan_run.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_size_t, ctypes.c_void_p]

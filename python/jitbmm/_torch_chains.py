@@ -77,7 +77,7 @@ class _Chain:
         saved, path = (aux.data_ptr(), None) if log else (None, aux.data_ptr())
         grad_score = grad_score.contiguous()
         if self.hmm:
-            ws = self.backward_workspace
+            ws = self.backward_workspace if needs[1] else 0  # the transitions' partial sums
             scratch = inputs[0].new_empty((ws,), dtype=torch.uint8) if ws else None
             status = self.grad(self.handle, *(t.data_ptr() for t in inputs), address(lengths), saved, path,
                                grad_score.data_ptr(), *(g.data_ptr() if g.numel() else None for g in grads),
@@ -100,39 +100,51 @@ def _layout(t):
     return t, tuple(t.stride())
 
 
-def _plan_for(key, problem, device):
+def _planned(layout):
+    """(plan, inputs, lengths) of a layout from _crf_layout or _hmm_layout: its plan made once per key."""
+    key, problem, inputs, lengths = layout
     chain = _plans.get(key)
     if chain is None:
-        chain = _Chain(problem(), device)
+        chain = _Chain(problem(), inputs[0].device.index)
         with lock:
             if len(_plans) >= TABLE_ENTRIES:  # shapes that vary without end: start again
                 _plans.clear()
             chain = _plans.setdefault(key, chain)
-    return chain
+    return chain, inputs, lengths
 
 
-def _crf(semiring, potentials, lengths):
-    """(plan, (potentials,), lengths) laid out for the library."""
+def _saved_bytes(problem):
+    """The library's saved bytes of a problem, without a plan (nothing compiled, no GPU needed)."""
+    n = ctypes.c_size_t()
+    jitbmm._check(jitbmm._library().jitbmm_chain_problem_saved_bytes(ctypes.byref(problem), ctypes.byref(n)))
+    return n.value
+
+
+def _crf_layout(semiring, potentials, lengths):
+    """(the plan's key, a function making its problem, (potentials,), lengths), laid out for the library."""
     potentials, strides = _layout(potentials)
     B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    dtype, device, with_lengths = CHAIN_DTYPES[potentials.dtype], potentials.device.index, lengths is not None
-    key = ("crf", semiring, dtype, device, B, n + 1, C, strides, with_lengths)
-    chain = _plan_for(key, lambda: jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, n + 1, C,
-                                                         (ctypes.c_int64 * 4)(*strides), int(with_lengths)), device)
-    return chain, (potentials,), lengths.contiguous() if with_lengths else None
+    dtype, with_lengths = CHAIN_DTYPES[potentials.dtype], lengths is not None
+    key = ("crf", semiring, dtype, potentials.device.index, B, n + 1, C, strides, with_lengths)
+
+    def problem():
+        return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, n + 1, C, (ctypes.c_int64 * 4)(*strides),
+                                     int(with_lengths))
+
+    return key, problem, (potentials,), lengths.contiguous() if with_lengths else None
 
 
-def _hmm(semiring, emissions, transitions, initial, lengths):
-    """(plan, (emissions, transitions, initial), lengths) laid out for the library; a shared table's batch stride
-    is 0."""
+def _hmm_layout(semiring, emissions, transitions, initial, lengths):
+    """(the plan's key, a function making its problem, (emissions, transitions, initial), lengths), laid out for
+    the library; a shared table's batch stride is 0."""
     (emissions, e_strides), (transitions, t_strides), (initial, i_strides) = map(
         _layout, (emissions, transitions, initial))
     batched_t, batched_i = transitions.dim() == 3, initial.dim() == 2
     t_strides, i_strides = t_strides if batched_t else (0, *t_strides), i_strides if batched_i else (0, *i_strides)
     B, T, C = emissions.shape
-    dtype, device, with_lengths = CHAIN_DTYPES[emissions.dtype], emissions.device.index, lengths is not None
-    key = ("hmm", semiring, dtype, device, B, T, C, e_strides, batched_t, t_strides, batched_i, i_strides,
-           with_lengths)
+    dtype, with_lengths = CHAIN_DTYPES[emissions.dtype], lengths is not None
+    key = ("hmm", semiring, dtype, emissions.device.index, B, T, C, e_strides, batched_t, t_strides, batched_i,
+           i_strides, with_lengths)
 
     def problem():
         return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
@@ -140,17 +152,18 @@ def _hmm(semiring, emissions, transitions, initial, lengths):
                                      (ctypes.c_int64 * 3)(*e_strides), (ctypes.c_int64 * 3)(*t_strides),
                                      (ctypes.c_int64 * 2)(*i_strides))
 
-    chain = _plan_for(key, problem, device)
-    return chain, (emissions, transitions, initial), lengths.contiguous() if with_lengths else None
+    return key, problem, (emissions, transitions, initial), lengths.contiguous() if with_lengths else None
 
 
-def _fake_aux(like, semiring, keep, B, T, saved):
-    """The fake (traced) aux of a forward: `saved()` gives the library's saved bytes where the sizes are known."""
+def _fake_aux(inputs, semiring, keep, B, T, saved):
+    """The fake (traced) aux of a forward: `saved()` gives the library's saved bytes where the inputs' sizes and
+    strides are known (without a plan: tracing compiles nothing and needs no GPU)."""
+    like = inputs[0]
     if semiring == "max_plus":
         return like.new_empty((B, T) if keep else (0,), dtype=torch.int32)
     if not keep:
         return like.new_empty((0,), dtype=torch.uint8)
-    if all(isinstance(x, int) for x in like.shape):
+    if all(isinstance(x, int) for t in inputs for x in (*t.shape, *t.stride())):
         return like.new_empty((saved(),), dtype=torch.uint8)
     return like.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)  # known when it runs
 
@@ -158,13 +171,13 @@ def _fake_aux(like, semiring, keep, B, T, saved):
 # The CRF form: potentials [B, T - 1, C, C].
 def _crf_forward(potentials: torch.Tensor, lengths: Optional[torch.Tensor], semiring: str,
                  keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    chain, inputs, lengths = _crf(semiring, potentials, lengths)
+    chain, inputs, lengths = _planned(_crf_layout(semiring, potentials, lengths))
     return chain.forward(inputs, lengths, semiring, keep)
 
 
 def _crf_backward(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux: torch.Tensor,
                   grad_score: torch.Tensor, semiring: str) -> torch.Tensor:
-    chain, inputs, lengths = _crf(semiring, potentials, lengths)
+    chain, inputs, lengths = _planned(_crf_layout(semiring, potentials, lengths))
     return chain.backward(inputs, lengths, aux, grad_score, semiring, (True,))[0]
 
 
@@ -176,8 +189,8 @@ _crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backwa
 @_crf_op.register_fake
 def _(potentials, lengths, semiring, keep):
     B, T = potentials.shape[0], potentials.shape[1] + 1
-    return potentials.new_empty((B,)), _fake_aux(potentials, semiring, keep, B, T,
-                                                 lambda: _crf(semiring, potentials, lengths)[0].saved)
+    return potentials.new_empty((B,)), _fake_aux(
+        (potentials,), semiring, keep, B, T, lambda: _saved_bytes(_crf_layout(semiring, potentials, lengths)[1]()))
 
 
 @_crf_backward_op.register_fake
@@ -193,15 +206,17 @@ def _crf_gradients(ctx, grad_score, needs, backward):
 # The HMM form: emissions [B, T, C], transitions [C, C] or [B, C, C], initial [C] or [B, C].
 def _hmm_forward(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
                  lengths: Optional[torch.Tensor], semiring: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    chain, inputs, lengths = _hmm(semiring, emissions, transitions, initial, lengths)
+    chain, inputs, lengths = _planned(_hmm_layout(semiring, emissions, transitions, initial, lengths))
     return chain.forward(inputs, lengths, semiring, keep)
 
 
 def _hmm_backward(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
                   lengths: Optional[torch.Tensor], aux: torch.Tensor, grad_score: torch.Tensor, semiring: str,
-                  needs: list[bool]) -> list[torch.Tensor]:
-    chain, inputs, lengths = _hmm(semiring, emissions, transitions, initial, lengths)
-    return chain.backward(inputs, lengths, aux, grad_score, semiring, needs)
+                  need_emissions: bool, need_transitions: bool,
+                  need_initial: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    chain, inputs, lengths = _planned(_hmm_layout(semiring, emissions, transitions, initial, lengths))
+    return tuple(chain.backward(inputs, lengths, aux, grad_score, semiring,
+                                (need_emissions, need_transitions, need_initial)))
 
 
 _hmm_op = torch.library.custom_op("jitbmm::hmm", _hmm_forward, mutates_args=(), device_types="cuda")
@@ -213,18 +228,21 @@ _hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward
 def _(emissions, transitions, initial, lengths, semiring, keep):
     B, T = emissions.shape[0], emissions.shape[1]
     return emissions.new_empty((B,)), _fake_aux(
-        emissions, semiring, keep, B, T, lambda: _hmm(semiring, emissions, transitions, initial, lengths)[0].saved)
+        (emissions, transitions, initial), semiring, keep, B, T,
+        lambda: _saved_bytes(_hmm_layout(semiring, emissions, transitions, initial, lengths)[1]()))
 
 
 @_hmm_backward_op.register_fake
-def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, needs):
-    return [t.new_empty(t.shape if need else (0,)) for t, need in zip((emissions, transitions, initial), needs)]
+def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, need_emissions, need_transitions,
+      need_initial):
+    return tuple(t.new_empty(t.shape if need else (0,))
+                 for t, need in zip((emissions, transitions, initial), (need_emissions, need_transitions, need_initial)))
 
 
 def _hmm_gradients(ctx, grad_score, needs, backward):
     *tables, lengths, aux = ctx.saved_tensors
-    needs = list(needs[:3])
-    grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, needs)
+    needs = tuple(needs[:3])
+    grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
     return (*(_first_order(g, *tables) if need else None for g, need in zip(grads, needs)), None, None, None)
 
 
@@ -331,8 +349,9 @@ def _check_hmm(emissions, transitions, initial, lengths):
     if emissions.dim() != 3:
         raise ValueError(f"emissions: expected [B, T, C], got shape {tuple(emissions.shape)}")
     B, T, C = emissions.shape
-    if T < 1:
-        raise ValueError(f"emissions: T (its second dimension) must be at least 1, got shape {tuple(emissions.shape)}")
+    if T < 1 or C < 1:
+        raise ValueError(f"emissions: T and C (its last two dimensions) must be at least 1, got shape "
+                         f"{tuple(emissions.shape)}")
     _check_tensor(transitions, "transitions", emissions)
     if transitions.shape not in ((C, C), (B, C, C)):
         raise ValueError(f"transitions: expected [C, C] or [B, C, C] with B, C = {B}, {C} (the emissions'), got "

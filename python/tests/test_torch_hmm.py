@@ -322,6 +322,7 @@ class HmmTest(unittest.TestCase):
                  (TypeError, "emissions.*dtype", (e.half(), t, i)),
                  (ValueError, "emissions.*shape", (e[0], t, i)),
                  (ValueError, "emissions.*at least 1", (e[:, :0], t, i)),
+                 (ValueError, "emissions.*at least 1", (e[..., :0], t[:0, :0], i[:0])),
                  (TypeError, "transitions", (e, None, i)),
                  (ValueError, "transitions.*device", (e, t.cpu(), i)),
                  (TypeError, "transitions.*dtype", (e, t.double(), i)),
@@ -370,8 +371,8 @@ class HmmOperatorTest(unittest.TestCase):
                         plain = [x.detach() for x in tables]
                         score, aux = torch.ops.jitbmm.hmm(*plain, lengths, semiring, True)
                         torch.library.opcheck(torch.ops.jitbmm.hmm_backward.default,
-                                              (*plain, lengths, aux, torch.randn_like(score), semiring,
-                                               [True, False, True]))
+                                              (*plain, lengths, aux, torch.randn_like(score), semiring, True, False,
+                                               True))
 
     def test_compile_fullgraph(self):
         torch.manual_seed(21)
