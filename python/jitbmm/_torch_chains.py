@@ -235,8 +235,8 @@ def _(emissions, transitions, initial, lengths, semiring, keep):
 @_hmm_backward_op.register_fake
 def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, need_emissions, need_transitions,
       need_initial):
-    return tuple(t.new_empty(t.shape if need else (0,))
-                 for t, need in zip((emissions, transitions, initial), (need_emissions, need_transitions, need_initial)))
+    needs = (need_emissions, need_transitions, need_initial)
+    return tuple(t.new_empty(t.shape if need else (0,)) for t, need in zip((emissions, transitions, initial), needs))
 
 
 def _hmm_gradients(ctx, grad_score, needs, backward):

@@ -42,7 +42,8 @@ def expanded(emissions, transitions, initial):
 
 def reference_scores(emissions, transitions, initial, lengths, semiring):
     """score [B] by the HMM's forward algorithm one position at a time (float64 in the tests): alpha_0 = initial +
-    emissions[:, 0], alpha_t[c] = (⊕_p alpha_{t-1}[p] ⊗ transitions[c, p]) ⊗ emissions[:, t, c]. Differentiable."""
+    emissions[:, 0], alpha_t[c] = (⊕_p alpha_{t-1}[p] ⊗ transitions[c, p]) ⊗ emissions[:, t, c].
+    Differentiable."""
     reduce = torch.logsumexp if semiring == "log" else (lambda x, dim: x.max(dim).values)
     trans, init = expanded(emissions, transitions, initial)
     alpha = init + emissions[:, 0]
