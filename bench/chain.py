@@ -5,11 +5,11 @@ the same with jitbmm's (jitbmm.torch_struct.patch), and a loop of one jitbmm.tor
     python3 bench/chain.py [--shapes "32,128,32;..."] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
 
 For each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the log-partition's
-forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm)
-against torch-struct's argmax (with jitbmm's products). The HMM rows take an HMM's tables instead (emissions
-[B, T, C], transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials, against
-forming them (differentiably) and running jitbmm's CRF form or torch-struct on them (Viterbi: torch-struct's argmax
-on them); forward + backward gives the gradients of all three tables. Each figure is the median of --reps CUDA-event
+forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm) against
+torch-struct's argmax (with jitbmm's products). The HMM rows take an HMM's tables instead (emissions [B, T, C],
+transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials, against
+forming them (differentiably) and running jitbmm's CRF form or torch-struct on them (Viterbi: torch-struct's argmax on
+them); forward + backward gives the gradients of all three tables. Each figure is the median of --reps CUDA-event
 times after three warm-up calls, and the peak device memory the call adds (torch.cuda.max_memory_allocated over what
 was allocated before it); a peer that runs out of memory shows OOM. terms/s = B·(T − 1)·C² / time, for the fused
 chain."""
