@@ -24,28 +24,3 @@ def child_env(**extra):
         env["PYTHONPATH"] = str(SOURCE_PYTHON)
     return env
 
-
-def gpu_main(torch, may_skip=None):
-    """The main of a GPU test program (run as a CTest entry): it returns 77 ("skipped") where torch or a CUDA GPU
-    is missing; otherwise it runs every test, in a jitbmm cache of its own (tests count the decisions they store,
-    and a user's cache or an earlier run's may hold them), and fails the run if a test is skipped (unless its reason
-    contains `may_skip`) or none ran."""
-    import tempfile
-    import unittest
-    if torch is None:
-        print("SKIPPED: torch is not installed here")
-        return 77
-    if not torch.cuda.is_available():
-        print("SKIPPED: torch sees no CUDA GPU here")
-        return 77
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["JITBMM_CACHE_DIR"] = cache
-        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
-    skipped = [s for s in result.skipped if not (may_skip and may_skip in s[1])]
-    if skipped:
-        print(f"FAILED: {len(skipped)} tests skipped where torch and a GPU exist: {skipped}")
-        return 1
-    if result.testsRun == 0:
-        print("FAILED: no test ran")
-        return 1
-    return 0 if result.wasSuccessful() else 1

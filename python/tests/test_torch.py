@@ -15,6 +15,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
+from torch_cases import gpu_main  # noqa: E402
+
 try:
     import torch
     HAVE_CUDA = torch.cuda.is_available()
@@ -862,7 +864,7 @@ class DistributedTest(unittest.TestCase):
 
 
 def main():
-    return package_under_test.gpu_main(torch)
+    return gpu_main()
 
 
 if __name__ == "__main__":

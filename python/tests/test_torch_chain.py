@@ -15,6 +15,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
+from torch_cases import GpuCase, gpu_main  # noqa: E402
+
 try:
     import torch
     HAVE_CUDA = torch.cuda.is_available()
@@ -94,15 +96,7 @@ def path_score(pot, path):
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
-class ChainTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        import jitbmm
-        import jitbmm.torch as jt
-        cls.jt = jt
-        jitbmm.set_tune_policy("never")
-        cls.dev = torch.device("cuda")
-
+class ChainTest(GpuCase):
     def potentials(self, B, T, C, dtype=None, scale=1.0):
         torch.manual_seed(1000 * B + 10 * T + C)
         return torch.randn(B, T - 1, C, C, dtype=torch.float64, device=self.dev).mul_(scale).to(dtype or torch.float64)
@@ -289,16 +283,8 @@ class ChainTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
-class ChainOperatorTest(unittest.TestCase):
+class ChainOperatorTest(GpuCase):
     """The chain as registered operators: opcheck, torch.compile (fullgraph), torch.export and CUDA graphs."""
-
-    @classmethod
-    def setUpClass(cls):
-        import jitbmm
-        import jitbmm.torch as jt
-        cls.jt = jt
-        jitbmm.set_tune_policy("never")
-        cls.dev = torch.device("cuda")
 
     def test_opcheck(self):
         torch.manual_seed(20)
@@ -350,20 +336,7 @@ class ChainOperatorTest(unittest.TestCase):
             score = self.jt.chain_log_partition(pot, lengths)
             return (score, *torch.autograd.grad(score.sum(), pot), *self.jt.chain_viterbi(pot.detach(), lengths))
 
-        stream = torch.cuda.Stream()  # warm-up (plans made, kernels loaded) on a side stream, as torch advises
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = step()
-        with torch.no_grad():
-            pot.copy_(torch.randn_like(pot))
-        graph.replay()
-        torch.cuda.synchronize()
-        for got, want in zip(outs, step()):
-            torch.testing.assert_close(got, want)
+        self.assert_graph_replays(step, lambda: pot.copy_(torch.randn_like(pot)))
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
@@ -435,7 +408,7 @@ class TorchStructTest(unittest.TestCase):
 def main():
     if torch is not None and torch_struct is None:
         print("NOTE: torch-struct is not installed: its comparisons will not run")
-    return package_under_test.gpu_main(torch, may_skip="torch-struct")
+    return gpu_main(may_skip="torch-struct")
 
 
 if __name__ == "__main__":

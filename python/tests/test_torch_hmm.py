@@ -15,6 +15,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
+from torch_cases import GpuCase, gpu_main  # noqa: E402
+
 try:
     import torch
     HAVE_CUDA = torch.cuda.is_available()
@@ -115,15 +117,7 @@ def path_score(path, emissions, transitions, initial):
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
-class HmmTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        import jitbmm
-        import jitbmm.torch as jt
-        cls.jt = jt
-        jitbmm.set_tune_policy("never")
-        cls.dev = torch.device("cuda")
-
+class HmmTest(GpuCase):
     def tables(self, B, T, C, batched_t, batched_i, dtype=None, scale=1.0):
         dtype = dtype or torch.float64
         torch.manual_seed(1000 * B + 10 * T + C)
@@ -348,16 +342,8 @@ class HmmTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
-class HmmOperatorTest(unittest.TestCase):
+class HmmOperatorTest(GpuCase):
     """The HMM form as registered operators: opcheck, torch.compile (fullgraph), torch.export and CUDA graphs."""
-
-    @classmethod
-    def setUpClass(cls):
-        import jitbmm
-        import jitbmm.torch as jt
-        cls.jt = jt
-        jitbmm.set_tune_policy("never")
-        cls.dev = torch.device("cuda")
 
     def test_opcheck(self):
         torch.manual_seed(20)
@@ -415,25 +401,11 @@ class HmmOperatorTest(unittest.TestCase):
             return (score, *torch.autograd.grad(score.sum(), tables),
                     *self.jt.hmm_viterbi(*(x.detach() for x in tables), lengths))
 
-        stream = torch.cuda.Stream()  # warm-up (plans made, kernels loaded) on a side stream, as torch advises
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = step()
-        with torch.no_grad():
-            for x in tables:
-                x.copy_(torch.randn_like(x))
-        graph.replay()
-        torch.cuda.synchronize()
-        for got, want in zip(outs, step()):
-            torch.testing.assert_close(got, want)
+        self.assert_graph_replays(step, lambda: [x.copy_(torch.randn_like(x)) for x in tables])
 
 
 def main():
-    return package_under_test.gpu_main(torch)
+    return gpu_main()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""What the jitbmm.torch GPU test programs share: their main, a test case with jitbmm.torch at hand on the GPU, and
+the CUDA-graph check. Imports without torch (the programs then report themselves skipped)."""
+
+import os
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def gpu_main(may_skip=None):
+    """The main of a GPU test program (run as a CTest entry): it returns 77 ("skipped") where torch or a CUDA GPU
+    is missing; otherwise it runs every test, in a jitbmm cache of its own (tests count the decisions they store,
+    and a user's cache or an earlier run's may hold them), and fails the run if a test is skipped (unless its reason
+    contains `may_skip`) or none ran."""
+    if torch is None:
+        print("SKIPPED: torch is not installed here")
+        return 77
+    if not torch.cuda.is_available():
+        print("SKIPPED: torch sees no CUDA GPU here")
+        return 77
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["JITBMM_CACHE_DIR"] = cache
+        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
+    skipped = [s for s in result.skipped if not (may_skip and may_skip in s[1])]
+    if skipped:
+        print(f"FAILED: {len(skipped)} tests skipped where torch and a GPU exist: {skipped}")
+        return 1
+    if result.testsRun == 0:
+        print("FAILED: no test ran")
+        return 1
+    return 0 if result.wasSuccessful() else 1
+
+
+class GpuCase(unittest.TestCase):
+    """jitbmm.torch as `jt` and the CUDA device as `dev`, tuning off (the tests choose what they run)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.torch as jt
+        cls.jt = jt
+        jitbmm.set_tune_policy("never")
+        cls.dev = torch.device("cuda")
+
+    def assert_graph_replays(self, step, refill):
+        """step() captured in a CUDA graph (after a warm-up on a side stream, as torch advises: plans made, kernels
+        loaded), replayed after refill() gives new inputs, must give what a plain step() gives then."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step()
+        with torch.no_grad():
+            refill()
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, want in zip(outs, step()):
+            torch.testing.assert_close(got, want)
