@@ -168,15 +168,19 @@ class HmmTest(GpuCase):
             size = wg.abs().max().item() if wg.numel() else 0.0
             torch.testing.assert_close(g.double(), wg, **self.tolerance(dtype, scale, T, size), msg=name)
 
-    def test_log_partition_and_gradients(self):
+    def for_each_case(self, check):
+        """check(tables, lengths, scale) for every dtype, case, scale and lengths, each in its subTest."""
         for dtype in (torch.float64, torch.float32):
             for (B, T, C), batched_t, batched_i in CASES:
                 for scale in SCALES if C < 1000 else (1.0,):
                     for ragged in (False, True):
                         with self.subTest(dtype=dtype, B=B, T=T, C=C, batched=(batched_t, batched_i), scale=scale,
                                           ragged=ragged):
-                            self.assert_log(self.tables(B, T, C, batched_t, batched_i, dtype, scale),
-                                            self.lengths(B, T, ragged), scale)
+                            check(self.tables(B, T, C, batched_t, batched_i, dtype, scale),
+                                  self.lengths(B, T, ragged), scale)
+
+    def test_log_partition_and_gradients(self):
+        self.for_each_case(self.assert_log)
 
     def test_same_as_the_crf_form_on_formed_potentials(self):
         # potentials[b, t, c, p] = transitions[c, p] + emissions[b, t + 1, c], with initial + emissions[:, 0]
@@ -217,14 +221,8 @@ class HmmTest(GpuCase):
             torch.testing.assert_close(g.double(), wg, rtol=eps, atol=eps * B * T, msg=name)
 
     def test_viterbi_scores_paths_and_gradients(self):
-        for dtype in (torch.float64, torch.float32):
-            for (B, T, C), batched_t, batched_i in CASES:
-                for scale in SCALES if C < 1000 else (1.0,):
-                    for ragged in (False, True):
-                        with self.subTest(dtype=dtype, B=B, T=T, C=C, batched=(batched_t, batched_i), scale=scale,
-                                          ragged=ragged):
-                            self.check_viterbi(self.tables(B, T, C, batched_t, batched_i, dtype, scale),
-                                               self.lengths(B, T, ragged), dtype == torch.float64, scale)
+        self.for_each_case(lambda tables, lengths, scale:
+                           self.check_viterbi(tables, lengths, tables[0].dtype == torch.float64, scale))
 
     def test_viterbi_ties_go_to_the_smallest_state(self):
         for dtype in (torch.float32, torch.float64):
