@@ -7,6 +7,7 @@ reads, the library's `saved` bytes for log and the int32 path [B, T] for max_plu
 (nothing will be differentiated; max_plus then skips the path)."""
 
 import ctypes
+import math
 from typing import Optional
 
 import torch
@@ -200,7 +201,9 @@ def _(potentials, lengths, aux, grad_score, semiring):
 
 def _crf_gradients(ctx, grad_score, needs, backward):
     potentials, lengths, aux = ctx.saved_tensors
-    return _first_order(backward(potentials, lengths, aux, grad_score, ctx.semiring), potentials), None, None, None
+    grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
+    (grad,) = _second_order(_crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,))
+    return grad, None, None, None
 
 
 # The HMM form: emissions [B, T, C], transitions [C, C] or [B, C, C], initial [C] or [B, C].
@@ -243,32 +246,112 @@ def _hmm_gradients(ctx, grad_score, needs, backward):
     *tables, lengths, aux = ctx.saved_tensors
     needs = tuple(needs[:3])
     grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
-    return (*(_first_order(g, *tables) if need else None for g, need in zip(grads, needs)), None, None, None)
+    which = tuple(i for i, need in enumerate(needs) if need)
+    asked = iter(_second_order(_hmm_score(ctx.semiring, lengths), grad_score, tables, which,
+                               tuple(grads[i] for i in which)))
+    return (*(next(asked) if need else None for need in needs), None, None, None)
 
 
-# What both forms share: the context their backward reads, the first-order guard, the eager path.
+# What both forms share: the context their backward reads, the second derivatives, the eager path.
 def _setup_context(ctx, inputs, output):
     """inputs: the form's tensors, lengths, semiring, keep."""
     ctx.semiring = inputs[-2]
     ctx.save_for_backward(*inputs[:-2], output[1])
 
 
-class _FirstOrderOnly(torch.autograd.Function):
-    """A chain's gradient under create_graph=True (torch-struct's marginals ask for it): the fused kernel's value,
-    tied to the inputs so that differentiating it again says plainly that it cannot, instead of giving 0."""
+# The second derivatives: the forward algorithm written in torch operations, differentiable to any order.
+def _logsumexp(x, dim):
+    """log Σ exp(x) along dim, whose derivatives are 0, not NaN, where every term is -inf (an unreachable state, a
+    sequence without a path)."""
+    m = x.detach().amax(dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = (x - m).exp().sum(dim)
+    none = s == 0
+    return torch.where(none, torch.full_like(s, -math.inf), torch.where(none, torch.ones_like(s), s).log()) + m[..., 0]
+
+
+def _reduction(semiring):
+    return _logsumexp if semiring == "log" else (lambda x, dim: x.max(dim).values)
+
+
+def _at_lengths(scores, lengths):
+    """scores [B, T] (each prefix's score) at each sequence's length; NaN for a length outside [1, T], as the
+    kernels give."""
+    if lengths is None:
+        return scores[:, -1]
+    T = scores.shape[1]
+    picked = scores.gather(1, (lengths.clamp(1, T) - 1)[:, None])[:, 0]
+    return torch.where((lengths >= 1) & (lengths <= T), picked, torch.full_like(picked, math.nan))
+
+
+def _crf_score(semiring, lengths):
+    """The score [B] of potentials, a position at a time (torch-struct's LinearChainCRF recursion)."""
+    reduce = _reduction(semiring)
+
+    def score(potentials):
+        alpha = potentials.new_zeros(potentials.shape[0], potentials.shape[-1])
+        scores = [reduce(alpha, -1)]
+        for t in range(potentials.shape[1]):
+            alpha = reduce(alpha[:, None, :] + potentials[:, t], -1)
+            scores.append(reduce(alpha, -1))
+        return _at_lengths(torch.stack(scores, 1), lengths)
+
+    return score
+
+
+def _hmm_score(semiring, lengths):
+    """The score [B] of an HMM's tables, a position at a time (the emission added after each step's reduction)."""
+    reduce = _reduction(semiring)
+
+    def score(emissions, transitions, initial):
+        B, T, C = emissions.shape
+        transitions, initial = transitions.expand(B, C, C), initial.expand(B, C)
+        alpha = initial + emissions[:, 0]
+        scores = [reduce(alpha, -1)]
+        for t in range(1, T):
+            alpha = reduce(alpha[:, None, :] + transitions, -1) + emissions[:, t]
+            scores.append(reduce(alpha, -1))
+        return _at_lengths(torch.stack(scores, 1), lengths)
+
+    return score
+
+
+class _SecondOrder(torch.autograd.Function):
+    """A chain's gradients under create_graph=True (torch-struct's marginals ask for it): the fused kernels' values,
+    whose own derivatives (with respect to the inputs and to grad_score) come from differentiating `score`, the
+    forward algorithm in torch operations, twice: a few launches a position and the memory of every step, so much
+    slower than the fused first derivative, but exact."""
 
     @staticmethod
-    def forward(ctx, grad, *inputs):
-        return grad
+    def forward(ctx, score, which, grad_score, *tensors):
+        """tensors: the inputs, then their gradients from the kernels for the inputs numbered in `which`."""
+        inputs, grads = tensors[:len(tensors) - len(which)], tensors[len(tensors) - len(which):]
+        ctx.score, ctx.which, ctx.count = score, which, len(grads)
+        ctx.save_for_backward(grad_score, *inputs)
+        return grads
 
     @staticmethod
-    def backward(ctx, *_):
-        raise NotImplementedError("jitbmm chains: second derivatives (through the marginals or the argmax) are "
-                                  "not implemented")
+    def backward(ctx, *vs):
+        higher = torch.is_grad_enabled()
+        grad_score, *inputs = ctx.saved_tensors
+        with torch.enable_grad():
+            w = grad_score.detach().requires_grad_(True)
+            xs = [x.detach().requires_grad_(True) for x in inputs]
+            first = torch.autograd.grad(ctx.score(*xs), [xs[i] for i in ctx.which], w, create_graph=True,
+                                        allow_unused=True)
+            pairs = [(f, v) for f, v in zip(first, vs) if f is not None and v is not None and f.requires_grad]
+            found = torch.autograd.grad([f for f, _ in pairs], [w, *xs], [v for _, v in pairs], allow_unused=True,
+                                        create_graph=higher) if pairs else (None,) * (1 + len(xs))
+        found = [torch.zeros_like(x) if g is None else g for g, x in zip(found, (w, *xs))]
+        return (None, None, *found, *(None,) * ctx.count)
 
 
-def _first_order(grad, *inputs):
-    return _FirstOrderOnly.apply(grad, *inputs) if torch.is_grad_enabled() else grad
+def _second_order(score, grad_score, inputs, which, grads):
+    """The kernels' gradients `grads` (of the inputs numbered in `which`), differentiable again where grad mode is
+    on (a backward with create_graph=True)."""
+    if not torch.is_grad_enabled():
+        return grads
+    return _SecondOrder.apply(score, which, grad_score, *inputs, *grads)
 
 
 class _Form:
@@ -374,7 +457,8 @@ def chain_log_partition(potentials, lengths=None):
     which would wait for the device); sequence b's steps from lengths[b] - 1 on are not read. A length-1 sequence
     scores log C. Returns score [B] in the potentials' dtype, on the current CUDA stream. Its gradient with respect
     to the potentials is the edge marginals (0 for a sequence whose score is -inf), from a fused backward kernel;
-    second derivatives raise NotImplementedError (create_graph=True itself works: the first derivative is exact)."""
+    under create_graph=True its own derivatives come from the forward algorithm in torch operations (exact, a few
+    launches a position)."""
     _check_crf(potentials, lengths)
     keep = torch.is_grad_enabled() and potentials.requires_grad
     return _CRF(potentials, lengths, "log", keep)[0]
@@ -403,7 +487,7 @@ def hmm_log_partition(emissions, transitions, initial, lengths=None):
     Returns score [B] in their dtype, on the current CUDA stream. Its gradients, from fused backward kernels: the
     state marginals for emissions, the expected transition counts for transitions (summed over the batch for a
     shared table), the first position's state marginals for initial; each computed only where asked for; zero for a
-    sequence whose score is -inf. Second derivatives raise NotImplementedError."""
+    sequence whose score is -inf. Second derivatives as chain_log_partition's."""
     _check_hmm(emissions, transitions, initial, lengths)
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in (emissions, transitions, initial))
     return _HMM(emissions, transitions, initial, lengths, "log", keep)[0]

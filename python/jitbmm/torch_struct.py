@@ -16,8 +16,8 @@ With chains=True, LinearChainCRF goes further: its log-partition (LogSemiring) a
 its partition, marginals, max and argmax, run jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition,
 chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/float64 [B, N - 1, C, C] with C within
 the kernels' limit), one kernel for the whole chain instead of torch-struct's log-depth scan of products. It is not
-the default because the chain has no second derivative: a loss on the marginals (differentiating them again) raises
-NotImplementedError there, where the products' scan differentiates twice.
+the default because a loss on the marginals differentiates them again, which the chain does through the forward
+algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
 
 import contextlib

@@ -247,6 +247,29 @@ class ChainTest(GpuCase):
                     for x, y in zip((got[0], *got[1], got[2]), (want[0], *want[1], want[2])):
                         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
+    def test_second_derivatives(self):
+        # With create_graph=True, d/dθ <marginals, r> and its derivative with respect to grad_score w, against
+        # differentiating the reference twice; max_plus's is 0 with respect to the potentials (its gradient is
+        # piecewise constant).
+        viterbi = (lambda p, n: self.jt.chain_viterbi(p, n)[0])
+        for semiring, fn in (("log", self.jt.chain_log_partition), ("max", viterbi)):
+            for B, T, C in ((3, 9, 5), (2, 33, 31)):
+                with self.subTest(semiring=semiring, B=B, T=T, C=C):
+                    pot = self.potentials(B, T, C, torch.float64, 3.0)
+                    lengths = self.lengths(B, T, True)
+                    r = torch.randn_like(pot)
+                    w = torch.randn(B, dtype=torch.float64, device=self.dev)
+
+                    def twice(score_fn):
+                        p, v = pot.detach().requires_grad_(True), w.detach().requires_grad_(True)
+                        (m,) = torch.autograd.grad(score_fn(p, lengths), p, v, create_graph=True)
+                        again = torch.autograd.grad((m * r).sum(), (p, v), allow_unused=True)
+                        return (m, *(torch.zeros_like(x) if g is None else g for g, x in zip(again, (p, v))))
+
+                    got, want = twice(fn), twice(lambda p, n: reference_scores(p, n, semiring))
+                    for name, g, x in zip(("first", "second", "d/dw"), got, want):
+                        torch.testing.assert_close(g, x, rtol=1e-9, atol=1e-9, msg=name)
+
     def test_empty_batch_and_no_grad(self):
         pot = self.potentials(1, 5, 3)[:0]
         self.assertEqual(self.jt.chain_log_partition(pot).shape, (0,))
@@ -390,9 +413,10 @@ class TorchStructTest(unittest.TestCase):
                         dist = torch_struct.LinearChainCRF(pot.clone().requires_grad_(True), lengths=lengths)
                         got = (dist.partition.detach(), dist.marginals.detach(), dist.max.detach(),
                                dist.argmax.detach())
-                        loss = dist.marginals.sum()  # differentiating the marginals again: not available
-                        with self.assertRaises(NotImplementedError):
-                            loss.backward()
+                        r = torch.randn_like(pot)  # a loss on the marginals: differentiated again
+                        (again,) = torch.autograd.grad((dist.marginals * r).sum(), dist.log_potentials)
+                    (own_again,) = torch.autograd.grad((own.marginals * r).sum(), own.log_potentials)
+                    torch.testing.assert_close(again, own_again, rtol=1e-8, atol=1e-10)
                 finally:
                     jts._CHAIN_ROUTES.update(routes)
                 self.assertEqual(sorted(set(calls)), ["LogSemiring", "MaxSemiring"])

@@ -296,6 +296,30 @@ class HmmTest(GpuCase):
             (g,) = torch.autograd.grad(self.jt.hmm_log_partition(*xs), xs[k], w)
             torch.testing.assert_close(g, want[k], rtol=1e-9, atol=1e-9)
 
+    def test_second_derivatives(self):
+        # With create_graph=True, the derivatives of <gradients, r> with respect to the three tables and to
+        # grad_score w, against differentiating the reference twice (max_plus: 0 with respect to the tables).
+        for semiring, fn in (("log", self.jt.hmm_log_partition), ("max", lambda *a: self.jt.hmm_viterbi(*a)[0])):
+            for (B, T, C), batched_t, batched_i in CASES[1:4]:
+                with self.subTest(semiring=semiring, B=B, T=T, C=C):
+                    tables = self.tables(B, T, C, batched_t, batched_i, torch.float64, 3.0)
+                    lengths = self.lengths(B, T, True)
+                    rs = [torch.randn_like(x) for x in tables]
+                    w = torch.randn(B, dtype=torch.float64, device=self.dev)
+
+                    def twice(score_fn):
+                        xs = [x.detach().requires_grad_(True) for x in tables]
+                        v = w.detach().requires_grad_(True)
+                        gs = torch.autograd.grad(score_fn(*xs, lengths), xs, v, create_graph=True, allow_unused=True)
+                        loss = sum((g * r).sum() for g, r in zip(gs, rs) if g is not None)
+                        again = torch.autograd.grad(loss, (*xs, v), allow_unused=True)
+                        return [torch.zeros_like(x) if g is None else g for g, x in zip(again, (*xs, v))]
+
+                    got = twice(fn)
+                    want = twice(lambda *a: reference_scores(*a, semiring))
+                    for name, g, x in zip(("emissions", "transitions", "initial", "d/dw"), got, want):
+                        torch.testing.assert_close(g, x, rtol=1e-9, atol=1e-9, msg=name)
+
     def test_empty_batch_and_no_grad(self):
         e, t, i = self.tables(1, 5, 3, False, False)
         score, _, grads = self.ours(self.jt.hmm_log_partition, (e[:0], t, i), None, e.new_ones(0))

@@ -1,0 +1,123 @@
+"""The chains' second derivatives (jitbmm.torch under create_graph=True) come from the forward algorithm written in
+torch operations: its scores, its first and second derivatives against central finite differences, and the rules
+for -inf (an unreachable state, a sequence without a path: zeros, never NaN), on the CPU in float64. The fused
+kernels' side of it is tested on the GPU (test_torch_chain.py, test_torch_hmm.py).
+
+Run as a program (the python_chain_second_order CTest entry): it exits 77 ("skipped") where torch is missing."""
+
+import math
+import sys
+import unittest
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def finite_difference(f, xs, k, direction, eps=1e-5):
+    """The derivative of f(xs) along `direction` in xs[k], by central differences."""
+    plus = [x.detach().clone() for x in xs]
+    minus = [x.detach().clone() for x in xs]
+    plus[k] += eps * direction
+    minus[k] -= eps * direction
+    return (f(plus) - f(minus)) / (2 * eps)
+
+
+@unittest.skipIf(torch is None, "needs torch")
+class SecondOrderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from jitbmm import _torch_chains
+        cls.tc = _torch_chains
+        torch.manual_seed(2026)
+
+    def check(self, score, inputs, which, tol=1e-6):
+        """The gradients of w · score for the inputs numbered in `which` (as the kernels give them, here from the
+        same composition), differentiated again: against finite differences of <those gradients, v> in every
+        input and in w."""
+        B = inputs[0].shape[0]
+        w = torch.randn(B, dtype=torch.float64)
+
+        def first(xs, w):
+            xs = [x.detach().requires_grad_(True) for x in xs]
+            gs = torch.autograd.grad(score(*xs), [xs[i] for i in which], w, allow_unused=True)
+            return [torch.zeros_like(xs[i]) if g is None else g for g, i in zip(gs, which)]
+
+        vs = [torch.randn_like(g) for g in first(inputs, w)]
+
+        def loss(xs, w):
+            return sum((g * v).sum() for g, v in zip(first(xs, w), vs))
+
+        xs = [x.detach().requires_grad_(True) for x in inputs]
+        v_w = w.detach().requires_grad_(True)
+        grads = self.tc._second_order(score, v_w, xs, which, tuple(first(xs, w)))
+        got = torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), [*xs, v_w], allow_unused=True)
+        for k, x in enumerate(inputs):
+            d = torch.randn_like(x)
+            want = finite_difference(lambda ys: loss(ys, w), inputs, k, d)
+            self.assertAlmostEqual(float((got[k] * d).sum()), float(want), delta=tol * max(1.0, abs(float(want))))
+        want = finite_difference(lambda ys: loss(inputs, ys[0]), [w], 0, torch.ones_like(w))
+        self.assertAlmostEqual(float(got[-1].sum()), float(want), delta=tol * max(1.0, abs(float(want))))
+        return got
+
+    def test_logsumexp_rules(self):
+        inf = math.inf
+        x = torch.tensor([[-inf, -inf], [inf, 0.0], [math.nan, 0.0], [0.5, -1.0]], dtype=torch.float64,
+                         requires_grad=True)
+        out = self.tc._logsumexp(x, -1)
+        self.assertEqual(out[:3].tolist()[:2], [-inf, inf])
+        self.assertTrue(math.isnan(out[2].item()))
+        self.assertAlmostEqual(out[3].item(), torch.logsumexp(x[3], -1).item(), places=12)
+        (g,) = torch.autograd.grad(out[0] + out[3], x, create_graph=True)
+        self.assertEqual(g[0].tolist(), [0.0, 0.0])  # torch.logsumexp gives NaN there
+        (h,) = torch.autograd.grad(g.sum(), x)
+        self.assertFalse(torch.isnan(h[0]).any().item())
+
+    def test_crf_form(self):
+        pot = torch.randn(3, 5, 4, 4, dtype=torch.float64)
+        for lengths in (None, torch.tensor([6, 1, 4])):
+            with self.subTest(lengths=lengths):
+                self.check(self.tc._crf_score("log", lengths), (pot,), (0,))
+
+    def test_hmm_form(self):
+        tables = (torch.randn(3, 6, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64),
+                  torch.randn(3, 4, dtype=torch.float64))
+        for which in ((0, 1, 2), (1,), (0, 2)):
+            with self.subTest(which=which):
+                self.check(self.tc._hmm_score("log", torch.tensor([6, 2, 5])), tables, which)
+
+    def test_unreachable_states_and_sequences_without_a_path(self):
+        e, t, i = torch.randn(3, 6, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64), \
+            torch.randn(3, 4, dtype=torch.float64)
+        t[0, 1:] = -math.inf  # nothing moves to state 0
+        e[:, 0, 0] = -math.inf  # and it is not a start: unreachable everywhere
+        self.check(self.tc._hmm_score("log", None), (e, t, i), (0, 1, 2))
+        e[1, 3] = -math.inf  # sequence 1 has no path
+        got = self.check(self.tc._hmm_score("log", None), (e, t, i), (0, 1, 2))
+        self.assertFalse(any(torch.isnan(g).any().item() for g in got))
+        self.assertEqual(got[0][1].abs().sum().item(), 0.0)
+
+    def test_max_plus_is_piecewise_linear(self):
+        pot = torch.randn(3, 5, 4, 4, dtype=torch.float64)
+        got = self.check(self.tc._crf_score("max_plus", None), (pot,), (0,))
+        self.assertEqual(got[0].abs().max().item(), 0.0)
+
+
+def main():
+    if torch is None:
+        print("SKIPPED: torch is not installed here")
+        return 77
+    result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
+    if result.skipped or result.testsRun == 0:
+        print(f"FAILED: {len(result.skipped)} skipped, {result.testsRun} run")
+        return 1
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
