@@ -106,8 +106,8 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   const bool hmm_log_f32 = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32;
   s.forward = hmm_log_f32 && s.C >= 64 ? block_for(16) : base;
   // The saving forward runs both recursions in one block size, the backward messages with their own lanes
-  // (default_beta_lanes): the largest block, from the forward's of eight terms a lane down, in which both loops keep
-  // a step in registers; failing that, that forward's block.
+  // (default_beta_lanes): the largest block, starting from the base rule's forward block, in which both loops keep
+  // a step in registers; failing that, that block.
   s.saving = s.forward;
   s.beta_lanes = s.forward.lanes;
   if (s.semiring == Semiring::log) {
