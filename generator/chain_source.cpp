@@ -19,17 +19,22 @@ int floor_pow2(int x) {
 int ceil_pow2(int x) { return floor_pow2(x) == x ? x : 2 * floor_pow2(x); }
 bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
+// The target states each block of a loop's cluster reduces.
+int block_states(int C, const ChainLoop& l) { return (C + l.cluster - 1) / l.cluster; }
+
 // A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round, or
 // with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
 // (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors; max_plus's winning
-// states: found by compiling every state count the tests use).
+// states; a cluster's rank, bounds and remote addresses: found by compiling every state count the tests use).
 int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
-  const int groups = l.threads / l.lanes, rounds = (s.C + groups - 1) / groups, n = (s.C + l.lanes - 1) / l.lanes;
+  const int groups = l.threads / l.lanes, rounds = (block_states(s.C, l) + groups - 1) / groups,
+            n = (s.C + l.lanes - 1) / l.lanes;
   const int words = dtype_info(s.dtype).acc_bytes / 4;
   // The HMM form's transitions stay the same along the chain: one buffer of them, and a step's emissions.
   const bool hmm = s.form == ChainForm::hmm;
   return words * (n + (prefetch ? (hmm ? 1 : 2) * rounds * n + (hmm ? rounds : 0) : n)) + n +
-         (words == 2 ? 64 : 40) + (prefetch ? 0 : hmm ? 40 : 24) + (s.semiring == Semiring::max_plus ? 12 : 0);
+         (words == 2 ? 64 : 40) + (prefetch ? 0 : hmm ? 40 : 24) + (s.semiring == Semiring::max_plus ? 12 : 0) +
+         (l.cluster > 1 ? 12 : 0);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
@@ -47,10 +52,12 @@ constexpr unsigned kRingBytes = 160 * 1024;
 constexpr int kMaxStages = 8;
 
 // About eight source states per lane (fewer makes the shuffles dominate, more the serial part of a step), and no
-// fewer lanes than leave every group of lanes a state.
-int default_lanes(int C, int threads, int per_lane) {
-  return std::clamp(std::max(floor_pow2(std::max(1, C / per_lane)), ceil_pow2(std::max(1, threads / C))), 1, 32);
+// fewer lanes than leave every group of lanes of a block of `threads` one of its `targets` states.
+int default_lanes(int C, int targets, int threads, int per_lane) {
+  return std::clamp(std::max(floor_pow2(std::max(1, C / per_lane)), ceil_pow2(std::max(1, threads / targets))), 1,
+                    32);
 }
+
 
 } // namespace
 
@@ -66,9 +73,14 @@ int ChainSpec::edge_threads() const { return std::clamp(ceil_pow2((edge_rows() *
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
 
+bool ChainSpec::registers_fit() const {
+  return fits(*this, forward, false) &&
+         (semiring != Semiring::log || (fits(*this, saving, false) && fits(*this, beta(), false)));
+}
+
 int default_beta_lanes(const ChainSpec& spec) {
   ChainSpec s = spec;
-  s.beta_lanes = std::clamp(ceil_pow2(std::max(1, s.saving.threads / s.C)), 4, 32);
+  s.beta_lanes = std::clamp(ceil_pow2(std::max(1, s.saving.threads / block_states(s.C, s.saving))), 4, 32);
   while (s.beta_lanes < 32 && !fits(s, s.beta(), false)) s.beta_lanes *= 2;
   return s.beta_lanes;
 }
@@ -84,7 +96,11 @@ unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
   return unsigned(stages(loop)) * slot_bytes(*this, loop) + emissions;
 }
 
-ChainSpec default_chain_spec(const ChainProblem& problem) {
+namespace {
+
+// The rule's spec with the forward's loop over a cluster of `forward_cluster` blocks and the saving forward's over
+// `saving_cluster`.
+ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving_cluster) {
   check_chain_problem(problem);
   ChainSpec s;
   s.semiring = problem.semiring;
@@ -92,36 +108,65 @@ ChainSpec default_chain_spec(const ChainProblem& problem) {
   s.form = problem.form;
   s.C = static_cast<int>(problem.C);
   // The forward: about eight terms per lane (sixteen beyond 128 states, where a group's shuffles cost more than a
-  // longer serial part: measured at 256), as many threads as the step has groups of lanes for, fewer where their
-  // registers would spill.
-  auto block_for = [&](int per_lane) {
-    ChainLoop l{0, default_lanes(s.C, 1, per_lane)};
-    l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * s.C)));
+  // longer serial part: measured at 256), as many threads as a block's share of the step has groups of lanes for,
+  // fewer where their registers would spill.
+  auto block_for = [&](int per_lane, int cluster) {
+    ChainLoop l{0, default_lanes(s.C, s.C, 1, per_lane), cluster};
+    l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
     while (l.threads > 32 && !fits(s, l, false)) l.threads /= 2;
     return l;
   };
-  const ChainLoop base = block_for(s.C > 128 ? 16 : 8);
+  const int per_lane = s.C > 128 ? 16 : 8;
+  const ChainLoop base = block_for(per_lane, forward_cluster);
   // The f32 HMM form's transitions stay in registers for the whole chain, which leaves a lane room for sixteen
   // terms from 64 states on (the log forward measured at 64 and 128; its saving forward keeps the rule below).
   const bool hmm_log_f32 = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32;
-  s.forward = hmm_log_f32 && s.C >= 64 ? block_for(16) : base;
+  s.forward = hmm_log_f32 && s.C >= 64 ? block_for(16, forward_cluster) : base;
   // The saving forward runs both recursions in one block size, the backward messages with their own lanes
   // (default_beta_lanes): the largest block, starting from the base rule's forward block, in which both loops keep
   // a step in registers; failing that, that block.
   s.saving = s.forward;
   s.beta_lanes = s.forward.lanes;
   if (s.semiring == Semiring::log) {
+    const ChainLoop start = block_for(per_lane, saving_cluster);
     auto at = [&](int threads) {
-      s.saving = {threads, default_lanes(s.C, threads, 16)};
+      s.saving = {threads, default_lanes(s.C, block_states(s.C, start), threads, 16), start.cluster};
       s.beta_lanes = default_beta_lanes(s);
     };
-    int threads = base.threads;
+    int threads = start.threads;
     for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
-    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(base.threads);
+    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(start.threads);
   }
   // The backward's block writes one step's C² gradients: a step's worth of threads, up to 256.
   s.backward_threads = std::clamp(ceil_pow2(s.C * s.C), 32, 256);
   return s;
+}
+
+} // namespace
+
+ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
+  // The CRF form reads a step's C² potentials once, so one block per sequence is bound by what one SM reads from
+  // memory; where the batch leaves SMs idle, a cluster of blocks per sequence splits that (the HMM form's
+  // transitions stay on chip, and each block of a cluster would read all of them). From 128 states on, clusters of
+  // up to 1024 / C blocks: measured on an H200, 8 blocks were fastest at 128 states and 4 at 256 (8 were slower);
+  // at 32 and 64 states a cluster's barrier costs more than it saves. Never more blocks than SMs (the saving
+  // forward runs two clusters per sequence), and only where the registers still fit (a cluster's take a few more).
+  auto cluster_for = [&](int64_t sequences) {
+    int k = 1;
+    if (problem.form == ChainForm::crf && problem.C >= 128)
+      while (2 * k <= kMaxChainCluster && 2 * k * problem.C <= 1024 && sequences * 2 * k <= cluster_sms &&
+             spec_with(problem, 2 * k, 2 * k).registers_fit())
+        k *= 2;
+    return k;
+  };
+  return spec_with(problem, cluster_for(problem.B), cluster_for(2 * problem.B));
+}
+
+ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster) {
+  if (!pow2(cluster) || cluster > kMaxChainCluster)
+    throw std::invalid_argument("chain spec.cluster: must be a power of two at most " +
+                                std::to_string(kMaxChainCluster) + " (got " + std::to_string(cluster) + ")");
+  return spec_with(problem, cluster, cluster);
 }
 
 void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
@@ -144,16 +189,23 @@ void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {
   check_threads(s.saving.threads, "saving_threads");
   check_lanes(s.saving.lanes, "saving_lanes");
   check_lanes(s.beta_lanes, "beta_lanes");
+  for (const auto& [loop, field] : {std::pair{s.forward, "cluster"}, std::pair{s.saving, "saving_cluster"}})
+    if (!pow2(loop.cluster) || loop.cluster > kMaxChainCluster)
+      fail(std::string(field) + ": must be a power of two at most " + std::to_string(kMaxChainCluster) + " (got " +
+           std::to_string(loop.cluster) + ")");
   if (s.backward_threads < 32 || s.backward_threads > 1024 || s.backward_threads % 32)
     fail("backward_threads: must be a multiple of 32 in [32, 1024] (got " + std::to_string(s.backward_threads) + ")");
 }
 
 std::string to_string(const ChainSpec& s) {
   std::ostringstream os;
+  auto loop = [](const ChainLoop& l) {
+    return std::to_string(l.threads) + 'x' + std::to_string(l.lanes) +
+           (l.cluster > 1 ? 'x' + std::to_string(l.cluster) : std::string());
+  };
   os << "semiring=" << semiring_info(s.semiring).name << " dtype=" << dtype_info(s.dtype).name
-     << (s.form == ChainForm::hmm ? " form=hmm" : "") << " C=" << s.C
-     << " forward=" << s.forward.threads << 'x' << s.forward.lanes << " saving=" << s.saving.threads << 'x'
-     << s.saving.lanes << " beta_lanes=" << s.beta_lanes << " backward_threads=" << s.backward_threads;
+     << (s.form == ChainForm::hmm ? " form=hmm" : "") << " C=" << s.C << " forward=" << loop(s.forward)
+     << " saving=" << loop(s.saving) << " beta_lanes=" << s.beta_lanes << " backward_threads=" << s.backward_threads;
   return os.str();
 }
 
@@ -165,9 +217,10 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   auto loop = [&](const ChainLoop& l) {
     return std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") + ", " + std::to_string(s.stages(l));
   };
-  auto entry = [&](int threads, const char* suffix) {
-    return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ", 1) " + kNameSlot +
-           suffix + "(const jb::ChainParams p) {\n  ";
+  auto entry = [&](int threads, const char* suffix, int cluster = 1) {
+    const std::string dims = cluster > 1 ? "__cluster_dims__(" + std::to_string(cluster) + ", 1, 1) " : "";
+    return "extern \"C\" __global__ void " + dims + "__launch_bounds__(" + std::to_string(threads) + ", 1) " +
+           kNameSlot + suffix + "(const jb::ChainParams p) {\n  ";
   };
   // The HMM backward's template arguments after the type: the semiring and C.
   const std::string hmm_args = type + ", " + (log ? "true" : "false") + ", " + std::to_string(s.C);
@@ -178,12 +231,13 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::ChainParams) == " << sizeof(jb::ChainParams)
      << ", \"host and device disagree on ChainParams\");\n"
-     << entry(s.forward.threads, "") << "jb::chain_forward<" << type << ", " << op << ", " << s.C << ", "
-     << s.forward.threads << ", " << loop(s.forward) << (hmm ? ", false, true" : "") << ">(p);\n}\n";
+     << entry(s.forward.threads, "", s.forward.cluster) << "jb::chain_forward<" << type << ", " << op << ", " << s.C
+     << ", " << s.forward.threads << ", " << loop(s.forward) << ", false, " << (hmm ? "true" : "false") << ", "
+     << s.forward.cluster << ">(p);\n}\n";
   if (log)
-    os << entry(s.saving.threads, "_saving") << "jb::chain_saving<" << type << ", " << op << ", " << s.C << ", "
-       << s.saving.threads << ", " << loop(s.saving) << ", " << loop(s.beta()) << (hmm ? ", true" : "")
-       << ">(p);\n}\n";
+    os << entry(s.saving.threads, "_saving", s.saving.cluster) << "jb::chain_saving<" << type << ", " << op << ", "
+       << s.C << ", " << s.saving.threads << ", " << loop(s.saving) << ", " << loop(s.beta()) << ", "
+       << (hmm ? "true" : "false") << ", " << s.saving.cluster << ">(p);\n}\n";
   if (hmm)
     os << entry(kHmmNodeThreads, "_nodes") << "jb::hmm_nodes<" << hmm_args << ">(p);\n}\n"
        << entry(s.edge_threads(), "_edges") << "jb::hmm_edges<" << hmm_args << ", " << s.edge_threads() << ", "
@@ -195,7 +249,9 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   std::ostringstream name;
   name << (hmm ? "hmm_" : "chain_") << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name << "_c"
        << s.C << "_b" << s.forward.threads << "_l" << s.forward.lanes;
+  if (s.forward.cluster > 1) name << "_k" << s.forward.cluster;
   if (log) name << "_s" << s.saving.threads << 'x' << s.saving.lanes << 'x' << s.beta_lanes;
+  if (log && s.saving.cluster > 1) name << 'x' << s.saving.cluster;
   if (hmm)
     name << "_e" << s.edge_threads() << 'x' << s.edge_rows();
   else

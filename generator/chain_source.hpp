@@ -8,13 +8,18 @@
 
 namespace jitbmm {
 
-// One block's recursion along the chain (templates/chain/sequential.cuh: chain_forward): `threads` per block,
-// `lanes` per target state (a power of two ≤ 32).
+// One sequence's recursion along the chain (templates/chain/sequential.cuh: chain_forward): `threads` per block,
+// `lanes` per target state (a power of two ≤ 32), and `cluster` blocks (a power of two ≤ 8; more than one needs
+// sm_90) that split the target states.
 struct ChainLoop {
   int threads = 32;
   int lanes = 1;
-  bool operator==(const ChainLoop& o) const { return threads == o.threads && lanes == o.lanes; }
+  int cluster = 1;
+  bool operator==(const ChainLoop& o) const {
+    return threads == o.threads && lanes == o.lanes && cluster == o.cluster;
+  }
 };
+constexpr int kMaxChainCluster = 8;
 
 // One module per spec (templates/chain/): the forward (main entry: a block per sequence), "_saving" (log: the
 // forward that saves its messages for a backward, with a second block per sequence computing its backward
@@ -27,7 +32,7 @@ struct ChainSpec {
   ChainForm form = ChainForm::crf;
   int C = 1;                 // states: the messages' size and every loop's bound are compile-time
   ChainLoop forward;         // the forward's block
-  ChainLoop saving;          // log: "_saving"'s forward-message blocks; its block size is saving.threads
+  ChainLoop saving;          // log: "_saving"'s forward-message blocks; its block and cluster are saving's
   int beta_lanes = 1;        // log: "_saving"'s backward-message blocks' lanes per state
   int backward_threads = 32; // the backward's block (a multiple of 32, at most 1024)
 
@@ -37,9 +42,12 @@ struct ChainSpec {
   // not fit). dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without
   // prefetch, two steps' emissions.
   bool prefetch(const ChainLoop& loop) const;
+  // Whether every loop's registers fit its block without prefetch (what the rule makes sure of before it splits a
+  // sequence over a cluster).
+  bool registers_fit() const;
   int stages(const ChainLoop& loop) const;
   unsigned dynamic_bytes(const ChainLoop& loop) const;
-  ChainLoop beta() const { return {saving.threads, beta_lanes}; }
+  ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
   // The HMM form's "_edges" block: rows of the transitions' table per block, and its threads.
   int edge_rows() const;
   int edge_threads() const;
@@ -48,14 +56,19 @@ struct ChainSpec {
 constexpr int kHmmNodeThreads = 256;
 
 // The spec for a problem: about eight terms per lane and target state, as many threads as a step has work for.
-ChainSpec default_chain_spec(const ChainProblem& problem);
+// `cluster_sms`: the multiprocessors a device lends to clusters of blocks (its count from sm_90 on, else 0): where
+// one block per sequence would leave most of them idle, the CRF form's blocks split each step's target states
+// over a cluster.
+ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms = 0);
+// The same rule with both forwards split over clusters of `cluster` blocks (a power of two ≤ kMaxChainCluster).
+ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster);
 // The backward messages' lanes for spec.saving's block: four, or as many as leave every group a state, more where
 // their registers would spill (their potentials are read transposed: fewer lanes read more of each row at once).
 int default_beta_lanes(const ChainSpec& spec);
 // Throws std::invalid_argument naming the field when the spec cannot compute the problem or describes no kernel.
 void check_chain_spec(const ChainSpec& spec, const ChainProblem& problem);
-// "semiring=log dtype=f32 C=64 forward=512x8 saving=512x8 beta_lanes=8 backward_threads=256", printed into the
-// source.
+// "semiring=log dtype=f32 C=64 forward=512x8 saving=512x8 beta_lanes=8 backward_threads=256" (a loop split over a
+// cluster: "512x8x4"), printed into the source.
 std::string to_string(const ChainSpec& spec);
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& spec);

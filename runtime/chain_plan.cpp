@@ -148,16 +148,24 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 } // namespace
 
-ChainPlan ChainPlan::get(const ChainProblem& problem) { return chain_plan_for(problem, default_chain_spec(problem)); }
+ChainPlan ChainPlan::get(const ChainProblem& problem) {
+  check_chain_problem(problem);
+  return chain_plan_for(problem, default_chain_spec(problem, cluster_sms(*current_device())));
+}
+
+int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }
 
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
   check_chain_problem(problem);
-  // A forward that saves its messages launches two blocks per sequence, and a grid holds fewer than 2^31.
-  if (problem.B >= int64_t(1) << 30) throw std::invalid_argument("chain.B: 2^30 sequences or more");
+  check_chain_spec(spec, problem);
+  // A forward that saves its messages launches two clusters per sequence, and a grid holds fewer than 2^31 blocks.
+  const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
+  if (problem.B >= (int64_t(1) << 30) / cluster)
+    throw std::invalid_argument("chain.B: 2^30 sequences or more" +
+                                (cluster > 1 ? " / " + std::to_string(cluster) + " (the blocks of a cluster)" : std::string()));
   auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
   impl->spec = spec;
-  check_chain_spec(impl->spec, problem);
   chain_strides(problem, impl->strides);
   if (problem.form == ChainForm::hmm) {
     impl->hmm = hmm_strides(problem);
@@ -168,6 +176,9 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
     impl->strides[3] = tr[2];
   }
   impl->device = current_device();
+  if (std::max(spec.forward.cluster, spec.saving.cluster) > 1 && cluster_sms(*impl->device) == 0)
+    throw std::invalid_argument("chain spec.cluster: clusters of blocks need sm_90 or later (this device is " +
+                                impl->device->arch() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
   return ChainPlan(std::move(impl));
 }
@@ -209,13 +220,15 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
-  // With saved, "_saving": blocks B to 2B − 1 compute the backward messages alongside.
+  // A cluster of blocks per sequence; with saved, "_saving": clusters B to 2B − 1 compute the backward messages
+  // alongside.
   const ChainSpec& sp = im.spec;
   if (saved)
-    launch_chain(im, "_saving", unsigned(2 * p.B), unsigned(sp.saving.threads), params, cu_stream,
+    launch_chain(im, "_saving", unsigned(2 * p.B * sp.saving.cluster), unsigned(sp.saving.threads), params, cu_stream,
                  std::max(sp.dynamic_bytes(sp.saving), sp.dynamic_bytes(sp.beta())));
   else
-    launch_chain(im, "", unsigned(p.B), unsigned(sp.forward.threads), params, cu_stream, sp.dynamic_bytes(sp.forward));
+    launch_chain(im, "", unsigned(p.B * sp.forward.cluster), unsigned(sp.forward.threads), params, cu_stream,
+                 sp.dynamic_bytes(sp.forward));
 }
 
 } // namespace

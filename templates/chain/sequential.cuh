@@ -13,6 +13,7 @@
 
 #include "chain/params.cuh"
 #include "core/async_copy.cuh"
+#include "core/cluster.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
@@ -93,25 +94,47 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 }
 
 // The forward: score[b], and what the caller asked for of saved (rel, offset, logz), alpha and the best path.
-// One block of NT threads per sequence; C states; G lanes per target state. With BETA, block blockIdx.x − B
-// (chain_saving launches 2B blocks) computes that sequence's backward messages into saved (beta_rel, beta_offset)
-// instead: beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗ beta_{t+1}[c], the forward's step with t
-// reversed and the roles of c and p swapped.
+// One cluster of K blocks of NT threads per sequence (cluster blockIdx.x / K); C states; G lanes per target state.
+// With BETA, cluster blockIdx.x / K − B (chain_saving launches 2B clusters) computes that sequence's backward
+// messages into saved (beta_rel, beta_offset) instead: beta_{L−1} = 0 and beta_t[p] = ⊕_c potentials[t][c][p] ⊗
+// beta_{t+1}[c], the forward's step with t reversed and the roles of c and p swapped.
+//
+// With K > 1 the blocks of a cluster split the target states, CK each, so that a step's potentials are read by K
+// SMs instead of one: every block keeps all the messages, writes each result it computes into the shared memory of
+// every block of the cluster, and the cluster's barrier ends the step where the block's would.
 //
 // With HMM the potentials are transitions[c][p] (s_t = 0) and emissions[t + 1][c], which, one value per target
 // state, is ⊗-ed onto the step's result instead of onto each term; the first messages are initial[p] ⊗
 // emissions[0][p]. Its backward messages carry their position's emissions as well (beta_{L−1}[c] = emissions[L −
 // 1][c], and each step ⊗-es emissions[t][p] onto its result), which is what makes them the same recursion. The
 // transitions do not change along the chain, so with PREFETCH they are loaded once and stay in registers.
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false>
+template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false,
+          int K = 1>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
-  constexpr int GROUPS = NT / G, ROUNDS = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G, WARPS = NT / 32;
+  constexpr int CK = (C + K - 1) / K, GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS, N = (C + G - 1) / G,
+                WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
+  static_assert(K >= 1 && K <= 16, "a cluster has 1 to 16 blocks");
   __shared__ T msg[2][C];
-  __shared__ T warp_max[2][WARPS];
+  // Every warp's maximum of a step's results, of all the cluster's blocks: [rank · WARPS + warp].
+  __shared__ T warp_max[2][K * WARPS];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
+  const unsigned rank = K > 1 ? cluster_rank() : 0;
+  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
+  // Round r's target state of this thread's group, or C for none.
+  auto target = [&](int r) {
+    const int c = first + group + r * GROUPS;
+    return c < end ? c : C;
+  };
+  // The end of a step (or of the start): the block's barrier, or the cluster's.
+  auto sync = [] {
+    if constexpr (K > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+  };
   constexpr bool beta = BETA;
-  const long long b = beta ? blockIdx.x - p.B : blockIdx.x, T_ = p.T;
+  const long long b = (long long)(blockIdx.x / K) - (beta ? p.B : 0), T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
   const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b;
@@ -146,21 +169,23 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     msg[0][c] = bad ? Num<T>::nan() : v;
     first_max = Num<T>::max(first_max, v);
   }
+  // Every block of a cluster computes the same first messages, so each fills every block's slots itself.
   if (HMM) {
     first_max = group_reduce<32>(first_max, [](T x, T y) { return Num<T>::max(x, y); });
-    if (tid % 32 == 0) warp_max[0][tid / 32] = first_max;
-  } else if (tid < WARPS) {
+    if (tid % 32 == 0)
+      for (int k = 0; k < K; ++k) warp_max[0][k * WARPS + tid / 32] = first_max;
+  } else if (tid < K * WARPS) {
     warp_max[0][tid] = T(0);
   }
   if (EMIT_SHARED) {
     fetch_emissions(0);
     copy_wait_all();
   }
-  __syncthreads();
+  sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
 
   // The potentials of step t (positions t → t + 1) that round r of this thread reduces.
   auto load = [&](long long t, int r, T(&w)[N]) {
-    const int c = group + r * GROUPS;
+    const int c = target(r);
     const T* row = pot + (beta ? L - 2 - t : t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
@@ -172,8 +197,8 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   // saved and alpha.
   auto store_position = [&](long long t, int from, T shift, double offset) {
     const long long at = b * T_ + (beta ? L - 1 - t : t);
-    if (rel_out && tid == 0) offset_out[at] = offset;
-    for (int c = tid; c < C; c += NT) {
+    if (rel_out && tid == 0 && rank == 0) offset_out[at] = offset;
+    for (int c = first + tid; c < end; c += NT) {
       const T rel = msg[from][c] - shift;
       if (rel_out) rel_out[at * C + c] = rel;
       if (p.alpha && !beta) static_cast<T*>(p.alpha)[at * C + c] = T(offset + double(rel));
@@ -188,7 +213,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   int fetch_r = 0, fetch_slot = 0, use_slot = 0;
   auto fetch = [&] {
     if (fetch_t + 1 < L) {
-      const int c = group + fetch_r * GROUPS;
+      const int c = target(fetch_r);
       const T* row = pot + (beta ? L - 2 - fetch_t : fetch_t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
       T* slot = ring + fetch_slot * N * NT;
 #pragma unroll
@@ -214,7 +239,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   double offset = 0;
   auto step = [&](long long t, Buffer& use, Buffer& fill) {
     const int from = int(t & 1), to = from ^ 1;
-    const T shift = step_shift<T, WARPS>(warp_max[from]);
+    const T shift = step_shift<T, K * WARPS>(warp_max[from]);
     if (EMIT_SHARED) fetch_emissions(t + 1);
     offset += double(shift);
     store_position(t, from, shift, offset);
@@ -226,7 +251,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     T e[PREFETCH ? ROUNDS : 1];
     if (HMM && PREFETCH)
 #pragma unroll
-      for (int r = 0; r < ROUNDS; ++r) e[r] = group + r * GROUPS < C ? emission(reached, group + r * GROUPS) : T(0);
+      for (int r = 0; r < ROUNDS; ++r) e[r] = target(r) < C ? emission(reached, target(r)) : T(0);
     if (PREFETCH && !HMM && t + 2 < L)
 #pragma unroll
       for (int r = 0; r < ROUNDS; ++r) load(t + 1, r, fill[r]);
@@ -236,7 +261,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     constexpr int kRoundUnroll = PREFETCH ? ROUNDS : HMM && sizeof(T) == 8 && N >= 32 ? 1 : 2;
 #pragma unroll kRoundUnroll
     for (int r = 0; r < ROUNDS; ++r) {
-      const int c = group + r * GROUPS;
+      const int c = target(r);
       const T er = !HMM ? T(0) : PREFETCH ? e[PREFETCH ? r : 0] : c < C ? emit[(t & 1) * C + c] : T(0);
       T x[N];
       if (PREFETCH) {
@@ -260,16 +285,21 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       if (c < C) {
         if (lane == 0) {
           msg[to][c] = v;
+          for (int k = 1; k < K; ++k) cluster_store(&msg[to][c], (rank + k) % K, v);
           if (p.back) p.back[(b * T_ + t + 1) * C + c] = (unsigned short)arg;
         }
         best = Num<T>::max(best, v);
       }
     }
     best = group_reduce<32>(best, [](T x, T y) { return Num<T>::max(x, y); });
-    if (tid % 32 == 0) warp_max[to][tid / 32] = best;
+    if (tid % 32 == 0) {
+      T* slot = &warp_max[to][rank * WARPS + tid / 32];
+      *slot = best;
+      for (int k = 1; k < K; ++k) cluster_store(slot, (rank + k) % K, best);
+    }
     // The next step's emissions: the groups committed after theirs are this step's rounds of the ring.
     if (EMIT_SHARED) copy_wait<(STAGES > 1 ? (ROUNDS < STAGES - 1 ? ROUNDS : STAGES - 1) : 0)>();
-    __syncthreads();
+    sync();
   };
   Buffer even, odd;
   if (PREFETCH && L > 1)
@@ -281,10 +311,12 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   }
 
   const int last = int((L - 1) & 1);
-  const T shift = step_shift<T, WARPS>(warp_max[last]);
+  const T shift = step_shift<T, K * WARPS>(warp_max[last]);
   offset += double(shift);
   store_position(L - 1, last, shift, offset);
-  if (tid < 32 && !beta) {
+  // The score and the path: the cluster's first block (the others' back-pointers are seen after the last step's
+  // barrier).
+  if (tid < 32 && !beta && rank == 0) {
     constexpr int N32 = (C + 31) / 32;
     T x[N32];
 #pragma unroll
@@ -306,27 +338,29 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       }
     }
   }
-  // Past the sequence's length: no message, no state (saved too, so that its every byte is determined).
-  for (long long i = (L * C) + tid; i < T_ * C; i += NT) {
+  // Past the sequence's length: no message, no state (saved too, so that its every byte is determined), spread over
+  // the cluster's threads.
+  const long long me = (long long)rank * NT + tid;
+  for (long long i = (L * C) + me; i < T_ * C; i += K * NT) {
     if (p.alpha && !beta) static_cast<T*>(p.alpha)[b * T_ * C + i] = Num<T>::neg_inf();
     if (rel_out) rel_out[b * T_ * C + i] = Num<T>::neg_inf();
   }
   if (rel_out)
-    for (long long t = L + tid; t < T_; t += NT) offset_out[b * T_ + t] = 0;
+    for (long long t = L + me; t < T_; t += K * NT) offset_out[b * T_ + t] = 0;
   if (p.path && !beta)
-    for (long long t = L + tid; t < T_; t += NT) p.path[b * T_ + t] = -1;
+    for (long long t = L + me; t < T_; t += K * NT) p.path[b * T_ + t] = -1;
 }
 
-// The forward that saves its messages for the backward (log): blocks 0 to B − 1 run the forward messages with G lanes
-// per state, blocks B to 2B − 1 the backward messages with GB lanes (their potentials are read transposed, and fewer
-// lanes per state read more of each row at once).
+// The forward that saves its messages for the backward (log): clusters of K blocks, 0 to B − 1 run the forward
+// messages with G lanes per state, B to 2B − 1 the backward messages with GB lanes (their potentials are read
+// transposed, and fewer lanes per state read more of each row at once).
 template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B,
-          bool HMM = false>
+          bool HMM = false, int K = 1>
 __device__ __forceinline__ void chain_saving(const ChainParams& p) {
-  if (blockIdx.x >= p.B)
-    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM>(p);
+  if (blockIdx.x / K >= p.B)
+    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM, K>(p);
   else
-    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false, HMM>(p);
+    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false, HMM, K>(p);
 }
 
 // The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]
