@@ -111,7 +111,7 @@ std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
 
 int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--reps", "--arch", "--chain", "--batch", "--length", "--threads", "--lanes",
+  flags.insert({"--reps", "--arch", "--chain", "--batch", "--length", "--cluster", "--threads", "--lanes",
                 "--beta-lanes"});
   std::set<std::string> switches = spec_switches();
   const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
@@ -143,8 +143,8 @@ int run_bench(int argc, char** argv) {
     return run_backward_bench(args);
   }
   if (mode == "--chain") {
-    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--threads", "--lanes",
-                       "--beta-lanes", "--sweep", "--reps"},
+    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--cluster", "--threads",
+                       "--lanes", "--beta-lanes", "--sweep", "--reps"},
                       "bench --chain");
     return run_chain_bench(args);
   }

@@ -2,9 +2,9 @@
 // variant: the forward (score only), the forward that saves its messages for a backward, the backward, and for
 // max_plus the forward with the best path; median device times of CUDA-event-timed runs after warm-up on standard
 // normal potentials, terms/s (B·(T − 1)·C² per second), and the first sequence's score checked against the CPU
-// reference so that no broken variant is timed silently. --sweep compares the variants a block of 128 to 1024
-// threads with 1 to 32 lanes per state makes (both forwards alike, the backward messages' lanes by their rule), the
-// default first.
+// reference so that no broken variant is timed silently. --sweep compares the default first, then the rule's blocks
+// for every cluster size (sm_90 on), then the variants a block of 128 to 1024 threads with 1 to 32 lanes per state
+// makes in the default's clusters (both forwards alike, the backward messages' lanes by their rule).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,14 +32,19 @@ struct ChainRow {
   bool checked = false;
 };
 
-// The variants --sweep compares: the default, then every block of 128 to 1024 threads with a power-of-two number of
-// lanes per state (1 to 32) that the spec check accepts.
-std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec& first) {
+// The variants --sweep compares: the default, the rule's blocks for each cluster size the device runs, then every
+// block of 128 to 1024 threads with a power-of-two number of lanes per state (1 to 32) that the spec check accepts.
+std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec& first, bool clusters) {
   std::vector<ChainSpec> specs = {first};
+  for (int k = 1; k <= (clusters ? kMaxChainCluster : 1); k *= 2) {
+    const ChainSpec s = clustered_chain_spec(problem, k);
+    if (!(s == first)) specs.push_back(s);
+  }
   for (int threads = 128; threads <= 1024; threads *= 2)
     for (int lanes = 1; lanes <= 32; lanes *= 2) {
       ChainSpec s = first;
-      s.forward = s.saving = {threads, lanes};
+      s.forward = {threads, lanes, first.forward.cluster};
+      s.saving = {threads, lanes, first.saving.cluster};
       s.beta_lanes = default_beta_lanes(s);
       if (s == first || lanes > 2 * problem.C) continue;
       specs.push_back(s);
@@ -53,10 +58,11 @@ int run_chain_bench(const Args& args) {
   const int64_t B = parse_int(args.get("--batch", "32"), "--batch", 1, 1 << 20);
   const int64_t T = parse_int(args.get("--length", "512"), "--length", 1, 1 << 24);
   const ChainProblem p = chain_problem_from(args, B, T);
-  const ChainSpec chosen = chain_spec_from(args, p);
   const int reps = reps_from(args);
   const bool log = p.semiring == Semiring::log;
+  chain_spec_from(args, p, 0); // a bad flag's error before the device's
   const auto device = current_device();
+  const ChainSpec chosen = chain_spec_from(args, p, cluster_sms(*device));
   ScopedContext scope(device->context);
 
   const int bytes = dtype_info(p.dtype).size_bytes;
@@ -100,16 +106,17 @@ int run_chain_bench(const Args& args) {
   std::printf("device: %s; chain%s %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
               device->name.c_str(), hmm ? " (hmm form)" : "", semiring_info(p.semiring).name, dtype_info(p.dtype).name, (long long)B,
               (long long)T, (long long)p.C);
-  // A loop as threads x lanes, and where its potentials wait: registers, a ring of N stages, or plain loads.
+  // A loop as threads x lanes (x cluster blocks), and where its potentials wait: registers, a ring of N stages, or plain loads.
   auto loop = [](const ChainSpec& s, const ChainLoop& l) {
-    return std::to_string(l.threads) + "x" + std::to_string(l.lanes) + ":" +
+    return std::to_string(l.threads) + "x" + std::to_string(l.lanes) +
+           (l.cluster > 1 ? "x" + std::to_string(l.cluster) : std::string()) + ":" +
            (s.prefetch(l) ? std::string("regs") : s.stages(l) ? "ring" + std::to_string(s.stages(l)) : "loads");
   };
   std::printf("%-16s %-16s %-16s %10s %10s %12s %10s %10s %s\n", "forward", log ? "saving" : "", log ? "beta" : "",
               "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd", "check");
   // Each row as soon as it is measured: a sweep compiles a module a variant, and a cut-short run keeps its rows.
   bool all_checked = true;
-  const std::vector<ChainSpec> specs = args.has("--sweep") ? sweep_specs(p, chosen) : std::vector<ChainSpec>{chosen};
+  const std::vector<ChainSpec> specs = args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);

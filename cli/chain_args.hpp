@@ -1,5 +1,6 @@
 // The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --hmm (the
-// HMM form), --semiring, --dtype, and for bench the batch and length; the spec's own fields by --threads, --lanes and --beta-lanes.
+// HMM form), --semiring, --dtype, and for bench the batch and length; the spec's own fields by --cluster, --threads,
+// --lanes and --beta-lanes.
 #pragma once
 
 #include <cstring>
@@ -20,7 +21,8 @@ namespace jitbmm::cli {
   for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"},
                                     {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"},
                                     {"chain spec.saving_threads", "--threads"}, {"chain spec.saving_lanes", "--lanes"},
-                                    {"chain spec.beta_lanes", "--beta-lanes"}})
+                                    {"chain spec.beta_lanes", "--beta-lanes"}, {"chain spec.cluster", "--cluster"},
+                                    {"chain spec.saving_cluster", "--cluster"}})
     if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
   throw e;
 }
@@ -43,10 +45,13 @@ inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
   return problem;
 }
 
-// The default spec for the problem, with --threads, --lanes and --beta-lanes overriding its fields.
-inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem) {
+// The default spec for the problem on a device with `cluster_sms` (default_chain_spec), or with --cluster K the
+// rule's blocks for clusters of K; then --threads, --lanes and --beta-lanes override its fields.
+inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, int cluster_sms) {
   try {
-    ChainSpec spec = default_chain_spec(problem);
+    ChainSpec spec = args.has("--cluster")
+                         ? clustered_chain_spec(problem, parse_int(args.get("--cluster", ""), "--cluster", 1, kMaxChainCluster))
+                         : default_chain_spec(problem, cluster_sms);
     // --threads and --lanes set both forwards' blocks (the saving one's backward messages keep their rule).
     if (args.has("--threads"))
       spec.forward.threads = spec.saving.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);

@@ -77,10 +77,11 @@ inline std::string inspect_help() {
          "                 [--index64] [--arch sm_90]\n"
          "                 --emit cuda|ptx|sass|resources|all\n" +
          wrap(description, 6, 108) +
-         "  jitbmm inspect --chain C [--hmm] [--semiring log|max_plus] [--dtype f32|f64] [--threads N] [--lanes G]\n"
-         "                 [--beta-lanes G] [--arch sm_90] --emit cuda|ptx|sass|resources|all\n"
+         "  jitbmm inspect --chain C [--hmm] [--semiring log|max_plus] [--dtype f32|f64] [--cluster K] [--threads N]\n"
+         "                 [--lanes G] [--beta-lanes G] [--arch sm_90] --emit cuda|ptx|sass|resources|all\n"
          "      The same for the linear-chain module of C states (docs/chains.md): its forward and backward;\n"
-         "      --hmm: the HMM form's (transitions and emissions instead of potentials).\n"
+         "      --hmm: the HMM form's (transitions and emissions instead of potentials); --cluster K: each\n"
+         "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU).\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n";
@@ -111,11 +112,12 @@ inline const std::vector<CommandHelp>& command_help() {
        "  jitbmm bench --exp-matmul [--shape S] [--dtype D]  exp_matmul vs the direct kernels on randn, randn*50,\n"
        "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
        "  jitbmm bench --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype f32|f64]\n"
-       "               [--threads N] [--lanes G] [--beta-lanes G] [--sweep] [--reps N]\n"
+       "               [--cluster K] [--threads N] [--lanes G] [--beta-lanes G] [--sweep] [--reps N]\n"
        "      The linear-chain kernels (docs/chains.md), default B = 32, T = 512: forward, forward saving its\n"
        "      messages (log) or with the best path (max_plus), backward; terms/s; a score checked on the CPU.\n"
        "      --hmm: the HMM form's kernels, from emissions, one transition table and one initial table.\n"
-       "      --threads/--lanes/--beta-lanes: that variant; --sweep: the default and every block and lane count.\n"
+       "      --cluster/--threads/--lanes/--beta-lanes: that variant; --sweep: the default, every cluster size,\n"
+       "      and every block and lane count.\n"
        "  jitbmm bench --compile-times [problem flags] [--arch sm_XY] [--verbose]\n"
        "      NVRTC compile time of each tuning candidate (no GPU needed).\n"},
       {"cache",

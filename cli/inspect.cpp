@@ -201,7 +201,7 @@ int print_tuned(const Problem& p) {
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--arch", "--emit", "--chain", "--threads", "--lanes", "--beta-lanes"});
+  flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes"});
   std::set<std::string> switches = spec_switches();
   switches.insert({"--tuned", "--hmm"});
   const Args args(argc, argv, 2, flags, switches);
@@ -221,10 +221,11 @@ int run_inspect(int argc, char** argv) {
   GeneratedKernel kernel;
   int threads = 0;
   if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
-    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--threads", "--lanes", "--beta-lanes", "--emit",
-                       "--arch"},
+    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",
+                       "--emit", "--arch"},
                       "inspect --chain");
-    const ChainSpec spec = chain_spec_from(args, chain_problem_from(args, 1, 2));
+    // No device: one block per sequence unless --cluster says otherwise.
+    const ChainSpec spec = chain_spec_from(args, chain_problem_from(args, 1, 2), 0);
     kernel = with_override(emit_chain_kernel(spec));
     threads = spec.forward.threads; // the occupancy reported is the forward's
   } else {

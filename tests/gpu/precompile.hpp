@@ -12,6 +12,7 @@
 #include "generator/chain_source.hpp"
 #include "jitbmm/chain_problem.hpp"
 #include "jitbmm/kernel_spec.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 
@@ -37,13 +38,20 @@ inline void precompile(const DeviceInfo& device, const std::vector<KernelSpec>& 
   on_all_cores(specs.size(), [&](std::size_t i) { load_kernel(device, specs[i]); });
 }
 
-// The modules of chain problems' default variants (what ChainPlan::get loads; B and T do not change a module).
-inline void precompile(const DeviceInfo& device, const std::vector<ChainProblem>& problems) {
-  on_all_cores(problems.size(),
-               [&](std::size_t i) { load_generated(device, emit_chain_kernel(default_chain_spec(problems[i]))); });
+inline void precompile(const DeviceInfo& device, const std::vector<ChainSpec>& specs) {
+  on_all_cores(specs.size(), [&](std::size_t i) { load_generated(device, emit_chain_kernel(specs[i])); });
 }
 
-// Those of one semiring and form in f32 and f64 for each of `states`, on the current device.
+// The modules of chain problems' default variants on the device (what ChainPlan::get loads: T does not change a
+// module, and B only the clusters, alike for every batch of a few sequences).
+inline void precompile(const DeviceInfo& device, const std::vector<ChainProblem>& problems) {
+  std::vector<ChainSpec> specs;
+  for (const ChainProblem& p : problems) specs.push_back(default_chain_spec(p, cluster_sms(device)));
+  precompile(device, specs);
+}
+
+// Those of one semiring and form in f32 and f64 for each of `states` and a batch of a few sequences, on the
+// current device.
 inline void precompile_chains(Semiring semiring, ChainForm form, const std::vector<int64_t>& states) {
   std::vector<ChainProblem> problems;
   for (DType dtype : {DType::f32, DType::f64})

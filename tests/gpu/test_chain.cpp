@@ -15,6 +15,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 #include "precompile.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
 
 using namespace jitbmm;
@@ -37,6 +38,7 @@ struct Case {
   bool padded = false;     // potentials laid out [B][C][T−1][C + 3] (permuted, with gaps)
   double p_special = 0;    // each potential ±inf or NaN with this probability
   bool integers = false;   // small integers: exact sums and many ties (max_plus)
+  int cluster = 0;         // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
 };
 
 std::string describe(const Case& k) {
@@ -45,7 +47,7 @@ std::string describe(const Case& k) {
                 dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.padded ? " padded" : "",
                 k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
-  return text;
+  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string());
 }
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
@@ -102,7 +104,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_forward(p, pot.data(), host_lengths, ref_score.data(), ref_alpha.data(),
                            viterbi ? ref_path.data() : nullptr);
 
-  const ChainPlan plan = ChainPlan::get(p);
+  const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster)) : ChainPlan::get(p);
   CAPTURE(plan.kernel_name());
   const int bytes = dtype_info(k.dtype).size_bytes;
   DeviceBuffer d_pot = upload(pot), d_lengths = upload(lengths);
@@ -203,6 +205,52 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
                                     << worst.score << ", of alpha " << worst.alpha
                                     << ", worst absolute error of a gradient " << worst.grad);
     }
+}
+
+// The plans above split a sequence over the cluster their batch and C call for; here each state count runs in one
+// block per sequence and in every cluster size whose registers fit, down to clusters with blocks of no state.
+TEST_CASE("chains: one block per sequence and every cluster size against the float64 reference") {
+  if (cluster_sms(*current_device()) == 0) {
+    MESSAGE("skipped: clusters of blocks need sm_90 or later (this device is " << current_device()->arch() << ")");
+    return;
+  }
+  std::mt19937_64 rng(20261128);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{3, 6, 5}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}};
+  std::vector<Case> cases;
+  std::vector<ChainSpec> specs;
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f64})
+      for (const auto& sh : shapes)
+        for (int cluster = 1; cluster <= kMaxChainCluster; cluster *= 2) {
+          Case k{s, d, sh.B, sh.T, sh.C, 10};
+          k.cluster = cluster;
+          ChainProblem p;
+          p.semiring = s;
+          p.dtype = d;
+          p.B = sh.B;
+          p.T = sh.T;
+          p.C = sh.C;
+          const ChainSpec spec = clustered_chain_spec(p, cluster);
+          if (!spec.registers_fit()) continue;
+          specs.push_back(spec);
+          cases.push_back(k);
+          k.ragged = k.banded = true;
+          cases.push_back(k);
+          k.ragged = k.banded = false;
+          k.p_special = 0.05;
+          cases.push_back(k);
+          k.p_special = 0;
+          k.spread = 1;
+          k.integers = true;
+          cases.push_back(k);
+        }
+  test::precompile(*current_device(), specs);
+  Worst worst;
+  for (const Case& k : cases) run_case(k, rng, worst);
+  MESSAGE(cases.size() << " cases, " << specs.size() << " modules: worst relative error of the score " << worst.score
+                       << ", of alpha " << worst.alpha << ", worst absolute error of a gradient " << worst.grad);
 }
 
 TEST_CASE("chains: B = 0 launches nothing; T = 1 scores log C or 0; bad arguments name themselves") {

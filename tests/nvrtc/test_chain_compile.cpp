@@ -1,6 +1,7 @@
 // Compile-only: the chain modules for every semiring, dtype and input form they serve, at state counts that reach
 // each shape of the kernels (one lane per state, groups of lanes, the next step's potentials in registers or not,
-// more states than threads), build for sm_90 without spills in any entry. No GPU needed.
+// more states than threads, a cluster of blocks per sequence), build for sm_90 without spills in any entry. No GPU
+// needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -29,6 +30,10 @@ TEST_CASE("every chain module compiles for sm_90 without spills") {
           problem.T = 5;
           problem.C = C;
           specs.push_back(default_chain_spec(problem));
+          // Each sequence over a cluster of blocks (sm_90), where a block keeps one state, a few, or many.
+          if (C == 33 || C == 128 || C == 1024)
+            for (int cluster : {2, 8})
+              if (const ChainSpec s = clustered_chain_spec(problem, cluster); s.registers_fit()) specs.push_back(s);
         }
   // NVRTC is thread-safe: compile on every core, check on this thread.
   std::vector<std::future<std::pair<GeneratedKernel, std::string>>> logs;
