@@ -42,6 +42,7 @@ bool fits(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
   return loop_registers(s, l, prefetch) <= register_budget(l.threads);
 }
 
+
 // A ring slot: one round's terms of every thread of the block.
 unsigned slot_bytes(const ChainSpec& s, const ChainLoop& l) {
   return unsigned(l.threads) * unsigned((s.C + l.lanes - 1) / l.lanes) * unsigned(dtype_info(s.dtype).size_bytes);
@@ -145,21 +146,34 @@ ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving
 } // namespace
 
 ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
-  // The CRF form reads a step's C² potentials once, so one block per sequence is bound by what one SM reads from
-  // memory; where the batch leaves SMs idle, a cluster of blocks per sequence splits that (the HMM form's
-  // transitions stay on chip, and each block of a cluster would read all of them). From 128 states on, clusters of
-  // up to 1024 / C blocks: measured on an H200, 8 blocks were fastest at 128 states and 4 at 256 (8 were slower);
-  // at 32 and 64 states a cluster's barrier costs more than it saves. Never more blocks than SMs (the saving
-  // forward runs two clusters per sequence), and only where the registers still fit (a cluster's take a few more).
-  auto cluster_for = [&](int64_t sequences) {
+  // One block per sequence reads a step's potentials (the CRF form's C², the HMM form's transitions where they do
+  // not stay in registers) through one SM, so a batch of few sequences leaves the GPU idle and each step waits for
+  // memory; a cluster of blocks per sequence splits the step's target states and its reads. Measured on an H200
+  // (jitbmm bench --chain C --cluster K): from 128 states on it pays (at B, T, C = 8, 1024, 128 the CRF forward
+  // took 1.70 ms with 8 blocks instead of 3.48; at 4, 256, 512 2.24 instead of 12.2), at 32 and 64 states the
+  // cluster's barrier costs more than it saves. The cluster doubles, up to kMaxChainCluster blocks, while every
+  // cluster of the launch (two per sequence in the saving forward) still fits at once with room to spare: SMs are
+  // grouped, and a cluster takes SMs of one group, so 128 blocks of 512 threads in clusters of 4 ran in two waves
+  // on 132 SMs where 128 blocks of 256 threads in clusters of 8 did not. The room counted is half the blocks the
+  // SMs hold, by threads alone (one of 512 threads or more each, two of fewer; what the registers allow is known
+  // only once compiled, so some launches the rule keeps from clusters would have fit: measured, the saving forward
+  // at B, T, C = 32, 512, 128 ran 1.41 ms with 2 blocks against 1.89 with one, and Viterbi at 16, 256, 256 1.10
+  // with 4 against 1.45 with the 8 the rule takes). Only where the registers still fit (a cluster's take a few more).
+  const ChainSpec single = spec_with(problem, 1, 1);
+  const bool streams = problem.form == ChainForm::crf || !single.prefetch(single.forward);
+  auto cluster_for = [&](int64_t sequences, bool saving) {
     int k = 1;
-    if (problem.form == ChainForm::crf && problem.C >= 128)
-      while (2 * k <= kMaxChainCluster && 2 * k * problem.C <= 1024 && sequences * 2 * k <= cluster_sms &&
-             spec_with(problem, 2 * k, 2 * k).registers_fit())
-        k *= 2;
+    if (!streams || problem.C < 128) return k;
+    while (2 * k <= kMaxChainCluster) {
+      const ChainSpec s = spec_with(problem, 2 * k, 2 * k);
+      const int threads = (saving ? s.saving : s.forward).threads;
+      const int64_t room = int64_t(cluster_sms) * (threads >= 512 ? 1 : 2) / 2;
+      if (sequences * 2 * k > room || !s.registers_fit()) break;
+      k *= 2;
+    }
     return k;
   };
-  return spec_with(problem, cluster_for(problem.B), cluster_for(2 * problem.B));
+  return spec_with(problem, cluster_for(problem.B, false), cluster_for(2 * problem.B, true));
 }
 
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster) {
