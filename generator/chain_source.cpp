@@ -152,13 +152,13 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
   // (jitbmm bench --chain C --cluster K): from 128 states on it pays (at B, T, C = 8, 1024, 128 the CRF forward
   // took 1.70 ms with 8 blocks instead of 3.48; at 4, 256, 512 2.24 instead of 12.2), at 32 and 64 states the
   // cluster's barrier costs more than it saves. The cluster doubles, up to kMaxChainCluster blocks, while every
-  // cluster of the launch (two per sequence in the saving forward) still fits at once with room to spare: SMs are
-  // grouped, and a cluster takes SMs of one group, so 128 blocks of 512 threads in clusters of 4 ran in two waves
-  // on 132 SMs where 128 blocks of 256 threads in clusters of 8 did not. The room counted is half the blocks the
-  // SMs hold, by threads alone (one of 512 threads or more each, two of fewer; what the registers allow is known
-  // only once compiled, so some launches the rule keeps from clusters would have fit: measured, the saving forward
-  // at B, T, C = 32, 512, 128 ran 1.41 ms with 2 blocks against 1.89 with one, and Viterbi at 16, 256, 256 1.10
-  // with 4 against 1.45 with the 8 the rule takes). Only where the registers still fit (a cluster's take a few more).
+  // cluster of the launch (two per sequence in the saving forward) still fits at once: SMs are grouped, and a
+  // cluster takes SMs of one group, so 128 blocks of 512 threads in clusters of 4 ran in two waves on 132 SMs where
+  // in clusters of 2 they did not. The room counted is the blocks the SMs hold for clusters of 2 and half of them
+  // for larger ones, by threads alone (one block of 512 threads or more per SM, two of fewer; what the registers
+  // allow is known only once compiled, so the rule misses launches that would have fit: measured, Viterbi at B, T,
+  // C = 16, 256, 256 ran 1.21 ms with 4 blocks against 1.51 with the 8 the rule takes). Only where the registers
+  // still fit (a cluster's take a few more).
   const ChainSpec single = spec_with(problem, 1, 1);
   const bool streams = problem.form == ChainForm::crf || !single.prefetch(single.forward);
   auto cluster_for = [&](int64_t sequences, bool saving) {
@@ -167,7 +167,7 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
     while (2 * k <= kMaxChainCluster) {
       const ChainSpec s = spec_with(problem, 2 * k, 2 * k);
       const int threads = (saving ? s.saving : s.forward).threads;
-      const int64_t room = int64_t(cluster_sms) * (threads >= 512 ? 1 : 2) / 2;
+      const int64_t room = int64_t(cluster_sms) * (threads >= 512 ? 1 : 2) / (k == 1 ? 1 : 2);
       if (sequences * 2 * k > room || !s.registers_fit()) break;
       k *= 2;
     }
