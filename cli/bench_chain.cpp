@@ -106,7 +106,8 @@ int run_chain_bench(const Args& args) {
   std::printf("device: %s; chain%s %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
               device->name.c_str(), hmm ? " (hmm form)" : "", semiring_info(p.semiring).name, dtype_info(p.dtype).name, (long long)B,
               (long long)T, (long long)p.C);
-  // A loop as threads x lanes (x cluster blocks), and where its potentials wait: registers, a ring of N stages, or plain loads.
+  // A loop as threads x lanes (x cluster blocks), and where its potentials wait: registers, a ring of N stages, or
+  // plain loads.
   auto loop = [](const ChainSpec& s, const ChainLoop& l) {
     return std::to_string(l.threads) + "x" + std::to_string(l.lanes) +
            (l.cluster > 1 ? "x" + std::to_string(l.cluster) : std::string()) + ":" +
@@ -116,7 +117,8 @@ int run_chain_bench(const Args& args) {
               "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd", "check");
   // Each row as soon as it is measured: a sweep compiles a module a variant, and a cut-short run keeps its rows.
   bool all_checked = true;
-  const std::vector<ChainSpec> specs = args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
+  const std::vector<ChainSpec> specs =
+      args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);

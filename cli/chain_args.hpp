@@ -49,9 +49,9 @@ inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
 // rule's blocks for clusters of K; then --threads, --lanes and --beta-lanes override its fields.
 inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, int cluster_sms) {
   try {
-    ChainSpec spec = args.has("--cluster")
-                         ? clustered_chain_spec(problem, parse_int(args.get("--cluster", ""), "--cluster", 1, kMaxChainCluster))
-                         : default_chain_spec(problem, cluster_sms);
+    ChainSpec spec = default_chain_spec(problem, cluster_sms);
+    if (args.has("--cluster"))
+      spec = clustered_chain_spec(problem, parse_int(args.get("--cluster", ""), "--cluster", 1, kMaxChainCluster));
     // --threads and --lanes set both forwards' blocks (the saving one's backward messages keep their rule).
     if (args.has("--threads"))
       spec.forward.threads = spec.saving.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);

@@ -161,8 +161,9 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
   // A forward that saves its messages launches two clusters per sequence, and a grid holds fewer than 2^31 blocks.
   const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
   if (problem.B >= (int64_t(1) << 30) / cluster)
-    throw std::invalid_argument("chain.B: 2^30 sequences or more" +
-                                (cluster > 1 ? " / " + std::to_string(cluster) + " (the blocks of a cluster)" : std::string()));
+    throw std::invalid_argument(
+        "chain.B: 2^30 sequences or more" +
+        (cluster > 1 ? " / " + std::to_string(cluster) + " (the blocks of a cluster)" : std::string()));
   auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
   impl->spec = spec;
