@@ -163,7 +163,7 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
   const bool streams = problem.form == ChainForm::crf || !single.prefetch(single.forward);
   auto cluster_for = [&](int64_t sequences, bool saving) {
     int k = 1;
-    if (!streams || problem.C < 128) return k;
+    if (!streams || problem.C < 128 || cluster_sms <= 0 || sequences == 0) return k; // B = 0 launches nothing
     while (2 * k <= kMaxChainCluster) {
       const ChainSpec s = spec_with(problem, 2 * k, 2 * k);
       const int threads = (saving ? s.saving : s.forward).threads;

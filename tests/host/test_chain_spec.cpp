@@ -1,0 +1,111 @@
+// The chain specs the generator makes (generator/chain_source.hpp): the rule's clusters of blocks per sequence at
+// the shapes they were measured on, every default spec valid and within its registers, the spec checks naming the
+// field, and the generated text of a clustered module. No GPU needed.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "expect.hpp"
+#include "generator/chain_source.hpp"
+
+using namespace jitbmm;
+using test::expect_invalid;
+
+namespace {
+
+constexpr int kSms = 132; // an H100's or H200's multiprocessors
+
+ChainProblem chain(Semiring semiring, int64_t B, int64_t C, ChainForm form = ChainForm::crf,
+                   DType dtype = DType::f32) {
+  ChainProblem p;
+  p.semiring = semiring;
+  p.dtype = dtype;
+  p.form = form;
+  p.B = B;
+  p.T = 64;
+  p.C = C;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("chain specs: one block per sequence without clusters to lend (before sm_90, or no device)") {
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (int64_t C : {1, 33, 128, 256, 1024})
+      for (int64_t B : {0, 1, 8, 1000}) {
+        const ChainSpec spec = default_chain_spec(chain(s, B, C));
+        CAPTURE(to_string(spec));
+        CHECK(spec.forward.cluster == 1);
+        CHECK(spec.saving.cluster == 1);
+      }
+}
+
+TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on (132 SMs)") {
+  struct Expect {
+    Semiring semiring;
+    int64_t B, C;
+    ChainForm form;
+    int forward, saving; // saving: log only
+  };
+  const Expect expect[] = {
+      {Semiring::log, 32, 32, ChainForm::crf, 1, 1},        // below 128 states a barrier costs more than it saves
+      {Semiring::log, 32, 64, ChainForm::crf, 1, 1},
+      {Semiring::log, 8, 128, ChainForm::crf, 8, 8},        // 256 threads: two blocks an SM
+      {Semiring::max_plus, 8, 128, ChainForm::crf, 8, 0},
+      {Semiring::log, 32, 128, ChainForm::crf, 2, 2},       // clusters of 2 may fill the SMs
+      {Semiring::log, 16, 256, ChainForm::crf, 4, 4},       // 8 blocks of 512 threads would not fit at once
+      {Semiring::log, 4, 512, ChainForm::crf, 8, 8},
+      {Semiring::log, 1000, 256, ChainForm::crf, 1, 1},     // a large batch fills the GPU itself
+      {Semiring::log, 8, 128, ChainForm::hmm, 1, 1},        // f32 transitions of 128 states stay in registers
+      {Semiring::log, 16, 256, ChainForm::hmm, 8, 4},       // beyond, they are read each step
+  };
+  for (const Expect& e : expect) {
+    const ChainSpec spec = default_chain_spec(chain(e.semiring, e.B, e.C, e.form), kSms);
+    CAPTURE(to_string(spec));
+    CHECK(spec.forward.cluster == e.forward);
+    if (e.semiring == Semiring::log) CHECK(spec.saving.cluster == e.saving);
+  }
+}
+
+TEST_CASE("chain specs: every default spec passes its check and keeps its loops within their registers") {
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+    for (Semiring s : {Semiring::log, Semiring::max_plus})
+      for (DType d : {DType::f32, DType::f64})
+        for (int64_t C : {1, 2, 31, 64, 128, 129, 256, 257, 512, 1000, 1024})
+          for (int64_t B : {1, 3, 16, 64})
+            for (int sms : {0, kSms}) {
+              const ChainProblem p = chain(s, B, C, form, d);
+              const ChainSpec spec = default_chain_spec(p, sms);
+              CAPTURE(to_string(spec));
+              CHECK_NOTHROW(check_chain_spec(spec, p));
+              // The clusters the rule takes keep every block's registers; one block per sequence is the
+              // fallback whatever its registers (the nvrtc suite checks that those do not spill).
+              if (spec.forward.cluster > 1 || spec.saving.cluster > 1) CHECK(spec.registers_fit());
+            }
+}
+
+TEST_CASE("chain spec checks: a cluster size that is not a power of two at most 8 is named") {
+  const ChainProblem p = chain(Semiring::log, 2, 64);
+  ChainSpec spec = default_chain_spec(p, kSms);
+  spec.forward.cluster = 3;
+  expect_invalid([&] { check_chain_spec(spec, p); }, "chain spec.cluster: must be a power of two at most 8 (got 3)");
+  spec = default_chain_spec(p, kSms);
+  spec.saving.cluster = 16;
+  expect_invalid([&] { check_chain_spec(spec, p); }, "chain spec.saving_cluster: must be a power of two at most 8");
+  expect_invalid([&] { clustered_chain_spec(p, 0); }, "chain spec.cluster: must be a power of two at most 8 (got 0)");
+  CHECK(clustered_chain_spec(p, 4).forward.cluster == 4);
+  CHECK(clustered_chain_spec(p, 4).beta().cluster == 4);
+}
+
+TEST_CASE("chain modules: a clustered loop's entry declares its cluster, and its name and spec line say it") {
+  const ChainSpec spec = clustered_chain_spec(chain(Semiring::log, 2, 128), 4);
+  const GeneratedKernel k = emit_chain_kernel(spec);
+  CHECK(k.name.find("_k4_") != std::string::npos);
+  CHECK(k.source.find("forward=" + std::to_string(spec.forward.threads) + "x" + std::to_string(spec.forward.lanes) +
+                      "x4") != std::string::npos);
+  CHECK(k.source.find("__cluster_dims__(4, 1, 1) __launch_bounds__(" + std::to_string(spec.forward.threads)) !=
+        std::string::npos);
+  const GeneratedKernel single = emit_chain_kernel(clustered_chain_spec(chain(Semiring::log, 2, 128), 1));
+  CHECK(single.source.find("__cluster_dims__") == std::string::npos);
+  CHECK(single.name.find("_k") == std::string::npos);
+}
