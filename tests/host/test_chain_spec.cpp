@@ -72,15 +72,16 @@ TEST_CASE("chain specs: every default spec passes its check and keeps its loops 
     for (Semiring s : {Semiring::log, Semiring::max_plus})
       for (DType d : {DType::f32, DType::f64})
         for (int64_t C : {1, 2, 31, 64, 128, 129, 256, 257, 512, 1000, 1024})
-          for (int64_t B : {1, 3, 16, 64})
+          for (int64_t B : {1, 3, 16, 64, 128})
             for (int sms : {0, kSms}) {
               const ChainProblem p = chain(s, B, C, form, d);
               const ChainSpec spec = default_chain_spec(p, sms);
               CAPTURE(to_string(spec));
               CHECK_NOTHROW(check_chain_spec(spec, p));
-              // The clusters the rule takes keep every block's registers; one block per sequence is the
-              // fallback whatever its registers (the nvrtc suite checks that those do not spill).
-              if (spec.forward.cluster > 1 || spec.saving.cluster > 1) CHECK(spec.registers_fit());
+              // A cluster the rule takes keeps its blocks' registers; one block per sequence is the fallback
+              // whatever its registers (the nvrtc suite checks that those do not spill).
+              for (int cluster : {spec.forward.cluster, spec.saving.cluster})
+                if (cluster > 1) CHECK(clustered_chain_spec(p, cluster).registers_fit());
             }
 }
 
@@ -105,6 +106,9 @@ TEST_CASE("chain modules: a clustered loop's entry declares its cluster, and its
                       "x4") != std::string::npos);
   CHECK(k.source.find("__cluster_dims__(4, 1, 1) __launch_bounds__(" + std::to_string(spec.forward.threads)) !=
         std::string::npos);
+  const std::string saving = "__cluster_dims__(4, 1, 1) __launch_bounds__(" + std::to_string(spec.saving.threads) +
+                             ", 1) " + k.name + "_saving(";
+  CHECK(k.source.find(saving) != std::string::npos);
   const GeneratedKernel single = emit_chain_kernel(clustered_chain_spec(chain(Semiring::log, 2, 128), 1));
   CHECK(single.source.find("__cluster_dims__") == std::string::npos);
   CHECK(single.name.find("_k") == std::string::npos);

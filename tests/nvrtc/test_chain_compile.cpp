@@ -1,7 +1,7 @@
 // Compile-only: the chain modules for every semiring, dtype and input form they serve, at state counts that reach
 // each shape of the kernels (one lane per state, groups of lanes, the next step's potentials in registers or not,
-// more states than threads, a cluster of blocks per sequence), build for sm_90 without spills in any entry. No GPU
-// needed.
+// more states than threads, a cluster of blocks per sequence), build for sm_90 without spills in any entry but a
+// bounded few in the saving forward of the clusters the rule takes. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,8 +16,14 @@
 
 using namespace jitbmm;
 
-TEST_CASE("every chain module compiles for sm_90 without spills") {
+// The clusters the rule takes: their saving forward keeps both recursions' next steps in registers where the
+// estimate says they fit, and a few words of that may spill. Measured with its spill (80 bytes) at B, T, C = 16, 256,
+// 256 it was still the fastest variant (2.59 ms against 3.62 for clusters of 2 without), so a bound, not none.
+constexpr int kRuleClusterSpillBytes = 256;
+
+TEST_CASE("every chain module compiles for sm_90 without spills (a few words in the rule's clustered saving forward)") {
   std::vector<ChainSpec> specs;
+  std::vector<bool> rule_clustered; // specs[i] is a clustered spec the rule takes
   for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
     for (Semiring semiring : {Semiring::log, Semiring::max_plus})
       for (DType dtype : {DType::f32, DType::f64})
@@ -30,10 +36,23 @@ TEST_CASE("every chain module compiles for sm_90 without spills") {
           problem.T = 5;
           problem.C = C;
           specs.push_back(default_chain_spec(problem));
-          // Each sequence over a cluster of blocks (sm_90), where a block keeps one state, a few, or many.
+          rule_clustered.push_back(false);
+          // Each sequence over a cluster of blocks (sm_90), where a block keeps one state, a few, or many; and the
+          // clusters the rule takes on 132 SMs for batches of 8 and 16 (the two forwards' sizes may differ).
           if (C == 33 || C == 128 || C == 1024)
-            for (int cluster : {2, 8})
-              if (const ChainSpec s = clustered_chain_spec(problem, cluster); s.registers_fit()) specs.push_back(s);
+            for (int cluster : {2, 4, 8})
+              if (const ChainSpec s = clustered_chain_spec(problem, cluster); s.registers_fit()) {
+                specs.push_back(s);
+                rule_clustered.push_back(false);
+              }
+          for (int64_t B : {8, 16}) {
+            problem.B = B;
+            const ChainSpec s = default_chain_spec(problem, 132);
+            if (std::find(specs.begin(), specs.end(), s) == specs.end()) {
+              specs.push_back(s);
+              rule_clustered.push_back(true);
+            }
+          }
         }
   // NVRTC is thread-safe: compile on every core, check on this thread.
   std::vector<std::future<std::pair<GeneratedKernel, std::string>>> logs;
@@ -57,9 +76,10 @@ TEST_CASE("every chain module compiles for sm_90 without spills") {
     for (const std::string& entry : k.entries) {
       CAPTURE(entry);
       const PtxasResources r = parse_ptxas_log(log, k.name + entry);
+      const int allowed = rule_clustered[i] && entry == "_saving" ? kRuleClusterSpillBytes : 0;
       CHECK(r.registers > 0);
-      CHECK(r.spill_store_bytes == 0);
-      CHECK(r.spill_load_bytes == 0);
+      CHECK(r.spill_store_bytes <= allowed);
+      CHECK(r.spill_load_bytes <= allowed);
     }
   }
 }
