@@ -1,4 +1,5 @@
-// What the chain tests share: host vectors to device buffers and back, and the comparison with the reference.
+// What the chain tests share: host vectors to device buffers and back, the comparison with the reference, and what
+// a best path must be.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -50,6 +51,14 @@ inline void compare(const std::string& name, const std::vector<double>& got, con
     if (worst && std::isfinite(ref[i]))
       *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
   }
+}
+
+// A best path of a sequence of L of T positions over C states: a state in [0, C) at each of its first L positions,
+// −1 at the rest.
+inline bool valid_path(const int32_t* path, int64_t L, int64_t T, int64_t C) {
+  for (int64_t t = 0; t < T; ++t)
+    if (t < L ? path[t] < 0 || path[t] >= C : path[t] != -1) return false;
+  return true;
 }
 
 } // namespace jitbmm::test

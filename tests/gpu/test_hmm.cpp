@@ -171,19 +171,25 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha);
   if (!viterbi) { // the forward without saved: another entry point, the same contract
     d_score.fill_bytes(0xff);
-    plan(dev, d_len, d_score.get());
+    d_alpha.fill_bytes(0xff);
+    plan(dev, d_len, d_score.get(), nullptr, d_alpha.get());
     compare("without saved: score", download_as_double(d_score, k.dtype, B), ref_score, score_tol, bad);
+    compare("without saved: alpha", download_as_double(d_alpha, k.dtype, int64_t(n_em)), ref_alpha, alpha_tol, bad);
   }
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
   if (viterbi && !same_path) {
-    // Only an equally good path (to the score's tolerance) may differ from the reference's; with a score that is
-    // not finite the path is not compared (the back-pointers choose among transitions, the reference among formed
-    // potentials that carry the NaN).
+    // Only an equally good path (to the score's tolerance) may differ from the reference's: a state at every
+    // position before the sequence's length, −1 after it. With a score that is not finite the path is not compared
+    // (the back-pointers choose among transitions, the reference among formed potentials that carry the NaN).
     for (int64_t b = 0; b < B; ++b) {
       const int64_t L = k.ragged ? lengths[b] : T, tb = k.batched ? b : 0;
       const int32_t* s = path.data() + b * T;
-      if (!std::isfinite(ref_score[b]) || s[0] < 0) continue;
+      if (!std::isfinite(ref_score[b])) continue;
+      if (!test::valid_path(s, L, T, C)) {
+        if (bad++ < 5) FAIL_CHECK("path of sequence " << b << " is not a state a position up to its length");
+        continue;
+      }
       double sum = load_element(k.dtype, in.bytes.data(), in.at({tb, s[0]})) +
                    load_element(k.dtype, em.bytes.data(), em.at({b, 0, s[0]}));
       for (int64_t t = 0; t + 1 < L; ++t)
