@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     bool filtered = false;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
-      filtered = filtered || arg.rfind("-tc", 0) == 0 || arg.rfind("--test-case", 0) == 0;
+      filtered = filtered || arg.rfind("-tc=", 0) == 0 || arg.rfind("--test-case=", 0) == 0;
     }
     if (!filtered) compile_all_variants(*dev);
   } catch (const jitbmm::NoDriverError& e) {
