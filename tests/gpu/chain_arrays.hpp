@@ -1,5 +1,5 @@
-// What the chain tests share: host vectors to device buffers and back, the comparison with the reference, and what
-// a best path must be.
+// What the chain tests share: host vectors to device buffers and back, the comparison with the reference, what a
+// best path must be, and the problems the cluster tests run.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "generator/chain_source.hpp"
 #include "jitbmm/reference.hpp"
+#include "runtime/chain_plan.hpp"
+#include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 
 namespace jitbmm::test {
@@ -51,6 +54,38 @@ inline void compare(const std::string& name, const std::vector<double>& got, con
     if (worst && std::isfinite(ref[i]))
       *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
   }
+}
+
+// The problems the cluster tests run, each with a cluster size: both semirings and dtypes of `form` at shapes of 5
+// to 257 states (blocks of no state at the small ones, the shared-memory ring and emissions at the large), in one
+// block per sequence and every cluster size whose registers fit. Empty, with a message, on a device without clusters.
+struct ClusterRun {
+  ChainProblem problem;
+  int cluster;
+};
+inline std::vector<ClusterRun> cluster_runs(ChainForm form) {
+  if (cluster_sms(*current_device()) == 0) {
+    MESSAGE("skipped: clusters of blocks need sm_90 or later (this device is " << current_device()->arch() << ")");
+    return {};
+  }
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{3, 6, 5}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}};
+  std::vector<ClusterRun> runs;
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f64})
+      for (const auto& sh : shapes)
+        for (int cluster = 1; cluster <= kMaxChainCluster; cluster *= 2) {
+          ChainProblem p;
+          p.semiring = s;
+          p.dtype = d;
+          p.form = form;
+          p.B = sh.B;
+          p.T = sh.T;
+          p.C = sh.C;
+          if (clustered_chain_spec(p, cluster).registers_fit()) runs.push_back({p, cluster});
+        }
+  return runs;
 }
 
 // A best path of a sequence of L of T positions over C states: a state in [0, C) at each of its first L positions,

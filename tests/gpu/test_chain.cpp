@@ -212,42 +212,25 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
 // The plans above split a sequence over the cluster their batch and C call for; here each state count runs in one
 // block per sequence and in every cluster size whose registers fit, down to clusters with blocks of no state.
 TEST_CASE("chains: one block per sequence and every cluster size against the float64 reference") {
-  if (cluster_sms(*current_device()) == 0) {
-    MESSAGE("skipped: clusters of blocks need sm_90 or later (this device is " << current_device()->arch() << ")");
-    return;
-  }
   std::mt19937_64 rng(20261128);
-  const struct {
-    int64_t B, T, C;
-  } shapes[] = {{3, 6, 5}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}};
   std::vector<Case> cases;
   std::vector<ChainSpec> specs;
-  for (Semiring s : {Semiring::log, Semiring::max_plus})
-    for (DType d : {DType::f32, DType::f64})
-      for (const auto& sh : shapes)
-        for (int cluster = 1; cluster <= kMaxChainCluster; cluster *= 2) {
-          Case k{s, d, sh.B, sh.T, sh.C, 10};
-          k.cluster = cluster;
-          ChainProblem p;
-          p.semiring = s;
-          p.dtype = d;
-          p.B = sh.B;
-          p.T = sh.T;
-          p.C = sh.C;
-          const ChainSpec spec = clustered_chain_spec(p, cluster);
-          if (!spec.registers_fit()) continue;
-          specs.push_back(spec);
-          cases.push_back(k);
-          k.ragged = k.banded = true;
-          cases.push_back(k);
-          k.ragged = k.banded = false;
-          k.p_special = 0.05;
-          cases.push_back(k);
-          k.p_special = 0;
-          k.spread = 1;
-          k.integers = true;
-          cases.push_back(k);
-        }
+  for (const auto& [p, cluster] : test::cluster_runs(ChainForm::crf)) {
+    specs.push_back(clustered_chain_spec(p, cluster));
+    Case k{p.semiring, p.dtype, p.B, p.T, p.C, 10};
+    k.cluster = cluster;
+    cases.push_back(k);
+    k.ragged = k.banded = true;
+    cases.push_back(k);
+    k.ragged = k.banded = false;
+    k.p_special = 0.05;
+    cases.push_back(k);
+    k.p_special = 0;
+    k.spread = 1;
+    k.integers = true;
+    cases.push_back(k);
+  }
+  if (cases.empty()) return;
   test::precompile(*current_device(), specs);
   Worst worst;
   for (const Case& k : cases) run_case(k, rng, worst);

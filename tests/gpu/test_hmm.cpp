@@ -276,45 +276,27 @@ TEST_CASE("hmm: max_plus against the float64 reference, shared and batched table
 // The HMM form's recursions in one block per sequence and split over every cluster size whose registers fit, down
 // to clusters with blocks of no state.
 TEST_CASE("hmm: one block per sequence and every cluster size against the float64 reference") {
-  if (cluster_sms(*current_device()) == 0) {
-    MESSAGE("skipped: clusters of blocks need sm_90 or later (this device is " << current_device()->arch() << ")");
-    return;
-  }
   std::mt19937_64 rng(20261130);
-  const struct {
-    int64_t B, T, C;
-  } shapes[] = {{3, 6, 5}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}};
   std::vector<Case> cases;
   std::vector<ChainSpec> specs;
-  for (Semiring s : {Semiring::log, Semiring::max_plus})
-    for (DType d : {DType::f32, DType::f64})
-      for (const auto& sh : shapes)
-        for (int cluster = 1; cluster <= kMaxChainCluster; cluster *= 2) {
-          ChainProblem p;
-          p.semiring = s;
-          p.dtype = d;
-          p.form = ChainForm::hmm;
-          p.B = sh.B;
-          p.T = sh.T;
-          p.C = sh.C;
-          const ChainSpec spec = clustered_chain_spec(p, cluster);
-          if (!spec.registers_fit()) continue;
-          specs.push_back(spec);
-          Case k{s, d, sh.B, sh.T, sh.C, 10};
-          k.cluster = cluster;
-          cases.push_back(k);
-          Case masked = k;
-          masked.ragged = masked.banded = masked.batched = true;
-          cases.push_back(masked);
-          Case minus_inf = k;
-          minus_inf.p_special = 0.1;
-          minus_inf.minus_inf = true;
-          cases.push_back(minus_inf);
-          Case ties{s, d, sh.B, sh.T, sh.C};
-          ties.integers = true;
-          ties.cluster = cluster;
-          cases.push_back(ties);
-        }
+  for (const auto& [p, cluster] : test::cluster_runs(ChainForm::hmm)) {
+    specs.push_back(clustered_chain_spec(p, cluster));
+    Case k{p.semiring, p.dtype, p.B, p.T, p.C, 10};
+    k.cluster = cluster;
+    cases.push_back(k);
+    Case masked = k;
+    masked.ragged = masked.banded = masked.batched = true;
+    cases.push_back(masked);
+    Case minus_inf = k;
+    minus_inf.p_special = 0.1;
+    minus_inf.minus_inf = true;
+    cases.push_back(minus_inf);
+    Case ties{p.semiring, p.dtype, p.B, p.T, p.C};
+    ties.integers = true;
+    ties.cluster = cluster;
+    cases.push_back(ties);
+  }
+  if (cases.empty()) return;
   test::precompile(*current_device(), specs);
   Worst worst;
   for (const Case& k : cases) run_case(k, rng, worst);
