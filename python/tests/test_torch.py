@@ -15,14 +15,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import gpu_main  # noqa: E402
-
-try:
-    import torch
-    HAVE_CUDA = torch.cuda.is_available()
-except ImportError:
-    torch = None
-    HAVE_CUDA = False
+from torch_cases import HAVE_CUDA, gpu_main, torch  # noqa: E402
 
 
 def naive(a, b, semiring):

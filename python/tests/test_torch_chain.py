@@ -15,14 +15,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import GpuCase, gpu_main  # noqa: E402
+from torch_cases import HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
 
-try:
-    import torch
-    HAVE_CUDA = torch.cuda.is_available()
-except ImportError:
-    torch = None
-    HAVE_CUDA = False
 try:
     import torch_struct
 except Exception:  # ImportError, or an incompatibility with this torch

@@ -15,14 +15,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import GpuCase, gpu_main  # noqa: E402
-
-try:
-    import torch
-    HAVE_CUDA = torch.cuda.is_available()
-except ImportError:
-    torch = None
-    HAVE_CUDA = False
+from torch_cases import HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
 
 # (B, T, C), with whether transitions and initial are per sequence. Odd sizes, each of 1, 2, 31, 33, 129 in every
 # role; 257 and 1000 states stream the transitions through shared memory instead of registers.

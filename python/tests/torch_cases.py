@@ -1,5 +1,6 @@
 """What the jitbmm.torch GPU test programs share: their main, a test case with jitbmm.torch at hand on the GPU, and
-the CUDA-graph check. Imports without torch (the programs then report themselves skipped)."""
+the CUDA-graph check; torch (None where it is missing) and whether it sees a CUDA GPU. Imports without torch (the
+programs then report themselves skipped)."""
 
 import os
 import sys
@@ -8,8 +9,10 @@ import unittest
 
 try:
     import torch
+    HAVE_CUDA = torch.cuda.is_available()
 except ImportError:
     torch = None
+    HAVE_CUDA = False
 
 
 def gpu_main(may_skip=None):
