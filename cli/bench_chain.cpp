@@ -65,7 +65,9 @@ int run_chain_bench(const Args& args) {
   const ChainSpec chosen = chain_spec_from(args, p, cluster_sms(*device));
   ScopedContext scope(device->context);
 
-  const int bytes = dtype_info(p.dtype).size_bytes;
+  // The inputs and their gradients in the problem's dtype; score and grad_score in the output dtype.
+  const DType out = chain_output_dtype(p);
+  const int bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   const bool hmm = p.form == ChainForm::hmm;
   const int64_t n = B * (T - 1) * p.C * p.C;
   // The inputs, standard normal: the potentials [B][T − 1][C][C], or the HMM form's emissions [B][T][C],
@@ -75,11 +77,11 @@ int run_chain_bench(const Args& args) {
   std::mt19937_64 rng(2024);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (int64_t i = 0; i < n_input; ++i) store_element(p.dtype, host.data(), i, normal(rng));
-  DeviceBuffer pot(host.size() + 1), score(B * bytes), grad(host.size() + 1), g(B * bytes),
+  DeviceBuffer pot(host.size() + 1), score(B * out_bytes), grad(host.size() + 1), g(B * out_bytes),
       path(log ? 0 : B * T * 4);
   pot.upload(host.data(), host.size());
-  std::vector<unsigned char> ones(B * bytes);
-  for (int64_t b = 0; b < B; ++b) store_element(p.dtype, ones.data(), b, 1.0);
+  std::vector<unsigned char> ones(B * out_bytes);
+  for (int64_t b = 0; b < B; ++b) store_element(out, ones.data(), b, 1.0);
   g.upload(ones.data(), ones.size());
   auto tables = [&](const DeviceBuffer& d) {
     char* base = static_cast<char*>(d.get());
@@ -100,7 +102,7 @@ int run_chain_bench(const Args& args) {
   } else {
     reference::chain_forward(first, host.data(), nullptr, &want, nullptr, nullptr);
   }
-  const double tolerance = p.dtype == DType::f32 ? 1e-5 : 1e-11;
+  const double tolerance = out == DType::f32 ? 1e-5 : 1e-11;
 
   const double terms = double(n);
   std::printf("device: %s; chain%s %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
@@ -149,9 +151,9 @@ int run_chain_bench(const Args& args) {
     auto* best = log ? nullptr : static_cast<int32_t*>(path.get());
     row.saving_ms = time_launches([&](Stream st) { forward(st, keep, best); }, 3, reps).median_ms;
     row.backward_ms = time_launches([&](Stream st) { backward(st, keep, best); }, 3, reps).median_ms;
-    std::vector<unsigned char> got(bytes);
+    std::vector<unsigned char> got(out_bytes);
     score.download(got.data(), got.size());
-    row.checked = std::fabs(load_element(p.dtype, got.data(), 0) - want) <= tolerance * std::max(1.0, std::fabs(want));
+    row.checked = std::fabs(load_element(out, got.data(), 0) - want) <= tolerance * std::max(1.0, std::fabs(want));
     all_checked = all_checked && row.checked;
     std::printf("%-16s %-16s %-16s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
                 log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",

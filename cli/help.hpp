@@ -77,8 +77,8 @@ inline std::string inspect_help() {
          "                 [--index64] [--arch sm_90]\n"
          "                 --emit cuda|ptx|sass|resources|all\n" +
          wrap(description, 6, 108) +
-         "  jitbmm inspect --chain C [--hmm] [--semiring log|max_plus] [--dtype f32|f64] [--cluster K] [--threads N]\n"
-         "                 [--lanes G] [--beta-lanes G] [--arch sm_90] --emit cuda|ptx|sass|resources|all\n"
+         "  jitbmm inspect --chain C [--hmm] [--semiring log|max_plus] [--dtype f32|f64|f16|bf16] [--cluster K]\n"
+         "                 [--threads N] [--lanes G] [--beta-lanes G] [--arch sm_90] --emit cuda|ptx|sass|resources|all\n"
          "      The same for the linear-chain module of C states (docs/chains.md): its forward and backward;\n"
          "      --hmm: the HMM form's (transitions and emissions instead of potentials); --cluster K: each\n"
          "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU).\n"
@@ -111,8 +111,9 @@ inline const std::vector<CommandHelp>& command_help() {
        "  jitbmm bench --backward [problem flags]      forward and backward times, memory, sampled check\n"
        "  jitbmm bench --exp-matmul [--shape S] [--dtype D]  exp_matmul vs the direct kernels on randn, randn*50,\n"
        "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
-       "  jitbmm bench --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype f32|f64]\n"
-       "               [--cluster K] [--threads N] [--lanes G] [--beta-lanes G] [--sweep] [--reps N]\n"
+       "  jitbmm bench --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus]\n"
+       "               [--dtype f32|f64|f16|bf16] [--cluster K] [--threads N] [--lanes G] [--beta-lanes G] [--sweep]\n"
+       "               [--reps N]\n"
        "      The linear-chain kernels (docs/chains.md), default B = 32, T = 512: forward, forward saving its\n"
        "      messages (log) or with the best path (max_plus), backward; terms/s; a score checked on the CPU.\n"
        "      --hmm: the HMM form's kernels, from emissions, one transition table and one initial table.\n"

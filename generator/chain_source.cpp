@@ -43,9 +43,9 @@ bool fits(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
 }
 
 
-// A ring slot: one round's terms of every thread of the block.
+// A ring slot: one round's terms of every thread of the block, in the accumulator type.
 unsigned slot_bytes(const ChainSpec& s, const ChainLoop& l) {
-  return unsigned(l.threads) * unsigned((s.C + l.lanes - 1) / l.lanes) * unsigned(dtype_info(s.dtype).size_bytes);
+  return unsigned(l.threads) * unsigned((s.C + l.lanes - 1) / l.lanes) * unsigned(dtype_info(s.dtype).acc_bytes);
 }
 // What the ring may take: enough rounds in flight to cover the latency of memory at the rate one SM reads it,
 // within the 227 KiB of shared memory a block may have.
@@ -87,13 +87,15 @@ int default_beta_lanes(const ChainSpec& spec) {
 }
 
 int ChainSpec::stages(const ChainLoop& loop) const {
-  if (prefetch(loop)) return 0;
+  // cp.async copies 4, 8 or 16 bytes: half types' terms are loaded where they are reduced instead.
+  if (prefetch(loop) || dtype_info(dtype).half) return 0;
   const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this, loop)));
   return n >= 2 ? n : 0;
 }
 
 unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
-  const unsigned emissions = form == ChainForm::hmm && !prefetch(loop) ? 2u * unsigned(C) * unsigned(dtype_info(dtype).size_bytes) : 0;
+  const unsigned emissions =
+      form == ChainForm::hmm && !prefetch(loop) ? 2u * unsigned(C) * unsigned(dtype_info(dtype).acc_bytes) : 0;
   return unsigned(stages(loop)) * slot_bytes(*this, loop) + emissions;
 }
 
@@ -119,9 +121,10 @@ ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving
   };
   const int per_lane = s.C > 128 ? 16 : 8;
   const ChainLoop base = block_for(per_lane, forward_cluster);
-  // The f32 HMM form's transitions stay in registers for the whole chain, which leaves a lane room for sixteen
-  // terms from 64 states on (the log forward measured at 64 and 128; its saving forward keeps the rule below).
-  const bool hmm_log_f32 = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32;
+  // The HMM form's transitions stay in registers for the whole chain, which in f32 (and in f16 and bf16, computed
+  // in f32) leaves a lane room for sixteen terms from 64 states on (the log forward measured at 64 and 128; its
+  // saving forward keeps the rule below).
+  const bool hmm_log_f32 = s.form == ChainForm::hmm && s.semiring == Semiring::log && !dtype_info(s.dtype).wide_acc();
   s.forward = hmm_log_f32 && s.C >= 64 ? block_for(16, forward_cluster) : base;
   // The saving forward runs both recursions in one block size, the backward messages with their own lanes
   // (default_beta_lanes): the largest block, starting from the base rule's forward block, in which both loops keep
@@ -224,9 +227,10 @@ std::string to_string(const ChainSpec& s) {
 }
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
-  const std::string type = dtype_info(s.dtype).acc_type;
+  // The kernels take the inputs' storage type; the reductions work in its accumulator type.
+  const std::string type = dtype_info(s.dtype).device_type;
   const bool log = s.semiring == Semiring::log, hmm = s.form == ChainForm::hmm;
-  const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + type + ">";
+  const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + dtype_info(s.dtype).acc_type + ">";
   // A loop's template arguments after its block size: lanes, prefetch, stages.
   auto loop = [&](const ChainLoop& l) {
     return std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") + ", " + std::to_string(s.stages(l));

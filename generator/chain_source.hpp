@@ -39,8 +39,9 @@ struct ChainSpec {
   bool operator==(const ChainSpec& o) const;
   // A loop's potentials sit in registers, a whole step loaded a step ahead, when they are few enough; otherwise
   // they come round by round through a ring of stages(loop) slots of shared memory (0: none, where two slots do
-  // not fit). dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without
-  // prefetch, two steps' emissions.
+  // not fit, and for half types, which cp.async cannot copy: a round then loads its own terms).
+  // dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without prefetch, two
+  // steps' emissions.
   bool prefetch(const ChainLoop& loop) const;
   // Whether every loop's registers fit its block without prefetch (what the rule makes sure of before it splits a
   // sequence over a cluster).

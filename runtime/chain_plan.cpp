@@ -27,8 +27,8 @@ struct ChainPlan::Impl {
 
 namespace {
 
-// The pieces of `saved`, each 256-byte aligned: the forward and the backward messages (rel[B][T][C] in the dtype
-// and offset[B][T] in double, each), then logz[B] (double).
+// The pieces of `saved`, each 256-byte aligned: the forward and the backward messages (rel[B][T][C] in the
+// accumulator's dtype and offset[B][T] in double, each), then logz[B] (double).
 struct SavedLayout {
   std::size_t messages = 0, offsets = 0, logz = 0;
   std::size_t total() const {
@@ -39,7 +39,7 @@ struct SavedLayout {
 SavedLayout saved_layout(const ChainProblem& p) {
   if (p.semiring != Semiring::log) return {};
   const auto messages = std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C"));
-  return {messages * std::size_t(dtype_info(p.dtype).size_bytes), std::size_t(p.B * p.T) * sizeof(double),
+  return {messages * std::size_t(dtype_info(p.dtype).acc_bytes), std::size_t(p.B * p.T) * sizeof(double),
           std::size_t(p.B) * sizeof(double)};
 }
 
@@ -211,7 +211,7 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
   if (saved && p.semiring != Semiring::log)
     throw std::invalid_argument("saved: only log chains save messages (max_plus's backward reads the path)");
   if (empty) return;
-  const int bytes = dtype_info(p.dtype).size_bytes;
+  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
   attach(params, p, lengths, path, saved);
@@ -266,9 +266,8 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_lengths(p, lengths, p.B == 0);
   check_backward_reads(p, saved, path, empty);
   if (empty) return;
-  const int bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(grad_score, "grad_score", bytes);
-  check_alignment(grad_potentials, "grad_potentials", bytes);
+  check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
+  check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
   jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
   params.grad_score = grad_score;
   params.grad = grad_potentials;
@@ -329,7 +328,7 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_lengths(p, lengths, empty);
   check_backward_reads(p, saved, path, empty);
   const int bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(grad_score, "grad_score", bytes);
+  check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grads.emissions, "grads.emissions", bytes);
   check_alignment(grads.transitions, "grads.transitions", bytes);
   check_alignment(grads.initial, "grads.initial", bytes);

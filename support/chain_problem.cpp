@@ -64,12 +64,9 @@ void check_chain_problem(const ChainProblem& p) {
                                                      : "enum value " + std::to_string(s)) +
                          " is not supported (expected log or max_plus)");
   }
-  if (p.dtype != DType::f32 && p.dtype != DType::f64) {
-    const int d = static_cast<int>(p.dtype);
-    fail("dtype", (d >= 0 && d < dtype_count() ? std::string("'") + dtype_info(p.dtype).name + "'"
-                                               : "enum value " + std::to_string(d)) +
-                      " is not supported (expected f32 or f64)");
-  }
+  const int d = static_cast<int>(p.dtype);
+  if (d < 0 || d >= dtype_count())
+    fail("dtype", "enum value " + std::to_string(d) + " is not supported (expected f32, f64, f16 or bf16)");
   if (p.B < 0) fail("B", "must be at least 0 (got " + std::to_string(p.B) + ")");
   if (p.T < 1) fail("T", "must be at least 1 (got " + std::to_string(p.T) + ")");
   if (p.C < 1 || p.C > kMaxChainStates)
@@ -81,10 +78,10 @@ void check_chain_problem(const ChainProblem& p) {
   check_strides("transition_strides", p.transition_strides, 3);
   check_strides("initial_strides", p.initial_strides, 2);
   // Sizes before strides: the contiguous strides are products of sizes. What the calls write is contiguous: alpha
-  // [B][T][C] (path [B][T] int32 is no larger) and grad_potentials [B][T − 1][C][C], which is also the contiguous
-  // potentials.
+  // [B][T][C] in the output dtype (path [B][T] int32 is no larger) and grad_potentials [B][T − 1][C][C], which is
+  // also the contiguous potentials.
   const int bytes = dtype_info(p.dtype).size_bytes;
-  check_holds("alpha", "B*T*C", p.B, {p.T, p.C}, bytes);
+  check_holds("alpha", "B*T*C", p.B, {p.T, p.C}, dtype_info(chain_output_dtype(p)).size_bytes);
   if (p.form == ChainForm::crf)
     check_holds("potentials", "B*(T-1)*C*C", p.B, {p.T - 1, p.C, p.C}, bytes);
   else
@@ -104,6 +101,8 @@ void check_chain_problem(const ChainProblem& p) {
   chain_strides(p, st);
   check_span("potentials", "B*(T-1)*C*C", {p.B, p.T - 1, p.C, p.C}, st, bytes);
 }
+
+DType chain_output_dtype(const ChainProblem& p) { return dtype_info(p.dtype).half ? DType::f32 : p.dtype; }
 
 void chain_strides(const ChainProblem& p, int64_t out[4]) {
   const int64_t* s = p.strides;

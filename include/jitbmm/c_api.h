@@ -109,7 +109,7 @@ void jitbmm_plan_destroy(jitbmm_plan* plan);
  * instead: emissions[B][T][C], transitions[C][C] (to, from) and initial[C], the tables optionally per sequence. */
 typedef struct {
   const char* semiring; /* "log" (log-partition) or "max_plus" (Viterbi) */
-  const char* dtype;    /* "f32" or "f64" */
+  const char* dtype;    /* the inputs': "f32", "f64", "f16" or "bf16" (computed in f32) */
   int64_t B, T, C;      /* B >= 0, T >= 1, 1 <= C <= 1024 */
   int64_t strides[4];   /* b, t, c, p of potentials in elements; all 0: contiguous [B][T - 1][C][C] */
   int with_lengths;     /* the calls get int64 lengths[B] on the device, each in [1, T] (else NULL) */
@@ -131,14 +131,15 @@ jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_
 /* The same bytes for a problem, without a plan (no GPU, no compiling): chain_saved_bytes in chain.hpp. */
 jitbmm_status jitbmm_chain_problem_saved_bytes(const jitbmm_chain_problem* problem, size_t* bytes);
 jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes);
-/* The forward on `stream`: score[B] in the problem's dtype. Optional (NULL to skip): saved (saved_bytes, 256-byte
- * aligned) for the backward; alpha[B][T][C] in the dtype, the forward messages; path[B][T] (max_plus), the best
+/* The forward on `stream`: score[B] in the problem's dtype (f32 for f16 and bf16). Optional (NULL to skip): saved
+ * (saved_bytes, 256-byte aligned) for the backward; alpha[B][T][C] in score's dtype, the forward messages; path[B][T] (max_plus), the best
  * path's states (ties: the smallest state; -1 past a sequence's length). The workspace as for
  * jitbmm_plan_run_with_workspace (NULL with 0 bytes: jitbmm's own pool). */
 jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                     void* score, void* saved, void* alpha, int32_t* path, void* workspace,
                                     size_t workspace_bytes, void* stream);
-/* grad_potentials (contiguous [B][T - 1][C][C]) = grad_score[b] times the derivative of score[b]: log reads the
+/* grad_potentials (contiguous [B][T - 1][C][C], the problem's dtype) = grad_score[b] (score's dtype) times the
+ * derivative of score[b]: log reads the
  * forward's saved (edge marginals), max_plus its path (the path's edge indicator). Asynchronous on `stream`. */
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,

@@ -20,12 +20,12 @@ public:
   static ChainPlan get(const ChainProblem& problem);
 
   // The forward, asynchronous on `stream`. Device pointers: potentials laid out as the problem's strides say;
-  // lengths as ChainProblem::with_lengths says (else null); score[B] in the problem's dtype. Optional (null to
-  // skip): saved, saved_bytes() bytes (256-byte aligned) that backward() reads: the messages at full precision,
-  // for log; alpha[B][T][C] in the dtype, the forward messages (alpha[b][t][c] = ⊕ over the paths that end in
-  // state c at position t; −inf from a sequence's length on); path[B][T] (max_plus only, int32), the best path's
-  // states (ties: the smallest state; −1 from a sequence's length on). Throws std::invalid_argument naming the
-  // argument, CudaError when a launch fails.
+  // lengths as ChainProblem::with_lengths says (else null); score[B] in chain_output_dtype (the problem's dtype, f32
+  // for half types). Optional (null to skip): saved, saved_bytes() bytes (256-byte aligned) that backward() reads:
+  // the messages at full precision, for log; alpha[B][T][C] in the output dtype, the forward messages
+  // (alpha[b][t][c] = ⊕ over the paths that end in state c at position t; −inf from a sequence's length on);
+  // path[B][T] (max_plus only, int32), the best path's states (ties: the smallest state; −1 from a sequence's
+  // length on). Throws std::invalid_argument naming the argument, CudaError when a launch fails.
   void operator()(const void* potentials, const int64_t* lengths, void* score, void* saved = nullptr,
                   void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
                   const Workspace& workspace = {}) const;
@@ -34,10 +34,11 @@ public:
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c).
   std::size_t workspace_bytes(bool with_path) const;
 
-  // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] times the
-  // derivative of score[b] with respect to potentials[b][t][c][p]. log reads the forward's `saved` and gives the
-  // edge marginals (0 for a sequence whose score is −inf, for steps past a sequence's length, and wherever
-  // grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator. Asynchronous on `stream`.
+  // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] (the output
+  // dtype) times the derivative of score[b] with respect to potentials[b][t][c][p]. log reads the forward's `saved`
+  // and gives the edge marginals (0 for a sequence whose score is −inf, for steps past a sequence's length, and
+  // wherever grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator. Asynchronous on
+  // `stream`.
   void backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
                 const void* grad_score, void* grad_potentials, Stream stream = nullptr) const;
 

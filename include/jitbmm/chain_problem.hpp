@@ -28,7 +28,10 @@ enum class ChainForm { crf, hmm };
 
 struct ChainProblem {
   Semiring semiring = Semiring::log; // log or max_plus
-  DType dtype = DType::f32;          // f32 or f64
+  // The inputs' dtype: f32, f64, f16 or bf16. Half types are read into f32 and computed in it: the score, alpha,
+  // grad_score and the saved messages are then f32 (the accumulator's dtype, chain_output_dtype), the inputs'
+  // gradients in the inputs' dtype.
+  DType dtype = DType::f32;
   int64_t B = 0, T = 1, C = 1;       // B may be 0; T ≥ 1; C ≥ 1 (at most kMaxChainStates)
   // Element strides of potentials for (b, t, c, p); any non-negative values (broadcast dimensions have stride 0).
   // All four 0 (the default): contiguous [B][T − 1][C][C].
@@ -63,8 +66,11 @@ struct HmmGradients {
   void* initial = nullptr;     // [C], or [B][C] with batched_initial
 };
 
+// The dtype of score, alpha and grad_score: the problem's, f32 for half types.
+DType chain_output_dtype(const ChainProblem& problem);
+
 // Throws std::invalid_argument naming the field when the problem is not one jitbmm computes: a semiring other
-// than log and max_plus, a dtype other than f32 and f64, T < 1, C outside [1, kMaxChainStates], B < 0, negative
+// than log and max_plus, a dtype that is not a float, T < 1, C outside [1, kMaxChainStates], B < 0, negative
 // strides, an input beyond 2^62 bytes, or potentials' strides given to the hmm form.
 void check_chain_problem(const ChainProblem& problem);
 // The element stride of potentials along (b, t, c, p), contiguous strides filled in.

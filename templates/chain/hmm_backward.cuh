@@ -2,7 +2,8 @@
 // from the best path (max_plus). Every position's and every step's share is independent of the others, so these
 // spread over the whole GPU: state marginals one thread per (b, t, c); the transitions' gradient, a sum over steps,
 // as partial sums over ranges of steps (one block per range and tile of rows), then a fixed-order sum of the
-// partials, so the result does not depend on the launch's timing.
+// partials, so the result does not depend on the launch's timing. S is the tables' storage type, T = Acc<S> the
+// accumulator's (the messages', grad_score's and the partial sums'); the gradients are written in S.
 #pragma once
 
 #include "chain/params.cuh"
@@ -30,14 +31,14 @@ template <class T, bool LOG> struct HmmSequence {
 // d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
 // (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
 // path's indicator (max_plus).
-template <class T, bool LOG, int C>
+template <class S, bool LOG, int C, class T = typename Acc<S>::type>
 __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, long long b, long long t,
                                       int c) {
   if (s.mode == 2) return Num<T>::nan();
   if (s.mode == 0 || t >= s.L) return T(0);
   const long long at = b * p.T + t;
   if (!LOG) return p.path[at] == c ? s.g : T(0);
-  const T e = static_cast<const T*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c];
+  const T e = to_acc(static_cast<const S*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c]);
   if (e == Num<T>::neg_inf()) return T(0);
   const T k = T(p.offset[at] + p.beta_offset[at] - s.z);
   const T a = static_cast<const T*>(p.rel)[at * C + c], bt = static_cast<const T*>(p.beta_rel)[at * C + c];
@@ -45,11 +46,13 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
 }
 
 // grad_emissions [B][T][C], grid-strided.
-template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
+template <class S, bool LOG, int C> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   const long long n = p.B * p.T * C;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const long long b = i / (p.T * C), t = i / C % p.T;
-    static_cast<T*>(p.grad_emissions)[i] = hmm_node<T, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C));
+    const T g = hmm_node<S, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C));
+    static_cast<S*>(p.grad_emissions)[i] = from_acc<S>(g);
   }
 }
 
@@ -59,7 +62,8 @@ template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_nodes(co
 // + transitions[c][p] + beta_{t+1}[c] − score) (log: the backward messages carry emissions[t + 1][c]) or the best
 // path's step indicator (max_plus). EB steps' messages are staged in shared memory at a time. With one chunk the
 // sums are the gradient; otherwise partial sums for hmm_reduce.
-template <class T, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
+template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   constexpr int E = ROWS * C, PER = (E + NT - 1) / NT;
   constexpr int EB = 16384 / (C * int(sizeof(T))) < 1 ? 1 : 16384 / (C * int(sizeof(T))) > 8 ? 8 : 16384 / (C * int(sizeof(T)));
   __shared__ T alpha[LOG ? EB : 1][LOG ? C : 1], beta[LOG ? EB : 1][ROWS];
@@ -70,12 +74,12 @@ template <class T, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   const long long steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
   const long long i0 = chunk * p.chunk, i1 = i0 + p.chunk < steps ? i0 + p.chunk : steps;
 
-  const T* trans = static_cast<const T*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
+  const S* trans = static_cast<const S*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
   T tr[PER], acc[PER];
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int e = tid + j * NT, c = c0 + e / C, q = e % C;
-    tr[j] = i0 < i1 && e < E && c < C ? trans[(long long)c * p.s_c + (long long)q * p.s_p] : T(0);
+    tr[j] = i0 < i1 && e < E && c < C ? to_acc(trans[(long long)c * p.s_c + (long long)q * p.s_p]) : T(0);
     acc[j] = T(0);
   }
   for (long long i = i0; i < i1; i += EB) {
@@ -137,19 +141,25 @@ template <class T, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       }
     }
   }
-  T* out = static_cast<T*>(p.chunks > 1 ? p.partials : p.grad) +
-           (p.chunks > 1 ? blockIdx.x : group) * (long long)(C * C) + (long long)c0 * C;
+  // The partial sums in T, the gradient itself in S.
+  const long long at = (p.chunks > 1 ? blockIdx.x : group) * (long long)(C * C) + (long long)c0 * C;
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int e = tid + j * NT;
-    if (e < E && c0 + e / C < C) out[e] = acc[j];
+    if (e < E && c0 + e / C < C) {
+      if (p.chunks > 1)
+        static_cast<T*>(p.partials)[at + e] = acc[j];
+      else
+        static_cast<S*>(p.grad)[at + e] = from_acc<S>(acc[j]);
+    }
   }
 }
 
 // What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
 // than one chunk), and the initial table's gradient, the state marginals at position 0 (summed over the sequences
 // for a shared table). Grid-strided over both.
-template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
+template <class S, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   const long long groups = p.batched_transitions ? p.B : 1;
   const long long n_trans = p.chunks > 1 && p.grad ? groups * C * C : 0;
   const long long n_init = p.grad_initial ? (p.batched_initial ? p.B * C : C) : 0;
@@ -160,14 +170,14 @@ template <class T, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(c
       const T* part = static_cast<const T*>(p.partials) + group * p.chunks * C * C + e;
       T sum = T(0);
       for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
-      static_cast<T*>(p.grad)[i] = sum;
+      static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
     } else {
       const long long j = i - n_trans;
       const int c = int(j % C);
       T sum = T(0);
       for (long long b = p.batched_initial ? j / C : 0; b < (p.batched_initial ? j / C + 1 : p.B); ++b)
-        sum += hmm_node<T, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, 0, c);
-      static_cast<T*>(p.grad_initial)[j] = sum;
+        sum += hmm_node<S, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, 0, c);
+      static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
     }
   }
 }

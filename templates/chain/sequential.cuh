@@ -5,6 +5,9 @@
 // memory that cp.async fills (each thread copies the terms it reduces itself, so no barrier guards the ring). The
 // messages are kept near 0 with their offsets in double (templates/chain/params.cuh).
 //
+// The inputs' storage type S may be a half type (f16, bf16): every value read is widened to the accumulator type T
+// (Acc<S>), which the messages, the score, alpha and grad_score have; only the inputs' gradients are in S.
+//
 // The backward messages beta depend on the potentials alone, not on alpha: when the forward saves its messages for
 // a backward, a second block per sequence runs the same recursion over the reversed chain at the same time, on SMs
 // one block per sequence leaves idle. What is left for the backward, the edge marginals, is independent per step
@@ -14,6 +17,7 @@
 #include "chain/params.cuh"
 #include "core/async_copy.cuh"
 #include "core/cluster.cuh"
+#include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
@@ -72,6 +76,15 @@ template <class T> struct ChainMax {
   }
 };
 
+// One input element into shared memory as the accumulator type: an asynchronous copy where S is T, else (half
+// types, whose 2 bytes cp.async cannot copy) a load, widened, and a store.
+template <class S, class T> __device__ __forceinline__ void stage_element(T* dst, const S* src) {
+  if constexpr (sizeof(S) == sizeof(T))
+    copy_async<int(sizeof(T))>(dst, src);
+  else
+    *dst = to_acc(*src);
+}
+
 // Sequence b's length; a length outside [1, T] (the host cannot check device memory without waiting) is `bad`: the
 // sequence's score and gradients are NaN, its path −1.
 __device__ __forceinline__ long long chain_length(const ChainParams& p, long long b, bool& bad) {
@@ -108,9 +121,10 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 // emissions[0][p]. Its backward messages carry their position's emissions as well (beta_{L−1}[c] = emissions[L −
 // 1][c], and each step ⊗-es emissions[t][p] onto its result), which is what makes them the same recursion. The
 // transitions do not change along the chain, so with PREFETCH they are loaded once and stay in registers.
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false,
+template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false,
           int K = 1>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   constexpr int CK = (C + K - 1) / K, GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS, N = (C + G - 1) / G,
                 WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
@@ -137,13 +151,13 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const long long b = (long long)(blockIdx.x / K) - (beta ? p.B : 0), T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
-  const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b;
+  const S* pot = static_cast<const S*>(p.potentials) + b * p.s_b;
   // A step's target states run along s_to, its sources along s_from; rel_out and offset_out take the messages.
   const long long s_to = beta ? p.s_p : p.s_c, s_from = beta ? p.s_c : p.s_p;
   T* const rel_out = static_cast<T*>(beta ? p.beta_rel : p.rel);
   double* const offset_out = beta ? p.beta_offset : p.offset;
-  const T* const em = static_cast<const T*>(p.emissions) + b * p.e_b;
-  auto emission = [&](long long position, int c) { return em[position * p.e_t + (long long)c * p.e_c]; };
+  const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b;
+  auto emission = [&](long long position, int c) { return to_acc(em[position * p.e_t + (long long)c * p.e_c]); };
 
   // The dynamic shared memory: the ring (below), then with EMIT_SHARED the emissions.
   extern __shared__ __align__(16) unsigned char dynamic_bytes[];
@@ -155,8 +169,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   auto fetch_emissions = [&](long long t) {
     if (EMIT_SHARED && t + 1 < L)
       for (int c = tid; c < C; c += NT)
-        copy_async<int(sizeof(T))>(emit + (t & 1) * C + c,
-                                   &em[(beta ? L - 2 - t : t + 1) * p.e_t + (long long)c * p.e_c]);
+        stage_element(emit + (t & 1) * C + c, &em[(beta ? L - 2 - t : t + 1) * p.e_t + (long long)c * p.e_c]);
     copy_commit();
   };
 
@@ -165,7 +178,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     T v = T(0);
     if (HMM)
       v = beta ? emission(L - 1, c)
-               : static_cast<const T*>(p.initial)[b * p.i_b + (long long)c * p.i_c] + emission(0, c);
+               : to_acc(static_cast<const S*>(p.initial)[b * p.i_b + (long long)c * p.i_c]) + emission(0, c);
     msg[0][c] = bad ? Num<T>::nan() : v;
     first_max = Num<T>::max(first_max, v);
   }
@@ -183,14 +196,16 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   }
   sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
 
-  // The potentials of step t (positions t → t + 1) that round r of this thread reduces.
-  auto load = [&](long long t, int r, T(&w)[N]) {
+  // The potentials of step t (positions t → t + 1) that round r of this thread reduces, as stored: widened only
+  // where they are reduced, so that a load a step ahead stays in flight until then.
+  const S none = from_acc<S>(Num<T>::neg_inf());
+  auto load = [&](long long t, int r, S(&w)[N]) {
     const int c = target(r);
-    const T* row = pot + (beta ? L - 2 - t : t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
+    const S* row = pot + (beta ? L - 2 - t : t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int q = lane + k * G;
-      w[k] = c < C && q < C ? row[(long long)q * s_from] : Num<T>::neg_inf();
+      w[k] = c < C && q < C ? row[(long long)q * s_from] : none;
     }
   };
   // Step t's messages (position t, or L − 1 − t for beta), now msg[from] − shift with the offset `offset`, to
@@ -214,13 +229,13 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   auto fetch = [&] {
     if (fetch_t + 1 < L) {
       const int c = target(fetch_r);
-      const T* row = pot + (beta ? L - 2 - fetch_t : fetch_t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
+      const S* row = pot + (beta ? L - 2 - fetch_t : fetch_t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
       T* slot = ring + fetch_slot * N * NT;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const int q = lane + k * G;
         if (c < C && q < C)
-          copy_async<int(sizeof(T))>(slot + k * NT, row + (long long)q * s_from);
+          stage_element(slot + k * NT, row + (long long)q * s_from);
         else
           slot[k * NT] = Num<T>::neg_inf();
       }
@@ -235,7 +250,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else it loads them round by
   // round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
   // no copy waits for the loads: they land while the block synchronises and the next step starts.
-  using Buffer = T[PREFETCH ? ROUNDS : 1][N];
+  using Buffer = S[PREFETCH ? ROUNDS : 1][N];
   double offset = 0;
   auto step = [&](long long t, Buffer& use, Buffer& fill) {
     const int from = int(t & 1), to = from ^ 1;
@@ -266,7 +281,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       T x[N];
       if (PREFETCH) {
 #pragma unroll
-        for (int k = 0; k < N; ++k) x[k] = use[r][k];
+        for (int k = 0; k < N; ++k) x[k] = to_acc(use[r][k]);
       } else if (STAGES > 1) {
         fetch(); // into the slot the previous round emptied
         copy_wait<(STAGES > 1 ? STAGES - 1 : 0)>();
@@ -275,7 +290,10 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
         for (int k = 0; k < N; ++k) x[k] = slot[k * NT];
         use_slot = use_slot + 1 == STAGES ? 0 : use_slot + 1;
       } else {
-        load(t, r, x);
+        S w[N];
+        load(t, r, w);
+#pragma unroll
+        for (int k = 0; k < N; ++k) x[k] = to_acc(w[k]);
       }
 #pragma unroll
       for (int k = 0; k < N; ++k) x[k] += a[k];
@@ -354,19 +372,20 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
 // The forward that saves its messages for the backward (log): clusters of K blocks, 0 to B − 1 run the forward
 // messages with G lanes per state, B to 2B − 1 the backward messages with GB lanes (their potentials are read
 // transposed, and fewer lanes per state read more of each row at once).
-template <class T, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B,
+template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B,
           bool HMM = false, int K = 1>
 __device__ __forceinline__ void chain_saving(const ChainParams& p) {
   if (blockIdx.x / K >= p.B)
-    chain_forward<T, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM, K>(p);
+    chain_forward<S, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM, K>(p);
   else
-    chain_forward<T, Op, C, NT, G, PREFETCH, STAGES, false, HMM, K>(p);
+    chain_forward<S, Op, C, NT, G, PREFETCH, STAGES, false, HMM, K>(p);
 }
 
 // The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]
 // − score), from the messages the forward saved. Every step is independent: one block of NT threads per (b, t),
 // grid-strided, the step's two message vectors in shared memory.
-template <class T, int C, int NT> __device__ __forceinline__ void chain_marginals(const ChainParams& p) {
+template <class S, int C, int NT> __device__ __forceinline__ void chain_marginals(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   __shared__ T alpha[C], beta[C];
   const long long steps = p.B * (p.T - 1);
   for (long long bt = blockIdx.x; bt < steps; bt += gridDim.x) {
@@ -375,13 +394,13 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_marginal
     const long long L = chain_length(p, b, bad);
     const T g = static_cast<const T*>(p.grad_score)[b];
     const double z = p.logz[b];
-    T* grad = static_cast<T*>(p.grad) + bt * C * C;
+    S* grad = static_cast<S*>(p.grad) + bt * C * C;
     // Steps past the length, and every step of a sequence that sends nothing back (grad_score 0, score −inf), are
     // 0; a bad length's steps NaN.
     const bool none = g == T(0) || z == double(Num<T>::neg_inf());
     if (none || bad || t + 1 >= L) {
       const T fill = bad && !none ? Num<T>::nan() : T(0);
-      for (int e = threadIdx.x; e < C * C; e += NT) grad[e] = fill;
+      for (int e = threadIdx.x; e < C * C; e += NT) grad[e] = from_acc<S>(fill);
       continue;
     }
     __syncthreads(); // the previous step's messages are read
@@ -392,29 +411,49 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_marginal
     // The messages' offsets and the score, combined in double: what is left is of the size of one step's terms.
     const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - z);
     __syncthreads();
-    const T* pot = static_cast<const T*>(p.potentials) + b * p.s_b + t * p.s_t;
-    // CHUNK loads in flight before the first store: a store the compiler cannot prove apart from the next load
-    // (grad and potentials might alias) would otherwise make every load wait for the one before.
-    constexpr int PER = (C * C + NT - 1) / NT, CHUNK = PER < 8 ? PER : 8;
+    const S* pot = static_cast<const S*>(p.potentials) + b * p.s_b + t * p.s_t;
+    // A thread takes W adjacent elements at a time: two of a half type from the first one on a 4-byte boundary,
+    // rounded by one paired conversion (a conversion to 16 bits takes the unit the exponential takes) and stored as
+    // one word; the element before that boundary and one left after the last pair are written alone.
+    constexpr int W = sizeof(S) == 2 ? 2 : 1;
+    const int head = W == 2 ? int((reinterpret_cast<unsigned long long>(grad) >> 1) & 1) : 0;
+    const int units = (C * C - head) / W;
+    auto read = [&](int e) { return pot[(long long)(e / C) * p.s_c + (long long)(e % C) * p.s_p]; };
+    auto marginal = [&](int e, S y) {
+      return g * Num<T>::exp2(((alpha[e % C] + k) + (to_acc(y) + beta[e / C])) * Num<T>::log2e());
+    };
+    // CHUNK units' loads in flight before the first store: a store the compiler cannot prove apart from the next
+    // load (grad and potentials might alias) would otherwise make every load wait for the one before.
+    constexpr int PER = (C * C / W + NT - 1) / NT, CHUNK = PER < 1 ? 1 : PER < 8 ? PER : 8; // PER = 0: C = 1
     for (int base = 0; base < PER; base += CHUNK) {
-      T y[CHUNK];
+      S y[CHUNK][W];
 #pragma unroll
       for (int j = 0; j < CHUNK; ++j) {
-        const int e = threadIdx.x + (base + j) * NT, c = e / C, q = e % C;
-        y[j] = e < C * C ? pot[(long long)c * p.s_c + (long long)q * p.s_p] : T(0);
+        const int u = threadIdx.x + (base + j) * NT;
+#pragma unroll
+        for (int w = 0; w < W; ++w) y[j][w] = u < units ? read(head + u * W + w) : S{};
       }
 #pragma unroll
       for (int j = 0; j < CHUNK; ++j) {
-        const int e = threadIdx.x + (base + j) * NT, c = e / C, q = e % C;
-        if (e < C * C) grad[e] = g * Num<T>::exp2(((alpha[q] + k) + (y[j] + beta[c])) * Num<T>::log2e());
+        const int u = threadIdx.x + (base + j) * NT, e = head + u * W;
+        if (u >= units) continue;
+        if constexpr (W == 2)
+          *reinterpret_cast<unsigned*>(grad + e) = pack_pair<S>(marginal(e, y[j][0]), marginal(e + 1, y[j][1]));
+        else
+          grad[e] = from_acc<S>(marginal(e, y[j][0]));
       }
+    }
+    if (W == 2 && threadIdx.x == 0) {
+      if (head) grad[0] = from_acc<S>(marginal(0, read(0)));
+      if ((C * C - head) % 2) grad[C * C - 1] = from_acc<S>(marginal(C * C - 1, read(C * C - 1)));
     }
   }
 }
 
 // The max_plus backward: grad_score[b] on each edge of the forward's best path, 0 elsewhere. One block of NT
 // threads per (b, t) step, grid-strided.
-template <class T, int C, int NT> __device__ __forceinline__ void chain_path_backward(const ChainParams& p) {
+template <class S, int C, int NT> __device__ __forceinline__ void chain_path_backward(const ChainParams& p) {
+  using T = typename Acc<S>::type;
   const long long steps = p.B * (p.T - 1);
   for (long long bt = blockIdx.x; bt < steps; bt += gridDim.x) {
     const long long b = bt / (p.T - 1), t = bt % (p.T - 1);
@@ -423,9 +462,9 @@ template <class T, int C, int NT> __device__ __forceinline__ void chain_path_bac
     const int to = t + 1 < L ? p.path[b * p.T + t + 1] : -1, from = t + 1 < L ? p.path[b * p.T + t] : -1;
     const long long hit = to >= 0 && from >= 0 ? (long long)to * C + from : -1;
     const T g = static_cast<const T*>(p.grad_score)[b];
-    T* grad = static_cast<T*>(p.grad) + bt * C * C;
+    S* grad = static_cast<S*>(p.grad) + bt * C * C;
     for (long long e = threadIdx.x; e < (long long)C * C; e += NT)
-      grad[e] = bad && g != T(0) ? Num<T>::nan() : e == hit ? g : T(0);
+      grad[e] = from_acc<S>(bad && g != T(0) ? Num<T>::nan() : e == hit ? g : T(0));
   }
 }
 

@@ -32,6 +32,12 @@ inline std::vector<double> download_as_double(const DeviceBuffer& d, DType dtype
   return out;
 }
 
+// What rounding a value to a half type may change, relative to its size (0 for f32 and f64, whose values the
+// chains compute in their own precision): the added tolerance of gradients written in that type.
+inline double half_rounding(DType dtype) {
+  return dtype == DType::f16 ? 0x1p-11 : dtype == DType::bf16 ? 0x1p-8 : 0;
+}
+
 // |gpu − ref| within tol·max(1, |ref|), with equal infinities and NaN where the reference has NaN.
 inline bool close(double gpu, double ref, double tol) {
   if (std::isnan(ref) || std::isnan(gpu)) return std::isnan(ref) && std::isnan(gpu);

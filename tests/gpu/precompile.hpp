@@ -52,9 +52,10 @@ inline void precompile(const DeviceInfo& device, const std::vector<ChainProblem>
 
 // Those of one semiring and form in f32 and f64 for each of `states` and a batch of a few sequences, on the
 // current device.
-inline void precompile_chains(Semiring semiring, ChainForm form, const std::vector<int64_t>& states) {
+inline void precompile_chains(Semiring semiring, ChainForm form, const std::vector<int64_t>& states,
+                              const std::vector<DType>& dtypes = {DType::f32, DType::f64}) {
   std::vector<ChainProblem> problems;
-  for (DType dtype : {DType::f32, DType::f64})
+  for (DType dtype : dtypes)
     for (int64_t C : states) {
       ChainProblem p;
       p.semiring = semiring;

@@ -106,22 +106,24 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
 
   const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster)) : ChainPlan::get(p);
   CAPTURE(plan.kernel_name());
-  const int bytes = dtype_info(k.dtype).size_bytes;
+  // score, alpha and grad_score in the output dtype (f32 for half inputs), the gradient in the inputs'.
+  const DType out = chain_output_dtype(p);
+  const int bytes = dtype_info(k.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   DeviceBuffer d_pot = upload(pot), d_lengths = upload(lengths);
-  DeviceBuffer d_score(std::size_t(k.B) * bytes + 1), d_alpha(ref_alpha.size() * bytes + 1),
+  DeviceBuffer d_score(std::size_t(k.B) * out_bytes + 1), d_alpha(ref_alpha.size() * out_bytes + 1),
       d_path(ref_path.size() * 4 + 1), d_saved(plan.saved_bytes() + 1), d_grad(ref_grad.size() * bytes + 1);
   for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &d_grad}) d->fill_bytes(0xff); // poison
-  std::vector<unsigned char> g_bytes(grad_score.size() * bytes + 1);
-  for (std::size_t b = 0; b < grad_score.size(); ++b) store_element(k.dtype, g_bytes.data(), int64_t(b), grad_score[b]);
-  for (std::size_t b = 0; b < grad_score.size(); ++b) grad_score[b] = load_element(k.dtype, g_bytes.data(), int64_t(b));
+  std::vector<unsigned char> g_bytes(grad_score.size() * out_bytes + 1);
+  for (std::size_t b = 0; b < grad_score.size(); ++b) store_element(out, g_bytes.data(), int64_t(b), grad_score[b]);
+  for (std::size_t b = 0; b < grad_score.size(); ++b) grad_score[b] = load_element(out, g_bytes.data(), int64_t(b));
   DeviceBuffer d_g = upload(g_bytes);
   const auto* d_len = k.ragged ? static_cast<const int64_t*>(d_lengths.get()) : nullptr;
   plan(d_pot.get(), d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(),
        viterbi ? static_cast<int32_t*>(d_path.get()) : nullptr);
   plan.backward(d_pot.get(), d_len, viterbi ? nullptr : d_saved.get(),
                 viterbi ? static_cast<const int32_t*>(d_path.get()) : nullptr, d_g.get(), d_grad.get());
-  const std::vector<double> score = download_as_double(d_score, k.dtype, k.B);
-  const std::vector<double> alpha = download_as_double(d_alpha, k.dtype, int64_t(ref_alpha.size()));
+  const std::vector<double> score = download_as_double(d_score, out, k.B);
+  const std::vector<double> alpha = download_as_double(d_alpha, out, int64_t(ref_alpha.size()));
   const std::vector<double> grad = download_as_double(d_grad, k.dtype, int64_t(ref_grad.size()));
   std::vector<int32_t> path(ref_path.size());
   if (viterbi && !path.empty()) d_path.download(path.data(), path.size() * 4);
@@ -130,8 +132,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_backward(p, pot.data(), host_lengths, grad_score.data(), ref_grad.data());
   const bool wide = k.dtype == DType::f64;
   // f32 sums of potentials of size s round by about s·2^-24 a step: the gradients' exponents carry that error, so
-  // their tolerance grows with the spread (the contract's 1e-5 at spread 1).
-  const double score_tol = wide ? 1e-12 : 1e-6, grad_tol = (wide ? 1e-11 : 1e-5) * k.spread;
+  // their tolerance grows with the spread (the contract's 1e-5 at spread 1). Half inputs are computed in f32, and
+  // only their gradients are rounded to the half type.
+  const double rounding = test::half_rounding(k.dtype);
+  const double score_tol = wide ? 1e-12 : 1e-6, grad_tol = (wide ? 1e-11 : 1e-5) * k.spread + rounding;
   // alpha = offset + rel: rel, of the messages' spread in size, rounds in the dtype.
   const double alpha_tol = wide ? 1e-12 : 1e-5;
   int bad = 0;
@@ -141,8 +145,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     d_score.fill_bytes(0xff);
     d_alpha.fill_bytes(0xff);
     plan(d_pot.get(), d_len, d_score.get(), nullptr, d_alpha.get());
-    compare("without saved: score", download_as_double(d_score, k.dtype, k.B), ref_score, score_tol, bad);
-    compare("without saved: alpha", download_as_double(d_alpha, k.dtype, int64_t(ref_alpha.size())), ref_alpha,
+    compare("without saved: score", download_as_double(d_score, out, k.B), ref_score, score_tol, bad);
+    compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(ref_alpha.size())), ref_alpha,
             alpha_tol, bad);
   }
   bool same_path = true;
@@ -167,12 +171,30 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     }
   } else {
     for (std::size_t i = 0; i < grad.size(); ++i) {
-      if (!close(grad[i], ref_grad[i], viterbi ? 0 : grad_tol) && bad++ < 5)
+      if (!close(grad[i], ref_grad[i], viterbi ? rounding : grad_tol) && bad++ < 5)
         FAIL_CHECK("grad[" << i << "] = " << grad[i] << ", reference " << ref_grad[i]);
       if (std::isfinite(ref_grad[i])) worst.grad = std::max(worst.grad, std::fabs(grad[i] - ref_grad[i]));
     }
   }
   CHECK(bad == 0);
+}
+
+// A shape at spreads 1, 10 and 50, as it is and with ragged lengths and a banded mask.
+void run_spreads(Semiring s, DType d, int64_t B, int64_t T, int64_t C, std::mt19937_64& rng, Worst& worst) {
+  for (double spread : {1.0, 10.0, 50.0}) {
+    Case k{s, d, B, T, C, spread};
+    run_case(k, rng, worst);
+    k.ragged = true;
+    k.banded = C > 3;
+    run_case(k, rng, worst);
+  }
+}
+
+// The closing message of one semiring's and dtype's cases.
+void report(Semiring s, DType d, const Worst& worst) {
+  MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
+                                             << ": worst relative error of the score " << worst.score << ", of alpha "
+                                             << worst.alpha << ", worst absolute error of a gradient " << worst.grad);
 }
 
 } // namespace
@@ -190,22 +212,57 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f64}) {
       Worst worst;
-      for (const auto& sh : shapes)
-        for (double spread : {1.0, 10.0, 50.0}) {
-          Case k{s, d, sh.B, sh.T, sh.C, spread};
-          run_case(k, rng, worst);
-          k.ragged = true;
-          k.banded = sh.C > 3;
-          run_case(k, rng, worst);
-        }
+      for (const auto& sh : shapes) run_spreads(s, d, sh.B, sh.T, sh.C, rng, worst);
       for (int64_t C : special_states) {
         run_case(Case{s, d, 4, 9, C, 1, true, false, true}, rng, worst);      // padded strides
         run_case(Case{s, d, 4, 9, C, 1, true, false, false, 0.05}, rng, worst); // ±inf, NaN
         run_case(Case{s, d, 4, 9, C, 1, false, false, false, 0, true}, rng, worst); // ties
       }
-      MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name) << ": worst relative error of the score "
-                                    << worst.score << ", of alpha " << worst.alpha
-                                    << ", worst absolute error of a gradient " << worst.grad);
+      report(s, d, worst);
+    }
+}
+
+// f16 and bf16 inputs, computed in f32: the same contract on the values they hold (score and alpha to f32's
+// tolerance, the gradients to f32's plus their rounding to the half type), in the plan's choice of blocks and in
+// clusters of 2 and 8 where those fit.
+TEST_CASE("chains: f16 and bf16 potentials against the float64 reference, in one block and in clusters") {
+  std::mt19937_64 rng(20261129);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}, {1, 3, 1024}};
+  std::vector<int64_t> states;
+  for (const auto& sh : shapes) states.push_back(sh.C);
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    test::precompile_chains(s, ChainForm::crf, states, {DType::f16, DType::bf16});
+  const bool clusters = cluster_sms(*current_device()) > 0;
+  if (!clusters) MESSAGE("clusters skipped: they need sm_90 or later");
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f16, DType::bf16}) {
+      Worst worst;
+      for (const auto& sh : shapes) {
+        run_spreads(s, d, sh.B, sh.T, sh.C, rng, worst);
+        Case k{s, d, sh.B, sh.T, sh.C, 1, true, false, true}; // padded strides
+        run_case(k, rng, worst);
+        k.padded = false;
+        k.p_special = 0.05; // ±inf, NaN
+        run_case(k, rng, worst);
+        k.p_special = 0;
+        k.integers = true; // ties
+        run_case(k, rng, worst);
+        for (int cluster : {2, 8}) {
+          ChainProblem p;
+          p.semiring = s;
+          p.dtype = d;
+          p.B = sh.B;
+          p.T = sh.T;
+          p.C = sh.C;
+          if (!clusters || sh.C < 64 || !clustered_chain_spec(p, cluster).registers_fit()) continue;
+          Case c{s, d, sh.B, sh.T, sh.C, 10, true, true};
+          c.cluster = cluster;
+          run_case(c, rng, worst);
+        }
+      }
+      report(s, d, worst);
     }
 }
 

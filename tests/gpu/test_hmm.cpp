@@ -119,12 +119,14 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     std::uniform_int_distribution<int64_t> length(1, T);
     for (int64_t b = 0; b < B; ++b) lengths.push_back(b == 0 ? T : length(rng));
   }
-  const int bytes = dtype_info(k.dtype).size_bytes;
+  // score, alpha and grad_score in the output dtype (f32 for half tables), the gradients in the tables'.
+  const DType out = chain_output_dtype(p);
+  const int bytes = dtype_info(k.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   std::vector<double> grad_score(static_cast<std::size_t>(B)), magnitude(static_cast<std::size_t>(B));
-  std::vector<unsigned char> g_bytes(std::size_t(B) * bytes + 1);
+  std::vector<unsigned char> g_bytes(std::size_t(B) * out_bytes + 1);
   for (int64_t b = 0; b < B; ++b) {
-    store_element(k.dtype, g_bytes.data(), b, u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5);
-    grad_score[std::size_t(b)] = load_element(k.dtype, g_bytes.data(), b);
+    store_element(out, g_bytes.data(), b, u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5);
+    grad_score[std::size_t(b)] = load_element(out, g_bytes.data(), b);
     magnitude[std::size_t(b)] = std::fabs(grad_score[std::size_t(b)]);
   }
 
@@ -146,7 +148,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CAPTURE(plan.kernel_name());
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
-  DeviceBuffer d_score(std::size_t(B) * bytes + 1), d_alpha(n_em * bytes + 1), d_path(ref_path.size() * 4 + 1),
+  DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
       d_saved(plan.saved_bytes() + 1), g_em(n_em * bytes + 1), g_tr(n_tr * bytes + 1), g_in(n_in * bytes + 1);
   for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &g_em, &g_tr, &g_in}) d->fill_bytes(0xff); // poison
   const HmmInputs dev{d_em.get(), d_tr.get(), d_in.get()};
@@ -155,15 +157,17 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   plan(dev, d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(), d_best);
   plan.backward(dev, d_len, viterbi ? nullptr : d_saved.get(), d_best, d_g.get(),
                 HmmGradients{g_em.get(), g_tr.get(), g_in.get()});
-  const std::vector<double> score = download_as_double(d_score, k.dtype, B);
-  const std::vector<double> alpha = download_as_double(d_alpha, k.dtype, int64_t(n_em));
+  const std::vector<double> score = download_as_double(d_score, out, B);
+  const std::vector<double> alpha = download_as_double(d_alpha, out, int64_t(n_em));
   std::vector<int32_t> path(ref_path.size());
   if (viterbi && !path.empty()) d_path.download(path.data(), path.size() * 4);
 
   // A message is an emission ⊗ a step's reduction, both of the tables' spread in size, and they may nearly cancel:
   // its rounding in f32 is of the spread's size, not the result's, and a marginal carries both messages' along the
-  // chain. So the tolerances of alpha and the log gradients grow with the spread.
+  // chain. So the tolerances of alpha and the log gradients grow with the spread. Half tables are computed in f32,
+  // and only their gradients are rounded to the half type.
   const bool wide = k.dtype == DType::f64;
+  const double rounding = test::half_rounding(k.dtype);
   const double score_tol = wide ? 1e-12 : 1e-6, alpha_tol = (wide ? 1e-12 : 2e-5) * std::max(1.0, k.spread / 10);
   const double grad_tol = viterbi ? (wide ? 1e-14 : 1e-6) : (wide ? 1e-11 : 4e-5) * k.spread;
   int bad = 0;
@@ -173,8 +177,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     d_score.fill_bytes(0xff);
     d_alpha.fill_bytes(0xff);
     plan(dev, d_len, d_score.get(), nullptr, d_alpha.get());
-    compare("without saved: score", download_as_double(d_score, k.dtype, B), ref_score, score_tol, bad);
-    compare("without saved: alpha", download_as_double(d_alpha, k.dtype, int64_t(n_em)), ref_alpha, alpha_tol, bad);
+    compare("without saved: score", download_as_double(d_score, out, B), ref_score, score_tol, bad);
+    compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(n_em)), ref_alpha, alpha_tol, bad);
   }
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
@@ -205,7 +209,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
                      const std::vector<double>& mag) {
     const std::vector<double> got = download_as_double(d, k.dtype, int64_t(ref.size()));
     for (std::size_t i = 0; i < got.size(); ++i) {
-      if (!close(got[i], ref[i], grad_tol * std::max(1.0, mag[i]) / std::max(1.0, std::fabs(ref[i]))) && bad++ < 5)
+      const double allowed = grad_tol * std::max(1.0, mag[i]) + rounding * std::fabs(ref[i]);
+      if (!close(got[i], ref[i], allowed / std::max(1.0, std::fabs(ref[i]))) && bad++ < 5)
         FAIL_CHECK(std::string(name) << "[" << i << "] = " << got[i] << ", reference " << ref[i] << " (of shares " << mag[i]
                         << ")");
       if (std::isfinite(ref[i]))
@@ -218,8 +223,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CHECK(bad == 0);
 }
 
-// Both dtypes of one semiring: the shapes, spreads, layouts and edge values above.
-void run_semiring(Semiring s, std::mt19937_64& rng) {
+// The dtypes of one semiring: the shapes, spreads, layouts and edge values above.
+void run_semiring(Semiring s, std::mt19937_64& rng, const std::vector<DType>& dtypes = {DType::f32, DType::f64}) {
   const struct {
     int64_t B, T, C;
   } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
@@ -227,8 +232,8 @@ void run_semiring(Semiring s, std::mt19937_64& rng) {
   const int64_t special_states[] = {3, 31, 64};
   std::vector<int64_t> states(std::begin(special_states), std::end(special_states));
   for (const auto& sh : shapes) states.push_back(sh.C);
-  test::precompile_chains(s, ChainForm::hmm, states);
-  for (DType d : {DType::f32, DType::f64}) {
+  test::precompile_chains(s, ChainForm::hmm, states, dtypes);
+  for (DType d : dtypes) {
     Worst worst;
     for (const auto& sh : shapes)
       for (double spread : {1.0, 10.0, 50.0}) {
@@ -271,6 +276,12 @@ TEST_CASE("hmm: log against the float64 reference, shared and batched tables, od
 TEST_CASE("hmm: max_plus against the float64 reference, shared and batched tables, odd sizes, f32 and f64") {
   std::mt19937_64 rng(20261129);
   run_semiring(Semiring::max_plus, rng);
+}
+
+// Half tables, computed in f32 (at 128 states and up, with few sequences, the plans split them over clusters).
+TEST_CASE("hmm: f16 and bf16 tables against the float64 reference, both semirings") {
+  std::mt19937_64 rng(20261131);
+  for (Semiring s : {Semiring::log, Semiring::max_plus}) run_semiring(s, rng, {DType::f16, DType::bf16});
 }
 
 // The HMM form's recursions in one block per sequence and split over every cluster size whose registers fit, down

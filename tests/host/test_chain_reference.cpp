@@ -113,7 +113,6 @@ TEST_CASE("chain problem checks: each bad field is named") {
   const std::pair<std::function<void(ChainProblem&)>, const char*> cases[] = {
       {[](ChainProblem& p) { p.semiring = Semiring::min_plus; }, "chain.semiring: 'min_plus'"},
       {[](ChainProblem& p) { p.semiring = Semiring(99); }, "chain.semiring: enum value 99"},
-      {[](ChainProblem& p) { p.dtype = DType::f16; }, "chain.dtype: 'f16'"},
       {[](ChainProblem& p) { p.dtype = DType(7); }, "chain.dtype: enum value 7"},
       {[](ChainProblem& p) { p.T = 0; }, "chain.T: must be at least 1 (got 0)"},
       {[](ChainProblem& p) { p.C = 0; }, "chain.C: "},
@@ -298,18 +297,27 @@ TEST_CASE("chain reference: a permuted, padded layout and a broadcast one give t
   }
 }
 
-TEST_CASE("chain reference: f32 potentials give the f64 results of the same values") {
+TEST_CASE("chain reference: f32, f16 and bf16 potentials give the f64 results of the same values") {
   std::mt19937_64 rng(3);
-  for (Semiring s : {Semiring::log, Semiring::max_plus}) {
-    ChainProblem p = chain(s, 2, 5, 3);
-    std::vector<double> pot = random_values(rng, std::size_t(2 * 4 * 9), false);
-    for (double& x : pot) x = double(float(x));
-    const Run want = run(p, pot);
-    p.dtype = DType::f32;
-    const Run got = run(p, pot);
-    for (int64_t b = 0; b < 2; ++b) CHECK(got.score[b] == doctest::Approx(want.score[b]).epsilon(1e-14));
-    CHECK(got.path == want.path);
-  }
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (Semiring s : {Semiring::log, Semiring::max_plus}) {
+      CAPTURE(dtype_info(dtype).name);
+      ChainProblem p = chain(s, 2, 5, 3);
+      std::vector<double> pot = random_values(rng, std::size_t(2 * 4 * 9), false);
+      std::vector<unsigned char> rounded(pot.size() * 2 * sizeof(double));
+      for (std::size_t i = 0; i < pot.size(); ++i) { // the values the dtype holds
+        store_element(dtype, rounded.data(), int64_t(i), pot[i]);
+        pot[i] = load_element(dtype, rounded.data(), int64_t(i));
+      }
+      const Run want = run(p, pot);
+      p.dtype = dtype;
+      CHECK(chain_output_dtype(p) == DType::f32);
+      const Run got = run(p, pot);
+      for (int64_t b = 0; b < 2; ++b) CHECK(got.score[b] == doctest::Approx(want.score[b]).epsilon(1e-14));
+      CHECK(got.path == want.path);
+      for (std::size_t i = 0; i < got.grad.size(); ++i)
+        CHECK(got.grad[i] == doctest::Approx(want.grad[i]).epsilon(1e-12));
+    }
 }
 
 TEST_CASE("chain reference: edge cases never give NaN where the contract says otherwise") {

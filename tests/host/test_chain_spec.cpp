@@ -70,7 +70,7 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
 TEST_CASE("chain specs: every default spec passes its check and keeps its loops within their registers") {
   for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
     for (Semiring s : {Semiring::log, Semiring::max_plus})
-      for (DType d : {DType::f32, DType::f64})
+      for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
         for (int64_t C : {1, 2, 31, 64, 128, 129, 256, 257, 512, 1000, 1024})
           for (int64_t B : {1, 3, 16, 64, 128})
             for (int sms : {0, kSms}) {
@@ -112,4 +112,20 @@ TEST_CASE("chain modules: a clustered loop's entry declares its cluster, and its
   const GeneratedKernel single = emit_chain_kernel(clustered_chain_spec(chain(Semiring::log, 2, 128), 1));
   CHECK(single.source.find("__cluster_dims__") == std::string::npos);
   CHECK(single.name.find("_k") == std::string::npos);
+}
+
+TEST_CASE("chain modules: half inputs are read as their storage type, reduced in f32, and never through the ring") {
+  for (DType d : {DType::f16, DType::bf16})
+    for (ChainForm form : {ChainForm::crf, ChainForm::hmm}) {
+      const ChainSpec spec = default_chain_spec(chain(Semiring::log, 4, 1024, form, d), kSms);
+      CAPTURE(to_string(spec));
+      CHECK_FALSE(spec.prefetch(spec.saving)); // at 1024 states the terms do not stay in registers,
+      CHECK(spec.stages(spec.saving) == 0);    // and cp.async cannot copy 2 bytes
+      CHECK(spec.stages(spec.forward) == 0);
+      const GeneratedKernel k = emit_chain_kernel(spec);
+      const std::string storage = std::string(dtype_info(d).device_type) + ", jb::ChainLog<float>";
+      CHECK(k.source.find("chain_forward<" + storage) != std::string::npos);
+      CHECK(k.source.find("chain_saving<" + storage) != std::string::npos);
+      CHECK(k.name.find(std::string("_") + dtype_info(d).name + "_") != std::string::npos);
+    }
 }
