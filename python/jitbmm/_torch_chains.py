@@ -16,7 +16,13 @@ import jitbmm
 
 from ._torch_support import PLAIN_TENSORS, TABLE_ENTRIES, address, lock, stream
 
-CHAIN_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+CHAIN_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _score_dtype(t):
+    """The dtype of a chain's score (and of its gradient): the inputs', float32 for half inputs, which the kernels
+    read into float32 and compute in it (the inputs' gradients keep the inputs' dtype)."""
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 _plans = {}
 
 
@@ -54,7 +60,7 @@ class _Chain:
     def forward(self, inputs, lengths, semiring, keep):
         """(score [B], aux) of the chain given by `inputs` (the potentials, or the three tables)."""
         like = inputs[0]
-        score = like.new_empty((self.B,))
+        score = like.new_empty((self.B,), dtype=_score_dtype(like))
         log, path = semiring == "log", keep and semiring == "max_plus"
         if log:
             # Zeroed: the kernels leave the alignment gaps between its pieces, and the result must not vary.
@@ -190,7 +196,7 @@ _crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backwa
 @_crf_op.register_fake
 def _(potentials, lengths, semiring, keep):
     B, T = potentials.shape[0], potentials.shape[1] + 1
-    return potentials.new_empty((B,)), _fake_aux(
+    return potentials.new_empty((B,), dtype=_score_dtype(potentials)), _fake_aux(
         (potentials,), semiring, keep, B, T, lambda: _saved_bytes(_crf_layout(semiring, potentials, lengths)[1]()))
 
 
@@ -230,7 +236,7 @@ _hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward
 @_hmm_op.register_fake
 def _(emissions, transitions, initial, lengths, semiring, keep):
     B, T = emissions.shape[0], emissions.shape[1]
-    return emissions.new_empty((B,)), _fake_aux(
+    return emissions.new_empty((B,), dtype=_score_dtype(emissions)), _fake_aux(
         (emissions, transitions, initial), semiring, keep, B, T,
         lambda: _saved_bytes(_hmm_layout(semiring, emissions, transitions, initial, lengths)[1]()))
 
@@ -289,6 +295,7 @@ def _crf_score(semiring, lengths):
     reduce = _reduction(semiring)
 
     def score(potentials):
+        potentials = potentials.to(_score_dtype(potentials))  # half inputs computed in float32, as the kernels do
         alpha = potentials.new_zeros(potentials.shape[0], potentials.shape[-1])
         scores = [reduce(alpha, -1)]
         for t in range(potentials.shape[1]):
@@ -304,6 +311,7 @@ def _hmm_score(semiring, lengths):
     reduce = _reduction(semiring)
 
     def score(emissions, transitions, initial):
+        emissions, transitions, initial = (t.to(_score_dtype(t)) for t in (emissions, transitions, initial))
         B, T, C = emissions.shape
         transitions, initial = transitions.expand(B, C, C), initial.expand(B, C)
         alpha = initial + emissions[:, 0]
@@ -402,7 +410,7 @@ def _check_tensor(t, name, like=None):
     if like is not None and t.device != like.device:
         raise ValueError(f"{name}: on {t.device}, expected the emissions' device {like.device}")
     if t.dtype not in CHAIN_DTYPES:
-        raise TypeError(f"{name}: unsupported dtype {t.dtype} (expected float32 or float64)")
+        raise TypeError(f"{name}: unsupported dtype {t.dtype} (expected float32, float64, float16 or bfloat16)")
     if like is not None and t.dtype != like.dtype:
         raise TypeError(f"{name}: dtype {t.dtype} differs from the emissions' {like.dtype}")
 
@@ -451,14 +459,15 @@ def chain_log_partition(potentials, lengths=None):
     """score[b] = log Σ over the state paths z of sequence b of exp Σ_t potentials[b, t, z[t + 1], z[t]]: a
     linear-chain CRF's log-partition (torch_struct.LinearChainCRF(potentials, lengths).partition).
 
-    potentials: a CUDA tensor [B, T - 1, C, C] (float32 or float64, any strides), potentials[b, t, c, p] scoring the
-    edge from state p at position t to state c at t + 1. lengths: None (every sequence has T positions) or int64 [B]
-    on the same device, each in [1, T] (a length outside gives a NaN score; the values are not checked on the host,
-    which would wait for the device); sequence b's steps from lengths[b] - 1 on are not read. A length-1 sequence
-    scores log C. Returns score [B] in the potentials' dtype, on the current CUDA stream. Its gradient with respect
-    to the potentials is the edge marginals (0 for a sequence whose score is -inf), from a fused backward kernel;
-    under create_graph=True its own derivatives come from the forward algorithm in torch operations (exact, a few
-    launches a position)."""
+    potentials: a CUDA tensor [B, T - 1, C, C] (float32, float64, float16 or bfloat16, any strides),
+    potentials[b, t, c, p] scoring the edge from state p at position t to state c at t + 1. lengths: None (every
+    sequence has T positions) or int64 [B] on the same device, each in [1, T] (a length outside gives a NaN score;
+    the values are not checked on the host, which would wait for the device); sequence b's steps from lengths[b] - 1
+    on are not read. A length-1 sequence scores log C. Returns score [B] in the potentials' dtype (float32 for
+    float16 and bfloat16 potentials, which are read into float32 and computed in it), on the current CUDA stream.
+    Its gradient with respect to the potentials (in their dtype) is the edge marginals (0 for a sequence whose score
+    is -inf), from a fused backward kernel; under create_graph=True its own derivatives come from the forward
+    algorithm in torch operations (exact, a few launches a position)."""
     _check_crf(potentials, lengths)
     keep = torch.is_grad_enabled() and potentials.requires_grad
     return _CRF(potentials, lengths, "log", keep)[0]
@@ -480,14 +489,15 @@ def hmm_log_partition(emissions, transitions, initial, lengths=None):
     when the tables hold log-probabilities (emissions[b, t, c] = log p(x_t | c)), computed without forming the
     potentials [B, T - 1, C, C].
 
-    emissions: a CUDA tensor [B, T, C] (float32 or float64, T >= 1). transitions: [C, C] shared by the batch, or
-    [B, C, C] per sequence; transitions[c, p] scores the step from state p to state c (to, from: pass
-    ``table.T`` for a [from, to] table, no copy is made). initial: [C] or [B, C]. All of one dtype and device, any
-    strides (broadcast views included). lengths as chain_log_partition's: emissions from lengths[b] on are not read.
-    Returns score [B] in their dtype, on the current CUDA stream. Its gradients, from fused backward kernels: the
-    state marginals for emissions, the expected transition counts for transitions (summed over the batch for a
-    shared table), the first position's state marginals for initial; each computed only where asked for; zero for a
-    sequence whose score is -inf. Second derivatives as chain_log_partition's."""
+    emissions: a CUDA tensor [B, T, C] (float32, float64, float16 or bfloat16, T >= 1). transitions: [C, C] shared
+    by the batch, or [B, C, C] per sequence; transitions[c, p] scores the step from state p to state c (to, from:
+    pass ``table.T`` for a [from, to] table, no copy is made). initial: [C] or [B, C]. All of one dtype and device,
+    any strides (broadcast views included). lengths as chain_log_partition's: emissions from lengths[b] on are not
+    read. Returns score [B] in their dtype (float32 for half tables, computed in float32), on the current CUDA
+    stream. Its gradients (in the tables' dtype), from fused backward kernels: the state marginals for emissions,
+    the expected transition counts for transitions (summed over the batch for a shared table), the first position's
+    state marginals for initial; each computed only where asked for; zero for a sequence whose score is -inf.
+    Second derivatives as chain_log_partition's."""
     _check_hmm(emissions, transitions, initial, lengths)
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in (emissions, transitions, initial))
     return _HMM(emissions, transitions, initial, lengths, "log", keep)[0]

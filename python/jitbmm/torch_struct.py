@@ -14,10 +14,11 @@ jitbmm's plus_times kernels do not beat. unpatch() restores torch-struct's metho
 
 With chains=True, LinearChainCRF goes further: its log-partition (LogSemiring) and best score (MaxSemiring), and so
 its partition, marginals, max and argmax, run jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition,
-chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/float64 [B, N - 1, C, C] with C within
-the kernels' limit), one kernel for the whole chain instead of torch-struct's log-depth scan of products. It is not
-the default because a loss on the marginals differentiates them again, which the chain does through the forward
-algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
+chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/float64/float16/bfloat16 [B, N - 1, C,
+C] with C within the kernels' limit; half potentials are computed in float32 and the score returned in their dtype,
+as torch-struct returns it), one kernel for the whole chain instead of torch-struct's log-depth scan of products.
+It is not the default because a loss on the marginals differentiates them again, which the chain does through the
+forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
 
 import contextlib
@@ -68,7 +69,7 @@ def _chain_routed(ts, original):
             score = _CHAIN_ROUTES[name](edge[0], given)
         except ValueError:  # more states than the chain kernels hold: torch-struct's scan, as before
             return original(self, log_potentials, lengths, force_grad)
-        return score.unsqueeze(0), [edge]
+        return score.unsqueeze(0).to(p.dtype), [edge]
 
     logpartition.__doc__ = "LinearChain's logpartition through jitbmm's fused chain where it fits; see jitbmm.torch_struct."
     return logpartition

@@ -140,6 +140,32 @@ class ChainTest(GpuCase):
                             torch.testing.assert_close(score.double(), want, **tol)
                             torch.testing.assert_close(grad.double(), want_grad, **tol)
 
+    def test_half_potentials(self):
+        """float16 and bfloat16 potentials are computed in float32: the score (float32) within float32's tolerance of
+        the float64 chain of the values they hold, the gradients (in their dtype) also within their rounding."""
+        rounding = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+        for dtype in (torch.float16, torch.bfloat16):
+            for B, T, C in SHAPES:
+                for scale in (1.0, 10.0):
+                    with self.subTest(dtype=dtype, B=B, T=T, C=C, scale=scale):
+                        pot = self.potentials(B, T, C, dtype, scale)
+                        lengths = self.lengths(B, T, True)
+                        w = torch.randn(B, dtype=torch.float32, device=self.dev)
+                        score, _, grad = self.ours(self.jt.chain_log_partition, pot, lengths, w)
+                        want, want_grad = self.reference(pot, lengths, "log", w)
+                        self.assertEqual((score.dtype, grad.dtype, grad.shape), (torch.float32, dtype, pot.shape))
+                        tol = self.tolerance(torch.float32, scale, T)
+                        torch.testing.assert_close(score.double(), want, **tol)
+                        torch.testing.assert_close(grad.double(), want_grad, rtol=rounding[dtype],
+                                                   atol=tol["atol"] + rounding[dtype])
+                        best, (path,), best_grad = self.ours(self.jt.chain_viterbi, pot, lengths, w)
+                        want_best = reference_scores(pot.double(), lengths, "max")
+                        self.assertEqual(best.dtype, torch.float32)
+                        torch.testing.assert_close(best.double(), want_best, **tol)
+                        torch.testing.assert_close(path_score(pot, path), want_best.cpu(), **tol)
+                        indicator = (path_indicator(path, pot) * w[:, None, None, None]).to(dtype)
+                        self.assertTrue(torch.equal(best_grad, indicator))
+
     def check_viterbi(self, pot, lengths, exact_path, scale=1.0):
         B, T = pot.shape[0], pot.shape[1] + 1
         w = torch.randn(B, dtype=pot.dtype, device=self.dev)
@@ -278,7 +304,7 @@ class ChainTest(GpuCase):
         lengths = torch.tensor([5, 3], device=self.dev)
         cases = ((TypeError, "potentials", (pot.tolist(), None)),
                  (ValueError, "potentials.*cpu", (pot.cpu(), None)),
-                 (TypeError, "potentials.*dtype", (pot.half(), None)),
+                 (TypeError, "potentials.*dtype", (pot.to(torch.complex64), None)),
                  (TypeError, "potentials.*dtype", (pot.int(), None)),
                  (ValueError, "potentials.*shape", (pot[0], None)),
                  (ValueError, "potentials.*shape", (pot[..., :2], None)),

@@ -193,6 +193,31 @@ class HmmTest(GpuCase):
                     torch.testing.assert_close(self.jt.hmm_viterbi(e, t, i, lengths)[0],
                                                self.jt.chain_viterbi(pot, lengths)[0], **tol)
 
+    def test_half_tables(self):
+        """float16 and bfloat16 tables are computed in float32: the score (float32) within float32's tolerance of the
+        float64 chain of the values they hold, the gradients (in their dtype) also within their rounding."""
+        rounding = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+        for dtype in (torch.float16, torch.bfloat16):
+            for (B, T, C), batched_t, batched_i in CASES[:5]:
+                with self.subTest(dtype=dtype, B=B, T=T, C=C, batched=(batched_t, batched_i)):
+                    tables = self.tables(B, T, C, batched_t, batched_i, dtype, 10.0)
+                    lengths = self.lengths(B, T, True)
+                    w = torch.randn(B, dtype=torch.float32, device=self.dev)
+                    tol = self.tolerance(torch.float32, 10.0, T)
+                    for semiring, fn in (("log", self.jt.hmm_log_partition), ("max", self.jt.hmm_viterbi)):
+                        score, extra, grads = self.ours(fn, tables, lengths, w)
+                        want, want_grads = self.reference(tables, lengths, semiring, w)
+                        self.assertEqual(score.dtype, torch.float32)
+                        torch.testing.assert_close(score.double(), want, **tol)
+                        if semiring == "max":  # a path that ties within rounding may win: its own indicator
+                            want_grads = path_gradients(extra[0], *tables, w)
+                        for name, g, x, wg in zip(("emissions", "transitions", "initial"), grads, tables, want_grads):
+                            self.assertEqual((g.shape, g.dtype), (x.shape, dtype), name)
+                            size = wg.abs().max().item() if wg.numel() else 0.0
+                            atol = self.tolerance(torch.float32, 10.0, T, size)["atol"]
+                            torch.testing.assert_close(g.double(), wg, rtol=rounding[dtype],
+                                                       atol=atol + rounding[dtype] * max(1.0, size), msg=name)
+
     def check_viterbi(self, tables, lengths, exact_path, scale=1.0):
         e, t, i = tables
         B, T = e.shape[:2]
@@ -329,7 +354,7 @@ class HmmTest(GpuCase):
         lengths = torch.tensor([5, 3], device=self.dev)
         cases = ((TypeError, "emissions", (e.tolist(), t, i)),
                  (ValueError, "emissions.*cpu", (e.cpu(), t, i)),
-                 (TypeError, "emissions.*dtype", (e.half(), t, i)),
+                 (TypeError, "emissions.*dtype", (e.to(torch.complex64), t, i)),
                  (ValueError, "emissions.*shape", (e[0], t, i)),
                  (ValueError, "emissions.*at least 1", (e[:, :0], t, i)),
                  (ValueError, "emissions.*at least 1", (e[..., :0], t[:0, :0], i[:0])),
