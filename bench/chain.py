@@ -38,7 +38,7 @@ except Exception:  # not installed, or incompatible with this torch: its peers a
 
 DEFAULT_SHAPES = "32,128,32;32,512,64;8,1024,128;16,256,256"
 LONG_T = (1024, 2048, 4096)  # at B = 16, C = --long-c
-DTYPES = {"f32": torch.float32, "f64": torch.float64}
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 FUSED = "jitbmm chain"  # the fused kernels' row, in either form
 PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",), "hmm": ("fwd", "fwd+bwd"),
           "hmm-vit": ("score+path",)}
