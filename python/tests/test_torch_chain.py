@@ -15,7 +15,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
+from torch_cases import HALF_ROUNDING, HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
 
 try:
     import torch_struct
@@ -143,7 +143,7 @@ class ChainTest(GpuCase):
     def test_half_potentials(self):
         """float16 and bfloat16 potentials are computed in float32: the score (float32) within float32's tolerance of
         the float64 chain of the values they hold, the gradients (in their dtype) also within their rounding."""
-        rounding = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+        rounding = HALF_ROUNDING
         for dtype in (torch.float16, torch.bfloat16):
             for B, T, C in SHAPES:
                 for scale in (1.0, 10.0):

@@ -15,7 +15,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
+from torch_cases import HALF_ROUNDING, HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
 
 # (B, T, C), with whether transitions and initial are per sequence. Odd sizes, each of 1, 2, 31, 33, 129 in every
 # role; 257 and 1000 states stream the transitions through shared memory instead of registers.
@@ -196,7 +196,7 @@ class HmmTest(GpuCase):
     def test_half_tables(self):
         """float16 and bfloat16 tables are computed in float32: the score (float32) within float32's tolerance of the
         float64 chain of the values they hold, the gradients (in their dtype) also within their rounding."""
-        rounding = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+        rounding = HALF_ROUNDING
         for dtype in (torch.float16, torch.bfloat16):
             for (B, T, C), batched_t, batched_i in CASES[:5]:
                 with self.subTest(dtype=dtype, B=B, T=T, C=C, batched=(batched_t, batched_i)):

@@ -1,5 +1,6 @@
 """What the jitbmm.torch GPU test programs share: their main, a test case with jitbmm.torch at hand on the GPU, and
-the CUDA-graph check; torch (None where it is missing) and whether it sees a CUDA GPU. Imports without torch (the
+the CUDA-graph check; torch (None where it is missing), whether it sees a CUDA GPU, and what rounding to a half
+type may change. Imports without torch (the
 programs then report themselves skipped)."""
 
 import os
@@ -10,9 +11,12 @@ import unittest
 try:
     import torch
     HAVE_CUDA = torch.cuda.is_available()
+    # What rounding a value to a half type may change, relative to its size.
+    HALF_ROUNDING = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 except ImportError:
     torch = None
     HAVE_CUDA = False
+    HALF_ROUNDING = {}
 
 
 def gpu_main(may_skip=None):
