@@ -27,20 +27,23 @@ struct ChainPlan::Impl {
 
 namespace {
 
-// The pieces of `saved`, each 256-byte aligned: the forward and the backward messages (rel[B][T][C] in the
-// accumulator's dtype and offset[B][T] in double, each), then logz[B] (double).
+// The pieces of `saved`, back to back: the forward and the backward messages (rel[B][T][C] in the accumulator's
+// dtype, each), their offsets (offset[B][T] in double, each), then logz[B] (double). Every piece starts aligned for
+// its elements (two message pieces make a multiple of 8 bytes) and none leaves a gap, so the saving forward writes
+// every byte: a caller's buffer needs no clearing for its content not to vary.
 struct SavedLayout {
   std::size_t messages = 0, offsets = 0, logz = 0;
   std::size_t total() const {
-    return ScratchSize().add(messages, "saved").add(messages, "saved").add(offsets, "saved").add(offsets, "saved")
-        .add(logz, "saved").bytes();
+    int64_t bytes = 0;
+    for (const std::size_t piece : {messages, messages, offsets, offsets, logz})
+      bytes = checked_add(bytes, int64_t(piece), "chain: saved");
+    return std::size_t(bytes);
   }
 };
 SavedLayout saved_layout(const ChainProblem& p) {
   if (p.semiring != Semiring::log) return {};
-  const auto messages = std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C"));
-  return {messages * std::size_t(dtype_info(p.dtype).acc_bytes), std::size_t(p.B * p.T) * sizeof(double),
-          std::size_t(p.B) * sizeof(double)};
+  const int64_t messages = checked_product({p.B, p.T, p.C, dtype_info(p.dtype).acc_bytes}, "chain: saved");
+  return {std::size_t(messages), std::size_t(p.B * p.T) * sizeof(double), std::size_t(p.B) * sizeof(double)};
 }
 
 void point_saved(jb::ChainParams& params, const ChainProblem& p, void* saved) {
@@ -48,7 +51,7 @@ void point_saved(jb::ChainParams& params, const ChainProblem& p, void* saved) {
   char* at = static_cast<char*>(saved);
   auto take = [&](std::size_t bytes) {
     char* piece = at;
-    at += ScratchSize().add(bytes, "saved").bytes();
+    at += bytes;
     return piece;
   };
   params.rel = take(layout.messages);
@@ -283,8 +286,10 @@ namespace {
 
 // How the HMM backward sums the transitions' gradient: `groups` tables (one per sequence when batched), each over
 // `steps` steps cut into `chunks` ranges of `chunk` steps, one "_edges" block per range and tile of `rows` rows.
-// Enough ranges to give every SM a few blocks; with one range a block's sums are the gradient itself, otherwise
-// partial sums that "_reduce" adds in order.
+// Enough ranges to give every SM a few blocks, as long as their partial sums take at most half the tables' bytes
+// (the backward's scratch counts in its peak memory, which the saved messages and the emissions' gradient already
+// make three times the emissions); with one range a block's sums are the gradient itself, otherwise partial sums
+// that "_reduce" adds in order.
 struct EdgeSplit {
   int64_t groups = 1, steps = 0, chunks = 1, chunk = 1, tiles = 1;
   std::size_t partial_bytes(const ChainProblem& p) const {
@@ -302,8 +307,13 @@ EdgeSplit edge_split(const ChainPlan::Impl& im) {
   const int64_t blocks = 4 * int64_t(std::max(1, im.device->sm_count));
   const int64_t per_chunk = std::max<int64_t>(1, e.groups * e.tiles); // blocks per range of steps (B may be 0)
   const int64_t wanted = std::max<int64_t>(1, (blocks + per_chunk - 1) / per_chunk);
-  // A range of fewer than 8 steps would stage more than it sums.
-  e.chunks = std::clamp<int64_t>(std::min(wanted, e.steps / 8), 1, int64_t(1) << 20);
+  // A range of fewer than 8 steps would stage more than it sums. Each table holds at most 2^62 bytes
+  // (check_chain_problem), so their halves add up without overflow.
+  const int64_t size = dtype_info(p.dtype).size_bytes;
+  const int64_t half_tables = p.B * p.T * p.C * size / 2 + e.groups * p.C * p.C * size / 2 +
+                              (p.batched_initial ? p.B : 1) * p.C * size / 2;
+  const int64_t room = half_tables / std::max<int64_t>(1, e.groups * p.C * p.C) / dtype_info(p.dtype).acc_bytes;
+  e.chunks = std::clamp<int64_t>(std::min({wanted, e.steps / 8, room}), 1, int64_t(1) << 20);
   e.chunk = std::max<int64_t>(1, (e.steps + e.chunks - 1) / e.chunks);
   e.chunks = std::max<int64_t>(1, (e.steps + e.chunk - 1) / e.chunk);
   return e;

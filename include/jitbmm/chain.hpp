@@ -30,6 +30,7 @@ public:
                   void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
                   const Workspace& workspace = {}) const;
   // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path): chain_saved_bytes(problem()).
+  // The forward writes every one of them: nothing the buffer held before remains.
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c).
   std::size_t workspace_bytes(bool with_path) const;

@@ -63,8 +63,7 @@ class _Chain:
         score = like.new_empty((self.B,), dtype=_score_dtype(like))
         log, path = semiring == "log", keep and semiring == "max_plus"
         if log:
-            # Zeroed: the kernels leave the alignment gaps between its pieces, and the result must not vary.
-            aux = like.new_zeros((self.saved if keep else 0,), dtype=torch.uint8)
+            aux = like.new_empty((self.saved if keep else 0,), dtype=torch.uint8)  # the forward writes every byte
         else:
             aux = like.new_empty((self.B, self.T) if path else (0,), dtype=torch.int32)
         ws = self.workspace[path]
@@ -387,12 +386,15 @@ class _Eager(torch.autograd.Function):
     def forward(ctx, form, *args):
         score, aux = form.forward(*args)
         ctx.mark_non_differentiable(aux)
+        ctx.set_materialize_grads(False)  # else every backward would first fill a zero tensor of aux's size
         ctx.form = form
         _setup_context(ctx, args, (score, aux))
         return score, aux
 
     @staticmethod
     def backward(ctx, grad_score, grad_aux):
+        if grad_score is None:  # only aux reached the loss: it is not differentiable
+            return (None,) * len(ctx.needs_input_grad)
         return (None, *ctx.form.gradients(ctx, grad_score, ctx.needs_input_grad[1:], ctx.form.backward))
 
 

@@ -29,6 +29,7 @@
 #include "cache/disk_cache.hpp"
 #include "support/sha256.hpp"
 #include "jitbmm/c_api.h"
+#include "jitbmm/chain.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
 #include "generator/emit_source.hpp"
@@ -293,6 +294,35 @@ TEST_CASE("a plan for every semiring and dtype (policy never), launched forward 
     }
   CHECK_THROWS_AS(SemiringBMM::get(small_problem(Semiring::log, DType::f32))(nullptr, nullptr, nullptr),
                   std::invalid_argument);
+}
+
+TEST_CASE("an HMM backward's scratch (the transitions' partial sums) takes at most half the tables' bytes") {
+  struct Case {
+    int64_t B, T, C;
+    DType dtype;
+    bool batched;
+  };
+  // The chains the results page measures, half tables, per-sequence transitions, and one too short to split.
+  const Case cases[] = {{32, 128, 32, DType::f32, false}, {32, 512, 64, DType::f32, false},
+                        {8, 1024, 128, DType::f32, false}, {16, 256, 256, DType::f32, false},
+                        {32, 128, 32, DType::bf16, false}, {4, 512, 64, DType::f32, true},
+                        {2, 5, 16, DType::f32, false}};
+  for (const Case& c : cases) {
+    ChainProblem p;
+    p.form = ChainForm::hmm;
+    p.dtype = c.dtype;
+    p.B = c.B, p.T = c.T, p.C = c.C;
+    p.batched_transitions = c.batched;
+    INFO("B, T, C = " << c.B << ", " << c.T << ", " << c.C << ", " << std::string(dtype_info(c.dtype).name)
+                      << (c.batched ? ", a table per sequence" : ""));
+    const std::size_t size = std::size_t(dtype_info(c.dtype).size_bytes);
+    const std::size_t tables = (std::size_t(c.B * c.T * c.C) + std::size_t((c.batched ? c.B : 1) * c.C * c.C) +
+                                std::size_t(c.C)) * size;
+    const std::size_t scratch = ChainPlan::get(p).backward_workspace_bytes();
+    CHECK(scratch <= tables / 2 + 256); // rounded up to the workspace's alignment
+    // Every chain long enough splits its steps over several blocks (sums to add), within the bound.
+    CHECK((scratch > 0) == (c.T > 5));
+  }
 }
 
 namespace {

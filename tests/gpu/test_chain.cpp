@@ -350,3 +350,47 @@ TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, 
   CHECK(std::all_of(gr.begin() + 32, gr.end(), [](float x) { return std::isnan(x); }));
   CHECK(std::none_of(gr.begin(), gr.begin() + 32, [](float x) { return std::isnan(x); }));
 }
+
+TEST_CASE("chains: the saving forward writes every byte of saved, past the lengths and at odd sizes too") {
+  // Two buffers poisoned differently must come back equal, byte for byte. Odd B·T·C puts the pieces of f32
+  // messages off an 8-byte multiple; 130 states split over clusters where the device has them.
+  std::mt19937_64 rng(20261128);
+  std::normal_distribution<double> normal(0, 3);
+  const std::vector<int64_t> lengths = {7, 1, 4};
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+    for (DType dtype : {DType::f32, DType::f64, DType::bf16})
+      for (int64_t C : {3, 130}) {
+        ChainProblem p;
+        p.form = form;
+        p.dtype = dtype;
+        p.B = 3;
+        p.T = 7;
+        p.C = C;
+        p.with_lengths = true;
+        INFO((form == ChainForm::hmm ? "hmm " : "crf ") << std::string(dtype_info(dtype).name) << " C = " << C);
+        auto random = [&](int64_t n) {
+          std::vector<unsigned char> bytes(std::size_t(n) * dtype_info(dtype).size_bytes);
+          for (int64_t i = 0; i < n; ++i) store_element(dtype, bytes.data(), i, normal(rng));
+          return upload(bytes);
+        };
+        const ChainPlan plan = ChainPlan::get(p);
+        const DeviceBuffer pot = random(p.B * (p.T - 1) * C * C), em = random(p.B * p.T * C), tr = random(C * C),
+                           init = random(C), len = upload(lengths);
+        DeviceBuffer score(p.B * 8), zeros(plan.saved_bytes()), ones(plan.saved_bytes());
+        zeros.fill_bytes(0);
+        ones.fill_bytes(0xff);
+        const auto* d_len = static_cast<const int64_t*>(len.get());
+        for (DeviceBuffer* saved : {&zeros, &ones}) {
+          if (form == ChainForm::hmm)
+            plan(HmmInputs{em.get(), tr.get(), init.get()}, d_len, score.get(), saved->get());
+          else
+            plan(pot.get(), d_len, score.get(), saved->get());
+        }
+        std::vector<unsigned char> a(plan.saved_bytes()), b(plan.saved_bytes());
+        zeros.download(a.data(), a.size());
+        ones.download(b.data(), b.size());
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+        CHECK_MESSAGE(differ == 0, differ << " of " << a.size() << " bytes of saved were not written");
+      }
+}

@@ -149,16 +149,18 @@ TEST_CASE("chain problem checks: B = 0, T = 1 and broadcast strides are valid; c
 }
 
 TEST_CASE("chain saved bytes: from the problem alone, as documented; 0 for max_plus; a bad problem named") {
-  // The messages (2·B·T·C values), their offsets (2·B·T doubles) and the scores (B doubles), each piece rounded up
-  // to 256 bytes.
-  auto round = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  // The messages (2·B·T·C values), their offsets (2·B·T doubles) and the scores (B doubles), back to back.
   ChainProblem p = chain(Semiring::log, 3, 5, 4);
   p.dtype = DType::f32;
-  CHECK(chain_saved_bytes(p) == 2 * round(60 * 4) + 2 * round(15 * 8) + round(3 * 8));
+  CHECK(chain_saved_bytes(p) == 2 * 60 * 4 + 2 * 15 * 8 + 3 * 8);
+  p.C = 3; // an odd count of f32 messages: the two pieces still end on a double's boundary
+  CHECK(chain_saved_bytes(p) == 2 * 45 * 4 + 2 * 15 * 8 + 3 * 8);
+  p.dtype = DType::bf16; // half inputs keep f32 messages
+  CHECK(chain_saved_bytes(p) == 2 * 45 * 4 + 2 * 15 * 8 + 3 * 8);
   p = chain(Semiring::log, 32, 512, 64);
-  CHECK(chain_saved_bytes(p) == 2 * round(std::size_t(32 * 512 * 64) * 8) + 2 * round(32 * 512 * 8) + round(32 * 8));
+  CHECK(chain_saved_bytes(p) == 2 * std::size_t(32 * 512 * 64) * 8 + 2 * 32 * 512 * 8 + 32 * 8);
   p.form = ChainForm::hmm; // the same messages in either form
-  CHECK(chain_saved_bytes(p) == 2 * round(std::size_t(32 * 512 * 64) * 8) + 2 * round(32 * 512 * 8) + round(32 * 8));
+  CHECK(chain_saved_bytes(p) == 2 * std::size_t(32 * 512 * 64) * 8 + 2 * 32 * 512 * 8 + 32 * 8);
   CHECK(chain_saved_bytes(chain(Semiring::max_plus, 32, 512, 64)) == 0);
   CHECK(chain_saved_bytes(chain(Semiring::log, 0, 7, 3)) == 0);
   check_throws_naming([] { chain_saved_bytes(chain(Semiring::log, 2, 3, 0)); }, "chain.C: ");
