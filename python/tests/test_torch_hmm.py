@@ -1,8 +1,8 @@
 """jitbmm.torch's HMM-form chains (hmm_log_partition, hmm_viterbi) on the GPU machine: scores and the gradients of
 all three tables against a float64 torch forward algorithm written here, and against the CRF form on the
 potentials the tables form; Viterbi paths; shared and per-sequence tables, odd sizes, ragged lengths, large
-scores, banded -inf transitions; length-1 and all -inf sequences; strides; errors; opcheck, torch.compile,
-torch.export and CUDA graphs.
+scores, banded -inf transitions; length-1 and all -inf sequences; strides; errors; the peak memory of a training
+step; opcheck, torch.compile, torch.export and CUDA graphs.
 
 Run as a program (the python_torch_hmm CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is missing,
 and fails if any test is skipped where both exist."""
@@ -337,6 +337,23 @@ class HmmTest(GpuCase):
                     want = twice(lambda *a: reference_scores(*a, semiring))
                     for name, g, x in zip(("emissions", "transitions", "initial", "d/dw"), got, want):
                         torch.testing.assert_close(g, x, rtol=1e-9, atol=1e-9, msg=name)
+
+    def test_peak_memory_of_a_training_step(self):
+        """A forward + backward of shared f32 tables adds at most 4x their bytes at its peak (the saved messages,
+        the emissions' gradient and the transitions' partial sums), whatever the shape: nothing of aux's size is
+        filled for its gradient, and the partial sums stay within half the tables."""
+        for B, T, C in ((32, 128, 32), (32, 512, 64), (8, 1024, 128), (16, 256, 256), (4, 300, 31)):
+            with self.subTest(B=B, T=T, C=C):
+                tables = [x.detach().requires_grad_(True) for x in self.tables(B, T, C, False, False, torch.float32)]
+                tables_bytes = sum(x.numel() * x.element_size() for x in tables)
+                for _ in range(2):  # the second step runs on plans and allocator segments the first made
+                    torch.cuda.synchronize()
+                    base = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    torch.autograd.grad(self.jt.hmm_log_partition(*tables).sum(), tables)
+                    torch.cuda.synchronize()
+                    added = torch.cuda.max_memory_allocated() - base
+                self.assertLessEqual(added, 4 * tables_bytes, f"{added} bytes at the peak, tables {tables_bytes}")
 
     def test_empty_batch_and_no_grad(self):
         e, t, i = self.tables(1, 5, 3, False, False)
