@@ -45,11 +45,11 @@ inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
   return problem;
 }
 
-// The default spec for the problem on a device with `cluster_sms` (default_chain_spec), or with --cluster K the
-// rule's blocks for clusters of K; then --threads, --lanes and --beta-lanes override its fields.
-inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, int cluster_sms) {
+// `base` (the spec a plan takes, or the rule's without a device), or with --cluster K the rule's blocks for clusters
+// of K; then --threads, --lanes and --beta-lanes override its fields.
+inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, const ChainSpec& base) {
   try {
-    ChainSpec spec = default_chain_spec(problem, cluster_sms);
+    ChainSpec spec = base;
     if (args.has("--cluster"))
       spec = clustered_chain_spec(problem, parse_int(args.get("--cluster", ""), "--cluster", 1, kMaxChainCluster));
     // --threads and --lanes set both forwards' blocks (the saving one's backward messages keep their rule).

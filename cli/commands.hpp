@@ -15,5 +15,6 @@ int run_compile_times(const Args& args);    // bench --compile-times
 int run_backward_bench(const Args& args);   // bench --backward
 int run_exp_matmul_bench(const Args& args); // bench --exp-matmul
 int run_chain_bench(const Args& args);      // bench --chain
+int run_chain_tune(const Args& args);       // tune --chain
 
 } // namespace jitbmm::cli

@@ -225,7 +225,8 @@ int run_inspect(int argc, char** argv) {
                        "--emit", "--arch"},
                       "inspect --chain");
     // No device: one block per sequence unless --cluster says otherwise.
-    const ChainSpec spec = chain_spec_from(args, chain_problem_from(args, 1, 2), 0);
+    const ChainProblem problem = chain_problem_from(args, 1, 2);
+    const ChainSpec spec = chain_spec_from(args, problem, default_chain_spec(problem));
     if (spec.forward.cluster > 1 && std::stoi(arch.substr(3)) < 90)
       throw std::invalid_argument("--cluster: clusters of blocks need sm_90 or later (--arch " + arch + ")");
     kernel = with_override(emit_chain_kernel(spec));

@@ -1,5 +1,5 @@
 // jitbmm tune: autotune one problem on this GPU, store the decision (exact shape and its bucket), print the
-// candidates compared.
+// candidates compared; with --chain, a chain problem's cluster sizes (cli/tune_chain.cpp).
 #include <cstdio>
 
 #include "cache/disk_cache.hpp"
@@ -14,8 +14,15 @@ namespace jitbmm::cli {
 int run_tune(int argc, char** argv) {
   const Args args(argc, argv, 2,
                   {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout",
-                   "--b-layout", "--data"},
-                  {"--argmax"});
+                   "--b-layout", "--data", "--chain", "--batch", "--length", "--reps"},
+                  {"--argmax", "--hmm"});
+  if (args.has("--chain")) {
+    args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--reps"}, "tune --chain");
+    return run_chain_tune(args);
+  }
+  args.require_only({"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout",
+                     "--b-layout", "--data", "--argmax"},
+                    "tune");
   const Problem p = problem_from(args, "tune");
   const Pass pass = parse_flag(args, "--pass", "forward", parse_pass);
   // --data wide: the variant a plan moves to when its repairs show wide-range data (runtime/repair_watch.hpp).

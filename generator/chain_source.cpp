@@ -180,10 +180,16 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
 }
 
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster) {
-  if (!pow2(cluster) || cluster > kMaxChainCluster)
-    throw std::invalid_argument("chain spec.cluster: must be a power of two at most " +
-                                std::to_string(kMaxChainCluster) + " (got " + std::to_string(cluster) + ")");
-  return spec_with(problem, cluster, cluster);
+  return clustered_chain_spec(problem, cluster, cluster);
+}
+
+ChainSpec clustered_chain_spec(const ChainProblem& problem, int forward_cluster, int saving_cluster) {
+  for (const auto& [cluster, field] :
+       {std::pair{forward_cluster, "cluster"}, std::pair{saving_cluster, "saving_cluster"}})
+    if (!pow2(cluster) || cluster > kMaxChainCluster)
+      throw std::invalid_argument("chain spec." + std::string(field) + ": must be a power of two at most " +
+                                  std::to_string(kMaxChainCluster) + " (got " + std::to_string(cluster) + ")");
+  return spec_with(problem, forward_cluster, saving_cluster);
 }
 
 void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {

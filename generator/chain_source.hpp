@@ -46,6 +46,8 @@ struct ChainSpec {
   // Whether every loop's registers fit its block without prefetch (what the rule makes sure of before it splits a
   // sequence over a cluster).
   bool registers_fit() const;
+  // What a tuned decision may choose: one block per sequence always; clusters where every loop's registers fit.
+  bool clusters_fit() const { return (forward.cluster == 1 && saving.cluster == 1) || registers_fit(); }
   int stages(const ChainLoop& loop) const;
   unsigned dynamic_bytes(const ChainLoop& loop) const;
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
@@ -61,8 +63,10 @@ constexpr int kHmmNodeThreads = 256;
 // one block per sequence would leave most of them idle, the CRF form's blocks split each step's target states
 // over a cluster.
 ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms = 0);
-// The same rule with both forwards split over clusters of `cluster` blocks (a power of two ≤ kMaxChainCluster).
+// The same rule with both forwards split over clusters of `cluster` blocks (a power of two ≤ kMaxChainCluster), or
+// the forward over `forward_cluster` and the saving forward over `saving_cluster` (what a tuned decision names).
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster);
+ChainSpec clustered_chain_spec(const ChainProblem& problem, int forward_cluster, int saving_cluster);
 // The backward messages' lanes for spec.saving's block: four, or as many as leave every group a state, more where
 // their registers would spill (their potentials are read transposed: fewer lanes read more of each row at once).
 int default_beta_lanes(const ChainSpec& spec);

@@ -5,13 +5,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "cache/disk_cache.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/chain_decisions.hpp"
 #include "support/checked_size.hpp"
+#include "support/log.hpp"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -153,7 +156,23 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
-  return chain_plan_for(problem, default_chain_spec(problem, cluster_sms(*current_device())));
+  return chain_plan_for(problem, chosen_chain_spec(problem, *current_device()));
+}
+
+ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
+  const int sms = cluster_sms(device);
+  const ChainSpec rule = default_chain_spec(problem, sms);
+  if (sms == 0 || problem.B == 0) return rule;
+  const std::optional<ChainDecision> d =
+      load_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  if (!d) return rule;
+  const ChainSpec tuned = clustered_chain_spec(problem, d->forward_cluster, d->saving_cluster);
+  if (!tuned.clusters_fit()) return rule; // the problem's rule changed since, or a hand-made entry
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
+                                     std::to_string(d->forward_cluster) + " and " + std::to_string(d->saving_cluster) +
+                                     " (saving), from the stored decision");
+  return tuned;
 }
 
 int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }

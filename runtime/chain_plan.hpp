@@ -1,4 +1,5 @@
-// A chain plan with a chosen variant instead of the default one (what `jitbmm bench --chain` compares).
+// A chain plan with a chosen variant instead of the default one (what `jitbmm bench --chain` compares and `jitbmm
+// tune --chain` times), and the variant ChainPlan::get chooses.
 #pragma once
 
 #include "generator/chain_source.hpp"
@@ -12,5 +13,9 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec);
 
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
+
+// The spec ChainPlan::get takes: the clusters a stored decision names for the problem's bucket on this device
+// (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit, else default_chain_spec's.
+ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
 
 } // namespace jitbmm

@@ -30,28 +30,13 @@ std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
 
 std::string family_text(const Problem& p, const TuningDevice& d, Pass pass, InputRange range) {
   std::ostringstream os;
-  os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
-     << d.name << '\n'
-     << d.sm_count << ' ' << d.arch << ' ' << d.driver_version << ' ' << d.nvrtc_version << ' ' << kVersion << '\n'
-     << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' ' << dtype_info(p.output_dtype()).name
-     << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
+  os << tuning_device_text(d) << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' '
+     << dtype_info(p.output_dtype()).name << ' ' << p.with_argmax << ' ' << layout_kind(p.a(), p.shape.M, p.shape.K) << ' '
      << layout_kind(p.b(), p.shape.K, p.shape.N) << ' ' << layout_kind(p.out(), p.shape.M, p.shape.N) << '\n';
   if (p.precision != Precision::exact) os << "precision " << precision_name(p.precision) << '\n';
   if (pass != Pass::forward) os << "pass " << pass_name(pass) << '\n';
   if (range != InputRange::normal) os << "data " << input_range_name(range) << '\n';
   return os.str();
-}
-
-// A duration as encode_decision writes it ("%.3f", "%.5f"): digits with at most one point, so no sign, exponent,
-// blank, nan or inf; nothing otherwise.
-std::optional<double> parse_duration(const std::string& text) {
-  const std::size_t point = text.find('.');
-  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos || text.front() == '.' ||
-      text.back() == '.' || (point != std::string::npos && text.find('.', point + 1) != std::string::npos))
-    return std::nullopt;
-  const double v = std::strtod(text.c_str(), nullptr);
-  if (!std::isfinite(v)) return std::nullopt; // more digits than a double holds
-  return v;
 }
 
 // A spec a decision names: in canonical form, one that can exist, and (when `of` is given) of the same problem
@@ -67,6 +52,16 @@ KernelSpec parse_stored_spec(const std::string& text, const KernelSpec* of = nul
 
 } // namespace
 
+std::optional<double> parse_duration(const std::string& text) {
+  const std::size_t point = text.find('.');
+  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos || text.front() == '.' ||
+      text.back() == '.' || (point != std::string::npos && text.find('.', point + 1) != std::string::npos))
+    return std::nullopt;
+  const double v = std::strtod(text.c_str(), nullptr);
+  if (!std::isfinite(v)) return std::nullopt; // more digits than a double holds
+  return v;
+}
+
 Shape shape_bucket(const Shape& s) {
   return {checked_round_up_pow2(s.B, "shape.B"), checked_round_up_pow2(s.M, "shape.M"),
           checked_round_up_pow2(s.K, "shape.K"), checked_round_up_pow2(s.N, "shape.N")};
@@ -78,6 +73,14 @@ InputRange parse_input_range(const std::string& text) {
   if (text == "normal") return InputRange::normal;
   if (text == "wide") return InputRange::wide;
   throw std::invalid_argument("--data: expected normal or wide, got '" + text + "'");
+}
+
+std::string tuning_device_text(const TuningDevice& d) {
+  std::ostringstream os;
+  os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
+     << d.name << '\n'
+     << d.sm_count << ' ' << d.arch << ' ' << d.driver_version << ' ' << d.nvrtc_version << ' ' << kVersion << '\n';
+  return os.str();
 }
 
 std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass, InputRange range) {

@@ -31,6 +31,8 @@ struct TuningDevice {
   int sm_count = 0, driver_version = 0;
 };
 TuningDevice tuning_device(const DeviceInfo& device); // with this process's NVRTC version
+// The lines of a key that name the device and the versions (every kind of decision's key starts with them).
+std::string tuning_device_text(const TuningDevice& device);
 std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward,
                        InputRange range = InputRange::normal);
 // The key without the shape: decisions of one family may stand in for each other (nearest bucket).
@@ -61,6 +63,9 @@ constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking
 // spec canonical and one that can exist, candidates of the decision's own problem kind) and returns nothing on any
 // defect.
 std::string encode_decision(const Decision& d);
+// A duration as the decisions write it ("%.3f", "%.5f"): digits with at most one point, so no sign, exponent,
+// blank, nan or inf; nothing otherwise.
+std::optional<double> parse_duration(const std::string& text);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
 std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);

@@ -35,6 +35,8 @@
 #include "generator/emit_source.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/backward.hpp"
+#include "runtime/chain_plan.hpp"
+#include "runtime/tuner/chain_decisions.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
@@ -323,6 +325,35 @@ TEST_CASE("an HMM backward's scratch (the transitions' partial sums) takes at mo
     // Every chain long enough splits its steps over several blocks (sums to add), within the bound.
     CHECK((scratch > 0) == (c.T > 5));
   }
+}
+
+TEST_CASE("a chain plan takes the clusters a stored decision names for its bucket; a damaged one, the rule's") {
+  ChainProblem p;
+  p.B = 3, p.T = 9, p.C = 130;
+  const auto device = current_device();
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  const std::string key = chain_tuning_key(p, tuning_device(*device));
+  const ChainSpec rule = default_chain_spec(p, cluster_sms(*device));
+  // The forward fastest in clusters of 2, the saving forward + backward in 4.
+  put_chain_decision(*disk, key, choose_chain_clusters(p, {{2, 1.0, 2.0, 0.5}, {4, 2.0, 1.0, 0.5}}, 1.0));
+  const ChainSpec tuned = chosen_chain_spec(p, *device);
+  CHECK(tuned.forward.cluster == 2);
+  CHECK(tuned.saving.cluster == 4);
+  CHECK(tuned == clustered_chain_spec(p, 2, 4));
+  CHECK_FALSE(tuned == rule);
+  // A sequence count of the same bucket reads the same decision; ChainPlan::get builds that module.
+  ChainProblem same_bucket = p;
+  same_bucket.B = 4;
+  CHECK(ChainPlan::get(same_bucket).kernel_name() == emit_chain_kernel(clustered_chain_spec(same_bucket, 2, 4)).name);
+  // Another bucket does not.
+  ChainProblem longer = p;
+  longer.T = 17;
+  CHECK(chosen_chain_spec(longer, *device) == default_chain_spec(longer, cluster_sms(*device)));
+  // A damaged entry is the rule's, and moved aside.
+  REQUIRE(disk->put(key, "chaintune", "forward_cluster 3\n"));
+  CHECK(chosen_chain_spec(p, *device) == rule);
+  CHECK_FALSE(disk->get(key, "chaintune"));
 }
 
 namespace {

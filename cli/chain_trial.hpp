@@ -1,0 +1,35 @@
+// What `jitbmm bench --chain` and `jitbmm tune --chain` time a chain variant on: standard normal inputs of the
+// problem (the potentials [B][T − 1][C][C], or the HMM form's emissions [B][T][C], transitions [C][C] and initial
+// [C]), ones for grad_score, and the first sequence's score on the CPU, which every variant must reproduce.
+#pragma once
+
+#include <vector>
+
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain_problem.hpp"
+#include "runtime/device_memory.hpp"
+
+namespace jitbmm::cli {
+
+// One variant as measured: median device times (ms) of the forward (score only), the forward that keeps what the
+// backward reads (log: saved; max_plus: the best path) and that backward; whether its first score is the CPU's.
+struct ChainRow {
+  ChainSpec spec;
+  double forward_ms = 0, saving_ms = 0, backward_ms = 0;
+  bool checked = false;
+};
+
+class ChainTrial {
+public:
+  explicit ChainTrial(const ChainProblem& problem); // allocates and uploads on the current device
+  // Each launch warmed up three times, then `reps` timed runs.
+  ChainRow measure(const ChainSpec& spec, int reps);
+
+private:
+  ChainProblem p_;
+  std::vector<unsigned char> host_;
+  double want_ = 0;
+  DeviceBuffer inputs_, score_, grad_, grad_score_, path_;
+};
+
+} // namespace jitbmm::cli

@@ -1,0 +1,51 @@
+// Chain decisions: the cluster sizes `jitbmm tune --chain` measured fastest for a chain problem's bucket on one
+// device, stored in the disk cache (kind "chaintune") and read by every ChainPlan::get of that bucket.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jitbmm/chain_problem.hpp"
+#include "runtime/tuner/tuning_db.hpp"
+
+namespace jitbmm {
+
+class DiskCache;
+
+// One cluster size as timed: the forward alone, the forward that keeps what the backward reads (log: saved;
+// max_plus: the best path), and that backward, in ms.
+struct ChainTiming {
+  int cluster = 1;
+  double forward_ms = 0, saving_ms = 0, backward_ms = 0;
+};
+
+// The clusters of the fastest forward and of the fastest saving forward + backward, what they were tuned for, and
+// every size timed.
+struct ChainDecision {
+  int forward_cluster = 1, saving_cluster = 1;
+  std::string problem; // chain_bucket_text() of the problem tuned
+  double seconds = 0;  // how long tuning took
+  std::vector<ChainTiming> timed;
+};
+
+// A problem's bucket: B and T each rounded up to a power of two; the semiring, dtype, form, C, lengths, the tables'
+// batching and whether the inputs are contiguous as they are. One line.
+std::string chain_bucket_text(const ChainProblem& problem);
+// The key: the device and versions (tuning_device_text) and the bucket.
+std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& device);
+// The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster). `timed` must not
+// be empty.
+ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds);
+
+// A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
+// once, durations as tuning_db writes them) and returns nothing on any defect.
+std::string encode_chain_decision(const ChainDecision& d);
+std::optional<ChainDecision> decode_chain_decision(const std::string& text);
+
+// The decision stored under `key`, if any (none without a disk cache). One that does not decode is moved aside
+// (DiskCache::discard), so no later process reads it, and is nothing.
+std::optional<ChainDecision> load_chain_decision(DiskCache* disk, const std::string& key);
+void put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision);
+
+} // namespace jitbmm

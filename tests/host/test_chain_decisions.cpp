@@ -1,0 +1,142 @@
+// Chain decisions (runtime/tuner/chain_decisions.hpp): what `jitbmm tune --chain` stores and ChainPlan::get reads.
+// Their keys separate what the cluster choice depends on and join what it does not, their text round-trips and is
+// read strictly, and a damaged entry is moved aside.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/tuner/chain_decisions.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+const TuningDevice kDevice{"Fake H100", "sm_90", "13.0", 132, 13000};
+
+ChainProblem problem(int64_t B, int64_t T, int64_t C) {
+  ChainProblem p;
+  p.B = B, p.T = T, p.C = C;
+  return p;
+}
+
+ChainDecision sample() {
+  return choose_chain_clusters(problem(16, 256, 256),
+                               {{1, 3.292, 6.371, 0.715}, {4, 1.222, 2.588, 0.720}, {8, 1.516, 2.939, 0.715}}, 2.5);
+}
+
+} // namespace
+
+TEST_CASE("chain decisions: the fastest forward and the fastest saving forward + backward, each its own size") {
+  const ChainDecision d = sample();
+  CHECK(d.forward_cluster == 4);
+  CHECK(d.saving_cluster == 4);
+  // The two launches may disagree: here the forward is fastest in 8 blocks, the saving forward in 2.
+  const ChainDecision split = choose_chain_clusters(
+      problem(32, 512, 128), {{2, 1.30, 1.41, 0.73}, {1, 1.78, 1.90, 0.73}, {8, 1.25, 3.7, 0.73}}, 1.0);
+  CHECK(split.forward_cluster == 8);
+  CHECK(split.saving_cluster == 2);
+  CHECK(split.timed.front().cluster == 1); // kept in cluster order
+  // max_plus keeps no saving forward: its one launch writes the path, so one size serves both.
+  ChainProblem viterbi = problem(32, 512, 128);
+  viterbi.semiring = Semiring::max_plus;
+  const ChainDecision v = choose_chain_clusters(viterbi, {{2, 1.3, 9.0, 0.1}, {4, 1.1, 1.0, 0.1}}, 1.0);
+  CHECK(v.forward_cluster == 4);
+  CHECK(v.saving_cluster == 4);
+  // Ties go to the smaller cluster.
+  CHECK(choose_chain_clusters(problem(4, 8, 64), {{2, 1.0, 1.0, 1.0}, {1, 1.0, 1.0, 1.0}}, 0).forward_cluster == 1);
+  CHECK_THROWS_AS(choose_chain_clusters(problem(4, 8, 64), {}, 0), std::invalid_argument);
+}
+
+TEST_CASE("chain decisions: keyed by the device, the versions and the problem's bucket") {
+  const std::string key = chain_tuning_key(problem(16, 256, 256), kDevice);
+  CHECK(key.size() == 64);
+  // One bucket: B and T rounded up to powers of two.
+  CHECK(chain_tuning_key(problem(9, 129, 256), kDevice) == key);
+  // What the choice depends on separates keys.
+  std::vector<ChainProblem> others = {problem(17, 256, 256), problem(16, 257, 256), problem(16, 256, 255)};
+  for (auto change :
+       {+[](ChainProblem& p) { p.semiring = Semiring::max_plus; }, +[](ChainProblem& p) { p.dtype = DType::bf16; },
+        +[](ChainProblem& p) { p.form = ChainForm::hmm; }, +[](ChainProblem& p) { p.with_lengths = true; },
+        +[](ChainProblem& p) { p.strides[0] = 1, p.strides[1] = 16, p.strides[2] = 1, p.strides[3] = 1; }}) {
+    ChainProblem p = problem(16, 256, 256);
+    change(p);
+    others.push_back(p);
+  }
+  for (const ChainProblem& p : others) {
+    INFO(chain_bucket_text(p));
+    CHECK(chain_tuning_key(p, kDevice) != key);
+  }
+  for (auto change :
+       {+[](TuningDevice& d) { d.name = "Fake H200"; }, +[](TuningDevice& d) { d.sm_count = 114; },
+        +[](TuningDevice& d) { d.driver_version = 13010; }, +[](TuningDevice& d) { d.nvrtc_version = "13.1"; }}) {
+    TuningDevice d = kDevice;
+    change(d);
+    CHECK(chain_tuning_key(problem(16, 256, 256), d) != key);
+  }
+  CHECK(chain_bucket_text(problem(9, 129, 256)) == "log f32 crf C=256 B<=16 T<=256 contiguous");
+}
+
+TEST_CASE("chain decisions: the text round-trips and is read strictly") {
+  const ChainDecision d = sample();
+  const std::string text = encode_chain_decision(d);
+  const auto back = decode_chain_decision(text);
+  REQUIRE(back);
+  CHECK(back->forward_cluster == d.forward_cluster);
+  CHECK(back->saving_cluster == d.saving_cluster);
+  CHECK(back->problem == d.problem);
+  REQUIRE(back->timed.size() == 3);
+  CHECK(back->timed[1].cluster == 4);
+  CHECK(back->timed[1].saving_ms == doctest::Approx(2.588));
+  CHECK(encode_chain_decision(*back) == text);
+  // Each defect makes it nothing.
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const auto at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  const std::vector<std::string> bad = {
+      "",
+      text.substr(0, text.size() - 1),                     // not whole lines
+      replaced("forward_cluster 4", "forward_cluster 3"),  // not a power of two
+      replaced("forward_cluster 4", "forward_cluster 16"), // beyond kMaxChainCluster
+      replaced("saving_cluster 4", "saving_cluster -4"),
+      replaced("saving_cluster 4\n", ""), // a line missing
+      replaced("seconds 2.500", "seconds nan"),
+      replaced("timed 4 1.22200", "timed 4 -1.22200"), // a negative duration
+      replaced("timed 8", "timed 4"),                  // a size timed twice
+      replaced("timed 8 1.51600 2.93900 0.71500", "timed 8 1.51600 2.93900"),
+      replaced("timed 8 1.51600 2.93900 0.71500", "timed 8 1.51600 2.93900 0.71500 1"),
+      replaced("timed 8 1.51600", "timed  8 1.51600"), // not as written
+      text + "comment\n",
+      "forward_cluster 4\n" + text, // lines out of order
+  };
+  for (const std::string& t : bad) {
+    INFO(t);
+    CHECK_FALSE(decode_chain_decision(t));
+  }
+}
+
+TEST_CASE("chain decisions: stored, read back, and a damaged one moved aside") {
+  TempDir dir("jitbmm-chain-decisions");
+  DiskCache disk(dir.path);
+  const std::string key = chain_tuning_key(problem(16, 256, 256), kDevice);
+  CHECK_FALSE(load_chain_decision(&disk, key));
+  CHECK_FALSE(load_chain_decision(nullptr, key));
+  put_chain_decision(disk, key, sample());
+  const auto back = load_chain_decision(&disk, key);
+  REQUIRE(back);
+  CHECK(back->forward_cluster == 4);
+  // A checksum-valid entry whose text does not parse: nothing, and moved aside so no later process reads it.
+  REQUIRE(disk.put(key, "chaintune", "forward_cluster 3\n"));
+  CHECK_FALSE(load_chain_decision(&disk, key));
+  CHECK_FALSE(disk.get(key, "chaintune"));
+  bool set_aside = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path))
+    set_aside = set_aside || entry.path().filename().string().find(".bad") != std::string::npos;
+  CHECK(set_aside);
+}
