@@ -47,9 +47,8 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
 } // namespace
 
 int run_chain_bench(const Args& args) {
-  const int64_t B = parse_int(args.get("--batch", "32"), "--batch", 1, 1 << 20);
-  const int64_t T = parse_int(args.get("--length", "512"), "--length", 1, 1 << 24);
-  const ChainProblem p = chain_problem_from(args, B, T);
+  const ChainProblem p = sized_chain_problem_from(args);
+  const int64_t B = p.B, T = p.T;
   const int reps = reps_from(args);
   const bool log = p.semiring == Semiring::log;
   chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's

@@ -45,6 +45,13 @@ inline ChainProblem chain_problem_from(const Args& args, int64_t B, int64_t T) {
   return problem;
 }
 
+// The same with --batch B (32) sequences of --length T (512) positions: what bench, tune and inspect --tuned run.
+inline ChainProblem sized_chain_problem_from(const Args& args) {
+  const int64_t B = parse_int(args.get("--batch", "32"), "--batch", 1, 1 << 20);
+  const int64_t T = parse_int(args.get("--length", "512"), "--length", 1, 1 << 24);
+  return chain_problem_from(args, B, T);
+}
+
 // `base` (the spec a plan takes, or the rule's without a device), or with --cluster K the rule's blocks for clusters
 // of K; then --threads, --lanes and --beta-lanes override its fields.
 inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, const ChainSpec& base) {

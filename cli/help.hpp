@@ -82,10 +82,13 @@ inline std::string inspect_help() {
          "                 --emit cuda|ptx|sass|resources|all\n"
          "      The same for the linear-chain module of C states (docs/chains.md): its forward and backward;\n"
          "      --hmm: the HMM form's (transitions and emissions instead of potentials); --cluster K: each\n"
-         "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU).\n"
+         "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU,\n"
+         "      or takes a stored decision's).\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
-         "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n";
+         "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
+         "  jitbmm inspect --tuned --chain C [--hmm] [--batch B] [--length T] [--semiring S] [--dtype D]\n"
+         "      The chain variant a plan takes on this GPU: a stored decision's clusters (tune --chain) or the rule's.\n";
 }
 
 struct CommandHelp {

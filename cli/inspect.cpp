@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -197,14 +199,41 @@ int print_tuned(const Problem& p) {
   return 0;
 }
 
+// Which variant ChainPlan::get would run for a chain problem on this GPU, whether a stored decision chose its
+// clusters, and the timings that decision holds. Never tunes.
+int print_chain_tuned(const ChainProblem& p) {
+  const auto device = current_device();
+  const ChainChoice c = choose_chain_spec(p, *device);
+  const std::optional<ChainDecision>& d = c.decision;
+  std::printf("problem:  chain %s\ndevice:   %s (%s, %d SMs)\nchoice:   %s\nsource:   %s\n",
+              chain_bucket_text(p).c_str(), device->name.c_str(), device->arch().c_str(), device->sm_count,
+              to_string(c.spec).c_str(),
+              c.from_decision ? "stored decision (jitbmm tune --chain)"
+              : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
+                              : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
+  if (!d) return 0;
+  std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
+              d->saving_cluster);
+  std::printf("%8s %10s %12s %10s\n", "cluster", "fwd ms", "fwd+kept ms", "backward");
+  for (const ChainTiming& t : d->timed)
+    std::printf("%8d %10.4f %12.4f %10.4f\n", t.cluster, t.forward_ms, t.saving_ms, t.backward_ms);
+  return 0;
+}
+
 } // namespace
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes"});
+  flags.insert(
+      {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length"});
   std::set<std::string> switches = spec_switches();
   switches.insert({"--tuned", "--hmm"});
   const Args args(argc, argv, 2, flags, switches);
+  if (args.has("--tuned") && args.has("--chain")) {
+    args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
+                      "inspect --tuned --chain");
+    return print_chain_tuned(sized_chain_problem_from(args));
+  }
   if (args.has("--tuned")) {
     std::set<std::string> used = problem_flags();
     used.insert({"--argmax", "--tuned"});

@@ -16,14 +16,11 @@
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
-#include "support/checked_size.hpp"
 
 namespace jitbmm::cli {
 
 int run_chain_tune(const Args& args) {
-  const int64_t B = parse_int(args.get("--batch", "32"), "--batch", 1, 1 << 20);
-  const int64_t T = parse_int(args.get("--length", "512"), "--length", 1, 1 << 24);
-  const ChainProblem p = chain_problem_from(args, B, T);
+  const ChainProblem p = sized_chain_problem_from(args);
   const int reps = reps_from(args);
   const auto device = current_device();
   if (cluster_sms(*device) == 0)
@@ -62,8 +59,8 @@ int run_chain_tune(const Args& args) {
     return 0;
   }
   put_chain_decision(*disk, chain_tuning_key(p, tuning_device(*device)), d);
-  std::printf("decision stored in %s for B up to %lld and T up to %lld\n", disk->dir().c_str(),
-              (long long)checked_round_up_pow2(B, "--batch"), (long long)checked_round_up_pow2(T, "--length"));
+  std::printf("decision stored in %s for its bucket (chain %s)\n", disk->dir().c_str(),
+              chain_bucket_text(p).c_str());
   return 0;
 }
 

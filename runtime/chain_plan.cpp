@@ -12,7 +12,6 @@
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
-#include "runtime/tuner/chain_decisions.hpp"
 #include "support/checked_size.hpp"
 #include "support/log.hpp"
 #include "templates/chain/params.cuh"
@@ -159,20 +158,22 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
   return chain_plan_for(problem, chosen_chain_spec(problem, *current_device()));
 }
 
-ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
+ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
   const int sms = cluster_sms(device);
-  const ChainSpec rule = default_chain_spec(problem, sms);
-  if (sms == 0 || problem.B == 0) return rule;
-  const std::optional<ChainDecision> d =
-      load_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
-  if (!d) return rule;
-  const ChainSpec tuned = clustered_chain_spec(problem, d->forward_cluster, d->saving_cluster);
-  if (!tuned.clusters_fit()) return rule; // the problem's rule changed since, or a hand-made entry
+  ChainChoice c{default_chain_spec(problem, sms), std::nullopt, false};
+  if (sms == 0 || problem.B == 0) return c;
+  c.decision = load_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  if (!c.decision) return c;
+  const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
+  if (!tuned.clusters_fit()) return c; // a hand-made entry, or one from before the spec's rule changed
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
-                                     std::to_string(d->forward_cluster) + " and " + std::to_string(d->saving_cluster) +
+                                     std::to_string(c.decision->forward_cluster) + " and " +
+                                     std::to_string(c.decision->saving_cluster) +
                                      " (saving), from the stored decision");
-  return tuned;
+  c.spec = tuned;
+  c.from_decision = true;
+  return c;
 }
 
 int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }

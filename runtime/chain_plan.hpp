@@ -2,9 +2,12 @@
 // tune --chain` times), and the variant ChainPlan::get chooses.
 #pragma once
 
+#include <optional>
+
 #include "generator/chain_source.hpp"
 #include "jitbmm/chain.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tuner/chain_decisions.hpp"
 
 namespace jitbmm {
 
@@ -15,7 +18,16 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec);
 int cluster_sms(const DeviceInfo& device);
 
 // The spec ChainPlan::get takes: the clusters a stored decision names for the problem's bucket on this device
-// (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit, else default_chain_spec's.
-ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
+// (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit, else default_chain_spec's;
+// with the decision read (if any) and whether its clusters were taken.
+struct ChainChoice {
+  ChainSpec spec;
+  std::optional<ChainDecision> decision;
+  bool from_decision = false;
+};
+ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
+inline ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
+  return choose_chain_spec(problem, device).spec;
+}
 
 } // namespace jitbmm

@@ -337,7 +337,11 @@ TEST_CASE("a chain plan takes the clusters a stored decision names for its bucke
   const ChainSpec rule = default_chain_spec(p, cluster_sms(*device));
   // The forward fastest in clusters of 2, the saving forward + backward in 4.
   put_chain_decision(*disk, key, choose_chain_clusters(p, {{2, 1.0, 2.0, 0.5}, {4, 2.0, 1.0, 0.5}}, 1.0));
-  const ChainSpec tuned = chosen_chain_spec(p, *device);
+  const ChainChoice choice = choose_chain_spec(p, *device);
+  CHECK(choice.from_decision);
+  REQUIRE(choice.decision);
+  CHECK(choice.decision->timed.size() == 2);
+  const ChainSpec tuned = choice.spec;
   CHECK(tuned.forward.cluster == 2);
   CHECK(tuned.saving.cluster == 4);
   CHECK(tuned == clustered_chain_spec(p, 2, 4));
@@ -352,7 +356,10 @@ TEST_CASE("a chain plan takes the clusters a stored decision names for its bucke
   CHECK(chosen_chain_spec(longer, *device) == default_chain_spec(longer, cluster_sms(*device)));
   // A damaged entry is the rule's, and moved aside.
   REQUIRE(disk->put(key, "chaintune", "forward_cluster 3\n"));
-  CHECK(chosen_chain_spec(p, *device) == rule);
+  const ChainChoice damaged = choose_chain_spec(p, *device);
+  CHECK(damaged.spec == rule);
+  CHECK_FALSE(damaged.decision);
+  CHECK_FALSE(damaged.from_decision);
   CHECK_FALSE(disk->get(key, "chaintune"));
 }
 
