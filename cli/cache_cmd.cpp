@@ -7,13 +7,15 @@
 #include "cache/disk_cache.hpp"
 #include "cli/commands.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/tuner/chain_decisions.hpp"
 
 namespace jitbmm::cli {
 
 namespace {
 
 // What an entry holds, from its own content: a cubin's kernel name (from the source kept beside it), a tuning
-// decision's problem, scope and winner. Never trusted beyond display: damaged entries just say so.
+// decision's problem, scope and winner, a chain decision's bucket and clusters. Never trusted beyond display:
+// damaged entries just say so.
 std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
   if (e.kind == "cubin") {
     const std::optional<std::string> source = cache.get_source(e.key);
@@ -29,6 +31,13 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     spec = spec.substr(spec.find("strategy="));
     return "tuned " + d->problem.substr(0, d->problem.find(" a(")) + (d->bucket ? " bucket " : " exact ") +
            to_string(d->shape) + ": " + spec;
+  }
+  if (e.kind == "chaintune") {
+    const auto text = cache.get(e.key, "chaintune");
+    const auto d = text ? decode_chain_decision(*text) : std::nullopt;
+    if (!d) return "(unreadable chain decision)";
+    return "tuned chain " + d->problem + ": clusters " + std::to_string(d->forward_cluster) + " (forward), " +
+           std::to_string(d->saving_cluster) + " (saving)";
   }
   return "";
 }
@@ -54,12 +63,12 @@ int run_cache(int argc, char** argv) {
                                   : ""));
   if (what == "list") {
     uint64_t total = 0;
-    std::printf("%-16s %-5s %10s  %-19s  %s\n", "key", "kind", "bytes", "last use", "what");
+    std::printf("%-16s %-9s %10s  %-19s  %s\n", "key", "kind", "bytes", "last use", "what");
     for (const auto& e : cache.list()) {
       const std::time_t t = static_cast<std::time_t>(e.last_use / 1000000000);
       char when[32];
       std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
-      std::printf("%-16s %-5s %10llu  %-19s  %s\n", e.key.substr(0, 16).c_str(), e.kind.c_str(),
+      std::printf("%-16s %-9s %10llu  %-19s  %s\n", e.key.substr(0, 16).c_str(), e.kind.c_str(),
                   static_cast<unsigned long long>(e.bytes), when, describe_entry(cache, e).c_str());
       total += e.bytes;
     }

@@ -1,7 +1,7 @@
 // jitbmm tune --chain C: time a chain problem's cluster sizes on this GPU (the rule's blocks for one block per
 // sequence and clusters of 2, 4 and 8 where their registers fit), each checked against the CPU reference, and store
-// the fastest forward's and the fastest saving forward + backward's as the decision every ChainPlan::get of the
-// problem's bucket takes (runtime/tuner/chain_decisions.hpp).
+// the sizes choose_chain_clusters picks as the decision every ChainPlan::get of the problem's bucket takes
+// (runtime/tuner/chain_decisions.hpp).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -51,16 +51,14 @@ int run_chain_tune(const Args& args) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const ChainDecision d = choose_chain_clusters(p, timed, seconds);
-  std::printf("best: cluster %d for the forward, %d for the saving forward and its backward\n", d.forward_cluster,
-              d.saving_cluster);
+  std::printf("best: cluster %d for the forward, %d for the saving forward\n", d.forward_cluster, d.saving_cluster);
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) {
     std::printf("no disk cache (JITBMM_CACHE=off or no usable directory): nothing stored\n");
     return 0;
   }
   put_chain_decision(*disk, chain_tuning_key(p, tuning_device(*device)), d);
-  std::printf("decision stored in %s for its bucket (chain %s)\n", disk->dir().c_str(),
-              chain_bucket_text(p).c_str());
+  std::printf("decision stored in %s for its bucket (chain %s)\n", disk->dir().c_str(), chain_bucket_text(p).c_str());
   return 0;
 }
 

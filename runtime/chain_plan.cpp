@@ -162,10 +162,15 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
   const int sms = cluster_sms(device);
   ChainChoice c{default_chain_spec(problem, sms), std::nullopt, false};
   if (sms == 0 || problem.B == 0) return c;
-  c.decision = load_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
-  if (!c.decision) return c;
+  c.decision =
+      remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  // A decision is taken only as written for this bucket, and where the plan can launch its clusters: an entry
+  // written by hand may name others.
+  if (!c.decision || c.decision->problem != chain_bucket_text(problem)) return c;
+  const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
+  if (problem.B >= (int64_t(1) << 30) / cluster) return c;
   const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
-  if (!tuned.clusters_fit()) return c; // a hand-made entry, or one from before the spec's rule changed
+  if (!tuned.clusters_fit()) return c;
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
                                      std::to_string(c.decision->forward_cluster) + " and " +

@@ -339,9 +339,9 @@ class HmmTest(GpuCase):
                         torch.testing.assert_close(g, x, rtol=1e-9, atol=1e-9, msg=name)
 
     def test_peak_memory_of_a_training_step(self):
-        """A forward + backward of shared f32 tables adds at most 4x their bytes at its peak (the saved messages,
-        the emissions' gradient and the transitions' partial sums), whatever the shape: nothing of aux's size is
-        filled for its gradient, and the partial sums stay within half the tables."""
+        """A forward + backward of shared f32 tables of 31 states or more adds at most 4x their bytes at its peak
+        (the saved messages, 2·B·T doubles of offsets, the emissions' gradient and the transitions' partial sums):
+        nothing of aux's size is filled for its gradient, and the partial sums stay within half the tables."""
         for B, T, C in ((32, 128, 32), (32, 512, 64), (8, 1024, 128), (16, 256, 256), (4, 300, 31)):
             with self.subTest(B=B, T=T, C=C):
                 tables = [x.detach().requires_grad_(True) for x in self.tables(B, T, C, False, False, torch.float32)]

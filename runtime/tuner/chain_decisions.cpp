@@ -2,7 +2,9 @@
 #include "runtime/tuner/chain_decisions.hpp"
 
 #include <algorithm>
-#include <cstdio>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "cache/disk_cache.hpp"
@@ -16,8 +18,23 @@ namespace {
 
 constexpr const char* kKind = "chaintune"; // the disk cache's kind for chain decisions
 
-bool all_zero(const int64_t* values, int n) {
-  return std::all_of(values, values + n, [](int64_t v) { return v == 0; });
+// Whether the inputs are laid out as the contiguous default, whether their strides are given or left 0.
+bool contiguous(const ChainProblem& p) {
+  ChainProblem plain = p;
+  std::fill(std::begin(plain.strides), std::end(plain.strides), 0);
+  std::fill(std::begin(plain.emission_strides), std::end(plain.emission_strides), 0);
+  std::fill(std::begin(plain.transition_strides), std::end(plain.transition_strides), 0);
+  std::fill(std::begin(plain.initial_strides), std::end(plain.initial_strides), 0);
+  if (p.form == ChainForm::hmm) {
+    const HmmStrides a = hmm_strides(p), b = hmm_strides(plain);
+    return std::equal(std::begin(a.emissions), std::end(a.emissions), std::begin(b.emissions)) &&
+           std::equal(std::begin(a.transitions), std::end(a.transitions), std::begin(b.transitions)) &&
+           std::equal(std::begin(a.initial), std::end(a.initial), std::begin(b.initial));
+  }
+  int64_t a[4], b[4];
+  chain_strides(p, a);
+  chain_strides(plain, b);
+  return std::equal(a, a + 4, b);
 }
 
 // A cluster size a decision may name, or nothing.
@@ -27,23 +44,13 @@ std::optional<int> parse_cluster(const std::string& text) {
   return std::nullopt;
 }
 
-std::string duration(double ms) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.5f", ms);
-  return text;
-}
-
 } // namespace
 
 std::string chain_bucket_text(const ChainProblem& p) {
-  const bool contiguous = all_zero(p.strides, 4) && all_zero(p.emission_strides, 3) &&
-                          all_zero(p.transition_strides, 3) && all_zero(p.initial_strides, 2);
   std::ostringstream os;
   os << semiring_info(p.semiring).name << ' ' << dtype_info(p.dtype).name << ' '
      << (p.form == ChainForm::hmm ? "hmm" : "crf") << " C=" << p.C << " B<=" << checked_round_up_pow2(p.B, "chain.B")
-     << " T<=" << checked_round_up_pow2(p.T, "chain.T") << (p.with_lengths ? " lengths" : "")
-     << (p.batched_transitions ? " batched_transitions" : "") << (p.batched_initial ? " batched_initial" : "")
-     << (contiguous ? " contiguous" : " strided");
+     << " T<=" << checked_round_up_pow2(p.T, "chain.T") << (contiguous(p) ? " contiguous" : " strided");
   return os.str();
 }
 
@@ -58,15 +65,19 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   ChainDecision d;
   d.problem = chain_bucket_text(problem);
   d.seconds = seconds;
+  // The backward's kernels do not split sequences over clusters, so its time does not decide. log's two forwards
+  // are launches of their own, each its fastest size; max_plus's score and its path are one entry point, which
+  // takes the size fastest at both.
+  const bool log = problem.semiring == Semiring::log;
+  auto forward_cost = [&](const ChainTiming& t) { return log ? t.forward_ms : t.forward_ms + t.saving_ms; };
   const ChainTiming* fastest = &timed.front();
   const ChainTiming* fastest_saving = &timed.front();
   for (const ChainTiming& t : timed) {
-    if (t.forward_ms < fastest->forward_ms) fastest = &t;
-    if (t.saving_ms + t.backward_ms < fastest_saving->saving_ms + fastest_saving->backward_ms) fastest_saving = &t;
+    if (forward_cost(t) < forward_cost(*fastest)) fastest = &t;
+    if (t.saving_ms < fastest_saving->saving_ms) fastest_saving = &t;
   }
   d.forward_cluster = fastest->cluster;
-  // max_plus has no saving forward: its path comes from the forward's own launch, so one size serves both.
-  d.saving_cluster = problem.semiring == Semiring::log ? fastest_saving->cluster : fastest->cluster;
+  d.saving_cluster = log ? fastest_saving->cluster : fastest->cluster;
   d.timed = std::move(timed);
   return d;
 }
@@ -76,12 +87,10 @@ std::string encode_chain_decision(const ChainDecision& d) {
   os << "chain " << d.problem << '\n'
      << "forward_cluster " << d.forward_cluster << '\n'
      << "saving_cluster " << d.saving_cluster << '\n';
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.3f", d.seconds);
-  os << "seconds " << seconds << '\n';
+  os << "seconds " << format_duration(d.seconds, 3) << '\n';
   for (const ChainTiming& t : d.timed)
-    os << "timed " << t.cluster << ' ' << duration(t.forward_ms) << ' ' << duration(t.saving_ms) << ' '
-       << duration(t.backward_ms) << '\n';
+    os << "timed " << t.cluster << ' ' << format_duration(t.forward_ms, 5) << ' ' << format_duration(t.saving_ms, 5)
+       << ' ' << format_duration(t.backward_ms, 5) << '\n';
   return os.str();
 }
 
@@ -118,6 +127,11 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       return std::nullopt;
     d.timed.push_back({*k, *f, *s, *b});
   }
+  // The clusters chosen are among those timed.
+  auto timed = [&](int k) {
+    return std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == k; });
+  };
+  if (!timed(d.forward_cluster) || !timed(d.saving_cluster)) return std::nullopt;
   return d;
 }
 
@@ -130,8 +144,34 @@ std::optional<ChainDecision> load_chain_decision(DiskCache* disk, const std::str
   return d;
 }
 
+namespace {
+
+std::mutex g_remembered_mutex;
+std::map<std::string, std::optional<ChainDecision>> g_remembered; // by directory and key
+
+} // namespace
+
+std::optional<ChainDecision> remembered_chain_decision(DiskCache* disk, const std::string& key) {
+  if (!disk) return std::nullopt;
+  const std::string id = disk->dir() + '\n' + key;
+  {
+    std::lock_guard<std::mutex> lock(g_remembered_mutex);
+    if (auto it = g_remembered.find(id); it != g_remembered.end()) return it->second;
+  }
+  std::optional<ChainDecision> d = load_chain_decision(disk, key);
+  std::lock_guard<std::mutex> lock(g_remembered_mutex);
+  return g_remembered.emplace(id, std::move(d)).first->second;
+}
+
 void put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision) {
   disk.put(key, kKind, encode_chain_decision(decision));
+  std::lock_guard<std::mutex> lock(g_remembered_mutex);
+  g_remembered[disk.dir() + '\n' + key] = decision;
+}
+
+void forget_chain_decisions() {
+  std::lock_guard<std::mutex> lock(g_remembered_mutex);
+  g_remembered.clear();
 }
 
 } // namespace jitbmm

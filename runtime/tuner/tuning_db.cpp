@@ -52,6 +52,12 @@ KernelSpec parse_stored_spec(const std::string& text, const KernelSpec* of = nul
 
 } // namespace
 
+std::string format_duration(double value, int decimals) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
 std::optional<double> parse_duration(const std::string& text) {
   const std::size_t point = text.find('.');
   if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos || text.front() == '.' ||
@@ -99,15 +105,11 @@ std::string encode_decision(const Decision& d) {
      << "family " << d.family << '\n'
      << "scope " << (d.bucket ? "bucket" : "exact") << '\n'
      << "shape " << to_string(d.shape) << '\n';
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.3f", d.seconds);
-  os << "seconds " << seconds << '\n';
+  os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.measured) os << "measured " << to_string(*d.measured) << '\n';
   if (!d.reason.empty() && d.reason.find('\n') == std::string::npos) os << "reason " << d.reason << '\n';
   for (const CandidateResult& c : d.ranking) {
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.5f", c.median_ms);
-    os << "candidate " << ms << ' ' << to_string(c.spec) << '\n';
+    os << "candidate " << format_duration(c.median_ms, 5) << ' ' << to_string(c.spec) << '\n';
   }
   return os.str();
 }

@@ -63,8 +63,9 @@ constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking
 // spec canonical and one that can exist, candidates of the decision's own problem kind) and returns nothing on any
 // defect.
 std::string encode_decision(const Decision& d);
-// A duration as the decisions write it ("%.3f", "%.5f"): digits with at most one point, so no sign, exponent,
-// blank, nan or inf; nothing otherwise.
+// A duration as the decisions write it: seconds with 3 decimals, milliseconds with 5 ("%.3f", "%.5f").
+std::string format_duration(double value, int decimals);
+// One so written: digits with at most one point, so no sign, exponent, blank, nan or inf; nothing otherwise.
 std::optional<double> parse_duration(const std::string& text);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.

@@ -356,11 +356,15 @@ TEST_CASE("a chain plan takes the clusters a stored decision names for its bucke
   CHECK(chosen_chain_spec(longer, *device) == default_chain_spec(longer, cluster_sms(*device)));
   // A damaged entry is the rule's, and moved aside.
   REQUIRE(disk->put(key, "chaintune", "forward_cluster 3\n"));
+  forget_chain_decisions(); // a plan reads its bucket's decision once per process
   const ChainChoice damaged = choose_chain_spec(p, *device);
   CHECK(damaged.spec == rule);
   CHECK_FALSE(damaged.decision);
   CHECK_FALSE(damaged.from_decision);
   CHECK_FALSE(disk->get(key, "chaintune"));
+  // One under this key whose text names another bucket (written by hand) is not taken either.
+  put_chain_decision(*disk, key, choose_chain_clusters(longer, {{2, 1.0, 1.0, 0.5}}, 1.0));
+  CHECK_FALSE(choose_chain_spec(p, *device).from_decision);
 }
 
 namespace {

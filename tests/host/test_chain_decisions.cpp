@@ -60,8 +60,11 @@ TEST_CASE("chain decisions: keyed by the device, the versions and the problem's 
   std::vector<ChainProblem> others = {problem(17, 256, 256), problem(16, 257, 256), problem(16, 256, 255)};
   for (auto change :
        {+[](ChainProblem& p) { p.semiring = Semiring::max_plus; }, +[](ChainProblem& p) { p.dtype = DType::bf16; },
-        +[](ChainProblem& p) { p.form = ChainForm::hmm; }, +[](ChainProblem& p) { p.with_lengths = true; },
-        +[](ChainProblem& p) { p.strides[0] = 1, p.strides[1] = 16, p.strides[2] = 1, p.strides[3] = 1; }}) {
+        +[](ChainProblem& p) { p.form = ChainForm::hmm; },
+        // potentials [B][C][T − 1][C]: not the contiguous layout
+        +[](ChainProblem& p) {
+          p.strides[0] = 255 * 65536, p.strides[1] = 256, p.strides[2] = 65280, p.strides[3] = 1;
+        }}) {
     ChainProblem p = problem(16, 256, 256);
     change(p);
     others.push_back(p);
@@ -78,6 +81,22 @@ TEST_CASE("chain decisions: keyed by the device, the versions and the problem's 
     CHECK(chain_tuning_key(problem(16, 256, 256), d) != key);
   }
   CHECK(chain_bucket_text(problem(9, 129, 256)) == "log f32 crf C=256 B<=16 T<=256 contiguous");
+  // The contiguous layout is one bucket whether its strides are given (as jitbmm.torch gives them) or left 0, and
+  // lengths or per-sequence tables do not change what a step costs.
+  ChainProblem given = problem(16, 256, 256);
+  given.strides[0] = 255 * 65536, given.strides[1] = 65536, given.strides[2] = 256, given.strides[3] = 1;
+  given.with_lengths = true;
+  CHECK(chain_tuning_key(given, kDevice) == key);
+  ChainProblem hmm = problem(16, 256, 256), hmm_given = hmm;
+  hmm.form = hmm_given.form = ChainForm::hmm;
+  hmm_given.batched_initial = true;
+  const int64_t emissions[3] = {256 * 256, 256, 1}, transitions[3] = {0, 256, 1}, initial[2] = {256, 1};
+  std::copy(emissions, emissions + 3, hmm_given.emission_strides);
+  std::copy(transitions, transitions + 3, hmm_given.transition_strides);
+  std::copy(initial, initial + 2, hmm_given.initial_strides);
+  CHECK(chain_tuning_key(hmm_given, kDevice) == chain_tuning_key(hmm, kDevice));
+  hmm_given.emission_strides[1] = 512; // every other position of a longer buffer
+  CHECK(chain_tuning_key(hmm_given, kDevice) != chain_tuning_key(hmm, kDevice));
 }
 
 TEST_CASE("chain decisions: the text round-trips and is read strictly") {
@@ -113,7 +132,9 @@ TEST_CASE("chain decisions: the text round-trips and is read strictly") {
       replaced("timed 8 1.51600 2.93900 0.71500", "timed 8 1.51600 2.93900 0.71500 1"),
       replaced("timed 8 1.51600", "timed  8 1.51600"), // not as written
       text + "comment\n",
-      "forward_cluster 4\n" + text, // lines out of order
+      text.substr(0, text.find("timed ")),                // nothing timed
+      replaced("forward_cluster 4", "forward_cluster 2"), // a size not among those timed
+      "forward_cluster 4\n" + text,                       // lines out of order
   };
   for (const std::string& t : bad) {
     INFO(t);
