@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_plan.hpp"
@@ -29,13 +30,13 @@ ChainTrial::ChainTrial(const ChainProblem& p) : p_(p) {
   const int bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   const bool hmm = p.form == ChainForm::hmm;
   const int64_t n_input = hmm ? p.B * p.T * p.C + p.C * p.C + p.C : p.B * (p.T - 1) * p.C * p.C;
-  host_.resize(std::size_t(n_input) * bytes);
+  std::vector<unsigned char> host(std::size_t(n_input) * bytes); // only until uploaded and scored on the CPU
   std::mt19937_64 rng(2024);
   std::normal_distribution<double> normal(0.0, 1.0);
-  for (int64_t i = 0; i < n_input; ++i) store_element(p.dtype, host_.data(), i, normal(rng));
-  inputs_ = DeviceBuffer(host_.size() + 1);
-  inputs_.upload(host_.data(), host_.size());
-  grad_ = DeviceBuffer(host_.size() + 1);
+  for (int64_t i = 0; i < n_input; ++i) store_element(p.dtype, host.data(), i, normal(rng));
+  inputs_ = DeviceBuffer(host.size() + 1);
+  inputs_.upload(host.data(), host.size());
+  grad_ = DeviceBuffer(host.size() + 1);
   score_ = DeviceBuffer(p.B * out_bytes);
   grad_score_ = DeviceBuffer(p.B * out_bytes);
   path_ = DeviceBuffer(p.semiring == Semiring::log ? 0 : p.B * p.T * 4);
@@ -47,10 +48,10 @@ ChainTrial::ChainTrial(const ChainProblem& p) : p_(p) {
   first.B = 1;
   if (hmm) {
     // The first sequence's emissions lead the buffer; the tables follow all B sequences'.
-    const HmmInputs all = tables_at(host_.data(), p).first;
+    const HmmInputs all = tables_at(host.data(), p).first;
     reference::chain_forward(first, all, nullptr, &want_, nullptr, nullptr);
   } else {
-    reference::chain_forward(first, host_.data(), nullptr, &want_, nullptr, nullptr);
+    reference::chain_forward(first, host.data(), nullptr, &want_, nullptr, nullptr);
   }
 }
 

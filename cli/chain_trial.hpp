@@ -3,8 +3,6 @@
 // [C]), ones for grad_score, and the first sequence's score on the CPU, which every variant must reproduce.
 #pragma once
 
-#include <vector>
-
 #include "generator/chain_source.hpp"
 #include "jitbmm/chain_problem.hpp"
 #include "runtime/device_memory.hpp"
@@ -27,7 +25,6 @@ public:
 
 private:
   ChainProblem p_;
-  std::vector<unsigned char> host_;
   double want_ = 0;
   DeviceBuffer inputs_, score_, grad_, grad_score_, path_;
 };
