@@ -78,4 +78,10 @@ std::string to_string(const ChainSpec& spec);
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& spec);
 
+// The chunked strategy's module (templates/chain/chunks.cuh) for log chains of C states whose inputs are `dtype`:
+// the main entry copies the steps into chunks (chunk_pad), then "_normalize", "_restore", "_offsets", "_score" and
+// "_unpad"; blocks of kChunkThreads.
+constexpr int kChunkThreads = 256;
+GeneratedKernel emit_chunk_kernel(DType dtype, int C);
+
 } // namespace jitbmm

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/disk_cache.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
@@ -23,6 +24,7 @@ struct ChainPlan::Impl {
   ChainSpec spec;
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0 (nothing to launch)
+  std::shared_ptr<const ChunkedChain> chunked; // the chunked strategy's, when the plan takes it
   int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
   HmmStrides hmm{};
 };
@@ -155,12 +157,30 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
-  return chain_plan_for(problem, chosen_chain_spec(problem, *current_device()));
+  const ChainChoice choice = choose_chain_spec(problem, *current_device());
+  return chain_plan_for(problem, choice.spec, choice.chunk);
+}
+
+int64_t default_chain_chunk(const ChainProblem& p) {
+  // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
+  // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
+  // on an H200 (f32, T = 4096, forward + backward): at B, C = 1, 64 2.27 ms in chunks of 64 against 5.63; at 4, 32
+  // 1.98 against 3.37; but at 4, 64 7.80 against 6.11, and from 128 states on the tree's backward alone takes
+  // about as long as the whole sequential pair (6.8 ms against 8.1 at B = 1). Chunks of 64 to 128 steps were the
+  // fastest lengths measured, the whole chain in one chunk (the log-depth scan) up to 1.5 times slower. f64, whose
+  // products have no tensor-core form, was not measured: it stays sequential.
+  const bool f32_tree = chain_output_dtype(p) == DType::f32;
+  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 ||
+      p.B < 1 || p.C * p.B > 128 || p.T < 1024)
+    return 0;
+  for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
+    if (chunk_unfit(p, chunk).empty()) return chunk;
+  return 0;
 }
 
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
   const int sms = cluster_sms(device);
-  ChainChoice c{default_chain_spec(problem, sms), std::nullopt, false};
+  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false};
   if (sms == 0 || problem.B == 0) return c;
   c.decision =
       remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
@@ -183,9 +203,11 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
 
 int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }
 
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk) {
   check_chain_problem(problem);
   check_chain_spec(spec, problem);
+  if (chunk != 0)
+    if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
   // A forward that saves its messages launches two clusters per sequence, and a grid holds fewer than 2^31 blocks.
   const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
   if (problem.B >= (int64_t(1) << 30) / cluster)
@@ -209,6 +231,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec) {
     throw std::invalid_argument("chain spec.cluster: clusters of blocks need sm_90 or later (this device is " +
                                 impl->device->arch() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
+  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device);
   return ChainPlan(std::move(impl));
 }
 
@@ -221,16 +244,16 @@ std::size_t chain_saved_bytes(const ChainProblem& problem) {
 
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   const ChainProblem& p = impl_->problem;
+  if (impl_->chunked) return impl_->chunked->workspace_bytes(false); // with saved it takes less
   if (!with_path || p.semiring != Semiring::max_plus) return 0;
   return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
 }
 
 namespace {
 
-// The forward of either form: `params` holds the inputs.
-void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
-                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
-  const ChainProblem& p = im.problem;
+// The forward's outputs checked: whether there is anything to compute.
+bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, void* saved, void* alpha,
+                   int32_t* path) {
   const bool empty = p.B == 0;
   check_pointer(score, "score", empty);
   check_lengths(p, lengths, empty);
@@ -238,10 +261,20 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
     throw std::invalid_argument("path: only max_plus chains have a best path");
   if (saved && p.semiring != Semiring::log)
     throw std::invalid_argument("saved: only log chains save messages (max_plus's backward reads the path)");
-  if (empty) return;
+  if (empty) return false;
   const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
+  check_alignment(lengths, "lengths", 8);
+  check_alignment(saved, "saved", int(kScratchAlignment));
+  return true;
+}
+
+// The forward of either form: `params` holds the inputs.
+void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
+                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
+  const ChainProblem& p = im.problem;
+  if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
@@ -271,7 +304,15 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
   jb::ChainParams params = chain_params(im);
   params.potentials = potentials;
-  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
+  if (!im.chunked) {
+    run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
+    return;
+  }
+  // The chunks' tree has no messages of its own positions: alpha comes from the sequential forward, the score and
+  // saved from the chunks.
+  if (!check_outputs(im.problem, lengths, score, saved, alpha, path)) return;
+  if (alpha) run_forward(im, params, lengths, score, nullptr, alpha, nullptr, stream, {}, 0);
+  im.chunked->forward(potentials, lengths, score, saved, stream, workspace);
 }
 
 void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* score, void* saved, void* alpha,
@@ -283,7 +324,8 @@ void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* s
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
-                         const void* grad_score, void* grad_potentials, Stream stream) const {
+                         const void* grad_score, void* grad_potentials, Stream stream,
+                         const Workspace& workspace) const {
   const Impl& im = *impl_;
   const ChainProblem& p = im.problem;
   check_form(p, ChainForm::crf);
@@ -296,6 +338,10 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
+  if (im.chunked) {
+    im.chunked->backward(potentials, lengths, saved, grad_score, grad_potentials, stream, workspace);
+    return;
+  }
   jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
   params.grad_score = grad_score;
   params.grad = grad_potentials;
@@ -347,6 +393,7 @@ EdgeSplit edge_split(const ChainPlan::Impl& im) {
 } // namespace
 
 std::size_t ChainPlan::backward_workspace_bytes() const {
+  if (impl_->chunked) return impl_->chunked->backward_workspace_bytes();
   if (impl_->problem.form != ChainForm::hmm) return 0;
   return edge_split(*impl_).partial_bytes(impl_->problem);
 }
@@ -412,6 +459,8 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
 }
 
 const ChainProblem& ChainPlan::problem() const { return impl_->problem; }
+
+int64_t ChainPlan::chunk() const { return impl_->chunked ? impl_->chunked->chunk() : 0; }
 
 std::string ChainPlan::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }
 

@@ -11,17 +11,24 @@
 
 namespace jitbmm {
 
-// As ChainPlan::get, with `spec` (checked against the problem and the device) instead of default_chain_spec's.
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec);
+// As ChainPlan::get, with `spec` (checked against the problem and the device) instead of default_chain_spec's,
+// and with `chunk` > 0 the chunked strategy in chunks of that many steps (runtime/chain_chunked.hpp; a power of
+// two, std::invalid_argument naming "chunk" where chunk_unfit says why not).
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0);
 
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
 
+// The steps per chunk ChainPlan::get takes for `problem`: 0 (the sequential kernels) unless the chunked strategy
+// was measured faster for such a problem (runtime/chain_chunked.hpp).
+int64_t default_chain_chunk(const ChainProblem& problem);
+
 // The spec ChainPlan::get takes: the clusters a stored decision names for the problem's bucket on this device
 // (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit, else default_chain_spec's;
-// with the decision read (if any) and whether its clusters were taken.
+// with the decision read (if any) and whether its clusters were taken; and default_chain_chunk's strategy.
 struct ChainChoice {
   ChainSpec spec;
+  int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
   std::optional<ChainDecision> decision;
   bool from_decision = false;
 };

@@ -32,16 +32,19 @@ public:
   // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path): chain_saved_bytes(problem()).
   // The forward writes every one of them: nothing the buffer held before remains.
   std::size_t saved_bytes() const;
-  // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c).
+  // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c); the chunked strategy
+  // its tree's levels (a pass over as many chunks as fit in the potentials' size, or 64 MiB).
   std::size_t workspace_bytes(bool with_path) const;
 
   // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] (the output
   // dtype) times the derivative of score[b] with respect to potentials[b][t][c][p]. log reads the forward's `saved`
   // and gives the edge marginals (0 for a sequence whose score is −inf, for steps past a sequence's length, and
   // wherever grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator. Asynchronous on
-  // `stream`.
+  // `stream`. A plan of the chunked strategy (chunk() > 0) takes backward_workspace_bytes() of scratch (its tree's
+  // levels and their gradients), from `workspace` or jitbmm's pool.
   void backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
-                const void* grad_score, void* grad_potentials, Stream stream = nullptr) const;
+                const void* grad_score, void* grad_potentials, Stream stream = nullptr,
+                const Workspace& workspace = {}) const;
 
   // The HMM form (ChainProblem::form = hmm): the same calls with the three tables instead of the potentials. The
   // forward's alpha[b][0] is initial ⊗ emissions[b][0]. The backward writes every gradient asked for: emissions'
@@ -59,6 +62,10 @@ public:
   std::size_t backward_workspace_bytes() const;
 
   const ChainProblem& problem() const;
+  // The strategy along T (docs/chains.md, "Strategies"): 0 for the sequential kernels, else the steps per chunk of
+  // the chunked one (log chains in the CRF form: each chunk's product formed by a tree of log products, then the
+  // chain of the chunks' products run by the sequential kernels).
+  int64_t chunk() const;
   // The generated module's name, as the dump and override directories name its files: the forward's entry point;
   // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".
   // Empty when B = 0 (nothing was compiled).
@@ -68,7 +75,7 @@ public:
   struct Impl;
 
 private:
-  friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec);
+  friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "chain/params.cuh"
+#include "chain/shift.cuh"
 #include "core/async_copy.cuh"
 #include "core/cluster.cuh"
 #include "core/dtypes.cuh"
@@ -91,10 +92,6 @@ __device__ __forceinline__ long long chain_length(const ChainParams& p, long lon
   const long long n = p.lengths ? p.lengths[b] : p.T;
   bad = n < 1 || n > p.T;
   return bad ? 1 : n;
-}
-
-template <class T> __device__ __forceinline__ T finite_or_zero(T x) {
-  return x > Num<T>::neg_inf() && x < Num<T>::inf() ? x : T(0);
 }
 
 // The largest of the per-warp maxima a step left (its shift; 0 where it is not finite: all −inf, +inf or NaN keep

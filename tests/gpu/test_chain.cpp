@@ -15,6 +15,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 #include "precompile.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
 
@@ -37,8 +38,10 @@ struct Case {
   bool banded = false;     // potentials[c][p] = −inf where |c − p| > 2
   bool padded = false;     // potentials laid out [B][C][T−1][C + 3] (permuted, with gaps)
   double p_special = 0;    // each potential ±inf or NaN with this probability
+  bool no_plus_inf = false; // the specials −inf and NaN only
   bool integers = false;   // small integers: exact sums and many ties (max_plus)
   int cluster = 0;         // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
+  int64_t chunk = 0;       // the chunked strategy's steps per chunk; 0: ChainPlan::get's choice
 };
 
 std::string describe(const Case& k) {
@@ -47,7 +50,8 @@ std::string describe(const Case& k) {
                 dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.padded ? " padded" : "",
                 k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
-  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string());
+  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
+         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string());
 }
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
@@ -84,7 +88,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
           if (k.banded && std::abs(c - q) > 2) v = -INFINITY;
           if (k.p_special > 0 && u(rng) < k.p_special) {
             const double r = u(rng);
-            v = r < 0.6 ? -INFINITY : r < 0.8 ? INFINITY : NAN;
+            v = r < 0.6 ? -INFINITY : r < 0.8 ? (k.no_plus_inf ? -INFINITY : INFINITY) : NAN;
           }
           store_element(k.dtype, pot.data(), b * strides[0] + t * strides[1] + c * strides[2] + q * strides[3], v);
         }
@@ -104,7 +108,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_forward(p, pot.data(), host_lengths, ref_score.data(), ref_alpha.data(),
                            viterbi ? ref_path.data() : nullptr);
 
-  const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster)) : ChainPlan::get(p);
+  const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
+                         : k.chunk ? chain_plan_for(p, chosen_chain_spec(p, *current_device()), k.chunk)
+                                   : ChainPlan::get(p);
+  CHECK(plan.chunk() == k.chunk);
   CAPTURE(plan.kernel_name());
   // score, alpha and grad_score in the output dtype (f32 for half inputs), the gradient in the inputs'.
   const DType out = chain_output_dtype(p);
@@ -148,6 +155,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     compare("without saved: score", download_as_double(d_score, out, k.B), ref_score, score_tol, bad);
     compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(ref_alpha.size())), ref_alpha,
             alpha_tol, bad);
+    // The chunked strategy's alpha comes from the sequential forward beside it; alone, it computes the score.
+    d_score.fill_bytes(0xff);
+    plan(d_pot.get(), d_len, d_score.get());
+    compare("score alone", download_as_double(d_score, out, k.B), ref_score, score_tol, bad);
   }
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
@@ -295,6 +306,107 @@ TEST_CASE("chains: one block per sequence and every cluster size against the flo
                        << ", of alpha " << worst.alpha << ", worst absolute error of a gradient " << worst.grad);
 }
 
+// The chunked strategy (runtime/chain_chunked.hpp): the shortest chunks whose products fit in saved, and one
+// chunk of the whole chain (the log-depth scan), on lengths that leave the last chunk part filled.
+TEST_CASE("chains: the chunked strategy against the float64 reference, in short chunks and in one") {
+  std::mt19937_64 rng(20261130);
+  const struct {
+    DType dtype;
+    int64_t B, T, C;
+  } shapes[] = {{DType::f32, 1, 3, 1},   {DType::f32, 3, 5, 3},    {DType::f32, 2, 40, 31},
+                {DType::f32, 1, 300, 33}, {DType::f32, 3, 77, 64}, {DType::f32, 2, 130, 129},
+                {DType::f64, 3, 5, 3},   {DType::f64, 3, 77, 64}, {DType::bf16, 2, 40, 31},
+                {DType::bf16, 2, 130, 129}};
+  // Their modules on every core first: the chain's (and its chain of chunks', in the accumulator type), the
+  // chunks' own, and the products' kernels with their gradients'.
+  const auto device = current_device();
+  std::vector<ChainProblem> chains;
+  std::vector<Problem> products;
+  for (const auto& sh : shapes) {
+    ChainProblem p;
+    p.dtype = sh.dtype;
+    p.B = sh.B;
+    p.T = sh.T;
+    p.C = sh.C;
+    chains.push_back(p);
+    p.dtype = chain_output_dtype(p);
+    chains.push_back(p);
+    Problem q;
+    q.dtype = p.dtype;
+    q.shape = Shape{1, sh.C, sh.C, sh.C};
+    q.a_strides = q.b_strides = Strides{2 * sh.C * sh.C, sh.C, 1};
+    products.push_back(q);
+  }
+  test::precompile(*device, chains);
+  test::on_all_cores(chains.size(), [&](std::size_t i) {
+    load_generated(*device, emit_chunk_kernel(chains[i].dtype, int(chains[i].C)));
+    SemiringBMM::get(products[i / 2]).backward_workspace_bytes(true, true);
+  });
+  for (DType d : {DType::f32, DType::f64, DType::bf16}) {
+    Worst worst;
+    for (const auto& sh : shapes) {
+      if (sh.dtype != d) continue;
+      ChainProblem p;
+      p.dtype = d;
+      p.B = sh.B;
+      p.T = sh.T;
+      p.C = sh.C;
+      int64_t shortest = 2;
+      while (shortest < kMaxChainChunk && !chunk_unfit(p, shortest).empty()) shortest *= 2;
+      int64_t whole = 2;
+      while (whole < sh.T - 1) whole *= 2;
+      REQUIRE(chunk_unfit(p, whole).empty());
+      for (int64_t chunk : shortest == whole ? std::vector<int64_t>{whole} : std::vector<int64_t>{shortest, whole}) {
+        for (double spread : {1.0, 10.0, 50.0}) {
+          Case k{Semiring::log, d, sh.B, sh.T, sh.C, spread};
+          k.chunk = chunk;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          run_case(k, rng, worst);
+        }
+        Case k{Semiring::log, d, sh.B, sh.T, sh.C, 1, true, false, true}; // padded strides
+        k.chunk = chunk;
+        run_case(k, rng, worst);
+        k.padded = false;
+        k.p_special = 0.05; // −inf, NaN (+inf below)
+        k.no_plus_inf = true;
+        run_case(k, rng, worst);
+      }
+    }
+    report(Semiring::log, d, worst);
+  }
+  // The products combine steps in another order than the recursion: +inf ⊗ −inf inside one (NaN, as the bmm log
+  // semiring gives it) can turn a score the recursion sums to +inf into NaN. Never into a number.
+  {
+    ChainProblem p;
+    p.B = 2;
+    p.T = 9;
+    p.C = 4;
+    p.with_lengths = true;
+    const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), 8);
+    std::vector<float> pot(std::size_t(p.B * (p.T - 1) * p.C * p.C), 0.25f);
+    pot[5] = INFINITY;
+    pot[16 * 8 + 16 * 2 + 3] = INFINITY;
+    DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{9, 5}), score(8);
+    plan(d_pot.get(), static_cast<const int64_t*>(d_len.get()), score.get());
+    float s[2];
+    score.download(s, sizeof s);
+    for (float x : s) CHECK((std::isnan(x) || x == INFINITY));
+  }
+  ChainProblem p;
+  p.T = 9;
+  p.C = 4;
+  p.B = 1;
+  expect_invalid([&] { chain_plan_for(p, default_chain_spec(p), 3); }, "chunk: must be a power of two");
+  ChainProblem viterbi = p;
+  viterbi.semiring = Semiring::max_plus;
+  expect_invalid([&] { chain_plan_for(viterbi, default_chain_spec(viterbi), 4); }, "chunk: only log chains");
+  ChainProblem wide = p;
+  wide.C = 64;
+  expect_invalid([&] { chain_plan_for(wide, default_chain_spec(wide), 2); }, "chunk: the products");
+}
+
 TEST_CASE("chains: B = 0 launches nothing; T = 1 scores log C or 0; bad arguments name themselves") {
   ChainProblem p;
   p.B = 0;
@@ -331,24 +443,28 @@ TEST_CASE("chains: B = 0 launches nothing; T = 1 scores log C or 0; bad argument
 TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, never a read past the tensor") {
   ChainProblem p;
   p.B = 2;
-  p.T = 3;
+  p.T = 5;
   p.C = 4;
   p.with_lengths = true;
-  const ChainPlan plan = ChainPlan::get(p);
-  std::vector<float> pot(2 * 2 * 16, 0.5f);
-  DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{3, 7}), score(8),
-               saved(plan.saved_bytes()), grad(pot.size() * 4), g = upload(std::vector<float>{1, 1});
-  const auto* len = static_cast<const int64_t*>(d_len.get());
-  plan(d_pot.get(), len, score.get(), saved.get());
-  plan.backward(d_pot.get(), len, saved.get(), nullptr, g.get(), grad.get());
-  float s[2];
-  score.download(s, sizeof s);
-  CHECK(std::isfinite(s[0]));
-  CHECK(std::isnan(s[1]));
-  std::vector<float> gr(pot.size());
-  grad.download(gr.data(), gr.size() * 4);
-  CHECK(std::all_of(gr.begin() + 32, gr.end(), [](float x) { return std::isnan(x); }));
-  CHECK(std::none_of(gr.begin(), gr.begin() + 32, [](float x) { return std::isnan(x); }));
+  for (int64_t chunk : {0, 4}) { // the sequential kernels, and the chunked strategy
+    CAPTURE(chunk);
+    const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
+    const std::size_t steps = 2 * 4 * 16;
+    std::vector<float> pot(steps, 0.5f);
+    DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{5, 7}), score(8),
+                 saved(plan.saved_bytes()), grad(pot.size() * 4), g = upload(std::vector<float>{1, 1});
+    const auto* len = static_cast<const int64_t*>(d_len.get());
+    plan(d_pot.get(), len, score.get(), saved.get());
+    plan.backward(d_pot.get(), len, saved.get(), nullptr, g.get(), grad.get());
+    float s[2];
+    score.download(s, sizeof s);
+    CHECK(std::isfinite(s[0]));
+    CHECK(std::isnan(s[1]));
+    std::vector<float> gr(pot.size());
+    grad.download(gr.data(), gr.size() * 4);
+    CHECK(std::all_of(gr.begin() + steps / 2, gr.end(), [](float x) { return std::isnan(x); }));
+    CHECK(std::none_of(gr.begin(), gr.begin() + steps / 2, [](float x) { return std::isnan(x); }));
+  }
 }
 
 TEST_CASE("chains: the saving forward writes every byte of saved, past the lengths and at odd sizes too") {

@@ -1,0 +1,278 @@
+#include "runtime/chain_chunked.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "generator/chain_source.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/scratch.hpp"
+#include "support/checked_size.hpp"
+#include "templates/chain/chunk_params.cuh"
+
+namespace jitbmm {
+
+namespace {
+
+// The chain of the chunks' products: B sequences of chunks + 1 positions whose steps are those products, in the
+// accumulator type, contiguous.
+ChainProblem chain_of_chunks(const ChainProblem& p, int64_t chunks) {
+  ChainProblem top;
+  top.semiring = p.semiring;
+  top.dtype = chain_output_dtype(p);
+  top.B = p.B;
+  top.T = chunks + 1;
+  top.C = p.C;
+  return top;
+}
+
+int64_t chunks_of(const ChainProblem& p, int64_t chunk) { return (p.T - 1 + chunk - 1) / chunk; }
+
+// The chunks' products sit in `saved` after the chain of chunks' own messages, aligned for a 16-byte load.
+std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+std::size_t products_bytes(const ChainProblem& p, int64_t chunks) {
+  return std::size_t(checked_product({p.B, chunks, p.C, p.C, dtype_info(p.dtype).acc_bytes}, "chain: chunks"));
+}
+
+} // namespace
+
+std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
+  check_chain_problem(p);
+  if (chunk < 2 || chunk > kMaxChainChunk || (chunk & (chunk - 1)) != 0)
+    return "chunk: must be a power of two in [2, " + std::to_string(kMaxChainChunk) + "] (got " +
+           std::to_string(chunk) + ")";
+  if (p.semiring != Semiring::log || p.form != ChainForm::crf)
+    return "chunk: only log chains in the crf form are computed in chunks";
+  if (p.T < 2) return "chunk: a chain of one position has no step to cut";
+  const int64_t chunks = chunks_of(p, chunk);
+  const std::size_t need = aligned(chain_saved_bytes(chain_of_chunks(p, chunks))) + products_bytes(p, chunks);
+  if (need > chain_saved_bytes(p))
+    return "chunk: the products of chunks of " + std::to_string(chunk) + " steps (" + std::to_string(need) +
+           " bytes) do not fit in the forward's saved (" + std::to_string(chain_saved_bytes(p)) +
+           " bytes): take longer chunks";
+  return {};
+}
+
+namespace {
+
+ChainProblem checked_chain_of_chunks(const ChainProblem& p, int64_t chunk) {
+  if (const std::string why = chunk_unfit(p, chunk); !why.empty()) throw std::invalid_argument(why);
+  return chain_of_chunks(p, chunks_of(p, chunk));
+}
+
+} // namespace
+
+ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device)
+    : problem_(problem), L_(chunk), device_(std::move(device)),
+      top_(ChainPlan::get(checked_chain_of_chunks(problem, chunk))) {
+  while ((int64_t(1) << levels_) < L_) ++levels_;
+  chunks_ = chunks_of(problem, chunk);
+  chain_strides(problem, strides_);
+  // A pass of the tree takes every chunk it can within four times the potentials' size in the accumulator type
+  // (at least 64 MiB): its levels, each half the one below, and two levels' gradients take 3.5 L matrices a
+  // chunk, so that is all of them at once; fewer passes launch fewer, larger products.
+  const auto per_chunk = int64_t(matrix_bytes(1)) * (7 * L_ / 2) + 2 * L_ * dtype_info(problem.dtype).acc_bytes;
+  const int64_t input = checked_product(
+      {problem.B, problem.T - 1, problem.C, problem.C, dtype_info(problem.dtype).acc_bytes}, "chain: potentials");
+  const int64_t budget = std::max<int64_t>(int64_t(64) << 20, std::min(input, int64_t(1) << 56) * 4);
+  group_ = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks_));
+  if (problem.B > 0) kernel_ = load_generated(*device_, emit_chunk_kernel(problem.dtype, int(problem.C)));
+}
+
+std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
+  return std::size_t(
+      checked_product({matrices, problem_.C, problem_.C, dtype_info(problem_.dtype).acc_bytes}, "chain: chunks"));
+}
+
+std::size_t ChunkedChain::top_saved_offset() const { return aligned(top_.saved_bytes()); }
+
+std::size_t ChunkedChain::workspace_bytes(bool with_saved) const {
+  const int acc = dtype_info(problem_.dtype).acc_bytes;
+  ScratchSize s;
+  if (!with_saved) s.add(matrix_bytes(problem_.B * chunks_), "workspace"); // the chunks' products
+  s.add(std::size_t(problem_.B * chunks_) * sizeof(double), "workspace");  // their offsets
+  s.add(matrix_bytes(group_ * L_), "workspace");                           // the even levels
+  s.add(matrix_bytes(group_ * L_ / 2), "workspace");                       // the odd ones
+  s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");                  // every level's shifts
+  return s.bytes();
+}
+
+std::size_t ChunkedChain::backward_workspace_bytes() const {
+  const int acc = dtype_info(problem_.dtype).acc_bytes;
+  ScratchSize s;
+  s.add(matrix_bytes(problem_.B * chunks_), "workspace");  // the chunks' products' gradient
+  s.add(matrix_bytes(group_ * (2 * L_ - 1)), "workspace"); // every level of the tree
+  s.add(matrix_bytes(group_ * L_), "workspace");           // the gradients of the even levels
+  s.add(matrix_bytes(group_ * L_ / 2), "workspace");       // of the odd ones
+  s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");  // every level's shifts
+  return s.bytes();
+}
+
+void ChunkedChain::launch(const char* suffix, int64_t items, bool block_per_item, void* params, CUstream stream) const {
+  // Grid-strided: a block per matrix, or a thread per element, up to enough blocks to fill the GPU a few times.
+  const int64_t blocks = block_per_item ? items : (items + kChunkThreads - 1) / kChunkThreads;
+  const unsigned grid[3] = {unsigned(std::clamp<int64_t>(blocks, 1, 32 * int64_t(std::max(1, device_->sm_count)))), 1,
+                            1},
+                 block[3] = {unsigned(kChunkThreads), 1, 1};
+  void* args[] = {params};
+  jitbmm::launch(kernel_->entry(suffix), grid, block, args, stream, kernel_->generated.name, suffix);
+}
+
+// A level of a tree: `batch` products of adjacent matrices (the later step's on the left: a chain step sends the
+// messages through potentials[c][p] from p to c), a the odd ones and b the even ones of the level below.
+SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const auto it = products_.find(batch); it != products_.end()) return it->second;
+  Problem q;
+  q.semiring = Semiring::log;
+  q.dtype = chain_output_dtype(problem_);
+  q.shape = Shape{batch, problem_.C, problem_.C, problem_.C};
+  q.a_strides = q.b_strides = Strides{2 * problem_.C * problem_.C, problem_.C, 1};
+  return products_.emplace(batch, SemiringBMM::get(q, stream)).first->second;
+}
+
+jb::ChunkParams ChunkedChain::params_for(const void* potentials, const int64_t* lengths) const {
+  jb::ChunkParams params{};
+  params.potentials = potentials;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.B = problem_.B;
+  params.T = problem_.T;
+  params.L = L_;
+  params.chunks = chunks_;
+  params.levels = int(levels_);
+  params.s_b = strides_[0];
+  params.s_t = strides_[1];
+  params.s_c = strides_[2];
+  params.s_p = strides_[3];
+  return params;
+}
+
+void ChunkedChain::form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts,
+                             Stream stream) const {
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const std::size_t matrix = matrix_bytes(1);
+  const int acc = dtype_info(problem_.dtype).acc_bytes;
+  params.matrices = level[0];
+  params.shifts = shifts;
+  launch("", params.count * L_, true, &params, cu_stream);
+  // Every level's shifts after those of the levels below it.
+  std::size_t shift_at = std::size_t(params.count * L_ * acc);
+  for (int64_t j = 1; j <= levels_; ++j) {
+    const int64_t batch = (params.count * L_) >> j;
+    const char* in = level[std::size_t(j - 1)];
+    product(batch, stream)(in + matrix, in, level[std::size_t(j)], stream);
+    jb::ChunkParams n = params;
+    n.matrices = level[std::size_t(j)];
+    n.shifts = shifts + shift_at;
+    n.count = batch;
+    launch("_normalize", batch, true, &n, cu_stream);
+    shift_at += std::size_t(batch * acc);
+  }
+}
+
+void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
+                           const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  ScopedContext scope(device_->context);
+  Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
+  char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
+                         : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
+  auto* offsets = static_cast<double*>(scratch.take(std::size_t(p.B * chunks_) * sizeof(double)));
+  char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
+  char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
+  char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+
+  jb::ChunkParams params = params_for(potentials, lengths);
+  params.offsets = offsets;
+  const int64_t total = p.B * chunks_;
+  for (int64_t first = 0; first < total; first += group_) {
+    params.first = first;
+    params.count = std::min(group_, total - first);
+    // The even levels where the steps were, the odd ones beside, the last one where the chain of chunks reads it.
+    std::vector<char*> level(std::size_t(levels_ + 1));
+    for (int64_t j = 0; j <= levels_; ++j) level[std::size_t(j)] = j % 2 ? odd : even;
+    level[std::size_t(levels_)] = products + std::size_t(first) * matrix_bytes(1);
+    form_tree(params, level, shifts, stream);
+    params.shifts = shifts;
+    launch("_offsets", params.count, false, &params, cu_stream);
+  }
+  // The chain of the chunks' relative products, then their offsets added to its score.
+  top_(products, nullptr, score, saved, nullptr, nullptr, stream);
+  params.score = score;
+  launch("_score", p.B, false, &params, cu_stream);
+  if (saved) {
+    // What the chain of chunks and the products leave of `saved`: written too, so that none of its bytes varies.
+    const std::size_t used = top_saved_offset() + matrix_bytes(total), all = chain_saved_bytes(p);
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(saved) + used, 0, all - used, cu_stream),
+          "cuMemsetD8Async");
+    if (top_saved_offset() > top_.saved_bytes())
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(saved) + top_.saved_bytes(), 0,
+                                     top_saved_offset() - top_.saved_bytes(), cu_stream),
+            "cuMemsetD8Async");
+  }
+}
+
+void ChunkedChain::backward(const void* potentials, const int64_t* lengths, const void* saved, const void* grad_score,
+                            void* grad_potentials, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const std::size_t matrix = matrix_bytes(1);
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  ScopedContext scope(device_->context);
+  Scratch scratch(*device_, workspace, backward_workspace_bytes(), cu_stream);
+  const int64_t total = p.B * chunks_;
+  char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));
+  char* levels = static_cast<char*>(scratch.take(matrix_bytes(group_ * (2 * L_ - 1))));
+  char* grad_even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
+  char* grad_odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
+  char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+  const char* products = static_cast<const char*>(saved) + top_saved_offset();
+  // The gradient of the chunks' products, from the chain of chunks' saved messages.
+  top_.backward(products, nullptr, saved, nullptr, grad_score, grad_products, stream);
+
+  jb::ChunkParams params = params_for(potentials, lengths);
+  params.grad_score = grad_score;
+  params.grad = grad_potentials;
+  for (int64_t first = 0; first < total; first += group_) {
+    const int64_t count = std::min(group_, total - first);
+    params.first = first;
+    params.count = count;
+    // The tree again, every level kept: level j's count·L / 2^j matrices after those below it, and so its shifts.
+    std::vector<char*> level(std::size_t(levels_ + 1), levels);
+    std::vector<char*> shift(std::size_t(levels_ + 1), shifts);
+    for (int64_t j = 1; j <= levels_; ++j) {
+      level[std::size_t(j)] = level[std::size_t(j - 1)] + matrix_bytes((count * L_) >> (j - 1));
+      shift[std::size_t(j)] = shift[std::size_t(j - 1)] + std::size_t(((count * L_) >> (j - 1)) * acc);
+    }
+    form_tree(params, level, shifts, stream);
+    // Down the tree: each product as it was formed (its shift back) is what its backward reads; its operands'
+    // relative values have the gradient of the values they stand for (a shift of a whole matrix moves the score
+    // by as much). The gradients of the even levels in grad_even, of the odd ones in grad_odd.
+    const char* grad_out = grad_products + std::size_t(first) * matrix;
+    for (int64_t j = levels_; j >= 1; --j) {
+      const int64_t batch = (count * L_) >> j;
+      jb::ChunkParams r = params;
+      r.matrices = level[std::size_t(j)];
+      r.shifts = shift[std::size_t(j)];
+      r.count = batch;
+      launch("_restore", batch * p.C * p.C, false, &r, cu_stream);
+      const char* in = level[std::size_t(j - 1)];
+      char* grad_in = (j - 1) % 2 ? grad_odd : grad_even;
+      product(batch, stream)
+          .backward(in + matrix, in, level[std::size_t(j)], grad_out, grad_in + matrix, grad_in, stream);
+      grad_out = grad_in;
+    }
+    params.matrices = grad_even;
+    launch("_unpad", count * L_ * p.C * p.C, false, &params, cu_stream);
+  }
+}
+
+} // namespace jitbmm

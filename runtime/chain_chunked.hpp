@@ -1,0 +1,74 @@
+// The chunked strategy of a log chain in the CRF form (docs/chains.md, "Strategies"): the T − 1 steps cut into
+// chunks of L, each chunk's product of its L step matrices formed by a tree of batched log products (the bmm plans,
+// level by level over every chunk at once), then the chain of the chunks' products run by the sequential kernel (a
+// plan of B sequences of chunks + 1 positions). It does B·T·C³ work instead of B·T·C², in about T / L dependent
+// steps instead of T − 1: it pays where a few sequences along a long chain leave most of the GPU idle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "jitbmm/chain.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "templates/chain/chunk_params.cuh"
+
+namespace jitbmm {
+
+class ChunkedChain {
+public:
+  // Compiles the chunk module and plans the chain of chunks. Throws std::invalid_argument naming "chunk" unless
+  // the problem is a log chain in the CRF form with T ≥ 2, `chunk` a power of two in [2, kMaxChainChunk], and the
+  // chunks' products fit in the forward's `saved` (chunk_fits).
+  ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device);
+
+  // As ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
+  void forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
+               const Workspace& workspace) const;
+  void backward(const void* potentials, const int64_t* lengths, const void* saved, const void* grad_score,
+                void* grad_potentials, Stream stream, const Workspace& workspace) const;
+  // The scratch each takes (the products' own comes from jitbmm's pool).
+  std::size_t workspace_bytes(bool with_saved) const;
+  std::size_t backward_workspace_bytes() const;
+
+  int64_t chunk() const { return L_; }
+  const ChainPlan& chain_of_chunks() const { return top_; }
+  std::string kernel_name() const { return kernel_->generated.name; }
+
+private:
+  std::size_t matrix_bytes(int64_t matrices) const;
+  std::size_t top_saved_offset() const;
+  void launch(const char* suffix, int64_t items, bool block_per_item, void* params, CUstream stream) const;
+  // The argument block with the problem's sizes and strides and the inputs.
+  jb::ChunkParams params_for(const void* potentials, const int64_t* lengths) const;
+  // The steps of params' chunks copied into level[0], then each level's products into the next, every matrix made
+  // relative to its largest entry, the shifts level after level from `shifts` on.
+  void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, Stream stream) const;
+  // The plan of a level's `batch` products, made on its first call (on `stream`: nothing is tuned while it is
+  // being captured) and kept: a plan's get() chooses its variant anew each time.
+  SemiringBMM product(int64_t batch, Stream stream) const;
+
+  ChainProblem problem_;
+  int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree
+  int64_t strides_[4] = {};
+  std::shared_ptr<const DeviceInfo> device_;
+  std::shared_ptr<const LoadedKernel> kernel_;
+  ChainPlan top_;
+  mutable std::mutex mutex_;
+  mutable std::map<int64_t, SemiringBMM> products_; // by batch
+};
+
+constexpr int64_t kMaxChainChunk = int64_t(1) << 20;
+
+// Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: a log chain in the CRF form with T
+// ≥ 2 whose chunks' products (B·ceil((T − 1) / chunk)·C² values) fit in `saved` beside the chain of chunks' own
+// saved messages; otherwise the reason, naming "chunk".
+std::string chunk_unfit(const ChainProblem& problem, int64_t chunk);
+
+} // namespace jitbmm

@@ -1,0 +1,26 @@
+// The argument block of the chunked strategy's kernels (templates/chain/chunks.cuh). Plain C++ with no device code,
+// so the host (runtime/chain_chunked.cpp) includes this same file.
+#pragma once
+
+namespace jb {
+
+// A chain's T − 1 steps cut into `chunks` chunks of L steps per sequence (the last one filled with the semiring's
+// identity), numbered b·chunks + k. A call covers the `count` chunks from `first` on (the main entry, chunk_pad;
+// "_unpad", "_offsets"), or `count` matrices [C][C] ("_normalize", "_restore"). Every matrix of a chunk's tree is kept
+// relative to its largest entry, its shift: a product of many steps grows with their number, and its terms would round
+// by that size.
+struct ChunkParams {
+  const void* potentials;   // storage type, by s_b, s_t, s_c, s_p (potentials[b][t][c][p])
+  const long long* lengths; // [B], each in [1, T], or null
+  void* matrices;           // accumulator type, [count][C][C] (the tree's level 0 for chunk_pad, grad's for "_unpad")
+  void* shifts;             // accumulator type, one per matrix: its largest entry, subtracted where finite (else 0)
+  double* offsets;          // [B][chunks]: the shifts of a chunk's whole tree, summed
+  void* score;              // "_score": [B], the accumulator type
+  const void* grad_score;   // "_unpad": [B], the accumulator type
+  void* grad;               // "_unpad": [B][T − 1][C][C] contiguous, storage type
+  long long B, T, L, chunks, first, count;
+  long long s_b, s_t, s_c, s_p;
+  int levels; // "_offsets": the tree's levels above the steps (log2 L); shifts holds them all, level by level
+};
+
+} // namespace jb

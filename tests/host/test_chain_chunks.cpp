@@ -1,0 +1,90 @@
+// The chunked strategy's host side (runtime/chain_chunked.hpp): which problems a plan computes in chunks and in how
+// many steps, which chunks a problem can take (their products must fit in saved), and its generated module. No
+// GPU needed.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "generator/chain_source.hpp"
+#include "runtime/chain_chunked.hpp"
+#include "runtime/chain_plan.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+ChainProblem chain(int64_t B, int64_t T, int64_t C, DType dtype = DType::f32) {
+  ChainProblem p;
+  p.dtype = dtype;
+  p.B = B;
+  p.T = T;
+  p.C = C;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("chunked chains: the plan takes chunks for a few sequences of a long chain of 32 to 64 states") {
+  CHECK(default_chain_chunk(chain(1, 4096, 64)) == 64);
+  CHECK(default_chain_chunk(chain(2, 4096, 64)) == 64);
+  CHECK(default_chain_chunk(chain(4, 4096, 32)) == 64);
+  CHECK(default_chain_chunk(chain(1, 1024, 32, DType::bf16)) == 64); // half inputs: the tree in f32
+  CHECK(default_chain_chunk(chain(1, 4096, 33)) == 64);
+  // More sequences, more states, shorter chains, no sequence: the sequential kernels were faster or equal.
+  CHECK(default_chain_chunk(chain(4, 4096, 64)) == 0);
+  CHECK(default_chain_chunk(chain(1, 4096, 128)) == 0);
+  CHECK(default_chain_chunk(chain(1, 4096, 16)) == 0);
+  CHECK(default_chain_chunk(chain(1, 1000, 64)) == 0);
+  CHECK(default_chain_chunk(chain(0, 4096, 64)) == 0);
+  CHECK(default_chain_chunk(chain(1, 4096, 64, DType::f64)) == 0);
+  ChainProblem viterbi = chain(1, 4096, 64);
+  viterbi.semiring = Semiring::max_plus;
+  CHECK(default_chain_chunk(viterbi) == 0);
+  ChainProblem hmm = chain(1, 4096, 64);
+  hmm.form = ChainForm::hmm;
+  CHECK(default_chain_chunk(hmm) == 0);
+  // Whatever it takes fits.
+  for (int64_t C : {32, 40, 64})
+    for (int64_t T : {1024, 1025, 3000, 4096, 65536})
+      for (int64_t B = 1; B * C <= 128; ++B) {
+        const ChainProblem p = chain(B, T, C);
+        CAPTURE(B);
+        CAPTURE(T);
+        CAPTURE(C);
+        const int64_t chunk = default_chain_chunk(p);
+        CHECK(chunk >= 64);
+        CHECK(chunk_unfit(p, chunk).empty());
+      }
+}
+
+TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chunk") {
+  auto why = [](const ChainProblem& p, int64_t chunk) { return chunk_unfit(p, chunk); };
+  CHECK(why(chain(1, 100, 8), 3).rfind("chunk: must be a power of two", 0) == 0);
+  CHECK(why(chain(1, 100, 8), 0).rfind("chunk: must be a power of two", 0) == 0);
+  CHECK(why(chain(1, 100, 8), int64_t(1) << 21).rfind("chunk: must be a power of two", 0) == 0);
+  ChainProblem viterbi = chain(1, 100, 8);
+  viterbi.semiring = Semiring::max_plus;
+  CHECK(why(viterbi, 4).rfind("chunk: only log chains in the crf form", 0) == 0);
+  ChainProblem hmm = chain(1, 100, 8);
+  hmm.form = ChainForm::hmm;
+  CHECK(why(hmm, 4).rfind("chunk: only log chains in the crf form", 0) == 0);
+  CHECK(why(chain(1, 1, 8), 4).rfind("chunk: a chain of one position", 0) == 0);
+  // Short chunks of many states: their products (C² each) outgrow the messages saved (2·T·C).
+  CHECK(why(chain(1, 4096, 64), 2).rfind("chunk: the products of chunks of 2 steps", 0) == 0);
+  CHECK(why(chain(1, 4096, 64), 64).empty());
+  CHECK(why(chain(3, 77, 33), 32).empty());
+  CHECK(why(chain(3, 77, 33), 4096).empty()); // one chunk longer than the chain
+  CHECK(why(chain(0, 77, 33), 4).empty());
+}
+
+TEST_CASE("chunked chains: the chunk module's entry points and name, per storage dtype and states") {
+  const GeneratedKernel k = emit_chunk_kernel(DType::bf16, 33);
+  CHECK(k.name.rfind("chain_chunks_bf16_c33_", 0) == 0);
+  CHECK(k.entries == std::vector<std::string>{"", "_normalize", "_restore", "_offsets", "_score", "_unpad"});
+  // Steps are read and gradients written in the storage type; the tree is kept in its accumulator type.
+  CHECK(k.source.find("chunk_pad<jb::bf16, 33, 256>") != std::string::npos);
+  CHECK(k.source.find("chunk_normalize<float, 33, 256>") != std::string::npos);
+  CHECK(k.source.find("chunk_unpad<jb::bf16, 33>") != std::string::npos);
+  CHECK(emit_chunk_kernel(DType::f64, 64).source.find("chunk_restore<double, 64>") != std::string::npos);
+}
