@@ -5,8 +5,11 @@
 // reference so that no broken variant is timed silently. The default is the variant a plan takes (a stored decision's
 // from jitbmm tune --chain, else the rule's). --sweep compares the default first, then the rule's blocks
 // for every cluster size (sm_90 on), then the variants a block of 128 to 1024 threads with 1 to 32 lanes per state
-// makes in the default's clusters (both forwards alike, the backward messages' lanes by their rule).
+// makes in the default's clusters (both forwards alike, the backward messages' lanes by their rule). --chunk L[,L...]
+// adds the chunked strategy in chunks of each L steps (log chains in the CRF form; its chain of chunks in the
+// variant its own plan takes).
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "cli/chain_args.hpp"
 #include "cli/chain_trial.hpp"
 #include "cli/commands.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
@@ -44,6 +48,19 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
   return specs;
 }
 
+// --chunk's comma-separated steps per chunk, each a power of two the problem can be computed in.
+std::vector<int64_t> chunks_from(const Args& args, const ChainProblem& problem) {
+  std::vector<int64_t> chunks;
+  std::stringstream list(args.get("--chunk", ""));
+  for (std::string item; std::getline(list, item, ',');) {
+    const int64_t chunk = parse_int(item, "--chunk", 2, int(kMaxChainChunk));
+    if (const std::string why = chunk_unfit(problem, chunk); !why.empty())
+      throw std::invalid_argument("--chunk" + why.substr(std::string("chunk").size()));
+    chunks.push_back(chunk);
+  }
+  return chunks;
+}
+
 } // namespace
 
 int run_chain_bench(const Args& args) {
@@ -52,6 +69,7 @@ int run_chain_bench(const Args& args) {
   const int reps = reps_from(args);
   const bool log = p.semiring == Semiring::log;
   chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
+  const std::vector<int64_t> chunks = chunks_from(args, p);
   const auto device = current_device();
   // Without flags, the variant ChainPlan::get takes: a stored decision's (jitbmm tune --chain) or the rule's.
   const ChainSpec chosen = chain_spec_from(args, p, chosen_chain_spec(p, *device));
@@ -68,26 +86,32 @@ int run_chain_bench(const Args& args) {
            (l.cluster > 1 ? "x" + std::to_string(l.cluster) : std::string()) + ":" +
            (s.prefetch(l) ? std::string("regs") : s.stages(l) ? "ring" + std::to_string(s.stages(l)) : "loads");
   };
-  std::printf("%-16s %-16s %-16s %10s %10s %12s %10s %10s %s\n", "forward", log ? "saving" : "", log ? "beta" : "",
-              "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd", "check");
+  std::printf("%-16s %-16s %-16s %6s %10s %10s %12s %10s %10s %s\n", "forward", log ? "saving" : "",
+              log ? "beta" : "", "chunk", "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd",
+              "check");
   // Each row as soon as it is measured: a sweep compiles a module a variant, and a cut-short run keeps its rows.
   bool all_checked = true;
   const std::vector<ChainSpec> specs =
       args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
+  auto print = [&](const ChainRow& row) {
+    const ChainSpec& spec = row.spec;
+    all_checked = all_checked && row.checked;
+    std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
+                log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",
+                row.chunk ? std::to_string(row.chunk).c_str() : "-", row.forward_ms,
+                terms / (row.forward_ms * 1e-3), row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
+                row.checked ? "ok" : "WRONG");
+    std::fflush(stdout);
+  };
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);
     } catch (const std::invalid_argument&) {
       continue; // a sweep's variant this problem cannot use
     }
-    const ChainRow row = trial.measure(spec, reps);
-    all_checked = all_checked && row.checked;
-    std::printf("%-16s %-16s %-16s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
-                log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",
-                row.forward_ms, terms / (row.forward_ms * 1e-3), row.saving_ms, row.backward_ms,
-                row.saving_ms + row.backward_ms, row.checked ? "ok" : "WRONG");
-    std::fflush(stdout);
+    print(trial.measure(spec, reps));
   }
+  for (const int64_t chunk : chunks) print(trial.measure(chosen, reps, chunk));
 
   return all_checked ? 0 : 1;
 }

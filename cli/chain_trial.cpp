@@ -55,9 +55,9 @@ ChainTrial::ChainTrial(const ChainProblem& p) : p_(p) {
   }
 }
 
-ChainRow ChainTrial::measure(const ChainSpec& spec, int reps) {
+ChainRow ChainTrial::measure(const ChainSpec& spec, int reps, int64_t chunk) {
   const bool log = p_.semiring == Semiring::log, hmm = p_.form == ChainForm::hmm;
-  const ChainPlan plan = chain_plan_for(p_, spec);
+  const ChainPlan plan = chain_plan_for(p_, spec, chunk);
   DeviceBuffer saved(plan.saved_bytes() + 1), workspace(plan.workspace_bytes(true) + 1),
       backward_workspace(plan.backward_workspace_bytes() + 1);
   const Workspace ws{workspace.get(), plan.workspace_bytes(true)};
@@ -75,9 +75,9 @@ ChainRow ChainTrial::measure(const ChainSpec& spec, int reps) {
     if (hmm)
       plan.backward(inputs, nullptr, keep, best, grad_score_.get(), grads, st, bws);
     else
-      plan.backward(inputs_.get(), nullptr, keep, best, grad_score_.get(), grad_.get(), st);
+      plan.backward(inputs_.get(), nullptr, keep, best, grad_score_.get(), grad_.get(), st, bws);
   };
-  ChainRow row{spec};
+  ChainRow row{spec, chunk};
   row.forward_ms = time_launches([&](Stream st) { forward(st, nullptr, nullptr); }, 3, reps).median_ms;
   void* keep = log ? saved.get() : nullptr;
   auto* best = log ? nullptr : static_cast<int32_t*>(path_.get());

@@ -13,6 +13,7 @@ namespace jitbmm::cli {
 // backward reads (log: saved; max_plus: the best path) and that backward; whether its first score is the CPU's.
 struct ChainRow {
   ChainSpec spec;
+  int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
   bool checked = false;
 };
@@ -20,8 +21,8 @@ struct ChainRow {
 class ChainTrial {
 public:
   explicit ChainTrial(const ChainProblem& problem); // allocates and uploads on the current device
-  // Each launch warmed up three times, then `reps` timed runs.
-  ChainRow measure(const ChainSpec& spec, int reps);
+  // Each launch warmed up three times, then `reps` timed runs; `chunk` as chain_plan_for takes it.
+  ChainRow measure(const ChainSpec& spec, int reps, int64_t chunk = 0);
 
 private:
   ChainProblem p_;

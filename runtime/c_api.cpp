@@ -356,10 +356,19 @@ jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* p
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,
                                          void* grad_potentials, void* stream) {
+  return jitbmm_chain_plan_backward_with_workspace(plan, potentials, lengths, saved, path, grad_score,
+                                                   grad_potentials, nullptr, 0, stream);
+}
+
+jitbmm_status jitbmm_chain_plan_backward_with_workspace(const jitbmm_chain_plan* plan, const void* potentials,
+                                                        const int64_t* lengths, const void* saved,
+                                                        const int32_t* path, const void* grad_score,
+                                                        void* grad_potentials, void* workspace,
+                                                        size_t workspace_bytes, void* stream) {
   return guarded([&] {
     require(plan, "plan");
     plan->plan.backward(potentials, lengths, saved, path, grad_score, grad_potentials,
-                        static_cast<jitbmm::Stream>(stream));
+                        static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
   });
 }
 

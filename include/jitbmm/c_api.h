@@ -144,6 +144,13 @@ jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* p
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,
                                          void* grad_potentials, void* stream);
+/* The same with the scratch it takes, backward_workspace_bytes (the chunked strategy's tree; NULL with 0 bytes:
+ * jitbmm's own pool, which jitbmm_chain_plan_backward always takes). */
+jitbmm_status jitbmm_chain_plan_backward_with_workspace(const jitbmm_chain_plan* plan, const void* potentials,
+                                                        const int64_t* lengths, const void* saved,
+                                                        const int32_t* path, const void* grad_score,
+                                                        void* grad_potentials, void* workspace,
+                                                        size_t workspace_bytes, void* stream);
 /* The HMM form's forward and backward (ChainPlan's HmmInputs calls): the tables laid out as the problem says; the
  * gradients contiguous, each NULL to skip. The backward takes backward_workspace_bytes of scratch (NULL with 0
  * bytes: jitbmm's own pool). */

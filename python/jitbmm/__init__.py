@@ -138,8 +138,9 @@ def _declare(lib):
     lib.jitbmm_chain_plan_workspace_bytes.restype = status
     lib.jitbmm_chain_plan_run.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_size_t, ctypes.c_void_p]
     lib.jitbmm_chain_plan_run.restype = status
-    lib.jitbmm_chain_plan_backward.argtypes = [ctypes.c_void_p] * 8
-    lib.jitbmm_chain_plan_backward.restype = status
+    lib.jitbmm_chain_plan_backward_with_workspace.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_size_t,
+                                                                                       ctypes.c_void_p]
+    lib.jitbmm_chain_plan_backward_with_workspace.restype = status
     lib.jitbmm_chain_plan_run_hmm.argtypes = [ctypes.c_void_p] * 10 + [ctypes.c_size_t, ctypes.c_void_p]
     lib.jitbmm_chain_plan_run_hmm.restype = status
     lib.jitbmm_chain_plan_backward_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]

@@ -50,7 +50,7 @@ class _Chain:
         if self.hmm:
             self.run, self.grad = lib.jitbmm_chain_plan_run_hmm, lib.jitbmm_chain_plan_backward_hmm
         else:
-            self.run, self.grad = lib.jitbmm_chain_plan_run, lib.jitbmm_chain_plan_backward
+            self.run, self.grad = lib.jitbmm_chain_plan_run, lib.jitbmm_chain_plan_backward_with_workspace
 
     def __del__(self):
         handle = getattr(self, "handle", None)
@@ -82,15 +82,18 @@ class _Chain:
         log = semiring == "log"
         saved, path = (aux.data_ptr(), None) if log else (None, aux.data_ptr())
         grad_score = grad_score.contiguous()
+        # The scratch from PyTorch's allocator, where its peak shows: the HMM form's transitions' partial sums, the
+        # chunked strategy's tree.
+        ws = self.backward_workspace if needs[1 if self.hmm else 0] else 0
+        scratch = inputs[0].new_empty((ws,), dtype=torch.uint8) if ws else None
         if self.hmm:
-            ws = self.backward_workspace if needs[1] else 0  # the transitions' partial sums
-            scratch = inputs[0].new_empty((ws,), dtype=torch.uint8) if ws else None
             status = self.grad(self.handle, *(t.data_ptr() for t in inputs), address(lengths), saved, path,
                                grad_score.data_ptr(), *(g.data_ptr() if g.numel() else None for g in grads),
                                address(scratch), ws, stream(self.device))
         elif grads[0].numel():
             status = self.grad(self.handle, inputs[0].data_ptr(), address(lengths), saved, path,
-                               grad_score.data_ptr(), grads[0].data_ptr(), stream(self.device))
+                               grad_score.data_ptr(), grads[0].data_ptr(), address(scratch), ws,
+                               stream(self.device))
         else:
             status = 0
         if status:

@@ -140,6 +140,28 @@ class ChainTest(GpuCase):
                             torch.testing.assert_close(score.double(), want, **tol)
                             torch.testing.assert_close(grad.double(), want_grad, **tol)
 
+    def test_long_chains_of_few_sequences(self):
+        """Few sequences of a long chain take the chunked strategy (docs/chains.md, "Strategies"): the same contract,
+        ragged lengths included, and under CUDA graph capture."""
+        for B, T, C in ((1, 1024, 32), (2, 1100, 33)):
+            for ragged in (False, True):
+                with self.subTest(B=B, T=T, C=C, ragged=ragged):
+                    pot = self.potentials(B, T, C, torch.float32)
+                    lengths = self.lengths(B, T, ragged)
+                    w = torch.randn(B, device=self.dev)
+                    score, _, grad = self.ours(self.jt.chain_log_partition, pot, lengths, w)
+                    want, want_grad = self.reference(pot, lengths, "log", w)
+                    tol = self.tolerance(torch.float32, 1.0, T)
+                    torch.testing.assert_close(score.double(), want, **tol)
+                    torch.testing.assert_close(grad.double(), want_grad, **tol)
+        pot = torch.randn(1, 1023, 32, 32, device=self.dev, requires_grad=True)
+
+        def step():
+            score = self.jt.chain_log_partition(pot)
+            return (score, *torch.autograd.grad(score.sum(), pot))
+
+        self.assert_graph_replays(step, lambda: pot.copy_(torch.randn_like(pot)))
+
     def test_half_potentials(self):
         """float16 and bfloat16 potentials are computed in float32: the score (float32) within float32's tolerance of
         the float64 chain of the values they hold, the gradients (in their dtype) also within their rounding."""

@@ -409,6 +409,11 @@ void run_chain_case(uint64_t seed, Findings& f) {
                                           static_cast<int32_t*>(maybe(log ? 0.9 : 0.1)), maybe(0.05), maybe(0.05),
                                           nullptr),
                p);
+  check_status(f, seed, "jitbmm_chain_plan_backward_with_workspace",
+               jitbmm_chain_plan_backward_with_workspace(plan, maybe(0.05), lengths, maybe(log ? 0.1 : 0.9),
+                                                         static_cast<int32_t*>(maybe(log ? 0.9 : 0.1)), maybe(0.05),
+                                                         maybe(0.05), nullptr, 0, nullptr),
+               p);
   jitbmm_chain_plan_destroy(plan);
 }
 
