@@ -379,6 +379,51 @@ int pool_allocations(const std::string& log) {
 
 } // namespace
 
+TEST_CASE("a chain of one long sequence runs in chunks: scratch from the caller's workspace, checked, or the pool") {
+  TempDir dir;
+  const std::string log = dir.path + "/driver.log";
+  ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
+  ChainProblem p;
+  p.B = 1, p.T = 1024, p.C = 32;
+  p.with_lengths = true;
+  const ChainPlan plan = ChainPlan::get(p);
+  REQUIRE(plan.chunk() == 64);
+  const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
+  const std::size_t forward = plan.workspace_bytes(false), backward = plan.backward_workspace_bytes();
+  // A pass of the tree over every chunk: 1.5 times the potentials for the forward (less with saved, which holds
+  // the chunks' products), 3.5 for the backward.
+  CHECK(forward >= potentials * 3 / 2);
+  CHECK(forward <= potentials * 3 / 2 + (1 << 20));
+  CHECK(backward >= potentials * 7 / 2);
+  CHECK(backward <= potentials * 7 / 2 + (1 << 20));
+  CHECK(plan.workspace_bytes(true) == forward);
+  DeviceBuffer pot(potentials), lengths(8), score(4), saved(plan.saved_bytes()), grad(potentials), g(4),
+      work(backward);
+  const auto* len = static_cast<const int64_t*>(lengths.get());
+  release_pool_memory();
+  const int before = pool_allocations(log);
+  CHECK_NOTHROW(plan(pot.get(), len, score.get(), saved.get(), nullptr, nullptr, nullptr, {work.get(), forward}));
+  CHECK_NOTHROW(plan.backward(pot.get(), len, saved.get(), nullptr, g.get(), grad.get(), nullptr,
+                              {work.get(), backward}));
+  // The products' own scratch (if any) is the pool's; the chain's none of it.
+  const int with_workspace = pool_allocations(log) - before;
+  CHECK_THROWS_WITH_AS(plan(pot.get(), len, score.get(), nullptr, nullptr, nullptr, nullptr, {work.get(), forward - 1}),
+                       doctest::Contains("workspace"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan.backward(pot.get(), len, saved.get(), nullptr, g.get(), grad.get(), nullptr,
+                                     {work.get(), backward - 1}),
+                       doctest::Contains("workspace"), std::invalid_argument);
+  CHECK_NOTHROW(plan.backward(pot.get(), len, saved.get(), nullptr, g.get(), grad.get()));
+  CHECK(pool_allocations(log) > before + with_workspace);
+  // Other chains stay sequential; a chunk that does not fit names itself.
+  p.B = 8;
+  CHECK(ChainPlan::get(p).chunk() == 0);
+  CHECK(ChainPlan::get(p).backward_workspace_bytes() == 0);
+  CHECK_THROWS_WITH_AS(chain_plan_for(p, chosen_chain_spec(p, *current_device()), 2),
+                       doctest::Contains("chunk: the products"), std::invalid_argument);
+  ::unsetenv("JITBMM_FAKE_CUDA_LOG");
+}
+
+
 TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {
   TempDir dir;
   const std::string log = dir.path + "/driver.log";
