@@ -7,7 +7,8 @@
 // for every cluster size (sm_90 on), then the variants a block of 128 to 1024 threads with 1 to 32 lanes per state
 // makes in the default's clusters (both forwards alike, the backward messages' lanes by their rule). --chunk L[,L...]
 // adds the chunked strategy in chunks of each L steps (log chains in the CRF form; its chain of chunks in the
-// variant its own plan takes).
+// variant its own plan takes). Where the plan itself takes the chunked strategy, its row comes first, then the
+// sequential kernels'.
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -46,6 +47,13 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
       specs.push_back(s);
     }
   return specs;
+}
+
+// Whether flags name a variant of the module (then the plan's own strategy is not the default row).
+bool has_variant_flags(const Args& args) {
+  for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes"})
+    if (args.has(flag)) return true;
+  return false;
 }
 
 // --chunk's comma-separated steps per chunk, each a power of two the problem can be computed in.
@@ -103,6 +111,9 @@ int run_chain_bench(const Args& args) {
                 row.checked ? "ok" : "WRONG");
     std::fflush(stdout);
   };
+  // The plan's own choice first: in chunks where it takes them (then the sequential kernels beside it).
+  const int64_t planned = has_variant_flags(args) ? 0 : choose_chain_spec(p, *device).chunk;
+  if (planned > 0) print(trial.measure(chosen, reps, planned));
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);
@@ -111,7 +122,8 @@ int run_chain_bench(const Args& args) {
     }
     print(trial.measure(spec, reps));
   }
-  for (const int64_t chunk : chunks) print(trial.measure(chosen, reps, chunk));
+  for (const int64_t chunk : chunks)
+    if (chunk != planned) print(trial.measure(chosen, reps, chunk));
 
   return all_checked ? 0 : 1;
 }

@@ -84,11 +84,14 @@ inline std::string inspect_help() {
          "      --hmm: the HMM form's (transitions and emissions instead of potentials); --cluster K: each\n"
          "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU,\n"
          "      or takes a stored decision's).\n"
+         "  jitbmm inspect --chain C --chunks [--dtype f32|f64|f16|bf16] [--arch sm_90] --emit ...\n"
+         "      The chunked strategy's own module for log chains of C states (the products are bmm kernels).\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
          "  jitbmm inspect --tuned --chain C [--hmm] [--batch B] [--length T] [--semiring S] [--dtype D]\n"
-         "      The chain variant a plan takes on this GPU: a stored decision's clusters (tune --chain) or the rule's.\n";
+         "      The chain variant a plan takes on this GPU: a stored decision's clusters (tune --chain) or the\n"
+         "      rule's, and its strategy (sequential, or chunked for a few sequences of a long chain).\n";
 }
 
 struct CommandHelp {

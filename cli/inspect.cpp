@@ -28,6 +28,7 @@
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
@@ -211,6 +212,11 @@ int print_chain_tuned(const ChainProblem& p) {
               c.from_decision ? "stored decision (jitbmm tune --chain)"
               : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
                               : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
+  if (c.chunk > 0)
+    std::printf("strategy: chunked, in chunks of %lld steps (the rule: few sequences of a long chain)\n",
+                (long long)c.chunk);
+  else
+    std::printf("strategy: sequential\n");
   if (!d) return 0;
   std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
               d->saving_cluster);
@@ -227,7 +233,7 @@ int run_inspect(int argc, char** argv) {
   flags.insert(
       {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--tuned", "--hmm"});
+  switches.insert({"--tuned", "--hmm", "--chunks"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -249,7 +255,14 @@ int run_inspect(int argc, char** argv) {
     throw std::invalid_argument("--arch: not used by --emit cuda (the source is the same for every arch)");
   GeneratedKernel kernel;
   int threads = 0;
-  if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
+  if (args.has("--chain") && args.has("--chunks")) { // the chunked strategy's module: the dtype and C alone
+    args.require_only({"--chain", "--chunks", "--semiring", "--dtype", "--emit", "--arch"}, "inspect --chain --chunks");
+    const ChainProblem problem = chain_problem_from(args, 1, 2);
+    if (const std::string why = chunk_unfit(problem, 2); why.rfind("chunk: only", 0) == 0)
+      throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
+    kernel = with_override(emit_chunk_kernel(problem.dtype, int(problem.C)));
+    threads = kChunkThreads;
+  } else if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",
                        "--emit", "--arch"},
                       "inspect --chain");
