@@ -36,8 +36,11 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     const auto text = cache.get(e.key, "chaintune");
     const auto d = text ? decode_chain_decision(*text) : std::nullopt;
     if (!d) return "(unreadable chain decision)";
+    const std::string strategy = !d->chunk    ? ""
+                                 : *d->chunk ? ", chunks of " + std::to_string(*d->chunk)
+                                             : ", sequential";
     return "tuned chain " + d->problem + ": clusters " + std::to_string(d->forward_cluster) + " (forward), " +
-           std::to_string(d->saving_cluster) + " (saving)";
+           std::to_string(d->saving_cluster) + " (saving)" + strategy;
   }
   return "";
 }

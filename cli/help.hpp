@@ -112,8 +112,9 @@ inline const std::vector<CommandHelp>& command_help() {
        "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket. --data wide\n"
        "      times on randn*50 inputs: the variant a plan moves to when its repairs show wide-range data.\n"
        "  jitbmm tune --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype D] [--reps N]\n"
-       "      Time a chain's cluster sizes on this GPU (sm_90 on), each checked against the CPU reference; store\n"
-       "      the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"},
+       "      Time a chain's cluster sizes on this GPU (sm_90 on) and, for log chains of the CRF form, the chunked\n"
+       "      strategy in chunks of 32 to 256 steps and of the whole chain, each checked against the CPU reference;\n"
+       "      store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"},
       {"bench",
        "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
        "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"

@@ -212,17 +212,20 @@ int print_chain_tuned(const ChainProblem& p) {
               c.from_decision ? "stored decision (jitbmm tune --chain)"
               : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
                               : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
+  const char* why = c.chunk_from_decision ? "the stored decision" : "the rule";
   if (c.chunk > 0)
-    std::printf("strategy: chunked, in chunks of %lld steps (the rule: few sequences of a long chain)\n",
-                (long long)c.chunk);
+    std::printf("strategy: chunked, in chunks of %lld steps (%s)\n", (long long)c.chunk, why);
   else
-    std::printf("strategy: sequential\n");
+    std::printf("strategy: sequential (%s)\n", why);
   if (!d) return 0;
   std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
               d->saving_cluster);
   std::printf("%8s %10s %12s %10s\n", "cluster", "fwd ms", "fwd+kept ms", "backward");
   for (const ChainTiming& t : d->timed)
     std::printf("%8d %10.4f %12.4f %10.4f\n", t.cluster, t.forward_ms, t.saving_ms, t.backward_ms);
+  for (const ChunkTiming& t : d->chunked)
+    std::printf("%8s %10.4f %12.4f %10.4f\n", ("chunk " + std::to_string(t.chunk)).c_str(), t.forward_ms, t.saving_ms,
+                t.backward_ms);
   return 0;
 }
 

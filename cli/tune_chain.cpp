@@ -1,7 +1,8 @@
 // jitbmm tune --chain C: time a chain problem's cluster sizes on this GPU (the rule's blocks for one block per
-// sequence and clusters of 2, 4 and 8 where their registers fit), each checked against the CPU reference, and store
-// the sizes choose_chain_clusters picks as the decision every ChainPlan::get of the problem's bucket takes
-// (runtime/tuner/chain_decisions.hpp).
+// sequence and clusters of 2, 4 and 8 where their registers fit) and, for log chains in the CRF form, the chunked
+// strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in saved), each checked
+// against the CPU reference, and store what choose_chain_clusters picks as the decision every ChainPlan::get of the
+// problem's bucket takes (runtime/tuner/chain_decisions.hpp).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,19 +14,36 @@
 #include "cli/chain_trial.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
 
 namespace jitbmm::cli {
 
+namespace {
+
+// The chunk lengths tune --chain times: 32 to 256 steps and one chunk of the whole chain, where their products fit
+// in saved; none where the problem is not one the chunked strategy computes.
+std::vector<int64_t> chunk_candidates(const ChainProblem& p) {
+  std::vector<int64_t> chunks;
+  int64_t whole = 2;
+  while (whole < p.T - 1 && whole < kMaxChainChunk) whole *= 2;
+  for (int64_t chunk = 32; chunk <= 256; chunk *= 2)
+    if (chunk < whole && chunk_unfit(p, chunk).empty()) chunks.push_back(chunk);
+  if (chunk_unfit(p, whole).empty()) chunks.push_back(whole);
+  return chunks;
+}
+
+} // namespace
+
 int run_chain_tune(const Args& args) {
   const ChainProblem p = sized_chain_problem_from(args);
   const int reps = reps_from(args);
   const auto device = current_device();
   if (cluster_sms(*device) == 0)
-    throw std::invalid_argument("tune --chain: a chain's only choice is its cluster size, and clusters of blocks "
-                                "need sm_90 or later (this device is " +
+    throw std::invalid_argument("tune --chain: its decisions are read from sm_90 on, where a chain's sequences "
+                                "split over clusters of blocks (this device is " +
                                 device->arch() + ")");
   ScopedContext scope(device->context);
   const auto start = std::chrono::steady_clock::now();
@@ -49,9 +67,23 @@ int run_chain_tune(const Args& args) {
     std::fprintf(stderr, "jitbmm: tune --chain: no cluster size computed the reference's score; nothing stored\n");
     return 1;
   }
+  // The chunked strategy, its chain of chunks in its own plan's variant, beside the clusters' best saving forward.
+  const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
+  const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
+  std::vector<ChunkTiming> chunked;
+  for (const int64_t chunk : chunk_candidates(p)) {
+    const ChainRow row = trial.measure(best, reps, chunk);
+    std::printf("%8s %10.4f %12.4f %10.4f %10.4f %s\n", ("chunk " + std::to_string(chunk)).c_str(), row.forward_ms,
+                row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
+                row.checked ? "ok" : "WRONG (not a candidate)");
+    std::fflush(stdout);
+    if (row.checked) chunked.push_back({chunk, row.forward_ms, row.saving_ms, row.backward_ms});
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ChainDecision d = choose_chain_clusters(p, timed, seconds);
-  std::printf("best: cluster %d for the forward, %d for the saving forward\n", d.forward_cluster, d.saving_cluster);
+  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked);
+  std::printf("best: cluster %d for the forward, %d for the saving forward; %s\n", d.forward_cluster,
+              d.saving_cluster,
+              *d.chunk ? ("chunks of " + std::to_string(*d.chunk) + " steps").c_str() : "the sequential kernels");
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) {
     std::printf("no disk cache (JITBMM_CACHE=off or no usable directory): nothing stored\n");

@@ -82,6 +82,8 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& spec);
 // the main entry copies the steps into chunks (chunk_pad), then "_normalize", "_restore", "_offsets", "_score" and
 // "_unpad"; blocks of kChunkThreads.
 constexpr int kChunkThreads = 256;
+// The longest chunk the chunked strategy takes: 2^20 steps.
+constexpr int64_t kMaxChainChunk = int64_t(1) << 20;
 GeneratedKernel emit_chunk_kernel(DType dtype, int C);
 
 } // namespace jitbmm

@@ -7,6 +7,7 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/plan.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
@@ -48,6 +49,11 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
   if (p.semiring != Semiring::log || p.form != ChainForm::crf)
     return "chunk: only log chains in the crf form are computed in chunks";
   if (p.T < 2) return "chunk: a chain of one position has no step to cut";
+  int64_t whole = 2; // one chunk of the whole chain
+  while (whole < p.T - 1) whole *= 2;
+  if (chunk > whole)
+    return "chunk: longer than one chunk of the whole chain (" + std::to_string(whole) + " steps for T = " +
+           std::to_string(p.T) + ")";
   const int64_t chunks = chunks_of(p, chunk);
   const std::size_t need = aligned(chain_saved_bytes(chain_of_chunks(p, chunks))) + products_bytes(p, chunks);
   if (need > chain_saved_bytes(p))
@@ -59,16 +65,19 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
 
 namespace {
 
-ChainProblem checked_chain_of_chunks(const ChainProblem& p, int64_t chunk) {
+// The chain of chunks in the sequential kernels (chunks of its own would take scratch the chunked plan does not
+// count), once the chunk is checked.
+ChainPlan plan_chain_of_chunks(const ChainProblem& p, int64_t chunk, const DeviceInfo& device) {
   if (const std::string why = chunk_unfit(p, chunk); !why.empty()) throw std::invalid_argument(why);
-  return chain_of_chunks(p, chunks_of(p, chunk));
+  const ChainProblem top = chain_of_chunks(p, chunks_of(p, chunk));
+  return chain_plan_for(top, chosen_chain_spec(top, device), 0);
 }
 
 } // namespace
 
 ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device)
     : problem_(problem), L_(chunk), device_(std::move(device)),
-      top_(ChainPlan::get(checked_chain_of_chunks(problem, chunk))) {
+      top_(plan_chain_of_chunks(problem, chunk, *device_)) {
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
   chain_strides(problem, strides_);
@@ -91,6 +100,7 @@ std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
 std::size_t ChunkedChain::top_saved_offset() const { return aligned(top_.saved_bytes()); }
 
 std::size_t ChunkedChain::workspace_bytes(bool with_saved) const {
+  if (problem_.B == 0) return 0;
   const int acc = dtype_info(problem_.dtype).acc_bytes;
   ScratchSize s;
   if (!with_saved) s.add(matrix_bytes(problem_.B * chunks_), "workspace"); // the chunks' products
@@ -102,6 +112,7 @@ std::size_t ChunkedChain::workspace_bytes(bool with_saved) const {
 }
 
 std::size_t ChunkedChain::backward_workspace_bytes() const {
+  if (problem_.B == 0) return 0;
   const int acc = dtype_info(problem_.dtype).acc_bytes;
   ScratchSize s;
   s.add(matrix_bytes(problem_.B * chunks_), "workspace");  // the chunks' products' gradient

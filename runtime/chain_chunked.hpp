@@ -64,8 +64,6 @@ private:
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };
 
-constexpr int64_t kMaxChainChunk = int64_t(1) << 20;
-
 // Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: a log chain in the CRF form with T
 // ≥ 2 whose chunks' products (B·ceil((T − 1) / chunk)·C² values) fit in `saved` beside the chain of chunks' own
 // saved messages; otherwise the reason, naming "chunk".

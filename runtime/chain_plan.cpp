@@ -23,7 +23,7 @@ struct ChainPlan::Impl {
   ChainProblem problem;
   ChainSpec spec;
   std::shared_ptr<const DeviceInfo> device;
-  std::shared_ptr<const LoadedKernel> kernel; // null when B = 0 (nothing to launch)
+  std::shared_ptr<const LoadedKernel> kernel;  // null when B = 0 (nothing to launch)
   std::shared_ptr<const ChunkedChain> chunked; // the chunked strategy's, when the plan takes it
   int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
   HmmStrides hmm{};
@@ -164,14 +164,14 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
 int64_t default_chain_chunk(const ChainProblem& p) {
   // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
   // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
-  // on an H200 (f32, T = 4096, forward + backward): at B, C = 1, 64 2.27 ms in chunks of 64 against 5.63; at 4, 32
-  // 1.98 against 3.37; but at 4, 64 7.80 against 6.11, and from 128 states on the tree's backward alone takes
-  // about as long as the whole sequential pair (6.8 ms against 8.1 at B = 1). Chunks of 64 to 128 steps were the
-  // fastest lengths measured, the whole chain in one chunk (the log-depth scan) up to 1.5 times slower. f64, whose
-  // products have no tensor-core form, was not measured: it stays sequential.
+  // on an H200 (docs/chains.md, "Strategies along T"), its forward + backward won at one to four sequences of 32
+  // states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the tree's backward
+  // alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the fastest, one chunk
+  // of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core form, was not measured:
+  // it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its bucket.
   const bool f32_tree = chain_output_dtype(p) == DType::f32;
-  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 ||
-      p.B < 1 || p.C * p.B > 128 || p.T < 1024)
+  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 || p.B < 1 ||
+      p.C * p.B > 128 || p.T < 1024)
     return 0;
   for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
     if (chunk_unfit(p, chunk).empty()) return chunk;
@@ -180,22 +180,25 @@ int64_t default_chain_chunk(const ChainProblem& p) {
 
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
   const int sms = cluster_sms(device);
-  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false};
+  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false, false};
   if (sms == 0 || problem.B == 0) return c;
-  c.decision =
-      remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
-  // A decision is taken only as written for this bucket, and where the plan can launch its clusters: an entry
-  // written by hand may name others.
+  c.decision = remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  // A decision is taken only as written for this bucket, and where the plan can launch its clusters and compute
+  // its chunks (another problem of the bucket may be too short for them): an entry written by hand may name others.
   if (!c.decision || c.decision->problem != chain_bucket_text(problem)) return c;
+  if (const std::optional<int64_t> chunk = c.decision->chunk;
+      chunk && (*chunk == 0 || chunk_unfit(problem, *chunk).empty())) {
+    c.chunk = *chunk;
+    c.chunk_from_decision = true;
+  }
   const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
   if (problem.B >= (int64_t(1) << 30) / cluster) return c;
   const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
   if (!tuned.clusters_fit()) return c;
   if (log_enabled(LogLevel::debug))
-    log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
-                                     std::to_string(c.decision->forward_cluster) + " and " +
-                                     std::to_string(c.decision->saving_cluster) +
-                                     " (saving), from the stored decision");
+    log_message(LogLevel::debug,
+                "chain " + chain_bucket_text(problem) + ": clusters " + std::to_string(c.decision->forward_cluster) +
+                    " and " + std::to_string(c.decision->saving_cluster) + " (saving), from the stored decision");
   c.spec = tuned;
   c.from_decision = true;
   return c;
@@ -338,11 +341,11 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
+  jb::ChainParams params = call_params(im, potentials, lengths, path, saved); // checks their alignment
   if (im.chunked) {
     im.chunked->backward(potentials, lengths, saved, grad_score, grad_potentials, stream, workspace);
     return;
   }
-  jb::ChainParams params = call_params(im, potentials, lengths, path, saved);
   params.grad_score = grad_score;
   params.grad = grad_potentials;
   ScopedContext scope(im.device->context);
@@ -381,8 +384,8 @@ EdgeSplit edge_split(const ChainPlan::Impl& im) {
   // A range of fewer than 8 steps would stage more than it sums. Each table holds at most 2^62 bytes
   // (check_chain_problem), so their halves add up without overflow.
   const int64_t size = dtype_info(p.dtype).size_bytes;
-  const int64_t half_tables = p.B * p.T * p.C * size / 2 + e.groups * p.C * p.C * size / 2 +
-                              (p.batched_initial ? p.B : 1) * p.C * size / 2;
+  const int64_t half_tables =
+      p.B * p.T * p.C * size / 2 + e.groups * p.C * p.C * size / 2 + (p.batched_initial ? p.B : 1) * p.C * size / 2;
   const int64_t room = half_tables / std::max<int64_t>(1, e.groups * p.C * p.C) / dtype_info(p.dtype).acc_bytes;
   e.chunks = std::clamp<int64_t>(std::min({wanted, e.steps / 8, room}), 1, int64_t(1) << 20);
   e.chunk = std::max<int64_t>(1, (e.steps + e.chunks - 1) / e.chunks);

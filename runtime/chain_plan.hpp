@@ -23,14 +23,16 @@ int cluster_sms(const DeviceInfo& device);
 // was measured faster for such a problem (runtime/chain_chunked.hpp).
 int64_t default_chain_chunk(const ChainProblem& problem);
 
-// The spec ChainPlan::get takes: the clusters a stored decision names for the problem's bucket on this device
-// (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit, else default_chain_spec's;
-// with the decision read (if any) and whether its clusters were taken; and default_chain_chunk's strategy.
+// The variant ChainPlan::get takes: the clusters and the strategy a stored decision names for the problem's bucket on
+// this device (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit and the problem
+// can take its chunks, else default_chain_spec's and default_chain_chunk's; with the decision read (if any) and
+// which of its parts were taken.
 struct ChainChoice {
   ChainSpec spec;
   int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
   std::optional<ChainDecision> decision;
-  bool from_decision = false;
+  bool from_decision = false;       // the clusters are the decision's
+  bool chunk_from_decision = false; // and the strategy
 };
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
 inline ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {

@@ -30,7 +30,9 @@ public:
                   void* alpha = nullptr, int32_t* path = nullptr, Stream stream = nullptr,
                   const Workspace& workspace = {}) const;
   // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path): chain_saved_bytes(problem()).
-  // The forward writes every one of them: nothing the buffer held before remains.
+  // The forward writes every one of them: nothing the buffer held before remains. What they hold depends on the
+  // plan's strategy (chunk()): a backward reads them from a forward of a plan of the same problem and strategy
+  // (ChainPlan::get gives one problem the same in a process).
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c); the chunked strategy
   // its tree's levels (a pass over as many chunks as fit in the potentials' size, or 64 MiB).

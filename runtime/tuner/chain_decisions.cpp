@@ -44,6 +44,13 @@ std::optional<int> parse_cluster(const std::string& text) {
   return std::nullopt;
 }
 
+// A chunk length a decision may name (a power of two in [2, kMaxChainChunk], as written), or nothing.
+std::optional<int64_t> parse_chunk(const std::string& text) {
+  for (int64_t l = 2; l <= kMaxChainChunk; l *= 2)
+    if (text == std::to_string(l)) return l;
+  return std::nullopt;
+}
+
 } // namespace
 
 std::string chain_bucket_text(const ChainProblem& p) {
@@ -58,7 +65,8 @@ std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& de
   return sha256_hex(tuning_device_text(device) + "chain " + chain_bucket_text(problem) + '\n');
 }
 
-ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds) {
+ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
+                                    std::vector<ChunkTiming> chunked) {
   if (timed.empty()) throw std::invalid_argument("choose_chain_clusters: no cluster size was timed");
   std::sort(timed.begin(), timed.end(),
             [](const ChainTiming& a, const ChainTiming& b) { return a.cluster < b.cluster; });
@@ -78,7 +86,15 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   }
   d.forward_cluster = fastest->cluster;
   d.saving_cluster = log ? fastest_saving->cluster : fastest->cluster;
+  // The strategy serves a training step: the forward that keeps what the backward reads, then that backward.
+  std::sort(chunked.begin(), chunked.end(),
+            [](const ChunkTiming& a, const ChunkTiming& b) { return a.chunk < b.chunk; });
+  double best = fastest_saving->saving_ms + fastest_saving->backward_ms;
+  d.chunk = 0;
+  for (const ChunkTiming& t : chunked)
+    if (t.saving_ms + t.backward_ms < best) best = t.saving_ms + t.backward_ms, d.chunk = t.chunk;
   d.timed = std::move(timed);
+  d.chunked = std::move(chunked);
   return d;
 }
 
@@ -88,8 +104,12 @@ std::string encode_chain_decision(const ChainDecision& d) {
      << "forward_cluster " << d.forward_cluster << '\n'
      << "saving_cluster " << d.saving_cluster << '\n';
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
+  if (d.chunk) os << "chunk " << *d.chunk << '\n';
   for (const ChainTiming& t : d.timed)
     os << "timed " << t.cluster << ' ' << format_duration(t.forward_ms, 5) << ' ' << format_duration(t.saving_ms, 5)
+       << ' ' << format_duration(t.backward_ms, 5) << '\n';
+  for (const ChunkTiming& t : d.chunked)
+    os << "chunked " << t.chunk << ' ' << format_duration(t.forward_ms, 5) << ' ' << format_duration(t.saving_ms, 5)
        << ' ' << format_duration(t.backward_ms, 5) << '\n';
   return os.str();
 }
@@ -114,24 +134,49 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   d.forward_cluster = *forward_cluster;
   d.saving_cluster = *saving_cluster;
   d.seconds = *tuned_for;
+  // Then the chunk chosen (absent from decisions stored before strategies were tuned), the clusters' timings and
+  // the chunks', in that order.
+  bool first = true;
   while (std::getline(in, line)) {
+    const bool chunk_line = line.rfind("chunk ", 0) == 0;
+    if (chunk_line && first) {
+      const std::string value = line.substr(6);
+      const auto chunk = value == "0" ? std::optional<int64_t>(0) : parse_chunk(value);
+      if (!chunk) return std::nullopt;
+      d.chunk = *chunk;
+      first = false;
+      continue;
+    }
+    first = false;
     std::istringstream words(line);
-    std::string kind, cluster, forward_ms, saving_ms, backward_ms, extra;
-    if (!(words >> kind >> cluster >> forward_ms >> saving_ms >> backward_ms) || words >> extra || kind != "timed" ||
-        line != "timed " + cluster + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
+    std::string kind, size, forward_ms, saving_ms, backward_ms, extra;
+    if (!(words >> kind >> size >> forward_ms >> saving_ms >> backward_ms) || words >> extra ||
+        line != kind + ' ' + size + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
       return std::nullopt;
-    const auto k = parse_cluster(cluster);
     const auto f = parse_duration(forward_ms), s = parse_duration(saving_ms), b = parse_duration(backward_ms);
-    if (!k || !f || !s || !b ||
-        std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == *k; }))
+    if (!f || !s || !b) return std::nullopt;
+    if (kind == "timed" && d.chunked.empty()) {
+      const auto k = parse_cluster(size);
+      if (!k || std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == *k; }))
+        return std::nullopt;
+      d.timed.push_back({*k, *f, *s, *b});
+    } else if (kind == "chunked") {
+      const auto l = parse_chunk(size);
+      if (!l || std::any_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *l; }))
+        return std::nullopt;
+      d.chunked.push_back({*l, *f, *s, *b});
+    } else {
       return std::nullopt;
-    d.timed.push_back({*k, *f, *s, *b});
+    }
   }
-  // The clusters chosen are among those timed.
+  // The clusters and the chunk chosen are among those timed.
   auto timed = [&](int k) {
     return std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == k; });
   };
   if (!timed(d.forward_cluster) || !timed(d.saving_cluster)) return std::nullopt;
+  if (d.chunk && *d.chunk != 0 &&
+      std::none_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *d.chunk; }))
+    return std::nullopt;
   return d;
 }
 

@@ -1,5 +1,6 @@
-// Chain decisions: the cluster sizes `jitbmm tune --chain` measured fastest for a chain problem's bucket on one
-// device, stored in the disk cache (kind "chaintune") and read by every ChainPlan::get of that bucket.
+// Chain decisions: the cluster sizes and the strategy along T `jitbmm tune --chain` measured fastest for a chain
+// problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by every ChainPlan::get of
+// that bucket.
 #pragma once
 
 #include <optional>
@@ -20,13 +21,24 @@ struct ChainTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
 };
 
-// The clusters of the fastest forward and of the fastest saving forward + backward, what they were tuned for, and
-// every size timed.
+// The chunked strategy as timed in chunks of `chunk` steps (the same three launches: the forward alone, the forward
+// that keeps what the backward reads, and that backward).
+struct ChunkTiming {
+  int64_t chunk = 0;
+  double forward_ms = 0, saving_ms = 0, backward_ms = 0;
+};
+
+// The clusters of the fastest forward and of the fastest saving forward + backward, the strategy of the fastest
+// saving forward + backward, what they were tuned for, and every variant timed.
 struct ChainDecision {
   int forward_cluster = 1, saving_cluster = 1;
+  // The steps per chunk of the chunked strategy, 0 for the sequential kernels; none in a decision stored before
+  // strategies were tuned (the plan then takes the rule's).
+  std::optional<int64_t> chunk;
   std::string problem; // chain_bucket_text() of the problem tuned
   double seconds = 0;  // how long tuning took
   std::vector<ChainTiming> timed;
+  std::vector<ChunkTiming> chunked;
 };
 
 // A problem's bucket: B and T each rounded up to a power of two; the semiring, dtype, form, C, lengths, the tables'
@@ -34,12 +46,15 @@ struct ChainDecision {
 std::string chain_bucket_text(const ChainProblem& problem);
 // The key: the device and versions (tuning_device_text) and the bucket.
 std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& device);
-// The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster). `timed` must not
-// be empty.
-ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds);
+// The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster), and the chunked
+// strategy in the chunks whose saving forward + backward beat the sequential kernels' in the saving cluster (ties:
+// sequential, then the shorter chunk). `timed` must not be empty.
+ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
+                                    std::vector<ChunkTiming> chunked = {});
 
 // A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
-// once, durations as tuning_db writes them) and returns nothing on any defect.
+// once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, durations
+// as tuning_db writes them) and returns nothing on any defect.
 std::string encode_chain_decision(const ChainDecision& d);
 std::optional<ChainDecision> decode_chain_decision(const std::string& text);
 

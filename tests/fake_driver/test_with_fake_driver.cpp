@@ -423,6 +423,36 @@ TEST_CASE("a chain of one long sequence runs in chunks: scratch from the caller'
   ::unsetenv("JITBMM_FAKE_CUDA_LOG");
 }
 
+TEST_CASE("a chain plan takes the strategy a stored decision names for its bucket, where its chunks fit") {
+  ChainProblem p;
+  p.B = 2, p.T = 2048, p.C = 32;
+  const auto device = current_device();
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  REQUIRE(default_chain_chunk(p) == 64);
+  const std::string key = chain_tuning_key(p, tuning_device(*device));
+  // The sequential kernels measured faster: taken where the rule would take chunks.
+  put_chain_decision(*disk, key, choose_chain_clusters(p, {{1, 1.0, 1.0, 0.5}}, 1.0, {{64, 0.5, 1.0, 1.0}}));
+  CHECK(ChainPlan::get(p).chunk() == 0);
+  CHECK(choose_chain_spec(p, *device).chunk_from_decision);
+  // Chunks of 256 measured faster: every problem of the bucket takes them.
+  put_chain_decision(*disk, key, choose_chain_clusters(p, {{1, 1.0, 5.0, 0.5}}, 1.0, {{256, 0.5, 1.0, 1.0}}));
+  CHECK(ChainPlan::get(p).chunk() == 256);
+  ChainProblem shorter = p;
+  shorter.T = 1500;
+  CHECK(choose_chain_spec(shorter, *device).chunk == 256);
+  // One the bucket's problem cannot take (its products would not fit in saved) is the rule's.
+  put_chain_decision(*disk, key, choose_chain_clusters(p, {{1, 1.0, 5.0, 0.5}}, 1.0, {{2, 0.5, 1.0, 1.0}}));
+  const ChainChoice unfit = choose_chain_spec(p, *device);
+  CHECK(unfit.chunk == 64);
+  CHECK_FALSE(unfit.chunk_from_decision);
+  // A decision stored before strategies were tuned names none: the rule's.
+  ChainDecision before = choose_chain_clusters(p, {{1, 1.0, 5.0, 0.5}}, 1.0);
+  before.chunk.reset();
+  put_chain_decision(*disk, key, before);
+  CHECK(ChainPlan::get(p).chunk() == 64);
+}
+
 
 TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {
   TempDir dir;

@@ -74,7 +74,8 @@ TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chun
   CHECK(why(chain(1, 4096, 64), 2).rfind("chunk: the products of chunks of 2 steps", 0) == 0);
   CHECK(why(chain(1, 4096, 64), 64).empty());
   CHECK(why(chain(3, 77, 33), 32).empty());
-  CHECK(why(chain(3, 77, 33), 4096).empty()); // one chunk longer than the chain
+  CHECK(why(chain(3, 77, 33), 128).empty()); // one chunk of the whole chain
+  CHECK(why(chain(3, 77, 33), 256).rfind("chunk: longer than one chunk of the whole chain (128 steps", 0) == 0);
   CHECK(why(chain(0, 77, 33), 4).empty());
 }
 

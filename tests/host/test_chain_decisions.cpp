@@ -28,6 +28,13 @@ ChainDecision sample() {
                                {{1, 3.292, 6.371, 0.715}, {4, 1.222, 2.588, 0.720}, {8, 1.516, 2.939, 0.715}}, 2.5);
 }
 
+// `text` with its first `from` replaced by `to` (which must be there).
+std::string replaced_in(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
 } // namespace
 
 TEST_CASE("chain decisions: the fastest forward and the fastest saving forward + backward, each its own size") {
@@ -49,6 +56,23 @@ TEST_CASE("chain decisions: the fastest forward and the fastest saving forward +
   // Ties go to the smaller cluster.
   CHECK(choose_chain_clusters(problem(4, 8, 64), {{2, 1.0, 1.0, 1.0}, {1, 1.0, 1.0, 1.0}}, 0).forward_cluster == 1);
   CHECK_THROWS_AS(choose_chain_clusters(problem(4, 8, 64), {}, 0), std::invalid_argument);
+}
+
+TEST_CASE("chain decisions: the chunked strategy where its saving forward + backward beat the clusters' best") {
+  const ChainProblem p = problem(1, 4096, 64);
+  const std::vector<ChainTiming> clusters = {{1, 5.14, 5.57, 0.06}};
+  // Faster than the sequential kernels' 5.63 in two lengths: the faster one; the forward alone does not decide.
+  const ChainDecision d =
+      choose_chain_clusters(p, clusters, 1.0, {{4096, 1.01, 0.99, 1.81}, {64, 0.71, 0.68, 1.59}, {128, 0.1, 5.0, 5.0}});
+  REQUIRE(d.chunk);
+  CHECK(*d.chunk == 64);
+  CHECK(d.chunked.front().chunk == 64); // kept in length order
+  // Slower, or nothing chunked timed: the sequential kernels, said so.
+  CHECK(*choose_chain_clusters(p, clusters, 1.0, {{64, 0.1, 5.0, 1.0}}).chunk == 0);
+  CHECK(*choose_chain_clusters(p, clusters, 1.0).chunk == 0);
+  // Ties: sequential, then the shorter chunk.
+  CHECK(*choose_chain_clusters(p, clusters, 1.0, {{64, 1.0, 5.0, 0.63}}).chunk == 0);
+  CHECK(*choose_chain_clusters(p, clusters, 1.0, {{128, 1.0, 2.0, 1.0}, {64, 1.0, 1.0, 2.0}}).chunk == 64);
 }
 
 TEST_CASE("chain decisions: keyed by the device, the versions and the problem's bucket") {
@@ -112,12 +136,7 @@ TEST_CASE("chain decisions: the text round-trips and is read strictly") {
   CHECK(back->timed[1].saving_ms == doctest::Approx(2.588));
   CHECK(encode_chain_decision(*back) == text);
   // Each defect makes it nothing.
-  auto replaced = [&](const std::string& from, const std::string& to) {
-    std::string t = text;
-    const auto at = t.find(from);
-    REQUIRE(at != std::string::npos);
-    return t.replace(at, from.size(), to);
-  };
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
   const std::vector<std::string> bad = {
       "",
       text.substr(0, text.size() - 1),                     // not whole lines
@@ -135,6 +154,45 @@ TEST_CASE("chain decisions: the text round-trips and is read strictly") {
       text.substr(0, text.find("timed ")),                // nothing timed
       replaced("forward_cluster 4", "forward_cluster 2"), // a size not among those timed
       "forward_cluster 4\n" + text,                       // lines out of order
+  };
+  for (const std::string& t : bad) {
+    INFO(t);
+    CHECK_FALSE(decode_chain_decision(t));
+  }
+}
+
+TEST_CASE("chain decisions: the strategy's lines round-trip and are read strictly; one stored before them is read") {
+  const ChainDecision d = choose_chain_clusters(problem(1, 4096, 64), {{1, 5.14, 5.57, 0.06}, {2, 5.5, 6.0, 0.06}},
+                                                2.0, {{64, 0.71, 0.68, 1.59}, {4096, 1.01, 0.99, 1.81}});
+  const std::string text = encode_chain_decision(d);
+  CHECK(text.find("\nchunk 64\ntimed 1 ") != std::string::npos);
+  const auto back = decode_chain_decision(text);
+  REQUIRE(back);
+  REQUIRE(back->chunk);
+  CHECK(*back->chunk == 64);
+  REQUIRE(back->chunked.size() == 2);
+  CHECK(back->chunked[1].chunk == 4096);
+  CHECK(back->chunked[1].backward_ms == doctest::Approx(1.81));
+  CHECK(encode_chain_decision(*back) == text);
+  // Stored before strategies were tuned: no chunk line, no chunked timings; the plan then takes the rule's.
+  std::string old = text.substr(0, text.find("chunked "));
+  old.erase(old.find("chunk 64\n"), 9);
+  const auto before = decode_chain_decision(old);
+  REQUIRE(before);
+  CHECK_FALSE(before->chunk);
+  CHECK(before->chunked.empty());
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
+  const std::vector<std::string> bad = {
+      replaced("chunk 64\n", "chunk 3\n"),                         // not a power of two
+      replaced("chunk 64\n", "chunk 1\n"),                         // below 2
+      replaced("chunk 64\n", "chunk 32\n"),                        // not among those timed
+      replaced("chunk 64\n", "chunk 064\n"),                       // not as written
+      replaced("chunk 64\n", "chunk\n"),
+      replaced("chunked 4096", "chunked 64"),                      // a length timed twice
+      replaced("chunked 4096", "chunked 4095"),
+      replaced("chunked 4096 1.01000 0.99000 1.81000", "chunked 4096 1.01000 0.99000"),
+      replaced("chunk 64\ntimed 1 5.14000 5.57000 0.06000\n", "timed 1 5.14000 5.57000 0.06000\nchunk 64\n"),
+      text + "timed 4 1.00000 1.00000 1.00000\n", // a cluster's timing after the chunks'
   };
   for (const std::string& t : bad) {
     INFO(t);
