@@ -282,26 +282,42 @@ __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   }
 }
 
+// What one gradient element's scale reads: x[i, k] and r_i. A block of elements loads these first and then finishes
+// them (eg_emit): the gradient's stores may alias x as far as the compiler knows, so it would not move a later
+// element's load above an earlier element's store, and every element would wait out its own load.
+struct EgScaleIn {
+  float x, r;
+};
+template <class In, class I>
+__device__ __forceinline__ EgScaleIn eg_scale_in(const GradParams& p, const EgView<float>& e, I z, I i, I k) {
+  const I xb = e.d.x_batches == 1 ? 0 : z;
+  return {to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]),
+          e.r[xb * (I)e.d.Mx + i]};
+}
+
 // One gradient element from its product s = Σ_j H·V (row i, column k of the canonical gradient): s times
 // 2^((x − r)' + E), into the gradient (or, broadcast over the batch, added to the accumulator). A given-up output
 // contributed 0 to s.
 template <class In, class I>
 __device__ __forceinline__ void eg_emit(const GradParams& p, const EgView<float>& e, I z, I i, I k, float s,
-                                        float e_batch) {
+                                        float e_batch, EgScaleIn in) {
   typedef float T;
   typedef Num<T> R;
-  const I xb = e.d.x_batches == 1 ? 0 : z;
   T value = (T)0;
   if (s != (T)0) { // else the row's r may be non-finite: its outputs were all given up
-    int pe;
-    const T f = frexpf(s, &pe);
-    const T x = to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]);
-    // f·2^t with t = n + φ: 2^φ by ex2, 2^n by ldexp, so a result below the smallest normal keeps its digits (ex2
-    // alone flushes it to 0). t is −inf (or far below any result) where x is −inf.
-    const T t = ((x - e.r[xb * (I)e.d.Mx + i]) * Num<T>::log2e() + e_batch) + (T)pe;
-    if (t > (T)-300) {
-      const T n = floorf(t);
-      value = ldexpf(f * R::exp2(t - n), (int)n);
+    const T t = (in.x - in.r) * Num<T>::log2e() + e_batch; // −inf (or far below any result) where x is −inf
+    value = s * R::exp2(t);
+    // A normal result is as exact as it gets. Below the smallest normal (ex2 flushes 2^t there, and the product
+    // would round away digits) or out of range: f·2^(t + e_s) with s = f·2^e_s and t + e_s = n + φ, 2^φ by ex2
+    // and 2^n by ldexp, so that a result below the smallest normal keeps its digits.
+    if (!(fabsf(value) >= __int_as_float(0x00800000) && fabsf(value) < R::inf())) {
+      int pe;
+      const T f = frexpf(s, &pe), u = t + (T)pe;
+      value = (T)0;
+      if (u > (T)-300) {
+        const T n = floorf(u);
+        value = ldexpf(f * R::exp2(u - n), (int)n);
+      }
     }
   }
   if (e.d.broadcast)
@@ -331,15 +347,22 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
     float acc[MT][NT][4];
     em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, eh, ev, Nxp, m0, n0, w, NoTileStaging(), acc);
     const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
+    EgScaleIn in[MT][NT][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int pass = 0; pass < 2; ++pass) // the loads of every element, then every element (eg_scale_in)
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int el = 0; el < 4; ++el) {
-          const I i = m0 + w.wm0 + m * 16 + g + 8 * (el / 2), k = n0 + w.wn0 + n * 8 + 2 * q + (el % 2);
-          if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[m][n][el], e_batch);
-        }
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int el = 0; el < 4; ++el) {
+            const I i = m0 + w.wm0 + m * 16 + g + 8 * (el / 2), k = n0 + w.wn0 + n * 8 + 2 * q + (el % 2);
+            if (i >= Mx || k >= Kx) continue;
+            if (pass == 0)
+              in[m][n][el] = eg_scale_in<In, I>(p, e, z, i, k);
+            else
+              eg_emit<In, I>(p, e, z, i, k, acc[m][n][el], e_batch, in[m][n][el]);
+          }
   }
 }
 

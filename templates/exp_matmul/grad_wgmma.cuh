@@ -37,11 +37,19 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
     pipe.consume(acc, Nxp, cg);
     const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
     wg_epilogue_blocks<BN>([&](int blk) { // a 32-column block a pass (wg_next_block)
+      EgScaleIn in[16];
 #pragma unroll
-      for (int q = 0; q < 16; ++q) {
-        const I i = m0 + 64 * cg + wg_frag_row(warp, lane, q % 4), k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
-        if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[q], e_batch);
-      }
+      for (int pass = 0; pass < 2; ++pass) // the loads of all 16, then all 16 (eg_scale_in)
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const I i = m0 + 64 * cg + wg_frag_row(warp, lane, q % 4),
+                  k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
+          if (i >= Mx || k >= Kx) continue;
+          if (pass == 0)
+            in[q] = eg_scale_in<In, I>(p, e, z, i, k);
+          else
+            eg_emit<In, I>(p, e, z, i, k, acc[q], e_batch, in[q]);
+        }
       wg_next_block(acc);
     });
   }
