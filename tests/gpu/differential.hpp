@@ -11,6 +11,7 @@
 #include "jitbmm/plan.hpp"
 #include "runtime/device_memory.hpp"
 #include "support/layout.hpp"
+#include "parallel_rows.hpp"
 #include "support.hpp"
 
 namespace jitbmm::test {
@@ -21,6 +22,13 @@ struct CaseResult {
   std::string first_failure;
   bool ok() const { return mismatches == 0 && argmax_mismatches == 0 && clobbered == 0; }
 };
+// part's counts added to into's, and its first failure where into has none (part's rows come after into's).
+inline void merge_results(CaseResult& into, const CaseResult& part) {
+  into.checked += part.checked, into.mismatches += part.mismatches;
+  into.argmax_mismatches += part.argmax_mismatches, into.clobbered += part.clobbered;
+  into.ties += part.ties, into.nan_outputs += part.nan_outputs;
+  if (into.first_failure.empty()) into.first_failure = part.first_failure;
+}
 
 // The problem a variant computes, at a shape (row-major layouts).
 inline Problem problem_for(const KernelSpec& spec, Shape shape) {
@@ -96,35 +104,40 @@ inline CaseResult check_outputs(const Problem& p, const HostTensor& a, const Hos
   std::vector<int32_t> arg(p.with_argmax ? outputs : 0);
   d.argmax.download(arg.data(), arg.size() * 4);
 
-  CaseResult r;
-  std::vector<char> covered(out_elems, 0);
+  std::vector<char> covered(out_elems, 0); // one element each row writes: no two threads share one
   const double tol = reference::tolerance(p);
-  for (int64_t bt = 0; bt < s.B; ++bt)
-    for (int64_t i = 0; i < s.M; ++i)
-      for (int64_t j = 0; j < s.N; ++j) {
-        const int64_t at = offset_of(so, {bt, i, j});
-        covered[at] = 1;
-        const auto want = reference::element(p, a.data(), b.data(), bt, i, j);
-        const double got = out.at(at);
-        ++r.checked;
-        const bool value_ok = reference::close(od, got, want, tol);
-        const int64_t flat = (bt * s.M + i) * s.N + j;
-        const int32_t want_arg = p.with_argmax ? expected_argmax(p, a.data(), b.data(), bt, i, j, want) : -1;
-        const bool arg_ok = !p.with_argmax || arg[flat] == want_arg;
-        r.ties += want.tie;
-        r.nan_outputs += std::isnan(want.value);
-        if (!value_ok) ++r.mismatches;
-        if (!arg_ok) ++r.argmax_mismatches;
-        if ((!value_ok || !arg_ok) && r.first_failure.empty()) {
-          std::ostringstream os;
-          os.precision(17);
-          os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value << " (rounded "
-             << round_to(od, want.value) << ")";
-          if (p.with_argmax)
-            os << "; argmax " << arg[flat] << ", expected " << want_arg << (want.tie ? " (a tie: smallest k)" : "");
-          r.first_failure = os.str();
+  CaseResult r = check_rows_in_parallel<CaseResult>(
+      s.B * s.M,
+      [&](int64_t first, int64_t last, CaseResult& r) {
+        for (int64_t row = first; row < last; ++row) {
+          const int64_t bt = row / s.M, i = row % s.M;
+          for (int64_t j = 0; j < s.N; ++j) {
+            const int64_t at = offset_of(so, {bt, i, j});
+            covered[at] = 1;
+            const auto want = reference::element(p, a.data(), b.data(), bt, i, j);
+            const double got = out.at(at);
+            ++r.checked;
+            const bool value_ok = reference::close(od, got, want, tol);
+            const int64_t flat = (bt * s.M + i) * s.N + j;
+            const int32_t want_arg = p.with_argmax ? expected_argmax(p, a.data(), b.data(), bt, i, j, want) : -1;
+            const bool arg_ok = !p.with_argmax || arg[flat] == want_arg;
+            r.ties += want.tie;
+            r.nan_outputs += std::isnan(want.value);
+            if (!value_ok) ++r.mismatches;
+            if (!arg_ok) ++r.argmax_mismatches;
+            if ((!value_ok || !arg_ok) && r.first_failure.empty()) {
+              std::ostringstream os;
+              os.precision(17);
+              os << "out[" << bt << "," << i << "," << j << "] = " << got << ", reference " << want.value
+                 << " (rounded " << round_to(od, want.value) << ")";
+              if (p.with_argmax)
+                os << "; argmax " << arg[flat] << ", expected " << want_arg << (want.tie ? " (a tie: smallest k)" : "");
+              r.first_failure = os.str();
+            }
+          }
         }
-      }
+      },
+      merge_results, threads_for_terms(outputs * s.K));
   // Elements between strided outputs must still hold the poison.
   HostTensor poison;
   poison.dtype = od;

@@ -88,33 +88,39 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   const Strides sd = pass == Pass::grad_a ? p.a() : p.b();
   const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
   const bool broadcast = sd.batch == 0;
-  CaseResult r;
-  std::vector<char> covered(got.elements, 0);
+  std::vector<char> covered(got.elements, 0); // one element each row writes: no two threads share one
   // The gradient's own dtype, or at precision fast the TF32 forms' tolerance, whichever is larger.
   const double tol = std::max(reference::tolerance(p.dtype), reference::tolerance(p));
-  for (int64_t bt = 0; bt < (broadcast ? std::min<int64_t>(s.B, 1) : s.B); ++bt)
-    for (int64_t row = 0; row < rows; ++row)
-      for (int64_t col = 0; col < cols; ++col) {
-        reference::GradElement want;
-        for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? s.B : bt + 1); ++z) {
-          const auto part = reference::gradient_element(p, in.a.data(), in.b.data(), in.out_flat.data(),
-                                                        in.argmax.empty() ? nullptr : in.argmax.data(),
-                                                        in.g_flat.data(), pass, z, row, col);
-          want.value += part.value, want.scale += part.scale, want.floor += part.floor;
+  const int64_t batches = broadcast ? std::min<int64_t>(s.B, 1) : s.B;
+  CaseResult r = check_rows_in_parallel<CaseResult>(
+      batches * rows,
+      [&](int64_t first, int64_t last, CaseResult& r) {
+        for (int64_t line = first; line < last; ++line) {
+          const int64_t bt = line / rows, row = line % rows;
+          for (int64_t col = 0; col < cols; ++col) {
+            reference::GradElement want;
+            for (int64_t z = broadcast ? 0 : bt; z < (broadcast ? s.B : bt + 1); ++z) {
+              const auto part = reference::gradient_element(p, in.a.data(), in.b.data(), in.out_flat.data(),
+                                                            in.argmax.empty() ? nullptr : in.argmax.data(),
+                                                            in.g_flat.data(), pass, z, row, col);
+              want.value += part.value, want.scale += part.scale, want.floor += part.floor;
+            }
+            const int64_t at = offset_of(sd, {bt, row, col});
+            covered[at] = 1;
+            ++r.checked;
+            const double value = got.at(at);
+            if (reference::close_gradient(p.dtype, value, want, tol)) continue;
+            if (++r.mismatches == 1) {
+              std::ostringstream os;
+              os.precision(17);
+              os << pass_name(pass) << "[" << bt << "," << row << "," << col << "] = " << value << ", reference "
+                 << want.value << " (scale " << want.scale << ")";
+              r.first_failure = os.str();
+            }
+          }
         }
-        const int64_t at = offset_of(sd, {bt, row, col});
-        covered[at] = 1;
-        ++r.checked;
-        const double value = got.at(at);
-        if (reference::close_gradient(p.dtype, value, want, tol)) continue;
-        if (++r.mismatches == 1) {
-          std::ostringstream os;
-          os.precision(17);
-          os << pass_name(pass) << "[" << bt << "," << row << "," << col << "] = " << value << ", reference "
-             << want.value << " (scale " << want.scale << ")";
-          r.first_failure = os.str();
-        }
-      }
+      },
+      merge_results, threads_for_terms(s.B * s.M * s.N * s.K));
   const int bytes = dtype_info(p.dtype).size_bytes;
   const std::vector<unsigned char> poison(bytes, poison_byte(p.dtype));
   for (int64_t e = 0; e < got.elements; ++e)
