@@ -347,11 +347,12 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
     float acc[MT][NT][4];
     em_mma_tile<BM, BN, BK, TM, TN, SPLIT, kThreads>(sm, p, eh, ev, Nxp, m0, n0, w, NoTileStaging(), acc);
     const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
-    EgScaleIn in[MT][NT][4];
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) // the loads of every element, then every element (eg_scale_in)
+    for (int m = 0; m < MT; ++m) { // 16 rows at a time: the loads of all of them, then each (eg_scale_in); a whole
+                                   // thread tile's at once spills at t8×8
+      EgScaleIn in[NT][4];
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
+      for (int pass = 0; pass < 2; ++pass)
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -359,10 +360,11 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
             const I i = m0 + w.wm0 + m * 16 + g + 8 * (el / 2), k = n0 + w.wn0 + n * 8 + 2 * q + (el % 2);
             if (i >= Mx || k >= Kx) continue;
             if (pass == 0)
-              in[m][n][el] = eg_scale_in<In, I>(p, e, z, i, k);
+              in[n][el] = eg_scale_in<In, I>(p, e, z, i, k);
             else
-              eg_emit<In, I>(p, e, z, i, k, acc[m][n][el], e_batch, in[m][n][el]);
+              eg_emit<In, I>(p, e, z, i, k, acc[m][n][el], e_batch, in[n][el]);
           }
+    }
   }
 }
 
