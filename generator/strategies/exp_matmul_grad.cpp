@@ -140,7 +140,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   stats.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks + g.g_blocks);
   h.entry = "_h";
   h.block[0] = 256;
-  h.grid[0] = clamp_grid(s.B * (w.Mxp / 32) * (w.Nxp / 32), 1 << 20);
+  h.grid[0] = clamp_grid(jb::eg_h_tiles(s.B, w), 1 << 20);
   tile_grid(main, spec, d.Mx, d.Kx, s.B);
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   repair.entry = "_repair";

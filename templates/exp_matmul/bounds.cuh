@@ -134,14 +134,18 @@ JB_HD EmWorkspace em_workspace(long long B, long long M, long long N, long long 
 // The wgmma forms' operand layout, which a K slice's bulk copy moves as it lies. Lines (rows of a, columns of b,
 // counted across the batch) are grouped in panels of 128, each panel's K in slices of one 128-byte line: PER values
 // (32 of 4 bytes, or 64 BF16 for wgmma_bf16). A slice is 128 lines × PER k, 16 KiB contiguous, every line's 16-byte
-// chunks swizzled by line % 8 (wgmma's 128-byte swizzle, templates/hopper/wgmma.cuh), so any 64 consecutive lines of a panel
-// copy straight into a wgmma tile. Offsets in values; Kp is a multiple of PER and the padded line counts of 128.
+// chunks swizzled by line % 8 (wgmma's 128-byte swizzle, templates/hopper/wgmma.cuh), so any 64 consecutive lines of a
+// panel copy straight into a wgmma tile. Offsets in values; Kp is a multiple of PER and the padded line counts of 128.
+// Lines, k and Kp are never negative: unsigned, the divisions and remainders are shifts and masks.
 template <int PER = 32> JB_HD int em_sw128_at(int row, int k) {
-  constexpr int kChunk = PER / 8; // values a 16-byte chunk
-  return row * PER + (((k / kChunk) ^ (row % 8)) * kChunk) + k % kChunk;
+  constexpr unsigned kChunk = PER / 8; // values a 16-byte chunk
+  const unsigned r = (unsigned)row, c = (unsigned)k;
+  return (int)(r * PER + (((c / kChunk) ^ (r % 8)) * kChunk) + c % kChunk);
 }
 template <int PER = 32> JB_HD long long em_panel_at(long long line, long long k, long long Kp) {
-  return ((line / 128) * (Kp / PER) + k / PER) * (128 * PER) + em_sw128_at<PER>((int)(line % 128), (int)(k % PER));
+  const unsigned long long l = (unsigned long long)line, c = (unsigned long long)k, kp = (unsigned long long)Kp;
+  return (long long)(((l / 128) * (kp / PER) + c / PER) * (128 * PER) +
+                     em_sw128_at<PER>((int)(l % 128), (int)(c % PER)));
 }
 
 // The Hopper product (math wgmma_*, templates/exp_matmul/wgmma.cuh): a stage holds one slice (a 128-byte line: 32

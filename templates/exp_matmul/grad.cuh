@@ -211,68 +211,103 @@ __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
   }
 }
 
-// Launch 2, 256 threads a block. Tiles of 32×32 outputs (canonical rows i, columns j), read in the memory order of
-// out and G (each thread's loads all in flight before any is used) and written in the order of H through shared
-// memory. Per output: H, or 0 and a bit in the mask when the guard gives it up (and its row's flag).
+// One tile of the H launch as its threads see it: where its G, out and line maxima start, how much of it is real,
+// and the scales of its batch.
+template <class Out, class T, class I> struct EgHTile {
+  const Out *g, *o;
+  const T *r, *c;
+  I rows, cols, out_row, out_col; // rows, cols: of the result from the tile's first on
+  int gamma;
+  bool by_factor;
+  T g_factor, e_f, g_lo;
+};
+// The tile's H (0 where given up) and given-up flags into shared memory. ALONG_J: lanes along a row of the tile and
+// warps 8 rows apart (out's j the denser direction); else the transpose. A thread's kPer elements are all loaded
+// before any is used.
+template <bool ALONG_J, int ROWS, class Out, class T, class I>
+__device__ __forceinline__ void eg_h_fill(const EgHTile<Out, T, I>& t, const EgBounds& b, T (&tile)[ROWS][33],
+                                          unsigned char (&given_up)[ROWS][33]) {
+  typedef Num<T> R;
+  constexpr int kPer = ROWS * 32 / 256, kGroups = ROWS / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T gv[kPer], ov[kPer], rv[kPer], cv[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int ti = ALONG_J ? warp + 8 * u : lane + 32 * (u % kGroups), tj = ALONG_J ? lane : warp + 8 * (u / kGroups);
+    const I at = (I)ti * t.out_row + (I)tj * t.out_col;
+    const bool in = (I)ti < t.rows && (I)tj < t.cols;
+    gv[u] = in ? to_acc(t.g[at]) : (T)0;
+    ov[u] = in ? to_acc(t.o[at]) : R::neg_inf();
+    rv[u] = in ? t.r[ti] : (T)0;
+    cv[u] = in ? t.c[tj] : (T)0;
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int ti = ALONG_J ? warp + 8 * u : lane + 32 * (u % kGroups), tj = ALONG_J ? lane : warp + 8 * (u / kGroups);
+    const T g = gv[u], o = ov[u];
+    T h = (T)0;
+    bool up = false;
+    if (!(g == (T)0 || o == R::neg_inf())) { // else exactly no contribution (also outside the result)
+      const T r = rv[u], c = cv[u];
+      const T x = ((r + c) - o) * R::log2e(); // NaN or ±inf when any of them is not finite (or r + c overflows)
+      // One test, not a branch each (&, not &&).
+      const bool safe = (fabs(g) < R::inf()) & (fabs(g) >= t.g_lo) & (x >= (T)b.x_min) & (x <= (T)b.x_max) &
+                        (fabs(r) < R::inf()) & (fabs(c) < R::inf());
+      if (safe)
+        h = (t.by_factor ? g * t.g_factor : ldexp(g, -t.gamma)) * R::exp2(x - t.e_f);
+      else
+        up = true;
+    }
+    tile[ti][tj] = h;
+    given_up[ti][tj] = up;
+  }
+}
+
+// Launch 2, 256 threads a block. Tiles of kEgHRows × 32 outputs (canonical rows i, columns j), read in the memory
+// order of out and G (eg_h_fill) and written in the order of H through shared memory. Per output: H, or 0 and a bit
+// in the mask when the guard gives it up (and its row's flag). The launch issues more than it moves, so what is the
+// same for a tile is formed once for 8 outputs a thread, its element's places are constants of the layout's code,
+// G scales by a power of two, and a warp writes whole lines of H.
 template <class In, class Out, class I, bool GA, int FORM>
 __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
-  typedef Num<T> R;
-  constexpr int kThreads = 256, kPer = 32 * 32 / kThreads;
-  const T kLog2e = Num<T>::log2e();
+  constexpr int kRows = kEgHRows;
   const GradParams p = eg_canonical<GA>(p0);
   const EgView<T> e = eg_view<T>(p);
-  __shared__ T tile[32][33];
-  __shared__ unsigned char given_up[32][33];
+  __shared__ T tile[kRows][33];
+  __shared__ unsigned char given_up[kRows][33];
   const Out* G = static_cast<const Out*>(p.grad_out);
   const Out* O = static_cast<const Out*>(p.out);
   const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Mxp = (I)e.w.Mxp, Nxp = (I)e.w.Nxp;
-  const I tiles_i = Mxp / 32, tiles_j = Nxp / 32, tiles = (I)p.B * tiles_i * tiles_j;
+  const I tiles_i = Mxp / kRows, tiles_j = Nxp / 32, tiles = (I)eg_h_tiles(p.B, e.w);
   const bool along_j = p.out_col <= p.out_row; // lanes along the denser direction of out
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (I t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * 32, j0 = t % tiles_j * 32;
-    const int gamma = eg_batch_gamma(e, z), E = eg_e(e.b, gamma);
+    const I z = t / (tiles_i * tiles_j), i0 = t / tiles_j % tiles_i * kRows, j0 = t % tiles_j * 32;
+    EgHTile<Out, T, I> h;
+    const I first = z * (I)p.out_batch + i0 * (I)p.out_row + j0 * (I)p.out_col;
+    h.g = G + first, h.o = O + first;
+    h.r = e.r + (e.d.x_batches == 1 ? 0 : z) * Mx + i0;
+    h.c = e.c + (e.d.y_batches == 1 ? 0 : z) * Nx + j0;
+    h.rows = Mx - i0, h.cols = Nx - j0, h.out_row = (I)p.out_row, h.out_col = (I)p.out_col;
     // H = (G·2^-γ)·2^(x − E − F + γ): G scaled first, exactly, so that neither factor overflows however small G is.
-    const T e_f = (T)(E + e.b.f - gamma), g_lo = Num<T>::pow2(eg_gamma_lo(e.b, E));
-    const I xb = e.d.x_batches == 1 ? 0 : z, yb = e.d.y_batches == 1 ? 0 : z;
-    T gv[kPer], ov[kPer], rv[kPer], cv[kPer];
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
-      const I i = i0 + ti, j = j0 + tj, at = z * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col;
-      const bool in = i < Mx && j < Nx;
-      gv[u] = in ? to_acc(G[at]) : (T)0;
-      ov[u] = in ? to_acc(O[at]) : Num<T>::neg_inf();
-      rv[u] = in ? e.r[xb * Mx + i] : (T)0;
-      cv[u] = in ? e.c[yb * Nx + j] : (T)0;
-    }
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int l = threadIdx.x + u * kThreads, ti = along_j ? l / 32 : l % 32, tj = along_j ? l % 32 : l / 32;
-      const T g = gv[u], o = ov[u];
-      T h = (T)0;
-      bool up = false;
-      if (!(g == (T)0 || o == Num<T>::neg_inf())) { // else exactly no contribution (also outside the result)
-        const T r = rv[u], c = cv[u];
-        const T x = ((r + c) - o) * kLog2e; // NaN or ±inf when any of them is not finite (or r + c overflows)
-        const bool safe = fabs(g) < Num<T>::inf() && fabs(g) >= g_lo && x >= (T)e.b.x_min && x <= (T)e.b.x_max &&
-                          fabs(r) < Num<T>::inf() && fabs(c) < Num<T>::inf();
-        if (safe)
-          h = ldexp(g, -gamma) * R::exp2(x - e_f);
-        else
-          up = true;
-      }
-      tile[ti][tj] = h;
-      given_up[ti][tj] = up;
-    }
+    // 2^-γ is a T wherever γ ≥ −127 (only |G| < 2^-127 has γ below): a product with it rounds as ldexp does.
+    h.gamma = eg_batch_gamma(e, z);
+    const int E = eg_e(e.b, h.gamma);
+    h.e_f = (T)(E + e.b.f - h.gamma), h.g_lo = Num<T>::pow2(eg_gamma_lo(e.b, E));
+    h.by_factor = sizeof(T) == 8 || h.gamma >= -127;
+    h.g_factor = h.by_factor ? Num<T>::pow2(-h.gamma) : (T)0;
+    if (along_j)
+      eg_h_fill<true>(h, e.b, tile, given_up);
+    else
+      eg_h_fill<false>(h, e.b, tile, given_up);
     __syncthreads();
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) { // a warp per row: l / 32 is uniform in it
-      const int l = threadIdx.x + u * kThreads, ti = l / 32, tj = l % 32;
+    for (int u = 0; u < kRows / 8; ++u) { // warp w writes rows w, w + 8, ...: one line of H each
+      const int ti = warp + 8 * u;
       const I i = i0 + ti;
-      em_put<FORM>(e.h, z * Mxp + i, j0 + tj, Nxp, tile[ti][tj]);
-      const unsigned bits = __ballot_sync(0xffffffffu, given_up[ti][tj] != 0);
+      em_put<FORM>(e.h, z * Mxp + i, j0 + lane, Nxp, tile[ti][lane]);
+      const unsigned bits = __ballot_sync(0xffffffffu, given_up[ti][lane] != 0);
       if (lane == 0 && i < Mx) {
         e.mask[(z * Mx + i) * (I)e.w.words + j0 / 32] = bits;
         if (bits) e.rowflag[z * Mx + i] = 1u;

@@ -123,6 +123,10 @@ JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
 
 // The _stats launch's grid: blocks of 32 rows of x; blocks of 32 (padded) columns of y; blocks of 2048 values of one
 // batch of G. Each part is capped (the kernel loops over the rest).
+// The H launch's tile: kEgHRows rows (Mxp is a multiple) × 32 columns (one mask word, one panel line a row).
+constexpr int kEgHRows = 64;
+JB_HD long long eg_h_tiles(long long B, const EgWorkspace& w) { return B * (w.Mxp / kEgHRows) * (w.Nxp / 32); }
+
 struct EgStatsGrid {
   long long row_blocks, col_blocks, g_blocks;
 };
