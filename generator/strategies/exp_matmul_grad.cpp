@@ -26,6 +26,8 @@ jb::EgDims dims(const KernelSpec& s, const Problem& p) {
 
 // The direct pass's tiles: the tiled backward's default for f32 accumulators (grad_tiled.cpp).
 constexpr int kRepairM = 32, kRepairN = 64, kRepairK = 16, kRepairTM = 2, kRepairTN = 4;
+// The direct pass's grid: at least this many blocks where the shape has them (several waves of them on any GPU).
+constexpr int64_t kRepairBlocks = 2048;
 
 void defaults(KernelSpec& spec, const Problem& p) {
   spec.math = Math::tf32x3;
@@ -112,7 +114,9 @@ Rendering render(const KernelSpec& s) {
     r.entries.push_back(main_entry(s, "jb::eg_product_kernel<" + io + ", " + tile_args(s) + ", " +
                                           (s.math == Math::tf32x3 ? "true" : "false") + ", " + pass + ">"));
   }
-  r.entries.push_back({"_stats", 256, 4, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
+  // The launch waits on its loads: as many blocks an SM as its registers allow without spills keep the most in
+  // flight (32 registers a thread do with 32-bit indices; 64-bit ones need 40).
+  r.entries.push_back({"_stats", 256, s.index64 ? 6 : 8, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
   r.entries.push_back({"_h", 256, 4, "jb::eg_h_kernel<" + io + ", " + pass + ", " + form + ">"});
   const int repair_threads = (kRepairM / kRepairTM) * (kRepairN / kRepairTN);
   // 3 blocks an SM where that fits without spills; bf16, and f16 with 64-bit indices, spill at 3 (4 bytes).
@@ -147,7 +151,10 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   repair.block[0] = static_cast<unsigned>((kRepairM / kRepairTM) * (kRepairN / kRepairTN));
   repair.grid[0] = clamp_grid((d.Kx + kRepairN - 1) / kRepairN, kMaxGridX);
   repair.grid[1] = static_cast<unsigned>((d.Mx + kRepairM - 1) / kRepairM); // ≤ 65535: check
-  repair.grid[2] = clamp_grid(s.B, kMaxGridYZ);
+  // The batches beyond kRepairBlocks' worth loop in each block: most launches repair nothing, and then every block
+  // only votes on its rows' flags, so a block a tile and batch would cost the launch more than it checks.
+  const int64_t tiles = int64_t(repair.grid[0]) * repair.grid[1];
+  repair.grid[2] = clamp_grid(std::clamp<int64_t>(kRepairBlocks / tiles, 1, s.B), kMaxGridYZ);
   plan.launches = {stats, h, main, repair};
   if (d.broadcast) {
     store.entry = "_store";
