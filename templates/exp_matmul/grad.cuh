@@ -324,10 +324,16 @@ struct EgScaleIn {
   float x, r;
 };
 template <class In, class I>
-__device__ __forceinline__ EgScaleIn eg_scale_in(const GradParams& p, const EgView<float>& e, I z, I i, I k) {
+__device__ __forceinline__ float eg_x(const GradParams& p, const EgView<float>& e, I z, I i, I k) {
   const I xb = e.d.x_batches == 1 ? 0 : z;
-  return {to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]),
-          e.r[xb * (I)e.d.Mx + i]};
+  return to_acc(static_cast<const In*>(p.a)[xb * (I)p.a_batch + i * (I)p.a_row + k * (I)p.a_col]);
+}
+template <class I> __device__ __forceinline__ float eg_r(const EgView<float>& e, I z, I i) {
+  return e.r[(e.d.x_batches == 1 ? 0 : z) * (I)e.d.Mx + i];
+}
+template <class In, class I>
+__device__ __forceinline__ EgScaleIn eg_scale_in(const GradParams& p, const EgView<float>& e, I z, I i, I k) {
+  return {eg_x<In, I>(p, e, z, i, k), eg_r<I>(e, z, i)};
 }
 
 // One gradient element from its product s = Σ_j H·V (row i, column k of the canonical gradient): s times

@@ -32,24 +32,38 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
   }
   P::enter_consumer();
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  // This thread's accumulator register q holds row row0 + 8·(q % 4 / 2) and, in 32-column block blk, column
+  // n0 + 32·blk + wg_frag_col(lane, q / 4, q % 4) of the tile.
+  const I row0 = m0 + 64 * cg + wg_frag_row(warp, lane, 0);
+  // x of one 32-column block's elements (0 outside the gradient: never used).
+  const auto load_x = [&](I z, int blk, float(&x)[16]) {
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+      const I i = row0 + 8 * (q % 4 / 2), k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
+      x[q] = i < Mx && k < Kx ? eg_x<In, I>(p, e, z, i, k) : 0.f;
+    }
+  };
   for (I z = blockIdx.z; z < (I)p.B; z += gridDim.z) {
+    // The epilogue's operand values wait out their loads where nothing waits for them: the rows' r and the first
+    // block's x before the main loop, each next block's x before a block finishes its own (the gradient's stores
+    // may alias x as far as the compiler knows, so it would not move a load above them).
+    float r[2], x[16];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r[h] = row0 + 8 * h < Mx ? eg_r<I>(e, z, row0 + 8 * h) : 0.f;
+    load_x(z, 0, x);
     float acc[P::kRegs];
     pipe.consume(acc, Nxp, cg);
     const T e_batch = (T)eg_e(e.b, eg_batch_gamma(e, z));
     wg_epilogue_blocks<BN>([&](int blk) { // a 32-column block a pass (wg_next_block)
-      EgScaleIn in[16];
+      float cur[16];
 #pragma unroll
-      for (int pass = 0; pass < 2; ++pass) // the loads of all 16, then all 16 (eg_scale_in)
+      for (int q = 0; q < 16; ++q) cur[q] = x[q];
+      if (blk + 1 < BN / 32) load_x(z, blk + 1, x);
 #pragma unroll
-        for (int q = 0; q < 16; ++q) {
-          const I i = m0 + 64 * cg + wg_frag_row(warp, lane, q % 4),
-                  k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
-          if (i >= Mx || k >= Kx) continue;
-          if (pass == 0)
-            in[q] = eg_scale_in<In, I>(p, e, z, i, k);
-          else
-            eg_emit<In, I>(p, e, z, i, k, acc[q], e_batch, in[q]);
-        }
+      for (int q = 0; q < 16; ++q) {
+        const I i = row0 + 8 * (q % 4 / 2), k = n0 + 32 * blk + wg_frag_col(lane, q / 4, q % 4);
+        if (i < Mx && k < Kx) eg_emit<In, I>(p, e, z, i, k, acc[q], e_batch, EgScaleIn{cur[q], r[q % 4 / 2]});
+      }
       wg_next_block(acc);
     });
   }
