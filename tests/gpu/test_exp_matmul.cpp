@@ -91,6 +91,8 @@ TEST_CASE("exp_matmul: K = 0 gives −inf; a spec the problem does not allow is 
 
 // The grid's z holds at most 65535 batches, so above that a block runs several tiles in turn: the wgmma pipeline's
 // producer walks them as one sequence of slices (WgTiles), two slices a tile here (K = 40 pads to 64).
+// The gradients' repair (the direct backward over the outputs the guard gave up) loops over the batches beyond its
+// grid's: "maxima apart" gives outputs up.
 TEST_CASE("exp_matmul: more than 65535 batches, so a block runs several tiles: forward and gradients") {
   const Shape shape = {65600, 3, 40, 2};
   uint64_t seed = 35000;
@@ -104,16 +106,19 @@ TEST_CASE("exp_matmul: more than 65535 batches, so a block runs several tiles: f
         CHECK(test::kind_case_ok(spec, shape, k, ++seed));
         ++cases;
       }
-    for (const KernelSpec& spec : test::exp_matmul_grad_variants(kind)) {
-      const Problem p = test::problem_for(spec, shape);
-      std::mt19937_64 rng(++seed);
-      test::HostTensor a = fill(p, true, adversarial_kinds()[0], rng), b = fill(p, false, adversarial_kinds()[0], rng);
-      const test::GradInputs in = test::grad_inputs_from(p, std::move(a), std::move(b), rng, seed % 3, 1.0);
-      const test::CaseResult r = test::run_grad_case_on(p, spec, in);
-      test::report_failure(r, p, spec, seed);
-      CHECK(r.ok());
-      ++cases;
-    }
+    for (const KernelSpec& spec : test::exp_matmul_grad_variants(kind))
+      for (const Kind& k : adversarial_kinds()) {
+        const std::string name = k.name;
+        if (name != "randn" && name != "maxima apart (gap 120)") continue;
+        const Problem p = test::problem_for(spec, shape);
+        std::mt19937_64 rng(++seed);
+        test::HostTensor a = fill(p, true, k, rng), b = fill(p, false, k, rng);
+        const test::GradInputs in = test::grad_inputs_from(p, std::move(a), std::move(b), rng, seed % 3, 1.0);
+        const test::CaseResult r = test::run_grad_case_on(p, spec, in);
+        test::report_failure(r, p, spec, seed);
+        CHECK(r.ok());
+        ++cases;
+      }
   }
   CHECK(cases > 0);
   MESSAGE(cases << " cases");
