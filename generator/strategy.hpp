@@ -95,6 +95,10 @@ struct StrategyDef {
   // counts are; null for the others. A plan the tuner gave such a strategy watches the count after its calls and may
   // move to the variant fastest on wide-range data (runtime/repair_watch.hpp); run_with_repair_report reads them.
   RepairCounts (*repair_counts)(const KernelSpec&, const Problem&) = nullptr;
+  // For a backward strategy whose pass can take what the other pass of the same backward call left in their shared
+  // workspace (exp_matmul: line maxima and G's maximum), its launches when it runs second, after that pass of the
+  // same strategy; null for the others.
+  LaunchPlan (*second_pass_launches)(const KernelSpec&, const Problem&) = nullptr;
 };
 
 // Registration from a strategy's own file: `const RegisterStrategy registered{{...}};` (the table keeps a copy).

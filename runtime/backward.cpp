@@ -41,7 +41,9 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
     gk->spec = plan_with_choice(
         [&](const std::vector<KernelSpec>& rejected) { return choose(p, *im.device, policy, pass, rejected); },
         [&](const KernelSpec& spec) { gk->kernel = load_kernel(*im.device, spec); });
-    gk->launches = strategy_def(gk->spec).launches(gk->spec, p);
+    const StrategyDef& def = strategy_def(gk->spec);
+    gk->launches = def.launches(gk->spec, p);
+    if (def.second_pass_launches) gk->second = def.second_pass_launches(gk->spec, p);
     slot = gk;
   }
   return slot;
@@ -183,8 +185,12 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   void* pass_workspace = scratch.take(w.pass_workspace);
   for (int i = 0; i < 2; ++i) {
     if (!w.pass[i]) continue;
+    // grad_b after a grad_a of its strategy takes what that left in the workspace, where the strategy can.
+    const bool second =
+        i == 1 && w.pass[0] && w.pass[1]->second && w.pass[0]->spec.strategy == w.pass[1]->spec.strategy;
     const GradArgs args{a, b, out, grad_out, argmax, i == 0 ? grad_a : grad_b, pass_workspace};
-    launch_grad(gp, w.pass[i]->spec, w.pass[i]->launches, *w.pass[i]->kernel, args, cu_stream);
+    launch_grad(gp, w.pass[i]->spec, second ? *w.pass[i]->second : w.pass[i]->launches, *w.pass[i]->kernel, args,
+                cu_stream);
   }
 }
 

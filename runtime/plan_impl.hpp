@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,9 @@ struct GradKernel {
   KernelSpec spec;
   std::shared_ptr<const LoadedKernel> kernel;
   LaunchPlan launches; // the pass's launches for the plan's problem, worked out once
+  // Its launches after the other pass of a call, of the same strategy, in the same workspace (where the strategy has
+  // them: StrategyDef::second_pass_launches).
+  std::optional<LaunchPlan> second;
 };
 
 // A forward variant a plan moves to (the one fastest on wide-range data: runtime/repair_watch.hpp).

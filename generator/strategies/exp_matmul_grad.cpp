@@ -116,7 +116,11 @@ Rendering render(const KernelSpec& s) {
   }
   // The launch waits on its loads: as many blocks an SM as its registers allow without spills keep the most in
   // flight (32 registers a thread do with 32-bit indices; 64-bit ones need 40).
-  r.entries.push_back({"_stats", 256, s.index64 ? 6 : 8, "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ">"});
+  const int stats_blocks = s.index64 ? 6 : 8;
+  for (const bool second : {false, true})
+    r.entries.push_back({second ? "_stats_second" : "_stats", 256, stats_blocks,
+                         "jb::eg_stats_kernel<" + io + ", " + pass + ", " + form + ", " + (second ? "true" : "false") +
+                             ">"});
   r.entries.push_back({"_h", 256, 4, "jb::eg_h_kernel<" + io + ", " + pass + ", " + form + ">"});
   const int repair_threads = (kRepairM / kRepairTM) * (kRepairN / kRepairTN);
   // 3 blocks an SM where that fits without spills; bf16, and f16 with 64-bit indices, spill at 3 (4 bytes).
@@ -129,19 +133,21 @@ Rendering render(const KernelSpec& s) {
   return r;
 }
 
-LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
+// second: the pass runs after the other pass of the same backward call in the same workspace, and takes its line
+// maxima and G maximum (eg_stats_kernel's SECOND).
+LaunchPlan plan_for(const KernelSpec& spec, const Problem& p, bool second) {
   const Shape& s = p.shape;
   const jb::EgDims d = dims(spec, p);
   if (s.B == 0 || d.Mx == 0 || d.Kx == 0) return {}; // an empty gradient
   const jb::EgWorkspace w = jb::eg_workspace(s.B, d, wide(p));
   LaunchPlan plan;
   plan.workspace_bytes = static_cast<std::size_t>(w.bytes);
-  plan.zero_bytes = static_cast<std::size_t>(w.zeroed);
+  plan.zero_bytes = static_cast<std::size_t>(second ? w.pass_zeroed : w.zeroed);
   const jb::EgStatsGrid g = jb::eg_stats_grid(s.B, d, w);
   Launch stats, h, main, repair, store;
-  stats.entry = "_stats";
+  stats.entry = second ? "_stats_second" : "_stats";
   stats.block[0] = 256;
-  stats.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks + g.g_blocks);
+  stats.grid[0] = static_cast<unsigned>(second ? g.col_blocks : g.row_blocks + g.col_blocks + g.g_blocks);
   h.entry = "_h";
   h.block[0] = 256;
   h.grid[0] = clamp_grid(jb::eg_h_tiles(s.B, w), 1 << 20);
@@ -164,10 +170,12 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   }
   return plan;
 }
+LaunchPlan launches(const KernelSpec& spec, const Problem& p) { return plan_for(spec, p, false); }
+LaunchPlan second_pass_launches(const KernelSpec& spec, const Problem& p) { return plan_for(spec, p, true); }
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", true, kTileFields | kMathField, rank, defaults,
                                    check, index64, candidates, render, launches, shared_bytes,
-                                   wgmma_dynamic_shared_bytes}};
+                                   wgmma_dynamic_shared_bytes, nullptr, second_pass_launches}};
 
 } // namespace
 } // namespace jitbmm::strategies

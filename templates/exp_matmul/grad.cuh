@@ -3,6 +3,7 @@
 // in exp_matmul/grad_bounds.cuh; both passes run in its canonical form (grad_b is grad_a of the transposed problem).
 // Launches, in order:
 //   _stats  row maxima r of x, column maxima c of y with the factors V, each batch's largest finite |G|
+//           (_stats_second in place of it when the other pass of the call ran first: V only)
 //   _h      H = G·2^(x_ij − E − F) per output, 0 where the guard gives the output up, and the given-up mask
 //   main    the product Σ_j H·V on tensor cores (em_mma_tile; on Hopper the wgmma pipeline of
 //           exp_matmul/grad_wgmma.cuh), times 2^((x − r)' + E), into the gradient
@@ -29,7 +30,7 @@ template <bool GA> __device__ __forceinline__ GradParams eg_canonical(const Grad
   return q;
 }
 
-// The workspace, typed (eg_workspace), of a canonical argument block.
+// The workspace, typed (eg_workspace), of a canonical argument block (ga: of grad_a).
 template <class T> struct EgView {
   EgDims d;
   EgWorkspace w;
@@ -37,9 +38,10 @@ template <class T> struct EgView {
   unsigned *gmax, *rowflag, *mask;
   T *acc, *r, *c, *h, *v;
 };
-template <class T> __device__ __forceinline__ EgView<T> eg_view(const GradParams& q) {
+template <class T> __device__ __forceinline__ EgView<T> eg_view(const GradParams& q, bool ga) {
   EgView<T> e;
-  e.d = eg_dims(q.B, q.M, q.N, q.K, q.a_batch, q.b_batch, true);
+  e.d = eg_dims(q.B, q.M, q.N, q.K, q.a_batch, q.b_batch, true); // q is canonical already
+  e.d.ga = ga;
   e.w = eg_workspace(q.B, e.d, sizeof(T) == 8);
   e.b = eg_bounds(q.K, q.N, sizeof(T) == 8);
   char* base = static_cast<char*>(q.workspace);
@@ -136,21 +138,24 @@ __device__ __forceinline__ T eg_lines_max(EgLineSmem<T>& sm, const EgLines& L, c
 // Launch 1, 256 threads a block. Blocks [0, row_blocks): 32 rows of x each, their maxima r. Then blocks of 32
 // (padded) columns of y: the maxima c, then the columns' factors V[k][j] = 2^((y − c)' + F) (0 for padding and for a
 // column whose max is not finite: its outputs are given up). Then blocks over G, 2048 values each: each batch's
-// largest finite |G|.
-template <class In, class Out, class I, bool GA, int FORM>
+// largest finite |G|. SECOND: the other pass of the same backward call ran first in this workspace, so r, c and G's
+// maxima are there already (its c is this pass's r and the other way round, eg_workspace): the column blocks only,
+// their factors from the c found.
+template <class In, class Out, class I, bool GA, int FORM, bool SECOND>
 __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   typedef Num<T> R;
   const T kLog2e = Num<T>::log2e();
   const GradParams p = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(p);
+  const EgView<T> e = eg_view<T>(p, GA);
   const EgStatsGrid g = eg_stats_grid(p.B, e.d, e.w);
   __shared__ EgLineSmem<T> sm;
   const I Mx = (I)e.d.Mx, Nx = (I)e.d.Nx, Kx = (I)e.d.Kx, Kxp = (I)e.w.Kxp, Nxp = (I)e.w.Nxp;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const long long blk = blockIdx.x;
   I off[4];
-  if (blk < g.row_blocks) {
+  const long long col0 = SECOND ? 0 : g.row_blocks; // the first column block
+  if (!SECOND && blk < g.row_blocks) {
     const EgLines L = {e.d.x_batches * e.d.Mx, e.d.Mx, p.a_row, p.a_batch, p.a_col, e.d.Mx, e.d.Kx};
     for (I l0 = (I)blk * 32; l0 < (I)e.d.x_batches * Mx; l0 += (I)g.row_blocks * 32) {
       eg_line_offsets<I>(L, l0, off);
@@ -159,15 +164,21 @@ __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
     }
     return;
   }
-  if (blk < g.row_blocks + g.col_blocks) {
+  if (blk < col0 + g.col_blocks) {
     const EgLines L = {e.d.y_batches * e.w.Nxp, e.w.Nxp, p.b_col, p.b_batch, p.b_row, e.d.Nx, e.d.Kx};
     const In* Y = static_cast<const In*>(p.b);
-    for (I c0 = (I)(blk - g.row_blocks) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
+    for (I c0 = (I)(blk - col0) * 32; c0 < (I)e.d.y_batches * Nxp; c0 += (I)g.col_blocks * 32) {
       eg_line_offsets<I>(L, c0, off);
       const I c = c0 + lane, batch = c / Nxp, j = c % Nxp; // Nxp is a multiple of 32: one batch per block
-      const T mx = eg_lines_max<In, I, T>(sm, L, Y, off);
-      const bool real = j < Nx, finite = fabs(mx) < Num<T>::inf();
-      if (real && warp == 0) e.c[batch * Nx + j] = mx;
+      const bool real = j < Nx;
+      T mx;
+      if (SECOND) {
+        mx = real ? e.c[batch * Nx + j] : Num<T>::neg_inf();
+      } else {
+        mx = eg_lines_max<In, I, T>(sm, L, Y, off);
+        if (real && warp == 0) e.c[batch * Nx + j] = mx;
+      }
+      const bool finite = fabs(mx) < Num<T>::inf();
       for (I k0 = 0; k0 < Kxp; k0 += kEgK) {
         eg_load_lines<In, I, T>(sm, L, Y, off, k0);
 #pragma unroll
@@ -182,6 +193,7 @@ __device__ __forceinline__ void eg_stats_kernel(const GradParams p0) {
     }
     return;
   }
+  if (SECOND) return; // (its grid has no other blocks)
   // G in its own memory order (the maximum does not care), so the reads coalesce whichever pass this is: blocks of
   // 2048 values of one batch, 8 loads in flight a thread, one atomic a block.
   const Out* G = static_cast<const Out*>(p0.grad_out);
@@ -273,7 +285,7 @@ __device__ __forceinline__ void eg_h_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   constexpr int kRows = kEgHRows;
   const GradParams p = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(p);
+  const EgView<T> e = eg_view<T>(p, GA);
   __shared__ T tile[kRows][33];
   __shared__ unsigned char given_up[kRows][33];
   const Out* G = static_cast<const Out*>(p.grad_out);
@@ -376,7 +388,7 @@ __device__ __forceinline__ void eg_product_kernel(const GradParams p0) {
   static_assert(TM % 2 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0 && BK % 8 == 0, "mma tile geometry");
   __shared__ __align__(16) EmMmaSmem<float, BM, BN, BK> sm;
   const GradParams p = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(p);
+  const EgView<T> e = eg_view<T>(p, GA);
   const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Nxp = (I)e.w.Nxp;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const EmWarpTile w = em_warp_tile<BN, TM, TN>();
@@ -433,7 +445,7 @@ template <class In, class Out, class I, int BM, int BN, int BK, int TM, int TN, 
 __device__ __forceinline__ void eg_repair_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   GradParams q = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(q);
+  const EgView<T> e = eg_view<T>(q, GA);
   EgKeep<I, BM> keep;
   keep.mask = e.mask, keep.rowflag = e.rowflag, keep.Mx = (I)e.d.Mx, keep.words = (I)e.w.words;
   q.workspace = e.d.broadcast ? static_cast<void*>(e.acc) : nullptr;
@@ -444,7 +456,7 @@ __device__ __forceinline__ void eg_repair_kernel(const GradParams p0) {
 template <class In, class I, bool GA> __device__ __forceinline__ void eg_store_kernel(const GradParams p0) {
   typedef typename Acc<In>::type T;
   const GradParams p = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(p);
+  const EgView<T> e = eg_view<T>(p, GA);
   const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx;
   for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < Mx * Kx; o += (I)gridDim.x * blockDim.x)
     static_cast<In*>(p.grad)[o / Kx * (I)p.a_row + o % Kx * (I)p.a_col] = from_acc<In>(e.acc[o]);

@@ -74,6 +74,7 @@ struct EgDims {
   long long Mx, Nx, Kx;           // result rows, reduction, result columns
   long long x_batches, y_batches; // 1 for an operand broadcast over the batch
   bool broadcast;                 // the result is summed over the batch (x broadcast, B > 1)
+  bool ga;                        // x is a (grad_a), else b
 };
 JB_HD EgDims eg_dims(long long B, long long M, long long N, long long K, long long a_batch, long long b_batch,
                      bool ga) {
@@ -85,21 +86,27 @@ JB_HD EgDims eg_dims(long long B, long long M, long long N, long long K, long lo
   d.x_batches = ga ? ab : bb;
   d.y_batches = ga ? bb : ab;
   d.broadcast = d.x_batches == 1 && B > 1;
+  d.ga = ga;
   return d;
 }
 
-// The workspace, in byte offsets from its start. The first `zeroed` bytes must be zero before the first launch:
+// The workspace, in byte offsets from its start. Both passes of one backward call use it, one after the other, and
+// the second may take the first's line maxima and G maximum as they lie (eg_stats_kernel's SECOND). So everything up
+// to them lies the same in both: sized for either pass, the line maxima by operand (x's rows are a's rows in grad_a,
+// b's columns in grad_b). The first `pass_zeroed` bytes must be zero before each pass; the first `zeroed` before a
+// pass that computes G's maximum:
+//   rowflag  [B][max(Mx, Nx)] u32: whether a row holds an output given up to the direct backward
+//   acc      [Mx][Kx] accumulator: the broadcast result, summed over the batch (either pass's size; none when
+//            neither operand is broadcast)
 //   gmax     [B] u32: the largest finite |G| of each batch, as float bits (atomicMax)
-//   rowflag  [B][Mx] u32: whether a row holds an output given up to the direct backward
-//   acc      [Mx][Kx] accumulator: the broadcast result, summed over the batch (absent otherwise)
 // then
-//   r        [x_batches][Mx], c [y_batches][Nx]: the line maxima
+//   the line maxima: a's rows [a_batches][M], then b's columns [b_batches][N] (r: x's rows; c: y's columns)
 //   mask     [B][Mx][Nxp/32] u32: one bit per output given up
 //   h        [B][Mxp][Nxp], v [y_batches][Kxp][Nxp]: the product's operands, rows padded to 128, the reduction to
 //            32, padding 0
 struct EgWorkspace {
   long long Mxp, Nxp, Kxp, words; // words: mask words per row
-  long long gmax, rowflag, acc, zeroed, r, c, mask, h, v, bytes;
+  long long rowflag, acc, pass_zeroed, gmax, zeroed, r, c, mask, h, v, bytes;
 };
 JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
   const long long t = wide ? 8 : 4;
@@ -108,25 +115,29 @@ JB_HD EgWorkspace eg_workspace(long long B, const EgDims& d, bool wide) {
   w.Kxp = em_round_up(d.Kx, 128);
   w.Nxp = em_round_up(d.Nx, 32);
   w.words = w.Nxp / 32;
-  w.gmax = 0;
-  w.rowflag = eg_align(w.gmax + B * 4);
-  w.acc = eg_align(w.rowflag + B * d.Mx * 4);
-  w.zeroed = eg_align(w.acc + (d.broadcast ? d.Mx * d.Kx * t : 0));
-  w.r = w.zeroed;
-  w.c = eg_align(w.r + d.x_batches * d.Mx * t);
-  w.mask = eg_align(w.c + d.y_batches * d.Nx * t);
+  const long long acc_x = d.broadcast ? d.Mx * d.Kx : 0, acc_y = d.y_batches == 1 && B > 1 ? d.Nx * d.Kx : 0;
+  w.rowflag = 0;
+  w.acc = eg_align(w.rowflag + B * (d.Mx > d.Nx ? d.Mx : d.Nx) * 4);
+  w.pass_zeroed = eg_align(w.acc + (acc_x > acc_y ? acc_x : acc_y) * t);
+  w.gmax = w.pass_zeroed;
+  w.zeroed = eg_align(w.gmax + B * 4);
+  const long long x_lines = eg_align(d.x_batches * d.Mx * t), y_lines = eg_align(d.y_batches * d.Nx * t);
+  w.r = d.ga ? w.zeroed : w.zeroed + y_lines; // a's rows first
+  w.c = d.ga ? w.zeroed + x_lines : w.zeroed;
+  w.mask = w.zeroed + x_lines + y_lines;
   w.h = eg_align(w.mask + B * d.Mx * w.words * 4);
   w.v = eg_align(w.h + B * w.Mxp * w.Nxp * t);
   w.bytes = eg_align(w.v + d.y_batches * w.Kxp * w.Nxp * t);
   return w;
 }
 
-// The _stats launch's grid: blocks of 32 rows of x; blocks of 32 (padded) columns of y; blocks of 2048 values of one
-// batch of G. Each part is capped (the kernel loops over the rest).
 // The H launch's tile: kEgHRows rows (Mxp is a multiple) × 32 columns (one mask word, one panel line a row).
 constexpr int kEgHRows = 64;
 JB_HD long long eg_h_tiles(long long B, const EgWorkspace& w) { return B * (w.Mxp / kEgHRows) * (w.Nxp / 32); }
 
+// The _stats launch's grid: blocks of 32 rows of x; blocks of 32 (padded) columns of y; blocks of 2048 values of one
+// batch of G. Each part is capped (the kernel loops over the rest). A second pass (SECOND) has the column blocks
+// only.
 struct EgStatsGrid {
   long long row_blocks, col_blocks, g_blocks;
 };

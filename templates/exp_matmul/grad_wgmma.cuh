@@ -16,7 +16,7 @@ __device__ __forceinline__ void eg_product_wgmma_kernel(const GradParams p0) {
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
   P pipe(eg_wg_smem, bars);
   const GradParams p = eg_canonical<GA>(p0);
-  const EgView<T> e = eg_view<T>(p);
+  const EgView<T> e = eg_view<T>(p, GA);
   const I Mx = (I)e.d.Mx, Kx = (I)e.d.Kx, Mxp = (I)e.w.Mxp, Kxp = (I)e.w.Kxp, Nxp = (I)e.w.Nxp;
   const I m0 = (I)blockIdx.y * BM, n0 = (I)blockIdx.x * BN;
   const int group = threadIdx.x / 128;
