@@ -17,7 +17,7 @@
 
 namespace jitbmm::test {
 
-// An input kind: fills a[B][M][K] and b[B][K][N] (row-major) with value(operand, batch, row, col).
+// An input kind: fills a[B][M][K] and b[B][K][N] with value(operand, batch, row, col).
 struct Kind {
   const char* name;
   std::function<double(std::mt19937_64&, bool is_a, int64_t row, int64_t col, const Shape&)> value;
@@ -86,17 +86,19 @@ inline std::vector<Kind> log_kinds() {
   return kinds;
 }
 
+// An operand of the kind in the problem's layout (a broadcast operand holds the last batch's values).
 inline HostTensor fill(const Problem& p, bool is_a, const Kind& kind, std::mt19937_64& rng) {
   const Shape& s = p.shape;
   const int64_t rows = is_a ? s.M : s.K, cols = is_a ? s.K : s.N;
+  const Strides st = is_a ? p.a() : p.b();
   HostTensor t;
   t.dtype = p.dtype;
-  t.elements = s.B * rows * cols;
-  t.bytes.resize(static_cast<std::size_t>(t.elements) * dtype_info(p.dtype).size_bytes);
+  t.elements = storage_elements(s.B, rows, cols, st);
+  t.bytes.assign(static_cast<std::size_t>(t.elements) * dtype_info(p.dtype).size_bytes, 0);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        store_element(p.dtype, t.bytes.data(), (b * rows + r) * cols + c, kind.value(rng, is_a, r, c, s));
+        store_element(p.dtype, t.bytes.data(), b * st.batch + r * st.row + c * st.col, kind.value(rng, is_a, r, c, s));
   return t;
 }
 

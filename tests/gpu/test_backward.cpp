@@ -6,8 +6,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "adversarial.hpp"
+#include "cache/disk_cache.hpp"
 #include "expect.hpp"
 #include "grad_case.hpp"
+#include "needs.hpp"
+#include "runtime/tuner/autotune.hpp"
 #include "variants.hpp"
 
 using namespace jitbmm;
@@ -82,8 +86,8 @@ struct Buffers {
 };
 
 // Runs plan.backward (with or without the forward's argmax) for both gradients, and reads them back.
-Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool pass_argmax, bool caller_workspace) {
-  Buffers x{test::make_grad_inputs(p, rng, flavour), {}, {}, {}, {}};
+Buffers plan_backward_on(const Problem& p, test::GradInputs in, bool pass_argmax, bool caller_workspace) {
+  Buffers x{std::move(in), {}, {}, {}, {}};
   const Shape& s = p.shape;
   x.ha.dtype = x.hb.dtype = p.dtype;
   x.ha.elements = test::storage_elements(s.B, s.M, s.K, p.a());
@@ -104,6 +108,10 @@ Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool 
   x.ga.download(x.ha.data(), x.ha.bytes.size());
   x.gb.download(x.hb.data(), x.hb.bytes.size());
   return x;
+}
+
+Buffers plan_backward(const Problem& p, std::mt19937_64& rng, int flavour, bool pass_argmax, bool caller_workspace) {
+  return plan_backward_on(p, test::make_grad_inputs(p, rng, flavour), pass_argmax, caller_workspace);
 }
 
 } // namespace
@@ -127,6 +135,56 @@ TEST_CASE("plan.backward: both gradients, every semiring and dtype, argmax given
                 seed);
     }
   }
+}
+
+// A plan whose two passes are both exp_matmul (stored decisions): grad_b runs second and takes the line maxima and
+// G maximum grad_a left in their shared workspace (StrategyDef::second_pass_launches). Against the reference in every
+// layout, f32 and bf16, on inputs whose guard gives outputs up (±inf and NaN; maxima far apart, so that the repair
+// runs in both passes), in jitbmm's pool and in a poisoned workspace of the caller's.
+TEST_CASE("plan.backward with exp_matmul in both passes: the second takes the first's line maxima and G maximum" *
+          doctest::test_suite(test::kNeedsDiskCache)) {
+  REQUIRE(DiskCache::process_cache()); // the decisions are stored there
+  const auto device = current_device();
+  uint64_t seed = 41000;
+  int cases = 0;
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int layout = 0; layout < 5; ++layout) {
+      Problem p;
+      p.semiring = Semiring::log, p.dtype = dtype;
+      p.shape = {3, 71, 53, 97 + layout}; // shapes no other test plans, so that the decisions below are the ones used
+      set_layout(p, layout);
+      CAPTURE(describe(p));
+      for (Pass pass : {Pass::grad_a, Pass::grad_b}) {
+        TuneReport report;
+        report.best = default_grad_spec(p, pass, Strategy::exp_matmul);
+        report.candidates.push_back({report.best, 1.0, "ok"});
+        store_decision(grad_problem(p), *device, report, false, pass);
+      }
+      const SemiringBMM plan = SemiringBMM::get(p);
+      REQUIRE(plan.grad_spec(Pass::grad_a).strategy == Strategy::exp_matmul);
+      REQUIRE(plan.grad_spec(Pass::grad_b).strategy == Strategy::exp_matmul);
+      const test::Kind apart = [] {
+        for (const test::Kind& k : test::adversarial_kinds())
+          if (std::string(k.name) == "maxima apart (gap 120)") return k;
+        throw std::logic_error("no kind 'maxima apart (gap 120)'");
+      }();
+      for (int data = 0; data < 4; ++data) {
+        CAPTURE(data);
+        std::mt19937_64 rng(++seed);
+        test::GradInputs in;
+        if (data < 3) {
+          in = test::make_grad_inputs(p, rng, data);
+        } else {
+          test::HostTensor a = test::fill(p, true, apart, rng), b = test::fill(p, false, apart, rng);
+          in = test::grad_inputs_from(p, std::move(a), std::move(b), rng, 0, 1.0);
+        }
+        Buffers x = plan_backward_on(p, std::move(in), false, data % 2 == 1);
+        expect_ok(test::check_gradient(p, Pass::grad_a, x.in, x.ha), p, plan.grad_spec(Pass::grad_a), seed);
+        expect_ok(test::check_gradient(p, Pass::grad_b, x.in, x.hb), p, plan.grad_spec(Pass::grad_b), seed);
+        ++cases;
+      }
+    }
+  MESSAGE(cases << " cases");
 }
 
 TEST_CASE("grad_out = 0 gives exactly zero gradients, even with inf and NaN inputs; all-−inf rows give 0, not NaN") {
