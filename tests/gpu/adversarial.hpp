@@ -17,7 +17,7 @@
 
 namespace jitbmm::test {
 
-// An input kind: fills a[B][M][K] and b[B][K][N] with value(operand, batch, row, col).
+// An input kind: the value of a[., row, col] (is_a) or b[., row, col], the same in every batch but for its draws.
 struct Kind {
   const char* name;
   std::function<double(std::mt19937_64&, bool is_a, int64_t row, int64_t col, const Shape&)> value;
