@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""jitbmm against its peers on one GPU, in one run: time and peak memory, forward and forward+backward.
+"""jitbmm against its peers on one GPU, in one run: time and peak memory of the forward (alone, or a training step's,
+which keeps what the backward needs: the selecting semirings' argmax) and of forward + backward.
 
 Peers (see ../shared/PERF.md): torch naive (expand + logsumexp / max), torch.compile of it, and the exp-matmul
 trick (log semiring only; not exact). Writes results.md, results.json and PNG plots (time and memory against
@@ -51,6 +52,7 @@ def exp_matmul_tf32(a, b):
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 PEERS = ("jitbmm", "torch naive", "torch.compile", "exp-matmul (inexact)", "exp-matmul TF32 (inexact)")
 
 
@@ -64,14 +66,20 @@ def peers(semiring, precision, wanted):
     return {name: fn for name, fn in out.items() if name in wanted}
 
 
-def measure(fn, a, b, backward, reps):
+# The passes a row can time: inference (nothing saved for a backward), the forward of a training step (the inputs
+# require grad, so what the backward needs is kept: the selecting semirings' argmax), and forward + backward.
+PASSES = ("fwd", "fwd-train", "fwd+bwd")
+
+
+def measure(fn, a, b, pass_, reps):
     """Median ms of `reps` timed calls after warm-up, and the peak memory they allocate beyond the inputs."""
     def once():
-        if not backward:  # inference: nothing saved for a backward
+        if pass_ == "fwd":
             with torch.no_grad():
                 return fn(a, b)
         out = fn(a, b)
-        out.backward(torch.ones_like(out))
+        if pass_ == "fwd+bwd":
+            out.backward(torch.ones_like(out))
         return out
     for _ in range(2):
         once()
@@ -105,6 +113,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--tune", default="bucket", help="jitbmm tuning policy for the run (never, bucket, exact)")
     ap.add_argument("--precision", default="exact", choices=("exact", "fast"), help="jitbmm's precision")
+    ap.add_argument("--dtype", default="f32", choices=tuple(DTYPES), help="the inputs' dtype (every peer gets them)")
+    ap.add_argument("--passes", default="fwd,fwd+bwd", help=f"comma-separated, from: {', '.join(PASSES)}")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="inputs are randn times this (50: wide-range data)")
     ap.add_argument("--peers", default=",".join(PEERS[:4]),
@@ -114,6 +124,11 @@ def main():
     unknown = [p for p in wanted if p not in PEERS]
     if unknown:
         ap.error(f"--peers: unknown {', '.join(unknown)} (expected some of: {', '.join(PEERS)})")
+    passes = args.passes.split(",")
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        ap.error(f"--passes: unknown {', '.join(unknown)} (expected some of: {', '.join(PASSES)})")
+    dtype = DTYPES[args.dtype]
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     jitbmm.set_tune_policy(args.tune)
@@ -128,23 +143,23 @@ def main():
             B, M, K, N = parse_shape(shape_text)
             terms = B * M * K * N
             torch.manual_seed(0)
-            a = (torch.randn(B, M, K, device=dev) * args.scale).requires_grad_()
-            b = (torch.randn(B, K, N, device=dev) * args.scale).requires_grad_()
+            a = (torch.randn(B, M, K, device=dev) * args.scale).to(dtype).requires_grad_()
+            b = (torch.randn(B, K, N, device=dev) * args.scale).to(dtype).requires_grad_()
             if semiring == "log":  # one exact check per shape: jitbmm against float64
                 want = naive("log")(a.detach().double()[:1], b.detach().double()[:1]) if M * K * N <= 2**27 else None
                 if want is not None:
                     got = jt.semiring_bmm(a[:1], b[:1], "log", precision=args.precision).double()
                     err = ((got - want).abs() / want.abs().clamp(min=1)).max().item()
-                    print(f"check {semiring} {shape_text} {args.precision} randn*{args.scale:g}: max rel. error vs "
-                          f"float64 {err:.2e}", flush=True)
+                    print(f"check {semiring} {shape_text} {args.dtype} {args.precision} randn*{args.scale:g}: max rel. "
+                          f"error vs float64 {err:.2e}", flush=True)
             for name, fn in fns.items():
-                for backward in (False, True):
+                for pass_ in passes:
                     row = {"semiring": semiring, "shape": shape_text, "terms": terms, "scale": args.scale,
-                           "impl": f"jitbmm {args.precision}" if name == "jitbmm" else name,
-                           "pass": "fwd+bwd" if backward else "fwd"}
+                           "dtype": args.dtype, "impl": f"jitbmm {args.precision}" if name == "jitbmm" else name,
+                           "pass": pass_}
                     t0 = time.time()
                     try:
-                        ms, peak = measure(fn, a, b, backward, args.reps)
+                        ms, peak = measure(fn, a, b, pass_, args.reps)
                         row.update(ms=ms, peak_bytes=peak, terms_per_s=terms / (ms * 1e-3))
                     except torch.cuda.OutOfMemoryError:
                         row.update(ms=None, peak_bytes=None, note="out of memory")
@@ -153,7 +168,7 @@ def main():
                     torch.cuda.empty_cache()
                     rows.append(row)
                     shown = f"{row['ms']:.3f} ms, {row['peak_bytes'] / 1e6:.0f} MB" if row["ms"] else row["note"]
-                    print(f"{semiring:9s} {shape_text:18s} {name:22s} {row['pass']:8s} {shown}  "
+                    print(f"{semiring:9s} {shape_text:18s} {name:22s} {row['pass']:9s} {shown}  "
                           f"({time.time() - t0:.0f} s)", flush=True)
             del a, b
             torch.cuda.empty_cache()
@@ -163,8 +178,9 @@ def main():
 
 
 def write_markdown(path, gpu, rows):
+    dtypes = ", ".join(dict.fromkeys(r.get("dtype", "f32") for r in rows))
     lines = [f"# jitbmm and its peers on {gpu}", "",
-             "fp32, median of timed runs (CUDA events); peak = torch allocator memory beyond the inputs "
+             f"{dtypes} inputs, median of timed runs (CUDA events); peak = torch allocator memory beyond the inputs "
              "(jitbmm's own backward workspace for max_plus, B·max(M·K, K·N)·4 bytes, is not in it). "
              "Generated by bench/compare.py. Inputs: randn × " +
              ", ".join(sorted({f"{r.get('scale', 1.0):g}" for r in rows})) + ".", "",
@@ -188,8 +204,9 @@ def plot(out_dir, gpu, rows):
         return
     for semiring in sorted({r["semiring"] for r in rows}):
         for metric, label in (("ms", "time (ms)"), ("peak_bytes", "peak memory (bytes)")):
-            fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-            for ax, pas in zip(axes, ("fwd", "fwd+bwd")):
+            passes = [p for p in PASSES if any(r["pass"] == p for r in rows)]
+            fig, axes = plt.subplots(1, len(passes), figsize=(6 * len(passes), 4.5), squeeze=False)
+            for ax, pas in zip(axes[0], passes):
                 for impl in dict.fromkeys(r["impl"] for r in rows if r["semiring"] == semiring):
                     pts = [(r["terms"], r[metric]) for r in rows if r["semiring"] == semiring and r["impl"] == impl
                            and r["pass"] == pas and r[metric]]
@@ -202,7 +219,8 @@ def plot(out_dir, gpu, rows):
                 ax.set_title(f"{semiring} {pas}")
                 ax.grid(True, which="both", alpha=0.3)
                 ax.legend()
-            fig.suptitle(f"{gpu}, fp32 (missing points: out of memory)")
+            fig.suptitle(f"{gpu}, {', '.join(dict.fromkeys(r.get('dtype', 'f32') for r in rows))} "
+                         "(missing points: out of memory)")
             fig.tight_layout()
             name = f"{semiring}-{'time' if metric == 'ms' else 'memory'}.png"
             fig.savefig(out_dir / name, dpi=110)
