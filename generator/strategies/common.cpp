@@ -233,10 +233,10 @@ int wgmma_dynamic_shared_bytes(const KernelSpec& s) {
   return uses_wgmma(s.math) ? wgmma_stages(s) * jb::em_wg_stage_bytes(s.tile_m, s.tile_n, split_wgmma(s)) + 1024 : 0;
 }
 int wgmma_static_shared_bytes(const KernelSpec& s) { return 3 * 8 * wgmma_stages(s); }
-void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p) {
+void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, bool single) {
   base.math = Math::wgmma_tf32x3;
   add_tiles(out, base, {{128, 128, 32, 2, 32, 1}, {128, 64, 32, 2, 16, 1}});
-  if (p.precision != Precision::fast) return;
+  if (!single) return;
   base.math = Math::wgmma_tf32;
   add_tiles(out, base, {{128, 256, 32, 2, 64, 1}, {128, 128, 32, 2, 32, 1}});
 }
@@ -261,6 +261,11 @@ int em_form(const KernelSpec& s) {
   return 0;
 }
 
+bool single_tf32_allowed(const KernelSpec& spec, const Problem& p) {
+  const DType result = spec.pass == Pass::forward ? p.output_dtype() : p.dtype;
+  return p.precision == Precision::fast || dtype_info(result).half;
+}
+
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   const int tm = spec.thread_m, tn = spec.thread_n, vec = 16 / dtype_info(spec.dtype).acc_bytes;
   if (spec.math != Math::fma && dtype_info(p.dtype).wide_acc())
@@ -273,9 +278,10 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
   if (bf16_factors(spec.math) && p.shape.K > 65536)
     reject("math",
            std::string(math_name(spec.math)) + " sums K in chained f32 accumulators: K up to 65536; use tf32x3");
-  if (single_tf32(spec.math) && p.precision != Precision::fast)
+  if (single_tf32(spec.math) && !single_tf32_allowed(spec, p))
     reject("math", std::string(math_name(spec.math)) +
-                       " (one TF32 product per term, about 1e-4 relative error) needs precision = fast");
+                       " (one TF32 product per term, about 1e-4 relative error) needs precision = fast, or an f16 or "
+                       "bf16 result");
   if (uses_wgmma(spec.math)) { // templates/exp_matmul/wgmma.cuh: a warpgroup per 64 rows, wgmma's N up to 256
     if (spec.tile_m != 64 && spec.tile_m != 128) reject("tile", "wgmma exp_matmul needs tile_m 64 or 128");
     if (spec.tile_n != 64 && spec.tile_n != 128 && spec.tile_n != 256)

@@ -74,9 +74,13 @@ GradAccumulator grad_accumulator(const Problem& p, const KernelSpec& s);
 // The backward's plan around its main launch: the zeroed accumulator and the store pass, when it accumulates.
 LaunchPlan grad_plan(const KernelSpec& s, const Problem& p, const Launch& main);
 // The exp_matmul family (forward and backward): the tiles over its padded operands (rows to 128, the reduction to 32,
-// read 16 bytes at a time) and the math forms' rules (tensor cores: f32 accumulators, the mma warp geometry; tf32
-// only at precision fast).
+// read 16 bytes at a time) and the math forms' rules (tensor cores: f32 accumulators, the mma warp geometry; one TF32
+// product only where single_tf32_allowed).
 void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p);
+// Whether one TF32 product per term (about 1e-4 relative, 1e-3 in the log) keeps a kernel inside its contract: at
+// precision fast, or when what the kernel writes is f16 or bf16 (the forward's output, a gradient's operand dtype),
+// whose tolerance is 1e-2.
+bool single_tf32_allowed(const KernelSpec& spec, const Problem& p);
 // The exp_matmul family's wgmma forms (templates/exp_matmul/pipeline.cuh): their K-slice stages, the dynamic shared memory
 // that holds them (0 for the other forms), the static rest (three barriers a stage), and their source files.
 bool split_wgmma(const KernelSpec& s); // wgmma_tf32x3: the TF32 split in shared memory
@@ -84,8 +88,8 @@ int wgmma_stages(const KernelSpec& s);
 int wgmma_dynamic_shared_bytes(const KernelSpec& s);
 int wgmma_static_shared_bytes(const KernelSpec& s);
 // The wgmma candidates of the forward and both gradient passes: 32-k slices (the workspace's panels), two consumer
-// warpgroups (or one at 128×64 tiles); wgmma_tf32 only at precision fast.
-void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, const Problem& p);
+// warpgroups (or one at 128×64 tiles); wgmma_tf32 where `single` (one TF32 product allowed and wanted).
+void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, bool single);
 // "BM, BN, STAGES, SPLIT": the wgmma kernels' template arguments after the I/O types.
 std::string wgmma_tile_args(const KernelSpec& s);
 // How the product reads its exponentiated operands (templates/exp_matmul/prepare.cuh: FORM), by math form.

@@ -111,7 +111,9 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
     add_tiles(out, base,
               {{128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 64, 16, 4, 4, 2}});
   }
-  add_wgmma_tiles(out, base, p);
+  // One TF32 product only at precision fast: half outputs, where it would be allowed too, have the faster BF16
+  // forms below.
+  add_wgmma_tiles(out, base, p.precision == Precision::fast);
   if (dtype_info(p.output_dtype()).half) { // BF16 factors: inside their contract
     base.math = Math::bf16;
     add_tiles(out, base,

@@ -1,5 +1,6 @@
 // Strategy "exp_matmul" for a gradient pass (log only): the gradient as a dense product of exponentiated operands on
-// tensor cores (math tf32x3; tf32 at precision fast; on sm_90 also wgmma_tf32x3 and wgmma_tf32), exact by a guard and
+// tensor cores (math tf32x3; tf32 at precision fast and for f16 and bf16 gradients; on sm_90 also wgmma_tf32x3 and
+// wgmma_tf32), exact by a guard and
 // the direct backward on what it gives up.
 // Five launches: stats, H, the product, the direct pass, and the store of a broadcast gradient
 // (templates/exp_matmul_grad*.cuh). A tuning candidate beside the direct backward; never the default.
@@ -67,7 +68,7 @@ int shared_bytes(const KernelSpec& s) {
 void check(const KernelSpec& spec, const Problem& p) {
   if (spec.semiring != Semiring::log) reject("strategy", "the exp_matmul backward computes the log semiring only");
   if (spec.math == Math::fma)
-    reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 at precision fast; wgmma_* on "
+    reject("math", "the exp_matmul backward runs on tensor cores (tf32x3, or tf32 where allowed; wgmma_* on "
                    "sm_90); its FMA form (and so f64) is not built: use tiled, or tf32x3");
   if (bf16_factors(spec.math))
     reject("math", "the exp_matmul backward has no " + std::string(math_name(spec.math)) + " form: use tf32x3");
@@ -92,12 +93,13 @@ std::vector<KernelSpec> candidates(const KernelSpec& first, const Problem& p) {
   const jb::EgDims d = dims(first, p);
   if (d.Mx < 16 || d.Kx < 16 || d.Nx < 16) return out;
   KernelSpec base = first;
+  const bool single = single_tf32_allowed(first, p); // f16 and bf16 gradients too: they have no BF16 form
   for (Math m : {Math::tf32x3, Math::tf32}) {
-    if (m == Math::tf32 && p.precision != Precision::fast) continue;
+    if (m == Math::tf32 && !single) continue;
     base.math = m;
     add_tiles(out, base, {{128, 128, 16, 8, 8, 1}, {128, 64, 16, 8, 4, 1}, {64, 64, 16, 4, 4, 2}});
   }
-  add_wgmma_tiles(out, base, p); // Hopper only (the tuner drops them elsewhere: DeviceLimits::wgmma)
+  add_wgmma_tiles(out, base, single); // Hopper only (the tuner drops them elsewhere: DeviceLimits::wgmma)
   return out;
 }
 

@@ -39,7 +39,8 @@ const char* pass_name(Pass pass);
 Pass parse_pass(const std::string& name);
 
 // exp_matmul's matrix product: FP32/FP64 FMA on the CUDA cores, or tensor cores with TF32 operands: three TF32
-// products per term (fp32-level accuracy) or one (Precision::fast only: about 1e-4 relative), through mma.sync
+// products per term (fp32-level accuracy) or one (about 1e-4 relative: at Precision::fast, or for a kernel whose
+// result is f16 or bf16, inside their 1e-2; see single_tf32_allowed), through mma.sync
 // (any GPU from sm_80) or through Hopper's warpgroup instructions (wgmma_*: sm_90 only, see arch_specific); or, for
 // f16 and bf16 outputs only, BF16 tensor cores: one product of factors rounded to BF16 (about 4e-3 in the log,
 // inside the half types' 1e-2: templates/exp_matmul/bf16.cuh), through mma.sync (bf16) or wgmma (wgmma_bf16; and
@@ -48,7 +49,7 @@ enum class Math { fma, tf32x3, tf32, wgmma_tf32x3, wgmma_tf32, bf16, wgmma_bf16,
 const char* math_name(Math math);
 Math parse_math(const std::string& name);
 int math_count(); // the Math values are 0 .. math_count() - 1
-// One TF32 product per term (tf32, wgmma_tf32): allowed at Precision::fast only.
+// One TF32 product per term (tf32, wgmma_tf32).
 bool single_tf32(Math math);
 // Factors rounded to BF16 (bf16, wgmma_bf16, wgmma_bf16_fused): for f16 and bf16 outputs only.
 bool bf16_factors(Math math);

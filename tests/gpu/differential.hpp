@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "generator/strategies/common.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/device_memory.hpp"
 #include "support/layout.hpp"
@@ -38,7 +39,9 @@ inline Problem problem_for(const KernelSpec& spec, Shape shape) {
   p.out_dtype = spec.out_dtype;
   p.with_argmax = spec.with_argmax;
   p.shape = shape;
-  if (spec.strategy == Strategy::exp_matmul && single_tf32(spec.math)) p.precision = Precision::fast;
+  // One TF32 product needs precision fast, unless the kernel's result is f16 or bf16.
+  if (spec.strategy == Strategy::exp_matmul && single_tf32(spec.math) && !strategies::single_tf32_allowed(spec, p))
+    p.precision = Precision::fast;
   return p;
 }
 

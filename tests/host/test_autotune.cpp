@@ -280,6 +280,15 @@ TEST_CASE("backward candidates and keys are their own") {
       CHECK(s.thread_m * s.thread_n <= 32);
     }
     CHECK(exp_matmul == 3); // the exp_matmul backward's tiles beside the direct ones
+    // f16 and bf16 gradients, whose tolerance is 1e-2, take the one-product TF32 form at exact precision too.
+    for (DType half : {DType::f16, DType::bf16}) {
+      CAPTURE(dtype_info(half).name);
+      const Problem q = problem(Semiring::log, half, {64, 512, 512, 512});
+      const auto hc = tuning_candidates(q, h100, pass);
+      const auto single = std::find_if(hc.begin(), hc.end(), [](const KernelSpec& s) { return s.math == Math::tf32; });
+      REQUIRE(single != hc.end());
+      CHECK_NOTHROW(check_spec_fits(*single, q));
+    }
   }
   // The selecting semirings: histogram's four block sizes, then scatter's three.
   const auto sc = tuning_candidates(problem(Semiring::max_times, DType::f32, {4, 64, 64, 64}), h100, Pass::grad_b);

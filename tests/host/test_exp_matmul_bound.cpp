@@ -171,11 +171,18 @@ TEST_CASE("exp_matmul specs: what check_spec_fits refuses, naming the field") {
     CHECK_THROWS_WITH_AS(check_spec_fits(s, q), doctest::Contains(field), std::invalid_argument);
   };
   KernelSpec s = base;
-  s.math = Math::tf32; // one TF32 product: only at precision = fast
+  s.math = Math::tf32; // one TF32 product: only at precision = fast, or for an f16 or bf16 result
   refused(s, p, "spec.math");
   Problem fast = p;
   fast.precision = Precision::fast;
   CHECK_NOTHROW(check_spec_fits(s, fast));
+  Problem half_out = p;
+  half_out.dtype = DType::bf16;
+  KernelSpec one = s;
+  one.dtype = one.out_dtype = DType::bf16;
+  CHECK_NOTHROW(check_spec_fits(one, half_out));
+  half_out.out_dtype = one.out_dtype = DType::f32; // bf16 inputs with an f32 output keep f32's tolerance
+  refused(one, half_out, "spec.math");
   s = base, s.tile_k = 12;
   refused(s, p, "spec.tile");
   s = base, s.thread_n = 2, s.thread_m = 2; // mma needs thread_n a multiple of 4
