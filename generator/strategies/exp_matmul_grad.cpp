@@ -1,7 +1,6 @@
 // Strategy "exp_matmul" for a gradient pass (log only): the gradient as a dense product of exponentiated operands on
 // tensor cores (math tf32x3; tf32 at precision fast and for f16 and bf16 gradients; on sm_90 also wgmma_tf32x3 and
-// wgmma_tf32), exact by a guard and
-// the direct backward on what it gives up.
+// wgmma_tf32), exact by a guard and the direct backward on what it gives up.
 // Five launches: stats, H, the product, the direct pass, and the store of a broadcast gradient
 // (templates/exp_matmul_grad*.cuh). A tuning candidate beside the direct backward; never the default.
 #include "generator/strategies/common.hpp"
