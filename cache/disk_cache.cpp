@@ -1,4 +1,5 @@
 #include "cache/disk_cache.hpp"
+#include "support/env_switch.hpp"
 
 #include "support/log.hpp"
 
@@ -141,18 +142,7 @@ uint64_t DiskCache::cap_from_env() {
   return cap;
 }
 
-bool DiskCache::enabled_from_env() {
-  const char* v = std::getenv("JITBMM_CACHE");
-  if (!v || !*v) return true;
-  std::string word = v;
-  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* off : {"off", "0", "false", "no"})
-    if (word == off) return false;
-  for (const char* on : {"on", "1", "true", "yes"})
-    if (word == on) return true;
-  throw std::invalid_argument(std::string("JITBMM_CACHE: expected on or off (or 1/0, true/false, yes/no), got '") + v +
-                              "'");
-}
+bool DiskCache::enabled_from_env() { return env_switch("JITBMM_CACHE", true); }
 
 DiskCache* DiskCache::process_cache() {
   // A throw leaves the static uninitialised, so every call reports a malformed variable, not only the first.

@@ -192,6 +192,11 @@ int print_tuned(const Problem& p) {
                                     : (c.source + " decision").c_str());
   if (!c.decision) return 0;
   const Decision& d = *c.decision;
+  const bool shipped = c.source.rfind("shipped ", 0) == 0;
+  std::printf("from:     %s\n",
+              shipped            ? "shipped with jitbmm (tuning/shipped/), checked against the CPU reference on first use"
+              : d.origin.empty() ? "tuned here (jitbmm tune, or a first call's tuning)"
+                                 : (d.origin + ", checked against the CPU reference on first use").c_str());
   std::printf("tuned:    %s (%s %s) in %.1f s\n", d.problem.c_str(), d.bucket ? "bucket" : "exact shape",
               to_string(d.shape).c_str(), d.seconds);
   if (!d.reason.empty()) std::printf("why:      %s\n", d.reason.c_str());

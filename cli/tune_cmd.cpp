@@ -1,6 +1,9 @@
 // jitbmm tune: autotune one problem on this GPU, store the decision (exact shape and its bucket), print the
 // candidates compared; with --chain, a chain problem's cluster sizes (cli/tune_chain.cpp).
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 
 #include "cache/disk_cache.hpp"
 #include "cli/args.hpp"
@@ -8,14 +11,59 @@
 #include "cli/spec_args.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tuner/decisions_file.hpp"
 
 namespace jitbmm::cli {
+
+namespace {
+
+std::string read_text_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush())
+    throw std::invalid_argument("--export: cannot write '" + path + "'");
+}
+
+// tune --export FILE: every decision of the cache in a decisions file; tune --import FILE: a decisions file's
+// decisions into the cache, where none is stored under their keys (runtime/tuner/decisions_file.hpp).
+int run_tune_file(const Args& args) {
+  if (args.has("--export") && args.has("--import"))
+    throw std::invalid_argument("--import: give --export or --import, not both");
+  const char* flag = args.has("--export") ? "--export" : "--import";
+  args.require_only({flag}, std::string("tune ") + flag);
+  const std::string file = args.get(flag, "");
+  if (file.empty()) throw std::invalid_argument(std::string(flag) + ": expected a file name");
+  DiskCache* disk = DiskCache::process_cache();
+  if (!disk) throw std::runtime_error("no disk cache to " + std::string(args.has("--export") ? "export from" : "import into") +
+                                      " (JITBMM_CACHE is off, or the cache directory is refused)");
+  if (args.has("--export")) {
+    const std::vector<DecisionEntry> entries = cache_decisions(*disk);
+    write_text_file(file, encode_decisions_file(entries, "exported by jitbmm tune --export"));
+    std::printf("%zu decisions exported from %s to %s\n", entries.size(), disk->dir().c_str(), file.c_str());
+    return 0;
+  }
+  const std::vector<DecisionEntry> entries = decode_decisions_file(read_text_file(file, "--import"), file);
+  const ImportReport report = import_decisions(*disk, entries, file);
+  std::printf("%d decisions imported into %s, %d kept as they were (a decision is stored under their keys)\n",
+              report.stored, disk->dir().c_str(), report.kept);
+  return 0;
+}
+
+} // namespace
 
 int run_tune(int argc, char** argv) {
   const Args args(argc, argv, 2,
                   {"--semiring", "--dtype", "--out-dtype", "--shape", "--pass", "--precision", "--a-layout",
-                   "--b-layout", "--data", "--chain", "--batch", "--length", "--reps"},
+                   "--b-layout", "--data", "--chain", "--batch", "--length", "--reps", "--export", "--import"},
                   {"--argmax", "--hmm"});
+  if (args.has("--export") || args.has("--import")) return run_tune_file(args);
   if (args.has("--chain")) {
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--reps"}, "tune --chain");
     return run_chain_tune(args);

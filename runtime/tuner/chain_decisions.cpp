@@ -115,17 +115,11 @@ std::string encode_chain_decision(const ChainDecision& d) {
 }
 
 std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
-  if (text.size() > 16 * 1024 || text.empty() || text.back() != '\n') return std::nullopt; // whole lines only
-  std::istringstream in(text);
+  FieldReader in(text, 16 * 1024);
   std::string line;
-  auto field = [&](const char* name) -> std::optional<std::string> {
-    const std::string prefix = std::string(name) + ' ';
-    if (!std::getline(in, line) || line.rfind(prefix, 0) != 0 || line.size() == prefix.size()) return std::nullopt;
-    return line.substr(prefix.size());
-  };
   ChainDecision d;
-  const auto problem = field("chain"), forward = field("forward_cluster"), saving = field("saving_cluster"),
-             seconds = field("seconds");
+  const auto problem = in.field("chain"), forward = in.field("forward_cluster"), saving = in.field("saving_cluster"),
+             seconds = in.field("seconds");
   if (!problem || !forward || !saving || !seconds) return std::nullopt;
   const auto forward_cluster = parse_cluster(*forward), saving_cluster = parse_cluster(*saving);
   const auto tuned_for = parse_duration(*seconds);
@@ -137,7 +131,7 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   // Then the chunk chosen (absent from decisions stored before strategies were tuned), the clusters' timings and
   // the chunks', in that order.
   bool first = true;
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     const bool chunk_line = line.rfind("chunk ", 0) == 0;
     if (chunk_line && first) {
       const std::string value = line.substr(6);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,6 +20,7 @@
 #include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/family_model.hpp"
 #include "runtime/tuner/search_space.hpp"
+#include "runtime/tuner/shipped_decisions.hpp"
 #include "runtime/tuner/trials.hpp"
 #include "runtime/tuner/policy.hpp"
 
@@ -35,16 +37,6 @@ void warn_once(const std::string& topic, const std::string& message) {
     if (!said.insert(topic).second) return;
   }
   log_message(LogLevel::warn, message);
-}
-
-// A stored decision under `key`, if present; one that does not decode is ignored with a warning.
-std::optional<Decision> load_decision_or_warn(DiskCache* disk, const std::string& key, const char* source) {
-  bool unreadable = false;
-  auto d = load_decision(disk, key, &unreadable);
-  if (unreadable)
-    warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
-                       "): it does not parse; deciding again");
-  return d;
 }
 
 // How long a process waits for another's tuning of the same key before tuning itself (a hung holder).
@@ -66,18 +58,46 @@ KeyLock lock_tuning(DiskCache* disk, const std::string& key, const std::string& 
   return held;
 }
 
+// Whether a stored choice's decision was tuned on another machine: shipped with jitbmm, or imported.
+bool brought_in(const Choice& c) {
+  return c.source.rfind("shipped ", 0) == 0 || (c.decision && !c.decision->origin.empty());
+}
+
 bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec) {
   return std::find(rejected.begin(), rejected.end(), spec) != rejected.end();
 }
 
 } // namespace
 
-std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
-                                    Pass pass, const std::vector<KernelSpec>& rejected, InputRange range) {
-  // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so.
-  auto own = [&](const std::string& key, const char* source) -> std::optional<Choice> {
-    const auto d = load_decision_or_warn(disk, key, source);
+namespace {
+
+// Where a cascade reads decisions: a key's decision, and the bucket decisions of a family.
+struct DecisionSource {
+  const char* prefix; // put before the step's name in Choice::source ("" for the user's cache, "shipped ")
+  // A stored decision that does not decode is moved aside by the cache, which warns once naming the file.
+  std::function<std::optional<Decision>(const std::string& key)> load;
+  std::function<std::vector<Decision>(const std::string& family)> buckets;
+};
+
+// The cascade of one source: the exact decision, then (unless `policy` is exact) the bucket's, then the nearest tuned
+// bucket within kNearBucketDistance.
+std::optional<Choice> cascade(const DecisionSource& from, const Problem& p, const TuningDevice& td,
+                              TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
+                              InputRange range) {
+  const std::string family = tuning_family(p, td, pass, range);
+  // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so; one whose
+  // family, scope or shape is not what its key stands for was stored under another key, and is not used.
+  auto own = [&](bool bucket, const char* step) -> std::optional<Choice> {
+    const std::string key = tuning_key(p, td, bucket, pass, range);
+    const auto d = from.load(key);
     if (!d) return std::nullopt;
+    const std::string source = std::string(from.prefix) + step;
+    if (d->family != family || d->bucket != bucket || !(d->shape == (bucket ? shape_bucket(p.shape) : p.shape))) {
+      warn_once(key, "ignoring the stored tuning decision " + key.substr(0, 16) + " (" + source + "): it was tuned for " +
+                         d->problem + " (" + (d->bucket ? "bucket " : "exact shape ") + to_string(d->shape) +
+                         "), which its key does not stand for; deciding again");
+      return std::nullopt;
+    }
     const auto spec = fitting(d->spec, p);
     if (!spec) {
       std::string why;
@@ -86,30 +106,50 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const Tun
       } catch (const std::invalid_argument& e) {
         why = e.what();
       }
-      warn_once(key, std::string("ignoring the stored tuning decision ") + key.substr(0, 16) + " (" + source +
-                         ", tuned for " + d->problem + "): " + to_string(d->spec) + " no longer fits (" + why +
-                         "); deciding again");
+      warn_once(key, "ignoring the stored tuning decision " + key.substr(0, 16) + " (" + source + ", tuned for " +
+                         d->problem + "): " + to_string(d->spec) + " no longer fits (" + why + "); deciding again");
       return std::nullopt;
     }
     if (is_rejected(rejected, *spec)) return std::nullopt;
     return Choice{*spec, source, d, true};
   };
-  if (auto c = own(tuning_key(p, td, false, pass, range), "exact")) return c;
+  if (auto c = own(false, "exact")) return c;
   if (policy == TunePolicy::exact) return std::nullopt;
-  if (auto c = own(tuning_key(p, td, true, pass, range), "bucket")) return c;
+  if (auto c = own(true, "bucket")) return c;
   // Another bucket's decision may not fit this shape: that is no defect of the decision, so no warning.
-  std::vector<Decision> family = family_buckets(disk, tuning_family(p, td, pass, range));
-  family.erase(std::remove_if(family.begin(), family.end(),
-                              [&](const Decision& d) {
-                                const auto spec = fitting(d.spec, p);
-                                return spec && is_rejected(rejected, *spec);
-                              }),
-               family.end());
-  const auto near = nearest_decision(family, p.shape);
+  std::vector<Decision> buckets = from.buckets(family);
+  buckets.erase(std::remove_if(buckets.begin(), buckets.end(),
+                               [&](const Decision& d) {
+                                 const auto spec = fitting(d.spec, p);
+                                 return spec && is_rejected(rejected, *spec);
+                               }),
+                buckets.end());
+  const auto near = nearest_decision(buckets, p.shape);
   if (!near) return std::nullopt;
   if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) return std::nullopt;
-  if (auto spec = fitting(near->spec, p)) return Choice{*spec, "nearest bucket", near, true};
+  if (auto spec = fitting(near->spec, p))
+    return Choice{*spec, std::string(from.prefix) + "nearest bucket", near, true};
   return std::nullopt;
+}
+
+} // namespace
+
+std::optional<Choice> stored_choice(DiskCache* disk, const Problem& p, const TuningDevice& td, TunePolicy policy,
+                                    Pass pass, const std::vector<KernelSpec>& rejected, InputRange range,
+                                    const DecisionSet* shipped) {
+  const DecisionSource user{
+      "", [&](const std::string& key) { return load_decision(disk, key); },
+      [&](const std::string& family) { return family_buckets(disk, family); }};
+  if (auto c = cascade(user, p, td, policy, pass, rejected, range)) return c;
+  if (!shipped || shipped->products.empty()) return std::nullopt;
+  const DecisionSource from_shipped{"shipped ",
+                                    [&](const std::string& key) -> std::optional<Decision> {
+                                      const auto it = shipped->products.find(key);
+                                      if (it == shipped->products.end()) return std::nullopt;
+                                      return it->second;
+                                    },
+                                    [&](const std::string& family) { return set_buckets(*shipped, {family}); }};
+  return cascade(from_shipped, p, td, policy, pass, rejected, range);
 }
 
 namespace {
@@ -145,7 +185,9 @@ Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, P
   if (policy == TunePolicy::bucket) {
     // A new bucket of a family (or of its siblings) already tuned: time the variants the family model ranks
     // best, whose binaries usually exist already, instead of the whole search space (family_model.hpp).
-    const std::vector<Decision> related = families_buckets(disk, related_families(p, td, pass));
+    const std::vector<std::string> families = related_families(p, td, pass);
+    std::vector<Decision> related = families_buckets(disk, families);
+    for (Decision& d : set_buckets(shipped_decisions(), families)) related.push_back(std::move(d));
     const std::vector<KernelSpec> timed =
         model_candidates(related, p, fallback, untimed_variants(related, p, device_candidates(p, device, pass)));
     if (!timed.empty()) {
@@ -193,8 +235,30 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     DiskCache* disk = DiskCache::process_cache();
     const TuningDevice td = tuning_device(device);
     const bool tune = policy != TunePolicy::never && tunable(p, pass);
-    if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) return *c;
     const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+    // A decision brought from elsewhere (shipped with jitbmm, imported) was tuned on another machine: its kernel is
+    // checked against the CPU reference before this process uses it, as a tuned candidate is; one that fails is
+    // passed over like a stale decision.
+    std::vector<KernelSpec> refused = rejected;
+    while (auto c = stored_choice(disk, p, td, policy, pass, refused, InputRange::normal, &shipped_decisions())) {
+      if (!brought_in(*c)) return *c;
+      if (TuningHold::active())
+        return {fallback,
+                "default: the caller's stream is being captured into a CUDA graph, so the " + c->source +
+                    " decision cannot be checked now",
+                {}, false, true};
+      std::string wrong;
+      try {
+        wrong = check_on_trial(p, pass, device, c->spec);
+      } catch (const std::exception& e) {
+        wrong = e.what();
+      }
+      if (wrong.empty()) return *c;
+      warn_once("check " + to_string(c->spec) + ' ' + id.str(),
+                "ignoring the " + c->source + " tuning decision for " + describe(p) + ": " + to_string(c->spec) +
+                    " failed its check against the CPU reference (" + wrong + "); deciding again without it");
+      refused.push_back(c->spec);
+    }
     if (tune && TuningHold::active())
       return {fallback, "default: the caller's stream is being captured into a CUDA graph, so nothing is tuned now", {},
               false, true};
@@ -208,7 +272,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       return {fallback, "default: not tuned, " + why, {}, false, true};
     }
     try {
-      return tune_now(p, device, policy, pass, rejected, fallback);
+      return tune_now(p, device, policy, pass, refused, fallback);
     } catch (const std::exception& e) {
       warn_once("failed " + id.str(), "tuning " + what + " failed (" + e.what() +
                                           "); running the default variant, and nothing is stored");

@@ -10,6 +10,7 @@
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/policy.hpp"
+#include "runtime/tuner/decisions_file.hpp"
 #include "runtime/tuner/tuning_db.hpp"
 
 namespace jitbmm {
@@ -53,7 +54,7 @@ void forget_choices();
 // under `bucket`: the family model's best variants when the family (or a sibling) has been tuned, else everything.
 std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, const TuningDevice& device,
                                     TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
-                                    InputRange range = InputRange::normal);
+                                    InputRange range = InputRange::normal, const DecisionSet* shipped = nullptr);
 
 // The forward variant for `problem` on wide-range inputs (InputRange::wide), which a plan whose repairs dominate
 // moves to (runtime/repair_watch.hpp): a stored wide decision as stored_choice finds one, else, unless the policy is

@@ -2,6 +2,8 @@
 // of its output against the CPU reference on sampled elements; and the size limit on problems worth a trial.
 #include "runtime/tuner/trials.hpp"
 
+#include "runtime/tuner/search_space.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -280,6 +282,20 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
       return "wrong gradient at " + std::to_string(bt) + "," + std::to_string(r) + "," + std::to_string(c);
   }
   return "";
+}
+
+std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec) {
+  Problem p = problem;
+  if (p.shape.B > 1) {
+    Problem one = p;
+    one.shape.B = 1;
+    if (fitting(spec, one) == spec) p = one;
+  }
+  if (!tunable(p, pass)) return "this problem cannot be checked against the CPU reference";
+  if (std::string why = trial_memory_refusal(p, pass, device); !why.empty()) return "not checked: " + why;
+  ScopedContext scope(device.context);
+  std::mt19937_64 rng(std::random_device{}());
+  return make_trial(p, pass, device, rng).verify(spec);
 }
 
 Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng,

@@ -79,6 +79,12 @@ void run_candidate(const BackwardTrial& trial, const KernelSpec& spec, Stream st
 std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec);
 std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec);
 
+// Checks `spec` against the CPU reference as a tuned candidate is checked, on fresh random inputs: on one batch of
+// `problem` when the spec fits that as it is (a kernel's code does not depend on B), else on the whole problem.
+// "" when correct, else what was wrong or why it cannot be checked (the problem is not tunable(), or its trial does
+// not fit the free memory).
+std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec);
+
 // One pass's trial behind one interface, for the tuner's loop; it owns the trial's buffers.
 struct Trial {
   std::function<void(const KernelSpec&, Stream)> run;

@@ -14,6 +14,7 @@
 #include "support/sha256.hpp"
 #include "jitbmm/version.hpp"
 #include "support/checked_size.hpp"
+#include "runtime/tuner/decision_text.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace jitbmm {
@@ -52,22 +53,6 @@ KernelSpec parse_stored_spec(const std::string& text, const KernelSpec* of = nul
 
 } // namespace
 
-std::string format_duration(double value, int decimals) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
-std::optional<double> parse_duration(const std::string& text) {
-  const std::size_t point = text.find('.');
-  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos || text.front() == '.' ||
-      text.back() == '.' || (point != std::string::npos && text.find('.', point + 1) != std::string::npos))
-    return std::nullopt;
-  const double v = std::strtod(text.c_str(), nullptr);
-  if (!std::isfinite(v)) return std::nullopt; // more digits than a double holds
-  return v;
-}
-
 Shape shape_bucket(const Shape& s) {
   return {checked_round_up_pow2(s.B, "shape.B"), checked_round_up_pow2(s.M, "shape.M"),
           checked_round_up_pow2(s.K, "shape.K"), checked_round_up_pow2(s.N, "shape.N")};
@@ -85,7 +70,8 @@ std::string tuning_device_text(const TuningDevice& d) {
   std::ostringstream os;
   os << "jitbmm-tune v" << kCacheFormatVersion << '\n'
      << d.name << '\n'
-     << d.sm_count << ' ' << d.arch << ' ' << d.driver_version << ' ' << d.nvrtc_version << ' ' << kVersion << '\n';
+     << d.sm_count << ' ' << d.arch << ' ' << driver_major(d.driver_version) << ' ' << d.nvrtc_version << ' '
+     << kVersion << '\n';
   return os.str();
 }
 
@@ -108,6 +94,7 @@ std::string encode_decision(const Decision& d) {
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.measured) os << "measured " << to_string(*d.measured) << '\n';
   if (!d.reason.empty() && d.reason.find('\n') == std::string::npos) os << "reason " << d.reason << '\n';
+  if (!d.origin.empty() && d.origin.find('\n') == std::string::npos) os << "origin " << d.origin << '\n';
   for (const CandidateResult& c : d.ranking) {
     os << "candidate " << format_duration(c.median_ms, 5) << ' ' << to_string(c.spec) << '\n';
   }
@@ -115,18 +102,13 @@ std::string encode_decision(const Decision& d) {
 }
 
 std::optional<Decision> decode_decision(const std::string& text) {
-  if (text.size() > 64 * 1024 || text.empty() || text.back() != '\n') return std::nullopt; // whole lines only
+  FieldReader in(text, 64 * 1024);
+  if (!in.usable()) return std::nullopt;
   Decision d;
-  std::istringstream in(text);
   std::string line;
-  auto field = [&](const char* name) -> std::optional<std::string> {
-    const std::string prefix = std::string(name) + ' ';
-    if (!std::getline(in, line) || line.rfind(prefix, 0) != 0) return std::nullopt;
-    return line.substr(prefix.size());
-  };
   try {
-    const auto spec = field("spec"), problem = field("problem"), family = field("family"), scope = field("scope"),
-               shape = field("shape"), seconds = field("seconds");
+    const auto spec = in.field("spec"), problem = in.field("problem"), family = in.field("family"),
+               scope = in.field("scope"), shape = in.field("shape"), seconds = in.field("seconds");
     if (!spec || !problem || !family || !scope || !shape || !seconds) return std::nullopt;
     if (family->size() != 64 || family->find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
     if (*scope != "bucket" && *scope != "exact") return std::nullopt;
@@ -138,14 +120,20 @@ std::optional<Decision> decode_decision(const std::string& text) {
     const std::optional<double> tuned_for = parse_duration(*seconds);
     if (!tuned_for) return std::nullopt;
     d.seconds = *tuned_for;
-    // Optional lines (absent from decisions stored before they existed), each at most once, before the candidates.
-    while (std::getline(in, line)) {
-      if (d.ranking.empty() && !d.measured && line.rfind("measured ", 0) == 0) {
+    // Optional lines (absent from decisions stored before they existed), each at most once, in this order, before
+    // the candidates.
+    while (in.next(line)) {
+      if (d.ranking.empty() && !d.measured && d.reason.empty() && d.origin.empty() && line.rfind("measured ", 0) == 0) {
         d.measured = parse_shape(line.substr(9));
         continue;
       }
-      if (d.ranking.empty() && d.reason.empty() && line.rfind("reason ", 0) == 0 && line.size() > 7) {
+      if (d.ranking.empty() && d.reason.empty() && d.origin.empty() && line.rfind("reason ", 0) == 0 &&
+          line.size() > 7) {
         d.reason = line.substr(7);
+        continue;
+      }
+      if (d.ranking.empty() && d.origin.empty() && line.rfind("origin ", 0) == 0 && line.size() > 7) {
+        d.origin = line.substr(7);
         continue;
       }
       if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= kRankingKept) return std::nullopt;

@@ -8,6 +8,7 @@
 
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tuner/decision_text.hpp"
 
 namespace jitbmm {
 
@@ -24,13 +25,16 @@ constexpr double kWideSpread = 50;
 const char* input_range_name(InputRange range); // "normal", "wide"
 InputRange parse_input_range(const std::string& text); // std::invalid_argument naming --data
 
-// The key of a stored decision: device (name, SM count, arch, driver), NVRTC and jitbmm versions, and the problem
-// (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket), and the input range when wide.
+// The key of a stored decision: device (name, SM count, arch, the driver's CUDA major version), NVRTC and jitbmm
+// versions, and the problem (semiring, dtypes, argmax, layout kind, and the exact shape or its bucket), and the input
+// range when wide. Only the driver's major version counts: the kernels are compiled by NVRTC, not by the driver, so
+// a decision stays good across the driver's minor releases, and one shipped with jitbmm serves them all.
 struct TuningDevice {
   std::string name, arch, nvrtc_version;
   int sm_count = 0, driver_version = 0;
 };
 TuningDevice tuning_device(const DeviceInfo& device); // with this process's NVRTC version
+constexpr int driver_major(int driver_version) { return driver_version / 1000; } // 13000 (CUDA 13.0) → 13
 // The lines of a key that name the device and the versions (every kind of decision's key starts with them).
 std::string tuning_device_text(const TuningDevice& device);
 std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward,
@@ -55,6 +59,7 @@ struct Decision {
   double seconds = 0;                   // how long tuning took
   std::optional<Shape> measured;        // the shape the ranking was timed on (absent in older decisions)
   std::string reason;                   // why these candidates were timed, one line ("" in older decisions)
+  std::string origin;                   // "" when tuned on this machine, else where it came from ("imported from …")
   std::vector<CandidateResult> ranking; // every candidate timed (up to kRankingKept), fastest first
 };
 constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking: the family model's observations
@@ -63,10 +68,6 @@ constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking
 // spec canonical and one that can exist, candidates of the decision's own problem kind) and returns nothing on any
 // defect.
 std::string encode_decision(const Decision& d);
-// A duration as the decisions write it: seconds with 3 decimals, milliseconds with 5 ("%.3f", "%.5f").
-std::string format_duration(double value, int decimals);
-// One so written: digits with at most one point, so no sign, exponent, blank, nan or inf; nothing otherwise.
-std::optional<double> parse_duration(const std::string& text);
 std::optional<Decision> decode_decision(const std::string& text);
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
 std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);

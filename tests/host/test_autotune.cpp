@@ -222,8 +222,11 @@ TEST_CASE("the family key ignores the shape and nothing else") {
   CHECK(tuning_family(p, h100) == tuning_family(q, h100));
   q.dtype = DType::f64;
   CHECK(tuning_family(p, h100) != tuning_family(q, h100));
+  // The driver's major version counts, its minor releases do not (the kernels are NVRTC's, not the driver's).
   TuningDevice other = h100;
   other.driver_version = 13010;
+  CHECK(tuning_family(p, other) == tuning_family(p, h100));
+  other.driver_version = 14000;
   CHECK(tuning_family(p, other) != tuning_family(p, h100));
 }
 

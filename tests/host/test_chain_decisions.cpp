@@ -99,7 +99,7 @@ TEST_CASE("chain decisions: keyed by the device, the versions and the problem's 
   }
   for (auto change :
        {+[](TuningDevice& d) { d.name = "Fake H200"; }, +[](TuningDevice& d) { d.sm_count = 114; },
-        +[](TuningDevice& d) { d.driver_version = 13010; }, +[](TuningDevice& d) { d.nvrtc_version = "13.1"; }}) {
+        +[](TuningDevice& d) { d.driver_version = 14000; }, +[](TuningDevice& d) { d.nvrtc_version = "13.1"; }}) {
     TuningDevice d = kDevice;
     change(d);
     CHECK(chain_tuning_key(problem(16, 256, 256), d) != key);

@@ -1,0 +1,29 @@
+#include "runtime/tuner/shipped_decisions.hpp"
+
+#include <stdexcept>
+
+#include "support/env_switch.hpp"
+
+namespace jitbmm {
+
+bool shipped_decisions_enabled() { return env_switch("JITBMM_SHIPPED_DECISIONS", true); }
+
+const DecisionSet& shipped_decisions() {
+  static const DecisionSet none;
+  if (!shipped_decisions_enabled()) return none;
+  static const DecisionSet all = [] {
+    std::vector<DecisionEntry> entries;
+    for (const ShippedFile& f : shipped_files()) {
+      try {
+        for (DecisionEntry& e : decode_decisions_file(f.text, std::string("tuning/shipped/") + f.name))
+          entries.push_back(std::move(e));
+      } catch (const std::invalid_argument& e) {
+        throw std::logic_error(std::string("jitbmm was built with a damaged shipped decisions file: ") + e.what());
+      }
+    }
+    return decision_set(entries);
+  }();
+  return all;
+}
+
+} // namespace jitbmm
