@@ -1,14 +1,15 @@
-"""What a first call of a small problem costs, and what running its default variant gives up.
+"""What a user's first calls cost: a new process with an empty cache, on a GPU whose decisions jitbmm ships.
 
-1. The light set against the full search: for small problems (fewer than 2^22 terms, whose first plan times only the
-   default and the light variants), each pass (forward, grad_a, grad_b) tuned over its whole search space by
-   `jitbmm tune`, which times every candidate alike; the default's and the best light variant's medians against
-   the best one's.
-2. First calls through jitbmm.torch, each in a fresh process (torch and its CUDA context ready first, so the figure
-   is jitbmm's): forward + backward of a new problem with an empty cache, again with its binaries on disk, and a new
-   shape whose family has decisions on disk (tuned in part 1).
+1. First calls (each in a new process, empty cache): C++ `JitLogBMM::get` to the first result (`jitbmm bench
+   --first-call`), and through jitbmm.torch the first forward, the first forward that keeps what the backward reads,
+   and the first backward, at 64x512^3 log f32, log bf16, max_plus f32 (with argmax), and a shape between the grid's
+   points (64x384^3, which takes its bucket's decision). The NVRTC compiles and the plans' choices are listed.
+   --without-shipped repeats them with the shipped decisions off (what a GPU jitbmm has not tuned gets).
+2. The tiny double backward: forward, create_graph backward and backward of the gradients of log f32 3x6x6x6 in a
+   new process, through jitbmm.torch and through PyTorch's own (a[..., None] + b[:, None]).logsumexp(-2).
+3. --shapes: the small problems' defaults and light variants against the full search (`jitbmm tune`).
 
-    python bench/first_call.py --cli build/jitbmm [--json out.json]
+    python bench/first_call.py --cli build/jitbmm [--without-shipped] [--json out.json]
 """
 
 import argparse
@@ -115,11 +116,124 @@ def summarize(rows):
           f"best: worst {light[-1]:.2f}x, {sum(x <= 1.10 for x in light)} of {len(light)} within 10%")
 
 
+TORCH_CHILD = r"""
+import sys, time
+t0 = time.perf_counter()
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t1 = time.perf_counter()
+import jitbmm.torch as jt
+semiring, dtype, shape = sys.argv[1], getattr(torch, sys.argv[2]), sys.argv[3]
+B, M, K, N = map(int, shape.split("x"))
+a = torch.randn(B, M, K, device="cuda", dtype=dtype, requires_grad=True)
+b = torch.randn(B, K, N, device="cuda", dtype=dtype, requires_grad=True)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+with torch.no_grad():
+    jt.semiring_bmm(a, b, semiring)
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+out = jt.semiring_bmm(a, b, semiring)  # with grad: max_plus keeps its argmax
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+out.float().sum().backward()
+torch.cuda.synchronize()
+t5 = time.perf_counter()
+print(f"{t1 - t0:.4f} {t2 - t1:.4f} {t3 - t2:.4f} {t4 - t3:.4f} {t5 - t4:.4f}")
+"""
+
+# The tiny double backward (genbmm's hypothesis test): forward, create_graph backward, backward of the gradients,
+# from `import torch` on, through jitbmm.torch or through PyTorch's own operations.
+DOUBLE_CHILD = r"""
+import sys, time
+t0 = time.perf_counter()
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t1 = time.perf_counter()
+if sys.argv[1] == "jitbmm":
+    import jitbmm.torch as jt
+    f = jt.logbmm
+else:
+    f = lambda a, b: (a[..., None] + b[:, None]).logsumexp(-2)
+a = torch.randn(3, 6, 6, device="cuda", requires_grad=True)
+b = torch.randn(3, 6, 6, device="cuda", requires_grad=True)
+t2 = time.perf_counter()
+out = f(a, b)
+ga, gb = torch.autograd.grad(out.sum(), (a, b), create_graph=True)
+(ga.square().sum() + gb.square().sum()).backward()
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+print(f"{t1 - t0:.4f} {t3 - t1:.4f} {t3 - t0:.4f}")
+"""
+
+
+def child(code, args, cache, shipped=True):
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""),
+               JITBMM_LOG="debug", JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
+    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{args} failed:\n{r.stderr[-3000:]}")
+    compiles = [int(m) for m in re.findall(r"NVRTC compiled \S+ for \S+ in ([0-9]+) ms", r.stderr)]
+    return [float(x) for x in r.stdout.split()], compiles, re.findall(r"plan (.*)", r.stderr)
+
+
+def first_calls(cli, shipped):
+    """Each case in a new process with an empty cache: C++ (jitbmm bench --first-call) and jitbmm.torch."""
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for n, (semiring, dtype, shape) in enumerate(FIRST_CALLS):
+            cache = os.path.join(root, str(n))
+            if semiring == "log" and dtype == "float32":
+                env = dict(os.environ, JITBMM_CACHE_DIR=cache + "-cli", JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
+                out = run([cli, "bench", "--first-call", "--semiring", semiring, "--shape", shape], env)
+                m = re.search(r"; total ([0-9.]+) ms", out)
+                cpp = float(m.group(1)) / 1e3 if m else None
+            else:
+                cpp = None
+            t, compiles, plans = child(TORCH_CHILD, [semiring, dtype, shape], cache, shipped)
+            row = {"semiring": semiring, "dtype": dtype, "shape": shape, "shipped": shipped, "cpp_get_s": cpp,
+                   "torch_ready_s": t[0], "inputs_s": t[1], "forward_s": t[2], "forward_train_s": t[3],
+                   "backward_s": t[4], "compiles_ms": compiles, "plans": plans}
+            rows.append(row)
+            print(f"{semiring:8s} {dtype:9s} {shape:17s} shipped {'on ' if shipped else 'off'}  "
+                  f"C++ get+first result {cpp if cpp is not None else float('nan'):6.3f} s  torch: forward "
+                  f"{t[2]:6.3f} s, forward with grad {t[3]:6.3f} s, backward {t[4]:6.3f} s "
+                  f"(forward + backward {t[2] + t[3] + t[4]:6.3f} s); {len(compiles)} NVRTC compiles, "
+                  f"{sum(compiles) / 1e3:.2f} s", flush=True)
+            for line in plans:
+                print("   ", line, flush=True)
+    return rows
+
+
+def double_backward():
+    rows = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for who in ("torch", "jitbmm"):
+            t, compiles, plans = child(DOUBLE_CHILD, [who], os.path.join(cache, who))
+            rows[who] = {"torch_ready_s": t[0], "three_calls_s": t[1], "total_s": t[2], "compiles_ms": compiles,
+                         "plans": plans}
+            print(f"tiny double backward (3x6x6x6) through {who:6s}: {t[1]:.3f} s for the three calls "
+                  f"({t[2]:.3f} s from import torch); {len(compiles)} NVRTC compiles, {sum(compiles) / 1e3:.2f} s",
+                  flush=True)
+            for line in plans:
+                print("   ", line, flush=True)
+    d = rows["jitbmm"]["three_calls_s"] - rows["torch"]["three_calls_s"]
+    print(f"tiny double backward: jitbmm.torch costs {d:+.3f} s against PyTorch's own operations", flush=True)
+    return rows
+
+
+FIRST_CALLS = [("log", "float32", "64x512x512x512"), ("log", "bfloat16", "64x512x512x512"),
+               ("max_plus", "float32", "64x512x512x512"), ("log", "float32", "64x384x384x384")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cli", required=True)
     ap.add_argument("--json")
-    ap.add_argument("--shapes", help="comma-separated BxMxKxN: only part 1, on these shapes")
+    ap.add_argument("--shapes", help="comma-separated BxMxKxN: the defaults against the full search on these shapes")
+    ap.add_argument("--without-shipped", action="store_true",
+                    help="also time the first calls with the shipped decisions off (JITBMM_SHIPPED_DECISIONS=off)")
     args = ap.parse_args()
     if args.shapes:
         SHAPES[:] = args.shapes.split(",")
@@ -130,30 +244,10 @@ def main():
             with open(args.json, "w") as f:
                 json.dump({"defaults": rows}, f, indent=1)
         return
-    results = {}
-    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as tuned:
-        rows = []
-        for semiring, shape in (("log", "3x6x6x6"), ("max_plus", "8x64x64x64"), ("log", "2x128x128x64")):
-            cold = first_call(semiring, shape, os.path.join(empty, semiring + shape))
-            warm = first_call(semiring, shape, os.path.join(empty, semiring + shape))
-            rows.append({"semiring": semiring, "shape": shape, "empty_cache": cold, "binaries_on_disk": warm})
-            print(f"first call {semiring} {shape}: empty cache {cold['first_s'] * 1e3:.0f} ms (import "
-                  f"{cold['import_s'] * 1e3:.0f} ms; NVRTC {cold['compile_ms']} ms), binaries on disk "
-                  f"{warm['first_s'] * 1e3:.0f} ms, second call {warm['second_s'] * 1e3:.2f} ms", flush=True)
-            for line in cold["plans"]:
-                print("   ", line, flush=True)
-        results["first_calls"] = rows
-        results["defaults"] = defaults_against_search(args.cli, tuned)
-        family = []
-        for semiring, shape in (("log", "8x32x32x33"), ("max_plus", "8x64x64x66"), ("log", "16x64x64x60")):
-            f = first_call(semiring, shape, tuned)
-            family.append({"semiring": semiring, "shape": shape, **f})
-            print(f"first call {semiring} {shape}, its family tuned on disk: {f['first_s'] * 1e3:.0f} ms "
-                  f"({f['compiles']} compiles)", flush=True)
-            for line in f["plans"]:
-                print("   ", line, flush=True)
-        results["family_on_disk"] = family
-    summarize(results["defaults"])
+    results = {"first_calls": first_calls(args.cli, True)}
+    if args.without_shipped:
+        results["first_calls_without_shipped"] = first_calls(args.cli, False)
+    results["double_backward"] = double_backward()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
