@@ -169,7 +169,7 @@ DiskCache* DiskCache::process_cache() {
 DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     : dir_(std::move(dir)), cap_(cap_bytes), access_(access) {
   if (access_ == CacheAccess::trusted_read_only) {
-    CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_or_root);
+    CheckedDir checked = open_checked_dir(dir_, OwnerTrust::owner_or_root);
     dir_fd_ = std::move(checked.fd);
     if (!usable()) {
       refused_ = "not trusted (" + checked.refused + ")";
@@ -189,7 +189,7 @@ DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     warn_once("dir", "cache directory " + dir_ + " is " + refused_ + memory_only);
     return;
   }
-  CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_only);
+  CheckedDir checked = open_checked_dir(dir_, OwnerTrust::owner_only);
   if (!checked.fd.valid()) {
     refused_ = "not trusted (" + checked.refused + ")";
     warn_once("dir", "cache directory " + dir_ + " is " + refused_ + ": nothing is loaded from it or written to it" +
@@ -224,7 +224,7 @@ void DiskCache::warn_once(const std::string& topic, const std::string& message) 
 void DiskCache::quarantine(const std::string& name, const std::string& why) {
   const std::string path = dir_ + "/" + name;
   if (read_only()) { // never changed: the user only reads it
-    warn_once("damaged", "entry " + path + (owner_checked() ? " of the read-only cache (" : " of the trusted cache (") +
+    warn_once("damaged", "entry " + path + (access_ == CacheAccess::private_read_write ? " of the read-only cache (" : " of the trusted cache (") +
                              why + ") is ignored");
     return;
   }
@@ -236,7 +236,7 @@ void DiskCache::quarantine(const std::string& name, const std::string& why) {
 
 std::optional<std::string> DiskCache::read_entry(const std::string& key, const std::string& kind) {
   const std::string name = key + "." + kind;
-  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
+  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
   if (r.status == ReadResult::absent) return std::nullopt;
   if (r.status == ReadResult::refused) {
     quarantine(name, r.why);
@@ -260,7 +260,7 @@ std::optional<std::string> DiskCache::get(const std::string& key, const std::str
 
 std::optional<std::string> DiskCache::get_source(const std::string& key) const {
   if (!usable() || !is_key(key)) return std::nullopt;
-  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, owner_checked());
+  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, trust());
   if (r.status != ReadResult::ok) return std::nullopt;
   return std::move(r.bytes);
 }
@@ -303,7 +303,7 @@ void DiskCache::discard(const std::string& key, const std::string& kind, std::st
   if (!is_key(key) || !is_kind(kind)) return;
   if (usable()) {
     const std::string name = key + "." + kind;
-    const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
+    const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::ok) { // this directory answered get(): the fallback was not asked
       if (decode_cache_entry(r.bytes, key) == payload) quarantine(name, why); // else rewritten meanwhile: kept
       return;
@@ -350,7 +350,7 @@ int DiskCache::verify() {
   for (const File& f : files()) {
     if (!is_entry_name(f.name)) continue;
     const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
-    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), owner_checked());
+    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::absent) continue; // removed meanwhile
     if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;
