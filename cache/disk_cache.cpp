@@ -16,6 +16,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "support/env_words.hpp"
 #include "support/sha256.hpp"
 #include "support/parse_number.hpp"
 
@@ -143,15 +144,7 @@ uint64_t DiskCache::cap_from_env() {
 
 bool DiskCache::enabled_from_env() {
   const char* v = std::getenv("JITBMM_CACHE");
-  if (!v || !*v) return true;
-  std::string word = v;
-  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* off : {"off", "0", "false", "no"})
-    if (word == off) return false;
-  for (const char* on : {"on", "1", "true", "yes"})
-    if (word == on) return true;
-  throw std::invalid_argument(std::string("JITBMM_CACHE: expected on or off (or 1/0, true/false, yes/no), got '") + v +
-                              "'");
+  return !v || !*v || parse_env_switch(v, "JITBMM_CACHE");
 }
 
 DiskCache* DiskCache::process_cache() {
