@@ -1,5 +1,4 @@
 #include "cache/disk_cache.hpp"
-#include "support/env_switch.hpp"
 
 #include "support/log.hpp"
 
@@ -17,6 +16,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "support/env_words.hpp"
 #include "support/sha256.hpp"
 #include "support/parse_number.hpp"
 
@@ -142,7 +142,10 @@ uint64_t DiskCache::cap_from_env() {
   return cap;
 }
 
-bool DiskCache::enabled_from_env() { return env_switch("JITBMM_CACHE", true); }
+bool DiskCache::enabled_from_env() {
+  const char* v = std::getenv("JITBMM_CACHE");
+  return !v || !*v || parse_env_switch(v, "JITBMM_CACHE");
+}
 
 DiskCache* DiskCache::process_cache() {
   // A throw leaves the static uninitialised, so every call reports a malformed variable, not only the first.
@@ -159,7 +162,7 @@ DiskCache* DiskCache::process_cache() {
 DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     : dir_(std::move(dir)), cap_(cap_bytes), access_(access) {
   if (access_ == CacheAccess::trusted_read_only) {
-    CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_or_root);
+    CheckedDir checked = open_checked_dir(dir_, OwnerTrust::owner_or_root);
     dir_fd_ = std::move(checked.fd);
     if (!usable()) {
       refused_ = "not trusted (" + checked.refused + ")";
@@ -179,7 +182,7 @@ DiskCache::DiskCache(std::string dir, uint64_t cap_bytes, CacheAccess access)
     warn_once("dir", "cache directory " + dir_ + " is " + refused_ + memory_only);
     return;
   }
-  CheckedDir checked = open_checked_dir(dir_, DirTrust::owner_only);
+  CheckedDir checked = open_checked_dir(dir_, OwnerTrust::owner_only);
   if (!checked.fd.valid()) {
     refused_ = "not trusted (" + checked.refused + ")";
     warn_once("dir", "cache directory " + dir_ + " is " + refused_ + ": nothing is loaded from it or written to it" +
@@ -214,7 +217,7 @@ void DiskCache::warn_once(const std::string& topic, const std::string& message) 
 void DiskCache::quarantine(const std::string& name, const std::string& why) {
   const std::string path = dir_ + "/" + name;
   if (read_only()) { // never changed: the user only reads it
-    warn_once("damaged", "entry " + path + (owner_checked() ? " of the read-only cache (" : " of the trusted cache (") +
+    warn_once("damaged", "entry " + path + (access_ == CacheAccess::private_read_write ? " of the read-only cache (" : " of the trusted cache (") +
                              why + ") is ignored");
     return;
   }
@@ -226,7 +229,7 @@ void DiskCache::quarantine(const std::string& name, const std::string& why) {
 
 std::optional<std::string> DiskCache::read_entry(const std::string& key, const std::string& kind) {
   const std::string name = key + "." + kind;
-  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
+  ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
   if (r.status == ReadResult::absent) return std::nullopt;
   if (r.status == ReadResult::refused) {
     quarantine(name, r.why);
@@ -250,7 +253,7 @@ std::optional<std::string> DiskCache::get(const std::string& key, const std::str
 
 std::optional<std::string> DiskCache::get_source(const std::string& key) const {
   if (!usable() || !is_key(key)) return std::nullopt;
-  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, owner_checked());
+  ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, trust());
   if (r.status != ReadResult::ok) return std::nullopt;
   return std::move(r.bytes);
 }
@@ -293,7 +296,7 @@ void DiskCache::discard(const std::string& key, const std::string& kind, std::st
   if (!is_key(key) || !is_kind(kind)) return;
   if (usable()) {
     const std::string name = key + "." + kind;
-    const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), owner_checked());
+    const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::ok) { // this directory answered get(): the fallback was not asked
       if (decode_cache_entry(r.bytes, key) == payload) quarantine(name, why); // else rewritten meanwhile: kept
       return;
@@ -340,7 +343,7 @@ int DiskCache::verify() {
   for (const File& f : files()) {
     if (!is_entry_name(f.name)) continue;
     const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
-    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), owner_checked());
+    const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::absent) continue; // removed meanwhile
     if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;

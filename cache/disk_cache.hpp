@@ -11,9 +11,11 @@
 //
 // The checksum detects damage, not intent, so the directory itself must be one only its owner can feed: owned by the
 // effective user and writable by no group or other (else it is refused, with one warning, and never read or
-// written). Entries are read only when they are regular files of the user's, below a size bound (cache/safe_file).
-// $JITBMM_CACHE_TRUSTED_DIR names a second, read-only cache (a cluster's shared one) consulted after a miss: owned
-// by the user or root, and writable by no group or other either.
+// written). So must every entry, checked on the descriptor it is read from: a regular file of the user's that no
+// group or other may write, below a size bound (cache/safe_file); any other is moved aside, with one warning, and
+// rebuilt. Tuning decisions are entries too ("tune"), so the same check covers them. $JITBMM_CACHE_TRUSTED_DIR
+// names a second, read-only cache (a cluster's shared one) consulted after a miss: it and its entries owned by the
+// user or root, and writable by no group or other either; an entry it refuses is ignored, never loaded.
 #pragma once
 
 #include <chrono>
@@ -79,7 +81,8 @@ public:
                      CacheAccess access = CacheAccess::private_read_write);
 
   // The payload stored under key and kind ("cubin", "tune"), or nothing: from this directory, else from the
-  // fallback. A damaged or refused entry (not a regular file of the user's, too large) is moved aside.
+  // fallback. A damaged or refused entry (not a regular file of the user's, writable by others, too large) is moved
+  // aside.
   std::optional<std::string> get(const std::string& key, const std::string& kind);
   // Stores atomically; returns false (after one warning) when the directory cannot be written or is read-only.
   bool put(const std::string& key, const std::string& kind, std::string_view payload);
@@ -132,7 +135,10 @@ private:
   std::vector<File> files(bool temps_only = false) const;           // every file this cache may have written
   static bool dead_temp(const File& file, int64_t stale_before_ns); // its writer exited, or it is too old
   void remove_dead_temps();
-  bool owner_checked() const { return access_ == CacheAccess::private_read_write; }
+  // Whose entries are read: the user's own, or in a trusted cache also root's; writable by no group or other.
+  OwnerTrust trust() const {
+    return access_ == CacheAccess::private_read_write ? OwnerTrust::owner_only : OwnerTrust::owner_or_root;
+  }
   std::optional<std::string> read_entry(const std::string& key, const std::string& kind);
   void quarantine(const std::string& name, const std::string& why);
   void warn_once(const std::string& topic, const std::string& message);

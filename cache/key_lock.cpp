@@ -21,7 +21,14 @@ std::string holder_of(int fd) {
   return out;
 }
 
+std::string own_holder() { return "pid " + std::to_string(::getpid()); }
+
 } // namespace
+
+std::string KeyLock::holder_words(const std::string& holder) {
+  if (holder.empty()) return "another process";
+  return holder == own_holder() ? "another thread of this process" : holder;
+}
 
 KeyLock KeyLock::unavailable(std::string why) {
   KeyLock lock;
@@ -56,7 +63,7 @@ KeyLock KeyLock::acquire(int dir_fd, const std::string& name, std::chrono::milli
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::string me = "pid " + std::to_string(::getpid()) + "\n";
+  const std::string me = own_holder() + "\n";
   if (::ftruncate(lock.fd_.get(), 0) == 0) {
     const ssize_t wrote = ::pwrite(lock.fd_.get(), me.data(), me.size(), 0);
     (void)wrote; // only the waiters' message reads it

@@ -23,6 +23,11 @@ public:
   static KeyLock acquire(int dir_fd, const std::string& name, std::chrono::milliseconds timeout,
                          const std::function<void(const std::string& holder)>& on_wait = {});
 
+  // Who holds a lock, for a message, from what the holder wrote (on_wait's argument): "pid 1234"; "another thread of
+  // this process" when that is this process's pid (flock excludes each open of the file, so threads of one process
+  // exclude each other too); "another process" when nothing could be read.
+  static std::string holder_words(const std::string& holder);
+
   // No lock: the cache cannot hold one (read-only, unusable); `why` says so.
   static KeyLock unavailable(std::string why);
 

@@ -37,11 +37,20 @@ std::string kind_of(mode_t mode) {
   return "not a regular file";
 }
 
+// Why `trust` refuses a directory or file with this status (its owner or who may write it), or an empty string.
+std::string untrusted(const struct stat& st, OwnerTrust trust) {
+  const bool root_may_own = trust == OwnerTrust::owner_or_root;
+  if (st.st_uid != ::geteuid() && !(root_may_own && st.st_uid == 0))
+    return "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid()) +
+           (root_may_own && ::geteuid() != 0 ? " or root" : "");
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "writable by group or others, mode " + mode_text(st.st_mode);
+  return "";
+}
+
 // Why a file with this status may not be read, or an empty string.
-std::string refusal(const struct stat& st, uint64_t max_bytes, bool require_owner) {
+std::string refusal(const struct stat& st, uint64_t max_bytes, OwnerTrust trust) {
   if (!S_ISREG(st.st_mode)) return kind_of(st.st_mode);
-  if (require_owner && st.st_uid != ::geteuid())
-    return "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid());
+  if (std::string why = untrusted(st, trust); !why.empty()) return why;
   if (static_cast<uint64_t>(st.st_size) > max_bytes) return "larger than " + std::to_string(max_bytes) + " bytes";
   return "";
 }
@@ -125,7 +134,7 @@ FileDescriptor::~FileDescriptor() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-CheckedDir open_checked_dir(const std::string& path, DirTrust trust) {
+CheckedDir open_checked_dir(const std::string& path, OwnerTrust trust) {
   CheckedDir out;
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   struct stat st {};
@@ -133,12 +142,7 @@ CheckedDir open_checked_dir(const std::string& path, DirTrust trust) {
     out.refused = std::strerror(errno);
     return out;
   }
-  const bool root_may_own = trust == DirTrust::owner_or_root;
-  if (st.st_uid != ::geteuid() && !(root_may_own && st.st_uid == 0))
-    out.refused = "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(::geteuid()) +
-                  (root_may_own && ::geteuid() != 0 ? " or root" : "");
-  else if (st.st_mode & (S_IWGRP | S_IWOTH))
-    out.refused = "writable by group or others, mode " + mode_text(st.st_mode);
+  out.refused = untrusted(st, trust);
   if (out.refused.empty()) out.fd = std::move(fd);
   return out;
 }
@@ -160,7 +164,7 @@ std::string make_private_dirs(const std::string& path) {
   return "";
 }
 
-ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, bool require_owner) {
+ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, OwnerTrust trust) {
   ReadResult out;
   struct stat st {};
   // Looked at before opening, so a device is never opened; checked again on the descriptor actually read.
@@ -168,14 +172,14 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
     if (errno != ENOENT) out = {ReadResult::refused, "", std::strerror(errno)};
     return out;
   }
-  if (std::string why = refusal(st, max_bytes, require_owner); !why.empty()) return {ReadResult::refused, "", why};
+  if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
   FileDescriptor fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return out;
     return {ReadResult::refused, "", errno == ELOOP ? "a symbolic link" : std::strerror(errno)};
   }
   if (::fstat(fd.get(), &st) != 0) return {ReadResult::refused, "", std::strerror(errno)};
-  if (std::string why = refusal(st, max_bytes, require_owner); !why.empty()) return {ReadResult::refused, "", why};
+  if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
   out.bytes.resize(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
   for (;;) {

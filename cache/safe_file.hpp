@@ -36,11 +36,12 @@ private:
   int fd_ = -1;
 };
 
-// Who may have fed a directory: never a group or others (no write permission for them, sticky bit or not: it only
-// stops others deleting entries, not adding them), and only its owner: the effective user (`owner_only`: jitbmm's
-// own cache, dump and override directories) or also root (`owner_or_root`: a shared read-only cache the user
-// named, e.g. a cluster's, filled by its admins).
-enum class DirTrust { owner_only, owner_or_root };
+// Who may have fed a directory or a file in it: never a group or others (no write permission for them; on a
+// directory, sticky bit or not: it only stops others deleting entries, not adding them), and only its owner: the
+// effective user (`owner_only`: jitbmm's own cache, dump and override directories) or also root (`owner_or_root`: a
+// shared read-only cache the user named, e.g. a cluster's, filled by its admins). A file is checked as well as its
+// directory: in a directory others may enter (0755), a file others may write is theirs to rewrite.
+enum class OwnerTrust { owner_only, owner_or_root };
 
 struct CheckedDir {
   FileDescriptor fd;   // valid when trusted
@@ -49,7 +50,7 @@ struct CheckedDir {
 
 // Opens `path` as a directory (a symbolic link is followed to its target, which must pass) and checks the directory
 // that was opened.
-CheckedDir open_checked_dir(const std::string& path, DirTrust trust);
+CheckedDir open_checked_dir(const std::string& path, OwnerTrust trust);
 
 // Creates `path` and any missing parents with mode 0700. Returns an empty string, or what failed.
 std::string make_private_dirs(const std::string& path);
@@ -60,9 +61,10 @@ struct ReadResult {
   std::string why;   // when refused: "a symbolic link", "a FIFO", "larger than 268435456 bytes", ...
 };
 
-// Reads `name` in the directory `dir_fd` when it is a regular file of at most `max_bytes` (and, with
-// `require_owner`, owned by the effective user). Opened O_NOFOLLOW|O_NONBLOCK and read from that descriptor.
-ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, bool require_owner);
+// Reads `name` in the directory `dir_fd` when it is a regular file of at most `max_bytes` that `trust` accepts
+// (owner and mode). Opened O_NOFOLLOW|O_NONBLOCK; the checks that decide are made on that descriptor (fstat), so a
+// file swapped in after they passed is never the one read.
+ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_bytes, OwnerTrust trust);
 
 // Writes `bytes` as `name` in `dir_fd`: a new temp file (temp_file_name, created O_EXCL|O_NOFOLLOW, mode 0600),
 // flushed, then renamed over `name`. Returns an empty string, or what failed (the temp file is removed).

@@ -1,5 +1,6 @@
 // jitbmm cache path|list|verify|clear: look after the disk cache (docs/caching-and-tuning.md).
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <stdexcept>
 #include <string>
@@ -47,15 +48,24 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
 
 } // namespace
 
+std::string cache_dir_line() {
+  const std::string dir = DiskCache::default_dir();
+  if (!DiskCache::enabled_from_env()) // the directory alone would read as one in use
+    return (dir.empty() ? "no directory" : dir) + " (not used: JITBMM_CACHE=" + std::getenv("JITBMM_CACHE") +
+           " turns the disk cache off)";
+  if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
+  return dir;
+}
+
 int run_cache(int argc, char** argv) {
   if (argc != 3) throw std::invalid_argument("cache: expected one of path, list, verify, clear");
   const std::string what = argv[2];
-  const std::string dir = DiskCache::default_dir();
-  if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
   if (what == "path") {
-    std::printf("%s\n", dir.c_str());
+    std::printf("%s\n", cache_dir_line().c_str());
     return 0;
   }
+  const std::string dir = DiskCache::default_dir();
+  if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
   DiskCache cache(dir, DiskCache::cap_from_env());
   // An untrusted directory is never listed, verified or cleared: its entries mean nothing to jitbmm.
   if (!cache.usable())

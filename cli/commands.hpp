@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 namespace jitbmm::cli {
 
 int run_demo(int argc, char** argv);
@@ -8,6 +10,10 @@ int run_info(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_cache(int argc, char** argv);
 int run_tune(int argc, char** argv);
+
+// The disk cache's directory as `cache path` and `info` print it, saying when $JITBMM_CACHE turns the cache off.
+// Throws std::invalid_argument on a malformed $JITBMM_CACHE.
+std::string cache_dir_line();
 
 class Args;
 int run_first_call(const Args& args);       // bench --first-call

@@ -137,7 +137,7 @@ inline const std::vector<CommandHelp>& command_help() {
        "  jitbmm cache path|list|verify|clear\n"
        "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"},
       {"info", "  jitbmm info\n"
-               "      Driver, NVRTC and devices.\n"},
+               "      Driver, NVRTC, devices and the disk cache's directory.\n"},
       {"version", "  jitbmm version | --version\n"
                   "      Print the version.\n"},
       {"help", "  jitbmm help [command] | --help | <command> --help\n"

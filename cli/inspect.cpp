@@ -312,6 +312,11 @@ int run_info(int argc, char** argv) {
   } catch (const NoDriverError& e) {
     std::printf("no GPU: %s\n", e.what());
   }
+  try {
+    std::printf("disk cache: %s\n", cache_dir_line().c_str());
+  } catch (const std::exception& e) {
+    std::printf("disk cache: not usable: %s\n", e.what());
+  }
   return 0;
 }
 

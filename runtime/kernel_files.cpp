@@ -30,13 +30,13 @@ GeneratedKernel with_override(GeneratedKernel kernel) {
   const std::string dir = env("JITBMM_OVERRIDE_DIR");
   if (dir.empty()) return kernel;
   // Whatever is read here is compiled and run: only from a directory, and a file, that only the user can feed.
-  const CheckedDir checked = open_checked_dir(dir, DirTrust::owner_only);
+  const CheckedDir checked = open_checked_dir(dir, OwnerTrust::owner_only);
   if (!checked.fd.valid()) {
     note_once("JITBMM_OVERRIDE_DIR " + dir + " is not trusted (" + checked.refused + "); it is ignored");
     return kernel;
   }
   const std::string name = kernel.name + ".cu";
-  ReadResult r = read_regular_file(checked.fd.get(), name, kMaxSourceBytes, true);
+  ReadResult r = read_regular_file(checked.fd.get(), name, kMaxSourceBytes, OwnerTrust::owner_only);
   if (r.status == ReadResult::absent) return kernel;
   if (r.status == ReadResult::refused) {
     note_once("JITBMM_OVERRIDE_DIR file " + dir + "/" + name + " is refused (" + r.why + "); it is ignored");
@@ -57,7 +57,7 @@ bool dump_kernel(const GeneratedKernel& kernel, const std::string& ptx) {
     note_once("JITBMM_DUMP_DIR " + dir + " is not usable (" + error + "); kernels are not dumped");
     return true;
   }
-  const CheckedDir checked = open_checked_dir(dir, DirTrust::owner_only);
+  const CheckedDir checked = open_checked_dir(dir, OwnerTrust::owner_only);
   if (!checked.fd.valid()) {
     note_once("JITBMM_DUMP_DIR " + dir + " is not trusted (" + checked.refused + "); kernels are not dumped");
     return true;

@@ -25,8 +25,12 @@ std::atomic<bool> g_reports_unreliable{false};
 
 class Program {
 public:
+  // The name is absolute: NVRTC puts a relative one, made absolute with the compiling process's working directory,
+  // into the line info of the PTX and the cubin, so binaries would differ between directories and a shared cache
+  // would show where its users worked. The kernel has no file: the name only labels it (NVRTC's log, profilers).
   explicit Program(const GeneratedKernel& k) {
-    const nvrtcResult r = nvrtc().nvrtcCreateProgram(&prog_, k.source.c_str(), (k.name + ".cu").c_str(), 0, nullptr, nullptr);
+    const std::string name = "/jitbmm/" + k.name + ".cu";
+    const nvrtcResult r = nvrtc().nvrtcCreateProgram(&prog_, k.source.c_str(), name.c_str(), 0, nullptr, nullptr);
     if (r != NVRTC_SUCCESS)
       throw CompileError("nvrtcCreateProgram failed for " + k.name + ": " + nvrtc().nvrtcGetErrorString(r), "");
   }

@@ -1,19 +1,17 @@
 #include "runtime/repair_watch.hpp"
 
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "support/env_words.hpp"
 #include "support/log.hpp"
 
 namespace jitbmm {
 
 bool repair_watch_enabled() {
   const char* v = std::getenv("JITBMM_REPAIR_WATCH");
-  if (!v || !*v || std::strcmp(v, "on") == 0) return true;
-  if (std::strcmp(v, "off") == 0) return false;
-  throw std::invalid_argument(std::string("JITBMM_REPAIR_WATCH: expected on or off, got '") + v + "'");
+  return !v || !*v || parse_env_switch(v, "JITBMM_REPAIR_WATCH");
 }
 
 RepairWatch::RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t counter_offset)

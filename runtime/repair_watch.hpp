@@ -27,7 +27,8 @@ constexpr double kWideRepairShare = 0.15;
 constexpr int kEarlyObservations = 16;    // the first calls are all observed (a switch within 2-3 calls) ...
 constexpr long kLaterEvery = 64;          // ... then one call in this many (data can widen later in training)
 
-// Whether plans watch their repairs ($JITBMM_REPAIR_WATCH: on unless "off"; any other value is an error naming it).
+// Whether plans watch their repairs ($JITBMM_REPAIR_WATCH: on unless off, 0, false or no in any case; a
+// value that is not a switch is an error naming it).
 bool repair_watch_enabled();
 
 class RepairWatch {

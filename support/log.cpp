@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "support/enum_names.hpp"
+#include "support/env_words.hpp"
 #include "support/process_share.hpp"
 
 namespace jitbmm {
@@ -15,7 +16,7 @@ constexpr EnumName<LogLevel> kLogLevels[] = {
 } // namespace
 
 LogLevel parse_log_level(const std::string& text) {
-  if (const auto* row = find_named(kLogLevels, text)) return row->value;
+  if (const auto* row = find_env_word(kLogLevels, text)) return row->value;
   throw std::invalid_argument("JITBMM_LOG: expected " + name_list(kLogLevels) + ", got '" + text + "'");
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/family_model.hpp"
 #include "runtime/tuner/search_space.hpp"
+#include "runtime/tuner/once_per_key.hpp"
 #include "runtime/tuner/shipped_decisions.hpp"
 #include "runtime/tuner/trials.hpp"
 #include "runtime/tuner/policy.hpp"
@@ -48,8 +49,8 @@ KeyLock lock_tuning(DiskCache* disk, const std::string& key, const std::string& 
   if (!disk) return KeyLock::unavailable("no disk cache");
   KeyLock held = disk->lock(key, kTuneLockWait, [&](const std::string& holder) {
     if (is_local_leader())
-      log_message(LogLevel::info, "waiting for " + (holder.empty() ? std::string("another process") : holder) +
-                                      ", which is tuning " + what + " (one tuning per machine)");
+      log_message(LogLevel::info, "waiting for " + KeyLock::holder_words(holder) + ", which is tuning " + what +
+                                      " (one tuning per machine)");
   });
   if (held.state() == KeyLock::State::timed_out)
     log_message(LogLevel::warn, "tuning " + what + " without the machine-wide lock: " + held.why());
@@ -65,6 +66,40 @@ bool brought_in(const Choice& c) {
 
 bool is_rejected(const std::vector<KernelSpec>& rejected, const KernelSpec& spec) {
   return std::find(rejected.begin(), rejected.end(), spec) != rejected.end();
+}
+
+// The tunings of this process, per tuning key: each runs once, whichever threads plan problems of its key; nothing
+// when the tuning kept no choice (choose_wide's). A failed one is remembered as its exception, so the default follows
+// without a second tuning.
+OncePerKey<std::optional<Choice>> g_tunings;
+
+// Tunes by `tune` under `key` unless another thread of this process tunes or has tuned it: then what that tuning
+// settled, for this problem (`p`, `rejected`): its stored decision, else its variant where it fits; else nothing.
+std::optional<Choice> tune_once(const std::string& key, const std::string& what,
+                                const std::function<std::optional<Choice>()>& tune, const Problem& p,
+                                const TuningDevice& td, TunePolicy policy, Pass pass,
+                                const std::vector<KernelSpec>& rejected, InputRange range) {
+  bool tuned_here = false;
+  const std::optional<Choice> outcome = g_tunings.get(
+      key,
+      [&] {
+        tuned_here = true;
+        return tune();
+      },
+      [&] {
+        if (is_local_leader())
+          log_message(LogLevel::info, "waiting for another thread of this process, which is tuning " + what);
+      });
+  if (tuned_here) return outcome;
+  DiskCache* disk = DiskCache::process_cache();
+  if (auto c = stored_choice(disk, p, td, policy, pass, rejected, range)) {
+    c->source = "decided by another thread (" + c->source + ")";
+    return c;
+  }
+  if (!outcome) return std::nullopt;
+  const auto spec = fitting(outcome->spec, p);
+  if (!spec || is_rejected(rejected, *spec)) return std::nullopt;
+  return Choice{*spec, "tuned by another thread (" + outcome->source + ")", {}};
 }
 
 } // namespace
@@ -162,8 +197,8 @@ std::map<std::string, MadeChoice> g_settled;
 
 // Tunes `p` now (one tuning per key on the machine; a new bucket of a tuned family times the family model's
 // candidates) and stores the decision.
-Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
-                const std::vector<KernelSpec>& rejected, const KernelSpec& fallback) {
+Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
+                         const std::vector<KernelSpec>& rejected, const KernelSpec& fallback) {
   DiskCache* disk = DiskCache::process_cache();
   const TuningDevice td = tuning_device(device);
   // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
@@ -206,6 +241,18 @@ Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, P
   return {report.best, "tuned now", {}};
 }
 
+// tune_machine_wide once per process and key; a thread that finds nothing it can use in another thread's tuning
+// takes the default rather than tuning again.
+Choice tune_now(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
+                const std::vector<KernelSpec>& rejected, const KernelSpec& fallback) {
+  const TuningDevice td = tuning_device(device);
+  const std::optional<Choice> c = tune_once(
+      tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p),
+      [&] { return std::optional<Choice>(tune_machine_wide(p, device, policy, pass, rejected, fallback)); }, p, td,
+      policy, pass, rejected, InputRange::normal);
+  return c ? *c : Choice{fallback, "default: another thread's tuning of this bucket does not fit it", {}};
+}
+
 } // namespace
 
 std::vector<MadeChoice> choices_made() {
@@ -219,6 +266,7 @@ void forget_choices() {
   std::lock_guard<std::mutex> lock(g_made_mutex);
   g_made.clear();
   g_settled.clear();
+  g_tunings.forget();
 }
 
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
@@ -325,22 +373,27 @@ namespace {
 
 std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, TunePolicy policy,
                                     const std::vector<KernelSpec>& candidates) {
-  DiskCache* disk = DiskCache::process_cache();
   const TuningDevice td = tuning_device(device);
+  const std::string key = tuning_key(p, td, policy == TunePolicy::bucket, Pass::forward, InputRange::wide);
   const std::string what = describe(p) + " on wide-range data";
-  const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, Pass::forward,
-                                                    InputRange::wide), what);
-  if (held.held() || held.waited())
-    if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
-      c->source = "decided by another process (" + c->source + ")";
-      return c;
-    }
-  TuneReport report = autotune(p, device, held.held() || is_local_leader(), Pass::forward, candidates,
-                               InputRange::wide);
-  report.reason = "tuned on wide-range inputs (randn*" + std::to_string(int(kWideSpread)) + "): " +
-                  std::to_string(candidates.size()) + " variants whose workspace fits the plan's";
-  store_decision(p, device, report, policy == TunePolicy::bucket, Pass::forward, true, InputRange::wide);
-  return Choice{report.best, "tuned now on wide-range data", {}};
+  return tune_once(
+      key, what,
+      [&]() -> std::optional<Choice> {
+        DiskCache* disk = DiskCache::process_cache();
+        const KeyLock held = lock_tuning(disk, key, what);
+        if (held.held() || held.waited())
+          if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
+            c->source = "decided by another process (" + c->source + ")";
+            return c;
+          }
+        TuneReport report = autotune(p, device, held.held() || is_local_leader(), Pass::forward, candidates,
+                                     InputRange::wide);
+        report.reason = "tuned on wide-range inputs (randn*" + std::to_string(int(kWideSpread)) + "): " +
+                        std::to_string(candidates.size()) + " variants whose workspace fits the plan's";
+        store_decision(p, device, report, policy == TunePolicy::bucket, Pass::forward, true, InputRange::wide);
+        return Choice{report.best, "tuned now on wide-range data", {}};
+      },
+      p, td, policy, Pass::forward, {}, InputRange::wide);
 }
 
 } // namespace

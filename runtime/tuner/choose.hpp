@@ -33,7 +33,9 @@ struct Choice {
 // or while the device or host has too little free memory for the problem's trial (trial_memory_refusal), a problem
 // that would be tuned gets the default instead, and that choice is not remembered. A tuning that fails (no candidate
 // correct, an allocation or launch failing) gives the default too, with one warning: remembered in this process,
-// stored nowhere. Under bucket a small problem (is_small_problem) without a decision times only its light variants.
+// stored nowhere. A key is tuned once per process: a thread planning a problem of a key another thread tunes (or
+// tuned) waits for that tuning and takes its decision, or the default after its failure, without tuning again.
+// Under bucket a small problem (is_small_problem) without a decision times only its light variants.
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
               const std::vector<KernelSpec>& rejected = {});
 

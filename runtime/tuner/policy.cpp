@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "support/enum_names.hpp"
+#include "support/env_words.hpp"
 
 namespace jitbmm {
 
@@ -20,7 +21,7 @@ thread_local bool t_tuning_held = false;
 
 const char* tune_policy_name(TunePolicy policy) { return enum_name(kPolicyNames, policy, "JITBMM_TUNE"); }
 
-TunePolicy parse_tune_policy(const std::string& text) { return parse_enum(kPolicyNames, text, "JITBMM_TUNE"); }
+TunePolicy parse_tune_policy(const std::string& text) { return parse_env_enum(kPolicyNames, text, "JITBMM_TUNE"); }
 
 void set_tune_policy(std::optional<TunePolicy> policy) { g_policy_override = policy ? static_cast<int>(*policy) : -1; }
 

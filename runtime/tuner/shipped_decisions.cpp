@@ -2,11 +2,16 @@
 
 #include <stdexcept>
 
-#include "support/env_switch.hpp"
+#include <cstdlib>
+
+#include "support/env_words.hpp"
 
 namespace jitbmm {
 
-bool shipped_decisions_enabled() { return env_switch("JITBMM_SHIPPED_DECISIONS", true); }
+bool shipped_decisions_enabled() {
+  const char* v = std::getenv("JITBMM_SHIPPED_DECISIONS");
+  return !v || !*v || parse_env_switch(v, "JITBMM_SHIPPED_DECISIONS");
+}
 
 const DecisionSet& shipped_decisions() {
   static const DecisionSet none;

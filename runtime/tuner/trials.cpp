@@ -139,12 +139,16 @@ bool tunable(const Problem& p, Pass pass) {
 
 std::string trial_memory_refusal(const TrialBytes& need, std::size_t device_free, std::size_t host_available) {
   const auto mib = [](double bytes) { return std::to_string(static_cast<long long>(std::ceil(bytes / (1 << 20)))); };
+  // The share is said, not only the free memory: a trial refused with more free than it needs is otherwise a puzzle.
+  const auto share = [](double fraction) {
+    return fraction == 0.5 ? std::string("half") : std::to_string(std::lround(fraction * 100)) + "%";
+  };
   if (static_cast<double>(need.device) > kTrialDeviceShare * static_cast<double>(device_free))
-    return "its trial needs " + mib(static_cast<double>(need.device)) + " MiB of device memory and " +
-           mib(static_cast<double>(device_free)) + " MiB are free";
+    return "its trial needs " + mib(static_cast<double>(need.device)) + " MiB of device memory and may take at most " +
+           share(kTrialDeviceShare) + " of the " + mib(static_cast<double>(device_free)) + " MiB free";
   if (static_cast<double>(need.host) > kTrialHostShare * static_cast<double>(host_available))
-    return "its trial needs " + mib(static_cast<double>(need.host)) + " MiB of host memory and " +
-           mib(static_cast<double>(host_available)) + " MiB are available";
+    return "its trial needs " + mib(static_cast<double>(need.host)) + " MiB of host memory and may take at most " +
+           share(kTrialHostShare) + " of the " + mib(static_cast<double>(host_available)) + " MiB available";
   return "";
 }
 

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <set>
 
+#include "cache/disk_cache.hpp"
 #include "expect.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/repair_watch.hpp"
+#include "support/log.hpp"
 #include "variants.hpp"
 
 using namespace jitbmm;
@@ -147,6 +150,30 @@ TEST_CASE("the tuning policy comes from JITBMM_TUNE") {
                  "JITBMM_TUNE: unsupported 'always' (expected never, bucket or exact)");
   for (TunePolicy policy : {TunePolicy::never, TunePolicy::bucket, TunePolicy::exact})
     CHECK(parse_tune_policy(tune_policy_name(policy)) == policy);
+}
+
+TEST_CASE("every JITBMM_* variable that takes a word reads it in any case; a spec's fields keep their spelling") {
+  const auto with_env = [](const char* name, const char* value, auto read) {
+    ::setenv(name, value, 1);
+    const auto got = read();
+    ::unsetenv(name);
+    return got;
+  };
+  CHECK(with_env("JITBMM_TUNE", "BUCKET", tune_policy_from_env) == TunePolicy::bucket);
+  CHECK(with_env("JITBMM_TUNE", "Never", tune_policy_from_env) == TunePolicy::never);
+  CHECK(parse_log_level("DEBUG") == LogLevel::debug);
+  CHECK_FALSE(with_env("JITBMM_CACHE", "OFF", DiskCache::enabled_from_env));
+  CHECK(with_env("JITBMM_CACHE", "Yes", DiskCache::enabled_from_env));
+  CHECK_FALSE(with_env("JITBMM_REPAIR_WATCH", "OFF", repair_watch_enabled));
+  CHECK_FALSE(with_env("JITBMM_REPAIR_WATCH", "0", repair_watch_enabled)); // the same switch words as JITBMM_CACHE
+  CHECK(with_env("JITBMM_REPAIR_WATCH", "On", repair_watch_enabled));
+  // What is no word in any case is still an error naming the variable and the value.
+  expect_invalid([] { parse_tune_policy("ALWAYS"); },
+                 "JITBMM_TUNE: unsupported 'ALWAYS' (expected never, bucket or exact)");
+  expect_invalid([&] { with_env("JITBMM_REPAIR_WATCH", "maybe", repair_watch_enabled); },
+                 "JITBMM_REPAIR_WATCH: expected on or off (or 1/0, true/false, yes/no), got 'maybe'");
+  ::unsetenv("JITBMM_REPAIR_WATCH");
+  expect_invalid([] { parse_dtype("F32"); }, "dtype: unsupported 'F32' (expected f32, f64, f16 or bf16)");
 }
 
 namespace {

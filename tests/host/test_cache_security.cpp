@@ -285,6 +285,88 @@ TEST_CASE("an entry owned by another user in the user's own directory is a miss"
   CHECK(err.text().find("owned by uid 65534") != std::string::npos);
 }
 
+TEST_CASE("an entry a group or others may write is moved aside with one warning and rebuilt, a decision too") {
+  TempDir dir;
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec); // others may enter and open files
+  DiskCache cache(dir.path);
+  REQUIRE(cache.usable());
+  const std::string cubin = key_of(16), decision = key_of(17), good = key_of(18);
+  REQUIRE(cache.put(cubin, "cubin", "cubin another user rewrote"));
+  REQUIRE(cache.put(decision, "tune", "decision another user rewrote"));
+  REQUIRE(cache.put(good, "tune", "kept"));
+  REQUIRE(::chmod((dir.path + "/" + cubin + ".cubin").c_str(), 0666) == 0);
+  REQUIRE(::chmod((dir.path + "/" + decision + ".tune").c_str(), 0620) == 0); // group-writable is no better
+  CapturedStderr err;
+  CHECK_FALSE(cache.get(cubin, "cubin"));
+  CHECK_FALSE(cache.get(decision, "tune"));
+  CHECK(cache.get(good, "tune") == std::string("kept"));
+  const std::string text = err.text();
+  CHECK(err.warnings() == 1);
+  CHECK(text.find("writable by group or others, mode 0666") != std::string::npos);
+  CHECK(fs::exists(dir.path + "/" + cubin + ".cubin.bad"));
+  CHECK(fs::exists(dir.path + "/" + decision + ".tune.bad"));
+  CHECK(cache.put(cubin, "cubin", "rebuilt")); // recovered: rebuilt and written 0600
+  CHECK(cache.get(cubin, "cubin") == std::string("rebuilt"));
+}
+
+TEST_CASE("a trusted shared cache serves no entry a group or others may write; it stays in place") {
+  TempDir shared;
+  const std::string key = key_of(19), good = key_of(25);
+  {
+    DiskCache writer(shared.path);
+    REQUIRE(writer.put(key, "tune", "rewritten by anyone"));
+    REQUIRE(writer.put(good, "cubin", "shared cubin"));
+  }
+  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
+  REQUIRE(::chmod((shared.path + "/" + key + ".tune").c_str(), 0666) == 0);
+  TempDir mine;
+  DiskCache cache(mine.path);
+  cache.set_fallback(std::make_unique<DiskCache>(shared.path, 0, CacheAccess::trusted_read_only));
+  CapturedStderr err;
+  CHECK_FALSE(cache.get(key, "tune"));
+  CHECK(cache.get(good, "cubin") == std::string("shared cubin"));
+  CHECK(err.warnings() == 1);
+  CHECK(err.text().find("writable by group or others, mode 0666") != std::string::npos);
+  CHECK(fs::exists(shared.path + "/" + key + ".tune")); // the trusted cache is never changed
+}
+
+TEST_CASE("a trusted shared cache serves only its root's and the user's entries" *
+          doctest::test_suite(test::kNeedsRoot)) {
+  TempDir shared; // root's, as a cluster's cache filled by its admins
+  const std::string foreign = key_of(26), by_root = key_of(27);
+  {
+    DiskCache writer(shared.path);
+    REQUIRE(writer.put(foreign, "cubin", "planted by another user"));
+    REQUIRE(writer.put(by_root, "tune", "root's decision"));
+  }
+  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
+  for (const std::string& name : {foreign + ".cubin", by_root + ".tune"})
+    REQUIRE(::chmod((shared.path + "/" + name).c_str(), 0644) == 0);
+  REQUIRE(::chown((shared.path + "/" + foreign + ".cubin").c_str(), kNobody - 1, kNobody - 1) == 0);
+  TempDir mine;
+  hand_to_bound_user(mine.path);
+  const std::string failed = as_user_bound_by_permissions([&]() -> std::string {
+    CapturedStderr err;
+    DiskCache cache(mine.path);
+    cache.set_fallback(std::make_unique<DiskCache>(shared.path, 0, CacheAccess::trusted_read_only));
+    if (cache.get(foreign, "cubin")) return "uid 65533's entry served";
+    if (cache.get(by_root, "tune") != std::string("root's decision")) return "root's entry not served";
+    if (err.text().find("owned by uid 65533, not by uid 65534 or root") == std::string::npos)
+      return "no warning naming the owner: " + err.text();
+    return "";
+  });
+  CHECK(failed == "");
+  TempDir roots;
+  CapturedStderr err; // root itself: another user's entry is not root's
+  DiskCache cache(roots.path);
+  cache.set_fallback(std::make_unique<DiskCache>(shared.path, 0, CacheAccess::trusted_read_only));
+  CHECK_FALSE(cache.get(foreign, "cubin"));
+  CHECK(err.text().find("owned by uid 65533, not by uid 0") != std::string::npos);
+}
+
 TEST_CASE("verify counts refused entries as damaged; every damaged entry is recovered") {
   TempDir dir;
   DiskCache cache(dir.path);

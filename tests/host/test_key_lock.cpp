@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -24,6 +25,7 @@
 #include "cache/disk_cache.hpp"
 #include "cache/key_lock.hpp"
 #include "runtime/tuner/cpu_pool.hpp"
+#include "runtime/tuner/once_per_key.hpp"
 #include "support/log.hpp"
 #include "support/process_share.hpp"
 #include "temp_dir.hpp"
@@ -77,6 +79,10 @@ TEST_CASE("a key lock is held by one at a time; a waiter learns the holder's pid
   CHECK_FALSE(second.held());
   CHECK(announced == 1);
   CHECK(holder == "pid " + std::to_string(::getpid()));
+  // This process's own pid is no other process to wait for: the message names another thread.
+  CHECK(KeyLock::holder_words(holder) == "another thread of this process");
+  CHECK(KeyLock::holder_words("pid " + std::to_string(::getpid() + 1)) == "pid " + std::to_string(::getpid() + 1));
+  CHECK(KeyLock::holder_words("") == "another process");
   CHECK(second.why().find("still held by pid") != std::string::npos);
   // Another key is free meanwhile.
   CHECK(KeyLock::acquire(fd, "lock-y", 0ms).state() == KeyLock::State::held);
@@ -94,6 +100,51 @@ TEST_CASE("a key lock is held by one at a time; a waiter learns the holder's pid
   CHECK(linked.state() == KeyLock::State::failed);
   CHECK(linked.why().find("cannot open lock-link") != std::string::npos);
   ::close(fd);
+}
+
+TEST_CASE("one tuning per process and key: threads that come while it runs, or after, get its outcome") {
+  OncePerKey<int> tunings;
+  std::atomic<int> runs{0}, waits{0};
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool release = false;
+  const auto slow_tuning = [&] {
+    ++runs;
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return release; });
+    return 42;
+  };
+  std::thread first([&] { CHECK(tunings.get("key", slow_tuning) == 42); });
+  while (runs.load() == 0) std::this_thread::sleep_for(1ms);
+  std::vector<std::thread> waiters;
+  std::atomic<int> got{0};
+  for (int i = 0; i < 3; ++i)
+    waiters.emplace_back([&] { got += tunings.get("key", slow_tuning, [&] { ++waits; }); });
+  while (waits.load() < 3) std::this_thread::sleep_for(1ms); // each announced it waits, none tunes
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    release = true;
+  }
+  cv.notify_all();
+  first.join();
+  for (std::thread& t : waiters) t.join();
+  CHECK(runs == 1);
+  CHECK(got == 3 * 42);
+  CHECK(tunings.get("key", [] { return 7; }, [&] { ++waits; }) == 42); // later: at once, no wait announced
+  CHECK(waits == 3);
+  CHECK(tunings.get("other key", [] { return 7; }) == 7);
+
+  // A failed tuning is its outcome: thrown again to whoever asks, never run a second time.
+  int failures = 0;
+  const auto failing = [&]() -> int {
+    ++failures;
+    throw std::runtime_error("no correct candidate");
+  };
+  CHECK_THROWS_WITH_AS(tunings.get("failing", failing), "no correct candidate", std::runtime_error);
+  CHECK_THROWS_WITH_AS(tunings.get("failing", failing), "no correct candidate", std::runtime_error);
+  CHECK(failures == 1);
+  tunings.forget(); // forget_choices: the next caller decides again
+  CHECK(tunings.get("key", [] { return 7; }) == 7);
 }
 
 TEST_CASE("processes racing on one key hold it one at a time, and a killed holder leaves no stale lock") {

@@ -211,8 +211,10 @@ TEST_CASE("a trial is sized before anything is drawn: device and host bytes, aga
   // Half of what is free on each side.
   CHECK(trial_memory_refusal(*fwd, std::size_t(4) << 30, std::size_t(1) << 30).empty());
   CHECK(trial_memory_refusal(*fwd, std::size_t(512) << 20, std::size_t(1) << 30) ==
-        "its trial needs 1025 MiB of device memory and 512 MiB are free");
+        "its trial needs 1025 MiB of device memory and may take at most half of the 512 MiB free");
+  CHECK(trial_memory_refusal(*fwd, std::size_t(1536) << 20, std::size_t(1) << 30) == // fits the memory, not the share
+        "its trial needs 1025 MiB of device memory and may take at most half of the 1536 MiB free");
   CHECK(trial_memory_refusal(*ga, std::size_t(80) << 30, std::size_t(2) << 30) ==
-        "its trial needs 6145 MiB of host memory and 2048 MiB are available");
+        "its trial needs 6145 MiB of host memory and may take at most half of the 2048 MiB available");
   CHECK_FALSE(trial_bytes(with_size('B', int64_t(1) << 62, DType::f64), Pass::forward));
 }

@@ -2,9 +2,12 @@
 // entries. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <ctime>
 #include <iomanip>
 #include <sstream>
@@ -128,6 +131,30 @@ TEST_CASE("PTX for a virtual architecture needs no GPU") {
   const CompiledKernel ptx = compile_to_ptx(emit_kernel(KernelSpec{}), "compute_90");
   CHECK(ptx.binary.find(".target sm_90") != std::string::npos);
   CHECK(ptx.binary.find(".entry " + ptx.name) != std::string::npos);
+}
+
+TEST_CASE("no path of the compiling machine is in the PTX or the cubin: the same bytes from any directory") {
+  const GeneratedKernel kernel = emit_kernel(KernelSpec{});
+  const std::string before = std::filesystem::current_path().string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("jitbmm-cwd-" + std::to_string(::getpid()) + "-Zq7Wd")).string();
+  std::filesystem::create_directories(dir);
+  std::filesystem::current_path(dir);
+  CompiledKernel ptx, cubin;
+  try {
+    ptx = compile_to_ptx(kernel, "compute_90");
+    cubin = compile_to_cubin(kernel, "sm_90");
+  } catch (...) {
+    std::filesystem::current_path(before);
+    std::filesystem::remove_all(dir);
+    throw;
+  }
+  std::filesystem::current_path(before);
+  std::filesystem::remove_all(dir);
+  REQUIRE(ptx.binary.find(".loc") != std::string::npos); // line info is there, under a name of no directory
+  CHECK(ptx.binary.find("Zq7Wd") == std::string::npos);
+  CHECK(cubin.binary.find("Zq7Wd") == std::string::npos);
+  CHECK(compile_to_cubin(kernel, "sm_90").binary == cubin.binary); // and the same bytes from the test's directory
 }
 
 TEST_CASE("a source NVRTC rejects is a CompileError carrying the kernel name, options and log") {
