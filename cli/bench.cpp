@@ -84,7 +84,8 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
   return row;
 }
 
-// The benchmark table: each shape with the default spec and the alternatives worth comparing.
+// The standard benchmark table (`jitbmm bench` without flags): the training shapes with the default spec and the
+// alternatives worth comparing.
 std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
   std::vector<std::pair<Problem, std::vector<KernelSpec>>> suite;
   auto add = [&](Semiring s, DType d, Shape shape, const std::vector<Strategy>& extra) {

@@ -1,5 +1,5 @@
-// jitbmm bench --backward: forward and backward times of one problem (issue "backward"), with each gradient's
-// variant, the ratio (forward + backward) / forward, the device memory the backward allocates beyond the gradients
+// jitbmm bench --backward: forward and backward times of one problem, with each gradient's variant, the
+// ratio (forward + backward) / forward, the device memory the backward allocates beyond the gradients
 // themselves, and a sampled check of both gradients against the CPU reference. A benchmark, not a test.
 #include <cmath>
 #include <cstdio>

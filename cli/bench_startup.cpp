@@ -1,4 +1,4 @@
-// The autotuner's and the disk cache's benchmarks (issue "autotune/cache"): how long a new process takes to its
+// The autotuner's and the disk cache's benchmarks: how long a new process takes to its
 // first result, and how long NVRTC takes per variant. Programs to run on the GPU machine, not tests.
 #include <algorithm>
 #include <chrono>

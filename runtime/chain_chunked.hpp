@@ -1,8 +1,9 @@
-// The chunked strategy of a log chain in the CRF form (docs/chains.md, "Strategies"): the T − 1 steps cut into
-// chunks of L, each chunk's product of its L step matrices formed by a tree of batched log products (the bmm plans,
-// level by level over every chunk at once), then the chain of the chunks' products run by the sequential kernel (a
-// plan of B sequences of chunks + 1 positions). It does B·T·C³ work instead of B·T·C², in about T / L dependent
-// steps instead of T − 1: it pays where a few sequences along a long chain leave most of the GPU idle.
+// The chunked strategy of a log chain in the CRF form (docs/chains-design.md, "The chunked strategy"): the T − 1
+// steps cut into chunks of L, each chunk's product of its L step matrices formed by a tree of batched log products
+// (the bmm plans, level by level over every chunk at once), then the chain of the chunks' products run by the
+// sequential kernel (a plan of B sequences of chunks + 1 positions). It does B·T·C³ work instead of B·T·C², in
+// about T / L dependent steps instead of T − 1: it pays where a few sequences along a long chain leave most of the
+// GPU idle.
 #pragma once
 
 #include <cstddef>

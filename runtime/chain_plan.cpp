@@ -164,11 +164,12 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
 int64_t default_chain_chunk(const ChainProblem& p) {
   // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
   // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
-  // on an H200 (docs/chains.md, "Strategies along T"), its forward + backward won at one to four sequences of 32
-  // states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the tree's backward
-  // alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the fastest, one chunk
-  // of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core form, was not measured:
-  // it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its bucket.
+  // on an H200 (bench/RESULTS.md, "Few sequences of long chains"), its forward + backward won at one to four
+  // sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the
+  // tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the
+  // fastest, one chunk of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core
+  // form, was not measured: it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its
+  // bucket.
   const bool f32_tree = chain_output_dtype(p) == DType::f32;
   if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 || p.B < 1 ||
       p.C * p.B > 128 || p.T < 1024)
