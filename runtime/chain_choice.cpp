@@ -44,7 +44,7 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
     c.chunk_from_decision = true;
   }
   const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
-  if (problem.B >= (int64_t(1) << 30) / cluster) return c;
+  if (problem.B > kMaxChainSequences / cluster) return c;
   const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
   if (!tuned.clusters_fit()) return c;
   if (log_enabled(LogLevel::debug))

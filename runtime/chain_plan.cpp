@@ -164,12 +164,11 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
   check_chain_spec(spec, problem);
   if (chunk != 0)
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
-  // A forward that saves its messages launches two clusters per sequence, and a grid holds fewer than 2^31 blocks.
+  // A forward that saves its messages launches two clusters per sequence (kMaxChainSequences).
   const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
-  if (problem.B >= (int64_t(1) << 30) / cluster)
-    throw std::invalid_argument(
-        "chain.B: 2^30 sequences or more" +
-        (cluster > 1 ? " / " + std::to_string(cluster) + " (the blocks of a cluster)" : std::string()));
+  if (problem.B > kMaxChainSequences / cluster)
+    throw std::invalid_argument("chain.B: 2^30 sequences / " + std::to_string(cluster) +
+                                " (the blocks of a cluster) or more");
   auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
   impl->spec = spec;
