@@ -229,6 +229,7 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
   const ChainProblem& p = im.problem;
+  check_workspace(workspace, back_bytes);
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
@@ -264,7 +265,8 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
     return;
   }
   // The chunks' tree has no messages of its own positions: alpha comes from the sequential forward, the score and
-  // saved from the chunks.
+  // saved from the chunks, whose workspace is checked before that forward launches.
+  check_workspace(workspace, im.chunked->workspace_bytes(saved != nullptr));
   if (!check_outputs(im.problem, lengths, score, saved, alpha, path)) return;
   if (alpha) run_forward(im, params, lengths, score, nullptr, alpha, nullptr, stream, {}, 0);
   im.chunked->forward(potentials, lengths, score, saved, stream, workspace);
@@ -290,6 +292,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_pointer(grad_potentials, "grad_potentials", empty);
   check_lengths(p, lengths, p.B == 0);
   check_backward_reads(p, saved, path, empty);
+  check_workspace(workspace, backward_workspace_bytes()); // the sequential kernels take none, but check what is given
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
@@ -371,6 +374,9 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const EdgeSplit split = edge_split(im);
+  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
+  check_workspace(workspace, partial_bytes); // before the first launch or memset: a refused call writes nothing
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.
     ScopedContext scope(im.device->context);
@@ -388,7 +394,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   params.grad_emissions = grads.emissions;
   params.grad = grads.transitions;
   params.grad_initial = grads.initial;
-  const EdgeSplit split = edge_split(im);
   params.chunk = split.chunk;
   params.chunks = split.chunks;
   ScopedContext scope(im.device->context);
@@ -399,7 +404,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   };
   if (grads.emissions)
     launch_chain(im, "_nodes", strided(p.B * p.T * p.C), unsigned(kHmmNodeThreads), params, cu_stream);
-  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
   Scratch scratch(*im.device, workspace, partial_bytes, cu_stream);
   params.partials = scratch.take(partial_bytes);
   if (grads.transitions) {
