@@ -159,7 +159,7 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
   return chain_plan_for(problem, choice.spec, choice.chunk);
 }
 
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk) {
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products) {
   check_chain_problem(problem);
   check_chain_spec(spec, problem);
   if (chunk != 0)
@@ -186,7 +186,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     throw std::invalid_argument("chain spec.cluster: clusters of blocks need sm_90 or later (this device is " +
                                 impl->device->arch() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
-  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device);
+  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device, tune_products);
   return ChainPlan(std::move(impl));
 }
 

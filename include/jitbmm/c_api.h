@@ -124,7 +124,9 @@ typedef struct {
 
 typedef struct jitbmm_chain_plan jitbmm_chain_plan;
 
-/* A chain plan for the device current on this thread (it tunes nothing, so needs no stream). */
+/* A chain plan for the device current on this thread. Neither it nor its calls tune anything (the chunked
+ * strategy's products take stored decisions, the user's cache or the shipped file, or the default), so it needs no
+ * stream. */
 jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan);
 /* The bytes of a run's `saved` (what the log backward reads; 0 for max_plus, whose backward reads the path), and the
  * scratch bytes one run takes (max_plus with a path keeps a back-pointer per (b, t, c)). */

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/tuner/policy.hpp"
 
 using namespace jitbmm;
 
@@ -113,4 +115,31 @@ TEST_CASE("a chain call given a bad workspace is refused, naming it, before it l
     CHECK(log.launched().empty());
     jitbmm_chain_plan_destroy(plan);
   }
+}
+
+// A chain plan tunes nothing, whatever the policy: under bucket a chunked chain's first forward and backward take
+// their products' stored decisions or the default variants, so they launch exactly the kernels they launch under
+// never. A tuning would time its candidates first (on the fake driver each then fails the check against the CPU
+// reference, with a warning): other kernels in the driver's log.
+TEST_CASE("a chunked chain's first calls tune none of its products, under any policy") {
+  ChainProblem p;
+  p.B = 1, p.T = 1024, p.C = 32;
+  const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
+  DeviceBuffer pot(potentials), grad(potentials), score(4), g(4);
+  auto first_calls = [&](TunePolicy policy) {
+    set_tune_policy(policy);
+    const DriverLog log;
+    const ChainPlan plan = ChainPlan::get(p); // a plan of its own: its products are planned on its first call
+    REQUIRE(plan.chunk() == 64);
+    DeviceBuffer saved(plan.saved_bytes());
+    plan(pot.get(), nullptr, score.get(), saved.get());
+    plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get());
+    const std::vector<std::string> launched = log.launched();
+    return std::set<std::string>(launched.begin(), launched.end());
+  };
+  const std::set<std::string> never = first_calls(TunePolicy::never);
+  const std::set<std::string> bucket = first_calls(TunePolicy::bucket);
+  set_tune_policy(TunePolicy::never);
+  CHECK(!never.empty());
+  CHECK(bucket == never);
 }
