@@ -25,7 +25,7 @@ std::pair<HmmInputs, HmmGradients> tables_at(unsigned char* base, const ChainPro
 
 } // namespace
 
-ChainTrial::ChainTrial(const ChainProblem& p) : p_(p) {
+ChainTrial::ChainTrial(const ChainProblem& p, bool tune_products) : p_(p), tune_products_(tune_products) {
   const DType out = chain_output_dtype(p);
   const int bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   const bool hmm = p.form == ChainForm::hmm;
@@ -57,7 +57,7 @@ ChainTrial::ChainTrial(const ChainProblem& p) : p_(p) {
 
 ChainRow ChainTrial::measure(const ChainSpec& spec, int reps, int64_t chunk) {
   const bool log = p_.semiring == Semiring::log, hmm = p_.form == ChainForm::hmm;
-  const ChainPlan plan = chain_plan_for(p_, spec, chunk);
+  const ChainPlan plan = chain_plan_for(p_, spec, chunk, tune_products_);
   DeviceBuffer saved(plan.saved_bytes() + 1), workspace(plan.workspace_bytes(true) + 1),
       backward_workspace(plan.backward_workspace_bytes() + 1);
   const Workspace ws{workspace.get(), plan.workspace_bytes(true)};

@@ -20,12 +20,16 @@ struct ChainRow {
 
 class ChainTrial {
 public:
-  explicit ChainTrial(const ChainProblem& problem); // allocates and uploads on the current device
+  // Allocates and uploads on the current device. With `tune_products`, the chunked strategy's products tune on
+  // their first call (chain_plan_for), within the warm-up: what `tune --chain` times; otherwise they run as a
+  // ChainPlan::get plan's do.
+  explicit ChainTrial(const ChainProblem& problem, bool tune_products = false);
   // Each launch warmed up three times, then `reps` timed runs; `chunk` as chain_plan_for takes it.
   ChainRow measure(const ChainSpec& spec, int reps, int64_t chunk = 0);
 
 private:
   ChainProblem p_;
+  bool tune_products_ = false;
   double want_ = 0;
   DeviceBuffer inputs_, score_, grad_, grad_score_, path_;
 };

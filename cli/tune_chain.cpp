@@ -1,8 +1,9 @@
 // jitbmm tune --chain C: time a chain problem's cluster sizes on this GPU (the rule's blocks for one block per
 // sequence and clusters of 2, 4 and 8 where their registers fit) and, for log chains in the CRF form, the chunked
-// strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in saved), each checked
-// against the CPU reference, and store what choose_chain_clusters picks as the decision every ChainPlan::get of the
-// problem's bucket takes (runtime/tuner/chain_decisions.hpp).
+// strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in saved, which tune as
+// the policy allows: the only chain whose products do), each checked against the CPU reference, and store what
+// choose_chain_clusters picks as the decision every ChainPlan::get of the problem's bucket takes
+// (runtime/tuner/chain_decisions.hpp).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -47,7 +48,7 @@ int run_chain_tune(const Args& args) {
                                 device->arch() + ")");
   ScopedContext scope(device->context);
   const auto start = std::chrono::steady_clock::now();
-  ChainTrial trial(p);
+  ChainTrial trial(p, true); // the chunked candidates' products tuned and stored, for the plans that then take them
   std::printf("device: %s; chain %s\n", device->name.c_str(), chain_bucket_text(p).c_str());
   std::printf("%8s %10s %12s %10s %10s %s\n", "cluster", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
   std::vector<ChainTiming> timed;

@@ -11,6 +11,7 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/policy.hpp"
 #include "support/checked_size.hpp"
 #include "templates/chain/chunk_params.cuh"
 
@@ -75,8 +76,9 @@ ChainPlan plan_chain_of_chunks(const ChainProblem& p, int64_t chunk, const Devic
 
 } // namespace
 
-ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device)
-    : problem_(problem), L_(chunk), device_(std::move(device)),
+ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device,
+                           bool tune_products)
+    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)),
       top_(plan_chain_of_chunks(problem, chunk, *device_)) {
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
@@ -192,6 +194,7 @@ void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void*
   const int acc = dtype_info(p.dtype).acc_bytes;
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_); // the products' plans, and their wide-data variants
   Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
   char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
                          : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -238,6 +241,7 @@ void ChunkedChain::backward(const void* potentials, const int64_t* lengths, cons
   const std::size_t matrix = matrix_bytes(1);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_); // the products' plans, and their backward passes' kernels
   Scratch scratch(*device_, workspace, backward_workspace_bytes(), cu_stream);
   const int64_t total = p.B * chunks_;
   char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));

@@ -26,8 +26,10 @@ class ChunkedChain {
 public:
   // Compiles the chunk module and plans the chain of chunks. Throws std::invalid_argument naming "chunk" unless
   // the problem is a log chain in the CRF form with T ≥ 2, `chunk` a power of two in [2, kMaxChainChunk], and the
-  // chunks' products fit in the forward's `saved` (chunk_fits).
-  ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device);
+  // chunks' products fit in the forward's `saved` (chunk_fits). The products tune only with `tune_products`
+  // (chain_plan_for).
+  ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device,
+               bool tune_products = false);
 
   // As ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
   void forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
@@ -51,13 +53,16 @@ private:
   // The steps of params' chunks copied into level[0], then each level's products into the next, every matrix made
   // relative to its largest entry, the shifts level after level from `shifts` on.
   void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, Stream stream) const;
-  // The plan of a level's `batch` products, made on its first call (on `stream`: nothing is tuned while it is
-  // being captured) and kept: a plan's get() chooses its variant anew each time.
+  // The plan of a level's `batch` products, made on its first call (on `stream`: with tune_products too, nothing is
+  // tuned while it is being captured) and kept: a plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
 
   ChainProblem problem_;
   int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree
   int64_t strides_[4] = {};
+  // A chain plan tunes nothing on its own (a first call would otherwise time every product's candidates): the
+  // forward and the backward hold tuning (TuningHold) unless `tune --chain` asked for it.
+  bool tune_products_ = false;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
   ChainPlan top_;

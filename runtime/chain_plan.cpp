@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "cache/disk_cache.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
@@ -14,7 +13,6 @@
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
 #include "support/checked_size.hpp"
-#include "support/log.hpp"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -161,63 +159,16 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
   return chain_plan_for(problem, choice.spec, choice.chunk);
 }
 
-int64_t default_chain_chunk(const ChainProblem& p) {
-  // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
-  // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
-  // on an H200 (bench/RESULTS.md, "Few sequences of long chains"), its forward + backward won at one to four
-  // sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the
-  // tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the
-  // fastest, one chunk of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core
-  // form, was not measured: it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its
-  // bucket.
-  const bool f32_tree = chain_output_dtype(p) == DType::f32;
-  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 || p.B < 1 ||
-      p.C * p.B > 128 || p.T < 1024)
-    return 0;
-  for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
-    if (chunk_unfit(p, chunk).empty()) return chunk;
-  return 0;
-}
-
-ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
-  const int sms = cluster_sms(device);
-  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false, false};
-  if (sms == 0 || problem.B == 0) return c;
-  c.decision = remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
-  // A decision is taken only as written for this bucket, and where the plan can launch its clusters and compute
-  // its chunks (another problem of the bucket may be too short for them): an entry written by hand may name others.
-  if (!c.decision || c.decision->problem != chain_bucket_text(problem)) return c;
-  if (const std::optional<int64_t> chunk = c.decision->chunk;
-      chunk && (*chunk == 0 || chunk_unfit(problem, *chunk).empty())) {
-    c.chunk = *chunk;
-    c.chunk_from_decision = true;
-  }
-  const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
-  if (problem.B >= (int64_t(1) << 30) / cluster) return c;
-  const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
-  if (!tuned.clusters_fit()) return c;
-  if (log_enabled(LogLevel::debug))
-    log_message(LogLevel::debug,
-                "chain " + chain_bucket_text(problem) + ": clusters " + std::to_string(c.decision->forward_cluster) +
-                    " and " + std::to_string(c.decision->saving_cluster) + " (saving), from the stored decision");
-  c.spec = tuned;
-  c.from_decision = true;
-  return c;
-}
-
-int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }
-
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk) {
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products) {
   check_chain_problem(problem);
   check_chain_spec(spec, problem);
   if (chunk != 0)
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
-  // A forward that saves its messages launches two clusters per sequence, and a grid holds fewer than 2^31 blocks.
+  // A forward that saves its messages launches two clusters per sequence (kMaxChainSequences).
   const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
-  if (problem.B >= (int64_t(1) << 30) / cluster)
-    throw std::invalid_argument(
-        "chain.B: 2^30 sequences or more" +
-        (cluster > 1 ? " / " + std::to_string(cluster) + " (the blocks of a cluster)" : std::string()));
+  if (problem.B > kMaxChainSequences / cluster)
+    throw std::invalid_argument("chain.B: 2^30 sequences / " + std::to_string(cluster) +
+                                " (the blocks of a cluster) or more");
   auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
   impl->spec = spec;
@@ -235,7 +186,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     throw std::invalid_argument("chain spec.cluster: clusters of blocks need sm_90 or later (this device is " +
                                 impl->device->arch() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
-  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device);
+  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device, tune_products);
   return ChainPlan(std::move(impl));
 }
 
@@ -278,6 +229,7 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
   const ChainProblem& p = im.problem;
+  check_workspace(workspace, back_bytes);
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
@@ -313,7 +265,8 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
     return;
   }
   // The chunks' tree has no messages of its own positions: alpha comes from the sequential forward, the score and
-  // saved from the chunks.
+  // saved from the chunks, whose workspace is checked before that forward launches.
+  check_workspace(workspace, im.chunked->workspace_bytes(saved != nullptr));
   if (!check_outputs(im.problem, lengths, score, saved, alpha, path)) return;
   if (alpha) run_forward(im, params, lengths, score, nullptr, alpha, nullptr, stream, {}, 0);
   im.chunked->forward(potentials, lengths, score, saved, stream, workspace);
@@ -339,6 +292,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_pointer(grad_potentials, "grad_potentials", empty);
   check_lengths(p, lengths, p.B == 0);
   check_backward_reads(p, saved, path, empty);
+  check_workspace(workspace, backward_workspace_bytes()); // the sequential kernels take none, but check what is given
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
@@ -420,6 +374,9 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const EdgeSplit split = edge_split(im);
+  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
+  check_workspace(workspace, partial_bytes); // before the first launch or memset: a refused call writes nothing
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.
     ScopedContext scope(im.device->context);
@@ -437,7 +394,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   params.grad_emissions = grads.emissions;
   params.grad = grads.transitions;
   params.grad_initial = grads.initial;
-  const EdgeSplit split = edge_split(im);
   params.chunk = split.chunk;
   params.chunks = split.chunks;
   ScopedContext scope(im.device->context);
@@ -448,7 +404,6 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   };
   if (grads.emissions)
     launch_chain(im, "_nodes", strided(p.B * p.T * p.C), unsigned(kHmmNodeThreads), params, cu_stream);
-  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
   Scratch scratch(*im.device, workspace, partial_bytes, cu_stream);
   params.partials = scratch.take(partial_bytes);
   if (grads.transitions) {

@@ -13,8 +13,11 @@ namespace jitbmm {
 
 // As ChainPlan::get, with `spec` (checked against the problem and the device) instead of default_chain_spec's,
 // and with `chunk` > 0 the chunked strategy in chunks of that many steps (runtime/chain_chunked.hpp; a power of
-// two, std::invalid_argument naming "chunk" where chunk_unfit says why not).
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0);
+// two, std::invalid_argument naming "chunk" where chunk_unfit says why not). The chunked strategy's products take
+// stored decisions or the default, as every chain plan's; with `tune_products` (what `jitbmm tune --chain` times
+// them with) they tune as the process's policy allows, and store what they find.
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0,
+                         bool tune_products = false);
 
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);

@@ -22,16 +22,21 @@ ScratchSize& ScratchSize::add(std::size_t bytes, const char* what) {
   return *this;
 }
 
+void check_workspace(const Workspace& caller, std::size_t needed) {
+  if (!caller.ptr && !caller.bytes) return;
+  if (!caller.ptr)
+    throw std::invalid_argument("workspace: " + std::to_string(caller.bytes) + " bytes at a null pointer");
+  if (reinterpret_cast<uintptr_t>(caller.ptr) % kScratchAlignment != 0)
+    throw std::invalid_argument("workspace: pointer not aligned to " + std::to_string(kScratchAlignment) + " bytes");
+  if (caller.bytes < needed)
+    throw std::invalid_argument("workspace: " + std::to_string(caller.bytes) + " bytes given, this call needs " +
+                                std::to_string(needed));
+}
+
 Scratch::Scratch(const DeviceInfo& device, const Workspace& caller, std::size_t needed, CUstream stream)
     : stream_(stream) {
+  check_workspace(caller, needed);
   if (caller.ptr || caller.bytes) {
-    if (!caller.ptr)
-      throw std::invalid_argument("workspace: " + std::to_string(caller.bytes) + " bytes at a null pointer");
-    if (reinterpret_cast<uintptr_t>(caller.ptr) % kScratchAlignment != 0)
-      throw std::invalid_argument("workspace: pointer not aligned to " + std::to_string(kScratchAlignment) + " bytes");
-    if (caller.bytes < needed)
-      throw std::invalid_argument("workspace: " + std::to_string(caller.bytes) + " bytes given, this call needs " +
-                                  std::to_string(needed));
     next_ = static_cast<char*>(caller.ptr);
     left_ = needed;
     return;

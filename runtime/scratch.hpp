@@ -23,10 +23,14 @@ private:
   std::size_t bytes_ = 0;
 };
 
+// Throws std::invalid_argument naming "workspace" when the caller's is null (with a size), misaligned or smaller than
+// `needed`; none given (null, 0 bytes) means jitbmm's pool. A call that launches before it takes its Scratch checks
+// its workspace so first, for a refused call to have launched nothing.
+void check_workspace(const Workspace& caller, std::size_t needed);
+
 class Scratch {
 public:
-  // `needed` as ScratchSize counted it. Throws std::invalid_argument naming "workspace" when the caller's is null
-  // (with a size), misaligned or smaller than needed.
+  // `needed` as ScratchSize counted it; the caller's workspace checked by check_workspace.
   Scratch(const DeviceInfo& device, const Workspace& caller, std::size_t needed, CUstream stream);
   ~Scratch();
   Scratch(const Scratch&) = delete;

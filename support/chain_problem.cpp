@@ -55,6 +55,23 @@ void check_strides(const char* field, const int64_t* strides, int n) {
            "must be non-negative (got " + std::to_string(strides[i]) + ")");
 }
 
+// The hmm form's fields on a crf problem: nothing reads them, so a caller who set them meant the other form.
+void check_no_tables(const ChainProblem& p) {
+  const char* why = "the crf form has no tables (set form to hmm, or pass the potentials with `strides`)";
+  if (p.batched_transitions) fail("batched_transitions", why);
+  if (p.batched_initial) fail("batched_initial", why);
+  const struct {
+    const char* field;
+    const int64_t* strides;
+    int n;
+  } tables[] = {{"emission_strides", p.emission_strides, 3},
+                {"transition_strides", p.transition_strides, 3},
+                {"initial_strides", p.initial_strides, 2}};
+  for (const auto& t : tables)
+    for (int i = 0; i < t.n; ++i)
+      if (t.strides[i] != 0) fail(std::string(t.field) + "[" + std::to_string(i) + "]", why);
+}
+
 } // namespace
 
 void check_chain_problem(const ChainProblem& p) {
@@ -67,12 +84,13 @@ void check_chain_problem(const ChainProblem& p) {
   const int d = static_cast<int>(p.dtype);
   if (d < 0 || d >= dtype_count())
     fail("dtype", "enum value " + std::to_string(d) + " is not supported (expected f32, f64, f16 or bf16)");
-  if (p.B < 0) fail("B", "must be at least 0 (got " + std::to_string(p.B) + ")");
+  if (p.B < 0 || p.B > kMaxChainSequences) fail("B", "must be in [0, 2^30 - 1] (got " + std::to_string(p.B) + ")");
   if (p.T < 1) fail("T", "must be at least 1 (got " + std::to_string(p.T) + ")");
   if (p.C < 1 || p.C > kMaxChainStates)
     fail("C", "must be in [1, " + std::to_string(kMaxChainStates) + "] (got " + std::to_string(p.C) + ")");
   if (p.form != ChainForm::crf && p.form != ChainForm::hmm)
     fail("form", "enum value " + std::to_string(static_cast<int>(p.form)) + " is not a form (expected crf or hmm)");
+  if (p.form == ChainForm::crf) check_no_tables(p);
   check_strides("strides", p.strides, 4);
   check_strides("emission_strides", p.emission_strides, 3);
   check_strides("transition_strides", p.transition_strides, 3);

@@ -106,11 +106,12 @@ void jitbmm_plan_destroy(jitbmm_plan* plan);
 /* Chains (ChainPlan in chain.hpp; docs/chains.md): the forward algorithm of a linear-chain CRF over B sequences of
  * T positions and C states in fused kernels. potentials[b][t][c][p] (t < T - 1) scores the edge from state p at
  * position t to state c at t + 1: torch-struct's LinearChainCRF layout. The HMM form gives the chain by its tables
- * instead: emissions[B][T][C], transitions[C][C] (to, from) and initial[C], the tables optionally per sequence. */
+ * instead: emissions[B][T][C], transitions[C][C] (to, from) and initial[C], the tables optionally per sequence; a CRF
+ * problem leaves the HMM form's fields 0. */
 typedef struct {
   const char* semiring; /* "log" (log-partition) or "max_plus" (Viterbi) */
   const char* dtype;    /* the inputs': "f32", "f64", "f16" or "bf16" (computed in f32) */
-  int64_t B, T, C;      /* B >= 0, T >= 1, 1 <= C <= 1024 */
+  int64_t B, T, C;      /* 0 <= B < 2^30, T >= 1, 1 <= C <= 1024 */
   int64_t strides[4];   /* b, t, c, p of potentials in elements; all 0: contiguous [B][T - 1][C][C] */
   int with_lengths;     /* the calls get int64 lengths[B] on the device, each in [1, T] (else NULL) */
   const char* form;     /* NULL or "crf": the potentials; "hmm": the tables (the _hmm calls; strides all 0) */
@@ -123,7 +124,9 @@ typedef struct {
 
 typedef struct jitbmm_chain_plan jitbmm_chain_plan;
 
-/* A chain plan for the device current on this thread (it tunes nothing, so needs no stream). */
+/* A chain plan for the device current on this thread. Neither it nor its calls tune anything (the chunked
+ * strategy's products take stored decisions, the user's cache or the shipped file, or the default), so it needs no
+ * stream. */
 jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan);
 /* The bytes of a run's `saved` (what the log backward reads; 0 for max_plus, whose backward reads the path), and the
  * scratch bytes one run takes (max_plus with a path keeps a back-pointer per (b, t, c)). */

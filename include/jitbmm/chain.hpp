@@ -77,7 +77,8 @@ public:
   struct Impl;
 
 private:
-  friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk);
+  friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
+                                  bool tune_products);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -32,14 +32,15 @@ struct ChainProblem {
   // grad_score and the saved messages are then f32 (the accumulator's dtype, chain_output_dtype), the inputs'
   // gradients in the inputs' dtype.
   DType dtype = DType::f32;
-  int64_t B = 0, T = 1, C = 1;       // B may be 0; T ≥ 1; C ≥ 1 (at most kMaxChainStates)
+  int64_t B = 0, T = 1, C = 1;       // B in [0, kMaxChainSequences]; T ≥ 1; C in [1, kMaxChainStates]
   // Element strides of potentials for (b, t, c, p); any non-negative values (broadcast dimensions have stride 0).
   // All four 0 (the default): contiguous [B][T − 1][C][C].
   int64_t strides[4] = {0, 0, 0, 0};
   // The calls get lengths[b] (int64 on the device, each in [1, T]): sequence b ends at position lengths[b] − 1, and
   // the potentials of its later steps are not read. Without lengths every sequence has T positions.
   bool with_lengths = false;
-  // The input form. crf: the potentials above. hmm: the tables below (strides must then be all 0).
+  // The input form. crf: the potentials above (the fields below must then keep their defaults). hmm: the tables
+  // below (strides must then be all 0).
   ChainForm form = ChainForm::crf;
   bool batched_transitions = false; // hmm: transitions [B][C][C], one table per sequence (else [C][C], shared)
   bool batched_initial = false;     // hmm: initial [B][C] (else [C], shared)
@@ -51,6 +52,9 @@ struct ChainProblem {
   int64_t initial_strides[2] = {0, 0};
 };
 constexpr int64_t kMaxChainStates = 1024;
+// A forward that saves its messages launches two blocks a sequence (more with clusters), and a grid holds fewer
+// than 2^31 blocks.
+constexpr int64_t kMaxChainSequences = (int64_t(1) << 30) - 1;
 
 // The HMM form's tables (ChainProblem::form = hmm), laid out as the problem's hmm strides say: device memory for
 // ChainPlan, host memory for the reference.
@@ -70,8 +74,9 @@ struct HmmGradients {
 DType chain_output_dtype(const ChainProblem& problem);
 
 // Throws std::invalid_argument naming the field when the problem is not one jitbmm computes: a semiring other
-// than log and max_plus, a dtype that is not a float, T < 1, C outside [1, kMaxChainStates], B < 0, negative
-// strides, an input beyond 2^62 bytes, or potentials' strides given to the hmm form.
+// than log and max_plus, a dtype that is not a float, T < 1, C outside [1, kMaxChainStates], B outside
+// [0, kMaxChainSequences], negative strides, an input beyond 2^62 bytes, potentials' strides given to the hmm form,
+// or the hmm form's fields (batched_*, *_strides of the tables) given to the crf form.
 void check_chain_problem(const ChainProblem& problem);
 // The element stride of potentials along (b, t, c, p), contiguous strides filled in.
 void chain_strides(const ChainProblem& problem, int64_t out[4]);

@@ -308,8 +308,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
       refused.push_back(c->spec);
     }
     if (tune && TuningHold::active())
-      return {fallback, "default: the caller's stream is being captured into a CUDA graph, so nothing is tuned now", {},
-              false, true};
+      return {fallback, "default: tuning is held (a stream capture, or a chain's products)", {}, false, true};
     if (!tune) return {fallback, "default", {}};
     const std::string what = describe(p) + (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass));
     // A trial draws device and host memory of the problem's size: it is sized against what is free before anything

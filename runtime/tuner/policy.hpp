@@ -28,7 +28,7 @@ void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the
 // into a CUDA graph. While a TuningHold made with `hold` = true lives, choices made on its thread come from stored
 // decisions or the default, whatever the policy, and a default chosen so is not remembered: the first choice outside
 // the hold tunes as usual. Plans that find the caller's stream capturing (SemiringBMM::get with a stream, backward)
-// hold tuning this way.
+// hold tuning this way, and so do a chunked chain's calls for its products (a chain plan tunes nothing on its own).
 class TuningHold {
 public:
   explicit TuningHold(bool hold);

@@ -118,11 +118,18 @@ TEST_CASE("chain problem checks: each bad field is named") {
       {[](ChainProblem& p) { p.C = 0; }, "chain.C: "},
       {[](ChainProblem& p) { p.C = kMaxChainStates + 1; }, "chain.C: "},
       {[](ChainProblem& p) { p.B = -1; }, "chain.B: "},
+      {[](ChainProblem& p) { p.B = int64_t(1) << 30; }, "chain.B: must be in [0, 2^30 - 1] (got 1073741824)"},
       {[](ChainProblem& p) { p.strides[2] = -1; }, "chain.strides[2]: "},
       {[](ChainProblem& p) { p.strides[0] = int64_t(1) << 61; }, "chain.potentials: addresses more than 2^62 bytes"},
-      {[](ChainProblem& p) { p.B = int64_t(1) << 40, p.T = 3, p.C = 1024; }, "chain.potentials: "},
-      {[](ChainProblem& p) { p.B = int64_t(1) << 59, p.T = 2, p.C = 1; }, "chain.alpha: "}, // f64: 2^63 bytes
+      {[](ChainProblem& p) { p.B = int64_t(1) << 29, p.T = 4096, p.C = 1024; }, "chain.potentials: "},
+      {[](ChainProblem& p) { p.B = int64_t(1) << 29, p.T = int64_t(1) << 31, p.C = 1; }, "chain.alpha: "}, // 2^63 bytes
       {[](ChainProblem& p) { p.B = 0, p.T = int64_t(1) << 50, p.C = 1024; }, "chain.alpha: "},
+      // The hmm form's fields on a crf problem.
+      {[](ChainProblem& p) { p.batched_transitions = true; }, "chain.batched_transitions: the crf form has no tables"},
+      {[](ChainProblem& p) { p.batched_initial = true; }, "chain.batched_initial: the crf form has no tables"},
+      {[](ChainProblem& p) { p.emission_strides[2] = 1; }, "chain.emission_strides[2]: the crf form has no tables"},
+      {[](ChainProblem& p) { p.transition_strides[0] = 4; }, "chain.transition_strides[0]: "},
+      {[](ChainProblem& p) { p.initial_strides[1] = 1; }, "chain.initial_strides[1]: "},
   };
   for (const auto& [change, field] : cases) {
     ChainProblem p = chain(Semiring::log, 2, 3, 2);
@@ -164,6 +171,9 @@ TEST_CASE("chain saved bytes: from the problem alone, as documented; 0 for max_p
   CHECK(chain_saved_bytes(chain(Semiring::max_plus, 32, 512, 64)) == 0);
   CHECK(chain_saved_bytes(chain(Semiring::log, 0, 7, 3)) == 0);
   check_throws_naming([] { chain_saved_bytes(chain(Semiring::log, 2, 3, 0)); }, "chain.C: ");
+  // As many sequences as no plan launches: refused here too, as every entry point refuses them.
+  CHECK(chain_saved_bytes(chain(Semiring::log, kMaxChainSequences, 1, 1)) > 0);
+  check_throws_naming([] { chain_saved_bytes(chain(Semiring::log, kMaxChainSequences + 1, 1, 1)); }, "chain.B: ");
 }
 
 TEST_CASE("chain reference: potentials[b][t][c][p] scores the edge from p at t to c at t + 1 (torch-struct)") {

@@ -1,0 +1,61 @@
+// Which variant ChainPlan::get takes: a stored decision of `jitbmm tune --chain` for the problem's bucket where it
+// fits, else the rules (default_chain_spec for the clusters, default_chain_chunk for the strategy along T).
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/chain_chunked.hpp"
+#include "runtime/chain_plan.hpp"
+#include "runtime/device.hpp"
+#include "support/log.hpp"
+
+namespace jitbmm {
+
+int64_t default_chain_chunk(const ChainProblem& p) {
+  // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
+  // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
+  // on an H200 (bench/RESULTS.md, "Few sequences of long chains"), its forward + backward won at one to four
+  // sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the
+  // tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the
+  // fastest, one chunk of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core form,
+  // was not measured: it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its bucket.
+  const bool f32_tree = chain_output_dtype(p) == DType::f32;
+  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 || p.B < 1 ||
+      p.C * p.B > 128 || p.T < 1024)
+    return 0;
+  for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
+    if (chunk_unfit(p, chunk).empty()) return chunk;
+  return 0;
+}
+
+ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
+  const int sms = cluster_sms(device);
+  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false, false};
+  if (sms == 0 || problem.B == 0) return c;
+  c.decision = remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  // A decision is taken only as written for this bucket, and where the plan can launch its clusters and compute
+  // its chunks (another problem of the bucket may be too short for them): an entry written by hand may name others.
+  if (!c.decision || c.decision->problem != chain_bucket_text(problem)) return c;
+  if (const std::optional<int64_t> chunk = c.decision->chunk;
+      chunk && (*chunk == 0 || chunk_unfit(problem, *chunk).empty())) {
+    c.chunk = *chunk;
+    c.chunk_from_decision = true;
+  }
+  const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
+  if (problem.B > kMaxChainSequences / cluster) return c;
+  const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
+  if (!tuned.clusters_fit()) return c;
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug,
+                "chain " + chain_bucket_text(problem) + ": clusters " + std::to_string(c.decision->forward_cluster) +
+                    " and " + std::to_string(c.decision->saving_cluster) + " (saving), from the stored decision");
+  c.spec = tuned;
+  c.from_decision = true;
+  return c;
+}
+
+int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }
+
+} // namespace jitbmm
