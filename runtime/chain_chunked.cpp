@@ -194,7 +194,7 @@ void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void*
   const int acc = dtype_info(p.dtype).acc_bytes;
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
-  const TuningHold hold(!tune_products_); // the products' plans, and their wide-data variants
+  const TuningHold hold(!tune_products_, false); // the products' plans, and their wide-data variants
   Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
   char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
                          : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -241,7 +241,7 @@ void ChunkedChain::backward(const void* potentials, const int64_t* lengths, cons
   const std::size_t matrix = matrix_bytes(1);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
-  const TuningHold hold(!tune_products_); // the products' plans, and their backward passes' kernels
+  const TuningHold hold(!tune_products_, false); // the products' plans, and their backward passes' kernels
   Scratch scratch(*device_, workspace, backward_workspace_bytes(), cu_stream);
   const int64_t total = p.B * chunks_;
   char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));

@@ -109,7 +109,8 @@ namespace {
 // Where a cascade reads decisions: a key's decision, and the bucket decisions of a family.
 struct DecisionSource {
   const char* prefix; // put before the step's name in Choice::source ("" for the user's cache, "shipped ")
-  // A stored decision that does not decode is moved aside by the cache, which warns once naming the file.
+  // A stored decision that does not decode, or is not what its key stands for, is nothing: the disk cache moves it
+  // aside and warns once naming the file; a decisions file was refused whole when read.
   std::function<std::optional<Decision>(const std::string& key)> load;
   std::function<std::vector<Decision>(const std::string& family)> buckets;
 };
@@ -120,19 +121,13 @@ std::optional<Choice> cascade(const DecisionSource& from, const Problem& p, cons
                               TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
                               InputRange range) {
   const std::string family = tuning_family(p, td, pass, range);
-  // An exact or bucket decision is this problem's own: one that no longer fits is stale, and said so; one whose
-  // family, scope or shape is not what its key stands for was stored under another key, and is not used.
+  // An exact or bucket decision is this problem's own (its key says so: DecisionSource::load checked it): one that
+  // no longer fits is stale, and said so.
   auto own = [&](bool bucket, const char* step) -> std::optional<Choice> {
     const std::string key = tuning_key(p, td, bucket, pass, range);
     const auto d = from.load(key);
     if (!d) return std::nullopt;
     const std::string source = std::string(from.prefix) + step;
-    if (d->family != family || d->bucket != bucket || !(d->shape == (bucket ? shape_bucket(p.shape) : p.shape))) {
-      warn_once(key, "ignoring the stored tuning decision " + key.substr(0, 16) + " (" + source + "): it was tuned for " +
-                         d->problem + " (" + (d->bucket ? "bucket " : "exact shape ") + to_string(d->shape) +
-                         "), which its key does not stand for; deciding again");
-      return std::nullopt;
-    }
     const auto spec = fitting(d->spec, p);
     if (!spec) {
       std::string why;
@@ -290,7 +285,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     std::vector<KernelSpec> refused = rejected;
     while (auto c = stored_choice(disk, p, td, policy, pass, refused, InputRange::normal, &shipped_decisions())) {
       if (!brought_in(*c)) return *c;
-      if (TuningHold::active())
+      if (TuningHold::capturing())
         return {fallback,
                 "default: the caller's stream is being captured into a CUDA graph, so the " + c->source +
                     " decision cannot be checked now",

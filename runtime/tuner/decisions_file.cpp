@@ -19,11 +19,13 @@ bool is_key(const std::string& key) {
   return key.size() == 64 && key.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-// Whether `text` decodes as a decision of `kind`.
-bool decodes(const std::string& kind, const std::string& text) {
-  if (kind == kProductKind) return decode_decision(text).has_value();
-  if (kind == kChainKind) return decode_chain_decision(text).has_value();
-  return false;
+// "" when `text` decodes as a decision of `kind` stored under `key`, else what is wrong. (A chain decision's key
+// hashes its device, which its text does not name: only its text is checked.)
+std::string defect(const std::string& kind, const std::string& key, const std::string& text) {
+  if (kind == kChainKind) return decode_chain_decision(text) ? "" : "the entry does not decode as a chain decision";
+  const auto d = decode_decision(text);
+  if (!d) return "the entry does not decode as a product decision";
+  return decision_key(*d) == key ? "" : "the entry's family, scope or shape is not what its key stands for";
 }
 
 std::size_t line_count(const std::string& text) {
@@ -78,10 +80,9 @@ std::vector<DecisionEntry> decode_decisions_file(const std::string& text, const 
       if (!next()) fail("the entry of line " + std::to_string(first) + " is cut short");
       body += line + '\n';
     }
-    if (!decodes(kind, body)) {
+    if (const std::string why = defect(kind, key, body); !why.empty()) {
       number = first;
-      fail("the entry does not decode as a " + std::string(kind == kProductKind ? "product" : "chain") +
-           " decision");
+      fail(why);
     }
     entries.push_back({key, kind, body});
   }

@@ -16,6 +16,7 @@ constexpr EnumName<TunePolicy> kPolicyNames[] = {
 
 std::atomic<int> g_policy_override{-1};
 thread_local bool t_tuning_held = false;
+thread_local bool t_launches_held = false;
 
 } // namespace
 
@@ -25,9 +26,17 @@ TunePolicy parse_tune_policy(const std::string& text) { return parse_env_enum(kP
 
 void set_tune_policy(std::optional<TunePolicy> policy) { g_policy_override = policy ? static_cast<int>(*policy) : -1; }
 
-TuningHold::TuningHold(bool hold) : previous_(t_tuning_held) { t_tuning_held = previous_ || hold; }
-TuningHold::~TuningHold() { t_tuning_held = previous_; }
+TuningHold::TuningHold(bool hold, bool capturing)
+    : previous_(t_tuning_held), previous_capturing_(t_launches_held) {
+  t_tuning_held = previous_ || hold;
+  t_launches_held = previous_capturing_ || (hold && capturing);
+}
+TuningHold::~TuningHold() {
+  t_tuning_held = previous_;
+  t_launches_held = previous_capturing_;
+}
 bool TuningHold::active() { return t_tuning_held; }
+bool TuningHold::capturing() { return t_launches_held; }
 
 TunePolicy tune_policy_from_env() {
   if (const int v = g_policy_override.load(); v >= 0) return static_cast<TunePolicy>(v);

@@ -28,17 +28,20 @@ void set_tune_policy(std::optional<TunePolicy> policy); // for this process (the
 // into a CUDA graph. While a TuningHold made with `hold` = true lives, choices made on its thread come from stored
 // decisions or the default, whatever the policy, and a default chosen so is not remembered: the first choice outside
 // the hold tunes as usual. Plans that find the caller's stream capturing (SemiringBMM::get with a stream, backward)
-// hold tuning this way, and so do a chunked chain's calls for its products (a chain plan tunes nothing on its own).
+// hold tuning this way; so do a chunked chain's calls for its products (a chain plan tunes nothing on its own), but
+// with `capturing` false: they may still launch the check of a decision brought from elsewhere (choose.hpp), which a
+// capture may not.
 class TuningHold {
 public:
-  explicit TuningHold(bool hold);
+  explicit TuningHold(bool hold, bool capturing = true);
   ~TuningHold();
   TuningHold(const TuningHold&) = delete;
   TuningHold& operator=(const TuningHold&) = delete;
-  static bool active(); // on this thread
+  static bool active();    // on this thread
+  static bool capturing(); // on this thread: nothing may be launched outside the caller's stream
 
 private:
-  bool previous_;
+  bool previous_, previous_capturing_;
 };
 
 } // namespace jitbmm

@@ -79,9 +79,14 @@ std::string tuning_family(const Problem& p, const TuningDevice& d, Pass pass, In
   return sha256_hex(family_text(p, d, pass, range));
 }
 
+std::string decision_key(const std::string& family, bool bucket, const Shape& shape) {
+  return sha256_hex(family + (bucket ? " bucket " : " exact ") + to_string(shape));
+}
+
+std::string decision_key(const Decision& d) { return decision_key(d.family, d.bucket, d.shape); }
+
 std::string tuning_key(const Problem& p, const TuningDevice& d, bool bucket, Pass pass, InputRange range) {
-  const Shape shape = bucket ? shape_bucket(p.shape) : p.shape;
-  return sha256_hex(family_text(p, d, pass, range) + (bucket ? "bucket " : "exact ") + to_string(shape));
+  return decision_key(tuning_family(p, d, pass, range), bucket, bucket ? shape_bucket(p.shape) : p.shape);
 }
 
 std::string encode_decision(const Decision& d) {
@@ -178,10 +183,15 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
   const std::optional<std::string> text = disk->get(key, kKind);
   if (!text) return std::nullopt;
   auto d = decode_decision(*text);
-  if (!d) {
-    // Moved aside, so that the next process neither reads it nor warns about it again.
-    disk->discard(key, kKind, *text, "does not parse as a tuning decision");
+  // One that does not decode, or is not what its key stands for (its family, scope or shape is another's), is moved
+  // aside, so that the next process neither reads it nor warns about it again.
+  const char* why = !d ? "does not parse as a tuning decision"
+                  : decision_key(*d) != key ? "its family, scope or shape is not what its key stands for"
+                                            : nullptr;
+  if (why) {
+    disk->discard(key, kKind, *text, why);
     if (unreadable) *unreadable = true;
+    return std::nullopt;
   }
   return d;
 }

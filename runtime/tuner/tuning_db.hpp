@@ -39,6 +39,8 @@ constexpr int driver_major(int driver_version) { return driver_version / 1000; }
 std::string tuning_device_text(const TuningDevice& device);
 std::string tuning_key(const Problem& problem, const TuningDevice& device, bool bucket, Pass pass = Pass::forward,
                        InputRange range = InputRange::normal);
+// The key is the family's hash with the scope and the shape (the exact shape or the bucket's), so a stored
+// decision's own lines name the one key it may be stored under: a reader checks that, wherever the text came from.
 // The key without the shape: decisions of one family may stand in for each other (nearest bucket).
 std::string tuning_family(const Problem& problem, const TuningDevice& device, Pass pass = Pass::forward,
                           InputRange range = InputRange::normal);
@@ -69,6 +71,8 @@ constexpr std::size_t kRankingKept = 64; // what a decision keeps of its ranking
 // defect.
 std::string encode_decision(const Decision& d);
 std::optional<Decision> decode_decision(const std::string& text);
+std::string decision_key(const std::string& family, bool bucket, const Shape& shape);
+std::string decision_key(const Decision& d); // the key `d` may be stored under
 // The decision whose bucket is closest to `shape` (sum over B, M, K, N of |log2 ratio|; ties: the first), if any.
 std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, const Shape& shape);
 double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of |log2 ratio| (sizes below 1 count as 1)
@@ -76,9 +80,9 @@ double bucket_distance(const Shape& x, const Shape& y); // Σ over B, M, K, N of
 // model's candidates: family_model.hpp) and `never` uses the default spec.
 constexpr double kNearBucketDistance = 3.0;
 
-// The decision stored under `key`, if any (none without a disk cache). One that is stored but does not decode is
-// nothing too: it is moved aside (DiskCache::discard), so no later process reads it, and sets `*unreadable` when
-// given.
+// The decision stored under `key`, if any (none without a disk cache). One that is stored but does not decode, or
+// whose key is another (decision_key), is nothing too: it is moved aside (DiskCache::discard), so no later process
+// reads it, and sets `*unreadable` when given.
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable = nullptr);
 // Every readable bucket decision of a family in the cache.
 std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family);

@@ -23,69 +23,16 @@
 #include "cache/safe_file.hpp"
 #include "runtime/kernel_files.hpp"
 #include "tests/needs.hpp"
+#include "process_state.hpp"
 
 using namespace jitbmm;
+using jitbmm::test::CapturedStderr;
+using jitbmm::test::ScopedEnv;
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr uid_t kNobody = 65534;
-
-// Everything written to stderr (where warnings go) while it lives.
-class CapturedStderr {
-public:
-  CapturedStderr() : file_(std::tmpfile()), saved_(::dup(2)) {
-    std::fflush(stderr);
-    ::dup2(::fileno(file_), 2);
-  }
-  ~CapturedStderr() {
-    restore();
-    std::fclose(file_);
-  }
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    for (int c; (c = std::fgetc(file_)) != EOF;) out.push_back(static_cast<char>(c));
-    return out;
-  }
-  int warnings() {
-    const std::string t = text();
-    int n = 0;
-    for (std::size_t at = t.find("warning:"); at != std::string::npos; at = t.find("warning:", at + 1)) ++n;
-    return n;
-  }
-
-private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_;
-};
-
-// Sets an environment variable for a scope, then puts back what was there.
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* v = std::getenv(name)) saved_ = v;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (saved_)
-      ::setenv(name_, saved_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
 
 std::string key_of(int n) {
   return cubin_key(

@@ -28,9 +28,11 @@
 #include "runtime/tuner/once_per_key.hpp"
 #include "support/log.hpp"
 #include "support/process_share.hpp"
+#include "process_state.hpp"
 #include "temp_dir.hpp"
 
 using namespace jitbmm;
+using jitbmm::test::ScopedEnv;
 using namespace std::chrono_literals;
 
 namespace {
@@ -38,25 +40,6 @@ namespace {
 const std::string kKey(64, 'a');
 
 int open_dir(const std::string& path) { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
-
-// A variable set for one scope, then restored.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> saved;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* old = std::getenv(n)) saved = old;
-    if (value)
-      ::setenv(n, value, 1);
-    else
-      ::unsetenv(n);
-  }
-  ~ScopedEnv() {
-    if (saved)
-      ::setenv(name.c_str(), saved->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 
 } // namespace
 
