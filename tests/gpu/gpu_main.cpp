@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   }
   // Tests choose their variants; the tests of tuning itself ask for it explicitly.
   ::setenv("JITBMM_TUNE", "never", 0);
+  // Tests choose their variants: the shipped decisions (tuning/shipped/) only where a test turns them on.
+  ::setenv("JITBMM_SHIPPED_DECISIONS", "off", 0);
   try {
     const auto dev = jitbmm::current_device();
     std::printf("GPU suite on %s (%s)\n", dev->name.c_str(), dev->arch().c_str());

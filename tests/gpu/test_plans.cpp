@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/tuner/shipped_decisions.hpp"
 #include "differential.hpp"
 #include "expect.hpp"
 #include "generator/emit_source.hpp"
@@ -196,6 +197,61 @@ TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still pi
   CHECK(report.best != planted);
   std::mt19937_64 rng(9);
   CHECK(test::run_case(p, report.best, rng, {}).ok());
+}
+
+TEST_CASE("decisions brought from elsewhere: shipped ones serve their GPU, and a kernel that fails its check is passed over") {
+  const auto device = current_device();
+  const TuningDevice td = tuning_device(*device);
+  ::setenv("JITBMM_SHIPPED_DECISIONS", "on", 1);
+  Problem p;
+  p.shape = {64, 512, 512, 512}; // log f32, a point of scripts/tune-shipped's grid
+  if (shipped_decisions().products.count(tuning_key(p, td, false))) {
+    // A GPU jitbmm ships decisions for: the first choice takes them, checked against the CPU reference.
+    const Choice c = choose(p, *device, TunePolicy::bucket);
+    CHECK(c.source == "shipped exact");
+    std::mt19937_64 rng(21);
+    CHECK(test::run_case(p, c.spec, rng, {}).ok());
+    Problem between = p;
+    between.shape = {64, 384, 384, 384};
+    CHECK(choose(between, *device, TunePolicy::never).source == "shipped bucket");
+  } else {
+    MESSAGE("no decisions are shipped for " << device->name << ": the shipped part is not checked here");
+  }
+  ::setenv("JITBMM_SHIPPED_DECISIONS", "off", 1);
+  // An imported decision whose kernel computes wrong results (planted through the override directory) fails its
+  // check on first use: the choice passes it over, with one warning, and the plan gives the right results.
+  Problem q;
+  q.semiring = Semiring::plus_times;
+  q.dtype = DType::f64;
+  q.shape = {4, 40, 36, 44}; // a family no other test stores
+  KernelSpec planted = default_spec(q, Strategy::linear);
+  planted.block_x = 64, planted.block_y = 4;
+  REQUIRE(planted != default_spec(q));
+  GeneratedKernel kernel = emit_kernel(planted);
+  const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
+  const std::size_t at = kernel.source.find(correct);
+  REQUIRE(at != std::string::npos);
+  kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
+  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/override-imported";
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  std::ofstream(dir + "/" + kernel.name + ".cu") << kernel.source;
+  Decision d;
+  d.spec = planted;
+  d.problem = describe(q);
+  d.family = tuning_family(q, td);
+  d.shape = q.shape;
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  const std::string key = tuning_key(q, td, false);
+  REQUIRE(import_decisions(*disk, {{key, "tune", encode_decision(d)}}, "test").stored == 1);
+  ::setenv("JITBMM_OVERRIDE_DIR", dir.c_str(), 1);
+  const Choice c = choose(q, *device, TunePolicy::never);
+  ::unsetenv("JITBMM_OVERRIDE_DIR");
+  CHECK(c.source == "default");
+  CHECK(c.spec != planted);
+  std::mt19937_64 rng(22);
+  CHECK(test::run_case(q, c.spec, rng, {}).ok());
 }
 
 TEST_CASE("bucket policy: the first problem of a family tunes, later shapes reuse its bucket or the nearest one") {
