@@ -103,6 +103,25 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source) {
   return k;
 }
 
+GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
+                            std::size_t params_bytes, const std::vector<EntryPoint>& entries) {
+  std::ostringstream os;
+  os << "// ---- instantiation ----\n"
+     << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on "
+     << params << "\");\n";
+  std::vector<std::string> suffixes;
+  for (const EntryPoint& e : entries) {
+    os << "extern \"C\" __global__ void ";
+    if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
+    os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix << "(const jb::"
+       << params << " p) {\n  " << e.call << "(p);\n}\n";
+    suffixes.push_back(e.suffix);
+  }
+  GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());
+  k.entries = std::move(suffixes);
+  return k;
+}
+
 std::string inline_templates(const std::vector<const char*>& headers, const TemplateTexts& text_of) {
   std::ostringstream os;
   const TemplateTexts embedded = [](std::string_view path) { return template_text(path); };
@@ -123,17 +142,8 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
      << "// spec: " << to_string(source_spec) << "\n\n";
   os << inline_templates(r.headers);
   const bool grad = std::string(r.params) == "GradParams";
-  os << "// ---- instantiation ----\n"
-     << "static_assert(sizeof(jb::" << r.params << ") == " << (grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams))
-     << ", \"host and device disagree on " << r.params << "\");\n";
-  std::vector<std::string> entries;
-  for (const EntryPoint& e : r.entries) {
-    os << "extern \"C\" __global__ void __launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot
-       << e.suffix << "(const jb::" << r.params << " p) {\n  " << e.call << "(p);\n}\n";
-    entries.push_back(e.suffix);
-  }
-  GeneratedKernel k = finish_kernel(readable_name(spec), os.str());
-  k.entries = std::move(entries);
+  GeneratedKernel k = finish_unit(readable_name(spec), os.str(), r.params,
+                                  grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams), r.entries);
   k.arch_specific = arch_specific(spec);
   return k;
 }
