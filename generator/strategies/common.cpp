@@ -212,7 +212,7 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   Launch store;
   store.entry = "_store";
   store.block[0] = 256;
-  store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((acc.items + 255) / 256, 1, kMaxGridStrideBlocks));
+  store.grid[0] = grid_stride_blocks(acc.items, 256);
   plan.launches.push_back(store);
   return plan;
 }

@@ -22,9 +22,9 @@ std::string index_type(const KernelSpec& s);
 std::string tile_args(const KernelSpec& s);
 EntryPoint main_entry(const KernelSpec& s, std::string call); // threads, and min_blocks for the tiled family
 
-// The largest element index (exclusive) a 32-bit index variant addresses: its loops add strides of up to 2^22 to
-// an index before comparing it with its bound, and the sum must still fit in int.
-constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
+// The largest element index (exclusive) a 32-bit index variant addresses: its loops add a step of up to
+// kMaxGridStrideStep to an index before comparing it with its bound, and the sum must still fit in int.
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - kMaxGridStrideStep;
 // Whether every size, the B·M·N·chunks outputs (and, backward, the [B][M][K] and [B][K][N] gradients) and every
 // operand offset fit 32-bit index math.
 bool fits_index32(const Problem& p, int64_t chunks, bool backward);

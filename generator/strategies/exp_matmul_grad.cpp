@@ -150,7 +150,7 @@ LaunchPlan plan_for(const KernelSpec& spec, const Problem& p, bool second) {
   stats.grid[0] = static_cast<unsigned>(second ? g.col_blocks : g.row_blocks + g.col_blocks + g.g_blocks);
   h.entry = "_h";
   h.block[0] = 256;
-  h.grid[0] = clamp_grid(jb::eg_h_tiles(s.B, w), kMaxGridStrideBlocks);
+  h.grid[0] = grid_stride_blocks(jb::eg_h_tiles(s.B, w), 1);
   tile_grid(main, spec, d.Mx, d.Kx, s.B);
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   repair.entry = "_repair";
@@ -165,7 +165,7 @@ LaunchPlan plan_for(const KernelSpec& spec, const Problem& p, bool second) {
   if (d.broadcast) {
     store.entry = "_store";
     store.block[0] = 256;
-    store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((d.Mx * d.Kx + 255) / 256, 1, kMaxGridStrideBlocks));
+    store.grid[0] = grid_stride_blocks(d.Mx * d.Kx, 256);
     plan.launches.push_back(store);
   }
   return plan;
