@@ -257,17 +257,17 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s) {
   os << inline_templates({hmm ? "chain/hmm_backward.cuh" : "chain/sequential.cuh"});
   const ChainLoop& f = s.forward;
   std::vector<EntryPoint> entries = {
-      {"", f.threads, 1,
-       call("chain_forward", {type, op, C, n(f.threads), loop(f), "false", hmm_flag, n(f.cluster)}), f.cluster}};
+      {"", f.threads, 1, call("chain_forward", {type, op, C, n(f.threads), loop(f), "false", hmm_flag, n(f.cluster)}),
+       f.cluster}};
   if (log)
     entries.push_back({"_saving", s.saving.threads, 1,
-                       call("chain_saving", {type, op, C, n(s.saving.threads), loop(s.saving), loop(s.beta()),
-                                             hmm_flag, n(s.saving.cluster)}),
+                       call("chain_saving", {type, op, C, n(s.saving.threads), loop(s.saving), loop(s.beta()), hmm_flag,
+                                             n(s.saving.cluster)}),
                        s.saving.cluster});
   if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
     entries.push_back({"_nodes", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
-    entries.push_back({"_edges", s.edge_threads(), 1,
-                       call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
+    entries.push_back(
+        {"_edges", s.edge_threads(), 1, call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
     entries.push_back({"_reduce", kHmmNodeThreads, 1, call("hmm_reduce", {type, log_flag, C})});
   } else {
     entries.push_back({"_backward", s.backward_threads, 1,
@@ -303,8 +303,8 @@ GeneratedKernel emit_chunk_kernel(DType dtype, int C) {
   };
   std::vector<EntryPoint> entries;
   for (const auto& [suffix, call] : calls) entries.push_back({suffix, kChunkThreads, 1, "jb::" + call});
-  return finish_unit(std::string("chain_chunks_") + d.name + "_c" + c, os.str(), "ChunkParams",
-                     sizeof(jb::ChunkParams), entries);
+  return finish_unit(std::string("chain_chunks_") + d.name + "_c" + c, os.str(), "ChunkParams", sizeof(jb::ChunkParams),
+                     entries);
 }
 
 } // namespace jitbmm

@@ -119,14 +119,14 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
                             std::size_t params_bytes, const std::vector<EntryPoint>& entries) {
   std::ostringstream os;
   os << "// ---- instantiation ----\n"
-     << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on "
-     << params << "\");\n";
+     << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on " << params
+     << "\");\n";
   std::vector<std::string> suffixes;
   for (const EntryPoint& e : entries) {
     os << "extern \"C\" __global__ void ";
     if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
-    os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix << "(const jb::"
-       << params << " p) {\n  " << e.call << "(p);\n}\n";
+    os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix
+       << "(const jb::" << params << " p) {\n  " << e.call << "(p);\n}\n";
     suffixes.push_back(e.suffix);
   }
   GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());

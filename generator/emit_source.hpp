@@ -27,11 +27,11 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source);
 
 // One extern "C" entry point of a generated kernel: <kernel name><suffix>(const jb::<params> p) { <call>(p); }.
 struct EntryPoint {
-  std::string suffix;  // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
-  int threads = 256;   // __launch_bounds__(threads, min_blocks)
+  std::string suffix; // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
+  int threads = 256;  // __launch_bounds__(threads, min_blocks)
   int min_blocks = 1;
-  std::string call;    // the device function, e.g. "jb::tiled_kernel<...>"
-  int cluster = 1;     // blocks of a cluster (__cluster_dims__), where more than one
+  std::string call; // the device function, e.g. "jb::tiled_kernel<...>"
+  int cluster = 1;  // blocks of a cluster (__cluster_dims__), where more than one
 };
 
 // A generated unit from its text up to the instantiation (the header comment and the inlined templates): appends

@@ -5,9 +5,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "support/sha256.hpp"
 #include "generator/chain_source.hpp"
 #include "generator/emit_source.hpp"
+#include "support/sha256.hpp"
 #include "templates/core/params.cuh"
 #include "variants.hpp"
 
