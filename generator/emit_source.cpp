@@ -3,6 +3,7 @@
 // points. The result is one self-contained source: NVRTC needs no include path, and the cache key covers every byte.
 #include "generator/emit_source.hpp"
 
+#include <initializer_list>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -74,22 +75,33 @@ private:
   std::set<std::string> done_, open_;
 };
 
+// The spec's parts joined by '_', the numbers within a part by 'x' (a C identifier, never "__"): e.g.
+// log_f32_tiled_128x64x16_t8x4_mb2, log_bf16_exp_matmul_tf32x3_grad_a_64x64x16_t4x4,
+// max_times_f16tof32_linear_b32x8_i64_arg.
 std::string readable_name(const KernelSpec& s) {
   const unsigned fields = strategy_def(s).fields;
-  std::ostringstream os;
-  os << semiring_info(s.semiring).name << '_' << dtype_info(s.dtype).name;
-  if (s.out_dtype != s.dtype) os << "to" << dtype_info(s.out_dtype).name;
-  os << '_' << strategy_name(s.strategy);
-  if (fields & kMathField) os << '_' << math_name(s.math) << '_';
-  if (s.pass != Pass::forward) os << '_' << pass_name(s.pass);
-  if (fields & kTileFields)
-    os << s.tile_m << 'x' << s.tile_n << 'x' << s.tile_k << "_t" << s.thread_m << 'x' << s.thread_n
-       << (s.min_blocks > 1 ? "_mb" + std::to_string(s.min_blocks) : "");
-  else
-    os << "_b" << s.block_x << 'x' << s.block_y;
-  if (s.index64) os << "_i64";
-  if (s.with_argmax) os << "_arg";
-  return os.str();
+  std::vector<std::string> parts = {semiring_info(s.semiring).name, dtype_info(s.dtype).name,
+                                    strategy_name(s.strategy)};
+  if (s.out_dtype != s.dtype) parts[1] += std::string("to") + dtype_info(s.out_dtype).name;
+  if (fields & kMathField) parts.push_back(math_name(s.math));
+  if (s.pass != Pass::forward) parts.push_back(pass_name(s.pass));
+  auto dims = [](std::initializer_list<int> v) {
+    std::string text;
+    for (int x : v) text += (text.empty() ? "" : "x") + std::to_string(x);
+    return text;
+  };
+  if (fields & kTileFields) {
+    parts.push_back(dims({s.tile_m, s.tile_n, s.tile_k}));
+    parts.push_back("t" + dims({s.thread_m, s.thread_n}));
+    if (s.min_blocks > 1) parts.push_back("mb" + std::to_string(s.min_blocks));
+  } else {
+    parts.push_back("b" + dims({s.block_x, s.block_y}));
+  }
+  if (s.index64) parts.push_back("i64");
+  if (s.with_argmax) parts.push_back("arg");
+  std::string name;
+  for (const std::string& part : parts) name += (name.empty() ? "" : "_") + part;
+  return name;
 }
 
 } // namespace
@@ -100,6 +112,25 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source) {
   for (std::size_t at = source.find(kNameSlot); at != std::string::npos; at = source.find(kNameSlot, at))
     source.replace(at, std::string(kNameSlot).size(), k.name);
   k.source = std::move(source);
+  return k;
+}
+
+GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
+                            std::size_t params_bytes, const std::vector<EntryPoint>& entries) {
+  std::ostringstream os;
+  os << "// ---- instantiation ----\n"
+     << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on " << params
+     << "\");\n";
+  std::vector<std::string> suffixes;
+  for (const EntryPoint& e : entries) {
+    os << "extern \"C\" __global__ void ";
+    if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
+    os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix
+       << "(const jb::" << params << " p) {\n  " << e.call << "(p);\n}\n";
+    suffixes.push_back(e.suffix);
+  }
+  GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());
+  k.entries = std::move(suffixes);
   return k;
 }
 
@@ -123,17 +154,8 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
      << "// spec: " << to_string(source_spec) << "\n\n";
   os << inline_templates(r.headers);
   const bool grad = std::string(r.params) == "GradParams";
-  os << "// ---- instantiation ----\n"
-     << "static_assert(sizeof(jb::" << r.params << ") == " << (grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams))
-     << ", \"host and device disagree on " << r.params << "\");\n";
-  std::vector<std::string> entries;
-  for (const EntryPoint& e : r.entries) {
-    os << "extern \"C\" __global__ void __launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot
-       << e.suffix << "(const jb::" << r.params << " p) {\n  " << e.call << "(p);\n}\n";
-    entries.push_back(e.suffix);
-  }
-  GeneratedKernel k = finish_kernel(readable_name(spec), os.str());
-  k.entries = std::move(entries);
+  GeneratedKernel k = finish_unit(readable_name(spec), os.str(), r.params,
+                                  grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams), r.entries);
   k.arch_specific = arch_specific(spec);
   return k;
 }

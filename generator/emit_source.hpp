@@ -1,6 +1,7 @@
 // Generator: KernelSpec → CUDA source text and a stable, readable kernel name.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,22 @@ GeneratedKernel emit_kernel(const KernelSpec& spec);
 // part then 8 hex of the SHA-256 of the source that still holds the slot (so the name follows every byte of it).
 constexpr const char* kNameSlot = "JITBMM_KERNEL_NAME";
 GeneratedKernel finish_kernel(const std::string& readable, std::string source);
+
+// One extern "C" entry point of a generated kernel: <kernel name><suffix>(const jb::<params> p) { <call>(p); }.
+struct EntryPoint {
+  std::string suffix; // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
+  int threads = 256;  // __launch_bounds__(threads, min_blocks)
+  int min_blocks = 1;
+  std::string call; // the device function, e.g. "jb::tiled_kernel<...>"
+  int cluster = 1;  // blocks of a cluster (__cluster_dims__), where more than one
+};
+
+// A generated unit from its text up to the instantiation (the header comment and the inlined templates): appends
+// the frame every unit ends with, a static_assert that the device's argument block `params` (a struct of
+// templates/, the one every entry takes) has the host's size `params_bytes`, and the entry points, then names the
+// unit as finish_kernel does and lists its entries.
+GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
+                            std::size_t params_bytes, const std::vector<EntryPoint>& entries);
 
 // The templates `headers` need (paths under templates/), each once and after every template it #includes, framed by
 // a comment naming it, without its include lines and include guard: what emit_kernel puts before the entry points.

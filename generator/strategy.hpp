@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/emit_source.hpp"
 #include "jitbmm/kernel_spec.hpp"
 
 namespace jitbmm {
@@ -18,14 +19,6 @@ namespace jitbmm {
 // The spec fields a strategy reads (and prints): the linear family's block, or the tiled family's block tile,
 // thread tile and min_blocks; split_k also its k_chunk, exp_matmul its math.
 enum FieldGroup : unsigned { kBlockFields = 1, kTileFields = 2, kKChunkField = 4, kMathField = 8 };
-
-// One extern "C" entry point of a generated kernel: <kernel name><suffix>(const jb::<params> p) { <call>(p); }.
-struct EntryPoint {
-  std::string suffix;  // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
-  int threads = 256;   // __launch_bounds__(threads, min_blocks)
-  int min_blocks = 1;
-  std::string call;    // the device function, e.g. "jb::tiled_kernel<...>"
-};
 
 // What a spec renders to: the entry headers (paths under templates/; the generator adds what they #include), the
 // argument block and the entry points (the first is the main one).

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "generator/launch_grid.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
@@ -307,7 +308,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   // A block per step, grid-strided beyond what one launch should hold.
   const int64_t steps = p.B * (p.T - 1);
-  const unsigned blocks = unsigned(steps < (int64_t(1) << 20) ? steps : (int64_t(1) << 20));
+  const unsigned blocks = grid_stride_blocks(steps, 1);
   launch_chain(im, "_backward", blocks, unsigned(im.spec.backward_threads), params, cu_stream);
 }
 

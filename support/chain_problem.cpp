@@ -6,6 +6,7 @@
 
 #include "jitbmm/chain_problem.hpp"
 #include "support/checked_size.hpp"
+#include "support/layout.hpp"
 
 namespace jitbmm {
 
@@ -33,19 +34,14 @@ void check_holds(const char* field, const char* letters, int64_t B, std::initial
 // addressed when an extent is 0.
 void check_span(const char* field, const char* letters, std::initializer_list<int64_t> extents,
                 const int64_t* strides, int bytes) {
-  int64_t last = 0, part = 0, span = 0, i = 0;
-  bool fits = true;
+  const std::optional<int64_t> last = try_max_offset(extents, strides);
+  if (last && span_fits(*last, bytes)) return;
   std::string values, listed;
-  for (int64_t e : extents) {
-    if (e == 0) return;
-    fits = fits && !__builtin_mul_overflow(e - 1, strides[i], &part) && !__builtin_add_overflow(last, part, &last);
-    values += (i ? "*" : "") + std::to_string(e);
+  for (std::size_t i = 0; i < extents.size(); ++i) {
+    values += (i ? "*" : "") + std::to_string(extents.begin()[i]);
     listed += (i ? ", " : "") + std::to_string(strides[i]);
-    ++i;
   }
-  if (!fits || last >= kMaxOperandBytes || __builtin_mul_overflow(last + 1, int64_t(bytes), &span) ||
-      span > kMaxOperandBytes)
-    fail(field, "addresses more than 2^62 bytes (strides " + listed + " over " + letters + " = " + values + ")");
+  fail(field, "addresses more than 2^62 bytes (strides " + listed + " over " + letters + " = " + values + ")");
 }
 
 void check_strides(const char* field, const int64_t* strides, int n) {

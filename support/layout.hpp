@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,18 +36,32 @@ inline int64_t offset_of(const Strides& st, int64_t rows, int64_t cols, int64_t 
   return offset_of(st, index_of(rows, cols, flat));
 }
 
+// The largest element offset of an array of `extents` at `strides` (one stride an extent), 0 when an extent is 0,
+// or nothing when it does not fit in int64.
+inline std::optional<int64_t> try_max_offset(std::initializer_list<int64_t> extents, const int64_t* strides) {
+  for (int64_t e : extents)
+    if (e == 0) return 0;
+  int64_t total = 0, part = 0;
+  for (int64_t e : extents)
+    if (__builtin_mul_overflow(e - 1, *strides++, &part) || __builtin_add_overflow(total, part, &total))
+      return std::nullopt;
+  return total;
+}
+
+// Whether the elements at offsets 0 to `last`, of `bytes` bytes each, lie within kMaxOperandBytes: the bound every
+// operand's strides obey (what validate() and check_chain_problem() refuse beyond).
+inline bool span_fits(int64_t last, int bytes) {
+  int64_t span = 0;
+  return last < kMaxOperandBytes && !__builtin_mul_overflow(last + 1, int64_t(bytes), &span) &&
+         span <= kMaxOperandBytes;
+}
+
 // The largest element offset of a [batches][rows][cols] operand, or 0 when it has no element. Throws
 // std::invalid_argument naming `what` when the offset does not fit in int64.
 inline int64_t max_offset(const char* what, int64_t batches, int64_t rows, int64_t cols, const Strides& st) {
-  if (batches == 0 || rows == 0 || cols == 0) return 0;
-  const std::array<std::pair<int64_t, int64_t>, 3> dims = {{{batches, st.batch}, {rows, st.row}, {cols, st.col}}};
-  int64_t total = 0;
-  for (const auto& [extent, stride] : dims) {
-    int64_t part = 0;
-    if (__builtin_mul_overflow(extent - 1, stride, &part) || __builtin_add_overflow(total, part, &total))
-      throw std::invalid_argument(std::string(what) + ": element offsets overflow 64 bits");
-  }
-  return total;
+  const int64_t strides[3] = {st.batch, st.row, st.col};
+  if (const auto last = try_max_offset({batches, rows, cols}, strides)) return *last;
+  throw std::invalid_argument(std::string(what) + ": element offsets overflow 64 bits");
 }
 
 // True when no two elements of the [batches][rows][cols] operand share an address. Fast sufficient test first

@@ -99,8 +99,7 @@ void check_sizes(const char* what, std::initializer_list<Dim> dims, int64_t unit
 // An operand's strides must address no more than kMaxOperandBytes bytes from its first element.
 void check_span(const char* name, int64_t batches, int64_t rows, int64_t cols, const Strides& st, int bytes) {
   const int64_t last = max_offset(name, batches, rows, cols, st); // throws naming the strides on overflow
-  int64_t span = 0;
-  if (last >= kMaxOperandBytes || __builtin_mul_overflow(last + 1, int64_t(bytes), &span) || span > kMaxOperandBytes)
+  if (!span_fits(last, bytes))
     throw std::invalid_argument(std::string(name) + ": element offsets reach " + std::to_string(last) + " (" +
                                 std::to_string(bytes) + "-byte elements), more than 2^62 bytes");
 }

@@ -17,8 +17,6 @@ void reject(const std::string& field, const std::string& why) {
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
-unsigned clamp_grid(int64_t blocks, int64_t limit) { return static_cast<unsigned>(std::min(blocks, limit)); }
-
 std::string acc_type(const KernelSpec& s) { return dtype_info(s.dtype).acc_type; }
 std::string semiring_type(const KernelSpec& s) {
   return std::string(semiring_info(s.semiring).device_type) + "<" + acc_type(s) + ">";
@@ -38,11 +36,6 @@ EntryPoint main_entry(const KernelSpec& s, std::string call) {
   // spill.
   return {"", s.threads(), (strategy_def(s).fields & kTileFields) ? s.min_blocks : 1, std::move(call)};
 }
-
-namespace {
-// 32-bit index variants add loop strides of up to 2^22 to indices before comparing them.
-constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
-} // namespace
 
 bool fits_index32(const Problem& p, int64_t chunks, bool backward) {
   const Shape& s = p.shape;
@@ -219,7 +212,7 @@ LaunchPlan grad_plan(const KernelSpec& spec, const Problem& p, const Launch& mai
   Launch store;
   store.entry = "_store";
   store.block[0] = 256;
-  store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((acc.items + 255) / 256, 1, int64_t(1) << 20));
+  store.grid[0] = grid_stride_blocks(acc.items, 256);
   plan.launches.push_back(store);
   return plan;
 }

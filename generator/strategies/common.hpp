@@ -1,4 +1,4 @@
-// What several strategies share: the spelling of their device types, the forward templates, grid clamping, the
+// What several strategies share: the spelling of their device types, the forward templates, the
 // 32-bit index rule, and the tiled family's tile defaults, fit rules, tile tables and gradient accumulator.
 #pragma once
 
@@ -6,17 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "generator/launch_grid.hpp"
 #include "generator/strategy.hpp"
 
 namespace jitbmm::strategies {
 
 [[noreturn]] void reject(const std::string& field, const std::string& why); // "spec.<field>: <why>"
 bool power_of_two(int v);
-
-// The largest grid x the kernels are launched with (y and z: kMaxGridYZ); the kernels loop over the rest.
-constexpr int64_t kMaxGridX = INT32_MAX;
-constexpr int64_t kMaxGridYZ = 65535;
-unsigned clamp_grid(int64_t blocks, int64_t limit);
 
 // Device spellings: "float"; "jb::LogSemiring<float>"; "jb::f32, jb::f32, int"; "128, 64, 16, 8, 4".
 std::string acc_type(const KernelSpec& s);
@@ -26,6 +22,9 @@ std::string index_type(const KernelSpec& s);
 std::string tile_args(const KernelSpec& s);
 EntryPoint main_entry(const KernelSpec& s, std::string call); // threads, and min_blocks for the tiled family
 
+// The largest element index (exclusive) a 32-bit index variant addresses: its loops add a step of up to
+// kMaxGridStrideStep to an index before comparing it with its bound, and the sum must still fit in int.
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - kMaxGridStrideStep;
 // Whether every size, the B·M·N·chunks outputs (and, backward, the [B][M][K] and [B][K][N] gradients) and every
 // operand offset fit 32-bit index math.
 bool fits_index32(const Problem& p, int64_t chunks, bool backward);

@@ -38,7 +38,6 @@ bool fits_index32(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
   const auto ea = try_product({a_batches(p), jb::em_round_up(s.M, 128), padded_k(spec, p)});
   const auto eb = try_product({b_batches(p), jb::em_round_up(s.N, 128), padded_k(spec, p)});
-  constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
   return ea && eb && *ea < kIndex32Limit && *eb < kIndex32Limit;
 }
 

@@ -56,7 +56,6 @@ bool fits_index32(const KernelSpec& spec, const Problem& p) {
   const jb::EgDims d = dims(spec, p);
   const auto h = try_product({p.shape.B, jb::em_round_up(d.Mx, 128), jb::em_round_up(d.Nx, 32)});
   const auto v = try_product({d.y_batches, jb::em_round_up(d.Kx, 128), jb::em_round_up(d.Nx, 32)});
-  constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 22);
   return h && v && *h < kIndex32Limit && *v < kIndex32Limit;
 }
 
@@ -151,7 +150,7 @@ LaunchPlan plan_for(const KernelSpec& spec, const Problem& p, bool second) {
   stats.grid[0] = static_cast<unsigned>(second ? g.col_blocks : g.row_blocks + g.col_blocks + g.g_blocks);
   h.entry = "_h";
   h.block[0] = 256;
-  h.grid[0] = clamp_grid(jb::eg_h_tiles(s.B, w), 1 << 20);
+  h.grid[0] = grid_stride_blocks(jb::eg_h_tiles(s.B, w), 1);
   tile_grid(main, spec, d.Mx, d.Kx, s.B);
   main.dynamic_shared = static_cast<unsigned>(wgmma_dynamic_shared_bytes(spec));
   repair.entry = "_repair";
@@ -166,7 +165,7 @@ LaunchPlan plan_for(const KernelSpec& spec, const Problem& p, bool second) {
   if (d.broadcast) {
     store.entry = "_store";
     store.block[0] = 256;
-    store.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((d.Mx * d.Kx + 255) / 256, 1, int64_t(1) << 20));
+    store.grid[0] = grid_stride_blocks(d.Mx * d.Kx, 256);
     plan.launches.push_back(store);
   }
   return plan;

@@ -25,7 +25,7 @@ Rendering render(const KernelSpec& s) {
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   Launch l;
   l.block[0] = static_cast<unsigned>(spec.threads());
-  l.grid[0] = clamp_grid((outputs_of(p) + spec.threads() - 1) / spec.threads(), int64_t(1) << 20);
+  l.grid[0] = grid_stride_blocks(outputs_of(p), spec.threads());
   return {{l}};
 }
 

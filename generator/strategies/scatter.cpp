@@ -42,8 +42,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   const int64_t outputs = outputs_of(p);
   Launch main;
   main.block[0] = static_cast<unsigned>(spec.threads());
-  main.grid[0] = static_cast<unsigned>(std::clamp<int64_t>((outputs + spec.threads() - 1) / spec.threads(), 1,
-                                                           int64_t(1) << 20));
+  main.grid[0] = grid_stride_blocks(outputs, spec.threads());
   LaunchPlan plan = grad_plan(spec, p, main);
   if (outputs == 0) plan.launches.erase(plan.launches.begin()); // nothing to send: the zeroed gradient is stored
   return plan;

@@ -77,7 +77,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   Launch combine;
   combine.entry = "_combine";
   combine.block[0] = 256;
-  combine.grid[0] = clamp_grid((outputs + 255) / 256, int64_t(1) << 20);
+  combine.grid[0] = grid_stride_blocks(outputs, 256);
   plan.launches = {main, combine};
   plan.k_chunk = spec.k_chunk;
   const int64_t per_output = dtype_info(spec.dtype).acc_bytes + (spec.with_argmax ? 4 : 0);

@@ -14,9 +14,7 @@ import torch
 
 import jitbmm
 
-from ._torch_support import PLAIN_TENSORS, TABLE_ENTRIES, address, lock, stream
-
-CHAIN_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
+from ._torch_support import DTYPE_NAMES, PLAIN_TENSORS, TABLE_ENTRIES, address, lock, stream
 
 
 def _score_dtype(t):
@@ -133,7 +131,7 @@ def _crf_layout(semiring, potentials, lengths):
     """(the plan's key, a function making its problem, (potentials,), lengths), laid out for the library."""
     potentials, strides = _layout(potentials)
     B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    dtype, with_lengths = CHAIN_DTYPES[potentials.dtype], lengths is not None
+    dtype, with_lengths = DTYPE_NAMES[potentials.dtype], lengths is not None
     key = ("crf", semiring, dtype, potentials.device.index, B, n + 1, C, strides, with_lengths)
 
     def problem():
@@ -151,7 +149,7 @@ def _hmm_layout(semiring, emissions, transitions, initial, lengths):
     batched_t, batched_i = transitions.dim() == 3, initial.dim() == 2
     t_strides, i_strides = t_strides if batched_t else (0, *t_strides), i_strides if batched_i else (0, *i_strides)
     B, T, C = emissions.shape
-    dtype, with_lengths = CHAIN_DTYPES[emissions.dtype], lengths is not None
+    dtype, with_lengths = DTYPE_NAMES[emissions.dtype], lengths is not None
     key = ("hmm", semiring, dtype, emissions.device.index, B, T, C, e_strides, batched_t, t_strides, batched_i,
            i_strides, with_lengths)
 
@@ -414,7 +412,7 @@ def _check_tensor(t, name, like=None):
         raise ValueError(f"{name}: jitbmm runs on CUDA tensors; this one is on {t.device}")
     if like is not None and t.device != like.device:
         raise ValueError(f"{name}: on {t.device}, expected the emissions' device {like.device}")
-    if t.dtype not in CHAIN_DTYPES:
+    if t.dtype not in DTYPE_NAMES:
         raise TypeError(f"{name}: unsupported dtype {t.dtype} (expected float32, float64, float16 or bfloat16)")
     if like is not None and t.dtype != like.dtype:
         raise TypeError(f"{name}: dtype {t.dtype} differs from the emissions' {like.dtype}")

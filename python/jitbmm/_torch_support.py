@@ -1,5 +1,5 @@
-"""What jitbmm.torch's products and chains share: the current stream as the library takes it, the lock of the
-tables of plans, those tables' bound, and the tensor types the eager paths take."""
+"""What jitbmm.torch's products and chains share: the library's name of each torch dtype, the current stream as the
+library takes it, the lock of the tables of plans, those tables' bound, and the tensor types the eager paths take."""
 
 import threading
 
@@ -7,6 +7,8 @@ import torch
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object
 
+# The torch dtypes jitbmm computes in, by their names in the library's table (jitbmm.DTYPES).
+DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 lock = threading.Lock()
 TABLE_ENTRIES = 4096  # then a table of plans starts again (shapes that vary without end, e.g. every sequence length)
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # subclasses go through the registered operators

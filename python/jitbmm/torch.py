@@ -22,7 +22,7 @@ import jitbmm
 
 from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
 from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENSORS as _PLAIN_TENSORS
-from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES
+from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES, DTYPE_NAMES as _DTYPE_NAMES
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
@@ -30,8 +30,7 @@ __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_ch
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.
-_TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
-_DTYPES = {_TORCH_DTYPES[name]: name for name in DTYPES if name in _TORCH_DTYPES}
+_DTYPES = {t: name for t, name in _DTYPE_NAMES.items() if name in DTYPES}
 _SELECTING = tuple(s for s in SEMIRINGS if _SEMIRING_BACKWARD[s] == _BACKWARD_ARGMAX_SCATTER)
 _kernels = {}
 

@@ -26,7 +26,7 @@ import contextlib
 import torch
 
 from . import torch as _jt
-from ._torch_chains import CHAIN_DTYPES
+from ._torch_support import DTYPE_NAMES
 
 __all__ = ["patch", "unpatch", "patched"]
 
@@ -58,7 +58,7 @@ def _chain_routed(ts, original):
     def logpartition(self, log_potentials, lengths=None, force_grad=False):
         name = next((n for n in _CHAIN_ROUTES if self.semiring is getattr(ts, n)), None)
         p = log_potentials
-        if (name is None or not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in CHAIN_DTYPES
+        if (name is None or not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in DTYPE_NAMES
                 or p.dim() != 4 or p.shape[2] != p.shape[3]):
             return original(self, log_potentials, lengths, force_grad)
         # torch-struct's own checks (one length equals N) and conversion (a leading semiring dimension): the

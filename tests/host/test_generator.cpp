@@ -5,9 +5,11 @@
 #include <set>
 #include <stdexcept>
 
-#include "support/sha256.hpp"
+#include "generator/chain_source.hpp"
 #include "generator/emit_source.hpp"
+#include "support/sha256.hpp"
 #include "templates/core/params.cuh"
+#include "variants.hpp"
 
 using namespace jitbmm;
 
@@ -146,4 +148,30 @@ TEST_CASE("kernel names carry the readable parts") {
   s.index64 = true;
   CHECK(std::regex_match(emit_kernel(s).name, std::regex("max_times_bf16tof32_linear_b32x8_i64_arg_[0-9a-f]{8}")));
   CHECK(std::regex_match(emit_exp_probe().name, std::regex("probe_exp2_[0-9a-f]{8}")));
+}
+
+TEST_CASE("kernel names are lowercase parts joined by one '_', the tile a part of its own") {
+  const std::regex parts("[a-z][a-z0-9]*(_[a-z0-9]+)*_[0-9a-f]{8}");
+  for (const auto& list : {test::all_variants(), test::grad_variants()})
+    for (const KernelSpec& spec : list) {
+      const std::string name = emit_kernel(spec).name;
+      CAPTURE(name);
+      CHECK(std::regex_match(name, parts));
+    }
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+    for (Semiring semiring : {Semiring::log, Semiring::max_plus}) {
+      ChainProblem p;
+      p.semiring = semiring, p.form = form, p.B = 2, p.T = 64, p.C = 256;
+      const std::string name = emit_chain_kernel(clustered_chain_spec(p, 2)).name;
+      CAPTURE(name);
+      CHECK(std::regex_match(name, parts));
+    }
+  CHECK(std::regex_match(emit_chunk_kernel(DType::bf16, 33).name, parts));
+  KernelSpec tiled;
+  tiled.strategy = Strategy::tiled;
+  tiled.tile_m = 128, tiled.tile_n = 64, tiled.tile_k = 16, tiled.thread_m = 8, tiled.thread_n = 4;
+  tiled.min_blocks = 2;
+  CHECK(std::regex_match(emit_kernel(tiled).name, std::regex("log_f32_tiled_128x64x16_t8x4_mb2_[0-9a-f]{8}")));
+  tiled.pass = Pass::grad_a;
+  CHECK(std::regex_match(emit_kernel(tiled).name, std::regex("log_f32_tiled_grad_a_128x64x16_t8x4_mb2_[0-9a-f]{8}")));
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "generator/emit_source.hpp"
+#include "generator/strategies/common.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
 
@@ -94,6 +95,45 @@ TEST_CASE("a strategy's launches name only entry points its rendering declares, 
     }
   }
   MESSAGE(plans << " plans checked");
+}
+
+TEST_CASE("a 32-bit variant's grid-strided launches step an index by at most 2^31 - kIndex32Limit") {
+  // Outputs, or one gradient, of n² elements just below kIndex32Limit, which the 32-bit variants take. The launches
+  // whose loops advance an element index by the grid's threads (the direct forward kernels, split_k's combine, the
+  // scatter backward, the gradients' store; the warp kernel by its outputs a block, block_y) must step by at most
+  // kMaxGridStrideStep: the index's last step past its bound must still fit in int.
+  const int64_t n = 46000;
+  REQUIRE(n * n < strategies::kIndex32Limit);
+  const std::set<std::pair<std::string, std::string>> strided = {
+      {"linear_two_pass", ""}, {"warp", ""}, {"split_k", "_combine"}, {"scatter", ""}};
+  int checked = 0;
+  for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+    for (const Shape& shape : {Shape{1, n, 2, n}, Shape{1, n, n, 2}, Shape{1, 2, n, n}}) {
+      Problem p;
+      p.semiring = semiring;
+      p.shape = shape;
+      std::vector<KernelSpec> specs;
+      for (const StrategyDef* d : strategy_defs())
+        for (Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+          if (d->backward != (pass != Pass::forward)) continue;
+          try {
+            specs.push_back(pass == Pass::forward ? default_spec(p, d->id) : default_grad_spec(p, pass, d->id));
+          } catch (const std::invalid_argument&) { // the strategy does not compute this problem
+          }
+        }
+      for (const KernelSpec& spec : specs) {
+        if (spec.index64) continue;
+        INFO(to_string(spec));
+        for (const Launch& l : strategy_def(spec).launches(spec, p).launches) {
+          if (l.entry != "_store" && !strided.count({strategy_name(spec.strategy), l.entry})) continue;
+          INFO(l.entry);
+          const int64_t per_block = spec.strategy == Strategy::warp ? l.block[1] : l.block[0];
+          CHECK(int64_t(l.grid[0]) * per_block <= kMaxGridStrideStep);
+          ++checked;
+        }
+      }
+    }
+  CHECK(checked >= 12);
 }
 
 TEST_CASE("default_spec picks by rank as the cascade did") {
