@@ -114,7 +114,11 @@ inline const std::vector<CommandHelp>& command_help() {
        "  jitbmm tune --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype D] [--reps N]\n"
        "      Time a chain's cluster sizes on this GPU (sm_90 on) and, for log chains of the CRF form, the chunked\n"
        "      strategy in chunks of 32 to 256 steps and of the whole chain, each checked against the CPU reference;\n"
-       "      store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"},
+       "      store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"
+       "  jitbmm tune --export FILE | --import FILE\n"
+       "      Write every decision of the cache to a decisions file, or store a file's decisions where the cache has\n"
+       "      none under their keys (marked imported, checked against the CPU reference on first use): a site tunes\n"
+       "      once and shares the file.\n"},
       {"bench",
        "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
        "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
