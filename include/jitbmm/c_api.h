@@ -176,7 +176,8 @@ void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
                                int32_t* argmax);
 
-/* The tuning policy of this process: "never", "bucket" or "exact"; NULL returns to $JITBMM_TUNE (default bucket). */
+/* The tuning policy of this process: "never", "bucket" or "exact" (any case, as $JITBMM_TUNE); NULL returns to
+ * $JITBMM_TUNE (default bucket). */
 jitbmm_status jitbmm_set_tune_policy(const char* policy);
 
 /* Sharing choices across processes (ranks on other machines; docs/caching-and-tuning.md): the variants this process

@@ -167,6 +167,28 @@ TEST_CASE("a second process finds its kernels in the disk cache and compiles not
   CHECK(second.find("demo: verified") != std::string::npos);
 }
 
+namespace {
+
+// A directory for JITBMM_OVERRIDE_DIR (under the suite's cache) holding `planted`'s kernel made to compute wrong
+// results (a direct kernel's outputs plus one): where a planted kernel must be caught by a check.
+std::string plant_broken_kernel(const KernelSpec& planted, const std::string& name) {
+  GeneratedKernel kernel = emit_kernel(planted);
+  const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
+  const std::size_t at = kernel.source.find(correct);
+  REQUIRE(at != std::string::npos);
+  kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
+  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/" + name;
+  std::filesystem::create_directories(dir);
+  // An override directory or file that others can write is ignored, whatever the umask made them.
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  const std::string file = dir + "/" + kernel.name + ".cu";
+  std::ofstream(file) << kernel.source;
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return dir;
+}
+
+} // namespace
+
 TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still picks a correct one") {
   Problem p;
   p.semiring = Semiring::max_times;
@@ -175,15 +197,7 @@ TEST_CASE("the autotuner rejects a candidate whose output is wrong, and still pi
   // Plant a broken kernel for one candidate (linear, 64x4 threads) through the override directory.
   KernelSpec planted = default_spec(p, Strategy::linear);
   planted.block_x = 64, planted.block_y = 4;
-  GeneratedKernel kernel = emit_kernel(planted);
-  const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
-  const std::size_t at = kernel.source.find(correct);
-  REQUIRE(at != std::string::npos);
-  kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
-  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/override";
-  std::filesystem::create_directories(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all); // an override dir others can write is ignored
-  std::ofstream(dir + "/" + kernel.name + ".cu") << kernel.source;
+  const std::string dir = plant_broken_kernel(planted, "override");
   ::setenv("JITBMM_OVERRIDE_DIR", dir.c_str(), 1);
   const TuneReport report = autotune(p, *current_device(), false);
   ::unsetenv("JITBMM_OVERRIDE_DIR");
@@ -227,15 +241,7 @@ TEST_CASE("decisions brought from elsewhere: shipped ones serve their GPU, and a
   KernelSpec planted = default_spec(q, Strategy::linear);
   planted.block_x = 64, planted.block_y = 4;
   REQUIRE(planted != default_spec(q));
-  GeneratedKernel kernel = emit_kernel(planted);
-  const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
-  const std::size_t at = kernel.source.find(correct);
-  REQUIRE(at != std::string::npos);
-  kernel.source.replace(at, correct.size(), "return st.k < 0 ? Op::zero() : st.v + T(1); }");
-  const std::string dir = std::string(std::getenv("JITBMM_CACHE_DIR")) + "/override-imported";
-  std::filesystem::create_directories(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
-  std::ofstream(dir + "/" + kernel.name + ".cu") << kernel.source;
+  const std::string dir = plant_broken_kernel(planted, "override-imported");
   Decision d;
   d.spec = planted;
   d.problem = describe(q);
