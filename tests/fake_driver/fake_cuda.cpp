@@ -24,9 +24,9 @@
 // - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
 //
 // Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
-// CPU reference) finds no correct candidate: it throws "autotune: no correct candidate" (the C ABI's
-// JITBMM_INTERNAL_ERROR). The tests using this library therefore plan with JITBMM_TUNE=never, and test that one
-// failure on purpose.
+// CPU reference) finds no correct candidate: autotune() throws "autotune: no correct candidate", and a plan that tuned
+// warns once and runs its default variant, storing nothing, after compiling every candidate for nothing. The tests
+// using this library therefore plan with JITBMM_TUNE=never, and test that failure on purpose.
 #include <cuda.h>
 #include <fcntl.h>
 #include <openssl/sha.h>
