@@ -5,8 +5,9 @@
 // sample (the default) compiles
 //   - a cover: for each feature (template, entry header, strategy and pass, semiring, dtype, output dtype, math,
 //     index width, argmax, architecture; for chains form, state count and cluster), the first variant that has it;
-//   - the largest tiles: the variants that spill first, so the register and spill checks still see them;
-//   - a rotating sample of the rest, drawn by $JITBMM_NVRTC_SEED (scripts/test passes the commit's), so that over
+//   - the largest tiles (and chains of the most states): the variants that spill first, so that the register and
+//     spill checks still see them;
+//   - a rotating sample of 2% of the rest, drawn by $JITBMM_NVRTC_SEED (scripts/test passes the commit's), so that over
 //     successive commits every variant is compiled somewhere.
 // The choice is a function of the variants' features and the seed alone (select_sweep, tested in test_sweep.cpp).
 #pragma once
@@ -35,7 +36,7 @@ struct SweepItem {
 struct SweepPlan {
   bool full = false;
   uint64_t seed = 0;
-  double sample_share = 0.05; // of the variants neither the cover nor the largest tiles chose
+  double sample_share = 0.02; // of the variants neither the cover nor the largest tiles chose
 };
 
 struct SweepChoice {

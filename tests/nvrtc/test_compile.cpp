@@ -13,6 +13,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "generator/embedded_templates.hpp"
@@ -80,22 +81,21 @@ test::SweepItem sweep_item(const KernelSpec& spec, const std::string& arch) {
   return item;
 }
 
-// The largest tiles: in each strategy, pass, math and dtype, the first variant of the most outputs a thread (then a
-// block), which is the first to spill.
+// The largest tiles: in each strategy and pass, the variant of the most outputs a thread, then a block, then the
+// widest accumulator and argmax: the first to spill. (Each math's and dtype's smaller tiles are in the cover.)
 void mark_largest(const std::vector<std::pair<KernelSpec, std::string>>& jobs, std::vector<test::SweepItem>& items) {
   const auto size = [](const KernelSpec& s) {
-    return std::make_pair(s.thread_m * s.thread_n, s.tile_m * s.tile_n * s.tile_k + s.block_x * s.block_y);
+    return std::make_tuple(s.thread_m * s.thread_n, s.tile_m * s.tile_n * s.tile_k + s.block_x * s.block_y,
+                           dtype_info(s.dtype).acc_bytes, s.with_argmax);
   };
-  const auto group = [](const KernelSpec& s) {
-    return std::string(strategy_name(s.strategy)) + pass_name(s.pass) + math_name(s.math) + dtype_info(s.dtype).name;
-  };
-  std::map<std::string, std::size_t> first_largest;
+  std::map<std::string, std::size_t> largest;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     const KernelSpec& s = jobs[i].first;
-    const auto it = first_largest.find(group(s));
-    if (it == first_largest.end() || size(jobs[it->second].first) < size(s)) first_largest[group(s)] = i;
+    const std::string group = std::string(strategy_name(s.strategy)) + "/" + pass_name(s.pass);
+    const auto it = largest.find(group);
+    if (it == largest.end() || size(jobs[it->second].first) < size(s)) largest[group] = i;
   }
-  for (const auto& [group, i] : first_largest) items[i].largest = true;
+  for (const auto& [group, i] : largest) items[i].largest = true;
 }
 
 } // namespace
