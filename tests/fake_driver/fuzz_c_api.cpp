@@ -10,11 +10,12 @@
 // counts its cases by family (bmm cases of small sizes and from the edges, chain cases of each form, plans made) and
 // prints the counts; with $JITBMM_FUZZ_EVERY_FAMILY=1 a family no case reached is a finding, so that a shorter run
 // (scripts/sanitize-host without --full) still shows that it covered each.
-// The watchdog looks at a case every $JITBMM_FUZZ_CASE_SECONDS (default 120; a fraction is allowed): it is moving when a call returned or,
-// under the fake driver, a module was loaded since the last look, or when the process computed (used CPU time for at
-// least 5% of the interval) and the case has used less than 120 CPU-seconds. Otherwise it is a hang: blocked (no CPU
-// used) or spinning. A case's first compiles take seconds of CPU each, and on a busy machine many times that of wall
-// time: they are computing, not time against the case, however slowly the machine runs them.
+// The watchdog looks at a case every $JITBMM_FUZZ_CASE_SECONDS (default 120; a fraction is allowed): it is moving
+// when a call returned or, under the fake driver, a module was loaded since the last look, or when the process
+// computed (used CPU time for at least 5% of the interval) and the case has used less than 120 CPU-seconds.
+// Otherwise it is a hang: blocked (no CPU used) or spinning. A case's first compiles take seconds of CPU each, and
+// on a busy machine many times that of wall time: they are computing, not time against the case, however slowly the
+// machine runs them.
 // Exit status: 0 when every case held, 1 with a list of the findings otherwise.
 #include <dlfcn.h>
 #include <signal.h>
@@ -529,7 +530,8 @@ int main() {
     std::printf("fuzz_c_api: %ld plans address more than 2^49 bytes (within the library's 2^62), the first %s\n",
                 f.unaddressable, f.first_unaddressable.c_str());
   std::string families;
-  for (const auto& [family, n] : f.families) families += (families.empty() ? "" : ", ") + family + " " + std::to_string(n);
+  for (const auto& [family, n] : f.families)
+    families += (families.empty() ? "" : ", ") + family + " " + std::to_string(n);
   std::printf("fuzz_c_api: cases by family: %s\n", families.c_str());
   if (const char* every = std::getenv("JITBMM_FUZZ_EVERY_FAMILY"); every && std::strcmp(every, "1") == 0) {
     std::vector<std::string> expected = {"bmm small", "bmm edges", "chain crf small", "chain crf edges",

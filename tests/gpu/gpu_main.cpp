@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   const int result = jitbmm::test::run_suite(
       context, {{jitbmm::test::kNeedsDiskCache, jitbmm::DiskCache::process_cache() != nullptr,
                  "no disk cache (JITBMM_CACHE=off, or its directory is unusable)"},
-                {jitbmm::test::kNeedsClusters, clusters, "this GPU has no clusters of blocks (they need sm_90 or later)"}});
+                {jitbmm::test::kNeedsClusters, clusters,
+                 "no clusters of blocks on this GPU (they need sm_90 or later)"}});
   std::error_code ec;
   if (!cache_dir.empty()) std::filesystem::remove_all(cache_dir, ec);
   return result;

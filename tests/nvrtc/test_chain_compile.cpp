@@ -73,7 +73,8 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
     test::SweepItem item;
     std::istringstream fields(to_string(s));
     for (std::string f; fields >> f;)
-      if (f.rfind("semiring=", 0) == 0 || f.rfind("dtype=", 0) == 0 || f.rfind("C=", 0) == 0) item.features.push_back(f);
+      if (f.rfind("semiring=", 0) == 0 || f.rfind("dtype=", 0) == 0 || f.rfind("C=", 0) == 0)
+        item.features.push_back(f);
     item.features.push_back(s.form == ChainForm::hmm ? "form=hmm" : "form=crf");
     for (const ChainLoop* loop : {&s.forward, &s.saving}) {
       const std::string at = loop == &s.forward ? "forward " : "saving ";

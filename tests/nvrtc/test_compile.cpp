@@ -76,7 +76,8 @@ test::SweepItem sweep_item(const KernelSpec& spec, const std::string& arch) {
   item.features.push_back(std::string("pass=") + pass_name(spec.pass));
   item.features.push_back(std::string("strategy+pass=") + strategy_name(spec.strategy) + "/" + pass_name(spec.pass));
   item.features.push_back("arch=" + arch);
-  for (const char* header : strategy_def(spec).render(spec).headers) item.features.push_back(std::string("header:") + header);
+  for (const char* header : strategy_def(spec).render(spec).headers)
+    item.features.push_back(std::string("header:") + header);
   for (std::string& t : test::inlined_templates(emit_kernel(spec).source)) item.features.push_back(std::move(t));
   return item;
 }

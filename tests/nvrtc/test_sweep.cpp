@@ -53,7 +53,8 @@ TEST_CASE("sweep: the sample reaches every feature and every largest tile, whate
 
 TEST_CASE("sweep: the same seed chooses the same variants; other seeds rotate the sample; full chooses all") {
   const std::vector<SweepItem> items = synthetic_items();
-  const SweepChoice a = select_sweep(items, SweepPlan{false, 7, 0.2}), b = select_sweep(items, SweepPlan{false, 7, 0.2});
+  const SweepChoice a = select_sweep(items, SweepPlan{false, 7, 0.2});
+  const SweepChoice b = select_sweep(items, SweepPlan{false, 7, 0.2});
   CHECK(a.chosen == b.chosen);
   // Over a few seeds the samples differ and between them reach variants no single one chose.
   std::set<std::size_t> seen;
@@ -84,6 +85,9 @@ TEST_CASE("sweep: the mode and seed come from JITBMM_NVRTC_SWEEP and JITBMM_NVRT
   ::setenv("JITBMM_NVRTC_SWEEP", "sample", 1);
   ::setenv("JITBMM_NVRTC_SEED", "12x", 1);
   CHECK_THROWS_WITH(sweep_plan_from_env(), doctest::Contains("JITBMM_NVRTC_SEED"));
-  kept_mode.empty() && mode == nullptr ? ::unsetenv("JITBMM_NVRTC_SWEEP") : ::setenv("JITBMM_NVRTC_SWEEP", kept_mode.c_str(), 1);
-  kept_seed.empty() && seed == nullptr ? ::unsetenv("JITBMM_NVRTC_SEED") : ::setenv("JITBMM_NVRTC_SEED", kept_seed.c_str(), 1);
+  const auto restore = [](const char* name, const char* was, const std::string& kept) {
+    was ? ::setenv(name, kept.c_str(), 1) : ::unsetenv(name);
+  };
+  restore("JITBMM_NVRTC_SWEEP", mode, kept_mode);
+  restore("JITBMM_NVRTC_SEED", seed, kept_seed);
 }
