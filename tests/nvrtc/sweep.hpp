@@ -111,26 +111,29 @@ inline std::string describe(const SweepChoice& c, const SweepPlan& plan, std::si
   return os.str();
 }
 
-// A line every 30 s while a sweep compiles, so that a long run shows it is moving: on stdout and, where
-// $JITBMM_PROGRESS_DIR names a directory (scripts/test's), as the file <dir>/<name> that scripts/test's watcher shows
-// beside the entries still running. Thread-safe.
+// A line every 30 s on stdout while a sweep compiles, so that a long run shows it is moving; and where
+// $JITBMM_PROGRESS_DIR names a directory (scripts/test's), the latest count after every compile in the file
+// <dir>/<name>, which scripts/test's watcher shows beside the entries still running. Thread-safe.
 class SweepProgress {
 public:
-  SweepProgress(std::string name, std::size_t total) : name_(std::move(name)), total_(total) { say(); }
+  SweepProgress(std::string name, std::size_t total) : name_(std::move(name)), total_(total) { say(true); }
   void one_done() {
     std::lock_guard<std::mutex> lock(mutex_);
     ++done_;
-    if (std::chrono::steady_clock::now() - last_ >= std::chrono::seconds(30) || done_ == total_) say();
+    say(std::chrono::steady_clock::now() - last_ >= std::chrono::seconds(30) || done_ == total_);
   }
 
 private:
-  void say() {
-    last_ = std::chrono::steady_clock::now();
-    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(last_ - start_).count();
+  void say(bool on_stdout) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(now - start_).count();
     const std::string line = name_ + ": " + std::to_string(done_) + " of " + std::to_string(total_) +
                              " compiled in " + std::to_string(seconds) + " s";
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
+    if (on_stdout) {
+      last_ = now;
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
     if (const char* dir = std::getenv("JITBMM_PROGRESS_DIR"); dir && *dir)
       std::ofstream(std::string(dir) + "/" + name_) << line << "\n";
   }

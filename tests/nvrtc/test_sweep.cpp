@@ -1,12 +1,15 @@
-// The compile sweeps' subset (sweep.hpp): what it must reach whatever the seed, and that it is a function of the seed.
+// The compile sweeps' subset (sweep.hpp): what it must reach whatever the seed, that it is a function of the seed,
+// and the progress it reports.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "nvrtc/sweep.hpp"
+#include "temp_dir.hpp"
 
 using namespace jitbmm::test;
 
@@ -90,4 +93,25 @@ TEST_CASE("sweep: the mode and seed come from JITBMM_NVRTC_SWEEP and JITBMM_NVRT
   };
   restore("JITBMM_NVRTC_SWEEP", mode, kept_mode);
   restore("JITBMM_NVRTC_SEED", seed, kept_seed);
+}
+
+TEST_CASE("sweep: the progress file holds the latest count after every compile, for scripts/test's watcher") {
+  const char* kept = std::getenv("JITBMM_PROGRESS_DIR");
+  const std::string kept_dir = kept ? kept : "";
+  TempDir dir;
+  ::setenv("JITBMM_PROGRESS_DIR", dir.path.c_str(), 1);
+  const auto file = [&] {
+    std::ifstream in(dir.path + "/sweep of three");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  {
+    SweepProgress progress("sweep of three", 3);
+    CHECK(file().rfind("sweep of three: 0 of 3 compiled in ", 0) == 0);
+    progress.one_done();
+    progress.one_done();
+    CHECK(file().rfind("sweep of three: 2 of 3 compiled in ", 0) == 0); // not only every 30 s
+  }
+  kept ? ::setenv("JITBMM_PROGRESS_DIR", kept_dir.c_str(), 1) : ::unsetenv("JITBMM_PROGRESS_DIR");
 }
