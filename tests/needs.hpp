@@ -9,5 +9,6 @@ namespace jitbmm::test {
 constexpr const char* kNeedsRoot = "needs_root";          // chown to another user (uid 65534)
 constexpr const char* kNeedsNonRoot = "needs_non_root";   // file permissions, which bind everyone but root
 constexpr const char* kNeedsDiskCache = "needs_disk_cache"; // the process's disk cache (off under JITBMM_CACHE=off)
+constexpr const char* kNeedsClusters = "needs_clusters";      // clusters of blocks (a GPU of sm_90 or later)
 
 } // namespace jitbmm::test

@@ -4,8 +4,9 @@ torch-struct's LinearChainCRF where it is installed), on odd sizes, ragged lengt
 masks; length-1 and all -inf sequences; strides; errors; opcheck, torch.compile, torch.export and CUDA graphs.
 
 Run as a program (the python_torch_chain CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is missing,
-and fails if any test is skipped where both exist. The torch-struct comparisons run only where torch-struct is
-installed, and the run says so when it is not."""
+and fails if any test is skipped where both exist. torch-struct is the oracle written by others, so its comparisons
+are among them: where torch and a GPU exist and torch-struct cannot be imported, the run fails and says why
+(scripts/gpu-check and scripts/gpu-torch install it from .whl/ on the GPU machine, which has no package index)."""
 
 import math
 import sys
@@ -19,8 +20,11 @@ from torch_cases import HALF_ROUNDING, HAVE_CUDA, GpuCase, gpu_main, torch  # no
 
 try:
     import torch_struct
-except Exception:  # ImportError, or an incompatibility with this torch
+
+    TORCH_STRUCT_MISSING = ""
+except Exception as e:  # ImportError, or an incompatibility with this torch
     torch_struct = None
+    TORCH_STRUCT_MISSING = f"torch-struct cannot be imported ({type(e).__name__}: {e}); pip install torch-struct"
 
 # (B, T, C): T positions, potentials [B, T - 1, C, C]. Odd sizes, each of 1, 2, 31, 33, 129 in every role.
 SHAPES = ((1, 2, 1), (2, 31, 2), (31, 33, 31), (33, 129, 33), (3, 31, 129), (129, 2, 3), (33, 2, 129))
@@ -405,7 +409,7 @@ class ChainOperatorTest(GpuCase):
 
 
 @unittest.skipUnless(HAVE_CUDA, "needs torch and a CUDA GPU")  # run as a program, main() says why first
-@unittest.skipIf(torch_struct is None, "torch-struct is not installed")
+@unittest.skipIf(torch_struct is None, TORCH_STRUCT_MISSING)
 class TorchStructTest(unittest.TestCase):
     """The same numbers as torch_struct.LinearChainCRF: partition and marginals, max and argmax."""
 
@@ -473,8 +477,8 @@ class TorchStructTest(unittest.TestCase):
 
 def main():
     if torch is not None and torch_struct is None:
-        print("NOTE: torch-struct is not installed: its comparisons will not run")
-    return gpu_main(may_skip="torch-struct")
+        print(f"ERROR: {TORCH_STRUCT_MISSING}: its comparisons cannot run")
+    return gpu_main()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 //   the asynchronous forms run synchronously; pinned host memory is plain host memory;
 // - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
 //   to the file $JITBMM_FAKE_CUDA_LOG names (if any), the SHA-256 taken over the image as its ELF header sizes it;
+//   jitbmm_fake_cuda_modules_loaded() counts the modules loaded (the C ABI fuzz's watchdog counts one as progress);
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
@@ -23,15 +24,16 @@
 // - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
 //
 // Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
-// CPU reference) finds no correct candidate: it throws "autotune: no correct candidate" (the C ABI's
-// JITBMM_INTERNAL_ERROR). The tests using this library therefore plan with JITBMM_TUNE=never, and test that one
-// failure on purpose.
+// CPU reference) finds no correct candidate: autotune() throws "autotune: no correct candidate", and a plan that tuned
+// warns once and runs its default variant, storing nothing, after compiling every candidate for nothing. The tests
+// using this library therefore plan with JITBMM_TUNE=never, and test that failure on purpose.
 #include <cuda.h>
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +76,7 @@ thread_local std::vector<CUcontext> t_contexts;
 std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
+std::atomic<long> g_modules_loaded{0};
 
 std::size_t memory_cap() {
   const char* v = std::getenv("JITBMM_FAKE_CUDA_MEMORY_BYTES");
@@ -330,12 +333,15 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
 
 CUresult CUDAAPI cuCtxSynchronize(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
 
+long jitbmm_fake_cuda_modules_loaded() { return g_modules_loaded.load(); }
+
 CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
   if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
   const std::size_t bytes = elf_image_bytes(image);
   if (bytes == 0) return CUDA_ERROR_INVALID_IMAGE;
   log_line("load " + sha256_hex(image, bytes) + " " + std::to_string(bytes));
+  g_modules_loaded.fetch_add(1);
   *module = new CUmod_st;
   return CUDA_SUCCESS;
 }

@@ -6,9 +6,20 @@
 // (every plan fails with JITBMM_NO_DRIVER after validation); tests/fake_driver/CMakeLists.txt runs both.
 //
 // $JITBMM_FUZZ_CASES (default 3000) cases from $JITBMM_FUZZ_SEED (default 20261124); case i uses seed + i, so
-// `JITBMM_FUZZ_CASE=i` reruns exactly one case and `JITBMM_FUZZ_TRACE=1` prints each case before running it.
+// `JITBMM_FUZZ_CASE=i` reruns exactly one case and `JITBMM_FUZZ_TRACE=1` prints each case before running it. The run
+// counts its cases by family (bmm cases of small sizes and from the edges, chain cases of each form, plans made) and
+// prints the counts; with $JITBMM_FUZZ_EVERY_FAMILY=1 a family no case reached is a finding, so that a shorter run
+// (scripts/sanitize-host without --full) still shows that it covered each.
+// The watchdog looks at a case every $JITBMM_FUZZ_CASE_SECONDS (default 120; a fraction is allowed): it is moving
+// when a call returned or, under the fake driver, a module was loaded since the last look, or when the process
+// computed (used CPU time for at least 5% of the interval) and the case has used less than 120 CPU-seconds.
+// Otherwise it is a hang: blocked (no CPU used) or spinning. A case's first compiles take seconds of CPU each, and
+// on a busy machine many times that of wall time: they are computing, not time against the case, however slowly the
+// machine runs them.
 // Exit status: 0 when every case held, 1 with a list of the findings otherwise.
+#include <dlfcn.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,7 +30,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +55,39 @@ constexpr double kAddressableBytes = double(1ull << 49);
 bool g_fake_driver = false; // $JITBMM_LIBCUDA names libjitbmm_fake_cuda.so
 char g_case_text[1024] = "(before the first case)";
 uint64_t g_case_seed = 0;
+// The watchdog's view of progress: calls returned, and the fake driver's count of modules loaded (null without it).
+volatile sig_atomic_t g_calls_returned = 0;
+long (*g_modules_loaded)() = nullptr;
+double g_case_seconds = 120;
+constexpr double kCaseCpuSeconds = 120; // far more than a case's compiles take
+long g_progress_seen = -1;
+double g_cpu_at_case = 0, g_cpu_at_look = 0;
+long progress() { return g_calls_returned + (g_modules_loaded ? g_modules_loaded() : 0); }
+double cpu_seconds() { // async-signal-safe
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+void look_again_in(double seconds) { // SIGALRM then; 0: never
+  itimerval t{};
+  t.it_value.tv_sec = static_cast<time_t>(seconds);
+  t.it_value.tv_usec = static_cast<suseconds_t>((seconds - double(t.it_value.tv_sec)) * 1e6);
+  ::setitimer(ITIMER_REAL, &t, nullptr);
+}
+void watch_case() {
+  g_progress_seen = progress();
+  g_cpu_at_case = g_cpu_at_look = cpu_seconds();
+  look_again_in(g_case_seconds);
+}
+// The watchdog's look (see the file's comment): true when the case is moving.
+bool case_moving() {
+  const double cpu = cpu_seconds();
+  const bool returned = progress() != g_progress_seen;
+  const bool computing = cpu - g_cpu_at_look >= 0.05 * g_case_seconds && cpu - g_cpu_at_case < kCaseCpuSeconds;
+  g_progress_seen = progress();
+  g_cpu_at_look = cpu;
+  return returned || computing;
+}
 
 void say_case(const char* what) {
   char line[1280];
@@ -51,7 +97,12 @@ void say_case(const char* what) {
 }
 void on_death() { say_case("sanitizer report"); }
 void on_signal(int sig) {
-  say_case(sig == SIGALRM ? "hang (no status after 120 s)" : "fatal signal");
+  if (sig == SIGALRM && case_moving()) {
+    look_again_in(g_case_seconds);
+    return;
+  }
+  say_case(sig == SIGALRM ? "hang (no call returned, no module loaded and no computing in the watchdog's last look)"
+                          : "fatal signal");
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -187,6 +238,7 @@ std::string describe(const jitbmm_chain_problem& p) {
 struct Findings {
   std::vector<std::string> lines;
   long calls = 0, ok = 0, plans = 0, unaddressable = 0;
+  std::map<std::string, long> families; // cases by family (see the file's comment)
   std::string first_unaddressable;
   template <class Problem> void add(uint64_t seed, const std::string& what, const Problem& p) {
     if (lines.size() < 200) lines.push_back("seed " + std::to_string(seed) + ": " + what + "\n    " + describe(p));
@@ -197,6 +249,7 @@ struct Findings {
 template <class Problem>
 bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const Problem& p) {
   ++f.calls;
+  g_calls_returned = g_calls_returned + 1;
   if (s < JITBMM_OK || s > JITBMM_NO_NVRTC) {
     f.add(seed, std::string(call) + " returned unknown status " + std::to_string(int(s)), p);
     return false;
@@ -228,6 +281,7 @@ void run_case(uint64_t seed, Findings& f) {
   p.with_argmax = z.chance(0.7) ? 0 : z.chance(0.8) ? 1 : static_cast<int>(z.rng());
   // Half the cases keep every size small, so plans are made and launched; the rest draw each size from the edges.
   const bool tame = z.chance(0.5);
+  ++f.families[tame ? "bmm small" : "bmm edges"];
   auto size = [&] { return tame ? (z.chance(0.1) ? 0 : 1 + static_cast<int64_t>(z.below(70))) : z.dim(); };
   p.B = size(), p.M = size(), p.K = size(), p.N = size();
   const int64_t a_nat[3] = {wrap_mul(p.M, p.K), p.K, 1}, b_nat[3] = {wrap_mul(p.K, p.N), p.N, 1},
@@ -253,6 +307,7 @@ void run_case(uint64_t seed, Findings& f) {
   if (check_status(f, seed, "jitbmm_plan_create", created, p)) {
     if (null_problem || null_out) f.add(seed, "jitbmm_plan_create succeeded with a null argument", p);
     ++f.plans;
+    ++f.families["bmm plan made"];
     const int bytes = dtype_bytes(p.dtype), out_bytes = p.out_dtype ? dtype_bytes(p.out_dtype) : bytes;
     const double worst =
         std::max({span_bytes(p.B, p.M, p.K, p.a_strides, bytes), span_bytes(p.B, p.K, p.N, p.b_strides, bytes),
@@ -328,6 +383,8 @@ void run_chain_case(uint64_t seed, Findings& f) {
     for (int i = 0; i < 3; ++i) p.transition_strides[i] = keep ? 0 : z.stride(nat_tr[i]);
     for (int i = 0; i < 2; ++i) p.initial_strides[i] = keep ? 0 : z.stride(nat_in[i]);
   }
+  const bool markov = hmm && std::strcmp(p.form, "markov") == 0; // a form no plan takes
+  ++f.families[markov ? "chain markov" : std::string(hmm ? "chain hmm" : "chain crf") + (tame ? " small" : " edges")];
   const std::string desc = describe(p);
   std::snprintf(g_case_text, sizeof g_case_text, "%s", desc.c_str());
   if (std::getenv("JITBMM_FUZZ_TRACE")) std::fprintf(stderr, "chain case %" PRIu64 ": %s\n", seed, desc.c_str());
@@ -343,6 +400,7 @@ void run_chain_case(uint64_t seed, Findings& f) {
   }
   if (null_problem || null_out) f.add(seed, "jitbmm_chain_plan_create succeeded with a null argument", p);
   ++f.plans;
+  ++f.families[hmm ? "chain hmm plan made" : "chain crf plan made"];
   if (p.B < 0 || p.T < 1 || p.C < 1 || p.C > 1024) f.add(seed, "a chain plan was made with sizes out of range", p);
   // The bytes an input of `extents` at `given` strides (all 0: `natural`) reaches.
   auto span = [&](std::initializer_list<int64_t> extents, const int64_t* given, const int64_t* natural) {
@@ -427,6 +485,11 @@ int main() {
   const uint64_t base = seed_env && *seed_env ? std::strtoull(seed_env, nullptr, 10) : 20261124;
   const char* libcuda = std::getenv("JITBMM_LIBCUDA");
   g_fake_driver = libcuda && std::strstr(libcuda, "fake_cuda");
+  if (g_fake_driver)
+    if (void* driver = ::dlopen(libcuda, RTLD_NOW | RTLD_LOCAL)) // the handle the library's own dlopen gets too
+      g_modules_loaded = reinterpret_cast<long (*)()>(::dlsym(driver, "jitbmm_fake_cuda_modules_loaded"));
+  if (const char* seconds = std::getenv("JITBMM_FUZZ_CASE_SECONDS"); seconds && *seconds)
+    g_case_seconds = std::strtod(seconds, nullptr);
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(on_death);
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) ::signal(sig, on_signal);
 
@@ -455,17 +518,29 @@ int main() {
   const long first = one_env && *one_env ? std::strtol(one_env, nullptr, 10) : 0;
   const long last = one_env && *one_env ? first + 1 : cases;
   for (long i = first; i < last; ++i) {
-    ::alarm(120);
+    watch_case();
     run_case(base + static_cast<uint64_t>(i), f);
     run_chain_case(base + static_cast<uint64_t>(i), f);
   }
-  ::alarm(0);
+  look_again_in(0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("fuzz_c_api: %ld cases (seeds %" PRIu64 "..%" PRIu64 "), %ld calls, %ld OK, %ld plans made, %.1f s\n",
               last - first, base + first, base + last - 1, f.calls, f.ok, f.plans, seconds);
   if (f.unaddressable)
     std::printf("fuzz_c_api: %ld plans address more than 2^49 bytes (within the library's 2^62), the first %s\n",
                 f.unaddressable, f.first_unaddressable.c_str());
+  std::string families;
+  for (const auto& [family, n] : f.families)
+    families += (families.empty() ? "" : ", ") + family + " " + std::to_string(n);
+  std::printf("fuzz_c_api: cases by family: %s\n", families.c_str());
+  if (const char* every = std::getenv("JITBMM_FUZZ_EVERY_FAMILY"); every && std::strcmp(every, "1") == 0) {
+    std::vector<std::string> expected = {"bmm small", "bmm edges", "chain crf small", "chain crf edges",
+                                         "chain hmm small", "chain hmm edges", "chain markov"};
+    if (g_fake_driver)
+      for (const char* made : {"bmm plan made", "chain crf plan made", "chain hmm plan made"}) expected.push_back(made);
+    for (const std::string& family : expected)
+      if (!f.families.count(family)) f.lines.push_back("no case of the family '" + family + "' in this run");
+  }
   for (const std::string& line : f.lines) std::printf("FINDING %s\n", line.c_str());
   if (!f.lines.empty()) std::printf("fuzz_c_api: %zu findings\n", f.lines.size());
   return f.lines.empty() ? 0 : 1;

@@ -15,6 +15,7 @@
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
+#include "needs.hpp"
 
 namespace jitbmm::test {
 
@@ -64,16 +65,14 @@ inline void compare(const std::string& name, const std::vector<double>& got, con
 
 // The problems the cluster tests run, each with a cluster size: both semirings and dtypes of `form` at shapes of 5
 // to 257 states (blocks of no state at the small ones, the shared-memory ring and emissions at the large), in one
-// block per sequence and every cluster size whose registers fit. Empty, with a message, on a device without clusters.
+// block per sequence and every cluster size whose registers fit. Their test cases join test::kNeedsClusters, so that a
+// device without clusters reports them skipped.
 struct ClusterRun {
   ChainProblem problem;
   int cluster;
 };
 inline std::vector<ClusterRun> cluster_runs(ChainForm form) {
-  if (cluster_sms(*current_device()) == 0) {
-    MESSAGE("skipped: clusters of blocks need sm_90 or later (this device is " << current_device()->arch() << ")");
-    return {};
-  }
+  REQUIRE_MESSAGE(cluster_sms(*current_device()) > 0, "a case that runs clusters joins test::kNeedsClusters");
   const struct {
     int64_t B, T, C;
   } shapes[] = {{3, 6, 5}, {3, 5, 31}, {2, 7, 33}, {3, 40, 64}, {1, 4, 129}, {2, 3, 257}};

@@ -13,6 +13,7 @@
 #include "cache/disk_cache.hpp"
 #include "jitbmm/errors.hpp"
 #include "precompile.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "suite_main.hpp"
 #include "variants.hpp"
@@ -43,8 +44,10 @@ int main(int argc, char** argv) {
   ::setenv("JITBMM_TUNE", "never", 0);
   // Tests choose their variants: the shipped decisions (tuning/shipped/) only where a test turns them on.
   ::setenv("JITBMM_SHIPPED_DECISIONS", "off", 0);
+  bool clusters = false;
   try {
     const auto dev = jitbmm::current_device();
+    clusters = jitbmm::cluster_sms(*dev) > 0;
     std::printf("GPU suite on %s (%s)\n", dev->name.c_str(), dev->arch().c_str());
     // A run narrowed to some test cases compiles what they use as they use it (a chain test's modules are not
     // among the variants).
@@ -63,7 +66,9 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   const int result = jitbmm::test::run_suite(
       context, {{jitbmm::test::kNeedsDiskCache, jitbmm::DiskCache::process_cache() != nullptr,
-                 "no disk cache (JITBMM_CACHE=off, or its directory is unusable)"}});
+                 "no disk cache (JITBMM_CACHE=off, or its directory is unusable)"},
+                {jitbmm::test::kNeedsClusters, clusters,
+                 "no clusters of blocks on this GPU (they need sm_90 or later)"}});
   std::error_code ec;
   if (!cache_dir.empty()) std::filesystem::remove_all(cache_dir, ec);
   return result;

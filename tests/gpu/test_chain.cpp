@@ -279,7 +279,8 @@ TEST_CASE("chains: f16 and bf16 potentials against the float64 reference, in one
 
 // The plans above split a sequence over the cluster their batch and C call for; here each state count runs in one
 // block per sequence and in every cluster size whose registers fit, down to clusters with blocks of no state.
-TEST_CASE("chains: one block per sequence and every cluster size against the float64 reference") {
+TEST_CASE("chains: one block per sequence and every cluster size against the float64 reference" *
+          doctest::test_suite(test::kNeedsClusters)) {
   std::mt19937_64 rng(20261128);
   std::vector<Case> cases;
   std::vector<ChainSpec> specs;

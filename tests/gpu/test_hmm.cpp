@@ -286,7 +286,8 @@ TEST_CASE("hmm: f16 and bf16 tables against the float64 reference, both semiring
 
 // The HMM form's recursions in one block per sequence and split over every cluster size whose registers fit, down
 // to clusters with blocks of no state.
-TEST_CASE("hmm: one block per sequence and every cluster size against the float64 reference") {
+TEST_CASE("hmm: one block per sequence and every cluster size against the float64 reference" *
+          doctest::test_suite(test::kNeedsClusters)) {
   std::mt19937_64 rng(20261130);
   std::vector<Case> cases;
   std::vector<ChainSpec> specs;

@@ -1,5 +1,5 @@
 // Compile-only: every generated variant must compile with NVRTC for sm_80 and sm_90 with no spills in any of its
-// entries. No GPU needed.
+// entries (all of them with JITBMM_NVRTC_SWEEP=full, else the subset sweep.hpp chooses). No GPU needed.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -10,15 +10,21 @@
 #include <filesystem>
 #include <ctime>
 #include <iomanip>
+#include <map>
+#include <set>
 #include <sstream>
 #include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "generator/embedded_templates.hpp"
+#include "generator/emit_source.hpp"
+#include "generator/strategy.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "nvrtc/sweep.hpp"
 #include "variants.hpp"
 
 using namespace jitbmm;
@@ -62,27 +68,81 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
   return o;
 }
 
+// A variant's features (sweep.hpp): its spec's fields but the sizes, its entry headers and the templates it inlines.
+test::SweepItem sweep_item(const KernelSpec& spec, const std::string& arch) {
+  test::SweepItem item;
+  std::istringstream fields(to_string(spec));
+  for (std::string f; fields >> f;)
+    if (f.rfind("tile=", 0) && f.rfind("thread=", 0) && f.rfind("block=", 0) && f.rfind("k_chunk=", 0) &&
+        f.rfind("min_blocks=", 0))
+      item.features.push_back(f);
+  item.features.push_back(std::string("pass=") + pass_name(spec.pass));
+  item.features.push_back(std::string("strategy+pass=") + strategy_name(spec.strategy) + "/" + pass_name(spec.pass));
+  item.features.push_back("arch=" + arch);
+  for (const char* header : strategy_def(spec).render(spec).headers)
+    item.features.push_back(std::string("header:") + header);
+  for (std::string& t : test::inlined_templates(emit_kernel(spec).source)) item.features.push_back(std::move(t));
+  return item;
+}
+
+// The largest tiles: in each strategy and pass, the variant of the most outputs a thread, then a block, then the
+// widest accumulator and argmax: the first to spill. (Each math's and dtype's smaller tiles are in the cover.)
+void mark_largest(const std::vector<std::pair<KernelSpec, std::string>>& jobs, std::vector<test::SweepItem>& items) {
+  const auto size = [](const KernelSpec& s) {
+    return std::make_tuple(s.thread_m * s.thread_n, s.tile_m * s.tile_n * s.tile_k + s.block_x * s.block_y,
+                           dtype_info(s.dtype).acc_bytes, s.with_argmax);
+  };
+  std::map<std::string, std::size_t> largest;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const KernelSpec& s = jobs[i].first;
+    const std::string group = std::string(strategy_name(s.strategy)) + "/" + pass_name(s.pass);
+    const auto it = largest.find(group);
+    if (it == largest.end() || size(jobs[it->second].first) < size(s)) largest[group] = i;
+  }
+  for (const auto& [group, i] : largest) items[i].largest = true;
+}
+
 } // namespace
 
 TEST_CASE(
     "every generated variant, forward and backward, compiles for sm_90 (a third also for sm_80), without spills") {
-  std::vector<std::pair<KernelSpec, std::string>> jobs;
+  std::vector<std::pair<KernelSpec, std::string>> all;
   // Every variant for sm_90; every third also for sm_80 (the tiled kernels take seconds each to compile).
   int n = 0;
   for (const KernelSpec& spec : test::all_variants()) {
-    jobs.emplace_back(spec, "sm_90");
-    if (n++ % 3 == 0 && !arch_specific(spec)) jobs.emplace_back(spec, "sm_80"); // wgmma: sm_90 alone
+    all.emplace_back(spec, "sm_90");
+    if (n++ % 3 == 0 && !arch_specific(spec)) all.emplace_back(spec, "sm_80"); // wgmma: sm_90 alone
   }
-  for (const KernelSpec& spec : test::grad_variants()) jobs.emplace_back(spec, "sm_90");
+  for (const KernelSpec& spec : test::grad_variants()) all.emplace_back(spec, "sm_90");
+  std::vector<test::SweepItem> items;
+  for (const auto& [spec, arch] : all) items.push_back(sweep_item(spec, arch));
+  mark_largest(all, items);
+  const test::SweepPlan plan = test::sweep_plan_from_env();
+  const test::SweepChoice choice = test::select_sweep(items, plan);
+  MESSAGE(test::describe(choice, plan, all.size(), "kernels"));
+  // The subset reaches every feature the whole sweep does, and the whole sweep every strategy of the table.
+  std::set<std::string> reached, every;
+  for (std::size_t i : choice.chosen) reached.insert(items[i].features.begin(), items[i].features.end());
+  for (const test::SweepItem& item : items) every.insert(item.features.begin(), item.features.end());
+  CHECK(reached == every);
+  for (const StrategyDef* def : strategy_defs())
+    CHECK_MESSAGE(every.count(std::string("strategy+pass=") + def->name + "/" +
+                              (def->backward ? "grad_a" : "forward")),
+                  def->name);
+  std::vector<std::pair<KernelSpec, std::string>> jobs;
+  for (std::size_t i : choice.chosen) jobs.push_back(all[i]);
   // NVRTC is thread-safe: compile on every core.
   const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
   std::vector<Outcome> outcomes(jobs.size());
   std::vector<std::thread> pool;
   std::atomic<std::size_t> next{0};
+  test::SweepProgress progress("jitbmm_test_nvrtc kernels", jobs.size());
   for (unsigned w = 0; w < workers; ++w)
     pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();)
+      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
         outcomes[i] = compile_one(jobs[i].first, jobs[i].second);
+        progress.one_done();
+      }
     });
   for (auto& t : pool) t.join();
   REQUIRE(kComputeCacheOff);
