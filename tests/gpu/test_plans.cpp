@@ -170,7 +170,8 @@ TEST_CASE("a second process finds its kernels in the disk cache and compiles not
 namespace {
 
 // A directory for JITBMM_OVERRIDE_DIR (under the suite's cache) holding `planted`'s kernel made to compute wrong
-// results (a direct kernel's outputs plus one): where a planted kernel must be caught by a check.
+// results (a selecting semiring's outputs plus one: Select::finalize): where a planted kernel must be caught by a
+// check.
 std::string plant_broken_kernel(const KernelSpec& planted, const std::string& name) {
   GeneratedKernel kernel = emit_kernel(planted);
   const std::string correct = "return st.k < 0 ? Op::zero() : st.v; }";
@@ -235,9 +236,9 @@ TEST_CASE("decisions brought from elsewhere: shipped ones serve their GPU, and a
   // An imported decision whose kernel computes wrong results (planted through the override directory) fails its
   // check on first use: the choice passes it over, with one warning, and the plan gives the right results.
   Problem q;
-  q.semiring = Semiring::plus_times;
-  q.dtype = DType::f64;
-  q.shape = {4, 40, 36, 44}; // a family no other test stores
+  q.semiring = Semiring::max_times; // a selecting semiring: plant_broken_kernel changes its finalize
+  q.dtype = DType::f32;
+  q.shape = {5, 37, 29, 43}; // a shape no other test stores
   KernelSpec planted = default_spec(q, Strategy::linear);
   planted.block_x = 64, planted.block_y = 4;
   REQUIRE(planted != default_spec(q));
