@@ -27,6 +27,7 @@
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "jitbmm/version.hpp"
+#include "runtime/tuner/shipped_decisions.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
@@ -316,6 +317,18 @@ int run_info(int argc, char** argv) {
     std::printf("disk cache: %s\n", cache_dir_line().c_str());
   } catch (const std::exception& e) {
     std::printf("disk cache: not usable: %s\n", e.what());
+  }
+  // The files shipped (each for the GPU its comment names; a plan uses only the decisions whose keys fit it).
+  try {
+    std::string files;
+    for (const ShippedFile& f : shipped_files()) files += std::string(files.empty() ? "" : ", ") + f.name;
+    if (!shipped_decisions_enabled())
+      std::printf("shipped decisions: off (JITBMM_SHIPPED_DECISIONS)\n");
+    else
+      std::printf("shipped decisions: %zu in %s\n", shipped_decisions().products.size(),
+                  files.empty() ? "no file" : files.c_str());
+  } catch (const std::exception& e) {
+    std::printf("shipped decisions: not usable: %s\n", e.what());
   }
   return 0;
 }
