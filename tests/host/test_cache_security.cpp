@@ -3,6 +3,9 @@
 // is ever written through a link.
 #include <doctest/doctest.h>
 
+#include <array>
+#include <vector>
+
 #include "tests/temp_dir.hpp"
 
 #include <fcntl.h>
@@ -33,6 +36,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uid_t kNobody = 65534;
+
+// Writes the entries (key, kind, payload) into `path`, then makes it a shared cache's directory: 0755.
+void fill_shared(const std::string& path, const std::vector<std::array<std::string, 3>>& entries) {
+  {
+    DiskCache writer(path);
+    for (const auto& [key, kind, payload] : entries) REQUIRE(writer.put(key, kind, payload));
+  }
+  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+}
 
 std::string key_of(int n) {
   return cubin_key(
@@ -260,13 +273,7 @@ TEST_CASE("an entry a group or others may write is moved aside with one warning 
 TEST_CASE("a trusted shared cache serves no entry a group or others may write; it stays in place") {
   TempDir shared;
   const std::string key = key_of(19), good = key_of(25);
-  {
-    DiskCache writer(shared.path);
-    REQUIRE(writer.put(key, "tune", "rewritten by anyone"));
-    REQUIRE(writer.put(good, "cubin", "shared cubin"));
-  }
-  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                   fs::perms::others_read | fs::perms::others_exec);
+  fill_shared(shared.path, {{key, "tune", "rewritten by anyone"}, {good, "cubin", "shared cubin"}});
   REQUIRE(::chmod((shared.path + "/" + key + ".tune").c_str(), 0666) == 0);
   TempDir mine;
   DiskCache cache(mine.path);
@@ -283,13 +290,7 @@ TEST_CASE("a trusted shared cache serves only its root's and the user's entries"
           doctest::test_suite(test::kNeedsRoot)) {
   TempDir shared; // root's, as a cluster's cache filled by its admins
   const std::string foreign = key_of(26), by_root = key_of(27);
-  {
-    DiskCache writer(shared.path);
-    REQUIRE(writer.put(foreign, "cubin", "planted by another user"));
-    REQUIRE(writer.put(by_root, "tune", "root's decision"));
-  }
-  fs::permissions(shared.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                   fs::perms::others_read | fs::perms::others_exec);
+  fill_shared(shared.path, {{foreign, "cubin", "planted by another user"}, {by_root, "tune", "root's decision"}});
   for (const std::string& name : {foreign + ".cubin", by_root + ".tune"})
     REQUIRE(::chmod((shared.path + "/" + name).c_str(), 0644) == 0);
   REQUIRE(::chown((shared.path + "/" + foreign + ".cubin").c_str(), kNobody - 1, kNobody - 1) == 0);
