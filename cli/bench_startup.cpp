@@ -54,6 +54,7 @@ int run_first_call(const Args& args) {
 int run_compile_times(const Args& args) {
   const Problem p = problem_from(args, "bench --compile-times");
   const std::string arch = arch_from(args);
+  require_nvrtc_targets(arch);
   std::vector<double> ms;
   for (const KernelSpec& spec : tuning_candidates(p, DeviceLimits{})) {
     const GeneratedKernel kernel = emit_kernel(spec);

@@ -166,11 +166,16 @@ std::string run_capturing_stdout(const std::vector<std::string>& argv) {
   return out;
 }
 
+constexpr const char* kNoNvdisasm =
+    "nvdisasm not found on PATH or in /usr/local/cuda/bin: it ships with the CUDA toolkit (install the toolkit's "
+    "nvdisasm and put its bin directory on PATH); --emit ptx works without it";
+
+// --emit all prints what it can and says where SASS is missing; --emit sass asked for SASS alone and fails before
+// anything is printed (run_inspect).
 void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
   const std::string nvdisasm = find_tool("nvdisasm");
   if (nvdisasm.empty()) {
-    std::printf("// SASS unavailable: nvdisasm not found on PATH or in /usr/local/cuda/bin (it ships with the CUDA "
-                "toolkit); --emit ptx works without it\n");
+    std::printf("// SASS unavailable: %s\n", kNoNvdisasm);
     return;
   }
   const CompiledKernel c = compile_to_cubin(kernel, arch, PtxasReport::wanted);
@@ -259,9 +264,12 @@ int run_inspect(int argc, char** argv) {
   const bool all = emit == "all";
   if (emit != "cuda" && emit != "ptx" && emit != "sass" && emit != "resources" && !all)
     throw std::invalid_argument("--emit: expected cuda, ptx, sass, resources or all, got '" + emit + "'");
-  const std::string arch = arch_from(args);
   if (emit == "cuda" && args.has("--arch") && !dump_requested())
     throw std::invalid_argument("--arch: not used by --emit cuda (the source is the same for every arch)");
+  const std::string arch = arch_from(args);
+  if (emit != "cuda" || dump_requested()) require_nvrtc_targets(arch); // the source alone needs no NVRTC
+  if (emit == "sass" && find_tool("nvdisasm").empty())
+    throw std::runtime_error(std::string("--emit sass: ") + kNoNvdisasm);
   GeneratedKernel kernel;
   int threads = 0;
   if (args.has("--chain") && args.has("--chunks")) { // the chunked strategy's module: the dtype and C alone

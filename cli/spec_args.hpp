@@ -16,6 +16,7 @@
 #include "cli/args.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "support/parse_number.hpp"
 
 namespace jitbmm::cli {
@@ -237,15 +238,27 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   return spec;
 }
 
-// --arch (default sm_90): "sm_" then digits, optionally one letter (sm_90a); anything else would reach NVRTC.
+// --arch (default sm_90): "sm_" then two to four digits, optionally one letter (sm_90a).
 inline std::string arch_from(const Args& args) {
   const std::string arch = args.get("--arch", "sm_90");
   std::size_t i = 3;
   while (i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) ++i;
-  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 &&
+  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 && i <= 7 &&
                   (i == arch.size() || (i + 1 == arch.size() && std::islower(static_cast<unsigned char>(arch[i]))));
   if (!ok) throw std::invalid_argument("--arch: expected sm_XY (e.g. sm_90, sm_90a), got '" + arch + "'");
   return arch;
+}
+
+// An --arch this NVRTC cannot target is the flag's error, naming those it can; NVRTC's own refusal names no flag
+// and comes with an empty log. Asks NVRTC, so only where NVRTC is about to compile.
+inline void require_nvrtc_targets(const std::string& arch) {
+  const std::vector<int> supported = nvrtc_supported_archs();
+  const int number = std::stoi(arch.substr(3));
+  if (std::find(supported.begin(), supported.end(), number) != supported.end()) return;
+  std::string names;
+  for (int a : supported) names += (names.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  throw std::invalid_argument("--arch: NVRTC " + nvrtc_version() + " cannot compile for '" + arch + "' (it targets " +
+                              names + ")");
 }
 
 // --reps: launches timed per variant.

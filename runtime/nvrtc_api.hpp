@@ -22,6 +22,8 @@ enum nvrtcResult : int { NVRTC_SUCCESS = 0 };
 #define JITBMM_NVRTC_FUNCTIONS(X)                                                                                      \
   X(nvrtcVersion, nvrtcResult, (int* major, int* minor))                                                               \
   X(nvrtcGetErrorString, const char*, (nvrtcResult result))                                                            \
+  X(nvrtcGetNumSupportedArchs, nvrtcResult, (int* count))                                                              \
+  X(nvrtcGetSupportedArchs, nvrtcResult, (int* archs))                                                                 \
   X(nvrtcCreateProgram, nvrtcResult,                                                                                   \
     (nvrtcProgram * program, const char* source, const char* name, int header_count, const char* const* headers,      \
      const char* const* include_names))                                                                                \

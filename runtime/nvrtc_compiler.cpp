@@ -180,6 +180,16 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+std::vector<int> nvrtc_supported_archs() {
+  int count = 0;
+  if (nvrtc().nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0)
+    throw std::runtime_error("nvrtcGetNumSupportedArchs failed");
+  std::vector<int> archs(static_cast<std::size_t>(count));
+  if (nvrtc().nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS)
+    throw std::runtime_error("nvrtcGetSupportedArchs failed");
+  return archs;
+}
+
 long nvrtc_compile_count() { return g_compiles.load(); }
 
 } // namespace jitbmm

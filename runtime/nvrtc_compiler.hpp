@@ -48,6 +48,9 @@ CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& 
 // "13.0": the NVRTC this process runs.
 std::string nvrtc_version();
 
+// The architectures this NVRTC can target, as numbers (75 for sm_75), in NVRTC's order.
+std::vector<int> nvrtc_supported_archs();
+
 // How many kernels this process has compiled with NVRTC (tests use it to prove reuse).
 long nvrtc_compile_count();
 
