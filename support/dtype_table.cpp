@@ -31,11 +31,6 @@ constexpr std::array<SemiringInfo, 5> kSemirings = {{
      BackwardKind::marginal, "jb::PlusTimesGrad", false, false},
 }};
 
-// Other spellings parse_dtype accepts: NumPy's and PyTorch's names, and C's.
-constexpr EnumName<DType> kDTypeAliases[] = {{DType::f32, "float32"},  {DType::f32, "float"},   {DType::f64, "float64"},
-                                             {DType::f64, "double"},   {DType::f16, "float16"}, {DType::f16, "half"},
-                                             {DType::bf16, "bfloat16"}};
-
 // Row i holds enum value i: the C ABI and the Python package list the values by index.
 template <class Row, std::size_t N, class Key>
 constexpr bool in_enum_order(const std::array<Row, N>& rows, Key Row::*key) {
@@ -57,8 +52,9 @@ const DTypeInfo& dtype_info(DType dtype) {
 }
 
 DType parse_dtype(const std::string& name) {
+  // The table's names only, as the C ABI and the Python package list them: "float32" or "half" would be a second
+  // set of names that only some of jitbmm's entry points accept.
   if (const auto* row = find_named(kDTypes, name)) return row->dtype;
-  if (const auto* alias = find_named(kDTypeAliases, name)) return alias->value;
   throw_unsupported("dtype", name, kDTypes);
 }
 
