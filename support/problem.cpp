@@ -125,6 +125,11 @@ void validate(const Problem& p) {
                                 dtype_info(p.dtype).name +
                                 " inputs is not supported (only the input dtype, or f32 "
                                 "from f16/bf16)");
+  // Only the log semiring has a faster, less exact form (exp_matmul's one TF32 product per term): fast elsewhere
+  // would be accepted and change nothing.
+  if (p.precision == Precision::fast && p.semiring != Semiring::log)
+    throw std::invalid_argument(std::string("precision: fast is for the log semiring only, not ") +
+                                semiring_info(p.semiring).name + " (which computes the same at either precision)");
   if (p.with_argmax && !semiring_info(p.semiring).has_argmax)
     throw std::invalid_argument(std::string("with_argmax: the ") + semiring_info(p.semiring).name +
                                 " semiring has no argmax (only max_plus, min_plus, max_times)");

@@ -33,7 +33,7 @@ typedef struct {
   int64_t out_strides[3]; /* batch, row, col of out[B][M][N] */
   int with_argmax;        /* also write int32 argmax[B][M][N] (contiguous) */
   const char* precision;  /* NULL or "exact"; "fast" lets the log semiring use one TF32 product per term
-                             (about 1e-4 relative error) */
+                             (about 1e-4 relative error): JITBMM_INVALID_ARGUMENT for any other semiring */
 } jitbmm_problem;
 
 /* Fills *problem with a valid row-major problem: the semiring and dtype given (the strings are pointed to, not

@@ -117,7 +117,7 @@ struct Problem {
   std::optional<Strides> b_strides;   // default row-major [B][K][N]
   std::optional<Strides> out_strides; // default row-major [B][M][N]
   bool with_argmax = false;           // also write int32 argmax[B][M][N] (contiguous); max/min semirings only
-  Precision precision = Precision::exact;
+  Precision precision = Precision::exact; // fast: the log semiring only (validate() refuses it elsewhere)
 
   DType output_dtype() const { return out_dtype.value_or(dtype); }
   // The strides given, else the row-major default, computed only when absent (std::invalid_argument naming the

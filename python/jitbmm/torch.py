@@ -405,7 +405,7 @@ def _key(a, b, semiring, precision):
 def semiring_bmm(a, b, semiring="log", precision="exact"):
     """out[..., i, j] = ⊕_k a[..., i, k] ⊗ b[..., k, j] over `semiring` (README.md: ±inf and NaN).
     precision="fast" lets the log semiring use one TF32 tensor-core product per term (about 1e-4 relative
-    error); "exact" (the default) keeps every output within the dtype's own rounding."""
+    error; other semirings refuse it); "exact" (the default) keeps every output within the dtype's own rounding."""
     if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator
         return _general(a, b, semiring, precision, None)
     key = _key(a, b, semiring, precision)
@@ -429,6 +429,8 @@ def _general(a, b, semiring, precision, key):
     _check(a, b, semiring)
     if precision not in ("exact", "fast"):
         raise ValueError(f"precision: unsupported {precision!r} (expected 'exact' or 'fast')")
+    if precision == "fast" and semiring != "log":  # as validate() says too, but also for empty tensors (no plan)
+        raise ValueError(f"precision: fast is for the log semiring only, not {semiring}")
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = _broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     # Under torch.no_grad() (forward runs with grad mode off, so this is decided here) nothing is saved for a

@@ -254,6 +254,9 @@ class TorchTest(unittest.TestCase):
             jt.logbmm(self.rand(4), self.rand(4, 5))
         with self.assertRaisesRegex(ValueError, "precision"):
             jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5), precision="rough")
+        for shape in ((2, 3, 4), (0, 3, 4)):  # an empty product too, which makes no plan
+            with self.assertRaisesRegex(ValueError, "precision: fast is for the log semiring only, not max_plus"):
+                jt.semiring_bmm(self.rand(*shape), self.rand(shape[0], 4, 5), "max_plus", precision="fast")
 
     def test_workspaces_come_from_pytorch_and_reserved_memory_stays_flat(self):
         # Few outputs with a long K: split-K (under tuning policy never, as here), whose partial results need a

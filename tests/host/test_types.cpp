@@ -149,6 +149,14 @@ TEST_CASE("validate names the offending field") {
   expect_invalid([&] { validate(arg); }, "with_argmax");
   arg.semiring = Semiring::max_plus;
   CHECK_NOTHROW(validate(arg));
+  Problem fast = p;
+  fast.precision = Precision::fast;
+  CHECK_NOTHROW(validate(fast)); // log: one TF32 product per term allowed
+  for (Semiring s : {Semiring::max_plus, Semiring::min_plus, Semiring::max_times, Semiring::plus_times}) {
+    fast.semiring = s;
+    expect_invalid([&] { validate(fast); }, std::string("precision: fast is for the log semiring only, not ") +
+                                                semiring_info(s).name);
+  }
   Problem out = p;
   out.out_dtype = DType::f16;
   expect_invalid([&] { validate(out); }, "out_dtype");
