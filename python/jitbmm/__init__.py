@@ -11,6 +11,7 @@ version (include/jitbmm/version.hpp, the one place it is written).
 
 import ctypes
 import os
+import reprlib
 from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "CudaError", "CompileError", "LibraryNotFoundError",
@@ -255,10 +256,16 @@ _INT64_MAX = 2**63 - 1
 _UINTPTR_MAX = 2**64 - 1
 
 
+def _shown(value):
+    """value's repr, cut short (reprlib: six items of a list, 30 characters of a string), so that an error about a
+    buffer of a million floats passed where an address goes stays one line."""
+    return reprlib.repr(value)
+
+
 def _integer(value, what, lo, hi):
     """value as a Python int in [lo, hi]; bool and float are refused (True is not a size, 2.0 not an index)."""
     if isinstance(value, (bool, float)) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{what}: expected an integer in [{lo}, {hi}], got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{what}: expected an integer in [{lo}, {hi}], got {_shown(value)} ({type(value).__name__})")
     v = value.__index__()
     if not lo <= v <= hi:
         raise ValueError(f"{what}: expected an integer in [{lo}, {hi}], got {v}")
@@ -280,7 +287,7 @@ def _items(value, count, message):
 
 def _strides(value, what):
     """Exactly three non-negative integers (batch, row, col), as a tuple."""
-    message = f"{what}: expected 3 non-negative integers (batch, row, col), got {value!r}"
+    message = f"{what}: expected 3 non-negative integers (batch, row, col), got {_shown(value)}"
     items = _items(value, 3, message)
     for x in items:
         if isinstance(x, (bool, float)) or not hasattr(type(x), "__index__"):
@@ -299,7 +306,7 @@ def _choice(value, what, choices, allow_none=False):
     if (value is None and allow_none) or (isinstance(value, str) and value in choices):
         return value
     expected = ", ".join(choices) + (" or None" if allow_none else "")
-    raise ValueError(f"{what}: unsupported {value!r} (expected one of {expected})")
+    raise ValueError(f"{what}: unsupported {_shown(value)} (expected one of {expected})")
 
 
 _OPERANDS = {"a": "MK", "b": "KN", "out": "MN"}  # each operand's (rows, cols) among the sizes
@@ -315,7 +322,7 @@ def _row_major(rows, cols, names):
 def _shape(value, defaulted=()):
     """(B, M, K, N): four integers in [0, 2**63 - 1]. `defaulted` names the operands ("a", "b", "out") whose
     strides are row-major: their matrices must then fit int64 offsets."""
-    items = _items(value, 4, f"shape: expected 4 integers (B, M, K, N), got {value!r}")
+    items = _items(value, 4, f"shape: expected 4 integers (B, M, K, N), got {_shown(value)}")
     shape = tuple(_integer(v, "shape." + name, 0, _INT64_MAX) for v, name in zip(items, "BMKN"))
     sizes = dict(zip("BMKN", shape))
     for operand in defaulted:
@@ -326,7 +333,7 @@ def _shape(value, defaulted=()):
 
 def _flag(value, what):
     if isinstance(value, float) or value not in (True, False):  # 0 and 1 equal False and True
-        raise TypeError(f"{what}: expected True or False, got {value!r}")
+        raise TypeError(f"{what}: expected True or False, got {_shown(value)}")
     return bool(value)
 
 
@@ -480,7 +487,9 @@ class Plan:
 
 
 def reference(problem, a_ptr, b_ptr, out_ptr, argmax_ptr=None):
-    """The CPU reference on host memory (addresses as integers): out is double[B*M*N], argmax int32[B*M*N]."""
+    """The CPU reference on host memory at the integer addresses given (not buffers: ctypes.addressof of a ctypes
+    array, an array.array's buffer_info()[0], a NumPy array's ctypes.data): a and b hold the problem's dtype, out is
+    double[B*M*N], argmax int32[B*M*N]."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
     c = problem._c()

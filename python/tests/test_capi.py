@@ -154,6 +154,23 @@ class CApiTest(unittest.TestCase):
             a, pa = buffer("f", [0.0])
             jitbmm.reference(jitbmm.Problem("log", "f32", 1, 1, 1, 1), pa, pa, 0)
 
+    def test_reference_takes_addresses_and_refuses_buffers_in_one_line(self):
+        # A buffer where its address goes: a TypeError naming the argument, its value cut short.
+        a, pa = buffer("f", [0.0] * 4)
+        for bad in ([0.0] * 100000, a, "0x10"):
+            with self.subTest(kind=type(bad).__name__), self.assertRaises(TypeError) as caught:
+                jitbmm.reference(jitbmm.Problem("log", "f32", 1, 2, 2, 1), bad, pa, pa)
+            message = str(caught.exception)
+            self.assertTrue(message.startswith("a_ptr: expected an integer in [0, 18446744073709551615], got "), message)
+            self.assertLess(len(message), 200, message)
+
+    def test_precision_fast_is_for_the_log_semiring_only(self):
+        out, po = buffer("d", [0.0])
+        a, pa = buffer("f", [1.0])
+        jitbmm.reference(jitbmm.Problem("log", "f32", 1, 1, 1, 1, precision="fast"), pa, pa, po)
+        with self.assertRaisesRegex(ValueError, "precision: fast is for the log semiring only, not max_plus"):
+            jitbmm.reference(jitbmm.Problem("max_plus", "f32", 1, 1, 1, 1, precision="fast"), pa, pa, po)
+
     def test_strides_must_be_three_non_negative_integers(self):
         for bad in ((6, 3), (6, 3, 1, 0), (), 6, "631", None.__class__):
             with self.subTest(strides=bad), self.assertRaisesRegex((ValueError, TypeError),
