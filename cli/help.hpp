@@ -70,7 +70,7 @@ inline std::string inspect_help() {
       variant_flags_sentence();
   const std::string math = "                 [--math " + math_values() + "]\n";
   return "  jitbmm inspect --semiring S --dtype D --shape BxMxKxN [--out-dtype D] [--argmax]\n"
-         "                 [--strategy S] [--pass grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
+         "                 [--strategy S] [--pass forward|grad_a|grad_b] [--block XxY] [--tile MxNxK] [--thread MxN]\n"
          "                 [--min-blocks N] [--k-chunk N] [--precision exact|fast]\n" +
          math +
          "                 [--a-layout row|col|broadcast] [--b-layout row|col|broadcast]\n"
