@@ -40,11 +40,6 @@ uint64_t get_le(std::string_view bytes, std::size_t at, int n) {
   return v;
 }
 
-bool is_key(std::string_view s) {
-  return s.size() == kKeyChars &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 // Length-prefixed fields, so no two different part lists serialise alike.
 void add_field(std::string& out, std::string_view field) {
   put_u64(out, field.size());
@@ -65,7 +60,7 @@ bool is_temp(const std::string& name) { return name.rfind(".tmp-", 0) == 0; }
 
 // <key>.<kind>: an entry, not a source (.cu), a quarantined file (.bad) or a temp file.
 bool is_entry_name(const std::string& name) {
-  return name.size() > kKeyChars + 1 && name[kKeyChars] == '.' && is_key(std::string_view(name).substr(0, kKeyChars)) &&
+  return name.size() > kKeyChars + 1 && name[kKeyChars] == '.' && is_cache_key(std::string_view(name).substr(0, kKeyChars)) &&
          !ends_with(name, ".bad") && !ends_with(name, ".cu");
 }
 
@@ -104,8 +99,13 @@ std::string encode_cache_entry(const std::string& key, std::string_view payload)
   return out;
 }
 
+bool is_cache_key(std::string_view s) {
+  return s.size() == kKeyChars &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 std::optional<std::string> decode_cache_entry(std::string_view bytes, const std::string& key) {
-  if (!is_key(key) || bytes.size() < kHeaderBytes) return std::nullopt;
+  if (!is_cache_key(key) || bytes.size() < kHeaderBytes) return std::nullopt;
   if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return std::nullopt;
   std::size_t at = sizeof kMagic;
   if (get_le(bytes, at, 4) != kCacheFormatVersion) return std::nullopt;
@@ -245,14 +245,14 @@ std::optional<std::string> DiskCache::read_entry(const std::string& key, const s
 }
 
 std::optional<std::string> DiskCache::get(const std::string& key, const std::string& kind) {
-  if (!is_key(key) || !is_kind(kind)) return std::nullopt;
+  if (!is_cache_key(key) || !is_kind(kind)) return std::nullopt;
   if (usable())
     if (std::optional<std::string> payload = read_entry(key, kind)) return payload;
   return fallback_ ? fallback_->get(key, kind) : std::nullopt;
 }
 
 std::optional<std::string> DiskCache::get_source(const std::string& key) const {
-  if (!usable() || !is_key(key)) return std::nullopt;
+  if (!usable() || !is_cache_key(key)) return std::nullopt;
   ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, trust());
   if (r.status != ReadResult::ok) return std::nullopt;
   return std::move(r.bytes);
@@ -262,7 +262,7 @@ KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeou
                         const std::function<void(const std::string&)>& on_wait) {
   if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
   if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
-  if (!is_key(key)) return KeyLock::unavailable("not a cache key");
+  if (!is_cache_key(key)) return KeyLock::unavailable("not a cache key");
   return KeyLock::acquire(dir_fd_.get(), "lock-" + key, timeout, on_wait);
 }
 
@@ -273,7 +273,7 @@ KeyLock DiskCache::try_cpu_token(unsigned index) {
 }
 
 bool DiskCache::put(const std::string& key, const std::string& kind, std::string_view payload) {
-  if (!is_key(key) || !is_kind(kind) || !usable() || read_only()) return false; // read-only: said when opened
+  if (!is_cache_key(key) || !is_kind(kind) || !usable() || read_only()) return false; // read-only: said when opened
   const std::string error = write_file_atomically(dir_fd_.get(), key + "." + kind, encode_cache_entry(key, payload));
   if (!error.empty())
     warn_once("write", "cannot write to cache directory " + dir_ + " (" + error +
@@ -282,7 +282,7 @@ bool DiskCache::put(const std::string& key, const std::string& kind, std::string
 }
 
 bool DiskCache::put_source(const std::string& key, std::string_view source) {
-  if (!is_key(key) || !usable() || read_only()) return false;
+  if (!is_cache_key(key) || !usable() || read_only()) return false;
   const std::string error = write_file_atomically(dir_fd_.get(), key + ".cu", source);
   if (!error.empty())
     warn_once("write-source",
@@ -293,7 +293,7 @@ bool DiskCache::put_source(const std::string& key, std::string_view source) {
 
 void DiskCache::discard(const std::string& key, const std::string& kind, std::string_view payload,
                         const std::string& why) {
-  if (!is_key(key) || !is_kind(kind)) return;
+  if (!is_cache_key(key) || !is_kind(kind)) return;
   if (usable()) {
     const std::string name = key + "." + kind;
     const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
@@ -318,7 +318,7 @@ std::vector<DiskCache::File> DiskCache::files(bool temps_only) const {
   while (const dirent* item = ::readdir(dir)) {
     const std::string name = item->d_name;
     const bool ours = is_temp(name) || (!temps_only && name.size() > kKeyChars && name[kKeyChars] == '.' &&
-                                        is_key(std::string_view(name).substr(0, kKeyChars)));
+                                        is_cache_key(std::string_view(name).substr(0, kKeyChars)));
     struct stat st {};
     if (!ours || ::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     out.push_back({name, static_cast<uint64_t>(st.st_size),

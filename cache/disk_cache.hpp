@@ -154,6 +154,9 @@ private:
   std::set<std::string> warned_;
 };
 
+// A cache key: 64 lower-case hexadecimal digits (a SHA-256), as every entry's file name starts.
+bool is_cache_key(std::string_view s);
+
 // Parses an entry's bytes; returns the payload when the header, key, length and checksum all hold.
 std::optional<std::string> decode_cache_entry(std::string_view bytes, const std::string& key);
 std::string encode_cache_entry(const std::string& key, std::string_view payload);

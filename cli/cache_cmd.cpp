@@ -24,8 +24,8 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     const auto at = first.find("Kernel ");
     return at == std::string::npos ? "(kernel: source not kept)" : "kernel " + first.substr(at + 7);
   }
-  if (e.kind == "tune") {
-    const auto text = cache.get(e.key, "tune");
+  if (e.kind == kDecisionKind) {
+    const auto text = cache.get(e.key, kDecisionKind);
     const auto d = text ? decode_decision(*text) : std::nullopt;
     if (!d) return "(unreadable decision)";
     std::string spec = to_string(d->spec);
@@ -33,8 +33,8 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     return "tuned " + d->problem.substr(0, d->problem.find(" a(")) + (d->bucket ? " bucket " : " exact ") +
            to_string(d->shape) + ": " + spec;
   }
-  if (e.kind == "chaintune") {
-    const auto text = cache.get(e.key, "chaintune");
+  if (e.kind == kChainDecisionKind) {
+    const auto text = cache.get(e.key, kChainDecisionKind);
     const auto d = text ? decode_chain_decision(*text) : std::nullopt;
     if (!d) return "(unreadable chain decision)";
     const std::string strategy = !d->chunk    ? ""

@@ -16,7 +16,6 @@ namespace jitbmm {
 
 namespace {
 
-constexpr const char* kKind = "chaintune"; // the disk cache's kind for chain decisions
 
 // Whether the inputs are laid out as the contiguous default, whether their strides are given or left 0.
 bool contiguous(const ChainProblem& p) {
@@ -176,10 +175,10 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
 
 std::optional<ChainDecision> load_chain_decision(DiskCache* disk, const std::string& key) {
   if (!disk) return std::nullopt;
-  const std::optional<std::string> text = disk->get(key, kKind);
+  const std::optional<std::string> text = disk->get(key, kChainDecisionKind);
   if (!text) return std::nullopt;
   auto d = decode_chain_decision(*text);
-  if (!d) disk->discard(key, kKind, *text, "does not parse as a chain decision");
+  if (!d) disk->discard(key, kChainDecisionKind, *text, "does not parse as a chain decision");
   return d;
 }
 
@@ -203,7 +202,7 @@ std::optional<ChainDecision> remembered_chain_decision(DiskCache* disk, const st
 }
 
 void put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision) {
-  disk.put(key, kKind, encode_chain_decision(decision));
+  disk.put(key, kChainDecisionKind, encode_chain_decision(decision));
   std::lock_guard<std::mutex> lock(g_remembered_mutex);
   g_remembered[disk.dir() + '\n' + key] = decision;
 }

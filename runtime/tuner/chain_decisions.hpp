@@ -14,6 +14,8 @@ namespace jitbmm {
 
 class DiskCache;
 
+constexpr const char* kChainDecisionKind = "chaintune"; // the disk cache's kind for a chain's decision
+
 // One cluster size as timed: the forward alone, the forward that keeps what the backward reads (log: saved;
 // max_plus: the best path), and that backward, in ms.
 struct ChainTiming {

@@ -1,5 +1,6 @@
 #include "runtime/tuner/decisions_file.hpp"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -11,18 +12,12 @@ namespace jitbmm {
 namespace {
 
 constexpr const char* kHeader = "jitbmm-decisions 1";
-constexpr const char* kProductKind = "tune";
-constexpr const char* kChainKind = "chaintune";
 constexpr std::size_t kMaxEntryLines = 4096;
-
-bool is_key(const std::string& key) {
-  return key.size() == 64 && key.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
 
 // "" when `text` decodes as a decision of `kind` stored under `key`, else what is wrong. (A chain decision's key
 // hashes its device, which its text does not name: only its text is checked.)
 std::string defect(const std::string& kind, const std::string& key, const std::string& text) {
-  if (kind == kChainKind) return decode_chain_decision(text) ? "" : "the entry does not decode as a chain decision";
+  if (kind == kChainDecisionKind) return decode_chain_decision(text) ? "" : "the entry does not decode as a chain decision";
   const auto d = decode_decision(text);
   if (!d) return "the entry does not decode as a product decision";
   return decision_key(*d) == key ? "" : "the entry's family, scope or shape is not what its key stands for";
@@ -70,8 +65,8 @@ std::vector<DecisionEntry> decode_decisions_file(const std::string& text, const 
     if (!(words >> word >> kind >> key >> count) || word != "entry" || (words >> extra) ||
         line != "entry " + kind + ' ' + key + ' ' + std::to_string(count))
       fail("expected 'entry KIND KEY LINES', got '" + line.substr(0, 120) + "'");
-    if (kind != kProductKind && kind != kChainKind) fail("unknown kind '" + kind + "' (expected tune or chaintune)");
-    if (!is_key(key)) fail("the key is not 64 hexadecimal digits");
+    if (kind != kDecisionKind && kind != kChainDecisionKind) fail("unknown kind '" + kind + "' (expected tune or chaintune)");
+    if (!is_cache_key(key)) fail("the key is not 64 hexadecimal digits");
     if (!keys.insert(key).second) fail("the key " + key.substr(0, 16) + " appears twice");
     if (count == 0 || count > kMaxEntryLines) fail("an entry of " + std::to_string(count) + " lines");
     const std::size_t first = number;
@@ -92,7 +87,7 @@ std::vector<DecisionEntry> decode_decisions_file(const std::string& text, const 
 DecisionSet decision_set(const std::vector<DecisionEntry>& entries) {
   DecisionSet set;
   for (const DecisionEntry& e : entries) {
-    if (e.kind == kProductKind) {
+    if (e.kind == kDecisionKind) {
       if (auto d = decode_decision(e.text)) set.products.emplace(e.key, std::move(*d));
     } else if (auto d = decode_chain_decision(e.text)) {
       set.chains.emplace(e.key, std::move(*d));
@@ -111,10 +106,10 @@ std::vector<Decision> set_buckets(const DecisionSet& set, const std::vector<std:
 std::vector<DecisionEntry> cache_decisions(DiskCache& disk) {
   std::vector<DecisionEntry> out;
   for (const DiskCache::Entry& e : disk.list()) {
-    if (e.kind == kProductKind) {
+    if (e.kind == kDecisionKind) {
       if (load_decision(&disk, e.key))
         if (auto text = disk.get(e.key, e.kind)) out.push_back({e.key, e.kind, *text});
-    } else if (e.kind == kChainKind) {
+    } else if (e.kind == kChainDecisionKind) {
       if (load_chain_decision(&disk, e.key))
         if (auto text = disk.get(e.key, e.kind)) out.push_back({e.key, e.kind, *text});
     }
@@ -130,7 +125,7 @@ ImportReport import_decisions(DiskCache& disk, const std::vector<DecisionEntry>&
       continue;
     }
     std::string text = e.text;
-    if (e.kind == kProductKind) {
+    if (e.kind == kDecisionKind) {
       Decision d = *decode_decision(e.text); // decode_decisions_file checked it
       d.origin = "imported from " + source;
       text = encode_decision(d);

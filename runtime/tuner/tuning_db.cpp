@@ -21,7 +21,6 @@ namespace jitbmm {
 
 namespace {
 
-constexpr const char* kKind = "tune"; // the disk cache's kind for decisions
 
 // "rm" row-major contiguous, "cm" column-major contiguous, "s" anything else; "b" when broadcast over the batch.
 std::string layout_kind(const Strides& st, int64_t rows, int64_t cols) {
@@ -180,7 +179,7 @@ TuningDevice tuning_device(const DeviceInfo& d) {
 
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable) {
   if (!disk) return std::nullopt;
-  const std::optional<std::string> text = disk->get(key, kKind);
+  const std::optional<std::string> text = disk->get(key, kDecisionKind);
   if (!text) return std::nullopt;
   auto d = decode_decision(*text);
   // One that does not decode, or is not what its key stands for (its family, scope or shape is another's), is moved
@@ -189,7 +188,7 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
                   : decision_key(*d) != key ? "its family, scope or shape is not what its key stands for"
                                             : nullptr;
   if (why) {
-    disk->discard(key, kKind, *text, why);
+    disk->discard(key, kDecisionKind, *text, why);
     if (unreadable) *unreadable = true;
     return std::nullopt;
   }
@@ -204,7 +203,7 @@ std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::s
   std::vector<Decision> out;
   if (!disk) return out;
   for (const DiskCache::Entry& e : disk->list())
-    if (e.kind == kKind)
+    if (e.kind == kDecisionKind)
       if (auto d = load_decision(disk, e.key);
           d && d->bucket && std::find(families.begin(), families.end(), d->family) != families.end())
         out.push_back(*d);
@@ -212,7 +211,7 @@ std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::s
 }
 
 void put_decision(DiskCache& disk, const std::string& key, const Decision& decision) {
-  disk.put(key, kKind, encode_decision(decision));
+  disk.put(key, kDecisionKind, encode_decision(decision));
 }
 
 } // namespace jitbmm

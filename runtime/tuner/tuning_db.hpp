@@ -14,6 +14,8 @@ namespace jitbmm {
 
 class DiskCache;
 
+constexpr const char* kDecisionKind = "tune"; // the disk cache's kind for a product's decision
+
 // Each size rounded up to a power of two: problems in one bucket share a stored decision under `bucket`.
 Shape shape_bucket(const Shape& shape);
 
