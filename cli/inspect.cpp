@@ -286,8 +286,9 @@ int run_inspect(int argc, char** argv) {
     // No device: one block per sequence unless --cluster says otherwise.
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const ChainSpec spec = chain_spec_from(args, problem, default_chain_spec(problem));
-    if (spec.forward.cluster > 1 && std::stoi(arch.substr(3)) < 90)
-      throw std::invalid_argument("--cluster: clusters of blocks need sm_90 or later (--arch " + arch + ")");
+    if (spec.forward.cluster > 1 && !arch_features(parse_sm(arch, "--arch")).has(kClusters))
+      throw std::invalid_argument("--cluster: clusters of blocks need " + missing_features(kClusters, {}) +
+                                  " (--arch " + arch + ")");
     kernel = with_override(emit_chain_kernel(spec));
     threads = spec.forward.threads; // the occupancy reported is the forward's
   } else {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "support/sha256.hpp"
+#include "generator/arch_features.hpp"
 #include "generator/embedded_templates.hpp"
 #include "jitbmm/version.hpp"
 #include "generator/strategy.hpp"
@@ -122,7 +123,9 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
      << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on " << params
      << "\");\n";
   std::vector<std::string> suffixes;
+  unsigned needs = 0;
   for (const EntryPoint& e : entries) {
+    if (e.cluster > 1) needs |= kClusters;
     os << "extern \"C\" __global__ void ";
     if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
     os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix
@@ -131,6 +134,7 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
   }
   GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());
   k.entries = std::move(suffixes);
+  k.needs = needs;
   return k;
 }
 
@@ -156,7 +160,7 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
   const bool grad = std::string(r.params) == "GradParams";
   GeneratedKernel k = finish_unit(readable_name(spec), os.str(), r.params,
                                   grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams), r.entries);
-  k.arch_specific = arch_specific(spec);
+  k.needs |= needed_features(spec);
   return k;
 }
 

@@ -15,7 +15,9 @@ struct GeneratedKernel {
   std::string name;   // e.g. log_f32_linear_b32x8_9f2c01ab: readable parts plus 8 hex of the source's SHA-256
   std::string source; // self-contained: the templates it needs are inlined, so the text alone is the kernel
   std::vector<std::string> entries = {""}; // its extern "C" entry points: name + suffix; "" is the main one
-  bool arch_specific = false; // built for the GPU's architecture-specific target (sm_90a): see arch_specific(spec)
+  // The architecture features it cannot run without (generator/arch_features.hpp): its spec's, and clusters where an
+  // entry has them. With kWgmma it is built for the architecture-specific target (sm_90a).
+  unsigned needs = 0;
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);

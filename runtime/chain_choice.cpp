@@ -56,6 +56,6 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
   return c;
 }
 
-int cluster_sms(const DeviceInfo& device) { return device.cc_major >= 9 ? device.sm_count : 0; }
+int cluster_sms(const DeviceInfo& device) { return device.features.has(kClusters) ? device.sm_count : 0; }
 
 } // namespace jitbmm

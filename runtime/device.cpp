@@ -1,10 +1,12 @@
 #include "runtime/device.hpp"
 
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 
+#include "runtime/nvrtc_compiler.hpp"
 #include "support/parse_number.hpp"
 
 namespace jitbmm {
@@ -34,6 +36,7 @@ std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
   info->max_shared_per_block_optin =
       attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "max shared memory per block");
   check(d.cuDriverGetVersion(&info->driver_version), "cuDriverGetVersion");
+  info->features = features_in_use(info->sm());
   return info;
 }
 
@@ -43,6 +46,28 @@ int requested_ordinal() {
 }
 
 } // namespace
+
+ArchFeatures features_in_use(int sm) {
+  const char* level = std::getenv("JITBMM_FEATURES");
+  if (!level || !*level) return arch_features(sm);
+  const int l = parse_sm(level, "JITBMM_FEATURES");
+  if (l > sm)
+    throw std::invalid_argument("JITBMM_FEATURES: level " + sm_name(l) + " is above this GPU's architecture, " +
+                                sm_name(sm) + "; a level can only take features away");
+  if (l < kOldestSm)
+    throw std::invalid_argument("JITBMM_FEATURES: " + sm_name(l) + " is below jitbmm's floor, " +
+                                sm_name(kOldestSm));
+  return capped_features(sm, l);
+}
+
+void check_supported(const DeviceInfo& device) {
+  const int floor = floor_sm(nvrtc_supported_archs());
+  if (device.sm() >= floor) return;
+  throw std::runtime_error("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " + device.arch() +
+                           "; jitbmm needs " + sm_name(floor) + " or later with NVRTC " + nvrtc_version() +
+                           (floor > kOldestSm ? " (" + sm_name(kOldestSm) + " with an NVRTC that still targets it: 12.x)"
+                                              : ""));
+}
 
 std::shared_ptr<const DeviceInfo> current_device() {
   static std::mutex mutex;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "generator/arch_features.hpp"
 #include "runtime/driver_api.hpp"
 
 namespace jitbmm {
@@ -19,8 +20,22 @@ struct DeviceInfo {
   int max_threads_per_block = 0;
   int max_shared_per_block_optin = 0;
   int driver_version = 0; // e.g. 13000
-  std::string arch() const { return "sm_" + std::to_string(cc_major) + std::to_string(cc_minor); }
+  // What its kernels may use: the architecture's features, or those of the older level $JITBMM_FEATURES names.
+  ArchFeatures features;
+  int sm() const { return cc_major * 10 + cc_minor; }
+  std::string arch() const { return sm_name(sm()); }
+  // The architecture, and the feature level where it is below it: "sm_90", "sm_90@sm_75". Tuning decisions are
+  // kept per this text, since a level offers other variants.
+  std::string arch_and_level() const { return features.sm == sm() ? arch() : arch() + "@" + sm_name(features.sm); }
 };
+
+// The features a device of architecture `sm` uses: its own, or those of the level in $JITBMM_FEATURES ("sm_75"),
+// which must not be above it. std::invalid_argument naming JITBMM_FEATURES otherwise.
+ArchFeatures features_in_use(int sm);
+
+// Throws std::runtime_error naming the device, its architecture and jitbmm's floor with this
+// NVRTC (generator/arch_features.hpp: floor_sm) when the device is older: every plan checks it before it compiles.
+void check_supported(const DeviceInfo& device);
 
 // The device of the context current on this thread (so jitbmm follows PyTorch or any cudart program), or, when
 // none is current, the primary context of device $JITBMM_DEVICE (default 0), retained for the process lifetime

@@ -24,7 +24,8 @@ using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 // then stored, with its source beside it).
 CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& kernel) {
   DiskCache* disk = DiskCache::process_cache();
-  const std::vector<std::string> options = compile_options(kernel_target(kernel, device.arch()));
+  const std::vector<std::string> options =
+      compile_options(kernel_target(kernel, device.arch(), device.features), device.features);
   const std::string key =
       cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
   if (disk) {
@@ -35,7 +36,7 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
     }
     log_message(LogLevel::debug, "disk cache miss: " + kernel.name);
   }
-  CompiledKernel compiled = compile_to_cubin(kernel, device.arch());
+  CompiledKernel compiled = compile_to_cubin(kernel, device.arch(), device.features);
   if (disk && disk->put(key, "cubin", compiled.binary)) {
     disk->put_source(key, kernel.source);
     disk->evict(disk->cap_bytes());
@@ -79,6 +80,7 @@ CUfunction LoadedKernel::entry(const std::string& suffix) const {
 }
 
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& generated) {
+  check_supported(device);
   const GeneratedKernel kernel = with_override(generated);
   static std::mutex mutex;
   static auto* entries = new std::map<Key, Entry>(); // never destroyed: modules must outlive static teardown

@@ -1,5 +1,6 @@
 #include "runtime/nvrtc_compiler.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "support/log.hpp"
@@ -99,20 +100,38 @@ int sum_ints(const std::string& log, const std::regex& re) {
 
 } // namespace
 
+std::vector<std::string> compile_options(const std::string& arch, const ArchFeatures& features) {
+  std::vector<std::string> out = {"--gpu-architecture=" + arch, "-std=c++17", "-lineinfo", "--ptxas-options=-v"};
+  for (std::string& d : feature_defines(features)) out.push_back(std::move(d));
+  return out;
+}
+
 std::vector<std::string> compile_options(const std::string& arch) {
-  return {"--gpu-architecture=" + arch, "-std=c++17", "-lineinfo", "--ptxas-options=-v"};
+  return compile_options(arch, arch_features(parse_sm(arch, "arch")));
+}
+
+std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch, const ArchFeatures& features) {
+  const ArchFeatures have = capped_features(parse_sm(arch, "arch"), features.sm);
+  if (const std::string missing = missing_features(kernel.needs, have); !missing.empty())
+    throw std::invalid_argument("kernel " + kernel.name + " needs " + missing + ", which " +
+                                (have.sm < parse_sm(arch, "arch") ? "feature level " + sm_name(have.sm) + " on " : "") +
+                                arch + " lacks; choose a spec without it (for exp_matmul another math)");
+  // wgmma exists on sm_90 alone (not on sm_100 and later), through the sm_90a target.
+  return kernel.needs & kWgmma ? arch + "a" : arch;
 }
 
 std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch) {
-  if (!kernel.arch_specific) return arch;
-  // wgmma exists on sm_90 alone (not on sm_100 and later), through the sm_90a target.
-  if (arch == "sm_90" || arch == "compute_90") return arch + "a";
-  throw std::invalid_argument("kernel " + kernel.name + " uses Hopper's wgmma instructions, which only sm_90 GPUs have (this is " +
-                              arch + "); choose another math for exp_matmul");
+  return kernel_target(kernel, arch, arch_features(parse_sm(arch, "arch")));
 }
 
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& gpu_arch, PtxasReport wanted) {
-  const std::string arch = kernel_target(kernel, gpu_arch);
+  return compile_to_cubin(kernel, gpu_arch, arch_features(parse_sm(gpu_arch, "arch")), wanted);
+}
+
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& gpu_arch,
+                                const ArchFeatures& features, PtxasReport wanted) {
+  const std::string arch = kernel_target(kernel, gpu_arch, features);
+  const std::vector<std::string> options = compile_options(arch, capped_features(parse_sm(gpu_arch, "arch"), features.sm));
   const auto t0 = std::chrono::steady_clock::now();
   struct Report { // logs the compilation on every way out
     const GeneratedKernel& k;
@@ -131,7 +150,7 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
   CompiledKernel out;
   {
     std::shared_lock<std::shared_mutex> lock(g_compile_lock);
-    out = compile(kernel, compile_options(arch), true);
+    out = compile(kernel, options, true);
   }
   // On the GPU machine NVRTC 13.0 returned logs without ptxas's report: for single kernels, and for every kernel
   // of later processes (apparently binaries served from a compile cache, where ptxas never runs). Where the report
@@ -142,7 +161,7 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
     if (log_enabled(LogLevel::debug))
       log_message(LogLevel::debug, "NVRTC gave no ptxas report for " + kernel.name + ": compiling it again, alone");
     std::unique_lock<std::shared_mutex> lock(g_compile_lock);
-    out = compile(kernel, compile_options(arch), true);
+    out = compile(kernel, options, true);
     if (parse_ptxas_log(out.log, kernel.name).registers < 0) g_reports_unreliable = true;
   }
   return out;
@@ -150,8 +169,9 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
 
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch) {
   g_compiles.fetch_add(1);
-  return compile(kernel, {"--gpu-architecture=" + kernel_target(kernel, virtual_arch), "-std=c++17", "-lineinfo"},
-                 false);
+  std::vector<std::string> options = compile_options(kernel_target(kernel, virtual_arch));
+  options.erase(std::remove(options.begin(), options.end(), "--ptxas-options=-v"), options.end()); // no ptxas runs
+  return compile(kernel, options, false);
 }
 
 PtxasResources parse_ptxas_log(const std::string& full_log, const std::string& kernel_name) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/arch_features.hpp"
 #include "generator/emit_source.hpp"
 
 namespace jitbmm {
@@ -28,10 +29,14 @@ struct PtxasResources {
 // With `kernel_name`, only that entry function's section of the log is read (with the functions it calls).
 PtxasResources parse_ptxas_log(const std::string& log, const std::string& kernel_name = "");
 
-// The options jitbmm compiles with for `arch` ("sm_90"); part of every cache key.
+// The options jitbmm compiles with for `arch` ("sm_90", "sm_90a") with `features` (the device code's JB_HAS_*
+// macros; by default the architecture's own); part of every cache key.
+std::vector<std::string> compile_options(const std::string& arch, const ArchFeatures& features);
 std::vector<std::string> compile_options(const std::string& arch);
-// What NVRTC targets for a kernel on a GPU of `arch` ("sm_90" or "compute_90"): the arch itself, or for an
-// architecture-specific kernel (wgmma) its "a" target; std::invalid_argument naming the kernel when the GPU has none.
+// What NVRTC targets for a kernel on a GPU of `arch` ("sm_90" or "compute_90") with `features`: the arch itself, or
+// for an architecture-specific kernel (wgmma) its "a" target; std::invalid_argument naming the kernel and what it
+// needs when the features lack one of its needs.
+std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch, const ArchFeatures& features);
 std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch);
 
 // Throws CompileError carrying the kernel name, options and log when NVRTC rejects the source. `arch` is the GPU's;
@@ -42,6 +47,8 @@ std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch
 // serialise the tuner's parallel compiles (on the H100: 16 of 24 retried, a 5 s cold tune became 16 s).
 enum class PtxasReport { as_given, wanted };
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch,
+                                PtxasReport report = PtxasReport::as_given);
+CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch, const ArchFeatures& features,
                                 PtxasReport report = PtxasReport::as_given);
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch); // "compute_90"
 

@@ -94,6 +94,7 @@ const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
 SemiringBMM SemiringBMM::get(const Problem& problem) {
   validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
   const auto device = current_device();
+  check_supported(*device); // at once, not as the first kernel's compile error
   const TunePolicy policy = tune_policy_from_env();
   const bool watched = repair_watch_enabled();
   std::shared_ptr<Impl> impl;

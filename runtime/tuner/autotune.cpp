@@ -23,8 +23,7 @@ namespace jitbmm {
 namespace {
 
 DeviceLimits device_limits(const DeviceInfo& d) {
-  return {d.max_threads_per_block, jb::kMaxStaticSharedBytes, d.max_shared_per_block_optin,
-          d.cc_major == 9 && d.cc_minor == 0};
+  return {d.max_threads_per_block, jb::kMaxStaticSharedBytes, d.max_shared_per_block_optin, d.features};
 }
 
 // Compiles and loads every candidate through the kernel cache (which is thread-safe) on the tuner's CPU pool

@@ -77,7 +77,7 @@ std::vector<KernelSpec> tuning_candidates(const Problem& problem, const DeviceLi
     const std::optional<KernelSpec> spec = fitting(candidate, p);
     if (!spec || spec->threads() > limits.max_threads_per_block) continue;
     if (shared_memory_bytes(*spec) > limits.max_static_shared_bytes) continue; // check_spec_fits allows 48 KiB
-    if (arch_specific(*spec) && !limits.wgmma) continue;
+    if (!limits.features.has(needed_features(*spec))) continue;
     if (shared_memory_bytes(*spec) + dynamic_shared_memory_bytes(*spec) >
         std::max(limits.max_dynamic_shared_bytes, limits.max_static_shared_bytes))
       continue;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "generator/arch_features.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "templates/core/limits.cuh"
 
@@ -14,7 +15,7 @@ struct DeviceLimits {
   int max_threads_per_block = 1024;
   int max_static_shared_bytes = jb::kMaxStaticSharedBytes;
   int max_dynamic_shared_bytes = 0; // the opt-in limit per block
-  bool wgmma = false;               // an sm_90 GPU: architecture-specific (wgmma) kernels run on it
+  ArchFeatures features = arch_features(80); // what its kernels may use (needed_features)
 };
 
 // Strategies × parameters worth timing for this problem, each one fitting it (check_spec_fits) and the device.

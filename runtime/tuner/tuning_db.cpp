@@ -174,7 +174,7 @@ std::optional<Decision> nearest_decision(const std::vector<Decision>& tuned, con
 }
 
 TuningDevice tuning_device(const DeviceInfo& d) {
-  return {d.name, d.arch(), nvrtc_version(), d.sm_count, d.driver_version};
+  return {d.name, d.arch_and_level(), nvrtc_version(), d.sm_count, d.driver_version};
 }
 
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable) {

@@ -3,6 +3,8 @@
 // arithmetic (bf16), with IEEE round-to-nearest-even.
 #pragma once
 
+#include "core/features.cuh"
+
 namespace jb {
 
 struct f16 {
@@ -38,7 +40,7 @@ template <> __device__ __forceinline__ f16 from_acc<f16>(float x) {
 }
 template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) {
   bf16 r;
-#if __CUDA_ARCH__ >= 800
+#if JB_HAS_HALF_PAIRS
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x)); // one instruction; NaN stays NaN
 #else
   unsigned u = __float_as_uint(x);
@@ -53,9 +55,9 @@ template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) {
 }
 
 // Two values rounded to a half type as from_acc rounds them, packed in one word (lo in the low half): one instruction
-// (sm_80 and later).
+// with half pairs, else two roundings.
 template <class H> __device__ __forceinline__ unsigned pack_pair(float lo, float hi);
-#if __CUDA_ARCH__ >= 800
+#if JB_HAS_HALF_PAIRS
 template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
   unsigned r;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -65,6 +67,10 @@ template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float 
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+#else
+template <class H> __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+  return (unsigned)from_acc<H>(lo).bits | (unsigned)from_acc<H>(hi).bits << 16;
 }
 #endif
 

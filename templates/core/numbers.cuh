@@ -2,6 +2,8 @@
 // the special values and constants every template spells through it.
 #pragma once
 
+#include "core/features.cuh"
+
 namespace jb {
 
 // 2^x on the exp unit (MUFU.EX2): relative error ≤ 2^-22, results below 2^-126 flushed to 0. Shared by the tiled
@@ -19,15 +21,24 @@ __device__ __forceinline__ float lg2_approx(float x) {
   return r;
 }
 
-// Maximum and minimum of f32 values where NaN wins (PTX max.NaN / min.NaN).
+// Maximum and minimum of f32 values where NaN wins (PTX max.NaN / min.NaN); before them, the plain max or min
+// (which passes over NaN) and the canonical NaN that max.NaN returns when either value is one.
 __device__ __forceinline__ float max_nan(float x, float y) {
   float r;
+#if JB_HAS_NAN_MINMAX
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+#else
+  r = x != x || y != y ? __int_as_float(0x7fffffff) : fmaxf(x, y);
+#endif
   return r;
 }
 __device__ __forceinline__ float min_nan(float x, float y) {
   float r;
+#if JB_HAS_NAN_MINMAX
   asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+#else
+  r = x != x || y != y ? __int_as_float(0x7fffffff) : fminf(x, y);
+#endif
   return r;
 }
 

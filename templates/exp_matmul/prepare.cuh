@@ -200,8 +200,8 @@ template <class In, class T> struct EmChunkSummary {
     all_held = lo != Num<T>::neg_inf();
   }
 };
-#if __CUDA_ARCH__ >= 800
-// Half types: the 8 values as 4 packed pairs, 3 pairwise max.NaN and 3 min an answer (sm_80 and later).
+#if JB_HAS_HALF_PAIRS
+// Half types: the 8 values as 4 packed pairs, 3 pairwise max.NaN and 3 min an answer.
 template <class H> struct EmHalfSummary {
   static __device__ __forceinline__ void of(const EmChunk& c, float& mx, bool& all_held) {
     typedef HalfPairs<H> P;
@@ -243,7 +243,7 @@ template <class In, class T> struct EmFold {
   __device__ __forceinline__ T max(int u) const { return hi[u]; }
   __device__ __forceinline__ bool held(int u) const { return lo[u] != Num<T>::neg_inf(); }
 };
-#if __CUDA_ARCH__ >= 800
+#if JB_HAS_HALF_PAIRS
 // Half types: the values kept packed, 4 pairwise max.NaN and 4 min a chunk.
 template <class H> struct EmHalfFold {
   static constexpr int V = 8;

@@ -81,7 +81,7 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   // The wgmma forms: only on a GPU that has wgmma and room for their stages; 1xTF32 only at fast there too.
   CHECK_FALSE(has_math(big, Math::wgmma_tf32x3));
   DeviceLimits hopper = h100;
-  hopper.max_dynamic_shared_bytes = 227 * 1024, hopper.wgmma = true;
+  hopper.max_dynamic_shared_bytes = 227 * 1024, hopper.features = arch_features(90);
   const auto hopper_exact = tuning_candidates(problem(Semiring::log, DType::f32, {64, 512, 512, 512}), hopper);
   CHECK(has_math(hopper_exact, Math::wgmma_tf32x3));
   CHECK_FALSE(has_math(hopper_exact, Math::wgmma_tf32));

@@ -362,7 +362,7 @@ TEST_CASE("wgmma_bf16: half outputs only, 64-k panels, K up to 65536, no backwar
   g.pass = Pass::grad_a;
   refused(g, p, "spec.math", "no wgmma_bf16 form");
   // Offered for half outputs, on a GPU with wgmma only.
-  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
+  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, arch_features(90)};
   const auto offered = [&](const Problem& q, const DeviceLimits& d) {
     int n = 0;
     for (const KernelSpec& c : tuning_candidates(q, d))
@@ -405,6 +405,6 @@ TEST_CASE("wgmma_bf16_fused: no factors in the workspace, b N-major in the stage
   r = s, r.pass = Pass::grad_a;
   CHECK_THROWS_AS(check_spec_fits(r, p), std::invalid_argument);
   // Not a tuning candidate: its producer warpgroup alone makes the factors, slower than wgmma_bf16.
-  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, true};
+  const DeviceLimits hopper{1024, 48 * 1024, 227 * 1024, arch_features(90)};
   for (const KernelSpec& c : tuning_candidates(p, hopper)) CHECK(c.math != Math::wgmma_bf16_fused);
 }

@@ -116,7 +116,7 @@ std::vector<std::pair<Problem, std::map<std::string, double>>> recorded_tunes(co
   return out;
 }
 
-const DeviceLimits kHopper{1024, 48 * 1024, 227 * 1024, true};
+const DeviceLimits kHopper{1024, 48 * 1024, 227 * 1024, arch_features(90)};
 
 } // namespace
 

@@ -92,8 +92,8 @@ TEST_CASE("a generated source holds only the templates its kernel's entry header
   KernelSpec plus; // the generic tiled kernel: no log, packed, online or exp_matmul code, no direct reductions
   plus.strategy = Strategy::tiled;
   plus.semiring = Semiring::plus_times;
-  CHECK(framed(emit_kernel(plus).source) == std::vector<std::string>{"core/params.cuh", "core/dtypes.cuh",
-                                                                     "core/numbers.cuh", "core/semirings.cuh",
+  CHECK(framed(emit_kernel(plus).source) == std::vector<std::string>{"core/params.cuh", "core/features.cuh",
+                                                                     "core/dtypes.cuh", "core/numbers.cuh", "core/semirings.cuh",
                                                                      "core/kslice.cuh", "tiled/tiled.cuh"});
   KernelSpec log = plus;
   log.semiring = Semiring::log;

@@ -182,7 +182,7 @@ TEST_CASE("every template compiles on its own, with what it includes: no templat
   for (const EmbeddedTemplate& t : embedded_templates()) {
     CAPTURE(std::string(t.name));
     GeneratedKernel k{"template_alone", inline_templates({t.name}) + "extern \"C\" __global__ void template_alone() {}\n"};
-    k.arch_specific = true; // the Hopper templates need sm_90a; the others compile for it as well
+    k.needs = kWgmma; // the Hopper templates need sm_90a; the others compile for it as well
     CHECK_NOTHROW(compile_to_ptx(k, "compute_90"));
   }
 }
@@ -274,7 +274,7 @@ TEST_CASE("a wgmma kernel builds for sm_90a, shows HGMMA-class code in its PTX, 
   spec.math = Math::wgmma_tf32x3;
   spec.tile_m = spec.tile_n = 128, spec.tile_k = 32, spec.thread_m = 2, spec.thread_n = 32;
   const GeneratedKernel k = emit_kernel(spec);
-  CHECK(k.arch_specific);
+  CHECK((k.needs & kWgmma) != 0);
   CHECK(kernel_target(k, "sm_90") == "sm_90a");
   CHECK(kernel_target(emit_kernel(KernelSpec{}), "sm_90") == "sm_90");
   const CompiledKernel ptx = compile_to_ptx(k, "compute_90");
