@@ -115,7 +115,7 @@ std::string kernel_target(const GeneratedKernel& kernel, const std::string& arch
   if (const std::string missing = missing_features(kernel.needs, have); !missing.empty())
     throw std::invalid_argument("kernel " + kernel.name + " needs " + missing + ", which " +
                                 (have.sm < parse_sm(arch, "arch") ? "feature level " + sm_name(have.sm) + " on " : "") +
-                                arch + " lacks; choose a spec without it (for exp_matmul another math)");
+                                arch + " lacks; the tuner offers such specs only where they run: choose another");
   // wgmma exists on sm_90 alone (not on sm_100 and later), through the sm_90a target.
   return kernel.needs & kWgmma ? arch + "a" : arch;
 }

@@ -9,6 +9,10 @@
 //
 // Staging: A's slice is stored transposed as pairs (a, a), so a thread's row fragment is ready to meet a pair of
 // columns; B's slice as halves, read two at a time.
+//
+// Without the half-pair instructions (JB_HAS_HALF_PAIRS) a pair would go through f32 a half at a time
+// (core/half_pairs.cuh), several times the f32 policy's instructions for the same outputs, so the kernel is then the
+// generic tiled kernel with the policy's f32 twin (InF32).
 #pragma once
 
 #include "tiled/tiled.cuh"
@@ -23,18 +27,21 @@ __device__ __forceinline__ unsigned pair_of(unsigned short h) { return (unsigned
 
 // The per-pair policies: the accumulator pair's start, and one term pair folded in.
 template <class H> struct PackedMaxPlus {
+  typedef MaxPlusTerm InF32;
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
     return HalfPairs<H>::max(acc, HalfPairs<H>::add(a2, b2));
   }
 };
 template <class H> struct PackedMinPlus {
+  typedef MinPlusTerm InF32;
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
     return HalfPairs<H>::min(acc, HalfPairs<H>::add(a2, b2));
   }
 };
 template <class H> struct PackedMaxTimes { // from −inf, not the semiring's zero: products may be negative
+  typedef MaxTimesTerm InF32;
   static __device__ __forceinline__ unsigned init() { return pair_of(half_bits(Num<float>::neg_inf(), H())); }
   static __device__ __forceinline__ unsigned update(unsigned acc, unsigned a2, unsigned b2) {
     return HalfPairs<H>::max(acc, HalfPairs<H>::mul(a2, b2));
@@ -87,6 +94,9 @@ template <int BM, int BN, int BK, int TM, int TN> struct PackedTile {
 
 template <class P, class S, class In, class Out, class I, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
+#if !JB_HAS_HALF_PAIRS
+  tiled_kernel<typename P::InF32, S, In, Out, I, BM, BN, BK, TM, TN, false>(p);
+#else
   typedef PackedTile<BM, BN, BK, TM, TN> G;
   typedef typename Acc<In>::type T;
   __shared__ __align__(16) typename G::Smem sm;
@@ -134,6 +144,7 @@ __device__ __forceinline__ void packed_tiled_kernel(const BmmParams p) {
           emit<T, Out, I>(p, t, r0 + r, c0 + c, empty ? S::finalize(S::init()) : to_acc(h), -1);
         }
   }
+#endif
 }
 
 } // namespace jb
