@@ -22,8 +22,8 @@ struct HelperRun {
 
 // This executable run as a helper: `args` after the program name, the variables of `env` set, its stdout (and with
 // `with_stderr` its stderr) captured; status is its exit status (128 + signal when killed).
-inline HelperRun run_helper(std::vector<std::string> args,
-                            const std::vector<std::pair<std::string, std::string>>& env, bool with_stderr = false) {
+inline HelperRun run_helper(std::vector<std::string> args, const std::vector<std::pair<std::string, std::string>>& env,
+                            bool with_stderr = false) {
   int out[2];
   REQUIRE(::pipe(out) == 0);
   const pid_t pid = ::fork();

@@ -80,7 +80,9 @@ std::string line_of(const std::string& output, const std::string& name) {
 
 } // namespace
 
-int test::arch_level_helper(const std::string& mode) { return mode == "--device-level" ? device_level() : old_device(); }
+int test::arch_level_helper(const std::string& mode) {
+  return mode == "--device-level" ? device_level() : old_device();
+}
 
 TEST_CASE("JITBMM_FEATURES on a fake sm_90: the level's features, decisions kept apart, plans compiled for sm_90") {
   const test::HelperRun own = test::run_helper({"--device-level"}, {{"JITBMM_FEATURES", ""}});
@@ -123,12 +125,13 @@ TEST_CASE("JITBMM_FEATURES above the GPU, below the floor or malformed is an err
 }
 
 TEST_CASE("a GPU below the floor: every way of planning fails at once naming the device, its arch and the floor") {
-  const test::HelperRun r = test::run_helper({"--old-device"}, {{"JITBMM_FAKE_CUDA_SM", "61"}, {"JITBMM_CACHE", "off"}});
+  const test::HelperRun r =
+      test::run_helper({"--old-device"}, {{"JITBMM_FAKE_CUDA_SM", "61"}, {"JITBMM_CACHE", "off"}});
   INFO(r.output);
   REQUIRE(r.status == 0);
   const std::string floor = sm_name(floor_sm(nvrtc_supported_archs()));
-  const std::string refusal = "device 0 (Fake sm_61) is sm_61; jitbmm needs " + floor + " or later with NVRTC " +
-                              nvrtc_version();
+  const std::string refusal =
+      "device 0 (Fake sm_61) is sm_61; jitbmm needs " + floor + " or later with NVRTC " + nvrtc_version();
   CHECK(line_of(r.output, "products").rfind("error: " + refusal, 0) == 0);
   CHECK(line_of(r.output, "chain").rfind("error: " + refusal, 0) == 0);
   const std::string c_abi = r.output.substr(r.output.find("c_abi "));

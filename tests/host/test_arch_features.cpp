@@ -53,8 +53,8 @@ ChainProblem crf_chain(int64_t C) {
 
 TEST_CASE("each architecture's features: none before sm_80, wgmma on sm_90 alone, clusters and TMA from sm_90") {
   const std::vector<std::pair<int, unsigned>> expected = {
-      {70, 0},          {75, 0},    {80, kAmpere},           {86, kAmpere},
-      {89, kAmpere},    {90, kAll}, {100, kAll & ~kWgmma},  {120, kAll & ~kWgmma},
+      {70, 0},       {75, 0},    {80, kAmpere},         {86, kAmpere},
+      {89, kAmpere}, {90, kAll}, {100, kAll & ~kWgmma}, {120, kAll & ~kWgmma},
   };
   for (const auto& [sm, bits] : expected) {
     CAPTURE(sm);
@@ -120,8 +120,7 @@ TEST_CASE("features_in_use: the GPU's own, or the level JITBMM_FEATURES names; a
   }
   {
     const test::ScopedEnv bad("JITBMM_FEATURES", "turing");
-    CHECK(invalid_argument_of([] { features_in_use(90); }).rfind("JITBMM_FEATURES: expected an architecture", 0) ==
-          0);
+    CHECK(invalid_argument_of([] { features_in_use(90); }).rfind("JITBMM_FEATURES: expected an architecture", 0) == 0);
   }
 }
 
@@ -243,8 +242,7 @@ TEST_CASE("missing_features names each missing feature with the architectures th
   CHECK(missing_features(0, arch_features(70)).empty());
   CHECK(feature_names(0) == "none");
   CHECK(feature_names(arch_features(80).bits) == "max.NaN, half pairs, cp.async, TF32/BF16 mma");
-  CHECK(feature_names(arch_features(90).bits) ==
-        "max.NaN, half pairs, cp.async, TF32/BF16 mma, wgmma, clusters, TMA");
+  CHECK(feature_names(arch_features(90).bits) == "max.NaN, half pairs, cp.async, TF32/BF16 mma, wgmma, clusters, TMA");
 }
 
 TEST_CASE("kernel_target refuses a kernel whose needs the GPU's features at its level lack, naming both") {
@@ -259,6 +257,7 @@ TEST_CASE("kernel_target refuses a kernel whose needs the GPU's features at its 
         std::string::npos);
   k.needs = kMmaTf32Bf16;
   CHECK(kernel_target(k, "sm_86", arch_features(86)) == "sm_86");
-  CHECK(invalid_argument_of([&] { kernel_target(k, "sm_90", capped_features(90, 75)); })
-            .find("needs TF32/BF16 mma (sm_80 and later)") != std::string::npos);
+  CHECK(invalid_argument_of([&] {
+          kernel_target(k, "sm_90", capped_features(90, 75));
+        }).find("needs TF32/BF16 mma (sm_80 and later)") != std::string::npos);
 }
