@@ -141,7 +141,8 @@ inline const std::vector<CommandHelp>& command_help() {
        "  jitbmm cache path|list|verify|clear\n"
        "      The disk cache of compiled kernels ($JITBMM_CACHE_DIR, $XDG_CACHE_HOME/jitbmm or ~/.cache/jitbmm).\n"},
       {"info", "  jitbmm info\n"
-               "      Driver, NVRTC, devices and the disk cache's directory.\n"},
+               "      Driver, NVRTC, the device, its architecture's features (or JITBMM_FEATURES's level) and what they\n"
+               "      allow, the architectures supported, the disk cache's directory, the shipped decisions.\n"},
       {"version", "  jitbmm version | --version\n"
                   "      Print the version.\n"},
       {"help", "  jitbmm help [command] | --help | <command> --help\n"

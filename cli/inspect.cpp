@@ -1,4 +1,4 @@
-// jitbmm inspect / info: show what jitbmm generates and what it runs on.
+// jitbmm inspect: show what jitbmm generates, and how it compiles and runs here.
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,11 +23,8 @@
 #include "generator/emit_source.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/kernel_files.hpp"
-#include "runtime/nvrtc_api.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
-#include "jitbmm/version.hpp"
-#include "runtime/tuner/shipped_decisions.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
@@ -287,8 +284,8 @@ int run_inspect(int argc, char** argv) {
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const ChainSpec spec = chain_spec_from(args, problem, default_chain_spec(problem));
     if (spec.forward.cluster > 1 && !arch_features(parse_sm(arch, "--arch")).has(kClusters))
-      throw std::invalid_argument("--cluster: clusters of blocks need " + missing_features(kClusters, {}) +
-                                  " (--arch " + arch + ")");
+      throw std::invalid_argument("--cluster: needs " + missing_features(kClusters, {}) + ", which --arch " + arch +
+                                  " lacks");
     kernel = with_override(emit_chain_kernel(spec));
     threads = spec.forward.threads; // the occupancy reported is the forward's
   } else {
@@ -301,44 +298,6 @@ int run_inspect(int argc, char** argv) {
   if (emit == "sass" || all) print_sass(kernel, arch);
   if (emit == "resources" || all) print_resources(kernel, arch, threads);
   if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + arch.substr(3)).binary);
-  return 0;
-}
-
-int run_info(int argc, char** argv) {
-  const Args args(argc, argv, 2, {}, {});
-  std::printf("jitbmm %s\n", kVersion);
-  try {
-    const std::string version = nvrtc_version();
-    std::printf("NVRTC %s: %s\n", version.c_str(), nvrtc().library.c_str());
-  } catch (const NoNvrtcError& e) {
-    std::printf("no NVRTC: %s\n", e.what());
-  }
-  try {
-    const auto dev = current_device();
-    std::printf("driver: CUDA %d.%d: %s\ndevice %d: %s, %s, %d SMs, %.0f MHz\n", dev->driver_version / 1000,
-                dev->driver_version % 1000 / 10, driver().library.c_str(), dev->ordinal, dev->name.c_str(),
-                dev->arch().c_str(), dev->sm_count,
-                dev->clock_khz / 1000.0);
-  } catch (const NoDriverError& e) {
-    std::printf("no GPU: %s\n", e.what());
-  }
-  try {
-    std::printf("disk cache: %s\n", cache_dir_line().c_str());
-  } catch (const std::exception& e) {
-    std::printf("disk cache: not usable: %s\n", e.what());
-  }
-  // The files shipped (each for the GPU its comment names; a plan uses only the decisions whose keys fit it).
-  try {
-    std::string files;
-    for (const ShippedFile& f : shipped_files()) files += std::string(files.empty() ? "" : ", ") + f.name;
-    if (!shipped_decisions_enabled())
-      std::printf("shipped decisions: off (JITBMM_SHIPPED_DECISIONS)\n");
-    else
-      std::printf("shipped decisions: %zu in %s\n", shipped_decisions().products.size(),
-                  files.empty() ? "no file" : files.c_str());
-  } catch (const std::exception& e) {
-    std::printf("shipped decisions: not usable: %s\n", e.what());
-  }
   return 0;
 }
 

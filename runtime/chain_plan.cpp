@@ -185,8 +185,8 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
   }
   impl->device = current_device();
   if (std::max(spec.forward.cluster, spec.saving.cluster) > 1 && cluster_sms(*impl->device) == 0)
-    throw std::invalid_argument("chain spec.cluster: clusters of blocks need " + missing_features(kClusters, {}) +
-                                " (this device is " + impl->device->arch_and_level() + ")");
+    throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
+                                ", which this device lacks (" + impl->device->arch_and_level() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
   if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device, tune_products);
   return ChainPlan(std::move(impl));

@@ -60,13 +60,16 @@ ArchFeatures features_in_use(int sm) {
   return capped_features(sm, l);
 }
 
-void check_supported(const DeviceInfo& device) {
+std::string supported_architectures() {
   const int floor = floor_sm(nvrtc_supported_archs());
-  if (device.sm() >= floor) return;
+  return sm_name(floor) + " or later with NVRTC " + nvrtc_version() +
+         (floor > kOldestSm ? " (" + sm_name(kOldestSm) + " with an NVRTC that still targets it: 12.x)" : "");
+}
+
+void check_supported(const DeviceInfo& device) {
+  if (device.sm() >= floor_sm(nvrtc_supported_archs())) return;
   throw std::runtime_error("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " + device.arch() +
-                           "; jitbmm needs " + sm_name(floor) + " or later with NVRTC " + nvrtc_version() +
-                           (floor > kOldestSm ? " (" + sm_name(kOldestSm) + " with an NVRTC that still targets it: 12.x)"
-                                              : ""));
+                           "; jitbmm needs " + supported_architectures());
 }
 
 std::shared_ptr<const DeviceInfo> current_device() {

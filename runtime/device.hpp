@@ -33,8 +33,11 @@ struct DeviceInfo {
 // which must not be above it. std::invalid_argument naming JITBMM_FEATURES otherwise.
 ArchFeatures features_in_use(int sm);
 
-// Throws std::runtime_error naming the device, its architecture and jitbmm's floor with this
-// NVRTC (generator/arch_features.hpp: floor_sm) when the device is older: every plan checks it before it compiles.
+// The architectures jitbmm supports with this process's NVRTC (generator/arch_features.hpp: floor_sm): "sm_75 or
+// later with NVRTC 13.0 (sm_70 with an NVRTC that still targets it: 12.x)". Throws NoNvrtcError without NVRTC.
+std::string supported_architectures();
+// Throws std::runtime_error naming the device, its architecture and supported_architectures() when the device is
+// older than the floor: every plan checks it before it compiles.
 void check_supported(const DeviceInfo& device);
 
 // The device of the context current on this thread (so jitbmm follows PyTorch or any cudart program), or, when

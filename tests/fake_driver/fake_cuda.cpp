@@ -6,6 +6,8 @@
 // What it does:
 // - one device, "Fake H100", sm_90, with an H100's limits (132 SMs, 227 KiB shared memory a block opt-in, ...); an
 //   attribute it does not know is CUDA_ERROR_INVALID_VALUE, so a new query fails loudly rather than reading 0;
+//   $JITBMM_FAKE_CUDA_SM (digits: "61" for sm_61) gives it another compute capability and the name "Fake sm_61"
+//   (the limits stay an H100's); a value that is not 2 or 3 digits makes the capability queries fail;
 // - a primary context and a per-thread context stack;
 // - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB, which
 //   cuMemGetInfo reports as the total, less what is allocated as free); copies and
@@ -77,6 +79,15 @@ std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
 std::atomic<long> g_modules_loaded{0};
+
+// The compute capability as major * 10 + minor: 90, or $JITBMM_FAKE_CUDA_SM; 0 when that is malformed.
+int fake_sm() {
+  const char* v = std::getenv("JITBMM_FAKE_CUDA_SM");
+  if (!v || !*v) return 90;
+  const std::size_t n = std::strlen(v);
+  if (n < 2 || n > 3 || std::strspn(v, "0123456789") != n || v[0] == '0') return 0;
+  return std::atoi(v);
+}
 
 std::size_t memory_cap() {
   const char* v = std::getenv("JITBMM_FAKE_CUDA_MEMORY_BYTES");
@@ -222,7 +233,11 @@ CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
 CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice device) {
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(name, static_cast<std::size_t>(len), "%s", "Fake H100");
+  const char* sm = std::getenv("JITBMM_FAKE_CUDA_SM");
+  if (sm && *sm)
+    std::snprintf(name, static_cast<std::size_t>(len), "Fake sm_%s", sm);
+  else
+    std::snprintf(name, static_cast<std::size_t>(len), "%s", "Fake H100");
   return CUDA_SUCCESS;
 }
 
@@ -231,10 +246,9 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
   switch (attribute) {
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-    *value = 9;
-    break;
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-    *value = 0;
+    if (fake_sm() == 0) return CUDA_ERROR_INVALID_VALUE;
+    *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? fake_sm() / 10 : fake_sm() % 10;
     break;
   case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
     *value = kSmCount;

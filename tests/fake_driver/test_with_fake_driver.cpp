@@ -7,10 +7,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tests/fake_driver/helper_process.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,51 +82,19 @@ bool is_image(const LoadedImage& loaded, const std::string& cubin) {
   return loaded.bytes <= cubin.size() && sha256_hex(std::string_view(cubin).substr(0, loaded.bytes)) == loaded.sha256;
 }
 
-struct ChildResult {
-  int status = -1;
-  std::string output; // stdout
+struct ChildResult : test::HelperRun {
+  explicit ChildResult(test::HelperRun run) : test::HelperRun(std::move(run)) {}
   long compiles = -1;
   std::string kernel;
 };
-
-// This executable run as a helper: `args` after the program name, the variables of `env` set, its stdout (and with
-// `with_stderr` its stderr) captured; status is its exit status (128 + signal when killed).
-ChildResult run_helper(std::vector<std::string> args, const std::vector<std::pair<std::string, std::string>>& env,
-                       bool with_stderr = false) {
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    if (with_stderr) ::dup2(out[1], 2);
-    ::close(out[0]);
-    ::close(out[1]);
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv = {const_cast<char*>("/proc/self/exe")};
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  ChildResult r;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) r.output.append(buffer, static_cast<size_t>(n));
-  ::close(out[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 // This executable, run as the --plan helper with a cache directory and a fake-driver log of its own.
 // With `tune`, the helper plans under policy bucket (tuning, were no decision stored) and its stderr is captured too.
 ChildResult plan_in_child(const std::string& cache_dir, const std::string& log, const std::string& semiring = "log",
                           const std::string& dtype = "f32", bool tune = false, const Shape& shape = {2, 33, 17, 40}) {
-  ChildResult r = run_helper({tune ? "--plan-bucket" : "--plan", semiring, dtype, std::to_string(shape.B),
-                              std::to_string(shape.M), std::to_string(shape.K), std::to_string(shape.N)},
-                             {{"JITBMM_CACHE_DIR", cache_dir}, {"JITBMM_FAKE_CUDA_LOG", log}}, tune);
+  ChildResult r(test::run_helper({tune ? "--plan-bucket" : "--plan", semiring, dtype, std::to_string(shape.B),
+                                  std::to_string(shape.M), std::to_string(shape.K), std::to_string(shape.N)},
+                                 {{"JITBMM_CACHE_DIR", cache_dir}, {"JITBMM_FAKE_CUDA_LOG", log}}, tune));
   char name[512] = {0};
   const std::size_t line = r.output.find("compiles=");
   if (line != std::string::npos &&
@@ -255,6 +223,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
     return plan_main(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--watch") == 0) return watch_main(argc, argv);
+  if (argc == 2 && (std::strcmp(argv[1], "--device-level") == 0 || std::strcmp(argv[1], "--old-device") == 0))
+    return test::arch_level_helper(argv[1]);
   const char* lib = std::getenv("JITBMM_LIBCUDA");
   if (!lib || !std::strstr(lib, "fake_cuda")) {
     std::fprintf(stderr, "run with JITBMM_LIBCUDA naming libjitbmm_fake_cuda.so (ctest does)\n");
@@ -595,12 +565,12 @@ TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names a
 
 TEST_CASE("without NVRTC, a plan through the C ABI is JITBMM_NO_NVRTC naming every place tried") {
   // A child process: NVRTC, once loaded, stays loaded; with the cache off the plan must compile.
-  const ChildResult r =
-      run_helper({"--c-plan"}, {{"JITBMM_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}, {"JITBMM_CACHE", "off"}});
+  const test::HelperRun r =
+      test::run_helper({"--c-plan"}, {{"JITBMM_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}, {"JITBMM_CACHE", "off"}});
   CHECK(r.status == 0);
   CHECK_MESSAGE(r.output.rfind("status " + std::to_string(JITBMM_NO_NVRTC) + ": no NVRTC found", 0) == 0, r.output);
   CHECK_MESSAGE(r.output.find("could not load /nonexistent/libnvrtc.so.13") != std::string::npos, r.output);
-  const ChildResult with = run_helper({"--c-plan"}, {{"JITBMM_CACHE", "off"}}); // the same child with NVRTC
+  const test::HelperRun with = test::run_helper({"--c-plan"}, {{"JITBMM_CACHE", "off"}}); // the same child with NVRTC
   CHECK_MESSAGE(with.output == "status 0: \n", with.output);
 }
 
@@ -808,7 +778,7 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
   TempDir dir;
   int exit_status = -1;
   const auto run = [&](const std::string& percent, bool capturing) {
-    const ChildResult r = run_helper({"--watch", percent},
+    const test::HelperRun r = test::run_helper({"--watch", percent},
                                      {{"JITBMM_CACHE_DIR", dir.path + "/cache-" + percent + (capturing ? "c" : "")},
                                       {"JITBMM_FAKE_CUDA_CAPTURING", capturing ? "1" : "0"}});
     exit_status = r.status;
@@ -833,7 +803,7 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
 TEST_CASE("choices exported by one process are the variants another plans with after importing them") {
   TempDir dir;
   const auto child = [&](const std::vector<std::string>& args, const std::string& cache) {
-    const ChildResult r = run_helper(args, {{"JITBMM_CACHE_DIR", cache}});
+    const test::HelperRun r = test::run_helper(args, {{"JITBMM_CACHE_DIR", cache}});
     CHECK(r.status == 0);
     return r.output;
   };
