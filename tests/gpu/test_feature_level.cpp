@@ -85,6 +85,21 @@ TEST_CASE("feature level: a plan's kernels are compiled for the GPU with exactly
 TEST_CASE("feature level: the tuner offers only the level's variants; a spec that needs more is refused, naming it") {
   const DeviceInfo& device = *current_device();
   const Expected want = expected_here(device);
+  // The packed half kernel's 128 × 128 tile at 3 blocks an SM: without half pairs it is the f32 kernel, whose
+  // registers do not fit those blocks (templates/tiled/packed.cuh).
+  const auto packed_wide = [](const KernelSpec& s) {
+    return s.strategy == Strategy::tiled && s.tile_m * s.tile_n == 128 * 128 && s.min_blocks >= 3;
+  };
+  Problem half;
+  half.semiring = Semiring::max_plus, half.dtype = DType::f16;
+  half.shape = {64, 512, 512, 512};
+  bool packed = false;
+  for (const KernelSpec& c : device_candidates(half, device)) {
+    CAPTURE(to_string(c));
+    CHECK(test::runs_here(c, device));
+    packed = packed || packed_wide(c);
+  }
+  CHECK(packed == want.sm80);
   Problem p;
   p.shape = {64, 512, 512, 512}; // log f32: exp_matmul's mma.sync and wgmma forms are among its candidates
   for (Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
@@ -118,6 +133,13 @@ TEST_CASE("feature level: the tuner offers only the level's variants; a spec tha
     CHECK_NOTHROW(SemiringBMM::get(q, wg));
   else
     CHECK_THROWS_WITH_AS(SemiringBMM::get(q, wg), doctest::Contains("wgmma"), std::invalid_argument);
+  KernelSpec wide = default_spec(half, Strategy::tiled);
+  wide.tile_m = wide.tile_n = 128, wide.tile_k = 16, wide.thread_m = wide.thread_n = 8, wide.min_blocks = 3;
+  REQUIRE(packed_wide(wide));
+  if (want.sm80)
+    CHECK_NOTHROW(SemiringBMM::get(half, wide));
+  else
+    CHECK_THROWS_WITH_AS(SemiringBMM::get(half, wide), doctest::Contains("half pairs"), std::invalid_argument);
   ChainProblem chain;
   chain.B = 1, chain.T = 4, chain.C = 128;
   const ChainSpec clustered = clustered_chain_spec(chain, 2);
