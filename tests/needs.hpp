@@ -9,6 +9,9 @@ namespace jitbmm::test {
 constexpr const char* kNeedsRoot = "needs_root";          // chown to another user (uid 65534)
 constexpr const char* kNeedsNonRoot = "needs_non_root";   // file permissions, which bind everyone but root
 constexpr const char* kNeedsDiskCache = "needs_disk_cache"; // the process's disk cache (off under JITBMM_CACHE=off)
-constexpr const char* kNeedsClusters = "needs_clusters";      // clusters of blocks (a GPU of sm_90 or later)
+// Clusters of blocks: a GPU of sm_90 or later, at a feature level (JITBMM_FEATURES) that keeps them
+constexpr const char* kNeedsClusters = "needs_clusters";
+// TF32 and BF16 mma.sync (sm_80 or later, at a level that keeps them): exp_matmul's tensor-core defaults
+constexpr const char* kNeedsMmaTf32Bf16 = "needs_mma_tf32_bf16";
 
 } // namespace jitbmm::test

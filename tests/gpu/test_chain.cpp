@@ -246,7 +246,9 @@ TEST_CASE("chains: f16 and bf16 potentials against the float64 reference, in one
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     test::precompile_chains(s, ChainForm::crf, states, {DType::f16, DType::bf16});
   const bool clusters = cluster_sms(*current_device()) > 0;
-  if (!clusters) MESSAGE("clusters skipped: they need sm_90 or later");
+  if (!clusters)
+    MESSAGE("clusters skipped: " << current_device()->arch_and_level() << " lacks "
+                                 << missing_features(kClusters, {}));
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f16, DType::bf16}) {
       Worst worst;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "differential.hpp"
+#include "feature_level.hpp"
 #include "fuzz_cases.hpp"
 #include "jitbmm/errors.hpp"
 #include "precompile.hpp"
@@ -44,10 +45,8 @@ constexpr int kFailuresPrinted = 20; // the rest are counted only
 // The spec a case runs (see the file comment). The strategy of "any" comes from its own generator, so the case's
 // problem and data are the same in every mode.
 // exp_matmul with arithmetic m at a 128×128 tile (as the tuner offers each form), when the case allows it: a log
-// problem, an output the form may write (half types for the BF16 forms), a GPU that runs it (sm_90 for wgmma).
+// problem, an output the form may write (half types for the BF16 forms), a device whose feature level runs it.
 std::optional<KernelSpec> forced_math(const Problem& p, Math m) {
-  const DeviceInfo& device = *current_device();
-  if (uses_wgmma(m) && !(device.cc_major == 9 && device.cc_minor == 0)) return std::nullopt;
   KernelSpec s;
   try {
     s = default_spec(p, Strategy::exp_matmul);
@@ -58,7 +57,22 @@ std::optional<KernelSpec> forced_math(const Problem& p, Math m) {
   s.math = m, s.min_blocks = 1, s.tile_m = s.tile_n = 128;
   s.tile_k = wgmma && bf16_factors(m) ? 64 : m == Math::fma ? 8 : wgmma || m == Math::bf16 ? 32 : 16;
   s.thread_m = wgmma ? 2 : 8, s.thread_n = wgmma ? 32 : 8;
+  if (!test::runs_here(s, *current_device())) return std::nullopt;
   return fitting(s, p);
+}
+
+// Where JITBMM_FUZZ_MATH names a math the device's feature level lacks, every case runs its default instead: said
+// once, and counted as skipped.
+void say_if_math_skipped() {
+  const char* math = std::getenv("JITBMM_FUZZ_MATH");
+  if (!math || !*math) return;
+  KernelSpec s;
+  s.strategy = Strategy::exp_matmul, s.math = parse_math(math);
+  const DeviceInfo& device = *current_device();
+  if (test::runs_here(s, device)) return;
+  ++test::level_skips();
+  MESSAGE("JITBMM_FUZZ_MATH=" << math << " skipped: it needs " << missing_features(needed_features(s), device.features)
+                              << ", which " << device.arch_and_level() << " lacks; every case runs its default");
 }
 
 KernelSpec spec_for(const Problem& p, uint64_t seed) {
@@ -108,6 +122,7 @@ TEST_CASE("fuzz: random problems match the reference") {
   std::map<std::string, Tally> by_semiring, by_dtype, by_strategy;
   const long compiles_before = stats().nvrtc_compiles;
   const auto start = std::chrono::steady_clock::now();
+  say_if_math_skipped();
   test::precompile(*current_device(), default_specs(base, cases));
   uint64_t ran = 0;
   for (uint64_t n = 0; n < cases; ++n) {

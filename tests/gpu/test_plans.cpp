@@ -16,6 +16,7 @@
 #include "runtime/tuner/shipped_decisions.hpp"
 #include "differential.hpp"
 #include "expect.hpp"
+#include "feature_level.hpp"
 #include "generator/emit_source.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/autotune.hpp"
@@ -314,7 +315,7 @@ TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keep
   Problem em;
   em.shape = {3, 70, 90, 50};
   for (const auto& [p, spec] : {std::pair{split, default_spec(split, Strategy::split_k)},
-                                std::pair{em, default_spec(em, Strategy::exp_matmul)}}) {
+                                std::pair{em, test::exp_matmul_spec_here(em)}}) {
     CAPTURE(to_string(spec));
     const SemiringBMM plan = SemiringBMM::get(p, spec);
     const Shape& s = p.shape;

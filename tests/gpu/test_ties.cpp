@@ -8,52 +8,10 @@
 #include <vector>
 
 #include "differential.hpp"
+#include "tie_case.hpp"
 #include "variants.hpp"
 
 using namespace jitbmm;
-
-namespace {
-
-// The values a case draws from, and the value that fills a's row 0 so that its outputs' terms all equal the
-// semiring's zero (ties of the zero: argmax 0). Sums and products of these are exact in f16, bf16, f32 and f64.
-struct TieInputs {
-  std::vector<double> values, weights;
-  double zero_row;
-};
-
-TieInputs tie_inputs(Semiring s, bool with_nan) {
-  TieInputs in;
-  switch (s) {
-  case Semiring::max_plus: // terms in {−inf, −1, 0, 1, 2}
-    in = {{0.0, 1.0, -INFINITY}, {0.45, 0.45, 0.1}, -INFINITY};
-    break;
-  case Semiring::min_plus: // terms in {0, 1, 2, +inf}
-    in = {{0.0, 1.0, INFINITY}, {0.45, 0.45, 0.1}, INFINITY};
-    break;
-  default: // max_times, non-negative: products in {0, 1, 2, 4}
-    in = {{0.0, 1.0, 2.0}, {0.3, 0.4, 0.3}, 0.0};
-  }
-  if (with_nan) {
-    in.values.push_back(NAN);
-    in.weights.push_back(0.03);
-  }
-  return in;
-}
-
-test::CaseResult run_tie_case(const Problem& p, const KernelSpec& spec, std::mt19937_64& rng, bool with_nan) {
-  const Shape& s = p.shape;
-  const TieInputs in = tie_inputs(p.semiring, with_nan);
-  test::HostTensor a = test::tensor_from_set(p.dtype, test::storage_elements(s.B, s.M, s.K, p.a()), rng, in.values,
-                                             in.weights);
-  test::HostTensor b = test::tensor_from_set(p.dtype, test::storage_elements(s.B, s.K, s.N, p.b()), rng, in.values,
-                                             in.weights);
-  // Row 0 of every batch of a: all terms of out[:, 0, :] equal the zero (unless b brings a NaN).
-  for (int64_t bt = 0; bt < s.B; ++bt)
-    for (int64_t k = 0; k < s.K; ++k) store_element(p.dtype, a.data(), bt * p.a().batch + k * p.a().col, in.zero_row);
-  return test::run_case_on(p, spec, a, b);
-}
-
-} // namespace
 
 TEST_CASE("argmax ties go to the smallest k in every selecting semiring, dtype and strategy") {
   // Shapes crossing the small test tiles (32, 128), k-steps (8, 16), split-K chunks (24), warp lanes and the
@@ -67,7 +25,7 @@ TEST_CASE("argmax ties go to the smallest k in every selecting semiring, dtype a
       for (bool with_nan : {false, true}) {
         const Problem p = test::problem_for(spec, shape);
         std::mt19937_64 rng(++seed);
-        const test::CaseResult r = run_tie_case(p, spec, rng, with_nan);
+        const test::CaseResult r = test::run_tie_case(p, spec, rng, with_nan);
         test::report_failure(r, p, spec, seed);
         CAPTURE(to_string(spec));
         CAPTURE(describe(p));
@@ -95,7 +53,7 @@ TEST_CASE("argmax: a NaN term in one K slice stays the answer through the clean 
     if (!spec.with_argmax) continue;
     const Problem p = test::problem_for(spec, shape);
     std::mt19937_64 rng(++seed);
-    const TieInputs in = tie_inputs(p.semiring, false);
+    const test::TieInputs in = test::tie_inputs(p.semiring, false);
     test::HostTensor a = test::tensor_from_set(p.dtype, test::storage_elements(shape.B, shape.M, shape.K, p.a()),
                                                rng, in.values, in.weights);
     test::HostTensor b = test::tensor_from_set(p.dtype, test::storage_elements(shape.B, shape.K, shape.N, p.b()),
