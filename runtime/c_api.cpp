@@ -98,6 +98,8 @@ template <class F> jitbmm_status guarded(F body) {
     return fail(JITBMM_NO_DRIVER, e.what());
   } catch (const jitbmm::NoNvrtcError& e) {
     return fail(JITBMM_NO_NVRTC, e.what());
+  } catch (const jitbmm::UnsupportedDeviceError& e) {
+    return fail(JITBMM_UNSUPPORTED_DEVICE, e.what());
   } catch (const jitbmm::CudaError& e) {
     return fail(JITBMM_CUDA_ERROR, e.what());
   } catch (const jitbmm::CompileError& e) {

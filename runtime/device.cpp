@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "support/parse_number.hpp"
 
@@ -68,8 +69,8 @@ std::string supported_architectures() {
 
 void check_supported(const DeviceInfo& device) {
   if (device.sm() >= floor_sm(nvrtc_supported_archs())) return;
-  throw std::runtime_error("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " + device.arch() +
-                           "; jitbmm needs " + supported_architectures());
+  throw UnsupportedDeviceError("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " +
+                               device.arch() + "; jitbmm needs " + supported_architectures());
 }
 
 std::shared_ptr<const DeviceInfo> current_device() {

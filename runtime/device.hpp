@@ -36,7 +36,7 @@ ArchFeatures features_in_use(int sm);
 // The architectures jitbmm supports with this process's NVRTC (generator/arch_features.hpp: floor_sm): "sm_75 or
 // later with NVRTC 13.0 (sm_70 with an NVRTC that still targets it: 12.x)". Throws NoNvrtcError without NVRTC.
 std::string supported_architectures();
-// Throws std::runtime_error naming the device, its architecture and supported_architectures() when the device is
+// Throws UnsupportedDeviceError naming the device, its architecture and supported_architectures() when the device is
 // older than the floor: every plan checks it before it compiles.
 void check_supported(const DeviceInfo& device);
 

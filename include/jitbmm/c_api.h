@@ -18,7 +18,9 @@ typedef enum {
   JITBMM_CUDA_ERROR = 3,       /* a driver call failed; the message names the call and the CUresult */
   JITBMM_COMPILE_ERROR = 4,    /* NVRTC rejected a kernel; the message carries its log */
   JITBMM_INTERNAL_ERROR = 5,
-  JITBMM_NO_NVRTC = 6 /* NVRTC (which compiles the kernels) could not be loaded; the message names every place tried */
+  JITBMM_NO_NVRTC = 6, /* NVRTC (which compiles the kernels) could not be loaded; the message names every place tried */
+  JITBMM_UNSUPPORTED_DEVICE = 7 /* the GPU is below the architectures jitbmm compiles for; the message names the
+                                 * device, its architecture and the oldest one supported */
 } jitbmm_status;
 
 /* Semirings and dtypes by the same names as the C++ API: "log", "max_plus", "min_plus", "max_times",

@@ -20,6 +20,13 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+// The GPU is older than the architectures jitbmm compiles for with this NVRTC (sm_75 with NVRTC 13, sm_70 with
+// 12.x); what() names the device, its architecture and that floor. Every plan checks it before it compiles.
+class UnsupportedDeviceError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
 // A CUDA Driver API call failed; what() names the call and the CUresult (e.g. CUDA_ERROR_LAUNCH_FAILED).
 class CudaError : public std::runtime_error {
 public:

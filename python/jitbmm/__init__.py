@@ -14,9 +14,9 @@ import os
 import reprlib
 from pathlib import Path
 
-__all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "CudaError", "CompileError", "LibraryNotFoundError",
-           "Problem", "Plan", "reference", "version", "cache_dir", "set_tune_policy", "release_pool_memory",
-           "export_choices", "import_choices", "SEMIRINGS", "DTYPES"]
+__all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "UnsupportedDeviceError", "CudaError", "CompileError",
+           "LibraryNotFoundError", "Problem", "Plan", "reference", "version", "cache_dir", "set_tune_policy",
+           "release_pool_memory", "export_choices", "import_choices", "SEMIRINGS", "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
@@ -31,6 +31,11 @@ class NoDriverError(JitbmmError):
 class NoNvrtcError(JitbmmError):
     """NVRTC, which compiles jitbmm's kernels, could not be loaded; the message names every place tried
     (docs/install.md)."""
+
+
+class UnsupportedDeviceError(JitbmmError):
+    """The GPU is older than the architectures jitbmm compiles for with this NVRTC; the message names the device,
+    its architecture and the oldest one supported (docs/install.md)."""
 
 
 class CudaError(JitbmmError):
@@ -194,7 +199,8 @@ def _table(name):
 
 
 # The C ABI's jitbmm_status values other than JITBMM_OK (0), by the exception each becomes (others: JitbmmError).
-_STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError, 6: NoNvrtcError}
+_STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError, 6: NoNvrtcError,
+                  7: UnsupportedDeviceError}
 
 
 def _check(status):

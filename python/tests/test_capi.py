@@ -88,10 +88,12 @@ class CApiTest(unittest.TestCase):
                                                  values["JITBMM_NO_DRIVER"]: jitbmm.NoDriverError,
                                                  values["JITBMM_CUDA_ERROR"]: jitbmm.CudaError,
                                                  values["JITBMM_COMPILE_ERROR"]: jitbmm.CompileError,
-                                                 values["JITBMM_NO_NVRTC"]: jitbmm.NoNvrtcError})
+                                                 values["JITBMM_NO_NVRTC"]: jitbmm.NoNvrtcError,
+                                                 values["JITBMM_UNSUPPORTED_DEVICE"]: jitbmm.UnsupportedDeviceError})
         self.assertEqual(values["JITBMM_INTERNAL_ERROR"], 5)  # appended after it: the old values stay
         self.assertEqual(values["JITBMM_NO_NVRTC"], 6)
-        for name in ("NoDriverError", "NoNvrtcError", "CudaError", "CompileError"):
+        self.assertEqual(values["JITBMM_UNSUPPORTED_DEVICE"], 7)
+        for name in ("NoDriverError", "NoNvrtcError", "UnsupportedDeviceError", "CudaError", "CompileError"):
             self.assertIn(name, jitbmm.__all__)
             self.assertTrue(issubclass(getattr(jitbmm, name), jitbmm.JitbmmError), name)
 
@@ -310,6 +312,22 @@ class CApiTest(unittest.TestCase):
         self.assertEqual(child.returncode, 0, child.stderr)
         self.assertRegex(child.stdout, r"^NoNvrtcError: no NVRTC found .*Tried:\n  could not load "
                                        r"/nonexistent/libnvrtc.so.13")
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_gpu_below_the_floor_is_unsupported_device_error(self):
+        # The fake driver as a Pascal GPU: every plan is refused before it compiles, naming the device and the floor.
+        code = ("import jitbmm\n"
+                "try:\n"
+                "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
+                "except jitbmm.UnsupportedDeviceError as e:\n"
+                "    print('UnsupportedDeviceError:', e)\n")
+        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"],
+                                           JITBMM_FAKE_CUDA_SM="61", JITBMM_CACHE="off", JITBMM_TUNE="never")
+        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        self.assertRegex(child.stdout, r"^UnsupportedDeviceError: device 0 \(Fake sm_61\) is sm_61; jitbmm needs "
+                                       r"sm_\d+ or later with NVRTC ")
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")

@@ -250,7 +250,7 @@ template <class Problem>
 bool check_status(Findings& f, uint64_t seed, const char* call, jitbmm_status s, const Problem& p) {
   ++f.calls;
   g_calls_returned = g_calls_returned + 1;
-  if (s < JITBMM_OK || s > JITBMM_NO_NVRTC) {
+  if (s < JITBMM_OK || s > JITBMM_UNSUPPORTED_DEVICE) {
     f.add(seed, std::string(call) + " returned unknown status " + std::to_string(int(s)), p);
     return false;
   }

@@ -11,6 +11,7 @@
 #include "generator/arch_features.hpp"
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/device.hpp"
@@ -34,6 +35,8 @@ template <class F> std::string outcome(F f) {
     return "none";
   } catch (const std::invalid_argument& e) {
     return std::string("invalid_argument: ") + e.what();
+  } catch (const UnsupportedDeviceError& e) {
+    return std::string("unsupported_device: ") + e.what();
   } catch (const std::exception& e) {
     return std::string("error: ") + e.what();
   }
@@ -124,7 +127,8 @@ TEST_CASE("JITBMM_FEATURES above the GPU, below the floor or malformed is an err
   }
 }
 
-TEST_CASE("a GPU below the floor: every way of planning fails at once naming the device, its arch and the floor") {
+TEST_CASE("a GPU below the floor: every way of planning fails at once with UnsupportedDeviceError (status 7 at the C "
+          "ABI) naming the device, its arch and the floor") {
   const test::HelperRun r =
       test::run_helper({"--old-device"}, {{"JITBMM_FAKE_CUDA_SM", "61"}, {"JITBMM_CACHE", "off"}});
   INFO(r.output);
@@ -132,12 +136,13 @@ TEST_CASE("a GPU below the floor: every way of planning fails at once naming the
   const std::string floor = sm_name(floor_sm(nvrtc_supported_archs()));
   const std::string refusal =
       "device 0 (Fake sm_61) is sm_61; jitbmm needs " + floor + " or later with NVRTC " + nvrtc_version();
-  CHECK(line_of(r.output, "products").rfind("error: " + refusal, 0) == 0);
-  CHECK(line_of(r.output, "chain").rfind("error: " + refusal, 0) == 0);
-  const std::string c_abi = r.output.substr(r.output.find("c_abi "));
-  CHECK(c_abi.find(": " + refusal) != std::string::npos);
-  CHECK(c_abi.rfind("c_abi " + std::to_string(JITBMM_OK) + ":", 0) != 0);
-  CHECK(c_abi.rfind("c_abi " + std::to_string(JITBMM_COMPILE_ERROR) + ":", 0) != 0);
+  CHECK(line_of(r.output, "products").rfind("unsupported_device: " + refusal, 0) == 0);
+  CHECK(line_of(r.output, "chain").rfind("unsupported_device: " + refusal, 0) == 0);
+  // The C ABI gives the refusal its own status, with the whole message.
+  CHECK(line_of(r.output, "c_abi") == std::to_string(JITBMM_UNSUPPORTED_DEVICE) +
+                                          ": device 0 (Fake sm_61) is sm_61; jitbmm needs " +
+                                          supported_architectures());
+  CHECK(line_of(r.output, "c_abi").rfind("7: " + refusal, 0) == 0); // the value is part of the ABI
   CHECK(line_of(r.output, "compiles") == "0"); // refused before any kernel was compiled, not by NVRTC or ptxas
   // The fake at a supported architecture plans (the same helper, so the refusal above is the architecture's).
   const test::HelperRun ok = test::run_helper({"--old-device"}, {{"JITBMM_FAKE_CUDA_SM", "80"}});
