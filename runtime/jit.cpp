@@ -97,7 +97,8 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
   }
   if (existing.valid()) return existing.get(); // built, or being built by another thread
   try {
-    if (dump_requested()) dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + device.arch().substr(3)).binary);
+    if (dump_requested())
+      dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + device.arch().substr(3), device.features).binary);
     auto loaded = build(device, kernel);
     promise.set_value(loaded);
     return loaded;

@@ -168,8 +168,14 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
 }
 
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch) {
+  return compile_to_ptx(kernel, virtual_arch, arch_features(parse_sm(virtual_arch, "arch")));
+}
+
+CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch,
+                              const ArchFeatures& features) {
   g_compiles.fetch_add(1);
-  std::vector<std::string> options = compile_options(kernel_target(kernel, virtual_arch));
+  const ArchFeatures have = capped_features(parse_sm(virtual_arch, "arch"), features.sm);
+  std::vector<std::string> options = compile_options(kernel_target(kernel, virtual_arch, have), have);
   options.erase(std::remove(options.begin(), options.end(), "--ptxas-options=-v"), options.end()); // no ptxas runs
   return compile(kernel, options, false);
 }

@@ -51,6 +51,8 @@ CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string
 CompiledKernel compile_to_cubin(const GeneratedKernel& kernel, const std::string& arch, const ArchFeatures& features,
                                 PtxasReport report = PtxasReport::as_given);
 CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch); // "compute_90"
+CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& virtual_arch,
+                              const ArchFeatures& features);
 
 // "13.0": the NVRTC this process runs.
 std::string nvrtc_version();
