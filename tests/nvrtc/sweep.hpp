@@ -4,7 +4,8 @@
 // $JITBMM_NVRTC_SWEEP=full compiles every variant (scripts/gpu-suite on the GPU machine's cores, scripts/test --full);
 // sample (the default) compiles
 //   - a cover: for each feature (template, entry header, strategy and pass, semiring, dtype, output dtype, math,
-//     index width, argmax, architecture; for chains form, state count and cluster), the first variant that has it;
+//     index width, argmax; for chains form, state count and cluster; each on every architecture), the cheapest
+//     variant that has it (the first of those as cheap);
 //   - the largest tiles (and chains of the most states): the variants that spill first, so that the register and
 //     spill checks still see them;
 //   - a rotating sample of 2% of the rest, drawn by $JITBMM_NVRTC_SEED (scripts/test passes the commit's), so that over
@@ -31,6 +32,7 @@ namespace jitbmm::test {
 struct SweepItem {
   std::vector<std::string> features; // "template:core/kslice.cuh", "semiring:log", ...
   bool largest = false;              // always compiled: a largest tile of its kind
+  double cost = 0;                   // a rough compile time: the cover takes the cheapest item that adds a feature
 };
 
 struct SweepPlan {
@@ -61,7 +63,11 @@ inline SweepChoice select_sweep(const std::vector<SweepItem>& items, const Sweep
     std::set<std::string> reached;
     for (std::size_t i = 0; i < items.size(); ++i)
       if (taken[i]) reached.insert(items[i].features.begin(), items[i].features.end());
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    std::vector<std::size_t> cheapest_first(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) cheapest_first[i] = i;
+    std::stable_sort(cheapest_first.begin(), cheapest_first.end(),
+                     [&](std::size_t x, std::size_t y) { return items[x].cost < items[y].cost; });
+    for (std::size_t i : cheapest_first) {
       if (taken[i]) continue;
       const bool adds = std::any_of(items[i].features.begin(), items[i].features.end(),
                                     [&](const std::string& f) { return !reached.count(f); });
@@ -142,6 +148,23 @@ private:
   std::size_t total_, done_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_ = start_;
 };
+
+// A variant's features on architecture `arch` ("sm_75"): each of them, and those beginning with one of `paired` also
+// paired with the architecture, so that the cover reaches each of those on every architecture and the rest once. By
+// default those whose code the JB_HAS_* options or the architecture change: templates, entry headers, strategies
+// with their passes, dtypes (the older equivalents are per dtype) and maths.
+inline const std::vector<std::string> kArchPaired = {"template:", "header:", "strategy+pass=", "dtype=", "math="};
+inline SweepItem on_arch(const std::vector<std::string>& features, const std::string& arch,
+                         const std::vector<std::string>& paired = kArchPaired) {
+  SweepItem item;
+  item.features.push_back("arch=" + arch);
+  for (const std::string& f : features) {
+    item.features.push_back(f);
+    for (const std::string& prefix : paired)
+      if (f.rfind(prefix, 0) == 0) item.features.push_back(arch + " " + f);
+  }
+  return item;
+}
 
 // The templates a generated source inlines: the frames emit_source.cpp writes ("// ---- templates/<path> ----").
 inline std::vector<std::string> inlined_templates(const std::string& source) {

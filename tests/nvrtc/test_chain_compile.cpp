@@ -2,7 +2,8 @@
 // state counts that reach each shape of the kernels (one lane per state, groups of lanes, the next step's potentials
 // in registers or not, more states than threads, a cluster of blocks per sequence), build for sm_90 without spills
 // in any entry but a bounded few in the saving forward of the clusters the rule takes and in half forwards (all of
-// them with JITBMM_NVRTC_SWEEP=full, else the subset sweep.hpp chooses). No GPU needed.
+// them with JITBMM_NVRTC_SWEEP=full, else the subset sweep.hpp chooses); and the modules a chain plan takes by default
+// build for every supported architecture (archs.hpp), with clusters where it has them. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +16,10 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/types.hpp"
+#include "nvrtc/archs.hpp"
+#include "nvrtc/compile_pool.hpp"
 #include "nvrtc/sweep.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 using namespace jitbmm;
@@ -28,6 +32,37 @@ constexpr int kRuleClusterSpillBytes = 256;
 // estimate counts: at 128 states in one block of 512 threads the forward spills 20 bytes, and measured no slower
 // than f32's unspilled forward there. A bound for the half forwards, none for their backward.
 constexpr int kHalfForwardSpillBytes = 64;
+
+namespace {
+
+// A chain spec's features for the sweep's subset (sweep.hpp): its fields but the block sizes, the shapes of its loops,
+// the templates it inlines.
+std::vector<std::string> chain_features(const ChainSpec& s) {
+  std::vector<std::string> features;
+  std::istringstream fields(to_string(s));
+  for (std::string f; fields >> f;)
+    if (f.rfind("semiring=", 0) == 0 || f.rfind("dtype=", 0) == 0 || f.rfind("C=", 0) == 0) features.push_back(f);
+  features.push_back(s.form == ChainForm::hmm ? "form=hmm" : "form=crf");
+  for (const ChainLoop* loop : {&s.forward, &s.saving}) {
+    const std::string at = loop == &s.forward ? "forward " : "saving ";
+    features.push_back(at + "cluster=" + std::to_string(loop->cluster));
+    features.push_back(at + "prefetch=" + std::to_string(s.prefetch(*loop)));
+    features.push_back(at + "lanes>1=" + std::to_string(loop->lanes > 1));
+    features.push_back(at + "states>threads=" + std::to_string(s.C > loop->threads));
+  }
+  for (std::string& t : test::inlined_templates(emit_chain_kernel(s).source)) features.push_back(std::move(t));
+  return features;
+}
+
+// The spill bounds above, for an entry of a module of `spec` (`rule_clustered`: clusters the rule takes).
+int allowed_spill_bytes(const ChainSpec& spec, bool rule_clustered, const std::string& entry) {
+  const bool forward = entry.empty() || entry == "_saving";
+  return rule_clustered && entry == "_saving"              ? kRuleClusterSpillBytes
+         : dtype_info(spec.dtype).half && forward ? kHalfForwardSpillBytes
+                                                  : 0;
+}
+
+} // namespace
 
 TEST_CASE("every chain module compiles for sm_90 without spills (a few words in the rule's clustered saving forward "
           "and half forwards)") {
@@ -68,24 +103,7 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
   // The sweep's subset (sweep.hpp): each spec's fields but the block sizes, the shapes of its loops, the templates it
   // inlines; the largest state count and the clusters the rule takes (the bounded spills) always.
   std::vector<test::SweepItem> items;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const ChainSpec& s = specs[i];
-    test::SweepItem item;
-    std::istringstream fields(to_string(s));
-    for (std::string f; fields >> f;)
-      if (f.rfind("semiring=", 0) == 0 || f.rfind("dtype=", 0) == 0 || f.rfind("C=", 0) == 0)
-        item.features.push_back(f);
-    item.features.push_back(s.form == ChainForm::hmm ? "form=hmm" : "form=crf");
-    for (const ChainLoop* loop : {&s.forward, &s.saving}) {
-      const std::string at = loop == &s.forward ? "forward " : "saving ";
-      item.features.push_back(at + "cluster=" + std::to_string(loop->cluster));
-      item.features.push_back(at + "prefetch=" + std::to_string(s.prefetch(*loop)));
-      item.features.push_back(at + "lanes>1=" + std::to_string(loop->lanes > 1));
-      item.features.push_back(at + "states>threads=" + std::to_string(s.C > loop->threads));
-    }
-    for (std::string& t : test::inlined_templates(emit_chain_kernel(s).source)) item.features.push_back(std::move(t));
-    items.push_back(std::move(item));
-  }
+  for (const ChainSpec& s : specs) items.push_back({chain_features(s)});
   // The largest: in each form, of f32 and of a half type (their forwards' own bound), the most states in the clusters
   // the rule takes, whose spills are bounded rather than none (the cover reaches the most states in one block).
   std::map<std::string, std::size_t> most;
@@ -130,10 +148,7 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
     for (const std::string& entry : k.entries) {
       CAPTURE(entry);
       const PtxasResources r = parse_ptxas_log(log, k.name + entry);
-      const bool forward = entry.empty() || entry == "_saving";
-      const int allowed = rule_clustered[i] && entry == "_saving" ? kRuleClusterSpillBytes
-                          : dtype_info(specs[i].dtype).half && forward ? kHalfForwardSpillBytes
-                                                                        : 0;
+      const int allowed = allowed_spill_bytes(specs[i], rule_clustered[i], entry);
       CHECK(r.registers > 0);
       CHECK(r.spill_store_bytes <= allowed);
       CHECK(r.spill_load_bytes <= allowed);
@@ -154,4 +169,65 @@ TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, ever
         CHECK(r.spill_store_bytes == 0);
       }
     }
+}
+
+TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
+  const test::TestArchs archs = test::test_archs();
+  CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
+  if (!archs.note.empty()) MESSAGE(archs.note);
+  // What ChainPlan::get takes with no decision stored (choose_chain_spec): the rule's spec for a device of 132 SMs
+  // that lends them to clusters (sm_90) or none, and the chunked strategy's module where default_chain_chunk takes it.
+  struct Job {
+    GeneratedKernel kernel;
+    int sm;
+    ChainSpec spec;        // of a sequential module
+    bool clustered, chunk; // by the rule; the chunked strategy's module
+  };
+  std::map<std::pair<std::string, int>, std::size_t> seen; // source and architecture: each compiled once
+  std::vector<Job> jobs;
+  std::vector<test::SweepItem> items;
+  for (int sm : archs.sms)
+    for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+      for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+        for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+          for (int64_t C : {1, 2, 33, 64, 128, 257, 1024})
+            for (int64_t B : {1, 3, 16}) {
+              ChainProblem problem;
+              problem.form = form, problem.semiring = semiring, problem.dtype = dtype;
+              problem.B = B, problem.T = 4096, problem.C = C;
+              const ChainSpec spec = default_chain_spec(problem, arch_features(sm).has(kClusters) ? 132 : 0);
+              const bool clustered = std::max(spec.forward.cluster, spec.saving.cluster) > 1;
+              std::vector<std::pair<GeneratedKernel, bool>> modules = {{emit_chain_kernel(spec), false}};
+              if (default_chain_chunk(problem) > 0) modules.push_back({emit_chunk_kernel(dtype, int(C)), true});
+              for (auto& [kernel, chunk] : modules) {
+                if (!seen.emplace(std::make_pair(kernel.source, sm), jobs.size()).second) continue;
+                std::vector<std::string> features = chain_features(spec);
+                if (chunk) features = {"chunked", "dtype=" + std::string(dtype_info(dtype).name)};
+                items.push_back(test::on_arch(features, sm_name(sm)));
+                items.back().cost = double(C);
+                jobs.push_back({std::move(kernel), sm, spec, clustered, chunk});
+              }
+            }
+  test::SweepPlan plan = test::sweep_plan_from_env();
+  plan.sample_share /= 4; // of five architectures' modules: about as many drawn as for one
+  const test::SweepChoice choice = test::select_sweep(items, plan);
+  MESSAGE(test::describe(choice, plan, items.size(), "default chain modules on each architecture"));
+  std::vector<std::pair<GeneratedKernel, int>> chosen;
+  for (std::size_t i : choice.chosen) chosen.emplace_back(jobs[i].kernel, jobs[i].sm);
+  const std::vector<test::ArchCompile> done = test::compile_on_archs(chosen, "jitbmm_test_nvrtc default chains");
+  for (std::size_t n = 0; n < done.size(); ++n) {
+    const Job& job = jobs[choice.chosen[n]];
+    CAPTURE(job.kernel.name);
+    CAPTURE(sm_name(job.sm));
+    CHECK_MESSAGE(done[n].error.empty(), done[n].error);
+    for (const std::string& entry : job.kernel.entries) {
+      CAPTURE(entry);
+      const PtxasResources r = parse_ptxas_log(done[n].log, job.kernel.name + entry);
+      const int allowed = (job.chunk ? 0 : allowed_spill_bytes(job.spec, job.clustered, entry)) +
+                          test::older_arch_spill_bytes(job.sm);
+      CHECK(r.registers > 0);
+      CHECK(r.spill_store_bytes <= allowed);
+      CHECK(r.spill_load_bytes <= allowed);
+    }
+  }
 }

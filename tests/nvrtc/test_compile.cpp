@@ -1,11 +1,12 @@
-// Compile-only: every generated variant must compile with NVRTC for sm_80 and sm_90 with no spills in any of its
-// entries (all of them with JITBMM_NVRTC_SWEEP=full, else the subset sweep.hpp chooses). No GPU needed.
+// Compile-only: every generated variant must compile with NVRTC for every supported architecture that has what it
+// needs (archs.hpp: sm_75 to sm_90, and sm_70 with an NVRTC that targets it) with no spills in any of its entries
+// beyond the older architectures' bound (all of them with JITBMM_NVRTC_SWEEP=full, else the subset sweep.hpp
+// chooses). No GPU needed.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <ctime>
@@ -13,9 +14,7 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <future>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -24,6 +23,10 @@
 #include "generator/strategy.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tuner/search_space.hpp"
+#include "nvrtc/archs.hpp"
+#include "nvrtc/compile_pool.hpp"
+#include "nvrtc/spec_features.hpp"
 #include "nvrtc/sweep.hpp"
 #include "variants.hpp"
 
@@ -68,56 +71,73 @@ Outcome compile_one(const KernelSpec& spec, const std::string& arch) {
   return o;
 }
 
-// A variant's features (sweep.hpp): its spec's fields but the sizes, its entry headers and the templates it inlines.
-test::SweepItem sweep_item(const KernelSpec& spec, const std::string& arch) {
-  test::SweepItem item;
-  std::istringstream fields(to_string(spec));
-  for (std::string f; fields >> f;)
-    if (f.rfind("tile=", 0) && f.rfind("thread=", 0) && f.rfind("block=", 0) && f.rfind("k_chunk=", 0) &&
-        f.rfind("min_blocks=", 0))
-      item.features.push_back(f);
-  item.features.push_back(std::string("pass=") + pass_name(spec.pass));
-  item.features.push_back(std::string("strategy+pass=") + strategy_name(spec.strategy) + "/" + pass_name(spec.pass));
-  item.features.push_back("arch=" + arch);
-  for (const char* header : strategy_def(spec).render(spec).headers)
-    item.features.push_back(std::string("header:") + header);
-  for (std::string& t : test::inlined_templates(emit_kernel(spec).source)) item.features.push_back(std::move(t));
-  return item;
-}
-
-// The largest tiles: in each strategy and pass, the variant of the most outputs a thread, then a block, then the
-// widest accumulator and argmax: the first to spill. (Each math's and dtype's smaller tiles are in the cover.)
-void mark_largest(const std::vector<std::pair<KernelSpec, std::string>>& jobs, std::vector<test::SweepItem>& items) {
-  const auto size = [](const KernelSpec& s) {
-    return std::make_tuple(s.thread_m * s.thread_n, s.tile_m * s.tile_n * s.tile_k + s.block_x * s.block_y,
-                           dtype_info(s.dtype).acc_bytes, s.with_argmax);
-  };
+// The largest tiles: in each strategy and pass, the largest variant (variant_size), on the oldest architecture of
+// those with the Ampere instructions or their older equivalents (the device code differs; the architectures of one
+// kind differ in ptxas's register allocation alone, and the cover reaches each of them). Each math's and dtype's
+// smaller tiles are in the cover.
+void mark_largest(const std::vector<std::pair<KernelSpec, int>>& jobs, std::vector<test::SweepItem>& items) {
   std::map<std::string, std::size_t> largest;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    const KernelSpec& s = jobs[i].first;
-    const std::string group = std::string(strategy_name(s.strategy)) + "/" + pass_name(s.pass);
+    const auto& [s, sm] = jobs[i];
+    const bool ampere = arch_features(sm).has(kNanMinMax | kHalfPairs | kAsyncCopy);
+    const std::string group = std::string(strategy_name(s.strategy)) + "/" + pass_name(s.pass) + "/" +
+                              (ampere ? "ampere" : "older");
     const auto it = largest.find(group);
-    if (it == largest.end() || size(jobs[it->second].first) < size(s)) largest[group] = i;
+    if (it == largest.end() || test::variant_size(jobs[it->second].first) < test::variant_size(s)) largest[group] = i;
   }
   for (const auto& [group, i] : largest) items[i].largest = true;
 }
 
+// The strategies with their passes ("strategy+pass=tiled/forward") and the maths ("math=tf32") the tuner offers on
+// architecture `sm` for problems of each semiring and dtype (half ones with half and f32 outputs), with argmax
+// where the semiring has it, at both precisions.
+std::set<std::string> offered_by_tuner(int sm) {
+  DeviceLimits limits;
+  limits.max_dynamic_shared_bytes = 227 * 1024; // an H100's: every tile the tuner has fits
+  limits.features = arch_features(sm);
+  std::set<std::string> out;
+  for (const KernelSpec& kind : test::problem_kinds())
+    for (Precision precision : {Precision::exact, Precision::fast}) {
+      if (precision == Precision::fast && kind.semiring != Semiring::log) continue;
+      Problem p;
+      p.semiring = kind.semiring, p.dtype = kind.dtype, p.out_dtype = kind.out_dtype, p.with_argmax = kind.with_argmax;
+      p.precision = precision;
+      p.shape = {4, 512, 512, 512};
+      for (Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+        if (pass != Pass::forward && kind.with_argmax) continue;
+        for (const KernelSpec& spec : tuning_candidates(p, limits, pass)) {
+          out.insert(std::string("strategy+pass=") + strategy_name(spec.strategy) + "/" + pass_name(spec.pass));
+          if (strategy_def(spec).fields & kMathField) out.insert(std::string("math=") + math_name(spec.math));
+        }
+      }
+    }
+  return out;
+}
+
 } // namespace
 
-TEST_CASE(
-    "every generated variant, forward and backward, compiles for sm_90 (a third also for sm_80), without spills") {
-  std::vector<std::pair<KernelSpec, std::string>> all;
-  // Every variant for sm_90; every third also for sm_80 (the tiled kernels take seconds each to compile).
-  int n = 0;
-  for (const KernelSpec& spec : test::all_variants()) {
-    all.emplace_back(spec, "sm_90");
-    if (n++ % 3 == 0 && !arch_specific(spec)) all.emplace_back(spec, "sm_80"); // wgmma: sm_90 alone
-  }
-  for (const KernelSpec& spec : test::grad_variants()) all.emplace_back(spec, "sm_90");
+TEST_CASE("every variant the tuner may offer, forward and backward, compiles for every supported architecture "
+          "without spills") {
+  const test::TestArchs archs = test::test_archs();
+  CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
+  if (!archs.note.empty()) MESSAGE(archs.note);
+  // Each variant on each architecture whose features it needs (as the tuner offers them: search_space.cpp).
+  std::vector<std::pair<KernelSpec, int>> all;
   std::vector<test::SweepItem> items;
-  for (const auto& [spec, arch] : all) items.push_back(sweep_item(spec, arch));
+  std::vector<KernelSpec> variants = test::all_variants();
+  for (const KernelSpec& spec : test::grad_variants()) variants.push_back(spec);
+  for (const KernelSpec& spec : variants) {
+    const std::vector<std::string> features = test::variant_features(spec);
+    for (int sm : archs.sms)
+      if (arch_features(sm).has(needed_features(spec))) {
+        all.emplace_back(spec, sm);
+        items.push_back(test::on_arch(features, sm_name(sm)));
+        items.back().cost = test::variant_cost(spec);
+      }
+  }
   mark_largest(all, items);
-  const test::SweepPlan plan = test::sweep_plan_from_env();
+  test::SweepPlan plan = test::sweep_plan_from_env();
+  plan.sample_share /= 4; // of five architectures' variants: about as many drawn as for one
   const test::SweepChoice choice = test::select_sweep(items, plan);
   MESSAGE(test::describe(choice, plan, all.size(), "kernels"));
   // The subset reaches every feature the whole sweep does, and the whole sweep every strategy of the table.
@@ -125,26 +145,17 @@ TEST_CASE(
   for (std::size_t i : choice.chosen) reached.insert(items[i].features.begin(), items[i].features.end());
   for (const test::SweepItem& item : items) every.insert(item.features.begin(), item.features.end());
   CHECK(reached == every);
-  for (const StrategyDef* def : strategy_defs())
-    CHECK_MESSAGE(every.count(std::string("strategy+pass=") + def->name + "/" +
-                              (def->backward ? "grad_a" : "forward")),
-                  def->name);
-  std::vector<std::pair<KernelSpec, std::string>> jobs;
+  // And on each architecture, every strategy, pass and math the tuner offers there.
+  for (int sm : archs.sms)
+    for (const std::string& offered : offered_by_tuner(sm)) {
+      CAPTURE(offered);
+      CHECK(every.count(sm_name(sm) + " " + offered));
+    }
+  std::vector<std::pair<KernelSpec, int>> jobs;
   for (std::size_t i : choice.chosen) jobs.push_back(all[i]);
-  // NVRTC is thread-safe: compile on every core.
-  const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
   std::vector<Outcome> outcomes(jobs.size());
-  std::vector<std::thread> pool;
-  std::atomic<std::size_t> next{0};
-  test::SweepProgress progress("jitbmm_test_nvrtc kernels", jobs.size());
-  for (unsigned w = 0; w < workers; ++w)
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-        outcomes[i] = compile_one(jobs[i].first, jobs[i].second);
-        progress.one_done();
-      }
-    });
-  for (auto& t : pool) t.join();
+  test::on_every_core(jobs.size(), "jitbmm_test_nvrtc kernels",
+                      [&](std::size_t i) { outcomes[i] = compile_one(jobs[i].first, sm_name(jobs[i].second)); });
   REQUIRE(kComputeCacheOff);
   int without_report = 0;
   for (const Outcome& o : outcomes) {
@@ -156,10 +167,9 @@ TEST_CASE(
     CHECK_MESSAGE(o.res.registers >= 1, "no ptxas report in NVRTC's log");
     without_report += o.res.registers < 1;
     CHECK(o.res.stack_bytes >= 0);
-    CHECK(o.res.spill_store_bytes == 0);
-    CHECK(o.res.spill_load_bytes == 0);
-    CHECK(o.module.spill_store_bytes == 0);
-    CHECK(o.module.spill_load_bytes == 0);
+    const int allowed = test::older_arch_spill_bytes(parse_sm(o.arch, "arch"));
+    CHECK(o.module.spill_store_bytes <= allowed); // the main entry's and every other's
+    CHECK(o.module.spill_load_bytes <= allowed);
   }
   CHECK(without_report == 0);
   // What a cold tuning pays per candidate: the distribution of compile times, and the slowest kernels.

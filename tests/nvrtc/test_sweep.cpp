@@ -115,3 +115,14 @@ TEST_CASE("sweep: the progress file holds the latest count after every compile, 
   }
   kept ? ::setenv("JITBMM_PROGRESS_DIR", kept_dir.c_str(), 1) : ::unsetenv("JITBMM_PROGRESS_DIR");
 }
+
+TEST_CASE("sweep: the cover takes the cheapest item that adds a feature") {
+  std::vector<SweepItem> items(4);
+  items[0].features = {"x", "y"}, items[0].cost = 9; // adds both, but dear
+  items[1].features = {"x"}, items[1].cost = 1;
+  items[2].features = {"y"}, items[2].cost = 2;
+  items[3].features = {"x"}, items[3].cost = 1; // as cheap as item 1, after it: not needed
+  const SweepChoice c = select_sweep(items, SweepPlan{false, 0, 0});
+  CHECK(c.chosen == std::vector<std::size_t>{1, 2});
+  CHECK(c.cover == 2);
+}
