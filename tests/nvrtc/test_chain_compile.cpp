@@ -202,8 +202,12 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
               for (auto& [kernel, chunk] : modules) {
                 if (!seen.emplace(std::make_pair(kernel.source, sm), jobs.size()).second) continue;
                 std::vector<std::string> features = chain_features(spec);
-                if (chunk) features = {"chunked", "dtype=" + std::string(dtype_info(dtype).name)};
-                items.push_back(test::on_arch(features, sm_name(sm)));
+                if (chunk) {
+                  features = {"chunked module", "chunked dtype=" + std::string(dtype_info(dtype).name)};
+                  for (std::string& t : test::inlined_templates(kernel.source)) features.push_back(std::move(t));
+                }
+                // Each template, the chunked modules and the clusters on every architecture that has them.
+                items.push_back(test::on_arch(features, sm_name(sm), {"template:", "chunked module", "forward cluster="}));
                 items.back().cost = double(C);
                 jobs.push_back({std::move(kernel), sm, spec, clustered, chunk});
               }
