@@ -153,6 +153,13 @@ TEST_CASE("every variant the tuner may offer, forward and backward, compiles for
     }
   std::vector<std::pair<KernelSpec, int>> jobs;
   for (std::size_t i : choice.chosen) jobs.push_back(all[i]);
+  std::ostringstream per_arch;
+  for (int sm : archs.sms) {
+    const auto on = [sm](const std::pair<KernelSpec, int>& job) { return job.second == sm; };
+    per_arch << (sm == archs.sms.front() ? "" : ", ") << sm_name(sm) << " " << std::count_if(jobs.begin(), jobs.end(), on)
+             << " of " << std::count_if(all.begin(), all.end(), on);
+  }
+  MESSAGE("variants compiled per architecture: " << per_arch.str());
   std::vector<Outcome> outcomes(jobs.size());
   test::on_every_core(jobs.size(), "jitbmm_test_nvrtc kernels",
                       [&](std::size_t i) { outcomes[i] = compile_one(jobs[i].first, sm_name(jobs[i].second)); });
