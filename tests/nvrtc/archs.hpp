@@ -33,6 +33,14 @@ inline std::string sm_names(const std::vector<int>& sms) {
 constexpr int kOlderArchSpillBytes = 64;
 inline int older_arch_spill_bytes(int sm) { return sm < 90 ? kOlderArchSpillBytes : 0; }
 
+// The kind of architecture `sm` is among `sms`: the oldest of them with the same features ("sm_80" for sm_86 and
+// sm_89), whose device code is the same.
+inline std::string feature_kind(int sm, const std::vector<int>& sms) {
+  for (int other : sms)
+    if (arch_features(other).bits == arch_features(sm).bits) return sm_name(std::min(other, sm));
+  return sm_name(sm);
+}
+
 struct TestArchs {
   std::vector<int> sms;           // to compile for, oldest first
   std::vector<int> missing;       // of sm_75 and later, NVRTC cannot target these: a failure

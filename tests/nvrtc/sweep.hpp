@@ -150,18 +150,21 @@ private:
 };
 
 // A variant's features on architecture `arch` ("sm_75"): each of them, and those beginning with one of `paired` also
-// paired with the architecture, so that the cover reaches each of those on every architecture and the rest once. By
+// paired with `kind` (by default the architecture itself), so that the cover reaches each of those on every kind of
+// architecture and the rest once. Architectures of the same features are one kind (archs.hpp: feature_kind): their
+// device code is the same, and ptxas's register allocation for each is reached by their largest tiles and their own
+// "arch=" feature. By
 // default those whose code the JB_HAS_* options or the architecture change: templates, entry headers, strategies
 // with their passes, dtypes (the older equivalents are per dtype) and maths.
 inline const std::vector<std::string> kArchPaired = {"template:", "header:", "strategy+pass=", "dtype=", "math="};
 inline SweepItem on_arch(const std::vector<std::string>& features, const std::string& arch,
-                         const std::vector<std::string>& paired = kArchPaired) {
+                         const std::vector<std::string>& paired = kArchPaired, const std::string& kind = "") {
   SweepItem item;
   item.features.push_back("arch=" + arch);
   for (const std::string& f : features) {
     item.features.push_back(f);
     for (const std::string& prefix : paired)
-      if (f.rfind(prefix, 0) == 0) item.features.push_back(arch + " " + f);
+      if (f.rfind(prefix, 0) == 0) item.features.push_back((kind.empty() ? arch : kind) + " " + f);
   }
   return item;
 }

@@ -206,8 +206,9 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
                   features = {"chunked module", "chunked dtype=" + std::string(dtype_info(dtype).name)};
                   for (std::string& t : test::inlined_templates(kernel.source)) features.push_back(std::move(t));
                 }
-                // Each template, the chunked modules and the clusters on every architecture that has them.
-                items.push_back(test::on_arch(features, sm_name(sm), {"template:", "chunked module", "forward cluster="}));
+                // Each template, the chunked modules and the clusters on every kind of architecture that has them.
+                items.push_back(test::on_arch(features, sm_name(sm), {"template:", "chunked module", "forward cluster="},
+                                              test::feature_kind(sm, archs.sms)));
                 items.back().cost = double(C);
                 jobs.push_back({std::move(kernel), sm, spec, clustered, chunk});
               }

@@ -131,7 +131,7 @@ TEST_CASE("every variant the tuner may offer, forward and backward, compiles for
     for (int sm : archs.sms)
       if (arch_features(sm).has(needed_features(spec))) {
         all.emplace_back(spec, sm);
-        items.push_back(test::on_arch(features, sm_name(sm)));
+        items.push_back(test::on_arch(features, sm_name(sm), test::kArchPaired, test::feature_kind(sm, archs.sms)));
         items.back().cost = test::variant_cost(spec);
       }
   }
@@ -149,7 +149,7 @@ TEST_CASE("every variant the tuner may offer, forward and backward, compiles for
   for (int sm : archs.sms)
     for (const std::string& offered : offered_by_tuner(sm)) {
       CAPTURE(offered);
-      CHECK(every.count(sm_name(sm) + " " + offered));
+      CHECK(every.count(test::feature_kind(sm, archs.sms) + " " + offered));
     }
   std::vector<std::pair<KernelSpec, int>> jobs;
   for (std::size_t i : choice.chosen) jobs.push_back(all[i]);

@@ -59,7 +59,7 @@ TEST_CASE("the default variant of every problem, forward and backward, compiles 
     const std::vector<std::string> features = test::variant_features(spec);
     for (int sm : archs.sms) {
       // The templates on every architecture are the product sweep's (test_compile.cpp): here each strategy and dtype.
-      items.push_back(test::on_arch(features, sm_name(sm), {"strategy+pass=", "dtype="}));
+      items.push_back(test::on_arch(features, sm_name(sm), {"strategy+pass=", "dtype="}, test::feature_kind(sm, archs.sms)));
       items.back().cost = test::variant_cost(spec);
     }
   }
