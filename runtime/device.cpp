@@ -61,14 +61,24 @@ ArchFeatures features_in_use(int sm) {
   return capped_features(sm, l);
 }
 
+namespace {
+
+// The floor with the process's NVRTC (loaded once, like the NVRTC itself): every plan and kernel load checks it.
+int nvrtc_floor_sm() {
+  static const int floor = floor_sm(nvrtc_supported_archs());
+  return floor;
+}
+
+} // namespace
+
 std::string supported_architectures() {
-  const int floor = floor_sm(nvrtc_supported_archs());
+  const int floor = nvrtc_floor_sm();
   return sm_name(floor) + " or later with NVRTC " + nvrtc_version() +
          (floor > kOldestSm ? " (" + sm_name(kOldestSm) + " with an NVRTC that still targets it: 12.x)" : "");
 }
 
 void check_supported(const DeviceInfo& device) {
-  if (device.sm() >= floor_sm(nvrtc_supported_archs())) return;
+  if (device.sm() >= nvrtc_floor_sm()) return;
   throw UnsupportedDeviceError("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " +
                                device.arch() + "; jitbmm needs " + supported_architectures());
 }
