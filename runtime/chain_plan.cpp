@@ -156,8 +156,9 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
-  check_supported(*current_device()); // at once, not as the first kernel's compile error
-  const ChainChoice choice = choose_chain_spec(problem, *current_device());
+  const auto device = current_device();
+  check_supported(*device); // at once, not as the first kernel's compile error
+  const ChainChoice choice = choose_chain_spec(problem, *device);
   return chain_plan_for(problem, choice.spec, choice.chunk);
 }
 

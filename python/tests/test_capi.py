@@ -21,6 +21,21 @@ def buffer(typecode, values):
     return a, address
 
 
+def plan_error_in_child(error, **env):
+    """What a child process planning a small product on the fake driver prints when jitbmm.<error> is raised (the
+    environment `env` on top of the fake driver, no disk cache, no tuning), after checking that the child exited 0."""
+    code = ("import jitbmm\n"
+            "try:\n"
+            "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
+            f"except jitbmm.{error} as e:\n"
+            f"    print('{error}:', e)\n")
+    env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
+                                       JITBMM_TUNE="never", **env)
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    return child.stdout
+
+
 class CApiTest(unittest.TestCase):
     def test_imports_without_torch_and_reports_version(self):
         code = "import sys, jitbmm; assert 'torch' not in sys.modules; print(jitbmm.version())"
@@ -300,34 +315,16 @@ class CApiTest(unittest.TestCase):
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
     def test_missing_nvrtc_is_no_nvrtc_error(self):
         # A driver (the fake one) but no NVRTC and no cache to load a kernel from: the plan must compile, and cannot.
-        code = ("import jitbmm\n"
-                "try:\n"
-                "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
-                "except jitbmm.NoNvrtcError as e:\n"
-                "    print('NoNvrtcError:', e)\n")
-        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"],
-                                           JITBMM_NVRTC_LIBRARY="/nonexistent/libnvrtc.so.13", JITBMM_CACHE="off",
-                                           JITBMM_TUNE="never")
-        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(child.returncode, 0, child.stderr)
-        self.assertRegex(child.stdout, r"^NoNvrtcError: no NVRTC found .*Tried:\n  could not load "
-                                       r"/nonexistent/libnvrtc.so.13")
+        self.assertRegex(plan_error_in_child("NoNvrtcError", JITBMM_NVRTC_LIBRARY="/nonexistent/libnvrtc.so.13"),
+                         r"^NoNvrtcError: no NVRTC found .*Tried:\n  could not load /nonexistent/libnvrtc.so.13")
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
     def test_gpu_below_the_floor_is_unsupported_device_error(self):
         # The fake driver as a Pascal GPU: every plan is refused before it compiles, naming the device and the floor.
-        code = ("import jitbmm\n"
-                "try:\n"
-                "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
-                "except jitbmm.UnsupportedDeviceError as e:\n"
-                "    print('UnsupportedDeviceError:', e)\n")
-        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"],
-                                           JITBMM_FAKE_CUDA_SM="61", JITBMM_CACHE="off", JITBMM_TUNE="never")
-        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(child.returncode, 0, child.stderr)
-        self.assertRegex(child.stdout, r"^UnsupportedDeviceError: device 0 \(Fake sm_61\) is sm_61; jitbmm needs "
-                                       r"sm_\d+ or later with NVRTC ")
+        self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM="61"),
+                         r"^UnsupportedDeviceError: device 0 \(Fake sm_61\) is sm_61; jitbmm needs "
+                         r"sm_\d+ or later with NVRTC ")
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
