@@ -118,7 +118,7 @@ int run_bench(int argc, char** argv) {
   const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
   switches.insert(modes.begin(), modes.end());
   switches.erase("--chain"); // a flag (the number of states)
-  switches.insert({"--json", "--verbose", "--sweep", "--hmm"});
+  switches.insert({"--json", "--verbose", "--sweep", "--hmm", "--stepped"});
   const Args args(argc, argv, 2, flags, switches);
   // Each mode reads its own flags; one given to a mode that ignores it is an error.
   std::string mode;
@@ -145,7 +145,7 @@ int run_bench(int argc, char** argv) {
   }
   if (mode == "--chain") {
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--cluster", "--threads",
-                       "--lanes", "--beta-lanes", "--sweep", "--chunk", "--reps"},
+                       "--lanes", "--beta-lanes", "--sweep", "--chunk", "--stepped", "--reps"},
                       "bench --chain");
     return run_chain_bench(args);
   }

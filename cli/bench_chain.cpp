@@ -76,11 +76,13 @@ int run_chain_bench(const Args& args) {
   const int64_t B = p.B, T = p.T;
   const int reps = reps_from(args);
   const bool log = p.semiring == Semiring::log;
-  chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
+  if (p.C <= kMaxSequentialChainStates)
+    chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
   const std::vector<int64_t> chunks = chunks_from(args, p);
   const auto device = current_device();
   // Without flags, the variant ChainPlan::get takes: a stored decision's (jitbmm tune --chain) or the rule's.
-  const ChainSpec chosen = chain_spec_from(args, p, chosen_chain_spec(p, *device));
+  const ChainChoice choice = choose_chain_spec(p, *device);
+  const ChainSpec chosen = p.C <= kMaxSequentialChainStates ? chain_spec_from(args, p, choice.spec) : choice.spec;
   ScopedContext scope(device->context);
   ChainTrial trial(p);
   const double terms = double(B * (T - 1) * p.C * p.C);
@@ -106,13 +108,16 @@ int run_chain_bench(const Args& args) {
     all_checked = all_checked && row.checked;
     std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
                 log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",
-                row.chunk ? std::to_string(row.chunk).c_str() : "-", row.forward_ms,
+                row.stepped ? "steps" : row.chunk ? std::to_string(row.chunk).c_str() : "-", row.forward_ms,
                 terms / (row.forward_ms * 1e-3), row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
                 row.checked ? "ok" : "WRONG");
     std::fflush(stdout);
   };
-  // The plan's own choice first: in chunks where it takes them (then the sequential kernels beside it).
-  const int64_t planned = has_variant_flags(args) ? 0 : choose_chain_spec(p, *device).chunk;
+  // The plan's own choice first: in chunks or steps where it takes them (then the sequential kernels beside it);
+  // --stepped adds the stepped strategy where the plan does not take it.
+  const int64_t planned = has_variant_flags(args) ? 0 : choice.chunk;
+  const bool stepped = args.has("--stepped") || (!has_variant_flags(args) && choice.stepped);
+  if (stepped) print(trial.measure(chosen, reps, 0, true));
   if (planned > 0) print(trial.measure(chosen, reps, planned));
   for (const ChainSpec& spec : specs) {
     try {

@@ -55,9 +55,9 @@ ChainTrial::ChainTrial(const ChainProblem& p, bool tune_products) : p_(p), tune_
   }
 }
 
-ChainRow ChainTrial::measure(const ChainSpec& spec, int reps, int64_t chunk) {
+ChainRow ChainTrial::measure(const ChainSpec& spec, int reps, int64_t chunk, bool stepped) {
   const bool log = p_.semiring == Semiring::log, hmm = p_.form == ChainForm::hmm;
-  const ChainPlan plan = chain_plan_for(p_, spec, chunk, tune_products_);
+  const ChainPlan plan = chain_plan_for(p_, spec, chunk, tune_products_, stepped);
   DeviceBuffer saved(plan.saved_bytes() + 1), workspace(plan.workspace_bytes(true) + 1),
       backward_workspace(plan.backward_workspace_bytes() + 1);
   const Workspace ws{workspace.get(), plan.workspace_bytes(true)};
@@ -77,7 +77,7 @@ ChainRow ChainTrial::measure(const ChainSpec& spec, int reps, int64_t chunk) {
     else
       plan.backward(inputs_.get(), nullptr, keep, best, grad_score_.get(), grad_.get(), st, bws);
   };
-  ChainRow row{spec, chunk};
+  ChainRow row{spec, chunk, stepped};
   row.forward_ms = time_launches([&](Stream st) { forward(st, nullptr, nullptr); }, 3, reps).median_ms;
   void* keep = log ? saved.get() : nullptr;
   auto* best = log ? nullptr : static_cast<int32_t*>(path_.get());

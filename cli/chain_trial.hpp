@@ -14,6 +14,7 @@ namespace jitbmm::cli {
 struct ChainRow {
   ChainSpec spec;
   int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
+  bool stepped = false; // the stepped strategy (spec and chunk unused)
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
   bool checked = false;
 };
@@ -24,8 +25,8 @@ public:
   // their first call (chain_plan_for), within the warm-up: what `tune --chain` times; otherwise they run as a
   // ChainPlan::get plan's do.
   explicit ChainTrial(const ChainProblem& problem, bool tune_products = false);
-  // Each launch warmed up three times, then `reps` timed runs; `chunk` as chain_plan_for takes it.
-  ChainRow measure(const ChainSpec& spec, int reps, int64_t chunk = 0);
+  // Each launch warmed up three times, then `reps` timed runs; `chunk` and `stepped` as chain_plan_for takes them.
+  ChainRow measure(const ChainSpec& spec, int reps, int64_t chunk = 0, bool stepped = false);
 
 private:
   ChainProblem p_;

@@ -128,13 +128,14 @@ inline const std::vector<CommandHelp>& command_help() {
        "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
        "  jitbmm bench --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus]\n"
        "               [--dtype f32|f64|f16|bf16] [--cluster K] [--threads N] [--lanes G] [--beta-lanes G] [--sweep]\n"
-       "               [--chunk L[,L...]] [--reps N]\n"
+       "               [--chunk L[,L...]] [--stepped] [--reps N]\n"
        "      The linear-chain kernels (docs/chains.md), default B = 32, T = 512: forward, forward saving its\n"
        "      messages (log) or with the best path (max_plus), backward; terms/s; a score checked on the CPU.\n"
        "      --hmm: the HMM form's kernels, from emissions, one transition table and one initial table.\n"
        "      --cluster/--threads/--lanes/--beta-lanes: that variant; --sweep: the default, every cluster size,\n"
        "      and every block and lane count; --chunk: also the chunked strategy in chunks of L steps (log chains\n"
-       "      of the CRF form).\n"
+       "      of the CRF form); --stepped: also the stepped strategy (each step a product of every sequence's\n"
+       "      messages). The plan's own strategy comes first.\n"
        "  jitbmm bench --compile-times [problem flags] [--arch sm_XY] [--verbose]\n"
        "      NVRTC compile time of each tuning candidate (no GPU needed).\n"},
       {"cache",

@@ -30,9 +30,25 @@ int64_t default_chain_chunk(const ChainProblem& p) {
   return 0;
 }
 
+bool default_chain_stepped(const ChainProblem& p, const DeviceInfo& device) {
+  if (p.C > kMaxSequentialChainStates) return true;
+  (void)device;
+  // Many sequences sharing a table: each step one product wide enough for the tensor cores, against one block per
+  // sequence on CUDA cores.
+  return p.form == ChainForm::hmm && !p.batched_transitions && p.B >= 64 && p.C >= 256;
+}
+
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
+  if (problem.C > kMaxSequentialChainStates) {
+    ChainChoice c;
+    c.stepped = true;
+    return c;
+  }
   const int sms = cluster_sms(device);
   ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false, false};
+  // The sequential variant stays chosen beside it, for what compares the strategies (jitbmm bench --chain).
+  c.stepped = default_chain_stepped(problem, device);
+  if (c.stepped) c.chunk = 0;
   if (sms == 0 || problem.B == 0) return c;
   c.decision = remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
   // A decision is taken only as written for this bucket, and where the plan can launch its clusters and compute

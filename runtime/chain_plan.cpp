@@ -8,6 +8,7 @@
 #include "generator/launch_grid.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
+#include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
@@ -24,6 +25,7 @@ struct ChainPlan::Impl {
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel;  // null when B = 0 (nothing to launch)
   std::shared_ptr<const ChunkedChain> chunked; // the chunked strategy's, when the plan takes it
+  std::shared_ptr<const SteppedChain> stepped; // the stepped strategy's, when the plan takes it (no kernel then)
   int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
   HmmStrides hmm{};
 };
@@ -152,26 +154,8 @@ void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks
   launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix, dynamic_shared);
 }
 
-} // namespace
-
-ChainPlan ChainPlan::get(const ChainProblem& problem) {
-  check_chain_problem(problem);
-  const auto device = current_device();
-  check_supported(*device); // at once, not as the first kernel's compile error
-  const ChainChoice choice = choose_chain_spec(problem, *device);
-  return chain_plan_for(problem, choice.spec, choice.chunk);
-}
-
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products) {
-  check_chain_problem(problem);
-  check_chain_spec(spec, problem);
-  if (chunk != 0)
-    if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
-  // A forward that saves its messages launches two clusters per sequence (kMaxChainSequences).
-  const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
-  if (problem.B > kMaxChainSequences / cluster)
-    throw std::invalid_argument("chain.B: 2^30 sequences / " + std::to_string(cluster) +
-                                " (the blocks of a cluster) or more");
+// A plan's problem, spec, strides and device, before its strategy's kernels.
+std::shared_ptr<ChainPlan::Impl> plan_impl(const ChainProblem& problem, const ChainSpec& spec) {
   auto impl = std::make_shared<ChainPlan::Impl>();
   impl->problem = problem;
   impl->spec = spec;
@@ -185,6 +169,37 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     impl->strides[3] = tr[2];
   }
   impl->device = current_device();
+  return impl;
+}
+
+} // namespace
+
+ChainPlan ChainPlan::get(const ChainProblem& problem) {
+  check_chain_problem(problem);
+  const auto device = current_device();
+  check_supported(*device); // at once, not as the first kernel's compile error
+  const ChainChoice choice = choose_chain_spec(problem, *device);
+  return chain_plan_for(problem, choice.spec, choice.chunk, false, choice.stepped);
+}
+
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
+                         bool stepped) {
+  check_chain_problem(problem);
+  if (stepped) {
+    if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
+    auto impl = plan_impl(problem, ChainSpec{});
+    impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products);
+    return ChainPlan(std::move(impl));
+  }
+  check_chain_spec(spec, problem);
+  if (chunk != 0)
+    if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
+  // A forward that saves its messages launches two clusters per sequence (kMaxChainSequences).
+  const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
+  if (problem.B > kMaxChainSequences / cluster)
+    throw std::invalid_argument("chain.B: 2^30 sequences / " + std::to_string(cluster) +
+                                " (the blocks of a cluster) or more");
+  auto impl = plan_impl(problem, spec);
   if (std::max(spec.forward.cluster, spec.saving.cluster) > 1 && cluster_sms(*impl->device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + impl->device->arch_and_level() + ")");
@@ -203,6 +218,7 @@ std::size_t chain_saved_bytes(const ChainProblem& problem) {
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   const ChainProblem& p = impl_->problem;
   if (impl_->chunked) return impl_->chunked->workspace_bytes(false); // with saved it takes less
+  if (impl_->stepped) return impl_->stepped->workspace_bytes(with_path);
   if (!with_path || p.semiring != Semiring::max_plus) return 0;
   return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
 }
@@ -237,6 +253,10 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
   attach(params, p, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
+  if (im.stepped) {
+    im.stepped->forward(params, saved != nullptr, stream, workspace);
+    return;
+  }
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
@@ -306,6 +326,10 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   }
   params.grad_score = grad_score;
   params.grad = grad_potentials;
+  if (im.stepped) {
+    im.stepped->backward(params, stream, workspace);
+    return;
+  }
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   // A block per step, grid-strided beyond what one launch should hold.
@@ -355,6 +379,7 @@ EdgeSplit edge_split(const ChainPlan::Impl& im) {
 
 std::size_t ChainPlan::backward_workspace_bytes() const {
   if (impl_->chunked) return impl_->chunked->backward_workspace_bytes();
+  if (impl_->stepped) return impl_->stepped->backward_workspace_bytes(true);
   if (impl_->problem.form != ChainForm::hmm) return 0;
   return edge_split(*impl_).partial_bytes(impl_->problem);
 }
@@ -377,9 +402,9 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const EdgeSplit split = edge_split(im);
-  const std::size_t partial_bytes = grads.transitions ? split.partial_bytes(p) : 0;
-  check_workspace(workspace, partial_bytes); // before the first launch or memset: a refused call writes nothing
+  const std::size_t need = im.stepped ? im.stepped->backward_workspace_bytes(grads.transitions != nullptr)
+                                      : grads.transitions ? edge_split(im).partial_bytes(p) : 0;
+  check_workspace(workspace, need); // before the first launch or memset: a refused call writes nothing
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.
     ScopedContext scope(im.device->context);
@@ -397,6 +422,11 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   params.grad_emissions = grads.emissions;
   params.grad = grads.transitions;
   params.grad_initial = grads.initial;
+  if (im.stepped) {
+    im.stepped->backward(params, stream, workspace);
+    return;
+  }
+  const EdgeSplit split = edge_split(im);
   params.chunk = split.chunk;
   params.chunks = split.chunks;
   ScopedContext scope(im.device->context);
@@ -407,8 +437,8 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   };
   if (grads.emissions)
     launch_chain(im, "_nodes", strided(p.B * p.T * p.C), unsigned(kHmmNodeThreads), params, cu_stream);
-  Scratch scratch(*im.device, workspace, partial_bytes, cu_stream);
-  params.partials = scratch.take(partial_bytes);
+  Scratch scratch(*im.device, workspace, need, cu_stream);
+  params.partials = scratch.take(need);
   if (grads.transitions) {
     const unsigned grid[3] = {unsigned(split.groups * split.chunks), unsigned(split.tiles), 1};
     const unsigned block[3] = {unsigned(im.spec.edge_threads()), 1, 1};
@@ -424,7 +454,12 @@ const ChainProblem& ChainPlan::problem() const { return impl_->problem; }
 
 int64_t ChainPlan::chunk() const { return impl_->chunked ? impl_->chunked->chunk() : 0; }
 
-std::string ChainPlan::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }
+std::string ChainPlan::kernel_name() const {
+  if (impl_->stepped) return impl_->stepped->kernel_name();
+  return impl_->kernel ? impl_->kernel->generated.name : "";
+}
+
+const char* ChainPlan::strategy() const { return impl_->stepped ? "stepped" : impl_->chunked ? "chunked" : "sequential"; }
 
 std::string ChainPlan::device_name() const { return impl_->device->name; }
 

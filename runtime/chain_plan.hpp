@@ -16,8 +16,9 @@ namespace jitbmm {
 // two, std::invalid_argument naming "chunk" where chunk_unfit says why not). The chunked strategy's products take
 // stored decisions or the default, as every chain plan's; with `tune_products` (what `jitbmm tune --chain` times
 // them with) they tune as the process's policy allows, and store what they find.
+// With `stepped`, the stepped strategy (runtime/chain_stepped.hpp; `spec` and `chunk` unused, chunk must be 0).
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0,
-                         bool tune_products = false);
+                         bool tune_products = false, bool stepped = false);
 
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
@@ -25,6 +26,10 @@ int cluster_sms(const DeviceInfo& device);
 // The steps per chunk ChainPlan::get takes for `problem`: 0 (the sequential kernels) unless the chunked strategy
 // was measured faster for such a problem (runtime/chain_chunked.hpp).
 int64_t default_chain_chunk(const ChainProblem& problem);
+
+// Whether ChainPlan::get takes the stepped strategy for `problem` on `device` by the rule: always beyond
+// kMaxSequentialChainStates states, and where its products were measured faster than the sequential kernels.
+bool default_chain_stepped(const ChainProblem& problem, const DeviceInfo& device);
 
 // The variant ChainPlan::get takes: the clusters and the strategy a stored decision names for the problem's bucket on
 // this device (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit and the problem
@@ -36,6 +41,7 @@ struct ChainChoice {
   std::optional<ChainDecision> decision;
   bool from_decision = false;       // the clusters are the decision's
   bool chunk_from_decision = false; // and the strategy
+  bool stepped = false;             // the stepped strategy (spec and chunk unused)
 };
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
 inline ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {

@@ -68,6 +68,10 @@ public:
   // the chunked one (log chains in the CRF form: each chunk's product formed by a tree of log products, then the
   // chain of the chunks' products run by the sequential kernels).
   int64_t chunk() const;
+  // The strategy the plan runs (docs/chains.md, "Strategies"): "sequential" (a block or a cluster per sequence),
+  // "chunked" (chunk() > 0) or "stepped" (every sequence a position at a time, each step a product of the bmm
+  // plans: wide batches, and more than kMaxSequentialChainStates states).
+  const char* strategy() const;
   // The generated module's name, as the dump and override directories name its files: the forward's entry point;
   // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".
   // Empty when B = 0 (nothing was compiled).
@@ -78,7 +82,7 @@ public:
 
 private:
   friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
-                                  bool tune_products);
+                                  bool tune_products, bool stepped);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -51,7 +51,10 @@ struct ChainProblem {
   int64_t transition_strides[3] = {0, 0, 0};
   int64_t initial_strides[2] = {0, 0};
 };
-constexpr int64_t kMaxChainStates = 1024;
+// The most states a chain may have; the sequential kernels, which keep a sequence's messages in one block's shared
+// memory, take at most kMaxSequentialChainStates (more run in the stepped strategy).
+constexpr int64_t kMaxChainStates = 16384;
+constexpr int64_t kMaxSequentialChainStates = 1024;
 // A forward that saves its messages launches two blocks a sequence (more with clusters), and a grid holds fewer
 // than 2^31 blocks.
 constexpr int64_t kMaxChainSequences = (int64_t(1) << 30) - 1;

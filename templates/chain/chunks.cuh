@@ -6,26 +6,13 @@
 // S is the inputs' storage type, T its accumulator type (Acc<S>), in which every matrix of the tree is kept.
 #pragma once
 
+#include "chain/block_reduce.cuh"
 #include "chain/chunk_params.cuh"
 #include "chain/shift.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
-
-// The largest of every thread's x (NaN wins), in every thread of the block. `scratch` holds NT / 32 values; the
-// barrier before it is written lets a loop call this again.
-template <class T, int NT> __device__ __forceinline__ T chunk_block_max(T x, T* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = Num<T>::max(x, __shfl_xor_sync(0xffffffffu, x, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = x;
-  __syncthreads();
-  T m = scratch[0];
-#pragma unroll
-  for (int w = 1; w < NT / 32; ++w) m = Num<T>::max(m, scratch[w]);
-  return m;
-}
 
 // Chunk g = b·chunks + k holds the steps kL .. kL + L − 1 of sequence b: the matrix of step t if t + 1 < the
 // sequence's length, else the identity (0 on the diagonal, −inf elsewhere); NaN for a length outside [1, T].
@@ -47,7 +34,7 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_pad(cons
     };
     T x = Num<T>::neg_inf();
     for (int e = threadIdx.x; e < C * C; e += NT) x = Num<T>::max(x, value(e));
-    const T shift = finite_or_zero(chunk_block_max<T, NT>(x, scratch));
+    const T shift = finite_or_zero(block_max<T, NT>(x, scratch));
     T* out = static_cast<T*>(p.matrices) + m * C * C;
     for (int e = threadIdx.x; e < C * C; e += NT) out[e] = value(e) - shift;
     if (threadIdx.x == 0) static_cast<T*>(p.shifts)[m] = shift;
@@ -61,7 +48,7 @@ template <class T, int C, int NT> __device__ __forceinline__ void chunk_normaliz
     T* mat = static_cast<T*>(p.matrices) + m * C * C;
     T x = Num<T>::neg_inf();
     for (int e = threadIdx.x; e < C * C; e += NT) x = Num<T>::max(x, mat[e]);
-    const T shift = finite_or_zero(chunk_block_max<T, NT>(x, scratch));
+    const T shift = finite_or_zero(block_max<T, NT>(x, scratch));
     for (int e = threadIdx.x; e < C * C; e += NT) mat[e] -= shift;
     if (threadIdx.x == 0) static_cast<T*>(p.shifts)[m] = shift;
   }

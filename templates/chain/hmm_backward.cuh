@@ -31,9 +31,9 @@ template <class T, bool LOG> struct HmmSequence {
 // d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
 // (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
 // path's indicator (max_plus).
-template <class S, bool LOG, int C, class T = typename Acc<S>::type>
+template <class S, bool LOG, class T = typename Acc<S>::type>
 __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, long long b, long long t,
-                                      int c) {
+                                      int c, int C) {
   if (s.mode == 2) return Num<T>::nan();
   if (s.mode == 0 || t >= s.L) return T(0);
   const long long at = b * p.T + t;
@@ -46,14 +46,28 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
 }
 
 // grad_emissions [B][T][C], grid-strided.
-template <class S, bool LOG, int C> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
+// CT = 0: the states are p.states (the stepped strategy's one module for every C), else CT.
+template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
   using T = typename Acc<S>::type;
+  const int C = CT > 0 ? CT : int(p.states);
   const long long n = p.B * p.T * C;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const long long b = i / (p.T * C), t = i / C % p.T;
-    const T g = hmm_node<S, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C));
+    const T g = hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C), C);
     static_cast<S*>(p.grad_emissions)[i] = from_acc<S>(g);
   }
+}
+
+// grad_initial[j] (j = b·C + c with batched_initial, else c): the state marginals (log) or the best path's states
+// (max_plus) at position 0, summed over the sequences that share the table, in order.
+template <class S, bool LOG>
+__device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long j, int C) {
+  using T = typename Acc<S>::type;
+  const int c = int(j % C);
+  T sum = T(0);
+  for (long long b = p.batched_initial ? j / C : 0; b < (p.batched_initial ? j / C + 1 : p.B); ++b)
+    sum += hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, 0, c, C);
+  static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
 }
 
 // The transitions' gradient over one range of steps: block (x, y) = (group · chunks + chunk, tile) sums the steps
@@ -158,8 +172,9 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
 // What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
 // than one chunk), and the initial table's gradient, the state marginals at position 0 (summed over the sequences
 // for a shared table). Grid-strided over both.
-template <class S, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
+template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
   using T = typename Acc<S>::type;
+  const long long C = CT > 0 ? CT : p.states; // as hmm_nodes
   const long long groups = p.batched_transitions ? p.B : 1;
   const long long n_trans = p.chunks > 1 && p.grad ? groups * C * C : 0;
   const long long n_init = p.grad_initial ? (p.batched_initial ? p.B * C : C) : 0;
@@ -172,12 +187,7 @@ template <class S, bool LOG, int C> __device__ __forceinline__ void hmm_reduce(c
       for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
       static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
     } else {
-      const long long j = i - n_trans;
-      const int c = int(j % C);
-      T sum = T(0);
-      for (long long b = p.batched_initial ? j / C : 0; b < (p.batched_initial ? j / C + 1 : p.B); ++b)
-        sum += hmm_node<S, LOG, C>(p, HmmSequence<T, LOG>(p, b), b, 0, c);
-      static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
+      hmm_initial_grad<S, LOG>(p, i - n_trans, int(C));
     }
   }
 }

@@ -44,6 +44,21 @@ struct ChainParams {
   // T − 1 with batched_transitions, else 1 and B·(T − 1)), each cut into `chunks` ranges of `chunk` steps.
   long long chunk, chunks;
   int batched_transitions, batched_initial;
+  // The stepped strategy (templates/chain/steps.cuh), whose one module serves every C: position `t` of every
+  // sequence at once, forward (beta = 0) or backward (beta = 1). The product that reached it, prod [B][C] (⊕ over
+  // the sources of msg ⊗ the step), becomes the position's relative messages in msg [B][C], the next product's
+  // operand, with the offsets so far in running [B]; max_plus's winning sources of each position are argmax
+  // [T][B][C]. The log backward forms the transitions' gradient's left operand in `operand` ([B][T][C]) for the
+  // grad_score's of one sign (`sign`: +1 or −1), and reads the products of it, `products` ([2][slices][groups]
+  // [C][C]: the positive part's, then the negative part's). `widened`: a table copied into the accumulator type.
+  long long states, t, slices;
+  void* msg;
+  const void* prod;
+  double* running;
+  int* argmax;
+  void* operand;
+  const void* products;
+  int beta, sign;
 };
 
 } // namespace jb

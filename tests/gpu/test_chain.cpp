@@ -42,6 +42,7 @@ struct Case {
   bool integers = false;   // small integers: exact sums and many ties (max_plus)
   int cluster = 0;         // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
   int64_t chunk = 0;       // the chunked strategy's steps per chunk; 0: ChainPlan::get's choice
+  bool stepped = false;    // the stepped strategy, whatever ChainPlan::get takes
 };
 
 std::string describe(const Case& k) {
@@ -51,7 +52,7 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.padded ? " padded" : "",
                 k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
-         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string());
+         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.stepped ? " stepped" : "");
 }
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
@@ -108,10 +109,13 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_forward(p, pot.data(), host_lengths, ref_score.data(), ref_alpha.data(),
                            viterbi ? ref_path.data() : nullptr);
 
-  const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
-                         : k.chunk ? chain_plan_for(p, chosen_chain_spec(p, *current_device()), k.chunk)
-                                   : ChainPlan::get(p);
+  const ChainPlan plan = k.cluster   ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
+                         : k.chunk   ? chain_plan_for(p, chosen_chain_spec(p, *current_device()), k.chunk)
+                         : k.stepped ? chain_plan_for(p, ChainSpec{}, 0, false, true)
+                                     : ChainPlan::get(p);
   CHECK(plan.chunk() == k.chunk);
+  CHECK(std::string(plan.strategy()) ==
+        (k.stepped || C > kMaxSequentialChainStates ? "stepped" : k.chunk ? "chunked" : "sequential"));
   CAPTURE(plan.kernel_name());
   // score, alpha and grad_score in the output dtype (f32 for half inputs), the gradient in the inputs'.
   const DType out = chain_output_dtype(p);
@@ -227,7 +231,44 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
       for (int64_t C : special_states) {
         run_case(Case{s, d, 4, 9, C, 1, true, false, true}, rng, worst);      // padded strides
         run_case(Case{s, d, 4, 9, C, 1, true, false, false, 0.05}, rng, worst); // ±inf, NaN
-        run_case(Case{s, d, 4, 9, C, 1, false, false, false, 0, true}, rng, worst); // ties
+        Case ties{s, d, 4, 9, C};
+        ties.integers = true;
+        run_case(ties, rng, worst);
+      }
+      report(s, d, worst);
+    }
+}
+
+// The stepped strategy (each step B products of one sequence's messages and its step's potentials), every semiring
+// and dtype, odd sizes up to beyond the sequential kernels' 1024 states, ragged, masked, padded, the edge values and
+// ties.
+TEST_CASE("chains: the stepped strategy against the float64 reference") {
+  std::mt19937_64 rng(20261203);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 33}, {2, 4, 257}, {2, 3, 1025}, {1, 2, 2048}};
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      Worst worst;
+      for (const auto& sh : shapes)
+        for (double spread : {1.0, 10.0}) {
+          if (d != DType::f32 && sh.C > 1100) continue; // as the HMM form's stepped cases
+          Case k{s, d, sh.B, sh.T, sh.C, spread};
+          k.stepped = true;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          run_case(k, rng, worst);
+        }
+      for (int64_t C : {3, 31}) {
+        Case padded{s, d, 4, 9, C, 1, true, false, true};
+        Case specials{s, d, 4, 9, C, 1, true, false, false, 0.05};
+        Case ties{s, d, 4, 9, C};
+        ties.integers = true;
+        for (Case* k : {&padded, &specials, &ties}) {
+          k->stepped = true;
+          run_case(*k, rng, worst);
+        }
       }
       report(s, d, worst);
     }

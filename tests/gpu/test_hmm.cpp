@@ -42,6 +42,7 @@ struct Case {
   bool minus_inf = false;
   bool integers = false;    // small integers: exact sums and many ties (max_plus)
   int cluster = 0;          // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
+  bool stepped = false;     // the stepped strategy, whatever ChainPlan::get takes
 };
 
 std::string describe(const Case& k) {
@@ -51,7 +52,7 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
                 k.integers ? " integers" : "");
-  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string());
+  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) + (k.stepped ? " stepped" : "");
 }
 
 // A table of `extents` in host memory: contiguous, or (padded) each dimension's stride one element wider than
@@ -144,8 +145,11 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_backward(p, host, host_lengths, grad_score.data(), ref_em.data(), ref_tr.data(), ref_in.data());
   reference::chain_backward(p, host, host_lengths, magnitude.data(), mag_em.data(), mag_tr.data(), mag_in.data());
 
-  const ChainPlan plan = k.cluster ? chain_plan_for(p, clustered_chain_spec(p, k.cluster)) : ChainPlan::get(p);
+  const ChainPlan plan = k.cluster   ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
+                         : k.stepped ? chain_plan_for(p, ChainSpec{}, 0, false, true)
+                                     : ChainPlan::get(p);
   CAPTURE(plan.kernel_name());
+  CHECK(std::string(plan.strategy()) == (k.stepped || C > kMaxSequentialChainStates ? "stepped" : "sequential"));
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
   DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
@@ -179,6 +183,25 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     plan(dev, d_len, d_score.get(), nullptr, d_alpha.get());
     compare("without saved: score", download_as_double(d_score, out, B), ref_score, score_tol, bad);
     compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(n_em)), ref_alpha, alpha_tol, bad);
+  }
+  if (viterbi && k.stepped && C <= kMaxSequentialChainStates) {
+    // The stepped strategy's products form the sequential kernels' terms and keep their winners: the same scores
+    // and paths, bit for bit.
+    const ChainPlan sequential = chain_plan_for(p, chosen_chain_spec(p, *current_device()));
+    DeviceBuffer s_score(std::size_t(B) * out_bytes + 1), s_path(ref_path.size() * 4 + 1);
+    sequential(dev, d_len, s_score.get(), nullptr, nullptr, static_cast<int32_t*>(s_path.get()));
+    std::vector<int32_t> seq_path(ref_path.size());
+    if (!seq_path.empty()) s_path.download(seq_path.data(), seq_path.size() * 4);
+    const std::vector<double> seq_score = download_as_double(s_score, out, B);
+    int differ = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const bool same_score = seq_score[b] == score[b] || (std::isnan(seq_score[b]) && std::isnan(score[b]));
+      const bool same = same_score && std::equal(seq_path.begin() + b * T, seq_path.begin() + (b + 1) * T,
+                                                 path.begin() + b * T);
+      if (!same && differ++ < 5)
+        FAIL_CHECK("sequence " << b << ": the stepped strategy's score " << score[b] << " or path differs from the "
+                               << "sequential kernels' (" << seq_score[b] << ")");
+    }
   }
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
@@ -315,6 +338,54 @@ TEST_CASE("hmm: one block per sequence and every cluster size against the float6
   MESSAGE(cases.size() << " cases, " << specs.size() << " modules: worst relative error of the score " << worst.score
                        << ", of alpha " << worst.alpha << ", worst error of a gradient (relative to its shares) "
                        << worst.grad);
+}
+
+// The stepped strategy (each step one product of every sequence's messages) in every semiring and dtype: odd sizes
+// up to beyond the sequential kernels' 1024 states, shared and batched tables, ragged lengths, banded −inf, padded
+// strides, the edge values and ties (whose Viterbi paths and scores must be the sequential kernels' bit for bit).
+TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels") {
+  std::mt19937_64 rng(20261202);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 33}, {5, 9, 64}, {2, 4, 257}, {2, 3, 1025}, {1, 2, 4096}, {70, 6, 40}};
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      Worst worst;
+      for (const auto& sh : shapes) {
+        // Beyond 1024 states in f32 alone: the other dtypes' code is the same at every C, and their products'
+        // kernels would compile for these shapes only.
+        if (d != DType::f32 && sh.C > 1100) continue;
+        for (double spread : {1.0, 10.0}) {
+          Case k{s, d, sh.B, sh.T, sh.C, spread};
+          k.stepped = true;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          k.batched = sh.C <= 1100;
+          run_case(k, rng, worst);
+        }
+      }
+      for (int64_t C : {3, 31, 64}) {
+        Case k{s, d, 4, 9, C};
+        k.stepped = k.ragged = k.padded = true;
+        run_case(k, rng, worst);
+        k.padded = false;
+        k.p_special = 0.1;
+        k.minus_inf = true;
+        run_case(k, rng, worst);
+        k.p_special = 0.01;
+        k.minus_inf = false;
+        run_case(k, rng, worst);
+        Case ties{s, d, 6, 9, C};
+        ties.integers = ties.stepped = true;
+        run_case(ties, rng, worst);
+        ties.batched = true;
+        run_case(ties, rng, worst);
+      }
+      MESSAGE("stepped " << semiring_info(s).name << " " << dtype_info(d).name << ": worst relative error of the score "
+                         << worst.score << ", of alpha " << worst.alpha
+                         << ", worst error of a gradient (relative to its shares) " << worst.grad);
+    }
 }
 
 TEST_CASE("hmm: B = 0 zeroes the shared tables' gradients; T = 1 scores initial and emissions; bad arguments") {

@@ -171,6 +171,25 @@ TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, ever
     }
 }
 
+TEST_CASE("the stepped strategy's modules compile for the oldest and the newest architecture without spills") {
+  // One module per semiring, dtype and form serves every C; the floor's and sm_90's code paths differ (features.cuh).
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
+      for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+        for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+          const GeneratedKernel k = emit_step_kernel(semiring, dtype, form);
+          CAPTURE(k.name);
+          CAPTURE(arch);
+          const std::string log = compile_to_cubin(k, arch, PtxasReport::wanted).log;
+          for (const std::string& entry : k.entries) {
+            CAPTURE(entry);
+            const PtxasResources r = parse_ptxas_log(log, k.name + entry);
+            CHECK(r.registers > 0);
+            CHECK(r.spill_store_bytes == 0);
+          }
+        }
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));

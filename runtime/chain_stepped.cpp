@@ -1,0 +1,268 @@
+#include "runtime/chain_stepped.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "generator/chain_source.hpp"
+#include "runtime/chain_step_products.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/tuner/policy.hpp"
+#include "support/checked_size.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+// The product kinds a plan keeps.
+enum ProductKind { kStep = 0, kEdges = 1 };
+
+bool shared_table(const ChainProblem& p) { return p.form == ChainForm::hmm && !p.batched_transitions; }
+
+std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
+  return std::size_t(checked_product(sizes, "chain: workspace"));
+}
+
+// The forward's scratch, counted and taken in one order: the messages and the product they reach ([B][C] each), the
+// offsets so far, max_plus's winning sources ([T][B][C] int32, with a path), and the widened table.
+struct ForwardPieces {
+  std::size_t messages, offsets, argmax, table;
+  ForwardPieces(const ChainProblem& p, bool with_path, std::size_t table_bytes)
+      : messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})), offsets(bytes_of({p.B, 8})),
+        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0),
+        table(table_bytes) {}
+  std::size_t bytes() const {
+    return ScratchSize()
+        .add(messages, "workspace")
+        .add(messages, "workspace")
+        .add(offsets, "workspace")
+        .add(argmax, "workspace")
+        .add(table, "workspace")
+        .bytes();
+  }
+};
+
+} // namespace
+
+SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products)
+    : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
+  chain_strides(problem, strides_);
+  if (problem.form == ChainForm::hmm) {
+    const HmmStrides h = hmm_strides(problem);
+    strides_[0] = h.transitions[0];
+    strides_[1] = 0;
+    strides_[2] = h.transitions[1];
+    strides_[3] = h.transitions[2];
+  }
+  if (problem.B > 0) kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
+}
+
+std::string SteppedChain::kernel_name() const { return kernel_ ? kernel_->generated.name : ""; }
+
+// A shared table is copied transposed for the forward (the products read their right operand row-major best) and
+// as it is for the backward, C² values; the other forms read their tables where they are, unless they are of a
+// half type (the products take one dtype, the messages').
+bool SteppedChain::widened() const {
+  return shared_table(problem_) || chain_output_dtype(problem_) != problem_.dtype;
+}
+
+std::size_t SteppedChain::widened_bytes() const {
+  if (!widened() || problem_.T < 2) return 0;
+  const int64_t tables = shared_table(problem_) ? 1 : problem_.B;
+  return bytes_of({tables, problem_.C, problem_.C, dtype_info(problem_.dtype).acc_bytes});
+}
+
+std::size_t SteppedChain::workspace_bytes(bool with_path) const {
+  if (problem_.B == 0) return 0;
+  return ForwardPieces(problem_, with_path, widened_bytes()).bytes();
+}
+
+int64_t SteppedChain::edge_slices() const {
+  const ChainProblem& p = problem_;
+  if (!shared_table(p)) return 1;
+  // Slices of whole sequences (a divisor of B), each summing at least 256 positions, as many as give the GPU two
+  // output tiles of 128 × 128 per SM.
+  const int64_t tiles = std::max<int64_t>(1, ((p.C + 127) / 128) * ((p.C + 127) / 128));
+  const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(std::max(1, device_->sm_count)) / tiles);
+  int64_t best = 1;
+  for (int64_t s = 1; s <= std::min(wanted, p.B); ++s)
+    if (p.B % s == 0 && (p.B / s) * p.T >= 256) best = s;
+  return best;
+}
+
+std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const int64_t groups = p.batched_transitions ? p.B : 1;
+  if (p.semiring == Semiring::max_plus) return ScratchSize().add(bytes_of({groups, p.C, p.C, acc}), "workspace").bytes();
+  return ScratchSize()
+      .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
+      .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
+      .bytes();
+}
+
+SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_tuple(int(kStep), beta, argmax);
+  if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  const ChainProblem& p = problem_;
+  const int64_t C = p.C;
+  Problem q;
+  q.semiring = p.semiring;
+  q.dtype = chain_output_dtype(p);
+  q.with_argmax = argmax;
+  if (shared_table(p)) {
+    // Every sequence's messages are a row: one product with the table (widened: row-major for both directions).
+    q.shape = Shape{1, p.B, C, C};
+    q.a_strides = q.out_strides = Strides{p.B * C, C, 1};
+    q.b_strides = Strides{C * C, C, 1};
+  } else {
+    // A product per sequence: its messages (a row) times its step's table, read [p][c] forward and [c][p] backward.
+    q.shape = Shape{p.B, 1, C, C};
+    q.a_strides = q.out_strides = Strides{C, C, 1};
+    const int64_t s_b = widened() ? C * C : strides_[0], s_c = widened() ? C : strides_[2],
+                  s_p = widened() ? 1 : strides_[3];
+    q.b_strides = beta ? Strides{s_b, s_c, s_p} : Strides{s_b, s_p, s_c};
+  }
+  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+}
+
+SemiringBMM SteppedChain::edge_product(Stream stream) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_tuple(int(kEdges), false, false);
+  if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  const ChainProblem& p = problem_;
+  const int64_t C = p.C, slices = edge_slices();
+  // Out[c][q] = ⊕ over a slice's (b, t) of operand[b][t][c] ⊗ rel[b][t][q]: the operand read transposed.
+  const int64_t k = p.batched_transitions ? p.T : p.B / slices * p.T;
+  Problem q;
+  q.semiring = Semiring::log;
+  q.dtype = chain_output_dtype(p);
+  q.shape = Shape{p.batched_transitions ? p.B : slices, C, k, C};
+  q.a_strides = Strides{k * C, 1, C};
+  q.b_strides = Strides{k * C, C, 1};
+  q.out_strides = Strides{C * C, C, 1};
+  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+}
+
+void SteppedChain::launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params,
+                          CUstream stream) const {
+  // A block per item, or a thread per item, grid-strided up to enough blocks to fill the GPU a few times.
+  const int64_t blocks = block_per_item ? items : (items + kStepThreads - 1) / kStepThreads;
+  const unsigned grid[3] = {unsigned(std::clamp<int64_t>(blocks, 1, 32 * int64_t(std::max(1, device_->sm_count)))), 1,
+                            1},
+                 block[3] = {unsigned(kStepThreads), 1, 1};
+  void* args[] = {&params};
+  jitbmm::launch(kernel_->entry(suffix), grid, block, args, stream, kernel_->generated.name, suffix);
+}
+
+const void* SteppedChain::table(const jb::ChainParams& params, int64_t t, bool beta, void* scratch_table,
+                                CUstream stream) const {
+  const ChainProblem& p = problem_;
+  const char* const at = static_cast<const char*>(params.potentials) +
+                         std::size_t(t * strides_[1]) * std::size_t(dtype_info(p.dtype).size_bytes);
+  if (!widened()) return at;
+  // The CRF form copies each step's tables; an HMM's stay the same along the chain: copied once per direction
+  // (a shared table is transposed for the forward), per call for per-sequence ones.
+  if (p.form == ChainForm::crf || t == (beta ? p.T - 2 : 0)) {
+    jb::ChainParams w = params;
+    w.potentials = at;
+    w.operand = scratch_table;
+    w.slices = shared_table(p) ? 1 : p.B;
+    w.s_b = strides_[0];
+    const bool transpose = shared_table(p) && !beta;
+    w.s_c = transpose ? strides_[3] : strides_[2];
+    w.s_p = transpose ? strides_[2] : strides_[3];
+    launch("_widen", w.slices * p.C * p.C, false, w, stream);
+  }
+  return scratch_table;
+}
+
+void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_, false);
+  const bool with_path = params.path != nullptr;
+  const ForwardPieces pieces(p, with_path, widened_bytes());
+  Scratch scratch(*device_, workspace, pieces.bytes(), cu_stream);
+  params.msg = scratch.take(pieces.messages);
+  void* const reached = scratch.take(pieces.messages);
+  params.prod = reached;
+  params.running = static_cast<double*>(scratch.take(pieces.offsets));
+  params.argmax = static_cast<int*>(scratch.take(pieces.argmax));
+  void* const scratch_table = scratch.take(pieces.table);
+  params.states = p.C;
+  const std::size_t row = std::size_t(p.B * p.C);
+  // Forward: position 0, then each product reaching the next position. Backward (with saved): the same from the
+  // last position down, the table transposed.
+  for (const bool beta : {false, true}) {
+    if (beta && !with_saved) break;
+    params.beta = beta;
+    const SemiringBMM step = product(beta, !beta && with_path, stream);
+    for (int64_t i = 0; i < p.T; ++i) {
+      const int64_t t = beta ? p.T - 1 - i : i;
+      if (i > 0) {
+        const int64_t from = beta ? t : t - 1; // the step's table: positions from → from + 1
+        const void* tab = table(params, from, beta, scratch_table, cu_stream);
+        int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
+        step(params.msg, tab, reached, winners, stream);
+      }
+      params.t = t;
+      launch("", p.B, true, params, cu_stream);
+    }
+  }
+  if (with_path) launch("_path", p.B, false, params, cu_stream);
+}
+
+void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const bool log = p.semiring == Semiring::log;
+  ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_, false);
+  params.states = p.C;
+  params.chunks = 1; // "_reduce" adds no partial sums of the transitions' gradient
+  if (p.form == ChainForm::crf) {
+    launch("_marginals", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream);
+    return;
+  }
+  const bool transitions = params.grad != nullptr;
+  Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream);
+  if (params.grad_emissions) launch("_nodes", p.B * p.T * p.C, false, params, cu_stream);
+  if (params.grad_initial) launch("_reduce", (p.batched_initial ? p.B : 1) * p.C, false, params, cu_stream);
+  if (!transitions) return;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const int64_t groups = p.batched_transitions ? p.B : 1;
+  if (p.T < 2) { // no step: a sum of nothing
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.grad), 0,
+                                   bytes_of({groups, p.C, p.C, dtype_info(p.dtype).size_bytes}), cu_stream),
+          "cuMemsetD8Async");
+    return;
+  }
+  if (!log) {
+    params.operand = scratch.take(bytes_of({groups, p.C, p.C, acc}));
+    launch("_path_edges", groups * p.C / (kStepThreads / 32) + 1, true, params, cu_stream);
+    launch("_cast", groups * p.C * p.C, false, params, cu_stream);
+    return;
+  }
+  // The positive and the negative parts of grad_score, each a product of its operand with the saved messages.
+  params.operand = scratch.take(bytes_of({p.B, p.T, p.C, acc}));
+  char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
+  const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
+  const SemiringBMM edges = edge_product(stream);
+  for (const int sign : {1, -1}) {
+    params.sign = sign;
+    launch("_operand", p.B * p.T * p.C, false, params, cu_stream);
+    edges(params.operand, params.rel, products + (sign > 0 ? 0 : part), stream);
+  }
+  params.products = products;
+  params.slices = edge_slices();
+  launch("_finish", groups * p.C * p.C, false, params, cu_stream);
+}
+
+} // namespace jitbmm

@@ -1,0 +1,69 @@
+// The stepped strategy of a chain (docs/chains-design.md, "The stepped strategy"): all B sequences advance one
+// position at a time, and each step's B·C² terms are one product of the bmm plans — [B × C] · [C × C] for an HMM's
+// shared transitions, B products [1 × C] · [C × C] for per-sequence tables and the CRF form — so a wide batch runs on
+// the products' kernels (for log, exp_matmul's tensor cores with its guard and exact repair) and C has no bound of
+// the sequential kernels' (templates/chain/steps.cuh has the rest). The backward messages are the same products with
+// the table transposed; the HMM log backward's transitions' gradient is one product of the saved messages over
+// every (b, t), so nothing of size B·T·C² is formed. It pays where many sequences share a step's table: T dependent
+// steps, each a product wide enough to fill the GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "jitbmm/chain.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "templates/chain/params.cuh"
+
+namespace jitbmm {
+
+class SteppedChain {
+public:
+  // Compiles the step module. The products tune only with `tune_products` (what `jitbmm tune --chain` asks for);
+  // otherwise they take stored decisions or the default, as every chain plan's.
+  SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
+
+  // The forward: `params` as the sequential kernels take them (inputs, lengths, saved's pieces, path, score,
+  // alpha: runtime/chain_plan.cpp attaches them), the same outputs written. `saved` gets the same layout and
+  // meaning as the sequential kernels' (the forward and the backward messages, relative, with their offsets).
+  void forward(jb::ChainParams params, bool with_saved, Stream stream, const Workspace& workspace) const;
+  // The backward: the CRF form's grad (potentials), or the HMM form's grad_emissions, grad (transitions) and
+  // grad_initial, each where not null.
+  void backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
+
+  std::size_t workspace_bytes(bool with_path) const;
+  // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
+  std::size_t backward_workspace_bytes(bool transitions) const;
+  std::string kernel_name() const;
+
+private:
+  // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).
+  SemiringBMM product(bool beta, bool argmax, Stream stream) const;
+  SemiringBMM edge_product(Stream stream) const;
+  void launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params, CUstream stream) const;
+  // Whether the tables are copied into the accumulator type first (and the products read them from scratch).
+  bool widened() const;
+  std::size_t widened_bytes() const;
+  // Step t's table for the products of a direction (copied into `scratch_table` first where widened()).
+  const void* table(const jb::ChainParams& params, int64_t t, bool beta, void* scratch_table, CUstream stream) const;
+  // The HMM log backward's ranges of sequences whose shares of the transitions' gradient are separate products
+  // (summed by "_finish"): enough to fill the GPU where one shared table's product would not.
+  int64_t edge_slices() const;
+
+  ChainProblem problem_;
+  bool tune_products_ = false;
+  std::shared_ptr<const DeviceInfo> device_;
+  std::shared_ptr<const LoadedKernel> kernel_;
+  int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
+  mutable std::mutex mutex_;
+  mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
+};
+
+} // namespace jitbmm

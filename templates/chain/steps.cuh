@@ -1,0 +1,296 @@
+// The stepped strategy's own kernels (runtime/chain_stepped.cpp): every sequence advances one position at a time,
+// and each step's C² terms per sequence are a product of the bmm plans (the messages of all B sequences times the
+// step's table: one [B × C] · [C × C] product for an HMM's shared transitions, B products [1 × C] · [C × C]
+// otherwise), so that they run on the products' kernels (tensor cores for log, with the products' guard and exact
+// repair) and C has no bound of its own. What is left per position is here: the emissions ⊗-ed onto what the
+// product reached, the messages made relative to their largest value (the offsets in double, as the sequential
+// kernels keep them: templates/chain/params.cuh), saved, alpha, the score and the best path's end; then the path
+// from the products' winning sources; and the backward's operands and the gradients the products do not give.
+//
+// The arithmetic is the sequential kernels' (templates/chain/sequential.cuh): a product forms the same terms (the
+// relative message plus the table's entry) and max_plus's product keeps the same winner (the largest, NaN wins,
+// ties to the smallest source), so the two strategies give the same Viterbi scores and paths; log's sum differs
+// only by its rounding. One module serves every C (p.states): S is the inputs' storage type, T = Acc<S> the
+// accumulator's; blocks of NT threads.
+#pragma once
+
+#include "chain/block_reduce.cuh"
+#include "chain/hmm_backward.cuh"
+#include "chain/params.cuh"
+#include "chain/shift.cuh"
+#include "core/dtypes.cuh"
+#include "core/numbers.cuh"
+
+namespace jb {
+
+// The value and the smallest state holding it over a block (ChainMax's order: the largest, NaN wins), in every
+// thread. `scratch` and `where` hold NT / 32 values each.
+template <class T, int NT>
+__device__ __forceinline__ T block_best(T v, int& arg, T* scratch, int* where) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const T w = __shfl_xor_sync(0xffffffffu, v, o);
+    const int j = __shfl_xor_sync(0xffffffffu, arg, o);
+    if (ChainMax<T>::beats(w, j, v, arg)) v = w, arg = j;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v, where[threadIdx.x >> 5] = arg;
+  __syncthreads();
+  v = scratch[0];
+  arg = where[0];
+#pragma unroll
+  for (int w = 1; w < NT / 32; ++w)
+    if (ChainMax<T>::beats(scratch[w], where[w], v, arg)) v = scratch[w], arg = where[w];
+  return v;
+}
+
+// Position p.t of every sequence (a block per sequence, grid-strided): the forward's (beta = 0) messages at t are
+// the first ones (t = 0: initial ⊗ emissions, or 0 for the CRF form) or prod ⊗ emissions[t]; the backward's
+// (beta = 1) start at the sequence's last position (its emissions, or 0) and are prod ⊗ emissions[t] before it
+// (they carry the position's emission, as the sequential kernels' do). Past a sequence's length: −inf, offset 0,
+// path −1. At the last position the forward writes the score and the path's last state.
+template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void step_position(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  __shared__ T scratch[NT / 32];
+  __shared__ int where[NT / 32];
+  const long long C = p.states, t = p.t;
+  const bool beta = p.beta != 0;
+  T* const rel_out = static_cast<T*>(beta ? p.beta_rel : p.rel);
+  double* const offset_out = beta ? p.beta_offset : p.offset;
+  T* const alpha = beta ? nullptr : static_cast<T*>(p.alpha);
+  for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
+    bool bad;
+    const long long L = chain_length(p, b, bad), at = b * p.T + t;
+    T* const msg = static_cast<T*>(p.msg) + b * C;
+    if (t >= L) {
+      for (long long c = threadIdx.x; c < C; c += NT) {
+        msg[c] = Num<T>::neg_inf();
+        if (rel_out) rel_out[at * C + c] = Num<T>::neg_inf();
+        if (alpha) alpha[at * C + c] = Num<T>::neg_inf();
+      }
+      if (threadIdx.x == 0 && rel_out) offset_out[at] = 0;
+      if (threadIdx.x == 0 && !beta && p.path) p.path[at] = -1;
+      continue;
+    }
+    const bool start = beta ? t == L - 1 : t == 0;
+    const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b + t * p.e_t;
+    const T* const reached = static_cast<const T*>(p.prod) + b * C;
+    const double before = start ? 0.0 : p.running[b];
+    T best = Num<T>::neg_inf();
+    for (long long c = threadIdx.x; c < C; c += NT) {
+      const T e = HMM ? to_acc(em[c * p.e_c]) : T(0);
+      T v = e;
+      if (!start)
+        v = reached[c] + e;
+      else if (HMM && !beta)
+        v = to_acc(static_cast<const S*>(p.initial)[b * p.i_b + c * p.i_c]) + e;
+      else if (!HMM)
+        v = T(0);
+      msg[c] = bad ? Num<T>::nan() : v;
+      best = Num<T>::max(best, v);
+    }
+    const T shift = finite_or_zero(block_max<T, NT>(best, scratch));
+    const double offset = before + double(shift);
+    T top = Num<T>::neg_inf();
+    int arg = -1;
+    for (long long c = threadIdx.x; c < C; c += NT) {
+      const T rel = msg[c] - shift;
+      msg[c] = rel;
+      if (rel_out) rel_out[at * C + c] = rel;
+      if (alpha) alpha[at * C + c] = T(offset + double(rel));
+      if (!LOG && ChainMax<T>::beats(rel, int(c), top, arg)) top = rel, arg = int(c);
+      if (LOG) top = Num<T>::max(top, rel);
+    }
+    if (threadIdx.x == 0) {
+      p.running[b] = offset;
+      if (rel_out) offset_out[at] = offset;
+    }
+    if (beta || t != L - 1) continue;
+    // The score: ⊕ of the last messages, their offset added where it is finite.
+    T v;
+    if (LOG) {
+      const T m = block_max<T, NT>(top, scratch);
+      const bool finite = m > Num<T>::neg_inf() && m < Num<T>::inf();
+      T s = 0;
+      if (finite)
+        for (long long c = threadIdx.x; c < C; c += NT) s += Num<T>::exp2((msg[c] - m) * Num<T>::log2e());
+      s = block_sum<T, NT>(s, scratch);
+      v = finite ? m + Num<T>::log2(s) * Num<T>::ln2() : m;
+    } else {
+      v = block_best<T, NT>(top, arg, scratch, where);
+    }
+    if (threadIdx.x == 0) {
+      const double z = v > Num<T>::neg_inf() && v < Num<T>::inf() ? offset + double(v) : double(v);
+      static_cast<T*>(p.score)[b] = T(z);
+      if (p.logz) p.logz[b] = z;
+      if (!LOG && p.path) p.path[at] = v == Num<T>::neg_inf() || bad ? -1 : arg;
+    }
+    // A sequence whose score is +inf or NaN has no marginals (its gradients are NaN or, with grad_score 0, 0): its
+    // saved messages become −inf, so that the transitions' gradient's product, which reads every sequence's, takes
+    // nothing from them where its operand is −inf (NaN ⊗ −inf would be NaN).
+    if (LOG && rel_out && !(v < Num<T>::inf()))
+      for (long long i = threadIdx.x; i < L * C; i += NT) rel_out[b * p.T * C + i] = Num<T>::neg_inf();
+  }
+}
+
+// The best path from its last state back, a thread per sequence: the state before position t is the source that
+// won the product reaching t (argmax [T][B][C]; the sequential kernels' back-pointers).
+__device__ __forceinline__ void step_path(const ChainParams& p) {
+  for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < p.B; b += (long long)gridDim.x * blockDim.x) {
+    bool bad;
+    const long long L = chain_length(p, b, bad);
+    int state = p.path[b * p.T + L - 1];
+    for (long long t = L - 1; t > 0; --t) {
+      if (state >= 0) state = p.argmax[(t * p.B + b) * p.states + state];
+      p.path[b * p.T + t - 1] = state;
+    }
+  }
+}
+
+// A table copied into the accumulator type, contiguous: operand[g][i][j] = potentials[g·s_b + i·s_c + j·s_p] for
+// `slices` tables of C × C (the caller sets the strides: swapping s_c and s_p transposes). Grid-strided.
+template <class S> __device__ __forceinline__ void step_widen(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long C = p.states, n = p.slices * C * C;
+  const S* const src = static_cast<const S*>(p.potentials);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long g = i / (C * C), r = i / C % C, q = i % C;
+    static_cast<T*>(p.operand)[i] = to_acc(src[g * p.s_b + r * p.s_c + q * p.s_p]);
+  }
+}
+
+// The log backward's left operand of the transitions' gradient, operand [B][T][C]: at (b, t, c), the log of
+// sequence b's share of step t → t + 1 without its two messages' relative values and the transition, beta_rel
+// [t + 1][c] + the offsets − score + log of the part of grad_score[b] of sign p.sign (−inf where that part is 0, at
+// t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN). The product of this
+// with the saved rel over (b, t) sums every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
+template <class S> __device__ __forceinline__ void step_edge_operand(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long C = p.states, n = p.B * p.T * C;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long b = i / (p.T * C), t = i / C % p.T;
+    const HmmSequence<T, true> s(p, b);
+    T v = Num<T>::neg_inf();
+    if (s.mode == 2 && t + 1 < p.T) {
+      v = Num<T>::nan();
+    } else if (s.mode == 1 && t + 1 < s.L) {
+      const T part = p.sign > 0 ? s.g : -s.g;
+      if (part > T(0)) {
+        const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - s.z);
+        const T r = static_cast<const T*>(p.beta_rel)[i + C];
+        v = (r + k) + Num<T>::log2(part) * Num<T>::ln2();
+      }
+    }
+    static_cast<T*>(p.operand)[i] = v;
+  }
+}
+
+// log ⊕ of x over n values `stride` apart: exact to the accumulator type, NaN anywhere NaN.
+template <class T> __device__ __forceinline__ T log_sum(const T* x, long long n, long long stride) {
+  T m = Num<T>::neg_inf();
+  for (long long k = 0; k < n; ++k) m = Num<T>::max(m, x[k * stride]);
+  if (!(m > Num<T>::neg_inf() && m < Num<T>::inf())) return m;
+  T s = 0;
+  for (long long k = 0; k < n; ++k) s += Num<T>::exp2((x[k * stride] - m) * Num<T>::log2e());
+  return m + Num<T>::log2(s) * Num<T>::ln2();
+}
+
+// The transitions' gradient from the products of the edge operands (products [2][slices][groups][C][C], the slices
+// being ranges of sequences summed here): exp(transitions[c][q] + the positive part) − exp(transitions[c][q] + the
+// negative part), written in S. Grid-strided over groups · C².
+template <class S> __device__ __forceinline__ void step_edge_finish(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long C = p.states, groups = p.batched_transitions ? p.B : 1, n = groups * C * C;
+  const T* const parts = static_cast<const T*>(p.products);
+  const long long part = p.slices * n;
+  const S* const trans = static_cast<const S*>(p.potentials);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long g = i / (C * C), r = i / C % C, q = i % C;
+    const T tr = to_acc(trans[g * p.s_b + r * p.s_c + q * p.s_p]);
+    const T plus = log_sum(parts + i, p.slices, n), minus = log_sum(parts + part + i, p.slices, n);
+    const T grad = Num<T>::exp2((tr + plus) * Num<T>::log2e()) - Num<T>::exp2((tr + minus) * Num<T>::log2e());
+    static_cast<S*>(p.grad)[i] = from_acc<S>(grad);
+  }
+}
+
+// max_plus's transitions' gradient: grad_score on each step of the best path, summed in the order of the steps. A
+// warp per row c of a group's table (grid-strided), accumulating in operand [groups][C][C] (the accumulator type)
+// the steps that reach c; a sequence whose gradient is NaN adds NaN to every entry. "_cast" writes it in S.
+template <class S> __device__ __forceinline__ void step_path_edges(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long C = p.states, groups = p.batched_transitions ? p.B : 1;
+  const long long steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
+  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (long long row = blockIdx.x * (long long)warps + threadIdx.x / 32; row < groups * C;
+       row += (long long)gridDim.x * warps) {
+    const long long group = row / C, c = row % C;
+    T* const acc = static_cast<T*>(p.operand) + row * C;
+    for (long long q = lane; q < C; q += 32) acc[q] = T(0);
+    __syncwarp();
+    for (long long i0 = 0; i0 < steps; i0 += 32) {
+      const long long i = i0 + lane;
+      int from = -1, nan = 0;
+      T g = 0;
+      if (i < steps) {
+        const long long b = p.batched_transitions ? group : i / (p.T - 1), t = p.batched_transitions ? i : i % (p.T - 1);
+        const HmmSequence<T, false> s(p, b);
+        g = s.g;
+        nan = s.mode == 2;
+        if (s.mode == 1 && t + 1 < s.L && p.path[b * p.T + t + 1] == c) from = p.path[b * p.T + t];
+      }
+      for (unsigned m = __ballot_sync(0xffffffffu, from >= 0 || nan); m != 0; m &= m - 1) {
+        const int j = __ffs(m) - 1;
+        const int f = __shfl_sync(0xffffffffu, from, j), n = __shfl_sync(0xffffffffu, nan, j);
+        const T gj = __shfl_sync(0xffffffffu, g, j);
+        if (n)
+          for (long long q = lane; q < C; q += 32) acc[q] += Num<T>::nan();
+        else if (lane == 0)
+          acc[f] += gj;
+        __syncwarp();
+      }
+    }
+  }
+}
+
+// operand (the accumulator type) into grad (S), groups · C² elements. Grid-strided.
+template <class S> __device__ __forceinline__ void step_cast(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long n = (p.batched_transitions ? p.B : 1) * p.states * p.states;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    static_cast<S*>(p.grad)[i] = from_acc<S>(static_cast<const T*>(p.operand)[i]);
+}
+
+// The CRF form's backward, an element per thread (grid-strided over B · (T − 1) · C²): log's edge marginal
+// grad_score · exp(alpha_t[q] + potentials[t][c][q] + beta_{t+1}[c] − score) from the saved messages, max_plus's
+// best path's indicator times grad_score; 0 past a length and for a sequence sending nothing back, NaN for a bad
+// length (the sequential kernels' chain_marginals and chain_path_backward, for any C).
+template <class S, bool LOG> __device__ __forceinline__ void step_marginals(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const long long C = p.states, n = p.B * (p.T - 1) * C * C;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long bt = i / (C * C), b = bt / (p.T - 1), t = bt % (p.T - 1), c = i / C % C, q = i % C;
+    bool bad;
+    const long long L = chain_length(p, b, bad);
+    const T g = static_cast<const T*>(p.grad_score)[b];
+    T v;
+    if (LOG) {
+      const double z = p.logz[b];
+      const bool none = g == T(0) || z == double(Num<T>::neg_inf());
+      if (none || bad || t + 1 >= L) {
+        v = bad && !none ? Num<T>::nan() : T(0);
+      } else {
+        const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - z);
+        const T a = static_cast<const T*>(p.rel)[(b * p.T + t) * C + q];
+        const T r = static_cast<const T*>(p.beta_rel)[(b * p.T + t + 1) * C + c];
+        const T y = to_acc(static_cast<const S*>(p.potentials)[b * p.s_b + t * p.s_t + c * p.s_c + q * p.s_p]);
+        v = g * Num<T>::exp2(((a + k) + (y + r)) * Num<T>::log2e());
+      }
+    } else {
+      const bool hit = t + 1 < L && p.path[b * p.T + t + 1] == c && p.path[b * p.T + t] == q;
+      v = bad && g != T(0) ? Num<T>::nan() : hit ? g : T(0);
+    }
+    static_cast<S*>(p.grad)[i] = from_acc<S>(v);
+  }
+}
+
+} // namespace jb
