@@ -66,7 +66,8 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api", "chain_chunked", "chain_choice", "chain_plan", "plan", "plan_impl", "repair_watch"},
+    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_chunked",
+           "chain_choice", "chain_plan", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
@@ -224,9 +225,10 @@ def self_test():
                                           'return {{tiled_header(s), "tiled/tiled.cuh", "exp_matmul/prepare.cuh"}};\n',
         "generator/fine.cpp": '#include "support/layout.hpp"\n#include "templates/core/params.cuh"\n'
                               '#include "jitbmm/kernel_spec.hpp"\n// getenv in a comment\n',
-        "runtime/c_api.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
-                             '#include "jitbmm/c_api.h"\n#include "jitbmm/plan.hpp"\n#include "runtime/autotune.hpp"\n'
-                             '#include "runtime/backward.hpp"\n#include "runtime/launch.hpp"\n',
+        "runtime/c_api_library.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
+                                     '#include "jitbmm/c_api.h"\n#include "jitbmm/plan.hpp"\n'
+                                     '#include "runtime/autotune.hpp"\n#include "runtime/backward.hpp"\n'
+                                     '#include "runtime/launch.hpp"\n',
         "runtime/launch.hpp": '#include "runtime/jit.hpp"\n#include "templates/core/params.cuh"\n'
                               '#include "jitbmm/types.hpp"\n',
         "runtime/tuner/search_space.cpp": '#include "runtime/tuner/trials.hpp"\n#include "runtime/grad_launch.hpp"\n'
