@@ -13,6 +13,9 @@
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "runtime/chain_chunked.hpp"
+#include "runtime/chain_plan.hpp"
+#include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/tuner/policy.hpp"
 
@@ -142,4 +145,25 @@ TEST_CASE("a chunked chain's first calls tune none of its products, under any po
   set_tune_policy(TunePolicy::never);
   CHECK(!never.empty());
   CHECK(bucket == never);
+}
+
+// The chunked strategy runs the chain plan its caller made of its chain of chunks, at fixed places in `saved` and
+// with no scratch of that plan's own counted: a plan of another chain, or one that itself runs in chunks, is refused.
+TEST_CASE("a chunked chain takes the plan of its own chain of chunks, in the sequential kernels, and no other") {
+  ChainProblem p;
+  p.B = 1, p.T = 8193, p.C = 16;
+  const auto device = current_device();
+  const ChainProblem top = chain_of_chunks(p, 16);
+  CHECK(top.B == 1);
+  CHECK(top.T == 513);
+  CHECK(top.C == 16);
+  CHECK(ChunkedChain(p, 16, chain_plan_for(top, chosen_chain_spec(top, *device)), device).chunk() == 16);
+  ChainProblem shorter = top;
+  shorter.T = 512;
+  CHECK_THROWS_WITH_AS(ChunkedChain(p, 16, chain_plan_for(shorter, chosen_chain_spec(shorter, *device)), device),
+                       doctest::Contains("chain of chunks"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ChunkedChain(p, 16, chain_plan_for(top, chosen_chain_spec(top, *device), 16), device),
+                       doctest::Contains("chain of chunks"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(chain_of_chunks(p, 3), doctest::Contains("chunk: must be a power of two"),
+                       std::invalid_argument);
 }
