@@ -16,13 +16,14 @@
 
 #include "cli/args.hpp"
 #include "cli/chain_args.hpp"
-#include "cli/chain_trial.hpp"
 #include "cli/commands.hpp"
+#include "runtime/chain_candidate.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/timing.hpp"
+#include "runtime/tuner/chain_trials.hpp"
 #include "support/layout.hpp"
 
 namespace jitbmm::cli {
@@ -101,29 +102,29 @@ int run_chain_bench(const Args& args) {
   bool all_checked = true;
   const std::vector<ChainSpec> specs =
       args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
-  auto print = [&](const ChainRow& row) {
-    const ChainSpec& spec = row.spec;
-    all_checked = all_checked && row.checked;
+  // A variant's row, measured on a plan of its own (`chunk` as chain_plan_for takes it).
+  auto row = [&](const ChainSpec& spec, int64_t chunk = 0) {
+    const ChainMeasure m = trial.measure(chain_candidate(chain_plan_for(p, spec, chunk)), reps);
+    all_checked = all_checked && m.checked;
     std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
                 log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",
-                row.chunk ? std::to_string(row.chunk).c_str() : "-", row.forward_ms,
-                terms / (row.forward_ms * 1e-3), row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
-                row.checked ? "ok" : "WRONG");
+                chunk ? std::to_string(chunk).c_str() : "-", m.forward_ms, terms / (m.forward_ms * 1e-3),
+                m.saving_ms, m.backward_ms, m.saving_ms + m.backward_ms, m.checked ? "ok" : "WRONG");
     std::fflush(stdout);
   };
   // The plan's own choice first: in chunks where it takes them (then the sequential kernels beside it).
   const int64_t planned = has_variant_flags(args) ? 0 : choose_chain_spec(p, *device).chunk;
-  if (planned > 0) print(trial.measure(chosen, reps, planned));
+  if (planned > 0) row(chosen, planned);
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);
     } catch (const std::invalid_argument&) {
       continue; // a sweep's variant this problem cannot use
     }
-    print(trial.measure(spec, reps));
+    row(spec);
   }
   for (const int64_t chunk : chunks)
-    if (chunk != planned) print(trial.measure(chosen, reps, chunk));
+    if (chunk != planned) row(chosen, chunk);
 
   return all_checked ? 0 : 1;
 }

@@ -73,8 +73,8 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_chunked",
-           "chain_choice", "chain_plan", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
+    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
+           "chain_chunked", "chain_choice", "chain_plan", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
