@@ -19,12 +19,8 @@ using jitbmm::c_api::require;
 namespace {
 
 jitbmm::ChainProblem to_chain_problem(const jitbmm_chain_problem* c) {
-  require(c, "problem");
-  require(c->semiring, "problem.semiring");
-  require(c->dtype, "problem.dtype");
   jitbmm::ChainProblem p;
-  p.semiring = jitbmm::parse_semiring(c->semiring);
-  p.dtype = jitbmm::parse_dtype(c->dtype);
+  jitbmm::c_api::read_semiring_and_dtype(c, p);
   p.B = c->B, p.T = c->T, p.C = c->C;
   for (int i = 0; i < 4; ++i) p.strides[i] = c->strides[i];
   p.with_lengths = c->with_lengths != 0;

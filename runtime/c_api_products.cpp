@@ -18,12 +18,8 @@ using jitbmm::c_api::require;
 namespace {
 
 jitbmm::Problem to_problem(const jitbmm_problem* c) {
-  require(c, "problem");
-  require(c->semiring, "problem.semiring");
-  require(c->dtype, "problem.dtype");
   jitbmm::Problem p;
-  p.semiring = jitbmm::parse_semiring(c->semiring);
-  p.dtype = jitbmm::parse_dtype(c->dtype);
+  jitbmm::c_api::read_semiring_and_dtype(c, p);
   if (c->out_dtype) p.out_dtype = jitbmm::parse_dtype(c->out_dtype);
   p.shape = {c->B, c->M, c->K, c->N};
   p.a_strides = jitbmm::Strides{c->a_strides[0], c->a_strides[1], c->a_strides[2]};

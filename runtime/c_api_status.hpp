@@ -9,6 +9,7 @@
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/errors.hpp"
+#include "jitbmm/types.hpp"
 
 namespace jitbmm::c_api {
 
@@ -44,5 +45,15 @@ template <class F> jitbmm_status guarded(F body) {
 
 // Throws std::invalid_argument naming the argument when `ptr` is null.
 void require(const void* ptr, const char* name);
+
+// The part of a C problem (jitbmm_problem, jitbmm_chain_problem) that both kinds share: the problem itself, its
+// semiring and its dtype, checked and parsed into `p`.
+template <class CProblem, class Problem> void read_semiring_and_dtype(const CProblem* c, Problem& p) {
+  require(c, "problem");
+  require(c->semiring, "problem.semiring");
+  require(c->dtype, "problem.dtype");
+  p.semiring = parse_semiring(c->semiring);
+  p.dtype = parse_dtype(c->dtype);
+}
 
 } // namespace jitbmm::c_api
