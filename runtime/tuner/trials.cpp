@@ -75,7 +75,7 @@ std::vector<unsigned char> random_values(DType dtype, int64_t elements, std::mt1
                                          double spread) {
   constexpr int64_t kChunk = int64_t(1) << 18;
   std::vector<unsigned char> bytes(
-      static_cast<std::size_t>(checked_mul(elements, dtype_info(dtype).size_bytes, "autotune: operand bytes")));
+      static_cast<std::size_t>(checked_mul(elements, dtype_info(dtype).size_bytes, "trials: random values")));
   const uint64_t seed = rng();
   const int64_t chunks = (elements + kChunk - 1) / kChunk;
   for_each_on_cpus(static_cast<std::size_t>(chunks), [&](std::size_t chunk) {

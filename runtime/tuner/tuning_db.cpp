@@ -127,17 +127,19 @@ std::optional<Decision> decode_decision(const std::string& text) {
     // Optional lines (absent from decisions stored before they existed), each at most once, in this order, before
     // the candidates.
     while (in.next(line)) {
-      const bool first_optional = d.ranking.empty() && !d.measured && d.reason.empty() && d.origin.empty();
-      if (const auto measured = field_value(line, "measured"); measured && first_optional) {
+      // Where each may still come: not after itself, a later optional line or a candidate.
+      const bool origin_may = d.ranking.empty() && d.origin.empty();
+      const bool reason_may = origin_may && d.reason.empty();
+      const bool measured_may = reason_may && !d.measured;
+      if (const auto measured = field_value(line, "measured"); measured && measured_may) {
         d.measured = parse_shape(*measured);
         continue;
       }
-      if (const auto reason = field_value(line, "reason"); reason && d.ranking.empty() && d.reason.empty() &&
-                                                            d.origin.empty()) {
+      if (const auto reason = field_value(line, "reason"); reason && reason_may) {
         d.reason = *reason;
         continue;
       }
-      if (const auto origin = field_value(line, "origin"); origin && d.ranking.empty() && d.origin.empty()) {
+      if (const auto origin = field_value(line, "origin"); origin && origin_may) {
         d.origin = *origin;
         continue;
       }
