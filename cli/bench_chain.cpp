@@ -16,13 +16,14 @@
 
 #include "cli/args.hpp"
 #include "cli/chain_args.hpp"
-#include "cli/chain_trial.hpp"
 #include "cli/commands.hpp"
+#include "runtime/chain_candidate.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/timing.hpp"
+#include "runtime/tuner/chain_trials.hpp"
 #include "support/layout.hpp"
 
 namespace jitbmm::cli {
@@ -103,32 +104,35 @@ int run_chain_bench(const Args& args) {
   bool all_checked = true;
   const std::vector<ChainSpec> specs =
       args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
-  auto print = [&](const ChainRow& row) {
-    const ChainSpec& spec = row.spec;
-    all_checked = all_checked && row.checked;
-    std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", loop(spec, spec.forward).c_str(),
-                log ? loop(spec, spec.saving).c_str() : "", log ? loop(spec, spec.beta()).c_str() : "",
-                row.stepped ? "steps" : row.chunk ? std::to_string(row.chunk).c_str() : "-", row.forward_ms,
-                terms / (row.forward_ms * 1e-3), row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
-                row.checked ? "ok" : "WRONG");
+  // A variant's row, measured on a plan of its own (`chunk` and `stepped` as chain_plan_for takes them; the stepped
+  // strategy's row has no loops).
+  auto row = [&](const ChainSpec& spec, int64_t chunk = 0, bool stepped = false) {
+    const ChainMeasure m = trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, false, stepped)), reps);
+    all_checked = all_checked && m.checked;
+    const std::string forward = stepped ? "" : loop(spec, spec.forward),
+                      saving = log && !stepped ? loop(spec, spec.saving) : "",
+                      beta = log && !stepped ? loop(spec, spec.beta()) : "",
+                      strategy = stepped ? "steps" : chunk ? std::to_string(chunk) : "-";
+    std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", forward.c_str(), saving.c_str(),
+                beta.c_str(), strategy.c_str(), m.forward_ms, terms / (m.forward_ms * 1e-3), m.saving_ms,
+                m.backward_ms, m.saving_ms + m.backward_ms, m.checked ? "ok" : "WRONG");
     std::fflush(stdout);
   };
   // The plan's own choice first: in chunks or steps where it takes them (then the sequential kernels beside it);
   // --stepped adds the stepped strategy where the plan does not take it.
   const int64_t planned = has_variant_flags(args) ? 0 : choice.chunk;
-  const bool stepped = args.has("--stepped") || (!has_variant_flags(args) && choice.stepped);
-  if (stepped) print(trial.measure(chosen, reps, 0, true));
-  if (planned > 0) print(trial.measure(chosen, reps, planned));
+  if (args.has("--stepped") || (!has_variant_flags(args) && choice.stepped)) row(chosen, 0, true);
+  if (planned > 0) row(chosen, planned);
   for (const ChainSpec& spec : specs) {
     try {
       check_chain_spec(spec, p);
     } catch (const std::invalid_argument&) {
       continue; // a sweep's variant this problem cannot use
     }
-    print(trial.measure(spec, reps));
+    row(spec);
   }
   for (const int64_t chunk : chunks)
-    if (chunk != planned) print(trial.measure(chosen, reps, chunk));
+    if (chunk != planned) row(chosen, chunk);
 
   return all_checked ? 0 : 1;
 }

@@ -12,13 +12,14 @@
 #include "cache/disk_cache.hpp"
 #include "cli/args.hpp"
 #include "cli/chain_args.hpp"
-#include "cli/chain_trial.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
+#include "runtime/chain_candidate.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
+#include "runtime/tuner/chain_trials.hpp"
 
 namespace jitbmm::cli {
 
@@ -48,7 +49,12 @@ int run_chain_tune(const Args& args) {
                                 device->arch() + ")");
   ScopedContext scope(device->context);
   const auto start = std::chrono::steady_clock::now();
-  ChainTrial trial(p, true); // the chunked candidates' products tuned and stored, for the plans that then take them
+  ChainTrial trial(p);
+  // A variant measured on a plan of its own; a chunked one's products tune on their first call, within the warm-up,
+  // and store what they find for the plans that then take them.
+  auto measure = [&](const ChainSpec& spec, int64_t chunk) {
+    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true)), reps);
+  };
   std::printf("device: %s; chain %s\n", device->name.c_str(), chain_bucket_text(p).c_str());
   std::printf("%8s %10s %12s %10s %10s %s\n", "cluster", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
   std::vector<ChainTiming> timed;
@@ -58,7 +64,7 @@ int run_chain_tune(const Args& args) {
       std::printf("%8d  [skipped: its registers do not fit]\n", k);
       continue;
     }
-    const ChainRow row = trial.measure(spec, reps);
+    const ChainMeasure row = measure(spec, 0);
     std::printf("%8d %10.4f %12.4f %10.4f %10.4f %s\n", k, row.forward_ms, row.saving_ms, row.backward_ms,
                 row.saving_ms + row.backward_ms, row.checked ? "ok" : "WRONG (not a candidate)");
     std::fflush(stdout);
@@ -73,7 +79,7 @@ int run_chain_tune(const Args& args) {
   const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
   std::vector<ChunkTiming> chunked;
   for (const int64_t chunk : chunk_candidates(p)) {
-    const ChainRow row = trial.measure(best, reps, chunk);
+    const ChainMeasure row = measure(best, chunk);
     std::printf("%8s %10.4f %12.4f %10.4f %10.4f %s\n", ("chunk " + std::to_string(chunk)).c_str(), row.forward_ms,
                 row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
                 row.checked ? "ok" : "WRONG (not a candidate)");

@@ -1,7 +1,7 @@
 // What each GPU architecture's instructions allow: one table of features, read by the compile options (the device
-// code sees each feature as a JB_HAS_* macro, templates/core/features.cuh), by the specs that need a feature (the
-// tuner offers them only where it is present, and compiling one elsewhere is an error naming it) and by the chains'
-// clusters. Nothing else in jitbmm asks an architecture's number what it can do.
+// code sees each feature as a JB_HAS_* macro, templates/core/features.cuh), by the specs that need a feature
+// (generator/needed_features.hpp: the tuner offers them only where it is present, and compiling one elsewhere is an
+// error naming it) and by the chains' clusters. Nothing else in jitbmm asks an architecture's number what it can do.
 //
 // A feature level caps what is used: kernels compiled for one GPU with the features of an older architecture (the
 // runtime's JITBMM_FEATURES=sm_75 runs the Turing code paths on a Hopper GPU).
@@ -9,8 +9,6 @@
 
 #include <string>
 #include <vector>
-
-#include "jitbmm/kernel_spec.hpp"
 
 namespace jitbmm {
 
@@ -59,8 +57,6 @@ std::string sm_name(int sm); // "sm_75"
 // The -D options that give the device code its features: every JB_HAS_* macro, 0 or 1.
 std::vector<std::string> feature_defines(const ArchFeatures& features);
 
-// The features a spec's kernels need (those without an older equivalent): its math's.
-unsigned needed_features(const KernelSpec& spec);
 // The names of the `needed` features that `have` lacks, each with the architectures that have it, joined by ", "
 // ("mma.sync on TF32 and BF16 (sm_80 and later)"); empty when none is missing.
 std::string missing_features(unsigned needed, const ArchFeatures& have);

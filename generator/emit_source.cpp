@@ -11,6 +11,7 @@
 #include "support/sha256.hpp"
 #include "generator/arch_features.hpp"
 #include "generator/embedded_templates.hpp"
+#include "generator/needed_features.hpp"
 #include "jitbmm/version.hpp"
 #include "generator/strategy.hpp"
 #include "templates/core/params.cuh"

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "generator/entry_point.hpp"
 #include "jitbmm/kernel_spec.hpp"
 
 namespace jitbmm {
@@ -26,15 +27,6 @@ GeneratedKernel emit_kernel(const KernelSpec& spec);
 // part then 8 hex of the SHA-256 of the source that still holds the slot (so the name follows every byte of it).
 constexpr const char* kNameSlot = "JITBMM_KERNEL_NAME";
 GeneratedKernel finish_kernel(const std::string& readable, std::string source);
-
-// One extern "C" entry point of a generated kernel: <kernel name><suffix>(const jb::<params> p) { <call>(p); }.
-struct EntryPoint {
-  std::string suffix; // "" for the main entry, e.g. "_combine", "_prepare", "_repair", "_store"
-  int threads = 256;  // __launch_bounds__(threads, min_blocks)
-  int min_blocks = 1;
-  std::string call; // the device function, e.g. "jb::tiled_kernel<...>"
-  int cluster = 1;  // blocks of a cluster (__cluster_dims__), where more than one
-};
 
 // A generated unit from its text up to the instantiation (the header comment and the inlined templates): appends
 // the frame every unit ends with, a static_assert that the device's argument block `params` (a struct of

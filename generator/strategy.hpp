@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/emit_source.hpp"
+#include "generator/entry_point.hpp"
 #include "jitbmm/kernel_spec.hpp"
 
 namespace jitbmm {

@@ -7,7 +7,6 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/plan.hpp"
-#include "runtime/chain_plan.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
@@ -19,9 +18,8 @@ namespace jitbmm {
 
 namespace {
 
-// The chain of the chunks' products: B sequences of chunks + 1 positions whose steps are those products, in the
-// accumulator type, contiguous.
-ChainProblem chain_of_chunks(const ChainProblem& p, int64_t chunks) {
+// The chain of `chunks` chunks' products (chain_of_chunks).
+ChainProblem chain_over(const ChainProblem& p, int64_t chunks) {
   ChainProblem top;
   top.semiring = p.semiring;
   top.dtype = chain_output_dtype(p);
@@ -56,7 +54,7 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
     return "chunk: longer than one chunk of the whole chain (" + std::to_string(whole) + " steps for T = " +
            std::to_string(p.T) + ")";
   const int64_t chunks = chunks_of(p, chunk);
-  const std::size_t need = aligned(chain_saved_bytes(chain_of_chunks(p, chunks))) + products_bytes(p, chunks);
+  const std::size_t need = aligned(chain_saved_bytes(chain_over(p, chunks))) + products_bytes(p, chunks);
   if (need > chain_saved_bytes(p))
     return "chunk: the products of chunks of " + std::to_string(chunk) + " steps (" + std::to_string(need) +
            " bytes) do not fit in the forward's saved (" + std::to_string(chain_saved_bytes(p)) +
@@ -64,22 +62,36 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
   return {};
 }
 
+ChainProblem chain_of_chunks(const ChainProblem& p, int64_t chunk) {
+  if (const std::string why = chunk_unfit(p, chunk); !why.empty()) throw std::invalid_argument(why);
+  return chain_over(p, chunks_of(p, chunk));
+}
+
 namespace {
 
-// The chain of chunks in the sequential kernels (chunks of its own would take scratch the chunked plan does not
-// count), once the chunk is checked.
-ChainPlan plan_chain_of_chunks(const ChainProblem& p, int64_t chunk, const DeviceInfo& device) {
-  if (const std::string why = chunk_unfit(p, chunk); !why.empty()) throw std::invalid_argument(why);
-  const ChainProblem top = chain_of_chunks(p, chunks_of(p, chunk));
-  return chain_plan_for(top, chosen_chain_spec(top, device), 0);
+// `plan` after checking that it computes the chain of chunks `top` in the sequential kernels: the forward reads its
+// saved messages and the chunks' products at fixed places in `saved`, and its scratch counts no chunks of its own.
+ChainPlan checked_chain_of_chunks(ChainPlan plan, const ChainProblem& top) {
+  const ChainProblem& q = plan.problem();
+  int64_t want[4], have[4];
+  chain_strides(top, want);
+  chain_strides(q, have);
+  const bool same = q.semiring == top.semiring && q.dtype == top.dtype && q.B == top.B && q.T == top.T &&
+                    q.C == top.C && q.form == top.form && q.with_lengths == top.with_lengths &&
+                    std::equal(want, want + 4, have);
+  if (!same || plan.chunk() != 0)
+    throw std::invalid_argument("chain of chunks: the plan given is not of the chain of chunks (B = " +
+                                std::to_string(top.B) + ", T = " + std::to_string(top.T) + ", C = " +
+                                std::to_string(top.C) + ", contiguous, in the sequential kernels)");
+  return plan;
 }
 
 } // namespace
 
-ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device,
-                           bool tune_products)
+ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, ChainPlan chain_of_chunks_plan,
+                           std::shared_ptr<const DeviceInfo> device, bool tune_products)
     : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)),
-      top_(plan_chain_of_chunks(problem, chunk, *device_)) {
+      top_(checked_chain_of_chunks(std::move(chain_of_chunks_plan), chain_of_chunks(problem, chunk))) {
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
   chain_strides(problem, strides_);

@@ -24,12 +24,14 @@ namespace jitbmm {
 
 class ChunkedChain {
 public:
-  // Compiles the chunk module and plans the chain of chunks. Throws std::invalid_argument naming "chunk" unless
-  // the problem is a log chain in the CRF form with T ≥ 2, `chunk` a power of two in [2, kMaxChainChunk], and the
-  // chunks' products fit in the forward's `saved` (chunk_fits). The products tune only with `tune_products`
-  // (chain_plan_for).
-  ChunkedChain(const ChainProblem& problem, int64_t chunk, std::shared_ptr<const DeviceInfo> device,
-               bool tune_products = false);
+  // Compiles the chunk module; `chain_of_chunks_plan` is the caller's plan of chain_of_chunks(problem, chunk) in
+  // the sequential kernels (chain_plan_for makes it: this strategy is one of a chain plan's, and plans no chain of
+  // its own). Throws std::invalid_argument naming "chunk" unless the problem is a log chain in the CRF form with
+  // T ≥ 2, `chunk` a power of two in [2, kMaxChainChunk], and the chunks' products fit in the forward's `saved`
+  // (chunk_unfit), and naming "chain of chunks" when the plan is of another chain. The products tune only with
+  // `tune_products` (chain_plan_for).
+  ChunkedChain(const ChainProblem& problem, int64_t chunk, ChainPlan chain_of_chunks_plan,
+               std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
 
   // As ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
   void forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
@@ -41,7 +43,6 @@ public:
   std::size_t backward_workspace_bytes() const;
 
   int64_t chunk() const { return L_; }
-  const ChainPlan& chain_of_chunks() const { return top_; }
   std::string kernel_name() const { return kernel_->generated.name; }
 
 private:
@@ -69,6 +70,11 @@ private:
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };
+
+// The chain the chunked strategy runs over its chunks' products: B sequences of ceil((T − 1) / chunk) + 1
+// positions whose steps are those products, in the accumulator type, contiguous. Throws std::invalid_argument
+// where chunk_unfit says why the problem cannot take such chunks.
+ChainProblem chain_of_chunks(const ChainProblem& problem, int64_t chunk);
 
 // Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: a log chain in the CRF form with T
 // ≥ 2 whose chunks' products (B·ceil((T − 1) / chunk)·C² values) fit in `saved` beside the chain of chunks' own

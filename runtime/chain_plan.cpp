@@ -204,7 +204,11 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + impl->device->arch_and_level() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
-  if (chunk != 0) impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, impl->device, tune_products);
+  if (chunk != 0) { // its chain of chunks in the sequential kernels: chunks of its own would take uncounted scratch
+    const ChainProblem top = chain_of_chunks(problem, chunk);
+    const ChainPlan top_plan = chain_plan_for(top, chosen_chain_spec(top, *impl->device));
+    impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, top_plan, impl->device, tune_products);
+  }
   return ChainPlan(std::move(impl));
 }
 

@@ -16,7 +16,6 @@ namespace jitbmm {
 
 namespace {
 
-
 // Whether the inputs are laid out as the contiguous default, whether their strides are given or left 0.
 bool contiguous(const ChainProblem& p) {
   ChainProblem plain = p;
@@ -48,6 +47,13 @@ std::optional<int64_t> parse_chunk(const std::string& text) {
   for (int64_t l = 2; l <= kMaxChainChunk; l *= 2)
     if (text == std::to_string(l)) return l;
   return std::nullopt;
+}
+
+// One variant's line: `kind size forward saving backward`, the three in ms as every decision writes durations. The
+// decoder reads it back word by word.
+std::string timing_line(const char* kind, int64_t size, double forward_ms, double saving_ms, double backward_ms) {
+  return std::string(kind) + ' ' + std::to_string(size) + ' ' + format_duration(forward_ms, 5) + ' ' +
+         format_duration(saving_ms, 5) + ' ' + format_duration(backward_ms, 5) + '\n';
 }
 
 } // namespace
@@ -104,12 +110,9 @@ std::string encode_chain_decision(const ChainDecision& d) {
      << "saving_cluster " << d.saving_cluster << '\n';
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.chunk) os << "chunk " << *d.chunk << '\n';
-  for (const ChainTiming& t : d.timed)
-    os << "timed " << t.cluster << ' ' << format_duration(t.forward_ms, 5) << ' ' << format_duration(t.saving_ms, 5)
-       << ' ' << format_duration(t.backward_ms, 5) << '\n';
+  for (const ChainTiming& t : d.timed) os << timing_line("timed", t.cluster, t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d.chunked)
-    os << "chunked " << t.chunk << ' ' << format_duration(t.forward_ms, 5) << ' ' << format_duration(t.saving_ms, 5)
-       << ' ' << format_duration(t.backward_ms, 5) << '\n';
+    os << timing_line("chunked", t.chunk, t.forward_ms, t.saving_ms, t.backward_ms);
   return os.str();
 }
 
@@ -131,10 +134,8 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   // the chunks', in that order.
   bool first = true;
   while (in.next(line)) {
-    const bool chunk_line = line.rfind("chunk ", 0) == 0;
-    if (chunk_line && first) {
-      const std::string value = line.substr(6);
-      const auto chunk = value == "0" ? std::optional<int64_t>(0) : parse_chunk(value);
+    if (const auto value = field_value(line, "chunk"); value && first) {
+      const auto chunk = *value == "0" ? std::optional<int64_t>(0) : parse_chunk(*value);
       if (!chunk) return std::nullopt;
       d.chunk = *chunk;
       first = false;

@@ -9,11 +9,16 @@ namespace jitbmm {
 FieldReader::FieldReader(const std::string& text, std::size_t max_bytes)
     : in_(text), usable_(!text.empty() && text.size() <= max_bytes && text.back() == '\n') {}
 
+std::optional<std::string> field_value(const std::string& line, const char* name) {
+  const std::string prefix = std::string(name) + ' ';
+  if (line.rfind(prefix, 0) != 0 || line.size() == prefix.size()) return std::nullopt;
+  return line.substr(prefix.size());
+}
+
 std::optional<std::string> FieldReader::field(const char* name) {
   std::string line;
-  const std::string prefix = std::string(name) + ' ';
-  if (!next(line) || line.rfind(prefix, 0) != 0 || line.size() == prefix.size()) return std::nullopt;
-  return line.substr(prefix.size());
+  if (!next(line)) return std::nullopt;
+  return field_value(line, name);
 }
 
 bool FieldReader::next(std::string& line) { return usable_ && bool(std::getline(in_, line)); }

@@ -9,6 +9,10 @@
 
 namespace jitbmm {
 
+// The value of `line` when it reads `name value` (a non-empty value); nothing otherwise. What FieldReader::field reads,
+// for the optional lines a decoder meets in its loop over the rest.
+std::optional<std::string> field_value(const std::string& line, const char* name);
+
 // Reads a decision's lines in order; every accessor consumes one line.
 class FieldReader {
 public:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "generator/needed_features.hpp"
 #include "generator/strategy.hpp"
 #include "runtime/grad_launch.hpp"
 #include "support/checked_size.hpp"

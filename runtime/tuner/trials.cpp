@@ -57,18 +57,26 @@ uint64_t next_draw(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Random inputs laid out as the problem says, normal times `spread` (Box–Muller on two 24-bit uniforms of one draw,
-// in float: tails to 5.8σ; several times faster than std::normal_distribution<double>, which took about 1 s on one
-// thread for the two operands of 64x512^3), non-negative for max_times. Drawn in chunks of kChunk elements on the
-// tuner's CPU pool, each chunk seeded from one draw of `rng` and its index, so the values do not depend on the number
-// of threads.
+// A problem's operand: random values, non-negative for a semiring that needs it (max_times).
 std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, std::mt19937_64& rng,
                                           double spread = 1) {
+  return random_values(p.dtype, elements, rng, semiring_info(p.semiring).nonnegative_inputs, spread);
+}
+
+std::vector<unsigned char> download(const DeviceBuffer& buffer) {
+  std::vector<unsigned char> host(buffer.size());
+  buffer.download(host.data(), host.size());
+  return host;
+}
+
+} // namespace
+
+std::vector<unsigned char> random_values(DType dtype, int64_t elements, std::mt19937_64& rng, bool non_negative,
+                                         double spread) {
   constexpr int64_t kChunk = int64_t(1) << 18;
   std::vector<unsigned char> bytes(
-      static_cast<std::size_t>(checked_mul(elements, dtype_info(p.dtype).size_bytes, "autotune: operand bytes")));
+      static_cast<std::size_t>(checked_mul(elements, dtype_info(dtype).size_bytes, "trials: random values")));
   const uint64_t seed = rng();
-  const bool non_negative = semiring_info(p.semiring).nonnegative_inputs;
   const int64_t chunks = (elements + kChunk - 1) / kChunk;
   for_each_on_cpus(static_cast<std::size_t>(chunks), [&](std::size_t chunk) {
     const int64_t c = static_cast<int64_t>(chunk);
@@ -82,19 +90,11 @@ std::vector<unsigned char> random_operand(const Problem& p, int64_t elements, st
       const float angle = 6.2831853f * u2;
       const float pair[2] = {r * std::cos(angle), r * std::sin(angle)};
       for (int h = 0; h < 2 && i + h < end; ++h)
-        store_element(p.dtype, bytes.data(), i + h, non_negative ? std::fabs(pair[h]) : pair[h]);
+        store_element(dtype, bytes.data(), i + h, non_negative ? std::fabs(pair[h]) : pair[h]);
     }
   });
   return bytes;
 }
-
-std::vector<unsigned char> download(const DeviceBuffer& buffer) {
-  std::vector<unsigned char> host(buffer.size());
-  buffer.download(host.data(), host.size());
-  return host;
-}
-
-} // namespace
 
 std::optional<TrialBytes> trial_bytes(const Problem& p, Pass pass) {
   const Shape& s = p.shape;

@@ -127,28 +127,31 @@ std::optional<Decision> decode_decision(const std::string& text) {
     // Optional lines (absent from decisions stored before they existed), each at most once, in this order, before
     // the candidates.
     while (in.next(line)) {
-      if (d.ranking.empty() && !d.measured && d.reason.empty() && d.origin.empty() && line.rfind("measured ", 0) == 0) {
-        d.measured = parse_shape(line.substr(9));
+      // Where each may still come: not after itself, a later optional line or a candidate.
+      const bool origin_may = d.ranking.empty() && d.origin.empty();
+      const bool reason_may = origin_may && d.reason.empty();
+      const bool measured_may = reason_may && !d.measured;
+      if (const auto measured = field_value(line, "measured"); measured && measured_may) {
+        d.measured = parse_shape(*measured);
         continue;
       }
-      if (d.ranking.empty() && d.reason.empty() && d.origin.empty() && line.rfind("reason ", 0) == 0 &&
-          line.size() > 7) {
-        d.reason = line.substr(7);
+      if (const auto reason = field_value(line, "reason"); reason && reason_may) {
+        d.reason = *reason;
         continue;
       }
-      if (d.ranking.empty() && d.origin.empty() && line.rfind("origin ", 0) == 0 && line.size() > 7) {
-        d.origin = line.substr(7);
+      if (const auto origin = field_value(line, "origin"); origin && origin_may) {
+        d.origin = *origin;
         continue;
       }
-      if (line.rfind("candidate ", 0) != 0 || d.ranking.size() >= kRankingKept) return std::nullopt;
-      const std::string rest = line.substr(10);
-      const auto space = rest.find(' ');
+      const auto rest = field_value(line, "candidate");
+      if (!rest || d.ranking.size() >= kRankingKept) return std::nullopt;
+      const auto space = rest->find(' ');
       if (space == std::string::npos) return std::nullopt;
       CandidateResult c;
-      const std::optional<double> ms = parse_duration(rest.substr(0, space));
+      const std::optional<double> ms = parse_duration(rest->substr(0, space));
       if (!ms) return std::nullopt;
       c.median_ms = *ms;
-      c.spec = parse_stored_spec(rest.substr(space + 1), &d.spec);
+      c.spec = parse_stored_spec(rest->substr(space + 1), &d.spec);
       d.ranking.push_back(c);
     }
   } catch (const std::exception&) { // parse_spec, check_spec_exists, parse_shape (invalid_argument)

@@ -4,6 +4,8 @@
 
 #include "tests/temp_dir.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -13,7 +15,13 @@
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "jitbmm/reference.hpp"
+#include "runtime/chain_chunked.hpp"
+#include "runtime/chain_plan.hpp"
+#include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/tuner/chain_trials.hpp"
 #include "runtime/tuner/policy.hpp"
 
 using namespace jitbmm;
@@ -142,4 +150,105 @@ TEST_CASE("a chunked chain's first calls tune none of its products, under any po
   set_tune_policy(TunePolicy::never);
   CHECK(!never.empty());
   CHECK(bucket == never);
+}
+
+// The chunked strategy runs the chain plan its caller made of its chain of chunks, at fixed places in `saved` and
+// with no scratch of that plan's own counted: a plan of another chain, or one that itself runs in chunks, is refused.
+TEST_CASE("a chunked chain takes the plan of its own chain of chunks, in the sequential kernels, and no other") {
+  ChainProblem p;
+  p.B = 1, p.T = 8193, p.C = 16;
+  const auto device = current_device();
+  const ChainProblem top = chain_of_chunks(p, 16);
+  CHECK(top.B == 1);
+  CHECK(top.T == 513);
+  CHECK(top.C == 16);
+  CHECK(ChunkedChain(p, 16, chain_plan_for(top, chosen_chain_spec(top, *device)), device).chunk() == 16);
+  ChainProblem shorter = top;
+  shorter.T = 512;
+  CHECK_THROWS_WITH_AS(ChunkedChain(p, 16, chain_plan_for(shorter, chosen_chain_spec(shorter, *device)), device),
+                       doctest::Contains("chain of chunks"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ChunkedChain(p, 16, chain_plan_for(top, chosen_chain_spec(top, *device), 16), device),
+                       doctest::Contains("chain of chunks"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(chain_of_chunks(p, 3), doctest::Contains("chunk: must be a power of two"),
+                       std::invalid_argument);
+}
+
+namespace {
+
+// The first sequence's score on the CPU, from the inputs a chain trial uploaded (read back from its buffers).
+double first_score(const ChainProblem& p, const ChainTrialBuffers& t) {
+  ChainProblem first = p;
+  first.B = 1;
+  const std::size_t bytes = dtype_info(p.dtype).size_bytes;
+  auto read = [&](const void* at, int64_t elements) {
+    std::vector<unsigned char> host(std::size_t(elements) * bytes);
+    check(driver().cuMemcpyDtoH(host.data(), reinterpret_cast<CUdeviceptr>(at), host.size()), "cuMemcpyDtoH");
+    return host;
+  };
+  double score = 0;
+  if (p.form == ChainForm::hmm) {
+    const auto emissions = read(t.hmm.emissions, p.T * p.C), transitions = read(t.hmm.transitions, p.C * p.C),
+               initial = read(t.hmm.initial, p.C);
+    reference::chain_forward(first, HmmInputs{emissions.data(), transitions.data(), initial.data()}, nullptr, &score,
+                             nullptr, nullptr);
+  } else {
+    reference::chain_forward(first, read(t.potentials, (p.T - 1) * p.C * p.C).data(), nullptr, &score, nullptr,
+                             nullptr);
+  }
+  return score;
+}
+
+} // namespace
+
+// A chain trial runs a candidate's calls on its buffers, with saved (log) or the path (max_plus) and the scratch the
+// candidate asks for, and checks the first score as the products' trials check an output: the reference's score, to
+// the output dtype's tolerance (f64: 1e-12 of max(1, |score|)), passes, and one further off does not.
+TEST_CASE("a chain trial times a candidate's calls and checks its first score against the CPU reference") {
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const ChainForm form : {ChainForm::crf, ChainForm::hmm})
+      for (const Semiring semiring : {Semiring::log, Semiring::max_plus}) {
+        CAPTURE(dtype_info(dtype).name);
+        CAPTURE(int(form));
+        CAPTURE(int(semiring));
+        ChainProblem p;
+        p.semiring = semiring, p.dtype = dtype, p.form = form;
+        p.B = 3, p.T = 5, p.C = 4;
+        ChainTrial trial(p);
+        const bool log = semiring == Semiring::log;
+        int forwards = 0, saving = 0, backwards = 0;
+        double off = 0; // how far the candidate's score is from the reference's, times max(1, |score|)
+        ChainCandidate c;
+        c.saved_bytes = 64, c.workspace_bytes = 128, c.backward_workspace_bytes = 256;
+        c.forward = [&](const ChainTrialBuffers& t, void* saved, int32_t* path, Stream, const Workspace& ws) {
+          CHECK(ws.bytes == 128);
+          CHECK(ws.ptr != nullptr);
+          if (!saved && !path) {
+            ++forwards;
+          } else {
+            ++saving;
+            CHECK((saved != nullptr) == log); // log keeps saved, max_plus the best path
+            CHECK((path != nullptr) == !log);
+          }
+          const double want = first_score(p, t);
+          std::vector<unsigned char> score(dtype_info(dtype).size_bytes);
+          store_element(dtype, score.data(), 0, want + off * std::max(1.0, std::fabs(want)));
+          check(driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(t.score), score.data(), score.size()),
+                "cuMemcpyHtoD");
+        };
+        c.backward = [&](const ChainTrialBuffers&, const void* saved, const int32_t* path, Stream,
+                         const Workspace& ws) {
+          CHECK(ws.bytes == 256);
+          CHECK((saved != nullptr) == log);
+          CHECK((path != nullptr) == !log);
+          ++backwards;
+        };
+        CHECK(trial.measure(c, 2).checked);
+        CHECK(forwards == 5); // three to warm up, two timed
+        CHECK(saving == 5);
+        CHECK(backwards == 5);
+        off = dtype == DType::f64 ? 5e-12 : 5e-5;
+        CHECK_FALSE(trial.measure(c, 2).checked);
+      }
 }

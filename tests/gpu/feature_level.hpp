@@ -1,6 +1,6 @@
 // The GPU suite at a feature level: JITBMM_FEATURES=sm_75 (or sm_80) runs a newer GPU's kernels with an older
 // architecture's code paths (runtime/device.hpp), and the variants whose kernels need a feature the level lacks
-// (generator/arch_features.hpp: needed_features) cannot run. A test skips them here, by the device's features, and
+// (generator/needed_features.hpp) cannot run. A test skips them here, by the device's features, and
 // says so: a MESSAGE in its test case, and a count the suite's main prints at the end. Never passed silently.
 // Whole test cases that need a feature join a test suite of needs.hpp instead (kNeedsClusters, kNeedsMmaTf32Bf16).
 #pragma once
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "generator/arch_features.hpp"
+#include "generator/needed_features.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
 

@@ -13,6 +13,7 @@
 #include "generator/chain_source.hpp"
 #include "generator/embedded_templates.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/needed_features.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/nvrtc_compiler.hpp"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "expect.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/tuner/decision_text.hpp"
 
 using namespace jitbmm;
 namespace fs = std::filesystem;
@@ -74,6 +76,22 @@ TEST_CASE("a malformed decision decodes to nothing") {
                     "family ") +
             std::string(64, 'a') + "\nscope exact\nshape 1x2x3x99999999999999999999\nseconds 1\n"})
     CHECK_FALSE(decode_decision(text));
+}
+
+// Every decoder (products' and chains') reads a line `name value` through field_value: the name, one space, a
+// value that is not empty; the value may hold spaces of its own.
+TEST_CASE("a decision's line reads `name value` with a non-empty value, and nothing else") {
+  CHECK(field_value("reason small problem", "reason") == std::optional<std::string>("small problem"));
+  CHECK(field_value("chunk 64", "chunk") == std::optional<std::string>("64"));
+  CHECK_FALSE(field_value("chunk ", "chunk"));
+  CHECK_FALSE(field_value("chunk", "chunk"));
+  CHECK_FALSE(field_value("chunked 64 1 2 3", "chunk"));
+  CHECK_FALSE(field_value(" chunk 64", "chunk"));
+  FieldReader in("chain log\nforward_cluster \nseconds 1.500\n", 1024);
+  CHECK(in.field("chain") == std::optional<std::string>("log"));
+  CHECK_FALSE(in.field("forward_cluster"));
+  CHECK_FALSE(in.field("saving_cluster")); // consumes the next line, another name's
+  CHECK_FALSE(in.field("seconds"));        // so nothing is left
 }
 
 TEST_CASE("a decision's durations are finite and not negative, and its specs ones that can exist") {

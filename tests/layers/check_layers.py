@@ -26,8 +26,15 @@ The public headers (include/jitbmm/) belong to levels too, and a stage may inclu
 So generator/, support/, cache/, the engine and the tuner never include jitbmm/plan.hpp or jitbmm/jitbmm.hpp, and a
 vocabulary header includes only the vocabulary. A public header in no level is a defect.
 
+Within a stage, no two units include each other, directly or around a longer loop: a unit is a file's stem (its
+.cpp with its .hpp, or a lone header), so runtime/a.cpp including runtime/b.hpp while runtime/b.cpp includes
+runtime/a.hpp is a loop, though no header includes itself. A loop means neither file's idea can be read, built or
+tested without the other's, so one of them holds two ideas or a piece both share; each loop is reported once, with
+the include lines that close it.
+
 This fails, naming the file, the line and the two stages, when a file includes a header of a stage it may not
-see, and when generator/ (spec -> source text, pure) reads the environment, touches files or logs.
+see, naming the files and lines of each loop between units of one stage, and when generator/ (spec -> source text,
+pure) reads the environment, touches files or logs.
 Usage: check_layers.py ROOT      (--self-test: checks that each kind of defect is caught)
 """
 import os
@@ -66,7 +73,9 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api", "chain_chunked", "chain_choice", "chain_plan", "plan", "plan_impl", "repair_watch"},
+    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
+           "chain_chunked", "chain_choice", "chain_plan", "chain_step_products", "chain_stepped",
+           "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
@@ -124,8 +133,76 @@ def describe(stage):
     return stage.replace("runtime:", "runtime's ") if stage.startswith("runtime:") else stage + "/"
 
 
+def unit_of(rel):
+    """The unit a file belongs to: its path without the extension (a .cpp and its .hpp are one)."""
+    return os.path.splitext(rel)[0]
+
+
+def loops(edges):
+    """The loops among units: each strongly connected set of more than one unit, as the include lines of one cycle
+    through it (from its first unit by name) and every unit of the set. `edges` maps (unit, unit) to the first
+    (file, line, include) that makes the first unit include the second."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, on_stack, stack, sets = {}, {}, set(), [], []
+    for start in sorted(graph):  # Tarjan's, iterative: a deep include chain must not exhaust Python's stack
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            child = next(successors, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = set()
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        members.add(top)
+                        if top == node:
+                            break
+                    if len(members) > 1:
+                        sets.append(members)
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    found = []
+    for members in sorted(sets, key=min):
+        first = min(members)
+        previous, queue = {first: None}, [first]  # the shortest way around from `first` back to it
+        cycle = None
+        while queue and cycle is None:
+            node = queue.pop(0)
+            for child in sorted(graph[node] & members):
+                if child == first:
+                    cycle = [node]
+                    while previous[cycle[-1]] is not None:
+                        cycle.append(previous[cycle[-1]])
+                    cycle.reverse()
+                    break
+                if child not in previous:
+                    previous[child] = node
+                    queue.append(child)
+        cycle.append(first)
+        found.append(([edges[(a, b)] for a, b in zip(cycle, cycle[1:])], sorted(members)))
+    return found
+
+
 def check(root):
     problems = []
+    edges = {}  # (unit, unit) of one stage -> (file, line, include): the first include that joins them
     for folder in ("include", "support", "templates", "generator", "cache", "reference", "runtime"):
         for dirpath, _, names in os.walk(os.path.join(root, folder)):
             for name in sorted(names):
@@ -155,6 +232,8 @@ def check(root):
                                             f"{describe(target)}, a stage it may not see (it sees: {seen})")
                         elif stage.startswith("templates:") and not os.path.isfile(os.path.join(root, target_path)):
                             problems.append(f"{rel}:{number}: includes {m.group(1)}, which is no template")
+                        if target == stage and unit_of(target_path) != unit_of(rel):
+                            edges.setdefault((unit_of(rel), unit_of(target_path)), (rel, number, target_path))
                     if stage == "generator" and not m:
                         for e in ENTRY.finditer(line.split("//", 1)[0]):
                             if e.group(1) not in ENTRY_FAMILIES:
@@ -169,6 +248,11 @@ def check(root):
                         if hit:
                             problems.append(f"{rel}:{number}: generator/ must be pure (no environment, files or "
                                             f"logging) but uses '{hit.group(1)}'")
+    for cycle, members in loops(edges):
+        (rel, number, _), closing = cycle[0], ", ".join(f"{f}:{n} includes {t}" for f, n, t in cycle[1:])
+        problems.append(f"{rel}:{number}: includes {cycle[0][2]}, and {closing}: a loop between the units "
+                        f"{', '.join(members)} of one stage (move what both need into a file of its own, or pass "
+                        f"it in)")
     return problems
 
 
@@ -211,6 +295,11 @@ def self_test():
         "runtime/unlisted.cpp": '#include "runtime/jit.hpp"\n',
         "include/jitbmm/unlisted.hpp": '#include "jitbmm/types.hpp"\n',
         "runtime/plan.cpp": '#include "runtime/unlisted.hpp"\n',
+        # loops between units of one stage, reported once each at the first unit by name: two units whose .cpp
+        # files include each other's header, three around a header, two templates
+        "runtime/kernel_files.cpp": '#include "runtime/probes.hpp"\n',
+        "runtime/tuner/alpha.cpp": '#include "runtime/tuner/beta.hpp"\n',
+        "templates/core/loop_a.cuh": '#include "core/loop_b.cuh"\n',
     }
     clean = {
         "templates/core/params.cuh": "",
@@ -224,9 +313,10 @@ def self_test():
                                           'return {{tiled_header(s), "tiled/tiled.cuh", "exp_matmul/prepare.cuh"}};\n',
         "generator/fine.cpp": '#include "support/layout.hpp"\n#include "templates/core/params.cuh"\n'
                               '#include "jitbmm/kernel_spec.hpp"\n// getenv in a comment\n',
-        "runtime/c_api.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
-                             '#include "jitbmm/c_api.h"\n#include "jitbmm/plan.hpp"\n#include "runtime/autotune.hpp"\n'
-                             '#include "runtime/backward.hpp"\n#include "runtime/launch.hpp"\n',
+        "runtime/c_api_library.cpp": '#include "cache/disk_cache.hpp"\n#include "generator/emit_source.hpp"\n'
+                                     '#include "jitbmm/c_api.h"\n#include "jitbmm/plan.hpp"\n'
+                                     '#include "runtime/autotune.hpp"\n#include "runtime/backward.hpp"\n'
+                                     '#include "runtime/launch.hpp"\n',
         "runtime/launch.hpp": '#include "runtime/jit.hpp"\n#include "templates/core/params.cuh"\n'
                               '#include "jitbmm/types.hpp"\n',
         "runtime/tuner/search_space.cpp": '#include "runtime/tuner/trials.hpp"\n#include "runtime/grad_launch.hpp"\n'
@@ -236,6 +326,12 @@ def self_test():
         "include/jitbmm/jitbmm.hpp": '#include "jitbmm/plan.hpp"\n#include "jitbmm/reference.hpp"\n'
                                      '#include "jitbmm/errors.hpp"\n',
         "include/jitbmm/plan.hpp": '#include "jitbmm/kernel_spec.hpp"\n',
+        # the other halves of the loops above (each loop is one defect), and a unit that includes its own header
+        "runtime/probes.cpp": '#include "runtime/kernel_files.hpp"\n',
+        "runtime/tuner/beta.hpp": '#include "runtime/tuner/gamma.hpp"\n',
+        "runtime/tuner/gamma.cpp": '#include "runtime/tuner/alpha.hpp"\n',
+        "templates/core/loop_b.cuh": '#include "core/loop_a.cuh"\n',
+        "runtime/device_memory.cpp": '#include "runtime/device_memory.hpp"\n#include "runtime/device.hpp"\n',
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in {**defects, **clean}.items():

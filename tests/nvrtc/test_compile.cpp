@@ -20,6 +20,7 @@
 
 #include "generator/embedded_templates.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/needed_features.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"

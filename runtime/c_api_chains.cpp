@@ -1,0 +1,148 @@
+// The C ABI of the chains: chain problems, chain plans (jitbmm_chain_plan wraps a ChainPlan), their runs in the
+// CRF and HMM forms, backwards and workspaces. Each call converts its C arguments and calls the C++ API
+// (runtime/c_api_status).
+#include <cstring>
+#include <string>
+
+#include "jitbmm/c_api.h"
+#include "jitbmm/chain.hpp"
+#include "runtime/c_api_status.hpp"
+
+struct jitbmm_chain_plan {
+  jitbmm::ChainPlan plan;
+  std::string kernel_name; // what jitbmm_chain_plan_kernel_name points into
+};
+
+using jitbmm::c_api::guarded;
+using jitbmm::c_api::require;
+
+namespace {
+
+jitbmm::ChainProblem to_chain_problem(const jitbmm_chain_problem* c) {
+  jitbmm::ChainProblem p;
+  jitbmm::c_api::read_semiring_and_dtype(c, p);
+  p.B = c->B, p.T = c->T, p.C = c->C;
+  for (int i = 0; i < 4; ++i) p.strides[i] = c->strides[i];
+  p.with_lengths = c->with_lengths != 0;
+  if (c->form && std::strcmp(c->form, "hmm") == 0)
+    p.form = jitbmm::ChainForm::hmm;
+  else if (c->form && std::strcmp(c->form, "crf") != 0)
+    throw std::invalid_argument(std::string("problem.form: '") + c->form + "' (expected crf or hmm)");
+  p.batched_transitions = c->batched_transitions != 0;
+  p.batched_initial = c->batched_initial != 0;
+  for (int i = 0; i < 3; ++i) p.emission_strides[i] = c->emission_strides[i];
+  for (int i = 0; i < 3; ++i) p.transition_strides[i] = c->transition_strides[i];
+  for (int i = 0; i < 2; ++i) p.initial_strides[i] = c->initial_strides[i];
+  jitbmm::check_chain_problem(p);
+  return p;
+}
+
+} // namespace
+
+extern "C" {
+
+jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    const jitbmm::ChainProblem p = to_chain_problem(problem);
+    const jitbmm::ChainPlan chain = jitbmm::ChainPlan::get(p);
+    *plan = new jitbmm_chain_plan{chain, chain.kernel_name()};
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.saved_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_problem_saved_bytes(const jitbmm_chain_problem* problem, size_t* bytes) {
+  return guarded([&] {
+    require(bytes, "bytes");
+    *bytes = jitbmm::chain_saved_bytes(to_chain_problem(problem));
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.workspace_bytes(with_path != 0);
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                    void* score, void* saved, void* alpha, int32_t* path, void* workspace,
+                                    size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(potentials, lengths, score, saved, alpha, path, static_cast<jitbmm::Stream>(stream),
+               jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
+                                         const void* saved, const int32_t* path, const void* grad_score,
+                                         void* grad_potentials, void* stream) {
+  return jitbmm_chain_plan_backward_with_workspace(plan, potentials, lengths, saved, path, grad_score,
+                                                   grad_potentials, nullptr, 0, stream);
+}
+
+jitbmm_status jitbmm_chain_plan_backward_with_workspace(const jitbmm_chain_plan* plan, const void* potentials,
+                                                        const int64_t* lengths, const void* saved,
+                                                        const int32_t* path, const void* grad_score,
+                                                        void* grad_potentials, void* workspace,
+                                                        size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(potentials, lengths, saved, path, grad_score, grad_potentials,
+                        static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_run_hmm(const jitbmm_chain_plan* plan, const void* emissions, const void* transitions,
+                                        const void* initial, const int64_t* lengths, void* score, void* saved,
+                                        void* alpha, int32_t* path, void* workspace, size_t workspace_bytes,
+                                        void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, score, saved, alpha, path,
+               static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward_workspace_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.backward_workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_backward_hmm(const jitbmm_chain_plan* plan, const void* emissions,
+                                             const void* transitions, const void* initial, const int64_t* lengths,
+                                             const void* saved, const int32_t* path, const void* grad_score,
+                                             void* grad_emissions, void* grad_transitions, void* grad_initial,
+                                             void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, saved, path, grad_score,
+                        jitbmm::HmmGradients{grad_emissions, grad_transitions, grad_initial},
+                        static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(name, "name");
+    *name = plan->kernel_name.c_str();
+  });
+}
+
+void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
+
+} // extern "C"
