@@ -7,10 +7,11 @@ default):
 - crf-layer: against pytorch-crf's CRF layer (bench/chain_peers.py);
 - torbi: Viterbi against torbi's decoder, paths compared (bench/chain_peers.py);
 - hmm-wide: the HMM form at wide batches and up to 4,096 states against a loop of jitbmm's products
-  (bench/chain_wide.py).
+  (bench/chain_wide.py);
+- pyjuice: PyJuice's HMM at the same shapes, against the fused chain's times of hmm-wide (bench/chain_wide.py).
 
-    python3 bench/chain.py [--sections chains,crf-layer,torbi,hmm-wide] [--shapes "32,128,32;..."] [--long-c 64]
-                           [--dtype f32] [--reps 10] [--json out.json]
+    python3 bench/chain.py [--sections chains,crf-layer,torbi,hmm-wide,pyjuice] [--shapes "32,128,32;..."]
+                           [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
 
 Section chains: for each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the
 log-partition's forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path
@@ -37,7 +38,7 @@ import jitbmm  # noqa: E402
 import jitbmm.torch as jt  # noqa: E402
 from chain_peers import crf_layer_section, torbi_section, version  # noqa: E402
 from chain_timing import cell, forward_backward, forward_only, measure  # noqa: E402
-from chain_wide import hmm_wide_section  # noqa: E402
+from chain_wide import hmm_wide_section, pyjuice_section  # noqa: E402
 
 try:
     import torch_struct
@@ -169,7 +170,7 @@ def chains_section(args, rows):
 
 # Each section prints its rows and its table and appends its rows to the run's JSON rows.
 SECTIONS = {"chains": chains_section, "crf-layer": crf_layer_section, "torbi": torbi_section,
-            "hmm-wide": hmm_wide_section}
+            "hmm-wide": hmm_wide_section, "pyjuice": pyjuice_section}
 
 
 def sections(text):
@@ -197,10 +198,11 @@ def main():
         sys.exit("bench/chain.py: needs a CUDA GPU")
     versions = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "jitbmm": jitbmm.version(),
                 "torch_struct": version("torch-struct") if torch_struct else None,
-                "pytorch_crf": version("pytorch-crf"), "torbi": version("torbi")}
+                "pytorch_crf": version("pytorch-crf"), "torbi": version("torbi"), "pyjuice": version("pyjuice")}
     print(f"{versions['gpu']} | torch {versions['torch']} | jitbmm {versions['jitbmm']} | "
           + " | ".join(f"{name} {versions[key] or 'absent'}" for name, key in
-                       (("torch-struct", "torch_struct"), ("pytorch-crf", "pytorch_crf"), ("torbi", "torbi")))
+                       (("torch-struct", "torch_struct"), ("pytorch-crf", "pytorch_crf"), ("torbi", "torbi"),
+                        ("PyJuice", "pyjuice")))
           + f" | median of {args.reps} | sections {','.join(args.sections)}")
     rows = []
     for name in args.sections:

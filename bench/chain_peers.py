@@ -86,7 +86,8 @@ def crf_layer_section(args, rows):
         crf, partition = pytorch_crf_layer(*tables[1:])
         runs = {"jitbmm HMM form": (forward_only(jt.hmm_log_partition, tables),
                                     forward_backward(jt.hmm_log_partition, tables)),
-                "pytorch-crf": (forward_only(partition, tables[:1]), layer_forward_backward(crf, partition, tables[0]))}
+                "pytorch-crf": (forward_only(partition, tables[:1]),
+                                layer_forward_backward(crf, partition, tables[0]))}
         results = {}
         for peer, (fwd, fwd_bwd) in runs.items():
             results[peer] = [attempt(fwd, args.reps), attempt(fwd_bwd, args.reps)]
@@ -164,7 +165,8 @@ def torbi_section(args, rows):
                  row("torbi", B, T, C, "torbi", "path", theirs, why_theirs)]
         if ours and theirs:
             with torch.no_grad():
-                paths = compare_paths(tables, jt.hmm_viterbi(*tables)[1], decode(tables[0], frames, *tables[1:]).long())
+                theirs_path = decode(tables[0], frames, *tables[1:]).long()
+                paths = compare_paths(tables, jt.hmm_viterbi(*tables)[1], theirs_path)
             rows[-1]["paths"] = paths
         else:
             paths = "; ".join(f"{peer}: {why}" for peer, why in (("jitbmm", why_ours), ("torbi", why_theirs)) if why)

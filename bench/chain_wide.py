@@ -1,7 +1,10 @@
-"""bench/chain.py's section "hmm-wide": the HMM form at wide batches and many states, with transitions shared by
-the batch, where each step is one product [B × C] · [C × C]. jitbmm's fused chain (jitbmm.torch.hmm_log_partition)
-against a Python loop of jitbmm's own products over the steps (jitbmm.torch.logbmm), forward and forward + backward
-through autograd, and each against the rate of that one product alone: terms/s = B·(T − 1)·C² / time."""
+"""bench/chain.py's sections "hmm-wide" and "pyjuice": the HMM form at wide batches and many states, with
+transitions shared by the batch, where each step is one product [B × C] · [C × C]. jitbmm's fused chain
+(jitbmm.torch.hmm_log_partition) against a Python loop of jitbmm's own products over the steps (jitbmm.torch.logbmm),
+forward and forward + backward through autograd, and each against the rate of that one product alone; then PyJuice's
+HMM at the same shapes where it is installed. terms/s = B·(T − 1)·C² / time."""
+
+import time
 
 import torch
 
@@ -28,9 +31,9 @@ def rate(terms, result):
 
 
 def hmm_wide_section(args, rows):
-    print("\nHMM form, wide batches, shared transitions, f32: jitbmm's fused chain against a loop of jitbmm.torch.logbmm"
-          " over the steps; ms, e12 terms/s (B·(T − 1)·C² / time), and the forward's fraction of the rate of one step's"
-          " product [B × C] · [C × C] alone")
+    print("\nHMM form, wide batches, shared transitions, f32: jitbmm's fused chain against a loop of "
+          "jitbmm.torch.logbmm over the steps; ms, e12 terms/s (B·(T − 1)·C² / time), and the forward's fraction of "
+          "the rate of one step's product [B × C] · [C × C] alone")
     print(f"{'B':>4} {'T':>3} {'C':>5} {'peer':<13} {'fwd ms':>9} {'f+b ms':>9} {'fwd e12/s':>9} {'f+b e12/s':>9} "
           f"{'of product':>10}  notes")
     for B, T, C, with_backward in WIDE:
@@ -57,8 +60,8 @@ def hmm_wide_section(args, rows):
             fused_ran = fused_ran or (peer == FUSED and fwd is not None)
             if peer == LOOP and fwd and fused_ran:
                 notes = (notes + "; " if notes else "") + "score rel diff to the fused chain " + score_check(tables)
-            print(f"{B:>4} {T:>3} {C:>5} {peer:<13} {ms(fwd)} {ms(fwd_bwd)} {rate(terms, fwd)} {rate(terms, fwd_bwd)} "
-                  f"{fraction}  {notes}")
+            print(f"{B:>4} {T:>3} {C:>5} {peer:<13} {ms(fwd)} {ms(fwd_bwd)} {rate(terms, fwd)} "
+                  f"{rate(terms, fwd_bwd)} {fraction}  {notes}")
         del tables, alpha, step
 
 
@@ -68,3 +71,72 @@ def score_check(tables):
             return f"{relative_difference(jt.hmm_log_partition(*tables), hmm_logbmm_loop(*tables)):.1e}"
     except (ValueError, RuntimeError) as e:
         return first_line(e)
+
+
+# --- PyJuice -----------------------------------------------------------------------------------------------------
+
+SYMBOLS = 256  # PyJuice's HMM observes symbols through a [C, SYMBOLS] table; the gather costs the same at any size
+
+
+def load_pyjuice():
+    """(the pyjuice module, None) or (None, why it is absent); imported only when its section runs (it imports
+    Triton, numba and matplotlib)."""
+    try:
+        import pyjuice
+        return pyjuice, None
+    except Exception as e:  # not installed, or its own imports fail here
+        return None, "PyJuice absent (pip package pyjuice): " + first_line(e)
+
+
+def pyjuice_runs(pyjuice, B, T, C):
+    """((forward, forward + backward), compile seconds) of PyJuice's HMM of T steps and C states, compiled to its
+    circuit's layers, over B random sequences of symbols, on its own random parameters (its time does not depend on
+    their values); its backward computes the flows of every node and parameter, its counterpart of the gradients
+    of the emissions and the transitions. (None, why) where it does not compile."""
+    start = time.perf_counter()
+    try:
+        pc = pyjuice.compile(pyjuice.structures.HMM(T, C, SYMBOLS), verbose=False)
+        pc.to(torch.device("cuda"))
+    except Exception as e:  # a peer's own errors are of any type
+        return None, "failed to compile: " + first_line(e)
+    seconds = time.perf_counter() - start
+    x = torch.randint(SYMBOLS, (B, T), device="cuda")
+
+    def forward_backward():
+        pc(x)
+        pc.backward(x, flows_memory=1.0)
+
+    return (lambda: pc(x), forward_backward), seconds
+
+
+def pyjuice_section(args, rows):
+    print("\nPyJuice's HMM (pyjuice.structures.HMM) at the wide rows' shapes, its own f32 parameters: ms, e12 "
+          "terms/s, and its time over jitbmm's fused chain's in this run's hmm-wide section")
+    pyjuice, why = load_pyjuice()
+    if pyjuice is None:
+        print(f"  {why}: section skipped")
+        return
+    fused = {(r["B"], r["T"], r["C"], r["pass"]): r["ms"] for r in rows
+             if r["section"] == "hmm-wide" and r["peer"] == FUSED and r["ms"]}
+    print(f"{'B':>4} {'T':>3} {'C':>5} {'fwd ms':>9} {'f+b ms':>9} {'fwd e12/s':>9} {'f+b e12/s':>9} "
+          f"{'/ jitbmm fwd':>12} {'f+b':>7} {'compile s':>9}  notes")
+    for B, T, C, with_backward in WIDE:
+        terms = B * (T - 1) * C * C
+        runs, compiled = pyjuice_runs(pyjuice, B, T, C)
+        results = {}
+        if runs:
+            results = {"fwd": attempt(runs[0], args.reps)}
+            results.update({"fwd+bwd": attempt(runs[1], args.reps)} if with_backward else {})
+        else:
+            results = {"fwd": (None, compiled)}
+        for step_name, (result, why) in results.items():
+            rows.append(row("pyjuice", B, T, C, "PyJuice HMM", step_name, result, why,
+                            terms_per_s=result and terms / result[0] * 1e3))
+        times = [results.get(s, (None, None))[0] for s in ("fwd", "fwd+bwd")]
+        ratios = [f"{t[0] / fused[(B, T, C, s)]:{w}.2f}" if t and (B, T, C, s) in fused else f"{'-':>{w}}"
+                  for t, s, w in zip(times, ("fwd", "fwd+bwd"), (12, 7))]
+        notes = "; ".join(f"{s}: {why}" for s, (_, why) in results.items() if why)
+        seconds = f"{compiled:9.1f}" if runs else f"{'-':>9}"
+        print(f"{B:>4} {T:>3} {C:>5} {ms(times[0])} {ms(times[1])} {rate(terms, times[0])} {rate(terms, times[1])} "
+              f"{ratios[0]} {ratios[1]} {seconds}  {notes}")
+        runs = None
