@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import jitbmm  # noqa: E402
 import jitbmm.torch as jt  # noqa: E402
 from chain_peers import crf_layer_section, torbi_section, version  # noqa: E402
-from chain_timing import cell, forward_backward, forward_only, measure  # noqa: E402
+from chain_timing import FUSED, cell, forward_backward, forward_only, measure  # noqa: E402
 from chain_wide import hmm_wide_section, pyjuice_section  # noqa: E402
 
 try:
@@ -49,7 +49,6 @@ except Exception:  # not installed, or incompatible with this torch: its peers a
 DEFAULT_SHAPES = "32,128,32;32,512,64;8,1024,128;16,256,256"
 LONG_T = (1024, 2048, 4096)  # at B = 16, C = --long-c
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
-FUSED = "jitbmm chain"  # the fused kernels' row, in either form
 PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",), "hmm": ("fwd", "fwd+bwd"),
           "hmm-vit": ("score+path",)}
 
@@ -207,9 +206,9 @@ def main():
     rows = []
     for name in args.sections:
         SECTIONS[name](args, rows)
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps, sections=args.sections,
-                                                   rows=rows), indent=1))
+        if args.json:  # after each section, so that a run stopped in a later one keeps the rows of those before
+            Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps,
+                                                       sections=args.sections, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

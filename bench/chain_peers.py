@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import jitbmm.torch as jt
-from chain_timing import attempt, first_line, forward_backward, forward_only, ms, row
+from chain_timing import FUSED, attempt, first_line, forward_backward, forward_only, ms, row
 
 try:
     import torchcrf
@@ -84,8 +84,7 @@ def crf_layer_section(args, rows):
     for B, T, C in LAYER_SHAPES:
         tables = hmm_tables(B, T, C)
         crf, partition = pytorch_crf_layer(*tables[1:])
-        runs = {"jitbmm HMM form": (forward_only(jt.hmm_log_partition, tables),
-                                    forward_backward(jt.hmm_log_partition, tables)),
+        runs = {FUSED: (forward_only(jt.hmm_log_partition, tables), forward_backward(jt.hmm_log_partition, tables)),
                 "pytorch-crf": (forward_only(partition, tables[:1]),
                                 layer_forward_backward(crf, partition, tables[0]))}
         results = {}
@@ -97,7 +96,7 @@ def crf_layer_section(args, rows):
                 check = f"{relative_difference(jt.hmm_log_partition(*tables), partition(tables[0])):14.1e}"
         except (ValueError, RuntimeError) as e:
             check = first_line(e)
-        ours, theirs = results["jitbmm HMM form"], results["pytorch-crf"]
+        ours, theirs = results[FUSED], results["pytorch-crf"]
         ratios = [f"{t[0][0] / o[0][0]:{w}.1f}" if o[0] and t[0] else f"{'-':>{w}}"
                   for o, t, w in zip(ours, theirs, (9, 7))]
         notes = "; ".join(f"{peer}: {why}" for peer, rs in results.items() for _, why in rs if why)
@@ -161,7 +160,7 @@ def torbi_section(args, rows):
         frames = torch.full((B,), T, dtype=torch.int32, device="cuda")
         ours, why_ours = attempt(forward_only(jt.hmm_viterbi, tables), args.reps)
         theirs, why_theirs = attempt(forward_only(decode, (tables[0], frames, *tables[1:])), args.reps)
-        rows += [row("torbi", B, T, C, "jitbmm HMM form", "path", ours, why_ours),
+        rows += [row("torbi", B, T, C, FUSED, "path", ours, why_ours),
                  row("torbi", B, T, C, "torbi", "path", theirs, why_theirs)]
         if ours and theirs:
             with torch.no_grad():

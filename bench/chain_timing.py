@@ -8,6 +8,8 @@ import torch
 
 import jitbmm
 
+FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
+
 
 def measure(fn, reps):
     """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""

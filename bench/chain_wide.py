@@ -10,11 +10,11 @@ import torch
 
 import jitbmm.torch as jt
 from chain_peers import hmm_tables, relative_difference
-from chain_timing import attempt, first_line, forward_backward, forward_only, ms, row
+from chain_timing import FUSED, attempt, first_line, forward_backward, forward_only, ms, row
 
 # (B, T, C, with the backward): the backward at C = 2048 is left out to keep the run short.
 WIDE = ((512, 32, 512, True), (512, 32, 1024, True), (512, 32, 2048, False), (64, 32, 4096, True))
-FUSED, LOOP = "jitbmm chain", "logbmm loop"
+LOOP = "logbmm loop"
 
 
 def hmm_logbmm_loop(emissions, transitions, initial):
