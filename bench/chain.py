@@ -1,25 +1,32 @@
 """Linear-chain CRFs and HMMs: jitbmm's fused chain kernels (jitbmm.torch.chain_log_partition, chain_viterbi, and
-the HMM form's hmm_log_partition, hmm_viterbi) against torch-struct's LinearChainCRF with its own semiring products,
-the same with jitbmm's (jitbmm.torch_struct.patch), and a loop of one jitbmm.torch.logbmm a step.
+the HMM form's hmm_log_partition, hmm_viterbi) beside every peer, in one run, by sections (--sections, all by
+default):
 
-    python3 bench/chain.py [--shapes "32,128,32;..."] [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
+- chains: against torch-struct's LinearChainCRF with its own semiring products, the same with jitbmm's
+  (jitbmm.torch_struct.patch), and a loop of one jitbmm.torch.logbmm a step (--shapes, --long-c, --dtype);
+- crf-layer: against pytorch-crf's CRF layer (bench/chain_peers.py);
+- torbi: Viterbi against torbi's decoder, paths compared (bench/chain_peers.py);
+- hmm-wide: the HMM form at wide batches and up to 4,096 states against a loop of jitbmm's products
+  (bench/chain_wide.py);
+- pyjuice: PyJuice's HMM at the same shapes, against the fused chain's times of hmm-wide (bench/chain_wide.py).
 
-For each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the log-partition's
-forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path (jitbmm) against
-torch-struct's argmax (with jitbmm's products). The HMM rows take an HMM's tables instead (emissions [B, T, C],
-transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials, against
-forming them (differentiably) and running jitbmm's CRF form or torch-struct on them (Viterbi: torch-struct's argmax on
-them); forward + backward gives the gradients of all three tables. Each figure is the median of --reps CUDA-event
-times after three warm-up calls, and the peak device memory the call adds (torch.cuda.max_memory_allocated over what
-was allocated before it); a peer that runs out of memory shows OOM. terms/s = B·(T − 1)·C² / time, for the fused
-chain."""
+    python3 bench/chain.py [--sections chains,crf-layer,torbi,hmm-wide,pyjuice] [--shapes "32,128,32;..."]
+                           [--long-c 64] [--dtype f32] [--reps 10] [--json out.json]
+
+Section chains: for each (B, T, C), potentials [B, T - 1, C, C] (standard normal), every sequence of length T: the
+log-partition's forward (under torch.no_grad) and forward + backward (the marginals), and the Viterbi score and path
+(jitbmm) against torch-struct's argmax (with jitbmm's products). The HMM rows take an HMM's tables instead (emissions
+[B, T, C], transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials,
+against forming them (differentiably) and running jitbmm's CRF form or torch-struct on them (Viterbi: torch-struct's
+argmax on them); forward + backward gives the gradients of all three tables. The other sections run f32 (torbi takes
+nothing else). Each figure is the median of --reps CUDA-event times after three warm-up calls, and the peak device
+memory the call adds (torch.cuda.max_memory_allocated over what was allocated before it); a peer that runs out of
+memory shows OOM, a shape a peer refuses its error's first line, a peer that is not installed the reason it is left
+out. terms/s = B·(T − 1)·C² / time. --json writes every row of every section."""
 
 import argparse
 import contextlib
-import gc
-import importlib.metadata
 import json
-import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -29,6 +36,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import jitbmm  # noqa: E402
 import jitbmm.torch as jt  # noqa: E402
+from chain_peers import crf_layer_section, torbi_section, version  # noqa: E402
+from chain_timing import FUSED, cell, forward_backward, forward_only, measure  # noqa: E402
+from chain_wide import hmm_wide_section, pyjuice_section  # noqa: E402
 
 try:
     import torch_struct
@@ -39,35 +49,8 @@ except Exception:  # not installed, or incompatible with this torch: its peers a
 DEFAULT_SHAPES = "32,128,32;32,512,64;8,1024,128;16,256,256"
 LONG_T = (1024, 2048, 4096)  # at B = 16, C = --long-c
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
-FUSED = "jitbmm chain"  # the fused kernels' row, in either form
 PASSES = {"log": ("fwd", "fwd+bwd"), "viterbi": ("score+path",), "hmm": ("fwd", "fwd+bwd"),
           "hmm-vit": ("score+path",)}
-
-
-def measure(fn, reps):
-    """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""
-    try:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times), (torch.cuda.max_memory_allocated() - base) / 2**20
-    except (torch.OutOfMemoryError, jitbmm.CudaError) as e:
-        if isinstance(e, jitbmm.CudaError) and "OUT_OF_MEMORY" not in str(e):
-            raise
-        return None
-    finally:
-        gc.collect()
-        torch.cuda.empty_cache()
 
 
 def logbmm_loop(pot):
@@ -129,51 +112,20 @@ def hmm_viterbi_peers():
     return peers
 
 
-def forward_only(fn, inputs):
-    def run():
-        with torch.no_grad():
-            fn(*inputs)
-    return run
-
-
-def forward_backward(fn, inputs):
-    def run():
-        xs = [x.detach().requires_grad_(True) for x in inputs]
-        torch.autograd.grad(fn(*xs).sum(), xs)
-    return run
-
-
 def viterbi(fn, inputs):
     def run():
         fn(*(x.detach().requires_grad_(True) for x in inputs))  # torch-struct's argmax is a gradient: it needs one
     return run
 
 
-def cell(result):
-    return f"{'OOM':>9} {'':>9}" if result is None else f"{result[0]:9.3f} {result[1]:9.1f}"
-
-
-def main():
-    warnings.filterwarnings("ignore", message=".*arg_constraints.*")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,T,C;B,T,C;...")
-    ap.add_argument("--long-c", type=int, default=64, help="C of the long sequences (B = 16, T up to 4096); 0: none")
-    ap.add_argument("--dtype", choices=DTYPES, default="f32")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--json", help="also write the figures here")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench/chain.py: needs a CUDA GPU")
+def chains_section(args, rows):
+    """The section "chains": every shape of --shapes and --long-c, then the forward + backward's summary."""
     shapes = [tuple(map(int, s.split(","))) for s in args.shapes.split(";") if s]
     shapes += [(16, T, args.long_c) for T in LONG_T if args.long_c]
     dtype = DTYPES[args.dtype]
-    versions = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "jitbmm": jitbmm.version(),
-                "torch_struct": importlib.metadata.version("torch-struct") if torch_struct else None}
-    print(f"{versions['gpu']} | torch {versions['torch']} | torch-struct {versions['torch_struct'] or 'absent'} | "
-          f"jitbmm {versions['jitbmm']} | {args.dtype}, median of {args.reps}")
-    rows, summary = [], []
-    print(f"{'B':>4} {'T':>5} {'C':>4} {'task':<8} {'peer':<22} {'fwd ms':>9} {'fwd MiB':>9} {'f+b ms':>9} "
-          f"{'f+b MiB':>9} {'Gterms/s (fwd, f+b)'}")
+    summary = []
+    print(f"\nlinear chains, {args.dtype}: jitbmm against torch-struct\n{'B':>4} {'T':>5} {'C':>4} {'task':<8} "
+          f"{'peer':<22} {'fwd ms':>9} {'fwd MiB':>9} {'f+b ms':>9} {'f+b MiB':>9} {'Gterms/s (fwd, f+b)'}")
     for B, T, C in shapes:
         torch.manual_seed(0)
         pot = (torch.randn(B, T - 1, C, C, device="cuda", dtype=dtype),)
@@ -191,8 +143,9 @@ def main():
                 results = [measure(run, args.reps) for run in runs]
             fused = peer == FUSED
             for name, r in zip(PASSES[task], results):
-                rows.append({"B": B, "T": T, "C": C, "task": task, "peer": peer, "pass": name, "ms": r and r[0],
-                             "peak_mib": r and r[1], "terms_per_s": terms / r[0] * 1e3 if fused and r else None})
+                rows.append({"section": "chains", "B": B, "T": T, "C": C, "task": task, "peer": peer, "pass": name,
+                             "ms": r and r[0], "peak_mib": r and r[1],
+                             "terms_per_s": terms / r[0] * 1e3 if fused and r else None})
             if task in best:
                 best[task][peer] = results[1] and results[1][0]
             rate = " ".join(f"{terms / r[0] / 1e6:8.2f}" if r else f"{'-':>8}" for r in results) if fused else ""
@@ -212,8 +165,50 @@ def main():
             speedup = f"{theirs / ours:9.1f}" if ours and theirs else f"{'-':>9}"
             print(f"{B:>4} {T:>5} {C:>4} {ours_text} {name or '(all OOM)':<22} "
                   f"{f'{theirs:9.3f}' if theirs else '-':>9} {speedup}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps, rows=rows), indent=1))
+
+
+# Each section prints its rows and its table and appends its rows to the run's JSON rows.
+SECTIONS = {"chains": chains_section, "crf-layer": crf_layer_section, "torbi": torbi_section,
+            "hmm-wide": hmm_wide_section, "pyjuice": pyjuice_section}
+
+
+def sections(text):
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(unknown) or '(none given)'}; expected a "
+                                         f"comma list of {', '.join(SECTIONS)}")
+    return names
+
+
+def main():
+    warnings.filterwarnings("ignore", message=".*arg_constraints.*")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", type=sections, default=list(SECTIONS),
+                    help=f"comma list of the sections to run, in this order (default: {','.join(SECTIONS)})")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="chains: B,T,C;B,T,C;...")
+    ap.add_argument("--long-c", type=int, default=64,
+                    help="chains: C of the long sequences (B = 16, T up to 4096); 0: none")
+    ap.add_argument("--dtype", choices=DTYPES, default="f32", help="chains: the inputs' dtype (other sections: f32)")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", help="also write every row of every section here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/chain.py: needs a CUDA GPU")
+    versions = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "jitbmm": jitbmm.version(),
+                "torch_struct": version("torch-struct") if torch_struct else None,
+                "pytorch_crf": version("pytorch-crf"), "torbi": version("torbi"), "pyjuice": version("pyjuice")}
+    print(f"{versions['gpu']} | torch {versions['torch']} | jitbmm {versions['jitbmm']} | "
+          + " | ".join(f"{name} {versions[key] or 'absent'}" for name, key in
+                       (("torch-struct", "torch_struct"), ("pytorch-crf", "pytorch_crf"), ("torbi", "torbi"),
+                        ("PyJuice", "pyjuice")))
+          + f" | median of {args.reps} | sections {','.join(args.sections)}")
+    rows = []
+    for name in args.sections:
+        SECTIONS[name](args, rows)
+        if args.json:  # after each section, so that a run stopped in a later one keeps the rows of those before
+            Path(args.json).write_text(json.dumps(dict(versions, dtype=args.dtype, reps=args.reps,
+                                                       sections=args.sections, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

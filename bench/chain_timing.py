@@ -1,0 +1,85 @@
+"""How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
+device memory the call adds, and, where a call gives no figure, why (out of memory, or refused)."""
+
+import gc
+import statistics
+
+import torch
+
+import jitbmm
+
+FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
+
+
+def measure(fn, reps):
+    """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""
+    try:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times), (torch.cuda.max_memory_allocated() - base) / 2**20
+    except (torch.OutOfMemoryError, jitbmm.CudaError) as e:
+        if isinstance(e, jitbmm.CudaError) and "OUT_OF_MEMORY" not in str(e):
+            raise
+        return None
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def first_line(error):
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+
+
+def attempt(fn, reps):
+    """(measure(fn, reps), None), or (None, why): "OOM", "refused: " and the first line of the ValueError of a
+    shape the callee does not take, or "failed: " and the first line of any other error, so that one peer's
+    failure leaves the other rows of the run (a CUDA error that spoils the context still shows in every row after
+    it)."""
+    try:
+        result = measure(fn, reps)
+    except ValueError as e:
+        return None, "refused: " + first_line(e)
+    except Exception as e:  # a peer's own errors are of any type
+        return None, "failed: " + first_line(e)
+    return result, None if result else "OOM"
+
+
+def forward_only(fn, inputs):
+    def run():
+        with torch.no_grad():
+            fn(*inputs)
+    return run
+
+
+def forward_backward(fn, inputs):
+    """fn's forward and the gradients of the sum of its result with respect to every input."""
+    def run():
+        xs = [x.detach().requires_grad_(True) for x in inputs]
+        torch.autograd.grad(fn(*xs).sum(), xs)
+    return run
+
+
+def cell(result):
+    return f"{'OOM':>9} {'':>9}" if result is None else f"{result[0]:9.3f} {result[1]:9.1f}"
+
+
+def ms(result, width=9):
+    """A time, or '-' where there is none (the row's note says why)."""
+    return f"{result[0]:{width}.3f}" if result else f"{'-':>{width}}"
+
+
+def row(section, B, T, C, peer, step, result, why=None, **extra):
+    """One row of the JSON output."""
+    return dict(section=section, B=B, T=T, C=C, peer=peer, **{"pass": step}, ms=result and result[0],
+                peak_mib=result and result[1], why=why, **extra)
