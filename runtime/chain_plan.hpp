@@ -27,9 +27,10 @@ int cluster_sms(const DeviceInfo& device);
 // was measured faster for such a problem (runtime/chain_chunked.hpp).
 int64_t default_chain_chunk(const ChainProblem& problem);
 
-// Whether ChainPlan::get takes the stepped strategy for `problem` on `device` by the rule: always beyond
-// kMaxSequentialChainStates states, and where its products were measured faster than the sequential kernels.
-bool default_chain_stepped(const ChainProblem& problem, const DeviceInfo& device);
+// Whether ChainPlan::get takes the stepped strategy for `problem` by the rule: always beyond
+// kMaxSequentialChainStates states, and for an HMM's shared table where its products were measured faster than the
+// sequential kernels (many sequences of many states).
+bool default_chain_stepped(const ChainProblem& problem);
 
 // The variant ChainPlan::get takes: the clusters and the strategy a stored decision names for the problem's bucket on
 // this device (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit and the problem

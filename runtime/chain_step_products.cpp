@@ -16,8 +16,10 @@ KernelSpec tiles(KernelSpec s, int m, int n, int k, int tm, int tn, int min_bloc
 }
 
 // Measured on an H200 (jitbmm tune of each shape): log at [512 × 512] · [512 × 512] ran 0.042 ms in exp_matmul's
-// 64 × 64 tiles (128 × 128 left 116 of 132 SMs idle: 0.082 ms; the direct kernels 0.08–0.3 ms), from 512 × 1024
-// outputs on the warpgroup form's 128 × 64 tiles led (0.069 ms at C = 1024, 0.135 at 2048, 0.29 at 64 × 4096);
+// 64 × 64 tiles or the warpgroup form's 128 × 64 (128 × 128 left 116 of 132 SMs idle: 0.082 ms; the direct kernels
+// 0.08–0.3 ms), and from there on the warpgroup form's 128 × 64 tiles led (0.069 ms at C = 1024, 0.135 at 2048,
+// 0.29 at B = 64, C = 4096, where 64 × 64 took 0.38); the transitions' gradient's product, 512² outputs of a sum
+// over 1024 positions in 16 batches, took 0.20 ms in 128 × 128 and 0.40 in 64 × 64;
 // max_plus with its argmax took the direct tiled kernel's 32 × 32 tiles at C = 512 (0.054 ms against 0.108 in 64 ×
 // 64) and tiled_refine's 64 × 64 at 1024. One product per sequence (M = 1) reads its table once: the warp kernel
 // (0.29 ms at B = 512, C = 512, against 0.66 for linear). The transitions' gradient's product over every (b, t)
@@ -36,7 +38,7 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
   }
   if (q.semiring != Semiring::log || wide_acc) return std::nullopt;
   KernelSpec e = default_spec(q, Strategy::exp_matmul);
-  const bool large = s.M * s.N >= 512 * 1024;
+  const bool large = s.M * s.N >= 512 * 512;
   if (device.features.has(kWgmma) && large) {
     const bool edges = s.K > 4 * s.N; // the gradient's product: few outputs, a long sum
     e = edges ? tiles(e, 128, 128, 32, 2, 32, 1) : tiles(e, 128, 64, 32, 2, 16, 1);

@@ -382,7 +382,8 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
         ties.batched = true;
         run_case(ties, rng, worst);
       }
-      MESSAGE("stepped " << semiring_info(s).name << " " << dtype_info(d).name << ": worst relative error of the score "
+      MESSAGE("stepped " << std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
+                         << ": worst relative error of the score "
                          << worst.score << ", of alpha " << worst.alpha
                          << ", worst error of a gradient (relative to its shares) " << worst.grad);
     }
