@@ -16,6 +16,8 @@ struct jitbmm_chain_plan {
 using jitbmm::c_api::guarded;
 using jitbmm::c_api::require;
 
+static_assert(JITBMM_MAX_CHAIN_STATES == jitbmm::kMaxChainStates, "the C ABI's chain state limit is the C++ one");
+
 namespace {
 
 jitbmm::ChainProblem to_chain_problem(const jitbmm_chain_problem* c) {

@@ -6,6 +6,7 @@
 #include "generator/chain_source.hpp"
 #include "runtime/chain_step_products.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/events.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/policy.hpp"
@@ -24,22 +25,21 @@ std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
 }
 
-// The forward's scratch, counted and taken in one order: the messages and the product they reach ([B][C] each), the
-// offsets so far, max_plus's winning sources ([T][B][C] int32, with a path), and the widened table.
+// The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
+// backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
+// far and the widened table; then max_plus's winning sources ([T][B][C] int32, with a path).
 struct ForwardPieces {
-  std::size_t messages, offsets, argmax, table;
-  ForwardPieces(const ChainProblem& p, bool with_path, std::size_t table_bytes)
-      : messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})), offsets(bytes_of({p.B, 8})),
-        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0),
-        table(table_bytes) {}
+  int passes;
+  std::size_t messages, offsets, table, argmax;
+  ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes)
+      : passes(with_saved ? 2 : 1), messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        offsets(bytes_of({p.B, 8})), table(table_bytes),
+        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0) {}
   std::size_t bytes() const {
-    return ScratchSize()
-        .add(messages, "workspace")
-        .add(messages, "workspace")
-        .add(offsets, "workspace")
-        .add(argmax, "workspace")
-        .add(table, "workspace")
-        .bytes();
+    ScratchSize size;
+    for (int i = 0; i < passes; ++i)
+      size.add(messages, "workspace").add(messages, "workspace").add(offsets, "workspace").add(table, "workspace");
+    return size.add(argmax, "workspace").bytes();
   }
 };
 
@@ -73,9 +73,9 @@ std::size_t SteppedChain::widened_bytes() const {
   return bytes_of({tables, problem_.C, problem_.C, dtype_info(problem_.dtype).acc_bytes});
 }
 
-std::size_t SteppedChain::workspace_bytes(bool with_path) const {
+std::size_t SteppedChain::workspace_bytes(bool with_saved, bool with_path) const {
   if (problem_.B == 0) return 0;
-  return ForwardPieces(problem_, with_path, widened_bytes()).bytes();
+  return ForwardPieces(problem_, with_saved, with_path, widened_bytes()).bytes();
 }
 
 int64_t SteppedChain::edge_slices() const {
@@ -180,6 +180,41 @@ const void* SteppedChain::table(const jb::ChainParams& params, int64_t t, bool b
   return scratch_table;
 }
 
+void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, Stream stream) const {
+  const ChainProblem& p = problem_;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const std::size_t row = std::size_t(p.B * p.C);
+  params.beta = beta;
+  const SemiringBMM step = product(beta, !beta && with_path, stream);
+  // The forward from position 0, each product reaching the next position; the backward from the last position
+  // down, the table transposed.
+  for (int64_t i = 0; i < p.T; ++i) {
+    const int64_t t = beta ? p.T - 1 - i : i;
+    if (i > 0) {
+      const int64_t from = beta ? t : t - 1; // the step's table: positions from → from + 1
+      const void* tab = table(params, from, beta, table_scratch, cu_stream);
+      int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
+      step(params.msg, tab, const_cast<void*>(params.prod), winners, stream);
+    }
+    params.t = t;
+    launch("", p.B, true, params, cu_stream);
+  }
+  if (!beta && with_path) launch("_path", p.B, false, params, cu_stream);
+}
+
+CUstream SteppedChain::side_stream() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!side_) check(driver().cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  return side_;
+}
+
+SteppedChain::~SteppedChain() {
+  if (!side_) return;
+  // Work still queued on it completes first: the driver releases the stream then.
+  ScopedContext scope(device_->context);
+  driver().cuStreamDestroy(side_);
+}
+
 void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
@@ -187,35 +222,35 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false);
   const bool with_path = params.path != nullptr;
-  const ForwardPieces pieces(p, with_path, widened_bytes());
+  const ForwardPieces pieces(p, with_saved, with_path, widened_bytes());
   Scratch scratch(*device_, workspace, pieces.bytes(), cu_stream);
-  params.msg = scratch.take(pieces.messages);
-  void* const reached = scratch.take(pieces.messages);
-  params.prod = reached;
-  params.running = static_cast<double*>(scratch.take(pieces.offsets));
-  params.argmax = static_cast<int*>(scratch.take(pieces.argmax));
-  void* const scratch_table = scratch.take(pieces.table);
   params.states = p.C;
-  const std::size_t row = std::size_t(p.B * p.C);
-  // Forward: position 0, then each product reaching the next position. Backward (with saved): the same from the
-  // last position down, the table transposed.
-  for (const bool beta : {false, true}) {
-    if (beta && !with_saved) break;
-    params.beta = beta;
-    const SemiringBMM step = product(beta, !beta && with_path, stream);
-    for (int64_t i = 0; i < p.T; ++i) {
-      const int64_t t = beta ? p.T - 1 - i : i;
-      if (i > 0) {
-        const int64_t from = beta ? t : t - 1; // the step's table: positions from → from + 1
-        const void* tab = table(params, from, beta, scratch_table, cu_stream);
-        int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
-        step(params.msg, tab, reached, winners, stream);
-      }
-      params.t = t;
-      launch("", p.B, true, params, cu_stream);
-    }
+  jb::ChainParams at[2] = {params, params};
+  void* tables[2] = {};
+  for (int i = 0; i < pieces.passes; ++i) {
+    at[i].msg = scratch.take(pieces.messages);
+    at[i].prod = scratch.take(pieces.messages);
+    at[i].running = static_cast<double*>(scratch.take(pieces.offsets));
+    tables[i] = scratch.take(pieces.table);
   }
-  if (with_path) launch("_path", p.B, false, params, cu_stream);
+  at[0].argmax = static_cast<int*>(scratch.take(pieces.argmax));
+  if (!with_saved) {
+    pass(at[0], false, with_path, tables[0], stream);
+    return;
+  }
+  // The backward messages depend on the tables alone: on a stream of their own they run beside the forward's, whose
+  // products alone leave SMs idle at moderate sizes (not while `stream` is captured into a graph, where the
+  // capture's one stream keeps the order).
+  if (stream_is_capturing(cu_stream)) {
+    pass(at[0], false, with_path, tables[0], stream);
+    pass(at[1], true, false, tables[1], stream);
+    return;
+  }
+  const CUstream side = side_stream();
+  wait_for(side, cu_stream);
+  pass(at[1], true, false, tables[1], reinterpret_cast<Stream>(side));
+  pass(at[0], false, with_path, tables[0], stream);
+  wait_for(cu_stream, side);
 }
 
 void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {

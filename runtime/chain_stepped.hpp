@@ -29,6 +29,9 @@ public:
   // Compiles the step module. The products tune only with `tune_products` (what `jitbmm tune --chain` asks for);
   // otherwise they take stored decisions or the default, as every chain plan's.
   SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
+  ~SteppedChain();
+  SteppedChain(const SteppedChain&) = delete;
+  SteppedChain& operator=(const SteppedChain&) = delete;
 
   // The forward: `params` as the sequential kernels take them (inputs, lengths, saved's pieces, path, score,
   // alpha: runtime/chain_plan.cpp attaches them), the same outputs written. `saved` gets the same layout and
@@ -38,12 +41,17 @@ public:
   // grad_initial, each where not null.
   void backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
 
-  std::size_t workspace_bytes(bool with_path) const;
+  // The forward's scratch: with saved the backward messages' pass takes its own, as it runs beside the forward's.
+  std::size_t workspace_bytes(bool with_saved, bool with_path) const;
   // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
   std::size_t backward_workspace_bytes(bool transitions) const;
   std::string kernel_name() const;
 
 private:
+  // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch.
+  void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, Stream stream) const;
+  // The stream the backward messages' pass runs on beside the caller's, made on first use.
+  CUstream side_stream() const;
   // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
@@ -64,6 +72,7 @@ private:
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
+  mutable CUstream side_ = nullptr;
 };
 
 } // namespace jitbmm

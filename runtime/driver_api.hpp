@@ -144,6 +144,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
   X(cuEventCreate, cuEventCreate, (CUevent * event, unsigned int flags))                                               \
   X(cuEventDestroy, cuEventDestroy_v2, (CUevent event))                                                                \
   X(cuEventRecord, cuEventRecord, (CUevent event, CUstream stream))                                                    \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags))                        \
   X(cuEventSynchronize, cuEventSynchronize, (CUevent event))                                                           \
   X(cuEventQuery, cuEventQuery, (CUevent event))                                                                       \
   X(cuEventElapsedTime, cuEventElapsedTime_v2, (float* milliseconds, CUevent start, CUevent end))                      \

@@ -3,24 +3,9 @@
 #include <algorithm>
 
 #include "runtime/driver_api.hpp"
+#include "runtime/events.hpp"
 
 namespace jitbmm {
-
-namespace {
-
-class Event {
-public:
-  Event() { check(driver().cuEventCreate(&event_, CU_EVENT_DEFAULT), "cuEventCreate"); }
-  ~Event() { driver().cuEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  CUevent get() const { return event_; }
-
-private:
-  CUevent event_ = nullptr;
-};
-
-} // namespace
 
 Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int runs, Stream stream,
                      const BeforeRun& before_run) {

@@ -110,10 +110,11 @@ void jitbmm_plan_destroy(jitbmm_plan* plan);
  * position t to state c at t + 1: torch-struct's LinearChainCRF layout. The HMM form gives the chain by its tables
  * instead: emissions[B][T][C], transitions[C][C] (to, from) and initial[C], the tables optionally per sequence; a CRF
  * problem leaves the HMM form's fields 0. */
+#define JITBMM_MAX_CHAIN_STATES 16384 /* the most states a chain may have (C++: jitbmm::kMaxChainStates) */
 typedef struct {
   const char* semiring; /* "log" (log-partition) or "max_plus" (Viterbi) */
   const char* dtype;    /* the inputs': "f32", "f64", "f16" or "bf16" (computed in f32) */
-  int64_t B, T, C;      /* 0 <= B < 2^30, T >= 1, 1 <= C <= 1024 */
+  int64_t B, T, C;      /* 0 <= B < 2^30, T >= 1, 1 <= C <= JITBMM_MAX_CHAIN_STATES */
   int64_t strides[4];   /* b, t, c, p of potentials in elements; all 0: contiguous [B][T - 1][C][C] */
   int with_lengths;     /* the calls get int64 lengths[B] on the device, each in [1, T] (else NULL) */
   const char* form;     /* NULL or "crf": the potentials; "hmm": the tables (the _hmm calls; strides all 0) */

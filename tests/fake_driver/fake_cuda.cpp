@@ -540,6 +540,9 @@ CUresult CUDAAPI cuEventDestroy(CUevent event) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventRecord(CUevent event, CUstream) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+CUresult CUDAAPI cuStreamWaitEvent(CUstream, CUevent event, unsigned int) {
+  return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
 CUresult CUDAAPI cuEventSynchronize(CUevent event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 CUresult CUDAAPI cuEventQuery(CUevent event) { return event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {

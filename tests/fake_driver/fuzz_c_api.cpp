@@ -364,7 +364,7 @@ void run_chain_case(uint64_t seed, Findings& f) {
   const bool tame = z.chance(0.5);
   p.B = tame ? static_cast<int64_t>(z.below(40)) : z.dim();
   p.T = tame ? 1 + static_cast<int64_t>(z.below(70)) : z.dim();
-  p.C = z.chance(0.8) ? z.pick<int64_t>({1, 3, 33}) : z.pick<int64_t>({0, -1, 1025, 65536, kMax, kMin});
+  p.C = z.chance(0.8) ? z.pick<int64_t>({1, 3, 33}) : z.pick<int64_t>({0, -1, 1025, 16385, 65536, kMax, kMin});
   p.with_lengths = z.chance(0.5) ? 0 : z.chance(0.8) ? 1 : static_cast<int>(z.rng());
   const int64_t steps = static_cast<int64_t>(static_cast<uint64_t>(p.T) - 1); // T - 1, wrapping as a caller's would
   const int64_t nat[4] = {wrap_mul(wrap_mul(steps, p.C), p.C), wrap_mul(p.C, p.C), p.C, 1};
@@ -401,7 +401,8 @@ void run_chain_case(uint64_t seed, Findings& f) {
   if (null_problem || null_out) f.add(seed, "jitbmm_chain_plan_create succeeded with a null argument", p);
   ++f.plans;
   ++f.families[hmm ? "chain hmm plan made" : "chain crf plan made"];
-  if (p.B < 0 || p.T < 1 || p.C < 1 || p.C > 1024) f.add(seed, "a chain plan was made with sizes out of range", p);
+  if (p.B < 0 || p.T < 1 || p.C < 1 || p.C > JITBMM_MAX_CHAIN_STATES)
+    f.add(seed, "a chain plan was made with sizes out of range", p);
   // The bytes an input of `extents` at `given` strides (all 0: `natural`) reaches.
   auto span = [&](std::initializer_list<int64_t> extents, const int64_t* given, const int64_t* natural) {
     const std::size_t n = extents.size();

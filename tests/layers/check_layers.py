@@ -71,7 +71,7 @@ ALLOWED = {
 # runtime/<stem>.{cpp,hpp}: the stage of each file outside runtime/tuner/.
 RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
-             "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing"},
+             "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
            "chain_chunked", "chain_choice", "chain_plan", "chain_step_products", "chain_stepped",
