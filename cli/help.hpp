@@ -91,7 +91,9 @@ inline std::string inspect_help() {
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
          "  jitbmm inspect --tuned --chain C [--hmm] [--batch B] [--length T] [--semiring S] [--dtype D]\n"
          "      The chain variant a plan takes on this GPU: a stored decision's clusters (tune --chain) or the\n"
-         "      rule's, and its strategy (sequential, or chunked for a few sequences of a long chain).\n";
+         "      rule's, its strategy (sequential; chunked for a few sequences of a long chain; stepped for an HMM's\n"
+         "      table shared by many sequences of many states, and always beyond 1024 states) and why: the rule's\n"
+         "      condition, or the stored decision with its timings.\n";
 }
 
 struct CommandHelp {
@@ -112,9 +114,10 @@ inline const std::vector<CommandHelp>& command_help() {
        "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket. --data wide\n"
        "      times on randn*50 inputs: the variant a plan moves to when its repairs show wide-range data.\n"
        "  jitbmm tune --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype D] [--reps N]\n"
-       "      Time a chain's cluster sizes on this GPU (sm_90 on) and, for log chains of the CRF form, the chunked\n"
-       "      strategy in chunks of 32 to 256 steps and of the whole chain, each checked against the CPU reference;\n"
-       "      store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"
+       "      Time a chain's cluster sizes on this GPU (sm_90 on), for log chains of the CRF form the chunked\n"
+       "      strategy in chunks of 32 to 256 steps and of the whole chain, and the stepped strategy (each step a\n"
+       "      product of every sequence's messages; beyond 1024 states the only one), each checked against the CPU\n"
+       "      reference; store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"
        "  jitbmm tune --export FILE | --import FILE\n"
        "      Write every decision of the cache to a decisions file, or store a file's decisions where the cache has\n"
        "      none under their keys (marked imported, checked against the CPU reference on first use): a site tunes\n"

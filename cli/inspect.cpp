@@ -208,32 +208,68 @@ int print_tuned(const Problem& p) {
   return 0;
 }
 
+// The strategy a chain plan takes and why: the stored decision (its timings follow), or the rule and which of its
+// conditions holds; and why a stored decision's strategy is not the plan's.
+std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c) {
+  std::string text = c.stepped     ? "stepped (each step one product of the bmm plans)"
+                     : c.chunk > 0 ? "chunked, in chunks of " + std::to_string(c.chunk) + " steps"
+                                   : "sequential";
+  const bool sequential_fits = p.C <= kMaxSequentialChainStates;
+  const bool decided = c.stepped ? c.stepped_from_decision : c.chunk_from_decision;
+  text += "\nwhy:      ";
+  if (!sequential_fits)
+    text += "the rule: beyond " + std::to_string(kMaxSequentialChainStates) +
+            " states (the sequential kernels' limit) only the stepped strategy computes a chain";
+  else if (decided)
+    text += "the stored decision (jitbmm tune --chain): the fastest saving forward + backward it timed";
+  else if (c.stepped)
+    text += "the rule: an HMM's transitions shared by many sequences of many states (each step's product fills the "
+            "GPU)";
+  else if (c.chunk > 0)
+    text += "the rule: a few sequences of a long log chain in the CRF form";
+  else
+    text += "the rule: neither a few sequences of a long log chain (chunked) nor an HMM's transitions shared by many "
+            "sequences of many states (stepped)";
+  if (c.decision && sequential_fits && !c.decision->stepped)
+    text += c.decision->chunk ? "; the stored decision predates the stepped strategy's tuning"
+                              : "; the stored decision predates the strategies' tuning";
+  else if (c.decision && sequential_fits && !decided)
+    text += "; the stored decision's chunks do not fit this problem";
+  return text;
+}
+
 // Which variant ChainPlan::get would run for a chain problem on this GPU, whether a stored decision chose its
-// clusters, and the timings that decision holds. Never tunes.
+// clusters and its strategy, and the timings that decision holds. Never tunes.
 int print_chain_tuned(const ChainProblem& p) {
   const auto device = current_device();
   const ChainChoice c = choose_chain_spec(p, *device);
   const std::optional<ChainDecision>& d = c.decision;
-  std::printf("problem:  chain %s\ndevice:   %s (%s, %d SMs)\nchoice:   %s\nsource:   %s\n",
-              chain_bucket_text(p).c_str(), device->name.c_str(), device->arch().c_str(), device->sm_count,
-              to_string(c.spec).c_str(),
-              c.from_decision ? "stored decision (jitbmm tune --chain)"
-              : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
-                              : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
-  const char* why = c.chunk_from_decision ? "the stored decision" : "the rule";
-  if (c.chunk > 0)
-    std::printf("strategy: chunked, in chunks of %lld steps (%s)\n", (long long)c.chunk, why);
-  else
-    std::printf("strategy: sequential (%s)\n", why);
+  std::printf("problem:  chain %s\ndevice:   %s (%s, %d SMs)\n", chain_bucket_text(p).c_str(), device->name.c_str(),
+              device->arch().c_str(), device->sm_count);
+  // The sequential kernels' variant (what bench --chain compares the stepped strategy with, where the plan takes it);
+  // none beyond their states.
+  if (p.C <= kMaxSequentialChainStates)
+    std::printf("choice:   %s%s\nsource:   %s\n",
+                c.stepped ? "the stepped strategy; beside it the sequential kernels' " : "", to_string(c.spec).c_str(),
+                c.from_decision ? "stored decision (jitbmm tune --chain)"
+                : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
+                                : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
+  std::printf("strategy: %s\n", chain_strategy_text(p, c).c_str());
   if (!d) return 0;
-  std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
-              d->saving_cluster);
-  std::printf("%8s %10s %12s %10s\n", "cluster", "fwd ms", "fwd+kept ms", "backward");
-  for (const ChainTiming& t : d->timed)
-    std::printf("%8d %10.4f %12.4f %10.4f\n", t.cluster, t.forward_ms, t.saving_ms, t.backward_ms);
+  if (d->timed.empty())
+    std::printf("tuned:    in %.1f s: the stepped strategy alone\n", d->seconds);
+  else
+    std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
+                d->saving_cluster);
+  std::printf("%8s %10s %12s %10s %10s\n", "variant", "fwd ms", "fwd+kept ms", "backward", "kept+bwd");
+  auto row = [](const std::string& variant, double forward_ms, double saving_ms, double backward_ms) {
+    std::printf("%8s %10.4f %12.4f %10.4f %10.4f\n", variant.c_str(), forward_ms, saving_ms, backward_ms,
+                saving_ms + backward_ms);
+  };
+  for (const ChainTiming& t : d->timed) row(std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d->chunked)
-    std::printf("%8s %10.4f %12.4f %10.4f\n", ("chunk " + std::to_string(t.chunk)).c_str(), t.forward_ms, t.saving_ms,
-                t.backward_ms);
+    row("chunk " + std::to_string(t.chunk), t.forward_ms, t.saving_ms, t.backward_ms);
+  if (const auto& t = d->stepped_timing) row("steps", t->forward_ms, t->saving_ms, t->backward_ms);
   return 0;
 }
 

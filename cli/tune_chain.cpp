@@ -1,11 +1,13 @@
-// jitbmm tune --chain C: time a chain problem's cluster sizes on this GPU (the rule's blocks for one block per
-// sequence and clusters of 2, 4 and 8 where their registers fit) and, for log chains in the CRF form, the chunked
-// strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in saved, which tune as
-// the policy allows: the only chain whose products do), each checked against the CPU reference, and store what
-// choose_chain_clusters picks as the decision every ChainPlan::get of the problem's bucket takes
-// (runtime/tuner/chain_decisions.hpp).
+// jitbmm tune --chain C: time a chain problem's strategies on this GPU: the sequential kernels' cluster sizes (the
+// rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit), for log chains in
+// the CRF form the chunked strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in
+// saved), and the stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed
+// there); the chunked and the stepped strategies' products tune as the policy allows (the only chains whose products
+// do). Each is checked against the CPU reference, and what choose_chain_clusters picks is stored as the decision
+// every ChainPlan::get of the problem's bucket takes (runtime/tuner/chain_decisions.hpp).
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,47 +52,66 @@ int run_chain_tune(const Args& args) {
   ScopedContext scope(device->context);
   const auto start = std::chrono::steady_clock::now();
   ChainTrial trial(p);
-  // A variant measured on a plan of its own; a chunked one's products tune on their first call, within the warm-up,
-  // and store what they find for the plans that then take them.
-  auto measure = [&](const ChainSpec& spec, int64_t chunk) {
-    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true)), reps);
+  // A variant measured on a plan of its own; a chunked or stepped one's products tune on their first call, within the
+  // warm-up, and store what they find for the plans that then take them.
+  auto measure = [&](const ChainSpec& spec, int64_t chunk, bool stepped = false) {
+    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true, stepped)), reps);
   };
-  std::printf("device: %s; chain %s\n", device->name.c_str(), chain_bucket_text(p).c_str());
-  std::printf("%8s %10s %12s %10s %10s %s\n", "cluster", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
-  std::vector<ChainTiming> timed;
-  for (int k = 1; k <= kMaxChainCluster; k *= 2) {
-    const ChainSpec spec = clustered_chain_spec(p, k);
-    if (!spec.clusters_fit()) {
-      std::printf("%8d  [skipped: its registers do not fit]\n", k);
-      continue;
-    }
-    const ChainMeasure row = measure(spec, 0);
-    std::printf("%8d %10.4f %12.4f %10.4f %10.4f %s\n", k, row.forward_ms, row.saving_ms, row.backward_ms,
+  // A row as soon as it is measured (each compiles a module): the strategy and its times; true where it checked.
+  auto print_row = [](const std::string& variant, const ChainMeasure& row) {
+    std::printf("%8s %10.4f %12.4f %10.4f %10.4f %s\n", variant.c_str(), row.forward_ms, row.saving_ms, row.backward_ms,
                 row.saving_ms + row.backward_ms, row.checked ? "ok" : "WRONG (not a candidate)");
     std::fflush(stdout);
-    if (row.checked) timed.push_back({k, row.forward_ms, row.saving_ms, row.backward_ms});
+    return row.checked;
+  };
+  std::printf("device: %s; chain %s\n", device->name.c_str(), chain_bucket_text(p).c_str());
+  std::printf("%8s %10s %12s %10s %10s %s\n", "variant", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
+  std::vector<ChainTiming> timed;
+  std::vector<ChunkTiming> chunked;
+  if (p.C > kMaxSequentialChainStates) {
+    std::printf("%8s  [skipped: the sequential kernels compute at most %lld states]\n", "clusters",
+                (long long)kMaxSequentialChainStates);
+  } else {
+    for (int k = 1; k <= kMaxChainCluster; k *= 2) {
+      const ChainSpec spec = clustered_chain_spec(p, k);
+      if (!spec.clusters_fit()) {
+        std::printf("%8d  [skipped: its registers do not fit]\n", k);
+        continue;
+      }
+      const ChainMeasure row = measure(spec, 0);
+      if (print_row(std::to_string(k), row)) timed.push_back({k, row.forward_ms, row.saving_ms, row.backward_ms});
+    }
+    if (timed.empty()) {
+      std::fprintf(stderr, "jitbmm: tune --chain: no cluster size computed the reference's score; nothing stored\n");
+      return 1;
+    }
+    // The chunked strategy, its chain of chunks in its own plan's variant, beside the clusters' best saving forward.
+    const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
+    const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
+    for (const int64_t chunk : chunk_candidates(p)) {
+      const ChainMeasure row = measure(best, chunk);
+      if (print_row("chunk " + std::to_string(chunk), row))
+        chunked.push_back({chunk, row.forward_ms, row.saving_ms, row.backward_ms});
+    }
   }
-  if (timed.empty()) {
-    std::fprintf(stderr, "jitbmm: tune --chain: no cluster size computed the reference's score; nothing stored\n");
+  std::optional<SteppedTiming> stepped;
+  if (const ChainMeasure row = measure(ChainSpec{}, 0, true); print_row("steps", row))
+    stepped = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
+  if (timed.empty() && !stepped) {
+    std::fprintf(stderr, "jitbmm: tune --chain: the stepped strategy did not compute the reference's score; nothing "
+                         "stored\n");
     return 1;
   }
-  // The chunked strategy, its chain of chunks in its own plan's variant, beside the clusters' best saving forward.
-  const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
-  const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
-  std::vector<ChunkTiming> chunked;
-  for (const int64_t chunk : chunk_candidates(p)) {
-    const ChainMeasure row = measure(best, chunk);
-    std::printf("%8s %10.4f %12.4f %10.4f %10.4f %s\n", ("chunk " + std::to_string(chunk)).c_str(), row.forward_ms,
-                row.saving_ms, row.backward_ms, row.saving_ms + row.backward_ms,
-                row.checked ? "ok" : "WRONG (not a candidate)");
-    std::fflush(stdout);
-    if (row.checked) chunked.push_back({chunk, row.forward_ms, row.saving_ms, row.backward_ms});
-  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked);
-  std::printf("best: cluster %d for the forward, %d for the saving forward; %s\n", d.forward_cluster,
-              d.saving_cluster,
-              *d.chunk ? ("chunks of " + std::to_string(*d.chunk) + " steps").c_str() : "the sequential kernels");
+  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped);
+  const std::string strategy = *d.stepped ? std::string("the stepped strategy")
+                               : *d.chunk ? "chunks of " + std::to_string(*d.chunk) + " steps"
+                                          : "the sequential kernels";
+  if (timed.empty())
+    std::printf("best: %s (the only one beyond %lld states)\n", strategy.c_str(), (long long)kMaxSequentialChainStates);
+  else
+    std::printf("best: cluster %d for the forward, %d for the saving forward; %s\n", d.forward_cluster,
+                d.saving_cluster, strategy.c_str());
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) {
     std::printf("no disk cache (JITBMM_CACHE=off or no usable directory): nothing stored\n");

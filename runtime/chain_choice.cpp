@@ -1,5 +1,6 @@
 // Which variant ChainPlan::get takes: a stored decision of `jitbmm tune --chain` for the problem's bucket where it
-// fits, else the rules (default_chain_spec for the clusters, default_chain_chunk for the strategy along T).
+// fits, else the rules (default_chain_spec for the clusters, default_chain_chunk and default_chain_stepped for the
+// strategy).
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -45,36 +46,61 @@ bool default_chain_stepped(const ChainProblem& p) {
   return p.C >= 256 && p.B * p.C >= 65536;
 }
 
+namespace {
+
+// The decision stored for the problem's bucket on this device, where its text names that bucket (an entry written by
+// hand may name another); none without clusters (sm_90 on: tune --chain stores none below) or sequences.
+std::optional<ChainDecision> stored_decision(const ChainProblem& problem, const DeviceInfo& device) {
+  if (cluster_sms(device) == 0 || problem.B == 0) return std::nullopt;
+  std::optional<ChainDecision> d =
+      remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
+  if (d && d->problem != chain_bucket_text(problem)) return std::nullopt;
+  return d;
+}
+
+} // namespace
+
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
-  if (problem.C > kMaxSequentialChainStates) {
+  if (problem.C > kMaxSequentialChainStates) { // only the stepped strategy computes it; a decision says what it timed
     ChainChoice c;
     c.stepped = true;
+    c.decision = stored_decision(problem, device);
     return c;
   }
-  const int sms = cluster_sms(device);
-  ChainChoice c{default_chain_spec(problem, sms), default_chain_chunk(problem), std::nullopt, false, false};
-  // The sequential variant stays chosen beside it, for what compares the strategies (jitbmm bench --chain).
+  ChainChoice c;
+  c.spec = default_chain_spec(problem, cluster_sms(device));
+  c.chunk = default_chain_chunk(problem);
+  // The sequential variant stays chosen beside the stepped strategy, for what compares them (jitbmm bench --chain).
   c.stepped = default_chain_stepped(problem);
   if (c.stepped) c.chunk = 0;
-  if (sms == 0 || problem.B == 0) return c;
-  c.decision = remembered_chain_decision(DiskCache::process_cache(), chain_tuning_key(problem, tuning_device(device)));
-  // A decision is taken only as written for this bucket, and where the plan can launch its clusters and compute
-  // its chunks (another problem of the bucket may be too short for them): an entry written by hand may name others.
-  if (!c.decision || c.decision->problem != chain_bucket_text(problem)) return c;
-  if (const std::optional<int64_t> chunk = c.decision->chunk;
-      chunk && (*chunk == 0 || chunk_unfit(problem, *chunk).empty())) {
+  c.decision = stored_decision(problem, device);
+  if (!c.decision) return c;
+  // A decision is taken where the plan can launch its clusters and compute its chunks (another problem of the
+  // bucket may be too short for them). One stored before the stepped strategy was tuned names no stepped line: its
+  // chunks (measured faster than the sequential kernels) still replace the rule's stepped strategy.
+  const ChainDecision& d = *c.decision;
+  if (const std::optional<int64_t> chunk = d.chunk; chunk && (*chunk == 0 || chunk_unfit(problem, *chunk).empty())) {
     c.chunk = *chunk;
     c.chunk_from_decision = true;
     if (*chunk > 0) c.stepped = false;
   }
-  const int cluster = std::max(c.decision->forward_cluster, c.decision->saving_cluster);
+  if (d.stepped) {
+    c.stepped = *d.stepped;
+    c.stepped_from_decision = true;
+    if (c.stepped) c.chunk = 0;
+    if (c.stepped && log_enabled(LogLevel::debug))
+      log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) +
+                                       ": the stepped strategy, from the stored "
+                                       "decision");
+  }
+  const int cluster = std::max(d.forward_cluster, d.saving_cluster);
   if (problem.B > kMaxChainSequences / cluster) return c;
-  const ChainSpec tuned = clustered_chain_spec(problem, c.decision->forward_cluster, c.decision->saving_cluster);
+  const ChainSpec tuned = clustered_chain_spec(problem, d.forward_cluster, d.saving_cluster);
   if (!tuned.clusters_fit()) return c;
   if (log_enabled(LogLevel::debug))
-    log_message(LogLevel::debug,
-                "chain " + chain_bucket_text(problem) + ": clusters " + std::to_string(c.decision->forward_cluster) +
-                    " and " + std::to_string(c.decision->saving_cluster) + " (saving), from the stored decision");
+    log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
+                                     std::to_string(d.forward_cluster) + " and " + std::to_string(d.saving_cluster) +
+                                     " (saving), from the stored decision");
   c.spec = tuned;
   c.from_decision = true;
   return c;

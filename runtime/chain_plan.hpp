@@ -34,15 +34,17 @@ bool default_chain_stepped(const ChainProblem& problem);
 
 // The variant ChainPlan::get takes: the clusters and the strategy a stored decision names for the problem's bucket on
 // this device (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit and the problem
-// can take its chunks, else default_chain_spec's and default_chain_chunk's; with the decision read (if any) and
-// which of its parts were taken.
+// can take its chunks, else default_chain_spec's, default_chain_chunk's and default_chain_stepped's; with the decision
+// read (if any) and which of its parts were taken. Beyond kMaxSequentialChainStates states always the stepped
+// strategy (the decision read for what it timed alone).
 struct ChainChoice {
   ChainSpec spec;
   int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
   std::optional<ChainDecision> decision;
-  bool from_decision = false;       // the clusters are the decision's
-  bool chunk_from_decision = false; // and the strategy
-  bool stepped = false;             // the stepped strategy (spec and chunk unused)
+  bool from_decision = false;         // the clusters are the decision's
+  bool chunk_from_decision = false;   // and the chunks (or none)
+  bool stepped = false;               // the stepped strategy (spec and chunk unused)
+  bool stepped_from_decision = false; // whether stepped or not, as the decision says
 };
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
 inline ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {

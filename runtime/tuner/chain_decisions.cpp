@@ -49,12 +49,14 @@ std::optional<int64_t> parse_chunk(const std::string& text) {
   return std::nullopt;
 }
 
-// One variant's line: `kind size forward saving backward`, the three in ms as every decision writes durations. The
-// decoder reads it back word by word.
-std::string timing_line(const char* kind, int64_t size, double forward_ms, double saving_ms, double backward_ms) {
-  return std::string(kind) + ' ' + std::to_string(size) + ' ' + format_duration(forward_ms, 5) + ' ' +
-         format_duration(saving_ms, 5) + ' ' + format_duration(backward_ms, 5) + '\n';
+// One variant's line: `kind [size] forward saving backward` (the stepped strategy's has no size), the three in ms as
+// every decision writes durations. The decoder reads it back word by word.
+std::string timing_line(const std::string& variant, double forward_ms, double saving_ms, double backward_ms) {
+  return variant + ' ' + format_duration(forward_ms, 5) + ' ' + format_duration(saving_ms, 5) + ' ' +
+         format_duration(backward_ms, 5) + '\n';
 }
+
+constexpr const char* kSteppedTiming = "steps"; // the stepped strategy's timing line
 
 } // namespace
 
@@ -71,13 +73,23 @@ std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& de
 }
 
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
-                                    std::vector<ChunkTiming> chunked) {
-  if (timed.empty()) throw std::invalid_argument("choose_chain_clusters: no cluster size was timed");
-  std::sort(timed.begin(), timed.end(),
-            [](const ChainTiming& a, const ChainTiming& b) { return a.cluster < b.cluster; });
+                                    std::vector<ChunkTiming> chunked, std::optional<SteppedTiming> stepped) {
   ChainDecision d;
   d.problem = chain_bucket_text(problem);
   d.seconds = seconds;
+  d.stepped_timing = stepped;
+  if (timed.empty()) { // no sequential kernel computes the problem: the stepped strategy alone, chunks in those
+    if (!stepped)
+      throw std::invalid_argument("choose_chain_clusters: neither a cluster size nor the stepped strategy "
+                                  "was timed");
+    if (!chunked.empty())
+      throw std::invalid_argument("choose_chain_clusters: chunks timed without the clusters they run in");
+    d.chunk = 0;
+    d.stepped = true;
+    return d;
+  }
+  std::sort(timed.begin(), timed.end(),
+            [](const ChainTiming& a, const ChainTiming& b) { return a.cluster < b.cluster; });
   // The backward's kernels do not split sequences over clusters, so its time does not decide. log's two forwards
   // are launches of their own, each its fastest size; max_plus's score and its path are one entry point, which
   // takes the size fastest at both.
@@ -98,6 +110,8 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   d.chunk = 0;
   for (const ChunkTiming& t : chunked)
     if (t.saving_ms + t.backward_ms < best) best = t.saving_ms + t.backward_ms, d.chunk = t.chunk;
+  d.stepped = stepped && stepped->saving_ms + stepped->backward_ms < best;
+  if (*d.stepped) d.chunk = 0;
   d.timed = std::move(timed);
   d.chunked = std::move(chunked);
   return d;
@@ -110,9 +124,12 @@ std::string encode_chain_decision(const ChainDecision& d) {
      << "saving_cluster " << d.saving_cluster << '\n';
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.chunk) os << "chunk " << *d.chunk << '\n';
-  for (const ChainTiming& t : d.timed) os << timing_line("timed", t.cluster, t.forward_ms, t.saving_ms, t.backward_ms);
+  if (d.stepped) os << "stepped " << (*d.stepped ? "yes" : "no") << '\n';
+  for (const ChainTiming& t : d.timed)
+    os << timing_line("timed " + std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d.chunked)
-    os << timing_line("chunked", t.chunk, t.forward_ms, t.saving_ms, t.backward_ms);
+    os << timing_line("chunked " + std::to_string(t.chunk), t.forward_ms, t.saving_ms, t.backward_ms);
+  if (const auto& t = d.stepped_timing) os << timing_line(kSteppedTiming, t->forward_ms, t->saving_ms, t->backward_ms);
   return os.str();
 }
 
@@ -130,22 +147,30 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   d.forward_cluster = *forward_cluster;
   d.saving_cluster = *saving_cluster;
   d.seconds = *tuned_for;
-  // Then the chunk chosen (absent from decisions stored before strategies were tuned), the clusters' timings and
-  // the chunks', in that order.
-  bool first = true;
+  // Then the strategy chosen: the chunk, whether stepped (each absent from decisions stored before that strategy was
+  // tuned), the clusters' timings, the chunks' and the stepped strategy's, in that order.
   while (in.next(line)) {
-    if (const auto value = field_value(line, "chunk"); value && first) {
+    const bool timings_begun = !d.timed.empty() || !d.chunked.empty() || d.stepped_timing;
+    // Where each may still come: not after itself, a later optional line or a timing.
+    const bool stepped_may = !timings_begun && !d.stepped;
+    const bool chunk_may = stepped_may && !d.chunk;
+    if (const auto value = field_value(line, "chunk"); value && chunk_may) {
       const auto chunk = *value == "0" ? std::optional<int64_t>(0) : parse_chunk(*value);
       if (!chunk) return std::nullopt;
       d.chunk = *chunk;
-      first = false;
       continue;
     }
-    first = false;
+    if (const auto value = field_value(line, "stepped"); value && stepped_may) {
+      if (*value != "yes" && *value != "no") return std::nullopt;
+      d.stepped = *value == "yes";
+      continue;
+    }
+    if (d.stepped_timing) return std::nullopt; // nothing after the stepped strategy's timing
     std::istringstream words(line);
     std::string kind, size, forward_ms, saving_ms, backward_ms, extra;
-    if (!(words >> kind >> size >> forward_ms >> saving_ms >> backward_ms) || words >> extra ||
-        line != kind + ' ' + size + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
+    if (!(words >> kind) || (kind != kSteppedTiming && !(words >> size)) ||
+        !(words >> forward_ms >> saving_ms >> backward_ms) || words >> extra ||
+        line != kind + (size.empty() ? "" : ' ' + size) + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
       return std::nullopt;
     const auto f = parse_duration(forward_ms), s = parse_duration(saving_ms), b = parse_duration(backward_ms);
     if (!f || !s || !b) return std::nullopt;
@@ -159,18 +184,30 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       if (!l || std::any_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *l; }))
         return std::nullopt;
       d.chunked.push_back({*l, *f, *s, *b});
+    } else if (kind == kSteppedTiming) {
+      d.stepped_timing = SteppedTiming{*f, *s, *b};
     } else {
       return std::nullopt;
     }
   }
-  // The clusters and the chunk chosen are among those timed.
+  // The clusters and the chunk chosen are among those timed; the stepped strategy is chosen only where it was timed,
+  // by a decision that names the chunk (0); nothing but the stepped strategy was timed only where it was chosen (in
+  // clusters of 1: no sequential kernel computes the problem).
   auto timed = [&](int k) {
     return std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == k; });
   };
-  if (!timed(d.forward_cluster) || !timed(d.saving_cluster)) return std::nullopt;
+  const bool stepped = d.stepped.value_or(false);
+  if (d.timed.empty()) {
+    if (!stepped || d.forward_cluster != 1 || d.saving_cluster != 1 || !d.chunked.empty()) return std::nullopt;
+  } else if (!timed(d.forward_cluster) || !timed(d.saving_cluster)) {
+    return std::nullopt;
+  }
   if (d.chunk && *d.chunk != 0 &&
       std::none_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *d.chunk; }))
     return std::nullopt;
+  if (d.stepped && !d.chunk) return std::nullopt;
+  if (stepped && (*d.chunk != 0 || !d.stepped_timing)) return std::nullopt;
+  if (d.stepped_timing && !d.stepped) return std::nullopt;
   return d;
 }
 

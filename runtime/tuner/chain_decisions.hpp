@@ -1,6 +1,6 @@
-// Chain decisions: the cluster sizes and the strategy along T `jitbmm tune --chain` measured fastest for a chain
-// problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by every ChainPlan::get of
-// that bucket.
+// Chain decisions: the cluster sizes and the strategy (sequential, chunked or stepped) `jitbmm tune --chain`
+// measured fastest for a chain problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by
+// every ChainPlan::get of that bucket.
 #pragma once
 
 #include <optional>
@@ -30,17 +30,25 @@ struct ChunkTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
 };
 
+// The stepped strategy as timed (the same three launches; its products tuned as they were timed).
+struct SteppedTiming {
+  double forward_ms = 0, saving_ms = 0, backward_ms = 0;
+};
+
 // The clusters of the fastest forward and of the fastest saving forward + backward, the strategy of the fastest
 // saving forward + backward, what they were tuned for, and every variant timed.
 struct ChainDecision {
-  int forward_cluster = 1, saving_cluster = 1;
-  // The steps per chunk of the chunked strategy, 0 for the sequential kernels; none in a decision stored before
-  // strategies were tuned (the plan then takes the rule's).
+  int forward_cluster = 1, saving_cluster = 1; // both 1 where no cluster was timed (beyond the sequential kernels)
+  // The steps per chunk of the chunked strategy, 0 for the sequential kernels (and for the stepped strategy); none in
+  // a decision stored before strategies were tuned (the plan then takes the rule's).
   std::optional<int64_t> chunk;
+  // Whether the stepped strategy won; none in a decision stored before it was tuned (the plan then takes the rule's).
+  std::optional<bool> stepped;
   std::string problem; // chain_bucket_text() of the problem tuned
   double seconds = 0;  // how long tuning took
   std::vector<ChainTiming> timed;
   std::vector<ChunkTiming> chunked;
+  std::optional<SteppedTiming> stepped_timing; // none where it was not a candidate (it did not compute the score)
 };
 
 // A problem's bucket: B and T each rounded up to a power of two; the semiring, dtype, form, C, lengths, the tables'
@@ -48,15 +56,19 @@ struct ChainDecision {
 std::string chain_bucket_text(const ChainProblem& problem);
 // The key: the device and versions (tuning_device_text) and the bucket.
 std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& device);
-// The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster), and the chunked
-// strategy in the chunks whose saving forward + backward beat the sequential kernels' in the saving cluster (ties:
-// sequential, then the shorter chunk). `timed` must not be empty.
+// The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster), and the strategy
+// whose saving forward + backward is the fastest: the sequential kernels' in the saving cluster, the chunked
+// strategy's in each of `chunked`, the stepped strategy's (ties: sequential, then the shorter chunk, then stepped).
+// Where `timed` is empty (a problem beyond kMaxSequentialChainStates, which only the stepped strategy computes), the
+// stepped strategy in clusters of 1; std::invalid_argument where neither `timed` nor `stepped` holds anything.
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
-                                    std::vector<ChunkTiming> chunked = {});
+                                    std::vector<ChunkTiming> chunked = {},
+                                    std::optional<SteppedTiming> stepped = std::nullopt);
 
 // A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
-// once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, durations
-// as tuning_db writes them) and returns nothing on any defect.
+// once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, the stepped
+// strategy chosen only where timed and then with chunk 0, nothing timed but the stepped strategy only where it was
+// chosen in clusters of 1, durations as tuning_db writes them) and returns nothing on any defect.
 std::string encode_chain_decision(const ChainDecision& d);
 std::optional<ChainDecision> decode_chain_decision(const std::string& text);
 

@@ -419,10 +419,96 @@ TEST_CASE("a chain plan takes the strategy a stored decision names for its bucke
   // A decision stored before strategies were tuned names none: the rule's.
   ChainDecision before = choose_chain_clusters(p, {{1, 1.0, 5.0, 0.5}}, 1.0);
   before.chunk.reset();
+  before.stepped.reset();
   put_chain_decision(*disk, key, before);
   CHECK(ChainPlan::get(p).chunk() == 64);
 }
 
+namespace {
+
+// An HMM of B sequences of T positions and C states, its transitions shared unless `batched`.
+ChainProblem hmm_problem(int64_t B, int64_t T, int64_t C, bool batched = false) {
+  ChainProblem p;
+  p.form = ChainForm::hmm;
+  p.B = B, p.T = T, p.C = C;
+  p.batched_transitions = batched;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("a chain plan takes the stepped strategy by the rule: an HMM's table shared by many sequences of many "
+          "states, and every chain beyond the sequential kernels' states") {
+  const auto device = current_device();
+  struct Case {
+    ChainProblem p;
+    bool stepped;
+  };
+  // T = 64: buckets no test stores a decision for.
+  const Case cases[] = {{hmm_problem(512, 64, 512), true},        {hmm_problem(8, 64, 64), false},
+                        {hmm_problem(512, 64, 512, true), false}, {hmm_problem(512, 64, 128), false},
+                        {hmm_problem(64, 64, 2048), true},        {hmm_problem(2, 64, 16384), true}};
+  for (const Case& k : cases) {
+    INFO(chain_bucket_text(k.p) << (k.p.batched_transitions ? " (a table per sequence)" : ""));
+    CHECK(default_chain_stepped(k.p) == k.stepped);
+    const ChainChoice c = choose_chain_spec(k.p, *device);
+    CHECK_FALSE(c.decision);
+    CHECK(c.stepped == k.stepped);
+    CHECK_FALSE(c.stepped_from_decision);
+    CHECK(c.chunk == 0);
+  }
+  ChainProblem crf = hmm_problem(4, 64, 2048);
+  crf.form = ChainForm::crf;
+  CHECK(choose_chain_spec(crf, *device).stepped);
+}
+
+TEST_CASE("a chain plan takes the stepped strategy where a stored decision names it, and not where it says not") {
+  const auto device = current_device();
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  // The rule keeps the sequential kernels here; the decision measured the stepped strategy faster.
+  const ChainProblem few = hmm_problem(8, 32, 64);
+  REQUIRE_FALSE(default_chain_stepped(few));
+  const std::string key = chain_tuning_key(few, tuning_device(*device));
+  put_chain_decision(*disk, key,
+                     choose_chain_clusters(few, {{1, 1.0, 1.0, 1.0}}, 1.0, {}, SteppedTiming{1.0, 0.5, 1.0}));
+  const ChainChoice taken = choose_chain_spec(few, *device);
+  CHECK(taken.stepped);
+  CHECK(taken.stepped_from_decision);
+  CHECK(taken.chunk == 0);
+  CHECK(std::string(ChainPlan::get(few).strategy()) == "stepped");
+  // Measured slower (or not computing the score): the sequential kernels, whatever the rule says.
+  const ChainProblem wide = hmm_problem(512, 32, 512);
+  REQUIRE(default_chain_stepped(wide));
+  const std::string wide_key = chain_tuning_key(wide, tuning_device(*device));
+  put_chain_decision(*disk, wide_key,
+                     choose_chain_clusters(wide, {{1, 1.0, 1.0, 1.0}}, 1.0, {}, SteppedTiming{1.0, 5.0, 5.0}));
+  const ChainChoice refused = choose_chain_spec(wide, *device);
+  CHECK_FALSE(refused.stepped);
+  CHECK(refused.stepped_from_decision);
+  CHECK(refused.chunk == 0);
+  put_chain_decision(*disk, wide_key, choose_chain_clusters(wide, {{1, 1.0, 1.0, 1.0}}, 1.0));
+  CHECK_FALSE(choose_chain_spec(wide, *device).stepped);
+  // A decision stored before the stepped strategy was tuned says nothing of it: the rule's.
+  ChainDecision before = choose_chain_clusters(wide, {{1, 1.0, 1.0, 1.0}}, 1.0);
+  before.stepped.reset();
+  put_chain_decision(*disk, wide_key, before);
+  const ChainChoice ruled = choose_chain_spec(wide, *device);
+  CHECK(ruled.stepped);
+  CHECK_FALSE(ruled.stepped_from_decision);
+  // Beyond the sequential kernels' states the stepped strategy always: a decision read for what it timed alone.
+  const ChainProblem huge = hmm_problem(64, 32, 2048);
+  const std::string huge_key = chain_tuning_key(huge, tuning_device(*device));
+  put_chain_decision(*disk, huge_key, choose_chain_clusters(huge, {}, 1.0, {}, SteppedTiming{3.0, 3.5, 8.0}));
+  const ChainChoice only = choose_chain_spec(huge, *device);
+  CHECK(only.stepped);
+  REQUIRE(only.decision);
+  CHECK(only.decision->stepped_timing);
+  ChainDecision written = *only.decision; // by hand: not stepped; no sequential kernel could take it
+  written.stepped = false;
+  put_chain_decision(*disk, huge_key, written);
+  CHECK(choose_chain_spec(huge, *device).stepped);
+}
 
 TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {
   TempDir dir;

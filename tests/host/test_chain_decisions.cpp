@@ -75,6 +75,46 @@ TEST_CASE("chain decisions: the chunked strategy where its saving forward + back
   CHECK(*choose_chain_clusters(p, clusters, 1.0, {{128, 1.0, 2.0, 1.0}, {64, 1.0, 1.0, 2.0}}).chunk == 64);
 }
 
+TEST_CASE("chain decisions: the stepped strategy where its saving forward + backward beat every other's") {
+  ChainProblem p = problem(512, 32, 512);
+  p.form = ChainForm::hmm;
+  const std::vector<ChainTiming> clusters = {{1, 6.14, 7.0, 35.0}, {2, 6.5, 6.9, 35.0}}; // 41.9 in clusters of 2
+  // Faster than the sequential kernels: taken, with chunk 0; its timing kept.
+  const ChainDecision d = choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{1.44, 1.6, 2.8});
+  REQUIRE(d.stepped);
+  CHECK(*d.stepped);
+  CHECK(*d.chunk == 0);
+  CHECK(d.saving_cluster == 2); // the clusters stay chosen, for what compares the strategies
+  REQUIRE(d.stepped_timing);
+  CHECK(d.stepped_timing->backward_ms == doctest::Approx(2.8));
+  // Slower, tied, or not timed: not taken, said so.
+  CHECK_FALSE(*choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{1.0, 30.0, 20.0}).stepped);
+  CHECK_FALSE(*choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{1.0, 6.9, 35.0}).stepped);
+  CHECK_FALSE(*choose_chain_clusters(p, clusters, 1.0).stepped);
+  // Against the chunked strategy's best: beats it, or ties it and loses.
+  const ChainProblem crf = problem(1, 4096, 64);
+  const std::vector<ChainTiming> one = {{1, 5.14, 5.57, 0.06}};
+  const std::vector<ChunkTiming> chunks = {{64, 0.71, 0.68, 1.59}}; // 2.27
+  const ChainDecision beats = choose_chain_clusters(crf, one, 1.0, chunks, SteppedTiming{1.0, 1.0, 1.0});
+  CHECK(*beats.stepped);
+  CHECK(*beats.chunk == 0);
+  CHECK(beats.chunked.size() == 1);
+  const ChainDecision ties = choose_chain_clusters(crf, one, 1.0, chunks, SteppedTiming{1.0, 0.68, 1.59});
+  CHECK_FALSE(*ties.stepped);
+  CHECK(*ties.chunk == 64);
+  // Beyond the sequential kernels' states nothing else is timed: the stepped strategy in clusters of 1.
+  const ChainDecision wide = choose_chain_clusters(problem(64, 32, 4096), {}, 3.0, {}, SteppedTiming{3.0, 3.5, 8.0});
+  CHECK(*wide.stepped);
+  CHECK(*wide.chunk == 0);
+  CHECK(wide.forward_cluster == 1);
+  CHECK(wide.saving_cluster == 1);
+  CHECK(wide.timed.empty());
+  CHECK_THROWS_WITH_AS(choose_chain_clusters(problem(64, 32, 4096), {}, 0), doctest::Contains("stepped"),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(choose_chain_clusters(problem(64, 32, 4096), {}, 0, chunks, SteppedTiming{1.0, 1.0, 1.0}),
+                  std::invalid_argument);
+}
+
 TEST_CASE("chain decisions: keyed by the device, the versions and the problem's bucket") {
   const std::string key = chain_tuning_key(problem(16, 256, 256), kDevice);
   CHECK(key.size() == 64);
@@ -165,7 +205,7 @@ TEST_CASE("chain decisions: the strategy's lines round-trip and are read strictl
   const ChainDecision d = choose_chain_clusters(problem(1, 4096, 64), {{1, 5.14, 5.57, 0.06}, {2, 5.5, 6.0, 0.06}},
                                                 2.0, {{64, 0.71, 0.68, 1.59}, {4096, 1.01, 0.99, 1.81}});
   const std::string text = encode_chain_decision(d);
-  CHECK(text.find("\nchunk 64\ntimed 1 ") != std::string::npos);
+  CHECK(text.find("\nchunk 64\nstepped no\ntimed 1 ") != std::string::npos);
   const auto back = decode_chain_decision(text);
   REQUIRE(back);
   REQUIRE(back->chunk);
@@ -174,25 +214,103 @@ TEST_CASE("chain decisions: the strategy's lines round-trip and are read strictl
   CHECK(back->chunked[1].chunk == 4096);
   CHECK(back->chunked[1].backward_ms == doctest::Approx(1.81));
   CHECK(encode_chain_decision(*back) == text);
-  // Stored before strategies were tuned: no chunk line, no chunked timings; the plan then takes the rule's.
+  // Stored before strategies were tuned: no chunk or stepped line, no chunked timings; the plan then takes the rule's.
   std::string old = text.substr(0, text.find("chunked "));
-  old.erase(old.find("chunk 64\n"), 9);
+  old.erase(old.find("chunk 64\nstepped no\n"), 20);
   const auto before = decode_chain_decision(old);
   REQUIRE(before);
   CHECK_FALSE(before->chunk);
   CHECK(before->chunked.empty());
   auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
   const std::vector<std::string> bad = {
-      replaced("chunk 64\n", "chunk 3\n"),                         // not a power of two
-      replaced("chunk 64\n", "chunk 1\n"),                         // below 2
-      replaced("chunk 64\n", "chunk 32\n"),                        // not among those timed
-      replaced("chunk 64\n", "chunk 064\n"),                       // not as written
+      replaced("chunk 64\n", "chunk 3\n"),   // not a power of two
+      replaced("chunk 64\n", "chunk 1\n"),   // below 2
+      replaced("chunk 64\n", "chunk 32\n"),  // not among those timed
+      replaced("chunk 64\n", "chunk 064\n"), // not as written
       replaced("chunk 64\n", "chunk\n"),
-      replaced("chunked 4096", "chunked 64"),                      // a length timed twice
+      replaced("chunked 4096", "chunked 64"), // a length timed twice
       replaced("chunked 4096", "chunked 4095"),
       replaced("chunked 4096 1.01000 0.99000 1.81000", "chunked 4096 1.01000 0.99000"),
-      replaced("chunk 64\ntimed 1 5.14000 5.57000 0.06000\n", "timed 1 5.14000 5.57000 0.06000\nchunk 64\n"),
+      replaced("chunk 64\nstepped no\ntimed 1 5.14000 5.57000 0.06000\n",
+               "stepped no\ntimed 1 5.14000 5.57000 0.06000\nchunk 64\n"),
       text + "timed 4 1.00000 1.00000 1.00000\n", // a cluster's timing after the chunks'
+  };
+  for (const std::string& t : bad) {
+    INFO(t);
+    CHECK_FALSE(decode_chain_decision(t));
+  }
+}
+
+TEST_CASE("chain decisions: the stepped strategy's lines round-trip and are read strictly; one stored before them is "
+          "read") {
+  ChainProblem p = problem(512, 32, 512);
+  p.form = ChainForm::hmm;
+  const ChainDecision d =
+      choose_chain_clusters(p, {{1, 6.14, 7.0, 35.0}, {2, 6.5, 6.9, 35.0}}, 4.0, {}, SteppedTiming{1.44, 1.6, 2.8});
+  const std::string text = encode_chain_decision(d);
+  CHECK(text.find("\nchunk 0\nstepped yes\ntimed 1 ") != std::string::npos);
+  CHECK(text.find("\nsteps 1.44000 1.60000 2.80000\n") != std::string::npos);
+  const auto back = decode_chain_decision(text);
+  REQUIRE(back);
+  REQUIRE(back->stepped);
+  CHECK(*back->stepped);
+  REQUIRE(back->stepped_timing);
+  CHECK(back->stepped_timing->saving_ms == doctest::Approx(1.6));
+  CHECK(encode_chain_decision(*back) == text);
+  // Beyond the sequential kernels' states: no cluster timed, the stepped strategy alone.
+  const std::string wide =
+      encode_chain_decision(choose_chain_clusters(problem(64, 32, 4096), {}, 3.0, {}, SteppedTiming{3.0, 3.5, 8.0}));
+  CHECK(wide.find("timed ") == std::string::npos);
+  const auto wide_back = decode_chain_decision(wide);
+  REQUIRE(wide_back);
+  CHECK(*wide_back->stepped);
+  CHECK(wide_back->timed.empty());
+  CHECK(encode_chain_decision(*wide_back) == wide);
+  // Not taken: stepped no, its timing kept; and no timing where it did not compute the score.
+  const std::string lost =
+      encode_chain_decision(choose_chain_clusters(p, {{1, 6.14, 7.0, 35.0}}, 4.0, {}, SteppedTiming{1.0, 30.0, 20.0}));
+  const auto lost_back = decode_chain_decision(lost);
+  REQUIRE(lost_back);
+  CHECK_FALSE(*lost_back->stepped);
+  CHECK(lost_back->stepped_timing);
+  const auto untimed =
+      decode_chain_decision(encode_chain_decision(choose_chain_clusters(p, {{1, 6.14, 7.0, 35.0}}, 4.0)));
+  REQUIRE(untimed);
+  CHECK_FALSE(*untimed->stepped);
+  CHECK_FALSE(untimed->stepped_timing);
+  // Stored before the stepped strategy was tuned: no stepped line, no steps timing; the plan then takes the rule's.
+  std::string old = text.substr(0, text.find("steps "));
+  old.erase(old.find("stepped yes\n"), 12);
+  const auto before = decode_chain_decision(old);
+  REQUIRE(before);
+  CHECK_FALSE(before->stepped);
+  CHECK_FALSE(before->stepped_timing);
+  REQUIRE(before->chunk);
+  CHECK(*before->chunk == 0);
+  // A decision that timed chunks too.
+  const std::string both = encode_chain_decision(choose_chain_clusters(
+      problem(1, 4096, 64), {{1, 5.14, 5.57, 0.06}}, 1.0, {{64, 0.71, 0.68, 1.59}}, SteppedTiming{1.0, 1.0, 1.0}));
+  REQUIRE(decode_chain_decision(both));
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
+  const std::vector<std::string> bad = {
+      replaced("stepped yes\n", "stepped maybe\n"),
+      replaced("stepped yes\n", "stepped 1\n"),
+      replaced("stepped yes\n", "stepped\n"),
+      replaced("stepped yes\n", "stepped yes\nstepped yes\n"),                      // twice
+      replaced("chunk 0\nstepped yes\n", "stepped yes\nchunk 0\n"),                 // out of order
+      replaced("chunk 0\nstepped yes\n", "stepped yes\n"),                          // a strategy without its chunk
+      replaced_in(both, "chunk 0\n", "chunk 64\n"),                                 // chunked and stepped at once
+      text.substr(0, text.find("steps ")),                                          // taken, never timed
+      replaced("stepped yes\n", ""),                                                // timed, but no word on it
+      replaced("steps 1.44000", "steps -1.44000"),                                  // a negative duration
+      replaced("steps 1.44000 1.60000 2.80000", "steps 1.44000 1.60000"),           // a time missing
+      replaced("steps 1.44000 1.60000 2.80000", "steps 1 1.44000 1.60000 2.80000"), // a size it has none of
+      replaced("steps 1.44000", "steps  1.44000"),                                  // not as written
+      text + "steps 1.44000 1.60000 2.80000\n",                                     // twice
+      text + "timed 4 1.00000 1.00000 1.00000\n",                                   // a cluster's timing after it
+      replaced_in(text.substr(0, text.find("steps ")), "timed 1 ", "steps 1.44000 1.60000 2.80000\ntimed 1 "),
+      replaced_in(wide, "forward_cluster 1\n", "forward_cluster 2\n"), // no cluster timed, yet one named
+      replaced_in(wide, "stepped yes\n", "stepped no\n"),              // nothing timed is taken
   };
   for (const std::string& t : bad) {
     INFO(t);
