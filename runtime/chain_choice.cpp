@@ -41,7 +41,7 @@ bool default_chain_stepped(const ChainProblem& p) {
   // and 50 against 93 at B = 16, C = 1024, and lost at B = 64, C = 128. Per-sequence tables (the CRF form, batched
   // transitions) make each step B products of one row, which read every table as the sequential kernels do: those
   // stay sequential up to their limit.
-  if (p.form != ChainForm::hmm || p.batched_transitions) return false;
+  if (p.form != ChainForm::hmm || p.batched_transitions || p.T > kMaxSteppedChainLength) return false;
   if (p.semiring == Semiring::max_plus) return p.C >= 512 && p.B * p.C >= 16384;
   return p.C >= 256 && p.B * p.C >= 65536;
 }

@@ -187,6 +187,12 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
   check_chain_problem(problem);
   if (stepped) {
     if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
+    if (problem.T > kMaxSteppedChainLength)
+      throw std::invalid_argument("chain.T: the stepped strategy" +
+                                  std::string(problem.C > kMaxSequentialChainStates ? " (the only one beyond " +
+                                                                                          std::to_string(kMaxSequentialChainStates) + " states)"
+                                                                                    : "") +
+                                  " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
     auto impl = plan_impl(problem, ChainSpec{});
     impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products);
     return ChainPlan(std::move(impl));

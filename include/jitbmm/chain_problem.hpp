@@ -55,6 +55,8 @@ struct ChainProblem {
 // memory, take at most kMaxSequentialChainStates (more run in the stepped strategy).
 constexpr int64_t kMaxChainStates = 16384;
 constexpr int64_t kMaxSequentialChainStates = 1024;
+// The stepped strategy launches a product a position from the host: it takes chains of at most 2^24 positions.
+constexpr int64_t kMaxSteppedChainLength = int64_t(1) << 24;
 // A forward that saves its messages launches two blocks a sequence (more with clusters), and a grid holds fewer
 // than 2^31 blocks.
 constexpr int64_t kMaxChainSequences = (int64_t(1) << 30) - 1;
