@@ -252,3 +252,63 @@ TEST_CASE("a chain trial times a candidate's calls and checks its first score ag
         CHECK_FALSE(trial.measure(c, 2).checked);
       }
 }
+
+// The stepped strategy launches, per pass over the positions, its table's copy (once per pass for a shared HMM
+// table), a product per step and one position launch per position; with saved the backward messages' pass beside the
+// forward's; max_plus with a path adds its walk back. A workspace one byte short is refused before any launch.
+TEST_CASE("the stepped strategy: a product a step and a launch a position, per pass; a short workspace launches nothing") {
+  for (const Semiring semiring : {Semiring::log, Semiring::max_plus}) {
+    CAPTURE(semiring_info(semiring).name);
+    ChainProblem p;
+    p.semiring = semiring;
+    p.form = ChainForm::hmm;
+    p.B = 3, p.T = 5, p.C = 8;
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    CHECK(std::string(plan.strategy()) == "stepped");
+    const std::string module = plan.kernel_name();
+    REQUIRE(module.rfind("hmm_steps_", 0) == 0);
+    DeviceBuffer tables(1 << 16), score(64), saved(plan.saved_bytes() + 1), path(4 * p.B * p.T);
+    const bool log_chain = semiring == Semiring::log;
+    const std::size_t bytes = plan.workspace_bytes(!log_chain);
+    DeviceBuffer work(bytes);
+    char* t = static_cast<char*>(tables.get());
+    const HmmInputs in{t, t + 4096, t + 8192};
+    auto forward = [&](std::size_t given) {
+      plan(in, nullptr, score.get(), log_chain ? saved.get() : nullptr, nullptr,
+           log_chain ? nullptr : static_cast<int32_t*>(path.get()), nullptr, Workspace{work.get(), given});
+    };
+    {
+      const DriverLog log;
+      CHECK_THROWS_WITH_AS(forward(bytes - 1), doctest::Contains("workspace"), std::invalid_argument);
+      CHECK(log.launched().empty());
+    }
+    const DriverLog log;
+    forward(bytes);
+    const std::vector<std::string> launched = log.launched();
+    const auto count = [&](const std::string& name) { return std::count(launched.begin(), launched.end(), name); };
+    const int passes = log_chain ? 2 : 1; // with saved, the backward messages' too
+    CHECK(count(module) == passes * p.T);
+    CHECK(count(module + "_widen") == passes);
+    CHECK(count(module + "_path") == (log_chain ? 0 : 1));
+    // The rest are the products' launches: at least one a step of each pass.
+    const long products = long(launched.size()) - count(module) - count(module + "_widen") - count(module + "_path");
+    CHECK(products >= passes * (p.T - 1));
+  }
+}
+
+// The stepped strategy serves chains beyond the sequential kernels' 1024 states, in every form; its host loop takes
+// at most 2^24 positions, and a longer chain is refused naming T.
+TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^24 positions they are refused") {
+  ChainProblem p;
+  p.B = 2, p.T = 3, p.C = kMaxSequentialChainStates + 1;
+  CHECK(std::string(ChainPlan::get(p).strategy()) == "stepped");
+  p.form = ChainForm::hmm;
+  p.batched_transitions = true;
+  CHECK(std::string(ChainPlan::get(p).strategy()) == "stepped");
+  p.T = kMaxSteppedChainLength + 1;
+  CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.T"), std::invalid_argument);
+  p.C = 64; // the sequential kernels have no such bound
+  CHECK(std::string(ChainPlan::get(p).strategy()) == "sequential");
+  p.C = kMaxChainStates + 1;
+  CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.C"), std::invalid_argument);
+}
