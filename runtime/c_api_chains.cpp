@@ -145,6 +145,14 @@ jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const
   });
 }
 
+jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const char** strategy) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(strategy, "strategy");
+    *strategy = plan->plan.strategy();
+  });
+}
+
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
 
 } // extern "C"

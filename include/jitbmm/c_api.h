@@ -172,6 +172,8 @@ jitbmm_status jitbmm_chain_plan_backward_hmm(const jitbmm_chain_plan* plan, cons
                                              void* workspace, size_t workspace_bytes, void* stream);
 /* The generated module's name (the forward's entry; the backward's adds "_backward"); valid while the plan lives. */
 jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name);
+/* The strategy the plan runs (docs/chains.md, "Strategies"): "sequential", "chunked" or "stepped"; a static string. */
+jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const char** strategy);
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "UnsupportedDeviceError", "CudaError", "CompileError",
            "LibraryNotFoundError", "Problem", "Plan", "reference", "version", "cache_dir", "set_tune_policy",
-           "release_pool_memory", "export_choices", "import_choices", "SEMIRINGS", "DTYPES"]
+           "release_pool_memory", "export_choices", "import_choices", "chain_strategy", "SEMIRINGS", "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
@@ -133,7 +133,7 @@ def _declare(lib):
     lib.jitbmm_import_choices.restype = status
     lib.jitbmm_cache_dir.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_cache_dir.restype = status
-    # Chains (jitbmm.torch.chain_log_partition, chain_viterbi): every pointer a c_void_p.
+    # Chains (jitbmm.torch.chain_log_partition, chain_viterbi; chain_strategy): every pointer a c_void_p.
     lib.jitbmm_chain_plan_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_chain_plan_create.restype = status
     lib.jitbmm_chain_plan_saved_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
@@ -155,6 +155,8 @@ def _declare(lib):
     lib.jitbmm_chain_plan_backward_hmm.restype = status
     lib.jitbmm_chain_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_chain_plan_kernel_name.restype = status
+    lib.jitbmm_chain_plan_strategy.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
+    lib.jitbmm_chain_plan_strategy.restype = status
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_plan_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
@@ -501,3 +503,6 @@ def reference(problem, a_ptr, b_ptr, out_ptr, argmax_ptr=None):
     c = problem._c()
     _check(_library().jitbmm_reference(ctypes.byref(c), _pointer(a_ptr, "a_ptr"), _pointer(b_ptr, "b_ptr"),
                                        _pointer(out_ptr, "out_ptr"), _pointer(argmax_ptr, "argmax_ptr")))
+
+
+from ._chains import chain_strategy  # noqa: E402  (it reads this module's helpers when called)

@@ -356,6 +356,45 @@ class CApiTest(unittest.TestCase):
             self.assertTrue(line.endswith(" 0 (no kernel: empty problem)"), line)
         self.assertRegex(lines[3], r"^\(2, 3, 0, 5\) 0 max_plus_f32_")
 
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_chain_strategy_names_the_strategy_on_the_fake_driver(self):
+        # The rule's strategies (no stored decision: no cache, no tuning): the sequential kernels for few sequences
+        # or a table per sequence, the chunked strategy for one long CRF chain, the stepped one for an HMM's table
+        # shared by many sequences of many states and beyond 1024 states. A size the library refuses is named.
+        code = ("import jitbmm\n"
+                "for args in (('log', 'f32', 2, 5, 3), ('log', 'f32', 1, 1024, 32), ('log', 'f32', 512, 64, 512, 'hmm'),\n"
+                "             ('max_plus', 'f32', 512, 64, 512, 'hmm', True), ('log', 'f64', 2, 64, 2048, 'hmm')):\n"
+                "    print(jitbmm.chain_strategy(*args))\n"
+                "try:\n"
+                "    jitbmm.chain_strategy('log', 'f32', 2, 5, 0)\n"
+                "except ValueError as e:\n"
+                "    print(e)\n")
+        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
+                                           JITBMM_TUNE="never")
+        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        lines = child.stdout.splitlines()
+        self.assertEqual(lines[:5], ["sequential", "chunked", "stepped", "sequential", "stepped"], child.stdout)
+        self.assertRegex(lines[5], r"^chain\.C: must be in \[1, ")
+
+    def test_chain_strategy_checks_its_arguments_before_planning(self):
+        for kwargs, error, named in ((dict(semiring="min_plus"), ValueError, "semiring"),
+                                     (dict(dtype=None), ValueError, "dtype"),
+                                     (dict(B=True), TypeError, "B"), (dict(T=2.0), TypeError, "T"),
+                                     (dict(C=2**64), ValueError, "C"), (dict(form="markov"), ValueError, "form"),
+                                     (dict(batched_transitions=1.0), TypeError, "batched_transitions"),
+                                     (dict(batched_transitions=True), ValueError, "batched_transitions")):
+            args = {**dict(semiring="log", dtype="f32", B=2, T=5, C=3, form="crf"), **kwargs}
+            with self.subTest(**kwargs), self.assertRaisesRegex(error, f"^{named}: "):
+                jitbmm.chain_strategy(**args)
+
+    @unittest.skipUnless(os.environ.get("JITBMM_LIBCUDA") == "/nonexistent/libcuda.so.1",
+                         "run with JITBMM_LIBCUDA=/nonexistent/libcuda.so.1 to force the no-driver path")
+    def test_chain_strategy_without_a_driver_is_no_driver_error(self):
+        with self.assertRaisesRegex(jitbmm.NoDriverError, "no CUDA driver found"):
+            jitbmm.chain_strategy("log", "f32", 2, 5, 3, form="hmm")
+
     def test_choices_export_and_malformed_imports(self):
         # Nothing planned in this process: nothing to share. A malformed import names its line (checked before any
         # device is looked at) and a non-string is a TypeError; the round trip is in tests/fake_driver.

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "jitbmm/c_api.h"
+#include "jitbmm/chain_problem.hpp"
 
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
 
@@ -434,6 +435,18 @@ void run_chain_case(uint64_t seed, Findings& f) {
   const char* name = nullptr;
   check_status(f, seed, "jitbmm_chain_plan_kernel_name",
                jitbmm_chain_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name), p);
+  // The strategy's name (no draw from the fuzzer, so every seed's case stays what it was): one of three, the stepped
+  // one beyond the sequential kernels' states; a null out refused.
+  const char* strategy = nullptr;
+  if (check_status(f, seed, "jitbmm_chain_plan_strategy", jitbmm_chain_plan_strategy(plan, &strategy), p)) {
+    const std::string named = strategy ? strategy : "(null)";
+    if (named != "sequential" && named != "chunked" && named != "stepped")
+      f.add(seed, "jitbmm_chain_plan_strategy named '" + named + "'", p);
+    else if (p.C > jitbmm::kMaxSequentialChainStates && named != "stepped")
+      f.add(seed, "jitbmm_chain_plan_strategy named '" + named + "' beyond the sequential kernels' states", p);
+  }
+  if (check_status(f, seed, "jitbmm_chain_plan_strategy", jitbmm_chain_plan_strategy(plan, nullptr), p))
+    f.add(seed, "jitbmm_chain_plan_strategy succeeded with a null strategy", p);
   const bool log = std::strcmp(p.semiring, "log") == 0;
   auto* lengths = static_cast<const int64_t*>(maybe(p.with_lengths ? 0.1 : 0.9));
   if (hmm) {

@@ -63,6 +63,41 @@ jitbmm_chain_problem chain_problem(const char* form, int64_t B, int64_t T, int64
 
 } // namespace
 
+// The C ABI names the strategy the plan runs, ChainPlan::strategy()'s, by the rule where no decision is stored (T = 64:
+// buckets no test of this process stores a decision for): the sequential kernels for few sequences of few states,
+// the chunked strategy for one long sequence, the stepped one for an HMM's table shared by many sequences of many
+// states and for any chain beyond the sequential kernels' 1024 states.
+TEST_CASE("jitbmm_chain_plan_strategy names the plan's strategy; a null argument is refused, naming it") {
+  struct Case {
+    jitbmm_chain_problem p;
+    const char* strategy;
+  };
+  jitbmm_chain_problem batched = chain_problem("hmm", 512, 64, 512);
+  batched.batched_transitions = 1;
+  const Case cases[] = {{chain_problem("crf", 2, 5, 3), "sequential"},
+                        {chain_problem("hmm", 8, 64, 1024), "sequential"},
+                        {batched, "sequential"},
+                        {chain_problem("crf", 1, 1024, 32), "chunked"},
+                        {chain_problem("hmm", 512, 64, 512), "stepped"},
+                        {chain_problem("hmm", 2, 64, 2048), "stepped"},
+                        {chain_problem("crf", 2, 64, 2048), "stepped"}};
+  for (const Case& k : cases) {
+    INFO(k.p.form << " B=" << k.p.B << " T=" << k.p.T << " C=" << k.p.C << (k.p.batched_transitions ? " batched" : ""));
+    jitbmm_chain_plan* plan = nullptr;
+    REQUIRE(jitbmm_chain_plan_create(&k.p, &plan) == JITBMM_OK);
+    const char* strategy = nullptr;
+    CHECK(jitbmm_chain_plan_strategy(plan, &strategy) == JITBMM_OK);
+    CHECK(std::string(strategy) == k.strategy);
+    CHECK(jitbmm_chain_plan_strategy(plan, nullptr) == JITBMM_INVALID_ARGUMENT);
+    CHECK(std::string(jitbmm_last_error()).rfind("strategy: ", 0) == 0);
+    jitbmm_chain_plan_destroy(plan);
+  }
+  const char* strategy = nullptr;
+  CHECK(jitbmm_chain_plan_strategy(nullptr, &strategy) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).rfind("plan: ", 0) == 0);
+  CHECK(strategy == nullptr);
+}
+
 // Every chain call checks its workspace with its other arguments, before its first launch: a refused call has
 // written nothing. The sequential CRF backward takes no scratch, and still refuses a workspace no call could use.
 TEST_CASE("a chain call given a bad workspace is refused, naming it, before it launches anything") {
