@@ -1,0 +1,47 @@
+// What the chain plan's files share (runtime/chain_plan.cpp, runtime/chain_hmm_backward.cpp): a plan's state and
+// the checks and launches of its calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain.hpp"
+#include "runtime/chain_chunked.hpp"
+#include "runtime/chain_stepped.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "templates/chain/params.cuh"
+
+namespace jitbmm {
+
+struct ChainPlan::Impl {
+  ChainProblem problem;
+  ChainSpec spec;
+  std::shared_ptr<const DeviceInfo> device;
+  std::shared_ptr<const LoadedKernel> kernel;  // null when B = 0 (nothing to launch)
+  std::shared_ptr<const ChunkedChain> chunked; // the chunked strategy's, when the plan takes it
+  std::shared_ptr<const SteppedChain> stepped; // the stepped strategy's, when the plan takes it (no kernel then)
+  int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
+  HmmStrides hmm{};
+};
+
+namespace chain_detail {
+
+// What a backward reads of its forward: log its `saved`, max_plus its best path.
+void check_backward_reads(const ChainProblem& p, const void* saved, const int32_t* path, bool empty);
+// The call's form is the problem's (naming the argument of the other form where not).
+void check_form(const ChainProblem& p, ChainForm form);
+// The HMM form's tables as the kernels read them: the transitions in the potentials' place.
+jb::ChainParams hmm_params(const ChainPlan::Impl& im, const HmmInputs& hmm, bool empty);
+void check_lengths(const ChainProblem& p, const int64_t* lengths, bool empty);
+// The lengths, the best path and the pieces of `saved` into params, each aligned as its elements need.
+void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengths, const int32_t* path,
+            const void* saved);
+// One of the sequential module's entries, `blocks` blocks of `threads`.
+void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
+                  jb::ChainParams params, CUstream stream, unsigned dynamic_shared = 0);
+
+} // namespace chain_detail
+
+} // namespace jitbmm
