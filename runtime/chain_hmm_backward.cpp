@@ -78,8 +78,9 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const std::size_t need = im.stepped ? im.stepped->backward_workspace_bytes(grads.transitions != nullptr)
-                                      : grads.transitions ? edge_split(im).partial_bytes(p) : 0;
+  const std::size_t need = im.stepped          ? im.stepped->backward_workspace_bytes(grads.transitions != nullptr)
+                           : grads.transitions ? edge_split(im).partial_bytes(p)
+                                               : 0;
   check_workspace(workspace, need); // before the first launch or memset: a refused call writes nothing
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.

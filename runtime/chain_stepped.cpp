@@ -25,25 +25,45 @@ std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
 }
 
-// The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
-// backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
-// far and the widened table; then max_plus's winning sources ([T][B][C] int32, with a path).
-struct ForwardPieces {
-  int passes;
-  std::size_t messages, offsets, table, argmax;
-  ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes)
-      : passes(with_saved ? 2 : 1), messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
-        offsets(bytes_of({p.B, 8})), table(table_bytes),
-        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0) {}
-  std::size_t bytes() const {
-    ScratchSize size;
-    for (int i = 0; i < passes; ++i)
-      size.add(messages, "workspace").add(messages, "workspace").add(offsets, "workspace").add(table, "workspace");
-    return size.add(argmax, "workspace").bytes();
+// Makes the caller's stream wait for the side stream when it leaves scope, however it leaves: the scratch the side
+// stream's pass uses is given back on the caller's stream after that.
+struct JoinOnExit {
+  CUstream stream, side;
+  ~JoinOnExit() {
+    try {
+      wait_for(stream, side);
+    } catch (...) { // a failed wait leaves the error of the call that failed first to its caller
+    }
   }
 };
 
 } // namespace
+
+// The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
+// backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
+// far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
+// then max_plus's winning sources ([T][B][C] int32, with a path).
+struct SteppedChain::ForwardPieces {
+  int passes;
+  std::size_t messages, offsets, table, argmax;
+  std::size_t products[2];
+  ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes,
+                std::size_t forward_products, std::size_t backward_products)
+      : passes(with_saved ? 2 : 1), messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        offsets(bytes_of({p.B, 8})), table(table_bytes),
+        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0),
+        products{forward_products, backward_products} {}
+  std::size_t bytes() const {
+    ScratchSize size;
+    for (int i = 0; i < passes; ++i)
+      size.add(messages, "workspace")
+          .add(messages, "workspace")
+          .add(offsets, "workspace")
+          .add(table, "workspace")
+          .add(products[i], "workspace");
+    return size.add(argmax, "workspace").bytes();
+  }
+};
 
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products)
     : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
@@ -55,7 +75,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     strides_[2] = h.transitions[1];
     strides_[3] = h.transitions[2];
   }
-  if (problem.B > 0) kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
+  if (problem.B > 0)
+    kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
 }
 
 std::string SteppedChain::kernel_name() const { return kernel_ ? kernel_->generated.name : ""; }
@@ -63,9 +84,7 @@ std::string SteppedChain::kernel_name() const { return kernel_ ? kernel_->genera
 // A shared table is copied transposed for the forward (the products read their right operand row-major best) and
 // as it is for the backward, C² values; the other forms read their tables where they are, unless they are of a
 // half type (the products take one dtype, the messages').
-bool SteppedChain::widened() const {
-  return shared_table(problem_) || chain_output_dtype(problem_) != problem_.dtype;
-}
+bool SteppedChain::widened() const { return shared_table(problem_) || chain_output_dtype(problem_) != problem_.dtype; }
 
 std::size_t SteppedChain::widened_bytes() const {
   if (!widened() || problem_.T < 2) return 0;
@@ -74,8 +93,19 @@ std::size_t SteppedChain::widened_bytes() const {
 }
 
 std::size_t SteppedChain::workspace_bytes(bool with_saved, bool with_path) const {
-  if (problem_.B == 0) return 0;
-  return ForwardPieces(problem_, with_saved, with_path, widened_bytes()).bytes();
+  return pieces(with_saved, with_path, nullptr).bytes();
+}
+
+SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path, Stream stream) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return ForwardPieces(p, false, false, 0, 0, 0);
+  // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
+  // launched anything.
+  const bool steps = p.T > 1;
+  const std::size_t forward =
+      steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
+  const std::size_t backward = steps && with_saved ? product(true, false, stream).workspace_bytes() : 0;
+  return ForwardPieces(p, with_saved, with_path, widened_bytes(), forward, backward);
 }
 
 int64_t SteppedChain::edge_slices() const {
@@ -96,10 +126,12 @@ std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
   if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;
-  if (p.semiring == Semiring::max_plus) return ScratchSize().add(bytes_of({groups, p.C, p.C, acc}), "workspace").bytes();
+  if (p.semiring == Semiring::max_plus)
+    return ScratchSize().add(bytes_of({groups, p.C, p.C, acc}), "workspace").bytes();
   return ScratchSize()
       .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
       .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
+      .add(edge_product(nullptr).workspace_bytes(), "workspace")
       .bytes();
 }
 
@@ -180,7 +212,8 @@ const void* SteppedChain::table(const jb::ChainParams& params, int64_t t, bool b
   return scratch_table;
 }
 
-void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, Stream stream) const {
+void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch,
+                        const Workspace& products, Stream stream) const {
   const ChainProblem& p = problem_;
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   const std::size_t row = std::size_t(p.B * p.C);
@@ -194,7 +227,7 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
       const int64_t from = beta ? t : t - 1; // the step's table: positions from → from + 1
       const void* tab = table(params, from, beta, table_scratch, cu_stream);
       int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
-      step(params.msg, tab, const_cast<void*>(params.prod), winners, stream);
+      step(params.msg, tab, const_cast<void*>(params.prod), winners, stream, products);
     }
     params.t = t;
     launch("", p.B, true, params, cu_stream);
@@ -222,35 +255,37 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false);
   const bool with_path = params.path != nullptr;
-  const ForwardPieces pieces(p, with_saved, with_path, widened_bytes());
-  Scratch scratch(*device_, workspace, pieces.bytes(), cu_stream);
+  const ForwardPieces sizes = pieces(with_saved, with_path, stream);
+  Scratch scratch(*device_, workspace, sizes.bytes(), cu_stream);
   params.states = p.C;
   jb::ChainParams at[2] = {params, params};
   void* tables[2] = {};
-  for (int i = 0; i < pieces.passes; ++i) {
-    at[i].msg = scratch.take(pieces.messages);
-    at[i].prod = scratch.take(pieces.messages);
-    at[i].running = static_cast<double*>(scratch.take(pieces.offsets));
-    tables[i] = scratch.take(pieces.table);
+  Workspace products[2];
+  for (int i = 0; i < sizes.passes; ++i) {
+    at[i].msg = scratch.take(sizes.messages);
+    at[i].prod = scratch.take(sizes.messages);
+    at[i].running = static_cast<double*>(scratch.take(sizes.offsets));
+    tables[i] = scratch.take(sizes.table);
+    products[i] = Workspace{scratch.take(sizes.products[i]), sizes.products[i]};
   }
-  at[0].argmax = static_cast<int*>(scratch.take(pieces.argmax));
+  at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
   if (!with_saved) {
-    pass(at[0], false, with_path, tables[0], stream);
+    pass(at[0], false, with_path, tables[0], products[0], stream);
     return;
   }
   // The backward messages depend on the tables alone: on a stream of their own they run beside the forward's, whose
   // products alone leave SMs idle at moderate sizes (not while `stream` is captured into a graph, where the
   // capture's one stream keeps the order).
   if (stream_is_capturing(cu_stream)) {
-    pass(at[0], false, with_path, tables[0], stream);
-    pass(at[1], true, false, tables[1], stream);
+    pass(at[0], false, with_path, tables[0], products[0], stream);
+    pass(at[1], true, false, tables[1], products[1], stream);
     return;
   }
   const CUstream side = side_stream();
   wait_for(side, cu_stream);
-  pass(at[1], true, false, tables[1], reinterpret_cast<Stream>(side));
-  pass(at[0], false, with_path, tables[0], stream);
-  wait_for(cu_stream, side);
+  const JoinOnExit join{cu_stream, side}; // before the scratch is given back, on every way out
+  pass(at[1], true, false, tables[1], products[1], reinterpret_cast<Stream>(side));
+  pass(at[0], false, with_path, tables[0], products[0], stream);
 }
 
 void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
@@ -267,7 +302,7 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
     return;
   }
   const bool transitions = params.grad != nullptr;
-  Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream);
+  Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
   if (params.grad_emissions) launch("_nodes", p.B * p.T * p.C, false, params, cu_stream);
   if (params.grad_initial) launch("_reduce", (p.batched_initial ? p.B : 1) * p.C, false, params, cu_stream);
   if (!transitions) return;
@@ -290,10 +325,11 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
   char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
   const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
   const SemiringBMM edges = edge_product(stream);
+  const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
   for (const int sign : {1, -1}) {
     params.sign = sign;
     launch("_operand", p.B * p.T * p.C, false, params, cu_stream);
-    edges(params.operand, params.rel, products + (sign > 0 ? 0 : part), stream);
+    edges(params.operand, params.rel, products + (sign > 0 ? 0 : part), nullptr, stream, edge_scratch);
   }
   params.products = products;
   params.slices = edge_slices();

@@ -48,8 +48,13 @@ public:
   std::string kernel_name() const;
 
 private:
-  // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch.
-  void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, Stream stream) const;
+  // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch,
+  // `products` its products'.
+  void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, const Workspace& products,
+            Stream stream) const;
+  // The forward's scratch pieces (the products planned on the way: before a call's first launch).
+  struct ForwardPieces;
+  ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;
   // The stream the backward messages' pass runs on beside the caller's, made on first use.
   CUstream side_stream() const;
   // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).

@@ -25,8 +25,7 @@ namespace jb {
 
 // The value and the smallest state holding it over a block (ChainMax's order: the largest, NaN wins), in every
 // thread. `scratch` and `where` hold NT / 32 values each.
-template <class T, int NT>
-__device__ __forceinline__ T block_best(T v, int& arg, T* scratch, int* where) {
+template <class T, int NT> __device__ __forceinline__ T block_best(T v, int& arg, T* scratch, int* where) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const T w = __shfl_xor_sync(0xffffffffu, v, o);
@@ -125,10 +124,11 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
       if (p.logz) p.logz[b] = z;
       if (!LOG && p.path) p.path[at] = v == Num<T>::neg_inf() || bad ? -1 : arg;
     }
-    // A sequence whose score is +inf or NaN has no marginals (its gradients are NaN or, with grad_score 0, 0): its
-    // saved messages become −inf, so that the transitions' gradient's product, which reads every sequence's, takes
-    // nothing from them where its operand is −inf (NaN ⊗ −inf would be NaN).
-    if (LOG && rel_out && !(v < Num<T>::inf()))
+    // An HMM sequence whose score is +inf or NaN has no marginals (its gradients are NaN or, with grad_score 0, 0),
+    // and its backward reads none of its messages but the transitions' gradient's product, which reads every
+    // sequence's: they become −inf, so that it takes nothing from them where its operand is −inf (NaN ⊗ −inf would
+    // be NaN). The CRF form's backward reads them as the sequential kernels' does.
+    if (LOG && HMM && rel_out && !(v < Num<T>::inf()))
       for (long long i = threadIdx.x; i < L * C; i += NT) rel_out[b * p.T * C + i] = Num<T>::neg_inf();
   }
 }
@@ -136,7 +136,8 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
 // The best path from its last state back, a thread per sequence: the state before position t is the source that
 // won the product reaching t (argmax [T][B][C]; the sequential kernels' back-pointers).
 __device__ __forceinline__ void step_path(const ChainParams& p) {
-  for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < p.B; b += (long long)gridDim.x * blockDim.x) {
+  for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < p.B;
+       b += (long long)gridDim.x * blockDim.x) {
     bool bad;
     const long long L = chain_length(p, b, bad);
     int state = p.path[b * p.T + L - 1];
@@ -175,7 +176,9 @@ template <class S> __device__ __forceinline__ void step_edge_operand(const Chain
       v = Num<T>::nan();
     } else if (s.mode == 1 && t + 1 < s.L) {
       const T part = p.sign > 0 ? s.g : -s.g;
-      if (part > T(0)) {
+      if (part != part) {
+        v = Num<T>::nan(); // a NaN grad_score makes the sum NaN, as it makes the emissions' gradient
+      } else if (part > T(0)) {
         const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - s.z);
         const T r = static_cast<const T*>(p.beta_rel)[i + C];
         v = (r + k) + Num<T>::log2(part) * Num<T>::ln2();
@@ -208,7 +211,9 @@ template <class S> __device__ __forceinline__ void step_edge_finish(const ChainP
     const long long g = i / (C * C), r = i / C % C, q = i % C;
     const T tr = to_acc(trans[g * p.s_b + r * p.s_c + q * p.s_p]);
     const T plus = log_sum(parts + i, p.slices, n), minus = log_sum(parts + part + i, p.slices, n);
-    const T grad = Num<T>::exp2((tr + plus) * Num<T>::log2e()) - Num<T>::exp2((tr + minus) * Num<T>::log2e());
+    // A part no step reached adds nothing, whatever the transition (+inf ⊗ −inf would be NaN).
+    auto share = [&](T part) { return part == Num<T>::neg_inf() ? T(0) : Num<T>::exp2((tr + part) * Num<T>::log2e()); };
+    const T grad = share(plus) - share(minus);
     static_cast<S*>(p.grad)[i] = from_acc<S>(grad);
   }
 }
@@ -232,7 +237,8 @@ template <class S> __device__ __forceinline__ void step_path_edges(const ChainPa
       int from = -1, nan = 0;
       T g = 0;
       if (i < steps) {
-        const long long b = p.batched_transitions ? group : i / (p.T - 1), t = p.batched_transitions ? i : i % (p.T - 1);
+        const long long b = p.batched_transitions ? group : i / (p.T - 1),
+                        t = p.batched_transitions ? i : i % (p.T - 1);
         const HmmSequence<T, false> s(p, b);
         g = s.g;
         nan = s.mode == 2;

@@ -43,6 +43,7 @@ struct Case {
   bool integers = false;    // small integers: exact sums and many ties (max_plus)
   int cluster = 0;          // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
   bool stepped = false;     // the stepped strategy, whatever ChainPlan::get takes
+  bool nan_grad = false;    // the last sequence's grad_score is NaN
 };
 
 std::string describe(const Case& k) {
@@ -52,7 +53,8 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
                 k.integers ? " integers" : "");
-  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) + (k.stepped ? " stepped" : "");
+  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) + (k.stepped ? " stepped" : "") +
+         (k.nan_grad ? " nan_grad" : "");
 }
 
 // A table of `extents` in host memory: contiguous, or (padded) each dimension's stride one element wider than
@@ -126,7 +128,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   std::vector<double> grad_score(static_cast<std::size_t>(B)), magnitude(static_cast<std::size_t>(B));
   std::vector<unsigned char> g_bytes(std::size_t(B) * out_bytes + 1);
   for (int64_t b = 0; b < B; ++b) {
-    store_element(out, g_bytes.data(), b, u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5);
+    const double g = u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5;
+    store_element(out, g_bytes.data(), b, k.nan_grad && b == B - 1 ? NAN : g);
     grad_score[std::size_t(b)] = load_element(out, g_bytes.data(), b);
     magnitude[std::size_t(b)] = std::fabs(grad_score[std::size_t(b)]);
   }
@@ -381,6 +384,9 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
         run_case(ties, rng, worst);
         ties.batched = true;
         run_case(ties, rng, worst);
+        Case nan_grad{s, d, 5, 7, C};
+        nan_grad.stepped = nan_grad.nan_grad = true; // NaN in the shared tables' sums, the other sequences' exact
+        run_case(nan_grad, rng, worst);
       }
       MESSAGE("stepped " << std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
                          << ": worst relative error of the score "
