@@ -100,7 +100,8 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
   const ChainProblem& p = problem_;
   if (p.B == 0) return ForwardPieces(p, false, false, 0, 0, 0);
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
-  // launched anything.
+  // launched anything. On the plan's device, whichever is current on the asking thread.
+  ScopedContext scope(device_->context);
   const bool steps = p.T > 1;
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
@@ -124,6 +125,7 @@ int64_t SteppedChain::edge_slices() const {
 std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
   const ChainProblem& p = problem_;
   if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
+  ScopedContext scope(device_->context); // the products are planned on the plan's device
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;
   if (p.semiring == Semiring::max_plus)
