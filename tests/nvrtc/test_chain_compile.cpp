@@ -156,19 +156,26 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
   }
 }
 
+namespace {
+
+// Every entry of a module compiled for `arch`, with registers and no spill.
+void expect_no_spills(const GeneratedKernel& k, const char* arch) {
+  CAPTURE(k.name);
+  CAPTURE(arch);
+  const std::string log = compile_to_cubin(k, arch, PtxasReport::wanted).log;
+  for (const std::string& entry : k.entries) {
+    CAPTURE(entry);
+    const PtxasResources r = parse_ptxas_log(log, k.name + entry);
+    CHECK(r.registers > 0);
+    CHECK(r.spill_store_bytes == 0);
+  }
+}
+
+} // namespace
+
 TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, every dtype, one to 1024 states") {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    for (int C : {1, 33, 64, 1024}) {
-      const GeneratedKernel k = emit_chunk_kernel(dtype, C);
-      CAPTURE(k.name);
-      const std::string log = compile_to_cubin(k, "sm_90", PtxasReport::wanted).log;
-      for (const std::string& entry : k.entries) {
-        CAPTURE(entry);
-        const PtxasResources r = parse_ptxas_log(log, k.name + entry);
-        CHECK(r.registers > 0);
-        CHECK(r.spill_store_bytes == 0);
-      }
-    }
+    for (int C : {1, 33, 64, 1024}) expect_no_spills(emit_chunk_kernel(dtype, C), "sm_90");
 }
 
 TEST_CASE("the stepped strategy's modules compile for the oldest and the newest architecture without spills") {
@@ -176,18 +183,8 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
   for (const char* arch : {"sm_75", "sm_90"})
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
-        for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-          const GeneratedKernel k = emit_step_kernel(semiring, dtype, form);
-          CAPTURE(k.name);
-          CAPTURE(arch);
-          const std::string log = compile_to_cubin(k, arch, PtxasReport::wanted).log;
-          for (const std::string& entry : k.entries) {
-            CAPTURE(entry);
-            const PtxasResources r = parse_ptxas_log(log, k.name + entry);
-            CHECK(r.registers > 0);
-            CHECK(r.spill_store_bytes == 0);
-          }
-        }
+        for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+          expect_no_spills(emit_step_kernel(semiring, dtype, form), arch);
 }
 
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
