@@ -21,19 +21,23 @@ def buffer(typecode, values):
     return a, address
 
 
-def plan_error_in_child(error, **env):
-    """What a child process planning a small product on the fake driver prints when jitbmm.<error> is raised (the
-    environment `env` on top of the fake driver, no disk cache, no tuning), after checking that the child exited 0."""
-    code = ("import jitbmm\n"
-            "try:\n"
-            "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
-            f"except jitbmm.{error} as e:\n"
-            f"    print('{error}:', e)\n")
+def run_on_fake_driver(code, timeout=120, **env):
+    """What a child process running `code` on the fake driver prints (the environment `env` on top of it, no disk
+    cache, no tuning), after checking that the child exited 0."""
     env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
                                        JITBMM_TUNE="never", **env)
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
     assert child.returncode == 0, child.stderr
     return child.stdout
+
+
+def plan_error_in_child(error, **env):
+    """What a child process planning a small product on the fake driver prints when jitbmm.<error> is raised."""
+    return run_on_fake_driver("import jitbmm\n"
+                              "try:\n"
+                              "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
+                              f"except jitbmm.{error} as e:\n"
+                              f"    print('{error}:', e)\n", **env)
 
 
 class CApiTest(unittest.TestCase):
@@ -346,12 +350,9 @@ class CApiTest(unittest.TestCase):
                 "        out, arg = out.value, arg.value\n"
                 "    plan(None, None, out, arg)\n"
                 "    print(shape, plan.workspace_bytes, plan.kernel_name)\n")
-        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
-                                           JITBMM_TUNE="never")
-        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual(child.returncode, 0, child.stderr)
-        lines = child.stdout.splitlines()
-        self.assertEqual(len(lines), 5, child.stdout)
+        out = run_on_fake_driver(code, timeout=300)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 5, out)
         for line in lines[:3] + lines[4:]:
             self.assertTrue(line.endswith(" 0 (no kernel: empty problem)"), line)
         self.assertRegex(lines[3], r"^\(2, 3, 0, 5\) 0 max_plus_f32_")
@@ -370,12 +371,9 @@ class CApiTest(unittest.TestCase):
                 "    jitbmm.chain_strategy('log', 'f32', 2, 5, 0)\n"
                 "except ValueError as e:\n"
                 "    print(e)\n")
-        env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"], JITBMM_CACHE="off",
-                                           JITBMM_TUNE="never")
-        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual(child.returncode, 0, child.stderr)
-        lines = child.stdout.splitlines()
-        self.assertEqual(lines[:5], ["sequential", "chunked", "stepped", "sequential", "stepped"], child.stdout)
+        out = run_on_fake_driver(code, timeout=300)
+        lines = out.splitlines()
+        self.assertEqual(lines[:5], ["sequential", "chunked", "stepped", "sequential", "stepped"], out)
         self.assertRegex(lines[5], r"^chain\.C: must be in \[1, ")
 
     def test_chain_strategy_checks_its_arguments_before_planning(self):
