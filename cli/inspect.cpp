@@ -308,9 +308,11 @@ int run_inspect(int argc, char** argv) {
   if (args.has("--chain") && args.has("--chunks")) { // the chunked strategy's module: the dtype and C alone
     args.require_only({"--chain", "--chunks", "--semiring", "--dtype", "--emit", "--arch"}, "inspect --chain --chunks");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
-    if (const std::string why = chunk_unfit(problem, 2); why.rfind("chunk: only", 0) == 0)
+    // The module depends on the semiring, the dtype and C alone: what refuses those, not a problem's size.
+    if (const std::string why = chunk_unfit(problem, 2);
+        why.rfind("chunk: log chains", 0) == 0 || why.rfind("chunk: chains of at most", 0) == 0)
       throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
-    kernel = with_override(emit_chunk_kernel(problem.dtype, int(problem.C)));
+    kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;
   } else if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",

@@ -78,13 +78,14 @@ std::string to_string(const ChainSpec& spec);
 
 GeneratedKernel emit_chain_kernel(const ChainSpec& spec);
 
-// The chunked strategy's module (templates/chain/chunks.cuh) for log chains of C states whose inputs are `dtype`:
-// the main entry copies the steps into chunks (chunk_pad), then "_normalize", "_restore", "_offsets", "_score" and
-// "_unpad"; blocks of kChunkThreads.
+// The chunked strategy's module for chains of a semiring (log or max_plus) and C states whose inputs are `dtype`
+// (templates/chain/chunks.cuh): the main entry copies the steps into chunks (chunk_pad), then "_normalize" and
+// "_offsets"; log's "_restore", "_score" and "_unpad"; max_plus's "_chain", "_rerun", "_compose" and "_expand"
+// (templates/chain/chunk_viterbi.cuh). Blocks of kChunkThreads.
 constexpr int kChunkThreads = 256;
 // The longest chunk the chunked strategy takes: 2^20 steps.
 constexpr int64_t kMaxChainChunk = int64_t(1) << 20;
-GeneratedKernel emit_chunk_kernel(DType dtype, int C);
+GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 
 // The stepped strategy's module (templates/chain/steps.cuh) for chains of a semiring, inputs' dtype and form, one for
 // every C: the main entry finishes a position of every sequence (a block each); "_widen" copies a table into the

@@ -16,16 +16,24 @@ namespace jitbmm {
 
 int64_t default_chain_chunk(const ChainProblem& p) {
   // The chunked strategy does C times the sequential kernels' work, in T / L dependent steps instead of T − 1: it
-  // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. Measured
-  // on an H200 (bench/RESULTS.md, "Few sequences of long chains"), its forward + backward won at one to four
-  // sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where the
-  // tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the
-  // fastest, one chunk of the whole chain (the log-depth scan) slower. f64, whose products have no tensor-core form,
-  // was not measured: it stays sequential. A tuned decision (jitbmm tune --chain) replaces this rule for its bucket.
+  // pays where a few sequences of a long chain leave the GPU idle and a product of C³ terms is still cheap. f64, whose
+  // products have no tensor-core form, was not measured: it stays sequential. A tuned decision (jitbmm tune --chain)
+  // replaces this rule for its bucket.
   const bool f32_tree = chain_output_dtype(p) == DType::f32;
-  if (p.semiring != Semiring::log || p.form != ChainForm::crf || !f32_tree || p.C < 32 || p.C > 64 || p.B < 1 ||
-      p.C * p.B > 128 || p.T < 1024)
-    return 0;
+  if (!f32_tree || p.C < 32 || p.C > 64 || p.B < 1 || p.C * p.B > 128) return 0;
+  if (p.semiring == Semiring::max_plus) {
+    // The best path: the chain of chunks (T / L steps), then every chunk's L steps again at once: chunks of about √T
+    // steps. Measured on an H200 (bench/RESULTS.md, "Long Viterbi sequences"): MEASURE.
+    if (p.T < 4096) return 0;
+    int64_t chunk = 64;
+    while (chunk < 256 && chunk * chunk * 2 < p.T) chunk *= 2;
+    return chunk;
+  }
+  // Log, measured on an H200 (bench/RESULTS.md, "Few sequences of long chains"): its forward + backward won at one
+  // to four sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where
+  // the tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the
+  // fastest, one chunk of the whole chain (the log-depth scan) slower.
+  if (p.form != ChainForm::crf || p.T < 1024) return 0;
   for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
     if (chunk_unfit(p, chunk).empty()) return chunk;
   return 0;

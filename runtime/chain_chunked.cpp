@@ -45,14 +45,17 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
   if (chunk < 2 || chunk > kMaxChainChunk || (chunk & (chunk - 1)) != 0)
     return "chunk: must be a power of two in [2, " + std::to_string(kMaxChainChunk) + "] (got " +
            std::to_string(chunk) + ")";
-  if (p.semiring != Semiring::log || p.form != ChainForm::crf)
-    return "chunk: only log chains in the crf form are computed in chunks";
+  if (p.semiring == Semiring::log && p.form != ChainForm::crf)
+    return "chunk: log chains are computed in chunks in the crf form only (max_plus in both)";
   if (p.T < 2) return "chunk: a chain of one position has no step to cut";
+  if (p.C > kMaxSequentialChainStates)
+    return "chunk: chains of at most " + std::to_string(kMaxSequentialChainStates) + " states are computed in chunks";
   int64_t whole = 2; // one chunk of the whole chain
   while (whole < p.T - 1) whole *= 2;
   if (chunk > whole)
     return "chunk: longer than one chunk of the whole chain (" + std::to_string(whole) + " steps for T = " +
            std::to_string(p.T) + ")";
+  if (p.semiring != Semiring::log) return {}; // max_plus keeps its chunks' products in scratch
   const int64_t chunks = chunks_of(p, chunk);
   const std::size_t need = aligned(chain_saved_bytes(chain_over(p, chunks))) + products_bytes(p, chunks);
   if (need > chain_saved_bytes(p))
@@ -88,22 +91,30 @@ ChainPlan checked_chain_of_chunks(ChainPlan plan, const ChainProblem& top) {
 
 } // namespace
 
-ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, ChainPlan chain_of_chunks_plan,
+ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
                            std::shared_ptr<const DeviceInfo> device, bool tune_products)
-    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)),
-      top_(checked_chain_of_chunks(std::move(chain_of_chunks_plan), chain_of_chunks(problem, chunk))) {
+    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)) {
+  if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
+  const bool log = problem.semiring == Semiring::log;
+  if (log != chain_of_chunks_plan.has_value())
+    throw std::invalid_argument(log ? "chain of chunks: a log chain in chunks needs the plan of its chain of chunks"
+                                    : "chain of chunks: a max_plus chain in chunks runs its own");
+  if (log) top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
   chain_strides(problem, strides_);
-  // A pass of the tree takes every chunk it can within four times the potentials' size in the accumulator type
-  // (at least 64 MiB): its levels, each half the one below, and two levels' gradients take 3.5 L matrices a
-  // chunk, so that is all of them at once; fewer passes launch fewer, larger products.
-  const auto per_chunk = int64_t(matrix_bytes(1)) * (7 * L_ / 2) + 2 * L_ * dtype_info(problem.dtype).acc_bytes;
-  const int64_t input = checked_product(
-      {problem.B, problem.T - 1, problem.C, problem.C, dtype_info(problem.dtype).acc_bytes}, "chain: potentials");
-  const int64_t budget = std::max<int64_t>(int64_t(64) << 20, std::min(input, int64_t(1) << 56) * 4);
+  // A pass of the tree takes every chunk it can within four times the inputs' size in the accumulator type (at least
+  // 256 MiB): its levels, each half the one below, take 1.5 L matrices a chunk, log's backward two levels' gradients
+  // more (3.5 L in all), so that is all of them at once; fewer passes launch fewer, larger products.
+  const int acc = dtype_info(problem.dtype).acc_bytes;
+  const auto per_chunk = int64_t(matrix_bytes(1)) * ((log ? 7 : 3) * L_ / 2) + 2 * L_ * acc;
+  const int64_t input = problem.form == ChainForm::crf
+                            ? checked_product({problem.B, problem.T - 1, problem.C, problem.C, acc}, "chain: potentials")
+                            : checked_product({problem.B, problem.T + problem.C, problem.C, acc}, "chain: tables");
+  const int64_t budget = std::max<int64_t>(int64_t(256) << 20, std::min(input, int64_t(1) << 56) * 4);
   group_ = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks_));
-  if (problem.B > 0) kernel_ = load_generated(*device_, emit_chunk_kernel(problem.dtype, int(problem.C)));
+  if (problem.B > 0)
+    kernel_ = load_generated(*device_, emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
 }
 
 std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
@@ -111,22 +122,32 @@ std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
       checked_product({matrices, problem_.C, problem_.C, dtype_info(problem_.dtype).acc_bytes}, "chain: chunks"));
 }
 
-std::size_t ChunkedChain::top_saved_offset() const { return aligned(top_.saved_bytes()); }
+std::size_t ChunkedChain::top_saved_offset() const { return aligned(top_->saved_bytes()); }
 
-std::size_t ChunkedChain::workspace_bytes(bool with_saved) const {
-  if (problem_.B == 0) return 0;
-  const int acc = dtype_info(problem_.dtype).acc_bytes;
+std::size_t ChunkedChain::workspace_bytes(bool with_saved, bool with_path) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return 0;
+  const bool log = p.semiring == Semiring::log;
+  const int acc = dtype_info(p.dtype).acc_bytes;
   ScratchSize s;
-  if (!with_saved) s.add(matrix_bytes(problem_.B * chunks_), "workspace"); // the chunks' products
-  s.add(std::size_t(problem_.B * chunks_) * sizeof(double), "workspace");  // their offsets
-  s.add(matrix_bytes(group_ * L_), "workspace");                           // the even levels
-  s.add(matrix_bytes(group_ * L_ / 2), "workspace");                       // the odd ones
-  s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");                  // every level's shifts
+  if (!(log && with_saved)) s.add(matrix_bytes(p.B * chunks_), "workspace"); // the chunks' products
+  s.add(std::size_t(p.B * chunks_) * sizeof(double), "workspace");           // their offsets
+  s.add(matrix_bytes(group_ * L_), "workspace");                             // the even levels
+  s.add(matrix_bytes(group_ * L_ / 2), "workspace");                         // the odd ones
+  s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");                    // every level's shifts
+  if (log) return s.bytes();
+  const int64_t firsts = checked_product({p.B, chunks_ + 1}, "chain: chunks");
+  s.add(std::size_t(checked_product({firsts, p.C, acc}, "chain: chunks")), "workspace"); // the chunks' first messages
+  s.add(std::size_t(firsts) * sizeof(double), "workspace");                             // what they were shifted by
+  if (with_path) {
+    s.add(std::size_t(checked_product({p.B, p.T, p.C, 2}, "chain: B*T*C")), "workspace");    // the back-pointers
+    s.add(std::size_t(checked_product({p.B, chunks_, p.C, 2}, "chain: chunks")), "workspace"); // the chunks' maps
+  }
   return s.bytes();
 }
 
 std::size_t ChunkedChain::backward_workspace_bytes() const {
-  if (problem_.B == 0) return 0;
+  if (problem_.B == 0 || problem_.semiring != Semiring::log) return 0; // max_plus's is the sequential kernels'
   const int acc = dtype_info(problem_.dtype).acc_bytes;
   ScratchSize s;
   s.add(matrix_bytes(problem_.B * chunks_), "workspace");  // the chunks' products' gradient
@@ -153,7 +174,7 @@ SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (const auto it = products_.find(batch); it != products_.end()) return it->second;
   Problem q;
-  q.semiring = Semiring::log;
+  q.semiring = problem_.semiring;
   q.dtype = chain_output_dtype(problem_);
   q.shape = Shape{batch, problem_.C, problem_.C, problem_.C};
   q.a_strides = q.b_strides = Strides{2 * problem_.C * problem_.C, problem_.C, 1};
@@ -199,6 +220,22 @@ void ChunkedChain::form_tree(jb::ChunkParams params, const std::vector<char*>& l
   }
 }
 
+void ChunkedChain::form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
+                                 Stream stream) const {
+  const int64_t total = problem_.B * chunks_;
+  for (int64_t first = 0; first < total; first += group_) {
+    params.first = first;
+    params.count = std::min(group_, total - first);
+    // The even levels where the steps were, the odd ones beside, the last one where the chain of chunks reads it.
+    std::vector<char*> level(std::size_t(levels_ + 1));
+    for (int64_t j = 0; j <= levels_; ++j) level[std::size_t(j)] = j % 2 ? odd : even;
+    level[std::size_t(levels_)] = products + std::size_t(first) * matrix_bytes(1);
+    form_tree(params, level, shifts, stream);
+    params.shifts = shifts;
+    launch("_offsets", params.count, false, &params, reinterpret_cast<CUstream>(stream));
+  }
+}
+
 void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
                            const Workspace& workspace) const {
   const ChainProblem& p = problem_;
@@ -217,20 +254,10 @@ void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void*
 
   jb::ChunkParams params = params_for(potentials, lengths);
   params.offsets = offsets;
+  form_products(params, products, even, odd, shifts, stream);
   const int64_t total = p.B * chunks_;
-  for (int64_t first = 0; first < total; first += group_) {
-    params.first = first;
-    params.count = std::min(group_, total - first);
-    // The even levels where the steps were, the odd ones beside, the last one where the chain of chunks reads it.
-    std::vector<char*> level(std::size_t(levels_ + 1));
-    for (int64_t j = 0; j <= levels_; ++j) level[std::size_t(j)] = j % 2 ? odd : even;
-    level[std::size_t(levels_)] = products + std::size_t(first) * matrix_bytes(1);
-    form_tree(params, level, shifts, stream);
-    params.shifts = shifts;
-    launch("_offsets", params.count, false, &params, cu_stream);
-  }
   // The chain of the chunks' relative products, then their offsets added to its score.
-  top_(products, nullptr, score, saved, nullptr, nullptr, stream);
+  (*top_)(products, nullptr, score, saved, nullptr, nullptr, stream);
   params.score = score;
   launch("_score", p.B, false, &params, cu_stream);
   if (saved) {
@@ -238,10 +265,64 @@ void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void*
     const std::size_t used = top_saved_offset() + matrix_bytes(total), all = chain_saved_bytes(p);
     check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(saved) + used, 0, all - used, cu_stream),
           "cuMemsetD8Async");
-    if (top_saved_offset() > top_.saved_bytes())
-      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(saved) + top_.saved_bytes(), 0,
-                                     top_saved_offset() - top_.saved_bytes(), cu_stream),
+    if (top_saved_offset() > top_->saved_bytes())
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(saved) + top_->saved_bytes(), 0,
+                                     top_saved_offset() - top_->saved_bytes(), cu_stream),
             "cuMemsetD8Async");
+  }
+}
+
+void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const bool with_path = call.path != nullptr;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_, false); // the products' plans
+  Scratch scratch(*device_, workspace, workspace_bytes(false, with_path), cu_stream);
+  const int64_t firsts = p.B * (chunks_ + 1);
+  char* products = static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
+  auto* offsets = static_cast<double*>(scratch.take(std::size_t(p.B * chunks_) * sizeof(double)));
+  char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
+  char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
+  char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+  void* rel = scratch.take(std::size_t(firsts * p.C * acc));
+  auto* starts = static_cast<double*>(scratch.take(std::size_t(firsts) * sizeof(double)));
+
+  // The plan's inputs: the potentials or the HMM form's tables, with their strides.
+  jb::ChunkParams params = params_for(call.potentials, reinterpret_cast<const int64_t*>(call.lengths));
+  params.s_b = call.s_b;
+  params.s_t = call.s_t;
+  params.s_c = call.s_c;
+  params.s_p = call.s_p;
+  if (p.form == ChainForm::hmm) {
+    params.emissions = call.emissions;
+    params.initial = call.initial;
+    params.e_b = call.e_b;
+    params.e_t = call.e_t;
+    params.e_c = call.e_c;
+    params.i_b = call.i_b;
+    params.i_c = call.i_c;
+  }
+  params.offsets = offsets;
+  form_products(params, products, even, odd, shifts, stream);
+  params.matrices = products;
+  params.rel = rel;
+  params.starts = starts;
+  params.score = call.score;
+  params.path = call.path;
+  if (with_path) {
+    params.back = static_cast<unsigned short*>(scratch.take(std::size_t(p.B * p.T * p.C) * 2));
+    params.ends = static_cast<unsigned short*>(scratch.take(std::size_t(p.B * chunks_ * p.C) * 2));
+  }
+  // The chain of the chunks' products to each chunk's first messages; every chunk's steps again from them (the one
+  // reaching each sequence's end alone without a path); then the path, chunk by chunk from the end, and inside them.
+  launch("_chain", p.B, true, &params, cu_stream);
+  launch("_rerun", with_path ? p.B * chunks_ : p.B, true, &params, cu_stream);
+  if (with_path) {
+    launch("_compose", p.B, false, &params, cu_stream);
+    launch("_expand", std::max(p.B * chunks_, p.B * p.T), false, &params, cu_stream);
   }
 }
 
@@ -263,7 +344,7 @@ void ChunkedChain::backward(const void* potentials, const int64_t* lengths, cons
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
   const char* products = static_cast<const char*>(saved) + top_saved_offset();
   // The gradient of the chunks' products, from the chain of chunks' saved messages.
-  top_.backward(products, nullptr, saved, nullptr, grad_score, grad_products, stream);
+  top_->backward(products, nullptr, saved, nullptr, grad_score, grad_products, stream);
 
   jb::ChunkParams params = params_for(potentials, lengths);
   params.grad_score = grad_score;

@@ -1,9 +1,11 @@
-// The chunked strategy of a log chain in the CRF form (docs/chains-design.md, "The chunked strategy"): the T − 1
-// steps cut into chunks of L, each chunk's product of its L step matrices formed by a tree of batched log products
-// (the bmm plans, level by level over every chunk at once), then the chain of the chunks' products run by the
-// sequential kernel (a plan of B sequences of chunks + 1 positions). It does B·T·C³ work instead of B·T·C², in
-// about T / L dependent steps instead of T − 1: it pays where a few sequences along a long chain leave most of the
-// GPU idle.
+// The chunked strategy (docs/chains-design.md, "The chunked strategy"): the T − 1 steps cut into chunks of L, each
+// chunk's product of its L step matrices formed by a tree of batched products (the bmm plans, level by level over
+// every chunk at once). A log chain in the CRF form then runs the chain of the chunks' products in the sequential
+// kernel (a plan of B sequences of chunks + 1 positions); a max_plus chain (either form) runs it in a kernel of its
+// own to every chunk's first messages, then every chunk's steps again from those, all chunks at once, for the
+// back-pointers, and follows them from the end (templates/chain/chunk_viterbi.cuh). It does B·T·C³ work instead of
+// B·T·C², in about T / L dependent steps instead of T − 1 (and L more for a best path): it pays where a few
+// sequences along a long chain leave most of the GPU idle.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,27 +22,31 @@
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "templates/chain/chunk_params.cuh"
+#include "templates/chain/params.cuh"
 
 namespace jitbmm {
 
 class ChunkedChain {
 public:
-  // Compiles the chunk module; `chain_of_chunks_plan` is the caller's plan of chain_of_chunks(problem, chunk) in
-  // the sequential kernels (chain_plan_for makes it: this strategy is one of a chain plan's, and plans no chain of
-  // its own). Throws std::invalid_argument naming "chunk" unless the problem is a log chain in the CRF form with
-  // T ≥ 2, `chunk` a power of two in [2, kMaxChainChunk], and the chunks' products fit in the forward's `saved`
-  // (chunk_unfit), and naming "chain of chunks" when the plan is of another chain. The products tune only with
-  // `tune_products` (chain_plan_for).
-  ChunkedChain(const ChainProblem& problem, int64_t chunk, ChainPlan chain_of_chunks_plan,
+  // Compiles the chunk module. A log chain takes `chain_of_chunks_plan`, the caller's plan of chain_of_chunks(problem,
+  // chunk) in the sequential kernels (chain_plan_for makes it: this strategy is one of a chain plan's, and plans no
+  // chain of its own); a max_plus chain takes none. Throws std::invalid_argument naming "chunk" where chunk_unfit
+  // says why the problem cannot take such chunks, and naming "chain of chunks" when the plan is of another chain or
+  // is missing or given where none is taken. The products tune only with `tune_products` (chain_plan_for).
+  ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
                std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
 
-  // As ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
+  // log: as ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
   void forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
                const Workspace& workspace) const;
   void backward(const void* potentials, const int64_t* lengths, const void* saved, const void* grad_score,
                 void* grad_potentials, Stream stream, const Workspace& workspace) const;
-  // The scratch each takes (the products' own comes from jitbmm's pool).
-  std::size_t workspace_bytes(bool with_saved) const;
+  // max_plus: the score and, where call.path is set, the best path, from the inputs the plan put in `call` (either
+  // form: its pointers, strides and lengths). Its backward is the sequential kernels' (it reads the path).
+  void best_path(const jb::ChainParams& call, Stream stream, const Workspace& workspace) const;
+  // The scratch each takes (the products' own comes from jitbmm's pool): the forward's (log: less with saved; max_plus:
+  // more with the path's back-pointers), the log backward's.
+  std::size_t workspace_bytes(bool with_saved, bool with_path = false) const;
   std::size_t backward_workspace_bytes() const;
 
   int64_t chunk() const { return L_; }
@@ -54,6 +61,10 @@ private:
   // The steps of params' chunks copied into level[0], then each level's products into the next, every matrix made
   // relative to its largest entry, the shifts level after level from `shifts` on.
   void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, Stream stream) const;
+  // Every chunk's relative product into `products` ([B·chunks][C][C]) and its offset into params.offsets, a pass of
+  // group_ chunks at a time through the levels `even` and `odd` and the shifts.
+  void form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
+                     Stream stream) const;
   // The plan of a level's `batch` products, made on its first call (on `stream`: with tune_products too, nothing is
   // tuned while it is being captured) and kept: a plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
@@ -66,7 +77,7 @@ private:
   bool tune_products_ = false;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
-  ChainPlan top_;
+  std::optional<ChainPlan> top_; // log: the chain of chunks
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };
@@ -76,9 +87,10 @@ private:
 // where chunk_unfit says why the problem cannot take such chunks.
 ChainProblem chain_of_chunks(const ChainProblem& problem, int64_t chunk);
 
-// Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: a log chain in the CRF form with T
-// ≥ 2 whose chunks' products (B·ceil((T − 1) / chunk)·C² values) fit in `saved` beside the chain of chunks' own
-// saved messages; otherwise the reason, naming "chunk".
+// Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: T ≥ 2 and at most
+// kMaxSequentialChainStates states; a log chain in the CRF form whose chunks' products (B·ceil((T − 1) / chunk)·C²
+// values) fit in `saved` beside the chain of chunks' own saved messages, or a max_plus chain of either form;
+// otherwise the reason, naming "chunk".
 std::string chunk_unfit(const ChainProblem& problem, int64_t chunk);
 
 } // namespace jitbmm

@@ -54,7 +54,7 @@ EdgeSplit edge_split(const ChainPlan::Impl& im) {
 } // namespace
 
 std::size_t ChainPlan::backward_workspace_bytes() const {
-  if (impl_->chunked) return impl_->chunked->backward_workspace_bytes();
+  if (impl_->chunked && impl_->problem.semiring == Semiring::log) return impl_->chunked->backward_workspace_bytes();
   if (impl_->stepped) return impl_->stepped->backward_workspace_bytes(true);
   if (impl_->problem.form != ChainForm::hmm) return 0;
   return edge_split(*impl_).partial_bytes(impl_->problem);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -206,9 +207,14 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + impl->device->arch_and_level() + ")");
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
-  if (chunk != 0) { // its chain of chunks in the sequential kernels: chunks of its own would take uncounted scratch
-    const ChainProblem top = chain_of_chunks(problem, chunk);
-    const ChainPlan top_plan = chain_plan_for(top, chosen_chain_spec(top, *impl->device));
+  if (chunk != 0) {
+    // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
+    // runs its own.
+    std::optional<ChainPlan> top_plan;
+    if (problem.semiring == Semiring::log) {
+      const ChainProblem top = chain_of_chunks(problem, chunk);
+      top_plan = chain_plan_for(top, chosen_chain_spec(top, *impl->device));
+    }
     impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, top_plan, impl->device, tune_products);
   }
   return ChainPlan(std::move(impl));
@@ -223,7 +229,7 @@ std::size_t chain_saved_bytes(const ChainProblem& problem) {
 
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   const ChainProblem& p = impl_->problem;
-  if (impl_->chunked) return impl_->chunked->workspace_bytes(false); // with saved it takes less
+  if (impl_->chunked) return impl_->chunked->workspace_bytes(false, with_path); // log: with saved it takes less
   if (impl_->stepped) return impl_->stepped->workspace_bytes(p.semiring == Semiring::log, with_path); // saved's most
   if (!with_path || p.semiring != Semiring::max_plus) return 0;
   return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
@@ -250,17 +256,35 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
   return true;
 }
 
-// The forward of either form: `params` holds the inputs.
+// The forward of either form: `params` holds the inputs; `back_bytes` the scratch the plan's strategy takes
+// (ChainPlan::workspace_bytes). With `strategy` false, the sequential kernels whatever the plan's strategy.
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
-                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes) {
+                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes,
+                 bool strategy = true) {
   const ChainProblem& p = im.problem;
-  check_workspace(workspace, back_bytes);
+  // The chunks' scratch as this call takes it (log: less with saved).
+  check_workspace(workspace,
+                  im.chunked && strategy ? im.chunked->workspace_bytes(saved != nullptr, path != nullptr) : back_bytes);
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
-  if (im.stepped) {
+  if (im.stepped && strategy) {
     im.stepped->forward(params, saved != nullptr, stream, workspace);
+    return;
+  }
+  if (im.chunked && strategy) {
+    // The chunks have no messages of their own positions: alpha comes from the sequential kernels beside them.
+    if (alpha) {
+      jb::ChainParams messages = params;
+      messages.path = nullptr;
+      messages.rel = nullptr;
+      run_forward(im, messages, lengths, score, nullptr, alpha, nullptr, stream, {}, 0, false);
+    }
+    if (p.semiring == Semiring::log)
+      im.chunked->forward(params.potentials, lengths, score, saved, stream, workspace);
+    else
+      im.chunked->best_path(params, stream, workspace);
     return;
   }
   ScopedContext scope(im.device->context);
@@ -289,16 +313,7 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
   jb::ChainParams params = chain_params(im);
   params.potentials = potentials;
-  if (!im.chunked) {
-    run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
-    return;
-  }
-  // The chunks' tree has no messages of its own positions: alpha comes from the sequential forward, the score and
-  // saved from the chunks, whose workspace is checked before that forward launches.
-  check_workspace(workspace, im.chunked->workspace_bytes(saved != nullptr));
-  if (!check_outputs(im.problem, lengths, score, saved, alpha, path)) return;
-  if (alpha) run_forward(im, params, lengths, score, nullptr, alpha, nullptr, stream, {}, 0);
-  im.chunked->forward(potentials, lengths, score, saved, stream, workspace);
+  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
 }
 
 void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* score, void* saved, void* alpha,
@@ -326,7 +341,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
   jb::ChainParams params = call_params(im, potentials, lengths, path, saved); // checks their alignment
-  if (im.chunked) {
+  if (im.chunked && p.semiring == Semiring::log) { // max_plus's backward reads the path alone
     im.chunked->backward(potentials, lengths, saved, grad_score, grad_potentials, stream, workspace);
     return;
   }

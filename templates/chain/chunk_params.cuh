@@ -5,7 +5,8 @@
 namespace jb {
 
 // A chain's T − 1 steps cut into `chunks` chunks of L steps per sequence (the last one filled with the semiring's
-// identity), numbered b·chunks + k. A call covers the `count` chunks from `first` on (the main entry, chunk_pad;
+// identity), numbered b·chunks + k. The HMM form (emissions not null, max_plus) reads potentials[b][t][c][p] as
+// transitions[c][p] (s_t = 0) plus emissions[b][t + 1][c]. A call covers the `count` chunks from `first` on (the main entry, chunk_pad;
 // "_unpad", "_offsets"), or `count` matrices [C][C] ("_normalize", "_restore"). Every matrix of a chunk's tree is kept
 // relative to its largest entry, its shift: a product of many steps grows with their number, and its terms would round
 // by that size.
@@ -18,8 +19,20 @@ struct ChunkParams {
   void* score;              // "_score": [B], the accumulator type
   const void* grad_score;   // "_unpad": [B], the accumulator type
   void* grad;               // "_unpad": [B][T − 1][C][C] contiguous, storage type
+  const void* emissions;    // the HMM form: [B][T][C] by e_b, e_t, e_c, or null (the CRF form)
+  const void* initial;      // the HMM form: [C] or [B][C] by i_b, i_c
+  // max_plus (templates/chain/chunk_viterbi.cuh): every chunk's first messages, rel [B][chunks + 1][C] (accumulator
+  // type) relative to their largest, taken out into starts [B][chunks + 1]; with a path, back-pointers back [B][T][C],
+  // each chunk's map from the states of its last position to those of its first, ends [B·chunks][C], and path
+  // [B][T] (int32, the caller's).
+  void* rel;
+  double* starts;
+  unsigned short* back;
+  unsigned short* ends;
+  int* path;
   long long B, T, L, chunks, first, count;
   long long s_b, s_t, s_c, s_p;
+  long long e_b, e_t, e_c, i_b, i_c;
   int levels; // "_offsets": the tree's levels above the steps (log2 L); shifts holds them all, level by level
 };
 

@@ -152,6 +152,25 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   int bad = 0;
   compare("score", score, ref_score, score_tol, bad, &worst.score);
   compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha);
+  if (viterbi && k.chunk && k.integers) {
+    // The chunks' first messages come from their products, which sum the steps in another order than the
+    // recursion; where the arithmetic is exact (integers, and their many ties) the score and the path are the
+    // sequential kernels' bit for bit.
+    const ChainPlan sequential = chain_plan_for(p, chosen_chain_spec(p, *current_device()));
+    DeviceBuffer s_score(std::size_t(k.B) * out_bytes + 1), s_path(ref_path.size() * 4 + 1);
+    sequential(d_pot.get(), d_len, s_score.get(), nullptr, nullptr, static_cast<int32_t*>(s_path.get()));
+    std::vector<int32_t> seq_path(ref_path.size());
+    if (!seq_path.empty()) s_path.download(seq_path.data(), seq_path.size() * 4);
+    const std::vector<double> seq_score = download_as_double(s_score, out, k.B);
+    for (int64_t b = 0; b < k.B; ++b) {
+      const bool same_score = seq_score[b] == score[b] || (std::isnan(seq_score[b]) && std::isnan(score[b]));
+      const bool same = same_score && std::equal(seq_path.begin() + b * k.T, seq_path.begin() + (b + 1) * k.T,
+                                                 path.begin() + b * k.T);
+      if (!same && bad++ < 5)
+        FAIL_CHECK("sequence " << b << ": the chunks' score " << score[b] << " or path differs from the sequential "
+                               << "kernels' (" << seq_score[b] << ")");
+    }
+  }
   if (!viterbi) { // the forward without saved is another entry point with its own block: the same contract
     d_score.fill_bytes(0xff);
     d_alpha.fill_bytes(0xff);
@@ -383,7 +402,7 @@ TEST_CASE("chains: the chunked strategy against the float64 reference, in short 
   }
   test::precompile(*device, chains);
   test::on_all_cores(chains.size(), [&](std::size_t i) {
-    load_generated(*device, emit_chunk_kernel(chains[i].dtype, int(chains[i].C)));
+    load_generated(*device, emit_chunk_kernel(Semiring::log, chains[i].dtype, int(chains[i].C)));
     SemiringBMM::get(products[i / 2]).backward_workspace_bytes(true, true);
   });
   for (DType d : {DType::f32, DType::f64, DType::bf16}) {
@@ -445,10 +464,86 @@ TEST_CASE("chains: the chunked strategy against the float64 reference, in short 
   expect_invalid([&] { chain_plan_for(p, default_chain_spec(p), 3); }, "chunk: must be a power of two");
   ChainProblem viterbi = p;
   viterbi.semiring = Semiring::max_plus;
-  expect_invalid([&] { chain_plan_for(viterbi, default_chain_spec(viterbi), 4); }, "chunk: only log chains");
+  viterbi.form = ChainForm::hmm;
+  expect_invalid([&] { chain_plan_for(viterbi, default_chain_spec(viterbi), 3); }, "chunk: must be a power of two");
+  ChainProblem hmm = p;
+  hmm.form = ChainForm::hmm;
+  expect_invalid([&] { chain_plan_for(hmm, default_chain_spec(hmm), 4); }, "chunk: log chains are computed in chunks");
   ChainProblem wide = p;
   wide.C = 64;
   expect_invalid([&] { chain_plan_for(wide, default_chain_spec(wide), 2); }, "chunk: the products");
+}
+
+// The best path in chunks (max_plus: the chunks' products, the chain of them, every chunk's steps again and the
+// back-pointers followed through the chunks): chunks of 2 steps, of 8, and one of the whole chain, on odd sizes,
+// ragged lengths (which end inside a chunk, or at its first position), masks, strides, the edge values and ties,
+// whose paths must be the sequential kernels'.
+TEST_CASE("chains: the best path in chunks against the float64 reference and the sequential kernels") {
+  std::mt19937_64 rng(20261202);
+  const struct {
+    DType dtype;
+    int64_t B, T, C;
+  } shapes[] = {{DType::f32, 1, 2, 1},    {DType::f32, 3, 5, 3},   {DType::f32, 2, 40, 31}, {DType::f32, 1, 300, 33},
+                {DType::f32, 5, 77, 64},  {DType::f32, 2, 30, 129}, {DType::f64, 3, 77, 64}, {DType::bf16, 2, 40, 31},
+                {DType::f16, 2, 33, 64}};
+  const auto device = current_device();
+  std::vector<ChainProblem> chains;
+  std::vector<Problem> products;
+  for (const auto& sh : shapes) {
+    ChainProblem p;
+    p.semiring = Semiring::max_plus;
+    p.dtype = sh.dtype;
+    p.B = sh.B;
+    p.T = sh.T;
+    p.C = sh.C;
+    chains.push_back(p);
+    Problem q;
+    q.semiring = Semiring::max_plus;
+    q.dtype = chain_output_dtype(p);
+    q.shape = Shape{1, sh.C, sh.C, sh.C};
+    q.a_strides = q.b_strides = Strides{2 * sh.C * sh.C, sh.C, 1};
+    products.push_back(q);
+  }
+  test::precompile(*device, chains);
+  test::on_all_cores(chains.size(), [&](std::size_t i) {
+    load_generated(*device, emit_chunk_kernel(Semiring::max_plus, chains[i].dtype, int(chains[i].C)));
+    SemiringBMM::get(products[i]);
+  });
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    Worst worst;
+    for (const auto& sh : shapes) {
+      if (sh.dtype != d) continue;
+      int64_t whole = 2;
+      while (whole < sh.T - 1) whole *= 2;
+      std::vector<int64_t> chunks{2};
+      if (whole > 8) chunks.push_back(8);
+      if (whole > 2) chunks.push_back(whole);
+      for (int64_t chunk : chunks) {
+        for (double spread : {1.0, 10.0}) {
+          Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C, spread};
+          k.chunk = chunk;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          run_case(k, rng, worst);
+        }
+        Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C, 1, true, false, true}; // padded strides
+        k.chunk = chunk;
+        run_case(k, rng, worst);
+        k.padded = false;
+        k.p_special = 0.05; // −inf, NaN (+inf: as the log chunks, a product may meet +inf ⊗ −inf the recursion does not)
+        k.no_plus_inf = true;
+        run_case(k, rng, worst);
+        Case ties{Semiring::max_plus, d, sh.B, sh.T, sh.C};
+        ties.integers = true;
+        ties.chunk = chunk;
+        run_case(ties, rng, worst);
+        ties.ragged = true;
+        run_case(ties, rng, worst);
+      }
+    }
+    report(Semiring::max_plus, d, worst);
+  }
 }
 
 TEST_CASE("chains: B = 0 launches nothing; T = 1 scores log C or 0; bad arguments name themselves") {
@@ -508,6 +603,26 @@ TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, 
     grad.download(gr.data(), gr.size() * 4);
     CHECK(std::all_of(gr.begin() + steps / 2, gr.end(), [](float x) { return std::isnan(x); }));
     CHECK(std::none_of(gr.begin(), gr.begin() + steps / 2, [](float x) { return std::isnan(x); }));
+  }
+  // The best path, by the sequential kernels and in chunks: a NaN score and no state (−1) for the bad length.
+  ChainProblem viterbi = p;
+  viterbi.semiring = Semiring::max_plus;
+  for (int64_t chunk : {0, 2, 4}) {
+    CAPTURE(chunk);
+    const ChainPlan plan = chain_plan_for(viterbi, chosen_chain_spec(viterbi, *current_device()), chunk);
+    std::vector<float> pot(2 * 4 * 16, 0.5f);
+    DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{5, 7}), score(8), path(2 * 5 * 4);
+    path.fill_bytes(0x7f);
+    plan(d_pot.get(), static_cast<const int64_t*>(d_len.get()), score.get(), nullptr, nullptr,
+         static_cast<int32_t*>(path.get()));
+    float s[2];
+    score.download(s, sizeof s);
+    CHECK(s[0] == doctest::Approx(2.0)); // four steps of 0.5
+    CHECK(std::isnan(s[1]));
+    int32_t states[10];
+    path.download(states, sizeof states);
+    for (int t = 0; t < 5; ++t) CHECK(states[t] == 0); // every path scores 2: ties go to the smallest state
+    for (int t = 5; t < 10; ++t) CHECK(states[t] == -1);
   }
 }
 

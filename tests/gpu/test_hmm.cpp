@@ -43,6 +43,7 @@ struct Case {
   bool integers = false;    // small integers: exact sums and many ties (max_plus)
   int cluster = 0;          // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
   bool stepped = false;     // the stepped strategy, whatever ChainPlan::get takes
+  int64_t chunk = 0;        // the chunked strategy's steps per chunk (max_plus); 0: ChainPlan::get's choice
   bool nan_grad = false;    // the last sequence's grad_score is NaN
 };
 
@@ -54,7 +55,7 @@ std::string describe(const Case& k) {
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
                 k.integers ? " integers" : "");
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) + (k.stepped ? " stepped" : "") +
-         (k.nan_grad ? " nan_grad" : "");
+         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "");
 }
 
 // A table of `extents` in host memory: contiguous, or (padded) each dimension's stride one element wider than
@@ -150,9 +151,11 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
 
   const ChainPlan plan = k.cluster   ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
                          : k.stepped ? chain_plan_for(p, ChainSpec{}, 0, false, true)
+                         : k.chunk   ? chain_plan_for(p, chosen_chain_spec(p, *current_device()), k.chunk)
                                      : ChainPlan::get(p);
   CAPTURE(plan.kernel_name());
-  CHECK(std::string(plan.strategy()) == (k.stepped || C > kMaxSequentialChainStates ? "stepped" : "sequential"));
+  CHECK(std::string(plan.strategy()) ==
+        (k.stepped || C > kMaxSequentialChainStates ? "stepped" : k.chunk ? "chunked" : "sequential"));
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
   DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
@@ -187,9 +190,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     compare("without saved: score", download_as_double(d_score, out, B), ref_score, score_tol, bad);
     compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(n_em)), ref_alpha, alpha_tol, bad);
   }
-  if (viterbi && k.stepped && C <= kMaxSequentialChainStates) {
+  if (viterbi && ((k.stepped && C <= kMaxSequentialChainStates) || (k.chunk && k.integers))) {
     // The stepped strategy's products form the sequential kernels' terms and keep their winners: the same scores
-    // and paths, bit for bit.
+    // and paths, bit for bit. So do the chunks where the arithmetic is exact (integers, and their many ties): their
+    // first messages come from products that sum the steps in another order than the recursion.
     const ChainPlan sequential = chain_plan_for(p, chosen_chain_spec(p, *current_device()));
     DeviceBuffer s_score(std::size_t(B) * out_bytes + 1), s_path(ref_path.size() * 4 + 1);
     sequential(dev, d_len, s_score.get(), nullptr, nullptr, static_cast<int32_t*>(s_path.get()));
@@ -202,8 +206,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
       const bool same = same_score && std::equal(seq_path.begin() + b * T, seq_path.begin() + (b + 1) * T,
                                                  path.begin() + b * T);
       if (!same && differ++ < 5)
-        FAIL_CHECK("sequence " << b << ": the stepped strategy's score " << score[b] << " or path differs from the "
-                               << "sequential kernels' (" << seq_score[b] << ")");
+        FAIL_CHECK("sequence " << b << ": the " << plan.strategy() << " strategy's score " << score[b]
+                               << " or path differs from the sequential kernels' (" << seq_score[b] << ")");
     }
   }
   bool same_path = true;
@@ -393,6 +397,69 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
                          << worst.score << ", of alpha " << worst.alpha
                          << ", worst error of a gradient (relative to its shares) " << worst.grad);
     }
+}
+
+// The best path in chunks (runtime/chain_chunked.hpp): the HMM form's steps formed from its tables in chunks of 2
+// steps, of 8 and one of the whole chain; shared and batched tables, odd sizes, ragged lengths, masks, strides, the
+// edge values, and ties, whose paths must be the sequential kernels'.
+TEST_CASE("hmm: the best path in chunks against the float64 reference and the sequential kernels") {
+  std::mt19937_64 rng(20261203);
+  const struct {
+    DType dtype;
+    int64_t B, T, C;
+  } shapes[] = {{DType::f32, 1, 2, 1},   {DType::f32, 3, 5, 3},   {DType::f32, 2, 40, 31}, {DType::f32, 1, 300, 64},
+                {DType::f32, 4, 70, 33}, {DType::f64, 3, 77, 64}, {DType::bf16, 2, 40, 31}};
+  std::vector<ChainProblem> chains;
+  for (const auto& sh : shapes) {
+    ChainProblem p;
+    p.semiring = Semiring::max_plus;
+    p.form = ChainForm::hmm;
+    p.dtype = sh.dtype;
+    p.B = sh.B;
+    p.T = sh.T;
+    p.C = sh.C;
+    chains.push_back(p);
+  }
+  test::precompile(*current_device(), chains);
+  for (DType d : {DType::f32, DType::f64, DType::bf16}) {
+    Worst worst;
+    for (const auto& sh : shapes) {
+      if (sh.dtype != d) continue;
+      int64_t whole = 2;
+      while (whole < sh.T - 1) whole *= 2;
+      std::vector<int64_t> chunks{2};
+      if (whole > 8) chunks.push_back(8);
+      if (whole > 2) chunks.push_back(whole);
+      for (int64_t chunk : chunks) {
+        for (double spread : {1.0, 10.0}) {
+          Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C, spread};
+          k.chunk = chunk;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = sh.C > 3;
+          k.batched = true;
+          run_case(k, rng, worst);
+        }
+        Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C};
+        k.chunk = chunk;
+        k.ragged = k.padded = true;
+        run_case(k, rng, worst);
+        k.padded = false;
+        k.p_special = 0.1; // −inf emissions: structural zeros
+        k.minus_inf = true;
+        run_case(k, rng, worst);
+        Case ties{Semiring::max_plus, d, sh.B, sh.T, sh.C};
+        ties.integers = true;
+        ties.chunk = chunk;
+        run_case(ties, rng, worst);
+        ties.batched = ties.ragged = true;
+        run_case(ties, rng, worst);
+      }
+    }
+    MESSAGE("chunked max_plus " << std::string(dtype_info(d).name) << ": worst relative error of the score "
+                                << worst.score << ", of alpha " << worst.alpha
+                                << ", worst error of a gradient (relative to its shares) " << worst.grad);
+  }
 }
 
 TEST_CASE("hmm: B = 0 zeroes the shared tables' gradients; T = 1 scores initial and emissions; bad arguments") {

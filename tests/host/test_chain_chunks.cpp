@@ -38,12 +38,9 @@ TEST_CASE("chunked chains: the plan takes chunks for a few sequences of a long c
   CHECK(default_chain_chunk(chain(1, 1000, 64)) == 0);
   CHECK(default_chain_chunk(chain(0, 4096, 64)) == 0);
   CHECK(default_chain_chunk(chain(1, 4096, 64, DType::f64)) == 0);
-  ChainProblem viterbi = chain(1, 4096, 64);
-  viterbi.semiring = Semiring::max_plus;
-  CHECK(default_chain_chunk(viterbi) == 0);
   ChainProblem hmm = chain(1, 4096, 64);
   hmm.form = ChainForm::hmm;
-  CHECK(default_chain_chunk(hmm) == 0);
+  CHECK(default_chain_chunk(hmm) == 0); // log: the crf form only
   // Whatever it takes fits.
   for (int64_t C : {32, 40, 64})
     for (int64_t T : {1024, 1025, 3000, 4096, 65536})
@@ -58,6 +55,28 @@ TEST_CASE("chunked chains: the plan takes chunks for a few sequences of a long c
       }
 }
 
+TEST_CASE("chunked chains: the best path of one long sequence of either form in chunks of about its square root") {
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm}) {
+    CAPTURE(int(form));
+    auto viterbi = [&](int64_t B, int64_t T, int64_t C, DType dtype = DType::f32) {
+      ChainProblem p = chain(B, T, C, dtype);
+      p.semiring = Semiring::max_plus;
+      p.form = form;
+      return p;
+    };
+    CHECK(default_chain_chunk(viterbi(1, 16384, 64)) == 128);
+    CHECK(default_chain_chunk(viterbi(1, 4096, 64)) == 64);
+    CHECK(default_chain_chunk(viterbi(2, 65536, 32, DType::bf16)) == 256);
+    CHECK(default_chain_chunk(viterbi(1, 1 << 24, 64)) == 256);
+    // More sequences, more states, shorter chains, f64: the sequential kernels.
+    CHECK(default_chain_chunk(viterbi(4, 16384, 64)) == 0);
+    CHECK(default_chain_chunk(viterbi(1, 16384, 128)) == 0);
+    CHECK(default_chain_chunk(viterbi(1, 2048, 64)) == 0);
+    CHECK(default_chain_chunk(viterbi(1, 16384, 64, DType::f64)) == 0);
+    for (int64_t T : {4096, 5000, 16384, 100000}) CHECK(chunk_unfit(viterbi(1, T, 64), default_chain_chunk(viterbi(1, T, 64))).empty());
+  }
+}
+
 TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chunk") {
   auto why = [](const ChainProblem& p, int64_t chunk) { return chunk_unfit(p, chunk); };
   CHECK(why(chain(1, 100, 8), 3).rfind("chunk: must be a power of two", 0) == 0);
@@ -65,10 +84,15 @@ TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chun
   CHECK(why(chain(1, 100, 8), int64_t(1) << 21).rfind("chunk: must be a power of two", 0) == 0);
   ChainProblem viterbi = chain(1, 100, 8);
   viterbi.semiring = Semiring::max_plus;
-  CHECK(why(viterbi, 4).rfind("chunk: only log chains in the crf form", 0) == 0);
+  CHECK(why(viterbi, 4).empty());
+  viterbi.form = ChainForm::hmm;
+  CHECK(why(viterbi, 4).empty());
+  CHECK(why(viterbi, 2).empty()); // max_plus keeps its chunks' products in scratch: any chunk fits
+  viterbi.C = kMaxSequentialChainStates + 1;
+  CHECK(why(viterbi, 4).rfind("chunk: chains of at most 1024 states", 0) == 0);
   ChainProblem hmm = chain(1, 100, 8);
   hmm.form = ChainForm::hmm;
-  CHECK(why(hmm, 4).rfind("chunk: only log chains in the crf form", 0) == 0);
+  CHECK(why(hmm, 4).rfind("chunk: log chains are computed in chunks in the crf form only", 0) == 0);
   CHECK(why(chain(1, 1, 8), 4).rfind("chunk: a chain of one position", 0) == 0);
   // Short chunks of many states: their products (C² each) outgrow the messages saved (2·T·C).
   CHECK(why(chain(1, 4096, 64), 2).rfind("chunk: the products of chunks of 2 steps", 0) == 0);
@@ -79,13 +103,20 @@ TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chun
   CHECK(why(chain(0, 77, 33), 4).empty());
 }
 
-TEST_CASE("chunked chains: the chunk module's entry points and name, per storage dtype and states") {
-  const GeneratedKernel k = emit_chunk_kernel(DType::bf16, 33);
-  CHECK(k.name.rfind("chain_chunks_bf16_c33_", 0) == 0);
-  CHECK(k.entries == std::vector<std::string>{"", "_normalize", "_restore", "_offsets", "_score", "_unpad"});
+TEST_CASE("chunked chains: the chunk module's entry points and name, per semiring, storage dtype and states") {
+  const GeneratedKernel k = emit_chunk_kernel(Semiring::log, DType::bf16, 33);
+  CHECK(k.name.rfind("chain_chunks_log_bf16_c33_", 0) == 0);
+  CHECK(k.entries == std::vector<std::string>{"", "_normalize", "_offsets", "_restore", "_score", "_unpad"});
   // Steps are read and gradients written in the storage type; the tree is kept in its accumulator type.
   CHECK(k.source.find("chunk_pad<jb::bf16, 33, 256>") != std::string::npos);
   CHECK(k.source.find("chunk_normalize<float, 33, 256>") != std::string::npos);
   CHECK(k.source.find("chunk_unpad<jb::bf16, 33>") != std::string::npos);
-  CHECK(emit_chunk_kernel(DType::f64, 64).source.find("chunk_restore<double, 64>") != std::string::npos);
+  CHECK(emit_chunk_kernel(Semiring::log, DType::f64, 64).source.find("chunk_restore<double, 64>") != std::string::npos);
+  const GeneratedKernel v = emit_chunk_kernel(Semiring::max_plus, DType::f16, 64);
+  CHECK(v.name.rfind("chain_chunks_max_plus_f16_c64_", 0) == 0);
+  CHECK(v.entries == std::vector<std::string>{"", "_normalize", "_offsets", "_chain", "_rerun", "_compose", "_expand"});
+  // The chain of chunks reads the inputs' storage type for its first messages, the rerun for its steps.
+  CHECK(v.source.find("chunk_chain<jb::f16, 64, 256>") != std::string::npos);
+  CHECK(v.source.find("chunk_rerun<jb::f16, 64, 256>") != std::string::npos);
+  CHECK(v.source.find("chunk_unpad<") == std::string::npos); // no log backward
 }

@@ -166,7 +166,7 @@ TEST_CASE("kernel names are lowercase parts joined by one '_', the tile a part o
       CAPTURE(name);
       CHECK(std::regex_match(name, parts));
     }
-  CHECK(std::regex_match(emit_chunk_kernel(DType::bf16, 33).name, parts));
+  CHECK(std::regex_match(emit_chunk_kernel(Semiring::max_plus, DType::bf16, 33).name, parts));
   KernelSpec tiled;
   tiled.strategy = Strategy::tiled;
   tiled.tile_m = 128, tiled.tile_n = 64, tiled.tile_k = 16, tiled.thread_m = 8, tiled.thread_n = 4;

@@ -173,9 +173,10 @@ void expect_no_spills(const GeneratedKernel& k, const char* arch) {
 
 } // namespace
 
-TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, every dtype, one to 1024 states") {
-  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    for (int C : {1, 33, 64, 1024}) expect_no_spills(emit_chunk_kernel(dtype, C), "sm_90");
+TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, every semiring and dtype, 1 to 1024 states") {
+  for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      for (int C : {1, 33, 64, 1024}) expect_no_spills(emit_chunk_kernel(semiring, dtype, C), "sm_90");
 }
 
 TEST_CASE("the stepped strategy's modules compile for the oldest and the newest architecture without spills") {
@@ -214,12 +215,13 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
               const ChainSpec spec = default_chain_spec(problem, arch_features(sm).has(kClusters) ? 132 : 0);
               const bool clustered = std::max(spec.forward.cluster, spec.saving.cluster) > 1;
               std::vector<std::pair<GeneratedKernel, bool>> modules = {{emit_chain_kernel(spec), false}};
-              if (default_chain_chunk(problem) > 0) modules.push_back({emit_chunk_kernel(dtype, int(C)), true});
+              if (default_chain_chunk(problem) > 0) modules.push_back({emit_chunk_kernel(semiring, dtype, int(C)), true});
               for (auto& [kernel, chunk] : modules) {
                 if (!seen.emplace(std::make_pair(kernel.source, sm), jobs.size()).second) continue;
                 std::vector<std::string> features = chain_features(spec);
                 if (chunk) {
-                  features = {"chunked module", "chunked dtype=" + std::string(dtype_info(dtype).name)};
+                  features = {"chunked module", "chunked dtype=" + std::string(dtype_info(dtype).name),
+                              "chunked semiring=" + std::string(semiring_info(semiring).name)};
                   for (std::string& t : test::inlined_templates(kernel.source)) features.push_back(std::move(t));
                 }
                 // Each template, the chunked modules and the clusters on every kind of architecture that has them.
