@@ -20,15 +20,20 @@ int64_t default_chain_chunk(const ChainProblem& p) {
   // products have no tensor-core form, was not measured: it stays sequential. A tuned decision (jitbmm tune --chain)
   // replaces this rule for its bucket.
   const bool f32_tree = chain_output_dtype(p) == DType::f32;
-  if (!f32_tree || p.C < 32 || p.C > 64 || p.B < 1 || p.C * p.B > 128) return 0;
+  if (!f32_tree || p.C < 32 || p.B < 1) return 0;
   if (p.semiring == Semiring::max_plus) {
-    // The best path: the chain of chunks (T / L steps), then every chunk's L steps again at once: chunks of about √T
-    // steps. Measured on an H200 (bench/RESULTS.md, "Long Viterbi sequences"): MEASURE.
-    if (p.T < 4096) return 0;
+    // The best path: the chain of chunks (T / L steps), then every chunk's L steps again at once, so chunks of about
+    // √T steps. Measured on an H200 (jitbmm bench --chain C --semiring max_plus --chunk 64,128,256, both forms), its
+    // forward with the path took 2.3 ms against 16 at one sequence of 16384 positions and 64 states (128-step
+    // chunks; 64 and 256 within 15%), 1.0 against 11 at 32 states, 8.3 against 41 at 128, 5.7 against 16 at four
+    // sequences of 64 states, 0.85 against 4.0 at one of 4096 positions (64-step chunks), and lost at 16 sequences of
+    // 1024 positions (1.5 against 1.0).
+    if (p.C > 128 || p.B * p.C > 256 || p.T < 4096) return 0;
     int64_t chunk = 64;
     while (chunk < 256 && chunk * chunk * 2 < p.T) chunk *= 2;
     return chunk;
   }
+  if (p.C > 64 || p.C * p.B > 128) return 0;
   // Log, measured on an H200 (bench/RESULTS.md, "Few sequences of long chains"): its forward + backward won at one
   // to four sequences of 32 states and one or two of 64, lost from four sequences of 64 on and at 128 states (where
   // the tree's backward alone takes about as long as the whole sequential pair); chunks of 32 to 128 steps were the

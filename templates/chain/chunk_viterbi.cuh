@@ -31,18 +31,38 @@ __device__ __forceinline__ long long chunk_length(const ChunkParams& p, long lon
 // The chunk whose steps reach a sequence's last position n − 1 (chunk k's steps go from position kL to kL + L).
 __device__ __forceinline__ long long chunk_of_end(long long n, long long L) { return n >= 2 ? (n - 2) / L : 0; }
 
-// A step of each chunk's chain from the relative messages `a` (lane l holds states l, l + 32, ...): target c's C terms
-// a[q] + step(c, q) reduced by a warp, the winner in `arg`. `step(c, q)` reads the step's entry.
-template <class T, int C, class Step>
-__device__ __forceinline__ T chunk_reduce(const T (&a)[(C + 31) / 32], int c, int lane, int& arg, Step step) {
-  constexpr int N = (C + 31) / 32;
-  T x[N];
+// A warp's share of a step from the relative messages `a` (lane l holds states l, l + 32, ...): the target states
+// warp, warp + WARPS, ..., each one's C terms step(c, q) + a[q] reduced by the warp (the winner in arg), and
+// out(c, value, arg, early(c)) the result to keep. The terms of RB targets, and early's values for them, are loaded
+// before any is reduced, so that their loads are in flight together (at most 32 terms a lane); the largest result is
+// returned.
+template <class T, int C, int WARPS, class Step, class Early, class Out>
+__device__ __forceinline__ T warp_step(const T (&a)[(C + 31) / 32], int warp, int lane, Step step, Early early,
+                                       Out out) {
+  constexpr int N = (C + 31) / 32, PER_WARP = (C + WARPS - 1) / WARPS, RB = N >= 32 ? 1 : 32 / N < PER_WARP ? 32 / N : PER_WARP;
+  T best = Num<T>::neg_inf();
+  for (int c0 = warp; c0 < C; c0 += WARPS * RB) {
+    T x[RB][N], e[RB];
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int q = lane + 32 * k;
-    x[k] = q < C ? step(c, q) + a[k] : Num<T>::neg_inf();
+    for (int r = 0; r < RB; ++r) {
+      const int c = c0 + r * WARPS;
+      e[r] = c < C ? early(c) : T(0);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int q = lane + 32 * k;
+        x[r][k] = c < C && q < C ? step(c, q) + a[k] : Num<T>::neg_inf();
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+      const int c = c0 + r * WARPS;
+      if (c >= C) continue; // the same in every lane of the warp
+      int arg;
+      const T v = out(c, ChainMax<T>::template reduce<32>(x[r], lane, arg), arg, e[r]);
+      best = Num<T>::max(best, v);
+    }
   }
-  return ChainMax<T>::template reduce<32>(x, lane, arg);
+  return best;
 }
 
 // "_chain": a block per sequence. Position 0's messages (0, or the HMM form's initial ⊗ emissions[0]) sent through
@@ -82,13 +102,12 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_chain(co
       for (int j = 0; j < N; ++j) a[j] = lane + 32 * j < C ? msg[lane + 32 * j] - shift : Num<T>::neg_inf();
       __syncthreads(); // every message read before the next ones are written
       const T* const m = products + (b * p.chunks + k) * C * C;
-      T best = Num<T>::neg_inf();
-      for (int c = warp; c < C; c += WARPS) {
-        int arg;
-        const T v = chunk_reduce<T, C>(a, c, lane, arg, [&](int to, int from) { return __ldg(m + to * C + from); });
-        if (lane == 0) msg[c] = v;
-        best = Num<T>::max(best, v);
-      }
+      const T best = warp_step<T, C, WARPS>(
+          a, warp, lane, [&](int to, int from) { return __ldg(m + to * C + from); }, [](int) { return T(0); },
+          [&](int c, T v, int, T) {
+            if (lane == 0) msg[c] = v;
+            return v;
+          });
       shift = finite_or_zero(block_max<T, NT>(best, scratch)); // its barriers publish the messages
       offset += p.offsets[b * p.chunks + k];
     }
@@ -132,20 +151,18 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_rerun(co
 #pragma unroll
       for (int j = 0; j < N; ++j) a[j] = lane + 32 * j < C ? msg[from][lane + 32 * j] - shift : Num<T>::neg_inf();
       const S* const step = pot + t * p.s_t;
-      T best = Num<T>::neg_inf();
-      for (int c = warp; c < C; c += WARPS) {
-        int arg;
-        T v = chunk_reduce<T, C>(a, c, lane, arg,
-                                 [&](int to_state, int from_state) {
-                                   return to_acc(step[(long long)to_state * p.s_c + (long long)from_state * p.s_p]);
-                                 });
-        if (p.emissions) v += to_acc(em[(t + 1) * p.e_t + (long long)c * p.e_c]);
-        if (lane == 0) {
-          msg[to][c] = v;
-          if (p.path) p.back[(b * p.T + t + 1) * C + c] = (unsigned short)arg;
-        }
-        best = Num<T>::max(best, v);
-      }
+      const T best = warp_step<T, C, WARPS>(
+          a, warp, lane,
+          [&](int c, int q) { return to_acc(step[(long long)c * p.s_c + (long long)q * p.s_p]); },
+          [&](int c) { return p.emissions ? to_acc(em[(t + 1) * p.e_t + (long long)c * p.e_c]) : T(0); },
+          [&](int c, T v, int arg, T emission) {
+            if (p.emissions) v += emission;
+            if (lane == 0) {
+              msg[to][c] = v;
+              if (p.path) p.back[(b * p.T + t + 1) * C + c] = (unsigned short)arg;
+            }
+            return v;
+          });
       shift = finite_or_zero(block_max<T, NT>(best, scratch)); // its barriers publish the messages
     }
     if (k == last && warp == 0) { // the score and the path's end, as the sequential kernels take them

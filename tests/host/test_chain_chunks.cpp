@@ -68,9 +68,14 @@ TEST_CASE("chunked chains: the best path of one long sequence of either form in 
     CHECK(default_chain_chunk(viterbi(1, 4096, 64)) == 64);
     CHECK(default_chain_chunk(viterbi(2, 65536, 32, DType::bf16)) == 256);
     CHECK(default_chain_chunk(viterbi(1, 1 << 24, 64)) == 256);
+    CHECK(default_chain_chunk(viterbi(4, 16384, 64)) == 128);
+    CHECK(default_chain_chunk(viterbi(1, 16384, 128)) == 128);
+    CHECK(default_chain_chunk(viterbi(2, 8192, 128)) == 64);
     // More sequences, more states, shorter chains, f64: the sequential kernels.
-    CHECK(default_chain_chunk(viterbi(4, 16384, 64)) == 0);
-    CHECK(default_chain_chunk(viterbi(1, 16384, 128)) == 0);
+    CHECK(default_chain_chunk(viterbi(8, 16384, 64)) == 0);
+    CHECK(default_chain_chunk(viterbi(1, 16384, 256)) == 0);
+    CHECK(default_chain_chunk(viterbi(1, 16384, 16)) == 0);
+    CHECK(default_chain_chunk(viterbi(16, 1024, 64)) == 0);
     CHECK(default_chain_chunk(viterbi(1, 2048, 64)) == 0);
     CHECK(default_chain_chunk(viterbi(1, 16384, 64, DType::f64)) == 0);
     for (int64_t T : {4096, 5000, 16384, 100000}) CHECK(chunk_unfit(viterbi(1, T, 64), default_chain_chunk(viterbi(1, T, 64))).empty());
