@@ -24,10 +24,10 @@ int64_t default_chain_chunk(const ChainProblem& p) {
   if (p.semiring == Semiring::max_plus) {
     // The best path: the chain of chunks (T / L steps), then every chunk's L steps again at once, so chunks of about
     // √T steps. Measured on an H200 (jitbmm bench --chain C --semiring max_plus --chunk 64,128,256, both forms), its
-    // forward with the path took 2.3 ms against 16 at one sequence of 16384 positions and 64 states (128-step
-    // chunks; 64 and 256 within 15%), 1.0 against 11 at 32 states, 8.3 against 41 at 128, 5.7 against 16 at four
-    // sequences of 64 states, 0.85 against 4.0 at one of 4096 positions (64-step chunks), and lost at 16 sequences of
-    // 1024 positions (1.5 against 1.0).
+    // forward with the path took 1.8 ms against 16 at one sequence of 16384 positions and 64 states (128-step chunks;
+    // 64 and 256 within 15%), 0.8 against 11 at 32 states, 7.3 against 41 at 128, 5.4 against 16 at four sequences of
+    // 64 states, 0.65 against 4.0 at one of 4096 positions (64-step chunks), and lost at 16 sequences of 1024
+    // positions (1.5 against 1.0).
     if (p.C > 128 || p.B * p.C > 256 || p.T < 4096) return 0;
     int64_t chunk = 64;
     while (chunk < 256 && chunk * chunk * 2 < p.T) chunk *= 2;

@@ -35,7 +35,8 @@ public:
   // (ChainPlan::get gives one problem the same in a process).
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c); the chunked strategy
-  // its tree's levels (a pass over as many chunks as fit in the potentials' size, or 64 MiB).
+  // its tree's levels (a pass over as many chunks as fit in four times the inputs' size, or 256 MiB), and for
+  // max_plus its chunks' products and first messages.
   std::size_t workspace_bytes(bool with_path) const;
 
   // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] (the output
@@ -65,8 +66,8 @@ public:
 
   const ChainProblem& problem() const;
   // The strategy along T (docs/chains.md, "Strategies"): 0 for the sequential kernels, else the steps per chunk of
-  // the chunked one (log chains in the CRF form: each chunk's product formed by a tree of log products, then the
-  // chain of the chunks' products run by the sequential kernels).
+  // the chunked one (log chains in the CRF form, max_plus in both: each chunk's product formed by a tree of
+  // products, then the chain of the chunks' products; max_plus's path from every chunk's steps run again).
   int64_t chunk() const;
   // The strategy the plan runs (docs/chains.md, "Strategies"): "sequential" (a block or a cluster per sequence),
   // "chunked" (chunk() > 0) or "stepped" (every sequence a position at a time, each step a product of the bmm
