@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -74,10 +76,13 @@ TEST_CASE("jitbmm_chain_plan_strategy names the plan's strategy; a null argument
   };
   jitbmm_chain_problem batched = chain_problem("hmm", 512, 64, 512);
   batched.batched_transitions = 1;
+  jitbmm_chain_problem viterbi = chain_problem("hmm", 1, 4096, 64);
+  viterbi.semiring = "max_plus";
   const Case cases[] = {{chain_problem("crf", 2, 5, 3), "sequential"},
                         {chain_problem("hmm", 8, 64, 1024), "sequential"},
                         {batched, "sequential"},
                         {chain_problem("crf", 1, 1024, 32), "chunked"},
+                        {viterbi, "chunked"},
                         {chain_problem("hmm", 512, 64, 512), "stepped"},
                         {chain_problem("hmm", 2, 64, 2048), "stepped"},
                         {chain_problem("crf", 2, 64, 2048), "stepped"}};
@@ -160,6 +165,52 @@ TEST_CASE("a chain call given a bad workspace is refused, naming it, before it l
   }
 }
 
+// The best path in chunks (max_plus, either form): its forward checks the scratch the path takes before its first
+// launch, then runs the chunk module's tree, the chain of chunks, every chunk's steps again and, with a path, the two
+// walks back; its backward reads the path, as the sequential kernels' does, and takes no scratch of the chunks.
+TEST_CASE("a chunked best path checks its workspace before launching, then runs its chain, its chunks and its walks") {
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm}) {
+    CAPTURE(int(form));
+    ChainProblem p;
+    p.semiring = Semiring::max_plus, p.form = form, p.B = 1, p.T = 4096, p.C = 32;
+    const ChainPlan plan = ChainPlan::get(p);
+    REQUIRE(std::string(plan.strategy()) == "chunked");
+    CHECK(plan.chunk() == 64);
+    const std::size_t with_path = plan.workspace_bytes(true), without = plan.workspace_bytes(false);
+    CHECK(with_path >= without + std::size_t(p.B * p.T * p.C) * 2); // the back-pointers, and the chunks' maps
+    if (form == ChainForm::crf) CHECK(plan.backward_workspace_bytes() == 0);
+    DeviceBuffer inputs(std::size_t(p.T * p.C * p.C) * 4), score(4), path(std::size_t(p.T) * 4), work(with_path);
+    auto forward = [&](int32_t* best, std::size_t bytes) {
+      const Workspace w{work.get(), bytes};
+      if (form == ChainForm::crf)
+        plan(inputs.get(), nullptr, score.get(), nullptr, nullptr, best, nullptr, w);
+      else
+        plan(HmmInputs{inputs.get(), inputs.get(), inputs.get()}, nullptr, score.get(), nullptr, nullptr, best,
+             nullptr, w);
+    };
+    auto entries = [](const std::vector<std::string>& launched) {
+      std::set<std::string> suffixes;
+      for (const std::string& name : launched)
+        for (const char* suffix : {"_chain", "_rerun", "_compose", "_expand"})
+          if (name.size() > std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos,
+                                                                suffix) == 0)
+            suffixes.insert(suffix);
+      return suffixes;
+    };
+    auto* best = static_cast<int32_t*>(path.get());
+    {
+      const DriverLog log;
+      CHECK_THROWS_WITH_AS(forward(best, with_path - 1), doctest::Contains("workspace"), std::invalid_argument);
+      CHECK(log.launched().empty());
+      forward(best, with_path);
+      CHECK(entries(log.launched()) == std::set<std::string>{"_chain", "_rerun", "_compose", "_expand"});
+    }
+    const DriverLog log; // without a path: the chain of chunks and the chunk at each sequence's end
+    forward(nullptr, without);
+    CHECK(entries(log.launched()) == std::set<std::string>{"_chain", "_rerun"});
+  }
+}
+
 // A chain plan tunes nothing, whatever the policy: under bucket a chunked chain's first forward and backward take
 // their products' stored decisions or the default variants, so they launch exactly the kernels they launch under
 // never. A tuning would time its candidates first (on the fake driver each then fails the check against the CPU
@@ -206,6 +257,14 @@ TEST_CASE("a chunked chain takes the plan of its own chain of chunks, in the seq
                        doctest::Contains("chain of chunks"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(chain_of_chunks(p, 3), doctest::Contains("chunk: must be a power of two"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ChunkedChain(p, 16, std::nullopt, device), doctest::Contains("chain of chunks: a log chain"),
+                       std::invalid_argument);
+  // A max_plus chain in chunks runs its own chain of chunks (templates/chain/chunk_viterbi.cuh), and takes no plan.
+  ChainProblem viterbi = p;
+  viterbi.semiring = Semiring::max_plus;
+  CHECK(ChunkedChain(viterbi, 16, std::nullopt, device).chunk() == 16);
+  CHECK_THROWS_WITH_AS(ChunkedChain(viterbi, 16, chain_plan_for(top, chosen_chain_spec(top, *device)), device),
+                       doctest::Contains("chain of chunks: a max_plus chain"), std::invalid_argument);
 }
 
 namespace {
