@@ -6,8 +6,8 @@
 // from jitbmm tune --chain, else the rule's). --sweep compares the default first, then the rule's blocks
 // for every cluster size (sm_90 on), then the variants a block of 128 to 1024 threads with 1 to 32 lanes per state
 // makes in the default's clusters (both forwards alike, the backward messages' lanes by their rule). --chunk L[,L...]
-// adds the chunked strategy in chunks of each L steps (log chains in the CRF form; its chain of chunks in the
-// variant its own plan takes). Where the plan itself takes the chunked strategy, its row comes first, then the
+// adds the chunked strategy in chunks of each L steps (up to 1024 states; log's chain of chunks in the variant its
+// own plan takes). Where the plan itself takes the chunked strategy, its row comes first, then the
 // sequential kernels'.
 #include <cstdio>
 #include <sstream>

@@ -309,8 +309,7 @@ int run_inspect(int argc, char** argv) {
     args.require_only({"--chain", "--chunks", "--semiring", "--dtype", "--emit", "--arch"}, "inspect --chain --chunks");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     // The module depends on the semiring, the dtype and C alone: what refuses those, not a problem's size.
-    if (const std::string why = chunk_unfit(problem, 2);
-        why.rfind("chunk: log chains", 0) == 0 || why.rfind("chunk: chains of at most", 0) == 0)
+    if (const std::string why = chunk_unfit(problem, 2); why.rfind("chunk: chains of at most", 0) == 0)
       throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
     kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;

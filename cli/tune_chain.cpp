@@ -1,6 +1,6 @@
 // jitbmm tune --chain C: time a chain problem's strategies on this GPU: the sequential kernels' cluster sizes (the
-// rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit), for log chains in
-// the CRF form the chunked strategy in chunks of 32 to 256 steps and of the whole chain (where their products fit in
+// rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit), up to 1024 states
+// the chunked strategy in chunks of 32 to 256 steps and of the whole chain (for log, where their products fit in
 // saved), and the stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed
 // there); the chunked and the stepped strategies' products tune as the policy allows (the only chains whose products
 // do). Each is checked against the CPU reference, and what choose_chain_clusters picks is stored as the decision

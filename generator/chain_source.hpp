@@ -80,8 +80,9 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& spec);
 
 // The chunked strategy's module for chains of a semiring (log or max_plus) and C states whose inputs are `dtype`
 // (templates/chain/chunks.cuh): the main entry copies the steps into chunks (chunk_pad), then "_normalize" and
-// "_offsets"; log's "_restore", "_score" and "_unpad"; max_plus's "_chain", "_rerun", "_compose" and "_expand"
-// (templates/chain/chunk_viterbi.cuh). Blocks of kChunkThreads.
+// "_offsets"; log's "_restore", "_score" and "_unpad", and for the HMM form's tables "_hmm_nodes", "_hmm_edges",
+// "_hmm_sums" and "_hmm_cast" (templates/chain/chunk_hmm.cuh); max_plus's "_chain", "_rerun", "_compose" and
+// "_expand" (templates/chain/chunk_viterbi.cuh). Blocks of kChunkThreads.
 constexpr int kChunkThreads = 256;
 // The longest chunk the chunked strategy takes: 2^20 steps.
 constexpr int64_t kMaxChainChunk = int64_t(1) << 20;

@@ -34,6 +34,13 @@ int64_t chunks_of(const ChainProblem& p, int64_t chunk) { return (p.T - 1 + chun
 // The chunks' products sit in `saved` after the chain of chunks' own messages, aligned for a 16-byte load.
 std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+// The HMM form's log backward: the transitions' and the initial table's gradients summed in the accumulator type.
+std::size_t hmm_sums_bytes(const ChainProblem& p) {
+  return std::size_t(checked_product({(p.batched_transitions ? p.B : 1) * p.C + (p.batched_initial ? p.B : 1), p.C,
+                                      dtype_info(p.dtype).acc_bytes},
+                                     "chain: sums"));
+}
+
 std::size_t products_bytes(const ChainProblem& p, int64_t chunks) {
   return std::size_t(checked_product({p.B, chunks, p.C, p.C, dtype_info(p.dtype).acc_bytes}, "chain: chunks"));
 }
@@ -45,8 +52,6 @@ std::string chunk_unfit(const ChainProblem& p, int64_t chunk) {
   if (chunk < 2 || chunk > kMaxChainChunk || (chunk & (chunk - 1)) != 0)
     return "chunk: must be a power of two in [2, " + std::to_string(kMaxChainChunk) + "] (got " +
            std::to_string(chunk) + ")";
-  if (p.semiring == Semiring::log && p.form != ChainForm::crf)
-    return "chunk: log chains are computed in chunks in the crf form only (max_plus in both)";
   if (p.T < 2) return "chunk: a chain of one position has no step to cut";
   if (p.C > kMaxSequentialChainStates)
     return "chunk: chains of at most " + std::to_string(kMaxSequentialChainStates) + " states are computed in chunks";
@@ -102,10 +107,10 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
   if (log) top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
-  chain_strides(problem, strides_);
   // A pass of the tree takes every chunk it can within four times the inputs' size in the accumulator type (at least
   // 256 MiB): its levels, each half the one below, take 1.5 L matrices a chunk, log's backward two levels' gradients
-  // more (3.5 L in all), so that is all of them at once; fewer passes launch fewer, larger products.
+  // more (3.5 L in all; the HMM form's one matrix a chunk more, its steps' sum, counted in backward_workspace_bytes),
+  // so that is all of them at once; fewer passes launch fewer, larger products.
   const int acc = dtype_info(problem.dtype).acc_bytes;
   const auto per_chunk = int64_t(matrix_bytes(1)) * ((log ? 7 : 3) * L_ / 2) + 2 * L_ * acc;
   const int64_t input = problem.form == ChainForm::crf
@@ -155,6 +160,10 @@ std::size_t ChunkedChain::backward_workspace_bytes() const {
   s.add(matrix_bytes(group_ * L_), "workspace");           // the gradients of the even levels
   s.add(matrix_bytes(group_ * L_ / 2), "workspace");       // of the odd ones
   s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");  // every level's shifts
+  if (problem_.form == ChainForm::hmm) {
+    s.add(matrix_bytes(group_), "workspace");      // each chunk's sum of its steps' gradients
+    s.add(hmm_sums_bytes(problem_), "workspace"); // the tables' sums
+  }
   return s.bytes();
 }
 
@@ -181,19 +190,32 @@ SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   return products_.emplace(batch, SemiringBMM::get(q, stream)).first->second;
 }
 
-jb::ChunkParams ChunkedChain::params_for(const void* potentials, const int64_t* lengths) const {
+jb::ChunkParams ChunkedChain::params_for(const jb::ChainParams& call) const {
   jb::ChunkParams params{};
-  params.potentials = potentials;
-  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.potentials = call.potentials;
+  params.lengths = call.lengths;
   params.B = problem_.B;
   params.T = problem_.T;
   params.L = L_;
   params.chunks = chunks_;
   params.levels = int(levels_);
-  params.s_b = strides_[0];
-  params.s_t = strides_[1];
-  params.s_c = strides_[2];
-  params.s_p = strides_[3];
+  params.s_b = call.s_b;
+  params.s_t = call.s_t;
+  params.s_c = call.s_c;
+  params.s_p = call.s_p;
+  if (problem_.form == ChainForm::hmm) {
+    params.emissions = call.emissions;
+    params.initial = call.initial;
+    params.e_b = call.e_b;
+    params.e_t = call.e_t;
+    params.e_c = call.e_c;
+    params.i_b = call.i_b;
+    params.i_c = call.i_c;
+    params.batched_transitions = call.batched_transitions;
+    params.batched_initial = call.batched_initial;
+    // log's chain of chunks starts from messages of 0: the first messages ride in step 0.
+    params.fold_first = problem_.semiring == Semiring::log;
+  }
   return params;
 }
 
@@ -236,8 +258,7 @@ void ChunkedChain::form_products(jb::ChunkParams params, char* products, char* e
   }
 }
 
-void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
-                           const Workspace& workspace) const {
+void ChunkedChain::forward(const jb::ChainParams& call, void* saved, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
@@ -252,13 +273,13 @@ void ChunkedChain::forward(const void* potentials, const int64_t* lengths, void*
   char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
 
-  jb::ChunkParams params = params_for(potentials, lengths);
+  jb::ChunkParams params = params_for(call);
   params.offsets = offsets;
   form_products(params, products, even, odd, shifts, stream);
   const int64_t total = p.B * chunks_;
   // The chain of the chunks' relative products, then their offsets added to its score.
-  (*top_)(products, nullptr, score, saved, nullptr, nullptr, stream);
-  params.score = score;
+  (*top_)(products, nullptr, call.score, saved, nullptr, nullptr, stream);
+  params.score = call.score;
   launch("_score", p.B, false, &params, cu_stream);
   if (saved) {
     // What the chain of chunks and the products leave of `saved`: written too, so that none of its bytes varies.
@@ -290,21 +311,7 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   void* rel = scratch.take(std::size_t(firsts * p.C * acc));
   auto* starts = static_cast<double*>(scratch.take(std::size_t(firsts) * sizeof(double)));
 
-  // The plan's inputs: the potentials or the HMM form's tables, with their strides.
-  jb::ChunkParams params = params_for(call.potentials, reinterpret_cast<const int64_t*>(call.lengths));
-  params.s_b = call.s_b;
-  params.s_t = call.s_t;
-  params.s_c = call.s_c;
-  params.s_p = call.s_p;
-  if (p.form == ChainForm::hmm) {
-    params.emissions = call.emissions;
-    params.initial = call.initial;
-    params.e_b = call.e_b;
-    params.e_t = call.e_t;
-    params.e_c = call.e_c;
-    params.i_b = call.i_b;
-    params.i_c = call.i_c;
-  }
+  jb::ChunkParams params = params_for(call);
   params.offsets = offsets;
   form_products(params, products, even, odd, shifts, stream);
   params.matrices = products;
@@ -326,10 +333,11 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   }
 }
 
-void ChunkedChain::backward(const void* potentials, const int64_t* lengths, const void* saved, const void* grad_score,
-                            void* grad_potentials, Stream stream, const Workspace& workspace) const {
+void ChunkedChain::backward(const jb::ChainParams& call, const void* saved, Stream stream,
+                            const Workspace& workspace) const {
   const ChainProblem& p = problem_;
-  if (p.B == 0) return;
+  const bool hmm = p.form == ChainForm::hmm;
+  if (p.B == 0 || (hmm && !call.grad && !call.grad_emissions && !call.grad_initial)) return; // nothing asked for
   const int acc = dtype_info(p.dtype).acc_bytes;
   const std::size_t matrix = matrix_bytes(1);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
@@ -344,11 +352,19 @@ void ChunkedChain::backward(const void* potentials, const int64_t* lengths, cons
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
   const char* products = static_cast<const char*>(saved) + top_saved_offset();
   // The gradient of the chunks' products, from the chain of chunks' saved messages.
-  top_->backward(products, nullptr, saved, nullptr, grad_score, grad_products, stream);
+  top_->backward(products, nullptr, saved, nullptr, call.grad_score, grad_products, stream);
 
-  jb::ChunkParams params = params_for(potentials, lengths);
-  params.grad_score = grad_score;
-  params.grad = grad_potentials;
+  jb::ChunkParams params = params_for(call);
+  params.grad_score = call.grad_score;
+  params.grad = call.grad;
+  if (hmm) {
+    params.grad_emissions = call.grad_emissions;
+    params.grad_initial = call.grad_initial;
+    params.partials = scratch.take(matrix_bytes(group_));
+    params.sums = scratch.take(hmm_sums_bytes(p));
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.sums), 0, hmm_sums_bytes(p), cu_stream),
+          "cuMemsetD8Async");
+  }
   for (int64_t first = 0; first < total; first += group_) {
     const int64_t count = std::min(group_, total - first);
     params.first = first;
@@ -379,8 +395,23 @@ void ChunkedChain::backward(const void* potentials, const int64_t* lengths, cons
       grad_out = grad_in;
     }
     params.matrices = grad_even;
-    launch("_unpad", count * L_ * p.C * p.C, false, &params, cu_stream);
+    if (hmm)
+      hmm_gradients(params, cu_stream);
+    else
+      launch("_unpad", count * L_ * p.C * p.C, false, &params, cu_stream);
   }
+  if (hmm && (params.grad || params.grad_initial))
+    launch("_hmm_cast", hmm_sums_bytes(p) / std::size_t(acc), false, &params, cu_stream);
+}
+
+void ChunkedChain::hmm_gradients(const jb::ChunkParams& params, CUstream stream) const {
+  const int64_t C = problem_.C;
+  jb::ChunkParams q = params;
+  if (params.grad_emissions) launch("_hmm_nodes", params.count * L_ * C, false, &q, stream);
+  if (params.grad) launch("_hmm_edges", params.count * C * C, false, &q, stream);
+  // At most one group a sequence the pass holds, or one for a shared table.
+  const int64_t groups = std::min<int64_t>(problem_.B, params.count + 1);
+  if (params.grad || params.grad_initial) launch("_hmm_sums", groups * (C * C + C), false, &q, stream);
 }
 
 } // namespace jitbmm

@@ -1,11 +1,11 @@
 // The chunked strategy (docs/chains-design.md, "The chunked strategy"): the T − 1 steps cut into chunks of L, each
 // chunk's product of its L step matrices formed by a tree of batched products (the bmm plans, level by level over
-// every chunk at once). A log chain in the CRF form then runs the chain of the chunks' products in the sequential
-// kernel (a plan of B sequences of chunks + 1 positions); a max_plus chain (either form) runs it in a kernel of its
-// own to every chunk's first messages, then every chunk's steps again from those, all chunks at once, for the
-// back-pointers, and follows them from the end (templates/chain/chunk_viterbi.cuh). It does B·T·C³ work instead of
-// B·T·C², in about T / L dependent steps instead of T − 1 (and L more for a best path): it pays where a few
-// sequences along a long chain leave most of the GPU idle.
+// every chunk at once; the HMM form's steps formed from its tables). A log chain then runs the chain of the chunks'
+// products in the sequential kernel (a plan of B sequences of chunks + 1 positions); a max_plus chain runs it in a
+// kernel of its own to every chunk's first messages, then every chunk's steps again from those, all chunks at once,
+// for the back-pointers, and follows them from the end (templates/chain/chunk_viterbi.cuh). It does B·T·C³ work
+// instead of B·T·C², in about T / L dependent steps instead of T − 1 (and L more for a best path): it pays where a
+// few sequences along a long chain leave most of the GPU idle.
 #pragma once
 
 #include <cstddef>
@@ -36,13 +36,14 @@ public:
   ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
                std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
 
-  // log: as ChainPlan's calls (the same `saved`, of chain_saved_bytes(problem) bytes, which the forward writes whole).
-  void forward(const void* potentials, const int64_t* lengths, void* score, void* saved, Stream stream,
-               const Workspace& workspace) const;
-  void backward(const void* potentials, const int64_t* lengths, const void* saved, const void* grad_score,
-                void* grad_potentials, Stream stream, const Workspace& workspace) const;
-  // max_plus: the score and, where call.path is set, the best path, from the inputs the plan put in `call` (either
-  // form: its pointers, strides and lengths). Its backward is the sequential kernels' (it reads the path).
+  // Each call reads the inputs the plan put in `call` (either form: its pointers, strides and lengths) and writes the
+  // outputs named there. log: as ChainPlan's calls, the forward call.score (and `saved`, of chain_saved_bytes(problem)
+  // bytes, which it writes whole), the backward from call.grad_score the gradients (call.grad: the potentials' or the
+  // HMM form's transitions'; call.grad_emissions and call.grad_initial; each null where not asked for).
+  void forward(const jb::ChainParams& call, void* saved, Stream stream, const Workspace& workspace) const;
+  void backward(const jb::ChainParams& call, const void* saved, Stream stream, const Workspace& workspace) const;
+  // max_plus: call.score and, where call.path is set, the best path. Its backward is the sequential kernels' (it
+  // reads the path).
   void best_path(const jb::ChainParams& call, Stream stream, const Workspace& workspace) const;
   // The scratch each takes (the products' own comes from jitbmm's pool): the forward's (log: less with saved; max_plus:
   // more with the path's back-pointers), the log backward's.
@@ -56,8 +57,11 @@ private:
   std::size_t matrix_bytes(int64_t matrices) const;
   std::size_t top_saved_offset() const;
   void launch(const char* suffix, int64_t items, bool block_per_item, void* params, CUstream stream) const;
-  // The argument block with the problem's sizes and strides and the inputs.
-  jb::ChunkParams params_for(const void* potentials, const int64_t* lengths) const;
+  // The argument block with the problem's sizes and the call's inputs and strides.
+  jb::ChunkParams params_for(const jb::ChainParams& call) const;
+  // The HMM form's log backward after the tree's, a pass of `params.count` chunks whose steps' gradients are in
+  // params.matrices: the emissions' gradient, and the transitions' and the initial table's sums so far.
+  void hmm_gradients(const jb::ChunkParams& params, CUstream stream) const;
   // The steps of params' chunks copied into level[0], then each level's products into the next, every matrix made
   // relative to its largest entry, the shifts level after level from `shifts` on.
   void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, Stream stream) const;
@@ -71,7 +75,6 @@ private:
 
   ChainProblem problem_;
   int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree
-  int64_t strides_[4] = {};
   // A chain plan tunes nothing on its own (a first call would otherwise time every product's candidates): the
   // forward and the backward hold tuning (TuningHold) unless `tune --chain` asked for it.
   bool tune_products_ = false;
@@ -88,9 +91,8 @@ private:
 ChainProblem chain_of_chunks(const ChainProblem& problem, int64_t chunk);
 
 // Whether the chunked strategy can compute `problem` in chunks of `chunk` steps: T ≥ 2 and at most
-// kMaxSequentialChainStates states; a log chain in the CRF form whose chunks' products (B·ceil((T − 1) / chunk)·C²
-// values) fit in `saved` beside the chain of chunks' own saved messages, or a max_plus chain of either form;
-// otherwise the reason, naming "chunk".
+// kMaxSequentialChainStates states; a log chain whose chunks' products (B·ceil((T − 1) / chunk)·C² values) fit in
+// `saved` beside the chain of chunks' own saved messages, or a max_plus chain; otherwise the reason, naming "chunk".
 std::string chunk_unfit(const ChainProblem& problem, int64_t chunk);
 
 } // namespace jitbmm

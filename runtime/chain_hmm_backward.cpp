@@ -1,5 +1,5 @@
 // The HMM form's backward of a chain plan: the gradients of its three tables (the sequential module's "_nodes",
-// "_edges" and "_reduce", or the stepped strategy's).
+// "_edges" and "_reduce", or the stepped or the chunked strategy's).
 #include <algorithm>
 #include <cstdint>
 
@@ -78,7 +78,9 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const bool chunked = im.chunked && p.semiring == Semiring::log; // max_plus's backward reads the path alone
   const std::size_t need = im.stepped          ? im.stepped->backward_workspace_bytes(grads.transitions != nullptr)
+                           : chunked           ? im.chunked->backward_workspace_bytes()
                            : grads.transitions ? edge_split(im).partial_bytes(p)
                                                : 0;
   check_workspace(workspace, need); // before the first launch or memset: a refused call writes nothing
@@ -101,6 +103,10 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   params.grad_initial = grads.initial;
   if (im.stepped) {
     im.stepped->backward(params, stream, workspace);
+    return;
+  }
+  if (chunked) {
+    im.chunked->backward(params, saved, stream, workspace);
     return;
   }
   const EdgeSplit split = edge_split(im);

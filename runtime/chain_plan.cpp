@@ -194,9 +194,9 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
     impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products);
     return ChainPlan(std::move(impl));
   }
-  check_chain_spec(spec, problem);
-  if (chunk != 0)
+  if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
+  check_chain_spec(spec, problem);
   // A forward that saves its messages launches two clusters per sequence (kMaxChainSequences).
   const int cluster = std::max(spec.forward.cluster, spec.saving.cluster);
   if (problem.B > kMaxChainSequences / cluster)
@@ -282,7 +282,7 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
       run_forward(im, messages, lengths, score, nullptr, alpha, nullptr, stream, {}, 0, false);
     }
     if (p.semiring == Semiring::log)
-      im.chunked->forward(params.potentials, lengths, score, saved, stream, workspace);
+      im.chunked->forward(params, saved, stream, workspace);
     else
       im.chunked->best_path(params, stream, workspace);
     return;
@@ -341,12 +341,12 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
   jb::ChainParams params = call_params(im, potentials, lengths, path, saved); // checks their alignment
-  if (im.chunked && p.semiring == Semiring::log) { // max_plus's backward reads the path alone
-    im.chunked->backward(potentials, lengths, saved, grad_score, grad_potentials, stream, workspace);
-    return;
-  }
   params.grad_score = grad_score;
   params.grad = grad_potentials;
+  if (im.chunked && p.semiring == Semiring::log) { // max_plus's backward reads the path alone
+    im.chunked->backward(params, saved, stream, workspace);
+    return;
+  }
   if (im.stepped) {
     im.stepped->backward(params, stream, workspace);
     return;

@@ -66,8 +66,8 @@ public:
 
   const ChainProblem& problem() const;
   // The strategy along T (docs/chains.md, "Strategies"): 0 for the sequential kernels, else the steps per chunk of
-  // the chunked one (log chains in the CRF form, max_plus in both: each chunk's product formed by a tree of
-  // products, then the chain of the chunks' products; max_plus's path from every chunk's steps run again).
+  // the chunked one (up to kMaxSequentialChainStates states: each chunk's product formed by a tree of products,
+  // then the chain of the chunks' products; max_plus's path from every chunk's steps run again).
   int64_t chunk() const;
   // The strategy the plan runs (docs/chains.md, "Strategies"): "sequential" (a block or a cluster per sequence),
   // "chunked" (chunk() > 0) or "stepped" (every sequence a position at a time, each step a product of the bmm

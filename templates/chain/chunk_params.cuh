@@ -5,8 +5,9 @@
 namespace jb {
 
 // A chain's T − 1 steps cut into `chunks` chunks of L steps per sequence (the last one filled with the semiring's
-// identity), numbered b·chunks + k. The HMM form (emissions not null, max_plus) reads potentials[b][t][c][p] as
-// transitions[c][p] (s_t = 0) plus emissions[b][t + 1][c]. A call covers the `count` chunks from `first` on (the main entry, chunk_pad;
+// identity), numbered b·chunks + k. The HMM form (emissions not null) reads potentials[b][t][c][p] as
+// transitions[c][p] (s_t = 0) plus emissions[b][t + 1][c]; with fold_first (log, whose chain of chunks starts from
+// messages of 0) step 0 adds initial[p] + emissions[b][0][p] as well. A call covers the `count` chunks from `first` on (the main entry, chunk_pad;
 // "_unpad", "_offsets"), or `count` matrices [C][C] ("_normalize", "_restore"). Every matrix of a chunk's tree is kept
 // relative to its largest entry, its shift: a product of many steps grows with their number, and its terms would round
 // by that size.
@@ -30,6 +31,16 @@ struct ChunkParams {
   unsigned short* back;
   unsigned short* ends;
   int* path;
+  // The HMM form's log backward (templates/chain/chunk_hmm.cuh): grad (the transitions', [B][C][C] with
+  // batched_transitions, else [C][C]), grad_emissions [B][T][C] and grad_initial ([B][C] with batched_initial, else
+  // [C]), contiguous, in the storage type, each null when not asked for; partials [count][C][C] (each chunk's sum of its
+  // steps' gradients) and sums (the transitions' [groups][C][C], then the initial table's [groups][C]) in the
+  // accumulator type.
+  void* grad_emissions;
+  void* grad_initial;
+  void* partials;
+  void* sums;
+  int fold_first, batched_transitions, batched_initial;
   long long B, T, L, chunks, first, count;
   long long s_b, s_t, s_c, s_p;
   long long e_b, e_t, e_c, i_b, i_c;

@@ -15,7 +15,7 @@
 namespace jb {
 
 // Chunk g = b·chunks + k holds the steps kL .. kL + L − 1 of sequence b: the matrix of step t (with the HMM form's
-// emissions of position t + 1) if t + 1 < the sequence's length, else the identity (0 on the diagonal, −inf elsewhere); NaN for a length outside [1, T].
+// emissions of position t + 1, and with fold_first its first messages in step 0) if t + 1 < the sequence's length, else the identity (0 on the diagonal, −inf elsewhere); NaN for a length outside [1, T].
 // A block per matrix, written relative to its largest entry.
 template <class S, int C, int NT> __device__ __forceinline__ void chunk_pad(const ChunkParams& p) {
   using T = typename Acc<S>::type;
@@ -26,13 +26,18 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_pad(cons
     const long long n = p.lengths ? p.lengths[b] : p.T;
     const bool bad = n < 1 || n > p.T, step = !bad && t + 1 < n;
     const S* pot = static_cast<const S*>(p.potentials) + b * p.s_b + t * p.s_t;
-    const S* em = static_cast<const S*>(p.emissions) + b * p.e_b + (t + 1) * p.e_t;
+    const S* em = static_cast<const S*>(p.emissions) + b * p.e_b;
+    const S* init = static_cast<const S*>(p.initial) + b * p.i_b;
+    const bool fold = p.fold_first && t == 0;
     auto value = [&](int e) {
       const int c = e / C, q = e % C;
       if (bad) return Num<T>::nan();
-      if (!step) return c == q ? T(0) : Num<T>::neg_inf();
-      const T v = to_acc(pot[c * p.s_c + q * p.s_p]);
-      return p.emissions ? v + to_acc(em[c * p.e_c]) : v;
+      T v = c == q ? T(0) : Num<T>::neg_inf();
+      if (step) {
+        v = to_acc(pot[c * p.s_c + q * p.s_p]);
+        if (p.emissions) v += to_acc(em[(t + 1) * p.e_t + c * p.e_c]);
+      }
+      return fold ? v + (to_acc(init[q * p.i_c]) + to_acc(em[q * p.e_c])) : v;
     };
     T x = Num<T>::neg_inf();
     for (int e = threadIdx.x; e < C * C; e += NT) x = Num<T>::max(x, value(e));

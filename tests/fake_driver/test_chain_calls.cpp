@@ -211,6 +211,41 @@ TEST_CASE("a chunked best path checks its workspace before launching, then runs 
   }
 }
 
+// The HMM form's log-likelihood in chunks: its backward checks the scratch it takes (the tree's and the tables' sums)
+// before its first launch, then sends the steps' gradients down the tree and sums them into the tables asked for.
+TEST_CASE("a chunked HMM backward checks its workspace, then sums the steps' gradients into the tables asked for") {
+  ChainProblem p;
+  p.form = ChainForm::hmm, p.B = 2, p.T = 1024, p.C = 32;
+  const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), 64);
+  REQUIRE(std::string(plan.strategy()) == "chunked");
+  const std::size_t bytes = plan.backward_workspace_bytes();
+  DeviceBuffer tables(std::size_t(p.B * p.T * p.C + p.C * p.C + p.C) * 4), score(8), saved(plan.saved_bytes()),
+      g(8), grads(std::size_t(p.B * p.T * p.C + p.C * p.C + p.C) * 4), work(bytes);
+  auto* t = static_cast<char*>(tables.get());
+  const HmmInputs hmm{t, t, t};
+  plan(hmm, nullptr, score.get(), saved.get());
+  auto* gr = static_cast<char*>(grads.get());
+  auto suffixes = [](const std::vector<std::string>& launched) {
+    std::set<std::string> out;
+    for (const std::string& name : launched)
+      if (const std::size_t at = name.find("_hmm_"); at != std::string::npos) out.insert(name.substr(at));
+    return out;
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(plan.backward(hmm, nullptr, saved.get(), nullptr, g.get(), HmmGradients{gr, gr, gr}, nullptr,
+                                       Workspace{work.get(), bytes - 1}),
+                         doctest::Contains("workspace"), std::invalid_argument);
+    CHECK(log.launched().empty());
+    plan.backward(hmm, nullptr, saved.get(), nullptr, g.get(), HmmGradients{gr, gr, gr}, nullptr,
+                  Workspace{work.get(), bytes});
+    CHECK(suffixes(log.launched()) == std::set<std::string>{"_hmm_nodes", "_hmm_edges", "_hmm_sums", "_hmm_cast"});
+  }
+  const DriverLog log; // the emissions' gradient alone: no sums
+  plan.backward(hmm, nullptr, saved.get(), nullptr, g.get(), HmmGradients{gr, nullptr, nullptr});
+  CHECK(suffixes(log.launched()) == std::set<std::string>{"_hmm_nodes"});
+}
+
 // A chain plan tunes nothing, whatever the policy: under bucket a chunked chain's first forward and backward take
 // their products' stored decisions or the default variants, so they launch exactly the kernels they launch under
 // never. A tuning would time its candidates first (on the fake driver each then fails the check against the CPU

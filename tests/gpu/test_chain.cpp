@@ -466,9 +466,9 @@ TEST_CASE("chains: the chunked strategy against the float64 reference, in short 
   viterbi.semiring = Semiring::max_plus;
   viterbi.form = ChainForm::hmm;
   expect_invalid([&] { chain_plan_for(viterbi, default_chain_spec(viterbi), 3); }, "chunk: must be a power of two");
-  ChainProblem hmm = p;
-  hmm.form = ChainForm::hmm;
-  expect_invalid([&] { chain_plan_for(hmm, default_chain_spec(hmm), 4); }, "chunk: log chains are computed in chunks");
+  ChainProblem many = p;
+  many.C = kMaxSequentialChainStates + 1;
+  expect_invalid([&] { chain_plan_for(many, ChainSpec{}, 4); }, "chunk: chains of at most 1024 states");
   ChainProblem wide = p;
   wide.C = 64;
   expect_invalid([&] { chain_plan_for(wide, default_chain_spec(wide), 2); }, "chunk: the products");

@@ -96,8 +96,9 @@ TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chun
   viterbi.C = kMaxSequentialChainStates + 1;
   CHECK(why(viterbi, 4).rfind("chunk: chains of at most 1024 states", 0) == 0);
   ChainProblem hmm = chain(1, 100, 8);
-  hmm.form = ChainForm::hmm;
-  CHECK(why(hmm, 4).rfind("chunk: log chains are computed in chunks in the crf form only", 0) == 0);
+  hmm.form = ChainForm::hmm; // log: its products in saved, as the crf form's
+  CHECK(why(hmm, 8).empty());
+  CHECK(why(hmm, 4).rfind("chunk: the products of chunks of 4 steps", 0) == 0);
   CHECK(why(chain(1, 1, 8), 4).rfind("chunk: a chain of one position", 0) == 0);
   // Short chunks of many states: their products (C² each) outgrow the messages saved (2·T·C).
   CHECK(why(chain(1, 4096, 64), 2).rfind("chunk: the products of chunks of 2 steps", 0) == 0);
@@ -111,7 +112,8 @@ TEST_CASE("chunked chains: a chunk the problem cannot take says why, naming chun
 TEST_CASE("chunked chains: the chunk module's entry points and name, per semiring, storage dtype and states") {
   const GeneratedKernel k = emit_chunk_kernel(Semiring::log, DType::bf16, 33);
   CHECK(k.name.rfind("chain_chunks_log_bf16_c33_", 0) == 0);
-  CHECK(k.entries == std::vector<std::string>{"", "_normalize", "_offsets", "_restore", "_score", "_unpad"});
+  CHECK(k.entries == std::vector<std::string>{"", "_normalize", "_offsets", "_restore", "_score", "_unpad",
+                                              "_hmm_nodes", "_hmm_edges", "_hmm_sums", "_hmm_cast"});
   // Steps are read and gradients written in the storage type; the tree is kept in its accumulator type.
   CHECK(k.source.find("chunk_pad<jb::bf16, 33, 256>") != std::string::npos);
   CHECK(k.source.find("chunk_normalize<float, 33, 256>") != std::string::npos);
