@@ -11,6 +11,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+PYTHON_DIR = str(Path(__file__).resolve().parent.parent / "python")  # the package, as the child imports it
 
 # (what, form, semiring, B, T, C, with the backward)
 PROBLEMS = [
@@ -55,7 +58,8 @@ def main():
     print(f"{'problem':42} {'B×T×C':>12} {'strategy':>10} {'first s':>8} {'second ms':>10}")
     for what, form, semiring, B, T, C, backward in PROBLEMS:
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, JITBMM_CACHE_DIR=cache)
+            path = os.environ.get("PYTHONPATH")
+            env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""))
             r = subprocess.run([sys.executable, "-c", CHILD, form, semiring, str(B), str(T), str(C), str(int(backward))],
                                env=env, capture_output=True, text=True)
         if r.returncode != 0:

@@ -39,8 +39,14 @@ TEST_CASE("chunked chains: the plan takes chunks for a few sequences of a long c
   CHECK(default_chain_chunk(chain(0, 4096, 64)) == 0);
   CHECK(default_chain_chunk(chain(1, 4096, 64, DType::f64)) == 0);
   ChainProblem hmm = chain(1, 4096, 64);
-  hmm.form = ChainForm::hmm;
-  CHECK(default_chain_chunk(hmm) == 0); // log: the crf form only
+  hmm.form = ChainForm::hmm; // the HMM form: from 4096 positions
+  CHECK(default_chain_chunk(hmm) == 64);
+  hmm.T = 2048;
+  CHECK(default_chain_chunk(hmm) == 0);
+  hmm.T = 16384, hmm.B = 4, hmm.C = 32;
+  CHECK(default_chain_chunk(hmm) == 64);
+  hmm.C = 128, hmm.B = 1;
+  CHECK(default_chain_chunk(hmm) == 0);
   // Whatever it takes fits.
   for (int64_t C : {32, 40, 64})
     for (int64_t T : {1024, 1025, 3000, 4096, 65536})
