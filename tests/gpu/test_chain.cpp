@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -224,6 +225,35 @@ void run_spreads(Semiring s, DType d, int64_t B, int64_t T, int64_t C, std::mt19
   }
 }
 
+// The chunked strategy's cases of a shape in chunks of `chunk`: at each spread as it is and ragged with a banded
+// mask, padded strides, −inf and NaN (+inf: a product may meet +inf ⊗ −inf where the recursion does not), and for
+// max_plus integer ties, plain and ragged (which run_case compares with the sequential kernels bit for bit).
+void run_chunked(Semiring s, DType d, int64_t B, int64_t T, int64_t C, int64_t chunk,
+                 std::initializer_list<double> spreads, std::mt19937_64& rng, Worst& worst) {
+  for (double spread : spreads) {
+    Case k{s, d, B, T, C, spread};
+    k.chunk = chunk;
+    run_case(k, rng, worst);
+    k.ragged = true;
+    k.banded = C > 3;
+    run_case(k, rng, worst);
+  }
+  Case k{s, d, B, T, C, 1, true, false, true}; // padded strides
+  k.chunk = chunk;
+  run_case(k, rng, worst);
+  k.padded = false;
+  k.p_special = 0.05;
+  k.no_plus_inf = true;
+  run_case(k, rng, worst);
+  if (s != Semiring::max_plus) return;
+  Case ties{s, d, B, T, C};
+  ties.integers = true;
+  ties.chunk = chunk;
+  run_case(ties, rng, worst);
+  ties.ragged = true;
+  run_case(ties, rng, worst);
+}
+
 // The closing message of one semiring's and dtype's cases.
 void report(Semiring s, DType d, const Worst& worst) {
   MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
@@ -419,23 +449,8 @@ TEST_CASE("chains: the chunked strategy against the float64 reference, in short 
       int64_t whole = 2;
       while (whole < sh.T - 1) whole *= 2;
       REQUIRE(chunk_unfit(p, whole).empty());
-      for (int64_t chunk : shortest == whole ? std::vector<int64_t>{whole} : std::vector<int64_t>{shortest, whole}) {
-        for (double spread : {1.0, 10.0, 50.0}) {
-          Case k{Semiring::log, d, sh.B, sh.T, sh.C, spread};
-          k.chunk = chunk;
-          run_case(k, rng, worst);
-          k.ragged = true;
-          k.banded = sh.C > 3;
-          run_case(k, rng, worst);
-        }
-        Case k{Semiring::log, d, sh.B, sh.T, sh.C, 1, true, false, true}; // padded strides
-        k.chunk = chunk;
-        run_case(k, rng, worst);
-        k.padded = false;
-        k.p_special = 0.05; // −inf, NaN (+inf below)
-        k.no_plus_inf = true;
-        run_case(k, rng, worst);
-      }
+      for (int64_t chunk : shortest == whole ? std::vector<int64_t>{whole} : std::vector<int64_t>{shortest, whole})
+        run_chunked(Semiring::log, d, sh.B, sh.T, sh.C, chunk, {1.0, 10.0, 50.0}, rng, worst); // +inf below
     }
     report(Semiring::log, d, worst);
   }
@@ -518,29 +533,7 @@ TEST_CASE("chains: the best path in chunks against the float64 reference and the
       std::vector<int64_t> chunks{2};
       if (whole > 8) chunks.push_back(8);
       if (whole > 2) chunks.push_back(whole);
-      for (int64_t chunk : chunks) {
-        for (double spread : {1.0, 10.0}) {
-          Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C, spread};
-          k.chunk = chunk;
-          run_case(k, rng, worst);
-          k.ragged = true;
-          k.banded = sh.C > 3;
-          run_case(k, rng, worst);
-        }
-        Case k{Semiring::max_plus, d, sh.B, sh.T, sh.C, 1, true, false, true}; // padded strides
-        k.chunk = chunk;
-        run_case(k, rng, worst);
-        k.padded = false;
-        k.p_special = 0.05; // −inf, NaN (+inf: as the log chunks, a product may meet +inf ⊗ −inf the recursion does not)
-        k.no_plus_inf = true;
-        run_case(k, rng, worst);
-        Case ties{Semiring::max_plus, d, sh.B, sh.T, sh.C};
-        ties.integers = true;
-        ties.chunk = chunk;
-        run_case(ties, rng, worst);
-        ties.ragged = true;
-        run_case(ties, rng, worst);
-      }
+      for (int64_t chunk : chunks) run_chunked(Semiring::max_plus, d, sh.B, sh.T, sh.C, chunk, {1.0, 10.0}, rng, worst);
     }
     report(Semiring::max_plus, d, worst);
   }
