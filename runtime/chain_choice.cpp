@@ -40,7 +40,7 @@ int64_t default_chain_chunk(const ChainProblem& p) {
   // fastest, one chunk of the whole chain (the log-depth scan) slower. The HMM form, whose sequential kernels keep
   // their table in registers and are faster, won by less (forward + backward 2.6 ms against 3.6 at one sequence of
   // 4096 positions and 64 states, 10.2 against 13.8 at 16384, 2.3 against 2.6 at four of 4096 and 32 states; the
-  // forward alone 3.5 to 4 times faster) and lost at 128 states: from 4096 positions, where it was measured.
+  // forward alone about 3.6 times faster) and lost at 128 states: from 4096 positions, where it was measured.
   if (p.T < (p.form == ChainForm::hmm ? 4096 : 1024)) return 0;
   for (int64_t chunk = 64; chunk <= kMaxChainChunk; chunk *= 2)
     if (chunk_unfit(p, chunk).empty()) return chunk;
