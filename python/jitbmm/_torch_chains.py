@@ -28,7 +28,8 @@ class _Chain:
     """One chain plan as this module calls it: launches on the current stream of the inputs' device, every scratch
     buffer from PyTorch's caching allocator on that stream."""
 
-    __slots__ = ("handle", "device", "B", "T", "hmm", "saved", "workspace", "backward_workspace", "run", "grad")
+    __slots__ = ("handle", "device", "B", "T", "hmm", "saved", "workspace", "backward_workspace", "scratch_always", "run",
+                 "grad")
 
     def __init__(self, problem, device):
         lib = jitbmm._library()
@@ -45,6 +46,11 @@ class _Chain:
             self.workspace.append(n.value)
         jitbmm._check(lib.jitbmm_chain_plan_backward_workspace_bytes(handle, ctypes.byref(n)))
         self.backward_workspace = n.value
+        # Whose backward takes its scratch for any gradient: the chunked and the stepped strategies'; the sequential
+        # HMM kernels take theirs for the transitions' partial sums alone.
+        strategy = ctypes.c_char_p()
+        jitbmm._check(lib.jitbmm_chain_plan_strategy(handle, ctypes.byref(strategy)))
+        self.scratch_always = strategy.value != b"sequential"
         if self.hmm:
             self.run, self.grad = lib.jitbmm_chain_plan_run_hmm, lib.jitbmm_chain_plan_backward_hmm
         else:
@@ -81,8 +87,8 @@ class _Chain:
         saved, path = (aux.data_ptr(), None) if log else (None, aux.data_ptr())
         grad_score = grad_score.contiguous()
         # The scratch from PyTorch's allocator, where its peak shows: the HMM form's transitions' partial sums, the
-        # chunked strategy's tree.
-        ws = self.backward_workspace if needs[1 if self.hmm else 0] else 0
+        # chunked strategy's tree, the stepped strategy's messages.
+        ws = self.backward_workspace if (needs[1] if self.hmm and not self.scratch_always else any(needs)) else 0
         scratch = inputs[0].new_empty((ws,), dtype=torch.uint8) if ws else None
         if self.hmm:
             status = self.grad(self.handle, *(t.data_ptr() for t in inputs), address(lengths), saved, path,
