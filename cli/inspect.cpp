@@ -226,9 +226,11 @@ std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c) {
     text += "the rule: an HMM's transitions shared by many sequences of many states (each step's product fills the "
             "GPU)";
   else if (c.chunk > 0)
-    text += "the rule: a few sequences of a long log chain in the CRF form";
+    text += p.semiring == Semiring::max_plus
+                ? "the rule: a few sequences of a long chain's best path (chunks of about the square root of its length)"
+                : "the rule: a few sequences of a long log chain";
   else
-    text += "the rule: neither a few sequences of a long log chain (chunked) nor an HMM's transitions shared by many "
+    text += "the rule: neither a few sequences of a long chain (chunked) nor an HMM's transitions shared by many "
             "sequences of many states (stepped)";
   if (c.decision && sequential_fits && !c.decision->stepped)
     text += c.decision->chunk ? "; the stored decision predates the stepped strategy's tuning"
