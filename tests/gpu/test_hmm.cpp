@@ -481,6 +481,53 @@ TEST_CASE("hmm: the chunked strategy against the float64 reference and the seque
     }
 }
 
+// A length outside [1, T] cannot be checked without waiting for the device: that sequence scores NaN, its
+// gradients are NaN (and so are a shared table's sums), its path is −1 throughout, and the other sequences are
+// computed as they are, by the sequential kernels and in chunks alike.
+TEST_CASE("hmm: a length outside [1, T] gives a NaN score, NaN gradients and no path, in every strategy") {
+  const int64_t B = 2, T = 5, C = 4;
+  const std::vector<float> emissions(std::size_t(B * T * C), -0.5f), transitions(std::size_t(C * C), -1.0f),
+      initial(std::size_t(C), -0.25f);
+  DeviceBuffer d_em = upload(emissions), d_tr = upload(transitions), d_in = upload(initial),
+               d_len = upload(std::vector<int64_t>{5, 7}), g = upload(std::vector<float>{1, 1});
+  const HmmInputs hmm{d_em.get(), d_tr.get(), d_in.get()};
+  const auto* lengths = static_cast<const int64_t*>(d_len.get());
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (int64_t chunk : {0, 2, 4}) {
+      ChainProblem p;
+      p.semiring = s, p.form = ChainForm::hmm, p.B = B, p.T = T, p.C = C, p.with_lengths = true;
+      if (chunk && !chunk_unfit(p, chunk).empty()) continue; // log in chunks of 2: its products outgrow saved
+      CAPTURE(semiring_info(s).name);
+      CAPTURE(chunk);
+      const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
+      const bool log = s == Semiring::log;
+      DeviceBuffer score(8), saved(plan.saved_bytes() + 1), path(std::size_t(B * T) * 4), g_em(emissions.size() * 4),
+          g_tr(transitions.size() * 4), g_in(initial.size() * 4);
+      for (DeviceBuffer* d : {&score, &path, &g_em, &g_tr, &g_in}) d->fill_bytes(0x7f); // poison: a number
+      auto* best = log ? nullptr : static_cast<int32_t*>(path.get());
+      plan(hmm, lengths, score.get(), log ? saved.get() : nullptr, nullptr, best);
+      plan.backward(hmm, lengths, log ? saved.get() : nullptr, best, g.get(), HmmGradients{g_em.get(), g_tr.get(), g_in.get()});
+      float scores[2];
+      score.download(scores, sizeof scores);
+      CHECK(std::isfinite(scores[0]));
+      CHECK(std::isnan(scores[1]));
+      std::vector<float> em(emissions.size()), tr(transitions.size()), in(initial.size());
+      g_em.download(em.data(), em.size() * 4);
+      g_tr.download(tr.data(), tr.size() * 4);
+      g_in.download(in.data(), in.size() * 4);
+      CHECK(std::none_of(em.begin(), em.begin() + T * C, [](float x) { return std::isnan(x); }));
+      CHECK(std::all_of(em.begin() + T * C, em.end(), [](float x) { return std::isnan(x); }));
+      CHECK(std::all_of(tr.begin(), tr.end(), [](float x) { return std::isnan(x); })); // shared: in every sum
+      CHECK(std::all_of(in.begin(), in.end(), [](float x) { return std::isnan(x); }));
+      if (!log) {
+        int32_t states[B * T];
+        path.download(states, sizeof states);
+        CHECK(std::all_of(states, states + T, [](int32_t x) { return x >= 0 && x < C; }));
+        CHECK(std::all_of(states + T, states + 2 * T, [](int32_t x) { return x == -1; }));
+      }
+    }
+}
+
 TEST_CASE("hmm: B = 0 zeroes the shared tables' gradients; T = 1 scores initial and emissions; bad arguments") {
   ChainProblem p;
   p.form = ChainForm::hmm;
