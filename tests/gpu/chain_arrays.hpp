@@ -1,5 +1,5 @@
 // What the chain tests share: host vectors to device buffers and back, the comparison with the reference, what a
-// best path must be, and the problems the cluster tests run.
+// best path must be, the problems the cluster tests run and the chunks the chunked tests take.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -12,6 +12,7 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/reference.hpp"
+#include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
@@ -99,6 +100,18 @@ inline bool valid_path(const int32_t* path, int64_t L, int64_t T, int64_t C) {
   for (int64_t t = 0; t < T; ++t)
     if (t < L ? path[t] < 0 || path[t] >= C : path[t] != -1) return false;
   return true;
+}
+
+// The chunk lengths the chunked strategy's tests take for `p`, each once: the shortest that fits (log's products must
+// fit in saved; max_plus takes any), 8 for max_plus (many short chunks), and one chunk of the whole chain.
+inline std::vector<int64_t> tested_chunks(const ChainProblem& p) {
+  int64_t whole = 2, shortest = 2;
+  while (whole < p.T - 1) whole *= 2;
+  while (shortest < whole && !chunk_unfit(p, shortest).empty()) shortest *= 2;
+  std::vector<int64_t> chunks{shortest};
+  if (p.semiring == Semiring::max_plus && shortest < 8 && whole > 8) chunks.push_back(8);
+  if (whole > shortest) chunks.push_back(whole);
+  return chunks;
 }
 
 } // namespace jitbmm::test

@@ -444,12 +444,9 @@ TEST_CASE("chains: the chunked strategy against the float64 reference, in short 
       p.B = sh.B;
       p.T = sh.T;
       p.C = sh.C;
-      int64_t shortest = 2;
-      while (shortest < kMaxChainChunk && !chunk_unfit(p, shortest).empty()) shortest *= 2;
-      int64_t whole = 2;
-      while (whole < sh.T - 1) whole *= 2;
-      REQUIRE(chunk_unfit(p, whole).empty());
-      for (int64_t chunk : shortest == whole ? std::vector<int64_t>{whole} : std::vector<int64_t>{shortest, whole})
+      const std::vector<int64_t> chunks = test::tested_chunks(p); // the shortest that fits, and the whole chain
+      REQUIRE(chunk_unfit(p, chunks.back()).empty());
+      for (int64_t chunk : chunks)
         run_chunked(Semiring::log, d, sh.B, sh.T, sh.C, chunk, {1.0, 10.0, 50.0}, rng, worst); // +inf below
     }
     report(Semiring::log, d, worst);
@@ -528,12 +525,10 @@ TEST_CASE("chains: the best path in chunks against the float64 reference and the
     Worst worst;
     for (const auto& sh : shapes) {
       if (sh.dtype != d) continue;
-      int64_t whole = 2;
-      while (whole < sh.T - 1) whole *= 2;
-      std::vector<int64_t> chunks{2};
-      if (whole > 8) chunks.push_back(8);
-      if (whole > 2) chunks.push_back(whole);
-      for (int64_t chunk : chunks) run_chunked(Semiring::max_plus, d, sh.B, sh.T, sh.C, chunk, {1.0, 10.0}, rng, worst);
+      ChainProblem p;
+      p.semiring = Semiring::max_plus, p.dtype = d, p.B = sh.B, p.T = sh.T, p.C = sh.C;
+      for (int64_t chunk : test::tested_chunks(p)) // 2, 8 and the whole chain
+        run_chunked(Semiring::max_plus, d, sh.B, sh.T, sh.C, chunk, {1.0, 10.0}, rng, worst);
     }
     report(Semiring::max_plus, d, worst);
   }

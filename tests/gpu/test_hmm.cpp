@@ -433,13 +433,7 @@ TEST_CASE("hmm: the chunked strategy against the float64 reference and the seque
         if (sh.dtype != d) continue;
         ChainProblem p;
         p.semiring = s, p.form = ChainForm::hmm, p.dtype = d, p.B = sh.B, p.T = sh.T, p.C = sh.C;
-        int64_t whole = 2, shortest = 2;
-        while (whole < sh.T - 1) whole *= 2;
-        while (shortest < whole && !chunk_unfit(p, shortest).empty()) shortest *= 2;
-        std::vector<int64_t> chunks{shortest};
-        if (s == Semiring::max_plus && whole > 8) chunks.push_back(8);
-        if (whole > shortest) chunks.push_back(whole);
-        for (int64_t chunk : chunks) {
+        for (int64_t chunk : test::tested_chunks(p)) {
           if (!chunk_unfit(p, chunk).empty()) continue; // log at T = 2: a product outgrows the messages saved
           for (double spread : {1.0, 10.0}) {
             Case k{s, d, sh.B, sh.T, sh.C, spread};
