@@ -53,9 +53,9 @@ bool default_chain_stepped(const ChainProblem& p) {
   // block (or cluster) per sequence reading the table through one SM. Measured on an H200 (jitbmm bench --chain C
   // --hmm --stepped, T = 32): log took 1.44 ms against 6.14 at B = 512, C = 512 (forward + backward 4.4 against
   // 42), 0.91 against 0.81 at B = C = 256 (but 2.2 against 4.0 with the backward), and lost at B = 64, C = 256 (0.87
-  // against 0.15) and at B = 512, C = 128 (0.75 against 0.20); at C = 1024 it won from B = 16 (T = 256: 18.5 against
-  // 22.5, with the backward 24 against 84); Viterbi took 1.13 ms against 8.5 at B = 512, C = 512
-  // and 50 against 93 at B = 16, C = 1024, and lost at B = 64, C = 128. Per-sequence tables (the CRF form, batched
+  // against 0.15) and at B = 512, C = 128 (0.75 against 0.20); at C = 1024 it won from B = 16 (T = 256: 10.0 against
+  // 22.5, with the backward 15.0 against 84); Viterbi took 1.13 ms against 8.5 at B = 512, C = 512
+  // and 21 against 93 at B = 16, C = 1024, and lost at B = 64, C = 128. Per-sequence tables (the CRF form, batched
   // transitions) make each step B products of one row, which read every table as the sequential kernels do: those
   // stay sequential up to their limit.
   if (p.form != ChainForm::hmm || p.batched_transitions || p.T > kMaxSteppedChainLength) return false;

@@ -15,28 +15,47 @@ KernelSpec tiles(KernelSpec s, int m, int n, int k, int tm, int tn, int min_bloc
   return s;
 }
 
-// Measured on an H200 (jitbmm tune of each shape): log at [512 × 512] · [512 × 512] ran 0.042 ms in exp_matmul's
-// 64 × 64 tiles or the warpgroup form's 128 × 64 (128 × 128 left 116 of 132 SMs idle: 0.082 ms; the direct kernels
-// 0.08–0.3 ms), and from there on the warpgroup form's 128 × 64 tiles led (0.069 ms at C = 1024, 0.135 at 2048,
-// 0.29 at B = 64, C = 4096, where 64 × 64 took 0.38); the transitions' gradient's product, 512² outputs of a sum
-// over 1024 positions in 16 batches, took 0.20 ms in 128 × 128 and 0.40 in 64 × 64;
+KernelSpec split(const Problem& q, int m, int k_chunk, int min_blocks) {
+  KernelSpec s = tiles(default_spec(q, Strategy::split_k), m, m, 16, m / 16, m / 16, min_blocks);
+  s.k_chunk = k_chunk;
+  return s;
+}
+
+// Measured on an H200 (jitbmm tune of each shape [1 × B × C × C], f32): log at [512 × 512] · [512 × 512] ran 0.042 ms
+// in exp_matmul's 64 × 64 tiles or the warpgroup form's 128 × 64 (128 × 128 left 116 of 132 SMs idle: 0.082 ms; the
+// direct kernels 0.08–0.3 ms), and from there on the warpgroup form's 128 × 64 tiles led (0.069 ms at C = 1024, 0.135
+// at 2048, 0.29 at B = 64, C = 4096, where 64 × 64 took 0.38); the transitions' gradient's product, 512² outputs of
+// a sum over 1024 positions in 16 batches, took 0.20 ms in 128 × 128 and 0.40 in 64 × 64.
 // max_plus with its argmax took the direct tiled kernel's 32 × 32 tiles at C = 512 (0.054 ms against 0.108 in 64 ×
-// 64) and tiled_refine's 64 × 64 at 1024. One product per sequence (M = 1) reads its table once: the warp kernel
-// (0.29 ms at B = 512, C = 512, against 0.66 for linear). The transitions' gradient's product over every (b, t)
-// is wide: the warpgroup form's 128 × 128 tiles.
+// 64) and tiled_refine's 64 × 64 at 1024.
+// Few sequences of many states give fewer output tiles than the GPU has SMs, each with a long sum: the sum split in
+// chunks (split_k) filled them. At C = 1024 max_plus took 0.022–0.038 ms split in chunks of 256 from B = 16 to 128
+// against 0.051–0.054 in whole tiles (with its argmax 0.034–0.055 against 0.093), at C = 4096 0.13–0.14 in chunks of
+// 512 against 0.21–0.22 (64 × 64 tiles from B = 64); log took 0.043–0.048 ms at C = 1024, B = 16 and 64 against
+// 0.068 for exp_matmul, which led again from B = 128 (128 output tiles). At B = 16 the warp kernel's argmax led
+// (0.030 against 0.033 split). With C = 512 the sum is short: 32 × 32 tiles stayed fastest from B = 128 on.
+// One product per sequence (M = 1) reads its table once: the warp kernel (0.29 ms at B = 512, C = 512, against 0.66
+// for linear). The transitions' gradient's product over every (b, t) is wide: the warpgroup form's 128 × 128 tiles.
 std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
   const Shape& s = q.shape;
   const bool wide_acc = dtype_info(q.dtype).wide_acc();
-  if (s.M == 1) {
+  auto warp = [&](int x, int y) {
     KernelSpec w = default_spec(q, Strategy::warp);
-    w.block_x = 4, w.block_y = 64;
+    w.block_x = x, w.block_y = y;
     return w;
-  }
+  };
+  if (s.M == 1) return warp(4, 64);
+  const int64_t tiles32 = ((s.M + 31) / 32) * ((s.N + 31) / 32);
+  const bool long_sum = s.K == s.N && s.K >= 1024; // a step's product [B × C] · [C × C] of many states
   if (q.semiring == Semiring::max_plus) {
+    if (long_sum && q.with_argmax && s.M <= 16) return warp(8, 32);
+    if (long_sum && tiles32 <= 128)
+      return split(q, s.K >= 4096 && s.M >= 64 ? 64 : 32, s.K >= 4096 ? 512 : 256, s.M >= 128 ? 2 : 1);
     if (s.M * s.N <= 512 * 512) return tiles(default_spec(q, Strategy::tiled), 32, 32, 16, 2, 2, 1);
     return tiles(default_spec(q, Strategy::tiled_refine), 64, 64, 16, 4, 4, 1);
   }
   if (q.semiring != Semiring::log || wide_acc) return std::nullopt;
+  if (long_sum && tiles32 <= 64) return split(q, 32, 256, 1);
   KernelSpec e = default_spec(q, Strategy::exp_matmul);
   const bool large = s.M * s.N >= 512 * 512;
   if (device.features.has(kWgmma) && large) {

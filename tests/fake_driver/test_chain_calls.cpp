@@ -425,6 +425,48 @@ TEST_CASE("the stepped strategy: a product a step and a launch a position, per p
   }
 }
 
+// The stepped strategy's products, by the rule fitted on the step shapes (runtime/chain_step_products.cpp): a few
+// sequences of many states split each step's long sum over the SMs; a wide batch of 512 states keeps whole tiles.
+TEST_CASE("the stepped strategy's products: few sequences of 1024 states split each step's sum; 512 sequences do not") {
+  struct Expect {
+    Semiring semiring;
+    int64_t B, C;
+    bool path;
+    const char* product; // the prefix of every product kernel's name
+  };
+  const Expect expect[] = {{Semiring::max_plus, 16, 1024, false, "max_plus_f32_split_k_32x32x16_t2x2_"},
+                           {Semiring::max_plus, 16, 1024, true, "max_plus_f32_warp_"},
+                           {Semiring::max_plus, 64, 1024, true, "max_plus_f32_split_k_32x32x16_t2x2_"},
+                           {Semiring::log, 16, 1024, false, "log_f32_split_k_32x32x16_t2x2_"},
+                           {Semiring::max_plus, 512, 512, true, "max_plus_f32_tiled_32x32x16_t2x2_"},
+                           {Semiring::log, 512, 512, false, "log_f32_exp_matmul_"}};
+  for (const Expect& e : expect) {
+    CAPTURE(e.product);
+    ChainProblem p;
+    p.semiring = e.semiring;
+    p.form = ChainForm::hmm;
+    p.B = e.B, p.T = 3, p.C = e.C;
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    const std::string module = plan.kernel_name();
+    const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
+    DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), path(4 * p.B * p.T);
+    DeviceBuffer work(plan.workspace_bytes(e.path));
+    char* t = static_cast<char*>(tables.get());
+    const HmmInputs in{t + table, t, t + table + emissions};
+    const DriverLog log;
+    plan(in, nullptr, score.get(), nullptr, nullptr, e.path ? static_cast<int32_t*>(path.get()) : nullptr, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(e.path)});
+    long products = 0, named = 0;
+    for (const std::string& name : log.launched()) {
+      if (name.rfind(module, 0) == 0) continue;
+      ++products;
+      named += name.rfind(e.product, 0) == 0;
+    }
+    CHECK(named >= p.T - 1);
+    CHECK(named == products); // every launch not of the chain's own module is one of those products' kernels
+  }
+}
+
 // The stepped strategy serves chains beyond the sequential kernels' 1024 states, in every form; its host loop takes
 // at most 2^24 positions, and a longer chain is refused naming T.
 TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^24 positions they are refused") {

@@ -353,11 +353,14 @@ TEST_CASE("hmm: one block per sequence and every cluster size against the float6
 // The stepped strategy (each step one product of every sequence's messages) in every semiring and dtype: odd sizes
 // up to beyond the sequential kernels' 1024 states, shared and batched tables, ragged lengths, banded −inf, padded
 // strides, the edge values and ties (whose Viterbi paths and scores must be the sequential kernels' bit for bit).
+// At 1024 states and more a few sequences' step products split their sums (split_k) or take the warp kernel, 20
+// sequences of 1024 states split them with the argmax too.
 TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels") {
   std::mt19937_64 rng(20261202);
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 33}, {5, 9, 64}, {2, 4, 257}, {2, 3, 1025}, {1, 2, 4096}, {70, 6, 40}};
+  } shapes[] = {{1, 1, 1},    {2, 2, 2},    {3, 5, 33},   {5, 9, 64},  {2, 4, 257},
+                {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       Worst worst;
@@ -374,6 +377,11 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
           k.batched = sh.C <= 1100;
           run_case(k, rng, worst);
         }
+      }
+      if (d == DType::f32) { // ties where the step products split their sums, with the argmax for max_plus
+        Case ties{s, d, 20, 4, 1024};
+        ties.integers = ties.stepped = true;
+        run_case(ties, rng, worst);
       }
       for (int64_t C : {3, 31, 64}) {
         Case k{s, d, 4, 9, C};
