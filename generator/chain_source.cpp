@@ -166,15 +166,21 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
   // allow is known only once compiled, so the rule misses launches that would have fit: measured, Viterbi at B, T,
   // C = 16, 256, 256 ran 1.21 ms with 4 blocks against 1.51 with the 8 the rule takes). Only where the registers
   // still fit (a cluster's take a few more).
+  // The HMM form's transitions held in registers: a cluster splits the table and its terms, not reads, and paid for
+  // Viterbi only while each block had an SM to itself (HMM, f32, 128 states, T = 512 to 1024: 1.0 ms with the path
+  // in clusters of 2 against 1.3 at B = 64, 1.6 in clusters of 4 against 2.6 at B = 16, and 0.97 in clusters of 2
+  // against 0.64 at B = 128); log's forward that saves its messages was slower in clusters at each of those.
   const ChainSpec single = spec_with(problem, 1, 1);
   const bool streams = problem.form == ChainForm::crf || !single.prefetch(single.forward);
+  const bool held = !streams && problem.semiring == Semiring::max_plus;
   auto cluster_for = [&](int64_t sequences, bool saving) {
     int k = 1;
-    if (!streams || problem.C < 128 || cluster_sms <= 0 || sequences == 0) return k; // B = 0 launches nothing
+    if (!(streams || held) || problem.C < 128 || cluster_sms <= 0 || sequences == 0) return k; // B = 0: no launch
     while (2 * k <= kMaxChainCluster) {
       const ChainSpec s = spec_with(problem, 2 * k, 2 * k);
       const int threads = (saving ? s.saving : s.forward).threads;
-      const int64_t room = int64_t(cluster_sms) * (threads >= 512 ? 1 : 2) / (k == 1 ? 1 : 2);
+      const int per_sm = held || threads >= 512 ? 1 : 2;
+      const int64_t room = int64_t(cluster_sms) * per_sm / (k == 1 ? 1 : 2);
       if (sequences * 2 * k > room || !s.registers_fit()) break;
       k *= 2;
     }

@@ -57,6 +57,9 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
       {Semiring::log, 4, 512, ChainForm::crf, 8, 8},
       {Semiring::log, 1000, 256, ChainForm::crf, 1, 1},     // a large batch fills the GPU itself
       {Semiring::log, 8, 128, ChainForm::hmm, 1, 1},        // f32 transitions of 128 states stay in registers
+      {Semiring::max_plus, 16, 128, ChainForm::hmm, 4, 0},  // Viterbi splits them while a block has an SM
+      {Semiring::max_plus, 64, 128, ChainForm::hmm, 2, 0},
+      {Semiring::max_plus, 128, 128, ChainForm::hmm, 1, 0},
       {Semiring::log, 16, 256, ChainForm::hmm, 8, 4},       // beyond, they are read each step
   };
   for (const Expect& e : expect) {
