@@ -14,7 +14,7 @@
 
 #include "chain/block_reduce.cuh"
 #include "chain/chunk_params.cuh"
-#include "chain/sequential.cuh"
+#include "chain/reductions.cuh"
 #include "chain/shift.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"

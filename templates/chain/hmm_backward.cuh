@@ -6,8 +6,9 @@
 // accumulator's (the messages', grad_score's and the partial sums'); the gradients are written in S.
 #pragma once
 
+#include "chain/lengths.cuh"
 #include "chain/params.cuh"
-#include "chain/sequential.cuh"
+#include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {

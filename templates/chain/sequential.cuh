@@ -11,10 +11,12 @@
 // The backward messages beta depend on the potentials alone, not on alpha: when the forward saves its messages for
 // a backward, a second block per sequence runs the same recursion over the reversed chain at the same time, on SMs
 // one block per sequence leaves idle. What is left for the backward, the edge marginals, is independent per step
-// and spreads over the whole GPU.
+// and spreads over the whole GPU (templates/chain/marginals.cuh).
 #pragma once
 
+#include "chain/lengths.cuh"
 #include "chain/params.cuh"
+#include "chain/reductions.cuh"
 #include "chain/shift.cuh"
 #include "core/async_copy.cuh"
 #include "core/cluster.cuh"
@@ -23,60 +25,6 @@
 
 namespace jb {
 
-// The ⊕ of x over a group of G lanes (xor-adjacent, G a power of two ≤ 32): the result in every lane of the
-// group. Every lane of the warp takes part.
-template <int G, class T, class Op> __device__ __forceinline__ T group_reduce(T x, Op op) {
-#pragma unroll
-  for (int o = 1; o < G; o <<= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-// Each step's reduction of one target state's C terms, N per lane over a group of G lanes: lane l holds the terms
-// of states first, first + G, ... (first = l's index in the group; states ≥ C hold −inf). The result reaches every
-// lane of the group, with the state that won (selecting reductions) in `arg`.
-//
-// log: log Σ exp, exact to the dtype: NaN anywhere gives NaN, a +inf term (without NaN) +inf, all −inf −inf.
-template <class T> struct ChainLog {
-  template <int G, int N> static __device__ __forceinline__ T reduce(const T (&x)[N], int, int& arg) {
-    T m = x[0];
-#pragma unroll
-    for (int k = 1; k < N; ++k) m = Num<T>::max(m, x[k]);
-    m = group_reduce<G>(m, [](T a, T b) { return Num<T>::max(a, b); });
-    const bool finite = m > Num<T>::neg_inf() && m < Num<T>::inf();
-    const T shift = finite ? m : T(0);
-    T s = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += Num<T>::exp2((x[k] - shift) * Num<T>::log2e());
-    s = group_reduce<G>(s, [](T a, T b) { return a + b; });
-    arg = -1;
-    return finite ? m + Num<T>::log2(s) * Num<T>::ln2() : m;
-  }
-};
-
-// max_plus: the maximum and the smallest state reaching it; NaN wins (the smallest state holding NaN), as the bmm
-// argmax does.
-template <class T> struct ChainMax {
-  static __device__ __forceinline__ bool beats(T a, int i, T b, int j) {
-    if (a != a) return b == b || i < j;
-    return a > b || (a == b && i < j);
-  }
-  template <int G, int N> static __device__ __forceinline__ T reduce(const T (&x)[N], int first, int& arg) {
-    T v = x[0];
-    int i = first;
-#pragma unroll
-    for (int k = 1; k < N; ++k)
-      if (beats(x[k], first + k * G, v, i)) v = x[k], i = first + k * G;
-#pragma unroll
-    for (int o = 1; o < G; o <<= 1) {
-      const T w = __shfl_xor_sync(0xffffffffu, v, o);
-      const int j = __shfl_xor_sync(0xffffffffu, i, o);
-      if (beats(w, j, v, i)) v = w, i = j;
-    }
-    arg = i;
-    return v;
-  }
-};
-
 // One input element into shared memory as the accumulator type: an asynchronous copy where S is T, else (half
 // types, whose 2 bytes cp.async cannot copy) a load, widened, and a store.
 template <class S, class T> __device__ __forceinline__ void stage_element(T* dst, const S* src) {
@@ -84,14 +32,6 @@ template <class S, class T> __device__ __forceinline__ void stage_element(T* dst
     copy_async<int(sizeof(T))>(dst, src);
   else
     *dst = to_acc(*src);
-}
-
-// Sequence b's length; a length outside [1, T] (the host cannot check device memory without waiting) is `bad`: the
-// sequence's score and gradients are NaN, its path −1.
-__device__ __forceinline__ long long chain_length(const ChainParams& p, long long b, bool& bad) {
-  const long long n = p.lengths ? p.lengths[b] : p.T;
-  bad = n < 1 || n > p.T;
-  return bad ? 1 : n;
 }
 
 // The largest of the per-warp maxima a step left (its shift; 0 where it is not finite: all −inf, +inf or NaN keep
@@ -376,93 +316,6 @@ __device__ __forceinline__ void chain_saving(const ChainParams& p) {
     chain_forward<S, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM, K>(p);
   else
     chain_forward<S, Op, C, NT, G, PREFETCH, STAGES, false, HMM, K>(p);
-}
-
-// The log backward: the edge marginals times grad_score[b], exp(alpha_t[p] + potentials[t][c][p] + beta_{t+1}[c]
-// − score), from the messages the forward saved. Every step is independent: one block of NT threads per (b, t),
-// grid-strided, the step's two message vectors in shared memory.
-template <class S, int C, int NT> __device__ __forceinline__ void chain_marginals(const ChainParams& p) {
-  using T = typename Acc<S>::type;
-  __shared__ T alpha[C], beta[C];
-  const long long steps = p.B * (p.T - 1);
-  for (long long bt = blockIdx.x; bt < steps; bt += gridDim.x) {
-    const long long b = bt / (p.T - 1), t = bt % (p.T - 1);
-    bool bad;
-    const long long L = chain_length(p, b, bad);
-    const T g = static_cast<const T*>(p.grad_score)[b];
-    const double z = p.logz[b];
-    S* grad = static_cast<S*>(p.grad) + bt * C * C;
-    // Steps past the length, and every step of a sequence that sends nothing back (grad_score 0, score −inf), are
-    // 0; a bad length's steps NaN.
-    const bool none = g == T(0) || z == double(Num<T>::neg_inf());
-    if (none || bad || t + 1 >= L) {
-      const T fill = bad && !none ? Num<T>::nan() : T(0);
-      for (int e = threadIdx.x; e < C * C; e += NT) grad[e] = from_acc<S>(fill);
-      continue;
-    }
-    __syncthreads(); // the previous step's messages are read
-    for (int c = threadIdx.x; c < C; c += NT) {
-      alpha[c] = static_cast<const T*>(p.rel)[(b * p.T + t) * C + c];
-      beta[c] = static_cast<const T*>(p.beta_rel)[(b * p.T + t + 1) * C + c];
-    }
-    // The messages' offsets and the score, combined in double: what is left is of the size of one step's terms.
-    const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - z);
-    __syncthreads();
-    const S* pot = static_cast<const S*>(p.potentials) + b * p.s_b + t * p.s_t;
-    // A thread takes W adjacent elements at a time: two of a half type from the first one on a 4-byte boundary,
-    // rounded by one paired conversion (a conversion to 16 bits takes the unit the exponential takes) and stored as
-    // one word; the element before that boundary and one left after the last pair are written alone.
-    constexpr int W = sizeof(S) == 2 ? 2 : 1;
-    const int head = W == 2 ? int((reinterpret_cast<unsigned long long>(grad) >> 1) & 1) : 0;
-    const int units = (C * C - head) / W;
-    auto read = [&](int e) { return pot[(long long)(e / C) * p.s_c + (long long)(e % C) * p.s_p]; };
-    auto marginal = [&](int e, S y) {
-      return g * Num<T>::exp2(((alpha[e % C] + k) + (to_acc(y) + beta[e / C])) * Num<T>::log2e());
-    };
-    // CHUNK units' loads in flight before the first store: a store the compiler cannot prove apart from the next
-    // load (grad and potentials might alias) would otherwise make every load wait for the one before.
-    constexpr int PER = (C * C / W + NT - 1) / NT, CHUNK = PER < 1 ? 1 : PER < 8 ? PER : 8; // PER = 0: C = 1
-    for (int base = 0; base < PER; base += CHUNK) {
-      S y[CHUNK][W];
-#pragma unroll
-      for (int j = 0; j < CHUNK; ++j) {
-        const int u = threadIdx.x + (base + j) * NT;
-#pragma unroll
-        for (int w = 0; w < W; ++w) y[j][w] = u < units ? read(head + u * W + w) : S{};
-      }
-#pragma unroll
-      for (int j = 0; j < CHUNK; ++j) {
-        const int u = threadIdx.x + (base + j) * NT, e = head + u * W;
-        if (u >= units) continue;
-        if constexpr (W == 2)
-          *reinterpret_cast<unsigned*>(grad + e) = pack_pair<S>(marginal(e, y[j][0]), marginal(e + 1, y[j][1]));
-        else
-          grad[e] = from_acc<S>(marginal(e, y[j][0]));
-      }
-    }
-    if (W == 2 && threadIdx.x == 0) {
-      if (head) grad[0] = from_acc<S>(marginal(0, read(0)));
-      if ((C * C - head) % 2) grad[C * C - 1] = from_acc<S>(marginal(C * C - 1, read(C * C - 1)));
-    }
-  }
-}
-
-// The max_plus backward: grad_score[b] on each edge of the forward's best path, 0 elsewhere. One block of NT
-// threads per (b, t) step, grid-strided.
-template <class S, int C, int NT> __device__ __forceinline__ void chain_path_backward(const ChainParams& p) {
-  using T = typename Acc<S>::type;
-  const long long steps = p.B * (p.T - 1);
-  for (long long bt = blockIdx.x; bt < steps; bt += gridDim.x) {
-    const long long b = bt / (p.T - 1), t = bt % (p.T - 1);
-    bool bad;
-    const long long L = chain_length(p, b, bad);
-    const int to = t + 1 < L ? p.path[b * p.T + t + 1] : -1, from = t + 1 < L ? p.path[b * p.T + t] : -1;
-    const long long hit = to >= 0 && from >= 0 ? (long long)to * C + from : -1;
-    const T g = static_cast<const T*>(p.grad_score)[b];
-    S* grad = static_cast<S*>(p.grad) + bt * C * C;
-    for (long long e = threadIdx.x; e < (long long)C * C; e += NT)
-      grad[e] = from_acc<S>(bad && g != T(0) ? Num<T>::nan() : e == hit ? g : T(0));
-  }
 }
 
 } // namespace jb

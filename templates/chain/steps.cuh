@@ -17,6 +17,7 @@
 #include "chain/block_reduce.cuh"
 #include "chain/hmm_backward.cuh"
 #include "chain/params.cuh"
+#include "chain/reductions.cuh"
 #include "chain/shift.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
