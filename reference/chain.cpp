@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jitbmm/reference.hpp"
+#include "reference/chain_inputs.hpp"
 #include "reference/log_sum_exp.hpp"
 #include "support/checked_size.hpp"
 
@@ -19,8 +20,9 @@ void require(const void* pointer, const char* name) {
   if (!pointer) throw std::invalid_argument(std::string(name) + ": null");
 }
 
-// The problem, the work (bounded like the product's reference, and named when exceeded) and the lengths.
-void check_inputs(const ChainProblem& p, const int64_t* lengths) {
+} // namespace
+
+void check_chain_inputs(const ChainProblem& p, const int64_t* lengths) {
   check_chain_problem(p);
   if (p.form != ChainForm::crf)
     throw std::invalid_argument("potentials: the problem has the hmm form (pass HmmInputs)");
@@ -44,6 +46,8 @@ void check_inputs(const ChainProblem& p, const int64_t* lengths) {
       throw std::invalid_argument("lengths[" + std::to_string(b) + "]: " + std::to_string(lengths[b]) +
                                   " is outside [1, T = " + std::to_string(p.T) + "]");
 }
+
+namespace {
 
 // One sequence's messages. alpha[t][c] = ⊕ over paths ending in state c at t; beta[t][p] = ⊕ over continuations
 // from state p at t to the sequence's end; back[t][c] (max_plus) = the best state at t − 1 on the way to c at t.
@@ -154,11 +158,83 @@ void backward_in(const ChainProblem& p, const void* potentials, const int64_t* l
   }
 }
 
+// The entropy of sequence b's distribution over paths, its cross-entropy against `other`'s (the same problem's
+// potentials) and their KL divergence, by the chain rule over positions: −Σ_p ν₀(p) log q(p) − Σ_t Σ_{c,p} μ_t(c, p)
+// log q(c | p), where ν and μ are p's state and edge marginals and q(p) = exp(β_0(p) − log Z), q(c | p) =
+// exp(potential_t(c, p) + β_{t+1}(c) − β_t(p)) are the other's (for the entropy, p's own): terms of one sign, so
+// that none cancels; the KL takes log p − log q event by event. A term of no weight (μ = 0) adds nothing; one of
+// weight where the other gives none (its log −inf, or undefined once an earlier event had none) makes the
+// cross-entropy and the KL +inf.
+struct Divergences {
+  double entropy = 0, cross_entropy = 0, kl = 0;
+};
+
+template <class Real>
+Divergences divergences(const ChainProblem& p, const void* potentials, const void* other, const int64_t* lengths,
+                        int64_t b) {
+  constexpr Real inf = std::numeric_limits<Real>::infinity();
+  const Sequence<Real> s(p, potentials, lengths, b), q(p, other ? other : potentials, lengths, b);
+  Divergences d;
+  const Real z = s.score(), zq = q.score();
+  // No distribution (no path of weight, or +inf or NaN in its sums): nothing to measure.
+  if (!(z > -inf && z < inf) || std::isnan(zq) || zq == inf) {
+    d.entropy = d.cross_entropy = d.kl = std::numeric_limits<double>::quiet_NaN();
+    return d;
+  }
+  const std::vector<Real> beta = s.beta(), beta_q = other ? q.beta() : beta;
+  const int64_t C = p.C, L = s.length();
+  Real h = 0, ce = 0, kl = 0;
+  // One event of weight w (a probability of p), log p and log q of it.
+  auto add = [&](Real w, Real log_p, Real log_q) {
+    if (w == 0) return;
+    h -= w * log_p;
+    if (std::isnan(log_q) || log_q == -inf) { // q gives the event no weight
+      ce = kl = inf;
+      return;
+    }
+    ce -= w * log_q;
+    kl += w * (log_p - log_q);
+  };
+  for (int64_t c = 0; c < C; ++c) { // the first state
+    const Real log_p = beta[c] - z;
+    add(std::exp(log_p), log_p, beta_q[c] - zq);
+  }
+  for (int64_t t = 0; t + 1 < L; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t from = 0; from < C; ++from) {
+        const Real w = std::exp(s.alpha(t, from) + s.potential(t, c, from) + beta[(t + 1) * C + c] - z);
+        const Real log_p = s.potential(t, c, from) + beta[(t + 1) * C + c] - beta[t * C + from];
+        const Real log_q = q.potential(t, c, from) + beta_q[(t + 1) * C + c] - beta_q[t * C + from];
+        add(w, log_p, log_q);
+      }
+  d.entropy = static_cast<double>(h);
+  d.cross_entropy = static_cast<double>(ce);
+  d.kl = static_cast<double>(kl);
+  return d;
+}
+
+// What the three entry points below share: the checks, then each sequence's divergences into the outputs given.
+void divergences_of(const ChainProblem& p, const void* potentials, const void* other, const int64_t* lengths,
+                    double* entropy, double* cross_entropy, double* kl) {
+  check_chain_inputs(p, lengths);
+  if (p.semiring != Semiring::log)
+    throw std::invalid_argument("problem.semiring: the distribution over paths is the log semiring's (got " +
+                                std::string(semiring_info(p.semiring).name) + ")");
+  if (p.B > 0 && p.T > 1) require(potentials, "potentials"); // one position reads none
+  for (int64_t b = 0; b < p.B; ++b) {
+    const Divergences d = p.dtype == DType::f64 ? divergences<long double>(p, potentials, other, lengths, b)
+                                                : divergences<double>(p, potentials, other, lengths, b);
+    if (entropy) entropy[b] = d.entropy;
+    if (cross_entropy) cross_entropy[b] = d.cross_entropy;
+    if (kl) kl[b] = d.kl;
+  }
+}
+
 } // namespace
 
 void chain_forward(const ChainProblem& p, const void* potentials, const int64_t* lengths, double* score, double* alpha,
                    int32_t* path) {
-  check_inputs(p, lengths);
+  check_chain_inputs(p, lengths);
   if (p.B > 0) require(score, "score");
   if (path && p.semiring != Semiring::max_plus)
     throw std::invalid_argument("path: only max_plus has a best path (the semiring is " +
@@ -171,7 +247,7 @@ void chain_forward(const ChainProblem& p, const void* potentials, const int64_t*
 
 void chain_backward(const ChainProblem& p, const void* potentials, const int64_t* lengths, const double* grad_score,
                     double* grad_potentials) {
-  check_inputs(p, lengths);
+  check_chain_inputs(p, lengths);
   if (p.B > 0) require(grad_score, "grad_score");
   if (p.B > 0 && p.T > 1) require(grad_potentials, "grad_potentials");
   std::fill(grad_potentials, grad_potentials + p.B * (p.T - 1) * p.C * p.C, 0.0);
@@ -179,6 +255,18 @@ void chain_backward(const ChainProblem& p, const void* potentials, const int64_t
     backward_in<long double>(p, potentials, lengths, grad_score, grad_potentials);
   else
     backward_in<double>(p, potentials, lengths, grad_score, grad_potentials);
+}
+
+void chain_entropy(const ChainProblem& p, const void* potentials, const int64_t* lengths, double* entropy) {
+  if (p.B > 0) require(entropy, "entropy");
+  divergences_of(p, potentials, nullptr, lengths, entropy, nullptr, nullptr);
+}
+
+void chain_cross_entropy(const ChainProblem& p, const void* potentials, const void* other, const int64_t* lengths,
+                         double* cross_entropy, double* kl) {
+  if (p.B > 0 && p.T > 1) require(other, "other");
+  if (p.B > 0 && !cross_entropy && !kl) throw std::invalid_argument("cross_entropy, kl: both null");
+  divergences_of(p, potentials, other, lengths, nullptr, cross_entropy, kl);
 }
 
 } // namespace jitbmm::reference

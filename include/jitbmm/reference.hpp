@@ -101,4 +101,25 @@ void chain_forward(const ChainProblem& problem, const HmmInputs& hmm, const int6
 void chain_backward(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths,
                     const double* grad_score, double* grad_emissions, double* grad_transitions, double* grad_initial);
 
+// The chain's distribution over paths (the log semiring's: p(path) = exp(score − score of the chain), over the
+// paths of each sequence's length; the CRF form's potentials, in double or long double as above). entropy[B]:
+// −Σ p log p. cross_entropy[B]: −Σ p log q, and kl[B]: Σ p log(p / q), of p against q, the distribution of `other`
+// (potentials of the same problem, laid out alike); either output may be null, not both. The entropy and the
+// cross-entropy are summed by the chain rule over positions as terms of one sign (no cancellation), the KL as
+// log p − log q event by event. A sequence whose distribution does not exist (its score
+// −inf, +inf or NaN; q's +inf or NaN) gives NaN; where p gives weight to an event q gives none, the cross-entropy and
+// the KL are +inf. The problem's semiring must be log.
+void chain_entropy(const ChainProblem& problem, const void* potentials, const int64_t* lengths, double* entropy);
+void chain_cross_entropy(const ChainProblem& problem, const void* potentials, const void* other, const int64_t* lengths,
+                         double* cross_entropy, double* kl);
+
+// The k best paths (the problem's semiring must be max_plus; the CRF form's potentials): scores[B][k] in
+// non-increasing order, NaN first as Viterbi's winner; paths[B][k][T] (may be null), each path's states. Paths of
+// equal score are in the order of their states read from the last position back, smaller first, so the first is
+// Viterbi's (chain_forward's path). A sequence with fewer than k paths of score other than −inf gives −inf and −1
+// for the rest; −1 past a length. 1 ≤ k ≤ kMaxReferenceBestPaths.
+constexpr int kMaxReferenceBestPaths = 1024;
+void chain_kbest(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int k, double* scores,
+                 int32_t* paths);
+
 } // namespace jitbmm::reference

@@ -1,0 +1,108 @@
+// The k best paths of a chain on the CPU: Viterbi that keeps, for every position and state, the k best paths ending
+// there (a path's best continuation keeps its prefix among the k best of the prefix's end, so nothing better is
+// dropped), then the k best over the last position's states. Formed in double (long double for f64 inputs).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "jitbmm/reference.hpp"
+#include "reference/chain_inputs.hpp"
+
+namespace jitbmm::reference {
+
+namespace {
+
+// A path ending at some (t, c): its score, and where it came from (the state at t − 1 and its rank in that state's
+// list; -1 at t = 0).
+template <class Real> struct Entry {
+  Real score;
+  int32_t from;
+  int32_t rank;
+};
+
+// The order of paths: the larger score first (NaN before every number, as Viterbi's winner), then by the states
+// read from the end, smaller first: for entries of one (t, c), their source state, then their rank there. So the
+// first path is the one Viterbi takes.
+template <class Real> bool before(const Entry<Real>& x, const Entry<Real>& y) {
+  const bool xn = std::isnan(x.score), yn = std::isnan(y.score);
+  if (xn != yn) return xn;
+  if (!xn && x.score != y.score) return x.score > y.score;
+  return x.from != y.from ? x.from < y.from : x.rank < y.rank;
+}
+
+template <class Real>
+void kbest_in(const ChainProblem& p, const void* potentials, const int64_t* lengths, int k, double* scores,
+              int32_t* paths) {
+  constexpr Real neg_inf = -std::numeric_limits<Real>::infinity();
+  const int64_t T = p.T, C = p.C;
+  int64_t s[4];
+  chain_strides(p, s);
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t L = lengths ? lengths[b] : T;
+    // lists[t][c]: the k best paths ending in state c at t, in order; a path of score −inf is no path.
+    std::vector<std::vector<std::vector<Entry<Real>>>> lists(
+        static_cast<std::size_t>(L), std::vector<std::vector<Entry<Real>>>(static_cast<std::size_t>(C)));
+    for (int64_t c = 0; c < C; ++c) lists[0][c].push_back({0, -1, -1});
+    std::vector<Entry<Real>> candidates;
+    for (int64_t t = 0; t + 1 < L; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        candidates.clear();
+        for (int64_t from = 0; from < C; ++from) {
+          const Real w = load_element(p.dtype, potentials, b * s[0] + t * s[1] + c * s[2] + from * s[3]);
+          const auto& list = lists[t][from];
+          for (std::size_t r = 0; r < list.size(); ++r) {
+            const Real score = list[r].score + w;
+            if (score != neg_inf) candidates.push_back({score, int32_t(from), int32_t(r)});
+          }
+        }
+        const std::size_t keep = std::min<std::size_t>(candidates.size(), std::size_t(k));
+        std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(), before<Real>);
+        lists[t + 1][c].assign(candidates.begin(), candidates.begin() + keep);
+      }
+    // The last position's paths, by the same order with their last state in the source's place.
+    candidates.clear();
+    for (int64_t c = 0; c < C; ++c)
+      for (std::size_t r = 0; r < lists[L - 1][c].size(); ++r)
+        candidates.push_back({lists[L - 1][c][r].score, int32_t(c), int32_t(r)});
+    const std::size_t found = std::min<std::size_t>(candidates.size(), std::size_t(k));
+    std::partial_sort(candidates.begin(), candidates.begin() + found, candidates.end(), before<Real>);
+    for (int i = 0; i < k; ++i) {
+      const bool some = std::size_t(i) < found;
+      scores[b * k + i] = some ? static_cast<double>(candidates[i].score) : -INFINITY;
+      if (!paths) continue;
+      int32_t* path = paths + (b * k + i) * T;
+      std::fill(path, path + T, -1);
+      if (!some) continue;
+      int32_t state = candidates[i].from, rank = candidates[i].rank;
+      for (int64_t t = L - 1; t >= 0; --t) {
+        path[t] = state;
+        const Entry<Real>& e = lists[t][state][rank];
+        state = e.from, rank = e.rank;
+      }
+    }
+  }
+}
+
+} // namespace
+
+void chain_kbest(const ChainProblem& p, const void* potentials, const int64_t* lengths, int k, double* scores,
+                 int32_t* paths) {
+  check_chain_inputs(p, lengths);
+  if (p.semiring != Semiring::max_plus)
+    throw std::invalid_argument("problem.semiring: the best paths are max_plus's (got " +
+                                std::string(semiring_info(p.semiring).name) + ")");
+  if (k < 1 || k > kMaxReferenceBestPaths)
+    throw std::invalid_argument("k: " + std::to_string(k) + " is outside [1, " +
+                                std::to_string(kMaxReferenceBestPaths) + "]");
+  if (p.B > 0 && p.T > 1 && !potentials) throw std::invalid_argument("potentials: null"); // one position reads none
+  if (p.B > 0 && !scores) throw std::invalid_argument("scores: null");
+  if (p.dtype == DType::f64)
+    kbest_in<long double>(p, potentials, lengths, k, scores, paths);
+  else
+    kbest_in<double>(p, potentials, lengths, k, scores, paths);
+}
+
+} // namespace jitbmm::reference

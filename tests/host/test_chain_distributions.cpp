@@ -1,0 +1,255 @@
+// The reference of a chain's distribution over paths (entropy, cross-entropy, KL) and of its k best paths, the
+// oracle of the kernels that will compute them, against an enumeration of every path of small chains: random,
+// masked with −inf, with many exact ties, ragged, of one position, and with NaN.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "jitbmm/chain.hpp"
+#include "jitbmm/reference.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+ChainProblem chain(Semiring semiring, int64_t B, int64_t T, int64_t C, bool with_lengths) {
+  ChainProblem p;
+  p.semiring = semiring;
+  p.dtype = DType::f64;
+  p.B = B, p.T = T, p.C = C;
+  p.with_lengths = with_lengths;
+  return p;
+}
+
+// Every path of sequence b over its first L positions, with its score (potentials contiguous [B][T − 1][C][C],
+// long double sums), path[0] the first state.
+struct Path {
+  long double score;
+  std::vector<int> states;
+};
+std::vector<Path> every_path(const ChainProblem& p, const std::vector<double>& pot, int64_t b, int64_t L) {
+  int64_t count = 1;
+  for (int64_t t = 0; t < L; ++t) count *= p.C;
+  std::vector<Path> paths;
+  for (int64_t code = 0; code < count; ++code) {
+    Path x{0, std::vector<int>(L)};
+    for (int64_t t = 0, rest = code; t < L; ++t, rest /= p.C) x.states[t] = int(rest % p.C);
+    for (int64_t t = 0; t + 1 < L; ++t)
+      x.score += pot[std::size_t(((b * (p.T - 1) + t) * p.C + x.states[t + 1]) * p.C + x.states[t])];
+    paths.push_back(x);
+  }
+  return paths;
+}
+
+// log Σ exp over the paths' scores (−inf without a finite one).
+long double log_total(const std::vector<Path>& paths) {
+  long double m = -kInf, sum = 0;
+  for (const Path& x : paths) m = std::max(m, x.score);
+  if (m == -kInf) return m;
+  for (const Path& x : paths) sum += std::exp(x.score - m);
+  return m + std::log(sum);
+}
+
+std::vector<double> random_potentials(std::mt19937_64& rng, const ChainProblem& p, double p_mask, bool integers) {
+  std::normal_distribution<double> normal(0.0, 1.5);
+  std::uniform_int_distribution<int> integer(0, 2);
+  std::bernoulli_distribution mask(p_mask);
+  std::vector<double> v(std::size_t(p.B * (p.T - 1) * p.C * p.C));
+  for (double& x : v) x = mask(rng) ? -kInf : integers ? integer(rng) : normal(rng);
+  return v;
+}
+
+std::vector<int64_t> random_lengths(std::mt19937_64& rng, const ChainProblem& p) {
+  std::uniform_int_distribution<int64_t> length(1, p.T);
+  std::vector<int64_t> l(p.B);
+  for (int64_t& x : l) x = p.with_lengths ? length(rng) : p.T;
+  return l;
+}
+
+bool close(double got, long double want, double tol) {
+  if (std::isnan(want) || std::isinf(want)) return std::isnan(want) ? std::isnan(got) : got == double(want);
+  return std::abs(got - double(want)) <= tol * std::max(1.0L, std::abs(want));
+}
+
+} // namespace
+
+TEST_CASE("chain distributions: entropy, cross-entropy and KL equal the enumeration of every path") {
+  std::mt19937_64 rng(20261202);
+  int checked = 0, infinite = 0;
+  for (int64_t C : {1, 2, 3})
+    for (int64_t T : {1, 2, 4, 6})
+      for (double p_mask : {0.0, 0.3})
+        for (bool ragged : {false, true}) {
+          const ChainProblem p = chain(Semiring::log, 3, T, C, ragged);
+          const std::vector<double> pot = random_potentials(rng, p, p_mask, false),
+                                    other = random_potentials(rng, p, p_mask, false);
+          const std::vector<int64_t> lengths = random_lengths(rng, p);
+          const int64_t* len = ragged ? lengths.data() : nullptr;
+          std::vector<double> h(p.B), ce(p.B), kl(p.B);
+          reference::chain_entropy(p, pot.data(), len, h.data());
+          reference::chain_cross_entropy(p, pot.data(), other.data(), len, ce.data(), kl.data());
+          for (int64_t b = 0; b < p.B; ++b) {
+            CAPTURE(C);
+            CAPTURE(T);
+            CAPTURE(p_mask);
+            CAPTURE(b);
+            CAPTURE(lengths[b]);
+            const std::vector<Path> ps = every_path(p, pot, b, lengths[b]), qs = every_path(p, other, b, lengths[b]);
+            const long double z = log_total(ps), zq = log_total(qs);
+            long double want_h = 0, want_ce = 0, want_kl = 0;
+            for (std::size_t i = 0; i < ps.size(); ++i) {
+              const long double w = std::exp(ps[i].score - z);
+              if (w == 0) continue;
+              const long double lp = ps[i].score - z, lq = qs[i].score == -kInf ? -kInf : qs[i].score - zq;
+              want_h -= w * lp;
+              want_ce -= w * lq;
+              want_kl += w * (lp - lq);
+            }
+            if (z == -kInf) want_h = want_ce = want_kl = NAN;
+            CHECK(close(h[b], want_h, 1e-12));
+            CHECK(close(ce[b], want_ce, 1e-12));
+            CHECK(close(kl[b], want_kl, 1e-12));
+            CHECK((std::isnan(h[b]) || h[b] >= -1e-12));
+            CHECK((std::isnan(kl[b]) || kl[b] >= -1e-12));
+            ++checked;
+            infinite += std::isinf(ce[b]);
+          }
+        }
+  CHECK(checked == 3 * 4 * 2 * 2 * 3);
+  CHECK(infinite > 0); // some masks gave p weight where q had none
+}
+
+TEST_CASE("chain distributions: the entropy of a chain against itself; edge cases named and defined") {
+  std::mt19937_64 rng(7);
+  const ChainProblem p = chain(Semiring::log, 2, 5, 3, false);
+  std::vector<double> pot = random_potentials(rng, p, 0.0, false);
+  std::vector<double> h(2), ce(2), kl(2);
+  reference::chain_entropy(p, pot.data(), nullptr, h.data());
+  reference::chain_cross_entropy(p, pot.data(), pot.data(), nullptr, ce.data(), kl.data());
+  for (int b = 0; b < 2; ++b) {
+    CHECK(ce[b] == doctest::Approx(h[b]).epsilon(1e-13));
+    CHECK(std::abs(kl[b]) < 1e-13);
+  }
+  // One position: C paths of score 0, uniform.
+  const ChainProblem one = chain(Semiring::log, 1, 1, 5, false);
+  reference::chain_entropy(one, pot.data(), nullptr, h.data());
+  CHECK(h[0] == doctest::Approx(std::log(5.0)).epsilon(1e-15));
+  // No path of weight, +inf and NaN: no distribution.
+  std::vector<double> dead(pot.size(), -kInf), plus(pot), nan(pot);
+  plus[3] = kInf;
+  nan[5] = NAN;
+  for (const std::vector<double>* v : {&dead, &plus, &nan}) {
+    reference::chain_entropy(p, v->data(), nullptr, h.data());
+    CHECK(std::isnan(h[0]));
+    reference::chain_cross_entropy(p, pot.data(), v->data(), nullptr, ce.data(), kl.data());
+    if (v == &dead) { // q has no path where p has weight
+      CHECK(ce[0] == kInf);
+      CHECK(kl[0] == kInf);
+    } else {
+      CHECK(std::isnan(ce[0]));
+    }
+  }
+  // B = 0 computes nothing; the semiring, a missing output or argument, and bad lengths are named.
+  reference::chain_entropy(chain(Semiring::log, 0, 4, 3, false), nullptr, nullptr, nullptr);
+  CHECK_THROWS_WITH_AS(
+      reference::chain_entropy(chain(Semiring::max_plus, 2, 5, 3, false), pot.data(), nullptr, h.data()),
+      doctest::Contains("problem.semiring"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(reference::chain_entropy(p, pot.data(), nullptr, nullptr), doctest::Contains("entropy: null"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(reference::chain_cross_entropy(p, pot.data(), nullptr, nullptr, ce.data(), nullptr),
+                       doctest::Contains("other: null"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(reference::chain_cross_entropy(p, pot.data(), pot.data(), nullptr, nullptr, nullptr),
+                       doctest::Contains("cross_entropy, kl: both null"), std::invalid_argument);
+  const ChainProblem ragged = chain(Semiring::log, 2, 5, 3, true);
+  const int64_t bad[] = {3, 6};
+  CHECK_THROWS_WITH_AS(reference::chain_entropy(ragged, pot.data(), bad, h.data()), doctest::Contains("lengths[1]"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("chain k best paths: the enumeration's best k, in order, ties by the states read from the end") {
+  std::mt19937_64 rng(11);
+  int checked = 0, short_of_paths = 0, tied = 0;
+  for (int64_t C : {1, 2, 3})
+    for (int64_t T : {1, 2, 3, 5})
+      for (double p_mask : {0.0, 0.5})
+        for (bool integers : {false, true})
+          for (int k : {1, 4, 16}) {
+            const ChainProblem p = chain(Semiring::max_plus, 3, T, C, true);
+            const std::vector<double> pot = random_potentials(rng, p, p_mask, integers);
+            const std::vector<int64_t> lengths = random_lengths(rng, p);
+            std::vector<double> scores(p.B * k);
+            std::vector<int32_t> paths(p.B * k * T);
+            reference::chain_kbest(p, pot.data(), lengths.data(), k, scores.data(), paths.data());
+            std::vector<double> viterbi(p.B);
+            std::vector<int32_t> best(p.B * T);
+            reference::chain_forward(p, pot.data(), lengths.data(), viterbi.data(), nullptr, best.data());
+            for (int64_t b = 0; b < p.B; ++b) {
+              CAPTURE(C);
+              CAPTURE(T);
+              CAPTURE(p_mask);
+              CAPTURE(integers);
+              CAPTURE(k);
+              CAPTURE(b);
+              const int64_t L = lengths[b];
+              std::vector<Path> all = every_path(p, pot, b, L);
+              all.erase(std::remove_if(all.begin(), all.end(), [](const Path& x) { return x.score == -kInf; }),
+                        all.end());
+              // Score first, then the states from the last one back, smaller first.
+              std::stable_sort(all.begin(), all.end(), [](const Path& x, const Path& y) {
+                if (x.score != y.score) return x.score > y.score;
+                return std::lexicographical_compare(x.states.rbegin(), x.states.rend(), y.states.rbegin(),
+                                                    y.states.rend());
+              });
+              for (int i = 0; i < k; ++i) {
+                const int32_t* got = &paths[std::size_t((b * k + i) * T)];
+                if (std::size_t(i) >= all.size()) {
+                  CHECK(scores[b * k + i] == -kInf);
+                  CHECK(std::all_of(got, got + T, [](int32_t s) { return s == -1; }));
+                  ++short_of_paths;
+                  continue;
+                }
+                CHECK(scores[b * k + i] == double(all[i].score));
+                for (int64_t t = 0; t < T; ++t) CHECK(got[t] == (t < L ? all[i].states[t] : -1));
+                tied += i > 0 && all[i].score == all[i - 1].score;
+              }
+              // The first is Viterbi's path and score.
+              CHECK(scores[b * k] == viterbi[b]);
+              for (int64_t t = 0; t < T; ++t) CHECK(paths[std::size_t(b * k * T + t)] == best[b * T + t]);
+              ++checked;
+            }
+          }
+  CHECK(checked == 3 * 4 * 2 * 2 * 3 * 3);
+  CHECK(short_of_paths > 0);
+  CHECK(tied > 0);
+}
+
+TEST_CASE("chain k best paths: NaN wins as in Viterbi; k, the semiring and null arguments are named") {
+  const ChainProblem p = chain(Semiring::max_plus, 1, 3, 2, false);
+  std::vector<double> pot(8, 1.0);
+  pot[2] = NAN; // step 0, to state 1 from state 0
+  std::vector<double> scores(4);
+  std::vector<int32_t> paths(4 * 3);
+  reference::chain_kbest(p, pot.data(), nullptr, 4, scores.data(), paths.data());
+  CHECK(std::isnan(scores[0]));
+  CHECK(std::isnan(scores[1]));
+  CHECK(paths[0] == 0);
+  CHECK(paths[1] == 1);
+  CHECK(scores[2] == 2.0);
+  CHECK(scores[3] == 2.0);
+  for (int k : {0, reference::kMaxReferenceBestPaths + 1})
+    CHECK_THROWS_WITH_AS(reference::chain_kbest(p, pot.data(), nullptr, k, scores.data(), nullptr),
+                         doctest::Contains("k: "), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      reference::chain_kbest(chain(Semiring::log, 1, 3, 2, false), pot.data(), nullptr, 2, scores.data(), nullptr),
+      doctest::Contains("problem.semiring"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(reference::chain_kbest(p, pot.data(), nullptr, 2, nullptr, nullptr),
+                       doctest::Contains("scores: null"), std::invalid_argument);
+  reference::chain_kbest(chain(Semiring::max_plus, 0, 3, 2, false), nullptr, nullptr, 2, nullptr, nullptr);
+}
