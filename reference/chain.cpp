@@ -184,9 +184,11 @@ Divergences divergences(const ChainProblem& p, const void* potentials, const voi
   const std::vector<Real> beta = s.beta(), beta_q = other ? q.beta() : beta;
   const int64_t C = p.C, L = s.length();
   Real h = 0, ce = 0, kl = 0;
-  // One event of weight w (a probability of p), log p and log q of it.
-  auto add = [&](Real w, Real log_p, Real log_q) {
-    if (w == 0) return;
+  // One event: the log of its weight (a probability of p), and log p and log q of it. Whether p gives it weight is
+  // decided on the log, so that a weight too small for Real still meets a q that gives the event none.
+  auto add = [&](Real log_w, Real log_p, Real log_q) {
+    if (log_w == -inf) return;
+    const Real w = std::exp(log_w);
     h -= w * log_p;
     if (std::isnan(log_q) || log_q == -inf) { // q gives the event no weight
       ce = kl = inf;
@@ -197,15 +199,15 @@ Divergences divergences(const ChainProblem& p, const void* potentials, const voi
   };
   for (int64_t c = 0; c < C; ++c) { // the first state
     const Real log_p = beta[c] - z;
-    add(std::exp(log_p), log_p, beta_q[c] - zq);
+    add(log_p, log_p, beta_q[c] - zq);
   }
   for (int64_t t = 0; t + 1 < L; ++t)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t from = 0; from < C; ++from) {
-        const Real w = std::exp(s.alpha(t, from) + s.potential(t, c, from) + beta[(t + 1) * C + c] - z);
+        const Real log_w = s.alpha(t, from) + s.potential(t, c, from) + beta[(t + 1) * C + c] - z;
         const Real log_p = s.potential(t, c, from) + beta[(t + 1) * C + c] - beta[t * C + from];
         const Real log_q = q.potential(t, c, from) + beta_q[(t + 1) * C + c] - beta_q[t * C + from];
-        add(w, log_p, log_q);
+        add(log_w, log_p, log_q);
       }
   d.entropy = static_cast<double>(h);
   d.cross_entropy = static_cast<double>(ce);

@@ -10,6 +10,7 @@
 
 #include "jitbmm/reference.hpp"
 #include "reference/chain_inputs.hpp"
+#include "support/checked_size.hpp"
 
 namespace jitbmm::reference {
 
@@ -23,9 +24,10 @@ template <class Real> struct Entry {
   int32_t rank;
 };
 
-// The order of paths: the larger score first (NaN before every number, as Viterbi's winner), then by the states
-// read from the end, smaller first: for entries of one (t, c), their source state, then their rank there. So the
-// first path is the one Viterbi takes.
+// The order of paths: the larger score first (NaN before every number, as Viterbi's winner), then, for entries of
+// one (t, c), their source state, then their rank there: the states read from the end, smaller first, wherever the
+// prefixes' scores tie exactly too, and otherwise as Viterbi breaks the tie (the better prefix). So the first path
+// is the one Viterbi takes.
 template <class Real> bool before(const Entry<Real>& x, const Entry<Real>& y) {
   const bool xn = std::isnan(x.score), yn = std::isnan(y.score);
   if (xn != yn) return xn;
@@ -97,6 +99,12 @@ void chain_kbest(const ChainProblem& p, const void* potentials, const int64_t* l
   if (k < 1 || k > kMaxReferenceBestPaths)
     throw std::invalid_argument("k: " + std::to_string(k) + " is outside [1, " +
                                 std::to_string(kMaxReferenceBestPaths) + "]");
+  // Its lists hold k entries a (t, c) of a sequence, and a step k·C candidates a state: bounded as the chain's own.
+  const auto entries = try_product({p.T, p.C, k}), terms = try_product({p.B, p.T, p.C, p.C, k});
+  if (p.B > 0 && (!entries || *entries > kMaxReferenceOutputs || !terms || *terms > kMaxReferenceTerms))
+    throw std::invalid_argument("k: " + std::to_string(k) + " best paths of B*T*C*C = " + std::to_string(p.B) + "*" +
+                                std::to_string(p.T) + "*" + std::to_string(p.C) + "*" + std::to_string(p.C) +
+                                " terms are more than the CPU reference computes");
   if (p.B > 0 && p.T > 1 && !potentials) throw std::invalid_argument("potentials: null"); // one position reads none
   if (p.B > 0 && !scores) throw std::invalid_argument("scores: null");
   if (p.dtype == DType::f64)

@@ -115,9 +115,11 @@ void chain_cross_entropy(const ChainProblem& problem, const void* potentials, co
 
 // The k best paths (the problem's semiring must be max_plus; the CRF form's potentials): scores[B][k] in
 // non-increasing order, NaN first as Viterbi's winner; paths[B][k][T] (may be null), each path's states. Paths of
-// equal score are in the order of their states read from the last position back, smaller first, so the first is
-// Viterbi's (chain_forward's path). A sequence with fewer than k paths of score other than −inf gives −inf and −1
-// for the rest; −1 past a length. 1 ≤ k ≤ kMaxReferenceBestPaths.
+// equal score are in the order of their states read from the last position back, smaller first, where their
+// prefixes' scores tie exactly as well; where rounding alone made the scores equal, the one of the better prefix
+// comes first, as Viterbi breaks that tie. So the first is Viterbi's (chain_forward's path). A sequence with fewer than k paths of score other than −inf gives −inf and −1
+// for the rest; −1 past a length. 1 ≤ k ≤ kMaxReferenceBestPaths, and k times the chain's work and messages within
+// the bounds above (std::invalid_argument naming k).
 constexpr int kMaxReferenceBestPaths = 1024;
 void chain_kbest(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int k, double* scores,
                  int32_t* paths);

@@ -105,8 +105,8 @@ TEST_CASE("chain distributions: entropy, cross-entropy and KL equal the enumerat
             const long double z = log_total(ps), zq = log_total(qs);
             long double want_h = 0, want_ce = 0, want_kl = 0;
             for (std::size_t i = 0; i < ps.size(); ++i) {
+              if (ps[i].score == -kInf) continue; // no weight (decided on the log, as the reference does)
               const long double w = std::exp(ps[i].score - z);
-              if (w == 0) continue;
               const long double lp = ps[i].score - z, lq = qs[i].score == -kInf ? -kInf : qs[i].score - zq;
               want_h -= w * lp;
               want_ce -= w * lq;
@@ -154,8 +154,15 @@ TEST_CASE("chain distributions: the entropy of a chain against itself; edge case
       CHECK(kl[0] == kInf);
     } else {
       CHECK(std::isnan(ce[0]));
+      CHECK(std::isnan(kl[0]));
     }
   }
+  // A weight below what a long double holds, where q gives none: still +inf.
+  const ChainProblem tiny = chain(Semiring::log, 1, 2, 2, false);
+  const double p_tiny[] = {0, 0, -20000, 0}, q_none[] = {0, 0, -kInf, 0};
+  reference::chain_cross_entropy(tiny, p_tiny, q_none, nullptr, ce.data(), kl.data());
+  CHECK(ce[0] == kInf);
+  CHECK(kl[0] == kInf);
   // B = 0 computes nothing; the semiring, a missing output or argument, and bad lengths are named.
   reference::chain_entropy(chain(Semiring::log, 0, 4, 3, false), nullptr, nullptr, nullptr);
   CHECK_THROWS_WITH_AS(
@@ -239,10 +246,11 @@ TEST_CASE("chain k best paths: NaN wins as in Viterbi; k, the semiring and null 
   reference::chain_kbest(p, pot.data(), nullptr, 4, scores.data(), paths.data());
   CHECK(std::isnan(scores[0]));
   CHECK(std::isnan(scores[1]));
-  CHECK(paths[0] == 0);
-  CHECK(paths[1] == 1);
   CHECK(scores[2] == 2.0);
   CHECK(scores[3] == 2.0);
+  // The two through the NaN edge, then the first two others, each by its states from the end.
+  const std::vector<int32_t> want = {0, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0};
+  CHECK(paths == want);
   for (int k : {0, reference::kMaxReferenceBestPaths + 1})
     CHECK_THROWS_WITH_AS(reference::chain_kbest(p, pot.data(), nullptr, k, scores.data(), nullptr),
                          doctest::Contains("k: "), std::invalid_argument);
@@ -251,5 +259,9 @@ TEST_CASE("chain k best paths: NaN wins as in Viterbi; k, the semiring and null 
       doctest::Contains("problem.semiring"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(reference::chain_kbest(p, pot.data(), nullptr, 2, nullptr, nullptr),
                        doctest::Contains("scores: null"), std::invalid_argument);
+  // k times a chain the reference holds may be more than it holds: named before anything is read.
+  CHECK_THROWS_WITH_AS(reference::chain_kbest(chain(Semiring::max_plus, 1, int64_t(1) << 17, 4, false), pot.data(),
+                                              nullptr, 1024, scores.data(), nullptr),
+                       doctest::Contains("k: 1024 best paths"), std::invalid_argument);
   reference::chain_kbest(chain(Semiring::max_plus, 0, 3, 2, false), nullptr, nullptr, 2, nullptr, nullptr);
 }
