@@ -10,23 +10,16 @@
 #include <random>
 #include <vector>
 
+#include "host/chain_problems.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 
 using namespace jitbmm;
+using jitbmm::test::chain;
 
 namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
-
-ChainProblem chain(Semiring semiring, int64_t B, int64_t T, int64_t C, bool with_lengths) {
-  ChainProblem p;
-  p.semiring = semiring;
-  p.dtype = DType::f64;
-  p.B = B, p.T = T, p.C = C;
-  p.with_lengths = with_lengths;
-  return p;
-}
 
 // Every path of sequence b over its first L positions, with its score (potentials contiguous [B][T − 1][C][C],
 // long double sums), path[0] the first state.

@@ -9,23 +9,16 @@
 #include <random>
 #include <vector>
 
+#include "host/chain_problems.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 
 using namespace jitbmm;
+using jitbmm::test::chain;
 
 namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
-
-ChainProblem chain(Semiring semiring, int64_t B, int64_t T, int64_t C, bool with_lengths = false) {
-  ChainProblem p;
-  p.semiring = semiring;
-  p.dtype = DType::f64;
-  p.B = B, p.T = T, p.C = C;
-  p.with_lengths = with_lengths;
-  return p;
-}
 
 // Contiguous potentials [B][T − 1][C][C].
 double& at(std::vector<double>& pot, const ChainProblem& p, int64_t b, int64_t t, int64_t c, int64_t q) {
