@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -173,7 +174,10 @@ template <class Real>
 Divergences divergences(const ChainProblem& p, const void* potentials, const void* other, const int64_t* lengths,
                         int64_t b) {
   constexpr Real inf = std::numeric_limits<Real>::infinity();
-  const Sequence<Real> s(p, potentials, lengths, b), q(p, other ? other : potentials, lengths, b);
+  const Sequence<Real> s(p, potentials, lengths, b);
+  std::optional<Sequence<Real>> own_q; // the other chain's messages, where it is another
+  if (other) own_q.emplace(p, other, lengths, b);
+  const Sequence<Real>& q = own_q ? *own_q : s;
   Divergences d;
   const Real z = s.score(), zq = q.score();
   // No distribution (no path of weight, or +inf or NaN in its sums): nothing to measure.
@@ -215,7 +219,7 @@ Divergences divergences(const ChainProblem& p, const void* potentials, const voi
   return d;
 }
 
-// What the three entry points below share: the checks, then each sequence's divergences into the outputs given.
+// What the two entry points below share: the checks, then each sequence's divergences into the outputs given.
 void divergences_of(const ChainProblem& p, const void* potentials, const void* other, const int64_t* lengths,
                     double* entropy, double* cross_entropy, double* kl) {
   check_chain_inputs(p, lengths);
