@@ -104,15 +104,20 @@ int run_chain_bench(const Args& args) {
   bool all_checked = true;
   const std::vector<ChainSpec> specs =
       args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
-  // A variant's row, measured on a plan of its own (`chunk` and `stepped` as chain_plan_for takes them; the stepped
-  // strategy's row has no loops).
-  auto row = [&](const ChainSpec& spec, int64_t chunk = 0, bool stepped = false) {
-    const ChainMeasure m = trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, false, stepped)), reps);
+  // A variant's row, measured on a plan of its own (`chunk`, `stepped` and `steps` as chain_plan_for takes them; the
+  // stepped strategy's rows have no loops: "steps" by its products, "fused" in one launch a pass).
+  auto row = [&](const ChainSpec& spec, int64_t chunk = 0, bool stepped = false,
+                 StepKernel steps = StepKernel::products) {
+    const ChainMeasure m =
+        trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, false, stepped, stepped ? steps : StepKernel::rule)),
+                      reps);
     all_checked = all_checked && m.checked;
     const std::string forward = stepped ? "" : loop(spec, spec.forward),
                       saving = log && !stepped ? loop(spec, spec.saving) : "",
                       beta = log && !stepped ? loop(spec, spec.beta()) : "",
-                      strategy = stepped ? "steps" : chunk ? std::to_string(chunk) : "-";
+                      strategy = !stepped                       ? (chunk ? std::to_string(chunk) : "-")
+                                 : steps == StepKernel::fused ? "fused"
+                                                                : "steps";
     std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", forward.c_str(), saving.c_str(),
                 beta.c_str(), strategy.c_str(), m.forward_ms, terms / (m.forward_ms * 1e-3), m.saving_ms,
                 m.backward_ms, m.saving_ms + m.backward_ms, m.checked ? "ok" : "WRONG");
@@ -121,7 +126,10 @@ int run_chain_bench(const Args& args) {
   // The plan's own choice first: in chunks or steps where it takes them (then the sequential kernels beside it);
   // --stepped adds the stepped strategy where the plan does not take it.
   const int64_t planned = has_variant_flags(args) ? 0 : choice.chunk;
-  if (args.has("--stepped") || (!has_variant_flags(args) && choice.stepped)) row(chosen, 0, true);
+  if (args.has("--stepped") || (!has_variant_flags(args) && choice.stepped)) {
+    if (fused_steps_apply(p)) row(chosen, 0, true, StepKernel::fused);
+    row(chosen, 0, true, StepKernel::products);
+  }
   if (planned > 0) row(chosen, planned);
   for (const ChainSpec& spec : specs) {
     try {

@@ -96,4 +96,10 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 constexpr int kStepThreads = 256;
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form);
 
+// The stepped strategy's fused form (templates/chain/fused_steps.cuh): the log HMM with one shared table, one
+// persistent launch a direction — the main entry the forward, "_beta" the backward messages — both cooperative
+// launches of jb::kFusedBlock threads a block (templates/chain/params.cuh), after "_factors" (256 threads, a block
+// per 32 columns) has made the direction's table factors. Inputs of f32, f16 or bf16 (f32 accumulators).
+GeneratedKernel emit_fused_step_kernel(DType dtype);
+
 } // namespace jitbmm

@@ -180,8 +180,10 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
 }
 
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
-                         bool stepped) {
+                         bool stepped, StepKernel steps) {
   check_chain_problem(problem);
+  if (!stepped && steps != StepKernel::rule)
+    throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
     if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
     if (problem.T > kMaxSteppedChainLength)
@@ -191,7 +193,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
                                                                                     : "") +
                                   " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
     auto impl = plan_impl(problem, ChainSpec{});
-    impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products);
+    impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products, steps);
     return ChainPlan(std::move(impl));
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec

@@ -6,6 +6,7 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/chain.hpp"
+#include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
 
@@ -16,9 +17,11 @@ namespace jitbmm {
 // two, std::invalid_argument naming "chunk" where chunk_unfit says why not). The chunked strategy's products take
 // stored decisions or the default, as every chain plan's; with `tune_products` (what `jitbmm tune --chain` times
 // them with) they tune as the process's policy allows, and store what they find.
-// With `stepped`, the stepped strategy (runtime/chain_stepped.hpp; `spec` and `chunk` unused, chunk must be 0).
+// With `stepped`, the stepped strategy (runtime/chain_stepped.hpp; `spec` and `chunk` unused, chunk must be 0), in
+// the form `steps` names (by the rule, the products, or fused: std::invalid_argument naming "steps" where that does
+// not apply).
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0,
-                         bool tune_products = false, bool stepped = false);
+                         bool tune_products = false, bool stepped = false, StepKernel steps = StepKernel::rule);
 
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);

@@ -1,6 +1,8 @@
 #include "runtime/chain_stepped.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <stdexcept>
 #include <utility>
 
 #include "generator/chain_source.hpp"
@@ -39,19 +41,58 @@ struct JoinOnExit {
 
 } // namespace
 
+bool fused_steps_apply(const ChainProblem& p) {
+  return shared_table(p) && p.semiring == Semiring::log && p.dtype != DType::f64;
+}
+
+bool default_fused_steps(const ChainProblem& p) { return fused_steps_apply(p) && p.C <= 2048; }
+
+// A fused pass's scratch after its table, counted and carved in one order (templates/chain/params.cuh names them).
+struct SteppedChain::FusedPieces {
+  std::size_t sizes[9];
+  explicit FusedPieces(const ChainProblem& p) {
+    const int64_t tiles = (p.C + jb::kFusedCols - 1) / jb::kFusedCols;
+    const std::size_t list[9] = {bytes_of({p.C, p.C, 4}), bytes_of({p.C, 4}),     bytes_of({2, p.B, p.C, 4}),
+                                 bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({p.B, 4}),
+                                 bytes_of({p.B, 8}),           bytes_of({2, p.B, 8}),     256};
+    std::copy(std::begin(list), std::end(list), sizes);
+  }
+  std::size_t bytes() const {
+    ScratchSize size;
+    for (const std::size_t n : sizes) size.add(n, "workspace");
+    return size.bytes();
+  }
+  void carve(char* at, jb::ChainParams& q) const {
+    void* pieces[9];
+    for (int i = 0; i < 9; ++i) {
+      pieces[i] = at;
+      at += ScratchSize().add(sizes[i], "workspace").bytes();
+    }
+    q.factors = pieces[0];
+    q.col_max = pieces[1];
+    q.msg = pieces[2];
+    q.row_maxima = pieces[3];
+    q.row_sums = pieces[4];
+    q.ends = pieces[5];
+    q.end_offsets = static_cast<double*>(pieces[6]);
+    q.offsets = static_cast<double*>(pieces[7]);
+    q.barrier = static_cast<unsigned*>(pieces[8]);
+  }
+};
+
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
 // far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
-// then max_plus's winning sources ([T][B][C] int32, with a path).
+// then max_plus's winning sources ([T][B][C] int32, with a path). A fused pass takes its table and FusedPieces.
 struct SteppedChain::ForwardPieces {
   int passes;
-  std::size_t messages, offsets, table, argmax;
+  std::size_t messages, offsets, table, argmax, fused;
   std::size_t products[2];
   ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes,
-                std::size_t forward_products, std::size_t backward_products)
-      : passes(with_saved ? 2 : 1), messages(bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
-        offsets(bytes_of({p.B, 8})), table(table_bytes),
-        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0),
+                std::size_t forward_products, std::size_t backward_products, std::size_t fused_bytes)
+      : passes(with_saved ? 2 : 1), messages(fused_bytes ? 0 : bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        offsets(fused_bytes ? 0 : bytes_of({p.B, 8})), table(table_bytes),
+        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0), fused(fused_bytes),
         products{forward_products, backward_products} {}
   std::size_t bytes() const {
     ScratchSize size;
@@ -60,13 +101,18 @@ struct SteppedChain::ForwardPieces {
           .add(messages, "workspace")
           .add(offsets, "workspace")
           .add(table, "workspace")
-          .add(products[i], "workspace");
+          .add(products[i], "workspace")
+          .add(fused, "workspace");
     return size.add(argmax, "workspace").bytes();
   }
 };
 
-SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products)
+SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
+                           StepKernel kernel)
     : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
+  if (kernel == StepKernel::fused && !fused_steps_apply(problem))
+    throw std::invalid_argument("steps: the fused steps compute log HMMs with one shared transition table, inputs of "
+                                "f32, f16 or bf16");
   chain_strides(problem, strides_);
   if (problem.form == ChainForm::hmm) {
     const HmmStrides h = hmm_strides(problem);
@@ -75,11 +121,26 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     strides_[2] = h.transitions[1];
     strides_[3] = h.transitions[2];
   }
-  if (problem.B > 0)
-    kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
+  if (problem.B == 0) return;
+  kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
+  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem))) return;
+  fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.dtype));
+  // Every block resident at once (the grid barrier), each owning its tiles for the whole pass.
+  ScopedContext scope(device_->context);
+  int per_sm = 0;
+  for (const char* suffix : {"", "_beta"}) {
+    int n = 0;
+    check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fused_kernel_->entry(suffix), jb::kFusedBlock, 0),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    per_sm = suffix[0] ? std::min(per_sm, n) : n;
+  }
+  const int64_t tiles = (problem.B + jb::kFusedRows - 1) / jb::kFusedRows * ((problem.C + jb::kFusedCols - 1) / jb::kFusedCols);
+  fused_grid_ = int(std::clamp<int64_t>(tiles, 1, int64_t(std::max(1, per_sm)) * std::max(1, device_->sm_count)));
 }
 
-std::string SteppedChain::kernel_name() const { return kernel_ ? kernel_->generated.name : ""; }
+std::string SteppedChain::kernel_name() const {
+  return fused_kernel_ ? fused_kernel_->generated.name : kernel_ ? kernel_->generated.name : "";
+}
 
 // A shared table is copied transposed for the forward (the products read their right operand row-major best) and
 // as it is for the backward, C² values; the other forms read their tables where they are, unless they are of a
@@ -98,15 +159,16 @@ std::size_t SteppedChain::workspace_bytes(bool with_saved, bool with_path) const
 
 SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path, Stream stream) const {
   const ChainProblem& p = problem_;
-  if (p.B == 0) return ForwardPieces(p, false, false, 0, 0, 0);
+  if (p.B == 0) return ForwardPieces(p, false, false, 0, 0, 0, 0);
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
+  if (fused_kernel_) return ForwardPieces(p, with_saved, false, widened_bytes(), 0, 0, FusedPieces(p).bytes());
   const bool steps = p.T > 1;
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
   const std::size_t backward = steps && with_saved ? product(true, false, stream).workspace_bytes() : 0;
-  return ForwardPieces(p, with_saved, with_path, widened_bytes(), forward, backward);
+  return ForwardPieces(p, with_saved, with_path, widened_bytes(), forward, backward, 0);
 }
 
 int64_t SteppedChain::edge_slices() const {
@@ -237,6 +299,25 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
   if (!beta && with_path) launch("_path", p.B, false, params, cu_stream);
 }
 
+void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch,
+                              CUstream stream) const {
+  const ChainProblem& p = problem_;
+  params.beta = beta;
+  FusedPieces(p).carve(static_cast<char*>(scratch), params);
+  if (p.T > 1) {
+    params.table = table(params, beta ? p.T - 2 : 0, beta, table_scratch, stream);
+    const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
+    void* args[] = {&params};
+    jitbmm::launch(fused_kernel_->entry("_factors"), grid, block, args, stream, fused_kernel_->generated.name,
+                   "_factors");
+  }
+  check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, 256, stream), "cuMemsetD8Async");
+  const char* const suffix = beta ? "_beta" : "";
+  void* args[] = {&params};
+  launch_cooperative(fused_kernel_->entry(suffix), unsigned(fused_grid_), unsigned(jb::kFusedBlock), args, stream,
+                     fused_kernel_->generated.name, suffix);
+}
+
 CUstream SteppedChain::side_stream() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!side_) check(driver().cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -262,6 +343,7 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   params.states = p.C;
   jb::ChainParams at[2] = {params, params};
   void* tables[2] = {};
+  void* fused[2] = {};
   Workspace products[2];
   for (int i = 0; i < sizes.passes; ++i) {
     at[i].msg = scratch.take(sizes.messages);
@@ -269,8 +351,14 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
     at[i].running = static_cast<double*>(scratch.take(sizes.offsets));
     tables[i] = scratch.take(sizes.table);
     products[i] = Workspace{scratch.take(sizes.products[i]), sizes.products[i]};
+    fused[i] = scratch.take(sizes.fused);
   }
   at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
+  if (fused_kernel_) {
+    // One pass after the other, on the caller's stream: each keeps every block of the GPU resident.
+    for (int i = 0; i < sizes.passes; ++i) fused_pass(params, i == 1, tables[i], fused[i], cu_stream);
+    return;
+  }
   if (!with_saved) {
     pass(at[0], false, with_path, tables[0], products[0], stream);
     return;

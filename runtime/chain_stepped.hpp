@@ -24,11 +24,22 @@
 
 namespace jitbmm {
 
+// How the stepped strategy runs a pass: a product of the bmm plans and a launch per position, or the fused form
+// (templates/chain/fused_steps.cuh: one persistent launch a pass, the log HMM with one shared table, f32
+// accumulators), or whichever default_fused_steps says.
+enum class StepKernel : int { rule, products, fused };
+
+// Whether the fused form computes the problem, and where the rule takes it.
+bool fused_steps_apply(const ChainProblem& p);
+bool default_fused_steps(const ChainProblem& p);
+
 class SteppedChain {
 public:
-  // Compiles the step module. The products tune only with `tune_products` (what `jitbmm tune --chain` asks for);
-  // otherwise they take stored decisions or the default, as every chain plan's.
-  SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
+  // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
+  // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
+  // asks for); otherwise they take stored decisions or the default, as every chain plan's.
+  SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
+               StepKernel kernel = StepKernel::rule);
   ~SteppedChain();
   SteppedChain(const SteppedChain&) = delete;
   SteppedChain& operator=(const SteppedChain&) = delete;
@@ -46,12 +57,16 @@ public:
   // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
   std::size_t backward_workspace_bytes(bool transitions) const;
   std::string kernel_name() const;
+  bool fused() const { return fused_kernel_ != nullptr; }
 
 private:
   // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch,
   // `products` its products'.
   void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, const Workspace& products,
             Stream stream) const;
+  // The same pass in the fused form: `scratch` holds FusedPieces after the table.
+  void fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream) const;
+  struct FusedPieces;
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
   struct ForwardPieces;
   ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;
@@ -74,6 +89,8 @@ private:
   bool tune_products_ = false;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
+  std::shared_ptr<const LoadedKernel> fused_kernel_; // where the passes are fused
+  int fused_grid_ = 0;                               // the fused passes' blocks: as many as are resident at once
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)

@@ -37,6 +37,7 @@ enum CUresult : int {
   CUDA_ERROR_OUT_OF_MEMORY = 2,
   CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720,
   CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
 };
 
@@ -117,6 +118,9 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
     (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x,         \
      unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void** parameters,        \
      void** extra))                                                                                                    \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel,                                                              \
+    (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x,         \
+     unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void** parameters))       \
   X(cuMemAlloc, cuMemAlloc_v2, (CUdeviceptr * pointer, std::size_t bytes))                                             \
   X(cuMemFree, cuMemFree_v2, (CUdeviceptr pointer))                                                                    \
   X(cuMemGetInfo, cuMemGetInfo_v2, (std::size_t * free_bytes, std::size_t * total_bytes))                             \

@@ -20,6 +20,12 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
   if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + name + suffix + ")").c_str()); // the text only on failure
 }
 
+void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
+                        const std::string& name, const std::string& suffix) {
+  const CUresult r = driver().cuLaunchCooperativeKernel(f, grid, 1, 1, block, 1, 1, 0, stream, args);
+  if (r != CUDA_SUCCESS) check(r, ("cuLaunchCooperativeKernel(" + name + suffix + ")").c_str());
+}
+
 namespace {
 // Sizes and strides: the part both argument blocks share, field for field.
 template <class Params> Params shaped(const Problem& p) {

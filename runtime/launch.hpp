@@ -15,6 +15,11 @@ namespace jitbmm {
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
             const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
+// cuLaunchCooperativeKernel: every block of the grid resident at once (what a grid-wide barrier needs); a grid
+// larger than the device holds is CudaError naming the entry point.
+void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
+                        const std::string& name, const std::string& suffix = "");
+
 // The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
 // pass's also says how many batch slices its accumulator has.
 jb::BmmParams bmm_params(const Problem& problem);

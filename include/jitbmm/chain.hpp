@@ -11,7 +11,8 @@
 
 namespace jitbmm {
 
-struct ChainSpec; // a chain module's variant (internal: generator/chain_source.hpp)
+struct ChainSpec;              // a chain module's variant (internal: generator/chain_source.hpp)
+enum class StepKernel : int; // the stepped strategy's form (internal: runtime/chain_stepped.hpp)
 
 // A chain bound to a device and its compiled kernels. Cheap to copy (shared). Thread-safe to call.
 class ChainPlan {
@@ -83,7 +84,7 @@ public:
 
 private:
   friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
-                                  bool tune_products, bool stepped);
+                                  bool tune_products, bool stepped, StepKernel steps);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

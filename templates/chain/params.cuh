@@ -59,6 +59,24 @@ struct ChainParams {
   void* operand;
   const void* products;
   int beta, sign;
+  // The stepped strategy's fused form (templates/chain/fused_steps.cuh), one direction's pass in one launch: its
+  // widened table [k][n] and the factors made of it ([k][n], with col_max [C]); scratch: msg as two buffers, the
+  // tiles' row maxima [2][B][tiles] and last sums [B][tiles], the last position's largest message `ends` [B] and
+  // offset `end_offsets` [B], the running `offsets` [2][B], and the grid barrier's two words (at 0 and 32 of 64 words).
+  const void* table;
+  void* factors;
+  void* col_max;
+  void* row_maxima;
+  void* row_sums;
+  void* ends;
+  double* end_offsets;
+  double* offsets;
+  unsigned* barrier;
 };
+
+// The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at
+// a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources.
+constexpr int kFusedRows = 32, kFusedCols = 64, kFusedK = 32, kFusedThreads = 128, kFusedSplit = 2;
+constexpr int kFusedBlock = kFusedThreads * kFusedSplit;
 
 } // namespace jb

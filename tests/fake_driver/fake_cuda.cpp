@@ -419,6 +419,15 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   return failing ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
 
+// A cooperative launch is logged as any other; its grid may not exceed what the device holds at once (the fake
+// occupancy query's one block an SM).
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                           unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+                                           CUstream stream, void** params) {
+  if (uint64_t(gx) * gy * gz > uint64_t(kSmCount)) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, nullptr);
+}
+
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) { return allocate(ptr, bytes); }
 CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) { return release(ptr); }
 CUresult CUDAAPI cuMemGetInfo(size_t* free_bytes, size_t* total_bytes) {

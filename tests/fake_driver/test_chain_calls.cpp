@@ -392,7 +392,7 @@ TEST_CASE("the stepped strategy: a product a step and a launch a position, per p
     p.semiring = semiring;
     p.form = ChainForm::hmm;
     p.B = 3, p.T = 5, p.C = 8;
-    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
     CHECK(std::string(plan.strategy()) == "stepped");
     const std::string module = plan.kernel_name();
     REQUIRE(module.rfind("hmm_steps_", 0) == 0);
@@ -446,7 +446,7 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
     p.semiring = e.semiring;
     p.form = ChainForm::hmm;
     p.B = e.B, p.T = 3, p.C = e.C;
-    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
     const std::string module = plan.kernel_name();
     const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
     DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), path(4 * p.B * p.T);
@@ -465,6 +465,48 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
     CHECK(named >= p.T - 1);
     CHECK(named == products); // every launch not of the chain's own module is one of those products' kernels
   }
+}
+
+// The stepped strategy's fused form (templates/chain/fused_steps.cuh): where the rule takes it, a log HMM with one
+// shared table runs each pass in one cooperative launch of at most one block an SM (what the fake driver holds at
+// once), after the table's copy and factors: no product a position. Where it does not apply, asking for it is refused.
+TEST_CASE("the stepped strategy's fused form: a pass is one launch; asked for where it does not apply, it is refused") {
+  ChainProblem p;
+  p.form = ChainForm::hmm;
+  p.B = 512, p.T = 5, p.C = 512;
+  const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+  const std::string module = plan.kernel_name();
+  CHECK(module.rfind("hmm_fused_steps_log_f32", 0) == 0);
+  const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
+  DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), saved(plan.saved_bytes());
+  DeviceBuffer work(plan.workspace_bytes(false));
+  char* t = static_cast<char*>(tables.get());
+  const HmmInputs in{t + table, t, t + table + emissions};
+  const DriverLog log;
+  plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+       Workspace{work.get(), plan.workspace_bytes(false)});
+  std::vector<std::string> fused, other;
+  for (const std::string& name : log.launched()) {
+    if (name.rfind(module, 0) == 0)
+      fused.push_back(name.substr(module.size()));
+    else
+      other.push_back(name);
+  }
+  CHECK(fused == std::vector<std::string>{"_factors", "", "_factors", "_beta"});
+  CHECK(other.size() == 2); // the table copied for each direction, by the step module
+  for (const std::string& name : other) CHECK_MESSAGE(name.find("_widen") != std::string::npos, name);
+
+  ChainProblem viterbi = p;
+  viterbi.semiring = Semiring::max_plus;
+  ChainProblem batched = p;
+  batched.batched_transitions = true;
+  ChainProblem wide = p;
+  wide.dtype = DType::f64;
+  for (const ChainProblem& q : {viterbi, batched, wide})
+    CHECK_THROWS_WITH_AS(chain_plan_for(q, ChainSpec{}, 0, false, true, StepKernel::fused),
+                         doctest::Contains("steps: the fused steps"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(chain_plan_for(p, ChainSpec{}, 0, false, false, StepKernel::fused),
+                       doctest::Contains("steps: a form of the stepped strategy"), std::invalid_argument);
 }
 
 // The stepped strategy serves chains beyond the sequential kernels' 1024 states, in every form; its host loop takes

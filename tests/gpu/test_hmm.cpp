@@ -44,9 +44,19 @@ struct Case {
   bool integers = false;    // small integers: exact sums and many ties (max_plus)
   int cluster = 0;          // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
   bool stepped = false;     // the stepped strategy, whatever ChainPlan::get takes
+  StepKernel steps = StepKernel::rule; // its form (runtime/chain_stepped.hpp)
   int64_t chunk = 0;        // the chunked strategy's steps per chunk (max_plus); 0: ChainPlan::get's choice
   bool nan_grad = false;    // the last sequence's grad_score is NaN
 };
+
+// Whether the fused steps compute a shared table's HMM of this semiring and dtype.
+bool fused_steps_apply_to(Semiring s, DType d) {
+  ChainProblem p;
+  p.semiring = s;
+  p.dtype = d;
+  p.form = ChainForm::hmm;
+  return fused_steps_apply(p);
+}
 
 std::string describe(const Case& k) {
   char text[256];
@@ -55,7 +65,9 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
                 k.integers ? " integers" : "");
-  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) + (k.stepped ? " stepped" : "") +
+  const char* form = k.steps == StepKernel::fused ? " fused" : k.steps == StepKernel::products ? " products" : "";
+  return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
+         (k.stepped ? std::string(" stepped") + form : std::string()) +
          (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "");
 }
 
@@ -151,12 +163,14 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   reference::chain_backward(p, host, host_lengths, magnitude.data(), mag_em.data(), mag_tr.data(), mag_in.data());
 
   const ChainPlan plan = k.cluster   ? chain_plan_for(p, clustered_chain_spec(p, k.cluster))
-                         : k.stepped ? chain_plan_for(p, ChainSpec{}, 0, false, true)
+                         : k.stepped ? chain_plan_for(p, ChainSpec{}, 0, false, true, k.steps)
                          : k.chunk   ? chain_plan_for(p, chosen_chain_spec(p, *current_device()), k.chunk)
                                      : ChainPlan::get(p);
   CAPTURE(plan.kernel_name());
   CHECK(std::string(plan.strategy()) ==
         (k.stepped || C > kMaxSequentialChainStates ? "stepped" : k.chunk ? "chunked" : "sequential"));
+  if (k.steps != StepKernel::rule)
+    CHECK((plan.kernel_name().find("fused") != std::string::npos) == (k.steps == StepKernel::fused));
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
   DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
@@ -350,6 +364,73 @@ TEST_CASE("hmm: one block per sequence and every cluster size against the float6
                        << worst.grad);
 }
 
+namespace {
+
+// One form's cases in a semiring and dtype: every shape twice (ragged, banded and, but for the fused form, batched
+// the second time), far apart values where the form is fused, and at a few small C padded strides, the edge values,
+// ties and a NaN grad_score.
+void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, Worst& worst) {
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{1, 1, 1},    {2, 2, 2},    {3, 5, 33},   {5, 9, 64},  {2, 4, 257},
+                {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
+  const bool fused = form == StepKernel::fused;
+  for (const auto& sh : shapes) {
+    // Beyond 1024 states in f32 alone: the other dtypes' code is the same at every C, and their products' kernels
+    // would compile for these shapes only.
+    if (d != DType::f32 && sh.C > 1100) continue;
+    for (double spread : {1.0, 10.0}) {
+      Case k{s, d, sh.B, sh.T, sh.C, spread};
+      k.stepped = true;
+      k.steps = form;
+      run_case(k, rng, worst);
+      k.ragged = true;
+      k.banded = sh.C > 3;
+      k.batched = sh.C <= 1100 && !fused;
+      run_case(k, rng, worst);
+    }
+  }
+  if (fused) { // far apart values: many sums below the guard, repaired term by term
+    Case k{s, d, 37, 5, 300, 60.0};
+    k.stepped = k.ragged = true;
+    k.steps = form;
+    run_case(k, rng, worst);
+  }
+  for (int64_t C : {3, 31, 64}) {
+    Case k{s, d, 4, 9, C};
+    k.stepped = k.ragged = k.padded = true;
+    k.steps = form;
+    run_case(k, rng, worst);
+    k.padded = false;
+    k.p_special = 0.1;
+    k.minus_inf = true;
+    run_case(k, rng, worst);
+    k.p_special = 0.01;
+    k.minus_inf = false;
+    run_case(k, rng, worst);
+    Case ties{s, d, 6, 9, C};
+    ties.integers = ties.stepped = true;
+    ties.steps = form;
+    run_case(ties, rng, worst);
+    if (!fused) {
+      ties.batched = true;
+      run_case(ties, rng, worst);
+    }
+    Case nan_grad{s, d, 5, 7, C};
+    nan_grad.stepped = nan_grad.nan_grad = true; // NaN in the shared tables' sums, the other sequences' exact
+    nan_grad.steps = form;
+    run_case(nan_grad, rng, worst);
+  }
+}
+
+void report(const char* what, Semiring s, DType d, const Worst& worst) {
+  MESSAGE(std::string(what) << " " << std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
+               << ": worst relative error of the score " << worst.score << ", of alpha " << worst.alpha
+               << ", worst error of a gradient (relative to its shares) " << worst.grad);
+}
+
+} // namespace
+
 // The stepped strategy (each step one product of every sequence's messages) in every semiring and dtype: odd sizes
 // up to beyond the sequential kernels' 1024 states, shared and batched tables, ragged lengths, banded −inf, padded
 // strides, the edge values and ties (whose Viterbi paths and scores must be the sequential kernels' bit for bit).
@@ -357,57 +438,30 @@ TEST_CASE("hmm: one block per sequence and every cluster size against the float6
 // sequences of 1024 states split them with the argmax too.
 TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels") {
   std::mt19937_64 rng(20261202);
-  const struct {
-    int64_t B, T, C;
-  } shapes[] = {{1, 1, 1},    {2, 2, 2},    {3, 5, 33},   {5, 9, 64},  {2, 4, 257},
-                {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       Worst worst;
-      for (const auto& sh : shapes) {
-        // Beyond 1024 states in f32 alone: the other dtypes' code is the same at every C, and their products'
-        // kernels would compile for these shapes only.
-        if (d != DType::f32 && sh.C > 1100) continue;
-        for (double spread : {1.0, 10.0}) {
-          Case k{s, d, sh.B, sh.T, sh.C, spread};
-          k.stepped = true;
-          run_case(k, rng, worst);
-          k.ragged = true;
-          k.banded = sh.C > 3;
-          k.batched = sh.C <= 1100;
-          run_case(k, rng, worst);
-        }
-      }
+      // The products' form (the fused one, where the rule would take it, has a case of its own).
+      const StepKernel form = fused_steps_apply_to(s, d) ? StepKernel::products : StepKernel::rule;
+      stepped_cases(s, d, form, rng, worst);
       if (d == DType::f32) { // ties where the step products split their sums, with the argmax for max_plus
         Case ties{s, d, 20, 4, 1024};
         ties.integers = ties.stepped = true;
+        ties.steps = form;
         run_case(ties, rng, worst);
       }
-      for (int64_t C : {3, 31, 64}) {
-        Case k{s, d, 4, 9, C};
-        k.stepped = k.ragged = k.padded = true;
-        run_case(k, rng, worst);
-        k.padded = false;
-        k.p_special = 0.1;
-        k.minus_inf = true;
-        run_case(k, rng, worst);
-        k.p_special = 0.01;
-        k.minus_inf = false;
-        run_case(k, rng, worst);
-        Case ties{s, d, 6, 9, C};
-        ties.integers = ties.stepped = true;
-        run_case(ties, rng, worst);
-        ties.batched = true;
-        run_case(ties, rng, worst);
-        Case nan_grad{s, d, 5, 7, C};
-        nan_grad.stepped = nan_grad.nan_grad = true; // NaN in the shared tables' sums, the other sequences' exact
-        run_case(nan_grad, rng, worst);
-      }
-      MESSAGE("stepped " << std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
-                         << ": worst relative error of the score "
-                         << worst.score << ", of alpha " << worst.alpha
-                         << ", worst error of a gradient (relative to its shares) " << worst.grad);
+      report("stepped", s, d, worst);
     }
+}
+
+// The fused form (templates/chain/fused_steps.cuh): log with one shared table, f32 accumulators.
+TEST_CASE("hmm: the stepped strategy's fused form against the float64 reference") {
+  std::mt19937_64 rng(20261204);
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    Worst worst;
+    stepped_cases(Semiring::log, d, StepKernel::fused, rng, worst);
+    report("fused", Semiring::log, d, worst);
+  }
 }
 
 // The chunked strategy (runtime/chain_chunked.hpp) in the HMM form, whose steps it forms from the tables: log in the

@@ -188,6 +188,12 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
           expect_no_spills(emit_step_kernel(semiring, dtype, form), arch);
 }
 
+TEST_CASE("the stepped strategy's fused module compiles for the oldest and the newest architecture without spills") {
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) expect_no_spills(emit_fused_step_kernel(dtype), arch);
+  CHECK_THROWS_AS(emit_fused_step_kernel(DType::f64), std::invalid_argument);
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
