@@ -45,7 +45,19 @@ bool fused_steps_apply(const ChainProblem& p) {
   return shared_table(p) && p.semiring == Semiring::log && p.dtype != DType::f64;
 }
 
-bool default_fused_steps(const ChainProblem& p) { return fused_steps_apply(p) && p.C <= 2048; }
+bool default_fused_steps(const ChainProblem& p, int sm_count) {
+  // The fused form runs on CUDA cores, a block of 32 × 64 outputs an SM: it wins where each SM has one such tile of
+  // a step and there are enough of them, against a product and its launches a position; with more tiles than SMs a
+  // block forms several one after another, and the products' tensor cores win. Measured on an H200 (132 SMs;
+  // jitbmm bench --chain C --hmm --stepped, T = 32, forward / forward + backward, ms, fused against the products):
+  // B × C = 512 × 512 (128 tiles) 0.85 / 2.93 against 1.30 / 3.10; 256 × 256 (32 tiles) 0.72 / 1.79 against
+  // 0.87 / 1.85; 128 × 512 and 1024 × 256 won alike; 64 × 4096 (128 tiles) 4.33 / 11.7 against 9.35 / 14.1; lost
+  // at 512 × 1024 (256 tiles: 2.52 / 7.57 against 2.17 / 5.63) and 512 × 2048 (8.4 against 4.5 forward), and at
+  // 16 sequences of 1024 (16 tiles, T = 256) tied forward, lost with the backward (20.8 against 15.8). Fewer than
+  // 64 sequences leave most of a tile's rows empty; not measured, they keep the products.
+  const int64_t tiles = (p.B + jb::kFusedRows - 1) / jb::kFusedRows * ((p.C + jb::kFusedCols - 1) / jb::kFusedCols);
+  return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= std::max(1, sm_count);
+}
 
 // A fused pass's scratch after its table, counted and carved in one order (templates/chain/params.cuh names them).
 struct SteppedChain::FusedPieces {
@@ -123,7 +135,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   }
   if (problem.B == 0) return;
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
-  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem))) return;
+  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count)))
+    return;
   fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.dtype));
   // Every block resident at once (the grid barrier), each owning its tiles for the whole pass.
   ScopedContext scope(device_->context);

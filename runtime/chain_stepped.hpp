@@ -29,9 +29,9 @@ namespace jitbmm {
 // accumulators), or whichever default_fused_steps says.
 enum class StepKernel : int { rule, products, fused };
 
-// Whether the fused form computes the problem, and where the rule takes it.
+// Whether the fused form computes the problem, and where the rule takes it on a GPU of `sm_count` SMs.
 bool fused_steps_apply(const ChainProblem& p);
-bool default_fused_steps(const ChainProblem& p);
+bool default_fused_steps(const ChainProblem& p, int sm_count);
 
 class SteppedChain {
 public:

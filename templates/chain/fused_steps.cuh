@@ -162,8 +162,8 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_position(con
           } else {
 #pragma unroll
             for (int u = 0; u < 4; ++u)
-              ra[q][u] = kind_s[row] == kProduct && clean_s[row] == 1 && k + u < C ? __ldcg(at + u)
-                                                                                   : Num<float>::neg_inf();
+              ra[q][u] =
+                  kind_s[row] == kProduct && clean_s[row] == 1 && k + u < C ? __ldcg(at + u) : Num<float>::neg_inf();
           }
         }
 #pragma unroll
@@ -370,7 +370,7 @@ __device__ __forceinline__ void fused_scores(const ChainParams& p) {
 // forward half of saved; the backward messages' pass (BETA true) the other half. p.factors and p.col_max are this
 // direction's ("_factors"), p.table its widened table [k][n] (k the source state, n the target); scratch: p.msg
 // [2][B][C] (unshifted messages), p.row_maxima [2][B][tiles_n], p.row_sums [B][tiles_n], p.ends [B] (the last
-// position's largest message), p.offsets [2][B] and p.end_offsets [B] in double, p.barrier two words, the first 0.
+// position's largest message), p.offsets [2][B] and p.end_offsets [B] in double, p.barrier 64 words, zeroed.
 template <class S, bool BETA> __device__ __forceinline__ void fused_steps(const ChainParams& p) {
   for (long long i = 0; i < p.T; ++i) {
     fused_position<S, BETA>(p, i);

@@ -7,6 +7,7 @@
 
 #include "expect.hpp"
 #include "generator/chain_source.hpp"
+#include "runtime/chain_stepped.hpp"
 
 using namespace jitbmm;
 using test::expect_invalid;
@@ -68,6 +69,31 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
     CHECK(spec.forward.cluster == e.forward);
     if (e.semiring == Semiring::log) CHECK(spec.saving.cluster == e.saving);
   }
+}
+
+// The stepped strategy's fused form (runtime/chain_stepped.hpp): a log HMM with one shared table of at least 64
+// sequences, where a step has between 32 tiles of 32 × 64 outputs and one an SM, as measured; never max_plus, f64,
+// batched tables or the CRF form.
+TEST_CASE("the stepped strategy's fused form: the rule's shapes (132 SMs), and where it does not apply") {
+  struct Expect {
+    int64_t B, C;
+    bool fused;
+  };
+  const Expect expect[] = {{512, 512, true},  {256, 256, true},   {128, 512, true},   {1024, 256, true},
+                           {64, 4096, true},  {512, 1024, false}, {512, 2048, false}, {16, 1024, false},
+                           {64, 64, false},   {1, 4096, false},   {32, 2048, false}};
+  for (const Expect& e : expect) {
+    CAPTURE(e.B);
+    CAPTURE(e.C);
+    CHECK(default_fused_steps(chain(Semiring::log, e.B, e.C, ChainForm::hmm), kSms) == e.fused);
+  }
+  ChainProblem viterbi = chain(Semiring::max_plus, 512, 512, ChainForm::hmm);
+  ChainProblem wide = chain(Semiring::log, 512, 512, ChainForm::hmm, DType::f64);
+  ChainProblem batched = chain(Semiring::log, 512, 512, ChainForm::hmm);
+  batched.batched_transitions = true;
+  for (const ChainProblem& p : {viterbi, wide, batched, chain(Semiring::log, 512, 512)})
+    CHECK_FALSE(fused_steps_apply(p));
+  CHECK(fused_steps_apply(chain(Semiring::log, 512, 512, ChainForm::hmm, DType::bf16)));
 }
 
 TEST_CASE("chain specs: every default spec passes its check and keeps its loops within their registers") {
