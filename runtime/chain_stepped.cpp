@@ -64,7 +64,8 @@ struct SteppedChain::FusedPieces {
   std::size_t sizes[9];
   explicit FusedPieces(const ChainProblem& p) {
     const int64_t tiles = (p.C + jb::kFusedCols - 1) / jb::kFusedCols;
-    const std::size_t list[9] = {bytes_of({p.C, p.C, 4}), bytes_of({p.C, 4}),     bytes_of({2, p.B, p.C, 4}),
+    const int64_t factors = p.T > 1 ? p.C : 0; // no step, no table
+    const std::size_t list[9] = {bytes_of({factors, p.C, 4}), bytes_of({p.C, 4}), bytes_of({2, p.B, p.C, 4}),
                                  bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({p.B, 4}),
                                  bytes_of({p.B, 8}),           bytes_of({2, p.B, 8}),     256};
     std::copy(std::begin(list), std::end(list), sizes);
@@ -95,14 +96,16 @@ struct SteppedChain::FusedPieces {
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
 // far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
-// then max_plus's winning sources ([T][B][C] int32, with a path). A fused pass takes its table and FusedPieces.
+// then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other on one
+// stream, share one table and one FusedPieces.
 struct SteppedChain::ForwardPieces {
   int passes;
   std::size_t messages, offsets, table, argmax, fused;
   std::size_t products[2];
   ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes,
                 std::size_t forward_products, std::size_t backward_products, std::size_t fused_bytes)
-      : passes(with_saved ? 2 : 1), messages(fused_bytes ? 0 : bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+      : passes(with_saved && !fused_bytes ? 2 : 1),
+        messages(fused_bytes ? 0 : bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
         offsets(fused_bytes ? 0 : bytes_of({p.B, 8})), table(table_bytes),
         argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0), fused(fused_bytes),
         products{forward_products, backward_products} {}
@@ -369,7 +372,7 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
   if (fused_kernel_) {
     // One pass after the other, on the caller's stream: each keeps every block of the GPU resident.
-    for (int i = 0; i < sizes.passes; ++i) fused_pass(params, i == 1, tables[i], fused[i], cu_stream);
+    for (int i = 0; i < (with_saved ? 2 : 1); ++i) fused_pass(params, i == 1, tables[0], fused[0], cu_stream);
     return;
   }
   if (!with_saved) {

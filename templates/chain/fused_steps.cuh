@@ -5,8 +5,9 @@
 // relative messages' factors 2^((msg − shift)·log2 e) ≤ 1, made as a block stages them, times the table's column
 // factors 2^((tab − colmax)·log2 e) ≤ 1 made once per call ("_factors"), so a sum of C terms of at most 1 that
 // cannot overflow. A term lost to flushing is below 2^-126, so a sum of at least C·2^-94 has lost less than 2^-31 of
-// itself; any other output, and every output whose row or column holds NaN or +inf, is recomputed term by term
-// from the log values (LogSemiring, core/semirings.cuh). A row or column of −inf alone gives −inf.
+// itself; any other output, and every output whose row or column holds +inf, is recomputed term by term from the
+// log values (LogSemiring, core/semirings.cuh). NaN on either side gives NaN, and a row or column of −inf alone (no
+// +inf on the other side) −inf.
 //
 // The messages keep the sequential kernels' form (templates/chain/params.cuh): each position's values relative to
 // their largest, an offset in double, saved and written as step_position writes them (templates/chain/steps.cuh).
@@ -72,6 +73,11 @@ __device__ __forceinline__ void fused_factors(const ChainParams& p) {
     f[k * C + n] = finite ? Num<float>::exp2((tab[k * C + n] - m) * Num<float>::log2e()) : 0.f;
 }
 
+// The index maps below (a thread's 4 × 4 outputs, its loads of a chunk, the sums' exchange through one staged
+// table) are written for these tiles.
+static_assert(kFusedRows == 32 && kFusedCols == 64 && kFusedK == 32 && kFusedThreads == 128,
+              "fused_steps.cuh's index maps assume 32 × 64 tiles, chunks of 32 and 128 threads a group");
+
 namespace fused {
 
 // What a row of a tile does at a position.
@@ -131,11 +137,11 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_position(con
     if (threadIdx.x < kFusedRows) {
       const RowState r = row_state(p, r0 + threadIdx.x, t, BETA);
       float shift = 0.f;
-      int clean = 0; // 1: finite values (and −inf); 2: −inf alone; 0: NaN or +inf
+      int clean = 0; // 1: finite values (and −inf); 2: −inf alone; 3: NaN; 0: +inf
       if (r.kind == kProduct) {
         const float m = row_max(prev_max, r0 + threadIdx.x, tiles_n);
         shift = finite_or_zero(m);
-        clean = m == Num<float>::neg_inf() ? 2 : m < Num<float>::inf() ? 1 : 0;
+        clean = m != m ? 3 : m == Num<float>::neg_inf() ? 2 : m < Num<float>::inf() ? 1 : 0;
       }
       shift_s[threadIdx.x] = shift;
       kind_s[threadIdx.x] = r.kind;
@@ -260,11 +266,14 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_position(con
           } else {
             const float cm = col_max[n], s = acc[r][j];
             float prod;
-            if (clean == 2 || cm == Num<float>::neg_inf()) { // nothing reaches: no term but −inf
+            if (clean == 3 || cm != cm) { // a NaN term makes the sum NaN, whatever meets it
+              prod = Num<float>::nan();
+            } else if (clean != 0 && cm < Num<float>::inf() &&
+                       (clean == 2 || cm == Num<float>::neg_inf())) { // no +inf: nothing reaches but −inf
               prod = Num<float>::neg_inf();
-            } else if (clean == 1 && cm < Num<float>::inf() && s >= guard) { // cm is not NaN: cm < inf
+            } else if (clean == 1 && cm < Num<float>::inf() && s >= guard) {
               prod = cm + Num<float>::log2(s) * Num<float>::ln2();
-            } else {
+            } else { // +inf on either side (meeting −inf it is NaN), or a sum below the guard
               // Term by term from the log values: the relative message ⊗ the table's entry.
               typename LogSemiring<float>::State st = LogSemiring<float>::init();
               const float shift = shift_s[row];

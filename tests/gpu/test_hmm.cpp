@@ -47,6 +47,7 @@ struct Case {
   StepKernel steps = StepKernel::rule; // its form (runtime/chain_stepped.hpp)
   int64_t chunk = 0;        // the chunked strategy's steps per chunk (max_plus); 0: ChainPlan::get's choice
   bool nan_grad = false;    // the last sequence's grad_score is NaN
+  bool dead_state = false;  // no transition into or out of state 0 (−inf): a table's row and column of −inf alone
 };
 
 // Whether the fused steps compute a shared table's HMM of this semiring and dtype.
@@ -60,11 +61,11 @@ bool fused_steps_apply_to(Semiring s, DType d) {
 
 std::string describe(const Case& k) {
   char text[256];
-  std::snprintf(text, sizeof text, "%s %s B=%lld T=%lld C=%lld spread=%g%s%s%s%s%s%s", semiring_info(k.semiring).name,
+  std::snprintf(text, sizeof text, "%s %s B=%lld T=%lld C=%lld spread=%g%s%s%s%s%s%s%s", semiring_info(k.semiring).name,
                 dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
-                k.integers ? " integers" : "");
+                k.integers ? " integers" : "", k.dead_state ? " dead_state" : "");
   const char* form = k.steps == StepKernel::fused ? " fused" : k.steps == StepKernel::products ? " products" : "";
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
          (k.stepped ? std::string(" stepped") + form : std::string()) +
@@ -128,7 +129,8 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     for (int64_t c = 0; c < C; ++c) {
       store_element(k.dtype, in.bytes.data(), in.at({b, c}), draw());
       for (int64_t q = 0; q < C; ++q)
-        store_element(k.dtype, tr.bytes.data(), tr.at({b, c, q}), k.banded && std::abs(c - q) > 2 ? -INFINITY : draw());
+        store_element(k.dtype, tr.bytes.data(), tr.at({b, c, q}),
+                      (k.banded && std::abs(c - q) > 2) || (k.dead_state && (c == 0 || q == 0)) ? -INFINITY : draw());
     }
   }
   std::vector<int64_t> lengths;
@@ -407,6 +409,9 @@ void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, W
     run_case(k, rng, worst);
     k.p_special = 0.01;
     k.minus_inf = false;
+    run_case(k, rng, worst);
+    k.p_special = 0.05; // ±inf and NaN meeting a state nothing enters or leaves
+    k.dead_state = C > 1;
     run_case(k, rng, worst);
     Case ties{s, d, 6, 9, C};
     ties.integers = ties.stepped = true;
