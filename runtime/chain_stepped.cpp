@@ -41,6 +41,14 @@ struct JoinOnExit {
 
 } // namespace
 
+namespace {
+
+// A position's column tiles (states) of the fused form, and all its tiles.
+int64_t fused_column_tiles(const ChainProblem& p) { return (p.C + jb::kFusedCols - 1) / jb::kFusedCols; }
+int64_t fused_tiles(const ChainProblem& p) { return (p.B + jb::kFusedRows - 1) / jb::kFusedRows * fused_column_tiles(p); }
+
+} // namespace
+
 bool fused_steps_apply(const ChainProblem& p) {
   return shared_table(p) && p.semiring == Semiring::log && p.dtype != DType::f64;
 }
@@ -55,7 +63,7 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
   // at 512 × 1024 (256 tiles: 2.52 / 7.57 against 2.17 / 5.63) and 512 × 2048 (8.4 against 4.5 forward), and at
   // 16 sequences of 1024 (16 tiles, T = 256) tied forward, lost with the backward (20.8 against 15.8). Fewer than
   // 64 sequences leave most of a tile's rows empty; not measured, they keep the products.
-  const int64_t tiles = (p.B + jb::kFusedRows - 1) / jb::kFusedRows * ((p.C + jb::kFusedCols - 1) / jb::kFusedCols);
+  const int64_t tiles = fused_tiles(p);
   return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= std::max(1, sm_count);
 }
 
@@ -63,7 +71,7 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
 struct SteppedChain::FusedPieces {
   std::size_t sizes[9];
   explicit FusedPieces(const ChainProblem& p) {
-    const int64_t tiles = (p.C + jb::kFusedCols - 1) / jb::kFusedCols;
+    const int64_t tiles = fused_column_tiles(p);
     const int64_t factors = p.T > 1 ? p.C : 0; // no step, no table
     const std::size_t list[9] = {bytes_of({factors, p.C, 4}), bytes_of({p.C, 4}), bytes_of({2, p.B, p.C, 4}),
                                  bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({p.B, 4}),
@@ -150,8 +158,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     per_sm = suffix[0] ? std::min(per_sm, n) : n;
   }
-  const int64_t tiles = (problem.B + jb::kFusedRows - 1) / jb::kFusedRows * ((problem.C + jb::kFusedCols - 1) / jb::kFusedCols);
-  fused_grid_ = int(std::clamp<int64_t>(tiles, 1, int64_t(std::max(1, per_sm)) * std::max(1, device_->sm_count)));
+  fused_grid_ = int(
+      std::clamp<int64_t>(fused_tiles(problem), 1, int64_t(std::max(1, per_sm)) * std::max(1, device_->sm_count)));
 }
 
 std::string SteppedChain::kernel_name() const {

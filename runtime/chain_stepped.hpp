@@ -57,7 +57,6 @@ public:
   // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
   std::size_t backward_workspace_bytes(bool transitions) const;
   std::string kernel_name() const;
-  bool fused() const { return fused_kernel_ != nullptr; }
 
 private:
   // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch,

@@ -14,19 +14,13 @@
 
 #include "chain/block_reduce.cuh"
 #include "chain/chunk_params.cuh"
+#include "chain/lengths.cuh"
 #include "chain/reductions.cuh"
 #include "chain/shift.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
-
-// Sequence b's positions (1 for a length outside [1, T]: `bad`, whose score is NaN and path −1).
-__device__ __forceinline__ long long chunk_length(const ChunkParams& p, long long b, bool& bad) {
-  const long long n = p.lengths ? p.lengths[b] : p.T;
-  bad = n < 1 || n > p.T;
-  return bad ? 1 : n;
-}
 
 // The chunk whose steps reach a sequence's last position n − 1 (chunk k's steps go from position kL to kL + L).
 __device__ __forceinline__ long long chunk_of_end(long long n, long long L) { return n >= 2 ? (n - 2) / L : 0; }
@@ -78,7 +72,7 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_chain(co
   const T* const products = static_cast<const T*>(p.matrices);
   for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
     bool bad;
-    const long long last = chunk_of_end(chunk_length(p, b, bad), p.L);
+    const long long last = chunk_of_end(chain_length(p, b, bad), p.L);
     __syncthreads(); // the previous sequence's messages are read
     T top = Num<T>::neg_inf();
     for (int c = threadIdx.x; c < C; c += NT) {
@@ -129,7 +123,7 @@ template <class S, int C, int NT> __device__ __forceinline__ void chunk_rerun(co
   for (long long i = blockIdx.x; i < (p.path ? p.B * p.chunks : p.B); i += gridDim.x) {
     const long long b = p.path ? i / p.chunks : i;
     bool bad;
-    const long long n = chunk_length(p, b, bad), last = chunk_of_end(n, p.L), k = p.path ? i % p.chunks : last;
+    const long long n = chain_length(p, b, bad), last = chunk_of_end(n, p.L), k = p.path ? i % p.chunks : last;
     const long long g = b * p.chunks + k;
     if (k > last) continue;
     const long long first = k * p.L, end = first + p.L < n - 1 ? first + p.L : n - 1;
@@ -195,7 +189,7 @@ template <int C> __device__ __forceinline__ void chunk_compose(const ChunkParams
   for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < p.B;
        b += (long long)gridDim.x * blockDim.x) {
     bool bad;
-    const long long n = chunk_length(p, b, bad);
+    const long long n = chain_length(p, b, bad);
     int state = p.path[b * p.T + n - 1];
     for (long long k = chunk_of_end(n, p.L); k >= 0; --k) {
       if (state >= 0) state = p.ends[(b * p.chunks + k) * C + state];
@@ -211,7 +205,7 @@ template <int C> __device__ __forceinline__ void chunk_expand(const ChunkParams&
   for (long long g = me; g < p.B * p.chunks; g += threads) {
     const long long b = g / p.chunks, k = g % p.chunks;
     bool bad;
-    const long long n = chunk_length(p, b, bad);
+    const long long n = chain_length(p, b, bad);
     if (k > chunk_of_end(n, p.L)) continue;
     const long long first = k * p.L, end = first + p.L < n - 1 ? first + p.L : n - 1;
     int state = p.path[b * p.T + end];
@@ -222,7 +216,7 @@ template <int C> __device__ __forceinline__ void chunk_expand(const ChunkParams&
   }
   for (long long i = me; i < p.B * p.T; i += threads) {
     bool bad;
-    if (i % p.T >= chunk_length(p, i / p.T, bad)) p.path[i] = -1;
+    if (i % p.T >= chain_length(p, i / p.T, bad)) p.path[i] = -1;
   }
 }
 

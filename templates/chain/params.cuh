@@ -75,8 +75,15 @@ struct ChainParams {
 };
 
 // The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at
-// a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources.
-constexpr int kFusedRows = 32, kFusedCols = 64, kFusedK = 32, kFusedThreads = 128, kFusedSplit = 2;
-constexpr int kFusedBlock = kFusedThreads * kFusedSplit;
+// a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources. Enumerators, not
+// constexpr variables: NVRTC would emit those as globals in every chain module.
+enum FusedTiles : int {
+  kFusedRows = 32,
+  kFusedCols = 64,
+  kFusedK = 32,
+  kFusedThreads = 128,
+  kFusedSplit = 2,
+  kFusedBlock = kFusedThreads * kFusedSplit
+};
 
 } // namespace jb
