@@ -96,10 +96,12 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 constexpr int kStepThreads = 256;
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form);
 
-// The stepped strategy's fused form (templates/chain/fused_steps.cuh): the log HMM with one shared table, one
-// persistent launch a direction — the main entry the forward, "_beta" the backward messages — both cooperative
-// launches of jb::kFusedBlock threads a block (templates/chain/params.cuh), after "_factors" (256 threads, a block
-// per 32 columns) has made the direction's table factors. Inputs of f32, f16 or bf16 (f32 accumulators).
-GeneratedKernel emit_fused_step_kernel(DType dtype);
+// The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a direction, each a
+// cooperative launch of jb::kFusedBlock threads a block (templates/chain/params.cuh) after "_factors" (256 threads, a
+// block per 32 columns) has made the direction's table's column maxima: log (templates/chain/fused_steps.cuh) — the
+// main entry the forward, "_beta" the backward messages, "_factors" the table's factors too — and max_plus
+// (templates/chain/fused_viterbi.cuh), the main entry the forward with its best path. Inputs of f32, f16 or bf16
+// (f32 accumulators).
+GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype);
 
 } // namespace jitbmm

@@ -50,7 +50,7 @@ int64_t fused_tiles(const ChainProblem& p) { return (p.B + jb::kFusedRows - 1) /
 } // namespace
 
 bool fused_steps_apply(const ChainProblem& p) {
-  return shared_table(p) && p.semiring == Semiring::log && p.dtype != DType::f64;
+  return shared_table(p) && (p.semiring == Semiring::log || p.semiring == Semiring::max_plus) && p.dtype != DType::f64;
 }
 
 bool default_fused_steps(const ChainProblem& p, int sm_count) {
@@ -63,19 +63,28 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
   // at 512 × 1024 (256 tiles: 2.52 / 7.57 against 2.17 / 5.63) and 512 × 2048 (8.4 against 4.5 forward), and at
   // 16 sequences of 1024 (16 tiles, T = 256) tied forward, lost with the backward (20.8 against 15.8). Fewer than
   // 64 sequences leave most of a tile's rows empty; not measured, they keep the products.
-  const int64_t tiles = fused_tiles(p);
-  return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= std::max(1, sm_count);
+  // max_plus's fused form takes more instructions a term than log's one multiply-add (a max, and a source kept a
+  // four), so a step of its own is slower than the tiled max-plus product's; but it keeps the back-pointers at
+  // little cost, where the product that keeps them is much slower than the one that does not. Rated with the path
+  // (a Viterbi decode, and the backward, read it), it wins at 512 states or more between about one tile an SM and
+  // two (as measured on an H200, T = 32); with fewer tiles a block's few warps leave its SM mostly idle.
+  const int64_t tiles = fused_tiles(p), sms = std::max(1, sm_count);
+  if (p.semiring == Semiring::max_plus)
+    return fused_steps_apply(p) && p.B >= 64 && p.C >= 512 && tiles * 4 >= sms * 3 && tiles <= 2 * sms;
+  return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= sms;
 }
 
 // A fused pass's scratch after its table, counted and carved in one order (templates/chain/params.cuh names them).
 struct SteppedChain::FusedPieces {
-  std::size_t sizes[9];
+  std::size_t sizes[10];
   explicit FusedPieces(const ChainProblem& p) {
     const int64_t tiles = fused_column_tiles(p);
-    const int64_t factors = p.T > 1 ? p.C : 0; // no step, no table
-    const std::size_t list[9] = {bytes_of({factors, p.C, 4}), bytes_of({p.C, 4}), bytes_of({2, p.B, p.C, 4}),
-                                 bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({p.B, 4}),
-                                 bytes_of({p.B, 8}),           bytes_of({2, p.B, 8}),     256};
+    const bool log = p.semiring == Semiring::log;
+    const int64_t factors = p.T > 1 && log ? p.C : 0; // no step, no table; max_plus reads the table itself
+    const std::size_t list[10] = {bytes_of({factors, p.C, 4}),  bytes_of({p.C, 4}),      bytes_of({2, p.B, p.C, 4}),
+                                  bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({log ? 0 : p.B, tiles, 4}),
+                                  bytes_of({p.B, 4}),           bytes_of({p.B, 8}),        bytes_of({2, p.B, 8}),
+                                  256};
     std::copy(std::begin(list), std::end(list), sizes);
   }
   std::size_t bytes() const {
@@ -84,9 +93,9 @@ struct SteppedChain::FusedPieces {
     return size.bytes();
   }
   void carve(char* at, jb::ChainParams& q) const {
-    void* pieces[9];
-    for (int i = 0; i < 9; ++i) {
-      pieces[i] = at;
+    void* pieces[10];
+    for (int i = 0; i < 10; ++i) { // null where the semiring takes no such piece
+      pieces[i] = sizes[i] ? at : nullptr;
       at += ScratchSize().add(sizes[i], "workspace").bytes();
     }
     q.factors = pieces[0];
@@ -94,10 +103,11 @@ struct SteppedChain::FusedPieces {
     q.msg = pieces[2];
     q.row_maxima = pieces[3];
     q.row_sums = pieces[4];
-    q.ends = pieces[5];
-    q.end_offsets = static_cast<double*>(pieces[6]);
-    q.offsets = static_cast<double*>(pieces[7]);
-    q.barrier = static_cast<unsigned*>(pieces[8]);
+    q.row_args = static_cast<int*>(pieces[5]);
+    q.ends = pieces[6];
+    q.end_offsets = static_cast<double*>(pieces[7]);
+    q.offsets = static_cast<double*>(pieces[8]);
+    q.barrier = static_cast<unsigned*>(pieces[9]);
   }
 };
 
@@ -134,8 +144,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
                            StepKernel kernel)
     : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
   if (kernel == StepKernel::fused && !fused_steps_apply(problem))
-    throw std::invalid_argument("steps: the fused steps compute log HMMs with one shared transition table, inputs of "
-                                "f32, f16 or bf16");
+    throw std::invalid_argument("steps: the fused steps compute log and max_plus HMMs with one shared transition "
+                                "table, inputs of f32, f16 or bf16");
   chain_strides(problem, strides_);
   if (problem.form == ChainForm::hmm) {
     const HmmStrides h = hmm_strides(problem);
@@ -148,11 +158,12 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
   if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count)))
     return;
-  fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.dtype));
+  fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.semiring, problem.dtype));
   // Every block resident at once (the grid barrier), each owning its tiles for the whole pass.
   ScopedContext scope(device_->context);
   int per_sm = 0;
   for (const char* suffix : {"", "_beta"}) {
+    if (suffix[0] && problem.semiring != Semiring::log) break; // max_plus has no backward messages
     int n = 0;
     check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fused_kernel_->entry(suffix), jb::kFusedBlock, 0),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -187,7 +198,7 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
-  if (fused_kernel_) return ForwardPieces(p, with_saved, false, widened_bytes(), 0, 0, FusedPieces(p).bytes());
+  if (fused_kernel_) return ForwardPieces(p, with_saved, with_path, widened_bytes(), 0, 0, FusedPieces(p).bytes());
   const bool steps = p.T > 1;
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
@@ -380,6 +391,7 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
   if (fused_kernel_) {
     // One pass after the other, on the caller's stream: each keeps every block of the GPU resident.
+    params.argmax = at[0].argmax;
     for (int i = 0; i < (with_saved ? 2 : 1); ++i) fused_pass(params, i == 1, tables[0], fused[0], cu_stream);
     return;
   }

@@ -25,8 +25,8 @@
 namespace jitbmm {
 
 // How the stepped strategy runs a pass: a product of the bmm plans and a launch per position, or the fused form
-// (templates/chain/fused_steps.cuh: one persistent launch a pass, the log HMM with one shared table, f32
-// accumulators), or whichever default_fused_steps says.
+// (templates/chain/fused_steps.cuh and fused_viterbi.cuh: one persistent launch a pass, the log or max_plus HMM
+// with one shared table, f32 accumulators), or whichever default_fused_steps says.
 enum class StepKernel : int { rule, products, fused };
 
 // Whether the fused form computes the problem, and where the rule takes it on a GPU of `sm_count` SMs.

@@ -59,15 +59,17 @@ struct ChainParams {
   void* operand;
   const void* products;
   int beta, sign;
-  // The stepped strategy's fused form (templates/chain/fused_steps.cuh), one direction's pass in one launch: its
-  // widened table [k][n] and the factors made of it ([k][n], with col_max [C]); scratch: msg as two buffers, the
-  // tiles' row maxima [2][B][tiles] and last sums [B][tiles], the last position's largest message `ends` [B] and
-  // offset `end_offsets` [B], the running `offsets` [2][B], and the grid barrier's two words (at 0 and 32 of 64 words).
+  // The stepped strategy's fused forms (templates/chain/fused_tiles.cuh), one direction's pass in one launch: its
+  // widened table [k][n], its column maxima col_max [C] and (log) the factors made of it [k][n]; scratch: msg as two
+  // buffers, the tiles' row maxima [2][B][tiles], the last position's parts of the score row_sums [B][tiles] (and
+  // max_plus's states row_args [B][tiles]), its largest message `ends` [B] and offset `end_offsets` [B], the running
+  // `offsets` [2][B], and the grid barrier's two words (at 0 and 32 of 64 words). max_plus writes argmax as above.
   const void* table;
   void* factors;
   void* col_max;
   void* row_maxima;
   void* row_sums;
+  int* row_args;
   void* ends;
   double* end_offsets;
   double* offsets;

@@ -467,10 +467,11 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
   }
 }
 
-// The stepped strategy's fused form (templates/chain/fused_steps.cuh): where the rule takes it, a log HMM with one
-// shared table runs each pass in one cooperative launch of at most one block an SM (what the fake driver holds at
-// once), after the table's copy and factors: no product a position. Where it does not apply, asking for it is refused.
-TEST_CASE("the stepped strategy's fused form: a pass is one launch; asked for where it does not apply, it is refused") {
+// The stepped strategy's fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): where the rule takes them,
+// an HMM with one shared table runs each pass in one cooperative launch of at most one block an SM (what the fake
+// driver holds at once), after the table's copy and its columns' maxima (log: and factors): no product a position.
+// Where they do not apply, asking for them is refused.
+TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for where they do not apply, refused") {
   ChainProblem p;
   p.form = ChainForm::hmm;
   p.B = 512, p.T = 5, p.C = 512;
@@ -496,13 +497,29 @@ TEST_CASE("the stepped strategy's fused form: a pass is one launch; asked for wh
   CHECK(other.size() == 2); // the table copied for each direction, by the step module
   for (const std::string& name : other) CHECK_MESSAGE(name.find("_widen") != std::string::npos, name);
 
+  // The best path: one pass, its back-pointers and walk inside it.
   ChainProblem viterbi = p;
   viterbi.semiring = Semiring::max_plus;
+  const ChainPlan best = chain_plan_for(viterbi, ChainSpec{}, 0, false, true);
+  CHECK(best.kernel_name().rfind("hmm_fused_steps_max_plus_f32", 0) == 0);
+  DeviceBuffer path(4 * std::size_t(p.B * p.T)), best_work(best.workspace_bytes(true));
+  const DriverLog best_log;
+  best(in, nullptr, score.get(), nullptr, nullptr, static_cast<int32_t*>(path.get()), nullptr,
+       Workspace{best_work.get(), best.workspace_bytes(true)});
+  std::vector<std::string> launched;
+  for (const std::string& name : best_log.launched())
+    launched.push_back(name.rfind(best.kernel_name(), 0) == 0 ? name.substr(best.kernel_name().size()) : name);
+  REQUIRE(launched.size() == 3);
+  CHECK_MESSAGE(launched[0].find("_widen") != std::string::npos, launched[0]);
+  CHECK(std::vector<std::string>(launched.begin() + 1, launched.end()) == std::vector<std::string>{"_factors", ""});
+
   ChainProblem batched = p;
   batched.batched_transitions = true;
   ChainProblem wide = p;
   wide.dtype = DType::f64;
-  for (const ChainProblem& q : {viterbi, batched, wide})
+  ChainProblem crf = p;
+  crf.form = ChainForm::crf;
+  for (const ChainProblem& q : {batched, wide, crf})
     CHECK_THROWS_WITH_AS(chain_plan_for(q, ChainSpec{}, 0, false, true, StepKernel::fused),
                          doctest::Contains("steps: the fused steps"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(chain_plan_for(p, ChainSpec{}, 0, false, false, StepKernel::fused),

@@ -461,14 +461,22 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
     }
 }
 
-// The fused form (templates/chain/fused_steps.cuh): log with one shared table, f32 accumulators.
+// The fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): one shared table, f32 accumulators; the
+// Viterbi scores and paths must be the sequential kernels' bit for bit up to their 1024 states.
 TEST_CASE("hmm: the stepped strategy's fused form against the float64 reference") {
   std::mt19937_64 rng(20261204);
-  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
-    Worst worst;
-    stepped_cases(Semiring::log, d, StepKernel::fused, rng, worst);
-    report("fused", Semiring::log, d, worst);
-  }
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+      Worst worst;
+      stepped_cases(s, d, StepKernel::fused, rng, worst);
+      if (s == Semiring::max_plus && d == DType::f32) { // ties over many tiles, rows and both groups' chunks
+        Case ties{s, d, 70, 6, 1024};
+        ties.integers = ties.stepped = ties.ragged = true;
+        ties.steps = StepKernel::fused;
+        run_case(ties, rng, worst);
+      }
+      report("fused", s, d, worst);
+    }
 }
 
 // The chunked strategy (runtime/chain_chunked.hpp) in the HMM form, whose steps it forms from the tables: log in the

@@ -71,29 +71,36 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
   }
 }
 
-// The stepped strategy's fused form (runtime/chain_stepped.hpp): a log HMM with one shared table of at least 64
-// sequences, where a step has between 32 tiles of 32 × 64 outputs and one an SM, as measured; never max_plus, f64,
-// batched tables or the CRF form.
-TEST_CASE("the stepped strategy's fused form: the rule's shapes (132 SMs), and where it does not apply") {
+// The stepped strategy's fused forms (runtime/chain_stepped.hpp): log and max_plus HMMs with one shared table of at
+// least 64 sequences, as measured: log where a step has between 32 tiles of 32 × 64 outputs and one an SM, max_plus
+// at 512 states or more between about one tile an SM and two; never f64, batched tables or the CRF form.
+TEST_CASE("the stepped strategy's fused forms: the rule's shapes (132 SMs), and where they do not apply") {
   struct Expect {
+    Semiring semiring;
     int64_t B, C;
     bool fused;
   };
-  const Expect expect[] = {{512, 512, true},  {256, 256, true},   {128, 512, true},   {1024, 256, true},
-                           {64, 4096, true},  {512, 1024, false}, {512, 2048, false}, {16, 1024, false},
-                           {64, 64, false},   {1, 4096, false},   {32, 2048, false}};
+  const Semiring L = Semiring::log, M = Semiring::max_plus;
+  const Expect expect[] = {{L, 512, 512, true},   {L, 256, 256, true},   {L, 128, 512, true},  {L, 1024, 256, true},
+                           {L, 64, 4096, true},   {L, 512, 1024, false}, {L, 512, 2048, false}, {L, 16, 1024, false},
+                           {L, 64, 64, false},    {L, 1, 4096, false},   {L, 32, 2048, false}, {M, 512, 512, true},
+                           {M, 512, 1024, true},  {M, 64, 4096, true},   {M, 1024, 256, false}, {M, 256, 512, false},
+                           {M, 128, 1024, false}, {M, 32, 2048, false},  {M, 64, 128, false},   {M, 16, 1024, false},
+                           {M, 512, 2048, false}};
   for (const Expect& e : expect) {
+    CAPTURE(semiring_info(e.semiring).name);
     CAPTURE(e.B);
     CAPTURE(e.C);
-    CHECK(default_fused_steps(chain(Semiring::log, e.B, e.C, ChainForm::hmm), kSms) == e.fused);
+    CHECK(default_fused_steps(chain(e.semiring, e.B, e.C, ChainForm::hmm), kSms) == e.fused);
   }
-  ChainProblem viterbi = chain(Semiring::max_plus, 512, 512, ChainForm::hmm);
   ChainProblem wide = chain(Semiring::log, 512, 512, ChainForm::hmm, DType::f64);
-  ChainProblem batched = chain(Semiring::log, 512, 512, ChainForm::hmm);
+  ChainProblem batched = chain(Semiring::max_plus, 512, 512, ChainForm::hmm);
   batched.batched_transitions = true;
-  for (const ChainProblem& p : {viterbi, wide, batched, chain(Semiring::log, 512, 512)})
+  for (const ChainProblem& p : {wide, batched, chain(Semiring::log, 512, 512), chain(Semiring::max_plus, 512, 512),
+                                chain(Semiring::plus_times, 512, 512, ChainForm::hmm)})
     CHECK_FALSE(fused_steps_apply(p));
   CHECK(fused_steps_apply(chain(Semiring::log, 512, 512, ChainForm::hmm, DType::bf16)));
+  CHECK(fused_steps_apply(chain(Semiring::max_plus, 512, 512, ChainForm::hmm, DType::f16)));
 }
 
 TEST_CASE("chain specs: every default spec passes its check and keeps its loops within their registers") {

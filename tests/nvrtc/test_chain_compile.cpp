@@ -188,10 +188,15 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
           expect_no_spills(emit_step_kernel(semiring, dtype, form), arch);
 }
 
-TEST_CASE("the stepped strategy's fused module compiles for the oldest and the newest architecture without spills") {
+TEST_CASE("the stepped strategy's fused modules compile for the oldest and the newest architecture without spills") {
   for (const char* arch : {"sm_75", "sm_90"})
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) expect_no_spills(emit_fused_step_kernel(dtype), arch);
-  CHECK_THROWS_AS(emit_fused_step_kernel(DType::f64), std::invalid_argument);
+    for (Semiring semiring : {Semiring::log, Semiring::max_plus})
+      for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+        expect_no_spills(emit_fused_step_kernel(semiring, dtype), arch);
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64), doctest::Contains("dtype"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::plus_times, DType::f32), doctest::Contains("semiring"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
