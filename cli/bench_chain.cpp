@@ -105,7 +105,8 @@ int run_chain_bench(const Args& args) {
   const std::vector<ChainSpec> specs =
       args.has("--sweep") ? sweep_specs(p, chosen, cluster_sms(*device) > 0) : std::vector<ChainSpec>{chosen};
   // A variant's row, measured on a plan of its own (`chunk`, `stepped` and `steps` as chain_plan_for takes them; the
-  // stepped strategy's rows have no loops: "steps" by its products, "fused" in one launch a pass).
+  // stepped strategy's rows have no loops: "steps" by its products, "fused" in one launch a pass, "streamed" the
+  // fused form staging both sides of each chunk in turn).
   auto row = [&](const ChainSpec& spec, int64_t chunk = 0, bool stepped = false,
                  StepKernel steps = StepKernel::products) {
     const ChainMeasure m =
@@ -115,9 +116,10 @@ int run_chain_bench(const Args& args) {
     const std::string forward = stepped ? "" : loop(spec, spec.forward),
                       saving = log && !stepped ? loop(spec, spec.saving) : "",
                       beta = log && !stepped ? loop(spec, spec.beta()) : "",
-                      strategy = !stepped                       ? (chunk ? std::to_string(chunk) : "-")
-                                 : steps == StepKernel::fused ? "fused"
-                                                                : "steps";
+                      strategy = !stepped                              ? (chunk ? std::to_string(chunk) : "-")
+                                 : steps == StepKernel::fused          ? "fused"
+                                 : steps == StepKernel::fused_streamed ? "streamed"
+                                                                       : "steps";
     std::printf("%-16s %-16s %-16s %6s %10.4f %10.3g %12.4f %10.4f %10.4f %s\n", forward.c_str(), saving.c_str(),
                 beta.c_str(), strategy.c_str(), m.forward_ms, terms / (m.forward_ms * 1e-3), m.saving_ms,
                 m.backward_ms, m.saving_ms + m.backward_ms, m.checked ? "ok" : "WRONG");
@@ -127,7 +129,10 @@ int run_chain_bench(const Args& args) {
   // --stepped adds the stepped strategy where the plan does not take it.
   const int64_t planned = has_variant_flags(args) ? 0 : choice.chunk;
   if (args.has("--stepped") || (!has_variant_flags(args) && choice.stepped)) {
-    if (fused_steps_apply(p)) row(chosen, 0, true, StepKernel::fused);
+    if (fused_steps_apply(p)) {
+      row(chosen, 0, true, StepKernel::fused);
+      row(chosen, 0, true, StepKernel::fused_streamed);
+    }
     row(chosen, 0, true, StepKernel::products);
   }
   if (planned > 0) row(chosen, planned);

@@ -374,11 +374,14 @@ GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype) {
   os << inline_templates({log ? "chain/fused_steps.cuh" : "chain/fused_viterbi.cuh"});
   std::vector<EntryPoint> entries;
   if (log)
-    entries = {{"", jb::kFusedBlock, 1, "jb::fused_steps<" + s + ", false>"},
-               {"_beta", jb::kFusedBlock, 1, "jb::fused_steps<" + s + ", true>"},
+    entries = {{"", jb::kFusedBlock, 1, "jb::fused_steps<" + s + ", false, false>"},
+               {"_beta", jb::kFusedBlock, 1, "jb::fused_steps<" + s + ", true, false>"},
+               {"_resident", jb::fused_resident_threads(true), 1, "jb::fused_steps<" + s + ", false, true>"},
+               {"_resident_beta", jb::fused_resident_threads(true), 1, "jb::fused_steps<" + s + ", true, true>"},
                {"_factors", 256, 1, "jb::fused_factors<true>"}};
   else
-    entries = {{"", jb::kFusedBlock, 1, "jb::fused_viterbi<" + s + ">"},
+    entries = {{"", jb::kFusedBlock, 1, "jb::fused_viterbi<" + s + ", false>"},
+               {"_resident", jb::fused_resident_threads(false), 1, "jb::fused_viterbi<" + s + ", true>"},
                {"_factors", 256, 1, "jb::fused_factors<false>"}};
   return finish_unit(std::string("hmm_fused_steps_") + semiring_info(semiring).name + "_" + d.name, os.str(),
                      "ChainParams", sizeof(jb::ChainParams), entries);

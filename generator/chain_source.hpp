@@ -100,8 +100,10 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form)
 // cooperative launch of jb::kFusedBlock threads a block (templates/chain/params.cuh) after "_factors" (256 threads, a
 // block per 32 columns) has made the direction's table's column maxima: log (templates/chain/fused_steps.cuh) — the
 // main entry the forward, "_beta" the backward messages, "_factors" the table's factors too — and max_plus
-// (templates/chain/fused_viterbi.cuh), the main entry the forward with its best path. Inputs of f32, f16 or bf16
-// (f32 accumulators).
+// (templates/chain/fused_viterbi.cuh), the main entry the forward with its best path. "_resident" and
+// "_resident_beta" are the same passes for a grid with a block of jb::fused_resident_threads threads per tile that keeps
+// its tile's table side in jb::fused_resident_floats of dynamic shared memory. Inputs of f32, f16 or bf16 (f32
+// accumulators).
 GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype);
 
 } // namespace jitbmm

@@ -54,23 +54,18 @@ bool fused_steps_apply(const ChainProblem& p) {
 }
 
 bool default_fused_steps(const ChainProblem& p, int sm_count) {
-  // The fused form runs on CUDA cores, a block of 32 × 64 outputs an SM: it wins where each SM has one such tile of
-  // a step and there are enough of them, against a product and its launches a position; with more tiles than SMs a
-  // block forms several one after another, and the products' tensor cores win. Measured on an H200 (132 SMs;
-  // jitbmm bench --chain C --hmm --stepped, T = 32, forward / forward + backward, ms, fused against the products):
-  // B × C = 512 × 512 (128 tiles) 0.85 / 2.93 against 1.30 / 3.10; 256 × 256 (32 tiles) 0.72 / 1.79 against
-  // 0.87 / 1.85; 128 × 512 and 1024 × 256 won alike; 64 × 4096 (128 tiles) 4.33 / 11.7 against 9.35 / 14.1; lost
-  // at 512 × 1024 (256 tiles: 2.52 / 7.57 against 2.17 / 5.63) and 512 × 2048 (8.4 against 4.5 forward), and at
-  // 16 sequences of 1024 (16 tiles, T = 256) tied forward, lost with the backward (20.8 against 15.8). Fewer than
-  // 64 sequences leave most of a tile's rows empty; not measured, they keep the products.
-  // max_plus's fused form takes more instructions a term than log's one multiply-add (a max, and a source kept a
-  // four), so a step of its own is slower than the tiled max-plus product's; but it keeps the back-pointers at
-  // little cost, where the product that keeps them is much slower than the one that does not. Rated with the path
-  // (a Viterbi decode, and the backward, read it), it wins at 512 states or more between about one tile an SM and
-  // two (as measured on an H200, T = 32); with fewer tiles a block's few warps leave its SM mostly idle.
+  // The fused form runs on CUDA cores, a block of 32 × 64 outputs an SM: it wins against a product and its launches
+  // a position where each SM has at most one such tile of a step and there are enough of them (up to about 576
+  // states its resident entries keep the tile's table side in shared memory); with more tiles than SMs a block forms
+  // several one after another, and the log products' tensor cores win. Fewer than 64 sequences leave most of a
+  // tile's rows empty; not measured, they keep the products. max_plus's fused form takes more instructions a term
+  // than log's one multiply-add (a max, and a source kept a four), so a step of its own is no faster than the tiled
+  // max-plus product; but it keeps the back-pointers at little cost, where the product that keeps them is much
+  // slower. Rated with the path (a Viterbi decode, and the backward, read it), it wins from 128 states up to two
+  // tiles an SM. Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32; bench/RESULTS.md).
   const int64_t tiles = fused_tiles(p), sms = std::max(1, sm_count);
   if (p.semiring == Semiring::max_plus)
-    return fused_steps_apply(p) && p.B >= 64 && p.C >= 512 && tiles * 4 >= sms * 3 && tiles <= 2 * sms;
+    return fused_steps_apply(p) && p.B >= 64 && p.C >= 128 && tiles >= 32 && tiles <= 2 * sms;
   return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= sms;
 }
 
@@ -81,10 +76,12 @@ struct SteppedChain::FusedPieces {
     const int64_t tiles = fused_column_tiles(p);
     const bool log = p.semiring == Semiring::log;
     const int64_t factors = p.T > 1 && log ? p.C : 0; // no step, no table; max_plus reads the table itself
+    // The barriers: a slot of 64 words for the grid, one for each row of tiles.
+    const int64_t barriers = 1 + (p.B + jb::kFusedRows - 1) / jb::kFusedRows;
     const std::size_t list[10] = {bytes_of({factors, p.C, 4}),  bytes_of({p.C, 4}),      bytes_of({2, p.B, p.C, 4}),
                                   bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({log ? 0 : p.B, tiles, 4}),
                                   bytes_of({p.B, 4}),           bytes_of({p.B, 8}),        bytes_of({2, p.B, 8}),
-                                  256};
+                                  bytes_of({barriers, 64, 4})};
     std::copy(std::begin(list), std::end(list), sizes);
   }
   std::size_t bytes() const {
@@ -143,7 +140,7 @@ struct SteppedChain::ForwardPieces {
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
                            StepKernel kernel)
     : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
-  if (kernel == StepKernel::fused && !fused_steps_apply(problem))
+  if ((kernel == StepKernel::fused || kernel == StepKernel::fused_streamed) && !fused_steps_apply(problem))
     throw std::invalid_argument("steps: the fused steps compute log and max_plus HMMs with one shared transition "
                                 "table, inputs of f32, f16 or bf16");
   chain_strides(problem, strides_);
@@ -159,18 +156,39 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count)))
     return;
   fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.semiring, problem.dtype));
-  // Every block resident at once (the grid barrier), each owning its tiles for the whole pass.
   ScopedContext scope(device_->context);
-  int per_sm = 0;
-  for (const char* suffix : {"", "_beta"}) {
-    if (suffix[0] && problem.semiring != Semiring::log) break; // max_plus has no backward messages
-    int n = 0;
-    check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fused_kernel_->entry(suffix), jb::kFusedBlock, 0),
-          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-    per_sm = suffix[0] ? std::min(per_sm, n) : n;
+  const int64_t tiles = fused_tiles(problem), sms = std::max(1, device_->sm_count);
+  // Every block resident at once (the grid barrier), each owning its tiles for the whole pass: `threads` and
+  // `shared` bytes of dynamic shared memory a block, the passes' entries of `prefix`.
+  auto blocks = [&](const std::string& prefix, int threads, unsigned shared) {
+    int per_sm = 1 << 30;
+    for (const char* direction : {"", "_beta"}) {
+      if (direction[0] && problem.semiring != Semiring::log) break; // max_plus has no backward messages
+      const CUfunction f = fused_kernel_->entry(prefix + direction);
+      int n = 0, fixed = 0;
+      check(driver().cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
+      if (shared && int64_t(shared) + fixed > device_->max_shared_per_block_optin) return int64_t(0);
+      if (shared)
+        check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
+              "cuFuncSetAttribute");
+      check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, shared),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      per_sm = std::min(per_sm, n);
+    }
+    return int64_t(per_sm) * sms;
+  };
+  // The resident entries where every tile can have a block to itself with its table's side in shared memory: the
+  // sources of a product are then read from shared memory alone.
+  const auto resident = unsigned(jb::fused_resident_floats(problem.C) * int64_t(sizeof(float)));
+  const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
+  if (kernel != StepKernel::fused_streamed && blocks("_resident", threads, resident) >= tiles) {
+    fused_prefix_ = "_resident";
+    fused_block_ = threads;
+    fused_shared_ = resident;
+    fused_grid_ = int(tiles);
+    return;
   }
-  fused_grid_ = int(
-      std::clamp<int64_t>(fused_tiles(problem), 1, int64_t(std::max(1, per_sm)) * std::max(1, device_->sm_count)));
+  fused_grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks("", jb::kFusedBlock, 0))));
 }
 
 std::string SteppedChain::kernel_name() const {
@@ -346,11 +364,13 @@ void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scr
     jitbmm::launch(fused_kernel_->entry("_factors"), grid, block, args, stream, fused_kernel_->generated.name,
                    "_factors");
   }
-  check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, 256, stream), "cuMemsetD8Async");
-  const char* const suffix = beta ? "_beta" : "";
+  const FusedPieces pieces(p);
+  check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
+        "cuMemsetD8Async");
+  const std::string suffix = fused_prefix_ + (beta ? "_beta" : "");
   void* args[] = {&params};
-  launch_cooperative(fused_kernel_->entry(suffix), unsigned(fused_grid_), unsigned(jb::kFusedBlock), args, stream,
-                     fused_kernel_->generated.name, suffix);
+  launch_cooperative(fused_kernel_->entry(suffix), unsigned(fused_grid_), unsigned(fused_block_), args, stream,
+                     fused_kernel_->generated.name, suffix, fused_shared_);
 }
 
 CUstream SteppedChain::side_stream() const {

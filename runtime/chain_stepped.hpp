@@ -26,8 +26,10 @@ namespace jitbmm {
 
 // How the stepped strategy runs a pass: a product of the bmm plans and a launch per position, or the fused form
 // (templates/chain/fused_steps.cuh and fused_viterbi.cuh: one persistent launch a pass, the log or max_plus HMM
-// with one shared table, f32 accumulators), or whichever default_fused_steps says.
-enum class StepKernel : int { rule, products, fused };
+// with one shared table, f32 accumulators), or whichever default_fused_steps says. The fused form keeps each tile's
+// table side in shared memory where every tile has a block to itself and it fits (its resident entries);
+// fused_streamed asks for the entries that stage both sides of each chunk in turn everywhere.
+enum class StepKernel : int { rule, products, fused, fused_streamed };
 
 // Whether the fused form computes the problem, and where the rule takes it on a GPU of `sm_count` SMs.
 bool fused_steps_apply(const ChainProblem& p);
@@ -90,6 +92,9 @@ private:
   std::shared_ptr<const LoadedKernel> kernel_;
   std::shared_ptr<const LoadedKernel> fused_kernel_; // where the passes are fused
   int fused_grid_ = 0;                               // the fused passes' blocks: as many as are resident at once
+  std::string fused_prefix_;                         // their entries': "_resident" where a block has a tile alone
+  int fused_block_ = jb::kFusedBlock;                // their threads
+  unsigned fused_shared_ = 0;                        // and dynamic shared memory a block
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)

@@ -16,9 +16,9 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
             const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
 // cuLaunchCooperativeKernel: every block of the grid resident at once (what a grid-wide barrier needs); a grid
-// larger than the device holds is CudaError naming the entry point.
+// larger than the device holds is CudaError naming the entry point. Dynamic shared memory as launch's.
 void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
-                        const std::string& name, const std::string& suffix = "");
+                        const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
 // The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
 // pass's also says how many batch slices its accumulator has.

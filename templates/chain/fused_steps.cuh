@@ -1,6 +1,6 @@
 // The stepped strategy's fused form for the log HMM with one shared transition table (runtime/chain_stepped.cpp):
 // one persistent kernel runs every position of every sequence, each step's [B × C] · [C × C] product in tiles of
-// kFusedRows × kFusedCols outputs, the blocks meeting at a grid-wide barrier between positions, instead of a
+// kFusedRows × kFusedCols outputs, the blocks meeting at a barrier between positions (position_barrier), instead of a
 // product's launches per position. Its product is exp_matmul's with FMA arithmetic (docs/exp_matmul.md): the
 // relative messages' factors 2^((msg − shift)·log2 e) ≤ 1, made as a block stages them, times the table's column
 // factors 2^((tab − colmax)·log2 e) ≤ 1 made once per call ("_factors"), so a sum of C terms of at most 1 that
@@ -24,9 +24,10 @@ namespace jb {
 // Position i's messages of every tile the block owns, unshifted (position t of the direction), with the tiles' row
 // maxima: the product's log (or its exact repair) ⊗ the position's emission, the first position's messages, −inf
 // past a sequence's length.
-template <class S, bool BETA> __device__ __forceinline__ void fused_position(const ChainParams& p, long long i) {
+template <class S, bool BETA, bool RESIDENT>
+__device__ __forceinline__ void fused_position(const ChainParams& p, long long i) {
   using namespace fused;
-  __shared__ __align__(16) Staged st;
+  constexpr int SPLIT = fused_groups(true, RESIDENT);
   __shared__ TileRows rows;
   const Position q = position(p, i);
   const long long C = q.C, t = BETA ? p.T - 1 - i : i;
@@ -41,8 +42,8 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_position(con
     // staged, times the table's factors.
     float acc[4][4] = {};
     if (product) {
-      sweep(
-          q, st, rows, r0, c0, static_cast<const float*>(p.factors), 0.f,
+      float* const meet = sweep<RESIDENT, SPLIT>(
+          q, rows, r0, c0, static_cast<const float*>(p.factors), 0.f,
           [&](int row, float v) { return Num<float>::exp2((v - rows.shift[row]) * Num<float>::log2e()); },
           [&](const float4(&a)[4], const float4(&b)[4], int) {
 #pragma unroll
@@ -57,26 +58,26 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_position(con
               }
             }
           });
-      // The groups' sums into group 0's, through the (now free) staged table of group 0.
+      // Each thread's sums of the rows other groups own go to them through `meet`; an owner adds them in the
+      // writers' order.
+      float(*const red)[kFusedRows][kFusedCols] = reinterpret_cast<float(*)[kFusedRows][kFusedCols]>(meet);
 #pragma unroll
-      for (int h = 1; h < kFusedSplit; ++h) {
-        float(*const red)[kFusedCols] = st.b[0];
-        if (q.g == h)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int r = 0; r < 4; ++r)
+        for (int j = 0; j < 4; ++j) {
+          const int o = owner<SPLIT>(r);
+          if (o != q.g) red[meet_slot(q.g, o)][q.ty * 4 + r][q.tx * 4 + j] = acc[r][j];
+        }
+      __syncthreads();
 #pragma unroll
-            for (int j = 0; j < 4; ++j) red[q.ty * 4 + r][q.tx * 4 + j] = acc[r][j];
-        __syncthreads();
-        if (q.g == 0)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int r = 0; r < 4; ++r)
+        for (int j = 0; j < 4; ++j)
+          if (owner<SPLIT>(r) == q.g)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[r][j] += red[q.ty * 4 + r][q.tx * 4 + j];
-        __syncthreads();
-      }
+            for (int h = 0; h < SPLIT - 1; ++h) acc[r][j] += red[h][q.ty * 4 + r][q.tx * 4 + j];
     }
-    if (q.g != 0) continue; // the outputs are group 0's
-    store_tile<S, BETA>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
+    store_tile<S, BETA, SPLIT>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
       const int clean = rows.clean[row];
       const float cm = col_max[n], s = acc[r][j];
       if (clean == 3 || cm != cm) return Num<float>::nan(); // a NaN term makes the sum NaN, whatever meets it
@@ -121,18 +122,21 @@ __device__ __forceinline__ void fused_scores(const ChainParams& p) {
 }
 
 // Every position of every sequence in one direction: the forward (BETA false) writes the scores, alpha and the
-// forward half of saved; the backward messages' pass (BETA true) the other half. p.factors and p.col_max are this
-// direction's ("_factors"), p.table its widened table [k][n] (k the source state, n the target); scratch: p.msg
-// [2][B][C] (unshifted messages), p.row_maxima [2][B][tiles_n], p.row_sums [B][tiles_n], p.ends [B] (the last
-// position's largest message), p.offsets [2][B] and p.end_offsets [B] in double, p.barrier 64 words, zeroed.
-template <class S, bool BETA> __device__ __forceinline__ void fused_steps(const ChainParams& p) {
+// forward half of saved; the backward messages' pass (BETA true) the other half. RESIDENT: each block owns at most
+// one tile and keeps its factors in shared memory (fused_resident_floats of dynamic shared memory). p.factors and
+// p.col_max are this direction's ("_factors"), p.table its widened table [k][n] (k the source state, n the target);
+// scratch: p.msg [2][B][C] (unshifted messages), p.row_maxima [2][B][tiles_n], p.row_sums [B][tiles_n], p.ends [B] (the
+// last position's largest message), p.offsets [2][B] and p.end_offsets [B] in double, p.barrier a slot of 64 words for
+// the grid and one for each row of tiles, zeroed.
+template <class S, bool BETA, bool RESIDENT> __device__ __forceinline__ void fused_steps(const ChainParams& p) {
+  if (RESIDENT) fused::stage_resident_table(p, static_cast<const float*>(p.factors), 0.f);
   for (long long i = 0; i < p.T; ++i) {
-    fused_position<S, BETA>(p, i);
-    grid_barrier(p.barrier, p.barrier + 32);
-    fused_keep<true, BETA>(p, i);
+    fused_position<S, BETA, RESIDENT>(p, i);
+    position_barrier<RESIDENT>(p);
+    fused_keep<true, BETA, fused_groups(true, RESIDENT)>(p, i);
   }
   if (BETA) return;
-  grid_barrier(p.barrier, p.barrier + 32);
+  grid_barrier(p.barrier, p.barrier + 32, gridDim.x);
   fused_scores(p);
 }
 

@@ -16,17 +16,18 @@
 
 namespace jb {
 
-// Every block of the grid arrives before any leaves; what a block wrote before it is visible to every block after
-// it (read with ld.global.cg: L1 is not coherent across blocks). The grid must be co-resident (a cooperative launch).
-// count starts at 0 and returns to 0; generation, a line apart so that the polls do not queue behind the arrivals,
-// only grows. Release and acquire at the GPU's scope order the blocks' writes; no sequentially consistent fence.
-__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* generation) {
+// Every one of `arrivals` blocks arrives before any leaves; what a block wrote before it is visible to every block
+// after it (read with ld.global.cg: L1 is not coherent across blocks). The blocks must be co-resident (a cooperative
+// launch). count starts at 0 and returns to 0; generation, a line apart so that the polls do not queue behind the
+// arrivals, only grows. Release and acquire at the GPU's scope order the blocks' writes; no sequentially consistent
+// fence.
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* generation, unsigned arrivals) {
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned before, old, now;
     asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(before) : "l"(generation) : "memory");
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
-    if (old == gridDim.x - 1) {
+    if (old == arrivals - 1) {
       asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(count) : "memory");
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(generation) : "memory");
     } else {
@@ -65,10 +66,21 @@ template <bool FACTORS> __device__ __forceinline__ void fused_factors(const Chai
 
 // The index maps below (a thread's 4 × 4 outputs, its loads of a chunk, the sums' exchange through one staged
 // table) are written for these tiles.
-static_assert(kFusedRows == 32 && kFusedCols == 64 && kFusedK == 32 && kFusedThreads == 128,
-              "the fused steps' index maps assume 32 × 64 tiles, chunks of 32 and 128 threads a group");
+static_assert(kFusedRows == 32 && kFusedCols == 64 && kFusedK == 32 && kFusedThreads == 128 && kFusedSplit == 2 &&
+                  kFusedResidentSplit == 4,
+              "the fused steps' index maps assume 32 × 64 tiles, chunks of 32 and two or four groups of 128 threads");
 
 namespace fused {
+
+// A block of SPLIT groups (fused_groups): once the groups' results meet, group g owns the rows r of every thread's
+// four (ty·4 + r) with r / (4 / SPLIT) = g; each thread writes its tile's outputs of those rows, and keeps them. A
+// thread's results of a row group h owns go to h through its slot for the writer: the other groups in increasing
+// order.
+template <int SPLIT> __device__ __forceinline__ int owner(int r) {
+  static_assert(4 % SPLIT == 0, "a thread's four rows split evenly between the groups");
+  return r / (4 / SPLIT);
+}
+__device__ __forceinline__ int meet_slot(int writer, int owner) { return writer < owner ? writer : writer - 1; }
 
 // What a row of a tile does at a position.
 enum Row { kNone = 0, kStart = 1, kProduct = 2 };
@@ -124,25 +136,42 @@ __device__ __forceinline__ bool stage_rows(const ChainParams& p, TileRows& rows,
   return __syncthreads_or(threadIdx.x < kFusedRows && rows.kind[threadIdx.x] == kProduct);
 }
 
+// Four of a row's messages from k, unshifted (the staging shifts them), with a 16-byte load where the rows allow it
+// (`vec`: C a multiple of 4): −inf but in rows of clean finite values (the others take no staged value).
+__device__ __forceinline__ void load_message_part(float (&v)[4], const float* prev, const TileRows& rows, long long r0,
+                                                  int row, long long k, long long C, bool vec) {
+  const float* const at = prev + (r0 + row) * C + k;
+  const bool live = rows.kind[row] == kProduct && rows.clean[row] == 1;
+  if (live && vec && k < C) {
+    const float4 w = __ldcg(reinterpret_cast<const float4*>(at));
+    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = live && k + u < C ? __ldcg(at + u) : Num<float>::neg_inf();
+  }
+}
+
+// Four of a table row's columns from n (`row` the row, `in` whether it is inside the table), `fill` outside it.
+__device__ __forceinline__ void load_row_part(float (&v)[4], const float* row, long long n, bool in, long long C,
+                                              bool vec, float fill) {
+  if (vec && in && n < C) {
+    const float4 w = *reinterpret_cast<const float4*>(row + n);
+    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = in && n + u < C ? row[n + u] : fill;
+  }
+}
+
 // A thread's part (l of kFusedThreads) of a chunk of kFusedK sources from k0, read into registers one chunk ahead
-// of the products so that their latency passes while the previous chunk's are formed, with 16-byte loads where the
-// rows allow them (`vec`: C a multiple of 4). The messages: a row's 32 values, four a thread, two rows; −inf but in
-// rows of clean finite values (the others take no staged value). Unshifted: the staging shifts them.
+// of the products so that their latency passes while the previous chunk's are formed. The messages: a row's 32
+// values, four a thread, two rows.
 __device__ __forceinline__ void load_messages(float (&ra)[2][4], const float* prev, const TileRows& rows, long long r0,
                                               long long k0, long long C, bool vec, int l) {
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    const int e = l + q * kFusedThreads, row = e / 8, kq = e % 8;
-    const long long k = k0 + kq * 4;
-    const float* const at = prev + (r0 + row) * C + k;
-    const bool live = rows.kind[row] == kProduct && rows.clean[row] == 1;
-    if (live && vec && k < C) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(at));
-      ra[q][0] = v.x, ra[q][1] = v.y, ra[q][2] = v.z, ra[q][3] = v.w;
-    } else {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) ra[q][u] = live && k + u < C ? __ldcg(at + u) : Num<float>::neg_inf();
-    }
+    const int e = l + q * kFusedThreads;
+    load_message_part(ra[q], prev, rows, r0, e / 8, k0 + e % 8 * 4, C, vec);
   }
 }
 
@@ -152,16 +181,9 @@ __device__ __forceinline__ void load_columns(float (&rb)[4][4], const float* src
                                              long long C, bool vec, float fill, int l) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const int e = l + q * kFusedThreads, kk = e / 16, nq = e % 16;
-    const long long k = k0 + kk, n = c0 + nq * 4;
-    const float* const at = src + k * C + n;
-    if (vec && k < C && n < C) {
-      const float4 v = *reinterpret_cast<const float4*>(at);
-      rb[q][0] = v.x, rb[q][1] = v.y, rb[q][2] = v.z, rb[q][3] = v.w;
-    } else {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) rb[q][u] = k < C && n + u < C ? at[u] : fill;
-    }
+    const int e = l + q * kFusedThreads;
+    const long long k = k0 + e / 16;
+    load_row_part(rb[q], src + k * C, c0 + e % 16 * 4, k < C, C, vec, fill);
   }
 }
 
@@ -217,37 +239,109 @@ __device__ __forceinline__ Position position(const ChainParams& p, long long i) 
   return q;
 }
 
-// A tile's product, a group's chunks at a time (every kFusedSplit-th chunk of kFusedK sources): each staged with the
-// messages as f(row, value) and the table's side from `src` (`fill` outside it), the next chunk read while this one
-// is formed; then body(a, b, k) for each four sources from k, with the thread's four rows' messages a[r] and the
-// four sources' table rows at its four columns b[u].
-template <class F, class Body>
-__device__ __forceinline__ void sweep(const Position& q, Staged& st, const TileRows& rows, long long r0, long long c0,
-                                      const float* src, float fill, F f, Body body) {
+// The resident form's shared memory (fused_resident_floats, templates/chain/params.cuh): the table's side of the
+// block's one tile, [sources][kFusedCols], then its rows' messages of a position, [kFusedRows][sources + 4].
+struct Resident {
+  float* table;
+  float* msg;
+  int sources, pitch;
+};
+
+__device__ __forceinline__ Resident resident(long long C) {
+  extern __shared__ __align__(16) float resident_shared[];
+  const int sources = int(fused_sources(C));
+  return {resident_shared, resident_shared + sources * kFusedCols, sources, sources + 4};
+}
+
+// The resident form's first act in a pass: the table's side of the block's tile from `src` (`fill` outside the
+// table), where the pass forms any product.
+__device__ __forceinline__ void stage_resident_table(const ChainParams& p, const float* src, float fill) {
+  const Position q = position(p, 0);
+  if (p.T < 2 || blockIdx.x >= q.tiles) return;
+  const Resident res = resident(q.C);
+  const long long c0 = blockIdx.x % q.tiles_n * kFusedCols;
   const bool vec = (q.C & 3) == 0;
-  float ra[2][4], rb[4][4];
-  auto fetch = [&](long long k0) {
-    load_messages(ra, q.prev, rows, r0, k0, q.C, vec, q.l);
-    load_columns(rb, src, c0, k0, q.C, vec, fill, q.l);
-  };
-  constexpr int step = kFusedSplit * kFusedK; // the sources of one round: a chunk a group
-  fetch(q.g * kFusedK);
-  for (long long k0 = 0; k0 < q.C; k0 += step) {
-    stage_messages(st.a[q.g], ra, q.l, f);
-    stage_columns(st.b[q.g], rb, q.l);
-    __syncthreads();
-    if (k0 + step < q.C) fetch(k0 + step + q.g * kFusedK);
-    const int first = int(k0) + q.g * kFusedK;
+  for (int e = threadIdx.x; e < res.sources * (kFusedCols / 4); e += blockDim.x) {
+    const int k = e / (kFusedCols / 4), nq = e % (kFusedCols / 4);
+    float v[4];
+    load_row_part(v, src + k * q.C, c0 + nq * 4, k < q.C, q.C, vec, fill);
+    *reinterpret_cast<float4*>(&res.table[k * kFusedCols + nq * 4]) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+// A tile's product, a group's chunks at a time (every kFusedSplit-th chunk of kFusedK sources): body(a, b, k) for
+// each four sources from k, with the thread's four rows' messages a[r] and the four sources' table rows at its four
+// columns b[u]; messages staged as f(row, value), the table's side from `src` (`fill` outside it). RESIDENT (a block
+// with one tile for the whole pass, its table's side staged once: stage_resident_table) stages all the position's
+// messages of the tile's rows at once and sweeps without a barrier between chunks; otherwise each chunk of both sides
+// is staged in turn, the next read while this one is formed. Returns where the groups' results may meet afterwards:
+// 2 × (SPLIT − 1) × kFusedRows × kFusedCols floats, free once every thread has returned.
+template <bool RESIDENT, int SPLIT, class F, class Body>
+__device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows, long long r0, long long c0,
+                                        const float* src, float fill, F f, Body body) {
+  const bool vec = (q.C & 3) == 0;
+  constexpr int step = SPLIT * kFusedK; // the sources of one round: a chunk a group
+  if constexpr (RESIDENT) {
+    const Resident res = resident(q.C);
+    const int quads = res.sources / 4; // of a row
+    // Eight loads in flight a thread before any is staged.
+    for (int e0 = threadIdx.x; e0 < kFusedRows * quads; e0 += 8 * SPLIT * kFusedThreads) {
+      float ra[8][4];
 #pragma unroll
-    for (int kk = 0; kk < kFusedK; kk += 4) {
-      float4 a[4], b[4];
+      for (int u = 0; u < 8; ++u) {
+        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
+        if (e < kFusedRows * quads) load_message_part(ra[u], q.prev, rows, r0, row, (e % quads) * 4LL, q.C, vec);
+      }
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[r] = *reinterpret_cast<const float4*>(&st.a[q.g][q.ty * 4 + r][kk]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) b[u] = *reinterpret_cast<const float4*>(&st.b[q.g][kk + u][q.tx * 4]);
-      body(a, b, first + kk);
+      for (int u = 0; u < 8; ++u) {
+        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
+        if (e < kFusedRows * quads)
+          *reinterpret_cast<float4*>(&res.msg[row * res.pitch + (e % quads) * 4]) =
+              make_float4(f(row, ra[u][0]), f(row, ra[u][1]), f(row, ra[u][2]), f(row, ra[u][3]));
+      }
     }
     __syncthreads();
+    for (int k0 = q.g * kFusedK; k0 < res.sources; k0 += step) {
+#pragma unroll
+      for (int kk = 0; kk < kFusedK; kk += 4) {
+        float4 a[4], b[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          b[u] = *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + q.tx * 4]);
+        body(a, b, k0 + kk);
+      }
+    }
+    __syncthreads(); // every read of the messages done: their space is where the results meet
+    return res.msg;
+  } else {
+    __shared__ __align__(16) Staged st;
+    float ra[2][4], rb[4][4];
+    auto fetch = [&](long long k0) {
+      load_messages(ra, q.prev, rows, r0, k0, q.C, vec, q.l);
+      load_columns(rb, src, c0, k0, q.C, vec, fill, q.l);
+    };
+    fetch(q.g * kFusedK);
+    for (long long k0 = 0; k0 < q.C; k0 += step) {
+      stage_messages(st.a[q.g], ra, q.l, f);
+      stage_columns(st.b[q.g], rb, q.l);
+      __syncthreads();
+      if (k0 + step < q.C) fetch(k0 + step + q.g * kFusedK);
+      const int first = int(k0) + q.g * kFusedK;
+#pragma unroll
+      for (int kk = 0; kk < kFusedK; kk += 4) {
+        float4 a[4], b[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = *reinterpret_cast<const float4*>(&st.a[q.g][q.ty * 4 + r][kk]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) b[u] = *reinterpret_cast<const float4*>(&st.b[q.g][kk + u][q.tx * 4]);
+        body(a, b, first + kk);
+      }
+      __syncthreads();
+    }
+    return &st.b[0][0][0];
   }
 }
 
@@ -274,13 +368,15 @@ __device__ __forceinline__ void tile_row_max(float top, float* maxima, long long
   if (tx == 0 && b < Bn) maxima[b * tiles_n + tile % tiles_n] = top;
 }
 
-// A thread's outputs of a tile at position t (those inside B × C) written to q.cur with the tile's row maxima: the
-// first messages at a sequence's start, product(r, j, row, b, n) ⊗ the emission after it, −inf past its length.
-template <class S, bool BETA, class Product>
+// A thread's outputs of a tile at position t (those inside B × C, of the rows its group owns) written to q.cur with
+// the tile's row maxima: the first messages at a sequence's start, product(r, j, row, b, n) ⊗ the emission after
+// it, −inf past its length.
+template <class S, bool BETA, int SPLIT, class Product>
 __device__ __forceinline__ void store_tile(const ChainParams& p, const Position& q, const TileRows& rows, long long r0,
                                            long long c0, long long t, long long tile, Product product) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
+    if (owner<SPLIT>(r) != q.g) continue;
     const int row = q.ty * 4 + r;
     const long long b = r0 + row;
     const int kind = rows.kind[row];
@@ -303,18 +399,28 @@ __device__ __forceinline__ void store_tile(const ChainParams& p, const Position&
 
 } // namespace fused
 
+// Where a pass's blocks meet between positions: RESIDENT, the blocks of one row of tiles (the same sequences, whose
+// messages no other block reads) at the barrier of their own (p.barrier's slot 1 + the row's); otherwise the whole
+// grid (slot 0). A slot is 64 words.
+template <bool RESIDENT> __device__ __forceinline__ void position_barrier(const ChainParams& p) {
+  const unsigned tiles_n = unsigned((p.states + kFusedCols - 1) / kFusedCols);
+  unsigned* const slot = p.barrier + (RESIDENT ? 64 * (1 + blockIdx.x / tiles_n) : 0);
+  grid_barrier(slot, slot + 32, RESIDENT ? tiles_n : gridDim.x);
+}
+
 // What is kept of position i once every tile of it is written: its relative messages and offset (saved, alpha),
 // the offsets the next position adds to, and at a sequence's last position (forward) its largest message, offset
 // and for the score each tile's part in row_sums: LOG its sum of exp(rel), max_plus its best rel, with the smallest
 // state holding it in row_args (ChainMax's order). max_plus's path is −1 past a sequence's length. Each block for the
 // tiles it wrote, each thread for its outputs.
-template <bool LOG, bool BETA> __device__ __forceinline__ void fused_keep(const ChainParams& p, long long i) {
+template <bool LOG, bool BETA, int SPLIT>
+__device__ __forceinline__ void fused_keep(const ChainParams& p, long long i) {
   using namespace fused;
   const long long C = p.states, Bn = p.B, Tn = p.T, t = BETA ? Tn - 1 - i : i;
   const int tiles_n = int((C + kFusedCols - 1) / kFusedCols);
   const long long tiles = (Bn + kFusedRows - 1) / kFusedRows * tiles_n;
-  if (threadIdx.x >= kFusedThreads) return; // a group of the split sums keeps what it wrote: group 0
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int g = threadIdx.x / kFusedThreads, tx = threadIdx.x % kFusedThreads % 16,
+            ty = threadIdx.x % kFusedThreads / 16;
   const float* const cur = static_cast<const float*>(p.msg) + (i & 1) * Bn * C;
   const float* const cur_max = static_cast<const float*>(p.row_maxima) + (i & 1) * Bn * tiles_n;
   const double* const off_prev = p.offsets + ((i + 1) & 1) * Bn;
@@ -327,6 +433,7 @@ template <bool LOG, bool BETA> __device__ __forceinline__ void fused_keep(const 
     const int tn = int(tile % tiles_n);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      if (owner<SPLIT>(r) != g) continue; // each keeps what it wrote
       const long long b = r0 + ty * 4 + r;
       const RowState rs = row_state(p, b, t, BETA);
       const bool live = rs.kind != kNone;

@@ -1,7 +1,7 @@
 // The stepped strategy's fused form for the max_plus HMM with one shared transition table (runtime/chain_stepped.cpp):
 // one persistent kernel runs every position of every sequence, each step's [B × C] · [C × C] max-plus product in
 // tiles of kFusedRows × kFusedCols outputs with the source that won each (the back-pointers), the blocks meeting at
-// a grid-wide barrier between positions (templates/chain/fused_tiles.cuh), then the best path from them.
+// a barrier between positions (position_barrier, templates/chain/fused_tiles.cuh), then the best path from them.
 //
 // The arithmetic is step_position's and its products' (templates/chain/steps.cuh): a term is the relative message
 // (the position's value minus its row's shift, as the products read it) plus the table's entry in f32, the winner the
@@ -20,9 +20,10 @@ namespace jb {
 
 // Position t's messages of every tile the block owns, unshifted, with the tiles' row maxima and (with p.argmax)
 // each output's winning source: the product's best ⊗ the emission, the first messages at 0, −inf past a length.
-template <class S> __device__ __forceinline__ void fused_viterbi_position(const ChainParams& p, long long t) {
+template <class S, bool RESIDENT>
+__device__ __forceinline__ void fused_viterbi_position(const ChainParams& p, long long t) {
   using namespace fused;
-  __shared__ __align__(16) Staged st;
+  constexpr int SPLIT = fused_groups(false, RESIDENT);
   __shared__ TileRows rows;
   const Position q = position(p, t);
   const long long C = q.C;
@@ -44,8 +45,8 @@ template <class S> __device__ __forceinline__ void fused_viterbi_position(const 
       // Four sources at a time: their best term, and the four's first source where it beats the best so far (the
       // fours in increasing order, so that a tie keeps the earlier). Which of the four won is found once, for the
       // final winner; a max of the four takes one instruction a term where a running argmax takes three.
-      sweep(
-          q, st, rows, r0, c0, table, Num<float>::neg_inf(), [&](int row, float v) { return v - rows.shift[row]; },
+      float* const meet = sweep<RESIDENT, SPLIT>(
+          q, rows, r0, c0, table, Num<float>::neg_inf(), [&](int row, float v) { return v - rows.shift[row]; },
           [&](const float4(&a)[4], const float4(&b)[4], int four) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
@@ -59,36 +60,36 @@ template <class S> __device__ __forceinline__ void fused_viterbi_position(const 
               }
             }
           });
-      // The groups' winners into group 0's, through the (now free) staged tables: values in st.b[0], sources
-      // in st.b[1]. Each group's chunks interleave the others', so a tie goes to the smaller source.
+      // Each thread's winners of the rows other groups own go to them through `meet`: values in its first half,
+      // sources in its second. Each group's chunks interleave the others', so a tie goes to the smaller source,
+      // whichever group found it.
+      float(*const value)[kFusedRows][kFusedCols] = reinterpret_cast<float(*)[kFusedRows][kFusedCols]>(meet);
+      float(*const source)[kFusedRows][kFusedCols] = value + (SPLIT - 1);
 #pragma unroll
-      for (int h = 1; h < kFusedSplit; ++h) {
-        float(*const value)[kFusedCols] = st.b[0];
-        float(*const source)[kFusedCols] = st.b[1];
-        if (q.g == h)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int r = 0; r < 4; ++r)
+        for (int j = 0; j < 4; ++j) {
+          const int o = owner<SPLIT>(r);
+          if (o == q.g) continue;
+          value[meet_slot(q.g, o)][q.ty * 4 + r][q.tx * 4 + j] = best[r][j];
+          source[meet_slot(q.g, o)][q.ty * 4 + r][q.tx * 4 + j] = __int_as_float(arg[r][j]);
+        }
+      __syncthreads();
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              value[q.ty * 4 + r][q.tx * 4 + j] = best[r][j];
-              source[q.ty * 4 + r][q.tx * 4 + j] = __int_as_float(arg[r][j]);
-            }
-        __syncthreads();
-        if (q.g == 0)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int r = 0; r < 4; ++r)
+        for (int j = 0; j < 4; ++j) {
+          if (owner<SPLIT>(r) != q.g) continue;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float v = value[q.ty * 4 + r][q.tx * 4 + j];
-              const int k = __float_as_int(source[q.ty * 4 + r][q.tx * 4 + j]);
-              if (v > best[r][j] || (v == best[r][j] && k >= 0 && (arg[r][j] < 0 || k < arg[r][j])))
-                best[r][j] = v, arg[r][j] = k;
-            }
-        __syncthreads();
-      }
+          for (int h = 0; h < SPLIT - 1; ++h) {
+            const float v = value[h][q.ty * 4 + r][q.tx * 4 + j];
+            const int k = __float_as_int(source[h][q.ty * 4 + r][q.tx * 4 + j]);
+            if (v > best[r][j] || (v == best[r][j] && k >= 0 && (arg[r][j] < 0 || k < arg[r][j])))
+              best[r][j] = v, arg[r][j] = k;
+          }
+        }
     }
-    if (q.g != 0) continue; // the outputs are group 0's
-    store_tile<S, false>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
+    store_tile<S, false, SPLIT>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
       const int clean = rows.clean[row];
       const float cm = col_max[n], shift = rows.shift[row];
       float prod = best[r][j];
@@ -151,14 +152,15 @@ __device__ __forceinline__ void fused_best_path(const ChainParams& p) {
 
 // The forward pass over every position (max_plus has no backward messages: its backward reads the path). p.col_max
 // is the forward table's ("_factors"), p.table the widened table [k][n] (k the source state, n the target); scratch
-// as the log form's (fused_steps), with row_args [B][tiles], and with a path argmax [T][B][C].
-template <class S> __device__ __forceinline__ void fused_viterbi(const ChainParams& p) {
+// as the log form's (fused_steps), with row_args [B][tiles], and with a path argmax [T][B][C]. RESIDENT as there.
+template <class S, bool RESIDENT> __device__ __forceinline__ void fused_viterbi(const ChainParams& p) {
+  if (RESIDENT) fused::stage_resident_table(p, static_cast<const float*>(p.table), Num<float>::neg_inf());
   for (long long t = 0; t < p.T; ++t) {
-    fused_viterbi_position<S>(p, t);
-    grid_barrier(p.barrier, p.barrier + 32);
-    fused_keep<false, false>(p, t);
+    fused_viterbi_position<S, RESIDENT>(p, t);
+    position_barrier<RESIDENT>(p);
+    fused_keep<false, false, fused_groups(false, RESIDENT)>(p, t);
   }
-  grid_barrier(p.barrier, p.barrier + 32);
+  grid_barrier(p.barrier, p.barrier + 32, gridDim.x);
   fused_best_path(p);
 }
 

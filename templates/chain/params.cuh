@@ -1,6 +1,8 @@
-// The argument block of the chain kernels. Plain C++ with no device code, so the host (runtime/chain_plan.cpp)
-// includes this same file.
+// The argument block of the chain kernels. Plain C++ with no device code (its functions JB_HD), so the host
+// (runtime/chain_plan.cpp) includes this same file.
 #pragma once
+
+#include "core/host_device.cuh"
 
 namespace jb {
 
@@ -85,7 +87,25 @@ enum FusedTiles : int {
   kFusedK = 32,
   kFusedThreads = 128,
   kFusedSplit = 2,
-  kFusedBlock = kFusedThreads * kFusedSplit
+  kFusedBlock = kFusedThreads * kFusedSplit,
+  kFusedResidentSplit = 4 // the resident form's groups at most (below)
 };
+
+// The resident form of the fused steps (templates/chain/fused_tiles.cuh), for a block that owns one tile for a whole
+// pass: its dynamic shared memory holds the table's side of the tile,
+// [sources][kFusedCols], then all of a position's messages of its rows, [kFusedRows][sources + 4], where sources is
+// the states rounded up to kFusedK; once a product is formed, the groups' results meet where the messages were (two
+// words an output from each other group at least).
+// The groups of a fused pass's block: the resident entries' kFusedResidentSplit for log; max_plus's two, whose
+// winners and their sources would not fit in the 128 registers a thread of four groups has; the streaming entries'
+// kFusedSplit.
+JB_HD constexpr int fused_groups(bool log, bool resident) { return log && resident ? kFusedResidentSplit : kFusedSplit; }
+JB_HD constexpr int fused_resident_threads(bool log) { return kFusedThreads * fused_groups(log, true); }
+JB_HD long long fused_sources(long long states) { return (states + kFusedK - 1) / kFusedK * kFusedK; }
+JB_HD long long fused_resident_floats(long long states) {
+  const long long messages = kFusedRows * (fused_sources(states) + 4),
+                  meet = 2 * (kFusedResidentSplit - 1) * kFusedRows * kFusedCols;
+  return fused_sources(states) * kFusedCols + (messages > meet ? messages : meet);
+}
 
 } // namespace jb

@@ -24,11 +24,7 @@
 // holds values other than −inf (EmLine below); when they cannot meet, the output is exactly −inf.
 #pragma once
 
-#if defined(__CUDACC__)
-#define JB_HD __host__ __device__ __forceinline__
-#else
-#define JB_HD inline
-#endif
+#include "core/host_device.cuh"
 
 namespace jb {
 

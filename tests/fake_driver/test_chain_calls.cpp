@@ -470,7 +470,8 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
 // The stepped strategy's fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): where the rule takes them,
 // an HMM with one shared table runs each pass in one cooperative launch of at most one block an SM (what the fake
 // driver holds at once), after the table's copy and its columns' maxima (log: and factors): no product a position.
-// Where they do not apply, asking for them is refused.
+// Where each tile has a block to itself and its table's side fits in shared memory, the passes are the resident
+// entries; at 1024 states it does not fit. Where the fused forms do not apply, asking for them is refused.
 TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for where they do not apply, refused") {
   ChainProblem p;
   p.form = ChainForm::hmm;
@@ -493,9 +494,27 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
     else
       other.push_back(name);
   }
-  CHECK(fused == std::vector<std::string>{"_factors", "", "_factors", "_beta"});
+  CHECK(fused == std::vector<std::string>{"_factors", "_resident", "_factors", "_resident_beta"});
   CHECK(other.size() == 2); // the table copied for each direction, by the step module
   for (const std::string& name : other) CHECK_MESSAGE(name.find("_widen") != std::string::npos, name);
+
+  // 128 sequences of 1024 states: 64 tiles, each table side 256 KiB, the streaming entries.
+  ChainProblem large = p;
+  large.B = 128, large.C = 1024;
+  const ChainPlan streaming = chain_plan_for(large, ChainSpec{}, 0, false, true);
+  CHECK(streaming.kernel_name().rfind("hmm_fused_steps_log_f32", 0) == 0);
+  const std::size_t large_table = std::size_t(large.C) * std::size_t(large.C) * 4;
+  const std::size_t large_emissions = std::size_t(large.B * large.T * large.C) * 4;
+  DeviceBuffer large_tables(large_table + large_emissions + 4 * std::size_t(large.C)), large_score(4 * large.B);
+  DeviceBuffer large_work(streaming.workspace_bytes(false));
+  char* lt = static_cast<char*>(large_tables.get());
+  const DriverLog large_log;
+  streaming(HmmInputs{lt + large_table, lt, lt + large_table + large_emissions}, nullptr, large_score.get(), nullptr,
+            nullptr, nullptr, nullptr, Workspace{large_work.get(), streaming.workspace_bytes(false)});
+  std::vector<std::string> passes;
+  for (const std::string& name : large_log.launched())
+    if (name.rfind(streaming.kernel_name(), 0) == 0) passes.push_back(name.substr(streaming.kernel_name().size()));
+  CHECK(passes == std::vector<std::string>{"_factors", ""});
 
   // The best path: one pass, its back-pointers and walk inside it.
   ChainProblem viterbi = p;
@@ -511,7 +530,8 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
     launched.push_back(name.rfind(best.kernel_name(), 0) == 0 ? name.substr(best.kernel_name().size()) : name);
   REQUIRE(launched.size() == 3);
   CHECK_MESSAGE(launched[0].find("_widen") != std::string::npos, launched[0]);
-  CHECK(std::vector<std::string>(launched.begin() + 1, launched.end()) == std::vector<std::string>{"_factors", ""});
+  CHECK(std::vector<std::string>(launched.begin() + 1, launched.end()) ==
+        std::vector<std::string>{"_factors", "_resident"});
 
   ChainProblem batched = p;
   batched.batched_transitions = true;

@@ -66,7 +66,10 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
                 k.integers ? " integers" : "", k.dead_state ? " dead_state" : "");
-  const char* form = k.steps == StepKernel::fused ? " fused" : k.steps == StepKernel::products ? " products" : "";
+  const char* form = k.steps == StepKernel::fused            ? " fused"
+                     : k.steps == StepKernel::fused_streamed ? " fused streamed"
+                     : k.steps == StepKernel::products       ? " products"
+                                                             : "";
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
          (k.stepped ? std::string(" stepped") + form : std::string()) +
          (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "");
@@ -172,7 +175,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CHECK(std::string(plan.strategy()) ==
         (k.stepped || C > kMaxSequentialChainStates ? "stepped" : k.chunk ? "chunked" : "sequential"));
   if (k.steps != StepKernel::rule)
-    CHECK((plan.kernel_name().find("fused") != std::string::npos) == (k.steps == StepKernel::fused));
+    CHECK((plan.kernel_name().find("fused") != std::string::npos) == (k.steps != StepKernel::products));
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
   DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
@@ -196,7 +199,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   // a step of the path, in the accumulator type: up to B·T additions, each rounding by a unit in the last place.
   // The stepped strategy's products form keeps the products' f32 contract at each step, 1e-5 of max(1, |out|).
   const bool wide = k.dtype == DType::f64;
-  const bool products = k.stepped && k.steps != StepKernel::fused;
+  const bool products = k.stepped && k.steps != StepKernel::fused && k.steps != StepKernel::fused_streamed;
   const double rounding = test::half_rounding(k.dtype);
   const double score_tol = wide ? 1e-12 : products ? 1e-5 : 1e-6, alpha_tol = (wide ? 1e-12 : 2e-5) * std::max(1.0, k.spread / 10);
   const double path_sums = double(B * T) * std::ldexp(1.0, wide ? -53 : -24);
@@ -378,7 +381,7 @@ void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, W
     int64_t B, T, C;
   } shapes[] = {{1, 1, 1},    {2, 2, 2},    {3, 5, 33},   {5, 9, 64},  {2, 4, 257},
                 {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
-  const bool fused = form == StepKernel::fused;
+  const bool fused = form == StepKernel::fused || form == StepKernel::fused_streamed;
   for (const auto& sh : shapes) {
     // Beyond 1024 states in f32 alone: the other dtypes' code is the same at every C, and their products' kernels
     // would compile for these shapes only.
@@ -462,13 +465,16 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
 }
 
 // The fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): one shared table, f32 accumulators; the
-// Viterbi scores and paths must be the sequential kernels' bit for bit up to their 1024 states.
+// Viterbi scores and paths must be the sequential kernels' bit for bit up to their 1024 states. Up to a few hundred
+// states the plans take the resident entries, beyond them the streaming ones; f32 runs every shape in the streaming
+// entries too (the dtypes differ only in what both read and write).
 TEST_CASE("hmm: the stepped strategy's fused form against the float64 reference") {
   std::mt19937_64 rng(20261204);
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f16, DType::bf16}) {
       Worst worst;
       stepped_cases(s, d, StepKernel::fused, rng, worst);
+      if (d == DType::f32) stepped_cases(s, d, StepKernel::fused_streamed, rng, worst);
       if (s == Semiring::max_plus && d == DType::f32) { // ties over many tiles, rows and both groups' chunks
         Case ties{s, d, 70, 6, 1024};
         ties.integers = ties.stepped = ties.ragged = true;
