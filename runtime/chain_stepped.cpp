@@ -21,8 +21,6 @@ namespace {
 // The product kinds a plan keeps.
 enum ProductKind { kStep = 0, kEdges = 1 };
 
-bool shared_table(const ChainProblem& p) { return p.form == ChainForm::hmm && !p.batched_transitions; }
-
 std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
 }
@@ -41,78 +39,12 @@ struct JoinOnExit {
 
 } // namespace
 
-namespace {
-
-// A position's column tiles (states) of the fused form, and all its tiles.
-int64_t fused_column_tiles(const ChainProblem& p) { return (p.C + jb::kFusedCols - 1) / jb::kFusedCols; }
-int64_t fused_tiles(const ChainProblem& p) { return (p.B + jb::kFusedRows - 1) / jb::kFusedRows * fused_column_tiles(p); }
-
-} // namespace
-
-bool fused_steps_apply(const ChainProblem& p) {
-  return shared_table(p) && (p.semiring == Semiring::log || p.semiring == Semiring::max_plus) && p.dtype != DType::f64;
-}
-
-bool default_fused_steps(const ChainProblem& p, int sm_count) {
-  // The fused form runs on CUDA cores, a block of 32 × 64 outputs an SM: it wins against a product and its launches
-  // a position where each SM has at most one such tile of a step and there are enough of them (up to about 576
-  // states its resident entries keep the tile's table side in shared memory); with more tiles than SMs a block forms
-  // several one after another, and the log products' tensor cores win. Fewer than 64 sequences leave most of a
-  // tile's rows empty; not measured, they keep the products. max_plus's fused form takes more instructions a term
-  // than log's one multiply-add (a max, and a source kept a four), so a step of its own is no faster than the tiled
-  // max-plus product; but it keeps the back-pointers at little cost, where the product that keeps them is much
-  // slower. Rated with the path (a Viterbi decode, and the backward, read it), it wins from 128 states up to two
-  // tiles an SM. Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32; bench/RESULTS.md).
-  const int64_t tiles = fused_tiles(p), sms = std::max(1, sm_count);
-  if (p.semiring == Semiring::max_plus)
-    return fused_steps_apply(p) && p.B >= 64 && p.C >= 128 && tiles >= 32 && tiles <= 2 * sms;
-  return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= sms;
-}
-
-// A fused pass's scratch after its table, counted and carved in one order (templates/chain/params.cuh names them).
-struct SteppedChain::FusedPieces {
-  std::size_t sizes[10];
-  explicit FusedPieces(const ChainProblem& p) {
-    const int64_t tiles = fused_column_tiles(p);
-    const bool log = p.semiring == Semiring::log;
-    const int64_t factors = p.T > 1 && log ? p.C : 0; // no step, no table; max_plus reads the table itself
-    // The barriers: a slot of 64 words for the grid, one for each row of tiles.
-    const int64_t barriers = 1 + (p.B + jb::kFusedRows - 1) / jb::kFusedRows;
-    const std::size_t list[10] = {bytes_of({factors, p.C, 4}),  bytes_of({p.C, 4}),      bytes_of({2, p.B, p.C, 4}),
-                                  bytes_of({2, p.B, tiles, 4}), bytes_of({p.B, tiles, 4}), bytes_of({log ? 0 : p.B, tiles, 4}),
-                                  bytes_of({p.B, 4}),           bytes_of({p.B, 8}),        bytes_of({2, p.B, 8}),
-                                  bytes_of({barriers, 64, 4})};
-    std::copy(std::begin(list), std::end(list), sizes);
-  }
-  std::size_t bytes() const {
-    ScratchSize size;
-    for (const std::size_t n : sizes) size.add(n, "workspace");
-    return size.bytes();
-  }
-  void carve(char* at, jb::ChainParams& q) const {
-    void* pieces[10];
-    for (int i = 0; i < 10; ++i) { // null where the semiring takes no such piece
-      pieces[i] = sizes[i] ? at : nullptr;
-      at += ScratchSize().add(sizes[i], "workspace").bytes();
-    }
-    q.factors = pieces[0];
-    q.col_max = pieces[1];
-    q.msg = pieces[2];
-    q.row_maxima = pieces[3];
-    q.row_sums = pieces[4];
-    q.row_args = static_cast<int*>(pieces[5]);
-    q.ends = pieces[6];
-    q.end_offsets = static_cast<double*>(pieces[7]);
-    q.offsets = static_cast<double*>(pieces[8]);
-    q.barrier = static_cast<unsigned*>(pieces[9]);
-  }
-};
 
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
 // far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
 // then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other on one
-// stream, share one table and one FusedPieces.
+// stream, share one table and one FusedSteps scratch.
 struct SteppedChain::ForwardPieces {
   int passes;
   std::size_t messages, offsets, table, argmax, fused;
@@ -155,44 +87,11 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
   if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count)))
     return;
-  fused_kernel_ = load_generated(*device_, emit_fused_step_kernel(problem.semiring, problem.dtype));
-  ScopedContext scope(device_->context);
-  const int64_t tiles = fused_tiles(problem), sms = std::max(1, device_->sm_count);
-  // Every block resident at once (the grid barrier), each owning its tiles for the whole pass: `threads` and
-  // `shared` bytes of dynamic shared memory a block, the passes' entries of `prefix`.
-  auto blocks = [&](const std::string& prefix, int threads, unsigned shared) {
-    int per_sm = 1 << 30;
-    for (const char* direction : {"", "_beta"}) {
-      if (direction[0] && problem.semiring != Semiring::log) break; // max_plus has no backward messages
-      const CUfunction f = fused_kernel_->entry(prefix + direction);
-      int n = 0, fixed = 0;
-      check(driver().cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
-      if (shared && int64_t(shared) + fixed > device_->max_shared_per_block_optin) return int64_t(0);
-      if (shared)
-        check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
-              "cuFuncSetAttribute");
-      check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, shared),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-      per_sm = std::min(per_sm, n);
-    }
-    return int64_t(per_sm) * sms;
-  };
-  // The resident entries where every tile can have a block to itself with its table's side in shared memory: the
-  // sources of a product are then read from shared memory alone.
-  const auto resident = unsigned(jb::fused_resident_floats(problem.C) * int64_t(sizeof(float)));
-  const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
-  if (kernel != StepKernel::fused_streamed && blocks("_resident", threads, resident) >= tiles) {
-    fused_prefix_ = "_resident";
-    fused_block_ = threads;
-    fused_shared_ = resident;
-    fused_grid_ = int(tiles);
-    return;
-  }
-  fused_grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks("", jb::kFusedBlock, 0))));
+  fused_ = std::make_unique<FusedSteps>(problem, *device_, kernel == StepKernel::fused_streamed);
 }
 
 std::string SteppedChain::kernel_name() const {
-  return fused_kernel_ ? fused_kernel_->generated.name : kernel_ ? kernel_->generated.name : "";
+  return fused_ ? fused_->name() : kernel_ ? kernel_->generated.name : "";
 }
 
 // A shared table is copied transposed for the forward (the products read their right operand row-major best) and
@@ -216,7 +115,7 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
-  if (fused_kernel_) return ForwardPieces(p, with_saved, with_path, widened_bytes(), 0, 0, FusedPieces(p).bytes());
+  if (fused_) return ForwardPieces(p, with_saved, with_path, widened_bytes(), 0, 0, fused_->workspace_bytes());
   const bool steps = p.T > 1;
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
@@ -356,21 +255,8 @@ void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scr
                               CUstream stream) const {
   const ChainProblem& p = problem_;
   params.beta = beta;
-  FusedPieces(p).carve(static_cast<char*>(scratch), params);
-  if (p.T > 1) {
-    params.table = table(params, beta ? p.T - 2 : 0, beta, table_scratch, stream);
-    const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
-    void* args[] = {&params};
-    jitbmm::launch(fused_kernel_->entry("_factors"), grid, block, args, stream, fused_kernel_->generated.name,
-                   "_factors");
-  }
-  const FusedPieces pieces(p);
-  check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
-        "cuMemsetD8Async");
-  const std::string suffix = fused_prefix_ + (beta ? "_beta" : "");
-  void* args[] = {&params};
-  launch_cooperative(fused_kernel_->entry(suffix), unsigned(fused_grid_), unsigned(fused_block_), args, stream,
-                     fused_kernel_->generated.name, suffix, fused_shared_);
+  const void* tab = p.T > 1 ? table(params, beta ? p.T - 2 : 0, beta, table_scratch, stream) : nullptr;
+  fused_->pass(params, beta, tab, scratch, stream);
 }
 
 CUstream SteppedChain::side_stream() const {
@@ -409,7 +295,7 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
     fused[i] = scratch.take(sizes.fused);
   }
   at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
-  if (fused_kernel_) {
+  if (fused_) {
     // One pass after the other, on the caller's stream: each keeps every block of the GPU resident.
     params.argmax = at[0].argmax;
     for (int i = 0; i < (with_saved ? 2 : 1); ++i) fused_pass(params, i == 1, tables[0], fused[0], cu_stream);

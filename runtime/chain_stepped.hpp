@@ -18,6 +18,7 @@
 
 #include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
+#include "runtime/chain_fused_steps.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "templates/chain/params.cuh"
@@ -31,9 +32,6 @@ namespace jitbmm {
 // fused_streamed asks for the entries that stage both sides of each chunk in turn everywhere.
 enum class StepKernel : int { rule, products, fused, fused_streamed };
 
-// Whether the fused form computes the problem, and where the rule takes it on a GPU of `sm_count` SMs.
-bool fused_steps_apply(const ChainProblem& p);
-bool default_fused_steps(const ChainProblem& p, int sm_count);
 
 class SteppedChain {
 public:
@@ -65,9 +63,8 @@ private:
   // `products` its products'.
   void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, const Workspace& products,
             Stream stream) const;
-  // The same pass in the fused form: `scratch` holds FusedPieces after the table.
+  // The same pass in the fused form: `scratch` holds the fused form's after the table.
   void fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream) const;
-  struct FusedPieces;
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
   struct ForwardPieces;
   ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;
@@ -90,11 +87,7 @@ private:
   bool tune_products_ = false;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
-  std::shared_ptr<const LoadedKernel> fused_kernel_; // where the passes are fused
-  int fused_grid_ = 0;                               // the fused passes' blocks: as many as are resident at once
-  std::string fused_prefix_;                         // their entries': "_resident" where a block has a tile alone
-  int fused_block_ = jb::kFusedBlock;                // their threads
-  unsigned fused_shared_ = 0;                        // and dynamic shared memory a block
+  std::unique_ptr<const FusedSteps> fused_; // where the passes are fused
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)

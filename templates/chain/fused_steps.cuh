@@ -1,4 +1,4 @@
-// The stepped strategy's fused form for the log HMM with one shared transition table (runtime/chain_stepped.cpp):
+// The stepped strategy's fused form for the log HMM with one shared transition table (runtime/chain_fused_steps.cpp):
 // one persistent kernel runs every position of every sequence, each step's [B × C] · [C × C] product in tiles of
 // kFusedRows × kFusedCols outputs, the blocks meeting at a barrier between positions (position_barrier), instead of a
 // product's launches per position. Its product is exp_matmul's with FMA arithmetic (docs/exp_matmul.md): the

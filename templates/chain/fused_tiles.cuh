@@ -1,5 +1,5 @@
 // What the stepped strategy's fused forms share (templates/chain/fused_steps.cuh for log, fused_viterbi.cuh for
-// max_plus; runtime/chain_stepped.cpp): a persistent kernel per pass whose blocks own fixed tiles of kFusedRows
+// max_plus; runtime/chain_fused_steps.cpp): a persistent kernel per pass whose blocks own fixed tiles of kFusedRows
 // sequences × kFusedCols states of every position and meet at a grid-wide barrier between positions, the table's
 // column maxima, what a row of a tile does at a position, and what is kept of a position once all its tiles are
 // written. Every step writes its messages unshifted with each tile's row maxima; after the barrier every block takes

@@ -1,4 +1,4 @@
-// The stepped strategy's fused form for the max_plus HMM with one shared transition table (runtime/chain_stepped.cpp):
+// The stepped strategy's fused form for the max_plus HMM with one shared transition table (runtime/chain_fused_steps.cpp):
 // one persistent kernel runs every position of every sequence, each step's [B × C] · [C × C] max-plus product in
 // tiles of kFusedRows × kFusedCols outputs with the source that won each (the back-pointers), the blocks meeting at
 // a barrier between positions (position_barrier, templates/chain/fused_tiles.cuh), then the best path from them.

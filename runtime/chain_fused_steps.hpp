@@ -1,0 +1,47 @@
+// The stepped strategy's fused forms on the host (templates/chain/fused_steps.cuh for log, fused_viterbi.cuh for
+// max_plus): whether they compute a problem and where the rule takes them, their module and the entries a grid of
+// this GPU takes, their scratch, and a pass. runtime/chain_stepped.cpp runs them in place of its products.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "jitbmm/chain_problem.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "templates/chain/params.cuh"
+
+namespace jitbmm {
+
+// Whether every sequence reads one transition table (the HMM form without batched transitions).
+bool shared_table(const ChainProblem& p);
+// Whether the fused forms compute the problem, and where the rule takes them on a GPU of `sm_count` SMs.
+bool fused_steps_apply(const ChainProblem& p);
+bool default_fused_steps(const ChainProblem& p, int sm_count);
+
+class FusedSteps {
+public:
+  // Compiles the module (the problem must be one fused_steps_apply accepts) and takes its resident entries where
+  // every tile can have a block to itself with its table's side in shared memory, unless `streamed`; else its
+  // streaming entries, as many blocks as are resident at once.
+  FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed);
+
+  // A pass's scratch (the pieces templates/chain/fused_steps.cuh names), which both passes of a call may share as
+  // they run one after the other.
+  std::size_t workspace_bytes() const;
+  // One direction's pass on `stream`: `table` the direction's widened table ([k][n], k the source state; null where
+  // T = 1), `scratch` workspace_bytes() of it; params' inputs and outputs as SteppedChain::forward takes them.
+  void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const;
+  const std::string& name() const { return kernel_->generated.name; }
+
+private:
+  ChainProblem problem_;
+  std::shared_ptr<const LoadedKernel> kernel_;
+  std::string prefix_;          // the passes' entries: "_resident", or "" for the streaming ones
+  int block_ = jb::kFusedBlock; // their threads a block
+  int grid_ = 0;                // and blocks
+  unsigned shared_ = 0;         // and dynamic shared memory a block
+};
+
+} // namespace jitbmm
