@@ -282,7 +282,7 @@ int run_inspect(int argc, char** argv) {
   flags.insert(
       {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--tuned", "--hmm", "--chunks"});
+  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -315,6 +315,24 @@ int run_inspect(int argc, char** argv) {
       throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
     kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;
+  } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
+    // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
+    // semiring and the dtype alone, and the form for the former.
+    args.require_only({"--chain", "--hmm", "--stepped", "--fused", "--semiring", "--dtype", "--emit", "--arch"},
+                      "inspect --chain --stepped");
+    if (!args.has("--stepped")) throw std::invalid_argument("--fused: a form of the stepped strategy (with --stepped)");
+    const ChainProblem problem = chain_problem_from(args, 1, 2);
+    if (args.has("--fused") && problem.form != ChainForm::hmm)
+      throw std::invalid_argument("--fused: the fused steps compute the HMM form (with --hmm)");
+    try {
+      kernel = with_override(args.has("--fused") ? emit_fused_step_kernel(problem.semiring, problem.dtype)
+                                                 : emit_step_kernel(problem.semiring, problem.dtype, problem.form));
+    } catch (const std::invalid_argument& e) { // the generator names its argument; the flag that gave it
+      const std::string why = e.what();
+      if (why.rfind("dtype: ", 0) == 0) throw std::invalid_argument("--" + why);
+      throw;
+    }
+    threads = args.has("--fused") ? jb::kFusedBlock : kStepThreads; // the occupancy reported is the main entry's
   } else if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",
                        "--emit", "--arch"},
