@@ -14,7 +14,7 @@
 // score of each sequence follows a last barrier. S is a storage type whose accumulator is f32.
 #pragma once
 
-#include "chain/fused_tiles.cuh"
+#include "chain/fused_sweep.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 #include "core/semirings.cuh"

@@ -1,10 +1,11 @@
 // What the stepped strategy's fused forms share (templates/chain/fused_steps.cuh for log, fused_viterbi.cuh for
 // max_plus; runtime/chain_fused_steps.cpp): a persistent kernel per pass whose blocks own fixed tiles of kFusedRows
-// sequences × kFusedCols states of every position and meet at a grid-wide barrier between positions, the table's
-// column maxima, what a row of a tile does at a position, and what is kept of a position once all its tiles are
-// written. Every step writes its messages unshifted with each tile's row maxima; after the barrier every block takes
-// a row's largest value from those maxima, so the next product shifts as it stages and the tile's owner writes what
-// is kept (the sequential kernels' relative messages and offsets in double: templates/chain/params.cuh).
+// sequences × kFusedCols states of every position and meet at a barrier between positions, the table's column
+// maxima, what a row of a tile does at a position, its outputs, and what is kept of a position once all its tiles
+// are written (how a block forms a tile's product: fused_sweep.cuh). Every step writes its messages unshifted with
+// each tile's row maxima; after the barrier every block takes a row's largest value from those maxima, so the next
+// product shifts as it stages and the tile's owner writes what is kept (the sequential kernels' relative messages
+// and offsets in double: templates/chain/params.cuh).
 #pragma once
 
 #include "chain/lengths.cuh"
@@ -136,85 +137,6 @@ __device__ __forceinline__ bool stage_rows(const ChainParams& p, TileRows& rows,
   return __syncthreads_or(threadIdx.x < kFusedRows && rows.kind[threadIdx.x] == kProduct);
 }
 
-// Four of a row's messages from k, unshifted (the staging shifts them), with a 16-byte load where the rows allow it
-// (`vec`: C a multiple of 4): −inf but in rows of clean finite values (the others take no staged value).
-__device__ __forceinline__ void load_message_part(float (&v)[4], const float* prev, const TileRows& rows, long long r0,
-                                                  int row, long long k, long long C, bool vec) {
-  const float* const at = prev + (r0 + row) * C + k;
-  const bool live = rows.kind[row] == kProduct && rows.clean[row] == 1;
-  if (live && vec && k < C) {
-    const float4 w = __ldcg(reinterpret_cast<const float4*>(at));
-    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-  } else {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = live && k + u < C ? __ldcg(at + u) : Num<float>::neg_inf();
-  }
-}
-
-// Four of a table row's columns from n (`row` the row, `in` whether it is inside the table), `fill` outside it.
-__device__ __forceinline__ void load_row_part(float (&v)[4], const float* row, long long n, bool in, long long C,
-                                              bool vec, float fill) {
-  if (vec && in && n < C) {
-    const float4 w = *reinterpret_cast<const float4*>(row + n);
-    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-  } else {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = in && n + u < C ? row[n + u] : fill;
-  }
-}
-
-// A thread's part (l of kFusedThreads) of a chunk of kFusedK sources from k0, read into registers one chunk ahead
-// of the products so that their latency passes while the previous chunk's are formed. The messages: a row's 32
-// values, four a thread, two rows.
-__device__ __forceinline__ void load_messages(float (&ra)[2][4], const float* prev, const TileRows& rows, long long r0,
-                                              long long k0, long long C, bool vec, int l) {
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int e = l + q * kFusedThreads;
-    load_message_part(ra[q], prev, rows, r0, e / 8, k0 + e % 8 * 4, C, vec);
-  }
-}
-
-// The table's side of the chunk (`src` [k][n], row stride C: the factors or the table itself): 32 rows of 64
-// columns from c0, four a thread, four rows; `fill` outside the table.
-__device__ __forceinline__ void load_columns(float (&rb)[4][4], const float* src, long long c0, long long k0,
-                                             long long C, bool vec, float fill, int l) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int e = l + q * kFusedThreads;
-    const long long k = k0 + e / 16;
-    load_row_part(rb[q], src + k * C, c0 + e % 16 * 4, k < C, C, vec, fill);
-  }
-}
-
-// The table's side of a chunk into its staged rows b_s[kFusedK][kFusedCols], as load_columns read it.
-__device__ __forceinline__ void stage_columns(float (*b_s)[kFusedCols], const float (&rb)[4][4], int l) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int e = l + q * kFusedThreads, kk = e / 16, nq = e % 16;
-    *reinterpret_cast<float4*>(&b_s[kk][nq * 4]) = make_float4(rb[q][0], rb[q][1], rb[q][2], rb[q][3]);
-  }
-}
-
-// The messages' side of a chunk into a_s[kFusedRows][kFusedK + 4], as load_messages read it, each value v as f(v).
-template <class F>
-__device__ __forceinline__ void stage_messages(float (*a_s)[kFusedK + 4], const float (&ra)[2][4], int l, F f) {
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int e = l + q * kFusedThreads, row = e / 8, kq = e % 8;
-    float v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = f(row, ra[q][u]);
-    *reinterpret_cast<float4*>(&a_s[row][kq * 4]) = make_float4(v[0], v[1], v[2], v[3]);
-  }
-}
-
-// The chunks a block stages for a tile's product: each group's messages and table rows.
-struct Staged {
-  float a[kFusedSplit][kFusedRows][kFusedK + 4];
-  float b[kFusedSplit][kFusedK][kFusedCols];
-};
-
 // Where a thread of a pass stands at the pass's position i (whose parity picks the message and maxima buffers):
 // its group g of the split, its place l in it, its outputs' rows ty·4 + r and columns tx·4 + j of a tile.
 struct Position {
@@ -237,112 +159,6 @@ __device__ __forceinline__ Position position(const ChainParams& p, long long i) 
   q.prev_max = static_cast<const float*>(p.row_maxima) + ((i + 1) & 1) * q.B * q.tiles_n;
   q.cur_max = static_cast<float*>(p.row_maxima) + (i & 1) * q.B * q.tiles_n;
   return q;
-}
-
-// The resident form's shared memory (fused_resident_floats, templates/chain/params.cuh): the table's side of the
-// block's one tile, [sources][kFusedCols], then its rows' messages of a position, [kFusedRows][sources + 4].
-struct Resident {
-  float* table;
-  float* msg;
-  int sources, pitch;
-};
-
-__device__ __forceinline__ Resident resident(long long C) {
-  extern __shared__ __align__(16) float resident_shared[];
-  const int sources = int(fused_sources(C));
-  return {resident_shared, resident_shared + sources * kFusedCols, sources, sources + 4};
-}
-
-// The resident form's first act in a pass: the table's side of the block's tile from `src` (`fill` outside the
-// table), where the pass forms any product.
-__device__ __forceinline__ void stage_resident_table(const ChainParams& p, const float* src, float fill) {
-  const Position q = position(p, 0);
-  if (p.T < 2 || blockIdx.x >= q.tiles) return;
-  const Resident res = resident(q.C);
-  const long long c0 = blockIdx.x % q.tiles_n * kFusedCols;
-  const bool vec = (q.C & 3) == 0;
-  for (int e = threadIdx.x; e < res.sources * (kFusedCols / 4); e += blockDim.x) {
-    const int k = e / (kFusedCols / 4), nq = e % (kFusedCols / 4);
-    float v[4];
-    load_row_part(v, src + k * q.C, c0 + nq * 4, k < q.C, q.C, vec, fill);
-    *reinterpret_cast<float4*>(&res.table[k * kFusedCols + nq * 4]) = make_float4(v[0], v[1], v[2], v[3]);
-  }
-}
-
-// A tile's product, a group's chunks at a time (every kFusedSplit-th chunk of kFusedK sources): body(a, b, k) for
-// each four sources from k, with the thread's four rows' messages a[r] and the four sources' table rows at its four
-// columns b[u]; messages staged as f(row, value), the table's side from `src` (`fill` outside it). RESIDENT (a block
-// with one tile for the whole pass, its table's side staged once: stage_resident_table) stages all the position's
-// messages of the tile's rows at once and sweeps without a barrier between chunks; otherwise each chunk of both sides
-// is staged in turn, the next read while this one is formed. Returns where the groups' results may meet afterwards:
-// 2 × (SPLIT − 1) × kFusedRows × kFusedCols floats, free once every thread has returned.
-template <bool RESIDENT, int SPLIT, class F, class Body>
-__device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows, long long r0, long long c0,
-                                        const float* src, float fill, F f, Body body) {
-  const bool vec = (q.C & 3) == 0;
-  constexpr int step = SPLIT * kFusedK; // the sources of one round: a chunk a group
-  if constexpr (RESIDENT) {
-    const Resident res = resident(q.C);
-    const int quads = res.sources / 4; // of a row
-    // Eight loads in flight a thread before any is staged.
-    for (int e0 = threadIdx.x; e0 < kFusedRows * quads; e0 += 8 * SPLIT * kFusedThreads) {
-      float ra[8][4];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
-        if (e < kFusedRows * quads) load_message_part(ra[u], q.prev, rows, r0, row, (e % quads) * 4LL, q.C, vec);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
-        if (e < kFusedRows * quads)
-          *reinterpret_cast<float4*>(&res.msg[row * res.pitch + (e % quads) * 4]) =
-              make_float4(f(row, ra[u][0]), f(row, ra[u][1]), f(row, ra[u][2]), f(row, ra[u][3]));
-      }
-    }
-    __syncthreads();
-    for (int k0 = q.g * kFusedK; k0 < res.sources; k0 += step) {
-#pragma unroll
-      for (int kk = 0; kk < kFusedK; kk += 4) {
-        float4 a[4], b[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          b[u] = *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + q.tx * 4]);
-        body(a, b, k0 + kk);
-      }
-    }
-    __syncthreads(); // every read of the messages done: their space is where the results meet
-    return res.msg;
-  } else {
-    __shared__ __align__(16) Staged st;
-    float ra[2][4], rb[4][4];
-    auto fetch = [&](long long k0) {
-      load_messages(ra, q.prev, rows, r0, k0, q.C, vec, q.l);
-      load_columns(rb, src, c0, k0, q.C, vec, fill, q.l);
-    };
-    fetch(q.g * kFusedK);
-    for (long long k0 = 0; k0 < q.C; k0 += step) {
-      stage_messages(st.a[q.g], ra, q.l, f);
-      stage_columns(st.b[q.g], rb, q.l);
-      __syncthreads();
-      if (k0 + step < q.C) fetch(k0 + step + q.g * kFusedK);
-      const int first = int(k0) + q.g * kFusedK;
-#pragma unroll
-      for (int kk = 0; kk < kFusedK; kk += 4) {
-        float4 a[4], b[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[r] = *reinterpret_cast<const float4*>(&st.a[q.g][q.ty * 4 + r][kk]);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) b[u] = *reinterpret_cast<const float4*>(&st.b[q.g][kk + u][q.tx * 4]);
-        body(a, b, first + kk);
-      }
-      __syncthreads();
-    }
-    return &st.b[0][0][0];
-  }
 }
 
 // The first messages of a direction at (b, n) given the position's emission e: initial ⊗ e forward, e backward;

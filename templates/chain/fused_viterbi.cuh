@@ -12,7 +12,7 @@
 // ChainMax instead. S is a storage type whose accumulator is f32.
 #pragma once
 
-#include "chain/fused_tiles.cuh"
+#include "chain/fused_sweep.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
