@@ -113,12 +113,13 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
   };
   // The resident entries where every tile can have a block to itself with its table's side in shared memory: the
   // sources of a product are then read from shared memory alone.
-  const auto resident = unsigned(jb::fused_resident_floats(problem.C) * int64_t(sizeof(float)));
+  const int64_t resident = jb::fused_resident_floats(problem.C) * int64_t(sizeof(float));
   const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
-  if (!streamed && blocks("_resident", threads, resident) >= tiles) {
+  if (!streamed && resident <= device.max_shared_per_block_optin &&
+      blocks("_resident", threads, unsigned(resident)) >= tiles) {
     prefix_ = "_resident";
     block_ = threads;
-    shared_ = resident;
+    shared_ = unsigned(resident);
     grid_ = int(tiles);
     return;
   }

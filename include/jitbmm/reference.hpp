@@ -113,6 +113,19 @@ void chain_entropy(const ChainProblem& problem, const void* potentials, const in
 void chain_cross_entropy(const ChainProblem& problem, const void* potentials, const void* other, const int64_t* lengths,
                          double* cross_entropy, double* kl);
 
+// Their gradients with respect to p's potentials (grad_potentials) and, for the cross-entropy and KL, q's
+// (grad_other, may be null), [B][T − 1][C][C] contiguous, 0 past a sequence's length, for upstream gradients
+// grad_entropy[B], or grad_cross_entropy[B] and grad_kl[B] (either may be null: zero). With p's edge marginals μ
+// and R a path's sum of edge scores r, Cov_p(1_e, R) = μ_e (a_t(from) + r_e + b_{t+1}(c) − E_p[R]), where a and b
+// are R's expectations over the edges before and after the edge given its states: ∂H/∂θp = −Cov_p(1_e, θp),
+// ∂CE/∂θp = −Cov_p(1_e, θq), ∂KL/∂θp = Cov_p(1_e, θp − θq), ∂CE/∂θq = ∂KL/∂θq = μq − μp. A sequence whose value is
+// not finite has NaN gradients at every edge of its length; one whose upstream gradients are 0 has zeros.
+void chain_entropy_backward(const ChainProblem& problem, const void* potentials, const int64_t* lengths,
+                            const double* grad_entropy, double* grad_potentials);
+void chain_cross_entropy_backward(const ChainProblem& problem, const void* potentials, const void* other,
+                                  const int64_t* lengths, const double* grad_cross_entropy, const double* grad_kl,
+                                  double* grad_potentials, double* grad_other);
+
 // The k best paths (the problem's semiring must be max_plus; the CRF form's potentials): scores[B][k] in
 // non-increasing order, NaN first as Viterbi's winner; paths[B][k][T] (may be null), each path's states. Paths of
 // equal score are in the order of their states read from the last position back, smaller first, where their

@@ -10,111 +10,51 @@
 #include <random>
 #include <vector>
 
+#include "host/chain_paths.hpp"
 #include "host/chain_problems.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/reference.hpp"
 
 using namespace jitbmm;
-using jitbmm::test::chain;
-
-namespace {
-
-const double kInf = std::numeric_limits<double>::infinity();
-
-// Every path of sequence b over its first L positions, with its score (potentials contiguous [B][T − 1][C][C],
-// long double sums), path[0] the first state.
-struct Path {
-  long double score;
-  std::vector<int> states;
-};
-std::vector<Path> every_path(const ChainProblem& p, const std::vector<double>& pot, int64_t b, int64_t L) {
-  int64_t count = 1;
-  for (int64_t t = 0; t < L; ++t) count *= p.C;
-  std::vector<Path> paths;
-  for (int64_t code = 0; code < count; ++code) {
-    Path x{0, std::vector<int>(L)};
-    for (int64_t t = 0, rest = code; t < L; ++t, rest /= p.C) x.states[t] = int(rest % p.C);
-    for (int64_t t = 0; t + 1 < L; ++t)
-      x.score += pot[std::size_t(((b * (p.T - 1) + t) * p.C + x.states[t + 1]) * p.C + x.states[t])];
-    paths.push_back(x);
-  }
-  return paths;
-}
-
-// log Σ exp over the paths' scores (−inf without a finite one).
-long double log_total(const std::vector<Path>& paths) {
-  long double m = -kInf, sum = 0;
-  for (const Path& x : paths) m = std::max(m, x.score);
-  if (m == -kInf) return m;
-  for (const Path& x : paths) sum += std::exp(x.score - m);
-  return m + std::log(sum);
-}
-
-std::vector<double> random_potentials(std::mt19937_64& rng, const ChainProblem& p, double p_mask, bool integers) {
-  std::normal_distribution<double> normal(0.0, 1.5);
-  std::uniform_int_distribution<int> integer(0, 2);
-  std::bernoulli_distribution mask(p_mask);
-  std::vector<double> v(std::size_t(p.B * (p.T - 1) * p.C * p.C));
-  for (double& x : v) x = mask(rng) ? -kInf : integers ? integer(rng) : normal(rng);
-  return v;
-}
-
-std::vector<int64_t> random_lengths(std::mt19937_64& rng, const ChainProblem& p) {
-  std::uniform_int_distribution<int64_t> length(1, p.T);
-  std::vector<int64_t> l(p.B);
-  for (int64_t& x : l) x = p.with_lengths ? length(rng) : p.T;
-  return l;
-}
-
-bool close(double got, long double want, double tol) {
-  if (std::isnan(want) || std::isinf(want)) return std::isnan(want) ? std::isnan(got) : got == double(want);
-  return std::abs(got - double(want)) <= tol * std::max(1.0L, std::abs(want));
-}
-
-} // namespace
+using namespace jitbmm::test;
 
 TEST_CASE("chain distributions: entropy, cross-entropy and KL equal the enumeration of every path") {
   std::mt19937_64 rng(20261202);
   int checked = 0, infinite = 0;
-  for (int64_t C : {1, 2, 3})
-    for (int64_t T : {1, 2, 4, 6})
-      for (double p_mask : {0.0, 0.3})
-        for (bool ragged : {false, true}) {
-          const ChainProblem p = chain(Semiring::log, 3, T, C, ragged);
-          const std::vector<double> pot = random_potentials(rng, p, p_mask, false),
-                                    other = random_potentials(rng, p, p_mask, false);
-          const std::vector<int64_t> lengths = random_lengths(rng, p);
-          const int64_t* len = ragged ? lengths.data() : nullptr;
-          std::vector<double> h(p.B), ce(p.B), kl(p.B);
-          reference::chain_entropy(p, pot.data(), len, h.data());
-          reference::chain_cross_entropy(p, pot.data(), other.data(), len, ce.data(), kl.data());
-          for (int64_t b = 0; b < p.B; ++b) {
-            CAPTURE(C);
-            CAPTURE(T);
-            CAPTURE(p_mask);
-            CAPTURE(b);
-            CAPTURE(lengths[b]);
-            const std::vector<Path> ps = every_path(p, pot, b, lengths[b]), qs = every_path(p, other, b, lengths[b]);
-            const long double z = log_total(ps), zq = log_total(qs);
-            long double want_h = 0, want_ce = 0, want_kl = 0;
-            for (std::size_t i = 0; i < ps.size(); ++i) {
-              if (ps[i].score == -kInf) continue; // no weight (decided on the log, as the reference does)
-              const long double w = std::exp(ps[i].score - z);
-              const long double lp = ps[i].score - z, lq = qs[i].score == -kInf ? -kInf : qs[i].score - zq;
-              want_h -= w * lp;
-              want_ce -= w * lq;
-              want_kl += w * (lp - lq);
-            }
-            if (z == -kInf) want_h = want_ce = want_kl = NAN;
-            CHECK(close(h[b], want_h, 1e-12));
-            CHECK(close(ce[b], want_ce, 1e-12));
-            CHECK(close(kl[b], want_kl, 1e-12));
-            CHECK((std::isnan(h[b]) || h[b] >= -1e-12));
-            CHECK((std::isnan(kl[b]) || kl[b] >= -1e-12));
-            ++checked;
-            infinite += std::isinf(ce[b]);
-          }
-        }
+  auto check = [&](const ChainProblem& p, const std::vector<double>& pot, const std::vector<double>& other,
+                   const std::vector<int64_t>& lengths, const int64_t* len, double p_mask) {
+    const int64_t C = p.C, T = p.T;
+    std::vector<double> h(p.B), ce(p.B), kl(p.B);
+    reference::chain_entropy(p, pot.data(), len, h.data());
+    reference::chain_cross_entropy(p, pot.data(), other.data(), len, ce.data(), kl.data());
+    for (int64_t b = 0; b < p.B; ++b) {
+      CAPTURE(C);
+      CAPTURE(T);
+      CAPTURE(p_mask);
+      CAPTURE(b);
+      CAPTURE(lengths[b]);
+      const std::vector<Path> ps = every_path(p, pot, b, lengths[b]), qs = every_path(p, other, b, lengths[b]);
+      const long double z = log_total(ps), zq = log_total(qs);
+      long double want_h = 0, want_ce = 0, want_kl = 0;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (ps[i].score == -kInf) continue; // no weight (decided on the log, as the reference does)
+        const long double w = std::exp(ps[i].score - z);
+        const long double lp = ps[i].score - z, lq = qs[i].score == -kInf ? -kInf : qs[i].score - zq;
+        want_h -= w * lp;
+        want_ce -= w * lq;
+        want_kl += w * (lp - lq);
+      }
+      if (z == -kInf) want_h = want_ce = want_kl = NAN;
+      CHECK(close(h[b], want_h, 1e-12));
+      CHECK(close(ce[b], want_ce, 1e-12));
+      CHECK(close(kl[b], want_kl, 1e-12));
+      CHECK((std::isnan(h[b]) || h[b] >= -1e-12));
+      CHECK((std::isnan(kl[b]) || kl[b] >= -1e-12));
+      ++checked;
+      infinite += std::isinf(ce[b]);
+    }
+  };
+  for_each_small_chain(rng, 1.0, check);
   CHECK(checked == 3 * 4 * 2 * 2 * 3);
   CHECK(infinite > 0); // some masks gave p weight where q had none
 }
