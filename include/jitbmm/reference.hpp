@@ -126,6 +126,16 @@ void chain_cross_entropy_backward(const ChainProblem& problem, const void* poten
                                   const int64_t* lengths, const double* grad_cross_entropy, const double* grad_kl,
                                   double* grad_potentials, double* grad_other);
 
+// Of the chain's paths (the CRF form's potentials): log_count[B], the log of the number of paths of each sequence's
+// length whose every edge's potential is other than −inf (torch-struct's count, in log space, so that long chains do
+// not overflow; NaN and +inf count as edges; −inf where no path is left, 0 for one position), whatever the problem's
+// semiring. log_prob[B] (the log semiring) of events `value` [B][T − 1][C][C] in double (a path's edge indicators,
+// read up to each sequence's length): Σ value·potential − log Z, where a value of 0 adds nothing whatever its
+// potential; NaN where the sequence has no distribution (log Z −inf, +inf or NaN).
+void chain_count(const ChainProblem& problem, const void* potentials, const int64_t* lengths, double* log_count);
+void chain_log_prob(const ChainProblem& problem, const void* potentials, const int64_t* lengths, const double* value,
+                    double* log_prob);
+
 // The k best paths (the problem's semiring must be max_plus; the CRF form's potentials): scores[B][k] in
 // non-increasing order, NaN first as Viterbi's winner; paths[B][k][T] (may be null), each path's states. Paths of
 // equal score are in the order of their states read from the last position back, smaller first, where their

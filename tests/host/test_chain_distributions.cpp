@@ -59,6 +59,78 @@ TEST_CASE("chain distributions: entropy, cross-entropy and KL equal the enumerat
   CHECK(infinite > 0); // some masks gave p weight where q had none
 }
 
+TEST_CASE("chain distributions: the count of paths and the log-probability of events equal the enumeration's") {
+  std::mt19937_64 rng(20261204);
+  int checked = 0, impossible = 0;
+  auto check = [&](const ChainProblem& p, const std::vector<double>& pot, const std::vector<double>&,
+                   const std::vector<int64_t>& lengths, const int64_t* len, double) {
+    const int64_t C = p.C, per = (p.T - 1) * C * C;
+    // Two events a sequence: one path's edge indicators, and 2 of one path's plus 0.5 of another's.
+    std::uniform_int_distribution<int64_t> state(0, C - 1);
+    std::vector<std::vector<int64_t>> paths(2 * p.B, std::vector<int64_t>(p.T));
+    for (auto& path : paths)
+      for (int64_t& x : path) x = state(rng);
+    std::vector<double> one(p.B * per, 0.0), mixed(p.B * per, 0.0);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t t = 0; t + 1 < p.T; ++t) {
+        const auto edge = [&](const std::vector<int64_t>& x) {
+          return ((b * (p.T - 1) + t) * C + x[t + 1]) * C + x[t];
+        };
+        one[edge(paths[2 * b])] = 1;
+        mixed[edge(paths[2 * b])] += 2;
+        mixed[edge(paths[2 * b + 1])] += 0.5;
+      }
+    std::vector<double> count(p.B), lp_one(p.B), lp_mixed(p.B);
+    reference::chain_count(p, pot.data(), len, count.data());
+    reference::chain_log_prob(p, pot.data(), len, one.data(), lp_one.data());
+    reference::chain_log_prob(p, pot.data(), len, mixed.data(), lp_mixed.data());
+    for (int64_t b = 0; b < p.B; ++b) {
+      INFO("C " << C << ", T " << p.T << ", sequence " << b << " of length " << lengths[b]);
+      const std::vector<Path> all = every_path(p, pot, b, lengths[b]);
+      const long double z = log_total(all);
+      int64_t finite = 0;
+      for (const Path& x : all) finite += x.score > -kInf;
+      CHECK(close(count[b], finite ? std::log((long double)finite) : -kInf, 1e-13));
+      // A path's score over the sequence's length, from its states.
+      auto score = [&](const std::vector<int64_t>& x, double weight, long double& sum) {
+        for (int64_t t = 0; t + 1 < lengths[b]; ++t) {
+          const double v = pot[std::size_t(((b * (p.T - 1) + t) * C + x[t + 1]) * C + x[t])];
+          sum += weight * v;
+        }
+      };
+      long double s_one = 0, s_mixed = 0;
+      score(paths[2 * b], 1, s_one);
+      score(paths[2 * b], 2, s_mixed);
+      score(paths[2 * b + 1], 0.5, s_mixed);
+      const bool has = z > -kInf;
+      CHECK(close(lp_one[b], has ? s_one - z : NAN, 1e-12));
+      CHECK(close(lp_mixed[b], has ? s_mixed - z : NAN, 1e-12));
+      impossible += has && std::isinf(lp_one[b]);
+      ++checked;
+    }
+  };
+  for_each_small_chain(rng, 1.0, check);
+  CHECK(checked == 3 * 4 * 2 * 2 * 3);
+  CHECK(impossible > 0); // some events take an edge of potential −inf
+  // One position: C paths of score 0; NaN and +inf count as edges, and leave no distribution.
+  const ChainProblem p = chain(Semiring::log, 1, 3, 2);
+  std::vector<double> pot(8, 0.0), count(1), lp(1), value(8, 0.0);
+  pot[0] = NAN, pot[5] = kInf, pot[6] = -kInf;
+  reference::chain_count(chain(Semiring::log, 1, 1, 5), nullptr, nullptr, count.data());
+  CHECK(count[0] == doctest::Approx(std::log(5.0)).epsilon(1e-15));
+  reference::chain_count(p, pot.data(), nullptr, count.data());
+  CHECK(count[0] == doctest::Approx(std::log(6.0)).epsilon(1e-15)); // 8 paths, 2 through the −inf edge
+  reference::chain_log_prob(p, pot.data(), nullptr, value.data(), lp.data());
+  CHECK(std::isnan(lp[0]));
+  CHECK_THROWS_WITH_AS(reference::chain_log_prob(p, pot.data(), nullptr, nullptr, lp.data()),
+                       doctest::Contains("value"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(reference::chain_count(p, pot.data(), nullptr, nullptr), doctest::Contains("log_count"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      reference::chain_log_prob(chain(Semiring::max_plus, 1, 3, 2), pot.data(), nullptr, value.data(), lp.data()),
+      doctest::Contains("problem.semiring"), std::invalid_argument);
+}
+
 TEST_CASE("chain distributions: the entropy of a chain against itself; edge cases named and defined") {
   std::mt19937_64 rng(7);
   const ChainProblem p = chain(Semiring::log, 2, 5, 3, false);
