@@ -39,7 +39,6 @@ struct JoinOnExit {
 
 } // namespace
 
-
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
 // far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
