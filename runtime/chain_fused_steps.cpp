@@ -14,11 +14,10 @@ namespace jitbmm {
 
 namespace {
 
-// A position's column tiles (states) of the fused form, and all its tiles.
+// A position's row tiles (sequences) and column tiles (states) of the fused form, and all its tiles.
 int64_t fused_column_tiles(const ChainProblem& p) { return (p.C + jb::kFusedCols - 1) / jb::kFusedCols; }
-int64_t fused_tiles(const ChainProblem& p) {
-  return (p.B + jb::kFusedRows - 1) / jb::kFusedRows * fused_column_tiles(p);
-}
+int64_t fused_row_tiles(const ChainProblem& p) { return (p.B + jb::kFusedRows - 1) / jb::kFusedRows; }
+int64_t fused_tiles(const ChainProblem& p) { return fused_row_tiles(p) * fused_column_tiles(p); }
 
 std::size_t piece_bytes(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
@@ -32,7 +31,7 @@ struct FusedPieces {
     const bool log = p.semiring == Semiring::log;
     const int64_t factors = p.T > 1 && log ? p.C : 0; // no step, no table; max_plus reads the table itself
     // The barriers: a slot of 64 words for the grid, one for each row of tiles.
-    const int64_t barriers = 1 + (p.B + jb::kFusedRows - 1) / jb::kFusedRows;
+    const int64_t barriers = 1 + fused_row_tiles(p);
     const std::size_t list[10] = {piece_bytes({factors, p.C, 4}), piece_bytes({p.C, 4}),
                                   piece_bytes({2, p.B, p.C, 4}),  piece_bytes({2, p.B, tiles, 4}),
                                   piece_bytes({p.B, tiles, 4}),   piece_bytes({log ? 0 : p.B, tiles, 4}),
@@ -93,7 +92,9 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
   ScopedContext scope(device.context);
   const int64_t tiles = fused_tiles(problem), sms = std::max(1, device.sm_count);
   // Every block resident at once (the grid barrier), each owning its tiles for the whole pass: `threads` and
-  // `shared` bytes of dynamic shared memory a block, the passes' entries of `prefix`.
+  // `shared` bytes of dynamic shared memory a block, the passes' entries of `prefix`. Their dynamic shared memory's
+  // limit is raised once, to all the device allows: plans of other sizes share the module and take other amounts,
+  // so that no plan's launch depends on another's setting.
   auto blocks = [&](const std::string& prefix, int threads, unsigned shared) {
     int per_sm = 1 << 30;
     for (const char* direction : {"", "_beta"}) {
@@ -103,7 +104,8 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
       check(driver().cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
       if (shared && int64_t(shared) + fixed > device.max_shared_per_block_optin) return int64_t(0);
       if (shared)
-        check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
+        check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          device.max_shared_per_block_optin - fixed),
               "cuFuncSetAttribute");
       check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, shared),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor");

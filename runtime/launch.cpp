@@ -10,19 +10,11 @@
 
 namespace jitbmm {
 
-namespace {
-// Beyond 48 KiB of dynamic shared memory the function's limit is raised first.
-void allow_shared(CUfunction f, unsigned dynamic_shared, const std::string& name, const std::string& suffix) {
-  if (dynamic_shared > jb::kMaxStaticSharedBytes)
-    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      static_cast<int>(dynamic_shared)),
-          ("cuFuncSetAttribute(" + name + suffix + ", dynamic shared memory)").c_str());
-}
-} // namespace
-
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
             const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
-  allow_shared(f, dynamic_shared, name, suffix);
+  if (dynamic_shared > jb::kMaxStaticSharedBytes)
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
+          ("cuFuncSetAttribute(" + name + suffix + ", dynamic shared memory)").c_str());
   const CUresult r = driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,
                                              stream, args, nullptr);
   if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + name + suffix + ")").c_str()); // the text only on failure
@@ -30,7 +22,6 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
 
 void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
                         const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
-  allow_shared(f, dynamic_shared, name, suffix);
   const CUresult r = driver().cuLaunchCooperativeKernel(f, grid, 1, 1, block, 1, 1, dynamic_shared, stream, args);
   if (r != CUDA_SUCCESS) check(r, ("cuLaunchCooperativeKernel(" + name + suffix + ")").c_str());
 }

@@ -16,7 +16,8 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
             const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
 // cuLaunchCooperativeKernel: every block of the grid resident at once (what a grid-wide barrier needs); a grid
-// larger than the device holds is CudaError naming the entry point. Dynamic shared memory as launch's.
+// larger than the device holds is CudaError naming the entry point. Beyond 48 KiB of dynamic shared memory the
+// caller has raised the function's limit (a cooperative kernel's, once: its size may differ by problem).
 void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
                         const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
 
