@@ -128,8 +128,8 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
     void* args[] = {&params};
     launch(im.kernel->entry("_edges"), grid, block, args, cu_stream, im.kernel->generated.name, "_edges", 0);
   }
-  const int64_t reduced = (grads.transitions && split.chunks > 1 ? split.groups * p.C * p.C : 0) +
-                          (grads.initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
+  const int64_t reduced = jb::hmm_reduce_threads(grads.transitions && split.chunks > 1 ? split.groups * p.C * p.C : 0,
+                                                 grads.initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
   if (reduced > 0) launch_chain(im, "_reduce", strided(reduced), unsigned(kHmmNodeThreads), params, cu_stream);
 }
 

@@ -335,7 +335,8 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
   const bool transitions = params.grad != nullptr;
   Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
   if (params.grad_emissions) launch("_nodes", p.B * p.T * p.C, false, params, cu_stream);
-  if (params.grad_initial) launch("_reduce", (p.batched_initial ? p.B : 1) * p.C, false, params, cu_stream);
+  if (params.grad_initial)
+    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream);
   if (!transitions) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;

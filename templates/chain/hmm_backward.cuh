@@ -60,15 +60,20 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(c
 }
 
 // grad_initial[j] (j = b·C + c with batched_initial, else c): the state marginals (log) or the best path's states
-// (max_plus) at position 0, summed over the sequences that share the table, in order.
+// (max_plus) at position 0, summed over the sequences that share the table by the kHmmInitialLanes lanes of a warp,
+// each over every kHmmInitialLanes-th sequence in order, then the lanes' sums in a fixed order.
 template <class S, bool LOG>
-__device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long j, int C) {
+__device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long j, int C, int lane) {
   using T = typename Acc<S>::type;
+  static_assert(kHmmInitialLanes == 32, "a warp an entry");
   const int c = int(j % C);
   T sum = T(0);
-  for (long long b = p.batched_initial ? j / C : 0; b < (p.batched_initial ? j / C + 1 : p.B); ++b)
+  const long long first = p.batched_initial ? j / C : 0, end = p.batched_initial ? j / C + 1 : p.B;
+  for (long long b = first + lane; b < end; b += kHmmInitialLanes)
     sum += hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, 0, c, C);
-  static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
+#pragma unroll
+  for (int o = kHmmInitialLanes / 2; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+  if (lane == 0) static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
 }
 
 // The transitions' gradient over one range of steps: block (x, y) = (group · chunks + chunk, tile) sums the steps
@@ -171,26 +176,25 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
 }
 
 // What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
-// than one chunk), and the initial table's gradient, the state marginals at position 0 (summed over the sequences
-// for a shared table). Grid-strided over both.
+// than one chunk), a thread an element, and the initial table's gradient, the state marginals at position 0 (summed
+// over the sequences for a shared table), a warp an entry (hmm_reduce_threads). Grid-strided over both.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long C = CT > 0 ? CT : p.states; // as hmm_nodes
   const long long groups = p.batched_transitions ? p.B : 1;
   const long long n_trans = p.chunks > 1 && p.grad ? groups * C * C : 0;
   const long long n_init = p.grad_initial ? (p.batched_initial ? p.B * C : C) : 0;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n_trans + n_init;
-       i += (long long)gridDim.x * blockDim.x) {
-    if (i < n_trans) {
-      const long long group = i / (C * C), e = i % (C * C);
-      const T* part = static_cast<const T*>(p.partials) + group * p.chunks * C * C + e;
-      T sum = T(0);
-      for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
-      static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
-    } else {
-      hmm_initial_grad<S, LOG>(p, i - n_trans, int(C));
-    }
+  const long long id = blockIdx.x * (long long)blockDim.x + threadIdx.x, threads = (long long)gridDim.x * blockDim.x;
+  for (long long i = id; i < n_trans; i += threads) {
+    const long long group = i / (C * C), e = i % (C * C);
+    const T* part = static_cast<const T*>(p.partials) + group * p.chunks * C * C + e;
+    T sum = T(0);
+    for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
+    static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
   }
+  // Whole warps (blockDim.x is a multiple of 32), each taking entries in turn.
+  for (long long j = id / kHmmInitialLanes; j < n_init; j += threads / kHmmInitialLanes)
+    hmm_initial_grad<S, LOG>(p, j, int(C), int(threadIdx.x % kHmmInitialLanes));
 }
 
 } // namespace jb

@@ -78,6 +78,14 @@ struct ChainParams {
   unsigned* barrier;
 };
 
+// The HMM backward's "_reduce" (templates/chain/hmm_backward.cuh): a thread for each element of the transitions'
+// partial sums, then a warp for each entry of the initial table's gradient, its lanes sharing that entry's sum over
+// the sequences (one thread summing hundreds of sequences in turn would leave the GPU idle for its whole loop).
+enum HmmReduce : int { kHmmInitialLanes = 32 };
+JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long initial) {
+  return transitions + kHmmInitialLanes * initial;
+}
+
 // The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at
 // a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources. Enumerators, not
 // constexpr variables: NVRTC would emit those as globals in every chain module.
