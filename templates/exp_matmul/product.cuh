@@ -54,6 +54,24 @@ __device__ __forceinline__ bool em_staged_plain(const T* sh_a, const T* sh_b, in
   return plain;
 }
 
+// Whether a tile's sums are all 0 before any is formed: every line of a in it, or every line of b, has a max that is
+// not finite, so its factors are 0 (em_put_factors) whatever the other side's are. Masked operands (a log semiring's
+// structural zeros, −inf) give such tiles, and the epilogue then writes them exactly as it would the products' zeros.
+// A whole warp's answer; every warp reading the same tile reads the same maxima, so all agree.
+template <class T, class I, int BM, int BN>
+__device__ __forceinline__ bool em_tile_void(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0) {
+  const int lane = threadIdx.x % 32;
+  const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
+  bool rows = true, cols = true;
+#pragma unroll
+  for (int l = lane; l < BM; l += 32)
+    rows &= m0 + l >= (I)p.M || !(fabs(v.row_max[ab * (I)p.M + m0 + l]) < Num<T>::inf());
+#pragma unroll
+  for (int l = lane; l < BN; l += 32)
+    cols &= n0 + l >= (I)p.N || !(fabs(v.col_max[bb * (I)p.N + n0 + l]) < Num<T>::inf());
+  return __all_sync(0xffffffffu, rows) || __all_sync(0xffffffffu, cols);
+}
+
 // log s plus the shift (am + bm), for s in the guard's range, a positive normal number: s = f · 2^e with f in
 // [0.5, 1), so log s = (e + log2 f) · ln 2 and log2 s − 2h = (e − 2h) + log2 f keeps all its digits although log2 s
 // itself lies near 2h (a plain log2(s) would carry its rounding at the scale of 2h). `ebias` is 2^23 + 126 + 2h: e − 2h

@@ -41,6 +41,7 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
     for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
       const TileCoords<I> t = Tiles::at(p, u);
+      if (em_tile_void<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0)) continue; // its consumers skip it too
       pipe.produce(reinterpret_cast<const F*>(v.ea), reinterpret_cast<const F*>(v.eb), Kp,
                    WgTiles<I>{1, t.batch * a_batch + t.m0, 0, t.batch * b_batch + t.n0, 0, (I)v.Np - t.n0},
                    (int)threadIdx.x);
@@ -59,7 +60,8 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     em_stage_lines<T, I, BM, BN, P::kConsumerThreads, true>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b,
                                                             threadIdx.x - 128);
     float acc[P::kRegs];
-    pipe.consume(acc, Kp, cg);
+    // A void tile's producer issued no slices: its sums are the zeros consume() starts from.
+    pipe.consume(acc, !MADE && em_tile_void<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0) ? (I)0 : Kp, cg);
     copy_wait_all();
     // Every consumer's staged lines are in; for half outputs the barrier also says whether all of them are plain.
     const bool plain = P::consumers_all(

@@ -39,6 +39,34 @@ TEST_CASE("exp_matmul: every variant is exact on adversarial inputs, odd shapes 
   MESSAGE(cases << " cases");
 }
 
+// Tiles whose lines of a, or of b, all have a max that is not finite (−inf lines, and lines holding NaN or +inf)
+// skip their products (em_tile_void): their outputs must still be what the products' zeros give (−inf, NaN, +inf
+// and repairs), in tiles wholly void, partly void, and beside lines holding specials. Blocks of 128 rows of a
+// alternate between finite and void, blocks of 64 columns of b too, so 64- and 128-line tiles meet every mixture.
+TEST_CASE("exp_matmul: tiles of void lines give the products' outputs") {
+  const Kind void_lines{"void blocks of lines", [](std::mt19937_64& rng, bool is_a, int64_t r, int64_t c,
+                                                  const Shape&) {
+                          const int64_t line = is_a ? r : c, k = is_a ? c : r;
+                          const bool in_void = is_a ? line / 128 % 2 == 1 : line / 64 % 3 == 2;
+                          if (!in_void) return std::normal_distribution<double>(0, 3)(rng);
+                          if (line % 64 == 5 && k == 1) return double(NAN);
+                          if (line % 64 == 9 && k == 2) return double(INFINITY);
+                          return -double(INFINITY);
+                        }};
+  const Shape shapes[] = {{2, 300, 96, 200}, {1, 256, 40, 130}};
+  uint64_t seed = 31500;
+  int cases = 0;
+  for (const KernelSpec& kind : test::problem_kinds()) {
+    if (kind.semiring != Semiring::log) continue;
+    for (const KernelSpec& spec : test::runnable_here(test::exp_matmul_variants(kind)))
+      for (const Shape& shape : shapes) {
+        CHECK(test::kind_case_ok(spec, shape, void_lines, ++seed));
+        ++cases;
+      }
+  }
+  MESSAGE(cases << " cases");
+}
+
 // The default's tensor-core product (tf32x3): its guard's headroom is what the expectations below are set by.
 TEST_CASE("exp_matmul: the guard repairs only what it must; banded masks are recognised without repair" *
           doctest::test_suite(test::kNeedsMmaTf32Bf16)) {
