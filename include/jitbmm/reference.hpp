@@ -139,8 +139,9 @@ void chain_log_prob(const ChainProblem& problem, const void* potentials, const i
 // n exact samples of each sequence's path from its distribution (the log semiring's, as above; the CRF form's
 // potentials), by forward filtering and backward sampling: paths[B][n][T], each path's states, −1 past a length and
 // throughout for a sequence without a distribution (its score −inf, +inf or NaN). A path of probability 0 (an edge
-// of −inf) is never drawn. The same seed draws the same paths, and each sequence's draws are its own (they do not
-// change with the batch around it). n ≥ 0, n·T within kMaxReferenceOutputs (std::invalid_argument naming n).
+// of −inf) is never drawn. Sequence b's draws depend on the seed, b and its own potentials alone: the same seed
+// draws the same paths, whatever the other sequences hold. n ≥ 0, n·T within kMaxReferenceOutputs
+// (std::invalid_argument naming n).
 void chain_sample(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int64_t n,
                   uint64_t seed, int32_t* paths);
 
