@@ -119,7 +119,7 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
     return unsigned(std::clamp<int64_t>(blocks, 1, 16 * int64_t(std::max(1, im.device->sm_count))));
   };
   if (grads.emissions)
-    launch_chain(im, "_nodes", strided(p.B * p.T * p.C), unsigned(kHmmNodeThreads), params, cu_stream);
+    launch_chain(im, "_nodes", strided(jb::hmm_row_threads(p.B * p.T)), unsigned(kHmmNodeThreads), params, cu_stream);
   Scratch scratch(*im.device, workspace, need, cu_stream);
   params.partials = scratch.take(need);
   if (grads.transitions) {

@@ -334,7 +334,7 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
   }
   const bool transitions = params.grad != nullptr;
   Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
-  if (params.grad_emissions) launch("_nodes", p.B * p.T * p.C, false, params, cu_stream);
+  if (params.grad_emissions) launch("_nodes", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
   if (params.grad_initial)
     launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream);
   if (!transitions) return;
@@ -360,7 +360,7 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
   const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
   for (const int sign : {1, -1}) {
     params.sign = sign;
-    launch("_operand", p.B * p.T * p.C, false, params, cu_stream);
+    launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
     edges(params.operand, params.rel, products + (sign > 0 ? 0 : part), nullptr, stream, edge_scratch);
   }
   params.products = products;

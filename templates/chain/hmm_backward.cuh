@@ -46,33 +46,34 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
   return s.g * Num<T>::exp2(((a + k) + (bt - e)) * Num<T>::log2e());
 }
 
-// grad_emissions [B][T][C], grid-strided.
+// grad_emissions [B][T][C], a warp a row (b, t) (hmm_row_threads), grid-strided.
 // CT = 0: the states are p.states (the stepped strategy's one module for every C), else CT.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
   using T = typename Acc<S>::type;
-  const int C = CT > 0 ? CT : int(p.states);
-  const long long n = p.B * p.T * C;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long b = i / (p.T * C), t = i / C % p.T;
-    const T g = hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, t, int(i % C), C);
-    static_cast<S*>(p.grad_emissions)[i] = from_acc<S>(g);
+  const int C = CT > 0 ? CT : int(p.states), lane = int(threadIdx.x % kHmmLanes);
+  const long long rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
+  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
+    const long long b = row / p.T, t = row % p.T;
+    const HmmSequence<T, LOG> s(p, b);
+    for (int c = lane; c < C; c += kHmmLanes)
+      static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, b, t, c, C));
   }
 }
 
 // grad_initial[j] (j = b·C + c with batched_initial, else c): the state marginals (log) or the best path's states
-// (max_plus) at position 0, summed over the sequences that share the table by the kHmmInitialLanes lanes of a warp,
-// each over every kHmmInitialLanes-th sequence in order, then the lanes' sums in a fixed order.
+// (max_plus) at position 0, summed over the sequences that share the table by the kHmmLanes lanes of a warp,
+// each over every kHmmLanes-th sequence in order, then the lanes' sums in a fixed order.
 template <class S, bool LOG>
 __device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long j, int C, int lane) {
   using T = typename Acc<S>::type;
-  static_assert(kHmmInitialLanes == 32, "a warp an entry");
+  static_assert(kHmmLanes == 32, "a warp an entry");
   const int c = int(j % C);
   T sum = T(0);
   const long long first = p.batched_initial ? j / C : 0, end = p.batched_initial ? j / C + 1 : p.B;
-  for (long long b = first + lane; b < end; b += kHmmInitialLanes)
+  for (long long b = first + lane; b < end; b += kHmmLanes)
     sum += hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, 0, c, C);
 #pragma unroll
-  for (int o = kHmmInitialLanes / 2; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+  for (int o = kHmmLanes / 2; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
   if (lane == 0) static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
 }
 
@@ -193,8 +194,8 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(
     static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
   }
   // Whole warps (blockDim.x is a multiple of 32), each taking entries in turn.
-  for (long long j = id / kHmmInitialLanes; j < n_init; j += threads / kHmmInitialLanes)
-    hmm_initial_grad<S, LOG>(p, j, int(C), int(threadIdx.x % kHmmInitialLanes));
+  for (long long j = id / kHmmLanes; j < n_init; j += threads / kHmmLanes)
+    hmm_initial_grad<S, LOG>(p, j, int(C), int(threadIdx.x % kHmmLanes));
 }
 
 } // namespace jb

@@ -78,12 +78,16 @@ struct ChainParams {
   unsigned* barrier;
 };
 
-// The HMM backward's "_reduce" (templates/chain/hmm_backward.cuh): a thread for each element of the transitions'
-// partial sums, then a warp for each entry of the initial table's gradient, its lanes sharing that entry's sum over
-// the sequences (one thread summing hundreds of sequences in turn would leave the GPU idle for its whole loop).
-enum HmmReduce : int { kHmmInitialLanes = 32 };
+// The HMM backward's element-wise kernels give a warp of kHmmLanes lanes to each row (b, t) of [B][T][C] ("_nodes",
+// the stepped strategy's "_operand"): a row's sequence, offsets and index arithmetic are worked out once, and its
+// states are read and written a warp-wide line at a time. "_reduce" (templates/chain/hmm_backward.cuh) gives a
+// thread to each element of the transitions' partial sums, then a warp to each entry of the initial table's
+// gradient, its lanes sharing that entry's sum over the sequences (one thread summing hundreds of sequences in turn
+// would leave the GPU idle for its whole loop).
+enum HmmLanes : int { kHmmLanes = 32 };
+JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * rows; }
 JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long initial) {
-  return transitions + kHmmInitialLanes * initial;
+  return transitions + kHmmLanes * initial;
 }
 
 // The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at

@@ -1,8 +1,8 @@
 // The linear chain with one block per sequence, sequential along T: the messages stay in shared memory, and each
-// step's C² terms are spread over the block, G lanes of a warp per target state combined by shuffles. Potentials do
-// not depend on the messages, so they are fetched ahead of their use: a whole step's in registers during the
-// previous step (PREFETCH) where they fit there, else round by round through a ring of STAGES slots in shared
-// memory that cp.async fills (each thread copies the terms it reduces itself, so no barrier guards the ring). The
+// step's C² terms are spread over the block, G lanes of a warp per target state combined by shuffles. The kernel is
+// a skeleton of three parts: the step loader (StepTerms, templates/chain/step_terms.cuh) brings each round's
+// potentials ahead of their use, the reduction (Op, templates/chain/reductions.cuh) forms a target state's ⊕, and
+// the output policy (ChainOutputs, templates/chain/chain_outputs.cuh) writes what the caller asked for. The
 // messages are kept near 0 with their offsets in double (templates/chain/params.cuh).
 //
 // The inputs' storage type S may be a half type (f16, bf16): every value read is widened to the accumulator type T
@@ -14,25 +14,18 @@
 // and spreads over the whole GPU (templates/chain/marginals.cuh).
 #pragma once
 
+#include "chain/chain_outputs.cuh"
 #include "chain/lengths.cuh"
 #include "chain/params.cuh"
 #include "chain/reductions.cuh"
 #include "chain/shift.cuh"
+#include "chain/step_terms.cuh"
 #include "core/async_copy.cuh"
 #include "core/cluster.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
-
-// One input element into shared memory as the accumulator type: an asynchronous copy where S is T, else (half
-// types, whose 2 bytes cp.async cannot copy) a load, widened, and a store.
-template <class S, class T> __device__ __forceinline__ void stage_element(T* dst, const S* src) {
-  if constexpr (sizeof(S) == sizeof(T))
-    copy_async<int(sizeof(T))>(dst, src);
-  else
-    *dst = to_acc(*src);
-}
 
 // The largest of the per-warp maxima a step left (its shift; 0 where it is not finite: all −inf, +inf or NaN keep
 // their values unshifted).
@@ -66,17 +59,14 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
                 WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
   static_assert(K >= 1 && K <= 16, "a cluster has 1 to 16 blocks");
+  using Terms = StepTerms<S, C, NT, G, GROUPS, ROUNDS, PREFETCH, STAGES, BETA>;
   __shared__ T msg[2][C];
   // Every warp's maximum of a step's results, of all the cluster's blocks: [rank · WARPS + warp].
   __shared__ T warp_max[2][K * WARPS];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
   const unsigned rank = K > 1 ? cluster_rank() : 0;
   const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
-  // Round r's target state of this thread's group, or C for none.
-  auto target = [&](int r) {
-    const int c = first + group + r * GROUPS;
-    return c < end ? c : C;
-  };
+  const ChainTargets<C, GROUPS> target{first, end, group};
   // The end of a step (or of the start): the block's barrier, or the cluster's.
   auto sync = [] {
     if constexpr (K > 1)
@@ -88,16 +78,22 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const long long b = (long long)(blockIdx.x / K) - (beta ? p.B : 0), T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
-  const S* pot = static_cast<const S*>(p.potentials) + b * p.s_b;
-  // A step's target states run along s_to, its sources along s_from; rel_out and offset_out take the messages.
-  const long long s_to = beta ? p.s_p : p.s_c, s_from = beta ? p.s_c : p.s_p;
-  T* const rel_out = static_cast<T*>(beta ? p.beta_rel : p.rel);
-  double* const offset_out = beta ? p.beta_offset : p.offset;
+  // The dynamic shared memory: the step loader's ring, then with EMIT_SHARED the emissions.
+  extern __shared__ __align__(16) unsigned char dynamic_bytes[];
+  // A step's target states run along s_to, its sources along s_from.
+  Terms terms{static_cast<const S*>(p.potentials) + b * p.s_b,
+              p.s_t,
+              beta ? p.s_p : p.s_c,
+              beta ? p.s_c : p.s_p,
+              L,
+              lane,
+              target,
+              reinterpret_cast<T*>(dynamic_bytes) + tid};
+  const ChainOutputs<T, C, NT, K, BETA> out{
+      p, b, T_, L, tid, first, end, rank, static_cast<T*>(beta ? p.beta_rel : p.rel), beta ? p.beta_offset : p.offset};
   const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b;
   auto emission = [&](long long position, int c) { return to_acc(em[position * p.e_t + (long long)c * p.e_c]); };
 
-  // The dynamic shared memory: the ring (below), then with EMIT_SHARED the emissions.
-  extern __shared__ __align__(16) unsigned char dynamic_bytes[];
   // HMM: the emissions a step ⊗-es on. With PREFETCH in registers, loaded as the step starts; otherwise (large C,
   // where registers are short) copied into shared memory during the step before: step t's into emit + (t & 1) · C,
   // one copy group, complete by the barrier that ends the step before.
@@ -133,68 +129,19 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   }
   sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
 
-  // The potentials of step t (positions t → t + 1) that round r of this thread reduces, as stored: widened only
-  // where they are reduced, so that a load a step ahead stays in flight until then.
-  const S none = from_acc<S>(Num<T>::neg_inf());
-  auto load = [&](long long t, int r, S(&w)[N]) {
-    const int c = target(r);
-    const S* row = pot + (beta ? L - 2 - t : t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int q = lane + k * G;
-      w[k] = c < C && q < C ? row[(long long)q * s_from] : none;
-    }
-  };
-  // Step t's messages (position t, or L − 1 − t for beta), now msg[from] − shift with the offset `offset`, to
-  // saved and alpha.
-  auto store_position = [&](long long t, int from, T shift, double offset) {
-    const long long at = b * T_ + (beta ? L - 1 - t : t);
-    if (rel_out && tid == 0 && rank == 0) offset_out[at] = offset;
-    for (int c = first + tid; c < end; c += NT) {
-      const T rel = msg[from][c] - shift;
-      if (rel_out) rel_out[at * C + c] = rel;
-      if (p.alpha && !beta) static_cast<T*>(p.alpha)[at * C + c] = T(offset + double(rel));
-    }
-  };
+  terms.prime();
 
-  // The ring (STAGES ≥ 2, dynamic shared memory): slot s holds a round's N terms of every thread, [s][k][tid].
-  // Rounds are numbered along the chain (step t's round r is t · ROUNDS + r); `fetch` copies the next unfetched
-  // one, STAGES − 1 rounds ahead of the one reduced, as one group (empty past the last step).
-  T* const ring = reinterpret_cast<T*>(dynamic_bytes) + tid;
-  long long fetch_t = 0;
-  int fetch_r = 0, fetch_slot = 0, use_slot = 0;
-  auto fetch = [&] {
-    if (fetch_t + 1 < L) {
-      const int c = target(fetch_r);
-      const S* row = pot + (beta ? L - 2 - fetch_t : fetch_t) * p.s_t + (long long)(c < C ? c : 0) * s_to;
-      T* slot = ring + fetch_slot * N * NT;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int q = lane + k * G;
-        if (c < C && q < C)
-          stage_element(slot + k * NT, row + (long long)q * s_from);
-        else
-          slot[k * NT] = Num<T>::neg_inf();
-      }
-    }
-    copy_commit();
-    if (++fetch_r == ROUNDS) fetch_r = 0, ++fetch_t;
-    fetch_slot = fetch_slot + 1 == STAGES ? 0 : fetch_slot + 1;
-  };
-  if (STAGES > 1)
-    for (int s = 0; s + 1 < STAGES; ++s) fetch();
-
-  // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else it loads them round by
-  // round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
+  // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else the loader brings them round
+  // by round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
   // no copy waits for the loads: they land while the block synchronises and the next step starts.
-  using Buffer = S[PREFETCH ? ROUNDS : 1][N];
+  using Buffer = typename Terms::Buffer;
   double offset = 0;
   auto step = [&](long long t, Buffer& use, Buffer& fill) {
     const int from = int(t & 1), to = from ^ 1;
     const T shift = step_shift<T, K * WARPS>(warp_max[from]);
     if (EMIT_SHARED) fetch_emissions(t + 1);
     offset += double(shift);
-    store_position(t, from, shift, offset);
+    out.position(t, msg[from], shift, offset);
     T a[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) a[k] = lane + k * G < C ? msg[from][lane + k * G] - shift : Num<T>::neg_inf();
@@ -204,9 +151,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     if (HMM && PREFETCH)
 #pragma unroll
       for (int r = 0; r < ROUNDS; ++r) e[r] = target(r) < C ? emission(reached, target(r)) : T(0);
-    if (PREFETCH && !HMM && t + 2 < L)
-#pragma unroll
-      for (int r = 0; r < ROUNDS; ++r) load(t + 1, r, fill[r]);
+    if (PREFETCH && !HMM && t + 2 < L) terms.ahead(t + 1, fill);
     T best = Num<T>::neg_inf();
     // Without PREFETCH every round loads its own terms: two at a time overlap their loads without the registers
     // of every round at once (one at a time for HMM's widest rounds of doubles, which two would spill).
@@ -216,22 +161,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
       const int c = target(r);
       const T er = !HMM ? T(0) : PREFETCH ? e[PREFETCH ? r : 0] : c < C ? emit[(t & 1) * C + c] : T(0);
       T x[N];
-      if (PREFETCH) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) x[k] = to_acc(use[r][k]);
-      } else if (STAGES > 1) {
-        fetch(); // into the slot the previous round emptied
-        copy_wait<(STAGES > 1 ? STAGES - 1 : 0)>();
-        const T* slot = ring + use_slot * N * NT;
-#pragma unroll
-        for (int k = 0; k < N; ++k) x[k] = slot[k * NT];
-        use_slot = use_slot + 1 == STAGES ? 0 : use_slot + 1;
-      } else {
-        S w[N];
-        load(t, r, w);
-#pragma unroll
-        for (int k = 0; k < N; ++k) x[k] = to_acc(w[k]);
-      }
+      terms.take(t, r, use, x);
 #pragma unroll
       for (int k = 0; k < N; ++k) x[k] += a[k];
       int arg;
@@ -257,9 +187,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     sync();
   };
   Buffer even, odd;
-  if (PREFETCH && L > 1)
-#pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) load(0, r, even[r]);
+  if (PREFETCH && L > 1) terms.ahead(0, even);
   for (long long t = 0; t + 1 < L; t += 2) {
     step(t, even, odd);
     if (t + 2 < L) step(t + 1, HMM ? even : odd, even);
@@ -268,42 +196,9 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const int last = int((L - 1) & 1);
   const T shift = step_shift<T, K * WARPS>(warp_max[last]);
   offset += double(shift);
-  store_position(L - 1, last, shift, offset);
-  // The score and the path: the cluster's first block (the others' back-pointers are seen after the last step's
-  // barrier).
-  if (tid < 32 && !beta && rank == 0) {
-    constexpr int N32 = (C + 31) / 32;
-    T x[N32];
-#pragma unroll
-    for (int k = 0; k < N32; ++k) x[k] = tid + 32 * k < C ? msg[last][tid + 32 * k] - shift : Num<T>::neg_inf();
-    int arg;
-    const T v = Op::template reduce<32>(x, tid, arg);
-    const double z = v > Num<T>::neg_inf() && v < Num<T>::inf() ? offset + double(v) : double(v);
-    if (tid == 0) {
-      static_cast<T*>(p.score)[b] = T(z);
-      if (p.rel) p.logz[b] = z;
-      if (p.path) {
-        // A sequence without a path (score −inf) gets −1 throughout; otherwise the back-pointers from its end.
-        int state = v == Num<T>::neg_inf() || bad ? -1 : arg;
-        p.path[b * T_ + L - 1] = state;
-        for (long long t = L - 1; t > 0; --t) {
-          if (state >= 0) state = p.back[(b * T_ + t) * C + state];
-          p.path[b * T_ + t - 1] = state;
-        }
-      }
-    }
-  }
-  // Past the sequence's length: no message, no state (saved too, so that its every byte is determined), spread over
-  // the cluster's threads.
-  const long long me = (long long)rank * NT + tid;
-  for (long long i = (L * C) + me; i < T_ * C; i += K * NT) {
-    if (p.alpha && !beta) static_cast<T*>(p.alpha)[b * T_ * C + i] = Num<T>::neg_inf();
-    if (rel_out) rel_out[b * T_ * C + i] = Num<T>::neg_inf();
-  }
-  if (rel_out)
-    for (long long t = L + me; t < T_; t += K * NT) offset_out[b * T_ + t] = 0;
-  if (p.path && !beta)
-    for (long long t = L + me; t < T_; t += K * NT) p.path[b * T_ + t] = -1;
+  out.position(L - 1, msg[last], shift, offset);
+  out.template score<Op>(msg[last], shift, offset, bad);
+  out.past_length();
 }
 
 // The forward that saves its messages for the backward (log): clusters of K blocks, 0 to B − 1 run the forward

@@ -164,28 +164,32 @@ template <class S> __device__ __forceinline__ void step_widen(const ChainParams&
 // The log backward's left operand of the transitions' gradient, operand [B][T][C]: at (b, t, c), the log of
 // sequence b's share of step t → t + 1 without its two messages' relative values and the transition, beta_rel
 // [t + 1][c] + the offsets − score + log of the part of grad_score[b] of sign p.sign (−inf where that part is 0, at
-// t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN). The product of this
+// t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN), a warp a row (b, t) (hmm_row_threads). The product of this
 // with the saved rel over (b, t) sums every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
 template <class S> __device__ __forceinline__ void step_edge_operand(const ChainParams& p) {
   using T = typename Acc<S>::type;
-  const long long C = p.states, n = p.B * p.T * C;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long b = i / (p.T * C), t = i / C % p.T;
+  const long long C = p.states, rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
+  const int lane = int(threadIdx.x % kHmmLanes);
+  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
+    const long long b = row / p.T, t = row % p.T;
     const HmmSequence<T, true> s(p, b);
-    T v = Num<T>::neg_inf();
-    if (s.mode == 2 && t + 1 < p.T) {
-      v = Num<T>::nan();
-    } else if (s.mode == 1 && t + 1 < s.L) {
+    // The row's value before its state's message: −inf (nothing sent back), NaN, or the offsets and the part.
+    bool nan = s.mode == 2 && t + 1 < p.T, sends = false;
+    T k = 0, log_part = 0;
+    if (s.mode == 1 && t + 1 < s.L) {
       const T part = p.sign > 0 ? s.g : -s.g;
       if (part != part) {
-        v = Num<T>::nan(); // a NaN grad_score makes the sum NaN, as it makes the emissions' gradient
+        nan = true; // a NaN grad_score makes the sum NaN, as it makes the emissions' gradient
       } else if (part > T(0)) {
-        const T k = T(p.offset[b * p.T + t] + p.beta_offset[b * p.T + t + 1] - s.z);
-        const T r = static_cast<const T*>(p.beta_rel)[i + C];
-        v = (r + k) + Num<T>::log2(part) * Num<T>::ln2();
+        sends = true;
+        k = T(p.offset[row] + p.beta_offset[row + 1] - s.z);
+        log_part = Num<T>::log2(part) * Num<T>::ln2();
       }
     }
-    static_cast<T*>(p.operand)[i] = v;
+    T* const out = static_cast<T*>(p.operand) + row * C;
+    const T* const r = static_cast<const T*>(p.beta_rel) + (row + 1) * C;
+    for (long long c = lane; c < C; c += kHmmLanes)
+      out[c] = nan ? Num<T>::nan() : sends ? (r[c] + k) + log_part : Num<T>::neg_inf();
   }
 }
 

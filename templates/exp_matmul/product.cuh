@@ -57,18 +57,36 @@ __device__ __forceinline__ bool em_staged_plain(const T* sh_a, const T* sh_b, in
 // Whether a tile's sums are all 0 before any is formed: every line of a in it, or every line of b, has a max that is
 // not finite, so its factors are 0 (em_put_factors) whatever the other side's are. Masked operands (a log semiring's
 // structural zeros, −inf) give such tiles, and the epilogue then writes them exactly as it would the products' zeros.
-// A whole warp's answer; every warp reading the same tile reads the same maxima, so all agree.
+// In two steps, so that a consumer can load the next tile's maxima while it finishes the tile before: a lane's
+// share of the tile's line maxima (lines outside the output count as −inf, as their factors are 0), then the
+// verdict, a whole warp's; every warp reading the same tile reads the same maxima, so all agree.
+template <class T, int BM, int BN> struct EmTileLines {
+  T row[BM / 32], col[BN / 32];
+};
 template <class T, class I, int BM, int BN>
-__device__ __forceinline__ bool em_tile_void(const BmmParams& p, const EmView<T>& v, I batch, I m0, I n0) {
+__device__ __forceinline__ EmTileLines<T, BM, BN> em_tile_lines(const BmmParams& p, const EmView<T>& v, I batch, I m0,
+                                                                I n0) {
   const int lane = threadIdx.x % 32;
   const I ab = v.a_batches == 1 ? 0 : batch, bb = v.b_batches == 1 ? 0 : batch;
+  EmTileLines<T, BM, BN> x;
+#pragma unroll
+  for (int i = 0; i < BM / 32; ++i) {
+    const I r = m0 + (I)(lane + 32 * i);
+    x.row[i] = r < (I)p.M ? v.row_max[ab * (I)p.M + r] : Num<T>::neg_inf();
+  }
+#pragma unroll
+  for (int i = 0; i < BN / 32; ++i) {
+    const I c = n0 + (I)(lane + 32 * i);
+    x.col[i] = c < (I)p.N ? v.col_max[bb * (I)p.N + c] : Num<T>::neg_inf();
+  }
+  return x;
+}
+template <class T, int BM, int BN> __device__ __forceinline__ bool em_tile_void(const EmTileLines<T, BM, BN>& x) {
   bool rows = true, cols = true;
 #pragma unroll
-  for (int l = lane; l < BM; l += 32)
-    rows &= m0 + l >= (I)p.M || !(fabs(v.row_max[ab * (I)p.M + m0 + l]) < Num<T>::inf());
+  for (int i = 0; i < BM / 32; ++i) rows &= !(fabs(x.row[i]) < Num<T>::inf());
 #pragma unroll
-  for (int l = lane; l < BN; l += 32)
-    cols &= n0 + l >= (I)p.N || !(fabs(v.col_max[bb * (I)p.N + n0 + l]) < Num<T>::inf());
+  for (int i = 0; i < BN / 32; ++i) cols &= !(fabs(x.col[i]) < Num<T>::inf());
   return __all_sync(0xffffffffu, rows) || __all_sync(0xffffffffu, cols);
 }
 

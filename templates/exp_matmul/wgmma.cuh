@@ -18,6 +18,9 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   constexpr bool kHalf = sizeof(Out) == 2; // f16 and bf16 outputs (em_log_half)
   typedef WgPipeline<BM, BN, STAGES, SPLIT, Mma, MADE> P;
   typedef typename P::F F;
+  // Whether the kernel skips void tiles (em_tile_void): not where the producer makes the factors (MADE), nor in
+  // tiles of 256 columns, whose consumers have no registers for the next tile's line maxima.
+  constexpr bool kVoidTiles = !MADE && BN <= 128;
   constexpr int kForm = MADE ? 7 : sizeof(F) == 2 ? 6 : SPLIT ? 3 : 4;
   extern __shared__ unsigned char em_wg_smem[];
   __shared__ __align__(8) unsigned long long bars[3 * STAGES];
@@ -41,7 +44,8 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
     const I a_batch = v.a_batches == 1 ? 0 : (I)v.Mp, b_batch = v.b_batches == 1 ? 0 : (I)v.Np;
     for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
       const TileCoords<I> t = Tiles::at(p, u);
-      if (em_tile_void<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0)) continue; // its consumers skip it too
+      if (kVoidTiles && em_tile_void(em_tile_lines<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0)))
+        continue; // its consumers skip it too
       pipe.produce(reinterpret_cast<const F*>(v.ea), reinterpret_cast<const F*>(v.eb), Kp,
                    WgTiles<I>{1, t.batch * a_batch + t.m0, 0, t.batch * b_batch + t.n0, 0, (I)v.Np - t.n0},
                    (int)threadIdx.x);
@@ -53,15 +57,26 @@ __device__ __forceinline__ void exp_matmul_wgmma_kernel(const BmmParams p) {
   const I Kp = (I)v.Kp;
   const int cg = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   typedef EmFinish<T, Out, I> Finish;
+  // The line maxima of the block's next tile, loaded while the tile before it finishes (em_tile_void).
+  EmTileLines<T, BM, BN> next;
+  if (kVoidTiles && (I)blockIdx.x < Tiles::total(p)) {
+    const TileCoords<I> t = Tiles::at(p, (I)blockIdx.x);
+    next = em_tile_lines<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0);
+  }
   for (I u = (I)blockIdx.x; u < Tiles::total(p); u += (I)gridDim.x) {
     const TileCoords<I> t = Tiles::at(p, u);
+    const bool void_tile = kVoidTiles && em_tile_void(next);
     // The tile's lines, copied while the tile's products run (their loads off the consumers' path).
     P::consumers_sync(); // the previous tile's epilogue is done with the staged lines
     em_stage_lines<T, I, BM, BN, P::kConsumerThreads, true>(p, v, t.batch, t.m0, t.n0, sh_a, sh_b, line_a, line_b,
                                                             threadIdx.x - 128);
     float acc[P::kRegs];
     // A void tile's producer issued no slices: its sums are the zeros consume() starts from.
-    pipe.consume(acc, !MADE && em_tile_void<T, I, BM, BN>(p, v, t.batch, t.m0, t.n0) ? (I)0 : Kp, cg);
+    pipe.consume(acc, void_tile ? (I)0 : Kp, cg);
+    if (kVoidTiles && u + (I)gridDim.x < Tiles::total(p)) {
+      const TileCoords<I> after = Tiles::at(p, u + (I)gridDim.x);
+      next = em_tile_lines<T, I, BM, BN>(p, v, after.batch, after.m0, after.n0);
+    }
     copy_wait_all();
     // Every consumer's staged lines are in; for half outputs the barrier also says whether all of them are plain.
     const bool plain = P::consumers_all(
