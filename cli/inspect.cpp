@@ -31,6 +31,7 @@
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "templates/chain/expect_params.cuh"
 
 extern char** environ; // posix_spawn passes ours on
 
@@ -282,7 +283,7 @@ int run_inspect(int argc, char** argv) {
   flags.insert(
       {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused"});
+  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--expectation"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -315,6 +316,15 @@ int run_inspect(int argc, char** argv) {
       throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
     kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;
+  } else if (args.has("--chain") && args.has("--expectation")) { // entropy, cross-entropy and KL: the dtype and C
+    args.require_only({"--chain", "--expectation", "--dtype", "--emit", "--arch"}, "inspect --chain --expectation");
+    const ChainProblem problem = chain_problem_from(args, 1, 2);
+    try {
+      kernel = with_override(emit_expect_kernel(problem.dtype, int(problem.C)));
+    } catch (const std::invalid_argument& e) { // the generator names C; the flag that gave it
+      throw std::invalid_argument(std::string("--chain: ") + e.what());
+    }
+    threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc());
   } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
     // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
     // semiring and the dtype alone, and the form for the former.

@@ -1,16 +1,22 @@
 // The C ABI of the chains: chain problems, chain plans (jitbmm_chain_plan wraps a ChainPlan), their runs in the
-// CRF and HMM forms, backwards and workspaces. Each call converts its C arguments and calls the C++ API
+// CRF and HMM forms, backwards and workspaces, and chain expectations (jitbmm_chain_expectation wraps a
+// ChainExpectation). Each call converts its C arguments and calls the C++ API
 // (runtime/c_api_status).
 #include <cstring>
 #include <string>
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "jitbmm/chain_expectation.hpp"
 #include "runtime/c_api_status.hpp"
 
 struct jitbmm_chain_plan {
   jitbmm::ChainPlan plan;
   std::string kernel_name; // what jitbmm_chain_plan_kernel_name points into
+};
+
+struct jitbmm_chain_expectation {
+  jitbmm::ChainExpectation plan;
 };
 
 using jitbmm::c_api::guarded;
@@ -154,5 +160,47 @@ jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const ch
 }
 
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
+
+jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* problem, jitbmm_chain_expectation** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    *plan = new jitbmm_chain_expectation{jitbmm::ChainExpectation::get(to_chain_problem(problem))};
+  });
+}
+
+jitbmm_status jitbmm_chain_expectation_bytes(const jitbmm_chain_expectation* plan, size_t* saved_bytes,
+                                             size_t* backward_workspace_bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(saved_bytes, "saved_bytes");
+    require(backward_workspace_bytes, "backward_workspace_bytes");
+    *saved_bytes = plan->plan.saved_bytes();
+    *backward_workspace_bytes = plan->plan.backward_workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_expectation_run(const jitbmm_chain_expectation* plan, const void* potentials,
+                                           const void* field, const int64_t* lengths, void* log_z, void* mean,
+                                           void* saved, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(potentials, field, lengths, log_z, mean, saved, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* plan, const void* potentials,
+                                                const void* field, const int64_t* lengths, const void* saved,
+                                                const void* log_z, const void* mean, const void* grad_log_z,
+                                                const void* grad_mean, void* grad_potentials, void* grad_field,
+                                                void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, grad_potentials,
+                        grad_field, static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan) { delete plan; }
 
 } // extern "C"

@@ -176,6 +176,27 @@ jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const
 jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const char** strategy);
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 
+/* Chain expectations (ChainExpectation in chain_expectation.hpp): of chains p in the CRF form (the log semiring,
+ * contiguous potentials, C <= 1024) and a field f of the potentials' shape, log Z_p and E_p[F] (F a path's sum of f):
+ * what entropy (f = p's potentials: log Z - E), cross-entropy (f = q's: log Z_q - E) and KL (f = p's - q's:
+ * E - log Z_p + log Z_q) are. The run writes log_z[B] and mean[B] in the output dtype and, if not NULL, saved
+ * ([2][B][T][C] in the output dtype: saved_bytes) for the backward: grad_potentials = grad_log_z mu + grad_mean Cov_p(edge, F) and
+ * grad_field = grad_mean mu (contiguous, the problem's dtype; each NULL to skip; grad_log_z, grad_mean NULL: 0), with
+ * backward_workspace_bytes of scratch (NULL with 0 bytes: jitbmm's own pool). */
+typedef struct jitbmm_chain_expectation jitbmm_chain_expectation;
+jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* problem, jitbmm_chain_expectation** plan);
+jitbmm_status jitbmm_chain_expectation_bytes(const jitbmm_chain_expectation* plan, size_t* saved_bytes,
+                                             size_t* backward_workspace_bytes);
+jitbmm_status jitbmm_chain_expectation_run(const jitbmm_chain_expectation* plan, const void* potentials,
+                                           const void* field, const int64_t* lengths, void* log_z, void* mean,
+                                           void* saved, void* stream);
+jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* plan, const void* potentials,
+                                                const void* field, const int64_t* lengths, const void* saved,
+                                                const void* log_z, const void* mean, const void* grad_log_z,
+                                                const void* grad_mean, void* grad_potentials, void* grad_field,
+                                                void* workspace, size_t workspace_bytes, void* stream);
+void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "jitbmm/chain.hpp"
+#include "jitbmm/chain_expectation.hpp"
 #include "jitbmm/chain_problem.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"

@@ -17,6 +17,7 @@
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "jitbmm/chain_expectation.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
@@ -561,4 +562,36 @@ TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^2
   CHECK(std::string(ChainPlan::get(p).strategy()) == "sequential");
   p.C = kMaxChainStates + 1;
   CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.C"), std::invalid_argument);
+}
+
+// A chain expectation's forward is one launch; its backward the backward messages, then the gradients, and nothing
+// where no gradient is asked for; a workspace one byte short is refused before any launch.
+TEST_CASE("chain expectations: a launch forward, two backward, none for a refused call or no gradient asked") {
+  ChainProblem p;
+  p.B = 3, p.T = 6, p.C = 7;
+  const ChainExpectation plan = ChainExpectation::get(p);
+  const std::string module = plan.kernel_name();
+  REQUIRE(module.rfind("chain_expect_f32_c7", 0) == 0);
+  CHECK(plan.saved_bytes() == 2 * 3 * 6 * 7 * sizeof(float));
+  DeviceBuffer pot(4 * 3 * 5 * 49), out(64), saved(plan.saved_bytes()), grad(4 * 3 * 5 * 49),
+      work(plan.backward_workspace_bytes());
+  {
+    const DriverLog log;
+    plan(pot.get(), pot.get(), nullptr, out.get(), out.get(), saved.get());
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  auto backward = [&](void* grad_potentials, void* grad_field, std::size_t given) {
+    plan.backward(pot.get(), pot.get(), nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr,
+                  grad_potentials, grad_field, nullptr, Workspace{work.get(), given});
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(backward(grad.get(), nullptr, plan.backward_workspace_bytes() - 1),
+                         doctest::Contains("workspace"), std::invalid_argument);
+    backward(nullptr, nullptr, plan.backward_workspace_bytes());
+    CHECK(log.launched().empty());
+  }
+  const DriverLog log;
+  backward(grad.get(), nullptr, plan.backward_workspace_bytes());
+  CHECK(log.launched() == std::vector<std::string>{module + "_beta", module + "_edges"});
 }

@@ -199,6 +199,17 @@ TEST_CASE("the stepped strategy's fused modules compile for the oldest and the n
                        std::invalid_argument);
 }
 
+TEST_CASE("the expectation modules compile for the oldest and the newest architecture without spills, 1 to 1024 "
+          "states") {
+  // One block a sequence whose threads depend on C (a warp a state up to 32, then whole blocks) and the dtype's
+  // accumulator; its groups of the backward messages split the states unevenly at 33 and 600.
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      for (int C : {1, 16, 33, 600, 1024}) expect_no_spills(emit_expect_kernel(dtype, C), arch);
+  CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 1025), doctest::Contains("C:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 0), doctest::Contains("C:"), std::invalid_argument);
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));

@@ -1,0 +1,57 @@
+// A chain's distribution and the expectation of an additive score under it: what entropy, cross-entropy and KL of
+// linear-chain CRFs are (docs/chains.md, "Entropy, cross-entropy and KL").
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "jitbmm/chain_problem.hpp"
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+
+// For B chains p in the CRF form (potentials r, ChainProblem's layout) and a field f on the same edges (a tensor of
+// the potentials' shape): log Z_p and E_p[F], F a path's sum of f over its edges, each sequence over the paths of its
+// length. With f = r, log Z − E_p[F] is p's entropy; with f = q's potentials, log Z_q − E_p[F] is the cross-entropy
+// H(p, q); with f = r − q's, E_p[F] − log Z_p + log Z_q is KL(p ‖ q). One block a sequence along the chain.
+class ChainExpectation {
+public:
+  // The problem: the log semiring, the CRF form, contiguous potentials (strides all 0), C ≤ 1024 states; any dtype
+  // (half types computed in f32). std::invalid_argument naming the field otherwise. For the device current on this
+  // thread; the kernels are compiled once a process.
+  static ChainExpectation get(const ChainProblem& problem);
+
+  // log_z[B] and mean[B] (E_p[F]) in chain_output_dtype, asynchronous on `stream`. potentials and field contiguous
+  // [B][T − 1][C][C] in the problem's dtype; lengths as the problem says (else null). A length-1 sequence gives
+  // log C and 0; one of length outside [1, T] NaN and NaN; a sequence without a distribution (log Z −inf, +inf or
+  // NaN) a NaN mean. An edge p gives no weight adds nothing to the mean, whatever its f (−inf and NaN included).
+  // saved: what backward() reads, [2][B][T][C] in the output dtype (saved_bytes() bytes; p's forward messages and
+  // F's expectation before each position given its state), every element written; null when no backward follows.
+  void operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z, void* mean,
+                  void* saved = nullptr, Stream stream = nullptr) const;
+  std::size_t saved_bytes() const;
+
+  // grad_potentials = grad_log_z·μ + grad_mean·Cov_p(1_e, F) and grad_field = grad_mean·μ, [B][T − 1][C][C]
+  // contiguous in the problem's dtype (either may be null: not computed), μ p's edge marginals; grad_log_z and
+  // grad_mean [B] in the output dtype (either may be null: 0). Reads the forward's saved, log_z and mean. 0 past a
+  // sequence's length and where both upstream gradients are 0; NaN at every edge of a sequence whose log Z (or, for
+  // a nonzero grad_mean, whose mean) is not finite. Takes backward_workspace_bytes() of scratch (the backward
+  // messages) from `workspace` or jitbmm's pool.
+  void backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved, const void* log_z,
+                const void* mean, const void* grad_log_z, const void* grad_mean, void* grad_potentials,
+                void* grad_field, Stream stream = nullptr, const Workspace& workspace = {}) const;
+  std::size_t backward_workspace_bytes() const;
+
+  const ChainProblem& problem() const;
+  // The generated module's name (its forward's entry point; "_beta" and "_edges" the backward's). Empty when B = 0.
+  std::string kernel_name() const;
+
+  struct Impl;
+
+private:
+  explicit ChainExpectation(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+} // namespace jitbmm

@@ -1,0 +1,164 @@
+#include "jitbmm/chain_expectation.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "generator/chain_source.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/plan_impl.hpp" // check_pointer, check_alignment
+#include "runtime/scratch.hpp"
+#include "support/checked_size.hpp"
+#include "templates/chain/expect_params.cuh"
+
+namespace jitbmm {
+
+struct ChainExpectation::Impl {
+  ChainProblem problem;
+  std::shared_ptr<const DeviceInfo> device;
+  std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
+  std::size_t messages = 0;                   // bytes of one [B][T][C] of messages in the output dtype
+};
+
+namespace {
+
+void check_problem(const ChainProblem& p) {
+  check_chain_problem(p);
+  if (p.semiring != Semiring::log)
+    throw std::invalid_argument("chain.semiring: expectations are of the log semiring's distribution");
+  if (p.form != ChainForm::crf) throw std::invalid_argument("chain.form: expectations take the crf form's potentials");
+  if (std::any_of(std::begin(p.strides), std::end(p.strides), [](int64_t s) { return s != 0; }))
+    throw std::invalid_argument("chain.strides: expectations take contiguous potentials (strides all 0)");
+  if (p.C > jb::kMaxExpectStates)
+    throw std::invalid_argument("chain.C: expectations take at most " + std::to_string(jb::kMaxExpectStates) +
+                                " states, got " + std::to_string(p.C));
+}
+
+// One of the module's entries: a block a sequence ("", "_beta") or a step ("_edges"), the kernels striding past the
+// grid's limit.
+void run(const ChainExpectation::Impl& im, const char* suffix, jb::ExpectParams params, CUstream stream) {
+  const bool edges = std::string(suffix) == "_edges";
+  const DTypeInfo& d = dtype_info(im.problem.dtype);
+  const unsigned threads =
+      edges ? unsigned(jb::kExpectEdgeThreads) : unsigned(jb::expect_threads(int(im.problem.C), d.wide_acc()));
+  const int64_t items = edges ? im.problem.B * (im.problem.T - 1) : im.problem.B; // a block each
+  if (items == 0) return;
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, int64_t(1) << 30)), 1, 1}, block[3] = {threads, 1, 1};
+  void* args[] = {&params};
+  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
+}
+
+jb::ExpectParams params_of(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {
+  jb::ExpectParams params{};
+  params.potentials = potentials;
+  params.field = field;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.B = p.B;
+  params.T = p.T;
+  return params;
+}
+
+// The inputs' pointers, lengths and alignments, for both calls; whether there is anything to compute.
+bool check_inputs(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {
+  const bool empty = p.B == 0, no_edges = empty || p.T == 1;
+  check_pointer(potentials, "potentials", no_edges);
+  check_pointer(field, "field", no_edges);
+  if (p.with_lengths)
+    check_pointer(lengths, "lengths", empty);
+  else if (lengths)
+    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_alignment(potentials, "potentials", bytes);
+  check_alignment(field, "field", bytes);
+  check_alignment(lengths, "lengths", 8);
+  return !empty;
+}
+
+} // namespace
+
+ChainExpectation ChainExpectation::get(const ChainProblem& problem) {
+  check_problem(problem);
+  auto impl = std::make_shared<Impl>();
+  impl->problem = problem;
+  impl->device = current_device();
+  check_supported(*impl->device);
+  const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
+  impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
+  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_expect_kernel(problem.dtype, int(problem.C)));
+  return ChainExpectation(std::move(impl));
+}
+
+std::size_t ChainExpectation::saved_bytes() const { return 2 * impl_->messages; }
+
+std::size_t ChainExpectation::backward_workspace_bytes() const {
+  return ScratchSize().add(2 * impl_->messages, "workspace").bytes();
+}
+
+void ChainExpectation::operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z,
+                                  void* mean, void* saved, Stream stream) const {
+  const ChainProblem& p = impl_->problem;
+  const bool empty = p.B == 0;
+  check_pointer(log_z, "log_z", empty);
+  check_pointer(mean, "mean", empty);
+  if (!check_inputs(p, potentials, field, lengths)) return;
+  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
+  check_alignment(log_z, "log_z", bytes);
+  check_alignment(mean, "mean", bytes);
+  check_alignment(saved, "saved", bytes);
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
+  // Without saved the messages still need a home: the pool's, for this call.
+  const std::size_t pool_bytes = saved ? 0 : ScratchSize().add(saved_bytes(), "saved").bytes();
+  Scratch scratch(*impl_->device, Workspace{}, pool_bytes, cu);
+  jb::ExpectParams params = params_of(p, potentials, field, lengths);
+  params.alpha = saved ? saved : scratch.take(saved_bytes());
+  params.before = static_cast<char*>(params.alpha) + impl_->messages;
+  params.log_z = log_z;
+  params.mean = mean;
+  run(*impl_, "", params, cu);
+}
+
+void ChainExpectation::backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved,
+                                const void* log_z, const void* mean, const void* grad_log_z, const void* grad_mean,
+                                void* grad_potentials, void* grad_field, Stream stream,
+                                const Workspace& workspace) const {
+  const ChainProblem& p = impl_->problem;
+  const bool empty = p.B == 0;
+  check_pointer(saved, "saved", empty);
+  check_pointer(log_z, "log_z", empty);
+  check_pointer(mean, "mean", empty);
+  if (!check_inputs(p, potentials, field, lengths)) return;
+  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes, in_bytes = dtype_info(p.dtype).size_bytes;
+  check_alignment(saved, "saved", bytes);
+  check_alignment(log_z, "log_z", bytes);
+  check_alignment(mean, "mean", bytes);
+  check_alignment(grad_log_z, "grad_log_z", bytes);
+  check_alignment(grad_mean, "grad_mean", bytes);
+  check_alignment(grad_potentials, "grad_potentials", in_bytes);
+  check_alignment(grad_field, "grad_field", in_bytes);
+  check_workspace(workspace, backward_workspace_bytes());
+  if ((!grad_potentials && !grad_field) || p.T == 1) return;
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(*impl_->device, workspace, backward_workspace_bytes(), cu);
+  jb::ExpectParams params = params_of(p, potentials, field, lengths);
+  char* const kept = static_cast<char*>(const_cast<void*>(saved));
+  params.alpha = kept;
+  params.before = kept + impl_->messages;
+  params.beta = scratch.take(2 * impl_->messages);
+  params.after = static_cast<char*>(params.beta) + impl_->messages;
+  params.log_z = const_cast<void*>(log_z);
+  params.mean = const_cast<void*>(mean);
+  params.grad_log_z = grad_log_z;
+  params.grad_mean = grad_mean;
+  params.grad_potentials = grad_potentials;
+  params.grad_field = grad_field;
+  run(*impl_, "_beta", params, cu);
+  run(*impl_, "_edges", params, cu);
+}
+
+const ChainProblem& ChainExpectation::problem() const { return impl_->problem; }
+
+std::string ChainExpectation::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }
+
+} // namespace jitbmm
