@@ -159,6 +159,18 @@ def _declare(lib):
     lib.jitbmm_chain_plan_strategy.restype = status
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_plan_destroy.restype = None
+    # Chain expectations (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl).
+    lib.jitbmm_chain_expectation_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_chain_expectation_create.restype = status
+    lib.jitbmm_chain_expectation_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                                   ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_expectation_bytes.restype = status
+    lib.jitbmm_chain_expectation_run.argtypes = [ctypes.c_void_p] * 8
+    lib.jitbmm_chain_expectation_run.restype = status
+    lib.jitbmm_chain_expectation_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_expectation_backward.restype = status
+    lib.jitbmm_chain_expectation_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_chain_expectation_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
         getattr(lib, "jitbmm_" + name).argtypes = []
         getattr(lib, "jitbmm_" + name).restype = restype

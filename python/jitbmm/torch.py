@@ -8,7 +8,9 @@ stream of their device. ``semiring`` is one of ``log``, ``max_plus``, ``min_plus
 Linear chains in fused kernels, which run the forward algorithm over all T positions at once instead of one
 product a step: ``chain_log_partition(potentials, lengths=None)`` and ``chain_viterbi`` take torch-struct's
 LinearChainCRF potentials ``[B, T - 1, C, C]``; ``hmm_log_partition(emissions, transitions, initial, lengths=None)``
-and ``hmm_viterbi`` take an HMM's tables and never form the potentials.
+and ``hmm_viterbi`` take an HMM's tables and never form the potentials. ``chain_entropy(potentials, lengths=None)``,
+``chain_cross_entropy(potentials, other, lengths=None)`` and ``chain_kl`` give a CRF's distribution's entropy and its
+cross-entropy and KL against another's, with fused backward kernels.
 """
 
 import math
@@ -24,9 +26,10 @@ from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_AR
 from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENSORS as _PLAIN_TENSORS
 from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES, DTYPE_NAMES as _DTYPE_NAMES
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
+from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
-           "chain_viterbi", "hmm_log_partition", "hmm_viterbi"]
+           "chain_viterbi", "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl"]
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.

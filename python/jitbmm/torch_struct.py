@@ -17,6 +17,9 @@ its partition, marginals, max and argmax, run jitbmm's fused chain kernels (jitb
 chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/float64/float16/bfloat16 [B, N - 1, C,
 C] with C within the kernels' limit; half potentials are computed in float32 and the score returned in their dtype,
 as torch-struct returns it), one kernel for the whole chain instead of torch-struct's log-depth scan of products.
+Its entropy, cross_entropy(other) and kl(other) run jitbmm's chain expectations (jitbmm.torch.chain_entropy,
+chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape), returned
+in the potentials' dtype; anything else, torch-struct's own semirings.
 It is not the default because a loss on the marginals differentiates them again, which the chain does through the
 forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
@@ -75,6 +78,54 @@ def _chain_routed(ts, original):
     return logpartition
 
 
+def _distribution_routes(ts):
+    """LinearChainCRF's entropy, cross_entropy(other) and kl(other) through jitbmm's chain expectations
+    (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl) where the potentials fit them, else torch-struct's
+    own (inherited) ones: {name: attribute to set on LinearChainCRF}."""
+    base = ts.StructDistribution
+
+    def routed(d, other):
+        """(the potentials and the other's as the kernels take them, lengths), or None where they do not fit."""
+        p = d.log_potentials
+        if (not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in DTYPE_NAMES or p.dim() != 4
+                or p.shape[2] != p.shape[3]):
+            return None
+        if other is not None and (type(other) is not type(d) or other.log_potentials.shape != p.shape
+                                  or other.log_potentials.dtype != p.dtype or other.log_potentials.device != p.device):
+            return None
+        # torch-struct's own checks (one length equals N); its conversion's [0] is the potentials themselves.
+        _, _, _, _, checked = d._struct()._check_potentials(p, d.lengths)
+        lengths = None if d.lengths is None else checked.to(device=p.device, dtype=torch.int64)
+        return p, None if other is None else other.log_potentials, lengths
+
+    def entropy(self):
+        args = routed(self, None)
+        try:
+            if args is not None:
+                return _jt.chain_entropy(args[0], args[2]).to(args[0].dtype)
+        except ValueError:  # more states than the kernels hold
+            pass
+        return base.__dict__["entropy"].wrapped(self)  # the lazy property's own function
+
+    def pairwise(name, ours):
+        def method(self, other):
+            args = routed(self, other)
+            try:
+                if args is not None:
+                    return ours(*args).to(args[0].dtype)
+            except ValueError:
+                pass
+            return getattr(base, name)(self, other)
+
+        method.__doc__ = f"LinearChainCRF's {name} through jitbmm's chain expectations where it fits."
+        return method
+
+    entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
+    return {"entropy": torch.distributions.utils.lazy_property(entropy),
+            "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
+            "kl": pairwise("kl", _jt.chain_kl)}
+
+
 def patch(std=False, chains=False):
     """Routes LogSemiring and MaxSemiring (and StdSemiring with std=True) matmul, and with chains=True
     LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
@@ -92,8 +143,18 @@ def patch(std=False, chains=False):
                                "logpartition method to route (torch-struct 0.5 has)")
         _originals["LinearChain"] = ts.LinearChain.__dict__["logpartition"]
         ts.LinearChain.logpartition = _chain_routed(ts, _originals["LinearChain"])
+        for name, attribute in _distribution_routes(ts).items():
+            setattr(ts.LinearChainCRF, name, attribute)
     elif not chains and "LinearChain" in _originals:
         ts.LinearChain.logpartition = _originals.pop("LinearChain")
+        _unroute_distribution(ts)
+
+
+def _unroute_distribution(ts):
+    """LinearChainCRF inherits torch-struct's entropy, cross_entropy and kl again."""
+    for name in ("entropy", "cross_entropy", "kl"):
+        if name in ts.LinearChainCRF.__dict__:
+            delattr(ts.LinearChainCRF, name)
 
 
 def unpatch():
@@ -101,6 +162,8 @@ def unpatch():
     ts = _semirings()
     for name, original in list(_originals.items()):
         setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
+        if name == "LinearChain":
+            _unroute_distribution(ts)
         del _originals[name]
 
 

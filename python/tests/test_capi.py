@@ -97,6 +97,20 @@ class CApiTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"chain\.%s\[%d\]" % (field, size - 1)):
                 jitbmm._check(lib.jitbmm_chain_plan_create(jitbmm.ctypes.byref(problem), jitbmm.ctypes.byref(plan)))
 
+    def test_chain_expectation_refuses_what_it_does_not_compute_before_any_device(self):
+        lib = jitbmm._library()
+        plan = jitbmm.ctypes.c_void_p()
+        for semiring, C, form, field in ((b"max_plus", 4, b"crf", "chain.semiring"), (b"log", 1025, b"crf", "chain.C"),
+                                         (b"log", 4, b"hmm", "chain.form")):
+            problem = jitbmm._CChainProblem(semiring, b"f32", 2, 3, C, (0, 0, 0, 0), 0, form)
+            with self.assertRaisesRegex(ValueError, field):
+                jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem),
+                                                                   jitbmm.ctypes.byref(plan)))
+            self.assertIsNone(plan.value)
+        problem = jitbmm._CChainProblem(b"log", b"f32", 2, 3, 4, (0, 0, 0, 0), 0)
+        with self.assertRaisesRegex(ValueError, "plan"):
+            jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), None))
+
     def test_enum_values_are_the_c_headers(self):
         header = (package_under_test.SOURCE_ROOT / "include" / "jitbmm" / "c_api.h").read_text()
         values = {name: int(v) for name, v in re.findall(r"\b(JITBMM_[A-Z_]+) = (\d+)", header)}

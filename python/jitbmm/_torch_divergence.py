@@ -1,0 +1,181 @@
+"""jitbmm.torch's entropy, cross-entropy and KL of linear-chain CRFs (include/jitbmm/chain_expectation.hpp,
+docs/chains.md "Entropy, cross-entropy and KL"): each is log-partitions and one expectation E_p[F] of a path's sum of
+a field f under the chain p, computed with its conditional messages in fused kernels, a block a sequence, and
+differentiated by a fused backward.
+
+The operators are jitbmm::chain_expect (potentials, field, lengths, keep → log Z, E_p[F], saved messages) and
+jitbmm::chain_expect_backward; torch.compile and torch.export trace them as single nodes."""
+
+import ctypes
+from typing import Optional
+
+import torch
+
+import jitbmm
+
+from ._torch_chains import _check_crf, _check_tensor, _score_dtype, chain_log_partition
+from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, stream
+
+_plans = {}
+
+
+class _Expectation:
+    """One expectation plan: launches on the current stream of the inputs' device, scratch from PyTorch's caching
+    allocator."""
+
+    __slots__ = ("handle", "device", "workspace")
+
+    def __init__(self, dtype, device, B, T, C, with_lengths):
+        lib = jitbmm._library()
+        problem = jitbmm._CChainProblem(b"log", dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), int(with_lengths))
+        handle, saved, workspace = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+        with torch.cuda.device(device):
+            jitbmm._check(lib.jitbmm_chain_expectation_create(ctypes.byref(problem), ctypes.byref(handle)))
+        self.handle, self.device = handle, device
+        jitbmm._check(lib.jitbmm_chain_expectation_bytes(handle, ctypes.byref(saved), ctypes.byref(workspace)))
+        self.workspace = workspace.value
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle is not None and handle.value and jitbmm._lib is not None:
+            jitbmm._lib.jitbmm_chain_expectation_destroy(handle)
+
+
+def _planned(potentials, lengths):
+    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
+    key = (DTYPE_NAMES[potentials.dtype], potentials.device.index, B, n + 1, C, lengths is not None)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _Expectation(*key)
+        with lock:
+            if len(_plans) >= TABLE_ENTRIES:
+                _plans.clear()
+            plan = _plans.setdefault(key, plan)
+    return plan
+
+
+def _saved_shape(potentials, keep):
+    """saved: p's forward messages and F's expectations before each position, [2, B, T, C] in the output dtype."""
+    B, T, C = potentials.shape[0], potentials.shape[1] + 1, potentials.shape[-1]
+    return (2, B, T, C) if keep else (0,)
+
+
+def _forward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor],
+             keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _planned(potentials, lengths)
+    dtype = _score_dtype(potentials)
+    log_z = potentials.new_empty(potentials.shape[:1], dtype=dtype)
+    mean = potentials.new_empty(potentials.shape[:1], dtype=dtype)
+    saved = potentials.new_empty(_saved_shape(potentials, keep), dtype=dtype)
+    status = jitbmm._lib.jitbmm_chain_expectation_run(
+        plan.handle, potentials.data_ptr(), field.data_ptr(), address(lengths), log_z.data_ptr(), mean.data_ptr(),
+        saved.data_ptr() if keep else None, stream(plan.device))
+    if status:
+        jitbmm._check(status)
+    return log_z, mean, saved
+
+
+def _backward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], saved: torch.Tensor,
+              log_z: torch.Tensor, mean: torch.Tensor, grad_log_z: Optional[torch.Tensor],
+              grad_mean: Optional[torch.Tensor], need_potentials: bool,
+              need_field: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = _planned(potentials, lengths)
+    grads = [t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
+                                                                   (field, need_field))]
+    grad_log_z, grad_mean = (g.contiguous() if g is not None else None for g in (grad_log_z, grad_mean))
+    ws = plan.workspace
+    scratch = potentials.new_empty((ws,), dtype=torch.uint8) if ws else None
+    status = jitbmm._lib.jitbmm_chain_expectation_backward(
+        plan.handle, potentials.data_ptr(), field.data_ptr(), address(lengths), saved.data_ptr(), log_z.data_ptr(),
+        mean.data_ptr(), address(grad_log_z), address(grad_mean), *(g.data_ptr() if g.numel() else None for g in grads),
+        address(scratch), ws, stream(plan.device))
+    if status:
+        jitbmm._check(status)
+    return tuple(grads)
+
+
+_op = torch.library.custom_op("jitbmm::chain_expect", _forward, mutates_args=(), device_types="cuda")
+_backward_op = torch.library.custom_op("jitbmm::chain_expect_backward", _backward, mutates_args=(),
+                                       device_types="cuda")
+
+
+@_op.register_fake
+def _(potentials, field, lengths, keep):
+    dtype = _score_dtype(potentials)
+    return (potentials.new_empty(potentials.shape[:1], dtype=dtype),
+            potentials.new_empty(potentials.shape[:1], dtype=dtype),
+            potentials.new_empty(_saved_shape(potentials, keep), dtype=dtype))
+
+
+@_backward_op.register_fake
+def _(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, need_potentials, need_field):
+    return tuple(t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
+                                                                      (field, need_field)))
+
+
+def _setup_context(ctx, inputs, output):
+    potentials, field, lengths, _keep = inputs
+    log_z, mean, saved = output
+    ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
+
+
+def _gradients(ctx, grad_log_z, grad_mean, _grad_saved):
+    potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
+    need_potentials, need_field = ctx.needs_input_grad[:2]
+    gp, gf = _backward_op(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, need_potentials,
+                          need_field)
+    return gp if need_potentials else None, gf if need_field else None, None, None
+
+
+_op.register_autograd(_gradients, setup_context=_setup_context)
+
+
+def _expect(potentials, field, lengths):
+    """(log Z of the chain `potentials`, E_p[F] of `field`), both [B]; each input contiguous here."""
+    keep = torch.is_grad_enabled() and (potentials.requires_grad or field.requires_grad)
+    log_z, mean, _ = _op(potentials.contiguous(), field.contiguous(), lengths, keep)
+    return log_z, mean
+
+
+def _check_pair(potentials, other, lengths):
+    _check_crf(potentials, lengths)
+    _check_tensor(other, "other")
+    if other.dtype != potentials.dtype:
+        raise TypeError(f"other: dtype {other.dtype} differs from the potentials' {potentials.dtype}")
+    if other.device != potentials.device or other.shape != potentials.shape:
+        raise ValueError(f"other: expected the potentials' shape {tuple(potentials.shape)} on {potentials.device}, "
+                         f"got {tuple(other.shape)} on {other.device}")
+
+
+def chain_entropy(potentials, lengths=None):
+    """H(p)[b] = -Σ_z p(z) log p(z) over the state paths z of sequence b of the linear-chain CRF p whose potentials
+    are `potentials` (torch_struct.LinearChainCRF(potentials, lengths).entropy).
+
+    potentials [B, T - 1, C, C] as chain_log_partition takes them (copied if not contiguous), with at most 1,024
+    states; lengths likewise. Returns H [B] in the potentials' dtype (float32 for half inputs), exact to the
+    accumulator's rounding: log Z minus the expected path score, both from one fused pass of conditional
+    expectations. NaN for a sequence with no distribution (log Z -inf, +inf or NaN) or a length outside [1, T];
+    log C for one position (its C paths of no edge are equally likely). Its gradient comes from a fused backward
+    (the covariance of each edge with the path score), without second derivatives."""
+    _check_crf(potentials, lengths)
+    log_z, mean = _expect(potentials, potentials, lengths)
+    return log_z - mean
+
+
+def chain_cross_entropy(potentials, other, lengths=None):
+    """H(p, q)[b] = -Σ_z p(z) log q(z), p the chain of `potentials` and q that of `other` (the same shape, dtype and
+    device; torch_struct's p.cross_entropy(q)): log Z_q minus p's expectation of q's path score. +inf where p gives
+    weight to a path q gives none; NaN where either has no distribution. Arguments, dtype and gradients (with respect
+    to both) as chain_entropy's."""
+    _check_pair(potentials, other, lengths)
+    _, mean = _expect(potentials, other, lengths)
+    return chain_log_partition(other, lengths) - mean
+
+
+def chain_kl(potentials, other, lengths=None):
+    """KL(p ‖ q)[b] = Σ_z p(z) log(p(z) / q(z)) (torch_struct's p.kl(q)): p's expectation of the difference of the
+    path scores, minus log Z_p, plus log Z_q. The difference is formed in the inputs' dtype (half inputs round it
+    once more). +inf where p gives weight to a path q gives none. Arguments and gradients as chain_cross_entropy's."""
+    _check_pair(potentials, other, lengths)
+    log_z, mean = _expect(potentials, potentials - other, lengths)
+    return mean - log_z + chain_log_partition(other, lengths)
