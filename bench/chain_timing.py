@@ -1,8 +1,10 @@
 """How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
-device memory the call adds, and, where a call gives no figure, why (out of memory, or refused)."""
+device memory the call adds, and, where a call gives no figure, why (out of memory, or refused). And the median of
+CUDA-synchronised wall times, what a training step's caller waits (bench/torch_struct_crf.py, bench/divergence.py)."""
 
 import gc
 import statistics
+import time
 
 import torch
 
@@ -35,6 +37,20 @@ def measure(fn, reps):
     finally:
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def wall_ms(fn, reps, warmups=3):
+    """The median wall time of fn() in ms, the device synchronised after each call, after `warmups` calls."""
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def first_line(error):

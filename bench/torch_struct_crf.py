@@ -5,9 +5,7 @@ and with jitbmm's (jitbmm.torch_struct.patch), medians of CUDA-synchronised wall
 
 import argparse
 import warnings
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -15,6 +13,7 @@ import torch_struct
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import jitbmm.torch_struct as jts  # noqa: E402
+from chain_timing import wall_ms  # noqa: E402
 
 
 def step_ms(pot, reps):
@@ -22,16 +21,7 @@ def step_ms(pot, reps):
         p = pot.detach().requires_grad_(True)
         torch_struct.LinearChainCRF(p).partition.sum().backward()
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return wall_ms(step, reps)
 
 
 def main():

@@ -1,0 +1,75 @@
+"""Entropy, cross-entropy and KL of linear-chain CRFs, forward + backward (a training loss's step), in jitbmm
+(jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl) and in torch-struct 0.5 (LinearChainCRF's entropy,
+cross_entropy, kl, with its own products), beside jitbmm's fused log-partition forward + backward (the physical
+reference the targets are set against). Medians of CUDA-synchronised wall times of one step each, float32,
+potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it does not.
+
+    python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]"""
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jitbmm.torch as jt  # noqa: E402
+from chain_timing import wall_ms  # noqa: E402
+
+
+def losses(p, q):
+    """Each quantity as a function of two leaf tensors, jitbmm's and torch-struct's."""
+    import torch_struct  # noqa: F401  (imported where the peer runs)
+
+    crf = torch_struct.LinearChainCRF
+    return {
+        "entropy": (lambda a, b: jt.chain_entropy(a), lambda a, b: crf(a).entropy),
+        "cross-entropy": (lambda a, b: jt.chain_cross_entropy(a, b), lambda a, b: crf(a).cross_entropy(crf(b))),
+        "KL": (lambda a, b: jt.chain_kl(a, b), lambda a, b: crf(a).kl(crf(b))),
+    }
+
+
+def step_of(fn, p, q):
+    def step():
+        a, b = p.detach().requires_grad_(True), q.detach().requires_grad_(True)
+        fn(a, b).sum().backward()
+
+    return step
+
+
+def main():
+    warnings.filterwarnings("ignore", message=".*arg_constraints.*")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="16x64x16,32x128x32,32x512x64,8x1024x128")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
+    args = ap.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; fwd+bwd ms, medians of {args.reps}")
+    print(f"{'B×T×C':>12} {'quantity':>14} {'jitbmm':>9} {'÷ log Z':>8} {'torch-struct':>13} {'speed-up':>9} "
+          f"{'peer peak GB':>13}")
+    for shape in args.shapes.split(","):
+        B, T, C = map(int, shape.split("x"))
+        g = torch.Generator(device="cuda").manual_seed(0)
+        p, q = (torch.randn(B, T - 1, C, C, device="cuda", generator=g) for _ in range(2))
+        partition = wall_ms(step_of(lambda a, b: jt.chain_log_partition(a), p, q), args.reps)
+        print(f"{shape:>12} {'log Z':>14} {partition:9.3f}")
+        for name, (ours, theirs) in losses(p, q).items():
+            own = wall_ms(step_of(ours, p, q), args.reps)
+            peer_text, ratio, peak = f"{'-':>13}", f"{'-':>9}", f"{'-':>13}"
+            if not args.no_peer:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                try:
+                    peer = wall_ms(step_of(theirs, p, q), max(3, args.reps // 3))
+                    peer_text, ratio = f"{peer:13.3f}", f"{peer / own:8.1f}×"
+                    peak = f"{torch.cuda.max_memory_allocated() / 1e9:13.2f}"
+                except torch.OutOfMemoryError:
+                    peer_text = f"{'oom':>13}"
+                torch.cuda.empty_cache()
+            print(f"{shape:>12} {name:>14} {own:9.3f} {own / partition:7.2f}× {peer_text} {ratio} {peak}")
+
+
+if __name__ == "__main__":
+    main()
