@@ -107,6 +107,7 @@ void ChainExpectation::operator()(const void* potentials, const void* field, con
   check_alignment(log_z, "log_z", bytes);
   check_alignment(mean, "mean", bytes);
   check_alignment(saved, "saved", bytes);
+  ScopedContext scope(impl_->device->context);
   const CUstream cu = reinterpret_cast<CUstream>(stream);
   // Without saved the messages still need a home: the pool's, for this call.
   const std::size_t pool_bytes = saved ? 0 : ScratchSize().add(saved_bytes(), "saved").bytes();
@@ -139,6 +140,7 @@ void ChainExpectation::backward(const void* potentials, const void* field, const
   check_alignment(grad_field, "grad_field", in_bytes);
   check_workspace(workspace, backward_workspace_bytes());
   if ((!grad_potentials && !grad_field) || p.T == 1) return;
+  ScopedContext scope(impl_->device->context);
   const CUstream cu = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*impl_->device, workspace, backward_workspace_bytes(), cu);
   jb::ExpectParams params = params_of(p, potentials, field, lengths);
