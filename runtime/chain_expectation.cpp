@@ -109,12 +109,9 @@ void ChainExpectation::operator()(const void* potentials, const void* field, con
   check_alignment(saved, "saved", bytes);
   ScopedContext scope(impl_->device->context);
   const CUstream cu = reinterpret_cast<CUstream>(stream);
-  // Without saved the messages still need a home: the pool's, for this call.
-  const std::size_t pool_bytes = saved ? 0 : ScratchSize().add(saved_bytes(), "saved").bytes();
-  Scratch scratch(*impl_->device, Workspace{}, pool_bytes, cu);
   jb::ExpectParams params = params_of(p, potentials, field, lengths);
-  params.alpha = saved ? saved : scratch.take(saved_bytes());
-  params.before = static_cast<char*>(params.alpha) + impl_->messages;
+  params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
+  params.before = saved ? static_cast<char*>(saved) + impl_->messages : nullptr;
   params.log_z = log_z;
   params.mean = mean;
   run(*impl_, "", params, cu);

@@ -133,7 +133,9 @@ _op.register_autograd(_gradients, setup_context=_setup_context)
 def _expect(potentials, field, lengths):
     """(log Z of the chain `potentials`, E_p[F] of `field`), both [B]; each input contiguous here."""
     keep = torch.is_grad_enabled() and (potentials.requires_grad or field.requires_grad)
-    log_z, mean, _ = _op(potentials.contiguous(), field.contiguous(), lengths, keep)
+    same = field is potentials
+    potentials = potentials.contiguous()
+    log_z, mean, _ = _op(potentials, potentials if same else field.contiguous(), lengths, keep)
     return log_z, mean
 
 
@@ -175,7 +177,8 @@ def chain_cross_entropy(potentials, other, lengths=None):
 def chain_kl(potentials, other, lengths=None):
     """KL(p ‖ q)[b] = Σ_z p(z) log(p(z) / q(z)) (torch_struct's p.kl(q)): p's expectation of the difference of the
     path scores, minus log Z_p, plus log Z_q. The difference is formed in the inputs' dtype (half inputs round it
-    once more). +inf where p gives weight to a path q gives none. Arguments and gradients as chain_cross_entropy's."""
+    once more, and a difference beyond their range is infinite). +inf where p gives weight to a path q gives none.
+    Arguments and gradients as chain_cross_entropy's."""
     _check_pair(potentials, other, lengths)
     log_z, mean = _expect(potentials, potentials - other, lengths)
     return mean - log_z + chain_log_partition(other, lengths)

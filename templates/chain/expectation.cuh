@@ -20,34 +20,40 @@
 namespace jb {
 
 // A log-sum of terms e^x with the mean of a value v under the same weights, kept relative to the largest x: m, s =
-// Σ e^{x − m} and a = Σ e^{x − m} v over the terms whose x is not −inf. NaN in x wins (so does a second +inf).
+// Σ e^{x − m} and a = Σ e^{x − m} v over the terms of weight, those whose x is not −inf and whose e^{x − m} does not
+// round to 0 (a term too small for the type adds nothing, whatever its v: 0·inf is never formed). NaN in x wins; +inf
+// terms give m = +inf, each of weight 1.
 template <class T> struct Expect {
   T m, s, a;
 
   static __device__ __forceinline__ Expect none() { return {Num<T>::neg_inf(), T(0), T(0)}; }
   static __device__ __forceinline__ T ex(T y) { return Num<T>::exp2(y * Num<T>::log2e()); }
-  // e^{from − to}, 0 from an empty sum's −inf.
-  static __device__ __forceinline__ T rescale(T from, T to) { return from == Num<T>::neg_inf() ? T(0) : ex(from - to); }
+  // e^{from − to} for from ≤ to: 1 where they are equal (+inf too), 0 from an empty sum's −inf.
+  static __device__ __forceinline__ T rescale(T from, T to) {
+    return from == to ? T(1) : from == Num<T>::neg_inf() ? T(0) : ex(from - to);
+  }
+  __device__ __forceinline__ void poison(T nan) { m = s = a = nan; }
 
   __device__ __forceinline__ void add(T x, T v) {
-    if (x == Num<T>::neg_inf()) return;
-    if (x > m || x != x) {
+    if (x == Num<T>::neg_inf() || m != m) return;
+    if (x != x) return poison(x);
+    if (x > m) {
       const T f = rescale(m, x);
-      s = s * f + T(1);
-      a = a * f + v;
+      s = (f > T(0) ? s * f : T(0)) + T(1);
+      a = (f > T(0) ? a * f : T(0)) + v;
       m = x;
     } else {
-      const T e = ex(x - m);
-      s += e;
-      a += e * v;
+      const T e = rescale(x, m);
+      if (e > T(0)) s += e, a += e * v;
     }
   }
   __device__ __forceinline__ void merge(const Expect& o) {
     const T n = Num<T>::max(m, o.m);
     if (n == Num<T>::neg_inf()) return;
+    if (n != n) return poison(n);
     const T f = rescale(m, n), g = rescale(o.m, n);
-    s = s * f + o.s * g;
-    a = a * f + o.a * g;
+    s = (f > T(0) ? s * f : T(0)) + (g > T(0) ? o.s * g : T(0));
+    a = (f > T(0) ? a * f : T(0)) + (g > T(0) ? o.a * g : T(0));
     m = n;
   }
   // Every lane of the warp gets the warp's merge (the same tree in every run).
@@ -107,7 +113,7 @@ template <class T, int C, int NT> struct ExpectStep {
 
 // The forward (main entry): a block per sequence, a warp per target state, its lanes over the source states (a
 // row of the potentials, read in order by the warp together). Writes alpha and before at every position (−inf and 0
-// past the length), log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution).
+// past the length) unless alpha is null, log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution).
 template <class S, int C, int NT> __device__ __forceinline__ void expect_forward(const ExpectParams& p) {
   using T = typename Acc<S>::type;
   constexpr int NW = NT / 32;
@@ -117,8 +123,8 @@ template <class S, int C, int NT> __device__ __forceinline__ void expect_forward
   for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
     bool bad;
     const long long L = chain_length(p, b, bad);
-    T* alpha = static_cast<T*>(p.alpha) + b * p.T * C;
-    T* before = static_cast<T*>(p.before) + b * p.T * C;
+    T* alpha = p.alpha ? static_cast<T*>(p.alpha) + b * p.T * C : nullptr; // null: nothing saved
+    T* before = p.alpha ? static_cast<T*>(p.before) + b * p.T * C : nullptr;
     for (int c = threadIdx.x; c < C; c += NT) msg[0][0][c] = msg[0][1][c] = T(0);
     __syncthreads();
     int cur = 0;
@@ -133,16 +139,18 @@ template <class S, int C, int NT> __device__ __forceinline__ void expect_forward
         e.merge_warp();
         if (lane == 0) msg[cur ^ 1][0][c] = e.log_sum(), msg[cur ^ 1][1][c] = e.mean(T(0));
       }
-      for (int c = threadIdx.x; c < C; c += NT) alpha[t * C + c] = msg[cur][0][c], before[t * C + c] = msg[cur][1][c];
+      if (alpha)
+        for (int c = threadIdx.x; c < C; c += NT) alpha[t * C + c] = msg[cur][0][c], before[t * C + c] = msg[cur][1][c];
       __syncthreads();
       cur ^= 1;
     }
     Expect<T> e = Expect<T>::none();
     for (int c = threadIdx.x; c < C; c += NT) {
-      alpha[(L - 1) * C + c] = msg[cur][0][c], before[(L - 1) * C + c] = msg[cur][1][c];
+      if (alpha) alpha[(L - 1) * C + c] = msg[cur][0][c], before[(L - 1) * C + c] = msg[cur][1][c];
       e.add(msg[cur][0][c], msg[cur][1][c]);
     }
-    for (long long i = L * C + threadIdx.x; i < p.T * C; i += NT) alpha[i] = Num<T>::neg_inf(), before[i] = T(0);
+    if (alpha)
+      for (long long i = L * C + threadIdx.x; i < p.T * C; i += NT) alpha[i] = Num<T>::neg_inf(), before[i] = T(0);
     e.merge_warp();
     if (lane == 0) warps[warp] = e;
     __syncthreads();

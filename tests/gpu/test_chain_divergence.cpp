@@ -215,6 +215,16 @@ TEST_CASE("chain expectations: B = 0 launches nothing; a bad length gives NaN; b
   log_z.download(z, sizeof z);
   CHECK(std::isfinite(z[0]));
   CHECK(std::isnan(z[1]));
+  // Without saved nothing is kept, and the same values come out.
+  DeviceBuffer log_z2(8), mean2(8);
+  plan(d_pot.get(), d_pot.get(), len, log_z2.get(), mean2.get());
+  float z2[2], m[2], m2[2];
+  log_z2.download(z2, sizeof z2);
+  mean.download(m, sizeof m);
+  mean2.download(m2, sizeof m2);
+  CHECK(z2[0] == z[0]);
+  CHECK(m2[0] == m[0]);
+  CHECK(std::isnan(z2[1]));
   std::vector<float> gr(pot.size());
   grad.download(gr.data(), gr.size() * 4);
   CHECK(std::none_of(gr.begin(), gr.begin() + 75, [](float x) { return std::isnan(x); }));
