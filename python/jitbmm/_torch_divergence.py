@@ -135,6 +135,7 @@ def _expect(potentials, field, lengths):
     keep = torch.is_grad_enabled() and (potentials.requires_grad or field.requires_grad)
     same = field is potentials
     potentials = potentials.contiguous()
+    lengths = None if lengths is None else lengths.contiguous()  # the kernels read it as one array
     log_z, mean, _ = _op(potentials, potentials if same else field.contiguous(), lengths, keep)
     return log_z, mean
 

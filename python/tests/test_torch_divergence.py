@@ -149,10 +149,12 @@ class DivergenceTest(GpuCase):
         p[:, :, 0, 1] = float("-inf")
         self.assertTrue(torch.isfinite(jt.chain_kl(p, q)).all())
         self.assertTrue(torch.isfinite(jt.chain_entropy(p)).all())
-        # A non-contiguous view is copied, not misread.
+        # Non-contiguous views (the potentials, the lengths) are copied, not misread.
         p, q, lengths = self.pair(2, 6, 5)
         pt = p.transpose(2, 3).contiguous().transpose(2, 3)
         torch.testing.assert_close(jt.chain_entropy(pt, lengths), jt.chain_entropy(p, lengths))
+        strided = torch.stack([lengths, lengths], 1)[:, 0]
+        torch.testing.assert_close(jt.chain_kl(p, q, strided), jt.chain_kl(p, q, lengths))
 
     def test_bad_arguments_name_themselves(self):
         jt = self.jt
