@@ -36,7 +36,8 @@ def reference(p, q, lengths):
 
 
 class DivergenceTest(GpuCase):
-    def pair(self, B, T, C, dtype=torch.float32, scale=1.5):
+    def pair(self, B, T, C, dtype=None, scale=1.5):
+        dtype = dtype or torch.float32
         g = torch.Generator(device=self.dev).manual_seed(B * 10007 + T * 101 + C)
         make = lambda: (scale * torch.randn(B, T - 1, C, C, generator=g, device=self.dev)).to(dtype)  # noqa: E731
         lengths = torch.randint(1, T + 1, (B,), generator=g, device=self.dev)
