@@ -128,8 +128,8 @@ void chain_cross_entropy_backward(const ChainProblem& problem, const void* poten
 
 // Of the chain's paths (the CRF form's potentials): log_count[B], the log of the number of paths of each sequence's
 // length whose every edge's potential is other than −inf (torch-struct's count, in log space, so that long chains do
-// not overflow; NaN and +inf count as edges; −inf where no path is left, 0 for one position), whatever the problem's
-// semiring. log_prob[B] (the log semiring) of events `value` [B][T − 1][C][C] in double (a path's edge indicators,
+// not overflow; NaN and +inf count as edges; −inf where no path is left, log C for one position), whatever the
+// problem's semiring. log_prob[B] (the log semiring) of events `value` [B][T − 1][C][C] in double (a path's edge indicators,
 // read up to each sequence's length): Σ value·potential − log Z, where a value of 0 adds nothing whatever its
 // potential; NaN where the sequence has no distribution (log Z −inf, +inf or NaN).
 void chain_count(const ChainProblem& problem, const void* potentials, const int64_t* lengths, double* log_count);
