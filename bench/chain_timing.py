@@ -1,6 +1,7 @@
 """How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
 device memory the call adds, and, where a call gives no figure, why (out of memory, or refused). And the median of
-CUDA-synchronised wall times, what a training step's caller waits (bench/torch_struct_crf.py, bench/divergence.py)."""
+CUDA-synchronised wall times, what a caller waits (bench/torch_struct_crf.py, bench/divergence.py,
+bench/torch_percall.py)."""
 
 import gc
 import statistics

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import jitbmm  # noqa: E402
+from chain_timing import wall_ms  # noqa: E402
 
 
 def load(module_path):
@@ -41,18 +42,6 @@ def per_call_us(fn, calls):
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls * 1e6
-
-
-def synced_ms(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main():
@@ -129,7 +118,7 @@ def main():
         x = torch.randn(B, M, K, device=dev)
         y = torch.randn(B, K, N, device=dev)
         with torch.no_grad():
-            ms = synced_ms(lambda: jt.logbmm(x, y))
+            ms = wall_ms(lambda: jt.logbmm(x, y), 20, warmups=1)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             jt.logbmm(x, y)
             torch.cuda.synchronize()
