@@ -111,4 +111,8 @@ GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype);
 // the backward messages, "_edges" the gradients. What entropy, cross-entropy and KL are computed from.
 GeneratedKernel emit_expect_kernel(DType dtype, int C);
 
+// The sampling module for chains of C states in the CRF form whose inputs are `dtype` (templates/chain/samples.cuh):
+// its main entry draws paths backward from the chain plan's forward messages, a warp a path.
+GeneratedKernel emit_sample_kernel(DType dtype, int C);
+
 } // namespace jitbmm

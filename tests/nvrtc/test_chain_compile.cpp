@@ -210,6 +210,13 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 0), doctest::Contains("C:"), std::invalid_argument);
 }
 
+TEST_CASE("the sampling modules compile for the oldest and the newest architecture without spills") {
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      for (int C : {1, 33, 1024, 16384}) expect_no_spills(emit_sample_kernel(dtype, C), arch);
+  CHECK_THROWS_WITH_AS(emit_sample_kernel(DType::f32, 16385), doctest::Contains("C:"), std::invalid_argument);
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
