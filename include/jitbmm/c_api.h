@@ -197,6 +197,18 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
                                                 void* workspace, size_t workspace_bytes, void* stream);
 void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan);
 
+/* Chain samples (ChainSampler in chain_samples.hpp): n exact paths of each of B chains in the CRF form (the log
+ * semiring, contiguous potentials), paths[B][n][T] int32 on the device (-1 past a length, and throughout for a
+ * sequence without a distribution); the same seed draws the same paths. workspace_bytes of scratch (NULL with 0
+ * bytes: jitbmm's own pool). */
+typedef struct jitbmm_chain_sampler jitbmm_chain_sampler;
+jitbmm_status jitbmm_chain_sampler_create(const jitbmm_chain_problem* problem, jitbmm_chain_sampler** plan);
+jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials,
+                                       const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
+                                       void* workspace, size_t workspace_bytes, void* stream);
+void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -27,9 +27,11 @@ from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENS
 from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES, DTYPE_NAMES as _DTYPE_NAMES
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
+from ._torch_samples import chain_sample
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
-           "chain_viterbi", "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl"]
+           "chain_viterbi", "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl",
+           "chain_sample"]
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.

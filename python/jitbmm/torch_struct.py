@@ -29,6 +29,7 @@ import contextlib
 import torch
 
 from . import torch as _jt
+from ._torch_samples import edge_indicators
 from ._torch_support import DTYPE_NAMES
 
 __all__ = ["patch", "unpatch", "patched"]
@@ -120,10 +121,21 @@ def _distribution_routes(ts):
         method.__doc__ = f"LinearChainCRF's {name} through jitbmm's chain expectations where it fits."
         return method
 
+    def sample(self, sample_shape=torch.Size()):
+        args = routed(self, None)
+        try:
+            if args is not None and len(sample_shape) == 1:
+                paths = _jt.chain_sample(args[0], int(sample_shape[0]), args[2])
+                return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
+        except ValueError:
+            pass
+        return base.sample(self, sample_shape)
+
     entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
+    sample.__doc__ = "LinearChainCRF's samples (edge indicators) through jitbmm's chain sampler where it fits."
     return {"entropy": torch.distributions.utils.lazy_property(entropy),
             "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
-            "kl": pairwise("kl", _jt.chain_kl)}
+            "kl": pairwise("kl", _jt.chain_kl), "sample": sample}
 
 
 def patch(std=False, chains=False):
@@ -152,7 +164,7 @@ def patch(std=False, chains=False):
 
 def _unroute_distribution(ts):
     """LinearChainCRF inherits torch-struct's entropy, cross_entropy and kl again."""
-    for name in ("entropy", "cross_entropy", "kl"):
+    for name in ("entropy", "cross_entropy", "kl", "sample"):
         if name in ts.LinearChainCRF.__dict__:
             delattr(ts.LinearChainCRF, name)
 
