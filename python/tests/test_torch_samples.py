@@ -16,6 +16,9 @@ package_under_test.import_path()
 
 from torch_cases import GpuCase, gpu_main, torch  # noqa: E402
 
+if torch is not None:
+    from jitbmm._torch_samples import edge_indicators
+
 try:
     import torch_struct
 except Exception:
@@ -64,7 +67,7 @@ class SampleTest(GpuCase):
             (mu_hot,) = torch.autograd.grad(jt.chain_log_partition(hot, lengths).sum(), hot)
             paths = jt.chain_sample(pot, n, lengths, generator=torch.Generator().manual_seed(1))
             self.assertEqual(paths.shape, (n, B, T))
-            events = jt._torch_samples.edge_indicators(paths, C, torch.float64).sum(0)  # [B, T - 1, C, C]
+            events = edge_indicators(paths, C, torch.float64).sum(0)  # [B, T - 1, C, C]
             fitted = rejected = 0
             for b in range(B):
                 for t in range(int(lengths[b]) - 1):
