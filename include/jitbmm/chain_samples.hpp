@@ -29,7 +29,7 @@ public:
   std::size_t workspace_bytes() const;
 
   const ChainProblem& problem() const;
-  // The sampling module's name (its chain plan's: ChainPlan::kernel_name). Empty when B = 0.
+  // The sampling module's name (its forward is the chain plan's: ChainPlan::kernel_name). Empty when B = 0.
   std::string kernel_name() const;
 
   struct Impl;

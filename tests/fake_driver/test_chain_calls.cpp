@@ -18,6 +18,7 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
+#include "jitbmm/chain_samples.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
@@ -594,4 +595,31 @@ TEST_CASE("chain expectations: a launch forward, two backward, none for a refuse
   const DriverLog log;
   backward(grad.get(), nullptr, plan.backward_workspace_bytes());
   CHECK(log.launched() == std::vector<std::string>{module + "_beta", module + "_edges"});
+}
+
+// A chain sampler's call is the chain plan's forward, then one launch of the sampling kernel; n = 0 launches nothing,
+// and a workspace one byte short is refused before any launch.
+TEST_CASE("chain samples: the chain's forward, then a launch of the sampler; none for n = 0 or a short workspace") {
+  ChainProblem p;
+  p.B = 3, p.T = 6, p.C = 7;
+  const ChainSampler sampler = ChainSampler::get(p);
+  const std::string module = sampler.kernel_name();
+  REQUIRE(module.rfind("chain_sample_f32_c7", 0) == 0);
+  DeviceBuffer pot(4 * 3 * 5 * 49), paths(4 * 3 * 10 * 6), work(sampler.workspace_bytes());
+  auto draw = [&](int64_t n, std::size_t given) {
+    sampler(pot.get(), nullptr, n, 1, static_cast<int32_t*>(paths.get()), nullptr, Workspace{work.get(), given});
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(draw(10, sampler.workspace_bytes() - 1), doctest::Contains("workspace"),
+                         std::invalid_argument);
+    draw(0, sampler.workspace_bytes());
+    CHECK(log.launched().empty());
+  }
+  const DriverLog log;
+  draw(10, sampler.workspace_bytes());
+  const std::vector<std::string> launched = log.launched();
+  REQUIRE(launched.size() == 2);
+  CHECK(launched[0] == ChainPlan::get(p).kernel_name());
+  CHECK(launched[1] == module);
 }
