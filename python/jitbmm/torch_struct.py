@@ -131,11 +131,32 @@ def _distribution_routes(ts):
             pass
         return base.sample(self, sample_shape)
 
+    def count(self):
+        args = routed(self, None)
+        try:
+            if args is not None:
+                return torch.exp(_jt.chain_log_count(args[0], args[2])).to(args[0].dtype)
+        except ValueError:
+            pass
+        return base.__dict__["count"].wrapped(self)
+
+    def log_prob(self, value):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(value, torch.Tensor):
+                return _jt.chain_log_prob(args[0], value, args[2]).to(args[0].dtype)
+        except ValueError:
+            pass
+        return base.log_prob(self, value)
+
     entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
+    count.__doc__ = "LinearChainCRF's count of paths through jitbmm's log-partition of its structure where it fits."
+    log_prob.__doc__ = "LinearChainCRF's log_prob through jitbmm's fused log-partition where it fits."
     sample.__doc__ = "LinearChainCRF's samples (edge indicators) through jitbmm's chain sampler where it fits."
     return {"entropy": torch.distributions.utils.lazy_property(entropy),
             "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
-            "kl": pairwise("kl", _jt.chain_kl), "sample": sample}
+            "kl": pairwise("kl", _jt.chain_kl), "sample": sample,
+            "count": torch.distributions.utils.lazy_property(count), "log_prob": log_prob}
 
 
 def patch(std=False, chains=False):
@@ -164,7 +185,7 @@ def patch(std=False, chains=False):
 
 def _unroute_distribution(ts):
     """LinearChainCRF inherits torch-struct's entropy, cross_entropy and kl again."""
-    for name in ("entropy", "cross_entropy", "kl", "sample"):
+    for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob"):
         if name in ts.LinearChainCRF.__dict__:
             delattr(ts.LinearChainCRF, name)
 
