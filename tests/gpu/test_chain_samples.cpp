@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "chain_arrays.hpp"
@@ -59,8 +60,8 @@ std::vector<double> path_probabilities(const ChainProblem& p, const std::vector<
 
 // Each step's edge counts of `paths` against the exact marginals of `pot` (and of pot times 1.5: how many steps
 // reject them); (fitted, rejected).
-std::pair<int, int> fit_steps(const ChainProblem& p, const std::vector<double>& pot, const std::vector<int64_t>& lengths,
-                              const std::vector<int32_t>& paths, int64_t n) {
+std::pair<int, int> fit_steps(const ChainProblem& p, const std::vector<double>& pot,
+                              const std::vector<int64_t>& lengths, const std::vector<int32_t>& paths, int64_t n) {
   std::vector<double> stored(pot.size()), hotter(pot.size());
   std::vector<unsigned char> bytes(pot.size() * dtype_info(p.dtype).size_bytes + 1);
   for (std::size_t i = 0; i < pot.size(); ++i) { // the values the kernels read: rounded to the dtype
@@ -97,7 +98,8 @@ std::pair<int, int> fit_steps(const ChainProblem& p, const std::vector<double>& 
 
 } // namespace
 
-TEST_CASE("chain samples: every path of small chains is drawn as often as its probability says, and only one that can be") {
+TEST_CASE(
+    "chain samples: every path of small chains is drawn as often as its probability says, and only one that can be") {
   std::mt19937_64 rng(20261210);
   const int64_t n = 4000;
   int fitted = 0, without = 0;
@@ -137,8 +139,10 @@ TEST_CASE("chain samples: each step's edges of longer chains are drawn as often 
     DType dtype;
     int64_t B, T, C, n;
     double mask;
-  } cases[] = {{DType::f32, 2, 30, 6, 20000, 0.2}, {DType::f64, 2, 12, 33, 60000, 0.0},
-               {DType::bf16, 1, 8, 40, 100000, 0.1}, {DType::f16, 1, 6, 70, 200000, 0.0}};
+  } cases[] = {{DType::f32, 2, 30, 6, 20000, 0.2},
+               {DType::f64, 2, 12, 33, 60000, 0.0},
+               {DType::bf16, 1, 8, 40, 100000, 0.1},
+               {DType::f16, 1, 6, 70, 200000, 0.0}};
   std::mt19937_64 rng(20261211);
   for (const Case& k : cases) {
     ChainProblem p;
@@ -152,8 +156,8 @@ TEST_CASE("chain samples: each step's edges of longer chains are drawn as often 
     const auto [fitted, rejected] = fit_steps(p, pot, lengths, paths, k.n);
     CHECK(fitted >= p.T - 1);
     CHECK(rejected >= fitted / 2); // most steps tell the two temperatures apart
-    MESSAGE(dtype_info(p.dtype).name << " C=" << p.C << ": " << rejected << " of " << fitted
-                                     << " steps rejected the lower temperature's marginals");
+    MESSAGE(std::string(dtype_info(p.dtype).name) << " C=" << p.C << ": " << rejected << " of " << fitted
+                                                  << " steps rejected the lower temperature's marginals");
   }
 }
 
