@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"

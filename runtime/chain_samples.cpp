@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "jitbmm/chain.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
@@ -68,6 +68,7 @@ void ChainSampler::operator()(const void* potentials, const int64_t* lengths, in
   check_alignment(paths, "paths", 4);
   check_workspace(workspace, workspace_bytes());
   if (empty) return;
+  ScopedContext scope(impl_->device->context);
   const CUstream cu = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*impl_->device, workspace, workspace_bytes(), cu);
   jb::SampleParams params{};

@@ -209,6 +209,18 @@ jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const v
                                        void* workspace, size_t workspace_bytes, void* stream);
 void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan);
 
+/* The k best paths of chains (ChainKBest in chain_kbest.hpp): the max_plus semiring, the CRF form, contiguous
+ * potentials, C <= 1024, 1 <= k <= 16. scores[B][k] in the output dtype (f32 for half inputs) and paths[B][k][T]
+ * int32 (may be NULL) on the device, in order; -inf and -1 past the paths a sequence has. workspace_bytes of scratch
+ * (NULL with 0 bytes: jitbmm's own pool). */
+typedef struct jitbmm_chain_kbest jitbmm_chain_kbest;
+jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan);
+jitbmm_status jitbmm_chain_kbest_workspace_bytes(const jitbmm_chain_kbest* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void* potentials, const int64_t* lengths,
+                                     void* scores, int32_t* paths, void* workspace, size_t workspace_bytes,
+                                     void* stream);
+void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -18,8 +18,11 @@ chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/flo
 C] with C within the kernels' limit; half potentials are computed in float32 and the score returned in their dtype,
 as torch-struct returns it), one kernel for the whole chain instead of torch-struct's log-depth scan of products.
 Its entropy, cross_entropy(other) and kl(other) run jitbmm's chain expectations (jitbmm.torch.chain_entropy,
-chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape), returned
-in the potentials' dtype; anything else, torch-struct's own semirings.
+chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape); kmax(k)
+and topk(k) its k-best kernel (jitbmm.torch.chain_kbest; k <= 16, up to 1,024 states); sample((n,)) its sampler
+(jitbmm.torch.chain_sample); count and log_prob(value) its log-partition (jitbmm.torch.chain_log_count,
+chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype; anything else, torch-struct's own
+semirings.
 It is not the default because a loss on the marginals differentiates them again, which the chain does through the
 forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
@@ -29,6 +32,7 @@ import contextlib
 import torch
 
 from . import torch as _jt
+from . import _torch_kbest as _jt_kbest
 from ._torch_samples import edge_indicators
 from ._torch_support import DTYPE_NAMES
 
@@ -149,6 +153,27 @@ def _distribution_routes(ts):
             pass
         return base.log_prob(self, value)
 
+    def kmax(self, k):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
+                return _jt.chain_kbest(args[0], k, args[2])[0].to(args[0].dtype)
+        except ValueError:  # more states than the kernel holds
+            pass
+        return base.kmax(self, k)
+
+    def topk(self, k):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
+                paths = _jt.chain_kbest(args[0], k, args[2])[1]
+                return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
+        except ValueError:
+            pass
+        return base.topk(self, k)
+
+    kmax.__doc__ = "LinearChainCRF's kmax(k) through jitbmm's k-best kernel where it fits (k <= 16, C <= 1024)."
+    topk.__doc__ = "LinearChainCRF's topk(k) (edge indicators) through jitbmm's k-best kernel where it fits."
     entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
     count.__doc__ = "LinearChainCRF's count of paths through jitbmm's log-partition of its structure where it fits."
     log_prob.__doc__ = "LinearChainCRF's log_prob through jitbmm's fused log-partition where it fits."
@@ -156,7 +181,7 @@ def _distribution_routes(ts):
     return {"entropy": torch.distributions.utils.lazy_property(entropy),
             "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
             "kl": pairwise("kl", _jt.chain_kl), "sample": sample,
-            "count": torch.distributions.utils.lazy_property(count), "log_prob": log_prob}
+            "count": torch.distributions.utils.lazy_property(count), "log_prob": log_prob, "kmax": kmax, "topk": topk}
 
 
 def patch(std=False, chains=False):
@@ -184,8 +209,8 @@ def patch(std=False, chains=False):
 
 
 def _unroute_distribution(ts):
-    """LinearChainCRF inherits torch-struct's entropy, cross_entropy and kl again."""
-    for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob"):
+    """LinearChainCRF inherits torch-struct's own distribution properties again."""
+    for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob", "kmax", "topk"):
         if name in ts.LinearChainCRF.__dict__:
             delattr(ts.LinearChainCRF, name)
 
