@@ -10,43 +10,23 @@ import torch
 import jitbmm
 
 from ._torch_chains import _check_crf
-from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, stream
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
 MAX_K = 16  # ChainKBest::kMaxKBest
 
 
-class _KBest:
-    __slots__ = ("handle", "device", "workspace")
-
-    def __init__(self, dtype, device, B, T, C, with_lengths, k):
-        lib = jitbmm._library()
-        problem = jitbmm._CChainProblem(b"max_plus", dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
-                                        int(with_lengths))
-        handle, workspace = ctypes.c_void_p(), ctypes.c_size_t()
-        with torch.cuda.device(device):
-            jitbmm._check(lib.jitbmm_chain_kbest_create(ctypes.byref(problem), k, ctypes.byref(handle)))
-        self.handle, self.device = handle, device
-        jitbmm._check(lib.jitbmm_chain_kbest_workspace_bytes(handle, ctypes.byref(workspace)))
-        self.workspace = workspace.value
-
-    def __del__(self):
-        handle = getattr(self, "handle", None)
-        if handle is not None and handle.value and jitbmm._lib is not None:
-            jitbmm._lib.jitbmm_chain_kbest_destroy(handle)
-
-
 def _planned(potentials, lengths, k):
-    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    key = (DTYPE_NAMES[potentials.dtype], potentials.device.index, B, n + 1, C, lengths is not None, k)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _KBest(*key)
-        with lock:
-            if len(_plans) >= TABLE_ENTRIES:
-                _plans.clear()
-            plan = _plans.setdefault(key, plan)
-    return plan
+    def make(dtype, device, B, T, C, with_lengths, k):
+        problem = chain_problem("max_plus", dtype, B, T, C, with_lengths)
+        plan = LibraryPlan("chain_kbest", device, ctypes.byref(problem), k)
+        workspace = ctypes.c_size_t()
+        jitbmm._check(jitbmm._lib.jitbmm_chain_kbest_workspace_bytes(plan.handle, ctypes.byref(workspace)))
+        plan.workspace = workspace.value
+        return plan
+
+    key = chain_key(potentials, lengths, k)
+    return cached(_plans, key, lambda: make(*key))
 
 
 def _score_type(dtype):
