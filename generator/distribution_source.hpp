@@ -1,5 +1,6 @@
-// The chain distributions' modules: a chain's expectations, samples and k best paths, each generated from
-// templates/chain/ beside the chain plan's own module (generator/chain_source.hpp).
+// The structured distributions' modules: a chain's expectations, samples and k best paths, generated from
+// templates/chain/ beside the chain plan's own module (generator/chain_source.hpp), and the expectation semiring's
+// product (templates/structured/).
 #pragma once
 
 #include "generator/emit_source.hpp"
@@ -21,5 +22,10 @@ GeneratedKernel emit_sample_kernel(DType dtype, int C);
 // sequence of jb::kbest_threads(C) threads with jb::kbest_shared_bytes of dynamic shared memory, writes the k best
 // scores and paths.
 GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k);
+
+// The expectation (entropy) semiring's product of pairs in `dtype` (f32 or f64; templates/structured/
+// entropy_product.cuh): the main entry the product, "_grad_a" and "_grad_b" its gradients, each a thread an element
+// in blocks of jb::kEntropyTile² threads.
+GeneratedKernel emit_entropy_product_kernel(DType dtype);
 
 } // namespace jitbmm

@@ -221,6 +221,19 @@ jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void*
                                      void* stream);
 void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan);
 
+/* The expectation (entropy) semiring's product (EntropyProduct in entropy_product.hpp): pairs a [2][B][M][K] and b
+ * [2][B][K][N], contiguous in dtype "f32" or "f64", give out [2][B][M][N] on the device; the backward writes grad_a
+ * and grad_b (either may be NULL) from the forward's out and grad_out [2][B][M][N]. */
+typedef struct jitbmm_entropy_product jitbmm_entropy_product;
+jitbmm_status jitbmm_entropy_product_create(const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N,
+                                            jitbmm_entropy_product** plan);
+jitbmm_status jitbmm_entropy_product_run(const jitbmm_entropy_product* plan, const void* a, const void* b, void* out,
+                                         void* stream);
+jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan, const void* a, const void* b,
+                                              const void* out, const void* grad_out, void* grad_a, void* grad_b,
+                                              void* stream);
+void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

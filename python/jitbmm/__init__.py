@@ -192,6 +192,16 @@ def _declare(lib):
     lib.jitbmm_chain_kbest_run.restype = status
     lib.jitbmm_chain_kbest_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_kbest_destroy.restype = None
+    # The expectation semiring's product (jitbmm.torch.entropy_semiring_bmm).
+    lib.jitbmm_entropy_product_create.argtypes = [ctypes.c_char_p] + [ctypes.c_int64] * 4 + [
+        ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_entropy_product_create.restype = status
+    lib.jitbmm_entropy_product_run.argtypes = [ctypes.c_void_p] * 5
+    lib.jitbmm_entropy_product_run.restype = status
+    lib.jitbmm_entropy_product_backward.argtypes = [ctypes.c_void_p] * 8
+    lib.jitbmm_entropy_product_backward.restype = status
+    lib.jitbmm_entropy_product_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_entropy_product_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
         getattr(lib, "jitbmm_" + name).argtypes = []
         getattr(lib, "jitbmm_" + name).restype = restype

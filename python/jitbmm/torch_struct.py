@@ -6,7 +6,8 @@
 
 After patch(), ``LogSemiring.matmul``, ``MaxSemiring.matmul`` (and with std=True ``StdSemiring.matmul``) run
 ``jitbmm.torch.semiring_bmm`` (log, max_plus, plus_times) on CUDA tensors of float32/float64/float16/bfloat16
-with equal dtypes; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
+with equal dtypes, and ``EntropySemiring.matmul`` (every structure's entropy) ``jitbmm.torch.entropy_semiring_bmm`` on
+CUDA float32/float64 pairs; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
 matmul as before. Every structure built on these semirings (LinearChainCRF, SemiMarkovCRF, ...) then uses jitbmm for
 its partition, its marginals (gradients, also create_graph=True) and its argmax (MaxSemiring's gradient: ties go to
 the smallest k). StdSemiring is opt-in because torch-struct already runs it through cuBLAS (torch.matmul), which
@@ -59,6 +60,22 @@ def _routed(semiring, original):
         return original.__func__(cls, a, b)
 
     matmul.__doc__ = f"torch-struct's matmul through jitbmm ({semiring}) on CUDA tensors; see jitbmm.torch_struct."
+    return classmethod(matmul)
+
+
+def _entropy_routed(ts, original):
+    """EntropySemiring's matmul (torch-struct's generic product of pairs, which it inherits) through
+    jitbmm.torch.entropy_semiring_bmm on CUDA float32/float64 pairs."""
+    inherited = original if original is not None else ts.Semiring.__dict__["matmul"]
+
+    def matmul(cls, a, b):
+        if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda and a.dtype == b.dtype
+                and a.dtype in (torch.float32, torch.float64) and a.dim() >= 3 and b.dim() >= 3
+                and a.shape[0] == 2 and b.shape[0] == 2):
+            return _jt.entropy_semiring_bmm(a, b)
+        return inherited.__func__(cls, a, b)
+
+    matmul.__doc__ = "torch-struct's EntropySemiring.matmul through jitbmm on CUDA tensors; see jitbmm.torch_struct."
     return classmethod(matmul)
 
 
@@ -185,7 +202,7 @@ def _distribution_routes(ts):
 
 
 def patch(std=False, chains=False):
-    """Routes LogSemiring and MaxSemiring (and StdSemiring with std=True) matmul, and with chains=True
+    """Routes LogSemiring, MaxSemiring and EntropySemiring (and StdSemiring with std=True) matmul, and with chains=True
     LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
     ts = _semirings()
     for name, semiring in _ROUTES.items():
@@ -195,6 +212,9 @@ def patch(std=False, chains=False):
         if name not in _originals:
             _originals[name] = cls.__dict__["matmul"]
         setattr(cls, "matmul", _routed(semiring, _originals[name]))
+    if "EntropySemiring" not in _originals:
+        _originals["EntropySemiring"] = ts.EntropySemiring.__dict__.get("matmul")  # None: inherited
+    ts.EntropySemiring.matmul = _entropy_routed(ts, _originals["EntropySemiring"])
     if chains and "LinearChain" not in _originals:
         if "logpartition" not in ts.LinearChain.__dict__:
             raise RuntimeError("jitbmm.torch_struct.patch(chains=True): this torch-struct's LinearChain has no "
@@ -219,7 +239,10 @@ def unpatch():
     """Restores torch-struct's own matmul methods."""
     ts = _semirings()
     for name, original in list(_originals.items()):
-        setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
+        if name == "EntropySemiring" and original is None:  # it inherits Semiring's again
+            del ts.EntropySemiring.matmul
+        else:
+            setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
         if name == "LinearChain":
             _unroute_distribution(ts)
         del _originals[name]

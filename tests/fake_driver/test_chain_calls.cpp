@@ -19,6 +19,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
 #include "jitbmm/chain_kbest.hpp"
+#include "jitbmm/entropy_product.hpp"
 #include "jitbmm/chain_samples.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
@@ -669,4 +670,29 @@ TEST_CASE("chain k best: one launch; none for B = 0 or a short workspace; the li
   wide.C = 1024, wide.dtype = DType::f64;
   CHECK_THROWS_WITH_AS(ChainKBest::get(wide, 16), doctest::Contains("k:"), std::invalid_argument);
   CHECK_NOTHROW(ChainKBest::get(wide, 8));
+}
+
+// The expectation semiring's product: one launch forward, one a gradient asked for; nothing for an empty product.
+TEST_CASE("entropy product: one launch forward, one per gradient asked for, none when empty") {
+  const EntropyProduct product = EntropyProduct::get(DType::f32, 2, 3, 4, 5);
+  const std::string module = product.kernel_name();
+  REQUIRE(module.rfind("entropy_product_f32", 0) == 0);
+  DeviceBuffer a(2 * 2 * 3 * 4 * 4), b(2 * 2 * 4 * 5 * 4), out(2 * 2 * 3 * 5 * 4), grad(2 * 2 * 3 * 5 * 4),
+      ga(2 * 2 * 3 * 4 * 4), gb(2 * 2 * 4 * 5 * 4);
+  {
+    const DriverLog log;
+    product(a.get(), b.get(), out.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), ga.get(), gb.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), nullptr, gb.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), nullptr, nullptr);
+    CHECK(log.launched() ==
+          std::vector<std::string>{module, module + "_grad_a", module + "_grad_b", module + "_grad_b"});
+  }
+  const DriverLog log;
+  const EntropyProduct empty = EntropyProduct::get(DType::f64, 0, 3, 4, 5);
+  CHECK(empty.kernel_name().empty());
+  empty(nullptr, nullptr, nullptr);
+  empty.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  CHECK(log.launched().empty());
+  CHECK_THROWS_WITH_AS(product(nullptr, b.get(), out.get()), doctest::Contains("a"), std::invalid_argument);
 }

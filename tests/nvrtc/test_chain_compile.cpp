@@ -232,6 +232,12 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 17), doctest::Contains("k:"), std::invalid_argument);
 }
 
+TEST_CASE("the expectation semiring's product compiles for the oldest and the newest architecture without spills") {
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64}) expect_no_spills(emit_entropy_product_kernel(dtype), arch);
+  CHECK_THROWS_WITH_AS(emit_entropy_product_kernel(DType::bf16), doctest::Contains("dtype"), std::invalid_argument);
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
