@@ -47,8 +47,7 @@ ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
   check_supported(*impl->device);
   const int acc = dtype_info(chain_output_dtype(problem)).size_bytes;
   impl->shared = jb::kbest_shared_bytes(int(problem.C), k, acc);
-  // The kernel's own: the chosen paths' last entries.
-  if (int64_t(impl->shared) + 4 * k > impl->device->max_shared_per_block_optin)
+  if (int64_t(impl->shared) > impl->device->max_shared_per_block_optin)
     throw std::invalid_argument("k: " + std::to_string(k) + " paths of " + std::to_string(problem.C) +
                                 " states keep " + std::to_string(impl->shared) +
                                 " bytes of scores a block, more than this device's " +

@@ -106,7 +106,10 @@ def entropy_semiring_bmm(a, b):
     B = 1
     for d in batch:
         B *= d
-    a3 = a.expand(2, *batch, M, K).reshape(2, B, M, K).contiguous()
-    b3 = b.expand(2, *batch, K, N).reshape(2, B, K, N).contiguous()
+    def flat(t, rows, cols):  # [2, *batch, rows, cols] as [2, B, rows, cols], the pair dimension kept first
+        t = t.reshape(2, *([1] * (len(batch) - (t.dim() - 3))), *t.shape[1:])
+        return t.expand(2, *batch, rows, cols).reshape(2, B, rows, cols).contiguous()
+
+    a3, b3 = flat(a, M, K), flat(b, K, N)
     out = _op(a3, b3)
     return out.view(2, *batch, M, N)

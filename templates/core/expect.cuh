@@ -23,17 +23,21 @@ template <class T> struct Expect {
   __device__ __forceinline__ void poison(T nan) { m = s = a = nan; }
 
   __device__ __forceinline__ void add(T x, T v) {
-    if (x == Num<T>::neg_inf() || m != m) return;
-    if (x != x) return poison(x);
-    if (x > m) {
-      const T f = rescale(m, x);
-      s = (f > T(0) ? s * f : T(0)) + T(1);
-      a = (f > T(0) ? a * f : T(0)) + v;
-      m = x;
-    } else {
-      const T e = rescale(x, m);
+    if (x < m) { // the common case, kept short: below the largest so far (−inf below a finite one gives weight 0)
+      const T e = ex(x - m);
       if (e > T(0)) s += e, a += e * v;
+      return;
     }
+    if (x == Num<T>::neg_inf() || m != m) return; // no term yet and none now, or already NaN
+    if (x != x) return poison(x);
+    if (x == m) { // equal to the largest (+inf too): weight 1
+      s += T(1), a += v;
+      return;
+    }
+    const T f = rescale(m, x); // a new largest
+    s = (f > T(0) ? s * f : T(0)) + T(1);
+    a = (f > T(0) ? a * f : T(0)) + v;
+    m = x;
   }
   __device__ __forceinline__ void merge(const Expect& o) {
     const T n = Num<T>::max(m, o.m);

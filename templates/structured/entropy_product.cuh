@@ -1,8 +1,8 @@
 // The expectation (entropy) semiring's product of pairs (torch-struct's EntropySemiring.matmul): with x0_k = a0[i][k]
 // + b0[k][j] and x1_k = a1[i][k] + b1[k][j],
-//   out0 = log Σ_k e^{x0_k},   out1 = Σ_k p_k (x1_k − log p_k) = Σ_k p_k (x1_k − x0_k) + out0,   p_k = e^{x0_k − out0},
-// a term of weight 0 adding nothing to out1 whatever its x1 (Expect's rule; no term: out0 −inf, out1 0). The
-// gradients: ∂out0/∂x0_k = p_k, ∂out1/∂x1_k = p_k and ∂out1/∂x0_k = p_k (x1_k − log p_k − out1), each summed over the
+//   out0 = log Σ_k e^{x0_k},   out1 = Σ_k p_k (x1_k − log p_k),   p_k = e^{x0_k − out0},
+// a term of weight 0 adding nothing to out1 whatever its x1 (no term: out0 −inf, out1 0; out0 +inf or NaN: out1
+// NaN). The gradients: ∂out0/∂x0_k = p_k, ∂out1/∂x1_k = p_k and ∂out1/∂x0_k = p_k (x1_k − log p_k − out1), each summed over the
 // outputs a term enters (runtime/entropy_product.cpp). One thread an output, or an input for a gradient; every loop
 // runs in index order, so results repeat bit for bit.
 //
@@ -16,7 +16,9 @@
 
 namespace jb {
 
-// The main entry: out for every (b, i, j), a block of kEntropyTile² outputs.
+// The main entry: out for every (b, i, j), a block of kEntropyTile² outputs. Two passes over k: the log-sum first,
+// then out1 from each term's x1 − (x0 − out0), never from x1 − x0 and out0 apart (for terms far below 0, such as
+// torch-struct's −1e5 zeros, those two would cancel).
 template <class T> __device__ __forceinline__ void entropy_product(const EntropyProductParams& p) {
   const long long i = (long long)blockIdx.y * kEntropyTile + threadIdx.y,
                   j = (long long)blockIdx.x * kEntropyTile + threadIdx.x;
@@ -26,14 +28,21 @@ template <class T> __device__ __forceinline__ void entropy_product(const Entropy
     const T* a = static_cast<const T*>(p.a) + (b * p.M + i) * p.K;
     const T* bb = static_cast<const T*>(p.b) + b * p.K * p.N + j;
     Expect<T> e = Expect<T>::none();
-    for (long long k = 0; k < p.K; ++k) {
-      const T x0 = a[k] + bb[k * p.N];
-      e.add(x0, (a[pair_a + k] + bb[pair_b + k * p.N]) - x0);
-    }
-    T* out = static_cast<T*>(p.out) + (b * p.M + i) * p.N + j;
+    for (long long k = 0; k < p.K; ++k) e.add(a[k] + bb[k * p.N], T(0));
     const T z = e.log_sum();
+    T h = 0;
+    if (z - z == T(0)) // finite: each term's p (x1 − log p)
+      for (long long k = 0; k < p.K; ++k) {
+        const T x0 = a[k] + bb[k * p.N];
+        if (x0 == Num<T>::neg_inf()) continue;
+        const T log_p = x0 - z, q = Num<T>::exp2(log_p * Num<T>::log2e());
+        if (q > T(0)) h += q * ((a[pair_a + k] + bb[pair_b + k * p.N]) - log_p);
+      }
+    else if (z != Num<T>::neg_inf()) // +inf or NaN
+      h = Num<T>::nan();
+    T* out = static_cast<T*>(p.out) + (b * p.M + i) * p.N + j;
     out[0] = z;
-    out[pair_out] = e.s > T(0) ? e.mean(T(0)) + z : e.mean(T(0));
+    out[pair_out] = h;
   }
 }
 
