@@ -40,6 +40,13 @@ template <class T> struct Expect {
     m = x;
   }
   __device__ __forceinline__ void merge(const Expect& o) {
+    if (m - m == T(0) && o.m - o.m == T(0)) { // the common case, kept short: both finite
+      const T n = Num<T>::max(m, o.m), f = ex(m - n), g = ex(o.m - n);
+      s = s * f + o.s * g;
+      a = (f > T(0) ? a * f : T(0)) + (g > T(0) ? o.a * g : T(0));
+      m = n;
+      return;
+    }
     const T n = Num<T>::max(m, o.m);
     if (n == Num<T>::neg_inf()) return;
     if (n != n) return poison(n);
