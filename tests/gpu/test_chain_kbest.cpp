@@ -15,7 +15,9 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_kbest.hpp"
 #include "jitbmm/reference.hpp"
+#include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
+#include "templates/chain/kbest_params.cuh"
 
 using namespace jitbmm;
 using namespace jitbmm::test;
@@ -112,6 +114,11 @@ TEST_CASE("chain k best: the reference's paths and scores, ties, masks, ragged l
           CAPTURE(k);
           CAPTURE(variant);
           const double tol = dtype == DType::f64 && variant != 1 ? 1e-12 : 0.0;
+          if (jb::kbest_shared_bytes(int(s.C), k, dtype_info(chain_output_dtype(p)).size_bytes) >
+              unsigned(current_device()->max_shared_per_block_optin)) { // 16 doubles at 1,024 states: refused
+            CHECK_THROWS_WITH_AS(ChainKBest::get(p, k), doctest::Contains("k:"), std::invalid_argument);
+            continue;
+          }
           compare_best("k best", on_gpu(p, pot, lengths, k), on_cpu(p, pot, lengths, k), tol, bad);
           ++cases;
         }

@@ -90,7 +90,8 @@ TEST_CASE("entropy product: the reference's values and gradients at odd shapes, 
         for (DeviceBuffer* d : {&d_out, &d_ga, &d_gb}) d->fill_bytes(0x7f);
         product(d_a.get(), d_b.get(), d_out.get());
         product.backward(d_a.get(), d_b.get(), d_out.get(), d_g.get(), d_ga.get(), d_gb.get());
-        const double tol = dtype == DType::f64 ? 1e-11 : 2e-5;
+        // f64: sums near torch-struct's −1e5 zeros keep about 11 digits of a value of order 1.
+        const double tol = dtype == DType::f64 ? 1e-9 : 2e-5;
         // The gradients' scale: the weights' sum over an input's outputs times the largest |x1 − log p − out1|.
         const double grad_tol = tol * double(std::max(s.M, s.N)) * 10;
         const std::string name = std::string(dtype_info(dtype).name);
