@@ -6,6 +6,7 @@
 
 #include "generator/distribution_source.hpp"
 #include "runtime/device.hpp"
+#include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
@@ -28,16 +29,7 @@ struct ChainKBest::Impl {
 };
 
 ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
-  check_chain_problem(problem);
-  if (problem.semiring != Semiring::max_plus)
-    throw std::invalid_argument("chain.semiring: the best paths are max_plus's (got " +
-                                std::string(semiring_info(problem.semiring).name) + ")");
-  if (problem.form != ChainForm::crf) throw std::invalid_argument("chain.form: the best paths take the crf form");
-  if (std::any_of(std::begin(problem.strides), std::end(problem.strides), [](int64_t s) { return s != 0; }))
-    throw std::invalid_argument("chain.strides: the best paths take contiguous potentials (strides all 0)");
-  if (problem.C > kMaxKBestStates)
-    throw std::invalid_argument("chain.C: the best paths take at most " + std::to_string(kMaxKBestStates) +
-                                " states, got " + std::to_string(problem.C));
+  check_distribution_problem(problem, Semiring::max_plus, kMaxKBestStates, "the best paths");
   if (k < 1 || k > kMaxKBest)
     throw std::invalid_argument("k: the best paths, 1 to " + std::to_string(kMaxKBest) + ", got " + std::to_string(k));
   auto impl = std::make_shared<Impl>();
@@ -63,14 +55,8 @@ void ChainKBest::operator()(const void* potentials, const int64_t* lengths, void
                             Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = impl_->problem;
   const bool empty = p.B == 0;
-  check_pointer(potentials, "potentials", empty || p.T == 1);
+  check_distribution_inputs(p, potentials, lengths, empty, empty || p.T == 1);
   check_pointer(scores, "scores", empty);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", empty);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
-  check_alignment(potentials, "potentials", dtype_info(p.dtype).size_bytes);
-  check_alignment(lengths, "lengths", 8);
   check_alignment(scores, "scores", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(paths, "paths", 4);
   check_workspace(workspace, workspace_bytes());

@@ -7,6 +7,7 @@
 #include "generator/distribution_source.hpp"
 #include "jitbmm/chain.hpp"
 #include "runtime/device.hpp"
+#include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
@@ -25,12 +26,7 @@ struct ChainSampler::Impl {
 };
 
 ChainSampler ChainSampler::get(const ChainProblem& problem) {
-  check_chain_problem(problem);
-  if (problem.semiring != Semiring::log)
-    throw std::invalid_argument("chain.semiring: samples are of the log semiring's distribution");
-  if (problem.form != ChainForm::crf) throw std::invalid_argument("chain.form: samples take the crf form's potentials");
-  if (std::any_of(std::begin(problem.strides), std::end(problem.strides), [](int64_t s) { return s != 0; }))
-    throw std::invalid_argument("chain.strides: samples take contiguous potentials (strides all 0)");
+  check_distribution_problem(problem, Semiring::log, kMaxChainStates, "samples");
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
   impl->device = current_device();
@@ -57,14 +53,8 @@ void ChainSampler::operator()(const void* potentials, const int64_t* lengths, in
   if (n < 0) throw std::invalid_argument("n: the paths to draw, at least 0 (got " + std::to_string(n) + ")");
   checked_product({p.B, n, p.T, 4}, "paths: B*n*T*4 bytes");
   const bool empty = p.B == 0 || n == 0;
-  check_pointer(potentials, "potentials", empty || p.T == 1);
+  check_distribution_inputs(p, potentials, lengths, empty, empty || p.T == 1);
   check_pointer(paths, "paths", empty);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", empty);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
-  check_alignment(potentials, "potentials", dtype_info(p.dtype).size_bytes);
-  check_alignment(lengths, "lengths", 8);
   check_alignment(paths, "paths", 4);
   check_workspace(workspace, workspace_bytes());
   if (empty) return;

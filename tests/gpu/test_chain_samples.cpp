@@ -42,22 +42,6 @@ std::vector<int32_t> draw(const ChainProblem& p, const std::vector<double>& pot,
   return paths;
 }
 
-int64_t path_code(const int32_t* states, int64_t L, int64_t C) {
-  int64_t code = 0;
-  for (int64_t t = L - 1; t >= 0; --t) code = code * C + states[t];
-  return code;
-}
-
-std::vector<double> path_probabilities(const ChainProblem& p, const std::vector<double>& pot, int64_t b, int64_t L,
-                                       double scale) {
-  std::vector<Path> paths = every_path(p, pot, b, L);
-  for (Path& x : paths) x.score *= scale;
-  const long double z = log_total(paths);
-  std::vector<double> probs;
-  for (const Path& x : paths) probs.push_back(x.score == -kInf ? 0.0 : double(std::exp(x.score - z)));
-  return probs;
-}
-
 // Each step's edge counts of `paths` against the exact marginals of `pot` (and of pot times 1.5: how many steps
 // reject them); (fitted, rejected).
 std::pair<int, int> fit_steps(const ChainProblem& p, const std::vector<double>& pot,

@@ -79,7 +79,7 @@ RUNTIME_STAGES = {
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
            "chain_chunked", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_expectation", "chain_samples",
-           "chain_kbest", "entropy_product", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
+           "chain_kbest", "entropy_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
