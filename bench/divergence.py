@@ -1,7 +1,10 @@
 """Entropy, cross-entropy and KL of linear-chain CRFs, forward + backward (a training loss's step), in jitbmm
 (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl) and in torch-struct 0.5 (LinearChainCRF's entropy,
 cross_entropy, kl, with its own products), beside jitbmm's fused log-partition forward + backward (the physical
-reference the targets are set against). Medians of CUDA-synchronised wall times of one step each, float32,
+reference the targets are set against); n exact samples (jitbmm.torch.chain_sample, torch-struct's sample((n,)))
+beside the log-partition's forward alone; the k best paths (jitbmm.torch.chain_kbest, scores and paths in one call;
+torch-struct's kmax(k) and topk(k)) beside the fused Viterbi with its path. The "÷ own" column is the time over that
+row's own reference above it. Medians of CUDA-synchronised wall times of one step each, float32,
 potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it does not.
 
     python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]"""
@@ -31,6 +34,22 @@ def losses(p, q):
     }
 
 
+def their_samples(p, n):
+    """torch-struct's n samples: it draws them as the gradient of a sampling semiring's partition, so the potentials
+    must take a gradient."""
+    import torch_struct
+
+    return torch_struct.LinearChainCRF(p.detach().requires_grad_(True)).sample((n,))
+
+
+def their_kbest(p, k, paths):
+    """torch-struct's k best scores (kmax) or paths as edge indicators (topk)."""
+    import torch_struct
+
+    d = torch_struct.LinearChainCRF(p)
+    return d.topk(k) if paths else d.kmax(k)
+
+
 def step_of(fn, p, q):
     def step():
         a, b = p.detach().requires_grad_(True), q.detach().requires_grad_(True)
@@ -47,29 +66,55 @@ def main():
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; fwd+bwd ms, medians of {args.reps}")
-    print(f"{'B×T×C':>12} {'quantity':>14} {'jitbmm':>9} {'÷ log Z':>8} {'torch-struct':>13} {'speed-up':>9} "
+    print(f"{'B×T×C':>12} {'quantity':>14} {'jitbmm':>9} {'÷ own':>8} {'torch-struct':>13} {'speed-up':>9} "
           f"{'peer peak GB':>13}")
     for shape in args.shapes.split(","):
         B, T, C = map(int, shape.split("x"))
         g = torch.Generator(device="cuda").manual_seed(0)
         p, q = (torch.randn(B, T - 1, C, C, device="cuda", generator=g) for _ in range(2))
+
+        def peer(fn):
+            """(ms, peak GB) of torch-struct's fn, or ("oom", None)."""
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            try:
+                return wall_ms(fn, max(3, args.reps // 3)), torch.cuda.max_memory_allocated() / 1e9
+            except torch.OutOfMemoryError:
+                return "oom", None
+            finally:
+                torch.cuda.empty_cache()
+
+        def row(name, own, reference, theirs):
+            peer_text, ratio, peak = f"{'-':>13}", f"{'-':>9}", f"{'-':>13}"
+            if theirs is not None and not args.no_peer:
+                ms, gb = peer(theirs)
+                peer_text = f"{ms:13.3f}" if gb is not None else f"{ms:>13}"
+                if gb is not None:
+                    ratio, peak = f"{ms / own:8.1f}×", f"{gb:13.2f}"
+            print(f"{shape:>12} {name:>14} {own:9.3f} {own / reference:7.2f}× {peer_text} {ratio} {peak}")
+
         partition = wall_ms(step_of(lambda a, b: jt.chain_log_partition(a), p, q), args.reps)
         print(f"{shape:>12} {'log Z':>14} {partition:9.3f}")
         for name, (ours, theirs) in losses(p, q).items():
-            own = wall_ms(step_of(ours, p, q), args.reps)
-            peer_text, ratio, peak = f"{'-':>13}", f"{'-':>9}", f"{'-':>13}"
-            if not args.no_peer:
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                try:
-                    peer = wall_ms(step_of(theirs, p, q), max(3, args.reps // 3))
-                    peer_text, ratio = f"{peer:13.3f}", f"{peer / own:8.1f}×"
-                    peak = f"{torch.cuda.max_memory_allocated() / 1e9:13.2f}"
-                except torch.OutOfMemoryError:
-                    peer_text = f"{'oom':>13}"
-                torch.cuda.empty_cache()
-            print(f"{shape:>12} {name:>14} {own:9.3f} {own / partition:7.2f}× {peer_text} {ratio} {peak}")
-
+            row(name, wall_ms(step_of(ours, p, q), args.reps), partition, step_of(theirs, p, q))
+        # Samples against the log-partition's forward alone; torch-struct draws ten a pass of its own, so a thousand
+        # would take it minutes: its figure for 16 alone.
+        with torch.no_grad():
+            forward = wall_ms(lambda: jt.chain_log_partition(p), args.reps)
+        print(f"{shape:>12} {'log Z forward':>14} {forward:9.3f}")
+        for n in (16, 1024):
+            theirs = (lambda: their_samples(p, n)) if n == 16 else None
+            row(f"sample {n}", wall_ms(lambda: jt.chain_sample(p, n), args.reps), forward, theirs)
+        # The k best paths (scores and paths in one call) against the fused Viterbi with its path; torch-struct's
+        # kmax (scores) and topk (edge indicators) for k = 4.
+        with torch.no_grad():
+            viterbi = wall_ms(lambda: jt.chain_viterbi(p), args.reps)
+            print(f"{shape:>12} {'Viterbi':>14} {viterbi:9.3f}")
+            for k in (4, 16):
+                own = wall_ms(lambda: jt.chain_kbest(p, k), args.reps)
+                row(f"kmax {k}", own, viterbi, (lambda: their_kbest(p, k, False)) if k == 4 else None)
+                if k == 4:
+                    row(f"topk {k}", own, viterbi, lambda: their_kbest(p, k, True))
 
 if __name__ == "__main__":
     main()

@@ -94,6 +94,8 @@ inline std::string inspect_help() {
          "  jitbmm inspect --chain C --expectation [--dtype f32|f64|f16|bf16] [--arch sm_90] --emit ...\n"
          "      The chain expectation module of C states (at most 1024): entropy, cross-entropy and KL\n"
          "      (docs/chains.md), its forward, backward messages (_beta) and gradients (_edges).\n"
+         "  jitbmm inspect --chain C --kbest K [--dtype f32|f64|f16|bf16] [--arch sm_90] --emit ...\n"
+         "      The module of the K best paths (K at most 16) of chains of C states (at most 1024).\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"

@@ -20,6 +20,7 @@
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
 #include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "generator/emit_source.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/kernel_files.hpp"
@@ -32,6 +33,7 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "templates/chain/expect_params.cuh"
+#include "templates/chain/kbest_params.cuh"
 
 extern char** environ; // posix_spawn passes ours on
 
@@ -281,7 +283,8 @@ int print_chain_tuned(const ChainProblem& p) {
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert(
-      {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length"});
+      {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length",
+       "--kbest"});
   std::set<std::string> switches = spec_switches();
   switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--expectation"});
   const Args args(argc, argv, 2, flags, switches);
@@ -325,6 +328,20 @@ int run_inspect(int argc, char** argv) {
       throw std::invalid_argument(std::string("--chain: ") + e.what());
     }
     threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc());
+  } else if (args.has("--chain") && args.has("--kbest")) { // the k best paths: the dtype, C and k
+    args.require_only({"--chain", "--kbest", "--dtype", "--emit", "--arch"}, "inspect --chain --kbest");
+    const ChainProblem problem = chain_problem_from(args, 1, 2);
+    const std::string k = args.get("--kbest", "");
+    if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("--kbest: the best paths kept, an integer from 1 to 16, got '" + k + "'");
+    const int paths = std::stoi(k);
+    try {
+      kernel = with_override(emit_kbest_kernel(problem.dtype, int(problem.C), paths));
+    } catch (const std::invalid_argument& e) { // the generator names C or k; the flag that gave it
+      const std::string why = e.what();
+      throw std::invalid_argument((why.rfind("k: ", 0) == 0 ? "--kbest: " : "--chain: ") + why);
+    }
+    threads = jb::kbest_threads(int(problem.C));
   } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
     // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
     // semiring and the dtype alone, and the form for the former.

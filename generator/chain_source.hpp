@@ -106,9 +106,4 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form)
 // accumulators).
 GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype);
 
-// The expectation module for chains of C states (at most jb::kMaxExpectStates) in the CRF form whose inputs are
-// `dtype` (templates/chain/expectation.cuh): the main entry the forward (log Z and E_p[F], saving the messages), "_beta"
-// the backward messages, "_edges" the gradients. What entropy, cross-entropy and KL are computed from.
-GeneratedKernel emit_expect_kernel(DType dtype, int C);
-
 } // namespace jitbmm

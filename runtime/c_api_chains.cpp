@@ -1,6 +1,6 @@
 // The C ABI of the chains: chain problems, chain plans (jitbmm_chain_plan wraps a ChainPlan), their runs in the
-// CRF and HMM forms, backwards and workspaces, and chain expectations (jitbmm_chain_expectation wraps a
-// ChainExpectation). Each call converts its C arguments and calls the C++ API
+// CRF and HMM forms, backwards and workspaces, and the chain distributions (jitbmm_chain_expectation,
+// jitbmm_chain_sampler and jitbmm_chain_kbest wrap ChainExpectation, ChainSampler and ChainKBest). Each call converts its C arguments and calls the C++ API
 // (runtime/c_api_status).
 #include <cstring>
 #include <string>
@@ -8,6 +8,8 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
+#include "jitbmm/chain_kbest.hpp"
+#include "jitbmm/chain_samples.hpp"
 #include "runtime/c_api_status.hpp"
 
 struct jitbmm_chain_plan {
@@ -17,6 +19,14 @@ struct jitbmm_chain_plan {
 
 struct jitbmm_chain_expectation {
   jitbmm::ChainExpectation plan;
+};
+
+struct jitbmm_chain_sampler {
+  jitbmm::ChainSampler plan;
+};
+
+struct jitbmm_chain_kbest {
+  jitbmm::ChainKBest plan;
 };
 
 using jitbmm::c_api::guarded;
@@ -202,5 +212,61 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
 }
 
 void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan) { delete plan; }
+
+jitbmm_status jitbmm_chain_sampler_create(const jitbmm_chain_problem* problem, jitbmm_chain_sampler** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    *plan = new jitbmm_chain_sampler{jitbmm::ChainSampler::get(to_chain_problem(problem))};
+  });
+}
+
+jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials,
+                                       const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
+                                       void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(potentials, lengths, n, seed, paths, static_cast<jitbmm::Stream>(stream),
+               jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan) { delete plan; }
+
+jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    *plan = new jitbmm_chain_kbest{jitbmm::ChainKBest::get(to_chain_problem(problem), k)};
+  });
+}
+
+jitbmm_status jitbmm_chain_kbest_workspace_bytes(const jitbmm_chain_kbest* plan, size_t* bytes) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(bytes, "bytes");
+    *bytes = plan->plan.workspace_bytes();
+  });
+}
+
+jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void* potentials, const int64_t* lengths,
+                                     void* scores, int32_t* paths, void* workspace, size_t workspace_bytes,
+                                     void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(potentials, lengths, scores, paths, static_cast<jitbmm::Stream>(stream),
+               jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan) { delete plan; }
 
 } // extern "C"

@@ -1,15 +1,21 @@
 // The C ABI of the products: problems, plans (jitbmm_plan wraps a SemiringBMM), their runs, backwards and
-// workspaces, and the CPU reference. Each call converts its C arguments and calls the C++ API (runtime/c_api_status).
+// workspaces, the expectation semiring's product (jitbmm_entropy_product wraps an EntropyProduct), and the CPU
+// reference. Each call converts its C arguments and calls the C++ API (runtime/c_api_status).
 #include <cstddef>
 #include <string>
 
 #include "jitbmm/c_api.h"
+#include "jitbmm/entropy_product.hpp"
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/c_api_status.hpp"
 
 struct jitbmm_plan {
   jitbmm::SemiringBMM plan;
+};
+
+struct jitbmm_entropy_product {
+  jitbmm::EntropyProduct plan;
 };
 
 using jitbmm::c_api::guarded;
@@ -166,5 +172,34 @@ jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, con
     }
   });
 }
+
+jitbmm_status jitbmm_entropy_product_create(const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N,
+                                            jitbmm_entropy_product** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    require(dtype, "dtype");
+    *plan = new jitbmm_entropy_product{jitbmm::EntropyProduct::get(jitbmm::parse_dtype(dtype), B, M, K, N)};
+  });
+}
+
+jitbmm_status jitbmm_entropy_product_run(const jitbmm_entropy_product* plan, const void* a, const void* b, void* out,
+                                         void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(a, b, out, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan, const void* a, const void* b,
+                                              const void* out, const void* grad_out, void* grad_a, void* grad_b,
+                                              void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.backward(a, b, out, grad_out, grad_a, grad_b, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan) { delete plan; }
 
 } // extern "C"

@@ -4,8 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "runtime/device.hpp"
+#include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
@@ -23,18 +24,6 @@ struct ChainExpectation::Impl {
 };
 
 namespace {
-
-void check_problem(const ChainProblem& p) {
-  check_chain_problem(p);
-  if (p.semiring != Semiring::log)
-    throw std::invalid_argument("chain.semiring: expectations are of the log semiring's distribution");
-  if (p.form != ChainForm::crf) throw std::invalid_argument("chain.form: expectations take the crf form's potentials");
-  if (std::any_of(std::begin(p.strides), std::end(p.strides), [](int64_t s) { return s != 0; }))
-    throw std::invalid_argument("chain.strides: expectations take contiguous potentials (strides all 0)");
-  if (p.C > jb::kMaxExpectStates)
-    throw std::invalid_argument("chain.C: expectations take at most " + std::to_string(jb::kMaxExpectStates) +
-                                " states, got " + std::to_string(p.C));
-}
 
 // One of the module's entries: a block a sequence ("", "_beta") or a step ("_edges"), the kernels striding past the
 // grid's limit.
@@ -63,23 +52,16 @@ jb::ExpectParams params_of(const ChainProblem& p, const void* potentials, const 
 // The inputs' pointers, lengths and alignments, for both calls; whether there is anything to compute.
 bool check_inputs(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {
   const bool empty = p.B == 0, no_edges = empty || p.T == 1;
-  check_pointer(potentials, "potentials", no_edges);
+  check_distribution_inputs(p, potentials, lengths, empty, no_edges);
   check_pointer(field, "field", no_edges);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", empty);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
-  const int bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(potentials, "potentials", bytes);
-  check_alignment(field, "field", bytes);
-  check_alignment(lengths, "lengths", 8);
+  check_alignment(field, "field", dtype_info(p.dtype).size_bytes);
   return !empty;
 }
 
 } // namespace
 
 ChainExpectation ChainExpectation::get(const ChainProblem& problem) {
-  check_problem(problem);
+  check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations");
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
   impl->device = current_device();

@@ -197,6 +197,43 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
                                                 void* workspace, size_t workspace_bytes, void* stream);
 void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan);
 
+/* Chain samples (ChainSampler in chain_samples.hpp): n exact paths of each of B chains in the CRF form (the log
+ * semiring, contiguous potentials), paths[B][n][T] int32 on the device (-1 past a length, and throughout for a
+ * sequence without a distribution); the same seed draws the same paths. workspace_bytes of scratch (NULL with 0
+ * bytes: jitbmm's own pool). */
+typedef struct jitbmm_chain_sampler jitbmm_chain_sampler;
+jitbmm_status jitbmm_chain_sampler_create(const jitbmm_chain_problem* problem, jitbmm_chain_sampler** plan);
+jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials,
+                                       const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
+                                       void* workspace, size_t workspace_bytes, void* stream);
+void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan);
+
+/* The k best paths of chains (ChainKBest in chain_kbest.hpp): the max_plus semiring, the CRF form, contiguous
+ * potentials, C <= 1024, 1 <= k <= 16. scores[B][k] in the output dtype (f32 for half inputs) and paths[B][k][T]
+ * int32 (may be NULL) on the device, in order; -inf and -1 past the paths a sequence has. workspace_bytes of scratch
+ * (NULL with 0 bytes: jitbmm's own pool). */
+typedef struct jitbmm_chain_kbest jitbmm_chain_kbest;
+jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan);
+jitbmm_status jitbmm_chain_kbest_workspace_bytes(const jitbmm_chain_kbest* plan, size_t* bytes);
+jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void* potentials, const int64_t* lengths,
+                                     void* scores, int32_t* paths, void* workspace, size_t workspace_bytes,
+                                     void* stream);
+void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan);
+
+/* The expectation (entropy) semiring's product (EntropyProduct in entropy_product.hpp): pairs a [2][B][M][K] and b
+ * [2][B][K][N], contiguous in dtype "f32" or "f64", give out [2][B][M][N] on the device; the backward writes grad_a
+ * and grad_b (either may be NULL) from the forward's out and grad_out [2][B][M][N]. */
+typedef struct jitbmm_entropy_product jitbmm_entropy_product;
+jitbmm_status jitbmm_entropy_product_create(const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N,
+                                            jitbmm_entropy_product** plan);
+jitbmm_status jitbmm_entropy_product_run(const jitbmm_entropy_product* plan, const void* a, const void* b, void* out,
+                                         void* stream);
+jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan, const void* a, const void* b,
+                                              const void* out, const void* grad_out, void* grad_a, void* grad_b,
+                                              void* stream);
+void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -3,6 +3,9 @@
 
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
+#include "jitbmm/chain_kbest.hpp"
+#include "jitbmm/chain_samples.hpp"
+#include "jitbmm/entropy_product.hpp"
 #include "jitbmm/chain_problem.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"

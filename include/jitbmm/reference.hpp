@@ -156,4 +156,19 @@ constexpr int kMaxReferenceBestPaths = 1024;
 void chain_kbest(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int k, double* scores,
                  int32_t* paths);
 
+
+// The expectation (entropy) semiring's product (torch-struct's EntropySemiring.matmul) of pairs a [2][B][M][K] and b
+// [2][B][K][N], contiguous in `dtype` (f32 or f64): with x0_k = a0[i][k] + b0[k][j] and x1_k = a1[i][k] + b1[k][j],
+// out0 = log Σ_k e^{x0_k} and out1 = Σ_k p_k (x1_k − log p_k), p_k = e^{x0_k − out0}, where a term of weight 0 (x0 =
+// −inf, or p_k rounding to 0) adds nothing whatever its x1 (no term: −inf and 0); out [2][B][M][N]. The backward's gradients of Σ grad_out·out with
+// respect to a and b (either may be null), in their layouts: ∂out0/∂x0_k = p_k, ∂out1/∂x1_k = p_k, ∂out1/∂x0_k = p_k
+// (x1_k − log p_k − out1). Up to kMaxReferenceTerms terms (std::invalid_argument naming the field otherwise).
+struct EntropyProductShape {
+  DType dtype = DType::f32;
+  int64_t B = 1, M = 1, K = 1, N = 1;
+};
+void entropy_product(const EntropyProductShape& shape, const void* a, const void* b, double* out);
+void entropy_product_backward(const EntropyProductShape& shape, const void* a, const void* b, const double* grad_out,
+                              double* grad_a, double* grad_b);
+
 } // namespace jitbmm::reference

@@ -171,6 +171,37 @@ def _declare(lib):
     lib.jitbmm_chain_expectation_backward.restype = status
     lib.jitbmm_chain_expectation_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_expectation_destroy.restype = None
+    # Chain samples (jitbmm.torch.chain_sample).
+    lib.jitbmm_chain_sampler_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_chain_sampler_create.restype = status
+    lib.jitbmm_chain_sampler_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_sampler_workspace_bytes.restype = status
+    lib.jitbmm_chain_sampler_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                             ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.c_void_p]
+    lib.jitbmm_chain_sampler_run.restype = status
+    lib.jitbmm_chain_sampler_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_chain_sampler_destroy.restype = None
+    # The k best paths of chains (jitbmm.torch.chain_kbest).
+    lib.jitbmm_chain_kbest_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.c_int,
+                                              ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_chain_kbest_create.restype = status
+    lib.jitbmm_chain_kbest_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_kbest_workspace_bytes.restype = status
+    lib.jitbmm_chain_kbest_run.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_kbest_run.restype = status
+    lib.jitbmm_chain_kbest_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_chain_kbest_destroy.restype = None
+    # The expectation semiring's product (jitbmm.torch.entropy_semiring_bmm).
+    lib.jitbmm_entropy_product_create.argtypes = [ctypes.c_char_p] + [ctypes.c_int64] * 4 + [
+        ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_entropy_product_create.restype = status
+    lib.jitbmm_entropy_product_run.argtypes = [ctypes.c_void_p] * 5
+    lib.jitbmm_entropy_product_run.restype = status
+    lib.jitbmm_entropy_product_backward.argtypes = [ctypes.c_void_p] * 8
+    lib.jitbmm_entropy_product_backward.restype = status
+    lib.jitbmm_entropy_product_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_entropy_product_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
         getattr(lib, "jitbmm_" + name).argtypes = []
         getattr(lib, "jitbmm_" + name).restype = restype

@@ -14,44 +14,23 @@ import torch
 import jitbmm
 
 from ._torch_chains import _check_crf, _check_tensor, _score_dtype, chain_log_partition
-from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, stream
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
 
 
-class _Expectation:
-    """One expectation plan: launches on the current stream of the inputs' device, scratch from PyTorch's caching
-    allocator."""
-
-    __slots__ = ("handle", "device", "workspace")
-
-    def __init__(self, dtype, device, B, T, C, with_lengths):
-        lib = jitbmm._library()
-        problem = jitbmm._CChainProblem(b"log", dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), int(with_lengths))
-        handle, saved, workspace = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
-        with torch.cuda.device(device):
-            jitbmm._check(lib.jitbmm_chain_expectation_create(ctypes.byref(problem), ctypes.byref(handle)))
-        self.handle, self.device = handle, device
-        jitbmm._check(lib.jitbmm_chain_expectation_bytes(handle, ctypes.byref(saved), ctypes.byref(workspace)))
-        self.workspace = workspace.value
-
-    def __del__(self):
-        handle = getattr(self, "handle", None)
-        if handle is not None and handle.value and jitbmm._lib is not None:
-            jitbmm._lib.jitbmm_chain_expectation_destroy(handle)
-
-
 def _planned(potentials, lengths):
-    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
-    key = (DTYPE_NAMES[potentials.dtype], potentials.device.index, B, n + 1, C, lengths is not None)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _Expectation(*key)
-        with lock:
-            if len(_plans) >= TABLE_ENTRIES:
-                _plans.clear()
-            plan = _plans.setdefault(key, plan)
-    return plan
+    def make(dtype, device, B, T, C, with_lengths):
+        problem = chain_problem("log", dtype, B, T, C, with_lengths)
+        plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem))
+        saved, workspace = ctypes.c_size_t(), ctypes.c_size_t()
+        jitbmm._check(jitbmm._lib.jitbmm_chain_expectation_bytes(plan.handle, ctypes.byref(saved),
+                                                                 ctypes.byref(workspace)))
+        plan.workspace = workspace.value
+        return plan
+
+    key = chain_key(potentials, lengths)
+    return cached(_plans, key, lambda: make(*key))
 
 
 def _saved_shape(potentials, keep):

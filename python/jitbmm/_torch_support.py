@@ -1,9 +1,13 @@
 """What jitbmm.torch's products and chains share: the library's name of each torch dtype, the current stream as the
-library takes it, the lock of the tables of plans, those tables' bound, and the tensor types the eager paths take."""
+library takes it, the lock of the tables of plans, those tables' bound, the tensor types the eager paths take, and the
+chain distributions' plans of the C library (expectations, samplers, k best) with their table."""
 
+import ctypes
 import threading
 
 import torch
+
+import jitbmm
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object
 
@@ -21,3 +25,45 @@ def stream(device_index):
 def address(t):
     """A tensor's device address for the library, or None for no tensor."""
     return t.data_ptr() if t is not None else None
+
+
+def chain_problem(semiring, dtype, B, T, C, with_lengths):
+    """The C library's chain problem in the CRF form with contiguous potentials (jitbmm_chain_problem)."""
+    return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), int(with_lengths))
+
+
+class LibraryPlan:
+    """A plan of the C library, jitbmm_<kind>_create(*args, &handle) on `device` and jitbmm_<kind>_destroy when it
+    goes: its handle, its device and the scratch bytes each run takes (set by the caller)."""
+
+    __slots__ = ("handle", "device", "workspace", "kind")
+
+    def __init__(self, kind, device, *args):
+        lib = jitbmm._library()
+        handle = ctypes.c_void_p()
+        with torch.cuda.device(device):
+            jitbmm._check(getattr(lib, f"jitbmm_{kind}_create")(*args, ctypes.byref(handle)))
+        self.handle, self.device, self.kind, self.workspace = handle, device, kind, 0
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle is not None and handle.value and jitbmm._lib is not None:
+            getattr(jitbmm._lib, f"jitbmm_{self.kind}_destroy")(handle)
+
+
+def cached(table, key, make):
+    """table[key], made by make() the first time (the table starts again past TABLE_ENTRIES)."""
+    plan = table.get(key)
+    if plan is None:
+        plan = make()
+        with lock:
+            if len(table) >= TABLE_ENTRIES:
+                table.clear()
+            plan = table.setdefault(key, plan)
+    return plan
+
+
+def chain_key(potentials, lengths, *more):
+    """What a chain distribution's plan is made for: (dtype name, device, B, T, C, with lengths, *more)."""
+    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
+    return (DTYPE_NAMES[potentials.dtype], potentials.device.index, B, n + 1, C, lengths is not None, *more)

@@ -6,7 +6,8 @@
 
 After patch(), ``LogSemiring.matmul``, ``MaxSemiring.matmul`` (and with std=True ``StdSemiring.matmul``) run
 ``jitbmm.torch.semiring_bmm`` (log, max_plus, plus_times) on CUDA tensors of float32/float64/float16/bfloat16
-with equal dtypes; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
+with equal dtypes, and ``EntropySemiring.matmul`` (every structure's entropy) ``jitbmm.torch.entropy_semiring_bmm`` on
+CUDA float32/float64 pairs; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
 matmul as before. Every structure built on these semirings (LinearChainCRF, SemiMarkovCRF, ...) then uses jitbmm for
 its partition, its marginals (gradients, also create_graph=True) and its argmax (MaxSemiring's gradient: ties go to
 the smallest k). StdSemiring is opt-in because torch-struct already runs it through cuBLAS (torch.matmul), which
@@ -18,8 +19,11 @@ chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/flo
 C] with C within the kernels' limit; half potentials are computed in float32 and the score returned in their dtype,
 as torch-struct returns it), one kernel for the whole chain instead of torch-struct's log-depth scan of products.
 Its entropy, cross_entropy(other) and kl(other) run jitbmm's chain expectations (jitbmm.torch.chain_entropy,
-chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape), returned
-in the potentials' dtype; anything else, torch-struct's own semirings.
+chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape); kmax(k)
+and topk(k) its k-best kernel (jitbmm.torch.chain_kbest; k <= 16, up to 1,024 states); sample((n,)) its sampler
+(jitbmm.torch.chain_sample); count and log_prob(value) its log-partition (jitbmm.torch.chain_log_count,
+chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype; anything else, torch-struct's own
+semirings.
 It is not the default because a loss on the marginals differentiates them again, which the chain does through the
 forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
@@ -29,6 +33,8 @@ import contextlib
 import torch
 
 from . import torch as _jt
+from . import _torch_kbest as _jt_kbest
+from ._torch_samples import edge_indicators
 from ._torch_support import DTYPE_NAMES
 
 __all__ = ["patch", "unpatch", "patched"]
@@ -54,6 +60,22 @@ def _routed(semiring, original):
         return original.__func__(cls, a, b)
 
     matmul.__doc__ = f"torch-struct's matmul through jitbmm ({semiring}) on CUDA tensors; see jitbmm.torch_struct."
+    return classmethod(matmul)
+
+
+def _entropy_routed(ts, original):
+    """EntropySemiring's matmul (torch-struct's generic product of pairs, which it inherits) through
+    jitbmm.torch.entropy_semiring_bmm on CUDA float32/float64 pairs."""
+    inherited = original if original is not None else ts.Semiring.__dict__["matmul"]
+
+    def matmul(cls, a, b):
+        if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda and a.dtype == b.dtype
+                and a.dtype in (torch.float32, torch.float64) and a.dim() >= 3 and b.dim() >= 3
+                and a.shape[0] == 2 and b.shape[0] == 2):
+            return _jt.entropy_semiring_bmm(a, b)
+        return inherited.__func__(cls, a, b)
+
+    matmul.__doc__ = "torch-struct's EntropySemiring.matmul through jitbmm on CUDA tensors; see jitbmm.torch_struct."
     return classmethod(matmul)
 
 
@@ -120,14 +142,67 @@ def _distribution_routes(ts):
         method.__doc__ = f"LinearChainCRF's {name} through jitbmm's chain expectations where it fits."
         return method
 
+    def sample(self, sample_shape=torch.Size()):
+        args = routed(self, None)
+        try:
+            if args is not None and len(sample_shape) == 1:
+                paths = _jt.chain_sample(args[0], int(sample_shape[0]), args[2])
+                return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
+        except ValueError:
+            pass
+        return base.sample(self, sample_shape)
+
+    def count(self):
+        args = routed(self, None)
+        try:
+            if args is not None:
+                return torch.exp(_jt.chain_log_count(args[0], args[2])).to(args[0].dtype)
+        except ValueError:
+            pass
+        return base.__dict__["count"].wrapped(self)
+
+    def log_prob(self, value):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(value, torch.Tensor):
+                return _jt.chain_log_prob(args[0], value, args[2]).to(args[0].dtype)
+        except ValueError:
+            pass
+        return base.log_prob(self, value)
+
+    def kmax(self, k):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
+                return _jt.chain_kbest(args[0], k, args[2])[0].to(args[0].dtype)
+        except ValueError:  # more states than the kernel holds
+            pass
+        return base.kmax(self, k)
+
+    def topk(self, k):
+        args = routed(self, None)
+        try:
+            if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
+                paths = _jt.chain_kbest(args[0], k, args[2])[1]
+                return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
+        except ValueError:
+            pass
+        return base.topk(self, k)
+
+    kmax.__doc__ = "LinearChainCRF's kmax(k) through jitbmm's k-best kernel where it fits (k <= 16, C <= 1024)."
+    topk.__doc__ = "LinearChainCRF's topk(k) (edge indicators) through jitbmm's k-best kernel where it fits."
     entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
+    count.__doc__ = "LinearChainCRF's count of paths through jitbmm's log-partition of its structure where it fits."
+    log_prob.__doc__ = "LinearChainCRF's log_prob through jitbmm's fused log-partition where it fits."
+    sample.__doc__ = "LinearChainCRF's samples (edge indicators) through jitbmm's chain sampler where it fits."
     return {"entropy": torch.distributions.utils.lazy_property(entropy),
             "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
-            "kl": pairwise("kl", _jt.chain_kl)}
+            "kl": pairwise("kl", _jt.chain_kl), "sample": sample,
+            "count": torch.distributions.utils.lazy_property(count), "log_prob": log_prob, "kmax": kmax, "topk": topk}
 
 
 def patch(std=False, chains=False):
-    """Routes LogSemiring and MaxSemiring (and StdSemiring with std=True) matmul, and with chains=True
+    """Routes LogSemiring, MaxSemiring and EntropySemiring (and StdSemiring with std=True) matmul, and with chains=True
     LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
     ts = _semirings()
     for name, semiring in _ROUTES.items():
@@ -137,6 +212,9 @@ def patch(std=False, chains=False):
         if name not in _originals:
             _originals[name] = cls.__dict__["matmul"]
         setattr(cls, "matmul", _routed(semiring, _originals[name]))
+    if "EntropySemiring" not in _originals:
+        _originals["EntropySemiring"] = ts.EntropySemiring.__dict__.get("matmul")  # None: inherited
+    ts.EntropySemiring.matmul = _entropy_routed(ts, _originals["EntropySemiring"])
     if chains and "LinearChain" not in _originals:
         if "logpartition" not in ts.LinearChain.__dict__:
             raise RuntimeError("jitbmm.torch_struct.patch(chains=True): this torch-struct's LinearChain has no "
@@ -151,8 +229,8 @@ def patch(std=False, chains=False):
 
 
 def _unroute_distribution(ts):
-    """LinearChainCRF inherits torch-struct's entropy, cross_entropy and kl again."""
-    for name in ("entropy", "cross_entropy", "kl"):
+    """LinearChainCRF inherits torch-struct's own distribution properties again."""
+    for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob", "kmax", "topk"):
         if name in ts.LinearChainCRF.__dict__:
             delattr(ts.LinearChainCRF, name)
 
@@ -161,7 +239,10 @@ def unpatch():
     """Restores torch-struct's own matmul methods."""
     ts = _semirings()
     for name, original in list(_originals.items()):
-        setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
+        if name == "EntropySemiring" and original is None:  # it inherits Semiring's again
+            del ts.EntropySemiring.matmul
+        else:
+            setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)
         if name == "LinearChain":
             _unroute_distribution(ts)
         del _originals[name]

@@ -18,6 +18,9 @@
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
+#include "jitbmm/chain_kbest.hpp"
+#include "jitbmm/entropy_product.hpp"
+#include "jitbmm/chain_samples.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
@@ -594,4 +597,102 @@ TEST_CASE("chain expectations: a launch forward, two backward, none for a refuse
   const DriverLog log;
   backward(grad.get(), nullptr, plan.backward_workspace_bytes());
   CHECK(log.launched() == std::vector<std::string>{module + "_beta", module + "_edges"});
+}
+
+// A chain sampler's call is the chain plan's forward, then one launch of the sampling kernel; n = 0 launches nothing,
+// and a workspace one byte short is refused before any launch.
+TEST_CASE("chain samples: the chain's forward, then a launch of the sampler; none for n = 0 or a short workspace") {
+  ChainProblem p;
+  p.B = 3, p.T = 6, p.C = 7;
+  const ChainSampler sampler = ChainSampler::get(p);
+  const std::string module = sampler.kernel_name();
+  REQUIRE(module.rfind("chain_sample_f32_c7", 0) == 0);
+  DeviceBuffer pot(4 * 3 * 5 * 49), paths(4 * 3 * 10 * 6), work(sampler.workspace_bytes());
+  auto draw = [&](int64_t n, std::size_t given) {
+    sampler(pot.get(), nullptr, n, 1, static_cast<int32_t*>(paths.get()), nullptr, Workspace{work.get(), given});
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(draw(10, sampler.workspace_bytes() - 1), doctest::Contains("workspace"),
+                         std::invalid_argument);
+    draw(0, sampler.workspace_bytes());
+    CHECK(log.launched().empty());
+  }
+  const DriverLog log;
+  draw(10, sampler.workspace_bytes());
+  const std::vector<std::string> launched = log.launched();
+  REQUIRE(launched.size() == 2);
+  CHECK(launched[0] == ChainPlan::get(p).kernel_name());
+  CHECK(launched[1] == module);
+}
+
+// The k best paths are one launch of their kernel with two positions' lists in dynamic shared memory; B = 0 launches
+// nothing, a workspace one byte short is refused before any launch, and what the kernel cannot hold is refused at
+// get() naming the field.
+TEST_CASE("chain k best: one launch; none for B = 0 or a short workspace; the limits name their fields") {
+  ChainProblem p;
+  p.semiring = Semiring::max_plus;
+  p.B = 3, p.T = 6, p.C = 7;
+  const ChainKBest best = ChainKBest::get(p, 4);
+  CHECK(best.k() == 4);
+  CHECK(best.workspace_bytes() >= std::size_t(3 * 5 * 7 * 4 * 4));
+  const std::string module = best.kernel_name();
+  REQUIRE(module.rfind("chain_kbest_f32_c7_k4", 0) == 0);
+  DeviceBuffer pot(4 * 3 * 5 * 49), scores(4 * 3 * 4), paths(4 * 3 * 4 * 6), work(best.workspace_bytes());
+  auto run = [&](const ChainKBest& plan, std::size_t given) {
+    plan(pot.get(), nullptr, scores.get(), static_cast<int32_t*>(paths.get()), nullptr, Workspace{work.get(), given});
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(run(best, best.workspace_bytes() - 1), doctest::Contains("workspace"),
+                         std::invalid_argument);
+    ChainProblem empty = p;
+    empty.B = 0;
+    const ChainKBest none = ChainKBest::get(empty, 4);
+    CHECK(none.kernel_name().empty());
+    run(none, 0);
+    CHECK(log.launched().empty());
+  }
+  {
+    const DriverLog log;
+    run(best, best.workspace_bytes());
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  CHECK_THROWS_WITH_AS(ChainKBest::get(p, 0), doctest::Contains("k:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ChainKBest::get(p, 17), doctest::Contains("k:"), std::invalid_argument);
+  ChainProblem log_chain = p;
+  log_chain.semiring = Semiring::log;
+  CHECK_THROWS_WITH_AS(ChainKBest::get(log_chain, 4), doctest::Contains("chain.semiring"), std::invalid_argument);
+  ChainProblem wide = p;
+  wide.C = 1025;
+  CHECK_THROWS_WITH_AS(ChainKBest::get(wide, 1), doctest::Contains("chain.C"), std::invalid_argument);
+  // 1,024 states of 16 doubles, two positions: 256 KiB, beyond the fake device's 227 KiB a block.
+  wide.C = 1024, wide.dtype = DType::f64;
+  CHECK_THROWS_WITH_AS(ChainKBest::get(wide, 16), doctest::Contains("k:"), std::invalid_argument);
+  CHECK_NOTHROW(ChainKBest::get(wide, 8));
+}
+
+// The expectation semiring's product: one launch forward, one a gradient asked for; nothing for an empty product.
+TEST_CASE("entropy product: one launch forward, one per gradient asked for, none when empty") {
+  const EntropyProduct product = EntropyProduct::get(DType::f32, 2, 3, 4, 5);
+  const std::string module = product.kernel_name();
+  REQUIRE(module.rfind("entropy_product_f32", 0) == 0);
+  DeviceBuffer a(2 * 2 * 3 * 4 * 4), b(2 * 2 * 4 * 5 * 4), out(2 * 2 * 3 * 5 * 4), grad(2 * 2 * 3 * 5 * 4),
+      ga(2 * 2 * 3 * 4 * 4), gb(2 * 2 * 4 * 5 * 4);
+  {
+    const DriverLog log;
+    product(a.get(), b.get(), out.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), ga.get(), gb.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), nullptr, gb.get());
+    product.backward(a.get(), b.get(), out.get(), grad.get(), nullptr, nullptr);
+    CHECK(log.launched() ==
+          std::vector<std::string>{module, module + "_grad_a", module + "_grad_b", module + "_grad_b"});
+  }
+  const DriverLog log;
+  const EntropyProduct empty = EntropyProduct::get(DType::f64, 0, 3, 4, 5);
+  CHECK(empty.kernel_name().empty());
+  empty(nullptr, nullptr, nullptr);
+  empty.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  CHECK(log.launched().empty());
+  CHECK_THROWS_WITH_AS(product(nullptr, b.get(), out.get()), doctest::Contains("a"), std::invalid_argument);
 }

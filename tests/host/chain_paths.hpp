@@ -44,6 +44,24 @@ inline long double log_total(const std::vector<Path>& paths) {
   return m + std::log(sum);
 }
 
+// A path's index among every_path's: its states as the digits of a number in base C, the first state lowest.
+inline int64_t path_code(const int32_t* states, int64_t L, int64_t C) {
+  int64_t code = 0;
+  for (int64_t t = L - 1; t >= 0; --t) code = code * C + states[t];
+  return code;
+}
+
+// The probability of every path of sequence b of `pot` at temperature 1 / scale (its scores times scale).
+inline std::vector<double> path_probabilities(const ChainProblem& p, const std::vector<double>& pot, int64_t b,
+                                              int64_t L, double scale) {
+  std::vector<Path> paths = every_path(p, pot, b, L);
+  for (Path& x : paths) x.score *= scale;
+  const long double z = log_total(paths);
+  std::vector<double> probs;
+  for (const Path& x : paths) probs.push_back(x.score == -kInf ? 0.0 : double(std::exp(x.score - z)));
+  return probs;
+}
+
 inline std::vector<double> random_potentials(std::mt19937_64& rng, const ChainProblem& p, double p_mask,
                                              bool integers) {
   std::normal_distribution<double> normal(0.0, 1.5);

@@ -20,28 +20,6 @@
 using namespace jitbmm;
 using namespace jitbmm::test;
 
-namespace {
-
-// A path's index among every_path's: its states as the digits of a number in base C, the first state lowest.
-int64_t path_code(const int32_t* states, int64_t L, int64_t C) {
-  int64_t code = 0;
-  for (int64_t t = L - 1; t >= 0; --t) code = code * C + states[t];
-  return code;
-}
-
-// The probability of every path of sequence b of `pot` at temperature 1 / scale (its scores times scale).
-std::vector<double> path_probabilities(const ChainProblem& p, const std::vector<double>& pot, int64_t b, int64_t L,
-                                       double scale) {
-  std::vector<Path> paths = every_path(p, pot, b, L);
-  for (Path& x : paths) x.score *= scale;
-  const long double z = log_total(paths);
-  std::vector<double> probs;
-  for (const Path& x : paths) probs.push_back(x.score == -kInf ? 0.0 : double(std::exp(x.score - z)));
-  return probs;
-}
-
-} // namespace
-
 TEST_CASE("chain samples: every path is drawn as often as its probability says, and only a path that can be") {
   std::mt19937_64 rng(20261203);
   const int64_t n = 4000;

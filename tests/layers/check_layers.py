@@ -12,8 +12,8 @@ Every runtime file belongs to one of them: runtime/tuner/ to the tuner, the othe
 (a runtime file in no list is a defect, so a new file is placed on purpose).
 
 templates/ (device code) has levels of its own, one folder each: core/ beneath every family; hopper/ (sm_90a
-primitives) beneath the families that use tensor-core pipelines; the families direct/, tiled/, grad/, chain/ side by
-side; exp_matmul/ above tiled/, grad/ and hopper/. A template includes other templates by their path under templates/,
+primitives) beneath the families that use tensor-core pipelines; the families direct/, tiled/, grad/, chain/ and
+structured/ side by side; exp_matmul/ above tiled/, grad/ and hopper/. A template includes other templates by their path under templates/,
 and the file must exist. The entry points the strategies name (a "family/name.cuh" string in generator/) are
 family headers, never core/ or hopper/. A template outside these folders is a defect.
 
@@ -23,6 +23,7 @@ The public headers (include/jitbmm/) belong to levels too, and a stage may inclu
     reference.hpp                                         the CPU reference's face: reference/, and runtime's tuner
                                                           (its trials check results) and plan
     plan.hpp, chain.hpp, chain_expectation.hpp,           the library's face: runtime's plan stage only
+    chain_samples.hpp, chain_kbest.hpp, entropy_product.hpp,
     jitbmm.hpp, c_api.h
 So generator/, support/, cache/, the engine and the tuner never include jitbmm/plan.hpp or jitbmm/jitbmm.hpp, and a
 vocabulary header includes only the vocabulary. A public header in no level is a defect.
@@ -54,8 +55,9 @@ DEVICE = {
     "grad": {"core"},
     "exp_matmul": {"core", "hopper", "tiled", "grad"},
     "chain": {"core"},
+    "structured": {"core"},
 }
-ENTRY_FAMILIES = {"direct", "tiled", "grad", "exp_matmul", "chain"}  # what a strategy may name as its entry header
+ENTRY_FAMILIES = {"direct", "tiled", "grad", "exp_matmul", "chain", "structured"}  # what a strategy may name as its entry header
 ENTRY = re.compile(r'"([a-z_0-9]+)/([a-z_0-9]+\.cuh)"')
 # Which stages each stage's files may include from (its own always).
 ALLOWED = {
@@ -76,15 +78,16 @@ RUNTIME_STAGES = {
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
            "chain_chunked", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
-           "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_expectation",
-           "crash_backtrace", "plan", "plan_impl", "repair_watch"},
+           "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_expectation", "chain_samples",
+           "chain_kbest", "entropy_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
     "types.hpp": "include", "kernel_spec.hpp": "include", "errors.hpp": "include", "version.hpp": "include",
     "chain_problem.hpp": "include",
     "reference.hpp": "reference",
-    "plan.hpp": PLAN, "chain.hpp": PLAN, "chain_expectation.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
+    "plan.hpp": PLAN, "chain.hpp": PLAN, "chain_expectation.hpp": PLAN, "chain_samples.hpp": PLAN,
+    "chain_kbest.hpp": PLAN, "entropy_product.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
 }
 # generator/ is pure: no environment, no files, no logging.
 IMPURE = re.compile(r"\b(getenv|fopen|ofstream|ifstream|fstream|std::cerr|std::cout|fprintf|printf|puts|"

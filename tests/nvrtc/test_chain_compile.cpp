@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "jitbmm/types.hpp"
 #include "nvrtc/archs.hpp"
 #include "nvrtc/compile_pool.hpp"
@@ -208,6 +209,33 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
       for (int C : {1, 16, 33, 600, 1024}) expect_no_spills(emit_expect_kernel(dtype, C), arch);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 1025), doctest::Contains("C:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 0), doctest::Contains("C:"), std::invalid_argument);
+}
+
+TEST_CASE("the sampling modules compile for the oldest and the newest architecture without spills") {
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      for (int C : {1, 33, 1024, 16384}) expect_no_spills(emit_sample_kernel(dtype, C), arch);
+  CHECK_THROWS_WITH_AS(emit_sample_kernel(DType::f32, 16385), doctest::Contains("C:"), std::invalid_argument);
+}
+
+TEST_CASE("the k-best modules compile for the oldest and the newest architecture without spills, 1 to 1024 states") {
+  // The fewest lanes and threads (1 state), uneven rounds of targets (33, 600), the most registers a lane (1,024);
+  // half types only load differently.
+  for (const char* arch : {"sm_75", "sm_90"}) {
+    for (DType dtype : {DType::f32, DType::f64})
+      for (int C : {1, 33, 600, 1024})
+        for (int k : {1, 16}) expect_no_spills(emit_kbest_kernel(dtype, C, k), arch);
+    for (DType dtype : {DType::f16, DType::bf16}) expect_no_spills(emit_kbest_kernel(dtype, 64, 4), arch);
+  }
+  CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 1025, 4), doctest::Contains("C:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 0), doctest::Contains("k:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 17), doctest::Contains("k:"), std::invalid_argument);
+}
+
+TEST_CASE("the expectation semiring's product compiles for the oldest and the newest architecture without spills") {
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64}) expect_no_spills(emit_entropy_product_kernel(dtype), arch);
+  CHECK_THROWS_WITH_AS(emit_entropy_product_kernel(DType::bf16), doctest::Contains("dtype"), std::invalid_argument);
 }
 
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {

@@ -1,0 +1,31 @@
+// The structured distributions' modules: a chain's expectations, samples and k best paths, generated from
+// templates/chain/ beside the chain plan's own module (generator/chain_source.hpp), and the expectation semiring's
+// product (templates/structured/).
+#pragma once
+
+#include "generator/emit_source.hpp"
+#include "jitbmm/chain_problem.hpp"
+
+namespace jitbmm {
+
+// The expectation module for chains of C states (at most jb::kMaxExpectStates) in the CRF form whose inputs are
+// `dtype` (templates/chain/expectation.cuh): the main entry the forward (log Z and E_p[F], saving the messages),
+// "_beta" the backward messages, "_edges" the gradients. What entropy, cross-entropy and KL are computed from.
+GeneratedKernel emit_expect_kernel(DType dtype, int C);
+
+// The sampling module for chains of C states in the CRF form whose inputs are `dtype` (templates/chain/samples.cuh):
+// its main entry draws paths backward from the chain plan's forward messages, a warp a path.
+GeneratedKernel emit_sample_kernel(DType dtype, int C);
+
+// The k-best module for chains of C states (at most jb::kMaxKBestStates) in the CRF form whose inputs are
+// `dtype`, keeping k paths (1 to jb::kMaxKBest) a state (templates/chain/kbest.cuh): its main entry, a block a
+// sequence of jb::kbest_threads(C) threads with jb::kbest_shared_bytes of dynamic shared memory, writes the k best
+// scores and paths.
+GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k);
+
+// The expectation (entropy) semiring's product of pairs in `dtype` (f32 or f64; templates/structured/
+// entropy_product.cuh): the main entry the product, "_grad_a" and "_grad_b" its gradients, each a thread an element
+// in blocks of jb::kEntropyTile² threads.
+GeneratedKernel emit_entropy_product_kernel(DType dtype);
+
+} // namespace jitbmm

@@ -1,0 +1,42 @@
+// Exact samples of a chain's paths from its distribution (docs/chains.md, "Samples").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "jitbmm/chain_problem.hpp"
+#include "jitbmm/types.hpp"
+
+namespace jitbmm {
+
+// n paths of each of B chains in the CRF form, drawn from p(z) = exp(score(z) − log Z): the chain plan's forward
+// (ChainPlan, whatever its strategy) gives the forward messages, and each path is drawn from the last position back,
+// a state at a time given the next (forward filtering, backward sampling), a warp a path.
+class ChainSampler {
+public:
+  // The log semiring, the CRF form, contiguous potentials (strides all 0), any dtype and C ≤ kMaxChainStates
+  // (std::invalid_argument naming the field otherwise). For the device current on this thread.
+  static ChainSampler get(const ChainProblem& problem);
+
+  // paths[B][n][T] (int32, device memory): each path's states; −1 past a sequence's length, and throughout for a
+  // sequence of a length outside [1, T] or without a distribution (log Z −inf, +inf or NaN). A path of probability 0
+  // is never drawn. Sequence b's paths depend on the seed, b and its own potentials alone: the same seed draws the
+  // same paths. n ≥ 0. Asynchronous on `stream`; takes workspace_bytes() of scratch from `workspace` or jitbmm's pool.
+  void operator()(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
+                  Stream stream = nullptr, const Workspace& workspace = {}) const;
+  std::size_t workspace_bytes() const;
+
+  const ChainProblem& problem() const;
+  // The sampling module's name (its forward is the chain plan's: ChainPlan::kernel_name). Empty when B = 0.
+  std::string kernel_name() const;
+
+  struct Impl;
+
+private:
+  explicit ChainSampler(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+} // namespace jitbmm

@@ -1,0 +1,45 @@
+"""jitbmm.torch's count of a CRF's paths and the log-probability of given paths, from the fused log-partition
+(docs/chains.md, "Counts and log-probabilities"): a log-partition of the chain's structure, and a gather beside the
+chain's own."""
+
+import math
+
+import torch
+
+from ._torch_chains import _check_crf, _score_dtype, chain_log_partition
+
+
+def chain_log_count(potentials, lengths=None):
+    """log of the number of paths of each sequence whose every edge's potential is other than -inf: torch-struct's
+    LinearChainCRF(...).count in log space, so long chains do not overflow. NaN and +inf count as edges; log C for one
+    position; -inf where no path is left. Arguments as chain_log_partition's; returns [B] in the potentials' dtype
+    (float32 for half inputs). Not differentiable (a count is piecewise constant)."""
+    _check_crf(potentials, lengths)
+    with torch.no_grad():
+        structure = torch.zeros_like(potentials).masked_fill(potentials == -math.inf, -math.inf)
+        return chain_log_partition(structure, lengths)
+
+
+def chain_log_prob(potentials, value, lengths=None):
+    """log p(value): Σ value·potentials over each sequence's steps, minus log Z (torch-struct's log_prob), for events
+    value [..., B, T - 1, C, C] (a path's edge indicators, any leading sample dimensions), returned as [..., B]. A
+    value of 0 adds nothing whatever its potential (where torch's 0·(-inf) would give NaN), and steps from lengths[b] - 1
+    on are not read. NaN where the sequence has no distribution (log Z -inf, +inf or NaN); -inf for an event of
+    probability 0. Differentiable with respect to both (the log-partition's gradient from the fused backward)."""
+    _check_crf(potentials, lengths)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"value: expected a torch.Tensor, got {type(value).__name__}")
+    if value.dim() < 4 or value.shape[-4:] != potentials.shape:
+        raise ValueError(f"value: expected [..., {', '.join(map(str, potentials.shape))}] (events of the potentials' "
+                         f"shape), got shape {tuple(value.shape)}")
+    if value.device != potentials.device:
+        raise ValueError(f"value: on {value.device}, expected the potentials' device {potentials.device}")
+    dtype = _score_dtype(potentials)
+    pot, value = potentials.to(dtype), value.to(dtype)
+    terms = torch.where(value != 0, value * pot, torch.zeros((), dtype=dtype, device=pot.device))
+    if lengths is not None:  # only the steps before each sequence's last position
+        steps = torch.arange(pot.shape[1], device=pot.device) < (lengths - 1)[:, None]
+        terms = torch.where(steps[:, :, None, None], terms, torch.zeros((), dtype=dtype, device=pot.device))
+    log_z = chain_log_partition(potentials, lengths)
+    out = terms.sum((-1, -2, -3)) - log_z
+    return torch.where(torch.isfinite(log_z), out, torch.full_like(out, math.nan))

@@ -1,0 +1,78 @@
+"""jitbmm.torch's exact samples of linear-chain CRF paths (include/jitbmm/chain_samples.hpp, docs/chains.md
+"Samples"): the chain's forward messages from its fused forward, then each path drawn from the last position back, a
+warp a path. The operator is jitbmm::chain_sample; torch.compile and torch.export trace it as one node."""
+
+import ctypes
+from typing import Optional
+
+import torch
+
+import jitbmm
+
+from ._torch_chains import _check_crf
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
+
+_plans = {}
+
+
+def _planned(potentials, lengths):
+    def make(dtype, device, B, T, C, with_lengths):
+        plan = LibraryPlan("chain_sampler", device, ctypes.byref(chain_problem("log", dtype, B, T, C, with_lengths)))
+        workspace = ctypes.c_size_t()
+        jitbmm._check(jitbmm._lib.jitbmm_chain_sampler_workspace_bytes(plan.handle, ctypes.byref(workspace)))
+        plan.workspace = workspace.value
+        return plan
+
+    key = chain_key(potentials, lengths)
+    return cached(_plans, key, lambda: make(*key))
+
+
+def _sample(potentials: torch.Tensor, lengths: Optional[torch.Tensor], n: int, seed: int) -> torch.Tensor:
+    plan = _planned(potentials, lengths)
+    B, T = potentials.shape[0], potentials.shape[1] + 1
+    paths = potentials.new_empty((B, n, T), dtype=torch.int32)
+    ws = plan.workspace
+    scratch = potentials.new_empty((ws,), dtype=torch.uint8) if ws else None
+    status = jitbmm._lib.jitbmm_chain_sampler_run(plan.handle, potentials.data_ptr(), address(lengths), n, seed,
+                                                  paths.data_ptr(), address(scratch), ws, stream(plan.device))
+    if status:
+        jitbmm._check(status)
+    return paths
+
+
+_op = torch.library.custom_op("jitbmm::chain_sample", _sample, mutates_args=(), device_types="cuda")
+
+
+@_op.register_fake
+def _(potentials, lengths, n, seed):
+    return potentials.new_empty((potentials.shape[0], n, potentials.shape[1] + 1), dtype=torch.int32)
+
+
+def chain_sample(potentials, n, lengths=None, generator=None):
+    """n exact samples of each sequence's state path from the linear-chain CRF of `potentials`, p(z) ∝
+    exp Σ_t potentials[b, t, z[t + 1], z[t]] (torch_struct.LinearChainCRF(...).sample((n,)) gives the same
+    distribution as edge indicators).
+
+    potentials and lengths as chain_log_partition takes them (copied if not contiguous); n >= 0. generator: the torch
+    generator the seed is drawn from (None: torch's default CPU generator), so torch.manual_seed repeats a run
+    exactly. Returns paths [n, B, T] (int64): path[i, b, t] the state at position t of sample i of sequence b; -1 past
+    lengths[b], and throughout for a sequence without a distribution (log Z -inf, +inf or NaN) or of a length outside
+    [1, T]. A path of probability 0 is never drawn. Not differentiable."""
+    _check_crf(potentials, lengths)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n: the number of samples, an int >= 0, got {n!r}")
+    device = generator.device if generator is not None else torch.device("cpu")
+    seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=device).item())
+    lengths = None if lengths is None else lengths.contiguous()
+    return _op(potentials.contiguous(), lengths, n, seed).permute(1, 0, 2).long()
+
+
+def edge_indicators(paths, C, dtype):
+    """paths [..., T] (int, -1 past a length) as edge indicators [..., T - 1, C, C] in dtype: 1 at [t, z[t + 1], z[t]]
+    for each step of the path (torch-struct's events)."""
+    frm, to = paths[..., :-1], paths[..., 1:]
+    valid = (frm >= 0) & (to >= 0)
+    index = (to.clamp(min=0) * C + frm.clamp(min=0)).unsqueeze(-1)
+    out = torch.zeros((*frm.shape, C * C), dtype=dtype, device=paths.device)
+    out.scatter_(-1, index, valid.unsqueeze(-1).to(dtype))
+    return out.view(*frm.shape, C, C)

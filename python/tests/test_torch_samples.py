@@ -1,0 +1,112 @@
+"""jitbmm.torch.chain_sample on the GPU machine: each step's edge frequencies of many samples against the exact edge
+marginals (the gradient of chain_log_partition) by Pearson's χ², with the power to reject a nearby temperature; the
+same generator state the same paths; -1 past lengths and where no path exists; torch-struct's sample routed by
+patch(chains=True) as edge indicators of its shape; bad arguments.
+
+Run as a program (the python_torch_samples CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
+missing, and fails if any test is skipped where both exist."""
+
+import math
+import sys
+import unittest
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+from torch_cases import GpuCase, gpu_main, torch  # noqa: E402
+
+if torch is not None:
+    from jitbmm._torch_samples import edge_indicators
+
+try:
+    import torch_struct
+except Exception:
+    torch_struct = None
+
+
+def chi2_ok(counts, probs, z=5.0):
+    """Pearson's χ² of counts against probs, categories pooled to expect at least 5 (tests/samples_fit.hpp's test)."""
+    n = counts.sum().item()
+    if (counts[probs == 0] > 0).any():
+        return False
+    order = torch.argsort(probs)
+    pools, expected, drawn = [], 0.0, 0.0
+    for i in order.tolist():
+        if probs[i] <= 0:
+            continue
+        expected += n * probs[i].item()
+        drawn += counts[i].item()
+        if expected >= 5:
+            pools.append((expected, drawn))
+            expected, drawn = 0.0, 0.0
+    if expected > 0:
+        if pools:
+            e, d = pools.pop()
+            pools.append((e + expected, d + drawn))
+        else:
+            pools.append((expected, drawn))
+    k = len(pools) - 1
+    if k <= 0:
+        return True
+    chi2 = sum((d - e) ** 2 / e for e, d in pools)
+    v = 2.0 / (9.0 * k)
+    return ((chi2 / k) ** (1 / 3) - (1 - v)) / math.sqrt(v) <= z
+
+
+class SampleTest(GpuCase):
+    def test_edges_fit_the_marginals(self):
+        jt = self.jt
+        g = torch.Generator(device=self.dev).manual_seed(3)
+        for dtype, (B, T, C), n in ((torch.float32, (3, 12, 7), 40000), (torch.float64, (2, 6, 30), 100000)):
+            pot = (1.5 * torch.randn(B, T - 1, C, C, generator=g, device=self.dev)).to(dtype)
+            lengths = torch.tensor([T] + [max(1, T - 3 * i) for i in range(1, B)], device=self.dev)
+            p = pot.double().requires_grad_(True)
+            (mu,) = torch.autograd.grad(jt.chain_log_partition(p, lengths).sum(), p)
+            hot = (1.5 * pot.double()).requires_grad_(True)
+            (mu_hot,) = torch.autograd.grad(jt.chain_log_partition(hot, lengths).sum(), hot)
+            paths = jt.chain_sample(pot, n, lengths, generator=torch.Generator().manual_seed(1))
+            self.assertEqual(paths.shape, (n, B, T))
+            events = edge_indicators(paths, C, torch.float64).sum(0)  # [B, T - 1, C, C]
+            fitted = rejected = 0
+            for b in range(B):
+                for t in range(int(lengths[b]) - 1):
+                    counts = events[b, t].flatten()
+                    self.assertTrue(chi2_ok(counts, mu[b, t].flatten()), (dtype, b, t))
+                    fitted += 1
+                    rejected += not chi2_ok(counts, mu_hot[b, t].flatten())
+                L = int(lengths[b])
+                self.assertTrue((paths[:, b, L:] == -1).all())
+                self.assertTrue(((paths[:, b, :L] >= 0) & (paths[:, b, :L] < C)).all())
+            self.assertGreaterEqual(rejected, fitted // 2)
+
+    def test_repeats_and_no_path(self):
+        jt = self.jt
+        pot = torch.randn(3, 5, 4, 4, device=self.dev)
+        pot[1] = -math.inf  # no path
+        lengths = torch.tensor([6, 6, 9], device=self.dev)  # the last outside [1, T]
+        torch.manual_seed(7)
+        first = jt.chain_sample(pot, 50, lengths)
+        torch.manual_seed(7)
+        again = jt.chain_sample(pot, 50, lengths)
+        self.assertTrue(torch.equal(first, again))
+        self.assertFalse(torch.equal(first, jt.chain_sample(pot, 50, lengths)))
+        self.assertTrue((first[:, 1:] == -1).all())
+        self.assertEqual(jt.chain_sample(pot, 0).shape, (0, 3, 6))
+        self.assertEqual(jt.chain_sample(pot[:0], 4).shape, (4, 0, 6))
+        with self.assertRaisesRegex(ValueError, "n:"):
+            jt.chain_sample(pot, -1)
+
+    @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
+    def test_torch_struct_sample_routed(self):
+        import jitbmm.torch_struct as jts
+        pot = torch.randn(2, 7, 5, 5, device=self.dev)
+        with jts.patched(chains=True):
+            s = torch_struct.LinearChainCRF(pot).sample((30,))
+        self.assertEqual(s.shape, (30, 2, 7, 5, 5))
+        self.assertTrue((s.sum((-1, -2)) == 1).all())  # one edge a step
+        self.assertNotIn("sample", torch_struct.LinearChainCRF.__dict__)
+
+
+if __name__ == "__main__":
+    sys.exit(gpu_main())

@@ -1,0 +1,86 @@
+#include "jitbmm/chain_samples.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "generator/distribution_source.hpp"
+#include "jitbmm/chain.hpp"
+#include "runtime/device.hpp"
+#include "runtime/distribution_checks.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/plan_impl.hpp" // check_pointer, check_alignment
+#include "runtime/scratch.hpp"
+#include "support/checked_size.hpp"
+#include "templates/chain/sample_params.cuh"
+
+namespace jitbmm {
+
+struct ChainSampler::Impl {
+  ChainProblem problem;
+  std::shared_ptr<const DeviceInfo> device;
+  std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
+  std::shared_ptr<const ChainPlan> forward;   // the forward messages' plan
+  std::size_t alpha = 0, score = 0;           // bytes of alpha [B][T][C] and score [B] in the output dtype
+};
+
+ChainSampler ChainSampler::get(const ChainProblem& problem) {
+  check_distribution_problem(problem, Semiring::log, kMaxChainStates, "samples");
+  auto impl = std::make_shared<Impl>();
+  impl->problem = problem;
+  impl->device = current_device();
+  check_supported(*impl->device);
+  const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
+  impl->alpha = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
+  impl->score = std::size_t(problem.B) * acc;
+  impl->forward = std::make_shared<const ChainPlan>(ChainPlan::get(problem));
+  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_sample_kernel(problem.dtype, int(problem.C)));
+  return ChainSampler(std::move(impl));
+}
+
+std::size_t ChainSampler::workspace_bytes() const {
+  return ScratchSize()
+      .add(impl_->alpha, "workspace")
+      .add(impl_->score, "workspace")
+      .add(impl_->forward->workspace_bytes(false), "workspace")
+      .bytes();
+}
+
+void ChainSampler::operator()(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed,
+                              int32_t* paths, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = impl_->problem;
+  if (n < 0) throw std::invalid_argument("n: the paths to draw, at least 0 (got " + std::to_string(n) + ")");
+  checked_product({p.B, n, p.T, 4}, "paths: B*n*T*4 bytes");
+  const bool empty = p.B == 0 || n == 0;
+  check_distribution_inputs(p, potentials, lengths, empty, empty || p.T == 1);
+  check_pointer(paths, "paths", empty);
+  check_alignment(paths, "paths", 4);
+  check_workspace(workspace, workspace_bytes());
+  if (empty) return;
+  ScopedContext scope(impl_->device->context);
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(*impl_->device, workspace, workspace_bytes(), cu);
+  jb::SampleParams params{};
+  params.alpha = scratch.take(impl_->alpha);
+  params.score = scratch.take(impl_->score);
+  void* forward_ws = scratch.take(impl_->forward->workspace_bytes(false));
+  (*impl_->forward)(potentials, lengths, const_cast<void*>(params.score), nullptr, const_cast<void*>(params.alpha),
+                    nullptr, stream, Workspace{forward_ws, impl_->forward->workspace_bytes(false)});
+  params.potentials = potentials;
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.paths = paths;
+  params.seed = seed;
+  params.B = p.B, params.T = p.T, params.n = n;
+  const int64_t warps_per_block = jb::kSampleThreads / 32, blocks = (p.B * n + warps_per_block - 1) / warps_per_block;
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(blocks, int64_t(1) << 30)), 1, 1},
+                 block[3] = {unsigned(jb::kSampleThreads), 1, 1};
+  void* args[] = {&params};
+  launch(impl_->kernel->entry(""), grid, block, args, cu, impl_->kernel->generated.name);
+}
+
+const ChainProblem& ChainSampler::problem() const { return impl_->problem; }
+
+std::string ChainSampler::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }
+
+} // namespace jitbmm

@@ -1,0 +1,144 @@
+// The k best paths of a chain (max_plus, the CRF form), a block a sequence (runtime/chain_kbest.cpp): Viterbi that
+// keeps for every state the K best paths ending there, in order (a path's best continuation keeps its prefix among
+// the K best of the prefix's end, so nothing better is dropped), then the K best over the last position's states,
+// each followed back through the back-pointers.
+//
+// The order is reference::chain_kbest's: the larger score first, NaN before every number, then the source state,
+// then its rank there (ChainMax::beats on the index source · K + rank), so the first path is Viterbi's. A list's
+// entry of −inf is no path, and a candidate from it is none whatever the potential (−inf + inf would be NaN).
+//
+// S is the storage type, T its accumulator type (Acc<S>); C states, K paths, G lanes a target state and NT threads a
+// block are compile-time.
+#pragma once
+
+#include "chain/kbest_params.cuh"
+#include "chain/lengths.cuh"
+#include "chain/reductions.cuh"
+#include "core/dtypes.cuh"
+#include "core/numbers.cuh"
+
+namespace jb {
+
+// The K best of the candidates lists[r][s] + w(s) over the C sources s (rank-major, so that the lanes' first reads,
+// of consecutive sources at rank 0, are of consecutive words), chosen by a group of G lanes (lane l holds the sources
+// l, l + G, ... and their w, −inf past C), every lane of the warp taking part: out(r, score, index) for r < K in order,
+// index = s · K + rank, or −inf and −1 where fewer are left. Each list is in order, so a source's next candidate is
+// its next rank: K rounds of the group's best head, the winning lane then reading its own sources' heads again.
+template <class T, int C, int K, int G, int N, class Out>
+__device__ __forceinline__ void kbest_select(const T* lists, int lane, const T (&w)[N], Out out) {
+  static_assert(N == (C + G - 1) / G, "a lane's sources");
+  constexpr int kNone = 0x7fffffff;
+  int head[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) head[j] = 0;
+  T v;
+  int index;
+  auto lane_best = [&] {
+    v = Num<T>::neg_inf();
+    index = kNone;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int s = lane + j * G;
+      if (s >= C || head[j] >= K) continue;
+      const T entry = lists[head[j] * C + s];
+      if (entry == Num<T>::neg_inf()) continue;
+      const T x = entry + w[j];
+      if (x != Num<T>::neg_inf() && ChainMax<T>::beats(x, s * K + head[j], v, index)) v = x, index = s * K + head[j];
+    }
+  };
+  lane_best();
+#pragma unroll 1
+  for (int r = 0; r < K; ++r) {
+    T best = v;
+    int at = index;
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) {
+      const T other = __shfl_xor_sync(0xffffffffu, best, o);
+      const int other_at = __shfl_xor_sync(0xffffffffu, at, o);
+      if (ChainMax<T>::beats(other, other_at, best, at)) best = other, at = other_at;
+    }
+    const bool found = at != kNone;
+    out(r, found ? best : Num<T>::neg_inf(), found ? at : -1);
+    if (found && at == index) { // this lane's source: its next rank
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if ((lane + j * G) * K + head[j] == index) ++head[j];
+      lane_best();
+    }
+  }
+}
+
+// The main entry: scores[b][i] and (unless null) paths[b][i][t] of the K best paths of each sequence; −inf and −1
+// past the paths a sequence has (those of a score other than −inf), −1 past its length; NaN scores and −1 paths for a
+// length outside [1, T].
+template <class S, int C, int K, int G, int NT> __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
+  using T = typename Acc<S>::type;
+  static_assert(NT % 32 == 0 && NT % G == 0 && G <= 32 && (G & (G - 1)) == 0, "groups of lanes within warps");
+  constexpr int GROUPS = NT / G;
+  constexpr int PASSES = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G;
+  extern __shared__ __align__(16) unsigned char kbest_bytes[];
+  T* lists = reinterpret_cast<T*>(kbest_bytes); // two positions' [K][C], each state's ranks in order
+  int* chosen = reinterpret_cast<int*>(lists + 2 * C * K); // the K best paths' last entries
+  const int tid = threadIdx.x, lane = tid % G, group = tid / G;
+  for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
+    bool bad;
+    const long long L = chain_length(p, b, bad);
+    T* scores = static_cast<T*>(p.scores) + b * K;
+    int* paths = p.paths ? p.paths + b * K * p.T : nullptr; // null: the scores alone
+    if (paths)
+      for (long long i = tid; i < K * p.T; i += NT) paths[i] = -1;
+    if (bad) {
+      if (tid < K) scores[tid] = Num<T>::nan();
+      continue;
+    }
+    for (int i = tid; i < C * K; i += NT) lists[i] = i < C ? T(0) : Num<T>::neg_inf();
+    __syncthreads();
+    const S* potentials = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
+    int* back = p.back + b * (p.T - 1) * C * K;
+    // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
+    // shuffles stay whole (a group past C chooses among no candidates and writes nothing). A round's row of
+    // potentials is loaded during the round before, so no round waits for memory.
+    auto load_row = [&](long long round, T (&w)[N]) {
+      const long long t = round / PASSES;
+      const int s = int(round % PASSES) * GROUPS + group;
+      const bool live = s < C && t + 1 < L;
+      const S* row = potentials + (t * C + (live ? s : 0)) * C;
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
+    };
+    T w[N], next[N];
+    load_row(0, w);
+    for (long long round = 0; round < (L - 1) * PASSES; ++round) {
+      const long long t = round / PASSES;
+      const int s = int(round % PASSES) * GROUPS + group;
+      load_row(round + 1, next);
+      int* from_of = back + (t * C + s) * K;
+      T* to = lists + ((t + 1) & 1) * C * K;
+      kbest_select<T, C, K, G>(lists + (t & 1) * C * K, lane, w, [&](int r, T score, int at) {
+        if (lane == 0 && s < C) to[r * C + s] = score, from_of[r] = at;
+      });
+      if (round % PASSES == PASSES - 1) __syncthreads();
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = next[j];
+    }
+    // The K best over the last position's lists, by the same order with the last state in the source's place: the
+    // first warp (each of its groups the same choice; the first writes it).
+    if (tid < 32) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) w[j] = lane + j * G < C ? T(0) : Num<T>::neg_inf();
+      kbest_select<T, C, K, G>(lists + ((L - 1) & 1) * C * K, lane, w, [&](int r, T score, int at) {
+        if (tid == 0) scores[r] = score, chosen[r] = at;
+      });
+    }
+    __syncthreads();
+    if (paths && tid < K)
+      for (long long t = L - 1, at = chosen[tid]; at >= 0; --t) {
+        const int s = int(at / K);
+        paths[tid * p.T + t] = s;
+        at = t > 0 ? back[((t - 1) * C + s) * K + at % K] : -1;
+      }
+    __syncthreads(); // the lists are the next sequence's
+  }
+}
+
+} // namespace jb
