@@ -30,6 +30,7 @@ forward algorithm in torch operations, a position at a time (exact, but slower t
 """
 
 import contextlib
+import importlib
 
 import torch
 
@@ -237,7 +238,9 @@ def patch(std=False, chains=False):
             _originals[name] = cls.__dict__["matmul"]
         setattr(cls, "matmul", _routed(semiring, _originals[name]))
     if "KMaxSemiring" not in _originals:
-        _originals["KMaxSemiring"] = ts.semirings.semirings.KMaxSemiring
+        # The factory's defining module by its full name: torch_struct's star imports rebind the name
+        # torch_struct.semirings to that inner module.
+        _originals["KMaxSemiring"] = importlib.import_module("torch_struct.semirings.semirings").KMaxSemiring
     for module in _kmax_modules(ts):
         module.KMaxSemiring = _kmax_factory(ts, _originals["KMaxSemiring"])
     if "EntropySemiring" not in _originals:
@@ -265,8 +268,6 @@ def _unroute_distribution(ts):
 
 def _kmax_modules(ts):
     """The modules that hold torch-struct's KMaxSemiring factory by name (where its distributions take it from)."""
-    import importlib
-
     names = ("torch_struct", "torch_struct.semirings", "torch_struct.semirings.semirings", "torch_struct.distributions")
     return [m for m in (importlib.import_module(n) for n in names) if hasattr(m, "KMaxSemiring")]
 
