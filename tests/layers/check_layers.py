@@ -76,7 +76,8 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
+    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
+           "chain_candidate",
            "chain_chunked", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_expectation", "chain_samples",
            "chain_kbest", "entropy_product", "kmax_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
