@@ -70,7 +70,8 @@ def products(reps):
             jt.logbmm(ga, gb).sum().backward()
             torch.cuda.synchronize()
 
-        # The expanded terms [B, n, n, n]: at 64x512^3 (32 GiB) XLA's compile of the reference runs for minutes.
+        # The expanded terms [B, n, n, n], run where they take at most 1 GiB: at 64x512^3 (32 GiB) the reference did
+        # not finish within minutes, XLA warning of a slow compile.
         fits = B * n ** 3 * 4 <= 2**30
         ref = jax.jit(lambda a, b: jax.nn.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2))
         ref_step = jax.jit(jax.grad(lambda a, b: ref(a, b).sum(), argnums=(0, 1)))
@@ -96,8 +97,7 @@ def hmm(reps):
         e, t, i = normal(3, (B, T, C)), normal(4, (C, C)), normal(5, (C,))
         ours = jax.jit(jax.value_and_grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)))
         theirs = jax.jit(jax.value_and_grad(lambda *x: scan_hmm(*x).sum(), argnums=(0, 1, 2)))
-        # The scan's [B, C, C] terms a step at B = 512, C = 512: XLA's compile of it runs for minutes; --scan-all
-        # times it anyway.
+        # The scan's [B, C, C] terms a step at B = 512, C = 512 (128 Mi a step, 32 steps): run with --scan-all only.
         peer = timed_compile(lambda: theirs(e, t, i), reps) if B * C * C <= 2**24 or SCAN_ALL else "not run"
         print(f"  {B}x{T}x{C} | {guarded(lambda: ours(e, t, i), reps)} | {peer}", flush=True)
 
