@@ -28,4 +28,9 @@ GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k);
 // in blocks of jb::kEntropyTile² threads.
 GeneratedKernel emit_entropy_product_kernel(DType dtype);
 
+// The k-max semiring's product of k-vectors in `dtype` (f32 or f64), k from 1 to jb::kMaxKMax
+// (templates/structured/kmax_product.cuh): its main entry, a thread an output in blocks of jb::kKMaxTile² threads,
+// writes the k largest sums and where each came from.
+GeneratedKernel emit_kmax_product_kernel(DType dtype, int k);
+
 } // namespace jitbmm

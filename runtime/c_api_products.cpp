@@ -1,11 +1,12 @@
 // The C ABI of the products: problems, plans (jitbmm_plan wraps a SemiringBMM), their runs, backwards and
-// workspaces, the expectation semiring's product (jitbmm_entropy_product wraps an EntropyProduct), and the CPU
-// reference. Each call converts its C arguments and calls the C++ API (runtime/c_api_status).
+// workspaces, the structured semirings' products (jitbmm_entropy_product and jitbmm_kmax_product wrap an
+// EntropyProduct and a KMaxProduct), and the CPU reference. Each call converts its C arguments and calls the C++ API (runtime/c_api_status).
 #include <cstddef>
 #include <string>
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/entropy_product.hpp"
+#include "jitbmm/kmax_product.hpp"
 #include "jitbmm/plan.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/c_api_status.hpp"
@@ -16,6 +17,10 @@ struct jitbmm_plan {
 
 struct jitbmm_entropy_product {
   jitbmm::EntropyProduct plan;
+};
+
+struct jitbmm_kmax_product {
+  jitbmm::KMaxProduct plan;
 };
 
 using jitbmm::c_api::guarded;
@@ -201,5 +206,25 @@ jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan
 }
 
 void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan) { delete plan; }
+
+jitbmm_status jitbmm_kmax_product_create(const char* dtype, int k, int64_t B, int64_t M, int64_t K, int64_t N,
+                                         jitbmm_kmax_product** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    require(dtype, "dtype");
+    *plan = new jitbmm_kmax_product{jitbmm::KMaxProduct::get(jitbmm::parse_dtype(dtype), k, B, M, K, N)};
+  });
+}
+
+jitbmm_status jitbmm_kmax_product_run(const jitbmm_kmax_product* plan, const void* a, const void* b, void* out,
+                                      int32_t* index, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(a, b, out, index, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+void jitbmm_kmax_product_destroy(jitbmm_kmax_product* plan) { delete plan; }
 
 } // extern "C"

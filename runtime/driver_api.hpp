@@ -137,6 +137,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
     (CUdeviceptr destination, unsigned char value, std::size_t count, CUstream stream))                                \
   X(cuStreamSynchronize, cuStreamSynchronize, (CUstream stream))                                                       \
   X(cuStreamIsCapturing, cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status))                       \
+  X(cuStreamGetCtx, cuStreamGetCtx, (CUstream stream, CUcontext * context))                                             \
   X(cuStreamCreate, cuStreamCreate, (CUstream * stream, unsigned int flags))                                           \
   X(cuStreamDestroy, cuStreamDestroy_v2, (CUstream stream))                                                            \
   X(cuMemFreeAsync, cuMemFreeAsync, (CUdeviceptr pointer, CUstream stream))                                            \

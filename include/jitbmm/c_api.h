@@ -234,6 +234,16 @@ jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan
                                               void* stream);
 void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan);
 
+/* The k-max semiring's product (KMaxProduct in kmax_product.hpp): k-vectors a [k][B][M][K] and b [k][B][K][N],
+ * contiguous in dtype "f32" or "f64", 1 <= k <= 16, give out [k][B][M][N] and index [k][B][M][N] (int32, where each
+ * value came from: (kk*k + r1)*k + r2, or -1) on the device. */
+typedef struct jitbmm_kmax_product jitbmm_kmax_product;
+jitbmm_status jitbmm_kmax_product_create(const char* dtype, int k, int64_t B, int64_t M, int64_t K, int64_t N,
+                                         jitbmm_kmax_product** plan);
+jitbmm_status jitbmm_kmax_product_run(const jitbmm_kmax_product* plan, const void* a, const void* b, void* out,
+                                      int32_t* index, void* stream);
+void jitbmm_kmax_product_destroy(jitbmm_kmax_product* plan);
+
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
  * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -6,6 +6,7 @@
 #include "jitbmm/chain_kbest.hpp"
 #include "jitbmm/chain_samples.hpp"
 #include "jitbmm/entropy_product.hpp"
+#include "jitbmm/kmax_product.hpp"
 #include "jitbmm/chain_problem.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"

@@ -171,4 +171,16 @@ void entropy_product(const EntropyProductShape& shape, const void* a, const void
 void entropy_product_backward(const EntropyProductShape& shape, const void* a, const void* b, const double* grad_out,
                               double* grad_a, double* grad_b);
 
+// The k-max semiring's product (torch-struct's KMaxSemiring(k).matmul) of k-vectors a [k][B][M][K] and b
+// [k][B][K][N], contiguous in `dtype` (f32 or f64): out[r][b][i][j] (double, [k][B][M][N]) the r-th largest of
+// a[r1][b][i][kk] + b[r2][b][kk][j] over kk, r1 and r2, NaN before every number and equal values in the order of
+// (kk, r1, r2); index (may be null) = (kk·k + r1)·k + r2 of each. A candidate of −inf is none: −inf and −1 where fewer
+// than k are left. 1 ≤ k ≤ 16 and B·M·K·N·k² within kMaxReferenceTerms (std::invalid_argument naming the field).
+struct KMaxProductShape {
+  DType dtype = DType::f32;
+  int k = 1;
+  int64_t B = 1, M = 1, K = 1, N = 1;
+};
+void kmax_product(const KMaxProductShape& shape, const void* a, const void* b, double* out, int32_t* index);
+
 } // namespace jitbmm::reference

@@ -202,6 +202,14 @@ def _declare(lib):
     lib.jitbmm_entropy_product_backward.restype = status
     lib.jitbmm_entropy_product_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_entropy_product_destroy.restype = None
+    # The k-max semiring's product (jitbmm.torch.kmax_semiring_bmm).
+    lib.jitbmm_kmax_product_create.argtypes = [ctypes.c_char_p, ctypes.c_int] + [ctypes.c_int64] * 4 + [
+        ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_kmax_product_create.restype = status
+    lib.jitbmm_kmax_product_run.argtypes = [ctypes.c_void_p] * 6
+    lib.jitbmm_kmax_product_run.restype = status
+    lib.jitbmm_kmax_product_destroy.argtypes = [ctypes.c_void_p]
+    lib.jitbmm_kmax_product_destroy.restype = None
     for name, restype in (("semiring_count", ctypes.c_int), ("dtype_count", ctypes.c_int)):
         getattr(lib, "jitbmm_" + name).argtypes = []
         getattr(lib, "jitbmm_" + name).restype = restype

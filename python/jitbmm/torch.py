@@ -31,12 +31,13 @@ from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
 from ._torch_samples import chain_sample
 from ._torch_kbest import chain_kbest
-from ._torch_entropy_product import entropy_semiring_bmm
+from ._torch_structured import entropy_semiring_bmm, kmax_semiring_bmm
 from ._torch_counts import chain_log_count, chain_log_prob
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
            "chain_viterbi", "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl",
-           "chain_sample", "chain_kbest", "chain_log_count", "chain_log_prob", "entropy_semiring_bmm"]
+           "chain_sample", "chain_kbest", "chain_log_count", "chain_log_prob", "entropy_semiring_bmm",
+           "kmax_semiring_bmm"]
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
 # forward's argmax, so a forward that will be differentiated saves it.

@@ -6,8 +6,9 @@
 
 After patch(), ``LogSemiring.matmul``, ``MaxSemiring.matmul`` (and with std=True ``StdSemiring.matmul``) run
 ``jitbmm.torch.semiring_bmm`` (log, max_plus, plus_times) on CUDA tensors of float32/float64/float16/bfloat16
-with equal dtypes, and ``EntropySemiring.matmul`` (every structure's entropy) ``jitbmm.torch.entropy_semiring_bmm`` on
-CUDA float32/float64 pairs; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
+with equal dtypes, ``EntropySemiring.matmul`` (every structure's entropy) ``jitbmm.torch.entropy_semiring_bmm`` on
+CUDA float32/float64 pairs, and the products of the classes ``KMaxSemiring(k)`` makes (every structure's kmax and topk,
+k <= 16) ``jitbmm.torch.kmax_semiring_bmm``; anything else (CPU tensors, genbmm banded matrices, mixed dtypes) goes to torch-struct's own
 matmul as before. Every structure built on these semirings (LinearChainCRF, SemiMarkovCRF, ...) then uses jitbmm for
 its partition, its marginals (gradients, also create_graph=True) and its argmax (MaxSemiring's gradient: ties go to
 the smallest k). StdSemiring is opt-in because torch-struct already runs it through cuBLAS (torch.matmul), which
@@ -29,11 +30,13 @@ forward algorithm in torch operations, a position at a time (exact, but slower t
 """
 
 import contextlib
+import importlib
 
 import torch
 
 from . import torch as _jt
 from . import _torch_kbest as _jt_kbest
+from . import _torch_structured as _jt_structured
 from ._torch_samples import edge_indicators
 from ._torch_support import DTYPE_NAMES
 
@@ -77,6 +80,28 @@ def _entropy_routed(ts, original):
 
     matmul.__doc__ = "torch-struct's EntropySemiring.matmul through jitbmm on CUDA tensors; see jitbmm.torch_struct."
     return classmethod(matmul)
+
+
+def _kmax_factory(ts, original):
+    """torch-struct's KMaxSemiring(k) factory, whose classes' matmul runs jitbmm.torch.kmax_semiring_bmm on CUDA
+    float32/float64 k-vectors (k <= 16); anything else their inherited product."""
+    inherited = ts.Semiring.__dict__["matmul"]
+
+    def KMaxSemiring(k):
+        cls = original(k)
+        if isinstance(k, int) and 1 <= k <= _jt_structured.MAX_K:
+            def matmul(c, a, b):
+                if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda
+                        and a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64) and a.dim() >= 3
+                        and b.dim() >= 3 and a.shape[0] == k and b.shape[0] == k):
+                    return _jt.kmax_semiring_bmm(a, b)
+                return inherited.__func__(c, a, b)
+
+            cls.matmul = classmethod(matmul)
+        return cls
+
+    KMaxSemiring.__doc__ = original.__doc__
+    return KMaxSemiring
 
 
 def _chain_routed(ts, original):
@@ -202,8 +227,8 @@ def _distribution_routes(ts):
 
 
 def patch(std=False, chains=False):
-    """Routes LogSemiring, MaxSemiring and EntropySemiring (and StdSemiring with std=True) matmul, and with chains=True
-    LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
+    """Routes LogSemiring, MaxSemiring, EntropySemiring and KMaxSemiring(k) (and StdSemiring with std=True) matmul,
+    and with chains=True LinearChain's logpartition, through jitbmm. Idempotent: a second call sets the routes anew."""
     ts = _semirings()
     for name, semiring in _ROUTES.items():
         if name == "StdSemiring" and not std:
@@ -212,6 +237,12 @@ def patch(std=False, chains=False):
         if name not in _originals:
             _originals[name] = cls.__dict__["matmul"]
         setattr(cls, "matmul", _routed(semiring, _originals[name]))
+    if "KMaxSemiring" not in _originals:
+        # The factory's defining module by its full name: torch_struct's star imports rebind the name
+        # torch_struct.semirings to that inner module.
+        _originals["KMaxSemiring"] = importlib.import_module("torch_struct.semirings.semirings").KMaxSemiring
+    for module in _kmax_modules(ts):
+        module.KMaxSemiring = _kmax_factory(ts, _originals["KMaxSemiring"])
     if "EntropySemiring" not in _originals:
         _originals["EntropySemiring"] = ts.EntropySemiring.__dict__.get("matmul")  # None: inherited
     ts.EntropySemiring.matmul = _entropy_routed(ts, _originals["EntropySemiring"])
@@ -235,11 +266,20 @@ def _unroute_distribution(ts):
             delattr(ts.LinearChainCRF, name)
 
 
+def _kmax_modules(ts):
+    """The modules that hold torch-struct's KMaxSemiring factory by name (where its distributions take it from)."""
+    names = ("torch_struct", "torch_struct.semirings", "torch_struct.semirings.semirings", "torch_struct.distributions")
+    return [m for m in (importlib.import_module(n) for n in names) if hasattr(m, "KMaxSemiring")]
+
+
 def unpatch():
     """Restores torch-struct's own matmul methods."""
     ts = _semirings()
     for name, original in list(_originals.items()):
-        if name == "EntropySemiring" and original is None:  # it inherits Semiring's again
+        if name == "KMaxSemiring":
+            for module in _kmax_modules(ts):
+                module.KMaxSemiring = original
+        elif name == "EntropySemiring" and original is None:  # it inherits Semiring's again
             del ts.EntropySemiring.matmul
         else:
             setattr(getattr(ts, name), "logpartition" if name == "LinearChain" else "matmul", original)

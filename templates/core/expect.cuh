@@ -39,22 +39,16 @@ template <class T> struct Expect {
     a = (f > T(0) ? a * f : T(0)) + v;
     m = x;
   }
+  // Without a branch, so that the warp's shuffles between merges stay converged: each side's factor e^{m − n}, 1 for
+  // the larger (an infinite one too), NaN where either is NaN (which then stays); a side of weight 0 adds nothing.
   __device__ __forceinline__ void merge(const Expect& o) {
-    if (m - m == T(0) && o.m - o.m == T(0)) { // the common case, kept short: both finite
-      const T n = Num<T>::max(m, o.m), f = ex(m - n), g = ex(o.m - n);
-      s = s * f + o.s * g;
-      a = (f > T(0) ? a * f : T(0)) + (g > T(0) ? o.a * g : T(0));
-      m = n;
-      return;
-    }
     const T n = Num<T>::max(m, o.m);
-    if (n == Num<T>::neg_inf()) return;
-    if (n != n) return poison(n);
-    const T f = rescale(m, n), g = rescale(o.m, n);
-    s = (f > T(0) ? s * f : T(0)) + (g > T(0) ? o.s * g : T(0));
+    const T f = m == n ? T(1) : ex(m - n), g = o.m == n ? T(1) : ex(o.m - n);
+    s = s * f + o.s * g;
     a = (f > T(0) ? a * f : T(0)) + (g > T(0) ? o.a * g : T(0));
     m = n;
   }
+
   // Every lane of the warp gets the warp's merge (the same tree in every run).
   __device__ __forceinline__ void merge_warp() {
 #pragma unroll

@@ -527,6 +527,11 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
                                                            : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI cuStreamGetCtx(CUstream, CUcontext* ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = &g_primary; // the fake has one device and one context
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
   if (!stream) return CUDA_ERROR_INVALID_VALUE;
   *stream = new CUstream_st;

@@ -20,6 +20,7 @@
 #include "jitbmm/chain_expectation.hpp"
 #include "jitbmm/chain_kbest.hpp"
 #include "jitbmm/entropy_product.hpp"
+#include "jitbmm/kmax_product.hpp"
 #include "jitbmm/chain_samples.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
@@ -695,4 +696,27 @@ TEST_CASE("entropy product: one launch forward, one per gradient asked for, none
   empty.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
   CHECK(log.launched().empty());
   CHECK_THROWS_WITH_AS(product(nullptr, b.get(), out.get()), doctest::Contains("a"), std::invalid_argument);
+}
+
+// The k-max semiring's product: one launch; none when empty; its limits name their fields.
+TEST_CASE("kmax product: one launch, none when empty, the limits named") {
+  const KMaxProduct product = KMaxProduct::get(DType::f32, 4, 2, 3, 5, 6);
+  const std::string module = product.kernel_name();
+  REQUIRE(module.rfind("kmax_product_f32_k4", 0) == 0);
+  DeviceBuffer a(4 * 2 * 3 * 5 * 4), b(4 * 2 * 5 * 6 * 4), out(4 * 2 * 3 * 6 * 4), index(4 * 2 * 3 * 6 * 4);
+  {
+    const DriverLog log;
+    product(a.get(), b.get(), out.get(), static_cast<int32_t*>(index.get()));
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  const DriverLog log;
+  const KMaxProduct empty = KMaxProduct::get(DType::f64, 2, 3, 0, 5, 6);
+  CHECK(empty.kernel_name().empty());
+  empty(nullptr, nullptr, nullptr, nullptr);
+  CHECK(log.launched().empty());
+  CHECK_THROWS_WITH_AS(KMaxProduct::get(DType::f32, 17, 1, 1, 1, 1), doctest::Contains("k:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(KMaxProduct::get(DType::bf16, 2, 1, 1, 1, 1), doctest::Contains("dtype"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(product(a.get(), b.get(), out.get(), nullptr), doctest::Contains("index"),
+                       std::invalid_argument);
 }

@@ -24,7 +24,7 @@ The public headers (include/jitbmm/) belong to levels too, and a stage may inclu
                                                           (its trials check results) and plan
     plan.hpp, chain.hpp, chain_expectation.hpp,           the library's face: runtime's plan stage only
     chain_samples.hpp, chain_kbest.hpp, entropy_product.hpp,
-    jitbmm.hpp, c_api.h
+    kmax_product.hpp, jitbmm.hpp, c_api.h
 So generator/, support/, cache/, the engine and the tuner never include jitbmm/plan.hpp or jitbmm/jitbmm.hpp, and a
 vocabulary header includes only the vocabulary. A public header in no level is a defect.
 
@@ -76,10 +76,11 @@ RUNTIME_STAGES = {
     ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
-    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "chain_candidate",
+    PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
+           "chain_candidate",
            "chain_chunked", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_expectation", "chain_samples",
-           "chain_kbest", "entropy_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
+           "chain_kbest", "entropy_product", "kmax_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
 PUBLIC_LEVELS = {
@@ -87,7 +88,8 @@ PUBLIC_LEVELS = {
     "chain_problem.hpp": "include",
     "reference.hpp": "reference",
     "plan.hpp": PLAN, "chain.hpp": PLAN, "chain_expectation.hpp": PLAN, "chain_samples.hpp": PLAN,
-    "chain_kbest.hpp": PLAN, "entropy_product.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
+    "chain_kbest.hpp": PLAN, "entropy_product.hpp": PLAN,
+    "kmax_product.hpp": PLAN, "jitbmm.hpp": PLAN, "c_api.h": PLAN,
 }
 # generator/ is pure: no environment, no files, no logging.
 IMPURE = re.compile(r"\b(getenv|fopen|ofstream|ifstream|fstream|std::cerr|std::cout|fprintf|printf|puts|"

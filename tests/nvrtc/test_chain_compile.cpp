@@ -238,6 +238,15 @@ TEST_CASE("the expectation semiring's product compiles for the oldest and the ne
   CHECK_THROWS_WITH_AS(emit_entropy_product_kernel(DType::bf16), doctest::Contains("dtype"), std::invalid_argument);
 }
 
+TEST_CASE("the k-max semiring's product compiles for the oldest and the newest architecture without spills") {
+  // k = 16 holds 16 values and their origins in registers, and two vectors' entries a step.
+  for (const char* arch : {"sm_75", "sm_90"})
+    for (DType dtype : {DType::f32, DType::f64})
+      for (int k : {1, 4, 16}) expect_no_spills(emit_kmax_product_kernel(dtype, k), arch);
+  CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f32, 17), doctest::Contains("k:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f16, 4), doctest::Contains("dtype"), std::invalid_argument);
+}
+
 TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));

@@ -1,9 +1,10 @@
-"""jitbmm.torch.entropy_semiring_bmm on the GPU machine: the expectation semiring's product against its definition in
+"""jitbmm.torch's structured semirings' products on the GPU machine. entropy_semiring_bmm: against its definition in
 float64 torch and against torch-struct's own EntropySemiring.matmul (values and gradients, broadcast batches,
 torch-struct's -1e5 zeros), gradcheck, torch-struct's SemiMarkovCRF and LinearChainCRF entropies with the product
-routed by patch() against native, and bad arguments.
+routed by patch() against native, and bad arguments. kmax_semiring_bmm: against every candidate sorted in float64
+torch, torch-struct's KMaxSemiring(k).matmul, SemiMarkovCRF's kmax routed against native, and its gradient.
 
-Run as a program (the python_torch_entropy_product CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
+Run as a program (the python_torch_structured CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
 missing, and fails if any test is skipped where both exist."""
 
 import math
@@ -95,6 +96,44 @@ class EntropyProductTest(GpuCase):
         none = jt.entropy_semiring_bmm(torch.randn(2, 3, 0, device=self.dev), torch.randn(2, 0, 2, device=self.dev))
         self.assertTrue((none[0] == -math.inf).all() and (none[1] == 0).all())
 
+
+class KMaxProductTest(GpuCase):
+    def test_definition_and_gradient(self):
+        jt = self.jt
+        g = torch.Generator(device=self.dev).manual_seed(4)
+        for k in (1, 3, 16):
+            a = torch.randn(k, 2, 5, 7, generator=g, device=self.dev, dtype=torch.float64)
+            b = torch.randn(k, 1, 7, 3, generator=g, device=self.dev, dtype=torch.float64)
+            a[a > 1.8] = -math.inf
+            got = jt.kmax_semiring_bmm(a, b)
+            # Every candidate [..., M, N, K·k·k] sorted: the k largest, -inf past the finite ones.
+            A = a.permute(1, 2, 3, 0)[:, :, None, :, :, None]  # [B, M, 1, K, k, 1]
+            Bt = b.permute(1, 3, 2, 0)[:, None, :, :, None, :]  # [B, 1, N, K, 1, k]
+            cand = (A + Bt).reshape(2, 5, 3, -1)  # [B, M, N, K·k·k], in the order (kk, r1, r2)
+            want = torch.sort(cand, dim=-1, descending=True)[0][..., :k].permute(3, 0, 1, 2)
+            torch.testing.assert_close(got, want)
+        a = torch.randn(4, 2, 3, 5, dtype=torch.float64, device=self.dev, requires_grad=True)
+        b = torch.randn(4, 2, 5, 2, dtype=torch.float64, device=self.dev, requires_grad=True)
+        self.assertTrue(torch.autograd.gradcheck(jt.kmax_semiring_bmm, (a, b)))
+
+    @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
+    def test_torch_struct(self):
+        import jitbmm.torch_struct as jts
+        jt = self.jt
+        KMax = torch_struct.KMaxSemiring(4)
+        a = torch.randn(4, 3, 6, 8, dtype=torch.float64, device=self.dev)
+        b = torch.randn(4, 3, 8, 5, dtype=torch.float64, device=self.dev)
+        torch.testing.assert_close(jt.kmax_semiring_bmm(a, b), KMax.matmul(a, b))
+        pot = torch.randn(3, 12, 4, 5, 5, dtype=torch.float64, device=self.dev)
+        lengths = torch.tensor([13, 9, 6], device=self.dev)
+        native = torch_struct.SemiMarkovCRF(pot, lengths).kmax(4)
+        with jts.patched():
+            self.assertIn("matmul", torch_struct.KMaxSemiring(4).__dict__)
+            routed = torch_struct.SemiMarkovCRF(pot, lengths).kmax(4)
+        self.assertNotIn("matmul", torch_struct.KMaxSemiring(4).__dict__)
+        torch.testing.assert_close(routed, native)
+        with self.assertRaisesRegex(ValueError, "k, 1 to 16"):
+            jt.kmax_semiring_bmm(torch.randn(17, 2, 2, device=self.dev), torch.randn(17, 2, 2, device=self.dev))
 
 if __name__ == "__main__":
     sys.exit(gpu_main())

@@ -1,0 +1,224 @@
+"""jitbmm.jax against what JAX users write, and against the same kernels through jitbmm.torch, in one process:
+medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) after warm-up calls, float32 inputs
+~ N(0, 1), everything under jax.jit. Each JAX peer is compiled before it is timed; a peer that runs out of memory or
+takes longer than its budget to compile says so instead of a figure.
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/jax_peers.py [--reps 10] [--sections products,hmm,crf,viterbi,first]
+
+Sections: logbmm forward and forward + backward (jitbmm.jax, jitbmm.torch, jnp's expand-logsumexp); the HMM's
+log-likelihood value_and_grad (jitbmm.jax against jax.lax.scan + logsumexp); the CRF log-partition's value_and_grad
+with ragged lengths (against a masked scan); Viterbi with its path (against a lax.scan max-plus decoder with
+backtracking); the first call of a new product under jit with an empty jitbmm cache, in a fresh process."""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import jitbmm.jax as jj  # noqa: E402
+
+
+def wall_ms(fn, reps, warm=2):
+    """Median ms of fn() (its outputs blocked on) after `warm` calls."""
+    for _ in range(warm):
+        jax.block_until_ready(fn())
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def guarded(fn, reps):
+    try:
+        return f"{wall_ms(fn, reps):.3f}"
+    except Exception as e:  # out of memory, mostly: say so, keep going
+        return "OOM" if "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower() else type(e).__name__
+
+
+def normal(key, shape):
+    return jax.random.normal(jax.random.PRNGKey(key), shape, jnp.float32)
+
+
+def products(reps):
+    import torch
+    import jitbmm.torch as jt
+    print("logbmm (ms): jitbmm.jax | jitbmm.torch | jnp expand-logsumexp; forward, then forward + backward")
+    for B, n in ((64, 512), (4, 2048), (8, 64)):
+        a, b = normal(1, (B, n, n)), normal(2, (B, n, n))
+        fwd = jax.jit(jj.logbmm)
+        step = jax.jit(jax.grad(lambda a, b: jj.logbmm(a, b).sum(), argnums=(0, 1)))
+        ta, tb = (torch.randn(B, n, n, device="cuda") for _ in range(2))
+        ga, gb = ta.clone().requires_grad_(), tb.clone().requires_grad_()
+
+        def torch_fwd():
+            jt.logbmm(ta, tb)
+            torch.cuda.synchronize()
+
+        def torch_step():
+            jt.logbmm(ga, gb).sum().backward()
+            torch.cuda.synchronize()
+
+        # The expanded terms [B, n, n, n], run where they take at most 1 GiB: at 64x512^3 (32 GiB) the reference did
+        # not finish within minutes, XLA warning of a slow compile.
+        fits = B * n ** 3 * 4 <= 2**30
+        ref = jax.jit(lambda a, b: jax.nn.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2))
+        ref_step = jax.jit(jax.grad(lambda a, b: ref(a, b).sum(), argnums=(0, 1)))
+        row = [f"{B}x{n}^3", guarded(lambda: fwd(a, b), reps), guarded(torch_fwd, reps),
+               guarded(lambda: ref(a, b), reps) if fits else "not run",
+               guarded(lambda: step(a, b), reps), guarded(torch_step, reps),
+               guarded(lambda: ref_step(a, b), reps) if fits else "not run"]
+        print("  " + " | ".join(row), flush=True)
+
+
+def scan_hmm(emissions, transitions, initial):
+    """What JAX users write (dynamax's filter is this): a scan of logsumexp steps."""
+    def step(alpha, e):
+        alpha = jax.nn.logsumexp(alpha[:, None, :] + transitions[None], -1) + e
+        return alpha, None
+    alpha, _ = jax.lax.scan(step, initial + emissions[:, 0], jnp.swapaxes(emissions[:, 1:], 0, 1))
+    return jax.nn.logsumexp(alpha, -1)
+
+
+def hmm(reps):
+    print("HMM value_and_grad of the log-likelihood (ms): jitbmm.jax | lax.scan + logsumexp")
+    for B, T, C in ((32, 512, 64), (512, 32, 512)):
+        e, t, i = normal(3, (B, T, C)), normal(4, (C, C)), normal(5, (C,))
+        ours = jax.jit(jax.value_and_grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)))
+        theirs = jax.jit(jax.value_and_grad(lambda *x: scan_hmm(*x).sum(), argnums=(0, 1, 2)))
+        # The scan's [B, C, C] terms a step at B = 512, C = 512 (128 Mi a step, 32 steps): run with --scan-all only.
+        peer = timed_compile(lambda: theirs(e, t, i), reps) if B * C * C <= 2**24 or SCAN_ALL else "not run"
+        print(f"  {B}x{T}x{C} | {guarded(lambda: ours(e, t, i), reps)} | {peer}", flush=True)
+
+
+def timed_compile(fn, reps, budget_s=120):
+    """A peer's figure, or how long its compile took where that passed the budget (it then is not timed)."""
+    t = time.perf_counter()
+    try:
+        jax.block_until_ready(fn())
+    except Exception as e:
+        return "OOM" if "RESOURCE_EXHAUSTED" in str(e) else type(e).__name__
+    first = time.perf_counter() - t
+    if first > budget_s:
+        return f"first call {first:.0f} s"
+    return guarded(fn, reps)
+
+
+def scan_crf(potentials, lengths):
+    T = potentials.shape[1] + 1
+
+    def step(carry, xs):
+        alpha, t = carry
+        new = jax.nn.logsumexp(alpha[:, None, :] + xs, -1)
+        alpha = jnp.where((t + 1 < lengths)[:, None], new, alpha)  # sequences past their length keep their alpha
+        return (alpha, t + 1), None
+    B, C = potentials.shape[0], potentials.shape[-1]
+    (alpha, _), _ = jax.lax.scan(step, (jnp.zeros((B, C)), 0), jnp.swapaxes(potentials, 0, 1))
+    del T
+    return jax.nn.logsumexp(alpha, -1)
+
+
+def crf(reps):
+    print("CRF log-partition value_and_grad, ragged lengths (ms): jitbmm.jax | masked lax.scan")
+    B, T, C = 32, 512, 64
+    p = normal(6, (B, T - 1, C, C))
+    lengths = jnp.asarray([T - (7 * b) % (T // 2) for b in range(B)])
+    ours = jax.jit(jax.value_and_grad(lambda p: jj.chain_log_partition(p, lengths).sum()))
+    theirs = jax.jit(jax.value_and_grad(lambda p: scan_crf(p, lengths).sum()))
+    print(f"  {B}x{T}x{C} | {guarded(lambda: ours(p), reps)} | {timed_compile(lambda: theirs(p), reps)}",
+          flush=True)
+
+
+def scan_viterbi(potentials):
+    def step(alpha, xs):
+        terms = alpha[:, None, :] + xs
+        return terms.max(-1), terms.argmax(-1)
+    B, C = potentials.shape[0], potentials.shape[-1]
+    alpha, back = jax.lax.scan(step, jnp.zeros((B, C)), jnp.swapaxes(potentials, 0, 1))
+    last = alpha.argmax(-1)
+
+    def trace(state, ptr):
+        prev = jnp.take_along_axis(ptr, state[:, None], 1)[:, 0]
+        return prev, prev
+    _, states = jax.lax.scan(trace, last, back, reverse=True)
+    return alpha.max(-1), jnp.concatenate([jnp.swapaxes(states, 0, 1), last[:, None]], 1)
+
+
+def viterbi(reps):
+    print("Viterbi with its path (ms): jitbmm.jax | lax.scan max-plus with backtracking")
+    B, T, C = 32, 512, 64
+    p = normal(7, (B, T - 1, C, C))
+    ours = jax.jit(jj.chain_viterbi)
+    theirs = jax.jit(scan_viterbi)
+    same = bool((ours(p)[1] == theirs(p)[1]).all())
+    print(f"  {B}x{T}x{C} | {guarded(lambda: ours(p), reps)} | {timed_compile(lambda: theirs(p), reps)} | "
+          f"paths {'the same' if same else 'differ'}", flush=True)
+
+
+FIRST = """
+import os, sys, time
+t0 = time.perf_counter()
+import jax, jax.numpy as jnp
+sys.path.insert(0, {python!r})
+import jitbmm.jax as jj
+a = jax.random.normal(jax.random.PRNGKey(0), (64, 512, 512)); jax.block_until_ready(a)
+{library}
+t = time.perf_counter()
+jax.block_until_ready(jax.jit({call})(a, a))
+print(f"{{time.perf_counter() - t:.3f}}")
+"""
+
+
+def first(reps):
+    del reps
+    print("First call of a new problem, fresh process, empty jitbmm cache (s): forward under jit | the same through "
+          "jitbmm.torch")
+    python = str(Path(__file__).resolve().parent.parent / "python")
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, JITBMM_CACHE_DIR=cache)
+        jax_s = subprocess.run([sys.executable, "-c", FIRST.format(python=python, library="", call="jj.maxbmm")],
+                               env=env, capture_output=True, text=True).stdout.strip()
+    torch_code = """
+import sys, time, torch
+sys.path.insert(0, {python!r})
+import jitbmm.torch as jt
+a = torch.randn(64, 512, 512, device="cuda"); torch.cuda.synchronize()
+t = time.perf_counter(); jt.maxbmm(a, a); torch.cuda.synchronize()
+print(f"{{time.perf_counter() - t:.3f}}")
+""".format(python=python)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, JITBMM_CACHE_DIR=cache)
+        torch_s = subprocess.run([sys.executable, "-c", torch_code], env=env, capture_output=True,
+                                 text=True).stdout.strip()
+    print(f"  max_plus 64x512^3 | {jax_s or 'failed'} | {torch_s or 'failed'}", flush=True)
+
+
+SCAN_ALL = False
+
+
+def main():
+    global SCAN_ALL
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--scan-all", action="store_true", help="time the HMM scan at 512x32x512 too")
+    ap.add_argument("--sections", default="products,hmm,crf,viterbi,first")
+    args = ap.parse_args()
+    SCAN_ALL = args.scan_all
+    print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; median of {args.reps}", flush=True)
+    for name in args.sections.split(","):
+        globals()[name](args.reps)
+
+
+if __name__ == "__main__":
+    main()

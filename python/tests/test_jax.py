@@ -1,0 +1,105 @@
+"""jitbmm.jax without a GPU (the python_jax CTest entry, run in CI): the module imports, the library carries the
+XLA FFI handlers and registers them, every function traces under jit, grad, vmap and checkpoint to the right shapes
+and dtypes (abstract evaluation, nothing launched), and bad arguments raise errors naming the argument, CPU arrays
+among them. Exits 77 ("skipped") where jax is not installed."""
+
+import sys
+import unittest
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+from jax_cases import jax, jnp, main  # noqa: E402
+
+
+def spec(shape, dtype=None):
+    return jax.ShapeDtypeStruct(shape, dtype or jnp.float32)
+
+
+class TraceTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm.jax as jj
+        cls.jj = jj
+
+    def test_handlers_registered(self):
+        major, minor = self.jj.ffi_api_version()
+        self.assertEqual(major, 0)
+        self.assertGreaterEqual(minor, 1)
+        self.assertTrue(self.jj._registered())
+
+    def test_products_trace(self):
+        jj = self.jj
+        for f in (jj.logbmm, jj.maxbmm, jj.minbmm, jj.prodmaxbmm):
+            out = jax.eval_shape(f, spec((4, 1, 8, 16)), spec((3, 16, 5)))
+            self.assertEqual((out.shape, out.dtype), ((4, 3, 8, 5), jnp.float32))
+        for dtype in (jnp.float16, jnp.bfloat16, jnp.float64):
+            self.assertEqual(jax.eval_shape(jj.logbmm, spec((8, 3), dtype), spec((3, 2), dtype)).dtype, dtype)
+        grads = jax.eval_shape(jax.grad(lambda a, b: jj.maxbmm(a, b).sum(), argnums=(0, 1)), spec((2, 8, 16)),
+                               spec((16, 5)))
+        self.assertEqual([g.shape for g in grads], [(2, 8, 16), (16, 5)])
+        vm = jax.eval_shape(jax.vmap(jax.grad(lambda a, b: jj.logbmm(a, b).sum()), (0, None)), spec((6, 8, 16)),
+                            spec((16, 5)))
+        self.assertEqual(vm.shape, (6, 8, 16))
+        jitted = jax.jit(lambda a, b: jj.semiring_bmm(a, b, "plus_times"))
+        self.assertEqual(jax.eval_shape(jitted, spec((0, 8, 16)), spec((16, 5))).shape, (0, 8, 5))
+
+    def test_chains_trace(self):
+        jj = self.jj
+        p, lengths = spec((3, 9, 7, 7)), spec((3,), jnp.int32)
+        self.assertEqual(jax.eval_shape(jj.chain_log_partition, p, lengths).shape, (3,))
+        score, path = jax.eval_shape(jj.chain_viterbi, p)
+        self.assertEqual((score.shape, path.shape, path.dtype), ((3,), (3, 10), jnp.int32))
+        self.assertEqual(jax.eval_shape(jj.chain_log_partition, spec((3, 9, 7, 7), jnp.bfloat16)).dtype, jnp.float32)
+        g = jax.eval_shape(jax.grad(lambda p: jax.checkpoint(jj.chain_log_partition)(p).sum()), p)
+        self.assertEqual(g.shape, (3, 9, 7, 7))
+        vv = jax.eval_shape(jax.vmap(jax.vmap(jax.grad(lambda p: jj.chain_log_partition(p).sum()))),
+                            spec((2, 4, 3, 9, 7, 7)))
+        self.assertEqual(vv.shape, (2, 4, 3, 9, 7, 7))
+
+    def test_hmm_traces(self):
+        jj = self.jj
+        e, t, i = spec((3, 10, 7)), spec((7, 7)), spec((7,))
+        self.assertEqual(jax.eval_shape(jj.hmm_log_partition, e, t, i).shape, (3,))
+        grads = jax.eval_shape(jax.grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)), e, t, i)
+        self.assertEqual([g.shape for g in grads], [(3, 10, 7), (7, 7), (7,)])
+        # vmap of grad: a shared table's gradient is each vmapped instance's own.
+        per = jax.eval_shape(jax.vmap(jax.grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)),
+                                      (0, None, None)), spec((2, 3, 10, 7)), t, i)
+        self.assertEqual([g.shape for g in per], [(2, 3, 10, 7), (2, 7, 7), (2, 7)])
+        score, path = jax.eval_shape(jax.vmap(jj.hmm_viterbi, (0, None, None)), spec((2, 3, 10, 7)), t, i)
+        self.assertEqual((score.shape, path.shape), ((2, 3), (2, 3, 10)))
+
+    def test_bad_arguments(self):
+        jj, ones = self.jj, jnp.ones
+        cases = [
+            (lambda: jj.logbmm(ones((2, 3)), ones((4, 4))), ValueError, "b: 4 rows"),
+            (lambda: jj.logbmm(ones((2, 3), jnp.int32), ones((3, 4))), TypeError, "a: unsupported dtype"),
+            (lambda: jj.logbmm(ones((2, 3)), ones((3, 4), jnp.float16)), TypeError, "b: dtype"),
+            (lambda: jj.logbmm(ones((2, 2, 3)), ones((3, 3, 4))), ValueError, "do not broadcast"),
+            (lambda: jj.semiring_bmm(ones((2, 3)), ones((3, 4)), "foo"), ValueError, "semiring"),
+            (lambda: jj.semiring_bmm(ones((2, 3)), ones((3, 4)), "max_plus", "fast"), ValueError, "precision"),
+            (lambda: jj.logbmm([1.0], ones((3, 4))), TypeError, "a: expected a JAX array"),
+            (lambda: jj.chain_log_partition(ones((2, 3, 4, 5))), ValueError, "potentials"),
+            (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(3, jnp.int32)), ValueError, "lengths"),
+            (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(2)), TypeError, "lengths"),
+            (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 5)), ones(4)), ValueError, "transitions"),
+            (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 4)), ones(5)), ValueError, "initial"),
+            (lambda: jj.hmm_viterbi(ones((2, 3, 4)), ones((4, 4), jnp.float16), ones(4)), TypeError, "transitions"),
+        ]
+        for call, error, words in cases:
+            with self.subTest(words=words), self.assertRaisesRegex(error, words):
+                call()
+
+    def test_cpu_arrays_refused(self):
+        cpu = jax.devices("cpu")[0]
+        a = jax.device_put(jnp.ones((2, 3)), cpu)
+        with self.assertRaisesRegex(ValueError, "a: on cpu.*CUDA kernels only"):
+            self.jj.logbmm(a, a.T)
+        with self.assertRaisesRegex(ValueError, "potentials: on cpu"):
+            self.jj.chain_log_partition(jax.device_put(jnp.ones((2, 3, 4, 4)), cpu))
+
+
+if __name__ == "__main__":
+    sys.exit(main(needs_gpu=False))

@@ -1,0 +1,205 @@
+"""jitbmm.jax on the GPU machine (the python_jax_gpu CTest entry): values against float64 numpy references and
+gradients against jax.grad of float64 jnp references, for every semiring's product (odd shapes, broadcast batches,
+±inf and NaN), CRF and HMM chains (ragged lengths, -inf masks, shared and per-sequence tables, half inputs), Viterbi
+paths; check_grads in float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty
+batches. Exits 77 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where
+both exist."""
+
+import sys
+import unittest
+
+import numpy as np
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+from jax_cases import hmm_potentials, jax, jnp, main, reference_bmm, reference_crf  # noqa: E402
+
+try:
+    from jax.test_util import check_grads
+except ImportError:  # no jax: main() reports the program skipped
+    check_grads = None
+
+F32 = dict(rtol=2e-5, atol=2e-5)
+
+
+def normal(key, shape, dtype=jnp.float32):
+    return jax.random.normal(jax.random.PRNGKey(key), shape, jnp.float32).astype(dtype)
+
+
+def jnp_chain(semiring):
+    """The CRF score [B] of potentials [B, T - 1, C, C] as jnp operations (float64 reference for gradients)."""
+    reduce = jax.nn.logsumexp if semiring == "log" else jnp.max
+
+    def score(pot, lengths):
+        B, n, C = pot.shape[0], pot.shape[1], pot.shape[-1]
+        alpha = jnp.zeros((B, C), pot.dtype)
+        scores = [reduce(alpha, -1)]
+        for t in range(n):
+            alpha = reduce(alpha[:, None, :] + pot[:, t], -1)
+            scores.append(reduce(alpha, -1))
+        scores = jnp.stack(scores, 1)
+        return scores[:, -1] if lengths is None else scores[jnp.arange(B), lengths - 1]
+
+    return score
+
+
+def jnp_hmm(emissions, transitions, initial, lengths=None):
+    B, T, C = emissions.shape
+    transitions = jnp.broadcast_to(transitions, (B, C, C))
+    alpha = initial + emissions[:, 0]
+    scores = [jax.nn.logsumexp(alpha, -1)]
+    for t in range(1, T):
+        alpha = jax.nn.logsumexp(alpha[:, None, :] + transitions, -1) + emissions[:, t]
+        scores.append(jax.nn.logsumexp(alpha, -1))
+    scores = jnp.stack(scores, 1)
+    return scores[:, -1] if lengths is None else scores[jnp.arange(B), lengths - 1]
+
+
+class JaxGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import jitbmm
+        import jitbmm.jax as jj
+        cls.jj = jj
+        jitbmm.set_tune_policy("never")
+
+    def assert_close(self, got, want, **tol):
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), **(tol or F32))
+
+    def test_products_against_reference(self):
+        jj = self.jj
+        a, b = normal(1, (3, 17, 33)), normal(2, (1, 33, 5))
+        a = a.at[0, 0, :].set(-jnp.inf).at[1, 2, 3].set(jnp.nan).at[2, 4, 0].set(jnp.inf)
+        for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
+            with self.subTest(semiring=semiring):
+                got = jj.semiring_bmm(a, b, semiring)
+                self.assertEqual(got.shape, (3, 17, 5))
+                want = reference_bmm(a, b, semiring)
+                np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+
+    def test_product_gradients(self):
+        jj = self.jj
+        a, b = normal(3, (2, 9, 13)), normal(4, (2, 13, 6))
+        g = normal(5, (2, 9, 6))
+        for semiring, ref in (("log", lambda a, b: jax.nn.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2)),
+                              ("max_plus", lambda a, b: jnp.max(a[..., :, :, None] + b[..., None, :, :], -2))):
+            with self.subTest(semiring=semiring):
+                got = jax.grad(lambda a, b: (jj.semiring_bmm(a, b, semiring) * g).sum(), argnums=(0, 1))(a, b)
+                a64, b64, g64 = (x.astype(jnp.float64) for x in (a, b, g))
+                want = jax.grad(lambda a, b: (ref(a, b) * g64).sum(), argnums=(0, 1))(a64, b64)
+                for x, y in zip(got, want):
+                    self.assert_close(x, y, rtol=1e-4, atol=1e-4)
+        a64, b64 = a.astype(jnp.float64), b.astype(jnp.float64)
+        check_grads(jj.logbmm, (a64, b64), order=1, modes=["rev"])
+
+    def test_half_products(self):
+        for dtype, tol in ((jnp.float16, 2e-3), (jnp.bfloat16, 1.6e-2)):
+            a, b = normal(6, (4, 16, 24), dtype), normal(7, (4, 24, 8), dtype)
+            got = self.jj.logbmm(a, b)
+            self.assertEqual(got.dtype, dtype)
+            self.assert_close(got, reference_bmm(a, b, "log"), rtol=tol, atol=tol)
+
+    def test_jit_vmap_checkpoint_products(self):
+        jj = self.jj
+        a, b = normal(8, (5, 3, 7, 11)), normal(9, (11, 4))
+        direct = jj.logbmm(a, b)
+        self.assert_close(jax.jit(jj.logbmm)(a, b), direct)
+        self.assert_close(jax.vmap(jj.logbmm, (0, None))(a, b), direct)
+        f = lambda a: jax.checkpoint(jj.logbmm)(a, b).sum()  # noqa: E731
+        self.assert_close(jax.grad(f)(a), jax.grad(lambda a: jj.logbmm(a, b).sum())(a))
+        empty = jj.logbmm(jnp.zeros((0, 7, 11), jnp.float32), normal(10, (0, 11, 4)))
+        self.assertEqual(empty.shape, (0, 7, 4))
+
+    def test_chains_against_reference(self):
+        jj = self.jj
+        for B, T, C in ((5, 9, 1), (4, 17, 33), (3, 6, 130)):
+            pot = normal(11 + C, (B, T - 1, C, C))
+            pot = pot.at[0, 0, 0, :].set(-jnp.inf)
+            lengths = jnp.asarray(np.arange(B) % T + 1)
+            for semiring in ("log", "max_plus"):
+                with self.subTest(B=B, T=T, C=C, semiring=semiring):
+                    want, want_path = reference_crf(pot, lengths, semiring)
+                    if semiring == "log":
+                        got = jj.chain_log_partition(pot, lengths)
+                    else:
+                        got, path = jj.chain_viterbi(pot, lengths)
+                        np.testing.assert_array_equal(np.asarray(path), want_path)
+                    self.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    def test_chain_gradients(self):
+        jj = self.jj
+        pot, lengths = normal(20, (4, 11, 6, 6)), jnp.asarray([12, 1, 7, 3])
+        got = jax.grad(lambda p: jj.chain_log_partition(p, lengths).sum())(pot)
+        want = jax.grad(lambda p: jnp_chain("log")(p, lengths).sum())(pot.astype(jnp.float64))
+        self.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        got = jax.grad(lambda p: jj.chain_viterbi(p, lengths)[0].sum())(pot)
+        want = jax.grad(lambda p: jnp_chain("max_plus")(p, lengths).sum())(pot.astype(jnp.float64))
+        self.assert_close(got, want, rtol=0, atol=0)
+        check_grads(lambda p: jj.chain_log_partition(p, lengths), (pot.astype(jnp.float64),),
+                                  order=1, modes=["rev"])
+
+    def test_chain_transformations(self):
+        jj = self.jj
+        pot, lengths = normal(21, (3, 2, 7, 5, 5)), jnp.asarray([[8, 2], [5, 8], [1, 4]])
+        loop = jnp.stack([jj.chain_log_partition(pot[i], lengths[i]) for i in range(3)])
+        self.assert_close(jax.vmap(jj.chain_log_partition)(pot, lengths), loop)
+        self.assert_close(jax.jit(jax.vmap(jj.chain_log_partition))(pot, lengths), loop)
+        grad = jax.vmap(jax.grad(lambda p, n: jj.chain_log_partition(p, n).sum()))(pot, lengths)
+        loop_grad = jnp.stack([jax.grad(lambda p: jj.chain_log_partition(p, lengths[i]).sum())(pot[i])
+                               for i in range(3)])
+        self.assert_close(grad, loop_grad)
+        ckpt = jax.grad(lambda p: jax.checkpoint(jj.chain_log_partition)(p, lengths).sum())(pot)
+        self.assert_close(ckpt, loop_grad)
+        # One table of potentials, the lengths vmapped.
+        shared = jax.vmap(jj.chain_log_partition, (None, 0))(pot[0], lengths)
+        self.assert_close(shared, jnp.stack([jj.chain_log_partition(pot[0], lengths[i]) for i in range(3)]))
+        self.assertEqual(jj.chain_log_partition(jnp.zeros((0, 4, 3, 3), jnp.float32)).shape, (0,))
+
+    def test_chain_half_inputs(self):
+        for dtype in (jnp.float16, jnp.bfloat16):
+            pot = normal(22, (3, 9, 8, 8), dtype)
+            got = self.jj.chain_log_partition(pot)
+            self.assertEqual(got.dtype, jnp.float32)
+            self.assert_close(got, reference_crf(pot, None, "log")[0], rtol=1e-5, atol=1e-4)
+
+    def test_hmm(self):
+        jj = self.jj
+        B, T, C = 4, 12, 9
+        e, lengths = normal(30, (B, T, C)), jnp.asarray([12, 5, 1, 9])
+        for batched in (False, True):
+            t = normal(31, (B, C, C) if batched else (C, C))
+            i = normal(32, (B, C) if batched else (C,))
+            with self.subTest(batched=batched):
+                pot = hmm_potentials(e, t, i)
+                want = reference_crf(pot, lengths, "log")[0]
+                want[lengths == 1] = np.log(np.exp(np.broadcast_to(np.asarray(i, np.float64), (B, C)) +
+                                                   np.asarray(e[:, 0], np.float64)).sum(-1))[lengths == 1]
+                self.assert_close(jj.hmm_log_partition(e, t, i, lengths), want, rtol=1e-5, atol=1e-5)
+                got = jax.grad(lambda *x: jj.hmm_log_partition(*x, lengths).sum(), argnums=(0, 1, 2))(e, t, i)
+                ref = jax.grad(lambda *x: jnp_hmm(*x, lengths).sum(), argnums=(0, 1, 2))(
+                    *(x.astype(jnp.float64) for x in (e, t, i)))
+                for g, r in zip(got, ref):
+                    self.assert_close(g, r, rtol=1e-4, atol=1e-5)
+                score, path = jj.hmm_viterbi(e, t, i, lengths)
+                vs, vp = reference_crf(pot, lengths, "max_plus")
+                long = np.asarray(lengths) > 1
+                self.assert_close(np.asarray(score)[long], vs[long], rtol=1e-5, atol=1e-5)
+                np.testing.assert_array_equal(np.asarray(path)[long], vp[long])
+
+    def test_hmm_vmap_of_grad_per_instance(self):
+        jj = self.jj
+        e, t, i = normal(40, (3, 4, 10, 6)), normal(41, (6, 6)), normal(42, (6,))
+        grads = jax.vmap(jax.grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)),
+                         (0, None, None))(e, t, i)
+        for v in range(3):
+            want = jax.grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2))(e[v], t, i)
+            for g, w in zip(grads, want):
+                self.assert_close(g[v], w)
+        total = jax.grad(lambda t: jax.vmap(jj.hmm_log_partition, (0, None, None))(e, t, i).sum())(t)
+        self.assert_close(total, grads[1].sum(0), rtol=1e-4, atol=1e-4)
+
+
+if __name__ == "__main__":
+    sys.exit(main(needs_gpu=True))
