@@ -2,12 +2,9 @@
 float64 references (numpy, written out) the GPU tests compare against. Imports without jax (the programs then report
 themselves skipped)."""
 
-import os
-import sys
-import tempfile
-import unittest
-
 import numpy as np
+
+import program_main
 
 try:
     import jax
@@ -20,24 +17,11 @@ except ImportError:
 
 
 def main(needs_gpu):
-    """A test program's main (a CTest entry): 77 ("skipped") where jax (or, for the GPU tests, a CUDA device of
-    jax's) is missing; otherwise every test runs, in a jitbmm cache of its own, and a skipped test fails the run."""
-    if jax is None:
-        print("SKIPPED: jax is not installed here")
-        return 77
-    if needs_gpu and not HAVE_GPU:
-        print("SKIPPED: jax sees no CUDA GPU here")
-        return 77
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["JITBMM_CACHE_DIR"] = cache
-        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
-    if result.skipped:
-        print(f"FAILED: {len(result.skipped)} tests skipped: {result.skipped}")
-        return 1
-    if result.testsRun == 0:
-        print("FAILED: no test ran")
-        return 1
-    return 0 if result.wasSuccessful() else 1
+    """The main of a jitbmm.jax test program (program_main.run): skipped where jax (or, for the GPU tests, a CUDA
+    device of jax's) is missing."""
+    missing = ("jax is not installed here" if jax is None else
+               "jax sees no CUDA GPU here" if needs_gpu and not HAVE_GPU else None)
+    return program_main.run(missing)
 
 
 def reference_bmm(a, b, semiring):

@@ -3,10 +3,9 @@ the CUDA-graph check; torch (None where it is missing), whether it sees a CUDA G
 type may change. Imports without torch (the
 programs then report themselves skipped)."""
 
-import os
-import sys
-import tempfile
 import unittest
+
+import program_main
 
 try:
     import torch
@@ -20,26 +19,10 @@ except ImportError:
 
 
 def gpu_main():
-    """The main of a GPU test program (run as a CTest entry): it returns 77 ("skipped") where torch or a CUDA GPU
-    is missing; otherwise it runs every test, in a jitbmm cache of its own (tests count the decisions they store,
-    and a user's cache or an earlier run's may hold them), and fails the run if a test is skipped or none ran."""
-    if torch is None:
-        print("SKIPPED: torch is not installed here")
-        return 77
-    if not torch.cuda.is_available():
-        print("SKIPPED: torch sees no CUDA GPU here")
-        return 77
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["JITBMM_CACHE_DIR"] = cache
-        result = unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:], exit=False).result
-    skipped = result.skipped
-    if skipped:
-        print(f"FAILED: {len(skipped)} tests skipped where torch and a GPU exist: {skipped}")
-        return 1
-    if result.testsRun == 0:
-        print("FAILED: no test ran")
-        return 1
-    return 0 if result.wasSuccessful() else 1
+    """The main of a jitbmm.torch GPU test program (program_main.run): skipped where torch or a CUDA GPU is missing."""
+    missing = ("torch is not installed here" if torch is None else
+               None if torch.cuda.is_available() else "torch sees no CUDA GPU here")
+    return program_main.run(missing)
 
 
 class GpuCase(unittest.TestCase):
