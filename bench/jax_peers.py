@@ -116,8 +116,6 @@ def timed_compile(fn, reps, budget_s=120):
 
 
 def scan_crf(potentials, lengths):
-    T = potentials.shape[1] + 1
-
     def step(carry, xs):
         alpha, t = carry
         new = jax.nn.logsumexp(alpha[:, None, :] + xs, -1)
@@ -125,7 +123,6 @@ def scan_crf(potentials, lengths):
         return (alpha, t + 1), None
     B, C = potentials.shape[0], potentials.shape[-1]
     (alpha, _), _ = jax.lax.scan(step, (jnp.zeros((B, C)), 0), jnp.swapaxes(potentials, 0, 1))
-    del T
     return jax.nn.logsumexp(alpha, -1)
 
 

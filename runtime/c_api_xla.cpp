@@ -71,16 +71,16 @@ template <class T = void> T* data_or_null(const ffi::AnyBuffer& x) {
 // Makes the stream's context current for a call (XLA's host threads need not have it).
 class StreamContext {
 public:
-  explicit StreamContext(void* stream) {
-    CUcontext ctx = nullptr;
-    jitbmm::check(jitbmm::driver().cuStreamGetCtx(static_cast<CUstream>(stream), &ctx), "cuStreamGetCtx");
-    scope_ = std::make_unique<jitbmm::ScopedContext>(ctx);
-    context = ctx;
-  }
-  CUcontext context = nullptr;
+  explicit StreamContext(void* stream) : context(context_of(stream)), scope_(context) {}
+  const CUcontext context;
 
 private:
-  std::unique_ptr<jitbmm::ScopedContext> scope_;
+  static CUcontext context_of(void* stream) {
+    CUcontext ctx = nullptr;
+    jitbmm::check(jitbmm::driver().cuStreamGetCtx(static_cast<CUstream>(stream), &ctx), "cuStreamGetCtx");
+    return ctx;
+  }
+  jitbmm::ScopedContext scope_;
 };
 
 // Plans by problem and context, for the process: a handler's plan is made once and shared by every call of it.
@@ -148,8 +148,7 @@ ffi::ErrorOr<Product> product(std::string_view semiring, std::string_view precis
   const int64_t M = dim(a, 2), K = dim(a, 1), N = dim(b, 1);
   if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N); s)
     return ffi::Unexpected(failed(s));
-  p.problem.semiring = p.semiring.c_str(); // the strings the problem points to live in p (moved with it: see plan())
-  p.problem.precision = p.precision.c_str();
+  p.problem.precision = p.precision.c_str(); // the strings live in p; product_plan points at them again after moves
   p.problem.with_argmax = with_argmax;
   p.empty = B == 0 || M == 0 || N == 0;
   return p;

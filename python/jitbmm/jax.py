@@ -427,8 +427,6 @@ def _check_hmm(emissions, transitions, initial):
     if initial.shape != (C,) and initial.shape != (*batch, C):
         raise ValueError(f"initial: expected [{C}] (shared) or {(*batch, C)} (one per sequence), got shape "
                          f"{initial.shape}")
-    if len(batch) == 0 and (transitions.ndim > 2 or initial.ndim > 1):  # one sequence: its tables are shared
-        transitions, initial = transitions.reshape(C, C), initial.reshape(C)
     return emissions, transitions, initial
 
 
