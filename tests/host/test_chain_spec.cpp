@@ -71,6 +71,28 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
   }
 }
 
+TEST_CASE("chain specs: the forward's lanes at the shapes they were measured on (132 SMs)") {
+  // Sixteen terms a lane where the HMM form's transitions stay in registers (from 64 states), eight where a step's
+  // terms are read (the CRF form) or at 32 states; Viterbi measured at each HMM shape below (generator/chain_source.cpp).
+  struct Expect {
+    Semiring semiring;
+    int64_t B, C;
+    ChainForm form;
+    int lanes;
+  };
+  const Expect expect[] = {
+      {Semiring::max_plus, 16, 64, ChainForm::hmm, 4},  {Semiring::max_plus, 512, 64, ChainForm::hmm, 4},
+      {Semiring::max_plus, 128, 128, ChainForm::hmm, 8}, {Semiring::max_plus, 64, 128, ChainForm::hmm, 8},
+      {Semiring::max_plus, 4, 128, ChainForm::hmm, 8},  {Semiring::max_plus, 32, 32, ChainForm::hmm, 4},
+      {Semiring::log, 32, 128, ChainForm::hmm, 8},      {Semiring::max_plus, 32, 128, ChainForm::crf, 16},
+  };
+  for (const Expect& e : expect) {
+    const ChainSpec spec = default_chain_spec(chain(e.semiring, e.B, e.C, e.form), kSms);
+    CAPTURE(to_string(spec));
+    CHECK(spec.forward.lanes == e.lanes);
+  }
+}
+
 // The stepped strategy's fused forms (runtime/chain_stepped.hpp): log and max_plus HMMs with one shared table of at
 // least 64 sequences, as measured: log where a step has between 32 tiles of 32 × 64 outputs and one an SM, max_plus
 // at 128 states or more between 32 tiles and two an SM; never f64, batched tables or the CRF form.
