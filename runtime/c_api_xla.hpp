@@ -1,0 +1,96 @@
+// What the C library's XLA FFI handlers share (runtime/c_api_xla_products.cpp, c_api_xla_chains.cpp; docs/jax.md):
+// the dtypes they take, errors that name the operand, the folded batch, the stream's context made current, the
+// process-wide tables of their plans, and scratch from XLA's allocator. Built only where XLA's FFI headers were found
+// (they come with jaxlib; CMake's JITBMM_XLA_FFI_INCLUDE).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "jitbmm/c_api.h"
+#include "runtime/device.hpp"
+#include "runtime/driver_api.hpp"
+#include <xla/ffi/api/ffi.h> // jaxlib's, found by CMake (never shipped with jitbmm)
+
+namespace jitbmm::xla_ffi {
+
+namespace ffi = xla::ffi;
+
+// "f32", "f64", "f16", "bf16", or null for a type jitbmm has no kernels for.
+const char* dtype_name(ffi::DataType t);
+// The library's last error as an FFI error (InvalidArgument where the status says so).
+ffi::Error failed(jitbmm_status status);
+ffi::Error invalid(const std::string& message);
+
+// The product of the dimensions before the last `inner` (the folded batch); -1 if the rank is below `inner`.
+int64_t leading(const ffi::AnyBuffer& x, std::size_t inner);
+int64_t dim(const ffi::AnyBuffer& x, std::size_t from_end);
+
+// Optional operands are passed as arrays of no elements.
+template <class T = void> T* data_or_null(const ffi::AnyBuffer& x) {
+  return x.element_count() == 0 ? nullptr : static_cast<T*>(x.untyped_data());
+}
+
+// Makes the stream's context current for a call (XLA's host threads need not have it).
+class StreamContext {
+public:
+  explicit StreamContext(void* stream) : context(context_of(stream)), scope_(context) {}
+  const CUcontext context;
+
+private:
+  static CUcontext context_of(void* stream);
+  ScopedContext scope_;
+};
+
+// Plans by problem and context, for the process: a handler's plan is made once and shared by every call of it.
+template <class Plan> class PlanTable {
+public:
+  using Pointer = std::shared_ptr<Plan>;
+  template <class Make> jitbmm_status get(const std::string& key, Make make, void (*destroy)(Plan*), Pointer& out) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) {
+        out = it->second;
+        return JITBMM_OK;
+      }
+    }
+    Plan* plan = nullptr;
+    if (const jitbmm_status s = make(&plan); s != JITBMM_OK) return s;
+    Pointer made(plan, destroy);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (plans_.size() >= kEntries) plans_.clear(); // a caller holding a plan keeps it alive
+    out = plans_.emplace(key, made).first->second;
+    return JITBMM_OK;
+  }
+
+private:
+  static constexpr std::size_t kEntries = 512;
+  std::mutex mutex_;
+  std::map<std::string, Pointer> plans_;
+};
+
+// The part of a plan's key that names the context.
+std::string context_key(CUcontext ctx);
+
+// Scratch from XLA's allocator, 256-byte aligned as the plans ask: XLA takes alignments up to 16 only, so the request
+// is 255 bytes longer and its start rounded up. Null for none.
+ffi::ErrorOr<void*> scratch(ffi::ScratchAllocator& allocator, std::size_t bytes);
+
+// A handler's body with the library's exceptions (a failed driver call in StreamContext) turned into FFI errors.
+template <class F> ffi::Error guarded(F body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jitbmm: ") + e.what());
+  }
+}
+
+} // namespace jitbmm::xla_ffi
+
+// Every handler's context: XLA's stream, then its scratch allocator.
+#define JITBMM_XLA_STREAM_AND_SCRATCH                                                                                \
+  ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>().Ctx<::xla::ffi::ScratchAllocator>()

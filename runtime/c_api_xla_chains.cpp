@@ -1,0 +1,268 @@
+// The XLA FFI handlers of the chains (runtime/c_api_xla.hpp; docs/jax.md): jitbmm_xla_chain and
+// jitbmm_xla_chain_backward (the CRF form), jitbmm_xla_hmm and jitbmm_xla_hmm_backward (the HMM form), log and
+// max_plus, with ragged lengths. lengths arrive as int32 pairs [..., 2] (each the low and high half of an int64, so
+// that a JAX program without 64-bit types can pass them), or as no elements for none.
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/c_api_xla.hpp"
+
+namespace jitbmm::xla_ffi {
+namespace {
+
+struct Chain {
+  std::string semiring;
+  jitbmm_chain_problem problem{};
+  const int64_t* lengths = nullptr;
+};
+
+ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B) {
+  if (lengths.element_count() == 0) return static_cast<const int64_t*>(nullptr);
+  if (lengths.element_type() != ffi::DataType::S32 || dim(lengths, 1) != 2 || leading(lengths, 1) != B)
+    return ffi::Unexpected(invalid("lengths: expected int32 pairs [..., 2] of the batch's sequences"));
+  return static_cast<const int64_t*>(lengths.untyped_data());
+}
+
+PlanTable<jitbmm_chain_plan>& chain_plans() {
+  static auto* table = new PlanTable<jitbmm_chain_plan>();
+  return *table;
+}
+
+jitbmm_status chain_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_plan>& plan) {
+  jitbmm_chain_problem& q = c.problem;
+  q.semiring = c.semiring.c_str();
+  const std::string key = c.semiring + "|" + q.dtype + "|" + (q.form ? q.form : "crf") + "|" + std::to_string(q.B) +
+                          "|" + std::to_string(q.T) + "|" + std::to_string(q.C) + "|" + std::to_string(q.with_lengths) +
+                          "|" + std::to_string(q.batched_transitions) + "|" + std::to_string(q.batched_initial) + "|" +
+                          context_key(ctx);
+  return chain_plans().get(
+      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create(&q, made); }, jitbmm_chain_plan_destroy,
+      plan);
+}
+
+// The CRF form: potentials [..., T - 1, C, C].
+ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& lengths) {
+  Chain c;
+  c.semiring = std::string(semiring);
+  const char* dtype = dtype_name(potentials.element_type());
+  if (!dtype)
+    return ffi::Unexpected(invalid("potentials: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
+  const int64_t B = leading(potentials, 3);
+  if (B < 0 || dim(potentials, 1) != dim(potentials, 2))
+    return ffi::Unexpected(invalid("potentials: expected [..., T - 1, C, C]"));
+  auto l = lengths_of(lengths, B);
+  if (l.has_error()) return ffi::Unexpected(l.error());
+  c.lengths = *l;
+  c.problem.semiring = c.semiring.c_str(), c.problem.dtype = dtype;
+  c.problem.B = B, c.problem.T = dim(potentials, 3) + 1, c.problem.C = dim(potentials, 1);
+  c.problem.with_lengths = c.lengths != nullptr;
+  return c;
+}
+
+// The HMM form: emissions [..., T, C], transitions [C, C] or [..., C, C], initial [C] or [..., C].
+ffi::ErrorOr<Chain> hmm(std::string_view semiring, const ffi::AnyBuffer& emissions, const ffi::AnyBuffer& transitions,
+                        const ffi::AnyBuffer& initial, const ffi::AnyBuffer& lengths) {
+  Chain c;
+  c.semiring = std::string(semiring);
+  const char* dtype = dtype_name(emissions.element_type());
+  if (!dtype)
+    return ffi::Unexpected(invalid("emissions: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
+  if (transitions.element_type() != emissions.element_type() || initial.element_type() != emissions.element_type())
+    return ffi::Unexpected(invalid("transitions, initial: their dtype differs from the emissions'"));
+  const int64_t B = leading(emissions, 2);
+  if (B < 0) return ffi::Unexpected(invalid("emissions: expected [..., T, C]"));
+  const int64_t C = dim(emissions, 1);
+  const bool batched_transitions = transitions.dimensions().size() > 2,
+             batched_initial = initial.dimensions().size() > 1;
+  if (leading(transitions, 2) < 0 || dim(transitions, 1) != C || dim(transitions, 2) != C ||
+      (batched_transitions && leading(transitions, 2) != B))
+    return ffi::Unexpected(invalid("transitions: expected [C, C] or [..., C, C] of the emissions' batch and states"));
+  if (dim(initial, 1) != C || (batched_initial && leading(initial, 1) != B))
+    return ffi::Unexpected(invalid("initial: expected [C] or [..., C] of the emissions' batch and states"));
+  auto l = lengths_of(lengths, B);
+  if (l.has_error()) return ffi::Unexpected(l.error());
+  c.lengths = *l;
+  c.problem.semiring = c.semiring.c_str(), c.problem.dtype = dtype, c.problem.form = "hmm";
+  c.problem.B = B, c.problem.T = dim(emissions, 2), c.problem.C = C;
+  c.problem.with_lengths = c.lengths != nullptr;
+  c.problem.batched_transitions = batched_transitions, c.problem.batched_initial = batched_initial;
+  return c;
+}
+
+// The saved operand's bytes must be the plan's (jitbmm.jax asked the library for them when it traced the call).
+ffi::Error check_saved(const jitbmm_chain_plan* plan, const ffi::AnyBuffer& saved, bool wanted) {
+  if (!wanted) return ffi::Error::Success();
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_plan_saved_bytes(plan, &bytes)) return failed(s);
+  if (saved.size_bytes() != bytes)
+    return invalid("saved: " + std::to_string(saved.size_bytes()) + " bytes, the plan keeps " + std::to_string(bytes));
+  return ffi::Error::Success();
+}
+
+// A forward of either form; `run` launches it given the plan, the workspace and the outputs.
+template <class Run>
+ffi::Error chain_forward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer& saved,
+                         ffi::AnyBuffer& path, Run run) {
+  if (c.has_error()) return c.error();
+  if (c->problem.B == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_chain_plan> plan;
+  if (const jitbmm_status s = chain_plan(*c, context.context, plan)) return failed(s);
+  const bool with_path = path.element_count() != 0;
+  if (ffi::Error e = check_saved(plan.get(), saved, saved.element_count() != 0); !e.success()) return e;
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_plan_workspace_bytes(plan.get(), with_path, &bytes)) return failed(s);
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s = run(plan.get(), *c, data_or_null(saved), data_or_null<int32_t>(path), *workspace, bytes);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+template <class Run>
+ffi::Error chain_backward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator,
+                          const ffi::AnyBuffer& saved, Run run) {
+  if (c.has_error()) return c.error();
+  if (c->problem.B == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_chain_plan> plan;
+  if (const jitbmm_status s = chain_plan(*c, context.context, plan)) return failed(s);
+  if (ffi::Error e = check_saved(plan.get(), saved, c->semiring == "log"); !e.success()) return e;
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &bytes)) return failed(s);
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s = run(plan.get(), *c, *workspace, bytes);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+ffi::Error chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+                 ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
+                 std::string_view semiring) {
+  return chain_forward(
+      crf(semiring, potentials, lengths), stream, allocator, *saved, *path,
+      [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
+        return jitbmm_chain_plan_run(plan, potentials.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr,
+                                     best, ws, bytes, stream);
+      });
+}
+
+ffi::Error chain_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+                      ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
+                      ffi::Result<ffi::AnyBuffer> grad_potentials, std::string_view semiring) {
+  return chain_backward(crf(semiring, potentials, lengths), stream, allocator, saved,
+                        [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
+                          return jitbmm_chain_plan_backward_with_workspace(
+                              plan, potentials.untyped_data(), c.lengths, data_or_null(saved),
+                              data_or_null<const int32_t>(path), grad_score.untyped_data(),
+                              grad_potentials->untyped_data(), ws, bytes, stream);
+                        });
+}
+
+ffi::Error hmm_chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer emissions,
+                     ffi::AnyBuffer transitions, ffi::AnyBuffer initial, ffi::AnyBuffer lengths,
+                     ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved,
+                     ffi::Result<ffi::AnyBuffer> path, std::string_view semiring) {
+  return chain_forward(
+      hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, *saved, *path,
+      [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
+        return jitbmm_chain_plan_run_hmm(plan, emissions.untyped_data(), transitions.untyped_data(),
+                                         initial.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr, best,
+                                         ws, bytes, stream);
+      });
+}
+
+ffi::Error hmm_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
+                    ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer path,
+                    ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
+                    ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
+                    std::string_view semiring) {
+  return chain_backward(hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, saved,
+                        [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
+                          return jitbmm_chain_plan_backward_hmm(
+                              plan, emissions.untyped_data(), transitions.untyped_data(), initial.untyped_data(),
+                              c.lengths, data_or_null(saved), data_or_null<const int32_t>(path),
+                              grad_score.untyped_data(), grad_emissions->untyped_data(),
+                              grad_transitions->untyped_data(), grad_initial->untyped_data(), ws, bytes, stream);
+                        });
+}
+
+} // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+       ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
+       std::string_view semiring) {
+      return guarded(
+          [&] { return chain(stream, std::move(scratch), potentials, lengths, score, saved, path, semiring); });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain_backward,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+       ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
+       ffi::Result<ffi::AnyBuffer> grad_potentials, std::string_view semiring) {
+      return guarded([&] {
+        return chain_grad(stream, std::move(scratch), potentials, lengths, saved, path, grad_score, grad_potentials,
+                          semiring);
+      });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_hmm,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
+       ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> score,
+       ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path, std::string_view semiring) {
+      return guarded([&] {
+        return hmm_chain(stream, std::move(scratch), emissions, transitions, initial, lengths, score, saved, path,
+                         semiring);
+      });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_hmm_backward,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
+       ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer path,
+       ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
+       ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
+       std::string_view semiring) {
+      return guarded([&] {
+        return hmm_grad(stream, std::move(scratch), emissions, transitions, initial, lengths, saved, path, grad_score,
+                        grad_emissions, grad_transitions, grad_initial, semiring);
+      });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring"));
+
+} // namespace jitbmm::xla_ffi

@@ -1,0 +1,143 @@
+// The XLA FFI handlers of the semiring products (runtime/c_api_xla.hpp; docs/jax.md): jitbmm_xla_bmm and
+// jitbmm_xla_bmm_backward, out[..., M, N] = ⊕_k a[..., M, K] ⊗ b[..., K, N] with the batches equal after jitbmm.jax's
+// broadcast, and their gradients.
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/c_api_xla.hpp"
+
+namespace jitbmm::xla_ffi {
+namespace {
+
+struct Product {
+  std::string semiring, precision;
+  jitbmm_problem problem{};
+  bool empty = false;
+};
+
+ffi::ErrorOr<Product> product(std::string_view semiring, std::string_view precision, const ffi::AnyBuffer& a,
+                              const ffi::AnyBuffer& b, bool with_argmax) {
+  Product p;
+  p.semiring = std::string(semiring), p.precision = std::string(precision);
+  const char* dtype = dtype_name(a.element_type());
+  if (!dtype) return ffi::Unexpected(invalid("a: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
+  if (b.element_type() != a.element_type()) return ffi::Unexpected(invalid("b: its dtype differs from a's"));
+  const int64_t B = leading(a, 2);
+  if (B < 0 || leading(b, 2) != B)
+    return ffi::Unexpected(invalid("a, b: expected [..., M, K] and [..., K, N] of one batch"));
+  if (dim(b, 2) != dim(a, 1)) return ffi::Unexpected(invalid("b: its rows differ from a's columns (K)"));
+  const int64_t M = dim(a, 2), K = dim(a, 1), N = dim(b, 1);
+  if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N); s)
+    return ffi::Unexpected(failed(s));
+  p.problem.precision = p.precision.c_str(); // the strings live in p; product_plan points at them again after moves
+  p.problem.with_argmax = with_argmax;
+  p.empty = B == 0 || M == 0 || N == 0;
+  return p;
+}
+
+PlanTable<jitbmm_plan>& product_plans() {
+  static auto* table = new PlanTable<jitbmm_plan>(); // lives for the process, as the modules it holds do
+  return *table;
+}
+
+jitbmm_status product_plan(Product& p, void* stream, CUcontext ctx, std::shared_ptr<jitbmm_plan>& plan) {
+  p.problem.semiring = p.semiring.c_str(), p.problem.precision = p.precision.c_str();
+  const jitbmm_problem& q = p.problem;
+  const std::string key = p.semiring + "|" + p.precision + "|" + q.dtype + "|" + std::to_string(q.B) + "|" +
+                          std::to_string(q.M) + "|" + std::to_string(q.K) + "|" + std::to_string(q.N) + "|" +
+                          std::to_string(q.with_argmax) + "|" + context_key(ctx);
+  return product_plans().get(
+      key, [&](jitbmm_plan** made) { return jitbmm_plan_create_on_stream(&q, stream, made); }, jitbmm_plan_destroy,
+      plan);
+}
+
+ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, ffi::AnyBuffer b,
+               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> argmax, std::string_view semiring,
+               std::string_view precision) {
+  const bool with_argmax = argmax->element_count() != 0;
+  auto p = product(semiring, precision, a, b, with_argmax);
+  if (p.has_error()) return p.error();
+  if (p->empty) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_plan> plan;
+  if (const jitbmm_status s = product_plan(*p, stream, context.context, plan)) return failed(s);
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_plan_workspace_bytes(plan.get(), &bytes)) return failed(s);
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s = jitbmm_plan_run_with_workspace(
+      plan.get(), a.untyped_data(), b.untyped_data(), out->untyped_data(),
+      with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, *workspace, bytes, stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                        ffi::AnyBuffer out, ffi::AnyBuffer argmax, ffi::AnyBuffer grad_out,
+                        ffi::Result<ffi::AnyBuffer> grad_a, ffi::Result<ffi::AnyBuffer> grad_b,
+                        std::string_view semiring, std::string_view precision) {
+  const bool with_argmax = argmax.element_count() != 0;
+  auto p = product(semiring, precision, a, b, with_argmax);
+  if (p.has_error()) return p.error();
+  if (grad_out.element_type() != out.element_type()) return invalid("grad_out: its dtype differs from out's");
+  if (p->empty || a.element_count() == 0 || b.element_count() == 0) {
+    // Nothing flows: the gradients of what is there are 0.
+    StreamContext context(stream);
+    for (ffi::AnyBuffer* g : {&*grad_a, &*grad_b})
+      if (g->size_bytes())
+        check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(g->untyped_data()), 0,
+                                                       g->size_bytes(), static_cast<CUstream>(stream)),
+                      "cuMemsetD8Async");
+    return ffi::Error::Success();
+  }
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_plan> plan;
+  if (const jitbmm_status s = product_plan(*p, stream, context.context, plan)) return failed(s);
+  std::size_t bytes = 0;
+  if (const jitbmm_status s =
+          jitbmm_plan_backward_workspace_bytes_on_stream(plan.get(), 1, 1, with_argmax, stream, &bytes))
+    return failed(s);
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s = jitbmm_plan_backward_with_workspace(
+      plan.get(), a.untyped_data(), b.untyped_data(), out.untyped_data(), data_or_null<const int32_t>(argmax),
+      grad_out.untyped_data(), grad_a->untyped_data(), grad_b->untyped_data(), *workspace, bytes, stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+} // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_bmm,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
+       ffi::Result<ffi::AnyBuffer> argmax, std::string_view semiring, std::string_view precision) {
+      return guarded([&] { return bmm(stream, std::move(scratch), a, b, out, argmax, semiring, precision); });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring")
+        .Attr<std::string_view>("precision"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_bmm_backward,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer out,
+       ffi::AnyBuffer argmax, ffi::AnyBuffer grad_out, ffi::Result<ffi::AnyBuffer> grad_a,
+       ffi::Result<ffi::AnyBuffer> grad_b, std::string_view semiring, std::string_view precision) {
+      return guarded([&] {
+        return bmm_backward(stream, std::move(scratch), a, b, out, argmax, grad_out, grad_a, grad_b, semiring,
+                            precision);
+      });
+    },
+    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Arg<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Ret<ffi::AnyBuffer>()
+        .Attr<std::string_view>("semiring")
+        .Attr<std::string_view>("precision"));
+
+} // namespace jitbmm::xla_ffi
