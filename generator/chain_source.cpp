@@ -129,8 +129,8 @@ ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving
   // in f32) leaves a lane room for sixteen terms from 64 states on (the log forward measured at 64 and 128; its
   // saving forward keeps the rule below). Viterbi gains more: each halving of the lanes saves a shuffle of a score
   // and its state. Measured on an H200 (jitbmm bench --chain C --hmm --semiring max_plus --sweep, f32, the forward
-  // with its path), sixteen terms a lane instead of eight took 0.99 ms against 0.88 at B, T, C = 16, 1024, 64, 0.073
-  // against 0.101 at 512, 32, 64, 1.15 against 1.41 at 128, 512, 128, 0.85 against 1.01 at 64, 512, 128 (clusters of
+  // with its path), sixteen terms a lane instead of eight took 0.88 ms against 0.99 at B, T, C = 16, 1024, 64, 0.073
+  // against 0.101 at 512, 32, 64, 1.15 against 1.41 at 128, 512, 128, 0.86 against 1.01 at 64, 512, 128 (clusters of
   // 2) and 2.48 against 2.79 at 4, 2048, 128 (clusters of 8); at 32 states two lanes lost to the rule's four.
   const bool hmm_f32 = s.form == ChainForm::hmm && !dtype_info(s.dtype).wide_acc();
   s.forward = hmm_f32 && s.C >= 64 ? block_for(16, forward_cluster) : base;
