@@ -40,8 +40,10 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     const std::string strategy = !d->chunk    ? ""
                                  : *d->chunk ? ", chunks of " + std::to_string(*d->chunk)
                                              : ", sequential";
-    return "tuned chain " + d->problem + ": clusters " + std::to_string(d->forward_cluster) + " (forward), " +
-           std::to_string(d->saving_cluster) + " (saving)" + strategy;
+    const std::string lanes =
+        d->forward_lanes ? " in groups of " + std::to_string(*d->forward_lanes) + " lanes" : std::string();
+    return "tuned chain " + d->problem + ": clusters " + std::to_string(d->forward_cluster) + " (forward" + lanes +
+           "), " + std::to_string(d->saving_cluster) + " (saving)" + strategy;
   }
   return "";
 }

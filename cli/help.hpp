@@ -100,10 +100,10 @@ inline std::string inspect_help() {
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"
          "  jitbmm inspect --tuned --chain C [--hmm] [--batch B] [--length T] [--semiring S] [--dtype D]\n"
-         "      The chain variant a plan takes on this GPU: a stored decision's clusters (tune --chain) or the\n"
-         "      rule's, its strategy (sequential; chunked for a few sequences of a long chain; stepped for an HMM's\n"
-         "      table shared by many sequences of many states, and always beyond 1024 states) and why: the rule's\n"
-         "      condition, or the stored decision with its timings.\n";
+         "      The chain variant a plan takes on this GPU: a stored decision's clusters and lanes (tune --chain)\n"
+         "      or the rule's, its strategy (sequential; chunked for a few sequences of a long chain; stepped for an\n"
+         "      HMM's table shared by many sequences of many states, and always beyond 1024 states) and why: the\n"
+         "      rule's condition, or the stored decision with its timings.\n";
 }
 
 struct CommandHelp {
@@ -124,10 +124,11 @@ inline const std::vector<CommandHelp>& command_help() {
        "      Autotune one problem on this GPU; store the decision for its exact shape and its bucket. --data wide\n"
        "      times on randn*50 inputs: the variant a plan moves to when its repairs show wide-range data.\n"
        "  jitbmm tune --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus] [--dtype D] [--reps N]\n"
-       "      Time a chain's cluster sizes on this GPU (sm_90 on), the chunked strategy in chunks of 32 to 256\n"
-       "      steps and of the whole chain (up to 1024 states), and the stepped strategy (each step a\n"
-       "      product of every sequence's messages; beyond 1024 states the only one), each checked against the CPU\n"
-       "      reference; store the fastest for every chain plan of its bucket (B and T rounded up to powers of two).\n"
+       "      Time a chain's cluster sizes on this GPU (sm_90 on) and its forward's lanes in the fastest, the\n"
+       "      chunked strategy in chunks of 32 to 256 steps and of the whole chain (up to 1024 states), and the\n"
+       "      stepped strategy (each step a product of every sequence's messages; beyond 1024 states the only\n"
+       "      one), each checked against the CPU reference; store the fastest for every chain plan of its bucket\n"
+       "      (B and T rounded up to powers of two).\n"
        "  jitbmm tune --export FILE | --import FILE\n"
        "      Write every decision of the cache to a decisions file, or store a file's decisions where the cache has\n"
        "      none under their keys (marked imported, checked against the CPU reference on first use): a site tunes\n"

@@ -264,7 +264,9 @@ int print_chain_tuned(const ChainProblem& p) {
   if (d->timed.empty())
     std::printf("tuned:    in %.1f s: the stepped strategy alone\n", d->seconds);
   else
-    std::printf("tuned:    in %.1f s: clusters %d (forward) and %d (saving forward)\n", d->seconds, d->forward_cluster,
+    std::printf("tuned:    in %.1f s: clusters %d (forward%s) and %d (saving forward)\n", d->seconds,
+                d->forward_cluster,
+                d->forward_lanes ? (", in groups of " + std::to_string(*d->forward_lanes) + " lanes").c_str() : "",
                 d->saving_cluster);
   std::printf("%8s %10s %12s %10s %10s\n", "variant", "fwd ms", "fwd+kept ms", "backward", "kept+bwd");
   auto row = [](const std::string& variant, double forward_ms, double saving_ms, double backward_ms) {
@@ -274,6 +276,7 @@ int print_chain_tuned(const ChainProblem& p) {
   for (const ChainTiming& t : d->timed) row(std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d->chunked)
     row("chunk " + std::to_string(t.chunk), t.forward_ms, t.saving_ms, t.backward_ms);
+  for (const LanesTiming& t : d->lanes) row("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
   if (const auto& t = d->stepped_timing) row("steps", t->forward_ms, t->saving_ms, t->backward_ms);
   return 0;
 }

@@ -1,10 +1,11 @@
 // jitbmm tune --chain C: time a chain problem's strategies on this GPU: the sequential kernels' cluster sizes (the
-// rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit), up to 1024 states
-// the chunked strategy in chunks of 32 to 256 steps and of the whole chain (for log, where their products fit in
-// saved), and the stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed
-// there); the chunked and the stepped strategies' products tune as the policy allows (the only chains whose products
-// do). Each is checked against the CPU reference, and what choose_chain_clusters picks is stored as the decision
-// every ChainPlan::get of the problem's bucket takes (runtime/tuner/chain_decisions.hpp).
+// rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit) and, in the
+// forward's best cluster, its other lanes (1 to 32, the rule's threads for each); up to 1024 states the chunked
+// strategy in chunks of 32 to 256 steps and of the whole chain (for log, where their products fit in saved), and the
+// stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed there); the chunked and
+// the stepped strategies' products tune as the policy allows (the only chains whose products do). Each is checked
+// against the CPU reference, and what choose_chain_clusters picks is stored as the decision every ChainPlan::get of
+// the problem's bucket takes (runtime/tuner/chain_decisions.hpp).
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -68,6 +69,7 @@ int run_chain_tune(const Args& args) {
   std::printf("%8s %10s %12s %10s %10s %s\n", "variant", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
   std::vector<ChainTiming> timed;
   std::vector<ChunkTiming> chunked;
+  std::vector<LanesTiming> lanes_timed;
   if (p.C > kMaxSequentialChainStates) {
     std::printf("%8s  [skipped: the sequential kernels compute at most %lld states]\n", "clusters",
                 (long long)kMaxSequentialChainStates);
@@ -93,6 +95,20 @@ int run_chain_tune(const Args& args) {
       if (print_row("chunk " + std::to_string(chunk), row))
         chunked.push_back({chunk, row.forward_ms, row.saving_ms, row.backward_ms});
     }
+    // The forward's other lanes in its cluster, each with the rule's threads for them (more terms a lane, fewer
+    // shuffles of a reduction; fewer, more parallel terms): a group of lanes takes at most twice the states.
+    for (int lanes = 1; lanes <= 32 && lanes <= 2 * p.C; lanes *= 2) {
+      if (lanes == best.forward.lanes) continue;
+      const ChainSpec spec =
+          chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes);
+      if (!spec.registers_fit()) {
+        std::printf("%8s  [skipped: its registers do not fit]\n", ("lanes " + std::to_string(lanes)).c_str());
+        continue;
+      }
+      const ChainMeasure row = measure(spec, 0);
+      if (print_row("lanes " + std::to_string(lanes), row))
+        lanes_timed.push_back({lanes, row.forward_ms, row.saving_ms, row.backward_ms});
+    }
   }
   std::optional<SteppedTiming> stepped;
   if (const ChainMeasure row = measure(ChainSpec{}, 0, true); print_row("steps", row))
@@ -103,14 +119,15 @@ int run_chain_tune(const Args& args) {
     return 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped);
+  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped, lanes_timed);
   const std::string strategy = *d.stepped ? std::string("the stepped strategy")
                                : *d.chunk ? "chunks of " + std::to_string(*d.chunk) + " steps"
                                           : "the sequential kernels";
   if (timed.empty())
     std::printf("best: %s (the only one beyond %lld states)\n", strategy.c_str(), (long long)kMaxSequentialChainStates);
   else
-    std::printf("best: cluster %d for the forward, %d for the saving forward; %s\n", d.forward_cluster,
+    std::printf("best: cluster %d for the forward%s, %d for the saving forward; %s\n", d.forward_cluster,
+                d.forward_lanes ? (" in groups of " + std::to_string(*d.forward_lanes) + " lanes").c_str() : "",
                 d.saving_cluster, strategy.c_str());
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) {

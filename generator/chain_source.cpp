@@ -105,6 +105,15 @@ unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
 
 namespace {
 
+// A loop of groups of `lanes` lanes over a cluster of `cluster` blocks: as many threads as a block's share of the
+// step has groups for, fewer where their registers would spill.
+ChainLoop loop_with_lanes(const ChainSpec& s, int lanes, int cluster) {
+  ChainLoop l{0, lanes, cluster};
+  l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
+  while (l.threads > 32 && !fits(s, l, false)) l.threads /= 2;
+  return l;
+}
+
 // The rule's spec with the forward's loop over a cluster of `forward_cluster` blocks and the saving forward's over
 // `saving_cluster`.
 ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving_cluster) {
@@ -118,10 +127,7 @@ ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving
   // longer serial part: measured at 256), as many threads as a block's share of the step has groups of lanes for,
   // fewer where their registers would spill.
   auto block_for = [&](int per_lane, int cluster) {
-    ChainLoop l{0, default_lanes(s.C, s.C, 1, per_lane), cluster};
-    l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
-    while (l.threads > 32 && !fits(s, l, false)) l.threads /= 2;
-    return l;
+    return loop_with_lanes(s, default_lanes(s.C, s.C, 1, per_lane), cluster);
   };
   const int per_lane = s.C > 128 ? 16 : 8;
   const ChainLoop base = block_for(per_lane, forward_cluster);
@@ -204,6 +210,20 @@ ChainSpec clustered_chain_spec(const ChainProblem& problem, int forward_cluster,
       throw std::invalid_argument("chain spec." + std::string(field) + ": must be a power of two at most " +
                                   std::to_string(kMaxChainCluster) + " (got " + std::to_string(cluster) + ")");
   return spec_with(problem, forward_cluster, saving_cluster);
+}
+
+ChainSpec chain_spec_with_forward_lanes(const ChainProblem& problem, int forward_cluster, int saving_cluster,
+                                        int lanes) {
+  if (!pow2(lanes) || lanes > 32)
+    throw std::invalid_argument("chain spec.lanes: must be a power of two at most 32 (got " + std::to_string(lanes) +
+                                ")");
+  ChainSpec s = clustered_chain_spec(problem, forward_cluster, saving_cluster);
+  s.forward = loop_with_lanes(s, lanes, forward_cluster);
+  if (s.semiring != Semiring::log) { // one loop: the forward with its path is the forward's
+    s.saving = s.forward;
+    s.beta_lanes = s.forward.lanes;
+  }
+  return s;
 }
 
 void check_chain_spec(const ChainSpec& s, const ChainProblem& problem) {

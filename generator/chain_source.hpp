@@ -67,6 +67,11 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms = 0);
 // the forward over `forward_cluster` and the saving forward over `saving_cluster` (what a tuned decision names).
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster);
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int forward_cluster, int saving_cluster);
+// clustered_chain_spec with the forward's groups of `lanes` lanes (a power of two ≤ 32) in place of the rule's, and
+// as many threads as the rule gives such groups (max_plus's forward with the path is that loop too): what `jitbmm
+// tune --chain` times beside the rule's lanes, and a decision may name.
+ChainSpec chain_spec_with_forward_lanes(const ChainProblem& problem, int forward_cluster, int saving_cluster,
+                                        int lanes);
 // The backward messages' lanes for spec.saving's block: four, or as many as leave every group a state, more where
 // their registers would spill (their potentials are read transposed: fewer lanes read more of each row at once).
 int default_beta_lanes(const ChainSpec& spec);

@@ -42,6 +42,13 @@ std::optional<int> parse_cluster(const std::string& text) {
   return std::nullopt;
 }
 
+// A forward's lanes a decision may name (a power of two at most 32, as written), or nothing.
+std::optional<int> parse_lanes(const std::string& text) {
+  for (int g = 1; g <= 32; g *= 2)
+    if (text == std::to_string(g)) return g;
+  return std::nullopt;
+}
+
 // A chunk length a decision may name (a power of two in [2, kMaxChainChunk], as written), or nothing.
 std::optional<int64_t> parse_chunk(const std::string& text) {
   for (int64_t l = 2; l <= kMaxChainChunk; l *= 2)
@@ -73,7 +80,8 @@ std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& de
 }
 
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
-                                    std::vector<ChunkTiming> chunked, std::optional<SteppedTiming> stepped) {
+                                    std::vector<ChunkTiming> chunked, std::optional<SteppedTiming> stepped,
+                                    std::vector<LanesTiming> lanes) {
   ChainDecision d;
   d.problem = chain_bucket_text(problem);
   d.seconds = seconds;
@@ -82,8 +90,8 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
     if (!stepped)
       throw std::invalid_argument("choose_chain_clusters: neither a cluster size nor the stepped strategy "
                                   "was timed");
-    if (!chunked.empty())
-      throw std::invalid_argument("choose_chain_clusters: chunks timed without the clusters they run in");
+    if (!chunked.empty() || !lanes.empty())
+      throw std::invalid_argument("choose_chain_clusters: chunks or lanes timed without the clusters they run in");
     d.chunk = 0;
     d.stepped = true;
     return d;
@@ -104,9 +112,18 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   d.forward_cluster = fastest->cluster;
   d.saving_cluster = log ? fastest_saving->cluster : fastest->cluster;
   // The strategy serves a training step: the forward that keeps what the backward reads, then that backward.
+  double best = fastest_saving->saving_ms + fastest_saving->backward_ms;
+  std::sort(lanes.begin(), lanes.end(), [](const LanesTiming& a, const LanesTiming& b) { return a.lanes < b.lanes; });
+  double forward_best = forward_cost(*fastest);
+  for (const LanesTiming& t : lanes) {
+    const double cost = log ? t.forward_ms : t.forward_ms + t.saving_ms;
+    if (cost >= forward_best) continue;
+    forward_best = cost;
+    d.forward_lanes = t.lanes;
+    if (!log) best = t.saving_ms + t.backward_ms; // max_plus's kept path is this loop's
+  }
   std::sort(chunked.begin(), chunked.end(),
             [](const ChunkTiming& a, const ChunkTiming& b) { return a.chunk < b.chunk; });
-  double best = fastest_saving->saving_ms + fastest_saving->backward_ms;
   d.chunk = 0;
   for (const ChunkTiming& t : chunked)
     if (t.saving_ms + t.backward_ms < best) best = t.saving_ms + t.backward_ms, d.chunk = t.chunk;
@@ -114,6 +131,7 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   if (*d.stepped) d.chunk = 0;
   d.timed = std::move(timed);
   d.chunked = std::move(chunked);
+  d.lanes = std::move(lanes);
   return d;
 }
 
@@ -125,10 +143,13 @@ std::string encode_chain_decision(const ChainDecision& d) {
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.chunk) os << "chunk " << *d.chunk << '\n';
   if (d.stepped) os << "stepped " << (*d.stepped ? "yes" : "no") << '\n';
+  if (d.forward_lanes) os << "forward_lanes " << *d.forward_lanes << '\n';
   for (const ChainTiming& t : d.timed)
     os << timing_line("timed " + std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d.chunked)
     os << timing_line("chunked " + std::to_string(t.chunk), t.forward_ms, t.saving_ms, t.backward_ms);
+  for (const LanesTiming& t : d.lanes)
+    os << timing_line("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
   if (const auto& t = d.stepped_timing) os << timing_line(kSteppedTiming, t->forward_ms, t->saving_ms, t->backward_ms);
   return os.str();
 }
@@ -148,12 +169,20 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   d.saving_cluster = *saving_cluster;
   d.seconds = *tuned_for;
   // Then the strategy chosen: the chunk, whether stepped (each absent from decisions stored before that strategy was
-  // tuned), the clusters' timings, the chunks' and the stepped strategy's, in that order.
+  // tuned), the forward's lanes (where not the rule's), the clusters' timings, the chunks', the lanes' and the stepped
+  // strategy's, in that order.
   while (in.next(line)) {
-    const bool timings_begun = !d.timed.empty() || !d.chunked.empty() || d.stepped_timing;
+    const bool timings_begun = !d.timed.empty() || !d.chunked.empty() || !d.lanes.empty() || d.stepped_timing;
     // Where each may still come: not after itself, a later optional line or a timing.
-    const bool stepped_may = !timings_begun && !d.stepped;
+    const bool lanes_may = !timings_begun && !d.forward_lanes;
+    const bool stepped_may = lanes_may && !d.stepped;
     const bool chunk_may = stepped_may && !d.chunk;
+    if (const auto value = field_value(line, "forward_lanes"); value && lanes_may) {
+      const auto lanes = parse_lanes(*value);
+      if (!lanes) return std::nullopt;
+      d.forward_lanes = *lanes;
+      continue;
+    }
     if (const auto value = field_value(line, "chunk"); value && chunk_may) {
       const auto chunk = *value == "0" ? std::optional<int64_t>(0) : parse_chunk(*value);
       if (!chunk) return std::nullopt;
@@ -174,16 +203,21 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       return std::nullopt;
     const auto f = parse_duration(forward_ms), s = parse_duration(saving_ms), b = parse_duration(backward_ms);
     if (!f || !s || !b) return std::nullopt;
-    if (kind == "timed" && d.chunked.empty()) {
+    if (kind == "timed" && d.chunked.empty() && d.lanes.empty()) {
       const auto k = parse_cluster(size);
       if (!k || std::any_of(d.timed.begin(), d.timed.end(), [&](const ChainTiming& t) { return t.cluster == *k; }))
         return std::nullopt;
       d.timed.push_back({*k, *f, *s, *b});
-    } else if (kind == "chunked") {
+    } else if (kind == "chunked" && d.lanes.empty()) {
       const auto l = parse_chunk(size);
       if (!l || std::any_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *l; }))
         return std::nullopt;
       d.chunked.push_back({*l, *f, *s, *b});
+    } else if (kind == "lanes" && !d.timed.empty()) {
+      const auto g = parse_lanes(size);
+      if (!g || std::any_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *g; }))
+        return std::nullopt;
+      d.lanes.push_back({*g, *f, *s, *b});
     } else if (kind == kSteppedTiming) {
       d.stepped_timing = SteppedTiming{*f, *s, *b};
     } else {
@@ -208,6 +242,9 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   if (d.stepped && !d.chunk) return std::nullopt;
   if (stepped && (*d.chunk != 0 || !d.stepped_timing)) return std::nullopt;
   if (d.stepped_timing && !d.stepped) return std::nullopt;
+  if (d.forward_lanes &&
+      std::none_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *d.forward_lanes; }))
+    return std::nullopt;
   return d;
 }
 

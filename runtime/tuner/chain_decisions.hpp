@@ -1,5 +1,5 @@
-// Chain decisions: the cluster sizes and the strategy (sequential, chunked or stepped) `jitbmm tune --chain`
-// measured fastest for a chain problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by
+// Chain decisions: the cluster sizes, the forward's lanes and the strategy (sequential, chunked or stepped) `jitbmm
+// tune --chain` measured fastest for a chain problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by
 // every ChainPlan::get of that bucket.
 #pragma once
 
@@ -30,6 +30,13 @@ struct ChunkTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
 };
 
+// The forward in groups of `lanes` lanes (chain_spec_with_forward_lanes) in the forward's cluster, as timed (the same
+// three launches).
+struct LanesTiming {
+  int lanes = 0;
+  double forward_ms = 0, saving_ms = 0, backward_ms = 0;
+};
+
 // The stepped strategy as timed (the same three launches; its products tuned as they were timed).
 struct SteppedTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
@@ -44,10 +51,13 @@ struct ChainDecision {
   std::optional<int64_t> chunk;
   // Whether the stepped strategy won; none in a decision stored before it was tuned (the plan then takes the rule's).
   std::optional<bool> stepped;
+  // The forward's lanes where other lanes than the rule's were timed faster in its cluster; none: the rule's.
+  std::optional<int> forward_lanes;
   std::string problem; // chain_bucket_text() of the problem tuned
   double seconds = 0;  // how long tuning took
   std::vector<ChainTiming> timed;
   std::vector<ChunkTiming> chunked;
+  std::vector<LanesTiming> lanes;
   std::optional<SteppedTiming> stepped_timing; // none where it was not a candidate (it did not compute the score)
 };
 
@@ -60,13 +70,18 @@ std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& de
 // whose saving forward + backward is the fastest: the sequential kernels' in the saving cluster, the chunked
 // strategy's in each of `chunked`, the stepped strategy's (ties: sequential, then the shorter chunk, then stepped).
 // Where `timed` is empty (a problem beyond kMaxSequentialChainStates, which only the stepped strategy computes), the
-// stepped strategy in clusters of 1; std::invalid_argument where neither `timed` nor `stepped` holds anything.
+// stepped strategy in clusters of 1; std::invalid_argument where neither `timed` nor `stepped` holds anything. The
+// forward's lanes: those of `lanes` (timed in the chosen forward cluster) faster than the rule's there, by the
+// forward's cost the cluster was chosen by (ties: the rule's, then fewer lanes); max_plus's sequential strategy is
+// then rated with them.
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
                                     std::vector<ChunkTiming> chunked = {},
-                                    std::optional<SteppedTiming> stepped = std::nullopt);
+                                    std::optional<SteppedTiming> stepped = std::nullopt,
+                                    std::vector<LanesTiming> lanes = {});
 
 // A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
-// once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, the stepped
+// once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, lanes
+// powers of two at most 32 each timed once after the clusters, the lanes chosen among them, the stepped
 // strategy chosen only where timed and then with chunk 0, nothing timed but the stepped strategy only where it was
 // chosen in clusters of 1, durations as tuning_db writes them) and returns nothing on any defect.
 std::string encode_chain_decision(const ChainDecision& d);

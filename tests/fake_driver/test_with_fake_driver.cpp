@@ -335,6 +335,18 @@ TEST_CASE("a chain plan takes the clusters a stored decision names for its bucke
   // One under this key whose text names another bucket (written by hand) is not taken either.
   put_chain_decision(*disk, key, choose_chain_clusters(longer, {{2, 1.0, 1.0, 0.5}}, 1.0));
   CHECK_FALSE(choose_chain_spec(p, *device).from_decision);
+  // The forward's lanes a decision names: its clusters with groups of that many lanes, the module ChainPlan::get builds.
+  put_chain_decision(*disk, key,
+                     choose_chain_clusters(p, {{2, 1.0, 2.0, 0.5}, {4, 2.0, 1.0, 0.5}}, 1.0, {}, std::nullopt,
+                                           {{4, 0.5, 2.0, 0.5}}));
+  const ChainChoice lanes = choose_chain_spec(p, *device);
+  CHECK(lanes.from_decision);
+  CHECK(lanes.spec == chain_spec_with_forward_lanes(p, 2, 4, 4));
+  CHECK(lanes.spec.forward.lanes == 4);
+  CHECK(lanes.spec.saving == clustered_chain_spec(p, 2, 4).saving);
+  CHECK_FALSE(lanes.spec.forward.lanes == rule.forward.lanes);
+  CHECK(ChainPlan::get(same_bucket).kernel_name() ==
+        emit_chain_kernel(chain_spec_with_forward_lanes(same_bucket, 2, 4, 4)).name);
 }
 
 namespace {

@@ -115,6 +115,84 @@ TEST_CASE("chain decisions: the stepped strategy where its saving forward + back
                   std::invalid_argument);
 }
 
+TEST_CASE("chain decisions: the forward's lanes where other lanes beat the rule's in its cluster") {
+  // Viterbi at B, T, C = 64, 512, 128 (an H200's sweep): the rule's 16 lanes in clusters of 2 against 4 and 8.
+  ChainProblem p = problem(64, 512, 128);
+  p.semiring = Semiring::max_plus;
+  p.form = ChainForm::hmm;
+  const std::vector<ChainTiming> clusters = {{1, 1.20, 0.08, 0.15}, {2, 0.90, 0.10, 0.15}};
+  const ChainDecision d = choose_chain_clusters(p, clusters, 1.0, {}, std::nullopt,
+                                                {{8, 0.76, 0.09, 0.15}, {4, 0.73, 0.09, 0.15}, {32, 2.0, 0.1, 0.15}});
+  CHECK(d.forward_cluster == 2);
+  REQUIRE(d.forward_lanes);
+  CHECK(*d.forward_lanes == 4);
+  CHECK(d.lanes.front().lanes == 4); // kept in lanes order
+  // Slower than the rule's, or tied: the rule's, said by none; ties between lanes go to fewer.
+  CHECK_FALSE(choose_chain_clusters(p, clusters, 1.0, {}, std::nullopt, {{4, 1.0, 0.1, 0.1}}).forward_lanes);
+  CHECK_FALSE(choose_chain_clusters(p, clusters, 1.0, {}, std::nullopt, {{4, 0.9, 0.1, 0.1}}).forward_lanes);
+  CHECK(*choose_chain_clusters(p, clusters, 1.0, {}, std::nullopt, {{8, 0.5, 0.1, 0.1}, {2, 0.5, 0.1, 0.1}})
+             .forward_lanes == 2);
+  // max_plus's kept path is the forward's loop: the sequential kernels are rated with the chosen lanes' time.
+  const ChainDecision rated =
+      choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{0.5, 0.1, 0.1}, {{4, 0.6, 0.05, 0.1}});
+  CHECK(*rated.forward_lanes == 4);
+  CHECK_FALSE(*rated.stepped); // 0.15 against the stepped strategy's 0.2
+  CHECK(*choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{0.5, 0.1, 0.1}).stepped); // the rule's: 0.23
+  // log chooses them by its forward alone; its saving forward keeps its own loop.
+  const ChainDecision log = choose_chain_clusters(problem(8, 1024, 128), {{1, 1.0, 2.0, 0.5}}, 1.0, {}, std::nullopt,
+                                                  {{4, 0.8, 9.0, 0.5}});
+  CHECK(*log.forward_lanes == 4);
+  CHECK(log.saving_cluster == 1);
+  CHECK_THROWS_AS(choose_chain_clusters(problem(64, 32, 4096), {}, 0, {}, SteppedTiming{1.0, 1.0, 1.0},
+                                        {{4, 1.0, 1.0, 1.0}}),
+                  std::invalid_argument); // lanes without the clusters they run in
+}
+
+TEST_CASE("chain decisions: the lanes' lines round-trip and are read strictly") {
+  ChainProblem p = problem(64, 512, 128);
+  p.semiring = Semiring::max_plus;
+  p.form = ChainForm::hmm;
+  const ChainDecision d = choose_chain_clusters(p, {{1, 1.20, 0.08, 0.15}, {2, 0.90, 0.10, 0.15}}, 1.0,
+                                                {{64, 2.0, 2.0, 2.0}}, SteppedTiming{5.0, 5.0, 5.0},
+                                                {{4, 0.73, 0.09, 0.15}, {8, 0.76, 0.09, 0.15}});
+  const std::string text = encode_chain_decision(d);
+  CHECK(text.find("\nstepped no\nforward_lanes 4\ntimed 1 ") != std::string::npos);
+  CHECK(text.find("\nchunked 64 2.00000 2.00000 2.00000\nlanes 4 0.73000 0.09000 0.15000\nlanes 8 ") !=
+        std::string::npos);
+  const auto back = decode_chain_decision(text);
+  REQUIRE(back);
+  REQUIRE(back->forward_lanes);
+  CHECK(*back->forward_lanes == 4);
+  REQUIRE(back->lanes.size() == 2);
+  CHECK(back->lanes[1].forward_ms == doctest::Approx(0.76));
+  CHECK(encode_chain_decision(*back) == text);
+  // Timed but not chosen (the rule's lanes won): no forward_lanes line, the timings kept.
+  std::string rule = text;
+  rule.erase(rule.find("forward_lanes 4\n"), 16);
+  const auto kept = decode_chain_decision(rule);
+  REQUIRE(kept);
+  CHECK_FALSE(kept->forward_lanes);
+  CHECK(kept->lanes.size() == 2);
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
+  const std::vector<std::string> bad = {
+      replaced("forward_lanes 4\n", "forward_lanes 3\n"),  // not a power of two
+      replaced("forward_lanes 4\n", "forward_lanes 64\n"), // beyond 32
+      replaced("forward_lanes 4\n", "forward_lanes 16\n"), // not among those timed
+      replaced("forward_lanes 4\n", "forward_lanes 04\n"), // not as written
+      replaced("lanes 8 ", "lanes 4 "),                      // lanes timed twice
+      replaced("lanes 8 ", "lanes 0 "),
+      replaced("stepped no\nforward_lanes 4\n", "forward_lanes 4\nstepped no\n"), // out of order
+      replaced("chunked 64 2.00000 2.00000 2.00000\nlanes 4 0.73000 0.09000 0.15000\n",
+               "lanes 4 0.73000 0.09000 0.15000\nchunked 64 2.00000 2.00000 2.00000\n"), // lanes before the chunks
+      text.substr(0, text.find("steps ")) + "timed 4 1.00000 1.00000 1.00000\n" +
+          text.substr(text.find("steps ")), // a cluster's timing after the lanes'
+  };
+  for (const std::string& t : bad) {
+    INFO(t);
+    CHECK_FALSE(decode_chain_decision(t));
+  }
+}
+
 TEST_CASE("chain decisions: keyed by the device, the versions and the problem's bucket") {
   const std::string key = chain_tuning_key(problem(16, 256, 256), kDevice);
   CHECK(key.size() == 64);
