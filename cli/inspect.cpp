@@ -276,7 +276,8 @@ int print_chain_tuned(const ChainProblem& p) {
   for (const ChainTiming& t : d->timed) row(std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
   for (const ChunkTiming& t : d->chunked)
     row("chunk " + std::to_string(t.chunk), t.forward_ms, t.saving_ms, t.backward_ms);
-  for (const LanesTiming& t : d->lanes) row("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
+  for (const LanesTiming& t : d->lanes)
+    row("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
   if (const auto& t = d->stepped_timing) row("steps", t->forward_ms, t->saving_ms, t->backward_ms);
   return 0;
 }

@@ -100,8 +100,7 @@ int run_chain_tune(const Args& args) {
     // shuffles of a reduction; fewer, more parallel terms): a group of lanes takes at most twice the states.
     for (int lanes = 1; lanes <= 32 && lanes <= 2 * p.C; lanes *= 2) {
       if (lanes == best.forward.lanes) continue;
-      const ChainSpec spec =
-          chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes);
+      const ChainSpec spec = chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes);
       if (!spec.registers_fit()) {
         std::printf("%8s  [skipped: its registers do not fit]\n", ("lanes " + std::to_string(lanes)).c_str());
         continue;

@@ -92,5 +92,5 @@ template <class F> ffi::Error guarded(F body) {
 } // namespace jitbmm::xla_ffi
 
 // Every handler's context: XLA's stream, then its scratch allocator.
-#define JITBMM_XLA_STREAM_AND_SCRATCH                                                                                \
+#define JITBMM_XLA_STREAM_AND_SCRATCH                                                                                  \
   ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>().Ctx<::xla::ffi::ScratchAllocator>()

@@ -85,9 +85,9 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
     StreamContext context(stream);
     for (ffi::AnyBuffer* g : {&*grad_a, &*grad_b})
       if (g->size_bytes())
-        check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(g->untyped_data()), 0,
-                                                       g->size_bytes(), static_cast<CUstream>(stream)),
-                      "cuMemsetD8Async");
+        check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(g->untyped_data()), 0, g->size_bytes(),
+                                       static_cast<CUstream>(stream)),
+              "cuMemsetD8Async");
     return ffi::Error::Success();
   }
   StreamContext context(stream);

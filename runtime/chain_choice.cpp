@@ -1,6 +1,6 @@
 // Which variant ChainPlan::get takes: a stored decision of `jitbmm tune --chain` for the problem's bucket where it
-// fits (its clusters, the forward's lanes where it names them, its strategy), else the rules (default_chain_spec for the clusters, default_chain_chunk and default_chain_stepped for the
-// strategy).
+// fits (its clusters, the forward's lanes where it names them, its strategy), else the rules (default_chain_spec for
+// the clusters and lanes, default_chain_chunk and default_chain_stepped for the strategy).
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -117,13 +117,12 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
                       : clustered_chain_spec(problem, d.forward_cluster, d.saving_cluster);
   if (!tuned.clusters_fit() || (d.forward_lanes && !tuned.registers_fit())) return c;
   if (log_enabled(LogLevel::debug))
-    log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) + ": clusters " +
-                                     std::to_string(d.forward_cluster) + " and " + std::to_string(d.saving_cluster) +
-                                     " (saving)" +
-                                     (d.forward_lanes ? ", the forward in groups of " +
-                                                            std::to_string(*d.forward_lanes) + " lanes"
-                                                      : std::string()) +
-                                     ", from the stored decision");
+    log_message(LogLevel::debug,
+                "chain " + chain_bucket_text(problem) + ": clusters " + std::to_string(d.forward_cluster) + " and " +
+                    std::to_string(d.saving_cluster) + " (saving)" +
+                    (d.forward_lanes ? ", the forward in groups of " + std::to_string(*d.forward_lanes) + " lanes"
+                                     : std::string()) +
+                    ", from the stored decision");
   c.spec = tuned;
   c.from_decision = true;
   return c;

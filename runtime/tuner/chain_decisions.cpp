@@ -113,6 +113,7 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   d.saving_cluster = log ? fastest_saving->cluster : fastest->cluster;
   // The strategy serves a training step: the forward that keeps what the backward reads, then that backward.
   double best = fastest_saving->saving_ms + fastest_saving->backward_ms;
+  // The forward's lanes, timed in its cluster: the rule's unless others were faster by the cost that chose the cluster.
   std::sort(lanes.begin(), lanes.end(), [](const LanesTiming& a, const LanesTiming& b) { return a.lanes < b.lanes; });
   double forward_best = forward_cost(*fastest);
   for (const LanesTiming& t : lanes) {

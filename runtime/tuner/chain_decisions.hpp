@@ -1,6 +1,6 @@
 // Chain decisions: the cluster sizes, the forward's lanes and the strategy (sequential, chunked or stepped) `jitbmm
-// tune --chain` measured fastest for a chain problem's bucket on one device, stored in the disk cache (kind "chaintune") and read by
-// every ChainPlan::get of that bucket.
+// tune --chain` measured fastest for a chain problem's bucket on one device, stored in the disk cache (kind
+// "chaintune") and read by every ChainPlan::get of that bucket.
 #pragma once
 
 #include <optional>

@@ -335,7 +335,8 @@ TEST_CASE("a chain plan takes the clusters a stored decision names for its bucke
   // One under this key whose text names another bucket (written by hand) is not taken either.
   put_chain_decision(*disk, key, choose_chain_clusters(longer, {{2, 1.0, 1.0, 0.5}}, 1.0));
   CHECK_FALSE(choose_chain_spec(p, *device).from_decision);
-  // The forward's lanes a decision names: its clusters with groups of that many lanes, the module ChainPlan::get builds.
+  // The forward's lanes a decision names: its clusters with groups of that many lanes, in the module ChainPlan::get
+  // builds.
   put_chain_decision(*disk, key,
                      choose_chain_clusters(p, {{2, 1.0, 2.0, 0.5}, {4, 2.0, 1.0, 0.5}}, 1.0, {}, std::nullopt,
                                            {{4, 0.5, 2.0, 0.5}}));
