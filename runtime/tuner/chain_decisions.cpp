@@ -111,8 +111,10 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   }
   d.forward_cluster = fastest->cluster;
   d.saving_cluster = log ? fastest_saving->cluster : fastest->cluster;
-  // The strategy serves a training step: the forward that keeps what the backward reads, then that backward.
-  double best = fastest_saving->saving_ms + fastest_saving->backward_ms;
+  // The strategy serves a training step: the forward that keeps what the backward reads, then that backward, in the
+  // cluster that keeps it (max_plus's path is written by the forward's one entry point, in the forward's cluster).
+  const ChainTiming& kept = log ? *fastest_saving : *fastest;
+  double best = kept.saving_ms + kept.backward_ms;
   // The forward's lanes, timed in its cluster: the rule's unless others were faster by the cost that chose the cluster.
   std::sort(lanes.begin(), lanes.end(), [](const LanesTiming& a, const LanesTiming& b) { return a.lanes < b.lanes; });
   double forward_best = forward_cost(*fastest);
@@ -246,6 +248,8 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   if (d.forward_lanes &&
       std::none_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *d.forward_lanes; }))
     return std::nullopt;
+  // Lanes were timed only beside the strategies: a decision naming them names its chunk and whether stepped.
+  if ((d.forward_lanes || !d.lanes.empty()) && (!d.chunk || !d.stepped)) return std::nullopt;
   return d;
 }
 
