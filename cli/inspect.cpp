@@ -282,6 +282,17 @@ int print_chain_tuned(const ChainProblem& p) {
   return 0;
 }
 
+// The structured distributions' modules take no device: one block per sequence unless --cluster says otherwise (a
+// plan's rule takes clusters from 128 states on sm_90).
+int distribution_cluster_from(const Args& args, const std::string& arch) {
+  if (!args.has("--cluster")) return 1;
+  const int cluster = parse_int(args.get("--cluster", ""), "--cluster", 1, jb::kMaxExpectCluster);
+  if (cluster > 1 && !arch_features(parse_sm(arch, "--arch")).has(kClusters))
+    throw std::invalid_argument("--cluster: needs " + missing_features(kClusters, {}) + ", which --arch " + arch +
+                                " lacks");
+  return cluster;
+}
+
 } // namespace
 
 int run_inspect(int argc, char** argv) {
@@ -324,28 +335,35 @@ int run_inspect(int argc, char** argv) {
     kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;
   } else if (args.has("--chain") && args.has("--expectation")) { // entropy, cross-entropy and KL: the dtype and C
-    args.require_only({"--chain", "--expectation", "--dtype", "--emit", "--arch"}, "inspect --chain --expectation");
+    args.require_only({"--chain", "--expectation", "--dtype", "--cluster", "--emit", "--arch"},
+                      "inspect --chain --expectation");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
+    const int cluster = distribution_cluster_from(args, arch);
     try {
-      kernel = with_override(emit_expect_kernel(problem.dtype, int(problem.C)));
-    } catch (const std::invalid_argument& e) { // the generator names C; the flag that gave it
-      throw std::invalid_argument(std::string("--chain: ") + e.what());
+      kernel = with_override(emit_expect_kernel(problem.dtype, int(problem.C), cluster));
+    } catch (const std::invalid_argument& e) { // the generator names C or the cluster; the flag that gave it
+      const std::string why = e.what();
+      throw std::invalid_argument((why.rfind("cluster", 0) == 0 ? "--" : "--chain: ") + why);
     }
-    threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc());
+    threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc(), cluster);
   } else if (args.has("--chain") && args.has("--kbest")) { // the k best paths: the dtype, C and k
-    args.require_only({"--chain", "--kbest", "--dtype", "--emit", "--arch"}, "inspect --chain --kbest");
+    args.require_only({"--chain", "--kbest", "--dtype", "--cluster", "--emit", "--arch"}, "inspect --chain --kbest");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const std::string k = args.get("--kbest", "");
     if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos)
       throw std::invalid_argument("--kbest: the best paths kept, an integer from 1 to 16, got '" + k + "'");
     const int paths = std::stoi(k);
+    const int cluster = distribution_cluster_from(args, arch);
     try {
-      kernel = with_override(emit_kbest_kernel(problem.dtype, int(problem.C), paths));
-    } catch (const std::invalid_argument& e) { // the generator names C or k; the flag that gave it
+      kernel = with_override(emit_kbest_kernel(problem.dtype, int(problem.C), paths, cluster));
+    } catch (const std::invalid_argument& e) { // the generator names C, k or the cluster; the flag that gave it
       const std::string why = e.what();
-      throw std::invalid_argument((why.rfind("k: ", 0) == 0 ? "--kbest: " : "--chain: ") + why);
+      throw std::invalid_argument((why.rfind("k: ", 0) == 0       ? "--kbest: "
+                                   : why.rfind("cluster", 0) == 0 ? "--"
+                                                                  : "--chain: ") +
+                                  why);
     }
-    threads = jb::kbest_threads(int(problem.C));
+    threads = jb::kbest_threads(int(problem.C), cluster);
   } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
     // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
     // semiring and the dtype alone, and the form for the former.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "generator/distribution_source.hpp"
+#include "runtime/chain_plan.hpp" // cluster_sms
 #include "runtime/device.hpp"
 #include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
@@ -21,20 +22,23 @@ struct ChainExpectation::Impl {
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
   std::size_t messages = 0;                   // bytes of one [B][T][C] of messages in the output dtype
+  int cluster = 1;                            // blocks of a sequence's sweeps (distribution_cluster)
 };
 
 namespace {
 
-// One of the module's entries: a block a sequence ("", "_beta") or a step ("_edges"), the kernels striding past the
-// grid's limit.
+// One of the module's entries: a cluster of blocks a sequence ("", "_beta") or a block a step ("_edges"), the kernels
+// striding past the grid's limit.
 void run(const ChainExpectation::Impl& im, const char* suffix, jb::ExpectParams params, CUstream stream) {
   const bool edges = std::string(suffix) == "_edges";
   const DTypeInfo& d = dtype_info(im.problem.dtype);
-  const unsigned threads =
-      edges ? unsigned(jb::kExpectEdgeThreads) : unsigned(jb::expect_threads(int(im.problem.C), d.wide_acc()));
-  const int64_t items = edges ? im.problem.B * (im.problem.T - 1) : im.problem.B; // a block each
+  const int per_item = edges ? 1 : im.cluster;
+  const unsigned threads = edges ? unsigned(jb::kExpectEdgeThreads)
+                                 : unsigned(jb::expect_threads(int(im.problem.C), d.wide_acc(), im.cluster));
+  const int64_t items = edges ? im.problem.B * (im.problem.T - 1) : im.problem.B; // a block (or cluster) each
   if (items == 0) return;
-  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, int64_t(1) << 30)), 1, 1}, block[3] = {threads, 1, 1};
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
+                 block[3] = {threads, 1, 1};
   void* args[] = {&params};
   launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
 }
@@ -68,7 +72,9 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem) {
   check_supported(*impl->device);
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
-  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_expect_kernel(problem.dtype, int(problem.C)));
+  impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
+  if (problem.B > 0)
+    impl->kernel = load_generated(*impl->device, emit_expect_kernel(problem.dtype, int(problem.C), impl->cluster));
   return ChainExpectation(std::move(impl));
 }
 

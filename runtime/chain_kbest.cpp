@@ -5,6 +5,7 @@
 #include <string>
 
 #include "generator/distribution_source.hpp"
+#include "runtime/chain_plan.hpp" // cluster_sms
 #include "runtime/device.hpp"
 #include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
@@ -26,6 +27,7 @@ struct ChainKBest::Impl {
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
   std::size_t back = 0;                       // bytes of the back-pointers [B][T − 1][C][k]
   unsigned shared = 0;                        // dynamic shared memory a block
+  int cluster = 1;                            // blocks of a sequence (distribution_cluster)
 };
 
 ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
@@ -45,7 +47,9 @@ ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
                                 " bytes of scores a block, more than this device's " +
                                 std::to_string(impl->device->max_shared_per_block_optin));
   impl->back = std::size_t(checked_product({problem.B, problem.T - 1, problem.C, k, 4}, "chain: B*(T-1)*C*k*4"));
-  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_kbest_kernel(problem.dtype, int(problem.C), k));
+  impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
+  if (problem.B > 0)
+    impl->kernel = load_generated(*impl->device, emit_kbest_kernel(problem.dtype, int(problem.C), k, impl->cluster));
   return ChainKBest(std::move(impl));
 }
 
@@ -71,8 +75,9 @@ void ChainKBest::operator()(const void* potentials, const int64_t* lengths, void
   params.back = static_cast<int*>(scratch.take(impl_->back));
   params.B = p.B, params.T = p.T;
   params.paths = paths; // null: scores alone
-  const unsigned grid[3] = {unsigned(std::min<int64_t>(p.B, int64_t(1) << 30)), 1, 1},
-                 block[3] = {unsigned(jb::kbest_threads(int(p.C))), 1, 1};
+  const int cluster = impl_->cluster;
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(p.B, (int64_t(1) << 30) / cluster) * cluster), 1, 1},
+                 block[3] = {unsigned(jb::kbest_threads(int(p.C), cluster)), 1, 1};
   void* args[] = {&params};
   launch(impl_->kernel->entry(""), grid, block, args, cu, impl_->kernel->generated.name, "", impl_->shared);
 }

@@ -30,14 +30,26 @@ struct ExpectParams {
   long long B, T;
 };
 
-// Threads of a block of the forward and the backward messages: 32 a state up to 32 states (each state's sum split
-// over as many threads), and fewer for 8-byte accumulators, whose messages and partial sums must fit 48 KiB of static
-// shared memory at 1,024 states. "_edges" takes kExpectEdgeThreads, a block a step.
-JB_HD constexpr int expect_threads(int states, bool wide) {
-  return states >= 32 ? (wide ? 512 : 1024) : (states * 32 < 64 ? 64 : states * 32);
+// Lanes a target state's sum is split over in the forward and backward messages (templates/chain/expectation.cuh), a
+// power of two ≤ 32: about 16 sources a lane from 128 states, 8 from 64 and 4 below, so that small chains still
+// spread a step over a few warps.
+JB_HD constexpr int expect_lanes(int states) {
+  const int per_lane = states >= 128 ? 16 : states >= 64 ? 8 : 4;
+  int lanes = 1;
+  while (lanes < 32 && lanes * per_lane < states) lanes *= 2;
+  return lanes;
+}
+// Threads of a block of the forward and the backward messages: a group of lanes for every target state of the
+// block (a cluster's blocks split the states), at least 64 and at most 512 (the states past them take rounds), 256
+// for 8-byte accumulators, whose terms take twice the registers. "_edges" takes kExpectEdgeThreads, a block a step.
+JB_HD constexpr int expect_threads(int states, bool wide, int cluster = 1) {
+  const int targets = (states + cluster - 1) / cluster;
+  const int all = (targets * expect_lanes(states) + 31) / 32 * 32, most = wide ? 256 : 512;
+  return all < 64 ? 64 : all > most ? most : all;
 }
 // kMaxExpectStates: the most states the expectation kernels take (a sequence's messages live in one block's shared
-// memory). Enumerators, which a unit that reads neither does not warn of.
-enum ExpectLimits : int { kExpectEdgeThreads = 256, kMaxExpectStates = 1024 };
+// memory); kMaxExpectCluster: the most blocks a sequence's cluster takes. Enumerators, which a unit that reads
+// neither does not warn of.
+enum ExpectLimits : int { kExpectEdgeThreads = 256, kMaxExpectStates = 1024, kMaxExpectCluster = 8 };
 
 } // namespace jb

@@ -14,6 +14,8 @@
 
 #include "chain/expect_params.cuh"
 #include "chain/lengths.cuh"
+#include "chain/reductions.cuh"
+#include "core/cluster.cuh"
 #include "core/dtypes.cuh"
 #include "core/expect.cuh"
 #include "core/numbers.cuh"
@@ -22,126 +24,141 @@ namespace jb {
 
 template <class T> __device__ __forceinline__ bool finite(T x) { return x - x == T(0); }
 
-// One step of the backward messages: a thread per output state o in each of G groups of PW threads (a multiple of 32;
-// threads past the last whole group idle). Group g sums, in order, the input states of its own range of K = ⌈C / G⌉
-// (the threads of a warp read a row of the potentials together); the groups' sums meet in shared memory and group 0
-// merges them in order of g, so every run sums alike. term(o, i, r, f) loads the potential and the field of the edge
-// between o and i. (The forward reads its rows along a warp's lanes instead: a thread a row, read by column, measured
-// slower.)
-template <class T, int C, int NT> struct ExpectStep {
-  static constexpr int PW = C >= NT ? NT : (C + 31) / 32 * 32, G = NT / PW, ROUNDS = (C + PW - 1) / PW,
-                       K = (C + G - 1) / G;
-  T m[G][PW], s[G][PW], a[G][PW];
-
-  // out[0][o] = log Σ_i e^{in[0][i] + r}, out[1][o] = the mean of in[1][i] + f under those weights (0 for none).
-  template <class Term> __device__ __forceinline__ void run(const T (&in)[2][C], T (&out)[2][C], Term term) {
-    const int o0 = threadIdx.x % PW, g = threadIdx.x / PW, lo = g * K, hi = lo + K < C ? lo + K : C;
-    for (int k = 0; k < ROUNDS; ++k) {
-      const int o = o0 + k * PW;
-      if (g < G && o < C) {
-        Expect<T> e = Expect<T>::none();
-        for (int i = lo; i < hi; ++i) {
-          T r, f;
-          term(o, i, r, f);
-          e.add(in[0][i] + r, in[1][i] + f);
+// One sweep along a chain: the forward messages (alpha, before) from the start, or with BETA the backward messages
+// (beta, after) from the end, beta_t(s) = log Σ_c e^{r_t[c][s] + beta_{t+1}(c)} and after_t(s) the mean of
+// after_{t+1}(c) + f_t[c][s] under those weights. A sequence is a cluster of K blocks (K = 1: a block), each reducing
+// CK of a step's target states and storing its results into every block's messages, so that a step's terms are read
+// through K SMs; the cluster's barrier ends the step where the block's would. A block's target states are spread over
+// groups of G lanes (expect_lanes), N sources a lane, in ROUNDS rounds of its groups. A target state's sum takes two
+// passes over its terms, their largest and then the weights relative to it, so that the lanes' partial sums share
+// one scale and meet by plain addition (an online sum would rescale at every merge). A step's terms do not depend on
+// the messages: where every round's fit in registers (PREFETCH) each round's are loaded a step ahead, during the step
+// before. The forward writes alpha and before at every position (−inf and 0 past the length) unless alpha is null,
+// and log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution); the backward writes
+// beta and after likewise.
+template <class S, int C, int NT, bool BETA, int K = 1>
+__device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
+  using T = typename Acc<S>::type;
+  constexpr int CK = (C + K - 1) / K, G = expect_lanes(C), GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS,
+                N = (C + G - 1) / G;
+  // The registers of a step's terms, both inputs, in 32-bit words: 64 of them leave the rest of a 512-thread block's
+  // share for the reduction; half types, a register each too, widen in more temporaries, and take 32.
+  constexpr bool PREFETCH = ROUNDS * N * 2 * (sizeof(S) > 4 ? 2 : 1) <= (sizeof(S) < 4 ? 32 : 64);
+  constexpr int R = PREFETCH ? ROUNDS : 1, kUnroll = PREFETCH ? ROUNDS : 1;
+  constexpr bool FULL = C % G == 0;                           // every lane's sources are states
+  constexpr long long STRIDE = (long long)G * (BETA ? C : 1); // from one of a lane's sources to its next
+  static_assert(NT % 32 == 0 && 32 % G == 0 && NT % G == 0, "a group is a power-of-two part of a warp");
+  static_assert(K >= 1 && K <= kMaxExpectCluster, "a cluster of 1 to kMaxExpectCluster blocks");
+  __shared__ T msg[2][2][C]; // [buffer][log-sum, mean][state]
+  __shared__ Expect<T> warps[NT / 32];
+  const int tid = threadIdx.x, lane = tid % G, group = tid / G;
+  const unsigned rank = K > 1 ? cluster_rank() : 0;
+  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
+  auto sync = [] { // the end of a step: the block's barrier, or the cluster's
+    if constexpr (K > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+  };
+  const bool same = p.field == p.potentials; // entropy: the field is p's own potentials, read once
+  for (long long b = blockIdx.x / K; b < p.B; b += gridDim.x / K) {
+    bool bad;
+    const long long L = chain_length(p, b, bad);
+    T* keep = static_cast<T*>(BETA ? p.beta : p.alpha); // null: nothing kept
+    T* keep_mean = static_cast<T*>(BETA ? p.after : p.before);
+    if (keep) keep += b * p.T * C, keep_mean += b * p.T * C;
+    const S* const pot = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
+    const S* const fld = static_cast<const S*>(p.field) + b * (p.T - 1) * C * C;
+    // Round r of sweep step s: target state c's N sources of this lane, as stored [to][from] (none: −inf and 0).
+    S rb[R][N], fb[R][N];
+    auto load = [&](long long s, int r, S(&rw)[N], S(&fw)[N]) {
+      const int c = first + group + r * GROUPS;
+      const long long at =
+          (BETA ? L - 2 - s : s) * C * C + (c < end ? c : 0) * (BETA ? 1LL : C) + (long long)lane * (BETA ? C : 1);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const bool real = c < end && (FULL || lane + k * G < C);
+        rw[k] = real ? pot[at + k * STRIDE] : from_acc<S>(Num<T>::neg_inf());
+        if (!same) fw[k] = real ? fld[at + k * STRIDE] : from_acc<S>(T(0));
+      }
+    };
+    for (int c = tid; c < C; c += NT) msg[0][0][c] = msg[0][1][c] = T(0);
+    // With a cluster, also: no block writes into another's messages before that one has left the sequence before.
+    sync();
+    if (PREFETCH && L > 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) load(0, r, rb[r], fb[r]);
+    int cur = 0;
+    for (long long s = 0; s + 1 < L; ++s) {
+      const T(&in)[2][C] = msg[cur];
+      const long long at = (BETA ? L - 1 - s : s) * C; // the position whose messages `in` holds
+      if (keep)
+        for (int c = first + tid; c < end; c += NT) keep[at + c] = in[0][c], keep_mean[at + c] = in[1][c];
+#pragma unroll kUnroll
+      for (int r = 0; r < ROUNDS; ++r) {
+        const int c = first + group + r * GROUPS, u = PREFETCH ? r : 0;
+        if (!PREFETCH) load(s, r, rb[0], fb[0]);
+        auto term = [&](int k) {
+          const int q = lane + k * G;
+          return FULL || q < C ? in[0][q] + to_acc(rb[u][k]) : Num<T>::neg_inf();
+        };
+        T m = Num<T>::neg_inf();
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = Num<T>::max(m, term(k));
+        m = group_reduce<G>(m, [](T x, T y) { return Num<T>::max(x, y); });
+        // Weight 1 for the largest (+inf too); a term whose weight rounds to 0 adds nothing, whatever its value.
+        T sum = T(0), acc = T(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const T x = term(k), w = x == m ? T(1) : Expect<T>::ex(x - m);
+          if (w > T(0) && x != Num<T>::neg_inf()) { // all −inf: no term at all
+            const int q = lane + k * G;
+            sum += w;
+            acc += w * (in[1][q] + to_acc(same ? rb[u][k] : fb[u][k]));
+          }
         }
-        m[g][o0] = e.m, s[g][o0] = e.s, a[g][o0] = e.a;
+        sum = group_reduce<G>(sum, [](T x, T y) { return x + y; });
+        acc = group_reduce<G>(acc, [](T x, T y) { return x + y; });
+        if (c < end && lane == 0) {
+          const bool none = m == Num<T>::neg_inf(), nan = m != m;
+          const T v = nan    ? m
+                      : none ? m
+                             : m + Num<T>::log2(sum) * Num<T>::ln2(),
+                  mean = nan    ? m
+                         : none ? T(0)
+                                : acc / sum;
+          msg[cur ^ 1][0][c] = v, msg[cur ^ 1][1][c] = mean;
+          for (int k = 1; k < K; ++k) {
+            cluster_store(&msg[cur ^ 1][0][c], (rank + k) % K, v);
+            cluster_store(&msg[cur ^ 1][1][c], (rank + k) % K, mean);
+          }
+        }
+        if (PREFETCH && s + 2 < L) load(s + 1, r, rb[u], fb[u]);
       }
-      __syncthreads();
-      if (g == 0 && o < C) {
-        Expect<T> e{m[0][o0], s[0][o0], a[0][o0]};
-        for (int h = 1; h < G; ++h) e.merge({m[h][o0], s[h][o0], a[h][o0]});
-        out[0][o] = e.log_sum(), out[1][o] = e.mean(T(0));
-      }
-      __syncthreads();
-    }
-  }
-};
-
-// The forward (main entry): a block per sequence, a warp per target state, its lanes over the source states (a
-// row of the potentials, read in order by the warp together). Writes alpha and before at every position (−inf and 0
-// past the length) unless alpha is null, log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution).
-template <class S, int C, int NT> __device__ __forceinline__ void expect_forward(const ExpectParams& p) {
-  using T = typename Acc<S>::type;
-  constexpr int NW = NT / 32;
-  __shared__ T msg[2][2][C]; // [buffer][alpha, before][state]
-  __shared__ Expect<T> warps[NW];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
-    bool bad;
-    const long long L = chain_length(p, b, bad);
-    T* alpha = p.alpha ? static_cast<T*>(p.alpha) + b * p.T * C : nullptr; // null: nothing saved
-    T* before = p.alpha ? static_cast<T*>(p.before) + b * p.T * C : nullptr;
-    for (int c = threadIdx.x; c < C; c += NT) msg[0][0][c] = msg[0][1][c] = T(0);
-    __syncthreads();
-    int cur = 0;
-    for (long long t = 0; t + 1 < L; ++t) {
-      const long long row = (b * (p.T - 1) + t) * C;
-      const S* pot = static_cast<const S*>(p.potentials) + row * C;
-      const S* fld = static_cast<const S*>(p.field) + row * C;
-      for (int c = warp; c < C; c += NW) { // to state c from state q: potentials[c][q]
-        Expect<T> e = Expect<T>::none();
-        for (int q = lane; q < C; q += 32)
-          e.add(msg[cur][0][q] + to_acc(pot[c * C + q]), msg[cur][1][q] + to_acc(fld[c * C + q]));
-        e.merge_warp();
-        if (lane == 0) msg[cur ^ 1][0][c] = e.log_sum(), msg[cur ^ 1][1][c] = e.mean(T(0));
-      }
-      if (alpha)
-        for (int c = threadIdx.x; c < C; c += NT) alpha[t * C + c] = msg[cur][0][c], before[t * C + c] = msg[cur][1][c];
-      __syncthreads();
+      sync();
       cur ^= 1;
     }
-    Expect<T> e = Expect<T>::none();
-    for (int c = threadIdx.x; c < C; c += NT) {
-      if (alpha) alpha[(L - 1) * C + c] = msg[cur][0][c], before[(L - 1) * C + c] = msg[cur][1][c];
-      e.add(msg[cur][0][c], msg[cur][1][c]);
+    const long long last = (BETA ? 0 : L - 1) * C;
+    if (keep) {
+      for (int c = first + tid; c < end; c += NT) keep[last + c] = msg[cur][0][c], keep_mean[last + c] = msg[cur][1][c];
+      if (rank == 0)
+        for (long long i = L * C + tid; i < p.T * C; i += NT) keep[i] = Num<T>::neg_inf(), keep_mean[i] = T(0);
     }
-    if (alpha)
-      for (long long i = L * C + threadIdx.x; i < p.T * C; i += NT) alpha[i] = Num<T>::neg_inf(), before[i] = T(0);
-    e.merge_warp();
-    if (lane == 0) warps[warp] = e;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      Expect<T> total = warps[0];
-      for (int w = 1; w < NW; ++w) total.merge(warps[w]);
-      const T z = total.log_sum();
-      static_cast<T*>(p.log_z)[b] = bad ? Num<T>::nan() : z;
-      static_cast<T*>(p.mean)[b] = bad || !finite(z) ? Num<T>::nan() : total.mean(Num<T>::nan());
+    if (!BETA && rank == 0) { // every block holds the last messages; the first reduces them
+      Expect<T> e = Expect<T>::none();
+      for (int c = tid; c < C; c += NT) e.add(msg[cur][0][c], msg[cur][1][c]);
+      e.merge_warp();
+      if (tid % 32 == 0) warps[tid / 32] = e;
+      __syncthreads();
+      if (tid == 0) {
+        Expect<T> total = warps[0];
+        for (int w = 1; w < NT / 32; ++w) total.merge(warps[w]);
+        const T z = total.log_sum();
+        static_cast<T*>(p.log_z)[b] = bad ? Num<T>::nan() : z;
+        static_cast<T*>(p.mean)[b] = bad || !finite(z) ? Num<T>::nan() : total.mean(Num<T>::nan());
+      }
     }
-    __syncthreads();
-  }
-}
-
-// The backward messages ("_beta"): a block per sequence. Writes beta and after at every position (−inf and 0 past
-// the length).
-template <class S, int C, int NT> __device__ __forceinline__ void expect_backward(const ExpectParams& p) {
-  using T = typename Acc<S>::type;
-  __shared__ T msg[2][2][C];
-  __shared__ ExpectStep<T, C, NT> step;
-  for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
-    bool bad;
-    const long long L = chain_length(p, b, bad);
-    T* beta = static_cast<T*>(p.beta) + b * p.T * C;
-    T* after = static_cast<T*>(p.after) + b * p.T * C;
-    for (int c = threadIdx.x; c < C; c += NT) msg[0][0][c] = msg[0][1][c] = T(0);
-    for (long long i = L * C + threadIdx.x; i < p.T * C; i += NT) beta[i] = Num<T>::neg_inf(), after[i] = T(0);
-    __syncthreads();
-    int cur = 0;
-    for (long long t = L - 2; t >= 0; --t) {
-      const long long row = (b * (p.T - 1) + t) * C;
-      const S* pot = static_cast<const S*>(p.potentials) + row * C;
-      const S* fld = static_cast<const S*>(p.field) + row * C;
-      for (int c = threadIdx.x; c < C; c += NT)
-        beta[(t + 1) * C + c] = msg[cur][0][c], after[(t + 1) * C + c] = msg[cur][1][c];
-      // From state q to state c: potentials[c][q].
-      step.run(msg[cur], msg[cur ^ 1], [&](int q, int c, T& r, T& f) {
-        r = to_acc(pot[c * C + q]);
-        f = to_acc(fld[c * C + q]);
-      });
-      cur ^= 1;
-    }
-    for (int c = threadIdx.x; c < C; c += NT) beta[c] = msg[cur][0][c], after[c] = msg[cur][1][c];
-    __syncthreads();
+    __syncthreads(); // the messages are the next sequence's
   }
 }
 

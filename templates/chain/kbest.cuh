@@ -14,6 +14,7 @@
 #include "chain/kbest_params.cuh"
 #include "chain/lengths.cuh"
 #include "chain/reductions.cuh"
+#include "core/cluster.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
@@ -70,38 +71,53 @@ __device__ __forceinline__ void kbest_select(const T* lists, int lane, const T (
 
 // The main entry: scores[b][i] and (unless null) paths[b][i][t] of the K best paths of each sequence; −inf and −1
 // past the paths a sequence has (those of a score other than −inf), −1 past its length; NaN scores and −1 paths for a
-// length outside [1, T].
-template <class S, int C, int K, int G, int NT> __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
+// length outside [1, T]. A sequence is a cluster of CL blocks (CL = 1: a block), each choosing for its share of a
+// step's target states and storing their lists into every block's, so that a step's potentials are read through CL
+// SMs; the cluster's barrier ends the step where the block's would, and the first block chooses the K best at the
+// end and follows them back.
+template <class S, int C, int K, int G, int NT, int CL = 1>
+__device__ __forceinline__ void chain_kbest(const KBestParams& p) {
   using T = typename Acc<S>::type;
   static_assert(NT % 32 == 0 && NT % G == 0 && G <= 32 && (G & (G - 1)) == 0, "groups of lanes within warps");
-  constexpr int GROUPS = NT / G;
-  constexpr int PASSES = (C + GROUPS - 1) / GROUPS, N = (C + G - 1) / G;
+  static_assert(CL >= 1 && CL <= kMaxKBestCluster, "a cluster of 1 to kMaxKBestCluster blocks");
+  constexpr int GROUPS = NT / G, CK = (C + CL - 1) / CL;
+  constexpr int PASSES = (CK + GROUPS - 1) / GROUPS, N = (C + G - 1) / G;
   extern __shared__ __align__(16) unsigned char kbest_bytes[];
   T* lists = reinterpret_cast<T*>(kbest_bytes); // two positions' [K][C], each state's ranks in order
   int* chosen = reinterpret_cast<int*>(lists + 2 * C * K); // the K best paths' last entries
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
+  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
+  auto sync = [] { // the end of a step: the block's barrier, or the cluster's
+    if constexpr (CL > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+  };
+  for (long long b = blockIdx.x / CL; b < p.B; b += gridDim.x / CL) {
     bool bad;
     const long long L = chain_length(p, b, bad);
     T* scores = static_cast<T*>(p.scores) + b * K;
-    int* paths = p.paths ? p.paths + b * K * p.T : nullptr; // null: the scores alone
+    int* paths = p.paths && rank == 0 ? p.paths + b * K * p.T : nullptr; // null: the scores alone
     if (paths)
       for (long long i = tid; i < K * p.T; i += NT) paths[i] = -1;
     if (bad) {
-      if (tid < K) scores[tid] = Num<T>::nan();
+      if (tid < K && rank == 0) scores[tid] = Num<T>::nan();
       continue;
     }
     for (int i = tid; i < C * K; i += NT) lists[i] = i < C ? T(0) : Num<T>::neg_inf();
-    __syncthreads();
+    // With a cluster, also: no block writes into another's lists before that one has left the sequence before.
+    sync();
     const S* potentials = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
     int* back = p.back + b * (p.T - 1) * C * K;
     // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
-    // shuffles stay whole (a group past C chooses among no candidates and writes nothing). A round's row of
-    // potentials is loaded during the round before, so no round waits for memory.
-    auto load_row = [&](long long round, T (&w)[N]) {
+    // shuffles stay whole (a group past the block's states chooses among no candidates and writes nothing). A
+    // round's row of potentials is loaded during the round before, so no round waits for memory.
+    auto target = [&](long long round) { return first + int(round % PASSES) * GROUPS + group; };
+    auto load_row = [&](long long round, T(&w)[N]) {
       const long long t = round / PASSES;
-      const int s = int(round % PASSES) * GROUPS + group;
-      const bool live = s < C && t + 1 < L;
+      const int s = target(round);
+      const bool live = s < end && t + 1 < L;
       const S* row = potentials + (t * C + (live ? s : 0)) * C;
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
@@ -110,20 +126,23 @@ template <class S, int C, int K, int G, int NT> __device__ __forceinline__ void 
     load_row(0, w);
     for (long long round = 0; round < (L - 1) * PASSES; ++round) {
       const long long t = round / PASSES;
-      const int s = int(round % PASSES) * GROUPS + group;
+      const int s = target(round);
       load_row(round + 1, next);
       int* from_of = back + (t * C + s) * K;
       T* to = lists + ((t + 1) & 1) * C * K;
       kbest_select<T, C, K, G>(lists + (t & 1) * C * K, lane, w, [&](int r, T score, int at) {
-        if (lane == 0 && s < C) to[r * C + s] = score, from_of[r] = at;
+        if (lane == 0 && s < end) {
+          to[r * C + s] = score, from_of[r] = at;
+          for (int k = 1; k < CL; ++k) cluster_store(&to[r * C + s], (rank + k) % CL, score);
+        }
       });
-      if (round % PASSES == PASSES - 1) __syncthreads();
+      if (round % PASSES == PASSES - 1) sync();
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = next[j];
     }
     // The K best over the last position's lists, by the same order with the last state in the source's place: the
-    // first warp (each of its groups the same choice; the first writes it).
-    if (tid < 32) {
+    // first block's first warp (each of its groups the same choice; the first writes it).
+    if (rank == 0 && tid < 32) {
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = lane + j * G < C ? T(0) : Num<T>::neg_inf();
       kbest_select<T, C, K, G>(lists + ((L - 1) & 1) * C * K, lane, w, [&](int r, T score, int at) {

@@ -19,22 +19,19 @@ struct KBestParams {
 };
 
 // The most paths a kernel keeps per (position, state), and the most states: a lane holds its sources' potentials and
-// rank heads in registers, up to 32 of each at 1,024 states.
-enum KBestLimits : int { kMaxKBest = 16, kMaxKBestStates = 1024 };
+// rank heads in registers, up to 32 of each at 1,024 states; the most blocks a sequence's cluster takes.
+enum KBestLimits : int { kMaxKBest = 16, kMaxKBestStates = 1024, kMaxKBestCluster = 8 };
 
 // The lanes that choose one target state's paths (a power of two, 4 to 32): about four sources a lane, so that a
 // lane's winner is found again in a few reads once it has been taken.
-JB_HD constexpr int kbest_lanes(int states) {
-  return states >= 128 ? 32 : states >= 64 ? 16 : states >= 32 ? 8 : 4;
-}
-// Threads of a block (a multiple of 32 and of the lanes): every target state of a step at once where that fits 1,024
-// threads, fewer where a lane holds many sources' potentials and rank heads in registers.
-JB_HD constexpr int kbest_threads(int states) {
-  return states > 512 ? 256
-         : states > 256 ? 512
-         : states * kbest_lanes(states) > 1024 ? 1024
-         : states * kbest_lanes(states) < 64 ? 64
-                                             : (states * kbest_lanes(states) + 31) / 32 * 32;
+JB_HD constexpr int kbest_lanes(int states) { return states >= 128 ? 32 : states >= 64 ? 16 : states >= 32 ? 8 : 4; }
+// Threads of a block (a multiple of 32 and of the lanes): every target state of the block's share of a step (a
+// cluster's blocks split the states) at once where that fits 1,024 threads, fewer where a lane holds many sources'
+// potentials and rank heads in registers.
+JB_HD constexpr int kbest_threads(int states, int cluster = 1) {
+  const int most = states > 512 ? 256 : states > 256 ? 512 : 1024;
+  const int all = ((states + cluster - 1) / cluster * kbest_lanes(states) + 31) / 32 * 32;
+  return all > most ? most : all < 64 ? 64 : all;
 }
 // Dynamic shared memory of a block (all it has): two positions' lists of k scores a state in the accumulator type,
 // then the k best paths' last entries.

@@ -163,6 +163,8 @@ TEST_CASE("chain expectations: entropy, cross-entropy and KL against the float64
       {DType::f32, 3, 12, 6, false, false, true},      // q masked where p is not: +inf, NaN gradients
       {DType::f32, 4, 9, 7, true, false, false, 0.02}, // p's +inf and NaN: NaN
       {DType::f32, 2, 200, 64, true},
+      {DType::f32, 3, 40, 128, true, true}, // a step's terms held a step ahead, two rounds of the block's groups
+      {DType::f32, 2, 9, 256, true},        // loaded round by round
       {DType::f32, 2, 5, 600},
       {DType::f32, 3, 6, 1, true},
       {DType::f32, 4, 1, 4},
@@ -170,6 +172,7 @@ TEST_CASE("chain expectations: entropy, cross-entropy and KL against the float64
       {DType::f64, 2, 6, 1024},
       {DType::f16, 3, 10, 8, true},
       {DType::bf16, 3, 10, 8, true, true},
+      {DType::bf16, 2, 12, 64, true},
   };
   for (const Case& k : cases) run_case(k, rng);
 }

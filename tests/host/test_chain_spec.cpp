@@ -1,12 +1,13 @@
 // The chain specs the generator makes (generator/chain_source.hpp): the rule's clusters of blocks per sequence at
-// the shapes they were measured on, every default spec valid and within its registers, the spec checks naming the
-// field, and the generated text of a clustered module. No GPU needed.
+// the shapes they were measured on (and the structured distributions' clusters), every default spec valid and within
+// its registers, the spec checks naming the field, and the generated text of a clustered module. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "expect.hpp"
 #include "generator/chain_source.hpp"
+#include "generator/distribution_source.hpp"
 #include "runtime/chain_stepped.hpp"
 
 using namespace jitbmm;
@@ -186,4 +187,22 @@ TEST_CASE("chain modules: half inputs are read as their storage type, reduced in
       CHECK(k.source.find("chain_saving<" + storage) != std::string::npos);
       CHECK(k.name.find(std::string("_") + dtype_info(d).name + "_") != std::string::npos);
     }
+}
+
+TEST_CASE("the distributions' clusters: from 128 states, doubling while the launch's clusters fit (132 SMs)") {
+  CHECK(distribution_cluster(8, 128, kSms) == 8);   // 64 blocks
+  CHECK(distribution_cluster(16, 128, kSms) == 4);  // 64 blocks; 8 would not fit at once
+  CHECK(distribution_cluster(32, 128, kSms) == 2);  // 64 blocks
+  CHECK(distribution_cluster(1, 1024, kSms) == 8);
+  CHECK(distribution_cluster(100, 128, kSms) == 1); // 200 blocks would not fit
+  CHECK(distribution_cluster(8, 64, kSms) == 1);    // below 128 states the cluster's barrier costs more than it saves
+  CHECK(distribution_cluster(8, 128, 0) == 1);      // no clusters to lend
+  CHECK(distribution_cluster(0, 128, kSms) == 1);   // no launch
+  const GeneratedKernel k = emit_expect_kernel(DType::f32, 128, 8);
+  CHECK(k.name.rfind("chain_expect_f32_c128_k8", 0) == 0);
+  CHECK(k.source.find("__cluster_dims__(8, 1, 1)") != std::string::npos);
+  CHECK(emit_expect_kernel(DType::f32, 128).source.find("__cluster_dims__") == std::string::npos);
+  const GeneratedKernel kb = emit_kbest_kernel(DType::f32, 128, 4, 8);
+  CHECK(kb.name.rfind("chain_kbest_f32_c128_k4_cl8", 0) == 0);
+  CHECK(kb.source.find("__cluster_dims__(8, 1, 1)") != std::string::npos);
 }

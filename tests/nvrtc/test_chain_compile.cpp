@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "generator/chain_source.hpp"
@@ -202,11 +203,19 @@ TEST_CASE("the stepped strategy's fused modules compile for the oldest and the n
 
 TEST_CASE("the expectation modules compile for the oldest and the newest architecture without spills, 1 to 1024 "
           "states") {
-  // One block a sequence whose threads depend on C (a warp a state up to 32, then whole blocks) and the dtype's
-  // accumulator; its groups of the backward messages split the states unevenly at 33 and 600.
+  // One block a sequence whose lanes and threads depend on C and the dtype's accumulator: a step's terms held a step
+  // ahead in registers up to 128 states (f32), loaded round by round past them; lanes that split the states unevenly
+  // at 33 and 600.
   for (const char* arch : {"sm_75", "sm_90"})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 16, 33, 600, 1024}) expect_no_spills(emit_expect_kernel(dtype, C), arch);
+      for (int C : {1, 16, 33, 64, 128, 256, 600, 1024}) expect_no_spills(emit_expect_kernel(dtype, C), arch);
+  // A sequence a cluster of blocks (sm_90), each a share of the target states: 16 of 128 in 8 blocks, 33 of 129 in 4
+  // (the last 30).
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
+      expect_no_spills(emit_expect_kernel(dtype, C, cluster), "sm_90");
+  CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 3), doctest::Contains("cluster:"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 16), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 1025), doctest::Contains("C:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 0), doctest::Contains("C:"), std::invalid_argument);
 }
@@ -227,6 +236,10 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
         for (int k : {1, 16}) expect_no_spills(emit_kbest_kernel(dtype, C, k), arch);
     for (DType dtype : {DType::f16, DType::bf16}) expect_no_spills(emit_kbest_kernel(dtype, 64, 4), arch);
   }
+  // A sequence a cluster of blocks (sm_90), each choosing for a share of the target states.
+  for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
+    expect_no_spills(emit_kbest_kernel(DType::f32, C, 4, cluster), "sm_90");
+  CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 128, 4, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 1025, 4), doctest::Contains("C:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 0), doctest::Contains("k:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 17), doctest::Contains("k:"), std::invalid_argument);
