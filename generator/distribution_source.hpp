@@ -13,7 +13,8 @@ namespace jitbmm {
 // "_beta" the backward messages, "_edges" the gradients. What entropy, cross-entropy and KL are computed from. Its
 // forward and backward messages take a sequence a cluster of `cluster` blocks (a power of two up to
 // jb::kMaxExpectCluster; more than 1 needs clusters, sm_90), jb::expect_threads(C, wide, cluster) threads each.
-GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster = 1);
+// `field`: what the field is (jb::ExpectField: given, a second chain q, or q read as the difference p − q).
+GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster = 1, int field = 0);
 
 // The sampling module for chains of C states in the CRF form whose inputs are `dtype` (templates/chain/samples.cuh):
 // its main entry draws paths backward from the chain plan's forward messages, a warp a path.

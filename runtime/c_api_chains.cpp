@@ -171,11 +171,13 @@ jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const ch
 
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
 
-jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* problem, jitbmm_chain_expectation** plan) {
+jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* problem, int field,
+                                              jitbmm_chain_expectation** plan) {
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    *plan = new jitbmm_chain_expectation{jitbmm::ChainExpectation::get(to_chain_problem(problem))};
+    *plan = new jitbmm_chain_expectation{
+        jitbmm::ChainExpectation::get(to_chain_problem(problem), static_cast<jitbmm::ExpectationField>(field))};
   });
 }
 

@@ -23,6 +23,9 @@ struct ChainExpectation::Impl {
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
   std::size_t messages = 0;                   // bytes of one [B][T][C] of messages in the output dtype
   int cluster = 1;                            // blocks of a sequence's sweeps (distribution_cluster)
+  ExpectationField field = ExpectationField::given;
+  // Message arrays a pass keeps ([B][T][C] each): p's and F's, and q's where the field is a chain.
+  int kept() const { return field == ExpectationField::given ? 2 : 3; }
 };
 
 namespace {
@@ -64,25 +67,35 @@ bool check_inputs(const ChainProblem& p, const void* potentials, const void* fie
 
 } // namespace
 
-ChainExpectation ChainExpectation::get(const ChainProblem& problem) {
+static_assert(int(ExpectationField::given) == jb::kExpectGiven && int(ExpectationField::chain) == jb::kExpectChain &&
+                  int(ExpectationField::difference) == jb::kExpectDifference,
+              "the library's fields are the kernels'");
+
+ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationField field) {
   check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations");
+  if (field != ExpectationField::given && field != ExpectationField::chain && field != ExpectationField::difference)
+    throw std::invalid_argument("field: given, chain or difference, got " + std::to_string(int(field)));
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
+  impl->field = field;
   impl->device = current_device();
   check_supported(*impl->device);
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
   impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
   if (problem.B > 0)
-    impl->kernel = load_generated(*impl->device, emit_expect_kernel(problem.dtype, int(problem.C), impl->cluster));
+    impl->kernel = load_generated(*impl->device,
+                                  emit_expect_kernel(problem.dtype, int(problem.C), impl->cluster, int(field)));
   return ChainExpectation(std::move(impl));
 }
 
-std::size_t ChainExpectation::saved_bytes() const { return 2 * impl_->messages; }
+std::size_t ChainExpectation::saved_bytes() const { return impl_->kept() * impl_->messages; }
 
 std::size_t ChainExpectation::backward_workspace_bytes() const {
-  return ScratchSize().add(2 * impl_->messages, "workspace").bytes();
+  return ScratchSize().add(impl_->kept() * impl_->messages, "workspace").bytes();
 }
+
+ExpectationField ChainExpectation::field() const { return impl_->field; }
 
 void ChainExpectation::operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z,
                                   void* mean, void* saved, Stream stream) const {
@@ -100,7 +113,9 @@ void ChainExpectation::operator()(const void* potentials, const void* field, con
   jb::ExpectParams params = params_of(p, potentials, field, lengths);
   params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
   params.before = saved ? static_cast<char*>(saved) + impl_->messages : nullptr;
+  params.alpha_q = saved && impl_->kept() == 3 ? static_cast<char*>(saved) + 2 * impl_->messages : nullptr;
   params.log_z = log_z;
+  params.log_z_q = static_cast<char*>(log_z) + p.B * bytes; // read only where the field is a chain: log_z [2][B]
   params.mean = mean;
   run(*impl_, "", params, cu);
 }
@@ -132,11 +147,15 @@ void ChainExpectation::backward(const void* potentials, const void* field, const
   char* const kept = static_cast<char*>(const_cast<void*>(saved));
   params.alpha = kept;
   params.before = kept + impl_->messages;
-  params.beta = scratch.take(2 * impl_->messages);
+  params.alpha_q = kept + 2 * impl_->messages;
+  params.beta = scratch.take(impl_->kept() * impl_->messages);
   params.after = static_cast<char*>(params.beta) + impl_->messages;
+  params.beta_q = static_cast<char*>(params.beta) + 2 * impl_->messages;
   params.log_z = const_cast<void*>(log_z);
+  params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
   params.mean = const_cast<void*>(mean);
   params.grad_log_z = grad_log_z;
+  params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
   params.grad_mean = grad_mean;
   params.grad_potentials = grad_potentials;
   params.grad_field = grad_field;

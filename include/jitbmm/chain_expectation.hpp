@@ -11,32 +11,42 @@
 
 namespace jitbmm {
 
+// What the field of a ChainExpectation is: a field f of its own (F a path's sum of f); a second chain q's potentials
+// (F q's path score, with log Z_q computed beside from the same reads); or q's potentials read as the difference
+// p − q (F p's path score minus q's, formed in the accumulator type; log Z_q beside).
+enum class ExpectationField { given = 0, chain = 1, difference = 2 };
+
 // For B chains p in the CRF form (potentials r, ChainProblem's layout) and a field f on the same edges (a tensor of
 // the potentials' shape): log Z_p and E_p[F], F a path's sum of f over its edges, each sequence over the paths of its
-// length. With f = r, log Z − E_p[F] is p's entropy; with f = q's potentials, log Z_q − E_p[F] is the cross-entropy
-// H(p, q); with f = r − q's, E_p[F] − log Z_p + log Z_q is KL(p ‖ q). One block a sequence along the chain.
+// length. With f = r (given), log Z − E_p[F] is p's entropy; with f = q's potentials (chain), log Z_q − E_p[F] is the
+// cross-entropy H(p, q); with the difference, E_p[F] − log Z_p + log Z_q is KL(p ‖ q). A block (or, from 128 states
+// on sm_90, a cluster of blocks) a sequence along the chain.
 class ChainExpectation {
 public:
   // The problem: the log semiring, the CRF form, contiguous potentials (strides all 0), C ≤ 1024 states; any dtype
   // (half types computed in f32). std::invalid_argument naming the field otherwise. For the device current on this
-  // thread; the kernels are compiled once a process.
-  static ChainExpectation get(const ChainProblem& problem);
+  // thread; the kernels are compiled once a process. `field` says what the field is.
+  static ChainExpectation get(const ChainProblem& problem, ExpectationField field = ExpectationField::given);
 
-  // log_z[B] and mean[B] (E_p[F]) in chain_output_dtype, asynchronous on `stream`. potentials and field contiguous
+  // log_z[B] (with a chain field [2][B]: log Z_p, then log Z_q) and mean[B] (E_p[F]) in chain_output_dtype,
+  // asynchronous on `stream`. potentials and field contiguous
   // [B][T − 1][C][C] in the problem's dtype; lengths as the problem says (else null). A length-1 sequence gives
   // log C and 0; one of length outside [1, T] NaN and NaN; a sequence without a distribution (log Z −inf, +inf or
   // NaN) a NaN mean. An edge p gives no weight adds nothing to the mean, whatever its f (−inf and NaN included).
   // saved: what backward() reads, [2][B][T][C] in the output dtype (saved_bytes() bytes; p's forward messages and
-  // F's expectation before each position given its state), every element written; null when no backward follows.
+  // F's expectation before each position given its state; a chain field's [3][B][T][C] adds q's forward messages),
+  // every element written; null when no backward follows.
   void operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z, void* mean,
                   void* saved = nullptr, Stream stream = nullptr) const;
   std::size_t saved_bytes() const;
 
   // grad_potentials = grad_log_z·μ + grad_mean·Cov_p(1_e, F) and grad_field = grad_mean·μ, [B][T − 1][C][C]
   // contiguous in the problem's dtype (either may be null: not computed), μ p's edge marginals; grad_log_z and
-  // grad_mean [B] in the output dtype (either may be null: 0). Reads the forward's saved, log_z and mean. 0 past a
+  // grad_mean [B] in the output dtype (either may be null: 0). With a chain field, grad_log_z is [2][B] (log Z_q's
+  // second) and grad_field is q's: grad_mean·μ (chain) or −grad_mean·μ (difference, where grad_potentials gains
+  // grad_mean·μ, F moving with p) plus grad_log_z_q·μ_q. Reads the forward's saved, log_z and mean. 0 past a
   // sequence's length and where both upstream gradients are 0; NaN at every edge of a sequence whose log Z (or, for
-  // a nonzero grad_mean, whose mean) is not finite. Takes backward_workspace_bytes() of scratch (the backward
+  // a nonzero grad_mean, whose mean; for a nonzero grad_log_z_q, whose log Z_q) is not finite. Takes backward_workspace_bytes() of scratch (the backward
   // messages) from `workspace` or jitbmm's pool.
   void backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved, const void* log_z,
                 const void* mean, const void* grad_log_z, const void* grad_mean, void* grad_potentials,
@@ -44,6 +54,7 @@ public:
   std::size_t backward_workspace_bytes() const;
 
   const ChainProblem& problem() const;
+  ExpectationField field() const;
   // The generated module's name (its forward's entry point; "_beta" and "_edges" the backward's). Empty when B = 0.
   std::string kernel_name() const;
 

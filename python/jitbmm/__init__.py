@@ -160,7 +160,8 @@ def _declare(lib):
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_plan_destroy.restype = None
     # Chain expectations (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl).
-    lib.jitbmm_chain_expectation_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitbmm_chain_expectation_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.c_int,
+                                                    ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_chain_expectation_create.restype = status
     lib.jitbmm_chain_expectation_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                                    ctypes.POINTER(ctypes.c_size_t)]

@@ -1,9 +1,10 @@
 """jitbmm.torch's entropy, cross-entropy and KL of linear-chain CRFs (include/jitbmm/chain_expectation.hpp,
 docs/chains.md "Entropy, cross-entropy and KL"): each is log-partitions and one expectation E_p[F] of a path's sum of
-a field f under the chain p, computed with its conditional messages in fused kernels, a block a sequence, and
-differentiated by a fused backward.
+a field f under the chain p, computed with its conditional messages in fused kernels, a block (or a cluster of
+blocks) a sequence, and differentiated by a fused backward. For the cross-entropy and KL the field is the second
+chain q itself, whose log-partition the same kernels compute beside.
 
-The operators are jitbmm::chain_expect (potentials, field, lengths, keep → log Z, E_p[F], saved messages) and
+The operators are jitbmm::chain_expect (potentials, field, lengths, kind, keep → log Z, E_p[F], saved messages) and
 jitbmm::chain_expect_backward; torch.compile and torch.export trace them as single nodes."""
 
 import ctypes
@@ -13,39 +14,48 @@ import torch
 
 import jitbmm
 
-from ._torch_chains import _check_crf, _check_tensor, _score_dtype, chain_log_partition
+from ._torch_chains import _check_crf, _check_tensor, _score_dtype
 from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
 
+# What the field is (ExpectationField): the field as given; a second chain q (log Z_q beside); q read as p - q.
+GIVEN, CHAIN, DIFFERENCE = 0, 1, 2
 
-def _planned(potentials, lengths):
-    def make(dtype, device, B, T, C, with_lengths):
+
+def _planned(potentials, lengths, kind):
+    def make(dtype, device, B, T, C, with_lengths, kind):
         problem = chain_problem("log", dtype, B, T, C, with_lengths)
-        plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem))
+        plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem), kind)
         saved, workspace = ctypes.c_size_t(), ctypes.c_size_t()
         jitbmm._check(jitbmm._lib.jitbmm_chain_expectation_bytes(plan.handle, ctypes.byref(saved),
                                                                  ctypes.byref(workspace)))
         plan.workspace = workspace.value
         return plan
 
-    key = chain_key(potentials, lengths)
+    key = chain_key(potentials, lengths) + (kind,)
     return cached(_plans, key, lambda: make(*key))
 
 
-def _saved_shape(potentials, keep):
-    """saved: p's forward messages and F's expectations before each position, [2, B, T, C] in the output dtype."""
+def _log_z_shape(potentials, kind):
+    """log Z_p [B], or with a chain as the field [2, B]: log Z_p, then log Z_q."""
+    return potentials.shape[:1] if kind == GIVEN else (2,) + tuple(potentials.shape[:1])
+
+
+def _saved_shape(potentials, kind, keep):
+    """saved: p's forward messages and F's expectations before each position, [2, B, T, C] in the output dtype, and
+    with a chain as the field q's forward messages ([3, B, T, C])."""
     B, T, C = potentials.shape[0], potentials.shape[1] + 1, potentials.shape[-1]
-    return (2, B, T, C) if keep else (0,)
+    return (2 if kind == GIVEN else 3, B, T, C) if keep else (0,)
 
 
-def _forward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor],
+def _forward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], kind: int,
              keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _planned(potentials, lengths)
+    plan = _planned(potentials, lengths, kind)
     dtype = _score_dtype(potentials)
-    log_z = potentials.new_empty(potentials.shape[:1], dtype=dtype)
+    log_z = potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype)
     mean = potentials.new_empty(potentials.shape[:1], dtype=dtype)
-    saved = potentials.new_empty(_saved_shape(potentials, keep), dtype=dtype)
+    saved = potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype)
     status = jitbmm._lib.jitbmm_chain_expectation_run(
         plan.handle, potentials.data_ptr(), field.data_ptr(), address(lengths), log_z.data_ptr(), mean.data_ptr(),
         saved.data_ptr() if keep else None, stream(plan.device))
@@ -54,11 +64,11 @@ def _forward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[to
     return log_z, mean, saved
 
 
-def _backward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], saved: torch.Tensor,
-              log_z: torch.Tensor, mean: torch.Tensor, grad_log_z: Optional[torch.Tensor],
+def _backward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], kind: int,
+              saved: torch.Tensor, log_z: torch.Tensor, mean: torch.Tensor, grad_log_z: Optional[torch.Tensor],
               grad_mean: Optional[torch.Tensor], need_potentials: bool,
               need_field: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = _planned(potentials, lengths)
+    plan = _planned(potentials, lengths, kind)
     grads = [t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
                                                                    (field, need_field))]
     grad_log_z, grad_mean = (g.contiguous() if g is not None else None for g in (grad_log_z, grad_mean))
@@ -79,43 +89,45 @@ _backward_op = torch.library.custom_op("jitbmm::chain_expect_backward", _backwar
 
 
 @_op.register_fake
-def _(potentials, field, lengths, keep):
+def _(potentials, field, lengths, kind, keep):
     dtype = _score_dtype(potentials)
-    return (potentials.new_empty(potentials.shape[:1], dtype=dtype),
+    return (potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype),
             potentials.new_empty(potentials.shape[:1], dtype=dtype),
-            potentials.new_empty(_saved_shape(potentials, keep), dtype=dtype))
+            potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype))
 
 
 @_backward_op.register_fake
-def _(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, need_potentials, need_field):
+def _(potentials, field, lengths, kind, saved, log_z, mean, grad_log_z, grad_mean, need_potentials, need_field):
     return tuple(t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
                                                                       (field, need_field)))
 
 
 def _setup_context(ctx, inputs, output):
-    potentials, field, lengths, _keep = inputs
+    potentials, field, lengths, kind, _keep = inputs
     log_z, mean, saved = output
+    ctx.kind = kind
     ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
 
 
 def _gradients(ctx, grad_log_z, grad_mean, _grad_saved):
     potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
     need_potentials, need_field = ctx.needs_input_grad[:2]
-    gp, gf = _backward_op(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, need_potentials,
-                          need_field)
-    return gp if need_potentials else None, gf if need_field else None, None, None
+    gp, gf = _backward_op(potentials, field, lengths, ctx.kind, saved, log_z, mean, grad_log_z, grad_mean,
+                          need_potentials, need_field)
+    return gp if need_potentials else None, gf if need_field else None, None, None, None
 
 
 _op.register_autograd(_gradients, setup_context=_setup_context)
 
 
-def _expect(potentials, field, lengths):
-    """(log Z of the chain `potentials`, E_p[F] of `field`), both [B]; each input contiguous here."""
+def _expect(potentials, field, lengths, kind=GIVEN):
+    """(log Z of the chain `potentials` [B], or with a chain as the field [2, B] with log Z_q second; E_p[F] of
+    `field` [B]); each input contiguous here."""
     keep = torch.is_grad_enabled() and (potentials.requires_grad or field.requires_grad)
     same = field is potentials
     potentials = potentials.contiguous()
     lengths = None if lengths is None else lengths.contiguous()  # the kernels read it as one array
-    log_z, mean, _ = _op(potentials, potentials if same else field.contiguous(), lengths, keep)
+    log_z, mean, _ = _op(potentials, potentials if same else field.contiguous(), lengths, kind, keep)
     return log_z, mean
 
 
@@ -150,15 +162,14 @@ def chain_cross_entropy(potentials, other, lengths=None):
     weight to a path q gives none; NaN where either has no distribution. Arguments, dtype and gradients (with respect
     to both) as chain_entropy's."""
     _check_pair(potentials, other, lengths)
-    _, mean = _expect(potentials, other, lengths)
-    return chain_log_partition(other, lengths) - mean
+    log_z, mean = _expect(potentials, other, lengths, CHAIN)
+    return log_z[1] - mean
 
 
 def chain_kl(potentials, other, lengths=None):
     """KL(p ‖ q)[b] = Σ_z p(z) log(p(z) / q(z)) (torch_struct's p.kl(q)): p's expectation of the difference of the
-    path scores, minus log Z_p, plus log Z_q. The difference is formed in the inputs' dtype (half inputs round it
-    once more, and a difference beyond their range is infinite). +inf where p gives weight to a path q gives none.
-    Arguments and gradients as chain_cross_entropy's."""
+    path scores, minus log Z_p, plus log Z_q, all from one fused pass (the difference formed in the accumulator
+    type). +inf where p gives weight to a path q gives none. Arguments and gradients as chain_cross_entropy's."""
     _check_pair(potentials, other, lengths)
-    log_z, mean = _expect(potentials, potentials - other, lengths)
-    return mean - log_z + chain_log_partition(other, lengths)
+    log_z, mean = _expect(potentials, other, lengths, DIFFERENCE)
+    return mean - log_z[0] + log_z[1]

@@ -104,12 +104,17 @@ class CApiTest(unittest.TestCase):
                                          (b"log", 4, b"hmm", "chain.form")):
             problem = jitbmm._CChainProblem(semiring, b"f32", 2, 3, C, (0, 0, 0, 0), 0, form)
             with self.assertRaisesRegex(ValueError, field):
-                jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem),
+                jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), 0,
                                                                    jitbmm.ctypes.byref(plan)))
             self.assertIsNone(plan.value)
         problem = jitbmm._CChainProblem(b"log", b"f32", 2, 3, 4, (0, 0, 0, 0), 0)
+        for field in (-1, 3):
+            with self.assertRaisesRegex(ValueError, "field"):
+                jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), field,
+                                                                   jitbmm.ctypes.byref(plan)))
+            self.assertIsNone(plan.value)
         with self.assertRaisesRegex(ValueError, "plan"):
-            jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), None))
+            jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), 0, None))
 
     def test_enum_values_are_the_c_headers(self):
         header = (package_under_test.SOURCE_ROOT / "include" / "jitbmm" / "c_api.h").read_text()

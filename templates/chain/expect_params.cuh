@@ -6,6 +6,11 @@
 
 namespace jb {
 
+// What the field is, a module's compile-time choice: a field f of its own (kExpectGiven: F a path's sum of f), a second
+// chain q's potentials (kExpectChain: F = q's path score, and log Z_q beside), or q's potentials read as the
+// difference f = p − q (kExpectDifference: F = p's score − q's, formed in the accumulator type, and log Z_q beside).
+enum ExpectField : int { kExpectGiven = 0, kExpectChain = 1, kExpectDifference = 2 };
+
 // B chains of T positions over C states in the CRF form, p's potentials and a field f of the same layout,
 // contiguous [B][T − 1][C][C] in the storage type, index order (to, from). The forward gives p's log-partition and
 // E_p[F], F a path's sum of f; the messages a backward reads are [B][T][C] in the accumulator type: alpha and
@@ -21,10 +26,16 @@ struct ExpectParams {
   void* after;
   void* log_z; // [B], the accumulator type
   void* mean;  // [B], E_p[F]
-  // "_edges": the upstream gradients of log_z and mean ([B], the accumulator type; null: 0) and the gradients
-  // [B][T − 1][C][C] in the storage type (null: not asked for).
+  // Where the field is a second chain q's potentials (kExpectChain, kExpectDifference): q's forward and backward
+  // messages ([B][T][C], the accumulator type; alpha_q null: not kept) and log Z_q ([B]).
+  void* alpha_q;
+  void* beta_q;
+  void* log_z_q;
+  // "_edges": the upstream gradients of log_z, mean and log_z_q ([B], the accumulator type; null: 0) and the
+  // gradients [B][T − 1][C][C] in the storage type (null: not asked for).
   const void* grad_log_z;
   const void* grad_mean;
+  const void* grad_log_z_q;
   void* grad_potentials;
   void* grad_field;
   long long B, T;

@@ -35,8 +35,9 @@ template <class T> __device__ __forceinline__ bool finite(T x) { return x - x ==
 // the messages: where every round's fit in registers (PREFETCH) each round's are loaded a step ahead, during the step
 // before. The forward writes alpha and before at every position (−inf and 0 past the length) unless alpha is null,
 // and log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution); the backward writes
-// beta and after likewise.
-template <class S, int C, int NT, bool BETA, int K = 1>
+// beta and after likewise. Where the field is a chain q (FIELD, ExpectField) its own messages run beside p's, from the
+// same loads, into alpha_q (beta_q) and log_z_q.
+template <class S, int C, int NT, bool BETA, int K = 1, int FIELD = kExpectGiven>
 __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   using T = typename Acc<S>::type;
   constexpr int CK = (C + K - 1) / K, G = expect_lanes(C), GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS,
@@ -49,8 +50,13 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   constexpr long long STRIDE = (long long)G * (BETA ? C : 1); // from one of a lane's sources to its next
   static_assert(NT % 32 == 0 && 32 % G == 0 && NT % G == 0, "a group is a power-of-two part of a warp");
   static_assert(K >= 1 && K <= kMaxExpectCluster, "a cluster of 1 to kMaxExpectCluster blocks");
-  __shared__ T msg[2][2][C]; // [buffer][log-sum, mean][state]
-  __shared__ Expect<T> warps[NT / 32];
+  constexpr bool Q = FIELD != kExpectGiven;
+  __shared__ T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
+  // The warps' sums of the last messages: in the message buffer no step reads any more where it is large enough
+  // (8-byte messages of 1,024 states and q's leave no room beside them in 48 KiB), else an array of their own.
+  using WarpSums = Expect<T>[Q ? 2 : 1][NT / 32];
+  constexpr bool ALIASED = sizeof(WarpSums) <= sizeof(msg[0]);
+  __shared__ Expect<T> own_sums[ALIASED ? 1 : Q ? 2 : 1][ALIASED ? 1 : NT / 32];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
   const unsigned rank = K > 1 ? cluster_rank() : 0;
   const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
@@ -60,13 +66,14 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     else
       __syncthreads();
   };
-  const bool same = p.field == p.potentials; // entropy: the field is p's own potentials, read once
+  const bool same = !Q && p.field == p.potentials; // entropy: the field is p's own potentials, read once
   for (long long b = blockIdx.x / K; b < p.B; b += gridDim.x / K) {
     bool bad;
     const long long L = chain_length(p, b, bad);
     T* keep = static_cast<T*>(BETA ? p.beta : p.alpha); // null: nothing kept
     T* keep_mean = static_cast<T*>(BETA ? p.after : p.before);
-    if (keep) keep += b * p.T * C, keep_mean += b * p.T * C;
+    T* keep_q = static_cast<T*>(BETA ? p.beta_q : p.alpha_q);
+    if (keep) keep += b * p.T * C, keep_mean += b * p.T * C, keep_q += Q ? b * p.T * C : 0;
     const S* const pot = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
     const S* const fld = static_cast<const S*>(p.field) + b * (p.T - 1) * C * C;
     // Round r of sweep step s: target state c's N sources of this lane, as stored [to][from] (none: −inf and 0).
@@ -82,7 +89,10 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
         if (!same) fw[k] = real ? fld[at + k * STRIDE] : from_acc<S>(T(0));
       }
     };
-    for (int c = tid; c < C; c += NT) msg[0][0][c] = msg[0][1][c] = T(0);
+    for (int c = tid; c < C; c += NT) {
+      msg[0][0][c] = msg[0][1][c] = T(0);
+      if constexpr (Q) msg[0][2][c] = T(0);
+    }
     // With a cluster, also: no block writes into another's messages before that one has left the sequence before.
     sync();
     if (PREFETCH && L > 1)
@@ -90,10 +100,13 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
       for (int r = 0; r < R; ++r) load(0, r, rb[r], fb[r]);
     int cur = 0;
     for (long long s = 0; s + 1 < L; ++s) {
-      const T(&in)[2][C] = msg[cur];
+      const T(&in)[Q ? 3 : 2][C] = msg[cur];
       const long long at = (BETA ? L - 1 - s : s) * C; // the position whose messages `in` holds
       if (keep)
-        for (int c = first + tid; c < end; c += NT) keep[at + c] = in[0][c], keep_mean[at + c] = in[1][c];
+        for (int c = first + tid; c < end; c += NT) {
+          keep[at + c] = in[0][c], keep_mean[at + c] = in[1][c];
+          if constexpr (Q) keep_q[at + c] = in[2][c];
+        }
 #pragma unroll kUnroll
       for (int r = 0; r < ROUNDS; ++r) {
         const int c = first + group + r * GROUPS, u = PREFETCH ? r : 0;
@@ -114,11 +127,30 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
           if (w > T(0) && x != Num<T>::neg_inf()) { // all −inf: no term at all
             const int q = lane + k * G;
             sum += w;
-            acc += w * (in[1][q] + to_acc(same ? rb[u][k] : fb[u][k]));
+            const T r = to_acc(rb[u][k]), f = same ? r : to_acc(fb[u][k]);
+            acc += w * (in[1][q] + (FIELD == kExpectDifference ? r - f : f));
           }
         }
         sum = group_reduce<G>(sum, [](T x, T y) { return x + y; });
         acc = group_reduce<G>(acc, [](T x, T y) { return x + y; });
+        T vq = T(0); // q's log-sum, its terms the field's
+        if constexpr (Q) {
+          auto qterm = [&](int k) {
+            const int q = lane + k * G;
+            return FULL || q < C ? in[2][q] + to_acc(fb[u][k]) : Num<T>::neg_inf();
+          };
+          T mq = Num<T>::neg_inf(), sq = T(0);
+#pragma unroll
+          for (int k = 0; k < N; ++k) mq = Num<T>::max(mq, qterm(k));
+          mq = group_reduce<G>(mq, [](T x, T y) { return Num<T>::max(x, y); });
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            const T x = qterm(k), w = x == mq ? T(1) : Expect<T>::ex(x - mq);
+            if (w > T(0) && x != Num<T>::neg_inf()) sq += w;
+          }
+          sq = group_reduce<G>(sq, [](T x, T y) { return x + y; });
+          vq = mq != mq || mq == Num<T>::neg_inf() ? mq : mq + Num<T>::log2(sq) * Num<T>::ln2();
+        }
         if (c < end && lane == 0) {
           const bool none = m == Num<T>::neg_inf(), nan = m != m;
           const T v = nan    ? m
@@ -128,9 +160,11 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
                          : none ? T(0)
                                 : acc / sum;
           msg[cur ^ 1][0][c] = v, msg[cur ^ 1][1][c] = mean;
+          if constexpr (Q) msg[cur ^ 1][2][c] = vq;
           for (int k = 1; k < K; ++k) {
             cluster_store(&msg[cur ^ 1][0][c], (rank + k) % K, v);
             cluster_store(&msg[cur ^ 1][1][c], (rank + k) % K, mean);
+            if constexpr (Q) cluster_store(&msg[cur ^ 1][2][c], (rank + k) % K, vq);
           }
         }
         if (PREFETCH && s + 2 < L) load(s + 1, r, rb[u], fb[u]);
@@ -140,22 +174,41 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     }
     const long long last = (BETA ? 0 : L - 1) * C;
     if (keep) {
-      for (int c = first + tid; c < end; c += NT) keep[last + c] = msg[cur][0][c], keep_mean[last + c] = msg[cur][1][c];
+      for (int c = first + tid; c < end; c += NT) {
+        keep[last + c] = msg[cur][0][c], keep_mean[last + c] = msg[cur][1][c];
+        if constexpr (Q) keep_q[last + c] = msg[cur][2][c];
+      }
       if (rank == 0)
-        for (long long i = L * C + tid; i < p.T * C; i += NT) keep[i] = Num<T>::neg_inf(), keep_mean[i] = T(0);
+        for (long long i = L * C + tid; i < p.T * C; i += NT) {
+          keep[i] = Num<T>::neg_inf(), keep_mean[i] = T(0);
+          if constexpr (Q) keep_q[i] = Num<T>::neg_inf();
+        }
     }
     if (!BETA && rank == 0) { // every block holds the last messages; the first reduces them
-      Expect<T> e = Expect<T>::none();
-      for (int c = tid; c < C; c += NT) e.add(msg[cur][0][c], msg[cur][1][c]);
+      Expect<T> e = Expect<T>::none(), eq = Expect<T>::none();
+      for (int c = tid; c < C; c += NT) {
+        e.add(msg[cur][0][c], msg[cur][1][c]);
+        if constexpr (Q) eq.add(msg[cur][2][c], T(0));
+      }
       e.merge_warp();
-      if (tid % 32 == 0) warps[tid / 32] = e;
+      if constexpr (Q) eq.merge_warp();
+      auto& warps = *reinterpret_cast<WarpSums*>(ALIASED ? static_cast<void*>(&msg[cur ^ 1]) : &own_sums);
+      if (tid % 32 == 0) {
+        warps[0][tid / 32] = e;
+        if constexpr (Q) warps[Q ? 1 : 0][tid / 32] = eq;
+      }
       __syncthreads();
       if (tid == 0) {
-        Expect<T> total = warps[0];
-        for (int w = 1; w < NT / 32; ++w) total.merge(warps[w]);
+        Expect<T> total = warps[0][0];
+        for (int w = 1; w < NT / 32; ++w) total.merge(warps[0][w]);
         const T z = total.log_sum();
         static_cast<T*>(p.log_z)[b] = bad ? Num<T>::nan() : z;
         static_cast<T*>(p.mean)[b] = bad || !finite(z) ? Num<T>::nan() : total.mean(Num<T>::nan());
+        if constexpr (Q) {
+          Expect<T> total_q = warps[Q ? 1 : 0][0];
+          for (int w = 1; w < NT / 32; ++w) total_q.merge(warps[Q ? 1 : 0][w]);
+          static_cast<T*>(p.log_z_q)[b] = bad ? Num<T>::nan() : total_q.log_sum();
+        }
       }
     }
     __syncthreads(); // the messages are the next sequence's
@@ -163,10 +216,13 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
 }
 
 // The gradients ("_edges"), a block per step (b, t) and a thread per edge of it: grad_potentials = g_z μ + g_mean
-// Cov_p(1_e, F), grad_field = g_mean μ; 0 past a sequence's length and where the upstream gradients are 0; NaN where
-// a sequence's log Z (or, for g_mean, its mean) is not finite, and at every edge of a sequence whose length is bad.
-template <class S, int C> __device__ __forceinline__ void expect_edges(const ExpectParams& p) {
+// Cov_p(1_e, F) and grad_field = g_mean μ; where the field is a chain q, grad_field is q's, g_mean μ (kExpectChain) or
+// −g_mean μ (kExpectDifference, whose F also moves with p: grad_potentials gains g_mean μ) plus g_zq μ_q, μ_q q's edge
+// marginal. 0 past a sequence's length and where the upstream gradients are 0; NaN where a sequence's log Z (or, for
+// g_mean, its mean; for g_zq, its log Z_q) is not finite, and at every edge of a sequence whose length is bad.
+template <class S, int C, int FIELD = kExpectGiven> __device__ __forceinline__ void expect_edges(const ExpectParams& p) {
   using T = typename Acc<S>::type;
+  constexpr bool Q = FIELD != kExpectGiven;
   const long long steps = p.T - 1, rows = p.B * steps;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long b = row / steps, t = row % steps;
@@ -174,13 +230,19 @@ template <class S, int C> __device__ __forceinline__ void expect_edges(const Exp
     const long long L = chain_length(p, b, bad);
     const T gz = p.grad_log_z ? static_cast<const T*>(p.grad_log_z)[b] : T(0);
     const T gm = p.grad_mean ? static_cast<const T*>(p.grad_mean)[b] : T(0);
+    const T gzq = Q && p.grad_log_z_q ? static_cast<const T*>(p.grad_log_z_q)[b] : T(0);
     const T z = static_cast<const T*>(p.log_z)[b], mean = static_cast<const T*>(p.mean)[b];
-    const bool asked = (bad || t + 1 < L) && (gz != T(0) || gm != T(0));
-    const bool undefined = bad || !finite(z) || (gm != T(0) && !finite(mean));
-    const T* alpha = static_cast<const T*>(p.alpha) + (b * p.T + t) * C;
-    const T* before = static_cast<const T*>(p.before) + (b * p.T + t) * C;
-    const T* beta = static_cast<const T*>(p.beta) + (b * p.T + t + 1) * C;
-    const T* after = static_cast<const T*>(p.after) + (b * p.T + t + 1) * C;
+    const T zq = Q ? static_cast<const T*>(p.log_z_q)[b] : T(0);
+    const bool inside = bad || t + 1 < L;
+    const bool asked = inside && (gz != T(0) || gm != T(0)), asked_q = Q && inside && gzq != T(0);
+    const bool undefined = bad || !finite(z) || (gm != T(0) && !finite(mean)), undefined_q = bad || !finite(zq);
+    const long long at = (b * p.T + t) * C, next = (b * p.T + t + 1) * C;
+    const T* alpha = static_cast<const T*>(p.alpha) + at;
+    const T* before = static_cast<const T*>(p.before) + at;
+    const T* beta = static_cast<const T*>(p.beta) + next;
+    const T* after = static_cast<const T*>(p.after) + next;
+    const T* alpha_q = Q ? static_cast<const T*>(p.alpha_q) + at : nullptr;
+    const T* beta_q = Q ? static_cast<const T*>(p.beta_q) + next : nullptr;
     const S* pot = static_cast<const S*>(p.potentials) + row * C * C;
     const S* fld = static_cast<const S*>(p.field) + row * C * C;
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
@@ -190,12 +252,21 @@ template <class S, int C> __device__ __forceinline__ void expect_edges(const Exp
         dp = Num<T>::nan();
         df = gm != T(0) ? Num<T>::nan() : T(0);
       } else if (asked) {
-        const T x = alpha[q] + to_acc(pot[e]) + beta[c] - z;
+        const T r = to_acc(pot[e]), x = alpha[q] + r + beta[c] - z;
         const T mu = x == Num<T>::neg_inf() ? T(0) : Expect<T>::ex(x);
         if (gz != T(0)) dp = gz * mu;
         if (gm != T(0) && mu > T(0)) {
-          dp += gm * mu * (before[q] + to_acc(fld[e]) + after[c] - mean);
-          df = gm * mu;
+          const T f = to_acc(fld[e]), v = FIELD == kExpectDifference ? r - f : f;
+          dp += gm * mu * (before[q] + v + after[c] - mean + (FIELD == kExpectDifference ? T(1) : T(0)));
+          df = FIELD == kExpectDifference ? -gm * mu : gm * mu;
+        }
+      }
+      if (asked_q) {
+        if (undefined_q) {
+          df = Num<T>::nan();
+        } else {
+          const T x = alpha_q[q] + to_acc(fld[e]) + beta_q[c] - zq;
+          if (x != Num<T>::neg_inf()) df += gzq * Expect<T>::ex(x);
         }
       }
       if (p.grad_potentials) static_cast<S*>(p.grad_potentials)[row * C * C + e] = from_acc<S>(dp);

@@ -41,7 +41,8 @@ std::string describe(const Case& k) {
   return text;
 }
 
-// One chain expectation on the device: log Z, E[F] and, for upstream gradients gz and gm, both inputs' gradients.
+// One chain expectation on the device: log Z ([B], or [2][B] with log Z_q where the field is a chain), E[F] and, for
+// upstream gradients gz (as log Z) and gm, both inputs' gradients.
 struct Expectation {
   std::vector<double> log_z, mean, grad_potentials, grad_field;
 };
@@ -51,19 +52,21 @@ Expectation expect_on_gpu(const ChainExpectation& plan, const DeviceBuffer& pot,
   const ChainProblem& p = plan.problem();
   const DType out = chain_output_dtype(p);
   const int64_t B = p.B, edges = p.B * (p.T - 1) * p.C * p.C;
+  const int64_t Z = plan.field() == ExpectationField::given ? B : 2 * B; // log Z's elements
+  REQUIRE(int64_t(gz.size()) == Z);
   const int ob = dtype_info(out).size_bytes, ib = dtype_info(p.dtype).size_bytes;
-  DeviceBuffer log_z(B * ob + 1), mean(B * ob + 1), saved(plan.saved_bytes() + 1), d_gz(B * ob + 1), d_gm(B * ob + 1),
+  DeviceBuffer log_z(Z * ob + 1), mean(B * ob + 1), saved(plan.saved_bytes() + 1), d_gz(Z * ob + 1), d_gm(B * ob + 1),
       gp(edges * ib + 1), gf(edges * ib + 1);
   for (DeviceBuffer* d : {&log_z, &mean, &saved, &gp, &gf}) d->fill_bytes(0xff);
-  std::vector<unsigned char> host(B * ob + 1);
-  for (int64_t b = 0; b < B; ++b) store_element(out, host.data(), b, gz[b]);
+  std::vector<unsigned char> host(Z * ob + 1);
+  for (int64_t b = 0; b < Z; ++b) store_element(out, host.data(), b, gz[b]);
   d_gz.upload(host.data(), host.size());
   for (int64_t b = 0; b < B; ++b) store_element(out, host.data(), b, gm[b]);
-  d_gm.upload(host.data(), host.size());
+  d_gm.upload(host.data(), B * ob + 1);
   plan(pot.get(), field.get(), lengths, log_z.get(), mean.get(), saved.get());
   plan.backward(pot.get(), field.get(), lengths, saved.get(), log_z.get(), mean.get(), d_gz.get(), d_gm.get(), gp.get(),
                 gf.get());
-  return {download_as_double(log_z, out, B), download_as_double(mean, out, B), download_as_double(gp, p.dtype, edges),
+  return {download_as_double(log_z, out, Z), download_as_double(mean, out, B), download_as_double(gp, p.dtype, edges),
           download_as_double(gf, p.dtype, edges)};
 }
 
@@ -149,6 +152,26 @@ void run_case(const Case& k, std::mt19937_64& rng) {
   compare("KL", got, ref_kl, half ? 2e-3 : value_tol, bad);
   compare("KL's gradient of p", got_gp, ref_gp, half ? 2e-2 : grad_tol, bad);
   compare("KL's gradient of q", got_gq, ref_gq, grad_tol, bad);
+
+  // The fused forms jitbmm.torch uses: q's log Z from the same pass as p's expectation of q's score (the chain
+  // field), and with the difference formed in the accumulator type (no second rounding of halves).
+  std::vector<double> pair(2 * p.B);
+  for (int64_t b = 0; b < p.B; ++b) pair[b] = 0, pair[p.B + b] = g[b];
+  const Expectation ce = expect_on_gpu(ChainExpectation::get(p, ExpectationField::chain), d_p, d_q, len, pair, neg);
+  reference::chain_cross_entropy_backward(p, hp.data(), hq.data(), host_lengths, g.data(), nullptr, ref_gp.data(),
+                                          ref_gq.data());
+  for (int64_t b = 0; b < p.B; ++b) got[b] = ce.log_z[p.B + b] - ce.mean[b];
+  compare("fused cross-entropy", got, ref, value_tol, bad);
+  compare("fused cross-entropy's gradient of p", ce.grad_potentials, ref_gp, grad_tol, bad);
+  compare("fused cross-entropy's gradient of q", ce.grad_field, ref_gq, grad_tol, bad);
+  for (int64_t b = 0; b < p.B; ++b) pair[b] = -g[b];
+  const Expectation dkl = expect_on_gpu(ChainExpectation::get(p, ExpectationField::difference), d_p, d_q, len, pair, g);
+  reference::chain_cross_entropy_backward(p, hp.data(), hq.data(), host_lengths, nullptr, g.data(), ref_gp.data(),
+                                          ref_gq.data());
+  for (int64_t b = 0; b < p.B; ++b) got[b] = dkl.mean[b] - dkl.log_z[b] + dkl.log_z[p.B + b];
+  compare("fused KL", got, ref_kl, value_tol, bad);
+  compare("fused KL's gradient of p", dkl.grad_potentials, ref_gp, grad_tol, bad);
+  compare("fused KL's gradient of q", dkl.grad_field, ref_gq, grad_tol, bad);
   CHECK(bad == 0);
 }
 
@@ -246,4 +269,5 @@ TEST_CASE("chain expectations: B = 0 launches nothing; a bad length gives NaN; b
   bad.form = ChainForm::hmm;
   bad.with_lengths = true;
   expect_invalid([&] { ChainExpectation::get(bad); }, "chain.form");
+  expect_invalid([&] { ChainExpectation::get(p, static_cast<ExpectationField>(3)); }, "field");
 }

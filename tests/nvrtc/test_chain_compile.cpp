@@ -214,6 +214,13 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
   for (DType dtype : {DType::f32, DType::f64})
     for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
       expect_no_spills(emit_expect_kernel(dtype, C, cluster), "sm_90");
+  // The fields that are a second chain: its messages beside p's, from the same loads.
+  for (int field : {1, 2})
+    for (auto [C, cluster] : {std::pair{128, 1}, {128, 8}, {1024, 1}})
+      expect_no_spills(emit_expect_kernel(DType::f32, C, cluster, field), "sm_90");
+  expect_no_spills(emit_expect_kernel(DType::f64, 1024, 1, 1), "sm_90"); // its warps' sums in a message buffer
+  expect_no_spills(emit_expect_kernel(DType::bf16, 128, 1, 2), "sm_75");
+  CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 1, 3), doctest::Contains("field:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 16), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 1025), doctest::Contains("C:"), std::invalid_argument);
