@@ -58,14 +58,9 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   constexpr bool ALIASED = sizeof(WarpSums) <= sizeof(msg[0]);
   __shared__ Expect<T> own_sums[ALIASED ? 1 : Q ? 2 : 1][ALIASED ? 1 : NT / 32];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  const unsigned rank = K > 1 ? cluster_rank() : 0;
-  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
-  auto sync = [] { // the end of a step: the block's barrier, or the cluster's
-    if constexpr (K > 1)
-      cluster_sync();
-    else
-      __syncthreads();
-  };
+  const ClusterShare<C, K> share;
+  const unsigned rank = share.rank;
+  const int first = share.first, end = share.end; // this block's target states
   const bool same = !Q && p.field == p.potentials; // entropy: the field is p's own potentials, read once
   for (long long b = blockIdx.x / K; b < p.B; b += gridDim.x / K) {
     bool bad;
@@ -94,7 +89,7 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
       if constexpr (Q) msg[0][2][c] = T(0);
     }
     // With a cluster, also: no block writes into another's messages before that one has left the sequence before.
-    sync();
+    share.sync();
     if (PREFETCH && L > 1)
 #pragma unroll
       for (int r = 0; r < R; ++r) load(0, r, rb[r], fb[r]);
@@ -169,7 +164,7 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
         }
         if (PREFETCH && s + 2 < L) load(s + 1, r, rb[u], fb[u]);
       }
-      sync();
+      share.sync();
       cur ^= 1;
     }
     const long long last = (BETA ? 0 : L - 1) * C;

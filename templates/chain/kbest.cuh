@@ -86,14 +86,9 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
   T* lists = reinterpret_cast<T*>(kbest_bytes); // two positions' [K][C], each state's ranks in order
   int* chosen = reinterpret_cast<int*>(lists + 2 * C * K); // the K best paths' last entries
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  const unsigned rank = CL > 1 ? cluster_rank() : 0;
-  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
-  auto sync = [] { // the end of a step: the block's barrier, or the cluster's
-    if constexpr (CL > 1)
-      cluster_sync();
-    else
-      __syncthreads();
-  };
+  const ClusterShare<C, CL> share;
+  const unsigned rank = share.rank;
+  const int first = share.first, end = share.end; // this block's target states
   for (long long b = blockIdx.x / CL; b < p.B; b += gridDim.x / CL) {
     bool bad;
     const long long L = chain_length(p, b, bad);
@@ -107,7 +102,7 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
     }
     for (int i = tid; i < C * K; i += NT) lists[i] = i < C ? T(0) : Num<T>::neg_inf();
     // With a cluster, also: no block writes into another's lists before that one has left the sequence before.
-    sync();
+    share.sync();
     const S* potentials = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
     int* back = p.back + b * (p.T - 1) * C * K;
     // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
@@ -136,7 +131,7 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
           for (int k = 1; k < CL; ++k) cluster_store(&to[r * C + s], (rank + k) % CL, score);
         }
       });
-      if (round % PASSES == PASSES - 1) sync();
+      if (round % PASSES == PASSES - 1) share.sync();
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = next[j];
     }

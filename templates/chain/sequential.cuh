@@ -64,16 +64,10 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   // Every warp's maximum of a step's results, of all the cluster's blocks: [rank · WARPS + warp].
   __shared__ T warp_max[2][K * WARPS];
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
-  const unsigned rank = K > 1 ? cluster_rank() : 0;
-  const int first = int(rank) * CK, end = first + CK < C ? first + CK : C; // this block's target states
+  const ClusterShare<C, K> share;
+  const unsigned rank = share.rank;
+  const int first = share.first, end = share.end; // this block's target states
   const ChainTargets<C, GROUPS> target{first, end, group};
-  // The end of a step (or of the start): the block's barrier, or the cluster's.
-  auto sync = [] {
-    if constexpr (K > 1)
-      cluster_sync();
-    else
-      __syncthreads();
-  };
   constexpr bool beta = BETA;
   const long long b = (long long)(blockIdx.x / K) - (beta ? p.B : 0), T_ = p.T;
   bool bad;
@@ -127,7 +121,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     fetch_emissions(0);
     copy_wait_all();
   }
-  sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
+  share.sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
 
   terms.prime();
 
@@ -184,7 +178,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
     // The next step's emissions: the groups committed after theirs are this step's rounds of the ring.
     if (EMIT_SHARED) copy_wait<(STAGES > 1 ? (ROUNDS < STAGES - 1 ? ROUNDS : STAGES - 1) : 0)>();
-    sync();
+    share.sync();
   };
   Buffer even, odd;
   if (PREFETCH && L > 1) terms.ahead(0, even);

@@ -30,4 +30,23 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// A sequence split over a cluster of K blocks (K = 1: one block), the blocks taking ⌈C / K⌉ of its C target states
+// each: this block's rank and its states [first, end).
+template <int C, int K> struct ClusterShare {
+  unsigned rank;
+  int first, end;
+  __device__ __forceinline__ ClusterShare() : rank(K > 1 ? cluster_rank() : 0) {
+    constexpr int CK = (C + K - 1) / K;
+    first = int(rank) * CK;
+    end = first + CK < C ? first + CK : C;
+  }
+  // The barrier that ends a step: the cluster's, or the block's alone.
+  static __device__ __forceinline__ void sync() {
+    if constexpr (K > 1)
+      cluster_sync();
+    else
+      __syncthreads();
+  }
+};
+
 } // namespace jb
