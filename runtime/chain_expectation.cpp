@@ -113,9 +113,11 @@ void ChainExpectation::operator()(const void* potentials, const void* field, con
   jb::ExpectParams params = params_of(p, potentials, field, lengths);
   params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
   params.before = saved ? static_cast<char*>(saved) + impl_->messages : nullptr;
-  params.alpha_q = saved && impl_->kept() == 3 ? static_cast<char*>(saved) + 2 * impl_->messages : nullptr;
   params.log_z = log_z;
-  params.log_z_q = static_cast<char*>(log_z) + p.B * bytes; // read only where the field is a chain: log_z [2][B]
+  if (impl_->kept() == 3) { // a chain field: q's messages after p's and F's, log Z_q after log Z_p
+    params.alpha_q = saved ? static_cast<char*>(saved) + 2 * impl_->messages : nullptr;
+    params.log_z_q = static_cast<char*>(log_z) + p.B * bytes;
+  }
   params.mean = mean;
   run(*impl_, "", params, cu);
 }
@@ -147,15 +149,17 @@ void ChainExpectation::backward(const void* potentials, const void* field, const
   char* const kept = static_cast<char*>(const_cast<void*>(saved));
   params.alpha = kept;
   params.before = kept + impl_->messages;
-  params.alpha_q = kept + 2 * impl_->messages;
   params.beta = scratch.take(impl_->kept() * impl_->messages);
   params.after = static_cast<char*>(params.beta) + impl_->messages;
-  params.beta_q = static_cast<char*>(params.beta) + 2 * impl_->messages;
   params.log_z = const_cast<void*>(log_z);
-  params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
   params.mean = const_cast<void*>(mean);
   params.grad_log_z = grad_log_z;
-  params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
+  if (impl_->kept() == 3) { // a chain field, laid out as the forward's
+    params.alpha_q = kept + 2 * impl_->messages;
+    params.beta_q = static_cast<char*>(params.beta) + 2 * impl_->messages;
+    params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
+    params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
+  }
   params.grad_mean = grad_mean;
   params.grad_potentials = grad_potentials;
   params.grad_field = grad_field;
