@@ -14,7 +14,8 @@ import torch
 
 import jitbmm
 
-from ._torch_support import DTYPE_NAMES, PLAIN_TENSORS, TABLE_ENTRIES, address, lock, stream
+from ._torch_operator import Operator
+from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, stream
 
 
 def _score_dtype(t):
@@ -211,8 +212,9 @@ def _(potentials, lengths, aux, grad_score, semiring):
     return potentials.new_empty(potentials.shape)
 
 
-def _crf_gradients(ctx, grad_score, needs, backward):
+def _crf_gradients(ctx, grads, needs, backward):
     potentials, lengths, aux = ctx.saved_tensors
+    grad_score = grads[0]
     grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
     (grad,) = _second_order(_crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,))
     return grad, None, None, None
@@ -254,8 +256,9 @@ def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, need_
     return tuple(t.new_empty(t.shape if need else (0,)) for t, need in zip((emissions, transitions, initial), needs))
 
 
-def _hmm_gradients(ctx, grad_score, needs, backward):
+def _hmm_gradients(ctx, grads, needs, backward):
     *tables, lengths, aux = ctx.saved_tensors
+    grad_score = grads[0]
     needs = tuple(needs[:3])
     grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
     which = tuple(i for i, need in enumerate(needs) if need)
@@ -264,7 +267,7 @@ def _hmm_gradients(ctx, grad_score, needs, backward):
     return (*(next(asked) if need else None for need in needs), None, None, None)
 
 
-# What both forms share: the context their backward reads, the second derivatives, the eager path.
+# What both forms share: the context their backward reads, the second derivatives.
 def _setup_context(ctx, inputs, output):
     """inputs: the form's tensors, lengths, semiring, keep."""
     ctx.semiring = inputs[-2]
@@ -368,45 +371,10 @@ def _second_order(score, grad_score, inputs, which, grads):
     return _SecondOrder.apply(score, which, grad_score, *inputs, *grads)
 
 
-class _Form:
-    """One input form: its registered operators (what torch.compile and torch.export trace, as single nodes) and
-    the same forward and backward for the eager path."""
-
-    def __init__(self, op, backward_op, forward, backward, gradients):
-        self.op, self.backward_op, self.forward, self.backward, self.gradients = (op, backward_op, forward,
-                                                                                  backward, gradients)
-        op.register_autograd(lambda ctx, grad_score, _grad_aux: gradients(ctx, grad_score, ctx.needs_input_grad,
-                                                                          backward_op),
-                             setup_context=_setup_context)
-
-    def __call__(self, *args):
-        """args: the form's tensors, lengths, semiring, keep."""
-        if torch.compiler.is_compiling() or any(t is not None and type(t) not in PLAIN_TENSORS for t in args[:-2]):
-            return self.op(*args)
-        return _Eager.apply(self, *args)
-
-
-class _Eager(torch.autograd.Function):
-    """The eager path of a form: its operators' forward and backward without the operators' dispatch."""
-
-    @staticmethod
-    def forward(ctx, form, *args):
-        score, aux = form.forward(*args)
-        ctx.mark_non_differentiable(aux)
-        ctx.set_materialize_grads(False)  # else every backward would first fill a zero tensor of aux's size
-        ctx.form = form
-        _setup_context(ctx, args, (score, aux))
-        return score, aux
-
-    @staticmethod
-    def backward(ctx, grad_score, grad_aux):
-        if grad_score is None:  # only aux reached the loss: it is not differentiable
-            return (None,) * len(ctx.needs_input_grad)
-        return (None, *ctx.form.gradients(ctx, grad_score, ctx.needs_input_grad[1:], ctx.form.backward))
-
-
-_CRF = _Form(_crf_op, _crf_backward_op, _crf_forward, _crf_backward, _crf_gradients)
-_HMM = _Form(_hmm_op, _hmm_backward_op, _hmm_forward, _hmm_backward, _hmm_gradients)
+_CRF = Operator(_crf_op, _crf_forward, _setup_context, _crf_gradients, _crf_backward_op, _crf_backward,
+                non_differentiable=(1,))
+_HMM = Operator(_hmm_op, _hmm_forward, _setup_context, _hmm_gradients, _hmm_backward_op, _hmm_backward,
+                non_differentiable=(1,))
 
 
 # The checks, naming the argument.

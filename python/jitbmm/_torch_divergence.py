@@ -4,8 +4,9 @@ a field f under the chain p, computed with its conditional messages in fused ker
 blocks) a sequence, and differentiated by a fused backward. For the cross-entropy and KL the field is the second
 chain q itself, whose log-partition the same kernels compute beside.
 
-The operators are jitbmm::chain_expect (potentials, field, lengths, kind, keep → log Z, E_p[F], saved messages) and
-jitbmm::chain_expect_backward; torch.compile and torch.export trace them as single nodes."""
+The operators are jitbmm::chain_divergence (potentials, field or None for p itself, lengths, kind, keep → the
+quantity, log Z, E_p[F], saved messages) and jitbmm::chain_divergence_backward; torch.compile and torch.export trace
+them as single nodes."""
 
 import ctypes
 from typing import Optional
@@ -15,6 +16,7 @@ import torch
 import jitbmm
 
 from ._torch_chains import _check_crf, _check_tensor, _score_dtype
+from ._torch_operator import Operator
 from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
@@ -49,86 +51,119 @@ def _saved_shape(potentials, kind, keep):
     return (2 if kind == GIVEN else 3, B, T, C) if keep else (0,)
 
 
-def _forward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], kind: int,
-             keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _value(kind, log_z, mean):
+    """The quantity of a kind from the library's log-partitions and expectation: the entropy log Z − E_p[F] (the
+    field p itself), the cross-entropy log Z_q − E_p[F] or KL(p ‖ q) = E_p[F] − log Z_p + log Z_q."""
+    if kind == GIVEN:
+        return log_z - mean
+    if kind == CHAIN:
+        return torch.sub(log_z[1], mean)
+    return torch.add(mean, log_z[1]).sub_(log_z[0])
+
+
+# The gradients of a kind's quantity with respect to log Z ([1 or 2, B]) and E_p[F] ([1, B]), as rows of one tensor,
+# are its gradient times these signs: the entropy's (its field being p itself, the gradients through log Z_p and
+# through the field cancel, so neither is asked for: -Cov_p(1_e, F) is the whole of it), the cross-entropy's after
+# a row of zeros for log Z_p (a product with 0 would make NaN of an infinite gradient), KL's.
+_SIGNS = {GIVEN: (-1,), CHAIN: (1, -1), DIFFERENCE: (-1, 1, 1)}
+_signs = {}
+
+
+def _upstream(kind, grad_value):
+    """(a tensor of the upstream gradients' rows, the address of grad_log_z or None, that of grad_mean)."""
+    key = (grad_value.device, grad_value.dtype, kind)
+    signs = _signs.get(key)
+    if signs is None:
+        signs = _signs.setdefault(key, torch.tensor(_SIGNS[kind], dtype=grad_value.dtype,
+                                                    device=grad_value.device)[:, None])
+    rows = grad_value * signs
+    if kind == CHAIN:
+        rows = torch.nn.functional.pad(rows, (0, 0, 1, 0))
+    rows = rows.contiguous()
+    at, row = rows.data_ptr(), rows.shape[1] * rows.element_size()
+    return rows, (None if kind == GIVEN else at), at + (rows.shape[0] - 1) * row
+
+
+def _forward(potentials: torch.Tensor, field: Optional[torch.Tensor], lengths: Optional[torch.Tensor], kind: int,
+             keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _planned(potentials, lengths, kind)
     dtype = _score_dtype(potentials)
     log_z = potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype)
     mean = potentials.new_empty(potentials.shape[:1], dtype=dtype)
     saved = potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype)
     status = jitbmm._lib.jitbmm_chain_expectation_run(
-        plan.handle, potentials.data_ptr(), field.data_ptr(), address(lengths), log_z.data_ptr(), mean.data_ptr(),
-        saved.data_ptr() if keep else None, stream(plan.device))
+        plan.handle, potentials.data_ptr(), (potentials if field is None else field).data_ptr(), address(lengths),
+        log_z.data_ptr(), mean.data_ptr(), saved.data_ptr() if keep else None, stream(plan.device))
     if status:
         jitbmm._check(status)
-    return log_z, mean, saved
+    return _value(kind, log_z, mean), log_z, mean, saved
 
 
-def _backward(potentials: torch.Tensor, field: torch.Tensor, lengths: Optional[torch.Tensor], kind: int,
-              saved: torch.Tensor, log_z: torch.Tensor, mean: torch.Tensor, grad_log_z: Optional[torch.Tensor],
-              grad_mean: Optional[torch.Tensor], need_potentials: bool,
-              need_field: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward(potentials: torch.Tensor, field: Optional[torch.Tensor], lengths: Optional[torch.Tensor], kind: int,
+              saved: torch.Tensor, log_z: torch.Tensor, mean: torch.Tensor, grad_value: torch.Tensor,
+              need_potentials: bool, need_field: bool) -> tuple[torch.Tensor, torch.Tensor]:
     plan = _planned(potentials, lengths, kind)
+    need_field = need_field and field is not None
     grads = [t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
-                                                                   (field, need_field))]
-    grad_log_z, grad_mean = (g.contiguous() if g is not None else None for g in (grad_log_z, grad_mean))
+                                                                   (potentials if field is None else field,
+                                                                    need_field))]
+    rows, grad_log_z, grad_mean = _upstream(kind, grad_value)
     ws = plan.workspace
     scratch = potentials.new_empty((ws,), dtype=torch.uint8) if ws else None
     status = jitbmm._lib.jitbmm_chain_expectation_backward(
-        plan.handle, potentials.data_ptr(), field.data_ptr(), address(lengths), saved.data_ptr(), log_z.data_ptr(),
-        mean.data_ptr(), address(grad_log_z), address(grad_mean), *(g.data_ptr() if g.numel() else None for g in grads),
-        address(scratch), ws, stream(plan.device))
+        plan.handle, potentials.data_ptr(), (potentials if field is None else field).data_ptr(), address(lengths),
+        saved.data_ptr(), log_z.data_ptr(), mean.data_ptr(), grad_log_z, grad_mean,
+        *(g.data_ptr() if g.numel() else None for g in grads), address(scratch), ws, stream(plan.device))
     if status:
         jitbmm._check(status)
     return tuple(grads)
 
 
-_op = torch.library.custom_op("jitbmm::chain_expect", _forward, mutates_args=(), device_types="cuda")
-_backward_op = torch.library.custom_op("jitbmm::chain_expect_backward", _backward, mutates_args=(),
+_op = torch.library.custom_op("jitbmm::chain_divergence", _forward, mutates_args=(), device_types="cuda")
+_backward_op = torch.library.custom_op("jitbmm::chain_divergence_backward", _backward, mutates_args=(),
                                        device_types="cuda")
 
 
 @_op.register_fake
 def _(potentials, field, lengths, kind, keep):
     dtype = _score_dtype(potentials)
-    return (potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype),
-            potentials.new_empty(potentials.shape[:1], dtype=dtype),
-            potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype))
+    B = potentials.shape[:1]
+    return (potentials.new_empty(B, dtype=dtype), potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype),
+            potentials.new_empty(B, dtype=dtype), potentials.new_empty(_saved_shape(potentials, kind, keep),
+                                                                      dtype=dtype))
 
 
 @_backward_op.register_fake
-def _(potentials, field, lengths, kind, saved, log_z, mean, grad_log_z, grad_mean, need_potentials, need_field):
-    return tuple(t.new_empty(t.shape if need else (0,)) for t, need in ((potentials, need_potentials),
-                                                                      (field, need_field)))
+def _(potentials, field, lengths, kind, saved, log_z, mean, grad_value, need_potentials, need_field):
+    return tuple(t.new_empty(t.shape if need else (0,))
+                 for t, need in ((potentials, need_potentials),
+                                 (potentials if field is None else field, need_field and field is not None)))
 
 
 def _setup_context(ctx, inputs, output):
     potentials, field, lengths, kind, _keep = inputs
-    log_z, mean, saved = output
+    _value, log_z, mean, saved = output
     ctx.kind = kind
     ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
 
 
-def _gradients(ctx, grad_log_z, grad_mean, _grad_saved):
+def _gradients(ctx, grads, needs, backward):
     potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
-    need_potentials, need_field = ctx.needs_input_grad[:2]
-    gp, gf = _backward_op(potentials, field, lengths, ctx.kind, saved, log_z, mean, grad_log_z, grad_mean,
-                          need_potentials, need_field)
-    return gp if need_potentials else None, gf if need_field else None, None, None, None
+    gp, gf = backward(potentials, field, lengths, ctx.kind, saved, log_z, mean, grads[0], needs[0],
+                      needs[1])
+    return gp if needs[0] else None, gf if needs[1] else None, None, None, None
 
 
-_op.register_autograd(_gradients, setup_context=_setup_context)
+_divergence = Operator(_op, _forward, _setup_context, _gradients, _backward_op, _backward,
+                       non_differentiable=(1, 2, 3))
 
 
-def _expect(potentials, field, lengths, kind=GIVEN):
-    """(log Z of the chain `potentials` [B], or with a chain as the field [2, B] with log Z_q second; E_p[F] of
-    `field` [B]); each input contiguous here."""
-    keep = torch.is_grad_enabled() and (potentials.requires_grad or field.requires_grad)
-    same = field is potentials
-    potentials = potentials.contiguous()
+def _divergence_of(kind, potentials, field, lengths):
+    """The quantity of `kind` [B] (entropy where field is None); each input contiguous here."""
+    keep = torch.is_grad_enabled() and (potentials.requires_grad or (field is not None and field.requires_grad))
     lengths = None if lengths is None else lengths.contiguous()  # the kernels read it as one array
-    log_z, mean, _ = _op(potentials, potentials if same else field.contiguous(), lengths, kind, keep)
-    return log_z, mean
+    return _divergence(potentials.contiguous(), None if field is None else field.contiguous(), lengths, kind,
+                       keep)[0]
 
 
 def _check_pair(potentials, other, lengths):
@@ -152,8 +187,7 @@ def chain_entropy(potentials, lengths=None):
     log C for one position (its C paths of no edge are equally likely). Its gradient comes from a fused backward
     (the covariance of each edge with the path score), without second derivatives."""
     _check_crf(potentials, lengths)
-    log_z, mean = _expect(potentials, potentials, lengths)
-    return log_z - mean
+    return _divergence_of(GIVEN, potentials, None, lengths)
 
 
 def chain_cross_entropy(potentials, other, lengths=None):
@@ -162,8 +196,7 @@ def chain_cross_entropy(potentials, other, lengths=None):
     weight to a path q gives none; NaN where either has no distribution. Arguments, dtype and gradients (with respect
     to both) as chain_entropy's."""
     _check_pair(potentials, other, lengths)
-    log_z, mean = _expect(potentials, other, lengths, CHAIN)
-    return log_z[1] - mean
+    return _divergence_of(CHAIN, potentials, other, lengths)
 
 
 def chain_kl(potentials, other, lengths=None):
@@ -171,5 +204,4 @@ def chain_kl(potentials, other, lengths=None):
     path scores, minus log Z_p, plus log Z_q, all from one fused pass (the difference formed in the accumulator
     type). +inf where p gives weight to a path q gives none. Arguments and gradients as chain_cross_entropy's."""
     _check_pair(potentials, other, lengths)
-    log_z, mean = _expect(potentials, other, lengths, DIFFERENCE)
-    return mean - log_z[0] + log_z[1]
+    return _divergence_of(DIFFERENCE, potentials, other, lengths)

@@ -10,6 +10,7 @@ import torch
 import jitbmm
 
 from ._torch_chains import _check_crf
+from ._torch_operator import Operator
 from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
@@ -64,9 +65,8 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(output[1])
 
 
-def _backward(ctx, grad_scores, grad_paths):
-    if grad_scores is None:
-        return None, None, None
+def _gradients(ctx, grads, needs, _backward):
+    grad_scores = grads[0]
     (paths,) = ctx.saved_tensors
     B, steps, C = ctx.shape[0], ctx.shape[1], ctx.shape[-1]
     grad = torch.zeros((B, steps * C * C), dtype=grad_scores.dtype, device=grad_scores.device)
@@ -80,7 +80,7 @@ def _backward(ctx, grad_scores, grad_paths):
     return grad.view(ctx.shape).to(ctx.dtype), None, None
 
 
-_op.register_autograd(_backward, setup_context=_setup)
+_kbest_op = Operator(_op, _kbest, _setup, _gradients, non_differentiable=(1,))
 
 
 def chain_kbest(potentials, k, lengths=None):
@@ -97,5 +97,5 @@ def chain_kbest(potentials, k, lengths=None):
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")
     lengths = None if lengths is None else lengths.contiguous()
-    scores, paths = _op(potentials.contiguous(), lengths, k)
+    scores, paths = _kbest_op(potentials.contiguous(), lengths, k)
     return scores.t(), paths.permute(1, 0, 2).long()

@@ -10,6 +10,7 @@ import torch
 import jitbmm
 
 from ._torch_chains import _check_crf
+from ._torch_operator import Operator
 from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
 
 _plans = {}
@@ -48,6 +49,9 @@ def _(potentials, lengths, n, seed):
     return potentials.new_empty((potentials.shape[0], n, potentials.shape[1] + 1), dtype=torch.int32)
 
 
+_sample_op = Operator(_op, _sample)
+
+
 def chain_sample(potentials, n, lengths=None, generator=None):
     """n exact samples of each sequence's state path from the linear-chain CRF of `potentials`, p(z) ∝
     exp Σ_t potentials[b, t, z[t + 1], z[t]] (torch_struct.LinearChainCRF(...).sample((n,)) gives the same
@@ -64,7 +68,7 @@ def chain_sample(potentials, n, lengths=None, generator=None):
     device = generator.device if generator is not None else torch.device("cpu")
     seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=device).item())
     lengths = None if lengths is None else lengths.contiguous()
-    return _op(potentials.contiguous(), lengths, n, seed).permute(1, 0, 2).long()
+    return _sample_op(potentials.contiguous(), lengths, n, seed).permute(1, 0, 2).long()
 
 
 def edge_indicators(paths, C, dtype):

@@ -4,8 +4,6 @@
 semiring's k-vectors (include/jitbmm/kmax_product.hpp; jitbmm::kmax_bmm, its gradient a scatter to where each value
 came from)."""
 
-import ctypes
-
 import torch
 
 import jitbmm

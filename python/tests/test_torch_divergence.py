@@ -169,6 +169,29 @@ class DivergenceTest(GpuCase):
         with self.assertRaisesRegex(Exception, "chain.C"):
             jt.chain_entropy(torch.zeros(1, 1, 1025, 1025, device=self.dev))
 
+    def test_registered_operators(self):
+        """The registered operators, which torch.compile and torch.export trace, pass opcheck, and their autograd
+        gives what the eager path (the same implementations called directly) gives."""
+        from jitbmm import _torch_divergence as d
+        p, q, lengths = self.pair(3, 6, 5, torch.float64)
+        r = torch.randn(3, dtype=torch.float64, device=self.dev)
+        for kind, other in ((d.GIVEN, None), (d.CHAIN, q), (d.DIFFERENCE, q)):
+            with self.subTest(kind=kind):
+                a = p.clone().requires_grad_(True)
+                b = None if other is None else other.clone().requires_grad_(True)
+                leaves = [t for t in (a, b) if t is not None]
+                torch.library.opcheck(torch.ops.jitbmm.chain_divergence.default, (a, b, lengths, kind, True))
+                value, log_z, mean, saved = torch.ops.jitbmm.chain_divergence(a, b, lengths, kind, True)
+                torch.library.opcheck(torch.ops.jitbmm.chain_divergence_backward.default,
+                                      (a.detach(), None if b is None else b.detach(), lengths, kind, saved.detach(),
+                                       log_z.detach(), mean.detach(), r, True, b is not None))
+                want = torch.autograd.grad((value * r).sum(), leaves)
+                eager = d._divergence(a, b, lengths, kind, True)[0]
+                self.assertIsNotNone(eager.grad_fn)
+                torch.testing.assert_close(eager, value, rtol=0, atol=0)
+                for got, w in zip(torch.autograd.grad((eager * r).sum(), leaves), want):
+                    torch.testing.assert_close(got, w, rtol=0, atol=0)
+
     def test_compile(self):
         jt = self.jt
         p, q, lengths = self.pair(2, 6, 5)

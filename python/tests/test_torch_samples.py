@@ -96,6 +96,11 @@ class SampleTest(GpuCase):
         self.assertEqual(jt.chain_sample(pot[:0], 4).shape, (4, 0, 6))
         with self.assertRaisesRegex(ValueError, "n:"):
             jt.chain_sample(pot, -1)
+        # The registered operator (what torch.compile traces) draws what the eager path draws from a seed.
+        from jitbmm import _torch_samples
+        torch.library.opcheck(torch.ops.jitbmm.chain_sample.default, (pot, lengths, 7, 1234))
+        self.assertTrue(torch.equal(torch.ops.jitbmm.chain_sample(pot, lengths, 7, 1234),
+                                    _torch_samples._sample_op(pot, lengths, 7, 1234)))
 
     @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
     def test_torch_struct_sample_routed(self):
