@@ -107,7 +107,9 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
     int* back = p.back + b * (p.T - 1) * C * K;
     // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
     // shuffles stay whole (a group past the block's states chooses among no candidates and writes nothing). A
-    // round's row of potentials is loaded during the round before, so no round waits for memory.
+    // round's row of potentials is loaded AHEAD rounds before it, into a ring of registers, so no round waits for
+    // memory: a round of few sources takes less time than a load from memory, so those look further ahead.
+    constexpr int AHEAD = N <= 4 ? 4 : N <= 8 ? 3 : 2;
     auto target = [&](long long round) { return first + int(round % PASSES) * GROUPS + group; };
     auto load_row = [&](long long round, T(&w)[N]) {
       const long long t = round / PASSES;
@@ -117,12 +119,13 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
     };
-    T w[N], next[N];
-    load_row(0, w);
-    for (long long round = 0; round < (L - 1) * PASSES; ++round) {
+    T ring[AHEAD][N]; // round r's row in ring[r % AHEAD]
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) load_row(i, ring[i]);
+    const long long rounds = (L - 1) * PASSES;
+    auto run_round = [&](long long round, T(&w)[N]) {
       const long long t = round / PASSES;
       const int s = target(round);
-      load_row(round + 1, next);
       int* from_of = back + (t * C + s) * K;
       T* to = lists + ((t + 1) & 1) * C * K;
       kbest_select<T, C, K, G>(lists + (t & 1) * C * K, lane, w, [&](int r, T score, int at) {
@@ -131,13 +134,18 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
           for (int k = 1; k < CL; ++k) cluster_store(&to[r * C + s], (rank + k) % CL, score);
         }
       });
+      load_row(round + AHEAD, w); // its registers are free again
       if (round % PASSES == PASSES - 1) share.sync();
+    };
+    for (long long round = 0; round < rounds; round += AHEAD) {
 #pragma unroll
-      for (int j = 0; j < N; ++j) w[j] = next[j];
+      for (int i = 0; i < AHEAD; ++i)
+        if (round + i < rounds) run_round(round + i, ring[i]);
     }
     // The K best over the last position's lists, by the same order with the last state in the source's place: the
     // first block's first warp (each of its groups the same choice; the first writes it).
     if (rank == 0 && tid < 32) {
+      T w[N];
 #pragma unroll
       for (int j = 0; j < N; ++j) w[j] = lane + j * G < C ? T(0) : Num<T>::neg_inf();
       kbest_select<T, C, K, G>(lists + ((L - 1) & 1) * C * K, lane, w, [&](int r, T score, int at) {
