@@ -142,7 +142,7 @@ def _(potentials, field, lengths, kind, saved, log_z, mean, grad_value, need_pot
 
 def _setup_context(ctx, inputs, output):
     potentials, field, lengths, kind, _keep = inputs
-    _value, log_z, mean, saved = output
+    _quantity, log_z, mean, saved = output
     ctx.kind = kind
     ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
 
