@@ -291,6 +291,12 @@ void check_exp_matmul_tiles(const KernelSpec& spec, const Problem& p) {
       reject("tile", "wgmma_tf32x3 needs tile_n ≤ 128 (two accumulator sets of tile_n/2 registers)");
     if (wgmma_stages(spec) < 3)
       reject("tile", "wgmma exp_matmul needs three K-slice stages in 200 KiB of shared memory; use a smaller tile");
+    // The consumers raise their registers from what the producer gives up (templates/exp_matmul/pipeline.cuh), a
+    // budget that assumes the block's full share of the SM at entry: capped for two blocks an SM, the raise would
+    // wait for registers that never come and the kernel would hang.
+    if (spec.min_blocks != 1)
+      reject("min_blocks", "wgmma exp_matmul runs one block an SM (its warpgroups trade registers within the "
+                           "block's share): min_blocks must be 1");
     return;
   }
   // The exponentiated operands are padded to multiples of 128 (rows, columns) and 32 (K) and read 16 bytes at a time.

@@ -268,6 +268,8 @@ TEST_CASE("exp_matmul's wgmma forms: their tile rules, shared memory, workspace 
   refused(r, p, "spec.tile");
   r = s, r.tile_k = 16; // the workspace's panels are 32 k wide
   refused(r, p, "spec.tile");
+  r = s, r.min_blocks = 2; // its consumers' registers come from the block's whole share: two an SM would hang
+  refused(r, p, "spec.min_blocks");
   Problem wide = p;
   wide.dtype = DType::f64;
   r = s, r.dtype = r.out_dtype = DType::f64;
