@@ -1,5 +1,6 @@
 #include "runtime/chain_step_products.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -34,10 +35,41 @@ KernelSpec split(const Problem& q, int m, int k_chunk, int min_blocks) {
 // 512 against 0.21–0.22 (64 × 64 tiles from B = 64); log took 0.043–0.048 ms at C = 1024, B = 16 and 64 against
 // 0.068 for exp_matmul, which led again from B = 128 (128 output tiles). At B = 16 the warp kernel's argmax led
 // (0.030 against 0.033 split). With C = 512 the sum is short: 32 × 32 tiles stayed fastest from B = 128 on.
+// A log step of few output tiles (B = 512 at 1024 and 2048 states, B = 64 at 4096) filled the GPU with its sum over
+// the sources split in parts, a batch each: [512 × 1024] · [1024 × 1024] took 0.040 ms in 4 parts of 128 × 128 tiles
+// against 0.065 whole (128 × 64), [512 × 2048] · [2048 × 2048] 0.100 in 2 parts against 0.134, and [64 × 4096] ·
+// [4096 × 4096] 0.118 in 8 parts of 64 × 128 (0.132 in 4) against 0.245 whole (64 × 64); so the parts give up to a
+// tile a SM, two for the one-warpgroup tiles of 64 rows (prepare, product and repair, jitbmm bench, wgmma_tf32x3).
 // One product per sequence (M = 1) reads its table once: the warp kernel (0.29 ms at B = 512, C = 512, against 0.66
 // for linear). The transitions' gradient's product over every (b, t) is wide: the warpgroup form's 128 × 128 tiles.
+bool wgmma_step(DType dtype, const DeviceInfo& device) {
+  return device.features.has(kWgmma) && !dtype_info(dtype).wide_acc();
+}
+
+// Whether a step's product [rows × states] · [states × states] has few output tiles of 32 × 32 for a long sum, which
+// split_k's chunks fill (for log a whole step, not one of its parts).
+bool chunked_step(int64_t rows, int64_t states) {
+  return states >= 1024 && ((rows + 31) / 32) * ((states + 31) / 32) <= 64;
+}
+
+// A part's tile: 64 rows where the step has no more (a warpgroup's), else 128; 128 columns.
+int part_tile_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
+
+// A step's product split in parts (step_parts): batches of the same rows and of consecutive ranges of the sources.
+bool parted(const Problem& q) {
+  const Shape& s = q.shape;
+  return q.semiring == Semiring::log && s.B > 1 && s.K * s.B == s.N && q.a_strides && q.a_strides->batch == s.K &&
+         q.a_strides->row == s.N;
+}
+
 std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
   const Shape& s = q.shape;
+  if (parted(q) && wgmma_step(q.dtype, device)) {
+    const int m = part_tile_rows(s.M);
+    KernelSpec e = tiles(default_spec(q, Strategy::exp_matmul), m, 128, 32, 2, 32, 1);
+    e.math = Math::wgmma_tf32x3;
+    return e;
+  }
   const bool wide_acc = dtype_info(q.dtype).wide_acc();
   auto warp = [&](int x, int y) {
     KernelSpec w = default_spec(q, Strategy::warp);
@@ -47,6 +79,7 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
   if (s.M == 1) return warp(4, 64);
   const int64_t tiles32 = ((s.M + 31) / 32) * ((s.N + 31) / 32);
   const bool long_sum = s.K == s.N && s.K >= 1024; // a step's product [B × C] · [C × C] of many states
+  const bool chunked = s.K == s.N && chunked_step(s.M, s.N);
   if (q.semiring == Semiring::max_plus) {
     if (long_sum && q.with_argmax && s.M <= 16) return warp(8, 32);
     if (long_sum && tiles32 <= 128)
@@ -55,7 +88,7 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
     return tiles(default_spec(q, Strategy::tiled_refine), 64, 64, 16, 4, 4, 1);
   }
   if (q.semiring != Semiring::log || wide_acc) return std::nullopt;
-  if (long_sum && tiles32 <= 64) return split(q, 32, 256, 1);
+  if (chunked) return split(q, 32, 256, 1);
   KernelSpec e = default_spec(q, Strategy::exp_matmul);
   const bool large = s.M * s.N >= 512 * 512;
   if (device.features.has(kWgmma) && large) {
@@ -70,6 +103,19 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
 }
 
 } // namespace
+
+int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device) {
+  if (!wgmma_step(dtype, device) || rows < 1 || chunked_step(rows, states)) return 1;
+  const int m = part_tile_rows(rows);
+  const int64_t tiles = ((rows + m - 1) / m) * ((states + 127) / 128);
+  const int64_t wanted = int64_t(std::max(1, device.sm_count)) * (m == 64 ? 2 : 1);
+  int64_t parts = 1;
+  // As many parts as keep the tiles of all within one wave, each of at least 128 sources on 32-source boundaries
+  // (whole slices of the factors' panels), up to 8.
+  while (parts < 8 && 2 * tiles * parts <= wanted && states % (2 * parts * 32) == 0 && states / (2 * parts) >= 128)
+    parts *= 2;
+  return parts;
+}
 
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream) {
   if (tune) return SemiringBMM::get(problem, stream);

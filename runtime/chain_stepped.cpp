@@ -40,18 +40,20 @@ struct JoinOnExit {
 } // namespace
 
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
-// backward messages', which run beside them) its messages and the product they reach ([B][C] each), the offsets so
+// backward messages', which run beside them) its messages and the product they reach ([B][C], the product's [parts]
+// [B][C]), the offsets so
 // far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
 // then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other on one
 // stream, share one table and one FusedSteps scratch.
 struct SteppedChain::ForwardPieces {
   int passes;
-  std::size_t messages, offsets, table, argmax, fused;
+  std::size_t messages, reached, offsets, table, argmax, fused;
   std::size_t products[2];
-  ForwardPieces(const ChainProblem& p, bool with_saved, bool with_path, std::size_t table_bytes,
+  ForwardPieces(const ChainProblem& p, int64_t parts, bool with_saved, bool with_path, std::size_t table_bytes,
                 std::size_t forward_products, std::size_t backward_products, std::size_t fused_bytes)
       : passes(with_saved && !fused_bytes ? 2 : 1),
         messages(fused_bytes ? 0 : bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        reached(fused_bytes ? 0 : bytes_of({parts, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
         offsets(fused_bytes ? 0 : bytes_of({p.B, 8})), table(table_bytes),
         argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0), fused(fused_bytes),
         products{forward_products, backward_products} {}
@@ -59,7 +61,7 @@ struct SteppedChain::ForwardPieces {
     ScratchSize size;
     for (int i = 0; i < passes; ++i)
       size.add(messages, "workspace")
-          .add(messages, "workspace")
+          .add(reached, "workspace")
           .add(offsets, "workspace")
           .add(table, "workspace")
           .add(products[i], "workspace")
@@ -84,8 +86,11 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   }
   if (problem.B == 0) return;
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
-  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count)))
+  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count))) {
+    if (problem.semiring == Semiring::log && shared_table(problem))
+      parts_ = step_parts(problem.B, problem.C, chain_output_dtype(problem), *device_);
     return;
+  }
   fused_ = std::make_unique<FusedSteps>(problem, *device_, kernel == StepKernel::fused_streamed);
 }
 
@@ -110,16 +115,16 @@ std::size_t SteppedChain::workspace_bytes(bool with_saved, bool with_path) const
 
 SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path, Stream stream) const {
   const ChainProblem& p = problem_;
-  if (p.B == 0) return ForwardPieces(p, false, false, 0, 0, 0, 0);
+  if (p.B == 0) return ForwardPieces(p, 1, false, false, 0, 0, 0, 0);
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
-  if (fused_) return ForwardPieces(p, with_saved, with_path, widened_bytes(), 0, 0, fused_->workspace_bytes());
+  if (fused_) return ForwardPieces(p, 1, with_saved, with_path, widened_bytes(), 0, 0, fused_->workspace_bytes());
   const bool steps = p.T > 1;
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
   const std::size_t backward = steps && with_saved ? product(true, false, stream).workspace_bytes() : 0;
-  return ForwardPieces(p, with_saved, with_path, widened_bytes(), forward, backward, 0);
+  return ForwardPieces(p, parts_, with_saved, with_path, widened_bytes(), forward, backward, 0);
 }
 
 int64_t SteppedChain::edge_slices() const {
@@ -161,10 +166,13 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
   q.dtype = chain_output_dtype(p);
   q.with_argmax = argmax;
   if (shared_table(p)) {
-    // Every sequence's messages are a row: one product with the table (widened: row-major for both directions).
-    q.shape = Shape{1, p.B, C, C};
-    q.a_strides = q.out_strides = Strides{p.B * C, C, 1};
-    q.b_strides = Strides{C * C, C, 1};
+    // Every sequence's messages are a row: one product with the table (widened: row-major for both directions), its
+    // sources' sum cut in parts_ consecutive ranges, a batch each.
+    const int64_t k = C / parts_;
+    q.shape = Shape{parts_, p.B, k, C};
+    q.a_strides = Strides{parts_ > 1 ? k : p.B * C, C, 1};
+    q.b_strides = Strides{k * C, C, 1};
+    q.out_strides = Strides{p.B * C, C, 1};
   } else {
     // A product per sequence: its messages (a row) times its step's table, read [p][c] forward and [c][p] backward.
     q.shape = Shape{p.B, 1, C, C};
@@ -287,7 +295,8 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   Workspace products[2];
   for (int i = 0; i < sizes.passes; ++i) {
     at[i].msg = scratch.take(sizes.messages);
-    at[i].prod = scratch.take(sizes.messages);
+    at[i].prod = scratch.take(sizes.reached);
+    at[i].parts = parts_;
     at[i].running = static_cast<double*>(scratch.take(sizes.offsets));
     tables[i] = scratch.take(sizes.table);
     products[i] = Workspace{scratch.take(sizes.products[i]), sizes.products[i]};

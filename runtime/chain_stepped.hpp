@@ -89,6 +89,7 @@ private:
   std::shared_ptr<const LoadedKernel> kernel_;
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
+  int64_t parts_ = 1;       // the parts a log step product of a shared table sums the sources in (step_parts)
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
   mutable CUstream side_ = nullptr;

@@ -47,13 +47,14 @@ struct ChainParams {
   long long chunk, chunks;
   int batched_transitions, batched_initial;
   // The stepped strategy (templates/chain/steps.cuh), whose one module serves every C: position `t` of every
-  // sequence at once, forward (beta = 0) or backward (beta = 1). The product that reached it, prod [B][C] (⊕ over
-  // the sources of msg ⊗ the step), becomes the position's relative messages in msg [B][C], the next product's
+  // sequence at once, forward (beta = 0) or backward (beta = 1). The product that reached it, prod [parts][B][C] (⊕
+  // over the sources of msg ⊗ the step; log may sum the sources in `parts` ranges, each a batch of the product, whose
+  // results the position adds), becomes the position's relative messages in msg [B][C], the next product's
   // operand, with the offsets so far in running [B]; max_plus's winning sources of each position are argmax
   // [T][B][C]. The log backward forms the transitions' gradient's left operand in `operand` ([B][T][C]) for the
   // grad_score's of one sign (`sign`: +1 or −1), and reads the products of it, `products` ([2][slices][groups]
   // [C][C]: the positive part's, then the negative part's). `widened`: a table copied into the accumulator type.
-  long long states, t, slices;
+  long long states, t, slices, parts;
   void* msg;
   const void* prod;
   double* running;

@@ -44,6 +44,20 @@ template <class T, int NT> __device__ __forceinline__ T block_best(T v, int& arg
   return v;
 }
 
+// What the product reached at state c of sequence b: its one result, or for log split in parts the ⊕ of theirs, as
+// ChainLog adds a group's terms (NaN anywhere gives NaN, a +inf part without NaN +inf, all −inf −inf).
+template <class T, bool LOG> __device__ __forceinline__ T reached_at(const ChainParams& p, long long b, long long c) {
+  const T* const prod = static_cast<const T*>(p.prod) + b * p.states + c;
+  if (!LOG || p.parts <= 1) return prod[0];
+  const long long part = p.B * p.states;
+  T m = prod[0];
+  for (long long i = 1; i < p.parts; ++i) m = Num<T>::max(m, prod[i * part]);
+  if (!(m > Num<T>::neg_inf() && m < Num<T>::inf())) return m;
+  T s = 0;
+  for (long long i = 0; i < p.parts; ++i) s += Num<T>::exp2((prod[i * part] - m) * Num<T>::log2e());
+  return m + Num<T>::log2(s) * Num<T>::ln2();
+}
+
 // Position p.t of every sequence (a block per sequence, grid-strided): the forward's (beta = 0) messages at t are
 // the first ones (t = 0: initial ⊗ emissions, or 0 for the CRF form) or prod ⊗ emissions[t]; the backward's
 // (beta = 1) start at the sequence's last position (its emissions, or 0) and are prod ⊗ emissions[t] before it
@@ -74,14 +88,13 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
     }
     const bool start = beta ? t == L - 1 : t == 0;
     const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b + t * p.e_t;
-    const T* const reached = static_cast<const T*>(p.prod) + b * C;
     const double before = start ? 0.0 : p.running[b];
     T best = Num<T>::neg_inf();
     for (long long c = threadIdx.x; c < C; c += NT) {
       const T e = HMM ? to_acc(em[c * p.e_c]) : T(0);
       T v = e;
       if (!start)
-        v = reached[c] + e;
+        v = reached_at<T, LOG>(p, b, c) + e;
       else if (HMM && !beta)
         v = to_acc(static_cast<const S*>(p.initial)[b * p.i_b + c * p.i_c]) + e;
       else if (!HMM)

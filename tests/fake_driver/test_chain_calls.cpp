@@ -431,7 +431,8 @@ TEST_CASE("the stepped strategy: a product a step and a launch a position, per p
 }
 
 // The stepped strategy's products, by the rule fitted on the step shapes (runtime/chain_step_products.cpp): a few
-// sequences of many states split each step's long sum over the SMs; a wide batch of 512 states keeps whole tiles.
+// sequences of many states split each step's long sum over the SMs; a wide batch of 512 states keeps whole tiles of
+// max_plus, and log's sums in parts take the warpgroup tiles (the fake GPU is an sm_90).
 TEST_CASE("the stepped strategy's products: few sequences of 1024 states split each step's sum; 512 sequences do not") {
   struct Expect {
     Semiring semiring;
@@ -444,7 +445,10 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
                            {Semiring::max_plus, 64, 1024, true, "max_plus_f32_split_k_32x32x16_t2x2_"},
                            {Semiring::log, 16, 1024, false, "log_f32_split_k_32x32x16_t2x2_"},
                            {Semiring::max_plus, 512, 512, true, "max_plus_f32_tiled_32x32x16_t2x2_"},
-                           {Semiring::log, 512, 512, false, "log_f32_exp_matmul_"}};
+                           {Semiring::log, 512, 512, false, "log_f32_exp_matmul_"},
+                           // Wider steps whose whole tiles would leave SMs idle: the sum in parts (a batch each).
+                           {Semiring::log, 512, 1024, false, "log_f32_exp_matmul_wgmma_tf32x3_128x128x32_"},
+                           {Semiring::log, 64, 2048, false, "log_f32_exp_matmul_wgmma_tf32x3_64x128x32_"}};
   for (const Expect& e : expect) {
     CAPTURE(e.product);
     ChainProblem p;
