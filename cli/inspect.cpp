@@ -29,6 +29,7 @@
 #include "runtime/autotune.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
+#include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -211,10 +212,19 @@ int print_tuned(const Problem& p) {
   return 0;
 }
 
+// The stepped strategy's form on this GPU, as its rule takes it.
+std::string stepped_form_text(const ChainProblem& p, const DeviceInfo& device) {
+  const SteppedForm form = stepped_form(p, device);
+  if (form.fused) return "fused (one persistent kernel a pass, its blocks meeting between positions)";
+  std::string text = "each step one product of the bmm plans";
+  if (form.parts > 1) text += ", its sum over the sources in " + std::to_string(form.parts) + " parts";
+  return text;
+}
+
 // The strategy a chain plan takes and why: the stored decision (its timings follow), or the rule and which of its
 // conditions holds; and why a stored decision's strategy is not the plan's.
-std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c) {
-  std::string text = c.stepped     ? "stepped (each step one product of the bmm plans)"
+std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c, const DeviceInfo& device) {
+  std::string text = c.stepped     ? "stepped, " + stepped_form_text(p, device)
                      : c.chunk > 0 ? "chunked, in chunks of " + std::to_string(c.chunk) + " steps"
                                    : "sequential";
   const bool sequential_fits = p.C <= kMaxSequentialChainStates;
@@ -259,7 +269,7 @@ int print_chain_tuned(const ChainProblem& p) {
                 c.from_decision ? "stored decision (jitbmm tune --chain)"
                 : d             ? "the rule (the stored decision's clusters do not fit this problem's registers)"
                                 : "the rule (no decision stored for this bucket; run jitbmm tune --chain)");
-  std::printf("strategy: %s\n", chain_strategy_text(p, c).c_str());
+  std::printf("strategy: %s\n", chain_strategy_text(p, c, *device).c_str());
   if (!d) return 0;
   if (d->timed.empty())
     std::printf("tuned:    in %.1f s: the stepped strategy alone\n", d->seconds);

@@ -70,6 +70,14 @@ struct SteppedChain::ForwardPieces {
   }
 };
 
+SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device) {
+  SteppedForm form;
+  form.fused = default_fused_steps(problem, device.sm_count);
+  if (problem.semiring == Semiring::log && shared_table(problem))
+    form.parts = step_parts(problem.B, problem.C, chain_output_dtype(problem), device);
+  return form;
+}
+
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
                            StepKernel kernel)
     : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
@@ -86,9 +94,9 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   }
   if (problem.B == 0) return;
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
-  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !default_fused_steps(problem, device_->sm_count))) {
-    if (problem.semiring == Semiring::log && shared_table(problem))
-      parts_ = step_parts(problem.B, problem.C, chain_output_dtype(problem), *device_);
+  const SteppedForm form = stepped_form(problem, *device_);
+  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !form.fused)) {
+    parts_ = form.parts;
     return;
   }
   fused_ = std::make_unique<FusedSteps>(problem, *device_, kernel == StepKernel::fused_streamed);

@@ -32,6 +32,14 @@ namespace jitbmm {
 // fused_streamed asks for the entries that stage both sides of each chunk in turn everywhere.
 enum class StepKernel : int { rule, products, fused, fused_streamed };
 
+// The form the rule takes for a problem on `device` (StepKernel::rule): fused or the products; and the parts the
+// products' log steps of a shared table sum their sources in (step_parts; 1 otherwise), whichever form runs.
+struct SteppedForm {
+  bool fused = false;
+  int64_t parts = 1;
+};
+SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device);
+
 
 class SteppedChain {
 public:
