@@ -52,7 +52,7 @@ bool chunked_step(int64_t rows, int64_t states) {
   return states >= 1024 && ((rows + 31) / 32) * ((states + 31) / 32) <= 64;
 }
 
-// A part's tile: 64 rows where the step has no more (a warpgroup's), else 128; 128 columns.
+// A part's tile: 64 rows (a warpgroup's) where the step has no more, else 128; 128 columns.
 int part_tile_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
 
 // A step's product split in parts (step_parts): batches of the same rows and of consecutive ranges of the sources.
@@ -105,7 +105,9 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
 } // namespace
 
 int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device) {
-  if (!wgmma_step(dtype, device) || rows < 1 || chunked_step(rows, states)) return 1;
+  // Fewer sequences than a warpgroup's rows were not measured: they keep whole sums (one sequence the warp kernel,
+  // which reads the table once where the parts' factors would be written and read again).
+  if (!wgmma_step(dtype, device) || rows < 64 || chunked_step(rows, states)) return 1;
   const int m = part_tile_rows(rows);
   const int64_t tiles = ((rows + m - 1) / m) * ((states + 127) / 128);
   const int64_t wanted = int64_t(std::max(1, device.sm_count)) * (m == 64 ? 2 : 1);
