@@ -40,11 +40,10 @@ struct JoinOnExit {
 } // namespace
 
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
-// backward messages', which run beside them) its messages and the product they reach ([B][C], the product's [parts]
-// [B][C]), the offsets so
-// far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds it too);
-// then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other on one
-// stream, share one table and one FusedSteps scratch.
+// backward messages', which run beside them) its messages ([B][C]) and the product they reach ([parts][B][C]), the
+// offsets so far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds
+// it too); then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other
+// on one stream, share one table and one FusedSteps scratch.
 struct SteppedChain::ForwardPieces {
   int passes;
   std::size_t messages, reached, offsets, table, argmax, fused;

@@ -40,7 +40,6 @@ struct SteppedForm {
 };
 SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device);
 
-
 class SteppedChain {
 public:
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
