@@ -404,13 +404,17 @@ void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, W
     k.steps = form;
     run_case(k, rng, worst);
   }
-  if (!fused) { // the edge values where log's step products sum their sources in parts
+  if (!fused) { // the edge values and banded −inf where log's step products sum their sources in parts
     Case k{s, d, 64, 5, 256};
     k.stepped = k.ragged = true;
     k.steps = form;
     k.p_special = 0.05;
     k.dead_state = true;
     run_case(k, rng, worst);
+    Case band{s, d, 70, 4, 512}; // some parts all −inf, others finite
+    band.stepped = band.ragged = band.banded = true;
+    band.steps = form;
+    run_case(band, rng, worst);
   }
   for (int64_t C : {3, 31, 64}) {
     Case k{s, d, 4, 9, C};
