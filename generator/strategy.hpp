@@ -40,6 +40,9 @@ struct Launch {
   // A persistent launch: its kernel loops over grid[0] tiles (grid[1] = grid[2] = 1), and the runtime launches at
   // most this many blocks an SM of the device (0: the grid as it is).
   unsigned blocks_per_sm = 0;
+  // exp_matmul's prepare pass: its grid[0] where b's factors and maxima are still in the workspace from the plan's
+  // previous call (SemiringBMM::run_same_b), the blocks that prepare a alone; 0: the launch always runs whole.
+  unsigned grid_same_b = 0;
 };
 
 // The launches of one call, in order, and the scratch they share.

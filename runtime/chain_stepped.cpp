@@ -250,14 +250,20 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
   params.beta = beta;
   const SemiringBMM step = product(beta, !beta && with_path, stream);
   // The forward from position 0, each product reaching the next position; the backward from the last position
-  // down, the table transposed.
+  // down, the table transposed. A shared table stays where its first step put it, and so do the factors exp_matmul
+  // made of it in `products`: the steps after the first prepare the messages alone.
+  const bool same_table = shared_table(p);
   for (int64_t i = 0; i < p.T; ++i) {
     const int64_t t = beta ? p.T - 1 - i : i;
     if (i > 0) {
       const int64_t from = beta ? t : t - 1; // the step's table: positions from → from + 1
       const void* tab = table(params, from, beta, table_scratch, cu_stream);
       int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
-      step(params.msg, tab, const_cast<void*>(params.prod), winners, stream, products);
+      void* reached = const_cast<void*>(params.prod);
+      if (same_table && i > 1)
+        step.run_same_b(params.msg, tab, reached, winners, stream, products);
+      else
+        step(params.msg, tab, reached, winners, stream, products);
     }
     params.t = t;
     launch("", p.B, true, params, cu_stream);

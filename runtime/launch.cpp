@@ -58,7 +58,8 @@ void point_repair_flags(jb::GradParams&, const Launch&, void*) {
 }
 
 template <class Params>
-void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void* workspace, CUstream stream) {
+void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void* workspace, CUstream stream,
+         bool same_b) {
   if (plan.workspace_bytes) {
     if (!workspace) throw std::logic_error("run_launches: no workspace for " + kernel.generated.name);
     params.workspace = workspace;
@@ -70,7 +71,7 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
     Params q = params;
     if (l.repair_flags_at != Launch::kNoFlags) point_repair_flags(q, l, workspace);
     void* args[] = {&q};
-    unsigned grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
+    unsigned grid[3] = {same_b && l.grid_same_b ? l.grid_same_b : l.grid[0], l.grid[1], l.grid[2]};
     if (l.blocks_per_sm && kernel.sm_count > 0)
       grid[0] = std::min(grid[0], l.blocks_per_sm * static_cast<unsigned>(kernel.sm_count));
     launch(kernel.entry(l.entry), grid, l.block, args, stream, kernel.generated.name, l.entry, l.dynamic_shared);
@@ -80,14 +81,14 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
 } // namespace
 
 void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::BmmParams params, void* workspace,
-                  CUstream stream) {
+                  CUstream stream, bool same_b) {
   params.k_chunk = plan.k_chunk;
-  run(kernel, plan, params, workspace, stream);
+  run(kernel, plan, params, workspace, stream, same_b);
 }
 
 void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::GradParams params, void* workspace,
                   CUstream stream) {
-  run(kernel, plan, params, workspace, stream);
+  run(kernel, plan, params, workspace, stream, false);
 }
 
 } // namespace jitbmm

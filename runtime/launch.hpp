@@ -27,9 +27,10 @@ jb::BmmParams bmm_params(const Problem& problem);
 jb::GradParams grad_params(const Problem& problem, const KernelSpec& spec);
 
 // Runs the plan's launches in order on `stream`, each with a copy of `params` whose workspace is `workspace` (at
-// least plan.workspace_bytes; zeroed first when the plan says so). Arguments must already be checked.
+// least plan.workspace_bytes; zeroed first when the plan says so). Arguments must already be checked. same_b: b and
+// the workspace are the previous call's, so a launch with a grid_same_b takes that grid.
 void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::BmmParams params, void* workspace,
-                  CUstream stream);
+                  CUstream stream, bool same_b = false);
 void run_launches(const LoadedKernel& kernel, const LaunchPlan& plan, jb::GradParams params, void* workspace,
                   CUstream stream);
 

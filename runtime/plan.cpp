@@ -132,6 +132,18 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, Stream str
 
 void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
                              const Workspace& workspace) const {
+  run(a, b, out, argmax, stream, workspace, false);
+}
+
+void SemiringBMM::run_same_b(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+                             const Workspace& workspace) const {
+  if (workspace_bytes() > 0 && !workspace.ptr)
+    throw std::invalid_argument("workspace: run_same_b reads the previous call's scratch, so it must be given");
+  run(a, b, out, argmax, stream, workspace, true);
+}
+
+void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+                      const Workspace& workspace, bool same_b) const {
   const Impl& im = *impl_;
   const Shape& s = im.problem.shape;
   const bool no_outputs = s.B == 0 || s.M == 0 || s.N == 0;
@@ -165,7 +177,8 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
   // different streams never share one.
   Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
   void* ws = scratch.take(im.launches.workspace_bytes);
-  run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream);
+  run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream,
+               same_b);
   if (watching && !moved) im.watch->observe(ws, cu_stream);
 }
 

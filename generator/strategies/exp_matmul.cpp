@@ -175,6 +175,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   prepare.entry = "_prepare";
   prepare.block[0] = 256;
   prepare.grid[0] = static_cast<unsigned>(g.row_blocks + g.col_blocks);
+  prepare.grid_same_b = static_cast<unsigned>(g.row_blocks); // blocks [0, row_blocks) prepare a (em_prepare_kernel)
   tile_grid(main, spec, s.M, s.N, s.B);
   if (uses_wgmma(spec.math)) {
     // The wgmma kernel numbers its tiles along grid[0] (templates/exp_matmul/wgmma.cuh). Persistent, a block an SM

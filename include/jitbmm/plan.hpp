@@ -32,6 +32,12 @@ public:
   // the scratch taken from `workspace` when one is given (see Workspace; workspace_bytes() says how much).
   void operator()(const void* a, const void* b, void* out, int32_t* argmax, Stream stream = nullptr,
                   const Workspace& workspace = {}) const;
+  // As above, where b and `workspace` (which must be given) are those of this plan's previous call on `stream`, and
+  // neither has changed since: exp_matmul prepares a alone, b's factors and maxima being in the workspace already
+  // (a loop of products with one right operand, as a chain's steps with one table); the other strategies run as
+  // operator() does. A call that breaks the condition computes with b's factors of that previous call.
+  void run_same_b(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+                  const Workspace& workspace) const;
   // The scratch bytes one forward call takes (0 for most direct kernels; split-K's partials, exp_matmul's factors).
   std::size_t workspace_bytes() const;
 
@@ -73,6 +79,8 @@ public:
 
 private:
   explicit SemiringBMM(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  void run(const void* a, const void* b, void* out, int32_t* argmax, Stream stream, const Workspace& workspace,
+           bool same_b) const;
   std::shared_ptr<const Impl> impl_;
 };
 

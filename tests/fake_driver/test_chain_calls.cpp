@@ -47,6 +47,21 @@ std::vector<std::string> launches(const std::string& log) {
   return out;
 }
 
+// The grid's x of each launch of a kernel whose name ends with `suffix`, in order.
+std::vector<unsigned> grids_x(const std::string& log, const std::string& suffix) {
+  std::ifstream in(log);
+  std::vector<unsigned> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string word, kernel, grid;
+    if (!(words >> word >> kernel >> grid) || word != "launch" || kernel.size() < suffix.size() ||
+        kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) != 0 || grid.rfind("grid=", 0) != 0)
+      continue;
+    out.push_back(unsigned(std::stoul(grid.substr(5))));
+  }
+  return out;
+}
+
 // The driver's log in a directory of its own while it lives.
 struct DriverLog {
   TempDir dir;
@@ -54,6 +69,7 @@ struct DriverLog {
   DriverLog() { ::setenv("JITBMM_FAKE_CUDA_LOG", path.c_str(), 1); }
   ~DriverLog() { ::unsetenv("JITBMM_FAKE_CUDA_LOG"); }
   std::vector<std::string> launched() const { return launches(path); }
+  std::vector<unsigned> grids(const std::string& suffix) const { return grids_x(path, suffix); }
 };
 
 void expect_workspace_refused(jitbmm_status status) {
@@ -474,6 +490,33 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
     CHECK(named >= p.T - 1);
     CHECK(named == products); // every launch not of the chain's own module is one of those products' kernels
   }
+}
+
+// A shared table's log steps in the products' form make exp_matmul's factors of the table once a pass: every
+// position's prepare after the first launches the blocks of the messages' rows alone.
+TEST_CASE("the stepped strategy's products prepare a shared table's factors once a pass") {
+  ChainProblem p;
+  p.semiring = Semiring::log;
+  p.form = ChainForm::hmm;
+  p.B = 512, p.T = 4, p.C = 1024;
+  const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
+  const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
+  DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), saved(plan.saved_bytes());
+  DeviceBuffer work(plan.workspace_bytes(false));
+  char* t = static_cast<char*>(tables.get());
+  const HmmInputs in{t + table, t, t + table + emissions};
+  const DriverLog log;
+  plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+       Workspace{work.get(), plan.workspace_bytes(false)});
+  const std::vector<unsigned> prepares = log.grids("_prepare");
+  REQUIRE(prepares.size() == 2 * std::size_t(p.T - 1)); // the forward's and the backward messages' passes
+  // The passes run side by side, so their launches interleave in the log: per pass, one whole prepare (the largest
+  // grid) and T − 2 of the rows alone.
+  const unsigned whole = *std::max_element(prepares.begin(), prepares.end());
+  const unsigned rows = *std::min_element(prepares.begin(), prepares.end());
+  CHECK(rows < whole);
+  CHECK(std::count(prepares.begin(), prepares.end(), whole) == 2);
+  CHECK(std::count(prepares.begin(), prepares.end(), rows) == 2 * (p.T - 2));
 }
 
 // The stepped strategy's fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): where the rule takes them,
