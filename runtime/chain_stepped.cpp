@@ -374,7 +374,8 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
     launch("_cast", groups * p.C * p.C, false, params, cu_stream);
     return;
   }
-  // The positive and the negative parts of grad_score, each a product of its operand with the saved messages.
+  // The positive and the negative parts of grad_score, each a product of its operand with the saved messages (the
+  // same right operand: the second prepares its operand alone).
   params.operand = scratch.take(bytes_of({p.B, p.T, p.C, acc}));
   char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
   const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
@@ -383,7 +384,11 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
   for (const int sign : {1, -1}) {
     params.sign = sign;
     launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
-    edges(params.operand, params.rel, products + (sign > 0 ? 0 : part), nullptr, stream, edge_scratch);
+    void* const out = products + (sign > 0 ? 0 : part);
+    if (sign > 0)
+      edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);
+    else
+      edges.run_same_b(params.operand, params.rel, out, nullptr, stream, edge_scratch);
   }
   params.products = products;
   params.slices = edge_slices();

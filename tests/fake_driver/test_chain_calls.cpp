@@ -493,7 +493,8 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
 }
 
 // A shared table's log steps in the products' form make exp_matmul's factors of the table once a pass: every
-// position's prepare after the first launches the blocks of the messages' rows alone.
+// position's prepare after the first launches the blocks of the messages' rows alone. The backward's two products of
+// the transitions' gradient share their right operand, the saved messages: the second prepares its left alone.
 TEST_CASE("the stepped strategy's products prepare a shared table's factors once a pass") {
   ChainProblem p;
   p.semiring = Semiring::log;
@@ -505,18 +506,28 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
   DeviceBuffer work(plan.workspace_bytes(false));
   char* t = static_cast<char*>(tables.get());
   const HmmInputs in{t + table, t, t + table + emissions};
+  {
+    const DriverLog log;
+    plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(false)});
+    const std::vector<unsigned> prepares = log.grids("_prepare");
+    REQUIRE(prepares.size() == 2 * std::size_t(p.T - 1)); // the forward's and the backward messages' passes
+    // The passes run side by side, so their launches interleave in the log: per pass, one whole prepare (the
+    // largest grid) and T − 2 of the rows alone.
+    const unsigned whole = *std::max_element(prepares.begin(), prepares.end());
+    const unsigned rows = *std::min_element(prepares.begin(), prepares.end());
+    CHECK(rows < whole);
+    CHECK(std::count(prepares.begin(), prepares.end(), whole) == 2);
+    CHECK(std::count(prepares.begin(), prepares.end(), rows) == 2 * (p.T - 2));
+  }
+  DeviceBuffer g(4 * p.B), grads(table + emissions + 4 * std::size_t(p.C)), back(plan.backward_workspace_bytes());
+  char* gr = static_cast<char*>(grads.get());
   const DriverLog log;
-  plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
-       Workspace{work.get(), plan.workspace_bytes(false)});
+  plan.backward(in, nullptr, saved.get(), nullptr, g.get(), HmmGradients{gr + table, gr, gr + table + emissions},
+                nullptr, Workspace{back.get(), plan.backward_workspace_bytes()});
   const std::vector<unsigned> prepares = log.grids("_prepare");
-  REQUIRE(prepares.size() == 2 * std::size_t(p.T - 1)); // the forward's and the backward messages' passes
-  // The passes run side by side, so their launches interleave in the log: per pass, one whole prepare (the largest
-  // grid) and T − 2 of the rows alone.
-  const unsigned whole = *std::max_element(prepares.begin(), prepares.end());
-  const unsigned rows = *std::min_element(prepares.begin(), prepares.end());
-  CHECK(rows < whole);
-  CHECK(std::count(prepares.begin(), prepares.end(), whole) == 2);
-  CHECK(std::count(prepares.begin(), prepares.end(), rows) == 2 * (p.T - 2));
+  REQUIRE(prepares.size() == 2);
+  CHECK(prepares[1] < prepares[0]);
 }
 
 // The stepped strategy's fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): where the rule takes them,
