@@ -6,6 +6,7 @@
 
 #include "generator/arch_features.hpp"
 #include "runtime/tuner/choose.hpp"
+#include "templates/chain/params.cuh"
 
 namespace jitbmm {
 
@@ -26,7 +27,9 @@ KernelSpec split(const Problem& q, int m, int k_chunk, int min_blocks) {
 // in exp_matmul's 64 × 64 tiles or the warpgroup form's 128 × 64 (128 × 128 left 116 of 132 SMs idle: 0.082 ms; the
 // direct kernels 0.08–0.3 ms), and from there on the warpgroup form's 128 × 64 tiles led (0.069 ms at C = 1024, 0.135
 // at 2048, 0.29 at B = 64, C = 4096, where 64 × 64 took 0.38); the transitions' gradient's product, 512² outputs of
-// a sum over 1024 positions in 16 batches, took 0.20 ms in 128 × 128 and 0.40 in 64 × 64.
+// a sum over 1024 positions in 16 batches, took 0.20 ms in 128 × 128, 0.25 in 128 × 64 and 0.40 in 64 × 64, and
+// 1024² outputs over 4096 positions in 4 batches 0.56 in 128 × 128 against 0.74 in 128 × 64 (more batches of
+// shorter sums, 2 to 64, changed either by less than a tenth).
 // max_plus with its argmax took the direct tiled kernel's 32 × 32 tiles at C = 512 (0.054 ms against 0.108 in 64 ×
 // 64) and tiled_refine's 64 × 64 at 1024.
 // Few sequences of many states give fewer output tiles than the GPU has SMs, each with a long sum: the sum split in
@@ -92,7 +95,9 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
   KernelSpec e = default_spec(q, Strategy::exp_matmul);
   const bool large = s.M * s.N >= 512 * 512;
   if (device.features.has(kWgmma) && large) {
-    const bool edges = s.K > 4 * s.N; // the gradient's product: few outputs, a long sum
+    // The transitions' gradient's product (the only one that reads its left operand transposed): few outputs of a
+    // long sum.
+    const bool edges = q.a_strides && q.a_strides->row == 1 && s.M > 1;
     e = edges ? tiles(e, 128, 128, 32, 2, 32, 1) : tiles(e, 128, 64, 32, 2, 16, 1);
     e.math = Math::wgmma_tf32x3;
     return e;
@@ -113,8 +118,9 @@ int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& 
   const int64_t wanted = int64_t(std::max(1, device.sm_count)) * (m == 64 ? 2 : 1);
   int64_t parts = 1;
   // As many parts as keep the tiles of all within one wave, each of at least 128 sources on 32-source boundaries
-  // (whole slices of the factors' panels), up to 8.
-  while (parts < 8 && 2 * tiles * parts <= wanted && states % (2 * parts * 32) == 0 && states / (2 * parts) >= 128)
+  // (whole slices of the factors' panels), up to the most the position's kernel adds.
+  while (parts < jb::kMaxStepParts && 2 * tiles * parts <= wanted && states % (2 * parts * 32) == 0 &&
+         states / (2 * parts) >= 128)
     parts *= 2;
   return parts;
 }

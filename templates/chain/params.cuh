@@ -20,6 +20,10 @@ namespace jb {
 // writes grad_emissions [B][T][C], grad (the transitions' gradient: [B][C][C] with batched_transitions, else
 // [C][C]) and grad_initial ([B][C] with batched_initial, else [C]), all contiguous; the transitions' partial sums
 // go through `partials` ([groups][chunks][C][C] in the accumulator type) when one block does not see every step.
+// The most parts a stepped log step sums its sources in (ChainParams::parts): the position's kernel keeps a
+// state's parts in registers.
+constexpr int kMaxStepParts = 8;
+
 struct ChainParams {
   const void* potentials;   // storage dtype, laid out by the strides below
   const long long* lengths; // [B], each in [1, T], or null: every sequence has T positions
@@ -54,7 +58,7 @@ struct ChainParams {
   // [T][B][C]. The log backward forms the transitions' gradient's left operand in `operand` ([B][T][C]) for the
   // grad_score's of one sign (`sign`: +1 or −1), and reads the products of it, `products` ([2][slices][groups]
   // [C][C]: the positive part's, then the negative part's). `widened`: a table copied into the accumulator type.
-  long long states, t, slices, parts;
+  long long states, t, slices, parts; // parts ≤ kMaxStepParts
   void* msg;
   const void* prod;
   double* running;

@@ -45,18 +45,28 @@ template <class T, int NT> __device__ __forceinline__ T block_best(T v, int& arg
 }
 
 // What the product reached at state c of sequence b: its one result, or for log split in parts the ⊕ of theirs, as
-// ChainLog adds a group's terms (NaN anywhere gives NaN, a +inf part without NaN +inf, all −inf −inf).
+// ChainLog adds a group's terms (NaN anywhere gives NaN, a +inf part without NaN +inf, all −inf −inf). The parts are
+// loaded together, each once.
 template <class T, bool LOG> __device__ __forceinline__ T reached_at(const ChainParams& p, long long b, long long c) {
   const T* const prod = static_cast<const T*>(p.prod) + b * p.states + c;
   if (!LOG || p.parts <= 1) return prod[0];
   const long long part = p.B * p.states;
-  T m = prod[0];
-  for (long long i = 1; i < p.parts; ++i) m = Num<T>::max(m, prod[i * part]);
+  T v[kMaxStepParts];
+#pragma unroll
+  for (int i = 0; i < kMaxStepParts; ++i) v[i] = i < p.parts ? prod[i * part] : Num<T>::neg_inf();
+  T m = v[0];
+#pragma unroll
+  for (int i = 1; i < kMaxStepParts; ++i) m = Num<T>::max(m, v[i]);
   if (!(m > Num<T>::neg_inf() && m < Num<T>::inf())) return m;
   T s = 0;
-  for (long long i = 0; i < p.parts; ++i) s += Num<T>::exp2((prod[i * part] - m) * Num<T>::log2e());
+#pragma unroll
+  for (int i = 0; i < kMaxStepParts; ++i) s += Num<T>::exp2((v[i] - m) * Num<T>::log2e()); // −inf pads add 0
   return m + Num<T>::log2(s) * Num<T>::ln2();
 }
+
+// The states a thread of a position's block keeps in registers between making its messages and writing them
+// relative; past them (C > NT · kKeptStates) the messages go through msg and are read back.
+constexpr int kKeptStates = 8;
 
 // Position p.t of every sequence (a block per sequence, grid-strided): the forward's (beta = 0) messages at t are
 // the first ones (t = 0: initial ⊗ emissions, or 0 for the CRF form) or prod ⊗ emissions[t]; the backward's
@@ -90,7 +100,8 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
     const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b + t * p.e_t;
     const double before = start ? 0.0 : p.running[b];
     T best = Num<T>::neg_inf();
-    for (long long c = threadIdx.x; c < C; c += NT) {
+    // State c's message before the shift (NaN for a bad sequence), its maximum taken.
+    auto make = [&](long long c) {
       const T e = HMM ? to_acc(em[c * p.e_c]) : T(0);
       T v = e;
       if (!start)
@@ -99,21 +110,34 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
         v = to_acc(static_cast<const S*>(p.initial)[b * p.i_b + c * p.i_c]) + e;
       else if (!HMM)
         v = T(0);
-      msg[c] = bad ? Num<T>::nan() : v;
       best = Num<T>::max(best, v);
+      return bad ? Num<T>::nan() : v;
+    };
+    T kept[kKeptStates];
+#pragma unroll
+    for (int i = 0; i < kKeptStates; ++i) {
+      const long long c = threadIdx.x + i * NT;
+      if (c < C) kept[i] = make(c);
     }
+    for (long long c = threadIdx.x + kKeptStates * NT; c < C; c += NT) msg[c] = make(c);
     const T shift = finite_or_zero(block_max<T, NT>(best, scratch));
     const double offset = before + double(shift);
     T top = Num<T>::neg_inf();
     int arg = -1;
-    for (long long c = threadIdx.x; c < C; c += NT) {
-      const T rel = msg[c] - shift;
+    auto put = [&](long long c, T v) {
+      const T rel = v - shift;
       msg[c] = rel;
       if (rel_out) rel_out[at * C + c] = rel;
       if (alpha) alpha[at * C + c] = T(offset + double(rel));
       if (!LOG && ChainMax<T>::beats(rel, int(c), top, arg)) top = rel, arg = int(c);
       if (LOG) top = Num<T>::max(top, rel);
+    };
+#pragma unroll
+    for (int i = 0; i < kKeptStates; ++i) {
+      const long long c = threadIdx.x + i * NT;
+      if (c < C) put(c, kept[i]);
     }
+    for (long long c = threadIdx.x + kKeptStates * NT; c < C; c += NT) put(c, msg[c]);
     if (threadIdx.x == 0) {
       p.running[b] = offset;
       if (rel_out) offset_out[at] = offset;
