@@ -452,18 +452,15 @@ void report(const char* what, Semiring s, DType d, const Worst& worst) {
                << ", worst error of a gradient (relative to its shares) " << worst.grad);
 }
 
-} // namespace
-
 // The stepped strategy (each step one product of every sequence's messages) in every semiring and dtype: odd sizes
 // up to beyond the sequential kernels' 1024 states, shared and batched tables, ragged lengths, banded −inf, padded
 // strides, the edge values and ties (whose Viterbi paths and scores must be the sequential kernels' bit for bit).
 // At 1024 states and more a few sequences' step products split their sums (split_k) or take the warp kernel, 20
 // sequences of 1024 states split them with the argmax too; on a GPU with wgmma log's step products of a shared table
 // of 64 sequences and more from 256 states sum their sources in parts, whose results the step adds.
-TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels") {
-  std::mt19937_64 rng(20261202);
-  for (Semiring s : {Semiring::log, Semiring::max_plus})
-    for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+void stepped_against_reference(Semiring s, std::mt19937_64& rng) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    SUBCASE(dtype_info(d).name) { // a dtype alone: -sc=f16
       Worst worst;
       // The products' form (the fused one, where the rule would take it, has a case of its own).
       const StepKernel form = fused_steps_apply_to(s, d) ? StepKernel::products : StepKernel::rule;
@@ -476,6 +473,20 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
       }
       report("stepped", s, d, worst);
     }
+  }
+}
+
+} // namespace
+
+// A case a semiring, a subcase a dtype: each case takes minutes, and the suites run them side by side.
+TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels: log") {
+  std::mt19937_64 rng(20261202);
+  stepped_against_reference(Semiring::log, rng);
+}
+
+TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels: max_plus") {
+  std::mt19937_64 rng(20261203);
+  stepped_against_reference(Semiring::max_plus, rng);
 }
 
 // The fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): one shared table, f32 accumulators; the
