@@ -2,6 +2,7 @@
 // call launches, and that a refused call launches nothing.
 #include <doctest/doctest.h>
 
+#include "tests/fake_driver/driver_log.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <algorithm>
@@ -32,45 +33,34 @@
 #include "runtime/tuner/policy.hpp"
 
 using namespace jitbmm;
+using test::DriverLog;
 
 namespace {
 
-// The kernels the fake driver's log says were launched ("launch <kernel> grid=... block=..."), in order.
-std::vector<std::string> launches(const std::string& log) {
-  std::ifstream in(log);
-  std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string word, kernel;
-    if (words >> word >> kernel && word == "launch") out.push_back(kernel);
-  }
-  return out;
-}
-
-// The grid's x of each launch of a kernel whose name ends with `suffix`, in order.
-std::vector<unsigned> grids_x(const std::string& log, const std::string& suffix) {
-  std::ifstream in(log);
-  std::vector<unsigned> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string word, kernel, grid;
-    if (!(words >> word >> kernel >> grid) || word != "launch" || kernel.size() < suffix.size() ||
-        kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) != 0 || grid.rfind("grid=", 0) != 0)
-      continue;
-    out.push_back(unsigned(std::stoul(grid.substr(5))));
-  }
-  return out;
-}
-
-// The driver's log in a directory of its own while it lives.
-struct DriverLog {
-  TempDir dir;
-  std::string path = dir.path + "/driver.log";
-  DriverLog() { ::setenv("JITBMM_FAKE_CUDA_LOG", path.c_str(), 1); }
-  ~DriverLog() { ::unsetenv("JITBMM_FAKE_CUDA_LOG"); }
-  std::vector<std::string> launched() const { return launches(path); }
-  std::vector<unsigned> grids(const std::string& suffix) const { return grids_x(path, suffix); }
+// An HMM's shared table [C][C], emissions [B][T][C] and initial table [C] in one f32 buffer: the inputs, or the
+// gradients.
+struct SharedHmmTables {
+  DeviceBuffer bytes;
+  std::size_t table, emissions;
+  explicit SharedHmmTables(const ChainProblem& p)
+      : bytes(std::size_t(p.C) * std::size_t(p.C) * 4 + std::size_t(p.B * p.T * p.C) * 4 + 4 * std::size_t(p.C)),
+        table(std::size_t(p.C) * std::size_t(p.C) * 4), emissions(std::size_t(p.B * p.T * p.C) * 4) {}
+  char* at(std::size_t offset) const { return static_cast<char*>(bytes.get()) + offset; }
+  HmmInputs inputs() const { return HmmInputs{at(table), at(0), at(table + emissions)}; }
+  HmmGradients gradients() const { return HmmGradients{at(table), at(0), at(table + emissions)}; }
 };
+
+// A forward of `plan` saving its messages, into outputs and a workspace of its own.
+struct SavingForward {
+  DeviceBuffer score, saved, work;
+  explicit SavingForward(const ChainPlan& plan)
+      : score(4 * std::size_t(plan.problem().B)), saved(plan.saved_bytes()), work(plan.workspace_bytes(false)) {}
+  void operator()(const ChainPlan& plan, const HmmInputs& in) const {
+    plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(false)});
+  }
+};
+
 
 void expect_workspace_refused(jitbmm_status status) {
   CHECK(status == JITBMM_INVALID_ARGUMENT);
@@ -473,11 +463,9 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
     p.B = e.B, p.T = 3, p.C = e.C;
     const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
     const std::string module = plan.kernel_name();
-    const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
-    DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), path(4 * p.B * p.T);
-    DeviceBuffer work(plan.workspace_bytes(e.path));
-    char* t = static_cast<char*>(tables.get());
-    const HmmInputs in{t + table, t, t + table + emissions};
+    const SharedHmmTables tables(p);
+    const HmmInputs in = tables.inputs();
+    DeviceBuffer score(4 * p.B), path(4 * p.B * p.T), work(plan.workspace_bytes(e.path));
     const DriverLog log;
     plan(in, nullptr, score.get(), nullptr, nullptr, e.path ? static_cast<int32_t*>(path.get()) : nullptr, nullptr,
          Workspace{work.get(), plan.workspace_bytes(e.path)});
@@ -501,15 +489,12 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
   p.form = ChainForm::hmm;
   p.B = 512, p.T = 4, p.C = 1024;
   const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
-  const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
-  DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), saved(plan.saved_bytes());
-  DeviceBuffer work(plan.workspace_bytes(false));
-  char* t = static_cast<char*>(tables.get());
-  const HmmInputs in{t + table, t, t + table + emissions};
+  const SharedHmmTables tables(p);
+  const HmmInputs in = tables.inputs();
+  const SavingForward forward(plan);
   {
     const DriverLog log;
-    plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
-         Workspace{work.get(), plan.workspace_bytes(false)});
+    forward(plan, in);
     const std::vector<unsigned> prepares = log.grids("_prepare");
     REQUIRE(prepares.size() == 2 * std::size_t(p.T - 1)); // the forward's and the backward messages' passes
     // The passes run side by side, so their launches interleave in the log: per pass, one whole prepare (the
@@ -520,11 +505,11 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
     CHECK(std::count(prepares.begin(), prepares.end(), whole) == 2);
     CHECK(std::count(prepares.begin(), prepares.end(), rows) == 2 * (p.T - 2));
   }
-  DeviceBuffer g(4 * p.B), grads(table + emissions + 4 * std::size_t(p.C)), back(plan.backward_workspace_bytes());
-  char* gr = static_cast<char*>(grads.get());
+  const SharedHmmTables grads(p);
+  DeviceBuffer g(4 * p.B), back(plan.backward_workspace_bytes());
   const DriverLog log;
-  plan.backward(in, nullptr, saved.get(), nullptr, g.get(), HmmGradients{gr + table, gr, gr + table + emissions},
-                nullptr, Workspace{back.get(), plan.backward_workspace_bytes()});
+  plan.backward(in, nullptr, forward.saved.get(), nullptr, g.get(), grads.gradients(), nullptr,
+                Workspace{back.get(), plan.backward_workspace_bytes()});
   const std::vector<unsigned> prepares = log.grids("_prepare");
   REQUIRE(prepares.size() == 2);
   CHECK(prepares[1] < prepares[0]);
@@ -542,14 +527,11 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
   const std::string module = plan.kernel_name();
   CHECK(module.rfind("hmm_fused_steps_log_f32", 0) == 0);
-  const std::size_t table = std::size_t(p.C) * std::size_t(p.C) * 4, emissions = std::size_t(p.B * p.T * p.C) * 4;
-  DeviceBuffer tables(table + emissions + 4 * std::size_t(p.C)), score(4 * p.B), saved(plan.saved_bytes());
-  DeviceBuffer work(plan.workspace_bytes(false));
-  char* t = static_cast<char*>(tables.get());
-  const HmmInputs in{t + table, t, t + table + emissions};
+  const SharedHmmTables tables(p);
+  const HmmInputs in = tables.inputs();
+  const SavingForward forward(plan);
   const DriverLog log;
-  plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
-       Workspace{work.get(), plan.workspace_bytes(false)});
+  forward(plan, in);
   std::vector<std::string> fused, other;
   for (const std::string& name : log.launched()) {
     if (name.rfind(module, 0) == 0)
@@ -566,14 +548,11 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   large.B = 128, large.C = 1024;
   const ChainPlan streaming = chain_plan_for(large, ChainSpec{}, 0, false, true);
   CHECK(streaming.kernel_name().rfind("hmm_fused_steps_log_f32", 0) == 0);
-  const std::size_t large_table = std::size_t(large.C) * std::size_t(large.C) * 4;
-  const std::size_t large_emissions = std::size_t(large.B * large.T * large.C) * 4;
-  DeviceBuffer large_tables(large_table + large_emissions + 4 * std::size_t(large.C)), large_score(4 * large.B);
-  DeviceBuffer large_work(streaming.workspace_bytes(false));
-  char* lt = static_cast<char*>(large_tables.get());
+  const SharedHmmTables large_tables(large);
+  DeviceBuffer large_score(4 * large.B), large_work(streaming.workspace_bytes(false));
   const DriverLog large_log;
-  streaming(HmmInputs{lt + large_table, lt, lt + large_table + large_emissions}, nullptr, large_score.get(), nullptr,
-            nullptr, nullptr, nullptr, Workspace{large_work.get(), streaming.workspace_bytes(false)});
+  streaming(large_tables.inputs(), nullptr, large_score.get(), nullptr, nullptr, nullptr, nullptr,
+            Workspace{large_work.get(), streaming.workspace_bytes(false)});
   std::vector<std::string> passes;
   for (const std::string& name : large_log.launched())
     if (name.rfind(streaming.kernel_name(), 0) == 0) passes.push_back(name.substr(streaming.kernel_name().size()));
@@ -586,7 +565,7 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   CHECK(best.kernel_name().rfind("hmm_fused_steps_max_plus_f32", 0) == 0);
   DeviceBuffer path(4 * std::size_t(p.B * p.T)), best_work(best.workspace_bytes(true));
   const DriverLog best_log;
-  best(in, nullptr, score.get(), nullptr, nullptr, static_cast<int32_t*>(path.get()), nullptr,
+  best(in, nullptr, forward.score.get(), nullptr, nullptr, static_cast<int32_t*>(path.get()), nullptr,
        Workspace{best_work.get(), best.workspace_bytes(true)});
   std::vector<std::string> launched;
   for (const std::string& name : best_log.launched())

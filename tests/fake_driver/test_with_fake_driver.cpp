@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/fake_driver/helper_process.hpp"
+#include "tests/fake_driver/driver_log.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <sys/stat.h>
@@ -579,28 +580,8 @@ TEST_CASE("scratch memory: the caller's workspace when given (checked), else jit
   ::unsetenv("JITBMM_FAKE_CUDA_LOG");
 }
 
-namespace {
-
-// The launches in the driver's log whose kernel name ends with `suffix`, in order: each kernel's name and grid x.
-std::vector<std::pair<std::string, unsigned>> logged_launches(const std::string& log, const std::string& suffix) {
-  std::istringstream in(file_text(log));
-  std::vector<std::pair<std::string, unsigned>> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string word, kernel, grid;
-    if ((words >> word >> kernel >> grid) && word == "launch" && kernel.size() >= suffix.size() &&
-        kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) == 0 && grid.rfind("grid=", 0) == 0)
-      out.emplace_back(kernel, unsigned(std::stoul(grid.substr(5))));
-  }
-  return out;
-}
-
-} // namespace
-
 TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; the workspace must be given") {
-  TempDir dir;
-  const std::string log = dir.path + "/driver.log";
-  ::setenv("JITBMM_FAKE_CUDA_LOG", log.c_str(), 1);
+  const test::DriverLog log;
   Problem p = small_problem(Semiring::log, DType::f32);
   const SemiringBMM plan = SemiringBMM::get(p, default_spec(p, Strategy::exp_matmul));
   const std::size_t bytes = plan.workspace_bytes();
@@ -608,11 +589,11 @@ TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; 
   const Workspace ws{workspace.get(), bytes};
   plan(a.get(), b.get(), out.get(), nullptr, nullptr, ws);
   plan.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, ws);
-  const auto prepares = logged_launches(log, "_prepare");
+  const auto prepares = log.launches("_prepare");
   REQUIRE(prepares.size() == 2);
-  CHECK(prepares[1].second < prepares[0].second); // the rows of a alone
-  CHECK(prepares[1].second >= 1);
-  const auto all = logged_launches(log, "");
+  CHECK(prepares[1].grid_x < prepares[0].grid_x); // the rows of a alone
+  CHECK(prepares[1].grid_x >= 1);
+  const auto all = log.launches();
   REQUIRE(all.size() == 6); // prepare, product and repair, twice: the rest as before
   CHECK(all[1] == all[4]);
   CHECK(all[2] == all[5]);
@@ -622,10 +603,9 @@ TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; 
   const SemiringBMM tiled = SemiringBMM::get(p, default_spec(p, Strategy::tiled));
   tiled(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{});
   tiled.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{}); // it takes no scratch
-  const auto after = logged_launches(log, "");
+  const auto after = log.launches();
   REQUIRE(after.size() == 8);
   CHECK(after[6] == after[7]);
-  ::unsetenv("JITBMM_FAKE_CUDA_LOG");
 }
 
 TEST_CASE("the C ABI plans and launches through the fake driver") {
