@@ -177,8 +177,10 @@ void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, 
   // different streams never share one.
   Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
   void* ws = scratch.take(im.launches.workspace_bytes);
+  // b's factors are the workspace's only where the variant that wrote them runs again, in the layout of its form: a
+  // watched plan may move to another variant between two calls (on this stream or another), so it runs whole.
   run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream,
-               same_b);
+               same_b && !im.watch);
   if (watching && !moved) im.watch->observe(ws, cu_stream);
 }
 

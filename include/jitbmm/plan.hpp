@@ -34,7 +34,8 @@ public:
                   const Workspace& workspace = {}) const;
   // As above, where b and `workspace` (which must be given) are those of this plan's previous call on `stream`, and
   // neither has changed since: exp_matmul prepares a alone, b's factors and maxima being in the workspace already
-  // (a loop of products with one right operand, as a chain's steps with one table); the other strategies run as
+  // (a loop of products with one right operand, as a chain's steps with one table); the other strategies, and a plan
+  // that watches its repairs (get() without a spec: it may move to another variant between calls), run as
   // operator() does. A call that breaks the condition computes with b's factors of that previous call.
   void run_same_b(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
                   const Workspace& workspace) const;

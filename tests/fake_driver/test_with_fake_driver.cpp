@@ -606,6 +606,30 @@ TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; 
   const auto after = log.launches();
   REQUIRE(after.size() == 8);
   CHECK(after[6] == after[7]);
+  // A plan that watches its repairs (get() of a problem whose stored decision is exp_matmul; a shape of this case
+  // alone) may change its variant between two calls: it prepares b each time.
+  Problem q = p;
+  q.shape = {3, 35, 19, 41};
+  KernelSpec em = default_spec(q);
+  em.strategy = Strategy::exp_matmul, em.math = Math::fma;
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  const TuningDevice td = tuning_device(*current_device());
+  TuneReport report;
+  report.best = em;
+  report.candidates.push_back({em, 1.0, "ok"});
+  put_decision(*disk, tuning_key(q, td, false, Pass::forward, InputRange::normal),
+               decision_from(q, td, report, Pass::forward, InputRange::normal));
+  const SemiringBMM watched = SemiringBMM::get(q);
+  REQUIRE(watched.spec().strategy == Strategy::exp_matmul);
+  const std::size_t watched_bytes = watched.workspace_bytes();
+  DeviceBuffer watched_work(watched_bytes);
+  const Workspace wws{watched_work.get(), watched_bytes};
+  watched(a.get(), b.get(), out.get(), nullptr, nullptr, wws);
+  watched.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, wws);
+  const auto whole = log.launches("_prepare");
+  REQUIRE(whole.size() == 4);
+  CHECK(whole[3] == whole[2]);
 }
 
 TEST_CASE("the C ABI plans and launches through the fake driver") {
