@@ -218,6 +218,9 @@ std::string stepped_form_text(const ChainProblem& p, const DeviceInfo& device) {
   if (form.fused) return "fused (one persistent kernel a pass, its blocks meeting between positions)";
   std::string text = "each step one product of the bmm plans";
   if (form.parts > 1) text += ", its sum over the sources in " + std::to_string(form.parts) + " parts";
+  if (form.saving_parts > 0)
+    text += "; saving the messages, both directions' steps one product, in " + std::to_string(form.saving_parts) +
+            " parts each";
   return text;
 }
 

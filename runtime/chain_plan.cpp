@@ -232,7 +232,9 @@ std::size_t chain_saved_bytes(const ChainProblem& problem) {
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
   const ChainProblem& p = impl_->problem;
   if (impl_->chunked) return impl_->chunked->workspace_bytes(false, with_path); // log: with saved it takes less
-  if (impl_->stepped) return impl_->stepped->workspace_bytes(p.semiring == Semiring::log, with_path); // saved's most
+  if (impl_->stepped) // a forward with or without saved: their products' scratch differ (the stacked product)
+    return std::max(impl_->stepped->workspace_bytes(false, with_path),
+                    impl_->stepped->workspace_bytes(p.semiring == Semiring::log, with_path));
   if (!with_path || p.semiring != Semiring::max_plus) return 0;
   return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
 }

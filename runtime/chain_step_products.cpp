@@ -58,11 +58,15 @@ bool chunked_step(int64_t rows, int64_t states) {
 // A part's tile: 64 rows (a warpgroup's) where the step has no more, else 128; 128 columns.
 int part_tile_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
 
-// A step's product split in parts (step_parts): batches of the same rows and of consecutive ranges of the sources.
+// A step's product split in parts (step_parts): batches of the same rows and of consecutive ranges of the sources,
+// of one pass's messages, or of the forward's then the backward's where both passes' steps are one product (each
+// row the two passes' messages side by side).
 bool parted(const Problem& q) {
   const Shape& s = q.shape;
-  return q.semiring == Semiring::log && s.B > 1 && s.K * s.B == s.N && q.a_strides && q.a_strides->batch == s.K &&
-         q.a_strides->row == s.N;
+  if (q.semiring != Semiring::log || s.B < 2 || !q.a_strides || q.a_strides->batch != s.K) return false;
+  for (int64_t passes : {1, 2})
+    if (s.K * s.B == passes * s.N && q.a_strides->row == passes * s.N) return true;
+  return false;
 }
 
 std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
@@ -109,12 +113,12 @@ std::optional<KernelSpec> rule(const Problem& q, const DeviceInfo& device) {
 
 } // namespace
 
-int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device) {
+int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device, int passes) {
   // Fewer sequences than a warpgroup's rows were not measured: they keep whole sums (one sequence the warp kernel,
   // which reads the table once where the parts' factors would be written and read again).
   if (!wgmma_step(dtype, device) || rows < 64 || chunked_step(rows, states)) return 1;
   const int m = part_tile_rows(rows);
-  const int64_t tiles = ((rows + m - 1) / m) * ((states + 127) / 128);
+  const int64_t tiles = passes * ((rows + m - 1) / m) * ((states + 127) / 128);
   const int64_t wanted = int64_t(std::max(1, device.sm_count)) * (m == 64 ? 2 : 1);
   int64_t parts = 1;
   // As many parts as keep the tiles of all within one wave, each of at least 128 sources on 32-source boundaries

@@ -16,7 +16,8 @@ SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, 
 // The parts the log step product of `rows` sequences' messages and one shared table of `states` states (accumulated
 // in `dtype`) sums its sources in: a power of two dividing the states (1: whole sums, as where wgmma is absent),
 // each part a batch of the product [rows × states / parts] · [states / parts × states], so that a step of few output
-// tiles still fills the GPU. The step adds the parts' results (templates/chain/steps.cuh).
-int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device);
+// tiles still fills the GPU. The step adds the parts' results (templates/chain/steps.cuh). `passes` 2: the forward
+// and the backward messages' steps are one product, their parts the batches of each in turn.
+int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& device, int passes = 1);
 
 } // namespace jitbmm

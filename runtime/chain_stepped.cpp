@@ -19,7 +19,7 @@ namespace jitbmm {
 namespace {
 
 // The product kinds a plan keeps.
-enum ProductKind { kStep = 0, kEdges = 1 };
+enum ProductKind { kStep = 0, kEdges = 1, kStacked = 2 };
 
 std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
@@ -42,18 +42,22 @@ struct JoinOnExit {
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages ([B][C]) and the product they reach ([parts][B][C]), the
 // offsets so far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds
-// it too); then max_plus's winning sources ([T][B][C] int32, with a path). Fused passes, which run one after the other
-// on one stream, share one table and one FusedSteps scratch.
+// it too); then max_plus's winning sources ([T][B][C] int32, with a path). Stacked passes (one product a position for
+// both) take one set, each piece the two passes' side by side: messages [B][2][C], reached [2][parts][B][C], offsets
+// [2][B], tables [2][C][C]. Fused passes, which run one after the other on one stream, share one table and one
+// FusedSteps scratch.
 struct SteppedChain::ForwardPieces {
   int passes;
+  bool stacked;
   std::size_t messages, reached, offsets, table, argmax, fused;
   std::size_t products[2];
-  ForwardPieces(const ChainProblem& p, int64_t parts, bool with_saved, bool with_path, std::size_t table_bytes,
-                std::size_t forward_products, std::size_t backward_products, std::size_t fused_bytes)
-      : passes(with_saved && !fused_bytes ? 2 : 1),
-        messages(fused_bytes ? 0 : bytes_of({p.B, p.C, dtype_info(p.dtype).acc_bytes})),
-        reached(fused_bytes ? 0 : bytes_of({parts, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
-        offsets(fused_bytes ? 0 : bytes_of({p.B, 8})), table(table_bytes),
+  ForwardPieces(const ChainProblem& p, int64_t parts, bool with_saved, bool with_path, bool stacked,
+                std::size_t table_bytes, std::size_t forward_products, std::size_t backward_products,
+                std::size_t fused_bytes)
+      : passes(with_saved && !fused_bytes && !stacked ? 2 : 1), stacked(stacked),
+        messages(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        reached(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, parts, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
+        offsets(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, p.B, 8})), table((stacked ? 2 : 1) * table_bytes),
         argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0), fused(fused_bytes),
         products{forward_products, backward_products} {}
   std::size_t bytes() const {
@@ -72,8 +76,17 @@ struct SteppedChain::ForwardPieces {
 SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device) {
   SteppedForm form;
   form.fused = default_fused_steps(problem, device.sm_count);
-  if (problem.semiring == Semiring::log && shared_table(problem))
+  if (problem.semiring == Semiring::log && shared_table(problem)) {
     form.parts = step_parts(problem.B, problem.C, chain_output_dtype(problem), device);
+    // Stacked where a pass's steps take parts (wgmma, enough sequences, not split_k's chunks: the rule's other
+    // products, the warp kernel and split_k, are fitted on one pass's shape), and where the stacked product still
+    // does: the two passes' tiles then fill a wave that one pass's leave short. Where they fill it whole, each pass's
+    // product alone keeps the GPU busy and stacking gains nothing.
+    if (form.parts > 1) {
+      const int64_t both = step_parts(problem.B, problem.C, chain_output_dtype(problem), device, 2);
+      if (both > 1) form.saving_parts = both;
+    }
+  }
   return form;
 }
 
@@ -96,6 +109,7 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   const SteppedForm form = stepped_form(problem, *device_);
   if (kernel == StepKernel::products || (kernel == StepKernel::rule && !form.fused)) {
     parts_ = form.parts;
+    stacked_parts_ = form.saving_parts;
     return;
   }
   fused_ = std::make_unique<FusedSteps>(problem, *device_, kernel == StepKernel::fused_streamed);
@@ -122,16 +136,20 @@ std::size_t SteppedChain::workspace_bytes(bool with_saved, bool with_path) const
 
 SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path, Stream stream) const {
   const ChainProblem& p = problem_;
-  if (p.B == 0) return ForwardPieces(p, 1, false, false, 0, 0, 0, 0);
+  if (p.B == 0) return ForwardPieces(p, 1, false, false, false, 0, 0, 0, 0);
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
-  if (fused_) return ForwardPieces(p, 1, with_saved, with_path, widened_bytes(), 0, 0, fused_->workspace_bytes());
+  if (fused_)
+    return ForwardPieces(p, 1, with_saved, with_path, false, widened_bytes(), 0, 0, fused_->workspace_bytes());
   const bool steps = p.T > 1;
+  if (with_saved && stacked_parts_ > 0)
+    return ForwardPieces(p, stacked_parts_, true, with_path, true, widened_bytes(),
+                         steps ? stacked_product(stream).workspace_bytes() : 0, 0, 0);
   const std::size_t forward =
       steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
   const std::size_t backward = steps && with_saved ? product(true, false, stream).workspace_bytes() : 0;
-  return ForwardPieces(p, parts_, with_saved, with_path, widened_bytes(), forward, backward, 0);
+  return ForwardPieces(p, parts_, with_saved, with_path, false, widened_bytes(), forward, backward, 0);
 }
 
 int64_t SteppedChain::edge_slices() const {
@@ -188,6 +206,24 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
                   s_p = widened() ? 1 : strides_[3];
     q.b_strides = beta ? Strides{s_b, s_c, s_p} : Strides{s_b, s_p, s_c};
   }
+  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+}
+
+SemiringBMM SteppedChain::stacked_product(Stream stream) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_tuple(int(kStacked), false, false);
+  if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  const ChainProblem& p = problem_;
+  const int64_t C = p.C, k = C / stacked_parts_;
+  // Batch j = pass · parts + part: its messages' sources [pass·C + part·k, +k) of each row (msg [B][2][C]), its
+  // table's rows from pass·C² + part·k·C (the widened tables side by side) and its results at j·B·C (prod).
+  Problem q;
+  q.semiring = p.semiring;
+  q.dtype = chain_output_dtype(p);
+  q.shape = Shape{2 * stacked_parts_, p.B, k, C};
+  q.a_strides = Strides{k, 2 * C, 1};
+  q.b_strides = Strides{k * C, C, 1};
+  q.out_strides = Strides{p.B * C, C, 1};
   return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
 }
 
@@ -271,6 +307,34 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
   if (!beta && with_path) launch("_path", p.B, false, params, cu_stream);
 }
 
+void SteppedChain::stacked_passes(jb::ChainParams forward, jb::ChainParams backward, void* tables,
+                                  const Workspace& products, Stream stream) const {
+  const ChainProblem& p = problem_;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  forward.beta = 0;
+  backward.beta = 1;
+  const SemiringBMM step = stacked_product(stream);
+  char* const forward_table = static_cast<char*>(tables);
+  char* const backward_table = forward_table + widened_bytes();
+  for (int64_t i = 0; i < p.T; ++i) {
+    const int64_t t = i, u = p.T - 1 - i; // the forward's position and the backward's
+    if (i > 0) {
+      // Each direction's table is copied at its first step (table()); the steps after it prepare the messages alone.
+      table(forward, t - 1, false, forward_table, cu_stream);
+      table(backward, u, true, backward_table, cu_stream);
+      void* const reached = const_cast<void*>(forward.prod);
+      if (i > 1)
+        step.run_same_b(forward.msg, forward_table, reached, nullptr, stream, products);
+      else
+        step(forward.msg, forward_table, reached, nullptr, stream, products);
+    }
+    forward.t = t;
+    launch("", p.B, true, forward, cu_stream);
+    backward.t = u;
+    launch("", p.B, true, backward, cu_stream);
+  }
+}
+
 void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch,
                               CUstream stream) const {
   const ChainProblem& p = problem_;
@@ -302,6 +366,27 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   const ForwardPieces sizes = pieces(with_saved, with_path, stream);
   Scratch scratch(*device_, workspace, sizes.bytes(), cu_stream);
   params.states = p.C;
+  params.msg_row = p.C;
+  if (sizes.stacked) {
+    // One set of pieces, each the two passes' side by side (ForwardPieces).
+    const std::size_t acc = std::size_t(dtype_info(p.dtype).acc_bytes);
+    jb::ChainParams forward = params, backward = params;
+    char* const msg = static_cast<char*>(scratch.take(sizes.messages));
+    char* const prod = static_cast<char*>(scratch.take(sizes.reached));
+    auto* const running = static_cast<double*>(scratch.take(sizes.offsets));
+    void* const tables = scratch.take(sizes.table);
+    const Workspace products{scratch.take(sizes.products[0]), sizes.products[0]};
+    forward.msg_row = backward.msg_row = 2 * p.C;
+    forward.parts = backward.parts = stacked_parts_;
+    forward.msg = msg;
+    backward.msg = msg + std::size_t(p.C) * acc;
+    forward.prod = prod;
+    backward.prod = prod + std::size_t(stacked_parts_ * p.B * p.C) * acc;
+    forward.running = running;
+    backward.running = running + p.B;
+    stacked_passes(forward, backward, tables, products, stream);
+    return;
+  }
   jb::ChainParams at[2] = {params, params};
   void* tables[2] = {};
   void* fused[2] = {};

@@ -33,10 +33,14 @@ namespace jitbmm {
 enum class StepKernel : int { rule, products, fused, fused_streamed };
 
 // The form the rule takes for a problem on `device` (StepKernel::rule): fused or the products; and the parts the
-// products' log steps of a shared table sum their sources in (step_parts; 1 otherwise), whichever form runs.
+// products' log steps of a shared table sum their sources in (step_parts; 1 otherwise), whichever form runs. A
+// forward that saves its messages for the backward runs the two passes' log steps of a shared table as one product
+// a position, in `saving_parts` parts a pass, where both a pass's steps and the stacked product take parts (0: the
+// passes run side by side, a product each).
 struct SteppedForm {
   bool fused = false;
   int64_t parts = 1;
+  int64_t saving_parts = 0;
 };
 SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device);
 
@@ -59,7 +63,8 @@ public:
   // grad_initial, each where not null.
   void backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
 
-  // The forward's scratch: with saved the backward messages' pass takes its own, as it runs beside the forward's.
+  // The forward's scratch: with saved the backward messages' pass takes its own, as it runs beside the forward's or
+  // with it in one product a position.
   std::size_t workspace_bytes(bool with_saved, bool with_path) const;
   // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
   std::size_t backward_workspace_bytes(bool transitions) const;
@@ -70,6 +75,11 @@ private:
   // `products` its products'.
   void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, const Workspace& products,
             Stream stream) const;
+  // Both directions' passes at once, each position's two steps one product (the stacked product): the forward's
+  // messages at position i and the backward's at T − 1 − i, their msg rows side by side, their tables side by side in
+  // `tables` (the forward's transposed first) and their parts' results one after the other in prod.
+  void stacked_passes(jb::ChainParams forward, jb::ChainParams backward, void* tables, const Workspace& products,
+                      Stream stream) const;
   // The same pass in the fused form: `scratch` holds the fused form's after the table.
   void fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream) const;
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
@@ -79,6 +89,7 @@ private:
   CUstream side_stream() const;
   // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
+  SemiringBMM stacked_product(Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
   void launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params, CUstream stream) const;
   // Whether the tables are copied into the accumulator type first (and the products read them from scratch).
@@ -97,6 +108,7 @@ private:
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   int64_t parts_ = 1;       // the parts a log step product of a shared table sums the sources in (step_parts)
+  int64_t stacked_parts_ = 0; // the stacked product's parts a pass (SteppedForm::saving_parts)
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
   mutable CUstream side_ = nullptr;

@@ -53,12 +53,14 @@ struct ChainParams {
   // The stepped strategy (templates/chain/steps.cuh), whose one module serves every C: position `t` of every
   // sequence at once, forward (beta = 0) or backward (beta = 1). The product that reached it, prod [parts][B][C] (⊕
   // over the sources of msg ⊗ the step; log may sum the sources in `parts` ranges, each a batch of the product, whose
-  // results the position adds), becomes the position's relative messages in msg [B][C], the next product's
+  // results the position adds), becomes the position's relative messages in msg [B][C] (rows msg_row apart: 2C
+  // where the two passes' messages of a sequence lie side by side, their steps one product), the next product's
   // operand, with the offsets so far in running [B]; max_plus's winning sources of each position are argmax
   // [T][B][C]. The log backward forms the transitions' gradient's left operand in `operand` ([B][T][C]) for the
   // grad_score's of one sign (`sign`: +1 or −1), and reads the products of it, `products` ([2][slices][groups]
   // [C][C]: the positive part's, then the negative part's). `widened`: a table copied into the accumulator type.
   long long states, t, slices, parts; // parts ≤ kMaxStepParts
+  long long msg_row;
   void* msg;
   const void* prod;
   double* running;

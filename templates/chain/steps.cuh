@@ -85,7 +85,7 @@ template <class S, bool LOG, bool HMM, int NT> __device__ __forceinline__ void s
   for (long long b = blockIdx.x; b < p.B; b += gridDim.x) {
     bool bad;
     const long long L = chain_length(p, b, bad), at = b * p.T + t;
-    T* const msg = static_cast<T*>(p.msg) + b * C;
+    T* const msg = static_cast<T*>(p.msg) + b * p.msg_row;
     if (t >= L) {
       for (long long c = threadIdx.x; c < C; c += NT) {
         msg[c] = Num<T>::neg_inf();

@@ -481,8 +481,10 @@ TEST_CASE("the stepped strategy's products: few sequences of 1024 states split e
 }
 
 // A shared table's log steps in the products' form make exp_matmul's factors of the table once a pass: every
-// position's prepare after the first launches the blocks of the messages' rows alone. The backward's two products of
-// the transitions' gradient share their right operand, the saved messages: the second prepares its left alone.
+// position's prepare after the first launches the blocks of the messages' rows alone. A saving forward runs both
+// directions' steps as one product a position (the tables side by side, 2 parts each at 512 × 1024). The backward's
+// two products of the transitions' gradient share their right operand, the saved messages: the second prepares its
+// left alone.
 TEST_CASE("the stepped strategy's products prepare a shared table's factors once a pass") {
   ChainProblem p;
   p.semiring = Semiring::log;
@@ -496,14 +498,26 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
     const DriverLog log;
     forward(plan, in);
     const std::vector<unsigned> prepares = log.grids("_prepare");
-    REQUIRE(prepares.size() == 2 * std::size_t(p.T - 1)); // the forward's and the backward messages' passes
-    // The passes run side by side, so their launches interleave in the log: per pass, one whole prepare (the
-    // largest grid) and T − 2 of the rows alone.
-    const unsigned whole = *std::max_element(prepares.begin(), prepares.end());
-    const unsigned rows = *std::min_element(prepares.begin(), prepares.end());
-    CHECK(rows < whole);
-    CHECK(std::count(prepares.begin(), prepares.end(), whole) == 2);
-    CHECK(std::count(prepares.begin(), prepares.end(), rows) == 2 * (p.T - 2));
+    REQUIRE(prepares.size() == std::size_t(p.T - 1)); // a product a step for both passes
+    CHECK(prepares[1] < prepares[0]);
+    CHECK(std::count(prepares.begin(), prepares.end(), prepares[1]) == p.T - 2);
+    const std::vector<std::string> names = log.launched();
+    const std::string module = plan.kernel_name();
+    const auto positions = std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n == module; });
+    CHECK(positions == 2 * p.T); // the forward's and the backward's position kernels, at every position
+    for (const test::LoggedLaunch& l : log.launches("_prepare"))
+      CHECK_MESSAGE(l.kernel.rfind("log_f32_exp_matmul_wgmma_tf32x3_128x128x32_", 0) == 0, l.kernel);
+  }
+  {
+    // The forward alone: 4 parts, the table's factors made once.
+    DeviceBuffer score(4 * p.B), work(plan.workspace_bytes(false));
+    const DriverLog log;
+    plan(in, nullptr, score.get(), nullptr, nullptr, nullptr, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(false)});
+    const std::vector<unsigned> prepares = log.grids("_prepare");
+    REQUIRE(prepares.size() == std::size_t(p.T - 1));
+    CHECK(prepares[1] < prepares[0]);
+    CHECK(std::count(prepares.begin(), prepares.end(), prepares[1]) == p.T - 2);
   }
   const SharedHmmTables grads(p);
   DeviceBuffer g(4 * p.B), back(plan.backward_workspace_bytes());
