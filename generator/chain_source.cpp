@@ -373,6 +373,7 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form)
     calls.push_back({"_reduce", "hmm_reduce<" + s + ", " + log_flag + ", 0>"});
   }
   if (hmm && log) {
+    calls.push_back({"_signs", "step_edge_signs<" + s + ">"});
     calls.push_back({"_operand", "step_edge_operand<" + s + ">"});
     calls.push_back({"_finish", "step_edge_finish<" + s + ">"});
   }

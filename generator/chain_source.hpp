@@ -96,8 +96,8 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 // The stepped strategy's module (templates/chain/steps.cuh) for chains of a semiring, inputs' dtype and form, one for
 // every C: the main entry finishes a position of every sequence (a block each); "_widen" copies a table into the
 // accumulator type; max_plus "_path" (a thread per sequence); the CRF form's backward "_marginals"; the HMM form's
-// "_nodes" and "_reduce" (the emissions' and the initial table's gradients), and for the transitions' "_operand" and
-// "_finish" (log) or "_path_edges" and "_cast" (max_plus). Blocks of kStepThreads.
+// "_nodes" and "_reduce" (the emissions' and the initial table's gradients), and for the transitions' "_signs",
+// "_operand" and "_finish" (log) or "_path_edges" and "_cast" (max_plus). Blocks of kStepThreads.
 constexpr int kStepThreads = 256;
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form);
 

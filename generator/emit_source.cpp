@@ -118,7 +118,8 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source) {
 }
 
 GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
-                            std::size_t params_bytes, const std::vector<EntryPoint>& entries) {
+                            std::size_t params_bytes, const std::vector<EntryPoint>& entries,
+                            const std::string& prologue) {
   std::ostringstream os;
   os << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on " << params
@@ -130,7 +131,9 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
     os << "extern \"C\" __global__ void ";
     if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
     os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix
-       << "(const jb::" << params << " p) {\n  " << e.call << "(p);\n}\n";
+       << "(const jb::" << params << " p) {\n";
+    if (!prologue.empty()) os << "  " << prologue << "\n";
+    os << "  " << e.call << "(p);\n}\n";
     suffixes.push_back(e.suffix);
   }
   GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());
@@ -159,8 +162,11 @@ GeneratedKernel emit_kernel(const KernelSpec& spec) {
      << "// spec: " << to_string(source_spec) << "\n\n";
   os << inline_templates(r.headers);
   const bool grad = std::string(r.params) == "GradParams";
+  // A forward whose flag is 0 is not wanted (SemiringBMM::run_if): every launch of it, whatever the strategy, returns
+  // before it reads or writes anything. The flag is read once per block, uniformly, so a cluster returns whole.
   GeneratedKernel k = finish_unit(readable_name(spec), os.str(), r.params,
-                                  grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams), r.entries);
+                                  grad ? sizeof(jb::GradParams) : sizeof(jb::BmmParams), r.entries,
+                                  grad ? "" : "if (p.run_if && *p.run_if == 0) return;");
   k.needs |= needed_features(spec);
   return k;
 }

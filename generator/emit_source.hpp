@@ -31,9 +31,10 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source);
 // A generated unit from its text up to the instantiation (the header comment and the inlined templates): appends
 // the frame every unit ends with, a static_assert that the device's argument block `params` (a struct of
 // templates/, the one every entry takes) has the host's size `params_bytes`, and the entry points, then names the
-// unit as finish_kernel does and lists its entries.
+// unit as finish_kernel does and lists its entries. `prologue`: a statement every entry runs before its call.
 GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
-                            std::size_t params_bytes, const std::vector<EntryPoint>& entries);
+                            std::size_t params_bytes, const std::vector<EntryPoint>& entries,
+                            const std::string& prologue = "");
 
 // The templates `headers` need (paths under templates/), each once and after every template it #includes, framed by
 // a comment naming it, without its include lines and include guard: what emit_kernel puts before the entry points.

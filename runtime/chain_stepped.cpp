@@ -177,6 +177,7 @@ std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
       .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
       .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
       .add(edge_product(nullptr).workspace_bytes(), "workspace")
+      .add(bytes_of({2, 4}), "workspace")
       .bytes();
 }
 
@@ -459,21 +460,25 @@ void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspa
     launch("_cast", groups * p.C * p.C, false, params, cu_stream);
     return;
   }
-  // The positive and the negative parts of grad_score, each a product of its operand with the saved messages (the
-  // same right operand: the second prepares its operand alone).
+  // grad_score's parts of each sign, each a product of its operand with the saved messages. "_signs" says on the GPU
+  // which signs grad_score has: the first product always runs (its sign the positive where there is one), the second
+  // only where grad_score has both (run_if), so a grad_score of one sign, as a loss's usually is, costs one product.
+  // Both have the same right operand: the second prepares its operand alone.
   params.operand = scratch.take(bytes_of({p.B, p.T, p.C, acc}));
   char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
   const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
   const SemiringBMM edges = edge_product(stream);
   const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
-  for (const int sign : {1, -1}) {
-    params.sign = sign;
+  params.signs = static_cast<int*>(scratch.take(bytes_of({2, 4})));
+  launch("_signs", 1, true, params, cu_stream);
+  for (const int edge : {0, 1}) {
+    params.edge = edge;
     launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
-    void* const out = products + (sign > 0 ? 0 : part);
-    if (sign > 0)
+    void* const out = products + (edge == 0 ? 0 : part);
+    if (edge == 0)
       edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);
     else
-      edges.run_same_b(params.operand, params.rel, out, nullptr, stream, edge_scratch);
+      edges.run_if(params.signs + 1, params.operand, params.rel, out, nullptr, stream, edge_scratch, true);
   }
   params.products = products;
   params.slices = edge_slices();

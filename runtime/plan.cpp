@@ -137,14 +137,22 @@ void SemiringBMM::operator()(const void* a, const void* b, void* out, int32_t* a
 
 void SemiringBMM::run_same_b(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
                              const Workspace& workspace) const {
-  if (workspace_bytes() > 0 && !workspace.ptr)
-    throw std::invalid_argument("workspace: run_same_b reads the previous call's scratch, so it must be given");
   run(a, b, out, argmax, stream, workspace, true);
 }
 
+void SemiringBMM::run_if(const int* needed, const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+                         const Workspace& workspace, bool same_b) const {
+  check_pointer(needed, "needed", false);
+  check_alignment(needed, "needed", 4);
+  run(a, b, out, argmax, stream, workspace, same_b, needed);
+}
+
 void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
-                      const Workspace& workspace, bool same_b) const {
+                      const Workspace& workspace, bool same_b, const int* needed) const {
   const Impl& im = *impl_;
+  if (same_b && workspace_bytes() > 0 && !workspace.ptr)
+    throw std::invalid_argument("workspace: a call with b's factors of the previous call reads that call's scratch, "
+                                "so it must be given");
   const Shape& s = im.problem.shape;
   const bool no_outputs = s.B == 0 || s.M == 0 || s.N == 0;
   check_pointer(a, "a", no_outputs || s.K == 0);
@@ -165,6 +173,7 @@ void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, 
   params.b = b;
   params.out = out;
   params.argmax = argmax;
+  params.run_if = needed;
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   // A watched plan reads an earlier call's repair count once it has landed, and may move to the wide-data variant.
@@ -181,7 +190,7 @@ void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, 
   // watched plan may move to another variant between two calls (on this stream or another), so it runs whole.
   run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream,
                same_b && !im.watch);
-  if (watching && !moved) im.watch->observe(ws, cu_stream);
+  if (watching && !moved && !needed) im.watch->observe(ws, cu_stream); // a skipped call counts nothing
 }
 
 std::size_t SemiringBMM::workspace_bytes() const {

@@ -39,6 +39,12 @@ public:
   // operator() does. A call that breaks the condition computes with b's factors of that previous call.
   void run_same_b(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
                   const Workspace& workspace) const;
+  // As operator() (same_b: as run_same_b), for a product wanted only where the device int at `needed` is not 0 when
+  // the launches reach it: an earlier launch on `stream` writes the flag, and the host does not wait to read it.
+  // Where it is 0, every launch returns before reading or writing anything: out and argmax keep what they held, and
+  // the call is not a previous call for run_same_b. A plan watching its repairs does not observe such a call.
+  void run_if(const int* needed, const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
+              const Workspace& workspace, bool same_b = false) const;
   // The scratch bytes one forward call takes (0 for most direct kernels; split-K's partials, exp_matmul's factors).
   std::size_t workspace_bytes() const;
 
@@ -81,7 +87,7 @@ public:
 private:
   explicit SemiringBMM(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   void run(const void* a, const void* b, void* out, int32_t* argmax, Stream stream, const Workspace& workspace,
-           bool same_b) const;
+           bool same_b, const int* needed = nullptr) const;
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -57,8 +57,9 @@ struct ChainParams {
   // where the two passes' messages of a sequence lie side by side, their steps one product), the next product's
   // operand, with the offsets so far in running [B]; max_plus's winning sources of each position are argmax
   // [T][B][C]. The log backward forms the transitions' gradient's left operand in `operand` ([B][T][C]) for the
-  // grad_score's of one sign (`sign`: +1 or −1), and reads the products of it, `products` ([2][slices][groups]
-  // [C][C]: the positive part's, then the negative part's). `widened`: a table copied into the accumulator type.
+  // grad_score's of one sign, and reads the products of it, `products` ([2][slices][groups][C][C]). `signs` [2]
+  // holds each of the two operands' sign (+1, −1, or 0: no operand, its product not run), as "_signs" reads them
+  // off grad_score; `edge` picks the operand a launch forms. `widened`: a table copied into the accumulator type.
   long long states, t, slices, parts; // parts ≤ kMaxStepParts
   long long msg_row;
   void* msg;
@@ -67,7 +68,8 @@ struct ChainParams {
   int* argmax;
   void* operand;
   const void* products;
-  int beta, sign;
+  int* signs;
+  int beta, edge;
   // The stepped strategy's fused forms (templates/chain/fused_tiles.cuh), one direction's pass in one launch: its
   // widened table [k][n], its column maxima col_max [C] and (log) the factors made of it [k][n]; scratch: msg as two
   // buffers, the tiles' row maxima [2][B][tiles], the last position's parts of the score row_sums [B][tiles] (and

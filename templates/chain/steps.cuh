@@ -198,13 +198,33 @@ template <class S> __device__ __forceinline__ void step_widen(const ChainParams&
   }
 }
 
+// The signs of the log backward's two left operands of the transitions' gradient (ChainParams::signs), from
+// grad_score: the first operand takes the positive parts where any grad_score is positive, else the negative ones;
+// the second the negative parts where grad_score has both signs, else none (0: its product does not run, as with a
+// grad_score of all ones, or of all −1/B). A NaN share goes into every operand formed. One block.
+template <class S> __device__ __forceinline__ void step_edge_signs(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const T* const g = static_cast<const T*>(p.grad_score);
+  bool positive = false, negative = false;
+  for (long long b = threadIdx.x; b < p.B; b += blockDim.x) positive |= g[b] > T(0), negative |= g[b] < T(0);
+  positive = __syncthreads_or(positive);
+  negative = __syncthreads_or(negative);
+  if (threadIdx.x == 0) {
+    p.signs[0] = positive || !negative ? 1 : -1;
+    p.signs[1] = positive && negative ? -1 : 0;
+  }
+}
+
 // The log backward's left operand of the transitions' gradient, operand [B][T][C]: at (b, t, c), the log of
 // sequence b's share of step t → t + 1 without its two messages' relative values and the transition, beta_rel
-// [t + 1][c] + the offsets − score + log of the part of grad_score[b] of sign p.sign (−inf where that part is 0, at
-// t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN), a warp a row (b, t) (hmm_row_threads). The product of this
-// with the saved rel over (b, t) sums every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
+// [t + 1][c] + the offsets − score + log of the part of grad_score[b] of the sign signs[edge] (−inf where that part
+// is 0, at t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN), a warp a row
+// (b, t) (hmm_row_threads); nothing where that sign is 0. The product of this with the saved rel over (b, t) sums
+// every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
 template <class S> __device__ __forceinline__ void step_edge_operand(const ChainParams& p) {
   using T = typename Acc<S>::type;
+  const int sign = p.signs[p.edge];
+  if (sign == 0) return;
   const long long C = p.states, rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
   const int lane = int(threadIdx.x % kHmmLanes);
   for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
@@ -214,7 +234,7 @@ template <class S> __device__ __forceinline__ void step_edge_operand(const Chain
     bool nan = s.mode == 2 && t + 1 < p.T, sends = false;
     T k = 0, log_part = 0;
     if (s.mode == 1 && t + 1 < s.L) {
-      const T part = p.sign > 0 ? s.g : -s.g;
+      const T part = sign > 0 ? s.g : -s.g;
       if (part != part) {
         nan = true; // a NaN grad_score makes the sum NaN, as it makes the emissions' gradient
       } else if (part > T(0)) {
@@ -241,21 +261,27 @@ template <class T> __device__ __forceinline__ T log_sum(const T* x, long long n,
 }
 
 // The transitions' gradient from the products of the edge operands (products [2][slices][groups][C][C], the slices
-// being ranges of sequences summed here): exp(transitions[c][q] + the positive part) − exp(transitions[c][q] + the
-// negative part), written in S. Grid-strided over groups · C².
+// being ranges of sequences summed here): the sum over the operands formed of their sign · exp(transitions[c][q] +
+// their part), written in S. An operand of sign 0 was not formed, nor its product run: its part is not read.
+// Grid-strided over groups · C².
 template <class S> __device__ __forceinline__ void step_edge_finish(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long C = p.states, groups = p.batched_transitions ? p.B : 1, n = groups * C * C;
   const T* const parts = static_cast<const T*>(p.products);
   const long long part = p.slices * n;
+  const int signs[2] = {p.signs[0], p.signs[1]};
   const S* const trans = static_cast<const S*>(p.potentials);
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const long long g = i / (C * C), r = i / C % C, q = i % C;
     const T tr = to_acc(trans[g * p.s_b + r * p.s_c + q * p.s_p]);
-    const T plus = log_sum(parts + i, p.slices, n), minus = log_sum(parts + part + i, p.slices, n);
-    // A part no step reached adds nothing, whatever the transition (+inf ⊗ −inf would be NaN).
-    auto share = [&](T part) { return part == Num<T>::neg_inf() ? T(0) : Num<T>::exp2((tr + part) * Num<T>::log2e()); };
-    const T grad = share(plus) - share(minus);
+    T grad = 0;
+    for (int e = 0; e < 2; ++e) {
+      if (signs[e] == 0) continue;
+      const T sum = log_sum(parts + e * part + i, p.slices, n);
+      // A part no step reached adds nothing, whatever the transition (+inf ⊗ −inf would be NaN).
+      const T share = sum == Num<T>::neg_inf() ? T(0) : Num<T>::exp2((tr + sum) * Num<T>::log2e());
+      grad += signs[e] > 0 ? share : -share;
+    }
     static_cast<S*>(p.grad)[i] = from_acc<S>(grad);
   }
 }

@@ -18,6 +18,7 @@ struct BmmParams {
   void* workspace;   // split-K: per-chunk values [chunks][B][M][N] (accumulator type), then their argmax (int32);
                      // exp_matmul: the layout of em_workspace (templates/exp_matmul/bounds.cuh)
   const unsigned* repair_flags; // exp_matmul's repair pass: run only the tiles whose flag is set (null: every tile)
+  const int* run_if;            // null, or a device flag: where it is 0, every launch returns at once (run_if())
 };
 
 // The argument block of the backward kernels (pass grad_a or grad_b). Gradients have the layout (and storage

@@ -580,7 +580,7 @@ TEST_CASE("scratch memory: the caller's workspace when given (checked), else jit
   ::unsetenv("JITBMM_FAKE_CUDA_LOG");
 }
 
-TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; the workspace must be given") {
+TEST_CASE("run_same_b and run_if: exp_matmul prepares a alone; other strategies run whole; the workspace must be given") {
   const test::DriverLog log;
   Problem p = small_problem(Semiring::log, DType::f32);
   const SemiringBMM plan = SemiringBMM::get(p, default_spec(p, Strategy::exp_matmul));
@@ -599,13 +599,26 @@ TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; 
   CHECK(all[2] == all[5]);
   CHECK_THROWS_WITH_AS(plan.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{}),
                        doctest::Contains("workspace"), std::invalid_argument);
+  // run_if launches what the call it stands for launches (the GPU skips them where the flag is 0).
+  DeviceBuffer flag(4);
+  const int* const needed = static_cast<const int*>(flag.get());
+  plan.run_if(needed, a.get(), b.get(), out.get(), nullptr, nullptr, ws, true);
+  plan.run_if(needed, a.get(), b.get(), out.get(), nullptr, nullptr, ws);
+  const auto conditional = log.launches();
+  REQUIRE(conditional.size() == 12);
+  CHECK(std::equal(conditional.begin() + 6, conditional.begin() + 9, all.begin() + 3)); // as run_same_b
+  CHECK(std::equal(conditional.begin() + 9, conditional.end(), all.begin()));            // as a plain call
+  CHECK_THROWS_WITH_AS(plan.run_if(nullptr, a.get(), b.get(), out.get(), nullptr, nullptr, ws),
+                       doctest::Contains("needed"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan.run_if(needed, a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{}, true),
+                       doctest::Contains("workspace"), std::invalid_argument);
   // A strategy without a prepare pass: the same launches as a plain call.
   const SemiringBMM tiled = SemiringBMM::get(p, default_spec(p, Strategy::tiled));
   tiled(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{});
   tiled.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{}); // it takes no scratch
   const auto after = log.launches();
-  REQUIRE(after.size() == 8);
-  CHECK(after[6] == after[7]);
+  REQUIRE(after.size() == 14);
+  CHECK(after[12] == after[13]);
   // A plan that watches its repairs (get() of a problem whose stored decision is exp_matmul; a shape of this case
   // alone) may change its variant between two calls: it prepares b each time.
   Problem q = p;
@@ -628,8 +641,8 @@ TEST_CASE("run_same_b: exp_matmul prepares a alone; other strategies run whole; 
   watched(a.get(), b.get(), out.get(), nullptr, nullptr, wws);
   watched.run_same_b(a.get(), b.get(), out.get(), nullptr, nullptr, wws);
   const auto whole = log.launches("_prepare");
-  REQUIRE(whole.size() == 4);
-  CHECK(whole[3] == whole[2]);
+  REQUIRE(whole.size() == 6);
+  CHECK(whole[5] == whole[4]);
 }
 
 TEST_CASE("the C ABI plans and launches through the fake driver") {

@@ -40,11 +40,12 @@ inline double half_rounding(DType dtype) {
   return dtype == DType::f16 ? 0x1p-11 : dtype == DType::bf16 ? 0x1p-8 : 0;
 }
 
-// |gpu − ref| within tol·max(1, |ref|), with equal infinities and NaN where the reference has NaN.
-inline bool close(double gpu, double ref, double tol) {
+// |gpu − ref| within tol·max(floor, |ref|), with equal infinities and NaN where the reference has NaN. floor: the
+// size below which a value's error is not relative to it (1, or a sum's terms' size where they may cancel).
+inline bool close(double gpu, double ref, double tol, double floor = 1.0) {
   if (std::isnan(ref) || std::isnan(gpu)) return std::isnan(ref) && std::isnan(gpu);
   if (std::isinf(ref) || std::isinf(gpu)) return gpu == ref;
-  return std::fabs(gpu - ref) <= tol * std::max(1.0, std::fabs(ref));
+  return std::fabs(gpu - ref) <= tol * std::max(floor, std::fabs(ref));
 }
 
 // The largest error of each output over a suite's cases, for its closing message.
@@ -52,15 +53,15 @@ struct Worst {
   double score = 0, alpha = 0, grad = 0;
 };
 
-// Each got[i] against ref[i] (close(), tol) as name[i]: the first misses of a case (counted in bad) reported; the
-// largest error where the reference is finite, relative to max(1, |ref|), kept in worst (when given).
+// Each got[i] against ref[i] (close(), tol, floor) as name[i]: the first misses of a case (counted in bad) reported;
+// the largest error where the reference is finite, relative to max(floor, |ref|), kept in worst (when given).
 inline void compare(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref,
-                    double tol, int& bad, double* worst = nullptr) {
+                    double tol, int& bad, double* worst = nullptr, double floor = 1.0) {
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!close(got[i], ref[i], tol) && bad++ < 5)
+    if (!close(got[i], ref[i], tol, floor) && bad++ < 5)
       FAIL_CHECK(name << "[" << i << "] = " << got[i] << ", reference " << ref[i]);
     if (worst && std::isfinite(ref[i]))
-      *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
+      *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(floor, std::fabs(ref[i])));
   }
 }
 

@@ -47,6 +47,9 @@ struct Case {
   StepKernel steps = StepKernel::rule; // its form (runtime/chain_stepped.hpp)
   int64_t chunk = 0;        // the chunked strategy's steps per chunk (max_plus); 0: ChainPlan::get's choice
   bool nan_grad = false;    // the last sequence's grad_score is NaN
+  // grad_score's signs: both (mixed), or one (a tenth of them 0 in every kind): the log backward of a shared table
+  // runs a second product of the transitions' gradient only where grad_score has both.
+  enum class Signs { mixed, positive, negative, zero } signs = Signs::mixed;
   bool dead_state = false;  // no transition into or out of state 0 (−inf): a table's row and column of −inf alone
 };
 
@@ -72,7 +75,11 @@ std::string describe(const Case& k) {
                                                              : "";
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
          (k.stepped ? std::string(" stepped") + form : std::string()) +
-         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "");
+         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "") +
+         (k.signs == Case::Signs::positive   ? " grad>=0"
+          : k.signs == Case::Signs::negative ? " grad<=0"
+          : k.signs == Case::Signs::zero     ? " grad=0"
+                                             : "");
 }
 
 // A table of `extents` in host memory: contiguous, or (padded) each dimension's stride one element wider than
@@ -147,7 +154,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   std::vector<double> grad_score(static_cast<std::size_t>(B)), magnitude(static_cast<std::size_t>(B));
   std::vector<unsigned char> g_bytes(std::size_t(B) * out_bytes + 1);
   for (int64_t b = 0; b < B; ++b) {
-    const double g = u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5;
+    double g = u(rng) < 0.1 ? 0.0 : normal(rng) / k.spread + 0.5;
+    if (k.signs == Case::Signs::positive) g = std::fabs(g);
+    if (k.signs == Case::Signs::negative) g = -std::fabs(g);
+    if (k.signs == Case::Signs::zero) g = 0;
     store_element(out, g_bytes.data(), b, k.nan_grad && b == B - 1 ? NAN : g);
     grad_score[std::size_t(b)] = load_element(out, g_bytes.data(), b);
     magnitude[std::size_t(b)] = std::fabs(grad_score[std::size_t(b)]);
@@ -197,7 +207,9 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   // chain. So the tolerances of alpha and the log gradients grow with the spread. Half tables are computed in f32,
   // and only their gradients are rounded to the half type. max_plus's tables' gradients add one share of grad_score
   // a step of the path, in the accumulator type: up to B·T additions, each rounding by a unit in the last place.
-  // The stepped strategy's products form keeps the products' f32 contract at each step, 1e-5 of max(1, |out|).
+  // The stepped strategy's products form keeps the products' f32 contract at each step, 1e-5 of max(1, |out|). The
+  // score is such a sum too, of terms of the spread's size: where they nearly cancel (a score of −1.14 from tables
+  // of spread 10) its rounding is relative to the spread, not to the score.
   const bool wide = k.dtype == DType::f64;
   const bool products = k.stepped && k.steps != StepKernel::fused && k.steps != StepKernel::fused_streamed;
   const double rounding = test::half_rounding(k.dtype);
@@ -205,13 +217,15 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   const double path_sums = double(B * T) * std::ldexp(1.0, wide ? -53 : -24);
   const double grad_tol = viterbi ? (wide ? 1e-14 : 1e-6) + path_sums : (wide ? 1e-11 : 4e-5) * k.spread;
   int bad = 0;
-  compare("score", score, ref_score, score_tol, bad, &worst.score);
+  const double score_floor = std::max(1.0, k.spread);
+  compare("score", score, ref_score, score_tol, bad, &worst.score, score_floor);
   compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha);
   if (!viterbi) { // the forward without saved: another entry point, the same contract
     d_score.fill_bytes(0xff);
     d_alpha.fill_bytes(0xff);
     plan(dev, d_len, d_score.get(), nullptr, d_alpha.get());
-    compare("without saved: score", download_as_double(d_score, out, B), ref_score, score_tol, bad);
+    compare("without saved: score", download_as_double(d_score, out, B), ref_score, score_tol, bad, nullptr,
+            score_floor);
     compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(n_em)), ref_alpha, alpha_tol, bad);
   }
   if (viterbi && ((k.stepped && C <= kMaxSequentialChainStates) || (k.chunk && k.integers))) {
@@ -448,6 +462,24 @@ void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, W
     nan_grad.stepped = nan_grad.nan_grad = true; // NaN in the shared tables' sums, the other sequences' exact
     nan_grad.steps = form;
     run_case(nan_grad, rng, worst);
+    for (const Case::Signs signs : {Case::Signs::positive, Case::Signs::negative, Case::Signs::zero}) {
+      Case one_sign{s, d, 5, 7, C};
+      one_sign.stepped = one_sign.ragged = true;
+      one_sign.steps = form;
+      one_sign.signs = signs;
+      run_case(one_sign, rng, worst);
+      one_sign.nan_grad = true; // the NaN in the one product that runs
+      run_case(one_sign, rng, worst);
+    }
+  }
+  if (!fused) { // grad_score of one sign where the steps' products sum their sources in parts
+    for (const Case::Signs signs : {Case::Signs::positive, Case::Signs::negative}) {
+      Case k{s, d, 64, 4, 256};
+      k.stepped = k.ragged = true;
+      k.steps = form;
+      k.signs = signs;
+      run_case(k, rng, worst);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // test_streams.cpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -356,6 +357,70 @@ TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keep
     release_pool_memory();
     CHECK(stats().pool_reserved_bytes < kept);
   }
+}
+
+// run_if: every launch of a plan whose flag is 0 returns before writing anything, whatever the strategy (the
+// generated entries check it), so out and argmax keep their poison; with the flag 1 the call gives what a plain call
+// gives, bit for bit, and so does a call with b's factors of the previous call (exp_matmul prepares a alone) after a
+// skipped one, which does not count as a previous call.
+TEST_CASE("run_if: a flag of 0 leaves out and argmax untouched; 1 gives the plain call's result") {
+  Problem split;
+  split.shape = {2, 20, 5000, 24};
+  Problem em;
+  em.shape = {3, 70, 90, 50};
+  Problem viterbi;
+  viterbi.semiring = Semiring::max_plus;
+  viterbi.with_argmax = true;
+  viterbi.shape = {2, 33, 17, 40};
+  for (const auto& [p, spec] :
+       {std::pair{split, default_spec(split, Strategy::split_k)}, std::pair{em, test::exp_matmul_spec_here(em)},
+        std::pair{viterbi, default_spec(viterbi, Strategy::tiled)}}) {
+    CAPTURE(to_string(spec));
+    const SemiringBMM plan = SemiringBMM::get(p, spec);
+    const Shape& s = p.shape;
+    std::mt19937_64 rng(91);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N);
+    for (float& v : ha) v = normal(rng);
+    for (float& v : hb) v = normal(rng);
+    const std::size_t outputs = std::size_t(s.B * s.M * s.N);
+    DeviceBuffer a(ha.size() * 4), b(hb.size() * 4), out(outputs * 4), argmax(outputs * 4), flag(4),
+        workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    a.upload(ha.data(), ha.size() * 4);
+    b.upload(hb.data(), hb.size() * 4);
+    const Workspace ws{workspace.get(), plan.workspace_bytes()};
+    int32_t* const arg = p.with_argmax ? static_cast<int32_t*>(argmax.get()) : nullptr;
+    auto results = [&] {
+      check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+      std::vector<uint32_t> r(2 * outputs);
+      out.download(r.data(), outputs * 4);
+      argmax.download(r.data() + outputs, outputs * 4);
+      return r;
+    };
+    auto poison = [&] {
+      out.fill_bytes(0xff);
+      argmax.fill_bytes(0xff);
+    };
+    auto set_flag = [&](int v) { flag.upload(&v, 4); };
+    poison();
+    plan(a.get(), b.get(), out.get(), arg, nullptr, ws);
+    const std::vector<uint32_t> plain = results();
+    CHECK(plain[0] != 0xffffffffu);
+    for (const bool same_b : {false, true}) {
+      CAPTURE(same_b);
+      poison();
+      set_flag(0);
+      plan.run_if(static_cast<const int*>(flag.get()), a.get(), b.get(), out.get(), arg, nullptr, ws, same_b);
+      const std::vector<uint32_t> skipped = results();
+      CHECK(std::all_of(skipped.begin(), skipped.end(), [](uint32_t w) { return w == 0xffffffffu; }));
+      set_flag(1);
+      plan.run_if(static_cast<const int*>(flag.get()), a.get(), b.get(), out.get(), arg, nullptr, ws, same_b);
+      CHECK(results() == plain);
+    }
+  }
+  const SemiringBMM plan = SemiringBMM::get(em, test::exp_matmul_spec_here(em));
+  CHECK_THROWS_WITH_AS(plan.run_if(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, Workspace{}),
+                       doctest::Contains("needed"), std::invalid_argument);
 }
 
 // Data matter (runtime/repair_watch.hpp): a plan given an exp_matmul variant, called on randn*200 inputs (most outputs
