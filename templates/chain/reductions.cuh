@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/numbers.cuh"
+#include "core/semirings.cuh"
 
 namespace jb {
 
@@ -37,13 +38,10 @@ template <class T> struct ChainLog {
   }
 };
 
-// max_plus: the maximum and the smallest state reaching it; NaN wins (the smallest state holding NaN), as the bmm
-// argmax does.
+// max_plus: the maximum and the smallest state reaching it; NaN wins (the smallest state holding NaN): the bmm
+// argmax's order, select_beats.
 template <class T> struct ChainMax {
-  static __device__ __forceinline__ bool beats(T a, int i, T b, int j) {
-    if (a != a) return b == b || i < j;
-    return a > b || (a == b && i < j);
-  }
+  static __device__ __forceinline__ bool beats(T a, int i, T b, int j) { return select_beats<MaxPlusOp<T>>(a, i, b, j); }
   template <int G, int N> static __device__ __forceinline__ T reduce(const T (&x)[N], int first, int& arg) {
     T v = x[0];
     int i = first;

@@ -64,9 +64,18 @@ template <class T> struct LogSemiring {
   static __device__ __forceinline__ T pad_b() { return Num<T>::neg_inf(); }
 };
 
+// The selecting semirings' one order, which the chains' reductions take too (templates/chain/reductions.cuh):
+// whether value v at index k beats cur at cur_k. NaN beats every number, and between NaN the smallest index wins;
+// among numbers Op::better (a strict preference), ties to the smallest index.
+template <class Op, class T> __device__ __forceinline__ bool select_beats(T v, int k, T cur, int cur_k) {
+  if (is_nan(cur)) return is_nan(v) && k < cur_k;
+  if (is_nan(v) || Op::better(v, cur)) return true;
+  return v == cur && k < cur_k;
+}
+
 // Selecting semirings: ⊕ picks one term, so the accumulator remembers which k won. Ties keep the smallest k;
-// the first NaN term wins over every number and stays; with no term (K = 0) the output is the semiring zero
-// and the argmax is −1. Op supplies times (⊗), better (strict preference) and zero.
+// the first NaN term wins over every number and stays (select_beats); with no term (K = 0) the output is the
+// semiring zero and the argmax is −1. Op supplies times (⊗), better (strict preference) and zero.
 template <class T, class Op> struct Select {
   struct State {
     T v;
@@ -74,10 +83,7 @@ template <class T, class Op> struct Select {
   };
   static __device__ __forceinline__ State init() { return {Op::zero(), -1}; }
   static __device__ __forceinline__ bool takes(const State& x, T v, int k) {
-    if (x.k < 0) return true;
-    if (is_nan(x.v)) return is_nan(v) && k < x.k;
-    if (is_nan(v) || Op::better(v, x.v)) return true;
-    return v == x.v && k < x.k;
+    return x.k < 0 || select_beats<Op>(v, k, x.v, x.k);
   }
   static __device__ __forceinline__ void add_term(State& st, T a, T b, long long k) {
     const T t = Op::times(a, b);
