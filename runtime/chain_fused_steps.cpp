@@ -80,11 +80,15 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
   // than log's one multiply-add (a max, and a source kept a four), so a step of its own is no faster than the tiled
   // max-plus product; but it keeps the back-pointers at little cost, where the product that keeps them is much
   // slower. Rated with the path (a Viterbi decode, and the backward, read it), it wins from 128 states up to two
-  // tiles an SM. Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32; bench/RESULTS.md).
+  // tiles an SM. From kFusedLogStates states log's products in parts win even there: the fused form's streaming
+  // entries stage a tile's table side through shared memory every position, where the products make the table's
+  // factors once a pass (measured at 64 × 4096; at 64 × 1024 the fused form still wins, and between them nothing
+  // was measured). Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32; bench/RESULTS.md).
   const int64_t tiles = fused_tiles(p), sms = std::max(1, sm_count);
   if (p.semiring == Semiring::max_plus)
     return fused_steps_apply(p) && p.B >= 64 && p.C >= 128 && tiles >= 32 && tiles <= 2 * sms;
-  return fused_steps_apply(p) && p.B >= 64 && tiles >= 32 && tiles <= sms;
+  constexpr int64_t kFusedLogStates = 4096;
+  return fused_steps_apply(p) && p.B >= 64 && p.C < kFusedLogStates && tiles >= 32 && tiles <= sms;
 }
 
 FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed)
