@@ -18,13 +18,6 @@ namespace jitbmm {
 
 namespace {
 
-// The product kinds a plan keeps.
-enum ProductKind { kStep = 0, kEdges = 1, kStacked = 2 };
-
-std::size_t bytes_of(std::initializer_list<int64_t> sizes) {
-  return std::size_t(checked_product(sizes, "chain: workspace"));
-}
-
 // Makes the caller's stream wait for the side stream when it leaves scope, however it leaves: the scratch the side
 // stream's pass uses is given back on the caller's stream after that.
 struct JoinOnExit {
@@ -38,6 +31,10 @@ struct JoinOnExit {
 };
 
 } // namespace
+
+std::size_t SteppedChain::bytes_of(std::initializer_list<int64_t> sizes) {
+  return std::size_t(checked_product(sizes, "chain: workspace"));
+}
 
 // The forward's scratch, counted and taken in one order: for each pass (the forward messages', and with saved the
 // backward messages', which run beside them) its messages ([B][C]) and the product they reach ([parts][B][C]), the
@@ -152,35 +149,6 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
   return ForwardPieces(p, parts_, with_saved, with_path, false, widened_bytes(), forward, backward, 0);
 }
 
-int64_t SteppedChain::edge_slices() const {
-  const ChainProblem& p = problem_;
-  if (!shared_table(p)) return 1;
-  // Slices of whole sequences (a divisor of B), each summing at least 256 positions, as many as give the GPU two
-  // output tiles of 128 × 128 per SM.
-  const int64_t tiles = std::max<int64_t>(1, ((p.C + 127) / 128) * ((p.C + 127) / 128));
-  const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(std::max(1, device_->sm_count)) / tiles);
-  int64_t best = 1;
-  for (int64_t s = 1; s <= std::min(wanted, p.B); ++s)
-    if (p.B % s == 0 && (p.B / s) * p.T >= 256) best = s;
-  return best;
-}
-
-std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
-  const ChainProblem& p = problem_;
-  if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
-  ScopedContext scope(device_->context); // the products are planned on the plan's device
-  const int acc = dtype_info(p.dtype).acc_bytes;
-  const int64_t groups = p.batched_transitions ? p.B : 1;
-  if (p.semiring == Semiring::max_plus)
-    return ScratchSize().add(bytes_of({groups, p.C, p.C, acc}), "workspace").bytes();
-  return ScratchSize()
-      .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
-      .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
-      .add(edge_product(nullptr).workspace_bytes(), "workspace")
-      .add(bytes_of({2, 4}), "workspace")
-      .bytes();
-}
-
 SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kStep), beta, argmax);
@@ -225,24 +193,6 @@ SemiringBMM SteppedChain::stacked_product(Stream stream) const {
   q.a_strides = Strides{k, 2 * C, 1};
   q.b_strides = Strides{k * C, C, 1};
   q.out_strides = Strides{p.B * C, C, 1};
-  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
-}
-
-SemiringBMM SteppedChain::edge_product(Stream stream) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_tuple(int(kEdges), false, false);
-  if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  const ChainProblem& p = problem_;
-  const int64_t C = p.C, slices = edge_slices();
-  // Out[c][q] = ⊕ over a slice's (b, t) of operand[b][t][c] ⊗ rel[b][t][q]: the operand read transposed.
-  const int64_t k = p.batched_transitions ? p.T : p.B / slices * p.T;
-  Problem q;
-  q.semiring = Semiring::log;
-  q.dtype = chain_output_dtype(p);
-  q.shape = Shape{p.batched_transitions ? p.B : slices, C, k, C};
-  q.a_strides = Strides{k * C, 1, C};
-  q.b_strides = Strides{k * C, C, 1};
-  q.out_strides = Strides{C * C, C, 1};
   return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
 }
 
@@ -425,64 +375,6 @@ void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream strea
   const JoinOnExit join{cu_stream, side}; // before the scratch is given back, on every way out
   pass(at[1], true, false, tables[1], products[1], reinterpret_cast<Stream>(side));
   pass(at[0], false, with_path, tables[0], products[0], stream);
-}
-
-void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
-  const ChainProblem& p = problem_;
-  if (p.B == 0) return;
-  const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const bool log = p.semiring == Semiring::log;
-  ScopedContext scope(device_->context);
-  const TuningHold hold(!tune_products_, false);
-  params.states = p.C;
-  params.chunks = 1; // "_reduce" adds no partial sums of the transitions' gradient
-  if (p.form == ChainForm::crf) {
-    launch("_marginals", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream);
-    return;
-  }
-  const bool transitions = params.grad != nullptr;
-  Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
-  if (params.grad_emissions) launch("_nodes", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
-  if (params.grad_initial)
-    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream);
-  if (!transitions) return;
-  const int acc = dtype_info(p.dtype).acc_bytes;
-  const int64_t groups = p.batched_transitions ? p.B : 1;
-  if (p.T < 2) { // no step: a sum of nothing
-    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.grad), 0,
-                                   bytes_of({groups, p.C, p.C, dtype_info(p.dtype).size_bytes}), cu_stream),
-          "cuMemsetD8Async");
-    return;
-  }
-  if (!log) {
-    params.operand = scratch.take(bytes_of({groups, p.C, p.C, acc}));
-    launch("_path_edges", groups * p.C / (kStepThreads / 32) + 1, true, params, cu_stream);
-    launch("_cast", groups * p.C * p.C, false, params, cu_stream);
-    return;
-  }
-  // grad_score's parts of each sign, each a product of its operand with the saved messages. "_signs" says on the GPU
-  // which signs grad_score has: the first product always runs (its sign the positive where there is one), the second
-  // only where grad_score has both (run_if), so a grad_score of one sign, as a loss's usually is, costs one product.
-  // Both have the same right operand: the second prepares its operand alone.
-  params.operand = scratch.take(bytes_of({p.B, p.T, p.C, acc}));
-  char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
-  const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
-  const SemiringBMM edges = edge_product(stream);
-  const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
-  params.signs = static_cast<int*>(scratch.take(bytes_of({2, 4})));
-  launch("_signs", 1, true, params, cu_stream);
-  for (const int edge : {0, 1}) {
-    params.edge = edge;
-    launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
-    void* const out = products + (edge == 0 ? 0 : part);
-    if (edge == 0)
-      edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);
-    else
-      edges.run_if(params.signs + 1, params.operand, params.rel, out, nullptr, stream, edge_scratch, true);
-  }
-  params.products = products;
-  params.slices = edge_slices();
-  launch("_finish", groups * p.C * p.C, false, params, cu_stream);
 }
 
 } // namespace jitbmm

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,9 @@ public:
   std::string kernel_name() const;
 
 private:
+  // The product kinds a plan keeps (products_).
+  enum ProductKind : int { kStep = 0, kEdges = 1, kStacked = 2 };
+  static std::size_t bytes_of(std::initializer_list<int64_t> sizes); // checked, naming "chain: workspace"
   // One direction's pass over every position on `stream`: params' msg, prod, running and argmax its own scratch,
   // `products` its products'.
   void pass(jb::ChainParams params, bool beta, bool with_path, void* table_scratch, const Workspace& products,

@@ -1,0 +1,121 @@
+// The stepped strategy's backward (runtime/chain_stepped.hpp): the CRF form's marginals, the HMM form's gradients
+// of its tables, whose transitions' gradient is, for log, products of the saved messages over every (b, t).
+#include <algorithm>
+#include <cstdint>
+
+#include "generator/chain_source.hpp"
+#include "runtime/chain_step_products.hpp"
+#include "runtime/chain_stepped.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/tuner/policy.hpp"
+#include "support/checked_size.hpp"
+
+namespace jitbmm {
+
+int64_t SteppedChain::edge_slices() const {
+  const ChainProblem& p = problem_;
+  if (!shared_table(p)) return 1;
+  // Slices of whole sequences (a divisor of B), each summing at least 256 positions, as many as give the GPU two
+  // output tiles of 128 × 128 per SM.
+  const int64_t tiles = std::max<int64_t>(1, ((p.C + 127) / 128) * ((p.C + 127) / 128));
+  const int64_t wanted = std::max<int64_t>(1, 2 * int64_t(std::max(1, device_->sm_count)) / tiles);
+  int64_t best = 1;
+  for (int64_t s = 1; s <= std::min(wanted, p.B); ++s)
+    if (p.B % s == 0 && (p.B / s) * p.T >= 256) best = s;
+  return best;
+}
+
+std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
+  ScopedContext scope(device_->context); // the products are planned on the plan's device
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const int64_t groups = p.batched_transitions ? p.B : 1;
+  if (p.semiring == Semiring::max_plus)
+    return ScratchSize().add(bytes_of({groups, p.C, p.C, acc}), "workspace").bytes();
+  return ScratchSize()
+      .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
+      .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
+      .add(edge_product(nullptr).workspace_bytes(), "workspace")
+      .add(bytes_of({2, 4}), "workspace")
+      .bytes();
+}
+
+SemiringBMM SteppedChain::edge_product(Stream stream) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_tuple(int(kEdges), false, false);
+  if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  const ChainProblem& p = problem_;
+  const int64_t C = p.C, slices = edge_slices();
+  // Out[c][q] = ⊕ over a slice's (b, t) of operand[b][t][c] ⊗ rel[b][t][q]: the operand read transposed.
+  const int64_t k = p.batched_transitions ? p.T : p.B / slices * p.T;
+  Problem q;
+  q.semiring = Semiring::log;
+  q.dtype = chain_output_dtype(p);
+  q.shape = Shape{p.batched_transitions ? p.B : slices, C, k, C};
+  q.a_strides = Strides{k * C, 1, C};
+  q.b_strides = Strides{k * C, C, 1};
+  q.out_strides = Strides{C * C, C, 1};
+  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+}
+
+void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
+  const ChainProblem& p = problem_;
+  if (p.B == 0) return;
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  const bool log = p.semiring == Semiring::log;
+  ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_, false);
+  params.states = p.C;
+  params.chunks = 1; // "_reduce" adds no partial sums of the transitions' gradient
+  if (p.form == ChainForm::crf) {
+    launch("_marginals", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream);
+    return;
+  }
+  const bool transitions = params.grad != nullptr;
+  Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
+  if (params.grad_emissions) launch("_nodes", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
+  if (params.grad_initial)
+    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream);
+  if (!transitions) return;
+  const int acc = dtype_info(p.dtype).acc_bytes;
+  const int64_t groups = p.batched_transitions ? p.B : 1;
+  if (p.T < 2) { // no step: a sum of nothing
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.grad), 0,
+                                   bytes_of({groups, p.C, p.C, dtype_info(p.dtype).size_bytes}), cu_stream),
+          "cuMemsetD8Async");
+    return;
+  }
+  if (!log) {
+    params.operand = scratch.take(bytes_of({groups, p.C, p.C, acc}));
+    launch("_path_edges", groups * p.C / (kStepThreads / 32) + 1, true, params, cu_stream);
+    launch("_cast", groups * p.C * p.C, false, params, cu_stream);
+    return;
+  }
+  // grad_score's parts of each sign, each a product of its operand with the saved messages. "_signs" says on the GPU
+  // which signs grad_score has: the first product always runs (its sign the positive where there is one), the second
+  // only where grad_score has both (run_if), so a grad_score of one sign, as a loss's usually is, costs one product.
+  // Both have the same right operand: the second prepares its operand alone.
+  params.operand = scratch.take(bytes_of({p.B, p.T, p.C, acc}));
+  char* const products = static_cast<char*>(scratch.take(bytes_of({2, edge_slices(), groups, p.C, p.C, acc})));
+  const std::size_t part = bytes_of({edge_slices(), groups, p.C, p.C, acc});
+  const SemiringBMM edges = edge_product(stream);
+  const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
+  params.signs = static_cast<int*>(scratch.take(bytes_of({2, 4})));
+  launch("_signs", 1, true, params, cu_stream);
+  for (const int edge : {0, 1}) {
+    params.edge = edge;
+    launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
+    void* const out = products + (edge == 0 ? 0 : part);
+    if (edge == 0)
+      edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);
+    else
+      edges.run_if(params.signs + 1, params.operand, params.rel, out, nullptr, stream, edge_scratch, true);
+  }
+  params.products = products;
+  params.slices = edge_slices();
+  launch("_finish", groups * p.C * p.C, false, params, cu_stream);
+}
+
+} // namespace jitbmm
