@@ -97,8 +97,10 @@ ChainPlan checked_chain_of_chunks(ChainPlan plan, const ChainProblem& top) {
 } // namespace
 
 ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
-                           std::shared_ptr<const DeviceInfo> device, bool tune_products)
-    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)) {
+                           std::shared_ptr<const DeviceInfo> device, bool tune_products,
+                           std::shared_ptr<const ChainStrategy> sequential)
+    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)),
+      sequential_(std::move(sequential)) {
   if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
   const bool log = problem.semiring == Semiring::log;
   if (log != chain_of_chunks_plan.has_value())
@@ -151,8 +153,9 @@ std::size_t ChunkedChain::workspace_bytes(bool with_saved, bool with_path) const
   return s.bytes();
 }
 
-std::size_t ChunkedChain::backward_workspace_bytes() const {
-  if (problem_.B == 0 || problem_.semiring != Semiring::log) return 0; // max_plus's is the sequential kernels'
+std::size_t ChunkedChain::backward_workspace_bytes(bool transitions) const {
+  if (problem_.semiring != Semiring::log) return sequential_ ? sequential_->backward_workspace_bytes(transitions) : 0;
+  if (problem_.B == 0) return 0;
   const int acc = dtype_info(problem_.dtype).acc_bytes;
   ScratchSize s;
   s.add(matrix_bytes(problem_.B * chunks_), "workspace");  // the chunks' products' gradient
@@ -258,7 +261,23 @@ void ChunkedChain::form_products(jb::ChunkParams params, char* products, char* e
   }
 }
 
-void ChunkedChain::forward(const jb::ChainParams& call, void* saved, Stream stream, const Workspace& workspace) const {
+void ChunkedChain::forward(jb::ChainParams call, void* saved, Stream stream, const Workspace& workspace) const {
+  if (call.alpha) {
+    // The chunks have no messages of their own positions: alpha comes from the sequential kernels beside them.
+    if (!sequential_) throw std::logic_error("chunked chain: alpha needs the sequential kernels");
+    jb::ChainParams messages = call;
+    messages.path = nullptr;
+    messages.rel = nullptr;
+    sequential_->forward(messages, nullptr, stream, Workspace{});
+  }
+  if (problem_.semiring == Semiring::log)
+    log_forward(call, saved, stream, workspace);
+  else
+    best_path(call, stream, workspace);
+}
+
+void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream stream,
+                               const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
@@ -333,8 +352,18 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   }
 }
 
-void ChunkedChain::backward(const jb::ChainParams& call, const void* saved, Stream stream,
-                            const Workspace& workspace) const {
+void ChunkedChain::backward(jb::ChainParams call, const void* saved, Stream stream, const Workspace& workspace) const {
+  if (problem_.semiring == Semiring::log) {
+    log_backward(call, saved, stream, workspace);
+    return;
+  }
+  // max_plus's reads the path alone: the sequential kernels'.
+  if (!sequential_) throw std::logic_error("chunked chain: max_plus's backward needs the sequential kernels");
+  sequential_->backward(call, saved, stream, workspace);
+}
+
+void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, Stream stream,
+                                const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   const bool hmm = p.form == ChainForm::hmm;
   if (p.B == 0 || (hmm && !call.grad && !call.grad_emissions && !call.grad_initial)) return; // nothing asked for
@@ -343,7 +372,7 @@ void ChunkedChain::backward(const jb::ChainParams& call, const void* saved, Stre
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their backward passes' kernels
-  Scratch scratch(*device_, workspace, backward_workspace_bytes(), cu_stream);
+  Scratch scratch(*device_, workspace, backward_workspace_bytes(true), cu_stream);
   const int64_t total = p.B * chunks_;
   char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));
   char* levels = static_cast<char*>(scratch.take(matrix_bytes(group_ * (2 * L_ - 1))));

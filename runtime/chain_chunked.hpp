@@ -19,6 +19,7 @@
 
 #include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
+#include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "templates/chain/chunk_params.cuh"
@@ -26,34 +27,41 @@
 
 namespace jitbmm {
 
-class ChunkedChain {
+class ChunkedChain final : public ChainStrategy {
 public:
   // Compiles the chunk module. A log chain takes `chain_of_chunks_plan`, the caller's plan of chain_of_chunks(problem,
   // chunk) in the sequential kernels (chain_plan_for makes it: this strategy is one of a chain plan's, and plans no
   // chain of its own); a max_plus chain takes none. Throws std::invalid_argument naming "chunk" where chunk_unfit
   // says why the problem cannot take such chunks, and naming "chain of chunks" when the plan is of another chain or
   // is missing or given where none is taken. The products tune only with `tune_products` (chain_plan_for).
+  // `sequential`: the problem's sequential kernels, which write alpha beside the chunks (they have no messages of
+  // their own positions) and run max_plus's backward (it reads the path); a call that needs them without them is
+  // std::logic_error.
   ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
-               std::shared_ptr<const DeviceInfo> device, bool tune_products = false);
+               std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
+               std::shared_ptr<const ChainStrategy> sequential = nullptr);
 
   // Each call reads the inputs the plan put in `call` (either form: its pointers, strides and lengths) and writes the
-  // outputs named there. log: as ChainPlan's calls, the forward call.score (and `saved`, of chain_saved_bytes(problem)
+  // outputs named there, as ChainPlan's calls. log: the forward call.score (and `saved`, of chain_saved_bytes(problem)
   // bytes, which it writes whole), the backward from call.grad_score the gradients (call.grad: the potentials' or the
-  // HMM form's transitions'; call.grad_emissions and call.grad_initial; each null where not asked for).
-  void forward(const jb::ChainParams& call, void* saved, Stream stream, const Workspace& workspace) const;
-  void backward(const jb::ChainParams& call, const void* saved, Stream stream, const Workspace& workspace) const;
-  // max_plus: call.score and, where call.path is set, the best path. Its backward is the sequential kernels' (it
-  // reads the path).
-  void best_path(const jb::ChainParams& call, Stream stream, const Workspace& workspace) const;
+  // HMM form's transitions'; call.grad_emissions and call.grad_initial; each null where not asked for). max_plus: the
+  // forward call.score and, where call.path is set, the best path.
+  const char* name() const override { return "chunked"; }
+  void forward(jb::ChainParams call, void* saved, Stream stream, const Workspace& workspace) const override;
+  void backward(jb::ChainParams call, const void* saved, Stream stream, const Workspace& workspace) const override;
   // The scratch each takes (the products' own comes from jitbmm's pool): the forward's (log: less with saved; max_plus:
-  // more with the path's back-pointers), the log backward's.
-  std::size_t workspace_bytes(bool with_saved, bool with_path = false) const;
-  std::size_t backward_workspace_bytes() const;
+  // more with the path's back-pointers), the backward's (log: the tree's; max_plus: the sequential kernels').
+  std::size_t workspace_bytes(bool with_saved, bool with_path = false) const override;
+  std::size_t backward_workspace_bytes(bool transitions) const override;
 
-  int64_t chunk() const { return L_; }
-  std::string kernel_name() const { return kernel_->generated.name; }
+  int64_t chunk() const override { return L_; }
+  // The sequential module's, which the plan's other calls name.
+  std::string kernel_name() const override { return sequential_ ? sequential_->kernel_name() : ""; }
 
 private:
+  void log_forward(const jb::ChainParams& call, void* saved, Stream stream, const Workspace& workspace) const;
+  void log_backward(const jb::ChainParams& call, const void* saved, Stream stream, const Workspace& workspace) const;
+  void best_path(const jb::ChainParams& call, Stream stream, const Workspace& workspace) const;
   std::size_t matrix_bytes(int64_t matrices) const;
   std::size_t top_saved_offset() const;
   void launch(const char* suffix, int64_t items, bool block_per_item, void* params, CUstream stream) const;
@@ -81,6 +89,7 @@ private:
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
   std::optional<ChainPlan> top_; // log: the chain of chunks
+  std::shared_ptr<const ChainStrategy> sequential_;
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };

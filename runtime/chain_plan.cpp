@@ -6,14 +6,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "generator/launch_grid.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/chain_plan_impl.hpp"
+#include "runtime/chain_sequential.hpp"
 #include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
-#include "runtime/jit.hpp"
-#include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
 #include "support/checked_size.hpp"
@@ -162,13 +160,6 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
   if (saved) point_saved(params, p, const_cast<void*>(saved));
 }
 
-void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
-                  jb::ChainParams params, CUstream stream, unsigned dynamic_shared) {
-  const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
-  void* args[] = {&params};
-  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix, dynamic_shared);
-}
-
 } // namespace chain_detail
 
 ChainPlan ChainPlan::get(const ChainProblem& problem) {
@@ -193,7 +184,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
                                                                                     : "") +
                                   " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
     auto impl = plan_impl(problem, ChainSpec{});
-    impl->stepped = std::make_shared<const SteppedChain>(problem, impl->device, tune_products, steps);
+    impl->strategy = std::make_shared<const SteppedChain>(problem, impl->device, tune_products, steps);
     return ChainPlan(std::move(impl));
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec
@@ -208,7 +199,8 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
   if (std::max(spec.forward.cluster, spec.saving.cluster) > 1 && cluster_sms(*impl->device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + impl->device->arch_and_level() + ")");
-  if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_chain_kernel(impl->spec));
+  auto sequential = std::make_shared<const SequentialChain>(problem, spec, impl->device);
+  impl->strategy = sequential;
   if (chunk != 0) {
     // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
     // runs its own.
@@ -217,7 +209,8 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
       const ChainProblem top = chain_of_chunks(problem, chunk);
       top_plan = chain_plan_for(top, chosen_chain_spec(top, *impl->device));
     }
-    impl->chunked = std::make_shared<const ChunkedChain>(problem, chunk, top_plan, impl->device, tune_products);
+    impl->strategy =
+        std::make_shared<const ChunkedChain>(problem, chunk, top_plan, impl->device, tune_products, sequential);
   }
   return ChainPlan(std::move(impl));
 }
@@ -230,13 +223,11 @@ std::size_t chain_saved_bytes(const ChainProblem& problem) {
 }
 
 std::size_t ChainPlan::workspace_bytes(bool with_path) const {
-  const ChainProblem& p = impl_->problem;
-  if (impl_->chunked) return impl_->chunked->workspace_bytes(false, with_path); // log: with saved it takes less
-  if (impl_->stepped) // a forward with or without saved: their products' scratch differ (the stacked product)
-    return std::max(impl_->stepped->workspace_bytes(false, with_path),
-                    impl_->stepped->workspace_bytes(p.semiring == Semiring::log, with_path));
-  if (!with_path || p.semiring != Semiring::max_plus) return 0;
-  return ScratchSize().add(std::size_t(checked_product({p.B, p.T, p.C}, "chain: B*T*C")) * 2, "workspace").bytes();
+  // Enough for a forward with saved or without: they may differ (the chunked strategy's takes less with saved, the
+  // stepped strategy's product of both passes more).
+  const ChainStrategy& strategy = *impl_->strategy;
+  return std::max(strategy.workspace_bytes(false, with_path),
+                  strategy.workspace_bytes(impl_->problem.semiring == Semiring::log, with_path));
 }
 
 namespace {
@@ -260,50 +251,16 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
   return true;
 }
 
-// The forward of either form: `params` holds the inputs; `back_bytes` the scratch the plan's strategy takes
-// (ChainPlan::workspace_bytes). With `strategy` false, the sequential kernels whatever the plan's strategy.
+// The forward of either form: `params` holds the inputs; the plan's strategy runs it.
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
-                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace, std::size_t back_bytes,
-                 bool strategy = true) {
+                 void* alpha, int32_t* path, Stream stream, const Workspace& workspace) {
   const ChainProblem& p = im.problem;
-  // The chunks' scratch as this call takes it (log: less with saved).
-  check_workspace(workspace,
-                  im.chunked && strategy ? im.chunked->workspace_bytes(saved != nullptr, path != nullptr) : back_bytes);
+  check_workspace(workspace, im.strategy->workspace_bytes(saved != nullptr, path != nullptr)); // as this call takes it
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
   params.alpha = alpha;
-  if (im.stepped && strategy) {
-    im.stepped->forward(params, saved != nullptr, stream, workspace);
-    return;
-  }
-  if (im.chunked && strategy) {
-    // The chunks have no messages of their own positions: alpha comes from the sequential kernels beside them.
-    if (alpha) {
-      jb::ChainParams messages = params;
-      messages.path = nullptr;
-      messages.rel = nullptr;
-      run_forward(im, messages, lengths, score, nullptr, alpha, nullptr, stream, {}, 0, false);
-    }
-    if (p.semiring == Semiring::log)
-      im.chunked->forward(params, saved, stream, workspace);
-    else
-      im.chunked->best_path(params, stream, workspace);
-    return;
-  }
-  ScopedContext scope(im.device->context);
-  const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  Scratch scratch(*im.device, workspace, back_bytes, cu_stream);
-  params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
-  // A cluster of blocks per sequence; with saved, "_saving": clusters B to 2B − 1 compute the backward messages
-  // alongside.
-  const ChainSpec& sp = im.spec;
-  if (saved)
-    launch_chain(im, "_saving", unsigned(2 * p.B * sp.saving.cluster), unsigned(sp.saving.threads), params, cu_stream,
-                 std::max(sp.dynamic_bytes(sp.saving), sp.dynamic_bytes(sp.beta())));
-  else
-    launch_chain(im, "", unsigned(p.B * sp.forward.cluster), unsigned(sp.forward.threads), params, cu_stream,
-                 sp.dynamic_bytes(sp.forward));
+  im.strategy->forward(params, saved, stream, workspace);
 }
 
 } // namespace
@@ -317,7 +274,7 @@ void ChainPlan::operator()(const void* potentials, const int64_t* lengths, void*
   check_alignment(potentials, "potentials", dtype_info(im.problem.dtype).size_bytes);
   jb::ChainParams params = chain_params(im);
   params.potentials = potentials;
-  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
+  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace);
 }
 
 void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* score, void* saved, void* alpha,
@@ -325,7 +282,7 @@ void ChainPlan::operator()(const HmmInputs& hmm, const int64_t* lengths, void* s
   const Impl& im = *impl_;
   check_form(im.problem, ChainForm::hmm);
   jb::ChainParams params = hmm_params(im, hmm, im.problem.B == 0);
-  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace, workspace_bytes(path != nullptr));
+  run_forward(im, params, lengths, score, saved, alpha, path, stream, workspace);
 }
 
 void ChainPlan::backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
@@ -347,32 +304,16 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   jb::ChainParams params = call_params(im, potentials, lengths, path, saved); // checks their alignment
   params.grad_score = grad_score;
   params.grad = grad_potentials;
-  if (im.chunked && p.semiring == Semiring::log) { // max_plus's backward reads the path alone
-    im.chunked->backward(params, saved, stream, workspace);
-    return;
-  }
-  if (im.stepped) {
-    im.stepped->backward(params, stream, workspace);
-    return;
-  }
-  ScopedContext scope(im.device->context);
-  const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  // A block per step, grid-strided beyond what one launch should hold.
-  const int64_t steps = p.B * (p.T - 1);
-  const unsigned blocks = grid_stride_blocks(steps, 1);
-  launch_chain(im, "_backward", blocks, unsigned(im.spec.backward_threads), params, cu_stream);
+  im.strategy->backward(params, saved, stream, workspace);
 }
 
 const ChainProblem& ChainPlan::problem() const { return impl_->problem; }
 
-int64_t ChainPlan::chunk() const { return impl_->chunked ? impl_->chunked->chunk() : 0; }
+int64_t ChainPlan::chunk() const { return impl_->strategy->chunk(); }
 
-std::string ChainPlan::kernel_name() const {
-  if (impl_->stepped) return impl_->stepped->kernel_name();
-  return impl_->kernel ? impl_->kernel->generated.name : "";
-}
+std::string ChainPlan::kernel_name() const { return impl_->strategy->kernel_name(); }
 
-const char* ChainPlan::strategy() const { return impl_->stepped ? "stepped" : impl_->chunked ? "chunked" : "sequential"; }
+const char* ChainPlan::strategy() const { return impl_->strategy->name(); }
 
 std::string ChainPlan::device_name() const { return impl_->device->name; }
 

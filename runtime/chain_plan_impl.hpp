@@ -1,5 +1,5 @@
 // What the chain plan's files share (runtime/chain_plan.cpp, runtime/chain_hmm_backward.cpp): a plan's state and
-// the checks and launches of its calls.
+// the checks of its calls.
 #pragma once
 
 #include <cstdint>
@@ -7,10 +7,8 @@
 
 #include "generator/chain_source.hpp"
 #include "jitbmm/chain.hpp"
-#include "runtime/chain_chunked.hpp"
-#include "runtime/chain_stepped.hpp"
+#include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
-#include "runtime/jit.hpp"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -19,9 +17,7 @@ struct ChainPlan::Impl {
   ChainProblem problem;
   ChainSpec spec;
   std::shared_ptr<const DeviceInfo> device;
-  std::shared_ptr<const LoadedKernel> kernel;  // null when B = 0 (nothing to launch)
-  std::shared_ptr<const ChunkedChain> chunked; // the chunked strategy's, when the plan takes it
-  std::shared_ptr<const SteppedChain> stepped; // the stepped strategy's, when the plan takes it (no kernel then)
+  std::shared_ptr<const ChainStrategy> strategy; // what the plan's calls run (runtime/chain_strategy.hpp)
   int64_t strides[4] = {}; // the potentials' (b, t, c, p); the HMM form's transitions as potentials (t: 0)
   HmmStrides hmm{};
 };
@@ -38,9 +34,6 @@ void check_lengths(const ChainProblem& p, const int64_t* lengths, bool empty);
 // The lengths, the best path and the pieces of `saved` into params, each aligned as its elements need.
 void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengths, const int32_t* path,
             const void* saved);
-// One of the sequential module's entries, `blocks` blocks of `threads`.
-void launch_chain(const ChainPlan::Impl& im, const char* suffix, unsigned blocks, unsigned threads,
-                  jb::ChainParams params, CUstream stream, unsigned dynamic_shared = 0);
 
 } // namespace chain_detail
 

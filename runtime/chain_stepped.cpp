@@ -307,7 +307,8 @@ SteppedChain::~SteppedChain() {
   driver().cuStreamDestroy(side_);
 }
 
-void SteppedChain::forward(jb::ChainParams params, bool with_saved, Stream stream, const Workspace& workspace) const {
+void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
+  const bool with_saved = saved != nullptr;
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
   const auto cu_stream = reinterpret_cast<CUstream>(stream);

@@ -20,6 +20,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/chain_fused_steps.hpp"
+#include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
 #include "templates/chain/params.cuh"
@@ -45,7 +46,7 @@ struct SteppedForm {
 };
 SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device);
 
-class SteppedChain {
+class SteppedChain final : public ChainStrategy {
 public:
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
@@ -56,20 +57,21 @@ public:
   SteppedChain(const SteppedChain&) = delete;
   SteppedChain& operator=(const SteppedChain&) = delete;
 
+  const char* name() const override { return "stepped"; }
   // The forward: `params` as the sequential kernels take them (inputs, lengths, saved's pieces, path, score,
   // alpha: runtime/chain_plan.cpp attaches them), the same outputs written. `saved` gets the same layout and
   // meaning as the sequential kernels' (the forward and the backward messages, relative, with their offsets).
-  void forward(jb::ChainParams params, bool with_saved, Stream stream, const Workspace& workspace) const;
+  void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const override;
   // The backward: the CRF form's grad (potentials), or the HMM form's grad_emissions, grad (transitions) and
-  // grad_initial, each where not null.
-  void backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
+  // grad_initial, each where not null, from the pieces of `saved` in params.
+  void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
 
   // The forward's scratch: with saved the backward messages' pass takes its own, as it runs beside the forward's or
   // with it in one product a position.
-  std::size_t workspace_bytes(bool with_saved, bool with_path) const;
+  std::size_t workspace_bytes(bool with_saved, bool with_path) const override;
   // The backward's scratch (the HMM form's transitions' gradient: its operand and products).
-  std::size_t backward_workspace_bytes(bool transitions) const;
-  std::string kernel_name() const;
+  std::size_t backward_workspace_bytes(bool transitions) const override;
+  std::string kernel_name() const override;
 
 private:
   // The product kinds a plan keeps (products_).

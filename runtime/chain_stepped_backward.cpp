@@ -60,7 +60,7 @@ SemiringBMM SteppedChain::edge_product(Stream stream) const {
   return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
 }
 
-void SteppedChain::backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
+void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
   const auto cu_stream = reinterpret_cast<CUstream>(stream);

@@ -222,6 +222,40 @@ TEST_CASE("a chunked best path checks its workspace before launching, then runs 
   }
 }
 
+// A chunked plan calls the sequential kernels where the chunks have nothing of their own: alpha (the chunks have no
+// messages of their positions) comes from the sequential module's forward before the chunks' launches, and
+// max_plus's backward (it reads the path) is the sequential module's, whose name the plan gives.
+TEST_CASE("a chunked plan runs the sequential kernels for alpha and for max_plus's backward") {
+  ChainProblem p;
+  p.semiring = Semiring::max_plus, p.B = 1, p.T = 4096, p.C = 32;
+  const ChainPlan plan = ChainPlan::get(p);
+  REQUIRE(std::string(plan.strategy()) == "chunked");
+  const std::string module = plan.kernel_name();
+  REQUIRE(module.rfind("chain_", 0) == 0);
+  DeviceBuffer inputs(std::size_t(p.T * p.C * p.C) * 4), score(4), alpha(std::size_t(p.T * p.C) * 4),
+      path(std::size_t(p.T) * 4), work(plan.workspace_bytes(true)), g(4), grad(std::size_t(p.T * p.C * p.C) * 4);
+  auto* best = static_cast<int32_t*>(path.get());
+  {
+    const DriverLog log;
+    plan(inputs.get(), nullptr, score.get(), nullptr, alpha.get(), best, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(true)});
+    const std::vector<std::string> launched = log.launched();
+    REQUIRE(launched.size() > 1);
+    CHECK(launched.front() == module); // the sequential forward, for alpha
+    CHECK(std::count(launched.begin(), launched.end(), module) == 1);
+  }
+  {
+    const DriverLog log; // without alpha: the chunks alone
+    plan(inputs.get(), nullptr, score.get(), nullptr, nullptr, best, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(true)});
+    const std::vector<std::string> launched = log.launched();
+    CHECK(std::count(launched.begin(), launched.end(), module) == 0);
+  }
+  const DriverLog log;
+  plan.backward(inputs.get(), nullptr, nullptr, best, g.get(), grad.get());
+  CHECK(log.launched() == std::vector<std::string>{module + "_backward"});
+}
+
 // The HMM form's log-likelihood in chunks: its backward checks the scratch it takes (the tree's and the tables' sums)
 // before its first launch, then sends the steps' gradients down the tree and sums them into the tables asked for.
 TEST_CASE("a chunked HMM backward checks its workspace, then sums the steps' gradients into the tables asked for") {

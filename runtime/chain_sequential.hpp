@@ -1,0 +1,47 @@
+// The sequential strategy (docs/chains-design.md): the chain module's kernels (generator/chain_source.hpp), a block or
+// a cluster per sequence along its whole chain for the forward, a block per step for the CRF form's backward, and for
+// the HMM form's the state marginals, the transitions' gradient in ranges of steps and their sums.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "generator/chain_source.hpp"
+#include "jitbmm/chain.hpp"
+#include "runtime/chain_strategy.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+
+namespace jitbmm {
+
+class SequentialChain final : public ChainStrategy {
+public:
+  // Compiles the chain module of `spec` (nothing where B = 0: no call launches anything then).
+  SequentialChain(const ChainProblem& problem, const ChainSpec& spec, std::shared_ptr<const DeviceInfo> device);
+
+  const char* name() const override { return "sequential"; }
+  void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const override;
+  void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
+  // max_plus with a path keeps a back-pointer per (b, t, c); the HMM backward the transitions' partial sums.
+  std::size_t workspace_bytes(bool with_saved, bool with_path) const override;
+  std::size_t backward_workspace_bytes(bool transitions) const override;
+  std::string kernel_name() const override;
+
+private:
+  // How the HMM backward sums the transitions' gradient (chain_sequential.cpp).
+  struct EdgeSplit;
+  EdgeSplit edge_split() const;
+  void hmm_backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
+  // One of the module's entries, `blocks` blocks of `threads`.
+  void launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams params, CUstream stream,
+              unsigned dynamic_shared = 0) const;
+
+  ChainProblem problem_;
+  ChainSpec spec_;
+  std::shared_ptr<const DeviceInfo> device_;
+  std::shared_ptr<const LoadedKernel> kernel_; // null when B = 0
+};
+
+} // namespace jitbmm

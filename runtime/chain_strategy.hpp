@@ -1,0 +1,38 @@
+// A chain plan's strategy (docs/chains.md, "Strategies"): what a ChainPlan call runs once its arguments are checked.
+// One class each, beside the others: SequentialChain (runtime/chain_sequential.hpp: a block or a cluster per
+// sequence), ChunkedChain (runtime/chain_chunked.hpp: chunks' products formed by trees of products) and SteppedChain
+// (runtime/chain_stepped.hpp: every sequence a position at a time). A plan holds one and calls it alone
+// (runtime/chain_plan.cpp, runtime/chain_hmm_backward.cpp); which one a problem takes is runtime/chain_choice.cpp's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "jitbmm/chain.hpp"
+#include "templates/chain/params.cuh"
+
+namespace jitbmm {
+
+class ChainStrategy {
+public:
+  virtual ~ChainStrategy() = default;
+  // As ChainPlan::strategy() names it.
+  virtual const char* name() const = 0;
+  // The forward: `params` holds the call's inputs, lengths, the pieces of `saved` (null: not asked for), path, score
+  // and alpha (runtime/chain_plan.cpp attaches them, checked), and writes what they name.
+  virtual void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const = 0;
+  // The backward: params as the forward's, with grad_score and the gradients asked for (the CRF form's grad; the HMM
+  // form's grad_emissions, grad and grad_initial, each null where not asked for); `saved` the forward's (log).
+  virtual void backward(jb::ChainParams params, const void* saved, Stream stream,
+                        const Workspace& workspace) const = 0;
+  // The scratch a forward takes, with or without saved and the path; a backward's, with or without the transitions'
+  // gradient (the HMM form's; the CRF form's always has its potentials').
+  virtual std::size_t workspace_bytes(bool with_saved, bool with_path) const = 0;
+  virtual std::size_t backward_workspace_bytes(bool transitions) const = 0;
+  // ChainPlan::kernel_name() and chunk().
+  virtual std::string kernel_name() const = 0;
+  virtual int64_t chunk() const { return 0; }
+};
+
+} // namespace jitbmm
