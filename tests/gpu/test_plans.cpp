@@ -362,7 +362,8 @@ TEST_CASE("scratch: a caller's workspace gives the pool's results; the pool keep
 // run_if: every launch of a plan whose flag is 0 returns before writing anything, whatever the strategy (the
 // generated entries check it), so out and argmax keep their poison; with the flag 1 the call gives what a plain call
 // gives, bit for bit, and so does a call with b's factors of the previous call (exp_matmul prepares a alone) after a
-// skipped one, which does not count as a previous call.
+// skipped one, which does not count as a previous call: the skipped call is given another b, whose factors a prepare
+// that ran would have left in the workspace.
 TEST_CASE("run_if: a flag of 0 leaves out and argmax untouched; 1 gives the plain call's result") {
   Problem split;
   split.shape = {2, 20, 5000, 24};
@@ -380,14 +381,16 @@ TEST_CASE("run_if: a flag of 0 leaves out and argmax untouched; 1 gives the plai
     const Shape& s = p.shape;
     std::mt19937_64 rng(91);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N);
+    std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N), hb2(hb.size());
     for (float& v : ha) v = normal(rng);
     for (float& v : hb) v = normal(rng);
+    for (float& v : hb2) v = normal(rng);
     const std::size_t outputs = std::size_t(s.B * s.M * s.N);
-    DeviceBuffer a(ha.size() * 4), b(hb.size() * 4), out(outputs * 4), argmax(outputs * 4), flag(4),
-        workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    DeviceBuffer a(ha.size() * 4), b(hb.size() * 4), other_b(hb2.size() * 4), out(outputs * 4), argmax(outputs * 4),
+        flag(4), workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
     a.upload(ha.data(), ha.size() * 4);
     b.upload(hb.data(), hb.size() * 4);
+    other_b.upload(hb2.data(), hb2.size() * 4);
     const Workspace ws{workspace.get(), plan.workspace_bytes()};
     int32_t* const arg = p.with_argmax ? static_cast<int32_t*>(argmax.get()) : nullptr;
     auto results = [&] {
@@ -410,7 +413,7 @@ TEST_CASE("run_if: a flag of 0 leaves out and argmax untouched; 1 gives the plai
       CAPTURE(same_b);
       poison();
       set_flag(0);
-      plan.run_if(static_cast<const int*>(flag.get()), a.get(), b.get(), out.get(), arg, nullptr, ws, same_b);
+      plan.run_if(static_cast<const int*>(flag.get()), a.get(), other_b.get(), out.get(), arg, nullptr, ws, false);
       const std::vector<uint32_t> skipped = results();
       CHECK(std::all_of(skipped.begin(), skipped.end(), [](uint32_t w) { return w == 0xffffffffu; }));
       set_flag(1);
