@@ -255,7 +255,9 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace) {
   const ChainProblem& p = im.problem;
-  check_workspace(workspace, im.strategy->workspace_bytes(saved != nullptr, path != nullptr)); // as this call takes it
+  // As this call takes it (saved given to a max_plus chain is refused below, naming it).
+  check_workspace(workspace, im.strategy->workspace_bytes(saved != nullptr && p.semiring == Semiring::log,
+                                                          path != nullptr));
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
