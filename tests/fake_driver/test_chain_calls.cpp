@@ -454,6 +454,10 @@ TEST_CASE("the stepped strategy: a product a step and a launch a position, per p
     {
       const DriverLog log;
       CHECK_THROWS_WITH_AS(forward(bytes - 1), doctest::Contains("workspace"), std::invalid_argument);
+      if (!log_chain) // saved given to max_plus: refused naming saved, whatever the workspace
+        CHECK_THROWS_WITH_AS(plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+                                  Workspace{work.get(), bytes}),
+                             doctest::Contains("saved:"), std::invalid_argument);
       CHECK(log.launched().empty());
     }
     const DriverLog log;
