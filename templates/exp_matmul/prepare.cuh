@@ -73,6 +73,12 @@ struct EmLineAcc {
     first = min(first, saturate(k));
     last = max(last, saturate(k + (I)(V - 1)));
   }
+  // The value at k (one line's, held).
+  template <class I> __device__ __forceinline__ void add_one(I k, int chunk_shift) {
+    chunks |= 1ull << (int)(k >> chunk_shift);
+    first = min(first, saturate(k));
+    last = max(last, saturate(k));
+  }
   // Every value at [0, K).
   template <class I> __device__ __forceinline__ void add_line(I K, int chunk_shift) {
     if (K <= (I)0) return;
@@ -326,7 +332,7 @@ template <class In, class T> struct EmLines {
 // t % 8 + 8, ... (8V k a step). Where k is contiguous (a row of a as it usually lies) a thread loads its chunks
 // itself. Where the lines are (a column of b), the block loads each step's 32 × 8V values along the lines and hands
 // the chunks over in shared memory (EmStage: 16-byte slots swizzled so that neither side has bank conflicts); with
-// 16-byte loads, sweep 1 needs no hand-over where no value is −inf (em_fold_stats).
+// 16-byte loads, sweep 1 needs no hand-over (em_fold_stats), for 2-byte inputs only where no value is −inf.
 // 16-byte loads where the layout allows them (aligned, V dividing the strides), else one value a load.
 template <class In> struct EmStage {
   EmChunk chunk[32][8];
@@ -458,37 +464,76 @@ template <class In, class T> struct EmLineStats {
   }
 };
 
-// The 8 warps' folds of the block's 32 lines (EmFoldStats).
-template <class T> struct EmFoldPart {
+// Sweep 1 folds each line's EmLine exactly (EmFoldLines) where a thread's V lines fit in registers beside its loads:
+// 4- and 8-byte inputs. 2-byte inputs (V = 8) fold only whether a line holds −inf, and recompute the EmLines of a
+// block that holds one (em_fold_stats).
+template <class In> __device__ constexpr bool em_folds_lines() { return sizeof(In) >= 4; }
+
+// The EmLines of the V lines a thread folds, one value of each at k a step.
+template <class In> struct EmFoldLines {
+  static constexpr int V = 16 / sizeof(In);
+  EmLineAcc acc[V];
+  template <class I> __device__ __forceinline__ void add(const EmChunk& c, I k, int chunk_shift) {
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+      if (EmBits<In>::at(c, u) != Num<In>::neg_inf()) acc[u].add_one(k, chunk_shift);
+  }
+  __device__ __forceinline__ void merge_xor(int lane_mask) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u].merge_xor(lane_mask);
+  }
+};
+
+// The 8 warps' folds of the block's 32 lines (EmFoldStats): their max, and their EmLine (LINES) or whether every
+// value is other than −inf.
+template <class T, bool LINES> struct EmFoldPart {
   T mx[8][32];
   bool held[8][32];
+  EmLine line[LINES ? 8 : 1][LINES ? 32 : 1];
 };
 
 // Sweep 1 where the loads run along the lines (staged, 16-byte loads), with no exchange: each thread folds the
-// chunks it loads, V lines at one k each (EmFold), KBATCH steps' loads in flight; a warp's threads of a group of lines
-// merge their folds; the line's 8 threads each take one warp's (finish_stats merges them). Where no real line of the
-// block holds −inf, a line's EmLine is all of [0, K) and this returns true; else false, for every thread of the block
-// alike, and `st` is to be recomputed (sweep 1 staged).
-template <int KBATCH, class In, class T, class W, class I>
-__device__ __forceinline__ bool em_fold_stats(const W& w, I steps, I K, int chunk_shift, EmFoldPart<T>& part,
+// chunks it loads, V lines at one k each (EmFold, and EmFoldLines where em_folds_lines), KBATCH steps' loads in
+// flight; a warp's threads of a group of lines merge their folds; the line's 8 threads each take one warp's
+// (finish_stats merges them). With EmFoldLines, or where no real line of the block holds −inf (a line's EmLine is
+// then all of [0, K)), this returns true; else false, for every thread of the block alike, and `st` is to be
+// recomputed (sweep 1 staged).
+template <int KBATCH, class In, class T, class W, class I, bool LINES>
+__device__ __forceinline__ bool em_fold_stats(const W& w, I steps, I K, int chunk_shift, EmFoldPart<T, LINES>& part,
                                               EmLineStats<In, T>& st) {
   constexpr int V = W::V, G = 32 / V; // G groups of V lines; a warp's lanes g, g + G, ... load group g
   EmFold<In, T> fold;
+  EmFoldLines<In> lines; // LINES only
   for (I s = 0; s < steps; s += KBATCH) {
     EmChunk c[KBATCH];
     w.fetch_batch(s, c);
 #pragma unroll
     for (int q = 0; q < KBATCH; ++q)
-      if (s + q < steps && w.fetches(s + q)) fold.add(c[q]);
+      if (s + q < steps && w.fetches(s + q)) {
+        fold.add(c[q]);
+        if constexpr (LINES) lines.add(c[q], (s + q) * W::kStep + (I)(threadIdx.x / G), chunk_shift);
+      }
   }
 #pragma unroll
-  for (int o = G; o < 32; o *= 2) fold.merge_xor(o);
+  for (int o = G; o < 32; o *= 2) {
+    fold.merge_xor(o);
+    if constexpr (LINES) lines.merge_xor(o);
+  }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane < G)
 #pragma unroll
-    for (int u = 0; u < V; ++u) part.mx[warp][lane * V + u] = fold.max(u), part.held[warp][lane * V + u] = fold.held(u);
+    for (int u = 0; u < V; ++u) {
+      part.mx[warp][lane * V + u] = fold.max(u);
+      if constexpr (LINES) part.line[warp][lane * V + u] = lines.acc[u].line();
+      else part.held[warp][lane * V + u] = fold.held(u);
+    }
   __syncthreads();
   st.mx = part.mx[w.sub][w.row];
+  if constexpr (LINES) {
+    st.acc.merge(part.line[w.sub][w.row]);
+    __syncthreads(); // every read of `part` is done
+    return true;
+  }
   const bool held = part.held[w.sub][w.row];
   if (__syncthreads_or(w.real && !held)) return false; // also: every read of `part` is done
   if (w.real) st.acc.add_line(K, chunk_shift);
@@ -607,7 +652,7 @@ __device__ __noinline__ void em_prepare_lines(const In* x, long long batch_strid
   const EmLines<In, T> L = {x,   batch_stride, line_stride, k_stride, count, padded, batches, max, info, factors,
                             b_side, Kp,         Np,          headroom};
   __shared__ EmStage<In> stage; // STAGED only
-  __shared__ EmFoldPart<T> part; // STAGED and VECTOR only
+  __shared__ EmFoldPart<T, em_folds_lines<In>()> part; // STAGED and VECTOR only
   typedef EmLineWalk<In, I, STAGED, VECTOR> W;
   // Every line is read twice, the second time mostly from L2: sweep 1 its max and EmLine, sweep 2 its factors, each
   // with kBatch steps' loads in flight a thread: 4 with 16-byte loads, 2 with one value a load (V registers a
