@@ -212,9 +212,9 @@ int print_tuned(const Problem& p) {
   return 0;
 }
 
-// The stepped strategy's form on this GPU, as its rule takes it.
-std::string stepped_form_text(const ChainProblem& p, const DeviceInfo& device) {
-  const SteppedForm form = stepped_form(p, device);
+// The stepped strategy's form on this GPU, as a plan of `kernel` takes it.
+std::string stepped_form_text(const ChainProblem& p, const DeviceInfo& device, StepKernel kernel) {
+  const SteppedForm form = stepped_form(p, device, kernel);
   if (form.fused) return "fused (one persistent kernel a pass, its blocks meeting between positions)";
   std::string text = "each step one product of the bmm plans";
   if (form.parts > 1) text += ", its sum over the sources in " + std::to_string(form.parts) + " parts";
@@ -227,7 +227,7 @@ std::string stepped_form_text(const ChainProblem& p, const DeviceInfo& device) {
 // The strategy a chain plan takes and why: the stored decision (its timings follow), or the rule and which of its
 // conditions holds; and why a stored decision's strategy is not the plan's.
 std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c, const DeviceInfo& device) {
-  std::string text = c.stepped     ? "stepped, " + stepped_form_text(p, device)
+  std::string text = c.stepped     ? "stepped, " + stepped_form_text(p, device, c.steps)
                      : c.chunk > 0 ? "chunked, in chunks of " + std::to_string(c.chunk) + " steps"
                                    : "sequential";
   const bool sequential_fits = p.C <= kMaxSequentialChainStates;
@@ -253,6 +253,13 @@ std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c, con
                               : "; the stored decision predates the strategies' tuning";
   else if (c.decision && sequential_fits && !decided)
     text += "; the stored decision's chunks do not fit this problem";
+  // The stepped strategy's form: the decision's where it timed the fused form and the problem takes what it chose.
+  if (c.stepped && c.steps != StepKernel::rule)
+    text += "; its form, the stored decision's (the faster of the forms it timed)";
+  else if (c.stepped && c.decision && c.decision->stepped_fused)
+    text += "; its form, the rule's (the fused form the stored decision chose does not compute this problem)";
+  else if (c.stepped)
+    text += "; its form, the rule's";
   return text;
 }
 
@@ -292,6 +299,7 @@ int print_chain_tuned(const ChainProblem& p) {
   for (const LanesTiming& t : d->lanes)
     row("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
   if (const auto& t = d->stepped_timing) row("steps", t->forward_ms, t->saving_ms, t->backward_ms);
+  if (const auto& t = d->fused_timing) row("fused", t->forward_ms, t->saving_ms, t->backward_ms);
   return 0;
 }
 

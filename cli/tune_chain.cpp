@@ -2,7 +2,8 @@
 // rule's blocks for one block per sequence and clusters of 2, 4 and 8 where their registers fit) and, in the
 // forward's best cluster, its other lanes (1 to 32, the rule's threads for each); up to 1024 states the chunked
 // strategy in chunks of 32 to 256 steps and of the whole chain (for log, where their products fit in saved), and the
-// stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed there); the chunked and
+// stepped strategy (beyond kMaxSequentialChainStates states the only one: no cluster is timed there) in its products
+// and, where it computes the problem, its fused form; the chunked and
 // the stepped strategies' products tune as the policy allows (the only chains whose products do). Each is checked
 // against the CPU reference, and what choose_chain_clusters picks is stored as the decision every ChainPlan::get of
 // the problem's bucket takes (runtime/tuner/chain_decisions.hpp).
@@ -20,6 +21,7 @@
 #include "cli/spec_args.hpp"
 #include "runtime/chain_candidate.hpp"
 #include "runtime/chain_chunked.hpp"
+#include "runtime/chain_fused_steps.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
@@ -56,8 +58,9 @@ int run_chain_tune(const Args& args) {
   ChainTrial trial(p);
   // A variant measured on a plan of its own; a chunked or stepped one's products tune on their first call, within the
   // warm-up, and store what they find for the plans that then take them.
-  auto measure = [&](const ChainSpec& spec, int64_t chunk, bool stepped = false) {
-    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true, stepped)), reps);
+  auto measure = [&](const ChainSpec& spec, int64_t chunk, bool stepped = false,
+                     StepKernel steps = StepKernel::rule) {
+    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true, stepped, steps)), reps);
   };
   // A row as soon as it is measured (each compiles a module): the strategy and its times; true where it checked.
   auto print_row = [](const std::string& variant, const ChainMeasure& row) {
@@ -116,17 +119,21 @@ int run_chain_tune(const Args& args) {
         lanes_timed.push_back({lanes, row->forward_ms, row->saving_ms, row->backward_ms});
     }
   }
-  std::optional<SteppedTiming> stepped;
-  if (const ChainMeasure row = measure(ChainSpec{}, 0, true); print_row("steps", row))
+  std::optional<SteppedTiming> stepped, fused;
+  if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::products); print_row("steps", row))
     stepped = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
-  if (timed.empty() && !stepped) {
+  if (fused_steps_apply(p))
+    if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::fused); print_row("fused", row))
+      fused = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
+  if (timed.empty() && !stepped && !fused) {
     std::fprintf(stderr, "jitbmm: tune --chain: the stepped strategy did not compute the reference's score; nothing "
                          "stored\n");
     return 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped, lanes_timed);
-  const std::string strategy = *d.stepped ? std::string("the stepped strategy")
+  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped, lanes_timed, fused);
+  const std::string strategy = *d.stepped ? std::string("the stepped strategy") +
+                                                (d.stepped_fused.value_or(false) ? ", fused" : ", its products")
                                : *d.chunk ? "chunks of " + std::to_string(*d.chunk) + " steps"
                                           : "the sequential kernels";
   if (timed.empty())

@@ -1,6 +1,7 @@
 // Which variant ChainPlan::get takes: a stored decision of `jitbmm tune --chain` for the problem's bucket where it
-// fits (its clusters, the forward's lanes where it names them, its strategy), else the rules (default_chain_spec for
-// the clusters and lanes, default_chain_chunk and default_chain_stepped for the strategy).
+// fits (its clusters, the forward's lanes where it names them, its strategy and the stepped strategy's form), else
+// the rules (default_chain_spec for the clusters and lanes, default_chain_chunk and default_chain_stepped for the
+// strategy, default_fused_steps for the form).
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "runtime/chain_chunked.hpp"
+#include "runtime/chain_fused_steps.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "support/log.hpp"
@@ -75,6 +77,14 @@ std::optional<ChainDecision> stored_decision(const ChainProblem& problem, const 
   return d;
 }
 
+// The stepped strategy's form a decision names, where the problem takes it (the fused form computes an HMM of one
+// shared table, which the bucket's text does not say); else the rule's.
+StepKernel decided_form(const ChainProblem& problem, const ChainDecision& d) {
+  if (!d.stepped_fused) return StepKernel::rule;
+  if (!*d.stepped_fused) return StepKernel::products;
+  return fused_steps_apply(problem) ? StepKernel::fused : StepKernel::rule;
+}
+
 } // namespace
 
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {
@@ -82,6 +92,7 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
     ChainChoice c;
     c.stepped = true;
     c.decision = stored_decision(problem, device);
+    if (c.decision) c.steps = decided_form(problem, *c.decision);
     return c;
   }
   ChainChoice c;
@@ -104,7 +115,7 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
   if (d.stepped) {
     c.stepped = *d.stepped;
     c.stepped_from_decision = true;
-    if (c.stepped) c.chunk = 0;
+    if (c.stepped) c.chunk = 0, c.steps = decided_form(problem, d);
     if (c.stepped && log_enabled(LogLevel::debug))
       log_message(LogLevel::debug, "chain " + chain_bucket_text(problem) +
                                        ": the stepped strategy, from the stored "

@@ -48,6 +48,7 @@ struct ChainChoice {
   bool chunk_from_decision = false;   // and the chunks (or none)
   bool stepped = false;               // the stepped strategy (spec and chunk unused)
   bool stepped_from_decision = false; // whether stepped or not, as the decision says
+  StepKernel steps = StepKernel::rule; // its form: the decision's where it names one the problem takes
 };
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);
 inline ChainSpec chosen_chain_spec(const ChainProblem& problem, const DeviceInfo& device) {

@@ -70,9 +70,9 @@ struct SteppedChain::ForwardPieces {
   }
 };
 
-SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device) {
+SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, StepKernel kernel) {
   SteppedForm form;
-  form.fused = default_fused_steps(problem, device.sm_count);
+  form.fused = kernel == StepKernel::rule ? default_fused_steps(problem, device.sm_count) : kernel != StepKernel::products;
   if (problem.semiring == Semiring::log && shared_table(problem)) {
     form.parts = step_parts(problem.B, problem.C, chain_output_dtype(problem), device);
     // Stacked where a pass's steps take parts (wgmma, enough sequences, not split_k's chunks: the rule's other
@@ -103,8 +103,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   }
   if (problem.B == 0) return;
   kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
-  const SteppedForm form = stepped_form(problem, *device_);
-  if (kernel == StepKernel::products || (kernel == StepKernel::rule && !form.fused)) {
+  const SteppedForm form = stepped_form(problem, *device_, kernel);
+  if (!form.fused) {
     parts_ = form.parts;
     stacked_parts_ = form.saving_parts;
     return;

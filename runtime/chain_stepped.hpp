@@ -34,8 +34,9 @@ namespace jitbmm {
 // fused_streamed asks for the entries that stage both sides of each chunk in turn everywhere.
 enum class StepKernel : int { rule, products, fused, fused_streamed };
 
-// The form the rule takes for a problem on `device` (StepKernel::rule): fused or the products; and the parts the
-// products' log steps of a shared table sum their sources in (step_parts; 1 otherwise), whichever form runs. A
+// The form a plan of `kernel` takes for a problem on `device`: fused or the products (StepKernel::rule: as
+// default_fused_steps says); and the parts the products' log steps of a shared table sum their sources in
+// (step_parts; 1 otherwise), whichever form runs. A
 // forward that saves its messages for the backward runs the two passes' log steps of a shared table as one product
 // a position, in `saving_parts` parts a pass, where both a pass's steps and the stacked product take parts (0: the
 // passes run side by side, a product each).
@@ -44,7 +45,7 @@ struct SteppedForm {
   int64_t parts = 1;
   int64_t saving_parts = 0;
 };
-SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device);
+SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, StepKernel kernel = StepKernel::rule);
 
 class SteppedChain final : public ChainStrategy {
 public:

@@ -63,7 +63,14 @@ std::string timing_line(const std::string& variant, double forward_ms, double sa
          format_duration(backward_ms, 5) + '\n';
 }
 
-constexpr const char* kSteppedTiming = "steps"; // the stepped strategy's timing line
+constexpr const char* kSteppedTiming = "steps"; // the stepped strategy's products' timing line
+constexpr const char* kFusedTiming = "fused";   // its fused form's
+
+// Whether a timing line is one of the stepped strategy's forms' (which name no size).
+bool kind_is_stepped(const std::string& line) {
+  const std::string kind = line.substr(0, line.find(' '));
+  return kind == kSteppedTiming || kind == kFusedTiming;
+}
 
 } // namespace
 
@@ -81,13 +88,18 @@ std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& de
 
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
                                     std::vector<ChunkTiming> chunked, std::optional<SteppedTiming> stepped,
-                                    std::vector<LanesTiming> lanes) {
+                                    std::vector<LanesTiming> lanes, std::optional<SteppedTiming> fused) {
   ChainDecision d;
   d.problem = chain_bucket_text(problem);
   d.seconds = seconds;
   d.stepped_timing = stepped;
+  d.fused_timing = fused;
+  // The stepped strategy's form: its products unless the fused form was faster.
+  auto cost = [](const std::optional<SteppedTiming>& t) { return t->saving_ms + t->backward_ms; };
+  if (fused) d.stepped_fused = !stepped || cost(fused) < cost(stepped);
+  const std::optional<SteppedTiming> steps = d.stepped_fused.value_or(false) ? fused : stepped;
   if (timed.empty()) { // no sequential kernel computes the problem: the stepped strategy alone, chunks in those
-    if (!stepped)
+    if (!steps)
       throw std::invalid_argument("choose_chain_clusters: neither a cluster size nor the stepped strategy "
                                   "was timed");
     if (!chunked.empty() || !lanes.empty())
@@ -130,7 +142,7 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
   d.chunk = 0;
   for (const ChunkTiming& t : chunked)
     if (t.saving_ms + t.backward_ms < best) best = t.saving_ms + t.backward_ms, d.chunk = t.chunk;
-  d.stepped = stepped && stepped->saving_ms + stepped->backward_ms < best;
+  d.stepped = steps && cost(steps) < best;
   if (*d.stepped) d.chunk = 0;
   d.timed = std::move(timed);
   d.chunked = std::move(chunked);
@@ -146,6 +158,7 @@ std::string encode_chain_decision(const ChainDecision& d) {
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.chunk) os << "chunk " << *d.chunk << '\n';
   if (d.stepped) os << "stepped " << (*d.stepped ? "yes" : "no") << '\n';
+  if (d.stepped_fused) os << "stepped_form " << (*d.stepped_fused ? "fused" : "products") << '\n';
   if (d.forward_lanes) os << "forward_lanes " << *d.forward_lanes << '\n';
   for (const ChainTiming& t : d.timed)
     os << timing_line("timed " + std::to_string(t.cluster), t.forward_ms, t.saving_ms, t.backward_ms);
@@ -154,6 +167,7 @@ std::string encode_chain_decision(const ChainDecision& d) {
   for (const LanesTiming& t : d.lanes)
     os << timing_line("lanes " + std::to_string(t.lanes), t.forward_ms, t.saving_ms, t.backward_ms);
   if (const auto& t = d.stepped_timing) os << timing_line(kSteppedTiming, t->forward_ms, t->saving_ms, t->backward_ms);
+  if (const auto& t = d.fused_timing) os << timing_line(kFusedTiming, t->forward_ms, t->saving_ms, t->backward_ms);
   return os.str();
 }
 
@@ -171,14 +185,16 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   d.forward_cluster = *forward_cluster;
   d.saving_cluster = *saving_cluster;
   d.seconds = *tuned_for;
-  // Then the strategy chosen: the chunk, whether stepped (each absent from decisions stored before that strategy was
-  // tuned), the forward's lanes (where not the rule's), the clusters' timings, the chunks', the lanes' and the stepped
-  // strategy's, in that order.
+  // Then the strategy chosen: the chunk, whether stepped and its form (each absent from decisions stored before that
+  // was tuned), the forward's lanes (where not the rule's), the clusters' timings, the chunks', the lanes' and the
+  // stepped strategy's forms', in that order.
   while (in.next(line)) {
-    const bool timings_begun = !d.timed.empty() || !d.chunked.empty() || !d.lanes.empty() || d.stepped_timing;
+    const bool timings_begun =
+        !d.timed.empty() || !d.chunked.empty() || !d.lanes.empty() || d.stepped_timing || d.fused_timing;
     // Where each may still come: not after itself, a later optional line or a timing.
     const bool lanes_may = !timings_begun && !d.forward_lanes;
-    const bool stepped_may = lanes_may && !d.stepped;
+    const bool form_may = lanes_may && !d.stepped_fused;
+    const bool stepped_may = form_may && !d.stepped;
     const bool chunk_may = stepped_may && !d.chunk;
     if (const auto value = field_value(line, "forward_lanes"); value && lanes_may) {
       const auto lanes = parse_lanes(*value);
@@ -197,10 +213,17 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       d.stepped = *value == "yes";
       continue;
     }
-    if (d.stepped_timing) return std::nullopt; // nothing after the stepped strategy's timing
+    if (const auto value = field_value(line, "stepped_form"); value && form_may) {
+      if (*value != "fused" && *value != "products") return std::nullopt;
+      d.stepped_fused = *value == "fused";
+      continue;
+    }
+    if (d.fused_timing) return std::nullopt; // nothing after the fused form's timing
     std::istringstream words(line);
     std::string kind, size, forward_ms, saving_ms, backward_ms, extra;
-    if (!(words >> kind) || (kind != kSteppedTiming && !(words >> size)) ||
+    const bool stepped_kind = kind_is_stepped(line);
+    if (d.stepped_timing && !stepped_kind) return std::nullopt; // only the fused form's after the products'
+    if (!(words >> kind) || (!stepped_kind && !(words >> size)) ||
         !(words >> forward_ms >> saving_ms >> backward_ms) || words >> extra ||
         line != kind + (size.empty() ? "" : ' ' + size) + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
       return std::nullopt;
@@ -221,8 +244,10 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       if (!g || std::any_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *g; }))
         return std::nullopt;
       d.lanes.push_back({*g, *f, *s, *b});
-    } else if (kind == kSteppedTiming) {
+    } else if (kind == kSteppedTiming && !d.stepped_timing) {
       d.stepped_timing = SteppedTiming{*f, *s, *b};
+    } else if (kind == kFusedTiming) {
+      d.fused_timing = SteppedTiming{*f, *s, *b};
     } else {
       return std::nullopt;
     }
@@ -243,8 +268,12 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
       std::none_of(d.chunked.begin(), d.chunked.end(), [&](const ChunkTiming& t) { return t.chunk == *d.chunk; }))
     return std::nullopt;
   if (d.stepped && !d.chunk) return std::nullopt;
-  if (stepped && (*d.chunk != 0 || !d.stepped_timing)) return std::nullopt;
-  if (d.stepped_timing && !d.stepped) return std::nullopt;
+  const bool steps_timed = d.stepped_timing || d.fused_timing;
+  if (stepped && (*d.chunk != 0 || !steps_timed)) return std::nullopt;
+  if (steps_timed && !d.stepped) return std::nullopt;
+  // The form is named where the fused form was timed, and the one named was timed.
+  if (d.fused_timing.has_value() != d.stepped_fused.has_value()) return std::nullopt;
+  if (d.stepped_fused && !*d.stepped_fused && !d.stepped_timing) return std::nullopt;
   if (d.forward_lanes &&
       std::none_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *d.forward_lanes; }))
     return std::nullopt;

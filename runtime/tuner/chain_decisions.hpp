@@ -37,7 +37,8 @@ struct LanesTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
 };
 
-// The stepped strategy as timed (the same three launches; its products tuned as they were timed).
+// One form of the stepped strategy as timed (the same three launches; its products tuned as they were timed): its
+// products, or its fused form.
 struct SteppedTiming {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
 };
@@ -51,6 +52,9 @@ struct ChainDecision {
   std::optional<int64_t> chunk;
   // Whether the stepped strategy won; none in a decision stored before it was tuned (the plan then takes the rule's).
   std::optional<bool> stepped;
+  // The stepped strategy's form that won, fused (true) or its products: only where the fused form was timed (none: the
+  // rule's form).
+  std::optional<bool> stepped_fused;
   // The forward's lanes where other lanes than the rule's were timed faster in its cluster; none: the rule's.
   std::optional<int> forward_lanes;
   std::string problem; // chain_bucket_text() of the problem tuned
@@ -58,7 +62,8 @@ struct ChainDecision {
   std::vector<ChainTiming> timed;
   std::vector<ChunkTiming> chunked;
   std::vector<LanesTiming> lanes;
-  std::optional<SteppedTiming> stepped_timing; // none where it was not a candidate (it did not compute the score)
+  std::optional<SteppedTiming> stepped_timing; // its products; none where not a candidate (a wrong score)
+  std::optional<SteppedTiming> fused_timing;   // its fused form; none where not timed or not a candidate
 };
 
 // A problem's bucket: B and T each rounded up to a power of two; the semiring, dtype, form, C, lengths, the tables'
@@ -68,22 +73,25 @@ std::string chain_bucket_text(const ChainProblem& problem);
 std::string chain_tuning_key(const ChainProblem& problem, const TuningDevice& device);
 // The decision from the timings: each cluster the fastest of its part (ties: the smaller cluster), and the strategy
 // whose saving forward + backward is the fastest: the sequential kernels' in the saving cluster, the chunked
-// strategy's in each of `chunked`, the stepped strategy's (ties: sequential, then the shorter chunk, then stepped).
-// Where `timed` is empty (a problem beyond kMaxSequentialChainStates, which only the stepped strategy computes), the
-// stepped strategy in clusters of 1; std::invalid_argument where neither `timed` nor `stepped` holds anything. The
+// strategy's in each of `chunked`, the stepped strategy's in the faster of its forms, `stepped` (its products) and
+// `fused` (ties: sequential, then the shorter chunk, then stepped; its products, then fused). Where `timed` is empty
+// (a problem beyond kMaxSequentialChainStates, which only the stepped strategy computes), the stepped strategy in
+// clusters of 1; std::invalid_argument where neither `timed` nor a form of the stepped strategy holds anything. The
 // forward's lanes: those of `lanes` (timed in the chosen forward cluster) faster than the rule's there, by the
 // forward's cost the cluster was chosen by (ties: the rule's, then fewer lanes); max_plus's sequential strategy is
 // then rated with them.
 ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<ChainTiming> timed, double seconds,
                                     std::vector<ChunkTiming> chunked = {},
                                     std::optional<SteppedTiming> stepped = std::nullopt,
-                                    std::vector<LanesTiming> lanes = {});
+                                    std::vector<LanesTiming> lanes = {},
+                                    std::optional<SteppedTiming> fused = std::nullopt);
 
 // A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
 // once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, lanes
 // powers of two at most 32 each timed once after the clusters, the lanes chosen among them, the stepped
-// strategy chosen only where timed and then with chunk 0, nothing timed but the stepped strategy only where it was
-// chosen in clusters of 1, durations as tuning_db writes them) and returns nothing on any defect.
+// strategy chosen only where a form of it was timed and then with chunk 0, its form named only where the fused form
+// was timed and chosen only where timed, nothing timed but the stepped strategy only where it was chosen in clusters
+// of 1, durations as tuning_db writes them) and returns nothing on any defect.
 std::string encode_chain_decision(const ChainDecision& d);
 std::optional<ChainDecision> decode_chain_decision(const std::string& text);
 

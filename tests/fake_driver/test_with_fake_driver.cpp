@@ -36,6 +36,7 @@
 #include "generator/emit_source.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/backward.hpp"
+#include "runtime/chain_fused_steps.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/tuner/chain_decisions.hpp"
 #include "runtime/device.hpp"
@@ -522,6 +523,44 @@ TEST_CASE("a chain plan takes the stepped strategy where a stored decision names
   written.stepped = false;
   put_chain_decision(*disk, huge_key, written);
   CHECK(choose_chain_spec(huge, *device).stepped);
+}
+
+TEST_CASE("a stepped chain plan takes the form a stored decision names, where the problem takes it; else the rule's") {
+  const auto device = current_device();
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  const std::vector<ChainTiming> slow = {{1, 9.0, 9.0, 9.0}};
+  // T = 16: buckets no other test stores a decision for. The rule's form at 512 states is fused; the decision
+  // measured the products faster.
+  const ChainProblem fused_by_rule = hmm_problem(512, 16, 512);
+  REQUIRE(default_fused_steps(fused_by_rule, device->sm_count));
+  put_chain_decision(*disk, chain_tuning_key(fused_by_rule, tuning_device(*device)),
+                     choose_chain_clusters(fused_by_rule, slow, 1.0, {}, SteppedTiming{1, 1, 1}, {},
+                                           SteppedTiming{1, 2, 1}));
+  const ChainChoice products = choose_chain_spec(fused_by_rule, *device);
+  CHECK(products.stepped);
+  CHECK(products.steps == StepKernel::products);
+  CHECK(ChainPlan::get(fused_by_rule).kernel_name().find("fused") == std::string::npos);
+  // At 1024 states the rule's form is the products; the decision measured the fused form faster.
+  const ChainProblem products_by_rule = hmm_problem(512, 16, 1024);
+  REQUIRE_FALSE(default_fused_steps(products_by_rule, device->sm_count));
+  const std::string key = chain_tuning_key(products_by_rule, tuning_device(*device));
+  put_chain_decision(*disk, key,
+                     choose_chain_clusters(products_by_rule, slow, 1.0, {}, SteppedTiming{1, 2, 1}, {},
+                                           SteppedTiming{1, 1, 1}));
+  const ChainChoice fused = choose_chain_spec(products_by_rule, *device);
+  CHECK(fused.steps == StepKernel::fused);
+  CHECK(ChainPlan::get(products_by_rule).kernel_name().find("fused") != std::string::npos);
+  // A table per sequence falls in the same bucket, but the fused form computes one shared table: the rule's form.
+  const ChainProblem batched = hmm_problem(512, 16, 1024, true);
+  REQUIRE(chain_tuning_key(batched, tuning_device(*device)) == key);
+  const ChainChoice ruled = choose_chain_spec(batched, *device);
+  CHECK(ruled.stepped);
+  CHECK(ruled.steps == StepKernel::rule);
+  CHECK(ChainPlan::get(batched).kernel_name().find("fused") == std::string::npos);
+  // A decision that timed no fused form names none: the rule's.
+  put_chain_decision(*disk, key, choose_chain_clusters(products_by_rule, slow, 1.0, {}, SteppedTiming{1, 1, 1}));
+  CHECK(choose_chain_spec(products_by_rule, *device).steps == StepKernel::rule);
 }
 
 TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {

@@ -23,6 +23,21 @@ ChainProblem problem(int64_t B, int64_t T, int64_t C) {
   return p;
 }
 
+// Every text of `bad` is refused by the strict decoder.
+void check_refused(const std::vector<std::string>& bad) {
+  for (const std::string& t : bad) {
+    INFO(t);
+    CHECK_FALSE(decode_chain_decision(t));
+  }
+}
+
+// An HMM of 512 sequences of 32 positions and 512 states: where the stepped strategy's forms compete.
+ChainProblem hmm512() {
+  ChainProblem p = problem(512, 32, 512);
+  p.form = ChainForm::hmm;
+  return p;
+}
+
 ChainDecision sample() {
   return choose_chain_clusters(problem(16, 256, 256),
                                {{1, 3.292, 6.371, 0.715}, {4, 1.222, 2.588, 0.720}, {8, 1.516, 2.939, 0.715}}, 2.5);
@@ -76,8 +91,7 @@ TEST_CASE("chain decisions: the chunked strategy where its saving forward + back
 }
 
 TEST_CASE("chain decisions: the stepped strategy where its saving forward + backward beat every other's") {
-  ChainProblem p = problem(512, 32, 512);
-  p.form = ChainForm::hmm;
+  const ChainProblem p = hmm512();
   const std::vector<ChainTiming> clusters = {{1, 6.14, 7.0, 35.0}, {2, 6.5, 6.9, 35.0}}; // 41.9 in clusters of 2
   // Faster than the sequential kernels: taken, with chunk 0; its timing kept.
   const ChainDecision d = choose_chain_clusters(p, clusters, 1.0, {}, SteppedTiming{1.44, 1.6, 2.8});
@@ -191,10 +205,7 @@ TEST_CASE("chain decisions: the lanes' lines round-trip and are read strictly") 
           text.substr(text.find("steps ")), // a cluster's timing after the lanes'
       replaced("chunk 0\nstepped no\n", ""), // lanes without the strategy's lines they were timed beside
   };
-  for (const std::string& t : bad) {
-    INFO(t);
-    CHECK_FALSE(decode_chain_decision(t));
-  }
+  check_refused(bad);
 }
 
 TEST_CASE("chain decisions: keyed by the device, the versions and the problem's bucket") {
@@ -277,10 +288,7 @@ TEST_CASE("chain decisions: the text round-trips and is read strictly") {
       replaced("forward_cluster 4", "forward_cluster 2"), // a size not among those timed
       "forward_cluster 4\n" + text,                       // lines out of order
   };
-  for (const std::string& t : bad) {
-    INFO(t);
-    CHECK_FALSE(decode_chain_decision(t));
-  }
+  check_refused(bad);
 }
 
 TEST_CASE("chain decisions: the strategy's lines round-trip and are read strictly; one stored before them is read") {
@@ -317,16 +325,12 @@ TEST_CASE("chain decisions: the strategy's lines round-trip and are read strictl
                "stepped no\ntimed 1 5.14000 5.57000 0.06000\nchunk 64\n"),
       text + "timed 4 1.00000 1.00000 1.00000\n", // a cluster's timing after the chunks'
   };
-  for (const std::string& t : bad) {
-    INFO(t);
-    CHECK_FALSE(decode_chain_decision(t));
-  }
+  check_refused(bad);
 }
 
 TEST_CASE("chain decisions: the stepped strategy's lines round-trip and are read strictly; one stored before them is "
           "read") {
-  ChainProblem p = problem(512, 32, 512);
-  p.form = ChainForm::hmm;
+  const ChainProblem p = hmm512();
   const ChainDecision d =
       choose_chain_clusters(p, {{1, 6.14, 7.0, 35.0}, {2, 6.5, 6.9, 35.0}}, 4.0, {}, SteppedTiming{1.44, 1.6, 2.8});
   const std::string text = encode_chain_decision(d);
@@ -394,10 +398,74 @@ TEST_CASE("chain decisions: the stepped strategy's lines round-trip and are read
       replaced_in(wide, "forward_cluster 1\n", "forward_cluster 2\n"), // no cluster timed, yet one named
       replaced_in(wide, "stepped yes\n", "stepped no\n"),              // nothing timed is taken
   };
-  for (const std::string& t : bad) {
-    INFO(t);
-    CHECK_FALSE(decode_chain_decision(t));
+  check_refused(bad);
+}
+
+TEST_CASE("chain decisions: the stepped strategy's form is the faster it timed, named only where the fused form was "
+          "timed, and read strictly") {
+  const ChainProblem p = hmm512();
+  const std::vector<ChainTiming> clusters = {{1, 6.14, 7.0, 35.0}};
+  // The faster of its products and its fused form (by the saving forward + backward), ties to its products; then
+  // the strategy by that form's cost.
+  const ChainDecision fused =
+      choose_chain_clusters(p, clusters, 4.0, {}, SteppedTiming{0.96, 1.30, 0.35}, {}, SteppedTiming{0.56, 1.13, 0.35});
+  REQUIRE(fused.stepped_fused);
+  CHECK(*fused.stepped_fused);
+  CHECK(*fused.stepped);
+  const ChainDecision products =
+      choose_chain_clusters(p, clusters, 4.0, {}, SteppedTiming{0.96, 1.10, 0.35}, {}, SteppedTiming{0.56, 1.13, 0.35});
+  CHECK_FALSE(*products.stepped_fused);
+  CHECK(*products.stepped);
+  CHECK_FALSE(*choose_chain_clusters(p, clusters, 4.0, {}, SteppedTiming{1, 1.1, 0.3}, {}, SteppedTiming{1, 1.1, 0.3})
+                   .stepped_fused);
+  // Its products lost (fused 1.48 beats the sequential 42 only as the stepped strategy's form).
+  const ChainDecision slow_products =
+      choose_chain_clusters(p, clusters, 4.0, {}, SteppedTiming{9, 40, 9}, {}, SteppedTiming{0.56, 1.13, 0.35});
+  CHECK(*slow_products.stepped);
+  CHECK(*slow_products.stepped_fused);
+  // The fused form alone computed the score; the fused form timed and slower than the sequential kernels.
+  const ChainDecision fused_alone = choose_chain_clusters(p, clusters, 4.0, {}, std::nullopt, {}, SteppedTiming{1, 1, 1});
+  CHECK(*fused_alone.stepped);
+  CHECK(*fused_alone.stepped_fused);
+  const ChainDecision lost = choose_chain_clusters(p, clusters, 4.0, {}, std::nullopt, {}, SteppedTiming{9, 40, 9});
+  CHECK_FALSE(*lost.stepped);
+  REQUIRE(lost.stepped_fused);
+  // Without the fused form timed no form is named: the plan takes the rule's.
+  CHECK_FALSE(choose_chain_clusters(p, clusters, 4.0, {}, SteppedTiming{1, 1, 1}).stepped_fused);
+
+  const std::string text = encode_chain_decision(fused);
+  CHECK(text.find("\nchunk 0\nstepped yes\nstepped_form fused\ntimed 1 ") != std::string::npos);
+  CHECK(text.find("\nsteps 0.96000 1.30000 0.35000\nfused 0.56000 1.13000 0.35000\n") != std::string::npos);
+  for (const ChainDecision& d : {fused, products, slow_products, fused_alone, lost}) {
+    const std::string t = encode_chain_decision(d);
+    const auto back = decode_chain_decision(t);
+    REQUIRE(back);
+    CHECK(back->stepped_fused == d.stepped_fused);
+    CHECK(back->fused_timing.has_value());
+    CHECK(encode_chain_decision(*back) == t);
   }
+  // Stored before the forms were tuned: no form line and no fused timing; the plan then takes the rule's form.
+  std::string old = replaced_in(text.substr(0, text.find("fused 0.56")), "stepped_form fused\n", "");
+  const auto before = decode_chain_decision(old);
+  REQUIRE(before);
+  CHECK(*before->stepped);
+  CHECK_FALSE(before->stepped_fused);
+  auto replaced = [&](const std::string& from, const std::string& to) { return replaced_in(text, from, to); };
+  const std::string products_text = encode_chain_decision(products);
+  const std::vector<std::string> bad = {
+      replaced("stepped_form fused\n", "stepped_form both\n"),
+      replaced("stepped_form fused\n", "stepped_form\n"),
+      replaced("stepped_form fused\n", "stepped_form fused\nstepped_form fused\n"),            // twice
+      replaced("stepped yes\nstepped_form fused\n", "stepped_form fused\nstepped yes\n"),   // out of order
+      replaced("stepped_form fused\n", ""),                                                 // timed, no word on it
+      text.substr(0, text.find("fused 0.56")),                                              // named, never timed
+      replaced("steps 0.96000 1.30000 0.35000\nfused 0.56000 1.13000 0.35000\n",
+               "fused 0.56000 1.13000 0.35000\nsteps 0.96000 1.30000 0.35000\n"),            // out of order
+      text + "fused 0.56000 1.13000 0.35000\n",                                              // twice
+      replaced("fused 0.56000", "fused 1 0.56000"),                                         // a size it has none of
+      replaced_in(products_text, "steps 0.96000 1.10000 0.35000\n", ""), // its products chosen, never timed
+  };
+  check_refused(bad);
 }
 
 TEST_CASE("chain decisions: stored, read back, and a damaged one moved aside") {
