@@ -567,6 +567,34 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
   CHECK(prepares[1] < prepares[0]);
 }
 
+// The transitions' gradient of a shared table is a product over every (b, t) in slices of the sequences: enough of
+// them that the product's prepare, which walks 32 of a slice's 2C lines (its operands' rows and columns) a block, has
+// a block an SM (the fake device has 132), each slice summing at least 256 positions.
+TEST_CASE("the stepped strategy's transitions' gradient is sliced so that its prepare has a block an SM") {
+  const int sms = current_device()->sm_count;
+  for (const int64_t C : {1024, 2048}) {
+    ChainProblem p;
+    p.semiring = Semiring::log;
+    p.form = ChainForm::hmm;
+    p.B = 512, p.T = 4, p.C = C;
+    INFO("C = " << C);
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::products);
+    const SharedHmmTables tables(p), grads(p);
+    const SavingForward forward(plan);
+    forward(plan, tables.inputs());
+    DeviceBuffer g(4 * p.B), back(plan.backward_workspace_bytes());
+    const DriverLog log;
+    plan.backward(tables.inputs(), nullptr, forward.saved.get(), nullptr, g.get(), grads.gradients(), nullptr,
+                  Workspace{back.get(), plan.backward_workspace_bytes()});
+    const std::vector<unsigned> prepares = log.grids("_prepare");
+    REQUIRE(prepares.size() == 2);
+    const unsigned per_slice = unsigned(2 * C / 32); // a's rows and b's columns, 32 a block
+    CHECK(prepares[0] % per_slice == 0);
+    CHECK(prepares[0] >= unsigned(sms));
+    CHECK(prepares[0] / per_slice <= unsigned(p.B * p.T / 256));
+  }
+}
+
 // The stepped strategy's fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): where the rule takes them,
 // an HMM with one shared table runs each pass in one cooperative launch of at most one block an SM (what the fake
 // driver holds at once), after the table's copy and its columns' maxima (log: and factors): no product a position.
