@@ -122,7 +122,8 @@ int run_chain_tune(const Args& args) {
   std::optional<SteppedTiming> stepped, fused;
   if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::products); print_row("steps", row))
     stepped = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
-  if (fused_steps_apply(p))
+  const bool fused_tried = fused_steps_apply(p);
+  if (fused_tried)
     if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::fused); print_row("fused", row))
       fused = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
   if (timed.empty() && !stepped && !fused) {
@@ -131,7 +132,10 @@ int run_chain_tune(const Args& args) {
     return 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped, lanes_timed, fused);
+  ChainDecision d = choose_chain_clusters(p, timed, seconds, chunked, stepped, lanes_timed, fused);
+  // A fused form that computed a wrong score is no candidate, and the rule, which may take it, must not either: the
+  // products are named.
+  if (fused_tried && !fused && stepped) d.stepped_fused = false;
   const std::string strategy = *d.stepped ? std::string("the stepped strategy") +
                                                 (d.stepped_fused.value_or(false) ? ", fused" : ", its products")
                                : *d.chunk ? "chunks of " + std::to_string(*d.chunk) + " steps"

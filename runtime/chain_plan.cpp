@@ -167,7 +167,8 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
   const auto device = current_device();
   check_supported(*device); // at once, not as the first kernel's compile error
   const ChainChoice choice = choose_chain_spec(problem, *device);
-  return chain_plan_for(problem, choice.spec, choice.chunk, false, choice.stepped, choice.stepped ? choice.steps : StepKernel::rule);
+  return chain_plan_for(problem, choice.spec, choice.chunk, false, choice.stepped,
+                        choice.stepped ? choice.steps : StepKernel::rule);
 }
 
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,

@@ -72,7 +72,8 @@ struct SteppedChain::ForwardPieces {
 
 SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, StepKernel kernel) {
   SteppedForm form;
-  form.fused = kernel == StepKernel::rule ? default_fused_steps(problem, device.sm_count) : kernel != StepKernel::products;
+  form.fused =
+      kernel == StepKernel::rule ? default_fused_steps(problem, device.sm_count) : kernel != StepKernel::products;
   if (problem.semiring == Semiring::log && shared_table(problem)) {
     form.parts = step_parts(problem.B, problem.C, chain_output_dtype(problem), device);
     // Stacked where a pass's steps take parts (wgmma, enough sequences, not split_k's chunks: the rule's other

@@ -16,9 +16,9 @@ namespace jitbmm {
 int64_t SteppedChain::edge_slices() const {
   const ChainProblem& p = problem_;
   if (!shared_table(p)) return 1;
-  // Slices of whole sequences (a divisor of B), each summing at least 256 positions, as many as give the GPU two
-  // output tiles of 128 × 128 per SM, and at least as many as give the product's prepare a block per SM (a block
-  // walks 32 of a slice's 2C lines, the operands' rows and columns, over all of the slice's positions).
+  // Slices of whole sequences, each summing at least 256 positions: the most that divide B up to as many as give the
+  // GPU two output tiles of 128 × 128 per SM or, where that takes more, its prepare a block per SM (a block walks 32
+  // of a slice's 2C lines, the operands' rows and columns, over all of the slice's positions).
   const int64_t sms = std::max(1, device_->sm_count);
   const int64_t tiles = std::max<int64_t>(1, ((p.C + 127) / 128) * ((p.C + 127) / 128));
   const int64_t wanted = std::max<int64_t>({1, 2 * sms / tiles, (32 * sms + 2 * p.C - 1) / (2 * p.C)});

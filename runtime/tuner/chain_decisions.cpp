@@ -271,9 +271,10 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
   const bool steps_timed = d.stepped_timing || d.fused_timing;
   if (stepped && (*d.chunk != 0 || !steps_timed)) return std::nullopt;
   if (steps_timed && !d.stepped) return std::nullopt;
-  // The form is named where the fused form was timed, and the one named was timed.
-  if (d.fused_timing.has_value() != d.stepped_fused.has_value()) return std::nullopt;
-  if (d.stepped_fused && !*d.stepped_fused && !d.stepped_timing) return std::nullopt;
+  // A form is named wherever the fused form was timed (and where it was tried but computed a wrong score), and the
+  // form named was timed.
+  if (d.fused_timing && !d.stepped_fused) return std::nullopt;
+  if (d.stepped_fused && (*d.stepped_fused ? !d.fused_timing : !d.stepped_timing)) return std::nullopt;
   if (d.forward_lanes &&
       std::none_of(d.lanes.begin(), d.lanes.end(), [&](const LanesTiming& t) { return t.lanes == *d.forward_lanes; }))
     return std::nullopt;

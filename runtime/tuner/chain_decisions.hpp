@@ -52,8 +52,8 @@ struct ChainDecision {
   std::optional<int64_t> chunk;
   // Whether the stepped strategy won; none in a decision stored before it was tuned (the plan then takes the rule's).
   std::optional<bool> stepped;
-  // The stepped strategy's form that won, fused (true) or its products: only where the fused form was timed (none: the
-  // rule's form).
+  // The stepped strategy's form that won, fused (true) or its products: where the fused form was tried (none: the
+  // rule's form). A fused form that computed a wrong score leaves its products named, with no fused timing.
   std::optional<bool> stepped_fused;
   // The forward's lanes where other lanes than the rule's were timed faster in its cluster; none: the rule's.
   std::optional<int> forward_lanes;
@@ -89,8 +89,8 @@ ChainDecision choose_chain_clusters(const ChainProblem& problem, std::vector<Cha
 // A line-based text; decode is strict (every line, clusters powers of two at most kMaxChainCluster and each timed
 // once, chunks powers of two in [2, kMaxChainChunk] and each timed once, the chunk chosen 0 or one timed, lanes
 // powers of two at most 32 each timed once after the clusters, the lanes chosen among them, the stepped
-// strategy chosen only where a form of it was timed and then with chunk 0, its form named only where the fused form
-// was timed and chosen only where timed, nothing timed but the stepped strategy only where it was chosen in clusters
+// strategy chosen only where a form of it was timed and then with chunk 0, its form named wherever the fused form
+// was timed and the form named timed, nothing timed but the stepped strategy only where it was chosen in clusters
 // of 1, durations as tuning_db writes them) and returns nothing on any defect.
 std::string encode_chain_decision(const ChainDecision& d);
 std::optional<ChainDecision> decode_chain_decision(const std::string& text);

@@ -561,6 +561,14 @@ TEST_CASE("a stepped chain plan takes the form a stored decision names, where th
   // A decision that timed no fused form names none: the rule's.
   put_chain_decision(*disk, key, choose_chain_clusters(products_by_rule, slow, 1.0, {}, SteppedTiming{1, 1, 1}));
   CHECK(choose_chain_spec(products_by_rule, *device).steps == StepKernel::rule);
+  // Beyond the sequential kernels' states (no cluster timed), the decision's form as well.
+  const ChainProblem wide = hmm_problem(64, 16, 2048);
+  put_chain_decision(*disk, chain_tuning_key(wide, tuning_device(*device)),
+                     choose_chain_clusters(wide, {}, 1.0, {}, SteppedTiming{1, 2, 1}, {}, SteppedTiming{1, 1, 1}));
+  const ChainChoice wide_fused = choose_chain_spec(wide, *device);
+  CHECK(wide_fused.stepped);
+  CHECK(wide_fused.steps == StepKernel::fused);
+  CHECK(ChainPlan::get(wide).kernel_name().find("fused") != std::string::npos);
 }
 
 TEST_CASE("scratch memory: the caller's workspace when given (checked), else jitbmm's pool, kept until released") {

@@ -424,7 +424,8 @@ TEST_CASE("chain decisions: the stepped strategy's form is the faster it timed, 
   CHECK(*slow_products.stepped);
   CHECK(*slow_products.stepped_fused);
   // The fused form alone computed the score; the fused form timed and slower than the sequential kernels.
-  const ChainDecision fused_alone = choose_chain_clusters(p, clusters, 4.0, {}, std::nullopt, {}, SteppedTiming{1, 1, 1});
+  const ChainDecision fused_alone =
+      choose_chain_clusters(p, clusters, 4.0, {}, std::nullopt, {}, SteppedTiming{1, 1, 1});
   CHECK(*fused_alone.stepped);
   CHECK(*fused_alone.stepped_fused);
   const ChainDecision lost = choose_chain_clusters(p, clusters, 4.0, {}, std::nullopt, {}, SteppedTiming{9, 40, 9});
@@ -444,6 +445,16 @@ TEST_CASE("chain decisions: the stepped strategy's form is the faster it timed, 
     CHECK(back->fused_timing.has_value());
     CHECK(encode_chain_decision(*back) == t);
   }
+  // The fused form tried and no candidate (a wrong score): its products named, with their timing alone.
+  ChainDecision tried = products;
+  tried.fused_timing.reset();
+  const std::string tried_text = encode_chain_decision(tried);
+  CHECK(tried_text.find("\nstepped_form products\n") != std::string::npos);
+  CHECK(tried_text.find("\nfused ") == std::string::npos);
+  const auto tried_back = decode_chain_decision(tried_text);
+  REQUIRE(tried_back);
+  REQUIRE(tried_back->stepped_fused);
+  CHECK_FALSE(*tried_back->stepped_fused);
   // Stored before the forms were tuned: no form line and no fused timing; the plan then takes the rule's form.
   std::string old = replaced_in(text.substr(0, text.find("fused 0.56")), "stepped_form fused\n", "");
   const auto before = decode_chain_decision(old);
@@ -464,6 +475,7 @@ TEST_CASE("chain decisions: the stepped strategy's form is the faster it timed, 
       text + "fused 0.56000 1.13000 0.35000\n",                                              // twice
       replaced("fused 0.56000", "fused 1 0.56000"),                                         // a size it has none of
       replaced_in(products_text, "steps 0.96000 1.10000 0.35000\n", ""), // its products chosen, never timed
+      replaced_in(tried_text, "steps 0.96000 1.10000 0.35000\n", ""),     // likewise, the fused form untimed
   };
   check_refused(bad);
 }
