@@ -66,12 +66,6 @@ std::string timing_line(const std::string& variant, double forward_ms, double sa
 constexpr const char* kSteppedTiming = "steps"; // the stepped strategy's products' timing line
 constexpr const char* kFusedTiming = "fused";   // its fused form's
 
-// Whether a timing line is one of the stepped strategy's forms' (which name no size).
-bool kind_is_stepped(const std::string& line) {
-  const std::string kind = line.substr(0, line.find(' '));
-  return kind == kSteppedTiming || kind == kFusedTiming;
-}
-
 } // namespace
 
 std::string chain_bucket_text(const ChainProblem& p) {
@@ -221,9 +215,10 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text) {
     if (d.fused_timing) return std::nullopt; // nothing after the fused form's timing
     std::istringstream words(line);
     std::string kind, size, forward_ms, saving_ms, backward_ms, extra;
-    const bool stepped_kind = kind_is_stepped(line);
-    if (d.stepped_timing && !stepped_kind) return std::nullopt; // only the fused form's after the products'
-    if (!(words >> kind) || (!stepped_kind && !(words >> size)) ||
+    if (!(words >> kind)) return std::nullopt;
+    const bool stepped_kind = kind == kSteppedTiming || kind == kFusedTiming; // the stepped forms name no size
+    if (d.stepped_timing && !stepped_kind) return std::nullopt;             // only the fused form's after the products'
+    if ((!stepped_kind && !(words >> size)) ||
         !(words >> forward_ms >> saving_ms >> backward_ms) || words >> extra ||
         line != kind + (size.empty() ? "" : ' ' + size) + ' ' + forward_ms + ' ' + saving_ms + ' ' + backward_ms)
       return std::nullopt;
