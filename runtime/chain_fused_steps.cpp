@@ -72,10 +72,10 @@ bool fused_steps_apply(const ChainProblem& p) {
 }
 
 bool default_fused_steps(const ChainProblem& p, int sm_count) {
-  // The fused form runs on CUDA cores, a block of 32 × 64 outputs an SM: it wins against a product and its launches
-  // a position where each SM has at most one such tile of a step and there are enough of them (up to about 576
-  // states its resident entries keep the tile's table side in shared memory); with more tiles than SMs a block forms
-  // several one after another, and the log products' tensor cores win. Fewer than 64 sequences leave most of a
+  // The fused form computes a block of 32 × 64 outputs an SM: it wins against a product and its launches a position
+  // where each SM has at most one such tile of a step and there are enough of them (up to about 576 states its
+  // resident entries keep the tile's table side in shared memory, and on sm_80 on form the terms on tensor cores);
+  // with more tiles than SMs a block forms several one after another in FMA, and the log products win. Fewer than 64 sequences leave most of a
   // tile's rows empty; not measured, they keep the products. max_plus's fused form takes more instructions a term
   // than log's one multiply-add (a max, and a source kept a four), so a step of its own is no faster than the tiled
   // max-plus product; but it keeps the back-pointers at little cost, where the product that keeps them is much

@@ -1,25 +1,66 @@
 // The stepped strategy's fused form for the log HMM with one shared transition table (runtime/chain_fused_steps.cpp):
 // one persistent kernel runs every position of every sequence, each step's [B × C] · [C × C] product in tiles of
 // kFusedRows × kFusedCols outputs, the blocks meeting at a barrier between positions (position_barrier), instead of a
-// product's launches per position. Its product is exp_matmul's with FMA arithmetic (docs/exp_matmul.md): the
-// relative messages' factors 2^((msg − shift)·log2 e) ≤ 1, made as a block stages them, times the table's column
-// factors 2^((tab − colmax)·log2 e) ≤ 1 made once per call ("_factors"), so a sum of C terms of at most 1 that
-// cannot overflow. A term lost to flushing is below 2^-126, so a sum of at least C·2^-94 has lost less than 2^-31 of
-// itself; any other output, and every output whose row or column holds +inf, is recomputed term by term from the
-// log values (LogSemiring, core/semirings.cuh). NaN on either side gives NaN, and a row or column of −inf alone (no
-// +inf on the other side) −inf.
+// product's launches per position. Its product is exp_matmul's (docs/exp_matmul.md): the relative messages' factors
+// 2^((msg − shift)·log2 e) ≤ 1, made as a block stages them, times the table's column factors
+// 2^((tab − colmax)·log2 e) ≤ 1 made once per call ("_factors"), so a sum of C terms of at most 1 that cannot
+// overflow; with FMA arithmetic, or where a block keeps its tile's table side resident on a GPU with TF32 tensor
+// cores, three TF32 products a term (fused_mma.cuh). A term lost to flushing is below 2^-126 (three times that on
+// tensor cores), so a sum of at least C·2^-94 has lost less than 2^-29 of itself; any other output, and every output
+// whose row or column holds +inf, is recomputed term by term from the log values (LogSemiring, core/semirings.cuh). NaN
+// on either side gives NaN, and a row or column of −inf alone (no +inf on the other side) −inf.
 //
 // The tiles, the barrier and what is kept of each position are the fused forms' own (templates/chain/
 // fused_tiles.cuh): saved, alpha and the score mean what step_position writes (templates/chain/steps.cuh). The
 // score of each sequence follows a last barrier. S is a storage type whose accumulator is f32.
 #pragma once
 
+#include "chain/fused_mma.cuh"
 #include "chain/fused_sweep.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 #include "core/semirings.cuh"
 
 namespace jb {
+
+// A tile's product with FMA arithmetic (fused_sweep.cuh): each thread's sums of its owned rows' outputs in acc.
+template <bool RESIDENT, int SPLIT, class F>
+__device__ __forceinline__ void fma_product(const ChainParams& p, const fused::Position& q, const fused::TileRows& rows,
+                                            long long r0, long long c0, F factor, float (&acc)[4][4]) {
+  using namespace fused;
+  float* const meet = sweep<RESIDENT, SPLIT>(q, rows, r0, c0, static_cast<const float*>(p.factors), 0.f, factor,
+                                             [&](const float4(&a)[4], const float4(&b)[4], int) {
+#pragma unroll
+                                               for (int r = 0; r < 4; ++r) {
+                                                 const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
+#pragma unroll
+                                                 for (int u = 0; u < 4; ++u) {
+                                                   acc[r][0] = fmaf(ar[u], b[u].x, acc[r][0]);
+                                                   acc[r][1] = fmaf(ar[u], b[u].y, acc[r][1]);
+                                                   acc[r][2] = fmaf(ar[u], b[u].z, acc[r][2]);
+                                                   acc[r][3] = fmaf(ar[u], b[u].w, acc[r][3]);
+                                                 }
+                                               }
+                                             });
+  // Each thread's sums of the rows other groups own go to them through `meet`; an owner adds them in the writers'
+  // order.
+  float(*const red)[kFusedRows][kFusedCols] = reinterpret_cast<float(*)[kFusedRows][kFusedCols]>(meet);
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int o = owner<SPLIT>(r);
+      if (o != q.g) red[meet_slot(q.g, o)][q.ty * 4 + r][q.tx * 4 + j] = acc[r][j];
+    }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (owner<SPLIT>(r) == q.g)
+#pragma unroll
+        for (int h = 0; h < SPLIT - 1; ++h) acc[r][j] += red[h][q.ty * 4 + r][q.tx * 4 + j];
+}
 
 // Position i's messages of every tile the block owns, unshifted (position t of the direction), with the tiles' row
 // maxima: the product's log (or its exact repair) ⊗ the position's emission, the first position's messages, −inf
@@ -28,6 +69,7 @@ template <class S, bool BETA, bool RESIDENT>
 __device__ __forceinline__ void fused_position(const ChainParams& p, long long i) {
   using namespace fused;
   constexpr int SPLIT = fused_groups(true, RESIDENT);
+  constexpr bool kTensorCores = RESIDENT && JB_HAS_MMA_TF32_BF16;
   __shared__ TileRows rows;
   const Position q = position(p, i);
   const long long C = q.C, t = BETA ? p.T - 1 - i : i;
@@ -41,41 +83,12 @@ __device__ __forceinline__ void fused_position(const ChainParams& p, long long i
     // Each group's sums of its chunks' terms: the messages' factors 2^((msg − shift)·log2 e), made as they are
     // staged, times the table's factors.
     float acc[4][4] = {};
+    const auto factor = [&](int row, float v) { return Num<float>::exp2((v - rows.shift[row]) * Num<float>::log2e()); };
     if (product) {
-      float* const meet = sweep<RESIDENT, SPLIT>(
-          q, rows, r0, c0, static_cast<const float*>(p.factors), 0.f,
-          [&](int row, float v) { return Num<float>::exp2((v - rows.shift[row]) * Num<float>::log2e()); },
-          [&](const float4(&a)[4], const float4(&b)[4], int) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
-#pragma unroll
-              for (int u = 0; u < 4; ++u) {
-                acc[r][0] = fmaf(ar[u], b[u].x, acc[r][0]);
-                acc[r][1] = fmaf(ar[u], b[u].y, acc[r][1]);
-                acc[r][2] = fmaf(ar[u], b[u].z, acc[r][2]);
-                acc[r][3] = fmaf(ar[u], b[u].w, acc[r][3]);
-              }
-            }
-          });
-      // Each thread's sums of the rows other groups own go to them through `meet`; an owner adds them in the
-      // writers' order.
-      float(*const red)[kFusedRows][kFusedCols] = reinterpret_cast<float(*)[kFusedRows][kFusedCols]>(meet);
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int o = owner<SPLIT>(r);
-          if (o != q.g) red[meet_slot(q.g, o)][q.ty * 4 + r][q.tx * 4 + j] = acc[r][j];
-        }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (owner<SPLIT>(r) == q.g)
-#pragma unroll
-            for (int h = 0; h < SPLIT - 1; ++h) acc[r][j] += red[h][q.ty * 4 + r][q.tx * 4 + j];
+      if constexpr (kTensorCores)
+        mma_product<SPLIT>(q, rows, r0, factor, acc);
+      else
+        fma_product<RESIDENT, SPLIT>(p, q, rows, r0, c0, factor, acc);
     }
     store_tile<S, BETA, SPLIT>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
       const int clean = rows.clean[row];

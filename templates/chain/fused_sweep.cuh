@@ -91,12 +91,18 @@ struct Staged {
 };
 
 // The resident form's shared memory (fused_resident_floats, templates/chain/params.cuh): the table's side of the
-// block's one tile, [sources][kFusedCols], then its rows' messages of a position, [kFusedRows][sources + 4].
+// block's one tile, [sources][kFusedCols] with source k's columns at resident_column(k, n), then its rows' messages
+// of a position, [kFusedRows][sources + 4].
 struct Resident {
   float* table;
   float* msg;
   int sources, pitch;
 };
+
+// Where column n of source k's row of the resident table lies: its groups of eight columns swapped by k % 4, so that
+// the four sources of a tensor-core fragment (fused_mma.cuh) read their eight columns from 32 banks. Four aligned
+// columns stay together.
+__device__ __forceinline__ int resident_column(long long k, int n) { return n ^ (int(k & 3) << 3); }
 
 __device__ __forceinline__ Resident resident(long long C) {
   extern __shared__ __align__(16) float resident_shared[];
@@ -116,8 +122,32 @@ __device__ __forceinline__ void stage_resident_table(const ChainParams& p, const
     const int k = e / (kFusedCols / 4), nq = e % (kFusedCols / 4);
     float v[4];
     load_row_part(v, src + k * q.C, c0 + nq * 4, k < q.C, q.C, vec, fill);
-    *reinterpret_cast<float4*>(&res.table[k * kFusedCols + nq * 4]) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(&res.table[k * kFusedCols + resident_column(k, nq * 4)]) =
+        make_float4(v[0], v[1], v[2], v[3]);
   }
+}
+
+// A position's messages of the tile's rows into the resident form's shared memory, each value v as f(row, v), for
+// every thread of the block to read after it returns: blockDim.x / kFusedRows threads a row (no division by the
+// sources' count), each taking every such four sources, eight loads in flight before any is staged.
+template <class F>
+__device__ __forceinline__ void stage_resident_messages(const Position& q, const TileRows& rows, long long r0,
+                                                        const Resident& res, F f) {
+  const bool vec = (q.C & 3) == 0;
+  const int per_row = int(blockDim.x) / kFusedRows, row = int(threadIdx.x) / per_row, quads = res.sources / 4;
+  float* const at = res.msg + row * res.pitch;
+  for (int k0 = int(threadIdx.x) % per_row; k0 < quads; k0 += 8 * per_row) {
+    float ra[8][4];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (k0 + u * per_row < quads) load_message_part(ra[u], q.prev, rows, r0, row, (k0 + u * per_row) * 4LL, q.C, vec);
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (k0 + u * per_row < quads)
+        *reinterpret_cast<float4*>(at + (k0 + u * per_row) * 4) =
+            make_float4(f(row, ra[u][0]), f(row, ra[u][1]), f(row, ra[u][2]), f(row, ra[u][3]));
+  }
+  __syncthreads();
 }
 
 // A tile's product, a group's chunks at a time (every kFusedSplit-th chunk of kFusedK sources): body(a, b, k) for
@@ -134,24 +164,7 @@ __device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows,
   constexpr int step = SPLIT * kFusedK; // the sources of one round: a chunk a group
   if constexpr (RESIDENT) {
     const Resident res = resident(q.C);
-    const int quads = res.sources / 4; // of a row
-    // Eight loads in flight a thread before any is staged.
-    for (int e0 = threadIdx.x; e0 < kFusedRows * quads; e0 += 8 * SPLIT * kFusedThreads) {
-      float ra[8][4];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
-        if (e < kFusedRows * quads) load_message_part(ra[u], q.prev, rows, r0, row, (e % quads) * 4LL, q.C, vec);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int e = e0 + u * SPLIT * kFusedThreads, row = e / quads;
-        if (e < kFusedRows * quads)
-          *reinterpret_cast<float4*>(&res.msg[row * res.pitch + (e % quads) * 4]) =
-              make_float4(f(row, ra[u][0]), f(row, ra[u][1]), f(row, ra[u][2]), f(row, ra[u][3]));
-      }
-    }
-    __syncthreads();
+    stage_resident_messages(q, rows, r0, res, f);
     for (int k0 = q.g * kFusedK; k0 < res.sources; k0 += step) {
 #pragma unroll
       for (int kk = 0; kk < kFusedK; kk += 4) {
@@ -161,7 +174,8 @@ __device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows,
           a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-          b[u] = *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + q.tx * 4]);
+          b[u] =
+              *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + resident_column(u, q.tx * 4)]);
         body(a, b, k0 + kk);
       }
     }

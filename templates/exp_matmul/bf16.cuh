@@ -17,12 +17,6 @@
 
 namespace jb {
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // The BF16 product of one block tile, as em_mma_tile (exp_matmul/product.cuh) computes the TF32 one, with the same fragment
 // layout of acc: ldmatrix reads the same 16-byte pieces of each row, which now hold 8 k each, so a k-step is 16.
 struct EmBf16Product {

@@ -24,6 +24,7 @@
 // truncation never compounds over K (as in em_mma_tile).
 #pragma once
 
+#include "core/mma.cuh"
 #include "hopper/bulk_copy.cuh"
 #include "hopper/wgmma.cuh"
 #include "exp_matmul/prepare.cuh"
@@ -31,7 +32,8 @@
 namespace jb {
 
 // The producer's split of one landed stage of BYTES bytes (thread tid of 128): each value x becomes tf32(x) in
-// place, and tf32(x − tf32(x)) BYTES further on. Consecutive threads take consecutive 16 bytes.
+// place, and tf32(x − tf32(x)) BYTES further on (core/mma.cuh; the factors and H are finite: a line or element that
+// is not has 0 there). Consecutive threads take consecutive 16 bytes.
 template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* stage, int tid) {
   static_assert(BYTES % (16 * 128) == 0, "whole 16-byte vectors for every thread");
   constexpr int kVectors = BYTES / (16 * 128);
@@ -42,13 +44,12 @@ template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* sta
   for (int i = 0; i < kVectors; ++i) x[i] = hi[128 * i];
 #pragma unroll
   for (int i = 0; i < kVectors; ++i) {
-    float4 h, l;
-    h.x = __uint_as_float(to_tf32(x[i].x)), l.x = __uint_as_float(to_tf32(x[i].x - h.x));
-    h.y = __uint_as_float(to_tf32(x[i].y)), l.y = __uint_as_float(to_tf32(x[i].y - h.y));
-    h.z = __uint_as_float(to_tf32(x[i].z)), l.z = __uint_as_float(to_tf32(x[i].z - h.z));
-    h.w = __uint_as_float(to_tf32(x[i].w)), l.w = __uint_as_float(to_tf32(x[i].w - h.w));
-    hi[128 * i] = h;
-    lo[128 * i] = l;
+    const Tf32Pair sx = finite_tf32_split(x[i].x), sy = finite_tf32_split(x[i].y), sz = finite_tf32_split(x[i].z),
+                   sw = finite_tf32_split(x[i].w);
+    hi[128 * i] = make_float4(__uint_as_float(sx.hi), __uint_as_float(sy.hi), __uint_as_float(sz.hi),
+                              __uint_as_float(sw.hi));
+    lo[128 * i] = make_float4(__uint_as_float(sx.lo), __uint_as_float(sy.lo), __uint_as_float(sz.lo),
+                              __uint_as_float(sw.lo));
   }
 }
 

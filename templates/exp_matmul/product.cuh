@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/kslice.cuh"
+#include "core/mma.cuh"
 #include "tiled/tiled.cuh"
 #include "exp_matmul/prepare.cuh"
 
@@ -379,13 +380,6 @@ __device__ __forceinline__ void exp_matmul_fma_kernel(const BmmParams p) {
   }
 }
 
-// Tensor cores: mma.sync m16n8k8 with TF32 operands and f32 accumulators.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Four 8×4 tiles of 32-bit values from shared memory in one instruction: lane l names row l % 8 of tile l / 8,
 // and receives from tile i the word (row l / 4, column l % 4) in r[i] — exactly an mma fragment's layout.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
@@ -453,9 +447,9 @@ template <int BN, int TM, int TN> __device__ __forceinline__ EmWarpTile em_warp_
 
 // The tensor-core product of one block tile: acc = Σ_k a[m0 + r][k]·b[n0 + c][k] over the padded reduction
 // [0, Kp), both operands k-contiguous rows of length Kp, as mma fragments (element e of acc[m][n] is row
-// wm0 + m·16 + lane/4 + 8·(e/2), column wn0 + n·8 + 2·(lane%4) + e%2). With SPLIT each factor x is hi + lo
-// (hi = tf32(x), lo = tf32(x − hi)) and a term is hi·hi + hi·lo + lo·hi (the lo·lo part is below 2^-22 of the
-// term). Tensor cores add with truncation, so SPLIT sums each k-step's three products from zero and adds that to
+// wm0 + m·16 + lane/4 + 8·(e/2), column wn0 + n·8 + 2·(lane%4) + e%2). With SPLIT each factor x (finite) is
+// hi + lo (hi = tf32(x), lo = tf32(x − hi): core/mma.cuh) and a term is hi·hi + hi·lo + lo·hi (the lo·lo part is
+// below 2^-22 of the term). Tensor cores add with truncation, so SPLIT sums each k-step's three products from zero and adds that to
 // the f32 accumulator with a rounded add: the truncation then never compounds over K. Without SPLIT the operands
 // arrive rounded to TF32 (FORM 1). stage(p) runs between the first barrier and the first slice's landing (what
 // the epilogue reads, staged while the copies are in flight).
@@ -485,9 +479,9 @@ __device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, co
         ldmatrix_x4(r, &sm.b[slice.buf][w.wn0 + n * 8 + w.b_row][kk + w.b_k]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = __uint_as_float(r[e]);
-          bh[n + e / 2][e % 2] = SPLIT ? to_tf32(x) : r[e];
-          bl[n + e / 2][e % 2] = SPLIT ? to_tf32(x - __uint_as_float(to_tf32(x))) : 0u;
+          const Tf32Pair x = finite_tf32_split(__uint_as_float(r[e]));
+          bh[n + e / 2][e % 2] = SPLIT ? x.hi : r[e];
+          bl[n + e / 2][e % 2] = SPLIT ? x.lo : 0u;
         }
       }
 #pragma unroll
@@ -496,10 +490,10 @@ __device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, co
         ldmatrix_x4(ah, &sm.a[slice.buf][w.wm0 + m * 16 + w.a_row][kk + w.a_k]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = __uint_as_float(ah[e]);
           if (SPLIT) {
-            ah[e] = to_tf32(x);
-            al[e] = to_tf32(x - __uint_as_float(ah[e]));
+            const Tf32Pair x = finite_tf32_split(__uint_as_float(ah[e]));
+            ah[e] = x.hi;
+            al[e] = x.lo;
           }
         }
 #pragma unroll
