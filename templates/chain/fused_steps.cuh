@@ -5,10 +5,11 @@
 // 2^((msg − shift)·log2 e) ≤ 1, made as a block stages them, times the table's column factors
 // 2^((tab − colmax)·log2 e) ≤ 1 made once per call ("_factors"), so a sum of C terms of at most 1 that cannot
 // overflow; with FMA arithmetic, or where a block keeps its tile's table side resident on a GPU with TF32 tensor
-// cores, three TF32 products a term (fused_mma.cuh). A term lost to flushing is below 2^-126 (three times that on
-// tensor cores), so a sum of at least C·2^-94 has lost less than 2^-29 of itself; any other output, and every output
-// whose row or column holds +inf, is recomputed term by term from the log values (LogSemiring, core/semirings.cuh). NaN
-// on either side gives NaN, and a row or column of −inf alone (no +inf on the other side) −inf.
+// cores, three TF32 products a term (fused_mma.cuh). A term lost to flushing is below 2^-126 (four times that on
+// tensor cores, fused_mma.cuh), so a sum of at least C·2^-94 has lost less than 2^-29 of itself; any other output, and
+// every output whose row or column holds +inf, is recomputed term by term from the log values (LogSemiring,
+// core/semirings.cuh). NaN on either side gives NaN, and a row or column of −inf alone (no +inf on the other side)
+// −inf.
 //
 // The tiles, the barrier and what is kept of each position are the fused forms' own (templates/chain/
 // fused_tiles.cuh): saved, alpha and the score mean what step_position writes (templates/chain/steps.cuh). The
