@@ -1,6 +1,6 @@
 // The log fused form's product on tensor cores, for its resident entries on GPUs with TF32 mma.sync
 // (JB_HAS_MMA_TF32_BF16; older ones take the FMA sweep of fused_sweep.cuh, with the same factors). Each factor (in
-// [0, 1]: finite) is split into two TF32 parts and a term is three products (core/mma.cuh: within about 2^-22 of it, as
+// [0, 1]: finite) is split into two TF32 parts and a term is three products (core/mma.cuh: within a few 2^-22 of it, as
 // exp_matmul's tf32x3); the tensor cores add with truncation, so each 8 sources' three products are summed from zero
 // and added to the f32 sums with a rounded add, and the truncation never compounds over the sources. Each of a term's
 // three products, and each sum a tensor core forms, loses less than 2^-126 to flushing, so a sum of C terms past the
@@ -37,7 +37,7 @@ __device__ __forceinline__ void mma_product(const Position& q, const TileRows& r
   const int lane = int(threadIdx.x) % 32, w = q.l / 32, gid = lane / 4, tid = lane % 4;
   const int wm0 = (w & 1) * 16, wn0 = (w >> 1) * 32;
   // Fragment rows gid and gid + 8, sources tid and tid + 4 of each 8; the table's rows tid and tid + 4 of each 8,
-  // whose groups of eight columns resident_column swaps by tid.
+  // whose groups of eight columns resident_column swaps by tid (k, a multiple of 8, adds nothing mod 4).
   const float* const a_lo = res.msg + (wm0 + gid) * res.pitch + tid;
   const float* const a_hi = a_lo + 8 * res.pitch;
   int col[4];

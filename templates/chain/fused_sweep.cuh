@@ -173,7 +173,7 @@ __device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows,
         for (int r = 0; r < 4; ++r)
           a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < 4; ++u) // source k0 + kk + u, with k0 + kk a multiple of 4
           b[u] =
               *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + resident_column(u, q.tx * 4)]);
         body(a, b, k0 + kk);

@@ -1,7 +1,7 @@
 // Tensor-core products through mma.sync (sm_80 on: JB_HAS_MMA_TF32_BF16) for the exp_matmul products
 // (exp_matmul/product.cuh, bf16.cuh) and the chain's fused steps (chain/fused_mma.cuh), and the split of an f32 value
-// into two TF32 parts (also for exp_matmul's wgmma pipeline), which makes a term hi·hi + hi·lo + lo·hi, within about
-// 2^-22 of it (the lo·lo part dropped).
+// into two TF32 parts (also for exp_matmul's wgmma pipeline), which makes a term hi·hi + hi·lo + lo·hi, within a few
+// 2^-22 of it (the lo·lo part dropped, each lo rounded).
 #pragma once
 
 #include "core/dtypes.cuh"
@@ -27,7 +27,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
 // sm_90 (it tests for NaN first). Never for a NaN: its payload may carry into the sign bit.
 __device__ __forceinline__ unsigned finite_to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
-// A finite x = hi + lo to about 2^-22 of x: hi = tf32(x), lo = tf32(x − hi) (x − hi is exact in f32).
+// A finite x = hi + lo to within 2^-22 of x: hi = tf32(x), lo = tf32(x − hi) (x − hi is exact in f32).
 struct Tf32Pair {
   unsigned hi, lo;
 };

@@ -32,7 +32,7 @@
 namespace jb {
 
 // The producer's split of one landed stage of BYTES bytes (thread tid of 128): each value x becomes tf32(x) in
-// place, and tf32(x − tf32(x)) BYTES further on (core/mma.cuh; the factors and H are finite: a line or element that
+// place, and tf32(x − tf32(x)) BYTES further on (core/mma.cuh; the factors, H and V are finite: a line or element that
 // is not has 0 there). Consecutive threads take consecutive 16 bytes.
 template <int BYTES> __device__ __forceinline__ void wg_split(unsigned char* stage, int tid) {
   static_assert(BYTES % (16 * 128) == 0, "whole 16-byte vectors for every thread");

@@ -449,10 +449,10 @@ template <int BN, int TM, int TN> __device__ __forceinline__ EmWarpTile em_warp_
 // [0, Kp), both operands k-contiguous rows of length Kp, as mma fragments (element e of acc[m][n] is row
 // wm0 + m·16 + lane/4 + 8·(e/2), column wn0 + n·8 + 2·(lane%4) + e%2). With SPLIT each factor x (finite) is
 // hi + lo (hi = tf32(x), lo = tf32(x − hi): core/mma.cuh) and a term is hi·hi + hi·lo + lo·hi (the lo·lo part is
-// below 2^-22 of the term). Tensor cores add with truncation, so SPLIT sums each k-step's three products from zero and adds that to
-// the f32 accumulator with a rounded add: the truncation then never compounds over K. Without SPLIT the operands
-// arrive rounded to TF32 (FORM 1). stage(p) runs between the first barrier and the first slice's landing (what
-// the epilogue reads, staged while the copies are in flight).
+// below 2^-22 of the term). Tensor cores add with truncation, so SPLIT sums each k-step's three products from zero
+// and adds that to the f32 accumulator with a rounded add: the truncation then never compounds over K. Without
+// SPLIT the operands arrive rounded to TF32 (FORM 1). stage(p) runs between the first barrier and the first slice's
+// landing (what the epilogue reads, staged while the copies are in flight).
 template <int BM, int BN, int BK, int TM, int TN, bool SPLIT, int THREADS, class I, class P, class Stage>
 __device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, const P& p, const float* ea,
                                             const float* eb, I Kp, I m0, I n0, const EmWarpTile& w, const Stage& stage,
