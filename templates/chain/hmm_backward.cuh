@@ -29,21 +29,38 @@ template <class T, bool LOG> struct HmmSequence {
   }
 };
 
+// The share of sequence b's position t that its states' hmm_node values have in common: what they are (0 zeros, 1
+// computed, 2 NaN) and, to compute them, the offsets less the score (log) or the best path's state (max_plus). Read
+// whatever the mode, so that the loads do not wait on it.
+template <class T, bool LOG> struct HmmRow {
+  int mode;
+  T k;       // LOG
+  int state; // max_plus
+  __device__ __forceinline__ HmmRow(const ChainParams& p, const HmmSequence<T, LOG>& s, long long b, long long t) {
+    const long long at = b * p.T + t;
+    mode = s.mode == 2 ? 2 : s.mode == 1 && t < s.L ? 1 : 0;
+    k = LOG ? T(p.offset[at] + p.beta_offset[at] - s.z) : T(0);
+    state = LOG ? -1 : p.path[at];
+  }
+};
+
 // d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
 // (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
-// path's indicator (max_plus).
+// path's indicator (max_plus). Every value is read before any is tested (all lie inside [B][T][C]), so that a loop
+// over states or sequences keeps several of them in flight.
 template <class S, bool LOG, class T = typename Acc<S>::type>
-__device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, long long b, long long t,
-                                      int c, int C) {
-  if (s.mode == 2) return Num<T>::nan();
-  if (s.mode == 0 || t >= s.L) return T(0);
+__device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, const HmmRow<T, LOG>& r,
+                                      long long b, long long t, int c, int C) {
   const long long at = b * p.T + t;
-  if (!LOG) return p.path[at] == c ? s.g : T(0);
-  const T e = to_acc(static_cast<const S*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c]);
-  if (e == Num<T>::neg_inf()) return T(0);
-  const T k = T(p.offset[at] + p.beta_offset[at] - s.z);
-  const T a = static_cast<const T*>(p.rel)[at * C + c], bt = static_cast<const T*>(p.beta_rel)[at * C + c];
-  return s.g * Num<T>::exp2(((a + k) + (bt - e)) * Num<T>::log2e());
+  T v = T(0);
+  if (LOG) {
+    const T e = to_acc(static_cast<const S*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c]);
+    const T a = static_cast<const T*>(p.rel)[at * C + c], bt = static_cast<const T*>(p.beta_rel)[at * C + c];
+    v = e == Num<T>::neg_inf() ? T(0) : s.g * Num<T>::exp2(((a + r.k) + (bt - e)) * Num<T>::log2e());
+  } else {
+    v = r.state == c ? s.g : T(0);
+  }
+  return r.mode == 2 ? Num<T>::nan() : r.mode == 0 ? T(0) : v;
 }
 
 // grad_emissions [B][T][C], a warp a row (b, t) (hmm_row_threads), grid-strided.
@@ -55,8 +72,10 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(c
   for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
     const long long b = row / p.T, t = row % p.T;
     const HmmSequence<T, LOG> s(p, b);
+    const HmmRow<T, LOG> r(p, s, b, t);
+#pragma unroll 4
     for (int c = lane; c < C; c += kHmmLanes)
-      static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, b, t, c, C));
+      static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, r, b, t, c, C));
   }
 }
 
@@ -70,8 +89,11 @@ __device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long
   const int c = int(j % C);
   T sum = T(0);
   const long long first = p.batched_initial ? j / C : 0, end = p.batched_initial ? j / C + 1 : p.B;
-  for (long long b = first + lane; b < end; b += kHmmLanes)
-    sum += hmm_node<S, LOG>(p, HmmSequence<T, LOG>(p, b), b, 0, c, C);
+#pragma unroll 4
+  for (long long b = first + lane; b < end; b += kHmmLanes) {
+    const HmmSequence<T, LOG> s(p, b);
+    sum += hmm_node<S, LOG>(p, s, HmmRow<T, LOG>(p, s, b, 0), b, 0, c, C);
+  }
 #pragma unroll
   for (int o = kHmmLanes / 2; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
   if (lane == 0) static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);

@@ -245,6 +245,7 @@ template <class S> __device__ __forceinline__ void step_edge_operand(const Chain
     }
     T* const out = static_cast<T*>(p.operand) + row * C;
     const T* const r = static_cast<const T*>(p.beta_rel) + (row + 1) * C;
+#pragma unroll 4
     for (long long c = lane; c < C; c += kHmmLanes)
       out[c] = nan ? Num<T>::nan() : sends ? (r[c] + k) + log_part : Num<T>::neg_inf();
   }
