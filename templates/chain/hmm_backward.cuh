@@ -46,8 +46,8 @@ template <class T, bool LOG> struct HmmRow {
 
 // d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
 // (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
-// path's indicator (max_plus). Every value is read before any is tested (all lie inside [B][T][C]), so that a loop
-// over states or sequences keeps several of them in flight.
+// path's indicator (max_plus). Every value is read before any is tested (each inside its [B][T] or [B][T][C] array,
+// whatever the row's mode), so that a loop over states or sequences keeps several of them in flight.
 template <class S, bool LOG, class T = typename Acc<S>::type>
 __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, const HmmRow<T, LOG>& r,
                                       long long b, long long t, int c, int C) {
