@@ -121,7 +121,7 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
                             std::size_t params_bytes, const std::vector<EntryPoint>& entries,
                             const std::string& prologue) {
   std::ostringstream os;
-  os << "// ---- instantiation ----\n"
+  os << inline_templates({"core/grid_dependency.cuh"}) << "// ---- instantiation ----\n"
      << "static_assert(sizeof(jb::" << params << ") == " << params_bytes << ", \"host and device disagree on " << params
      << "\");\n";
   std::vector<std::string> suffixes;
@@ -131,14 +131,16 @@ GeneratedKernel finish_unit(const std::string& readable, std::string head, const
     os << "extern \"C\" __global__ void ";
     if (e.cluster > 1) os << "__cluster_dims__(" << e.cluster << ", 1, 1) ";
     os << "__launch_bounds__(" << e.threads << ", " << e.min_blocks << ") " << kNameSlot << e.suffix
-       << "(const jb::" << params << " p) {\n";
+       << "(const jb::" << params << " p) {\n"
+       << "  jb::wait_for_prior_grids();\n";
     if (!prologue.empty()) os << "  " << prologue << "\n";
-    os << "  " << e.call << "(p);\n}\n";
+    os << "  " << e.call << "(p);\n  jb::let_dependent_grids_launch();\n}\n";
     suffixes.push_back(e.suffix);
   }
   GeneratedKernel k = finish_kernel(readable, std::move(head) + os.str());
   k.entries = std::move(suffixes);
   k.needs = needs;
+  k.waits_for_prior_grids = true;
   return k;
 }
 

@@ -19,6 +19,9 @@ struct GeneratedKernel {
   // The architecture features it cannot run without (generator/arch_features.hpp): its spec's, and clusters where an
   // entry has them. With kWgmma it is built for the architecture-specific target (sm_90a).
   unsigned needs = 0;
+  // Whether every entry waits for the grids before it before anything else (templates/core/grid_dependency.cuh),
+  // so that it may be launched to overlap the end of the previous kernel of its stream (runtime/launch.cpp).
+  bool waits_for_prior_grids = false;
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);
@@ -31,7 +34,9 @@ GeneratedKernel finish_kernel(const std::string& readable, std::string source);
 // A generated unit from its text up to the instantiation (the header comment and the inlined templates): appends
 // the frame every unit ends with, a static_assert that the device's argument block `params` (a struct of
 // templates/, the one every entry takes) has the host's size `params_bytes`, and the entry points, then names the
-// unit as finish_kernel does and lists its entries. `prologue`: a statement every entry runs before its call.
+// unit as finish_kernel does and lists its entries. Every entry first waits for the grids before it, then runs
+// `prologue` (a statement) and its call, then lets the next grid be scheduled (templates/core/grid_dependency.cuh,
+// inlined into the frame).
 GeneratedKernel finish_unit(const std::string& readable, std::string head, const std::string& params,
                             std::size_t params_bytes, const std::vector<EntryPoint>& entries,
                             const std::string& prologue = "");

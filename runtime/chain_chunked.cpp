@@ -177,7 +177,7 @@ void ChunkedChain::launch(const char* suffix, int64_t items, bool block_per_item
                             1},
                  block[3] = {unsigned(kChunkThreads), 1, 1};
   void* args[] = {params};
-  jitbmm::launch(kernel_->entry(suffix), grid, block, args, stream, kernel_->generated.name, suffix);
+  jitbmm::launch(*kernel_, suffix, grid, block, args, stream);
 }
 
 // A level of a tree: `batch` products of adjacent matrices (the later step's on the left: a chain step sends the

@@ -43,7 +43,7 @@ void run(const ChainExpectation::Impl& im, const char* suffix, jb::ExpectParams 
   const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
                  block[3] = {threads, 1, 1};
   void* args[] = {&params};
-  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
+  launch(*im.kernel, suffix, grid, block, args, stream);
 }
 
 jb::ExpectParams params_of(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {

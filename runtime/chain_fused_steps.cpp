@@ -143,14 +143,13 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
     params.table = table;
     const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
     void* args[] = {&params};
-    jitbmm::launch(kernel_->entry("_factors"), grid, block, args, stream, kernel_->generated.name, "_factors");
+    jitbmm::launch(*kernel_, "_factors", grid, block, args, stream);
   }
   check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
         "cuMemsetD8Async");
   const std::string suffix = prefix_ + (beta ? "_beta" : "");
   void* args[] = {&params};
-  launch_cooperative(kernel_->entry(suffix), unsigned(grid_), unsigned(block_), args, stream, kernel_->generated.name,
-                     suffix, shared_);
+  launch_cooperative(*kernel_, suffix, unsigned(grid_), unsigned(block_), args, stream, shared_);
 }
 
 } // namespace jitbmm

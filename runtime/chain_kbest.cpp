@@ -79,7 +79,7 @@ void ChainKBest::operator()(const void* potentials, const int64_t* lengths, void
   const unsigned grid[3] = {unsigned(std::min<int64_t>(p.B, (int64_t(1) << 30) / cluster) * cluster), 1, 1},
                  block[3] = {unsigned(jb::kbest_threads(int(p.C), cluster)), 1, 1};
   void* args[] = {&params};
-  launch(impl_->kernel->entry(""), grid, block, args, cu, impl_->kernel->generated.name, "", impl_->shared);
+  launch(*impl_->kernel, "", grid, block, args, cu, impl_->shared);
 }
 
 const ChainProblem& ChainKBest::problem() const { return impl_->problem; }

@@ -76,7 +76,7 @@ void ChainSampler::operator()(const void* potentials, const int64_t* lengths, in
   const unsigned grid[3] = {unsigned(std::min<int64_t>(blocks, int64_t(1) << 30)), 1, 1},
                  block[3] = {unsigned(jb::kSampleThreads), 1, 1};
   void* args[] = {&params};
-  launch(impl_->kernel->entry(""), grid, block, args, cu, impl_->kernel->generated.name);
+  launch(*impl_->kernel, "", grid, block, args, cu);
 }
 
 const ChainProblem& ChainSampler::problem() const { return impl_->problem; }

@@ -49,7 +49,7 @@ void SequentialChain::launch(const char* suffix, unsigned blocks, unsigned threa
                              CUstream stream, unsigned dynamic_shared) const {
   const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
   void* args[] = {&params};
-  jitbmm::launch(kernel_->entry(suffix), grid, block, args, stream, kernel_->generated.name, suffix, dynamic_shared);
+  jitbmm::launch(*kernel_, suffix, grid, block, args, stream, dynamic_shared);
 }
 
 void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
@@ -126,7 +126,7 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
     const unsigned grid[3] = {unsigned(split.groups * split.chunks), unsigned(split.tiles), 1};
     const unsigned block[3] = {unsigned(spec_.edge_threads()), 1, 1};
     void* args[] = {&params};
-    jitbmm::launch(kernel_->entry("_edges"), grid, block, args, cu_stream, kernel_->generated.name, "_edges", 0);
+    jitbmm::launch(*kernel_, "_edges", grid, block, args, cu_stream);
   }
   const int64_t reduced = jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0,
                                                  params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);

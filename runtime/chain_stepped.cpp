@@ -205,7 +205,7 @@ void SteppedChain::launch(const char* suffix, int64_t items, bool block_per_item
                             1},
                  block[3] = {unsigned(kStepThreads), 1, 1};
   void* args[] = {&params};
-  jitbmm::launch(kernel_->entry(suffix), grid, block, args, stream, kernel_->generated.name, suffix);
+  jitbmm::launch(*kernel_, suffix, grid, block, args, stream);
 }
 
 const void* SteppedChain::table(const jb::ChainParams& params, int64_t t, bool beta, void* scratch_table,

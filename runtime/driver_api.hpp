@@ -87,6 +87,30 @@ struct CUmemPoolProps {
   unsigned char reserved[54];
 };
 
+// cuLaunchKernelEx's launch attributes: jitbmm sets only whether the launch may overlap the previous kernel of its
+// stream (programmatic stream serialization). The value is a 64-byte union, read as an int for that attribute.
+enum CUlaunchAttributeID : int { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+
+union CUlaunchAttributeValue {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+};
+
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+};
+
+struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned int CU_EVENT_DEFAULT = 0;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
@@ -119,6 +143,8 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
     (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x,         \
      unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void** parameters,        \
      void** extra))                                                                                                    \
+  X(cuLaunchKernelEx, cuLaunchKernelEx,                                                                                \
+    (const CUlaunchConfig* config, CUfunction function, void** parameters, void** extra))                              \
   X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel,                                                              \
     (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, unsigned int block_x,         \
      unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, CUstream stream, void** parameters))       \

@@ -32,7 +32,7 @@ void run(const EntropyProduct::Impl& im, const char* suffix, int64_t rows, int64
                             unsigned(std::min<int64_t>(im.B, 65535))},
                  block[3] = {unsigned(tile), unsigned(tile), 1};
   void* args[] = {&p};
-  launch(im.kernel->entry(suffix), grid, block, args, stream, im.kernel->generated.name, suffix);
+  launch(*im.kernel, suffix, grid, block, args, stream);
 }
 
 } // namespace

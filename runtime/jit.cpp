@@ -48,6 +48,7 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   auto loaded = std::make_shared<LoadedKernel>();
   loaded->generated = kernel;
   loaded->sm_count = device.sm_count;
+  loaded->dependent_launch = kernel.waits_for_prior_grids && device.cc_major >= 9;
   loaded->compiled = compiled_cubin(device, kernel);
   loaded->resources = parse_ptxas_log(loaded->compiled.log, kernel.name);
   const DriverApi& d = driver();

@@ -23,6 +23,9 @@ struct LoadedKernel {
   std::vector<std::pair<std::string, CUfunction>> entries; // every entry point by suffix (generated.entries)
   int registers = 0;             // as the driver reports for the main entry
   int sm_count = 0;              // the device's (persistent launches: Launch::blocks_per_sm)
+  // Whether its launches may overlap the previous kernel of their stream: it waits for the grids before it
+  // (GeneratedKernel::waits_for_prior_grids) on a device that has programmatic dependent launch (sm_90 on).
+  bool dependent_launch = false;
 
   // The entry point <name><suffix>; std::logic_error when the module has none (a plan and its kernel disagree).
   CUfunction entry(const std::string& suffix) const;

@@ -72,7 +72,7 @@ void KMaxProduct::operator()(const void* a, const void* b, void* out, int32_t* i
                             unsigned((im.M + tile - 1) / tile), unsigned(std::min<int64_t>(im.B, 65535))},
                  block[3] = {unsigned(tile), unsigned(tile), 1};
   void* args[] = {&p};
-  launch(im.kernel->entry(""), grid, block, args, reinterpret_cast<CUstream>(stream), im.kernel->generated.name);
+  launch(*im.kernel, "", grid, block, args, reinterpret_cast<CUstream>(stream));
 }
 
 std::string KMaxProduct::kernel_name() const { return impl_->kernel ? impl_->kernel->generated.name : ""; }

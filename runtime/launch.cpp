@@ -2,28 +2,66 @@
 #include "runtime/launch.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "generator/strategies/common.hpp"
 #include "runtime/driver_api.hpp"
+#include "support/env_words.hpp"
 #include "templates/core/limits.cuh"
 
 namespace jitbmm {
 
-void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
-  if (dynamic_shared > jb::kMaxStaticSharedBytes)
-    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
-          ("cuFuncSetAttribute(" + name + suffix + ", dynamic shared memory)").c_str());
-  const CUresult r = driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,
-                                             stream, args, nullptr);
-  if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + name + suffix + ")").c_str()); // the text only on failure
+bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("JITBMM_DEPENDENT_LAUNCH");
+    return !v || !*v || parse_env_switch(v, "JITBMM_DEPENDENT_LAUNCH");
+  }();
+  return enabled;
 }
 
-void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
-                        const std::string& name, const std::string& suffix, unsigned dynamic_shared) {
-  const CUresult r = driver().cuLaunchCooperativeKernel(f, grid, 1, 1, block, 1, 1, dynamic_shared, stream, args);
-  if (r != CUDA_SUCCESS) check(r, ("cuLaunchCooperativeKernel(" + name + suffix + ")").c_str());
+namespace {
+// Cleared for the rest of the process when the driver refuses a dependent launch that it makes plainly.
+std::atomic<bool> dependent_launches{true};
+} // namespace
+
+void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigned (&grid)[3],
+            const unsigned (&block)[3], void** args, CUstream stream, unsigned dynamic_shared) {
+  const CUfunction f = kernel.entry(suffix);
+  const DriverApi& d = driver();
+  if (dynamic_shared > jb::kMaxStaticSharedBytes)
+    check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
+          ("cuFuncSetAttribute(" + kernel.generated.name + suffix + ", dynamic shared memory)").c_str());
+  if (kernel.dependent_launch && dependent_launches.load(std::memory_order_relaxed) && dependent_launch_enabled()) {
+    CUlaunchAttribute overlap{};
+    overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0], config.gridDimY = grid[1], config.gridDimZ = grid[2];
+    config.blockDimX = block[0], config.blockDimY = block[1], config.blockDimZ = block[2];
+    config.sharedMemBytes = dynamic_shared;
+    config.hStream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    if (d.cuLaunchKernelEx(&config, f, args, nullptr) == CUDA_SUCCESS) return;
+    // A refused launch enqueues nothing: made plainly below, where success means the attribute was what failed.
+    const CUresult plain = d.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           dynamic_shared, stream, args, nullptr);
+    if (plain != CUDA_SUCCESS) check(plain, ("cuLaunchKernel(" + kernel.generated.name + suffix + ")").c_str());
+    dependent_launches.store(false, std::memory_order_relaxed);
+    return;
+  }
+  const CUresult r = d.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,
+                                      stream, args, nullptr);
+  if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + kernel.generated.name + suffix + ")").c_str());
+}
+
+void launch_cooperative(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                        void** args, CUstream stream, unsigned dynamic_shared) {
+  const CUresult r = driver().cuLaunchCooperativeKernel(kernel.entry(suffix), grid, 1, 1, block, 1, 1, dynamic_shared,
+                                                        stream, args);
+  if (r != CUDA_SUCCESS) check(r, ("cuLaunchCooperativeKernel(" + kernel.generated.name + suffix + ")").c_str());
 }
 
 namespace {
@@ -74,7 +112,7 @@ void run(const LoadedKernel& kernel, const LaunchPlan& plan, Params params, void
     unsigned grid[3] = {same_b && l.grid_same_b ? l.grid_same_b : l.grid[0], l.grid[1], l.grid[2]};
     if (l.blocks_per_sm && kernel.sm_count > 0)
       grid[0] = std::min(grid[0], l.blocks_per_sm * static_cast<unsigned>(kernel.sm_count));
-    launch(kernel.entry(l.entry), grid, l.block, args, stream, kernel.generated.name, l.entry, l.dynamic_shared);
+    launch(kernel, l.entry, grid, l.block, args, stream, l.dynamic_shared);
   }
 }
 

@@ -10,16 +10,25 @@
 
 namespace jitbmm {
 
-// cuLaunchKernel (beyond 48 KiB of dynamic shared memory, the function's limit raised first); a failure is CudaError
-// naming the entry point (name + suffix).
-void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3], void** args, CUstream stream,
-            const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
+// Launches the entry point `suffix` of `kernel` (beyond 48 KiB of dynamic shared memory, the function's limit raised
+// first); a failure is CudaError naming the entry point. Where the kernel allows it (LoadedKernel::dependent_launch)
+// and $JITBMM_DEPENDENT_LAUNCH is not off, the launch may overlap the end of the previous kernel of the stream
+// (cuLaunchKernelEx with programmatic stream serialization): it is launched and its blocks are dispatched as the
+// previous kernel's blocks end, and they wait for that kernel to finish before they read or write anything. Where the
+// driver refuses such a launch, the plain one is made and the process makes plain launches from then on.
+void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigned (&grid)[3],
+            const unsigned (&block)[3], void** args, CUstream stream, unsigned dynamic_shared = 0);
+
+// Whether $JITBMM_DEPENDENT_LAUNCH lets launches overlap (on, the default, or off; another value is
+// std::invalid_argument naming it).
+bool dependent_launch_enabled();
 
 // cuLaunchCooperativeKernel: every block of the grid resident at once (what a grid-wide barrier needs); a grid
 // larger than the device holds is CudaError naming the entry point. Beyond 48 KiB of dynamic shared memory the
-// caller has raised the function's limit (a cooperative kernel's, once: its size may differ by problem).
-void launch_cooperative(CUfunction f, unsigned grid, unsigned block, void** args, CUstream stream,
-                        const std::string& name, const std::string& suffix = "", unsigned dynamic_shared = 0);
+// caller has raised the function's limit (a cooperative kernel's, once: its size may differ by problem). It never
+// overlaps the kernel before it, whose blocks could hold SMs its grid needs.
+void launch_cooperative(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                        void** args, CUstream stream, unsigned dynamic_shared = 0);
 
 // The argument blocks of a problem: sizes and strides, pointers null (the caller fills them per call). A gradient
 // pass's also says how many batch slices its accumulator has.

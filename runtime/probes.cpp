@@ -21,7 +21,7 @@ double measure(const DeviceInfo& device, const GeneratedKernel& probe) {
   args[0] = &sink_ptr;
   const Timing t = time_launches(
       [&](Stream s) {
-        launch(kernel->function, grid, block, args, reinterpret_cast<CUstream>(s), kernel->generated.name);
+        launch(*kernel, "", grid, block, args, reinterpret_cast<CUstream>(s));
       },
       2, 9);
   const double ops = double(blocks) * threads * kExpProbeChains * iterations;

@@ -29,6 +29,7 @@ template <class T> struct abi<T*, false> { using type = abi_t<T>*; };
 template <class T> struct abi<const T, false> { using type = const abi_t<T>; };
 template <class R, class... A> struct abi<R (*)(A...), false> { using type = abi_t<R> (*)(abi_t<A>...); };
 template <> struct abi<::CUmemPoolProps, false> { using type = CUmemPoolProps; };
+template <> struct abi<::CUlaunchConfig, false> { using type = CUlaunchConfig; };
 
 constexpr bool same_text(const char* a, const char* b) {
   for (; *a && *a == *b; ++a, ++b) {
@@ -78,6 +79,7 @@ JITBMM_CHECK_CONSTANT(CU_MEM_LOCATION_TYPE_DEVICE)
 JITBMM_CHECK_CONSTANT(CU_STREAM_NON_BLOCKING)
 JITBMM_CHECK_CONSTANT(CU_EVENT_DEFAULT)
 JITBMM_CHECK_CONSTANT(CU_EVENT_DISABLE_TIMING)
+JITBMM_CHECK_CONSTANT(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
 JITBMM_CHECK_CONSTANT(NVRTC_SUCCESS)
 
 // The handles are the driver's own types.
@@ -98,6 +100,23 @@ JITBMM_CHECK_FIELD(CUmemPoolProps, win32SecurityAttributes)
 JITBMM_CHECK_FIELD(CUmemPoolProps, maxSize)
 JITBMM_CHECK_FIELD(CUmemPoolProps, usage)
 JITBMM_CHECK_FIELD(CUmemPoolProps, reserved)
+static_assert(sizeof(jitbmm::CUlaunchConfig) == sizeof(::CUlaunchConfig));
+JITBMM_CHECK_FIELD(CUlaunchConfig, gridDimX)
+JITBMM_CHECK_FIELD(CUlaunchConfig, gridDimY)
+JITBMM_CHECK_FIELD(CUlaunchConfig, gridDimZ)
+JITBMM_CHECK_FIELD(CUlaunchConfig, blockDimX)
+JITBMM_CHECK_FIELD(CUlaunchConfig, blockDimY)
+JITBMM_CHECK_FIELD(CUlaunchConfig, blockDimZ)
+JITBMM_CHECK_FIELD(CUlaunchConfig, sharedMemBytes)
+JITBMM_CHECK_FIELD(CUlaunchConfig, hStream)
+JITBMM_CHECK_FIELD(CUlaunchConfig, attrs)
+JITBMM_CHECK_FIELD(CUlaunchConfig, numAttrs)
+static_assert(sizeof(jitbmm::CUlaunchAttribute) == sizeof(::CUlaunchAttribute));
+JITBMM_CHECK_FIELD(CUlaunchAttribute, id)
+JITBMM_CHECK_FIELD(CUlaunchAttribute, value)
+static_assert(sizeof(jitbmm::CUlaunchAttributeValue) == sizeof(::CUlaunchAttributeValue) &&
+              offsetof(::CUlaunchAttributeValue, programmaticStreamSerializationAllowed) == 0 &&
+              sizeof(::CUlaunchAttributeValue::programmaticStreamSerializationAllowed) == sizeof(int));
 static_assert(sizeof(jitbmm::CUmemLocation) == sizeof(::CUmemLocation));
 JITBMM_CHECK_FIELD(CUmemLocation, type)
 JITBMM_CHECK_FIELD(CUmemLocation, id)

@@ -1,5 +1,6 @@
 // The fake driver's log ($JITBMM_FAKE_CUDA_LOG) as the fake-driver tests read it: the launches ("launch <kernel>
-// grid=<x>,<y>,<z> block=..." lines) and a log of their own while a test looks.
+// grid=<x>,<y>,<z> block=..." lines, " programmatic" at the end of a dependent one) and a log of their own while a
+// test looks.
 #pragma once
 
 #include <cstdlib>
@@ -15,6 +16,7 @@ namespace jitbmm::test {
 struct LoggedLaunch {
   std::string kernel;
   unsigned grid_x = 0;
+  bool programmatic = false; // through cuLaunchKernelEx, allowed to overlap the end of the kernel before it
   bool operator==(const LoggedLaunch& o) const { return kernel == o.kernel && grid_x == o.grid_x; }
 };
 
@@ -29,7 +31,8 @@ inline std::vector<LoggedLaunch> logged_launches(const std::string& path, const 
         kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     const bool has_grid = (words >> grid) && grid.rfind("grid=", 0) == 0;
-    out.push_back(LoggedLaunch{kernel, has_grid ? unsigned(std::stoul(grid.substr(5))) : 0u});
+    const bool programmatic = line.size() >= 13 && line.compare(line.size() - 13, 13, " programmatic") == 0;
+    out.push_back(LoggedLaunch{kernel, has_grid ? unsigned(std::stoul(grid.substr(5))) : 0u, programmatic});
   }
   return out;
 }

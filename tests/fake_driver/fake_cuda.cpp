@@ -18,6 +18,7 @@
 //   jitbmm_fake_cuda_modules_loaded() counts the modules loaded (the C ABI fuzz's watchdog counts one as progress);
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
+//   cuLaunchKernelEx does the same, the line ending in " programmatic" where the launch may overlap the one before;
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
 // - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
 //   none (nothing else changes: launches still run);
@@ -75,6 +76,7 @@ CUctx_st g_primary;
 std::map<uintptr_t, std::size_t> g_allocations; // base → bytes
 std::size_t g_allocated = 0;
 thread_local std::vector<CUcontext> t_contexts;
+thread_local bool g_programmatic_launch = false; // the launch in progress came through cuLaunchKernelEx's attribute
 std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
@@ -415,8 +417,25 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   const bool failing = fail && std::strcmp(fail, "1") == 0;
   log_line(std::string(failing ? "launch-failed " : "launch ") + f->name + " grid=" + std::to_string(gx) + "," +
            std::to_string(gy) + "," + std::to_string(gz) + " block=" + std::to_string(bx) + "," + std::to_string(by) +
-           "," + std::to_string(bz));
+           "," + std::to_string(bz) + (g_programmatic_launch ? " programmatic" : ""));
   return failing ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
+
+// A launch through cuLaunchKernelEx is checked and logged as cuLaunchKernel's, its line ending in " programmatic"
+// where its one attribute lets it overlap the previous kernel; any other attribute is CUDA_ERROR_INVALID_VALUE.
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  bool programmatic = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) return CUDA_ERROR_INVALID_VALUE;
+    programmatic = config->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+  }
+  g_programmatic_launch = programmatic;
+  const CUresult r = cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                    config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                                    params, extra);
+  g_programmatic_launch = false;
+  return r;
 }
 
 // A cooperative launch is logged as any other; its grid may not exceed what the device holds at once (the fake

@@ -256,6 +256,22 @@ TEST_CASE("a chunked plan runs the sequential kernels for alpha and for max_plus
   CHECK(log.launched() == std::vector<std::string>{module + "_backward"});
 }
 
+// The fake device is an sm_90, and every generated kernel waits for the one before it: each launch may overlap the end
+// of the kernel before it (runtime/launch.hpp), the chain's as the products'.
+TEST_CASE("on sm_90 every launch of a generated kernel may overlap the end of the kernel before it") {
+  ChainProblem p;
+  p.semiring = Semiring::max_plus, p.B = 1, p.T = 4096, p.C = 32;
+  const ChainPlan plan = ChainPlan::get(p);
+  DeviceBuffer inputs(std::size_t(p.T * p.C * p.C) * 4), score(4), alpha(std::size_t(p.T * p.C) * 4),
+      path(std::size_t(p.T) * 4), work(plan.workspace_bytes(true));
+  const DriverLog log;
+  plan(inputs.get(), nullptr, score.get(), nullptr, alpha.get(), static_cast<int32_t*>(path.get()), nullptr,
+       Workspace{work.get(), plan.workspace_bytes(true)});
+  const std::vector<test::LoggedLaunch> launches = log.launches();
+  REQUIRE(launches.size() > 1);
+  for (const test::LoggedLaunch& l : launches) CHECK_MESSAGE(l.programmatic, l.kernel);
+}
+
 // The HMM form's log-likelihood in chunks: its backward checks the scratch it takes (the tree's and the tables' sums)
 // before its first launch, then sends the steps' gradients down the tree and sums them into the tables asked for.
 TEST_CASE("a chunked HMM backward checks its workspace, then sums the steps' gradients into the tables asked for") {

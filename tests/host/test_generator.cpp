@@ -94,12 +94,45 @@ TEST_CASE("a generated source holds only the templates its kernel's entry header
   plus.semiring = Semiring::plus_times;
   CHECK(framed(emit_kernel(plus).source) == std::vector<std::string>{"core/params.cuh", "core/features.cuh",
                                                                      "core/dtypes.cuh", "core/numbers.cuh", "core/semirings.cuh",
-                                                                     "core/kslice.cuh", "tiled/tiled.cuh"});
+                                                                     "core/kslice.cuh", "tiled/tiled.cuh",
+                                                                     "core/grid_dependency.cuh"});
   KernelSpec log = plus;
   log.semiring = Semiring::log;
   const std::vector<std::string> parts = framed(emit_kernel(log).source);
-  CHECK(parts.back() == "tiled/log.cuh");
+  REQUIRE(parts.size() >= 2);
+  CHECK(parts[parts.size() - 2] == "tiled/log.cuh"); // then the frame's own template
+  CHECK(parts.back() == "core/grid_dependency.cuh");
   CHECK(std::set<std::string>(parts.begin(), parts.end()).size() == parts.size());
+}
+
+TEST_CASE("every entry point of a generated unit waits for the grids before it first, and lets the next in last") {
+  KernelSpec forward; // an entry with a prologue (the run_if flag, which a kernel before it may write)
+  KernelSpec grad = forward;
+  grad.pass = Pass::grad_a;
+  grad.strategy = Strategy::tiled;
+  const std::string first = "  jb::wait_for_prior_grids();\n", last = "(p);\n  jb::let_dependent_grids_launch();\n}\n";
+  for (const GeneratedKernel& k : {emit_kernel(forward), emit_kernel(grad), emit_step_kernel(Semiring::log, DType::f32,
+                                   ChainForm::hmm), emit_fused_step_kernel(Semiring::max_plus, DType::f32)}) {
+    CAPTURE(k.name);
+    CHECK(k.waits_for_prior_grids);
+    std::size_t entries = 0;
+    for (std::size_t at = k.source.find("__global__"); at != std::string::npos; at = k.source.find("__global__", at)) {
+      const std::size_t body = k.source.find("{\n", at);
+      REQUIRE(body != std::string::npos);
+      CHECK(k.source.compare(body + 2, first.size(), first) == 0);
+      const std::size_t end = k.source.find("\n}\n", body);
+      REQUIRE(end != std::string::npos);
+      CHECK(k.source.compare(end + 3 - last.size(), last.size(), last) == 0);
+      const std::string entry = k.source.substr(body, end + 3 - body);
+      CHECK(entry.find("let_dependent") == entry.rfind("let_dependent")); // once, at the end
+      at = body;
+      ++entries;
+    }
+    CHECK(entries == k.entries.size());
+  }
+  // A probe times one instruction alone: no dependency, so it is launched plainly.
+  CHECK_FALSE(emit_exp_probe().waits_for_prior_grids);
+  CHECK(emit_exp_probe().source.find("griddepcontrol") == std::string::npos);
 }
 
 TEST_CASE("every spec field changes the kernel name; equal specs hash equally") {
