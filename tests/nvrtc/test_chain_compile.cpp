@@ -160,41 +160,60 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
 
 namespace {
 
-// Every entry of a module compiled for `arch`, with registers and no spill.
-void expect_no_spills(const GeneratedKernel& k, const char* arch) {
-  CAPTURE(k.name);
-  CAPTURE(arch);
-  const std::string log = compile_to_cubin(k, arch, PtxasReport::wanted).log;
-  for (const std::string& entry : k.entries) {
-    CAPTURE(entry);
-    const PtxasResources r = parse_ptxas_log(log, k.name + entry);
-    CHECK(r.registers > 0);
-    CHECK(r.spill_store_bytes == 0);
+// Modules, each for its architecture: `add` them, then `check` compiles them on every core (compile_pool.hpp) and
+// finds, on the test's thread, registers and no spill in every entry of each.
+class NoSpills {
+public:
+  explicit NoSpills(std::string name) : name_(std::move(name)) {}
+  void add(GeneratedKernel kernel, int sm) { jobs_.emplace_back(std::move(kernel), sm); }
+  void check() const {
+    for (const test::ArchCompile& c : test::compile_on_archs(jobs_, name_)) {
+      CAPTURE(c.kernel->name);
+      CAPTURE(c.sm);
+      CHECK_MESSAGE(c.error.empty(), c.error);
+      if (!c.error.empty()) continue;
+      for (const std::string& entry : c.kernel->entries) {
+        CAPTURE(entry);
+        const PtxasResources r = parse_ptxas_log(c.log, c.kernel->name + entry);
+        CHECK(r.registers > 0);
+        CHECK(r.spill_store_bytes == 0);
+      }
+    }
   }
-}
+
+private:
+  std::string name_;
+  std::vector<std::pair<GeneratedKernel, int>> jobs_;
+};
 
 } // namespace
 
 TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, every semiring and dtype, 1 to 1024 states") {
+  NoSpills spills("chunked modules");
   for (Semiring semiring : {Semiring::log, Semiring::max_plus})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 33, 64, 1024}) expect_no_spills(emit_chunk_kernel(semiring, dtype, C), "sm_90");
+      for (int C : {1, 33, 64, 1024}) spills.add(emit_chunk_kernel(semiring, dtype, C), 90);
+  spills.check();
 }
 
 TEST_CASE("the stepped strategy's modules compile for the oldest and the newest architecture without spills") {
+  NoSpills spills("stepped modules");
   // One module per semiring, dtype and form serves every C; the floor's and sm_90's code paths differ (features.cuh).
-  for (const char* arch : {"sm_75", "sm_90"})
+  for (int sm : {75, 90})
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-          expect_no_spills(emit_step_kernel(semiring, dtype, form), arch);
+          spills.add(emit_step_kernel(semiring, dtype, form), sm);
+  spills.check();
 }
 
 TEST_CASE("the stepped strategy's fused modules compile for the oldest and the newest architecture without spills") {
-  for (const char* arch : {"sm_75", "sm_90"})
+  NoSpills spills("fused modules");
+  for (int sm : {75, 90})
     for (Semiring semiring : {Semiring::log, Semiring::max_plus})
       for (DType dtype : {DType::f32, DType::f16, DType::bf16})
-        expect_no_spills(emit_fused_step_kernel(semiring, dtype), arch);
+        spills.add(emit_fused_step_kernel(semiring, dtype), sm);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64), doctest::Contains("dtype"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::plus_times, DType::f32), doctest::Contains("semiring"),
@@ -203,23 +222,25 @@ TEST_CASE("the stepped strategy's fused modules compile for the oldest and the n
 
 TEST_CASE("the expectation modules compile for the oldest and the newest architecture without spills, 1 to 1024 "
           "states") {
+  NoSpills spills("expectation modules");
   // One block a sequence whose lanes and threads depend on C and the dtype's accumulator: a step's terms held a step
   // ahead in registers up to 128 states (f32), loaded round by round past them; lanes that split the states unevenly
   // at 33 and 600.
-  for (const char* arch : {"sm_75", "sm_90"})
+  for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 16, 33, 128, 600, 1024}) expect_no_spills(emit_expect_kernel(dtype, C), arch);
+      for (int C : {1, 16, 33, 128, 600, 1024}) spills.add(emit_expect_kernel(dtype, C), sm);
   // A sequence a cluster of blocks (sm_90), each a share of the target states: 16 of 128 in 8 blocks, 33 of 129 in 4
   // (the last 30).
   for (DType dtype : {DType::f32, DType::f64})
     for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
-      expect_no_spills(emit_expect_kernel(dtype, C, cluster), "sm_90");
+      spills.add(emit_expect_kernel(dtype, C, cluster), 90);
   // The fields that are a second chain: its messages beside p's, from the same loads.
   for (int field : {1, 2})
     for (auto [C, cluster] : {std::pair{128, 1}, {128, 8}, {1024, 1}})
-      expect_no_spills(emit_expect_kernel(DType::f32, C, cluster, field), "sm_90");
-  expect_no_spills(emit_expect_kernel(DType::f64, 1024, 1, 1), "sm_90"); // its warps' sums in a message buffer
-  expect_no_spills(emit_expect_kernel(DType::bf16, 128, 1, 2), "sm_75");
+      spills.add(emit_expect_kernel(DType::f32, C, cluster, field), 90);
+  spills.add(emit_expect_kernel(DType::f64, 1024, 1, 1), 90); // its warps' sums in a message buffer
+  spills.add(emit_expect_kernel(DType::bf16, 128, 1, 2), 75);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 1, 3), doctest::Contains("field:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 16), doctest::Contains("cluster:"), std::invalid_argument);
@@ -228,24 +249,28 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
 }
 
 TEST_CASE("the sampling modules compile for the oldest and the newest architecture without spills") {
-  for (const char* arch : {"sm_75", "sm_90"})
+  NoSpills spills("sampling modules");
+  for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 33, 1024, 16384}) expect_no_spills(emit_sample_kernel(dtype, C), arch);
+      for (int C : {1, 33, 1024, 16384}) spills.add(emit_sample_kernel(dtype, C), sm);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_sample_kernel(DType::f32, 16385), doctest::Contains("C:"), std::invalid_argument);
 }
 
 TEST_CASE("the k-best modules compile for the oldest and the newest architecture without spills, 1 to 1024 states") {
+  NoSpills spills("k-best modules");
   // The fewest lanes and threads (1 state), uneven rounds of targets (33, 600), the most registers a lane (1,024);
   // half types only load differently.
-  for (const char* arch : {"sm_75", "sm_90"}) {
+  for (int sm : {75, 90}) {
     for (DType dtype : {DType::f32, DType::f64})
       for (int C : {1, 33, 600, 1024})
-        for (int k : {1, 16}) expect_no_spills(emit_kbest_kernel(dtype, C, k), arch);
-    for (DType dtype : {DType::f16, DType::bf16}) expect_no_spills(emit_kbest_kernel(dtype, 64, 4), arch);
+        for (int k : {1, 16}) spills.add(emit_kbest_kernel(dtype, C, k), sm);
+    for (DType dtype : {DType::f16, DType::bf16}) spills.add(emit_kbest_kernel(dtype, 64, 4), sm);
   }
   // A sequence a cluster of blocks (sm_90), each choosing for a share of the target states.
   for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
-    expect_no_spills(emit_kbest_kernel(DType::f32, C, 4, cluster), "sm_90");
+    spills.add(emit_kbest_kernel(DType::f32, C, 4, cluster), 90);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 128, 4, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 1025, 4), doctest::Contains("C:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 8, 0), doctest::Contains("k:"), std::invalid_argument);
@@ -253,16 +278,20 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
 }
 
 TEST_CASE("the expectation semiring's product compiles for the oldest and the newest architecture without spills") {
-  for (const char* arch : {"sm_75", "sm_90"})
-    for (DType dtype : {DType::f32, DType::f64}) expect_no_spills(emit_entropy_product_kernel(dtype), arch);
+  NoSpills spills("entropy products");
+  for (int sm : {75, 90})
+    for (DType dtype : {DType::f32, DType::f64}) spills.add(emit_entropy_product_kernel(dtype), sm);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_entropy_product_kernel(DType::bf16), doctest::Contains("dtype"), std::invalid_argument);
 }
 
 TEST_CASE("the k-max semiring's product compiles for the oldest and the newest architecture without spills") {
+  NoSpills spills("k-max products");
   // k = 16 holds 16 values and their origins in registers, and two vectors' entries a step.
-  for (const char* arch : {"sm_75", "sm_90"})
+  for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64})
-      for (int k : {1, 4, 16}) expect_no_spills(emit_kmax_product_kernel(dtype, k), arch);
+      for (int k : {1, 4, 16}) spills.add(emit_kmax_product_kernel(dtype, k), sm);
+  spills.check();
   CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f32, 17), doctest::Contains("k:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f16, 4), doctest::Contains("dtype"), std::invalid_argument);
 }
