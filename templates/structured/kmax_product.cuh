@@ -28,14 +28,17 @@ template <class S, int K> __device__ __forceinline__ void kmax_product(const KMa
 #pragma unroll
     for (int r = 0; r < K; ++r) top[r] = Num<S>::neg_inf(), from[r] = -1;
     for (long long kk = 0; kk < p.K; ++kk) {
-      S x[K], y[K];
+      S y[K];
 #pragma unroll
-      for (int r = 0; r < K; ++r) x[r] = a[r * vec_a + kk], y[r] = bb[r * vec_b + kk * p.N];
-#pragma unroll
-      for (int r1 = 0; r1 < K; ++r1)
+      for (int r = 0; r < K; ++r) y[r] = bb[r * vec_b + kk * p.N];
+      // Past k = 4, a's entries one at a time in a loop: unrolled with r2 and the insertion, the code holds K³
+      // insertions, which NVRTC took about a minute to compile at k = 16 (a first call's wait).
+#pragma unroll(K <= 4 ? K : 1)
+      for (int r1 = 0; r1 < K; ++r1) {
+        const S x = a[r1 * vec_a + kk];
 #pragma unroll
         for (int r2 = 0; r2 < K; ++r2) {
-          S v = x[r1] + y[r2];
+          S v = x + y[r2];
           if (!kmax_before(v, top[K - 1])) continue; // most candidates: not among the k so far
           int at = int((kk * K + r1) * K + r2);
           bool placed = false;
@@ -49,6 +52,7 @@ template <class S, int K> __device__ __forceinline__ void kmax_product(const KMa
               placed = true;
             }
         }
+      }
     }
     const long long o = (b * p.M + i) * p.N + j;
 #pragma unroll
