@@ -43,6 +43,7 @@ GeneratedKernel with_override(GeneratedKernel kernel) {
     return kernel;
   }
   kernel.source = std::move(r.bytes);
+  kernel.waits_for_prior_grids = false; // the user's text need not wait for the kernel before it: plain launches
   note_once("JITBMM_OVERRIDE_DIR is active: kernel " + kernel.name + " is compiled from " + dir + "/" + name);
   return kernel;
 }

@@ -33,7 +33,7 @@ void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigne
   if (dynamic_shared > jb::kMaxStaticSharedBytes)
     check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
           ("cuFuncSetAttribute(" + kernel.generated.name + suffix + ", dynamic shared memory)").c_str());
-  if (kernel.dependent_launch && dependent_launches.load(std::memory_order_relaxed) && dependent_launch_enabled()) {
+  if (dependent_launch_enabled() && kernel.dependent_launch && dependent_launches.load(std::memory_order_relaxed)) {
     CUlaunchAttribute overlap{};
     overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     overlap.value.programmaticStreamSerializationAllowed = 1;

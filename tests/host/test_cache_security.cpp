@@ -539,13 +539,16 @@ TEST_CASE("JITBMM_DUMP_DIR: created 0700, refused when others can write, never w
 
 TEST_CASE("JITBMM_OVERRIDE_DIR: read only from a private directory, and only a regular file") {
   TempDir dir, elsewhere;
-  const GeneratedKernel kernel{"logplus_override_kernel", "generated"};
+  GeneratedKernel kernel{"logplus_override_kernel", "generated"};
+  kernel.waits_for_prior_grids = true;
   const std::string file = dir.path + "/" + kernel.name + ".cu";
   ScopedEnv env("JITBMM_OVERRIDE_DIR", dir.path);
   CapturedStderr err;
   CHECK(with_override(kernel).source == "generated"); // no file: unchanged
+  CHECK(with_override(kernel).waits_for_prior_grids);
   write_bytes(file, "overridden");
   CHECK(with_override(kernel).source == "overridden");
+  CHECK_FALSE(with_override(kernel).waits_for_prior_grids); // the user's text: launched plainly
 
   fs::remove(file);
   write_bytes(elsewhere.path + "/planted.cu", "planted");
