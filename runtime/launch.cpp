@@ -33,6 +33,7 @@ void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigne
   if (dynamic_shared > jb::kMaxStaticSharedBytes)
     check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_shared)),
           ("cuFuncSetAttribute(" + kernel.generated.name + suffix + ", dynamic shared memory)").c_str());
+  bool refused = false;
   if (dependent_launch_enabled() && kernel.dependent_launch && dependent_launches.load(std::memory_order_relaxed)) {
     CUlaunchAttribute overlap{};
     overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -45,16 +46,12 @@ void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigne
     config.attrs = &overlap;
     config.numAttrs = 1;
     if (d.cuLaunchKernelEx(&config, f, args, nullptr) == CUDA_SUCCESS) return;
-    // A refused launch enqueues nothing: made plainly below, where success means the attribute was what failed.
-    const CUresult plain = d.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                           dynamic_shared, stream, args, nullptr);
-    if (plain != CUDA_SUCCESS) check(plain, ("cuLaunchKernel(" + kernel.generated.name + suffix + ")").c_str());
-    dependent_launches.store(false, std::memory_order_relaxed);
-    return;
+    refused = true; // a refused launch enqueues nothing: made plainly below
   }
   const CUresult r = d.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared,
                                       stream, args, nullptr);
   if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernel(" + kernel.generated.name + suffix + ")").c_str());
+  if (refused) dependent_launches.store(false, std::memory_order_relaxed); // the attribute was what failed
 }
 
 void launch_cooperative(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
