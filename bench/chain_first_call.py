@@ -1,25 +1,26 @@
-"""What a chain's first call costs a user: each problem in a new process with an empty cache, through jitbmm.torch,
-the first call (the plan: its modules compiled, its products planned) and the second, of one problem per strategy
-the plan takes by its rule. The strategy is the plan's own (jitbmm.chain_strategy).
+"""What a chain's first call costs a user: each problem in a new process with empty caches (bench/fresh_process.py),
+through jitbmm.torch, the first call (the plan: its modules compiled, its products planned) and the second, of one
+problem per strategy and form the plan takes by its rule. The strategy is the plan's own (jitbmm.chain_strategy);
+--compiles lists each NVRTC compile of the process and its time.
 
-    python bench/chain_first_call.py [--json out.json]
+    python bench/chain_first_call.py [--compiles] [--json out.json]
 """
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-PYTHON_DIR = str(Path(__file__).resolve().parent.parent / "python")  # the package, as the child imports it
+from fresh_process import compiles, fresh_env
 
 # (what, form, semiring, B, T, C, with the backward)
 PROBLEMS = [
     ("CRF log-partition", "crf", "log", 32, 512, 64, True),
     ("CRF log-partition, one long sequence", "crf", "log", 1, 4096, 64, True),
-    ("HMM log-likelihood, wide batch", "hmm", "log", 512, 32, 512, True),
+    ("HMM log-likelihood, wide batch (fused)", "hmm", "log", 512, 32, 512, True),
+    ("HMM log-likelihood, wide batch (products)", "hmm", "log", 512, 32, 1024, True),
+    ("HMM Viterbi, wide batch (fused)", "hmm", "max_plus", 512, 32, 512, False),
     ("HMM Viterbi, one long sequence", "hmm", "max_plus", 1, 16384, 64, False),
 ]
 
@@ -52,24 +53,27 @@ print(jitbmm.chain_strategy(semiring, "f32", B, T, C, form=form), f"{first:.4f} 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compiles", action="store_true", help="list each problem's NVRTC compiles")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args()
     rows = []
     print(f"{'problem':42} {'B×T×C':>12} {'strategy':>10} {'first s':>8} {'second ms':>10}")
     for what, form, semiring, B, T, C, backward in PROBLEMS:
         with tempfile.TemporaryDirectory() as cache:
-            path = os.environ.get("PYTHONPATH")
-            env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""))
             r = subprocess.run([sys.executable, "-c", CHILD, form, semiring, str(B), str(T), str(C), str(int(backward))],
-                               env=env, capture_output=True, text=True)
+                               env=fresh_env(cache), capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{what}: failed\n{r.stderr[-2000:]}")
             continue
         strategy, first, second = r.stdout.split()[-3:]
         label = what + (" fwd+bwd" if backward else "")
         print(f"{label:42} {f'{B}×{T}×{C}':>12} {strategy:>10} {float(first):8.3f} {float(second) * 1e3:10.3f}")
+        compiled = compiles(r.stderr)
+        if args.compiles:
+            for name, ms in compiled:
+                print(f"    {ms:7d} ms  {name}")
         rows.append({"problem": label, "B": B, "T": T, "C": C, "strategy": strategy, "first_s": float(first),
-                     "second_ms": float(second) * 1e3})
+                     "second_ms": float(second) * 1e3, "compiles_ms": compiled})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -1,10 +1,12 @@
-"""What a user's first calls cost: a new process with an empty cache, on a GPU whose decisions jitbmm ships.
+"""What a user's first calls cost: a new process with empty caches (bench/fresh_process.py), on a GPU whose
+decisions jitbmm ships.
 
-1. First calls (each in a new process, empty cache): C++ `JitLogBMM::get` to the first result (`jitbmm bench
-   --first-call`), and through jitbmm.torch the first forward, the first forward that keeps what the backward reads,
-   and the first backward, at 64x512^3 log f32, log bf16, max_plus f32 (with argmax), and a shape between the grid's
-   points (64x384^3, which takes its bucket's decision). The NVRTC compiles and the plans' choices are listed.
-   --without-shipped repeats them with the shipped decisions off (what a GPU jitbmm has not tuned gets).
+1. First calls (each in a new process, empty caches): C++ `JitLogBMM::get` to the first result (`jitbmm bench
+   --first-call`), and through jitbmm.torch a first training step (the forward that keeps what the backward reads,
+   then the backward) and after it a forward without grad, at 64x512^3 log f32, log bf16, max_plus f32 (with
+   argmax), and a shape between the grid's points (64x384^3, which takes its bucket's decision). The NVRTC compiles
+   and the plans' choices are listed. --without-shipped repeats them with the shipped decisions off (what a GPU
+   jitbmm has not tuned gets).
 2. The tiny double backward: forward, create_graph backward and backward of the gradients of log f32 3x6x6x6 in a
    new process, through jitbmm.torch and through PyTorch's own (a[..., None] + b[:, None]).logsumexp(-2).
 3. --shapes: the small problems' defaults and light variants against the full search (`jitbmm tune`).
@@ -19,6 +21,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from fresh_process import compiles as compiled, fresh_env
 
 SHAPES = ["3x6x6x6", "8x32x32x32", "8x64x64x64", "16x64x64x64", "2x128x128x64"]
 SEMIRINGS = ["log", "max_plus"]
@@ -91,18 +95,13 @@ def defaults_against_search(cli, cache):
     return rows
 
 
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
-
-
 def first_call(semiring, shape, cache):
-    path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""))
-    env["JITBMM_LOG"] = "debug"
-    r = subprocess.run([sys.executable, "-c", CHILD, semiring, shape], env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", CHILD, semiring, shape], env=fresh_env(cache), capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise RuntimeError(f"first call of {semiring} {shape} failed:\n{r.stderr[-3000:]}")
     out = r.stdout.split()
-    compiles = [int(m) for m in re.findall(r"NVRTC compiled \S+ for \S+ in ([0-9]+) ms", r.stderr)]
+    compiles = [ms for _, ms in compiled(r.stderr)]
     plans = re.findall(r"plan (.*)", r.stderr)
     return {"import_s": float(out[0]), "first_s": float(out[1]), "second_s": float(out[2]),
             "compiles": len(compiles), "compile_ms": compiles, "plans": plans}
@@ -129,14 +128,14 @@ a = torch.randn(B, M, K, device="cuda", dtype=dtype, requires_grad=True)
 b = torch.randn(B, K, N, device="cuda", dtype=dtype, requires_grad=True)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
-with torch.no_grad():
-    jt.semiring_bmm(a, b, semiring)
+out = jt.semiring_bmm(a, b, semiring)  # a training step's forward: max_plus keeps its argmax
 torch.cuda.synchronize()
 t3 = time.perf_counter()
-out = jt.semiring_bmm(a, b, semiring)  # with grad: max_plus keeps its argmax
+out.float().sum().backward()
 torch.cuda.synchronize()
 t4 = time.perf_counter()
-out.float().sum().backward()
+with torch.no_grad():  # then an evaluation's: max_plus without its argmax is another plan
+    jt.semiring_bmm(a, b, semiring)
 torch.cuda.synchronize()
 t5 = time.perf_counter()
 print(f"{t1 - t0:.4f} {t2 - t1:.4f} {t3 - t2:.4f} {t4 - t3:.4f} {t5 - t4:.4f}")
@@ -168,13 +167,11 @@ print(f"{t1 - t0:.4f} {t3 - t1:.4f} {t3 - t0:.4f}")
 
 
 def child(code, args, cache, shipped=True):
-    path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, JITBMM_CACHE_DIR=cache, PYTHONPATH=PYTHON_DIR + (os.pathsep + path if path else ""),
-               JITBMM_LOG="debug", JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
+    env = fresh_env(cache, JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
     r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{args} failed:\n{r.stderr[-3000:]}")
-    compiles = [int(m) for m in re.findall(r"NVRTC compiled \S+ for \S+ in ([0-9]+) ms", r.stderr)]
+    compiles = [ms for _, ms in compiled(r.stderr)]
     return [float(x) for x in r.stdout.split()], compiles, re.findall(r"plan (.*)", r.stderr)
 
 
@@ -185,7 +182,7 @@ def first_calls(cli, shipped):
         for n, (semiring, dtype, shape) in enumerate(FIRST_CALLS):
             cache = os.path.join(root, str(n))
             if semiring == "log" and dtype == "float32":
-                env = dict(os.environ, JITBMM_CACHE_DIR=cache + "-cli", JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
+                env = fresh_env(cache + "-cli", JITBMM_SHIPPED_DECISIONS="on" if shipped else "off")
                 out = run([cli, "bench", "--first-call", "--semiring", semiring, "--shape", shape], env)
                 m = re.search(r"; total ([0-9.]+) ms", out)
                 cpp = float(m.group(1)) / 1e3 if m else None
@@ -193,14 +190,14 @@ def first_calls(cli, shipped):
                 cpp = None
             t, compiles, plans = child(TORCH_CHILD, [semiring, dtype, shape], cache, shipped)
             row = {"semiring": semiring, "dtype": dtype, "shape": shape, "shipped": shipped, "cpp_get_s": cpp,
-                   "torch_ready_s": t[0], "inputs_s": t[1], "forward_s": t[2], "forward_train_s": t[3],
-                   "backward_s": t[4], "compiles_ms": compiles, "plans": plans}
+                   "torch_ready_s": t[0], "inputs_s": t[1], "forward_train_s": t[2], "backward_s": t[3],
+                   "forward_no_grad_s": t[4], "compiles_ms": compiles, "plans": plans}
             rows.append(row)
             print(f"{semiring:8s} {dtype:9s} {shape:17s} shipped {'on ' if shipped else 'off'}  "
-                  f"C++ get+first result {cpp if cpp is not None else float('nan'):6.3f} s  torch: forward "
-                  f"{t[2]:6.3f} s, forward with grad {t[3]:6.3f} s, backward {t[4]:6.3f} s "
-                  f"(forward + backward {t[2] + t[3] + t[4]:6.3f} s); {len(compiles)} NVRTC compiles, "
-                  f"{sum(compiles) / 1e3:.2f} s", flush=True)
+                  f"C++ get+first result {cpp if cpp is not None else float('nan'):6.3f} s  torch: training "
+                  f"forward {t[2]:6.3f} s, backward {t[3]:6.3f} s (a first step {t[2] + t[3]:6.3f} s), then a "
+                  f"forward without grad {t[4]:6.3f} s; {len(compiles)} NVRTC compiles, {sum(compiles) / 1e3:.2f} s",
+                  flush=True)
             for line in plans:
                 print("   ", line, flush=True)
     return rows

@@ -8,7 +8,8 @@ takes longer than its budget to compile says so instead of a figure.
 Sections: logbmm forward and forward + backward (jitbmm.jax, jitbmm.torch, jnp's expand-logsumexp); the HMM's
 log-likelihood value_and_grad (jitbmm.jax against jax.lax.scan + logsumexp); the CRF log-partition's value_and_grad
 with ragged lengths (against a masked scan); Viterbi with its path (against a lax.scan max-plus decoder with
-backtracking); the first call of a new product under jit with an empty jitbmm cache, in a fresh process."""
+backtracking); the first call of a new product under jit with empty caches (bench/fresh_process.py), in a fresh
+process."""
 
 import argparse
 import os
@@ -26,6 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import jitbmm.jax as jj  # noqa: E402
+from fresh_process import fresh_env  # noqa: E402
 
 
 def wall_ms(fn, reps, warm=2):
@@ -179,13 +181,12 @@ print(f"{{time.perf_counter() - t:.3f}}")
 
 def first(reps):
     del reps
-    print("First call of a new problem, fresh process, empty jitbmm cache (s): forward under jit | the same through "
+    print("First call of a new problem, fresh process, empty caches (s): forward under jit | the same through "
           "jitbmm.torch")
     python = str(Path(__file__).resolve().parent.parent / "python")
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, JITBMM_CACHE_DIR=cache)
         jax_s = subprocess.run([sys.executable, "-c", FIRST.format(python=python, library="", call="jj.maxbmm")],
-                               env=env, capture_output=True, text=True).stdout.strip()
+                               env=fresh_env(cache), capture_output=True, text=True).stdout.strip()
     torch_code = """
 import sys, time, torch
 sys.path.insert(0, {python!r})
@@ -195,8 +196,7 @@ t = time.perf_counter(); jt.maxbmm(a, a); torch.cuda.synchronize()
 print(f"{{time.perf_counter() - t:.3f}}")
 """.format(python=python)
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, JITBMM_CACHE_DIR=cache)
-        torch_s = subprocess.run([sys.executable, "-c", torch_code], env=env, capture_output=True,
+        torch_s = subprocess.run([sys.executable, "-c", torch_code], env=fresh_env(cache), capture_output=True,
                                  text=True).stdout.strip()
     print(f"  max_plus 64x512^3 | {jax_s or 'failed'} | {torch_s or 'failed'}", flush=True)
 
