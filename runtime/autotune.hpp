@@ -8,9 +8,11 @@
 //   family_model  what a new bucket of a tuned family times: the variants its family's timings predict best
 //   choose        the choice cascade: stored decision, tuning, default; planning again without a failing spec
 //   shared_choices  one process's settled choices exported as text and imported elsewhere (every rank alike)
+//   build_ahead   the kernels a first call will load, compiled all at once on the CPU pool
 #pragma once
 
 #include "runtime/tuner/autotune.hpp"     // IWYU pragma: export
+#include "runtime/tuner/build_ahead.hpp"  // IWYU pragma: export
 #include "runtime/tuner/choose.hpp"       // IWYU pragma: export
 #include "runtime/tuner/family_model.hpp" // IWYU pragma: export
 #include "runtime/tuner/policy.hpp"       // IWYU pragma: export

@@ -3,7 +3,6 @@
 #include "runtime/backward.hpp"
 
 #include <algorithm>
-#include <future>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,26 +48,18 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
   return slot;
 }
 
-// Both passes' kernels for a first backward that runs both: chosen one after the other (a tuning has the GPU to
-// itself), then grad_b's compiled beside grad_a's, so that the call waits for one compile rather than two. A
-// failure of grad_b's here is left for grad_kernel to meet and report.
+// Both passes' kernels for a first backward that runs both, built at once before either is chosen (a stored decision
+// brought from elsewhere is checked on its first choice, which loads its kernels one after the other): the call
+// waits for the longest compile rather than for all of them. A tuning chooses on its own.
 void prepare_both_passes(const SemiringBMM::Impl& im) {
   {
     std::lock_guard<std::mutex> lock(im.grad_mutex);
     if (im.grad[0] || im.grad[1]) return;
   }
-  const Problem p = grad_problem(im.problem);
   const TunePolicy policy = tune_policy_from_env();
-  choose(p, *im.device, policy, Pass::grad_a);
-  const KernelSpec b = choose(p, *im.device, policy, Pass::grad_b).spec;
-  const std::shared_ptr<const DeviceInfo> device = im.device;
-  auto other = std::async(std::launch::async, [device, b] {
-    try {
-      load_kernel(*device, b);
-    } catch (const std::exception&) {
-    }
-  });
-  grad_kernel(im, Pass::grad_a); // waits for `other` on the way out, also when it throws
+  std::vector<KernelSpec> specs = kernels_ahead(im.problem, *im.device, policy, Pass::grad_a);
+  for (const KernelSpec& spec : kernels_ahead(im.problem, *im.device, policy, Pass::grad_b)) specs.push_back(spec);
+  build_ahead(*im.device, {}, specs);
 }
 
 // The forward with argmax that recomputes the selecting semirings' argmax when the caller has none.
@@ -192,6 +183,30 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
     launch_grad(gp, w.pass[i]->spec, second ? *w.pass[i]->second : w.pass[i]->launches, *w.pass[i]->kernel, args,
                 cu_stream);
   }
+}
+
+void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
+  validate(problem);
+  const auto device = current_device();
+  check_supported(*device);
+  const Shape& s = problem.shape;
+  if (try_product({s.B, s.M, s.N}) == 0) return; // no output: no kernel is loaded
+  ScopedContext scope(device->context);
+  const TunePolicy policy = tune_policy_from_env();
+  std::vector<KernelSpec> specs = kernels_ahead(problem, *device, policy);
+  auto add = [&](const std::vector<KernelSpec>& more) { specs.insert(specs.end(), more.begin(), more.end()); };
+  const bool want_a = grad_a && try_product({s.B, s.M, s.K}) != 0, want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
+  if (want_a) add(kernels_ahead(problem, *device, policy, Pass::grad_a));
+  if (want_b) add(kernels_ahead(problem, *device, policy, Pass::grad_b));
+  // A selecting semiring's backward without the forward's argmax recomputes it (argmax_forward).
+  if ((want_a || want_b) && semiring_info(problem.semiring).backward == BackwardKind::argmax_scatter &&
+      !problem.with_argmax) {
+    Problem q = problem;
+    q.with_argmax = true;
+    q.out_strides.reset();
+    add(kernels_ahead(q, *device, policy));
+  }
+  build_ahead(*device, {}, specs);
 }
 
 std::size_t SemiringBMM::backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given, Stream stream) const {

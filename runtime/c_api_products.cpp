@@ -87,6 +87,10 @@ jitbmm_status jitbmm_plan_create_on_stream(const jitbmm_problem* problem, void* 
   });
 }
 
+jitbmm_status jitbmm_plan_prepare(const jitbmm_problem* problem, int grad_a, int grad_b) {
+  return guarded([&] { jitbmm::SemiringBMM::prepare(to_problem(problem), grad_a != 0, grad_b != 0); });
+}
+
 jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,
                               void* stream) {
   return guarded([&] {

@@ -71,6 +71,10 @@ jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** pl
 /* The same, for calls on `stream`: while it is being captured into a CUDA graph nothing is tuned (a stored decision
  * or the default variant is used; a plan made later outside the capture tunes as usual). */
 jitbmm_status jitbmm_plan_create_on_stream(const jitbmm_problem* problem, void* stream, jitbmm_plan** plan);
+/* Compiles at once, on the CPU's cores, the kernels a plan of `problem` and a backward writing the gradients named
+ * (grad_a, grad_b: 1 or 0) will load, so that a first training step waits for its longest compile rather than for
+ * the sum of them; plans and launches nothing (SemiringBMM::prepare). */
+jitbmm_status jitbmm_plan_prepare(const jitbmm_problem* problem, int grad_a, int grad_b);
 /* Launches on `stream` (a CUstream / cudaStream_t; NULL is the default stream). argmax may be NULL only when the
  * plan was made without with_argmax. */
 jitbmm_status jitbmm_plan_run(const jitbmm_plan* plan, const void* a, const void* b, void* out, int32_t* argmax,

@@ -23,6 +23,12 @@ public:
   static SemiringBMM get(const Problem& problem, Stream stream);
   // Plan with an explicit kernel variant (for inspection, tests and benchmarks).
   static SemiringBMM get(const Problem& problem, const KernelSpec& spec);
+  // Compiles, all at once on the CPU's cores, the kernels that get(problem) and a backward writing the gradients
+  // named will load (their stored decisions' or the defaults'; a pass that would be tuned is left to its tuning),
+  // so that a first training step waits for its longest compile rather than for the sum of them
+  // (docs/caching-and-tuning.md, "First calls"). Checks `problem` as get() does; plans and launches nothing, and
+  // leaves a kernel that fails to build to the get() or backward() that needs it.
+  static void prepare(const Problem& problem, bool grad_a, bool grad_b);
 
   // Launches out = a ⊗ b on `stream` (asynchronous). Pointers are device pointers laid out as the problem's
   // strides say; they may be null only when the tensor they point to is empty. Throws std::invalid_argument

@@ -15,7 +15,7 @@ import reprlib
 from pathlib import Path
 
 __all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "UnsupportedDeviceError", "CudaError", "CompileError",
-           "LibraryNotFoundError", "Problem", "Plan", "reference", "version", "cache_dir", "set_tune_policy",
+           "LibraryNotFoundError", "Problem", "Plan", "prepare", "reference", "version", "cache_dir", "set_tune_policy",
            "release_pool_memory", "export_choices", "import_choices", "chain_strategy", "SEMIRINGS", "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
@@ -107,6 +107,8 @@ def _declare(lib):
     lib.jitbmm_plan_create_on_stream.argtypes = [ctypes.POINTER(_CProblem), ctypes.c_void_p,
                                                  ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_plan_create_on_stream.restype = status
+    lib.jitbmm_plan_prepare.argtypes = [ctypes.POINTER(_CProblem), ctypes.c_int, ctypes.c_int]
+    lib.jitbmm_plan_prepare.restype = status
     lib.jitbmm_set_tune_policy.argtypes = [ctypes.c_char_p]
     lib.jitbmm_set_tune_policy.restype = status
     lib.jitbmm_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
@@ -544,6 +546,16 @@ class Plan:
         handle = getattr(self, "_handle", None)
         if handle is not None and handle.value and _lib is not None:
             _lib.jitbmm_plan_destroy(handle)
+
+
+def prepare(problem, grad_a=True, grad_b=True):
+    """Compiles at once, on the CPU's cores, the kernels a Plan of `problem` and a backward writing the gradients
+    named will load, so that a first training step waits for its longest compile rather than for the sum of them;
+    plans and launches nothing (jitbmm.torch does this itself for a first call that will be differentiated)."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
+    c = problem._c()
+    _check(_library().jitbmm_plan_prepare(ctypes.byref(c), int(_flag(grad_a, "grad_a")), int(_flag(grad_b, "grad_b"))))
 
 
 def reference(problem, a_ptr, b_ptr, out_ptr, argmax_ptr=None):

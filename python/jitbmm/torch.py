@@ -24,7 +24,7 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 
 import jitbmm
 
-from . import Plan, Problem, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
+from . import Plan, Problem, prepare as _prepare, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
 from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENSORS as _PLAIN_TENSORS
 from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES, DTYPE_NAMES as _DTYPE_NAMES
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
@@ -93,15 +93,19 @@ class _Kernels:
         return grad_a, grad_b
 
 
-def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision):
+def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision, grads=None):
+    """The kernels of a call; `grads` (need_a, need_b) for a first call that will be differentiated: its backward's
+    kernels are compiled beside the forward's (jitbmm.prepare)."""
     key = (semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision)
     kernels = _kernels.get(key)
     if kernels is None:
         B, M, K, N = shape
+        problem = Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
+                          out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision)
         with torch.cuda.device(device):  # the plan is made for the current device, for its current stream
-            plan = Plan(Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
-                                out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision),
-                        _stream(device))
+            if grads and any(grads):
+                _prepare(problem, *grads)
+            plan = Plan(problem, _stream(device))
             kernels = _Kernels(plan, device, with_argmax)
             # Inside a CUDA-graph capture the plan tuned nothing (a stored decision or the default): it serves
             # the capture, and the next call outside one plans (and tunes) again.
@@ -154,13 +158,18 @@ def _sizes(a, b):
 # an argmax, the argmax output is an empty int32 tensor (operators return tensors only).
 def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: str,
                   with_argmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(a, b, semiring, precision, with_argmax)
+
+
+def _forward(a, b, semiring, precision, with_argmax, grads=None):
+    """The operator's body; `grads` (need_a, need_b) where the eager path knows the call will be differentiated."""
     batches, M, K, N = _sizes(a, b)
     a, a_strides = _layout(a, batches)
     b, b_strides = _layout(b, batches)
     # Empty sizes too: the plan launches nothing for an empty output, and with K = 0 writes the semiring's zero
     # (and argmax -1), as the C++ API does.
     kernels = _kernels_for(semiring, a.dtype, a.device.index, (batches, M, K, N), a_strides, b_strides, with_argmax,
-                           precision)
+                           precision, grads)
     out, argmax = kernels.forward(a, b, (batches, M, N))
     return out, argmax if argmax is not None else a.new_empty((0,), dtype=torch.int32)
 
@@ -308,17 +317,19 @@ _bmm_op.register_autograd(lambda ctx, grad_out, _grad_argmax: _gradients(ctx, gr
 
 
 class _SemiringBMM(torch.autograd.Function):
-    """The eager path: the operator's body and backward without the dispatcher."""
+    """The eager path: the operator's body and backward without the dispatcher; `grads` (need_a, need_b) for a
+    call that will be differentiated (a first such call builds the backward's kernels with the forward's), else
+    None."""
 
     @staticmethod
-    def forward(ctx, a, b, semiring, precision, with_argmax):
-        out, argmax = _forward_impl(a, b, semiring, precision, with_argmax)
+    def forward(ctx, a, b, semiring, precision, with_argmax, grads):
+        out, argmax = _forward(a, b, semiring, precision, with_argmax, grads)
         _setup_context(ctx, (a, b, semiring, precision, with_argmax), (out, argmax))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        return _gradients(ctx, grad_out, _backward_impl)
+        return (*_gradients(ctx, grad_out, _backward_impl), None)
 
 
 def _check(a, b, semiring):
@@ -452,7 +463,8 @@ def _general(a, b, semiring, precision, key):
     if key is None:  # compiling: the registered operator
         out, _ = _bmm_op(am, bm, semiring, precision, with_argmax)
         return out.reshape(*batch, M, N)
-    out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax)
+    out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax,
+                             (a.requires_grad, b.requires_grad) if wants_grad else None)
     if not torch.cuda.is_current_stream_capturing():  # a capture's plans are not kept (_kernels_for)
         _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax)
     return out.reshape(*batch, M, N)

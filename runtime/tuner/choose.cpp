@@ -264,21 +264,39 @@ void forget_choices() {
   g_tunings.forget();
 }
 
-Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
-              const std::vector<KernelSpec>& rejected) {
-  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
+namespace {
+
+// The key of a choice remembered in this process: `p` is the pass's own problem (grad_problem for a backward).
+std::string choice_id(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass) {
   std::ostringstream id;
   id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
      << ' ' << dtype_info(p.output_dtype()).name;
+  return id.str();
+}
+
+bool may_tune(const Problem& p, TunePolicy policy, Pass pass) {
+  return policy != TunePolicy::never && tunable(p, pass);
+}
+
+KernelSpec fallback_spec(const Problem& p, Pass pass) {
+  return pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+}
+
+} // namespace
+
+Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass,
+              const std::vector<KernelSpec>& rejected) {
+  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
+  const std::string id = choice_id(p, device, policy, pass);
   if (rejected.empty()) {
     std::lock_guard<std::mutex> lock(g_made_mutex);
-    if (auto it = g_made.find(id.str()); it != g_made.end()) return it->second;
+    if (auto it = g_made.find(id); it != g_made.end()) return it->second;
   }
   const Choice choice = [&]() -> Choice {
     DiskCache* disk = DiskCache::process_cache();
     const TuningDevice td = tuning_device(device);
-    const bool tune = policy != TunePolicy::never && tunable(p, pass);
-    const KernelSpec fallback = pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
+    const bool tune = may_tune(p, policy, pass);
+    const KernelSpec fallback = fallback_spec(p, pass);
     // A decision brought from elsewhere (shipped with jitbmm, imported) was tuned on another machine: its kernel is
     // checked against the CPU reference before this process uses it, as a tuned candidate is; one that fails is
     // passed over like a stale decision.
@@ -297,7 +315,7 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
         wrong = e.what();
       }
       if (wrong.empty()) return *c;
-      warn_once("check " + to_string(c->spec) + ' ' + id.str(),
+      warn_once("check " + to_string(c->spec) + ' ' + id,
                 "ignoring the " + c->source + " tuning decision for " + describe(p) + ": " + to_string(c->spec) +
                     " failed its check against the CPU reference (" + wrong + "); deciding again without it");
       refused.push_back(c->spec);
@@ -310,13 +328,13 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     // is drawn, and a tuning that fails anyway leaves the call with the default rather than an error. Neither is
     // stored, so a later process tunes.
     if (const std::string why = trial_memory_refusal(p, pass, device); !why.empty()) {
-      warn_once("memory " + id.str(), "not tuning " + what + " now: " + why + "; running the default variant");
+      warn_once("memory " + id, "not tuning " + what + " now: " + why + "; running the default variant");
       return {fallback, "default: not tuned, " + why, {}, false, true};
     }
     try {
       return tune_now(p, device, policy, pass, refused, fallback);
     } catch (const std::exception& e) {
-      warn_once("failed " + id.str(), "tuning " + what + " failed (" + e.what() +
+      warn_once("failed " + id, "tuning " + what + " failed (" + e.what() +
                                           "); running the default variant, and nothing is stored");
       return {fallback, std::string("default: tuning failed, ") + e.what(), {}};
     }
@@ -326,11 +344,24 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
                                      (pass == Pass::forward ? "" : std::string(" ") + pass_name(pass)) + ": " +
                                      to_string(choice.spec) + " (" + choice.source + ")");
   std::lock_guard<std::mutex> lock(g_made_mutex);
-  if (!choice.held) g_made[id.str()] = choice; // a choice made again (a stored decision rejected) replaces the first
+  if (!choice.held) g_made[id] = choice; // a choice made again (a stored decision rejected) replaces the first
   if (!choice.held && choice.source.rfind("default", 0) != 0) // defaults are nobody's decision
     g_settled[std::string(pass_name(pass)) + ' ' + describe(p) + ' ' + std::to_string(p.with_argmax) + ' ' +
               dtype_info(p.output_dtype()).name] = MadeChoice{p, pass, choice.spec};
   return choice;
+}
+
+std::vector<KernelSpec> kernels_ahead(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass) {
+  const Problem p = pass == Pass::forward ? problem : grad_problem(problem);
+  {
+    std::lock_guard<std::mutex> lock(g_made_mutex);
+    if (auto it = g_made.find(choice_id(p, device, policy, pass)); it != g_made.end()) return {it->second.spec};
+  }
+  if (auto c = stored_choice(DiskCache::process_cache(), p, tuning_device(device), policy, pass, {},
+                             InputRange::normal, &shipped_decisions()))
+    return brought_in(*c) ? check_kernels(p, pass, c->spec) : std::vector<KernelSpec>{c->spec};
+  if (may_tune(p, policy, pass) && !TuningHold::active()) return {};
+  return {fallback_spec(p, pass)};
 }
 
 namespace {

@@ -39,6 +39,14 @@ struct Choice {
 Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy policy, Pass pass = Pass::forward,
               const std::vector<KernelSpec>& rejected = {});
 
+// The kernels choose() would load for `problem`'s `pass` without tuning now, for building them ahead
+// (runtime/tuner/build_ahead.hpp): the spec it made already in this process, else a stored decision's (with the
+// kernels of its check when it was brought from elsewhere), else, where it would not tune (the policy, a
+// TuningHold on this thread, a problem not tunable), the default. None where it would tune: a tuning compiles its
+// candidates on the CPU pool itself.
+std::vector<KernelSpec> kernels_ahead(const Problem& problem, const DeviceInfo& device, TunePolicy policy,
+                                      Pass pass = Pass::forward);
+
 // What choose() settled in this process (by a stored decision or tuning; not defaults, not choices held in a
 // capture), per pass and problem (for a backward pass its grad_problem), once each: what share_choices exports.
 struct MadeChoice {

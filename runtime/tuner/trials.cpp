@@ -205,6 +205,26 @@ std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
   return "";
 }
 
+namespace {
+
+// What a check of `spec` runs on: one batch of `problem` when the spec fits that as it is, else the whole problem.
+Problem checked_problem(const Problem& problem, const KernelSpec& spec) {
+  if (problem.shape.B <= 1) return problem;
+  Problem one = problem;
+  one.shape.B = 1;
+  return fitting(spec, one) == spec ? one : problem;
+}
+
+// The forward whose results a backward trial of `grad` (a grad_problem) reads: with the argmax the selecting
+// semirings' backward scatters by.
+Problem trial_forward(const Problem& grad) {
+  Problem fwd = grad;
+  fwd.with_argmax = semiring_info(grad.semiring).backward == BackwardKind::argmax_scatter;
+  return fwd;
+}
+
+} // namespace
+
 BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInfo& dev, std::mt19937_64& rng)
     : p(grad_problem(problem)), pass(which), device(dev) {
   const Shape& s = p.shape;
@@ -228,9 +248,8 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   b.upload(hb.data(), hb.size());
   g.upload(hg.data(), hg.size());
   // The forward's results, as the backward will read them.
-  Problem fwd = p;
-  const bool sel = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
-  fwd.with_argmax = sel;
+  const Problem fwd = trial_forward(p);
+  const bool sel = fwd.with_argmax;
   out = DeviceBuffer(bytes_of("out", out_elems, od));
   arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
   launch_forward(device, fwd, default_spec(fwd), a.get(), b.get(), out.get(),
@@ -288,13 +307,13 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
   return "";
 }
 
+std::vector<KernelSpec> check_kernels(const Problem& problem, Pass pass, const KernelSpec& spec) {
+  if (pass == Pass::forward) return {spec};
+  return {spec, default_spec(trial_forward(grad_problem(checked_problem(problem, spec))))};
+}
+
 std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec) {
-  Problem p = problem;
-  if (p.shape.B > 1) {
-    Problem one = p;
-    one.shape.B = 1;
-    if (fitting(spec, one) == spec) p = one;
-  }
+  const Problem p = checked_problem(problem, spec);
   if (!tunable(p, pass)) return "this problem cannot be checked against the CPU reference";
   if (std::string why = trial_memory_refusal(p, pass, device); !why.empty()) return "not checked: " + why;
   ScopedContext scope(device.context);

@@ -92,6 +92,9 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec);
 // "" when correct, else what was wrong or why it cannot be checked (the problem is not tunable(), or its trial does
 // not fit the free memory).
 std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec);
+// The kernels that check loads: `spec`'s, and for a backward pass the default forward that makes its trial's
+// outputs (so that they can be built ahead, runtime/tuner/build_ahead.hpp).
+std::vector<KernelSpec> check_kernels(const Problem& problem, Pass pass, const KernelSpec& spec);
 
 // One pass's trial behind one interface, for the tuner's loop; it owns the trial's buffers.
 struct Trial {

@@ -270,6 +270,28 @@ TEST_CASE("a plan for every semiring and dtype (policy never), launched forward 
                   std::invalid_argument);
 }
 
+TEST_CASE("prepare loads a first training step's kernels at once: the plan and its backward then load none") {
+  // min_plus f16's passes: no other test differentiates it, so prepare finds its kernels unloaded.
+  Problem p = small_problem(Semiring::min_plus, DType::f16);
+  p.with_argmax = true;
+  test::DriverLog log;
+  SemiringBMM::prepare(p, true, true);
+  const std::size_t prepared = loaded_images(log.path).size();
+  CHECK(prepared >= 2); // grad_a's and grad_b's kernels at least (the forward's may be loaded already)
+  const SemiringBMM plan = SemiringBMM::get(p);
+  DeviceBuffer a(1 << 16), b(1 << 16), out(1 << 16), argmax(1 << 16), grad_out(1 << 16), grad_a(1 << 16),
+      grad_b(1 << 16);
+  const auto* arg = static_cast<const int32_t*>(argmax.get());
+  CHECK_NOTHROW(plan(a.get(), b.get(), out.get(), static_cast<int32_t*>(argmax.get())));
+  CHECK_NOTHROW(plan.backward(a.get(), b.get(), out.get(), arg, grad_out.get(), grad_a.get(), grad_b.get()));
+  CHECK(loaded_images(log.path).size() == prepared);
+  Problem bad = p;
+  bad.shape.K = -1;
+  CHECK_THROWS_AS(SemiringBMM::prepare(bad, true, true), std::invalid_argument);
+  CHECK(jitbmm_plan_prepare(nullptr, 1, 1) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("problem") != std::string::npos);
+}
+
 TEST_CASE("an HMM backward's scratch (the transitions' partial sums) takes at most half the tables' bytes") {
   struct Case {
     int64_t B, T, C;

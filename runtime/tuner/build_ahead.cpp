@@ -1,0 +1,34 @@
+// Building ahead (build_ahead.hpp).
+#include "runtime/tuner/build_ahead.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/jit.hpp"
+#include "runtime/tuner/cpu_pool.hpp"
+#include "support/log.hpp"
+
+namespace jitbmm {
+
+void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& generated,
+                 const std::vector<KernelSpec>& specs) {
+  std::vector<KernelSpec> unique;
+  for (const KernelSpec& spec : specs)
+    if (std::find(unique.begin(), unique.end(), spec) == unique.end()) unique.push_back(spec);
+  const std::size_t count = generated.size() + unique.size();
+  if (count < 2) return;
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, "building " + std::to_string(count) + " kernels ahead");
+  for_each_on_cpus(count, [&](std::size_t i) {
+    try {
+      if (i < generated.size())
+        load_generated(device, generated[i]);
+      else
+        load_kernel(device, unique[i - generated.size()]);
+    } catch (const std::exception& e) { // the load that needs it meets the failure again, and reports it
+      if (log_enabled(LogLevel::debug)) log_message(LogLevel::debug, std::string("building ahead: ") + e.what());
+    }
+  });
+}
+
+} // namespace jitbmm
