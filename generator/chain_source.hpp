@@ -101,14 +101,14 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 constexpr int kStepThreads = 256;
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form);
 
-// The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a direction, each a
-// cooperative launch of jb::kFusedBlock threads a block (templates/chain/params.cuh) after "_factors" (256 threads, a
-// block per 32 columns) has made the direction's table's column maxima: log (templates/chain/fused_steps.cuh) — the
-// main entry the forward, "_beta" the backward messages, "_factors" the table's factors too — and max_plus
-// (templates/chain/fused_viterbi.cuh), the main entry the forward with its best path. "_resident" and
-// "_resident_beta" are the same passes for a grid with a block of jb::fused_resident_threads threads per tile that keeps
-// its tile's table side in jb::fused_resident_floats of dynamic shared memory. Inputs of f32, f16 or bf16 (f32
-// accumulators).
-GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype);
+// The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a pass, a unit a pass:
+// the main entry a cooperative launch after "_factors" (256 threads, a block per 32 columns) has made the pass's
+// table's column maxima. log (templates/chain/fused_steps.cuh): the forward, or with `beta` the backward messages,
+// "_factors" the table's factors too; max_plus (templates/chain/fused_viterbi.cuh, no `beta`): the forward with its
+// best path. The streaming entries run blocks of jb::kFusedBlock threads; `resident` ones a block of
+// jb::fused_resident_threads threads per tile that keeps its tile's table side in jb::fused_resident_floats of
+// dynamic shared memory. A unit a pass, so that a plan compiles only the passes it takes, all at once
+// (runtime/tuner/build_ahead.hpp). Inputs of f32, f16 or bf16 (f32 accumulators).
+GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype, bool beta, bool resident);
 
 } // namespace jitbmm

@@ -10,6 +10,8 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/build_ahead.hpp"
+#include "runtime/tuner/choose.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "support/checked_size.hpp"
 #include "templates/chain/chunk_params.cuh"
@@ -120,8 +122,11 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
                             : checked_product({problem.B, problem.T + problem.C, problem.C, acc}, "chain: tables");
   const int64_t budget = std::max<int64_t>(int64_t(256) << 20, std::min(input, int64_t(1) << 56) * 4);
   group_ = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks_));
-  if (problem.B > 0)
-    kernel_ = load_generated(*device_, emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
+  if (problem.B > 0) {
+    const GeneratedKernel chunks = emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C));
+    build_kernels_ahead(chunks);
+    kernel_ = load_generated(*device_, chunks);
+  }
 }
 
 std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
@@ -185,12 +190,36 @@ void ChunkedChain::launch(const char* suffix, int64_t items, bool block_per_item
 SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (const auto it = products_.find(batch); it != products_.end()) return it->second;
+  return products_.emplace(batch, SemiringBMM::get(level_problem(batch), stream)).first->second;
+}
+
+Problem ChunkedChain::level_problem(int64_t batch) const {
   Problem q;
   q.semiring = problem_.semiring;
   q.dtype = chain_output_dtype(problem_);
   q.shape = Shape{batch, problem_.C, problem_.C, problem_.C};
   q.a_strides = q.b_strides = Strides{2 * problem_.C * problem_.C, problem_.C, 1};
-  return products_.emplace(batch, SemiringBMM::get(q, stream)).first->second;
+  return q;
+}
+
+void ChunkedChain::build_kernels_ahead(const GeneratedKernel& chunks) const {
+  // Chosen as the calls choose them: under their hold on tuning.
+  const TuningHold hold(!tune_products_, false);
+  const TunePolicy policy = tune_policy_from_env();
+  const int64_t total = problem_.B * chunks_;
+  std::vector<int64_t> counts{std::min(group_, total)}; // the chunks of a pass: its first, and a last shorter one
+  if (total > group_ && total % group_) counts.push_back(total % group_);
+  std::vector<KernelSpec> specs;
+  for (const int64_t count : counts) {
+    for (int64_t j = 1; j <= levels_; ++j) {
+      const Problem q = level_problem((count * L_) >> j);
+      for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+        if (pass != Pass::forward && problem_.semiring != Semiring::log) break; // max_plus's products have none
+        for (const KernelSpec& spec : kernels_ahead(q, *device_, policy, pass)) specs.push_back(spec);
+      }
+    }
+  }
+  build_ahead(*device_, {chunks}, specs);
 }
 
 jb::ChunkParams ChunkedChain::params_for(const jb::ChainParams& call) const {

@@ -80,6 +80,10 @@ private:
   // The plan of a level's `batch` products, made on its first call (on `stream`: with tune_products too, nothing is
   // tuned while it is being captured) and kept: a plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
+  Problem level_problem(int64_t batch) const;
+  // Builds at once every kernel a first call loads: the chunk module `chunks`, and the tree's products at each level
+  // (a log chain's with their backward passes).
+  void build_kernels_ahead(const GeneratedKernel& chunks) const;
 
   ChainProblem problem_;
   int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree

@@ -8,6 +8,7 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/build_ahead.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm {
@@ -91,19 +92,49 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
   return fused_steps_apply(p) && p.B >= 64 && p.C < kFusedLogStates && tiles >= 32 && tiles <= sms;
 }
 
-FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed)
-    : problem_(problem), kernel_(load_generated(device, emit_fused_step_kernel(problem.semiring, problem.dtype))) {
+namespace {
+
+// The units of the passes a plan of `problem` runs: the forward's, and log's backward messages'.
+std::vector<GeneratedKernel> pass_units(const ChainProblem& problem, bool resident) {
+  std::vector<GeneratedKernel> out;
+  for (const bool beta : {false, true})
+    if (!beta || problem.semiring == Semiring::log)
+      out.push_back(emit_fused_step_kernel(problem.semiring, problem.dtype, beta, resident));
+  return out;
+}
+
+// A resident block's dynamic shared memory: its tile's table side.
+int64_t resident_bytes(const ChainProblem& problem) {
+  return jb::fused_resident_floats(problem.C) * int64_t(sizeof(float));
+}
+
+bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
+  return !streamed && resident_bytes(problem) <= device.max_shared_per_block_optin;
+}
+
+} // namespace
+
+std::vector<GeneratedKernel> FusedSteps::units(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
+  return pass_units(problem, resident_fits(problem, device, streamed));
+}
+
+FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed) : problem_(problem) {
   ScopedContext scope(device.context);
   const int64_t tiles = fused_tiles(problem), sms = std::max(1, device.sm_count);
+  const auto load = [&](bool resident) {
+    const std::vector<GeneratedKernel> units = pass_units(problem, resident);
+    build_ahead(device, units);
+    for (std::size_t i = 0; i < units.size(); ++i) kernels_[i] = load_generated(device, units[i]);
+  };
   // Every block resident at once (the grid barrier), each owning its tiles for the whole pass: `threads` and
-  // `shared` bytes of dynamic shared memory a block, the passes' entries of `prefix`. Their dynamic shared memory's
-  // limit is raised once, to all the device allows: plans of other sizes share the module and take other amounts,
-  // so that no plan's launch depends on another's setting.
-  auto blocks = [&](const std::string& prefix, int threads, unsigned shared) {
+  // `shared` bytes of dynamic shared memory a block. The passes' dynamic shared memory's limit is raised once, to
+  // all the device allows: plans of other sizes share the units and take other amounts, so that no plan's launch
+  // depends on another's setting.
+  const auto blocks = [&](int threads, unsigned shared) {
     int per_sm = 1 << 30;
-    for (const char* direction : {"", "_beta"}) {
-      if (direction[0] && problem.semiring != Semiring::log) break; // max_plus has no backward messages
-      const CUfunction f = kernel_->entry(prefix + direction);
+    for (const auto& kernel : kernels_) {
+      if (!kernel) continue; // max_plus has no backward messages
+      const CUfunction f = kernel->function;
       int n = 0, fixed = 0;
       check(driver().cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
       if (shared && int64_t(shared) + fixed > device.max_shared_per_block_optin) return int64_t(0);
@@ -117,19 +148,22 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
     }
     return int64_t(per_sm) * sms;
   };
-  // The resident entries where every tile can have a block to itself with its table's side in shared memory: the
+  // The resident passes where every tile can have a block to itself with its table's side in shared memory: the
   // sources of a product are then read from shared memory alone.
-  const int64_t resident = jb::fused_resident_floats(problem.C) * int64_t(sizeof(float));
-  const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
-  if (!streamed && resident <= device.max_shared_per_block_optin &&
-      blocks("_resident", threads, unsigned(resident)) >= tiles) {
-    prefix_ = "_resident";
-    block_ = threads;
-    shared_ = unsigned(resident);
-    grid_ = int(tiles);
-    return;
+  if (resident_fits(problem, device, streamed)) {
+    load(true);
+    const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
+    const unsigned shared = unsigned(resident_bytes(problem));
+    if (blocks(threads, shared) >= tiles) {
+      block_ = threads;
+      shared_ = shared;
+      grid_ = int(tiles);
+      return;
+    }
+    kernels_[0] = kernels_[1] = nullptr;
   }
-  grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks("", jb::kFusedBlock, 0))));
+  load(false);
+  grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks(jb::kFusedBlock, 0))));
 }
 
 std::size_t FusedSteps::workspace_bytes() const { return FusedPieces(problem_).bytes(); }
@@ -139,17 +173,17 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
   const FusedPieces pieces(p);
   params.beta = beta;
   pieces.carve(static_cast<char*>(scratch), params);
+  const LoadedKernel& kernel = *kernels_[beta ? 1 : 0];
   if (p.T > 1) {
     params.table = table;
     const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
     void* args[] = {&params};
-    jitbmm::launch(*kernel_, "_factors", grid, block, args, stream);
+    jitbmm::launch(kernel, "_factors", grid, block, args, stream);
   }
   check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
         "cuMemsetD8Async");
-  const std::string suffix = prefix_ + (beta ? "_beta" : "");
   void* args[] = {&params};
-  launch_cooperative(*kernel_, suffix, unsigned(grid_), unsigned(block_), args, stream, shared_);
+  launch_cooperative(kernel, "", unsigned(grid_), unsigned(block_), args, stream, shared_);
 }
 
 } // namespace jitbmm

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "jitbmm/chain_problem.hpp"
 #include "runtime/device.hpp"
@@ -22,9 +23,14 @@ bool default_fused_steps(const ChainProblem& p, int sm_count);
 
 class FusedSteps {
 public:
-  // Compiles the module (the problem must be one fused_steps_apply accepts) and takes its resident entries where
-  // every tile can have a block to itself with its table's side in shared memory, unless `streamed`; else its
-  // streaming entries, as many blocks as are resident at once.
+  // The units a plan of `problem` loads first (for building ahead with the plan's other kernels): the resident
+  // passes' where a tile's table side fits in this device's shared memory, unless `streamed`, else the streaming
+  // ones; log's both directions.
+  static std::vector<GeneratedKernel> units(const ChainProblem& problem, const DeviceInfo& device, bool streamed);
+
+  // Loads the passes' units (the problem must be one fused_steps_apply accepts) and takes the resident ones where
+  // every tile can have a block to itself with its table's side in shared memory, unless `streamed`; else the
+  // streaming ones, as many blocks as are resident at once.
   FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed);
 
   // A pass's scratch (the pieces templates/chain/fused_steps.cuh names), which both passes of a call may share as
@@ -33,15 +39,15 @@ public:
   // One direction's pass on `stream`: `table` the direction's widened table ([k][n], k the source state; null where
   // T = 1), `scratch` workspace_bytes() of it; params' inputs and outputs as SteppedChain::forward takes them.
   void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const;
-  const std::string& name() const { return kernel_->generated.name; }
+  // The forward's unit's name.
+  const std::string& name() const { return kernels_[0]->generated.name; }
 
 private:
   ChainProblem problem_;
-  std::shared_ptr<const LoadedKernel> kernel_;
-  std::string prefix_;          // the passes' entries: "_resident", or "" for the streaming ones
-  int block_ = jb::kFusedBlock; // their threads a block
-  int grid_ = 0;                // and blocks
-  unsigned shared_ = 0;         // and dynamic shared memory a block
+  std::shared_ptr<const LoadedKernel> kernels_[2]; // the forward's unit, and log's backward messages'
+  int block_ = jb::kFusedBlock;                    // their threads a block
+  int grid_ = 0;                                   // and blocks
+  unsigned shared_ = 0;                            // and dynamic shared memory a block
 };
 
 } // namespace jitbmm

@@ -129,18 +129,36 @@ int64_t step_parts(int64_t rows, int64_t states, DType dtype, const DeviceInfo& 
   return parts;
 }
 
+namespace {
+
+// The rule's variant where it takes the problem as it is; none where it gives none, or cannot take the problem (a
+// size beyond its index math): the default then.
+std::optional<KernelSpec> fitting_rule(const Problem& problem, const DeviceInfo& device) {
+  try {
+    std::optional<KernelSpec> spec = rule(problem, device);
+    if (spec) check_spec_fits(*spec, problem);
+    return spec;
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
+} // namespace
+
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream) {
   if (tune) return SemiringBMM::get(problem, stream);
   const Choice stored = choose(problem, device, TunePolicy::never);
   if (stored.source.rfind("default", 0) != 0) return SemiringBMM::get(problem, stored.spec);
-  std::optional<KernelSpec> spec;
-  try {
-    spec = rule(problem, device);
-    if (spec) check_spec_fits(*spec, problem);
-  } catch (const std::invalid_argument&) {
-    spec.reset(); // a problem the rule's variant cannot take (a size beyond its index math): the default
-  }
+  const std::optional<KernelSpec> spec = fitting_rule(problem, device);
   return spec ? SemiringBMM::get(problem, *spec) : SemiringBMM::get(problem, stream);
+}
+
+std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune) {
+  if (tune) return kernels_ahead(problem, device, tune_policy_from_env());
+  const std::vector<KernelSpec> stored = kernels_ahead(problem, device, TunePolicy::never);
+  if (!stored.empty() && !(stored.front() == default_spec(problem))) return stored;
+  if (const std::optional<KernelSpec> spec = fitting_rule(problem, device)) return {*spec};
+  return stored;
 }
 
 } // namespace jitbmm

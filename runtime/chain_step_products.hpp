@@ -2,6 +2,8 @@
 // problem where one exists (`jitbmm tune` of that shape), else a rule fitted on the step shapes.
 #pragma once
 
+#include <vector>
+
 #include "jitbmm/plan.hpp"
 #include "runtime/device.hpp"
 
@@ -12,6 +14,9 @@ namespace jitbmm {
 // ([B × C] · [C × C]), where the products' own default (a bmm of many batches in mind) leaves most SMs idle: the
 // rule takes smaller tiles there, and exp_matmul's tensor cores for log.
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream);
+// The kernels step_product_plan(problem, device, tune) loads, where they are known without tuning (for building
+// them ahead with the chain's other kernels, runtime/tuner/build_ahead.hpp).
+std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune);
 
 // The parts the log step product of `rows` sequences' messages and one shared table of `states` states (accumulated
 // in `dtype`) sums its sources in: a power of two dividing the states (1: whole sums, as where wgmma is absent),

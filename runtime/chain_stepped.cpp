@@ -7,6 +7,7 @@
 
 #include "generator/chain_source.hpp"
 #include "runtime/chain_step_products.hpp"
+#include "runtime/tuner/build_ahead.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/events.hpp"
 #include "runtime/launch.hpp"
@@ -103,14 +104,31 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     strides_[3] = h.transitions[2];
   }
   if (problem.B == 0) return;
-  kernel_ = load_generated(*device_, emit_step_kernel(problem.semiring, problem.dtype, problem.form));
   const SteppedForm form = stepped_form(problem, *device_, kernel);
+  const bool streamed = kernel == StepKernel::fused_streamed;
   if (!form.fused) {
     parts_ = form.parts;
     stacked_parts_ = form.saving_parts;
-    return;
   }
-  fused_ = std::make_unique<FusedSteps>(problem, *device_, kernel == StepKernel::fused_streamed);
+  // Every kernel a first forward and backward load, built at once: the step module, the fused form's passes or the
+  // step products, and the log HMM's transitions' gradient's product.
+  const GeneratedKernel steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form);
+  std::vector<GeneratedKernel> units{steps};
+  std::vector<KernelSpec> specs;
+  const auto add = [&](const Problem& q) {
+    for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_)) specs.push_back(spec);
+  };
+  const bool log = problem.semiring == Semiring::log;
+  if (form.fused) {
+    for (GeneratedKernel& unit : FusedSteps::units(problem, *device_, streamed)) units.push_back(std::move(unit));
+  } else if (problem.T > 1) {
+    add(product_problem(false, !log));
+    add(stacked_parts_ > 0 ? stacked_problem() : product_problem(true, false));
+  }
+  if (log && problem.form == ChainForm::hmm && problem.T > 1) add(edge_problem());
+  build_ahead(*device_, units, specs);
+  kernel_ = load_generated(*device_, steps);
+  if (form.fused) fused_ = std::make_unique<FusedSteps>(problem, *device_, streamed);
 }
 
 std::string SteppedChain::kernel_name() const {
@@ -154,6 +172,11 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kStep), beta, argmax);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  return products_.emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream))
+      .first->second;
+}
+
+Problem SteppedChain::product_problem(bool beta, bool argmax) const {
   const ChainProblem& p = problem_;
   const int64_t C = p.C;
   Problem q;
@@ -176,13 +199,17 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
                   s_p = widened() ? 1 : strides_[3];
     q.b_strides = beta ? Strides{s_b, s_c, s_p} : Strides{s_b, s_p, s_c};
   }
-  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+  return q;
 }
 
 SemiringBMM SteppedChain::stacked_product(Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kStacked), false, false);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  return products_.emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream)).first->second;
+}
+
+Problem SteppedChain::stacked_problem() const {
   const ChainProblem& p = problem_;
   const int64_t C = p.C, k = C / stacked_parts_;
   // Batch j = pass · parts + part: its messages' sources [pass·C + part·k, +k) of each row (msg [B][2][C]), its
@@ -194,7 +221,7 @@ SemiringBMM SteppedChain::stacked_product(Stream stream) const {
   q.a_strides = Strides{k, 2 * C, 1};
   q.b_strides = Strides{k * C, C, 1};
   q.out_strides = Strides{p.B * C, C, 1};
-  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+  return q;
 }
 
 void SteppedChain::launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params,

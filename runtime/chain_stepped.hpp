@@ -98,6 +98,10 @@ private:
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
+  // Their problems.
+  Problem product_problem(bool beta, bool argmax) const;
+  Problem stacked_problem() const;
+  Problem edge_problem() const;
   void launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params, CUstream stream) const;
   // Whether the tables are copied into the accumulator type first (and the products read them from scratch).
   bool widened() const;

@@ -48,6 +48,10 @@ SemiringBMM SteppedChain::edge_product(Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kEdges), false, false);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
+  return products_.emplace(key, step_product_plan(edge_problem(), *device_, tune_products_, stream)).first->second;
+}
+
+Problem SteppedChain::edge_problem() const {
   const ChainProblem& p = problem_;
   const int64_t C = p.C, slices = edge_slices();
   // Out[c][q] = ⊕ over a slice's (b, t) of operand[b][t][c] ⊗ rel[b][t][q]: the operand read transposed.
@@ -59,7 +63,7 @@ SemiringBMM SteppedChain::edge_product(Stream stream) const {
   q.a_strides = Strides{k * C, 1, C};
   q.b_strides = Strides{k * C, C, 1};
   q.out_strides = Strides{C * C, C, 1};
-  return products_.emplace(key, step_product_plan(q, *device_, tune_products_, stream)).first->second;
+  return q;
 }
 
 void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, const Workspace& workspace) const {

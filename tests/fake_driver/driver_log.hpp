@@ -46,6 +46,13 @@ struct DriverLog {
   DriverLog(const DriverLog&) = delete;
   DriverLog& operator=(const DriverLog&) = delete;
   std::vector<LoggedLaunch> launches(const std::string& suffix = "") const { return logged_launches(path, suffix); }
+  // How many modules were loaded.
+  std::size_t loads() const {
+    std::ifstream in(path);
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += line.rfind("load ", 0) == 0;
+    return n;
+  }
   // The kernels launched, in order.
   std::vector<std::string> launched() const {
     std::vector<std::string> out;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -36,6 +37,12 @@ using namespace jitbmm;
 using test::DriverLog;
 
 namespace {
+
+// A kernel's name without its source's hash ("_" and 8 hex digits): the unit, and the entry point of a launch.
+std::string without_hash(const std::string& name) {
+  static const std::regex hash("_[0-9a-f]{8}(?=_|$)");
+  return std::regex_replace(name, hash, "");
+}
 
 // An HMM's shared table [C][C], emissions [B][T][C] and initial table [C] in one f32 buffer: the inputs, or the
 // gradients.
@@ -583,6 +590,51 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
   CHECK(prepares[1] < prepares[0]);
 }
 
+// A chain plan builds every kernel its first forward and backward load when it is made (runtime/tuner/build_ahead.hpp):
+// the stepped strategy's module, its fused form's passes or its step products, and the log HMM's transitions'
+// gradient's product; the chunked strategy's module and its tree's products with their backward passes. Problems no
+// other test plans (bf16 tables, 40 states), so that their kernels are loaded for the first time here: the calls
+// after the plan then load no module.
+TEST_CASE("a chain plan builds the kernels of its first forward and backward when it is made") {
+  ChainProblem fused;
+  fused.form = ChainForm::hmm;
+  fused.dtype = DType::bf16;
+  fused.B = 512, fused.T = 5, fused.C = 512;
+  ChainProblem products = fused;
+  products.C = 1024; // more tiles than SMs: the step products
+  for (const ChainProblem& p : {products, fused}) {
+    CAPTURE(p.C);
+    const DriverLog log;
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    CHECK(std::string(plan.strategy()) == "stepped");
+    const std::size_t built = log.loads();
+    // The products: the step module and the products' kernels; then the fused form: its two passes' units.
+    CHECK(built >= 2);
+    const SharedHmmTables tables(p), grads(p);
+    const SavingForward forward(plan);
+    forward(plan, tables.inputs());
+    DeviceBuffer g(4 * p.B), back(plan.backward_workspace_bytes());
+    plan.backward(tables.inputs(), nullptr, forward.saved.get(), nullptr, g.get(), grads.gradients(), nullptr,
+                  Workspace{back.get(), plan.backward_workspace_bytes()});
+    CHECK(log.loads() == built);
+  }
+  ChainProblem chunked;
+  chunked.B = 1, chunked.T = 1024, chunked.C = 40;
+  const DriverLog log;
+  const ChainPlan plan = ChainPlan::get(chunked);
+  REQUIRE(plan.chunk() > 0);
+  const std::size_t built = log.loads();
+  CHECK(built >= 3); // the chunk module and the tree's products, forward and backward
+  const std::size_t potentials = std::size_t(chunked.B * (chunked.T - 1) * chunked.C * chunked.C) * 4;
+  DeviceBuffer pot(potentials), score(4), saved(plan.saved_bytes()), grad(potentials), g(4),
+      work(std::max(plan.workspace_bytes(false), plan.backward_workspace_bytes()));
+  plan(pot.get(), nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+       {work.get(), plan.workspace_bytes(false)});
+  plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get(), nullptr,
+                {work.get(), plan.backward_workspace_bytes()});
+  CHECK(log.loads() == built);
+}
+
 // The transitions' gradient of a shared table is a product over every (b, t) in slices of the sequences: enough of
 // them that the product's prepare, which walks 32 of a slice's 2C lines (its operands' rows and columns) a block, has
 // a block an SM (the fake device has 132), each slice summing at least 256 positions.
@@ -621,8 +673,7 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   p.form = ChainForm::hmm;
   p.B = 512, p.T = 5, p.C = 512;
   const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
-  const std::string module = plan.kernel_name();
-  CHECK(module.rfind("hmm_fused_steps_log_f32", 0) == 0);
+  CHECK(plan.kernel_name().rfind("hmm_fused_steps_log_f32_resident_", 0) == 0);
   const SharedHmmTables tables(p);
   const HmmInputs in = tables.inputs();
   const SavingForward forward(plan);
@@ -630,12 +681,15 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   forward(plan, in);
   std::vector<std::string> fused, other;
   for (const std::string& name : log.launched()) {
-    if (name.rfind(module, 0) == 0)
-      fused.push_back(name.substr(module.size()));
+    if (name.rfind("hmm_fused_steps_", 0) == 0)
+      fused.push_back(without_hash(name));
     else
       other.push_back(name);
   }
-  CHECK(fused == std::vector<std::string>{"_factors", "_resident", "_factors", "_resident_beta"});
+  // A unit a pass: the forward's, then the backward messages'.
+  CHECK(fused == std::vector<std::string>{
+                     "hmm_fused_steps_log_f32_resident_factors", "hmm_fused_steps_log_f32_resident",
+                     "hmm_fused_steps_log_f32_resident_beta_factors", "hmm_fused_steps_log_f32_resident_beta"});
   CHECK(other.size() == 2); // the table copied for each direction, by the step module
   for (const std::string& name : other) CHECK_MESSAGE(name.find("_widen") != std::string::npos, name);
 
@@ -643,7 +697,7 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   ChainProblem large = p;
   large.B = 128, large.C = 1024;
   const ChainPlan streaming = chain_plan_for(large, ChainSpec{}, 0, false, true);
-  CHECK(streaming.kernel_name().rfind("hmm_fused_steps_log_f32", 0) == 0);
+  CHECK(without_hash(streaming.kernel_name()) == "hmm_fused_steps_log_f32");
   const SharedHmmTables large_tables(large);
   DeviceBuffer large_score(4 * large.B), large_work(streaming.workspace_bytes(false));
   const DriverLog large_log;
@@ -651,14 +705,14 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
             Workspace{large_work.get(), streaming.workspace_bytes(false)});
   std::vector<std::string> passes;
   for (const std::string& name : large_log.launched())
-    if (name.rfind(streaming.kernel_name(), 0) == 0) passes.push_back(name.substr(streaming.kernel_name().size()));
-  CHECK(passes == std::vector<std::string>{"_factors", ""});
+    if (name.rfind("hmm_fused_steps_", 0) == 0) passes.push_back(without_hash(name));
+  CHECK(passes == std::vector<std::string>{"hmm_fused_steps_log_f32_factors", "hmm_fused_steps_log_f32"});
 
   // The best path: one pass, its back-pointers and walk inside it.
   ChainProblem viterbi = p;
   viterbi.semiring = Semiring::max_plus;
   const ChainPlan best = chain_plan_for(viterbi, ChainSpec{}, 0, false, true);
-  CHECK(best.kernel_name().rfind("hmm_fused_steps_max_plus_f32", 0) == 0);
+  CHECK(without_hash(best.kernel_name()) == "hmm_fused_steps_max_plus_f32_resident");
   DeviceBuffer path(4 * std::size_t(p.B * p.T)), best_work(best.workspace_bytes(true));
   const DriverLog best_log;
   best(in, nullptr, forward.score.get(), nullptr, nullptr, static_cast<int32_t*>(path.get()), nullptr,
@@ -669,7 +723,7 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
   REQUIRE(launched.size() == 3);
   CHECK_MESSAGE(launched[0].find("_widen") != std::string::npos, launched[0]);
   CHECK(std::vector<std::string>(launched.begin() + 1, launched.end()) ==
-        std::vector<std::string>{"_factors", "_resident"});
+        std::vector<std::string>{"_factors", ""});
 
   ChainProblem batched = p;
   batched.batched_transitions = true;

@@ -207,16 +207,21 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
   spills.check();
 }
 
-TEST_CASE("the stepped strategy's fused modules compile for the oldest and the newest architecture without spills") {
-  NoSpills spills("fused modules");
+TEST_CASE("the stepped strategy's fused units compile for the oldest and the newest architecture without spills") {
+  NoSpills spills("fused units");
   for (int sm : {75, 90})
     for (Semiring semiring : {Semiring::log, Semiring::max_plus})
       for (DType dtype : {DType::f32, DType::f16, DType::bf16})
-        spills.add(emit_fused_step_kernel(semiring, dtype), sm);
+        for (bool resident : {false, true})
+          for (bool beta : {false, true})
+            if (!beta || semiring == Semiring::log)
+              spills.add(emit_fused_step_kernel(semiring, dtype, beta, resident), sm);
   spills.check();
-  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64), doctest::Contains("dtype"),
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64, false, true), doctest::Contains("dtype"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::plus_times, DType::f32), doctest::Contains("semiring"),
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::plus_times, DType::f32, false, true),
+                       doctest::Contains("semiring"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::max_plus, DType::f32, true, true), doctest::Contains("beta"),
                        std::invalid_argument);
 }
 
