@@ -80,7 +80,7 @@ RUNTIME_STAGES = {
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
            "c_api_xla_products", "c_api_xla_chains",
            "chain_candidate",
-           "chain_chunked", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
+           "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_stepped_backward", "chain_expectation",
            "chain_samples", "chain_sequential", "chain_strategy",
            "chain_kbest", "entropy_product", "kmax_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
