@@ -195,7 +195,8 @@ void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
   const TunePolicy policy = tune_policy_from_env();
   std::vector<KernelSpec> specs = kernels_ahead(problem, *device, policy);
   auto add = [&](const std::vector<KernelSpec>& more) { specs.insert(specs.end(), more.begin(), more.end()); };
-  const bool want_a = grad_a && try_product({s.B, s.M, s.K}) != 0, want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
+  const bool want_a = grad_a && try_product({s.B, s.M, s.K}) != 0;
+  const bool want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
   if (want_a) add(kernels_ahead(problem, *device, policy, Pass::grad_a));
   if (want_b) add(kernels_ahead(problem, *device, policy, Pass::grad_b));
   // A selecting semiring's backward without the forward's argmax recomputes it (argmax_forward).
