@@ -554,8 +554,8 @@ def prepare(problem, grad_a=True, grad_b=True):
     plans and launches nothing (jitbmm.torch does this itself for a first call that will be differentiated)."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
-    c = problem._c()
-    _check(_library().jitbmm_plan_prepare(ctypes.byref(c), int(_flag(grad_a, "grad_a")), int(_flag(grad_b, "grad_b"))))
+    c, a, b = problem._c(), int(_flag(grad_a, "grad_a")), int(_flag(grad_b, "grad_b"))
+    _check(_library().jitbmm_plan_prepare(ctypes.byref(c), a, b))
 
 
 def reference(problem, a_ptr, b_ptr, out_ptr, argmax_ptr=None):

@@ -173,6 +173,15 @@ class CApiTest(unittest.TestCase):
         for shape in ((0, 3, 4, 5), (2, 3, 0, 5), (2, 0, 4, 0)):
             with self.subTest(shape=shape), self.assertRaises(jitbmm.NoDriverError):
                 jitbmm.Plan(jitbmm.Problem("log", "f32", *shape))
+        with self.assertRaises(jitbmm.NoDriverError):  # so does building a plan's kernels ahead
+            jitbmm.prepare(jitbmm.Problem("log", "f32", 2, 3, 4, 5))
+
+    def test_prepare_checks_its_arguments_before_any_device(self):
+        with self.assertRaisesRegex(TypeError, "problem: expected a jitbmm.Problem"):
+            jitbmm.prepare("log")
+        for name in ("grad_a", "grad_b"):
+            with self.subTest(name=name), self.assertRaisesRegex(TypeError, name + ": expected True or False"):
+                jitbmm.prepare(jitbmm.Problem("log", "f32", 2, 3, 4, 5), **{name: "yes"})
 
     def test_reference_max_plus_argmax_ties_take_the_smallest_k(self):
         a, pa = buffer("d", [1.0, 3.0, 3.0])
@@ -352,11 +361,12 @@ class CApiTest(unittest.TestCase):
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
     def test_empty_problems_plan_and_run_on_the_fake_driver(self):
-        # Empty outputs launch nothing (every pointer may be null); K = 0 has a kernel that writes the semiring's
-        # zero and reads neither operand. The fake driver runs no kernel, so only the calls are checked here
-        # (values: test_torch.py on a GPU).
+        # Empty outputs launch nothing (every pointer may be null), and building ahead builds nothing for them; K = 0
+        # has a kernel that writes the semiring's zero and reads neither operand. The fake driver runs no kernel, so
+        # only the calls are checked here (values: test_torch.py on a GPU).
         code = ("import jitbmm\n"
                 "for shape in ((0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 4, 0), (2, 3, 0, 5), (0, 0, 0, 0)):\n"
+                "    jitbmm.prepare(jitbmm.Problem('max_plus', 'f32', *shape, with_argmax=True))\n"
                 "    plan = jitbmm.Plan(jitbmm.Problem('max_plus', 'f32', *shape, with_argmax=True))\n"
                 "    B, M, K, N = shape\n"
                 "    out = arg = None\n"
