@@ -62,15 +62,20 @@ void prepare_both_passes(const SemiringBMM::Impl& im) {
   build_ahead(*im.device, {}, specs);
 }
 
-// The forward with argmax that recomputes the selecting semirings' argmax when the caller has none.
+// The problem of the forward that recomputes a selecting semiring's argmax when the caller has none: its values and
+// argmax go to scratch, contiguous.
+Problem argmax_problem(const Problem& problem) {
+  Problem q = problem;
+  q.with_argmax = true;
+  q.out_strides.reset();
+  return q;
+}
+
+// That forward's plan, made on first use and kept.
 std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
   std::lock_guard<std::mutex> lock(im.grad_mutex);
-  if (!im.with_argmax) {
-    Problem q = im.problem;
-    q.with_argmax = true;
-    q.out_strides.reset();
-    im.with_argmax = std::make_shared<const SemiringBMM>(SemiringBMM::get(q));
-  }
+  if (!im.with_argmax)
+    im.with_argmax = std::make_shared<const SemiringBMM>(SemiringBMM::get(argmax_problem(im.problem)));
   return im.with_argmax;
 }
 
@@ -201,12 +206,8 @@ void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
   if (want_b) add(kernels_ahead(problem, *device, policy, Pass::grad_b));
   // A selecting semiring's backward without the forward's argmax recomputes it (argmax_forward).
   if ((want_a || want_b) && semiring_info(problem.semiring).backward == BackwardKind::argmax_scatter &&
-      !problem.with_argmax) {
-    Problem q = problem;
-    q.with_argmax = true;
-    q.out_strides.reset();
-    add(kernels_ahead(q, *device, policy));
-  }
+      !problem.with_argmax)
+    add(kernels_ahead(argmax_problem(problem), *device, policy));
   build_ahead(*device, {}, specs);
 }
 
