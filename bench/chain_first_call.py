@@ -1,7 +1,10 @@
 """What a chain's first call costs a user: each problem in a new process with empty caches (bench/fresh_process.py),
-through jitbmm.torch, the first call (the plan: its modules compiled, its products planned) and the second, of one
-problem per strategy and form the plan takes by its rule. The strategy is the plan's own (jitbmm.chain_strategy);
---compiles lists each NVRTC compile of the process and its time.
+through jitbmm.torch, of one problem per strategy and form the plan takes by its rule. The first call (the plan: its
+modules compiled, its products planned), which a stand-in serves while the chosen strategy is built
+(docs/caching-and-tuning.md, "First calls"); when, from the first call's start, the plan settled on the strategy it
+chose (jitbmm.chain_strategy); a call after that; and in another new process with the stand-in off
+(JITBMM_STAND_IN=off), the first call that waits for the chosen strategy. --compiles lists each NVRTC compile of the
+stand-in's process and its time.
 
     python bench/chain_first_call.py [--compiles] [--json out.json]
 """
@@ -13,6 +16,9 @@ import sys
 import tempfile
 
 from fresh_process import compiles, fresh_env
+
+# What the library's log (JITBMM_LOG=debug) says when a stand-in runs a plan's calls while its chosen strategy builds.
+STAND_IN = "stands in while its chosen strategy is built"
 
 # (what, form, semiring, B, T, C, with the backward)
 PROBLEMS = [
@@ -46,8 +52,16 @@ def once():
         out.sum().backward()
     torch.cuda.synchronize()
     return time.perf_counter() - t
-first, second = once(), once()
-print(jitbmm.chain_strategy(semiring, "f32", B, T, C, form=form), f"{first:.4f} {second:.4f}")
+start = time.perf_counter()
+first = once()
+from jitbmm import _torch_chains
+plan = next(iter(_torch_chains._plans.values()))
+while not plan.settled:
+    time.sleep(0.005)
+    plan._describe()
+settled = time.perf_counter() - start
+second = once()
+print(jitbmm.chain_strategy(semiring, "f32", B, T, C, form=form), f"{first:.4f} {settled:.4f} {second:.4f}")
 """
 
 
@@ -57,23 +71,32 @@ def main():
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args()
     rows = []
-    print(f"{'problem':42} {'B×T×C':>12} {'strategy':>10} {'first s':>8} {'second ms':>10}")
+    print(f"{'problem':42} {'B×T×C':>12} {'strategy':>10} {'first call':>10} {'first s':>8} {'settled s':>9} "
+          f"{'then ms':>8} {'waiting s':>9}")
     for what, form, semiring, B, T, C, backward in PROBLEMS:
-        with tempfile.TemporaryDirectory() as cache:
-            r = subprocess.run([sys.executable, "-c", CHILD, form, semiring, str(B), str(T), str(C), str(int(backward))],
-                               env=fresh_env(cache), capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"{what}: failed\n{r.stderr[-2000:]}")
+        runs = {}
+        for stand_in in ("on", "off"):
+            with tempfile.TemporaryDirectory() as cache:
+                runs[stand_in] = subprocess.run(
+                    [sys.executable, "-c", CHILD, form, semiring, str(B), str(T), str(C), str(int(backward))],
+                    env=fresh_env(cache, JITBMM_STAND_IN=stand_in), capture_output=True, text=True)
+        failed = [k for k, r in runs.items() if r.returncode != 0]
+        if failed:
+            print(f"{what}: failed\n{runs[failed[0]].stderr[-2000:]}")
             continue
-        strategy, first, second = r.stdout.split()[-3:]
+        strategy, first, settled, second = runs["on"].stdout.split()[-4:]
+        ran_first = "stand-in" if STAND_IN in runs["on"].stderr else "chosen"
+        waiting = runs["off"].stdout.split()[-3]
         label = what + (" fwd+bwd" if backward else "")
-        print(f"{label:42} {f'{B}×{T}×{C}':>12} {strategy:>10} {float(first):8.3f} {float(second) * 1e3:10.3f}")
-        compiled = compiles(r.stderr)
+        print(f"{label:42} {f'{B}×{T}×{C}':>12} {strategy:>10} {ran_first:>10} {float(first):8.3f} "
+              f"{float(settled):9.3f} {float(second) * 1e3:8.3f} {float(waiting):9.3f}")
+        compiled = compiles(runs["on"].stderr)
         if args.compiles:
             for name, ms in compiled:
                 print(f"    {ms:7d} ms  {name}")
-        rows.append({"problem": label, "B": B, "T": T, "C": C, "strategy": strategy, "first_s": float(first),
-                     "second_ms": float(second) * 1e3, "compiles_ms": compiled})
+        rows.append({"problem": label, "B": B, "T": T, "C": C, "strategy": strategy, "first_call_ran": ran_first,
+                     "first_s": float(first), "settled_s": float(settled), "then_ms": float(second) * 1e3,
+                     "waiting_first_s": float(waiting), "compiles_ms": compiled})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

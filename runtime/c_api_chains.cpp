@@ -3,6 +3,8 @@
 // jitbmm_chain_sampler and jitbmm_chain_kbest wrap ChainExpectation, ChainSampler and ChainKBest). Each call converts its C arguments and calls the C++ API
 // (runtime/c_api_status).
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "jitbmm/c_api.h"
@@ -14,7 +16,10 @@
 
 struct jitbmm_chain_plan {
   jitbmm::ChainPlan plan;
-  std::string kernel_name; // what jitbmm_chain_plan_kernel_name points into
+  // What jitbmm_chain_plan_kernel_name points into: every name the plan has given (a stand-in's, then its chosen
+  // strategy's), each valid while the plan lives.
+  mutable std::mutex mutex;
+  mutable std::set<std::string> kernel_names;
 };
 
 struct jitbmm_chain_expectation {
@@ -65,7 +70,7 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
     *plan = nullptr;
     const jitbmm::ChainProblem p = to_chain_problem(problem);
     const jitbmm::ChainPlan chain = jitbmm::ChainPlan::get(p);
-    *plan = new jitbmm_chain_plan{chain, chain.kernel_name()};
+    *plan = new jitbmm_chain_plan{chain, {}, {}};
   });
 }
 
@@ -157,7 +162,8 @@ jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const
   return guarded([&] {
     require(plan, "plan");
     require(name, "name");
-    *name = plan->kernel_name.c_str();
+    std::lock_guard<std::mutex> lock(plan->mutex);
+    *name = plan->kernel_names.insert(plan->plan.kernel_name()).first->c_str();
   });
 }
 
@@ -166,6 +172,14 @@ jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const ch
     require(plan, "plan");
     require(strategy, "strategy");
     *strategy = plan->plan.strategy();
+  });
+}
+
+jitbmm_status jitbmm_chain_plan_settled(const jitbmm_chain_plan* plan, int* settled) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(settled, "settled");
+    *settled = plan->plan.settled() ? 1 : 0;
   });
 }
 

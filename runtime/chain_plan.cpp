@@ -10,6 +10,7 @@
 #include "runtime/chain_plan.hpp"
 #include "runtime/chain_plan_impl.hpp"
 #include "runtime/chain_sequential.hpp"
+#include "runtime/chain_stand_in.hpp"
 #include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
@@ -162,18 +163,12 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
 
 } // namespace chain_detail
 
-ChainPlan ChainPlan::get(const ChainProblem& problem) {
-  check_chain_problem(problem);
-  const auto device = current_device();
-  check_supported(*device); // at once, not as the first kernel's compile error
-  const ChainChoice choice = choose_chain_spec(problem, *device);
-  return chain_plan_for(problem, choice.spec, choice.chunk, false, choice.stepped,
-                        choice.stepped ? choice.steps : StepKernel::rule);
-}
+namespace {
 
-ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
-                         bool stepped, StepKernel steps) {
-  check_chain_problem(problem);
+// The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked.
+std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
+                                                  bool tune_products, bool stepped, StepKernel steps,
+                                                  const std::shared_ptr<const DeviceInfo>& device) {
   if (!stepped && steps != StepKernel::rule)
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
@@ -184,9 +179,7 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
                                                                                           std::to_string(kMaxSequentialChainStates) + " states)"
                                                                                     : "") +
                                   " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
-    auto impl = plan_impl(problem, ChainSpec{});
-    impl->strategy = std::make_shared<const SteppedChain>(problem, impl->device, tune_products, steps);
-    return ChainPlan(std::move(impl));
+    return std::make_shared<const SteppedChain>(problem, device, tune_products, steps);
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
@@ -196,23 +189,55 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
   if (problem.B > kMaxChainSequences / cluster)
     throw std::invalid_argument("chain.B: 2^30 sequences / " + std::to_string(cluster) +
                                 " (the blocks of a cluster) or more");
-  auto impl = plan_impl(problem, spec);
-  if (std::max(spec.forward.cluster, spec.saving.cluster) > 1 && cluster_sms(*impl->device) == 0)
+  if (cluster > 1 && cluster_sms(*device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
-                                ", which this device lacks (" + impl->device->arch_and_level() + ")");
-  auto sequential = std::make_shared<const SequentialChain>(problem, spec, impl->device);
-  impl->strategy = sequential;
-  if (chunk != 0) {
-    // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
-    // runs its own.
-    std::optional<ChainPlan> top_plan;
-    if (problem.semiring == Semiring::log) {
-      const ChainProblem top = chain_of_chunks(problem, chunk);
-      top_plan = chain_plan_for(top, chosen_chain_spec(top, *impl->device));
-    }
-    impl->strategy =
-        std::make_shared<const ChunkedChain>(problem, chunk, top_plan, impl->device, tune_products, sequential);
+                                ", which this device lacks (" + device->arch_and_level() + ")");
+  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device);
+  if (chunk == 0) return sequential;
+  // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
+  // runs its own.
+  std::optional<ChainPlan> top_plan;
+  if (problem.semiring == Semiring::log) {
+    const ChainProblem top = chain_of_chunks(problem, chunk);
+    top_plan = chain_plan_for(top, chosen_chain_spec(top, *device));
   }
+  return std::make_shared<const ChunkedChain>(problem, chunk, top_plan, device, tune_products, sequential);
+}
+
+} // namespace
+
+ChainPlan ChainPlan::get(const ChainProblem& problem) { return chosen_chain_plan(problem, stand_in_enabled()); }
+
+ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in) {
+  check_chain_problem(problem);
+  const auto device = current_device();
+  check_supported(*device); // at once, not as the first kernel's compile error
+  const ChainChoice choice = choose_chain_spec(problem, *device);
+  const StepKernel steps = choice.stepped ? choice.steps : StepKernel::rule;
+  auto impl = plan_impl(problem, choice.stepped ? ChainSpec{} : choice.spec);
+  const auto make_chosen = [=] {
+    return strategy_for(problem, choice.spec, choice.chunk, false, choice.stepped, steps, device);
+  };
+  // A strategy whose kernels compile in about a second stands in for those whose first call would wait on longer
+  // compiles: for the chunked strategy the sequential kernels (up to 128 states there); for the stepped strategy its
+  // products' form in the products' default kernels, where its fused passes, its exp_matmul products and the
+  // sequential kernels of hundreds of states (the HMM form's log module) each compile for several seconds.
+  if (stand_in && (choice.stepped || choice.chunk != 0) && problem.B > 0)
+    impl->strategy = chosen_or_stand_in(problem, device, make_chosen, [&]() -> std::shared_ptr<const ChainStrategy> {
+      if (choice.stepped)
+        return std::make_shared<const SteppedChain>(problem, device, false, StepKernel::products, true);
+      return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device);
+    });
+  else
+    impl->strategy = make_chosen();
+  return ChainPlan(std::move(impl));
+}
+
+ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
+                         bool stepped, StepKernel steps) {
+  check_chain_problem(problem);
+  auto impl = plan_impl(problem, stepped ? ChainSpec{} : spec);
+  impl->strategy = strategy_for(problem, spec, chunk, tune_products, stepped, steps, impl->device);
   return ChainPlan(std::move(impl));
 }
 
@@ -257,8 +282,8 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace) {
   const ChainProblem& p = im.problem;
   // As this call takes it (saved given to a max_plus chain is refused below, naming it).
-  check_workspace(workspace, im.strategy->workspace_bytes(saved != nullptr && p.semiring == Semiring::log,
-                                                          path != nullptr));
+  check_workspace(workspace, im.strategy->least_workspace_bytes(saved != nullptr && p.semiring == Semiring::log,
+                                                                path != nullptr));
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;
@@ -300,7 +325,8 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_pointer(grad_potentials, "grad_potentials", empty);
   check_lengths(p, lengths, p.B == 0);
   check_backward_reads(p, saved, path, empty);
-  check_workspace(workspace, backward_workspace_bytes()); // the sequential kernels take none, but check what is given
+  // The sequential kernels take none, but check what is given.
+  check_workspace(workspace, im.strategy->least_backward_workspace_bytes(true));
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);
   check_alignment(grad_potentials, "grad_potentials", dtype_info(p.dtype).size_bytes);
@@ -317,6 +343,8 @@ int64_t ChainPlan::chunk() const { return impl_->strategy->chunk(); }
 std::string ChainPlan::kernel_name() const { return impl_->strategy->kernel_name(); }
 
 const char* ChainPlan::strategy() const { return impl_->strategy->name(); }
+
+bool ChainPlan::settled() const { return impl_->strategy->settled(); }
 
 std::string ChainPlan::device_name() const { return impl_->device->name; }
 

@@ -13,10 +13,14 @@ namespace jitbmm {
 // `tune` says it is). The step products of an HMM's shared table are one wide product of every sequence's messages
 // ([B × C] · [C × C]), where the products' own default (a bmm of many batches in mind) leaves most SMs idle: the
 // rule takes smaller tiles there, and exp_matmul's tensor cores for log.
-SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream);
-// The kernels step_product_plan(problem, device, tune) loads, where they are known without tuning (for building
-// them ahead with the chain's other kernels, runtime/tuner/build_ahead.hpp).
-std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune);
+// `quick`: the products' default variant instead, whose kernels compile fastest (a stand-in's,
+// runtime/chain_stand_in.hpp).
+SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
+                              bool quick = false);
+// The kernels step_product_plan(problem, device, tune, quick) loads, where they are known without tuning (for
+// building them ahead with the chain's other kernels, runtime/tuner/build_ahead.hpp).
+std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune,
+                                             bool quick = false);
 
 // The parts the log step product of `rows` sequences' messages and one shared table of `states` states (accumulated
 // in `dtype`) sums its sources in: a power of two dividing the states (1: whole sums, as where wgmma is absent),

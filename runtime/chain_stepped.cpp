@@ -90,8 +90,10 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 }
 
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
-                           StepKernel kernel)
-    : problem_(problem), tune_products_(tune_products), device_(std::move(device)) {
+                           StepKernel kernel, bool quick_products)
+    : problem_(problem), tune_products_(tune_products), quick_products_(quick_products), device_(std::move(device)) {
+  if (quick_products && (tune_products || kernel != StepKernel::products))
+    throw std::logic_error("SteppedChain: quick products are untuned, in the products' form");
   if ((kernel == StepKernel::fused || kernel == StepKernel::fused_streamed) && !fused_steps_apply(problem))
     throw std::invalid_argument("steps: the fused steps compute log and max_plus HMMs with one shared transition "
                                 "table, inputs of f32, f16 or bf16");
@@ -116,7 +118,8 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   std::vector<GeneratedKernel> units{steps};
   std::vector<KernelSpec> specs;
   const auto add = [&](const Problem& q) {
-    for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_)) specs.push_back(spec);
+    for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_, quick_products_))
+      specs.push_back(spec);
   };
   const bool log = problem.semiring == Semiring::log;
   if (form.fused) {
@@ -172,7 +175,8 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kStep), beta, argmax);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  return products_.emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream))
+  return products_
+      .emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream, quick_products_))
       .first->second;
 }
 
@@ -206,7 +210,9 @@ SemiringBMM SteppedChain::stacked_product(Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(int(kStacked), false, false);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  return products_.emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream)).first->second;
+  return products_
+      .emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream, quick_products_))
+      .first->second;
 }
 
 Problem SteppedChain::stacked_problem() const {

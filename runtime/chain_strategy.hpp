@@ -1,7 +1,8 @@
 // A chain plan's strategy (docs/chains.md, "Strategies"): what a ChainPlan call runs once its arguments are checked.
 // One class each, beside the others: SequentialChain (runtime/chain_sequential.hpp: a block or a cluster per
-// sequence), ChunkedChain (runtime/chain_chunked.hpp: chunks' products formed by trees of products) and SteppedChain
-// (runtime/chain_stepped.hpp: every sequence a position at a time). A plan holds one and calls it alone
+// sequence), ChunkedChain (runtime/chain_chunked.hpp: chunks' products formed by trees of products), SteppedChain
+// (runtime/chain_stepped.hpp: every sequence a position at a time) and StandInChain (runtime/chain_stand_in.hpp: one
+// that compiles quickly, while the chosen one's kernels are built). A plan holds one and calls it alone
 // (runtime/chain_plan.cpp, runtime/chain_hmm_backward.cpp); which one a problem takes is runtime/chain_choice.cpp's.
 #pragma once
 
@@ -30,6 +31,16 @@ public:
   // gradient (the HMM form's; the CRF form's always has its potentials').
   virtual std::size_t workspace_bytes(bool with_saved, bool with_path) const = 0;
   virtual std::size_t backward_workspace_bytes(bool transitions) const = 0;
+  // The least workspace a call may be given (a smaller one is refused, naming it): the above, but for a stand-in's
+  // (runtime/chain_stand_in.hpp), whose need may change once it settles.
+  virtual std::size_t least_workspace_bytes(bool with_saved, bool with_path) const {
+    return workspace_bytes(with_saved, with_path);
+  }
+  virtual std::size_t least_backward_workspace_bytes(bool transitions) const {
+    return backward_workspace_bytes(transitions);
+  }
+  // Whether what the calls run can still change: false only for a stand-in whose chosen strategy is being built.
+  virtual bool settled() const { return true; }
   // ChainPlan::kernel_name() and chunk().
   virtual std::string kernel_name() const = 0;
   virtual int64_t chunk() const { return 0; }

@@ -174,10 +174,15 @@ jitbmm_status jitbmm_chain_plan_backward_hmm(const jitbmm_chain_plan* plan, cons
                                              const void* saved, const int32_t* path, const void* grad_score,
                                              void* grad_emissions, void* grad_transitions, void* grad_initial,
                                              void* workspace, size_t workspace_bytes, void* stream);
-/* The generated module's name (the forward's entry; the backward's adds "_backward"); valid while the plan lives. */
+/* The generated module's name (the forward's entry; the backward's adds "_backward") of the strategy the plan runs
+ * now; valid while the plan lives. */
 jitbmm_status jitbmm_chain_plan_kernel_name(const jitbmm_chain_plan* plan, const char** name);
-/* The strategy the plan runs (docs/chains.md, "Strategies"): "sequential", "chunked" or "stepped"; a static string. */
+/* The strategy the plan runs now (docs/chains.md, "Strategies"): "sequential", "chunked" or "stepped"; a static
+ * string. */
 jitbmm_status jitbmm_chain_plan_strategy(const jitbmm_chain_plan* plan, const char** strategy);
+/* *settled = 0 while a stand-in runs the calls for the strategy the plan chose, whose kernels are being built
+ * (ChainPlan::settled: the strategy, the kernel name and the workspace sizes change once it settles), else 1. */
+jitbmm_status jitbmm_chain_plan_settled(const jitbmm_chain_plan* plan, int* settled);
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 
 /* Chain expectations (ChainExpectation in chain_expectation.hpp): of chains p in the CRF form (the log semiring,

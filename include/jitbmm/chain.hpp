@@ -17,7 +17,11 @@ enum class StepKernel : int; // the stepped strategy's form (internal: runtime/c
 // A chain bound to a device and its compiled kernels. Cheap to copy (shared). Thread-safe to call.
 class ChainPlan {
 public:
-  // For the device current on this thread. A second get() of the same problem reuses the compiled kernels.
+  // For the device current on this thread. A second get() of the same problem reuses the compiled kernels. Where
+  // the strategy it chooses (the chunked or the stepped one) would make the first call wait for kernels to compile,
+  // a strategy whose kernels compile in about a second stands in while the chosen one is built on a thread of its
+  // own (docs/caching-and-tuning.md, "First calls"; $JITBMM_STAND_IN=off waits for the chosen one instead):
+  // settled() says when the calls run the chosen strategy.
   static ChainPlan get(const ChainProblem& problem);
 
   // The forward, asynchronous on `stream`. Device pointers: potentials laid out as the problem's strides say;
@@ -33,7 +37,7 @@ public:
   // The bytes of operator()'s `saved` (0 for max_plus, whose backward reads the path): chain_saved_bytes(problem()).
   // The forward writes every one of them: nothing the buffer held before remains. What they hold depends on the
   // plan's strategy (chunk()): a backward reads them from a forward of a plan of the same problem and strategy
-  // (ChainPlan::get gives one problem the same in a process).
+  // (ChainPlan::get gives one problem the same in a process, its stand-in included: settled()).
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c); the chunked strategy
   // its tree's levels (a pass over as many chunks as fit in four times the inputs' size, or 256 MiB), and for
@@ -74,6 +78,12 @@ public:
   // "chunked" (chunk() > 0) or "stepped" (every sequence a position at a time, each step a product of the bmm
   // plans: wide batches, and more than kMaxSequentialChainStates states).
   const char* strategy() const;
+  // False while a stand-in runs the calls for the chosen strategy, whose kernels are being built (get()):
+  // strategy(), kernel_name(), chunk() and the workspace sizes then describe the stand-in, and change once it settles.
+  // A call given a workspace sized before that, smaller than the strategy it runs needs, takes that call's scratch
+  // from jitbmm's pool; a backward given `saved` that the stand-in wrote runs the stand-in's backward. Work captured
+  // into a CUDA graph waits for the chosen strategy. True for every other plan.
+  bool settled() const;
   // The generated module's name, as the dump and override directories name its files: the forward's entry point;
   // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".
   // Empty when B = 0 (nothing was compiled).
@@ -83,6 +93,7 @@ public:
   struct Impl;
 
 private:
+  friend ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in);
   friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
                                   bool tune_products, bool stepped, StepKernel steps);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}

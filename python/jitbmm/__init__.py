@@ -159,6 +159,8 @@ def _declare(lib):
     lib.jitbmm_chain_plan_kernel_name.restype = status
     lib.jitbmm_chain_plan_strategy.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_chain_plan_strategy.restype = status
+    lib.jitbmm_chain_plan_settled.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    lib.jitbmm_chain_plan_settled.restype = status
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_plan_destroy.restype = None
     # Chain expectations (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl).

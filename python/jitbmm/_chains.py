@@ -2,6 +2,7 @@
 "Strategies"), as the plan the C ABI makes of it says (jitbmm_chain_plan_strategy)."""
 
 import ctypes
+import time
 
 import jitbmm
 
@@ -17,8 +18,9 @@ def chain_strategy(semiring, dtype, B, T, C, form="crf", batched_transitions=Fal
     jitbmm.torch.chain_log_partition takes) or "hmm" (tables, as hmm_log_partition takes); batched_transitions: the
     HMM's transitions are [B, C, C] rather than one [C, C] table. It makes the chain's plan, as the first call of
     those functions would (compiling its kernels or loading them from the cache; a stored decision of `jitbmm tune
-    --chain` counts), so it needs a GPU (NoDriverError without one). Bad arguments raise TypeError or ValueError
-    naming the argument."""
+    --chain` counts), and waits for the chosen strategy's kernels where a stand-in runs the calls while they build
+    (docs/caching-and-tuning.md, "First calls"), so it needs a GPU (NoDriverError without one). Bad arguments raise
+    TypeError or ValueError naming the argument."""
     semiring = jitbmm._choice(semiring, "semiring", _SEMIRINGS)
     dtype = jitbmm._choice(dtype, "dtype", jitbmm._table("DTYPES"))
     B, T, C = (jitbmm._integer(v, name, 0, jitbmm._INT64_MAX) for v, name in zip((B, T, C), "BTC"))
@@ -31,6 +33,12 @@ def chain_strategy(semiring, dtype, B, T, C, form="crf", batched_transitions=Fal
     lib, handle, name = jitbmm._library(), ctypes.c_void_p(), ctypes.c_char_p()
     jitbmm._check(lib.jitbmm_chain_plan_create(ctypes.byref(problem), ctypes.byref(handle)))
     try:
+        settled = ctypes.c_int()
+        while True:  # the strategy the plan chose, once no stand-in runs its calls
+            jitbmm._check(lib.jitbmm_chain_plan_settled(handle, ctypes.byref(settled)))
+            if settled.value:
+                break
+            time.sleep(0.01)
         jitbmm._check(lib.jitbmm_chain_plan_strategy(handle, ctypes.byref(name)))
     finally:
         lib.jitbmm_chain_plan_destroy(handle)

@@ -30,7 +30,7 @@ class _Chain:
     buffer from PyTorch's caching allocator on that stream."""
 
     __slots__ = ("handle", "device", "B", "T", "hmm", "saved", "workspace", "backward_workspace", "scratch_always", "run",
-                 "grad")
+                 "grad", "settled")
 
     def __init__(self, problem, device):
         lib = jitbmm._library()
@@ -41,21 +41,30 @@ class _Chain:
         self.hmm = problem.form == b"hmm"
         jitbmm._check(lib.jitbmm_chain_plan_saved_bytes(handle, ctypes.byref(n)))
         self.saved = n.value
-        self.workspace = []  # bytes without and with the path
-        for with_path in (0, 1):
-            jitbmm._check(lib.jitbmm_chain_plan_workspace_bytes(handle, with_path, ctypes.byref(n)))
-            self.workspace.append(n.value)
-        jitbmm._check(lib.jitbmm_chain_plan_backward_workspace_bytes(handle, ctypes.byref(n)))
-        self.backward_workspace = n.value
-        # Whose backward takes its scratch for any gradient: the chunked and the stepped strategies'; the sequential
-        # HMM kernels take theirs for the transitions' partial sums alone.
-        strategy = ctypes.c_char_p()
-        jitbmm._check(lib.jitbmm_chain_plan_strategy(handle, ctypes.byref(strategy)))
-        self.scratch_always = strategy.value != b"sequential"
         if self.hmm:
             self.run, self.grad = lib.jitbmm_chain_plan_run_hmm, lib.jitbmm_chain_plan_backward_hmm
         else:
             self.run, self.grad = lib.jitbmm_chain_plan_run, lib.jitbmm_chain_plan_backward_with_workspace
+        self.settled = False
+        self._describe()
+
+    def _describe(self):
+        """What the plan's calls take of the strategy it runs now: its scratch. While a stand-in runs the calls
+        for the strategy the plan chose (ChainPlan::settled), asked again at each call until it settles."""
+        lib, n, settled = jitbmm._library(), ctypes.c_size_t(), ctypes.c_int()
+        jitbmm._check(lib.jitbmm_chain_plan_settled(self.handle, ctypes.byref(settled)))
+        self.workspace = []  # bytes without and with the path
+        for with_path in (0, 1):
+            jitbmm._check(lib.jitbmm_chain_plan_workspace_bytes(self.handle, with_path, ctypes.byref(n)))
+            self.workspace.append(n.value)
+        jitbmm._check(lib.jitbmm_chain_plan_backward_workspace_bytes(self.handle, ctypes.byref(n)))
+        self.backward_workspace = n.value
+        # Whose backward takes its scratch for any gradient: the chunked and the stepped strategies'; the sequential
+        # HMM kernels take theirs for the transitions' partial sums alone.
+        strategy = ctypes.c_char_p()
+        jitbmm._check(lib.jitbmm_chain_plan_strategy(self.handle, ctypes.byref(strategy)))
+        self.scratch_always = strategy.value != b"sequential"
+        self.settled = bool(settled.value)
 
     def __del__(self):
         handle = getattr(self, "handle", None)
@@ -64,6 +73,8 @@ class _Chain:
 
     def forward(self, inputs, lengths, semiring, keep):
         """(score [B], aux) of the chain given by `inputs` (the potentials, or the three tables)."""
+        if not self.settled:
+            self._describe()
         like = inputs[0]
         score = like.new_empty((self.B,), dtype=_score_dtype(like))
         log, path = semiring == "log", keep and semiring == "max_plus"
@@ -83,6 +94,8 @@ class _Chain:
     def backward(self, inputs, lengths, aux, grad_score, semiring, needs):
         """The gradients of `inputs` times grad_score, each contiguous in its input's shape; an empty tensor for
         an input that `needs` says no to."""
+        if not self.settled:
+            self._describe()
         grads = [t.new_empty(t.shape if need else (0,)) for t, need in zip(inputs, needs)]
         log = semiring == "log"
         saved, path = (aux.data_ptr(), None) if log else (None, aux.data_ptr())

@@ -53,5 +53,7 @@ inline HelperRun run_helper(std::vector<std::string> args, const std::vector<std
 
 // The helper modes of test_arch_levels.cpp (main dispatches to it): "--device-level" and "--old-device".
 int arch_level_helper(const std::string& mode);
+// The helper modes of test_stand_in.cpp: "--stand-in calls" and "--stand-in capture".
+int stand_in_helper(const std::string& mode);
 
 } // namespace jitbmm::test

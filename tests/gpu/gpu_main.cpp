@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   ::setenv("JITBMM_TUNE", "never", 0);
   // Tests choose their variants: the shipped decisions (tuning/shipped/) only where a test turns them on.
   ::setenv("JITBMM_SHIPPED_DECISIONS", "off", 0);
+  // Tests name the strategy a chain plan takes: the stand-in only where a test turns it on.
+  ::setenv("JITBMM_STAND_IN", "off", 0);
   bool clusters = false, mma = false;
   std::string level, no_clusters, no_mma; // the device's architecture and feature level; why a need is unmet
   try {

@@ -1,0 +1,164 @@
+"""A chain's first calls through jitbmm.torch while a stand-in runs them for the strategy its plan chose
+(docs/caching-and-tuning.md, "First calls"), on the GPU machine: each case a new process with empty caches (jitbmm's
+and the CUDA driver's), so that the chosen strategy compiles while the first calls run. The stand-in's scores,
+gradients and Viterbi paths, those of a backward that comes after the plan settled of a forward the stand-in ran, and
+the chosen strategy's afterwards, each against the float64 forward algorithms of test_torch_hmm and
+test_torch_chain: the stepped strategy's stand-in (its products in their default kernels) for an HMM of many
+sequences, the chunked strategy's (the sequential kernels, whose `saved` differs from the chunks') for one long CRF
+chain.
+
+Run as a program (the python_torch_stand_in CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
+missing, and fails if any test is skipped where both exist."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+from torch_cases import GpuCase, gpu_main, torch  # noqa: E402
+
+# (B, T, C) of each case: many sequences sharing one table of many states, the stepped strategy's by the rule (its
+# fused form); one long CRF chain, the chunked strategy's.
+SHAPES = {"hmm-log": (512, 9, 512), "hmm-viterbi": (512, 9, 512), "crf-chunked": (1, 1024, 40)}
+
+
+def plans():
+    """jitbmm.torch's chain plans of this process."""
+    from jitbmm import _torch_chains
+    return list(_torch_chains._plans.values())
+
+
+def strategy(chain):
+    import ctypes
+    import jitbmm
+    name = ctypes.c_char_p()
+    jitbmm._check(jitbmm._library().jitbmm_chain_plan_strategy(chain.handle, ctypes.byref(name)))
+    return name.value.decode()
+
+
+def settle(timeout=300.0):
+    """Waits until every plan runs its chosen strategy; whether they all do."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for chain in plans():
+            chain._describe()
+        if all(chain.settled for chain in plans()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def relative_errors(got, ref):
+    """Each output's largest difference from the reference, relative to the reference's largest value."""
+    return [float((g.double() - r).abs().max()) / (float(r.abs().max()) or 1.0) for g, r in zip(got, ref)]
+
+
+def child(case):
+    """One case in this (new) process: the facts the parent checks, as JSON on the last line of stdout."""
+    import jitbmm.torch as jt
+    import test_torch_chain
+    import test_torch_hmm
+    torch.manual_seed(3)
+    B, T, C = SHAPES[case]
+    dev = torch.device("cuda")
+    if case == "crf-chunked":
+        tables = [torch.randn(B, T - 1, C, C, device=dev)]
+        call = jt.chain_log_partition
+        reference = lambda *t: test_torch_chain.reference_scores(*t, None, "log")  # noqa: E731
+    else:
+        tables = [torch.randn(B, T, C, device=dev), torch.randn(C, C, device=dev), torch.randn(C, device=dev)]
+        call = jt.hmm_log_partition
+        reference = lambda *t: test_torch_hmm.reference_scores(*t, None, "log")  # noqa: E731
+    facts = {}
+    if case != "hmm-viterbi":
+        def step():
+            inputs = [t.clone().requires_grad_() for t in tables]
+            return call(*inputs), inputs
+
+        def finish(score, inputs):
+            score.sum().backward()
+            return [score.detach()] + [t.grad for t in inputs]
+
+        first, first_inputs = step()
+        facts["first_settled"] = all(chain.settled for chain in plans())
+        facts["first_strategy"] = strategy(plans()[0])
+        first = finish(first, first_inputs)
+        pending = step()  # a forward of the stand-in whose backward runs after the plan settled
+        facts["settled"] = settle()
+        facts["strategy_after"] = strategy(plans()[0])
+        late = finish(*pending)
+        after = finish(*step())
+        # The float64 reference: the score and its gradients.
+        ref_inputs = [t.double().requires_grad_() for t in tables]
+        ref_score = reference(*ref_inputs)
+        ref_score.sum().backward()
+        ref = [ref_score.detach()] + [t.grad for t in ref_inputs]
+        for name, got in (("first", first), ("late", late), ("after", after)):
+            facts[name] = relative_errors(got, ref)
+    else:
+        ref = test_torch_hmm.reference_paths(*[t.double() for t in tables], None)
+        score, path = jt.hmm_viterbi(*tables)
+        facts["first_settled"] = all(chain.settled for chain in plans())
+        facts["first_strategy"] = strategy(plans()[0])
+        facts["first"] = bool(torch.equal(path.long().cpu(), ref))
+        facts["settled"] = settle()
+        facts["strategy_after"] = strategy(plans()[0])
+        score_after, path_after = jt.hmm_viterbi(*tables)
+        facts["after"] = bool(torch.equal(path_after.long().cpu(), ref))
+        facts["scores_agree"] = float((score - score_after).abs().max() / score.abs().max())
+    print(json.dumps(facts))
+
+
+class StandInTest(GpuCase):
+    def run_child(self, case):
+        with tempfile.TemporaryDirectory() as root:
+            env = dict(os.environ, JITBMM_CACHE_DIR=os.path.join(root, "jitbmm"),
+                       CUDA_CACHE_PATH=os.path.join(root, "driver"), JITBMM_STAND_IN="on")
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", case], env=env,
+                               capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def check_first_calls(self, facts, stand_in, chosen):
+        # With empty caches the chosen strategy compiles for seconds: the stand-in serves the first call.
+        self.assertFalse(facts["first_settled"], facts)
+        self.assertEqual(facts["first_strategy"], stand_in)
+        self.assertTrue(facts["settled"], facts)
+        self.assertEqual(facts["strategy_after"], chosen)
+
+    def check_gradients(self, facts, outputs):
+        for name in ("first", "late", "after"):
+            for what, error in zip(outputs, facts[name]):
+                with self.subTest(call=name, output=what):
+                    self.assertLess(error, 1e-5)
+
+    def test_hmm_log_partition_and_gradients_across_the_switch(self):
+        facts = self.run_child("hmm-log")
+        self.check_first_calls(facts, "stepped", "stepped")
+        self.check_gradients(facts, ("score", "emissions", "transitions", "initial"))
+
+    def test_crf_log_partition_and_marginals_across_the_switch(self):
+        facts = self.run_child("crf-chunked")
+        self.check_first_calls(facts, "sequential", "chunked")
+        self.check_gradients(facts, ("score", "potentials"))
+
+    def test_viterbi_paths_across_the_switch(self):
+        facts = self.run_child("hmm-viterbi")
+        self.check_first_calls(facts, "stepped", "stepped")
+        self.assertTrue(facts["first"])
+        self.assertTrue(facts["after"])
+        self.assertLess(facts["scores_agree"], 1e-6)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(sys.argv[2])
+        sys.exit(0)
+    sys.exit(gpu_main())

@@ -1,0 +1,171 @@
+// A chain plan's stand-in (chain_stand_in.hpp).
+#include "runtime/chain_stand_in.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "support/env_words.hpp"
+#include "support/log.hpp"
+
+namespace jitbmm {
+
+namespace {
+
+// How long a plan waits for its chosen strategy before it takes a stand-in: one whose kernels are all in the caches
+// is built in a few milliseconds (its modules loaded, its products planned), so a process that finds them starts on
+// the chosen strategy; one that compiles takes seconds.
+constexpr auto kChosenWait = std::chrono::milliseconds(50);
+
+// The problem as the stand-ins are shared: every field that shapes a plan.
+std::string problem_key(const ChainProblem& p) {
+  std::ostringstream key;
+  key << int(p.semiring) << ' ' << int(p.dtype) << ' ' << p.B << ' ' << p.T << ' ' << p.C << ' ' << int(p.form) << ' '
+      << p.with_lengths << p.batched_transitions << p.batched_initial;
+  for (const int64_t s : p.strides) key << ' ' << s;
+  for (const int64_t s : p.emission_strides) key << ' ' << s;
+  for (const int64_t s : p.transition_strides) key << ' ' << s;
+  for (const int64_t s : p.initial_strides) key << ' ' << s;
+  return key.str();
+}
+
+std::string describe(const ChainProblem& p) {
+  return std::string("chain ") + semiring_info(p.semiring).name + ' ' + dtype_info(p.dtype).name + ' ' +
+         (p.form == ChainForm::hmm ? "hmm " : "crf ") + std::to_string(p.B) + "x" + std::to_string(p.T) + "x" +
+         std::to_string(p.C);
+}
+
+// A workspace for a call whose strategy needs `need` bytes: the caller's, or jitbmm's pool where the caller's (sized
+// for the other strategy) is smaller.
+Workspace fitted(const Workspace& caller, std::size_t need) {
+  return caller.bytes >= need || (!caller.ptr && !caller.bytes) ? caller : Workspace{};
+}
+
+} // namespace
+
+StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen, std::string what)
+    : stand_in_(std::move(stand_in)), future_(std::move(chosen)), what_(std::move(what)) {}
+
+const ChainStrategy* StandInChain::chosen(bool wait) const {
+  if (const ChainStrategy* c = chosen_.load(std::memory_order_acquire)) return c;
+  if (failed_.load(std::memory_order_acquire)) return nullptr;
+  if (!wait && future_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const ChainStrategy* c = chosen_.load(std::memory_order_acquire)) return c;
+  if (failed_) return nullptr;
+  try {
+    const ChainStrategy* c = future_.get().get();
+    chosen_.store(c, std::memory_order_release);
+    if (log_enabled(LogLevel::debug))
+      log_message(LogLevel::debug, what_ + ": the " + c->name() + " strategy is built; its calls run it from now on");
+    return c;
+  } catch (const std::exception& e) {
+    failed_ = true;
+    log_message(LogLevel::warn, what_ + ": its chosen strategy failed to build (" + e.what() +
+                                    "); its calls keep running its stand-in");
+    return nullptr;
+  }
+}
+
+bool StandInChain::settled() const { return chosen(false) || failed_.load(std::memory_order_acquire); }
+
+const ChainStrategy& StandInChain::current() const {
+  const ChainStrategy* c = chosen(false);
+  return c ? *c : *stand_in_;
+}
+
+const ChainStrategy* StandInChain::for_call(Stream stream) const {
+  if (const ChainStrategy* c = chosen(false)) return c;
+  return chosen(!failed_ && stream_is_capturing(reinterpret_cast<CUstream>(stream)));
+}
+
+std::size_t StandInChain::workspace_bytes(bool with_saved, bool with_path) const {
+  return current().workspace_bytes(with_saved, with_path);
+}
+
+std::size_t StandInChain::backward_workspace_bytes(bool transitions) const {
+  return current().backward_workspace_bytes(transitions);
+}
+
+std::size_t StandInChain::least_workspace_bytes(bool with_saved, bool with_path) const {
+  const std::size_t own = stand_in_->workspace_bytes(with_saved, with_path);
+  const ChainStrategy* c = chosen(false);
+  return c ? std::min(own, c->workspace_bytes(with_saved, with_path)) : own;
+}
+
+std::size_t StandInChain::least_backward_workspace_bytes(bool transitions) const {
+  const std::size_t own = stand_in_->backward_workspace_bytes(transitions);
+  const ChainStrategy* c = chosen(false);
+  return c ? std::min(own, c->backward_workspace_bytes(transitions)) : own;
+}
+
+void StandInChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
+  const ChainStrategy* c = for_call(stream);
+  const ChainStrategy& runs = c ? *c : *stand_in_;
+  if (saved) {
+    // Recorded before the launches: a backward that follows on the host reads what this forward will have written.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c)
+      stand_in_saved_.erase(saved);
+    else
+      stand_in_saved_.insert(saved);
+  }
+  runs.forward(params, saved, stream, fitted(workspace, runs.workspace_bytes(saved != nullptr, params.path)));
+}
+
+void StandInChain::backward(jb::ChainParams params, const void* saved, Stream stream,
+                            const Workspace& workspace) const {
+  bool stand_in_wrote = false;
+  if (saved) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stand_in_wrote = stand_in_saved_.count(saved) > 0;
+  }
+  const ChainStrategy* c = stand_in_wrote ? nullptr : for_call(stream);
+  const ChainStrategy& runs = c ? *c : *stand_in_;
+  runs.backward(params, saved, stream, fitted(workspace, runs.backward_workspace_bytes(params.grad != nullptr)));
+}
+
+bool stand_in_enabled() {
+  const char* v = std::getenv("JITBMM_STAND_IN");
+  return !v || !*v || parse_env_switch(v, "JITBMM_STAND_IN");
+}
+
+std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
+                                                        const std::shared_ptr<const DeviceInfo>& device,
+                                                        const MakeStrategy& make_chosen,
+                                                        const MakeStrategy& make_stand_in) {
+  // Kept until the process ends; their destruction then waits for any build still running, before the caches and
+  // the libraries it uses are gone.
+  static std::mutex mutex;
+  static std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
+  const auto key = std::make_pair(device->context, problem_key(problem));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = stand_ins.find(key); it != stand_ins.end()) return it->second;
+  }
+  StandInChain::Chosen chosen = std::async(std::launch::async, [device, make_chosen] {
+                                  ScopedContext scope(device->context);
+                                  return make_chosen();
+                                }).share();
+  if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
+  std::shared_ptr<const ChainStrategy> stand_in;
+  try {
+    stand_in = make_stand_in();
+  } catch (const std::exception& e) {
+    if (log_enabled(LogLevel::debug))
+      log_message(LogLevel::debug, describe(problem) + ": no stand-in (" + e.what() + "); waiting for its kernels");
+    return chosen.get();
+  }
+  if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return chosen.get();
+  if (log_enabled(LogLevel::debug))
+    log_message(LogLevel::debug, describe(problem) + ": the " + stand_in->name() +
+                                     " strategy stands in while its chosen strategy is built");
+  auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), describe(problem));
+  std::lock_guard<std::mutex> lock(mutex);
+  return stand_ins.emplace(key, std::move(made)).first->second; // another thread's, where it made one first
+}
+
+} // namespace jitbmm

@@ -1,0 +1,83 @@
+// A chain plan's stand-in (docs/caching-and-tuning.md, "First calls"): where the strategy ChainPlan::get chooses
+// would make a first call wait for its kernels to compile (several seconds, with empty caches), the plan's calls run
+// a strategy whose kernels compile in about a second (runtime/chain_plan.cpp says which) until the chosen strategy is
+// built on a thread of its own; from then on they run the chosen strategy. Both compute the same chain to the chains'
+// accuracy (Viterbi paths alike, ties to the smallest state), so a call's result never depends on which ran it
+// beyond rounding.
+//
+// A forward's `saved` holds what its strategy's backward reads, which may differ between strategies: a backward given
+// `saved` that the stand-in wrote runs the stand-in's backward, whenever it comes. The plans of one problem on one
+// device share their stand-in, so that this holds between them too. Work captured into a CUDA graph waits for the
+// chosen strategy instead: a graph replays what it captured for good.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "jitbmm/chain.hpp"
+#include "runtime/chain_strategy.hpp"
+#include "runtime/device.hpp"
+
+namespace jitbmm {
+
+using MakeStrategy = std::function<std::shared_ptr<const ChainStrategy>()>;
+
+class StandInChain final : public ChainStrategy {
+public:
+  using Chosen = std::shared_future<std::shared_ptr<const ChainStrategy>>;
+  // `what` names the problem in the log's lines.
+  StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen, std::string what);
+
+  // The strategy the plan's calls run now, and what it says of itself.
+  const char* name() const override { return current().name(); }
+  std::string kernel_name() const override { return current().kernel_name(); }
+  int64_t chunk() const override { return current().chunk(); }
+  std::size_t workspace_bytes(bool with_saved, bool with_path) const override;
+  std::size_t backward_workspace_bytes(bool transitions) const override;
+  // A workspace of at least the smaller of the two strategies' needs is taken; where the strategy a call runs needs
+  // more than it is given (sized before the plan settled), that call's scratch comes from jitbmm's pool.
+  std::size_t least_workspace_bytes(bool with_saved, bool with_path) const override;
+  std::size_t least_backward_workspace_bytes(bool transitions) const override;
+  void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const override;
+  void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
+  // Once the chosen strategy is built (or has failed to build: the stand-in then serves for good, with a warning).
+  bool settled() const override;
+
+private:
+  // The chosen strategy once built, else null; with `wait`, waits for its build first.
+  const ChainStrategy* chosen(bool wait) const;
+  const ChainStrategy& current() const;
+  // The chosen strategy for a call on `stream` (waiting for it where the stream captures a graph), else null.
+  const ChainStrategy* for_call(Stream stream) const;
+
+  std::shared_ptr<const ChainStrategy> stand_in_;
+  Chosen future_;
+  std::string what_;
+  mutable std::mutex mutex_;
+  mutable std::atomic<const ChainStrategy*> chosen_{nullptr};
+  mutable std::atomic<bool> failed_{false};
+  mutable std::set<const void*> stand_in_saved_; // the `saved` buffers a stand-in forward wrote last
+};
+
+// Whether $JITBMM_STAND_IN lets ChainPlan::get take a stand-in: on (the default) or off; another value is
+// std::invalid_argument naming it. Read at every call (the tests turn it on and off).
+bool stand_in_enabled();
+
+// The strategy of a plan of `problem` on `device`, whose chosen strategy make_chosen builds: its stand-in where
+// one of this problem is already in the process; else make_chosen's strategy where it is built within a short wait;
+// else a new stand-in (make_stand_in's strategy) while make_chosen runs on a thread of its own, with `device`'s
+// context current; else, where make_stand_in fails or the chosen strategy is built first, the chosen one.
+// make_chosen's error, where it fails before a stand-in is made, is thrown here.
+std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
+                                                        const std::shared_ptr<const DeviceInfo>& device,
+                                                        const MakeStrategy& make_chosen,
+                                                        const MakeStrategy& make_stand_in);
+
+} // namespace jitbmm

@@ -1,0 +1,236 @@
+// A chain plan's stand-in (runtime/chain_stand_in.hpp) on the fake driver: a first plan whose chosen strategy
+// compiles runs its stand-in until that strategy is built (the sequential kernels for the chunked strategy, the
+// stepped strategy's products in their default kernels for the stepped one), a backward reads `saved` with the
+// strategy that wrote it, a call given the stand-in's smaller workspace after it settles takes jitbmm's pool, the
+// plans of one problem share the stand-in, and work captured into a graph waits for the chosen strategy. Each runs in
+// a helper process of its own (--stand-in), whose disk cache is empty, so that its kernels compile.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitbmm/c_api.h"
+#include "jitbmm/chain.hpp"
+#include "runtime/device_memory.hpp"
+#include "tests/fake_driver/driver_log.hpp"
+#include "tests/fake_driver/helper_process.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace jitbmm;
+
+namespace {
+
+// Whether the plan settled within two minutes.
+bool wait_settled(const ChainPlan& plan) {
+  for (int i = 0; i < 12000 && !plan.settled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return plan.settled();
+}
+
+} // namespace
+
+namespace jitbmm::test {
+
+namespace {
+
+// What the driver's log holds now, and how many of its launches.
+std::string log_text(const std::string& log) {
+  std::ifstream f(log);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Launches from the `from`-th on whose kernel's name holds `part`.
+std::size_t launches_with(const std::string& log, std::size_t from, const std::string& part) {
+  const std::vector<LoggedLaunch> all = logged_launches(log);
+  std::size_t n = 0;
+  for (std::size_t i = from; i < all.size(); ++i) n += all[i].kernel.find(part) != std::string::npos;
+  return n;
+}
+
+// One long CRF chain: the chunked strategy's by the rule, whose stand-in is the sequential kernels (and whose `saved`
+// the sequential backward does not read).
+int chunked_calls(const std::string& log) {
+  ChainProblem p;
+  p.B = 1, p.T = 1024, p.C = 40;
+  const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
+  DeviceBuffer pot(potentials), grad(potentials), score(4), g(4);
+  const ChainPlan plan = ChainPlan::get(p);
+  std::printf("settled %d\nstrategy %s\n", int(plan.settled()), plan.strategy());
+  // The C ABI's plan of the same problem shares the stand-in.
+  jitbmm_chain_problem c{};
+  c.semiring = "log", c.dtype = "f32", c.form = "crf", c.B = p.B, c.T = p.T, c.C = p.C;
+  jitbmm_chain_plan* c_plan = nullptr;
+  int c_settled = -1;
+  if (jitbmm_chain_plan_create(&c, &c_plan) != JITBMM_OK || jitbmm_chain_plan_settled(c_plan, &c_settled) != JITBMM_OK)
+    throw std::runtime_error(jitbmm_last_error());
+  std::printf("c-settled %d\n", c_settled);
+  // A forward by the stand-in, its workspace sized for it.
+  DeviceBuffer by_stand_in(plan.saved_bytes()), by_chosen(plan.saved_bytes());
+  const std::size_t stand_in_bytes = plan.workspace_bytes(false);
+  DeviceBuffer small(std::max<std::size_t>(stand_in_bytes, 256));
+  std::size_t from = logged_launches(log).size();
+  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr,
+       Workspace{small.get(), stand_in_bytes});
+  std::printf("stand-in-forward-chunks %zu\n", launches_with(log, from, "chain_chunks"));
+  std::printf("waited %d\n", int(wait_settled(plan)));
+  std::printf("strategy-after %s\nworkspace-grew %d\n", plan.strategy(),
+              int(plan.workspace_bytes(false) > stand_in_bytes));
+  int c_after = -1;
+  jitbmm_chain_plan_settled(c_plan, &c_after);
+  std::printf("c-settled-after %d\n", c_after);
+  jitbmm_chain_plan_destroy(c_plan);
+  std::printf("plan-again-settled %d\n", int(ChainPlan::get(p).settled()));
+  DeviceBuffer back(std::max<std::size_t>(plan.backward_workspace_bytes(), 256));
+  const Workspace backward_ws{back.get(), plan.backward_workspace_bytes()};
+  // The stand-in's `saved`, read after the plan settled: the sequential backward, no chunks.
+  from = logged_launches(log).size();
+  plan.backward(pot.get(), nullptr, by_stand_in.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
+  std::printf("stand-in-backward-chunks %zu\n", launches_with(log, from, "chain_chunks"));
+  // The chosen strategy's forward, given the stand-in's smaller workspace: the pool's.
+  const std::size_t before = log_text(log).size();
+  from = logged_launches(log).size();
+  plan(pot.get(), nullptr, score.get(), by_chosen.get(), nullptr, nullptr, nullptr,
+       Workspace{small.get(), stand_in_bytes});
+  std::printf("chosen-forward-chunks %zu\npool %d\n", launches_with(log, from, "chain_chunks"),
+              int(log_text(log).find("pool-alloc", before) != std::string::npos));
+  // A backward of what the chosen strategy wrote, and of a buffer the stand-in wrote and the chosen one wrote again:
+  // the chosen strategy's.
+  from = logged_launches(log).size();
+  plan.backward(pot.get(), nullptr, by_chosen.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
+  const std::size_t first = launches_with(log, from, "chain_chunks");
+  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr,
+       Workspace{small.get(), stand_in_bytes});
+  from = logged_launches(log).size();
+  plan.backward(pot.get(), nullptr, by_stand_in.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
+  std::printf("chosen-backward-chunks %zu %zu\n", first, launches_with(log, from, "chain_chunks"));
+  return 0;
+}
+
+// An HMM of one shared table over many sequences of many states: the stepped strategy's fused form by the rule,
+// whose stand-in is the stepped strategy's products in their default kernels. With `capture`, the first call is
+// captured into a graph.
+int stepped_calls(const std::string& log, bool capture) {
+  ChainProblem p;
+  p.form = ChainForm::hmm;
+  p.B = 512, p.T = 5, p.C = 512;
+  DeviceBuffer table(std::size_t(p.C * p.C) * 4), emissions(std::size_t(p.B * p.T * p.C) * 4),
+      initial(std::size_t(p.C) * 4), score(4 * std::size_t(p.B));
+  const HmmInputs in{emissions.get(), table.get(), initial.get()};
+  const ChainPlan plan = ChainPlan::get(p);
+  std::printf("settled %d\nstrategy %s\n", int(plan.settled()), plan.strategy());
+  if (capture) ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
+  std::size_t from = logged_launches(log).size();
+  plan(in, nullptr, score.get());
+  ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
+  std::printf("first-fused %zu\nfirst-exp-matmul %zu\n", launches_with(log, from, "hmm_fused_steps"),
+              launches_with(log, from, "exp_matmul"));
+  std::printf("waited %d\nstrategy-after %s\n", int(wait_settled(plan)), plan.strategy());
+  from = logged_launches(log).size();
+  plan(in, nullptr, score.get());
+  std::printf("then-fused %zu\n", launches_with(log, from, "hmm_fused_steps"));
+  return 0;
+}
+
+} // namespace
+
+// The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
+int stand_in_helper(const std::string& mode) {
+  try {
+    const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
+    if (mode == "chunked") return chunked_calls(log);
+    if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
+    throw std::invalid_argument("mode: chunked, stepped or capture");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stand-in helper: %s\n", e.what());
+    return 1;
+  }
+}
+
+} // namespace jitbmm::test
+
+namespace {
+
+// The helper's "<name> <value>" lines.
+std::string fact(const std::string& output, const std::string& name) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + " ", 0) == 0) return line.substr(name.size() + 1);
+  return "(missing)";
+}
+
+} // namespace
+
+// The helper in a process of its own with an empty disk cache, the stand-in on or off.
+test::HelperRun stand_in_run(const std::string& mode, const char* stand_in = "on") {
+  const TempDir cache, logs;
+  return test::run_helper({"--stand-in", mode}, {{"JITBMM_STAND_IN", stand_in},
+                                                 {"JITBMM_CACHE_DIR", cache.path},
+                                                 {"JITBMM_FAKE_CUDA_LOG", logs.path + "/log"}});
+}
+
+TEST_CASE("a first chunked chain plan runs the sequential kernels while its chunks are built; saved is read by its "
+          "writer") {
+  const test::HelperRun r = stand_in_run("chunked");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  // The chunked strategy's products compile for seconds: the sequential kernels stand in, for the C ABI's plan too.
+  CHECK(fact(r.output, "settled") == "0");
+  CHECK(fact(r.output, "strategy") == "sequential");
+  CHECK(fact(r.output, "c-settled") == "0");
+  CHECK(fact(r.output, "stand-in-forward-chunks") == "0");
+  CHECK(fact(r.output, "waited") == "1");
+  CHECK(fact(r.output, "strategy-after") == "chunked");
+  CHECK(fact(r.output, "workspace-grew") == "1");
+  CHECK(fact(r.output, "c-settled-after") == "1");
+  CHECK(fact(r.output, "plan-again-settled") == "1");
+  // `saved` is read by the strategy that wrote it; the chosen strategy given the stand-in's workspace takes the pool.
+  CHECK(fact(r.output, "stand-in-backward-chunks") == "0");
+  CHECK(fact(r.output, "chosen-forward-chunks") != "0");
+  CHECK(fact(r.output, "pool") == "1");
+  const std::string chosen = fact(r.output, "chosen-backward-chunks");
+  CHECK(chosen.find(" ") != std::string::npos);
+  CHECK(chosen.substr(0, chosen.find(' ')) != "0");
+  CHECK(chosen.substr(chosen.find(' ') + 1) != "0");
+}
+
+TEST_CASE("a first stepped chain plan runs its products' default kernels while its fused passes are built") {
+  const test::HelperRun r = stand_in_run("stepped");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(fact(r.output, "settled") == "0");
+  CHECK(fact(r.output, "strategy") == "stepped");
+  CHECK(fact(r.output, "first-fused") == "0");
+  CHECK(fact(r.output, "first-exp-matmul") == "0");
+  CHECK(fact(r.output, "waited") == "1");
+  CHECK(fact(r.output, "then-fused") != "0");
+}
+
+TEST_CASE("a chain plan's first call captured into a graph waits for the chosen strategy") {
+  const test::HelperRun r = stand_in_run("capture");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(fact(r.output, "settled") == "0");
+  CHECK(fact(r.output, "first-fused") != "0");
+}
+
+TEST_CASE("JITBMM_STAND_IN=off makes a first chain plan wait for its chosen strategy; another value is refused") {
+  const test::HelperRun off = stand_in_run("chunked", "off");
+  INFO(off.output);
+  REQUIRE(off.status == 0);
+  CHECK(fact(off.output, "settled") == "1");
+  CHECK(fact(off.output, "strategy") == "chunked");
+  ::setenv("JITBMM_STAND_IN", "sometimes", 1);
+  ChainProblem p;
+  p.B = 1, p.T = 1024, p.C = 40;
+  CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("JITBMM_STAND_IN"), std::invalid_argument);
+  ::setenv("JITBMM_STAND_IN", "off", 1);
+}
