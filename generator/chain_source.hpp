@@ -93,13 +93,14 @@ constexpr int kChunkThreads = 256;
 constexpr int64_t kMaxChainChunk = int64_t(1) << 20;
 GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 
-// The stepped strategy's module (templates/chain/steps.cuh) for chains of a semiring, inputs' dtype and form, one for
-// every C: the main entry finishes a position of every sequence (a block each); "_widen" copies a table into the
-// accumulator type; max_plus "_path" (a thread per sequence); the CRF form's backward "_marginals"; the HMM form's
+// The stepped strategy's modules (templates/chain/steps.cuh) for chains of a semiring, inputs' dtype and form, one
+// for every C, in two units compiled apart (at once, where a plan builds them ahead). The forward's: the main entry
+// finishes a position of every sequence (a block each); "_widen" copies a table into the accumulator type; max_plus
+// "_path" (a thread per sequence). With `backward` ("<name>_backward"): the CRF form's "_marginals"; the HMM form's
 // "_nodes" and "_reduce" (the emissions' and the initial table's gradients), and for the transitions' "_signs",
 // "_operand" and "_finish" (log) or "_path_edges" and "_cast" (max_plus). Blocks of kStepThreads.
 constexpr int kStepThreads = 256;
-GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form);
+GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward = false);
 
 // The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a pass, a unit a pass:
 // the main entry a cooperative launch after "_factors" (256 threads, a block per 32 columns) has made the pass's

@@ -114,8 +114,9 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   }
   // Every kernel a first forward and backward load, built at once: the step module, the fused form's passes or the
   // step products, and the log HMM's transitions' gradient's product.
-  const GeneratedKernel steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form);
-  std::vector<GeneratedKernel> units{steps};
+  const GeneratedKernel steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form),
+                        backward_steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form, true);
+  std::vector<GeneratedKernel> units{steps, backward_steps};
   std::vector<KernelSpec> specs;
   const auto add = [&](const Problem& q) {
     for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_, quick_products_))
@@ -131,6 +132,7 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   if (log && problem.form == ChainForm::hmm && problem.T > 1) add(edge_problem());
   build_ahead(*device_, units, specs);
   kernel_ = load_generated(*device_, steps);
+  backward_kernel_ = load_generated(*device_, backward_steps);
   if (form.fused) fused_ = std::make_unique<FusedSteps>(problem, *device_, streamed);
 }
 
@@ -231,14 +233,14 @@ Problem SteppedChain::stacked_problem() const {
 }
 
 void SteppedChain::launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params,
-                          CUstream stream) const {
+                          CUstream stream, bool backward_unit) const {
   // A block per item, or a thread per item, grid-strided up to enough blocks to fill the GPU a few times.
   const int64_t blocks = block_per_item ? items : (items + kStepThreads - 1) / kStepThreads;
   const unsigned grid[3] = {unsigned(std::clamp<int64_t>(blocks, 1, 32 * int64_t(std::max(1, device_->sm_count)))), 1,
                             1},
                  block[3] = {unsigned(kStepThreads), 1, 1};
   void* args[] = {&params};
-  jitbmm::launch(*kernel_, suffix, grid, block, args, stream);
+  jitbmm::launch(backward_unit ? *backward_kernel_ : *kernel_, suffix, grid, block, args, stream);
 }
 
 const void* SteppedChain::table(const jb::ChainParams& params, int64_t t, bool beta, void* scratch_table,

@@ -104,7 +104,9 @@ private:
   Problem product_problem(bool beta, bool argmax) const;
   Problem stacked_problem() const;
   Problem edge_problem() const;
-  void launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params, CUstream stream) const;
+  // An entry of the step module's forward unit, or of its backward one (generator/chain_source.hpp).
+  void launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params, CUstream stream,
+              bool backward_unit = false) const;
   // Whether the tables are copied into the accumulator type first (and the products read them from scratch).
   bool widened() const;
   std::size_t widened_bytes() const;
@@ -118,7 +120,7 @@ private:
   bool tune_products_ = false;
   bool quick_products_ = false;
   std::shared_ptr<const DeviceInfo> device_;
-  std::shared_ptr<const LoadedKernel> kernel_;
+  std::shared_ptr<const LoadedKernel> kernel_, backward_kernel_; // the step module's units
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   int64_t parts_ = 1;       // the parts a log step product of a shared table sums the sources in (step_parts)

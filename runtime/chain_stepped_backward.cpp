@@ -77,14 +77,16 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   params.states = p.C;
   params.chunks = 1; // "_reduce" adds no partial sums of the transitions' gradient
   if (p.form == ChainForm::crf) {
-    launch("_marginals", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream);
+    launch("", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream, true); // the marginals
     return;
   }
   const bool transitions = params.grad != nullptr;
   Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
-  if (params.grad_emissions) launch("_nodes", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
+  if (params.grad_emissions) // the state marginals
+    launch("", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
   if (params.grad_initial)
-    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream);
+    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream,
+           true);
   if (!transitions) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;
@@ -96,8 +98,8 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   }
   if (!log) {
     params.operand = scratch.take(bytes_of({groups, p.C, p.C, acc}));
-    launch("_path_edges", groups * p.C / (kStepThreads / 32) + 1, true, params, cu_stream);
-    launch("_cast", groups * p.C * p.C, false, params, cu_stream);
+    launch("_path_edges", groups * p.C / (kStepThreads / 32) + 1, true, params, cu_stream, true);
+    launch("_cast", groups * p.C * p.C, false, params, cu_stream, true);
     return;
   }
   // grad_score's parts of each sign, each a product of its operand with the saved messages. "_signs" says on the GPU
@@ -110,10 +112,10 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   const SemiringBMM edges = edge_product(stream);
   const Workspace edge_scratch{scratch.take(edges.workspace_bytes()), edges.workspace_bytes()};
   params.signs = static_cast<int*>(scratch.take(bytes_of({2, 4})));
-  launch("_signs", 1, true, params, cu_stream);
+  launch("_signs", 1, true, params, cu_stream, true);
   for (const int edge : {0, 1}) {
     params.edge = edge;
-    launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream);
+    launch("_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
     void* const out = products + (edge == 0 ? 0 : part);
     if (edge == 0)
       edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);
@@ -122,7 +124,7 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   }
   params.products = products;
   params.slices = edge_slices();
-  launch("_finish", groups * p.C * p.C, false, params, cu_stream);
+  launch("_finish", groups * p.C * p.C, false, params, cu_stream, true);
 }
 
 } // namespace jitbmm

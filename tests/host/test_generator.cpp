@@ -113,6 +113,7 @@ TEST_CASE("every entry point of a generated unit waits for the grids before it f
   const std::string first = "  jb::wait_for_prior_grids();\n", last = "(p);\n  jb::let_dependent_grids_launch();\n}\n";
   for (const GeneratedKernel& k :
        {emit_kernel(forward), emit_kernel(grad), emit_step_kernel(Semiring::log, DType::f32, ChainForm::hmm),
+        emit_step_kernel(Semiring::log, DType::f32, ChainForm::hmm, true),
         emit_fused_step_kernel(Semiring::max_plus, DType::f32, false, true)}) {
     CAPTURE(k.name);
     CHECK(k.waits_for_prior_grids);

@@ -203,7 +203,7 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-          spills.add(emit_step_kernel(semiring, dtype, form), sm);
+          for (bool backward : {false, true}) spills.add(emit_step_kernel(semiring, dtype, form, backward), sm);
   spills.check();
 }
 
