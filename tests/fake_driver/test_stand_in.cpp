@@ -136,6 +136,19 @@ int stepped_calls(const std::string& log, bool capture) {
   ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
   std::printf("first-fused %zu\nfirst-exp-matmul %zu\n", launches_with(log, from, "hmm_fused_steps"),
               launches_with(log, from, "exp_matmul"));
+  if (!capture) {
+    // A training step by the stand-in: its saving forward, and the backward of the three tables, whose transitions'
+    // gradient is a product of its own, in the default kernels too.
+    DeviceBuffer saved(plan.saved_bytes()), grads(table.size() + emissions.size() + initial.size());
+    char* g = static_cast<char*>(grads.get());
+    const HmmGradients to{g, g + emissions.size(), g + emissions.size() + table.size()};
+    from = logged_launches(log).size();
+    plan(in, nullptr, score.get(), saved.get());
+    plan.backward(in, nullptr, saved.get(), nullptr, score.get(), to);
+    std::printf("step-exp-matmul %zu\nstep-backward-unit %zu\nstep-default-products %zu\n",
+                launches_with(log, from, "exp_matmul"), launches_with(log, from, "steps_log_f32_backward"),
+                launches_with(log, from, "log_f32_tiled"));
+  }
   std::printf("waited %d\nstrategy-after %s\n", int(wait_settled(plan)), plan.strategy());
   from = logged_launches(log).size();
   plan(in, nullptr, score.get());
@@ -223,6 +236,9 @@ TEST_CASE("a first stepped chain plan runs its products' default kernels while i
                {"strategy", "stepped"},
                {"first-fused", "0"},
                {"first-exp-matmul", "0"},
+               {"step-exp-matmul", "0"},
+               {"step-backward-unit", "!0"},
+               {"step-default-products", "!0"},
                {"waited", "1"},
                {"then-fused", "!0"}});
 }
