@@ -19,12 +19,14 @@ void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& g
   if (count < 2) return;
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "building " + std::to_string(count) + " kernels ahead");
+  // The products' kernels first: they are the longest compiles, so where the items outnumber the threads the rest
+  // fill in beside them.
   for_each_on_cpus(count, [&](std::size_t i) {
     try {
-      if (i < generated.size())
-        load_generated(device, generated[i]);
+      if (i < unique.size())
+        load_kernel(device, unique[i]);
       else
-        load_kernel(device, unique[i - generated.size()]);
+        load_generated(device, generated[i - unique.size()]);
     } catch (const std::exception& e) { // the load that needs it meets the failure again, and reports it
       if (log_enabled(LogLevel::debug)) log_message(LogLevel::debug, std::string("building ahead: ") + e.what());
     }
