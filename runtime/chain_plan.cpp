@@ -220,8 +220,8 @@ ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in) {
   };
   // A strategy whose kernels compile in about a second stands in for those whose first call would wait on longer
   // compiles: for the chunked strategy the sequential kernels (up to 128 states there); for the stepped strategy its
-  // products' form in the products' default kernels, where its fused passes, its exp_matmul products and the
-  // sequential kernels of hundreds of states (the HMM form's log module) each compile for several seconds.
+  // products' form in the products' default variants' smallest tile, where its fused passes, its exp_matmul products
+  // and the sequential kernels of hundreds of states (the HMM form's log module) each compile for several seconds.
   if (stand_in && (choice.stepped || choice.chunk != 0) && problem.B > 0)
     impl->strategy = chosen_or_stand_in(problem, device, make_chosen, [&]() -> std::shared_ptr<const ChainStrategy> {
       if (choice.stepped)

@@ -1,6 +1,10 @@
 // A chain plan's stand-in (chain_stand_in.hpp).
 #include "runtime/chain_stand_in.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -19,6 +23,14 @@ namespace {
 // is built in a few milliseconds (its modules loaded, its products planned), so a process that finds them starts on
 // the chosen strategy; one that compiles takes seconds.
 constexpr auto kChosenWait = std::chrono::milliseconds(50);
+
+// The chosen strategy's build runs below the process's other work on the CPU: where cores are few, the stand-in's
+// compiles (and then the caller's own work) go first, and the build takes what is left. Threads it starts (the CPU
+// pool's) inherit the lower priority. Nothing to do where the system refuses.
+void lower_this_thread_priority() {
+  const long tid = ::syscall(SYS_gettid);
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 10);
+}
 
 // The problem as the stand-ins are shared: every field that shapes a plan.
 std::string problem_key(const ChainProblem& p) {
@@ -147,6 +159,7 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
     if (const auto it = stand_ins.find(key); it != stand_ins.end()) return it->second;
   }
   StandInChain::Chosen chosen = std::async(std::launch::async, [device, make_chosen] {
+                                  lower_this_thread_priority();
                                   ScopedContext scope(device->context);
                                   return make_chosen();
                                 }).share();

@@ -13,8 +13,8 @@ namespace jitbmm {
 // `tune` says it is). The step products of an HMM's shared table are one wide product of every sequence's messages
 // ([B × C] · [C × C]), where the products' own default (a bmm of many batches in mind) leaves most SMs idle: the
 // rule takes smaller tiles there, and exp_matmul's tensor cores for log.
-// `quick`: the products' default variant instead, whose kernels compile fastest (a stand-in's,
-// runtime/chain_stand_in.hpp).
+// `quick`: the products' default variant in its family's smallest tile instead, whose kernel compiles fastest (a
+// stand-in's, runtime/chain_stand_in.hpp).
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
                               bool quick = false);
 // The kernels step_product_plan(problem, device, tune, quick) loads, where they are known without tuning (for

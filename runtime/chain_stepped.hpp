@@ -52,8 +52,8 @@ public:
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
   // asks for); otherwise they take stored decisions or the default, as every chain plan's. `quick_products`: the
-  // products' default variants, whose kernels compile fastest, in the products' form (a stand-in's,
-  // runtime/chain_stand_in.hpp; `kernel` must then be the products').
+  // products' default variants in their smallest tile, whose kernels compile fastest, in the products' form (a
+  // stand-in's, runtime/chain_stand_in.hpp; `kernel` must then be the products').
   SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
                StepKernel kernel = StepKernel::rule, bool quick_products = false);
   ~SteppedChain();
