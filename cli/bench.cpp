@@ -123,12 +123,17 @@ int run_bench(int argc, char** argv) {
   // Each mode reads its own flags; one given to a mode that ignores it is an error.
   std::string mode;
   for (const std::string& m : modes)
-    if (args.has(m)) {
+    if (args.has(m) && !(m == "--chain" && mode == "--first-call")) { // a chain's first call: --chain the states
       if (!mode.empty()) throw std::invalid_argument(m + ": not used with " + mode + " (one bench mode at a time)");
       mode = m;
     }
   std::set<std::string> used = problem_flags();
   used.insert({"--argmax", mode});
+  if (mode == "--first-call" && args.has("--chain")) {
+    args.require_only({"--first-call", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
+                      "bench --first-call --chain");
+    return run_chain_first_call(args);
+  }
   if (mode == "--first-call") {
     args.require_only(used, "bench --first-call");
     return run_first_call(args);

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/chain_args.hpp"
 #include "cli/commands.hpp"
 #include "cli/spec_args.hpp"
+#include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/device_memory.hpp"
@@ -46,6 +50,55 @@ int run_first_call(const Args& args) {
               "jitbmm's part (plan + launch) %.1f ms; NVRTC compilations %ld; spec %s\n",
               describe(p).c_str(), t_context, t_plan, t_launch, total, t_plan + t_launch, stats().nvrtc_compiles,
               to_string(plan.spec()).c_str());
+  return 0;
+}
+
+// A chain's first call, from entering this function: the plan (ChainPlan::get: its kernels compiled, or a stand-in's
+// while the chosen strategy's build on: docs/caching-and-tuning.md, "First calls"), then a forward with what its
+// backward reads (log: saved; max_plus: the path) and, for log, the backward, on zeroed inputs, to its score copied
+// back; then when the plan settled on its chosen strategy and the number of NVRTC compilations.
+int run_chain_first_call(const Args& args) {
+  const auto t0 = Clock::now();
+  const ChainProblem p = sized_chain_problem_from(args);
+  const auto device = current_device();
+  ScopedContext scope(device->context);
+  const double t_context = ms_since(t0);
+  const ChainPlan plan = ChainPlan::get(p);
+  const double t_plan = ms_since(t0) - t_context;
+  const std::string ran = plan.strategy();
+  const bool stand_in = !plan.settled();
+  const bool log = p.semiring == Semiring::log, hmm = p.form == ChainForm::hmm;
+  const std::size_t element = std::size_t(dtype_info(p.dtype).size_bytes);
+  const std::size_t emissions = std::size_t(p.B * p.T * p.C) * element, table = std::size_t(p.C * p.C) * element;
+  const std::size_t inputs = hmm ? emissions + table + std::size_t(p.C) * element
+                                 : std::size_t(p.B * (p.T - 1)) * table;
+  DeviceBuffer in(std::max<std::size_t>(inputs, 1)), grads(std::max<std::size_t>(inputs, 1)),
+      score(std::max<std::size_t>(std::size_t(p.B) * 8, 1)), ones(std::max<std::size_t>(std::size_t(p.B) * 8, 1)),
+      saved(std::max<std::size_t>(plan.saved_bytes(), 1)), path(std::max<std::size_t>(std::size_t(p.B * p.T) * 4, 1));
+  in.fill_bytes(0);
+  ones.fill_bytes(0);
+  char* x = static_cast<char*>(in.get());
+  char* g = static_cast<char*>(grads.get());
+  const HmmInputs tables{x, x + emissions, x + emissions + table};
+  const HmmGradients table_grads{g, g + emissions, g + emissions + table};
+  void* keep = log ? saved.get() : nullptr;
+  int32_t* best = log ? nullptr : static_cast<int32_t*>(path.get());
+  if (hmm)
+    plan(tables, nullptr, score.get(), keep, nullptr, best);
+  else
+    plan(in.get(), nullptr, score.get(), keep, nullptr, best);
+  if (log && hmm) plan.backward(tables, nullptr, keep, nullptr, ones.get(), table_grads);
+  if (log && !hmm) plan.backward(in.get(), nullptr, keep, nullptr, ones.get(), grads.get());
+  float first = 0;
+  score.download(&first, sizeof first);
+  const double t_call = ms_since(t0);
+  while (!plan.settled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::printf("first call of chain %s %s%s %lldx%lldx%lld (%s): context %.1f ms, plan %.1f ms; its first %s done at "
+              "%.1f ms, run by %s%s; the %s strategy from %.1f ms; NVRTC compilations %ld\n",
+              semiring_info(p.semiring).name, dtype_info(p.dtype).name, hmm ? " hmm" : "", (long long)p.B,
+              (long long)p.T, (long long)p.C, device->name.c_str(), t_context, t_plan,
+              log ? "forward + backward" : "forward with the path", t_call, ran.c_str(), stand_in ? " (a stand-in)" : "",
+              plan.strategy(), ms_since(t0), stats().nvrtc_compiles);
   return 0;
 }
 

@@ -17,6 +17,7 @@ std::string cache_dir_line();
 
 class Args;
 int run_first_call(const Args& args);       // bench --first-call
+int run_chain_first_call(const Args& args); // bench --first-call --chain C
 int run_compile_times(const Args& args);    // bench --compile-times
 int run_backward_bench(const Args& args);   // bench --backward
 int run_exp_matmul_bench(const Args& args); // bench --exp-matmul
