@@ -97,8 +97,8 @@ int run_chain_first_call(const Args& args) {
               "%.1f ms, run by %s%s; the %s strategy from %.1f ms; NVRTC compilations %ld\n",
               semiring_info(p.semiring).name, dtype_info(p.dtype).name, hmm ? " hmm" : "", (long long)p.B,
               (long long)p.T, (long long)p.C, device->name.c_str(), t_context, t_plan,
-              log ? "forward + backward" : "forward with the path", t_call, ran.c_str(), stand_in ? " (a stand-in)" : "",
-              plan.strategy(), ms_since(t0), stats().nvrtc_compiles);
+              log ? "forward + backward" : "forward with the path", t_call, ran.c_str(),
+              stand_in ? " (a stand-in)" : "", plan.strategy(), ms_since(t0), stats().nvrtc_compiles);
   return 0;
 }
 
