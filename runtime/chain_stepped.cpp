@@ -338,9 +338,13 @@ CUstream SteppedChain::side_stream() const {
 
 SteppedChain::~SteppedChain() {
   if (!side_) return;
-  // Work still queued on it completes first: the driver releases the stream then.
-  ScopedContext scope(device_->context);
-  driver().cuStreamDestroy(side_);
+  // Work still queued on it completes first: the driver releases the stream then. A plan may live until the process
+  // ends (a stand-in's, runtime/chain_stand_in.hpp): a driver already gone leaves nothing to release.
+  try {
+    ScopedContext scope(device_->context);
+    driver().cuStreamDestroy(side_);
+  } catch (...) {
+  }
 }
 
 void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
