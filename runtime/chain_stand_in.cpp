@@ -125,7 +125,8 @@ void StandInChain::forward(jb::ChainParams params, void* saved, Stream stream, c
     else
       stand_in_saved_.insert(saved);
   }
-  runs.forward(params, saved, stream, fitted(workspace, runs.workspace_bytes(saved != nullptr, params.path)));
+  runs.forward(params, saved, stream,
+               fitted(workspace, runs.workspace_bytes(saved != nullptr, params.path != nullptr)));
 }
 
 void StandInChain::backward(jb::ChainParams params, const void* saved, Stream stream,
