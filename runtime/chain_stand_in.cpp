@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "support/env_words.hpp"
 #include "support/log.hpp"
@@ -48,6 +49,29 @@ std::string describe(const ChainProblem& p) {
   return std::string("chain ") + semiring_info(p.semiring).name + ' ' + dtype_info(p.dtype).name + ' ' +
          (p.form == ChainForm::hmm ? "hmm " : "crf ") + std::to_string(p.B) + "x" + std::to_string(p.T) + "x" +
          std::to_string(p.C);
+}
+
+// The stand-ins of the process, one a problem and context. Never destroyed, as the modules they hold are not
+// (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already going. A build still
+// running then is waited for instead (wait_for_builds), before what it uses is destroyed.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+// At the process's end: every chosen strategy still being built, built.
+void wait_for_builds() {
+  std::vector<std::shared_ptr<const StandInChain>> all;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (const auto& entry : registry().stand_ins) all.push_back(entry.second);
+  }
+  for (const auto& s : all) s->wait_built();
 }
 
 // A workspace for a call whose strategy needs `need` bytes: the caller's, or jitbmm's pool where the caller's (sized
@@ -150,14 +174,11 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
                                                         const std::shared_ptr<const DeviceInfo>& device,
                                                         const MakeStrategy& make_chosen,
                                                         const MakeStrategy& make_stand_in) {
-  // Kept until the process ends; their destruction then waits for any build still running, before the caches and
-  // the libraries it uses are gone.
-  static std::mutex mutex;
-  static std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
+  Registry& r = registry();
   const auto key = std::make_pair(device->context, problem_key(problem));
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = stand_ins.find(key); it != stand_ins.end()) return it->second;
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end()) return it->second;
   }
   StandInChain::Chosen chosen = std::async(std::launch::async, [device, make_chosen] {
                                   lower_this_thread_priority();
@@ -178,8 +199,11 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
     log_message(LogLevel::debug, describe(problem) + ": the " + stand_in->name() +
                                      " strategy stands in while its chosen strategy is built");
   auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), describe(problem));
-  std::lock_guard<std::mutex> lock(mutex);
-  return stand_ins.emplace(key, std::move(made)).first->second; // another thread's, where it made one first
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
+  // Registered after what this build's plan has used so far, so that it runs before their destruction.
+  if (added) std::atexit(wait_for_builds);
+  return at->second;
 }
 
 } // namespace jitbmm

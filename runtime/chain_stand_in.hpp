@@ -49,6 +49,8 @@ public:
   void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
   // Once the chosen strategy is built (or has failed to build: the stand-in then serves for good, with a warning).
   bool settled() const override;
+  // Returns once the chosen strategy's build has ended (built or failed).
+  void wait_built() const { future_.wait(); }
 
 private:
   // The chosen strategy once built, else null; with `wait`, waits for its build first.
