@@ -74,10 +74,10 @@ void wait_for_builds() {
   for (const auto& s : all) s->wait_built();
 }
 
-// A workspace for a call whose strategy needs `need` bytes: the caller's, or jitbmm's pool where the caller's (sized
-// for the other strategy) is smaller.
-Workspace fitted(const Workspace& caller, std::size_t need) {
-  return caller.bytes >= need || (!caller.ptr && !caller.bytes) ? caller : Workspace{};
+// A workspace for a call whose strategy needs need() bytes: the caller's, or jitbmm's pool where the caller's (sized
+// for the other strategy) is smaller. None given: the pool's, as ever.
+template <class Need> Workspace fitted(const Workspace& caller, Need need) {
+  return !caller.ptr && !caller.bytes ? caller : caller.bytes >= need() ? caller : Workspace{};
 }
 
 } // namespace
@@ -141,28 +141,31 @@ std::size_t StandInChain::least_backward_workspace_bytes(bool transitions) const
 void StandInChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
   const ChainStrategy* c = for_call(stream);
   const ChainStrategy& runs = c ? *c : *stand_in_;
-  if (saved) {
-    // Recorded before the launches: a backward that follows on the host reads what this forward will have written.
+  // Recorded before the launches: a backward that follows on the host reads what this forward will have written.
+  // Once settled with no buffer of the stand-in's left, a call takes no lock.
+  if (saved && (!c || stand_in_saved_count_.load(std::memory_order_acquire) > 0)) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (c)
       stand_in_saved_.erase(saved);
     else
       stand_in_saved_.insert(saved);
+    stand_in_saved_count_.store(stand_in_saved_.size(), std::memory_order_release);
   }
   runs.forward(params, saved, stream,
-               fitted(workspace, runs.workspace_bytes(saved != nullptr, params.path != nullptr)));
+               fitted(workspace, [&] { return runs.workspace_bytes(saved != nullptr, params.path != nullptr); }));
 }
 
 void StandInChain::backward(jb::ChainParams params, const void* saved, Stream stream,
                             const Workspace& workspace) const {
   bool stand_in_wrote = false;
-  if (saved) {
+  if (saved && stand_in_saved_count_.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     stand_in_wrote = stand_in_saved_.count(saved) > 0;
   }
   const ChainStrategy* c = stand_in_wrote ? nullptr : for_call(stream);
   const ChainStrategy& runs = c ? *c : *stand_in_;
-  runs.backward(params, saved, stream, fitted(workspace, runs.backward_workspace_bytes(params.grad != nullptr)));
+  runs.backward(params, saved, stream,
+                fitted(workspace, [&] { return runs.backward_workspace_bytes(params.grad != nullptr); }));
 }
 
 bool stand_in_enabled() {

@@ -66,6 +66,7 @@ private:
   mutable std::atomic<const ChainStrategy*> chosen_{nullptr};
   mutable std::atomic<bool> failed_{false};
   mutable std::set<const void*> stand_in_saved_; // the `saved` buffers a stand-in forward wrote last
+  mutable std::atomic<std::size_t> stand_in_saved_count_{0}; // their number, read without the lock
 };
 
 // Whether $JITBMM_STAND_IN lets ChainPlan::get take a stand-in: on (the default) or off; another value is
