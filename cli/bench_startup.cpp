@@ -54,7 +54,7 @@ int run_first_call(const Args& args) {
 }
 
 // A chain's first call, from entering this function: the plan (ChainPlan::get: its kernels compiled, or a stand-in's
-// while the chosen strategy's build on: docs/caching-and-tuning.md, "First calls"), then a forward with what its
+// while the chosen strategy is built: docs/caching-and-tuning.md, "First calls"), then a forward with what its
 // backward reads (log: saved; max_plus: the path) and, for log, the backward, on zeroed inputs, to its score copied
 // back; then when the plan settled on its chosen strategy and the number of NVRTC compilations.
 int run_chain_first_call(const Args& args) {

@@ -143,10 +143,6 @@ std::optional<KernelSpec> fitting_rule(const Problem& problem, const DeviceInfo&
   }
 }
 
-} // namespace
-
-namespace {
-
 // A stand-in's product: the default variant in the tiled family's smallest tile (32 × 32 outputs a block, 2 × 2 a
 // thread), whose kernel compiles in about a third of the default tile's time; the default itself where that tile
 // does not fit.
