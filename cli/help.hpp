@@ -78,9 +78,10 @@ inline std::string inspect_help() {
          "                 --emit cuda|ptx|sass|resources|all\n" +
          wrap(description, 6, 108) +
          "  jitbmm inspect --chain C [--hmm] [--semiring log|max_plus] [--dtype f32|f64|f16|bf16] [--cluster K]\n"
-         "                 [--threads N] [--lanes G] [--beta-lanes G] [--arch sm_90]\n"
+         "                 [--threads N] [--lanes G] [--beta-lanes G] [--saving | --backward] [--arch sm_90]\n"
          "                 --emit cuda|ptx|sass|resources|all\n"
-         "      The same for the linear-chain module of C states (docs/chains.md): its forward and backward;\n"
+         "      The same for the linear-chain kernels of C states (docs/chains.md): the forward's unit, --saving\n"
+         "      log's saving forward's, --backward the backward's (each compiled apart);\n"
          "      --hmm: the HMM form's (transitions and emissions instead of potentials); --cluster K: each\n"
          "      sequence's recursion split over a cluster of K blocks (sm_90 on; a plan picks K by batch and GPU,\n"
          "      or takes a stored decision's).\n"

@@ -323,7 +323,8 @@ int run_inspect(int argc, char** argv) {
        "--kbest"});
   std::set<std::string> switches = spec_switches();
   switches.insert(
-      {"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward", "--expectation"});
+      {"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward", "--saving",
+       "--expectation"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -415,18 +416,29 @@ int run_inspect(int argc, char** argv) {
     threads = !args.has("--fused")     ? kStepThreads
               : args.has("--streamed") ? jb::kFusedBlock
                                        : jb::fused_resident_threads(problem.semiring == Semiring::log);
-  } else if (args.has("--chain")) { // a chain module: its source depends on the semiring, the dtype and C alone
+  } else if (args.has("--chain")) { // the sequential kernels: the forward's unit, or --saving's or --backward's
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",
-                       "--emit", "--arch"},
+                       "--saving", "--backward", "--emit", "--arch"},
                       "inspect --chain");
+    if (args.has("--saving") && args.has("--backward"))
+      throw std::invalid_argument("--saving: one unit at a time (--saving or --backward)");
     // No device: one block per sequence unless --cluster says otherwise.
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const ChainSpec spec = chain_spec_from(args, problem, default_chain_spec(problem));
     if (spec.forward.cluster > 1 && !arch_features(parse_sm(arch, "--arch")).has(kClusters))
       throw std::invalid_argument("--cluster: needs " + missing_features(kClusters, {}) + ", which --arch " + arch +
                                   " lacks");
-    kernel = with_override(emit_chain_kernel(spec));
-    threads = spec.forward.threads; // the occupancy reported is the forward's
+    if (args.has("--saving") && problem.semiring != Semiring::log)
+      throw std::invalid_argument("--saving: log's saving forward (max_plus's forward with the path is the forward)");
+    const ChainUnit unit = args.has("--saving")     ? ChainUnit::saving
+                           : args.has("--backward") ? ChainUnit::backward
+                                                    : ChainUnit::forward;
+    kernel = with_override(emit_chain_kernel(spec, unit));
+    // The occupancy reported is the unit's main entry's.
+    threads = unit == ChainUnit::forward  ? spec.forward.threads
+              : unit == ChainUnit::saving ? spec.saving.threads
+              : problem.form == ChainForm::hmm ? kHmmNodeThreads
+                                               : spec.backward_threads;
   } else {
     const KernelSpec spec = spec_from(args, problem_from(args, "inspect", {{"--emit", "cuda"}}));
     kernel = with_override(emit_kernel(spec));

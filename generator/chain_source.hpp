@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "generator/emit_source.hpp"
 #include "jitbmm/chain_problem.hpp"
@@ -21,11 +22,13 @@ struct ChainLoop {
 };
 constexpr int kMaxChainCluster = 8;
 
-// One module per spec (templates/chain/): the forward (main entry: a block per sequence), "_saving" (log: the
-// forward that saves its messages for a backward, with a second block per sequence computing its backward
-// messages), and the backward: for the CRF form "_backward" (the edge marginals for log, the best path's indicator
-// for max_plus; a block per step), for the HMM form "_nodes" (the emissions' gradient), "_edges" (the transitions'
-// gradient, or its partial sums over ranges of steps) and "_reduce" (those sums, and the initial table's gradient).
+// A spec's kernels (templates/chain/), in units compiled apart (at once, where a plan builds them): the forward (a
+// block or a cluster per sequence), log's saving forward (the forward that saves its messages for a backward, with a
+// second block or cluster per sequence computing its backward messages), and the backward: for the CRF form a block
+// per step (the edge marginals for log, the best path's indicator for max_plus), for the HMM form the emissions'
+// gradient (the main entry), "_edges" (the transitions' gradient, or its partial sums over ranges of steps) and
+// "_reduce" (those sums, and the initial table's gradient). Each unit's text depends on the spec's fields its
+// name says, so specs that differ elsewhere share it.
 struct ChainSpec {
   Semiring semiring = Semiring::log;
   DType dtype = DType::f32;
@@ -81,7 +84,12 @@ void check_chain_spec(const ChainSpec& spec, const ChainProblem& problem);
 // cluster: "512x8x4"), printed into the source.
 std::string to_string(const ChainSpec& spec);
 
-GeneratedKernel emit_chain_kernel(const ChainSpec& spec);
+// Each unit's main entry is its kernel; the forward unit's name is a plan's kernel_name().
+enum class ChainUnit { forward, saving, backward };
+// std::invalid_argument for max_plus's saving unit (its forward with the path is the forward).
+GeneratedKernel emit_chain_kernel(const ChainSpec& spec, ChainUnit unit = ChainUnit::forward);
+// The units a spec's plan loads: the forward, log's saving forward, the backward.
+std::vector<GeneratedKernel> emit_chain_units(const ChainSpec& spec);
 
 // The chunked strategy's module for chains of a semiring (log or max_plus) and C states whose inputs are `dtype`
 // (templates/chain/chunks.cuh): the main entry copies the steps into chunks (chunk_pad), then "_normalize" and

@@ -7,6 +7,7 @@
 #include "generator/launch_grid.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/build_ahead.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm {
@@ -29,10 +30,16 @@ struct SequentialChain::EdgeSplit {
 SequentialChain::SequentialChain(const ChainProblem& problem, const ChainSpec& spec,
                                  std::shared_ptr<const DeviceInfo> device)
     : problem_(problem), spec_(spec), device_(std::move(device)) {
-  if (problem.B > 0) kernel_ = load_generated(*device_, emit_chain_kernel(spec_));
+  if (problem.B == 0) return;
+  // Every unit a first forward and backward load, built at once.
+  const std::vector<GeneratedKernel> units = emit_chain_units(spec_);
+  build_ahead(*device_, units);
+  forward_ = load_generated(*device_, units.front());
+  if (problem.semiring == Semiring::log) saving_ = load_generated(*device_, units[1]);
+  backward_ = load_generated(*device_, units.back());
 }
 
-std::string SequentialChain::kernel_name() const { return kernel_ ? kernel_->generated.name : ""; }
+std::string SequentialChain::kernel_name() const { return forward_ ? forward_->generated.name : ""; }
 
 std::size_t SequentialChain::workspace_bytes(bool, bool with_path) const {
   const ChainProblem& p = problem_;
@@ -45,11 +52,11 @@ std::size_t SequentialChain::backward_workspace_bytes(bool transitions) const {
   return edge_split().partial_bytes(problem_);
 }
 
-void SequentialChain::launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams params,
-                             CUstream stream, unsigned dynamic_shared) const {
+void SequentialChain::launch(const LoadedKernel& unit, const char* suffix, unsigned blocks, unsigned threads,
+                             jb::ChainParams params, CUstream stream, unsigned dynamic_shared) const {
   const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
   void* args[] = {&params};
-  jitbmm::launch(*kernel_, suffix, grid, block, args, stream, dynamic_shared);
+  jitbmm::launch(unit, suffix, grid, block, args, stream, dynamic_shared);
 }
 
 void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
@@ -59,14 +66,14 @@ void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*device_, workspace, back_bytes, cu_stream);
   params.back = static_cast<unsigned short*>(scratch.take(back_bytes));
-  // A cluster of blocks per sequence; with saved, "_saving": clusters B to 2B − 1 compute the backward messages
-  // alongside.
+  // A cluster of blocks per sequence; with saved, the saving forward: clusters B to 2B − 1 compute the backward
+  // messages alongside.
   const ChainSpec& sp = spec_;
   if (saved)
-    launch("_saving", unsigned(2 * p.B * sp.saving.cluster), unsigned(sp.saving.threads), params, cu_stream,
+    launch(*saving_, "", unsigned(2 * p.B * sp.saving.cluster), unsigned(sp.saving.threads), params, cu_stream,
            std::max(sp.dynamic_bytes(sp.saving), sp.dynamic_bytes(sp.beta())));
   else
-    launch("", unsigned(p.B * sp.forward.cluster), unsigned(sp.forward.threads), params, cu_stream,
+    launch(*forward_, "", unsigned(p.B * sp.forward.cluster), unsigned(sp.forward.threads), params, cu_stream,
            sp.dynamic_bytes(sp.forward));
 }
 
@@ -78,7 +85,7 @@ void SequentialChain::backward(jb::ChainParams params, const void*, Stream strea
   ScopedContext scope(device_->context);
   // A block per step, grid-strided beyond what one launch should hold.
   const int64_t steps = problem_.B * (problem_.T - 1);
-  launch("_backward", grid_stride_blocks(steps, 1), unsigned(spec_.backward_threads), params,
+  launch(*backward_, "", grid_stride_blocks(steps, 1), unsigned(spec_.backward_threads), params,
          reinterpret_cast<CUstream>(stream));
 }
 
@@ -103,7 +110,7 @@ SequentialChain::EdgeSplit SequentialChain::edge_split() const {
   return e;
 }
 
-// The HMM form's gradients: the state marginals ("_nodes"), the transitions' in ranges of steps ("_edges") and their
+// The HMM form's gradients: the state marginals (the backward unit's main entry), the transitions' in ranges of steps ("_edges") and their
 // sums with the initial table's ("_reduce").
 void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
@@ -119,18 +126,18 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
     return unsigned(std::clamp<int64_t>(blocks, 1, 16 * int64_t(std::max(1, device_->sm_count))));
   };
   if (params.grad_emissions)
-    launch("_nodes", strided(jb::hmm_row_threads(p.B * p.T)), unsigned(kHmmNodeThreads), params, cu_stream);
+    launch(*backward_, "", strided(jb::hmm_row_threads(p.B * p.T)), unsigned(kHmmNodeThreads), params, cu_stream);
   Scratch scratch(*device_, workspace, need, cu_stream);
   params.partials = scratch.take(need);
   if (params.grad) {
     const unsigned grid[3] = {unsigned(split.groups * split.chunks), unsigned(split.tiles), 1};
     const unsigned block[3] = {unsigned(spec_.edge_threads()), 1, 1};
     void* args[] = {&params};
-    jitbmm::launch(*kernel_, "_edges", grid, block, args, cu_stream);
+    jitbmm::launch(*backward_, "_edges", grid, block, args, cu_stream);
   }
   const int64_t reduced = jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0,
                                                  params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
-  if (reduced > 0) launch("_reduce", strided(reduced), unsigned(kHmmNodeThreads), params, cu_stream);
+  if (reduced > 0) launch(*backward_, "_reduce", strided(reduced), unsigned(kHmmNodeThreads), params, cu_stream);
 }
 
 } // namespace jitbmm

@@ -1,4 +1,4 @@
-// The sequential strategy (docs/chains-design.md): the chain module's kernels (generator/chain_source.hpp), a block or
+// The sequential strategy (docs/chains-design.md): the chain units' kernels (generator/chain_source.hpp), a block or
 // a cluster per sequence along its whole chain for the forward, a block per step for the CRF form's backward, and for
 // the HMM form's the state marginals, the transitions' gradient in ranges of steps and their sums.
 #pragma once
@@ -18,7 +18,7 @@ namespace jitbmm {
 
 class SequentialChain final : public ChainStrategy {
 public:
-  // Compiles the chain module of `spec` (nothing where B = 0: no call launches anything then).
+  // Compiles the units of `spec`, all at once (nothing where B = 0: no call launches anything then).
   SequentialChain(const ChainProblem& problem, const ChainSpec& spec, std::shared_ptr<const DeviceInfo> device);
 
   const char* name() const override { return "sequential"; }
@@ -34,14 +34,15 @@ private:
   struct EdgeSplit;
   EdgeSplit edge_split() const;
   void hmm_backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
-  // One of the module's entries, `blocks` blocks of `threads`.
-  void launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams params, CUstream stream,
-              unsigned dynamic_shared = 0) const;
+  // One of a unit's entries, `blocks` blocks of `threads`.
+  void launch(const LoadedKernel& unit, const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams params,
+              CUstream stream, unsigned dynamic_shared = 0) const;
 
   ChainProblem problem_;
   ChainSpec spec_;
   std::shared_ptr<const DeviceInfo> device_;
-  std::shared_ptr<const LoadedKernel> kernel_; // null when B = 0
+  // The units (generator/chain_source.hpp); null when B = 0, and the saving forward for max_plus.
+  std::shared_ptr<const LoadedKernel> forward_, saving_, backward_;
 };
 
 } // namespace jitbmm

@@ -39,7 +39,10 @@ inline void precompile(const DeviceInfo& device, const std::vector<KernelSpec>& 
 }
 
 inline void precompile(const DeviceInfo& device, const std::vector<ChainSpec>& specs) {
-  on_all_cores(specs.size(), [&](std::size_t i) { load_generated(device, emit_chain_kernel(specs[i])); });
+  std::vector<GeneratedKernel> units;
+  for (const ChainSpec& spec : specs)
+    for (GeneratedKernel& unit : emit_chain_units(spec)) units.push_back(std::move(unit));
+  on_all_cores(units.size(), [&](std::size_t i) { load_generated(device, units[i]); });
 }
 
 // The modules of chain problems' default variants on the device (what ChainPlan::get loads: T does not change a

@@ -225,11 +225,15 @@ TEST_CASE("needed_features: exp_matmul's mma forms need TF32/BF16 mma, its wgmma
   CHECK(emit_kernel(default_spec(p)).needs == 0);
 }
 
-TEST_CASE("a chain module needs clusters where a loop is split over more than one block, and nothing else") {
+TEST_CASE("a chain unit needs clusters where its loop is split over more than one block, and nothing else") {
   const ChainProblem p = crf_chain(128);
-  CHECK(emit_chain_kernel(default_chain_spec(p)).needs == 0);
+  for (const GeneratedKernel& unit : emit_chain_units(default_chain_spec(p))) CHECK(unit.needs == 0);
   CHECK(emit_chain_kernel(clustered_chain_spec(p, 2)).needs == kClusters);
-  CHECK(emit_chain_kernel(clustered_chain_spec(p, 1, 4)).needs == kClusters); // the saving forward's cluster alone
+  CHECK(emit_chain_kernel(clustered_chain_spec(p, 2), ChainUnit::saving).needs == kClusters);
+  CHECK(emit_chain_kernel(clustered_chain_spec(p, 2), ChainUnit::backward).needs == 0);
+  const ChainSpec saving_alone = clustered_chain_spec(p, 1, 4); // the saving forward's cluster alone
+  CHECK(emit_chain_kernel(saving_alone).needs == 0);
+  CHECK(emit_chain_kernel(saving_alone, ChainUnit::saving).needs == kClusters);
 }
 
 TEST_CASE("missing_features names each missing feature with the architectures that have it; feature_names lists") {

@@ -157,7 +157,7 @@ TEST_CASE("chain spec checks: a cluster size that is not a power of two at most 
   CHECK(clustered_chain_spec(p, 4).beta().cluster == 4);
 }
 
-TEST_CASE("chain modules: a clustered loop's entry declares its cluster, and its name and spec line say it") {
+TEST_CASE("chain units: a clustered loop's entry declares its cluster, and its name and spec line say it") {
   const ChainSpec spec = clustered_chain_spec(chain(Semiring::log, 2, 128), 4);
   const GeneratedKernel k = emit_chain_kernel(spec);
   CHECK(k.name.find("_k4_") != std::string::npos);
@@ -165,12 +165,41 @@ TEST_CASE("chain modules: a clustered loop's entry declares its cluster, and its
                       "x4") != std::string::npos);
   CHECK(k.source.find("__cluster_dims__(4, 1, 1) __launch_bounds__(" + std::to_string(spec.forward.threads)) !=
         std::string::npos);
+  const GeneratedKernel s = emit_chain_kernel(spec, ChainUnit::saving);
+  CHECK(s.name.find("_saving_s" + std::to_string(spec.saving.threads) + "x") != std::string::npos);
+  CHECK(s.name.find("x4_") != std::string::npos);
   const std::string saving = "__cluster_dims__(4, 1, 1) __launch_bounds__(" + std::to_string(spec.saving.threads) +
-                             ", 1) " + k.name + "_saving(";
-  CHECK(k.source.find(saving) != std::string::npos);
+                             ", 1) " + s.name + "(";
+  CHECK(s.source.find(saving) != std::string::npos);
   const GeneratedKernel single = emit_chain_kernel(clustered_chain_spec(chain(Semiring::log, 2, 128), 1));
   CHECK(single.source.find("__cluster_dims__") == std::string::npos);
   CHECK(single.name.find("_k") == std::string::npos);
+}
+
+TEST_CASE("chain units: each unit's text depends on its own fields, so specs that differ elsewhere share it") {
+  for (ChainForm form : {ChainForm::crf, ChainForm::hmm}) {
+    const ChainProblem p = chain(Semiring::log, 2, 128, form);
+    const ChainSpec one = clustered_chain_spec(p, 1, 1), forward_apart = clustered_chain_spec(p, 2, 1),
+                    saving_apart = clustered_chain_spec(p, 1, 2);
+    CHECK(emit_chain_kernel(one).name != emit_chain_kernel(forward_apart).name);
+    CHECK(emit_chain_kernel(one, ChainUnit::saving).name == emit_chain_kernel(forward_apart, ChainUnit::saving).name);
+    CHECK(emit_chain_kernel(one).source == emit_chain_kernel(saving_apart).source);
+    CHECK(emit_chain_kernel(one, ChainUnit::saving).name != emit_chain_kernel(saving_apart, ChainUnit::saving).name);
+    CHECK(emit_chain_kernel(one, ChainUnit::backward).source ==
+          emit_chain_kernel(saving_apart, ChainUnit::backward).source);
+    // Each unit inlines only what it runs.
+    const GeneratedKernel backward = emit_chain_kernel(one, ChainUnit::backward);
+    CHECK(backward.source.find("chain_forward") == std::string::npos);
+    CHECK(emit_chain_kernel(one).source.find(form == ChainForm::hmm ? "hmm_nodes" : "chain_marginals") ==
+          std::string::npos);
+    const std::vector<std::string> entries =
+        form == ChainForm::hmm ? std::vector<std::string>{"", "_edges", "_reduce"} : std::vector<std::string>{""};
+    CHECK(backward.entries == entries);
+  }
+  // max_plus: the forward (with the path, where asked) and the backward; no saving forward.
+  const ChainSpec best = default_chain_spec(chain(Semiring::max_plus, 2, 64));
+  CHECK(emit_chain_units(best).size() == 2);
+  expect_invalid([&] { emit_chain_kernel(best, ChainUnit::saving); }, "chain unit: max_plus has no saving forward");
 }
 
 TEST_CASE("chain modules: half inputs are read as their storage type, reduced in f32, and never through the ring") {
@@ -184,7 +213,7 @@ TEST_CASE("chain modules: half inputs are read as their storage type, reduced in
       const GeneratedKernel k = emit_chain_kernel(spec);
       const std::string storage = std::string(dtype_info(d).device_type) + ", jb::ChainLog<float>";
       CHECK(k.source.find("chain_forward<" + storage) != std::string::npos);
-      CHECK(k.source.find("chain_saving<" + storage) != std::string::npos);
+      CHECK(emit_chain_kernel(spec, ChainUnit::saving).source.find("chain_saving<" + storage) != std::string::npos);
       CHECK(k.name.find(std::string("_") + dtype_info(d).name + "_") != std::string::npos);
     }
 }

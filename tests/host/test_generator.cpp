@@ -197,9 +197,10 @@ TEST_CASE("kernel names are lowercase parts joined by one '_', the tile a part o
     for (Semiring semiring : {Semiring::log, Semiring::max_plus}) {
       ChainProblem p;
       p.semiring = semiring, p.form = form, p.B = 2, p.T = 64, p.C = 256;
-      const std::string name = emit_chain_kernel(clustered_chain_spec(p, 2)).name;
-      CAPTURE(name);
-      CHECK(std::regex_match(name, parts));
+      for (const GeneratedKernel& unit : emit_chain_units(clustered_chain_spec(p, 2))) {
+        CAPTURE(unit.name);
+        CHECK(std::regex_match(unit.name, parts));
+      }
     }
   CHECK(std::regex_match(emit_chunk_kernel(Semiring::max_plus, DType::bf16, 33).name, parts));
   KernelSpec tiled;

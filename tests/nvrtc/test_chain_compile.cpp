@@ -1,4 +1,4 @@
-// Compile-only: the chain modules for every semiring, dtype (f16 and bf16 at fewer state counts) and input form, at
+// Compile-only: the chain units for every semiring, dtype (f16 and bf16 at fewer state counts) and input form, at
 // state counts that reach each shape of the kernels (one lane per state, groups of lanes, the next step's potentials
 // in registers or not, more states than threads, a cluster of blocks per sequence), build for sm_90 without spills
 // in any entry but a bounded few in the saving forward of the clusters the rule takes and in half forwards (all of
@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,36 +38,59 @@ constexpr int kHalfForwardSpillBytes = 64;
 
 namespace {
 
-// A chain spec's features for the sweep's subset (sweep.hpp): its fields but the block sizes, the shapes of its loops,
-// the templates it inlines.
-std::vector<std::string> chain_features(const ChainSpec& s) {
+// A chain unit's features for the sweep's subset (sweep.hpp): its spec's fields but the block sizes, which unit, the
+// shapes of the loops it runs, the templates it inlines.
+std::vector<std::string> unit_features(const ChainSpec& s, ChainUnit unit) {
   std::vector<std::string> features;
   std::istringstream fields(to_string(s));
   for (std::string f; fields >> f;)
     if (f.rfind("semiring=", 0) == 0 || f.rfind("dtype=", 0) == 0 || f.rfind("C=", 0) == 0) features.push_back(f);
   features.push_back(s.form == ChainForm::hmm ? "form=hmm" : "form=crf");
-  for (const ChainLoop* loop : {&s.forward, &s.saving}) {
+  const char* names[] = {"forward", "saving", "backward"};
+  features.push_back(std::string("unit=") + names[int(unit)]);
+  std::vector<const ChainLoop*> loops;
+  if (unit == ChainUnit::forward) loops = {&s.forward};
+  if (unit == ChainUnit::saving) loops = {&s.saving};
+  for (const ChainLoop* loop : loops) {
     const std::string at = loop == &s.forward ? "forward " : "saving ";
     features.push_back(at + "cluster=" + std::to_string(loop->cluster));
     features.push_back(at + "prefetch=" + std::to_string(s.prefetch(*loop)));
     features.push_back(at + "lanes>1=" + std::to_string(loop->lanes > 1));
     features.push_back(at + "states>threads=" + std::to_string(s.C > loop->threads));
   }
-  for (std::string& t : test::inlined_templates(emit_chain_kernel(s).source)) features.push_back(std::move(t));
+  for (std::string& t : test::inlined_templates(emit_chain_kernel(s, unit).source)) features.push_back(std::move(t));
   return features;
 }
 
-// The spill bounds above, for an entry of a module of `spec` (`rule_clustered`: clusters the rule takes).
-int allowed_spill_bytes(const ChainSpec& spec, bool rule_clustered, const std::string& entry) {
-  const bool forward = entry.empty() || entry == "_saving";
-  return rule_clustered && entry == "_saving"              ? kRuleClusterSpillBytes
-         : dtype_info(spec.dtype).half && forward ? kHalfForwardSpillBytes
-                                                  : 0;
+// A spec's units with what each is: the forward, log's saving forward, the backward.
+std::vector<std::pair<GeneratedKernel, ChainUnit>> units_of(const ChainSpec& spec) {
+  std::vector<std::pair<GeneratedKernel, ChainUnit>> units;
+  for (ChainUnit unit : {ChainUnit::forward, ChainUnit::saving, ChainUnit::backward})
+    if (unit != ChainUnit::saving || spec.semiring == Semiring::log)
+      units.emplace_back(emit_chain_kernel(spec, unit), unit);
+  return units;
+}
+
+// A chain spec's features: its units'.
+std::vector<std::string> chain_features(const ChainSpec& s) {
+  std::vector<std::string> features;
+  for (const auto& [kernel, unit] : units_of(s))
+    for (std::string& f : unit_features(s, unit)) features.push_back(std::move(f));
+  std::sort(features.begin(), features.end());
+  features.erase(std::unique(features.begin(), features.end()), features.end());
+  return features;
+}
+
+// The spill bounds above, for a unit of `spec` (`rule_clustered`: clusters the rule takes).
+int allowed_spill_bytes(const ChainSpec& spec, bool rule_clustered, ChainUnit unit) {
+  return rule_clustered && unit == ChainUnit::saving                           ? kRuleClusterSpillBytes
+         : dtype_info(spec.dtype).half && unit != ChainUnit::backward ? kHalfForwardSpillBytes
+                                                                              : 0;
 }
 
 } // namespace
 
-TEST_CASE("every chain module compiles for sm_90 without spills (a few words in the rule's clustered saving forward "
+TEST_CASE("every chain unit compiles for sm_90 without spills (a few words in the rule's clustered saving forward "
           "and half forwards)") {
   std::vector<ChainSpec> specs;
   std::vector<bool> rule_clustered; // specs[i] is a clustered spec the rule takes
@@ -119,25 +143,40 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
   for (const auto& [group, i] : most) items[i].largest = true;
   const test::SweepPlan plan = test::sweep_plan_from_env();
   const test::SweepChoice choice = test::select_sweep(items, plan);
-  MESSAGE(test::describe(choice, plan, specs.size(), "chain modules"));
+  MESSAGE(test::describe(choice, plan, specs.size(), "chain specs"));
   std::vector<ChainSpec> chosen;
   std::vector<bool> chosen_rule_clustered;
   for (std::size_t i : choice.chosen) chosen.push_back(specs[i]), chosen_rule_clustered.push_back(rule_clustered[i]);
   specs.swap(chosen);
   rule_clustered.swap(chosen_rule_clustered);
+  // Each unit once (specs that differ in one loop share the others), with the spec and unit that bound its spills.
+  struct Unit {
+    GeneratedKernel kernel;
+    std::size_t spec;
+    ChainUnit unit;
+  };
+  std::vector<Unit> units;
+  std::map<std::string, std::size_t> seen; // a unit's name (its text's hash in it) → where in `units`
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    for (auto& [kernel, unit] : units_of(specs[i])) {
+      const auto [at, added] = seen.emplace(kernel.name, units.size());
+      if (added)
+        units.push_back({std::move(kernel), i, unit});
+      else if (!rule_clustered[i]) // the stricter bound where one spec of the unit has it
+        units[at->second].spec = i;
+    }
   // NVRTC is thread-safe: compile on every core, check on this thread.
-  std::vector<std::future<std::pair<GeneratedKernel, std::string>>> logs;
+  std::vector<std::future<std::string>> logs;
   const std::size_t workers = std::max(2u, std::thread::hardware_concurrency());
-  std::vector<std::pair<GeneratedKernel, std::string>> done;
-  test::SweepProgress progress("jitbmm_test_nvrtc chain modules", specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    logs.push_back(std::async(std::launch::async, [spec = specs[i], &progress] {
-      const GeneratedKernel k = emit_chain_kernel(spec);
-      auto compiled = std::make_pair(k, compile_to_cubin(k, "sm_90", PtxasReport::wanted).log);
+  std::vector<std::string> done;
+  test::SweepProgress progress("jitbmm_test_nvrtc chain units", units.size());
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    logs.push_back(std::async(std::launch::async, [&kernel = units[i].kernel, &progress] {
+      std::string log = compile_to_cubin(kernel, "sm_90", PtxasReport::wanted).log;
       progress.one_done();
-      return compiled;
+      return log;
     }));
-    if (logs.size() == workers || i + 1 == specs.size()) {
+    if (logs.size() == workers || i + 1 == units.size()) {
       for (auto& f : logs) {
         REQUIRE_NOTHROW(done.push_back(f.get()));
       }
@@ -145,12 +184,13 @@ TEST_CASE("every chain module compiles for sm_90 without spills (a few words in 
     }
   }
   for (std::size_t i = 0; i < done.size(); ++i) {
-    CAPTURE(to_string(specs[i]));
-    const auto& [k, log] = done[i];
-    for (const std::string& entry : k.entries) {
+    const Unit& u = units[i];
+    CAPTURE(to_string(specs[u.spec]));
+    CAPTURE(u.kernel.name);
+    for (const std::string& entry : u.kernel.entries) {
       CAPTURE(entry);
-      const PtxasResources r = parse_ptxas_log(log, k.name + entry);
-      const int allowed = allowed_spill_bytes(specs[i], rule_clustered[i], entry);
+      const PtxasResources r = parse_ptxas_log(done[i], u.kernel.name + entry);
+      const int allowed = allowed_spill_bytes(specs[u.spec], rule_clustered[u.spec], u.unit);
       CHECK(r.registers > 0);
       CHECK(r.spill_store_bytes <= allowed);
       CHECK(r.spill_load_bytes <= allowed);
@@ -301,7 +341,7 @@ TEST_CASE("the k-max semiring's product compiles for the oldest and the newest a
   CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f16, 4), doctest::Contains("dtype"), std::invalid_argument);
 }
 
-TEST_CASE("the default chain modules compile for every supported architecture: clusters where it has them") {
+TEST_CASE("the default chain units compile for every supported architecture: clusters where it has them") {
   const test::TestArchs archs = test::test_archs();
   CHECK_MESSAGE(archs.missing.empty(), "NVRTC " << nvrtc_version() << " cannot target " << test::sm_names(archs.missing));
   if (!archs.note.empty()) MESSAGE(archs.note);
@@ -310,7 +350,8 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
   struct Job {
     GeneratedKernel kernel;
     int sm;
-    ChainSpec spec;        // of a sequential module
+    ChainSpec spec;        // of a sequential unit
+    ChainUnit unit;        // which
     bool clustered, chunk; // by the rule; the chunked strategy's module
   };
   std::map<std::pair<std::string, int>, std::size_t> seen; // source and architecture: each compiled once
@@ -327,11 +368,13 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
               problem.B = B, problem.T = 4096, problem.C = C;
               const ChainSpec spec = default_chain_spec(problem, arch_features(sm).has(kClusters) ? 132 : 0);
               const bool clustered = std::max(spec.forward.cluster, spec.saving.cluster) > 1;
-              std::vector<std::pair<GeneratedKernel, bool>> modules = {{emit_chain_kernel(spec), false}};
-              if (default_chain_chunk(problem) > 0) modules.push_back({emit_chunk_kernel(semiring, dtype, int(C)), true});
-              for (auto& [kernel, chunk] : modules) {
+              std::vector<std::tuple<GeneratedKernel, ChainUnit, bool>> modules;
+              for (auto& [kernel, unit] : units_of(spec)) modules.emplace_back(std::move(kernel), unit, false);
+              if (default_chain_chunk(problem) > 0)
+                modules.emplace_back(emit_chunk_kernel(semiring, dtype, int(C)), ChainUnit::forward, true);
+              for (auto& [kernel, unit, chunk] : modules) {
                 if (!seen.emplace(std::make_pair(kernel.source, sm), jobs.size()).second) continue;
-                std::vector<std::string> features = chain_features(spec);
+                std::vector<std::string> features = unit_features(spec, unit);
                 if (chunk) {
                   features = {"chunked module", "chunked dtype=" + std::string(dtype_info(dtype).name),
                               "chunked semiring=" + std::string(semiring_info(semiring).name)};
@@ -341,13 +384,13 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
                 items.push_back(test::on_arch(features, sm_name(sm), {"template:", "chunked module", "forward cluster="},
                                               test::feature_kind(sm, archs.sms)));
                 items.back().cost = double(C);
-                jobs.push_back({std::move(kernel), sm, spec, clustered, chunk});
+                jobs.push_back({std::move(kernel), sm, spec, unit, clustered, chunk});
               }
             }
   test::SweepPlan plan = test::sweep_plan_from_env();
   plan.sample_share /= 4; // of five architectures' modules: about as many drawn as for one
   const test::SweepChoice choice = test::select_sweep(items, plan);
-  MESSAGE(test::describe(choice, plan, items.size(), "default chain modules on each architecture"));
+  MESSAGE(test::describe(choice, plan, items.size(), "default chain units on each architecture"));
   std::vector<std::pair<GeneratedKernel, int>> chosen;
   for (std::size_t i : choice.chosen) chosen.emplace_back(jobs[i].kernel, jobs[i].sm);
   const std::vector<test::ArchCompile> done = test::compile_on_archs(chosen, "jitbmm_test_nvrtc default chains");
@@ -359,7 +402,7 @@ TEST_CASE("the default chain modules compile for every supported architecture: c
     for (const std::string& entry : job.kernel.entries) {
       CAPTURE(entry);
       const PtxasResources r = parse_ptxas_log(done[n].log, job.kernel.name + entry);
-      const int allowed = (job.chunk ? 0 : allowed_spill_bytes(job.spec, job.clustered, entry)) +
+      const int allowed = (job.chunk ? 0 : allowed_spill_bytes(job.spec, job.clustered, job.unit)) +
                           test::older_arch_spill_bytes(job.sm);
       CHECK(r.registers > 0);
       CHECK(r.spill_store_bytes <= allowed);

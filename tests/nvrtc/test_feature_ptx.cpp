@@ -44,7 +44,7 @@ TEST_CASE("at feature level sm_75 the default kernels hold no instruction newer 
   kernels.push_back(emit_kernel(default_grad_spec(problem(Semiring::log, DType::bf16), Pass::grad_a)));
   ChainProblem chain;
   chain.dtype = DType::bf16, chain.B = 4, chain.T = 16, chain.C = 64;
-  kernels.push_back(emit_chain_kernel(default_chain_spec(chain)));
+  for (GeneratedKernel& unit : emit_chain_units(default_chain_spec(chain))) kernels.push_back(std::move(unit));
   // Both compiles of every kernel side by side (NVRTC is thread-safe), then the checks.
   std::vector<std::future<std::string>> old_paths, native;
   for (const GeneratedKernel& k : kernels) {
