@@ -281,7 +281,8 @@ std::string to_string(const ChainSpec& s) {
 GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
   const bool log = s.semiring == Semiring::log, hmm = s.form == ChainForm::hmm;
   if (unit == ChainUnit::saving && !log)
-    throw std::invalid_argument("chain unit: max_plus has no saving forward (its forward with the path is the forward)");
+    throw std::invalid_argument(
+        "chain unit: max_plus has no saving forward (its forward with the path is the forward)");
   // The kernels take the inputs' storage type; the reductions work in its accumulator type.
   const std::string type = dtype_info(s.dtype).device_type;
   const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + dtype_info(s.dtype).acc_type + ">";

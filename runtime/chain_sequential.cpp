@@ -110,8 +110,8 @@ SequentialChain::EdgeSplit SequentialChain::edge_split() const {
   return e;
 }
 
-// The HMM form's gradients: the state marginals (the backward unit's main entry), the transitions' in ranges of steps ("_edges") and their
-// sums with the initial table's ("_reduce").
+// The HMM form's gradients: the state marginals (the backward unit's main entry), the transitions' in ranges of
+// steps ("_edges") and their sums with the initial table's ("_reduce").
 void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   const EdgeSplit split = edge_split();
