@@ -19,7 +19,7 @@ namespace jitbmm {
 
 namespace {
 
-static_assert(jb::kMaxKBestCluster == jb::kMaxExpectCluster, "one rule gives both their clusters");
+static_assert(int(jb::kMaxKBestCluster) == int(jb::kMaxExpectCluster), "one rule gives both their clusters");
 
 void check_cluster(int cluster) {
   if (cluster < 1 || cluster > jb::kMaxExpectCluster || (cluster & (cluster - 1)) != 0)

@@ -22,6 +22,9 @@ struct GeneratedKernel {
   // Whether every entry waits for the grids before it before anything else (templates/core/grid_dependency.cuh),
   // so that it may be launched to overlap the end of the previous kernel of its stream (runtime/launch.cpp).
   bool waits_for_prior_grids = false;
+  // A quick build: the same source compiled with less optimisation, in about half the time, for a stand-in that runs
+  // only until the optimised build is ready (runtime/jit.hpp: QuickBuild). Not part of the source or the name.
+  bool quick = false;
 };
 
 GeneratedKernel emit_kernel(const KernelSpec& spec);

@@ -13,6 +13,7 @@
 #include "runtime/chain_stand_in.hpp"
 #include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
 #include "support/checked_size.hpp"
@@ -165,10 +166,11 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
 
 namespace {
 
-// The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked.
+// The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked; `quick`: the sequential
+// kernels as quick builds (a stand-in's).
 std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
                                                   bool tune_products, bool stepped, StepKernel steps,
-                                                  const std::shared_ptr<const DeviceInfo>& device) {
+                                                  const std::shared_ptr<const DeviceInfo>& device, bool quick = false) {
   if (!stepped && steps != StepKernel::rule)
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
@@ -192,7 +194,7 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   if (cluster > 1 && cluster_sms(*device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + device->arch_and_level() + ")");
-  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device);
+  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device, quick);
   if (chunk == 0) return sequential;
   // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
   // runs its own.
@@ -218,15 +220,17 @@ ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in) {
   const auto make_chosen = [=] {
     return strategy_for(problem, choice.spec, choice.chunk, false, choice.stepped, steps, device);
   };
-  // A strategy whose kernels compile in about a second stands in for those whose first call would wait on longer
-  // compiles: for the chunked strategy the sequential kernels (up to 128 states there); for the stepped strategy its
-  // products' form in the products' default variants' smallest tile, where its fused passes, its exp_matmul products
-  // and the sequential kernels of hundreds of states (the HMM form's log module) each compile for several seconds.
-  if (stand_in && (choice.stepped || choice.chunk != 0) && problem.B > 0)
+  // A strategy whose kernels compile in well under a second, as quick builds (runtime/jit.hpp), stands in for the
+  // chosen one while that is built: for the sequential strategy its own kernels; for the chunked strategy the
+  // sequential kernels (up to 128 states there); for the stepped strategy its products' form in the products'
+  // default variants' smallest tile, where its fused passes, its exp_matmul products and the sequential kernels of
+  // hundreds of states (the HMM form's log module) each compile for seconds. Where NVRTC has no quick build, the
+  // sequential strategy's stand-in would be itself: it has none.
+  if (stand_in && (choice.stepped || choice.chunk != 0 || nvrtc_compiles_fast()) && problem.B > 0)
     impl->strategy = chosen_or_stand_in(problem, device, make_chosen, [&]() -> std::shared_ptr<const ChainStrategy> {
       if (choice.stepped)
         return std::make_shared<const SteppedChain>(problem, device, false, StepKernel::products, true);
-      return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device);
+      return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device, true);
     });
   else
     impl->strategy = make_chosen();

@@ -28,10 +28,11 @@ struct SequentialChain::EdgeSplit {
 };
 
 SequentialChain::SequentialChain(const ChainProblem& problem, const ChainSpec& spec,
-                                 std::shared_ptr<const DeviceInfo> device)
+                                 std::shared_ptr<const DeviceInfo> device, bool quick)
     : problem_(problem), spec_(spec), device_(std::move(device)) {
   if (problem.B == 0) return;
   // Every unit a first forward and backward load, built at once.
+  const QuickBuild quick_build(quick);
   const std::vector<GeneratedKernel> units = emit_chain_units(spec_);
   build_ahead(*device_, units);
   forward_ = load_generated(*device_, units.front());

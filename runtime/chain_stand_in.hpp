@@ -1,9 +1,9 @@
 // A chain plan's stand-in (docs/caching-and-tuning.md, "First calls"): where the strategy ChainPlan::get chooses
-// would make a first call wait for its kernels to compile (several seconds, with empty caches), the plan's calls run
-// a strategy whose kernels compile in about a second (runtime/chain_plan.cpp says which) until the chosen strategy is
-// built on a thread of its own; from then on they run the chosen strategy. Both compute the same chain to the chains'
-// accuracy (Viterbi paths alike, ties to the smallest state), so a call's result never depends on which ran it
-// beyond rounding.
+// would make a first call wait for its kernels to compile (seconds, with empty caches), the plan's calls run a
+// strategy of quick builds (runtime/jit.hpp) that compile in well under a second (runtime/chain_plan.cpp says which)
+// until the chosen strategy is built on a thread of its own; from then on they run the chosen strategy. Both compute
+// the same chain to the chains' accuracy (Viterbi paths alike, ties to the smallest state), so a call's result never
+// depends on which ran it beyond rounding.
 //
 // A forward's `saved` holds what its strategy's backward reads, which may differ between strategies: a backward given
 // `saved` that the stand-in wrote runs the stand-in's backward, whenever it comes. The plans of one problem on one

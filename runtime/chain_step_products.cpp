@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "generator/arch_features.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/tuner/choose.hpp"
 #include "templates/chain/params.cuh"
 
@@ -143,10 +144,9 @@ std::optional<KernelSpec> fitting_rule(const Problem& problem, const DeviceInfo&
   }
 }
 
-// A stand-in's product: the default variant in the tiled family's smallest tile (32 × 32 outputs a block, 2 × 2 a
-// thread), whose kernel compiles in about a third of the default tile's time; the default itself where that tile
-// does not fit.
-KernelSpec quick_spec(const Problem& problem) {
+} // namespace
+
+KernelSpec quick_product_spec(const Problem& problem) {
   const KernelSpec spec = default_spec(problem);
   if (!spec.is_tiled()) return spec;
   KernelSpec small = spec;
@@ -159,11 +159,12 @@ KernelSpec quick_spec(const Problem& problem) {
   }
 }
 
-} // namespace
-
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
                               bool quick) {
-  if (quick) return SemiringBMM::get(problem, quick_spec(problem));
+  if (quick) {
+    const QuickBuild scope;
+    return SemiringBMM::get(problem, quick_product_spec(problem));
+  }
   if (tune) return SemiringBMM::get(problem, stream);
   const Choice stored = choose(problem, device, TunePolicy::never);
   if (stored.source.rfind("default", 0) != 0) return SemiringBMM::get(problem, stored.spec);
@@ -173,7 +174,7 @@ SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, 
 
 std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune,
                                              bool quick) {
-  if (quick) return {quick_spec(problem)};
+  if (quick) return {quick_product_spec(problem)};
   if (tune) return kernels_ahead(problem, device, tune_policy_from_env());
   const std::vector<KernelSpec> stored = kernels_ahead(problem, device, TunePolicy::never);
   if (!stored.empty() && !(stored.front() == default_spec(problem))) return stored;

@@ -13,10 +13,14 @@ namespace jitbmm {
 // `tune` says it is). The step products of an HMM's shared table are one wide product of every sequence's messages
 // ([B × C] · [C × C]), where the products' own default (a bmm of many batches in mind) leaves most SMs idle: the
 // rule takes smaller tiles there, and exp_matmul's tensor cores for log.
-// `quick`: the products' default variant in its family's smallest tile instead, whose kernel compiles fastest (a
-// stand-in's, runtime/chain_stand_in.hpp).
+// `quick`: the products' default variant in its family's smallest tile instead, whose kernel compiles fastest, and a
+// quick build of it (a stand-in's, runtime/chain_stand_in.hpp).
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
                               bool quick = false);
+// A stand-in's product: the default variant in the tiled family's smallest tile (32 × 32 outputs a block, 2 × 2 a
+// thread), whose kernel compiles in about a third of the default tile's time; the default itself where that tile
+// does not fit.
+KernelSpec quick_product_spec(const Problem& problem);
 // The kernels step_product_plan(problem, device, tune, quick) loads, where they are known without tuning (for
 // building them ahead with the chain's other kernels, runtime/tuner/build_ahead.hpp).
 std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune,

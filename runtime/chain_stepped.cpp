@@ -10,6 +10,7 @@
 #include "runtime/tuner/build_ahead.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/events.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/policy.hpp"
@@ -90,10 +91,11 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 }
 
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
-                           StepKernel kernel, bool quick_products)
-    : problem_(problem), tune_products_(tune_products), quick_products_(quick_products), device_(std::move(device)) {
-  if (quick_products && (tune_products || kernel != StepKernel::products))
-    throw std::logic_error("SteppedChain: quick products are untuned, in the products' form");
+                           StepKernel kernel, bool quick)
+    : problem_(problem), tune_products_(tune_products), quick_(quick), device_(std::move(device)) {
+  if (quick && (tune_products || kernel != StepKernel::products))
+    throw std::logic_error("SteppedChain: a quick stand-in's products are untuned, in the products' form");
+  const QuickBuild quick_build(quick);
   if ((kernel == StepKernel::fused || kernel == StepKernel::fused_streamed) && !fused_steps_apply(problem))
     throw std::invalid_argument("steps: the fused steps compute log and max_plus HMMs with one shared transition "
                                 "table, inputs of f32, f16 or bf16");
@@ -119,7 +121,7 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   std::vector<GeneratedKernel> units{steps, backward_steps};
   std::vector<KernelSpec> specs;
   const auto add = [&](const Problem& q) {
-    for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_, quick_products_))
+    for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_, quick_))
       specs.push_back(spec);
   };
   const bool log = problem.semiring == Semiring::log;
@@ -178,7 +180,7 @@ SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
   const auto key = std::make_tuple(int(kStep), beta, argmax);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
   return products_
-      .emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream, quick_products_))
+      .emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream, quick_))
       .first->second;
 }
 
@@ -213,7 +215,7 @@ SemiringBMM SteppedChain::stacked_product(Stream stream) const {
   const auto key = std::make_tuple(int(kStacked), false, false);
   if (const auto it = products_.find(key); it != products_.end()) return it->second;
   return products_
-      .emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream, quick_products_))
+      .emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream, quick_))
       .first->second;
 }
 

@@ -51,11 +51,11 @@ class SteppedChain final : public ChainStrategy {
 public:
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
-  // asks for); otherwise they take stored decisions or the default, as every chain plan's. `quick_products`: the
-  // products' default variants in their smallest tile, whose kernels compile fastest, in the products' form (a
-  // stand-in's, runtime/chain_stand_in.hpp; `kernel` must then be the products').
+  // asks for); otherwise they take stored decisions or the default, as every chain plan's. `quick`: a stand-in's
+  // (runtime/chain_stand_in.hpp; `kernel` must then be the products'): the products' default variants in their
+  // smallest tile, whose kernels compile fastest, and every kernel a quick build (runtime/jit.hpp).
   SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
-               StepKernel kernel = StepKernel::rule, bool quick_products = false);
+               StepKernel kernel = StepKernel::rule, bool quick = false);
   ~SteppedChain();
   SteppedChain(const SteppedChain&) = delete;
   SteppedChain& operator=(const SteppedChain&) = delete;
@@ -118,7 +118,7 @@ private:
 
   ChainProblem problem_;
   bool tune_products_ = false;
-  bool quick_products_ = false;
+  bool quick_ = false;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_, backward_kernel_; // the step module's units
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused

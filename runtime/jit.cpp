@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cache/disk_cache.hpp"
@@ -17,7 +18,10 @@ namespace jitbmm {
 
 namespace {
 
-using Key = std::pair<CUcontext, std::string>; // context and kernel name (which carries the source hash)
+// Context, kernel name (which carries the source hash) and whether a quick build.
+using Key = std::tuple<CUcontext, std::string, bool>;
+
+thread_local bool t_quick = false;
 using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 
 // The cubin from the disk cache when a valid entry exists for everything that shapes it, else from NVRTC (and
@@ -25,7 +29,7 @@ using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& kernel) {
   DiskCache* disk = DiskCache::process_cache();
   const std::vector<std::string> options =
-      compile_options(kernel_target(kernel, device.arch(), device.features), device.features);
+      compile_options(kernel_target(kernel, device.arch(), device.features), device.features, kernel.quick);
   const std::string key =
       cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
   if (disk) {
@@ -82,10 +86,11 @@ CUfunction LoadedKernel::entry(const std::string& suffix) const {
 
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& generated) {
   check_supported(device);
-  const GeneratedKernel kernel = with_override(generated);
+  GeneratedKernel kernel = with_override(generated);
+  kernel.quick = kernel.quick || t_quick;
   static std::mutex mutex;
   static auto* entries = new std::map<Key, Entry>(); // never destroyed: modules must outlive static teardown
-  const Key key{device.context, kernel.name};
+  const Key key{device.context, kernel.name, kernel.quick};
   std::promise<std::shared_ptr<const LoadedKernel>> promise;
   Entry existing;
   {
@@ -114,8 +119,8 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
 std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const KernelSpec& spec) {
   // Every get() lands here: remember what each spec loaded, so a repeat skips generating and hashing the source.
   static std::mutex mutex;
-  static auto* loaded = new std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const LoadedKernel>>();
-  const std::pair<CUcontext, std::string> key{device.context, to_string(spec)};
+  static auto* loaded = new std::map<Key, std::shared_ptr<const LoadedKernel>>();
+  const Key key{device.context, to_string(spec), t_quick};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = loaded->find(key);
@@ -125,5 +130,11 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
   std::lock_guard<std::mutex> lock(mutex);
   return loaded->emplace(key, std::move(kernel)).first->second;
 }
+
+QuickBuild::QuickBuild(bool quick) : previous_(t_quick) { t_quick = t_quick || quick; }
+
+QuickBuild::~QuickBuild() { t_quick = previous_; }
+
+bool QuickBuild::active() { return t_quick; }
 
 } // namespace jitbmm

@@ -38,4 +38,20 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
 // Compiles and loads a non-BMM kernel (probes) in the same way, keyed by its name.
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& kernel);
 
+// While one lives on a thread, what load_kernel and load_generated load there are quick builds
+// (GeneratedKernel::quick), kept apart from the optimised builds of the same kernels: a stand-in's kernels, which
+// run only until its plan's optimised ones are built (runtime/chain_stand_in.hpp). build_ahead's threads take the
+// scope of the thread that asked them. Scopes nest; QuickBuild(false) changes nothing.
+class QuickBuild {
+public:
+  explicit QuickBuild(bool quick = true);
+  ~QuickBuild();
+  QuickBuild(const QuickBuild&) = delete;
+  QuickBuild& operator=(const QuickBuild&) = delete;
+  static bool active(); // on this thread
+
+private:
+  bool previous_;
+};
+
 } // namespace jitbmm

@@ -30,9 +30,13 @@ struct PtxasResources {
 PtxasResources parse_ptxas_log(const std::string& log, const std::string& kernel_name = "");
 
 // The options jitbmm compiles with for `arch` ("sm_90", "sm_90a") with `features` (the device code's JB_HAS_*
-// macros; by default the architecture's own); part of every cache key.
-std::vector<std::string> compile_options(const std::string& arch, const ArchFeatures& features);
+// macros; by default the architecture's own), and for a quick build (GeneratedKernel::quick) NVRTC's
+// --Ofast-compile=mid where this NVRTC takes it; part of every cache key.
+std::vector<std::string> compile_options(const std::string& arch, const ArchFeatures& features, bool quick = false);
 std::vector<std::string> compile_options(const std::string& arch);
+// Whether this NVRTC takes --Ofast-compile (asked once, with an empty program): where it does not, a quick build is
+// an ordinary one.
+bool nvrtc_compiles_fast();
 // What NVRTC targets for a kernel on a GPU of `arch` ("sm_90" or "compute_90") with `features`: the arch itself, or
 // for an architecture-specific kernel (wgmma) its "a" target; std::invalid_argument naming the kernel and what it
 // needs when the features lack one of its needs.

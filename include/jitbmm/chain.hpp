@@ -18,9 +18,9 @@ enum class StepKernel : int; // the stepped strategy's form (internal: runtime/c
 class ChainPlan {
 public:
   // For the device current on this thread. A second get() of the same problem reuses the compiled kernels. Where
-  // the strategy it chooses (the chunked or the stepped one) would make the first call wait for kernels to compile,
-  // a strategy whose kernels compile in about a second stands in while the chosen one is built on a thread of its
-  // own (docs/caching-and-tuning.md, "First calls"; $JITBMM_STAND_IN=off waits for the chosen one instead):
+  // the strategy it chooses would make the first call wait for kernels to compile, a strategy of quick builds (less
+  // optimised kernels that compile in well under a second) stands in while the chosen one is built on a thread of
+  // its own (docs/caching-and-tuning.md, "First calls"; $JITBMM_STAND_IN=off waits for the chosen one instead):
   // settled() says when the calls run the chosen strategy.
   static ChainPlan get(const ChainProblem& problem);
 
@@ -84,9 +84,9 @@ public:
   // from jitbmm's pool; a backward given `saved` that the stand-in wrote runs the stand-in's backward. Work captured
   // into a CUDA graph waits for the chosen strategy. True for every other plan.
   bool settled() const;
-  // The generated module's name, as the dump and override directories name its files: the forward's entry point;
-  // the saving forward's (log, with saved) is this name followed by "_saving", the backward's by "_backward".
-  // Empty when B = 0 (nothing was compiled).
+  // The name of the generated kernel the forward runs, as the dump and override directories name its files (the
+  // sequential strategy's forward unit; its saving forward and its backward are units of their own, named in
+  // docs/chains.md). Empty when B = 0 (nothing was compiled).
   std::string kernel_name() const;
   std::string device_name() const;
 

@@ -5,7 +5,8 @@ gradients and Viterbi paths, those of a backward that comes after the plan settl
 the chosen strategy's afterwards, each against the float64 forward algorithms of test_torch_hmm and
 test_torch_chain: the stepped strategy's stand-in (its products in their default kernels) for an HMM of many
 sequences, the chunked strategy's (the sequential kernels, whose `saved` differs from the chunks') for one long CRF
-chain.
+chain, and the sequential strategy's (its own kernels) for a batch of CRF chains and HMM Viterbi paths. Every
+stand-in's kernels are quick builds (NVRTC's --Ofast-compile), the chosen strategy's not.
 
 Run as a program (the python_torch_stand_in CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
 missing, and fails if any test is skipped where both exist."""
@@ -25,8 +26,10 @@ package_under_test.import_path()
 from torch_cases import GpuCase, gpu_main, torch  # noqa: E402
 
 # (B, T, C) of each case: many sequences sharing one table of many states, the stepped strategy's by the rule (its
-# fused form); one long CRF chain, the chunked strategy's.
-SHAPES = {"hmm-log": (512, 9, 512), "hmm-viterbi": (512, 9, 512), "crf-chunked": (1, 1024, 40)}
+# fused form); one long CRF chain, the chunked strategy's; a batch of CRF chains and of HMM sequences of a few dozen
+# states, the sequential strategy's.
+SHAPES = {"hmm-log": (512, 9, 512), "hmm-viterbi": (512, 9, 512), "crf-chunked": (1, 1024, 40),
+          "crf-sequential": (16, 65, 40), "hmm-viterbi-sequential": (16, 65, 40)}
 
 
 def plans():
@@ -68,7 +71,7 @@ def child(case):
     torch.manual_seed(3)
     B, T, C = SHAPES[case]
     dev = torch.device("cuda")
-    if case == "crf-chunked":
+    if case.startswith("crf-"):
         tables = [torch.randn(B, T - 1, C, C, device=dev)]
         call = jt.chain_log_partition
         reference = lambda *t: test_torch_chain.reference_scores(*t, None, "log")  # noqa: E731
@@ -77,7 +80,7 @@ def child(case):
         call = jt.hmm_log_partition
         reference = lambda *t: test_torch_hmm.reference_scores(*t, None, "log")  # noqa: E731
     facts = {}
-    if case != "hmm-viterbi":
+    if not case.startswith("hmm-viterbi"):
         def step():
             inputs = [t.clone().requires_grad_() for t in tables]
             return call(*inputs), inputs
@@ -149,12 +152,23 @@ class StandInTest(GpuCase):
         self.check_first_calls(facts, "sequential", "chunked")
         self.check_gradients(facts, ("score", "potentials"))
 
-    def test_viterbi_paths_across_the_switch(self):
-        facts = self.run_child("hmm-viterbi")
-        self.check_first_calls(facts, "stepped", "stepped")
+    def test_sequential_crf_log_partition_and_marginals_across_the_switch(self):
+        facts = self.run_child("crf-sequential")
+        self.check_first_calls(facts, "sequential", "sequential")
+        self.check_gradients(facts, ("score", "potentials"))
+
+    def check_viterbi(self, case, strategy):
+        facts = self.run_child(case)
+        self.check_first_calls(facts, strategy, strategy)
         self.assertTrue(facts["first"])
         self.assertTrue(facts["after"])
         self.assertLess(facts["scores_agree"], 1e-6)
+
+    def test_sequential_viterbi_paths_across_the_switch(self):
+        self.check_viterbi("hmm-viterbi-sequential", "sequential")
+
+    def test_viterbi_paths_across_the_switch(self):
+        self.check_viterbi("hmm-viterbi", "stepped")
 
 
 if __name__ == "__main__":

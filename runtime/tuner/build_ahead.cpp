@@ -20,8 +20,10 @@ void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& g
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "building " + std::to_string(count) + " kernels ahead");
   // The products' kernels first: they are the longest compiles, so where the items outnumber the threads the rest
-  // fill in beside them.
+  // fill in beside them. Quick builds where the asking thread makes them.
+  const bool quick = QuickBuild::active();
   for_each_on_cpus(count, [&](std::size_t i) {
+    const QuickBuild scope(quick);
     try {
       if (i < unique.size())
         load_kernel(device, unique[i]);

@@ -14,8 +14,8 @@
 
 namespace jitbmm {
 
-// Builds every kernel of `generated` and `specs` not built yet in this process. Fewer than two are left to their
-// loads: alone, a kernel gains nothing from being built ahead.
+// Builds every kernel of `generated` and `specs` not built yet in this process (quick builds under a QuickBuild).
+// Fewer than two are left to their loads: alone, a kernel gains nothing from being built ahead.
 void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& generated,
                  const std::vector<KernelSpec>& specs = {});
 

@@ -1,6 +1,7 @@
 // A chain plan's stand-in (runtime/chain_stand_in.hpp) on the fake driver: a first plan whose chosen strategy
-// compiles runs its stand-in until that strategy is built (the sequential kernels for the chunked strategy, the
-// stepped strategy's products in their default kernels for the stepped one), a backward reads `saved` with the
+// compiles runs its stand-in, quick builds, until that strategy is built (the sequential kernels' quick builds for
+// the sequential strategy and the chunked one, the stepped strategy's products in their default kernels for the
+// stepped one), a backward reads `saved` with the
 // strategy that wrote it, a call given the stand-in's smaller workspace after it settles takes jitbmm's pool, the
 // plans of one problem share the stand-in, and work captured into a graph waits for the chosen strategy. Each runs in
 // a helper process of its own (--stand-in), whose disk cache is empty, so that its kernels compile.
@@ -156,6 +157,30 @@ int stepped_calls(const std::string& log, bool capture) {
   return 0;
 }
 
+// A batch of CRF chains of a few dozen states: the sequential strategy's by the rule, whose stand-in is quick builds
+// of its own kernels.
+int sequential_calls(const std::string& log) {
+  ChainProblem p;
+  p.B = 8, p.T = 64, p.C = 40;
+  const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
+  DeviceBuffer pot(potentials), grad(potentials), score(4 * std::size_t(p.B)), g(4 * std::size_t(p.B));
+  const ChainPlan plan = ChainPlan::get(p);
+  const std::string first = plan.kernel_name();
+  std::printf("settled %d\nstrategy %s\n", int(plan.settled()), plan.strategy());
+  DeviceBuffer saved(plan.saved_bytes());
+  std::size_t from = logged_launches(log).size();
+  plan(pot.get(), nullptr, score.get(), saved.get());
+  plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get());
+  std::printf("stand-in-launches %zu\n", launches_with(log, from, "chain_log_f32_c40_"));
+  std::printf("waited %d\nstrategy-after %s\nsame-kernels %d\n", int(wait_settled(plan)), plan.strategy(),
+              int(plan.kernel_name() == first));
+  from = logged_launches(log).size();
+  plan(pot.get(), nullptr, score.get(), saved.get());
+  plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get());
+  std::printf("chosen-launches %zu\n", launches_with(log, from, "chain_log_f32_c40_"));
+  return 0;
+}
+
 } // namespace
 
 // The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
@@ -163,8 +188,9 @@ int stand_in_helper(const std::string& mode) {
   try {
     const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
     if (mode == "chunked") return chunked_calls(log);
+    if (mode == "sequential") return sequential_calls(log);
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
-    throw std::invalid_argument("mode: chunked, stepped or capture");
+    throw std::invalid_argument("mode: chunked, sequential, stepped or capture");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -194,18 +220,33 @@ void expect(const std::string& output, std::initializer_list<std::pair<const cha
   }
 }
 
-// The helper in a process of its own with an empty disk cache, the stand-in on or off; its output.
+// The helper in a process of its own with an empty disk cache, the stand-in on or off; its output (with its
+// debug log, which names each compile and whether a quick build).
 std::string stand_in_run(const std::string& mode, const char* stand_in = "on") {
   const TempDir cache, logs;
-  const test::HelperRun r = test::run_helper({"--stand-in", mode}, {{"JITBMM_STAND_IN", stand_in},
-                                                                    {"JITBMM_CACHE_DIR", cache.path},
-                                                                    {"JITBMM_FAKE_CUDA_LOG", logs.path + "/log"}});
+  const test::HelperRun r = test::run_helper({"--stand-in", mode},
+                                             {{"JITBMM_STAND_IN", stand_in},
+                                              {"JITBMM_CACHE_DIR", cache.path},
+                                              {"JITBMM_LOG", "debug"},
+                                              {"JITBMM_FAKE_CUDA_LOG", logs.path + "/log"}},
+                                             true);
   INFO(r.output);
   REQUIRE(r.status == 0);
   return r.output;
 }
 
 } // namespace
+
+// How many of the debug log's NVRTC compiles of kernels whose name starts with `prefix` were quick builds, and how
+// many not.
+std::pair<int, int> compiles(const std::string& output, const std::string& prefix) {
+  std::istringstream lines(output);
+  std::pair<int, int> n{0, 0};
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("NVRTC compiled " + prefix) != std::string::npos)
+      ++(line.find("(a quick build)") != std::string::npos ? n.first : n.second);
+  return n;
+}
 
 TEST_CASE("a first chunked chain plan runs the sequential kernels while its chunks are built; saved is read by its "
           "writer") {
@@ -227,6 +268,24 @@ TEST_CASE("a first chunked chain plan runs the sequential kernels while its chun
                {"pool", "1"},
                {"chosen-backward-chunks", "!0"},
                {"rewritten-backward-chunks", "!0"}});
+  // The stand-in's sequential units (forward, saving forward, backward) quick builds, the chosen strategy's own not.
+  CHECK(compiles(out, "chain_log_f32_c40_").first == 3);
+  CHECK(compiles(out, "chain_chunks_").first == 0);
+  CHECK(compiles(out, "chain_chunks_").second == 1);
+}
+
+TEST_CASE("a first sequential chain plan runs quick builds of its kernels while the optimised ones are built") {
+  const std::string out = stand_in_run("sequential");
+  INFO(out);
+  expect(out, {{"settled", "0"},
+               {"strategy", "sequential"},
+               {"stand-in-launches", "2"}, // the saving forward, then the backward
+               {"waited", "1"},
+               {"strategy-after", "sequential"},
+               {"same-kernels", "1"},
+               {"chosen-launches", "2"}});
+  // Its three units (forward, saving forward, backward), each compiled twice: quick, then optimised.
+  CHECK(compiles(out, "chain_log_f32_c40_") == std::pair<int, int>{3, 3});
 }
 
 TEST_CASE("a first stepped chain plan runs its products' default kernels while its fused passes are built") {
@@ -241,6 +300,11 @@ TEST_CASE("a first stepped chain plan runs its products' default kernels while i
                {"step-default-products", "!0"},
                {"waited", "1"},
                {"then-fused", "!0"}});
+  // The stand-in's kernels quick builds (its step module's two units, its products), the fused passes not.
+  CHECK(compiles(out, "hmm_steps_log_f32_").first == 2);
+  CHECK(compiles(out, "log_f32_tiled_").first > 0);
+  CHECK(compiles(out, "hmm_fused_steps_").first == 0);
+  CHECK(compiles(out, "hmm_fused_steps_").second > 0);
 }
 
 TEST_CASE("a chain plan's first call captured into a graph waits for the chosen strategy") {
@@ -253,6 +317,7 @@ TEST_CASE("JITBMM_STAND_IN=off makes a first chain plan wait for its chosen stra
   const std::string out = stand_in_run("chunked", "off");
   INFO(out);
   expect(out, {{"settled", "1"}, {"strategy", "chunked"}});
+  CHECK(compiles(out, "").first == 0); // no quick build
   ::setenv("JITBMM_STAND_IN", "sometimes", 1);
   ChainProblem p;
   p.B = 1, p.T = 1024, p.C = 40;

@@ -2,6 +2,8 @@
 // lines (sweep.hpp); what NVRTC said is checked afterwards, on the test's thread.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -51,5 +53,32 @@ inline std::vector<ArchCompile> compile_on_archs(const std::vector<std::pair<Gen
   });
   return out;
 }
+
+// Kernels, each for its architecture: `add` them, then `check` compiles them on every core and finds, on the test's
+// thread, registers and no spill in every entry of each.
+class NoSpills {
+public:
+  explicit NoSpills(std::string name) : name_(std::move(name)) {}
+  void add(GeneratedKernel kernel, int sm) { jobs_.emplace_back(std::move(kernel), sm); }
+  void check() const {
+    for (const test::ArchCompile& c : test::compile_on_archs(jobs_, name_)) {
+      CAPTURE(c.kernel->name);
+      CAPTURE(c.sm);
+      CHECK_MESSAGE(c.error.empty(), c.error);
+      if (!c.error.empty()) continue;
+      for (const std::string& entry : c.kernel->entries) {
+        CAPTURE(entry);
+        const PtxasResources r = parse_ptxas_log(c.log, c.kernel->name + entry);
+        CHECK(r.registers > 0);
+        CHECK(r.spill_store_bytes == 0);
+        CHECK(r.spill_load_bytes == 0);
+      }
+    }
+  }
+
+private:
+  std::string name_;
+  std::vector<std::pair<GeneratedKernel, int>> jobs_;
+};
 
 } // namespace jitbmm::test

@@ -198,38 +198,8 @@ TEST_CASE("every chain unit compiles for sm_90 without spills (a few words in th
   }
 }
 
-namespace {
-
-// Modules, each for its architecture: `add` them, then `check` compiles them on every core (compile_pool.hpp) and
-// finds, on the test's thread, registers and no spill in every entry of each.
-class NoSpills {
-public:
-  explicit NoSpills(std::string name) : name_(std::move(name)) {}
-  void add(GeneratedKernel kernel, int sm) { jobs_.emplace_back(std::move(kernel), sm); }
-  void check() const {
-    for (const test::ArchCompile& c : test::compile_on_archs(jobs_, name_)) {
-      CAPTURE(c.kernel->name);
-      CAPTURE(c.sm);
-      CHECK_MESSAGE(c.error.empty(), c.error);
-      if (!c.error.empty()) continue;
-      for (const std::string& entry : c.kernel->entries) {
-        CAPTURE(entry);
-        const PtxasResources r = parse_ptxas_log(c.log, c.kernel->name + entry);
-        CHECK(r.registers > 0);
-        CHECK(r.spill_store_bytes == 0);
-      }
-    }
-  }
-
-private:
-  std::string name_;
-  std::vector<std::pair<GeneratedKernel, int>> jobs_;
-};
-
-} // namespace
-
 TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, every semiring and dtype, 1 to 1024 states") {
-  NoSpills spills("chunked modules");
+  test::NoSpills spills("chunked modules");
   for (Semiring semiring : {Semiring::log, Semiring::max_plus})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
       for (int C : {1, 33, 64, 1024}) spills.add(emit_chunk_kernel(semiring, dtype, C), 90);
@@ -237,7 +207,7 @@ TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, ever
 }
 
 TEST_CASE("the stepped strategy's modules compile for the oldest and the newest architecture without spills") {
-  NoSpills spills("stepped modules");
+  test::NoSpills spills("stepped modules");
   // One module per semiring, dtype and form serves every C; the floor's and sm_90's code paths differ (features.cuh).
   for (int sm : {75, 90})
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
@@ -248,7 +218,7 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
 }
 
 TEST_CASE("the stepped strategy's fused units compile for the oldest and the newest architecture without spills") {
-  NoSpills spills("fused units");
+  test::NoSpills spills("fused units");
   for (int sm : {75, 90})
     for (Semiring semiring : {Semiring::log, Semiring::max_plus})
       for (DType dtype : {DType::f32, DType::f16, DType::bf16})
@@ -267,7 +237,7 @@ TEST_CASE("the stepped strategy's fused units compile for the oldest and the new
 
 TEST_CASE("the expectation modules compile for the oldest and the newest architecture without spills, 1 to 1024 "
           "states") {
-  NoSpills spills("expectation modules");
+  test::NoSpills spills("expectation modules");
   // One block a sequence whose lanes and threads depend on C and the dtype's accumulator: a step's terms held a step
   // ahead in registers up to 128 states (f32), loaded round by round past them; lanes that split the states unevenly
   // at 33 and 600.
@@ -294,7 +264,7 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
 }
 
 TEST_CASE("the sampling modules compile for the oldest and the newest architecture without spills") {
-  NoSpills spills("sampling modules");
+  test::NoSpills spills("sampling modules");
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
       for (int C : {1, 33, 1024, 16384}) spills.add(emit_sample_kernel(dtype, C), sm);
@@ -303,7 +273,7 @@ TEST_CASE("the sampling modules compile for the oldest and the newest architectu
 }
 
 TEST_CASE("the k-best modules compile for the oldest and the newest architecture without spills, 1 to 1024 states") {
-  NoSpills spills("k-best modules");
+  test::NoSpills spills("k-best modules");
   // The fewest lanes and threads (1 state), uneven rounds of targets (33, 600), the most registers a lane (1,024);
   // half types only load differently.
   for (int sm : {75, 90}) {
@@ -323,7 +293,7 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
 }
 
 TEST_CASE("the expectation semiring's product compiles for the oldest and the newest architecture without spills") {
-  NoSpills spills("entropy products");
+  test::NoSpills spills("entropy products");
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64}) spills.add(emit_entropy_product_kernel(dtype), sm);
   spills.check();
@@ -331,7 +301,7 @@ TEST_CASE("the expectation semiring's product compiles for the oldest and the ne
 }
 
 TEST_CASE("the k-max semiring's product compiles for the oldest and the newest architecture without spills") {
-  NoSpills spills("k-max products");
+  test::NoSpills spills("k-max products");
   // k = 16 holds 16 values and their origins in registers, and two vectors' entries a step.
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64})
