@@ -8,7 +8,7 @@ import os
 import re
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
-COMPILE = re.compile(r"NVRTC compiled (\S+) for \S+ in ([0-9]+) ms")
+COMPILE = re.compile(r"NVRTC compiled (\S+)( \(a quick build\))? for \S+ in ([0-9]+) ms")
 
 
 def fresh_env(root, **extra):
@@ -19,5 +19,6 @@ def fresh_env(root, **extra):
 
 
 def compiles(stderr):
-    """(kernel, ms) of each NVRTC compile a process's stderr logged."""
-    return [(name, int(ms)) for name, ms in COMPILE.findall(stderr)]
+    """(kernel, ms) of each NVRTC compile a process's stderr logged; a quick build's kernel (a stand-in's, with less
+    optimisation) named "<kernel> (quick)"."""
+    return [(name + (" (quick)" if quick else ""), int(ms)) for name, quick, ms in COMPILE.findall(stderr)]

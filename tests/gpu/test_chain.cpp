@@ -19,6 +19,7 @@
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/jit.hpp"
 
 using namespace jitbmm;
 using test::close;
@@ -44,6 +45,7 @@ struct Case {
   int cluster = 0;         // the blocks a sequence's recursion is split over; 0: ChainPlan::get's choice
   int64_t chunk = 0;       // the chunked strategy's steps per chunk; 0: ChainPlan::get's choice
   bool stepped = false;    // the stepped strategy, whatever ChainPlan::get takes
+  bool quick = false;      // every kernel a quick build (runtime/jit.hpp), as a stand-in's
 };
 
 std::string describe(const Case& k) {
@@ -53,11 +55,13 @@ std::string describe(const Case& k) {
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.padded ? " padded" : "",
                 k.p_special > 0 ? " specials" : "", k.integers ? " integers" : "");
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
-         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.stepped ? " stepped" : "");
+         (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.stepped ? " stepped" : "") +
+         (k.quick ? " quick" : "");
 }
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CAPTURE(describe(k));
+  const QuickBuild quick(k.quick); // the plan's kernels, and those its calls load
   ChainProblem p;
   p.semiring = k.semiring;
   p.dtype = k.dtype;
@@ -316,6 +320,38 @@ TEST_CASE("chains: the stepped strategy against the float64 reference") {
         ties.integers = true;
         for (Case* k : {&padded, &specials, &ties}) {
           k->stepped = true;
+          run_case(*k, rng, worst);
+        }
+      }
+      report(s, d, worst);
+    }
+}
+
+// Quick builds, the kernels a stand-in runs while its plan's optimised ones are built (NVRTC's --Ofast-compile): the
+// same contract as those, in the sequential kernels (a stand-in of the sequential and the chunked strategies) and the
+// stepped strategy (its own stand-in's form), at odd sizes, ragged and masked, the edge values and ties.
+TEST_CASE("chains: quick builds against the float64 reference, sequential and stepped") {
+  std::mt19937_64 rng(20261204);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{3, 5, 31}, {2, 40, 64}, {1, 4, 129}, {2, 3, 1024}};
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::bf16}) {
+      Worst worst;
+      for (bool stepped : {false, true}) {
+        for (const auto& sh : shapes) {
+          Case k{s, d, sh.B, sh.T, sh.C, 10.0};
+          k.quick = true, k.stepped = stepped;
+          run_case(k, rng, worst);
+          k.ragged = true;
+          k.banded = true;
+          run_case(k, rng, worst);
+        }
+        Case specials{s, d, 4, 9, 33, 1, true, false, false, 0.05};
+        Case ties{s, d, 4, 9, 33};
+        ties.integers = true;
+        for (Case* k : {&specials, &ties}) {
+          k->quick = true, k->stepped = stepped;
           run_case(*k, rng, worst);
         }
       }
