@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "generator/chain_source.hpp"
 #include "generator/launch_grid.hpp"
@@ -27,13 +31,32 @@ struct SequentialChain::EdgeSplit {
   }
 };
 
+namespace {
+
+// A spec's units, emitted once a process: a plan made again skips generating and hashing their sources.
+std::shared_ptr<const std::vector<GeneratedKernel>> units_of(const ChainSpec& spec) {
+  static std::mutex mutex;
+  static auto* emitted = new std::map<std::string, std::shared_ptr<const std::vector<GeneratedKernel>>>();
+  const std::string key = to_string(spec);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = emitted->find(key); it != emitted->end()) return it->second;
+  }
+  auto units = std::make_shared<const std::vector<GeneratedKernel>>(emit_chain_units(spec));
+  std::lock_guard<std::mutex> lock(mutex);
+  return emitted->emplace(key, std::move(units)).first->second;
+}
+
+} // namespace
+
 SequentialChain::SequentialChain(const ChainProblem& problem, const ChainSpec& spec,
                                  std::shared_ptr<const DeviceInfo> device, bool quick)
     : problem_(problem), spec_(spec), device_(std::move(device)) {
   if (problem.B == 0) return;
   // Every unit a first forward and backward load, built at once.
   const QuickBuild quick_build(quick);
-  const std::vector<GeneratedKernel> units = emit_chain_units(spec_);
+  const std::shared_ptr<const std::vector<GeneratedKernel>> emitted = units_of(spec_);
+  const std::vector<GeneratedKernel>& units = *emitted;
   build_ahead(*device_, units);
   forward_ = load_generated(*device_, units.front());
   if (problem.semiring == Semiring::log) saving_ = load_generated(*device_, units[1]);

@@ -84,12 +84,34 @@ CUfunction LoadedKernel::entry(const std::string& suffix) const {
   throw std::logic_error("kernel " + generated.name + " has no entry point '" + generated.name + suffix + "'");
 }
 
+namespace {
+
+// The kernels load_generated built or is building, by Key, and load_kernel's by spec.
+struct Loads {
+  std::mutex mutex;
+  std::map<Key, Entry> entries;
+};
+Loads& generated_loads() {
+  static auto* loads = new Loads(); // never destroyed: modules must outlive static teardown
+  return *loads;
+}
+struct SpecLoads {
+  std::mutex mutex;
+  std::map<Key, std::shared_ptr<const LoadedKernel>> loaded;
+};
+SpecLoads& spec_loads() {
+  static auto* loads = new SpecLoads();
+  return *loads;
+}
+
+} // namespace
+
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& generated) {
   check_supported(device);
   GeneratedKernel kernel = with_override(generated);
   kernel.quick = kernel.quick || t_quick;
-  static std::mutex mutex;
-  static auto* entries = new std::map<Key, Entry>(); // never destroyed: modules must outlive static teardown
+  std::mutex& mutex = generated_loads().mutex;
+  std::map<Key, Entry>* entries = &generated_loads().entries;
   const Key key{device.context, kernel.name, kernel.quick};
   std::promise<std::shared_ptr<const LoadedKernel>> promise;
   Entry existing;
@@ -118,8 +140,8 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
 
 std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const KernelSpec& spec) {
   // Every get() lands here: remember what each spec loaded, so a repeat skips generating and hashing the source.
-  static std::mutex mutex;
-  static auto* loaded = new std::map<Key, std::shared_ptr<const LoadedKernel>>();
+  std::mutex& mutex = spec_loads().mutex;
+  std::map<Key, std::shared_ptr<const LoadedKernel>>* loaded = &spec_loads().loaded;
   const Key key{device.context, to_string(spec), t_quick};
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -129,6 +151,19 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
   auto kernel = load_generated(device, emit_kernel(spec));
   std::lock_guard<std::mutex> lock(mutex);
   return loaded->emplace(key, std::move(kernel)).first->second;
+}
+
+bool kernel_known(const DeviceInfo& device, const GeneratedKernel& kernel) {
+  Loads& loads = generated_loads();
+  std::lock_guard<std::mutex> lock(loads.mutex);
+  return loads.entries.count(Key{device.context, kernel.name, kernel.quick || t_quick}) != 0;
+}
+
+bool kernel_known(const DeviceInfo& device, const KernelSpec& spec) {
+  SpecLoads& loads = spec_loads();
+  const Key key{device.context, to_string(spec), t_quick};
+  std::lock_guard<std::mutex> lock(loads.mutex);
+  return loads.loaded.count(key) != 0;
 }
 
 QuickBuild::QuickBuild(bool quick) : previous_(t_quick) { t_quick = t_quick || quick; }

@@ -38,6 +38,12 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
 // Compiles and loads a non-BMM kernel (probes) in the same way, keyed by its name.
 std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, const GeneratedKernel& kernel);
 
+// Whether load_kernel or load_generated, asked on this thread, would find the kernel built or being built in this
+// process, without building anything or reading an override (an override keeps the kernel's name): what building
+// ahead skips.
+bool kernel_known(const DeviceInfo& device, const GeneratedKernel& kernel);
+bool kernel_known(const DeviceInfo& device, const KernelSpec& spec);
+
 // While one lives on a thread, what load_kernel and load_generated load there are quick builds
 // (GeneratedKernel::quick), kept apart from the optimised builds of the same kernels: a stand-in's kernels, which
 // run only until its plan's optimised ones are built (runtime/chain_stand_in.hpp). build_ahead's threads take the

@@ -12,10 +12,15 @@ namespace jitbmm {
 
 void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& generated,
                  const std::vector<KernelSpec>& specs) {
+  // What this process has built, or is building, is left out: a plan made again finds its kernels at once.
   std::vector<KernelSpec> unique;
   for (const KernelSpec& spec : specs)
-    if (std::find(unique.begin(), unique.end(), spec) == unique.end()) unique.push_back(spec);
-  const std::size_t count = generated.size() + unique.size();
+    if (std::find(unique.begin(), unique.end(), spec) == unique.end() && !kernel_known(device, spec))
+      unique.push_back(spec);
+  std::vector<const GeneratedKernel*> units;
+  for (const GeneratedKernel& kernel : generated)
+    if (!kernel_known(device, kernel)) units.push_back(&kernel);
+  const std::size_t count = units.size() + unique.size();
   if (count < 2) return;
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "building " + std::to_string(count) + " kernels ahead");
@@ -28,7 +33,7 @@ void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& g
       if (i < unique.size())
         load_kernel(device, unique[i]);
       else
-        load_generated(device, generated[i - unique.size()]);
+        load_generated(device, *units[i - unique.size()]);
     } catch (const std::exception& e) { // the load that needs it meets the failure again, and reports it
       if (log_enabled(LogLevel::debug)) log_message(LogLevel::debug, std::string("building ahead: ") + e.what());
     }
