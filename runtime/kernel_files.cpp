@@ -64,8 +64,10 @@ bool dump_kernel(const GeneratedKernel& kernel, const std::string& ptx) {
     return true;
   }
   // A fresh file renamed over each name: a link planted there is replaced, never written through.
+  // A quick build's PTX (GeneratedKernel::quick) beside the optimised build's, of the same source and name.
   error = write_file_atomically(checked.fd.get(), kernel.name + ".cu", kernel.source);
-  if (error.empty() && !ptx.empty()) error = write_file_atomically(checked.fd.get(), kernel.name + ".ptx", ptx);
+  if (error.empty() && !ptx.empty())
+    error = write_file_atomically(checked.fd.get(), kernel.name + (kernel.quick ? ".quick.ptx" : ".ptx"), ptx);
   if (!error.empty()) note_once("JITBMM_DUMP_DIR " + dir + " is not writable (" + error + "); kernels are not dumped");
   return true;
 }

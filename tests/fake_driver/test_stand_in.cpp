@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
@@ -166,7 +167,7 @@ int sequential_calls(const std::string& log) {
   DeviceBuffer pot(potentials), grad(potentials), score(4 * std::size_t(p.B)), g(4 * std::size_t(p.B));
   const ChainPlan plan = ChainPlan::get(p);
   const std::string first = plan.kernel_name();
-  std::printf("settled %d\nstrategy %s\n", int(plan.settled()), plan.strategy());
+  std::printf("settled %d\nstrategy %s\nkernel %s\n", int(plan.settled()), plan.strategy(), first.c_str());
   DeviceBuffer saved(plan.saved_bytes());
   std::size_t from = logged_launches(log).size();
   plan(pot.get(), nullptr, score.get(), saved.get());
@@ -222,14 +223,14 @@ void expect(const std::string& output, std::initializer_list<std::pair<const cha
 
 // The helper in a process of its own with an empty disk cache, the stand-in on or off; its output (with its
 // debug log, which names each compile and whether a quick build).
-std::string stand_in_run(const std::string& mode, const char* stand_in = "on") {
+std::string stand_in_run(const std::string& mode, const char* stand_in = "on", const std::string& dump_dir = "") {
   const TempDir cache, logs;
-  const test::HelperRun r = test::run_helper({"--stand-in", mode},
-                                             {{"JITBMM_STAND_IN", stand_in},
-                                              {"JITBMM_CACHE_DIR", cache.path},
-                                              {"JITBMM_LOG", "debug"},
-                                              {"JITBMM_FAKE_CUDA_LOG", logs.path + "/log"}},
-                                             true);
+  std::vector<std::pair<std::string, std::string>> env = {{"JITBMM_STAND_IN", stand_in},
+                                                          {"JITBMM_CACHE_DIR", cache.path},
+                                                          {"JITBMM_LOG", "debug"},
+                                                          {"JITBMM_FAKE_CUDA_LOG", logs.path + "/log"}};
+  if (!dump_dir.empty()) env.emplace_back("JITBMM_DUMP_DIR", dump_dir);
+  const test::HelperRun r = test::run_helper({"--stand-in", mode}, env, true);
   INFO(r.output);
   REQUIRE(r.status == 0);
   return r.output;
@@ -275,7 +276,8 @@ TEST_CASE("a first chunked chain plan runs the sequential kernels while its chun
 }
 
 TEST_CASE("a first sequential chain plan runs quick builds of its kernels while the optimised ones are built") {
-  const std::string out = stand_in_run("sequential");
+  const TempDir dumps;
+  const std::string out = stand_in_run("sequential", "on", dumps.path);
   INFO(out);
   expect(out, {{"settled", "0"},
                {"strategy", "sequential"},
@@ -284,8 +286,13 @@ TEST_CASE("a first sequential chain plan runs quick builds of its kernels while 
                {"strategy-after", "sequential"},
                {"same-kernels", "1"},
                {"chosen-launches", "2"}});
-  // Its three units (forward, saving forward, backward), each compiled twice: quick, then optimised.
+  // Its three units (forward, saving forward, backward), each compiled twice: quick, then optimised; each build's
+  // PTX dumped apart.
   CHECK(compiles(out, "chain_log_f32_c40_") == std::pair<int, int>{3, 3});
+  const std::string forward = fact(out, "kernel");
+  CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".cu"));
+  CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".ptx"));
+  CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".quick.ptx"));
 }
 
 TEST_CASE("a first stepped chain plan runs its products' default kernels while its fused passes are built") {
