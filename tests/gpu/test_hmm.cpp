@@ -19,6 +19,7 @@
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/jit.hpp"
 
 using namespace jitbmm;
 using test::close;
@@ -51,6 +52,7 @@ struct Case {
   // runs a second product of the transitions' gradient only where grad_score has both.
   enum class Signs { mixed, positive, negative, zero } signs = Signs::mixed;
   bool dead_state = false;  // no transition into or out of state 0 (−inf): a table's row and column of −inf alone
+  bool quick = false;       // every kernel a quick build (runtime/jit.hpp), as a stand-in's
 };
 
 // Whether the fused steps compute a shared table's HMM of this semiring and dtype.
@@ -76,6 +78,7 @@ std::string describe(const Case& k) {
   return text + (k.cluster ? " cluster=" + std::to_string(k.cluster) : std::string()) +
          (k.stepped ? std::string(" stepped") + form : std::string()) +
          (k.chunk ? " chunk=" + std::to_string(k.chunk) : std::string()) + (k.nan_grad ? " nan_grad" : "") +
+         (k.quick ? " quick" : "") +
          (k.signs == Case::Signs::positive   ? " grad>=0"
           : k.signs == Case::Signs::negative ? " grad<=0"
           : k.signs == Case::Signs::zero     ? " grad=0"
@@ -105,6 +108,7 @@ struct Table {
 
 void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   CAPTURE(describe(k));
+  const QuickBuild quick(k.quick); // the plan's kernels, and those its calls load
   ChainProblem p;
   p.semiring = k.semiring;
   p.dtype = k.dtype;
@@ -345,6 +349,43 @@ TEST_CASE("hmm: log against the float64 reference, shared and batched tables, od
 TEST_CASE("hmm: max_plus against the float64 reference, shared and batched tables, odd sizes, f32 and f64") {
   std::mt19937_64 rng(20261129);
   run_semiring(Semiring::max_plus, rng);
+}
+
+// Quick builds, the kernels a stand-in runs while its plan's optimised ones are built (NVRTC's --Ofast-compile): the
+// same contract as those, in the sequential kernels (a stand-in of the sequential and the chunked strategies) and the
+// stepped strategy's products' form (its own stand-in's), shared and batched tables, up to 1024 states, the edge
+// values and ties.
+TEST_CASE("hmm: quick builds against the float64 reference, sequential and stepped") {
+  std::mt19937_64 rng(20261205);
+  const struct {
+    int64_t B, T, C;
+  } shapes[] = {{3, 5, 31}, {8, 40, 64}, {2, 4, 257}, {2, 3, 1024}};
+  for (Semiring s : {Semiring::log, Semiring::max_plus})
+    for (DType d : {DType::f32, DType::bf16}) {
+      Worst worst;
+      for (bool stepped : {false, true}) {
+        for (const auto& sh : shapes) {
+          Case k{s, d, sh.B, sh.T, sh.C, 10.0};
+          k.quick = true, k.stepped = stepped;
+          k.steps = stepped ? StepKernel::products : StepKernel::rule;
+          run_case(k, rng, worst);
+          k.ragged = k.banded = k.batched = true;
+          run_case(k, rng, worst);
+        }
+        Case specials{s, d, 4, 9, 33};
+        specials.ragged = true, specials.p_special = 0.01;
+        Case ties{s, d, 4, 9, 33};
+        ties.integers = true;
+        for (Case* k : {&specials, &ties}) {
+          k->quick = true, k->stepped = stepped;
+          k->steps = stepped ? StepKernel::products : StepKernel::rule;
+          run_case(*k, rng, worst);
+        }
+      }
+      MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
+                                                 << " quick: worst relative error of the score " << worst.score
+                                                 << ", of alpha " << worst.alpha << ", of a gradient " << worst.grad);
+    }
 }
 
 // Half tables, computed in f32 (at 128 states and up, with few sequences, the plans split them over clusters).
