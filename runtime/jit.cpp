@@ -76,6 +76,19 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them
 }
 
+// A quick build only saves time: one NVRTC refuses is built the ordinary way instead, so that nothing fails for it.
+std::shared_ptr<const LoadedKernel> build_quick_or_optimised(const DeviceInfo& device, GeneratedKernel kernel) {
+  if (!kernel.quick) return build(device, kernel);
+  try {
+    return build(device, kernel);
+  } catch (const CompileError& e) {
+    log_message(LogLevel::debug, "the quick build of " + kernel.name + " failed (" + e.what() +
+                                     "); building it optimised instead");
+    kernel.quick = false;
+    return build(device, kernel);
+  }
+}
+
 } // namespace
 
 CUfunction LoadedKernel::entry(const std::string& suffix) const {
@@ -127,7 +140,7 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
   try {
     if (dump_requested())
       dump_kernel(kernel, compile_to_ptx(kernel, "compute_" + device.arch().substr(3), device.features).binary);
-    auto loaded = build(device, kernel);
+    auto loaded = build_quick_or_optimised(device, kernel);
     promise.set_value(loaded);
     return loaded;
   } catch (...) {
