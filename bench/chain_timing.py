@@ -1,7 +1,8 @@
 """How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
 device memory the call adds, and, where a call gives no figure, why (out of memory, or refused). And the median of
 CUDA-synchronised wall times, what a caller waits (bench/torch_struct_crf.py, bench/divergence.py,
-bench/torch_percall.py)."""
+bench/torch_percall.py). Both time jitbmm's chain plans once they run their chosen strategies: a plan whose kernels
+were not in the caches runs a stand-in of quick builds until then (docs/caching-and-tuning.md, "First calls")."""
 
 import gc
 import statistics
@@ -14,11 +15,28 @@ import jitbmm
 FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
 
 
+def settled(timeout_s=600.0):
+    """Waits until every chain plan of jitbmm.torch runs its chosen strategy."""
+    from jitbmm import _torch_chains
+    end = time.monotonic() + timeout_s
+    while True:
+        plans = list(_torch_chains._plans.values())
+        for plan in plans:
+            plan._describe()
+        if all(plan.settled for plan in plans):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"a chain plan did not settle on its chosen strategy in {timeout_s:.0f} s")
+        time.sleep(0.01)
+
+
 def measure(fn, reps):
     """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""
     try:
         for _ in range(3):
             fn()
+        settled()
+        fn()
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -44,6 +62,8 @@ def wall_ms(fn, reps, warmups=3):
     """The median wall time of fn() in ms, the device synchronised after each call, after `warmups` calls."""
     for _ in range(warmups):
         fn()
+    settled()
+    fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
