@@ -1,7 +1,8 @@
 // Compile-only: quick builds (runtime/jit.hpp: QuickBuild), the kernels a chain plan's stand-in runs while its
 // optimised ones are built. They take NVRTC's --Ofast-compile where NVRTC has it, and every kernel a stand-in loads
 // (the sequential kernels' units, the stepped strategy's step module, its products' smallest tile) compiles that
-// way for the oldest and the newest architecture with registers and without spills. No GPU needed.
+// way for the oldest (f32) and the newest architecture (f32 and bf16) with registers and without spills. No GPU
+// needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ TEST_CASE("a stand-in's kernels compile as quick builds for the oldest and the n
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::bf16})
           for (int64_t C : {33, 128, 1024}) {
+            if (sm == 75 && dtype != DType::f32) continue; // the floor's code paths: f32's loads suffice
             ChainProblem p;
             p.form = form, p.semiring = semiring, p.dtype = dtype, p.B = 4, p.T = 64, p.C = C;
             for (GeneratedKernel& unit : emit_chain_units(default_chain_spec(p))) spills.add(quick(unit), sm);
@@ -68,7 +70,8 @@ TEST_CASE("a stand-in's kernels compile as quick builds for the oldest and the n
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::bf16})
           for (bool backward : {false, true})
-            spills.add(quick(emit_step_kernel(semiring, dtype, form, backward)), sm);
+            if (sm == 90 || dtype == DType::f32)
+              spills.add(quick(emit_step_kernel(semiring, dtype, form, backward)), sm);
     for (Semiring semiring : {Semiring::log, Semiring::max_plus}) {
       Problem step;
       step.semiring = semiring, step.with_argmax = semiring == Semiring::max_plus;
