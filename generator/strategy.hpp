@@ -95,6 +95,10 @@ struct StrategyDef {
   // workspace (exp_matmul: line maxima and G's maximum), its launches when it runs second, after that pass of the
   // same strategy; null for the others.
   LaunchPlan (*second_pass_launches)(const KernelSpec&, const Problem&) = nullptr;
+  // Whether its unit takes NVRTC seconds to compile (exp_matmul: the product on tensor cores, its prepare and its
+  // repairs): a plan that chose it runs a stand-in of the default variants while it builds
+  // (runtime/product_stand_in.hpp).
+  bool compiles_long = false;
 };
 
 // Registration from a strategy's own file: `const RegisterStrategy registered{{...}};` (the table keeps a copy).

@@ -10,7 +10,9 @@
 #include "runtime/autotune.hpp"
 #include "support/checked_size.hpp"
 #include "support/layout.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/plan_impl.hpp"
+#include "runtime/product_stand_in.hpp"
 #include "runtime/scratch.hpp"
 
 namespace jitbmm {
@@ -29,7 +31,8 @@ void check_grad_layout(const Problem& p, Pass pass) {
 
 namespace {
 
-// The kernel of one pass for this plan, chosen on first use and kept.
+// The kernel of one pass for this plan, chosen on first use and kept: a stand-in plan's, a quick build of the
+// default variant.
 std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass pass) {
   std::lock_guard<std::mutex> lock(im.grad_mutex);
   auto& slot = im.grad[pass == Pass::grad_a ? 0 : 1];
@@ -37,9 +40,15 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
     const Problem p = grad_problem(im.problem);
     auto gk = std::make_shared<GradKernel>();
     const TunePolicy policy = tune_policy_from_env();
-    gk->spec = plan_with_choice(
-        [&](const std::vector<KernelSpec>& rejected) { return choose(p, *im.device, policy, pass, rejected); },
-        [&](const KernelSpec& spec) { gk->kernel = load_kernel(*im.device, spec); });
+    if (im.stand_in) {
+      const QuickBuild quick;
+      gk->spec = default_grad_spec(p, pass);
+      gk->kernel = load_kernel(*im.device, gk->spec);
+    } else {
+      gk->spec = plan_with_choice(
+          [&](const std::vector<KernelSpec>& rejected) { return choose(p, *im.device, policy, pass, rejected); },
+          [&](const KernelSpec& spec) { gk->kernel = load_kernel(*im.device, spec); });
+    }
     const StrategyDef& def = strategy_def(gk->spec);
     gk->launches = def.launches(gk->spec, p);
     if (def.second_pass_launches) gk->second = def.second_pass_launches(gk->spec, p);
@@ -56,19 +65,16 @@ void prepare_both_passes(const SemiringBMM::Impl& im) {
     std::lock_guard<std::mutex> lock(im.grad_mutex);
     if (im.grad[0] || im.grad[1]) return;
   }
+  if (im.stand_in) {
+    const QuickBuild quick;
+    const Problem p = grad_problem(im.problem);
+    build_ahead(*im.device, {}, {default_grad_spec(p, Pass::grad_a), default_grad_spec(p, Pass::grad_b)});
+    return;
+  }
   const TunePolicy policy = tune_policy_from_env();
   std::vector<KernelSpec> specs = kernels_ahead(im.problem, *im.device, policy, Pass::grad_a);
   for (const KernelSpec& spec : kernels_ahead(im.problem, *im.device, policy, Pass::grad_b)) specs.push_back(spec);
   build_ahead(*im.device, {}, specs);
-}
-
-// The problem of the forward that recomputes a selecting semiring's argmax when the caller has none: its values and
-// argmax go to scratch, contiguous.
-Problem argmax_problem(const Problem& problem) {
-  Problem q = problem;
-  q.with_argmax = true;
-  q.out_strides.reset();
-  return q;
 }
 
 // That forward's plan, made on first use and kept.
@@ -119,7 +125,24 @@ BackwardWork backward_work(const SemiringBMM::Impl& im, bool want_a, bool want_b
   return w;
 }
 
+// The plan whose backward runs a call writing the gradients named: a stand-in plan's chosen plan once it and those
+// passes are built (and the caller's workspace, where given, holds what that plan's backward takes), else `plan`.
+const SemiringBMM::Impl& backward_plan(const SemiringBMM::Impl& plan, bool want_a, bool want_b, bool argmax_given,
+                                       Stream stream, const Workspace* caller) {
+  if (!plan.stand_in) return plan;
+  const Shape& s = plan.problem.shape;
+  const bool a = want_a && try_product({s.B, s.M, s.K}) != 0, b = want_b && try_product({s.B, s.K, s.N}) != 0;
+  const SemiringBMM::Impl* chosen = plan.stand_in->backward(a, b, stream);
+  if (!chosen) return plan;
+  if (caller && (caller->ptr || caller->bytes) &&
+      caller->bytes < backward_work(*chosen, want_a, want_b, argmax_given).scratch_bytes)
+    return plan;
+  return *chosen;
+}
+
 } // namespace
+
+void build_pass(const SemiringBMM::Impl& plan, Pass pass) { grad_kernel(plan, pass); }
 
 void SemiringBMM::backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a,
                            void* grad_b, Stream stream) const {
@@ -128,8 +151,7 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
 
 void SemiringBMM::backward(const void* a, const void* b, const void* out, const int32_t* argmax, const void* grad_out,
                            void* grad_a, void* grad_b, Stream stream, const Workspace& workspace) const {
-  const Impl& im = *impl_;
-  const Problem& p = im.problem;
+  const Problem& p = impl_->problem;
   const Shape& s = p.shape;
   const bool want_a = grad_a != nullptr, want_b = grad_b != nullptr;
   const bool none_a = try_product({s.B, s.M, s.K}) == 0, none_b = try_product({s.B, s.K, s.N}) == 0,
@@ -160,12 +182,11 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   if (argmax && !scatter)
     throw std::invalid_argument(std::string("argmax: the ") + semiring_info(p.semiring).name +
                                 " backward takes no argmax");
-  ScopedContext scope(im.device->context); // also for choosing the passes' kernels on first use
+  ScopedContext scope(impl_->device->context); // also for choosing the passes' kernels on first use
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  const BackwardWork w = [&] {
-    const TuningHold hold(stream_is_capturing(cu_stream));
-    return backward_work(im, want_a, want_b, argmax != nullptr);
-  }();
+  const TuningHold hold(stream_is_capturing(cu_stream));
+  const Impl& im = backward_plan(*impl_, want_a, want_b, argmax != nullptr, stream, &workspace);
+  const BackwardWork w = backward_work(im, want_a, want_b, argmax != nullptr);
   Scratch scratch(*im.device, workspace, w.scratch_bytes, cu_stream);
   // The selecting semirings route G through the forward's argmax; without one, a forward pass with argmax
   // recomputes it into scratch.
@@ -190,36 +211,23 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   }
 }
 
-void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
-  validate(problem);
-  const auto device = current_device();
-  check_supported(*device);
-  const Shape& s = problem.shape;
-  if (try_product({s.B, s.M, s.N}) == 0) return; // no output: no kernel is loaded
-  ScopedContext scope(device->context);
-  const TunePolicy policy = tune_policy_from_env();
-  std::vector<KernelSpec> specs = kernels_ahead(problem, *device, policy);
-  auto add = [&](const std::vector<KernelSpec>& more) { specs.insert(specs.end(), more.begin(), more.end()); };
-  const bool want_a = grad_a && try_product({s.B, s.M, s.K}) != 0;
-  const bool want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
-  if (want_a) add(kernels_ahead(problem, *device, policy, Pass::grad_a));
-  if (want_b) add(kernels_ahead(problem, *device, policy, Pass::grad_b));
-  // A selecting semiring's backward without the forward's argmax recomputes it (argmax_forward).
-  if ((want_a || want_b) && semiring_info(problem.semiring).backward == BackwardKind::argmax_scatter &&
-      !problem.with_argmax)
-    add(kernels_ahead(argmax_problem(problem), *device, policy));
-  build_ahead(*device, {}, specs);
-}
-
 std::size_t SemiringBMM::backward_workspace_bytes(bool grad_a, bool grad_b, bool argmax_given, Stream stream) const {
   ScopedContext scope(impl_->device->context);
   const TuningHold hold(stream_is_capturing(stream));
-  return backward_work(*impl_, grad_a, grad_b, argmax_given).scratch_bytes;
+  const Impl& im = backward_plan(*impl_, grad_a, grad_b, argmax_given, stream, nullptr);
+  const std::size_t bytes = backward_work(im, grad_a, grad_b, argmax_given).scratch_bytes;
+  if (&im != impl_.get()) return bytes;
+  // While a stand-in runs the backwards, room for the chosen plan's passes too: a caller may size its workspace once.
+  const std::size_t chosen = impl_->stand_in ? impl_->stand_in->pass_workspace_bytes(grad_a, grad_b) : 0;
+  return chosen ? std::max(bytes, ScratchSize().add(bytes, "backward workspace").add(chosen, "backward workspace")
+                                      .bytes())
+                : bytes;
 }
 
 KernelSpec SemiringBMM::grad_spec(Pass pass) const {
-  if (pass == Pass::forward) return impl_->spec;
-  return grad_kernel(*impl_, pass)->spec;
+  if (pass == Pass::forward) return spec();
+  return grad_kernel(backward_plan(*impl_, pass == Pass::grad_a, pass == Pass::grad_b, true, nullptr, nullptr), pass)
+      ->spec;
 }
 
 } // namespace jitbmm

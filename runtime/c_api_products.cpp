@@ -162,6 +162,14 @@ jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name
   });
 }
 
+jitbmm_status jitbmm_plan_settled(const jitbmm_plan* plan, int* settled) {
+  return guarded([&] {
+    require(plan, "plan");
+    require(settled, "settled");
+    *settled = plan->plan.settled() ? 1 : 0;
+  });
+}
+
 void jitbmm_plan_destroy(jitbmm_plan* plan) { delete plan; }
 
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,

@@ -1,10 +1,6 @@
 // A chain plan's stand-in (chain_stand_in.hpp).
 #include "runtime/chain_stand_in.hpp"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -13,25 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "support/env_words.hpp"
 #include "support/log.hpp"
 
 namespace jitbmm {
 
 namespace {
-
-// How long a plan waits for its chosen strategy before it takes a stand-in: one whose kernels are all in the caches
-// is built in a few milliseconds (its modules loaded, its products planned), so a process that finds them starts on
-// the chosen strategy; one that compiles takes seconds.
-constexpr auto kChosenWait = std::chrono::milliseconds(50);
-
-// The chosen strategy's build runs below the process's other work on the CPU: where cores are few, the stand-in's
-// compiles (and then the caller's own work) go first, and the build takes what is left. Threads it starts (the CPU
-// pool's) inherit the lower priority. Nothing to do where the system refuses.
-void lower_this_thread_priority() {
-  const long tid = ::syscall(SYS_gettid);
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 10);
-}
 
 // The problem as the stand-ins are shared: every field that shapes a plan.
 std::string problem_key(const ChainProblem& p) {
@@ -52,8 +34,7 @@ std::string describe(const ChainProblem& p) {
 }
 
 // The stand-ins of the process, one a problem and context. Never destroyed, as the modules they hold are not
-// (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already going. A build still
-// running then is waited for instead (wait_for_builds), before what it uses is destroyed.
+// (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already going.
 struct Registry {
   std::mutex mutex;
   std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
@@ -62,16 +43,6 @@ struct Registry {
 Registry& registry() {
   static auto* r = new Registry();
   return *r;
-}
-
-// At the process's end: every chosen strategy still being built, built.
-void wait_for_builds() {
-  std::vector<std::shared_ptr<const StandInChain>> all;
-  {
-    std::lock_guard<std::mutex> lock(registry().mutex);
-    for (const auto& entry : registry().stand_ins) all.push_back(entry.second);
-  }
-  for (const auto& s : all) s->wait_built();
 }
 
 // A workspace for a call whose strategy needs need() bytes: the caller's, or jitbmm's pool where the caller's (sized
@@ -83,39 +54,18 @@ template <class Need> Workspace fitted(const Workspace& caller, Need need) {
 } // namespace
 
 StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen, std::string what)
-    : stand_in_(std::move(stand_in)), future_(std::move(chosen)), what_(std::move(what)) {}
+    : stand_in_(std::move(stand_in)), chosen_(std::move(chosen), std::move(what)) {}
 
-const ChainStrategy* StandInChain::chosen(bool wait) const {
-  if (const ChainStrategy* c = chosen_.load(std::memory_order_acquire)) return c;
-  if (failed_.load(std::memory_order_acquire)) return nullptr;
-  if (!wait && future_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (const ChainStrategy* c = chosen_.load(std::memory_order_acquire)) return c;
-  if (failed_) return nullptr;
-  try {
-    const ChainStrategy* c = future_.get().get();
-    chosen_.store(c, std::memory_order_release);
-    if (log_enabled(LogLevel::debug))
-      log_message(LogLevel::debug, what_ + ": the " + c->name() + " strategy is built; its calls run it from now on");
-    return c;
-  } catch (const std::exception& e) {
-    failed_ = true;
-    log_message(LogLevel::warn, what_ + ": its chosen strategy failed to build (" + e.what() +
-                                    "); its calls keep running its stand-in");
-    return nullptr;
-  }
-}
-
-bool StandInChain::settled() const { return chosen(false) || failed_.load(std::memory_order_acquire); }
+bool StandInChain::settled() const { return chosen_.ended(); }
 
 const ChainStrategy& StandInChain::current() const {
-  const ChainStrategy* c = chosen(false);
+  const ChainStrategy* c = chosen_.get(false);
   return c ? *c : *stand_in_;
 }
 
 const ChainStrategy* StandInChain::for_call(Stream stream) const {
-  if (const ChainStrategy* c = chosen(false)) return c;
-  return chosen(!failed_ && stream_is_capturing(reinterpret_cast<CUstream>(stream)));
+  if (const ChainStrategy* c = chosen_.get(false)) return c;
+  return chosen_.get(stream_is_capturing(reinterpret_cast<CUstream>(stream)));
 }
 
 std::size_t StandInChain::workspace_bytes(bool with_saved, bool with_path) const {
@@ -128,13 +78,13 @@ std::size_t StandInChain::backward_workspace_bytes(bool transitions) const {
 
 std::size_t StandInChain::least_workspace_bytes(bool with_saved, bool with_path) const {
   const std::size_t own = stand_in_->workspace_bytes(with_saved, with_path);
-  const ChainStrategy* c = chosen(false);
+  const ChainStrategy* c = chosen_.get(false);
   return c ? std::min(own, c->workspace_bytes(with_saved, with_path)) : own;
 }
 
 std::size_t StandInChain::least_backward_workspace_bytes(bool transitions) const {
   const std::size_t own = stand_in_->backward_workspace_bytes(transitions);
-  const ChainStrategy* c = chosen(false);
+  const ChainStrategy* c = chosen_.get(false);
   return c ? std::min(own, c->backward_workspace_bytes(transitions)) : own;
 }
 
@@ -168,11 +118,6 @@ void StandInChain::backward(jb::ChainParams params, const void* saved, Stream st
                 fitted(workspace, [&] { return runs.backward_workspace_bytes(params.grad != nullptr); }));
 }
 
-bool stand_in_enabled() {
-  const char* v = std::getenv("JITBMM_STAND_IN");
-  return !v || !*v || parse_env_switch(v, "JITBMM_STAND_IN");
-}
-
 std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
                                                         const std::shared_ptr<const DeviceInfo>& device,
                                                         const MakeStrategy& make_chosen,
@@ -183,11 +128,7 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end()) return it->second;
   }
-  StandInChain::Chosen chosen = std::async(std::launch::async, [device, make_chosen] {
-                                  lower_this_thread_priority();
-                                  ScopedContext scope(device->context);
-                                  return make_chosen();
-                                }).share();
+  StandInChain::Chosen chosen = start_background_build<std::shared_ptr<const ChainStrategy>>(device, make_chosen);
   if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
   std::shared_ptr<const ChainStrategy> stand_in;
   try {
@@ -203,10 +144,7 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
                                      " strategy stands in while its chosen strategy is built");
   auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), describe(problem));
   std::lock_guard<std::mutex> lock(r.mutex);
-  const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
-  // Registered after what this build's plan has used so far, so that it runs before their destruction.
-  if (added) std::atexit(wait_for_builds);
-  return at->second;
+  return r.stand_ins.emplace(key, std::move(made)).first->second; // another thread's, where it made one first
 }
 
 } // namespace jitbmm

@@ -1,7 +1,8 @@
 // A chain plan's stand-in (docs/caching-and-tuning.md, "First calls"): where the strategy ChainPlan::get chooses
 // would make a first call wait for its kernels to compile (seconds, with empty caches), the plan's calls run a
 // strategy of quick builds (runtime/jit.hpp) that compile in well under a second (runtime/chain_plan.cpp says which)
-// until the chosen strategy is built on a thread of its own; from then on they run the chosen strategy. Both compute
+// until the chosen strategy is built in the background (runtime/background_build.hpp); from then on they run the
+// chosen strategy. Both compute
 // the same chain to the chains' accuracy (Viterbi paths alike, ties to the smallest state), so a call's result never
 // depends on which ran it beyond rounding.
 //
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "jitbmm/chain.hpp"
+#include "runtime/background_build.hpp"
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
 
@@ -49,35 +51,24 @@ public:
   void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
   // Once the chosen strategy is built (or has failed to build: the stand-in then serves for good, with a warning).
   bool settled() const override;
-  // Returns once the chosen strategy's build has ended (built or failed).
-  void wait_built() const { future_.wait(); }
 
 private:
-  // The chosen strategy once built, else null; with `wait`, waits for its build first.
-  const ChainStrategy* chosen(bool wait) const;
   const ChainStrategy& current() const;
   // The chosen strategy for a call on `stream` (waiting for it where the stream captures a graph), else null.
   const ChainStrategy* for_call(Stream stream) const;
 
   std::shared_ptr<const ChainStrategy> stand_in_;
-  Chosen future_;
-  std::string what_;
-  mutable std::mutex mutex_;
-  mutable std::atomic<const ChainStrategy*> chosen_{nullptr};
-  mutable std::atomic<bool> failed_{false};
+  PendingBuild<ChainStrategy> chosen_;
+  mutable std::mutex mutex_; // guards stand_in_saved_
   mutable std::set<const void*> stand_in_saved_; // the `saved` buffers a stand-in forward wrote last
   mutable std::atomic<std::size_t> stand_in_saved_count_{0}; // their number, read without the lock
 };
 
-// Whether $JITBMM_STAND_IN lets ChainPlan::get take a stand-in: on (the default) or off; another value is
-// std::invalid_argument naming it. Read at every call (the tests turn it on and off).
-bool stand_in_enabled();
-
 // The strategy of a plan of `problem` on `device`, whose chosen strategy make_chosen builds: its stand-in where
 // one of this problem is already in the process; else make_chosen's strategy where it is built within a short wait;
-// else a new stand-in (make_stand_in's strategy) while make_chosen runs on a thread of its own, with `device`'s
-// context current; else, where make_stand_in fails or the chosen strategy is built first, the chosen one.
-// make_chosen's error, where it fails before a stand-in is made, is thrown here.
+// else a new stand-in (make_stand_in's strategy) while make_chosen runs in the background; else, where make_stand_in
+// fails or the chosen strategy is built first, the chosen one. make_chosen's error, where it fails before a stand-in
+// is made, is thrown here.
 std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
                                                         const std::shared_ptr<const DeviceInfo>& device,
                                                         const MakeStrategy& make_chosen,

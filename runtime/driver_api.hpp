@@ -67,6 +67,11 @@ enum CUstreamCaptureStatus : int {
   CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
 };
 
+enum CUstreamCaptureMode : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
+
 enum CUmemAllocationType : int { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
 enum CUmemAllocationHandleType : int { CU_MEM_HANDLE_TYPE_NONE = 0 };
 enum CUmemLocationType : int { CU_MEM_LOCATION_TYPE_DEVICE = 1 };
@@ -163,6 +168,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
     (CUdeviceptr destination, unsigned char value, std::size_t count, CUstream stream))                                \
   X(cuStreamSynchronize, cuStreamSynchronize, (CUstream stream))                                                       \
   X(cuStreamIsCapturing, cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status))                       \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode))                \
   X(cuStreamGetCtx, cuStreamGetCtx, (CUstream stream, CUcontext * context))                                             \
   X(cuStreamCreate, cuStreamCreate, (CUstream * stream, unsigned int flags))                                           \
   X(cuStreamDestroy, cuStreamDestroy_v2, (CUstream stream))                                                            \

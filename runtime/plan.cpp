@@ -11,7 +11,10 @@
 #include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/device_pool.hpp"
+#include "runtime/backward.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/plan_impl.hpp"
+#include "runtime/product_stand_in.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 #include "support/log.hpp"
@@ -89,15 +92,12 @@ const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
   return im.wide.get();
 }
 
-} // namespace
-
-SemiringBMM SemiringBMM::get(const Problem& problem) {
-  validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
-  const auto device = current_device();
-  check_supported(*device); // at once, not as the first kernel's compile error
+// The plan get() makes once its variant is chosen: a stored decision's (checked first where it was brought from
+// elsewhere), a tuning's or the default, its kernel built.
+PlanImpl chosen_plan(const Problem& problem, const std::shared_ptr<const DeviceInfo>& device) {
   const TunePolicy policy = tune_policy_from_env();
   const bool watched = repair_watch_enabled();
-  std::shared_ptr<Impl> impl;
+  std::shared_ptr<SemiringBMM::Impl> impl;
   plan_with_choice(
       [&](const std::vector<KernelSpec>& rejected) {
         return choose(problem, *device, policy, Pass::forward, rejected);
@@ -109,7 +109,43 @@ SemiringBMM SemiringBMM::get(const Problem& problem) {
     impl->watch = std::make_unique<RepairWatch>(*impl->device, checked_product({problem.shape.B, problem.shape.M,
                                                                                 problem.shape.N}, "shape: B*M*N"),
                                                 def.repair_counts(impl->spec, problem).outputs_at);
-  return SemiringBMM(std::move(impl));
+  return impl;
+}
+
+// A stand-in's plan: quick builds of the problem's default variants, those of the passes named built at once.
+PlanImpl stand_in_plan(const Problem& problem, const DeviceInfo& device, std::shared_ptr<const ProductStandIn> stand_in,
+                       bool grad_a, bool grad_b) {
+  const QuickBuild quick;
+  const KernelSpec spec = default_spec(problem);
+  std::vector<KernelSpec> specs{spec};
+  const Problem gp = grad_problem(problem);
+  if (grad_a) specs.push_back(default_grad_spec(gp, Pass::grad_a));
+  if (grad_b) specs.push_back(default_grad_spec(gp, Pass::grad_b));
+  build_ahead(device, {}, specs);
+  auto impl = make_impl(problem, spec);
+  impl->stand_in = std::move(stand_in);
+  return impl;
+}
+
+// The plan of get() and prepare() (which names the passes a backward will run): the chosen variant's, or a
+// stand-in's while that builds (runtime/product_stand_in.hpp).
+PlanImpl plan_of(const Problem& problem, const std::shared_ptr<const DeviceInfo>& device, bool grad_a, bool grad_b) {
+  if (!takes_stand_in(problem, *device, grad_a, grad_b)) return chosen_plan(problem, device);
+  return chosen_or_stand_in(
+      problem, device, grad_a, grad_b, [problem, device] { return chosen_plan(problem, device); },
+      [&](std::shared_ptr<const ProductStandIn> stand_in) {
+        return stand_in_plan(problem, *device, std::move(stand_in), grad_a, grad_b);
+      },
+      build_pass);
+}
+
+} // namespace
+
+SemiringBMM SemiringBMM::get(const Problem& problem) {
+  validate(problem); // every size and stride checked before anything is chosen, tuned or compiled
+  const auto device = current_device();
+  check_supported(*device); // at once, not as the first kernel's compile error
+  return SemiringBMM(plan_of(problem, device, false, false));
 }
 
 SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
@@ -122,6 +158,30 @@ SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
 
 SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
   return SemiringBMM(make_impl(problem, spec));
+}
+
+void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
+  validate(problem);
+  const auto device = current_device();
+  check_supported(*device);
+  const Shape& s = problem.shape;
+  if (try_product({s.B, s.M, s.N}) == 0) return; // no output: no kernel is loaded
+  ScopedContext scope(device->context);
+  const bool want_a = grad_a && try_product({s.B, s.M, s.K}) != 0;
+  const bool want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
+  // Where get() would take a stand-in, its kernels are built now and the chosen ones in the background; where the
+  // chosen plan was built at once, its passes are built ahead below.
+  if (takes_stand_in(problem, *device, want_a, want_b) && plan_of(problem, device, want_a, want_b)->stand_in) return;
+  const TunePolicy policy = tune_policy_from_env();
+  std::vector<KernelSpec> specs = kernels_ahead(problem, *device, policy);
+  auto add = [&](const std::vector<KernelSpec>& more) { specs.insert(specs.end(), more.begin(), more.end()); };
+  if (want_a) add(kernels_ahead(problem, *device, policy, Pass::grad_a));
+  if (want_b) add(kernels_ahead(problem, *device, policy, Pass::grad_b));
+  // A selecting semiring's backward without the forward's argmax recomputes it (argmax_forward).
+  if ((want_a || want_b) && semiring_info(problem.semiring).backward == BackwardKind::argmax_scatter &&
+      !problem.with_argmax)
+    add(kernels_ahead(argmax_problem(problem), *device, policy));
+  build_ahead(*device, {}, specs);
 }
 
 void SemiringBMM::operator()(const void* a, const void* b, void* out, Stream stream) const {
@@ -149,7 +209,7 @@ void SemiringBMM::run_if(const int* needed, const void* a, const void* b, void* 
 
 void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, Stream stream,
                       const Workspace& workspace, bool same_b, const int* needed) const {
-  const Impl& im = *impl_;
+  const Impl& im = forward_plan(*impl_, stream);
   if (same_b && workspace_bytes() > 0 && !workspace.ptr)
     throw std::invalid_argument("workspace: a call with b's factors of the previous call reads that call's scratch, "
                                 "so it must be given");
@@ -187,19 +247,25 @@ void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, 
   Scratch scratch(*im.device, workspace, workspace_bytes(), cu_stream);
   void* ws = scratch.take(im.launches.workspace_bytes);
   // b's factors are the workspace's only where the variant that wrote them runs again, in the layout of its form: a
-  // watched plan may move to another variant between two calls (on this stream or another), so it runs whole.
+  // watched plan may move to another variant between two calls (on this stream or another), and so may a stand-in
+  // plan, so they run whole.
   run_launches(moved ? *moved->kernel : *im.kernel, moved ? moved->launches : im.launches, params, ws, cu_stream,
-               same_b && !im.watch);
+               same_b && !im.watch && !impl_->stand_in);
   if (watching && !moved && !needed) im.watch->observe(ws, cu_stream); // a skipped call counts nothing
 }
 
 std::size_t SemiringBMM::workspace_bytes() const {
-  return ScratchSize().add(impl_->launches.workspace_bytes, "workspace").bytes();
+  const std::size_t bytes = impl_->stand_in ? impl_->stand_in->workspace_bytes() : impl_->launches.workspace_bytes;
+  return ScratchSize().add(bytes, "workspace").bytes();
 }
+
+bool SemiringBMM::settled() const { return !impl_->stand_in || impl_->stand_in->settled(); }
 
 SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, const void* b, void* out,
                                                               Stream stream) const {
-  const Impl& im = *impl_;
+  // A stand-in plan reports on the plan it chose, once built.
+  const Impl* chosen = impl_->stand_in ? impl_->stand_in->forward_waited() : nullptr;
+  const Impl& im = chosen ? *chosen : *impl_;
   const StrategyDef& def = strategy_def(im.spec);
   if (!def.repair_counts)
     throw std::invalid_argument("plan: run_with_repair_report needs an exp_matmul plan, not " +
@@ -239,23 +305,30 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
 }
 
 const Problem& SemiringBMM::problem() const { return impl_->problem; }
-// The variant calls run now: the plan's own, or the wide-data one it moved to.
+// The variant calls run now: the plan's own (a stand-in's, until its chosen plan serves), or the wide-data one it
+// moved to.
 const KernelSpec& SemiringBMM::spec() const {
-  return impl_->moved.load(std::memory_order_acquire) ? impl_->wide->spec : impl_->spec;
+  const Impl& im = current_plan(*impl_);
+  return im.moved.load(std::memory_order_acquire) ? im.wide->spec : im.spec;
 }
 
 const std::string& SemiringBMM::kernel_name() const {
   static const std::string none = "(no kernel: empty problem)";
-  if (impl_->moved.load(std::memory_order_acquire)) return impl_->wide->kernel->generated.name;
-  return impl_->kernel ? impl_->kernel->generated.name : none;
+  const Impl& im = current_plan(*impl_);
+  if (im.moved.load(std::memory_order_acquire)) return im.wide->kernel->generated.name;
+  return im.kernel ? im.kernel->generated.name : none;
 }
 
 const std::string& SemiringBMM::source() const {
   static const std::string none;
-  return impl_->kernel ? impl_->kernel->generated.source : none;
+  const Impl& im = current_plan(*impl_);
+  return im.kernel ? im.kernel->generated.source : none;
 }
 
-int SemiringBMM::registers() const { return impl_->kernel ? impl_->kernel->registers : 0; }
+int SemiringBMM::registers() const {
+  const Impl& im = current_plan(*impl_);
+  return im.kernel ? im.kernel->registers : 0;
+}
 std::string SemiringBMM::device_name() const { return impl_->device->name; }
 std::string SemiringBMM::arch() const { return impl_->device->arch(); }
 

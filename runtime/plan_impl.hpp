@@ -17,6 +17,8 @@
 
 namespace jitbmm {
 
+class ProductStandIn;
+
 // A backward pass's kernel, chosen (stored decision, tuning or default) on first use.
 struct GradKernel {
   KernelSpec spec;
@@ -53,7 +55,20 @@ struct SemiringBMM::Impl {
   mutable std::mutex grad_mutex;                          // guards the two below
   mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b
   mutable std::shared_ptr<const SemiringBMM> with_argmax; // the forward with argmax, for the selecting backward
+
+  // A stand-in plan's (runtime/product_stand_in.hpp): its own kernels, its backward's too, are quick builds of the
+  // default variants, and its calls run the chosen plan once that is built. Null for every other plan.
+  std::shared_ptr<const ProductStandIn> stand_in;
 };
+
+// The problem of the forward that recomputes a selecting semiring's argmax for a backward when the caller has none:
+// its values and argmax go to scratch, contiguous.
+inline Problem argmax_problem(const Problem& problem) {
+  Problem q = problem;
+  q.with_argmax = true;
+  q.out_strides.reset();
+  return q;
+}
 
 // Argument checks shared by the forward and backward launches; the message names the argument.
 inline void check_pointer(const void* ptr, const char* name, bool empty) {

@@ -207,7 +207,7 @@ RepairCounts repair_counts(const KernelSpec& spec, const Problem& p) {
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", false, kTileFields | kMathField, rank, defaults,
                                    check, index64, candidates, render, launches, shared_bytes,
-                                   wgmma_dynamic_shared_bytes, repair_counts}};
+                                   wgmma_dynamic_shared_bytes, repair_counts, nullptr, true}};
 
 } // namespace
 } // namespace jitbmm::strategies

@@ -175,7 +175,7 @@ LaunchPlan second_pass_launches(const KernelSpec& spec, const Problem& p) { retu
 
 const RegisterStrategy registered{{Strategy::exp_matmul, "exp_matmul", true, kTileFields | kMathField, rank, defaults,
                                    check, index64, candidates, render, launches, shared_bytes,
-                                   wgmma_dynamic_shared_bytes, nullptr, second_pass_launches}};
+                                   wgmma_dynamic_shared_bytes, nullptr, second_pass_launches, true}};
 
 } // namespace
 } // namespace jitbmm::strategies

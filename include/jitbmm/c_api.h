@@ -106,7 +106,11 @@ jitbmm_status jitbmm_plan_backward_with_workspace(const jitbmm_plan* plan, const
  * driver all of it that no call is using, on every device. */
 jitbmm_status jitbmm_release_pool_memory(void);
 
-jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name); /* valid while the plan lives */
+/* The kernel calls run now; valid while the plan lives. */
+jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name);
+/* *settled = 0 while a stand-in runs the calls for the variant the plan chose, which is being built (SemiringBMM::
+ * settled: the kernel name changes once it settles; the workspace sizes do not), else 1. */
+jitbmm_status jitbmm_plan_settled(const jitbmm_plan* plan, int* settled);
 void jitbmm_plan_destroy(jitbmm_plan* plan);
 
 /* Chains (ChainPlan in chain.hpp; docs/chains.md): the forward algorithm of a linear-chain CRF over B sequences of

@@ -26,8 +26,9 @@ public:
   // Compiles, all at once on the CPU's cores, the kernels that get(problem) and a backward writing the gradients
   // named will load (their stored decisions' or the defaults'; a pass that would be tuned is left to its tuning),
   // so that a first training step waits for its longest compile rather than for the sum of them
-  // (docs/caching-and-tuning.md, "First calls"). Checks `problem` as get() does; plans and launches nothing, and
-  // leaves a kernel that fails to build to the get() or backward() that needs it.
+  // (docs/caching-and-tuning.md, "First calls"). Where get() would take a stand-in (settled()), its quick builds
+  // instead, forward and the passes named, while the chosen ones build in the background. Checks `problem` as get()
+  // does; launches nothing, and leaves a kernel that fails to build to the get() or backward() that needs it.
   static void prepare(const Problem& problem, bool grad_a, bool grad_b);
 
   // Launches out = a ⊗ b on `stream` (asynchronous). Pointers are device pointers laid out as the problem's
@@ -53,6 +54,12 @@ public:
               const Workspace& workspace, bool same_b = false) const;
   // The scratch bytes one forward call takes (0 for most direct kernels; split-K's partials, exp_matmul's factors).
   std::size_t workspace_bytes() const;
+  // Whether calls run the variants the plan chose. get() of a problem whose chosen variant takes seconds to compile
+  // (exp_matmul) and is not built yet returns a plan whose calls run quick builds of the default variants meanwhile
+  // (a stand-in, docs/caching-and-tuning.md, "First calls"): false until the chosen variant is built in the
+  // background (or failed to build: the stand-in then serves for good). spec(), kernel_name(), source() and
+  // registers() describe what calls run now.
+  bool settled() const;
 
   // exp_matmul plans only (std::invalid_argument otherwise): runs like operator(), waits for `stream`, and says
   // how many outputs the guard found inexact and sent to the exact repair pass, and how many repair tiles ran.

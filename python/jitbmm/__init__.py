@@ -124,6 +124,8 @@ def _declare(lib):
     lib.jitbmm_release_pool_memory.restype = status
     lib.jitbmm_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_plan_kernel_name.restype = status
+    lib.jitbmm_plan_settled.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    lib.jitbmm_plan_settled.restype = status
     lib.jitbmm_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_plan_destroy.restype = None
     lib.jitbmm_reference.argtypes = [ctypes.POINTER(_CProblem), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -519,9 +521,18 @@ class Plan:
 
     @property
     def kernel_name(self):
+        """The kernel calls run now."""
         name = ctypes.c_char_p()
         _check(_library().jitbmm_plan_kernel_name(self._handle, ctypes.byref(name)))
         return name.value.decode()
+
+    @property
+    def settled(self):
+        """False while a stand-in (quick builds of the default variants) runs the calls for the variant the plan
+        chose, which is being built in the background (docs/caching-and-tuning.md, "First calls"); then True."""
+        settled = ctypes.c_int()
+        _check(_library().jitbmm_plan_settled(self._handle, ctypes.byref(settled)))
+        return bool(settled.value)
 
     def __call__(self, a_ptr, b_ptr, out_ptr, argmax_ptr=None, stream=None, workspace_ptr=None, workspace_bytes=0):
         """Launch on device pointers (integers), on `stream` (an integer CUstream handle; None: default stream).

@@ -103,7 +103,8 @@ def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argm
         problem = Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
                           out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision)
         with torch.cuda.device(device):  # the plan is made for the current device, for its current stream
-            if grads and any(grads):
+            # Inside a capture the plan takes a stored decision or the default at once: nothing to build ahead.
+            if grads and any(grads) and not torch.cuda.is_current_stream_capturing():
                 _prepare(problem, *grads)
             plan = Plan(problem, _stream(device))
             kernels = _Kernels(plan, device, with_argmax)

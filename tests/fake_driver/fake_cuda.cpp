@@ -21,7 +21,8 @@
 //   cuLaunchKernelEx does the same, the line ending in " programmatic" where the launch may overlap the one before;
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
 // - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
-//   none (nothing else changes: launches still run);
+//   none (nothing else changes: launches still run); cuThreadExchangeStreamCaptureMode keeps a mode a thread and
+//   logs "capture-mode <n>" with the mode set;
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
 // - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
@@ -544,6 +545,13 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
   const char* capturing = std::getenv("JITBMM_FAKE_CUDA_CAPTURING");
   *status = capturing && std::strcmp(capturing, "1") == 0 ? CU_STREAM_CAPTURE_STATUS_ACTIVE
                                                            : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::swap(*mode, t_mode);
+  log_line("capture-mode " + std::to_string(int(t_mode)));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamGetCtx(CUstream, CUcontext* ctx) {

@@ -321,6 +321,8 @@ void run_case(uint64_t seed, Findings& f) {
     if (p.B < 0 || p.M < 0 || p.K < 0 || p.N < 0) f.add(seed, "a plan was made with a negative size", p);
     const char* name = nullptr;
     check_status(f, seed, "jitbmm_plan_kernel_name", jitbmm_plan_kernel_name(plan, z.chance(0.1) ? nullptr : &name), p);
+    int settled = 0;
+    check_status(f, seed, "jitbmm_plan_settled", jitbmm_plan_settled(plan, z.chance(0.1) ? nullptr : &settled), p);
     for (int launch = 0; launch < 2; ++launch)
       check_status(f, seed, "jitbmm_plan_run",
                    jitbmm_plan_run(plan, maybe(0.05), maybe(0.05), maybe(0.05),

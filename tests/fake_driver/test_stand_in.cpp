@@ -1,10 +1,13 @@
-// A chain plan's stand-in (runtime/chain_stand_in.hpp) on the fake driver: a first plan whose chosen strategy
+// Stand-ins on the fake driver. A chain plan's (runtime/chain_stand_in.hpp): a first plan whose chosen strategy
 // compiles runs its stand-in, quick builds, until that strategy is built (the sequential kernels' quick builds for
 // the sequential strategy and the chunked one, the stepped strategy's products in their default kernels for the
 // stepped one), a backward reads `saved` with the
 // strategy that wrote it, a call given the stand-in's smaller workspace after it settles takes jitbmm's pool, the
-// plans of one problem share the stand-in, and work captured into a graph waits for the chosen strategy. Each runs in
-// a helper process of its own (--stand-in), whose disk cache is empty, so that its kernels compile.
+// plans of one problem share the stand-in, and work captured into a graph waits for the chosen strategy. A product
+// plan's (runtime/product_stand_in.hpp): a first training step of a product whose stored decisions choose exp_matmul
+// runs quick builds of the default variants, forward and backward, until the chosen ones are built, with the
+// workspace it announced at first. Each runs in a helper process of its own (--stand-in), whose disk cache is empty,
+// so that its kernels compile.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,8 +24,12 @@
 #include <utility>
 #include <vector>
 
+#include "cache/disk_cache.hpp"
+#include "generator/strategy.hpp"
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
+#include "jitbmm/plan.hpp"
+#include "runtime/autotune.hpp"
 #include "runtime/device_memory.hpp"
 #include "tests/fake_driver/driver_log.hpp"
 #include "tests/fake_driver/helper_process.hpp"
@@ -33,7 +40,7 @@ using namespace jitbmm;
 namespace {
 
 // Whether the plan settled within two minutes.
-bool wait_settled(const ChainPlan& plan) {
+template <class Plan> bool wait_settled(const Plan& plan) {
   for (int i = 0; i < 12000 && !plan.settled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return plan.settled();
 }
@@ -151,7 +158,8 @@ int stepped_calls(const std::string& log, bool capture) {
                 launches_with(log, from, "exp_matmul"), launches_with(log, from, "steps_log_f32_backward"),
                 launches_with(log, from, "log_f32_tiled"));
   }
-  std::printf("waited %d\nstrategy-after %s\n", int(wait_settled(plan)), plan.strategy());
+  const bool waited = wait_settled(plan); // before what it prints is read: arguments are evaluated in any order
+  std::printf("waited %d\nstrategy-after %s\n", int(waited), plan.strategy());
   from = logged_launches(log).size();
   plan(in, nullptr, score.get());
   std::printf("then-fused %zu\n", launches_with(log, from, "hmm_fused_steps"));
@@ -173,12 +181,88 @@ int sequential_calls(const std::string& log) {
   plan(pot.get(), nullptr, score.get(), saved.get());
   plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get());
   std::printf("stand-in-launches %zu\n", launches_with(log, from, "chain_log_f32_c40_"));
-  std::printf("waited %d\nstrategy-after %s\nsame-kernels %d\n", int(wait_settled(plan)), plan.strategy(),
+  const bool waited = wait_settled(plan);
+  std::printf("waited %d\nstrategy-after %s\nsame-kernels %d\n", int(waited), plan.strategy(),
               int(plan.kernel_name() == first));
   from = logged_launches(log).size();
   plan(pot.get(), nullptr, score.get(), saved.get());
   plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get());
   std::printf("chosen-launches %zu\n", launches_with(log, from, "chain_log_f32_c40_"));
+  return 0;
+}
+
+// A log product whose stored decisions (this machine's: nothing checks them) take exp_matmul for the forward and
+// both passes: a first training step, as jitbmm.torch makes one (prepare, the plan, a forward, a backward), then the
+// same once the plan has settled. With `capture`, the first forward is captured into a graph.
+int product_calls(const std::string& log, bool capture) {
+  Problem p;
+  p.shape = {2, 256, 256, 256};
+  const auto device = current_device();
+  const TuningDevice td = tuning_device(*device);
+  for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+    TuneReport report;
+    report.best = pass == Pass::forward ? default_spec(p, Strategy::exp_matmul)
+                                        : default_grad_spec(p, pass, Strategy::exp_matmul);
+    report.candidates.push_back({report.best, 1.0, "ok"});
+    put_decision(*DiskCache::process_cache(), tuning_key(p, td, false, pass), decision_from(p, td, report, pass));
+  }
+  const Shape& s = p.shape;
+  DeviceBuffer a(std::size_t(s.B * s.M * s.K) * 4), b(std::size_t(s.B * s.K * s.N) * 4),
+      out(std::size_t(s.B * s.M * s.N) * 4), ga(a.size()), gb(b.size());
+  SemiringBMM::prepare(p, true, true);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  const std::size_t workspace = plan.workspace_bytes(), backward_workspace = plan.backward_workspace_bytes(true, true);
+  std::printf("settled %d\nstrategy %s\ngrad-strategy %s\n", int(plan.settled()), strategy_name(plan.spec().strategy),
+              strategy_name(plan.grad_spec(Pass::grad_a).strategy));
+  const KernelSpec chosen = default_spec(p, Strategy::exp_matmul);
+  std::printf("workspace-for-exp-matmul %d\n",
+              int(workspace >= strategy_def(chosen).launches(chosen, p).workspace_bytes && workspace > 0));
+  // The C ABI's plan of the same problem shares the stand-in.
+  jitbmm_problem c{};
+  jitbmm_plan* c_plan = nullptr;
+  int c_settled = -1;
+  if (jitbmm_problem_row_major(&c, "log", "f32", s.B, s.M, s.K, s.N) != JITBMM_OK ||
+      jitbmm_plan_create(&c, &c_plan) != JITBMM_OK || jitbmm_plan_settled(c_plan, &c_settled) != JITBMM_OK)
+    throw std::runtime_error(jitbmm_last_error());
+  std::printf("c-settled %d\n", c_settled);
+  DeviceBuffer ws(std::max<std::size_t>(workspace, 256)), back(std::max<std::size_t>(backward_workspace, 256));
+  if (capture) ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
+  std::size_t from = logged_launches(log).size();
+  plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), workspace});
+  ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
+  std::printf("first-exp-matmul %zu\nfirst-tiled %zu\n", launches_with(log, from, "exp_matmul"),
+              launches_with(log, from, "log_f32_tiled_"));
+  if (!capture) {
+    from = logged_launches(log).size();
+    plan.backward(a.get(), b.get(), out.get(), nullptr, out.get(), ga.get(), gb.get(), nullptr,
+                  Workspace{back.get(), backward_workspace});
+    std::printf("backward-exp-matmul %zu\nbackward-tiled %zu\n", launches_with(log, from, "exp_matmul"),
+                launches_with(log, from, "log_f32_tiled_grad_"));
+  }
+  const bool waited = wait_settled(plan);
+  std::printf("waited %d\nstrategy-after %s\n", int(waited), strategy_name(plan.spec().strategy));
+  // The background build's thread may allocate while another captures a graph.
+  std::printf("relaxed %d\n", int(log_text(log).find("capture-mode 2") != std::string::npos));
+  from = logged_launches(log).size();
+  plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), workspace});
+  std::printf("then-exp-matmul %zu\n", launches_with(log, from, "exp_matmul"));
+  // The passes are built beside the forward: a backward runs them once they are, in the workspace asked at first.
+  for (int i = 0; i < 12000 && plan.grad_spec(Pass::grad_b).strategy != Strategy::exp_matmul; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  from = logged_launches(log).size();
+  plan.backward(a.get(), b.get(), out.get(), nullptr, out.get(), ga.get(), gb.get(), nullptr,
+                Workspace{back.get(), backward_workspace});
+  std::printf("then-backward-exp-matmul %zu\nthen-backward-tiled %zu\n", launches_with(log, from, "exp_matmul"),
+              launches_with(log, from, "log_f32_tiled_grad_"));
+  std::printf("same-workspace %d\nsame-backward-workspace %d\n", int(plan.workspace_bytes() == workspace),
+              int(plan.backward_workspace_bytes(true, true) <= backward_workspace));
+  jitbmm_plan_settled(c_plan, &c_settled);
+  std::printf("c-settled-after %d\nplan-again-settled %d\n", c_settled, int(SemiringBMM::get(p).settled()));
+  jitbmm_plan_destroy(c_plan);
+  // A problem without a decision takes its default variant, which compiles in a fraction of a second: no stand-in.
+  Problem q = p;
+  q.shape = {2, 128, 96, 160};
+  std::printf("default-settled %d\n", int(SemiringBMM::get(q).settled()));
   return 0;
 }
 
@@ -191,7 +275,8 @@ int stand_in_helper(const std::string& mode) {
     if (mode == "chunked") return chunked_calls(log);
     if (mode == "sequential") return sequential_calls(log);
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
-    throw std::invalid_argument("mode: chunked, sequential, stepped or capture");
+    if (mode == "product" || mode == "product-capture") return product_calls(log, mode == "product-capture");
+    throw std::invalid_argument("mode: chunked, sequential, stepped, capture, product or product-capture");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -330,4 +415,46 @@ TEST_CASE("JITBMM_STAND_IN=off makes a first chain plan wait for its chosen stra
   p.B = 1, p.T = 1024, p.C = 40;
   CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("JITBMM_STAND_IN"), std::invalid_argument);
   ::setenv("JITBMM_STAND_IN", "off", 1);
+}
+
+TEST_CASE("a first training step of a product whose variants compile long runs quick builds of the default ones") {
+  const std::string out = stand_in_run("product");
+  INFO(out);
+  expect(out, {{"settled", "0"},
+               {"strategy", "tiled"},
+               {"grad-strategy", "tiled"},
+               {"workspace-for-exp-matmul", "1"},
+               {"c-settled", "0"},
+               {"first-exp-matmul", "0"},
+               {"first-tiled", "1"},
+               {"backward-exp-matmul", "0"},
+               {"backward-tiled", "2"},
+               {"waited", "1"},
+               {"strategy-after", "exp_matmul"},
+               {"relaxed", "1"},
+               {"then-exp-matmul", "!0"},
+               {"then-backward-exp-matmul", "!0"},
+               {"then-backward-tiled", "0"},
+               {"same-workspace", "1"},
+               {"same-backward-workspace", "1"},
+               {"c-settled-after", "1"},
+               {"plan-again-settled", "1"},
+               {"default-settled", "1"}});
+  // The stand-in's forward and two passes quick builds; the exp_matmul units optimised builds.
+  CHECK(compiles(out, "log_f32_tiled_").first == 3);
+  CHECK(compiles(out, "log_f32_exp_matmul_").first == 0);
+  CHECK(compiles(out, "log_f32_exp_matmul_").second >= 2);
+}
+
+TEST_CASE("a product plan's first call captured into a graph waits for its chosen variant") {
+  const std::string out = stand_in_run("product-capture");
+  INFO(out);
+  expect(out, {{"settled", "0"}, {"first-exp-matmul", "!0"}, {"first-tiled", "0"}});
+}
+
+TEST_CASE("JITBMM_STAND_IN=off makes a first product plan wait for its chosen variant") {
+  const std::string out = stand_in_run("product", "off");
+  INFO(out);
+  expect(out, {{"settled", "1"}, {"strategy", "exp_matmul"}, {"first-tiled", "0"}, {"backward-tiled", "0"}});
+  CHECK(compiles(out, "").first == 0); // no quick build
 }

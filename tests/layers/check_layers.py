@@ -74,7 +74,8 @@ ALLOWED = {
 }
 # runtime/<stem>.{cpp,hpp}: the stage of each file outside runtime/tuner/.
 RUNTIME_STAGES = {
-    ENGINE: {"device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit", "kernel_files", "launch",
+    ENGINE: {"background_build", "device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit",
+             "kernel_files", "launch",
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
@@ -82,7 +83,7 @@ RUNTIME_STAGES = {
            "chain_candidate",
            "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_stepped_backward", "chain_expectation",
-           "chain_samples", "chain_sequential", "chain_stand_in", "chain_strategy",
+           "chain_samples", "chain_sequential", "chain_stand_in", "chain_strategy", "product_stand_in",
            "chain_kbest", "entropy_product", "kmax_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).

@@ -1,0 +1,103 @@
+// Builds in the background: what a plan chose, built on a thread of its own while a stand-in of quick builds serves
+// its calls (runtime/chain_stand_in.hpp for chains, runtime/product_stand_in.hpp for products;
+// docs/caching-and-tuning.md, "First calls"). A build runs below the process's other work on the CPU, with its device's
+// context current, and the process waits for it at its end, before what it uses is destroyed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/device.hpp"
+#include "support/log.hpp"
+
+namespace jitbmm {
+
+// Whether $JITBMM_STAND_IN lets plans take a stand-in: on (the default) or off; another value is
+// std::invalid_argument naming it. Read at every call (the tests turn it on and off).
+bool stand_in_enabled();
+
+// How long a plan waits for its chosen build before it takes a stand-in: one whose kernels are all in the caches is
+// built in a few milliseconds, so a process that finds them starts on the chosen; one that compiles takes seconds.
+constexpr auto kChosenWait = std::chrono::milliseconds(50);
+
+// Whether this thread is a background build's: a plan made there takes no stand-in of its own (what it builds is
+// what the stand-in waits for).
+bool in_background_build();
+
+namespace detail {
+// Sets up the thread of a background build (priority, the flag above) for as long as it lives.
+class BackgroundThread {
+public:
+  explicit BackgroundThread(const DeviceInfo& device);
+  ~BackgroundThread();
+  BackgroundThread(const BackgroundThread&) = delete;
+  BackgroundThread& operator=(const BackgroundThread&) = delete;
+
+private:
+  ScopedContext context_;
+};
+// Registers `wait` to run when the process ends, after the destruction of what was made after this call (the
+// functions registered with std::atexit and static objects are torn down in reverse order together).
+void wait_at_exit(std::function<void()> wait);
+} // namespace detail
+
+// Starts `build` on a thread of its own with `device`'s context current (see above).
+template <class T>
+std::shared_future<T> start_background_build(const std::shared_ptr<const DeviceInfo>& device,
+                                             std::function<T()> build) {
+  std::shared_future<T> done = std::async(std::launch::async, [device, build = std::move(build)]() -> T {
+                                 const detail::BackgroundThread thread(*device);
+                                 return build();
+                               }).share();
+  detail::wait_at_exit([done] { done.wait(); });
+  return done;
+}
+
+// What a background build makes, once it is made: null before, and for good after the build failed (warned once
+// with `what`, the problem's name, and what the calls run instead).
+template <class T> class PendingBuild {
+public:
+  PendingBuild(std::shared_future<std::shared_ptr<const T>> future, std::string what)
+      : future_(std::move(future)), what_(std::move(what)) {}
+
+  // The thing built, else null; with `wait`, waits for the build first.
+  const T* get(bool wait) const {
+    if (const T* t = built_.load(std::memory_order_acquire)) return t;
+    if (failed_.load(std::memory_order_acquire)) return nullptr;
+    if (!wait && future_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const T* t = built_.load(std::memory_order_acquire)) return t;
+    if (failed_) return nullptr;
+    try {
+      const T* t = future_.get().get();
+      built_.store(t, std::memory_order_release);
+      if (log_enabled(LogLevel::debug))
+        log_message(LogLevel::debug, what_ + ": its chosen kernels are built; its calls run them from now on");
+      return t;
+    } catch (const std::exception& e) {
+      failed_ = true;
+      log_message(LogLevel::warn, what_ + ": its chosen kernels failed to build (" + e.what() +
+                                      "); its calls keep running its stand-in");
+      return nullptr;
+    }
+  }
+  // Whether the build has ended: built, or failed.
+  bool ended() const { return get(false) || failed_.load(std::memory_order_acquire); }
+  void wait() const { future_.wait(); }
+  const std::shared_future<std::shared_ptr<const T>>& future() const { return future_; }
+
+private:
+  std::shared_future<std::shared_ptr<const T>> future_;
+  std::string what_;
+  mutable std::mutex mutex_;
+  mutable std::atomic<const T*> built_{nullptr};
+  mutable std::atomic<bool> failed_{false};
+};
+
+} // namespace jitbmm
