@@ -118,7 +118,7 @@ int run_bench(int argc, char** argv) {
   const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
   switches.insert(modes.begin(), modes.end());
   switches.erase("--chain"); // a flag (the number of states)
-  switches.insert({"--json", "--verbose", "--sweep", "--hmm", "--stepped"});
+  switches.insert({"--json", "--verbose", "--sweep", "--hmm", "--stepped", "--step"});
   const Args args(argc, argv, 2, flags, switches);
   // Each mode reads its own flags; one given to a mode that ignores it is an error.
   std::string mode;
@@ -135,6 +135,7 @@ int run_bench(int argc, char** argv) {
     return run_chain_first_call(args);
   }
   if (mode == "--first-call") {
+    used.insert("--step");
     args.require_only(used, "bench --first-call");
     return run_first_call(args);
   }

@@ -27,28 +27,47 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 } // namespace
 
 // From entering this function to the first result copied back to the host: driver and context, the plan (a
-// stored decision and a cubin from the disk cache when warm), allocation, one launch. Prints the split and the
-// number of NVRTC compilations, which is 0 when the disk cache served everything.
+// stored decision and a cubin from the disk cache when warm), allocation, one launch; with --step a first training
+// step instead: both passes' kernels built ahead (SemiringBMM::prepare), the forward and the backward of both
+// gradients. Prints the split, which kernels ran it (a stand-in's quick builds while the chosen ones build:
+// docs/caching-and-tuning.md, "First calls") and when the plan settled, the number of NVRTC compilations by then (0
+// when the disk cache served everything) and the spec the plan chose.
 int run_first_call(const Args& args) {
   const auto t0 = Clock::now();
   const Problem p = problem_from(args, "bench --first-call");
+  const bool step = args.has("--step");
   const auto device = current_device();
   ScopedContext scope(device->context);
   const double t_context = ms_since(t0);
+  if (step) SemiringBMM::prepare(p, true, true);
   const SemiringBMM plan = SemiringBMM::get(p);
   const double t_plan = ms_since(t0) - t_context;
+  const bool stand_in = !plan.settled();
+  const std::string ran = plan.kernel_name();
   const Shape& s = p.shape;
   const int in = dtype_info(p.dtype).size_bytes, outb = dtype_info(p.output_dtype()).size_bytes;
-  DeviceBuffer a(s.B * s.M * s.K * in), b(s.B * s.K * s.N * in), out(s.B * s.M * s.N * outb);
+  DeviceBuffer a(s.B * s.M * s.K * in), b(s.B * s.K * s.N * in), out(s.B * s.M * s.N * outb),
+      argmax(p.with_argmax ? s.B * s.M * s.N * 4 : 0);
   a.fill_bytes(0), b.fill_bytes(0);
+  auto* best = static_cast<int32_t*>(argmax.get());
   const auto t_launch0 = Clock::now();
-  plan(a.get(), b.get(), out.get(), Stream{nullptr});
+  plan(a.get(), b.get(), out.get(), best, Stream{nullptr});
   float first = 0;
-  out.download(&first, sizeof first);
+  if (step) {
+    DeviceBuffer ga(a.size()), gb(b.size());
+    plan.backward(a.get(), b.get(), out.get(), best, out.get(), ga.get(), gb.get());
+    ga.download(&first, sizeof first);
+  } else {
+    out.download(&first, sizeof first);
+  }
   const double t_launch = ms_since(t_launch0), total = ms_since(t0);
-  std::printf("first call %s: context %.1f ms, plan %.1f ms, first launch and copy %.1f ms; total %.1f ms, "
-              "jitbmm's part (plan + launch) %.1f ms; NVRTC compilations %ld; spec %s\n",
-              describe(p).c_str(), t_context, t_plan, t_launch, total, t_plan + t_launch, stats().nvrtc_compiles,
+  while (!plan.settled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double t_settled = ms_since(t0);
+  std::printf("first %s %s: context %.1f ms, plan %.1f ms, first launch and copy %.1f ms; total %.1f ms, "
+              "jitbmm's part (plan + launch) %.1f ms; run by %s%s, settled at %.1f ms; NVRTC compilations %ld; "
+              "spec %s\n",
+              step ? "training step" : "call", describe(p).c_str(), t_context, t_plan, t_launch, total,
+              t_plan + t_launch, ran.c_str(), stand_in ? " (a stand-in)" : "", t_settled, stats().nvrtc_compiles,
               to_string(plan.spec()).c_str());
   return 0;
 }

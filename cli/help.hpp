@@ -144,7 +144,8 @@ inline const std::vector<CommandHelp>& command_help() {
       {"bench",
        "  jitbmm bench [--json] [--reps N] [problem and variant flags as for inspect]\n"
        "      Benchmark (GPU): with no problem flags, the standard table of shapes and strategies.\n"
-       "  jitbmm bench --first-call [problem flags]    time from start to the first result, NVRTC calls\n"
+       "  jitbmm bench --first-call [--step] [problem flags]    time from start to the first result (--step:\n"
+       "      to a first training step's gradients), what ran it (a stand-in?) and when the plan settled, NVRTC calls\n"
        "  jitbmm bench --first-call --chain C [--hmm] [--batch B] [--length T] [--semiring S] [--dtype D]\n"
        "      a chain's first forward (+ backward for log) from start, by a stand-in or not, and when its plan\n"
        "      settled on its chosen strategy\n"

@@ -6,6 +6,7 @@
 
 #include "generator/arch_features.hpp"
 #include "runtime/jit.hpp"
+#include "runtime/product_stand_in.hpp"
 #include "runtime/tuner/choose.hpp"
 #include "templates/chain/params.cuh"
 
@@ -145,19 +146,6 @@ std::optional<KernelSpec> fitting_rule(const Problem& problem, const DeviceInfo&
 }
 
 } // namespace
-
-KernelSpec quick_product_spec(const Problem& problem) {
-  const KernelSpec spec = default_spec(problem);
-  if (!spec.is_tiled()) return spec;
-  KernelSpec small = spec;
-  small.tile_m = small.tile_n = 32, small.tile_k = 16, small.thread_m = small.thread_n = 2;
-  try {
-    check_spec_fits(small, problem);
-    return small;
-  } catch (const std::invalid_argument&) {
-    return spec;
-  }
-}
 
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
                               bool quick) {

@@ -17,10 +17,6 @@ namespace jitbmm {
 // quick build of it (a stand-in's, runtime/chain_stand_in.hpp).
 SemiringBMM step_product_plan(const Problem& problem, const DeviceInfo& device, bool tune, Stream stream,
                               bool quick = false);
-// A stand-in's product: the default variant in the tiled family's smallest tile (32 × 32 outputs a block, 2 × 2 a
-// thread), whose kernel compiles in about a third of the default tile's time; the default itself where that tile
-// does not fit.
-KernelSpec quick_product_spec(const Problem& problem);
 // The kernels step_product_plan(problem, device, tune, quick) loads, where they are known without tuning (for
 // building them ahead with the chain's other kernels, runtime/tuner/build_ahead.hpp).
 std::vector<KernelSpec> step_product_kernels(const Problem& problem, const DeviceInfo& device, bool tune,

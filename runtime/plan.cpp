@@ -112,11 +112,12 @@ PlanImpl chosen_plan(const Problem& problem, const std::shared_ptr<const DeviceI
   return impl;
 }
 
-// A stand-in's plan: quick builds of the problem's default variants, those of the passes named built at once.
+// A stand-in's plan: quick builds of the problem's default variants (the forward's in its smallest tile), those of the
+// passes named built at once.
 PlanImpl stand_in_plan(const Problem& problem, const DeviceInfo& device, std::shared_ptr<const ProductStandIn> stand_in,
                        bool grad_a, bool grad_b) {
   const QuickBuild quick;
-  const KernelSpec spec = default_spec(problem);
+  const KernelSpec spec = quick_product_spec(problem);
   std::vector<KernelSpec> specs{spec};
   const Problem gp = grad_problem(problem);
   if (grad_a) specs.push_back(default_grad_spec(gp, Pass::grad_a));

@@ -129,6 +129,19 @@ const SemiringBMM::Impl* ProductStandIn::backward(bool grad_a, bool grad_b, Stre
   return c;
 }
 
+KernelSpec quick_product_spec(const Problem& problem) {
+  const KernelSpec spec = default_spec(problem);
+  if (!spec.is_tiled()) return spec;
+  KernelSpec small = spec;
+  small.tile_m = small.tile_n = 32, small.tile_k = 16, small.thread_m = small.thread_n = 2;
+  try {
+    check_spec_fits(small, problem);
+    return small;
+  } catch (const std::invalid_argument&) {
+    return spec;
+  }
+}
+
 const SemiringBMM::Impl& current_plan(const SemiringBMM::Impl& plan) {
   const SemiringBMM::Impl* chosen = plan.stand_in ? plan.stand_in->chosen() : nullptr;
   return chosen ? *chosen : plan;
@@ -142,7 +155,7 @@ const SemiringBMM::Impl& forward_plan(const SemiringBMM::Impl& plan, Stream stre
 bool takes_stand_in(const Problem& problem, const DeviceInfo& device, bool grad_a, bool grad_b) {
   if (!stand_in_enabled() || in_background_build() || QuickBuild::active() || TuningHold::active()) return false;
   const Shape& s = problem.shape;
-  if (s.B == 0 || s.M == 0 || s.N == 0 || strategy_def(default_spec(problem)).compiles_long) return false;
+  if (s.B == 0 || s.M == 0 || s.N == 0 || strategy_def(quick_product_spec(problem)).compiles_long) return false;
   if (compiles_long(expected_spec(problem, device, Pass::forward), device)) return true;
   return (grad_a && compiles_long(expected_spec(problem, device, Pass::grad_a), device)) ||
          (grad_b && compiles_long(expected_spec(problem, device, Pass::grad_b), device));
@@ -167,7 +180,7 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
     return make_chosen();
   });
   if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
-  std::size_t workspace = workspace_of(default_spec(problem), problem);
+  std::size_t workspace = workspace_of(quick_product_spec(problem), problem);
   if (const std::optional<KernelSpec> expected = expected_spec(problem, *device, Pass::forward))
     workspace = std::max(workspace, workspace_of(*expected, problem));
   const std::string what = describe(problem);

@@ -70,6 +70,11 @@ private:
   mutable bool pass_warned_[2] = {false, false};
 };
 
+// A stand-in's product (a product plan's, a chain's): the default variant in the tiled family's smallest tile (32 × 32
+// outputs a block, 2 × 2 a thread), whose kernel compiles in about a third of the default tile's time; the default
+// itself where that tile does not fit.
+KernelSpec quick_product_spec(const Problem& problem);
+
 // The plan whose kernels run now: a stand-in plan's chosen plan where it serves forwards, else `plan` itself.
 const SemiringBMM::Impl& current_plan(const SemiringBMM::Impl& plan);
 // The plan a forward on `stream` runs: the same, waiting for the chosen plan where the stream is being captured.

@@ -1,12 +1,13 @@
-"""A chain's first calls through jitbmm.torch while a stand-in runs them for the strategy its plan chose
-(docs/caching-and-tuning.md, "First calls"), on the GPU machine: each case a new process with empty caches (jitbmm's
+"""A chain's and a product's first calls through jitbmm.torch while a stand-in runs them for the strategy or the
+variants its plan chose (docs/caching-and-tuning.md, "First calls"), on the GPU machine: each case a new process with empty caches (jitbmm's
 and the CUDA driver's), so that the chosen strategy compiles while the first calls run. The stand-in's scores,
 gradients and Viterbi paths, those of a backward that comes after the plan settled of a forward the stand-in ran, and
 the chosen strategy's afterwards, each against the float64 forward algorithms of test_torch_hmm and
 test_torch_chain: the stepped strategy's stand-in (its products in their default kernels) for an HMM of many
 sequences, the chunked strategy's (the sequential kernels, whose `saved` differs from the chunks') for one long CRF
 chain, and the sequential strategy's (its own kernels) for a batch of CRF chains and HMM Viterbi paths. Every
-stand-in's kernels are quick builds (NVRTC's --Ofast-compile), the chosen strategy's not.
+stand-in's kernels are quick builds (NVRTC's --Ofast-compile), the chosen strategy's not. A log product whose
+variants are exp_matmul's runs quick builds of its default variants meanwhile, forward and backward.
 
 Run as a program (the python_torch_stand_in CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
 missing, and fails if any test is skipped where both exist."""
@@ -63,8 +64,61 @@ def relative_errors(got, ref):
     return [float((g.double() - r).abs().max()) / (float(r.abs().max()) or 1.0) for g, r in zip(got, ref)]
 
 
+# The stored decisions of the product case: exp_matmul for its forward and both passes (the shipped decisions of an
+# H200 say the same), imported as this machine's.
+PRODUCT = "log f32 f32 64 512 512 512 262144 512 1 262144 512 1 262144 512 1 0 exact"
+PRODUCT_SPEC = "semiring=log dtype=f32 out=f32 argmax=0 strategy=exp_matmul"
+PRODUCT_CHOICES = "".join(
+    [f"choice forward {PRODUCT} | {PRODUCT_SPEC} index64=0 tile=128x128x16 thread=8x8 min_blocks=2 math=tf32x3\n"] +
+    [f"choice {p} {PRODUCT} | {PRODUCT_SPEC} pass={p} index64=0 tile=128x128x16 thread=8x8 min_blocks=1 math=tf32x3\n"
+     for p in ("grad_a", "grad_b")])
+
+
+def product_child():
+    """A first training step of logbmm at 64x512x512x512 whose variants are exp_matmul's, which compile for seconds:
+    the plan's stand-in (quick builds of the default variants) runs it; its forward and gradients, those of a backward
+    after the plan settled of a forward the stand-in ran, and the chosen kernels' afterwards, against float64 on the
+    first batch (the batches are independent)."""
+    import jitbmm
+    import jitbmm.torch as jt
+    torch.manual_seed(4)
+    jitbmm.import_choices(PRODUCT_CHOICES)
+    a, b = torch.randn(64, 512, 512, device="cuda"), torch.randn(64, 512, 512, device="cuda")
+    ra, rb = a[:1].double().requires_grad_(), b[:1].double().requires_grad_()
+    ref_out = torch.logsumexp(ra[:, :, :, None] + rb[:, None, :, :], dim=2)
+    ref_out.sum().backward()
+    ref = [ref_out.detach(), ra.grad, rb.grad]
+
+    def step():
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        return jt.logbmm(x, y), x, y
+
+    def finish(out, x, y):
+        out.sum().backward()
+        return [out.detach()[:1], x.grad[:1], y.grad[:1]]
+
+    plan = lambda: next(iter(jt._kernels.values())).plan  # noqa: E731
+    facts = {}
+    first = step()
+    facts["first_settled"], facts["first_kernel"] = plan().settled, plan().kernel_name
+    first = finish(*first)
+    pending = step()
+    end = time.monotonic() + 300
+    while not plan().settled and time.monotonic() < end:
+        time.sleep(0.05)
+    facts["settled"], facts["kernel_after"] = plan().settled, plan().kernel_name
+    late = finish(*pending)
+    time.sleep(5)  # the passes build beside the forward; by now they are built
+    after = finish(*step())
+    for name, got in (("first", first), ("late", late), ("after", after)):
+        facts[name] = relative_errors(got, ref)
+    print(json.dumps(facts))
+
+
 def child(case):
     """One case in this (new) process: the facts the parent checks, as JSON on the last line of stdout."""
+    if case == "logbmm":
+        return product_child()
     import jitbmm.torch as jt
     import test_torch_chain
     import test_torch_hmm
@@ -169,6 +223,14 @@ class StandInTest(GpuCase):
 
     def test_viterbi_paths_across_the_switch(self):
         self.check_viterbi("hmm-viterbi", "stepped")
+
+    def test_logbmm_training_step_across_the_switch(self):
+        facts = self.run_child("logbmm")
+        self.assertFalse(facts["first_settled"], facts)
+        self.assertIn("_tiled_", facts["first_kernel"])
+        self.assertTrue(facts["settled"], facts)
+        self.assertIn("_exp_matmul_", facts["kernel_after"])
+        self.check_gradients(facts, ("out", "grad_a", "grad_b"))
 
 
 if __name__ == "__main__":

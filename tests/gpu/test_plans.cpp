@@ -3,9 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include "jitbmm/reference.hpp"
 #include "needs.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/jit.hpp"
 #include "runtime/repair_watch.hpp"
 
 using namespace jitbmm;
@@ -484,4 +487,93 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant; its res
       CHECK(plan.spec().strategy == (wide_data && call >= 2 ? Strategy::tiled : Strategy::exp_matmul));
     }
   }
+}
+
+namespace {
+
+// One forward and backward of `plan` on a, b and G (host copies beside), each output and gradient sampled against
+// the float64 reference; the number of samples that disagree.
+int training_step_errors(const SemiringBMM& plan, const std::vector<float>& ha, const std::vector<float>& hb,
+                         const std::vector<float>& hg, std::mt19937_64& rng) {
+  const Problem& p = plan.problem();
+  const Shape& s = p.shape;
+  DeviceBuffer a(ha.size() * 4), b(hb.size() * 4), g(hg.size() * 4), out(hg.size() * 4), ga(ha.size() * 4),
+      gb(hb.size() * 4);
+  a.upload(ha.data(), ha.size() * 4);
+  b.upload(hb.data(), hb.size() * 4);
+  g.upload(hg.data(), hg.size() * 4);
+  out.fill_bytes(0xff), ga.fill_bytes(0xff), gb.fill_bytes(0xff); // poison: an unwritten element shows
+  plan(a.get(), b.get(), out.get());
+  plan.backward(a.get(), b.get(), out.get(), g.get(), ga.get(), gb.get());
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  std::vector<float> ho(hg.size()), hga(ha.size()), hgb(hb.size());
+  out.download(ho.data(), ho.size() * 4), ga.download(hga.data(), hga.size() * 4);
+  gb.download(hgb.data(), hgb.size() * 4);
+  const std::vector<double> out_d(ho.begin(), ho.end()), g_d(hg.begin(), hg.end());
+  int bad = 0;
+  for (int n = 0; n < 200; ++n) {
+    const int64_t o = std::uniform_int_distribution<int64_t>(0, s.B * s.M * s.N - 1)(rng);
+    const auto want = reference::element(p, ha.data(), hb.data(), o / (s.M * s.N), o / s.N % s.M, o % s.N);
+    bad += !reference::close(DType::f32, ho[o], want, reference::tolerance(p));
+    const int64_t x = std::uniform_int_distribution<int64_t>(0, s.B * s.M * s.K - 1)(rng);
+    const auto want_a = reference::gradient_element(p, ha.data(), hb.data(), out_d.data(), nullptr, g_d.data(),
+                                                    Pass::grad_a, x / (s.M * s.K), x / s.K % s.M, x % s.K);
+    bad += !reference::close_gradient(DType::f32, hga[x], want_a, reference::tolerance(p));
+    const int64_t y = std::uniform_int_distribution<int64_t>(0, s.B * s.K * s.N - 1)(rng);
+    const auto want_b = reference::gradient_element(p, ha.data(), hb.data(), out_d.data(), nullptr, g_d.data(),
+                                                    Pass::grad_b, y / (s.K * s.N), y / s.N % s.K, y % s.N);
+    bad += !reference::close_gradient(DType::f32, hgb[y], want_b, reference::tolerance(p));
+  }
+  return bad;
+}
+
+} // namespace
+
+// A product whose stored decisions take exp_matmul (the forward in FMA; its passes on tensor cores where the device
+// has them), planned as jitbmm.torch's first training step plans it: its calls run quick builds of the default
+// variants until the chosen ones are built in the background, then those; every step against the float64 reference.
+TEST_CASE("a stand-in plan: a first training step in quick default builds, then in its chosen exp_matmul kernels" *
+          doctest::test_suite(test::kNeedsDiskCache)) {
+  DiskCache* disk = DiskCache::process_cache();
+  REQUIRE(disk);
+  Problem p;
+  p.shape = {3, 200, 136, 184}; // a shape no other test stores
+  const auto device = current_device();
+  const TuningDevice td = tuning_device(*device);
+  KernelSpec forward = default_spec(p, Strategy::exp_matmul);
+  forward.math = Math::fma, forward.tile_m = 128, forward.tile_n = 64, forward.tile_k = 16;
+  forward.thread_m = 8, forward.thread_n = 4, forward.min_blocks = 2;
+  const bool mma = device->features.has(kMmaTf32Bf16);
+  std::vector<std::pair<Pass, KernelSpec>> decisions = {{Pass::forward, forward}};
+  if (mma)
+    for (const Pass pass : {Pass::grad_a, Pass::grad_b})
+      decisions.emplace_back(pass, default_grad_spec(p, pass, Strategy::exp_matmul));
+  for (const auto& [pass, spec] : decisions) {
+    TuneReport report;
+    report.best = spec;
+    report.candidates.push_back({spec, 1.0, "ok"});
+    put_decision(*disk, tuning_key(p, td, false, pass), decision_from(p, td, report, pass));
+  }
+  const bool built = kernel_known(*device, forward); // then nothing compiles long: no stand-in
+  ::setenv("JITBMM_STAND_IN", "on", 1);
+  SemiringBMM::prepare(p, true, true);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  ::setenv("JITBMM_STAND_IN", "off", 1);
+  const Shape& s = p.shape;
+  std::mt19937_64 rng(20261205);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N), hg(s.B * s.M * s.N);
+  for (auto* v : {&ha, &hb, &hg})
+    for (float& x : *v) x = normal(rng);
+  MESSAGE("the first plan " << (plan.settled() ? "runs its chosen kernels" : "runs its stand-in") << ": "
+                            << to_string(plan.spec()));
+  if (!built) CHECK_FALSE(plan.settled());
+  CHECK(training_step_errors(plan, ha, hb, hg, rng) == 0);
+  const auto grads_chosen = [&] { return !mma || plan.grad_spec(Pass::grad_b).strategy == Strategy::exp_matmul; };
+  for (int i = 0; i < 12000 && !(plan.settled() && grads_chosen()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(plan.settled());
+  CHECK(plan.spec() == forward);
+  if (mma) CHECK(plan.grad_spec(Pass::grad_a).strategy == Strategy::exp_matmul);
+  CHECK(training_step_errors(plan, ha, hb, hg, rng) == 0);
 }

@@ -15,7 +15,7 @@
 #include "generator/emit_source.hpp"
 #include "jitbmm/types.hpp"
 #include "nvrtc/compile_pool.hpp"
-#include "runtime/chain_step_products.hpp"
+#include "runtime/product_stand_in.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 using namespace jitbmm;
