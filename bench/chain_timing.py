@@ -1,8 +1,9 @@
 """How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
 device memory the call adds, and, where a call gives no figure, why (out of memory, or refused). And the median of
 CUDA-synchronised wall times, what a caller waits (bench/torch_struct_crf.py, bench/divergence.py,
-bench/torch_percall.py). Both time jitbmm's chain plans once they run their chosen strategies: a plan whose kernels
-were not in the caches runs a stand-in of quick builds until then (docs/caching-and-tuning.md, "First calls")."""
+bench/torch_percall.py). Both time jitbmm's chain and product plans once they run their chosen strategies and
+variants: a plan whose kernels were not in the caches runs a stand-in of quick builds until then
+(docs/caching-and-tuning.md, "First calls")."""
 
 import gc
 import statistics
@@ -16,18 +17,24 @@ FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either for
 
 
 def settled(timeout_s=600.0):
-    """Waits until every chain plan of jitbmm.torch runs its chosen strategy."""
+    """Waits until every chain plan of jitbmm.torch runs its chosen strategy, and every product plan its chosen
+    variant (a backward's passes build beside the forward: a further second for them)."""
     from jitbmm import _torch_chains
+    import jitbmm.torch as jt
     end = time.monotonic() + timeout_s
+    waited = False
     while True:
         plans = list(_torch_chains._plans.values())
         for plan in plans:
             plan._describe()
-        if all(plan.settled for plan in plans):
-            return
+        if all(plan.settled for plan in plans) and all(k.plan.settled for k in list(jt._kernels.values())):
+            break
         if time.monotonic() > end:
-            raise RuntimeError(f"a chain plan did not settle on its chosen strategy in {timeout_s:.0f} s")
+            raise RuntimeError(f"a plan did not settle on its chosen kernels in {timeout_s:.0f} s")
+        waited = True
         time.sleep(0.01)
+    if waited:
+        time.sleep(1.0)
 
 
 def measure(fn, reps):

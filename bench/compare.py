@@ -14,10 +14,14 @@ without it). Example:
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
+# Times the variants plans choose, not a stand-in of quick builds that runs while those build
+# (docs/caching-and-tuning.md, "First calls").
+os.environ.setdefault("JITBMM_STAND_IN", "off")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 import torch  # noqa: E402

@@ -9,12 +9,16 @@ float64. Run it with an empty JITBMM_CACHE_DIR to see the wide-data tuning happe
 with a filled one to see a stored wide-data decision used at once."""
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+# Times the variants plans choose, not a stand-in of quick builds that runs while those build
+# (docs/caching-and-tuning.md, "First calls").
+os.environ.setdefault("JITBMM_STAND_IN", "off")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import jitbmm.torch as jt  # noqa: E402
 
