@@ -30,6 +30,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/tuner/decisions_file.hpp"
 #include "runtime/device_memory.hpp"
 #include "tests/fake_driver/driver_log.hpp"
 #include "tests/fake_driver/helper_process.hpp"
@@ -266,6 +267,33 @@ int product_calls(const std::string& log, bool capture) {
   return 0;
 }
 
+// A log product whose imported decision (brought from elsewhere: checked against the CPU reference before its first
+// use) takes exp_matmul: the check runs in the background, and fails on the fake driver, which computes nothing, so
+// the chosen plan is the default variant's; the plan settles on it.
+int product_imported_calls(const std::string& log) {
+  Problem p;
+  p.shape = {2, 256, 256, 256};
+  const TuningDevice td = tuning_device(*current_device());
+  Decision d;
+  d.spec = default_spec(p, Strategy::exp_matmul);
+  d.problem = describe(p);
+  d.family = tuning_family(p, td);
+  d.shape = p.shape;
+  import_decisions(*DiskCache::process_cache(), {{tuning_key(p, td, false), "tune", encode_decision(d)}}, "test");
+  const Shape& s = p.shape;
+  DeviceBuffer a(std::size_t(s.B * s.M * s.K) * 4), b(std::size_t(s.B * s.K * s.N) * 4),
+      out(std::size_t(s.B * s.M * s.N) * 4);
+  const SemiringBMM plan = SemiringBMM::get(p);
+  std::printf("settled %d\nstrategy %s\n", int(plan.settled()), strategy_name(plan.spec().strategy));
+  const std::size_t from = logged_launches(log).size();
+  plan(a.get(), b.get(), out.get());
+  std::printf("first-tiled %zu\n", launches_with(log, from, "log_f32_tiled_32x32x16"));
+  const bool waited = wait_settled(plan);
+  std::printf("waited %d\nspec-after %s\n", int(waited), to_string(plan.spec()).c_str());
+  std::printf("default-after %d\n", int(plan.spec() == default_spec(p)));
+  return 0;
+}
+
 } // namespace
 
 // The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
@@ -276,7 +304,9 @@ int stand_in_helper(const std::string& mode) {
     if (mode == "sequential") return sequential_calls(log);
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
     if (mode == "product" || mode == "product-capture") return product_calls(log, mode == "product-capture");
-    throw std::invalid_argument("mode: chunked, sequential, stepped, capture, product or product-capture");
+    if (mode == "product-imported") return product_imported_calls(log);
+    throw std::invalid_argument("mode: chunked, sequential, stepped, capture, product, product-capture or "
+                                "product-imported");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -457,4 +487,12 @@ TEST_CASE("JITBMM_STAND_IN=off makes a first product plan wait for its chosen va
   INFO(out);
   expect(out, {{"settled", "1"}, {"strategy", "exp_matmul"}, {"first-tiled", "0"}, {"backward-tiled", "0"}});
   CHECK(compiles(out, "").first == 0); // no quick build
+}
+
+TEST_CASE("a product plan's imported decision is checked in the background while its stand-in runs; one that fails "
+          "leaves the default variant") {
+  const std::string out = stand_in_run("product-imported");
+  INFO(out);
+  expect(out, {{"settled", "0"}, {"strategy", "tiled"}, {"first-tiled", "1"}, {"waited", "1"}, {"default-after", "1"}});
+  CHECK(out.find("failed its check against the CPU reference") != std::string::npos);
 }
