@@ -71,7 +71,7 @@ int run_info(int argc, char** argv) {
   try {
     const std::string version = nvrtc_version();
     std::printf("NVRTC %s: %s\n", version.c_str(), nvrtc().library.c_str());
-    std::printf("quick builds (a chain stand-in's kernels): %s\n",
+    std::printf("quick builds (a stand-in's kernels): %s\n",
                 nvrtc_compiles_fast() ? "yes, NVRTC's --Ofast-compile=mid" : "no: this NVRTC lacks --Ofast-compile");
   } catch (const NoNvrtcError& e) {
     std::printf("no NVRTC: %s\n", e.what());
