@@ -48,6 +48,12 @@ std::size_t workspace_of(const KernelSpec& spec, const Problem& problem) {
 
 int index_of(Pass pass) { return pass == Pass::grad_a ? 0 : 1; }
 
+// Whether `stream` is being captured, asked in the device's context (a call may come from a thread without one).
+bool capturing(const DeviceInfo& device, Stream stream) {
+  const ScopedContext scope(device.context);
+  return stream_is_capturing(reinterpret_cast<CUstream>(stream));
+}
+
 } // namespace
 
 ProductStandIn::ProductStandIn(std::shared_ptr<const DeviceInfo> device, const Problem& problem,
@@ -66,7 +72,7 @@ PlanImpl ProductStandIn::chosen_plan() const { return chosen() ? chosen_.future(
 
 const SemiringBMM::Impl* ProductStandIn::forward(Stream stream) const {
   if (const SemiringBMM::Impl* c = chosen()) return c;
-  return fitting(chosen_.get(stream_is_capturing(reinterpret_cast<CUstream>(stream))));
+  return fitting(chosen_.get(capturing(*device_, stream)));
 }
 
 void ProductStandIn::want(bool grad_a, bool grad_b) const {
@@ -121,11 +127,11 @@ bool ProductStandIn::pass_built(int i, bool wait) const {
 
 const SemiringBMM::Impl* ProductStandIn::backward(bool grad_a, bool grad_b, Stream stream) const {
   want(grad_a, grad_b);
-  const bool capturing = stream_is_capturing(reinterpret_cast<CUstream>(stream));
-  const SemiringBMM::Impl* c = capturing ? forward(stream) : chosen();
+  const bool wait = capturing(*device_, stream);
+  const SemiringBMM::Impl* c = wait ? forward(stream) : chosen();
   if (!c) return nullptr;
-  if (grad_a && !pass_built(0, capturing)) return nullptr;
-  if (grad_b && !pass_built(1, capturing)) return nullptr;
+  if (grad_a && !pass_built(0, wait)) return nullptr;
+  if (grad_b && !pass_built(1, wait)) return nullptr;
   return c;
 }
 
