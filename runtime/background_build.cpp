@@ -70,9 +70,11 @@ void wait_at_exit(std::function<void()> wait) {
     std::lock_guard<std::mutex> lock(waiters().mutex);
     waiters().all.push_back(std::move(wait));
   }
-  std::atexit(wait_for_all);
+  wait_for_builds_at_exit();
 }
 
 } // namespace detail
+
+void wait_for_builds_at_exit() { std::atexit(wait_for_all); }
 
 } // namespace jitbmm

@@ -42,10 +42,16 @@ public:
 private:
   ScopedContext context_;
 };
-// Registers `wait` to run when the process ends, after the destruction of what was made after this call (the
-// functions registered with std::atexit and static objects are torn down in reverse order together).
+// Registers `wait` to run when the process ends (wait_for_builds_at_exit says when).
 void wait_at_exit(std::function<void()> wait);
 } // namespace detail
+
+// Has the process, when it ends, wait for every background build before what was set up until now is torn down
+// (functions registered with std::atexit and static objects go in reverse order together: what a library sets up
+// after this call, its exit handler included, goes first). start_background_build calls it; a stand-in calls it
+// again once made, after its own kernels were loaded (a driver's or a library's first use among them), since the
+// build still uses those.
+void wait_for_builds_at_exit();
 
 // Starts `build` on a thread of its own with `device`'s context current (see above).
 template <class T>

@@ -144,7 +144,9 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
                                      " strategy stands in while its chosen strategy is built");
   auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), describe(problem));
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.stand_ins.emplace(key, std::move(made)).first->second; // another thread's, where it made one first
+  const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
+  if (added) wait_for_builds_at_exit();
+  return at->second;
 }
 
 } // namespace jitbmm

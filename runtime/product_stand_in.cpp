@@ -205,7 +205,9 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
     log_message(LogLevel::debug, what + ": quick builds of its default variants stand in while its chosen variant is "
                                         "built");
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.plans.emplace(key, std::move(plan)).first->second; // another thread's, where it made one first
+  const auto [at, added] = r.plans.emplace(key, std::move(plan)); // another thread's, where it made one first
+  if (added) wait_for_builds_at_exit();
+  return at->second;
 }
 
 } // namespace jitbmm
