@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -385,6 +386,32 @@ class CApiTest(unittest.TestCase):
         for line in lines[:3] + lines[4:]:
             self.assertTrue(line.endswith(" 0 (no kernel: empty problem)"), line)
         self.assertRegex(lines[3], r"^\(2, 3, 0, 5\) 0 max_plus_f32_")
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_a_plan_settles_on_its_chosen_variant_after_a_stand_in(self):
+        # A decision taking exp_matmul, whose unit compiles for seconds: the plan runs a quick build of the default
+        # variant (its smallest tile) until the chosen kernel is built, which Plan.settled says.
+        problem = "log f32 f32 2 256 256 256 65536 256 1 65536 256 1 65536 256 1 0 exact"
+        spec = ("semiring=log dtype=f32 out=f32 argmax=0 strategy=exp_matmul index64=0 tile=64x64x16 thread=4x4 "
+                "min_blocks=2 math=fma")
+        code = ("import time, jitbmm\n"
+                f"jitbmm.import_choices('choice forward {problem} | {spec}\\n')\n"
+                "plan = jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 256, 256, 256))\n"
+                "print(plan.settled, plan.kernel_name)\n"
+                "end = time.monotonic() + 240\n"
+                "while not plan.settled and time.monotonic() < end:\n"
+                "    time.sleep(0.01)\n"
+                "print(plan.settled, plan.kernel_name)\n")
+        with tempfile.TemporaryDirectory() as cache:
+            env = package_under_test.child_env(JITBMM_LIBCUDA=os.environ["JITBMM_TEST_FAKE_LIBCUDA"],
+                                               JITBMM_CACHE_DIR=cache, JITBMM_TUNE="never", JITBMM_STAND_IN="on")
+            child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                   timeout=300)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        first, then = child.stdout.splitlines()
+        self.assertRegex(first, r"^False log_f32_tiled_32x32x16_")
+        self.assertRegex(then, r"^True log_f32_exp_matmul_fma_64x64x16_")
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
