@@ -161,10 +161,11 @@ const SemiringBMM::Impl& forward_plan(const SemiringBMM::Impl& plan, Stream stre
 bool takes_stand_in(const Problem& problem, const DeviceInfo& device, bool grad_a, bool grad_b) {
   if (!stand_in_enabled() || in_background_build() || QuickBuild::active() || TuningHold::active()) return false;
   const Shape& s = problem.shape;
-  if (s.B == 0 || s.M == 0 || s.N == 0 || strategy_def(quick_product_spec(problem)).compiles_long) return false;
-  if (compiles_long(expected_spec(problem, device, Pass::forward), device)) return true;
-  return (grad_a && compiles_long(expected_spec(problem, device, Pass::grad_a), device)) ||
-         (grad_b && compiles_long(expected_spec(problem, device, Pass::grad_b), device));
+  if (s.B == 0 || s.M == 0 || s.N == 0) return false;
+  const bool waits = compiles_long(expected_spec(problem, device, Pass::forward), device) ||
+                     (grad_a && compiles_long(expected_spec(problem, device, Pass::grad_a), device)) ||
+                     (grad_b && compiles_long(expected_spec(problem, device, Pass::grad_b), device));
+  return waits && !strategy_def(quick_product_spec(problem)).compiles_long;
 }
 
 PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const DeviceInfo>& device, bool grad_a,
