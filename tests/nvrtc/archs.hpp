@@ -33,6 +33,17 @@ inline std::string sm_names(const std::vector<int>& sms) {
 constexpr int kOlderArchSpillBytes = 64;
 inline int older_arch_spill_bytes(int sm) { return sm < 90 ? kOlderArchSpillBytes : 0; }
 
+// The spill bytes the tiled argmax kernel may have on sm_90 in its widest thread tile at its register bound (32
+// outputs a thread, each a value and a k, at 2 blocks an SM: 128 registers), where ptxas for sm_90 stores up to 48
+// bytes in local memory and loads up to 76. Not yet timed against the same tile at 1 block an SM or a narrower thread
+// tile (bench/RESULTS.md, known gaps): a bound, so that more shows.
+constexpr int kArgmaxTileSpillBytes = 96;
+inline int argmax_tile_spill_bytes(const KernelSpec& spec, int sm) {
+  const bool widest = spec.strategy == Strategy::tiled && spec.with_argmax && spec.thread_m * spec.thread_n >= 32 &&
+                      spec.min_blocks >= 2;
+  return sm >= 90 && widest ? kArgmaxTileSpillBytes : 0;
+}
+
 // The kind of architecture `sm` is among `sms`: the oldest of them with the same features ("sm_80" for sm_86 and
 // sm_89), whose device code is the same.
 inline std::string feature_kind(int sm, const std::vector<int>& sms) {

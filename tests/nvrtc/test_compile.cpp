@@ -166,7 +166,8 @@ TEST_CASE("every variant the tuner may offer, forward and backward, compiles for
                       [&](std::size_t i) { outcomes[i] = compile_one(jobs[i].first, sm_name(jobs[i].second)); });
   REQUIRE(kComputeCacheOff);
   int without_report = 0;
-  for (const Outcome& o : outcomes) {
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
     CAPTURE(o.name);
     CAPTURE(o.arch);
     CHECK_MESSAGE(o.error.empty(), o.error);
@@ -175,7 +176,8 @@ TEST_CASE("every variant the tuner may offer, forward and backward, compiles for
     CHECK_MESSAGE(o.res.registers >= 1, "no ptxas report in NVRTC's log");
     without_report += o.res.registers < 1;
     CHECK(o.res.stack_bytes >= 0);
-    const int allowed = test::older_arch_spill_bytes(parse_sm(o.arch, "arch"));
+    const int sm = parse_sm(o.arch, "arch");
+    const int allowed = test::older_arch_spill_bytes(sm) + test::argmax_tile_spill_bytes(jobs[i].first, sm);
     CHECK(o.module.spill_store_bytes <= allowed); // the main entry's and every other's
     CHECK(o.module.spill_load_bytes <= allowed);
   }
