@@ -42,7 +42,7 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
     const TunePolicy policy = tune_policy_from_env();
     if (im.stand_in) {
       const QuickBuild quick;
-      gk->spec = default_grad_spec(p, pass);
+      gk->spec = quick_grad_spec(im.problem, pass);
       gk->kernel = load_kernel(*im.device, gk->spec);
     } else {
       gk->spec = plan_with_choice(
@@ -65,15 +65,14 @@ void prepare_both_passes(const SemiringBMM::Impl& im) {
     std::lock_guard<std::mutex> lock(im.grad_mutex);
     if (im.grad[0] || im.grad[1]) return;
   }
-  if (im.stand_in) {
-    const QuickBuild quick;
-    const Problem p = grad_problem(im.problem);
-    build_ahead(*im.device, {}, {default_grad_spec(p, Pass::grad_a), default_grad_spec(p, Pass::grad_b)});
-    return;
-  }
+  // A stand-in plan's passes are quick builds of their defaults (grad_kernel).
+  const QuickBuild quick(im.stand_in != nullptr);
   const TunePolicy policy = tune_policy_from_env();
-  std::vector<KernelSpec> specs = kernels_ahead(im.problem, *im.device, policy, Pass::grad_a);
-  for (const KernelSpec& spec : kernels_ahead(im.problem, *im.device, policy, Pass::grad_b)) specs.push_back(spec);
+  std::vector<KernelSpec> specs;
+  for (const Pass pass : {Pass::grad_a, Pass::grad_b})
+    for (const KernelSpec& spec : im.stand_in ? std::vector<KernelSpec>{quick_grad_spec(im.problem, pass)}
+                                              : kernels_ahead(im.problem, *im.device, policy, pass))
+      specs.push_back(spec);
   build_ahead(*im.device, {}, specs);
 }
 

@@ -119,9 +119,8 @@ PlanImpl stand_in_plan(const Problem& problem, const DeviceInfo& device, std::sh
   const QuickBuild quick;
   const KernelSpec spec = quick_product_spec(problem);
   std::vector<KernelSpec> specs{spec};
-  const Problem gp = grad_problem(problem);
-  if (grad_a) specs.push_back(default_grad_spec(gp, Pass::grad_a));
-  if (grad_b) specs.push_back(default_grad_spec(gp, Pass::grad_b));
+  if (grad_a) specs.push_back(quick_grad_spec(problem, Pass::grad_a));
+  if (grad_b) specs.push_back(quick_grad_spec(problem, Pass::grad_b));
   build_ahead(device, {}, specs);
   auto impl = make_impl(problem, spec);
   impl->stand_in = std::move(stand_in);

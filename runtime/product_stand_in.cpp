@@ -8,6 +8,7 @@
 
 #include "generator/strategy.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/grad_launch.hpp"
 #include "runtime/jit.hpp"
 
 namespace jitbmm {
@@ -146,6 +147,10 @@ KernelSpec quick_product_spec(const Problem& problem) {
   } catch (const std::invalid_argument&) {
     return spec;
   }
+}
+
+KernelSpec quick_grad_spec(const Problem& problem, Pass pass) {
+  return default_grad_spec(grad_problem(problem), pass);
 }
 
 const SemiringBMM::Impl& current_plan(const SemiringBMM::Impl& plan) {

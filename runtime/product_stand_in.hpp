@@ -74,6 +74,8 @@ private:
 // outputs a block, 2 × 2 a thread), whose kernel compiles in about a third of the default tile's time; the default
 // itself where that tile does not fit.
 KernelSpec quick_product_spec(const Problem& problem);
+// A product stand-in's backward pass (grad_a or grad_b) of the forward problem `problem`: its default variant.
+KernelSpec quick_grad_spec(const Problem& problem, Pass pass);
 
 // The plan whose kernels run now: a stand-in plan's chosen plan where it serves forwards, else `plan` itself.
 const SemiringBMM::Impl& current_plan(const SemiringBMM::Impl& plan);
