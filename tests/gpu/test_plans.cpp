@@ -531,7 +531,8 @@ int training_step_errors(const SemiringBMM& plan, const std::vector<float>& ha, 
 
 // A product whose stored decisions take exp_matmul (the forward in FMA; its passes on tensor cores where the device
 // has them), planned as jitbmm.torch's first training step plans it: its calls run quick builds of the default
-// variants until the chosen ones are built in the background, then those; every step against the float64 reference.
+// variants until the chosen ones are built in the background, then those; every step against the float64 reference,
+// at an odd shape with −inf among the operands.
 TEST_CASE("a stand-in plan: a first training step in quick default builds, then in its chosen exp_matmul kernels" *
           doctest::test_suite(test::kNeedsDiskCache)) {
   DiskCache* disk = DiskCache::process_cache();
@@ -565,6 +566,9 @@ TEST_CASE("a stand-in plan: a first training step in quick default builds, then 
   std::vector<float> ha(s.B * s.M * s.K), hb(s.B * s.K * s.N), hg(s.B * s.M * s.N);
   for (auto* v : {&ha, &hb, &hg})
     for (float& x : *v) x = normal(rng);
+  // Special values: a row of a all −inf (its outputs −inf, their gradients 0), and scattered −inf in b.
+  std::fill(ha.begin() + s.M * s.K + 5 * s.K, ha.begin() + s.M * s.K + 6 * s.K, -INFINITY);
+  for (std::size_t i = 7; i < hb.size(); i += 97) hb[i] = -INFINITY;
   MESSAGE("the first plan " << (plan.settled() ? "runs its chosen kernels" : "runs its stand-in") << ": "
                             << to_string(plan.spec()));
   if (!built) CHECK_FALSE(plan.settled());
