@@ -1,6 +1,7 @@
 // The C library's face for JAX: XLA FFI handlers (docs/jax.md) over the C ABI, built where XLA's FFI headers were
 // found (they come with jaxlib; CMake's JITBMM_XLA_FFI_INCLUDE): the products' in c_api_xla_products.cpp, the chains'
-// in c_api_xla_chains.cpp, what they share here (c_api_xla.hpp) with the FFI API version they were compiled against.
+// in c_api_xla_chains.cpp, their distributions' in c_api_xla_distributions.cpp, what they share here (c_api_xla.hpp)
+// with the FFI API version they were compiled against.
 // Each handler folds its operands' leading dimensions into the batch, takes a plan from a process-wide table (made on
 // the stream's context the first time a problem is seen, tuned unless the stream is being captured), its scratch
 // from XLA's allocator, and launches on XLA's stream. Shapes and dtypes were checked when jitbmm.jax traced the call;
@@ -8,6 +9,7 @@
 #include "runtime/c_api_xla.hpp"
 
 #include <string>
+#include <string_view>
 
 namespace jitbmm::xla_ffi {
 
@@ -47,6 +49,35 @@ int64_t leading(const ffi::AnyBuffer& x, std::size_t inner) {
 int64_t dim(const ffi::AnyBuffer& x, std::size_t from_end) {
   const auto dims = x.dimensions();
   return dims[dims.size() - from_end];
+}
+
+ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B) {
+  if (lengths.element_count() == 0) return static_cast<const int64_t*>(nullptr);
+  if (lengths.element_type() != ffi::DataType::S32 || dim(lengths, 1) != 2 || leading(lengths, 1) != B)
+    return ffi::Unexpected(invalid("lengths: expected int32 pairs [..., 2] of the batch's sequences"));
+  return static_cast<const int64_t*>(lengths.untyped_data());
+}
+
+ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& lengths) {
+  Chain c;
+  c.semiring = std::string(semiring);
+  const char* dtype = dtype_name(potentials.element_type());
+  if (!dtype)
+    return ffi::Unexpected(invalid("potentials: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
+  const int64_t B = leading(potentials, 3);
+  if (B < 0 || dim(potentials, 1) != dim(potentials, 2))
+    return ffi::Unexpected(invalid("potentials: expected [..., T - 1, C, C]"));
+  auto l = lengths_of(lengths, B);
+  if (l.has_error()) return ffi::Unexpected(l.error());
+  c.lengths = *l;
+  c.problem.semiring = c.semiring.c_str(), c.problem.dtype = dtype;
+  c.problem.B = B, c.problem.T = dim(potentials, 3) + 1, c.problem.C = dim(potentials, 1);
+  c.problem.with_lengths = c.lengths != nullptr;
+  return c;
+}
+
+ffi::DataType score_type(ffi::DataType potentials) {
+  return potentials == ffi::DataType::F16 || potentials == ffi::DataType::BF16 ? ffi::DataType::F32 : potentials;
 }
 
 std::string context_key(CUcontext ctx) { return std::to_string(reinterpret_cast<std::uintptr_t>(ctx)); }

@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "jitbmm/c_api.h"
 #include "runtime/device.hpp"
@@ -73,6 +75,21 @@ private:
   std::map<std::string, Pointer> plans_;
 };
 
+// A chain problem read from a handler's operands. problem.semiring points at `semiring`: set it again after the
+// value moves (a short string's characters move with it).
+struct Chain {
+  std::string semiring;
+  jitbmm_chain_problem problem{};
+  const int64_t* lengths = nullptr;
+};
+// lengths as jitbmm.jax passes them, int32 pairs [..., 2] of the batch (each an int64's halves), or no elements for
+// none.
+ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B);
+// The CRF form: potentials [..., T - 1, C, C] and their lengths.
+ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& lengths);
+// The dtype of a chain's scores: f32 for half potentials, else theirs.
+ffi::DataType score_type(ffi::DataType potentials);
+
 // The part of a plan's key that names the context.
 std::string context_key(CUcontext ctx);
 
@@ -91,6 +108,26 @@ template <class F> ffi::Error guarded(F body) {
 
 } // namespace jitbmm::xla_ffi
 
-// Every handler's context: XLA's stream, then its scratch allocator.
-#define JITBMM_XLA_STREAM_AND_SCRATCH                                                                                  \
-  ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>().Ctx<::xla::ffi::ScratchAllocator>()
+namespace jitbmm::xla_ffi {
+
+// A binding of `Operands` buffer operands, then `Results` buffer results (at least one), after the context. Each step
+// returns the binding Arg or Ret made, never the one it was given, which XLA's Binding cannot move.
+template <std::size_t Operands, std::size_t Results, class Binding> auto buffers(Binding&& binding) {
+  static_assert(Operands + Results > 0, "a handler has a result");
+  if constexpr (Operands + Results == 1 && Operands == 1)
+    return std::move(binding).template Arg<ffi::AnyBuffer>();
+  else if constexpr (Operands > 0)
+    return buffers<Operands - 1, Results>(std::move(binding).template Arg<ffi::AnyBuffer>());
+  else if constexpr (Results == 1)
+    return std::move(binding).template Ret<ffi::AnyBuffer>();
+  else
+    return buffers<0, Results - 1>(std::move(binding).template Ret<ffi::AnyBuffer>());
+}
+
+} // namespace jitbmm::xla_ffi
+
+// Every handler's binding: XLA's stream, its scratch allocator, then `operands` buffers and `results` buffers (the
+// attributes follow).
+#define JITBMM_XLA_BUFFERS(operands, results)                                                                          \
+  ::jitbmm::xla_ffi::buffers<operands, results>(                                                                       \
+      ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>().Ctx<::xla::ffi::ScratchAllocator>())

@@ -11,19 +11,6 @@
 namespace jitbmm::xla_ffi {
 namespace {
 
-struct Chain {
-  std::string semiring;
-  jitbmm_chain_problem problem{};
-  const int64_t* lengths = nullptr;
-};
-
-ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B) {
-  if (lengths.element_count() == 0) return static_cast<const int64_t*>(nullptr);
-  if (lengths.element_type() != ffi::DataType::S32 || dim(lengths, 1) != 2 || leading(lengths, 1) != B)
-    return ffi::Unexpected(invalid("lengths: expected int32 pairs [..., 2] of the batch's sequences"));
-  return static_cast<const int64_t*>(lengths.untyped_data());
-}
-
 PlanTable<jitbmm_chain_plan>& chain_plans() {
   static auto* table = new PlanTable<jitbmm_chain_plan>();
   return *table;
@@ -39,25 +26,6 @@ jitbmm_status chain_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_p
   return chain_plans().get(
       key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create(&q, made); }, jitbmm_chain_plan_destroy,
       plan);
-}
-
-// The CRF form: potentials [..., T - 1, C, C].
-ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& lengths) {
-  Chain c;
-  c.semiring = std::string(semiring);
-  const char* dtype = dtype_name(potentials.element_type());
-  if (!dtype)
-    return ffi::Unexpected(invalid("potentials: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
-  const int64_t B = leading(potentials, 3);
-  if (B < 0 || dim(potentials, 1) != dim(potentials, 2))
-    return ffi::Unexpected(invalid("potentials: expected [..., T - 1, C, C]"));
-  auto l = lengths_of(lengths, B);
-  if (l.has_error()) return ffi::Unexpected(l.error());
-  c.lengths = *l;
-  c.problem.semiring = c.semiring.c_str(), c.problem.dtype = dtype;
-  c.problem.B = B, c.problem.T = dim(potentials, 3) + 1, c.problem.C = dim(potentials, 1);
-  c.problem.with_lengths = c.lengths != nullptr;
-  return c;
 }
 
 // The HMM form: emissions [..., T, C], transitions [C, C] or [..., C, C], initial [C] or [..., C].
@@ -197,12 +165,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
       return guarded(
           [&] { return chain(stream, std::move(scratch), potentials, lengths, score, saved, path, semiring); });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(2, 3).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_backward,
@@ -214,13 +177,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                           semiring);
       });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(5, 1).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_hmm,
@@ -232,14 +189,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                          semiring);
       });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(4, 3).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_hmm_backward,
@@ -253,16 +203,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                         grad_emissions, grad_transitions, grad_initial, semiring);
       });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(7, 3).Attr<std::string_view>("semiring"));
 
 } // namespace jitbmm::xla_ffi

@@ -113,12 +113,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::Result<ffi::AnyBuffer> argmax, std::string_view semiring, std::string_view precision) {
       return guarded([&] { return bmm(stream, std::move(scratch), a, b, out, argmax, semiring, precision); });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring")
-        .Attr<std::string_view>("precision"));
+    JITBMM_XLA_BUFFERS(2, 2).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_bmm_backward,
@@ -130,14 +125,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                             precision);
       });
     },
-    JITBMM_XLA_STREAM_AND_SCRATCH.Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Arg<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Ret<ffi::AnyBuffer>()
-        .Attr<std::string_view>("semiring")
-        .Attr<std::string_view>("precision"));
+    JITBMM_XLA_BUFFERS(5, 2).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
 
 } // namespace jitbmm::xla_ffi

@@ -11,12 +11,11 @@ argument. Arrays must live on a CUDA device: jitbmm has no CPU kernels.
     out = jj.logbmm(a, b)                               # log Σ_k exp(a[..., i, k] + b[..., k, j])
     ll = jj.hmm_log_partition(emissions, transitions, initial, lengths)
     grads = jax.grad(lambda e: jj.hmm_log_partition(e, transitions, initial).sum())(emissions)
+    h = jj.chain_entropy(potentials, lengths)          # also chain_cross_entropy, chain_kl, chain_kbest
 """
 
 import ctypes
 import functools
-import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -25,110 +24,16 @@ from jax import custom_batching
 
 import jitbmm
 
+from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl
+from ._jax_support import (DTYPES, call, check_array, check_crf, check_on_gpu, ffi_api_version, folded, lead,
+                           lengths_operand, score_dtype)
+
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
-           "hmm_log_partition", "hmm_viterbi", "ffi_api_version"]
+           "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl", "chain_kbest",
+           "ffi_api_version"]
 
 _SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
 _SELECTING = ("max_plus", "min_plus", "max_times")  # their backward reads the forward's argmax
-_DTYPES = {jnp.dtype(jnp.float32): "f32", jnp.dtype(jnp.float64): "f64", jnp.dtype(jnp.float16): "f16",
-           jnp.dtype(jnp.bfloat16): "bf16"}
-_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward")
-
-
-# ---- Registration -------------------------------------------------------------------------------------------------
-
-def ffi_api_version():
-    """(major, minor) of the XLA FFI API the library's handlers were compiled against."""
-    lib = _handlers()
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    lib.jitbmm_xla_ffi_api_version(ctypes.byref(major), ctypes.byref(minor))
-    return major.value, minor.value
-
-
-def _handlers():
-    lib = jitbmm._library()
-    if not hasattr(lib, "jitbmm_xla_bmm"):
-        raise RuntimeError("jitbmm.jax: this libjitbmm_c.so was built without XLA's FFI headers, so it has no JAX "
-                           "handlers: install jaxlib before building jitbmm (or set JITBMM_XLA_FFI_INCLUDE); "
-                           "docs/jax.md")
-    lib.jitbmm_xla_ffi_api_version.argtypes = [ctypes.POINTER(ctypes.c_int)] * 2
-    lib.jitbmm_xla_ffi_api_version.restype = ctypes.c_int
-    return lib
-
-
-def _jaxlib_api_version():
-    """The XLA FFI API version of the installed jaxlib's headers, or None where it ships none."""
-    try:
-        header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
-        text = header.read_text()
-    except (AttributeError, OSError):
-        return None
-    found = [re.search(rf"#define XLA_FFI_API_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR")]
-    return tuple(int(m.group(1)) for m in found) if all(found) else None
-
-
-@functools.lru_cache(maxsize=None)
-def _registered():
-    """Registers every handler with JAX for CUDA, once; refuses handlers of another FFI API major version than
-    this jaxlib's, or of a newer minor one (an older XLA cannot run them)."""
-    lib = _handlers()
-    ours, theirs = ffi_api_version(), _jaxlib_api_version()
-    if theirs is not None and (ours[0] != theirs[0] or ours[1] > theirs[1]):
-        raise RuntimeError(f"jitbmm.jax: the library's handlers were built for XLA FFI API {ours[0]}.{ours[1]}, "
-                           f"but this jaxlib ({jax.__version__}) speaks {theirs[0]}.{theirs[1]}: rebuild jitbmm "
-                           f"against this jaxlib")
-    for target in _TARGETS:
-        jax.ffi.register_ffi_target(f"jitbmm_{target}", jax.ffi.pycapsule(getattr(lib, f"jitbmm_xla_{target}")),
-                                    platform="CUDA")
-    return True
-
-
-def _call(target, results, *args, vmap_method=None, **attrs):
-    _registered()
-    return jax.ffi.ffi_call(f"jitbmm_{target}", results, vmap_method=vmap_method)(*args, **attrs)
-
-
-# ---- Checks at trace time -----------------------------------------------------------------------------------------
-
-def _array(x, name):
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise TypeError(f"{name}: expected a JAX array, got {type(x).__name__}")
-    x = jnp.asarray(x)
-    if x.dtype not in _DTYPES:
-        raise TypeError(f"{name}: unsupported dtype {x.dtype} (expected float32, float64, float16 or bfloat16)")
-    return x
-
-
-def _on_gpu(**arrays):
-    """Concrete arrays must be on a CUDA device (traced ones run where jit places them); checked after their shapes."""
-    for name, x in arrays.items():
-        devices = getattr(x, "devices", None)
-        if x is None or isinstance(x, jax.core.Tracer) or devices is None:
-            continue
-        for d in devices():
-            if d.platform != "gpu":
-                raise ValueError(f"{name}: on {d.platform} ({d}); jitbmm has CUDA kernels only: put it on a GPU")
-
-
-def _lengths(lengths, batch, name="lengths"):
-    """lengths [*batch] of any integer dtype as the handlers read them: int32 pairs [*batch, 2] holding each as an
-    int64 (low half, then the sign), or an empty array for none."""
-    if lengths is None:
-        return jnp.zeros((0,), jnp.int32)
-    if not hasattr(lengths, "shape"):
-        raise TypeError(f"{name}: expected an integer JAX array or None, got {type(lengths).__name__}")
-    lengths = jnp.asarray(lengths)
-    if not jnp.issubdtype(lengths.dtype, jnp.integer):
-        raise TypeError(f"{name}: expected an integer dtype, got {lengths.dtype}")
-    if lengths.shape != tuple(batch):
-        raise ValueError(f"{name}: expected shape {tuple(batch)} (the batch), got {lengths.shape}")
-    # Beyond int32 a length is out of range anyway (the kernels give NaN): clipped, never wrapped into range.
-    low = jnp.clip(lengths, -1, np.iinfo(np.int32).max).astype(jnp.int32)
-    return jnp.stack([low, jnp.where(low < 0, -1, 0).astype(jnp.int32)], -1)
-
-
-def _score_dtype(dtype):
-    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
 
 
 # ---- Semiring products --------------------------------------------------------------------------------------------
@@ -136,7 +41,7 @@ def _score_dtype(dtype):
 def _bmm_call(a, b, semiring, precision, with_argmax):
     out = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), a.dtype)
     argmax = jax.ShapeDtypeStruct(out.shape if with_argmax else (0,), jnp.int32)
-    return _call("bmm", (out, argmax), a, b, vmap_method="broadcast_all", semiring=semiring, precision=precision)
+    return call("bmm", (out, argmax), a, b, vmap_method="broadcast_all", semiring=semiring, precision=precision)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -152,7 +57,7 @@ def _bmm_fwd(a, b, semiring, precision):
 def _bmm_bwd(semiring, precision, saved, grad_out):
     a, b, out, argmax = saved
     grads = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
-    return _call("bmm_backward", grads, a, b, out, argmax, grad_out.astype(out.dtype), vmap_method="broadcast_all",
+    return call("bmm_backward", grads, a, b, out, argmax, grad_out.astype(out.dtype), vmap_method="broadcast_all",
                  semiring=semiring, precision=precision)
 
 
@@ -165,7 +70,7 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     (float32, float64 with x64 enabled, float16, bfloat16); out in that dtype. precision="fast" lets the log
     semiring use one TF32 product per term (about 1e-4 relative error). Differentiable in a and b (the selecting
     semirings' gradient goes to the argmax; ties: the smallest k)."""
-    a, b = _array(a, "a"), _array(b, "b")
+    a, b = check_array(a, "a"), check_array(b, "b")
     if semiring not in _SEMIRINGS:
         raise ValueError(f"semiring: unsupported {semiring!r} (expected one of {', '.join(_SEMIRINGS)})")
     if precision not in ("exact", "fast"):
@@ -182,7 +87,7 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise ValueError(f"a, b: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
-    _on_gpu(a=a, b=b)
+    check_on_gpu(a=a, b=b)
     a = jnp.broadcast_to(a, (*batch, *a.shape[-2:]))
     b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
     return _bmm(a, b, semiring, precision)
@@ -227,44 +132,32 @@ def _saved_bytes(semiring, dtype, form, B, T, C, with_lengths, batched_transitio
     return n.value
 
 
-def _folded(shape):
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _crf_results(potentials, lengths, semiring, with_path):
     batch, T, C = potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1]
-    n = _saved_bytes(semiring, _DTYPES[potentials.dtype], "crf", _folded(batch), T, C, lengths.size > 0, False,
+    n = _saved_bytes(semiring, DTYPES[potentials.dtype], "crf", folded(batch), T, C, lengths.size > 0, False,
                      False)
-    return (jax.ShapeDtypeStruct(batch, _score_dtype(potentials.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
+    return (jax.ShapeDtypeStruct(batch, score_dtype(potentials.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
 
 
 def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path):
     batch, (T, C) = emissions.shape[:-2], emissions.shape[-2:]
-    n = _saved_bytes(semiring, _DTYPES[emissions.dtype], "hmm", _folded(batch), T, C, lengths.size > 0,
+    n = _saved_bytes(semiring, DTYPES[emissions.dtype], "hmm", folded(batch), T, C, lengths.size > 0,
                      transitions.ndim > 2, initial.ndim > 1)
-    return (jax.ShapeDtypeStruct(batch, _score_dtype(emissions.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
+    return (jax.ShapeDtypeStruct(batch, score_dtype(emissions.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
-
-
-def _lead(x, batched, size):
-    """x with the vmapped axis in front: as it is where batched, else broadcast to `size` there (an absent operand's
-    array of no elements stays as it is)."""
-    if batched or x.size == 0:
-        return x
-    return jnp.broadcast_to(x, (size, *x.shape))
 
 
 @functools.lru_cache(maxsize=None)
 def _crf_forward(semiring, with_path):
     @custom_batching.custom_vmap
     def forward(potentials, lengths):
-        return _call("chain", _crf_results(potentials, lengths, semiring, with_path), potentials, lengths,
+        return call("chain", _crf_results(potentials, lengths, semiring, with_path), potentials, lengths,
                      semiring=semiring)
 
     @forward.def_vmap
     def rule(size, batched, potentials, lengths):
-        potentials, lengths = _lead(potentials, batched[0], size), _lead(lengths, batched[1], size)
+        potentials, lengths = lead(potentials, batched[0], size), lead(lengths, batched[1], size)
         return forward(potentials, lengths), (True, False, with_path)
 
     return forward
@@ -275,13 +168,13 @@ def _crf_backward(semiring):
     @custom_batching.custom_vmap
     def backward(potentials, lengths, saved, path, grad_score):
         grad = jax.ShapeDtypeStruct(potentials.shape, potentials.dtype)
-        return _call("chain_backward", grad, potentials, lengths, saved, path, grad_score, semiring=semiring)
+        return call("chain_backward", grad, potentials, lengths, saved, path, grad_score, semiring=semiring)
 
     @backward.def_vmap
     def rule(size, batched, potentials, lengths, saved, path, grad_score):
         if batched[2]:
             raise NotImplementedError("jitbmm.jax: a chain's saved messages batched apart from its forward")
-        potentials, lengths, path, grad_score = (_lead(x, b, size) for x, b in zip(
+        potentials, lengths, path, grad_score = (lead(x, b, size) for x, b in zip(
             (potentials, lengths, path, grad_score), (batched[0], batched[1], batched[3], batched[4])))
         return backward(potentials, lengths, saved, path, grad_score), True
 
@@ -301,20 +194,11 @@ def _crf_fwd(potentials, lengths, semiring):
 
 def _crf_bwd(semiring, residuals, cotangents):
     potentials, lengths, saved, path = residuals
-    grad_score = cotangents[0].astype(_score_dtype(potentials.dtype))
+    grad_score = cotangents[0].astype(score_dtype(potentials.dtype))
     return _crf_backward(semiring)(potentials, lengths, saved, path, grad_score), None
 
 
 _crf.defvjp(_crf_fwd, _crf_bwd)
-
-
-def _check_crf(potentials):
-    potentials = _array(potentials, "potentials")
-    if potentials.ndim < 3 or potentials.shape[-1] != potentials.shape[-2]:
-        raise ValueError(f"potentials: expected [..., T - 1, C, C], got shape {potentials.shape}")
-    if potentials.shape[-1] == 0:
-        raise ValueError("potentials: C (the states, the last two dimensions) must be at least 1")
-    return potentials
 
 
 def chain_log_partition(potentials, lengths=None):
@@ -322,18 +206,18 @@ def chain_log_partition(potentials, lengths=None):
     linear-chain CRF's log-partition. potentials [..., T - 1, C, C] (float32, float64, float16 or bfloat16; half
     inputs computed in float32, the score float32); lengths None or an integer array of the batch's shape, each in
     [1, T] (outside: NaN). Differentiable in potentials (the edge marginals, by the fused backward)."""
-    potentials = _check_crf(potentials)
-    pairs = _lengths(lengths, potentials.shape[:-3])
-    _on_gpu(potentials=potentials, lengths=lengths)
+    potentials = check_crf(potentials)
+    pairs = lengths_operand(lengths, potentials.shape[:-3])
+    check_on_gpu(potentials=potentials, lengths=lengths)
     return _crf(potentials, pairs, "log")[0]
 
 
 def chain_viterbi(potentials, lengths=None):
     """(score [...], path [..., T] int32) of each sequence's best state path (ties: the smallest state; -1 from the
     sequence's length on). Arguments as chain_log_partition's. The gradient of score is the path's edge indicator."""
-    potentials = _check_crf(potentials)
-    pairs = _lengths(lengths, potentials.shape[:-3])
-    _on_gpu(potentials=potentials, lengths=lengths)
+    potentials = check_crf(potentials)
+    pairs = lengths_operand(lengths, potentials.shape[:-3])
+    check_on_gpu(potentials=potentials, lengths=lengths)
     return _crf(potentials, pairs, "max_plus")
 
 
@@ -341,7 +225,7 @@ def chain_viterbi(potentials, lengths=None):
 def _hmm_forward(semiring, with_path):
     @custom_batching.custom_vmap
     def forward(emissions, transitions, initial, lengths):
-        return _call("hmm", _hmm_results(emissions, transitions, initial, lengths, semiring, with_path), emissions,
+        return call("hmm", _hmm_results(emissions, transitions, initial, lengths, semiring, with_path), emissions,
                      transitions, initial, lengths, semiring=semiring)
 
     @forward.def_vmap
@@ -356,18 +240,18 @@ def _hmm_lead(size, batched, emissions, transitions, initial, lengths):
     """The HMM's operands with the vmapped axis in front, each table one per sequence [size, *batch, ...]: under vmap
     a shared table's gradient differs between the vmapped instances, which one shared operand cannot give. The
     forward and the backward lay them out alike, so both make one problem (the saved messages' layout)."""
-    emissions = _lead(emissions, batched[0], size)
+    emissions = lead(emissions, batched[0], size)
     batch = emissions.shape[1:-2]
 
     def per_sequence(x, is_batched, rank):  # rank: a shared table's (2 for transitions, 1 for initial)
         shared = x.ndim - is_batched == rank
-        x = _lead(x, is_batched, size)
+        x = lead(x, is_batched, size)
         if not shared:
             return x
         return jnp.broadcast_to(x.reshape(size, *([1] * len(batch)), *x.shape[1:]), (size, *batch, *x.shape[1:]))
 
     return (emissions, per_sequence(transitions, batched[1], 2), per_sequence(initial, batched[2], 1),
-            _lead(lengths, batched[3], size))
+            lead(lengths, batched[3], size))
 
 
 @functools.lru_cache(maxsize=None)
@@ -375,7 +259,7 @@ def _hmm_backward(semiring):
     @custom_batching.custom_vmap
     def backward(emissions, transitions, initial, lengths, saved, path, grad_score):
         grads = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (emissions, transitions, initial))
-        return _call("hmm_backward", grads, emissions, transitions, initial, lengths, saved, path, grad_score,
+        return call("hmm_backward", grads, emissions, transitions, initial, lengths, saved, path, grad_score,
                      semiring=semiring)
 
     @backward.def_vmap
@@ -384,7 +268,7 @@ def _hmm_backward(semiring):
             raise NotImplementedError("jitbmm.jax: an HMM's saved messages batched apart from its forward")
         shared = (transitions.ndim - batched[1] == 2, initial.ndim - batched[2] == 1)
         operands = _hmm_lead(size, batched[:4], emissions, transitions, initial, lengths)
-        path, grad_score = _lead(path, batched[5], size), _lead(grad_score, batched[6], size)
+        path, grad_score = lead(path, batched[5], size), lead(grad_score, batched[6], size)
         g_e, g_t, g_i = backward(*operands, saved, path, grad_score)
         sequences = tuple(range(1, operands[0].ndim - 2))  # a shared table's gradient: its sequences' sum
         return (g_e, g_t.sum(sequences) if shared[0] else g_t, g_i.sum(sequences) if shared[1] else g_i), (True,) * 3
@@ -405,7 +289,7 @@ def _hmm_fwd(emissions, transitions, initial, lengths, semiring):
 
 def _hmm_bwd(semiring, residuals, cotangents):
     emissions, transitions, initial, lengths, saved, path = residuals
-    grad_score = cotangents[0].astype(_score_dtype(emissions.dtype))
+    grad_score = cotangents[0].astype(score_dtype(emissions.dtype))
     return (*_hmm_backward(semiring)(emissions, transitions, initial, lengths, saved, path, grad_score), None)
 
 
@@ -413,7 +297,7 @@ _hmm.defvjp(_hmm_fwd, _hmm_bwd)
 
 
 def _check_hmm(emissions, transitions, initial):
-    emissions, transitions, initial = (_array(x, n) for x, n in ((emissions, "emissions"),
+    emissions, transitions, initial = (check_array(x, n) for x, n in ((emissions, "emissions"),
                                                                  (transitions, "transitions"), (initial, "initial")))
     if emissions.ndim < 2 or emissions.shape[-1] == 0 or emissions.shape[-2] == 0:
         raise ValueError(f"emissions: expected [..., T, C] with T, C >= 1, got shape {emissions.shape}")
@@ -436,8 +320,8 @@ def hmm_log_partition(emissions, transitions, initial, lengths=None):
     log-probabilities. emissions [..., T, C]; transitions [C, C] shared or [..., C, C] one per sequence (read [to,
     from]); initial [C] or [..., C]; one dtype; lengths as chain_log_partition's. Differentiable in all three."""
     emissions, transitions, initial = _check_hmm(emissions, transitions, initial)
-    pairs = _lengths(lengths, emissions.shape[:-2])
-    _on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
+    pairs = lengths_operand(lengths, emissions.shape[:-2])
+    check_on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
     return _hmm(emissions, transitions, initial, pairs, "log")[0]
 
 
@@ -446,6 +330,6 @@ def hmm_viterbi(emissions, transitions, initial, lengths=None):
     smallest state; -1 from the sequence's length on). Arguments as hmm_log_partition's; the gradients of score are
     the path's state indicator, transition counts and first state's indicator."""
     emissions, transitions, initial = _check_hmm(emissions, transitions, initial)
-    pairs = _lengths(lengths, emissions.shape[:-2])
-    _on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
+    pairs = lengths_operand(lengths, emissions.shape[:-2])
+    check_on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
     return _hmm(emissions, transitions, initial, pairs, "max_plus")

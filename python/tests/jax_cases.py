@@ -84,3 +84,57 @@ def hmm_potentials(emissions, transitions, initial):
     pot = t[:, None] + e[:, 1:, :, None]
     pot[:, 0] += (i + e[:, 0])[:, None, :]
     return pot
+
+
+def all_paths(T, C):
+    """Every state path of T positions over C states, [C^T, T] (the brute-force references' domain)."""
+    grids = np.meshgrid(*([np.arange(C)] * T), indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], -1)
+
+
+def path_scores(potentials, lengths):
+    """(scores [B, P], canonical [B, P]) of every path of all_paths under chains [B, T - 1, C, C] in jnp (float64
+    for gradients): a path's score sums its edges before its sequence's length; the paths that agree up to the length
+    are one path, represented by the one whose later states are all 0 (canonical), so that each path counts once."""
+    B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
+    T = n + 1
+    paths = all_paths(T, C)
+    L = np.full(B, T) if lengths is None else np.asarray(lengths)
+    edges = potentials[:, np.arange(n)[None, :], paths[:, 1:], paths[:, :-1]]  # [B, P, T - 1]
+    inside = (np.arange(n)[None, :] < (L - 1)[:, None])[:, None, :]
+    scores = jnp.where(inside, edges, 0).sum(-1)
+    canonical = np.all((paths[None, :, :] == 0) | (np.arange(T)[None, None, :] < L[:, None, None]), -1)
+    return scores, canonical
+
+
+def reference_divergence(kind, potentials, other, lengths):
+    """The entropy of p, the cross-entropy H(p, q) or KL(p ‖ q) [B] by enumerating every path, in jnp (float64, with
+    gradients): kind "entropy", "cross_entropy" or "kl"."""
+    sp, canonical = path_scores(potentials, lengths)
+    log_z = jax.nn.logsumexp(jnp.where(canonical, sp, -jnp.inf), -1)
+    weight = jnp.where(canonical, jnp.exp(sp - log_z[:, None]), 0)
+    if kind == "entropy":
+        return log_z - (weight * sp).sum(-1)
+    sq, _ = path_scores(other, lengths)
+    log_zq = jax.nn.logsumexp(jnp.where(canonical, sq, -jnp.inf), -1)
+    if kind == "cross_entropy":
+        return log_zq - (weight * sq).sum(-1)
+    return (weight * (sp - sq)).sum(-1) - log_z + log_zq
+
+
+def reference_kbest(potentials, lengths, k):
+    """(scores [B, k], paths [B, k, T]) of the k best paths by enumeration, in float64 numpy: paths of equal score
+    ordered by their states read from the last position back, smaller first; -1 past a length."""
+    pot = np.asarray(potentials, np.float64)
+    B, n = pot.shape[0], pot.shape[1]
+    T = n + 1
+    L = np.full(B, T) if lengths is None else np.asarray(lengths)
+    scores, canonical = path_scores(pot, L)
+    scores, paths = np.asarray(scores), all_paths(T, pot.shape[-1])
+    best_scores, best_paths = np.full((B, k), -np.inf), np.full((B, k, T), -1, np.int64)
+    for b in range(B):
+        candidates = [(-scores[b, p], tuple(paths[p, :L[b]][::-1]), p) for p in np.flatnonzero(canonical[b])]
+        for i, (_, _, p) in enumerate(sorted(candidates)[:k]):
+            best_scores[b, i] = scores[b, p]
+            best_paths[b, i, :L[b]] = paths[p, :L[b]]
+    return best_scores, best_paths

@@ -27,7 +27,8 @@ class TraceTest(unittest.TestCase):
         major, minor = self.jj.ffi_api_version()
         self.assertEqual(major, 0)
         self.assertGreaterEqual(minor, 1)
-        self.assertTrue(self.jj._registered())
+        from jitbmm._jax_support import registered
+        self.assertTrue(registered())
 
     def test_products_trace(self):
         jj = self.jj
@@ -71,6 +72,45 @@ class TraceTest(unittest.TestCase):
         score, path = jax.eval_shape(jax.vmap(jj.hmm_viterbi, (0, None, None)), spec((2, 3, 10, 7)), t, i)
         self.assertEqual((score.shape, path.shape), ((2, 3), (2, 3, 10)))
 
+    def test_distributions_trace(self):
+        jj = self.jj
+        p, q, lengths = spec((2, 3, 9, 7, 7)), spec((2, 3, 9, 7, 7)), spec((2, 3), jnp.int32)
+        for value in (jax.eval_shape(jj.chain_entropy, p, lengths), jax.eval_shape(jj.chain_cross_entropy, p, q),
+                      jax.eval_shape(jj.chain_kl, p, q, lengths)):
+            self.assertEqual((value.shape, value.dtype), ((2, 3), jnp.float32))
+        self.assertEqual(jax.eval_shape(jj.chain_entropy, spec((3, 9, 7, 7), jnp.float16)).dtype, jnp.float32)
+        g = jax.eval_shape(jax.grad(lambda p: jax.checkpoint(jj.chain_entropy)(p).sum()), p)
+        self.assertEqual(g.shape, p.shape)
+        gp, gq = jax.eval_shape(jax.grad(lambda p, q: jj.chain_kl(p, q).sum(), argnums=(0, 1)), p, q)
+        self.assertEqual((gp.shape, gq.shape), (p.shape, q.shape))
+        # vmap of grad: the vmapped axis folded into the batch, the two log-partitions' rows kept apart from it.
+        vg = jax.eval_shape(jax.vmap(jax.grad(lambda p, q: jj.chain_cross_entropy(p, q).sum(), argnums=(0, 1)),
+                                     (0, None)), spec((4, 3, 9, 7, 7)), spec((3, 9, 7, 7)))
+        self.assertEqual([x.shape for x in vg], [(4, 3, 9, 7, 7), (4, 3, 9, 7, 7)])
+        scores, paths = jax.eval_shape(lambda p: jj.chain_kbest(p, 4, jnp.full((2, 3), 5)), p)
+        self.assertEqual((scores.shape, scores.dtype, paths.shape, paths.dtype),
+                         ((2, 3, 4), jnp.float32, (2, 3, 4, 10), jnp.int32))
+        g = jax.eval_shape(jax.vmap(jax.grad(lambda p: jj.chain_kbest(p, 2)[0].sum())), spec((4, 9, 7, 7)))
+        self.assertEqual(g.shape, (4, 9, 7, 7))
+
+    def test_lowers_for_cuda(self):
+        """Lowered for CUDA (no GPU needed): each distribution's custom calls carry the int32 attribute its handler
+        binds."""
+        import re
+        jj, p = self.jj, spec((3, 9, 7, 7))
+        lowered = {
+            "kind = 0": jax.jit(jax.grad(lambda p: jj.chain_entropy(p).sum())).trace(p),
+            "kind = 2": jax.jit(jax.grad(lambda p, q: jj.chain_kl(p, q).sum(), argnums=(0, 1))).trace(p, p),
+            "k = 4": jax.jit(jax.grad(lambda p: jj.chain_kbest(p, 4)[0].sum())).trace(p),
+        }
+        for attribute, traced in lowered.items():
+            text = traced.lower(lowering_platforms=("cuda",)).as_text()
+            calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_" in line]
+            with self.subTest(attribute=attribute):
+                self.assertTrue(calls)
+                for line in calls:
+                    self.assertRegex(line, re.escape(attribute) + " : i32")
+
     def test_bad_arguments(self):
         jj, ones = self.jj, jnp.ones
         cases = [
@@ -87,6 +127,12 @@ class TraceTest(unittest.TestCase):
             (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 5)), ones(4)), ValueError, "transitions"),
             (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 4)), ones(5)), ValueError, "initial"),
             (lambda: jj.hmm_viterbi(ones((2, 3, 4)), ones((4, 4), jnp.float16), ones(4)), TypeError, "transitions"),
+            (lambda: jj.chain_kl(ones((2, 3, 4, 4)), ones((2, 3, 5, 5))), ValueError, "other: expected"),
+            (lambda: jj.chain_cross_entropy(ones((2, 3, 4, 4)), ones((2, 3, 4, 4), jnp.float16)), TypeError, "other"),
+            (lambda: jax.eval_shape(jj.chain_entropy, spec((1, 2, 1025, 1025))), ValueError, "1025 states"),
+            (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 17), ValueError, "k: the number"),
+            (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), True), ValueError, "k: the number"),
+            (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 2, ones(3, jnp.int32)), ValueError, "lengths"),
         ]
         for call, error, words in cases:
             with self.subTest(words=words), self.assertRaisesRegex(error, words):

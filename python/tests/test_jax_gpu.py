@@ -1,9 +1,9 @@
 """jitbmm.jax on the GPU machine (the python_jax_gpu CTest entry): values against float64 numpy references and
 gradients against jax.grad of float64 jnp references, for every semiring's product (odd shapes, broadcast batches,
 ±inf and NaN), CRF and HMM chains (ragged lengths, -inf masks, shared and per-sequence tables, half inputs), Viterbi
-paths; check_grads in float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty
-batches. Exits 77 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where
-both exist."""
+paths; the chains' entropy, cross-entropy, KL and k best paths against the enumeration of every path; check_grads in
+float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches. Exits 77
+("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where both exist."""
 
 import sys
 import unittest
@@ -14,7 +14,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from jax_cases import hmm_potentials, jax, jnp, main, reference_bmm, reference_crf  # noqa: E402
+from jax_cases import (hmm_potentials, jax, jnp, main, reference_bmm, reference_crf, reference_divergence,  # noqa: E402
+                       reference_kbest)
 
 try:
     from jax.test_util import check_grads
@@ -199,6 +200,82 @@ class JaxGpuTest(unittest.TestCase):
                 self.assert_close(g[v], w)
         total = jax.grad(lambda t: jax.vmap(jj.hmm_log_partition, (0, None, None))(e, t, i).sum())(t)
         self.assert_close(total, grads[1].sum(0), rtol=1e-4, atol=1e-4)
+
+    def test_divergences_against_enumeration(self):
+        jj = self.jj
+        B, T, C = 4, 5, 3
+        lengths = jnp.asarray([5, 1, 3, 4])
+        for dtype, tol in ((jnp.float32, dict(rtol=1e-5, atol=2e-5)), (jnp.float64, dict(rtol=1e-10, atol=1e-10))):
+            p, q = normal(50, (B, T - 1, C, C), dtype) * 2, normal(51, (B, T - 1, C, C), dtype)
+            p64, q64 = p.astype(jnp.float64), q.astype(jnp.float64)
+            for kind, f in (("entropy", lambda p, q, n: jj.chain_entropy(p, n)),
+                            ("cross_entropy", jj.chain_cross_entropy), ("kl", jj.chain_kl)):
+                with self.subTest(kind=kind, dtype=dtype.__name__):
+                    self.assert_close(f(p, q, lengths), reference_divergence(kind, p64, q64, lengths), **tol)
+                    got = jax.grad(lambda p, q: f(p, q, lengths).sum(), argnums=(0, 1))(p, q)
+                    want = jax.grad(lambda p, q: reference_divergence(kind, p, q, lengths).sum(), argnums=(0, 1))(p64,
+                                                                                                            q64)
+                    for g, w in zip(got, want):
+                        self.assert_close(g, w, **tol)
+        check_grads(lambda p, q: jj.chain_kl(p, q, lengths), (p64, q64), order=1, modes=["rev"])
+        # Half potentials: float32 results, against the rounded inputs.
+        h = normal(52, (B, T - 1, C, C), jnp.bfloat16)
+        got = jj.chain_entropy(h, lengths)
+        self.assertEqual(got.dtype, jnp.float32)
+        self.assert_close(got, reference_divergence("entropy", h.astype(jnp.float64), None, lengths), rtol=1e-5,
+                          atol=1e-4)
+
+    def test_divergence_special_values_and_transformations(self):
+        jj = self.jj
+        p, q = normal(53, (2, 3, 4, 4, 4)), normal(54, (2, 3, 4, 4, 4))
+        # q forbids an edge p allows: every path through it has weight under p only, so H(p, q) and KL are +inf.
+        q_masked = q.at[0, 1, 0, 2, 1].set(-jnp.inf)
+        self.assertTrue(np.isposinf(np.asarray(jj.chain_kl(p, q_masked)[0, 1])))
+        self.assertTrue(np.isposinf(np.asarray(jj.chain_cross_entropy(p, q_masked)[0, 1])))
+        self.assertTrue(np.isfinite(np.asarray(jj.chain_kl(p, q_masked)[1])).all())
+        # One position: C equally likely paths of no edge.
+        self.assert_close(jj.chain_entropy(p[0], jnp.asarray([1, 5, 2])[:3])[0], np.log(4.0))
+        loop = jnp.stack([jj.chain_kl(p[i], q[i]) for i in range(2)])
+        self.assert_close(jax.vmap(jj.chain_kl)(p, q), loop)
+        self.assert_close(jax.jit(jj.chain_kl)(p, q), loop)
+        grads = jax.vmap(jax.grad(lambda p, q: jj.chain_cross_entropy(p, q).sum(), argnums=(0, 1)), (0, None))(p, q[0])
+        for i in range(2):
+            want = jax.grad(lambda p, q: jj.chain_cross_entropy(p, q).sum(), argnums=(0, 1))(p[i], q[0])
+            for g, w in zip(grads, want):
+                self.assert_close(g[i], w)
+        ckpt = jax.grad(lambda p: jax.checkpoint(jj.chain_entropy)(p).sum())(p)
+        self.assert_close(ckpt, jax.grad(lambda p: jj.chain_entropy(p).sum())(p))
+        self.assertEqual(jj.chain_entropy(jnp.zeros((0, 4, 3, 3), jnp.float32)).shape, (0,))
+
+    def test_kbest_against_enumeration(self):
+        jj = self.jj
+        B, T, C, k = 4, 5, 3, 6
+        lengths = jnp.asarray([5, 1, 3, 4])  # the sequence of one position has 3 paths: the rest -inf and -1
+        pot = normal(55, (B, T - 1, C, C))
+        scores, paths = jj.chain_kbest(pot, k, lengths)
+        want_scores, want_paths = reference_kbest(pot, lengths, k)
+        self.assert_close(scores, want_scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(paths), want_paths)
+        viterbi_score, viterbi_path = jj.chain_viterbi(pot, lengths)
+        np.testing.assert_array_equal(np.asarray(paths[:, 0]), np.asarray(viterbi_path))
+        # The gradient of the i-th score is the i-th path's edge indicator.
+        weights = normal(56, (B, k))
+        def weighted(p):
+            s = jj.chain_kbest(p, k, lengths)[0]
+            return (jnp.where(jnp.isfinite(s), s, 0) * weights).sum()
+
+        got = jax.grad(weighted)(pot)
+        want = np.zeros((B, T - 1, C, C))
+        for b in range(B):
+            for i in range(k):
+                for t in range(int(lengths[b]) - 1):
+                    if want_paths[b, i, t] >= 0:
+                        want[b, t, want_paths[b, i, t + 1], want_paths[b, i, t]] += float(weights[b, i])
+        self.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        vs, vp = jax.vmap(lambda p: jj.chain_kbest(p, 2))(pot.reshape(2, 2, T - 1, C, C))
+        ls, lp = jj.chain_kbest(pot, 2)
+        self.assert_close(vs.reshape(B, 2), ls)
+        np.testing.assert_array_equal(np.asarray(vp).reshape(B, 2, T), np.asarray(lp))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ RUNTIME_STAGES = {
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
-           "c_api_xla_products", "c_api_xla_chains",
+           "c_api_xla_products", "c_api_xla_chains", "c_api_xla_distributions",
            "chain_candidate",
            "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_stepped_backward", "chain_expectation",

@@ -1,0 +1,239 @@
+"""jitbmm.jax's distributions of linear-chain CRFs (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL" and
+"The k best paths"), the same kernels as jitbmm.torch's: the entropy, cross-entropy and KL, each log-partitions and
+one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with a fused backward;
+and the k best paths, Viterbi keeping k paths a state. Each takes potentials [..., T - 1, C, C] with any leading
+dimensions, which the handlers fold into the batch, under jit, grad, vmap (a rule that folds the vmapped axis in, as
+the chains' do) and jax.checkpoint."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import custom_batching
+
+from ._jax_support import call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand, score_dtype
+
+# What the field is (the library's ExpectationField): p's own potentials (the entropy); a second chain q, whose
+# log-partition comes beside (the cross-entropy); q read as the difference p - q (KL).
+GIVEN, CHAIN, DIFFERENCE = 0, 1, 2
+MAX_STATES = 1024  # ChainExpectation's and ChainKBest's limit
+MAX_K = 16  # ChainKBest::kMaxKBest
+
+
+def _check_states(potentials, what):
+    if potentials.shape[-1] > MAX_STATES:
+        raise ValueError(f"potentials: {potentials.shape[-1]} states; {what} takes at most {MAX_STATES}")
+
+
+# ---- Entropy, cross-entropy, KL -----------------------------------------------------------------------------------
+
+def _expectation_results(potentials, kind, keep):
+    """log Z [...] (with a chain as the field [2, ...]: log Z_p, then log Z_q), E_p[F] [...], and the forward's
+    messages for the backward (p's forward messages and F's expectations before each position, [2, B, T, C] in the
+    score dtype, and q's messages beside with a chain as the field: [3, B, T, C]) as one flat operand, or none."""
+    batch, T, C = potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1]
+    dtype = score_dtype(potentials.dtype)
+    rows = 2 if kind == GIVEN else 3
+    return (jax.ShapeDtypeStruct(batch if kind == GIVEN else (2, *batch), dtype), jax.ShapeDtypeStruct(batch, dtype),
+            jax.ShapeDtypeStruct((rows * folded(batch) * T * C,) if keep else (0,), dtype))
+
+
+def _log_z_in_front(log_z, kind):
+    """A vmapped log Z of two rows [2, size, ...] with the vmapped axis first, as vmap returns it."""
+    return log_z if kind == GIVEN else jnp.moveaxis(log_z, 1, 0)
+
+
+def _log_z_rows_first(log_z, kind):
+    """The inverse: [size, 2, ...] as the handler lays out its two rows, [2, size, ...]."""
+    return log_z if kind == GIVEN or log_z.size == 0 else jnp.moveaxis(log_z, 0, 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _expectation(kind, keep):
+    @custom_batching.custom_vmap
+    def forward(potentials, field, lengths):
+        return call("chain_expectation", _expectation_results(potentials, kind, keep), potentials, field, lengths,
+                    kind=np.int32(kind))
+
+    @forward.def_vmap
+    def rule(size, batched, potentials, field, lengths):
+        potentials, field, lengths = (lead(x, b, size) for x, b in zip((potentials, field, lengths), batched))
+        log_z, mean, saved = forward(potentials, field, lengths)
+        return (_log_z_in_front(log_z, kind), mean, saved), (True, True, False)
+
+    return forward
+
+
+@functools.lru_cache(maxsize=None)
+def _expectation_backward(kind):
+    @custom_batching.custom_vmap
+    def backward(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
+        grads = (jax.ShapeDtypeStruct(potentials.shape, potentials.dtype),
+                 jax.ShapeDtypeStruct(field.shape, field.dtype))
+        return call("chain_expectation_backward", grads, potentials, field, lengths, saved, log_z, mean, grad_log_z,
+                    grad_mean, kind=np.int32(kind))
+
+    @backward.def_vmap
+    def rule(size, batched, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
+        if batched[3]:
+            raise NotImplementedError("jitbmm.jax: a chain's saved messages batched apart from its forward")
+        potentials, field, lengths, log_z, mean, grad_log_z, grad_mean = (
+            lead(x, b, size) for x, b in zip((potentials, field, lengths, log_z, mean, grad_log_z, grad_mean),
+                                             (*batched[:3], *batched[4:])))
+        return backward(potentials, field, lengths, saved, _log_z_rows_first(log_z, kind), mean,
+                        _log_z_rows_first(grad_log_z, kind), grad_mean), (True, True)
+
+    return backward
+
+
+def _value(kind, log_z, mean):
+    """The entropy log Z - E_p[F] (the field p itself), the cross-entropy log Z_q - E_p[F], or KL(p ‖ q) =
+    E_p[F] - log Z_p + log Z_q."""
+    if kind == GIVEN:
+        return log_z - mean
+    if kind == CHAIN:
+        return log_z[1] - mean
+    return mean + log_z[1] - log_z[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _divergence(potentials, field, lengths, kind):
+    log_z, mean, _ = _expectation(kind, False)(potentials, field, lengths)
+    return _value(kind, log_z, mean)
+
+
+def _divergence_fwd(potentials, field, lengths, kind):
+    log_z, mean, saved = _expectation(kind, True)(potentials, field, lengths)
+    return _value(kind, log_z, mean), (potentials, field, lengths, saved, log_z, mean)
+
+
+def _divergence_bwd(kind, residuals, grad):
+    """The upstream gradients of log Z and E_p[F] from the quantity's: for the entropy only E_p[F]'s (its field
+    being p itself, the gradients through log Z_p and through the field cancel, which leaves -Cov_p(edge, F));
+    for the cross-entropy log Z_q's and E_p[F]'s, with 0 for log Z_p (a product with 0, not a skipped term, would
+    make NaN of an infinite gradient); for KL all three."""
+    potentials, field, lengths, saved, log_z, mean = residuals
+    g = grad.astype(mean.dtype)
+    if kind == GIVEN:
+        grad_log_z, grad_mean = jnp.zeros((0,), g.dtype), -g
+    elif kind == CHAIN:
+        grad_log_z, grad_mean = jnp.stack([jnp.zeros_like(g), g]), -g
+    else:
+        grad_log_z, grad_mean = jnp.stack([-g, g]), g
+    grad_p, grad_q = _expectation_backward(kind)(potentials, field, lengths, saved, log_z, mean, grad_log_z,
+                                                 grad_mean)
+    return grad_p, (None if kind == GIVEN else grad_q), None
+
+
+_divergence.defvjp(_divergence_fwd, _divergence_bwd)
+
+
+def _operands(potentials, other, lengths, what):
+    potentials = check_crf(potentials)
+    _check_states(potentials, what)
+    if other is not None:
+        other = check_array(other, "other")
+        if other.dtype != potentials.dtype:
+            raise TypeError(f"other: dtype {other.dtype} differs from the potentials' {potentials.dtype}")
+        if other.shape != potentials.shape:
+            raise ValueError(f"other: expected the potentials' shape {potentials.shape}, got {other.shape}")
+    pairs = lengths_operand(lengths, potentials.shape[:-3])
+    check_on_gpu(potentials=potentials, other=other, lengths=lengths)
+    return potentials, (jnp.zeros((0,), potentials.dtype) if other is None else other), pairs
+
+
+def chain_entropy(potentials, lengths=None):
+    """H(p)[...] = -Σ_z p(z) log p(z) over the state paths z of each sequence of the linear-chain CRF p whose
+    potentials are `potentials` [..., T - 1, C, C] (float32, float64 with x64 enabled, float16 or bfloat16; at most
+    1,024 states), read as chain_log_partition reads them; lengths likewise. H in the potentials' dtype (float32 for
+    half inputs): log Z minus the expected path score, both from one fused pass. NaN for a sequence with no
+    distribution (log Z -inf, +inf or NaN) or a length outside [1, T]; log C for one position. Differentiable in
+    potentials by a fused backward (the covariance of each edge with the path score), without second derivatives."""
+    potentials, field, pairs = _operands(potentials, None, lengths, "the entropy")
+    return _divergence(potentials, field, pairs, GIVEN)
+
+
+def chain_cross_entropy(potentials, other, lengths=None):
+    """H(p, q)[...] = -Σ_z p(z) log q(z), p the chain of `potentials` and q that of `other` (the same shape and
+    dtype): log Z_q minus p's expectation of q's path score. +inf where p gives weight to a path q gives none; NaN
+    where either has no distribution. Arguments as chain_entropy's; differentiable in both chains' potentials."""
+    potentials, other, pairs = _operands(potentials, other, lengths, "the cross-entropy")
+    return _divergence(potentials, other, pairs, CHAIN)
+
+
+def chain_kl(potentials, other, lengths=None):
+    """KL(p ‖ q)[...] = Σ_z p(z) log(p(z) / q(z)): p's expectation of the difference of the path scores, minus
+    log Z_p, plus log Z_q, from one fused pass (the difference formed in the accumulator's type). +inf where p gives
+    weight to a path q gives none. Arguments and gradients as chain_cross_entropy's."""
+    potentials, other, pairs = _operands(potentials, other, lengths, "KL")
+    return _divergence(potentials, other, pairs, DIFFERENCE)
+
+
+# ---- The k best paths ---------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _kbest_call(k):
+    @custom_batching.custom_vmap
+    def kbest(potentials, lengths):
+        batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
+        results = (jax.ShapeDtypeStruct((*batch, k), score_dtype(potentials.dtype)),
+                   jax.ShapeDtypeStruct((*batch, k, T), jnp.int32))
+        return call("chain_kbest", results, potentials, lengths, k=np.int32(k))
+
+    @kbest.def_vmap
+    def rule(size, batched, potentials, lengths):
+        return kbest(lead(potentials, batched[0], size), lead(lengths, batched[1], size)), (True, True)
+
+    return kbest
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _kbest(potentials, lengths, k):
+    return _kbest_call(k)(potentials, lengths)
+
+
+def _kbest_fwd(potentials, lengths, k):
+    scores, paths = _kbest_call(k)(potentials, lengths)
+    return (scores, paths), (potentials, paths)
+
+
+def _kbest_bwd(k, residuals, cotangents):
+    """The gradient of the i-th score is the i-th path's edge indicator: the scores' gradients added at the edges
+    their paths take (none where a path is -1: past a length, or a path the sequence does not have)."""
+    potentials, paths = residuals
+    grad_scores = cotangents[0]
+    *batch, steps, C, _ = potentials.shape
+    B = folded(batch)
+    if steps == 0 or B == 0:
+        return jnp.zeros_like(potentials), None
+    paths = paths.reshape(B, k, steps + 1)
+    frm, to = paths[..., :-1], paths[..., 1:]
+    taken = (frm >= 0) & (to >= 0)
+    index = jnp.arange(steps) * (C * C) + jnp.maximum(to, 0) * C + jnp.maximum(frm, 0)  # [B, k, T - 1]
+    weight = jnp.where(taken, grad_scores.reshape(B, k, 1).astype(jnp.float32 if potentials.dtype in (
+        jnp.float16, jnp.bfloat16) else potentials.dtype), 0)
+    grad = jnp.zeros((B, steps * C * C), weight.dtype).at[jnp.arange(B)[:, None], index.reshape(B, -1)].add(
+        weight.reshape(B, -1))
+    return grad.reshape(potentials.shape).astype(potentials.dtype), None
+
+
+_kbest.defvjp(_kbest_fwd, _kbest_bwd)
+
+
+def chain_kbest(potentials, k, lengths=None):
+    """The k best state paths of each sequence's linear-chain CRF (max-plus over paths z of Σ_t potentials[...,
+    t, z[t + 1], z[t]]), in order: (scores [..., k] in the potentials' dtype, float32 for half inputs; paths [..., k,
+    T] int32). Batch first, as JAX's vmap reads arrays; jitbmm.torch's chain_kbest returns torch-struct's [k, ...]
+    instead. Scores in non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their
+    states read from the last position back, smaller first, so paths[..., 0, :] is chain_viterbi's path. A sequence
+    with fewer than k paths of score other than -inf gives -inf and a path of -1 for the rest; -1 past its length.
+    potentials and lengths as chain_viterbi takes them (at most 1,024 states); 1 <= k <= 16. Differentiable in the
+    scores: the gradient of scores[..., i] is path i's edge indicator."""
+    potentials = check_crf(potentials)
+    _check_states(potentials, "chain_kbest")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+        raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")
+    pairs = lengths_operand(lengths, potentials.shape[:-3])
+    check_on_gpu(potentials=potentials, lengths=lengths)
+    return _kbest(potentials, pairs, int(k))

@@ -1,0 +1,136 @@
+"""What jitbmm.jax's modules share (docs/jax.md): the registration of the library's XLA FFI handlers with JAX, their
+calls, and the checks a call makes when it is traced, with errors naming the argument."""
+
+import ctypes
+import functools
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jitbmm
+
+DTYPES = {jnp.dtype(jnp.float32): "f32", jnp.dtype(jnp.float64): "f64", jnp.dtype(jnp.float16): "f16",
+           jnp.dtype(jnp.bfloat16): "bf16"}
+_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
+            "chain_expectation_backward", "chain_kbest")
+
+
+# ---- Registration -------------------------------------------------------------------------------------------------
+
+def ffi_api_version():
+    """(major, minor) of the XLA FFI API the library's handlers were compiled against."""
+    lib = _handlers()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.jitbmm_xla_ffi_api_version(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value
+
+
+def _handlers():
+    lib = jitbmm._library()
+    if not hasattr(lib, "jitbmm_xla_bmm"):
+        raise RuntimeError("jitbmm.jax: this libjitbmm_c.so was built without XLA's FFI headers, so it has no JAX "
+                           "handlers: install jaxlib before building jitbmm (or set JITBMM_XLA_FFI_INCLUDE); "
+                           "docs/jax.md")
+    lib.jitbmm_xla_ffi_api_version.argtypes = [ctypes.POINTER(ctypes.c_int)] * 2
+    lib.jitbmm_xla_ffi_api_version.restype = ctypes.c_int
+    return lib
+
+
+def _jaxlib_api_version():
+    """The XLA FFI API version of the installed jaxlib's headers, or None where it ships none."""
+    try:
+        header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+        text = header.read_text()
+    except (AttributeError, OSError):
+        return None
+    found = [re.search(rf"#define XLA_FFI_API_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR")]
+    return tuple(int(m.group(1)) for m in found) if all(found) else None
+
+
+@functools.lru_cache(maxsize=None)
+def registered():
+    """Registers every handler with JAX for CUDA, once; refuses handlers of another FFI API major version than
+    this jaxlib's, or of a newer minor one (an older XLA cannot run them)."""
+    lib = _handlers()
+    ours, theirs = ffi_api_version(), _jaxlib_api_version()
+    if theirs is not None and (ours[0] != theirs[0] or ours[1] > theirs[1]):
+        raise RuntimeError(f"jitbmm.jax: the library's handlers were built for XLA FFI API {ours[0]}.{ours[1]}, "
+                           f"but this jaxlib ({jax.__version__}) speaks {theirs[0]}.{theirs[1]}: rebuild jitbmm "
+                           f"against this jaxlib")
+    for target in _TARGETS:
+        jax.ffi.register_ffi_target(f"jitbmm_{target}", jax.ffi.pycapsule(getattr(lib, f"jitbmm_xla_{target}")),
+                                    platform="CUDA")
+    return True
+
+
+def call(target, results, *args, vmap_method=None, **attrs):
+    registered()
+    return jax.ffi.ffi_call(f"jitbmm_{target}", results, vmap_method=vmap_method)(*args, **attrs)
+
+
+# ---- Checks at trace time -----------------------------------------------------------------------------------------
+
+def check_array(x, name):
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"{name}: expected a JAX array, got {type(x).__name__}")
+    x = jnp.asarray(x)
+    if x.dtype not in DTYPES:
+        raise TypeError(f"{name}: unsupported dtype {x.dtype} (expected float32, float64, float16 or bfloat16)")
+    return x
+
+
+def check_on_gpu(**arrays):
+    """Concrete arrays must be on a CUDA device (traced ones run where jit places them); checked after their shapes."""
+    for name, x in arrays.items():
+        devices = getattr(x, "devices", None)
+        if x is None or isinstance(x, jax.core.Tracer) or devices is None:
+            continue
+        for d in devices():
+            if d.platform != "gpu":
+                raise ValueError(f"{name}: on {d.platform} ({d}); jitbmm has CUDA kernels only: put it on a GPU")
+
+
+def lengths_operand(lengths, batch, name="lengths"):
+    """lengths [*batch] of any integer dtype as the handlers read them: int32 pairs [*batch, 2] holding each as an
+    int64 (low half, then the sign), or an empty array for none."""
+    if lengths is None:
+        return jnp.zeros((0,), jnp.int32)
+    if not hasattr(lengths, "shape"):
+        raise TypeError(f"{name}: expected an integer JAX array or None, got {type(lengths).__name__}")
+    lengths = jnp.asarray(lengths)
+    if not jnp.issubdtype(lengths.dtype, jnp.integer):
+        raise TypeError(f"{name}: expected an integer dtype, got {lengths.dtype}")
+    if lengths.shape != tuple(batch):
+        raise ValueError(f"{name}: expected shape {tuple(batch)} (the batch), got {lengths.shape}")
+    # Beyond int32 a length is out of range anyway (the kernels give NaN): clipped, never wrapped into range.
+    low = jnp.clip(lengths, -1, np.iinfo(np.int32).max).astype(jnp.int32)
+    return jnp.stack([low, jnp.where(low < 0, -1, 0).astype(jnp.int32)], -1)
+
+
+def score_dtype(dtype):
+    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+
+
+
+def folded(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def lead(x, batched, size):
+    """x with the vmapped axis in front: as it is where batched, else broadcast to `size` there (an absent operand's
+    array of no elements stays as it is)."""
+    if batched or x.size == 0:
+        return x
+    return jnp.broadcast_to(x, (size, *x.shape))
+
+
+def check_crf(potentials):
+    potentials = check_array(potentials, "potentials")
+    if potentials.ndim < 3 or potentials.shape[-1] != potentials.shape[-2]:
+        raise ValueError(f"potentials: expected [..., T - 1, C, C], got shape {potentials.shape}")
+    if potentials.shape[-1] == 0:
+        raise ValueError("potentials: C (the states, the last two dimensions) must be at least 1")
+    return potentials

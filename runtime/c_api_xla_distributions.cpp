@@ -1,0 +1,204 @@
+// The XLA FFI handlers of the chains' distributions (runtime/c_api_xla.hpp; docs/jax.md), CRF form, with ragged
+// lengths: jitbmm_xla_chain_expectation and its backward (log-partitions and one expectation E_p[F], of which
+// jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them), and
+// jitbmm_xla_chain_kbest (the k best paths' scores and states). jitbmm.jax gave every result its shape when it traced
+// the call; each is checked against the plan here, so that a wrong guess is an error, not memory written out of
+// bounds.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "runtime/c_api_xla.hpp"
+
+namespace jitbmm::xla_ffi {
+namespace {
+
+std::string chain_key(const Chain& c, CUcontext ctx) {
+  const jitbmm_chain_problem& q = c.problem;
+  return std::string(q.dtype) + "|" + std::to_string(q.B) + "|" + std::to_string(q.T) + "|" + std::to_string(q.C) +
+         "|" + std::to_string(q.with_lengths) + "|" + context_key(ctx);
+}
+
+PlanTable<jitbmm_chain_expectation>& expectation_plans() {
+  static auto* table = new PlanTable<jitbmm_chain_expectation>(); // lives for the process, as its modules do
+  return *table;
+}
+
+PlanTable<jitbmm_chain_kbest>& kbest_plans() {
+  static auto* table = new PlanTable<jitbmm_chain_kbest>();
+  return *table;
+}
+
+// What the field of an expectation is (ExpectationField): p's own potentials (the entropy), a second chain q (the
+// cross-entropy: log Z_q beside), or q read as the difference p - q (KL).
+constexpr int32_t kGiven = 0, kDifference = 2;
+
+ffi::Error expected(const ffi::AnyBuffer& x, const char* name, ffi::DataType type, int64_t elements) {
+  if (x.element_type() == type && static_cast<int64_t>(x.element_count()) == elements) return ffi::Error::Success();
+  return invalid(std::string(name) + ": " + std::to_string(x.element_count()) +
+                 " elements of the wrong shape or dtype; the plan writes " + std::to_string(elements));
+}
+
+// The field's data: p's potentials for the entropy (which takes no field operand), else q's of p's shape and dtype.
+ffi::ErrorOr<const void*> field_of(const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& field, int32_t kind) {
+  if (kind < kGiven || kind > kDifference)
+    return ffi::Unexpected(invalid("kind: " + std::to_string(kind) + " (expected 0, 1 or 2)"));
+  if (kind == kGiven) {
+    if (field.element_count() != 0) return ffi::Unexpected(invalid("other: the entropy takes no second chain"));
+    return static_cast<const void*>(potentials.untyped_data());
+  }
+  const auto p = potentials.dimensions(), q = field.dimensions();
+  bool same = field.element_type() == potentials.element_type() && p.size() == q.size();
+  for (std::size_t i = 0; same && i < p.size(); ++i) same = p[i] == q[i];
+  if (!same) return ffi::Unexpected(invalid("other: expected the potentials' shape and dtype"));
+  return static_cast<const void*>(field.untyped_data());
+}
+
+// An expectation's chain and its field's data, read from the operands.
+struct Expectation {
+  Chain chain;
+  const void* field = nullptr;
+};
+
+ffi::ErrorOr<Expectation> expectation_of(const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& field,
+                                         const ffi::AnyBuffer& lengths, int32_t kind) {
+  auto c = crf("log", potentials, lengths);
+  if (c.has_error()) return ffi::Unexpected(c.error());
+  auto f = field_of(potentials, field, kind);
+  if (f.has_error()) return ffi::Unexpected(f.error());
+  return Expectation{std::move(*c), *f};
+}
+
+jitbmm_status expectation_plan(Chain& c, int32_t kind, CUcontext ctx,
+                               std::shared_ptr<jitbmm_chain_expectation>& plan) {
+  c.problem.semiring = c.semiring.c_str();
+  return expectation_plans().get(
+      chain_key(c, ctx) + "|" + std::to_string(kind),
+      [&](jitbmm_chain_expectation** made) { return jitbmm_chain_expectation_create(&c.problem, kind, made); },
+      jitbmm_chain_expectation_destroy, plan);
+}
+
+// The saved operand (the forward's messages) must be the plan's size where it is wanted.
+ffi::Error check_saved(const jitbmm_chain_expectation* plan, const ffi::AnyBuffer& saved, std::size_t* workspace) {
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_expectation_bytes(plan, &bytes, workspace)) return failed(s);
+  if (saved.element_count() != 0 && saved.size_bytes() != bytes)
+    return invalid("saved: " + std::to_string(saved.size_bytes()) + " bytes, the plan keeps " + std::to_string(bytes));
+  return ffi::Error::Success();
+}
+
+ffi::Error expectation(void* stream, ffi::AnyBuffer potentials, ffi::AnyBuffer field, ffi::AnyBuffer lengths,
+                       ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> mean,
+                       ffi::Result<ffi::AnyBuffer> saved, int32_t kind) {
+  auto c = expectation_of(potentials, field, lengths, kind);
+  if (c.has_error()) return c.error();
+  const int64_t B = c->chain.problem.B;
+  const ffi::DataType score = score_type(potentials.element_type());
+  if (ffi::Error e = expected(*log_z, "log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
+  if (ffi::Error e = expected(*mean, "mean", score, B); !e.success()) return e;
+  if (B == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_chain_expectation> plan;
+  if (const jitbmm_status s = expectation_plan(c->chain, kind, context.context, plan)) return failed(s);
+  std::size_t workspace = 0;
+  if (ffi::Error e = check_saved(plan.get(), *saved, &workspace); !e.success()) return e;
+  const jitbmm_status s =
+      jitbmm_chain_expectation_run(plan.get(), potentials.untyped_data(), c->field, c->chain.lengths,
+                                   log_z->untyped_data(), mean->untyped_data(), data_or_null(*saved), stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials,
+                            ffi::AnyBuffer field, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer log_z,
+                            ffi::AnyBuffer mean, ffi::AnyBuffer grad_log_z, ffi::AnyBuffer grad_mean,
+                            ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> grad_field,
+                            int32_t kind) {
+  auto c = expectation_of(potentials, field, lengths, kind);
+  if (c.has_error()) return c.error();
+  const int64_t B = c->chain.problem.B;
+  const ffi::DataType score = score_type(potentials.element_type());
+  if (saved.element_count() == 0 && B != 0) return invalid("saved: the forward kept no messages");
+  if (grad_log_z.element_count() != 0)
+    if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success())
+      return e;
+  if (ffi::Error e = expected(grad_mean, "grad_mean", score, B); !e.success()) return e;
+  if (grad_potentials->element_count() != potentials.element_count() ||
+      grad_field->element_count() != (kind == kGiven ? 0 : field.element_count()))
+    return invalid("grad_potentials, grad_field: expected the potentials' and the second chain's shapes");
+  if (B == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_chain_expectation> plan;
+  if (const jitbmm_status s = expectation_plan(c->chain, kind, context.context, plan)) return failed(s);
+  std::size_t bytes = 0;
+  if (ffi::Error e = check_saved(plan.get(), saved, &bytes); !e.success()) return e;
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s = jitbmm_chain_expectation_backward(
+      plan.get(), potentials.untyped_data(), c->field, c->chain.lengths, saved.untyped_data(), log_z.untyped_data(),
+      mean.untyped_data(), data_or_null(grad_log_z), grad_mean.untyped_data(), grad_potentials->untyped_data(),
+      data_or_null(*grad_field), *workspace, bytes, stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+                 ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, int32_t k) {
+  auto c = crf("max_plus", potentials, lengths);
+  if (c.has_error()) return c.error();
+  const int64_t B = c->problem.B, T = c->problem.T;
+  if (ffi::Error e = expected(*scores, "scores", score_type(potentials.element_type()), B * k); !e.success())
+    return e;
+  if (ffi::Error e = expected(*paths, "paths", ffi::DataType::S32, B * k * T); !e.success()) return e;
+  if (B == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  c->problem.semiring = c->semiring.c_str();
+  std::shared_ptr<jitbmm_chain_kbest> plan;
+  if (const jitbmm_status s = kbest_plans().get(
+          chain_key(*c, context.context) + "|" + std::to_string(k),
+          [&](jitbmm_chain_kbest** made) { return jitbmm_chain_kbest_create(&c->problem, k, made); },
+          jitbmm_chain_kbest_destroy, plan))
+    return failed(s);
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_kbest_workspace_bytes(plan.get(), &bytes)) return failed(s);
+  auto workspace = scratch(allocator, bytes);
+  if (workspace.has_error()) return workspace.error();
+  const jitbmm_status s =
+      jitbmm_chain_kbest_run(plan.get(), potentials.untyped_data(), c->lengths, scores->untyped_data(),
+                             static_cast<int32_t*>(paths->untyped_data()), *workspace, bytes, stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
+} // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain_expectation,
+    [](void* stream, ffi::ScratchAllocator, ffi::AnyBuffer potentials, ffi::AnyBuffer field, ffi::AnyBuffer lengths,
+       ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> saved,
+       int32_t kind) {
+      return guarded([&] { return expectation(stream, potentials, field, lengths, log_z, mean, saved, kind); });
+    },
+    JITBMM_XLA_BUFFERS(3, 3).Attr<int32_t>("kind"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain_expectation_backward,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer field,
+       ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer log_z, ffi::AnyBuffer mean,
+       ffi::AnyBuffer grad_log_z, ffi::AnyBuffer grad_mean, ffi::Result<ffi::AnyBuffer> grad_potentials,
+       ffi::Result<ffi::AnyBuffer> grad_field, int32_t kind) {
+      return guarded([&] {
+        return expectation_grad(stream, scratch, potentials, field, lengths, saved, log_z, mean, grad_log_z,
+                                grad_mean, grad_potentials, grad_field, kind);
+      });
+    },
+    JITBMM_XLA_BUFFERS(8, 2).Attr<int32_t>("kind"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain_kbest,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+       ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, int32_t k) {
+      return guarded([&] { return kbest(stream, scratch, potentials, lengths, scores, paths, k); });
+    },
+    JITBMM_XLA_BUFFERS(2, 2).Attr<int32_t>("k"));
+
+} // namespace jitbmm::xla_ffi
