@@ -3,12 +3,14 @@ medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) a
 ~ N(0, 1), everything under jax.jit. Each JAX peer is compiled before it is timed; a peer that runs out of memory or
 takes longer than its budget to compile says so instead of a figure.
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/jax_peers.py [--reps 10] [--sections products,hmm,crf,viterbi,first]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/jax_peers.py [--reps 10]
+        [--sections products,hmm,crf,viterbi,distributions,first]
 
 Sections: logbmm forward and forward + backward (jitbmm.jax, jitbmm.torch, jnp's expand-logsumexp); the HMM's
 log-likelihood value_and_grad (jitbmm.jax against jax.lax.scan + logsumexp); the CRF log-partition's value_and_grad
 with ragged lengths (against a masked scan); Viterbi with its path (against a lax.scan max-plus decoder with
-backtracking); the first call of a new product under jit with empty caches (bench/fresh_process.py), in a fresh
+backtracking); a CRF's entropy and KL forward + backward (jitbmm.jax, jitbmm.torch, autodiff of the masked scan) and
+its 4 best paths; the first call of a new product under jit with empty caches (bench/fresh_process.py), in a fresh
 process."""
 
 import argparse
@@ -168,6 +170,51 @@ def viterbi(reps):
           f"paths {'the same' if same else 'differ'}", flush=True)
 
 
+def scan_divergence(p, q, lengths):
+    """What JAX users write for a CRF's entropy (q None) or KL(p ‖ q): the edge marginals as the gradient of the
+    masked scan's log-partition, then log Z and the expected scores, differentiated by autodiff (through the scan
+    twice)."""
+    log_z = scan_crf(p, lengths)
+    marginals = jax.grad(lambda p: scan_crf(p, lengths).sum())(p)
+    if q is None:
+        return log_z - (marginals * p).sum((1, 2, 3))
+    return (marginals * (p - q)).sum((1, 2, 3)) - log_z + scan_crf(q, lengths)
+
+
+def distributions(reps):
+    import torch
+    import jitbmm.torch as jt
+    print("CRF entropy and KL, forward + backward, ragged lengths; the 4 best paths' scores and paths (ms): "
+          "jitbmm.jax | jitbmm.torch | autodiff of the masked lax.scan")
+    B, T, C = 32, 512, 64
+    p, q = normal(8, (B, T - 1, C, C)), normal(9, (B, T - 1, C, C))
+    lengths = jnp.asarray([T - (7 * b) % (T // 2) for b in range(B)])
+    tp, tq = (torch.from_dlpack(x).clone().requires_grad_() for x in (p, q))
+    tl = torch.from_dlpack(lengths).long()
+    for name, ours, torch_f, theirs in (
+            ("entropy", lambda p, q: jj.chain_entropy(p, lengths), lambda p, q: jt.chain_entropy(p, tl),
+             lambda p, q: scan_divergence(p, None, lengths)),
+            ("KL", lambda p, q: jj.chain_kl(p, q, lengths), lambda p, q: jt.chain_kl(p, q, tl),
+             lambda p, q: scan_divergence(p, q, lengths))):
+        step = jax.jit(jax.value_and_grad(lambda p, q: ours(p, q).sum(), argnums=(0, 1)))
+        peer = jax.jit(jax.value_and_grad(lambda p, q: theirs(p, q).sum(), argnums=(0, 1)))
+
+        def torch_step():
+            torch_f(tp, tq).sum().backward()
+            torch.cuda.synchronize()
+
+        print(f"  {name} {B}x{T}x{C} | {guarded(lambda: step(p, q), reps)} | {guarded(torch_step, reps)} | "
+              f"{timed_compile(lambda: peer(p, q), reps)}", flush=True)
+    kbest = jax.jit(lambda p: jj.chain_kbest(p, 4, lengths))
+
+    def torch_kbest():
+        jt.chain_kbest(tp.detach(), 4, tl)
+        torch.cuda.synchronize()
+
+    print(f"  kbest(4) {B}x{T}x{C} | {guarded(lambda: kbest(p), reps)} | {guarded(torch_kbest, reps)} | no peer",
+          flush=True)
+
+
 FIRST = """
 import os, sys, time
 t0 = time.perf_counter()
@@ -213,7 +260,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--scan-all", action="store_true", help="time the HMM scan at 512x32x512 too")
-    ap.add_argument("--sections", default="products,hmm,crf,viterbi,first")
+    ap.add_argument("--sections", default="products,hmm,crf,viterbi,distributions,first")
     args = ap.parse_args()
     SCAN_ALL = args.scan_all
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; median of {args.reps}", flush=True)
