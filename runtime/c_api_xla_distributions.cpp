@@ -120,6 +120,8 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   const int64_t B = c->chain.problem.B;
   const ffi::DataType score = score_type(potentials.element_type());
   if (saved.element_count() == 0 && B != 0) return invalid("saved: the forward kept no messages");
+  if (ffi::Error e = expected(log_z, "log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
+  if (ffi::Error e = expected(mean, "mean", score, B); !e.success()) return e;
   if (grad_log_z.element_count() != 0)
     if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success())
       return e;

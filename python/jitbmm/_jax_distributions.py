@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
 
-from ._jax_support import call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand, score_dtype
+from ._jax_support import (absent, call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand, per_row,
+                           score_dtype)
 
 # What the field is (the library's ExpectationField): p's own potentials (the entropy); a second chain q, whose
 # log-partition comes beside (the cross-entropy); q read as the difference p - q (KL).
@@ -46,7 +47,7 @@ def _log_z_in_front(log_z, kind):
 
 def _log_z_rows_first(log_z, kind):
     """The inverse: [size, 2, ...] as the handler lays out its two rows, [2, size, ...]."""
-    return log_z if kind == GIVEN or log_z.size == 0 else jnp.moveaxis(log_z, 0, 1)
+    return log_z if kind == GIVEN or absent(log_z) else jnp.moveaxis(log_z, 0, 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,11 +79,16 @@ def _expectation_backward(kind):
     def rule(size, batched, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
         if batched[3]:
             raise NotImplementedError("jitbmm.jax: a chain's saved messages batched apart from its forward")
-        potentials, field, lengths, log_z, mean, grad_log_z, grad_mean = (
-            lead(x, b, size) for x, b in zip((potentials, field, lengths, log_z, mean, grad_log_z, grad_mean),
-                                             (*batched[:3], *batched[4:])))
+        upstream = (lead(grad_log_z, batched[6], size), lead(grad_mean, batched[7], size))
+        if not any(batched[:6]):
+            results = per_row(size, backward, (potentials, field, lengths, saved, log_z, mean, *upstream),
+                              (False,) * 6 + (True, True))
+            return results, (True, True)
+        potentials, field, lengths, log_z, mean = (
+            lead(x, b, size) for x, b in zip((potentials, field, lengths, log_z, mean), (*batched[:3], *batched[4:6])))
+        # The entropy's absent second chain has no gradient, nor a vmapped axis.
         return backward(potentials, field, lengths, saved, _log_z_rows_first(log_z, kind), mean,
-                        _log_z_rows_first(grad_log_z, kind), grad_mean), (True, True)
+                        _log_z_rows_first(upstream[0], kind), upstream[1]), (True, kind != GIVEN)
 
     return backward
 

@@ -119,12 +119,27 @@ def folded(shape):
     return int(np.prod(shape, dtype=np.int64))
 
 
+def absent(x):
+    """Whether x stands for an absent operand or result: an array of shape (0,), which the handlers read as none (a
+    real operand with no elements, such as the potentials of sequences of one position, has more dimensions)."""
+    return x.shape == (0,)
+
+
 def lead(x, batched, size):
-    """x with the vmapped axis in front: as it is where batched, else broadcast to `size` there (an absent operand's
-    array of no elements stays as it is)."""
-    if batched or x.size == 0:
+    """x with the vmapped axis in front: as it is where batched, else broadcast to `size` there (an absent operand
+    stays as it is)."""
+    if batched or absent(x):
         return x
     return jnp.broadcast_to(x, (size, *x.shape))
+
+
+def per_row(size, backward, operands, rows):
+    """A backward's results where only its upstream gradients are vmapped (jax.jacrev, a vmapped pullback): the
+    forward's operands and saved messages are one problem's, not the batch the handler would fold the vmapped axis
+    into, so the backward runs once per row of the gradients (jax.lax.map), its results stacked with the vmapped axis
+    first. rows[j]: whether operands[j] is an upstream gradient, led to `size` (lead), taken a row at a time."""
+    return jax.lax.map(lambda i: backward(*(x if absent(x) or not row else x[i] for x, row in zip(operands, rows))),
+                       jnp.arange(size))
 
 
 def check_crf(potentials):

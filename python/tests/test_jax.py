@@ -92,6 +92,18 @@ class TraceTest(unittest.TestCase):
                          ((2, 3, 4), jnp.float32, (2, 3, 4, 10), jnp.int32))
         g = jax.eval_shape(jax.vmap(jax.grad(lambda p: jj.chain_kbest(p, 2)[0].sum())), spec((4, 9, 7, 7)))
         self.assertEqual(g.shape, (4, 9, 7, 7))
+        nested = jax.eval_shape(jax.vmap(jax.vmap(jax.grad(lambda p: jj.chain_entropy(p).sum()))),
+                                spec((2, 4, 3, 9, 7, 7)))
+        self.assertEqual(nested.shape, (2, 4, 3, 9, 7, 7))
+        # jacrev: only the upstream gradients vmapped, the backward run a row at a time.
+        for f in (jj.chain_entropy, lambda p: jj.chain_kl(p, p), jj.chain_log_partition):
+            self.assertEqual(jax.eval_shape(jax.jacrev(f), spec((3, 9, 7, 7))).shape, (3, 3, 9, 7, 7))
+        jac = jax.eval_shape(jax.jacrev(jj.hmm_log_partition, argnums=(0, 1)), spec((3, 10, 7)), spec((7, 7)),
+                             spec((7,)))
+        self.assertEqual([j.shape for j in jac], [(3, 3, 10, 7), (3, 7, 7)])
+        # Sequences of one position: potentials of no elements are operands, not absent ones.
+        one = jax.eval_shape(jax.vmap(jj.chain_kl, (0, None)), spec((2, 3, 0, 4, 4)), spec((3, 0, 4, 4)))
+        self.assertEqual(one.shape, (2, 3))
 
     def test_lowers_for_cuda(self):
         """Lowered for CUDA (no GPU needed): each distribution's custom calls carry the int32 attribute its handler
