@@ -1,0 +1,194 @@
+"""jitbmm.jax's own work, without a GPU (the python_jax_contract CTest entry, run in CI): its handlers replaced by a
+jnp model of the contract they keep (the C ABI's, include/jitbmm/c_api.h: the batch folded, log_z's two rows first,
+the saved messages' size, the upstream gradients of log Z and E_p[F]), so that what the module adds around the
+kernels runs on the CPU: the entropy's, cross-entropy's and KL's upstream gradients, the k best paths' gradient, and
+the vmap rules under vmap, nested vmap, vmap of grad and jacrev (which runs a backward a row at a time), against the
+enumeration of every path. The handlers themselves are python_jax_gpu's. Exits 77 ("skipped") without jax."""
+
+import sys
+import unittest
+from unittest import mock
+
+import numpy as np
+
+import package_under_test  # noqa: E402
+
+package_under_test.import_path()
+
+from jax_cases import jax, jnp, main, reference_divergence, reference_kbest  # noqa: E402
+
+
+def log_partition(p, L):
+    """log Z [B] of chains p [B, T - 1, C, C] read to lengths L [B], in jnp."""
+    alpha = jnp.zeros((p.shape[0], p.shape[-1]), p.dtype)
+    for t in range(p.shape[1]):
+        alpha = jnp.where((t < L - 1)[:, None], jax.nn.logsumexp(alpha[:, None, :] + p[:, t], -1), alpha)
+    return jax.nn.logsumexp(alpha, -1)
+
+
+def expectation(kind, p, f, L):
+    """(log Z [B] or [2, B], E_p[F] [B]) as the library computes them: F a path's sum of f (p itself, q, or p - q)."""
+    marginals = jax.grad(lambda p: log_partition(p, L).sum())(p)
+    if kind == 0:
+        return log_partition(p, L), (marginals * jax.lax.stop_gradient(p)).sum((1, 2, 3))
+    field = f if kind == 1 else p - f
+    return jnp.stack([log_partition(p, L), log_partition(f, L)]), (marginals * field).sum((1, 2, 3))
+
+
+def unfold(pot, lengths):
+    B, n, C = int(np.prod(pot.shape[:-3], dtype=np.int64)), pot.shape[-3], pot.shape[-1]
+    L = jnp.full((B,), n + 1) if lengths.shape == (0,) else lengths.reshape(B, 2)[:, 0]
+    return pot.reshape(B, n, C, C), L, B
+
+
+def model(target, results, *args, vmap_method=None, **attrs):
+    """The handlers' contract in jnp; a result or operand of the wrong size fails when the call is traced."""
+    del vmap_method
+    if target in ("chain_expectation", "chain_expectation_backward"):
+        kind = int(attrs["kind"])
+        pot, field, lengths = args[:3]
+        p, L, B = unfold(pot, lengths)
+        f = p if kind == 0 else field.reshape(p.shape)
+        assert (kind == 0) == (field.shape == (0,)), "the entropy alone takes no second chain"
+        saved_size = (2 if kind == 0 else 3) * B * (p.shape[1] + 1) * p.shape[-1]
+        if target == "chain_expectation":
+            assert results[2].shape in ((0,), (saved_size,)), (results[2].shape, saved_size)
+            log_z, mean = expectation(kind, p, f, L)
+            return (log_z.reshape(results[0].shape), mean.reshape(results[1].shape),
+                    jnp.zeros(results[2].shape, results[2].dtype))
+        saved, log_z, mean, grad_log_z, grad_mean = args[3:]
+        if not (saved.shape == (saved_size,) and log_z.size == (1 if kind == 0 else 2) * B and mean.size == B and
+                (grad_log_z.shape == (0,) or grad_log_z.size == log_z.size)):
+            # Operands of another problem than the potentials': a handler would refuse them. (custom_vmap traces the
+            # unbatched body once for its results' shapes, with the forward's saved messages of the whole batch:
+            # that trace's values are never used, so it gets NaN rather than an error.)
+            return tuple(jnp.full(r.shape, jnp.nan, r.dtype) for r in results)
+        cotangent = (jnp.zeros(log_z.shape) if grad_log_z.shape == (0,) else grad_log_z).reshape(-1, B)
+        cotangent = (cotangent[0] if kind == 0 else cotangent, grad_mean.reshape(B))
+        # log_z and mean must be this problem's forward's, in its layout: NaN otherwise.
+        forward, pullback = jax.vjp(lambda p, f: expectation(kind, p, f, L), p, f)
+        same = jnp.allclose(log_z.reshape(-1), forward[0].reshape(-1)) & jnp.allclose(mean.reshape(-1), forward[1])
+        gp, gf = (jnp.where(same, g, jnp.nan) for g in pullback(cotangent))
+        if kind == 0:  # the field is p itself, held fixed: its gradient is not asked for
+            (gp,) = jax.vjp(lambda p: expectation(0, p, p, L), p)[1](cotangent)
+            return jnp.where(same, gp, jnp.nan).reshape(pot.shape), jnp.zeros((0,), pot.dtype)
+        return gp.reshape(pot.shape), gf.reshape(field.shape)
+    if target == "chain_kbest":
+        pot, lengths = args
+        k, (B, n, C) = int(attrs["k"]), (int(np.prod(pot.shape[:-3], dtype=np.int64)), pot.shape[-3], pot.shape[-1])
+
+        def host(p, l):
+            scores, paths = reference_kbest(np.asarray(p).reshape(B, n, C, C),
+                                            None if l.shape == (0,) else np.asarray(l).reshape(B, 2)[:, 0], k)
+            return scores.astype(results[0].dtype).reshape(results[0].shape), paths.astype(np.int32).reshape(
+                results[1].shape)
+
+        return jax.pure_callback(host, results, pot, lengths)
+    if target in ("chain", "chain_backward"):  # the log-partition's, for the chains' vmap rules
+        pot, lengths = args[:2]
+        p, L, B = unfold(pot, lengths)
+        if target == "chain":
+            return (log_partition(p, L).reshape(results[0].shape), jnp.zeros(results[1].shape, results[1].dtype),
+                    jnp.zeros(results[2].shape, results[2].dtype))
+        saved, grad_score = args[2], args[4]
+        import jitbmm.jax as jj
+        if saved.size != jj._saved_bytes("log", "f64", "crf", B, p.shape[1] + 1, p.shape[-1], lengths.shape != (0,),
+                                         False, False):
+            return jnp.full(results.shape, jnp.nan, results.dtype)  # another problem's messages, as above
+        marginals = jax.grad(lambda p: log_partition(p, L).sum())(p)
+        return (marginals * grad_score.reshape(B, 1, 1, 1)).reshape(pot.shape)
+    raise NotImplementedError(target)
+
+
+class ContractTest(unittest.TestCase):
+    def setUp(self):
+        import jitbmm._jax_distributions as distributions
+        import jitbmm.jax as jj
+        self.jj = jj
+        for module in (jj, distributions):
+            for name, value in (("call", model), ("check_on_gpu", lambda **arrays: None)):
+                patch = mock.patch.object(module, name, value)
+                patch.start()
+                self.addCleanup(patch.stop)
+        key = jax.random.split(jax.random.PRNGKey(7), 2)
+        self.p = jax.random.normal(key[0], (2, 3, 3, 3, 3), jnp.float64) * 2
+        self.q = jax.random.normal(key[1], (2, 3, 3, 3, 3), jnp.float64)
+        self.lengths = jnp.asarray([4, 1, 3])
+
+    def close(self, got, want):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9)
+
+    def functions(self):
+        jj, L = self.jj, self.lengths
+        return (("entropy", lambda p, q: jj.chain_entropy(p, L)),
+                ("cross_entropy", lambda p, q: jj.chain_cross_entropy(p, q, L)),
+                ("kl", lambda p, q: jj.chain_kl(p, q, L)))
+
+    def test_values_and_gradients(self):
+        p, q, L = self.p[0], self.q[0], self.lengths
+        kinds = self.functions()
+
+        def each(divergence):  # every kind's value and gradients, in one compile
+            return [(divergence(kind, f)(p, q), jax.grad(lambda p, q: divergence(kind, f)(p, q).sum(),
+                                                         argnums=(0, 1))(p, q)) for kind, f in kinds]
+
+        got = jax.jit(lambda: each(lambda kind, f: f))()
+        want = jax.jit(lambda: each(lambda kind, f: lambda p, q: reference_divergence(kind, p, q, L)))()
+        for (kind, _), (value, grads), (want_value, want_grads) in zip(kinds, got, want):
+            with self.subTest(kind=kind):
+                self.close(value, want_value)
+                self.close(grads[0], want_grads[0])
+                if kind != "entropy":
+                    self.close(grads[1], want_grads[1])
+
+    def test_vmap_rules(self):
+        """Each rule once: the two rows of log Z under vmap of grad (the cross-entropy), a backward a row of upstream
+        gradients at a time (jacrev of KL and of the log-partition), nested vmap of the entropy's gradient, and
+        sequences of one position beside an unbatched second chain."""
+        jj, p, q, L = self.jj, self.p, self.q, self.lengths
+        kl = jax.jit(jax.vmap(lambda p, q: jj.chain_kl(p, q, L)))(p, q)
+        self.close(kl, jax.jit(jax.vmap(lambda p, q: reference_divergence("kl", p, q, L)))(p, q))
+        cross = jax.jit(lambda p, q: jj.chain_cross_entropy(p, q, L).sum())
+        grads = jax.jit(jax.vmap(jax.grad(cross, argnums=(0, 1)), (0, None)))(p, q[0])
+        want = jax.jit(jax.vmap(jax.grad(lambda p, q: reference_divergence("cross_entropy", p, q, L).sum(),
+                                         argnums=(0, 1)), (0, None)))(p, q[0])  # the reference's own vmap
+        self.close(grads[0], want[0])
+        self.close(grads[1], want[1])
+        for f in (lambda p: jj.chain_kl(p, q[0], L), lambda p: jj.chain_log_partition(p, L)):
+            jac = jax.jit(jax.jacrev(f))(p[0])
+            row = jax.jit(lambda p, b: jax.grad(lambda p: f(p)[b])(p))  # b traced: one compile for the three
+            for b in range(3):
+                self.close(jac[b], row(p[0], b))
+        nested = jax.jit(jax.vmap(jax.vmap(jax.grad(lambda p: jj.chain_entropy(p).sum()))))(p[:, :, None])
+        self.close(nested[:, :, 0], jax.jit(jax.grad(lambda p: reference_divergence("entropy", p, None, None).sum()))(
+            p.reshape(6, 3, 3, 3)).reshape(p.shape))
+        self.close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
+
+    def test_kbest_gradient(self):
+        jj, p, L, k = self.jj, self.p[0], self.lengths, 5
+        scores, paths = jj.chain_kbest(p, k, L)
+        want_scores, want_paths = reference_kbest(p, L, k)
+        self.close(scores, want_scores)
+        np.testing.assert_array_equal(np.asarray(paths), want_paths)
+        weights = jnp.arange(1.0, 3 * k + 1).reshape(3, k)
+        def weighted(p):
+            s = jj.chain_kbest(p, k, L)[0]
+            return (jnp.where(jnp.isfinite(s), s, 0) * weights).sum()
+
+        got = jax.grad(weighted)(p)
+        want = np.zeros(p.shape)
+        for b in range(3):
+            for i in range(k):
+                for t in range(int(L[b]) - 1):
+                    if want_paths[b, i, t] >= 0:
+                        want[b, t, want_paths[b, i, t + 1], want_paths[b, i, t]] += float(weights[b, i])
+        self.close(got, want)
+        vs, vp = jax.vmap(lambda p: jj.chain_kbest(p, 2))(self.p)
+        for i in range(2):
+            s, q = jj.chain_kbest(self.p[i], 2)
+            self.close(vs[i], s)
+            np.testing.assert_array_equal(np.asarray(vp[i]), np.asarray(q))
+
+
+if __name__ == "__main__":
+    sys.exit(main(needs_gpu=False))
