@@ -117,8 +117,8 @@ def _divergence_fwd(potentials, field, lengths, kind):
 def _divergence_bwd(kind, residuals, grad):
     """The upstream gradients of log Z and E_p[F] from the quantity's: for the entropy only E_p[F]'s (its field
     being p itself, the gradients through log Z_p and through the field cancel, which leaves -Cov_p(edge, F));
-    for the cross-entropy log Z_q's and E_p[F]'s, with 0 for log Z_p (a product with 0, not a skipped term, would
-    make NaN of an infinite gradient); for KL all three."""
+    for the cross-entropy log Z_q's and E_p[F]'s beside a row of zeros for log Z_p (zeros, not the gradient times
+    0, which would make NaN of an infinite gradient); for KL all three."""
     potentials, field, lengths, saved, log_z, mean = residuals
     g = grad.astype(mean.dtype)
     if kind == GIVEN:
