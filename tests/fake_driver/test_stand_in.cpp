@@ -260,8 +260,11 @@ int product_calls(const std::string& log, bool capture) {
   from = logged_launches(log).size();
   plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), workspace});
   std::printf("then-exp-matmul %zu\n", launches_with(log, from, "exp_matmul"));
-  // The passes are built beside the forward: a backward runs them once they are, in the workspace asked at first.
-  for (int i = 0; i < 12000 && plan.grad_spec(Pass::grad_b).strategy != Strategy::exp_matmul; ++i)
+  // The passes are built beside the forward, side by side: a backward runs them once both are, in the workspace
+  // asked at first.
+  for (int i = 0; i < 12000 && (plan.grad_spec(Pass::grad_a).strategy != Strategy::exp_matmul ||
+                                plan.grad_spec(Pass::grad_b).strategy != Strategy::exp_matmul);
+       ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   from = logged_launches(log).size();
   plan.backward(a.get(), b.get(), out.get(), nullptr, out.get(), ga.get(), gb.get(), nullptr,
