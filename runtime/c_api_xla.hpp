@@ -106,10 +106,6 @@ template <class F> ffi::Error guarded(F body) {
   }
 }
 
-} // namespace jitbmm::xla_ffi
-
-namespace jitbmm::xla_ffi {
-
 // A binding of `Operands` buffer operands, then `Results` buffer results (at least one), after the context. Each step
 // returns the binding Arg or Ret made, never the one it was given, which XLA's Binding cannot move.
 template <std::size_t Operands, std::size_t Results, class Binding> auto buffers(Binding&& binding) {
