@@ -29,8 +29,8 @@ from ._jax_support import (DTYPES, call, check_array, check_crf, check_on_gpu, f
                            lengths_operand, per_row, score_dtype)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
-           "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl", "chain_kbest",
-           "ffi_api_version"]
+           "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
+           "chain_cross_entropy", "chain_kl", "chain_kbest", "ffi_api_version"]
 
 _SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
 _SELECTING = ("max_plus", "min_plus", "max_times")  # their backward reads the forward's argmax
@@ -222,6 +222,40 @@ def chain_viterbi(potentials, lengths=None):
     pairs = lengths_operand(lengths, potentials.shape[:-3])
     check_on_gpu(potentials=potentials, lengths=lengths)
     return _crf(potentials, pairs, "max_plus")
+
+
+def chain_log_count(potentials, lengths=None):
+    """log of the number of paths of each sequence whose every edge's potential is other than -inf (torch-struct's
+    count, in log space so that long chains do not overflow): the log-partition of the chain's structure. NaN and +inf
+    count as edges; log C for one position; -inf where no path is left. Arguments as chain_log_partition's; [...] in
+    the potentials' dtype (float32 for half inputs). Not differentiable (a count is piecewise constant: its gradient is
+    0)."""
+    potentials = check_crf(potentials)
+    structure = jnp.where(potentials == -jnp.inf, -jnp.inf, jnp.zeros((), potentials.dtype))
+    return jax.lax.stop_gradient(chain_log_partition(jax.lax.stop_gradient(structure), lengths))
+
+
+def chain_log_prob(potentials, value, lengths=None):
+    """log p(value) [..., *batch]: Σ value·potentials over each sequence's steps, minus log Z, for events value [...,
+    *potentials.shape] (a path's edge indicators, with any leading sample dimensions). A value of 0 adds nothing
+    whatever its potential (where 0·(-inf) would give NaN), and steps from a sequence's length on are not read. NaN
+    where the sequence has no distribution (log Z -inf, +inf or NaN); -inf for an event of probability 0.
+    Differentiable in both (the log-partition's gradient from the fused backward)."""
+    potentials = check_crf(potentials)
+    value = check_array(value, "value")
+    if value.ndim < potentials.ndim or value.shape[value.ndim - potentials.ndim:] != potentials.shape:
+        raise ValueError(f"value: expected [..., {', '.join(map(str, potentials.shape))}] (events of the potentials' "
+                         f"shape), got shape {value.shape}")
+    log_z = chain_log_partition(potentials, lengths)  # checks lengths
+    dtype = score_dtype(potentials.dtype)
+    pot, value = potentials.astype(dtype), value.astype(dtype)
+    taken = value != 0
+    terms = value * jnp.where(taken, pot, 0)  # neither 0·(-inf) nor its gradient
+    if lengths is not None:  # only the steps before each sequence's last position
+        steps = jnp.arange(pot.shape[-3]) < (jnp.asarray(lengths) - 1)[..., None]
+        terms = jnp.where(steps[..., None, None], terms, 0)
+    out = terms.sum((-1, -2, -3)) - log_z
+    return jnp.where(jnp.isfinite(log_z), out, jnp.nan)
 
 
 @functools.lru_cache(maxsize=None)

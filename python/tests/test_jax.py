@@ -92,6 +92,9 @@ class TraceTest(unittest.TestCase):
                          ((2, 3, 4), jnp.float32, (2, 3, 4, 10), jnp.int32))
         g = jax.eval_shape(jax.vmap(jax.grad(lambda p: jj.chain_kbest(p, 2)[0].sum())), spec((4, 9, 7, 7)))
         self.assertEqual(g.shape, (4, 9, 7, 7))
+        self.assertEqual(jax.eval_shape(jj.chain_log_count, p, lengths).shape, (2, 3))
+        logp = jax.eval_shape(jj.chain_log_prob, p, spec((5, 2, 3, 9, 7, 7)), lengths)
+        self.assertEqual((logp.shape, logp.dtype), ((5, 2, 3), jnp.float32))
         nested = jax.eval_shape(jax.vmap(jax.vmap(jax.grad(lambda p: jj.chain_entropy(p).sum()))),
                                 spec((2, 4, 3, 9, 7, 7)))
         self.assertEqual(nested.shape, (2, 4, 3, 9, 7, 7))
@@ -142,6 +145,7 @@ class TraceTest(unittest.TestCase):
             (lambda: jj.chain_kl(ones((2, 3, 4, 4)), ones((2, 3, 5, 5))), ValueError, "other: expected"),
             (lambda: jj.chain_cross_entropy(ones((2, 3, 4, 4)), ones((2, 3, 4, 4), jnp.float16)), TypeError, "other"),
             (lambda: jax.eval_shape(jj.chain_entropy, spec((1, 2, 1025, 1025))), ValueError, "1025 states"),
+            (lambda: jj.chain_log_prob(ones((2, 3, 4, 4)), ones((2, 3, 4, 5))), ValueError, "value: expected"),
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 17), ValueError, "k: the number"),
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), True), ValueError, "k: the number"),
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 2, ones(3, jnp.int32)), ValueError, "lengths"),

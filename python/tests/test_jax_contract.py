@@ -1,9 +1,10 @@
 """jitbmm.jax's own work, without a GPU (the python_jax_contract CTest entry, run in CI): its handlers replaced by a
 jnp model of the contract they keep (the C ABI's, include/jitbmm/c_api.h: the batch folded, log_z's two rows first,
 the saved messages' size, the upstream gradients of log Z and E_p[F]), so that what the module adds around the
-kernels runs on the CPU: the entropy's, cross-entropy's and KL's upstream gradients, the k best paths' gradient, and
-the vmap rules under vmap, nested vmap, vmap of grad and jacrev (which runs a backward a row at a time), against the
-enumeration of every path. The handlers themselves are python_jax_gpu's. Exits 77 ("skipped") without jax."""
+kernels runs on the CPU: the entropy's, cross-entropy's and KL's upstream gradients, the k best paths' gradient, the
+vmap rules under vmap, nested vmap, vmap of grad and jacrev (which runs a backward a row at a time), and the count and
+log-probability of paths, against the enumeration of every path. The handlers themselves are python_jax_gpu's. Exits
+77 ("skipped") without jax."""
 
 import sys
 import unittest
@@ -15,7 +16,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from jax_cases import jax, jnp, main, reference_divergence, reference_kbest  # noqa: E402
+from jax_cases import jax, jnp, main, path_scores, reference_divergence, reference_kbest  # noqa: E402
 
 
 def log_partition(p, L):
@@ -163,6 +164,33 @@ class ContractTest(unittest.TestCase):
         self.close(nested[:, :, 0], jax.jit(jax.grad(lambda p: reference_divergence("entropy", p, None, None).sum()))(
             p.reshape(6, 3, 3, 3)).reshape(p.shape))
         self.close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
+
+    def test_count_and_log_prob(self):
+        jj, L = self.jj, self.lengths
+        p = self.p[0].at[0, 1, 2, 0].set(-jnp.inf).at[2, 0, 1, 1].set(-jnp.inf)  # edges no path may take
+        scores, canonical = path_scores(p, L)
+        finite = canonical & np.isfinite(np.asarray(scores))
+        self.close(jax.jit(lambda p: jj.chain_log_count(p, L))(p), np.log(finite.sum(-1)))
+        self.close(jax.jit(jax.grad(lambda p: jj.chain_log_count(p, L).sum()))(p), np.zeros(p.shape))
+        # The events: each sequence's best path's edges (zero past its length), and a second sample of the first
+        # path of all_paths, which may take a -inf edge.
+        T, C = p.shape[1] + 1, p.shape[-1]
+        paths = np.stack([reference_kbest(p, L, 1)[1][:, 0], np.zeros((3, T), np.int64)])
+        value = np.zeros((2, *p.shape))
+        for s_, b, t in np.ndindex(2, 3, T - 1):
+            if t < int(L[b]) - 1:
+                value[s_, b, t, paths[s_, b, t + 1], paths[s_, b, t]] = 1
+        value = jnp.asarray(value)
+
+        def reference(p, value):
+            log_z = jax.nn.logsumexp(jnp.where(canonical, path_scores(p, L)[0], -jnp.inf), -1)
+            return (value * jnp.where(value != 0, p, 0)).sum((-1, -2, -3)) - log_z
+
+        self.close(jax.jit(lambda p, v: jj.chain_log_prob(p, v, L))(p, value), jax.jit(reference)(p, value))
+        got = jax.jit(jax.grad(lambda p, v: jj.chain_log_prob(p, v, L)[0].sum(), argnums=(0, 1)))(p, value)
+        want = jax.jit(jax.grad(lambda p, v: reference(p, v)[0].sum(), argnums=(0, 1)))(p, value)
+        self.close(got[0], want[0])
+        self.close(got[1], want[1])
 
     def test_kbest_gradient(self):
         jj, p, L, k = self.jj, self.p[0], self.lengths, 5

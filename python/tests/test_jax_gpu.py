@@ -14,8 +14,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from jax_cases import (hmm_potentials, jax, jnp, main, reference_bmm, reference_crf, reference_divergence,  # noqa: E402
-                       reference_kbest)
+from jax_cases import (hmm_potentials, jax, jnp, main, path_scores, reference_bmm, reference_crf,  # noqa: E402
+                       reference_divergence, reference_kbest)
 
 try:
     from jax.test_util import check_grads
@@ -257,6 +257,27 @@ class JaxGpuTest(unittest.TestCase):
         # Sequences of one position: C equally likely paths, vmapped beside an unbatched second chain.
         self.assert_close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
         self.assertEqual(jj.chain_entropy(jnp.zeros((0, 4, 3, 3), jnp.float32)).shape, (0,))
+
+    def test_count_and_log_prob(self):
+        jj = self.jj
+        B, T, C = 3, 5, 3
+        lengths = jnp.asarray([5, 1, 4])
+        p = normal(57, (B, T - 1, C, C)).at[0, 1, 2, 0].set(-jnp.inf).at[2, 0, :, 1].set(-jnp.inf)
+        p64 = p.astype(jnp.float64)
+        scores, canonical = path_scores(p64, lengths)
+        finite = canonical & np.isfinite(np.asarray(scores))
+        self.assert_close(jj.chain_log_count(p, lengths), np.log(finite.sum(-1)), rtol=1e-6, atol=1e-6)
+        best = reference_kbest(p64, lengths, 1)[1][:, 0]
+        value = np.zeros((B, T - 1, C, C), np.float32)
+        for b, t in np.ndindex(B, T - 1):
+            if t < int(lengths[b]) - 1:
+                value[b, t, best[b, t + 1], best[b, t]] = 1
+        log_z = jax.nn.logsumexp(jnp.where(canonical, scores, -jnp.inf), -1)
+        want = (value * np.where(value != 0, np.asarray(p64), 0)).sum((-1, -2, -3)) - log_z
+        self.assert_close(jj.chain_log_prob(p, jnp.asarray(value), lengths), want, rtol=1e-5, atol=1e-5)
+        grad = jax.grad(lambda p: jj.chain_log_prob(p, jnp.asarray(value), lengths).sum())(p)
+        marginals = jax.grad(lambda p: jj.chain_log_partition(p, lengths).sum())(p)
+        self.assert_close(grad, value - marginals, rtol=1e-6, atol=1e-6)
 
     def test_kbest_against_enumeration(self):
         jj = self.jj
