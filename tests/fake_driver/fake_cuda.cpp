@@ -76,7 +76,10 @@ std::mutex g_mutex;
 CUctx_st g_primary;
 std::map<uintptr_t, std::size_t> g_allocations; // base → bytes
 std::size_t g_allocated = 0;
-thread_local std::vector<CUcontext> t_contexts;
+// Each thread's stack of current contexts, never destroyed: at the process's end the library's exit handlers (the
+// background builds' waits, releasing the plans they made) still push and pop after the main thread's thread_local
+// objects are gone, as a real driver allows.
+thread_local std::vector<CUcontext>& t_contexts = *new std::vector<CUcontext>();
 thread_local bool g_programmatic_launch = false; // the launch in progress came through cuLaunchKernelEx's attribute
 std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
