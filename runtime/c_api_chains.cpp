@@ -1,7 +1,7 @@
 // The C ABI of the chains: chain problems, chain plans (jitbmm_chain_plan wraps a ChainPlan), their runs in the
 // CRF and HMM forms, backwards and workspaces, and the chain distributions (jitbmm_chain_expectation,
-// jitbmm_chain_sampler and jitbmm_chain_kbest wrap ChainExpectation, ChainSampler and ChainKBest). Each call converts its C arguments and calls the C++ API
-// (runtime/c_api_status).
+// jitbmm_chain_sampler and jitbmm_chain_kbest wrap ChainExpectation, ChainSampler and ChainKBest). Each call converts
+// its C arguments and calls the C++ API (runtime/c_api_status).
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -13,6 +13,7 @@
 #include "jitbmm/chain_kbest.hpp"
 #include "jitbmm/chain_samples.hpp"
 #include "runtime/c_api_status.hpp"
+#include "runtime/chain_plan.hpp"
 
 struct jitbmm_chain_plan {
   jitbmm::ChainPlan plan;
@@ -74,6 +75,15 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
   });
 }
 
+jitbmm_status jitbmm_chain_plan_create_settled(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
+  return guarded([&] {
+    require(plan, "plan");
+    *plan = nullptr;
+    const jitbmm::ChainPlan chain = jitbmm::chosen_chain_plan(to_chain_problem(problem), false);
+    *plan = new jitbmm_chain_plan{chain, {}, {}};
+  });
+}
+
 jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
   return guarded([&] {
     require(plan, "plan");
@@ -110,14 +120,13 @@ jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* p
 jitbmm_status jitbmm_chain_plan_backward(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,
                                          const void* saved, const int32_t* path, const void* grad_score,
                                          void* grad_potentials, void* stream) {
-  return jitbmm_chain_plan_backward_with_workspace(plan, potentials, lengths, saved, path, grad_score,
-                                                   grad_potentials, nullptr, 0, stream);
+  return jitbmm_chain_plan_backward_with_workspace(plan, potentials, lengths, saved, path, grad_score, grad_potentials,
+                                                   nullptr, 0, stream);
 }
 
 jitbmm_status jitbmm_chain_plan_backward_with_workspace(const jitbmm_chain_plan* plan, const void* potentials,
-                                                        const int64_t* lengths, const void* saved,
-                                                        const int32_t* path, const void* grad_score,
-                                                        void* grad_potentials, void* workspace,
+                                                        const int64_t* lengths, const void* saved, const int32_t* path,
+                                                        const void* grad_score, void* grad_potentials, void* workspace,
                                                         size_t workspace_bytes, void* stream) {
   return guarded([&] {
     require(plan, "plan");
@@ -245,9 +254,9 @@ jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* p
   });
 }
 
-jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials,
-                                       const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
-                                       void* workspace, size_t workspace_bytes, void* stream) {
+jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials, const int64_t* lengths,
+                                       int64_t n, uint64_t seed, int32_t* paths, void* workspace,
+                                       size_t workspace_bytes, void* stream) {
   return guarded([&] {
     require(plan, "plan");
     plan->plan(potentials, lengths, n, seed, paths, static_cast<jitbmm::Stream>(stream),

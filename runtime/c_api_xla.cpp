@@ -2,10 +2,13 @@
 // found (they come with jaxlib; CMake's JITBMM_XLA_FFI_INCLUDE): the products' in c_api_xla_products.cpp, the chains'
 // in c_api_xla_chains.cpp, their distributions' in c_api_xla_distributions.cpp, what they share here (c_api_xla.hpp)
 // with the FFI API version they were compiled against.
-// Each handler folds its operands' leading dimensions into the batch, takes a plan from a process-wide table (made on
-// the stream's context the first time a problem is seen, tuned unless the stream is being captured), its scratch
-// from XLA's allocator, and launches on XLA's stream. Shapes and dtypes were checked when jitbmm.jax traced the call;
-// what reaches here is checked again and refused with an error naming the operand, never run on a guess.
+// Each handler folds its operands' leading dimensions into the batch and takes its plan from a process-wide table:
+// the plan jitbmm.jax made on the device's primary context as it traced the call, asking for the bytes of the call's
+// workspace result (the jitbmm_xla_*_workspace functions). A call takes its workspace from that result and launches
+// on XLA's stream: it tunes, compiles and allocates nothing, so XLA may record it into a CUDA graph (jitbmm.jax
+// registers the handlers as command-buffer compatible). Only a call on a device the call was not traced for makes
+// its plan there, untuned while the stream is being captured. Shapes and dtypes were checked when jitbmm.jax traced
+// the call; what reaches here is checked again and refused with an error naming the operand, never run on a guess.
 #include "runtime/c_api_xla.hpp"
 
 #include <string>
@@ -82,14 +85,39 @@ ffi::DataType score_type(ffi::DataType potentials) {
 
 std::string context_key(CUcontext ctx) { return std::to_string(reinterpret_cast<std::uintptr_t>(ctx)); }
 
-ffi::ErrorOr<void*> scratch(ffi::ScratchAllocator& allocator, std::size_t bytes) {
+std::size_t declared_bytes(std::size_t bytes) { return bytes ? bytes + 255 : 0; }
+
+namespace {
+void* aligned(void* start) {
+  return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(start) + 255) & ~std::uintptr_t(255));
+}
+} // namespace
+
+ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
+                              void* stream) {
   if (bytes == 0) return static_cast<void*>(nullptr);
-  auto memory = allocator.Allocate(bytes + 255, 16);
+  if (declared.size_bytes() >= declared_bytes(bytes)) return aligned(declared.untyped_data());
+  if (stream_is_capturing(static_cast<CUstream>(stream)))
+    return ffi::Unexpected(invalid("workspace: " + std::to_string(declared.size_bytes()) +
+                                   " bytes declared when jitbmm.jax traced the call, but its plan on this device "
+                                   "takes " +
+                                   std::to_string(declared_bytes(bytes)) +
+                                   ", and no other scratch can be taken while XLA records a CUDA graph: trace the "
+                                   "call again for this device"));
+  auto memory = allocator.Allocate(declared_bytes(bytes), 16);
   if (!memory.has_value())
     return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kResourceExhausted, "jitbmm: XLA's scratch allocator refused " +
                                                                               std::to_string(bytes + 255) + " bytes"));
-  const auto start = (reinterpret_cast<std::uintptr_t>(*memory) + 255) & ~std::uintptr_t(255);
-  return reinterpret_cast<void*>(start);
+  return aligned(*memory);
+}
+
+CUcontext DeviceContext::primary(int ordinal) {
+  CUdevice device = 0;
+  check(driver().cuDeviceGet(&device, ordinal), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  // Retained for the process, as XLA retains it: the plans made in it live as long.
+  check(driver().cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+  return ctx;
 }
 
 CUcontext StreamContext::context_of(void* stream) {

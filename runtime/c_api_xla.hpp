@@ -8,11 +8,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "jitbmm/c_api.h"
+#include "runtime/c_api_status.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
 #include <xla/ffi/api/ffi.h> // jaxlib's, found by CMake (never shipped with jitbmm)
@@ -93,9 +95,38 @@ ffi::DataType score_type(ffi::DataType potentials);
 // The part of a plan's key that names the context.
 std::string context_key(CUcontext ctx);
 
-// Scratch from XLA's allocator, 256-byte aligned as the plans ask: XLA takes alignments up to 16 only, so the request
-// is 255 bytes longer and its start rounded up. Null for none.
-ffi::ErrorOr<void*> scratch(ffi::ScratchAllocator& allocator, std::size_t bytes);
+// The primary context of CUDA device `ordinal` (XLA's), current for a scope: where jitbmm.jax asks for a call's
+// workspace as it traces the call (the jitbmm_xla_*_workspace functions), the plan is made in it, so that the
+// handler's calls on XLA's streams find that plan in the table.
+class DeviceContext {
+public:
+  explicit DeviceContext(int ordinal) : context(primary(ordinal)), scope_(context) {}
+  const CUcontext context;
+
+private:
+  static CUcontext primary(int ordinal);
+  ScopedContext scope_;
+};
+
+// Runs `size(context)` (a status, as the C calls it makes return one) in the primary context of CUDA device
+// `ordinal`: what each jitbmm_xla_*_workspace function does. Failing to make that context current is a status too.
+template <class F> jitbmm_status in_device_context(int ordinal, F size) {
+  std::optional<DeviceContext> context;
+  if (const jitbmm_status s = c_api::guarded([&] { context.emplace(ordinal); })) return s;
+  return size(context->context);
+}
+
+// The bytes a call's workspace result is declared with, for a plan that takes `bytes`: 255 more, so that its start
+// can be rounded up to the 256 bytes the plans ask for (XLA aligns buffers less). 0 for none.
+std::size_t declared_bytes(std::size_t bytes);
+
+// A call's workspace of `bytes`, 256-byte aligned: the workspace result jitbmm.jax declared for it when it traced the
+// call, sized by the plan made then (so that XLA owns it and may record the call into a CUDA graph). Where that holds
+// less (a plan made since on another device takes more), XLA's scratch, unless the stream is being captured: scratch
+// taken while XLA records a command buffer is freed before the graph replays, so that is an error naming the sizes.
+// Null for none.
+ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
+                              void* stream);
 
 // A handler's body with the library's exceptions (a failed driver call in StreamContext) turned into FFI errors.
 template <class F> ffi::Error guarded(F body) {
@@ -122,8 +153,8 @@ template <std::size_t Operands, std::size_t Results, class Binding> auto buffers
 
 } // namespace jitbmm::xla_ffi
 
-// Every handler's binding: XLA's stream, its scratch allocator, then `operands` buffers and `results` buffers (the
-// attributes follow).
+// Every handler's binding: XLA's stream, its scratch allocator, then `operands` buffers and `results` buffers, the
+// last of them the workspace where the handler's plan takes scratch (the attributes follow).
 #define JITBMM_XLA_BUFFERS(operands, results)                                                                          \
   ::jitbmm::xla_ffi::buffers<operands, results>(                                                                       \
       ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>().Ctx<::xla::ffi::ScratchAllocator>())

@@ -24,8 +24,8 @@ jitbmm_status chain_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_p
                           "|" + std::to_string(q.batched_transitions) + "|" + std::to_string(q.batched_initial) + "|" +
                           context_key(ctx);
   return chain_plans().get(
-      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create(&q, made); }, jitbmm_chain_plan_destroy,
-      plan);
+      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create_settled(&q, made); },
+      jitbmm_chain_plan_destroy, plan);
 }
 
 // The HMM form: emissions [..., T, C], transitions [C, C] or [..., C, C], initial [C] or [..., C].
@@ -71,7 +71,7 @@ ffi::Error check_saved(const jitbmm_chain_plan* plan, const ffi::AnyBuffer& save
 // A forward of either form; `run` launches it given the plan, the workspace and the outputs.
 template <class Run>
 ffi::Error chain_forward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer& saved,
-                         ffi::AnyBuffer& path, Run run) {
+                         ffi::AnyBuffer& path, ffi::AnyBuffer& declared, Run run) {
   if (c.has_error()) return c.error();
   if (c->problem.B == 0) return ffi::Error::Success();
   StreamContext context(stream);
@@ -81,15 +81,15 @@ ffi::Error chain_forward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAlloca
   if (ffi::Error e = check_saved(plan.get(), saved, saved.element_count() != 0); !e.success()) return e;
   std::size_t bytes = 0;
   if (const jitbmm_status s = jitbmm_chain_plan_workspace_bytes(plan.get(), with_path, &bytes)) return failed(s);
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
-  const jitbmm_status s = run(plan.get(), *c, data_or_null(saved), data_or_null<int32_t>(path), *workspace, bytes);
+  auto ws = workspace(declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
+  const jitbmm_status s = run(plan.get(), *c, data_or_null(saved), data_or_null<int32_t>(path), *ws, bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 
 template <class Run>
 ffi::Error chain_backward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator,
-                          const ffi::AnyBuffer& saved, Run run) {
+                          const ffi::AnyBuffer& saved, ffi::AnyBuffer& declared, Run run) {
   if (c.has_error()) return c.error();
   if (c->problem.B == 0) return ffi::Error::Success();
   StreamContext context(stream);
@@ -98,17 +98,17 @@ ffi::Error chain_backward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAlloc
   if (ffi::Error e = check_saved(plan.get(), saved, c->semiring == "log"); !e.success()) return e;
   std::size_t bytes = 0;
   if (const jitbmm_status s = jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &bytes)) return failed(s);
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
-  const jitbmm_status s = run(plan.get(), *c, *workspace, bytes);
+  auto ws = workspace(declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
+  const jitbmm_status s = run(plan.get(), *c, *ws, bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 
 ffi::Error chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
                  ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
-                 std::string_view semiring) {
+                 ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring) {
   return chain_forward(
-      crf(semiring, potentials, lengths), stream, allocator, *saved, *path,
+      crf(semiring, potentials, lengths), stream, allocator, *saved, *path, *declared,
       [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
         return jitbmm_chain_plan_run(plan, potentials.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr,
                                      best, ws, bytes, stream);
@@ -117,8 +117,9 @@ ffi::Error chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer p
 
 ffi::Error chain_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
                       ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
-                      ffi::Result<ffi::AnyBuffer> grad_potentials, std::string_view semiring) {
-  return chain_backward(crf(semiring, potentials, lengths), stream, allocator, saved,
+                      ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> declared,
+                      std::string_view semiring) {
+  return chain_backward(crf(semiring, potentials, lengths), stream, allocator, saved, *declared,
                         [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
                           return jitbmm_chain_plan_backward_with_workspace(
                               plan, potentials.untyped_data(), c.lengths, data_or_null(saved),
@@ -130,9 +131,10 @@ ffi::Error chain_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuf
 ffi::Error hmm_chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer emissions,
                      ffi::AnyBuffer transitions, ffi::AnyBuffer initial, ffi::AnyBuffer lengths,
                      ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved,
-                     ffi::Result<ffi::AnyBuffer> path, std::string_view semiring) {
+                     ffi::Result<ffi::AnyBuffer> path, ffi::Result<ffi::AnyBuffer> declared,
+                     std::string_view semiring) {
   return chain_forward(
-      hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, *saved, *path,
+      hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, *saved, *path, *declared,
       [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
         return jitbmm_chain_plan_run_hmm(plan, emissions.untyped_data(), transitions.untyped_data(),
                                          initial.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr, best,
@@ -144,8 +146,8 @@ ffi::Error hmm_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffe
                     ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer path,
                     ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
                     ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
-                    std::string_view semiring) {
-  return chain_backward(hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, saved,
+                    ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring) {
+  return chain_backward(hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, saved, *declared,
                         [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
                           return jitbmm_chain_plan_backward_hmm(
                               plan, emissions.untyped_data(), transitions.untyped_data(), initial.untyped_data(),
@@ -161,35 +163,37 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
-       std::string_view semiring) {
-      return guarded(
-          [&] { return chain(stream, std::move(scratch), potentials, lengths, score, saved, path, semiring); });
+       ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
+      return guarded([&] {
+        return chain(stream, std::move(scratch), potentials, lengths, score, saved, path, workspace, semiring);
+      });
     },
-    JITBMM_XLA_BUFFERS(2, 3).Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(2, 4).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_backward,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
-       ffi::Result<ffi::AnyBuffer> grad_potentials, std::string_view semiring) {
+       ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
       return guarded([&] {
         return chain_grad(stream, std::move(scratch), potentials, lengths, saved, path, grad_score, grad_potentials,
-                          semiring);
+                          workspace, semiring);
       });
     },
-    JITBMM_XLA_BUFFERS(5, 1).Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(5, 2).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_hmm,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
        ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> score,
-       ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path, std::string_view semiring) {
+       ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path, ffi::Result<ffi::AnyBuffer> workspace,
+       std::string_view semiring) {
       return guarded([&] {
         return hmm_chain(stream, std::move(scratch), emissions, transitions, initial, lengths, score, saved, path,
-                         semiring);
+                         workspace, semiring);
       });
     },
-    JITBMM_XLA_BUFFERS(4, 3).Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(4, 4).Attr<std::string_view>("semiring"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_hmm_backward,
@@ -197,12 +201,40 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer path,
        ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
        ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
-       std::string_view semiring) {
+       ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
       return guarded([&] {
         return hmm_grad(stream, std::move(scratch), emissions, transitions, initial, lengths, saved, path, grad_score,
-                        grad_emissions, grad_transitions, grad_initial, semiring);
+                        grad_emissions, grad_transitions, grad_initial, workspace, semiring);
       });
     },
-    JITBMM_XLA_BUFFERS(7, 3).Attr<std::string_view>("semiring"));
+    JITBMM_XLA_BUFFERS(7, 4).Attr<std::string_view>("semiring"));
 
 } // namespace jitbmm::xla_ffi
+
+// The bytes of the workspace result of a chain's handler for `problem` (its semiring, dtype, form, B, T, C and
+// lengths, batched_transitions and batched_initial read; the strides unused) on CUDA device `device`: pass 0 a forward,
+// 1 a forward with the best path, 2 a backward. By the problem's plan, made now (settled: it waits for its chosen
+// strategy, so that its sizes hold for every call) and kept for the calls.
+extern "C" jitbmm_status jitbmm_xla_chain_workspace(int device, const jitbmm_chain_problem* problem, int pass,
+                                                    size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  if (!problem || !problem->semiring || !problem->dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.semiring, problem.dtype, bytes: NULL");
+  *bytes = 0;
+  if (pass < 0 || pass > 2)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "pass: " + std::to_string(pass) + " (expected 0, 1 or 2)");
+  if (problem->B == 0) return JITBMM_OK; // the calls launch nothing
+  Chain c;
+  c.semiring = problem->semiring;
+  c.problem = *problem;
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::shared_ptr<jitbmm_chain_plan> plan;
+    std::size_t need = 0;
+    jitbmm_status s = chain_plan(c, ctx, plan);
+    if (!s)
+      s = pass == 2 ? jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &need)
+                    : jitbmm_chain_plan_workspace_bytes(plan.get(), pass == 1, &need);
+    *bytes = declared_bytes(need);
+    return s;
+  });
+}

@@ -71,13 +71,20 @@ ffi::ErrorOr<Expectation> expectation_of(const ffi::AnyBuffer& potentials, const
   return Expectation{std::move(*c), *f};
 }
 
-jitbmm_status expectation_plan(Chain& c, int32_t kind, CUcontext ctx,
-                               std::shared_ptr<jitbmm_chain_expectation>& plan) {
+jitbmm_status expectation_plan(Chain& c, int32_t kind, CUcontext ctx, std::shared_ptr<jitbmm_chain_expectation>& plan) {
   c.problem.semiring = c.semiring.c_str();
   return expectation_plans().get(
       chain_key(c, ctx) + "|" + std::to_string(kind),
       [&](jitbmm_chain_expectation** made) { return jitbmm_chain_expectation_create(&c.problem, kind, made); },
       jitbmm_chain_expectation_destroy, plan);
+}
+
+jitbmm_status kbest_plan(Chain& c, int32_t k, CUcontext ctx, std::shared_ptr<jitbmm_chain_kbest>& plan) {
+  c.problem.semiring = c.semiring.c_str();
+  return kbest_plans().get(
+      chain_key(c, ctx) + "|" + std::to_string(k),
+      [&](jitbmm_chain_kbest** made) { return jitbmm_chain_kbest_create(&c.problem, k, made); },
+      jitbmm_chain_kbest_destroy, plan);
 }
 
 // The saved operand (the forward's messages) must be the plan's size where it is wanted.
@@ -114,7 +121,7 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
                             ffi::AnyBuffer field, ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer log_z,
                             ffi::AnyBuffer mean, ffi::AnyBuffer grad_log_z, ffi::AnyBuffer grad_mean,
                             ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> grad_field,
-                            int32_t kind) {
+                            ffi::Result<ffi::AnyBuffer> declared, int32_t kind) {
   auto c = expectation_of(potentials, field, lengths, kind);
   if (c.has_error()) return c.error();
   const int64_t B = c->chain.problem.B;
@@ -123,8 +130,7 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   if (ffi::Error e = expected(log_z, "log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
   if (ffi::Error e = expected(mean, "mean", score, B); !e.success()) return e;
   if (grad_log_z.element_count() != 0)
-    if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success())
-      return e;
+    if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
   if (ffi::Error e = expected(grad_mean, "grad_mean", score, B); !e.success()) return e;
   if (grad_potentials->element_count() != potentials.element_count() ||
       grad_field->element_count() != (kind == kGiven ? 0 : field.element_count()))
@@ -135,39 +141,34 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   if (const jitbmm_status s = expectation_plan(c->chain, kind, context.context, plan)) return failed(s);
   std::size_t bytes = 0;
   if (ffi::Error e = check_saved(plan.get(), saved, &bytes); !e.success()) return e;
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
+  auto ws = workspace(*declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_chain_expectation_backward(
       plan.get(), potentials.untyped_data(), c->field, c->chain.lengths, saved.untyped_data(), log_z.untyped_data(),
       mean.untyped_data(), data_or_null(grad_log_z), grad_mean.untyped_data(), grad_potentials->untyped_data(),
-      data_or_null(*grad_field), *workspace, bytes, stream);
+      data_or_null(*grad_field), *ws, bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
 ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
-                 ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, int32_t k) {
+                 ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths,
+                 ffi::Result<ffi::AnyBuffer> declared, int32_t k) {
   auto c = crf("max_plus", potentials, lengths);
   if (c.has_error()) return c.error();
   const int64_t B = c->problem.B, T = c->problem.T;
-  if (ffi::Error e = expected(*scores, "scores", score_type(potentials.element_type()), B * k); !e.success())
-    return e;
+  if (ffi::Error e = expected(*scores, "scores", score_type(potentials.element_type()), B * k); !e.success()) return e;
   if (ffi::Error e = expected(*paths, "paths", ffi::DataType::S32, B * k * T); !e.success()) return e;
   if (B == 0) return ffi::Error::Success();
   StreamContext context(stream);
-  c->problem.semiring = c->semiring.c_str();
   std::shared_ptr<jitbmm_chain_kbest> plan;
-  if (const jitbmm_status s = kbest_plans().get(
-          chain_key(*c, context.context) + "|" + std::to_string(k),
-          [&](jitbmm_chain_kbest** made) { return jitbmm_chain_kbest_create(&c->problem, k, made); },
-          jitbmm_chain_kbest_destroy, plan))
-    return failed(s);
+  if (const jitbmm_status s = kbest_plan(*c, k, context.context, plan)) return failed(s);
   std::size_t bytes = 0;
   if (const jitbmm_status s = jitbmm_chain_kbest_workspace_bytes(plan.get(), &bytes)) return failed(s);
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
+  auto ws = workspace(*declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
   const jitbmm_status s =
       jitbmm_chain_kbest_run(plan.get(), potentials.untyped_data(), c->lengths, scores->untyped_data(),
-                             static_cast<int32_t*>(paths->untyped_data()), *workspace, bytes, stream);
+                             static_cast<int32_t*>(paths->untyped_data()), *ws, bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -187,20 +188,73 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer field,
        ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer log_z, ffi::AnyBuffer mean,
        ffi::AnyBuffer grad_log_z, ffi::AnyBuffer grad_mean, ffi::Result<ffi::AnyBuffer> grad_potentials,
-       ffi::Result<ffi::AnyBuffer> grad_field, int32_t kind) {
+       ffi::Result<ffi::AnyBuffer> grad_field, ffi::Result<ffi::AnyBuffer> workspace, int32_t kind) {
       return guarded([&] {
-        return expectation_grad(stream, scratch, potentials, field, lengths, saved, log_z, mean, grad_log_z,
-                                grad_mean, grad_potentials, grad_field, kind);
+        return expectation_grad(stream, scratch, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean,
+                                grad_potentials, grad_field, workspace, kind);
       });
     },
-    JITBMM_XLA_BUFFERS(8, 2).Attr<int32_t>("kind"));
+    JITBMM_XLA_BUFFERS(8, 3).Attr<int32_t>("kind"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_kbest,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
-       ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, int32_t k) {
-      return guarded([&] { return kbest(stream, scratch, potentials, lengths, scores, paths, k); });
+       ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace,
+       int32_t k) {
+      return guarded([&] { return kbest(stream, scratch, potentials, lengths, scores, paths, workspace, k); });
     },
-    JITBMM_XLA_BUFFERS(2, 2).Attr<int32_t>("k"));
+    JITBMM_XLA_BUFFERS(2, 3).Attr<int32_t>("k"));
 
 } // namespace jitbmm::xla_ffi
+
+namespace {
+// A CRF problem of jitbmm_xla_chain_expectation_workspace and jitbmm_xla_chain_kbest_workspace: its dtype, B, T, C
+// and lengths read, the semiring theirs.
+jitbmm::xla_ffi::Chain sized_chain(const jitbmm_chain_problem& problem, const char* semiring) {
+  jitbmm::xla_ffi::Chain c;
+  c.semiring = semiring;
+  c.problem = jitbmm_chain_problem{};
+  c.problem.dtype = problem.dtype, c.problem.B = problem.B, c.problem.T = problem.T, c.problem.C = problem.C;
+  c.problem.with_lengths = problem.with_lengths;
+  return c;
+}
+} // namespace
+
+// The bytes of the workspace result of jitbmm_xla_chain_expectation_backward (the forward takes none) for an
+// expectation of `kind`, and of jitbmm_xla_chain_kbest for the k best paths, of a CRF `problem` on CUDA device
+// `device`: by its plan, made now and kept for the calls.
+extern "C" jitbmm_status jitbmm_xla_chain_expectation_workspace(int device, const jitbmm_chain_problem* problem,
+                                                                int kind, size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  if (!problem || !problem->dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
+  *bytes = 0;
+  if (problem->B == 0) return JITBMM_OK;
+  Chain c = sized_chain(*problem, "log");
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::shared_ptr<jitbmm_chain_expectation> plan;
+    std::size_t saved = 0, need = 0;
+    jitbmm_status s = expectation_plan(c, kind, ctx, plan);
+    if (!s) s = jitbmm_chain_expectation_bytes(plan.get(), &saved, &need);
+    *bytes = declared_bytes(need);
+    return s;
+  });
+}
+
+extern "C" jitbmm_status jitbmm_xla_chain_kbest_workspace(int device, const jitbmm_chain_problem* problem, int k,
+                                                          size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  if (!problem || !problem->dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
+  *bytes = 0;
+  if (problem->B == 0) return JITBMM_OK;
+  Chain c = sized_chain(*problem, "max_plus");
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::shared_ptr<jitbmm_chain_kbest> plan;
+    std::size_t need = 0;
+    jitbmm_status s = kbest_plan(c, k, ctx, plan);
+    if (!s) s = jitbmm_chain_kbest_workspace_bytes(plan.get(), &need);
+    *bytes = declared_bytes(need);
+    return s;
+  });
+}

@@ -53,8 +53,8 @@ jitbmm_status product_plan(Product& p, void* stream, CUcontext ctx, std::shared_
 }
 
 ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, ffi::AnyBuffer b,
-               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> argmax, std::string_view semiring,
-               std::string_view precision) {
+               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> argmax,
+               ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring, std::string_view precision) {
   const bool with_argmax = argmax->element_count() != 0;
   auto p = product(semiring, precision, a, b, with_argmax);
   if (p.has_error()) return p.error();
@@ -64,18 +64,18 @@ ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, 
   if (const jitbmm_status s = product_plan(*p, stream, context.context, plan)) return failed(s);
   std::size_t bytes = 0;
   if (const jitbmm_status s = jitbmm_plan_workspace_bytes(plan.get(), &bytes)) return failed(s);
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
+  auto ws = workspace(*declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_plan_run_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out->untyped_data(),
-      with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, *workspace, bytes, stream);
+      with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, *ws, bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
 ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, ffi::AnyBuffer b,
                         ffi::AnyBuffer out, ffi::AnyBuffer argmax, ffi::AnyBuffer grad_out,
                         ffi::Result<ffi::AnyBuffer> grad_a, ffi::Result<ffi::AnyBuffer> grad_b,
-                        std::string_view semiring, std::string_view precision) {
+                        ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring, std::string_view precision) {
   const bool with_argmax = argmax.element_count() != 0;
   auto p = product(semiring, precision, a, b, with_argmax);
   if (p.has_error()) return p.error();
@@ -97,11 +97,11 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
   if (const jitbmm_status s =
           jitbmm_plan_backward_workspace_bytes_on_stream(plan.get(), 1, 1, with_argmax, stream, &bytes))
     return failed(s);
-  auto workspace = scratch(allocator, bytes);
-  if (workspace.has_error()) return workspace.error();
+  auto ws = workspace(*declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_plan_backward_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out.untyped_data(), data_or_null<const int32_t>(argmax),
-      grad_out.untyped_data(), grad_a->untyped_data(), grad_b->untyped_data(), *workspace, bytes, stream);
+      grad_out.untyped_data(), grad_a->untyped_data(), grad_b->untyped_data(), *ws, bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -110,21 +110,50 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_bmm,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
-       ffi::Result<ffi::AnyBuffer> argmax, std::string_view semiring, std::string_view precision) {
-      return guarded([&] { return bmm(stream, std::move(scratch), a, b, out, argmax, semiring, precision); });
+       ffi::Result<ffi::AnyBuffer> argmax, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring,
+       std::string_view precision) {
+      return guarded(
+          [&] { return bmm(stream, std::move(scratch), a, b, out, argmax, workspace, semiring, precision); });
     },
-    JITBMM_XLA_BUFFERS(2, 2).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
+    JITBMM_XLA_BUFFERS(2, 3).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_bmm_backward,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer out,
        ffi::AnyBuffer argmax, ffi::AnyBuffer grad_out, ffi::Result<ffi::AnyBuffer> grad_a,
-       ffi::Result<ffi::AnyBuffer> grad_b, std::string_view semiring, std::string_view precision) {
+       ffi::Result<ffi::AnyBuffer> grad_b, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring,
+       std::string_view precision) {
       return guarded([&] {
-        return bmm_backward(stream, std::move(scratch), a, b, out, argmax, grad_out, grad_a, grad_b, semiring,
-                            precision);
+        return bmm_backward(stream, std::move(scratch), a, b, out, argmax, grad_out, grad_a, grad_b, workspace,
+                            semiring, precision);
       });
     },
-    JITBMM_XLA_BUFFERS(5, 2).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
+    JITBMM_XLA_BUFFERS(5, 3).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
 
 } // namespace jitbmm::xla_ffi
+
+// The bytes of the workspace result of jitbmm_xla_bmm (backward 0) or jitbmm_xla_bmm_backward (1) for a problem on
+// CUDA device `device`, by its plan, made now (tuned as the process's policy allows) and kept for the calls.
+extern "C" jitbmm_status jitbmm_xla_bmm_workspace(int device, const char* semiring, const char* precision,
+                                                  const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N,
+                                                  int with_argmax, int backward, size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  if (!semiring || !precision || !dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "semiring, precision, dtype, bytes: must not be NULL");
+  *bytes = 0;
+  Product p;
+  p.semiring = semiring, p.precision = precision;
+  if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N)) return s;
+  p.problem.with_argmax = with_argmax != 0;
+  if (B == 0 || M == 0 || N == 0 || (backward && K == 0)) return JITBMM_OK; // the calls launch nothing
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::shared_ptr<jitbmm_plan> plan;
+    std::size_t need = 0;
+    jitbmm_status s = product_plan(p, nullptr, ctx, plan);
+    if (!s)
+      s = backward ? jitbmm_plan_backward_workspace_bytes(plan.get(), 1, 1, with_argmax, &need)
+                   : jitbmm_plan_workspace_bytes(plan.get(), &need);
+    *bytes = declared_bytes(need);
+    return s;
+  });
+}

@@ -12,14 +12,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
 
-from ._jax_support import (absent, call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand, per_row,
-                           score_dtype)
+from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand,
+                           per_row, score_dtype, workspace_bytes)
 
 # What the field is (the library's ExpectationField): p's own potentials (the entropy); a second chain q, whose
 # log-partition comes beside (the cross-entropy); q read as the difference p - q (KL).
 GIVEN, CHAIN, DIFFERENCE = 0, 1, 2
 MAX_STATES = 1024  # ChainExpectation's and ChainKBest's limit
 MAX_K = 16  # ChainKBest::kMaxKBest
+
+
+def _problem(potentials, lengths, semiring):
+    """A CRF call's problem as workspace_bytes takes it."""
+    return (semiring, DTYPES[potentials.dtype], "crf", folded(potentials.shape[:-3]), potentials.shape[-3] + 1,
+            potentials.shape[-1], lengths.size > 0)
 
 
 def _check_states(potentials, what):
@@ -72,8 +78,9 @@ def _expectation_backward(kind):
     def backward(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
         grads = (jax.ShapeDtypeStruct(potentials.shape, potentials.dtype),
                  jax.ShapeDtypeStruct(field.shape, field.dtype))
+        size = workspace_bytes("chain_expectation", *_problem(potentials, lengths, "log"), kind)
         return call("chain_expectation_backward", grads, potentials, field, lengths, saved, log_z, mean, grad_log_z,
-                    grad_mean, kind=np.int32(kind))
+                    grad_mean, workspace=size, kind=np.int32(kind))
 
     @backward.def_vmap
     def rule(size, batched, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
@@ -185,7 +192,8 @@ def _kbest_call(k):
         batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
         results = (jax.ShapeDtypeStruct((*batch, k), score_dtype(potentials.dtype)),
                    jax.ShapeDtypeStruct((*batch, k, T), jnp.int32))
-        return call("chain_kbest", results, potentials, lengths, k=np.int32(k))
+        size = workspace_bytes("chain_kbest", *_problem(potentials, lengths, "max_plus"), k)
+        return call("chain_kbest", results, potentials, lengths, workspace=size, k=np.int32(k))
 
     @kbest.def_vmap
     def rule(size, batched, potentials, lengths):

@@ -9,6 +9,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlib import xla_client
 
 import jitbmm
 
@@ -36,6 +37,13 @@ def _handlers():
                            "docs/jax.md")
     lib.jitbmm_xla_ffi_api_version.argtypes = [ctypes.POINTER(ctypes.c_int)] * 2
     lib.jitbmm_xla_ffi_api_version.restype = ctypes.c_int
+    size, problem = ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(jitbmm._CChainProblem)
+    lib.jitbmm_xla_bmm_workspace.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                             *[ctypes.c_int64] * 4, ctypes.c_int, ctypes.c_int, size]
+    for name in ("chain", "chain_expectation", "chain_kbest"):
+        getattr(lib, f"jitbmm_xla_{name}_workspace").argtypes = [ctypes.c_int, problem, ctypes.c_int, size]
+    for name in ("bmm", "chain", "chain_expectation", "chain_kbest"):
+        getattr(lib, f"jitbmm_xla_{name}_workspace").restype = ctypes.c_int
     return lib
 
 
@@ -60,15 +68,76 @@ def registered():
         raise RuntimeError(f"jitbmm.jax: the library's handlers were built for XLA FFI API {ours[0]}.{ours[1]}, "
                            f"but this jaxlib ({jax.__version__}) speaks {theirs[0]}.{theirs[1]}: rebuild jitbmm "
                            f"against this jaxlib")
+    # A call launches the same kernels every time (its plan was made when it was traced, its scratch is a result), so
+    # XLA may record it into its CUDA graphs.
+    traits = getattr(getattr(xla_client, "CustomCallTargetTraits", None), "COMMAND_BUFFER_COMPATIBLE", None)
     for target in _TARGETS:
         jax.ffi.register_ffi_target(f"jitbmm_{target}", jax.ffi.pycapsule(getattr(lib, f"jitbmm_xla_{target}")),
-                                    platform="CUDA")
+                                    platform="CUDA", **({} if traits is None else {"traits": traits}))
     return True
 
 
-def call(target, results, *args, vmap_method=None, **attrs):
+def call(target, results, *args, workspace=None, vmap_method=None, **attrs):
+    """The handler's results, `results` (one or a tuple). A handler that takes scratch has a last result more, its
+    workspace of `workspace` bytes (workspace_bytes), which XLA allocates and the caller never sees."""
     registered()
-    return jax.ffi.ffi_call(f"jitbmm_{target}", results, vmap_method=vmap_method)(*args, **attrs)
+    if workspace is None:
+        return jax.ffi.ffi_call(f"jitbmm_{target}", results, vmap_method=vmap_method)(*args, **attrs)
+    single = not isinstance(results, tuple)
+    declared = (*((results,) if single else results), jax.ShapeDtypeStruct((workspace,), jnp.uint8))
+    out = jax.ffi.ffi_call(f"jitbmm_{target}", declared, vmap_method=vmap_method)(*args, **attrs)[:-1]
+    return out[0] if single else out
+
+
+# ---- Workspaces, sized at trace time ------------------------------------------------------------------------------
+
+def workspace_device():
+    """The CUDA ordinal of the device the calls being traced will run on: JAX's default device where it is a GPU,
+    else its first GPU; None where JAX has no GPU (nothing traced then can run)."""
+    default = jax.config.jax_default_device
+    if default is not None and getattr(default, "platform", None) == "gpu":
+        device = default
+    else:
+        try:
+            device = jax.devices("gpu")[0]
+        except RuntimeError:
+            return None
+    ordinal = getattr(device, "local_hardware_id", None)
+    return device.id if ordinal is None else ordinal
+
+
+def chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transitions=False, batched_initial=False):
+    """A jitbmm_chain_problem of contiguous operands."""
+    zero3, zero2 = (ctypes.c_int64 * 3)(), (ctypes.c_int64 * 2)()
+    return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
+                                 int(with_lengths), form.encode(), int(batched_transitions), int(batched_initial),
+                                 zero3, zero3, zero2)
+
+
+def workspace_bytes(target, *problem):
+    """The bytes of the workspace result of a call of handler family `target` ("bmm", "chain", "chain_expectation",
+    "chain_kbest") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the device; a chain's
+    problem as chain_problem's arguments, then its last argument): the library makes the problem's plan on the
+    device now, as the handler's calls will find it, and says what its calls take. Tracing is where a plan is
+    made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
+    device = workspace_device()
+    return 0 if device is None else _workspace_bytes(device, target, problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _workspace_bytes(device, target, problem):
+    lib = _handlers()
+    n = ctypes.c_size_t()
+    if target == "bmm":
+        semiring, precision, dtype, *rest = problem
+        status = lib.jitbmm_xla_bmm_workspace(device, semiring.encode(), precision.encode(), dtype.encode(), *rest,
+                                              ctypes.byref(n))
+    else:
+        *fields, last = problem
+        status = getattr(lib, f"jitbmm_xla_{target}_workspace")(device, ctypes.byref(chain_problem(*fields)), last,
+                                                               ctypes.byref(n))
+    jitbmm._check(status)
+    return n.value
 
 
 # ---- Checks at trace time -----------------------------------------------------------------------------------------

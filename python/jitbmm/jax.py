@@ -25,8 +25,8 @@ from jax import custom_batching
 import jitbmm
 
 from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl
-from ._jax_support import (DTYPES, call, check_array, check_crf, check_on_gpu, ffi_api_version, folded, lead,
-                           lengths_operand, per_row, score_dtype)
+from ._jax_support import (DTYPES, absent, call, chain_problem, check_array, check_crf, check_on_gpu, ffi_api_version,
+                           folded, lead, lengths_operand, per_row, score_dtype, workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
@@ -38,27 +38,61 @@ _SELECTING = ("max_plus", "min_plus", "max_times")  # their backward reads the f
 
 # ---- Semiring products --------------------------------------------------------------------------------------------
 
-def _bmm_call(a, b, semiring, precision, with_argmax):
-    out = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), a.dtype)
-    argmax = jax.ShapeDtypeStruct(out.shape if with_argmax else (0,), jnp.int32)
-    return call("bmm", (out, argmax), a, b, vmap_method="broadcast_all", semiring=semiring, precision=precision)
+# The handlers fold the leading dimensions into the batch; a vmap rule moves a vmapped axis in front of a and b
+# (broadcast alike) and calls the same handler, whose workspace is then sized for that larger batch.
+
+def _bmm_workspace(a, b, semiring, precision, with_argmax, backward):
+    return workspace_bytes("bmm", semiring, precision, DTYPES[a.dtype], folded(a.shape[:-2]), a.shape[-2],
+                           a.shape[-1], b.shape[-1], int(with_argmax), int(backward))
+
+
+@functools.lru_cache(maxsize=None)
+def _bmm_forward(semiring, precision, with_argmax):
+    @custom_batching.custom_vmap
+    def forward(a, b):
+        out = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), a.dtype)
+        argmax = jax.ShapeDtypeStruct(out.shape if with_argmax else (0,), jnp.int32)
+        return call("bmm", (out, argmax), a, b, workspace=_bmm_workspace(a, b, semiring, precision, with_argmax, 0),
+                    semiring=semiring, precision=precision)
+
+    @forward.def_vmap
+    def rule(size, batched, a, b):
+        return forward(lead(a, batched[0], size), lead(b, batched[1], size)), (True, with_argmax)
+
+    return forward
+
+
+@functools.lru_cache(maxsize=None)
+def _bmm_backward(semiring, precision):
+    @custom_batching.custom_vmap
+    def backward(a, b, out, argmax, grad_out):
+        grads = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
+        size = _bmm_workspace(a, b, semiring, precision, not absent(argmax), 1)
+        return call("bmm_backward", grads, a, b, out, argmax, grad_out, workspace=size, semiring=semiring,
+                    precision=precision)
+
+    @backward.def_vmap
+    def rule(size, batched, a, b, out, argmax, grad_out):
+        # A vmapped pullback (jax.jacrev) has only grad_out batched: every operand goes to the vmapped size.
+        return backward(*(lead(x, batched_x, size) for x, batched_x in zip((a, b, out, argmax, grad_out), batched))), \
+            (True, True)
+
+    return backward
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _bmm(a, b, semiring, precision):
-    return _bmm_call(a, b, semiring, precision, False)[0]
+    return _bmm_forward(semiring, precision, False)(a, b)[0]
 
 
 def _bmm_fwd(a, b, semiring, precision):
-    out, argmax = _bmm_call(a, b, semiring, precision, semiring in _SELECTING)
+    out, argmax = _bmm_forward(semiring, precision, semiring in _SELECTING)(a, b)
     return out, (a, b, out, argmax)
 
 
 def _bmm_bwd(semiring, precision, saved, grad_out):
     a, b, out, argmax = saved
-    grads = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
-    return call("bmm_backward", grads, a, b, out, argmax, grad_out.astype(out.dtype), vmap_method="broadcast_all",
-                 semiring=semiring, precision=precision)
+    return _bmm_backward(semiring, precision)(a, b, out, argmax, grad_out.astype(out.dtype))
 
 
 _bmm.defvjp(_bmm_fwd, _bmm_bwd)
@@ -123,27 +157,38 @@ def _saved_bytes(semiring, dtype, form, B, T, C, with_lengths, batched_transitio
     """The library's saved bytes of a problem, without a plan (nothing compiled, no GPU needed)."""
     if semiring != "log" or B == 0:
         return 0
-    zero3, zero2 = (ctypes.c_int64 * 3)(), (ctypes.c_int64 * 2)()
-    problem = jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
-                                    int(with_lengths), form.encode(), int(batched_transitions),
-                                    int(batched_initial), zero3, zero3, zero2)
+    problem = chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transitions, batched_initial)
     n = ctypes.c_size_t()
     jitbmm._check(jitbmm._library().jitbmm_chain_problem_saved_bytes(ctypes.byref(problem), ctypes.byref(n)))
     return n.value
 
 
-def _crf_results(potentials, lengths, semiring, with_path):
+# A chain's pass as jitbmm_xla_chain_workspace names it.
+_FORWARD, _FORWARD_WITH_PATH, _BACKWARD = 0, 1, 2
+
+
+def _crf_problem(potentials, lengths, semiring):
+    """(semiring, dtype, form, B, T, C, with lengths): what _saved_bytes and workspace_bytes take of a CRF call."""
     batch, T, C = potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1]
-    n = _saved_bytes(semiring, DTYPES[potentials.dtype], "crf", folded(batch), T, C, lengths.size > 0, False,
-                     False)
+    return semiring, DTYPES[potentials.dtype], "crf", folded(batch), T, C, lengths.size > 0
+
+
+def _hmm_problem(emissions, transitions, initial, lengths, semiring):
+    batch, (T, C) = emissions.shape[:-2], emissions.shape[-2:]
+    return (semiring, DTYPES[emissions.dtype], "hmm", folded(batch), T, C, lengths.size > 0, transitions.ndim > 2,
+            initial.ndim > 1)
+
+
+def _crf_results(potentials, lengths, semiring, with_path):
+    batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
+    n = _saved_bytes(*_crf_problem(potentials, lengths, semiring), False, False)
     return (jax.ShapeDtypeStruct(batch, score_dtype(potentials.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
 
 
 def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path):
-    batch, (T, C) = emissions.shape[:-2], emissions.shape[-2:]
-    n = _saved_bytes(semiring, DTYPES[emissions.dtype], "hmm", folded(batch), T, C, lengths.size > 0,
-                     transitions.ndim > 2, initial.ndim > 1)
+    batch, T = emissions.shape[:-2], emissions.shape[-2]
+    n = _saved_bytes(*_hmm_problem(emissions, transitions, initial, lengths, semiring))
     return (jax.ShapeDtypeStruct(batch, score_dtype(emissions.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
 
@@ -152,8 +197,10 @@ def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path):
 def _crf_forward(semiring, with_path):
     @custom_batching.custom_vmap
     def forward(potentials, lengths):
+        size = workspace_bytes("chain", *_crf_problem(potentials, lengths, semiring), False, False,
+                               _FORWARD_WITH_PATH if with_path else _FORWARD)
         return call("chain", _crf_results(potentials, lengths, semiring, with_path), potentials, lengths,
-                     semiring=semiring)
+                    workspace=size, semiring=semiring)
 
     @forward.def_vmap
     def rule(size, batched, potentials, lengths):
@@ -168,7 +215,9 @@ def _crf_backward(semiring):
     @custom_batching.custom_vmap
     def backward(potentials, lengths, saved, path, grad_score):
         grad = jax.ShapeDtypeStruct(potentials.shape, potentials.dtype)
-        return call("chain_backward", grad, potentials, lengths, saved, path, grad_score, semiring=semiring)
+        size = workspace_bytes("chain", *_crf_problem(potentials, lengths, semiring), False, False, _BACKWARD)
+        return call("chain_backward", grad, potentials, lengths, saved, path, grad_score, workspace=size,
+                    semiring=semiring)
 
     @backward.def_vmap
     def rule(size, batched, potentials, lengths, saved, path, grad_score):
@@ -262,8 +311,10 @@ def chain_log_prob(potentials, value, lengths=None):
 def _hmm_forward(semiring, with_path):
     @custom_batching.custom_vmap
     def forward(emissions, transitions, initial, lengths):
+        size = workspace_bytes("chain", *_hmm_problem(emissions, transitions, initial, lengths, semiring),
+                               _FORWARD_WITH_PATH if with_path else _FORWARD)
         return call("hmm", _hmm_results(emissions, transitions, initial, lengths, semiring, with_path), emissions,
-                     transitions, initial, lengths, semiring=semiring)
+                    transitions, initial, lengths, workspace=size, semiring=semiring)
 
     @forward.def_vmap
     def rule(size, batched, emissions, transitions, initial, lengths):
@@ -296,8 +347,9 @@ def _hmm_backward(semiring):
     @custom_batching.custom_vmap
     def backward(emissions, transitions, initial, lengths, saved, path, grad_score):
         grads = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (emissions, transitions, initial))
+        size = workspace_bytes("chain", *_hmm_problem(emissions, transitions, initial, lengths, semiring), _BACKWARD)
         return call("hmm_backward", grads, emissions, transitions, initial, lengths, saved, path, grad_score,
-                     semiring=semiring)
+                    workspace=size, semiring=semiring)
 
     @backward.def_vmap
     def rule(size, batched, emissions, transitions, initial, lengths, saved, path, grad_score):

@@ -1,10 +1,12 @@
 """jitbmm.jax without a GPU (the python_jax CTest entry, run in CI): the module imports, the library carries the
 XLA FFI handlers and registers them, every function traces under jit, grad, vmap and checkpoint to the right shapes
-and dtypes (abstract evaluation, nothing launched), and bad arguments raise errors naming the argument, CPU arrays
-among them. Exits 77 ("skipped") where jax is not installed."""
+and dtypes (abstract evaluation, nothing launched), each call declares the workspace the library sizes for it (on
+the fake driver's device, which the CTest entry gives: JITBMM_LIBCUDA), and bad arguments raise errors naming the
+argument, CPU arrays among them. Exits 77 ("skipped") where jax is not installed."""
 
 import sys
 import unittest
+from unittest import mock
 
 import package_under_test  # noqa: E402
 
@@ -125,6 +127,71 @@ class TraceTest(unittest.TestCase):
                 self.assertTrue(calls)
                 for line in calls:
                     self.assertRegex(line, re.escape(attribute) + " : i32")
+
+    def test_workspace_results(self):
+        """Each call of a handler that takes scratch (all but the expectations' forward) has its workspace as its
+        last result, uint8, which XLA allocates: sized by the library's plan where JAX has a GPU, none here."""
+        import re
+        jj, a, p = self.jj, spec((2, 5, 6)), spec((3, 9, 7, 7))
+        e, t, i = spec((3, 8, 5)), spec((5, 5)), spec((5,))
+        traced = [jax.jit(jax.grad(lambda a: jj.logbmm(a, a.swapaxes(-1, -2)).sum())).trace(a),
+                  jax.jit(jax.grad(lambda a: jj.maxbmm(a, a.swapaxes(-1, -2)).sum())).trace(a),
+                  jax.jit(jax.grad(lambda p: jj.chain_log_partition(p).sum())).trace(p),
+                  jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
+                  jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum())).trace(e, t, i),
+                  jax.jit(jax.grad(lambda p: jj.chain_kl(p, p).sum())).trace(p),
+                  jax.jit(lambda p: jj.chain_kbest(p, 3)).trace(p)]
+        for each in traced:
+            text = each.lower(lowering_platforms=("cuda",)).as_text()
+            calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_" in line]
+            self.assertTrue(calls)
+            for line in calls:
+                target = line.split("@")[1].split("(")[0]
+                with self.subTest(call=target):
+                    if target == "jitbmm_chain_expectation":
+                        self.assertNotIn("xui8>", line)
+                    else:
+                        self.assertRegex(line, r"tensor<0xui8>\)?$")
+
+    def test_workspace_sized_by_the_library(self):
+        """With JAX naming device 0 (the fake driver's, which the python_jax CTest entry gives, or a real one),
+        tracing makes each problem's plan (compiling its kernels) and declares the workspace its calls take: the
+        bytes the library gives for the folded problem, with 255 to align it, under vmap for the larger batch."""
+        import re
+        from jitbmm import _jax_support
+        jj = self.jj
+        p, e, t, i = spec((3, 9, 7, 7)), spec((3, 10, 7)), spec((7, 7)), spec((7,))
+        lengths = jax.ShapeDtypeStruct((3,), jnp.int32)
+        device = mock.patch.object(_jax_support, "workspace_device", lambda: 0)
+        device.start()
+        self.addCleanup(device.stop)
+        cases = [  # (traced, the workspace_bytes arguments of each custom call it makes, by target)
+            (jax.jit(jax.vmap(lambda p, l: jj.chain_kbest(p, 3, l))).trace(spec((2, 3, 9, 7, 7)),
+                                                                          jax.ShapeDtypeStruct((2, 3), jnp.int32)),
+             {"chain_kbest": ("chain_kbest", "max_plus", "f32", "crf", 6, 10, 7, True, 3)}),
+            (jax.jit(jax.grad(lambda p, l: jj.chain_kl(p, p, l).sum())).trace(p, lengths),
+             {"chain_expectation_backward": ("chain_expectation", "log", "f32", "crf", 3, 10, 7, True, 2)}),
+            (jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
+             {"chain": ("chain", "max_plus", "f32", "crf", 3, 10, 7, False, False, False, 1)}),
+            (jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum(), (0, 1, 2))).trace(e, t, i),
+             {"hmm": ("chain", "log", "f32", "hmm", 3, 10, 7, False, False, False, 0),
+              "hmm_backward": ("chain", "log", "f32", "hmm", 3, 10, 7, False, False, False, 2)}),
+            (jax.jit(jax.grad(lambda a: jj.logbmm(a, a.swapaxes(-1, -2)).sum())).trace(spec((2, 40, 70))),
+             {"bmm": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 0),
+              "bmm_backward": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 1)}),
+        ]
+        for traced, wanted in cases:
+            text = traced.lower(lowering_platforms=("cuda",)).as_text()
+            for line in text.splitlines():
+                found = re.search(r"custom_call @jitbmm_(\w+)\(.*tensor<(\d+)xui8>\)?$", line)
+                if not found or found.group(1) not in wanted:
+                    continue
+                target, declared = found.group(1), int(found.group(2))
+                with self.subTest(call=target):
+                    self.assertEqual(declared, _jax_support.workspace_bytes(*wanted.pop(target)))
+                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward"):
+                        self.assertGreater(declared, 255)  # k·B·T·C back-pointers, the messages, the sums
+            self.assertEqual(wanted, {}, "a call without its workspace result")
 
     def test_bad_arguments(self):
         jj, ones = self.jj, jnp.ones

@@ -2,11 +2,17 @@
 gradients against jax.grad of float64 jnp references, for every semiring's product (odd shapes, broadcast batches,
 ±inf and NaN), CRF and HMM chains (ragged lengths, -inf masks, shared and per-sequence tables, half inputs), Viterbi
 paths; the chains' entropy, cross-entropy, KL and k best paths against the enumeration of every path; check_grads in
-float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches. Exits 77
+float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches; every handler
+recorded into XLA's CUDA graphs (command buffers) and replayed on new inputs, against the same calls run plainly.
+Exits 77
 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where both exist."""
 
+import os
+import subprocess
 import sys
+import tempfile
 import unittest
+from pathlib import Path
 
 import numpy as np
 
@@ -308,6 +314,72 @@ class JaxGpuTest(unittest.TestCase):
         ls, lp = jj.chain_kbest(pot, 2)
         self.assert_close(vs.reshape(B, 2), ls)
         np.testing.assert_array_equal(np.asarray(vp).reshape(B, 2, T), np.asarray(lp))
+
+    def test_inside_xla_cuda_graphs(self):
+        """A jitted step calling every handler, with XLA recording custom calls into command buffers down to one
+        command (its CUDA graphs, replayed on later calls): XLA must put the jitbmm calls in them, and each call's
+        results on three draws of inputs must match the same step run without command buffers."""
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = {}
+            for name, flags in (("graphs", f"--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                                           f"--xla_gpu_graph_min_graph_size=1 --xla_dump_to={tmp}/dump "
+                                           f"--xla_dump_hlo_as_text"),
+                                ("plain", "--xla_gpu_enable_command_buffer=")):
+                env = dict(os.environ, XLA_FLAGS=flags, JITBMM_STAND_IN="off", JITBMM_TUNE="never",
+                           XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=os.pathsep.join(filter(None, sys.path)))
+                done = subprocess.run([sys.executable, "-c", GRAPH_STEP, f"{tmp}/{name}.npz"], env=env,
+                                      capture_output=True, text=True, timeout=600)
+                self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+                runs[name] = np.load(f"{tmp}/{name}.npz")
+            recorded = [block for f in Path(tmp, "dump").glob("*after_optimizations.txt")
+                        for block in f.read_text().split("\n\n") if "command_buffer" in block.split("\n", 1)[0]]
+            targets = {t for block in recorded for t in GRAPH_TARGETS if f'custom_call_target="jitbmm_{t}"' in block}
+            self.assertEqual(targets, set(GRAPH_TARGETS), "the jitbmm calls XLA recorded into command buffers")
+            self.assertEqual(sorted(runs["graphs"].files), sorted(runs["plain"].files))
+            for key in runs["plain"].files:
+                got, want = runs["graphs"][key], runs["plain"][key]
+                with self.subTest(result=key):
+                    if want.dtype.kind == "i":
+                        np.testing.assert_array_equal(got, want)
+                    else:
+                        self.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# Every handler the step of test_inside_xla_cuda_graphs calls.
+GRAPH_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
+                 "chain_expectation_backward", "chain_kbest")
+
+# That step, in a process of its own (XLA reads XLA_FLAGS once): three draws of inputs through one jitted function,
+# its results saved to argv[1].
+GRAPH_STEP = """
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+import jitbmm.jax as jj
+
+def step(a, p, e, t, i, lengths):
+    prod = lambda a: jj.logbmm(a, a.swapaxes(-1, -2))
+    out, g_a = prod(a), jax.grad(lambda a: prod(a).sum())(a)
+    best = jj.maxbmm(a, a.swapaxes(-1, -2))
+    g_best = jax.grad(lambda a: jj.maxbmm(a, a.swapaxes(-1, -2)).sum())(a)
+    z, g_p = jax.value_and_grad(lambda p: jj.chain_log_partition(p, lengths).sum())(p)
+    score, path = jj.chain_viterbi(p, lengths)
+    h, g_h = jax.value_and_grad(lambda e, t, i: jj.hmm_log_partition(e, t, i, lengths).sum(), (0, 1, 2))(e, t, i)
+    kl, g_kl = jax.value_and_grad(lambda p: jj.chain_kl(p, 0.5 * p, lengths).sum())(p)
+    scores, paths = jj.chain_kbest(p, 3, lengths)
+    return dict(out=out, g_a=g_a, best=best, g_best=g_best, z=z, g_p=g_p, score=score, path=path, h=h,
+                g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths)
+
+f = jax.jit(step)
+saved = {}
+for draw in range(3):
+    rng = np.random.default_rng(draw)
+    x = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    lengths = jnp.asarray(rng.integers(1, 17, 6), jnp.int32)
+    results = f(x(4, 33, 40), x(6, 15, 9, 9), x(6, 16, 9), x(9, 9), x(9), lengths)
+    saved.update({f"{k}_{draw}": np.asarray(v) for k, v in results.items()})
+np.savez(sys.argv[1], **saved)
+"""
 
 
 if __name__ == "__main__":
