@@ -10,8 +10,8 @@ Sections: logbmm forward and forward + backward (jitbmm.jax, jitbmm.torch, jnp's
 log-likelihood value_and_grad (jitbmm.jax against jax.lax.scan + logsumexp); the CRF log-partition's value_and_grad
 with ragged lengths (against a masked scan); Viterbi with its path (against a lax.scan max-plus decoder with
 backtracking); a CRF's entropy and KL forward + backward (jitbmm.jax, jitbmm.torch, autodiff of the masked scan) and
-its 4 best paths; the first call of a new product under jit with empty caches (bench/fresh_process.py), in a fresh
-process."""
+its 4 best paths; the first call of a new product and of a chain under jit with empty caches
+(bench/fresh_process.py), each in a fresh process."""
 
 import argparse
 import os
@@ -215,41 +215,48 @@ def distributions(reps):
           flush=True)
 
 
-FIRST = """
-import os, sys, time
-t0 = time.perf_counter()
+FIRST_JAX = """
+import sys, time
 import jax, jax.numpy as jnp
 sys.path.insert(0, {python!r})
 import jitbmm.jax as jj
-a = jax.random.normal(jax.random.PRNGKey(0), (64, 512, 512)); jax.block_until_ready(a)
-{library}
+x = jax.random.normal(jax.random.PRNGKey(0), {shape}); jax.block_until_ready(x)
 t = time.perf_counter()
-jax.block_until_ready(jax.jit({call})(a, a))
+jax.block_until_ready(jax.jit({call})(x))
 print(f"{{time.perf_counter() - t:.3f}}")
 """
+
+FIRST_TORCH = """
+import sys, time, torch
+sys.path.insert(0, {python!r})
+import jitbmm.torch as jt
+x = torch.randn{shape}.cuda().requires_grad_(); torch.cuda.synchronize()
+t = time.perf_counter(); {call}; torch.cuda.synchronize()
+print(f"{{time.perf_counter() - t:.3f}}")
+"""
+
+# (what, shape, the jitted function of x, the same through jitbmm.torch)
+FIRST_CASES = [
+    ("max_plus 64x512^3 forward", (64, 512, 512), "lambda x: jj.maxbmm(x, x)", "jt.maxbmm(x, x)"),
+    ("CRF log-partition 32x512x64 value_and_grad", (32, 511, 64, 64),
+     "jax.value_and_grad(lambda x: jj.chain_log_partition(x).sum())", "jt.chain_log_partition(x).sum().backward()"),
+]
 
 
 def first(reps):
     del reps
-    print("First call of a new problem, fresh process, empty caches (s): forward under jit | the same through "
-          "jitbmm.torch")
+    print("First call of a new problem, fresh process, empty caches, stand-ins on (s): under jit (its trace makes the "
+          "plans) | the same through jitbmm.torch")
     python = str(Path(__file__).resolve().parent.parent / "python")
-    with tempfile.TemporaryDirectory() as cache:
-        jax_s = subprocess.run([sys.executable, "-c", FIRST.format(python=python, library="", call="jj.maxbmm")],
-                               env=fresh_env(cache, JITBMM_STAND_IN="on"), capture_output=True,
-                               text=True).stdout.strip()
-    torch_code = """
-import sys, time, torch
-sys.path.insert(0, {python!r})
-import jitbmm.torch as jt
-a = torch.randn(64, 512, 512, device="cuda"); torch.cuda.synchronize()
-t = time.perf_counter(); jt.maxbmm(a, a); torch.cuda.synchronize()
-print(f"{{time.perf_counter() - t:.3f}}")
-""".format(python=python)
-    with tempfile.TemporaryDirectory() as cache:
-        torch_s = subprocess.run([sys.executable, "-c", torch_code], env=fresh_env(cache, JITBMM_STAND_IN="on"),
-                                 capture_output=True, text=True).stdout.strip()
-    print(f"  max_plus 64x512^3 | {jax_s or 'failed'} | {torch_s or 'failed'}", flush=True)
+    for what, shape, jax_call, torch_call in FIRST_CASES:
+        seconds = []
+        for code in (FIRST_JAX.format(python=python, shape=shape, call=jax_call),
+                     FIRST_TORCH.format(python=python, shape=shape, call=torch_call)):
+            with tempfile.TemporaryDirectory() as cache:
+                done = subprocess.run([sys.executable, "-c", code], env=fresh_env(cache, JITBMM_STAND_IN="on"),
+                                      capture_output=True, text=True)
+            seconds.append(done.stdout.strip() or "failed: " + done.stderr.strip()[-200:])
+        print(f"  {what} | {seconds[0]} | {seconds[1]}", flush=True)
 
 
 SCAN_ALL = False
