@@ -264,6 +264,17 @@ jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const v
   });
 }
 
+jitbmm_status jitbmm_chain_sampler_run_device_seed(const jitbmm_chain_sampler* plan, const void* potentials,
+                                                   const int64_t* lengths, int64_t n, const uint64_t* seed,
+                                                   int32_t* paths, void* workspace, size_t workspace_bytes,
+                                                   void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.with_device_seed(potentials, lengths, n, seed, paths, static_cast<jitbmm::Stream>(stream),
+                                jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
 void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan) { delete plan; }
 
 jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan) {

@@ -1,7 +1,8 @@
 // The XLA FFI handlers of the chains' distributions (runtime/c_api_xla.hpp; docs/jax.md), CRF form, with ragged
 // lengths: jitbmm_xla_chain_expectation and its backward (log-partitions and one expectation E_p[F], of which
 // jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them), and
-// jitbmm_xla_chain_kbest (the k best paths' scores and states). jitbmm.jax gave every result its shape when it traced
+// jitbmm_xla_chain_kbest (the k best paths' scores and states), and jitbmm_xla_chain_sample (exact samples, their seed
+// read on the device: a traced key's). jitbmm.jax gave every result its shape when it traced
 // the call; each is checked against the plan here, so that a wrong guess is an error, not memory written out of
 // bounds.
 #include <cstdint>
@@ -28,6 +29,11 @@ PlanTable<jitbmm_chain_expectation>& expectation_plans() {
 
 PlanTable<jitbmm_chain_kbest>& kbest_plans() {
   static auto* table = new PlanTable<jitbmm_chain_kbest>();
+  return *table;
+}
+
+PlanTable<jitbmm_chain_sampler>& sampler_plans() {
+  static auto* table = new PlanTable<jitbmm_chain_sampler>();
   return *table;
 }
 
@@ -85,6 +91,13 @@ jitbmm_status kbest_plan(Chain& c, int32_t k, CUcontext ctx, std::shared_ptr<jit
       chain_key(c, ctx) + "|" + std::to_string(k),
       [&](jitbmm_chain_kbest** made) { return jitbmm_chain_kbest_create(&c.problem, k, made); },
       jitbmm_chain_kbest_destroy, plan);
+}
+
+jitbmm_status sampler_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_sampler>& plan) {
+  c.problem.semiring = c.semiring.c_str();
+  return sampler_plans().get(
+      chain_key(c, ctx), [&](jitbmm_chain_sampler** made) { return jitbmm_chain_sampler_create(&c.problem, made); },
+      jitbmm_chain_sampler_destroy, plan);
 }
 
 // The saved operand (the forward's messages) must be the plan's size where it is wanted.
@@ -172,7 +185,40 @@ ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer 
   return s ? failed(s) : ffi::Error::Success();
 }
 
+// n paths of each sequence, [B][n][T] int32, their seed the 8 bytes of `seed` on the device.
+ffi::Error sample(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+                  ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> declared,
+                  int64_t n) {
+  auto c = crf("log", potentials, lengths);
+  if (c.has_error()) return c.error();
+  if (n < 0) return invalid("n: the paths to draw, at least 0 (got " + std::to_string(n) + ")");
+  if (seed.size_bytes() != 8)
+    return invalid("seed: 8 bytes (two uint32) expected, got " + std::to_string(seed.size_bytes()));
+  const int64_t B = c->problem.B, T = c->problem.T;
+  if (ffi::Error e = expected(*paths, "paths", ffi::DataType::S32, B * n * T); !e.success()) return e;
+  if (B == 0 || n == 0) return ffi::Error::Success();
+  StreamContext context(stream);
+  std::shared_ptr<jitbmm_chain_sampler> plan;
+  if (const jitbmm_status s = sampler_plan(*c, context.context, plan)) return failed(s);
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_sampler_workspace_bytes(plan.get(), &bytes)) return failed(s);
+  auto ws = workspace(*declared, allocator, bytes, stream);
+  if (ws.has_error()) return ws.error();
+  const jitbmm_status s = jitbmm_chain_sampler_run_device_seed(
+      plan.get(), potentials.untyped_data(), c->lengths, n, static_cast<const uint64_t*>(seed.untyped_data()),
+      static_cast<int32_t*>(paths->untyped_data()), *ws, bytes, stream);
+  return s ? failed(s) : ffi::Error::Success();
+}
+
 } // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_chain_sample,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+       ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace, int64_t n) {
+      return guarded([&] { return sample(stream, scratch, potentials, lengths, seed, paths, workspace, n); });
+    },
+    JITBMM_XLA_BUFFERS(3, 2).Attr<int64_t>("n"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_expectation,
@@ -236,6 +282,26 @@ extern "C" jitbmm_status jitbmm_xla_chain_expectation_workspace(int device, cons
     std::size_t saved = 0, need = 0;
     jitbmm_status s = expectation_plan(c, kind, ctx, plan);
     if (!s) s = jitbmm_chain_expectation_bytes(plan.get(), &saved, &need);
+    *bytes = declared_bytes(need);
+    return s;
+  });
+}
+
+// The bytes of the workspace result of jitbmm_xla_chain_sample for a CRF `problem` (the samples' number unused: the
+// scratch holds the chain's forward messages).
+extern "C" jitbmm_status jitbmm_xla_chain_sample_workspace(int device, const jitbmm_chain_problem* problem, int,
+                                                           size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  if (!problem || !problem->dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
+  *bytes = 0;
+  if (problem->B == 0) return JITBMM_OK;
+  Chain c = sized_chain(*problem, "log");
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::shared_ptr<jitbmm_chain_sampler> plan;
+    std::size_t need = 0;
+    jitbmm_status s = sampler_plan(c, ctx, plan);
+    if (!s) s = jitbmm_chain_sampler_workspace_bytes(plan.get(), &need);
     *bytes = declared_bytes(need);
     return s;
   });

@@ -49,8 +49,23 @@ std::size_t ChainSampler::workspace_bytes() const {
       .bytes();
 }
 
-void ChainSampler::operator()(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed,
-                              int32_t* paths, Stream stream, const Workspace& workspace) const {
+void ChainSampler::operator()(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
+                              Stream stream, const Workspace& workspace) const {
+  draw(potentials, lengths, n, seed, nullptr, paths, stream, workspace);
+}
+
+void ChainSampler::with_device_seed(const void* potentials, const int64_t* lengths, int64_t n,
+                                    const uint64_t* seed_on_device, int32_t* paths, Stream stream,
+                                    const Workspace& workspace) const {
+  const bool empty = impl_->problem.B == 0 || n == 0;
+  check_pointer(seed_on_device, "seed_on_device", empty);
+  check_alignment(seed_on_device, "seed_on_device", 8);
+  draw(potentials, lengths, n, 0, seed_on_device, paths, stream, workspace);
+}
+
+void ChainSampler::draw(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed,
+                        const uint64_t* seed_on_device, int32_t* paths, Stream stream,
+                        const Workspace& workspace) const {
   const ChainProblem& p = impl_->problem;
   if (n < 0) throw std::invalid_argument("n: the paths to draw, at least 0 (got " + std::to_string(n) + ")");
   checked_product({p.B, n, p.T, 4}, "paths: B*n*T*4 bytes");
@@ -73,6 +88,7 @@ void ChainSampler::operator()(const void* potentials, const int64_t* lengths, in
   params.lengths = reinterpret_cast<const long long*>(lengths);
   params.paths = paths;
   params.seed = seed;
+  params.seed_at = reinterpret_cast<const unsigned long long*>(seed_on_device);
   params.B = p.B, params.T = p.T, params.n = n;
   const int64_t warps_per_block = jb::kSampleThreads / 32, blocks = (p.B * n + warps_per_block - 1) / warps_per_block;
   const unsigned grid[3] = {unsigned(std::min<int64_t>(blocks, int64_t(1) << 30)), 1, 1},

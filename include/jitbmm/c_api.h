@@ -229,6 +229,12 @@ jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* p
 jitbmm_status jitbmm_chain_sampler_run(const jitbmm_chain_sampler* plan, const void* potentials,
                                        const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
                                        void* workspace, size_t workspace_bytes, void* stream);
+/* The same with the seed read on the device from `seed` (8 bytes of device memory, 8-aligned, written by work before
+ * this call on `stream`): ChainSampler::with_device_seed. */
+jitbmm_status jitbmm_chain_sampler_run_device_seed(const jitbmm_chain_sampler* plan, const void* potentials,
+                                                   const int64_t* lengths, int64_t n, const uint64_t* seed,
+                                                   int32_t* paths, void* workspace, size_t workspace_bytes,
+                                                   void* stream);
 void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan);
 
 /* The k best paths of chains (ChainKBest in chain_kbest.hpp): the max_plus semiring, the CRF form, contiguous

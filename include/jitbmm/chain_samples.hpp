@@ -26,6 +26,11 @@ public:
   // same paths. n ≥ 0. Asynchronous on `stream`; takes workspace_bytes() of scratch from `workspace` or jitbmm's pool.
   void operator()(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed, int32_t* paths,
                   Stream stream = nullptr, const Workspace& workspace = {}) const;
+  // The same with the seed read on the device from `seed_on_device` (8 bytes of device memory, written by work before
+  // this call on `stream`: a key a traced program draws), so that it never comes to the host. The same seed there
+  // draws the same paths as operator() given it.
+  void with_device_seed(const void* potentials, const int64_t* lengths, int64_t n, const uint64_t* seed_on_device,
+                        int32_t* paths, Stream stream = nullptr, const Workspace& workspace = {}) const;
   std::size_t workspace_bytes() const;
 
   const ChainProblem& problem() const;
@@ -35,6 +40,8 @@ public:
   struct Impl;
 
 private:
+  void draw(const void* potentials, const int64_t* lengths, int64_t n, uint64_t seed, const uint64_t* seed_on_device,
+            int32_t* paths, Stream stream, const Workspace& workspace) const;
   explicit ChainSampler(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -1,9 +1,10 @@
-"""jitbmm.jax's distributions of linear-chain CRFs (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL" and
-"The k best paths"), the same kernels as jitbmm.torch's: the entropy, cross-entropy and KL, each log-partitions and
-one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with a fused backward;
-and the k best paths, Viterbi keeping k paths a state. Each takes potentials [..., T - 1, C, C] with any leading
-dimensions, which the handlers fold into the batch, under jit, grad, vmap (a rule that folds the vmapped axis in, as
-the chains' do) and jax.checkpoint."""
+"""jitbmm.jax's distributions of linear-chain CRFs (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL",
+"Samples" and "The k best paths"), the same kernels as jitbmm.torch's: the entropy, cross-entropy and KL, each
+log-partitions and one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with
+a fused backward; the k best paths, Viterbi keeping k paths a state; and exact samples, their seed drawn from a JAX
+key and read by the kernel on the device. Each takes potentials [..., T - 1, C, C] with any leading dimensions, which
+the handlers fold into the batch, under jit, grad, vmap (a rule that folds the vmapped axis in, as the chains' do; the
+samples a call per vmapped instance) and jax.checkpoint."""
 
 import functools
 
@@ -251,3 +252,34 @@ def chain_kbest(potentials, k, lengths=None):
     pairs = lengths_operand(lengths, potentials.shape[:-3])
     check_on_gpu(potentials=potentials, lengths=lengths)
     return _kbest(potentials, pairs, int(k))
+
+
+# ---- Exact samples ------------------------------------------------------------------------------------------------
+
+def _sample_call(potentials, lengths, seed, n):
+    batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
+    size = workspace_bytes("chain_sample", *_problem(potentials, lengths, "log"), n)
+    # Under vmap a loop of calls: each vmapped instance draws as it would alone, from its own seed.
+    return call("chain_sample", jax.ShapeDtypeStruct((*batch, n, T), jnp.int32), potentials, lengths, seed,
+                workspace=size, vmap_method="sequential", n=np.int64(n))
+
+
+def chain_sample(potentials, n, key, lengths=None):
+    """n exact samples of each sequence's state path from the linear-chain CRF of `potentials`, p(z) ∝ exp Σ_t
+    potentials[..., t, z[t + 1], z[t]], by forward filtering and backward sampling: paths [..., n, T] int32 (batch
+    first, as chain_kbest's; jitbmm.torch's chain_sample returns [n, ...]), path[..., i, t] the state at position t of
+    sample i; -1 past the sequence's length, and throughout for a sequence without a distribution (log Z -inf, +inf or
+    NaN) or of a length outside [1, T]. A path of probability 0 is never drawn. `key`: a JAX PRNG key (jax.random.key
+    or PRNGKey), from which 64 random bits become the kernel's seed on the device: the same key draws the same paths.
+    potentials and lengths as chain_log_partition takes them; n >= 0. Not differentiable (the paths are integers: the
+    potentials' gradient through them is none)."""
+    potentials = check_crf(potentials)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n: the number of samples, an int >= 0, got {n!r}")
+    try:
+        seed = jax.random.bits(key, (2,), jnp.uint32)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"key: expected a JAX PRNG key (jax.random.key or jax.random.PRNGKey): {e}") from None
+    pairs = lengths_operand(lengths, potentials.shape[:-3])
+    check_on_gpu(potentials=potentials, lengths=lengths)
+    return _sample_call(jax.lax.stop_gradient(potentials), pairs, seed, int(n))

@@ -16,7 +16,7 @@ import jitbmm
 DTYPES = {jnp.dtype(jnp.float32): "f32", jnp.dtype(jnp.float64): "f64", jnp.dtype(jnp.float16): "f16",
            jnp.dtype(jnp.bfloat16): "bf16"}
 _TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
-            "chain_expectation_backward", "chain_kbest")
+            "chain_expectation_backward", "chain_kbest", "chain_sample")
 
 
 # ---- Registration -------------------------------------------------------------------------------------------------
@@ -40,9 +40,9 @@ def _handlers():
     size, problem = ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(jitbmm._CChainProblem)
     lib.jitbmm_xla_bmm_workspace.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
                                              *[ctypes.c_int64] * 4, ctypes.c_int, ctypes.c_int, size]
-    for name in ("chain", "chain_expectation", "chain_kbest"):
+    for name in ("chain", "chain_expectation", "chain_kbest", "chain_sample"):
         getattr(lib, f"jitbmm_xla_{name}_workspace").argtypes = [ctypes.c_int, problem, ctypes.c_int, size]
-    for name in ("bmm", "chain", "chain_expectation", "chain_kbest"):
+    for name in ("bmm", "chain", "chain_expectation", "chain_kbest", "chain_sample"):
         getattr(lib, f"jitbmm_xla_{name}_workspace").restype = ctypes.c_int
     return lib
 
@@ -116,7 +116,7 @@ def chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transiti
 
 def workspace_bytes(target, *problem):
     """The bytes of the workspace result of a call of handler family `target` ("bmm", "chain", "chain_expectation",
-    "chain_kbest") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the device; a chain's
+    "chain_kbest", "chain_sample") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the device; a chain's
     problem as chain_problem's arguments, then its last argument): the library makes the problem's plan on the
     device now, as the handler's calls will find it, and says what its calls take. Tracing is where a plan is
     made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""

@@ -94,6 +94,15 @@ class TraceTest(unittest.TestCase):
                          ((2, 3, 4), jnp.float32, (2, 3, 4, 10), jnp.int32))
         g = jax.eval_shape(jax.vmap(jax.grad(lambda p: jj.chain_kbest(p, 2)[0].sum())), spec((4, 9, 7, 7)))
         self.assertEqual(g.shape, (4, 9, 7, 7))
+        key = jax.random.key(0)
+        paths = jax.eval_shape(lambda p, l: jj.chain_sample(p, 5, key, l), p, lengths)
+        self.assertEqual((paths.shape, paths.dtype), ((2, 3, 5, 10), jnp.int32))
+        keys = jax.random.split(jax.random.PRNGKey(1), 4)  # a key a vmapped instance: a call each
+        paths = jax.eval_shape(jax.vmap(lambda k, p: jj.chain_sample(p, 2, k)), keys, spec((4, 9, 7, 7)))
+        self.assertEqual(paths.shape, (4, 2, 10))
+        g = jax.eval_shape(jax.grad(lambda p: jj.chain_log_partition(p).sum() + 0 * jj.chain_sample(p, 2, key).sum()),
+                           spec((3, 9, 7, 7)))  # the samples carry no gradient
+        self.assertEqual(g.shape, (3, 9, 7, 7))
         self.assertEqual(jax.eval_shape(jj.chain_log_count, p, lengths).shape, (2, 3))
         logp = jax.eval_shape(jj.chain_log_prob, p, spec((5, 2, 3, 9, 7, 7)), lengths)
         self.assertEqual((logp.shape, logp.dtype), ((5, 2, 3), jnp.float32))
@@ -140,7 +149,8 @@ class TraceTest(unittest.TestCase):
                   jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
                   jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum())).trace(e, t, i),
                   jax.jit(jax.grad(lambda p: jj.chain_kl(p, p).sum())).trace(p),
-                  jax.jit(lambda p: jj.chain_kbest(p, 3)).trace(p)]
+                  jax.jit(lambda p: jj.chain_kbest(p, 3)).trace(p),
+                  jax.jit(lambda p: jj.chain_sample(p, 3, jax.random.key(0))).trace(p)]
         for each in traced:
             text = each.lower(lowering_platforms=("cuda",)).as_text()
             calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_" in line]
@@ -169,6 +179,8 @@ class TraceTest(unittest.TestCase):
             (jax.jit(jax.vmap(lambda p, l: jj.chain_kbest(p, 3, l))).trace(spec((2, 3, 9, 7, 7)),
                                                                           jax.ShapeDtypeStruct((2, 3), jnp.int32)),
              {"chain_kbest": ("chain_kbest", "max_plus", "f32", "crf", 6, 10, 7, True, 3)}),
+            (jax.jit(lambda p, l: jj.chain_sample(p, 5, jax.random.key(0), l)).trace(p, lengths),
+             {"chain_sample": ("chain_sample", "log", "f32", "crf", 3, 10, 7, True, 5)}),
             (jax.jit(jax.grad(lambda p, l: jj.chain_kl(p, p, l).sum())).trace(p, lengths),
              {"chain_expectation_backward": ("chain_expectation", "log", "f32", "crf", 3, 10, 7, True, 2)}),
             (jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
@@ -189,8 +201,8 @@ class TraceTest(unittest.TestCase):
                 target, declared = found.group(1), int(found.group(2))
                 with self.subTest(call=target):
                     self.assertEqual(declared, _jax_support.workspace_bytes(*wanted.pop(target)))
-                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward"):
-                        self.assertGreater(declared, 255)  # k·B·T·C back-pointers, the messages, the sums
+                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward", "chain_sample"):
+                        self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
             self.assertEqual(wanted, {}, "a call without its workspace result")
 
     def test_bad_arguments(self):
@@ -206,6 +218,8 @@ class TraceTest(unittest.TestCase):
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 5))), ValueError, "potentials"),
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(3, jnp.int32)), ValueError, "lengths"),
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(2)), TypeError, "lengths"),
+            (lambda: jj.chain_sample(ones((2, 3, 4, 4)), -1, jax.random.key(0)), ValueError, "n: "),
+            (lambda: jj.chain_sample(ones((2, 3, 4, 4)), 2, "seed"), TypeError, "key: "),
             (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 5)), ones(4)), ValueError, "transitions"),
             (lambda: jj.hmm_log_partition(ones((2, 3, 4)), ones((4, 4)), ones(5)), ValueError, "initial"),
             (lambda: jj.hmm_viterbi(ones((2, 3, 4)), ones((4, 4), jnp.float16), ones(4)), TypeError, "transitions"),

@@ -1,11 +1,11 @@
 """jitbmm.jax on the GPU machine (the python_jax_gpu CTest entry): values against float64 numpy references and
 gradients against jax.grad of float64 jnp references, for every semiring's product (odd shapes, broadcast batches,
 ±inf and NaN), CRF and HMM chains (ragged lengths, -inf masks, shared and per-sequence tables, half inputs), Viterbi
-paths; the chains' entropy, cross-entropy, KL and k best paths against the enumeration of every path; check_grads in
-float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches; every handler
-recorded into XLA's CUDA graphs (command buffers) and replayed on new inputs, against the same calls run plainly.
-Exits 77
-("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where both exist."""
+paths; the chains' entropy, cross-entropy, KL, k best paths and samples against the enumeration of every path;
+check_grads in float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches; every
+handler recorded into XLA's CUDA graphs (command buffers) and replayed on new inputs, against the same calls run
+plainly. Exits 77 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where
+both exist."""
 
 import os
 import subprocess
@@ -20,8 +20,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from jax_cases import (hmm_potentials, jax, jnp, main, path_scores, reference_bmm, reference_crf,  # noqa: E402
-                       reference_divergence, reference_kbest)
+from jax_cases import (all_paths, hmm_potentials, jax, jnp, main, path_scores, reference_bmm,  # noqa: E402
+                       reference_crf, reference_divergence, reference_kbest)
 
 try:
     from jax.test_util import check_grads
@@ -315,6 +315,43 @@ class JaxGpuTest(unittest.TestCase):
         self.assert_close(vs.reshape(B, 2), ls)
         np.testing.assert_array_equal(np.asarray(vp).reshape(B, 2, T), np.asarray(lp))
 
+    def test_samples_against_enumeration(self):
+        """The frequencies of 40,000 sampled paths of small chains against their exact probabilities (every path
+        enumerated), within 5 standard errors each; -1 past each length; a key repeats its paths and another key
+        does not; vmap over keys is the loop of calls."""
+        jj = self.jj
+        B, T, C, n = 3, 4, 3, 40000
+        lengths = jnp.asarray([4, 2, 3])
+        pot = normal(60, (B, T - 1, C, C))
+        pot = pot.at[0, 1, 2, :].set(-jnp.inf)  # no path enters state 2 at position 2 of the first sequence
+        key = jax.random.key(5)
+        paths = np.asarray(jax.jit(lambda p, k: jj.chain_sample(p, n, k, lengths))(pot, key))
+        self.assertEqual(paths.shape, (B, n, T))
+        scores, canonical = path_scores(np.asarray(pot, np.float64), lengths)
+        scores = np.where(canonical, np.asarray(scores), -np.inf)
+        probability = np.exp(scores - np.logaddexp.reduce(scores, -1, keepdims=True))
+        every = all_paths(T, C)
+        for b in range(B):
+            L = int(lengths[b])
+            np.testing.assert_array_equal(paths[b, :, L:], -1)
+            self.assertTrue((paths[b, :, :L] >= 0).all())
+            index = (np.where(paths[b] < 0, 0, paths[b]) * C ** np.arange(T - 1, -1, -1)).sum(-1)
+            frequency = np.bincount(index, minlength=len(every)) / n
+            with self.subTest(sequence=b):
+                np.testing.assert_array_equal(frequency[probability[b] == 0], 0)
+                bound = 5 * np.sqrt(probability[b] * (1 - probability[b]) / n) + 1e-9
+                self.assertTrue((np.abs(frequency - probability[b]) <= bound).all(),
+                                np.abs(frequency - probability[b]) / bound)
+        again = np.asarray(jj.chain_sample(pot, 64, key, lengths))
+        np.testing.assert_array_equal(again, np.asarray(jj.chain_sample(pot, 64, key, lengths)))
+        self.assertFalse((again == np.asarray(jj.chain_sample(pot, 64, jax.random.key(6), lengths))).all())
+        keys = jax.random.split(jax.random.key(7), 3)
+        looped = np.stack([np.asarray(jj.chain_sample(pot, 8, k, lengths)) for k in keys])
+        np.testing.assert_array_equal(np.asarray(jax.vmap(lambda k: jj.chain_sample(pot, 8, k, lengths))(keys)),
+                                      looped)
+        self.assertEqual(jj.chain_sample(pot[:0], 4, key).shape, (0, 4, T))
+        self.assertEqual(jj.chain_sample(pot, 0, key).shape, (B, 0, T))
+
     def test_inside_xla_cuda_graphs(self):
         """A jitted step calling every handler, with XLA recording custom calls into command buffers down to one
         command (its CUDA graphs, replayed on later calls): XLA must put the jitbmm calls in them, and each call's
@@ -347,7 +384,7 @@ class JaxGpuTest(unittest.TestCase):
 
 # Every handler the step of test_inside_xla_cuda_graphs calls.
 GRAPH_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
-                 "chain_expectation_backward", "chain_kbest")
+                 "chain_expectation_backward", "chain_kbest", "chain_sample")
 
 # That step, in a process of its own (XLA reads XLA_FLAGS once): three draws of inputs through one jitted function,
 # its results saved to argv[1].
@@ -357,7 +394,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 import jitbmm.jax as jj
 
-def step(a, p, e, t, i, lengths):
+def step(a, p, e, t, i, lengths, key):
     prod = lambda a: jj.logbmm(a, a.swapaxes(-1, -2))
     out, g_a = prod(a), jax.grad(lambda a: prod(a).sum())(a)
     best = jj.maxbmm(a, a.swapaxes(-1, -2))
@@ -367,8 +404,9 @@ def step(a, p, e, t, i, lengths):
     h, g_h = jax.value_and_grad(lambda e, t, i: jj.hmm_log_partition(e, t, i, lengths).sum(), (0, 1, 2))(e, t, i)
     kl, g_kl = jax.value_and_grad(lambda p: jj.chain_kl(p, 0.5 * p, lengths).sum())(p)
     scores, paths = jj.chain_kbest(p, 3, lengths)
+    samples = jj.chain_sample(p, 5, key, lengths)  # its seed read on the device: the key of each draw
     return dict(out=out, g_a=g_a, best=best, g_best=g_best, z=z, g_p=g_p, score=score, path=path, h=h,
-                g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths)
+                g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths, samples=samples)
 
 f = jax.jit(step)
 saved = {}
@@ -376,7 +414,7 @@ for draw in range(3):
     rng = np.random.default_rng(draw)
     x = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
     lengths = jnp.asarray(rng.integers(1, 17, 6), jnp.int32)
-    results = f(x(4, 33, 40), x(6, 15, 9, 9), x(6, 16, 9), x(9, 9), x(9), lengths)
+    results = f(x(4, 33, 40), x(6, 15, 9, 9), x(6, 16, 9), x(9, 9), x(9), lengths, jax.random.key(draw))
     saved.update({f"{k}_{draw}": np.asarray(v) for k, v in results.items()})
 np.savez(sys.argv[1], **saved)
 """

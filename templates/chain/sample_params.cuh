@@ -14,6 +14,7 @@ struct SampleParams {
   const void* score;
   int* paths;
   unsigned long long seed;
+  const unsigned long long* seed_at; // where not null, the seed is read here on the device instead (a traced key's)
   long long B, T, n;
 };
 

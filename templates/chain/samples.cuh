@@ -72,6 +72,7 @@ template <class T, int C, class Term> __device__ __forceinline__ int sample_stat
 template <class S, int C> __device__ __forceinline__ void chain_sample(const SampleParams& p) {
   using T = typename Acc<S>::type;
   const int lane = threadIdx.x & 31;
+  const unsigned long long seed = p.seed_at ? *p.seed_at : p.seed;
   const long long warps = (long long)gridDim.x * (blockDim.x / 32), draws = p.B * p.n;
   for (long long w = blockIdx.x * (long long)(blockDim.x / 32) + threadIdx.x / 32; w < draws; w += warps) {
     const long long b = w / p.n, i = w % p.n;
@@ -85,12 +86,12 @@ template <class S, int C> __device__ __forceinline__ void chain_sample(const Sam
       continue;
     }
     const T* alpha = static_cast<const T*>(p.alpha) + b * p.T * C;
-    int next = sample_state<T, C>(sample_uniform(p.seed, b, i, L - 1),
+    int next = sample_state<T, C>(sample_uniform(seed, b, i, L - 1),
                                   [&](int s) { return alpha[(L - 1) * C + s]; });
     if (lane == 0) path[L - 1] = next;
     for (long long t = L - 2; t >= 0 && next >= 0; --t) {
       const S* row = static_cast<const S*>(p.potentials) + ((b * (p.T - 1) + t) * C + next) * C;
-      next = sample_state<T, C>(sample_uniform(p.seed, b, i, t),
+      next = sample_state<T, C>(sample_uniform(seed, b, i, t),
                                 [&](int s) { return alpha[t * C + s] + to_acc(row[s]); });
       if (lane == 0) path[t] = next;
     }

@@ -1,7 +1,7 @@
 // Samples of chains' paths on the GPU (ChainSampler) held to the test the CPU reference sampler passes
 // (tests/samples_fit.hpp): every path of small chains drawn as often as its probability says, each step's edges of
 // longer chains as often as the exact marginals say, and the power to reject a nearby distribution; −1 where there is
-// no path to draw; the same seed the same paths.
+// no path to draw; the same seed the same paths, given on the host or read on the device.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -26,7 +26,7 @@ namespace {
 // paths[B][n][T] drawn on the device from potentials held as double and stored in the problem's dtype (poisoned
 // first, so that a path the kernel skips shows).
 std::vector<int32_t> draw(const ChainProblem& p, const std::vector<double>& pot, const int64_t* lengths, int64_t n,
-                          uint64_t seed) {
+                          uint64_t seed, bool seed_on_device = false) {
   const int bytes = dtype_info(p.dtype).size_bytes;
   std::vector<unsigned char> host(pot.size() * bytes + 1);
   for (std::size_t i = 0; i < pot.size(); ++i) store_element(p.dtype, host.data(), int64_t(i), pot[i]);
@@ -35,8 +35,14 @@ std::vector<int32_t> draw(const ChainProblem& p, const std::vector<double>& pot,
   d_pot.upload(host.data(), host.size());
   d_paths.fill_bytes(0x7f);
   const ChainSampler sampler = ChainSampler::get(p);
-  sampler(d_pot.get(), lengths ? static_cast<const int64_t*>(d_len.get()) : nullptr, n, seed,
-          static_cast<int32_t*>(d_paths.get()));
+  const int64_t* d_lengths = lengths ? static_cast<const int64_t*>(d_len.get()) : nullptr;
+  if (seed_on_device) {
+    const DeviceBuffer d_seed = upload(std::vector<uint64_t>{seed});
+    sampler.with_device_seed(d_pot.get(), d_lengths, n, static_cast<const uint64_t*>(d_seed.get()),
+                             static_cast<int32_t*>(d_paths.get()));
+  } else {
+    sampler(d_pot.get(), d_lengths, n, seed, static_cast<int32_t*>(d_paths.get()));
+  }
   std::vector<int32_t> paths(std::size_t(p.B * n * p.T));
   if (!paths.empty()) d_paths.download(paths.data(), paths.size() * 4);
   return paths;
@@ -157,6 +163,7 @@ TEST_CASE("chain samples: a seed draws the same paths, a sequence's are its own;
                              other_seed = draw(p, pot, lengths.data(), n, 43);
   CHECK(first == again);
   CHECK(first != other_seed);
+  CHECK(draw(p, pot, lengths.data(), n, 42, true) == first); // the seed read on the device draws the same paths
   for (int64_t i = 2 * per; i < 3 * per; ++i) REQUIRE(first[i] == -1);
   // Sequence 1's potentials changed, and −inf everywhere in sequence 0: sequence 0 has no path, 1 draws anew, and
   // nothing else moves.
@@ -174,6 +181,8 @@ TEST_CASE("chain samples: a seed draws the same paths, a sequence's are its own;
   DeviceBuffer d_pot(pot.size() * 4), out(std::size_t(per * p.B) * 4);
   expect_invalid([&] { sampler(d_pot.get(), nullptr, n, 1, static_cast<int32_t*>(out.get())); }, "lengths");
   expect_invalid([&] { sampler(d_pot.get(), nullptr, -1, 1, static_cast<int32_t*>(out.get())); }, "n");
+  expect_invalid([&] { sampler.with_device_seed(d_pot.get(), nullptr, n, nullptr, static_cast<int32_t*>(out.get())); },
+                 "seed_on_device");
   ChainProblem bad = p;
   bad.semiring = Semiring::max_plus;
   expect_invalid([&] { ChainSampler::get(bad); }, "chain.semiring");
