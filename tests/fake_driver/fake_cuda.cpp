@@ -76,10 +76,12 @@ std::mutex g_mutex;
 CUctx_st g_primary;
 std::map<uintptr_t, std::size_t> g_allocations; // base → bytes
 std::size_t g_allocated = 0;
-// Each thread's stack of current contexts, never destroyed: at the process's end the library's exit handlers (the
-// background builds' waits, releasing the plans they made) still push and pop after the main thread's thread_local
-// objects are gone, as a real driver allows.
-thread_local std::vector<CUcontext>& t_contexts = *new std::vector<CUcontext>();
+// Each thread's stack of current contexts, of plain arrays that nothing destroys: at the process's end the library's
+// exit handlers (the background builds' waits, releasing the plans they made) still push and pop after the main
+// thread's thread_local objects are gone, as a real driver allows.
+constexpr int kContextDepth = 64;
+thread_local CUcontext t_contexts[kContextDepth];
+thread_local int t_depth = 0;
 thread_local bool g_programmatic_launch = false; // the launch in progress came through cuLaunchKernelEx's attribute
 std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
@@ -186,7 +188,7 @@ std::string sha256_hex(const void* bytes, std::size_t n) {
   return hex;
 }
 
-CUcontext current() { return t_contexts.empty() ? nullptr : t_contexts.back(); }
+CUcontext current() { return t_depth == 0 ? nullptr : t_contexts[t_depth - 1]; }
 
 } // namespace
 
@@ -324,23 +326,22 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
 }
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
-  if (t_contexts.empty())
-    t_contexts.push_back(ctx);
-  else
-    t_contexts.back() = ctx;
+  if (t_depth == 0) t_depth = 1;
+  t_contexts[t_depth - 1] = ctx;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  t_contexts.push_back(ctx);
+  if (t_depth == kContextDepth) return CUDA_ERROR_OUT_OF_MEMORY;
+  t_contexts[t_depth++] = ctx;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext* ctx) {
-  if (t_contexts.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx) *ctx = t_contexts.back();
-  t_contexts.pop_back();
+  if (t_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx) *ctx = t_contexts[t_depth - 1];
+  --t_depth;
   return CUDA_SUCCESS;
 }
 
