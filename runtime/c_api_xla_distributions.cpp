@@ -254,73 +254,62 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 } // namespace jitbmm::xla_ffi
 
 namespace {
-// A CRF problem of jitbmm_xla_chain_expectation_workspace and jitbmm_xla_chain_kbest_workspace: its dtype, B, T, C
-// and lengths read, the semiring theirs.
-jitbmm::xla_ffi::Chain sized_chain(const jitbmm_chain_problem& problem, const char* semiring) {
-  jitbmm::xla_ffi::Chain c;
+// What each jitbmm_xla_chain_*_workspace function below does: its arguments checked, then for a problem of sequences
+// (its dtype, B, T, C and lengths read; the semiring `semiring`) the plan made or found in the primary context of
+// CUDA device `device`, and the bytes to declare for what `need(chain, context, bytes)` says the plan takes.
+template <class Need>
+jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char* semiring, size_t* bytes, Need need) {
+  using namespace jitbmm::xla_ffi;
+  if (!problem || !problem->dtype || !bytes)
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
+  *bytes = 0;
+  if (problem->B == 0) return JITBMM_OK;
+  Chain c;
   c.semiring = semiring;
   c.problem = jitbmm_chain_problem{};
-  c.problem.dtype = problem.dtype, c.problem.B = problem.B, c.problem.T = problem.T, c.problem.C = problem.C;
-  c.problem.with_lengths = problem.with_lengths;
-  return c;
+  c.problem.dtype = problem->dtype, c.problem.B = problem->B, c.problem.T = problem->T, c.problem.C = problem->C;
+  c.problem.with_lengths = problem->with_lengths;
+  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+    std::size_t n = 0;
+    const jitbmm_status s = need(c, ctx, n);
+    *bytes = declared_bytes(n);
+    return s;
+  });
 }
 } // namespace
 
 // The bytes of the workspace result of jitbmm_xla_chain_expectation_backward (the forward takes none) for an
-// expectation of `kind`, and of jitbmm_xla_chain_kbest for the k best paths, of a CRF `problem` on CUDA device
-// `device`: by its plan, made now and kept for the calls.
+// expectation of `kind`, of jitbmm_xla_chain_kbest for the k best paths, and of jitbmm_xla_chain_sample (`n`, the
+// samples, unused: its scratch holds the chain's forward messages), of a CRF `problem` on CUDA device `device`: by its
+// plan, made now and kept for the calls.
 extern "C" jitbmm_status jitbmm_xla_chain_expectation_workspace(int device, const jitbmm_chain_problem* problem,
                                                                 int kind, size_t* bytes) {
   using namespace jitbmm::xla_ffi;
-  if (!problem || !problem->dtype || !bytes)
-    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
-  *bytes = 0;
-  if (problem->B == 0) return JITBMM_OK;
-  Chain c = sized_chain(*problem, "log");
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+  return sized(device, problem, "log", bytes, [&](Chain& c, jitbmm::CUcontext ctx, std::size_t& need) {
     std::shared_ptr<jitbmm_chain_expectation> plan;
-    std::size_t saved = 0, need = 0;
-    jitbmm_status s = expectation_plan(c, kind, ctx, plan);
-    if (!s) s = jitbmm_chain_expectation_bytes(plan.get(), &saved, &need);
-    *bytes = declared_bytes(need);
-    return s;
-  });
-}
-
-// The bytes of the workspace result of jitbmm_xla_chain_sample for a CRF `problem` (the samples' number unused: the
-// scratch holds the chain's forward messages).
-extern "C" jitbmm_status jitbmm_xla_chain_sample_workspace(int device, const jitbmm_chain_problem* problem, int,
-                                                           size_t* bytes) {
-  using namespace jitbmm::xla_ffi;
-  if (!problem || !problem->dtype || !bytes)
-    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
-  *bytes = 0;
-  if (problem->B == 0) return JITBMM_OK;
-  Chain c = sized_chain(*problem, "log");
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
-    std::shared_ptr<jitbmm_chain_sampler> plan;
-    std::size_t need = 0;
-    jitbmm_status s = sampler_plan(c, ctx, plan);
-    if (!s) s = jitbmm_chain_sampler_workspace_bytes(plan.get(), &need);
-    *bytes = declared_bytes(need);
-    return s;
+    std::size_t saved = 0;
+    const jitbmm_status s = expectation_plan(c, kind, ctx, plan);
+    return s ? s : jitbmm_chain_expectation_bytes(plan.get(), &saved, &need);
   });
 }
 
 extern "C" jitbmm_status jitbmm_xla_chain_kbest_workspace(int device, const jitbmm_chain_problem* problem, int k,
                                                           size_t* bytes) {
   using namespace jitbmm::xla_ffi;
-  if (!problem || !problem->dtype || !bytes)
-    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
-  *bytes = 0;
-  if (problem->B == 0) return JITBMM_OK;
-  Chain c = sized_chain(*problem, "max_plus");
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+  return sized(device, problem, "max_plus", bytes, [&](Chain& c, jitbmm::CUcontext ctx, std::size_t& need) {
     std::shared_ptr<jitbmm_chain_kbest> plan;
-    std::size_t need = 0;
-    jitbmm_status s = kbest_plan(c, k, ctx, plan);
-    if (!s) s = jitbmm_chain_kbest_workspace_bytes(plan.get(), &need);
-    *bytes = declared_bytes(need);
-    return s;
+    const jitbmm_status s = kbest_plan(c, k, ctx, plan);
+    return s ? s : jitbmm_chain_kbest_workspace_bytes(plan.get(), &need);
+  });
+}
+
+extern "C" jitbmm_status jitbmm_xla_chain_sample_workspace(int device, const jitbmm_chain_problem* problem, int n,
+                                                           size_t* bytes) {
+  using namespace jitbmm::xla_ffi;
+  static_cast<void>(n);
+  return sized(device, problem, "log", bytes, [&](Chain& c, jitbmm::CUcontext ctx, std::size_t& need) {
+    std::shared_ptr<jitbmm_chain_sampler> plan;
+    const jitbmm_status s = sampler_plan(c, ctx, plan);
+    return s ? s : jitbmm_chain_sampler_workspace_bytes(plan.get(), &need);
   });
 }
