@@ -112,12 +112,16 @@ ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& a
 }
 
 CUcontext DeviceContext::primary(int ordinal) {
+  // Retained once a device, for the process, as XLA retains it: the plans made in it live as long.
+  static std::mutex mutex;
+  static auto* retained = new std::map<int, CUcontext>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = retained->find(ordinal); it != retained->end()) return it->second;
   CUdevice device = 0;
   check(driver().cuDeviceGet(&device, ordinal), "cuDeviceGet");
   CUcontext ctx = nullptr;
-  // Retained for the process, as XLA retains it: the plans made in it live as long.
   check(driver().cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
-  return ctx;
+  return (*retained)[ordinal] = ctx;
 }
 
 CUcontext StreamContext::context_of(void* stream) {
