@@ -103,6 +103,8 @@ inline std::string inspect_help() {
          "                 --emit ...\n"
          "      The module of the K best paths (K at most 16) of chains of C states (at most 1024); --cluster\n"
          "      as for --expectation.\n"
+         "  jitbmm inspect --chain C --samples [--dtype f32|f64|f16|bf16] [--arch sm_90] --emit ...\n"
+         "      The module that draws exact samples of chains of C states from their forward messages.\n"
          "  jitbmm inspect --tuned [problem flags]\n"
          "      Which variant this GPU runs for the problem, where the choice came from (exact, bucket or nearest\n"
          "      bucket decision, or the default) and the timings of the best candidates the autotuner compared.\n"

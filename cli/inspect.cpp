@@ -14,16 +14,14 @@
 #include <stdexcept>
 #include <vector>
 
-#include "runtime/jit.hpp"
 #include "cli/args.hpp"
 #include "cli/chain_args.hpp"
 #include "cli/commands.hpp"
+#include "cli/inspect_distributions.hpp"
 #include "cli/spec_args.hpp"
 #include "generator/chain_source.hpp"
 #include "generator/distribution_source.hpp"
 #include "generator/emit_source.hpp"
-#include "runtime/driver_api.hpp"
-#include "runtime/kernel_files.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/autotune.hpp"
@@ -32,9 +30,9 @@
 #include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/kernel_files.hpp"
 #include "runtime/nvrtc_compiler.hpp"
-#include "templates/chain/expect_params.cuh"
-#include "templates/chain/kbest_params.cuh"
 
 extern char** environ; // posix_spawn passes ours on
 
@@ -201,7 +199,7 @@ int print_tuned(const Problem& p) {
   const Decision& d = *c.decision;
   const bool shipped = c.source.rfind("shipped ", 0) == 0;
   std::printf("from:     %s\n",
-              shipped            ? "shipped with jitbmm (tuning/shipped/), checked against the CPU reference on first use"
+              shipped ? "shipped with jitbmm (tuning/shipped/), checked against the CPU reference on first use"
               : d.origin.empty() ? "tuned here (jitbmm tune, or a first call's tuning)"
                                  : (d.origin + ", checked against the CPU reference on first use").c_str());
   std::printf("tuned:    %s (%s %s) in %.1f s\n", d.problem.c_str(), d.bucket ? "bucket" : "exact shape",
@@ -242,9 +240,10 @@ std::string chain_strategy_text(const ChainProblem& p, const ChainChoice& c, con
     text += "the rule: an HMM's transitions shared by many sequences of many states (each step's product fills the "
             "GPU)";
   else if (c.chunk > 0)
-    text += p.semiring == Semiring::max_plus
-                ? "the rule: a few sequences of a long chain's best path (chunks of about the square root of its length)"
-                : "the rule: a few sequences of a long log chain";
+    text +=
+        p.semiring == Semiring::max_plus
+            ? "the rule: a few sequences of a long chain's best path (chunks of about the square root of its length)"
+            : "the rule: a few sequences of a long log chain";
   else
     text += "the rule: neither a few sequences of a long chain (chunked) nor an HMM's transitions shared by many "
             "sequences of many states (stepped)";
@@ -303,28 +302,15 @@ int print_chain_tuned(const ChainProblem& p) {
   return 0;
 }
 
-// The structured distributions' modules take no device: one block per sequence unless --cluster says otherwise (a
-// plan's rule takes clusters from 128 states on sm_90).
-int distribution_cluster_from(const Args& args, const std::string& arch) {
-  if (!args.has("--cluster")) return 1;
-  const int cluster = parse_int(args.get("--cluster", ""), "--cluster", 1, jb::kMaxExpectCluster);
-  if (cluster > 1 && !arch_features(parse_sm(arch, "--arch")).has(kClusters))
-    throw std::invalid_argument("--cluster: needs " + missing_features(kClusters, {}) + ", which --arch " + arch +
-                                " lacks");
-  return cluster;
-}
-
 } // namespace
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert(
-      {"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch", "--length",
-       "--kbest"});
+  flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch",
+                "--length", "--kbest"});
   std::set<std::string> switches = spec_switches();
-  switches.insert(
-      {"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward", "--saving",
-       "--expectation"});
+  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward",
+                   "--saving", "--expectation", "--samples"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -357,36 +343,7 @@ int run_inspect(int argc, char** argv) {
       throw std::invalid_argument("--chunks" + why.substr(std::string("chunk").size()));
     kernel = with_override(emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
     threads = kChunkThreads;
-  } else if (args.has("--chain") && args.has("--expectation")) { // entropy, cross-entropy and KL: the dtype and C
-    args.require_only({"--chain", "--expectation", "--dtype", "--cluster", "--emit", "--arch"},
-                      "inspect --chain --expectation");
-    const ChainProblem problem = chain_problem_from(args, 1, 2);
-    const int cluster = distribution_cluster_from(args, arch);
-    try {
-      kernel = with_override(emit_expect_kernel(problem.dtype, int(problem.C), cluster));
-    } catch (const std::invalid_argument& e) { // the generator names C or the cluster; the flag that gave it
-      const std::string why = e.what();
-      throw std::invalid_argument((why.rfind("cluster", 0) == 0 ? "--" : "--chain: ") + why);
-    }
-    threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc(), cluster);
-  } else if (args.has("--chain") && args.has("--kbest")) { // the k best paths: the dtype, C and k
-    args.require_only({"--chain", "--kbest", "--dtype", "--cluster", "--emit", "--arch"}, "inspect --chain --kbest");
-    const ChainProblem problem = chain_problem_from(args, 1, 2);
-    const std::string k = args.get("--kbest", "");
-    if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos)
-      throw std::invalid_argument("--kbest: the best paths kept, an integer from 1 to 16, got '" + k + "'");
-    const int paths = std::stoi(k);
-    const int cluster = distribution_cluster_from(args, arch);
-    try {
-      kernel = with_override(emit_kbest_kernel(problem.dtype, int(problem.C), paths, cluster));
-    } catch (const std::invalid_argument& e) { // the generator names C, k or the cluster; the flag that gave it
-      const std::string why = e.what();
-      throw std::invalid_argument((why.rfind("k: ", 0) == 0       ? "--kbest: "
-                                   : why.rfind("cluster", 0) == 0 ? "--"
-                                                                  : "--chain: ") +
-                                  why);
-    }
-    threads = jb::kbest_threads(int(problem.C), cluster);
+  } else if (distribution_module(args, arch, kernel, threads)) { // entropy, KL, samples, the k best paths
   } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
     // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
     // semiring and the dtype alone, and the form for the former.
@@ -403,10 +360,10 @@ int run_inspect(int argc, char** argv) {
     if (args.has("--fused") && problem.form != ChainForm::hmm)
       throw std::invalid_argument("--fused: the fused steps compute the HMM form (with --hmm)");
     try {
-      kernel = with_override(args.has("--fused") ? emit_fused_step_kernel(problem.semiring, problem.dtype,
-                                                                          args.has("--beta"), !args.has("--streamed"))
-                                                 : emit_step_kernel(problem.semiring, problem.dtype, problem.form,
-                                                                    args.has("--backward")));
+      kernel = with_override(
+          args.has("--fused")
+              ? emit_fused_step_kernel(problem.semiring, problem.dtype, args.has("--beta"), !args.has("--streamed"))
+              : emit_step_kernel(problem.semiring, problem.dtype, problem.form, args.has("--backward")));
     } catch (const std::invalid_argument& e) { // the generator names its argument; the flag that gave it
       const std::string why = e.what();
       if (why.rfind("dtype: ", 0) == 0 || why.rfind("beta: ", 0) == 0) throw std::invalid_argument("--" + why);
@@ -435,8 +392,8 @@ int run_inspect(int argc, char** argv) {
                                                     : ChainUnit::forward;
     kernel = with_override(emit_chain_kernel(spec, unit));
     // The occupancy reported is the unit's main entry's.
-    threads = unit == ChainUnit::forward  ? spec.forward.threads
-              : unit == ChainUnit::saving ? spec.saving.threads
+    threads = unit == ChainUnit::forward       ? spec.forward.threads
+              : unit == ChainUnit::saving      ? spec.saving.threads
               : problem.form == ChainForm::hmm ? kHmmNodeThreads
                                                : spec.backward_threads;
   } else {
