@@ -116,10 +116,10 @@ def chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transiti
 
 def workspace_bytes(target, *problem):
     """The bytes of the workspace result of a call of handler family `target` ("bmm", "chain", "chain_expectation",
-    "chain_kbest", "chain_sample") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the device; a chain's
-    problem as chain_problem's arguments, then its last argument): the library makes the problem's plan on the
-    device now, as the handler's calls will find it, and says what its calls take. Tracing is where a plan is
-    made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
+    "chain_kbest", "chain_sample") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the
+    device; a chain's problem as chain_problem's arguments, then its last argument): the library makes the problem's
+    plan on the device now, as the handler's calls will find it, and says what its calls take. Tracing is where a
+    plan is made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
     device = workspace_device()
     return 0 if device is None else _workspace_bytes(device, target, problem)
 
