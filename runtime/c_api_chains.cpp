@@ -75,11 +75,11 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
   });
 }
 
-jitbmm_status jitbmm_chain_plan_create_settled(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
+jitbmm_status jitbmm_chain_plan_create_fixed_sizes(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    const jitbmm::ChainPlan chain = jitbmm::chosen_chain_plan(to_chain_problem(problem), false);
+    const jitbmm::ChainPlan chain = jitbmm::fixed_sizes_chain_plan(to_chain_problem(problem));
     *plan = new jitbmm_chain_plan{chain, {}, {}};
   });
 }

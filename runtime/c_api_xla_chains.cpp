@@ -24,7 +24,7 @@ jitbmm_status chain_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_p
                           "|" + std::to_string(q.batched_transitions) + "|" + std::to_string(q.batched_initial) + "|" +
                           context_key(ctx);
   return chain_plans().get(
-      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create_settled(&q, made); },
+      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create_fixed_sizes(&q, made); },
       jitbmm_chain_plan_destroy, plan);
 }
 

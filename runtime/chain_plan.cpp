@@ -176,11 +176,12 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   if (stepped) {
     if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
     if (problem.T > kMaxSteppedChainLength)
-      throw std::invalid_argument("chain.T: the stepped strategy" +
-                                  std::string(problem.C > kMaxSequentialChainStates ? " (the only one beyond " +
-                                                                                          std::to_string(kMaxSequentialChainStates) + " states)"
-                                                                                    : "") +
-                                  " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
+      throw std::invalid_argument(
+          "chain.T: the stepped strategy" +
+          std::string(problem.C > kMaxSequentialChainStates
+                          ? " (the only one beyond " + std::to_string(kMaxSequentialChainStates) + " states)"
+                          : "") +
+          " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
     return std::make_shared<const SteppedChain>(problem, device, tune_products, steps);
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec
@@ -237,6 +238,12 @@ ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in) {
   return ChainPlan(std::move(impl));
 }
 
+ChainPlan fixed_sizes_chain_plan(const ChainProblem& problem) {
+  check_chain_problem(problem);
+  const ChainChoice choice = choose_chain_spec(problem, *current_device());
+  return chosen_chain_plan(problem, stand_in_enabled() && !choice.stepped && choice.chunk == 0);
+}
+
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
                          bool stepped, StepKernel steps) {
   check_chain_problem(problem);
@@ -286,8 +293,8 @@ void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace) {
   const ChainProblem& p = im.problem;
   // As this call takes it (saved given to a max_plus chain is refused below, naming it).
-  check_workspace(workspace, im.strategy->least_workspace_bytes(saved != nullptr && p.semiring == Semiring::log,
-                                                                path != nullptr));
+  check_workspace(workspace,
+                  im.strategy->least_workspace_bytes(saved != nullptr && p.semiring == Semiring::log, path != nullptr));
   if (!check_outputs(p, lengths, score, saved, alpha, path)) return;
   attach(params, p, lengths, path, saved);
   params.score = score;

@@ -27,6 +27,12 @@ ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int
 // so (runtime/chain_stand_in.hpp), else waiting for it: a plan whose workspace must not change (a sampler's forward).
 ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in);
 
+// ChainPlan::get for a caller that sizes the workspace of calls it makes later, once (jitbmm.jax): its strategy's
+// workspace sizes never change. A stand-in runs its calls only where it is the chosen strategy's own kernels as quick
+// builds (the sequential strategy), whose sizes are the chosen ones'; for a chunked or stepped strategy the plan
+// waits for it instead.
+ChainPlan fixed_sizes_chain_plan(const ChainProblem& problem);
+
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
 
@@ -48,10 +54,10 @@ struct ChainChoice {
   ChainSpec spec;
   int64_t chunk = 0; // the chunked strategy's steps per chunk, 0 for the sequential one
   std::optional<ChainDecision> decision;
-  bool from_decision = false;         // the clusters are the decision's
-  bool chunk_from_decision = false;   // and the chunks (or none)
-  bool stepped = false;               // the stepped strategy (spec and chunk unused)
-  bool stepped_from_decision = false; // whether stepped or not, as the decision says
+  bool from_decision = false;          // the clusters are the decision's
+  bool chunk_from_decision = false;    // and the chunks (or none)
+  bool stepped = false;                // the stepped strategy (spec and chunk unused)
+  bool stepped_from_decision = false;  // whether stepped or not, as the decision says
   StepKernel steps = StepKernel::rule; // its form: the decision's where it names one the problem takes
 };
 ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& device);

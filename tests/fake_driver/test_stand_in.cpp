@@ -30,8 +30,8 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/plan.hpp"
 #include "runtime/autotune.hpp"
-#include "runtime/tuner/decisions_file.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/tuner/decisions_file.hpp"
 #include "tests/fake_driver/driver_log.hpp"
 #include "tests/fake_driver/helper_process.hpp"
 #include "tests/temp_dir.hpp"
@@ -192,11 +192,49 @@ int sequential_calls(const std::string& log) {
   return 0;
 }
 
+// Plans of fixed workspace sizes (jitbmm_chain_plan_create_fixed_sizes, what jitbmm.jax sizes its calls by): a
+// sequential problem's runs its stand-in, of the chosen strategy's sizes; a chunked problem's waits for its strategy.
+int fixed_sizes_calls() {
+  auto make = [](int64_t B, int64_t T, int64_t C) {
+    jitbmm_chain_problem c{};
+    c.semiring = "max_plus", c.dtype = "f32", c.form = "crf", c.B = B, c.T = T, c.C = C;
+    jitbmm_chain_plan* plan = nullptr;
+    if (jitbmm_chain_plan_create_fixed_sizes(&c, &plan) != JITBMM_OK) throw std::runtime_error(jitbmm_last_error());
+    return plan;
+  };
+  auto sizes = [](const jitbmm_chain_plan* plan) {
+    std::size_t path = 0, backward = 0;
+    jitbmm_chain_plan_workspace_bytes(plan, 1, &path);
+    jitbmm_chain_plan_backward_workspace_bytes(plan, &backward);
+    return std::to_string(path) + "," + std::to_string(backward);
+  };
+  auto settled = [](const jitbmm_chain_plan* plan) {
+    int s = -1;
+    jitbmm_chain_plan_settled(plan, &s);
+    return s;
+  };
+  auto strategy = [](const jitbmm_chain_plan* plan) {
+    const char* name = "(none)";
+    jitbmm_chain_plan_strategy(plan, &name);
+    return name;
+  };
+  jitbmm_chain_plan* sequential = make(8, 64, 40);
+  const std::string before = sizes(sequential);
+  std::printf("sequential-settled %d\nsequential-strategy %s\n", settled(sequential), strategy(sequential));
+  for (int i = 0; i < 6000 && !settled(sequential); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::printf("sequential-settled-after %d\nsame-sizes %d\n", settled(sequential), int(sizes(sequential) == before));
+  jitbmm_chain_plan_destroy(sequential);
+  jitbmm_chain_plan* chunked = make(1, 4096, 64);
+  std::printf("chunked-settled %d\nchunked-strategy %s\n", settled(chunked), strategy(chunked));
+  jitbmm_chain_plan_destroy(chunked);
+  return 0;
+}
+
 // exp_matmul for a pass of `p` in its small tile (64 × 64 outputs a block), the forward in FMA: of its variants the
 // quickest to compile, still seconds.
 KernelSpec small_exp_matmul(const Problem& p, Pass pass) {
-  KernelSpec spec = pass == Pass::forward ? default_spec(p, Strategy::exp_matmul)
-                                          : default_grad_spec(p, pass, Strategy::exp_matmul);
+  KernelSpec spec =
+      pass == Pass::forward ? default_spec(p, Strategy::exp_matmul) : default_grad_spec(p, pass, Strategy::exp_matmul);
   if (pass == Pass::forward) spec.math = Math::fma;
   spec.tile_m = spec.tile_n = 64, spec.tile_k = 16, spec.thread_m = spec.thread_n = 4;
   return spec;
@@ -318,6 +356,7 @@ int stand_in_helper(const std::string& mode) {
     const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
     if (mode == "chunked") return chunked_calls(log);
     if (mode == "sequential") return sequential_calls(log);
+    if (mode == "fixed-sizes") return fixed_sizes_calls();
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
     if (mode == "product" || mode == "product-capture") return product_calls(log, mode == "product-capture");
     if (mode == "product-imported") return product_imported_calls(log);
@@ -424,6 +463,17 @@ TEST_CASE("a first sequential chain plan runs quick builds of its kernels while 
   CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".cu"));
   CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".ptx"));
   CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".quick.ptx"));
+}
+
+TEST_CASE("a chain plan of fixed workspace sizes runs a stand-in only where its sizes are the chosen strategy's") {
+  const std::string out = stand_in_run("fixed-sizes");
+  INFO(out);
+  expect(out, {{"sequential-settled", "0"},
+               {"sequential-strategy", "sequential"},
+               {"sequential-settled-after", "1"},
+               {"same-sizes", "1"},
+               {"chunked-settled", "1"},
+               {"chunked-strategy", "chunked"}});
 }
 
 TEST_CASE("a first stepped chain plan runs its products' default kernels while its fused passes are built") {
