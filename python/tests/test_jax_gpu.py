@@ -317,8 +317,8 @@ class JaxGpuTest(unittest.TestCase):
 
     def test_samples_against_enumeration(self):
         """The frequencies of 40,000 sampled paths of small chains against their exact probabilities (every path
-        enumerated), within 5 standard errors each; -1 past each length; a key repeats its paths and another key
-        does not; vmap over keys is the loop of calls."""
+        enumerated), within 5 standard errors each (and 3 counts); -1 past each length; a key repeats its paths and
+        another key does not; vmap over keys is the loop of calls."""
         jj = self.jj
         B, T, C, n = 3, 4, 3, 40000
         lengths = jnp.asarray([4, 2, 3])
@@ -339,7 +339,8 @@ class JaxGpuTest(unittest.TestCase):
             frequency = np.bincount(index, minlength=len(every)) / n
             with self.subTest(sequence=b):
                 np.testing.assert_array_equal(frequency[probability[b] == 0], 0)
-                bound = 5 * np.sqrt(probability[b] * (1 - probability[b]) / n) + 1e-9
+                # 5 standard errors, and 3 counts more for the rarest paths, where a count is no longer normal.
+                bound = 5 * np.sqrt(probability[b] * (1 - probability[b]) / n) + 3 / n
                 self.assertTrue((np.abs(frequency - probability[b]) <= bound).all(),
                                 np.abs(frequency - probability[b]) / bound)
         again = np.asarray(jj.chain_sample(pot, 64, key, lengths))
