@@ -100,6 +100,13 @@ class _CChainProblem(ctypes.Structure):
                 ("transition_strides", ctypes.c_int64 * 3), ("initial_strides", ctypes.c_int64 * 2)]
 
 
+def _chain_problem(semiring, dtype, B, T, C, with_lengths, form=None, batched_transitions=False,
+                   batched_initial=False):
+    """A jitbmm_chain_problem of contiguous operands (every stride 0); form None is the CRF form."""
+    return _CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), int(with_lengths),
+                          None if form is None else form.encode(), int(batched_transitions), int(batched_initial))
+
+
 def _declare(lib):
     status = ctypes.c_int
     lib.jitbmm_version.restype = ctypes.c_char_p

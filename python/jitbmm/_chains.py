@@ -28,8 +28,7 @@ def chain_strategy(semiring, dtype, B, T, C, form="crf", batched_transitions=Fal
     batched = jitbmm._flag(batched_transitions, "batched_transitions")
     if batched and form != "hmm":
         raise ValueError("batched_transitions: only the hmm form has transition tables")
-    problem = jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), 0,
-                                    form.encode(), int(batched))
+    problem = jitbmm._chain_problem(semiring, dtype, B, T, C, False, form, batched)
     lib, handle, name = jitbmm._library(), ctypes.c_void_p(), ctypes.c_char_p()
     jitbmm._check(lib.jitbmm_chain_plan_create(ctypes.byref(problem), ctypes.byref(handle)))
     try:

@@ -106,18 +106,11 @@ def workspace_device():
     return device.id if ordinal is None else ordinal
 
 
-def chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transitions=False, batched_initial=False):
-    """A jitbmm_chain_problem of contiguous operands."""
-    zero3, zero2 = (ctypes.c_int64 * 3)(), (ctypes.c_int64 * 2)()
-    return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(),
-                                 int(with_lengths), form.encode(), int(batched_transitions), int(batched_initial),
-                                 zero3, zero3, zero2)
-
-
 def workspace_bytes(target, *problem):
     """The bytes of the workspace result of a call of handler family `target` ("bmm", "chain", "chain_expectation",
     "chain_kbest", "chain_sample") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the
-    device; a chain's problem as chain_problem's arguments, then its last argument): the library makes the problem's
+    device; a chain's problem as (semiring, dtype, form, B, T, C, with_lengths[, batched_transitions,
+    batched_initial]), then its last argument): the library makes the problem's
     plan on the device now, as the handler's calls will find it, and says what its calls take. Tracing is where a
     plan is made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
     device = workspace_device()
@@ -133,9 +126,9 @@ def _workspace_bytes(device, target, problem):
         status = lib.jitbmm_xla_bmm_workspace(device, semiring.encode(), precision.encode(), dtype.encode(), *rest,
                                               ctypes.byref(n))
     else:
-        *fields, last = problem
-        status = getattr(lib, f"jitbmm_xla_{target}_workspace")(device, ctypes.byref(chain_problem(*fields)), last,
-                                                               ctypes.byref(n))
+        (semiring, dtype, form, B, T, C, with_lengths, *batched), last = problem[:-1], problem[-1]
+        chain = jitbmm._chain_problem(semiring, dtype, B, T, C, with_lengths, form, *batched)
+        status = getattr(lib, f"jitbmm_xla_{target}_workspace")(device, ctypes.byref(chain), last, ctypes.byref(n))
     jitbmm._check(status)
     return n.value
 

@@ -27,9 +27,8 @@ def address(t):
     return t.data_ptr() if t is not None else None
 
 
-def chain_problem(semiring, dtype, B, T, C, with_lengths):
-    """The C library's chain problem in the CRF form with contiguous potentials (jitbmm_chain_problem)."""
-    return jitbmm._CChainProblem(semiring.encode(), dtype.encode(), B, T, C, (ctypes.c_int64 * 4)(), int(with_lengths))
+# The C library's chain problem in the CRF form with contiguous potentials (jitbmm_chain_problem).
+chain_problem = jitbmm._chain_problem
 
 
 class LibraryPlan:

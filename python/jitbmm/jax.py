@@ -26,8 +26,8 @@ from jax import custom_batching
 import jitbmm
 
 from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl, chain_sample
-from ._jax_support import (DTYPES, absent, call, chain_problem, check_array, check_crf, check_on_gpu, ffi_api_version,
-                           folded, lead, lengths_operand, per_row, score_dtype, workspace_bytes)
+from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, ffi_api_version, folded, lead,
+                           lengths_operand, per_row, score_dtype, workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
@@ -158,7 +158,8 @@ def _saved_bytes(semiring, dtype, form, B, T, C, with_lengths, batched_transitio
     """The library's saved bytes of a problem, without a plan (nothing compiled, no GPU needed)."""
     if semiring != "log" or B == 0:
         return 0
-    problem = chain_problem(semiring, dtype, form, B, T, C, with_lengths, batched_transitions, batched_initial)
+    problem = jitbmm._chain_problem(semiring, dtype, B, T, C, with_lengths, form, batched_transitions,
+                                    batched_initial)
     n = ctypes.c_size_t()
     jitbmm._check(jitbmm._library().jitbmm_chain_problem_saved_bytes(ctypes.byref(problem), ctypes.byref(n)))
     return n.value
