@@ -75,15 +75,6 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
   });
 }
 
-jitbmm_status jitbmm_chain_plan_create_fixed_sizes(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan) {
-  return guarded([&] {
-    require(plan, "plan");
-    *plan = nullptr;
-    const jitbmm::ChainPlan chain = jitbmm::fixed_sizes_chain_plan(to_chain_problem(problem));
-    *plan = new jitbmm_chain_plan{chain, {}, {}};
-  });
-}
-
 jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes) {
   return guarded([&] {
     require(plan, "plan");

@@ -24,8 +24,8 @@ jitbmm_status chain_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain_p
                           "|" + std::to_string(q.batched_transitions) + "|" + std::to_string(q.batched_initial) + "|" +
                           context_key(ctx);
   return chain_plans().get(
-      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create_fixed_sizes(&q, made); },
-      jitbmm_chain_plan_destroy, plan);
+      key, [&](jitbmm_chain_plan** made) { return jitbmm_chain_plan_create(&q, made); }, jitbmm_chain_plan_destroy,
+      plan);
 }
 
 // The HMM form: emissions [..., T, C], transitions [C, C] or [..., C, C], initial [C] or [..., C].
@@ -213,8 +213,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 
 // The bytes of the workspace result of a chain's handler for `problem` (its semiring, dtype, form, B, T, C and
 // lengths, batched_transitions and batched_initial read; the strides unused) on CUDA device `device`: pass 0 a forward,
-// 1 a forward with the best path, 2 a backward. By the problem's plan, made now (settled: it waits for its chosen
-// strategy, so that its sizes hold for every call) and kept for the calls.
+// 1 a forward with the best path, 2 a backward. By the problem's plan, made now and kept for the calls: the sizes it
+// gives now hold for every call, by its stand-in or its chosen strategy (runtime/chain_stand_in.hpp).
 extern "C" jitbmm_status jitbmm_xla_chain_workspace(int device, const jitbmm_chain_problem* problem, int pass,
                                                     size_t* bytes) {
   using namespace jitbmm::xla_ffi;

@@ -9,6 +9,7 @@
 #include "jitbmm/plan.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/product_workspace_bound.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/build_ahead.hpp"
 #include "runtime/tuner/choose.hpp"
@@ -93,15 +94,16 @@ ChainPlan checked_chain_of_chunks(ChainPlan plan, const ChainProblem& top) {
 
 ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
                            std::shared_ptr<const DeviceInfo> device, bool tune_products,
-                           std::shared_ptr<const ChainStrategy> sequential)
-    : problem_(problem), L_(chunk), tune_products_(tune_products), device_(std::move(device)),
-      sequential_(std::move(sequential)) {
+                           std::shared_ptr<const ChainStrategy> sequential, StrategyBuild build)
+    : problem_(problem), L_(chunk), tune_products_(tune_products), sizes_only_(build == StrategyBuild::sizes),
+      device_(std::move(device)), sequential_(std::move(sequential)) {
   if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
   const bool log = problem.semiring == Semiring::log;
-  if (log != chain_of_chunks_plan.has_value())
+  if (!sizes_only_ && log != chain_of_chunks_plan.has_value())
     throw std::invalid_argument(log ? "chain of chunks: a log chain in chunks needs the plan of its chain of chunks"
                                     : "chain of chunks: a max_plus chain in chunks runs its own");
-  if (log) top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
+  if (log && !sizes_only_)
+    top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
   while ((int64_t(1) << levels_) < L_) ++levels_;
   chunks_ = chunks_of(problem, chunk);
   // A pass of the tree takes every chunk it can within four times the inputs' size in the accumulator type (at least
@@ -115,7 +117,7 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
                             : checked_product({problem.B, problem.T + problem.C, problem.C, acc}, "chain: tables");
   const int64_t budget = std::max<int64_t>(int64_t(256) << 20, std::min(input, int64_t(1) << 56) * 4);
   group_ = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks_));
-  if (problem.B > 0) {
+  if (problem.B > 0 && !sizes_only_) {
     const GeneratedKernel chunks = emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C));
     build_kernels_ahead(chunks);
     kernel_ = load_generated(*device_, chunks);
@@ -127,7 +129,7 @@ std::size_t ChunkedChain::matrix_bytes(int64_t matrices) const {
       checked_product({matrices, problem_.C, problem_.C, dtype_info(problem_.dtype).acc_bytes}, "chain: chunks"));
 }
 
-std::size_t ChunkedChain::top_saved_offset() const { return aligned(top_->saved_bytes()); }
+std::size_t ChunkedChain::top_saved_offset() const { return aligned(chain_saved_bytes(chain_over(problem_, chunks_))); }
 
 std::size_t ChunkedChain::workspace_bytes(bool with_saved, bool with_path) const {
   const ChainProblem& p = problem_;
@@ -140,6 +142,7 @@ std::size_t ChunkedChain::workspace_bytes(bool with_saved, bool with_path) const
   s.add(matrix_bytes(group_ * L_), "workspace");                             // the even levels
   s.add(matrix_bytes(group_ * L_ / 2), "workspace");                         // the odd ones
   s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");                    // every level's shifts
+  s.add(products_bytes(false), "workspace");                                 // the levels' products' own
   if (log) return s.bytes();
   const int64_t firsts = checked_product({p.B, chunks_ + 1}, "chain: chunks");
   s.add(std::size_t(checked_product({firsts, p.C, acc}, "chain: chunks")), "workspace"); // the chunks' first messages
@@ -169,6 +172,34 @@ SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   return products_.emplace(batch, SemiringBMM::get(level_problem(batch), stream)).first->second;
 }
 
+std::vector<int64_t> ChunkedChain::level_batches() const {
+  const int64_t total = problem_.B * chunks_;
+  std::vector<int64_t> counts{std::min(group_, total)}; // the chunks of a pass: its first, and a last shorter one
+  if (total > group_ && total % group_) counts.push_back(total % group_);
+  std::vector<int64_t> batches;
+  for (const int64_t count : counts)
+    for (int64_t j = 1; j <= levels_; ++j) batches.push_back((count * L_) >> j);
+  return batches;
+}
+
+std::size_t ChunkedChain::products_bytes(bool backward) const {
+  if (problem_.B == 0) return 0;
+  const ScopedContext scope(device_->context);
+  const TuningHold hold(!tune_products_, false); // planned as the calls plan them
+  std::size_t bytes = 0;
+  for (const int64_t batch : level_batches()) {
+    const Problem q = level_problem(batch);
+    if (sizes_only_) {
+      bytes = std::max(bytes, backward ? product_backward_workspace_bound(q, *device_)
+                                       : product_workspace_bound(q, *device_));
+    } else {
+      const SemiringBMM plan = product(batch, nullptr);
+      bytes = std::max(bytes, backward ? plan.backward_workspace_bytes(true, true) : plan.workspace_bytes());
+    }
+  }
+  return bytes;
+}
+
 Problem ChunkedChain::level_problem(int64_t batch) const {
   Problem q;
   q.semiring = problem_.semiring;
@@ -182,17 +213,12 @@ void ChunkedChain::build_kernels_ahead(const GeneratedKernel& chunks) const {
   // Chosen as the calls choose them: under their hold on tuning.
   const TuningHold hold(!tune_products_, false);
   const TunePolicy policy = tune_policy_from_env();
-  const int64_t total = problem_.B * chunks_;
-  std::vector<int64_t> counts{std::min(group_, total)}; // the chunks of a pass: its first, and a last shorter one
-  if (total > group_ && total % group_) counts.push_back(total % group_);
   std::vector<KernelSpec> specs;
-  for (const int64_t count : counts) {
-    for (int64_t j = 1; j <= levels_; ++j) {
-      const Problem q = level_problem((count * L_) >> j);
-      for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
-        if (pass != Pass::forward && problem_.semiring != Semiring::log) break; // max_plus's products have none
-        for (const KernelSpec& spec : kernels_ahead(q, *device_, policy, pass)) specs.push_back(spec);
-      }
+  for (const int64_t batch : level_batches()) {
+    const Problem q = level_problem(batch);
+    for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+      if (pass != Pass::forward && problem_.semiring != Semiring::log) break; // max_plus's products have none
+      for (const KernelSpec& spec : kernels_ahead(q, *device_, policy, pass)) specs.push_back(spec);
     }
   }
   build_ahead(*device_, {chunks}, specs);
@@ -228,7 +254,7 @@ jb::ChunkParams ChunkedChain::params_for(const jb::ChainParams& call) const {
 }
 
 void ChunkedChain::form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts,
-                             Stream stream) const {
+                             const Workspace& products, Stream stream) const {
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   const std::size_t matrix = matrix_bytes(1);
   const int acc = dtype_info(problem_.dtype).acc_bytes;
@@ -240,7 +266,7 @@ void ChunkedChain::form_tree(jb::ChunkParams params, const std::vector<char*>& l
   for (int64_t j = 1; j <= levels_; ++j) {
     const int64_t batch = (params.count * L_) >> j;
     const char* in = level[std::size_t(j - 1)];
-    product(batch, stream)(in + matrix, in, level[std::size_t(j)], stream);
+    product(batch, stream)(in + matrix, in, level[std::size_t(j)], nullptr, stream, products);
     jb::ChunkParams n = params;
     n.matrices = level[std::size_t(j)];
     n.shifts = shifts + shift_at;
@@ -251,7 +277,7 @@ void ChunkedChain::form_tree(jb::ChunkParams params, const std::vector<char*>& l
 }
 
 void ChunkedChain::form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
-                                 Stream stream) const {
+                                 const Workspace& scratch, Stream stream) const {
   const int64_t total = problem_.B * chunks_;
   for (int64_t first = 0; first < total; first += group_) {
     params.first = first;
@@ -260,13 +286,14 @@ void ChunkedChain::form_products(jb::ChunkParams params, char* products, char* e
     std::vector<char*> level(std::size_t(levels_ + 1));
     for (int64_t j = 0; j <= levels_; ++j) level[std::size_t(j)] = j % 2 ? odd : even;
     level[std::size_t(levels_)] = products + std::size_t(first) * matrix_bytes(1);
-    form_tree(params, level, shifts, stream);
+    form_tree(params, level, shifts, scratch, stream);
     params.shifts = shifts;
     launch("_offsets", params.count, false, &params, reinterpret_cast<CUstream>(stream));
   }
 }
 
 void ChunkedChain::forward(jb::ChainParams call, void* saved, Stream stream, const Workspace& workspace) const {
+  if (sizes_only_) throw_sizes_only(name());
   if (call.alpha) {
     // The chunks have no messages of their own positions: alpha comes from the sequential kernels beside them.
     if (!sequential_) throw std::logic_error("chunked chain: alpha needs the sequential kernels");
@@ -296,10 +323,12 @@ void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream 
   char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+  const std::size_t product_bytes = products_bytes(false);
+  const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
 
   jb::ChunkParams params = params_for(call);
   params.offsets = offsets;
-  form_products(params, products, even, odd, shifts, stream);
+  form_products(params, products, even, odd, shifts, product_scratch, stream);
   const int64_t total = p.B * chunks_;
   // The chain of the chunks' relative products, then their offsets added to its score.
   (*top_)(products, nullptr, call.score, saved, nullptr, nullptr, stream);
@@ -332,12 +361,14 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+  const std::size_t product_bytes = products_bytes(false);
+  const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
   void* rel = scratch.take(std::size_t(firsts * p.C * acc));
   auto* starts = static_cast<double*>(scratch.take(std::size_t(firsts) * sizeof(double)));
 
   jb::ChunkParams params = params_for(call);
   params.offsets = offsets;
-  form_products(params, products, even, odd, shifts, stream);
+  form_products(params, products, even, odd, shifts, product_scratch, stream);
   params.matrices = products;
   params.rel = rel;
   params.starts = starts;

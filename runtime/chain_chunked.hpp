@@ -36,10 +36,12 @@ public:
   // is missing or given where none is taken. The products tune only with `tune_products` (chain_plan_for).
   // `sequential`: the problem's sequential kernels, which write alpha beside the chunks (they have no messages of
   // their own positions) and run max_plus's backward (it reads the path); a call that needs them without them is
-  // std::logic_error.
+  // std::logic_error. `build` sizes: nothing compiled and no chain of chunks taken (runtime/chain_strategy.hpp), its
+  // `sequential` made so too.
   ChunkedChain(const ChainProblem& problem, int64_t chunk, std::optional<ChainPlan> chain_of_chunks_plan,
                std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
-               std::shared_ptr<const ChainStrategy> sequential = nullptr);
+               std::shared_ptr<const ChainStrategy> sequential = nullptr,
+               StrategyBuild build = StrategyBuild::kernels);
 
   // Each call reads the inputs the plan put in `call` (either form: its pointers, strides and lengths) and writes the
   // outputs named there, as ChainPlan's calls. log: the forward call.score (and `saved`, of chain_saved_bytes(problem)
@@ -49,8 +51,8 @@ public:
   const char* name() const override { return "chunked"; }
   void forward(jb::ChainParams call, void* saved, Stream stream, const Workspace& workspace) const override;
   void backward(jb::ChainParams call, const void* saved, Stream stream, const Workspace& workspace) const override;
-  // The scratch each takes (the products' own comes from jitbmm's pool): the forward's (log: less with saved; max_plus:
-  // more with the path's back-pointers), the backward's (log: the tree's; max_plus: the sequential kernels').
+  // The scratch each takes, its products' own included: the forward's (log: less with saved; max_plus: more with the
+  // path's back-pointers), the backward's (log: the tree's; max_plus: the sequential kernels').
   std::size_t workspace_bytes(bool with_saved, bool with_path = false) const override;
   std::size_t backward_workspace_bytes(bool transitions) const override;
 
@@ -72,15 +74,21 @@ private:
   void hmm_gradients(const jb::ChunkParams& params, CUstream stream) const;
   // The steps of params' chunks copied into level[0], then each level's products into the next, every matrix made
   // relative to its largest entry, the shifts level after level from `shifts` on.
-  void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, Stream stream) const;
+  void form_tree(jb::ChunkParams params, const std::vector<char*>& level, char* shifts, const Workspace& products,
+                 Stream stream) const;
   // Every chunk's relative product into `products` ([B·chunks][C][C]) and its offset into params.offsets, a pass of
   // group_ chunks at a time through the levels `even` and `odd` and the shifts.
   void form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
-                     Stream stream) const;
+                     const Workspace& scratch, Stream stream) const;
   // The plan of a level's `batch` products, made on its first call (on `stream`: with tune_products too, nothing is
   // tuned while it is being captured) and kept: a plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
   Problem level_problem(int64_t batch) const;
+  // The batches of the levels' products over the passes of the tree.
+  std::vector<int64_t> level_batches() const;
+  // The most scratch a level's product takes, forward or backward (made for the sizes alone: the most any variant
+  // of it takes).
+  std::size_t products_bytes(bool backward) const;
   // Builds at once every kernel a first call loads: the chunk module `chunks`, and the tree's products at each level
   // (a log chain's with their backward passes).
   void build_kernels_ahead(const GeneratedKernel& chunks) const;
@@ -90,6 +98,7 @@ private:
   // A chain plan tunes nothing on its own (a first call would otherwise time every product's candidates): the
   // forward and the backward hold tuning (TuningHold) unless `tune --chain` asked for it.
   bool tune_products_ = false;
+  bool sizes_only_ = false; // made for its sizes alone (StrategyBuild::sizes)
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
   std::optional<ChainPlan> top_; // log: the chain of chunks

@@ -34,6 +34,7 @@ std::size_t ChunkedChain::backward_workspace_bytes(bool transitions) const {
   s.add(matrix_bytes(group_ * L_), "workspace");           // the gradients of the even levels
   s.add(matrix_bytes(group_ * L_ / 2), "workspace");       // of the odd ones
   s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");  // every level's shifts
+  s.add(std::max(products_bytes(false), products_bytes(true)), "workspace"); // the products' own, either way
   if (problem_.form == ChainForm::hmm) {
     s.add(matrix_bytes(group_), "workspace");      // each chunk's sum of its steps' gradients
     s.add(hmm_sums_bytes(problem_), "workspace"); // the tables' sums
@@ -42,6 +43,7 @@ std::size_t ChunkedChain::backward_workspace_bytes(bool transitions) const {
 }
 
 void ChunkedChain::backward(jb::ChainParams call, const void* saved, Stream stream, const Workspace& workspace) const {
+  if (sizes_only_) throw_sizes_only(name());
   if (problem_.semiring == Semiring::log) {
     log_backward(call, saved, stream, workspace);
     return;
@@ -68,6 +70,8 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
   char* grad_even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* grad_odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
+  const std::size_t product_bytes = std::max(products_bytes(false), products_bytes(true));
+  const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
   const char* products = static_cast<const char*>(saved) + top_saved_offset();
   // The gradient of the chunks' products, from the chain of chunks' saved messages.
   top_->backward(products, nullptr, saved, nullptr, call.grad_score, grad_products, stream);
@@ -94,7 +98,7 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
       level[std::size_t(j)] = level[std::size_t(j - 1)] + matrix_bytes((count * L_) >> (j - 1));
       shift[std::size_t(j)] = shift[std::size_t(j - 1)] + std::size_t(((count * L_) >> (j - 1)) * acc);
     }
-    form_tree(params, level, shifts, stream);
+    form_tree(params, level, shifts, product_scratch, stream);
     // Down the tree: each product as it was formed (its shift back) is what its backward reads; its operands'
     // relative values have the gradient of the values they stand for (a shift of a whole matrix moves the score
     // by as much). The gradients of the even levels in grad_even, of the odd ones in grad_odd.
@@ -109,7 +113,8 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
       const char* in = level[std::size_t(j - 1)];
       char* grad_in = (j - 1) % 2 ? grad_odd : grad_even;
       product(batch, stream)
-          .backward(in + matrix, in, level[std::size_t(j)], grad_out, grad_in + matrix, grad_in, stream);
+          .backward(in + matrix, in, level[std::size_t(j)], nullptr, grad_out, grad_in + matrix, grad_in, stream,
+                    product_scratch);
       grad_out = grad_in;
     }
     params.matrices = grad_even;

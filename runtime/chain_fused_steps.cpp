@@ -166,7 +166,7 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
   grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks(jb::kFusedBlock, 0))));
 }
 
-std::size_t FusedSteps::workspace_bytes() const { return FusedPieces(problem_).bytes(); }
+std::size_t FusedSteps::workspace_bytes(const ChainProblem& problem) { return FusedPieces(problem).bytes(); }
 
 void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const {
   const ChainProblem& p = problem_;

@@ -34,8 +34,8 @@ public:
   FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed);
 
   // A pass's scratch (the pieces templates/chain/fused_steps.cuh names), which both passes of a call may share as
-  // they run one after the other.
-  std::size_t workspace_bytes() const;
+  // they run one after the other: the same for either set of entries.
+  static std::size_t workspace_bytes(const ChainProblem& problem);
   // One direction's pass on `stream`: `table` the direction's widened table ([k][n], k the source state; null where
   // T = 1), `scratch` workspace_bytes() of it; params' inputs and outputs as SteppedChain::forward takes them.
   void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const;

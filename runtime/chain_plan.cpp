@@ -166,11 +166,12 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
 
 namespace {
 
-// The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked; `quick`: the sequential
-// kernels as quick builds (a stand-in's).
+// The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked, made as `build` says
+// (runtime/chain_strategy.hpp).
 std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
                                                   bool tune_products, bool stepped, StepKernel steps,
-                                                  const std::shared_ptr<const DeviceInfo>& device, bool quick = false) {
+                                                  const std::shared_ptr<const DeviceInfo>& device,
+                                                  StrategyBuild build = StrategyBuild::kernels) {
   if (!stepped && steps != StepKernel::rule)
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
@@ -182,7 +183,7 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
                           ? " (the only one beyond " + std::to_string(kMaxSequentialChainStates) + " states)"
                           : "") +
           " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
-    return std::make_shared<const SteppedChain>(problem, device, tune_products, steps);
+    return std::make_shared<const SteppedChain>(problem, device, tune_products, steps, build);
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty()) throw std::invalid_argument(why);
@@ -195,53 +196,50 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   if (cluster > 1 && cluster_sms(*device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + device->arch_and_level() + ")");
-  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device, quick);
+  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device, build);
   if (chunk == 0) return sequential;
   // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
   // runs its own.
   std::optional<ChainPlan> top_plan;
-  if (problem.semiring == Semiring::log) {
+  if (problem.semiring == Semiring::log && build != StrategyBuild::sizes) {
     const ChainProblem top = chain_of_chunks(problem, chunk);
     top_plan = chain_plan_for(top, chosen_chain_spec(top, *device));
   }
-  return std::make_shared<const ChunkedChain>(problem, chunk, top_plan, device, tune_products, sequential);
+  return std::make_shared<const ChunkedChain>(problem, chunk, top_plan, device, tune_products, sequential, build);
 }
 
 } // namespace
 
-ChainPlan ChainPlan::get(const ChainProblem& problem) { return chosen_chain_plan(problem, stand_in_enabled()); }
-
-ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in) {
+ChainPlan ChainPlan::get(const ChainProblem& problem) {
   check_chain_problem(problem);
   const auto device = current_device();
   check_supported(*device); // at once, not as the first kernel's compile error
   const ChainChoice choice = choose_chain_spec(problem, *device);
   const StepKernel steps = choice.stepped ? choice.steps : StepKernel::rule;
   auto impl = plan_impl(problem, choice.stepped ? ChainSpec{} : choice.spec);
-  const auto make_chosen = [=] {
-    return strategy_for(problem, choice.spec, choice.chunk, false, choice.stepped, steps, device);
+  const auto make = [=](StrategyBuild build) {
+    return strategy_for(problem, choice.spec, choice.chunk, false, choice.stepped, steps, device, build);
   };
   // A strategy whose kernels compile in well under a second, as quick builds (runtime/jit.hpp), stands in for the
   // chosen one while that is built: for the sequential strategy its own kernels; for the chunked strategy the
   // sequential kernels (up to 128 states there); for the stepped strategy its products' form in the products'
   // default variants' smallest tile, where its fused passes, its exp_matmul products and the sequential kernels of
   // hundreds of states (the HMM form's log module) each compile for seconds. Where NVRTC has no quick build, the
-  // sequential strategy's stand-in would be itself: it has none.
-  if (stand_in && (choice.stepped || choice.chunk != 0 || nvrtc_compiles_fast()) && problem.B > 0)
-    impl->strategy = chosen_or_stand_in(problem, device, make_chosen, [&]() -> std::shared_ptr<const ChainStrategy> {
-      if (choice.stepped)
-        return std::make_shared<const SteppedChain>(problem, device, false, StepKernel::products, true);
-      return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device, true);
-    });
+  // sequential strategy's stand-in would be itself: it has none. A plan with a stand-in announces the larger of the
+  // two strategies' workspaces, the chosen one's as its sizes say before it is built.
+  if (stand_in_enabled() && (choice.stepped || choice.chunk != 0 || nvrtc_compiles_fast()) && problem.B > 0)
+    impl->strategy = chosen_or_stand_in(
+        problem, device, [=] { return make(StrategyBuild::kernels); },
+        [&]() -> std::shared_ptr<const ChainStrategy> {
+          if (choice.stepped)
+            return std::make_shared<const SteppedChain>(problem, device, false, StepKernel::products,
+                                                        StrategyBuild::quick);
+          return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device, StrategyBuild::quick);
+        },
+        [&] { return make(StrategyBuild::sizes); });
   else
-    impl->strategy = make_chosen();
+    impl->strategy = make(StrategyBuild::kernels);
   return ChainPlan(std::move(impl));
-}
-
-ChainPlan fixed_sizes_chain_plan(const ChainProblem& problem) {
-  check_chain_problem(problem);
-  const ChainChoice choice = choose_chain_spec(problem, *current_device());
-  return chosen_chain_plan(problem, stand_in_enabled() && !choice.stepped && choice.chunk == 0);
 }
 
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,

@@ -23,16 +23,6 @@ namespace jitbmm {
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0,
                          bool tune_products = false, bool stepped = false, StepKernel steps = StepKernel::rule);
 
-// ChainPlan::get, with a stand-in running the calls while the chosen strategy is built where `stand_in` says
-// so (runtime/chain_stand_in.hpp), else waiting for it: a plan whose workspace must not change (a sampler's forward).
-ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in);
-
-// ChainPlan::get for a caller that sizes the workspace of calls it makes later, once (jitbmm.jax): its strategy's
-// workspace sizes never change. A stand-in runs its calls only where it is the chosen strategy's own kernels as quick
-// builds (the sequential strategy), whose sizes are the chosen ones'; for a chunked or stepped strategy the plan
-// waits for it instead.
-ChainPlan fixed_sizes_chain_plan(const ChainProblem& problem);
-
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
 

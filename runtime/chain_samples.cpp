@@ -6,7 +6,6 @@
 
 #include "generator/distribution_source.hpp"
 #include "jitbmm/chain.hpp"
-#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
@@ -35,8 +34,9 @@ ChainSampler ChainSampler::get(const ChainProblem& problem) {
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->alpha = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
   impl->score = std::size_t(problem.B) * acc;
-  // Without a stand-in: the sampler's scratch counts its forward's, which a stand-in would change once it settles.
-  impl->forward = std::make_shared<const ChainPlan>(chosen_chain_plan(problem, false));
+  // The sampler's scratch counts its forward's: sizes that, as a stand-in's plan announces them, only shrink once it
+  // settles (runtime/chain_stand_in.hpp).
+  impl->forward = std::make_shared<const ChainPlan>(ChainPlan::get(problem));
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_sample_kernel(problem.dtype, int(problem.C)));
   return ChainSampler(std::move(impl));
 }

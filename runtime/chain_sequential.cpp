@@ -50,11 +50,11 @@ std::shared_ptr<const std::vector<GeneratedKernel>> units_of(const ChainSpec& sp
 } // namespace
 
 SequentialChain::SequentialChain(const ChainProblem& problem, const ChainSpec& spec,
-                                 std::shared_ptr<const DeviceInfo> device, bool quick)
+                                 std::shared_ptr<const DeviceInfo> device, StrategyBuild build)
     : problem_(problem), spec_(spec), device_(std::move(device)) {
-  if (problem.B == 0) return;
+  if (problem.B == 0 || build == StrategyBuild::sizes) return;
   // Every unit a first forward and backward load, built at once.
-  const QuickBuild quick_build(quick);
+  const QuickBuild quick_build(build == StrategyBuild::quick);
   const std::shared_ptr<const std::vector<GeneratedKernel>> emitted = units_of(spec_);
   const std::vector<GeneratedKernel>& units = *emitted;
   build_ahead(*device_, units);
@@ -85,6 +85,7 @@ void SequentialChain::launch(const LoadedKernel& unit, const char* suffix, unsig
 
 void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
+  if (!forward_) throw_sizes_only(name());
   const std::size_t back_bytes = workspace_bytes(saved != nullptr, params.path != nullptr);
   ScopedContext scope(device_->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
@@ -102,6 +103,7 @@ void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream
 }
 
 void SequentialChain::backward(jb::ChainParams params, const void*, Stream stream, const Workspace& workspace) const {
+  if (!backward_) throw_sizes_only(name());
   if (problem_.form == ChainForm::hmm) {
     hmm_backward(params, stream, workspace);
     return;

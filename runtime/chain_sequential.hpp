@@ -18,10 +18,10 @@ namespace jitbmm {
 
 class SequentialChain final : public ChainStrategy {
 public:
-  // Compiles the units of `spec`, all at once (nothing where B = 0: no call launches anything then); `quick`: quick
-  // builds of them (runtime/jit.hpp), a stand-in's (runtime/chain_stand_in.hpp).
+  // Compiles the units of `spec`, all at once (nothing where B = 0: no call launches anything then), as `build` says
+  // (runtime/chain_strategy.hpp).
   SequentialChain(const ChainProblem& problem, const ChainSpec& spec, std::shared_ptr<const DeviceInfo> device,
-                  bool quick = false);
+                  StrategyBuild build = StrategyBuild::kernels);
 
   const char* name() const override { return "sequential"; }
   void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const override;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/tuner/policy.hpp"
 #include "support/log.hpp"
 
 namespace jitbmm {
@@ -52,38 +53,51 @@ template <class Need> Workspace fitted(const Workspace& caller, Need need) {
 
 } // namespace
 
-StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen, std::string what)
-    : stand_in_(std::move(stand_in)), chosen_(std::move(chosen), std::move(what)) {}
+StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
+                           std::shared_ptr<const ChainWorkspaces> chosen_sizes, ChainWorkspaces announced,
+                           std::string what)
+    : stand_in_(std::move(stand_in)), chosen_(std::move(chosen), what), chosen_sizes_(std::move(chosen_sizes)),
+      announced_(announced), what_(std::move(what)) {}
 
 bool StandInChain::settled() const { return chosen_.ended(); }
 
+const ChainStrategy* StandInChain::chosen(bool wait) const {
+  const ChainStrategy* c = chosen_.get(wait);
+  if (!c || chosen_sizes_->within(announced_)) return c; // its sizes were written before its build was ready
+  std::call_once(too_large_, [&] {
+    log_message(LogLevel::warn, what_ + ": its chosen strategy takes more workspace than its plan announced; its "
+                                        "calls keep running its stand-in");
+  });
+  return nullptr;
+}
+
 const ChainStrategy& StandInChain::current() const {
-  const ChainStrategy* c = chosen_.get(false);
+  const ChainStrategy* c = chosen(false);
   return c ? *c : *stand_in_;
 }
 
 const ChainStrategy* StandInChain::for_call(Stream stream) const {
-  if (const ChainStrategy* c = chosen_.get(false)) return c;
-  return chosen_.get(stream_is_capturing(reinterpret_cast<CUstream>(stream)));
+  if (const ChainStrategy* c = chosen(false)) return c;
+  return chosen(stream_is_capturing(reinterpret_cast<CUstream>(stream)));
 }
 
 std::size_t StandInChain::workspace_bytes(bool with_saved, bool with_path) const {
-  return current().workspace_bytes(with_saved, with_path);
+  return settled() ? current().workspace_bytes(with_saved, with_path) : announced_.forward(with_saved, with_path);
 }
 
 std::size_t StandInChain::backward_workspace_bytes(bool transitions) const {
-  return current().backward_workspace_bytes(transitions);
+  return settled() ? current().backward_workspace_bytes(transitions) : announced_.backward(transitions);
 }
 
 std::size_t StandInChain::least_workspace_bytes(bool with_saved, bool with_path) const {
   const std::size_t own = stand_in_->workspace_bytes(with_saved, with_path);
-  const ChainStrategy* c = chosen_.get(false);
+  const ChainStrategy* c = chosen(false);
   return c ? std::min(own, c->workspace_bytes(with_saved, with_path)) : own;
 }
 
 std::size_t StandInChain::least_backward_workspace_bytes(bool transitions) const {
   const std::size_t own = stand_in_->backward_workspace_bytes(transitions);
-  const ChainStrategy* c = chosen_.get(false);
+  const ChainStrategy* c = chosen(false);
   return c ? std::min(own, c->backward_workspace_bytes(transitions)) : own;
 }
 
@@ -117,17 +131,23 @@ void StandInChain::backward(jb::ChainParams params, const void* saved, Stream st
                 fitted(workspace, [&] { return runs.backward_workspace_bytes(params.grad != nullptr); }));
 }
 
-std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
-                                                        const std::shared_ptr<const DeviceInfo>& device,
-                                                        const MakeStrategy& make_chosen,
-                                                        const MakeStrategy& make_stand_in) {
+std::shared_ptr<const ChainStrategy>
+chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const DeviceInfo>& device,
+                   const MakeStrategy& make_chosen, const MakeStrategy& make_stand_in, const MakeStrategy& make_sizes) {
   Registry& r = registry();
   const auto key = std::make_pair(device->context, problem_key(problem));
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end()) return it->second;
   }
-  StandInChain::Chosen chosen = start_background_build<std::shared_ptr<const ChainStrategy>>(device, make_chosen);
+  auto chosen_sizes = std::make_shared<ChainWorkspaces>();
+  StandInChain::Chosen chosen = start_background_build<std::shared_ptr<const ChainStrategy>>(
+      device, [make_chosen, chosen_sizes, problem]() -> std::shared_ptr<const ChainStrategy> {
+        std::shared_ptr<const ChainStrategy> built = make_chosen();
+        const TuningHold hold(true, false); // the products its sizes plan, as a chain plan's calls do: none tuned
+        *chosen_sizes = ChainWorkspaces(*built, problem);
+        return built;
+      });
   if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
   std::shared_ptr<const ChainStrategy> stand_in;
   try {
@@ -137,11 +157,21 @@ std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& prob
       log_message(LogLevel::debug, describe(problem) + ": no stand-in (" + e.what() + "); waiting for its kernels");
     return chosen.get();
   }
+  ChainWorkspaces announced(*stand_in, problem);
+  try {
+    announced = announced.larger(ChainWorkspaces(*make_sizes(), problem));
+  } catch (const std::exception& e) { // announced as the stand-in's: a chosen strategy that takes more never serves
+    log_message(LogLevel::warn, describe(problem) +
+                                    ": the workspace of its chosen strategy is not known before it is "
+                                    "built (" +
+                                    e.what() + ")");
+  }
   if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return chosen.get();
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, describe(problem) + ": the " + stand_in->name() +
                                      " strategy stands in while its chosen strategy is built");
-  auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), describe(problem));
+  auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), std::move(chosen_sizes),
+                                                   announced, describe(problem));
   std::lock_guard<std::mutex> lock(r.mutex);
   const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
   if (added) wait_for_builds_at_exit();

@@ -6,6 +6,11 @@
 // the same chain to the chains' accuracy (Viterbi paths alike, ties to the smallest state), so a call's result never
 // depends on which ran it beyond rounding.
 //
+// Until it settles, a plan announces the larger of the two strategies' workspaces, the chosen one's as the sizes of
+// its strategy say before it is built (StrategyBuild::sizes), so that a caller may size a workspace once, when it
+// first asks: every call given that much runs in it, whichever strategy runs it. A chosen strategy that turns out to
+// take more than was announced never serves (the stand-in does for good, with a warning).
+//
 // A forward's `saved` holds what its strategy's backward reads, which may differ between strategies: a backward given
 // `saved` that the stand-in wrote runs the stand-in's backward, whenever it comes. The plans of one problem on one
 // device share their stand-in, so that this holds between them too. Work captured into a CUDA graph waits for the
@@ -34,13 +39,16 @@ using MakeStrategy = std::function<std::shared_ptr<const ChainStrategy>()>;
 class StandInChain final : public ChainStrategy {
 public:
   using Chosen = std::shared_future<std::shared_ptr<const ChainStrategy>>;
-  // `what` names the problem in the log's lines.
-  StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen, std::string what);
+  // `chosen_sizes`: the chosen strategy's workspaces, written by its build before `chosen` is ready; `announced`
+  // what the plan says its calls take until it settles. `what` names the problem in the log's lines.
+  StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
+               std::shared_ptr<const ChainWorkspaces> chosen_sizes, ChainWorkspaces announced, std::string what);
 
   // The strategy the plan's calls run now, and what it says of itself.
   const char* name() const override { return current().name(); }
   std::string kernel_name() const override { return current().kernel_name(); }
   int64_t chunk() const override { return current().chunk(); }
+  // The announced workspaces until the plan settles; then what runs the calls takes.
   std::size_t workspace_bytes(bool with_saved, bool with_path) const override;
   std::size_t backward_workspace_bytes(bool transitions) const override;
   // A workspace of at least the smaller of the two strategies' needs is taken; where the strategy a call runs needs
@@ -49,16 +57,23 @@ public:
   std::size_t least_backward_workspace_bytes(bool transitions) const override;
   void forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const override;
   void backward(jb::ChainParams params, const void* saved, Stream stream, const Workspace& workspace) const override;
-  // Once the chosen strategy is built (or has failed to build: the stand-in then serves for good, with a warning).
+  // Once the chosen strategy is built (or has failed to build, or takes more than was announced: the stand-in then
+  // serves for good, with a warning).
   bool settled() const override;
 
 private:
   const ChainStrategy& current() const;
+  // The chosen strategy where built (waiting for its build with `wait`) and within what was announced, else null.
+  const ChainStrategy* chosen(bool wait) const;
   // The chosen strategy for a call on `stream` (waiting for it where the stream captures a graph), else null.
   const ChainStrategy* for_call(Stream stream) const;
 
   std::shared_ptr<const ChainStrategy> stand_in_;
   PendingBuild<ChainStrategy> chosen_;
+  std::shared_ptr<const ChainWorkspaces> chosen_sizes_;
+  ChainWorkspaces announced_;
+  std::string what_;
+  mutable std::once_flag too_large_; // the warning that the chosen strategy takes more than was announced
   mutable std::mutex mutex_; // guards stand_in_saved_
   mutable std::set<const void*> stand_in_saved_; // the `saved` buffers a stand-in forward wrote last
   mutable std::atomic<std::size_t> stand_in_saved_count_{0}; // their number, read without the lock
@@ -66,12 +81,14 @@ private:
 
 // The strategy of a plan of `problem` on `device`, whose chosen strategy make_chosen builds: its stand-in where
 // one of this problem is already in the process; else make_chosen's strategy where it is built within a short wait;
-// else a new stand-in (make_stand_in's strategy) while make_chosen runs in the background; else, where make_stand_in
-// fails or the chosen strategy is built first, the chosen one. make_chosen's error, where it fails before a stand-in
-// is made, is thrown here.
+// else a new stand-in (make_stand_in's strategy) while make_chosen runs in the background, announcing the larger of
+// its workspaces and those of make_sizes' strategy (the chosen one made for its sizes alone); else, where
+// make_stand_in fails or the chosen strategy is built first, the chosen one. make_chosen's error, where it fails
+// before a stand-in is made, is thrown here.
 std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
                                                         const std::shared_ptr<const DeviceInfo>& device,
                                                         const MakeStrategy& make_chosen,
-                                                        const MakeStrategy& make_stand_in);
+                                                        const MakeStrategy& make_stand_in,
+                                                        const MakeStrategy& make_sizes);
 
 } // namespace jitbmm

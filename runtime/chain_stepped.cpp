@@ -12,6 +12,7 @@
 #include "runtime/events.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/product_workspace_bound.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "support/checked_size.hpp"
@@ -91,8 +92,10 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 }
 
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
-                           StepKernel kernel, bool quick)
-    : problem_(problem), tune_products_(tune_products), quick_(quick), device_(std::move(device)) {
+                           StepKernel kernel, StrategyBuild build)
+    : problem_(problem), tune_products_(tune_products), quick_(build == StrategyBuild::quick),
+      sizes_only_(build == StrategyBuild::sizes), device_(std::move(device)) {
+  const bool quick = quick_;
   if (quick && (tune_products || kernel != StepKernel::products))
     throw std::logic_error("SteppedChain: a quick stand-in's products are untuned, in the products' form");
   const QuickBuild quick_build(quick);
@@ -110,10 +113,12 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   if (problem.B == 0) return;
   const SteppedForm form = stepped_form(problem, *device_, kernel);
   const bool streamed = kernel == StepKernel::fused_streamed;
+  fused_form_ = form.fused;
   if (!form.fused) {
     parts_ = form.parts;
     stacked_parts_ = form.saving_parts;
   }
+  if (sizes_only_) return;
   // Every kernel a first forward and backward load, built at once: the step module, the fused form's passes or the
   // step products, and the log HMM's transitions' gradient's product.
   const GeneratedKernel steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form),
@@ -163,16 +168,23 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
   // The plans are made here, before a call's first launch: one that fails to compile fails the call before it has
   // launched anything. On the plan's device, whichever is current on the asking thread.
   ScopedContext scope(device_->context);
-  if (fused_)
-    return ForwardPieces(p, 1, with_saved, with_path, false, widened_bytes(), 0, 0, fused_->workspace_bytes());
+  if (fused_form_)
+    return ForwardPieces(p, 1, with_saved, with_path, false, widened_bytes(), 0, 0, FusedSteps::workspace_bytes(p));
   const bool steps = p.T > 1;
   if (with_saved && stacked_parts_ > 0)
     return ForwardPieces(p, stacked_parts_, true, with_path, true, widened_bytes(),
-                         steps ? stacked_product(stream).workspace_bytes() : 0, 0, 0);
+                         steps ? product_bytes(stacked_problem(), [&] { return stacked_product(stream); }) : 0, 0, 0);
+  const bool argmax = with_path && p.semiring == Semiring::max_plus;
   const std::size_t forward =
-      steps ? product(false, with_path && p.semiring == Semiring::max_plus, stream).workspace_bytes() : 0;
-  const std::size_t backward = steps && with_saved ? product(true, false, stream).workspace_bytes() : 0;
+      steps ? product_bytes(product_problem(false, argmax), [&] { return product(false, argmax, stream); }) : 0;
+  const std::size_t backward =
+      steps && with_saved ? product_bytes(product_problem(true, false), [&] { return product(true, false, stream); })
+                          : 0;
   return ForwardPieces(p, parts_, with_saved, with_path, false, widened_bytes(), forward, backward, 0);
+}
+
+std::size_t SteppedChain::product_bytes(const Problem& q, const std::function<SemiringBMM()>& plan) const {
+  return sizes_only_ ? product_workspace_bound(q, *device_) : plan().workspace_bytes();
 }
 
 SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
@@ -353,6 +365,7 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
   const bool with_saved = saved != nullptr;
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
+  if (sizes_only_) throw_sizes_only(name());
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false);

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -51,11 +52,12 @@ class SteppedChain final : public ChainStrategy {
 public:
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
-  // asks for); otherwise they take stored decisions or the default, as every chain plan's. `quick`: a stand-in's
-  // (runtime/chain_stand_in.hpp; `kernel` must then be the products'): the products' default variants in their
-  // smallest tile, whose kernels compile fastest, and every kernel a quick build (runtime/jit.hpp).
+  // asks for); otherwise they take stored decisions or the default, as every chain plan's. `build` quick: a
+  // stand-in's (runtime/chain_stand_in.hpp; `kernel` must then be the products'): the products' default variants in
+  // their smallest tile, whose kernels compile fastest, and every kernel a quick build (runtime/jit.hpp); sizes: none
+  // built (runtime/chain_strategy.hpp).
   SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
-               StepKernel kernel = StepKernel::rule, bool quick = false);
+               StepKernel kernel = StepKernel::rule, StrategyBuild build = StrategyBuild::kernels);
   ~SteppedChain();
   SteppedChain(const SteppedChain&) = delete;
   SteppedChain& operator=(const SteppedChain&) = delete;
@@ -100,6 +102,9 @@ private:
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
+  // The scratch of one of them, whose problem is `q`: its plan's, or made for the sizes alone the most any variant of
+  // it takes.
+  std::size_t product_bytes(const Problem& q, const std::function<SemiringBMM()>& plan) const;
   // Their problems.
   Problem product_problem(bool beta, bool argmax) const;
   Problem stacked_problem() const;
@@ -119,6 +124,8 @@ private:
   ChainProblem problem_;
   bool tune_products_ = false;
   bool quick_ = false;
+  bool sizes_only_ = false; // made for its sizes alone (StrategyBuild::sizes)
+  bool fused_form_ = false; // the passes fused (fused_, unless made for its sizes alone)
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_, backward_kernel_; // the step module's units
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused

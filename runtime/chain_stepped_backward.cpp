@@ -39,7 +39,7 @@ std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
   return ScratchSize()
       .add(bytes_of({p.B, p.T, p.C, acc}), "workspace")
       .add(bytes_of({2, edge_slices(), groups, p.C, p.C, acc}), "workspace")
-      .add(edge_product(nullptr).workspace_bytes(), "workspace")
+      .add(product_bytes(edge_problem(), [&] { return edge_product(nullptr); }), "workspace")
       .add(bytes_of({2, 4}), "workspace")
       .bytes();
 }
@@ -70,6 +70,7 @@ Problem SteppedChain::edge_problem() const {
 void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
   if (p.B == 0) return;
+  if (sizes_only_) throw_sizes_only(name());
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   const bool log = p.semiring == Semiring::log;
   ScopedContext scope(device_->context);

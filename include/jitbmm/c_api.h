@@ -137,13 +137,9 @@ typedef struct jitbmm_chain_plan jitbmm_chain_plan;
 
 /* A chain plan for the device current on this thread. Neither it nor its calls tune anything (the chunked
  * strategy's products take stored decisions, the user's cache or the shipped file, or the default), so it needs no
- * stream. */
+ * stream. The workspace sizes it gives when first asked hold for every later call (a stand-in's plan announces the
+ * larger of its two strategies' until it settles). */
 jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan);
-/* The same, for a caller that sizes the workspace of calls it will make later, once (jitbmm.jax): the plan's
- * workspace sizes never change. A stand-in runs its first calls only where its sizes are the chosen strategy's (the
- * sequential kernels as quick builds standing in for themselves); for a chunked or stepped strategy the plan waits
- * for it instead. */
-jitbmm_status jitbmm_chain_plan_create_fixed_sizes(const jitbmm_chain_problem* problem, jitbmm_chain_plan** plan);
 /* The bytes of a run's `saved` (what the log backward reads; 0 for max_plus, whose backward reads the path), and the
  * scratch bytes one run takes (max_plus with a path keeps a back-pointer per (b, t, c)). */
 jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_t* bytes);

@@ -4,7 +4,7 @@ gradients against jax.grad of float64 jnp references, for every semiring's produ
 paths; the chains' entropy, cross-entropy, KL, k best paths and samples against the enumeration of every path;
 check_grads in float64; jit, vmap (against the loop), grad of vmap, vmap of grad and checkpoint; empty batches; every
 handler recorded into XLA's CUDA graphs (command buffers) and replayed on new inputs, against the same calls run
-plainly. Exits 77 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where
+plainly; each chain strategy's first calls from empty caches, by its stand-in, plainly and in command buffers. Exits 77 ("skipped") where jax or a CUDA device of jax's is missing, and fails if a test is skipped where
 both exist."""
 
 import os
@@ -382,6 +382,93 @@ class JaxGpuTest(unittest.TestCase):
                     else:
                         self.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
+    def test_first_calls_of_every_chain_strategy_from_empty_caches(self):
+        """Each chain strategy's first calls under jit in a process of its own whose caches are empty, so that a
+        stand-in runs the calls its chosen strategy is not built for yet: the stepped strategy's for an HMM of many
+        sequences sharing a table, the chunked one's for one long CRF chain, the sequential one's for a batch of CRF
+        chains. Every call takes its scratch from the workspace sized when it was traced, whichever strategy runs it;
+        run plainly and with XLA recording the calls into command buffers, each call's values, gradients and Viterbi
+        paths must match float64 references, on the first call and on calls after the plans had time to settle."""
+        for name, flags in (("plain", "--xla_gpu_enable_command_buffer="),
+                            ("graphs", "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                                       "--xla_gpu_graph_min_graph_size=1")):
+            with self.subTest(run=name), tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, XLA_FLAGS=flags, JITBMM_STAND_IN="on", JITBMM_CACHE_DIR=cache,
+                           CUDA_CACHE_DISABLE="1", JITBMM_TUNE="never", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+                           PYTHONPATH=os.pathsep.join(filter(None, sys.path)))
+                done = subprocess.run([sys.executable, "-c", FIRST_CALLS], env=env, capture_output=True, text=True,
+                                      timeout=600)
+                self.assertEqual(done.returncode, 0, done.stdout[-3000:] + done.stderr[-3000:])
+
+# The calls of test_first_calls_of_every_chain_strategy_from_empty_caches, in a process of its own: three calls of one
+# jitted step, the first at once, the others after waiting for the chosen strategies' builds; each against float64.
+FIRST_CALLS = """
+import time
+import numpy as np
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+import jitbmm.jax as jj
+from jax_cases import reference_crf
+
+def crf(pot, lengths):  # float64 log partition of chains [B, T - 1, C, C], each read at its length
+    B, C = pot.shape[0], pot.shape[-1]
+    def step(alpha, p):
+        alpha = jax.nn.logsumexp(alpha[:, None, :] + p, -1)
+        return alpha, jax.nn.logsumexp(alpha, -1)
+    _, later = jax.lax.scan(step, jnp.zeros((B, C), pot.dtype), pot.swapaxes(0, 1))
+    scores = jnp.concatenate([jnp.full((1, B), jnp.log(C), pot.dtype), later], 0)
+    return scores[lengths - 1, jnp.arange(B)]
+
+def hmm(e, t, i):  # float64 log-likelihood of whole sequences sharing the table t [to, from]
+    def step(alpha, et):
+        return jax.nn.logsumexp(alpha[:, None, :] + t, -1) + et, None
+    alpha, _ = jax.lax.scan(step, i + e[:, 0], e[:, 1:].swapaxes(0, 1))
+    return jax.nn.logsumexp(alpha, -1)
+
+rng = np.random.default_rng(0)
+f32 = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+chunked, chunked_lengths = f32(1, 1023, 40, 40), jnp.asarray([1024])
+batch, batch_lengths = f32(16, 64, 40, 40), jnp.asarray(rng.integers(1, 66, 16))
+e, t, i = f32(512, 9, 512), f32(512, 512), f32(512)
+
+def step(chunked, batch, e, t, i):
+    out = {}
+    out["chunked"], out["chunked_grad"] = jax.value_and_grad(
+        lambda p: jj.chain_log_partition(p, chunked_lengths).sum())(chunked)
+    out["chunked_best"], out["chunked_path"] = jj.chain_viterbi(chunked, chunked_lengths)
+    out["batch"], out["batch_grad"] = jax.value_and_grad(
+        lambda p: jj.chain_log_partition(p, batch_lengths).sum())(batch)
+    out["hmm"], grads = jax.value_and_grad(lambda *x: jj.hmm_log_partition(*x).sum(), (0, 1, 2))(e, t, i)
+    out["hmm_grad_e"], out["hmm_grad_t"], out["hmm_grad_i"] = grads
+    return out
+
+f64 = lambda x: x.astype(jnp.float64)
+want = {}
+want["chunked"], want["chunked_grad"] = jax.value_and_grad(lambda p: crf(p, chunked_lengths).sum())(f64(chunked))
+best, path = reference_crf(chunked, chunked_lengths, "max_plus")
+want["batch"], want["batch_grad"] = jax.value_and_grad(lambda p: crf(p, batch_lengths).sum())(f64(batch))
+want["hmm"], grads = jax.value_and_grad(lambda *x: hmm(*x).sum(), (0, 1, 2))(f64(e), f64(t), f64(i))
+want["hmm_grad_e"], want["hmm_grad_t"], want["hmm_grad_i"] = grads
+scores = ("chunked", "batch", "hmm")
+
+f = jax.jit(step)
+failed = []
+for call, wait in enumerate((0, 60, 0)):
+    time.sleep(wait)
+    got = f(chunked, batch, e, t, i)
+    jax.block_until_ready(got)
+    for key, ref in want.items():
+        g, r = np.asarray(got[key], np.float64), np.asarray(ref, np.float64)
+        error = float(np.abs(g - r).max()) / max(1.0, float(np.abs(r).max()))
+        print(f"call {call} {key}: {error:.2e}")
+        if not error <= (1e-5 if key in scores else 1e-4):
+            failed.append(f"call {call} {key}")
+    if not np.allclose(np.asarray(got["chunked_best"], np.float64), best, rtol=1e-5, atol=1e-5):
+        failed.append(f"call {call} chunked_best")
+    if not np.array_equal(np.asarray(got["chunked_path"]), path):
+        failed.append(f"call {call} chunked_path")
+assert not failed, failed
+"""
 
 # Every handler the step of test_inside_xla_cuda_graphs calls.
 GRAPH_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",

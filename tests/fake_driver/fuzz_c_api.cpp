@@ -395,11 +395,8 @@ void run_chain_case(uint64_t seed, Findings& f) {
   auto maybe = [&](double p_null) -> void* { return z.chance(p_null) ? nullptr : device; };
   jitbmm_chain_plan* plan = nullptr;
   const bool null_problem = z.chance(0.02), null_out = z.chance(0.02);
-  // A case in four makes a plan of fixed workspace sizes, by its seed, which draws nothing.
-  const bool fixed = seed % 4 == 0;
-  const char* create = fixed ? "jitbmm_chain_plan_create_fixed_sizes" : "jitbmm_chain_plan_create";
-  const jitbmm_status created = (fixed ? jitbmm_chain_plan_create_fixed_sizes : jitbmm_chain_plan_create)(
-      null_problem ? nullptr : &p, null_out ? nullptr : &plan);
+  const char* create = "jitbmm_chain_plan_create";
+  const jitbmm_status created = jitbmm_chain_plan_create(null_problem ? nullptr : &p, null_out ? nullptr : &plan);
   if (!check_status(f, seed, create, created, p)) {
     if (plan) f.add(seed, std::string(create) + " failed but set the plan", p);
     return;

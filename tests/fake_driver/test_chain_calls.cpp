@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <set>
@@ -27,6 +28,8 @@
 #include "jitbmm/reference.hpp"
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
+#include "runtime/chain_sequential.hpp"
+#include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
@@ -755,6 +758,60 @@ TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^2
   CHECK(std::string(ChainPlan::get(p).strategy()) == "sequential");
   p.C = kMaxChainStates + 1;
   CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.C"), std::invalid_argument);
+}
+
+// A strategy made for its sizes alone, what a plan announces while a stand-in runs (runtime/chain_strategy.hpp):
+// each of its workspaces at least the built strategy's (whose products are planned: the bound counts every variant
+// a product may take), and no call taken.
+TEST_CASE("a chain strategy made for its sizes alone bounds the built one's workspaces and takes no call") {
+  const auto device = current_device();
+  struct Case {
+    const char* what;
+    ChainProblem problem;
+    int64_t chunk;
+    bool stepped;
+    StepKernel steps;
+  };
+  const auto problem = [](Semiring semiring, ChainForm form, int64_t B, int64_t T, int64_t C) {
+    ChainProblem p;
+    p.semiring = semiring, p.form = form, p.B = B, p.T = T, p.C = C;
+    return p;
+  };
+  const std::vector<Case> cases = {
+      {"sequential hmm log", problem(Semiring::log, ChainForm::hmm, 4, 8, 40), 0, false, StepKernel::rule},
+      {"sequential crf max_plus", problem(Semiring::max_plus, ChainForm::crf, 4, 8, 40), 0, false, StepKernel::rule},
+      {"chunked crf log", problem(Semiring::log, ChainForm::crf, 1, 512, 32), 64, false, StepKernel::rule},
+      {"chunked hmm log", problem(Semiring::log, ChainForm::hmm, 1, 512, 32), 64, false, StepKernel::rule},
+      {"chunked crf max_plus", problem(Semiring::max_plus, ChainForm::crf, 1, 512, 32), 64, false, StepKernel::rule},
+      {"stepped hmm log products", problem(Semiring::log, ChainForm::hmm, 64, 5, 256), 0, true, StepKernel::products},
+      {"stepped hmm max_plus products", problem(Semiring::max_plus, ChainForm::hmm, 64, 5, 256), 0, true,
+       StepKernel::products},
+      {"stepped hmm log fused", problem(Semiring::log, ChainForm::hmm, 64, 5, 256), 0, true, StepKernel::fused},
+      {"stepped crf log products", problem(Semiring::log, ChainForm::crf, 8, 5, 64), 0, true, StepKernel::products},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const ChainProblem& p = c.problem;
+    const ChainSpec spec = chosen_chain_spec(p, *device);
+    std::shared_ptr<const ChainStrategy> sizes;
+    if (c.stepped) {
+      sizes = std::make_shared<const SteppedChain>(p, device, false, c.steps, StrategyBuild::sizes);
+    } else {
+      sizes = std::make_shared<const SequentialChain>(p, spec, device, StrategyBuild::sizes);
+      if (c.chunk) sizes = std::make_shared<const ChunkedChain>(p, c.chunk, std::nullopt, device, false, sizes,
+                                                                StrategyBuild::sizes);
+    }
+    const ChainWorkspaces bound(*sizes, p);
+    const ChainPlan plan = chain_plan_for(p, spec, c.chunk, false, c.stepped, c.steps);
+    const bool log = p.semiring == Semiring::log;
+    for (const bool path : {false, true})
+      CHECK(plan.workspace_bytes(path) <= std::max(bound.forward(false, path), bound.forward(log, path)));
+    CHECK(plan.backward_workspace_bytes() <= bound.backward(true));
+    CHECK_THROWS_WITH_AS(sizes->forward(jb::ChainParams{}, nullptr, nullptr, Workspace{}),
+                         doctest::Contains("sizes alone"), std::logic_error);
+    CHECK_THROWS_WITH_AS(sizes->backward(jb::ChainParams{}, nullptr, nullptr, Workspace{}),
+                         doctest::Contains("sizes alone"), std::logic_error);
+  }
 }
 
 // A chain expectation's forward is one launch; its backward the backward messages, then the gradients, and nothing

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,14 @@ std::string log_text(const std::string& log) {
   return s.str();
 }
 
+// How many allocations from jitbmm's pool the log holds after its first `from` characters.
+int pool_allocations(const std::string& log, std::size_t from) {
+  std::istringstream lines(log_text(log).substr(from));
+  int n = 0;
+  for (std::string line; std::getline(lines, line);) n += line.rfind("pool-alloc ", 0) == 0;
+  return n;
+}
+
 // Launches from the `from`-th on whose kernel's name holds `part`.
 std::size_t launches_with(const std::string& log, std::size_t from, const std::string& part) {
   const std::vector<LoggedLaunch> all = logged_launches(log);
@@ -76,6 +85,7 @@ int chunked_calls(const std::string& log) {
   const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
   DeviceBuffer pot(potentials), grad(potentials), score(4), g(4);
   const ChainPlan plan = ChainPlan::get(p);
+  const bool stand_in = !plan.settled();
   std::printf("settled %d\nstrategy %s\n", int(plan.settled()), plan.strategy());
   // The C ABI's plan of the same problem shares the stand-in.
   jitbmm_chain_problem c{};
@@ -85,17 +95,29 @@ int chunked_calls(const std::string& log) {
   if (jitbmm_chain_plan_create(&c, &c_plan) != JITBMM_OK || jitbmm_chain_plan_settled(c_plan, &c_settled) != JITBMM_OK)
     throw std::runtime_error(jitbmm_last_error());
   std::printf("c-settled %d\n", c_settled);
-  // A forward by the stand-in, its workspace sized for it.
+  // A forward by the stand-in, given the workspace the plan announces, which the chosen strategy's fits too.
   DeviceBuffer by_stand_in(plan.saved_bytes()), by_chosen(plan.saved_bytes());
-  const std::size_t stand_in_bytes = plan.workspace_bytes(false);
-  DeviceBuffer small(std::max<std::size_t>(stand_in_bytes, 256));
+  const std::size_t announced = plan.workspace_bytes(false), announced_backward = plan.backward_workspace_bytes();
+  DeviceBuffer work(std::max<std::size_t>(announced, 256)), small(256);
+  // The stand-in's own workspace (the sequential kernels' log forward takes none).
+  const Workspace stand_in_own = stand_in ? Workspace{small.get(), 0} : Workspace{work.get(), announced};
   std::size_t from = logged_launches(log).size();
-  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr,
-       Workspace{small.get(), stand_in_bytes});
-  std::printf("stand-in-forward-chunks %zu\n", launches_with(log, from, "chain_chunks"));
+  std::size_t text = log_text(log).size();
+  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr, Workspace{work.get(), announced});
+  std::printf("stand-in-forward-chunks %zu\nstand-in-pool %d\n", launches_with(log, from, "chain_chunks"),
+              pool_allocations(log, text));
   std::printf("waited %d\n", int(wait_settled(plan)));
-  std::printf("strategy-after %s\nworkspace-grew %d\n", plan.strategy(),
-              int(plan.workspace_bytes(false) > stand_in_bytes));
+  std::printf("strategy-after %s\nwithin-announced %d\n", plan.strategy(),
+              int(plan.workspace_bytes(false) <= announced && plan.backward_workspace_bytes() <= announced_backward));
+  // The chosen strategy's calls given what was announced: its products' scratch in it, none from the pool.
+  text = log_text(log).size();
+  {
+    DeviceBuffer announced_back(std::max<std::size_t>(announced_backward, 256));
+    plan(pot.get(), nullptr, score.get(), by_chosen.get(), nullptr, nullptr, nullptr, Workspace{work.get(), announced});
+    plan.backward(pot.get(), nullptr, by_chosen.get(), nullptr, g.get(), grad.get(), nullptr,
+                  Workspace{announced_back.get(), announced_backward});
+  }
+  std::printf("chosen-pool %d\n", pool_allocations(log, text));
   int c_after = -1;
   jitbmm_chain_plan_settled(c_plan, &c_after);
   std::printf("c-settled-after %d\n", c_after);
@@ -107,11 +129,10 @@ int chunked_calls(const std::string& log) {
   from = logged_launches(log).size();
   plan.backward(pot.get(), nullptr, by_stand_in.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
   std::printf("stand-in-backward-chunks %zu\n", launches_with(log, from, "chain_chunks"));
-  // The chosen strategy's forward, given the stand-in's smaller workspace: the pool's.
+  // The chosen strategy's forward, given the stand-in's own workspace (none), smaller than its own: the pool's.
   const std::size_t before = log_text(log).size();
   from = logged_launches(log).size();
-  plan(pot.get(), nullptr, score.get(), by_chosen.get(), nullptr, nullptr, nullptr,
-       Workspace{small.get(), stand_in_bytes});
+  plan(pot.get(), nullptr, score.get(), by_chosen.get(), nullptr, nullptr, nullptr, stand_in_own);
   std::printf("chosen-forward-chunks %zu\npool %d\n", launches_with(log, from, "chain_chunks"),
               int(log_text(log).find("pool-alloc", before) != std::string::npos));
   // A backward of what the chosen strategy wrote, and of a buffer the stand-in wrote and the chosen one wrote again:
@@ -119,8 +140,7 @@ int chunked_calls(const std::string& log) {
   from = logged_launches(log).size();
   plan.backward(pot.get(), nullptr, by_chosen.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
   const std::size_t first = launches_with(log, from, "chain_chunks");
-  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr,
-       Workspace{small.get(), stand_in_bytes});
+  plan(pot.get(), nullptr, score.get(), by_stand_in.get(), nullptr, nullptr, nullptr, stand_in_own);
   from = logged_launches(log).size();
   plan.backward(pot.get(), nullptr, by_stand_in.get(), nullptr, g.get(), grad.get(), nullptr, backward_ws);
   std::printf("chosen-backward-chunks %zu\nrewritten-backward-chunks %zu\n", first,
@@ -152,12 +172,27 @@ int stepped_calls(const std::string& log, bool capture) {
     DeviceBuffer saved(plan.saved_bytes()), grads(table.size() + emissions.size() + initial.size());
     char* g = static_cast<char*>(grads.get());
     const HmmGradients to{g, g + emissions.size(), g + emissions.size() + table.size()};
+    // Given the workspaces the plan announces, which the chosen strategy's calls fit too: none from the pool.
+    const std::size_t forward_bytes = plan.workspace_bytes(false), backward_bytes = plan.backward_workspace_bytes();
+    DeviceBuffer forward_ws(std::max<std::size_t>(forward_bytes, 256)),
+        backward_ws(std::max<std::size_t>(backward_bytes, 256));
+    const auto step = [&] {
+      const std::size_t text = log_text(log).size();
+      plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr, {forward_ws.get(), forward_bytes});
+      plan.backward(in, nullptr, saved.get(), nullptr, score.get(), to, nullptr, {backward_ws.get(), backward_bytes});
+      return pool_allocations(log, text);
+    };
     from = logged_launches(log).size();
-    plan(in, nullptr, score.get(), saved.get());
-    plan.backward(in, nullptr, saved.get(), nullptr, score.get(), to);
-    std::printf("step-exp-matmul %zu\nstep-backward-unit %zu\nstep-default-products %zu\n",
+    const int stand_in_pool = step();
+    std::printf("step-exp-matmul %zu\nstep-backward-unit %zu\nstep-default-products %zu\nstand-in-pool %d\n",
                 launches_with(log, from, "exp_matmul"), launches_with(log, from, "steps_log_f32_backward"),
-                launches_with(log, from, "log_f32_tiled"));
+                launches_with(log, from, "log_f32_tiled"), stand_in_pool);
+    const bool settled = wait_settled(plan);
+    from = logged_launches(log).size();
+    const int chosen_pool = step();
+    std::printf("chosen-step-fused %zu\nchosen-pool %d\nwithin-announced %d\n",
+                settled ? launches_with(log, from, "hmm_fused_steps") : 0, chosen_pool,
+                int(plan.workspace_bytes(false) <= forward_bytes && plan.backward_workspace_bytes() <= backward_bytes));
   }
   const bool waited = wait_settled(plan); // before what it prints is read: arguments are evaluated in any order
   std::printf("waited %d\nstrategy-after %s\n", int(waited), plan.strategy());
@@ -192,21 +227,21 @@ int sequential_calls(const std::string& log) {
   return 0;
 }
 
-// Plans of fixed workspace sizes (jitbmm_chain_plan_create_fixed_sizes, what jitbmm.jax sizes its calls by): a
-// sequential problem's runs its stand-in, of the chosen strategy's sizes; a chunked problem's waits for its strategy.
-int fixed_sizes_calls() {
+// The C ABI's plans (what jitbmm.jax sizes its calls by, once, when a call is traced): a sequential problem's and a
+// chunked problem's run their stand-ins, and the sizes they give at first hold once they have settled.
+int announced_sizes_calls() {
   auto make = [](int64_t B, int64_t T, int64_t C) {
     jitbmm_chain_problem c{};
     c.semiring = "max_plus", c.dtype = "f32", c.form = "crf", c.B = B, c.T = T, c.C = C;
     jitbmm_chain_plan* plan = nullptr;
-    if (jitbmm_chain_plan_create_fixed_sizes(&c, &plan) != JITBMM_OK) throw std::runtime_error(jitbmm_last_error());
+    if (jitbmm_chain_plan_create(&c, &plan) != JITBMM_OK) throw std::runtime_error(jitbmm_last_error());
     return plan;
   };
   auto sizes = [](const jitbmm_chain_plan* plan) {
     std::size_t path = 0, backward = 0;
     jitbmm_chain_plan_workspace_bytes(plan, 1, &path);
     jitbmm_chain_plan_backward_workspace_bytes(plan, &backward);
-    return std::to_string(path) + "," + std::to_string(backward);
+    return std::make_pair(path, backward);
   };
   auto settled = [](const jitbmm_chain_plan* plan) {
     int s = -1;
@@ -216,17 +251,19 @@ int fixed_sizes_calls() {
   auto strategy = [](const jitbmm_chain_plan* plan) {
     const char* name = "(none)";
     jitbmm_chain_plan_strategy(plan, &name);
-    return name;
+    return std::string(name);
   };
-  jitbmm_chain_plan* sequential = make(8, 64, 40);
-  const std::string before = sizes(sequential);
-  std::printf("sequential-settled %d\nsequential-strategy %s\n", settled(sequential), strategy(sequential));
-  for (int i = 0; i < 6000 && !settled(sequential); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::printf("sequential-settled-after %d\nsame-sizes %d\n", settled(sequential), int(sizes(sequential) == before));
-  jitbmm_chain_plan_destroy(sequential);
-  jitbmm_chain_plan* chunked = make(1, 4096, 64);
-  std::printf("chunked-settled %d\nchunked-strategy %s\n", settled(chunked), strategy(chunked));
-  jitbmm_chain_plan_destroy(chunked);
+  for (const auto& [name, B, T, C] :
+       {std::make_tuple("sequential", 8, 64, 40), std::make_tuple("chunked", 1, 4096, 64)}) {
+    jitbmm_chain_plan* plan = make(B, T, C);
+    const auto before = sizes(plan);
+    std::printf("%s-settled %d\n%s-strategy %s\n", name, settled(plan), name, strategy(plan).c_str());
+    for (int i = 0; i < 12000 && !settled(plan); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto after = sizes(plan);
+    std::printf("%s-settled-after %d\n%s-strategy-after %s\n%s-within %d\n", name, settled(plan), name,
+                strategy(plan).c_str(), name, int(after.first <= before.first && after.second <= before.second));
+    jitbmm_chain_plan_destroy(plan);
+  }
   return 0;
 }
 
@@ -356,12 +393,12 @@ int stand_in_helper(const std::string& mode) {
     const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
     if (mode == "chunked") return chunked_calls(log);
     if (mode == "sequential") return sequential_calls(log);
-    if (mode == "fixed-sizes") return fixed_sizes_calls();
+    if (mode == "announced-sizes") return announced_sizes_calls();
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
     if (mode == "product" || mode == "product-capture") return product_calls(log, mode == "product-capture");
     if (mode == "product-imported") return product_imported_calls(log);
-    throw std::invalid_argument("mode: chunked, sequential, stepped, capture, product, product-capture or "
-                                "product-imported");
+    throw std::invalid_argument("mode: chunked, sequential, announced-sizes, stepped, capture, product, "
+                                "product-capture or product-imported");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -424,14 +461,17 @@ TEST_CASE("a first chunked chain plan runs the sequential kernels while its chun
   const std::string out = stand_in_run("chunked");
   INFO(out);
   // The chunked strategy's products compile for seconds: the sequential kernels stand in, for the C ABI's plan too;
-  // `saved` is read by the strategy that wrote it; the chosen strategy given the stand-in's workspace takes the pool.
+  // `saved` is read by the strategy that wrote it; given the workspace the plan announced at first, neither strategy
+  // takes the pool, its products' scratch included; the chosen strategy given the stand-in's own takes the pool.
   expect(out, {{"settled", "0"},
                {"strategy", "sequential"},
                {"c-settled", "0"},
                {"stand-in-forward-chunks", "0"},
+               {"stand-in-pool", "0"},
                {"waited", "1"},
                {"strategy-after", "chunked"},
-               {"workspace-grew", "1"},
+               {"within-announced", "1"},
+               {"chosen-pool", "0"},
                {"c-settled-after", "1"},
                {"plan-again-settled", "1"},
                {"stand-in-backward-chunks", "0"},
@@ -465,15 +505,18 @@ TEST_CASE("a first sequential chain plan runs quick builds of its kernels while 
   CHECK(std::filesystem::exists(dumps.path + "/" + forward + ".quick.ptx"));
 }
 
-TEST_CASE("a chain plan of fixed workspace sizes runs a stand-in only where its sizes are the chosen strategy's") {
-  const std::string out = stand_in_run("fixed-sizes");
+TEST_CASE("a chain plan's workspace sizes, as it first gives them, hold once it has settled") {
+  const std::string out = stand_in_run("announced-sizes");
   INFO(out);
   expect(out, {{"sequential-settled", "0"},
                {"sequential-strategy", "sequential"},
                {"sequential-settled-after", "1"},
-               {"same-sizes", "1"},
-               {"chunked-settled", "1"},
-               {"chunked-strategy", "chunked"}});
+               {"sequential-within", "1"},
+               {"chunked-settled", "0"},
+               {"chunked-strategy", "sequential"},
+               {"chunked-settled-after", "1"},
+               {"chunked-strategy-after", "chunked"},
+               {"chunked-within", "1"}});
 }
 
 TEST_CASE("a first stepped chain plan runs its products' default kernels while its fused passes are built") {
@@ -486,6 +529,10 @@ TEST_CASE("a first stepped chain plan runs its products' default kernels while i
                {"step-exp-matmul", "0"},
                {"step-backward-unit", "!0"},
                {"step-default-products", "!0"},
+               {"stand-in-pool", "0"},
+               {"chosen-step-fused", "!0"},
+               {"chosen-pool", "0"},
+               {"within-announced", "1"},
                {"waited", "1"},
                {"then-fused", "!0"}});
   // The stand-in's kernels quick builds (its step module's two units, its products), the fused passes not.

@@ -401,7 +401,7 @@ TEST_CASE("a chain of one long sequence runs in chunks: scratch from the caller'
   const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
   const std::size_t forward = plan.workspace_bytes(false), backward = plan.backward_workspace_bytes();
   // A pass of the tree over every chunk: 1.5 times the potentials for the forward (less with saved, which holds
-  // the chunks' products), 3.5 for the backward.
+  // the chunks' products), 3.5 for the backward, and the products' own scratch.
   CHECK(forward >= potentials * 3 / 2);
   CHECK(forward <= potentials * 3 / 2 + (1 << 20));
   CHECK(backward >= potentials * 7 / 2);
@@ -415,8 +415,9 @@ TEST_CASE("a chain of one long sequence runs in chunks: scratch from the caller'
   CHECK_NOTHROW(plan(pot.get(), len, score.get(), saved.get(), nullptr, nullptr, nullptr, {work.get(), forward}));
   CHECK_NOTHROW(plan.backward(pot.get(), len, saved.get(), nullptr, g.get(), grad.get(), nullptr,
                               {work.get(), backward}));
-  // The products' own scratch (if any) is the pool's; the chain's none of it.
+  // The products' own scratch is in the workspace too: none from the pool.
   const int with_workspace = pool_allocations(log) - before;
+  CHECK(with_workspace == 0);
   CHECK_THROWS_WITH_AS(plan(pot.get(), len, score.get(), nullptr, nullptr, nullptr, nullptr, {work.get(), forward - 1}),
                        doctest::Contains("workspace"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(plan.backward(pot.get(), len, saved.get(), nullptr, g.get(), grad.get(), nullptr,

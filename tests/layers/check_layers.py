@@ -84,6 +84,7 @@ RUNTIME_STAGES = {
            "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_stepped_backward", "chain_expectation",
            "chain_samples", "chain_sequential", "chain_stand_in", "chain_strategy", "product_stand_in",
+           "product_workspace_bound",
            "chain_kbest", "entropy_product", "kmax_product", "distribution_checks", "crash_backtrace", "plan", "plan_impl", "repair_watch"},
 }
 # include/jitbmm/<name>: the level of each public header (the docstring says why).
