@@ -93,10 +93,15 @@ void* aligned(void* start) {
 }
 } // namespace
 
-ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
-                              void* stream) {
-  if (bytes == 0) return static_cast<void*>(nullptr);
-  if (declared.size_bytes() >= declared_bytes(bytes)) return aligned(declared.untyped_data());
+ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
+                                      void* stream) {
+  const std::size_t size = declared.size_bytes();
+  if (size > 255 && size >= declared_bytes(bytes)) {
+    void* data = aligned(declared.untyped_data());
+    return CallWorkspace{data,
+                         size - std::size_t(static_cast<char*>(data) - static_cast<char*>(declared.untyped_data()))};
+  }
+  if (bytes == 0) return CallWorkspace{};
   if (stream_is_capturing(static_cast<CUstream>(stream)))
     return ffi::Unexpected(invalid("workspace: " + std::to_string(declared.size_bytes()) +
                                    " bytes declared when jitbmm.jax traced the call, but its plan on this device "
@@ -108,7 +113,7 @@ ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& a
   if (!memory.has_value())
     return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kResourceExhausted, "jitbmm: XLA's scratch allocator refused " +
                                                                               std::to_string(bytes + 255) + " bytes"));
-  return aligned(*memory);
+  return CallWorkspace{aligned(*memory), bytes};
 }
 
 CUcontext DeviceContext::primary(int ordinal) {

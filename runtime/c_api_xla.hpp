@@ -120,13 +120,19 @@ template <class F> jitbmm_status in_device_context(int ordinal, F size) {
 // can be rounded up to the 256 bytes the plans ask for (XLA aligns buffers less). 0 for none.
 std::size_t declared_bytes(std::size_t bytes);
 
-// A call's workspace of `bytes`, 256-byte aligned: the workspace result jitbmm.jax declared for it when it traced the
-// call, sized by the plan made then (so that XLA owns it and may record the call into a CUDA graph). Where that holds
-// less (a plan made since on another device takes more), XLA's scratch, unless the stream is being captured: scratch
-// taken while XLA records a command buffer is freed before the graph replays, so that is an error naming the sizes.
-// Null for none.
-ffi::ErrorOr<void*> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
-                              void* stream);
+// A call's workspace, 256-byte aligned, for a plan that now says it takes `bytes`: the workspace result jitbmm.jax
+// declared for it when it traced the call, sized by the plan made then (so that XLA owns it and may record the call
+// into a CUDA graph), all of it: what a plan said then holds for every later call, though it may say less now (a
+// chain's stand-in's backward of a `saved` it wrote). Where that holds less than `bytes` (a plan made since on another
+// device takes more), XLA's scratch, unless the stream is being captured: scratch taken while XLA records a command
+// buffer is freed before the graph replays, so that is an error naming the sizes. None (null, 0 bytes) where
+// neither is taken.
+struct CallWorkspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
+                                      void* stream);
 
 // A handler's body with the library's exceptions (a failed driver call in StreamContext) turned into FFI errors.
 template <class F> ffi::Error guarded(F body) {

@@ -83,7 +83,7 @@ ffi::Error chain_forward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAlloca
   if (const jitbmm_status s = jitbmm_chain_plan_workspace_bytes(plan.get(), with_path, &bytes)) return failed(s);
   auto ws = workspace(declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
-  const jitbmm_status s = run(plan.get(), *c, data_or_null(saved), data_or_null<int32_t>(path), *ws, bytes);
+  const jitbmm_status s = run(plan.get(), *c, data_or_null(saved), data_or_null<int32_t>(path), ws->data, ws->bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -100,7 +100,7 @@ ffi::Error chain_backward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAlloc
   if (const jitbmm_status s = jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &bytes)) return failed(s);
   auto ws = workspace(declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
-  const jitbmm_status s = run(plan.get(), *c, *ws, bytes);
+  const jitbmm_status s = run(plan.get(), *c, ws->data, ws->bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 

@@ -159,7 +159,7 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   const jitbmm_status s = jitbmm_chain_expectation_backward(
       plan.get(), potentials.untyped_data(), c->field, c->chain.lengths, saved.untyped_data(), log_z.untyped_data(),
       mean.untyped_data(), data_or_null(grad_log_z), grad_mean.untyped_data(), grad_potentials->untyped_data(),
-      data_or_null(*grad_field), *ws, bytes, stream);
+      data_or_null(*grad_field), ws->data, ws->bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -181,7 +181,7 @@ ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer 
   if (ws.has_error()) return ws.error();
   const jitbmm_status s =
       jitbmm_chain_kbest_run(plan.get(), potentials.untyped_data(), c->lengths, scores->untyped_data(),
-                             static_cast<int32_t*>(paths->untyped_data()), *ws, bytes, stream);
+                             static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -206,7 +206,7 @@ ffi::Error sample(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer
   if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_chain_sampler_run_device_seed(
       plan.get(), potentials.untyped_data(), c->lengths, n, static_cast<const uint64_t*>(seed.untyped_data()),
-      static_cast<int32_t*>(paths->untyped_data()), *ws, bytes, stream);
+      static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 

@@ -68,7 +68,7 @@ ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, 
   if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_plan_run_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out->untyped_data(),
-      with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, *ws, bytes, stream);
+      with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, ws->data, ws->bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -101,7 +101,7 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
   if (ws.has_error()) return ws.error();
   const jitbmm_status s = jitbmm_plan_backward_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out.untyped_data(), data_or_null<const int32_t>(argmax),
-      grad_out.untyped_data(), grad_a->untyped_data(), grad_b->untyped_data(), *ws, bytes, stream);
+      grad_out.untyped_data(), grad_a->untyped_data(), grad_b->untyped_data(), ws->data, ws->bytes, stream);
   return s ? failed(s) : ffi::Error::Success();
 }
 

@@ -169,7 +169,7 @@ void ChunkedChain::launch(const char* suffix, int64_t items, bool block_per_item
 SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (const auto it = products_.find(batch); it != products_.end()) return it->second;
-  return products_.emplace(batch, SemiringBMM::get(level_problem(batch), stream)).first->second;
+  return products_.emplace(batch, SemiringBMM::get(chunk_level_problem(problem_, batch), stream)).first->second;
 }
 
 std::vector<int64_t> ChunkedChain::level_batches() const {
@@ -182,30 +182,31 @@ std::vector<int64_t> ChunkedChain::level_batches() const {
   return batches;
 }
 
-std::size_t ChunkedChain::products_bytes(bool backward) const {
+std::size_t ChunkedChain::products_bytes(bool backward, Stream stream) const {
   if (problem_.B == 0) return 0;
   const ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // planned as the calls plan them
   std::size_t bytes = 0;
   for (const int64_t batch : level_batches()) {
-    const Problem q = level_problem(batch);
+    const Problem q = chunk_level_problem(problem_, batch);
     if (sizes_only_) {
       bytes = std::max(bytes, backward ? product_backward_workspace_bound(q, *device_)
                                        : product_workspace_bound(q, *device_));
     } else {
-      const SemiringBMM plan = product(batch, nullptr);
-      bytes = std::max(bytes, backward ? plan.backward_workspace_bytes(true, true) : plan.workspace_bytes());
+      const SemiringBMM plan = product(batch, stream);
+      bytes = std::max(bytes,
+                       backward ? plan.backward_workspace_bytes(true, true, true, stream) : plan.workspace_bytes());
     }
   }
   return bytes;
 }
 
-Problem ChunkedChain::level_problem(int64_t batch) const {
+Problem chunk_level_problem(const ChainProblem& problem, int64_t batch) {
   Problem q;
-  q.semiring = problem_.semiring;
-  q.dtype = chain_output_dtype(problem_);
-  q.shape = Shape{batch, problem_.C, problem_.C, problem_.C};
-  q.a_strides = q.b_strides = Strides{2 * problem_.C * problem_.C, problem_.C, 1};
+  q.semiring = problem.semiring;
+  q.dtype = chain_output_dtype(problem);
+  q.shape = Shape{batch, problem.C, problem.C, problem.C};
+  q.a_strides = q.b_strides = Strides{2 * problem.C * problem.C, problem.C, 1};
   return q;
 }
 
@@ -215,7 +216,7 @@ void ChunkedChain::build_kernels_ahead(const GeneratedKernel& chunks) const {
   const TunePolicy policy = tune_policy_from_env();
   std::vector<KernelSpec> specs;
   for (const int64_t batch : level_batches()) {
-    const Problem q = level_problem(batch);
+    const Problem q = chunk_level_problem(problem_, batch);
     for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
       if (pass != Pass::forward && problem_.semiring != Semiring::log) break; // max_plus's products have none
       for (const KernelSpec& spec : kernels_ahead(q, *device_, policy, pass)) specs.push_back(spec);
@@ -316,6 +317,7 @@ void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their wide-data variants
+  const std::size_t product_bytes = products_bytes(false, stream); // planned for this call's stream first
   Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
   char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
                          : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -323,7 +325,6 @@ void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream 
   char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
-  const std::size_t product_bytes = products_bytes(false);
   const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
 
   jb::ChunkParams params = params_for(call);
@@ -354,6 +355,7 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans
+  const std::size_t product_bytes = products_bytes(false, stream); // planned for this call's stream first
   Scratch scratch(*device_, workspace, workspace_bytes(false, with_path), cu_stream);
   const int64_t firsts = p.B * (chunks_ + 1);
   char* products = static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -361,7 +363,6 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   char* even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
-  const std::size_t product_bytes = products_bytes(false);
   const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
   void* rel = scratch.take(std::size_t(firsts * p.C * acc));
   auto* starts = static_cast<double*>(scratch.take(std::size_t(firsts) * sizeof(double)));

@@ -80,15 +80,15 @@ private:
   // group_ chunks at a time through the levels `even` and `odd` and the shifts.
   void form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
                      const Workspace& scratch, Stream stream) const;
-  // The plan of a level's `batch` products, made on its first call (on `stream`: with tune_products too, nothing is
-  // tuned while it is being captured) and kept: a plan's get() chooses its variant anew each time.
+  // The plan of a level's `batch` products, made on its first use (for calls on `stream`: with tune_products too,
+  // nothing is tuned while it is being captured; a call makes them before its Scratch counts them) and kept: a
+  // plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
-  Problem level_problem(int64_t batch) const;
   // The batches of the levels' products over the passes of the tree.
   std::vector<int64_t> level_batches() const;
-  // The most scratch a level's product takes, forward or backward (made for the sizes alone: the most any variant
-  // of it takes).
-  std::size_t products_bytes(bool backward) const;
+  // The most scratch a level's product takes, forward or backward, its plans made for calls on `stream` where this
+  // is their first use (made for the sizes alone: the most a plan of it may take, runtime/product_workspace_bound.hpp).
+  std::size_t products_bytes(bool backward, Stream stream = nullptr) const;
   // Builds at once every kernel a first call loads: the chunk module `chunks`, and the tree's products at each level
   // (a log chain's with their backward passes).
   void build_kernels_ahead(const GeneratedKernel& chunks) const;
@@ -106,6 +106,10 @@ private:
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };
+
+// The problem of the products at a level of the chunked strategy's trees over `problem`'s chunks, `batch` of them:
+// each the later of two adjacent matrices times the earlier, read where they lie side by side.
+Problem chunk_level_problem(const ChainProblem& problem, int64_t batch);
 
 // The chain the chunked strategy runs over its chunks' products: B sequences of ceil((T − 1) / chunk) + 1
 // positions whose steps are those products, in the accumulator type, contiguous. Throws std::invalid_argument

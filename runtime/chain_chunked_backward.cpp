@@ -63,6 +63,8 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their backward passes' kernels
+  // Planned for this call's stream first.
+  const std::size_t product_bytes = std::max(products_bytes(false, stream), products_bytes(true, stream));
   Scratch scratch(*device_, workspace, backward_workspace_bytes(true), cu_stream);
   const int64_t total = p.B * chunks_;
   char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));
@@ -70,7 +72,6 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
   char* grad_even = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_)));
   char* grad_odd = static_cast<char*>(scratch.take(matrix_bytes(group_ * L_ / 2)));
   char* shifts = static_cast<char*>(scratch.take(std::size_t(group_ * 2 * L_ * acc)));
-  const std::size_t product_bytes = std::max(products_bytes(false), products_bytes(true));
   const Workspace product_scratch{scratch.take(product_bytes), product_bytes};
   const char* products = static_cast<const char*>(saved) + top_saved_offset();
   // The gradient of the chunks' products, from the chain of chunks' saved messages.

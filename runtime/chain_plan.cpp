@@ -208,9 +208,8 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   return std::make_shared<const ChunkedChain>(problem, chunk, top_plan, device, tune_products, sequential, build);
 }
 
-} // namespace
-
-ChainPlan ChainPlan::get(const ChainProblem& problem) {
+// ChainPlan::get's plan, with a stand-in where `stand_in` allows one.
+std::shared_ptr<ChainPlan::Impl> chosen_plan(const ChainProblem& problem, bool stand_in) {
   check_chain_problem(problem);
   const auto device = current_device();
   check_supported(*device); // at once, not as the first kernel's compile error
@@ -227,7 +226,7 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
   // hundreds of states (the HMM form's log module) each compile for seconds. Where NVRTC has no quick build, the
   // sequential strategy's stand-in would be itself: it has none. A plan with a stand-in announces the larger of the
   // two strategies' workspaces, the chosen one's as its sizes say before it is built.
-  if (stand_in_enabled() && (choice.stepped || choice.chunk != 0 || nvrtc_compiles_fast()) && problem.B > 0)
+  if (stand_in && (choice.stepped || choice.chunk != 0 || nvrtc_compiles_fast()) && problem.B > 0)
     impl->strategy = chosen_or_stand_in(
         problem, device, [=] { return make(StrategyBuild::kernels); },
         [&]() -> std::shared_ptr<const ChainStrategy> {
@@ -239,8 +238,14 @@ ChainPlan ChainPlan::get(const ChainProblem& problem) {
         [&] { return make(StrategyBuild::sizes); });
   else
     impl->strategy = make(StrategyBuild::kernels);
-  return ChainPlan(std::move(impl));
+  return impl;
 }
+
+} // namespace
+
+ChainPlan ChainPlan::get(const ChainProblem& problem) { return ChainPlan(chosen_plan(problem, stand_in_enabled())); }
+
+ChainPlan settled_chain_plan(const ChainProblem& problem) { return ChainPlan(chosen_plan(problem, false)); }
 
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk, bool tune_products,
                          bool stepped, StepKernel steps) {

@@ -23,6 +23,10 @@ namespace jitbmm {
 ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk = 0,
                          bool tune_products = false, bool stepped = false, StepKernel steps = StepKernel::rule);
 
+// ChainPlan::get, waiting for the chosen strategy instead of running a stand-in meanwhile: a sampler's forward, whose
+// paths must not depend on which strategy ran it (their rounding differs).
+ChainPlan settled_chain_plan(const ChainProblem& problem);
+
 // What default_chain_spec takes for a device: its SMs from sm_90 on (clusters of blocks), else 0.
 int cluster_sms(const DeviceInfo& device);
 

@@ -6,6 +6,7 @@
 
 #include "generator/distribution_source.hpp"
 #include "jitbmm/chain.hpp"
+#include "runtime/chain_plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/distribution_checks.hpp"
 #include "runtime/jit.hpp"
@@ -34,9 +35,8 @@ ChainSampler ChainSampler::get(const ChainProblem& problem) {
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->alpha = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
   impl->score = std::size_t(problem.B) * acc;
-  // The sampler's scratch counts its forward's: sizes that, as a stand-in's plan announces them, only shrink once it
-  // settles (runtime/chain_stand_in.hpp).
-  impl->forward = std::make_shared<const ChainPlan>(ChainPlan::get(problem));
+  // Without a stand-in: a seed draws the same paths whenever it is drawn, and a stand-in's messages round otherwise.
+  impl->forward = std::make_shared<const ChainPlan>(settled_chain_plan(problem));
   if (problem.B > 0) impl->kernel = load_generated(*impl->device, emit_sample_kernel(problem.dtype, int(problem.C)));
   return ChainSampler(std::move(impl));
 }

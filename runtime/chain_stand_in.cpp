@@ -54,8 +54,7 @@ template <class Need> Workspace fitted(const Workspace& caller, Need need) {
 } // namespace
 
 StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
-                           std::shared_ptr<const ChainWorkspaces> chosen_sizes, ChainWorkspaces announced,
-                           std::string what)
+                           std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what)
     : stand_in_(std::move(stand_in)), chosen_(std::move(chosen), what), chosen_sizes_(std::move(chosen_sizes)),
       announced_(announced), what_(std::move(what)) {}
 
@@ -63,10 +62,14 @@ bool StandInChain::settled() const { return chosen_.ended(); }
 
 const ChainStrategy* StandInChain::chosen(bool wait) const {
   const ChainStrategy* c = chosen_.get(wait);
-  if (!c || chosen_sizes_->within(announced_)) return c; // its sizes were written before its build was ready
+  // Its sizes were written before its build was ready.
+  if (!c || (chosen_sizes_->known && chosen_sizes_->sizes.within(announced_))) return c;
   std::call_once(too_large_, [&] {
-    log_message(LogLevel::warn, what_ + ": its chosen strategy takes more workspace than its plan announced; its "
-                                        "calls keep running its stand-in");
+    log_message(LogLevel::warn,
+                what_ + ": its chosen strategy " +
+                    (chosen_sizes_->known ? "takes more workspace than its plan announced"
+                                          : "could not say its workspace (" + chosen_sizes_->why + ")") +
+                    "; its calls keep running its stand-in");
   });
   return nullptr;
 }
@@ -140,31 +143,30 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end()) return it->second;
   }
-  auto chosen_sizes = std::make_shared<ChainWorkspaces>();
+  auto chosen_sizes = std::make_shared<ChosenSizes>();
   StandInChain::Chosen chosen = start_background_build<std::shared_ptr<const ChainStrategy>>(
       device, [make_chosen, chosen_sizes, problem]() -> std::shared_ptr<const ChainStrategy> {
         std::shared_ptr<const ChainStrategy> built = make_chosen();
-        const TuningHold hold(true, false); // the products its sizes plan, as a chain plan's calls do: none tuned
-        *chosen_sizes = ChainWorkspaces(*built, problem);
+        try {                                 // a failure here is its calls' to report, where no stand-in runs them
+          const TuningHold hold(true, false); // the products its sizes plan, as a chain plan's calls do: none tuned
+          chosen_sizes->sizes = ChainWorkspaces(*built, problem);
+          chosen_sizes->known = true;
+        } catch (const std::exception& e) {
+          chosen_sizes->why = e.what();
+        }
         return built;
       });
   if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
   std::shared_ptr<const ChainStrategy> stand_in;
+  ChainWorkspaces announced;
   try {
     stand_in = make_stand_in();
+    // The chosen strategy's sizes too: a plan that could not say them would run its stand-in for good.
+    announced = ChainWorkspaces(*stand_in, problem).larger(ChainWorkspaces(*make_sizes(), problem));
   } catch (const std::exception& e) {
     if (log_enabled(LogLevel::debug))
       log_message(LogLevel::debug, describe(problem) + ": no stand-in (" + e.what() + "); waiting for its kernels");
     return chosen.get();
-  }
-  ChainWorkspaces announced(*stand_in, problem);
-  try {
-    announced = announced.larger(ChainWorkspaces(*make_sizes(), problem));
-  } catch (const std::exception& e) { // announced as the stand-in's: a chosen strategy that takes more never serves
-    log_message(LogLevel::warn, describe(problem) +
-                                    ": the workspace of its chosen strategy is not known before it is "
-                                    "built (" +
-                                    e.what() + ")");
   }
   if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return chosen.get();
   if (log_enabled(LogLevel::debug))

@@ -9,7 +9,8 @@
 // Until it settles, a plan announces the larger of the two strategies' workspaces, the chosen one's as the sizes of
 // its strategy say before it is built (StrategyBuild::sizes), so that a caller may size a workspace once, when it
 // first asks: every call given that much runs in it, whichever strategy runs it. A chosen strategy that turns out to
-// take more than was announced never serves (the stand-in does for good, with a warning).
+// take more than was announced, or that cannot say what it takes, never serves (the stand-in does for good, with a
+// warning); one whose sizes are not known before it is built has no stand-in (the plan waits for it).
 //
 // A forward's `saved` holds what its strategy's backward reads, which may differ between strategies: a backward given
 // `saved` that the stand-in wrote runs the stand-in's backward, whenever it comes. The plans of one problem on one
@@ -36,13 +37,20 @@ namespace jitbmm {
 
 using MakeStrategy = std::function<std::shared_ptr<const ChainStrategy>()>;
 
+// The chosen strategy's workspaces, as its build found them once it was built (or why it could not).
+struct ChosenSizes {
+  ChainWorkspaces sizes;
+  bool known = false;
+  std::string why;
+};
+
 class StandInChain final : public ChainStrategy {
 public:
   using Chosen = std::shared_future<std::shared_ptr<const ChainStrategy>>;
   // `chosen_sizes`: the chosen strategy's workspaces, written by its build before `chosen` is ready; `announced`
   // what the plan says its calls take until it settles. `what` names the problem in the log's lines.
   StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
-               std::shared_ptr<const ChainWorkspaces> chosen_sizes, ChainWorkspaces announced, std::string what);
+               std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what);
 
   // The strategy the plan's calls run now, and what it says of itself.
   const char* name() const override { return current().name(); }
@@ -70,7 +78,7 @@ private:
 
   std::shared_ptr<const ChainStrategy> stand_in_;
   PendingBuild<ChainStrategy> chosen_;
-  std::shared_ptr<const ChainWorkspaces> chosen_sizes_;
+  std::shared_ptr<const ChosenSizes> chosen_sizes_;
   ChainWorkspaces announced_;
   std::string what_;
   mutable std::once_flag too_large_; // the warning that the chosen strategy takes more than was announced

@@ -184,7 +184,8 @@ SteppedChain::ForwardPieces SteppedChain::pieces(bool with_saved, bool with_path
 }
 
 std::size_t SteppedChain::product_bytes(const Problem& q, const std::function<SemiringBMM()>& plan) const {
-  return sizes_only_ ? product_workspace_bound(q, *device_) : plan().workspace_bytes();
+  return sizes_only_ ? product_workspace_bound(q, *device_, step_product_kernels(q, *device_, tune_products_, quick_))
+                     : plan().workspace_bytes();
 }
 
 SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {

@@ -79,10 +79,12 @@ public:
   // plans: wide batches, and more than kMaxSequentialChainStates states).
   const char* strategy() const;
   // False while a stand-in runs the calls for the chosen strategy, whose kernels are being built (get()):
-  // strategy(), kernel_name(), chunk() and the workspace sizes then describe the stand-in, and change once it settles.
-  // A call given a workspace sized before that, smaller than the strategy it runs needs, takes that call's scratch
-  // from jitbmm's pool; a backward given `saved` that the stand-in wrote runs the stand-in's backward. Work captured
-  // into a CUDA graph waits for the chosen strategy. True for every other plan.
+  // strategy(), kernel_name() and chunk() then describe the stand-in, and change once it settles. The workspace sizes
+  // are meanwhile the larger of the two strategies' (docs/caching-and-tuning.md, "First calls"), and the chosen
+  // one's own once settled: what they say when first asked holds for every later call. A call given less than the
+  // strategy it runs needs takes that call's scratch from jitbmm's pool; a backward given `saved` that the stand-in
+  // wrote runs the stand-in's backward. Work captured into a CUDA graph waits for the chosen strategy. True for
+  // every other plan.
   bool settled() const;
   // The name of the generated kernel the forward runs, as the dump and override directories name its files (the
   // sequential strategy's forward unit; its saving forward and its backward are units of their own, named in
@@ -93,7 +95,7 @@ public:
   struct Impl;
 
 private:
-  friend ChainPlan chosen_chain_plan(const ChainProblem& problem, bool stand_in);
+  friend ChainPlan settled_chain_plan(const ChainProblem& problem);
   friend ChainPlan chain_plan_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
                                   bool tune_products, bool stepped, StepKernel steps);
   explicit ChainPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}

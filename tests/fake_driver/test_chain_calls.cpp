@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/disk_cache.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/tuner/tuning_db.hpp"
 #include "jitbmm/c_api.h"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_expectation.hpp"
@@ -760,11 +763,38 @@ TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^2
   CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.C"), std::invalid_argument);
 }
 
-// A strategy made for its sizes alone, what a plan announces while a stand-in runs (runtime/chain_strategy.hpp):
-// each of its workspaces at least the built strategy's (whose products are planned: the bound counts every variant
-// a product may take), and no call taken.
-TEST_CASE("a chain strategy made for its sizes alone bounds the built one's workspaces and takes no call") {
+namespace {
+
+// A strategy of a problem made for its sizes alone (runtime/chain_strategy.hpp) or built: each as chain_plan_for
+// makes it.
+std::shared_ptr<const ChainStrategy> strategy(const ChainProblem& p, int64_t chunk, bool stepped, StepKernel steps,
+                                              StrategyBuild build) {
   const auto device = current_device();
+  if (stepped) return std::make_shared<const SteppedChain>(p, device, false, steps, build);
+  const ChainSpec spec = chosen_chain_spec(p, *device);
+  std::shared_ptr<const ChainStrategy> sequential = std::make_shared<const SequentialChain>(p, spec, device, build);
+  if (!chunk) return sequential;
+  std::optional<ChainPlan> top;
+  if (p.semiring == Semiring::log && build != StrategyBuild::sizes) {
+    const ChainProblem chunks = chain_of_chunks(p, chunk);
+    top = chain_plan_for(chunks, chosen_chain_spec(chunks, *device));
+  }
+  return std::make_shared<const ChunkedChain>(p, chunk, top, device, false, sequential, build);
+}
+
+// What the file at `path` holds.
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+// A strategy made for its sizes alone, what a plan announces while a stand-in runs: each of its workspaces at least
+// the built strategy's (whose products are planned), and no call taken.
+TEST_CASE("a chain strategy made for its sizes alone bounds the built one's workspaces and takes no call") {
   struct Case {
     const char* what;
     ChainProblem problem;
@@ -790,28 +820,64 @@ TEST_CASE("a chain strategy made for its sizes alone bounds the built one's work
       {"stepped crf log products", problem(Semiring::log, ChainForm::crf, 8, 5, 64), 0, true, StepKernel::products},
   };
   for (const Case& c : cases) {
-    INFO(c.what);
+    INFO(std::string(c.what));
     const ChainProblem& p = c.problem;
-    const ChainSpec spec = chosen_chain_spec(p, *device);
-    std::shared_ptr<const ChainStrategy> sizes;
-    if (c.stepped) {
-      sizes = std::make_shared<const SteppedChain>(p, device, false, c.steps, StrategyBuild::sizes);
-    } else {
-      sizes = std::make_shared<const SequentialChain>(p, spec, device, StrategyBuild::sizes);
-      if (c.chunk) sizes = std::make_shared<const ChunkedChain>(p, c.chunk, std::nullopt, device, false, sizes,
-                                                                StrategyBuild::sizes);
-    }
-    const ChainWorkspaces bound(*sizes, p);
-    const ChainPlan plan = chain_plan_for(p, spec, c.chunk, false, c.stepped, c.steps);
-    const bool log = p.semiring == Semiring::log;
-    for (const bool path : {false, true})
-      CHECK(plan.workspace_bytes(path) <= std::max(bound.forward(false, path), bound.forward(log, path)));
-    CHECK(plan.backward_workspace_bytes() <= bound.backward(true));
+    const auto sizes = strategy(p, c.chunk, c.stepped, c.steps, StrategyBuild::sizes);
+    const auto built = strategy(p, c.chunk, c.stepped, c.steps, StrategyBuild::kernels);
+    const ChainWorkspaces bound(*sizes, p), real(*built, p);
+    INFO("forward " << real.forward(false, false) << "/" << bound.forward(false, false) << ", "
+                    << real.forward(true, true) << "/" << bound.forward(true, true) << "; backward "
+                    << real.backward(false) << "/" << bound.backward(false) << ", " << real.backward(true) << "/"
+                    << bound.backward(true));
+    CHECK(real.within(bound));
+    // Tight where nothing is left to choose: every product's variant is the one its plan takes.
+    CHECK(bound.within(real));
     CHECK_THROWS_WITH_AS(sizes->forward(jb::ChainParams{}, nullptr, nullptr, Workspace{}),
                          doctest::Contains("sizes alone"), std::logic_error);
     CHECK_THROWS_WITH_AS(sizes->backward(jb::ChainParams{}, nullptr, nullptr, Workspace{}),
                          doctest::Contains("sizes alone"), std::logic_error);
   }
+}
+
+// A chunked chain whose tree's products take scratch of their own (split_k's partials, by decisions stored for the
+// levels' problems): its workspace counts it, its sizes alone say so before it is built, and its calls given that
+// workspace take nothing from jitbmm's pool.
+TEST_CASE("a chunked chain's products take their scratch from its workspace, which its sizes alone count") {
+  const DriverLog log;
+  ChainProblem p;
+  p.B = 1, p.T = 512, p.C = 20; // 8 chunks of 64 steps, one pass of the tree: 256, 128, ..., 8 products a level
+  const auto device = current_device();
+  const TuningDevice td = tuning_device(*device);
+  for (int64_t batch = 256; batch >= 8; batch /= 2) {
+    const Problem q = chunk_level_problem(p, batch);
+    TuneReport report;
+    report.best = default_spec(q, Strategy::split_k);
+    report.candidates.push_back({report.best, 1.0, "ok"});
+    put_decision(*DiskCache::process_cache(), tuning_key(q, td, false), decision_from(q, td, report));
+  }
+  const auto sizes = strategy(p, 64, false, StepKernel::rule, StrategyBuild::sizes);
+  const auto built = strategy(p, 64, false, StepKernel::rule, StrategyBuild::kernels);
+  const ChainWorkspaces bound(*sizes, p), real(*built, p);
+  CHECK(real.within(bound));
+  CHECK(bound.within(real));
+  // More than the tree's own pieces: the products' partials.
+  const std::size_t tree = (std::size_t(8) * 64 + std::size_t(8) * 32) * 20 * 20 * 4;
+  CHECK(real.forward(false, false) > tree);
+  const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *device), 64);
+  REQUIRE(plan.chunk() == 64);
+  CHECK(plan.workspace_bytes(false) == std::max(real.forward(false, false), real.forward(true, false)));
+  const std::size_t potentials = std::size_t(p.B * (p.T - 1) * p.C * p.C) * 4;
+  DeviceBuffer pot(potentials), grad(potentials), score(4), g(4), saved(plan.saved_bytes()),
+      forward(plan.workspace_bytes(false)), backward(plan.backward_workspace_bytes());
+  release_pool_memory();
+  const std::size_t from = text_of(log.path).size();
+  plan(pot.get(), nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+       {forward.get(), plan.workspace_bytes(false)});
+  plan.backward(pot.get(), nullptr, saved.get(), nullptr, g.get(), grad.get(), nullptr,
+                {backward.get(), plan.backward_workspace_bytes()});
+  const std::string calls = text_of(log.path).substr(from);
+  CHECK(calls.find("split_k") != std::string::npos); // the products ran split_k
+  CHECK(calls.find("pool-alloc") == std::string::npos);
 }
 
 // A chain expectation's forward is one launch; its backward the backward messages, then the gradients, and nothing
