@@ -104,23 +104,56 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
                                     : "chain of chunks: a max_plus chain in chunks runs its own");
   if (log && !sizes_only_)
     top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
-  while ((int64_t(1) << levels_) < L_) ++levels_;
-  chunks_ = chunks_of(problem, chunk);
+  const ChunkLayout layout(problem, chunk);
+  levels_ = layout.levels, chunks_ = layout.chunks, group_ = layout.group;
+  if (problem.B > 0 && !sizes_only_) {
+    std::vector<GeneratedKernel> units;
+    std::vector<KernelSpec> specs;
+    chunked_kernels_ahead(problem, chunk, *device_, tune_products, units, specs);
+    build_ahead(*device_, units, specs);
+    kernel_ = load_generated(*device_, units.front());
+  }
+}
+
+ChunkLayout::ChunkLayout(const ChainProblem& problem, int64_t chunk) : L(chunk), chunks(chunks_of(problem, chunk)) {
+  while ((int64_t(1) << levels) < L) ++levels;
   // A pass of the tree takes every chunk it can within four times the inputs' size in the accumulator type (at least
   // 256 MiB): its levels, each half the one below, take 1.5 L matrices a chunk, log's backward two levels' gradients
   // more (3.5 L in all; the HMM form's one matrix a chunk more, its steps' sum, counted in backward_workspace_bytes),
   // so that is all of them at once; fewer passes launch fewer, larger products.
   const int acc = dtype_info(problem.dtype).acc_bytes;
-  const auto per_chunk = int64_t(matrix_bytes(1)) * ((log ? 7 : 3) * L_ / 2) + 2 * L_ * acc;
+  const bool log = problem.semiring == Semiring::log;
+  const auto per_chunk = checked_product({problem.C, problem.C, acc}, "chain: chunks") * ((log ? 7 : 3) * L / 2) +
+                         2 * L * acc;
   const int64_t input = problem.form == ChainForm::crf
                             ? checked_product({problem.B, problem.T - 1, problem.C, problem.C, acc}, "chain: potentials")
                             : checked_product({problem.B, problem.T + problem.C, problem.C, acc}, "chain: tables");
   const int64_t budget = std::max<int64_t>(int64_t(256) << 20, std::min(input, int64_t(1) << 56) * 4);
-  group_ = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks_));
-  if (problem.B > 0 && !sizes_only_) {
-    const GeneratedKernel chunks = emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C));
-    build_kernels_ahead(chunks);
-    kernel_ = load_generated(*device_, chunks);
+  group = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks));
+}
+
+std::vector<int64_t> ChunkLayout::level_batches(int64_t B) const {
+  const int64_t total = B * chunks;
+  std::vector<int64_t> counts{std::min(group, total)}; // the chunks of a pass: its first, and a last shorter one
+  if (total > group && total % group) counts.push_back(total % group);
+  std::vector<int64_t> batches;
+  for (const int64_t count : counts)
+    for (int64_t j = 1; j <= levels; ++j) batches.push_back((count * L) >> j);
+  return batches;
+}
+
+void chunked_kernels_ahead(const ChainProblem& problem, int64_t chunk, const DeviceInfo& device, bool tune_products,
+                           std::vector<GeneratedKernel>& units, std::vector<KernelSpec>& specs) {
+  units.insert(units.begin(), emit_chunk_kernel(problem.semiring, problem.dtype, int(problem.C)));
+  // Chosen as the calls choose them: under their hold on tuning.
+  const TuningHold hold(!tune_products, false);
+  const TunePolicy policy = tune_policy_from_env();
+  for (const int64_t batch : ChunkLayout(problem, chunk).level_batches(problem.B)) {
+    const Problem q = chunk_level_problem(problem, batch);
+    for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
+      if (pass != Pass::forward && problem.semiring != Semiring::log) break; // max_plus's products have none
+      for (const KernelSpec& spec : kernels_ahead(q, device, policy, pass)) specs.push_back(spec);
+    }
   }
 }
 
@@ -172,22 +205,12 @@ SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   return products_.emplace(batch, SemiringBMM::get(chunk_level_problem(problem_, batch), stream)).first->second;
 }
 
-std::vector<int64_t> ChunkedChain::level_batches() const {
-  const int64_t total = problem_.B * chunks_;
-  std::vector<int64_t> counts{std::min(group_, total)}; // the chunks of a pass: its first, and a last shorter one
-  if (total > group_ && total % group_) counts.push_back(total % group_);
-  std::vector<int64_t> batches;
-  for (const int64_t count : counts)
-    for (int64_t j = 1; j <= levels_; ++j) batches.push_back((count * L_) >> j);
-  return batches;
-}
-
 std::size_t ChunkedChain::products_bytes(bool backward, Stream stream) const {
   if (problem_.B == 0) return 0;
   const ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // planned as the calls plan them
   std::size_t bytes = 0;
-  for (const int64_t batch : level_batches()) {
+  for (const int64_t batch : ChunkLayout(problem_, L_).level_batches(problem_.B)) {
     const Problem q = chunk_level_problem(problem_, batch);
     if (sizes_only_) {
       bytes = std::max(bytes, backward ? product_backward_workspace_bound(q, *device_)
@@ -208,21 +231,6 @@ Problem chunk_level_problem(const ChainProblem& problem, int64_t batch) {
   q.shape = Shape{batch, problem.C, problem.C, problem.C};
   q.a_strides = q.b_strides = Strides{2 * problem.C * problem.C, problem.C, 1};
   return q;
-}
-
-void ChunkedChain::build_kernels_ahead(const GeneratedKernel& chunks) const {
-  // Chosen as the calls choose them: under their hold on tuning.
-  const TuningHold hold(!tune_products_, false);
-  const TunePolicy policy = tune_policy_from_env();
-  std::vector<KernelSpec> specs;
-  for (const int64_t batch : level_batches()) {
-    const Problem q = chunk_level_problem(problem_, batch);
-    for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
-      if (pass != Pass::forward && problem_.semiring != Semiring::log) break; // max_plus's products have none
-      for (const KernelSpec& spec : kernels_ahead(q, *device_, policy, pass)) specs.push_back(spec);
-    }
-  }
-  build_ahead(*device_, {chunks}, specs);
 }
 
 jb::ChunkParams ChunkedChain::params_for(const jb::ChainParams& call) const {

@@ -27,6 +27,15 @@
 
 namespace jitbmm {
 
+// How the chunked strategy cuts a problem into chunks of `chunk` steps: L steps a chunk, a tree of `levels` levels
+// (2^levels ≥ L), `chunks` chunks a sequence, `group` chunks a pass of the tree.
+struct ChunkLayout {
+  int64_t L = 2, levels = 0, chunks = 1, group = 1;
+  ChunkLayout(const ChainProblem& problem, int64_t chunk);
+  // The batches of the levels' products over the passes of the tree, for B sequences.
+  std::vector<int64_t> level_batches(int64_t B) const;
+};
+
 class ChunkedChain final : public ChainStrategy {
 public:
   // Compiles the chunk module. A log chain takes `chain_of_chunks_plan`, the caller's plan of chain_of_chunks(problem,
@@ -84,14 +93,9 @@ private:
   // nothing is tuned while it is being captured; a call makes them before its Scratch counts them) and kept: a
   // plan's get() chooses its variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
-  // The batches of the levels' products over the passes of the tree.
-  std::vector<int64_t> level_batches() const;
   // The most scratch a level's product takes, forward or backward, its plans made for calls on `stream` where this
   // is their first use (made for the sizes alone: the most a plan of it may take, runtime/product_workspace_bound.hpp).
   std::size_t products_bytes(bool backward, Stream stream = nullptr) const;
-  // Builds at once every kernel a first call loads: the chunk module `chunks`, and the tree's products at each level
-  // (a log chain's with their backward passes).
-  void build_kernels_ahead(const GeneratedKernel& chunks) const;
 
   ChainProblem problem_;
   int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree
@@ -106,6 +110,12 @@ private:
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
 };
+
+// Adds to `units` and `specs` the kernels a chunked plan of `problem` in chunks of `chunk` builds at once when it is
+// made (its module, first in `units`, and its trees' products, a log chain's with their backward passes, chosen as
+// its calls choose them): a caller may build them with others (the sequential kernels beside the chunks), all at once.
+void chunked_kernels_ahead(const ChainProblem& problem, int64_t chunk, const DeviceInfo& device, bool tune_products,
+                           std::vector<GeneratedKernel>& units, std::vector<KernelSpec>& specs);
 
 // The problem of the products at a level of the chunked strategy's trees over `problem`'s chunks, `batch` of them:
 // each the later of two adjacent matrices times the earlier, read where they lie side by side.

@@ -16,6 +16,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/build_ahead.hpp"
 #include "support/checked_size.hpp"
 #include "templates/chain/params.cuh"
 
@@ -196,15 +197,25 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   if (cluster > 1 && cluster_sms(*device) == 0)
     throw std::invalid_argument("chain spec.cluster: needs " + missing_features(kClusters, {}) +
                                 ", which this device lacks (" + device->arch_and_level() + ")");
-  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device, build);
-  if (chunk == 0) return sequential;
   // log: its chain of chunks in the sequential kernels (chunks of its own would take uncounted scratch); max_plus
   // runs its own.
-  std::optional<ChainPlan> top_plan;
-  if (problem.semiring == Semiring::log && build != StrategyBuild::sizes) {
-    const ChainProblem top = chain_of_chunks(problem, chunk);
-    top_plan = chain_plan_for(top, chosen_chain_spec(top, *device));
+  const bool top = chunk != 0 && problem.semiring == Semiring::log && build != StrategyBuild::sizes;
+  const ChainProblem top_problem = top ? chain_of_chunks(problem, chunk) : ChainProblem{};
+  const ChainSpec top_spec = top ? chosen_chain_spec(top_problem, *device) : ChainSpec{};
+  if (chunk != 0 && build == StrategyBuild::kernels && problem.B > 0) {
+    // Every kernel of the plan at once: the chunks' module and products, the sequential kernels beside them and the
+    // chain of chunks', which the parts made below would otherwise build one part after the other.
+    std::vector<GeneratedKernel> units = emit_chain_units(spec);
+    if (top)
+      for (GeneratedKernel& unit : emit_chain_units(top_spec)) units.push_back(std::move(unit));
+    std::vector<KernelSpec> specs;
+    chunked_kernels_ahead(problem, chunk, *device, tune_products, units, specs);
+    build_ahead(*device, units, specs);
   }
+  auto sequential = std::make_shared<const SequentialChain>(problem, spec, device, build);
+  if (chunk == 0) return sequential;
+  std::optional<ChainPlan> top_plan;
+  if (top) top_plan = chain_plan_for(top_problem, top_spec);
   return std::make_shared<const ChunkedChain>(problem, chunk, top_plan, device, tune_products, sequential, build);
 }
 

@@ -553,6 +553,12 @@ TEST_CASE("JITBMM_STAND_IN=off makes a first chain plan wait for its chosen stra
   INFO(out);
   expect(out, {{"settled", "1"}, {"strategy", "chunked"}});
   CHECK(compiles(out, "").first == 0); // no quick build
+  // Every kernel of the plan built at once (the chunks' module and products, the sequential kernels beside them and
+  // the chain of chunks'), rather than part after part.
+  std::size_t builds = 0;
+  for (std::size_t at = out.find("kernels ahead"); at != std::string::npos; at = out.find("kernels ahead", at + 1))
+    ++builds;
+  CHECK(builds == 1);
   ::setenv("JITBMM_STAND_IN", "sometimes", 1);
   ChainProblem p;
   p.B = 1, p.T = 1024, p.C = 40;
