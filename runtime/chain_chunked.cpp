@@ -175,7 +175,7 @@ std::size_t ChunkedChain::workspace_bytes(bool with_saved, bool with_path) const
   s.add(matrix_bytes(group_ * L_), "workspace");                             // the even levels
   s.add(matrix_bytes(group_ * L_ / 2), "workspace");                         // the odd ones
   s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");                    // every level's shifts
-  s.add(products_bytes(false), "workspace");                                 // the levels' products' own
+  s.add(product_scratch_bytes(false), "workspace");                          // the levels' products' own
   if (log) return s.bytes();
   const int64_t firsts = checked_product({p.B, chunks_ + 1}, "chain: chunks");
   s.add(std::size_t(checked_product({firsts, p.C, acc}, "chain: chunks")), "workspace"); // the chunks' first messages
@@ -205,8 +205,11 @@ SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
   return products_.emplace(batch, SemiringBMM::get(chunk_level_problem(problem_, batch), stream)).first->second;
 }
 
-std::size_t ChunkedChain::products_bytes(bool backward, Stream stream) const {
+std::size_t ChunkedChain::product_scratch_bytes(bool backward, Stream stream) const {
   if (problem_.B == 0) return 0;
+  // Found once: a plan's workspace never changes, nor do its backward passes once chosen.
+  const std::size_t known = product_scratch_[backward].load(std::memory_order_relaxed);
+  if (known != kUnknownBytes) return known;
   const ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // planned as the calls plan them
   std::size_t bytes = 0;
@@ -221,6 +224,7 @@ std::size_t ChunkedChain::products_bytes(bool backward, Stream stream) const {
                        backward ? plan.backward_workspace_bytes(true, true, true, stream) : plan.workspace_bytes());
     }
   }
+  product_scratch_[backward].store(bytes, std::memory_order_relaxed);
   return bytes;
 }
 
@@ -325,7 +329,7 @@ void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their wide-data variants
-  const std::size_t product_bytes = products_bytes(false, stream); // planned for this call's stream first
+  const std::size_t product_bytes = product_scratch_bytes(false, stream); // planned for this call's stream first
   Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
   char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
                          : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -363,7 +367,7 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans
-  const std::size_t product_bytes = products_bytes(false, stream); // planned for this call's stream first
+  const std::size_t product_bytes = product_scratch_bytes(false, stream); // planned for this call's stream first
   Scratch scratch(*device_, workspace, workspace_bytes(false, with_path), cu_stream);
   const int64_t firsts = p.B * (chunks_ + 1);
   char* products = static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));

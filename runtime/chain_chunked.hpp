@@ -8,6 +8,7 @@
 // few sequences along a long chain leave most of the GPU idle.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -95,7 +96,7 @@ private:
   SemiringBMM product(int64_t batch, Stream stream) const;
   // The most scratch a level's product takes, forward or backward, its plans made for calls on `stream` where this
   // is their first use (made for the sizes alone: the most a plan of it may take, runtime/product_workspace_bound.hpp).
-  std::size_t products_bytes(bool backward, Stream stream = nullptr) const;
+  std::size_t product_scratch_bytes(bool backward, Stream stream = nullptr) const;
 
   ChainProblem problem_;
   int64_t L_ = 2, levels_ = 1, chunks_ = 1, group_ = 1; // chunks_ per sequence; group_ chunks per pass of the tree
@@ -109,6 +110,8 @@ private:
   std::shared_ptr<const ChainStrategy> sequential_;
   mutable std::mutex mutex_;
   mutable std::map<int64_t, SemiringBMM> products_; // by batch
+  static constexpr std::size_t kUnknownBytes = ~std::size_t(0);
+  mutable std::atomic<std::size_t> product_scratch_[2] = {kUnknownBytes, kUnknownBytes}; // forward, backward
 };
 
 // Adds to `units` and `specs` the kernels a chunked plan of `problem` in chunks of `chunk` builds at once when it is

@@ -34,7 +34,8 @@ std::size_t ChunkedChain::backward_workspace_bytes(bool transitions) const {
   s.add(matrix_bytes(group_ * L_), "workspace");           // the gradients of the even levels
   s.add(matrix_bytes(group_ * L_ / 2), "workspace");       // of the odd ones
   s.add(std::size_t(group_ * 2 * L_ * acc), "workspace");  // every level's shifts
-  s.add(std::max(products_bytes(false), products_bytes(true)), "workspace"); // the products' own, either way
+  // The products' own, forward and backward.
+  s.add(std::max(product_scratch_bytes(false), product_scratch_bytes(true)), "workspace");
   if (problem_.form == ChainForm::hmm) {
     s.add(matrix_bytes(group_), "workspace");      // each chunk's sum of its steps' gradients
     s.add(hmm_sums_bytes(problem_), "workspace"); // the tables' sums
@@ -64,7 +65,8 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their backward passes' kernels
   // Planned for this call's stream first.
-  const std::size_t product_bytes = std::max(products_bytes(false, stream), products_bytes(true, stream));
+  const std::size_t product_bytes =
+      std::max(product_scratch_bytes(false, stream), product_scratch_bytes(true, stream));
   Scratch scratch(*device_, workspace, backward_workspace_bytes(true), cu_stream);
   const int64_t total = p.B * chunks_;
   char* grad_products = static_cast<char*>(scratch.take(matrix_bytes(total)));
