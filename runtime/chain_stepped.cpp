@@ -133,8 +133,10 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
   if (form.fused) {
     for (GeneratedKernel& unit : FusedSteps::units(problem, *device_, streamed)) units.push_back(std::move(unit));
   } else if (problem.T > 1) {
+    // log's forward and backward messages (one stacked product where both passes take parts); max_plus's forward
+    // with the path's back-pointers and without (a score alone): every product the plan's sizes plan.
     add(product_problem(false, !log));
-    add(stacked_parts_ > 0 ? stacked_problem() : product_problem(true, false));
+    add(!log ? product_problem(false, false) : stacked_parts_ > 0 ? stacked_problem() : product_problem(true, false));
   }
   if (log && problem.form == ChainForm::hmm && problem.T > 1) add(edge_problem());
   build_ahead(*device_, units, specs);
