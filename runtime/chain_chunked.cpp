@@ -329,7 +329,7 @@ void ChunkedChain::log_forward(const jb::ChainParams& call, void* saved, Stream 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their wide-data variants
-  const std::size_t product_bytes = product_scratch_bytes(false, stream); // planned for this call's stream first
+  const std::size_t product_bytes = product_scratch_bytes(false, stream);
   Scratch scratch(*device_, workspace, workspace_bytes(saved != nullptr), cu_stream);
   char* products = saved ? static_cast<char*>(saved) + top_saved_offset()
                          : static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));
@@ -367,7 +367,7 @@ void ChunkedChain::best_path(const jb::ChainParams& call, Stream stream, const W
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans
-  const std::size_t product_bytes = product_scratch_bytes(false, stream); // planned for this call's stream first
+  const std::size_t product_bytes = product_scratch_bytes(false, stream);
   Scratch scratch(*device_, workspace, workspace_bytes(false, with_path), cu_stream);
   const int64_t firsts = p.B * (chunks_ + 1);
   char* products = static_cast<char*>(scratch.take(matrix_bytes(p.B * chunks_)));

@@ -90,9 +90,9 @@ private:
   // group_ chunks at a time through the levels `even` and `odd` and the shifts.
   void form_products(jb::ChunkParams params, char* products, char* even, char* odd, char* shifts,
                      const Workspace& scratch, Stream stream) const;
-  // The plan of a level's `batch` products, made on its first use (for calls on `stream`: with tune_products too,
-  // nothing is tuned while it is being captured; a call makes them before its Scratch counts them) and kept: a
-  // plan's get() chooses its variant anew each time.
+  // The plan of a level's `batch` products, made on its first use (for calls on `stream`; a call on a stream being
+  // captured holds tuning and launches from its start, ChainPlan's CallHold) and kept: a plan's get() chooses its
+  // variant anew each time.
   SemiringBMM product(int64_t batch, Stream stream) const;
   // The most scratch a level's product takes, forward or backward, its plans made for calls on `stream` where this
   // is their first use (made for the sizes alone: the most a plan of it may take, runtime/product_workspace_bound.hpp).

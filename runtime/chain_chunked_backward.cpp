@@ -64,7 +64,6 @@ void ChunkedChain::log_backward(const jb::ChainParams& call, const void* saved, 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // the products' plans, and their backward passes' kernels
-  // Planned for this call's stream first.
   const std::size_t product_bytes =
       std::max(product_scratch_bytes(false, stream), product_scratch_bytes(true, stream));
   Scratch scratch(*device_, workspace, backward_workspace_bytes(true), cu_stream);

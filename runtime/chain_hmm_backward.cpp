@@ -31,6 +31,7 @@ void ChainPlan::backward(const HmmInputs& hmm, const int64_t* lengths, const voi
   check_alignment(grads.initial, "grads.initial", bytes);
   attach(params, p, lengths, path, saved);
   // Before the first launch or memset: a refused call writes nothing.
+  const CallHold hold(im, stream);
   check_workspace(workspace, im.strategy->least_backward_workspace_bytes(grads.transitions != nullptr));
   if (empty) {
     // No sequence: a shared table's gradient is a sum of nothing.

@@ -163,6 +163,9 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
   if (saved) point_saved(params, p, const_cast<void*>(saved));
 }
 
+CallHold::CallHold(const ChainPlan::Impl& im, Stream stream)
+    : scope_(im.device->context), hold_(stream_is_capturing(reinterpret_cast<CUstream>(stream))) {}
+
 } // namespace chain_detail
 
 namespace {
@@ -306,6 +309,7 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
 void run_forward(const ChainPlan::Impl& im, jb::ChainParams params, const int64_t* lengths, void* score, void* saved,
                  void* alpha, int32_t* path, Stream stream, const Workspace& workspace) {
   const ChainProblem& p = im.problem;
+  const CallHold hold(im, stream);
   // As this call takes it (saved given to a max_plus chain is refused below, naming it).
   check_workspace(workspace,
                   im.strategy->least_workspace_bytes(saved != nullptr && p.semiring == Semiring::log, path != nullptr));
@@ -351,6 +355,7 @@ void ChainPlan::backward(const void* potentials, const int64_t* lengths, const v
   check_lengths(p, lengths, p.B == 0);
   check_backward_reads(p, saved, path, empty);
   // The sequential kernels take none, but check what is given.
+  const CallHold hold(im, stream);
   check_workspace(workspace, im.strategy->least_backward_workspace_bytes(true));
   if (empty) return;
   check_alignment(grad_score, "grad_score", dtype_info(chain_output_dtype(p)).size_bytes);

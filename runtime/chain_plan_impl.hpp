@@ -9,6 +9,7 @@
 #include "jitbmm/chain.hpp"
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tuner/policy.hpp"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -34,6 +35,18 @@ void check_lengths(const ChainProblem& p, const int64_t* lengths, bool empty);
 // The lengths, the best path and the pieces of `saved` into params, each aligned as its elements need.
 void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengths, const int32_t* path,
             const void* saved);
+
+// What a call holds from its start, before its workspace is checked: on a stream being captured into a CUDA graph,
+// nothing it plans (the chunked strategy's products, on a first use that may come in that check) tunes or launches
+// outside the capture. In the plan's device's context, whichever is current on the calling thread.
+class CallHold {
+public:
+  CallHold(const ChainPlan::Impl& im, Stream stream);
+
+private:
+  ScopedContext scope_;
+  TuningHold hold_;
+};
 
 } // namespace chain_detail
 

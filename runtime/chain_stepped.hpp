@@ -102,8 +102,8 @@ private:
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
-  // The scratch of one of them, whose problem is `q`: its plan's, or made for the sizes alone the most any variant of
-  // it takes.
+  // The scratch of one of them, whose problem is `q`: its plan's, or made for the sizes alone the most its plan may
+  // take without tuning (runtime/product_workspace_bound.hpp).
   std::size_t product_bytes(const Problem& q, const std::function<SemiringBMM()>& plan) const;
   // Their problems.
   Problem product_problem(bool beta, bool argmax) const;

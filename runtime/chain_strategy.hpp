@@ -19,8 +19,9 @@ namespace jitbmm {
 
 // How a strategy is made: its kernels built for the calls (`quick`: as quick builds, a stand-in's, runtime/jit.hpp),
 // or its sizes alone: nothing built and no call taken (std::logic_error), only the scratch its calls would take, each
-// product its calls would plan counted at the most any variant of it takes (runtime/product_workspace_bound.hpp). A
-// plan announces so the workspace of its chosen strategy before that is built (runtime/chain_stand_in.hpp).
+// product its calls would plan counted at the most its plan may take without tuning
+// (runtime/product_workspace_bound.hpp). A plan announces so the workspace of its chosen strategy before that is
+// built (runtime/chain_stand_in.hpp).
 enum class StrategyBuild { kernels, quick, sizes };
 
 // What a call on a strategy made for its sizes alone throws.

@@ -28,7 +28,9 @@ std::size_t largest(const std::vector<KernelSpec>& specs, const Problem& problem
 
 // The variants a plan of `problem` made while tuning is held may run for `pass`.
 std::vector<KernelSpec> variants(const Problem& problem, const DeviceInfo& device, Pass pass) {
-  std::vector<KernelSpec> specs = kernels_ahead(problem, device, TunePolicy::never, pass);
+  std::vector<KernelSpec> specs;
+  for (const TunePolicy policy : {TunePolicy::never, tune_policy_from_env()}) // choices are kept by policy
+    for (const KernelSpec& spec : kernels_ahead(problem, device, policy, pass)) specs.push_back(spec);
   specs.push_back(pass == Pass::forward ? default_spec(problem) : default_grad_spec(problem, pass));
   return specs;
 }

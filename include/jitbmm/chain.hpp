@@ -82,9 +82,9 @@ public:
   // strategy(), kernel_name() and chunk() then describe the stand-in, and change once it settles. The workspace sizes
   // are meanwhile the larger of the two strategies' (docs/caching-and-tuning.md, "First calls"), and the chosen
   // one's own once settled: what they say when first asked holds for every later call. A call given less than the
-  // strategy it runs needs takes that call's scratch from jitbmm's pool; a backward given `saved` that the stand-in
-  // wrote runs the stand-in's backward. Work captured into a CUDA graph waits for the chosen strategy. True for
-  // every other plan.
+  // smaller of the two strategies' needs is refused; less than the strategy it runs needs, it takes that call's
+  // scratch from jitbmm's pool. A backward given `saved` that the stand-in wrote runs the stand-in's backward. Work
+  // captured into a CUDA graph waits for the chosen strategy. True for every other plan.
   bool settled() const;
   // The name of the generated kernel the forward runs, as the dump and override directories name its files (the
   // sequential strategy's forward unit; its saving forward and its backward are units of their own, named in
