@@ -235,11 +235,17 @@ t = time.perf_counter(); {call}; torch.cuda.synchronize()
 print(f"{{time.perf_counter() - t:.3f}}")
 """
 
-# (what, shape, the jitted function of x, the same through jitbmm.torch)
+# (what, shape, the jitted function of x, the same through jitbmm.torch): a product, and a chain of each strategy
+# (the HMM's tables zeros beside emissions x).
 FIRST_CASES = [
     ("max_plus 64x512^3 forward", (64, 512, 512), "lambda x: jj.maxbmm(x, x)", "jt.maxbmm(x, x)"),
-    ("CRF log-partition 32x512x64 value_and_grad", (32, 511, 64, 64),
+    ("CRF log-partition 32x512x64 value_and_grad (sequential)", (32, 511, 64, 64),
      "jax.value_and_grad(lambda x: jj.chain_log_partition(x).sum())", "jt.chain_log_partition(x).sum().backward()"),
+    ("CRF log-partition 1x4096x64 value_and_grad (chunked)", (1, 4095, 64, 64),
+     "jax.value_and_grad(lambda x: jj.chain_log_partition(x).sum())", "jt.chain_log_partition(x).sum().backward()"),
+    ("HMM log-likelihood 512x32x512 value_and_grad (stepped)", (512, 32, 512),
+     "jax.value_and_grad(lambda x: jj.hmm_log_partition(x, jnp.zeros((512, 512)), jnp.zeros(512)).sum())",
+     "jt.hmm_log_partition(x, torch.zeros(512, 512, device='cuda'), torch.zeros(512, device='cuda')).sum().backward()"),
 ]
 
 
