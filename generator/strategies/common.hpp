@@ -91,7 +91,7 @@ int wgmma_static_shared_bytes(const KernelSpec& s);
 void add_wgmma_tiles(std::vector<KernelSpec>& out, KernelSpec base, bool single);
 // "BM, BN, STAGES, SPLIT": the wgmma kernels' template arguments after the I/O types.
 std::string wgmma_tile_args(const KernelSpec& s);
-// How the product reads its exponentiated operands (templates/exp_matmul/prepare.cuh: FORM), by math form.
+// How the product reads its exponentiated operands (templates/exp_matmul/factors.cuh: FORM), by math form.
 int em_form(const KernelSpec& s);
 
 EntryPoint grad_store_entry(const KernelSpec& s);

@@ -24,10 +24,11 @@
 // truncation never compounds over K (as in em_mma_tile).
 #pragma once
 
+#include "core/async_copy.cuh"
 #include "core/mma.cuh"
 #include "hopper/bulk_copy.cuh"
 #include "hopper/wgmma.cuh"
-#include "exp_matmul/prepare.cuh"
+#include "exp_matmul/factors.cuh"
 
 namespace jb {
 

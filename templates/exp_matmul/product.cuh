@@ -10,10 +10,11 @@
 //      Σ 2^(t − max)) on the flagged tiles.
 #pragma once
 
+#include "core/async_copy.cuh"
 #include "core/kslice.cuh"
 #include "core/mma.cuh"
 #include "tiled/tiled.cuh"
-#include "exp_matmul/prepare.cuh"
+#include "exp_matmul/factors.cuh"
 
 namespace jb {
 
@@ -515,7 +516,7 @@ __device__ __forceinline__ void em_mma_tile(EmMmaSmem<float, BM, BN, BK>& sm, co
 }
 
 // The product of the tensor-core kernel below, through TF32 (one product a term, or SPLIT: three): the factor type,
-// its FORM (exp_matmul/prepare.cuh) and the tile's product.
+// its FORM (exp_matmul/factors.cuh) and the tile's product.
 template <bool SPLIT> struct EmTf32Product {
   typedef float Factor;
   enum { kForm = SPLIT ? 2 : 1, kStepK = 8 };

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "tiled/tiled.cuh"
-#include "exp_matmul/prepare.cuh"
+#include "exp_matmul/factors.cuh"
 
 namespace jb {
 
