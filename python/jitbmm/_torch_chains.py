@@ -7,7 +7,6 @@ reads, the library's `saved` bytes for log and the int32 path [B, T] for max_plu
 (nothing will be differentiated; max_plus then skips the path)."""
 
 import ctypes
-import math
 from typing import Optional
 
 import torch
@@ -15,13 +14,10 @@ import torch
 import jitbmm
 
 from ._torch_operator import Operator
-from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, stream
+from ._torch_chain_second_order import crf_score, hmm_score, second_order
+from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stream
 
 
-def _score_dtype(t):
-    """The dtype of a chain's score (and of its gradient): the inputs', float32 for half inputs, which the kernels
-    read into float32 and compute in it (the inputs' gradients keep the inputs' dtype)."""
-    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 _plans = {}
 
 
@@ -76,7 +72,7 @@ class _Chain:
         if not self.settled:
             self._describe()
         like = inputs[0]
-        score = like.new_empty((self.B,), dtype=_score_dtype(like))
+        score = like.new_empty((self.B,), dtype=score_dtype(like))
         log, path = semiring == "log", keep and semiring == "max_plus"
         if log:
             aux = like.new_empty((self.saved if keep else 0,), dtype=torch.uint8)  # the forward writes every byte
@@ -216,7 +212,7 @@ _crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backwa
 @_crf_op.register_fake
 def _(potentials, lengths, semiring, keep):
     B, T = potentials.shape[0], potentials.shape[1] + 1
-    return potentials.new_empty((B,), dtype=_score_dtype(potentials)), _fake_aux(
+    return potentials.new_empty((B,), dtype=score_dtype(potentials)), _fake_aux(
         (potentials,), semiring, keep, B, T, lambda: _saved_bytes(_crf_layout(semiring, potentials, lengths)[1]()))
 
 
@@ -229,7 +225,7 @@ def _crf_gradients(ctx, grads, needs, backward):
     potentials, lengths, aux = ctx.saved_tensors
     grad_score = grads[0]
     grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
-    (grad,) = _second_order(_crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,))
+    (grad,) = second_order(crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,))
     return grad, None, None, None
 
 
@@ -257,7 +253,7 @@ _hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward
 @_hmm_op.register_fake
 def _(emissions, transitions, initial, lengths, semiring, keep):
     B, T = emissions.shape[0], emissions.shape[1]
-    return emissions.new_empty((B,), dtype=_score_dtype(emissions)), _fake_aux(
+    return emissions.new_empty((B,), dtype=score_dtype(emissions)), _fake_aux(
         (emissions, transitions, initial), semiring, keep, B, T,
         lambda: _saved_bytes(_hmm_layout(semiring, emissions, transitions, initial, lengths)[1]()))
 
@@ -275,113 +271,16 @@ def _hmm_gradients(ctx, grads, needs, backward):
     needs = tuple(needs[:3])
     grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
     which = tuple(i for i, need in enumerate(needs) if need)
-    asked = iter(_second_order(_hmm_score(ctx.semiring, lengths), grad_score, tables, which,
+    asked = iter(second_order(hmm_score(ctx.semiring, lengths), grad_score, tables, which,
                                tuple(grads[i] for i in which)))
     return (*(next(asked) if need else None for need in needs), None, None, None)
 
 
-# What both forms share: the context their backward reads, the second derivatives.
+# What both forms share: the context their backward reads.
 def _setup_context(ctx, inputs, output):
     """inputs: the form's tensors, lengths, semiring, keep."""
     ctx.semiring = inputs[-2]
     ctx.save_for_backward(*inputs[:-2], output[1])
-
-
-# The second derivatives: the forward algorithm written in torch operations, differentiable to any order.
-def _logsumexp(x, dim):
-    """log Σ exp(x) along dim, whose derivatives are 0, not NaN, where every term is -inf (an unreachable state, a
-    sequence without a path)."""
-    m = x.detach().amax(dim, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = (x - m).exp().sum(dim)
-    none = s == 0
-    return torch.where(none, torch.full_like(s, -math.inf), torch.where(none, torch.ones_like(s), s).log()) + m[..., 0]
-
-
-def _reduction(semiring):
-    return _logsumexp if semiring == "log" else (lambda x, dim: x.max(dim).values)
-
-
-def _at_lengths(scores, lengths):
-    """scores [B, T] (each prefix's score) at each sequence's length; NaN for a length outside [1, T], as the
-    kernels give."""
-    if lengths is None:
-        return scores[:, -1]
-    T = scores.shape[1]
-    picked = scores.gather(1, (lengths.clamp(1, T) - 1)[:, None])[:, 0]
-    return torch.where((lengths >= 1) & (lengths <= T), picked, torch.full_like(picked, math.nan))
-
-
-def _crf_score(semiring, lengths):
-    """The score [B] of potentials, a position at a time (torch-struct's LinearChainCRF recursion)."""
-    reduce = _reduction(semiring)
-
-    def score(potentials):
-        potentials = potentials.to(_score_dtype(potentials))  # half inputs computed in float32, as the kernels do
-        alpha = potentials.new_zeros(potentials.shape[0], potentials.shape[-1])
-        scores = [reduce(alpha, -1)]
-        for t in range(potentials.shape[1]):
-            alpha = reduce(alpha[:, None, :] + potentials[:, t], -1)
-            scores.append(reduce(alpha, -1))
-        return _at_lengths(torch.stack(scores, 1), lengths)
-
-    return score
-
-
-def _hmm_score(semiring, lengths):
-    """The score [B] of an HMM's tables, a position at a time (the emission added after each step's reduction)."""
-    reduce = _reduction(semiring)
-
-    def score(emissions, transitions, initial):
-        emissions, transitions, initial = (t.to(_score_dtype(t)) for t in (emissions, transitions, initial))
-        B, T, C = emissions.shape
-        transitions, initial = transitions.expand(B, C, C), initial.expand(B, C)
-        alpha = initial + emissions[:, 0]
-        scores = [reduce(alpha, -1)]
-        for t in range(1, T):
-            alpha = reduce(alpha[:, None, :] + transitions, -1) + emissions[:, t]
-            scores.append(reduce(alpha, -1))
-        return _at_lengths(torch.stack(scores, 1), lengths)
-
-    return score
-
-
-class _SecondOrder(torch.autograd.Function):
-    """A chain's gradients under create_graph=True (torch-struct's marginals ask for it): the fused kernels' values,
-    whose own derivatives (with respect to the inputs and to grad_score) come from differentiating `score`, the
-    forward algorithm in torch operations, twice: a few launches a position and the memory of every step, so much
-    slower than the fused first derivative, but exact."""
-
-    @staticmethod
-    def forward(ctx, score, which, grad_score, *tensors):
-        """tensors: the inputs, then their gradients from the kernels for the inputs numbered in `which`."""
-        inputs, grads = tensors[:len(tensors) - len(which)], tensors[len(tensors) - len(which):]
-        ctx.score, ctx.which, ctx.count = score, which, len(grads)
-        ctx.save_for_backward(grad_score, *inputs)
-        return grads
-
-    @staticmethod
-    def backward(ctx, *vs):
-        higher = torch.is_grad_enabled()
-        grad_score, *inputs = ctx.saved_tensors
-        with torch.enable_grad():
-            w = grad_score.detach().requires_grad_(True)
-            xs = [x.detach().requires_grad_(True) for x in inputs]
-            first = torch.autograd.grad(ctx.score(*xs), [xs[i] for i in ctx.which], w, create_graph=True,
-                                        allow_unused=True)
-            pairs = [(f, v) for f, v in zip(first, vs) if f is not None and v is not None and f.requires_grad]
-            found = torch.autograd.grad([f for f, _ in pairs], [w, *xs], [v for _, v in pairs], allow_unused=True,
-                                        create_graph=higher) if pairs else (None,) * (1 + len(xs))
-        found = [torch.zeros_like(x) if g is None else g for g, x in zip(found, (w, *xs))]
-        return (None, None, *found, *(None,) * ctx.count)
-
-
-def _second_order(score, grad_score, inputs, which, grads):
-    """The kernels' gradients `grads` (of the inputs numbered in `which`), differentiable again where grad mode is
-    on (a backward with create_graph=True)."""
-    if not torch.is_grad_enabled():
-        return grads
-    return _SecondOrder.apply(score, which, grad_score, *inputs, *grads)
 
 
 _CRF = Operator(_crf_op, _crf_forward, _setup_context, _crf_gradients, _crf_backward_op, _crf_backward,

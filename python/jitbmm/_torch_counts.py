@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from ._torch_chains import _check_crf, _score_dtype, chain_log_partition
+from ._torch_chains import _check_crf, chain_log_partition
+from ._torch_support import score_dtype
 
 
 def chain_log_count(potentials, lengths=None):
@@ -34,7 +35,7 @@ def chain_log_prob(potentials, value, lengths=None):
                          f"shape), got shape {tuple(value.shape)}")
     if value.device != potentials.device:
         raise ValueError(f"value: on {value.device}, expected the potentials' device {potentials.device}")
-    dtype = _score_dtype(potentials)
+    dtype = score_dtype(potentials)
     pot, value = potentials.to(dtype), value.to(dtype)
     terms = torch.where(value != 0, value * pot, torch.zeros((), dtype=dtype, device=pot.device))
     if lengths is not None:  # only the steps before each sequence's last position

@@ -15,9 +15,9 @@ import torch
 
 import jitbmm
 
-from ._torch_chains import _check_crf, _check_tensor, _score_dtype
+from ._torch_chains import _check_crf, _check_tensor
 from ._torch_operator import Operator
-from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stream
 
 _plans = {}
 
@@ -87,7 +87,7 @@ def _upstream(kind, grad_value):
 def _forward(potentials: torch.Tensor, field: Optional[torch.Tensor], lengths: Optional[torch.Tensor], kind: int,
              keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _planned(potentials, lengths, kind)
-    dtype = _score_dtype(potentials)
+    dtype = score_dtype(potentials)
     log_z = potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype)
     mean = potentials.new_empty(potentials.shape[:1], dtype=dtype)
     saved = potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype)
@@ -126,7 +126,7 @@ _backward_op = torch.library.custom_op("jitbmm::chain_divergence_backward", _bac
 
 @_op.register_fake
 def _(potentials, field, lengths, kind, keep):
-    dtype = _score_dtype(potentials)
+    dtype = score_dtype(potentials)
     B = potentials.shape[:1]
     return (potentials.new_empty(B, dtype=dtype), potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype),
             potentials.new_empty(B, dtype=dtype), potentials.new_empty(_saved_shape(potentials, kind, keep),

@@ -66,3 +66,9 @@ def chain_key(potentials, lengths, *more):
     """What a chain distribution's plan is made for: (dtype name, device, B, T, C, with lengths, *more)."""
     B, n, C = potentials.shape[0], potentials.shape[1], potentials.shape[-1]
     return (DTYPE_NAMES[potentials.dtype], potentials.device.index, B, n + 1, C, lengths is not None, *more)
+
+
+def score_dtype(t):
+    """The dtype of a chain's score (and of its gradient): the inputs', float32 for half inputs, which the kernels
+    read into float32 and compute in it (the inputs' gradients keep the inputs' dtype)."""
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype

@@ -37,8 +37,8 @@ def finite_difference(f, xs, k, direction, eps=1e-5):
 class SecondOrderTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from jitbmm import _torch_chains
-        cls.tc = _torch_chains
+        from jitbmm import _torch_chain_second_order
+        cls.tc = _torch_chain_second_order
         torch.manual_seed(2026)
 
     def check(self, score, inputs, which, tol=1e-6):
@@ -60,7 +60,7 @@ class SecondOrderTest(unittest.TestCase):
 
         xs = [x.detach().requires_grad_(True) for x in inputs]
         v_w = w.detach().requires_grad_(True)
-        grads = self.tc._second_order(score, v_w, xs, which, tuple(first(xs, w)))
+        grads = self.tc.second_order(score, v_w, xs, which, tuple(first(xs, w)))
         got = torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), [*xs, v_w], allow_unused=True)
         for k, x in enumerate(inputs):
             d = torch.randn_like(x)
@@ -74,7 +74,7 @@ class SecondOrderTest(unittest.TestCase):
         inf = math.inf
         x = torch.tensor([[-inf, -inf], [inf, 0.0], [math.nan, 0.0], [0.5, -1.0]], dtype=torch.float64,
                          requires_grad=True)
-        out = self.tc._logsumexp(x, -1)
+        out = self.tc.logsumexp(x, -1)
         self.assertEqual(out[:3].tolist()[:2], [-inf, inf])
         self.assertTrue(math.isnan(out[2].item()))
         self.assertAlmostEqual(out[3].item(), torch.logsumexp(x[3], -1).item(), places=12)
@@ -87,29 +87,29 @@ class SecondOrderTest(unittest.TestCase):
         pot = torch.randn(3, 5, 4, 4, dtype=torch.float64)
         for lengths in (None, torch.tensor([6, 1, 4])):
             with self.subTest(lengths=lengths):
-                self.check(self.tc._crf_score("log", lengths), (pot,), (0,))
+                self.check(self.tc.crf_score("log", lengths), (pot,), (0,))
 
     def test_hmm_form(self):
         tables = (torch.randn(3, 6, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64),
                   torch.randn(3, 4, dtype=torch.float64))
         for which in ((0, 1, 2), (1,), (0, 2)):
             with self.subTest(which=which):
-                self.check(self.tc._hmm_score("log", torch.tensor([6, 2, 5])), tables, which)
+                self.check(self.tc.hmm_score("log", torch.tensor([6, 2, 5])), tables, which)
 
     def test_unreachable_states_and_sequences_without_a_path(self):
         e, t, i = torch.randn(3, 6, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64), \
             torch.randn(3, 4, dtype=torch.float64)
         t[0, 1:] = -math.inf  # nothing moves to state 0
         e[:, 0, 0] = -math.inf  # and it is not a start: unreachable everywhere
-        self.check(self.tc._hmm_score("log", None), (e, t, i), (0, 1, 2))
+        self.check(self.tc.hmm_score("log", None), (e, t, i), (0, 1, 2))
         e[1, 3] = -math.inf  # sequence 1 has no path
-        got = self.check(self.tc._hmm_score("log", None), (e, t, i), (0, 1, 2))
+        got = self.check(self.tc.hmm_score("log", None), (e, t, i), (0, 1, 2))
         self.assertFalse(any(torch.isnan(g).any().item() for g in got))
         self.assertEqual(got[0][1].abs().sum().item(), 0.0)
 
     def test_max_plus_is_piecewise_linear(self):
         pot = torch.randn(3, 5, 4, 4, dtype=torch.float64)
-        got = self.check(self.tc._crf_score("max_plus", None), (pot,), (0,))
+        got = self.check(self.tc.crf_score("max_plus", None), (pot,), (0,))
         self.assertEqual(got[0].abs().max().item(), 0.0)
 
     @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
@@ -123,10 +123,10 @@ class SecondOrderTest(unittest.TestCase):
         own = torch_struct.LinearChainCRF(pot.clone().requires_grad_(True), lengths=lengths)
         r = torch.randn_like(pot)
         (want,) = torch.autograd.grad((own.marginals * r).sum(), own.log_potentials)
-        score = self.tc._crf_score("log", lengths)
+        score = self.tc.crf_score("log", lengths)
         p = pot.clone().requires_grad_(True)
         first = torch.autograd.grad(score(p), p, torch.ones(3, dtype=torch.float64))
-        (m,) = self.tc._second_order(score, torch.ones(3, dtype=torch.float64), [p], (0,), first)
+        (m,) = self.tc.second_order(score, torch.ones(3, dtype=torch.float64), [p], (0,), first)
         torch.testing.assert_close(m, own.marginals.detach(), rtol=1e-10, atol=1e-12)
         (got,) = torch.autograd.grad((m * r).sum(), p)
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
