@@ -94,8 +94,8 @@ TEST_CASE("a generated source holds only the templates its kernel's entry header
   plus.semiring = Semiring::plus_times;
   CHECK(framed(emit_kernel(plus).source) == std::vector<std::string>{"core/params.cuh", "core/features.cuh",
                                                                      "core/dtypes.cuh", "core/numbers.cuh", "core/semirings.cuh",
-                                                                     "core/kslice.cuh", "tiled/tiled.cuh",
-                                                                     "core/grid_dependency.cuh"});
+                                                                     "core/kslice.cuh", "tiled/tile.cuh",
+                                                                     "tiled/tiled.cuh", "core/grid_dependency.cuh"});
   KernelSpec log = plus;
   log.semiring = Semiring::log;
   const std::vector<std::string> parts = framed(emit_kernel(log).source);
