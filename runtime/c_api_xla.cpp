@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "support/log.hpp"
+
 namespace jitbmm::xla_ffi {
 
 // The FFI API version these handlers were compiled against (jitbmm.jax compares it with jaxlib's on registration).
@@ -114,6 +116,11 @@ ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllo
     return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kResourceExhausted, "jitbmm: XLA's scratch allocator refused " +
                                                                               std::to_string(bytes + 255) + " bytes"));
   return CallWorkspace{aligned(*memory), bytes};
+}
+
+void note_recorded(const char* target, void* stream) {
+  if (log_enabled(LogLevel::debug) && stream_is_capturing(static_cast<CUstream>(stream)))
+    log_message(LogLevel::debug, std::string("xla: a call of jitbmm_") + target + " recorded into a CUDA graph");
 }
 
 CUcontext DeviceContext::primary(int ordinal) {

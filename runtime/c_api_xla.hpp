@@ -134,9 +134,15 @@ struct CallWorkspace {
 ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllocator& allocator, std::size_t bytes,
                                       void* stream);
 
-// A handler's body with the library's exceptions (a failed driver call in StreamContext) turned into FFI errors.
-template <class F> ffi::Error guarded(F body) {
+// At JITBMM_LOG=debug, that a call of handler jitbmm_<target> is being recorded into a CUDA graph (one of XLA's
+// command buffers, whose replays call no handler): how a user, and the GPU tests, see that XLA put the call in one.
+void note_recorded(const char* target, void* stream);
+
+// Handler jitbmm_<target>'s body with the library's exceptions (a failed driver call in StreamContext) turned into
+// FFI errors.
+template <class F> ffi::Error guarded(const char* target, void* stream, F body) {
   try {
+    note_recorded(target, stream);
     return body();
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jitbmm: ") + e.what());

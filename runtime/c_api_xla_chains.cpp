@@ -164,7 +164,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
        ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
-      return guarded([&] {
+      return guarded("chain", stream, [&] {
         return chain(stream, std::move(scratch), potentials, lengths, score, saved, path, workspace, semiring);
       });
     },
@@ -175,7 +175,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
        ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
-      return guarded([&] {
+      return guarded("chain_backward", stream, [&] {
         return chain_grad(stream, std::move(scratch), potentials, lengths, saved, path, grad_score, grad_potentials,
                           workspace, semiring);
       });
@@ -188,7 +188,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> score,
        ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path, ffi::Result<ffi::AnyBuffer> workspace,
        std::string_view semiring) {
-      return guarded([&] {
+      return guarded("hmm", stream, [&] {
         return hmm_chain(stream, std::move(scratch), emissions, transitions, initial, lengths, score, saved, path,
                          workspace, semiring);
       });
@@ -202,7 +202,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
        ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
        ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring) {
-      return guarded([&] {
+      return guarded("hmm_backward", stream, [&] {
         return hmm_grad(stream, std::move(scratch), emissions, transitions, initial, lengths, saved, path, grad_score,
                         grad_emissions, grad_transitions, grad_initial, workspace, semiring);
       });

@@ -216,7 +216,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_sample,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace, int64_t n) {
-      return guarded([&] { return sample(stream, scratch, potentials, lengths, seed, paths, workspace, n); });
+      return guarded("chain_sample", stream,
+                     [&] { return sample(stream, scratch, potentials, lengths, seed, paths, workspace, n); });
     },
     JITBMM_XLA_BUFFERS(3, 2).Attr<int64_t>("n"));
 
@@ -225,7 +226,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator, ffi::AnyBuffer potentials, ffi::AnyBuffer field, ffi::AnyBuffer lengths,
        ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> saved,
        int32_t kind) {
-      return guarded([&] { return expectation(stream, potentials, field, lengths, log_z, mean, saved, kind); });
+      return guarded("chain_expectation", stream,
+                     [&] { return expectation(stream, potentials, field, lengths, log_z, mean, saved, kind); });
     },
     JITBMM_XLA_BUFFERS(3, 3).Attr<int32_t>("kind"));
 
@@ -235,7 +237,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::AnyBuffer lengths, ffi::AnyBuffer saved, ffi::AnyBuffer log_z, ffi::AnyBuffer mean,
        ffi::AnyBuffer grad_log_z, ffi::AnyBuffer grad_mean, ffi::Result<ffi::AnyBuffer> grad_potentials,
        ffi::Result<ffi::AnyBuffer> grad_field, ffi::Result<ffi::AnyBuffer> workspace, int32_t kind) {
-      return guarded([&] {
+      return guarded("chain_expectation_backward", stream, [&] {
         return expectation_grad(stream, scratch, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean,
                                 grad_potentials, grad_field, workspace, kind);
       });
@@ -247,7 +249,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace,
        int32_t k) {
-      return guarded([&] { return kbest(stream, scratch, potentials, lengths, scores, paths, workspace, k); });
+      return guarded("chain_kbest", stream,
+                     [&] { return kbest(stream, scratch, potentials, lengths, scores, paths, workspace, k); });
     },
     JITBMM_XLA_BUFFERS(2, 3).Attr<int32_t>("k"));
 

@@ -112,8 +112,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out,
        ffi::Result<ffi::AnyBuffer> argmax, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring,
        std::string_view precision) {
-      return guarded(
-          [&] { return bmm(stream, std::move(scratch), a, b, out, argmax, workspace, semiring, precision); });
+      return guarded("bmm", stream, [&] {
+        return bmm(stream, std::move(scratch), a, b, out, argmax, workspace, semiring, precision);
+      });
     },
     JITBMM_XLA_BUFFERS(2, 3).Attr<std::string_view>("semiring").Attr<std::string_view>("precision"));
 
@@ -123,7 +124,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
        ffi::AnyBuffer argmax, ffi::AnyBuffer grad_out, ffi::Result<ffi::AnyBuffer> grad_a,
        ffi::Result<ffi::AnyBuffer> grad_b, ffi::Result<ffi::AnyBuffer> workspace, std::string_view semiring,
        std::string_view precision) {
-      return guarded([&] {
+      return guarded("bmm_backward", stream, [&] {
         return bmm_backward(stream, std::move(scratch), a, b, out, argmax, grad_out, grad_a, grad_b, workspace,
                             semiring, precision);
       });
