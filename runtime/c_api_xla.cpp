@@ -119,7 +119,14 @@ ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllo
 }
 
 void note_recorded(const char* target, void* stream) {
-  if (log_enabled(LogLevel::debug) && stream_is_capturing(static_cast<CUstream>(stream)))
+  if (!log_enabled(LogLevel::debug)) return;
+  bool capturing = false;
+  try { // a diagnostic: a driver that cannot say (no context current yet) fails no call
+    capturing = stream_is_capturing(static_cast<CUstream>(stream));
+  } catch (const std::exception&) {
+    return;
+  }
+  if (capturing)
     log_message(LogLevel::debug, std::string("xla: a call of jitbmm_") + target + " recorded into a CUDA graph");
 }
 
