@@ -13,8 +13,8 @@ import torch
 
 import jitbmm
 
-from ._torch_operator import Operator
 from ._torch_chain_second_order import crf_score, hmm_score, second_order
+from ._torch_operator import Operator
 from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stream
 
 
@@ -272,7 +272,7 @@ def _hmm_gradients(ctx, grads, needs, backward):
     grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
     which = tuple(i for i, need in enumerate(needs) if need)
     asked = iter(second_order(hmm_score(ctx.semiring, lengths), grad_score, tables, which,
-                               tuple(grads[i] for i in which)))
+                              tuple(grads[i] for i in which)))
     return (*(next(asked) if need else None for need in needs), None, None, None)
 
 
