@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/driver_api.hpp"
@@ -76,5 +77,22 @@ void wait_at_exit(std::function<void()> wait) {
 } // namespace detail
 
 void wait_for_builds_at_exit() { std::atexit(wait_for_all); }
+
+void wait_for_background_builds() {
+  if (t_background)
+    throw std::logic_error("jitbmm::wait_for_builds: called by a background build, which would wait for itself");
+  // The waits stay registered (waiting on an ended build returns at once), so that a caller on another thread never
+  // finds the list empty while builds it holds are still running; builds started meanwhile are waited for too.
+  for (std::size_t waited = 0;;) {
+    std::vector<std::function<void()>> more;
+    {
+      std::lock_guard<std::mutex> lock(waiters().mutex);
+      if (waiters().all.size() <= waited) return;
+      more.assign(waiters().all.begin() + static_cast<std::ptrdiff_t>(waited), waiters().all.end());
+    }
+    for (const auto& wait : more) wait();
+    waited += more.size();
+  }
+}
 
 } // namespace jitbmm

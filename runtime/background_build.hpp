@@ -53,6 +53,10 @@ void wait_at_exit(std::function<void()> wait);
 // build still uses those.
 void wait_for_builds_at_exit();
 
+// Waits for every background build started until it returns, those started meanwhile included (the public
+// jitbmm::wait_for_builds()); std::logic_error on a background build's own thread, which would wait for itself.
+void wait_for_background_builds();
+
 // Starts `build` on a thread of its own with `device`'s context current (see above).
 template <class T>
 std::shared_future<T> start_background_build(const std::shared_ptr<const DeviceInfo>& device,

@@ -1,5 +1,5 @@
 // The C ABI of the library as a whole: its version, the tables of semirings and dtypes, the tuning policy and the
-// decisions' export and import, the scratch pool and the disk cache.
+// decisions' export and import, the scratch pool, the background builds and the disk cache.
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -46,6 +46,10 @@ int jitbmm_dtype_size(int index) { return dtype_row(index) ? dtype_row(index)->s
 
 jitbmm_status jitbmm_release_pool_memory(void) {
   return guarded([] { jitbmm::release_pool_memory(); });
+}
+
+jitbmm_status jitbmm_wait_for_builds(void) {
+  return guarded([] { jitbmm::wait_for_builds(); });
 }
 
 jitbmm_status jitbmm_set_tune_policy(const char* policy) {

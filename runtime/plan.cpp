@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/autotune.hpp"
+#include "runtime/background_build.hpp"
 #include "support/checked_size.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/device_pool.hpp"
@@ -342,5 +343,7 @@ JitLogBMM JitLogBMM::get(Shape shape) {
 
 Stats stats() { return Stats{nvrtc_compile_count(), pool_reserved_bytes()}; }
 void release_pool_memory() { trim_pools(); }
+
+void wait_for_builds() { wait_for_background_builds(); }
 
 } // namespace jitbmm

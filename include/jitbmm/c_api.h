@@ -105,6 +105,10 @@ jitbmm_status jitbmm_plan_backward_with_workspace(const jitbmm_plan* plan, const
 /* jitbmm's pool keeps the scratch memory of calls given no workspace for the next call; this gives back to the
  * driver all of it that no call is using, on every device. */
 jitbmm_status jitbmm_release_pool_memory(void);
+/* Waits until every build this process runs in the background (a stand-in's chosen variants or strategy; "settled"
+ * below) has ended, built or failed; at once where none runs. Before a program removes the cache directory it used,
+ * say: a build writes there. The process waits for them at its end in any case. */
+jitbmm_status jitbmm_wait_for_builds(void);
 
 /* The kernel calls run now; valid while the plan lives. */
 jitbmm_status jitbmm_plan_kernel_name(const jitbmm_plan* plan, const char** name);

@@ -129,4 +129,10 @@ Stats stats();
 // call instead of mapping it again. This gives back to the driver all of it that no call is using (every device).
 void release_pool_memory();
 
+// Waits until every build this process runs in the background has ended, built or failed: the chosen variants or
+// strategy a stand-in serves for (docs/caching-and-tuning.md, "First calls"); returns at once where none runs. For a
+// program that removes the cache directory it used before it ends (a build writes there), or that times settled
+// kernels. The process waits for them at its end in any case. std::logic_error from a background build's own thread.
+void wait_for_builds();
+
 } // namespace jitbmm

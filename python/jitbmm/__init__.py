@@ -18,7 +18,8 @@ from ._abi import _CChainProblem, _CProblem, _chain_problem, _declare  # noqa: F
 
 __all__ = ["JitbmmError", "NoDriverError", "NoNvrtcError", "UnsupportedDeviceError", "CudaError", "CompileError",
            "LibraryNotFoundError", "Problem", "Plan", "prepare", "reference", "version", "cache_dir", "set_tune_policy",
-           "release_pool_memory", "export_choices", "import_choices", "chain_strategy", "SEMIRINGS", "DTYPES"]
+           "release_pool_memory", "wait_for_builds", "export_choices", "import_choices", "chain_strategy", "SEMIRINGS",
+           "DTYPES"]
 # SEMIRINGS and DTYPES come from the library's own tables (_read_tables below).
 
 
@@ -134,6 +135,15 @@ def release_pool_memory():
     """Gives back to the driver the scratch memory jitbmm's pools keep for calls made without a workspace
     (docs/cpp-api.md, Workspaces), all of it that no call is using, on every device."""
     _check(_library().jitbmm_release_pool_memory())
+
+
+def wait_for_builds():
+    """Waits until every build this process runs in the background has ended, built or failed: the chosen variants
+    or strategy a stand-in serves for (docs/caching-and-tuning.md, "First calls"). Call it before removing the cache
+    directory the process used (a build writes there); the process waits for them at its end in any case. Returns at
+    once where the library was never loaded: no build can have started."""
+    if _lib is not None:
+        _check(_lib.jitbmm_wait_for_builds())
 
 
 def version():

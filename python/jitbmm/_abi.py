@@ -48,6 +48,8 @@ def _declare(lib):
     lib.jitbmm_plan_backward_with_workspace.restype = status
     lib.jitbmm_release_pool_memory.argtypes = []
     lib.jitbmm_release_pool_memory.restype = status
+    lib.jitbmm_wait_for_builds.argtypes = []
+    lib.jitbmm_wait_for_builds.restype = status
     lib.jitbmm_plan_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.jitbmm_plan_kernel_name.restype = status
     lib.jitbmm_plan_settled.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]

@@ -11,7 +11,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +19,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -41,9 +39,10 @@ using namespace jitbmm;
 
 namespace {
 
-// Whether the plan settled within two minutes.
+// Whether the plan settled once every background build ended: a plan settles as its build ends (built), or never
+// (failed), so wait_for_builds must not return before.
 template <class Plan> bool wait_settled(const Plan& plan) {
-  for (int i = 0; i < 12000 && !plan.settled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_for_builds();
   return plan.settled();
 }
 
@@ -258,7 +257,7 @@ int announced_sizes_calls() {
     jitbmm_chain_plan* plan = make(B, T, C);
     const auto before = sizes(plan);
     std::printf("%s-settled %d\n%s-strategy %s\n", name, settled(plan), name, strategy(plan).c_str());
-    for (int i = 0; i < 12000 && !settled(plan); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (jitbmm_wait_for_builds() != JITBMM_OK) throw std::runtime_error(jitbmm_last_error());
     const auto after = sizes(plan);
     std::printf("%s-settled-after %d\n%s-strategy-after %s\n%s-within %d\n", name, settled(plan), name,
                 strategy(plan).c_str(), name, int(after.first <= before.first && after.second <= before.second));
@@ -337,10 +336,7 @@ int product_calls(const std::string& log, bool capture) {
   std::printf("then-exp-matmul %zu\n", launches_with(log, from, "exp_matmul"));
   // The passes are built beside the forward, side by side: a backward runs them once both are, in the workspace
   // asked at first.
-  for (int i = 0; i < 12000 && (plan.grad_spec(Pass::grad_a).strategy != Strategy::exp_matmul ||
-                                plan.grad_spec(Pass::grad_b).strategy != Strategy::exp_matmul);
-       ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_for_builds();
   from = logged_launches(log).size();
   plan.backward(a.get(), b.get(), out.get(), nullptr, out.get(), ga.get(), gb.get(), nullptr,
                 Workspace{back.get(), backward_workspace});
