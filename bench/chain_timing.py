@@ -16,23 +16,24 @@ import jitbmm
 FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
 
 
-def settled(timeout_s=600.0):
+def settled():
     """Waits until every chain plan of jitbmm.torch runs its chosen strategy, and every product plan its chosen
-    variant (a backward's passes build beside the forward: a further second for them)."""
+    variants: every build in the background has ended (jitbmm.wait_for_builds), then a second more where one had not.
+    A plan whose chosen kernels failed to build (its stand-in serving for good, with the library's warning) is an
+    error: its figures would not be its strategy's."""
     from jitbmm import _torch_chains
     import jitbmm.torch as jt
-    end = time.monotonic() + timeout_s
-    waited = False
-    while True:
+
+    def all_settled():  # a chain plan reads its state again in _describe
         plans = list(_torch_chains._plans.values())
         for plan in plans:
             plan._describe()
-        if all(plan.settled for plan in plans) and all(k.plan.settled for k in list(jt._kernels.values())):
-            break
-        if time.monotonic() > end:
-            raise RuntimeError(f"a plan did not settle on its chosen kernels in {timeout_s:.0f} s")
-        waited = True
-        time.sleep(0.01)
+        return all(plan.settled for plan in plans) and all(k.plan.settled for k in list(jt._kernels.values()))
+
+    waited = not all_settled()
+    jitbmm.wait_for_builds()
+    if not all_settled():
+        raise RuntimeError("a plan's chosen kernels failed to build (see jitbmm's warning); its stand-in still runs")
     if waited:
         time.sleep(1.0)
 
