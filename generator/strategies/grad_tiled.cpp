@@ -1,6 +1,6 @@
 // Strategy "tiled" for a gradient pass (log and plus_times): a register-tiled reduction over j for grad_a (over i
 // for grad_b) of G·w, w the semiring's gradient weight, into the operand's layout; a gradient broadcast over the
-// batch is accumulated atomically into the workspace, then stored (templates/grad/backward.cuh).
+// batch is accumulated atomically into the workspace, then stored (templates/grad/backward.cuh, grad/store.cuh).
 #include "generator/strategies/common.hpp"
 
 namespace jitbmm::strategies {

@@ -1,6 +1,6 @@
 // Strategy "scatter" (a gradient pass of the selecting semirings: max_plus, min_plus, max_times): each output's G
 // goes to the term its forward argmax chose, accumulated atomically into the workspace, then stored into the
-// operand's layout (templates/grad/backward.cuh).
+// operand's layout (templates/grad/scatter.cuh).
 #include "generator/strategies/common.hpp"
 
 #include <algorithm>
@@ -28,7 +28,7 @@ std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem&) {
 }
 
 Rendering render(const KernelSpec& s) {
-  return {{"grad/backward.cuh"},
+  return {{"grad/scatter.cuh"},
           "GradParams",
           {main_entry(s, "jb::grad_scatter_kernel<" + io_types(s) + ", " + (s.pass == Pass::grad_a ? "true" : "false") +
                              ", " + (semiring_info(s.semiring).scatter_times ? "true" : "false") + ">"),

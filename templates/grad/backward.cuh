@@ -18,8 +18,7 @@
 // [−kMaxScaleUp, 0]: scaled up only, exactly), the terms summed as normal numbers, the sum scaled back by 2^σ once,
 // with one rounding. (w ≤ 1 keeps the scaled sum below the line's length.)
 //
-// Scatter (max_plus, min_plus, max_times; strategy "scatter"): G[i,j] goes to the forward's argmax k (times the
-// partner operand for max_times), accumulated atomically in an accumulator-type workspace, then stored.
+// The selecting semirings' backward is grad/scatter.cuh's (or grad/histogram.cuh's).
 //
 // A gradient broadcast over the batch (its operand's batch stride is 0) sums every batch's contribution: the
 // kernels then accumulate atomically into the workspace and grad_store_kernel writes the result.
@@ -29,6 +28,7 @@
 #include "core/dtypes.cuh"
 #include "core/kslice.cuh"
 #include "core/numbers.cuh"
+#include "grad/store.cuh"
 
 namespace jb {
 
@@ -428,45 +428,6 @@ __device__ __forceinline__ void grad_tiled_kernel(const GradParams p, const Keep
           *grad = from_acc<In>(value);
       }
     __syncthreads(); // sm.sigma and sm.unproven are rewritten for the next batch
-  }
-}
-
-// Selecting semirings: one thread per output (b, i, j) sends G to its argmax k.
-template <class In, class Out, class I, bool GA, bool kTimes>
-__device__ __forceinline__ void grad_scatter_kernel(const GradParams p) {
-  typedef typename Acc<In>::type T;
-  T* ws = static_cast<T*>(p.workspace);
-  const In* A = static_cast<const In*>(p.a);
-  const In* Bm = static_cast<const In*>(p.b);
-  const Out* Gp = static_cast<const Out*>(p.grad_out);
-  const I M = (I)p.M, N = (I)p.N, K = (I)p.K, total = (I)p.B * M * N;
-  for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-    const I bt = o / (M * N), i = o / N % M, j = o % N;
-    const int k = p.argmax[o];
-    if (k < 0 || (I)k >= K) continue; // K = 0: no term, no gradient
-    const T g = to_acc(Gp[bt * (I)p.out_batch + i * (I)p.out_row + j * (I)p.out_col]);
-    if (g == T(0)) continue;
-    const I slice = p.workspace_slices == 1 ? I(0) : bt;
-    if (GA) {
-      const T w = kTimes ? g * to_acc(Bm[bt * (I)p.b_batch + (I)k * (I)p.b_row + j * (I)p.b_col]) : g;
-      atomicAdd(ws + (slice * M + i) * K + k, w);
-    } else {
-      const T w = kTimes ? g * to_acc(A[bt * (I)p.a_batch + i * (I)p.a_row + (I)k * (I)p.a_col]) : g;
-      atomicAdd(ws + (slice * K + k) * N + j, w);
-    }
-  }
-}
-
-// Workspace [slices][rows][cols] → the gradient in its operand's layout and dtype.
-template <class In, class I, bool GA> __device__ __forceinline__ void grad_store_kernel(const GradParams p) {
-  typedef typename Acc<In>::type T;
-  const T* ws = static_cast<const T*>(p.workspace);
-  const I R = GA ? (I)p.M : (I)p.K, C = GA ? (I)p.K : (I)p.N, total = (I)p.workspace_slices * R * C;
-  const I d_batch = GA ? (I)p.a_batch : (I)p.b_batch, d_row = GA ? (I)p.a_row : (I)p.b_row,
-          d_col = GA ? (I)p.a_col : (I)p.b_col;
-  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-    const I s = e / (R * C), r = e / C % R, c = e % C;
-    static_cast<In*>(p.grad)[s * d_batch + r * d_row + c * d_col] = from_acc<In>(ws[e]);
   }
 }
 
