@@ -22,10 +22,11 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 
 import jitbmm
 
-from . import Plan, Problem, prepare as _prepare, SEMIRINGS, DTYPES, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
+from . import SEMIRINGS, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
 from . import _torch_product_grad as _differentiable
-from ._torch_support import lock as _kernels_lock, stream as _stream, PLAIN_TENSORS as _PLAIN_TENSORS
-from ._torch_support import TABLE_ENTRIES as _FAST_ENTRIES, DTYPE_NAMES as _DTYPE_NAMES
+from ._torch_product_kernels import KERNELS as _kernels, DTYPES as _DTYPES, kernels_for as _kernels_for
+from ._torch_product_kernels import layout as _layout, batches as _batches, empty_grad as _empty_grad, sizes as _sizes
+from ._torch_support import lock as _kernels_lock, PLAIN_TENSORS as _PLAIN_TENSORS, TABLE_ENTRIES as _FAST_ENTRIES
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
 from ._torch_samples import chain_sample
@@ -38,120 +39,9 @@ __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_ch
            "chain_sample", "chain_kbest", "chain_log_count", "chain_log_prob", "entropy_semiring_bmm",
            "kmax_semiring_bmm"]
 
-# The library's dtypes (jitbmm.DTYPES) by their torch dtype; the selecting semirings: their backward reads the
-# forward's argmax, so a forward that will be differentiated saves it.
-_DTYPES = {t: name for t, name in _DTYPE_NAMES.items() if name in DTYPES}
+# The selecting semirings: their backward reads the forward's argmax, so a forward that will be differentiated
+# saves it.
 _SELECTING = tuple(s for s in SEMIRINGS if _SEMIRING_BACKWARD[s] == _BACKWARD_ARGMAX_SCATTER)
-_kernels = {}
-
-
-class _Kernels:
-    """One jitbmm plan as this module calls it: every launch on the current stream of the operands' device, every
-    workspace from PyTorch's caching allocator on that stream (so memory stats, empty_cache, CUDA-graph pools and
-    expandable segments see it), the foreign functions looked up once."""
-
-    __slots__ = ("plan", "handle", "device", "with_argmax", "workspace", "backward_workspace", "run", "grad")
-
-    def __init__(self, plan, device, with_argmax):
-        lib = jitbmm._library()
-        self.plan, self.handle, self.device, self.with_argmax = plan, plan._handle, device, with_argmax
-        self.workspace = plan.workspace_bytes
-        self.backward_workspace = {}  # (need_a, need_b) → bytes, asked on the first backward
-        self.run, self.grad = lib.jitbmm_plan_run_with_workspace, lib.jitbmm_plan_backward_with_workspace
-
-    def forward(self, a, b, out_shape):
-        """(out, argmax or None) for operands in the plan's layout; out (and argmax) contiguous in out_shape."""
-        out = a.new_empty(out_shape)
-        argmax = a.new_empty(out_shape, dtype=torch.int32) if self.with_argmax else None
-        ws = self.workspace
-        scratch = a.new_empty((ws,), dtype=torch.uint8) if ws else None
-        status = self.run(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
-                          argmax.data_ptr() if argmax is not None else None,
-                          scratch.data_ptr() if ws else None, ws, _stream(self.device))
-        if status:
-            jitbmm._check(status)
-        return out, argmax
-
-    def backward(self, a, b, out, argmax, grad_out, need_a, need_b):
-        """(grad_a or None, grad_b or None) in a's and b's own layouts; grad_out in any layout of out's shape."""
-        ws = self.backward_workspace.get((need_a, need_b))
-        if ws is None:
-            with torch.cuda.device(self.device):
-                ws = self.plan.backward_workspace_bytes(need_a, need_b, argmax is not None, _stream(self.device))
-            self.backward_workspace[(need_a, need_b)] = ws
-        grad_out = grad_out.contiguous()  # out's layout
-        grad_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device) if need_a else None
-        grad_b = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=b.device) if need_b else None
-        scratch = a.new_empty((ws,), dtype=torch.uint8) if ws else None
-        status = self.grad(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
-                           argmax.data_ptr() if argmax is not None else None, grad_out.data_ptr(),
-                           grad_a.data_ptr() if need_a else None, grad_b.data_ptr() if need_b else None,
-                           scratch.data_ptr() if ws else None, ws, _stream(self.device))
-        if status:
-            jitbmm._check(status)
-        return grad_a, grad_b
-
-
-def _kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision, grads=None):
-    """The kernels of a call; `grads` (need_a, need_b) for a first call that will be differentiated: its backward's
-    kernels are compiled beside the forward's (jitbmm.prepare)."""
-    key = (semiring, dtype, device, shape, a_strides, b_strides, with_argmax, precision)
-    kernels = _kernels.get(key)
-    if kernels is None:
-        B, M, K, N = shape
-        problem = Problem(semiring, _DTYPES[dtype], B, M, K, N, a_strides=a_strides, b_strides=b_strides,
-                          out_strides=(M * N, N, 1), with_argmax=with_argmax, precision=precision)
-        with torch.cuda.device(device):  # the plan is made for the current device, for its current stream
-            # Inside a capture the plan takes a stored decision or the default at once: nothing to build ahead.
-            if grads and any(grads) and not torch.cuda.is_current_stream_capturing():
-                _prepare(problem, *grads)
-            plan = Plan(problem, _stream(device))
-            kernels = _Kernels(plan, device, with_argmax)
-            # Inside a CUDA-graph capture the plan tuned nothing (a stored decision or the default): it serves
-            # the capture, and the next call outside one plans (and tunes) again.
-            if torch.cuda.is_current_stream_capturing():
-                return kernels
-        with _kernels_lock:
-            kernels = _kernels.setdefault(key, kernels)
-    return kernels
-
-
-def _writable(t):
-    """Whether t's elements sit at distinct addresses (a batch stride of 0, a broadcast, aside): its gradient can
-    then be written in its own layout."""
-    dims = sorted((abs(st), n) for i, (st, n) in enumerate(zip(t.stride(), t.shape))
-                  if n > 1 and not (t.dim() == 3 and i == 0 and st == 0))
-    span = 1
-    for stride, n in dims:
-        if stride < span:
-            return False
-        span += stride * (n - 1)
-    return True
-
-
-def _layout(t, batches):
-    """(tensor, strides) for the kernel: a 2-D t is one matrix for every batch (batch stride 0). A layout whose
-    gradient could not be written in place (overlapping elements) is copied first."""
-    if not _writable(t) or (t.dim() == 3 and t.shape[0] > 1 and t.stride(0) == 0):
-        t = t.contiguous()
-    if t.dim() == 2:
-        return t, (0, t.stride(0), t.stride(1))
-    return t, (t.stride(0), t.stride(1), t.stride(2))
-
-
-def _batches(a, b):
-    return a.shape[0] if a.dim() == 3 else b.shape[0] if b.dim() == 3 else 1
-
-
-def _empty_grad(t):
-    """The gradient of t in the layout the backward kernel writes: t's own, or contiguous where _layout copies."""
-    t, _ = _layout(t, None)
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-
-
-def _sizes(a, b):
-    """(B, M, K, N) of the product of a and b as the kernels see them."""
-    return _batches(a, b), a.shape[-2], a.shape[-1], b.shape[-1]
 
 
 # The product and its backward. Operands are [B, rows, cols] or [rows, cols] (one matrix for every batch); without
