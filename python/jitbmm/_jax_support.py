@@ -167,8 +167,13 @@ def lengths_operand(lengths, batch, name="lengths"):
         raise TypeError(f"{name}: expected an integer dtype, got {lengths.dtype}")
     if lengths.shape != tuple(batch):
         raise ValueError(f"{name}: expected shape {tuple(batch)} (the batch), got {lengths.shape}")
-    # Beyond int32 a length is out of range anyway (the kernels give NaN): clipped, never wrapped into range.
-    low = jnp.clip(lengths, -1, np.iinfo(np.int32).max).astype(jnp.int32)
+    # Beyond int32 a length is out of range anyway (the kernels give NaN): clipped, never wrapped into range. Only a
+    # dtype wider than int32 is clipped, with bounds it holds (jnp.clip casts its bounds to the array's dtype: -1 in
+    # uint8 is 255, 2**31 - 1 in int16 is -1).
+    info, top = jnp.iinfo(lengths.dtype), np.iinfo(np.int32).max
+    if info.min < -1 or info.max > top:
+        lengths = jnp.clip(lengths, max(info.min, -1), min(info.max, top))
+    low = lengths.astype(jnp.int32)
     return jnp.stack([low, jnp.where(low < 0, -1, 0).astype(jnp.int32)], -1)
 
 

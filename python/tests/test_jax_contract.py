@@ -142,6 +142,21 @@ class ContractTest(unittest.TestCase):
                 if kind != "entropy":
                     self.close(grads[1], want_grads[1])
 
+    def test_lengths_of_every_integer_dtype(self):
+        """Lengths of any integer dtype reach the handlers as the same int64 values (int32 pairs); one outside int32's
+        range is clipped out of range, never wrapped into it."""
+        from jitbmm._jax_support import lengths_operand
+        p, L = self.p[0], self.lengths
+        want = self.jj.chain_entropy(p, L)
+        for dtype in (jnp.int8, jnp.int16, jnp.int32, jnp.int64, jnp.uint8, jnp.uint16, jnp.uint32, jnp.uint64):
+            with self.subTest(dtype=dtype.__name__):
+                self.close(self.jj.chain_entropy(p, L.astype(dtype)), want)
+                info = jnp.iinfo(dtype)
+                edge = [info.min, info.max]
+                top = min(int(info.max), 2**31 - 1)
+                self.assertEqual(lengths_operand(jnp.asarray(edge, dtype), (2,)).tolist(),
+                                 [[-1, -1] if info.min < 0 else [0, 0], [top, 0]])
+
     def test_vmap_rules(self):
         """Each rule once: the two rows of log Z under vmap of grad (the cross-entropy), a backward a row of upstream
         gradients at a time (jacrev of KL and of the log-partition), nested vmap of the entropy's gradient, and
