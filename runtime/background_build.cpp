@@ -1,11 +1,13 @@
 // Builds in the background (background_build.hpp).
 #include "runtime/background_build.hpp"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -25,22 +27,36 @@ void lower_this_thread_priority() {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 10);
 }
 
+// The waits of every build started, in order. Never emptied while the process runs, so that a caller of
+// wait_for_background_builds on one thread never finds a build missing that another caller (or the process's end)
+// waits for; waiting on an ended build returns at once.
 struct Waiters {
   std::mutex mutex;
   std::vector<std::function<void()>> all;
 };
-Waiters& waiters() {
-  static auto* w = new Waiters(); // never destroyed: read at the process's end
-  return *w;
+Waiters*& waiters() {
+  static Waiters* w = new Waiters(); // never destroyed: read at the process's end
+  return w;
 }
 
-void wait_for_all() {
-  std::vector<std::function<void()>> all;
-  {
-    std::lock_guard<std::mutex> lock(waiters().mutex);
-    all.swap(waiters().all);
+// A child forked while builds ran has none of their threads: it starts on a list of its own (the parent's, whose
+// futures would wait for threads that do not exist there, and whose mutex another thread may have held at the fork,
+// is left alone, never destroyed).
+void forget_builds_in_child() { waiters() = new Waiters(); }
+
+// Waits for every build registered, those registered meanwhile included.
+void wait_for_registered() {
+  for (std::size_t waited = 0;;) {
+    std::vector<std::function<void()>> more;
+    {
+      Waiters& w = *waiters();
+      std::lock_guard<std::mutex> lock(w.mutex);
+      if (w.all.size() <= waited) return;
+      more.assign(w.all.begin() + static_cast<std::ptrdiff_t>(waited), w.all.end());
+    }
+    for (const auto& wait : more) wait();
+    waited += more.size();
   }
-  for (const auto& wait : all) wait();
 }
 
 } // namespace
@@ -66,33 +82,39 @@ BackgroundThread::BackgroundThread(const DeviceInfo& device) : context_(device.c
 
 BackgroundThread::~BackgroundThread() { t_background = false; }
 
+} // namespace detail
+
+BuildCaptureMode::BuildCaptureMode(bool relax) {
+  if (!relax) return;
+  check(driver().cuThreadExchangeStreamCaptureMode(&previous_), "cuThreadExchangeStreamCaptureMode");
+  relaxed_ = true;
+}
+
+BuildCaptureMode::~BuildCaptureMode() {
+  if (relaxed_) driver().cuThreadExchangeStreamCaptureMode(&previous_);
+}
+
+namespace detail {
+
 void wait_at_exit(std::function<void()> wait) {
+  static std::once_flag fork_handler;
+  std::call_once(fork_handler, [] { ::pthread_atfork(nullptr, nullptr, forget_builds_in_child); });
   {
-    std::lock_guard<std::mutex> lock(waiters().mutex);
-    waiters().all.push_back(std::move(wait));
+    Waiters& w = *waiters();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.all.push_back(std::move(wait));
   }
   wait_for_builds_at_exit();
 }
 
 } // namespace detail
 
-void wait_for_builds_at_exit() { std::atexit(wait_for_all); }
+void wait_for_builds_at_exit() { std::atexit(wait_for_registered); }
 
 void wait_for_background_builds() {
   if (t_background)
     throw std::logic_error("jitbmm::wait_for_builds: called by a background build, which would wait for itself");
-  // The waits stay registered (waiting on an ended build returns at once), so that a caller on another thread never
-  // finds the list empty while builds it holds are still running; builds started meanwhile are waited for too.
-  for (std::size_t waited = 0;;) {
-    std::vector<std::function<void()>> more;
-    {
-      std::lock_guard<std::mutex> lock(waiters().mutex);
-      if (waiters().all.size() <= waited) return;
-      more.assign(waiters().all.begin() + static_cast<std::ptrdiff_t>(waited), waiters().all.end());
-    }
-    for (const auto& wait : more) wait();
-    waited += more.size();
-  }
+  wait_for_registered();
 }
 
 } // namespace jitbmm

@@ -46,6 +46,20 @@ private:
 void wait_at_exit(std::function<void()> wait);
 } // namespace detail
 
+// A background build's capture mode (relaxed: BackgroundThread) on a thread that does a build's work beside it (the
+// CPU pool's, building ahead), for as long as it lives, where `relax`; else nothing.
+class BuildCaptureMode {
+public:
+  explicit BuildCaptureMode(bool relax);
+  ~BuildCaptureMode();
+  BuildCaptureMode(const BuildCaptureMode&) = delete;
+  BuildCaptureMode& operator=(const BuildCaptureMode&) = delete;
+
+private:
+  bool relaxed_ = false;
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 // Has the process, when it ends, wait for every background build before what was set up until now is torn down
 // (functions registered with std::atexit and static objects go in reverse order together: what a library sets up
 // after this call, its exit handler included, goes first). start_background_build calls it; a stand-in calls it

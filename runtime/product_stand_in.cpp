@@ -64,7 +64,13 @@ ProductStandIn::ProductStandIn(std::shared_ptr<const DeviceInfo> device, const P
       build_pass_(std::move(build_pass)), workspace_(workspace), what_(std::move(what)) {}
 
 const SemiringBMM::Impl* ProductStandIn::fitting(const SemiringBMM::Impl* plan) const {
-  return plan && plan->launches.workspace_bytes <= workspace_ ? plan : nullptr;
+  if (!plan || plan->launches.workspace_bytes <= workspace_) return plan;
+  std::call_once(too_large_, [&] {
+    log_message(LogLevel::warn, what_ + ": its chosen variant takes " + std::to_string(plan->launches.workspace_bytes) +
+                                    " bytes of workspace where its plan announced " + std::to_string(workspace_) +
+                                    "; its calls keep running its stand-in");
+  });
+  return nullptr;
 }
 
 const SemiringBMM::Impl* ProductStandIn::chosen() const { return fitting(chosen_.get(false)); }
@@ -212,7 +218,10 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
                                         "built");
   std::lock_guard<std::mutex> lock(r.mutex);
   const auto [at, added] = r.plans.emplace(key, std::move(plan)); // another thread's, where it made one first
-  if (added) wait_for_builds_at_exit();
+  if (added)
+    wait_for_builds_at_exit();
+  else
+    at->second->stand_in->want(grad_a, grad_b); // the passes this call asked for, of the plan that serves
   return at->second;
 }
 

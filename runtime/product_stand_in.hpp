@@ -35,7 +35,8 @@ public:
 
   // The chosen plan for a forward on `stream` once built (waited for where the stream is being captured), else null:
   // the stand-in runs the call. A chosen plan whose workspace exceeds the announced one never serves (the rare
-  // decision brought from elsewhere that fails its check, replaced by a larger one): the stand-in serves for good.
+  // decision brought from elsewhere that fails its check, replaced by a larger one): the stand-in serves for good,
+  // with a warning.
   const SemiringBMM::Impl* forward(Stream stream) const;
   // The same for a backward writing the gradients named: the chosen plan once it and those passes are built. Starts
   // building those passes where nothing builds them yet.
@@ -68,6 +69,7 @@ private:
   mutable std::mutex mutex_;                   // guards passes_ and pass_warned_
   mutable std::shared_future<bool> passes_[2]; // grad_a, grad_b: built (true) or failed (false); started on want
   mutable bool pass_warned_[2] = {false, false};
+  mutable std::once_flag too_large_; // the warning that the chosen plan takes more workspace than announced
 };
 
 // A stand-in's product (a product plan's, a chain's): the default variant in the tiled family's smallest tile (32 × 32

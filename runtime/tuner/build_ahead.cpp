@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/background_build.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/tuner/cpu_pool.hpp"
 #include "support/log.hpp"
@@ -25,11 +26,13 @@ void build_ahead(const DeviceInfo& device, const std::vector<GeneratedKernel>& g
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, "building " + std::to_string(count) + " kernels ahead");
   // The products' kernels first: they are the longest compiles, so where the items outnumber the threads the rest
-  // fill in beside them. Quick builds where the asking thread makes them.
-  const bool quick = QuickBuild::active();
+  // fill in beside them. The pool's threads build as the asking thread does: quick builds where it makes them, and
+  // in a background build's relaxed capture mode, so that their module loads break no graph another thread captures.
+  const bool quick = QuickBuild::active(), background = in_background_build();
   for_each_on_cpus(count, [&](std::size_t i) {
     const QuickBuild scope(quick);
     try {
+      const BuildCaptureMode mode(background);
       if (i < unique.size())
         load_kernel(device, unique[i]);
       else

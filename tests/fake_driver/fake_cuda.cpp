@@ -22,7 +22,8 @@
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
 // - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
 //   none (nothing else changes: launches still run); cuThreadExchangeStreamCaptureMode keeps a mode a thread and
-//   logs "capture-mode <n>" with the mode set;
+//   logs "capture-mode <n>" with the mode set; a module loaded meanwhile on a thread left in the global mode, which
+//   CUDA refuses and which ends a capture in that mode on any thread, is logged "capture-broken" (and still loads);
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
 // - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
@@ -87,6 +88,13 @@ std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
 std::atomic<long> g_modules_loaded{0};
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// Whether every stream is being captured now ($JITBMM_FAKE_CUDA_CAPTURING=1).
+bool capturing() {
+  const char* v = std::getenv("JITBMM_FAKE_CUDA_CAPTURING");
+  return v && std::strcmp(v, "1") == 0;
+}
 
 // The compute capability as major * 10 + minor: 90, or $JITBMM_FAKE_CUDA_SM; 0 when that is malformed.
 int fake_sm() {
@@ -362,6 +370,7 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   const std::size_t bytes = elf_image_bytes(image);
   if (bytes == 0) return CUDA_ERROR_INVALID_IMAGE;
   log_line("load " + sha256_hex(image, bytes) + " " + std::to_string(bytes));
+  if (capturing() && t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) log_line("capture-broken");
   g_modules_loaded.fetch_add(1);
   *module = new CUmod_st;
   return CUDA_SUCCESS;
@@ -546,16 +555,13 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t co
 CUresult CUDAAPI cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  const char* capturing = std::getenv("JITBMM_FAKE_CUDA_CAPTURING");
-  *status = capturing && std::strcmp(capturing, "1") == 0 ? CU_STREAM_CAPTURE_STATUS_ACTIVE
-                                                           : CU_STREAM_CAPTURE_STATUS_NONE;
+  *status = capturing() ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (!mode) return CUDA_ERROR_INVALID_VALUE;
-  thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::swap(*mode, t_mode);
-  log_line("capture-mode " + std::to_string(int(t_mode)));
+  std::swap(*mode, t_capture_mode);
+  log_line("capture-mode " + std::to_string(int(t_capture_mode)));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamGetCtx(CUstream, CUcontext* ctx) {
