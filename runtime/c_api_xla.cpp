@@ -149,7 +149,16 @@ CUcontext StreamContext::context_of(void* stream) {
   return ctx;
 }
 
+std::atomic<unsigned long long>& plan_tables_emptied() {
+  static std::atomic<unsigned long long> count{0};
+  return count;
+}
+
 } // namespace jitbmm::xla_ffi
+
+extern "C" unsigned long long jitbmm_xla_plan_tables_emptied(void) {
+  return jitbmm::xla_ffi::plan_tables_emptied().load();
+}
 
 extern "C" int jitbmm_xla_ffi_api_version(int* major, int* minor) {
   if (major) *major = XLA_FFI_API_MAJOR;

@@ -4,6 +4,7 @@
 // (they come with jaxlib; CMake's JITBMM_XLA_FFI_INCLUDE).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -49,7 +50,12 @@ private:
   ScopedContext scope_;
 };
 
-// Plans by problem and context, for the process: a handler's plan is made once and shared by every call of it.
+// How many times a table of plans below has started again: jitbmm.jax keys what it learnt of the plans it made as it
+// traced by this count (jitbmm_xla_plan_tables_emptied), so that a trace after one asks again and makes its plan anew.
+std::atomic<unsigned long long>& plan_tables_emptied();
+
+// Plans by problem and context, for the process: a handler's plan is made once and shared by every call of it. Past
+// kEntries the table starts again (problems that vary without end, e.g. every sequence length), as jitbmm.torch's do.
 template <class Plan> class PlanTable {
 public:
   using Pointer = std::shared_ptr<Plan>;
@@ -66,13 +72,16 @@ public:
     if (const jitbmm_status s = make(&plan); s != JITBMM_OK) return s;
     Pointer made(plan, destroy);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (plans_.size() >= kEntries) plans_.clear(); // a caller holding a plan keeps it alive
+    if (plans_.size() >= kEntries) { // a caller holding a plan keeps it alive
+      plans_.clear();
+      ++plan_tables_emptied();
+    }
     out = plans_.emplace(key, made).first->second;
     return JITBMM_OK;
   }
 
 private:
-  static constexpr std::size_t kEntries = 512;
+  static constexpr std::size_t kEntries = 4096;
   std::mutex mutex_;
   std::map<std::string, Pointer> plans_;
 };

@@ -61,6 +61,8 @@ def _log_z_rows_first(log_z, kind):
 def _expectation(kind, keep):
     @custom_batching.custom_vmap
     def forward(potentials, field, lengths):
+        # The forward takes no scratch; asking the backward's makes the plan both run, now, as every handler's is.
+        workspace_bytes("chain_expectation", *_problem(potentials, lengths, "log"), kind)
         return call("chain_expectation", _expectation_results(potentials, kind, keep), potentials, field, lengths,
                     kind=np.int32(kind))
 

@@ -29,6 +29,7 @@ def ffi_api_version():
     return major.value, minor.value
 
 
+@functools.lru_cache(maxsize=None)
 def _handlers():
     lib = jitbmm._library()
     if not hasattr(lib, "jitbmm_xla_bmm"):
@@ -44,6 +45,8 @@ def _handlers():
         getattr(lib, f"jitbmm_xla_{name}_workspace").argtypes = [ctypes.c_int, problem, ctypes.c_int, size]
     for name in ("bmm", "chain", "chain_expectation", "chain_kbest", "chain_sample"):
         getattr(lib, f"jitbmm_xla_{name}_workspace").restype = ctypes.c_int
+    lib.jitbmm_xla_plan_tables_emptied.argtypes = []
+    lib.jitbmm_xla_plan_tables_emptied.restype = ctypes.c_ulonglong
     return lib
 
 
@@ -114,11 +117,14 @@ def workspace_bytes(target, *problem):
     plan on the device now, as the handler's calls will find it, and says what its calls take. Tracing is where a
     plan is made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
     device = workspace_device()
-    return 0 if device is None else _workspace_bytes(device, target, problem)
+    if device is None:
+        return 0
+    # Known sizes stand for plans the handlers' tables hold: once a table has started again, each is asked anew.
+    return _workspace_bytes(device, target, problem, _handlers().jitbmm_xla_plan_tables_emptied())
 
 
 @functools.lru_cache(maxsize=4096)
-def _workspace_bytes(device, target, problem):
+def _workspace_bytes(device, target, problem, _tables_emptied):
     lib = _handlers()
     n = ctypes.c_size_t()
     if target == "bmm":

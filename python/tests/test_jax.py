@@ -205,6 +205,45 @@ class TraceTest(unittest.TestCase):
                         self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
             self.assertEqual(wanted, {}, "a call without its workspace result")
 
+    def test_a_forward_alone_plans_when_traced(self):
+        """An entropy, cross-entropy or KL traced without its gradient (so with no workspace to declare) still has its
+        plan made then, as every handler's is, and not in its first call."""
+        from jitbmm import _jax_distributions
+        asked, real = [], _jax_distributions.workspace_bytes
+        p = spec((3, 9, 7, 7))
+        with mock.patch.object(_jax_distributions, "workspace_bytes", lambda *a: asked.append(a) or real(*a)):
+            for f in (lambda p: self.jj.chain_entropy(p), lambda p: self.jj.chain_kl(p, p * 2)):
+                jax.jit(f).trace(p)
+        self.assertEqual([(a[0], a[-1]) for a in asked], [("chain_expectation", 0), ("chain_expectation", 2)])
+
+    def test_plans_asked_again_once_a_table_starts_again(self):
+        """A table of the handlers' plans starts again past its bound; what tracing learnt of the plans is then asked
+        anew, so that the next trace of a problem makes its plan again, not the call."""
+        from jitbmm import _jax_support
+        device = mock.patch.object(_jax_support, "workspace_device", lambda: 0)
+        device.start()
+        self.addCleanup(device.stop)
+        emptied = _jax_support._handlers().jitbmm_xla_plan_tables_emptied
+        info = _jax_support._workspace_bytes.cache_info
+
+        def ask(B):
+            return _jax_support.workspace_bytes("chain", "max_plus", "f32", "crf", B, 4, 3, False, 1)
+
+        ask(1)
+        before, misses = emptied(), info().misses
+        ask(1)
+        self.assertEqual(info().misses, misses, "a size known, not asked again")
+        for B in range(2, 20000):
+            ask(B)
+            if B % 64 == 0:
+                ask(1)  # the first problem stays among the sizes known
+            if emptied() != before:
+                break
+        self.assertEqual(emptied(), before + 1)
+        misses = info().misses
+        ask(1)
+        self.assertEqual(info().misses, misses + 1, "a size known before the table started again, not asked again")
+
     def test_bad_arguments(self):
         jj, ones = self.jj, jnp.ones
         cases = [
