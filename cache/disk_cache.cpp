@@ -231,6 +231,10 @@ std::optional<std::string> DiskCache::read_entry(const std::string& key, const s
   const std::string name = key + "." + kind;
   ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
   if (r.status == ReadResult::absent) return std::nullopt;
+  if (r.status == ReadResult::unreadable) { // the file may be sound: a miss, and the entry stays
+    warn_once("unreadable", "cache entry " + dir_ + "/" + name + " could not be read (" + r.why + "); it is built again");
+    return std::nullopt;
+  }
   if (r.status == ReadResult::refused) {
     quarantine(name, r.why);
     return std::nullopt;
@@ -345,6 +349,10 @@ int DiskCache::verify() {
     const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
     const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::absent) continue; // removed meanwhile
+    if (r.status == ReadResult::unreadable) { // not checked, so not counted as damaged
+      warn_once("unreadable", "cache entry " + dir_ + "/" + f.name + " could not be read (" + r.why + "); not checked");
+      continue;
+    }
     if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;
     quarantine(f.name, r.status == ReadResult::refused ? r.why : "failed verification");

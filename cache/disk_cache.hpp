@@ -111,7 +111,8 @@ public:
     int64_t last_use = 0; // ns since the epoch (file modification time, refreshed on every hit)
   };
   std::vector<Entry> list() const; // the entries (regular files) of this directory, not the fallback's
-  // Checks every entry; damaged or refused ones are moved aside. Returns their number.
+  // Checks every entry; damaged or refused ones are moved aside. Returns their number. One the system could not read
+  // (open files, memory, I/O) is left as it is, with a warning, and not counted.
   int verify();
   void clear(); // removes every entry (and leftovers) of this cache
   // Removes the .tmp-* files of exited writers (temp_writer_gone) and any older than kStaleTempSeconds, then, until

@@ -169,16 +169,19 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
   struct stat st {};
   // Looked at before opening, so a device is never opened; checked again on the descriptor actually read.
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    if (errno != ENOENT) out = {ReadResult::refused, "", std::strerror(errno)};
+    if (errno != ENOENT) out = {ReadResult::unreadable, "", std::strerror(errno)};
     return out;
   }
   if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
   FileDescriptor fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return out;
-    return {ReadResult::refused, "", errno == ELOOP ? "a symbolic link" : std::strerror(errno)};
+    if (errno == ELOOP) return {ReadResult::refused, "", "a symbolic link"}; // swapped in since fstatat
+    // A file the owner may not read (EACCES, EPERM) is one jitbmm did not write; anything else is the system's.
+    const bool refused = errno == EACCES || errno == EPERM;
+    return {refused ? ReadResult::refused : ReadResult::unreadable, "", std::strerror(errno)};
   }
-  if (::fstat(fd.get(), &st) != 0) return {ReadResult::refused, "", std::strerror(errno)};
+  if (::fstat(fd.get(), &st) != 0) return {ReadResult::unreadable, "", std::strerror(errno)};
   if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
   out.bytes.resize(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
@@ -189,7 +192,7 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
     }
     const ssize_t n = ::read(fd.get(), out.bytes.data() + done, out.bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return {ReadResult::refused, "", std::strerror(errno)};
+    if (n < 0) return {ReadResult::unreadable, "", std::strerror(errno)};
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }

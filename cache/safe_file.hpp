@@ -56,9 +56,10 @@ CheckedDir open_checked_dir(const std::string& path, OwnerTrust trust);
 std::string make_private_dirs(const std::string& path);
 
 struct ReadResult {
-  enum Status { ok, absent, refused } status = absent;
+  // unreadable: the system could not read it (open files, memory, I/O), which says nothing of the file itself.
+  enum Status { ok, absent, refused, unreadable } status = absent;
   std::string bytes; // when ok
-  std::string why;   // when refused: "a symbolic link", "a FIFO", "larger than 268435456 bytes", ...
+  std::string why;   // when refused: "a symbolic link", "a FIFO", "larger than 268435456 bytes", ...; unreadable: errno
 };
 
 // Reads `name` in the directory `dir_fd` when it is a regular file of at most `max_bytes` that `trust` accepts

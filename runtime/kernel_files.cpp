@@ -38,8 +38,9 @@ GeneratedKernel with_override(GeneratedKernel kernel) {
   const std::string name = kernel.name + ".cu";
   ReadResult r = read_regular_file(checked.fd.get(), name, kMaxSourceBytes, OwnerTrust::owner_only);
   if (r.status == ReadResult::absent) return kernel;
-  if (r.status == ReadResult::refused) {
-    note_once("JITBMM_OVERRIDE_DIR file " + dir + "/" + name + " is refused (" + r.why + "); it is ignored");
+  if (r.status != ReadResult::ok) {
+    note_once("JITBMM_OVERRIDE_DIR file " + dir + "/" + name + " is " +
+              (r.status == ReadResult::refused ? "refused" : "unreadable") + " (" + r.why + "); it is ignored");
     return kernel;
   }
   kernel.source = std::move(r.bytes);

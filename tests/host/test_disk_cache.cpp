@@ -1,17 +1,22 @@
-// The disk cache on its own (no GPU): keys, atomic and concurrent writes, damaged entries, unusable directories,
-// eviction.
+// The disk cache on its own (no GPU): keys, atomic and concurrent writes, damaged entries and ones the system cannot
+// read now, unusable directories, eviction.
 #include <doctest/doctest.h>
 
 #include "tests/temp_dir.hpp"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "cache/disk_cache.hpp"
 #include "tests/needs.hpp"
@@ -112,6 +117,29 @@ TEST_CASE("an entry truncated at any offset, or with any byte flipped, is a miss
   CHECK_FALSE(cache.get(key, "cubin"));
   CHECK(cache.put(key, "cubin", payload)); // rebuilt
   CHECK(cache.get(key, "cubin") == payload);
+}
+
+TEST_CASE("an entry the system cannot read now (no descriptor left) is a miss, and stays for the next read") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string key = key_of(9), path = dir.path + "/" + key + ".cubin";
+  REQUIRE(cache.put(key, "cubin", "payload"));
+  rlimit limit{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  const rlimit lowered{64, limit.rlim_max};
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
+  std::vector<int> held;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held.push_back(fd);
+  const int why = errno;
+  const bool read = cache.get(key, "cubin").has_value();
+  const int damaged = cache.verify();
+  for (const int fd : held) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  CHECK(why == EMFILE);
+  CHECK_FALSE(read);
+  CHECK(damaged == 0);
+  CHECK(fs::exists(path)); // not moved aside
+  CHECK(cache.get(key, "cubin") == std::string("payload"));
 }
 
 TEST_CASE("a foreign entry under another key's name is a miss") {
