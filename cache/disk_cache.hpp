@@ -38,7 +38,7 @@ namespace jitbmm {
 struct CubinKeyParts {
   std::string source;
   std::vector<std::string> options;
-  std::string nvrtc_version;
+  std::string nvrtc_version; // the build: nvrtc_build()
   std::string arch;       // "sm_90"
   int driver_version = 0; // CUDA driver version (e.g. 13000)
   std::string jitbmm_version;

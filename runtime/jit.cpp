@@ -31,7 +31,7 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
   const std::vector<std::string> options =
       compile_options(kernel_target(kernel, device.arch(), device.features), device.features, kernel.quick);
   const std::string key =
-      cubin_key({kernel.source, options, nvrtc_version(), device.arch(), device.driver_version, kVersion});
+      cubin_key({kernel.source, options, nvrtc_build(), device.arch(), device.driver_version, kVersion});
   if (disk) {
     if (std::optional<std::string> cubin = disk->get(key, "cubin")) {
       log_message(LogLevel::debug, "disk cache hit: " + kernel.name + " (" + key.substr(0, 16) + "...)");

@@ -1,5 +1,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -220,6 +222,16 @@ std::string nvrtc_version() {
   int major = 0, minor = 0;
   nvrtc().nvrtcVersion(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string nvrtc_build() {
+  static const std::string build = [] {
+    const std::string& path = nvrtc().library;
+    struct stat st {};
+    const std::string size = ::stat(path.c_str(), &st) == 0 ? std::to_string(st.st_size) : "size unknown";
+    return nvrtc_version() + " " + path.substr(path.rfind('/') + 1) + " " + size;
+  }();
+  return build;
 }
 
 std::vector<int> nvrtc_supported_archs() {

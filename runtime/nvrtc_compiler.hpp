@@ -60,6 +60,9 @@ CompiledKernel compile_to_ptx(const GeneratedKernel& kernel, const std::string& 
 
 // "13.0": the NVRTC this process runs.
 std::string nvrtc_version();
+// The NVRTC build this process runs, as a cubin's cache key names it: its version (which gives no patch number) and
+// the file loaded, its name and size, so that a patched NVRTC of the same version never meets another's binaries.
+std::string nvrtc_build();
 
 // The architectures this NVRTC can target, as numbers (75 for sm_75), in NVRTC's order.
 std::vector<int> nvrtc_supported_archs();
