@@ -79,9 +79,10 @@ void EntropyProduct::operator()(const void* a, const void* b, void* out, Stream 
 void EntropyProduct::backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a,
                               void* grad_b, Stream stream) const {
   const Impl& im = *impl_;
-  const bool nothing = im.B == 0 || im.M == 0 || im.K == 0 || im.N == 0 || (!grad_a && !grad_b);
-  // A product with no term has nothing to differentiate; one with terms but no output gives zero gradients.
-  const bool zeros = !nothing && !im.kernel;
+  // A product with no term (B or K 0) has nothing to differentiate; one with no output (M or N 0) gives zero
+  // gradients to the operand that has elements.
+  const bool nothing = im.B == 0 || im.K == 0 || (!grad_a && !grad_b);
+  const bool zeros = !nothing && (im.M == 0 || im.N == 0);
   check_pointer(a, "a", nothing || zeros);
   check_pointer(b, "b", nothing || zeros);
   check_pointer(out, "out", nothing || zeros);
@@ -95,7 +96,7 @@ void EntropyProduct::backward(const void* a, const void* b, const void* out, con
   const CUstream cu = reinterpret_cast<CUstream>(stream);
   if (zeros) { // M or N is 0: every input gradient is 0
     auto clear = [&](void* grad, int64_t elements) {
-      if (grad)
+      if (grad && elements > 0)
         check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(grad), 0, std::size_t(elements) * bytes, cu),
               "cuMemsetD8Async");
     };

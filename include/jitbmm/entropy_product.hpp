@@ -24,7 +24,8 @@ public:
   // out [2][B][M][N] in the dtype, asynchronous on `stream`.
   void operator()(const void* a, const void* b, void* out, Stream stream = nullptr) const;
   // grad_a and grad_b (either may be null: not computed), in the layouts of a and b, from the forward's out and
-  // grad_out [2][B][M][N]: the gradients of Σ grad_out·out. Asynchronous on `stream`.
+  // grad_out [2][B][M][N]: the gradients of Σ grad_out·out (zeros where M or N is 0: no output reads the
+  // operands). Asynchronous on `stream`.
   void backward(const void* a, const void* b, const void* out, const void* grad_out, void* grad_a, void* grad_b,
                 Stream stream = nullptr) const;
 

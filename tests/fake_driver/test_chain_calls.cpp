@@ -1006,6 +1006,19 @@ TEST_CASE("entropy product: one launch forward, one per gradient asked for, none
   CHECK(empty.kernel_name().empty());
   empty(nullptr, nullptr, nullptr);
   empty.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  // No output (M or N 0) but terms: the operand with elements gets a gradient of zeros (the fake driver's memory is
+  // the host's), written without a launch.
+  for (const bool rows : {true, false}) {
+    CAPTURE(rows);
+    const int64_t M = rows ? 0 : 3, N = rows ? 5 : 0;
+    const EntropyProduct no_output = EntropyProduct::get(DType::f32, 2, M, 4, N);
+    std::memset(ga.get(), 0xff, ga.size());
+    std::memset(gb.get(), 0xff, gb.size());
+    no_output.backward(a.get(), b.get(), out.get(), grad.get(), ga.get(), gb.get());
+    const auto* g = static_cast<const unsigned char*>(rows ? gb.get() : ga.get());
+    const std::size_t bytes = std::size_t(2 * 2 * 4 * (rows ? N : M)) * 4;
+    CHECK(std::all_of(g, g + bytes, [](unsigned char c) { return c == 0; }));
+  }
   CHECK(log.launched().empty());
   CHECK_THROWS_WITH_AS(product(nullptr, b.get(), out.get()), doctest::Contains("a"), std::invalid_argument);
 }
