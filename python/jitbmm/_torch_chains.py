@@ -46,13 +46,15 @@ class _Chain:
 
     def _describe(self):
         """What the plan's calls take of the strategy it runs now: its scratch. While a stand-in runs the calls
-        for the strategy the plan chose (ChainPlan::settled), asked again at each call until it settles."""
+        for the strategy the plan chose (ChainPlan::settled), asked again at each call until it settles. Each
+        attribute is replaced whole, so that a call on another thread reads the old value or the new one."""
         lib, n, settled = jitbmm._library(), ctypes.c_size_t(), ctypes.c_int()
         jitbmm._check(lib.jitbmm_chain_plan_settled(self.handle, ctypes.byref(settled)))
-        self.workspace = []  # bytes without and with the path
+        workspace = []  # bytes without and with the path
         for with_path in (0, 1):
             jitbmm._check(lib.jitbmm_chain_plan_workspace_bytes(self.handle, with_path, ctypes.byref(n)))
-            self.workspace.append(n.value)
+            workspace.append(n.value)
+        self.workspace = workspace
         jitbmm._check(lib.jitbmm_chain_plan_backward_workspace_bytes(self.handle, ctypes.byref(n)))
         self.backward_workspace = n.value
         # Whose backward takes its scratch for any gradient: the chunked and the stepped strategies'; the sequential

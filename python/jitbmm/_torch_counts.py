@@ -37,10 +37,13 @@ def chain_log_prob(potentials, value, lengths=None):
         raise ValueError(f"value: on {value.device}, expected the potentials' device {potentials.device}")
     dtype = score_dtype(potentials)
     pot, value = potentials.to(dtype), value.to(dtype)
-    terms = torch.where(value != 0, value * pot, torch.zeros((), dtype=dtype, device=pot.device))
+    read = value != 0
     if lengths is not None:  # only the steps before each sequence's last position
         steps = torch.arange(pot.shape[1], device=pot.device) < (lengths - 1)[:, None]
-        terms = torch.where(steps[:, :, None, None], terms, torch.zeros((), dtype=dtype, device=pot.device))
+        read = read & steps[:, :, None, None]
+    # The potentials not read are masked before the product too, so that no gradient meets 0·(±inf or NaN).
+    zero = torch.zeros((), dtype=dtype, device=pot.device)
+    terms = torch.where(read, value * torch.where(read, pot, zero), zero)
     log_z = chain_log_partition(potentials, lengths)
     out = terms.sum((-1, -2, -3)) - log_z
     return torch.where(torch.isfinite(log_z), out, torch.full_like(out, math.nan))

@@ -75,6 +75,27 @@ class CountTest(GpuCase):
         with self.assertRaisesRegex(TypeError, "value"):
             jt.chain_log_prob(p, [1.0])
 
+    def test_gradient_of_relaxed_events(self):
+        """The gradient with respect to value (relaxed events, e.g. Gumbel-softmax paths) is the potential where
+        value is read, 0 where it is not: finite at a forbidden (-inf) edge of weight 0 and at steps past a length
+        whatever they hold, never 0·inf = NaN."""
+        jt = self.jt
+        g = torch.Generator().manual_seed(3)
+        pot = torch.randn(2, 4, 3, 3, generator=g, dtype=torch.float64)
+        pot[0, 1, 2, 0] = -math.inf
+        pot[1, 3] = math.inf  # past sequence 1's length
+        value = torch.rand(5, 2, 4, 3, 3, generator=g, dtype=torch.float64)
+        value[:, 0, 1, 2, 0] = 0
+        lengths = torch.tensor([5, 4])
+        value = value.to(self.dev).requires_grad_()
+        jt.chain_log_prob(pot.to(self.dev), value, lengths.to(self.dev)).sum().backward()
+        grad = value.grad.cpu()
+        self.assertFalse(torch.isnan(grad).any().item())
+        read = pot.clone()
+        read[0, 1, 2, 0] = 0
+        read[1, 3] = 0
+        torch.testing.assert_close(grad, read.expand_as(grad), rtol=0, atol=0)
+
     @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
     def test_torch_struct(self):
         import jitbmm.torch_struct as jts
