@@ -148,6 +148,9 @@ def _setup_context(ctx, inputs, output):
 
 
 def _gradients(ctx, grads, needs, backward):
+    if torch.is_grad_enabled():  # a backward with create_graph=True: its gradients would be differentiated again
+        raise RuntimeError("chain_entropy, chain_cross_entropy and chain_kl have no second derivatives: their "
+                           "gradients come from a fused backward (a backward with create_graph=True needs them)")
     potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
     gp, gf = backward(potentials, field, lengths, ctx.kind, saved, log_z, mean, grads[0], needs[0],
                       needs[1])
