@@ -47,9 +47,10 @@ public:
   // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] (the output
   // dtype) times the derivative of score[b] with respect to potentials[b][t][c][p]. log reads the forward's `saved`
   // and gives the edge marginals (0 for a sequence whose score is −inf, for steps past a sequence's length, and
-  // wherever grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator. Asynchronous on
-  // `stream`. A plan of the chunked strategy (chunk() > 0) takes backward_workspace_bytes() of scratch (its tree's
-  // levels and their gradients), from `workspace` or jitbmm's pool.
+  // wherever grad_score[b] is 0); max_plus reads the forward's path and gives its edge indicator (none for a step
+  // with a state outside [0, C), as −1 past a length: any path given is read, never written out of bounds).
+  // Asynchronous on `stream`. A plan of the chunked strategy (chunk() > 0) takes backward_workspace_bytes() of
+  // scratch (its tree's levels and their gradients), from `workspace` or jitbmm's pool.
   void backward(const void* potentials, const int64_t* lengths, const void* saved, const int32_t* path,
                 const void* grad_score, void* grad_potentials, Stream stream = nullptr,
                 const Workspace& workspace = {}) const;

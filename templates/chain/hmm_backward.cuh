@@ -143,7 +143,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       } else {
         to_s[tid] = mode == 1 ? p.path[b * p.T + t + 1] : -1;
         from_s[tid] = mode == 1 ? p.path[b * p.T + t] : -1;
-        if (to_s[tid] < 0 || from_s[tid] < 0) mode = mode == 2 ? 2 : 0;
+        if (to_s[tid] < 0 || from_s[tid] < 0 || to_s[tid] >= C || from_s[tid] >= C) mode = mode == 2 ? 2 : 0;
       }
       mode_s[tid] = mode;
       g_s[tid] = s.g;

@@ -88,7 +88,7 @@ template <class S, int C, int NT> __device__ __forceinline__ void chain_path_bac
     bool bad;
     const long long L = chain_length(p, b, bad);
     const int to = t + 1 < L ? p.path[b * p.T + t + 1] : -1, from = t + 1 < L ? p.path[b * p.T + t] : -1;
-    const long long hit = to >= 0 && from >= 0 ? (long long)to * C + from : -1;
+    const long long hit = to >= 0 && from >= 0 && to < C && from < C ? (long long)to * C + from : -1;
     const T g = static_cast<const T*>(p.grad_score)[b];
     S* grad = static_cast<S*>(p.grad) + bt * C * C;
     for (long long e = threadIdx.x; e < (long long)C * C; e += NT)

@@ -311,7 +311,10 @@ template <class S> __device__ __forceinline__ void step_path_edges(const ChainPa
         const HmmSequence<T, false> s(p, b);
         g = s.g;
         nan = s.mode == 2;
-        if (s.mode == 1 && t + 1 < s.L && p.path[b * p.T + t + 1] == c) from = p.path[b * p.T + t];
+        if (s.mode == 1 && t + 1 < s.L && p.path[b * p.T + t + 1] == c) {
+          const int f = p.path[b * p.T + t];
+          from = f < C ? f : -1; // a state outside the chain's (a path not the forward's) is no edge
+        }
       }
       for (unsigned m = __ballot_sync(0xffffffffu, from >= 0 || nan); m != 0; m &= m - 1) {
         const int j = __ffs(m) - 1;

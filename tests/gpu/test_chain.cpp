@@ -650,6 +650,27 @@ TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, 
   }
 }
 
+TEST_CASE("chains: a best path's backward given states outside [0, C) puts no gradient at their steps") {
+  ChainProblem p;
+  p.semiring = Semiring::max_plus;
+  p.B = 1, p.T = 5, p.C = 4;
+  const ChainPlan plan = ChainPlan::get(p);
+  // Only the step 0 → 1 (states 1 → 2) is an edge; the others meet the states 4 (C) and 2^30.
+  DeviceBuffer d_pot = upload(std::vector<float>(4 * 16, 0.5f)),
+               path = upload(std::vector<int32_t>{1, 2, 4, 1 << 30, 3}), g = upload(std::vector<float>{2}),
+               grad(4 * 16 * 4);
+  grad.fill_bytes(0x7f);
+  plan.backward(d_pot.get(), nullptr, nullptr, static_cast<const int32_t*>(path.get()), g.get(), grad.get());
+  std::vector<float> gr(4 * 16);
+  grad.download(gr.data(), gr.size() * 4);
+  for (int t = 0; t < 4; ++t)
+    for (int e = 0; e < 16; ++e) {
+      CAPTURE(t);
+      CAPTURE(e);
+      CHECK(gr[t * 16 + e] == (t == 0 && e == 2 * 4 + 1 ? 2.0f : 0.0f)); // [to][from]
+    }
+}
+
 TEST_CASE("chains: the saving forward writes every byte of saved, past the lengths and at odd sizes too") {
   // Two buffers poisoned differently must come back equal, byte for byte. Odd B·T·C puts the pieces of f32
   // messages off an 8-byte multiple; 130 states split over clusters where the device has them.
