@@ -53,7 +53,17 @@ int64_t leading(const ffi::AnyBuffer& x, std::size_t inner) {
 
 int64_t dim(const ffi::AnyBuffer& x, std::size_t from_end) {
   const auto dims = x.dimensions();
-  return dims[dims.size() - from_end];
+  return from_end >= 1 && from_end <= dims.size() ? dims[dims.size() - from_end] : -1;
+}
+
+ffi::Error expected(const ffi::AnyBuffer& x, const char* name, ffi::DataType type, int64_t elements) {
+  if (x.element_type() == type && static_cast<int64_t>(x.element_count()) == elements) return ffi::Error::Success();
+  return invalid(std::string(name) + ": " + std::to_string(x.element_count()) +
+                 " elements of the wrong shape or dtype; the plan reads or writes " + std::to_string(elements));
+}
+
+ffi::Error expected_like(const ffi::AnyBuffer& grad, const char* name, const ffi::AnyBuffer& input) {
+  return expected(grad, name, input.element_type(), static_cast<int64_t>(input.element_count()));
 }
 
 ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B) {

@@ -32,7 +32,12 @@ ffi::Error invalid(const std::string& message);
 
 // The product of the dimensions before the last `inner` (the folded batch); -1 if the rank is below `inner`.
 int64_t leading(const ffi::AnyBuffer& x, std::size_t inner);
+// The dimension `from_end` places from the last (1: the last); -1 where the rank is lower.
 int64_t dim(const ffi::AnyBuffer& x, std::size_t from_end);
+// Success where x holds `elements` of `type` (what the plan reads or writes there), else an error naming it.
+ffi::Error expected(const ffi::AnyBuffer& x, const char* name, ffi::DataType type, int64_t elements);
+// The same for a gradient, which has its input's dtype and elements.
+ffi::Error expected_like(const ffi::AnyBuffer& grad, const char* name, const ffi::AnyBuffer& input);
 
 // Optional operands are passed as arrays of no elements.
 template <class T = void> T* data_or_null(const ffi::AnyBuffer& x) {

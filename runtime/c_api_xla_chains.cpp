@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "runtime/c_api_xla.hpp"
 
@@ -68,6 +69,15 @@ ffi::Error check_saved(const jitbmm_chain_plan* plan, const ffi::AnyBuffer& save
   return ffi::Error::Success();
 }
 
+// A score ([...], the score dtype: a forward's result, a backward's upstream gradient) and a best path ([..., T],
+// int32, where one is given) of the chain.
+ffi::Error scores_of(const Chain& c, const ffi::AnyBuffer& input, const ffi::AnyBuffer& score, const char* name,
+                     const ffi::AnyBuffer& path) {
+  if (ffi::Error e = expected(score, name, score_type(input.element_type()), c.problem.B); !e.success()) return e;
+  if (path.element_count() == 0) return ffi::Error::Success();
+  return expected(path, "path", ffi::DataType::S32, c.problem.B * c.problem.T);
+}
+
 // A forward of either form; `run` launches it given the plan, the workspace and the outputs.
 template <class Run>
 ffi::Error chain_forward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer& saved,
@@ -107,8 +117,11 @@ ffi::Error chain_backward(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAlloc
 ffi::Error chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
                  ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved, ffi::Result<ffi::AnyBuffer> path,
                  ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring) {
+  auto problem = crf(semiring, potentials, lengths);
+  if (problem.has_value())
+    if (ffi::Error e = scores_of(*problem, potentials, *score, "score", *path); !e.success()) return e;
   return chain_forward(
-      crf(semiring, potentials, lengths), stream, allocator, *saved, *path, *declared,
+      std::move(problem), stream, allocator, *saved, *path, *declared,
       [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
         return jitbmm_chain_plan_run(plan, potentials.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr,
                                      best, ws, bytes, stream);
@@ -119,7 +132,12 @@ ffi::Error chain_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuf
                       ffi::AnyBuffer saved, ffi::AnyBuffer path, ffi::AnyBuffer grad_score,
                       ffi::Result<ffi::AnyBuffer> grad_potentials, ffi::Result<ffi::AnyBuffer> declared,
                       std::string_view semiring) {
-  return chain_backward(crf(semiring, potentials, lengths), stream, allocator, saved, *declared,
+  auto problem = crf(semiring, potentials, lengths);
+  if (problem.has_value()) {
+    if (ffi::Error e = scores_of(*problem, potentials, grad_score, "grad_score", path); !e.success()) return e;
+    if (ffi::Error e = expected_like(*grad_potentials, "grad_potentials", potentials); !e.success()) return e;
+  }
+  return chain_backward(std::move(problem), stream, allocator, saved, *declared,
                         [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
                           return jitbmm_chain_plan_backward_with_workspace(
                               plan, potentials.untyped_data(), c.lengths, data_or_null(saved),
@@ -133,8 +151,11 @@ ffi::Error hmm_chain(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuff
                      ffi::Result<ffi::AnyBuffer> score, ffi::Result<ffi::AnyBuffer> saved,
                      ffi::Result<ffi::AnyBuffer> path, ffi::Result<ffi::AnyBuffer> declared,
                      std::string_view semiring) {
+  auto problem = hmm(semiring, emissions, transitions, initial, lengths);
+  if (problem.has_value())
+    if (ffi::Error e = scores_of(*problem, emissions, *score, "score", *path); !e.success()) return e;
   return chain_forward(
-      hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, *saved, *path, *declared,
+      std::move(problem), stream, allocator, *saved, *path, *declared,
       [&](jitbmm_chain_plan* plan, const Chain& c, void* keep, int32_t* best, void* ws, std::size_t bytes) {
         return jitbmm_chain_plan_run_hmm(plan, emissions.untyped_data(), transitions.untyped_data(),
                                          initial.untyped_data(), c.lengths, score->untyped_data(), keep, nullptr, best,
@@ -147,7 +168,15 @@ ffi::Error hmm_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffe
                     ffi::AnyBuffer grad_score, ffi::Result<ffi::AnyBuffer> grad_emissions,
                     ffi::Result<ffi::AnyBuffer> grad_transitions, ffi::Result<ffi::AnyBuffer> grad_initial,
                     ffi::Result<ffi::AnyBuffer> declared, std::string_view semiring) {
-  return chain_backward(hmm(semiring, emissions, transitions, initial, lengths), stream, allocator, saved, *declared,
+  auto problem = hmm(semiring, emissions, transitions, initial, lengths);
+  if (problem.has_value()) {
+    if (ffi::Error e = scores_of(*problem, emissions, grad_score, "grad_score", path); !e.success()) return e;
+    for (const auto& [grad, name, input] : {std::tuple{&*grad_emissions, "grad_emissions", &emissions},
+                                            std::tuple{&*grad_transitions, "grad_transitions", &transitions},
+                                            std::tuple{&*grad_initial, "grad_initial", &initial}})
+      if (ffi::Error e = expected_like(*grad, name, *input); !e.success()) return e;
+  }
+  return chain_backward(std::move(problem), stream, allocator, saved, *declared,
                         [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {
                           return jitbmm_chain_plan_backward_hmm(
                               plan, emissions.untyped_data(), transitions.untyped_data(), initial.untyped_data(),

@@ -41,12 +41,6 @@ PlanTable<jitbmm_chain_sampler>& sampler_plans() {
 // cross-entropy: log Z_q beside), or q read as the difference p - q (KL).
 constexpr int32_t kGiven = 0, kDifference = 2;
 
-ffi::Error expected(const ffi::AnyBuffer& x, const char* name, ffi::DataType type, int64_t elements) {
-  if (x.element_type() == type && static_cast<int64_t>(x.element_count()) == elements) return ffi::Error::Success();
-  return invalid(std::string(name) + ": " + std::to_string(x.element_count()) +
-                 " elements of the wrong shape or dtype; the plan writes " + std::to_string(elements));
-}
-
 // The field's data: p's potentials for the entropy (which takes no field operand), else q's of p's shape and dtype.
 ffi::ErrorOr<const void*> field_of(const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& field, int32_t kind) {
   if (kind < kGiven || kind > kDifference)

@@ -36,6 +36,14 @@ ffi::ErrorOr<Product> product(std::string_view semiring, std::string_view precis
   return p;
 }
 
+// out [..., M, N] in a's dtype and, where wanted, its argmax in int32.
+ffi::Error outputs_of(const Product& p, const ffi::AnyBuffer& a, const ffi::AnyBuffer& out,
+                      const ffi::AnyBuffer& argmax, bool with_argmax) {
+  const int64_t outputs = p.problem.B * p.problem.M * p.problem.N; // within int64: validated in product()
+  if (ffi::Error e = expected(out, "out", a.element_type(), outputs); !e.success()) return e;
+  return with_argmax ? expected(argmax, "argmax", ffi::DataType::S32, outputs) : ffi::Error::Success();
+}
+
 PlanTable<jitbmm_plan>& product_plans() {
   static auto* table = new PlanTable<jitbmm_plan>(); // lives for the process, as the modules it holds do
   return *table;
@@ -58,6 +66,7 @@ ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, 
   const bool with_argmax = argmax->element_count() != 0;
   auto p = product(semiring, precision, a, b, with_argmax);
   if (p.has_error()) return p.error();
+  if (ffi::Error e = outputs_of(*p, a, *out, *argmax, with_argmax); !e.success()) return e;
   if (p->empty) return ffi::Error::Success();
   StreamContext context(stream);
   std::shared_ptr<jitbmm_plan> plan;
@@ -79,7 +88,10 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
   const bool with_argmax = argmax.element_count() != 0;
   auto p = product(semiring, precision, a, b, with_argmax);
   if (p.has_error()) return p.error();
-  if (grad_out.element_type() != out.element_type()) return invalid("grad_out: its dtype differs from out's");
+  if (ffi::Error e = outputs_of(*p, a, out, argmax, with_argmax); !e.success()) return e;
+  if (ffi::Error e = expected_like(grad_out, "grad_out", out); !e.success()) return e;
+  if (ffi::Error e = expected_like(*grad_a, "grad_a", a); !e.success()) return e;
+  if (ffi::Error e = expected_like(*grad_b, "grad_b", b); !e.success()) return e;
   if (p->empty || a.element_count() == 0 || b.element_count() == 0) {
     // Nothing flows: the gradients of what is there are 0.
     StreamContext context(stream);

@@ -86,6 +86,37 @@ class JaxGpuTest(unittest.TestCase):
                 want = reference_bmm(a, b, semiring)
                 np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
 
+    def test_handlers_refuse_results_they_would_overrun(self):
+        """A handler called directly (jax.ffi.ffi_call, not through jitbmm.jax) with a result of the wrong size or
+        dtype, or an operand of too low a rank, is refused naming it, before anything is launched."""
+        from jitbmm import _jax_support
+        _jax_support.registered()
+        f32, s32 = jnp.float32, jnp.int32
+        a, b = normal(1, (2, 8, 8)), normal(2, (2, 8, 8))
+        p = normal(3, (2, 4, 3, 3))
+        none = jnp.zeros((0,), s32)
+        cases = [
+            ("bmm", "out", (jax.ShapeDtypeStruct((1,), f32), jax.ShapeDtypeStruct((0,), s32),
+                            jax.ShapeDtypeStruct((0,), jnp.uint8)), (a, b), dict(semiring="log", precision="exact")),
+            ("bmm", "argmax", (jax.ShapeDtypeStruct((2, 8, 8), f32), jax.ShapeDtypeStruct((2, 8, 8), jnp.int64),
+                               jax.ShapeDtypeStruct((0,), jnp.uint8)), (a, b),
+             dict(semiring="max_plus", precision="exact")),
+            ("chain", "score", (jax.ShapeDtypeStruct((1,), f32), jax.ShapeDtypeStruct((0,), jnp.uint8),
+                                jax.ShapeDtypeStruct((0,), s32), jax.ShapeDtypeStruct((0,), jnp.uint8)), (p, none),
+             dict(semiring="log")),
+            ("chain", "path", (jax.ShapeDtypeStruct((2,), f32), jax.ShapeDtypeStruct((0,), jnp.uint8),
+                               jax.ShapeDtypeStruct((2, 4), s32), jax.ShapeDtypeStruct((0,), jnp.uint8)), (p, none),
+             dict(semiring="max_plus")),
+            ("chain", "lengths", (jax.ShapeDtypeStruct((2,), f32), jax.ShapeDtypeStruct((0,), jnp.uint8),
+                                  jax.ShapeDtypeStruct((0,), s32), jax.ShapeDtypeStruct((0,), jnp.uint8)),
+             (p, jnp.int32(3)), dict(semiring="log")),
+        ]
+        for target, name, results, operands, attrs in cases:
+            with self.subTest(target=target, name=name):
+                call = jax.ffi.ffi_call(f"jitbmm_{target}", results)
+                with self.assertRaisesRegex(Exception, name):
+                    jax.block_until_ready(call(*operands, **attrs))
+
     def test_product_gradients(self):
         jj = self.jj
         a, b = normal(3, (2, 9, 13)), normal(4, (2, 13, 6))
