@@ -255,6 +255,13 @@ std::optional<std::string> DiskCache::get(const std::string& key, const std::str
   return fallback_ ? fallback_->get(key, kind) : std::nullopt;
 }
 
+std::optional<std::string> DiskCache::peek(const std::string& key, const std::string& kind) const {
+  if (!usable() || !is_cache_key(key) || !is_kind(kind)) return std::nullopt;
+  const ReadResult r = read_regular_file(dir_fd_.get(), key + "." + kind, max_entry_bytes(kind), trust());
+  if (r.status != ReadResult::ok) return std::nullopt;
+  return decode_cache_entry(r.bytes, key);
+}
+
 std::optional<std::string> DiskCache::get_source(const std::string& key) const {
   if (!usable() || !is_cache_key(key)) return std::nullopt;
   ReadResult r = read_regular_file(dir_fd_.get(), key + ".cu", kMaxSourceBytes, trust());

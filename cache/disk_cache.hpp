@@ -95,6 +95,9 @@ public:
   void discard(const std::string& key, const std::string& kind, std::string_view payload, const std::string& why);
   // <key>.cu, for display, when it is a regular file of the user's.
   std::optional<std::string> get_source(const std::string& key) const;
+  // The payload of this directory's entry, for display: as get() reads it, but never moved aside, nor its last use
+  // refreshed (listing the cache changes nothing in it).
+  std::optional<std::string> peek(const std::string& key, const std::string& kind) const;
   // The machine-wide lock on `key` (cache/key_lock.hpp), waiting up to `timeout`; failed (why() says why) when this
   // cache is read-only or unusable, or the key is malformed.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout,

@@ -46,6 +46,15 @@ struct Row {
   int registers = 0, mismatches = 0, checked = 0;
 };
 
+// The exit status of a run: 1, said on stderr, where a row's outputs differ from the reference (its check column).
+int mismatched(const std::vector<Row>& rows) {
+  int n = 0;
+  for (const Row& r : rows) n += r.mismatches;
+  if (n == 0) return 0;
+  std::fprintf(stderr, "jitbmm bench: %d checked outputs differ from the reference\n", n);
+  return 1;
+}
+
 Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, int reps, std::mt19937_64& rng) {
   const Shape& s = p.shape;
   const int in_bytes = dtype_info(p.dtype).size_bytes, out_bytes = dtype_info(p.output_dtype()).size_bytes;
@@ -194,7 +203,7 @@ int run_bench(int argc, char** argv) {
                   r.mismatches, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
-    return 0;
+    return mismatched(rows);
   }
   std::printf("device: %s; measured exp2 %.3g /s, FP32 FMA %.3g /s\n", device->name.c_str(), ceilings.exp_per_s,
               ceilings.fma_per_s);
@@ -207,7 +216,7 @@ int run_bench(int argc, char** argv) {
                 dtype_info(r.problem.dtype).name, to_string(r.problem.shape).c_str(), variant.c_str(), r.ms,
                 r.terms_per_s, 100 * r.share, r.registers, r.checked - r.mismatches, r.checked);
   }
-  return 0;
+  return mismatched(rows);
 }
 
 } // namespace jitbmm::cli

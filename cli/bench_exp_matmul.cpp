@@ -76,10 +76,14 @@ int run_exp_matmul_bench(const Args& args) {
     } catch (const std::invalid_argument& e) {
       throw_for_flag(args, e);
     }
+    if (shape.terms() == 0) // its check samples outputs, and it times terms
+      throw std::invalid_argument("--shape: " + to_string(shape) + " has no terms; bench --exp-matmul times products "
+                                                                   "of at least one output and one term each");
   }
   const auto device = current_device();
   ScopedContext scope(device->context);
   std::mt19937_64 rng(2026);
+  int mismatched = 0;
   std::printf("device: %s\n", device->name.c_str());
   std::printf("%-17s %-9s %-40s %9s %10s %10s %10s %9s %s\n", "shape", "inputs", "variant", "time ms", "terms/s",
               "max rel", "mean rel", "repaired", "check");
@@ -159,10 +163,14 @@ int run_exp_matmul_bench(const Args& args) {
                     row.variant.c_str(), row.ms, row.terms_per_s, row.max_rel, row.mean_rel, repaired,
                     row.checked - row.mismatches, row.checked);
         std::fflush(stdout);
+        mismatched += row.mismatches;
       }
     }
   }
-  return 0;
+  if (mismatched == 0) return 0;
+  std::fprintf(stderr, "jitbmm bench --exp-matmul: %d sampled outputs differ from the reference (the check column)\n",
+               mismatched);
+  return 1;
 }
 
 } // namespace jitbmm::cli

@@ -16,8 +16,8 @@ namespace {
 
 // What an entry holds, from its own content: a cubin's kernel name (from the source kept beside it), a tuning
 // decision's problem, scope and winner, a chain decision's bucket and clusters. Never trusted beyond display:
-// damaged entries just say so.
-std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
+// damaged entries just say so (verify moves them aside), and nothing is changed.
+std::string describe_entry(const DiskCache& cache, const DiskCache::Entry& e) {
   if (e.kind == "cubin") {
     const std::optional<std::string> source = cache.get_source(e.key);
     const std::string first = source ? source->substr(0, source->find('\n')) : "";
@@ -25,7 +25,7 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
     return at == std::string::npos ? "(kernel: source not kept)" : "kernel " + first.substr(at + 7);
   }
   if (e.kind == kDecisionKind) {
-    const auto text = cache.get(e.key, kDecisionKind);
+    const auto text = cache.peek(e.key, kDecisionKind);
     const auto d = text ? decode_decision(*text) : std::nullopt;
     if (!d) return "(unreadable decision)";
     std::string spec = to_string(d->spec);
@@ -34,7 +34,7 @@ std::string describe_entry(DiskCache& cache, const DiskCache::Entry& e) {
            to_string(d->shape) + ": " + spec;
   }
   if (e.kind == kChainDecisionKind) {
-    const auto text = cache.get(e.key, kChainDecisionKind);
+    const auto text = cache.peek(e.key, kChainDecisionKind);
     const auto d = text ? decode_chain_decision(*text) : std::nullopt;
     if (!d) return "(unreadable chain decision)";
     const std::string strategy = !d->chunk    ? ""

@@ -397,6 +397,10 @@ int run_inspect(int argc, char** argv) {
               : problem.form == ChainForm::hmm ? kHmmNodeThreads
                                                : spec.backward_threads;
   } else {
+    std::set<std::string> used = spec_flags();
+    used.merge(spec_switches());
+    used.insert({"--arch", "--emit"});
+    args.require_only(used, "inspect of a product's kernel (the chain flags need --chain)");
     const KernelSpec spec = spec_from(args, problem_from(args, "inspect", {{"--emit", "cuda"}}));
     kernel = with_override(emit_kernel(spec));
     threads = spec.threads();

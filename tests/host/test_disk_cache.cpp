@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include <filesystem>
 #include <fstream>
@@ -140,6 +141,22 @@ TEST_CASE("an entry the system cannot read now (no descriptor left) is a miss, a
   CHECK(damaged == 0);
   CHECK(fs::exists(path)); // not moved aside
   CHECK(cache.get(key, "cubin") == std::string("payload"));
+}
+
+TEST_CASE("peek reads an entry for display and changes nothing: no last use refreshed, no damaged entry moved aside") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string key = key_of(10), path = dir.path + "/" + key + ".tune";
+  REQUIRE(cache.put(key, "tune", "decision"));
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(24 * 365);
+  fs::last_write_time(path, old);
+  CHECK(cache.peek(key, "tune") == std::string("decision"));
+  CHECK(fs::last_write_time(path) == old);
+  write_bytes(path, "garbage");
+  CHECK_FALSE(cache.peek(key, "tune"));
+  CHECK(fs::exists(path));
+  CHECK_FALSE(cache.get(key, "tune")); // get moves it aside
+  CHECK_FALSE(fs::exists(path));
 }
 
 TEST_CASE("a foreign entry under another key's name is a miss") {
