@@ -61,6 +61,8 @@ bool has_variant_flags(const Args& args) {
 std::vector<int64_t> chunks_from(const Args& args, const ChainProblem& problem) {
   std::vector<int64_t> chunks;
   std::stringstream list(args.get("--chunk", ""));
+  const std::string text = args.get("--chunk", "");
+  if (!text.empty() && text.back() == ',') throw std::invalid_argument("--chunk: '" + text + "' ends in a comma");
   for (std::string item; std::getline(list, item, ',');) {
     const int64_t chunk = parse_int(item, "--chunk", 2, int(kMaxChainChunk));
     if (const std::string why = chunk_unfit(problem, chunk); !why.empty())
@@ -79,6 +81,12 @@ int run_chain_bench(const Args& args) {
   const bool log = p.semiring == Semiring::log;
   if (p.C <= kMaxSequentialChainStates)
     chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
+  else if (has_variant_flags(args)) // the sequential kernels' variants; only the stepped strategy takes this many
+    for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes"})
+      if (args.has(flag))
+        throw std::invalid_argument(std::string(flag) + ": a variant of the sequential kernels, which take at most " +
+                                    std::to_string(kMaxSequentialChainStates) + " states (--chain " +
+                                    std::to_string(p.C) + " runs the stepped strategy)");
   const std::vector<int64_t> chunks = chunks_from(args, p);
   const auto device = current_device();
   // Without flags, the variant ChainPlan::get takes: a stored decision's (jitbmm tune --chain) or the rule's.
