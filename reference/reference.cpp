@@ -116,11 +116,36 @@ Element element_in(const Problem& p, const void* a, const void* b, int64_t batch
   throw std::invalid_argument("semiring: unknown enum value");
 }
 
+// kernel_argmax at a tie: the terms in the accumulator type `Acc`.
+template <class Acc>
+int32_t accumulated_argmax(const Problem& p, const void* a, const void* b, int64_t bt, int64_t i, int64_t j) {
+  const Strides sa = p.a(), sb = p.b();
+  int32_t best = -1;
+  Acc best_term = 0;
+  for (int64_t k = 0; k < p.shape.K; ++k) {
+    const Acc x = static_cast<Acc>(load_element(p.dtype, a, offset_of(sa, {bt, i, k})));
+    const Acc y = static_cast<Acc>(load_element(p.dtype, b, offset_of(sb, {bt, k, j})));
+    const Acc t = p.semiring == Semiring::max_times ? x * y : x + y;
+    bool takes = best < 0;
+    if (!takes && !std::isnan(best_term))
+      takes = std::isnan(t) || (p.semiring == Semiring::min_plus ? t < best_term : t > best_term);
+    if (takes) best = static_cast<int32_t>(k), best_term = t;
+  }
+  return best;
+}
+
 } // namespace
 
 Element element(const Problem& p, const void* a, const void* b, int64_t batch, int64_t i, int64_t j) {
   return p.dtype == DType::f64 ? element_in<long double>(p, a, b, batch, i, j)
                                : element_in<double>(p, a, b, batch, i, j);
+}
+
+int32_t kernel_argmax(const Problem& p, const void* a, const void* b, int64_t batch, int64_t i, int64_t j,
+                      const Element& expected) {
+  if (!expected.tie) return expected.argmax;
+  return p.dtype == DType::f64 ? accumulated_argmax<double>(p, a, b, batch, i, j)
+                               : accumulated_argmax<float>(p, a, b, batch, i, j);
 }
 
 std::vector<Element> compute(const Problem& p, const void* a, const void* b) {

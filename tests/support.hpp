@@ -124,34 +124,4 @@ inline HostTensor tensor_from_set(DType dtype, int64_t elements, std::mt19937_64
   return t;
 }
 
-// The argmax a correct kernel must report: each term formed as the kernel forms it (a + b or a · b in the
-// accumulator type: float for f32/f16/bf16 inputs, double for f64), the first NaN term wins, otherwise the smallest k
-// among the best terms (K = 0: −1). Where the reference's exact terms do not tie this is the reference's argmax;
-// where two exact terms differ by less than the accumulator resolves, the kernel sees equal terms, and the contract
-// (ties go to the smallest k) decides between them.
-template <class Acc>
-int32_t accumulated_argmax(const Problem& p, const void* a, const void* b, int64_t bt, int64_t i, int64_t j) {
-  const Strides sa = p.a(), sb = p.b();
-  int32_t best = -1;
-  Acc best_term = 0;
-  for (int64_t k = 0; k < p.shape.K; ++k) {
-    const Acc x = static_cast<Acc>(load_element(p.dtype, a, offset_of(sa, {bt, i, k})));
-    const Acc y = static_cast<Acc>(load_element(p.dtype, b, offset_of(sb, {bt, k, j})));
-    const Acc t = p.semiring == Semiring::max_times ? x * y : x + y;
-    bool takes = best < 0;
-    if (!takes && !std::isnan(best_term))
-      takes = std::isnan(t) || (p.semiring == Semiring::min_plus ? t < best_term : t > best_term);
-    if (takes) best = static_cast<int32_t>(k), best_term = t;
-  }
-  return best;
-}
-
-// The argmax out[bt, i, j] must have, given the reference element `want` (see accumulated_argmax).
-inline int32_t expected_argmax(const Problem& p, const void* a, const void* b, int64_t bt, int64_t i, int64_t j,
-                               const reference::Element& want) {
-  if (!want.tie) return want.argmax;
-  return p.dtype == DType::f64 ? accumulated_argmax<double>(p, a, b, bt, i, j)
-                               : accumulated_argmax<float>(p, a, b, bt, i, j);
-}
-
 } // namespace jitbmm::test

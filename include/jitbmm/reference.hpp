@@ -29,6 +29,13 @@ constexpr int64_t kMaxReferenceTerms = int64_t(1) << 36;   // compute(), backwar
 // validated here (callers have); K above kMaxReferenceK is std::invalid_argument naming shape.K.
 Element element(const Problem& problem, const void* a, const void* b, int64_t batch, int64_t i, int64_t j);
 
+// The argmax a correct kernel reports for out[batch, i, j], `expected` being that output's element: the reference's
+// own where no other k reached its value; at a tie, each term formed as a kernel forms it (a + b or a · b in the
+// accumulator type: float for f32, f16 and bf16 inputs, double for f64), where two exact terms closer than the
+// accumulator resolves are equal, the first NaN term winning, else the smallest k among the best (K = 0: −1).
+int32_t kernel_argmax(const Problem& problem, const void* a, const void* b, int64_t batch, int64_t i, int64_t j,
+                      const Element& expected);
+
 // Every output, in row-major [B][M][N] order. Validates the problem, and refuses (std::invalid_argument naming the
 // size) more than kMaxReferenceOutputs outputs, kMaxReferenceTerms terms or kMaxReferenceK terms an output. An empty
 // output (B, M or N = 0) has no term to compute: it is an empty result whatever K is.

@@ -188,6 +188,7 @@ void run_candidate(const ForwardTrial& trial, const KernelSpec& spec, Stream str
 
 std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
   trial.out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
+  if (trial.p.with_argmax) trial.arg.fill_bytes(0x7f);
   run_candidate(trial, spec, nullptr);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
   const Problem& p = trial.p;
@@ -201,6 +202,14 @@ std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
     trial.out.download(got, static_cast<std::size_t>(size), static_cast<std::size_t>(at) * size);
     if (!reference::close(od, load_element(od, got, 0), want, reference::tolerance(p)))
       return "wrong result at output " + std::to_string(o);
+    if (!p.with_argmax) continue;
+    int32_t arg = 0; // [B][M][N], contiguous
+    trial.arg.download(&arg, sizeof arg, static_cast<std::size_t>(o) * sizeof arg);
+    const MatrixIndex i = index_of(s.M, s.N, o);
+    const int32_t expected = reference::kernel_argmax(p, trial.ha.data(), trial.hb.data(), i.batch, i.row, i.col, want);
+    if (arg != expected)
+      return "wrong argmax at output " + std::to_string(o) + " (k " + std::to_string(arg) + ", expected " +
+             std::to_string(expected) + ")";
   }
   return "";
 }
