@@ -15,7 +15,7 @@ import jitbmm
 
 from ._torch_chain_second_order import crf_score, hmm_score, second_order
 from ._torch_operator import Operator
-from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stream
+from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stored, stream
 
 
 _plans = {}
@@ -120,6 +120,7 @@ class _Chain:
 def _layout(t):
     """(t, its strides) as the library reads them: t as it is, but copied where it is broadcast from one element
     along every dimension (to the library, all-zero strides mean contiguous)."""
+    t = stored(t)
     if t.numel() > 1 and not any(t.stride()):
         t = t.contiguous()
     return t, tuple(t.stride())

@@ -17,7 +17,8 @@ import jitbmm
 
 from ._torch_chains import _check_crf, _check_tensor
 from ._torch_operator import Operator
-from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stream
+from ._torch_support import (LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stored,
+                             stream)
 
 _plans = {}
 
@@ -165,7 +166,8 @@ def _divergence_of(kind, potentials, field, lengths):
     """The quantity of `kind` [B] (entropy where field is None); each input contiguous here."""
     keep = torch.is_grad_enabled() and (potentials.requires_grad or (field is not None and field.requires_grad))
     lengths = None if lengths is None else lengths.contiguous()  # the kernels read it as one array
-    return _divergence(potentials.contiguous(), None if field is None else field.contiguous(), lengths, kind,
+    return _divergence(stored(potentials).contiguous(), None if field is None else stored(field).contiguous(), lengths,
+                       kind,
                        keep)[0]
 
 

@@ -11,7 +11,7 @@ import jitbmm
 
 from ._torch_chains import _check_crf
 from ._torch_operator import Operator
-from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stored, stream
 
 _plans = {}
 MAX_K = 16  # ChainKBest::kMaxKBest
@@ -97,5 +97,5 @@ def chain_kbest(potentials, k, lengths=None):
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")
     lengths = None if lengths is None else lengths.contiguous()
-    scores, paths = _kbest_op(potentials.contiguous(), lengths, k)
+    scores, paths = _kbest_op(stored(potentials).contiguous(), lengths, k)
     return scores.t(), paths.permute(1, 0, 2).long()

@@ -7,7 +7,7 @@ the kernels of a small chain."""
 
 import torch
 
-from ._torch_support import PLAIN_TENSORS
+from ._torch_support import PLAIN_TENSORS, refuse_tangents
 
 
 class Operator:
@@ -30,6 +30,8 @@ class Operator:
 
     def __call__(self, *args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if self.gradients is not None:
+            refuse_tangents(*tensors)
         if torch.compiler.is_compiling() or any(type(t) not in PLAIN_TENSORS for t in tensors):
             return self.op(*args)
         if self.gradients is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):

@@ -6,7 +6,7 @@ import torch
 import jitbmm
 
 from . import Plan, Problem, prepare as _prepare, DTYPES as _LIBRARY_DTYPES
-from ._torch_support import lock as _kernels_lock, stream as _stream, DTYPE_NAMES as _DTYPE_NAMES
+from ._torch_support import lock as _kernels_lock, stream as _stream, stored, DTYPE_NAMES as _DTYPE_NAMES
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype.
 DTYPES = {t: name for t, name in _DTYPE_NAMES.items() if name in _LIBRARY_DTYPES}
@@ -101,6 +101,7 @@ def writable(t):
 def layout(t, batches):
     """(tensor, strides) for the kernel: a 2-D t is one matrix for every batch (batch stride 0). A layout whose
     gradient could not be written in place (overlapping elements) is copied first."""
+    t = stored(t)
     if not writable(t) or (t.dim() == 3 and t.shape[0] > 1 and t.stride(0) == 0):
         t = t.contiguous()
     if t.dim() == 2:

@@ -11,7 +11,7 @@ import jitbmm
 
 from ._torch_chains import _check_crf
 from ._torch_operator import Operator
-from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stream
+from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stored, stream
 
 _plans = {}
 
@@ -68,7 +68,7 @@ def chain_sample(potentials, n, lengths=None, generator=None):
     device = generator.device if generator is not None else torch.device("cpu")
     seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=device).item())
     lengths = None if lengths is None else lengths.contiguous()
-    return _sample_op(potentials.contiguous(), lengths, n, seed).permute(1, 0, 2).long()
+    return _sample_op(stored(potentials).contiguous(), lengths, n, seed).permute(1, 0, 2).long()
 
 
 def edge_indicators(paths, C, dtype):

@@ -8,7 +8,7 @@ import torch
 
 import jitbmm
 
-from ._torch_support import LibraryPlan, cached, stream
+from ._torch_support import LibraryPlan, cached, refuse_tangents, stored, stream
 
 _plans = {}
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
@@ -40,7 +40,7 @@ def _flattened(a, b, size, what):
 
     def flat(t, rows, cols):  # [size, *batch, rows, cols] as [size, B, rows, cols], the semiring's dimension first
         t = t.reshape(size, *([1] * (len(batch) - (t.dim() - 3))), *t.shape[1:])
-        return t.expand(size, *batch, rows, cols).reshape(size, B, rows, cols).contiguous()
+        return stored(t.expand(size, *batch, rows, cols).reshape(size, B, rows, cols)).contiguous()
 
     return flat(a, M, K), flat(b, K, N), batch
 
@@ -116,6 +116,7 @@ def entropy_semiring_bmm(a, b):
     dtype, give [2, ..., M, N]: with x0 = a[0, i, k] + b[0, k, j] and x1 = a[1, i, k] + b[1, k, j], out[0] = logsumexp_k
     x0 and out[1] = Σ_k p_k (x1 - log p_k), p = softmax_k x0. A term of weight 0 adds nothing whatever its value (no
     term: -inf and 0). Differentiable once with respect to both (docs/python-and-pytorch.md)."""
+    refuse_tangents(a, b)
     a3, b3, batch = _flattened(a, b, 2, "pairs")
     return _op(a3, b3).view(2, *batch, a.shape[-2], b.shape[-1])
 
@@ -181,6 +182,7 @@ def kmax_semiring_bmm(a, b):
     if not 1 <= k <= MAX_K:
         raise ValueError(f"a: its first dimension is the semiring's k, 1 to {MAX_K}, got shape "
                          f"{tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__}")
+    refuse_tangents(a, b)
     a3, b3, batch = _flattened(a, b, k, "k-vectors")
     out, _ = _kmax_op(a3, b3)
     return out.view(k, *batch, a.shape[-2], b.shape[-1])

@@ -6,6 +6,7 @@ import ctypes
 import threading
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 import jitbmm
 
@@ -20,6 +21,23 @@ PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # subclasses go through the 
 
 def stream(device_index):
     return _raw_stream(device_index) if _raw_stream else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def refuse_tangents(*tensors):
+    """NotImplementedError where a tensor carries a forward-mode AD tangent (torch.autograd.forward_ad's dual
+    tensors): no kernel has a forward-mode derivative, and a result without its tangent would be silently wrong."""
+    if getattr(_forward_ad, "_current_level", -1) < 0:  # outside every dual level: nothing to look at
+        return
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None:
+            raise NotImplementedError("jitbmm.torch: forward-mode AD (a dual tensor's tangent) is not supported; "
+                                      "differentiate in reverse mode (backward, torch.autograd.grad)")
+
+
+def stored(t):
+    """t with its values in memory as the kernels read them: a view with the negative bit set (a complex tensor's
+    conj().imag, say), whose memory holds the values' negatives, is resolved into a copy; any other tensor is itself."""
+    return t.resolve_neg()
 
 
 def address(t):

@@ -27,6 +27,7 @@ from . import _torch_product_grad as _differentiable
 from ._torch_product_kernels import KERNELS as _kernels, DTYPES as _DTYPES, kernels_for as _kernels_for
 from ._torch_product_kernels import layout as _layout, batches as _batches, empty_grad as _empty_grad, sizes as _sizes
 from ._torch_support import lock as _kernels_lock, PLAIN_TENSORS as _PLAIN_TENSORS, TABLE_ENTRIES as _FAST_ENTRIES
+from ._torch_support import refuse_tangents
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
 from ._torch_samples import chain_sample
@@ -240,7 +241,7 @@ def _key(a, b, semiring, precision):
     try:
         wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
         return (type(a), type(b), a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-                semiring, precision, wants_grad)
+                a.is_neg(), b.is_neg(), semiring, precision, wants_grad)
     except (AttributeError, TypeError):
         return None
 
@@ -249,6 +250,7 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     """out[..., i, j] = ⊕_k a[..., i, k] ⊗ b[..., k, j] over `semiring` (README.md: ±inf and NaN).
     precision="fast" lets the log semiring use one TF32 tensor-core product per term (about 1e-4 relative
     error; other semirings refuse it); "exact" (the default) keeps every output within the dtype's own rounding."""
+    refuse_tangents(a, b)
     if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator
         return _general(a, b, semiring, precision, None)
     key = _key(a, b, semiring, precision)

@@ -163,6 +163,27 @@ class TorchTest(unittest.TestCase):
                 want.sum().backward()
                 torch.testing.assert_close(base.grad.double(), base64.grad, rtol=1e-4, atol=1e-4)
 
+    def test_views_whose_memory_is_not_their_values_and_forward_mode(self):
+        """A view with the negative bit (a complex tensor's conj().imag, whose memory holds the values' negatives) is
+        read as its values, by the general path and the per-call one, products and chains alike; forward-mode AD,
+        which no kernel supports, is refused rather than dropping the tangent."""
+        jt = self.jt
+        a = torch.randn(2, 5, 7, dtype=torch.complex64, device=self.dev).conj().imag
+        b = self.rand(2, 7, 3)
+        self.assertTrue(a.is_neg())
+        for _ in range(2):
+            torch.testing.assert_close(jt.logbmm(a, b), jt.logbmm(a.resolve_neg(), b))
+        p = torch.randn(2, 4, 3, 3, dtype=torch.complex64, device=self.dev).conj().imag
+        torch.testing.assert_close(jt.chain_log_partition(p), jt.chain_log_partition(p.resolve_neg()))
+        import torch.autograd.forward_ad as fwad
+        x = self.rand(2, 5, 7)
+        jt.logbmm(x, b)  # the per-call path knows this call now
+        with fwad.dual_level():
+            with self.assertRaisesRegex(NotImplementedError, "forward-mode"):
+                jt.logbmm(fwad.make_dual(x, torch.ones_like(x)), b)
+            with self.assertRaisesRegex(NotImplementedError, "forward-mode"):
+                jt.chain_log_partition(fwad.make_dual(p.resolve_neg(), torch.ones_like(p)))
+
     def test_gradcheck_fp64(self):
         torch.manual_seed(2)
         for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
