@@ -7,10 +7,11 @@ import jitbmm
 
 from . import Plan, Problem, prepare as _prepare, DTYPES as _LIBRARY_DTYPES
 from ._torch_support import lock as _kernels_lock, stream as _stream, stored, DTYPE_NAMES as _DTYPE_NAMES
+from ._torch_support import TABLE_ENTRIES
 
 # The library's dtypes (jitbmm.DTYPES) by their torch dtype.
 DTYPES = {t: name for t, name in _DTYPE_NAMES.items() if name in _LIBRARY_DTYPES}
-# The plans made, by problem and device (jitbmm.torch.share_choices empties it).
+# The plans made, by problem and device, up to TABLE_ENTRIES (jitbmm.torch.share_choices empties it).
 KERNELS = {}
 
 
@@ -81,6 +82,8 @@ def kernels_for(semiring, dtype, device, shape, a_strides, b_strides, with_argma
             if torch.cuda.is_current_stream_capturing():
                 return kernels
         with _kernels_lock:
+            if len(KERNELS) >= TABLE_ENTRIES:  # shapes that vary without end: start again
+                KERNELS.clear()
             kernels = KERNELS.setdefault(key, kernels)
     return kernels
 
