@@ -283,7 +283,8 @@ def _general(a, b, semiring, precision, key):
     wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
     with_argmax = semiring in _SELECTING and wants_grad
     am, bm = _matrices(a, batch, M, K), _matrices(b, batch, K, N)
-    if key is None:  # compiling: the registered operator
+    # Compiling, or a tensor subclass (FakeTensor, a wrapper that dispatches): the registered operator.
+    if key is None or type(a) not in _PLAIN_TENSORS or type(b) not in _PLAIN_TENSORS:
         out, _ = _bmm_op(am, bm, semiring, precision, with_argmax)
         return out.reshape(*batch, M, N)
     out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax,

@@ -388,6 +388,15 @@ class OperatorTest(unittest.TestCase):
         t = torch.randn(*shape, dtype=dtype or torch.float32, device=self.dev)
         return t.requires_grad_(requires_grad)
 
+    def test_tensor_subclasses_take_the_registered_operator(self):
+        """A tensor subclass (here FakeTensor, as tracing makes them) goes through the registered operator, which
+        dispatches it, never through the eager paths that read data_ptr()."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            a, b = torch.empty(4, 8, 16, device=self.dev), torch.empty(4, 16, 8, device=self.dev)
+            self.assertEqual(self.jt.logbmm(a, b).shape, (4, 8, 8))
+            self.assertEqual(self.jt.maxbmm(a.requires_grad_(), b).shape, (4, 8, 8))
+
     def test_opcheck_every_semiring(self):
         torch.manual_seed(10)
         for semiring in ("log", "max_plus", "min_plus", "max_times", "plus_times"):
