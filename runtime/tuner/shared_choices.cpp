@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "cache/disk_cache.hpp"
+#include "generator/needed_features.hpp"
 #include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/choose.hpp"
 #include "runtime/tuner/tuning_db.hpp"
+#include "support/log.hpp"
 
 namespace jitbmm {
 
@@ -75,15 +77,26 @@ std::size_t import_choices(const std::string& text) {
   }
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) throw std::runtime_error("import_choices: no disk cache to keep the decisions in (JITBMM_CACHE=off?)");
-  const TuningDevice td = tuning_device(*current_device());
+  const auto device = current_device();
+  const TuningDevice td = tuning_device(*device);
+  std::size_t stored = 0, unrunnable = 0;
   for (const Parsed& c : parsed) {
+    if (!device->features.has(needed_features(c.spec))) { // another GPU's variant (wgmma on an A100, say)
+      ++unrunnable;
+      continue;
+    }
     TuneReport report;
     report.best = c.spec;
     report.reason = "shared: another process's choice (import_choices)";
     put_decision(*disk, tuning_key(c.problem, td, false, c.pass), decision_from(c.problem, td, report, c.pass));
+    ++stored;
   }
+  if (unrunnable)
+    log_message(LogLevel::warn, "choices: " + std::to_string(unrunnable) + " of another process's variants need " +
+                                    "features " + device->arch_and_level() + " lacks; this process keeps its own for " +
+                                    "those problems");
   forget_choices();
-  return parsed.size();
+  return stored;
 }
 
 } // namespace jitbmm

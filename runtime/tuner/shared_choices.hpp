@@ -19,7 +19,8 @@ namespace jitbmm {
 std::string export_choices();
 
 // Stores the choices of `text` (export_choices' output) as exact decisions for the device current on this thread and
-// forgets this process's choices. Returns how many were stored. Text that does not parse, a problem that validate()
+// forgets this process's choices. Returns how many were stored: a variant needing features this device lacks (another
+// GPU's) is not, with a warning, so that a rank on another kind of GPU keeps its own variant there. Text that does not parse, a problem that validate()
 // refuses and a spec that does not fit its problem are std::invalid_argument naming the line (checked before the
 // device is looked at); nothing is stored then. Without a disk cache the decisions cannot be kept:
 // std::runtime_error.

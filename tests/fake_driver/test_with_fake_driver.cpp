@@ -1054,4 +1054,16 @@ TEST_CASE("choices exported by one process are the variants another plans with a
   CHECK(imported.find("before semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
   CHECK(imported.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=warp index64=0 block=8x32\n") !=
         std::string::npos);
+  // A variant this GPU cannot run (wgmma, on a device of sm_80: ranks on two kinds of GPU) is not stored: the rank
+  // keeps its own, with a warning.
+  const std::string line = exported.substr(0, exported.find(" | ")) +
+                           " | semiring=log dtype=f32 out=f32 argmax=0 strategy=exp_matmul index64=0 tile=128x128x32 "
+                           "thread=2x32 min_blocks=1 math=wgmma_tf32x3\n";
+  std::ofstream(dir.path + "/other-gpu.txt") << line;
+  const test::HelperRun other = test::run_helper({"--share-import", dir.path + "/other-gpu.txt"},
+                                                 {{"JITBMM_CACHE_DIR", dir.path + "/rank2"}, {"JITBMM_FAKE_CUDA_SM", "80"}}, true);
+  CHECK(other.status == 0);
+  CHECK(other.output.find("imported 0\n") != std::string::npos);
+  CHECK(other.output.find("need features sm_80 lacks") != std::string::npos);
+  CHECK(other.output.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
 }
