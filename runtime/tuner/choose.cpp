@@ -375,9 +375,26 @@ std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, Tu
   DiskCache* disk = DiskCache::process_cache();
   const TuningDevice td = tuning_device(device);
   const std::string what = describe(p) + " on wide-range data";
-  if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
-    c->source = "stored for wide-range data: " + c->source;
-    return c;
+  // A decision brought from elsewhere is checked before its first use, as choose() checks one.
+  std::vector<KernelSpec> refused;
+  while (auto c = stored_choice(disk, p, td, policy, Pass::forward, refused, InputRange::wide)) {
+    std::string wrong;
+    if (brought_in(*c)) {
+      if (TuningHold::capturing()) return std::nullopt; // no check now: the plan keeps its variant
+      try {
+        wrong = check_on_trial(p, Pass::forward, device, c->spec);
+      } catch (const std::exception& e) {
+        wrong = e.what();
+      }
+    }
+    if (wrong.empty()) {
+      c->source = "stored for wide-range data: " + c->source;
+      return c;
+    }
+    warn_once("check wide " + to_string(c->spec) + ' ' + what,
+              "ignoring the " + c->source + " decision for " + what + ": " + to_string(c->spec) +
+                  " failed its check against the CPU reference (" + wrong + ")");
+    refused.push_back(c->spec);
   }
   if (policy == TunePolicy::never || TuningHold::active() || candidates.empty() || !tunable(p, Pass::forward))
     return std::nullopt;
