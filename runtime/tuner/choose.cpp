@@ -209,7 +209,7 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
     const std::vector<KernelSpec> timed = small_problem_candidates(device_candidates(p, device, pass), fallback);
     TuneReport report = autotune(p, device, false, pass, timed);
     report.reason = "small problem: the default and " + std::to_string(timed.size() - 1) + " light variants timed";
-    store_decision(p, device, report, true, pass);
+    store_decision(p, device, report, true, pass, false); // for the bucket: JITBMM_TUNE=exact still searches all
     return {report.best, report.reason, {}};
   }
   if (policy == TunePolicy::bucket) {
