@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cache/disk_cache.hpp"
+#include "runtime/device_pool.hpp"
 #include "runtime/jit.hpp"
 #include "support/log.hpp"
 #include "runtime/timing.hpp"
@@ -122,6 +123,11 @@ TuneReport autotune(const Problem& p, const DeviceInfo& device, bool progress, P
     t = std::chrono::steady_clock::now();
   };
   ScopedContext scope(device.context);
+  // The candidates' workspaces come from jitbmm's pool, which would keep the largest (split-K's partials can take
+  // GBs) after the tuning: given back when it ends, however it ends, so the framework beside it keeps its memory.
+  struct TrimAfter {
+    ~TrimAfter() { trim_pools(); }
+  } trim_after;
   TuneReport report;
   for (const KernelSpec& spec : only.empty() ? device_candidates(p, device, pass) : only)
     report.candidates.push_back({spec, -1, "ok"});
