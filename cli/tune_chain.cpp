@@ -57,10 +57,17 @@ int run_chain_tune(const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   ChainTrial trial(p);
   // A variant measured on a plan of its own; a chunked or stepped one's products tune on their first call, within the
-  // warm-up, and store what they find for the plans that then take them.
-  auto measure = [&](const ChainSpec& spec, int64_t chunk, bool stepped = false,
-                     StepKernel steps = StepKernel::rule) {
-    return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true, stepped, steps)), reps);
+  // warm-up, and store what they find for the plans that then take them. One that fails to build or run (a loop this
+  // problem cannot take, a compile error) is no candidate: said, and the others are measured.
+  auto measure = [&](const std::string& variant, const ChainSpec& spec, int64_t chunk, bool stepped = false,
+                     StepKernel steps = StepKernel::rule) -> std::optional<ChainMeasure> {
+    try {
+      return trial.measure(chain_candidate(chain_plan_for(p, spec, chunk, true, stepped, steps)), reps);
+    } catch (const std::exception& e) {
+      std::printf("%8s  [skipped: %s]\n", variant.c_str(), e.what());
+      std::fflush(stdout);
+      return std::nullopt;
+    }
   };
   // A row as soon as it is measured (each compiles a module): the strategy and its times; true where it checked.
   auto print_row = [](const std::string& variant, const ChainMeasure& row) {
@@ -84,8 +91,9 @@ int run_chain_tune(const Args& args) {
         std::printf("%8d  [skipped: its registers do not fit]\n", k);
         continue;
       }
-      const ChainMeasure row = measure(spec, 0);
-      if (print_row(std::to_string(k), row)) timed.push_back({k, row.forward_ms, row.saving_ms, row.backward_ms});
+      const std::optional<ChainMeasure> row = measure(std::to_string(k), spec, 0);
+      if (row && print_row(std::to_string(k), *row))
+        timed.push_back({k, row->forward_ms, row->saving_ms, row->backward_ms});
     }
     if (timed.empty()) {
       std::fprintf(stderr, "jitbmm: tune --chain: no cluster size computed the reference's score; nothing stored\n");
@@ -95,9 +103,10 @@ int run_chain_tune(const Args& args) {
     const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
     const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
     for (const int64_t chunk : chunk_candidates(p)) {
-      const ChainMeasure row = measure(best, chunk);
-      if (print_row("chunk " + std::to_string(chunk), row))
-        chunked.push_back({chunk, row.forward_ms, row.saving_ms, row.backward_ms});
+      const std::string variant = "chunk " + std::to_string(chunk);
+      const std::optional<ChainMeasure> row = measure(variant, best, chunk);
+      if (row && print_row(variant, *row))
+        chunked.push_back({chunk, row->forward_ms, row->saving_ms, row->backward_ms});
     }
     // The forward's other lanes in its cluster, each with the rule's threads for them (more terms a lane, fewer
     // shuffles of a reduction; fewer, more parallel terms): a group of lanes takes at most twice the states.
@@ -108,24 +117,19 @@ int run_chain_tune(const Args& args) {
         std::printf("%8s  [skipped: its registers do not fit]\n", ("lanes " + std::to_string(lanes)).c_str());
         continue;
       }
-      std::optional<ChainMeasure> row;
-      try {
-        row = measure(spec, 0);
-      } catch (const std::invalid_argument& e) { // a loop this problem cannot take is no candidate
-        std::printf("%8s  [skipped: %s]\n", ("lanes " + std::to_string(lanes)).c_str(), e.what());
-        continue;
-      }
-      if (print_row("lanes " + std::to_string(lanes), *row))
+      const std::string variant = "lanes " + std::to_string(lanes);
+      const std::optional<ChainMeasure> row = measure(variant, spec, 0);
+      if (row && print_row(variant, *row))
         lanes_timed.push_back({lanes, row->forward_ms, row->saving_ms, row->backward_ms});
     }
   }
   std::optional<SteppedTiming> stepped, fused;
-  if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::products); print_row("steps", row))
-    stepped = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
+  if (const auto row = measure("steps", ChainSpec{}, 0, true, StepKernel::products); row && print_row("steps", *row))
+    stepped = SteppedTiming{row->forward_ms, row->saving_ms, row->backward_ms};
   const bool fused_tried = fused_steps_apply(p);
   if (fused_tried)
-    if (const ChainMeasure row = measure(ChainSpec{}, 0, true, StepKernel::fused); print_row("fused", row))
-      fused = SteppedTiming{row.forward_ms, row.saving_ms, row.backward_ms};
+    if (const auto row = measure("fused", ChainSpec{}, 0, true, StepKernel::fused); row && print_row("fused", *row))
+      fused = SteppedTiming{row->forward_ms, row->saving_ms, row->backward_ms};
   if (timed.empty() && !stepped && !fused) {
     std::fprintf(stderr, "jitbmm: tune --chain: the stepped strategy did not compute the reference's score; nothing "
                          "stored\n");
