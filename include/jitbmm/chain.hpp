@@ -40,8 +40,8 @@ public:
   // (ChainPlan::get gives one problem the same in a process, its stand-in included: settled()).
   std::size_t saved_bytes() const;
   // Scratch bytes operator() takes: max_plus with a path keeps one back-pointer per (b, t, c); the chunked strategy
-  // its tree's levels (a pass over as many chunks as fit in four times the inputs' size, or 256 MiB), and for
-  // max_plus its chunks' products and first messages.
+  // its tree's levels (a pass over as many chunks as fit in the larger of four times the inputs' size and 256 MiB),
+  // and for max_plus its chunks' products and first messages.
   std::size_t workspace_bytes(bool with_path) const;
 
   // grad_potentials[b][t][c][p] (contiguous [B][T − 1][C][C], the problem's dtype) = grad_score[b] (the output

@@ -226,6 +226,15 @@ class JaxGpuTest(unittest.TestCase):
                 self.assert_close(np.asarray(score)[long], vs[long], rtol=1e-5, atol=1e-5)
                 np.testing.assert_array_equal(np.asarray(path)[long], vp[long])
 
+    def test_hmm_gradients_of_no_sequence(self):
+        """B = 0: the shared tables' gradients are zeros (written, not left as XLA's buffers held them)."""
+        jj = self.jj
+        transitions, initial = normal(3, (4, 4)), normal(4, (4,))
+        grads = jax.grad(lambda t, i: jj.hmm_log_partition(jnp.zeros((0, 8, 4)), t, i).sum(), (0, 1))(transitions,
+                                                                                                        initial)
+        for g in grads:
+            np.testing.assert_array_equal(np.asarray(g), 0)
+
     def test_hmm_vmap_of_grad_per_instance(self):
         jj = self.jj
         e, t, i = normal(40, (3, 4, 10, 6)), normal(41, (6, 6)), normal(42, (6,))
