@@ -22,11 +22,15 @@ import jitbmm.torch as jt  # noqa: E402
 from chain_timing import wall_ms  # noqa: E402
 
 
+def crf(p):
+    """torch-struct's LinearChainCRF of p, imported where the peer runs (never with --no-peer)."""
+    import torch_struct
+
+    return torch_struct.LinearChainCRF(p)
+
+
 def losses(p, q):
     """Each quantity as a function of two leaf tensors, jitbmm's and torch-struct's."""
-    import torch_struct  # noqa: F401  (imported where the peer runs)
-
-    crf = torch_struct.LinearChainCRF
     return {
         "entropy": (lambda a, b: jt.chain_entropy(a), lambda a, b: crf(a).entropy),
         "cross-entropy": (lambda a, b: jt.chain_cross_entropy(a, b), lambda a, b: crf(a).cross_entropy(crf(b))),
@@ -65,6 +69,12 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
     args = ap.parse_args()
+    if not args.no_peer:
+        try:
+            import torch_struct  # noqa: F401
+        except ImportError:
+            print("torch-struct is not installed: its columns are left out, as with --no-peer")
+            args.no_peer = True
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; fwd+bwd ms, medians of {args.reps}")
     print(f"{'B×T×C':>12} {'quantity':>14} {'jitbmm':>9} {'÷ own':>8} {'torch-struct':>13} {'speed-up':>9} "
           f"{'peer peak GB':>13}")

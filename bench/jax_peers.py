@@ -73,8 +73,8 @@ def products(reps):
             jt.logbmm(ta, tb)
             torch.cuda.synchronize()
 
-        def torch_step():
-            jt.logbmm(ga, gb).sum().backward()
+        def torch_step():  # fresh gradients, as JAX's: none accumulated into .grad
+            torch.autograd.grad(jt.logbmm(ga, gb).sum(), (ga, gb))
             torch.cuda.synchronize()
 
         # The expanded terms [B, n, n, n], run where they take at most 1 GiB: at 64x512^3 (32 GiB) the reference did
@@ -199,8 +199,8 @@ def distributions(reps):
         step = jax.jit(jax.value_and_grad(lambda p, q: ours(p, q).sum(), argnums=(0, 1)))
         peer = jax.jit(jax.value_and_grad(lambda p, q: theirs(p, q).sum(), argnums=(0, 1)))
 
-        def torch_step():
-            torch_f(tp, tq).sum().backward()
+        def torch_step():  # fresh gradients, as JAX's: none accumulated into .grad
+            torch.autograd.grad(torch_f(tp, tq).sum(), (tp, tq), allow_unused=True)  # the entropy reads p alone
             torch.cuda.synchronize()
 
         print(f"  {name} {B}x{T}x{C} | {guarded(lambda: step(p, q), reps)} | {guarded(torch_step, reps)} | "
@@ -230,7 +230,7 @@ FIRST_TORCH = """
 import sys, time, torch
 sys.path.insert(0, {python!r})
 import jitbmm.torch as jt
-x = torch.randn{shape}.cuda().requires_grad_(); torch.cuda.synchronize()
+x = torch.randn{shape}.cuda().requires_grad_({grad}); torch.cuda.synchronize()
 t = time.perf_counter(); {call}; torch.cuda.synchronize()
 print(f"{{time.perf_counter() - t:.3f}}")
 """
@@ -257,7 +257,7 @@ def first(reps):
     for what, shape, jax_call, torch_call in FIRST_CASES:
         seconds = []
         for code in (FIRST_JAX.format(python=python, shape=shape, call=jax_call),
-                     FIRST_TORCH.format(python=python, shape=shape, call=torch_call)):
+                     FIRST_TORCH.format(python=python, shape=shape, call=torch_call, grad="backward" in torch_call)):
             with tempfile.TemporaryDirectory() as cache:
                 done = subprocess.run([sys.executable, "-c", code], env=fresh_env(cache, JITBMM_STAND_IN="on"),
                                       capture_output=True, text=True)
