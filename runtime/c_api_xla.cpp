@@ -66,6 +66,16 @@ ffi::Error expected_like(const ffi::AnyBuffer& grad, const char* name, const ffi
   return expected(grad, name, input.element_type(), static_cast<int64_t>(input.element_count()));
 }
 
+ffi::Error zeroed(void* stream, std::initializer_list<ffi::AnyBuffer*> results) {
+  StreamContext context(stream);
+  for (ffi::AnyBuffer* r : results)
+    if (r->size_bytes())
+      check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(r->untyped_data()), 0, r->size_bytes(),
+                                     static_cast<CUstream>(stream)),
+            "cuMemsetD8Async");
+  return ffi::Error::Success();
+}
+
 ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B) {
   if (lengths.element_count() == 0) return static_cast<const int64_t*>(nullptr);
   if (lengths.element_type() != ffi::DataType::S32 || dim(lengths, 1) != 2 || leading(lengths, 1) != B)

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,8 @@ int64_t dim(const ffi::AnyBuffer& x, std::size_t from_end);
 ffi::Error expected(const ffi::AnyBuffer& x, const char* name, ffi::DataType type, int64_t elements);
 // The same for a gradient, which has its input's dtype and elements.
 ffi::Error expected_like(const ffi::AnyBuffer& grad, const char* name, const ffi::AnyBuffer& input);
+// Zeros written to `results` on `stream` (the gradients where nothing flows into them); success.
+ffi::Error zeroed(void* stream, std::initializer_list<ffi::AnyBuffer*> results);
 
 // Optional operands are passed as arrays of no elements.
 template <class T = void> T* data_or_null(const ffi::AnyBuffer& x) {

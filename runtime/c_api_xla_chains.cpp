@@ -175,15 +175,8 @@ ffi::Error hmm_grad(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffe
                                             std::tuple{&*grad_transitions, "grad_transitions", &transitions},
                                             std::tuple{&*grad_initial, "grad_initial", &initial}})
       if (ffi::Error e = expected_like(*grad, name, *input); !e.success()) return e;
-    if (problem->problem.B == 0) { // no sequence: a shared table's gradient is 0 (the others have no elements)
-      StreamContext context(stream);
-      for (ffi::AnyBuffer* g : {&*grad_transitions, &*grad_initial})
-        if (g->size_bytes())
-          check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(g->untyped_data()), 0, g->size_bytes(),
-                                         static_cast<CUstream>(stream)),
-                "cuMemsetD8Async");
-      return ffi::Error::Success();
-    }
+    if (problem->problem.B == 0) // no sequence: a shared table's gradient is 0 (the others have no elements)
+      return zeroed(stream, {&*grad_transitions, &*grad_initial});
   }
   return chain_backward(std::move(problem), stream, allocator, saved, *declared,
                         [&](jitbmm_chain_plan* plan, const Chain& c, void* ws, std::size_t bytes) {

@@ -92,16 +92,8 @@ ffi::Error bmm_backward(void* stream, ffi::ScratchAllocator allocator, ffi::AnyB
   if (ffi::Error e = expected_like(grad_out, "grad_out", out); !e.success()) return e;
   if (ffi::Error e = expected_like(*grad_a, "grad_a", a); !e.success()) return e;
   if (ffi::Error e = expected_like(*grad_b, "grad_b", b); !e.success()) return e;
-  if (p->empty || a.element_count() == 0 || b.element_count() == 0) {
-    // Nothing flows: the gradients of what is there are 0.
-    StreamContext context(stream);
-    for (ffi::AnyBuffer* g : {&*grad_a, &*grad_b})
-      if (g->size_bytes())
-        check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(g->untyped_data()), 0, g->size_bytes(),
-                                       static_cast<CUstream>(stream)),
-              "cuMemsetD8Async");
-    return ffi::Error::Success();
-  }
+  if (p->empty || a.element_count() == 0 || b.element_count() == 0) // nothing flows: the gradients there are 0
+    return zeroed(stream, {&*grad_a, &*grad_b});
   StreamContext context(stream);
   std::shared_ptr<jitbmm_plan> plan;
   if (const jitbmm_status s = product_plan(*p, stream, context.context, plan)) return failed(s);

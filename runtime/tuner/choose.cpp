@@ -278,6 +278,39 @@ bool may_tune(const Problem& p, TunePolicy policy, Pass pass) {
   return policy != TunePolicy::never && tunable(p, pass);
 }
 
+// The stored choice of `range` that may serve `p`. A decision brought from elsewhere (shipped with jitbmm, imported)
+// was tuned on another machine: its kernel is checked against the CPU reference first, as a tuned candidate is, and
+// one that fails is warned about and passed over like a stale decision (added to `refused`, so that a tuning that
+// follows leaves it out too). `unchecked` receives one that cannot be checked now (the caller's stream is being
+// captured), which is not returned.
+std::optional<Choice> usable_stored_choice(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
+                                           std::vector<KernelSpec>& refused, InputRange range,
+                                           std::optional<Choice>& unchecked) {
+  DiskCache* disk = DiskCache::process_cache();
+  const TuningDevice td = tuning_device(device);
+  const DecisionSet* shipped = range == InputRange::normal ? &shipped_decisions() : nullptr;
+  while (auto c = stored_choice(disk, p, td, policy, pass, refused, range, shipped)) {
+    if (!brought_in(*c)) return c;
+    if (TuningHold::capturing()) {
+      unchecked = c;
+      return std::nullopt;
+    }
+    std::string wrong;
+    try {
+      wrong = check_on_trial(p, pass, device, c->spec);
+    } catch (const std::exception& e) {
+      wrong = e.what();
+    }
+    if (wrong.empty()) return c;
+    const std::string what = describe(p) + (range == InputRange::normal ? "" : " on wide-range data");
+    warn_once("check " + to_string(c->spec) + ' ' + what + ' ' + pass_name(pass),
+              "ignoring the " + c->source + " tuning decision for " + what + ": " + to_string(c->spec) +
+                  " failed its check against the CPU reference (" + wrong + "); deciding again without it");
+    refused.push_back(c->spec);
+  }
+  return std::nullopt;
+}
+
 KernelSpec fallback_spec(const Problem& p, Pass pass) {
   return pass == Pass::forward ? default_spec(p) : default_grad_spec(p, pass);
 }
@@ -293,33 +326,16 @@ Choice choose(const Problem& problem, const DeviceInfo& device, TunePolicy polic
     if (auto it = g_made.find(id); it != g_made.end()) return it->second;
   }
   const Choice choice = [&]() -> Choice {
-    DiskCache* disk = DiskCache::process_cache();
-    const TuningDevice td = tuning_device(device);
     const bool tune = may_tune(p, policy, pass);
     const KernelSpec fallback = fallback_spec(p, pass);
-    // A decision brought from elsewhere (shipped with jitbmm, imported) was tuned on another machine: its kernel is
-    // checked against the CPU reference before this process uses it, as a tuned candidate is; one that fails is
-    // passed over like a stale decision.
     std::vector<KernelSpec> refused = rejected;
-    while (auto c = stored_choice(disk, p, td, policy, pass, refused, InputRange::normal, &shipped_decisions())) {
-      if (!brought_in(*c)) return *c;
-      if (TuningHold::capturing())
-        return {fallback,
-                "default: the caller's stream is being captured into a CUDA graph, so the " + c->source +
-                    " decision cannot be checked now",
-                {}, false, true};
-      std::string wrong;
-      try {
-        wrong = check_on_trial(p, pass, device, c->spec);
-      } catch (const std::exception& e) {
-        wrong = e.what();
-      }
-      if (wrong.empty()) return *c;
-      warn_once("check " + to_string(c->spec) + ' ' + id,
-                "ignoring the " + c->source + " tuning decision for " + describe(p) + ": " + to_string(c->spec) +
-                    " failed its check against the CPU reference (" + wrong + "); deciding again without it");
-      refused.push_back(c->spec);
-    }
+    std::optional<Choice> unchecked;
+    if (auto c = usable_stored_choice(p, device, policy, pass, refused, InputRange::normal, unchecked)) return *c;
+    if (unchecked)
+      return {fallback,
+              "default: the caller's stream is being captured into a CUDA graph, so the " + unchecked->source +
+                  " decision cannot be checked now",
+              {}, false, true};
     if (tune && TuningHold::active())
       return {fallback, "default: tuning is held (a stream capture, or a chain's products)", {}, false, true};
     if (!tune) return {fallback, "default", {}};
@@ -372,30 +388,14 @@ std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, 
 
 std::optional<Choice> choose_wide(const Problem& p, const DeviceInfo& device, TunePolicy policy,
                                   const std::vector<KernelSpec>& candidates) {
-  DiskCache* disk = DiskCache::process_cache();
-  const TuningDevice td = tuning_device(device);
   const std::string what = describe(p) + " on wide-range data";
-  // A decision brought from elsewhere is checked before its first use, as choose() checks one.
   std::vector<KernelSpec> refused;
-  while (auto c = stored_choice(disk, p, td, policy, Pass::forward, refused, InputRange::wide)) {
-    std::string wrong;
-    if (brought_in(*c)) {
-      if (TuningHold::capturing()) return std::nullopt; // no check now: the plan keeps its variant
-      try {
-        wrong = check_on_trial(p, Pass::forward, device, c->spec);
-      } catch (const std::exception& e) {
-        wrong = e.what();
-      }
-    }
-    if (wrong.empty()) {
-      c->source = "stored for wide-range data: " + c->source;
-      return c;
-    }
-    warn_once("check wide " + to_string(c->spec) + ' ' + what,
-              "ignoring the " + c->source + " decision for " + what + ": " + to_string(c->spec) +
-                  " failed its check against the CPU reference (" + wrong + ")");
-    refused.push_back(c->spec);
+  std::optional<Choice> unchecked; // one brought from elsewhere while a capture forbids its check: the plan stays
+  if (auto c = usable_stored_choice(p, device, policy, Pass::forward, refused, InputRange::wide, unchecked)) {
+    c->source = "stored for wide-range data: " + c->source;
+    return c;
   }
+  if (unchecked) return std::nullopt;
   if (policy == TunePolicy::never || TuningHold::active() || candidates.empty() || !tunable(p, Pass::forward))
     return std::nullopt;
   // As for choose(): sized against free memory first, and a failure keeps the plan on its variant.
