@@ -62,13 +62,16 @@ std::string cache_dir_line() {
 int run_cache(int argc, char** argv) {
   if (argc != 3) throw std::invalid_argument("cache: expected one of path, list, verify, clear");
   const std::string what = argv[2];
+  // The cache's variables are read by every subcommand, so that a bad value is an error whichever is asked for.
+  DiskCache::enabled_from_env();
+  const uint64_t cap = DiskCache::cap_from_env();
   if (what == "path") {
     std::printf("%s\n", cache_dir_line().c_str());
     return 0;
   }
   const std::string dir = DiskCache::default_dir();
   if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
-  DiskCache cache(dir, DiskCache::cap_from_env());
+  DiskCache cache(dir, cap);
   // An untrusted directory is never listed, verified or cleared: its entries mean nothing to jitbmm.
   if (!cache.usable())
     throw std::runtime_error("cache directory " + dir + " is " + cache.refused() +

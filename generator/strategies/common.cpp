@@ -100,12 +100,11 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
   if ((rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
     throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
                                 ": more than 65535 row tiles for the tiled strategy; use linear or warp");
-  if (spec.pass != Pass::forward) { // the backward grid's x holds one block per tile_n columns, unlooped
-    const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
-    if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
-      throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
-                                  ": more than 2^31 - 1 column tiles for the backward's tiled kernel");
-  }
+  // The grid's x holds one block per tile_n columns, unlooped.
+  const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
+  if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
+    throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
+                                ": more than 2^31 - 1 column tiles for the tiled kernels; choose a wider tile");
   if (spec.min_blocks < 1 || spec.min_blocks * spec.threads() > 2048)
     reject("min_blocks", "must be in 1..2048/threads");
 }

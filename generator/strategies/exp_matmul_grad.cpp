@@ -79,8 +79,9 @@ void check(const KernelSpec& spec, const Problem& p) {
   check_workspace(spec, p);
   if (!spec.index64 && !fits_index32(spec, p))
     reject("index64", "the exp_matmul backward's padded operands overflow 32-bit index math; use a 64-bit index variant");
-  if ((d.Mx + kRepairM - 1) / kRepairM > 65535)
-    reject("shape", "more than 65535 row tiles for the exp_matmul backward's direct pass; use tiled");
+  if ((d.Mx + kRepairM - 1) / kRepairM > 65535) // the canonical rows: grad_a's M, grad_b's N
+    throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.M" : "shape.N") +
+                                ": more than 65535 row tiles for the exp_matmul backward's direct pass; use tiled");
   check_tiles(spec, p, shared_bytes(spec));
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "support/checked_size.hpp"
 #include "templates/core/limits.cuh"
 
 namespace jitbmm::strategies {
@@ -65,12 +66,26 @@ Rendering render(const KernelSpec& s) {
                              io_types(s) + ", " + (semiring_info(s.semiring).scatter_times ? "true" : "false") + ">")}};
 }
 
+// The lines (rows of grad_a, groups of 8 columns of grad_b) over every slice of the accumulator.
+int64_t lines_of(const KernelSpec& spec, const Problem& p) {
+  return grad_accumulator(p, spec).slices * (spec.pass == Pass::grad_a ? p.shape.M : (p.shape.N + 7) / 8);
+}
+
+// The grid covers every line and every chunk of k in one pass, so each loop's index steps by about its whole count:
+// a 32-bit index must hold twice the lines and twice K, not only the operands' offsets.
+bool index64(const KernelSpec& spec, const Problem& p) {
+  if (needs_index64(spec, p)) return true;
+  const int64_t warps = spec.threads() / 32, kc = std::max<int64_t>(chunk_k(spec, p), 1);
+  const auto lines = try_product({lines_of(spec, p), 2});
+  return !lines || *lines + warps >= kIndex32Limit || 2 * p.shape.K + kc >= kIndex32Limit;
+}
+
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
   const bool ga = spec.pass == Pass::grad_a;
   if (s.B == 0 || s.K == 0 || (ga ? s.M : s.N) == 0) return {};
   const int64_t warps = spec.threads() / 32, kc = chunk_k(spec, p);
-  const int64_t lines = grad_accumulator(p, spec).slices * (ga ? s.M : (s.N + 7) / 8);
+  const int64_t lines = lines_of(spec, p);
   Launch main;
   main.block[0] = static_cast<unsigned>(spec.threads());
   main.grid[0] = clamp_grid((lines + warps - 1) / warps, kMaxGridX);
@@ -80,7 +95,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
 }
 
 const RegisterStrategy registered{{Strategy::histogram, "histogram", true, kBlockFields, rank, defaults, check,
-                                   needs_index64, candidates, render, launches, nullptr}};
+                                   index64, candidates, render, launches, nullptr}};
 
 } // namespace
 } // namespace jitbmm::strategies

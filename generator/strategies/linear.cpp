@@ -28,6 +28,12 @@ Rendering render(const KernelSpec& s) {
   return {{"direct/linear.cuh"}, "BmmParams", {main_entry(s, "jb::linear_kernel<" + semiring_type(s) + ", " + io_types(s) + ">")}};
 }
 
+// The rows' loop steps by the whole grid's rows (up to 65535 · block_y): a 32-bit index must hold M and that step.
+bool index64(const KernelSpec& spec, const Problem& p) {
+  const int64_t step = std::min<int64_t>(p.shape.M + spec.block_y, int64_t(kMaxGridYZ) * spec.block_y);
+  return needs_index64(spec, p) || p.shape.M + step >= kIndex32Limit;
+}
+
 LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
   const Shape& s = p.shape;
   Launch l;
@@ -39,7 +45,7 @@ LaunchPlan launches(const KernelSpec& spec, const Problem& p) {
 }
 
 const RegisterStrategy registered{{Strategy::linear, "linear", false, kBlockFields, rank, defaults, check,
-                                   needs_index64, candidates, render, launches, nullptr}};
+                                   index64, candidates, render, launches, nullptr}};
 
 } // namespace
 } // namespace jitbmm::strategies

@@ -42,7 +42,10 @@ void check(const KernelSpec& spec, const Problem& p) {
     reject("k_chunk", "split_k's partial results for " + to_string(s) + " exceed 2^62 bytes; use a larger k_chunk");
 }
 
-bool index64(const KernelSpec& spec, const Problem& p) { return !fits_index32(p, chunks_of(spec, p), false); }
+// The chunks' count is (K + k_chunk - 1) / k_chunk and a chunk ends at k_begin + k_chunk, in the index type.
+bool index64(const KernelSpec& spec, const Problem& p) {
+  return !fits_index32(p, chunks_of(spec, p), false) || p.shape.K + spec.k_chunk >= kIndex32Limit;
+}
 
 std::vector<KernelSpec> candidates(const KernelSpec& base, const Problem& p) {
   std::vector<KernelSpec> out;

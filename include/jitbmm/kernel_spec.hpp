@@ -26,7 +26,7 @@ enum class Strategy {
   histogram,       // backward of the selecting semirings: scatter's sums binned per gradient line in shared memory,
                    // no atomics, deterministic (templates/grad/histogram.cuh; block_x threads)
   tiled_refine,    // max_plus, min_plus, max_times with argmax: tiled at the speed without argmax, noting each
-                   // output's group of 32 k, then the argmax found within it (templates/tiled/refine.cuh)
+                   // output's group of 16 k, then the argmax found within it (templates/tiled/refine.cuh)
 };
 const char* strategy_name(Strategy strategy);
 Strategy parse_strategy(const std::string& name);

@@ -205,6 +205,25 @@ TEST_CASE("default specs pick 64-bit indices only when 32-bit math would overflo
   KernelSpec narrow = s;
   narrow.index64 = false;
   expect_invalid([&] { check_spec_fits(narrow, p); }, "spec.index64");
+  // Grid-stride loops whose step is about their whole count (the histogram backward's rows and k, linear's rows at
+  // a tall block) and split-K's chunk ends need room for twice the size, not only the operands' offsets.
+  Problem tall;
+  tall.semiring = Semiring::max_plus;
+  tall.shape = {1, 1100000000, 1, 1};
+  CHECK(default_grad_spec(tall, Pass::grad_a).index64);
+  tall.shape = {1, 2100000000, 1, 1};
+  KernelSpec rows = default_spec(tall, Strategy::linear);
+  rows.block_x = 1, rows.block_y = 1024, rows.index64 = false;
+  expect_invalid([&] { check_spec_fits(rows, tall); }, "spec.index64");
+  tall.shape = {1, 1, 2100000000, 1};
+  KernelSpec chunks = default_spec(tall, Strategy::split_k);
+  chunks.k_chunk = 100000000, chunks.index64 = false;
+  expect_invalid([&] { check_spec_fits(chunks, tall); }, "spec.index64");
+  // The tiled kernels' grid holds one block a column tile, forward as backward.
+  tall.shape = {1, 1, 1, 2200000000};
+  KernelSpec thin = default_spec(tall, Strategy::tiled);
+  thin.tile_m = 32, thin.tile_n = 1, thin.tile_k = 1, thin.thread_m = thin.thread_n = 1;
+  expect_invalid([&] { check_spec_fits(thin, tall); }, "shape.N");
   KernelSpec wrong = default_spec(Problem{});
   wrong.dtype = DType::f64;
   expect_invalid([&] { check_spec_fits(wrong, Problem{}); }, "spec.dtype");
