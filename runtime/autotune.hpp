@@ -6,7 +6,8 @@
 //   trials        random inputs per pass, one launch of a candidate, the check against the CPU reference
 //   autotune      compile in parallel, time (runtime/timing.hpp), rank, store the winner
 //   family_model  what a new bucket of a tuned family times: the variants its family's timings predict best
-//   choose        the choice cascade: stored decision, tuning, default; planning again without a failing spec
+//   choose        the choice cascade: stored decision, tuning, default
+//   plan_with_choice  planning with the cascade's spec, and again without a stored one that fails to compile
 //   shared_choices  one process's settled choices exported as text and imported elsewhere (every rank alike)
 //   build_ahead   the kernels a first call will load, compiled all at once on the CPU pool
 #pragma once
@@ -15,6 +16,7 @@
 #include "runtime/tuner/build_ahead.hpp"  // IWYU pragma: export
 #include "runtime/tuner/choose.hpp"       // IWYU pragma: export
 #include "runtime/tuner/family_model.hpp" // IWYU pragma: export
+#include "runtime/tuner/plan_with_choice.hpp" // IWYU pragma: export
 #include "runtime/tuner/policy.hpp"       // IWYU pragma: export
 #include "runtime/tuner/search_space.hpp" // IWYU pragma: export
 #include "runtime/tuner/shared_choices.hpp" // IWYU pragma: export

@@ -1,6 +1,6 @@
 // The choice cascade: a stored decision (exact, bucket, nearest bucket; unreadable or stale ones warned about
-// once), else tuning now, else the default spec; remembered per process; a stored spec that fails to compile or
-// load is rejected and the choice made again.
+// once), else tuning now, else the default spec; remembered per process (planning again without a stored spec that
+// fails to compile: plan_with_choice.cpp).
 #include "runtime/tuner/choose.hpp"
 
 #include <algorithm>
@@ -439,30 +439,5 @@ std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, 
 }
 
 } // namespace
-
-KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
-                            const std::function<void(const KernelSpec&)>& plan) {
-  std::vector<KernelSpec> rejected;
-  for (;;) {
-    const Choice choice = decide(rejected);
-    // Only a stored decision may be wrong about what compiles: the default, a spec tuned now (which compiled to be
-    // timed) and one already rejected propagate their errors.
-    const bool stored = choice.stored && !is_rejected(rejected, choice.spec);
-    if (!stored) {
-      plan(choice.spec);
-      return choice.spec;
-    }
-    try {
-      plan(choice.spec);
-      return choice.spec;
-    } catch (const std::exception& e) {
-      if (!dynamic_cast<const CompileError*>(&e) && !dynamic_cast<const CudaError*>(&e)) throw;
-      log_message(LogLevel::warn, "ignoring the stored tuning decision (" + choice.source + ", tuned for " +
-                                      choice.decision->problem + "): " + to_string(choice.spec) +
-                                      " failed to compile or load (" + e.what() + "); deciding again without it");
-      rejected.push_back(choice.spec);
-    }
-  }
-}
 
 } // namespace jitbmm

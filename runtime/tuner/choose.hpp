@@ -73,13 +73,6 @@ std::optional<Choice> stored_choice(DiskCache* disk, const Problem& problem, con
 std::optional<Choice> choose_wide(const Problem& problem, const DeviceInfo& device, TunePolicy policy,
                                   const std::vector<KernelSpec>& candidates);
 
-// Plans with the spec `decide` returns (given the specs rejected so far) through `plan`, and returns that spec.
-// When the spec came from a stored decision and `plan` throws CompileError or CudaError (a planted or stale
-// decision naming a kernel that cannot compile or load here), it warns naming the decision and decides again with
-// that spec rejected: the next stored decision, else tuning or the default. Only the variant changes, never the
-// results. Errors of any other spec (the default, one tuned now, one the user passed) propagate.
-KernelSpec plan_with_choice(const std::function<Choice(const std::vector<KernelSpec>& rejected)>& decide,
-                            const std::function<void(const KernelSpec&)>& plan);
 inline KernelSpec choose_spec(const Problem& problem, const DeviceInfo& device, TunePolicy policy) {
   return choose(problem, device, policy).spec;
 }
