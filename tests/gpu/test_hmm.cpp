@@ -708,6 +708,45 @@ TEST_CASE("hmm: a length outside [1, T] gives a NaN score, NaN gradients and no 
     }
 }
 
+// A best path given to the backward that is not the forward's, with states outside [0, C): such a state is no edge
+// and no node, in every strategy, and nothing is written out of bounds.
+TEST_CASE("hmm: a best path's backward given states outside [0, C) puts no gradient there, in every strategy") {
+  const int64_t T = 5, C = 4;
+  DeviceBuffer d_em = upload(std::vector<float>(T * C, 0.5f)), d_tr = upload(std::vector<float>(C * C, -1.0f)),
+               d_in = upload(std::vector<float>(C, 0.25f)), g = upload(std::vector<float>{2});
+  // Only the step 0 → 1 (states 1 → 2) is an edge, and positions 0, 1 and 4 are nodes.
+  DeviceBuffer path = upload(std::vector<int32_t>{1, 2, 4, 1 << 30, 3});
+  const HmmInputs hmm{d_em.get(), d_tr.get(), d_in.get()};
+  for (int64_t chunk : {-1, 0, 2}) { // −1: the stepped strategy
+    ChainProblem p;
+    p.semiring = Semiring::max_plus, p.form = ChainForm::hmm, p.B = 1, p.T = T, p.C = C;
+    CAPTURE(chunk);
+    const ChainPlan plan = chunk < 0 ? chain_plan_for(p, ChainSpec{}, 0, false, true, StepKernel::rule)
+                                     : chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
+    CHECK(std::string(plan.strategy()) == (chunk < 0 ? "stepped" : chunk ? "chunked" : "sequential"));
+    DeviceBuffer g_em(T * C * 4), g_tr(C * C * 4), g_in(C * 4);
+    for (DeviceBuffer* d : {&g_em, &g_tr, &g_in}) d->fill_bytes(0x7f); // poison: a number
+    plan.backward(hmm, nullptr, nullptr, static_cast<const int32_t*>(path.get()), g.get(),
+                  HmmGradients{g_em.get(), g_tr.get(), g_in.get()});
+    std::vector<float> em(T * C), tr(C * C), in(C);
+    g_em.download(em.data(), em.size() * 4);
+    g_tr.download(tr.data(), tr.size() * 4);
+    g_in.download(in.data(), in.size() * 4);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        CAPTURE(t);
+        CAPTURE(c);
+        const bool node = (t == 0 && c == 1) || (t == 1 && c == 2) || (t == 4 && c == 3);
+        CHECK(em[std::size_t(t * C + c)] == (node ? 2.0f : 0.0f));
+      }
+    for (int64_t e = 0; e < C * C; ++e) {
+      CAPTURE(e);
+      CHECK(tr[std::size_t(e)] == (e == 2 * C + 1 ? 2.0f : 0.0f)); // [to][from]
+    }
+    for (int64_t c = 0; c < C; ++c) CHECK(in[std::size_t(c)] == (c == 1 ? 2.0f : 0.0f));
+  }
+}
+
 TEST_CASE("hmm: B = 0 zeroes the shared tables' gradients; T = 1 scores initial and emissions; bad arguments") {
   ChainProblem p;
   p.form = ChainForm::hmm;
