@@ -488,7 +488,9 @@ def step(chunked, batch, e, t, i):
     out["hmm_grad_e"], out["hmm_grad_t"], out["hmm_grad_i"] = grads
     return out
 
-f64 = lambda x: x.astype(jnp.float64)
+# The float64 references run on the CPU: XLA's GPU compiler spent minutes on the scans' gradients, longer than
+# this process may take.
+f64 = lambda x: jax.device_put(np.asarray(x, np.float64), jax.devices("cpu")[0])
 want = {}
 want["chunked"], want["chunked_grad"] = jax.value_and_grad(lambda p: crf(p, chunked_lengths).sum())(f64(chunked))
 best, path = reference_crf(chunked, chunked_lengths, "max_plus")
