@@ -77,6 +77,11 @@ std::size_t import_choices(const std::string& text) {
   }
   DiskCache* disk = DiskCache::process_cache();
   if (!disk) throw std::runtime_error("import_choices: no disk cache to keep the decisions in (JITBMM_CACHE=off?)");
+  // A rank that kept none would plan its own variants while saying it took rank 0's.
+  if (!disk->usable() || disk->read_only())
+    throw std::runtime_error("import_choices: the cache directory " + disk->dir() +
+                             " cannot keep decisions (" + (disk->usable() ? "read-only" : "not usable") +
+                             "); a writable JITBMM_CACHE_DIR is needed to share choices");
   const auto device = current_device();
   const TuningDevice td = tuning_device(*device);
   std::size_t stored = 0, unrunnable = 0;
@@ -88,7 +93,11 @@ std::size_t import_choices(const std::string& text) {
     TuneReport report;
     report.best = c.spec;
     report.reason = "shared: another process's choice (import_choices)";
-    put_decision(*disk, tuning_key(c.problem, td, false, c.pass), decision_from(c.problem, td, report, c.pass));
+    if (!put_decision(*disk, tuning_key(c.problem, td, false, c.pass), decision_from(c.problem, td, report, c.pass))) {
+      forget_choices(); // those stored serve from now on
+      throw std::runtime_error("import_choices: the cache directory " + disk->dir() + " could not keep a decision; " +
+                               std::to_string(stored) + " of " + std::to_string(parsed.size()) + " were stored");
+    }
     ++stored;
   }
   if (unrunnable)

@@ -22,8 +22,8 @@ std::string export_choices();
 // forgets this process's choices. Returns how many were stored: a variant needing features this device lacks (another
 // GPU's) is not, with a warning, so that a rank on another kind of GPU keeps its own variant there. Text that does not parse, a problem that validate()
 // refuses and a spec that does not fit its problem are std::invalid_argument naming the line (checked before the
-// device is looked at); nothing is stored then. Without a disk cache the decisions cannot be kept:
-// std::runtime_error.
+// device is looked at); nothing is stored then. Without a disk cache that can keep them (none, a read-only or untrusted
+// directory, a write that fails) the decisions are not imported: std::runtime_error.
 std::size_t import_choices(const std::string& text);
 
 // A problem as one line of words, and back (strict: every field, nothing more): semiring, dtype, output dtype,

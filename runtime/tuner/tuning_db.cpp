@@ -213,8 +213,8 @@ std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::s
   return out;
 }
 
-void put_decision(DiskCache& disk, const std::string& key, const Decision& decision) {
-  disk.put(key, kDecisionKind, encode_decision(decision));
+bool put_decision(DiskCache& disk, const std::string& key, const Decision& decision) {
+  return disk.put(key, kDecisionKind, encode_decision(decision));
 }
 
 } // namespace jitbmm

@@ -90,7 +90,8 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
 std::vector<Decision> family_buckets(DiskCache* disk, const std::string& family);
 // Every readable bucket decision of any of these families (the cache listed once).
 std::vector<Decision> families_buckets(DiskCache* disk, const std::vector<std::string>& families);
-// Stores `decision` under `key`, replacing any.
-void put_decision(DiskCache& disk, const std::string& key, const Decision& decision);
+// Stores `decision` under `key`, replacing any. False where the cache keeps nothing (read-only, not trusted, a failed
+// write: DiskCache::put).
+bool put_decision(DiskCache& disk, const std::string& key, const Decision& decision);
 
 } // namespace jitbmm

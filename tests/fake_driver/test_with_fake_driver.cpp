@@ -1066,4 +1066,17 @@ TEST_CASE("choices exported by one process are the variants another plans with a
   CHECK(other.output.find("imported 0\n") != std::string::npos);
   CHECK(other.output.find("need features sm_80 lacks") != std::string::npos);
   CHECK(other.output.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
+  // A rank whose own cache directory cannot keep decisions (others may write it, so it is not trusted; a trusted
+  // read-only cache beside it) refuses the import instead of saying it took choices it cannot keep.
+  const std::string open_dir = dir.path + "/open", trusted = dir.path + "/trusted";
+  std::filesystem::create_directories(open_dir);
+  std::filesystem::create_directories(trusted);
+  std::filesystem::permissions(open_dir, std::filesystem::perms::all);
+  std::filesystem::permissions(trusted, std::filesystem::perms::owner_all);
+  const test::HelperRun kept_none = test::run_helper(
+      {"--share-import", dir.path + "/choices.txt"},
+      {{"JITBMM_CACHE_DIR", open_dir}, {"JITBMM_CACHE_TRUSTED_DIR", trusted}}, true);
+  CHECK(kept_none.status == 1);
+  CHECK(kept_none.output.find("cannot keep decisions") != std::string::npos);
+  CHECK(kept_none.output.find("imported") == std::string::npos);
 }
