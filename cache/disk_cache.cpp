@@ -56,7 +56,16 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-bool is_temp(const std::string& name) { return name.rfind(".tmp-", 0) == 0; }
+// A temp file as write_file_atomically names it (temp_file_name): ".tmp-<key>.<kind>-<writer>-<16 hex digits>", so
+// that a directory shared with other programs keeps their ".tmp-" files.
+bool is_temp(const std::string& name) {
+  constexpr std::size_t kPrefix = 5, kRandom = 16;
+  if (name.rfind(".tmp-", 0) != 0 || name.size() < kPrefix + kKeyChars + 2 + kRandom + 2) return false;
+  if (!is_cache_key(std::string_view(name).substr(kPrefix, kKeyChars)) || name[kPrefix + kKeyChars] != '.') return false;
+  const std::string_view random = std::string_view(name).substr(name.size() - kRandom);
+  return name[name.size() - kRandom - 1] == '-' &&
+         std::all_of(random.begin(), random.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
 
 // <key>.<kind>: an entry, not a source (.cu), a quarantined file (.bad) or a temp file.
 bool is_entry_name(const std::string& name) {
@@ -406,8 +415,8 @@ void DiskCache::evict(uint64_t cap_bytes) {
   });
   for (const Victim& v : victims) {
     if (total <= cap_bytes) break;
-    for (const auto& [name, bytes] : v.files)
-      if (::unlinkat(dir_fd_.get(), name.c_str(), 0) == 0) total -= bytes;
+    for (const auto& [name, bytes] : v.files) // gone already: another process evicted it since the listing
+      if (::unlinkat(dir_fd_.get(), name.c_str(), 0) == 0 || errno == ENOENT) total -= bytes;
   }
 }
 

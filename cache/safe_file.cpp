@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -183,12 +184,22 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
   }
   if (::fstat(fd.get(), &st) != 0) return {ReadResult::unreadable, "", std::strerror(errno)};
   if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
-  out.bytes.resize(static_cast<std::size_t>(st.st_size));
+  // No memory for the file's bytes is the system's state, as an I/O error is: a miss, the entry left in place.
+  const auto grow = [&](std::size_t n) {
+    try {
+      out.bytes.resize(n);
+      return true;
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  };
+  const ReadResult no_memory{ReadResult::unreadable, "", std::strerror(ENOMEM)};
+  if (!grow(static_cast<std::size_t>(st.st_size))) return no_memory;
   std::size_t done = 0;
   for (;;) {
     if (done == out.bytes.size()) { // the file may have grown since fstat: read on, within the bound
       if (done > max_bytes) return {ReadResult::refused, "", "larger than " + std::to_string(max_bytes) + " bytes"};
-      out.bytes.resize(done + std::min<uint64_t>(max_bytes + 1 - done, 1 << 16));
+      if (!grow(done + std::min<uint64_t>(max_bytes + 1 - done, 1 << 16))) return no_memory;
     }
     const ssize_t n = ::read(fd.get(), out.bytes.data() + done, out.bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;

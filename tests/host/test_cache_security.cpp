@@ -349,9 +349,12 @@ TEST_CASE("the size cap counts sources, quarantined and temp files; .bad first, 
       fs::last_write_time(dir.path + "/" + key_of(100 + i) + suffix, now - std::chrono::minutes(10 - i));
   }
   write_bytes(dir.path + "/" + key_of(200) + ".cubin.bad", std::string(3000, 'b'));
-  write_bytes(dir.path + "/.tmp-" + key_of(201) + ".cubin-dead", std::string(3000, 't'));
-  write_bytes(dir.path + "/.tmp-" + key_of(202) + ".cubin-live", std::string(100, 't'));
-  const std::string stale = dir.path + "/.tmp-" + key_of(201) + ".cubin-dead";
+  // Temp files as a writer names them (this process's: a live writer).
+  const std::string writer = "-" + std::to_string(::getpid()) + "-0123456789abcdef";
+  const std::string stale = dir.path + "/.tmp-" + key_of(201) + ".cubin" + writer,
+                    live = dir.path + "/.tmp-" + key_of(202) + ".cubin" + writer;
+  write_bytes(stale, std::string(3000, 't'));
+  write_bytes(live, std::string(100, 't'));
   const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
   fs::last_write_time(stale, two_hours_ago);
 
@@ -370,7 +373,25 @@ TEST_CASE("the size cap counts sources, quarantined and temp files; .bad first, 
   CHECK(cache.list().size() == 2);
   CHECK_FALSE(fs::exists(dir.path + "/" + key_of(100) + ".cu")); // a source goes with its entry
   CHECK(cache.get(key_of(103), "cubin"));
-  CHECK(fs::exists(dir.path + "/.tmp-" + key_of(202) + ".cubin-live")); // a live writer's file stays
+  CHECK(fs::exists(live)); // a live writer's file stays
+}
+
+TEST_CASE("another program's files in the cache directory stay, its \".tmp-\" files too, however old") {
+  TempDir dir;
+  const std::string foreign_temp = dir.path + "/.tmp-another-program", foreign = dir.path + "/notes.txt";
+  for (const std::string& path : {foreign_temp, foreign}) {
+    write_bytes(path, std::string(10, 'f'));
+    fs::last_write_time(path, fs::file_time_type::clock::now() - std::chrono::hours(2));
+  }
+  DiskCache cache(dir.path); // opening sweeps dead temp files
+  REQUIRE(cache.put(key_of(300), "cubin", std::string(100, 'e')));
+  cache.evict(0);
+  CHECK(cache.list().empty());
+  REQUIRE(cache.put(key_of(301), "cubin", std::string(100, 'e')));
+  cache.clear();
+  CHECK(cache.list().empty());
+  CHECK(fs::exists(foreign_temp));
+  CHECK(fs::exists(foreign));
 }
 
 TEST_CASE("JITBMM_CACHE_MAX_BYTES: a malformed value is an error naming the variable") {

@@ -143,6 +143,39 @@ TEST_CASE("an entry the system cannot read now (no descriptor left) is a miss, a
   CHECK(cache.get(key, "cubin") == std::string("payload"));
 }
 
+// No memory for an entry's bytes (a large cubin, a process near its address-space limit) is the system's state too.
+// In a child process: an address-space limit breaks sanitizers' shadow memory, so not under them.
+TEST_CASE("an entry too large for the memory left is a miss, not an error, and stays for the next read") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  MESSAGE("skipped: an address-space limit and a sanitizer's shadow memory do not mix");
+#else
+  TempDir dir;
+  DiskCache cache(dir.path);
+  const std::string key = key_of(11), path = dir.path + "/" + key + ".cubin";
+  REQUIRE(cache.put(key, "cubin", std::string(std::size_t(64) << 20, 'c')));
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const rlim_t room = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(16) << 20);
+    const rlimit limit{room, room};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(3);
+    try {
+      ::_exit(cache.get(key, "cubin").has_value() ? 2 : 0);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0); // 1: it threw; 2: it read 64 MiB in 16
+  CHECK(fs::exists(path));          // not moved aside
+  CHECK(cache.get(key, "cubin")->size() == std::size_t(64) << 20);
+#endif
+}
+
 TEST_CASE("peek reads an entry for display and changes nothing: no last use refreshed, no damaged entry moved aside") {
   TempDir dir;
   DiskCache cache(dir.path);
