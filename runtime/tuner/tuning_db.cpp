@@ -97,8 +97,15 @@ std::string encode_decision(const Decision& d) {
      << "shape " << to_string(d.shape) << '\n';
   os << "seconds " << format_duration(d.seconds, 3) << '\n';
   if (d.measured) os << "measured " << to_string(*d.measured) << '\n';
-  if (!d.reason.empty() && d.reason.find('\n') == std::string::npos) os << "reason " << d.reason << '\n';
-  if (!d.origin.empty() && d.origin.find('\n') == std::string::npos) os << "origin " << d.origin << '\n';
+  // Each on a line of its own, its control characters replaced: an origin lost would make an imported decision
+  // look tuned here, and skip the check that decisions brought from elsewhere get (a file path may hold a newline).
+  const auto one_line = [](std::string s) {
+    for (char& c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return s;
+  };
+  if (!d.reason.empty()) os << "reason " << one_line(d.reason) << '\n';
+  if (!d.origin.empty()) os << "origin " << one_line(d.origin) << '\n';
   for (const CandidateResult& c : d.ranking) {
     os << "candidate " << format_duration(c.median_ms, 5) << ' ' << to_string(c.spec) << '\n';
   }

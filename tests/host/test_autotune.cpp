@@ -193,6 +193,17 @@ Decision sample_decision() {
 
 } // namespace
 
+TEST_CASE("a decision's origin and reason keep their line whatever they hold: an imported one stays imported") {
+  Decision d = sample_decision();
+  d.origin = "imported from /tmp/odd\nname.txt";
+  d.reason = "tuned\r\tnow";
+  const auto back = decode_decision(encode_decision(d));
+  REQUIRE(back);
+  CHECK(back->origin == "imported from /tmp/odd?name.txt");
+  CHECK(back->reason == "tuned??now");
+  CHECK(back->ranking.size() == 2);
+}
+
 TEST_CASE("a stored decision reads back as written; every truncation or damaged line is rejected") {
   const Decision d = sample_decision();
   const std::string text = encode_decision(d);
