@@ -223,8 +223,13 @@ void DiskCache::warn_once(const std::string& topic, const std::string& message) 
   if (warned_.insert(topic).second) log_message(LogLevel::warn, message);
 }
 
-void DiskCache::quarantine(const std::string& name, const std::string& why) {
+void DiskCache::quarantine(const std::string& name, const std::string& why, const ReadResult& judged) {
   const std::string path = dir_ + "/" + name;
+  // Another process may have renamed a sound entry over the damaged one since it was read: that one stays.
+  struct stat now {};
+  if (::fstatat(dir_fd_.get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_dev != judged.device ||
+      now.st_ino != judged.inode)
+    return;
   if (read_only()) { // never changed: the user only reads it
     warn_once("damaged", "entry " + path + (access_ == CacheAccess::private_read_write ? " of the read-only cache (" : " of the trusted cache (") +
                              why + ") is ignored");
@@ -245,12 +250,12 @@ std::optional<std::string> DiskCache::read_entry(const std::string& key, const s
     return std::nullopt;
   }
   if (r.status == ReadResult::refused) {
-    quarantine(name, r.why);
+    quarantine(name, r.why, r);
     return std::nullopt;
   }
   std::optional<std::string> payload = decode_cache_entry(r.bytes, key);
   if (!payload) {
-    quarantine(name, r.bytes.size() < kHeaderBytes ? "truncated" : "header, key or checksum mismatch");
+    quarantine(name, r.bytes.size() < kHeaderBytes ? "truncated" : "header, key or checksum mismatch", r);
     return std::nullopt;
   }
   if (!read_only()) ::utimensat(dir_fd_.get(), name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW); // last use, for eviction
@@ -318,7 +323,7 @@ void DiskCache::discard(const std::string& key, const std::string& kind, std::st
     const std::string name = key + "." + kind;
     const ReadResult r = read_regular_file(dir_fd_.get(), name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::ok) { // this directory answered get(): the fallback was not asked
-      if (decode_cache_entry(r.bytes, key) == payload) quarantine(name, why); // else rewritten meanwhile: kept
+      if (decode_cache_entry(r.bytes, key) == payload) quarantine(name, why, r); // else rewritten meanwhile: kept
       return;
     }
   }
@@ -371,7 +376,7 @@ int DiskCache::verify() {
     }
     if (r.status == ReadResult::ok && decode_cache_entry(r.bytes, key)) continue;
     ++damaged;
-    quarantine(f.name, r.status == ReadResult::refused ? r.why : "failed verification");
+    quarantine(f.name, r.status == ReadResult::refused ? r.why : "failed verification", r);
   }
   return damaged;
 }

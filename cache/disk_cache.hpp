@@ -144,7 +144,7 @@ private:
     return access_ == CacheAccess::private_read_write ? OwnerTrust::owner_only : OwnerTrust::owner_or_root;
   }
   std::optional<std::string> read_entry(const std::string& key, const std::string& kind);
-  void quarantine(const std::string& name, const std::string& why);
+  void quarantine(const std::string& name, const std::string& why, const ReadResult& judged);
   void warn_once(const std::string& topic, const std::string& message);
 
   std::string dir_;

@@ -173,7 +173,8 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
     if (errno != ENOENT) out = {ReadResult::unreadable, "", std::strerror(errno)};
     return out;
   }
-  if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
+  if (std::string why = refusal(st, max_bytes, trust); !why.empty())
+    return {ReadResult::refused, "", why, st.st_dev, st.st_ino};
   FileDescriptor fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return out;
@@ -183,7 +184,10 @@ ReadResult read_regular_file(int dir_fd, const std::string& name, uint64_t max_b
     return {refused ? ReadResult::refused : ReadResult::unreadable, "", std::strerror(errno)};
   }
   if (::fstat(fd.get(), &st) != 0) return {ReadResult::unreadable, "", std::strerror(errno)};
-  if (std::string why = refusal(st, max_bytes, trust); !why.empty()) return {ReadResult::refused, "", why};
+  if (std::string why = refusal(st, max_bytes, trust); !why.empty())
+    return {ReadResult::refused, "", why, st.st_dev, st.st_ino};
+  out.device = st.st_dev;
+  out.inode = st.st_ino;
   // No memory for the file's bytes is the system's state, as an I/O error is: a miss, the entry left in place.
   const auto grow = [&](std::size_t n) {
     try {

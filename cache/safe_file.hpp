@@ -5,6 +5,8 @@
 // so a link planted at the name is replaced, never written through.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,6 +62,9 @@ struct ReadResult {
   enum Status { ok, absent, refused, unreadable } status = absent;
   std::string bytes; // when ok
   std::string why;   // when refused: "a symbolic link", "a FIFO", "larger than 268435456 bytes", ...; unreadable: errno
+  // The file judged (ok or refused), so that what is done about it is done to it and not to a file renamed over it.
+  dev_t device = 0;
+  ino_t inode = 0;
 };
 
 // Reads `name` in the directory `dir_fd` when it is a regular file of at most `max_bytes` that `trust` accepts
