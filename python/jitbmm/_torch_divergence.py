@@ -15,6 +15,7 @@ import torch
 
 import jitbmm
 
+from ._torch_chain_second_order import crf_score, second_order
 from ._torch_chains import _check_crf, _check_tensor
 from ._torch_operator import Operator
 from ._torch_support import (LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stored,
@@ -148,14 +149,41 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
 
 
+def _quantity(kind, lengths):
+    """The kind's quantity [B] of (potentials[, field]) in torch operations, differentiable to any order: the forward
+    algorithm's log-partitions (crf_score) and the expectation E_p[F] = Σ μ F over its marginals μ, the gradient of log
+    Z_p taken with create_graph. What a backward with create_graph=True differentiates (second_order); a marginal of 0
+    reads nothing of F, so that an edge p forbids (-inf) adds nothing, as in the kernels."""
+    log_partition = crf_score("log", lengths)
+
+    def expectation(potentials, field):
+        log_z = log_partition(potentials)
+        (mu,) = torch.autograd.grad(log_z.sum(), potentials, create_graph=True)
+        read = mu != 0
+        return log_z, (mu * torch.where(read, field, torch.zeros_like(field))).sum((1, 2, 3))
+
+    def quantity(potentials, field=None):
+        if kind == GIVEN:
+            log_z, mean = expectation(potentials, potentials)
+            return log_z - mean
+        if kind == CHAIN:
+            return log_partition(field) - expectation(potentials, field)[1]
+        log_z, mean = expectation(potentials, potentials - field)
+        return mean - log_z + log_partition(field)
+
+    return quantity
+
+
 def _gradients(ctx, grads, needs, backward):
-    if torch.is_grad_enabled():  # a backward with create_graph=True: its gradients would be differentiated again
-        raise RuntimeError("chain_entropy, chain_cross_entropy and chain_kl have no second derivatives: their "
-                           "gradients come from a fused backward (a backward with create_graph=True needs them)")
     potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
     gp, gf = backward(potentials, field, lengths, ctx.kind, saved, log_z, mean, grads[0], needs[0],
                       needs[1])
-    return gp if needs[0] else None, gf if needs[1] else None, None, None, None
+    # Differentiable again under create_graph=True, through the quantity in torch operations.
+    inputs = (potentials,) if field is None else (potentials, field)
+    which = tuple(i for i in range(len(inputs)) if needs[i])
+    asked = iter(second_order(_quantity(ctx.kind, lengths), grads[0], inputs, which, tuple((gp, gf)[i] for i in which)))
+    return (next(asked) if needs[0] else None, next(asked) if needs[1] and field is not None else None,
+            None, None, None)
 
 
 _divergence = Operator(_op, _forward, _setup_context, _gradients, _backward_op, _backward,
@@ -190,7 +218,8 @@ def chain_entropy(potentials, lengths=None):
     accumulator's rounding: log Z minus the expected path score, both from one fused pass of conditional
     expectations. NaN for a sequence with no distribution (log Z -inf, +inf or NaN) or a length outside [1, T];
     log C for one position (its C paths of no edge are equally likely). Its gradient comes from a fused backward
-    (the covariance of each edge with the path score), without second derivatives."""
+    (the covariance of each edge with the path score); under create_graph=True that gradient is differentiable again,
+    through the forward algorithm in torch operations (a step at a time, much slower than the fused one)."""
     _check_crf(potentials, lengths)
     return _divergence_of(GIVEN, potentials, None, lengths)
 
