@@ -16,9 +16,15 @@ def chain_log_count(potentials, lengths=None):
     position; -inf where no path is left. Arguments as chain_log_partition's; returns [B] in the potentials' dtype
     (float32 for half inputs). Not differentiable (a count is piecewise constant)."""
     _check_crf(potentials, lengths)
+    return log_count(potentials, lengths).to(score_dtype(potentials))
+
+
+def log_count(potentials, lengths):
+    """chain_log_count's log in float64 (its structure's log-partition in float64: a count beyond float32's 24 bits of
+    precision rounds once, in the caller's exp, not in the log), for checked arguments."""
     with torch.no_grad():
-        structure = torch.zeros_like(potentials).masked_fill(potentials == -math.inf, -math.inf)
-        return chain_log_partition(structure, lengths)
+        structure = torch.zeros(potentials.shape, dtype=torch.float64, device=potentials.device)
+        return chain_log_partition(structure.masked_fill_(potentials == -math.inf, -math.inf), lengths)
 
 
 def chain_log_prob(potentials, value, lengths=None):
@@ -28,6 +34,12 @@ def chain_log_prob(potentials, value, lengths=None):
     on are not read. NaN where the sequence has no distribution (log Z -inf, +inf or NaN); -inf for an event of
     probability 0. Differentiable with respect to both (the log-partition's gradient from the fused backward)."""
     _check_crf(potentials, lengths)
+    return log_prob(potentials, value, lengths)
+
+
+def log_prob(potentials, value, lengths, every_step=False):
+    """chain_log_prob, or with every_step value read at the steps past each length too (torch-struct's own score
+    reads them, while its log Z does not)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"value: expected a torch.Tensor, got {type(value).__name__}")
     if value.dim() < 4 or value.shape[-4:] != potentials.shape:
@@ -38,7 +50,7 @@ def chain_log_prob(potentials, value, lengths=None):
     dtype = score_dtype(potentials)
     pot, value = potentials.to(dtype), value.to(dtype)
     read = value != 0
-    if lengths is not None:  # only the steps before each sequence's last position
+    if lengths is not None and not every_step:  # only the steps before each sequence's last position
         steps = torch.arange(pot.shape[1], device=pot.device) < (lengths - 1)[:, None]
         read = read & steps[:, :, None, None]
     # The potentials not read are masked before the product too, so that no gradient meets 0·(±inf or NaN).

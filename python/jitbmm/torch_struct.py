@@ -23,18 +23,23 @@ Its entropy, cross_entropy(other) and kl(other) run jitbmm's chain expectations 
 chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape); kmax(k)
 and topk(k) its k-best kernel (jitbmm.torch.chain_kbest; k <= 16, up to 1,024 states); sample((n,)) its sampler
 (jitbmm.torch.chain_sample); count and log_prob(value) its log-partition (jitbmm.torch.chain_log_count,
-chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype; anything else, torch-struct's own
-semirings.
+chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype, with its conventions (a length below
+1 is one position, log_prob reads the value at every step); anything else, torch-struct's own semirings. A GPU jitbmm
+does not support, or a machine without NVRTC, gives every route back to torch-struct, with a warning.
 It is not the default because a loss on the marginals differentiates them again, which the chain does through the
 forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
 """
 
 import contextlib
 import importlib
+import warnings
 
 import torch
 
+import jitbmm
+
 from . import torch as _jt
+from . import _torch_counts as _jt_counts
 from . import _torch_kbest as _jt_kbest
 from . import _torch_structured as _jt_structured
 from ._torch_samples import edge_indicators
@@ -45,6 +50,23 @@ __all__ = ["patch", "unpatch", "patched"]
 _ROUTES = {"LogSemiring": "log", "MaxSemiring": "max_plus", "StdSemiring": "plus_times"}
 _CHAIN_ROUTES = {"LogSemiring": _jt.chain_log_partition, "MaxSemiring": lambda p, n: _jt.chain_viterbi(p, n)[0]}
 _originals = {}
+
+# What makes a route give way to torch-struct's own computation: inputs the kernels do not hold (ValueError: more
+# states than a chain kernel holds, ...), and a machine jitbmm cannot run on (a GPU it does not support, no NVRTC),
+# which _gave_way says.
+_GIVES_WAY = (ValueError, jitbmm.UnsupportedDeviceError, jitbmm.NoNvrtcError)
+
+
+def _gave_way(error):
+    if not isinstance(error, ValueError):
+        warnings.warn(f"jitbmm.torch_struct: {error}; torch-struct's own computation runs instead", RuntimeWarning,
+                      stacklevel=3)
+
+
+def _lengths(checked, device):
+    """torch-struct's checked lengths as the kernels take them. A length below 1 (torch-struct asserts only that the
+    longest is N) is one position there, every step its mask's identity, as a length of 1 is in the kernels."""
+    return checked.to(device=device, dtype=torch.int64).clamp(min=1)
 
 
 def _semirings():
@@ -59,7 +81,10 @@ def _routed(semiring, original):
     def matmul(cls, a, b):
         if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda
                 and a.dtype == b.dtype and a.dtype in _jt._DTYPES and a.dim() >= 2 and b.dim() >= 2):
-            return _jt.semiring_bmm(a, b, semiring)
+            try:
+                return _jt.semiring_bmm(a, b, semiring)
+            except _GIVES_WAY[1:] as e:
+                _gave_way(e)
         return original.__func__(cls, a, b)
 
     matmul.__doc__ = f"torch-struct's matmul through jitbmm ({semiring}) on CUDA tensors; see jitbmm.torch_struct."
@@ -75,7 +100,10 @@ def _entropy_routed(ts, original):
         if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda and a.dtype == b.dtype
                 and a.dtype in (torch.float32, torch.float64) and a.dim() >= 3 and b.dim() >= 3
                 and a.shape[0] == 2 and b.shape[0] == 2):
-            return _jt.entropy_semiring_bmm(a, b)
+            try:
+                return _jt.entropy_semiring_bmm(a, b)
+            except _GIVES_WAY[1:] as e:
+                _gave_way(e)
         return inherited.__func__(cls, a, b)
 
     matmul.__doc__ = "torch-struct's EntropySemiring.matmul through jitbmm on CUDA tensors; see jitbmm.torch_struct."
@@ -94,7 +122,10 @@ def _kmax_factory(ts, original):
                 if (isinstance(a, torch.Tensor) and type(a) is type(b) and a.is_cuda and b.is_cuda
                         and a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64) and a.dim() >= 3
                         and b.dim() >= 3 and a.shape[0] == k and b.shape[0] == k):
-                    return _jt.kmax_semiring_bmm(a, b)
+                    try:
+                        return _jt.kmax_semiring_bmm(a, b)
+                    except _GIVES_WAY[1:] as e:
+                        _gave_way(e)
                 return inherited.__func__(c, a, b)
 
             cls.matmul = classmethod(matmul)
@@ -114,10 +145,11 @@ def _chain_routed(ts, original):
         # torch-struct's own checks (one length equals N) and conversion (a leading semiring dimension): the
         # marginals are the gradient with respect to the converted tensor it returns.
         edge, _, _, _, checked = self._check_potentials(log_potentials, lengths)
-        given = None if lengths is None else checked.to(device=p.device, dtype=torch.int64)
+        given = None if lengths is None else _lengths(checked, p.device)
         try:
             score = _CHAIN_ROUTES[name](edge[0], given)
-        except ValueError:  # more states than the chain kernels hold: torch-struct's scan, as before
+        except _GIVES_WAY as e:  # more states than the chain kernels hold, say: torch-struct's scan, as before
+            _gave_way(e)
             return original(self, log_potentials, lengths, force_grad)
         return score.unsqueeze(0).to(p.dtype), [edge]
 
@@ -142,7 +174,7 @@ def _distribution_routes(ts):
             return None
         # torch-struct's own checks (one length equals N); its conversion's [0] is the potentials themselves.
         _, _, _, _, checked = d._struct()._check_potentials(p, d.lengths)
-        lengths = None if d.lengths is None else checked.to(device=p.device, dtype=torch.int64)
+        lengths = None if d.lengths is None else _lengths(checked, p.device)
         return p, None if other is None else other.log_potentials, lengths
 
     def entropy(self):
@@ -150,8 +182,8 @@ def _distribution_routes(ts):
         try:
             if args is not None:
                 return _jt.chain_entropy(args[0], args[2]).to(args[0].dtype)
-        except ValueError:  # more states than the kernels hold
-            pass
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.__dict__["entropy"].wrapped(self)  # the lazy property's own function
 
     def pairwise(name, ours):
@@ -160,8 +192,8 @@ def _distribution_routes(ts):
             try:
                 if args is not None:
                     return ours(*args).to(args[0].dtype)
-            except ValueError:
-                pass
+            except _GIVES_WAY as e:
+                _gave_way(e)
             return getattr(base, name)(self, other)
 
         method.__doc__ = f"LinearChainCRF's {name} through jitbmm's chain expectations where it fits."
@@ -173,26 +205,28 @@ def _distribution_routes(ts):
             if args is not None and len(sample_shape) == 1:
                 paths = _jt.chain_sample(args[0], int(sample_shape[0]), args[2])
                 return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
-        except ValueError:
-            pass
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.sample(self, sample_shape)
 
     def count(self):
         args = routed(self, None)
         try:
             if args is not None:
-                return torch.exp(_jt.chain_log_count(args[0], args[2])).to(args[0].dtype)
-        except ValueError:
-            pass
+                # From the log in float64, so that a count float32 holds exactly comes back exactly.
+                return torch.exp(_jt_counts.log_count(args[0], args[2])).to(args[0].dtype)
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.__dict__["count"].wrapped(self)
 
     def log_prob(self, value):
         args = routed(self, None)
         try:
             if args is not None and isinstance(value, torch.Tensor):
-                return _jt.chain_log_prob(args[0], value, args[2]).to(args[0].dtype)
-        except ValueError:
-            pass
+                # torch-struct's score reads value at every step, those past a length too.
+                return _jt_counts.log_prob(args[0], value, args[2], every_step=True).to(args[0].dtype)
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.log_prob(self, value)
 
     def kmax(self, k):
@@ -200,8 +234,8 @@ def _distribution_routes(ts):
         try:
             if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
                 return _jt.chain_kbest(args[0], k, args[2])[0].to(args[0].dtype)
-        except ValueError:  # more states than the kernel holds
-            pass
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.kmax(self, k)
 
     def topk(self, k):
@@ -210,8 +244,8 @@ def _distribution_routes(ts):
             if args is not None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= _jt_kbest.MAX_K:
                 paths = _jt.chain_kbest(args[0], k, args[2])[1]
                 return edge_indicators(paths, args[0].shape[-1], args[0].dtype)
-        except ValueError:
-            pass
+        except _GIVES_WAY as e:
+            _gave_way(e)
         return base.topk(self, k)
 
     kmax.__doc__ = "LinearChainCRF's kmax(k) through jitbmm's k-best kernel where it fits (k <= 16, C <= 1024)."

@@ -112,9 +112,21 @@ class CountTest(GpuCase):
         self.assertTrue(torch.isfinite(want_lp).all())
         torch.testing.assert_close(torch.exp(jt.chain_log_count(pot, lengths)), want_count, rtol=1e-9, atol=1e-9)
         torch.testing.assert_close(jt.chain_log_prob(pot, value, lengths), want_lp, rtol=1e-9, atol=1e-9)
+        # torch-struct's own: a value read past each length (its to_event ignores lengths); a length of 0, which it
+        # takes as one position; a float32 count beyond 24 bits, which its products hold exactly.
+        finite = pot.clamp(min=-1e4)
+        full = crf(finite).argmax
+        short = torch.tensor([7, 0, 3], device=self.dev)
+        native = (crf(finite, lengths).log_prob(full), crf(finite, short).partition, crf(finite, short).entropy)
+        many = torch.randn(2, 29, 2, 2, device=self.dev)
         with jts.patched(chains=True):
             torch.testing.assert_close(crf(pot, lengths).count, want_count, rtol=1e-9, atol=1e-9)
             torch.testing.assert_close(crf(pot, lengths).log_prob(value), want_lp, rtol=1e-9, atol=1e-9)
+            routed = (crf(finite, lengths).log_prob(full), crf(finite, short).partition, crf(finite, short).entropy)
+            for name, got, want in zip(("log_prob past the lengths", "partition", "entropy"), routed, native):
+                with self.subTest(name):
+                    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+            self.assertTrue(torch.equal(crf(many).count, torch.full((2,), 2.0 ** 30, device=self.dev)))
         self.assertNotIn("count", crf.__dict__)
 
 
