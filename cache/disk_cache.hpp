@@ -107,6 +107,7 @@ public:
   KeyLock try_cpu_token(unsigned index);
   // A read-only cache consulted when this one misses ($JITBMM_CACHE_TRUSTED_DIR).
   void set_fallback(std::unique_ptr<DiskCache> read_only);
+  const DiskCache* fallback() const { return fallback_.get(); }
 
   struct Entry {
     std::string file, key, kind;

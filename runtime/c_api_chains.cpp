@@ -35,7 +35,14 @@ struct jitbmm_chain_kbest {
   jitbmm::ChainKBest plan;
 };
 
+template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_plan> : std::true_type {};
+template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_expectation> : std::true_type {};
+template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_sampler> : std::true_type {};
+template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_kbest> : std::true_type {};
+
 using jitbmm::c_api::guarded;
+using jitbmm::c_api::destroy;
+using jitbmm::c_api::hand_out;
 using jitbmm::c_api::require;
 
 static_assert(JITBMM_MAX_CHAIN_STATES == jitbmm::kMaxChainStates, "the C ABI's chain state limit is the C++ one");
@@ -71,7 +78,7 @@ jitbmm_status jitbmm_chain_plan_create(const jitbmm_chain_problem* problem, jitb
     *plan = nullptr;
     const jitbmm::ChainProblem p = to_chain_problem(problem);
     const jitbmm::ChainPlan chain = jitbmm::ChainPlan::get(p);
-    *plan = new jitbmm_chain_plan{chain, {}, {}};
+    hand_out(new jitbmm_chain_plan{chain, {}, {}}, plan);
   });
 }
 
@@ -183,15 +190,15 @@ jitbmm_status jitbmm_chain_plan_settled(const jitbmm_chain_plan* plan, int* sett
   });
 }
 
-void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { delete plan; }
+void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* problem, int field,
                                               jitbmm_chain_expectation** plan) {
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    *plan = new jitbmm_chain_expectation{
-        jitbmm::ChainExpectation::get(to_chain_problem(problem), static_cast<jitbmm::ExpectationField>(field))};
+    hand_out(new jitbmm_chain_expectation{
+        jitbmm::ChainExpectation::get(to_chain_problem(problem), static_cast<jitbmm::ExpectationField>(field))}, plan);
   });
 }
 
@@ -227,13 +234,13 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
   });
 }
 
-void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan) { delete plan; }
+void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_chain_sampler_create(const jitbmm_chain_problem* problem, jitbmm_chain_sampler** plan) {
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    *plan = new jitbmm_chain_sampler{jitbmm::ChainSampler::get(to_chain_problem(problem))};
+    hand_out(new jitbmm_chain_sampler{jitbmm::ChainSampler::get(to_chain_problem(problem))}, plan);
   });
 }
 
@@ -266,13 +273,13 @@ jitbmm_status jitbmm_chain_sampler_run_device_seed(const jitbmm_chain_sampler* p
   });
 }
 
-void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan) { delete plan; }
+void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan) {
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    *plan = new jitbmm_chain_kbest{jitbmm::ChainKBest::get(to_chain_problem(problem), k)};
+    hand_out(new jitbmm_chain_kbest{jitbmm::ChainKBest::get(to_chain_problem(problem), k)}, plan);
   });
 }
 
@@ -294,6 +301,6 @@ jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void*
   });
 }
 
-void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan) { delete plan; }
+void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan) { destroy(plan); }
 
 } // extern "C"

@@ -12,6 +12,7 @@
 #include "runtime/c_api_status.hpp"
 
 using jitbmm::c_api::guarded;
+using jitbmm::c_api::parsed;
 using jitbmm::c_api::require;
 
 namespace {
@@ -55,7 +56,7 @@ jitbmm_status jitbmm_wait_for_builds(void) {
 jitbmm_status jitbmm_set_tune_policy(const char* policy) {
   return guarded([&] {
     if (policy)
-      jitbmm::set_tune_policy(jitbmm::parse_tune_policy(policy));
+      jitbmm::set_tune_policy(parsed("policy", [&] { return jitbmm::parse_tune_policy(policy); }));
     else
       jitbmm::set_tune_policy(std::nullopt);
   });
@@ -82,7 +83,9 @@ jitbmm_status jitbmm_cache_dir(const char** dir) {
   return guarded([&] {
     require(dir, "dir");
     const jitbmm::DiskCache* cache = jitbmm::DiskCache::process_cache();
-    *dir = cache ? cache->dir().c_str() : "";
+    // Where the user's directory is refused, the trusted one serves alone: that is the one in use.
+    const jitbmm::DiskCache* used = !cache || cache->usable() ? cache : cache->fallback();
+    *dir = used ? used->dir().c_str() : "";
   });
 }
 

@@ -23,7 +23,14 @@ struct jitbmm_kmax_product {
   jitbmm::KMaxProduct plan;
 };
 
+template <> struct jitbmm::c_api::IsHandle<jitbmm_plan> : std::true_type {};
+template <> struct jitbmm::c_api::IsHandle<jitbmm_entropy_product> : std::true_type {};
+template <> struct jitbmm::c_api::IsHandle<jitbmm_kmax_product> : std::true_type {};
+
 using jitbmm::c_api::guarded;
+using jitbmm::c_api::destroy;
+using jitbmm::c_api::hand_out;
+using jitbmm::c_api::parsed;
 using jitbmm::c_api::require;
 
 namespace {
@@ -31,7 +38,7 @@ namespace {
 jitbmm::Problem to_problem(const jitbmm_problem* c) {
   jitbmm::Problem p;
   jitbmm::c_api::read_semiring_and_dtype(c, p);
-  if (c->out_dtype) p.out_dtype = jitbmm::parse_dtype(c->out_dtype);
+  if (c->out_dtype) p.out_dtype = parsed("problem.out_dtype", [&] { return jitbmm::parse_dtype(c->out_dtype); });
   p.shape = {c->B, c->M, c->K, c->N};
   p.a_strides = jitbmm::Strides{c->a_strides[0], c->a_strides[1], c->a_strides[2]};
   p.b_strides = jitbmm::Strides{c->b_strides[0], c->b_strides[1], c->b_strides[2]};
@@ -74,7 +81,7 @@ jitbmm_status jitbmm_plan_create(const jitbmm_problem* problem, jitbmm_plan** pl
     require(plan, "plan");
     *plan = nullptr;
     const jitbmm::Problem p = to_problem(problem);
-    *plan = new jitbmm_plan{jitbmm::SemiringBMM::get(p)};
+    hand_out(new jitbmm_plan{jitbmm::SemiringBMM::get(p)}, plan);
   });
 }
 
@@ -83,7 +90,7 @@ jitbmm_status jitbmm_plan_create_on_stream(const jitbmm_problem* problem, void* 
     require(plan, "plan");
     *plan = nullptr;
     const jitbmm::Problem p = to_problem(problem);
-    *plan = new jitbmm_plan{jitbmm::SemiringBMM::get(p, static_cast<jitbmm::Stream>(stream))};
+    hand_out(new jitbmm_plan{jitbmm::SemiringBMM::get(p, static_cast<jitbmm::Stream>(stream))}, plan);
   });
 }
 
@@ -170,7 +177,7 @@ jitbmm_status jitbmm_plan_settled(const jitbmm_plan* plan, int* settled) {
   });
 }
 
-void jitbmm_plan_destroy(jitbmm_plan* plan) { delete plan; }
+void jitbmm_plan_destroy(jitbmm_plan* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
                                int32_t* argmax) {
@@ -196,7 +203,7 @@ jitbmm_status jitbmm_entropy_product_create(const char* dtype, int64_t B, int64_
     require(plan, "plan");
     *plan = nullptr;
     require(dtype, "dtype");
-    *plan = new jitbmm_entropy_product{jitbmm::EntropyProduct::get(jitbmm::parse_dtype(dtype), B, M, K, N)};
+    hand_out(new jitbmm_entropy_product{jitbmm::EntropyProduct::get(jitbmm::parse_dtype(dtype), B, M, K, N)}, plan);
   });
 }
 
@@ -217,7 +224,7 @@ jitbmm_status jitbmm_entropy_product_backward(const jitbmm_entropy_product* plan
   });
 }
 
-void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan) { delete plan; }
+void jitbmm_entropy_product_destroy(jitbmm_entropy_product* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_kmax_product_create(const char* dtype, int k, int64_t B, int64_t M, int64_t K, int64_t N,
                                          jitbmm_kmax_product** plan) {
@@ -225,7 +232,7 @@ jitbmm_status jitbmm_kmax_product_create(const char* dtype, int k, int64_t B, in
     require(plan, "plan");
     *plan = nullptr;
     require(dtype, "dtype");
-    *plan = new jitbmm_kmax_product{jitbmm::KMaxProduct::get(jitbmm::parse_dtype(dtype), k, B, M, K, N)};
+    hand_out(new jitbmm_kmax_product{jitbmm::KMaxProduct::get(jitbmm::parse_dtype(dtype), k, B, M, K, N)}, plan);
   });
 }
 
@@ -237,6 +244,6 @@ jitbmm_status jitbmm_kmax_product_run(const jitbmm_kmax_product* plan, const voi
   });
 }
 
-void jitbmm_kmax_product_destroy(jitbmm_kmax_product* plan) { delete plan; }
+void jitbmm_kmax_product_destroy(jitbmm_kmax_product* plan) { destroy(plan); }
 
 } // extern "C"

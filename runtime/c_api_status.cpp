@@ -1,21 +1,70 @@
 #include "runtime/c_api_status.hpp"
 
+#include <mutex>
+#include <typeindex>
+#include <unordered_map>
+
 namespace jitbmm::c_api {
 namespace {
 thread_local std::string g_last_error;
+thread_local bool g_unkept = false; // the last error's message could not be kept: no memory
 } // namespace
 
-jitbmm_status fail(jitbmm_status status, const std::string& message) {
-  g_last_error = message;
+jitbmm_status fail(jitbmm_status status, const char* message) noexcept {
+  try {
+    g_last_error = message;
+    g_unkept = false;
+  } catch (...) {
+    g_last_error.clear();
+    g_unkept = true;
+  }
   return status;
 }
 
-void clear_last_error() { g_last_error.clear(); }
+void clear_last_error() noexcept {
+  g_last_error.clear();
+  g_unkept = false;
+}
 
 void require(const void* ptr, const char* name) {
   if (!ptr) throw std::invalid_argument(std::string(name) + ": null pointer");
 }
 
+namespace {
+struct Handles {
+  std::mutex mutex;
+  std::unordered_map<const void*, std::type_index> live;
+};
+Handles& handles() {
+  static auto* h = new Handles(); // never destroyed: a handle may be destroyed during the process's exit
+  return *h;
+}
+} // namespace
+
+void handle_made(const void* handle, const std::type_info& type) {
+  Handles& h = handles();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  h.live.insert_or_assign(handle, std::type_index(type));
+}
+
+bool handle_destroyed(const void* handle, const std::type_info& type) noexcept {
+  Handles& h = handles();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  const auto it = h.live.find(handle);
+  if (it == h.live.end() || it->second != std::type_index(type)) return false;
+  h.live.erase(it);
+  return true;
+}
+
+bool handle_live(const void* handle, const std::type_info& type) {
+  Handles& h = handles();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  const auto it = h.live.find(handle);
+  return it != h.live.end() && it->second == std::type_index(type);
+}
+
 } // namespace jitbmm::c_api
 
-extern "C" const char* jitbmm_last_error(void) { return jitbmm::c_api::g_last_error.c_str(); }
+extern "C" const char* jitbmm_last_error(void) {
+  return jitbmm::c_api::g_unkept ? "out of memory while keeping the error's message" : jitbmm::c_api::g_last_error.c_str();
+}

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 
 #include "jitbmm/c_api.h"
 #include "jitbmm/errors.hpp"
@@ -13,10 +16,11 @@
 
 namespace jitbmm::c_api {
 
-// Keeps `message` as this thread's last error and returns `status`.
-jitbmm_status fail(jitbmm_status status, const std::string& message);
+// Keeps `message` as this thread's last error and returns `status`. Never throws, so that no exception leaves a C
+// entry point (memory to keep the message in may run out: a fixed message then says so).
+jitbmm_status fail(jitbmm_status status, const char* message) noexcept;
 // A call that succeeded leaves no message behind.
-void clear_last_error();
+void clear_last_error() noexcept;
 
 // Runs `body`, mapping each exception type to its status.
 template <class F> jitbmm_status guarded(F body) {
@@ -45,6 +49,46 @@ template <class F> jitbmm_status guarded(F body) {
 
 // Throws std::invalid_argument naming the argument when `ptr` is null.
 void require(const void* ptr, const char* name);
+
+// The handles the C ABI gave out and has not destroyed, each with its type, so that a handle destroyed already (used
+// again, destroyed twice) or a pointer to another kind of handle is refused instead of being read. (A new handle may
+// take a destroyed one's address: that is not detectable.) IsHandle<H> marks the handle types, each where it is
+// defined.
+template <class H> struct IsHandle : std::false_type {};
+void handle_made(const void* handle, const std::type_info& type);
+// Whether `handle` was a live handle of `type`; it is not any more.
+bool handle_destroyed(const void* handle, const std::type_info& type) noexcept;
+bool handle_live(const void* handle, const std::type_info& type);
+
+// A handle argument: null, or not a live handle of its type, is std::invalid_argument naming it.
+template <class H, std::enable_if_t<IsHandle<H>::value, int> = 0> void require(const H* handle, const char* name) {
+  require(static_cast<const void*>(handle), name);
+  if (!handle_live(handle, typeid(H)))
+    throw std::invalid_argument(std::string(name) + ": not a live handle of its kind (destroyed already, or a " +
+                                "pointer to something else)");
+}
+
+// Gives the new handle `made` to the caller's *out, where the ABI's create functions hand it out.
+template <class H> void hand_out(H* made, H** out) {
+  std::unique_ptr<H> owned(made);
+  handle_made(made, typeid(H));
+  *out = owned.release();
+}
+
+// The destroy functions' body: deletes a live handle; anything else (null, destroyed already) is left alone.
+template <class H> void destroy(H* handle) noexcept {
+  if (handle && handle_destroyed(handle, typeid(H))) delete handle;
+}
+
+// parse()'s value; its std::invalid_argument (which names what it parses: "dtype", "JITBMM_TUNE") named after the
+// argument `name` first, so that the message says which argument of the call it was.
+template <class F> auto parsed(const char* name, F parse) {
+  try {
+    return parse();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(name) + ": " + e.what());
+  }
+}
 
 // The part of a C problem (jitbmm_problem, jitbmm_chain_problem) that both kinds share: the problem itself, its
 // semiring and its dtype, checked and parsed into `p`.

@@ -253,7 +253,7 @@ extern "C" jitbmm_status jitbmm_xla_chain_workspace(int device, const jitbmm_cha
     return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.semiring, problem.dtype, bytes: NULL");
   *bytes = 0;
   if (pass < 0 || pass > 2)
-    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "pass: " + std::to_string(pass) + " (expected 0, 1 or 2)");
+    return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "pass: expected 0, 1 or 2");
   if (problem->B == 0) return JITBMM_OK; // the calls launch nothing
   Chain c;
   c.semiring = problem->semiring;

@@ -1,6 +1,7 @@
 /* jitbmm's C ABI: plans, launches, the CPU reference and the cache location, for other languages (the Python
  * package uses it through ctypes). No C++ exception crosses it: every function returns a status, and
- * jitbmm_last_error() holds this thread's message for the last failure. */
+ * jitbmm_last_error() holds the message of this thread's last call. A handle is refused (JITBMM_INVALID_ARGUMENT)
+ * once destroyed, or where a handle of another kind is given; destroying it again does nothing. */
 #ifndef JITBMM_C_API_H
 #define JITBMM_C_API_H
 
@@ -49,7 +50,9 @@ jitbmm_status jitbmm_problem_row_major(jitbmm_problem* problem, const char* semi
 typedef struct jitbmm_plan jitbmm_plan;
 
 const char* jitbmm_version(void);
-const char* jitbmm_last_error(void); /* this thread's message for the last non-OK status ("" if none) */
+/* The message of this thread's last call that returns a status: what failed, or "" after an OK one. Valid until this
+ * thread's next such call. */
+const char* jitbmm_last_error(void);
 
 /* The semirings and dtypes, read from the library's own tables (bindings build their lists from these). Index i is
  * the value of the C++ enum (jitbmm::Semiring, jitbmm::DType), 0 .. count - 1; an index outside that range gives
@@ -274,7 +277,8 @@ jitbmm_status jitbmm_kmax_product_run(const jitbmm_kmax_product* plan, const voi
 void jitbmm_kmax_product_destroy(jitbmm_kmax_product* plan);
 
 /* The CPU reference on host memory: out[B][M][N] as double (row-major, not rounded to the output dtype) and,
- * when argmax is not NULL, the argmax. a and b are laid out as the problem's strides say. */
+ * when argmax is not NULL, the argmax (-1 throughout for a semiring without one: log, plus_times). a and b are laid
+ * out as the problem's strides say. */
 jitbmm_status jitbmm_reference(const jitbmm_problem* problem, const void* a, const void* b, double* out,
                                int32_t* argmax);
 
@@ -290,7 +294,8 @@ jitbmm_status jitbmm_set_tune_policy(const char* policy);
 jitbmm_status jitbmm_export_choices(const char** text);
 jitbmm_status jitbmm_import_choices(const char* text, size_t* stored);
 
-/* The disk cache directory in use ("" when the cache is off). */
+/* The disk cache directory in use: the user's, or where that is refused the trusted read-only one that then serves
+ * alone (JITBMM_CACHE_TRUSTED_DIR); "" when the cache is off or neither can be used. */
 jitbmm_status jitbmm_cache_dir(const char** dir);
 
 #ifdef __cplusplus

@@ -756,6 +756,37 @@ TEST_CASE("the C ABI plans and launches through the fake driver") {
   CHECK(std::string(dir) == DiskCache::default_dir());
 }
 
+// A handle destroyed already, or one of another kind, is refused naming it, and destroying it again does nothing
+// (it was a double free); a message names the argument the caller set, and an OK call leaves none behind.
+TEST_CASE("the C ABI refuses handles it did not give out or destroyed already; messages name the argument") {
+  jitbmm_problem p;
+  REQUIRE(jitbmm_problem_row_major(&p, "log", "f32", 2, 3, 4, 5) == JITBMM_OK);
+  jitbmm_plan* plan = nullptr;
+  REQUIRE(jitbmm_plan_create(&p, &plan) == JITBMM_OK);
+  size_t bytes = 0;
+  CHECK(jitbmm_plan_workspace_bytes(plan, &bytes) == JITBMM_OK);
+  CHECK(std::string(jitbmm_last_error()).empty());
+  // A product plan is no chain plan.
+  CHECK(jitbmm_chain_plan_workspace_bytes(reinterpret_cast<const jitbmm_chain_plan*>(plan), 0, &bytes) ==
+        JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("plan: not a live handle") != std::string::npos);
+  jitbmm_plan_destroy(plan);
+  CHECK(jitbmm_plan_workspace_bytes(plan, &bytes) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).find("plan: not a live handle") != std::string::npos);
+  jitbmm_plan_destroy(plan); // a second time: nothing
+  int stack_object = 0;
+  CHECK(jitbmm_plan_workspace_bytes(reinterpret_cast<const jitbmm_plan*>(&stack_object), &bytes) ==
+        JITBMM_INVALID_ARGUMENT);
+  jitbmm_plan_destroy(reinterpret_cast<jitbmm_plan*>(&stack_object)); // not freed: it was never a handle
+
+  p.out_dtype = "f33";
+  CHECK(jitbmm_plan_create(&p, &plan) == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).rfind("problem.out_dtype: ", 0) == 0);
+  CHECK(jitbmm_set_tune_policy("sometimes") == JITBMM_INVALID_ARGUMENT);
+  CHECK(std::string(jitbmm_last_error()).rfind("policy: ", 0) == 0);
+  CHECK(jitbmm_set_tune_policy("never") == JITBMM_OK);
+}
+
 TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
   jitbmm_problem p;
   std::memset(&p, 0x5a, sizeof p);
