@@ -52,9 +52,23 @@ unsigned slot_bytes(const ChainSpec& s, const ChainLoop& l) {
   return unsigned(l.threads) * unsigned((s.C + l.lanes - 1) / l.lanes) * unsigned(dtype_info(s.dtype).acc_bytes);
 }
 // What the ring may take: enough rounds in flight to cover the latency of memory at the rate one SM reads it,
-// within the 227 KiB of shared memory a block may have.
+// within the shared memory a block may have (ChainSpec::shared_limit; kDefaultSharedLimit, sm_90's, where unset).
 constexpr unsigned kRingBytes = 160 * 1024;
 constexpr int kMaxStages = 8;
+constexpr unsigned kDefaultSharedLimit = 227 * 1024;
+
+// A bound of the static shared memory of a loop's kernel (templates/chain/sequential.cuh: a step's messages and every
+// warp's maxima, [2][C] and [2][cluster · warps]; twice in the saving forward, whose blocks of both kinds are one
+// kernel), with room for what the compiler adds.
+unsigned static_shared_bound(const ChainSpec& s, const ChainLoop& l) {
+  const unsigned acc = unsigned(dtype_info(s.dtype).acc_bytes);
+  return 2 * (2 * unsigned(s.C) * acc + 2 * unsigned(l.cluster) * unsigned(l.threads / 32) * acc) + 1024;
+}
+
+// The HMM form's two steps' emissions in dynamic shared memory, where the loop does not keep its terms in registers.
+unsigned emission_bytes(const ChainSpec& s, const ChainLoop& l) {
+  return s.form == ChainForm::hmm && !s.prefetch(l) ? 2u * unsigned(s.C) * unsigned(dtype_info(s.dtype).acc_bytes) : 0;
+}
 
 // About eight source states per lane (fewer makes the shuffles dominate, more the serial part of a step), and no
 // fewer lanes than leave every group of lanes of a block of `threads` one of its `targets` states.
@@ -93,14 +107,15 @@ int default_beta_lanes(const ChainSpec& spec) {
 int ChainSpec::stages(const ChainLoop& loop) const {
   // cp.async copies 4, 8 or 16 bytes: half types' terms are loaded where they are reduced instead.
   if (prefetch(loop) || dtype_info(dtype).half) return 0;
-  const int n = int(std::min<unsigned>(kMaxStages, kRingBytes / slot_bytes(*this, loop)));
+  const unsigned limit = shared_limit > 0 ? unsigned(shared_limit) : kDefaultSharedLimit,
+                 fixed = static_shared_bound(*this, loop) + emission_bytes(*this, loop);
+  const unsigned ring = limit > fixed ? std::min(kRingBytes, limit - fixed) : 0;
+  const int n = int(std::min<unsigned>(kMaxStages, ring / slot_bytes(*this, loop)));
   return n >= 2 ? n : 0;
 }
 
 unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
-  const unsigned emissions =
-      form == ChainForm::hmm && !prefetch(loop) ? 2u * unsigned(C) * unsigned(dtype_info(dtype).acc_bytes) : 0;
-  return unsigned(stages(loop)) * slot_bytes(*this, loop) + emissions;
+  return unsigned(stages(loop)) * slot_bytes(*this, loop) + emission_bytes(*this, loop);
 }
 
 namespace {

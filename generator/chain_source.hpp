@@ -38,13 +38,16 @@ struct ChainSpec {
   ChainLoop saving;          // log: "_saving"'s forward-message blocks; its block and cluster are saving's
   int beta_lanes = 1;        // log: "_saving"'s backward-message blocks' lanes per state
   int backward_threads = 32; // the backward's block (a multiple of 32, at most 1024)
+  // The most shared memory a block may take on the device the kernels are made for (its opt-in limit, bytes), which
+  // bounds the ring's stages; 0: sm_90's (227 KiB). The device's, not the decision's: no part of the spec's text.
+  int shared_limit = 0;
 
   bool operator==(const ChainSpec& o) const;
   // A loop's potentials sit in registers, a whole step loaded a step ahead, when they are few enough; otherwise
   // they come round by round through a ring of stages(loop) slots of shared memory (0: none, where two slots do
   // not fit, and for half types, which cp.async cannot copy: a round then loads its own terms).
   // dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without prefetch, two
-  // steps' emissions.
+  // steps' emissions; with the kernel's own (static) shared memory within shared_limit.
   bool prefetch(const ChainLoop& loop) const;
   // Whether every loop's registers fit its block without prefetch (what the rule makes sure of before it splits a
   // sequence over a cluster).

@@ -172,10 +172,12 @@ namespace {
 
 // The strategy of a plan (chain_plan_for's arguments) on `device`, each argument checked, made as `build` says
 // (runtime/chain_strategy.hpp).
-std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, const ChainSpec& spec, int64_t chunk,
+std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, const ChainSpec& given, int64_t chunk,
                                                   bool tune_products, bool stepped, StepKernel steps,
                                                   const std::shared_ptr<const DeviceInfo>& device,
                                                   StrategyBuild build = StrategyBuild::kernels) {
+  ChainSpec spec = given; // its ring within this device's shared memory
+  spec.shared_limit = device->max_shared_per_block_optin;
   if (!stepped && steps != StepKernel::rule)
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
@@ -204,7 +206,8 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
   // runs its own.
   const bool top = chunk != 0 && problem.semiring == Semiring::log && build != StrategyBuild::sizes;
   const ChainProblem top_problem = top ? chain_of_chunks(problem, chunk) : ChainProblem{};
-  const ChainSpec top_spec = top ? chosen_chain_spec(top_problem, *device) : ChainSpec{};
+  ChainSpec top_spec = top ? chosen_chain_spec(top_problem, *device) : ChainSpec{};
+  top_spec.shared_limit = spec.shared_limit;
   if (chunk != 0 && build == StrategyBuild::kernels && problem.B > 0) {
     // Every kernel of the plan at once: the chunks' module and products, the sequential kernels beside them and the
     // chain of chunks', which the parts made below would otherwise build one part after the other.

@@ -37,7 +37,7 @@ namespace {
 std::shared_ptr<const std::vector<GeneratedKernel>> units_of(const ChainSpec& spec) {
   static std::mutex mutex;
   static auto* emitted = new std::map<std::string, std::shared_ptr<const std::vector<GeneratedKernel>>>();
-  const std::string key = to_string(spec);
+  const std::string key = to_string(spec) + " shared_limit=" + std::to_string(spec.shared_limit);
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = emitted->find(key); it != emitted->end()) return it->second;

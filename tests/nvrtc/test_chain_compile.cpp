@@ -35,6 +35,10 @@ constexpr int kRuleClusterSpillBytes = 256;
 // estimate counts: at 128 states in one block of 512 threads the forward spills 20 bytes, and measured no slower
 // than f32's unspilled forward there. A bound for the half forwards, none for their backward.
 constexpr int kHalfForwardSpillBytes = 64;
+// A ring the device's shared memory shortens (ChainSpec::shared_limit below sm_90's) changes how ptxas keeps a loop's
+// registers: f64's saving forward of 128 states keeps its five stages on sm_90 unspilled and spills 136 bytes in the
+// four an A100 holds. Not timed on such a GPU: a bound, so that more shows.
+constexpr int kShortRingSpillBytes = 192;
 
 namespace {
 
@@ -331,12 +335,13 @@ TEST_CASE("the default chain units compile for every supported architecture: clu
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-          for (int64_t C : {1, 2, 33, 64, 128, 257, 1024})
+          for (int64_t C : {1, 2, 33, 64, 128, 257, 512, 1024})
             for (int64_t B : {1, 3, 16}) {
               ChainProblem problem;
               problem.form = form, problem.semiring = semiring, problem.dtype = dtype;
               problem.B = B, problem.T = 4096, problem.C = C;
-              const ChainSpec spec = default_chain_spec(problem, arch_features(sm).has(kClusters) ? 132 : 0);
+              ChainSpec spec = default_chain_spec(problem, arch_features(sm).has(kClusters) ? 132 : 0);
+              spec.shared_limit = test::shared_optin_bytes(sm); // as a plan on such a GPU makes it
               const bool clustered = std::max(spec.forward.cluster, spec.saving.cluster) > 1;
               std::vector<std::tuple<GeneratedKernel, ChainUnit, bool>> modules;
               for (auto& [kernel, unit] : units_of(spec)) modules.emplace_back(std::move(kernel), unit, false);
@@ -372,11 +377,25 @@ TEST_CASE("the default chain units compile for every supported architecture: clu
     for (const std::string& entry : job.kernel.entries) {
       CAPTURE(entry);
       const PtxasResources r = parse_ptxas_log(done[n].log, job.kernel.name + entry);
+      ChainSpec unbounded = job.spec;
+      unbounded.shared_limit = 0;
+      const bool short_ring = unbounded.stages(job.spec.forward) != job.spec.stages(job.spec.forward) ||
+                              unbounded.stages(job.spec.saving) != job.spec.stages(job.spec.saving) ||
+                              unbounded.stages(job.spec.beta()) != job.spec.stages(job.spec.beta());
       const int allowed = (job.chunk ? 0 : allowed_spill_bytes(job.spec, job.clustered, job.unit)) +
-                          test::older_arch_spill_bytes(job.sm);
+                          test::older_arch_spill_bytes(job.sm) + (!job.chunk && short_ring ? kShortRingSpillBytes : 0);
       CHECK(r.registers > 0);
       CHECK(r.spill_store_bytes <= allowed);
       CHECK(r.spill_load_bytes <= allowed);
+      // Its static shared memory and the dynamic shared memory its launches ask for fit such a GPU's block.
+      if (job.chunk) continue;
+      const ChainSpec& s = job.spec;
+      const unsigned dynamic = job.unit == ChainUnit::forward ? s.dynamic_bytes(s.forward)
+                               : job.unit == ChainUnit::saving
+                                   ? std::max(s.dynamic_bytes(s.saving), s.dynamic_bytes(s.beta()))
+                                   : 0u;
+      CHECK(r.shared_bytes >= 0);
+      CHECK(unsigned(r.shared_bytes) + dynamic <= unsigned(s.shared_limit));
     }
   }
 }
