@@ -139,10 +139,15 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
                    const MakeStrategy& make_chosen, const MakeStrategy& make_stand_in, const MakeStrategy& make_sizes) {
   Registry& r = registry();
   const auto key = std::make_pair(device->context, problem_key(problem));
-  {
+  // The problem's stand-in, where a thread has made one: looked for again before the chosen strategy is returned, so
+  // that a plan made while another thread makes the stand-in runs what that runs (a backward then reads `saved` as
+  // the forward that wrote it wrote it, whichever of the two plans each came through).
+  const auto registered = [&]() -> std::shared_ptr<const ChainStrategy> {
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end()) return it->second;
-  }
+    const auto it = r.stand_ins.find(key);
+    return it != r.stand_ins.end() ? it->second : nullptr;
+  };
+  if (auto s = registered()) return s;
   auto chosen_sizes = std::make_shared<ChosenSizes>();
   StandInChain::Chosen chosen = start_background_build<std::shared_ptr<const ChainStrategy>>(
       device, [make_chosen, chosen_sizes, problem]() -> std::shared_ptr<const ChainStrategy> {
@@ -156,7 +161,10 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
         }
         return built;
       });
-  if (chosen.wait_for(kChosenWait) == std::future_status::ready) return chosen.get(); // its error, if any
+  if (chosen.wait_for(kChosenWait) == std::future_status::ready) { // its error, if any
+    auto s = registered(); // made by another thread meanwhile
+    return s ? s : chosen.get();
+  }
   std::shared_ptr<const ChainStrategy> stand_in;
   ChainWorkspaces announced;
   try {
@@ -168,7 +176,10 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
       log_message(LogLevel::debug, describe(problem) + ": no stand-in (" + e.what() + "); waiting for its kernels");
     return chosen.get();
   }
-  if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return chosen.get();
+  if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    auto s = registered();
+    return s ? s : chosen.get();
+  }
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, describe(problem) + ": the " + stand_in->name() +
                                      " strategy stands in while its chosen strategy is built");
