@@ -84,8 +84,6 @@ int run_chain_first_call(const Args& args) {
   const double t_context = ms_since(t0);
   const ChainPlan plan = ChainPlan::get(p);
   const double t_plan = ms_since(t0) - t_context;
-  const std::string ran = plan.strategy();
-  const bool stand_in = !plan.settled();
   const bool log = p.semiring == Semiring::log, hmm = p.form == ChainForm::hmm;
   const std::size_t element = std::size_t(dtype_info(p.dtype).size_bytes);
   const std::size_t emissions = std::size_t(p.B * p.T * p.C) * element, table = std::size_t(p.C * p.C) * element;
@@ -106,6 +104,9 @@ int run_chain_first_call(const Args& args) {
     plan(tables, nullptr, score.get(), keep, nullptr, best);
   else
     plan(in.get(), nullptr, score.get(), keep, nullptr, best);
+  // Who ran it: a forward that saves may wait for the chosen strategy (where the stand-in lays `saved` out otherwise).
+  const std::string ran = plan.strategy();
+  const bool stand_in = !plan.settled();
   if (log && hmm) plan.backward(tables, nullptr, keep, nullptr, ones.get(), table_grads);
   if (log && !hmm) plan.backward(in.get(), nullptr, keep, nullptr, ones.get(), grads.get());
   float first = 0;

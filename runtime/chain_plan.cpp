@@ -252,7 +252,9 @@ std::shared_ptr<ChainPlan::Impl> chosen_plan(const ChainProblem& problem, bool s
                                                         StrategyBuild::quick);
           return strategy_for(problem, choice.spec, 0, false, false, StepKernel::rule, device, StrategyBuild::quick);
         },
-        [&] { return make(StrategyBuild::sizes); });
+        [&] { return make(StrategyBuild::sizes); },
+        // The chunked strategy's log keeps its chunks' products in `saved`, the sequential kernels their messages.
+        choice.chunk == 0 || problem.semiring != Semiring::log);
   else
     impl->strategy = make(StrategyBuild::kernels);
   return impl;

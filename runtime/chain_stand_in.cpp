@@ -54,9 +54,10 @@ template <class Need> Workspace fitted(const Workspace& caller, Need need) {
 } // namespace
 
 StandInChain::StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
-                           std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what)
+                           std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what,
+                           bool saved_alike)
     : stand_in_(std::move(stand_in)), chosen_(std::move(chosen), what), chosen_sizes_(std::move(chosen_sizes)),
-      announced_(announced), what_(std::move(what)) {}
+      announced_(announced), what_(std::move(what)), saved_alike_(saved_alike) {}
 
 bool StandInChain::settled() const { return chosen_.ended(); }
 
@@ -106,6 +107,7 @@ std::size_t StandInChain::least_backward_workspace_bytes(bool transitions) const
 
 void StandInChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
   const ChainStrategy* c = for_call(stream);
+  if (!c && saved && !saved_alike_) c = chosen(true); // its backward reads the chosen strategy's layout alone
   const ChainStrategy& runs = c ? *c : *stand_in_;
   // Recorded before the launches: a backward that follows on the host reads what this forward will have written.
   // Once settled with no buffer of the stand-in's left, a call takes no lock.
@@ -136,7 +138,8 @@ void StandInChain::backward(jb::ChainParams params, const void* saved, Stream st
 
 std::shared_ptr<const ChainStrategy>
 chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const DeviceInfo>& device,
-                   const MakeStrategy& make_chosen, const MakeStrategy& make_stand_in, const MakeStrategy& make_sizes) {
+                   const MakeStrategy& make_chosen, const MakeStrategy& make_stand_in, const MakeStrategy& make_sizes,
+                   bool saved_alike) {
   Registry& r = registry();
   const auto key = std::make_pair(device->context, problem_key(problem));
   // The problem's stand-in, where a thread has made one: looked for again before the chosen strategy is returned, so
@@ -184,7 +187,7 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
     log_message(LogLevel::debug, describe(problem) + ": the " + stand_in->name() +
                                      " strategy stands in while its chosen strategy is built");
   auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), std::move(chosen_sizes),
-                                                   announced, describe(problem));
+                                                   announced, describe(problem), saved_alike);
   std::lock_guard<std::mutex> lock(r.mutex);
   const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
   if (added) wait_for_builds_at_exit();

@@ -12,10 +12,14 @@
 // take more than was announced, or that cannot say what it takes, never serves (the stand-in does for good, with a
 // warning); one whose sizes are not known before it is built has no stand-in (the plan waits for it).
 //
-// A forward's `saved` holds what its strategy's backward reads, which may differ between strategies: a backward given
-// `saved` that the stand-in wrote runs the stand-in's backward, whenever it comes. The plans of one problem on one
-// device share their stand-in, so that this holds between them too. Work captured into a CUDA graph waits for the
-// chosen strategy instead: a graph replays what it captured for good.
+// A forward's `saved` holds what its strategy's backward reads. Where the two strategies lay it out alike (the
+// sequential kernels and their quick builds; the stepped strategy's forms), a backward given `saved` that the stand-in
+// wrote runs the stand-in's backward, whenever it comes, known by the buffer's address. Where they do not (the
+// chunked strategy's log, whose stand-in is the sequential kernels), a forward that saves waits for the chosen
+// strategy: a copy of `saved` (offloaded to the host and back, say) has another address, and its backward would read
+// one layout as the other. The plans of one problem on one device share their stand-in, so that this holds between
+// them too. Work captured into a CUDA graph waits for the chosen strategy too: a graph replays what it captured for
+// good.
 #pragma once
 
 #include <atomic>
@@ -49,8 +53,10 @@ public:
   using Chosen = std::shared_future<std::shared_ptr<const ChainStrategy>>;
   // `chosen_sizes`: the chosen strategy's workspaces, written by its build before `chosen` is ready; `announced`
   // what the plan says its calls take until it settles. `what` names the problem in the log's lines.
+  // `saved_alike`: whether the stand-in lays out `saved` as the chosen strategy does.
   StandInChain(std::shared_ptr<const ChainStrategy> stand_in, Chosen chosen,
-               std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what);
+               std::shared_ptr<const ChosenSizes> chosen_sizes, ChainWorkspaces announced, std::string what,
+               bool saved_alike);
 
   // The strategy the plan's calls run now, and what it says of itself.
   const char* name() const override { return current().name(); }
@@ -81,6 +87,7 @@ private:
   std::shared_ptr<const ChosenSizes> chosen_sizes_;
   ChainWorkspaces announced_;
   std::string what_;
+  bool saved_alike_;
   mutable std::once_flag too_large_; // the warning that the chosen strategy takes more than was announced
   mutable std::mutex mutex_; // guards stand_in_saved_
   mutable std::set<const void*> stand_in_saved_; // the `saved` buffers a stand-in forward wrote last
@@ -92,11 +99,11 @@ private:
 // else a new stand-in (make_stand_in's strategy) while make_chosen runs in the background, announcing the larger of
 // its workspaces and those of make_sizes' strategy (the chosen one made for its sizes alone); else, where
 // make_stand_in fails or the chosen strategy is built first, the chosen one. make_chosen's error, where it fails
-// before a stand-in is made, is thrown here.
+// before a stand-in is made, is thrown here. `saved_alike`: whether the two strategies lay out `saved` alike.
 std::shared_ptr<const ChainStrategy> chosen_or_stand_in(const ChainProblem& problem,
                                                         const std::shared_ptr<const DeviceInfo>& device,
                                                         const MakeStrategy& make_chosen,
                                                         const MakeStrategy& make_stand_in,
-                                                        const MakeStrategy& make_sizes);
+                                                        const MakeStrategy& make_sizes, bool saved_alike);
 
 } // namespace jitbmm
