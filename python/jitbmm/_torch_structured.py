@@ -155,6 +155,8 @@ def _kmax_backward(ctx, grad, _grad_index):
     (k, B, M, K), N = ctx.shapes[0], ctx.shapes[1][-1]
     if grad is None:
         return None, None
+    if K == 0:  # no entry to send a gradient to (every index is -1, but a scatter into nothing would be refused)
+        return grad.new_zeros(k, B, M, K), grad.new_zeros(k, B, K, N)
     taken = index >= 0
     at = index.clamp(min=0).long()
     kk, r1, r2 = at // (k * k), (at // k) % k, at % k

@@ -15,6 +15,8 @@ cross-entropy and KL against another's, with fused backward kernels; ``chain_sam
 count paths and score given ones.
 """
 
+import math
+
 try:
     import torch
 except ImportError as e:  # the rest of jitbmm works without torch; this module cannot
@@ -286,11 +288,20 @@ def _general(a, b, semiring, precision, key):
     # Compiling, or a tensor subclass (FakeTensor, a wrapper that dispatches): the registered operator.
     if key is None or type(a) not in _PLAIN_TENSORS or type(b) not in _PLAIN_TENSORS:
         out, _ = _bmm_op(am, bm, semiring, precision, with_argmax)
-        return out.reshape(*batch, M, N)
+        return _batched(out, batch, M, N)
     out = _SemiringBMM.apply(am, bm, semiring, precision, with_argmax,
                              (a.requires_grad, b.requires_grad) if wants_grad else None)
     if not torch.cuda.is_current_stream_capturing():  # a capture's plans are not kept (_kernels_for)
         _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax)
+    return _batched(out, batch, M, N)
+
+
+def _batched(out, batch, M, N):
+    """The kernels' [B, M, N] in the broadcast batch shape; where both operands are one matrix for every batch, their
+    one product, the same in each (its gradient the sum over them)."""
+    count = math.prod(batch)
+    if out.shape[0] != count:
+        out = out.expand(count, M, N).contiguous()
     return out.reshape(*batch, M, N)
 
 

@@ -152,6 +152,17 @@ class TorchTest(unittest.TestCase):
                 a = self.rand(2, 1, 6, 8, requires_grad=True)
                 b = self.rand(1, 3, 8, 5, requires_grad=True)
                 self.check_values_and_grads(a, b, semiring, "f32")
+            with self.subTest(semiring=semiring, case="both one matrix for every batch"):
+                x, y = self.rand(1, 6, 8, requires_grad=True), self.rand(1, 8, 5, requires_grad=True)
+                out = self.jt.semiring_bmm(x.expand(4, 6, 8), y.expand(4, 8, 5), semiring)
+                x64, y64 = (t.detach().double().requires_grad_(True) for t in (x, y))
+                want = naive(x64.expand(4, 6, 8), y64.expand(4, 8, 5), semiring)
+                self.assertEqual(out.shape, (4, 6, 5))
+                torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+                out.sum().backward()
+                want.sum().backward()
+                torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(y.grad.double(), y64.grad, rtol=1e-4, atol=1e-4)
             with self.subTest(semiring=semiring, case="expanded view"):
                 base = self.rand(1, 6, 8, requires_grad=True)
                 b = self.rand(4, 8, 5, requires_grad=True)
@@ -426,6 +437,26 @@ class OperatorTest(unittest.TestCase):
                     a.requires_grad_(), b.requires_grad_()
                     f = lambda x, y: self.jt.semiring_bmm(x, y, semiring)
                     self.assertTrue(torch.autograd.gradgradcheck(f, (a, b), eps=1e-6, atol=1e-5))
+
+    def test_jvp_and_hvp_through_zero_upstream_gradients(self):
+        # torch.autograd.functional's jvp and hvp differentiate a backward with respect to an upstream gradient of
+        # zeros: a gradient linear in it must keep its derivative there.
+        torch.manual_seed(13)
+        for semiring in ("log", "max_times", "max_plus"):
+            with self.subTest(semiring=semiring):
+                a, b = self.rand(2, 4, 5, dtype=torch.float64), self.rand(2, 5, 3, dtype=torch.float64)
+                if semiring == "max_times":
+                    a, b = a.abs(), b.abs()
+                va, vb = torch.randn_like(a), torch.randn_like(b)
+                _, got = torch.autograd.functional.jvp(lambda x, y: self.jt.semiring_bmm(x, y, semiring), (a, b),
+                                                       (va, vb))
+                _, want = torch.autograd.functional.jvp(lambda x, y: naive(x, y, semiring), (a, b), (va, vb))
+                torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        a, b = self.rand(4, 5, dtype=torch.float64), self.rand(5, 3, dtype=torch.float64)
+        v = torch.randn_like(a)
+        _, got = torch.autograd.functional.hvp(lambda x: self.jt.logbmm(x, b).logsumexp((0, 1)), a, v)
+        _, want = torch.autograd.functional.hvp(lambda x: naive(x, b, "log").logsumexp((0, 1)), a, v)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
     def test_loss_on_marginals_trains(self):
         # pytorch-struct's marginals: the gradient of the log partition, with create_graph=True, then a loss on it.

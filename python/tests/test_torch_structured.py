@@ -115,6 +115,14 @@ class KMaxProductTest(GpuCase):
         a = torch.randn(4, 2, 3, 5, dtype=torch.float64, device=self.dev, requires_grad=True)
         b = torch.randn(4, 2, 5, 2, dtype=torch.float64, device=self.dev, requires_grad=True)
         self.assertTrue(torch.autograd.gradcheck(jt.kmax_semiring_bmm, (a, b)))
+        # K = 0: every output -inf, and a backward with nothing to send its gradient to (no scatter into nothing).
+        a = torch.randn(3, 2, 4, 0, device=self.dev, requires_grad=True)
+        b = torch.randn(3, 2, 0, 5, device=self.dev, requires_grad=True)
+        out = jt.kmax_semiring_bmm(a, b)
+        self.assertTrue(torch.all(out == -math.inf))
+        out.sum().backward()
+        self.assertEqual((a.grad.shape, b.grad.shape), (a.shape, b.shape))
+        torch.cuda.synchronize()  # a device-side assert would show here
 
     @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
     def test_torch_struct(self):
