@@ -161,25 +161,32 @@ def check_on_gpu(**arrays):
                 raise ValueError(f"{name}: on {d.platform} ({d}); jitbmm has CUDA kernels only: put it on a GPU")
 
 
+def clipped_lengths(lengths, batch, name="lengths"):
+    """lengths [*batch] of any integer dtype as int32, checked: beyond int32 a length is out of range anyway (the
+    kernels give NaN), so it is clipped, never wrapped into range."""
+    if not hasattr(lengths, "shape"):
+        raise TypeError(f"{name}: expected an integer JAX array or None, got {type(lengths).__name__}")
+    # Only a dtype wider than int32 is clipped, with bounds it holds (a clip casts its bounds to the array's dtype:
+    # -1 in uint8 is 255, 2**31 - 1 in int16 is -1). A host array is clipped before JAX takes it, which without x64
+    # would wrap a 64-bit one into int32 first.
+    xp = jnp if isinstance(lengths, jax.Array) else np
+    lengths = xp.asarray(lengths)
+    if not np.issubdtype(lengths.dtype, np.integer):
+        raise TypeError(f"{name}: expected an integer dtype, got {lengths.dtype}")
+    if lengths.shape != tuple(batch):
+        raise ValueError(f"{name}: expected shape {tuple(batch)} (the batch), got {lengths.shape}")
+    info, top = np.iinfo(lengths.dtype), np.iinfo(np.int32).max
+    if info.min < -1 or info.max > top:
+        lengths = xp.clip(lengths, max(info.min, -1), min(info.max, top))
+    return jnp.asarray(lengths.astype(np.int32))
+
+
 def lengths_operand(lengths, batch, name="lengths"):
     """lengths [*batch] of any integer dtype as the handlers read them: int32 pairs [*batch, 2] holding each as an
     int64 (low half, then the sign), or an empty array for none."""
     if lengths is None:
         return jnp.zeros((0,), jnp.int32)
-    if not hasattr(lengths, "shape"):
-        raise TypeError(f"{name}: expected an integer JAX array or None, got {type(lengths).__name__}")
-    lengths = jnp.asarray(lengths)
-    if not jnp.issubdtype(lengths.dtype, jnp.integer):
-        raise TypeError(f"{name}: expected an integer dtype, got {lengths.dtype}")
-    if lengths.shape != tuple(batch):
-        raise ValueError(f"{name}: expected shape {tuple(batch)} (the batch), got {lengths.shape}")
-    # Beyond int32 a length is out of range anyway (the kernels give NaN): clipped, never wrapped into range. Only a
-    # dtype wider than int32 is clipped, with bounds it holds (jnp.clip casts its bounds to the array's dtype: -1 in
-    # uint8 is 255, 2**31 - 1 in int16 is -1).
-    info, top = jnp.iinfo(lengths.dtype), np.iinfo(np.int32).max
-    if info.min < -1 or info.max > top:
-        lengths = jnp.clip(lengths, max(info.min, -1), min(info.max, top))
-    low = lengths.astype(jnp.int32)
+    low = clipped_lengths(lengths, batch, name)
     return jnp.stack([low, jnp.where(low < 0, -1, 0).astype(jnp.int32)], -1)
 
 

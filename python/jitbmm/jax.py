@@ -26,8 +26,8 @@ from jax import custom_batching
 import jitbmm
 
 from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl, chain_sample
-from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, ffi_api_version, folded, lead,
-                           lengths_operand, per_row, score_dtype, workspace_bytes)
+from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, clipped_lengths, ffi_api_version,
+                           folded, lead, lengths_operand, per_row, score_dtype, workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
@@ -303,7 +303,7 @@ def chain_log_prob(potentials, value, lengths=None):
     taken = value != 0
     terms = value * jnp.where(taken, pot, 0)  # neither 0·(-inf) nor its gradient
     if lengths is not None:  # only the steps before each sequence's last position
-        steps = jnp.arange(pot.shape[-3]) < (jnp.asarray(lengths) - 1)[..., None]
+        steps = jnp.arange(pot.shape[-3]) < (clipped_lengths(lengths, pot.shape[:-3]) - 1)[..., None]
         terms = jnp.where(steps[..., None, None], terms, 0)
     out = terms.sum((-1, -2, -3)) - log_z
     return jnp.where(jnp.isfinite(log_z), out, jnp.nan)

@@ -156,6 +156,11 @@ class ContractTest(unittest.TestCase):
                 top = min(int(info.max), 2**31 - 1)
                 self.assertEqual(lengths_operand(jnp.asarray(edge, dtype), (2,)).tolist(),
                                  [[-1, -1] if info.min < 0 else [0, 0], [top, 0]])
+        # A host array of 64-bit lengths, which JAX without x64 would wrap into int32: clipped first.
+        for dtype in (np.int64, np.uint64):
+            with self.subTest(host=np.dtype(dtype).name):
+                self.assertEqual(lengths_operand(np.array([2**32 + 3, 3], dtype), (2,)).tolist(), [[2**31 - 1, 0],
+                                                                                                   [3, 0]])
 
     def test_vmap_rules(self):
         """Each rule once: the two rows of log Z under vmap of grad (the cross-entropy), a backward a row of upstream
