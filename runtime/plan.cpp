@@ -62,6 +62,8 @@ const ForwardVariant* move_to_wide(const SemiringBMM::Impl& im, double share) {
                            "% of an observed call's outputs to its exact repair (wide-range data); ";
   std::optional<Choice> choice;
   try {
+    // Its tuning allocates and synchronises: relaxed, as a build's work is, where another thread captures a graph.
+    const BuildCaptureMode relaxed(true);
     choice = choose_wide(p, *im.device, tune_policy_from_env(), fits);
   } catch (const std::exception& e) { // the call itself must not fail for want of a faster variant
     log_message(LogLevel::warn, seen + "finding the variant for such data failed (" + e.what() + "): it stays");
@@ -158,6 +160,10 @@ SemiringBMM SemiringBMM::get(const Problem& problem, Stream stream) {
 }
 
 SemiringBMM SemiringBMM::get(const Problem& problem, const KernelSpec& spec) {
+  // A backward pass's kernel reads other parameters than a plan's launches pass: it would read them as its own.
+  if (spec.pass != Pass::forward)
+    throw std::invalid_argument("spec.pass: a plan runs forward kernels (a backward pass's variant is the plan's "
+                                "grad_spec, run by backward())");
   return SemiringBMM(make_impl(problem, spec));
 }
 

@@ -212,7 +212,12 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
       log_message(LogLevel::debug, what + ": no stand-in (" + e.what() + "); waiting for its kernels");
     return chosen.get();
   }
-  if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return chosen.get();
+  if (chosen.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    try {
+      return chosen.get();
+    } catch (const std::exception&) { // the stand-in, built now, serves: as where the chosen plan fails later
+    }
+  }
   if (log_enabled(LogLevel::debug))
     log_message(LogLevel::debug, what + ": quick builds of its default variants stand in while its chosen variant is "
                                         "built");

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/background_build.hpp"
 #include "support/env_words.hpp"
 #include "support/log.hpp"
 
@@ -47,6 +48,9 @@ void RepairWatch::observe(const void* workspace, CUstream stream) {
   if (stream_is_capturing(stream)) return;
   const DriverApi& d = driver();
   if (!event_) { // the first observed call, outside any capture (the caller's context is current)
+    // Relaxed, as a build's work is: another thread may be capturing a graph in the global mode, which an
+    // allocation on this one would break.
+    const BuildCaptureMode relaxed(true);
     void* host = nullptr;
     CUresult r = d.cuMemAllocHost(&host, sizeof(uint64_t));
     if (r == CUDA_SUCCESS) {

@@ -33,12 +33,22 @@ def _at_lengths(scores, lengths):
     return torch.where((lengths >= 1) & (lengths <= T), picked, torch.full_like(picked, math.nan))
 
 
+def _unread(x, lengths, first):
+    """x [B, T', ...] with its steps from position lengths[b] - first on (those the kernels do not read) made 0, so
+    that no NaN or inf there reaches a derivative through 0·NaN."""
+    if lengths is None:
+        return x
+    read = torch.arange(x.shape[1], device=x.device) < (lengths - first)[:, None]
+    return torch.where(read.view(*read.shape, *(1,) * (x.dim() - 2)), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def crf_score(semiring, lengths):
     """The score [B] of potentials, a position at a time (torch-struct's LinearChainCRF recursion)."""
     reduce = _reduction(semiring)
 
     def score(potentials):
-        potentials = potentials.to(score_dtype(potentials))  # half inputs computed in float32, as the kernels do
+        # Half inputs computed in float32, as the kernels do; the steps past each length not read.
+        potentials = _unread(potentials.to(score_dtype(potentials)), lengths, 1)
         alpha = potentials.new_zeros(potentials.shape[0], potentials.shape[-1])
         scores = [reduce(alpha, -1)]
         for t in range(potentials.shape[1]):
@@ -55,6 +65,7 @@ def hmm_score(semiring, lengths):
 
     def score(emissions, transitions, initial):
         emissions, transitions, initial = (t.to(score_dtype(t)) for t in (emissions, transitions, initial))
+        emissions = _unread(emissions, lengths, 0)
         B, T, C = emissions.shape
         transitions, initial = transitions.expand(B, C, C), initial.expand(B, C)
         alpha = initial + emissions[:, 0]
@@ -85,9 +96,12 @@ class _SecondOrder(torch.autograd.Function):
     def backward(ctx, *vs):
         higher = torch.is_grad_enabled()
         grad_score, *inputs = ctx.saved_tensors
+        # The saved tensors themselves where they require grad, so that a derivative of these (create_graph again)
+        # reaches them: every order exists.
+        own = lambda x: x if higher and x.requires_grad else x.detach().requires_grad_(True)  # noqa: E731
         with torch.enable_grad():
-            w = grad_score.detach().requires_grad_(True)
-            xs = [x.detach().requires_grad_(True) for x in inputs]
+            w = own(grad_score)
+            xs = [own(x) for x in inputs]
             first = torch.autograd.grad(ctx.score(*xs), [xs[i] for i in ctx.which], w, create_graph=True,
                                         allow_unused=True)
             pairs = [(f, v) for f, v in zip(first, vs) if f is not None and v is not None and f.requires_grad]

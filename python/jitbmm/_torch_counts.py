@@ -49,13 +49,16 @@ def log_prob(potentials, value, lengths, every_step=False):
         raise ValueError(f"value: on {value.device}, expected the potentials' device {potentials.device}")
     dtype = score_dtype(potentials)
     pot, value = potentials.to(dtype), value.to(dtype)
-    read = value != 0
+    within = torch.ones((), dtype=torch.bool, device=pot.device)
     if lengths is not None and not every_step:  # only the steps before each sequence's last position
-        steps = torch.arange(pot.shape[1], device=pot.device) < (lengths - 1)[:, None]
-        read = read & steps[:, :, None, None]
-    # The potentials not read are masked before the product too, so that no gradient meets 0·(±inf or NaN).
+        within = (torch.arange(pot.shape[1], device=pot.device) < (lengths - 1)[:, None])[:, :, None, None]
+    read = (value != 0) & within
+    # The potentials not read are masked before the product too, so that no gradient meets 0·(±inf or NaN); where the
+    # value is 0 it adds nothing, yet its derivative is the potential (where finite, inside the length): a relaxed or
+    # straight-through event is differentiated there too.
     zero = torch.zeros((), dtype=dtype, device=pot.device)
-    terms = torch.where(read, value * torch.where(read, pot, zero), zero)
+    safe = torch.where(within & torch.isfinite(pot), pot, zero)
+    terms = torch.where(read, value * torch.where(read, pot, zero), value * safe)
     log_z = chain_log_partition(potentials, lengths)
     out = terms.sum((-1, -2, -3)) - log_z
     return torch.where(torch.isfinite(log_z), out, torch.full_like(out, math.nan))

@@ -76,7 +76,7 @@ def _gradients(ctx, grads, needs, _backward):
         index = torch.arange(steps, device=paths.device) * (C * C) + to.clamp(min=0) * C + frm.clamp(min=0)
         weight = torch.where(taken, grad_scores[..., None], torch.zeros((), dtype=grad_scores.dtype,
                                                                         device=grad_scores.device))
-        grad.scatter_add_(1, index.reshape(B, -1), weight.reshape(B, -1))
+        grad.scatter_add_(1, index.flatten(1), weight.flatten(1))  # flatten: B may be 0
     return grad.view(ctx.shape).to(ctx.dtype), None, None
 
 

@@ -301,10 +301,14 @@ def chain_log_prob(potentials, value, lengths=None):
     dtype = score_dtype(potentials.dtype)
     pot, value = potentials.astype(dtype), value.astype(dtype)
     taken = value != 0
-    terms = value * jnp.where(taken, pot, 0)  # neither 0·(-inf) nor its gradient
+    within = True
     if lengths is not None:  # only the steps before each sequence's last position
-        steps = jnp.arange(pot.shape[-3]) < (clipped_lengths(lengths, pot.shape[:-3]) - 1)[..., None]
-        terms = jnp.where(steps[..., None, None], terms, 0)
+        within = (jnp.arange(pot.shape[-3]) < (clipped_lengths(lengths, pot.shape[:-3]) - 1)[..., None])[..., None, None]
+    # Neither 0·(-inf) nor its gradient; where value is 0 its derivative is the potential (finite, inside the length),
+    # as jitbmm.torch's is.
+    safe = jnp.where(within & jnp.isfinite(pot), pot, 0)
+    terms = jnp.where(taken, value * jnp.where(taken, pot, 0), value * safe)
+    terms = jnp.where(within, terms, 0)
     out = terms.sum((-1, -2, -3)) - log_z
     return jnp.where(jnp.isfinite(log_z), out, jnp.nan)
 

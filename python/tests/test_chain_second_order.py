@@ -107,6 +107,42 @@ class SecondOrderTest(unittest.TestCase):
         self.assertFalse(any(torch.isnan(g).any().item() for g in got))
         self.assertEqual(got[0][1].abs().sum().item(), 0.0)
 
+    def test_steps_past_a_length_are_not_read(self):
+        # NaN and +inf past each length (the kernels read nothing there) reach no derivative; the second derivative
+        # of the steps read is the one of the chain cut at its length.
+        lengths = torch.tensor([2, 5, 4])
+        pot = torch.randn(3, 4, 3, 3, dtype=torch.float64)
+        cut = pot.clone()
+        pot[0, 1:], pot[2, 3] = math.nan, math.inf
+        cut[0, 1:], cut[2, 3] = 0, 0
+        torch.manual_seed(1)  # check() draws its directions: the same for both
+        got = self.check(self.tc.crf_score("log", lengths), (pot,), (0,))
+        self.assertFalse(torch.isnan(got[0]).any().item())
+        self.assertEqual(got[0][0, 1:].abs().sum().item(), 0.0)
+        torch.manual_seed(1)
+        want = self.check(self.tc.crf_score("log", lengths), (cut,), (0,))
+        torch.testing.assert_close(got[0], want[0])
+        e, t, i = torch.randn(3, 5, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64), \
+            torch.randn(3, 4, dtype=torch.float64)
+        e[0, 2:] = math.nan
+        got = self.check(self.tc.hmm_score("log", lengths), (e, t, i), (0, 1, 2))
+        self.assertFalse(any(torch.isnan(g).any().item() for g in got))
+
+    def test_every_order(self):
+        # A derivative of the second derivative (create_graph again) reaches the inputs: the third order of the
+        # forward algorithm itself.
+        pot = torch.randn(2, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+        score = self.tc.crf_score("log", None)
+        w = torch.randn(2, dtype=torch.float64)
+        (first,) = torch.autograd.grad(score(pot), pot, w, create_graph=True)
+        (grad,) = self.tc.second_order(score, w, (pot,), (0,), (first.detach(),))
+        v, u = torch.randn_like(pot), torch.randn_like(pot)
+        (second,) = torch.autograd.grad((grad * v).sum(), pot, create_graph=True)
+        (third,) = torch.autograd.grad((second * u).sum(), pot)
+        (want2,) = torch.autograd.grad((first * v).sum(), pot, create_graph=True)
+        (want3,) = torch.autograd.grad((want2 * u).sum(), pot)
+        torch.testing.assert_close(third, want3)
+
     def test_max_plus_is_piecewise_linear(self):
         pot = torch.randn(3, 5, 4, 4, dtype=torch.float64)
         got = self.check(self.tc.crf_score("max_plus", None), (pot,), (0,))

@@ -202,9 +202,14 @@ class ContractTest(unittest.TestCase):
                 value[s_, b, t, paths[s_, b, t + 1], paths[s_, b, t]] = 1
         value = jnp.asarray(value)
 
+        # The derivative with respect to value is the potential inside each length where finite, value 0 or not.
+        within = (np.arange(T - 1)[None, :] < (np.asarray(L) - 1)[:, None])[:, :, None, None]
+
         def reference(p, value):
             log_z = jax.nn.logsumexp(jnp.where(canonical, path_scores(p, L)[0], -jnp.inf), -1)
-            return (value * jnp.where(value != 0, p, 0)).sum((-1, -2, -3)) - log_z
+            taken = value != 0
+            terms = jnp.where(taken, value * jnp.where(taken, p, 0), value * jnp.where(within & jnp.isfinite(p), p, 0))
+            return terms.sum((-1, -2, -3)) - log_z
 
         self.close(jax.jit(lambda p, v: jj.chain_log_prob(p, v, L))(p, value), jax.jit(reference)(p, value))
         got = jax.jit(jax.grad(lambda p, v: jj.chain_log_prob(p, v, L)[0].sum(), argnums=(0, 1)))(p, value)

@@ -76,9 +76,9 @@ class CountTest(GpuCase):
             jt.chain_log_prob(p, [1.0])
 
     def test_gradient_of_relaxed_events(self):
-        """The gradient with respect to value (relaxed events, e.g. Gumbel-softmax paths) is the potential where
-        value is read, 0 where it is not: finite at a forbidden (-inf) edge of weight 0 and at steps past a length
-        whatever they hold, never 0·inf = NaN."""
+        """The gradient with respect to value (relaxed events, e.g. Gumbel-softmax paths, or straight-through one-hot
+        ones) is the potential inside each length, where value is 0 too: 0 at a forbidden (-inf) edge of weight 0 and
+        at steps past a length whatever they hold, never 0·inf = NaN."""
         jt = self.jt
         g = torch.Generator().manual_seed(3)
         pot = torch.randn(2, 4, 3, 3, generator=g, dtype=torch.float64)
@@ -95,6 +95,11 @@ class CountTest(GpuCase):
         read[0, 1, 2, 0] = 0
         read[1, 3] = 0
         torch.testing.assert_close(grad, read.expand_as(grad), rtol=0, atol=0)
+        hard = torch.zeros(2, 4, 3, 3, dtype=torch.float64, device=self.dev)
+        hard[:, :, 1, 1] = 1  # a one-hot event: zeros at every other edge
+        hard.requires_grad_()
+        jt.chain_log_prob(pot.to(self.dev), hard, lengths.to(self.dev)).sum().backward()
+        torch.testing.assert_close(hard.grad.cpu(), read, rtol=0, atol=0)
 
     @unittest.skipIf(torch_struct is None, "torch-struct is not installed")
     def test_torch_struct(self):

@@ -85,6 +85,9 @@ class KBestTest(GpuCase):
         (grad,) = torch.autograd.grad(jt.chain_kbest(small, 4)[0][2].sum(), small)
         from jitbmm._torch_samples import edge_indicators
         self.assertTrue(torch.equal(grad, edge_indicators(jt.chain_kbest(small, 4)[1][2], 3, torch.float64)))
+        none = torch.randn(0, 4, 3, 3, device=self.dev, requires_grad=True)  # no sequence: a gradient of no element
+        jt.chain_kbest(none, 2)[0].sum().backward()
+        self.assertEqual(none.grad.shape, none.shape)
 
     def test_registered_operator(self):
         """The registered operator, which torch.compile and torch.export trace, passes opcheck, and its autograd

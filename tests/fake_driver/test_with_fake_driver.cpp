@@ -787,6 +787,14 @@ TEST_CASE("the C ABI refuses handles it did not give out or destroyed already; m
   CHECK(jitbmm_set_tune_policy("never") == JITBMM_OK);
 }
 
+TEST_CASE("a plan with an explicit variant takes a forward one: a backward pass's variant is refused, naming it") {
+  Problem p;
+  p.shape = {2, 8, 16, 8};
+  CHECK_THROWS_WITH_AS(SemiringBMM::get(p, default_grad_spec(grad_problem(p), Pass::grad_a)),
+                       doctest::Contains("spec.pass"), std::invalid_argument);
+  CHECK(SemiringBMM::get(p, default_spec(p)).spec() == default_spec(p));
+}
+
 TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
   jitbmm_problem p;
   std::memset(&p, 0x5a, sizeof p);
