@@ -178,7 +178,13 @@ void SemiringBMM::prepare(const Problem& problem, bool grad_a, bool grad_b) {
   const bool want_b = grad_b && try_product({s.B, s.K, s.N}) != 0;
   // Where get() would take a stand-in, its kernels are built now and the chosen ones in the background; where the
   // chosen plan was built at once, its passes are built ahead below.
-  if (takes_stand_in(problem, *device, want_a, want_b) && plan_of(problem, device, want_a, want_b)->stand_in) return;
+  if (takes_stand_in(problem, *device, want_a, want_b)) {
+    try {
+      if (plan_of(problem, device, want_a, want_b)->stand_in) return;
+    } catch (const std::exception&) { // a kernel that fails to build: the get() or backward() that needs it says so
+      return;
+    }
+  }
   const TunePolicy policy = tune_policy_from_env();
   std::vector<KernelSpec> specs = kernels_ahead(problem, *device, policy);
   auto add = [&](const std::vector<KernelSpec>& more) { specs.insert(specs.end(), more.begin(), more.end()); };
@@ -329,11 +335,13 @@ const std::string& SemiringBMM::kernel_name() const {
 const std::string& SemiringBMM::source() const {
   static const std::string none;
   const Impl& im = current_plan(*impl_);
+  if (im.moved.load(std::memory_order_acquire)) return im.wide->kernel->generated.source;
   return im.kernel ? im.kernel->generated.source : none;
 }
 
 int SemiringBMM::registers() const {
   const Impl& im = current_plan(*impl_);
+  if (im.moved.load(std::memory_order_acquire)) return im.wide->kernel->registers;
   return im.kernel ? im.kernel->registers : 0;
 }
 std::string SemiringBMM::device_name() const { return impl_->device->name; }
