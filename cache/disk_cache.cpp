@@ -61,10 +61,11 @@ bool ends_with(const std::string& s, std::string_view tail) {
 bool is_temp(const std::string& name) {
   constexpr std::size_t kPrefix = 5, kRandom = 16;
   if (name.rfind(".tmp-", 0) != 0 || name.size() < kPrefix + kKeyChars + 2 + kRandom + 2) return false;
-  if (!is_cache_key(std::string_view(name).substr(kPrefix, kKeyChars)) || name[kPrefix + kKeyChars] != '.') return false;
+  if (!is_cache_key(std::string_view(name).substr(kPrefix, kKeyChars)) || name[kPrefix + kKeyChars] != '.')
+    return false;
   const std::string_view random = std::string_view(name).substr(name.size() - kRandom);
-  return name[name.size() - kRandom - 1] == '-' &&
-         std::all_of(random.begin(), random.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  return name[name.size() - kRandom - 1] == '-' && std::all_of(random.begin(), random.end(), hex);
 }
 
 // <key>.<kind>: an entry, not a source (.cu), a quarantined file (.bad) or a temp file.

@@ -1,6 +1,7 @@
 #include "runtime/c_api_status.hpp"
 
 #include <mutex>
+#include <shared_mutex>
 #include <typeindex>
 #include <unordered_map>
 
@@ -31,9 +32,15 @@ void require(const void* ptr, const char* name) {
 }
 
 namespace {
+// Every call checks its handle: the calls of many threads share the lock, making and destroying take it alone.
 struct Handles {
-  std::mutex mutex;
+  std::shared_mutex mutex;
   std::unordered_map<const void*, std::type_index> live;
+  // The entry of a live handle of `type`, else end().
+  auto find(const void* handle, const std::type_info& type) {
+    const auto it = live.find(handle);
+    return it != live.end() && it->second == std::type_index(type) ? it : live.end();
+  }
 };
 Handles& handles() {
   static auto* h = new Handles(); // never destroyed: a handle may be destroyed during the process's exit
@@ -43,28 +50,28 @@ Handles& handles() {
 
 void handle_made(const void* handle, const std::type_info& type) {
   Handles& h = handles();
-  const std::lock_guard<std::mutex> lock(h.mutex);
+  const std::unique_lock<std::shared_mutex> lock(h.mutex);
   h.live.insert_or_assign(handle, std::type_index(type));
 }
 
 bool handle_destroyed(const void* handle, const std::type_info& type) noexcept {
   Handles& h = handles();
-  const std::lock_guard<std::mutex> lock(h.mutex);
-  const auto it = h.live.find(handle);
-  if (it == h.live.end() || it->second != std::type_index(type)) return false;
+  const std::unique_lock<std::shared_mutex> lock(h.mutex);
+  const auto it = h.find(handle, type);
+  if (it == h.live.end()) return false;
   h.live.erase(it);
   return true;
 }
 
 bool handle_live(const void* handle, const std::type_info& type) {
   Handles& h = handles();
-  const std::lock_guard<std::mutex> lock(h.mutex);
-  const auto it = h.live.find(handle);
-  return it != h.live.end() && it->second == std::type_index(type);
+  const std::shared_lock<std::shared_mutex> lock(h.mutex);
+  return h.find(handle, type) != h.live.end();
 }
 
 } // namespace jitbmm::c_api
 
 extern "C" const char* jitbmm_last_error(void) {
-  return jitbmm::c_api::g_unkept ? "out of memory while keeping the error's message" : jitbmm::c_api::g_last_error.c_str();
+  using namespace jitbmm::c_api;
+  return g_unkept ? "out of memory while keeping the error's message" : g_last_error.c_str();
 }

@@ -39,7 +39,8 @@ def _unread(x, lengths, first):
     if lengths is None:
         return x
     read = torch.arange(x.shape[1], device=x.device) < (lengths - first)[:, None]
-    return torch.where(read.view(*read.shape, *(1,) * (x.dim() - 2)), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    read = read.view(*read.shape, *(1,) * (x.dim() - 2))
+    return torch.where(read, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def crf_score(semiring, lengths):

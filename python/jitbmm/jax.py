@@ -303,7 +303,8 @@ def chain_log_prob(potentials, value, lengths=None):
     taken = value != 0
     within = True
     if lengths is not None:  # only the steps before each sequence's last position
-        within = (jnp.arange(pot.shape[-3]) < (clipped_lengths(lengths, pot.shape[:-3]) - 1)[..., None])[..., None, None]
+        last = clipped_lengths(lengths, pot.shape[:-3]) - 1
+        within = (jnp.arange(pot.shape[-3]) < last[..., None])[..., None, None]
     # Neither 0·(-inf) nor its gradient; where value is 0 its derivative is the potential (finite, inside the length),
     # as jitbmm.torch's is.
     safe = jnp.where(within & jnp.isfinite(pot), pot, 0)

@@ -54,7 +54,8 @@ _originals = {}
 # What makes a route give way to torch-struct's own computation: inputs the kernels do not hold (ValueError: more
 # states than a chain kernel holds, ...), and a machine jitbmm cannot run on (a GPU it does not support, no NVRTC),
 # which _gave_way says.
-_GIVES_WAY = (ValueError, jitbmm.UnsupportedDeviceError, jitbmm.NoNvrtcError)
+_UNSUPPORTED = (jitbmm.UnsupportedDeviceError, jitbmm.NoNvrtcError)
+_GIVES_WAY = (ValueError, *_UNSUPPORTED)
 
 
 def _gave_way(error):
@@ -83,7 +84,7 @@ def _routed(semiring, original):
                 and a.dtype == b.dtype and a.dtype in _jt._DTYPES and a.dim() >= 2 and b.dim() >= 2):
             try:
                 return _jt.semiring_bmm(a, b, semiring)
-            except _GIVES_WAY[1:] as e:
+            except _UNSUPPORTED as e:
                 _gave_way(e)
         return original.__func__(cls, a, b)
 
@@ -102,7 +103,7 @@ def _entropy_routed(ts, original):
                 and a.shape[0] == 2 and b.shape[0] == 2):
             try:
                 return _jt.entropy_semiring_bmm(a, b)
-            except _GIVES_WAY[1:] as e:
+            except _UNSUPPORTED as e:
                 _gave_way(e)
         return inherited.__func__(cls, a, b)
 
@@ -124,7 +125,7 @@ def _kmax_factory(ts, original):
                         and b.dim() >= 3 and a.shape[0] == k and b.shape[0] == k):
                     try:
                         return _jt.kmax_semiring_bmm(a, b)
-                    except _GIVES_WAY[1:] as e:
+                    except _UNSUPPORTED as e:
                         _gave_way(e)
                 return inherited.__func__(c, a, b)
 

@@ -5,8 +5,9 @@ gradients and Viterbi paths, those of a backward that comes after the plan settl
 the chosen strategy's afterwards, each against the float64 forward algorithms of test_torch_hmm and
 test_torch_chain: the stepped strategy's stand-in (its products in their default kernels) for an HMM of many
 sequences, the chunked strategy's (the sequential kernels, whose `saved` differs from the chunks', so that a forward
-that saves for a backward waits for the chunks) for one long CRF chain, and the sequential strategy's (its own kernels) for a batch of CRF chains and HMM Viterbi paths. Every
-stand-in's kernels are quick builds (NVRTC's --Ofast-compile), the chosen strategy's not. A log product whose
+that saves for a backward waits for the chunks) for one long CRF chain, and the sequential strategy's (its own
+kernels) for a batch of CRF chains and HMM Viterbi paths. Every stand-in's kernels are quick builds (NVRTC's
+--Ofast-compile), the chosen strategy's not. A log product whose
 variants are exp_matmul's runs quick builds of its default variants meanwhile, forward and backward.
 
 Run as a program (the python_torch_stand_in CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is
