@@ -24,78 +24,103 @@ def _log_parts(x):
     return parts
 
 
-def _signed_log(g, out):
-    """(log g⁺ − out, log g⁻ − out), −inf where that part of g is 0 or out is −inf (no contribution, as in the fused
-    backward), NaN where g or out is NaN. Masked after the difference, so that no gradient reaches out (or g) where
-    a part is −inf."""
-    nan = torch.isnan(g) | torch.isnan(out)
+def _signed(x):
+    """x as (sign, log of that part) pairs; None stands for ones: one pair, no log."""
+    if x is None:
+        return ((1, None),)
+    pos, neg = _log_parts(x)
+    return (1, pos), (-1, neg)
+
+
+def _signed_minus_out(y, out):
+    """y's parts less out, −inf where that part of y is 0 or out is −inf (no contribution, as in the fused backward),
+    NaN where y or out is NaN."""
+    nan = torch.isnan(y) | torch.isnan(out)
     live = out != -math.inf
-    parts = []
-    for x in (g, -g):
-        pos = (x > 0) & live
-        logx = torch.log(torch.where(pos, x, torch.ones_like(x))) - torch.where(live, out, torch.zeros_like(out))
-        part = torch.where(pos, logx, torch.full_like(logx, -math.inf))
-        parts.append(torch.where(nan, torch.full_like(logx, math.nan), part))
-    return parts
+    shift = torch.where(live, out, torch.zeros_like(out))
+    pairs = []
+    for sign, part in _signed(y):
+        part = torch.where(live, part - shift, torch.full_like(part, -math.inf))
+        pairs.append((sign, torch.where(nan, torch.full_like(part, math.nan), part)))
+    return pairs
 
 
-def _weighted(bmm, g, a, b, out):
-    """Σ_j g[i, j] · exp(a[i, k] + b[k, j] − out[i, j]), [B, M, K]: two exact log products of g's signed parts."""
-    pos, neg = _signed_log(g, out)
-    bt = b.transpose(-1, -2)
-    return torch.exp(a + bmm(pos, bt, "log")) - torch.exp(a + bmm(neg, bt, "log"))
+def _plus(t, part):
+    return t if part is None else t + part
 
 
-class _Weighted(torch.autograd.Function):
-    """_weighted as a function of (g, a, b, out), F[i, k] = Σ_j g[i, j] · w[i, k, j] with w = exp(a + b − out), whose
-    derivatives are written out: the formula reads g through its logs, which have none where g is 0 (a zero upstream
-    gradient, as forward-mode tricks and Hessian-vector products feed), though F is linear in g. Each is exact log
-    products again, so differentiable in turn: with respect to g, Σ_k v[i, k] · w[i, k, j] (the weights' other
-    contraction); a, v · F; b, Σ_i v[i, k] · g[i, j] · w[i, k, j] (both signed); out, −g times the first. (Those read
-    g's logs again: a third derivative through a g of 0 is lost.)"""
+def _times(x, t):
+    return t if x is None else x * t
+
+
+def _partial(which, bmm, x, y, z, a, b, out):
+    """One partial derivative of T(x, y, z) = Σ_ikj x[i, k] · y[i, j] · z[k, j] · w[i, k, j], w = exp(a[i, k] +
+    b[k, j] − out[i, j]) (x or z None: ones), with respect to `which` of x [i, k], y [i, j], z [k, j], the other two
+    given: exact log products of their signed parts."""
+    t = lambda m: m.transpose(-1, -2)  # noqa: E731
+    if which == "y":
+        live = out != -math.inf
+        shift = torch.where(live, out, torch.zeros_like(out))
+        total = sum(sx * sz * torch.exp(bmm(_plus(a, lx), _plus(b, lz), "log") - shift)
+                    for sx, lx in _signed(x) for sz, lz in _signed(z))
+        total = torch.where(live, total, torch.zeros_like(total))
+        return torch.where(torch.isnan(out), torch.full_like(total, math.nan), total)
+    ys = _signed_minus_out(y, out)
+    if which == "x":
+        return sum(sy * sz * torch.exp(a + bmm(ly, t(_plus(b, lz)), "log")) for sy, ly in ys for sz, lz in _signed(z))
+    return sum(sx * sy * torch.exp(b + bmm(t(_plus(a, lx)), ly, "log")) for sx, lx in _signed(x) for sy, ly in ys)
+
+
+class _Partial(torch.autograd.Function):
+    """_partial as a function of (x, y, z, a, b, out), with its derivatives written out: the formula reads x, y and z
+    through their logs, which have no derivative where they are 0, though T is linear in each (an upstream gradient
+    of zeros, as forward-mode tricks and Hessian-vector products feed, must keep its derivative). Each derivative is
+    another of T's partials, times an argument where a, b or out shares its indices, so every order exists. With
+    u the upstream gradient of the partial with respect to x: to y, ∂_y T(u, ·, z); to z and b, ∂_z T(u, y, ·) (b's
+    times z); to a, u times the partial; to out, −y times ∂_y T(u, ·, z); and the same, roles exchanged, for y and
+    z."""
 
     @staticmethod
-    def forward(ctx, bmm, g, a, b, out):
-        ctx.bmm = bmm
-        result = _weighted(bmm, g, a, b, out)
-        ctx.save_for_backward(g, a, b, out, result)
+    def forward(ctx, which, bmm, x, y, z, a, b, out):
+        ctx.which, ctx.bmm = which, bmm
+        result = _partial(which, bmm, x, y, z, a, b, out)
+        ctx.save_for_backward(x, y, z, a, b, out, result)
         return result
 
     @staticmethod
-    def backward(ctx, v):
-        g, a, b, out, result = ctx.saved_tensors
-        bmm, needs = ctx.bmm, ctx.needs_input_grad
-        grad_g = grad_a = grad_b = grad_out = None
-        if needs[1] or needs[4]:
-            live = out != -math.inf
-            shift = torch.where(live, out, torch.zeros_like(out))
-            pos, neg = (torch.exp(bmm(a + part, b, "log") - shift) for part in _log_parts(v))
-            other = torch.where(live, pos - neg, torch.zeros_like(out))
-            other = torch.where(torch.isnan(out), torch.full_like(other, math.nan), other)
-            grad_g = other if needs[1] else None
-            grad_out = -g * other if needs[4] else None
-        if needs[2]:
-            grad_a = _sum_to(v * result, a)
-        if needs[3]:
-            (gp, gn), (vp, vn) = _signed_log(g, out), _log_parts(v)
-            at = a.transpose(-1, -2)
-            term = lambda vx, gx: torch.exp(b + bmm(at + vx.transpose(-1, -2), gx, "log"))  # noqa: E731
-            grad_b = _sum_to(term(vp, gp) + term(vn, gn) - term(vp, gn) - term(vn, gp), b)
-        return None, grad_g, grad_a, grad_b, grad_out
+    def backward(ctx, u):
+        x, y, z, a, b, out, result = ctx.saved_tensors
+        need_x, need_y, need_z, need_a, need_b, need_out = ctx.needs_input_grad[2:]
+        args = {"x": x, "y": y, "z": z}
+        args[ctx.which] = u
+
+        def partial(which):  # T's partial with u in place of the argument this one was taken by
+            return _Partial.apply(which, ctx.bmm, *(None if k == which else args[k] for k in "xyz"), a, b, out)
+
+        grads = dict.fromkeys("xyzabo")
+        by_x = partial("x") if ctx.which != "x" and (need_x or need_a) else None
+        by_y = partial("y") if ctx.which != "y" and (need_y or need_out) else None
+        by_z = partial("z") if ctx.which != "z" and (need_z or need_b) else None
+        grads["x"], grads["y"], grads["z"] = by_x, by_y, by_z
+        if need_a:
+            grads["a"] = u * result if ctx.which == "x" else _times(x, by_x)
+        if need_b:
+            grads["b"] = u * result if ctx.which == "z" else _times(z, by_z)
+        if need_out:
+            grads["o"] = -(u * result if ctx.which == "y" else y * by_y)
+        likes = (x, y, z, a, b, out)
+        return None, None, *(None if g is None or not need else g.sum_to_size(like.shape)
+                             for g, need, like in zip(grads.values(), ctx.needs_input_grad[2:], likes))
 
 
 def log_backward(bmm, a, b, out, grad_out, need_a, need_b):
     """The log backward written with differentiable operations (for create_graph=True, e.g. a loss on marginals):
     with w = exp(a + b − out), grad_a = Σ_j G·w = exp(a + logbmm(log G − out, bᵀ)) and grad_b = exp(b + logbmm(aᵀ,
-    log G − out)), G split into its positive and negative parts. Each logbmm is exact and itself differentiable
-    this way, so every order of derivative exists; `out` carries the dependence through the forward, and _Weighted
-    the one through G. bmm: jitbmm.torch.semiring_bmm."""
-    grad_a = grad_b = None
-    if need_a:
-        grad_a = _sum_to(_Weighted.apply(bmm, grad_out, a, b, out), a)
-    if need_b:  # the same sum over i, with a and b exchanged and everything transposed
-        t = lambda x: x.transpose(-1, -2)  # noqa: E731
-        grad_b = _sum_to(t(_Weighted.apply(bmm, t(grad_out), t(b), t(a), t(out))), b)
+    log G − out)), G split into its positive and negative parts: the partials of Σ G·w with respect to a's and b's
+    places (_Partial), themselves differentiable, so every order of derivative exists. bmm:
+    jitbmm.torch.semiring_bmm."""
+    grad_a = _Partial.apply("x", bmm, None, grad_out, None, a, b, out).sum_to_size(a.shape) if need_a else None
+    grad_b = _Partial.apply("z", bmm, None, grad_out, None, a, b, out).sum_to_size(b.shape) if need_b else None
     return grad_a, grad_b
 
 
