@@ -230,8 +230,8 @@ class JaxGpuTest(unittest.TestCase):
         """B = 0: the shared tables' gradients are zeros (written, not left as XLA's buffers held them)."""
         jj = self.jj
         transitions, initial = normal(3, (4, 4)), normal(4, (4,))
-        grads = jax.grad(lambda t, i: jj.hmm_log_partition(jnp.zeros((0, 8, 4)), t, i).sum(), (0, 1))(transitions,
-                                                                                                        initial)
+        none = jnp.zeros((0, 8, 4), transitions.dtype)
+        grads = jax.grad(lambda t, i: jj.hmm_log_partition(none, t, i).sum(), (0, 1))(transitions, initial)
         for g in grads:
             np.testing.assert_array_equal(np.asarray(g), 0)
 
