@@ -45,6 +45,10 @@ SavedLayout saved_layout(const ChainProblem& p) {
   return {std::size_t(messages), std::size_t(p.B * p.T) * sizeof(double), std::size_t(p.B) * sizeof(double)};
 }
 
+// The alignment a caller's `saved` needs: its widest load, a float4 of the fused steps' messages (every piece keeps
+// its offset from the start, so the start's alignment is every piece's). XLA's buffers are aligned to at least this.
+constexpr int kSavedAlignment = 16;
+
 void point_saved(jb::ChainParams& params, const ChainProblem& p, void* saved) {
   const SavedLayout layout = saved_layout(p);
   char* at = static_cast<char*>(saved);
@@ -157,7 +161,7 @@ void attach(jb::ChainParams& params, const ChainProblem& p, const int64_t* lengt
             const void* saved) {
   check_alignment(lengths, "lengths", 8);
   check_alignment(path, "path", 4);
-  check_alignment(saved, "saved", int(kScratchAlignment));
+  check_alignment(saved, "saved", kSavedAlignment);
   params.lengths = reinterpret_cast<const long long*>(lengths);
   params.path = const_cast<int32_t*>(path);
   if (saved) point_saved(params, p, const_cast<void*>(saved));
@@ -306,7 +310,7 @@ bool check_outputs(const ChainProblem& p, const int64_t* lengths, void* score, v
   check_alignment(score, "score", bytes);
   check_alignment(alpha, "alpha", bytes);
   check_alignment(lengths, "lengths", 8);
-  check_alignment(saved, "saved", int(kScratchAlignment));
+  check_alignment(saved, "saved", kSavedAlignment);
   return true;
 }
 

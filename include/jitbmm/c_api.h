@@ -154,7 +154,7 @@ jitbmm_status jitbmm_chain_plan_saved_bytes(const jitbmm_chain_plan* plan, size_
 jitbmm_status jitbmm_chain_problem_saved_bytes(const jitbmm_chain_problem* problem, size_t* bytes);
 jitbmm_status jitbmm_chain_plan_workspace_bytes(const jitbmm_chain_plan* plan, int with_path, size_t* bytes);
 /* The forward on `stream`: score[B] in the problem's dtype (f32 for f16 and bf16). Optional (NULL to skip): saved
- * (saved_bytes, 256-byte aligned) for the backward; alpha[B][T][C] in score's dtype, the forward messages;
+ * (saved_bytes, 16-byte aligned) for the backward; alpha[B][T][C] in score's dtype, the forward messages;
  * path[B][T] (max_plus), the best path's states (ties: the smallest state; -1 past a sequence's length). The
  * workspace as for jitbmm_plan_run_with_workspace (NULL with 0 bytes: jitbmm's own pool). */
 jitbmm_status jitbmm_chain_plan_run(const jitbmm_chain_plan* plan, const void* potentials, const int64_t* lengths,

@@ -26,7 +26,7 @@ public:
 
   // The forward, asynchronous on `stream`. Device pointers: potentials laid out as the problem's strides say;
   // lengths as ChainProblem::with_lengths says (else null); score[B] in chain_output_dtype (the problem's dtype, f32
-  // for half types). Optional (null to skip): saved, saved_bytes() bytes (256-byte aligned) that backward() reads:
+  // for half types). Optional (null to skip): saved, saved_bytes() bytes (16-byte aligned) that backward() reads:
   // the messages at full precision, for log; alpha[B][T][C] in the output dtype, the forward messages
   // (alpha[b][t][c] = ⊕ over the paths that end in state c at position t; −inf from a sequence's length on);
   // path[B][T] (max_plus only, int32), the best path's states (ties: the smallest state; −1 from a sequence's

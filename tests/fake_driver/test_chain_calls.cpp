@@ -189,6 +189,57 @@ TEST_CASE("a chain call given a bad workspace is refused, naming it, before it l
   }
 }
 
+// `saved` needs the alignment of its widest load, 16 bytes, not a workspace's 256: XLA aligns a buffer to as little as
+// that. Less is refused, naming it, before anything is launched, in the forward and the backward of every form.
+TEST_CASE("a log chain's saved at 16 bytes past an aligned start runs; at 8 it is refused, naming saved") {
+  DeviceBuffer inputs(16 << 20), outputs(16 << 20), saved(16 << 20), work(16 << 20), grads(16 << 20);
+  char* const base = static_cast<char*>(saved.get());
+  auto expect_saved_refused = [](jitbmm_status status) {
+    CHECK(status == JITBMM_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind("saved: ", 0) == 0, jitbmm_last_error());
+  };
+  for (const char* form : {"crf", "hmm"})
+    for (const int64_t T : {5, 1024}) { // the sequential kernels, and for the CRF the chunked strategy
+      CAPTURE(form);
+      CAPTURE(T);
+      const jitbmm_chain_problem p = chain_problem(form, 1, T, form[0] == 'c' && T > 5 ? 32 : 4);
+      jitbmm_chain_plan* plan = nullptr;
+      REQUIRE(jitbmm_chain_plan_create(&p, &plan) == JITBMM_OK);
+      size_t forward_bytes = 0, backward_bytes = 0, saved_bytes = 0;
+      REQUIRE(jitbmm_chain_plan_workspace_bytes(plan, 0, &forward_bytes) == JITBMM_OK);
+      REQUIRE(jitbmm_chain_plan_backward_workspace_bytes(plan, &backward_bytes) == JITBMM_OK);
+      REQUIRE(jitbmm_chain_plan_saved_bytes(plan, &saved_bytes) == JITBMM_OK);
+      REQUIRE(std::max({forward_bytes, backward_bytes, saved_bytes + 16}) <= work.size());
+      const bool hmm = form[0] == 'h';
+      char* in = static_cast<char*>(inputs.get());
+      char* g = static_cast<char*>(grads.get());
+      auto forward = [&](char* at) {
+        return hmm ? jitbmm_chain_plan_run_hmm(plan, in, in + (4 << 20), in + (8 << 20), nullptr, outputs.get(), at,
+                                               nullptr, nullptr, work.get(), forward_bytes, nullptr)
+                   : jitbmm_chain_plan_run(plan, in, nullptr, outputs.get(), at, nullptr, nullptr, work.get(),
+                                           forward_bytes, nullptr);
+      };
+      auto backward = [&](char* at) {
+        return hmm ? jitbmm_chain_plan_backward_hmm(plan, in, in + (4 << 20), in + (8 << 20), nullptr, at, nullptr,
+                                                    outputs.get(), g, g + (4 << 20), g + (8 << 20), work.get(),
+                                                    backward_bytes, nullptr)
+                   : jitbmm_chain_plan_backward_with_workspace(plan, in, nullptr, at, nullptr, outputs.get(), g,
+                                                               work.get(), backward_bytes, nullptr);
+      };
+      {
+        const DriverLog log;
+        expect_saved_refused(forward(base + 8));
+        expect_saved_refused(backward(base + 8));
+        CHECK(log.launched().empty());
+      }
+      const DriverLog log;
+      CHECK_MESSAGE(forward(base + 16) == JITBMM_OK, jitbmm_last_error());
+      CHECK_MESSAGE(backward(base + 16) == JITBMM_OK, jitbmm_last_error());
+      CHECK_FALSE(log.launched().empty());
+      jitbmm_chain_plan_destroy(plan);
+    }
+}
+
 // The best path in chunks (max_plus, either form): its forward checks the scratch the path takes before its first
 // launch, then runs the chunk module's tree, the chain of chunks, every chunk's steps again and, with a path, the two
 // walks back; its backward reads the path, as the sequential kernels' does, and takes no scratch of the chunks.

@@ -26,6 +26,11 @@ template <class V> DeviceBuffer upload(const std::vector<V>& host) {
   return d;
 }
 
+// Where the tests put a log chain's `saved`: 16 bytes past an allocation's start, the least alignment the library
+// takes (as XLA's buffers may give it), so that no piece of it relies on more.
+constexpr std::size_t kSavedAt = 16;
+inline void* saved_at(const DeviceBuffer& d) { return static_cast<char*>(d.get()) + kSavedAt; }
+
 inline std::vector<double> download_as_double(const DeviceBuffer& d, DType dtype, int64_t n) {
   std::vector<unsigned char> bytes(std::size_t(n) * dtype_info(dtype).size_bytes);
   if (n) d.download(bytes.data(), bytes.size());

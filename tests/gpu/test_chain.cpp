@@ -27,6 +27,8 @@ using test::compare;
 using test::download_as_double;
 using test::expect_invalid;
 using test::upload;
+using test::kSavedAt;
+using test::saved_at;
 using test::Worst;
 
 namespace {
@@ -127,16 +129,16 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   const int bytes = dtype_info(k.dtype).size_bytes, out_bytes = dtype_info(out).size_bytes;
   DeviceBuffer d_pot = upload(pot), d_lengths = upload(lengths);
   DeviceBuffer d_score(std::size_t(k.B) * out_bytes + 1), d_alpha(ref_alpha.size() * out_bytes + 1),
-      d_path(ref_path.size() * 4 + 1), d_saved(plan.saved_bytes() + 1), d_grad(ref_grad.size() * bytes + 1);
+      d_path(ref_path.size() * 4 + 1), d_saved(kSavedAt + plan.saved_bytes() + 1), d_grad(ref_grad.size() * bytes + 1);
   for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &d_grad}) d->fill_bytes(0xff); // poison
   std::vector<unsigned char> g_bytes(grad_score.size() * out_bytes + 1);
   for (std::size_t b = 0; b < grad_score.size(); ++b) store_element(out, g_bytes.data(), int64_t(b), grad_score[b]);
   for (std::size_t b = 0; b < grad_score.size(); ++b) grad_score[b] = load_element(out, g_bytes.data(), int64_t(b));
   DeviceBuffer d_g = upload(g_bytes);
   const auto* d_len = k.ragged ? static_cast<const int64_t*>(d_lengths.get()) : nullptr;
-  plan(d_pot.get(), d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(),
+  plan(d_pot.get(), d_len, d_score.get(), viterbi ? nullptr : saved_at(d_saved), d_alpha.get(),
        viterbi ? static_cast<int32_t*>(d_path.get()) : nullptr);
-  plan.backward(d_pot.get(), d_len, viterbi ? nullptr : d_saved.get(),
+  plan.backward(d_pot.get(), d_len, viterbi ? nullptr : saved_at(d_saved),
                 viterbi ? static_cast<const int32_t*>(d_path.get()) : nullptr, d_g.get(), d_grad.get());
   const std::vector<double> score = download_as_double(d_score, out, k.B);
   const std::vector<double> alpha = download_as_double(d_alpha, out, int64_t(ref_alpha.size()));

@@ -27,6 +27,8 @@ using test::compare;
 using test::download_as_double;
 using test::expect_invalid;
 using test::upload;
+using test::kSavedAt;
+using test::saved_at;
 using test::Worst;
 
 namespace {
@@ -193,13 +195,14 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   DeviceBuffer d_em = upload(em.bytes), d_tr = upload(tr.bytes), d_in = upload(in.bytes), d_lengths = upload(lengths),
                d_g = upload(g_bytes);
   DeviceBuffer d_score(std::size_t(B) * out_bytes + 1), d_alpha(n_em * out_bytes + 1), d_path(ref_path.size() * 4 + 1),
-      d_saved(plan.saved_bytes() + 1), g_em(n_em * bytes + 1), g_tr(n_tr * bytes + 1), g_in(n_in * bytes + 1);
+      d_saved(kSavedAt + plan.saved_bytes() + 1), g_em(n_em * bytes + 1), g_tr(n_tr * bytes + 1),
+      g_in(n_in * bytes + 1);
   for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &g_em, &g_tr, &g_in}) d->fill_bytes(0xff); // poison
   const HmmInputs dev{d_em.get(), d_tr.get(), d_in.get()};
   const auto* d_len = k.ragged ? static_cast<const int64_t*>(d_lengths.get()) : nullptr;
   auto* d_best = viterbi ? static_cast<int32_t*>(d_path.get()) : nullptr;
-  plan(dev, d_len, d_score.get(), viterbi ? nullptr : d_saved.get(), d_alpha.get(), d_best);
-  plan.backward(dev, d_len, viterbi ? nullptr : d_saved.get(), d_best, d_g.get(),
+  plan(dev, d_len, d_score.get(), viterbi ? nullptr : saved_at(d_saved), d_alpha.get(), d_best);
+  plan.backward(dev, d_len, viterbi ? nullptr : saved_at(d_saved), d_best, d_g.get(),
                 HmmGradients{g_em.get(), g_tr.get(), g_in.get()});
   const std::vector<double> score = download_as_double(d_score, out, B);
   const std::vector<double> alpha = download_as_double(d_alpha, out, int64_t(n_em));
