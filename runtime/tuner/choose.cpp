@@ -121,6 +121,9 @@ std::optional<Choice> cascade(const DecisionSource& from, const Problem& p, cons
                               TunePolicy policy, Pass pass, const std::vector<KernelSpec>& rejected,
                               InputRange range) {
   const std::string family = tuning_family(p, td, pass, range);
+  // A decision's spec is of the pass its key names (the key hashes the pass, the spec says it again): one of another
+  // pass, which an edited or foreign file can hold, would be launched with this pass's parameters.
+  auto usable = [&](const KernelSpec& spec) { return spec.pass == pass ? fitting(spec, p) : std::nullopt; };
   // An exact or bucket decision is this problem's own (its key says so: DecisionSource::load checked it): one that
   // no longer fits is stale, and said so.
   auto own = [&](bool bucket, const char* step) -> std::optional<Choice> {
@@ -128,11 +131,11 @@ std::optional<Choice> cascade(const DecisionSource& from, const Problem& p, cons
     const auto d = from.load(key);
     if (!d) return std::nullopt;
     const std::string source = std::string(from.prefix) + step;
-    const auto spec = fitting(d->spec, p);
+    const auto spec = usable(d->spec);
     if (!spec) {
-      std::string why;
+      std::string why = "a variant of the pass " + std::string(pass_name(d->spec.pass)) + ", not " + pass_name(pass);
       try {
-        check_spec_fits(d->spec, p);
+        if (d->spec.pass == pass) check_spec_fits(d->spec, p);
       } catch (const std::invalid_argument& e) {
         why = e.what();
       }
@@ -151,13 +154,13 @@ std::optional<Choice> cascade(const DecisionSource& from, const Problem& p, cons
   buckets.erase(std::remove_if(buckets.begin(), buckets.end(),
                                [&](const Decision& d) {
                                  const auto spec = fitting(d.spec, p);
-                                 return spec && is_rejected(rejected, *spec);
+                                 return d.spec.pass != pass || (spec && is_rejected(rejected, *spec));
                                }),
                 buckets.end());
   const auto near = nearest_decision(buckets, p.shape);
   if (!near) return std::nullopt;
   if (bucket_distance(near->shape, shape_bucket(p.shape)) > kNearBucketDistance) return std::nullopt;
-  if (auto spec = fitting(near->spec, p))
+  if (auto spec = usable(near->spec))
     return Choice{*spec, std::string(from.prefix) + "nearest bucket", near, true};
   return std::nullopt;
 }

@@ -69,6 +69,9 @@ std::size_t import_choices(const std::string& text) {
       if (space == std::string::npos || space > bar) throw std::invalid_argument("no pass");
       Parsed c{parse_problem_text(line.substr(space + 1, bar - space - 1)), parse_pass(line.substr(7, space - 7)),
                parse_spec(line.substr(bar + 3))};
+      if (c.spec.pass != c.pass)
+        throw std::invalid_argument(std::string("the variant is of the pass ") + pass_name(c.spec.pass) +
+                                    ", the choice of " + pass_name(c.pass));
       check_spec_fits(c.spec, c.problem);
       parsed.push_back(std::move(c));
     } catch (const std::exception& e) {

@@ -26,6 +26,8 @@ namespace {
 // the public SemiringBMM::get: the tuner sits beneath the plans.
 void launch_forward(const DeviceInfo& device, const Problem& p, const KernelSpec& spec, const void* a, const void* b,
                     void* out, int32_t* argmax, Stream stream) {
+  if (spec.pass != Pass::forward) // its kernel would read a forward's parameters as a backward pass's
+    throw std::invalid_argument("spec.pass: " + std::string(pass_name(spec.pass)) + " is not a forward");
   const LaunchPlan plan = strategy_def(spec).launches(spec, p);
   jb::BmmParams params = bmm_params(p);
   params.a = a, params.b = b, params.out = out, params.argmax = argmax;

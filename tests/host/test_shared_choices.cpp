@@ -45,6 +45,12 @@ TEST_CASE("malformed choices are refused naming the line, before the device") {
   wrong.with_argmax = true;
   CHECK_THROWS_AS(import_choices("choice forward " + problem_text(p) + " | " + to_string(wrong)),
                   std::invalid_argument);
+  // A variant of another pass than its choice's: a backward kernel would run as the forward, or the reverse.
+  CHECK_THROWS_WITH_AS(
+      import_choices("choice forward " + problem_text(p) + " | " + to_string(default_grad_spec(p, Pass::grad_b))),
+      doctest::Contains("pass"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(import_choices("choice grad_a " + problem_text(p) + " | " + to_string(default_spec(p))),
+                       doctest::Contains("pass"), std::invalid_argument);
   CHECK_THROWS_AS(parse_problem_text(problem_text(p) + " extra"), std::invalid_argument);
   CHECK_THROWS_AS(parse_problem_text("log f32 f32 2 8 8 8"), std::invalid_argument);
 }

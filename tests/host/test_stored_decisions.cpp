@@ -175,6 +175,17 @@ TEST_CASE("the cascade skips stored decisions that are rejected, stale or unread
   CHECK(fs::exists(scratch.path + "/" + far_key + ".tune.bad"));
   plant(disk, p, decision_for(p, exact_spec, false, p.shape));
   CHECK(decide(disk, p, {}).source == "exact");
+  // A decision under the forward's key whose spec is a backward pass's (an edited or foreign file): never chosen, at
+  // any step of the cascade, since its kernel would read the forward's parameters as its own.
+  const KernelSpec backward = default_grad_spec(p, Pass::grad_b);
+  plant(disk, p, decision_for(p, backward, false, p.shape));
+  CHECK(decide(disk, p, {}).source == "bucket");
+  plant(disk, p, decision_for(p, backward, true, shape_bucket(p.shape)));
+  const Choice after = decide(disk, p, {});
+  CHECK(after.spec.pass == Pass::forward);
+  CHECK(after.source == "nearest bucket");
+  plant(disk, p, decision_for(p, backward, true, {8, 1024, 256, 512}));
+  CHECK(decide(disk, p, {}).source == "default");
 }
 
 TEST_CASE("a stored decision whose kernel fails to compile or load is discarded and the problem decided again") {
