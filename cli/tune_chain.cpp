@@ -155,7 +155,11 @@ int run_chain_tune(const Args& args) {
     std::printf("no disk cache (JITBMM_CACHE=off or no usable directory): nothing stored\n");
     return 0;
   }
-  put_chain_decision(*disk, chain_tuning_key(p, tuning_device(*device)), d);
+  if (!put_chain_decision(*disk, chain_tuning_key(p, tuning_device(*device)), d)) {
+    std::fprintf(stderr, "jitbmm: the cache directory %s could not keep the decision: nothing stored\n",
+                 disk->dir().c_str());
+    return 1;
+  }
   std::printf("decision stored in %s for its bucket (chain %s)\n", disk->dir().c_str(), chain_bucket_text(p).c_str());
   return 0;
 }

@@ -73,6 +73,8 @@ int run_tune(int argc, char** argv) {
                     "tune");
   const Problem p = problem_from(args, "tune");
   const Pass pass = parse_flag(args, "--pass", "forward", parse_pass);
+  if (pass != Pass::forward && p.with_argmax) // a backward pass's decisions are looked up without it
+    throw std::invalid_argument("--argmax: backward kernels read the forward's argmax; drop --argmax with --pass");
   // --data wide: the variant a plan moves to when its repairs show wide-range data (runtime/repair_watch.hpp).
   const InputRange range = parse_input_range(args.get("--data", "normal"));
   if (range == InputRange::wide && pass != Pass::forward)
@@ -80,8 +82,9 @@ int run_tune(int argc, char** argv) {
                                 std::string(pass_name(pass)));
   const auto device = current_device();
   const TuneReport report = autotune(p, *device, true, pass, {}, range);
-  store_decision(p, *device, report, true, pass, true, range);
-  if (DiskCache* disk = DiskCache::process_cache())
+  DiskCache* disk = DiskCache::process_cache();
+  const bool stored = store_decision(p, *device, report, true, pass, true, range);
+  if (stored)
     std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),
                 to_string(shape_bucket(p.shape)).c_str());
   std::printf("%10s  %s\n", "median ms", "candidate");
@@ -89,6 +92,15 @@ int run_tune(int argc, char** argv) {
     std::printf("%10.4f  %s%s\n", c.median_ms, to_string(c.spec).c_str(),
                 c.status == "ok" ? "" : ("  [" + c.status + "]").c_str());
   std::printf("best: %s\n", to_string(report.best).c_str());
+  if (!disk) {
+    std::printf("no disk cache (JITBMM_CACHE=off or no usable directory): nothing stored\n");
+    return 0;
+  }
+  if (!stored) {
+    std::fprintf(stderr, "jitbmm: the cache directory %s could not keep the decision: not stored\n",
+                 disk->dir().c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -178,18 +178,19 @@ Decision decision_from(const Problem& p, const TuningDevice& td, const TuneRepor
   return d;
 }
 
-void store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
+bool store_decision(const Problem& p, const DeviceInfo& device, const TuneReport& report, bool bucket, Pass pass,
                     bool exact, InputRange range) {
   DiskCache* disk = DiskCache::process_cache();
-  if (!disk) return;
+  if (!disk) return false;
   const TuningDevice td = tuning_device(device);
   Decision d = decision_from(p, td, report, pass, range);
-  if (exact) put_decision(*disk, tuning_key(p, td, false, pass, range), d);
+  bool kept = !exact || put_decision(*disk, tuning_key(p, td, false, pass, range), d);
   if (bucket) {
     d.bucket = true;
     d.shape = shape_bucket(p.shape);
-    put_decision(*disk, tuning_key(p, td, true, pass, range), d);
+    kept = put_decision(*disk, tuning_key(p, td, true, pass, range), d) && kept;
   }
+  return kept;
 }
 
 } // namespace jitbmm

@@ -37,8 +37,9 @@ Decision decision_from(const Problem& problem, const TuningDevice& device, const
                        Pass pass = Pass::forward, InputRange range = InputRange::normal);
 
 // Stores a tuning result for the exact shape and, when `bucket`, for its bucket too.
-// `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape).
-void store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
+// `exact` = false stores the bucket's decision only (a quick check is no tuning of the exact shape). Whether the disk
+// cache kept every decision asked for (false without one, or where a write failed).
+bool store_decision(const Problem& problem, const DeviceInfo& device, const TuneReport& report, bool bucket,
                     Pass pass = Pass::forward, bool exact = true, InputRange range = InputRange::normal);
 
 } // namespace jitbmm

@@ -306,10 +306,11 @@ std::optional<ChainDecision> remembered_chain_decision(DiskCache* disk, const st
   return g_remembered.emplace(id, std::move(d)).first->second;
 }
 
-void put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision) {
-  disk.put(key, kChainDecisionKind, encode_chain_decision(decision));
+bool put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision) {
+  const bool kept = disk.put(key, kChainDecisionKind, encode_chain_decision(decision));
   std::lock_guard<std::mutex> lock(g_remembered_mutex);
   g_remembered[disk.dir() + '\n' + key] = decision;
+  return kept;
 }
 
 void forget_chain_decisions() {

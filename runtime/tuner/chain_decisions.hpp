@@ -99,9 +99,9 @@ std::optional<ChainDecision> decode_chain_decision(const std::string& text);
 // (DiskCache::discard), so no later process reads it, and is nothing.
 std::optional<ChainDecision> load_chain_decision(DiskCache* disk, const std::string& key);
 // The same, read once per process, directory and key (a plan made every step reads no file); put_chain_decision
-// updates what is remembered, forget_chain_decisions forgets it all.
+// updates what is remembered (and says whether the disk kept it), forget_chain_decisions forgets it all.
 std::optional<ChainDecision> remembered_chain_decision(DiskCache* disk, const std::string& key);
-void put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision);
+bool put_chain_decision(DiskCache& disk, const std::string& key, const ChainDecision& decision);
 void forget_chain_decisions();
 
 } // namespace jitbmm
