@@ -139,9 +139,11 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   if (grad_log_z.element_count() != 0)
     if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
   if (ffi::Error e = expected(grad_mean, "grad_mean", score, B); !e.success()) return e;
-  if (grad_potentials->element_count() != potentials.element_count() ||
-      grad_field->element_count() != (kind == kGiven ? 0 : field.element_count()))
-    return invalid("grad_potentials, grad_field: expected the potentials' and the second chain's shapes");
+  if (ffi::Error e = expected_like(*grad_potentials, "grad_potentials", potentials); !e.success()) return e;
+  if (ffi::Error e = expected(*grad_field, "grad_field", field.element_type(),
+                              kind == kGiven ? 0 : static_cast<int64_t>(field.element_count()));
+      !e.success())
+    return e;
   if (B == 0) return ffi::Error::Success();
   StreamContext context(stream);
   std::shared_ptr<jitbmm_chain_expectation> plan;

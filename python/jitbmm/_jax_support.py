@@ -96,14 +96,15 @@ def call(target, results, *args, workspace=None, vmap_method=None, **attrs):
 
 def workspace_device():
     """The CUDA ordinal of the device the calls being traced will run on: JAX's default device where it is a GPU,
-    else its first GPU; None where JAX has no GPU (nothing traced then can run)."""
+    else this process's first GPU (in a run of many processes jax.devices() lists every process's, the first of
+    them perhaps another's); None where JAX has no GPU (nothing traced then can run)."""
     default = jax.config.jax_default_device
     if default is not None and getattr(default, "platform", None) == "gpu":
         device = default
     else:
         try:
-            device = jax.devices("gpu")[0]
-        except RuntimeError:
+            device = jax.local_devices(backend="gpu")[0]
+        except (RuntimeError, IndexError):
             return None
     ordinal = getattr(device, "local_hardware_id", None)
     return device.id if ordinal is None else ordinal

@@ -181,27 +181,29 @@ def _hmm_problem(emissions, transitions, initial, lengths, semiring):
             initial.ndim > 1)
 
 
-def _crf_results(potentials, lengths, semiring, with_path):
+def _crf_results(potentials, lengths, semiring, with_path, keep):
+    """The forward's results: the score, the saved messages (none unless `keep`: a call that is not differentiated
+    writes none, and a long log chain's then runs on its stand-in) and the best path where wanted."""
     batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
-    n = _saved_bytes(*_crf_problem(potentials, lengths, semiring), False, False)
+    n = _saved_bytes(*_crf_problem(potentials, lengths, semiring), False, False) if keep else 0
     return (jax.ShapeDtypeStruct(batch, score_dtype(potentials.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
 
 
-def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path):
+def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path, keep):
     batch, T = emissions.shape[:-2], emissions.shape[-2]
-    n = _saved_bytes(*_hmm_problem(emissions, transitions, initial, lengths, semiring))
+    n = _saved_bytes(*_hmm_problem(emissions, transitions, initial, lengths, semiring)) if keep else 0
     return (jax.ShapeDtypeStruct(batch, score_dtype(emissions.dtype)), jax.ShapeDtypeStruct((n,), jnp.uint8),
             jax.ShapeDtypeStruct((*batch, T) if with_path else (0,), jnp.int32))
 
 
 @functools.lru_cache(maxsize=None)
-def _crf_forward(semiring, with_path):
+def _crf_forward(semiring, with_path, keep):
     @custom_batching.custom_vmap
     def forward(potentials, lengths):
         size = workspace_bytes("chain", *_crf_problem(potentials, lengths, semiring), False, False,
                                _FORWARD_WITH_PATH if with_path else _FORWARD)
-        return call("chain", _crf_results(potentials, lengths, semiring, with_path), potentials, lengths,
+        return call("chain", _crf_results(potentials, lengths, semiring, with_path, keep), potentials, lengths,
                     workspace=size, semiring=semiring)
 
     @forward.def_vmap
@@ -237,12 +239,12 @@ def _crf_backward(semiring):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _crf(potentials, lengths, semiring):
-    score, _, path = _crf_forward(semiring, semiring == "max_plus")(potentials, lengths)
+    score, _, path = _crf_forward(semiring, semiring == "max_plus", False)(potentials, lengths)
     return score, path
 
 
 def _crf_fwd(potentials, lengths, semiring):
-    score, saved, path = _crf_forward(semiring, semiring == "max_plus")(potentials, lengths)
+    score, saved, path = _crf_forward(semiring, semiring == "max_plus", True)(potentials, lengths)
     return (score, path), (potentials, lengths, saved, path)
 
 
@@ -315,13 +317,13 @@ def chain_log_prob(potentials, value, lengths=None):
 
 
 @functools.lru_cache(maxsize=None)
-def _hmm_forward(semiring, with_path):
+def _hmm_forward(semiring, with_path, keep):
     @custom_batching.custom_vmap
     def forward(emissions, transitions, initial, lengths):
         size = workspace_bytes("chain", *_hmm_problem(emissions, transitions, initial, lengths, semiring),
                                _FORWARD_WITH_PATH if with_path else _FORWARD)
-        return call("hmm", _hmm_results(emissions, transitions, initial, lengths, semiring, with_path), emissions,
-                    transitions, initial, lengths, workspace=size, semiring=semiring)
+        return call("hmm", _hmm_results(emissions, transitions, initial, lengths, semiring, with_path, keep),
+                    emissions, transitions, initial, lengths, workspace=size, semiring=semiring)
 
     @forward.def_vmap
     def rule(size, batched, emissions, transitions, initial, lengths):
@@ -377,12 +379,13 @@ def _hmm_backward(semiring):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _hmm(emissions, transitions, initial, lengths, semiring):
-    score, _, path = _hmm_forward(semiring, semiring == "max_plus")(emissions, transitions, initial, lengths)
+    score, _, path = _hmm_forward(semiring, semiring == "max_plus", False)(emissions, transitions, initial, lengths)
     return score, path
 
 
 def _hmm_fwd(emissions, transitions, initial, lengths, semiring):
-    score, saved, path = _hmm_forward(semiring, semiring == "max_plus")(emissions, transitions, initial, lengths)
+    score, saved, path = _hmm_forward(semiring, semiring == "max_plus", True)(emissions, transitions, initial,
+                                                                           lengths)
     return (score, path), (emissions, transitions, initial, lengths, saved, path)
 
 

@@ -140,7 +140,6 @@ class TraceTest(unittest.TestCase):
     def test_workspace_results(self):
         """Each call of a handler that takes scratch (all but the expectations' forward) has its workspace as its
         last result, uint8, which XLA allocates: sized by the library's plan where JAX has a GPU, none here."""
-        import re
         jj, a, p = self.jj, spec((2, 5, 6)), spec((3, 9, 7, 7))
         e, t, i = spec((3, 8, 5)), spec((5, 5)), spec((5,))
         traced = [jax.jit(jax.grad(lambda a: jj.logbmm(a, a.swapaxes(-1, -2)).sum())).trace(a),
@@ -162,6 +161,27 @@ class TraceTest(unittest.TestCase):
                         self.assertNotIn("xui8>", line)
                     else:
                         self.assertRegex(line, r"tensor<0xui8>\)?$")
+
+    def test_saved_messages_only_where_differentiated(self):
+        """A log chain's forward declares its saved messages (a uint8 result of the library's size, which the backward
+        reads) under grad, and none where nothing differentiates it: that forward writes none, and a long chain's
+        runs on its stand-in."""
+        import re
+        jj, p = self.jj, spec((3, 9, 7, 7))
+        e, t, i = spec((3, 10, 7)), spec((7, 7)), spec((7,))
+        for name, plain, differentiated in (
+                ("chain", jax.jit(lambda p: jj.chain_log_partition(p)).trace(p),
+                 jax.jit(jax.grad(lambda p: jj.chain_log_partition(p).sum())).trace(p)),
+                ("hmm", jax.jit(lambda e, t, i: jj.hmm_log_partition(e, t, i)).trace(e, t, i),
+                 jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum())).trace(e, t, i))):
+            saved = []
+            for traced in (plain, differentiated):
+                text = traced.lower(lowering_platforms=("cuda",)).as_text()
+                line = next(x for x in text.splitlines() if f"stablehlo.custom_call @jitbmm_{name}(" in x)
+                saved.append(int(re.search(r"-> \(tensor<3xf32>, tensor<(\d+)xui8>", line).group(1)))
+            with self.subTest(form=name):
+                self.assertEqual(saved[0], 0)
+                self.assertGreater(saved[1], 3 * 10 * 7 * 4)
 
     def test_workspace_sized_by_the_library(self):
         """With JAX naming device 0 (the fake driver's, which the python_jax CTest entry gives, or a real one),
