@@ -155,6 +155,8 @@ int run_bench(int argc, char** argv) {
   }
   if (mode == "--backward") {
     used.insert("--reps");
+    // Its check reads the gradients as contiguous row-major arrays, as it lays the operands out.
+    used.erase("--a-layout"), used.erase("--b-layout");
     args.require_only(used, "bench --backward");
     return run_backward_bench(args);
   }

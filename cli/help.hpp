@@ -152,6 +152,7 @@ inline const std::vector<CommandHelp>& command_help() {
        "      a chain's first forward (+ backward for log) from start, by a stand-in or not, and when its plan\n"
        "      settled on its chosen strategy\n"
        "  jitbmm bench --backward [problem flags]      forward and backward times, memory, sampled check\n"
+       "      (row-major operands: --a-layout and --b-layout are not taken)\n"
        "  jitbmm bench --exp-matmul [--shape S] [--dtype D]  exp_matmul vs the direct kernels on randn, randn*50,\n"
        "      randn*500 and banded -inf inputs: time, terms/s, relative error of a sample, share repaired\n"
        "  jitbmm bench --chain C [--hmm] [--batch B] [--length T] [--semiring log|max_plus]\n"

@@ -243,7 +243,8 @@ def chain_kbest(potentials, k, lengths=None):
     t, z[t + 1], z[t]]), in order: (scores [..., k] in the potentials' dtype, float32 for half inputs; paths [..., k,
     T] int32). Batch first, as JAX's vmap reads arrays; jitbmm.torch's chain_kbest returns torch-struct's [k, ...]
     instead. Scores in non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their
-    states read from the last position back, smaller first, so paths[..., 0, :] is chain_viterbi's path. A sequence
+    states read from the last position back, smaller first, so paths[..., 0, :] is chain_viterbi's path (but after an
+    edge of +inf or NaN out of a state no finite path reaches: docs/chains.md). A sequence
     with fewer than k paths of score other than -inf gives -inf and a path of -1 for the rest; -1 past its length.
     potentials and lengths as chain_viterbi takes them (at most 1,024 states); 1 <= k <= 16. Differentiable in the
     scores: the gradient of scores[..., i] is path i's edge indicator."""

@@ -90,8 +90,9 @@ def chain_kbest(potentials, k, lengths=None):
     potentials and lengths as chain_viterbi takes them (copied if not contiguous); 1 <= k <= 16, up to 1,024 states.
     Returns (scores [k, B] in the potentials' dtype, float32 for half inputs; paths [k, B, T], int64): scores in
     non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their states read from the
-    last position back, smaller first, so paths[0] is chain_viterbi's path. A sequence with fewer than k paths of score
-    other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b]. Differentiable in the scores: the
+    last position back, smaller first, so paths[0] is chain_viterbi's path (but where an edge of +inf or NaN leaves a
+    state no finite path reaches: a prefix of -inf is no path here, docs/chains.md). A sequence with fewer than k paths
+    of score other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b]. Differentiable in the scores: the
     gradient of scores[i, b] is path i's edge indicator."""
     _check_crf(potentials, lengths)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:

@@ -1,5 +1,6 @@
-// Chain trials: a chain problem's inputs on the device, and one candidate's timings on them, its first sequence's
-// score checked against the CPU reference. What `jitbmm tune --chain` times and `jitbmm bench --chain` prints. As the
+// Chain trials: a chain problem's inputs on the device, and one candidate's timings on them, checked: its first
+// sequence's score after each forward against the CPU reference, and its backward's first and last steps of that
+// sequence as what every gradient is (marginals summing to 1, or the best path's indicator). What `jitbmm tune --chain` times and `jitbmm bench --chain` prints. As the
 // products' trials (trials.hpp) do, they draw their inputs with random_values, time with runtime/timing and check
 // with the reference's rule (reference::close, at the output dtype's tolerance).
 #pragma once
@@ -38,7 +39,7 @@ struct ChainCandidate {
 };
 
 // One candidate as measured: median device times (ms) of the forward (score only), the forward that keeps what the
-// backward reads and that backward; whether its first score is the reference's.
+// backward reads and that backward; whether each call's results passed their checks.
 struct ChainMeasure {
   double forward_ms = 0, saving_ms = 0, backward_ms = 0;
   bool checked = false;

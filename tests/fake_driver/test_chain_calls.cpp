@@ -458,9 +458,11 @@ double first_score(const ChainProblem& p, const ChainTrialBuffers& t) {
 } // namespace
 
 // A chain trial runs a candidate's calls on its buffers, with saved (log) or the path (max_plus) and the scratch the
-// candidate asks for, and checks the first score as the products' trials check an output: the reference's score, to
-// the output dtype's tolerance (f64: 1e-12 of max(1, |score|)), passes, and one further off does not.
-TEST_CASE("a chain trial times a candidate's calls and checks its first score against the CPU reference") {
+// candidate asks for, and checks each: the first score after either forward as the products' trials check an output
+// (the reference's score, to the output dtype's tolerance, f64: 1e-12 of max(1, |score|), passes, and one further off
+// does not), and the backward's first and last steps of the first sequence as marginals (log) or the best path's
+// indicator (max_plus).
+TEST_CASE("a chain trial times a candidate's calls and checks both forwards' first score and its backward") {
   const auto device = current_device();
   ScopedContext scope(device->context);
   for (const DType dtype : {DType::f32, DType::f64})
@@ -474,17 +476,23 @@ TEST_CASE("a chain trial times a candidate's calls and checks its first score ag
         p.B = 3, p.T = 5, p.C = 4;
         ChainTrial trial(p);
         const bool log = semiring == Semiring::log;
+        const bool hmm = form == ChainForm::hmm;
         int forwards = 0, saving = 0, backwards = 0;
-        double off = 0; // how far the candidate's score is from the reference's, times max(1, |score|)
+        // How far each forward's score is from the reference's, times max(1, |score|); what the backward writes of
+        // each step: a distribution (log: uniform marginals; max_plus: a one-hot path), or one step's values doubled.
+        double forward_off = 0, saving_off = 0;
+        bool doubled_last_step = false;
         ChainCandidate c;
         c.saved_bytes = 64, c.workspace_bytes = 128, c.backward_workspace_bytes = 256;
         c.forward = [&](const ChainTrialBuffers& t, void* saved, int32_t* path, Stream, const Workspace& ws) {
           CHECK(ws.bytes == 128);
           CHECK(ws.ptr != nullptr);
+          double off = forward_off;
           if (!saved && !path) {
             ++forwards;
           } else {
             ++saving;
+            off = saving_off;
             CHECK((saved != nullptr) == log); // log keeps saved, max_plus the best path
             CHECK((path != nullptr) == !log);
           }
@@ -494,19 +502,35 @@ TEST_CASE("a chain trial times a candidate's calls and checks its first score ag
           check(driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(t.score), score.data(), score.size()),
                 "cuMemcpyHtoD");
         };
-        c.backward = [&](const ChainTrialBuffers&, const void* saved, const int32_t* path, Stream,
+        c.backward = [&](const ChainTrialBuffers& t, const void* saved, const int32_t* path, Stream,
                          const Workspace& ws) {
           CHECK(ws.bytes == 256);
           CHECK((saved != nullptr) == log);
           CHECK((path != nullptr) == !log);
           ++backwards;
+          const int64_t steps = hmm ? p.T : p.T - 1, values = hmm ? p.C : p.C * p.C;
+          std::vector<unsigned char> grad(std::size_t(steps * values) * dtype_info(dtype).size_bytes);
+          for (int64_t s = 0; s < steps; ++s)
+            for (int64_t v = 0; v < values; ++v) {
+              const double x = log ? 1.0 / double(values) : double(v == s % values);
+              store_element(dtype, grad.data(), s * values + v, doubled_last_step && s == steps - 1 ? 2 * x : x);
+            }
+          void* at = hmm ? t.grad_hmm.emissions : t.grad_potentials;
+          check(driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(at), grad.data(), grad.size()), "cuMemcpyHtoD");
         };
         CHECK(trial.measure(c, 2).checked);
         CHECK(forwards == 5); // three to warm up, two timed
         CHECK(saving == 5);
         CHECK(backwards == 5);
-        off = dtype == DType::f64 ? 5e-12 : 5e-5;
+        const double off = dtype == DType::f64 ? 5e-12 : 5e-5;
+        forward_off = off; // the score-only forward wrong, the saving one right
         CHECK_FALSE(trial.measure(c, 2).checked);
+        forward_off = 0, saving_off = off;
+        CHECK_FALSE(trial.measure(c, 2).checked);
+        saving_off = 0, doubled_last_step = true;
+        CHECK_FALSE(trial.measure(c, 2).checked);
+        doubled_last_step = false;
+        CHECK(trial.measure(c, 2).checked);
       }
 }
 
