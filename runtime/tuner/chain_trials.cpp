@@ -32,7 +32,9 @@ bool step_is_a_distribution(const DeviceBuffer& grad, const ChainProblem& p, int
   const int bytes = dtype_info(p.dtype).size_bytes;
   std::vector<unsigned char> host(std::size_t(values * bytes));
   grad.download(host.data(), host.size(), std::size_t(step * values * bytes));
-  const double tolerance = 4 * reference::tolerance(p.dtype);
+  // Loose: a wrong kernel's step is far from a distribution, while C² marginals each rounded (in the gradient's
+  // dtype, from exponents read to a few units in the last place) may sum a little off 1.
+  const double tolerance = p.dtype == DType::f64 ? 1e-9 : p.dtype == DType::f32 ? 1e-3 : 5e-2;
   double sum = 0;
   int64_t ones = 0;
   for (int64_t i = 0; i < values; ++i) {
