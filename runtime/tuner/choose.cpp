@@ -206,10 +206,18 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
       c->source = "decided by another process (" + c->source + ")";
       return *c;
     }
+  // A variant refused by its check (usable_stored_choice) is not timed again: a defect that shows now and then
+  // could win.
+  auto kept = [&](std::vector<KernelSpec> specs) {
+    const auto refused = [&](const KernelSpec& s) { return is_rejected(rejected, s); };
+    specs.erase(std::remove_if(specs.begin(), specs.end(), refused), specs.end());
+    return specs;
+  };
   if (policy == TunePolicy::bucket && is_small_problem(p)) {
     // A first plan must not wait seconds of compiles for a product that runs in microseconds: a small problem times
     // only the default and the light variants (search_space.hpp), a fraction of a second of compiles.
-    const std::vector<KernelSpec> timed = small_problem_candidates(device_candidates(p, device, pass), fallback);
+    const std::vector<KernelSpec> timed = kept(small_problem_candidates(device_candidates(p, device, pass), fallback));
+    if (timed.empty()) return {fallback, "small problem: every light variant refused by its check", {}};
     TuneReport report = autotune(p, device, false, pass, timed);
     report.reason = "small problem: the default and " + std::to_string(timed.size() - 1) + " light variants timed";
     store_decision(p, device, report, true, pass, false); // for the bucket: JITBMM_TUNE=exact still searches all
@@ -222,7 +230,7 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
     std::vector<Decision> related = families_buckets(disk, families);
     for (Decision& d : set_buckets(shipped_decisions(), families)) related.push_back(std::move(d));
     const std::vector<KernelSpec> timed =
-        model_candidates(related, p, fallback, untimed_variants(related, p, device_candidates(p, device, pass)));
+        kept(model_candidates(related, p, fallback, untimed_variants(related, p, device_candidates(p, device, pass))));
     if (!timed.empty()) {
       TuneReport report = autotune(p, device, false, pass, timed);
       report.reason = "family model: " + std::to_string(timed.size()) +
@@ -233,7 +241,8 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
     }
   }
   // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
-  TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass);
+  TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass,
+                               rejected.empty() ? std::vector<KernelSpec>{} : kept(device_candidates(p, device, pass)));
   report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
   store_decision(p, device, report, policy == TunePolicy::bucket, pass);
   return {report.best, "tuned now", {}};
@@ -300,7 +309,7 @@ std::optional<Choice> usable_stored_choice(const Problem& p, const DeviceInfo& d
     }
     std::string wrong;
     try {
-      wrong = check_on_trial(p, pass, device, c->spec);
+      wrong = check_on_trial(p, pass, device, c->spec, range);
     } catch (const std::exception& e) {
       wrong = e.what();
     }

@@ -218,9 +218,12 @@ std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
 
 namespace {
 
-// What a check of `spec` runs on: one batch of `problem` when the spec fits that as it is, else the whole problem.
-Problem checked_problem(const Problem& problem, const KernelSpec& spec) {
+// What a check of `spec` runs on: one batch of `problem` when the spec fits that as it is, else the whole problem. A
+// backward's gradient of an operand shared by every batch is summed over the batches by launches one batch does not
+// make (an accumulator, then its store): that check keeps them all.
+Problem checked_problem(const Problem& problem, Pass pass, const KernelSpec& spec) {
   if (problem.shape.B <= 1) return problem;
+  if (pass != Pass::forward && (problem.a().batch == 0 || problem.b().batch == 0)) return problem;
   Problem one = problem;
   one.shape.B = 1;
   return fitting(spec, one) == spec ? one : problem;
@@ -320,16 +323,17 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
 
 std::vector<KernelSpec> check_kernels(const Problem& problem, Pass pass, const KernelSpec& spec) {
   if (pass == Pass::forward) return {spec};
-  return {spec, default_spec(trial_forward(grad_problem(checked_problem(problem, spec))))};
+  return {spec, default_spec(trial_forward(grad_problem(checked_problem(problem, pass, spec))))};
 }
 
-std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec) {
-  const Problem p = checked_problem(problem, spec);
+std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec,
+                           InputRange range) {
+  const Problem p = checked_problem(problem, pass, spec);
   if (!tunable(p, pass)) return "this problem cannot be checked against the CPU reference";
   if (std::string why = trial_memory_refusal(p, pass, device); !why.empty()) return "not checked: " + why;
   ScopedContext scope(device.context);
   std::mt19937_64 rng(std::random_device{}());
-  return make_trial(p, pass, device, rng).verify(spec);
+  return make_trial(p, pass, device, rng, range).verify(spec);
 }
 
 Trial make_trial(const Problem& problem, Pass pass, const DeviceInfo& device, std::mt19937_64& rng,

@@ -87,11 +87,13 @@ void run_candidate(const BackwardTrial& trial, const KernelSpec& spec, Stream st
 std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec);
 std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec);
 
-// Checks `spec` against the CPU reference as a tuned candidate is checked, on fresh random inputs: on one batch of
-// `problem` when the spec fits that as it is (a kernel's code does not depend on B), else on the whole problem.
-// "" when correct, else what was wrong or why it cannot be checked (the problem is not tunable(), or its trial does
-// not fit the free memory).
-std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec);
+// Checks `spec` against the CPU reference as a tuned candidate is checked, on fresh random inputs of `range` (a wide
+// decision on wide-range data, whose repairs it serves): on one batch of `problem` when the spec fits that as it is
+// (a kernel's code does not depend on B; but a backward's sum over the batches of a shared operand does), else on the
+// whole problem. "" when correct, else what was wrong or why it cannot be checked (the problem is not tunable(), or
+// its trial does not fit the free memory).
+std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec,
+                           InputRange range = InputRange::normal);
 // The kernels that check loads: `spec`'s, and for a backward pass the default forward that makes its trial's
 // outputs (so that they can be built ahead, runtime/tuner/build_ahead.hpp).
 std::vector<KernelSpec> check_kernels(const Problem& problem, Pass pass, const KernelSpec& spec);
