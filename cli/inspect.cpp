@@ -195,6 +195,11 @@ int print_tuned(const Problem& p) {
               c.source == "default" ? "built-in default (no tuning decision stored for this problem's family; "
                                       "run jitbmm tune)"
                                     : (c.source + " decision").c_str());
+  // JITBMM_TUNE=exact reads no bucket's decision: a plan of this process would tune the exact shape first.
+  const bool exact_only = tune_policy_from_env() == TunePolicy::exact;
+  if (exact_only && c.source != "exact" && c.source != "shipped exact")
+    std::printf("note:     JITBMM_TUNE=exact: SemiringBMM::get tunes this exact shape instead of taking the %s\n",
+                c.source == "default" ? "default" : (c.source + " decision").c_str());
   if (!c.decision) return 0;
   const Decision& d = *c.decision;
   const bool shipped = c.source.rfind("shipped ", 0) == 0;
