@@ -1,5 +1,6 @@
 // jitbmm tune: autotune one problem on this GPU, store the decision (exact shape and its bucket), print the
 // candidates compared; with --chain, a chain problem's cluster sizes (cli/tune_chain.cpp).
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -81,8 +82,17 @@ int run_tune(int argc, char** argv) {
     throw std::invalid_argument("--data: wide-range tuning is for the forward pass only, not --pass " +
                                 std::string(pass_name(pass)));
   const auto device = current_device();
-  const TuneReport report = autotune(p, *device, true, pass, {}, range);
   DiskCache* disk = DiskCache::process_cache();
+  // The machine-wide lock a library process takes to tune this bucket, held while tuning and storing: such a process
+  // waits, then reads this decision, rather than storing its own quicker tuning's over it.
+  const KeyLock lock = disk ? disk->lock(tuning_key(p, tuning_device(*device), true, pass, range),
+                                         std::chrono::minutes(10),
+                                         [](const std::string& holder) {
+                                           std::printf("waiting for %s, which is tuning this bucket\n",
+                                                       KeyLock::holder_words(holder).c_str());
+                                         })
+                            : KeyLock::unavailable("no disk cache");
+  const TuneReport report = autotune(p, *device, true, pass, {}, range);
   const bool stored = store_decision(p, *device, report, true, pass, true, range);
   if (stored)
     std::printf("decision stored in %s (exact shape and bucket %s)\n", disk->dir().c_str(),

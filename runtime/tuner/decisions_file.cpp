@@ -1,6 +1,7 @@
 #include "runtime/tuner/decisions_file.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -120,7 +121,10 @@ std::vector<DecisionEntry> cache_decisions(DiskCache& disk) {
 ImportReport import_decisions(DiskCache& disk, const std::vector<DecisionEntry>& entries, const std::string& source) {
   ImportReport report;
   for (const DecisionEntry& e : entries) {
-    if (disk.get(e.key, e.kind)) {
+    // Under the key's machine-wide lock, which a process tuning it holds until it has stored its decision: a decision
+    // tuned here is kept, whenever its tuning ends. One still being tuned past the wait keeps its tuning's too.
+    const KeyLock lock = disk.lock(e.key, std::chrono::seconds(60));
+    if (lock.state() == KeyLock::State::timed_out || disk.get(e.key, e.kind)) {
       ++report.kept;
       continue;
     }
