@@ -52,7 +52,8 @@ _CHAIN_ROUTES = {"LogSemiring": _jt.chain_log_partition, "MaxSemiring": lambda p
 _originals = {}
 
 # What makes a route give way to torch-struct's own computation: inputs the kernels do not hold (ValueError: more
-# states than a chain kernel holds, ...), and a machine jitbmm cannot run on (a GPU it does not support, no NVRTC),
+# states than a chain kernel holds, a product beyond a kernel's sizes, operands torch-struct's generic product
+# broadcasts and jitbmm's does not, ...), and a machine jitbmm cannot run on (a GPU it does not support, no NVRTC),
 # which _gave_way says.
 _UNSUPPORTED = (jitbmm.UnsupportedDeviceError, jitbmm.NoNvrtcError)
 _GIVES_WAY = (ValueError, *_UNSUPPORTED)
@@ -84,7 +85,7 @@ def _routed(semiring, original):
                 and a.dtype == b.dtype and a.dtype in _jt._DTYPES and a.dim() >= 2 and b.dim() >= 2):
             try:
                 return _jt.semiring_bmm(a, b, semiring)
-            except _UNSUPPORTED as e:
+            except _GIVES_WAY as e:
                 _gave_way(e)
         return original.__func__(cls, a, b)
 
@@ -103,7 +104,7 @@ def _entropy_routed(ts, original):
                 and a.shape[0] == 2 and b.shape[0] == 2):
             try:
                 return _jt.entropy_semiring_bmm(a, b)
-            except _UNSUPPORTED as e:
+            except _GIVES_WAY as e:
                 _gave_way(e)
         return inherited.__func__(cls, a, b)
 
@@ -125,7 +126,7 @@ def _kmax_factory(ts, original):
                         and b.dim() >= 3 and a.shape[0] == k and b.shape[0] == k):
                     try:
                         return _jt.kmax_semiring_bmm(a, b)
-                    except _UNSUPPORTED as e:
+                    except _GIVES_WAY as e:
                         _gave_way(e)
                 return inherited.__func__(c, a, b)
 
