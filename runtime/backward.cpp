@@ -160,6 +160,11 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   // What each pass reads: log both operands (one is the per-output constant), plus_times and max_times the
   // partner, max_plus and min_plus neither; all of them grad_out; log the saved out; selecting ones argmax.
   const bool scatter = semiring_info(p.semiring).backward == BackwardKind::argmax_scatter;
+  // log's pass of a gradient reads its own operand too (each term's constant), even with no output to weigh it.
+  if (p.semiring == Semiring::log) {
+    if (want_a && !none_a) need(a, "a");
+    if (want_b && !none_b) need(b, "b");
+  }
   if (!no_outputs) {
     need(grad_out, "grad_out");
     if (p.semiring == Semiring::log) need(out, "out");

@@ -795,6 +795,24 @@ TEST_CASE("a plan with an explicit variant takes a forward one: a backward pass'
   CHECK(SemiringBMM::get(p, default_spec(p)).spec() == default_spec(p));
 }
 
+// With no output (M = 0) a log gradient is still written (zeros), and its pass reads its own operand: a null one is
+// refused naming it, before any launch; given, the pass runs.
+TEST_CASE("a log backward with no output reads the operand of the gradient it writes: null is refused, naming it") {
+  Problem p;
+  p.shape = {1, 0, 4, 4};
+  const SemiringBMM plan = SemiringBMM::get(p);
+  DeviceBuffer b(64), grad_b(64);
+  {
+    const test::DriverLog log;
+    CHECK_THROWS_WITH_AS(plan.backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, grad_b.get()),
+                         doctest::Contains("b:"), std::invalid_argument);
+    CHECK(log.launched().empty());
+  }
+  const test::DriverLog log;
+  plan.backward(nullptr, b.get(), nullptr, nullptr, nullptr, nullptr, grad_b.get());
+  CHECK_FALSE(log.launched().empty());
+}
+
 TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
   jitbmm_problem p;
   std::memset(&p, 0x5a, sizeof p);
