@@ -70,14 +70,24 @@ void default_tiles(KernelSpec& spec, const Problem& p) {
     spec.tile_m = spec.tile_n = 32, spec.thread_m = spec.thread_n = 2;
   }
   spec.tile_k = wide ? 8 : 16;
+  fit_row_tiles(spec, s.M);
+}
+
+void fit_row_tiles(KernelSpec& s, int64_t rows) {
+  while ((rows + s.tile_m - 1) / s.tile_m > kMaxGridYZ && s.tile_m < 128) s.tile_m *= 2, s.thread_m *= 2;
 }
 
 int tiled_shared_bytes(const KernelSpec& s) {
   const int acc = dtype_info(s.dtype).acc_bytes;
   // Forward: a and b slices. Backward: grad_out and out on the G side (rows for grad_a), the operand on the other.
   const int g_side = s.pass == Pass::grad_a ? s.tile_m : s.tile_n;
+  // The log kernel (tiled_call's) keeps each row's and column's slice statistics too: 16 bytes a line
+  // (templates/tiled/log.cuh, LogLineStats).
+  const bool log_lines = s.pass == Pass::forward && (s.strategy == Strategy::tiled || s.strategy == Strategy::split_k) &&
+                         s.semiring == Semiring::log && !dtype_info(s.dtype).wide_acc();
   // Backward, also each G line's scale (its exponent, an int, and its factor) and the block's flag (an int).
-  return s.pass == Pass::forward ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc
+  return s.pass == Pass::forward ? 2 * s.tile_k * (s.tile_m + 4 + s.tile_n + 4) * acc +
+                                       (log_lines ? 16 * (s.tile_m + s.tile_n) : 0)
                                  : 2 * s.tile_k * (2 * (g_side + 4) + (s.tile_m + s.tile_n - g_side + 4)) * acc +
                                        g_side * (4 + acc) + 4;
 }

@@ -36,6 +36,9 @@ int64_t outputs_of(const Problem& p);
 // The tiled family: the tile a problem gets by default (tiled, split_k), the rules every tile obeys, the shared
 // memory of the direct and backward tiled kernels.
 void default_tiles(KernelSpec& s, const Problem& p);
+// A default tile made taller (up to 128 rows, its threads as many, each with more rows) where `rows` would take more
+// row tiles than a grid's y holds: so that a problem the strategy ranks (at 128 rows a tile) gets a default that fits.
+void fit_row_tiles(KernelSpec& s, int64_t rows);
 void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
 int tiled_shared_bytes(const KernelSpec& s);
 // Whether the tiled kernel runs on packed half pairs (templates/tiled/packed.cuh): a half output from the same half

@@ -27,6 +27,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
     spec.tile_k = 16, spec.min_blocks = 3;
   }
   if (p.dtype == DType::bf16) spec.min_blocks = 1; // its conversions need more than 128 registers
+  fit_row_tiles(spec, ga ? p.shape.M : p.shape.K);
 }
 
 void check(const KernelSpec& spec, const Problem& p) { check_tiles(spec, p, tiled_shared_bytes(spec)); }

@@ -40,6 +40,7 @@ void defaults(KernelSpec& spec, const Problem& p) {
   const bool index64 = needs_index64(spec, p);
   if (!index64 && p.dtype != DType::f32) return;
   spec.tile_m = spec.tile_n = 64, spec.thread_m = spec.thread_n = 4, spec.min_blocks = index64 ? 2 : 3;
+  fit_row_tiles(spec, p.shape.M);
 }
 
 void check(const KernelSpec& spec, const Problem& p) {

@@ -94,6 +94,44 @@ TEST_CASE("grid limits are decided by check_spec_fits, naming the size") {
   CHECK_NOTHROW(check_spec_fits(warp, wide)); // loops over its outputs: any count fits
 }
 
+// A problem the tiled strategies rank (its rows in 128-row tiles within the grid) gets a default whose tiles fit, the
+// forward's and the backward's: smaller default tiles are made taller there, not refused.
+TEST_CASE("tall problems get default tiles whose row tiles the grid holds, forward and backward") {
+  for (const Semiring semiring : {Semiring::log, Semiring::max_plus, Semiring::plus_times})
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      CAPTURE(semiring_info(semiring).name);
+      CAPTURE(dtype_info(dtype).name);
+      Problem p;
+      p.semiring = semiring, p.dtype = dtype;
+      p.shape = {1, 3000000, 64, 32}; // N < 64: the 32-row default tile, 93,750 row tiles
+      const KernelSpec forward = default_spec(p);
+      CHECK_NOTHROW(check_spec_fits(forward, p));
+      if (semiring_info(semiring).backward != BackwardKind::argmax_scatter) {
+        for (const Pass pass : {Pass::grad_a, Pass::grad_b}) { // p is its own gradients' problem (no argmax)
+          const KernelSpec g = default_grad_spec(p, pass);
+          CHECK_NOTHROW(check_spec_fits(g, p));
+        }
+      }
+    }
+  Problem argmax; // the argmax's second pass (tiled_refine) defaults to 64-row tiles for f32
+  argmax.semiring = Semiring::max_plus, argmax.with_argmax = true;
+  argmax.shape = {1, 5000000, 1024, 64};
+  CHECK_NOTHROW(check_spec_fits(default_spec(argmax), argmax));
+}
+
+// The log kernel's shared memory counts its lines' statistics: a tile within 48 KiB without them, beyond with them,
+// is refused by check_spec_fits (NVRTC would refuse it later).
+TEST_CASE("the tiled log kernel's shared memory counts each row's and column's statistics") {
+  Problem p;
+  p.shape = {1, 256, 256, 256};
+  KernelSpec s = default_spec(p, Strategy::tiled);
+  s.tile_m = s.tile_n = 128, s.tile_k = 22, s.thread_m = s.thread_n = 8;
+  expect_invalid([&] { check_spec_fits(s, p); }, "shared memory");
+  p.semiring = Semiring::max_plus; // no statistics: the same tile fits
+  s.semiring = Semiring::max_plus;
+  CHECK_NOTHROW(check_spec_fits(s, p));
+}
+
 TEST_CASE("== and hash_value mean what to_string prints: fields the strategy does not use do not count") {
   // Fields drawn from two values each, so many pairs differ only in fields some strategy ignores.
   std::mt19937_64 rng(16);
