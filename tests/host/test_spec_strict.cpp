@@ -119,6 +119,18 @@ TEST_CASE("tall problems get default tiles whose row tiles the grid holds, forwa
   CHECK_NOTHROW(check_spec_fits(default_spec(argmax), argmax));
 }
 
+// exp_matmul's grad_b tiles N × K (its canonical rows are N): a tile of 16 rows over a million columns of N is more
+// row tiles than a grid's y holds, refused naming shape.N (its K is small).
+TEST_CASE("the exp_matmul backward checks its grad_b row tiles along N") {
+  Problem p;
+  p.shape = {1, 64, 64, 1100000};
+  KernelSpec s = default_grad_spec(p, Pass::grad_b, Strategy::exp_matmul);
+  s.tile_m = 16, s.tile_n = 64, s.tile_k = 16, s.thread_m = 2, s.thread_n = 4;
+  expect_invalid([&] { check_spec_fits(s, p); }, "shape.N");
+  p.shape.N = 100000; // 6,250 row tiles
+  CHECK_NOTHROW(check_spec_fits(s, p));
+}
+
 // The log kernel's shared memory counts its lines' statistics: a tile within 48 KiB without them, beyond with them,
 // is refused by check_spec_fits (NVRTC would refuse it later).
 TEST_CASE("the tiled log kernel's shared memory counts each row's and column's statistics") {
