@@ -9,6 +9,7 @@ in the source tree's build directories (``build/``, ``build-gpu/``). ``jitbmm.__
 version (include/jitbmm/version.hpp, the one place it is written).
 """
 
+import copy
 import ctypes
 import os
 from pathlib import Path
@@ -57,7 +58,7 @@ class LibraryNotFoundError(ImportError):
 def _candidates():
     env = os.environ.get("JITBMM_LIBRARY")
     if env:
-        yield Path(env)
+        yield Path(env).absolute()  # the file checked is the one loaded (a bare name would be searched for)
         return
     here = Path(__file__).resolve().parent
     yield here / "libjitbmm_c.so"
@@ -81,7 +82,11 @@ def _library():
                 lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
             except OSError as e:
                 raise LibraryNotFoundError(f"jitbmm: could not load {path}: {e}") from e
-            _declare(lib)
+            try:
+                _declare(lib)
+            except AttributeError as e:  # a symbol this package calls is missing: another jitbmm's library
+                raise LibraryNotFoundError(f"jitbmm: {path} is not this jitbmm's C library ({e}); rebuild it "
+                                           "(scripts/build) or point JITBMM_LIBRARY at the one it came with") from e
             _read_tables(lib)
             _lib = lib
             return lib
@@ -128,7 +133,8 @@ _STATUS_ERRORS = {1: ValueError, 2: NoDriverError, 3: CudaError, 4: CompileError
 def _check(status):
     if status == 0:
         return
-    message = _library().jitbmm_last_error().decode()
+    # A path in a message is bytes as the file system has them: any that are not UTF-8 are shown escaped.
+    message = _library().jitbmm_last_error().decode(errors="backslashreplace")
     raise _STATUS_ERRORS.get(status, JitbmmError)(message)
 
 
@@ -154,7 +160,7 @@ def version():
 def cache_dir():
     out = ctypes.c_char_p()
     _check(_library().jitbmm_cache_dir(ctypes.byref(out)))
-    return out.value.decode()
+    return os.fsdecode(out.value)
 
 
 def export_choices():
@@ -171,6 +177,8 @@ def import_choices(text):
     ValueError naming the line, and nothing is stored."""
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
+    if "\0" in text:  # the C ABI reads the text up to its first NUL: the rest would go unread, and unrefused
+        raise ValueError("text: contains a NUL character; choices are lines of text")
     n = ctypes.c_size_t()
     _check(_library().jitbmm_import_choices(text.encode(), ctypes.byref(n)))
     return n.value
@@ -242,8 +250,8 @@ class Plan:
     def __init__(self, problem, stream=None):
         if not isinstance(problem, Problem):
             raise TypeError(f"problem: expected a jitbmm.Problem, got {type(problem).__name__}")
-        self.problem = problem
         self._c_problem = problem._c()
+        self.problem = copy.copy(problem)  # the plan's, as made: later changes to the caller's do not show here
         handle = ctypes.c_void_p()
         _check(_library().jitbmm_plan_create_on_stream(ctypes.byref(self._c_problem), _pointer(stream, "stream"),
                                                        ctypes.byref(handle)))
@@ -264,7 +272,7 @@ class Plan:
         """The scratch bytes one backward call takes for the gradients asked for (chooses the passes' kernels, for
         calls on `stream`: nothing is tuned while it is being captured); argmax_given: the selecting semirings get
         the forward's argmax (else they recompute it)."""
-        key = (bool(grad_a), bool(grad_b), bool(argmax_given))
+        key = (_flag(grad_a, "grad_a"), _flag(grad_b, "grad_b"), _flag(argmax_given, "argmax_given"))
         if key not in self._backward_workspace_bytes:
             n = ctypes.c_size_t()
             _check(_library().jitbmm_plan_backward_workspace_bytes_on_stream(
@@ -307,6 +315,11 @@ class Plan:
             _pointer(grad_a_ptr, "grad_a_ptr"), _pointer(grad_b_ptr, "grad_b_ptr"),
             _pointer(workspace_ptr, "workspace_ptr"), _integer(workspace_bytes, "workspace_bytes", 0, _UINTPTR_MAX),
             _pointer(stream, "stream")))
+
+    def __copy__(self):
+        raise TypeError("a jitbmm.Plan owns its C plan and cannot be copied: make another with Plan(problem)")
+
+    __deepcopy__ = __reduce__ = lambda self, *_: self.__copy__()  # noqa: E731
 
     def __del__(self):
         handle = getattr(self, "_handle", None)

@@ -26,7 +26,8 @@ def _integer(value, what, lo, hi):
 
 def _items(value, count, message):
     """value as a tuple of exactly `count` items (a string is not a sequence of sizes); `message` names it."""
-    if isinstance(value, (str, bytes)):
+    # A string is not a sequence of sizes, and a set's or a mapping's order is not the caller's.
+    if isinstance(value, (str, bytes, set, frozenset, dict)) or not hasattr(value, "__len__"):
         raise TypeError(message)
     try:
         items = tuple(value)
@@ -84,9 +85,12 @@ def _shape(value, defaulted=()):
 
 
 def _flag(value, what):
-    if isinstance(value, float) or value not in (True, False):  # 0 and 1 equal False and True
+    # A bool or an integer 0 or 1 (numpy's too); not a float, a fraction or an array, though some equal True.
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+        return bool(value)
+    if not hasattr(value, "__index__") or isinstance(value, float) or value.__index__() not in (0, 1):
         raise TypeError(f"{what}: expected True or False, got {_shown(value)}")
-    return bool(value)
+    return bool(value.__index__())
 
 
 def _checked(name, check):

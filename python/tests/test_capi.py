@@ -237,6 +237,10 @@ class CApiTest(unittest.TestCase):
             jitbmm.Problem("log", "f32", 2, 2, 3, 1, out_strides=[2, 1])
         p = jitbmm.Problem("log", "f32", 2, 2, 3, 1, a_strides=[0, 3, 1], b_strides=(3, 1, 1))
         self.assertEqual((p.a_strides, p.b_strides, p.out_strides), ((0, 3, 1), (3, 1, 1), (2, 1, 1)))
+        # A set's or a mapping's order is not the caller's: refused, as a generator's unknown length is.
+        for bad in ({12, 4, 1}, {12: 0, 4: 0, 1: 0}, (x for x in (12, 4, 1))):
+            with self.subTest(strides=type(bad).__name__), self.assertRaisesRegex(TypeError, "a_strides"):
+                jitbmm.Problem("log", "f32", 2, 3, 4, 5, a_strides=bad)
 
     def test_every_assignment_is_checked(self):
         p = jitbmm.Problem("log", "f32", 2, 3, 4, 5)
@@ -457,6 +461,61 @@ class CApiTest(unittest.TestCase):
             jitbmm.import_choices("\nchoice forward log f32 | nonsense\n")
         with self.assertRaisesRegex(TypeError, "text"):
             jitbmm.import_choices(b"choice")
+        # The C ABI would read up to a NUL and take the rest as read: refused whole.
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            jitbmm.import_choices("\0choice forward log f32 | nonsense\n")
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_a_plan_is_not_copied_and_keeps_its_problem(self):
+        # A copy would share the C handle, destroyed with the first; the problem shown is the plan's as made.
+        code = ("import copy, pickle, jitbmm\n"
+                "p = jitbmm.Problem('max_plus', 'f32', 2, 3, 0, 5)\n"
+                "plan = jitbmm.Plan(p)\n"
+                "for f in (copy.copy, copy.deepcopy, pickle.dumps):\n"
+                "    try:\n"
+                "        f(plan)\n"
+                "        print('copied')\n"
+                "    except TypeError as e:\n"
+                "        print('refused:', e)\n"
+                "p.semiring = 'log'\n"
+                "print(plan.problem.semiring)\n"
+                "try:\n"
+                "    plan.backward_workspace_bytes(grad_a='no')\n"
+                "except TypeError as e:\n"
+                "    print('refused:', e)\n")
+        lines = run_on_fake_driver(code).splitlines()
+        self.assertEqual(len(lines), 5, lines)
+        for line in lines[:3]:
+            self.assertRegex(line, r"^refused: a jitbmm\.Plan owns its C plan")
+        self.assertEqual(lines[3], "max_plus")
+        self.assertRegex(lines[4], r"^refused: grad_a: expected True or False")
+
+    def test_an_error_naming_a_path_that_is_not_utf8_is_still_the_error(self):
+        # The driver's path as the file system has it, bytes that are not UTF-8: NoDriverError, the byte escaped.
+        code = ("import jitbmm\n"
+                "try:\n"
+                "    jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 3, 4, 5))\n"
+                "except jitbmm.NoDriverError as e:\n"
+                "    print('NoDriverError:', e)\n")
+        env = package_under_test.child_env(JITBMM_LIBCUDA=os.fsdecode(b"/nonexistent/caf\xe9/libcuda.so.1"),
+                                           JITBMM_CACHE="off")
+        child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        self.assertRegex(child.stdout, r"^NoDriverError: no CUDA driver found: could not load /nonexistent/caf\\xe9/")
+
+    def test_a_relative_library_path_is_the_file_loaded(self):
+        # JITBMM_LIBRARY relative to the working directory: the file found there is the one loaded.
+        library = os.environ.get("JITBMM_LIBRARY")
+        if not library:
+            self.skipTest("JITBMM_LIBRARY not set")
+        here = os.path.dirname(os.path.abspath(library))
+        code = "import jitbmm\nprint(jitbmm.version())\n"
+        env = package_under_test.child_env(JITBMM_LIBRARY=os.path.basename(library))
+        child = subprocess.run([sys.executable, "-c", code], env=env, cwd=here, capture_output=True, text=True,
+                               timeout=60)
+        self.assertEqual(child.returncode, 0, child.stderr)
+        self.assertEqual(child.stdout.strip(), jitbmm.version())
 
     def test_missing_library_is_a_clear_import_error(self):
         saved = (jitbmm._lib, os.environ.get("JITBMM_LIBRARY"))
