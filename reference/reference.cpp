@@ -23,6 +23,7 @@ template <class Real> bool same_in_acc(DType dtype, Real x, Real y) {
   if (dtype == DType::f64) return static_cast<double>(x) == static_cast<double>(y);
   const float fx = static_cast<float>(x), fy = static_cast<float>(y);
   if (fx == fy) return true;
+  if (!std::isfinite(fx) || !std::isfinite(fy)) return false; // an infinity ties only with itself (inf <= inf below)
   return std::fabs(x - y) <= std::ldexp(std::fabs(x) + std::fabs(y), -22); // within f32 rounding of the terms
 }
 

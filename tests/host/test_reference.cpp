@@ -52,6 +52,14 @@ TEST_CASE("selecting semirings: ties keep the smallest k, the first NaN wins, K 
   e = dot(Semiring::max_plus, {-kInf, -kInf}, {0, 0});
   CHECK(e.value == -kInf);
   CHECK(e.argmax == 0);
+  { // an infinite term is no tie with a finite winner (f32's ties are read within its rounding of the terms)
+    Problem f;
+    f.semiring = Semiring::max_plus, f.dtype = DType::f32, f.shape = {1, 1, 2, 1};
+    const float fa[] = {5, -INFINITY}, fb[] = {0, 0};
+    const reference::Element g = reference::element(f, fa, fb, 0, 0, 0);
+    CHECK(g.argmax == 0);
+    CHECK_FALSE(g.tie);
+  }
   e = dot(Semiring::min_plus, {4, 2, 7}, {0, 1, -5});
   CHECK(e.value == 2);
   CHECK(e.argmax == 2);
