@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "jitbmm/errors.hpp"
+#include "runtime/driver_api.hpp"
 
 namespace jitbmm {
 
@@ -31,6 +32,17 @@ std::string own_folder() {
   path = real_path(path);
   const std::size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+// The CUDA major version of the driver, where one loads, else 0 (compiling needs none): an NVRTC of a newer major
+// writes code that driver refuses to load.
+int driver_major() {
+  try {
+    int version = 0;
+    if (driver().cuDriverGetVersion(&version) == CUDA_SUCCESS) return version / 1000;
+  } catch (const std::exception&) { // no driver: nothing to match
+  }
+  return 0;
 }
 
 } // namespace
@@ -82,17 +94,29 @@ const NvrtcApi& nvrtc() {
   static std::string failure;
   std::call_once(once, [] {
     std::string tried;
+    const int driver = driver_major();
+    // Of the NVRTCs found, one no newer than the driver (a CUDA 12 driver loads no CUDA 13 NVRTC's code), the first
+    // in the candidates' order; JITBMM_NVRTC_LIBRARY's is taken whatever it is.
+    const bool named = std::getenv("JITBMM_NVRTC_LIBRARY") && *std::getenv("JITBMM_NVRTC_LIBRARY");
     for (const std::string& path : nvrtc_candidates()) {
       try {
-        api = load_nvrtc(path);
+        NvrtcApi found = load_nvrtc(path);
+        int major = 0, minor = 0;
+        if (!named && driver > 0 && found.nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && major > driver) {
+          tried += "\n  " + found.library + ": NVRTC " + std::to_string(major) + "." + std::to_string(minor) +
+                   ", whose code the CUDA " + std::to_string(driver) + " driver cannot load";
+          dlclose(found.handle);
+          continue;
+        }
+        api = found;
         return;
       } catch (const NoNvrtcError& e) {
         tried += std::string("\n  ") + e.what();
       }
     }
     failure = "no NVRTC found (jitbmm compiles its kernels with it at run time). Tried:" + tried +
-              "\nInstall it with `pip install nvidia-cuda-nvrtc`, install the CUDA toolkit, or set "
-              "JITBMM_NVRTC_LIBRARY to a libnvrtc.so.";
+              "\nInstall it with `pip install nvidia-cuda-nvrtc` (`nvidia-cuda-nvrtc-cu12` for a CUDA 12 driver), "
+              "install the CUDA toolkit, or set JITBMM_NVRTC_LIBRARY to a libnvrtc.so.";
   });
   if (!failure.empty()) throw NoNvrtcError(failure);
   return api;

@@ -357,6 +357,18 @@ class CApiTest(unittest.TestCase):
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_an_nvrtc_newer_than_the_driver_is_passed_over(self):
+        # A CUDA 12 driver loads no CUDA 13 NVRTC's code: such an NVRTC is passed over, saying why, for a CUDA 12 one
+        # (none here, where the toolkit's is 13: NoNvrtcError naming both).
+        out = plan_error_in_child("NoNvrtcError", JITBMM_FAKE_CUDA_DRIVER="12080")
+        if not out:
+            self.skipTest("an NVRTC of CUDA 12 is installed here: it was taken")
+        self.assertRegex(out, r"^NoNvrtcError: no NVRTC found .*Tried:")
+        self.assertRegex(out, r"NVRTC 13\.\d+, whose code the CUDA 12 driver cannot load")
+        self.assertIn("nvidia-cuda-nvrtc-cu12", out)
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
     def test_gpu_below_the_floor_is_unsupported_device_error(self):
         # The fake driver as a Pascal GPU: every plan is refused before it compiles, naming the device and the floor.
         self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM="61"),

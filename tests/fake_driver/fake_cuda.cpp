@@ -8,6 +8,7 @@
 //   attribute it does not know is CUDA_ERROR_INVALID_VALUE, so a new query fails loudly rather than reading 0;
 //   $JITBMM_FAKE_CUDA_SM (digits: "61" for sm_61) gives it another compute capability and the name "Fake sm_61"
 //   (the limits stay an H100's); a value that is not 2 or 3 digits makes the capability queries fail;
+//   $JITBMM_FAKE_CUDA_DRIVER (digits, default 13000) the CUDA version cuDriverGetVersion reports;
 // - a primary context and a per-thread context stack;
 // - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB, which
 //   cuMemGetInfo reports as the total, less what is allocated as free); copies and
@@ -206,7 +207,8 @@ CUresult CUDAAPI cuInit(unsigned int flags) { return flags == 0 ? CUDA_SUCCESS :
 
 CUresult CUDAAPI cuDriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  *version = 13000;
+  const char* v = std::getenv("JITBMM_FAKE_CUDA_DRIVER");
+  *version = v && *v ? std::atoi(v) : 13000;
   return CUDA_SUCCESS;
 }
 
