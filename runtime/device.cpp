@@ -1,10 +1,12 @@
 #include "runtime/device.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "jitbmm/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -78,9 +80,17 @@ std::string supported_architectures() {
 }
 
 void check_supported(const DeviceInfo& device) {
-  if (device.sm() >= nvrtc_floor_sm()) return;
-  throw UnsupportedDeviceError("device " + std::to_string(device.ordinal) + " (" + device.name + ") is " +
-                               device.arch() + "; jitbmm needs " + supported_architectures());
+  const std::string which = "device " + std::to_string(device.ordinal) + " (" + device.name + ") is " + device.arch();
+  if (device.sm() < nvrtc_floor_sm())
+    throw UnsupportedDeviceError(which + "; jitbmm needs " + supported_architectures());
+  // A GPU newer than the NVRTC: it would refuse the architecture at every compile.
+  static const std::vector<int> archs = nvrtc_supported_archs();
+  if (std::find(archs.begin(), archs.end(), device.sm()) == archs.end())
+    throw UnsupportedDeviceError(which + ", which NVRTC " + nvrtc_version() + " does not compile for (it targets " +
+                                 sm_name(*std::min_element(archs.begin(), archs.end())) + " to " +
+                                 sm_name(*std::max_element(archs.begin(), archs.end())) +
+                                 "): install a newer NVRTC (pip install -U nvidia-cuda-nvrtc), or set "
+                                 "JITBMM_NVRTC_LIBRARY to one");
 }
 
 std::shared_ptr<const DeviceInfo> current_device() {

@@ -377,6 +377,14 @@ class CApiTest(unittest.TestCase):
 
     @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
                          "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    def test_gpu_newer_than_the_nvrtc_is_unsupported_device_error(self):
+        # An architecture the NVRTC does not target (sm_130 for NVRTC 13.0): refused before it compiles, naming both.
+        self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM="130"),
+                         r"^UnsupportedDeviceError: device 0 \(Fake sm_130\) is sm_130, which NVRTC \d+\.\d+ does not "
+                         r"compile for \(it targets sm_\d+ to sm_\d+\): install a newer NVRTC")
+
+    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
     def test_empty_problems_plan_and_run_on_the_fake_driver(self):
         # Empty outputs launch nothing (every pointer may be null), and building ahead builds nothing for them; K = 0
         # has a kernel that writes the semiring's zero and reads neither operand. The fake driver runs no kernel, so
