@@ -57,22 +57,29 @@ std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const Genera
   loaded->resources = parse_ptxas_log(loaded->compiled.log, kernel.name);
   const DriverApi& d = driver();
   ScopedContext scope(device.context);
-  check(d.cuModuleLoadData(&loaded->module, loaded->compiled.binary.data()),
-        ("cuModuleLoadData(" + kernel.name + ")").c_str());
-  // The entry points the generator declared (an override must define the same ones).
-  for (const std::string& suffix : kernel.entries) {
-    const std::string name = kernel.name + suffix;
-    CUfunction f = nullptr;
-    const CUresult r = d.cuModuleGetFunction(&f, loaded->module, name.c_str());
-    if (r != CUDA_SUCCESS) {
-      d.cuModuleUnload(loaded->module);
-      check(r, ("cuModuleGetFunction(" + name + ")").c_str());
+  const CUresult loaded_module = d.cuModuleLoadData(&loaded->module, loaded->compiled.binary.data());
+  // 222, CUDA_ERROR_UNSUPPORTED_PTX_VERSION: code of a newer CUDA than the driver's (JITBMM_NVRTC_LIBRARY's NVRTC).
+  check(loaded_module, ("cuModuleLoadData(" + kernel.name + ")" +
+                        (int(loaded_module) == 222 ? " (NVRTC " + nvrtc_version() + "'s code, newer than the driver's "
+                                                     "CUDA " + std::to_string(device.driver_version / 1000) +
+                                                     ": use the NVRTC of the driver's CUDA)"
+                                                   : ""))
+                           .c_str());
+  try { // the module goes with a failure: nothing keeps it
+    // The entry points the generator declared (an override must define the same ones).
+    for (const std::string& suffix : kernel.entries) {
+      const std::string name = kernel.name + suffix;
+      CUfunction f = nullptr;
+      check(d.cuModuleGetFunction(&f, loaded->module, name.c_str()), ("cuModuleGetFunction(" + name + ")").c_str());
+      loaded->entries.emplace_back(suffix, f);
     }
-    loaded->entries.emplace_back(suffix, f);
+    loaded->function = loaded->entry("");
+    check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
+          "cuFuncGetAttribute(NUM_REGS)");
+  } catch (...) {
+    d.cuModuleUnload(loaded->module);
+    throw;
   }
-  loaded->function = loaded->entry("");
-  check(d.cuFuncGetAttribute(&loaded->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded->function),
-        "cuFuncGetAttribute(NUM_REGS)");
   return loaded; // modules stay loaded for the life of the process, like the cache that owns them
 }
 
