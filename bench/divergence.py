@@ -75,7 +75,8 @@ def main():
         except ImportError:
             print("torch-struct is not installed: its columns are left out, as with --no-peer")
             args.no_peer = True
-    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; fwd+bwd ms, medians of {args.reps}")
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; fwd+bwd ms, medians of {args.reps} "
+          f"(torch-struct's of {max(3, args.reps // 3)})")
     print(f"{'B×T×C':>12} {'quantity':>14} {'jitbmm':>9} {'÷ own':>8} {'torch-struct':>13} {'speed-up':>9} "
           f"{'peer peak GB':>13}")
     for shape in args.shapes.split(","):

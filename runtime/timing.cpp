@@ -31,7 +31,8 @@ Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int 
   t.runs = runs;
   if (ms.empty()) return t;
   std::sort(ms.begin(), ms.end());
-  t.median_ms = ms[ms.size() / 2];
+  const std::size_t half = ms.size() / 2; // an even count's median: its two middle runs' mean
+  t.median_ms = ms.size() % 2 ? ms[half] : (ms[half - 1] + ms[half]) / 2;
   t.min_ms = ms.front();
   t.max_ms = ms.back();
   return t;
