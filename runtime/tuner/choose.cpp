@@ -241,8 +241,10 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
     }
   }
   // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
-  TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass,
-                               rejected.empty() ? std::vector<KernelSpec>{} : kept(device_candidates(p, device, pass)));
+  const std::vector<KernelSpec> left =
+      rejected.empty() ? std::vector<KernelSpec>{} : kept(device_candidates(p, device, pass));
+  if (!rejected.empty() && left.empty()) return {fallback, "default: every variant refused by its check", {}};
+  TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass, left);
   report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
   store_decision(p, device, report, policy == TunePolicy::bucket, pass);
   return {report.best, "tuned now", {}};

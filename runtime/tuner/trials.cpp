@@ -218,15 +218,16 @@ std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
 
 namespace {
 
-// What a check of `spec` runs on: one batch of `problem` when the spec fits that as it is, else the whole problem. A
-// backward's gradient of an operand shared by every batch is summed over the batches by launches one batch does not
-// make (an accumulator, then its store): that check keeps them all.
+// What a check of `spec` runs on: one batch of `problem` when the spec fits that as it is, else the whole problem. The
+// gradient of an operand shared by every batch is summed over the batches by launches one batch does not make (an
+// accumulator, then its store): two batches make them.
 Problem checked_problem(const Problem& problem, Pass pass, const KernelSpec& spec) {
   if (problem.shape.B <= 1) return problem;
-  if (pass != Pass::forward && (problem.a().batch == 0 || problem.b().batch == 0)) return problem;
-  Problem one = problem;
-  one.shape.B = 1;
-  return fitting(spec, one) == spec ? one : problem;
+  const bool summed =
+      (pass == Pass::grad_a && problem.a().batch == 0) || (pass == Pass::grad_b && problem.b().batch == 0);
+  Problem few = problem;
+  few.shape.B = summed ? 2 : 1;
+  return fitting(spec, few) == spec ? few : problem;
 }
 
 // The forward whose results a backward trial of `grad` (a grad_problem) reads: with the argmax the selecting
