@@ -74,7 +74,10 @@ void default_tiles(KernelSpec& spec, const Problem& p) {
 }
 
 void fit_row_tiles(KernelSpec& s, int64_t rows) {
-  while ((rows + s.tile_m - 1) / s.tile_m > kMaxGridYZ && s.tile_m < 128) s.tile_m *= 2, s.thread_m *= 2;
+  // Each thread takes twice the rows, its block's threads as many; and no blocks-per-SM bound, whose register cap
+  // would make a thread of more outputs spill (more threads a block cap them lower still).
+  while ((rows + s.tile_m - 1) / s.tile_m > kMaxGridYZ && s.tile_m < 128)
+    s.tile_m *= 2, s.thread_m *= 2, s.min_blocks = 1;
 }
 
 int tiled_shared_bytes(const KernelSpec& s) {
