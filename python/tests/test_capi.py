@@ -41,6 +41,11 @@ def plan_error_in_child(error, **env):
                               f"    print('{error}:', e)\n", **env)
 
 
+# A case that runs child processes on the fake driver.
+needs_fake_driver = unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
+                                        "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+
+
 class CApiTest(unittest.TestCase):
     def test_imports_without_torch_and_reports_version(self):
         code = "import sys, jitbmm; assert 'torch' not in sys.modules; print(jitbmm.version())"
@@ -348,15 +353,13 @@ class CApiTest(unittest.TestCase):
         with self.assertRaisesRegex(jitbmm.NoDriverError, "no CUDA driver found"):
             jitbmm.Plan(jitbmm.Problem("log", "f32", 2, 3, 4, 5))
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_missing_nvrtc_is_no_nvrtc_error(self):
         # A driver (the fake one) but no NVRTC and no cache to load a kernel from: the plan must compile, and cannot.
         self.assertRegex(plan_error_in_child("NoNvrtcError", JITBMM_NVRTC_LIBRARY="/nonexistent/libnvrtc.so.13"),
                          r"^NoNvrtcError: no NVRTC found .*Tried:\n  could not load /nonexistent/libnvrtc.so.13")
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_an_nvrtc_newer_than_the_driver_is_passed_over(self):
         # A CUDA 12 driver loads no CUDA 13 NVRTC's code: such an NVRTC is passed over, saying why, for a CUDA 12 one
         # (none here, where the toolkit's is 13: NoNvrtcError naming both).
@@ -367,24 +370,18 @@ class CApiTest(unittest.TestCase):
         self.assertRegex(out, r"NVRTC 13\.\d+, whose code the CUDA 12 driver cannot load")
         self.assertIn("nvidia-cuda-nvrtc-cu12", out)
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
-    def test_gpu_below_the_floor_is_unsupported_device_error(self):
-        # The fake driver as a Pascal GPU: every plan is refused before it compiles, naming the device and the floor.
-        self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM="61"),
-                         r"^UnsupportedDeviceError: device 0 \(Fake sm_61\) is sm_61; jitbmm needs "
-                         r"sm_\d+ or later with NVRTC ")
+    @needs_fake_driver
+    def test_gpu_outside_what_the_nvrtc_targets_is_unsupported_device_error(self):
+        # The fake driver as a Pascal GPU, and as one newer than the NVRTC (sm_130 for NVRTC 13.0): every plan is
+        # refused before it compiles, naming the device and the floor, or the NVRTC's range.
+        for sm, message in (("61", r"is sm_61; jitbmm needs sm_\d+ or later with NVRTC "),
+                            ("130", r"is sm_130, which NVRTC \d+\.\d+ does not compile for \(it targets sm_\d+ to "
+                                    r"sm_\d+\): install a newer NVRTC")):
+            with self.subTest(sm=sm):
+                self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM=sm),
+                                 rf"^UnsupportedDeviceError: device 0 \(Fake sm_{sm}\) " + message)
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
-    def test_gpu_newer_than_the_nvrtc_is_unsupported_device_error(self):
-        # An architecture the NVRTC does not target (sm_130 for NVRTC 13.0): refused before it compiles, naming both.
-        self.assertRegex(plan_error_in_child("UnsupportedDeviceError", JITBMM_FAKE_CUDA_SM="130"),
-                         r"^UnsupportedDeviceError: device 0 \(Fake sm_130\) is sm_130, which NVRTC \d+\.\d+ does not "
-                         r"compile for \(it targets sm_\d+ to sm_\d+\): install a newer NVRTC")
-
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_empty_problems_plan_and_run_on_the_fake_driver(self):
         # Empty outputs launch nothing (every pointer may be null), and building ahead builds nothing for them; K = 0
         # has a kernel that writes the semiring's zero and reads neither operand. The fake driver runs no kernel, so
@@ -411,8 +408,7 @@ class CApiTest(unittest.TestCase):
             self.assertTrue(line.endswith(" 0 (no kernel: empty problem)"), line)
         self.assertRegex(lines[3], r"^\(2, 3, 0, 5\) 0 max_plus_f32_")
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_a_plan_settles_on_its_chosen_variant_after_a_stand_in(self):
         # A decision taking exp_matmul, whose unit compiles for seconds: the plan runs a quick build of the default
         # variant (its smallest tile) until the chosen kernel is built, which Plan.settled says once
@@ -437,8 +433,7 @@ class CApiTest(unittest.TestCase):
         self.assertRegex(first, r"^False log_f32_tiled_32x32x16_")
         self.assertRegex(then, r"^True log_f32_exp_matmul_fma_64x64x16_")
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_chain_strategy_names_the_strategy_on_the_fake_driver(self):
         # The rule's strategies (no stored decision: no cache, no tuning): the sequential kernels for few sequences
         # or a table per sequence, the chunked strategy for one long CRF chain, the stepped one for an HMM's table
@@ -485,8 +480,7 @@ class CApiTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "NUL"):
             jitbmm.import_choices("\0choice forward log f32 | nonsense\n")
 
-    @unittest.skipUnless(os.environ.get("JITBMM_TEST_FAKE_LIBCUDA"),
-                         "set JITBMM_TEST_FAKE_LIBCUDA to libjitbmm_fake_cuda.so (ctest does)")
+    @needs_fake_driver
     def test_a_plan_is_not_copied_and_keeps_its_problem(self):
         # A copy would share the C handle, destroyed with the first; the problem shown is the plan's as made.
         code = ("import copy, pickle, jitbmm\n"
