@@ -97,6 +97,12 @@ int tiled_shared_bytes(const KernelSpec& s) {
 
 void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
   const Shape& s = p.shape;
+  const bool ga = spec.pass == Pass::grad_a, gb = spec.pass == Pass::grad_b;
+  check_tiles(spec, {gb ? s.K : s.M, gb ? "shape.K" : "shape.M", ga ? s.K : s.N, ga ? "shape.K" : "shape.N"},
+              shared_bytes);
+}
+
+void check_tiles(const KernelSpec& spec, const TileGrid& grid, int shared_bytes) {
   if (spec.thread_m <= 0 || spec.thread_n <= 0 || spec.tile_m % spec.thread_m || spec.tile_n % spec.thread_n)
     reject("thread", "thread tile must divide the block tile");
   // (The wgmma forms hold up to 128 accumulators a thread: check_exp_matmul_tiles bounds them.)
@@ -109,14 +115,12 @@ void check_tiles(const KernelSpec& spec, const Problem& p, int shared_bytes) {
   if (shared_bytes > jb::kMaxStaticSharedBytes)
     reject("tile", std::to_string(shared_bytes) + " bytes of shared memory; at most " +
                        std::to_string(jb::kMaxStaticSharedBytes / 1024) + " KiB");
-  const int64_t rows = spec.pass == Pass::grad_b ? s.K : s.M;
-  if ((rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
-    throw std::invalid_argument(std::string(spec.pass == Pass::grad_b ? "shape.K" : "shape.M") +
+  if ((grid.rows + spec.tile_m - 1) / spec.tile_m > kMaxGridYZ)
+    throw std::invalid_argument(std::string(grid.rows_name) +
                                 ": more than 65535 row tiles for the tiled strategy; use linear or warp");
   // The grid's x holds one block per tile_n columns, unlooped.
-  const int64_t cols = spec.pass == Pass::grad_a ? s.K : s.N;
-  if ((cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
-    throw std::invalid_argument(std::string(spec.pass == Pass::grad_a ? "shape.K" : "shape.N") +
+  if ((grid.cols + spec.tile_n - 1) / spec.tile_n > kMaxGridX)
+    throw std::invalid_argument(std::string(grid.cols_name) +
                                 ": more than 2^31 - 1 column tiles for the tiled kernels; choose a wider tile");
   if (spec.min_blocks < 1 || spec.min_blocks * spec.threads() > 2048)
     reject("min_blocks", "must be in 1..2048/threads");

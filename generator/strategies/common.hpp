@@ -40,6 +40,15 @@ void default_tiles(KernelSpec& s, const Problem& p);
 // row tiles than a grid's y holds: so that a problem the strategy ranks (at 128 rows a tile) gets a default that fits.
 void fit_row_tiles(KernelSpec& s, int64_t rows);
 void check_tiles(const KernelSpec& s, const Problem& p, int shared_bytes);
+// The same over a grid of rows (grid y, tile_m each) and columns (grid x, tile_n each) named by the sizes they are:
+// check_tiles(s, p, ...) takes the pass's (a forward's M × N, grad_a's M × K, grad_b's K × N).
+struct TileGrid {
+  int64_t rows;
+  const char* rows_name;
+  int64_t cols;
+  const char* cols_name;
+};
+void check_tiles(const KernelSpec& s, const TileGrid& grid, int shared_bytes);
 int tiled_shared_bytes(const KernelSpec& s);
 // Whether the tiled kernel runs on packed half pairs (templates/tiled/packed.cuh): a half output from the same half
 // inputs, a max/min semiring, no argmax.

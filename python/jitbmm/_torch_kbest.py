@@ -92,8 +92,8 @@ def chain_kbest(potentials, k, lengths=None):
     non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their states read from the
     last position back, smaller first, so paths[0] is chain_viterbi's path (but where an edge of +inf or NaN leaves a
     state no finite path reaches: a prefix of -inf is no path here, docs/chains.md). A sequence with fewer than k paths
-    of score other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b]. Differentiable in the scores: the
-    gradient of scores[i, b] is path i's edge indicator."""
+    of score other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b]. Differentiable in the
+    scores: the gradient of scores[i, b] is path i's edge indicator."""
     _check_crf(potentials, lengths)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")

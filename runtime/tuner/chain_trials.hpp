@@ -1,8 +1,9 @@
 // Chain trials: a chain problem's inputs on the device, and one candidate's timings on them, checked: its first
 // sequence's score after each forward against the CPU reference, and its backward's first and last steps of that
-// sequence as what every gradient is (marginals summing to 1, or the best path's indicator). What `jitbmm tune --chain` times and `jitbmm bench --chain` prints. As the
-// products' trials (trials.hpp) do, they draw their inputs with random_values, time with runtime/timing and check
-// with the reference's rule (reference::close, at the output dtype's tolerance).
+// sequence as what every gradient is (marginals summing to 1, or the best path's indicator). What `jitbmm tune
+// --chain` times and `jitbmm bench --chain` prints. As the products' trials (trials.hpp) do, they draw their inputs
+// with random_values, time with runtime/timing and check scores with the reference's rule (reference::close, at the
+// output dtype's tolerance).
 #pragma once
 
 #include <cstddef>

@@ -90,8 +90,8 @@ std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec);
 // Checks `spec` against the CPU reference as a tuned candidate is checked, on fresh random inputs of `range` (a wide
 // decision on wide-range data, whose repairs it serves): on one batch of `problem` when the spec fits that as it is
 // (a kernel's code does not depend on B), on two for the gradient of an operand shared by the batches (its sum over
-// them is launches of their own), else on the whole problem. "" when correct, else what was wrong or why it cannot be checked (the problem is not tunable(), or
-// its trial does not fit the free memory).
+// them is launches of their own), else on the whole problem. "" when correct, else what was wrong or why it cannot
+// be checked (the problem is not tunable(), or its trial does not fit the free memory).
 std::string check_on_trial(const Problem& problem, Pass pass, const DeviceInfo& device, const KernelSpec& spec,
                            InputRange range = InputRange::normal);
 // The kernels that check loads: `spec`'s, and for a backward pass the default forward that makes its trial's
