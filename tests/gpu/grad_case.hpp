@@ -89,13 +89,16 @@ inline CaseResult check_gradient(const Problem& p, Pass pass, const GradInputs& 
   const int64_t rows = pass == Pass::grad_a ? s.M : s.K, cols = pass == Pass::grad_a ? s.K : s.N;
   const bool broadcast = sd.batch == 0;
   std::vector<char> covered(got.elements, 0); // one element each row writes: no two threads share one
-  // What the gradient is computed in (half dtypes in f32: close_gradient allows their rounding to the dtype apart,
-  // so the dtype's own 1e-2 would let a gradient off by its whole size pass), or at precision fast the TF32 forms'
-  // tolerance, whichever is larger.
-  const DType computed = p.dtype == DType::f16 || p.dtype == DType::bf16 ? DType::f32 : p.dtype;
+  // What the gradient is computed in: half dtypes in f32 (close_gradient allows their rounding to the dtype apart,
+  // so the dtype's own 1e-2 would let a gradient off by its whole size pass), with one TF32 product per term as at
+  // precision fast, which a half gradient may take whatever its precision (the generator's single_tf32_allowed);
+  // else the dtype's own, or at precision fast the TF32 forms' tolerance, whichever is larger.
+  const bool half = p.dtype == DType::f16 || p.dtype == DType::bf16;
   Problem in_computed = p;
+  const DType computed = half ? DType::f32 : p.dtype;
   in_computed.dtype = computed;
   in_computed.out_dtype = computed;
+  if (half) in_computed.precision = Precision::fast;
   const double tol = std::max(reference::tolerance(computed), reference::tolerance(in_computed));
   const int64_t batches = broadcast ? std::min<int64_t>(s.B, 1) : s.B;
   CaseResult r = check_rows_in_parallel<CaseResult>(
