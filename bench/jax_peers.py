@@ -1,6 +1,7 @@
 """jitbmm.jax against what JAX users write, and against the same kernels through jitbmm.torch, in one process:
-medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) after warm-up calls, float32 inputs
-~ N(0, 1), everything under jax.jit. Each JAX peer is compiled before it is timed; a peer that runs out of memory or
+medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) after warm-up calls, and for the
+products also the time a call of calls issued back to back (one wait at the end: the runtimes' latency a call apart),
+float32 inputs ~ N(0, 1), everything under jax.jit. Each JAX peer is compiled before it is timed; a peer that runs out of memory or
 takes longer than its budget to compile says so instead of a figure.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/jax_peers.py [--reps 10]
@@ -47,9 +48,24 @@ def wall_ms(fn, reps, warm=2):
     return statistics.median(times)
 
 
-def guarded(fn, reps):
+def back_to_back_ms(fn, sync, reps, keep=4):
+    """ms a call of fn() issued back to back, as a training loop issues them, with one wait at the end: the calls'
+    throughput, without a wait's latency a call. The last `keep` results stay alive, as a loop's do; the warm-up
+    calls follow the same pattern, so that the allocator has grown to it before the timing starts."""
+    kept = []
+    for _ in range(2):  # the warm-up round, then the timed one
+        sync()
+        t = time.perf_counter()
+        for _ in range(max(reps, keep + 2)):
+            kept = (kept + [fn()])[-keep:]
+        sync()
+    return (time.perf_counter() - t) * 1e3 / max(reps, keep + 2)
+
+
+def guarded(fn, reps, sync=None):
+    """A wall time (fn blocked on), or with `sync` the back-to-back time, as text."""
     try:
-        return f"{wall_ms(fn, reps):.3f}"
+        return f"{wall_ms(fn, reps) if sync is None else back_to_back_ms(fn, sync, reps):.3f}"
     except Exception as e:  # out of memory, mostly: say so, keep going
         return "OOM" if "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower() else type(e).__name__
 
@@ -61,7 +77,9 @@ def normal(key, shape):
 def products(reps):
     import torch
     import jitbmm.torch as jt
-    print("logbmm (ms): jitbmm.jax | jitbmm.torch | jnp expand-logsumexp; forward, then forward + backward")
+    print("logbmm (ms): jitbmm.jax | jitbmm.torch | jnp expand-logsumexp; forward, then forward + backward; each a"
+          " synchronised call's wall time (calls issued back to back: ms a call)")
+    jax_wait = lambda: jax.block_until_ready(jnp.zeros(()))  # noqa: E731  (the device's queue runs in order)
     for B, n in ((64, 512), (4, 2048), (8, 64)):
         a, b = normal(1, (B, n, n)), normal(2, (B, n, n))
         fwd = jax.jit(jj.logbmm)
@@ -69,24 +87,28 @@ def products(reps):
         ta, tb = (torch.randn(B, n, n, device="cuda") for _ in range(2))
         ga, gb = ta.clone().requires_grad_(), tb.clone().requires_grad_()
 
-        def torch_fwd():
-            jt.logbmm(ta, tb)
-            torch.cuda.synchronize()
-
         def torch_step():  # fresh gradients, as JAX's: none accumulated into .grad
-            torch.autograd.grad(jt.logbmm(ga, gb).sum(), (ga, gb))
-            torch.cuda.synchronize()
+            return torch.autograd.grad(jt.logbmm(ga, gb).sum(), (ga, gb))
 
         # The expanded terms [B, n, n, n], run where they take at most 1 GiB: at 64x512^3 (32 GiB) the reference did
         # not finish within minutes, XLA warning of a slow compile.
         fits = B * n ** 3 * 4 <= 2**30
         ref = jax.jit(lambda a, b: jax.nn.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2))
         ref_step = jax.jit(jax.grad(lambda a, b: ref(a, b).sum(), argnums=(0, 1)))
-        row = [f"{B}x{n}^3", guarded(lambda: fwd(a, b), reps), guarded(torch_fwd, reps),
-               guarded(lambda: ref(a, b), reps) if fits else "not run",
-               guarded(lambda: step(a, b), reps), guarded(torch_step, reps),
-               guarded(lambda: ref_step(a, b), reps) if fits else "not run"]
+
+        def both(fn, wait):  # "wall (back to back)": a torch call waited on by wait, a JAX call by its results
+            waited = (lambda: (fn(), wait())[1]) if wait is torch.cuda.synchronize else fn
+            return f"{guarded(waited, reps)} ({guarded(fn, reps, wait)})"
+
+        row = [f"{B}x{n}^3", both(lambda: fwd(a, b), jax_wait), both(lambda: jt.logbmm(ta, tb), torch.cuda.synchronize),
+               both(lambda: ref(a, b), jax_wait) if fits else "not run",
+               both(lambda: step(a, b), jax_wait), both(torch_step, torch.cuda.synchronize),
+               both(lambda: ref_step(a, b), jax_wait) if fits else "not run"]
         print("  " + " | ".join(row), flush=True)
+        if B == 64:  # what each runtime's own elementwise op takes, for the latency of a synchronised call
+            add = jax.jit(lambda a, b: a + b)
+            print(f"  runtime alone, a + b at {B}x{n}x{n}: XLA {both(lambda: add(a, b), jax_wait)} | torch "
+                  f"{both(lambda: ta + tb, torch.cuda.synchronize)}", flush=True)
 
 
 def scan_hmm(emissions, transitions, initial):
