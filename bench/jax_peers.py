@@ -54,16 +54,17 @@ def back_to_back_ms(fn, sync, reps, keep=4):
     calls follow the same pattern, so that the allocator has grown to it before the timing starts."""
     kept = []
     for _ in range(2):  # the warm-up round, then the timed one
-        sync()
+        sync(kept)
         t = time.perf_counter()
         for _ in range(max(reps, keep + 2)):
             kept = (kept + [fn()])[-keep:]
-        sync()
+        sync(kept)
     return (time.perf_counter() - t) * 1e3 / max(reps, keep + 2)
 
 
 def guarded(fn, reps, sync=None):
-    """A wall time (fn blocked on), or with `sync` the back-to-back time, as text."""
+    """A wall time (fn blocked on), or with `sync` (which waits for the calls whose results it is given) the
+    back-to-back time, as text."""
     try:
         return f"{wall_ms(fn, reps) if sync is None else back_to_back_ms(fn, sync, reps):.3f}"
     except Exception as e:  # out of memory, mostly: say so, keep going
@@ -79,7 +80,8 @@ def products(reps):
     import jitbmm.torch as jt
     print("logbmm (ms): jitbmm.jax | jitbmm.torch | jnp expand-logsumexp; forward, then forward + backward; each a"
           " synchronised call's wall time (calls issued back to back: ms a call)")
-    jax_wait = lambda: jax.block_until_ready(jnp.zeros(()))  # noqa: E731  (the device's queue runs in order)
+    jax_wait = jax.block_until_ready
+    torch_wait = lambda _: torch.cuda.synchronize()  # noqa: E731
     for B, n in ((64, 512), (4, 2048), (8, 64)):
         a, b = normal(1, (B, n, n)), normal(2, (B, n, n))
         fwd = jax.jit(jj.logbmm)
@@ -97,18 +99,18 @@ def products(reps):
         ref_step = jax.jit(jax.grad(lambda a, b: ref(a, b).sum(), argnums=(0, 1)))
 
         def both(fn, wait):  # "wall (back to back)": a torch call waited on by wait, a JAX call by its results
-            waited = (lambda: (fn(), wait())[1]) if wait is torch.cuda.synchronize else fn
+            waited = (lambda: wait(fn())) if wait is torch_wait else fn
             return f"{guarded(waited, reps)} ({guarded(fn, reps, wait)})"
 
-        row = [f"{B}x{n}^3", both(lambda: fwd(a, b), jax_wait), both(lambda: jt.logbmm(ta, tb), torch.cuda.synchronize),
+        row = [f"{B}x{n}^3", both(lambda: fwd(a, b), jax_wait), both(lambda: jt.logbmm(ta, tb), torch_wait),
                both(lambda: ref(a, b), jax_wait) if fits else "not run",
-               both(lambda: step(a, b), jax_wait), both(torch_step, torch.cuda.synchronize),
+               both(lambda: step(a, b), jax_wait), both(torch_step, torch_wait),
                both(lambda: ref_step(a, b), jax_wait) if fits else "not run"]
         print("  " + " | ".join(row), flush=True)
         if B == 64:  # what each runtime's own elementwise op takes, for the latency of a synchronised call
             add = jax.jit(lambda a, b: a + b)
             print(f"  runtime alone, a + b at {B}x{n}x{n}: XLA {both(lambda: add(a, b), jax_wait)} | torch "
-                  f"{both(lambda: ta + tb, torch.cuda.synchronize)}", flush=True)
+                  f"{both(lambda: ta + tb, torch_wait)}", flush=True)
 
 
 def scan_hmm(emissions, transitions, initial):
