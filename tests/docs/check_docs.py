@@ -218,6 +218,10 @@ def main():
     elif len(args) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
+    # A root without the project's README and sources has nothing to check, which would read as a pass.
+    if not all(os.path.exists(os.path.join(args[0], part)) for part in ("README.md", "docs", "runtime", "cli")):
+        print(f"{args[0]}: not jitbmm's source tree (README.md, docs/, runtime/ and cli/ expected)", file=sys.stderr)
+        return 2
     problems = check(args[0], cli)
     for p in problems:
         print(p)

@@ -369,6 +369,10 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
+    # A root without the project's sources has no include to check, which would read as a pass.
+    if not all(os.path.isdir(os.path.join(sys.argv[1], part)) for part in ("include", "runtime", "templates")):
+        print(f"{sys.argv[1]}: not jitbmm's source tree (include/, runtime/ and templates/ expected)", file=sys.stderr)
+        return 2
     problems = check(sys.argv[1])
     for p in problems:
         print(p)
