@@ -17,6 +17,7 @@
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "needs.hpp"
+#include "poison.hpp"
 
 namespace jitbmm::test {
 

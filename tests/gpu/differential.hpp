@@ -13,6 +13,7 @@
 #include "runtime/device_memory.hpp"
 #include "support/layout.hpp"
 #include "parallel_rows.hpp"
+#include "poison.hpp"
 #include "support.hpp"
 
 namespace jitbmm::test {
@@ -54,8 +55,6 @@ inline void report_failure(const CaseResult& r, const Problem& p, const KernelSp
               static_cast<long long>(r.argmax_mismatches), static_cast<long long>(r.clobbered),
               r.first_failure.c_str());
 }
-
-inline unsigned char poison_byte(DType dtype) { return dtype == DType::f16 ? 0x7b : 0x7f; } // finite, distinctive
 
 // One problem's inputs on the device and its outputs (out and argmax), poisoned.
 struct DeviceCase {

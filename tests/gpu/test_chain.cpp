@@ -130,7 +130,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   DeviceBuffer d_pot = upload(pot), d_lengths = upload(lengths);
   DeviceBuffer d_score(std::size_t(k.B) * out_bytes + 1), d_alpha(ref_alpha.size() * out_bytes + 1),
       d_path(ref_path.size() * 4 + 1), d_saved(kSavedAt + plan.saved_bytes() + 1), d_grad(ref_grad.size() * bytes + 1);
-  for (DeviceBuffer* d : {&d_score, &d_alpha, &d_path, &d_saved, &d_grad}) d->fill_bytes(0xff); // poison
+  for (DeviceBuffer* d : {&d_score, &d_alpha}) d->fill_bytes(test::poison_byte(out));
+  d_grad.fill_bytes(test::poison_byte(k.dtype));
+  d_path.fill_bytes(test::kIndexPoison);
+  d_saved.fill_bytes(0xff); // NaN: a backward that reads what the forward did not write shows
   std::vector<unsigned char> g_bytes(grad_score.size() * out_bytes + 1);
   for (std::size_t b = 0; b < grad_score.size(); ++b) store_element(out, g_bytes.data(), int64_t(b), grad_score[b]);
   for (std::size_t b = 0; b < grad_score.size(); ++b) grad_score[b] = load_element(out, g_bytes.data(), int64_t(b));
@@ -146,7 +149,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   std::vector<int32_t> path(ref_path.size());
   if (viterbi && !path.empty()) d_path.download(path.data(), path.size() * 4);
 
-  // The reference's gradient for the path the GPU found (max_plus: a near-tie may pick an equally good path).
+  // The reference's gradient (for max_plus, of the reference's path: below, of the GPU's where that differs).
   reference::chain_backward(p, pot.data(), host_lengths, grad_score.data(), ref_grad.data());
   const bool wide = k.dtype == DType::f64;
   // f32 sums of potentials of size s round by about s·2^-24 a step: the gradients' exponents carry that error, so
@@ -179,14 +182,14 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     }
   }
   if (!viterbi) { // the forward without saved is another entry point with its own block: the same contract
-    d_score.fill_bytes(0xff);
-    d_alpha.fill_bytes(0xff);
+    d_score.fill_bytes(test::poison_byte(out));
+    d_alpha.fill_bytes(test::poison_byte(out));
     plan(d_pot.get(), d_len, d_score.get(), nullptr, d_alpha.get());
     compare("without saved: score", download_as_double(d_score, out, k.B), ref_score, score_tol, bad);
     compare("without saved: alpha", download_as_double(d_alpha, out, int64_t(ref_alpha.size())), ref_alpha,
             alpha_tol, bad);
     // The chunked strategy's alpha comes from the sequential forward beside it; alone, it computes the score.
-    d_score.fill_bytes(0xff);
+    d_score.fill_bytes(test::poison_byte(out));
     plan(d_pot.get(), d_len, d_score.get());
     compare("score alone", download_as_double(d_score, out, k.B), ref_score, score_tol, bad);
   }
@@ -210,12 +213,25 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
       if (!close(sum, ref_score[b], score_tol) && bad++ < 5)
         FAIL_CHECK("path of sequence " << b << " scores " << sum << ", the best " << ref_score[b]);
     }
-  } else {
-    for (std::size_t i = 0; i < grad.size(); ++i) {
-      if (!close(grad[i], ref_grad[i], viterbi ? rounding : grad_tol) && bad++ < 5)
-        FAIL_CHECK("grad[" << i << "] = " << grad[i] << ", reference " << ref_grad[i]);
-      if (std::isfinite(ref_grad[i])) worst.grad = std::max(worst.grad, std::fabs(grad[i] - ref_grad[i]));
+  }
+  // max_plus's gradient is grad_score on each edge of the path the forward wrote, which the backward reads: where
+  // that path is another, equally good one (checked above), the reference's gradient is that path's, as
+  // reference::chain_backward forms it for its own.
+  std::vector<double> want = ref_grad;
+  if (viterbi && !same_path) {
+    std::fill(want.begin(), want.end(), 0.0);
+    for (int64_t b = 0; b < k.B; ++b) {
+      const int64_t L = k.ragged ? lengths[b] : k.T;
+      const int32_t* s = path.data() + b * k.T;
+      if (grad_score[b] == 0) continue;
+      for (int64_t t = 0; t + 1 < L && s[t] >= 0 && s[t] < C && s[t + 1] >= 0 && s[t + 1] < C; ++t)
+        want[std::size_t(((b * steps + t) * C + s[t + 1]) * C + s[t])] = grad_score[b];
     }
+  }
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    if (!close(grad[i], want[i], viterbi ? rounding : grad_tol) && bad++ < 5)
+      FAIL_CHECK("grad[" << i << "] = " << grad[i] << ", reference " << want[i]);
+    if (std::isfinite(want[i])) worst.grad = std::max(worst.grad, std::fabs(grad[i] - want[i]));
   }
   CHECK(bad == 0);
 }

@@ -57,7 +57,9 @@ Expectation expect_on_gpu(const ChainExpectation& plan, const DeviceBuffer& pot,
   const int ob = dtype_info(out).size_bytes, ib = dtype_info(p.dtype).size_bytes;
   DeviceBuffer log_z(Z * ob + 1), mean(B * ob + 1), saved(plan.saved_bytes() + 1), d_gz(Z * ob + 1), d_gm(B * ob + 1),
       gp(edges * ib + 1), gf(edges * ib + 1);
-  for (DeviceBuffer* d : {&log_z, &mean, &saved, &gp, &gf}) d->fill_bytes(0xff);
+  for (DeviceBuffer* d : {&log_z, &mean}) d->fill_bytes(test::poison_byte(out));
+  for (DeviceBuffer* d : {&gp, &gf}) d->fill_bytes(test::poison_byte(p.dtype));
+  saved.fill_bytes(0xff); // NaN: a backward that reads what the forward did not write shows
   std::vector<unsigned char> host(Z * ob + 1);
   for (int64_t b = 0; b < Z; ++b) store_element(out, host.data(), b, gz[b]);
   d_gz.upload(host.data(), host.size());
