@@ -172,10 +172,13 @@ void backward(const Problem& p, const void* a, const void* b, const double* grad
   const bool empty = try_product({s.B, s.M, s.N}) == 0; // no term: only zeros to write, however long K is
   if (!empty) check_work(p);
   const Strides sa = p.a(), sb = p.b();
-  if (grad_a && try_product({s.B, s.M, s.K}) != 0)
-    std::fill(grad_a, grad_a + max_offset("a", s.B, s.M, s.K, sa) + 1, 0.0);
-  if (grad_b && try_product({s.B, s.K, s.N}) != 0)
-    std::fill(grad_b, grad_b + max_offset("b", s.B, s.K, s.N, sb) + 1, 0.0);
+  // An operand broadcast over the batch (batch stride 0) is one matrix whatever B is, an empty batch's too: its
+  // gradient, a sum over the batch, is zeros where there is none.
+  const int64_t a_batches = sa.batch == 0 ? 1 : s.B, b_batches = sb.batch == 0 ? 1 : s.B;
+  if (grad_a && try_product({a_batches, s.M, s.K}) != 0)
+    std::fill(grad_a, grad_a + max_offset("a", a_batches, s.M, s.K, sa) + 1, 0.0);
+  if (grad_b && try_product({b_batches, s.K, s.N}) != 0)
+    std::fill(grad_b, grad_b + max_offset("b", b_batches, s.K, s.N, sb) + 1, 0.0);
   if (empty) return;
   using Real = long double;
   for (int64_t bt = 0; bt < s.B; ++bt)

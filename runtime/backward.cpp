@@ -76,6 +76,30 @@ void prepare_both_passes(const SemiringBMM::Impl& im) {
   build_ahead(*im.device, {}, specs);
 }
 
+// Zeros the rows × cols elements of a matrix at `base` (element strides row_stride and col_stride, each at least 0,
+// `bytes` an element) on the stream, and no byte between them: a 2D memset along its unit-stride axis (one span
+// where its lines meet or overlap), else a 2D memset a row.
+void zero_matrix(void* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int bytes,
+                 CUstream stream) {
+  const auto start = reinterpret_cast<CUdeviceptr>(base);
+  auto lines = [&](CUdeviceptr first, int64_t pitch, int64_t width, int64_t height) { // in elements
+    if (height == 1 || pitch <= width)
+      check(driver().cuMemsetD8Async(first, 0, std::size_t((height - 1) * pitch + width) * std::size_t(bytes), stream),
+            "cuMemsetD8Async");
+    else
+      check(driver().cuMemsetD2D8Async(first, std::size_t(pitch) * std::size_t(bytes), 0,
+                                       std::size_t(width) * std::size_t(bytes), std::size_t(height), stream),
+            "cuMemsetD2D8Async");
+  };
+  if (col_stride == 1)
+    lines(start, row_stride, cols, rows);
+  else if (row_stride == 1)
+    lines(start, col_stride, rows, cols);
+  else
+    for (int64_t r = 0; r < rows; ++r)
+      lines(start + CUdeviceptr(r * row_stride) * CUdeviceptr(bytes), col_stride, 1, cols);
+}
+
 // That forward's plan, made on first use and kept.
 std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
   std::lock_guard<std::mutex> lock(im.grad_mutex);
@@ -155,7 +179,11 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   const bool want_a = grad_a != nullptr, want_b = grad_b != nullptr;
   const bool none_a = try_product({s.B, s.M, s.K}) == 0, none_b = try_product({s.B, s.K, s.N}) == 0,
              no_outputs = try_product({s.B, s.M, s.N}) == 0;
-  if ((!want_a || none_a) && (!want_b || none_b)) return; // nothing to write
+  // An operand broadcast over an empty batch (batch stride 0, B = 0) is still one matrix, whose gradient is a sum
+  // over no batch: zeros, which no pass writes (they launch nothing for B = 0).
+  const bool zero_a = want_a && s.B == 0 && p.a().batch == 0 && s.M > 0 && s.K > 0,
+             zero_b = want_b && s.B == 0 && p.b().batch == 0 && s.K > 0 && s.N > 0;
+  if ((!want_a || none_a) && (!want_b || none_b) && !zero_a && !zero_b) return; // nothing to write
   auto need = [](const void* ptr, const char* name) { check_pointer(ptr, name, false); };
   // What each pass reads: log both operands (one is the per-output constant), plus_times and max_times the
   // partner, max_plus and min_plus neither; all of them grad_out; log the saved out; selecting ones argmax.
@@ -188,6 +216,12 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
                                 " backward takes no argmax");
   ScopedContext scope(impl_->device->context); // also for choosing the passes' kernels on first use
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  if (zero_a || zero_b) { // B = 0: nothing else to write
+    const int bytes = dtype_info(p.dtype).size_bytes;
+    if (zero_a) zero_matrix(grad_a, s.M, s.K, p.a().row, p.a().col, bytes, cu_stream);
+    if (zero_b) zero_matrix(grad_b, s.K, s.N, p.b().row, p.b().col, bytes, cu_stream);
+    return;
+  }
   const TuningHold hold(stream_is_capturing(cu_stream));
   const Impl& im = backward_plan(*impl_, want_a, want_b, argmax != nullptr, stream, &workspace);
   const BackwardWork w = backward_work(im, want_a, want_b, argmax != nullptr);

@@ -166,6 +166,9 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
   X(cuMemsetD8, cuMemsetD8_v2, (CUdeviceptr destination, unsigned char value, std::size_t count))                      \
   X(cuMemsetD8Async, cuMemsetD8Async,                                                                                  \
     (CUdeviceptr destination, unsigned char value, std::size_t count, CUstream stream))                                \
+  X(cuMemsetD2D8Async, cuMemsetD2D8Async,                                                                              \
+    (CUdeviceptr destination, std::size_t pitch, unsigned char value, std::size_t width, std::size_t height,           \
+     CUstream stream))                                                                                                 \
   X(cuStreamSynchronize, cuStreamSynchronize, (CUstream stream))                                                       \
   X(cuStreamIsCapturing, cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status))                       \
   X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode))                \

@@ -553,6 +553,13 @@ CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) 
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream) {
   return fill(dst, &value, 1, count);
 }
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,
+                                   CUstream) {
+  if (height > 1 && pitch < width) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t row = 0; row < height; ++row)
+    if (const CUresult r = fill(dst + row * pitch, &value, 1, width); r != CUDA_SUCCESS) return r;
+  return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {

@@ -33,6 +33,7 @@
 #include "jitbmm/chain.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/plan.hpp"
+#include "jitbmm/reference.hpp"
 #include "generator/emit_source.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/backward.hpp"
@@ -811,6 +812,52 @@ TEST_CASE("a log backward with no output reads the operand of the gradient it wr
   const test::DriverLog log;
   plan.backward(nullptr, b.get(), nullptr, nullptr, nullptr, nullptr, grad_b.get());
   CHECK_FALSE(log.launched().empty());
+}
+
+TEST_CASE("a backward of an empty batch zeroes a broadcast operand's gradient, a sum over no batch, and no byte "
+          "between its elements") {
+  // Each layout of the broadcast operands: row-major with padded rows, column-major with padded columns, and
+  // strides of neither kind (every other element of every third row).
+  const struct {
+    Strides a, b;
+  } layouts[] = {{{0, 6, 1}, {0, 7, 1}}, {{0, 1, 5}, {0, 1, 6}}, {{0, 6, 2}, {0, 12, 2}}};
+  for (const Semiring semiring : {Semiring::log, Semiring::max_plus}) {
+    for (const auto& layout : layouts) {
+      CAPTURE(semiring_info(semiring).name);
+      CAPTURE(layout.a.row);
+      Problem p;
+      p.semiring = semiring;
+      p.shape = {0, 3, 4, 5}; // B, M, K, N
+      p.a_strides = layout.a;
+      p.b_strides = layout.b;
+      const SemiringBMM plan = SemiringBMM::get(p);
+      const std::size_t span = 64;
+      DeviceBuffer ga(span * 4), gb(span * 4);
+      ga.fill_bytes(0xff), gb.fill_bytes(0xff);
+      plan.backward(nullptr, nullptr, nullptr, nullptr, ga.get(), gb.get());
+      std::vector<uint32_t> ha(span), hb(span);
+      ga.download(ha.data(), span * 4), gb.download(hb.data(), span * 4);
+      // Every element of each matrix is 0; every other word keeps the poison.
+      auto expect = [&](const std::vector<uint32_t>& got, const Strides& st, int64_t rows, int64_t cols) {
+        std::vector<char> element(span, 0);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) element[std::size_t(r * st.row + c * st.col)] = 1;
+        for (std::size_t i = 0; i < span; ++i) {
+          CAPTURE(i);
+          CHECK(got[i] == (element[i] ? 0u : 0xffffffffu));
+        }
+      };
+      expect(ha, layout.a, 3, 4);
+      expect(hb, layout.b, 4, 5);
+      // Through the reference too, which the GPU tests compare with.
+      std::vector<double> ra(span, 7.0), rb(span, 7.0);
+      reference::backward(p, nullptr, nullptr, nullptr, ra.data(), rb.data());
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t c = 0; c < 4; ++c) CHECK(ra[std::size_t(r * layout.a.row + c * layout.a.col)] == 0.0);
+      for (int64_t r = 0; r < 4; ++r)
+        for (int64_t c = 0; c < 5; ++c) CHECK(rb[std::size_t(r * layout.b.row + c * layout.b.col)] == 0.0);
+    }
+  }
 }
 
 TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
