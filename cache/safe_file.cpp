@@ -68,7 +68,8 @@ std::uint64_t random_seed() {
 // Which boot of which machine, and which pid namespace, this process runs in: pids and start times mean something
 // only within both. Empty when /proc does not say.
 const std::string& machine_tag() {
-  static const std::string tag = [] {
+  // never destroyed: a background build may still use it as the process exits
+  static const std::string& tag = *new std::string([] {
     // A /proc of another pid namespace (mounted before an unshare) would name other processes by our pids.
     char self[32];
     const ssize_t self_chars = ::readlink("/proc/self", self, sizeof self);
@@ -81,7 +82,7 @@ const std::string& machine_tag() {
     const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns);
     if (boot_id.empty() || n <= 0) return std::string();
     return sha256_hex(boot_id + '\n' + std::string(ns, static_cast<std::size_t>(n))).substr(0, 12);
-  }();
+  }());
   return tag;
 }
 

@@ -11,7 +11,8 @@ namespace jitbmm {
 const std::vector<FeatureInfo>& feature_table() {
   // PTX ISA: max.NaN/min.NaN, the f16x2/bf16x2 min/max/fma, cvt.rn.bf16(x2) and cp.async from sm_80; mma.sync
   // m16n8k8.tf32 and m16n8k16.bf16 from sm_80; wgmma only on sm_90a; clusters and the bulk copies from sm_90.
-  static const std::vector<FeatureInfo> table = {
+  // never destroyed: a background build may still use it as the process exits
+  static const std::vector<FeatureInfo>& table = *new std::vector<FeatureInfo>{
       {kNanMinMax, "max.NaN", "JB_HAS_NAN_MINMAX", 80},
       {kHalfPairs, "half pairs", "JB_HAS_HALF_PAIRS", 80},
       {kAsyncCopy, "cp.async", "JB_HAS_ASYNC_COPY", 80},

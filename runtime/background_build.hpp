@@ -1,7 +1,10 @@
 // Builds in the background: what a plan chose, built on a thread of its own while a stand-in of quick builds serves
 // its calls (runtime/chain_stand_in.hpp for chains, runtime/product_stand_in.hpp for products;
 // docs/caching-and-tuning.md, "First calls"). A build runs below the process's other work on the CPU, with its device's
-// context current, and the process waits for it at its end, before what it uses is destroyed.
+// context current, and the process waits for it at its end, before what it uses is destroyed. That wait is an exit
+// handler, so it runs after the destructors of the function-local statics made after it was registered: a static
+// that a build may reach (a table, a set of warnings said, a library's entry points) is therefore never destroyed
+// (`static T& x = *new T(...)`).
 #pragma once
 
 #include <atomic>

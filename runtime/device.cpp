@@ -84,7 +84,8 @@ void check_supported(const DeviceInfo& device) {
   if (device.sm() < nvrtc_floor_sm())
     throw UnsupportedDeviceError(which + "; jitbmm needs " + supported_architectures());
   // A GPU newer than the NVRTC: it would refuse the architecture at every compile.
-  static const std::vector<int> archs = nvrtc_supported_archs();
+  // never destroyed: a background build may still use it as the process exits
+  static const std::vector<int>& archs = *new std::vector<int>(nvrtc_supported_archs());
   if (std::find(archs.begin(), archs.end(), device.sm()) == archs.end())
     throw UnsupportedDeviceError(which + ", which NVRTC " + nvrtc_version() + " does not compile for (it targets " +
                                  sm_name(*std::min_element(archs.begin(), archs.end())) + " to " +

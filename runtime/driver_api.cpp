@@ -39,8 +39,8 @@ DriverApi load_driver(const std::string& path) {
 
 const DriverApi& driver() {
   static std::once_flag once;
-  static DriverApi api;
-  static std::string failure;
+  static DriverApi& api = *new DriverApi(); // never destroyed: a background build may still use it as the process exits
+  static std::string& failure = *new std::string();
   std::call_once(once, [] {
     try {
       api = load_driver(default_library());

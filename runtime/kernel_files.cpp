@@ -19,7 +19,8 @@ std::string env(const char* name) {
 
 void note_once(const std::string& message) {
   static std::mutex mutex;
-  static std::set<std::string> said;
+  // never destroyed: a background build may still use it as the process exits
+  static std::set<std::string>& said = *new std::set<std::string>();
   std::lock_guard<std::mutex> lock(mutex);
   if (said.insert(message).second) log_message(LogLevel::warn, message);
 }

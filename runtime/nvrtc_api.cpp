@@ -90,8 +90,8 @@ NvrtcApi load_nvrtc(const std::string& path) {
 
 const NvrtcApi& nvrtc() {
   static std::once_flag once;
-  static NvrtcApi api;
-  static std::string failure;
+  static NvrtcApi& api = *new NvrtcApi(); // never destroyed: a background build may still use it as the process exits
+  static std::string& failure = *new std::string();
   std::call_once(once, [] {
     std::string tried;
     const int driver = driver_major();

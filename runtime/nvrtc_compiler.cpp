@@ -225,12 +225,13 @@ std::string nvrtc_version() {
 }
 
 std::string nvrtc_build() {
-  static const std::string build = [] {
+  // never destroyed: a background build may still use it as the process exits
+  static const std::string& build = *new std::string([] {
     const std::string& path = nvrtc().library;
     struct stat st {};
     const std::string size = ::stat(path.c_str(), &st) == 0 ? std::to_string(st.st_size) : "size unknown";
     return nvrtc_version() + " " + path.substr(path.rfind('/') + 1) + " " + size;
-  }();
+  }());
   return build;
 }
 

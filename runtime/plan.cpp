@@ -326,14 +326,16 @@ const KernelSpec& SemiringBMM::spec() const {
 }
 
 const std::string& SemiringBMM::kernel_name() const {
-  static const std::string none = "(no kernel: empty problem)";
+  // never destroyed: a background build may still use it as the process exits
+  static const std::string& none = *new std::string("(no kernel: empty problem)");
   const Impl& im = current_plan(*impl_);
   if (im.moved.load(std::memory_order_acquire)) return im.wide->kernel->generated.name;
   return im.kernel ? im.kernel->generated.name : none;
 }
 
 const std::string& SemiringBMM::source() const {
-  static const std::string none;
+  // never destroyed: a background build may still use it as the process exits
+  static const std::string& none = *new std::string();
   const Impl& im = current_plan(*impl_);
   if (im.moved.load(std::memory_order_acquire)) return im.wide->kernel->generated.source;
   return im.kernel ? im.kernel->generated.source : none;

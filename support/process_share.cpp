@@ -24,7 +24,8 @@ std::optional<int> launcher_integer(const char* name, int lo) {
     return static_cast<int>(parse_integer(text, name, lo, std::numeric_limits<int>::max()));
   } catch (const std::invalid_argument& e) {
     static std::mutex mutex;
-    static std::set<std::string> warned;
+    // never destroyed: a background build may still use it as the process exits
+    static std::set<std::string>& warned = *new std::set<std::string>();
     std::lock_guard<std::mutex> lock(mutex);
     if (warned.insert(name).second) std::fprintf(stderr, "jitbmm: warning: %s; ignoring it\n", e.what());
     return std::nullopt;

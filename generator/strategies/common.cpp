@@ -195,11 +195,12 @@ void add_tiles(std::vector<KernelSpec>& out, const KernelSpec& base, const std::
 }
 
 const std::vector<TileChoice>& forward_tiles(bool wide) {
-  static const std::vector<TileChoice> narrow = {{128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1},
-                                                 {128, 128, 16, 8, 8, 2}, {64, 128, 16, 4, 8, 2},
-                                                 {64, 64, 16, 4, 4, 1},   {64, 64, 16, 4, 4, 2},
-                                                 {32, 32, 16, 2, 2, 1},   {128, 64, 24, 8, 4, 2}};
-  static const std::vector<TileChoice> wide_tiles = {{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
+  // never destroyed: a background build may still use it as the process exits
+  static const std::vector<TileChoice>& narrow = *new std::vector<TileChoice>{
+      {128, 64, 16, 8, 4, 2}, {128, 128, 16, 8, 8, 1}, {128, 128, 16, 8, 8, 2}, {64, 128, 16, 4, 8, 2},
+      {64, 64, 16, 4, 4, 1}, {64, 64, 16, 4, 4, 2}, {32, 32, 16, 2, 2, 1}, {128, 64, 24, 8, 4, 2}};
+  static const std::vector<TileChoice>& wide_tiles =
+      *new std::vector<TileChoice>{{64, 64, 8, 4, 4, 1}, {64, 32, 8, 4, 2, 1}, {32, 32, 8, 2, 2, 1}};
   return wide ? wide_tiles : narrow;
 }
 

@@ -32,7 +32,8 @@ namespace {
 // Each unusable stored decision is reported once per process, however often the problem is decided again.
 void warn_once(const std::string& topic, const std::string& message) {
   static std::mutex mutex;
-  static std::set<std::string> said;
+  // never destroyed: a background build may still use it as the process exits
+  static std::set<std::string>& said = *new std::set<std::string>();
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (!said.insert(topic).second) return;

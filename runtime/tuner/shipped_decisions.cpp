@@ -14,9 +14,10 @@ bool shipped_decisions_enabled() {
 }
 
 const DecisionSet& shipped_decisions() {
-  static const DecisionSet none;
+  // never destroyed: a background build may still use it as the process exits
+  static const DecisionSet& none = *new DecisionSet();
   if (!shipped_decisions_enabled()) return none;
-  static const DecisionSet all = [] {
+  static const DecisionSet& all = *new DecisionSet([] {
     std::vector<DecisionEntry> entries;
     for (const ShippedFile& f : shipped_files()) {
       try {
@@ -27,7 +28,7 @@ const DecisionSet& shipped_decisions() {
       }
     }
     return decision_set(entries);
-  }();
+  }());
   return all;
 }
 
