@@ -67,7 +67,11 @@ def _gave_way(error):
 
 def _lengths(checked, device):
     """torch-struct's checked lengths as the kernels take them. A length below 1 (torch-struct asserts only that the
-    longest is N) is one position there, every step its mask's identity, as a length of 1 is in the kernels."""
+    longest is N) is one position there, every step its mask's identity, as a length of 1 is in the kernels. Floating
+    lengths that are not whole numbers (2.5, NaN) are a ValueError: torch-struct's own masks read them in a way of
+    their own, so its computation takes them (the routes give way)."""
+    if checked.is_floating_point() and bool((~torch.isfinite(checked) | (checked != checked.round())).any()):
+        raise ValueError("lengths: not whole numbers; torch-struct's own computation takes them")
     return checked.to(device=device, dtype=torch.int64).clamp(min=1)
 
 
@@ -147,8 +151,8 @@ def _chain_routed(ts, original):
         # torch-struct's own checks (one length equals N) and conversion (a leading semiring dimension): the
         # marginals are the gradient with respect to the converted tensor it returns.
         edge, _, _, _, checked = self._check_potentials(log_potentials, lengths)
-        given = None if lengths is None else _lengths(checked, p.device)
         try:
+            given = None if lengths is None else _lengths(checked, p.device)
             score = _CHAIN_ROUTES[name](edge[0], given)
         except _GIVES_WAY as e:  # more states than the chain kernels hold, say: torch-struct's scan, as before
             _gave_way(e)
@@ -176,7 +180,10 @@ def _distribution_routes(ts):
             return None
         # torch-struct's own checks (one length equals N); its conversion's [0] is the potentials themselves.
         _, _, _, _, checked = d._struct()._check_potentials(p, d.lengths)
-        lengths = None if d.lengths is None else _lengths(checked, p.device)
+        try:
+            lengths = None if d.lengths is None else _lengths(checked, p.device)
+        except ValueError:
+            return None
         return p, None if other is None else other.log_potentials, lengths
 
     def entropy(self):

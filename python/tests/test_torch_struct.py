@@ -72,6 +72,23 @@ class TorchStructTest(unittest.TestCase):
                     torch.testing.assert_close(marg, marg_ts, rtol=1e-8, atol=1e-10)
                     torch.testing.assert_close(arg, arg_ts)  # random potentials: no ties
 
+    def test_lengths_that_are_not_whole_numbers_give_way_to_torch_struct(self):
+        # torch-struct's masks read 2.5 and NaN in a way of their own; a route that truncated them answered otherwise.
+        pot = self.potentials(3, 9, 5)
+        for lengths in ([9.0, 2.5, 4.0], [9.0, float("nan"), 4.0], [9.0, 3.0, 4.0]):
+            with self.subTest(lengths=lengths):
+                given = torch.tensor(lengths, dtype=torch.float64, device=self.dev)
+
+                def results():
+                    dist = torch_struct.LinearChainCRF(pot, lengths=given)
+                    return dist.partition.detach(), dist.entropy.detach()
+
+                z_ts, h_ts = results()
+                with self.jts.patched(chains=True):
+                    z, h = results()
+                torch.testing.assert_close(z, z_ts, rtol=1e-10, atol=1e-10, equal_nan=True)
+                torch.testing.assert_close(h, h_ts, rtol=1e-8, atol=1e-8, equal_nan=True)
+
     def test_float32_training_step_and_loss_on_marginals(self):
         pot = self.potentials(8, 20, 16, dtype=torch.float32)
 
