@@ -227,11 +227,12 @@ def _kbest_bwd(k, residuals, cotangents):
     paths = paths.reshape(B, k, steps + 1)
     frm, to = paths[..., :-1], paths[..., 1:]
     taken = (frm >= 0) & (to >= 0)
-    index = jnp.arange(steps) * (C * C) + jnp.maximum(to, 0) * C + jnp.maximum(frm, 0)  # [B, k, T - 1]
     weight = jnp.where(taken, grad_scores.reshape(B, k, 1).astype(jnp.float32 if potentials.dtype in (
         jnp.float16, jnp.bfloat16) else potentials.dtype), 0)
-    grad = jnp.zeros((B, steps * C * C), weight.dtype).at[jnp.arange(B)[:, None], index.reshape(B, -1)].add(
-        weight.reshape(B, -1))
+    # An index a dimension (each within int32, as a flat index over (T - 1)·C² might not be without x64).
+    b = jnp.broadcast_to(jnp.arange(B)[:, None, None], to.shape)
+    t = jnp.broadcast_to(jnp.arange(steps)[None, None, :], to.shape)
+    grad = jnp.zeros((B, steps, C, C), weight.dtype).at[b, t, jnp.maximum(to, 0), jnp.maximum(frm, 0)].add(weight)
     return grad.reshape(potentials.shape).astype(potentials.dtype), None
 
 

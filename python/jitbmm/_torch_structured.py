@@ -33,7 +33,11 @@ def _flattened(a, b, size, what):
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     if b.shape[-2] != K:
         raise ValueError(f"b: its rows ({b.shape[-2]}) must equal a's columns ({K})")
-    batch = torch.broadcast_shapes(a.shape[1:-2], b.shape[1:-2])
+    try:
+        batch = torch.broadcast_shapes(a.shape[1:-2], b.shape[1:-2])
+    except RuntimeError:
+        raise ValueError(f"a, b: batch dimensions {tuple(a.shape[1:-2])} and {tuple(b.shape[1:-2])} do not "
+                         "broadcast") from None
     B = 1
     for d in batch:
         B *= d

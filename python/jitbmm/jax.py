@@ -295,7 +295,11 @@ def chain_log_prob(potentials, value, lengths=None):
     where the sequence has no distribution (log Z -inf, +inf or NaN); -inf for an event of probability 0.
     Differentiable in both (the log-partition's gradient from the fused backward)."""
     potentials = check_crf(potentials)
-    value = check_array(value, "value")
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise TypeError(f"value: expected a JAX array, got {type(value).__name__}")
+    value = jnp.asarray(value)  # edge indicators of any real dtype (bool and integers too), as jitbmm.torch takes
+    if not (value.dtype in DTYPES or value.dtype == jnp.bool_ or jnp.issubdtype(value.dtype, jnp.integer)):
+        raise TypeError(f"value: unsupported dtype {value.dtype} (expected a float, integer or bool array)")
     if value.ndim < potentials.ndim or value.shape[value.ndim - potentials.ndim:] != potentials.shape:
         raise ValueError(f"value: expected [..., {', '.join(map(str, potentials.shape))}] (events of the potentials' "
                          f"shape), got shape {value.shape}")

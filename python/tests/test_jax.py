@@ -106,6 +106,9 @@ class TraceTest(unittest.TestCase):
         self.assertEqual(jax.eval_shape(jj.chain_log_count, p, lengths).shape, (2, 3))
         logp = jax.eval_shape(jj.chain_log_prob, p, spec((5, 2, 3, 9, 7, 7)), lengths)
         self.assertEqual((logp.shape, logp.dtype), ((5, 2, 3), jnp.float32))
+        for events in (jnp.bool_, jnp.int32):  # edge indicators as jitbmm.torch takes them
+            logp = jax.eval_shape(jj.chain_log_prob, p, spec((2, 3, 9, 7, 7), events), lengths)
+            self.assertEqual((logp.shape, logp.dtype), ((2, 3), jnp.float32))
         nested = jax.eval_shape(jax.vmap(jax.vmap(jax.grad(lambda p: jj.chain_entropy(p).sum()))),
                                 spec((2, 4, 3, 9, 7, 7)))
         self.assertEqual(nested.shape, (2, 4, 3, 9, 7, 7))
