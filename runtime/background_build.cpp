@@ -6,10 +6,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
-#include <vector>
 
 #include "runtime/driver_api.hpp"
 #include "support/env_words.hpp"
@@ -27,36 +27,27 @@ void lower_this_thread_priority() {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 10);
 }
 
-// The waits of every build started, in order. Never emptied while the process runs, so that a caller of
-// wait_for_background_builds on one thread never finds a build missing that another caller (or the process's end)
-// waits for; waiting on an ended build returns at once.
+// How many builds were started and how many have ended: the waits below wait until they are as many.
 struct Waiters {
   std::mutex mutex;
-  std::vector<std::function<void()>> all;
+  std::condition_variable changed;
+  std::size_t started = 0, ended = 0;
 };
 Waiters*& waiters() {
   static Waiters* w = new Waiters(); // never destroyed: read at the process's end
   return w;
 }
 
-// A child forked while builds ran has none of their threads: it starts on a list of its own (the parent's, whose
-// futures would wait for threads that do not exist there, and whose mutex another thread may have held at the fork,
-// is left alone, never destroyed).
+// A child forked while builds ran has none of their threads: it starts on counts of its own (the parent's, which
+// count builds whose threads do not exist there, and whose mutex another thread may have held at the fork, are left
+// alone, never destroyed).
 void forget_builds_in_child() { waiters() = new Waiters(); }
 
-// Waits for every build registered, those registered meanwhile included.
+// Waits for every build started, those started meanwhile included.
 void wait_for_registered() {
-  for (std::size_t waited = 0;;) {
-    std::vector<std::function<void()>> more;
-    {
-      Waiters& w = *waiters();
-      std::lock_guard<std::mutex> lock(w.mutex);
-      if (w.all.size() <= waited) return;
-      more.assign(w.all.begin() + static_cast<std::ptrdiff_t>(waited), w.all.end());
-    }
-    for (const auto& wait : more) wait();
-    waited += more.size();
-  }
+  Waiters& w = *waiters();
+  std::unique_lock<std::mutex> lock(w.mutex);
+  w.changed.wait(lock, [&] { return w.ended == w.started; });
 }
 
 } // namespace
@@ -96,15 +87,23 @@ BuildCaptureMode::~BuildCaptureMode() {
 
 namespace detail {
 
-void wait_at_exit(std::function<void()> wait) {
+std::shared_ptr<void> build_started() {
   static std::once_flag fork_handler;
   std::call_once(fork_handler, [] { ::pthread_atfork(nullptr, nullptr, forget_builds_in_child); });
+  Waiters* w = waiters();
   {
-    Waiters& w = *waiters();
-    std::lock_guard<std::mutex> lock(w.mutex);
-    w.all.push_back(std::move(wait));
+    std::lock_guard<std::mutex> lock(w->mutex);
+    ++w->started;
   }
   wait_for_builds_at_exit();
+  return std::shared_ptr<void>(new char(0), [w](void* token) {
+    delete static_cast<char*>(token);
+    {
+      std::lock_guard<std::mutex> lock(w->mutex);
+      ++w->ended;
+    }
+    w->changed.notify_all();
+  });
 }
 
 } // namespace detail

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "runtime/device.hpp"
@@ -45,8 +46,10 @@ public:
 private:
   ScopedContext context_;
 };
-// Registers `wait` to run when the process ends (wait_for_builds_at_exit says when).
-void wait_at_exit(std::function<void()> wait);
+// Counts a build as started, for the waits below (the process's end among them: wait_for_builds_at_exit), until
+// the token it returns is dropped. The token holds nothing the build makes, so what a build made is freed once its
+// callers drop it, as any plan is.
+std::shared_ptr<void> build_started();
 } // namespace detail
 
 // A background build's capture mode (relaxed: BackgroundThread) on a thread that does a build's work beside it (the
@@ -78,11 +81,23 @@ void wait_for_background_builds();
 template <class T>
 std::shared_future<T> start_background_build(const std::shared_ptr<const DeviceInfo>& device,
                                              std::function<T()> build) {
-  std::shared_future<T> done = std::async(std::launch::async, [device, build = std::move(build)]() -> T {
-                                 const detail::BackgroundThread thread(*device);
-                                 return build();
-                               }).share();
-  detail::wait_at_exit([done] { done.wait(); });
+  auto promise = std::make_shared<std::promise<T>>();
+  std::shared_future<T> done = promise->get_future().share();
+  // A thread of its own, not std::async's, whose last future would wait for it when dropped.
+  std::thread([device = device, build = std::move(build), promise, running = detail::build_started()]() mutable {
+    try {
+      const detail::BackgroundThread thread(*device);
+      promise->set_value(build());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+    // What the build holds goes before it counts as ended: a wait that returns (the process's end) finds the
+    // result set and nothing of the build's left to destroy.
+    build = nullptr;
+    promise.reset();
+    device.reset();
+    running.reset();
+  }).detach();
   return done;
 }
 
