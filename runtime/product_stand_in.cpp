@@ -10,6 +10,7 @@
 #include "runtime/autotune.hpp"
 #include "runtime/grad_launch.hpp"
 #include "runtime/jit.hpp"
+#include "runtime/tuner/choose.hpp"
 
 namespace jitbmm {
 
@@ -184,7 +185,9 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
                             const std::function<PlanImpl(std::shared_ptr<const ProductStandIn>)>& make_stand_in,
                             const BuildPass& build_pass) {
   Registry& r = registry();
-  const auto key = std::make_pair(device->context, describe(problem));
+  // A stand-in made before choices were forgotten (import_choices, share_choices) waits for the variant chosen then:
+  // a plan made after it is made anew, so that it takes the imported one.
+  const auto key = std::make_pair(device->context, describe(problem) + "\n" + std::to_string(choices_generation()));
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const auto it = r.plans.find(key); it != r.plans.end()) {

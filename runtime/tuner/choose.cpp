@@ -4,6 +4,7 @@
 #include "runtime/tuner/choose.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -191,6 +192,7 @@ namespace {
 // Decisions already made in this process, per context, problem, pass and policy; and, per pass and problem, the
 // choices to share (choices_made).
 std::mutex g_made_mutex;
+std::atomic<uint64_t> g_generation{0}; // forget_choices's count
 std::map<std::string, Choice> g_made;
 std::map<std::string, MadeChoice> g_settled;
 
@@ -277,7 +279,10 @@ void forget_choices() {
   g_made.clear();
   g_settled.clear();
   g_tunings.forget();
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
 }
+
+uint64_t choices_generation() { return g_generation.load(std::memory_order_acquire); }
 
 namespace {
 

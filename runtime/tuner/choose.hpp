@@ -2,6 +2,7 @@
 // bucket), else tuning now, else the default — and planning again without a stored spec that fails to compile.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -57,6 +58,9 @@ struct MadeChoice {
 std::vector<MadeChoice> choices_made();
 // Forgets every choice made in this process, so the next choose() reads the stored decisions again.
 void forget_choices();
+// How many times forget_choices has run in this process: a plan made for a choice before it is not one to hand out
+// after it (the products' stand-in registry keys its plans with it).
+uint64_t choices_generation();
 
 // The stored-decision steps of choose()'s cascade, without the device: the exact decision, then (unless `policy`
 // is exact) the bucket's, then the nearest tuned bucket within kNearBucketDistance. Decisions that do not parse or

@@ -35,6 +35,7 @@
 #include "runtime/autotune.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/tuner/decisions_file.hpp"
+#include "runtime/tuner/shared_choices.hpp"
 #include "tests/fake_driver/driver_log.hpp"
 #include "tests/fake_driver/helper_process.hpp"
 #include "tests/temp_dir.hpp"
@@ -443,6 +444,31 @@ int exit_while_building() {
   return 0;
 }
 
+// A stand-in plan settled on this machine's stored variant, then another process's choice imported
+// (share_choices): a plan made after the import runs the imported variant, not the stand-in registry's plan.
+int import_after_stand_in() {
+  Problem p;
+  p.shape = {2, 256, 256, 256};
+  const TuningDevice td = tuning_device(*current_device());
+  TuneReport report;
+  report.best = small_exp_matmul(p, Pass::forward);
+  report.candidates.push_back({report.best, 1.0, "ok"});
+  put_decision(*DiskCache::process_cache(), tuning_key(p, td, false), decision_from(p, td, report));
+  {
+    const SemiringBMM first = SemiringBMM::get(p);
+    std::printf("first-settled %d\n", int(first.settled()));
+    wait_for_builds();
+  }
+  KernelSpec imported = report.best;
+  imported.tile_m = imported.tile_n = 32;
+  const std::string choice = "choice forward " + problem_text(p) + " | " + to_string(imported) + "\n";
+  std::printf("imported %zu\n", import_choices(choice));
+  const SemiringBMM again = SemiringBMM::get(p);
+  wait_for_builds();
+  std::printf("runs-imported %d\n", int(again.spec() == imported));
+  return 0;
+}
+
 int stand_in_helper(const std::string& mode) {
   try {
     const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
@@ -454,8 +480,10 @@ int stand_in_helper(const std::string& mode) {
     if (mode == "product-imported") return product_imported_calls(log);
     if (mode == "fork") return fork_calls();
     if (mode == "exit-while-building") return exit_while_building();
+    if (mode == "import-after-stand-in") return import_after_stand_in();
     throw std::invalid_argument("mode: chunked, sequential, announced-sizes, stepped, capture, product, "
-                                "product-capture, product-imported, fork or exit-while-building");
+                                "product-capture, product-imported, fork, exit-while-building or "
+                                "import-after-stand-in");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -657,6 +685,10 @@ TEST_CASE("a first training step of a product whose variants compile long runs q
   CHECK(compiles(out, "log_f32_tiled_").first == 3);
   CHECK(compiles(out, "log_f32_exp_matmul_").first == 0);
   CHECK(compiles(out, "log_f32_exp_matmul_").second >= 2);
+}
+
+TEST_CASE("a product plan made after import_choices runs the imported variant, though a stand-in served before") {
+  expect(stand_in_run("import-after-stand-in"), {{"first-settled", "0"}, {"imported", "1"}, {"runs-imported", "1"}});
 }
 
 TEST_CASE("a process that ends while background builds run exits cleanly: what the builds use outlives main") {
