@@ -81,6 +81,10 @@ int run_tune(int argc, char** argv) {
   if (range == InputRange::wide && pass != Pass::forward)
     throw std::invalid_argument("--data: wide-range tuning is for the forward pass only, not --pass " +
                                 std::string(pass_name(pass)));
+  // A plan never tunes an empty problem (it launches nothing, or for K = 0 writes the semiring's zero).
+  const Shape& s = p.shape;
+  if (s.B == 0 || s.M == 0 || s.K == 0 || s.N == 0)
+    throw std::invalid_argument("--shape: " + to_string(s) + " is empty: there is nothing to tune");
   const auto device = current_device();
   DiskCache* disk = DiskCache::process_cache();
   // The machine-wide lock a library process takes to tune this bucket, held while tuning and storing: such a process

@@ -186,7 +186,7 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
     if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
-    if (problem.T > kMaxSteppedChainLength)
+    if (problem.T > kMaxSteppedChainLength && problem.B > 0) // a launch a position; no sequence launches none
       throw std::invalid_argument(
           "chain.T: the stepped strategy" +
           std::string(problem.C > kMaxSequentialChainStates

@@ -822,7 +822,7 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
 }
 
 // The stepped strategy serves chains beyond the sequential kernels' 1024 states, in every form; its host loop takes
-// at most 2^24 positions, and a longer chain is refused naming T.
+// at most 2^24 positions, and a longer chain of any sequence is refused naming T.
 TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^24 positions they are refused") {
   ChainProblem p;
   p.B = 2, p.T = 3, p.C = kMaxSequentialChainStates + 1;
@@ -832,6 +832,9 @@ TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^2
   CHECK(std::string(ChainPlan::get(p).strategy()) == "stepped");
   p.T = kMaxSteppedChainLength + 1;
   CHECK_THROWS_WITH_AS(ChainPlan::get(p), doctest::Contains("chain.T"), std::invalid_argument);
+  p.B = 0; // no sequence: nothing launches, however long
+  CHECK(std::string(ChainPlan::get(p).strategy()) == "stepped");
+  p.B = 2;
   p.C = 128; // the sequential kernels have no such bound (nor chunks at 128 states in the HMM form's log)
   CHECK(std::string(ChainPlan::get(p).strategy()) == "sequential");
   p.C = kMaxChainStates + 1;
