@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jitbmm/reference.hpp"
@@ -20,9 +21,16 @@ void check(const EntropyProductShape& s, const void* a, const void* b) {
     throw std::invalid_argument(std::string("dtype: the expectation semiring's product takes f32 or f64, got ") +
                                 dtype_info(s.dtype).name);
   if (s.B < 0 || s.M < 0 || s.K < 0 || s.N < 0) throw std::invalid_argument("shape: B, M, K and N must be >= 0");
+  // The terms bound the work, and the outputs (pairs, and the backward's pairs of both operands) bound it where K = 0
+  // leaves no term.
   const auto terms = try_product({s.B, s.M, s.K, s.N});
   if (!terms || *terms > kMaxReferenceTerms)
     throw std::invalid_argument("shape: B*M*K*N terms are more than the CPU reference computes");
+  for (const auto& [rows, cols] : {std::pair{s.M, s.N}, std::pair{s.M, s.K}, std::pair{s.K, s.N}}) {
+    const auto n = try_product({s.B, rows, cols});
+    if (!n || *n > kMaxReferenceOutputs)
+      throw std::invalid_argument("shape: the outputs or gradients are more than the CPU reference computes");
+  }
   const bool empty = s.B == 0 || s.M == 0 || s.N == 0 || s.K == 0;
   if (!empty && (!a || !b)) throw std::invalid_argument(a ? "b: null" : "a: null");
 }

@@ -63,6 +63,9 @@ void kmax_product(const KMaxProductShape& shape, const void* a, const void* b, d
   const auto terms = try_product({shape.B, shape.M, shape.K, shape.N, shape.k, shape.k});
   if (!terms || *terms > kMaxReferenceTerms)
     throw std::invalid_argument("shape: B*M*K*N*k*k candidates are more than the CPU reference computes");
+  const auto outputs = try_product({shape.B, shape.M, shape.N, shape.k}); // the bound where K = 0 leaves no term
+  if (!outputs || *outputs > kMaxReferenceOutputs)
+    throw std::invalid_argument("shape: B*M*N*k outputs are more than the CPU reference computes");
   const bool some = shape.B > 0 && shape.M > 0 && shape.N > 0;
   if (some && shape.K > 0 && (!a || !b)) throw std::invalid_argument(a ? "b: null" : "a: null");
   if (some && !out) throw std::invalid_argument("out: null");

@@ -129,4 +129,8 @@ TEST_CASE("entropy product: no term, -inf and NaN terms; the dtype and null inpu
                        doctest::Contains("dtype"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(reference::entropy_product({DType::f64, 1, 1, 1, 1}, nullptr, b.data(), out.data()),
                        doctest::Contains("a: null"), std::invalid_argument);
+  // K = 0 leaves no term to bound the work: the outputs bound it (here 2^42 of them), before anything is allocated.
+  CHECK_THROWS_WITH_AS(reference::entropy_product({DType::f64, 1 << 14, 1 << 14, 0, 1 << 14}, nullptr, nullptr,
+                                                  out.data()),
+                       doctest::Contains("shape:"), std::invalid_argument);
 }

@@ -81,4 +81,8 @@ TEST_CASE("kmax product: ties in the order of (kk, r1, r2), NaN first, -inf and 
   CHECK(index == std::vector<int32_t>{0, -1, -1});
   CHECK_THROWS_WITH_AS(reference::kmax_product({DType::f64, 17, 1, 1, 1, 1}, a.data(), b.data(), out.data(), nullptr),
                        doctest::Contains("k:"), std::invalid_argument);
+  // K = 0 leaves no candidate to bound the work: the outputs bound it (2^44 here).
+  CHECK_THROWS_WITH_AS(
+      reference::kmax_product({DType::f64, 4, 1 << 14, 1 << 14, 0, 1 << 14}, nullptr, nullptr, out.data(), nullptr),
+      doctest::Contains("shape:"), std::invalid_argument);
 }
