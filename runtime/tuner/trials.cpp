@@ -22,6 +22,16 @@ namespace jitbmm {
 
 namespace {
 
+// A check's poison and its wait, on the legacy stream, where its launches run, never the whole context: a check of a
+// brought-in decision may run in a background build while another thread captures a graph in the context (a first
+// call captured waits for that build), and CUDA refuses a context-wide synchronize then, ending the capture.
+void poison(const DeviceBuffer& d, unsigned char value) {
+  if (d.size())
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(d.get()), value, d.size(), nullptr),
+          "cuMemsetD8Async");
+}
+void wait_for_legacy_stream() { check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize"); }
+
 // One forward of `spec` on a problem with outputs and terms, through the executor plans use (runtime/launch), not
 // the public SemiringBMM::get: the tuner sits beneath the plans.
 void launch_forward(const DeviceInfo& device, const Problem& p, const KernelSpec& spec, const void* a, const void* b,
@@ -189,10 +199,10 @@ void run_candidate(const ForwardTrial& trial, const KernelSpec& spec, Stream str
 }
 
 std::string verify_candidate(ForwardTrial& trial, const KernelSpec& spec) {
-  trial.out.fill_bytes(0x7f); // poison: an unwritten output cannot pass the check
-  if (trial.p.with_argmax) trial.arg.fill_bytes(0x7f);
+  poison(trial.out, 0x7f); // an unwritten output cannot pass the check
+  if (trial.p.with_argmax) poison(trial.arg, 0x7f);
   run_candidate(trial, spec, nullptr);
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  wait_for_legacy_stream();
   const Problem& p = trial.p;
   const Shape& s = p.shape;
   const Strides so = p.out();
@@ -269,7 +279,7 @@ BackwardTrial::BackwardTrial(const Problem& problem, Pass which, const DeviceInf
   arg = DeviceBuffer(sel ? bytes_of("argmax", outputs, 4) : 0);
   launch_forward(device, fwd, default_spec(fwd), a.get(), b.get(), out.get(),
                  sel ? static_cast<int32_t*>(arg.get()) : nullptr, nullptr);
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  wait_for_legacy_stream();
   const std::vector<unsigned char> ho = download(out);
   out_values.resize(outputs);
   for (int64_t o = 0; o < outputs; ++o)
@@ -300,9 +310,9 @@ void run_candidate(const BackwardTrial& trial, const KernelSpec& spec, Stream st
 }
 
 std::string verify_candidate(BackwardTrial& trial, const KernelSpec& spec) {
-  trial.grad.fill_bytes(0x7f); // poison: an unwritten element cannot pass the check
+  poison(trial.grad, 0x7f); // an unwritten element cannot pass the check
   run_candidate(trial, spec, nullptr);
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  wait_for_legacy_stream();
   const std::vector<unsigned char> hd = download(trial.grad);
   const Problem& p = trial.p;
   const Strides sd = trial.pass == Pass::grad_a ? p.a() : p.b();

@@ -24,7 +24,8 @@
 // - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
 //   none (nothing else changes: launches still run); cuThreadExchangeStreamCaptureMode keeps a mode a thread and
 //   logs "capture-mode <n>" with the mode set; a module loaded meanwhile on a thread left in the global mode, which
-//   CUDA refuses and which ends a capture in that mode on any thread, is logged "capture-broken" (and still loads);
+//   CUDA refuses and which ends a capture in that mode on any thread, is logged "capture-broken" (and still loads), as
+//   is cuCtxSynchronize meanwhile on any thread (CUDA refuses it while a stream of the context is captured);
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
 // - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
@@ -362,7 +363,10 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  if (capturing()) log_line("capture-broken"); // CUDA refuses it while a stream of the context is captured
+  return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
 
 long jitbmm_fake_cuda_modules_loaded() { return g_modules_loaded.load(); }
 

@@ -362,8 +362,9 @@ int product_calls(const std::string& log, bool capture) {
 
 // A log product whose imported decision (brought from elsewhere: checked against the CPU reference before its first
 // use) takes exp_matmul: the check runs in the background, and fails on the fake driver, which computes nothing, so
-// the chosen plan is the default variant's; the plan settles on it.
-int product_imported_calls(const std::string& log) {
+// the chosen plan is the default variant's; the plan settles on it. With `capture`, its first call is captured into a
+// graph, and waits for that build, check included.
+int product_imported_calls(const std::string& log, bool capture) {
   Problem p;
   p.shape = {2, 256, 256, 256};
   const TuningDevice td = tuning_device(*current_device());
@@ -379,8 +380,11 @@ int product_imported_calls(const std::string& log) {
   const SemiringBMM plan = SemiringBMM::get(p);
   std::printf("settled %d\nstrategy %s\n", int(plan.settled()), strategy_name(plan.spec().strategy));
   const std::size_t from = logged_launches(log).size();
+  if (capture) ::setenv("JITBMM_FAKE_CUDA_CAPTURING", "1", 1);
   plan(a.get(), b.get(), out.get());
+  ::unsetenv("JITBMM_FAKE_CUDA_CAPTURING");
   std::printf("first-tiled %zu\n", launches_with(log, from, "log_f32_tiled_32x32x16"));
+  if (capture) std::printf("capture-kept %d\n", int(log_text(log).find("capture-broken") == std::string::npos));
   const bool waited = wait_settled(plan);
   std::printf("waited %d\nspec-after %s\n", int(waited), to_string(plan.spec()).c_str());
   std::printf("default-after %d\n", int(plan.spec() == default_spec(p)));
@@ -477,13 +481,14 @@ int stand_in_helper(const std::string& mode) {
     if (mode == "announced-sizes") return announced_sizes_calls();
     if (mode == "stepped" || mode == "capture") return stepped_calls(log, mode == "capture");
     if (mode == "product" || mode == "product-capture") return product_calls(log, mode == "product-capture");
-    if (mode == "product-imported") return product_imported_calls(log);
+    if (mode == "product-imported" || mode == "product-imported-capture")
+      return product_imported_calls(log, mode == "product-imported-capture");
     if (mode == "fork") return fork_calls();
     if (mode == "exit-while-building") return exit_while_building();
     if (mode == "import-after-stand-in") return import_after_stand_in();
     throw std::invalid_argument("mode: chunked, sequential, announced-sizes, stepped, capture, product, "
-                                "product-capture, product-imported, fork, exit-while-building or "
-                                "import-after-stand-in");
+                                "product-capture, product-imported, product-imported-capture, fork, "
+                                "exit-while-building or import-after-stand-in");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -706,6 +711,14 @@ TEST_CASE("a product plan's first call captured into a graph waits for its chose
   expect(out,
          {{"settled", "0"}, {"first-exp-matmul", "!0"}, {"first-tiled", "0"}, {"waited", "1"}, {"capture-kept", "1"}});
   CHECK(compiles(out, "log_f32_exp_matmul_").second == 1); // the forward's: no pass was asked for
+}
+
+TEST_CASE("a first call captured into a graph while its build checks an imported decision keeps its capture: the "
+          "check synchronises its own stream, not the context") {
+  const std::string out = stand_in_run("product-imported-capture");
+  INFO(out);
+  expect(out, {{"first-tiled", "0"}, {"capture-kept", "1"}, {"default-after", "1"}}); // the fake's check fails
+  CHECK(out.find("failed its check against the CPU reference") != std::string::npos);
 }
 
 TEST_CASE("JITBMM_STAND_IN=off makes a first product plan wait for its chosen variant") {
