@@ -416,7 +416,18 @@ int fork_calls() {
 
 } // namespace
 
-// The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
+// The forward variant small_exp_matmul gives `p`, stored as this machine's decision (nothing checks it) under the key
+// of each pass in `keys`.
+KernelSpec store_forward_decision(const Problem& p, std::initializer_list<Pass> keys) {
+  const TuningDevice td = tuning_device(*current_device());
+  TuneReport report;
+  report.best = small_exp_matmul(p, Pass::forward);
+  report.candidates.push_back({report.best, 1.0, "ok"});
+  for (const Pass pass : keys)
+    put_decision(*DiskCache::process_cache(), tuning_key(p, td, false, pass), decision_from(p, td, report, pass));
+  return report.best;
+}
+
 // A process that returns from main while background builds run, each reaching function-local statics: the grad_a
 // pass of a stand-in plan whose stored decision no longer fits (choose warns of it, once a process), started by a
 // backward, and another problem planned on this thread after it, whose warning may make that set first. The
@@ -424,14 +435,10 @@ int fork_calls() {
 int exit_while_building() {
   Problem p;
   p.shape = {2, 256, 256, 256};
-  const TuningDevice td = tuning_device(*current_device());
-  TuneReport report;
-  report.best = small_exp_matmul(p, Pass::forward);
-  report.candidates.push_back({report.best, 1.0, "ok"});
   // The forward: exp_matmul, which compiles long (the plan takes a stand-in); under grad_a's key, the same forward
   // variant, which no longer fits that pass.
-  for (const Pass pass : {Pass::forward, Pass::grad_a})
-    put_decision(*DiskCache::process_cache(), tuning_key(p, td, false, pass), decision_from(p, td, report, pass));
+  store_forward_decision(p, {Pass::forward, Pass::grad_a});
+  const TuningDevice td = tuning_device(*current_device());
   const Shape& s = p.shape;
   DeviceBuffer a(std::size_t(s.B * s.M * s.K) * 4), b(std::size_t(s.B * s.K * s.N) * 4),
       out(std::size_t(s.B * s.M * s.N) * 4), ga(a.size());
@@ -453,17 +460,13 @@ int exit_while_building() {
 int import_after_stand_in() {
   Problem p;
   p.shape = {2, 256, 256, 256};
-  const TuningDevice td = tuning_device(*current_device());
-  TuneReport report;
-  report.best = small_exp_matmul(p, Pass::forward);
-  report.candidates.push_back({report.best, 1.0, "ok"});
-  put_decision(*DiskCache::process_cache(), tuning_key(p, td, false), decision_from(p, td, report));
+  const KernelSpec stored = store_forward_decision(p, {Pass::forward});
   {
     const SemiringBMM first = SemiringBMM::get(p);
     std::printf("first-settled %d\n", int(first.settled()));
     wait_for_builds();
   }
-  KernelSpec imported = report.best;
+  KernelSpec imported = stored;
   imported.tile_m = imported.tile_n = 32;
   const std::string choice = "choice forward " + problem_text(p) + " | " + to_string(imported) + "\n";
   std::printf("imported %zu\n", import_choices(choice));
@@ -473,6 +476,7 @@ int import_after_stand_in() {
   return 0;
 }
 
+// The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
 int stand_in_helper(const std::string& mode) {
   try {
     const std::string log = std::getenv("JITBMM_FAKE_CUDA_LOG");
