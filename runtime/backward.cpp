@@ -22,7 +22,7 @@ void check_grad_layout(const Problem& p, Pass pass) {
   const bool ga = pass == Pass::grad_a;
   const Strides st = ga ? p.a() : p.b();
   const int64_t rows = ga ? s.M : s.K, cols = ga ? s.K : s.N;
-  const int64_t batches = st.batch == 0 ? std::min<int64_t>(s.B, 1) : s.B;
+  const int64_t batches = st.batch == 0 ? 1 : s.B; // a broadcast operand is one matrix, an empty batch's too
   if (!is_injective(batches, rows, cols, st))
     throw std::invalid_argument(std::string(ga ? "a_strides" : "b_strides") + ": grad_" + (ga ? "a" : "b") +
                                 " would map two elements to one address in this layout (only a batch stride of 0, a "
@@ -78,7 +78,7 @@ void prepare_both_passes(const SemiringBMM::Impl& im) {
 
 // Zeros the rows × cols elements of a matrix at `base` (element strides row_stride and col_stride, each at least 0,
 // `bytes` an element) on the stream, and no byte between them: a 2D memset along its unit-stride axis (one span
-// where its lines meet or overlap), else a 2D memset a row.
+// where its lines meet or overlap), else a 2D memset a line of the shorter axis.
 void zero_matrix(void* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int bytes,
                  CUstream stream) {
   const auto start = reinterpret_cast<CUdeviceptr>(base);
@@ -95,9 +95,12 @@ void zero_matrix(void* base, int64_t rows, int64_t cols, int64_t row_stride, int
     lines(start, row_stride, cols, rows);
   else if (row_stride == 1)
     lines(start, col_stride, rows, cols);
-  else
+  else if (rows <= cols) // a 2D memset a line of the shorter axis (validate() bounds every offset)
     for (int64_t r = 0; r < rows; ++r)
       lines(start + CUdeviceptr(r * row_stride) * CUdeviceptr(bytes), col_stride, 1, cols);
+  else
+    for (int64_t c = 0; c < cols; ++c)
+      lines(start + CUdeviceptr(c * col_stride) * CUdeviceptr(bytes), row_stride, 1, rows);
 }
 
 // That forward's plan, made on first use and kept.
@@ -209,8 +212,8 @@ void SemiringBMM::backward(const void* a, const void* b, const void* out, const 
   check_alignment(argmax, "argmax", 4);
   check_alignment(grad_a, "grad_a", in_bytes);
   check_alignment(grad_b, "grad_b", in_bytes);
-  if (want_a && !none_a) check_grad_layout(p, Pass::grad_a);
-  if (want_b && !none_b) check_grad_layout(p, Pass::grad_b);
+  if ((want_a && !none_a) || zero_a) check_grad_layout(p, Pass::grad_a);
+  if ((want_b && !none_b) || zero_b) check_grad_layout(p, Pass::grad_b);
   if (argmax && !scatter)
     throw std::invalid_argument(std::string("argmax: the ") + semiring_info(p.semiring).name +
                                 " backward takes no argmax");

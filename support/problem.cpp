@@ -145,9 +145,10 @@ void validate(const Problem& p) {
   check_strides("a_strides", sa);
   check_strides("b_strides", sb);
   check_strides("out_strides", so);
-  // Element offsets (and their bytes) must fit in int64 for every operand, with room for the kernels' loops.
-  check_span("a_strides", s.B, s.M, s.K, sa, in_bytes);
-  check_span("b_strides", s.B, s.K, s.N, sb, in_bytes);
+  // Element offsets (and their bytes) must fit in int64 for every operand, with room for the kernels' loops. An
+  // operand broadcast over the batch is one matrix whatever B is, an empty batch's too (its gradient is written).
+  check_span("a_strides", sa.batch == 0 ? 1 : s.B, s.M, s.K, sa, in_bytes);
+  check_span("b_strides", sb.batch == 0 ? 1 : s.B, s.K, s.N, sb, in_bytes);
   check_span("out_strides", s.B, s.M, s.N, so, out_bytes);
   if (!is_injective(s.B, s.M, s.N, so))
     throw std::invalid_argument("out_strides: the output layout maps two elements to one address (or, past 2^22 "

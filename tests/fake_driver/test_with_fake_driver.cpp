@@ -817,10 +817,10 @@ TEST_CASE("a log backward with no output reads the operand of the gradient it wr
 TEST_CASE("a backward of an empty batch zeroes a broadcast operand's gradient, a sum over no batch, and no byte "
           "between its elements") {
   // Each layout of the broadcast operands: row-major with padded rows, column-major with padded columns, and
-  // strides of neither kind (every other element of every third row).
+  // strides of neither kind (every other element, rows eight elements apart).
   const struct {
     Strides a, b;
-  } layouts[] = {{{0, 6, 1}, {0, 7, 1}}, {{0, 1, 5}, {0, 1, 6}}, {{0, 6, 2}, {0, 12, 2}}};
+  } layouts[] = {{{0, 6, 1}, {0, 7, 1}}, {{0, 1, 5}, {0, 1, 6}}, {{0, 8, 2}, {0, 12, 2}}};
   for (const Semiring semiring : {Semiring::log, Semiring::max_plus}) {
     for (const auto& layout : layouts) {
       CAPTURE(semiring_info(semiring).name);
@@ -858,6 +858,17 @@ TEST_CASE("a backward of an empty batch zeroes a broadcast operand's gradient, a
         for (int64_t c = 0; c < 5; ++c) CHECK(rb[std::size_t(r * layout.b.row + c * layout.b.col)] == 0.0);
     }
   }
+  // Such a matrix's strides are held to what any batch's are: offsets past 64 bits, or two elements at one address
+  // (which a gradient may not have), are refused before anything is written.
+  Problem p;
+  p.shape = {0, 3, 4, 5};
+  p.a_strides = Strides{0, int64_t(1) << 62, 1};
+  CHECK_THROWS_WITH_AS(SemiringBMM::get(p), doctest::Contains("a_strides"), std::invalid_argument);
+  p.a_strides = Strides{0, 1, 1};
+  const SemiringBMM aliased = SemiringBMM::get(p); // a forward may read such an operand
+  DeviceBuffer ga(64);
+  CHECK_THROWS_WITH_AS(aliased.backward(nullptr, nullptr, nullptr, nullptr, ga.get(), nullptr),
+                       doctest::Contains("a_strides"), std::invalid_argument);
 }
 
 TEST_CASE("jitbmm_problem_row_major gives a valid row-major problem; bad names and sizes are named") {
