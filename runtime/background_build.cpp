@@ -90,20 +90,29 @@ namespace detail {
 std::shared_ptr<void> build_started() {
   static std::once_flag fork_handler;
   std::call_once(fork_handler, [] { ::pthread_atfork(nullptr, nullptr, forget_builds_in_child); });
+  // Made before the build is counted, so that a failure to make it leaves the counts even; it counts the build's end
+  // as it goes.
+  struct Token {
+    explicit Token(Waiters* waiters) : w(waiters) {}
+    Token(const Token&) = delete;
+    Token& operator=(const Token&) = delete;
+    Waiters* w;
+    ~Token() {
+      {
+        std::lock_guard<std::mutex> lock(w->mutex);
+        ++w->ended;
+      }
+      w->changed.notify_all();
+    }
+  };
   Waiters* w = waiters();
+  auto token = std::make_shared<Token>(w);
   {
     std::lock_guard<std::mutex> lock(w->mutex);
     ++w->started;
   }
   wait_for_builds_at_exit();
-  return std::shared_ptr<void>(new char(0), [w](void* token) {
-    delete static_cast<char*>(token);
-    {
-      std::lock_guard<std::mutex> lock(w->mutex);
-      ++w->ended;
-    }
-    w->changed.notify_all();
-  });
+  return token;
 }
 
 } // namespace detail
