@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/tuner/choose.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "support/log.hpp"
 
@@ -141,7 +142,9 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
                    const MakeStrategy& make_chosen, const MakeStrategy& make_stand_in, const MakeStrategy& make_sizes,
                    bool saved_alike) {
   Registry& r = registry();
-  const auto key = std::make_pair(device->context, problem_key(problem));
+  // A stand-in made before choices were forgotten (import_choices) holds the products chosen then: made anew after.
+  const auto key =
+      std::make_pair(device->context, problem_key(problem) + "\n" + std::to_string(choices_generation()));
   // The problem's stand-in, where a thread has made one: looked for again before the chosen strategy is returned, so
   // that a plan made while another thread makes the stand-in runs what that runs (a backward then reads `saved` as
   // the forward that wrote it wrote it, whichever of the two plans each came through).

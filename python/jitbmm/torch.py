@@ -25,6 +25,7 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 import jitbmm
 
 from . import SEMIRINGS, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
+from . import _torch_chains
 from . import _torch_product_grad as _differentiable
 from ._torch_product_kernels import KERNELS as _kernels, DTYPES as _DTYPES, kernels_for as _kernels_for
 from ._torch_product_kernels import layout as _layout, batches as _batches, empty_grad as _empty_grad, sizes as _sizes
@@ -372,5 +373,6 @@ def share_choices(src=0, group=None):
         n = jitbmm.import_choices(box[0])
     with _kernels_lock:
         _kernels.clear()
+        _torch_chains._plans.clear()  # a chain's plan holds the products its steps chose
     _fast.clear()
     return n
