@@ -201,6 +201,11 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     for (int64_t b = 0; b < k.B; ++b) {
       const int64_t L = k.ragged ? lengths[b] : k.T;
       const int32_t* s = path.data() + b * k.T;
+      if (ref_score[b] == -INFINITY) { // no path: −1 throughout
+        if (!std::all_of(s, s + k.T, [](int32_t x) { return x == -1; }) && bad++ < 5)
+          FAIL_CHECK("sequence " << b << " has no path, but its path is not −1 throughout");
+        continue;
+      }
       if (!std::isfinite(ref_score[b])) continue;
       if (!test::valid_path(s, L, k.T, C)) {
         if (bad++ < 5) FAIL_CHECK("path of sequence " << b << " is not a state a position up to its length");
@@ -224,8 +229,9 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
       const int64_t L = k.ragged ? lengths[b] : k.T;
       const int32_t* s = path.data() + b * k.T;
       if (grad_score[b] == 0) continue;
-      for (int64_t t = 0; t + 1 < L && s[t] >= 0 && s[t] < C && s[t + 1] >= 0 && s[t + 1] < C; ++t)
-        want[std::size_t(((b * steps + t) * C + s[t + 1]) * C + s[t])] = grad_score[b];
+      for (int64_t t = 0; t + 1 < L; ++t) // each step on its own, as the kernels read it
+        if (s[t] >= 0 && s[t] < C && s[t + 1] >= 0 && s[t + 1] < C)
+          want[std::size_t(((b * steps + t) * C + s[t + 1]) * C + s[t])] = grad_score[b];
     }
   }
   for (std::size_t i = 0; i < grad.size(); ++i) {

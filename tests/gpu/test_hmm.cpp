@@ -267,6 +267,11 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     for (int64_t b = 0; b < B; ++b) {
       const int64_t L = k.ragged ? lengths[b] : T, tb = k.batched ? b : 0;
       const int32_t* s = path.data() + b * T;
+      if (ref_score[b] == -INFINITY) { // no path: −1 throughout
+        if (!std::all_of(s, s + T, [](int32_t x) { return x == -1; }) && bad++ < 5)
+          FAIL_CHECK("sequence " << b << " has no path, but its path is not −1 throughout");
+        continue;
+      }
       if (!std::isfinite(ref_score[b])) continue;
       if (!test::valid_path(s, L, T, C)) {
         if (bad++ < 5) FAIL_CHECK("path of sequence " << b << " is not a state a position up to its length");
@@ -289,10 +294,13 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
       if (grad_score[std::size_t(b)] == 0) continue;
       const int64_t L = k.ragged ? lengths[b] : T, tb = k.batched ? b : 0;
       const int32_t* st = path.data() + b * T;
-      for (int64_t t = 0; t < L && st[t] >= 0 && st[t] < C; ++t) {
+      auto state = [&](int64_t t) { return t >= 0 && st[t] >= 0 && st[t] < C; };
+      for (int64_t t = 0; t < L; ++t) { // each position on its own, as the kernels read it
+        if (!state(t)) continue;
         const int64_t at[] = {(b * T + t) * C + st[t], tb * C + st[t], t > 0 ? (tb * C + st[t]) * C + st[t - 1] : 0};
         for (int i = 0; i < 3; ++i) {
-          if ((i == 1 && t > 0) || (i == 2 && t == 0)) continue; // initial at the first position, moves after it
+          // the emission; the initial state at the first position; a move after it, from a state
+          if ((i == 1 && t > 0) || (i == 2 && (t == 0 || !state(t - 1)))) continue;
           std::vector<double>& g = i == 0 ? ref_em : i == 1 ? ref_in : ref_tr;
           std::vector<double>& m = i == 0 ? mag_em : i == 1 ? mag_in : mag_tr;
           g[std::size_t(at[i])] += grad_score[std::size_t(b)];
