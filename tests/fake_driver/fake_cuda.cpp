@@ -16,7 +16,8 @@
 //   the asynchronous forms run synchronously; pinned host memory is plain host memory;
 // - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
 //   to the file $JITBMM_FAKE_CUDA_LOG names (if any), the SHA-256 taken over the image as its ELF header sizes it;
-//   jitbmm_fake_cuda_modules_loaded() counts the modules loaded (the C ABI fuzz's watchdog counts one as progress);
+//   jitbmm_fake_cuda_modules_loaded() counts the modules loaded (the C ABI fuzz's watchdog counts one as progress),
+//   jitbmm_fake_cuda_live_streams() the streams created and not destroyed;
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
 //   cuLaunchKernelEx does the same, the line ending in " programmatic" where the launch may overlap the one before;
@@ -90,6 +91,7 @@ std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
 std::atomic<long> g_modules_loaded{0};
+std::atomic<long> g_live_streams{0};
 thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 // Whether every stream is being captured now ($JITBMM_FAKE_CUDA_CAPTURING=1).
@@ -369,6 +371,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 }
 
 long jitbmm_fake_cuda_modules_loaded() { return g_modules_loaded.load(); }
+long jitbmm_fake_cuda_live_streams() { return g_live_streams.load(); }
 
 CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
@@ -585,11 +588,13 @@ CUresult CUDAAPI cuStreamGetCtx(CUstream, CUcontext* ctx) {
 CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
   if (!stream) return CUDA_ERROR_INVALID_VALUE;
   *stream = new CUstream_st;
+  g_live_streams.fetch_add(1);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
   delete stream;
+  g_live_streams.fetch_sub(1);
   return CUDA_SUCCESS;
 }
 

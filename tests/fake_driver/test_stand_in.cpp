@@ -10,6 +10,7 @@
 // helper process of its own (--stand-in), whose disk cache is empty, so that its kernels compile.
 #include <doctest/doctest.h>
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -476,6 +477,33 @@ int import_after_stand_in() {
   return 0;
 }
 
+// Stepped HMM plans (a side stream each) made through stand-ins and dropped, one problem after another: what their
+// background builds made goes with them, so the streams left alive do not grow with the plans.
+int dropped_plans() {
+  void* driver = ::dlopen(std::getenv("JITBMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL); // the library's own handle
+  auto* live = driver ? reinterpret_cast<long (*)()>(::dlsym(driver, "jitbmm_fake_cuda_live_streams")) : nullptr;
+  if (!live) throw std::runtime_error("the fake driver's jitbmm_fake_cuda_live_streams is not there");
+  long first = -1;
+  for (int i = 0; i < 8; ++i) {
+    ChainProblem p;
+    p.form = ChainForm::hmm;
+    p.dtype = DType::f64;
+    p.B = 512, p.T = 5 + i, p.C = 512;
+    {
+      const ChainPlan plan = ChainPlan::get(p);
+      if (i == 0) std::printf("strategy %s\n", plan.strategy());
+      DeviceBuffer table(std::size_t(p.C * p.C) * 8), emissions(std::size_t(p.B * p.T * p.C) * 8),
+          initial(std::size_t(p.C) * 8), score(std::size_t(p.B) * 8), saved(plan.saved_bytes());
+      // A forward that saves for a backward: the plan's side stream runs the backward messages beside it.
+      plan(HmmInputs{emissions.get(), table.get(), initial.get()}, nullptr, score.get(), saved.get());
+    }
+    wait_for_builds();
+    if (i == 0) first = live();
+  }
+  std::printf("streams-grew %ld\n", live() - first);
+  return 0;
+}
+
 // The --stand-in helper: prints a line "<name> <value>" for each fact the test checks.
 int stand_in_helper(const std::string& mode) {
   try {
@@ -490,9 +518,10 @@ int stand_in_helper(const std::string& mode) {
     if (mode == "fork") return fork_calls();
     if (mode == "exit-while-building") return exit_while_building();
     if (mode == "import-after-stand-in") return import_after_stand_in();
+    if (mode == "dropped-plans") return dropped_plans();
     throw std::invalid_argument("mode: chunked, sequential, announced-sizes, stepped, capture, product, "
                                 "product-capture, product-imported, product-imported-capture, fork, "
-                                "exit-while-building or import-after-stand-in");
+                                "exit-while-building, import-after-stand-in or dropped-plans");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stand-in helper: %s\n", e.what());
     return 1;
@@ -698,6 +727,10 @@ TEST_CASE("a first training step of a product whose variants compile long runs q
 
 TEST_CASE("a product plan made after import_choices runs the imported variant, though a stand-in served before") {
   expect(stand_in_run("import-after-stand-in"), {{"first-settled", "0"}, {"imported", "1"}, {"runs-imported", "1"}});
+}
+
+TEST_CASE("plans made through stand-ins and dropped are freed: the waits for background builds hold none") {
+  expect(stand_in_run("dropped-plans"), {{"strategy", "stepped"}, {"streams-grew", "0"}});
 }
 
 TEST_CASE("a process that ends while background builds run exits cleanly: what the builds use outlives main") {
