@@ -1,6 +1,6 @@
 """Tuning never turns a valid call into an error, on the GPU machine: with PyTorch holding all of the device's memory
 but 1 GiB (a caching allocator that has grown), the first forward and backward of new problems through jitbmm.torch
-succeed and match a float64 reference, with an empty cache and the default policy (bucket). A problem whose trial
+succeed and match a float64 reference (the output and both gradients), with an empty cache and the default policy (bucket). A problem whose trial
 would not fit what is free runs its default variants; one whose trial fits tunes as usual.
 
 Run as a program (the python_memory_pressure CTest entry): exits 77 ("skipped") where torch or a CUDA GPU is
@@ -48,15 +48,32 @@ def _child(shape, semiring):
     out.backward(g)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    # The reference on a few rows in float64, after the filler is gone.
-    del filler
-    rows = slice(0, min(M, 3))
-    a64, b64 = a.detach()[:, rows].double(), b.detach().double()
-    terms = a64.unsqueeze(-1) + b64.unsqueeze(-3)
-    ref = torch.logsumexp(terms, -2) if semiring == "log" else terms.max(-2).values
-    error = (out.detach()[:, rows].double() - ref).abs().max().item()
+    del filler  # the reference after the filler is gone
+    error, grad_error = _errors(a.detach(), b.detach(), g, out.detach(), a.grad, b.grad, semiring)
     finite = bool(torch.isfinite(a.grad).all() and torch.isfinite(b.grad).all())
-    print(json.dumps({"free_mib": free_before >> 20, "seconds": seconds, "error": error, "finite_grads": finite}))
+    print(json.dumps({"free_mib": free_before >> 20, "seconds": seconds, "error": error, "grad_error": grad_error,
+                      "finite_grads": finite}))
+
+
+def _errors(a, b, g, out, grad_a, grad_b, semiring, few=3):
+    """The largest error of out on a few rows, and of the gradients relative to their size, against float64 autograd
+    of the expanded terms: grad_a on those rows (which only they reach) and grad_b on a few columns (which only
+    theirs reach), so that the reference stays small at every shape."""
+    def product(x, y):
+        terms = x.unsqueeze(-1) + y.unsqueeze(-3)
+        return torch.logsumexp(terms, -2) if semiring == "log" else terms.max(-2).values
+
+    def relative(got, want):
+        return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
+
+    rows, cols = slice(0, min(a.shape[-2], few)), slice(0, min(b.shape[-1], few))
+    a_rows, b64 = a[:, rows].double().requires_grad_(True), b.double()
+    ref = product(a_rows, b64)
+    error = (out[:, rows].double() - ref).abs().max().item()
+    (ref_grad_a,) = torch.autograd.grad((ref * g[:, rows].double()).sum(), a_rows)
+    b_cols = b[:, :, cols].double().requires_grad_(True)
+    (ref_grad_b,) = torch.autograd.grad((product(a.double(), b_cols) * g[:, :, cols].double()).sum(), b_cols)
+    return error, max(relative(grad_a[:, rows], ref_grad_a), relative(grad_b[:, :, cols], ref_grad_b))
 
 
 class MemoryPressureTest(unittest.TestCase):
@@ -69,11 +86,13 @@ class MemoryPressureTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-4000:])
         result = json.loads(r.stdout.strip().splitlines()[-1])
         print(f"  {semiring} {'x'.join(map(str, shape))}: {result['free_mib']} MiB free, first forward + backward "
-              f"{result['seconds']:.2f} s, max error {result['error']:.2e}", file=sys.stderr)
+              f"{result['seconds']:.2f} s, max error {result['error']:.2e}, of the gradients {result['grad_error']:.2e}",
+              file=sys.stderr)
         for line in r.stderr.splitlines():
             if "not tuning" in line or "tuning" in line and "failed" in line:
                 print("   ", line, file=sys.stderr)
         self.assertLess(result["error"], 1e-4)
+        self.assertLess(result["grad_error"], 1e-4)
         self.assertTrue(result["finite_grads"])
 
     def test_first_calls_succeed_with_one_gib_free(self):
