@@ -347,19 +347,23 @@ void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scr
   fused_->pass(params, beta, tab, scratch, stream);
 }
 
-CUstream SteppedChain::side_stream() const {
+CUstream SteppedChain::side_stream(CUstream caller) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!side_) check(driver().cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  return side_;
+  if (const auto it = sides_.find(caller); it != sides_.end()) return it->second;
+  if (sides_.size() >= kMaxSideStreams) return nullptr;
+  CUstream side = nullptr;
+  check(driver().cuStreamCreate(&side, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  sides_.emplace(caller, side);
+  return side;
 }
 
 SteppedChain::~SteppedChain() {
-  if (!side_) return;
-  // Work still queued on it completes first: the driver releases the stream then. A plan may live until the process
-  // ends (a stand-in's, runtime/chain_stand_in.hpp): a driver already gone leaves nothing to release.
+  if (sides_.empty()) return;
+  // Work still queued on them completes first: the driver releases the streams then. A plan may live until the
+  // process ends (a stand-in's, runtime/chain_stand_in.hpp): a driver already gone leaves nothing to release.
   try {
     ScopedContext scope(device_->context);
-    driver().cuStreamDestroy(side_);
+    for (const auto& entry : sides_) driver().cuStreamDestroy(entry.second);
   } catch (...) {
   }
 }
@@ -423,13 +427,13 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
   }
   // The backward messages depend on the tables alone: on a stream of their own they run beside the forward's, whose
   // products alone leave SMs idle at moderate sizes (not while `stream` is captured into a graph, where the
-  // capture's one stream keeps the order).
-  if (stream_is_capturing(cu_stream)) {
+  // capture's one stream keeps the order, nor past side_stream's caller streams).
+  const CUstream side = stream_is_capturing(cu_stream) ? nullptr : side_stream(cu_stream);
+  if (!side) {
     pass(at[0], false, with_path, tables[0], products[0], stream);
     pass(at[1], true, false, tables[1], products[1], stream);
     return;
   }
-  const CUstream side = side_stream();
   wait_for(side, cu_stream);
   const JoinOnExit join{cu_stream, side}; // before the scratch is given back, on every way out
   pass(at[1], true, false, tables[1], products[1], reinterpret_cast<Stream>(side));

@@ -50,6 +50,8 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 
 class SteppedChain final : public ChainStrategy {
 public:
+  // The caller streams whose calls get a side stream of their own (side_stream).
+  static constexpr std::size_t kMaxSideStreams = 8;
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
   // asks for); otherwise they take stored decisions or the default, as every chain plan's. `build` quick: a
@@ -96,8 +98,10 @@ private:
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
   struct ForwardPieces;
   ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;
-  // The stream the backward messages' pass runs on beside the caller's, made on first use.
-  CUstream side_stream() const;
+  // The stream the backward messages' pass runs on beside `caller`: one of the plan's for each caller stream (made on
+  // first use), so that calls on different streams never wait for each other's work; null past kMaxSideStreams
+  // caller streams, whose calls then run both passes on their own stream, one after the other.
+  CUstream side_stream(CUstream caller) const;
   // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
@@ -134,7 +138,7 @@ private:
   int64_t stacked_parts_ = 0; // the stacked product's parts a pass (SteppedForm::saving_parts)
   mutable std::mutex mutex_;
   mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
-  mutable CUstream side_ = nullptr;
+  mutable std::map<CUstream, CUstream> sides_; // by caller stream
 };
 
 } // namespace jitbmm
