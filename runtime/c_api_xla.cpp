@@ -105,7 +105,7 @@ ffi::DataType score_type(ffi::DataType potentials) {
   return potentials == ffi::DataType::F16 || potentials == ffi::DataType::BF16 ? ffi::DataType::F32 : potentials;
 }
 
-std::string context_key(CUcontext ctx) { return std::to_string(reinterpret_cast<std::uintptr_t>(ctx)); }
+std::string context_key(CUcontext ctx) { return std::to_string(context_id(ctx)); }
 
 std::size_t declared_bytes(std::size_t bytes) { return bytes ? bytes + 255 : 0; }
 

@@ -109,7 +109,7 @@ ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potenti
 // The dtype of a chain's scores: f32 for half potentials, else theirs.
 ffi::DataType score_type(ffi::DataType potentials);
 
-// The part of a plan's key that names the context.
+// The part of a plan's key that names the context: its id (DeviceInfo::context_id), never its reused address.
 std::string context_key(CUcontext ctx);
 
 // The primary context of CUDA device `ordinal` (XLA's), current for a scope: where jitbmm.jax asks for a call's

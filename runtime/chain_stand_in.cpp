@@ -34,11 +34,12 @@ std::string describe(const ChainProblem& p) {
          std::to_string(p.C);
 }
 
-// The stand-ins of the process, one a problem and context. Never destroyed, as the modules they hold are not
-// (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already going.
+// The stand-ins of the process, one a problem and context (by its id, DeviceInfo::context_id). Never destroyed, as the
+// modules they hold are not (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already
+// going.
 struct Registry {
   std::mutex mutex;
-  std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
+  std::map<std::pair<unsigned long long, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
 };
 
 Registry& registry() {
@@ -144,7 +145,7 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
   Registry& r = registry();
   // A stand-in made before choices were forgotten (import_choices) holds the products chosen then: made anew after.
   const auto key =
-      std::make_pair(device->context, problem_key(problem) + "\n" + std::to_string(choices_generation()));
+      std::make_pair(device->context_id, problem_key(problem) + "\n" + std::to_string(choices_generation()));
   // The problem's stand-in, where a thread has made one: looked for again before the chosen strategy is returned, so
   // that a plan made while another thread makes the stand-in runs what that runs (a backward then reads `saved` as
   // the forward that wrote it wrote it, whichever of the two plans each came through).

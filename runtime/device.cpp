@@ -28,6 +28,7 @@ std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
   info->device = dev;
   info->ordinal = dev;
   info->context = ctx;
+  info->context_id = context_id(ctx);
   char name[256] = {0};
   check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
   info->name = name;
@@ -94,9 +95,16 @@ void check_supported(const DeviceInfo& device) {
                                  "JITBMM_NVRTC_LIBRARY to one");
 }
 
+unsigned long long context_id(CUcontext ctx) {
+  unsigned long long id = 0;
+  check(driver().cuCtxGetId(ctx, &id), "cuCtxGetId");
+  return id;
+}
+
 std::shared_ptr<const DeviceInfo> current_device() {
   static std::mutex mutex;
-  static auto* by_context = new std::map<CUcontext, std::shared_ptr<const DeviceInfo>>(); // lives for the process
+  // By context id (DeviceInfo::context_id); lives for the process.
+  static auto* by_context = new std::map<unsigned long long, std::shared_ptr<const DeviceInfo>>();
   const DriverApi& d = driver();
   CUcontext ctx = nullptr;
   check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
@@ -116,8 +124,9 @@ std::shared_ptr<const DeviceInfo> current_device() {
     // allocates afterwards (runtime API or driver API) lives where the plan's kernels run.
     check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
   }
+  const unsigned long long id = context_id(ctx);
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = (*by_context)[ctx];
+  auto& slot = (*by_context)[id];
   if (!slot) slot = describe_device(dev, ctx);
   return slot;
 }

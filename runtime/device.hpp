@@ -13,6 +13,10 @@ struct DeviceInfo {
   int ordinal = 0;
   CUdevice device = 0;
   CUcontext context = nullptr;
+  // The context's id (cuCtxGetId), unique for the process's life where the address is not: what every cache of
+  // things living in a context (modules, plans, choices) is keyed by, so that a context made anew at a freed one's
+  // address (a reset primary context, cuCtxDestroy then cuCtxCreate) is never served the dead one's modules.
+  unsigned long long context_id = 0;
   std::string name;
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
@@ -39,6 +43,9 @@ std::string supported_architectures();
 // Throws UnsupportedDeviceError naming the device, its architecture and supported_architectures() when the device is
 // older than the floor: every plan checks it before it compiles.
 void check_supported(const DeviceInfo& device);
+
+// The id of `ctx` (cuCtxGetId): DeviceInfo::context_id. Throws CudaError for a context that is not alive.
+unsigned long long context_id(CUcontext ctx);
 
 // The device of the context current on this thread (so jitbmm follows PyTorch or any cudart program), or, when
 // none is current, the primary context of device $JITBMM_DEVICE (default 0), retained for the process lifetime

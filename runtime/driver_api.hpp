@@ -138,6 +138,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
   X(cuCtxPushCurrent, cuCtxPushCurrent_v2, (CUcontext context))                                                        \
   X(cuCtxPopCurrent, cuCtxPopCurrent_v2, (CUcontext * context))                                                        \
   X(cuCtxGetDevice, cuCtxGetDevice, (CUdevice * device))                                                               \
+  X(cuCtxGetId, cuCtxGetId, (CUcontext context, unsigned long long* id))                                               \
   X(cuCtxSynchronize, cuCtxSynchronize, ())                                                                            \
   X(cuModuleLoadData, cuModuleLoadData, (CUmodule * module, const void* image))                                        \
   X(cuModuleUnload, cuModuleUnload, (CUmodule module))                                                                 \

@@ -18,8 +18,8 @@ namespace jitbmm {
 
 namespace {
 
-// Context, kernel name (which carries the source hash) and whether a quick build.
-using Key = std::tuple<CUcontext, std::string, bool>;
+// Context id (DeviceInfo::context_id), kernel name (which carries the source hash) and whether a quick build.
+using Key = std::tuple<unsigned long long, std::string, bool>;
 
 thread_local bool t_quick = false;
 using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
@@ -132,7 +132,7 @@ std::shared_ptr<const LoadedKernel> load_generated(const DeviceInfo& device, con
   kernel.quick = kernel.quick || t_quick;
   std::mutex& mutex = generated_loads().mutex;
   std::map<Key, Entry>* entries = &generated_loads().entries;
-  const Key key{device.context, kernel.name, kernel.quick};
+  const Key key{device.context_id, kernel.name, kernel.quick};
   std::promise<std::shared_ptr<const LoadedKernel>> promise;
   Entry existing;
   {
@@ -162,7 +162,7 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
   // Every get() lands here: remember what each spec loaded, so a repeat skips generating and hashing the source.
   std::mutex& mutex = spec_loads().mutex;
   std::map<Key, std::shared_ptr<const LoadedKernel>>* loaded = &spec_loads().loaded;
-  const Key key{device.context, to_string(spec), t_quick};
+  const Key key{device.context_id, to_string(spec), t_quick};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = loaded->find(key);
@@ -176,12 +176,12 @@ std::shared_ptr<const LoadedKernel> load_kernel(const DeviceInfo& device, const 
 bool kernel_known(const DeviceInfo& device, const GeneratedKernel& kernel) {
   Loads& loads = generated_loads();
   std::lock_guard<std::mutex> lock(loads.mutex);
-  return loads.entries.count(Key{device.context, kernel.name, kernel.quick || t_quick}) != 0;
+  return loads.entries.count(Key{device.context_id, kernel.name, kernel.quick || t_quick}) != 0;
 }
 
 bool kernel_known(const DeviceInfo& device, const KernelSpec& spec) {
   SpecLoads& loads = spec_loads();
-  const Key key{device.context, to_string(spec), t_quick};
+  const Key key{device.context_id, to_string(spec), t_quick};
   std::lock_guard<std::mutex> lock(loads.mutex);
   return loads.loaded.count(key) != 0;
 }

@@ -16,11 +16,11 @@ namespace jitbmm {
 
 namespace {
 
-// The stand-in plans of the process, one a problem and context. Never destroyed, as the modules they hold are not
-// (runtime/jit.hpp).
+// The stand-in plans of the process, one a problem and context (by its id, DeviceInfo::context_id). Never destroyed, as
+// the modules they hold are not (runtime/jit.hpp).
 struct Registry {
   std::mutex mutex;
-  std::map<std::pair<CUcontext, std::string>, PlanImpl> plans;
+  std::map<std::pair<unsigned long long, std::string>, PlanImpl> plans;
 };
 
 Registry& registry() {
@@ -187,7 +187,7 @@ PlanImpl chosen_or_stand_in(const Problem& problem, const std::shared_ptr<const 
   Registry& r = registry();
   // A stand-in made before choices were forgotten (import_choices, share_choices) waits for the variant chosen then:
   // a plan made after it is made anew, so that it takes the imported one.
-  const auto key = std::make_pair(device->context, describe(problem) + "\n" + std::to_string(choices_generation()));
+  const auto key = std::make_pair(device->context_id, describe(problem) + "\n" + std::to_string(choices_generation()));
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const auto it = r.plans.find(key); it != r.plans.end()) {

@@ -289,7 +289,7 @@ namespace {
 // The key of a choice remembered in this process: `p` is the pass's own problem (grad_problem for a backward).
 std::string choice_id(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass) {
   std::ostringstream id;
-  id << device.context << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
+  id << device.context_id << ' ' << int(policy) << ' ' << pass_name(pass) << ' ' << describe(p) << ' ' << p.with_argmax
      << ' ' << dtype_info(p.output_dtype()).name;
   return id.str();
 }

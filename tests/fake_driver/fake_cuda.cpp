@@ -9,7 +9,10 @@
 //   $JITBMM_FAKE_CUDA_SM (digits: "61" for sm_61) gives it another compute capability and the name "Fake sm_61"
 //   (the limits stay an H100's); a value that is not 2 or 3 digits makes the capability queries fail;
 //   $JITBMM_FAKE_CUDA_DRIVER (digits, default 13000) the CUDA version cuDriverGetVersion reports;
-// - a primary context and a per-thread context stack;
+// - a primary context and a per-thread context stack; cuCtxGetId gives the context's id, which
+//   cuDevicePrimaryCtxReset (which jitbmm never calls: a test stands in for the program that does) changes, as a real
+//   reset makes the primary context anew at the same address; a function of a module loaded before the reset is then
+//   dead, and launching it is CUDA_ERROR_CONTEXT_IS_DESTROYED;
 // - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB, which
 //   cuMemGetInfo reports as the total, less what is allocated as free); copies and
 //   memsets check that the whole range lies in one allocation (CUDA_ERROR_INVALID_VALUE otherwise) and then run;
@@ -54,12 +57,17 @@
 
 struct CUctx_st {
   CUdevice device = 0;
+  std::atomic<unsigned long long> id{1}; // changed by cuDevicePrimaryCtxReset
 };
 struct CUfunc_st {
   std::string name;
+  CUctx_st* context = nullptr;       // where its module was loaded
+  unsigned long long context_id = 0; // and that context's id then
 };
 struct CUmod_st {
   std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+  CUctx_st* context = nullptr;
+  unsigned long long context_id = 0;
 };
 struct CUevent_st {};
 struct CUmemPoolHandle_st {
@@ -226,7 +234,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
     FAKE_NAME(CUDA_ERROR_INVALID_VALUE)
     FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY) FAKE_NAME(CUDA_ERROR_INVALID_DEVICE) FAKE_NAME(CUDA_ERROR_INVALID_IMAGE)
         FAKE_NAME(CUDA_ERROR_INVALID_CONTEXT) FAKE_NAME(CUDA_ERROR_INVALID_HANDLE) FAKE_NAME(CUDA_ERROR_LAUNCH_FAILED)
-            FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
+            FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED) FAKE_NAME(CUDA_ERROR_CONTEXT_IS_DESTROYED)
 #undef FAKE_NAME
                 default : * name = nullptr;
     return CUDA_ERROR_INVALID_VALUE;
@@ -332,6 +340,22 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
+// The primary context made anew: a new id at the same address, the functions of its modules dead.
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice device) {
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  static std::atomic<unsigned long long> next{2};
+  g_primary.id.store(next.fetch_add(1));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  if (!ctx) ctx = current();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = ctx->id.load();
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
   *ctx = current();
@@ -382,6 +406,8 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   if (capturing() && t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) log_line("capture-broken");
   g_modules_loaded.fetch_add(1);
   *module = new CUmod_st;
+  (*module)->context = current();
+  (*module)->context_id = current()->id.load();
   return CUDA_SUCCESS;
 }
 
@@ -395,7 +421,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, cons
   if (!function || !module || !name) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& slot = module->functions[name];
-  if (!slot) slot = std::make_unique<CUfunc_st>(CUfunc_st{name});
+  if (!slot) slot = std::make_unique<CUfunc_st>(CUfunc_st{name, module->context, module->context_id});
   *function = slot.get();
   return CUDA_SUCCESS;
 }
@@ -432,6 +458,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
                                 void** extra) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (f->context && f->context->id.load() != f->context_id) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   const uint64_t threads = uint64_t(bx) * by * bz;
   if (gx == 0 || gy == 0 || gz == 0 || gx > INT32_MAX || gy > 65535 || gz > 65535 || threads == 0 ||
       threads > kMaxThreadsPerBlock || bz > 64 || shared_bytes > unsigned(kSharedPerBlockOptin) || (!params && !extra))

@@ -51,9 +51,19 @@ inline HelperRun run_helper(std::vector<std::string> args, const std::vector<std
   return r;
 }
 
+// The line of a helper's `output` that starts with `name` and a space, without them ("(no line <name>)" if none).
+inline std::string line_of(const std::string& output, const std::string& name) {
+  const std::size_t at = output.rfind(name + " ", 0) == 0 ? 0 : output.find("\n" + name + " ");
+  if (at == std::string::npos) return "(no line " + name + ")";
+  const std::size_t from = output.find(' ', at + (at ? 1 : 0)) + 1;
+  return output.substr(from, output.find('\n', from) - from);
+}
+
 // The helper modes of test_arch_levels.cpp (main dispatches to it): "--device-level" and "--old-device".
 int arch_level_helper(const std::string& mode);
 // The helper modes of test_stand_in.cpp: "--stand-in calls" and "--stand-in capture".
 int stand_in_helper(const std::string& mode);
+// The helper mode of test_context_reset.cpp: "--context-reset".
+int context_reset_helper();
 
 } // namespace jitbmm::test

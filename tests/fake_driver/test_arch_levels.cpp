@@ -73,14 +73,6 @@ int old_device() {
   return 0;
 }
 
-// The line of `output` that starts with `name` and a space, without them.
-std::string line_of(const std::string& output, const std::string& name) {
-  const std::size_t at = output.rfind(name + " ", 0) == 0 ? 0 : output.find("\n" + name + " ");
-  if (at == std::string::npos) return "(no line " + name + ")";
-  const std::size_t from = output.find(' ', at + (at ? 1 : 0)) + 1;
-  return output.substr(from, output.find('\n', from) - from);
-}
-
 } // namespace
 
 int test::arch_level_helper(const std::string& mode) {
@@ -90,24 +82,24 @@ int test::arch_level_helper(const std::string& mode) {
 TEST_CASE("JITBMM_FEATURES on a fake sm_90: the level's features, decisions kept apart, plans compiled for sm_90") {
   const test::HelperRun own = test::run_helper({"--device-level"}, {{"JITBMM_FEATURES", ""}});
   INFO(own.output);
-  CHECK(line_of(own.output, "level") == "sm_90");
-  CHECK(line_of(own.output, "tuning") == "sm_90");
-  CHECK(line_of(own.output, "features") == feature_names(arch_features(90).bits));
+  CHECK(test::line_of(own.output, "level") == "sm_90");
+  CHECK(test::line_of(own.output, "tuning") == "sm_90");
+  CHECK(test::line_of(own.output, "features") == feature_names(arch_features(90).bits));
   for (const char* level : {"sm_75", "sm_80"}) {
     const test::HelperRun r = test::run_helper({"--device-level"}, {{"JITBMM_FEATURES", level}});
     INFO(r.output);
     CHECK(r.status == 0);
-    CHECK(line_of(r.output, "arch") == "sm_90");
-    CHECK(line_of(r.output, "level") == level);
-    CHECK(line_of(r.output, "features") == feature_names(arch_features(parse_sm(level, "level")).bits));
-    CHECK(line_of(r.output, "tuning") == std::string("sm_90@") + level);
-    CHECK(line_of(r.output, "key") != line_of(own.output, "key")); // no decision of the GPU's own serves a level
-    CHECK(line_of(r.output, "plan").rfind("log_f32_", 0) == 0);
+    CHECK(test::line_of(r.output, "arch") == "sm_90");
+    CHECK(test::line_of(r.output, "level") == level);
+    CHECK(test::line_of(r.output, "features") == feature_names(arch_features(parse_sm(level, "level")).bits));
+    CHECK(test::line_of(r.output, "tuning") == std::string("sm_90@") + level);
+    CHECK(test::line_of(r.output, "key") != test::line_of(own.output, "key")); // no decision of the GPU's own serves a level
+    CHECK(test::line_of(r.output, "plan").rfind("log_f32_", 0) == 0);
   }
   // The GPU's own architecture as the level is no level at all.
   const test::HelperRun same = test::run_helper({"--device-level"}, {{"JITBMM_FEATURES", "sm_90"}});
-  CHECK(line_of(same.output, "tuning") == "sm_90");
-  CHECK(line_of(same.output, "key") == line_of(own.output, "key"));
+  CHECK(test::line_of(same.output, "tuning") == "sm_90");
+  CHECK(test::line_of(same.output, "key") == test::line_of(own.output, "key"));
 }
 
 TEST_CASE("JITBMM_FEATURES above the GPU, below the floor or malformed is an error naming it, also at the C ABI") {
@@ -136,16 +128,16 @@ TEST_CASE("a GPU below the floor: every way of planning fails at once with Unsup
   const std::string floor = sm_name(floor_sm(nvrtc_supported_archs()));
   const std::string refusal =
       "device 0 (Fake sm_61) is sm_61; jitbmm needs " + floor + " or later with NVRTC " + nvrtc_version();
-  CHECK(line_of(r.output, "products").rfind("unsupported_device: " + refusal, 0) == 0);
-  CHECK(line_of(r.output, "chain").rfind("unsupported_device: " + refusal, 0) == 0);
+  CHECK(test::line_of(r.output, "products").rfind("unsupported_device: " + refusal, 0) == 0);
+  CHECK(test::line_of(r.output, "chain").rfind("unsupported_device: " + refusal, 0) == 0);
   // The C ABI gives the refusal its own status, with the whole message.
-  CHECK(line_of(r.output, "c_abi") == std::to_string(JITBMM_UNSUPPORTED_DEVICE) +
+  CHECK(test::line_of(r.output, "c_abi") == std::to_string(JITBMM_UNSUPPORTED_DEVICE) +
                                           ": device 0 (Fake sm_61) is sm_61; jitbmm needs " +
                                           supported_architectures());
-  CHECK(line_of(r.output, "c_abi").rfind("7: " + refusal, 0) == 0); // the value is part of the ABI
-  CHECK(line_of(r.output, "compiles") == "0"); // refused before any kernel was compiled, not by NVRTC or ptxas
+  CHECK(test::line_of(r.output, "c_abi").rfind("7: " + refusal, 0) == 0); // the value is part of the ABI
+  CHECK(test::line_of(r.output, "compiles") == "0"); // refused before any kernel was compiled, not by NVRTC or ptxas
   // The fake at a supported architecture plans (the same helper, so the refusal above is the architecture's).
   const test::HelperRun ok = test::run_helper({"--old-device"}, {{"JITBMM_FAKE_CUDA_SM", "80"}});
-  CHECK_MESSAGE(line_of(ok.output, "products") == "none", ok.output);
-  CHECK_MESSAGE(line_of(ok.output, "c_abi").rfind("0:", 0) == 0, ok.output);
+  CHECK_MESSAGE(test::line_of(ok.output, "products") == "none", ok.output);
+  CHECK_MESSAGE(test::line_of(ok.output, "c_abi").rfind("0:", 0) == 0, ok.output);
 }

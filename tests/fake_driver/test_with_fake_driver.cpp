@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
   ::setenv("JITBMM_STAND_IN", "off", 0);
   if (argc == 2 && std::strcmp(argv[1], "--c-plan") == 0) return c_plan_main();
   if (argc == 3 && std::strcmp(argv[1], "--stand-in") == 0) return test::stand_in_helper(argv[2]);
+  if (argc == 2 && std::strcmp(argv[1], "--context-reset") == 0) return test::context_reset_helper();
   if (argc > 1 && std::strncmp(argv[1], "--share-", 8) == 0) return share_main(argc, argv);
   if (argc > 1 && (std::strcmp(argv[1], "--plan") == 0 || std::strcmp(argv[1], "--plan-bucket") == 0))
     return plan_main(argc, argv);
