@@ -27,6 +27,28 @@ void clear_last_error() noexcept {
   g_unkept = false;
 }
 
+jitbmm_status status_of_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    return fail(JITBMM_INVALID_ARGUMENT, e.what());
+  } catch (const NoDriverError& e) {
+    return fail(JITBMM_NO_DRIVER, e.what());
+  } catch (const NoNvrtcError& e) {
+    return fail(JITBMM_NO_NVRTC, e.what());
+  } catch (const UnsupportedDeviceError& e) {
+    return fail(JITBMM_UNSUPPORTED_DEVICE, e.what());
+  } catch (const CudaError& e) {
+    return fail(JITBMM_CUDA_ERROR, e.what());
+  } catch (const CompileError& e) {
+    return fail(JITBMM_COMPILE_ERROR, e.what());
+  } catch (const std::exception& e) {
+    return fail(JITBMM_INTERNAL_ERROR, e.what());
+  } catch (...) {
+    return fail(JITBMM_INTERNAL_ERROR, "unknown exception");
+  }
+}
+
 void require(const void* ptr, const char* name) {
   if (!ptr) throw std::invalid_argument(std::string(name) + ": null pointer");
 }

@@ -22,28 +22,27 @@ jitbmm_status fail(jitbmm_status status, const char* message) noexcept;
 // A call that succeeded leaves no message behind.
 void clear_last_error() noexcept;
 
-// Runs `body`, mapping each exception type to its status.
+// The status of the exception being handled (called inside a catch block), its message kept as the last error.
+jitbmm_status status_of_current_exception() noexcept;
+
+// Runs `body`, mapping each exception type to its status; a body that returns leaves no message behind.
 template <class F> jitbmm_status guarded(F body) {
   try {
     body();
     clear_last_error();
     return JITBMM_OK;
-  } catch (const std::invalid_argument& e) {
-    return fail(JITBMM_INVALID_ARGUMENT, e.what());
-  } catch (const NoDriverError& e) {
-    return fail(JITBMM_NO_DRIVER, e.what());
-  } catch (const NoNvrtcError& e) {
-    return fail(JITBMM_NO_NVRTC, e.what());
-  } catch (const UnsupportedDeviceError& e) {
-    return fail(JITBMM_UNSUPPORTED_DEVICE, e.what());
-  } catch (const CudaError& e) {
-    return fail(JITBMM_CUDA_ERROR, e.what());
-  } catch (const CompileError& e) {
-    return fail(JITBMM_COMPILE_ERROR, e.what());
-  } catch (const std::exception& e) {
-    return fail(JITBMM_INTERNAL_ERROR, e.what());
   } catch (...) {
-    return fail(JITBMM_INTERNAL_ERROR, "unknown exception");
+    return status_of_current_exception();
+  }
+}
+
+// Runs `body`, which returns a status of C calls it made (each keeping its own message), mapping each exception it
+// throws besides (building a key, a table's memory) to its status as guarded() does.
+template <class F> jitbmm_status guarded_status(F body) {
+  try {
+    return body();
+  } catch (...) {
+    return status_of_current_exception();
   }
 }
 

@@ -101,6 +101,20 @@ ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potenti
   return c;
 }
 
+jitbmm_chain_problem contiguous(const jitbmm_chain_problem& problem) {
+  jitbmm_chain_problem q{};
+  q.semiring = problem.semiring, q.dtype = problem.dtype, q.form = problem.form;
+  q.B = problem.B, q.T = problem.T, q.C = problem.C;
+  q.with_lengths = problem.with_lengths;
+  q.batched_transitions = problem.batched_transitions, q.batched_initial = problem.batched_initial;
+  return q;
+}
+
+jitbmm_status checked(const jitbmm_chain_problem& problem) {
+  std::size_t unused = 0;
+  return jitbmm_chain_problem_saved_bytes(&problem, &unused);
+}
+
 ffi::DataType score_type(ffi::DataType potentials) {
   return potentials == ffi::DataType::F16 || potentials == ffi::DataType::BF16 ? ffi::DataType::F32 : potentials;
 }

@@ -101,6 +101,12 @@ struct Chain {
   jitbmm_chain_problem problem{};
   const int64_t* lengths = nullptr;
 };
+// What a handler's plan reads of a caller's `problem`: its semiring, dtype, form, B, T, C, with_lengths and batched_*
+// flags; the strides zero (contiguous), as the handlers' buffers are.
+jitbmm_chain_problem contiguous(const jitbmm_chain_problem& problem);
+// `problem` checked as a plan checks it, without making one (an empty batch's, whose calls launch nothing): OK, or the
+// status with a message naming what is wrong.
+jitbmm_status checked(const jitbmm_chain_problem& problem);
 // lengths as jitbmm.jax passes them, int32 pairs [..., 2] of the batch (each an int64's halves), or no elements for
 // none.
 ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B);

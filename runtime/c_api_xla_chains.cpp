@@ -243,9 +243,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 } // namespace jitbmm::xla_ffi
 
 // The bytes of the workspace result of a chain's handler for `problem` (its semiring, dtype, form, B, T, C and
-// lengths, batched_transitions and batched_initial read; the strides unused) on CUDA device `device`: pass 0 a forward,
-// 1 a forward with the best path, 2 a backward. By the problem's plan, made now and kept for the calls: the sizes it
-// gives now hold for every call, by its stand-in or its chosen strategy (runtime/chain_stand_in.hpp).
+// lengths, batched_transitions and batched_initial read; the strides ignored: the handlers' buffers are contiguous) on
+// CUDA device `device`: pass 0 a forward, 1 a forward with the best path, 2 a backward. By the problem's plan, made now
+// and kept for the calls: the sizes it gives now hold for every call, by its stand-in or its chosen strategy
+// (runtime/chain_stand_in.hpp). An empty batch takes none (its problem is still checked).
 extern "C" jitbmm_status jitbmm_xla_chain_workspace(int device, const jitbmm_chain_problem* problem, int pass,
                                                     size_t* bytes) {
   using namespace jitbmm::xla_ffi;
@@ -254,18 +255,21 @@ extern "C" jitbmm_status jitbmm_xla_chain_workspace(int device, const jitbmm_cha
   *bytes = 0;
   if (pass < 0 || pass > 2)
     return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "pass: expected 0, 1 or 2");
-  if (problem->B == 0) return JITBMM_OK; // the calls launch nothing
-  Chain c;
-  c.semiring = problem->semiring;
-  c.problem = *problem;
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
-    std::shared_ptr<jitbmm_chain_plan> plan;
-    std::size_t need = 0;
-    jitbmm_status s = chain_plan(c, ctx, plan);
-    if (!s)
-      s = pass == 2 ? jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &need)
-                    : jitbmm_chain_plan_workspace_bytes(plan.get(), pass == 1, &need);
-    *bytes = declared_bytes(need);
-    return s;
+  return jitbmm::c_api::guarded_status([&] {
+    Chain c;
+    c.semiring = problem->semiring;
+    c.problem = contiguous(*problem);
+    c.problem.semiring = c.semiring.c_str();
+    if (problem->B == 0) return checked(c.problem); // the calls launch nothing
+    return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+      std::shared_ptr<jitbmm_chain_plan> plan;
+      std::size_t need = 0;
+      jitbmm_status s = chain_plan(c, ctx, plan);
+      if (!s)
+        s = pass == 2 ? jitbmm_chain_plan_backward_workspace_bytes(plan.get(), &need)
+                      : jitbmm_chain_plan_workspace_bytes(plan.get(), pass == 1, &need);
+      *bytes = declared_bytes(need);
+      return s;
+    });
   });
 }

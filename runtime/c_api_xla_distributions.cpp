@@ -262,17 +262,20 @@ jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char*
   if (!problem || !problem->dtype || !bytes)
     return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "problem, problem.dtype, bytes: must not be NULL");
   *bytes = 0;
-  if (problem->B == 0) return JITBMM_OK;
-  Chain c;
-  c.semiring = semiring;
-  c.problem = jitbmm_chain_problem{};
-  c.problem.dtype = problem->dtype, c.problem.B = problem->B, c.problem.T = problem->T, c.problem.C = problem->C;
-  c.problem.with_lengths = problem->with_lengths;
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
-    std::size_t n = 0;
-    const jitbmm_status s = need(c, ctx, n);
-    *bytes = declared_bytes(n);
-    return s;
+  return jitbmm::c_api::guarded_status([&] {
+    Chain c;
+    c.semiring = semiring;
+    c.problem = jitbmm_chain_problem{};
+    c.problem.dtype = problem->dtype, c.problem.B = problem->B, c.problem.T = problem->T, c.problem.C = problem->C;
+    c.problem.with_lengths = problem->with_lengths;
+    c.problem.semiring = c.semiring.c_str();
+    if (problem->B == 0) return checked(c.problem); // the calls launch nothing
+    return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+      std::size_t n = 0;
+      const jitbmm_status s = need(c, ctx, n);
+      *bytes = declared_bytes(n);
+      return s;
+    });
   });
 }
 } // namespace

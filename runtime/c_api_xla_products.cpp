@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "runtime/c_api_xla.hpp"
+#include "runtime/repair_watch.hpp"
 
 namespace jitbmm::xla_ffi {
 namespace {
@@ -75,6 +76,7 @@ ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, 
   if (const jitbmm_status s = jitbmm_plan_workspace_bytes(plan.get(), &bytes)) return failed(s);
   auto ws = workspace(*declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
+  const UnwatchedCalls unwatched; // no move to another variant (a tuning, a compile) inside XLA's execute
   const jitbmm_status s = jitbmm_plan_run_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out->untyped_data(),
       with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, ws->data, ws->bytes, stream);
@@ -146,19 +148,21 @@ extern "C" jitbmm_status jitbmm_xla_bmm_workspace(int device, const char* semiri
   if (!semiring || !precision || !dtype || !bytes)
     return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "semiring, precision, dtype, bytes: must not be NULL");
   *bytes = 0;
-  Product p;
-  p.semiring = semiring, p.precision = precision;
-  if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N)) return s;
-  p.problem.with_argmax = with_argmax != 0;
-  if (B == 0 || M == 0 || N == 0 || (backward && K == 0)) return JITBMM_OK; // the calls launch nothing
-  return in_device_context(device, [&](jitbmm::CUcontext ctx) {
-    std::shared_ptr<jitbmm_plan> plan;
-    std::size_t need = 0;
-    jitbmm_status s = product_plan(p, nullptr, ctx, plan);
-    if (!s)
-      s = backward ? jitbmm_plan_backward_workspace_bytes(plan.get(), 1, 1, with_argmax, &need)
-                   : jitbmm_plan_workspace_bytes(plan.get(), &need);
-    *bytes = declared_bytes(need);
-    return s;
+  return jitbmm::c_api::guarded_status([&] {
+    Product p;
+    p.semiring = semiring, p.precision = precision;
+    if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N)) return s;
+    p.problem.with_argmax = with_argmax != 0;
+    if (B == 0 || M == 0 || N == 0 || (backward && K == 0)) return JITBMM_OK; // the calls launch nothing
+    return in_device_context(device, [&](jitbmm::CUcontext ctx) {
+      std::shared_ptr<jitbmm_plan> plan;
+      std::size_t need = 0;
+      jitbmm_status s = product_plan(p, nullptr, ctx, plan);
+      if (!s)
+        s = backward ? jitbmm_plan_backward_workspace_bytes(plan.get(), 1, 1, with_argmax, &need)
+                     : jitbmm_plan_workspace_bytes(plan.get(), &need);
+      *bytes = declared_bytes(need);
+      return s;
+    });
   });
 }

@@ -251,7 +251,7 @@ void SemiringBMM::run(const void* a, const void* b, void* out, int32_t* argmax, 
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   // A watched plan reads an earlier call's repair count once it has landed, and may move to the wide-data variant.
   const ForwardVariant* moved = im.moved.load(std::memory_order_acquire) ? im.wide.get() : nullptr;
-  const bool watching = im.watch && !moved && !im.settled.load(std::memory_order_relaxed);
+  const bool watching = im.watch && !moved && !im.settled.load(std::memory_order_relaxed) && !UnwatchedCalls::active();
   if (watching)
     if (const auto share = im.watch->landed(cu_stream); share && *share >= kWideRepairShare)
       moved = move_to_wide(im, *share);

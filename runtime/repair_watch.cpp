@@ -15,6 +15,14 @@ bool repair_watch_enabled() {
   return !v || !*v || parse_env_switch(v, "JITBMM_REPAIR_WATCH");
 }
 
+namespace {
+thread_local bool t_unwatched = false;
+} // namespace
+
+UnwatchedCalls::UnwatchedCalls() : previous_(t_unwatched) { t_unwatched = true; }
+UnwatchedCalls::~UnwatchedCalls() { t_unwatched = previous_; }
+bool UnwatchedCalls::active() { return t_unwatched; }
+
 RepairWatch::RepairWatch(const DeviceInfo& device, int64_t outputs, std::size_t counter_offset)
     : context_(device.context), outputs_(outputs), counter_offset_(counter_offset) {}
 

@@ -31,6 +31,21 @@ constexpr long kLaterEvery = 64;          // ... then one call in this many (dat
 // value that is not a switch is an error naming it).
 bool repair_watch_enabled();
 
+// While one lives on a thread, the plans' calls there neither read nor count their repairs: they stay on their
+// variant and allocate nothing for the watch. An XLA handler's execute stage holds one, since it may only launch.
+class UnwatchedCalls {
+public:
+  UnwatchedCalls();
+  ~UnwatchedCalls();
+  UnwatchedCalls(const UnwatchedCalls&) = delete;
+  UnwatchedCalls& operator=(const UnwatchedCalls&) = delete;
+  // Whether one lives on this thread.
+  static bool active();
+
+private:
+  bool previous_;
+};
+
 class RepairWatch {
 public:
   // For a plan on `device` with `outputs` outputs whose repair counter (uint64) sits `counter_offset` bytes into the

@@ -267,6 +267,39 @@ class TraceTest(unittest.TestCase):
         ask(1)
         self.assertEqual(info().misses, misses + 1, "a size known before the table started again, not asked again")
 
+    def test_workspace_functions_at_the_c_abi(self):
+        """The jitbmm_xla_*_workspace functions as C callers reach them: a chain's strides are ignored (the handlers'
+        buffers are contiguous), so a problem given with strides neither is refused for them nor stores a plan that
+        reads them; an empty batch's problem is still checked, naming what is wrong; an OK leaves no message."""
+        import ctypes
+        import jitbmm
+        from jitbmm import _jax_support
+        lib = _jax_support._handlers()
+        n = ctypes.c_size_t()
+
+        def workspace(chain, function="jitbmm_xla_chain_workspace", last=0):
+            status = getattr(lib, function)(0, ctypes.byref(chain), last, ctypes.byref(n))
+            return status, jitbmm._library().jitbmm_last_error().decode()
+
+        plain = jitbmm._chain_problem("log", "f32", 4, 8, 5, False, "crf")
+        strided = jitbmm._chain_problem("log", "f32", 4, 8, 5, False, "crf")
+        strided.strides[:] = [-1, 1, 1, 1]
+        self.assertEqual(workspace(strided), (0, ""))
+        expected = n.value
+        self.assertEqual(workspace(plain), (0, ""))
+        self.assertEqual(n.value, expected)
+        jitbmm._library().jitbmm_plan_create(None, None)  # leaves a message behind
+        for function in ("jitbmm_xla_chain_workspace", "jitbmm_xla_chain_kbest_workspace"):
+            with self.subTest(function=function):
+                self.assertEqual(workspace(jitbmm._chain_problem("log", "f32", 0, 8, 5, False, "crf"), function, 2),
+                                 (0, ""))
+                status, message = workspace(jitbmm._chain_problem("log", "nope", 0, 8, 5, False, "crf"), function, 2)
+                self.assertNotEqual(status, 0)
+                self.assertIn("dtype", message)
+                status, message = workspace(jitbmm._chain_problem("log", "f32", 0, 0, 5, False, "crf"), function, 2)
+                self.assertNotEqual(status, 0)
+                self.assertIn("T", message)
+
     def test_bad_arguments(self):
         jj, ones = self.jj, jnp.ones
         cases = [

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,6 +44,7 @@
 #include "runtime/device.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/repair_watch.hpp"
 #include "templates/exp_matmul/bounds.cuh"
 
 using namespace jitbmm;
@@ -140,7 +142,7 @@ Problem small_problem(Semiring s, DType d) {
 // keeps what is written there), printing the variant each call ran: "call <i> <strategy>" (a move to the wide-data
 // variant happens at the start of a call, once an earlier call's count has landed).
 int watch_main(int argc, char** argv) {
-  if (argc != 3) return 2;
+  if (argc != 3 && !(argc == 4 && std::strcmp(argv[3], "unwatched") == 0)) return 2;
   try {
     set_tune_policy(TunePolicy::never);
     Problem p;
@@ -166,6 +168,8 @@ int watch_main(int argc, char** argv) {
     const uint64_t repaired = uint64_t(4 * 256 * 256) * std::stoi(argv[2]) / 100;
     for (int call = 1; call <= 3; ++call) {
       ws.upload(&repaired, sizeof repaired, static_cast<std::size_t>(w.repaired));
+      std::optional<UnwatchedCalls> unwatched;
+      if (argc == 4) unwatched.emplace();
       plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), bytes});
       std::printf("call %d %s\n", call, strategy_name(plan.spec().strategy));
     }
@@ -1142,6 +1146,10 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
   CHECK(run("25", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
   CHECK(run("10", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   CHECK(run("60", true) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
+  // Calls under UnwatchedCalls (an XLA handler's) neither count nor move.
+  const test::HelperRun held =
+      test::run_helper({"--watch", "60", "unwatched"}, {{"JITBMM_CACHE_DIR", dir.path + "/held"}});
+  CHECK(held.output == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   ::setenv("JITBMM_REPAIR_WATCH", "off", 1);
   CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   CHECK(exit_status == 0);
