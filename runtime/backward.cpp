@@ -34,9 +34,7 @@ namespace {
 // The kernel of one pass for this plan, chosen on first use and kept: a stand-in plan's, a quick build of the
 // default variant.
 std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass pass) {
-  std::lock_guard<std::mutex> lock(im.grad_mutex);
-  auto& slot = im.grad[pass == Pass::grad_a ? 0 : 1];
-  if (!slot) {
+  return im.grad[pass == Pass::grad_a ? 0 : 1].get([&] {
     const Problem p = grad_problem(im.problem);
     auto gk = std::make_shared<GradKernel>();
     const TunePolicy policy = tune_policy_from_env();
@@ -52,19 +50,15 @@ std::shared_ptr<const GradKernel> grad_kernel(const SemiringBMM::Impl& im, Pass 
     const StrategyDef& def = strategy_def(gk->spec);
     gk->launches = def.launches(gk->spec, p);
     if (def.second_pass_launches) gk->second = def.second_pass_launches(gk->spec, p);
-    slot = gk;
-  }
-  return slot;
+    return std::shared_ptr<const GradKernel>(std::move(gk));
+  });
 }
 
 // Both passes' kernels for a first backward that runs both, built at once before either is chosen (a stored decision
 // brought from elsewhere is checked on its first choice, which loads its kernels one after the other): the call
 // waits for the longest compile rather than for all of them. A tuning chooses on its own.
 void prepare_both_passes(const SemiringBMM::Impl& im) {
-  {
-    std::lock_guard<std::mutex> lock(im.grad_mutex);
-    if (im.grad[0] || im.grad[1]) return;
-  }
+  if (im.grad[0].built() || im.grad[1].built()) return;
   // A stand-in plan's passes are quick builds of their defaults (grad_kernel).
   const QuickBuild quick(im.stand_in != nullptr);
   const TunePolicy policy = tune_policy_from_env();
@@ -105,10 +99,8 @@ void zero_matrix(void* base, int64_t rows, int64_t cols, int64_t row_stride, int
 
 // That forward's plan, made on first use and kept.
 std::shared_ptr<const SemiringBMM> argmax_forward(const SemiringBMM::Impl& im) {
-  std::lock_guard<std::mutex> lock(im.grad_mutex);
-  if (!im.with_argmax)
-    im.with_argmax = std::make_shared<const SemiringBMM>(SemiringBMM::get(argmax_problem(im.problem)));
-  return im.with_argmax;
+  return im.with_argmax.get(
+      [&] { return std::make_shared<const SemiringBMM>(SemiringBMM::get(argmax_problem(im.problem))); });
 }
 
 // What one backward call runs and the scratch it takes, piece by piece in the order the call takes them: the

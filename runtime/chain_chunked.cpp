@@ -200,9 +200,12 @@ void ChunkedChain::launch(const char* suffix, int64_t items, bool block_per_item
 // A level of a tree: `batch` products of adjacent matrices (the later step's on the left: a chain step sends the
 // messages through potentials[c][p] from p to c), a the odd ones and b the even ones of the level below.
 SemiringBMM ChunkedChain::product(int64_t batch, Stream stream) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (const auto it = products_.find(batch); it != products_.end()) return it->second;
-  return products_.emplace(batch, SemiringBMM::get(chunk_level_problem(problem_, batch), stream)).first->second;
+  const BuiltOnce<SemiringBMM>* kept = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept = &products_[batch]; // a map's entries stay where they are
+  }
+  return kept->get([&] { return SemiringBMM::get(chunk_level_problem(problem_, batch), stream); });
 }
 
 std::size_t ChunkedChain::product_scratch_bytes(bool backward, Stream stream) const {

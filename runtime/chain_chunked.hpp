@@ -23,6 +23,7 @@
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
+#include "support/built_once.hpp"
 #include "templates/chain/chunk_params.cuh"
 #include "templates/chain/params.cuh"
 
@@ -108,8 +109,8 @@ private:
   std::shared_ptr<const LoadedKernel> kernel_;
   std::optional<ChainPlan> top_; // log: the chain of chunks
   std::shared_ptr<const ChainStrategy> sequential_;
-  mutable std::mutex mutex_;
-  mutable std::map<int64_t, SemiringBMM> products_; // by batch
+  mutable std::mutex mutex_; // guards products_' entries (each builds on its own: a level's holds up no other's)
+  mutable std::map<int64_t, BuiltOnce<SemiringBMM>> products_; // by batch
   static constexpr std::size_t kUnknownBytes = ~std::size_t(0);
   mutable std::atomic<std::size_t> product_scratch_[2] = {kUnknownBytes, kUnknownBytes}; // forward, backward
 };

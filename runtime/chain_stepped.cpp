@@ -190,13 +190,21 @@ std::size_t SteppedChain::product_bytes(const Problem& q, const std::function<Se
                      : plan().workspace_bytes();
 }
 
+SemiringBMM SteppedChain::kept_product(ProductKind kind, bool beta, bool argmax, const Problem& problem,
+                                       Stream stream) const {
+  const BuiltOnce<SemiringBMM>* kept = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(products_mutex_);
+    kept = &products_[std::make_tuple(int(kind), beta, argmax)]; // a map's entries stay where they are
+  }
+  return kept->get([&] {
+    const TuningHold hold(!tune_products_, false); // a chain plan tunes nothing on its own
+    return step_product_plan(problem, *device_, tune_products_, stream, quick_);
+  });
+}
+
 SemiringBMM SteppedChain::product(bool beta, bool argmax, Stream stream) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_tuple(int(kStep), beta, argmax);
-  if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  return products_
-      .emplace(key, step_product_plan(product_problem(beta, argmax), *device_, tune_products_, stream, quick_))
-      .first->second;
+  return kept_product(kStep, beta, argmax, product_problem(beta, argmax), stream);
 }
 
 Problem SteppedChain::product_problem(bool beta, bool argmax) const {
@@ -226,12 +234,7 @@ Problem SteppedChain::product_problem(bool beta, bool argmax) const {
 }
 
 SemiringBMM SteppedChain::stacked_product(Stream stream) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_tuple(int(kStacked), false, false);
-  if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  return products_
-      .emplace(key, step_product_plan(stacked_problem(), *device_, tune_products_, stream, quick_))
-      .first->second;
+  return kept_product(kStacked, false, false, stacked_problem(), stream);
 }
 
 Problem SteppedChain::stacked_problem() const {
@@ -348,7 +351,7 @@ void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scr
 }
 
 CUstream SteppedChain::side_stream(CUstream caller) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(sides_mutex_);
   if (const auto it = sides_.find(caller); it != sides_.end()) return it->second;
   if (sides_.size() >= kMaxSideStreams) return nullptr;
   CUstream side = nullptr;

@@ -24,6 +24,7 @@
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
+#include "support/built_once.hpp"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -106,6 +107,9 @@ private:
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
   SemiringBMM edge_product(Stream stream) const;
+  // The plan of the product of kind `kind` (beta, argmax: product()'s), of `problem`, made on first use and kept: a
+  // build holds up no call that wants another product, or a side stream. Tunes only where the plan tunes its products.
+  SemiringBMM kept_product(ProductKind kind, bool beta, bool argmax, const Problem& problem, Stream stream) const;
   // The scratch of one of them, whose problem is `q`: its plan's, or made for the sizes alone the most its plan may
   // take without tuning (runtime/product_workspace_bound.hpp).
   std::size_t product_bytes(const Problem& q, const std::function<SemiringBMM()>& plan) const;
@@ -136,8 +140,9 @@ private:
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   int64_t parts_ = 1;       // the parts a log step product of a shared table sums the sources in (step_parts)
   int64_t stacked_parts_ = 0; // the stacked product's parts a pass (SteppedForm::saving_parts)
-  mutable std::mutex mutex_;
-  mutable std::map<std::tuple<int, bool, bool>, SemiringBMM> products_; // by (kind, beta, argmax)
+  mutable std::mutex products_mutex_; // guards products_' entries (each builds on its own)
+  mutable std::map<std::tuple<int, bool, bool>, BuiltOnce<SemiringBMM>> products_; // by (kind, beta, argmax)
+  mutable std::mutex sides_mutex_;
   mutable std::map<CUstream, CUstream> sides_; // by caller stream
 };
 

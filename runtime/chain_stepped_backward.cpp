@@ -45,11 +45,7 @@ std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
 }
 
 SemiringBMM SteppedChain::edge_product(Stream stream) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_tuple(int(kEdges), false, false);
-  if (const auto it = products_.find(key); it != products_.end()) return it->second;
-  return products_.emplace(key, step_product_plan(edge_problem(), *device_, tune_products_, stream, quick_))
-      .first->second;
+  return kept_product(kEdges, false, false, edge_problem(), stream);
 }
 
 Problem SteppedChain::edge_problem() const {

@@ -12,6 +12,7 @@
 #include "generator/strategy.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/repair_watch.hpp"
+#include "support/built_once.hpp"
 #include "jitbmm/plan.hpp"
 #include "templates/core/params.cuh"
 
@@ -52,9 +53,9 @@ struct SemiringBMM::Impl {
   mutable std::atomic<bool> moved{false};             // calls run `wide` from now on
   mutable std::atomic<bool> settled{false};           // watching is over: moved, or nothing faster on wide data
 
-  mutable std::mutex grad_mutex;                          // guards the two below
-  mutable std::shared_ptr<const GradKernel> grad[2];      // grad_a, grad_b
-  mutable std::shared_ptr<const SemiringBMM> with_argmax; // the forward with argmax, for the selecting backward
+  // Built on first use, each on its own: a pass chosen (perhaps tuned) and built holds up no call that needs another.
+  BuiltOnce<std::shared_ptr<const GradKernel>> grad[2];      // grad_a, grad_b
+  BuiltOnce<std::shared_ptr<const SemiringBMM>> with_argmax; // the forward with argmax, for the selecting backward
 
   // A stand-in plan's (runtime/product_stand_in.hpp): its own kernels, its backward's too, are quick builds of the
   // default variants, and its calls run the chosen plan once that is built. Null for every other plan.
