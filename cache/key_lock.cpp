@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 namespace jitbmm {
 
@@ -28,6 +29,25 @@ std::string own_holder() { return "pid " + std::to_string(::getpid()); }
 std::string KeyLock::holder_words(const std::string& holder) {
   if (holder.empty()) return "another process";
   return holder == own_holder() ? "another thread of this process" : holder;
+}
+
+void KeyLock::release() {
+  if (fd_.valid() && held() && owner_ == ::getpid()) ::flock(fd_.get(), LOCK_UN);
+  fd_ = FileDescriptor();
+}
+
+KeyLock::KeyLock(KeyLock&& other) noexcept
+    : fd_(std::move(other.fd_)), owner_(other.owner_), state_(other.state_), why_(std::move(other.why_)) {}
+
+KeyLock& KeyLock::operator=(KeyLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    fd_ = std::move(other.fd_);
+    owner_ = other.owner_;
+    state_ = other.state_;
+    why_ = std::move(other.why_);
+  }
+  return *this;
 }
 
 KeyLock KeyLock::unavailable(std::string why) {
@@ -69,6 +89,7 @@ KeyLock KeyLock::acquire(int dir_fd, const std::string& name, std::chrono::milli
     (void)wrote; // only the waiters' message reads it
   }
   lock.state_ = waited ? State::held_after_waiting : State::held;
+  lock.owner_ = ::getpid();
   return lock;
 }
 

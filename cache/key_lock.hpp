@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include <sys/types.h>
+
 #include "cache/safe_file.hpp"
 
 namespace jitbmm {
@@ -36,10 +38,19 @@ public:
   bool waited() const { return state_ == State::held_after_waiting || state_ == State::timed_out; }
   const std::string& why() const { return why_; }      // when failed: what failed
 
-  void release() { fd_ = FileDescriptor(); } // also on destruction
+  // Lets go (also on destruction): unlocks, then closes. A forked child shares the lock's open file, so closing alone
+  // would leave the lock held for as long as the child lives; the unlock frees it for every copy. A copy of a
+  // KeyLock in a forked child only closes its descriptor: the lock stays the parent's.
+  void release();
+
+  KeyLock() = default;
+  ~KeyLock() { release(); }
+  KeyLock(KeyLock&& other) noexcept;
+  KeyLock& operator=(KeyLock&& other) noexcept;
 
 private:
   FileDescriptor fd_;
+  pid_t owner_ = 0; // the process that took it
   State state_ = State::failed;
   std::string why_;
 };

@@ -85,6 +85,46 @@ TEST_CASE("a key lock is held by one at a time; a waiter learns the holder's pid
   ::close(fd);
 }
 
+TEST_CASE("a key lock released while a forked child lives is free at once; the child's copy never unlocks it") {
+  TempDir dir;
+  const int fd = open_dir(dir.path);
+  REQUIRE(fd >= 0);
+  KeyLock lock = KeyLock::acquire(fd, "lock-fork", 1s);
+  REQUIRE(lock.held());
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork(); // shares the lock's open file, as a DataLoader worker forked mid-tuning would
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    ::sleep(5);
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  lock.release();
+  CHECK(KeyLock::acquire(fd, "lock-fork", 0ms).state() == KeyLock::State::held);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // A forked child that lets go of its copy leaves the parent's lock held.
+  KeyLock parents = KeyLock::acquire(fd, "lock-again", 1s);
+  REQUIRE(parents.held());
+  const pid_t second = ::fork();
+  REQUIRE(second >= 0);
+  if (second == 0) {
+    parents.release();
+    ::_exit(KeyLock::acquire(fd, "lock-again", 0ms).held() ? 1 : 0);
+  }
+  int status = -1;
+  ::waitpid(second, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  ::close(fd);
+}
+
 TEST_CASE("one tuning per process and key: threads that come while it runs, or after, get its outcome") {
   OncePerKey<int> tunings;
   std::atomic<int> runs{0}, waits{0};
