@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -85,6 +86,8 @@ NvrtcApi load_nvrtc(const std::string& path) {
     const std::string real = real_path(map->l_name);
     api.library = real.empty() ? map->l_name : real;
   }
+  struct stat st {};
+  api.library_size = ::stat(api.library.c_str(), &st) == 0 ? std::to_string(st.st_size) : "size unknown";
   return api;
 }
 

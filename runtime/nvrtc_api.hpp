@@ -43,6 +43,9 @@ struct NvrtcApi {
 #undef JITBMM_DECLARE_MEMBER
   void* handle = nullptr;
   std::string library; // the file that was loaded
+  // Its size in bytes when it was loaded ("size unknown" where it could not be read): part of nvrtc_build(), taken
+  // then, so that a newer NVRTC installed over it meanwhile is not named for the code of the one loaded.
+  std::string library_size;
 };
 
 // Where NVRTC is looked for, in order: $JITBMM_NVRTC_LIBRARY alone when it is set; else the pip packages' layout

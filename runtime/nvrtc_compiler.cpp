@@ -1,7 +1,5 @@
 #include "runtime/nvrtc_compiler.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -227,10 +225,8 @@ std::string nvrtc_version() {
 std::string nvrtc_build() {
   // never destroyed: a background build may still use it as the process exits
   static const std::string& build = *new std::string([] {
-    const std::string& path = nvrtc().library;
-    struct stat st {};
-    const std::string size = ::stat(path.c_str(), &st) == 0 ? std::to_string(st.st_size) : "size unknown";
-    return nvrtc_version() + " " + path.substr(path.rfind('/') + 1) + " " + size;
+    const NvrtcApi& api = nvrtc();
+    return nvrtc_version() + " " + api.library.substr(api.library.rfind('/') + 1) + " " + api.library_size;
   }());
   return build;
 }
