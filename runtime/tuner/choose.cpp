@@ -196,6 +196,10 @@ std::atomic<uint64_t> g_generation{0}; // forget_choices's count
 std::map<std::string, Choice> g_made;
 std::map<std::string, MadeChoice> g_settled;
 
+std::optional<Choice> usable_stored_choice(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
+                                           std::vector<KernelSpec>& refused, InputRange range,
+                                           std::optional<Choice>& unchecked);
+
 // Tunes `p` now (one tuning per key on the machine; a new bucket of a tuned family times the family model's
 // candidates) and stores the decision.
 Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy policy, Pass pass,
@@ -204,16 +208,21 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
   const TuningDevice td = tuning_device(device);
   // One tuning per key on the machine: the processes that find it taken wait, then read the holder's decision.
   const KeyLock held = lock_tuning(disk, tuning_key(p, td, policy == TunePolicy::bucket, pass), describe(p));
-  if (held.held() || held.waited())
-    if (auto c = stored_choice(disk, p, td, policy, pass, rejected)) {
+  // What another process stored meanwhile: its tuning, or a decision imported from elsewhere (checked first, as any
+  // brought-in decision is).
+  std::vector<KernelSpec> refused = rejected;
+  if (held.held() || held.waited()) {
+    std::optional<Choice> unchecked;
+    if (auto c = usable_stored_choice(p, device, policy, pass, refused, InputRange::normal, unchecked)) {
       c->source = "decided by another process (" + c->source + ")";
       return *c;
     }
+  }
   // A variant refused by its check (usable_stored_choice) is not timed again: a defect that shows now and then
   // could win.
   auto kept = [&](std::vector<KernelSpec> specs) {
-    const auto refused = [&](const KernelSpec& s) { return is_rejected(rejected, s); };
-    specs.erase(std::remove_if(specs.begin(), specs.end(), refused), specs.end());
+    const auto is_refused = [&](const KernelSpec& s) { return is_rejected(refused, s); };
+    specs.erase(std::remove_if(specs.begin(), specs.end(), is_refused), specs.end());
     return specs;
   };
   if (policy == TunePolicy::bucket && is_small_problem(p)) {
@@ -245,8 +254,8 @@ Choice tune_machine_wide(const Problem& p, const DeviceInfo& device, TunePolicy 
   }
   // Progress from the machine's one tuner (it holds the lock), else (no lock) from local rank 0 only.
   const std::vector<KernelSpec> left =
-      rejected.empty() ? std::vector<KernelSpec>{} : kept(device_candidates(p, device, pass));
-  if (!rejected.empty() && left.empty()) return {fallback, "default: every variant refused by its check", {}};
+      refused.empty() ? std::vector<KernelSpec>{} : kept(device_candidates(p, device, pass));
+  if (!refused.empty() && left.empty()) return {fallback, "default: every variant refused by its check", {}};
   TuneReport report = autotune(p, device, held.held() || is_local_leader(), pass, left);
   report.reason = "tuned: the whole search space (" + std::to_string(report.candidates.size()) + " variants) timed";
   store_decision(p, device, report, policy == TunePolicy::bucket, pass);
@@ -443,15 +452,21 @@ std::optional<Choice> tune_wide_now(const Problem& p, const DeviceInfo& device, 
       [&]() -> std::optional<Choice> {
         DiskCache* disk = DiskCache::process_cache();
         const KeyLock held = lock_tuning(disk, key, what);
-        if (held.held() || held.waited())
-          if (auto c = stored_choice(disk, p, td, policy, Pass::forward, {}, InputRange::wide)) {
+        std::vector<KernelSpec> refused, timed = candidates;
+        if (held.held() || held.waited()) {
+          std::optional<Choice> unchecked;
+          if (auto c = usable_stored_choice(p, device, policy, Pass::forward, refused, InputRange::wide, unchecked)) {
             c->source = "decided by another process (" + c->source + ")";
             return c;
           }
-        TuneReport report = autotune(p, device, held.held() || is_local_leader(), Pass::forward, candidates,
-                                     InputRange::wide);
-        report.reason = "tuned on wide-range inputs (randn*" + std::to_string(int(kWideSpread)) + "): " +
-                        std::to_string(candidates.size()) + " variants whose workspace fits the plan's";
+          const auto is_refused = [&](const KernelSpec& s) { return is_rejected(refused, s); };
+          timed.erase(std::remove_if(timed.begin(), timed.end(), is_refused), timed.end());
+          if (timed.empty()) return std::nullopt;
+        }
+        TuneReport report =
+            autotune(p, device, held.held() || is_local_leader(), Pass::forward, timed, InputRange::wide);
+        report.reason = "tuned on wide-range inputs (randn*" + std::to_string(int(kWideSpread)) +
+                        "): " + std::to_string(timed.size()) + " variants whose workspace fits the plan's";
         store_decision(p, device, report, policy == TunePolicy::bucket, Pass::forward, true, InputRange::wide);
         return Choice{report.best, "tuned now on wide-range data", {}};
       },
