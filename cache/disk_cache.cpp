@@ -263,11 +263,15 @@ std::optional<std::string> DiskCache::read_entry(const std::string& key, const s
   return payload;
 }
 
-std::optional<std::string> DiskCache::get(const std::string& key, const std::string& kind) {
+std::optional<std::string> DiskCache::get(const std::string& key, const std::string& kind, std::string* from) {
+  if (from) from->clear();
   if (!is_cache_key(key) || !is_kind(kind)) return std::nullopt;
   if (usable())
     if (std::optional<std::string> payload = read_entry(key, kind)) return payload;
-  return fallback_ ? fallback_->get(key, kind) : std::nullopt;
+  if (!fallback_) return std::nullopt;
+  std::optional<std::string> payload = fallback_->get(key, kind);
+  if (payload && from) *from = fallback_->dir();
+  return payload;
 }
 
 std::optional<std::string> DiskCache::peek(const std::string& key, const std::string& kind) const {

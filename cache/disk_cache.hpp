@@ -81,9 +81,9 @@ public:
                      CacheAccess access = CacheAccess::private_read_write);
 
   // The payload stored under key and kind ("cubin", "tune"), or nothing: from this directory, else from the
-  // fallback. A damaged or refused entry (not a regular file of the user's, writable by others, too large) is moved
-  // aside.
-  std::optional<std::string> get(const std::string& key, const std::string& kind);
+  // fallback, whose directory `from` (where given) then names ("" for this one's). A damaged or refused entry (not a
+  // regular file of the user's, writable by others, too large) is moved aside.
+  std::optional<std::string> get(const std::string& key, const std::string& kind, std::string* from = nullptr);
   // Stores atomically; returns false (after one warning) when the directory cannot be written or is read-only.
   bool put(const std::string& key, const std::string& kind, std::string_view payload);
   // Writes <key>.cu as plain text beside an entry, for people to read; never used to build anything. Failing warns

@@ -6,6 +6,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "generator/needed_features.hpp"
+#include "runtime/device.hpp"
 #include "runtime/tuner/autotune.hpp"
 #include "runtime/tuner/choose.hpp"
 #include "runtime/tuner/tuning_db.hpp"
@@ -43,9 +44,17 @@ Problem parse_problem_text(const std::string& text) {
   return p;
 }
 
+namespace {
+// The device whose choices these are, as the text names it: its architecture and feature level, and its name.
+std::string device_words(const DeviceInfo& device) { return device.arch_and_level() + ' ' + device.name; }
+} // namespace
+
 std::string export_choices() {
+  const std::vector<MadeChoice> made = choices_made();
+  if (made.empty()) return "";
   std::ostringstream os;
-  for (const MadeChoice& c : choices_made())
+  os << "device " << device_words(*current_device()) << '\n';
+  for (const MadeChoice& c : made)
     os << "choice " << pass_name(c.pass) << ' ' << problem_text(c.problem) << " | " << to_string(c.spec) << '\n';
   return os.str();
 }
@@ -57,10 +66,15 @@ std::size_t import_choices(const std::string& text) {
     KernelSpec spec;
   };
   std::vector<Parsed> parsed;
+  std::string exporter; // the "device" line's words: where the choices were made (and checked)
   std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
+    if (line.rfind("device ", 0) == 0 && parsed.empty() && exporter.empty()) {
+      exporter = line.substr(7);
+      continue;
+    }
     try {
       const std::size_t bar = line.find(" | ");
       if (line.rfind("choice ", 0) != 0 || bar == std::string::npos)
@@ -96,7 +110,12 @@ std::size_t import_choices(const std::string& text) {
     TuneReport report;
     report.best = c.spec;
     report.reason = "shared: another process's choice (import_choices)";
-    if (!put_decision(*disk, tuning_key(c.problem, td, false, c.pass), decision_from(c.problem, td, report, c.pass))) {
+    Decision d = decision_from(c.problem, td, report, c.pass);
+    // Made (and checked, as every choice is) on a GPU like this one: trusted as this machine's own. Made on another
+    // kind, or by an exporter that did not say: brought in, so checked against the CPU reference on first use.
+    if (exporter != device_words(*device))
+      d.origin = "another process's choice, on " + (exporter.empty() ? "a device it did not name" : exporter);
+    if (!put_decision(*disk, tuning_key(c.problem, td, false, c.pass), d)) {
       forget_choices(); // those stored serve from now on
       throw std::runtime_error("import_choices: the cache directory " + disk->dir() + " could not keep a decision; " +
                                std::to_string(stored) + " of " + std::to_string(parsed.size()) + " were stored");

@@ -2,10 +2,12 @@
 // imports them (jitbmm.torch.share_choices over torch.distributed does both), so all ranks of a job, on every
 // machine, run the same variant of each problem: the same rounding everywhere.
 //
-// The text is one line per choice, "choice <pass> <problem> | <spec>", the problem as problem_text writes it; the
-// importer stores each as its machine's exact decision for that problem on its current device (found first by the
-// cascade, in this process and in later ones on the machine) and forgets the choices made so far, so plans made from
-// then on use the imported ones. Plans already made keep their variant.
+// The text is a line "device <arch and level> <name>" naming the exporter's current device, then one line per
+// choice, "choice <pass> <problem> | <spec>", the problem as problem_text writes it; the importer stores each as its
+// machine's exact decision for that problem on its current device (found first by the cascade, in this process and in
+// later ones on the machine) and forgets the choices made so far, so plans made from then on use the imported ones.
+// Plans already made keep their variant. A choice made on another kind of device (or in a text without the device
+// line) is stored as brought in: checked against the CPU reference on its first use, as an imported decision is.
 #pragma once
 
 #include <cstddef>

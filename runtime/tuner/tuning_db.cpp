@@ -189,7 +189,8 @@ TuningDevice tuning_device(const DeviceInfo& d) {
 
 std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, bool* unreadable) {
   if (!disk) return std::nullopt;
-  const std::optional<std::string> text = disk->get(key, kDecisionKind);
+  std::string shared;
+  const std::optional<std::string> text = disk->get(key, kDecisionKind, &shared);
   if (!text) return std::nullopt;
   auto d = decode_decision(*text);
   // One that does not decode, or is not what its key stands for (its family, scope or shape is another's), is moved
@@ -202,6 +203,9 @@ std::optional<Decision> load_decision(DiskCache* disk, const std::string& key, b
     if (unreadable) *unreadable = true;
     return std::nullopt;
   }
+  // One from the trusted shared cache was tuned on another machine (as its admins fill it): brought in, so checked
+  // on first use as an imported one is.
+  if (!shared.empty() && d->origin.empty()) d->origin = "the shared cache " + shared;
   return d;
 }
 

@@ -469,7 +469,9 @@ int import_after_stand_in() {
   }
   KernelSpec imported = stored;
   imported.tile_m = imported.tile_n = 32;
-  const std::string choice = "choice forward " + problem_text(p) + " | " + to_string(imported) + "\n";
+  const auto device = current_device(); // the exporter's device is this one: its choice is trusted as made here
+  const std::string choice = "device " + device->arch_and_level() + " " + device->name + "\nchoice forward " +
+                             problem_text(p) + " | " + to_string(imported) + "\n";
   std::printf("imported %zu\n", import_choices(choice));
   const SemiringBMM again = SemiringBMM::get(p);
   wait_for_builds();

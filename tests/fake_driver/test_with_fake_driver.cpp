@@ -1170,7 +1170,7 @@ TEST_CASE("choices exported by one process are the variants another plans with a
     return r.output;
   };
   const std::string exported = child({"--share-export"}, dir.path + "/rank0");
-  CHECK(exported.rfind("choice forward log f32 f32 2 33 17 40 ", 0) == 0);
+  CHECK(exported.rfind("device sm_90 Fake H100\nchoice forward log f32 f32 2 33 17 40 ", 0) == 0);
   CHECK(exported.find("strategy=warp") != std::string::npos);
   std::ofstream(dir.path + "/choices.txt") << exported;
   const std::string imported = child({"--share-import", dir.path + "/choices.txt"}, dir.path + "/rank1");
@@ -1178,6 +1178,15 @@ TEST_CASE("choices exported by one process are the variants another plans with a
   CHECK(imported.find("before semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
   CHECK(imported.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=warp index64=0 block=8x32\n") !=
         std::string::npos);
+  // Choices of a device the text does not name (or of another kind of GPU) are brought in: checked against the CPU
+  // reference on first use, which the fake driver, computing nothing, fails: the default serves, with a warning.
+  std::ofstream(dir.path + "/unnamed.txt") << exported.substr(exported.find('\n') + 1);
+  const test::HelperRun unnamed = test::run_helper({"--share-import", dir.path + "/unnamed.txt"},
+                                                   {{"JITBMM_CACHE_DIR", dir.path + "/rank3"}}, true);
+  CHECK(unnamed.status == 0);
+  CHECK(unnamed.output.find("imported 1\n") != std::string::npos);
+  CHECK(unnamed.output.find("failed its check against the CPU reference") != std::string::npos);
+  CHECK(unnamed.output.find("after semiring=log dtype=f32 out=f32 argmax=0 strategy=tiled") != std::string::npos);
   // A variant this GPU cannot run (wgmma, on a device of sm_80: ranks on two kinds of GPU) is not stored: the rank
   // keeps its own, with a warning.
   const std::string line = exported.substr(0, exported.find(" | ")) +

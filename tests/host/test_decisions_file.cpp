@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -101,6 +102,29 @@ TEST_CASE("a decisions file keeps every entry as it was, and its reader refuses 
   refused(replaced("scope exact", "scope bucket"), "not what its key stands for");
   refused(replaced(first, "entry chaintune " + entries[0].key + ' '), "does not decode as a chain decision");
   refused(text + "# a comment after the entries\n", "expected 'entry KIND KEY LINES'");
+}
+
+TEST_CASE("a decision from the trusted shared cache is marked as brought in (so checked on first use); one of the "
+          "user's own cache is not") {
+  TempDir shared("jitbmm-shared-test"), mine("jitbmm-mine-test");
+  const Problem p = sample();
+  const Decision theirs = decision_for(p, default_spec(p, Strategy::linear), true);
+  {
+    DiskCache filling(shared.path); // as the cluster's admins fill it, on another machine
+    REQUIRE(filling.put(entry_for(p, theirs).key, "tune", encode_decision(theirs)));
+  }
+  REQUIRE(std::filesystem::exists(shared.path));
+  DiskCache disk(mine.path);
+  disk.set_fallback(std::make_unique<DiskCache>(shared.path, 0, CacheAccess::trusted_read_only));
+  const auto from_shared = load_decision(&disk, entry_for(p, theirs).key);
+  REQUIRE(from_shared);
+  CHECK(from_shared->spec == theirs.spec);
+  CHECK(from_shared->origin == "the shared cache " + shared.path);
+  const Decision own = decision_for(p, default_spec(p, Strategy::tiled), false);
+  REQUIRE(disk.put(entry_for(p, own).key, "tune", encode_decision(own)));
+  const auto from_mine = load_decision(&disk, entry_for(p, own).key);
+  REQUIRE(from_mine);
+  CHECK(from_mine->origin.empty());
 }
 
 TEST_CASE("an import stores what the cache lacks, marked as imported, and keeps what it has") {
