@@ -158,6 +158,16 @@ std::string make_private_dirs(const std::string& path) {
     built = path.substr(0, slash);
     at = slash;
     if (built.empty() || built == "/") continue;
+    struct stat existing {};
+    if (::stat(built.c_str(), &existing) == 0) continue;
+    // Root makes no directory in another user's (sudo with the user's HOME): it would be root's, and the user's own
+    // runs could then neither use nor remove it.
+    const std::size_t cut = built.rfind('/');
+    const std::string parent = cut == 0 ? "/" : built.substr(0, cut);
+    struct stat above {};
+    if (::geteuid() == 0 && cut != std::string::npos && ::stat(parent.c_str(), &above) == 0 && above.st_uid != 0)
+      return built + ": not made by root in " + parent + ", which uid " + std::to_string(above.st_uid) +
+             " owns (set JITBMM_CACHE_DIR to a directory of root's, or run as that user)";
     if (::mkdir(built.c_str(), 0700) != 0 && errno != EEXIST) return built + ": " + std::strerror(errno);
   }
   struct stat st {};

@@ -54,7 +54,8 @@ struct CheckedDir {
 // that was opened.
 CheckedDir open_checked_dir(const std::string& path, OwnerTrust trust);
 
-// Creates `path` and any missing parents with mode 0700. Returns an empty string, or what failed.
+// Creates `path` and any missing parents with mode 0700. Returns an empty string, or what failed; run as root, it
+// makes none inside a directory another user owns (that user could neither use nor remove it).
 std::string make_private_dirs(const std::string& path);
 
 struct ReadResult {

@@ -166,6 +166,21 @@ TEST_CASE("a cache directory owned by another user is refused" * doctest::test_s
   CHECK(err.text().find("owned by uid 65534") != std::string::npos);
 }
 
+TEST_CASE("root makes no cache directory inside another user's directory (sudo with the user's HOME)" *
+          doctest::test_suite(test::kNeedsRoot)) {
+  TempDir home;
+  REQUIRE(::chown(home.path.c_str(), kNobody, kNobody) == 0);
+  CapturedStderr err;
+  DiskCache cache(home.path + "/.cache/jitbmm");
+  CHECK_FALSE(cache.usable());
+  CHECK_FALSE(fs::exists(home.path + "/.cache"));
+  CHECK(err.text().find("which uid 65534 owns") != std::string::npos);
+  // In a directory of its own, root makes its cache as before.
+  TempDir own;
+  DiskCache mine(own.path + "/a/b");
+  CHECK(mine.usable());
+}
+
 TEST_CASE("a symlinked cache directory is used only when the directory it names passes") {
   TempDir dir;
   fs::create_directory(dir.path + "/mine");
