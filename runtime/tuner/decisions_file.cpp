@@ -51,6 +51,7 @@ std::vector<DecisionEntry> decode_decisions_file(const std::string& text, const 
   };
   auto next = [&]() {
     if (!std::getline(in, line)) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back(); // a file saved with Windows line ends
     ++number;
     return true;
   };

@@ -76,6 +76,12 @@ TEST_CASE("a decisions file keeps every entry as it was, and its reader refuses 
   CHECK(decision_set(back).products.size() == 2);
   CHECK(decision_set(back).chains.size() == 1);
   CHECK(decode_decisions_file("jitbmm-decisions 1\n", "empty.txt").empty());
+  // The same file saved with Windows line ends reads the same.
+  std::string crlf;
+  for (const char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const std::vector<DecisionEntry> from_crlf = decode_decisions_file(crlf, "crlf.txt");
+  REQUIRE(from_crlf.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(from_crlf[i].text == entries[i].text);
 
   const auto refused = [](const std::string& bad, const std::string& why) {
     CAPTURE(bad);
