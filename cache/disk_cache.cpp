@@ -388,7 +388,11 @@ int DiskCache::verify() {
 
 void DiskCache::clear() {
   if (!usable() || read_only()) return;
-  for (const File& f : files()) ::unlinkat(dir_fd_.get(), f.name.c_str(), 0);
+  // A temp file a live writer is still writing stays: its rename would fail, and its process warn that the cache
+  // cannot be written.
+  const int64_t stale_before = now_ns() - kStaleTempSeconds * 1000000000;
+  for (const File& f : files())
+    if (!is_temp(f.name) || dead_temp(f, stale_before)) ::unlinkat(dir_fd_.get(), f.name.c_str(), 0);
 }
 
 void DiskCache::evict(uint64_t cap_bytes) {

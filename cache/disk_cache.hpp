@@ -118,7 +118,7 @@ public:
   // Checks every entry; damaged or refused ones are moved aside. Returns their number. One the system could not read
   // (open files, memory, I/O) is left as it is, with a warning, and not counted.
   int verify();
-  void clear(); // removes every entry (and leftovers) of this cache
+  void clear(); // removes every entry (and leftovers) of this cache; a temp file a live writer writes stays
   // Removes the .tmp-* files of exited writers (temp_writer_gone) and any older than kStaleTempSeconds, then, until
   // every file the cache wrote (entries, sources, .bad and temp files) totals at most cap_bytes: .bad files first,
   // then entries least recently used first.

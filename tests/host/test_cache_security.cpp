@@ -720,4 +720,10 @@ TEST_CASE("temp files of writers that exited go when the cache is opened or next
   cache.evict(cache.cap_bytes()); // as after every cubin written
   CHECK_FALSE(fs::exists(dir.path + "/" + later.temp));
   for (const std::string& name : {mine, foreign, older}) CHECK(fs::exists(dir.path + "/" + name));
+  // `jitbmm cache clear` removes every entry and a dead writer's temp file, but not one a live writer is writing.
+  const DeadWriter cleared = dead_writer(dir.path, target, true);
+  cache.clear();
+  CHECK_FALSE(fs::exists(dir.path + "/" + target));
+  CHECK_FALSE(fs::exists(dir.path + "/" + cleared.temp));
+  CHECK(fs::exists(dir.path + "/" + mine));
 }
