@@ -112,9 +112,11 @@ class _SecondOrder(torch.autograd.Function):
         return (None, None, *found, *(None,) * ctx.count)
 
 
-def second_order(score, grad_score, inputs, which, grads):
+def second_order(score, grad_score, inputs, which, grads, constant=False):
     """The kernels' gradients `grads` (of the inputs numbered in `which`), differentiable again where grad mode is
-    on (a backward with create_graph=True)."""
-    if not torch.is_grad_enabled():
+    on (a backward with create_graph=True). constant: the gradients do not vary with the inputs (max_plus's, a best
+    path's indicator, piecewise constant), so they are returned as they are unless grad_score itself takes a
+    gradient (torch-struct's argmax is such a constant)."""
+    if not torch.is_grad_enabled() or (constant and not grad_score.requires_grad):
         return grads
     return _SecondOrder.apply(score, which, grad_score, *inputs, *grads)

@@ -227,8 +227,10 @@ def _(potentials, lengths, aux, grad_score, semiring):
 def _crf_gradients(ctx, grads, needs, backward):
     potentials, lengths, aux = ctx.saved_tensors
     grad_score = grads[0]
-    grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
-    (grad,) = second_order(crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,))
+    with torch.no_grad():  # the operator's output takes its derivatives from second_order, not from a graph
+        grad = backward(potentials, lengths, aux, grad_score, ctx.semiring)
+    (grad,) = second_order(crf_score(ctx.semiring, lengths), grad_score, (potentials,), (0,), (grad,),
+                           constant=ctx.semiring == "max_plus")
     return grad, None, None, None
 
 
@@ -272,10 +274,11 @@ def _hmm_gradients(ctx, grads, needs, backward):
     *tables, lengths, aux = ctx.saved_tensors
     grad_score = grads[0]
     needs = tuple(needs[:3])
-    grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
+    with torch.no_grad():  # as _crf_gradients'
+        grads = backward(*tables, lengths, aux, grad_score, ctx.semiring, *needs)
     which = tuple(i for i, need in enumerate(needs) if need)
     asked = iter(second_order(hmm_score(ctx.semiring, lengths), grad_score, tables, which,
-                              tuple(grads[i] for i in which)))
+                              tuple(grads[i] for i in which), constant=ctx.semiring == "max_plus"))
     return (*(next(asked) if need else None for need in needs), None, None, None)
 
 

@@ -176,8 +176,9 @@ def _quantity(kind, lengths):
 
 def _gradients(ctx, grads, needs, backward):
     potentials, field, lengths, saved, log_z, mean = ctx.saved_tensors
-    gp, gf = backward(potentials, field, lengths, ctx.kind, saved, log_z, mean, grads[0], needs[0],
-                      needs[1])
+    with torch.no_grad():  # the operator's output takes its derivatives from second_order, not from a graph
+        gp, gf = backward(potentials, field, lengths, ctx.kind, saved, log_z, mean, grads[0], needs[0],
+                          needs[1])
     # Differentiable again under create_graph=True, through the quantity in torch operations.
     inputs = (potentials,) if field is None else (potentials, field)
     which = tuple(i for i in range(len(inputs)) if needs[i])

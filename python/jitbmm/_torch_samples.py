@@ -1,6 +1,7 @@
 """jitbmm.torch's exact samples of linear-chain CRF paths (include/jitbmm/chain_samples.hpp, docs/chains.md
 "Samples"): the chain's forward messages from its fused forward, then each path drawn from the last position back, a
-warp a path. The operator is jitbmm::chain_sample; torch.compile and torch.export trace it as one node."""
+warp a path. The operator is jitbmm::chain_sample; torch.compile traces it as one node (torch.export cannot: the
+seed is drawn from the generator on the host)."""
 
 import ctypes
 from typing import Optional
@@ -65,6 +66,8 @@ def chain_sample(potentials, n, lengths=None, generator=None):
     _check_crf(potentials, lengths)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n: the number of samples, an int >= 0, got {n!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
     device = generator.device if generator is not None else torch.device("cpu")
     seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=device).item())
     lengths = None if lengths is None else lengths.contiguous()

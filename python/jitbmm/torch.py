@@ -25,7 +25,7 @@ except ImportError as e:  # the rest of jitbmm works without torch; this module 
 import jitbmm
 
 from . import SEMIRINGS, _SEMIRING_BACKWARD, _BACKWARD_ARGMAX_SCATTER
-from . import _torch_chains
+from . import _torch_chains, _torch_samples
 from . import _torch_product_grad as _differentiable
 from ._torch_product_kernels import KERNELS as _kernels, DTYPES as _DTYPES, kernels_for as _kernels_for
 from ._torch_product_kernels import layout as _layout, batches as _batches, empty_grad as _empty_grad, sizes as _sizes
@@ -374,5 +374,6 @@ def share_choices(src=0, group=None):
     with _kernels_lock:
         _kernels.clear()
         _torch_chains._plans.clear()  # a chain's plan holds the products its steps chose
+        _torch_samples._plans.clear()  # so does a sampler's, over more than 1,024 states
     _fast.clear()
     return n

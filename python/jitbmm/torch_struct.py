@@ -169,8 +169,10 @@ def _distribution_routes(ts):
     own (inherited) ones: {name: attribute to set on LinearChainCRF}."""
     base = ts.StructDistribution
 
-    def routed(d, other):
-        """(the potentials and the other's as the kernels take them, lengths), or None where they do not fit."""
+    def routed(d, other, marks=True):
+        """(the potentials and the other's as the kernels take them, lengths), or None where they do not fit. As
+        torch-struct's own computations do, the potentials are made to require grad (unless `marks` is False: count
+        reads a copy of them), and with another chain its potentials too."""
         p = d.log_potentials
         if (not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in DTYPE_NAMES or p.dim() != 4
                 or p.shape[2] != p.shape[3]):
@@ -179,11 +181,13 @@ def _distribution_routes(ts):
                                   or other.log_potentials.dtype != p.dtype or other.log_potentials.device != p.device):
             return None
         # torch-struct's own checks (one length equals N); its conversion's [0] is the potentials themselves.
-        _, _, _, _, checked = d._struct()._check_potentials(p, d.lengths)
+        _, _, _, _, checked = d._struct()._check_potentials(p if marks else p.detach(), d.lengths)
         try:
             lengths = None if d.lengths is None else _lengths(checked, p.device)
         except ValueError:
             return None
+        if other is not None:
+            other.log_potentials.requires_grad_(True)
         return p, None if other is None else other.log_potentials, lengths
 
     def entropy(self):
@@ -219,7 +223,7 @@ def _distribution_routes(ts):
         return base.sample(self, sample_shape)
 
     def count(self):
-        args = routed(self, None)
+        args = routed(self, None, marks=False)
         try:
             if args is not None:
                 # From the log in float64, so that a count float32 holds exactly comes back exactly.
@@ -275,6 +279,8 @@ def patch(std=False, chains=False):
     ts = _semirings()
     for name, semiring in _ROUTES.items():
         if name == "StdSemiring" and not std:
+            if name in _originals:  # routed by an earlier patch(std=True): torch-struct's own again
+                setattr(getattr(ts, name), "matmul", _originals.pop(name))
             continue
         cls = getattr(ts, name)
         if name not in _originals:

@@ -410,15 +410,16 @@ class CApiTest(unittest.TestCase):
 
     @needs_fake_driver
     def test_a_plan_settles_on_its_chosen_variant_after_a_stand_in(self):
-        # A decision taking exp_matmul, whose unit compiles for seconds: the plan runs a quick build of the default
-        # variant (its smallest tile) until the chosen kernel is built, which Plan.settled says once
+        # A decision taking exp_matmul, whose unit compiles for seconds (shared from a GPU like this one, so taken
+        # unchecked): the plan runs a quick build of the default variant (its smallest tile) until the chosen kernel
+        # is built, which Plan.settled says once
         # jitbmm.wait_for_builds() returns (a no-op before the library is loaded).
         problem = "log f32 f32 2 256 256 256 65536 256 1 65536 256 1 65536 256 1 0 exact"
         spec = ("semiring=log dtype=f32 out=f32 argmax=0 strategy=exp_matmul index64=0 tile=64x64x16 thread=4x4 "
                 "min_blocks=2 math=fma")
         code = ("import jitbmm\n"
                 "jitbmm.wait_for_builds()\n"
-                f"jitbmm.import_choices('choice forward {problem} | {spec}\\n')\n"
+                f"jitbmm.import_choices('device sm_90 Fake H100\\nchoice forward {problem} | {spec}\\n')\n"
                 "plan = jitbmm.Plan(jitbmm.Problem('log', 'f32', 2, 256, 256, 256))\n"
                 "print(plan.settled, plan.kernel_name)\n"
                 "jitbmm.wait_for_builds()\n"

@@ -316,6 +316,32 @@ class ChainTest(GpuCase):
                     for name, g, x in zip(("first", "second", "d/dw"), got, want):
                         torch.testing.assert_close(g, x, rtol=1e-9, atol=1e-9, msg=name)
 
+    def test_second_derivatives_through_the_operators(self):
+        # A tensor subclass takes the registered operators, whose backward's output has no autograd formula of its
+        # own: a second derivative must come from the torch composition, as the eager path's does.
+        class Sub(torch.Tensor):
+            pass
+
+        pot = self.potentials(2, 7, 4, torch.float64, 2.0)
+        tables = (torch.randn(2, 7, 4, dtype=torch.float64, device=self.dev),
+                  torch.randn(4, 4, dtype=torch.float64, device=self.dev),
+                  torch.randn(4, dtype=torch.float64, device=self.dev))
+        cases = (("chain_log_partition", lambda xs: self.jt.chain_log_partition(xs[0]), (pot,)),
+                 ("chain_entropy", lambda xs: self.jt.chain_entropy(xs[0]), (pot,)),
+                 ("chain_kl", lambda xs: self.jt.chain_kl(xs[0], xs[1]), (pot, pot * 0.5)),
+                 ("hmm_log_partition", lambda xs: self.jt.hmm_log_partition(*xs), tables))
+        for name, fn, inputs in cases:
+            with self.subTest(name=name):
+                def twice(wrap):
+                    xs = [wrap(x.detach().clone()).requires_grad_(True) for x in inputs]
+                    gs = torch.autograd.grad(fn(xs).sum(), xs, create_graph=True)
+                    again = torch.autograd.grad(sum((g * g).sum() for g in gs), xs)
+                    return [g.as_subclass(torch.Tensor) for g in (*gs, *again)]
+
+                got, want = twice(lambda x: x.as_subclass(Sub)), twice(lambda x: x)
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
+
     def test_empty_batch_and_no_grad(self):
         pot = self.potentials(1, 5, 3)[:0]
         self.assertEqual(self.jt.chain_log_partition(pot).shape, (0,))

@@ -47,6 +47,42 @@ class TorchStructTest(unittest.TestCase):
             std = torch_struct.StdSemiring.__dict__["matmul"].__func__
             self.assertEqual(std.__module__, "torch_struct.semirings.semirings")  # opt-in only
         self.assertIs(torch_struct.LogSemiring.__dict__["matmul"], original)
+        # patch() after patch(std=True) sets the routes anew: StdSemiring is torch-struct's own again.
+        std = torch_struct.StdSemiring.__dict__["matmul"]
+        try:
+            self.jts.patch(std=True)
+            self.assertIsNot(torch_struct.StdSemiring.__dict__["matmul"], std)
+            self.jts.patch()
+            self.assertIs(torch_struct.StdSemiring.__dict__["matmul"], std)
+        finally:
+            self.jts.unpatch()
+
+    def test_routed_properties_touch_what_torch_struct_touches(self):
+        # argmax is a constant, as torch-struct's (no second-order graph for a loss on it); count leaves the
+        # potentials as they were; kl and cross_entropy make the other chain's potentials require grad, as
+        # torch-struct's own do, so that a backward reaches them.
+        pot = self.potentials(3, 9, 5)
+        for routed in (False, True):
+            with self.subTest(routed=routed):
+                def results():
+                    p = pot.clone().requires_grad_(True)
+                    argmax = torch_struct.LinearChainCRF(p).argmax
+                    loss = (argmax * p).sum()
+                    loss.backward()
+                    fresh = pot.clone()
+                    torch_struct.LinearChainCRF(fresh).count
+                    q, r = pot.clone(), pot.clone() * 2
+                    torch_struct.LinearChainCRF(q).kl(torch_struct.LinearChainCRF(r)).sum().backward()
+                    return argmax.requires_grad, p.grad - argmax.detach(), fresh.requires_grad, r.grad
+                if routed:
+                    with self.jts.patched(chains=True):
+                        got = results()
+                else:
+                    got = results()
+                self.assertFalse(got[0])
+                torch.testing.assert_close(got[1], torch.zeros_like(pot))  # the loss's gradient: the path itself
+                self.assertFalse(got[2])
+                self.assertIsNotNone(got[3])
 
     def run_both(self, fn):
         want = fn()
