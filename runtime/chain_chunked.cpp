@@ -104,7 +104,7 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
                                     : "chain of chunks: a max_plus chain in chunks runs its own");
   if (log && !sizes_only_)
     top_ = checked_chain_of_chunks(std::move(*chain_of_chunks_plan), chain_of_chunks(problem, chunk));
-  const ChunkLayout layout(problem, chunk);
+  const ChunkLayout layout(problem, chunk, *device_);
   levels_ = layout.levels, chunks_ = layout.chunks, group_ = layout.group;
   if (problem.B > 0 && !sizes_only_) {
     std::vector<GeneratedKernel> units;
@@ -115,12 +115,14 @@ ChunkedChain::ChunkedChain(const ChainProblem& problem, int64_t chunk, std::opti
   }
 }
 
-ChunkLayout::ChunkLayout(const ChainProblem& problem, int64_t chunk) : L(chunk), chunks(chunks_of(problem, chunk)) {
+ChunkLayout::ChunkLayout(const ChainProblem& problem, int64_t chunk, const DeviceInfo& device)
+    : L(chunk), chunks(chunks_of(problem, chunk)) {
   while ((int64_t(1) << levels) < L) ++levels;
   // A pass of the tree takes every chunk it can within four times the inputs' size in the accumulator type (at least
-  // 256 MiB): its levels, each half the one below, take 1.5 L matrices a chunk, log's backward two levels' gradients
-  // more (3.5 L in all; the HMM form's one matrix a chunk more, its steps' sum, counted in backward_workspace_bytes),
-  // so that is all of them at once; fewer passes launch fewer, larger products.
+  // 256 MiB, at most an eighth of the device's memory, so that a chain whose inputs fill much of it still has room
+  // for its scratch): its levels, each half the one below, take 1.5 L matrices a chunk, log's backward two levels'
+  // gradients more (3.5 L in all; the HMM form's one matrix a chunk more, its steps' sum, counted in
+  // backward_workspace_bytes), so that is all of them at once; fewer passes launch fewer, larger products.
   const int acc = dtype_info(problem.dtype).acc_bytes;
   const bool log = problem.semiring == Semiring::log;
   const auto per_chunk = checked_product({problem.C, problem.C, acc}, "chain: chunks") * ((log ? 7 : 3) * L / 2) +
@@ -128,7 +130,9 @@ ChunkLayout::ChunkLayout(const ChainProblem& problem, int64_t chunk) : L(chunk),
   const int64_t input = problem.form == ChainForm::crf
                             ? checked_product({problem.B, problem.T - 1, problem.C, problem.C, acc}, "chain: potentials")
                             : checked_product({problem.B, problem.T + problem.C, problem.C, acc}, "chain: tables");
-  const int64_t budget = std::max<int64_t>(int64_t(256) << 20, std::min(input, int64_t(1) << 56) * 4);
+  const int64_t floor = int64_t(256) << 20;
+  const int64_t ceiling = std::max<int64_t>(floor, int64_t(std::min<std::size_t>(device.total_memory, 1ull << 60) / 8));
+  const int64_t budget = std::clamp<int64_t>(std::min(input, int64_t(1) << 56) * 4, floor, ceiling);
   group = std::clamp<int64_t>(budget / per_chunk, 1, std::max<int64_t>(1, problem.B * chunks));
 }
 
@@ -148,7 +152,7 @@ void chunked_kernels_ahead(const ChainProblem& problem, int64_t chunk, const Dev
   // Chosen as the calls choose them: under their hold on tuning.
   const TuningHold hold(!tune_products, false);
   const TunePolicy policy = tune_policy_from_env();
-  for (const int64_t batch : ChunkLayout(problem, chunk).level_batches(problem.B)) {
+  for (const int64_t batch : ChunkLayout(problem, chunk, device).level_batches(problem.B)) {
     const Problem q = chunk_level_problem(problem, batch);
     for (const Pass pass : {Pass::forward, Pass::grad_a, Pass::grad_b}) {
       if (pass != Pass::forward && problem.semiring != Semiring::log) break; // max_plus's products have none
@@ -216,7 +220,7 @@ std::size_t ChunkedChain::product_scratch_bytes(bool backward, Stream stream) co
   const ScopedContext scope(device_->context);
   const TuningHold hold(!tune_products_, false); // planned as the calls plan them
   std::size_t bytes = 0;
-  for (const int64_t batch : ChunkLayout(problem_, L_).level_batches(problem_.B)) {
+  for (const int64_t batch : ChunkLayout(problem_, L_, *device_).level_batches(problem_.B)) {
     const Problem q = chunk_level_problem(problem_, batch);
     if (sizes_only_) {
       bytes = std::max(bytes, backward ? product_backward_workspace_bound(q, *device_)

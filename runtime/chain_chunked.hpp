@@ -29,11 +29,11 @@
 
 namespace jitbmm {
 
-// How the chunked strategy cuts a problem into chunks of `chunk` steps: L steps a chunk, a tree of `levels` levels
-// (2^levels ≥ L), `chunks` chunks a sequence, `group` chunks a pass of the tree.
+// How the chunked strategy cuts a problem into chunks of `chunk` steps on `device`: L steps a chunk, a tree of
+// `levels` levels (2^levels ≥ L), `chunks` chunks a sequence, `group` chunks a pass of the tree.
 struct ChunkLayout {
   int64_t L = 2, levels = 0, chunks = 1, group = 1;
-  ChunkLayout(const ChainProblem& problem, int64_t chunk);
+  ChunkLayout(const ChainProblem& problem, int64_t chunk, const DeviceInfo& device);
   // The batches of the levels' products over the passes of the tree, for B sequences.
   std::vector<int64_t> level_batches(int64_t B) const;
 };

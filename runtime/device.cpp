@@ -40,6 +40,7 @@ std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
   info->max_shared_per_block_optin =
       attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "max shared memory per block");
   check(d.cuDriverGetVersion(&info->driver_version), "cuDriverGetVersion");
+  check(d.cuDeviceTotalMem(&info->total_memory, dev), "cuDeviceTotalMem");
   info->features = features_in_use(info->sm());
   return info;
 }

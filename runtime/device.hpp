@@ -24,6 +24,7 @@ struct DeviceInfo {
   int max_threads_per_block = 0;
   int max_shared_per_block_optin = 0;
   int driver_version = 0; // e.g. 13000
+  std::size_t total_memory = 0; // bytes of device memory (cuDeviceTotalMem)
   // What its kernels may use: the architecture's features, or those of the older level $JITBMM_FEATURES names.
   ArchFeatures features;
   int sm() const { return cc_major * 10 + cc_minor; }

@@ -132,6 +132,7 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
   X(cuDeviceGet, cuDeviceGet, (CUdevice * device, int ordinal))                                                        \
   X(cuDeviceGetName, cuDeviceGetName, (char* name, int length, CUdevice device))                                       \
   X(cuDeviceGetAttribute, cuDeviceGetAttribute, (int* value, CUdevice_attribute attribute, CUdevice device))           \
+  X(cuDeviceTotalMem, cuDeviceTotalMem_v2, (std::size_t * bytes, CUdevice device))                                    \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, (CUcontext * context, CUdevice device))                        \
   X(cuCtxGetCurrent, cuCtxGetCurrent, (CUcontext * context))                                                           \
   X(cuCtxSetCurrent, cuCtxSetCurrent, (CUcontext context))                                                             \

@@ -14,7 +14,7 @@
 //   reset makes the primary context anew at the same address; a function of a module loaded before the reset is then
 //   dead, and launching it is CUDA_ERROR_CONTEXT_IS_DESTROYED;
 // - device memory is host memory (aligned, capped at $JITBMM_FAKE_CUDA_MEMORY_BYTES, default 2 GiB, which
-//   cuMemGetInfo reports as the total, less what is allocated as free); copies and
+//   cuMemGetInfo and cuDeviceTotalMem report as the total, less what is allocated as free); copies and
 //   memsets check that the whole range lies in one allocation (CUDA_ERROR_INVALID_VALUE otherwise) and then run;
 //   the asynchronous forms run synchronously; pinned host memory is plain host memory;
 // - cuModuleLoadData accepts only an ELF image (magic, 64-bit, header in range) and appends "load <sha256> <bytes>"
@@ -499,6 +499,13 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) { return allocate(ptr, bytes); }
 CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) { return release(ptr); }
+CUresult CUDAAPI cuDeviceTotalMem(size_t* bytes, CUdevice device) {
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = memory_cap();
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -1154,3 +1154,17 @@ TEST_CASE("kmax product: one launch, none when empty, the limits named") {
   CHECK_THROWS_WITH_AS(product(a.get(), b.get(), out.get(), nullptr), doctest::Contains("index"),
                        std::invalid_argument);
 }
+
+// A chain whose inputs fill much of the device: the chunked strategy's passes take at most an eighth of its memory
+// (the fake's 2 GiB here), however large the inputs, so its backward's scratch leaves room for them and their
+// gradient; the layout's sizes and the launches agree.
+TEST_CASE("the chunked strategy's scratch stays within an eighth of the device's memory, whatever the inputs") {
+  ChainProblem p;
+  p.B = 1, p.T = 65537, p.C = 64; // 1 GiB of f32 potentials: four times them would be 4 GiB
+  const ChainPlan plan = ChainPlan::get(p);
+  REQUIRE(std::string(plan.strategy()) == "chunked");
+  const std::size_t eighth = current_device()->total_memory / 8;
+  CHECK(current_device()->total_memory == std::size_t(2) << 30);
+  CHECK(plan.backward_workspace_bytes() <= eighth + (std::size_t(64) << 20)); // its passes, and what is not in them
+  CHECK(plan.workspace_bytes(false) <= eighth + (std::size_t(64) << 20));
+}
