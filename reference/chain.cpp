@@ -176,6 +176,7 @@ void divergences_of(const ChainProblem& p, const void* potentials, const void* o
 void chain_forward(const ChainProblem& p, const void* potentials, const int64_t* lengths, double* score, double* alpha,
                    int32_t* path) {
   check_chain_inputs(p, lengths);
+  if (p.B > 0 && p.T > 1) require(potentials, "potentials");
   if (p.B > 0) require(score, "score");
   if (path && p.semiring != Semiring::max_plus)
     throw std::invalid_argument("path: only max_plus has a best path (the semiring is " +
@@ -189,6 +190,7 @@ void chain_forward(const ChainProblem& p, const void* potentials, const int64_t*
 void chain_backward(const ChainProblem& p, const void* potentials, const int64_t* lengths, const double* grad_score,
                     double* grad_potentials) {
   check_chain_inputs(p, lengths);
+  if (p.B > 0 && p.T > 1) require(potentials, "potentials");
   if (p.B > 0) require(grad_score, "grad_score");
   if (p.B > 0 && p.T > 1) require(grad_potentials, "grad_potentials");
   std::fill(grad_potentials, grad_potentials + p.B * (p.T - 1) * p.C * p.C, 0.0);

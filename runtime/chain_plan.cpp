@@ -186,13 +186,11 @@ std::shared_ptr<const ChainStrategy> strategy_for(const ChainProblem& problem, c
     throw std::invalid_argument("steps: a form of the stepped strategy, which this plan does not take");
   if (stepped) {
     if (chunk != 0) throw std::invalid_argument("chunk: the stepped strategy takes no chunks");
-    if (problem.T > kMaxSteppedChainLength && problem.B > 0) // a launch a position; no sequence launches none
-      throw std::invalid_argument(
-          "chain.T: the stepped strategy" +
-          std::string(problem.C > kMaxSequentialChainStates
-                          ? " (the only one beyond " + std::to_string(kMaxSequentialChainStates) + " states)"
-                          : "") +
-          " takes at most 2^24 positions (got " + std::to_string(problem.T) + ")");
+    // A launch a position; no sequence launches none. (Beyond kMaxSequentialChainStates check_chain_problem refuses
+    // such a problem, the stepped strategy being the only one there.)
+    if (problem.T > kMaxSteppedChainLength && problem.B > 0)
+      throw std::invalid_argument("chain.T: the stepped strategy takes at most 2^24 positions (got " +
+                                  std::to_string(problem.T) + ")");
     return std::make_shared<const SteppedChain>(problem, device, tune_products, steps, build);
   }
   if (chunk != 0) // first: beyond the sequential kernels' states the chunks say why, not the spec

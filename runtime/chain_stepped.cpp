@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -291,7 +292,9 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   const std::size_t row = std::size_t(p.B * p.C);
   params.beta = beta;
-  const SemiringBMM step = product(beta, !beta && with_path, stream);
+  // One position has no step: its product is neither planned nor built.
+  const std::optional<SemiringBMM> step =
+      p.T > 1 ? std::optional<SemiringBMM>(product(beta, !beta && with_path, stream)) : std::nullopt;
   // The forward from position 0, each product reaching the next position; the backward from the last position
   // down, the table transposed. A shared table stays where its first step put it, and so do the factors exp_matmul
   // made of it in `products`: the steps after the first prepare the messages alone.
@@ -304,9 +307,9 @@ void SteppedChain::pass(jb::ChainParams params, bool beta, bool with_path, void*
       int32_t* winners = !beta && with_path ? params.argmax + std::size_t(t) * row : nullptr;
       void* reached = const_cast<void*>(params.prod);
       if (same_table && i > 1)
-        step.run_same_b(params.msg, tab, reached, winners, stream, products);
+        step->run_same_b(params.msg, tab, reached, winners, stream, products);
       else
-        step(params.msg, tab, reached, winners, stream, products);
+        (*step)(params.msg, tab, reached, winners, stream, products);
     }
     params.t = t;
     launch("", p.B, true, params, cu_stream);
@@ -320,7 +323,7 @@ void SteppedChain::stacked_passes(jb::ChainParams forward, jb::ChainParams backw
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   forward.beta = 0;
   backward.beta = 1;
-  const SemiringBMM step = stacked_product(stream);
+  const std::optional<SemiringBMM> step = p.T > 1 ? std::optional<SemiringBMM>(stacked_product(stream)) : std::nullopt;
   char* const forward_table = static_cast<char*>(tables);
   char* const backward_table = forward_table + widened_bytes();
   for (int64_t i = 0; i < p.T; ++i) {
@@ -331,9 +334,9 @@ void SteppedChain::stacked_passes(jb::ChainParams forward, jb::ChainParams backw
       table(backward, u, true, backward_table, cu_stream);
       void* const reached = const_cast<void*>(forward.prod);
       if (i > 1)
-        step.run_same_b(forward.msg, forward_table, reached, nullptr, stream, products);
+        step->run_same_b(forward.msg, forward_table, reached, nullptr, stream, products);
       else
-        step(forward.msg, forward_table, reached, nullptr, stream, products);
+        (*step)(forward.msg, forward_table, reached, nullptr, stream, products);
     }
     forward.t = t;
     launch("", p.B, true, forward, cu_stream);

@@ -84,6 +84,10 @@ void check_chain_problem(const ChainProblem& p) {
   if (p.T < 1) fail("T", "must be at least 1 (got " + std::to_string(p.T) + ")");
   if (p.C < 1 || p.C > kMaxChainStates)
     fail("C", "must be in [1, " + std::to_string(kMaxChainStates) + "] (got " + std::to_string(p.C) + ")");
+  if (p.C > kMaxSequentialChainStates && p.T > kMaxSteppedChainLength && p.B > 0) // no strategy runs it
+    fail("T", "beyond " + std::to_string(kMaxSequentialChainStates) +
+                  " states only the stepped strategy runs, which takes at most 2^24 positions (got " +
+                  std::to_string(p.T) + ")");
   if (p.form != ChainForm::crf && p.form != ChainForm::hmm)
     fail("form", "enum value " + std::to_string(static_cast<int>(p.form)) + " is not a form (expected crf or hmm)");
   if (p.form == ChainForm::crf) check_no_tables(p);

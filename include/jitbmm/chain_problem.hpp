@@ -80,7 +80,8 @@ DType chain_output_dtype(const ChainProblem& problem);
 
 // Throws std::invalid_argument naming the field when the problem is not one jitbmm computes: a semiring other
 // than log and max_plus, a dtype that is not a float, T < 1, C outside [1, kMaxChainStates], B outside
-// [0, kMaxChainSequences], negative strides, an input beyond 2^62 bytes, potentials' strides given to the hmm form,
+// [0, kMaxChainSequences], more than kMaxSteppedChainLength positions beyond kMaxSequentialChainStates states (no
+// strategy runs that), negative strides, an input beyond 2^62 bytes, potentials' strides given to the hmm form,
 // or the hmm form's fields (batched_*, *_strides of the tables) given to the crf form.
 void check_chain_problem(const ChainProblem& problem);
 // The element stride of potentials along (b, t, c, p), contiguous strides filled in.

@@ -1168,3 +1168,18 @@ TEST_CASE("the chunked strategy's scratch stays within an eighth of the device's
   CHECK(plan.backward_workspace_bytes() <= eighth + (std::size_t(64) << 20)); // its passes, and what is not in them
   CHECK(plan.workspace_bytes(false) <= eighth + (std::size_t(64) << 20));
 }
+
+// A stepped plan of one position has no step: its first call plans and builds no product (a compile, a module load
+// inside a call that a graph may be capturing).
+TEST_CASE("a stepped chain plan of one position loads no product kernel at its first call") {
+  ChainProblem p;
+  p.B = 2, p.T = 1, p.C = 2048; // beyond 1024 states: the stepped strategy
+  const ChainPlan plan = ChainPlan::get(p);
+  REQUIRE(std::string(plan.strategy()) == "stepped");
+  DeviceBuffer inputs(64), score(std::size_t(p.B) * 4), saved(plan.saved_bytes() + 1),
+      work(std::max<std::size_t>(plan.workspace_bytes(false), 1));
+  const DriverLog log;
+  plan(inputs.get(), nullptr, score.get(), saved.get(), nullptr, nullptr, nullptr,
+       Workspace{work.get(), plan.workspace_bytes(false)});
+  CHECK(log.loads() == 0);
+}

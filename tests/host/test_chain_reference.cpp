@@ -117,6 +117,9 @@ TEST_CASE("chain problem checks: each bad field is named") {
       {[](ChainProblem& p) { p.B = int64_t(1) << 29, p.T = 4096, p.C = 1024; }, "chain.potentials: "},
       {[](ChainProblem& p) { p.B = int64_t(1) << 29, p.T = int64_t(1) << 31, p.C = 1; }, "chain.alpha: "}, // 2^63 bytes
       {[](ChainProblem& p) { p.B = 0, p.T = int64_t(1) << 50, p.C = 1024; }, "chain.alpha: "},
+      // Beyond 1024 states only the stepped strategy runs, and it takes at most 2^24 positions.
+      {[](ChainProblem& p) { p.B = 1, p.T = kMaxSteppedChainLength + 1, p.C = 2048; },
+       "chain.T: beyond 1024 states only the stepped strategy runs"},
       // The hmm form's fields on a crf problem.
       {[](ChainProblem& p) { p.batched_transitions = true; }, "chain.batched_transitions: the crf form has no tables"},
       {[](ChainProblem& p) { p.batched_initial = true; }, "chain.batched_initial: the crf form has no tables"},
@@ -134,6 +137,9 @@ TEST_CASE("chain problem checks: each bad field is named") {
 TEST_CASE("chain problem checks: B = 0, T = 1 and broadcast strides are valid; contiguous strides are filled in") {
   CHECK_NOTHROW(check_chain_problem(chain(Semiring::log, 0, 7, 3)));
   CHECK_NOTHROW(check_chain_problem(chain(Semiring::max_plus, 4, 1, kMaxChainStates)));
+  CHECK_NOTHROW(check_chain_problem(chain(Semiring::log, 1, kMaxSteppedChainLength, 2048)));
+  CHECK_NOTHROW(check_chain_problem(chain(Semiring::log, 0, kMaxSteppedChainLength + 1, 2048))); // runs nothing
+  CHECK_NOTHROW(check_chain_problem(chain(Semiring::log, 1, kMaxSteppedChainLength + 1, 1024)));
   ChainProblem p = chain(Semiring::log, 3, 5, 4);
   p.dtype = DType::f32;
   int64_t st[4];
@@ -374,6 +380,9 @@ TEST_CASE("chain reference: bad calls are refused, naming the argument") {
                       "lengths");
   check_throws_naming(
       [&] { reference::chain_forward(p, pot.data(), good.data(), score.data(), alpha.data(), path.data()); }, "path");
+  check_throws_naming([&] { reference::chain_forward(p, nullptr, good.data(), score.data(), nullptr, nullptr); },
+                      "potentials");
+  check_throws_naming([&] { reference::chain_backward(p, nullptr, good.data(), g.data(), grad.data()); }, "potentials");
   ChainProblem bad = p;
   bad.T = 0;
   check_throws_naming([&] { reference::chain_forward(bad, pot.data(), good.data(), score.data(), nullptr, nullptr); },

@@ -243,4 +243,7 @@ TEST_CASE("hmm reference: the wrong form and missing tables are refused, naming 
   test::expect_invalid([&] {
     reference::chain_forward(p, HmmInputs{em.data(), tr.data(), in.data()}, nullptr, score.data(), nullptr, nullptr);
   }, "hmm");
+  // An empty batch holds no messages, however long its sequences: nothing to refuse, as in the crf form.
+  ChainProblem empty = hmm_problem(Semiring::log, 0, int64_t(1) << 20, 1024);
+  CHECK_NOTHROW(reference::chain_forward(empty, HmmInputs{}, nullptr, nullptr, nullptr, nullptr));
 }
