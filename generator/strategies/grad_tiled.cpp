@@ -11,6 +11,13 @@ int rank(const Problem& p) { return semiring_info(p.semiring).backward == Backwa
 
 // The forward tiled defaults over the gradient's rows × cols, then the backward's own measured best.
 void defaults(KernelSpec& spec, const Problem& p) {
+  // Its rows are the operand's (grad_b's: K), a block a tile of at most 128 of them on the grid's y.
+  const bool operand_rows_k = spec.pass == Pass::grad_b;
+  const int64_t rows = operand_rows_k ? p.shape.K : p.shape.M;
+  if ((rows + 127) / 128 > kMaxGridYZ)
+    throw std::invalid_argument(std::string(operand_rows_k ? "shape.K" : "shape.M") + ": the tiled gradient of " +
+                                (operand_rows_k ? "b" : "a") + " takes at most 65535 tiles of 128 of its rows (got " +
+                                std::to_string(rows) + "); split the problem along them");
   Problem as_output = p;
   as_output.shape = spec.pass == Pass::grad_a ? Shape{p.shape.B, p.shape.M, p.shape.N, p.shape.K}
                                               : Shape{p.shape.B, p.shape.K, p.shape.M, p.shape.N};

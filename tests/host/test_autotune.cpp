@@ -285,6 +285,13 @@ TEST_CASE("backward specs: the default per semiring and pass, and what check_spe
         Strategy::scatter);
   CHECK(default_grad_spec(problem(Semiring::min_plus, DType::f64, {2, 3, 1537, 5}), Pass::grad_b).strategy ==
         Strategy::scatter);
+  // The tiled gradient's rows are its operand's (grad_b's: K), at most 65535 tiles of 128: beyond, the error names
+  // that axis, not the transposed problem's.
+  CHECK_NOTHROW(default_grad_spec(problem(Semiring::log, DType::f32, {1, 16, 8388480, 16}), Pass::grad_b));
+  expect_invalid([&] { default_grad_spec(problem(Semiring::log, DType::f32, {1, 16, 8388481, 16}), Pass::grad_b); },
+                 "shape.K: the tiled gradient of b takes at most 65535 tiles");
+  expect_invalid([&] { default_grad_spec(problem(Semiring::log, DType::f32, {1, 8388481, 16, 16}), Pass::grad_a); },
+                 "shape.M: the tiled gradient of a takes at most 65535 tiles");
   p.with_argmax = false;
   KernelSpec bad = ga;
   bad.strategy = Strategy::linear;
