@@ -59,6 +59,9 @@ uint64_t g_case_seed = 0;
 // The watchdog's view of progress: calls returned, and the fake driver's count of modules loaded (null without it).
 volatile sig_atomic_t g_calls_returned = 0;
 long (*g_modules_loaded)() = nullptr;
+// The fake driver's own allocator: buffers whose memsets it checks against its allocations must be real ones.
+int (*g_mem_alloc)(unsigned long long*, std::size_t) = nullptr;
+int (*g_mem_free)(unsigned long long) = nullptr;
 double g_case_seconds = 120;
 constexpr double kCaseCpuSeconds = 120; // far more than a case's compiles take
 long g_progress_seen = -1;
@@ -476,9 +479,23 @@ void run_chain_case(uint64_t seed, Findings& f) {
     jitbmm_chain_plan_destroy(plan);
     return;
   }
+  // `saved` is written whole (a strategy zeroes what it leaves of it), which the fake driver checks against its
+  // allocations: a real one where it fits, else none, the made-up address being none.
+  // (Drawn last argument first, as the call's arguments were, so that each seed's case stays what it was.)
+  auto* const path = static_cast<int32_t*>(maybe(log ? 0.9 : 0.4));
+  void* const alpha = maybe(0.7);
+  void* saved = maybe(log ? 0.3 : 0.9);
+  void* const score = maybe(0.05);
+  void* const potentials = maybe(0.05);
+  unsigned long long saved_allocation = 0;
+  if (saved && g_mem_alloc && planless > 0) {
+    saved = nullptr;
+    if (planless <= (std::size_t(256) << 20) && g_mem_alloc(&saved_allocation, planless) == 0)
+      saved = reinterpret_cast<void*>(saved_allocation);
+  }
   const jitbmm_status ran =
-      jitbmm_chain_plan_run(plan, maybe(0.05), lengths, maybe(0.05), maybe(log ? 0.3 : 0.9), maybe(0.7),
-                            static_cast<int32_t*>(maybe(log ? 0.9 : 0.4)), nullptr, 0, nullptr);
+      jitbmm_chain_plan_run(plan, potentials, lengths, score, saved, alpha, path, nullptr, 0, nullptr);
+  if (saved_allocation) g_mem_free(saved_allocation);
   if (check_status(f, seed, "jitbmm_chain_plan_run", ran, p) && p.B > 0 &&
       (p.with_lengths != 0) != (lengths != nullptr))
     f.add(seed, "jitbmm_chain_plan_run accepted lengths that disagree with with_lengths", p);
@@ -507,7 +524,11 @@ int main() {
   g_fake_driver = libcuda && std::strstr(libcuda, "fake_cuda");
   if (g_fake_driver)
     if (void* driver = ::dlopen(libcuda, RTLD_NOW | RTLD_LOCAL)) // the handle the library's own dlopen gets too
+    {
       g_modules_loaded = reinterpret_cast<long (*)()>(::dlsym(driver, "jitbmm_fake_cuda_modules_loaded"));
+      g_mem_alloc = reinterpret_cast<int (*)(unsigned long long*, std::size_t)>(::dlsym(driver, "cuMemAlloc_v2"));
+      g_mem_free = reinterpret_cast<int (*)(unsigned long long)>(::dlsym(driver, "cuMemFree_v2"));
+    }
   if (const char* seconds = std::getenv("JITBMM_FUZZ_CASE_SECONDS"); seconds && *seconds)
     g_case_seconds = std::strtod(seconds, nullptr);
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(on_death);
