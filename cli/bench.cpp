@@ -155,8 +155,9 @@ int run_bench(int argc, char** argv) {
   }
   if (mode == "--backward") {
     used.insert("--reps");
-    // Its check reads the gradients as contiguous row-major arrays, as it lays the operands out.
-    used.erase("--a-layout"), used.erase("--b-layout");
+    // Its check reads the gradients as contiguous row-major arrays, as it lays the operands out; a selecting
+    // semiring's forward saves its argmax whatever --argmax says (what a training step runs), so the flag is not its.
+    used.erase("--a-layout"), used.erase("--b-layout"), used.erase("--argmax");
     args.require_only(used, "bench --backward");
     return run_backward_bench(args);
   }

@@ -22,10 +22,11 @@
 namespace jitbmm::cli {
 
 // The library's errors name a field ("dtype: unsupported 'x' ...", "shape.M: ...", "spec.thread: ..."); the user
-// typed flags, so the CLI's errors name the flag instead. The field of a message: its lowercase start before ": ".
+// typed flags, so the CLI's errors name the flag instead. The field of a message: its start of letters, digits, '_'
+// and '.' before ": ".
 inline std::string error_field(const std::string& message) {
   std::size_t i = 0;
-  while (i < message.size() && (std::islower(static_cast<unsigned char>(message[i])) ||
+  while (i < message.size() && (std::isalpha(static_cast<unsigned char>(message[i])) ||
                                 std::isdigit(static_cast<unsigned char>(message[i])) || message[i] == '_' ||
                                 message[i] == '.'))
     ++i;
@@ -243,7 +244,7 @@ inline std::string arch_from(const Args& args) {
   const std::string arch = args.get("--arch", "sm_90");
   std::size_t i = 3;
   while (i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) ++i;
-  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 && i <= 7 &&
+  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 && i <= 7 && arch[3] != '0' &&
                   (i == arch.size() || (i + 1 == arch.size() && std::islower(static_cast<unsigned char>(arch[i]))));
   if (!ok) throw std::invalid_argument("--arch: expected sm_XY (e.g. sm_90, sm_90a), got '" + arch + "'");
   return arch;

@@ -1,6 +1,12 @@
 // jitbmm tune: autotune one problem on this GPU, store the decision (exact shape and its bucket), print the
 // candidates compared; with --chain, a chain problem's cluster sizes (cli/tune_chain.cpp).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -18,18 +24,42 @@ namespace jitbmm::cli {
 
 namespace {
 
+// A decisions file holds a few hundred bytes a decision: one larger than this is not one.
+constexpr off_t kMaxDecisionsFileBytes = off_t(64) << 20;
+
+// The regular file at `path`, whole, of at most kMaxDecisionsFileBytes (never a device, a pipe or a directory, which
+// could block or never end). What the system refuses is std::runtime_error (exit 1) with its reason.
 std::string read_text_file(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw std::runtime_error(std::string(flag) + ": cannot read '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  const int error = errno;
+  std::string text;
+  if (stated && S_ISREG(st.st_mode) && st.st_size <= kMaxDecisionsFileBytes) {
+    text.resize(std::size_t(st.st_size));
+    std::size_t got = 0;
+    for (ssize_t n; got < text.size() && (n = ::read(fd, &text[got], text.size() - got)) > 0;) got += std::size_t(n);
+    text.resize(got);
+  }
+  ::close(fd);
+  if (!stated) throw std::runtime_error(std::string(flag) + ": cannot read '" + path + "': " + std::strerror(error));
+  if (!S_ISREG(st.st_mode))
+    throw std::invalid_argument(std::string(flag) + ": '" + path + "' is not a regular file" +
+                                (S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  if (st.st_size > kMaxDecisionsFileBytes)
+    throw std::invalid_argument(std::string(flag) + ": '" + path + "' holds " + std::to_string(st.st_size) +
+                                " bytes, more than a decisions file (at most " +
+                                std::to_string(kMaxDecisionsFileBytes >> 20) + " MiB)");
+  return text;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const int error = out ? 0 : errno;
   if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush())
-    throw std::invalid_argument("--export: cannot write '" + path + "'");
+    throw std::runtime_error("--export: cannot write '" + path + "'" +
+                             (error ? std::string(": ") + std::strerror(error) : std::string()));
 }
 
 // tune --export FILE: every decision of the cache in a decisions file; tune --import FILE: a decisions file's
