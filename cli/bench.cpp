@@ -81,7 +81,7 @@ Row run_one(const Problem& p, const KernelSpec& spec, const Ceilings& ceilings, 
   // A sample checked against the CPU reference, so no broken kernel is timed silently.
   std::vector<unsigned char> ho(no * out_bytes);
   out.download(ho.data(), ho.size());
-  std::uniform_int_distribution<int64_t> pick(0, no - 1);
+  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(no - 1, 0)); // drawn from only when no > 0
   for (int n = 0; n < 32 && no > 0; ++n, ++row.checked) {
     const int64_t o = pick(rng);
     const MatrixIndex at = index_of(s.M, s.N, o);

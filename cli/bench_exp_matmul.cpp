@@ -122,7 +122,7 @@ int run_exp_matmul_bench(const Args& args) {
       a.upload(ha.data(), ha.size());
       b.upload(hb.data(), hb.size());
       // The sampled outputs and their float64 reference, shared by every variant.
-      std::uniform_int_distribution<int64_t> pick(0, s.B * s.M * s.N - 1);
+      std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(s.B * s.M * s.N - 1, 0));
       std::vector<std::pair<int64_t, reference::Element>> samples;
       for (int n = 0; n < 256; ++n) {
         const int64_t o = pick(rng);

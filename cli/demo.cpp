@@ -68,7 +68,7 @@ int demo_gpu(const Shape& shape) {
 
   const std::size_t unwritten = std::count_if(ho.begin(), ho.end(), [](float x) { return std::isnan(x); });
   Problem problem = plan.plan().problem();
-  std::uniform_int_distribution<int64_t> pick(0, static_cast<int64_t>(no) - 1);
+  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(static_cast<int64_t>(no) - 1, 0)); // none drawn at 0
   const int samples = static_cast<int>(std::min<std::size_t>(1000, no));
   int bad = 0;
   double worst = 0;
