@@ -279,10 +279,15 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   // A stand-in plan reports on the plan it chose, once built.
   const Impl* chosen = impl_->stand_in ? impl_->stand_in->forward_waited() : nullptr;
   const Impl& im = chosen ? *chosen : *impl_;
-  const StrategyDef& def = strategy_def(im.spec);
+  // The variant calls run now: the plan's own, or the wide-data one it moved to.
+  const ForwardVariant* moved = im.moved.load(std::memory_order_acquire) ? im.wide.get() : nullptr;
+  const KernelSpec& spec = moved ? moved->spec : im.spec;
+  const StrategyDef& def = strategy_def(spec);
   if (!def.repair_counts)
     throw std::invalid_argument("plan: run_with_repair_report needs an exp_matmul plan, not " +
-                                std::string(strategy_name(im.spec.strategy)));
+                                std::string(strategy_name(spec.strategy)) +
+                                (moved ? " (the variant for wide-range data it moved to)" : ""));
+  const LaunchPlan& launches = moved ? moved->launches : im.launches;
   const Shape& s = im.problem.shape;
   RepairReport report;
   report.outputs = checked_product({s.B, s.M, s.N}, "shape: B*M*N");
@@ -296,12 +301,12 @@ SemiringBMM::RepairReport SemiringBMM::run_with_repair_report(const void* a, con
   const DriverApi& d = driver();
   ScopedContext scope(im.device->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  DeviceBuffer workspace(im.launches.workspace_bytes);
+  DeviceBuffer workspace(launches.workspace_bytes);
   jb::BmmParams params = im.params;
   params.a = a, params.b = b, params.out = out;
-  run_launches(*im.kernel, im.launches, params, workspace.get(), cu_stream);
+  run_launches(moved ? *moved->kernel : *im.kernel, launches, params, workspace.get(), cu_stream);
   check(d.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  const RepairCounts counts = def.repair_counts(im.spec, im.problem);
+  const RepairCounts counts = def.repair_counts(spec, im.problem);
   const std::size_t flags_end = counts.flags_at + 4 * static_cast<std::size_t>(counts.tiles);
   std::vector<unsigned char> host(std::max(counts.outputs_at + sizeof(uint64_t), flags_end)); // both counts
   workspace.download(host.data(), host.size());

@@ -173,6 +173,12 @@ int watch_main(int argc, char** argv) {
       plan(a.get(), b.get(), out.get(), nullptr, nullptr, Workspace{ws.get(), bytes});
       std::printf("call %d %s\n", call, strategy_name(plan.spec().strategy));
     }
+    // A repair report is of the variant calls run now: none where the plan moved to a variant without repairs.
+    try {
+      plan.run_with_repair_report(a.get(), b.get(), out.get());
+    } catch (const std::invalid_argument& e) {
+      std::printf("report: %s\n", e.what());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "watch failed: %s\n", e.what());
@@ -1142,8 +1148,10 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
     exit_status = r.status;
     return r.output;
   };
-  CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
-  CHECK(run("25", false) == "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\n");
+  const std::string moved = "call 1 exp_matmul\ncall 2 tiled\ncall 3 tiled\nreport: plan: run_with_repair_report needs an "
+                            "exp_matmul plan, not tiled (the variant for wide-range data it moved to)\n";
+  CHECK(run("60", false) == moved);
+  CHECK(run("25", false) == moved);
   CHECK(run("10", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   CHECK(run("60", true) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   // Calls under UnwatchedCalls (an XLA handler's) neither count nor move.
