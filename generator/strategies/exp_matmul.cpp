@@ -88,7 +88,11 @@ void check(const KernelSpec& spec, const Problem& p) {
   check_workspace(spec, p);
   if (!spec.index64 && !fits_index32(spec, p))
     reject("index64", "exp_matmul's padded operand copies overflow 32-bit index math; use a 64-bit index variant");
-  check_tiles(spec, p, shared_bytes(spec));
+  // The wgmma forms walk a list of their tiles from a grid along x that loops (launches()): no grid bound on M or N.
+  if (uses_wgmma(spec.math))
+    check_tiles(spec, TileGrid{1, "shape.M", 1, "shape.N"}, shared_bytes(spec));
+  else
+    check_tiles(spec, p, shared_bytes(spec));
 }
 
 bool index64(const KernelSpec& spec, const Problem& p) { return needs_index64(spec, p) || !fits_index32(spec, p); }

@@ -8,6 +8,7 @@
 #include "expect.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/repair_watch.hpp"
+#include "runtime/tuner/search_space.hpp"
 #include "support/log.hpp"
 #include "variants.hpp"
 
@@ -90,6 +91,18 @@ TEST_CASE("candidates fit the problem and the device, are distinct, and cover th
   CHECK(has_math(hopper_fast, Math::wgmma_tf32));
   CHECK(has_math(hopper_fast, Math::wgmma_tf32x3)); // every exact variant is valid at fast
   for (const KernelSpec& s : hopper_fast) CHECK_NOTHROW(check_spec_fits(s, fast));
+  // The wgmma forms walk a list of their tiles from a looping grid: a tall problem's rows bound none of them, where
+  // the other forms' tile rows are the grid's y (at most 65535).
+  Problem tall = fast;
+  tall.shape = {1, 8400000, 64, 64};
+  int tall_wgmma = 0;
+  for (const KernelSpec& s : hopper_fast) {
+    if (s.strategy != Strategy::exp_matmul) continue;
+    CAPTURE(to_string(s));
+    CHECK(fitting(s, tall).has_value() == uses_wgmma(s.math)); // every other form's tile is at most 128 rows
+    tall_wgmma += uses_wgmma(s.math);
+  }
+  CHECK(tall_wgmma > 0);
   const auto f64_candidates = tuning_candidates(problem(Semiring::log, DType::f64, {8, 256, 256, 256}), h100);
   CHECK(has_math(f64_candidates, Math::fma));
   CHECK_FALSE(has_math(f64_candidates, Math::tf32x3));
