@@ -219,8 +219,13 @@ def per_row(size, backward, operands, rows):
     forward's operands and saved messages are one problem's, not the batch the handler would fold the vmapped axis
     into, so the backward runs once per row of the gradients (jax.lax.map), its results stacked with the vmapped axis
     first. rows[j]: whether operands[j] is an upstream gradient, led to `size` (lead), taken a row at a time."""
-    return jax.lax.map(lambda i: backward(*(x if absent(x) or not row else x[i] for x, row in zip(operands, rows))),
-                       jnp.arange(size))
+    taken = tuple(x for x, row in zip(operands, rows) if row and not absent(x))
+
+    def one(xs):  # the rows of the taken operands, in their order (mapped over the rows themselves: none at size 0)
+        it = iter(xs)
+        return backward(*(next(it) if row and not absent(x) else x for x, row in zip(operands, rows)))
+
+    return jax.lax.map(one, taken)
 
 
 def check_crf(potentials):

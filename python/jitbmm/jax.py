@@ -306,11 +306,13 @@ def chain_log_prob(potentials, value, lengths=None):
     log_z = chain_log_partition(potentials, lengths)  # checks lengths
     dtype = score_dtype(potentials.dtype)
     pot, value = potentials.astype(dtype), value.astype(dtype)
-    taken = value != 0
     within = True
     if lengths is not None:  # only the steps before each sequence's last position
         last = clipped_lengths(lengths, pot.shape[:-3]) - 1
         within = (jnp.arange(pot.shape[-3]) < last[..., None])[..., None, None]
+    # A step past the length is not read: neither its potential (-inf padding there would make value's gradient NaN,
+    # 0 · -inf) nor its value.
+    taken = (value != 0) & within
     # Neither 0·(-inf) nor its gradient; where value is 0 its derivative is the potential (finite, inside the length),
     # as jitbmm.torch's is.
     safe = jnp.where(within & jnp.isfinite(pot), pot, 0)
@@ -331,21 +333,25 @@ def _hmm_forward(semiring, with_path, keep):
 
     @forward.def_vmap
     def rule(size, batched, emissions, transitions, initial, lengths):
-        emissions, transitions, initial, lengths = _hmm_lead(size, batched, emissions, transitions, initial, lengths)
+        emissions, transitions, initial, lengths = _hmm_lead(size, batched, emissions, transitions, initial, lengths,
+                                                             share=not keep)
         return forward(emissions, transitions, initial, lengths), (True, False, with_path)
 
     return forward
 
 
-def _hmm_lead(size, batched, emissions, transitions, initial, lengths):
+def _hmm_lead(size, batched, emissions, transitions, initial, lengths, share=False):
     """The HMM's operands with the vmapped axis in front, each table one per sequence [size, *batch, ...]: under vmap
     a shared table's gradient differs between the vmapped instances, which one shared operand cannot give. The
-    forward and the backward lay them out alike, so both make one problem (the saved messages' layout)."""
+    forward and the backward lay them out alike, so both make one problem (the saved messages' layout). share: no
+    backward follows (nothing saved), so a table no instance has its own of stays one for all, not copied."""
     emissions = lead(emissions, batched[0], size)
     batch = emissions.shape[1:-2]
 
     def per_sequence(x, is_batched, rank):  # rank: a shared table's (2 for transitions, 1 for initial)
         shared = x.ndim - is_batched == rank
+        if shared and share and not is_batched:
+            return x
         x = lead(x, is_batched, size)
         if not shared:
             return x

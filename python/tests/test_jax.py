@@ -73,6 +73,20 @@ class TraceTest(unittest.TestCase):
         self.assertEqual([g.shape for g in per], [(2, 3, 10, 7), (2, 7, 7), (2, 7)])
         score, path = jax.eval_shape(jax.vmap(jj.hmm_viterbi, (0, None, None)), spec((2, 3, 10, 7)), t, i)
         self.assertEqual((score.shape, path.shape), ((2, 3), (2, 3, 10)))
+        # Vmapped with nothing differentiated, a shared table reaches the handler as one table, not a copy per
+        # sequence; differentiated, one per sequence (each instance's gradient its own).
+        import re
+
+        def tables(f):
+            text = jax.jit(f).trace(spec((2, 3, 10, 7)), t, i).lower(lowering_platforms=("cuda",)).as_text()
+            return [m.group(1) for m in re.finditer(r"custom_call @jitbmm_hmm\(.*?tensor<[0-9x]+xf32>, "
+                                                    r"tensor<([0-9x]+)xf32>", text)]
+        self.assertEqual(tables(jax.vmap(jj.hmm_log_partition, (0, None, None))), ["7x7"])
+        grad = jax.vmap(jax.grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)), (0, None, None))
+        self.assertEqual(tables(grad), ["2x3x7x7"])
+        # jacrev over an empty batch: its backward a row at a time, of no rows.
+        self.assertEqual(jax.eval_shape(jax.jacrev(jj.chain_log_partition), spec((0, 4, 5, 5))).shape,
+                         (0, 0, 4, 5, 5))
 
     def test_distributions_trace(self):
         jj = self.jj

@@ -216,6 +216,12 @@ class ContractTest(unittest.TestCase):
         want = jax.jit(jax.grad(lambda p, v: reference(p, v)[0].sum(), argnums=(0, 1)))(p, value)
         self.close(got[0], want[0])
         self.close(got[1], want[1])
+        # Potentials padded with -inf past each length and a relaxed event (0.1 everywhere): value's gradient is the
+        # potential inside the length and 0 past it, never NaN (0 · -inf).
+        inside = jnp.asarray(np.broadcast_to(within, p.shape))
+        padded = jnp.where(inside, self.p[0], -jnp.inf)
+        g = jax.jit(jax.grad(lambda v: jj.chain_log_prob(padded, v, L).sum()))(jnp.full(p.shape, 0.1))
+        self.close(g, jnp.where(inside, self.p[0], 0))
 
     def test_kbest_gradient(self):
         jj, p, L, k = self.jj, self.p[0], self.lengths, 5
