@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "jitbmm %s: invalid argument: %s\n", command.c_str(), e.what());
     return 2;
+  } catch (const std::bad_alloc&) { // the host copies of a problem's operands, outputs and their reference
+    std::fprintf(stderr, "jitbmm %s: error: not enough host memory for this problem's buffers (its --shape, or "
+                         "--batch and --length)\n", command.c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "jitbmm %s: error: %s\n", command.c_str(), e.what());
     return 1;
