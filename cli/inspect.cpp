@@ -188,6 +188,9 @@ void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
 // Which variant SemiringBMM::get would run for the problem on this GPU, where that choice came from, and the
 // timings the autotuner compared. Never tunes.
 int print_tuned(const Problem& p) {
+  // JITBMM_TUNE=exact reads no bucket's decision: a plan of this process would tune the exact shape first. (Read
+  // first: a malformed value is refused before anything is printed.)
+  const bool exact_only = tune_policy_from_env() == TunePolicy::exact;
   const auto device = current_device();
   const Choice c = choose(p, *device, TunePolicy::never);
   std::printf("problem:  %s\ndevice:   %s (%s, %d SMs)\nchoice:   %s\nsource:   %s\n", describe(p).c_str(),
@@ -195,8 +198,6 @@ int print_tuned(const Problem& p) {
               c.source == "default" ? "built-in default (no tuning decision stored for this problem's family; "
                                       "run jitbmm tune)"
                                     : (c.source + " decision").c_str());
-  // JITBMM_TUNE=exact reads no bucket's decision: a plan of this process would tune the exact shape first.
-  const bool exact_only = tune_policy_from_env() == TunePolicy::exact;
   if (exact_only && c.source != "exact" && c.source != "shipped exact")
     std::printf("note:     JITBMM_TUNE=exact: SemiringBMM::get tunes this exact shape instead of taking the %s\n",
                 c.source == "default" ? "default" : (c.source + " decision").c_str());
