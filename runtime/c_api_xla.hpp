@@ -19,6 +19,7 @@
 #include "runtime/c_api_status.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/repair_watch.hpp"
 #include <xla/ffi/api/ffi.h> // jaxlib's, found by CMake (never shipped with jitbmm)
 
 namespace jitbmm::xla_ffi {
@@ -162,9 +163,11 @@ ffi::ErrorOr<CallWorkspace> workspace(ffi::AnyBuffer& declared, ffi::ScratchAllo
 void note_recorded(const char* target, void* stream);
 
 // Handler jitbmm_<target>'s body with the library's exceptions (a failed driver call in StreamContext) turned into
-// FFI errors.
+// FFI errors. XLA's execute may only launch: no product the body runs (a chain's too) watches its repairs, which
+// allocates and may move to another variant (compile, load).
 template <class F> ffi::Error guarded(const char* target, void* stream, F body) {
   try {
+    const UnwatchedCalls unwatched;
     note_recorded(target, stream);
     return body();
   } catch (const std::exception& e) {

@@ -6,7 +6,6 @@
 #include <string_view>
 
 #include "runtime/c_api_xla.hpp"
-#include "runtime/repair_watch.hpp"
 
 namespace jitbmm::xla_ffi {
 namespace {
@@ -76,7 +75,6 @@ ffi::Error bmm(void* stream, ffi::ScratchAllocator allocator, ffi::AnyBuffer a, 
   if (const jitbmm_status s = jitbmm_plan_workspace_bytes(plan.get(), &bytes)) return failed(s);
   auto ws = workspace(*declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
-  const UnwatchedCalls unwatched; // no move to another variant (a tuning, a compile) inside XLA's execute
   const jitbmm_status s = jitbmm_plan_run_with_workspace(
       plan.get(), a.untyped_data(), b.untyped_data(), out->untyped_data(),
       with_argmax ? static_cast<int32_t*>(argmax->untyped_data()) : nullptr, ws->data, ws->bytes, stream);
