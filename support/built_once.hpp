@@ -17,15 +17,17 @@ public:
   // alone, and one that comes later gets it at once. A build that throws keeps nothing: its exception goes to the
   // callers that waited for it, and the next caller builds again.
   template <class Build> T get(Build&& build) const {
-    std::promise<T> promise;
+    std::optional<std::promise<T>> promise; // made only by the caller that builds: a built value costs a lock alone
     std::shared_future<T> pending;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (value_) return *value_;
-      if (building_.valid())
+      if (building_.valid()) {
         pending = building_;
-      else
-        building_ = promise.get_future().share();
+      } else {
+        promise.emplace();
+        building_ = promise->get_future().share();
+      }
     }
     if (pending.valid()) return pending.get();
     try {
@@ -35,10 +37,10 @@ public:
         value_ = made;
         building_ = {};
       }
-      promise.set_value(made);
+      promise->set_value(made);
       return made;
     } catch (...) {
-      promise.set_exception(std::current_exception());
+      promise->set_exception(std::current_exception());
       std::lock_guard<std::mutex> lock(mutex_);
       building_ = {};
       throw;
