@@ -36,14 +36,23 @@ std::string read_text_file(const std::string& path, const char* flag) {
   const bool stated = ::fstat(fd, &st) == 0;
   const int error = errno;
   std::string text;
+  int read_error = 0;
   if (stated && S_ISREG(st.st_mode) && st.st_size <= kMaxDecisionsFileBytes) {
     text.resize(std::size_t(st.st_size));
     std::size_t got = 0;
-    for (ssize_t n; got < text.size() && (n = ::read(fd, &text[got], text.size() - got)) > 0;) got += std::size_t(n);
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, &text[got], text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) read_error = errno;
+      if (n <= 0) break; // an error, or the file cut since it was measured (the decoder refuses a cut entry)
+      got += std::size_t(n);
+    }
     text.resize(got);
   }
   ::close(fd);
-  if (!stated) throw std::runtime_error(std::string(flag) + ": cannot read '" + path + "': " + std::strerror(error));
+  if (!stated || read_error)
+    throw std::runtime_error(std::string(flag) + ": cannot read '" + path + "': " +
+                             std::strerror(stated ? read_error : error));
   if (!S_ISREG(st.st_mode))
     throw std::invalid_argument(std::string(flag) + ": '" + path + "' is not a regular file" +
                                 (S_ISDIR(st.st_mode) ? " (a directory)" : ""));
