@@ -365,7 +365,8 @@ def share_choices(src=0, group=None):
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("share_choices: torch.distributed is not initialised (call init_process_group first)")
-    box = [jitbmm.export_choices() if dist.get_rank() == src else None]
+    with torch.cuda.device(torch.cuda.current_device()):  # the export names this device, as the import is made on it
+        box = [jitbmm.export_choices() if dist.get_rank() == src else None]
     dist.broadcast_object_list(box, src=src, group=group)
     if dist.get_rank() == src:
         return 0
