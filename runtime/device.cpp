@@ -22,13 +22,13 @@ int attribute(CUdevice dev, CUdevice_attribute attr, const char* what) {
   return value;
 }
 
-std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx) {
+std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx, unsigned long long ctx_id) {
   const DriverApi& d = driver();
   auto info = std::make_shared<DeviceInfo>();
   info->device = dev;
   info->ordinal = dev;
   info->context = ctx;
-  info->context_id = context_id(ctx);
+  info->context_id = ctx_id;
   char name[256] = {0};
   check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
   info->name = name;
@@ -128,7 +128,7 @@ std::shared_ptr<const DeviceInfo> current_device() {
   const unsigned long long id = context_id(ctx);
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = (*by_context)[id];
-  if (!slot) slot = describe_device(dev, ctx);
+  if (!slot) slot = describe_device(dev, ctx, id);
   return slot;
 }
 
