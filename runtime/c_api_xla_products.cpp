@@ -1,6 +1,7 @@
 // The XLA FFI handlers of the semiring products (runtime/c_api_xla.hpp; docs/jax.md): jitbmm_xla_bmm and
 // jitbmm_xla_bmm_backward, out[..., M, N] = ⊕_k a[..., M, K] ⊗ b[..., K, N] with the batches equal after jitbmm.jax's
-// broadcast, and their gradients.
+// broadcast, and their gradients. An operand of two dimensions is one matrix for every batch (a batch stride of 0,
+// its gradient the sum over the batch), so that a shared weight is not copied per batch.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -16,6 +17,18 @@ struct Product {
   bool empty = false;
 };
 
+// The problem of B products [M, K] ⊗ [K, N]; a_shared / b_shared: that operand is one matrix for every batch.
+jitbmm_status problem_of(Product& p, const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N, bool a_shared,
+                         bool b_shared, bool with_argmax) {
+  if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N)) return s;
+  p.problem.precision = p.precision.c_str(); // the strings live in p; product_plan points at them again after moves
+  p.problem.with_argmax = with_argmax;
+  if (a_shared) p.problem.a_strides[0] = 0;
+  if (b_shared) p.problem.b_strides[0] = 0;
+  p.empty = B == 0 || M == 0 || N == 0;
+  return JITBMM_OK;
+}
+
 ffi::ErrorOr<Product> product(std::string_view semiring, std::string_view precision, const ffi::AnyBuffer& a,
                               const ffi::AnyBuffer& b, bool with_argmax) {
   Product p;
@@ -23,16 +36,15 @@ ffi::ErrorOr<Product> product(std::string_view semiring, std::string_view precis
   const char* dtype = dtype_name(a.element_type());
   if (!dtype) return ffi::Unexpected(invalid("a: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
   if (b.element_type() != a.element_type()) return ffi::Unexpected(invalid("b: its dtype differs from a's"));
-  const int64_t B = leading(a, 2);
-  if (B < 0 || leading(b, 2) != B)
-    return ffi::Unexpected(invalid("a, b: expected [..., M, K] and [..., K, N] of one batch"));
+  const bool a_shared = a.dimensions().size() == 2, b_shared = b.dimensions().size() == 2;
+  const int64_t B = a_shared ? (b_shared ? 1 : leading(b, 2)) : leading(a, 2);
+  if (B < 0 || (!a_shared && leading(a, 2) != B) || (!b_shared && leading(b, 2) != B))
+    return ffi::Unexpected(invalid("a, b: expected [..., M, K] and [..., K, N] of one batch (or either of two "
+                                   "dimensions, one matrix for every batch)"));
   if (dim(b, 2) != dim(a, 1)) return ffi::Unexpected(invalid("b: its rows differ from a's columns (K)"));
   const int64_t M = dim(a, 2), K = dim(a, 1), N = dim(b, 1);
-  if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N); s)
+  if (const jitbmm_status s = problem_of(p, dtype, B, M, K, N, a_shared, b_shared, with_argmax))
     return ffi::Unexpected(failed(s));
-  p.problem.precision = p.precision.c_str(); // the strings live in p; product_plan points at them again after moves
-  p.problem.with_argmax = with_argmax;
-  p.empty = B == 0 || M == 0 || N == 0;
   return p;
 }
 
@@ -54,7 +66,8 @@ jitbmm_status product_plan(Product& p, void* stream, CUcontext ctx, std::shared_
   const jitbmm_problem& q = p.problem;
   const std::string key = p.semiring + "|" + p.precision + "|" + q.dtype + "|" + std::to_string(q.B) + "|" +
                           std::to_string(q.M) + "|" + std::to_string(q.K) + "|" + std::to_string(q.N) + "|" +
-                          std::to_string(q.with_argmax) + "|" + context_key(ctx);
+                          std::to_string(q.with_argmax) + "|" + std::to_string(q.a_strides[0] == 0) +
+                          std::to_string(q.b_strides[0] == 0) + "|" + context_key(ctx);
   return product_plans().get(
       key, [&](jitbmm_plan** made) { return jitbmm_plan_create_on_stream(&q, stream, made); }, jitbmm_plan_destroy,
       plan);
@@ -139,9 +152,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 
 // The bytes of the workspace result of jitbmm_xla_bmm (backward 0) or jitbmm_xla_bmm_backward (1) for a problem on
 // CUDA device `device`, by its plan, made now (tuned as the process's policy allows) and kept for the calls.
+// a_shared / b_shared: that operand has two dimensions, one matrix for every batch.
 extern "C" jitbmm_status jitbmm_xla_bmm_workspace(int device, const char* semiring, const char* precision,
                                                   const char* dtype, int64_t B, int64_t M, int64_t K, int64_t N,
-                                                  int with_argmax, int backward, size_t* bytes) {
+                                                  int a_shared, int b_shared, int with_argmax, int backward,
+                                                  size_t* bytes) {
   using namespace jitbmm::xla_ffi;
   if (!semiring || !precision || !dtype || !bytes)
     return jitbmm::c_api::fail(JITBMM_INVALID_ARGUMENT, "semiring, precision, dtype, bytes: must not be NULL");
@@ -149,8 +164,8 @@ extern "C" jitbmm_status jitbmm_xla_bmm_workspace(int device, const char* semiri
   return jitbmm::c_api::guarded_status([&] {
     Product p;
     p.semiring = semiring, p.precision = precision;
-    if (const jitbmm_status s = jitbmm_problem_row_major(&p.problem, p.semiring.c_str(), dtype, B, M, K, N)) return s;
-    p.problem.with_argmax = with_argmax != 0;
+    if (const jitbmm_status s = problem_of(p, dtype, B, M, K, N, a_shared != 0, b_shared != 0, with_argmax != 0))
+      return s;
     if (B == 0 || M == 0 || N == 0 || (backward && K == 0)) return JITBMM_OK; // the calls launch nothing
     return in_device_context(device, [&](jitbmm::CUcontext ctx) {
       std::shared_ptr<jitbmm_plan> plan;

@@ -40,7 +40,7 @@ def _handlers():
     lib.jitbmm_xla_ffi_api_version.restype = ctypes.c_int
     size, problem = ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(jitbmm._CChainProblem)
     lib.jitbmm_xla_bmm_workspace.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                             *[ctypes.c_int64] * 4, ctypes.c_int, ctypes.c_int, size]
+                                             *[ctypes.c_int64] * 4, *[ctypes.c_int] * 4, size]
     for name in ("chain", "chain_expectation", "chain_kbest", "chain_sample"):
         getattr(lib, f"jitbmm_xla_{name}_workspace").argtypes = [ctypes.c_int, problem, ctypes.c_int, size]
     for name in ("bmm", "chain", "chain_expectation", "chain_kbest", "chain_sample"):

@@ -39,26 +39,62 @@ _SELECTING = ("max_plus", "min_plus", "max_times")  # their backward reads the f
 
 # ---- Semiring products --------------------------------------------------------------------------------------------
 
-# The handlers fold the leading dimensions into the batch; a vmap rule moves a vmapped axis in front of a and b
-# (broadcast alike) and calls the same handler, whose workspace is then sized for that larger batch.
+# The handlers fold the leading dimensions into the batch, and read an operand of two dimensions as one matrix for
+# every batch (a shared weight is not copied per batch; its gradient is the sum over the batch). A vmap rule moves a
+# vmapped axis in front of a and b and calls the same handler, whose workspace is then sized for that larger batch.
+
+def _batch(a, b):
+    """The batch of a product: that of the operand with one, a shared matrix (two dimensions) standing for each."""
+    return a.shape[:-2] if a.ndim > 2 else b.shape[:-2]
+
 
 def _bmm_workspace(a, b, semiring, precision, with_argmax, backward):
-    return workspace_bytes("bmm", semiring, precision, DTYPES[a.dtype], folded(a.shape[:-2]), a.shape[-2],
-                           a.shape[-1], b.shape[-1], int(with_argmax), int(backward))
+    return workspace_bytes("bmm", semiring, precision, DTYPES[a.dtype], folded(_batch(a, b)), a.shape[-2],
+                           a.shape[-1], b.shape[-1], int(a.ndim == 2), int(b.ndim == 2), int(with_argmax),
+                           int(backward))
+
+
+def _spread(x, batched, size, batch):
+    """x, one matrix in each vmapped instance, as one per element of the instances' `batch` (copied), the vmapped
+    axis in front."""
+    x = lead(x, batched, size)
+    return jnp.broadcast_to(x.reshape(size, *([1] * len(batch)), *x.shape[-2:]), (size, *batch, *x.shape[-2:]))
+
+
+def _led(size, batched, a, b):
+    """a and b of a vmapped forward with the vmapped axis in front. A shared matrix that is not vmapped stays one for
+    every batch; one that is vmapped becomes one per element of the other's batch (the handler takes one batch)."""
+    operands = (a, b)
+    shared = [x.ndim - int(bx) == 2 for x, bx in zip(operands, batched)]
+    led = []
+    for i, (x, bx) in enumerate(zip(operands, batched)):
+        other, other_batched = operands[1 - i], batched[1 - i]
+        if shared[i] and not bx and other_batched:
+            led.append(x)
+        elif shared[i] and not shared[1 - i]:
+            led.append(_spread(x, bx, size, other.shape[int(other_batched):-2]))
+        else:
+            led.append(lead(x, bx, size))
+    return led
+
+
+def _summed(grad, axes):
+    """grad summed over `axes`, in float32 at least."""
+    return grad.sum(axes, dtype=jnp.promote_types(grad.dtype, jnp.float32)).astype(grad.dtype)
 
 
 @functools.lru_cache(maxsize=None)
 def _bmm_forward(semiring, precision, with_argmax):
     @custom_batching.custom_vmap
     def forward(a, b):
-        out = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), a.dtype)
+        out = jax.ShapeDtypeStruct((*_batch(a, b), a.shape[-2], b.shape[-1]), a.dtype)
         argmax = jax.ShapeDtypeStruct(out.shape if with_argmax else (0,), jnp.int32)
         return call("bmm", (out, argmax), a, b, workspace=_bmm_workspace(a, b, semiring, precision, with_argmax, 0),
                     semiring=semiring, precision=precision)
 
     @forward.def_vmap
     def rule(size, batched, a, b):
-        return forward(lead(a, batched[0], size), lead(b, batched[1], size)), (True, with_argmax)
+        return forward(*_led(size, batched, a, b)), (True, with_argmax)
 
     return forward
 
@@ -74,9 +110,15 @@ def _bmm_backward(semiring, precision):
 
     @backward.def_vmap
     def rule(size, batched, a, b, out, argmax, grad_out):
-        # A vmapped pullback (jax.jacrev) has only grad_out batched: every operand goes to the vmapped size.
-        return backward(*(lead(x, batched_x, size) for x, batched_x in zip((a, b, out, argmax, grad_out), batched))), \
-            (True, True)
+        # Each vmapped instance's gradient of a shared matrix is its own sum over the instance's batch: the matrix is
+        # spread over that batch and the gradient summed back. A vmapped pullback (jax.jacrev) has only grad_out
+        # batched: every operand goes to the vmapped size.
+        batch = out.shape[int(batched[2]):-2]
+        shared = [x.ndim - int(bx) == 2 for x, bx in zip((a, b), batched)]
+        a, b = (_spread(x, bx, size, batch) if sh else lead(x, bx, size) for x, bx, sh in zip((a, b), batched, shared))
+        grads = backward(a, b, *(lead(x, bx, size) for x, bx in zip((out, argmax, grad_out), batched[2:])))
+        axes = tuple(range(1, 1 + len(batch)))
+        return tuple(_summed(g, axes) if sh else g for g, sh in zip(grads, shared)), (True, True)
 
     return backward
 
@@ -123,9 +165,17 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     except ValueError:
         raise ValueError(f"a, b: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
     check_on_gpu(a=a, b=b)
-    a = jnp.broadcast_to(a, (*batch, *a.shape[-2:]))
-    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
-    return _bmm(a, b, semiring, precision)
+    return _bmm(_operand(a, batch), _operand(b, batch), semiring, precision)
+
+
+def _operand(x, batch):
+    """x for a product of `batch`: as it is where it has that batch; one matrix for every batch (two dimensions,
+    not copied) where it has no batch of its own; else broadcast to it (copied)."""
+    if x.shape[:-2] == batch:
+        return x
+    if folded(x.shape[:-2]) == 1:
+        return x.reshape(x.shape[-2:])
+    return jnp.broadcast_to(x, (*batch, *x.shape[-2:]))
 
 
 def logbmm(a, b, precision="exact"):

@@ -48,6 +48,30 @@ class TraceTest(unittest.TestCase):
         jitted = jax.jit(lambda a, b: jj.semiring_bmm(a, b, "plus_times"))
         self.assertEqual(jax.eval_shape(jitted, spec((0, 8, 16)), spec((16, 5))).shape, (0, 8, 5))
 
+    def test_a_shared_matrix_is_not_copied(self):
+        """A matrix without a batch of its own (a weight shared by every batch) reaches the handlers as it is, under
+        jit, grad and a vmap of the forward that does not map it: nothing the size of the batch times the matrix is
+        formed. (A backward under vmap gives each vmapped instance its own gradient of the matrix, so there it is
+        spread over the instances' batch: python_jax_contract checks its values.)"""
+        import re
+        jj = self.jj
+        x, w, xs = spec((64, 8, 16)), spec((16, 5)), spec((6, 64, 8, 16))
+        cases = (("forward", jax.jit(lambda x, w: jj.logbmm(x, w)).trace(x, w)),
+                 ("grad", jax.jit(jax.grad(lambda x, w: jj.maxbmm(x, w).sum(), (0, 1))).trace(x, w)),
+                 ("grad, the matrix first", jax.jit(jax.grad(lambda x, w: jj.logbmm(w.T, x.swapaxes(-1, -2)).sum(),
+                                                             (0, 1))).trace(x, w)),
+                 ("vmap", jax.jit(jax.vmap(lambda x, w: jj.logbmm(x, w), (0, None))).trace(xs, w)))
+        for name, traced in cases:
+            text = traced.lower(lowering_platforms=("cuda",)).as_text()
+            calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_bmm" in line]
+            with self.subTest(name):
+                self.assertTrue(calls)
+                for line in calls:
+                    self.assertRegex(line, r"tensor<(16x5|5x16)xf32>")
+                shapes = set(re.findall(r"tensor<((?:\d+x)+)f32>", text))
+                copies = [s for s in shapes if s.endswith(("16x5x", "5x16x")) and s.count("x") > 2]
+                self.assertEqual(copies, [])
+
     def test_chains_trace(self):
         jj = self.jj
         p, lengths = spec((3, 9, 7, 7)), spec((3,), jnp.int32)
@@ -226,8 +250,12 @@ class TraceTest(unittest.TestCase):
              {"hmm": ("chain", "log", "f32", "hmm", 3, 10, 7, False, False, False, 0),
               "hmm_backward": ("chain", "log", "f32", "hmm", 3, 10, 7, False, False, False, 2)}),
             (jax.jit(jax.grad(lambda a: jj.logbmm(a, a.swapaxes(-1, -2)).sum())).trace(spec((2, 40, 70))),
-             {"bmm": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 0),
-              "bmm_backward": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 1)}),
+             {"bmm": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 0, 0, 0),
+              "bmm_backward": ("bmm", "log", "exact", "f32", 2, 40, 70, 40, 0, 0, 0, 1)}),
+            (jax.jit(jax.grad(lambda x, w: jj.maxbmm(x, w).sum(), (0, 1))).trace(spec((3, 2, 40, 70)),
+                                                                                 spec((70, 24))),
+             {"bmm": ("bmm", "max_plus", "exact", "f32", 6, 40, 70, 24, 0, 1, 1, 0),
+              "bmm_backward": ("bmm", "max_plus", "exact", "f32", 6, 40, 70, 24, 0, 1, 1, 1)}),
         ]
         for traced, wanted in cases:
             text = traced.lower(lowering_platforms=("cuda",)).as_text()

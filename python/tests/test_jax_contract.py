@@ -42,9 +42,31 @@ def unfold(pot, lengths):
     return pot.reshape(B, n, C, C), L, B
 
 
+def product(semiring, a, b):
+    """out [B, M, N] and argmax of the folded product as the handlers give them: an operand of two dimensions is one
+    matrix for every batch."""
+    a3, b3 = (x.reshape(-1, *x.shape[-2:]) if x.ndim > 2 else x[None] for x in (a, b))
+    assert a.ndim == 2 or b.ndim == 2 or a3.shape[0] == b3.shape[0], "a, b: one batch"
+    terms = a3[:, :, :, None] + b3[:, None, :, :]
+    return (jax.nn.logsumexp(terms, 2) if semiring == "log" else terms.max(2)), terms.argmax(2).astype(jnp.int32)
+
+
+operand_shapes = []  # of every product call: (target, a's shape, b's shape)
+
+
 def model(target, results, *args, vmap_method=None, **attrs):
     """The handlers' contract in jnp; a result or operand of the wrong size fails when the call is traced."""
     del vmap_method
+    if target in ("bmm", "bmm_backward"):
+        a, b, semiring = args[0], args[1], attrs["semiring"]
+        operand_shapes.append((target, a.shape, b.shape))
+        if target == "bmm":
+            out, argmax = product(semiring, a, b)
+            return out.reshape(results[0].shape), (argmax.reshape(results[1].shape) if results[1].shape != (0,) else
+                                                   jnp.zeros((0,), jnp.int32))
+        out, grad_out = args[2], args[4]
+        _, pullback = jax.vjp(lambda a, b: product(semiring, a, b)[0], a, b)
+        return pullback(grad_out.reshape(-1, *out.shape[-2:]).astype(a.dtype))
     if target in ("chain_expectation", "chain_expectation_backward"):
         kind = int(attrs["kind"])
         pot, field, lengths = args[:3]
@@ -184,6 +206,60 @@ class ContractTest(unittest.TestCase):
         self.close(nested[:, :, 0], jax.jit(jax.grad(lambda p: reference_divergence("entropy", p, None, None).sum()))(
             p.reshape(6, 3, 3, 3)).reshape(p.shape))
         self.close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
+
+    def test_a_shared_matrix(self):
+        """A product with a matrix shared by every batch, on either side: values and gradients (the matrix's the sum
+        over the batch) against jnp under jit, grad, vmap of the forward, vmap of grad (each instance's own gradient)
+        and grad of vmap; the handlers get the matrix as it is wherever nothing asks for one per instance. A batch
+        broadcast only in part is copied to the whole batch."""
+        jj = self.jj
+        key = jax.random.split(jax.random.PRNGKey(3), 3)
+        xs, w = jax.random.normal(key[0], (2, 3, 4, 5), jnp.float64), jax.random.normal(key[1], (5, 6), jnp.float64)
+        weights = jax.random.normal(key[2], (2, 3, 4, 6), jnp.float64)
+
+        def reference(semiring, a, b):
+            terms = a[..., :, :, None] + b[..., None, :, :]
+            return jax.nn.logsumexp(terms, -2) if semiring == "log" else terms.max(-2)
+
+        for semiring in ("log", "max_plus"):
+            def ours(x, w):
+                return jj.semiring_bmm(x, w, semiring)
+
+            def theirs(x, w):
+                return reference(semiring, x, w)
+
+            def loss(f):
+                return lambda x, w: (f(x, w) * weights[0]).sum()
+
+            def flipped(f):  # the matrix on the left: (x w)^T = w^T x^T
+                return lambda x, w: f(w.T, x.swapaxes(-1, -2)).swapaxes(-1, -2)
+
+            for side, f, g in (("right", ours, theirs), ("left", flipped(ours), flipped(theirs))):
+                with self.subTest(semiring=semiring, matrix=side):
+                    operand_shapes.clear()
+                    x = xs[0]
+                    self.close(jax.jit(f)(x, w), g(x, w))
+                    for got, want in zip(jax.jit(jax.grad(loss(f), (0, 1)))(x, w), jax.grad(loss(g), (0, 1))(x, w)):
+                        self.close(got, want)
+                    self.close(jax.jit(jax.vmap(f, (0, None)))(xs, w), jax.vmap(g, (0, None))(xs, w))
+                    self.assertTrue(all((5, 6) in shapes or (6, 5) in shapes for _, *shapes in operand_shapes),
+                                    operand_shapes)
+                    per_instance = jax.jit(jax.vmap(jax.grad(loss(f), (0, 1)), (0, None)))(xs, w)
+                    for got, want in zip(per_instance, jax.vmap(jax.grad(loss(g), (0, 1)), (0, None))(xs, w)):
+                        self.close(got, want)
+
+                    def summed(h):
+                        return lambda xs, w: (jax.vmap(h, (0, None))(xs, w) * weights).sum()
+
+                    for got, want in zip(jax.jit(jax.grad(summed(f), (0, 1)))(xs, w),
+                                         jax.grad(summed(g), (0, 1))(xs, w)):
+                        self.close(got, want)
+            with self.subTest(semiring=semiring, broadcast="in part"):
+                a, b = xs[:, :1], jax.random.normal(key[1], (3, 5, 6), jnp.float64)
+                self.close(jax.jit(ours)(a, b), theirs(a, b))
+                for got, want in zip(jax.grad(lambda a, b: ours(a, b).sum(), (0, 1))(a, b),
+                                     jax.grad(lambda a, b: theirs(a, b).sum(), (0, 1))(a, b)):
+                    self.close(got, want)
 
     def test_count_and_log_prob(self):
         jj, L = self.jj, self.lengths

@@ -118,17 +118,22 @@ class JaxGpuTest(unittest.TestCase):
                     jax.block_until_ready(call(*operands, **attrs))
 
     def test_product_gradients(self):
+        """Every batch its own b, then one b for every batch (its gradient the sum over the batch), then one a."""
         jj = self.jj
-        a, b = normal(3, (2, 9, 13)), normal(4, (2, 13, 6))
         g = normal(5, (2, 9, 6))
+        operands = ((normal(3, (2, 9, 13)), normal(4, (2, 13, 6))), (normal(3, (2, 9, 13)), normal(4, (13, 6))),
+                    (normal(3, (9, 13)), normal(4, (2, 13, 6))))
         for semiring, ref in (("log", lambda a, b: jax.nn.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2)),
-                              ("max_plus", lambda a, b: jnp.max(a[..., :, :, None] + b[..., None, :, :], -2))):
-            with self.subTest(semiring=semiring):
-                got = jax.grad(lambda a, b: (jj.semiring_bmm(a, b, semiring) * g).sum(), argnums=(0, 1))(a, b)
-                a64, b64, g64 = (x.astype(jnp.float64) for x in (a, b, g))
-                want = jax.grad(lambda a, b: (ref(a, b) * g64).sum(), argnums=(0, 1))(a64, b64)
-                for x, y in zip(got, want):
-                    self.assert_close(x, y, rtol=1e-4, atol=1e-4)
+                              ("max_plus", lambda a, b: jnp.max(a[..., :, :, None] + b[..., None, :, :], -2)),
+                              ("plus_times", lambda a, b: a @ b)):
+            for a, b in operands:
+                with self.subTest(semiring=semiring, a=a.shape, b=b.shape):
+                    got = jax.grad(lambda a, b: (jj.semiring_bmm(a, b, semiring) * g).sum(), argnums=(0, 1))(a, b)
+                    a64, b64, g64 = (x.astype(jnp.float64) for x in (a, b, g))
+                    want = jax.grad(lambda a, b: (ref(a, b) * g64).sum(), argnums=(0, 1))(a64, b64)
+                    for x, y in zip(got, want):
+                        self.assert_close(x, y, rtol=1e-4, atol=1e-4)
+        a, b = normal(3, (2, 9, 13)), normal(4, (2, 13, 6))
         a64, b64 = a.astype(jnp.float64), b.astype(jnp.float64)
         check_grads(jj.logbmm, (a64, b64), order=1, modes=["rev"])
 
@@ -145,6 +150,13 @@ class JaxGpuTest(unittest.TestCase):
         direct = jj.logbmm(a, b)
         self.assert_close(jax.jit(jj.logbmm)(a, b), direct)
         self.assert_close(jax.vmap(jj.logbmm, (0, None))(a, b), direct)
+        per_instance = jax.vmap(jax.grad(lambda a, b: jj.logbmm(a, b).sum(), (0, 1)), (0, None))(a, b)
+        summed = jax.grad(lambda a, b: jax.vmap(jj.logbmm, (0, None))(a, b).sum(), (0, 1))(a, b)
+        plain = jax.grad(lambda a, b: jj.logbmm(a, b).sum(), (0, 1))(a, b)
+        self.assertEqual(per_instance[1].shape, (5, 11, 4))
+        self.assert_close(per_instance[0], plain[0])
+        self.assert_close(per_instance[1].sum(0), plain[1], rtol=1e-4, atol=1e-4)
+        self.assert_close(summed[1], plain[1], rtol=1e-4, atol=1e-4)
         f = lambda a: jax.checkpoint(jj.logbmm)(a, b).sum()  # noqa: E731
         self.assert_close(jax.grad(f)(a), jax.grad(lambda a: jj.logbmm(a, b).sum())(a))
         empty = jj.logbmm(jnp.zeros((0, 7, 11), jnp.float32), normal(10, (0, 11, 4)))
