@@ -3,8 +3,6 @@
 #include "support/log.hpp"
 
 #include <cstdlib>
-#include <mutex>
-#include <set>
 
 #include "cache/safe_file.hpp"
 
@@ -17,13 +15,7 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-void note_once(const std::string& message) {
-  static std::mutex mutex;
-  // never destroyed: a background build may still use it as the process exits
-  static std::set<std::string>& said = *new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (said.insert(message).second) log_message(LogLevel::warn, message);
-}
+void note_once(const std::string& message) { warn_once(message, message); }
 
 } // namespace
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 
 #include "support/enum_names.hpp"
@@ -44,6 +46,17 @@ std::string log_prefix() {
 void log_message(LogLevel level, const std::string& message) {
   if (!log_enabled(level)) return;
   std::fprintf(stderr, "%s%s%s\n", log_prefix().c_str(), level == LogLevel::warn ? "warning: " : "", message.c_str());
+}
+
+void warn_once(const std::string& topic, const std::string& message) {
+  static std::mutex mutex;
+  // never destroyed: a background build may still use it as the process exits
+  static std::set<std::string>& said = *new std::set<std::string>();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!said.insert(topic).second) return;
+  }
+  log_message(LogLevel::warn, message);
 }
 
 } // namespace jitbmm

@@ -16,5 +16,7 @@ bool log_enabled(LogLevel level);
 std::string log_prefix();
 // "<prefix><message>" (warnings: "<prefix>warning: <message>") on stderr when the level is enabled.
 void log_message(LogLevel level, const std::string& message);
+// A warning said once per process for each `topic` (the first call's message), however often its condition recurs.
+void warn_once(const std::string& topic, const std::string& message);
 
 } // namespace jitbmm
