@@ -20,11 +20,12 @@ chain_viterbi; docs/chains.md) where the potentials fit them (a CUDA float32/flo
 C] with C within the kernels' limit; half potentials are computed in float32 and the score returned in their dtype,
 as torch-struct returns it), one kernel for the whole chain instead of torch-struct's log-depth scan of products.
 Its entropy, cross_entropy(other) and kl(other) run jitbmm's chain expectations (jitbmm.torch.chain_entropy,
-chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF of the same shape); kmax(k)
-and topk(k) its k-best kernel (jitbmm.torch.chain_kbest; k <= 16, up to 1,024 states); sample((n,)) its sampler
-(jitbmm.torch.chain_sample); count and log_prob(value) its log-partition (jitbmm.torch.chain_log_count,
-chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype, with its conventions (a length below
-1 is one position, log_prob reads the value at every step); anything else, torch-struct's own semirings. A GPU jitbmm
+chain_cross_entropy, chain_kl; up to 1,024 states, the other distribution a LinearChainCRF or HMM of the same
+shape); kmax(k) and topk(k) its k-best kernel (jitbmm.torch.chain_kbest; k <= 16, up to 1,024 states);
+sample((n,)) its sampler (jitbmm.torch.chain_sample); count and log_prob(value) its log-partition
+(jitbmm.torch.chain_log_count, chain_log_prob): each returned in torch-struct's shapes and the potentials' dtype, with its conventions (a length below
+1 is one position, log_prob reads the value at every step); anything else, torch-struct's own semirings.
+torch_struct.HMM, a chain of the potentials it forms from its tables, takes every one of these routes too. A GPU jitbmm
 does not support, or a machine without NVRTC, gives every route back to torch-struct, with a warning.
 It is not the default because a loss on the marginals differentiates them again, which the chain does through the
 forward algorithm in torch operations, a position at a time (exact, but slower than the products' scan there).
@@ -68,10 +69,13 @@ def _gave_way(error):
 def _lengths(checked, device):
     """torch-struct's checked lengths as the kernels take them. A length below 1 (torch-struct asserts only that the
     longest is N) is one position there, every step its mask's identity, as a length of 1 is in the kernels. Floating
-    lengths that are not whole numbers (2.5, NaN) are a ValueError: torch-struct's own masks read them in a way of
-    their own, so its computation takes them (the routes give way)."""
+    lengths that are not whole numbers (2.5, NaN), and a 0 in an unsigned dtype, are a ValueError: torch-struct's own
+    masks read them in a way of their own, so its computation takes them (the routes give way)."""
     if checked.is_floating_point() and bool((~torch.isfinite(checked) | (checked != checked.round())).any()):
         raise ValueError("lengths: not whole numbers; torch-struct's own computation takes them")
+    if not checked.is_floating_point() and not checked.is_signed() and bool((checked == 0).any()):
+        # torch-struct's lengths - 1 wraps around in an unsigned dtype: a 0 reads the whole chain there
+        raise ValueError("lengths: an unsigned 0; torch-struct's own computation takes it")
     return checked.to(device=device, dtype=torch.int64).clamp(min=1)
 
 
@@ -163,11 +167,18 @@ def _chain_routed(ts, original):
     return logpartition
 
 
+def _chain_distributions(ts):
+    """torch-struct's distributions over the paths of a linear chain, whose log_potentials are [B, N - 1, C, C]:
+    LinearChainCRF, and HMM, which forms them from its tables."""
+    return (ts.LinearChainCRF, ts.HMM)
+
+
 def _distribution_routes(ts):
-    """LinearChainCRF's entropy, cross_entropy(other) and kl(other) through jitbmm's chain expectations
-    (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl) where the potentials fit them, else torch-struct's
-    own (inherited) ones: {name: attribute to set on LinearChainCRF}."""
-    base = ts.StructDistribution
+    """The chain distributions' entropy, cross_entropy(other) and kl(other) through jitbmm's chain expectations
+    (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl), and their other properties through the kernels
+    below, where the potentials fit them, else torch-struct's own (inherited) ones: {name: attribute to set on each
+    of _chain_distributions}."""
+    base, chains = ts.StructDistribution, _chain_distributions(ts)
 
     def routed(d, other, marks=True):
         """(the potentials and the other's as the kernels take them, lengths), or None where they do not fit. As
@@ -177,8 +188,9 @@ def _distribution_routes(ts):
         if (not isinstance(p, torch.Tensor) or not p.is_cuda or p.dtype not in DTYPE_NAMES or p.dim() != 4
                 or p.shape[2] != p.shape[3]):
             return None
-        if other is not None and (type(other) is not type(d) or other.log_potentials.shape != p.shape
-                                  or other.log_potentials.dtype != p.dtype or other.log_potentials.device != p.device):
+        if other is not None and ((type(other) is not type(d) and not {type(d), type(other)} <= set(chains))
+                                  or other.log_potentials.shape != p.shape or other.log_potentials.dtype != p.dtype
+                                  or other.log_potentials.device != p.device):
             return None
         # torch-struct's own checks (one length equals N); its conversion's [0] is the potentials themselves.
         _, _, _, _, checked = d._struct()._check_potentials(p if marks else p.detach(), d.lengths)
@@ -209,7 +221,7 @@ def _distribution_routes(ts):
                 _gave_way(e)
             return getattr(base, name)(self, other)
 
-        method.__doc__ = f"LinearChainCRF's {name} through jitbmm's chain expectations where it fits."
+        method.__doc__ = f"A linear chain's {name} through jitbmm's chain expectations where it fits."
         return method
 
     def sample(self, sample_shape=torch.Size()):
@@ -226,8 +238,10 @@ def _distribution_routes(ts):
         args = routed(self, None, marks=False)
         try:
             if args is not None:
-                # From the log in float64, so that a count float32 holds exactly comes back exactly.
-                return torch.exp(_jt_counts.log_count(args[0], args[2])).to(args[0].dtype)
+                # From the log in float64, rounded to the whole number it is (exp(log 3) is 3.0000000000000004)
+                # where float64 holds every whole number, so that a count the dtype holds exactly comes back exactly.
+                count = torch.exp(_jt_counts.log_count(args[0], args[2]))
+                return torch.where(count < 2.0 ** 53, count.round(), count).to(args[0].dtype)
         except _GIVES_WAY as e:
             _gave_way(e)
         return base.__dict__["count"].wrapped(self)
@@ -261,12 +275,12 @@ def _distribution_routes(ts):
             _gave_way(e)
         return base.topk(self, k)
 
-    kmax.__doc__ = "LinearChainCRF's kmax(k) through jitbmm's k-best kernel where it fits (k <= 16, C <= 1024)."
-    topk.__doc__ = "LinearChainCRF's topk(k) (edge indicators) through jitbmm's k-best kernel where it fits."
-    entropy.__doc__ = "LinearChainCRF's entropy through jitbmm's chain expectations where it fits."
-    count.__doc__ = "LinearChainCRF's count of paths through jitbmm's log-partition of its structure where it fits."
-    log_prob.__doc__ = "LinearChainCRF's log_prob through jitbmm's fused log-partition where it fits."
-    sample.__doc__ = "LinearChainCRF's samples (edge indicators) through jitbmm's chain sampler where it fits."
+    kmax.__doc__ = "A linear chain's kmax(k) through jitbmm's k-best kernel where it fits (k <= 16, C <= 1024)."
+    topk.__doc__ = "A linear chain's topk(k) (edge indicators) through jitbmm's k-best kernel where it fits."
+    entropy.__doc__ = "A linear chain's entropy through jitbmm's chain expectations where it fits."
+    count.__doc__ = "A linear chain's count of paths through jitbmm's log-partition of its structure where it fits."
+    log_prob.__doc__ = "A linear chain's log_prob through jitbmm's fused log-partition where it fits."
+    sample.__doc__ = "A linear chain's samples (edge indicators) through jitbmm's chain sampler where it fits."
     return {"entropy": torch.distributions.utils.lazy_property(entropy),
             "cross_entropy": pairwise("cross_entropy", _jt.chain_cross_entropy),
             "kl": pairwise("kl", _jt.chain_kl), "sample": sample,
@@ -302,17 +316,19 @@ def patch(std=False, chains=False):
         _originals["LinearChain"] = ts.LinearChain.__dict__["logpartition"]
         ts.LinearChain.logpartition = _chain_routed(ts, _originals["LinearChain"])
         for name, attribute in _distribution_routes(ts).items():
-            setattr(ts.LinearChainCRF, name, attribute)
+            for cls in _chain_distributions(ts):
+                setattr(cls, name, attribute)
     elif not chains and "LinearChain" in _originals:
         ts.LinearChain.logpartition = _originals.pop("LinearChain")
         _unroute_distribution(ts)
 
 
 def _unroute_distribution(ts):
-    """LinearChainCRF inherits torch-struct's own distribution properties again."""
-    for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob", "kmax", "topk"):
-        if name in ts.LinearChainCRF.__dict__:
-            delattr(ts.LinearChainCRF, name)
+    """The chain distributions inherit torch-struct's own properties again."""
+    for cls in _chain_distributions(ts):
+        for name in ("entropy", "cross_entropy", "kl", "sample", "count", "log_prob", "kmax", "topk"):
+            if name in cls.__dict__:
+                delattr(cls, name)
 
 
 def _kmax_modules(ts):
@@ -337,10 +353,23 @@ def unpatch():
         del _originals[name]
 
 
+def _state():
+    """The routes set now, as the arguments of patch() that set them; None where none is."""
+    if not _originals:
+        return None
+    return {"std": "StdSemiring" in _originals, "chains": "LinearChain" in _originals}
+
+
 @contextlib.contextmanager
 def patched(std=False, chains=False):
+    """patch(std, chains) within the block; on leaving it, the routes as they were before it (none, or an earlier
+    patch()'s)."""
+    before = _state()
     patch(std=std, chains=chains)
     try:
         yield
     finally:
-        unpatch()
+        if before is None:
+            unpatch()
+        else:
+            patch(**before)

@@ -57,6 +57,69 @@ class TorchStructTest(unittest.TestCase):
         finally:
             self.jts.unpatch()
 
+    def test_patched_restores_the_routes_before_it(self):
+        """Leaving patched() leaves the routes as they were before the block: an earlier patch()'s, or none."""
+        log, crf = torch_struct.LogSemiring.__dict__["matmul"], torch_struct.LinearChainCRF
+        try:
+            self.jts.patch(chains=True)
+            routed = torch_struct.LogSemiring.__dict__["matmul"]
+            with self.jts.patched():
+                self.assertNotIn("entropy", crf.__dict__)  # the block's own routes: no chains
+            self.assertIn("entropy", crf.__dict__)
+            self.assertIn("entropy", torch_struct.HMM.__dict__)
+            self.assertIsNot(torch_struct.LogSemiring.__dict__["matmul"], log)
+            with self.jts.patched(std=True, chains=True):
+                pass
+            self.assertIsNot(torch_struct.LogSemiring.__dict__["matmul"], routed)  # set anew, as patch() does
+            self.assertNotIn("StdSemiring", self.jts._originals)
+            self.assertIn("entropy", crf.__dict__)
+        finally:
+            self.jts.unpatch()
+        self.assertIs(torch_struct.LogSemiring.__dict__["matmul"], log)
+        self.assertNotIn("entropy", crf.__dict__)
+        self.assertNotIn("entropy", torch_struct.HMM.__dict__)
+
+    def test_hmm_takes_the_chain_routes(self):
+        """torch_struct.HMM forms the potentials of a chain from its tables: its distribution properties take the
+        chain routes (one of them the fused kernels', not torch-struct's scan) and agree with torch-struct's own,
+        a LinearChainCRF of another shape's divergence from it included."""
+        from jitbmm import _torch_divergence
+        torch.manual_seed(5)
+        C, V, B, N = 5, 7, 3, 9
+        transition = torch.randn(C, C, dtype=torch.float64, device=self.dev).log_softmax(0)
+        emission = torch.randn(V, C, dtype=torch.float64, device=self.dev).log_softmax(0)
+        init = torch.randn(C, dtype=torch.float64, device=self.dev).log_softmax(0)
+        observations = torch.randint(0, V, (B, N), device=self.dev)
+        lengths = torch.tensor([N, 4, 6], device=self.dev)
+
+        def results():
+            hmm = torch_struct.HMM(transition, emission, init, observations, lengths)
+            other = torch_struct.LinearChainCRF(hmm.log_potentials.detach() * 0.5, lengths)
+            return (hmm.entropy, hmm.kl(other), other.cross_entropy(hmm), hmm.kmax(3), hmm.count,
+                    hmm.log_prob(hmm.argmax.detach()))
+
+        want = results()
+        _torch_divergence._plans.clear()
+        with self.jts.patched(chains=True):
+            got = results()
+            self.assertTrue(_torch_divergence._plans, "the entropy did not reach the chain expectations")
+        for name, g, w in zip(("entropy", "kl", "cross_entropy", "kmax", "count", "log_prob"), got, want):
+            with self.subTest(name):
+                torch.testing.assert_close(g, w, rtol=1e-8, atol=1e-8)
+
+    def test_an_unsigned_length_of_0_gives_way_to_torch_struct(self):
+        """torch-struct's lengths - 1 wraps around in uint8, so a 0 reads the whole chain: its own computation takes
+        such lengths (the kernels would read one position)."""
+        pot = self.potentials(3, 5, 4)
+        lengths = torch.tensor([5, 0, 1], dtype=torch.uint8, device=self.dev)
+        want = torch_struct.LinearChainCRF(pot, lengths=lengths).partition
+        with self.jts.patched(chains=True):
+            got = torch_struct.LinearChainCRF(pot, lengths=lengths).partition
+            ones = torch.tensor([5, 1, 2], dtype=torch.uint8, device=self.dev)
+            torch.testing.assert_close(torch_struct.LinearChainCRF(pot, lengths=ones).partition,
+                                       self.jts._jt.chain_log_partition(pot, ones.long()))
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
     def test_routed_properties_touch_what_torch_struct_touches(self):
         # argmax is a constant, as torch-struct's (no second-order graph for a loss on it); count leaves the
         # potentials as they were; kl and cross_entropy make the other chain's potentials require grad, as
