@@ -14,7 +14,7 @@ import numpy as np
 from jax import custom_batching
 
 from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand,
-                           per_row, score_dtype, workspace_bytes)
+                           per_row, saved_batched_apart, score_dtype, workspace_bytes)
 
 # What the field is (the library's ExpectationField): p's own potentials (the entropy); a second chain q, whose
 # log-partition comes beside (the cross-entropy); q read as the difference p - q (KL).
@@ -88,12 +88,12 @@ def _expectation_backward(kind):
     @backward.def_vmap
     def rule(size, batched, potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
         if batched[3]:
-            raise NotImplementedError("jitbmm.jax: a chain's saved messages batched apart from its forward")
-        upstream = (lead(grad_log_z, batched[6], size), lead(grad_mean, batched[7], size))
+            raise saved_batched_apart()
         if not any(batched[:6]):
-            results = per_row(size, backward, (potentials, field, lengths, saved, log_z, mean, *upstream),
-                              (False,) * 6 + (True, True))
+            results = per_row(size, backward, (potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean),
+                              (None,) * 6 + tuple(batched[6:]))
             return results, (True, True)
+        upstream = (lead(grad_log_z, batched[6], size), lead(grad_mean, batched[7], size))
         potentials, field, lengths, log_z, mean = (
             lead(x, b, size) for x, b in zip((potentials, field, lengths, log_z, mean), (*batched[:3], *batched[4:6])))
         # The entropy's absent second chain has no gradient, nor a vmapped axis.
@@ -145,10 +145,11 @@ def _divergence_bwd(kind, residuals, grad):
 _divergence.defvjp(_divergence_fwd, _divergence_bwd)
 
 
-def _operands(potentials, other, lengths, what):
+def _operands(potentials, other, lengths, what, paired=True):
+    """The checked operands of a quantity of one chain (paired False: other is None) or of two."""
     potentials = check_crf(potentials)
     _check_states(potentials, what)
-    if other is not None:
+    if paired:
         other = check_array(other, "other")
         if other.dtype != potentials.dtype:
             raise TypeError(f"other: dtype {other.dtype} differs from the potentials' {potentials.dtype}")
@@ -166,7 +167,7 @@ def chain_entropy(potentials, lengths=None):
     half inputs): log Z minus the expected path score, both from one fused pass. NaN for a sequence with no
     distribution (log Z -inf, +inf or NaN) or a length outside [1, T]; log C for one position. Differentiable in
     potentials by a fused backward (the covariance of each edge with the path score), without second derivatives."""
-    potentials, field, pairs = _operands(potentials, None, lengths, "the entropy")
+    potentials, field, pairs = _operands(potentials, None, lengths, "the entropy", paired=False)
     return _divergence(potentials, field, pairs, GIVEN)
 
 

@@ -214,18 +214,29 @@ def lead(x, batched, size):
     return jnp.broadcast_to(x, (size, *x.shape))
 
 
+def saved_batched_apart():
+    """The error of a backward whose forward's saved messages come vmapped apart from it: a pullback returned out of
+    jax.vmap and called under another (the messages are the whole folded batch's, one buffer, not a row each)."""
+    return NotImplementedError("jitbmm.jax: a pullback returned out of jax.vmap and called under another vmap is not "
+                               "supported (its forward's saved messages are one buffer of the whole batch); call the "
+                               "pullback inside the same vmap, or take jax.grad there")
+
+
 def per_row(size, backward, operands, rows):
     """A backward's results where only its upstream gradients are vmapped (jax.jacrev, a vmapped pullback): the
     forward's operands and saved messages are one problem's, not the batch the handler would fold the vmapped axis
     into, so the backward runs once per row of the gradients (jax.lax.map), its results stacked with the vmapped axis
-    first. rows[j]: whether operands[j] is an upstream gradient, led to `size` (lead), taken a row at a time."""
-    taken = tuple(x for x, row in zip(operands, rows) if row and not absent(x))
+    first. rows[j]: None where operands[j] is the forward's; for an upstream gradient, whether it has the vmapped axis
+    (led to `size` here, and taken a row at a time; an absent one has none and stays absent). A present gradient is
+    told from an absent one before it is led: a scalar's rows at size 0 have the absent one's shape, (0,)."""
+    taken = [row is not None and not (absent(x) and not row) for x, row in zip(operands, rows)]
+    rows_of = tuple(lead(x, row, size) for x, row, take in zip(operands, rows, taken) if take)
 
-    def one(xs):  # the rows of the taken operands, in their order (mapped over the rows themselves: none at size 0)
+    def one(xs):  # a row of each taken operand, in their order
         it = iter(xs)
-        return backward(*(next(it) if row and not absent(x) else x for x, row in zip(operands, rows)))
+        return backward(*(next(it) if take else x for x, take in zip(operands, taken)))
 
-    return jax.lax.map(one, taken)
+    return jax.lax.map(one, rows_of)
 
 
 def check_crf(potentials):

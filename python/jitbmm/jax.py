@@ -27,7 +27,7 @@ import jitbmm
 
 from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl, chain_sample
 from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, clipped_lengths, ffi_api_version,
-                           folded, lead, lengths_operand, per_row, score_dtype, workspace_bytes)
+                           folded, lead, lengths_operand, per_row, saved_batched_apart, score_dtype, workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
@@ -276,10 +276,10 @@ def _crf_backward(semiring):
     @backward.def_vmap
     def rule(size, batched, potentials, lengths, saved, path, grad_score):
         if batched[2]:
-            raise NotImplementedError("jitbmm.jax: a chain's saved messages batched apart from its forward")
+            raise saved_batched_apart()
         if not any(batched[:4]):
-            return per_row(size, backward, (potentials, lengths, saved, path, lead(grad_score, batched[4], size)),
-                           (False,) * 4 + (True,)), True
+            return per_row(size, backward, (potentials, lengths, saved, path, grad_score),
+                           (None,) * 4 + (batched[4],)), True
         potentials, lengths, path, grad_score = (lead(x, b, size) for x, b in zip(
             (potentials, lengths, path, grad_score), (batched[0], batched[1], batched[3], batched[4])))
         return backward(potentials, lengths, saved, path, grad_score), True
@@ -423,10 +423,10 @@ def _hmm_backward(semiring):
     @backward.def_vmap
     def rule(size, batched, emissions, transitions, initial, lengths, saved, path, grad_score):
         if batched[4]:
-            raise NotImplementedError("jitbmm.jax: an HMM's saved messages batched apart from its forward")
+            raise saved_batched_apart()
         if not any(batched[:6]):
-            operands = (emissions, transitions, initial, lengths, saved, path, lead(grad_score, batched[6], size))
-            return per_row(size, backward, operands, (False,) * 6 + (True,)), (True,) * 3
+            operands = (emissions, transitions, initial, lengths, saved, path, grad_score)
+            return per_row(size, backward, operands, (None,) * 6 + (batched[6],)), (True,) * 3
         shared = (transitions.ndim - batched[1] == 2, initial.ndim - batched[2] == 1)
         operands = _hmm_lead(size, batched[:4], emissions, transitions, initial, lengths)
         path, grad_score = lead(path, batched[5], size), lead(grad_score, batched[6], size)

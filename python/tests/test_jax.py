@@ -352,6 +352,8 @@ class TraceTest(unittest.TestCase):
             (lambda: jj.semiring_bmm(ones((2, 3)), ones((3, 4)), "foo"), ValueError, "semiring"),
             (lambda: jj.semiring_bmm(ones((2, 3)), ones((3, 4)), "max_plus", "fast"), ValueError, "precision"),
             (lambda: jj.logbmm([1.0], ones((3, 4))), TypeError, "a: expected a JAX array"),
+            (lambda: jj.chain_kl(ones((2, 3, 4, 4)), None), TypeError, "other: expected a JAX array"),
+            (lambda: jj.chain_cross_entropy(ones((2, 3, 4, 4)), None), TypeError, "other: expected a JAX array"),
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 5))), ValueError, "potentials"),
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(3, jnp.int32)), ValueError, "lengths"),
             (lambda: jj.chain_log_partition(ones((2, 3, 4, 4)), ones(2)), TypeError, "lengths"),

@@ -206,6 +206,14 @@ class ContractTest(unittest.TestCase):
         self.close(nested[:, :, 0], jax.jit(jax.grad(lambda p: reference_divergence("entropy", p, None, None).sum()))(
             p.reshape(6, 3, 3, 3)).reshape(p.shape))
         self.close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
+        with self.assertRaisesRegex(NotImplementedError, "pullback returned out of jax.vmap"):
+            pullbacks = jax.vmap(lambda p: jax.vjp(lambda p: jj.chain_log_partition(p, L), p)[1])(p)
+            jax.vmap(lambda pullback, g: pullback(g))(pullbacks, jnp.ones((2, 3)))
+        for f in (jj.chain_log_partition, jj.chain_entropy):  # a pullback vmapped over no rows: a scalar's rows
+            with self.subTest(f"{f.__name__}'s pullback over no rows"):  # have the shape of an absent operand
+                pullback = jax.vjp(f, p[0, 0])[1]
+                self.assertEqual(jax.jit(jax.vmap(pullback))(jnp.zeros((0,)))[0].shape, (0, *p.shape[2:]))
+                self.assertEqual(jax.jacrev(lambda x: f(x)[None][:0])(p[0, 0]).shape, (0, *p.shape[2:]))
 
     def test_a_shared_matrix(self):
         """A product with a matrix shared by every batch, on either side: values and gradients (the matrix's the sum
