@@ -11,10 +11,9 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import custom_batching
 
-from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, folded, lead, lengths_operand,
-                           per_row, saved_batched_apart, score_dtype, workspace_bytes)
+from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, custom_vmap, folded, lead,
+                           lengths_operand, per_row, saved_batched_apart, score_dtype, workspace_bytes)
 
 # What the field is (the library's ExpectationField): p's own potentials (the entropy); a second chain q, whose
 # log-partition comes beside (the cross-entropy); q read as the difference p - q (KL).
@@ -59,7 +58,7 @@ def _log_z_rows_first(log_z, kind):
 
 @functools.lru_cache(maxsize=None)
 def _expectation(kind, keep):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def forward(potentials, field, lengths):
         # The forward takes no scratch; asking the backward's makes the plan both run, now, as every handler's is.
         workspace_bytes("chain_expectation", *_problem(potentials, lengths, "log"), kind)
@@ -77,7 +76,7 @@ def _expectation(kind, keep):
 
 @functools.lru_cache(maxsize=None)
 def _expectation_backward(kind):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def backward(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean):
         grads = (jax.ShapeDtypeStruct(potentials.shape, potentials.dtype),
                  jax.ShapeDtypeStruct(field.shape, field.dtype))
@@ -191,7 +190,7 @@ def chain_kl(potentials, other, lengths=None):
 
 @functools.lru_cache(maxsize=None)
 def _kbest_call(k):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def kbest(potentials, lengths):
         batch, T = potentials.shape[:-3], potentials.shape[-3] + 1
         results = (jax.ShapeDtypeStruct((*batch, k), score_dtype(potentials.dtype)),

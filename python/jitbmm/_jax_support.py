@@ -1,6 +1,7 @@
 """What jitbmm.jax's modules share (docs/jax.md): the registration of the library's XLA FFI handlers with JAX, their
 calls, and the checks a call makes when it is traced, with errors naming the argument."""
 
+import contextvars
 import ctypes
 import functools
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import custom_batching
 from jaxlib import xla_client
 
 import jitbmm
@@ -110,13 +112,41 @@ def workspace_device():
     return device.id if ordinal is None else ordinal
 
 
+# Set while custom_vmap traces the body of a call whose arguments are vmapped: that body's problem never runs.
+_VMAPPED_BODY = contextvars.ContextVar("jitbmm_vmapped_body", default=False)
+
+
+def _vmapped(args):
+    """Whether any of args is a vmap's tracer with a vmapped axis (its batch_dim an axis, not None: JAX does not
+    export the class), so that a custom_vmap call of it goes to its rule."""
+    return any(isinstance(x, jax.core.Tracer) and isinstance(getattr(x, "batch_dim", None), int)
+               for x in jax.tree_util.tree_leaves(args))
+
+
+class custom_vmap(custom_batching.custom_vmap):
+    """jax.custom_batching.custom_vmap whose body sizes no workspace (workspace_bytes gives 0 and makes no plan) in a
+    call whose arguments are vmapped. custom_vmap traces the body at the unbatched shapes on every call, but a
+    vmapped call is then taken over by its rule, which calls again with the batch's shapes: only that problem runs,
+    and only its plan is made and tuned."""
+
+    def __call__(self, *args, **kwargs):
+        token = _VMAPPED_BODY.set(_vmapped((args, kwargs)))
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            _VMAPPED_BODY.reset(token)
+
+
 def workspace_bytes(target, *problem):
     """The bytes of the workspace result of a call of handler family `target` ("bmm", "chain", "chain_expectation",
     "chain_kbest", "chain_sample") of `problem` (the arguments of its jitbmm_xla_*_workspace function after the
     device; a chain's problem as (semiring, dtype, form, B, T, C, with_lengths[, batched_transitions,
     batched_initial]), then its last argument): the library makes the problem's
     plan on the device now, as the handler's calls will find it, and says what its calls take. Tracing is where a
-    plan is made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing."""
+    plan is made, tuned and compiled, so that a call only launches; a trace without a GPU sizes nothing, nor does the
+    body of a vmapped call (custom_vmap above)."""
+    if _VMAPPED_BODY.get():
+        return 0
     device = workspace_device()
     if device is None:
         return 0

@@ -21,13 +21,13 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import custom_batching
 
 import jitbmm
 
 from ._jax_distributions import chain_cross_entropy, chain_entropy, chain_kbest, chain_kl, chain_sample
-from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, clipped_lengths, ffi_api_version,
-                           folded, lead, lengths_operand, per_row, saved_batched_apart, score_dtype, workspace_bytes)
+from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, clipped_lengths, custom_vmap,
+                           ffi_api_version, folded, lead, lengths_operand, per_row, saved_batched_apart, score_dtype,
+                           workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
@@ -85,7 +85,7 @@ def _summed(grad, axes):
 
 @functools.lru_cache(maxsize=None)
 def _bmm_forward(semiring, precision, with_argmax):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def forward(a, b):
         out = jax.ShapeDtypeStruct((*_batch(a, b), a.shape[-2], b.shape[-1]), a.dtype)
         argmax = jax.ShapeDtypeStruct(out.shape if with_argmax else (0,), jnp.int32)
@@ -101,7 +101,7 @@ def _bmm_forward(semiring, precision, with_argmax):
 
 @functools.lru_cache(maxsize=None)
 def _bmm_backward(semiring, precision):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def backward(a, b, out, argmax, grad_out):
         grads = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
         size = _bmm_workspace(a, b, semiring, precision, not absent(argmax), 1)
@@ -249,7 +249,7 @@ def _hmm_results(emissions, transitions, initial, lengths, semiring, with_path, 
 
 @functools.lru_cache(maxsize=None)
 def _crf_forward(semiring, with_path, keep):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def forward(potentials, lengths):
         size = workspace_bytes("chain", *_crf_problem(potentials, lengths, semiring), False, False,
                                _FORWARD_WITH_PATH if with_path else _FORWARD)
@@ -266,7 +266,7 @@ def _crf_forward(semiring, with_path, keep):
 
 @functools.lru_cache(maxsize=None)
 def _crf_backward(semiring):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def backward(potentials, lengths, saved, path, grad_score):
         grad = jax.ShapeDtypeStruct(potentials.shape, potentials.dtype)
         size = workspace_bytes("chain", *_crf_problem(potentials, lengths, semiring), False, False, _BACKWARD)
@@ -374,7 +374,7 @@ def chain_log_prob(potentials, value, lengths=None):
 
 @functools.lru_cache(maxsize=None)
 def _hmm_forward(semiring, with_path, keep):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def forward(emissions, transitions, initial, lengths):
         size = workspace_bytes("chain", *_hmm_problem(emissions, transitions, initial, lengths, semiring),
                                _FORWARD_WITH_PATH if with_path else _FORWARD)
@@ -413,7 +413,7 @@ def _hmm_lead(size, batched, emissions, transitions, initial, lengths, share=Fal
 
 @functools.lru_cache(maxsize=None)
 def _hmm_backward(semiring):
-    @custom_batching.custom_vmap
+    @custom_vmap
     def backward(emissions, transitions, initial, lengths, saved, path, grad_score):
         grads = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (emissions, transitions, initial))
         size = workspace_bytes("chain", *_hmm_problem(emissions, transitions, initial, lengths, semiring), _BACKWARD)

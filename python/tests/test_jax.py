@@ -270,6 +270,35 @@ class TraceTest(unittest.TestCase):
                         self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
             self.assertEqual(wanted, {}, "a call without its workspace result")
 
+    def test_vmapped_calls_plan_only_their_batch(self):
+        """custom_vmap traces a call's body at the unbatched shapes before a vmap rule takes the call over: that body
+        makes no plan (nor tunes, nor compiles), so under vmap only the problems of the batch the calls run are
+        planned, through every layer (custom_vjp, nested vmap, grad inside and outside)."""
+        from jitbmm import _jax_support
+        jj = self.jj
+        device = mock.patch.object(_jax_support, "workspace_device", lambda: 0)
+        device.start()
+        self.addCleanup(device.stop)
+        p, e, t, i = spec((4, 3, 9, 7, 7)), spec((4, 3, 10, 7)), spec((7, 7)), spec((7,))
+        hmm = jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum(), (0, 1, 2))
+        cases = (("chain", jax.vmap(jj.chain_log_partition), (p,), {12}),
+                 ("chain, nested", jax.vmap(jax.vmap(jj.chain_log_partition)), (spec((2, 2, 3, 9, 7, 7)),), {12}),
+                 ("hmm, grad in vmap", jax.vmap(hmm, (0, None, None)), (e, t, i), {12}),
+                 ("product", jax.vmap(jj.logbmm, (0, None)), (spec((6, 64, 8, 16)), spec((16, 5))), {384}),
+                 ("kl, grad of vmap", jax.grad(lambda p: jax.vmap(jj.chain_kl)(p, p).sum()), (p,), {12}),
+                 ("k best", jax.vmap(lambda p: jj.chain_kbest(p, 2)), (p,), {12}))
+        real = _jax_support._workspace_bytes
+        for name, f, args, batches in cases:
+            asked = []
+            with mock.patch.object(_jax_support, "_workspace_bytes",
+                                   lambda d, target, problem, e: asked.append(problem[3]) or real(d, target, problem, e)):
+                text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+            with self.subTest(name):
+                self.assertTrue(asked)
+                self.assertEqual(set(asked), batches)
+                # and every call that runs was sized: one question a call
+                self.assertEqual(len(asked), text.count("stablehlo.custom_call @jitbmm_"))
+
     def test_a_forward_alone_plans_when_traced(self):
         """An entropy, cross-entropy or KL traced without its gradient (so with no workspace to declare) still has its
         plan made then, as every handler's is, and not in its first call."""
