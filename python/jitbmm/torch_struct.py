@@ -51,6 +51,9 @@ __all__ = ["patch", "unpatch", "patched"]
 _ROUTES = {"LogSemiring": "log", "MaxSemiring": "max_plus", "StdSemiring": "plus_times"}
 _CHAIN_ROUTES = {"LogSemiring": _jt.chain_log_partition, "MaxSemiring": lambda p, n: _jt.chain_viterbi(p, n)[0]}
 _originals = {}
+# The largest count whose exp of a float64 log-partition is within a small fraction of the whole number: the log's
+# error, some ulps of a value of 25, is a relative error of the count near 1e-14.
+_EXACT_COUNT = 2.0 ** 36
 
 # What makes a route give way to torch-struct's own computation: inputs the kernels do not hold (ValueError: more
 # states than a chain kernel holds, a product beyond a kernel's sizes, operands torch-struct's generic product
@@ -239,9 +242,12 @@ def _distribution_routes(ts):
         try:
             if args is not None:
                 # From the log in float64, rounded to the whole number it is (exp(log 3) is 3.0000000000000004)
-                # where float64 holds every whole number, so that a count the dtype holds exactly comes back exactly.
+                # where the log's own rounding leaves the count within a fraction of it. Beyond that a float64
+                # count goes to torch-struct's sum, which is exact up to 2**53.
                 count = torch.exp(_jt_counts.log_count(args[0], args[2]))
-                return torch.where(count < 2.0 ** 53, count.round(), count).to(args[0].dtype)
+                if args[0].dtype == torch.float64 and bool((count >= _EXACT_COUNT).any()):
+                    return base.__dict__["count"].wrapped(self)
+                return torch.where(count < _EXACT_COUNT, count.round(), count).to(args[0].dtype)
         except _GIVES_WAY as e:
             _gave_way(e)
         return base.__dict__["count"].wrapped(self)
