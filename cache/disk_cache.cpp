@@ -68,10 +68,27 @@ bool is_temp(const std::string& name) {
   return name[name.size() - kRandom - 1] == '-' && std::all_of(random.begin(), random.end(), hex);
 }
 
+// What follows "<key>." in a name the cache writes (its kind, "cu" or "<kind>.bad"), or nothing for another name.
+std::optional<std::string_view> after_key(const std::string& name) {
+  if (name.size() <= kKeyChars + 1 || name[kKeyChars] != '.' ||
+      !is_cache_key(std::string_view(name).substr(0, kKeyChars)))
+    return std::nullopt;
+  return std::string_view(name).substr(kKeyChars + 1);
+}
+
+// A name the cache writes besides its temp files: <key>.<kind> (an entry, or <key>.cu, a kernel's source) or
+// <key>.<kind>.bad (a quarantined entry). Another program's file in a shared directory ("<key>.tar.gz", say) is none.
+bool is_cache_file_name(const std::string& name) {
+  auto rest = after_key(name);
+  if (!rest) return false;
+  if (rest->size() > 4 && rest->substr(rest->size() - 4) == ".bad") rest = rest->substr(0, rest->size() - 4);
+  return is_kind(*rest);
+}
+
 // <key>.<kind>: an entry, not a source (.cu), a quarantined file (.bad) or a temp file.
 bool is_entry_name(const std::string& name) {
-  return name.size() > kKeyChars + 1 && name[kKeyChars] == '.' && is_cache_key(std::string_view(name).substr(0, kKeyChars)) &&
-         !ends_with(name, ".bad") && !ends_with(name, ".cu");
+  const auto rest = after_key(name);
+  return rest && is_kind(*rest) && *rest != "cu";
 }
 
 uint64_t max_entry_bytes(const std::string& kind) {
@@ -347,8 +364,7 @@ std::vector<DiskCache::File> DiskCache::files(bool temps_only) const {
   }
   while (const dirent* item = ::readdir(dir)) {
     const std::string name = item->d_name;
-    const bool ours = is_temp(name) || (!temps_only && name.size() > kKeyChars && name[kKeyChars] == '.' &&
-                                        is_cache_key(std::string_view(name).substr(0, kKeyChars)));
+    const bool ours = is_temp(name) || (!temps_only && is_cache_file_name(name));
     struct stat st {};
     if (!ours || ::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     out.push_back({name, static_cast<uint64_t>(st.st_size),

@@ -272,6 +272,29 @@ TEST_CASE("eviction removes the least recently used entries down to the cap") {
   CHECK(cache.list().empty());
 }
 
+TEST_CASE("another program's files in the cache directory are not the cache's: listed, verified, evicted and cleared "
+          "never") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  REQUIRE(cache.put(key_of(1), "cubin", std::string(1000, 'e')));
+  const std::string key = key_of(2);
+  const std::vector<std::string> theirs = {key + ".tar.gz", key + ".JSON", key + ".txt.bak", key + ".",
+                                           key + "_notes",  key + ".bad",  key + ".x.y.bad"};
+  for (const std::string& name : theirs) write_bytes(dir.path + "/" + name, std::string(5000, 'x'));
+  CHECK(cache.list().size() == 1);
+  CHECK(cache.verify() == 0);
+  cache.evict(0);
+  for (const std::string& name : theirs) CHECK_MESSAGE(fs::exists(dir.path + "/" + name), name);
+  REQUIRE(cache.put(key_of(1), "cubin", std::string(1000, 'e')));
+  write_bytes(dir.path + "/" + key_of(3) + ".cubin.bad", "quarantined");
+  write_bytes(dir.path + "/" + key_of(3) + ".cu", "source");
+  cache.clear();
+  CHECK(cache.list().empty());
+  CHECK_FALSE(fs::exists(dir.path + "/" + key_of(3) + ".cubin.bad")); // the cache's own files go
+  CHECK_FALSE(fs::exists(dir.path + "/" + key_of(3) + ".cu"));
+  for (const std::string& name : theirs) CHECK_MESSAGE(fs::exists(dir.path + "/" + name), name);
+}
+
 TEST_CASE("the default location follows JITBMM_CACHE_DIR, then XDG_CACHE_HOME, then HOME") {
   const char* saved[3] = {std::getenv("JITBMM_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
   const std::string keep[3] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : ""};
