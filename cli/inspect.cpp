@@ -33,6 +33,7 @@
 #include "runtime/jit.hpp"
 #include "runtime/kernel_files.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tuner/trials.hpp"
 
 extern char** environ; // posix_spawn passes ours on
 
@@ -190,7 +191,8 @@ void print_sass(const GeneratedKernel& kernel, const std::string& arch) {
 int print_tuned(const Problem& p) {
   // JITBMM_TUNE=exact reads no bucket's decision: a plan of this process would tune the exact shape first. (Read
   // first: a malformed value is refused before anything is printed.)
-  const bool exact_only = tune_policy_from_env() == TunePolicy::exact;
+  const TunePolicy policy = tune_policy_from_env();
+  const bool exact_only = policy == TunePolicy::exact;
   const auto device = current_device();
   const Choice c = choose(p, *device, TunePolicy::never);
   std::printf("problem:  %s\ndevice:   %s (%s, %d SMs)\nchoice:   %s\nsource:   %s\n", describe(p).c_str(),
@@ -201,6 +203,10 @@ int print_tuned(const Problem& p) {
   if (exact_only && c.source != "exact" && c.source != "shipped exact")
     std::printf("note:     JITBMM_TUNE=exact: SemiringBMM::get tunes this exact shape instead of taking the %s\n",
                 c.source == "default" ? "default" : (c.source + " decision").c_str());
+  else if (c.source == "default" && policy != TunePolicy::never && tunable(p))
+    std::printf("note:     JITBMM_TUNE=%s: SemiringBMM::get tunes this problem on its first plan and runs what that "
+                "tuning chooses (the default only where tuning is held or memory is short)\n",
+                tune_policy_name(policy));
   if (!c.decision) return 0;
   const Decision& d = *c.decision;
   const bool shipped = c.source.rfind("shipped ", 0) == 0;
