@@ -1,4 +1,6 @@
 // jitbmm cache path|list|verify|clear: look after the disk cache (docs/caching-and-tuning.md).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -48,6 +50,12 @@ std::string describe_entry(const DiskCache& cache, const DiskCache::Entry& e) {
   return "";
 }
 
+// Whether `dir` exists, as anything: the cache commands open no directory they would have to create.
+bool exists(const std::string& dir) {
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0;
+}
+
 } // namespace
 
 std::string cache_dir_line() {
@@ -56,6 +64,11 @@ std::string cache_dir_line() {
     return (dir.empty() ? "no directory" : dir) + " (not used: JITBMM_CACHE=" + std::getenv("JITBMM_CACHE") +
            " turns the disk cache off)";
   if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
+  const uint64_t cap = DiskCache::cap_from_env(); // a malformed cap fails every plan: not a cache in use
+  if (exists(dir)) {
+    const DiskCache cache(dir, cap);
+    if (!cache.usable()) return dir + " (not used: it is " + cache.refused() + ")";
+  }
   return dir;
 }
 
@@ -71,6 +84,21 @@ int run_cache(int argc, char** argv) {
   }
   const std::string dir = DiskCache::default_dir();
   if (dir.empty()) throw std::runtime_error("no cache directory: set JITBMM_CACHE_DIR or HOME");
+  if (!DiskCache::enabled_from_env())
+    std::printf("note: JITBMM_CACHE=%s: jitbmm uses no disk cache; %s is the directory it would use\n",
+                std::getenv("JITBMM_CACHE"), dir.c_str());
+  if (!exists(dir)) { // nothing stored yet, and nothing to make
+    if (what == "list")
+      std::printf("%-16s %-9s %10s  %-19s  %s\n0 bytes in %s (no cache there yet)\n", "key", "kind", "bytes",
+                  "last use", "what", dir.c_str());
+    else if (what == "verify")
+      std::printf("0 entries valid, 0 damaged (no cache at %s yet)\n", dir.c_str());
+    else if (what == "clear")
+      std::printf("nothing to clear: no cache at %s\n", dir.c_str());
+    else
+      throw std::invalid_argument("cache: unknown action '" + what + "' (expected path, list, verify or clear)");
+    return 0;
+  }
   DiskCache cache(dir, cap);
   // An untrusted directory is never listed, verified or cleared: its entries mean nothing to jitbmm.
   if (!cache.usable())

@@ -11,8 +11,9 @@ int run_bench(int argc, char** argv);
 int run_cache(int argc, char** argv);
 int run_tune(int argc, char** argv);
 
-// The disk cache's directory as `cache path` and `info` print it, saying when $JITBMM_CACHE turns the cache off.
-// Throws std::invalid_argument on a malformed $JITBMM_CACHE.
+// The disk cache's directory as `cache path` and `info` print it, saying when $JITBMM_CACHE turns the cache off and
+// when the directory there is refused (not trusted, not a directory). Throws std::invalid_argument on a malformed
+// $JITBMM_CACHE or $JITBMM_CACHE_MAX_BYTES, which fail every plan.
 std::string cache_dir_line();
 
 class Args;
