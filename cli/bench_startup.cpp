@@ -16,6 +16,7 @@
 #include "runtime/autotune.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tuner/search_space.hpp"
 
 namespace jitbmm::cli {
 
@@ -129,8 +130,11 @@ int run_compile_times(const Args& args) {
   const Problem p = problem_from(args, "bench --compile-times");
   const std::string arch = arch_from(args);
   require_nvrtc_targets(arch);
+  // The candidates a GPU of that architecture tunes: its features and its shared memory.
+  const int sm = parse_sm(arch, "--arch");
+  const DeviceLimits limits{1024, jb::kMaxStaticSharedBytes, least_shared_optin_bytes(sm), arch_features(sm)};
   std::vector<double> ms;
-  for (const KernelSpec& spec : tuning_candidates(p, DeviceLimits{})) {
+  for (const KernelSpec& spec : tuning_candidates(p, limits)) {
     const GeneratedKernel kernel = emit_kernel(spec);
     const auto t0 = Clock::now();
     compile_to_cubin(kernel, arch);

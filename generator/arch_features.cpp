@@ -57,6 +57,16 @@ int parse_sm(const std::string& text, const std::string& what) {
 
 std::string sm_name(int sm) { return "sm_" + std::to_string(sm); }
 
+int least_shared_optin_bytes(int sm) {
+  switch (sm) {
+  case 70: return 96 * 1024;          // V100
+  case 75: return 64 * 1024;          // T4, RTX 20xx
+  case 80: return 163 * 1024;         // A100
+  case 86: case 89: return 99 * 1024; // RTX 30xx, A10, RTX 40xx, L4, L40
+  default: return 227 * 1024;         // H100, H200
+  }
+}
+
 std::vector<std::string> feature_defines(const ArchFeatures& features) {
   std::vector<std::string> out;
   for (const FeatureInfo& info : feature_table())

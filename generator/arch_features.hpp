@@ -50,6 +50,10 @@ constexpr int kOldestSm = 70;
 // The floor with an NVRTC that targets `nvrtc_archs` (nvrtcGetSupportedArchs): the oldest architecture both allow.
 int floor_sm(const std::vector<int>& nvrtc_archs);
 
+// The shared memory a block may take (opt-in) on the GPUs of architecture `sm`, the least among them (what the driver
+// says such a device has, DeviceInfo::max_shared_per_block_optin): for what is built for an architecture offline.
+int least_shared_optin_bytes(int sm);
+
 // 75 from "sm_75" (also "compute_75" and "sm_90a"); std::invalid_argument naming `what` otherwise.
 int parse_sm(const std::string& text, const std::string& what);
 std::string sm_name(int sm); // "sm_75"

@@ -32,17 +32,8 @@ inline std::string sm_names(const std::vector<int>& sms) {
 // GPUs: a bound, so that a template or rule that needs more shows.
 constexpr int kOlderArchSpillBytes = 64;
 
-// The shared memory a block may take (opt-in) on each architecture's GPUs, the least among them: what the driver says
-// a device has (DeviceInfo::max_shared_per_block_optin), for the kernels a plan makes for it.
-inline int shared_optin_bytes(int sm) {
-  switch (sm) {
-  case 70: return 96 * 1024;   // V100
-  case 75: return 64 * 1024;   // T4, RTX 20xx
-  case 80: return 163 * 1024;  // A100
-  case 86: case 89: return 99 * 1024; // RTX 30xx, A10, RTX 40xx, L4, L40
-  default: return 227 * 1024; // H100, H200
-  }
-}
+// The shared memory a block may take (opt-in) on each architecture's GPUs, the least among them.
+inline int shared_optin_bytes(int sm) { return least_shared_optin_bytes(sm); }
 inline int older_arch_spill_bytes(int sm) { return sm < 90 ? kOlderArchSpillBytes : 0; }
 
 // The spill bytes the tiled argmax kernel may have on sm_90 in its widest thread tile at its register bound (32
