@@ -7,7 +7,7 @@ the kernels of a small chain."""
 
 import torch
 
-from ._torch_support import PLAIN_TENSORS, refuse_tangents
+from ._torch_support import PLAIN_TENSORS, refuse_tangents, through_dispatcher
 
 
 class Operator:
@@ -32,7 +32,7 @@ class Operator:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self.gradients is not None:
             refuse_tangents(*tensors)
-        if torch.compiler.is_compiling() or any(type(t) not in PLAIN_TENSORS for t in tensors):
+        if through_dispatcher() or any(type(t) not in PLAIN_TENSORS for t in tensors):
             return self.op(*args)
         if self.gradients is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return _Eager.apply(self, *args)

@@ -43,7 +43,8 @@ class Kernels:
         return out, argmax
 
     def backward(self, a, b, out, argmax, grad_out, need_a, need_b):
-        """(grad_a or None, grad_b or None) in a's and b's own layouts; grad_out in any layout of out's shape."""
+        """(grad_a or None, grad_b or None) in a's and b's own layouts; grad_out in any layout of out's shape; out
+        None but for log, whose backward alone reads it."""
         ws = self.backward_workspace.get((need_a, need_b))
         if ws is None:
             with torch.cuda.device(self.device):
@@ -53,7 +54,7 @@ class Kernels:
         grad_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device) if need_a else None
         grad_b = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=b.device) if need_b else None
         scratch = a.new_empty((ws,), dtype=torch.uint8) if ws else None
-        status = self.grad(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
+        status = self.grad(self.handle, a.data_ptr(), b.data_ptr(), out.data_ptr() if out is not None else None,
                            argmax.data_ptr() if argmax is not None else None, grad_out.data_ptr(),
                            grad_a.data_ptr() if need_a else None, grad_b.data_ptr() if need_b else None,
                            scratch.data_ptr() if ws else None, ws, _stream(self.device))

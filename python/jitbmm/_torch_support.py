@@ -17,6 +17,15 @@ DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
 lock = threading.Lock()
 TABLE_ENTRIES = 4096  # then a table of plans starts again (shapes that vary without end, e.g. every sequence length)
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # subclasses go through the registered operators
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+def through_dispatcher():
+    """Whether a call must go through the registered operators rather than the eager paths' direct calls: while
+    torch.compile or torch.export traces, and while a dispatch mode is active (make_fx, FlopCounterMode, selective
+    activation checkpointing, a logging mode), which sees only what reaches the dispatcher: a direct foreign call
+    would be missing from its graph or its counts."""
+    return torch.compiler.is_compiling() or _dispatch_modes() > 0
 
 
 def stream(device_index):

@@ -16,6 +16,7 @@ count paths and score given ones.
 """
 
 import math
+from typing import Optional
 
 try:
     import torch
@@ -30,7 +31,7 @@ from . import _torch_product_grad as _differentiable
 from ._torch_product_kernels import KERNELS as _kernels, DTYPES as _DTYPES, kernels_for as _kernels_for
 from ._torch_product_kernels import layout as _layout, batches as _batches, empty_grad as _empty_grad, sizes as _sizes
 from ._torch_support import lock as _kernels_lock, PLAIN_TENSORS as _PLAIN_TENSORS, TABLE_ENTRIES as _FAST_ENTRIES
-from ._torch_support import refuse_tangents
+from ._torch_support import refuse_tangents, through_dispatcher
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
 from ._torch_samples import chain_sample
@@ -52,7 +53,24 @@ _SELECTING = tuple(s for s in SEMIRINGS if _SEMIRING_BACKWARD[s] == _BACKWARD_AR
 # an argmax, the argmax output is an empty int32 tensor (operators return tensors only).
 def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: str,
                   with_argmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_operator(a, b, semiring)
     return _forward(a, b, semiring, precision, with_argmax)
+
+
+def _check_operator(a, b, semiring, out=None, grad_out=None):
+    """The registered operators' own checks, for a caller of torch.ops.jitbmm.* (semiring_bmm checks more, and
+    reshapes before it calls them), kept to comparisons: a [B, M, K] or [M, K] and b [B, K, N] or [K, N] of one
+    batch, dtype and device (the dispatcher routes only CUDA tensors here); out and grad_out [B, M, N]."""
+    if (a.dtype != b.dtype or a.dtype not in _DTYPES or a.device != b.device
+            or not 2 <= a.dim() <= 3 or not 2 <= b.dim() <= 3 or a.shape[-1] != b.shape[-2]
+            or (a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0])):
+        _check(a, b, semiring)  # names what is wrong, where it can
+        raise ValueError(f"a, b: the operator takes [B, M, K] or [M, K] and [B, K, N] or [K, N] of one B, dtype and "
+                         f"device, got {tuple(a.shape)} and {tuple(b.shape)}")
+    shape = (_batches(a, b), a.shape[-2], b.shape[-1])
+    for name, t in (("out", out), ("grad_out", grad_out)):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
 
 
 def _forward(a, b, semiring, precision, with_argmax, grads=None):
@@ -77,13 +95,15 @@ _bmm_op = torch.library.custom_op("jitbmm::semiring_bmm", _forward_impl, mutates
 
 @_bmm_op.register_fake
 def _(a, b, semiring, precision, with_argmax):
+    _check_operator(a, b, semiring)
     shape = (_batches(a, b), a.shape[-2], b.shape[-1])
     return a.new_empty(shape), a.new_empty(shape if with_argmax else (0,), dtype=torch.int32)
 
 
-def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, argmax: torch.Tensor,
+def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor], argmax: torch.Tensor,
                    grad_out: torch.Tensor, semiring: str, precision: str, need_a: bool,
                    need_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_operator(a, b, semiring, out, grad_out)
     batches, M, K, N = _sizes(a, b)
     if 0 in (batches, M, K, N):
         # No term reaches a or b (K = 0 leaves them empty; no output, none is summed): the gradients are zero in
@@ -109,14 +129,11 @@ def _(a, b, out, argmax, grad_out, semiring, precision, need_a, need_b):
     return (_empty_grad(a) if need_a else a.new_empty((0,)), _empty_grad(b) if need_b else b.new_empty((0,)))
 
 
-def _gradients(ctx, grad_out, fused, out_shape=None):
+def _gradients(ctx, grad_out, fused):
     """The fused backward kernels (`fused`: the operator when traced, its body when eager); under
     create_graph=True (grad mode on during the backward) the same gradients through differentiable operations
-    instead, so a loss on the gradients (marginals) trains. out_shape: the saved output seen as [B, M, N]."""
+    instead, so a loss on the gradients (marginals) trains. The saved output is [B, M, N]."""
     a, b, out, argmax = ctx.saved_tensors
-    if out_shape is not None:
-        out = out.view(out_shape)
-        argmax = argmax.view(out_shape) if argmax is not None else None
     need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if torch.is_grad_enabled():
         if ctx.semiring == "log":
@@ -134,7 +151,13 @@ def _setup_context(ctx, inputs, output):
     a, b, semiring, precision, _ = inputs
     out, argmax = output
     ctx.semiring, ctx.precision = semiring, precision
-    ctx.save_for_backward(a, b, out, argmax)
+    ctx.save_for_backward(a, b, _read_by_backward(out, semiring), argmax)
+
+
+def _read_by_backward(out, semiring):
+    """out where the backward reads it (log's), else None: saved only there, so that an in-place change of the
+    output (out.relu_()) is an error only where it would change the gradient, as for torch.matmul."""
+    return out if semiring == "log" else None
 
 
 _bmm_op.register_autograd(lambda ctx, grad_out, _grad_argmax: _gradients(ctx, grad_out, _bmm_backward_op),
@@ -212,31 +235,41 @@ _fast = {}
 
 class _Fast:
     """A remembered call: its kernels, the output's shape (the caller's, and the kernels' [B, M, N], one memory
-    layout), and the 3-D (or 2-D) views of a and b the kernels take (None: the operand as it is)."""
-    __slots__ = ("kernels", "out_shape", "kernel_out_shape", "a_view", "b_view")
+    layout), the 3-D (or 2-D) views of a and b the kernels take (None: the operand as it is), their strides there,
+    and an empty int32 tensor, the argmax saved where there is none (as the general path saves it)."""
+    __slots__ = ("kernels", "out_shape", "kernel_out_shape", "a_view", "b_view", "strides", "no_argmax")
 
-    def __init__(self, kernels, out_shape, kernel_out_shape, a_view, b_view):
+    def __init__(self, kernels, out_shape, kernel_out_shape, a_view, b_view, strides, no_argmax):
         self.kernels, self.out_shape, self.kernel_out_shape = kernels, out_shape, kernel_out_shape
-        self.a_view, self.b_view = a_view, b_view
+        self.a_view, self.b_view, self.strides, self.no_argmax = a_view, b_view, strides, no_argmax
 
 
 class _FastBMM(torch.autograd.Function):
-    """The per-call path with gradients: the operands are the kernels' own, so are their gradients."""
+    """The per-call path with gradients: the operands are the kernels' own, so are their gradients. It saves what
+    the general path saves (out as [B, M, N], an argmax tensor), so that a recomputation (non-reentrant
+    checkpointing) that takes the other path saves the same."""
 
     @staticmethod
     def forward(ctx, a, b, semiring, precision, fast):
         out, argmax = fast.kernels.forward(a, b, fast.out_shape)
         ctx.semiring, ctx.precision, ctx.fast = semiring, precision, fast
-        ctx.save_for_backward(a, b, out, argmax)
+        ctx.save_for_backward(a, b, _read_by_backward(out.view(fast.kernel_out_shape), semiring),
+                              fast.no_argmax if argmax is None else argmax.view(fast.kernel_out_shape))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         fast = ctx.fast
-        return _gradients(ctx, grad_out.reshape(fast.kernel_out_shape),
-                          lambda a, b, out, argmax, g, semiring, precision, need_a, need_b:
-                          fast.kernels.backward(a, b, out, argmax, g, need_a, need_b),
-                          fast.kernel_out_shape)
+
+        def fused(a, b, out, argmax, g, semiring, precision, need_a, need_b):
+            if (a.stride(), b.stride()) != fast.strides or (out is not None and not out.is_contiguous()):
+                # A saved-tensor hook (torch.autograd.graph.save_on_cpu, offloading) gave them back in another
+                # layout than the kernels' plan reads: the general backward lays them out again.
+                return _backward_impl(a, b, None if out is None else out.contiguous(), argmax.contiguous(), g,
+                                      semiring, precision, need_a, need_b)
+            return fast.kernels.backward(a, b, out, argmax if argmax.numel() else None, g, need_a, need_b)
+
+        return _gradients(ctx, grad_out.reshape(fast.kernel_out_shape), fused)
 
 
 def _key(a, b, semiring, precision):
@@ -254,7 +287,7 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     precision="fast" lets the log semiring use one TF32 tensor-core product per term (about 1e-4 relative
     error; other semirings refuse it); "exact" (the default) keeps every output within the dtype's own rounding."""
     refuse_tangents(a, b)
-    if torch.compiler.is_compiling():  # torch.compile, torch.export: the registered operator
+    if through_dispatcher():  # torch.compile, torch.export, a dispatch mode: the registered operator
         return _general(a, b, semiring, precision, None)
     key = _key(a, b, semiring, precision)
     try:
@@ -332,7 +365,8 @@ def _remember(key, a, b, am, bm, batch, semiring, precision, with_argmax):
                            precision)
     if len(_fast) >= _FAST_ENTRIES:
         _fast.clear()
-    _fast[key] = _Fast(kernels, (*batch, M, N), (batches, M, N), *views)
+    _fast[key] = _Fast(kernels, (*batch, M, N), (batches, M, N), *views, (ak.stride(), bk.stride()),
+                       a.new_empty((0,), dtype=torch.int32))
 
 
 def logbmm(a, b, precision="exact"):

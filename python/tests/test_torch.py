@@ -307,6 +307,17 @@ class TorchTest(unittest.TestCase):
             jt.logbmm(self.rand(4), self.rand(4, 5))
         with self.assertRaisesRegex(ValueError, "precision"):
             jt.logbmm(self.rand(2, 3, 4), self.rand(2, 4, 5), precision="rough")
+        # The registered operators called directly check their operands too (no read past b's batches, say).
+        op, backward_op = torch.ops.jitbmm.semiring_bmm, torch.ops.jitbmm.semiring_bmm_backward
+        for a, b in ((self.rand(4, 3, 5), self.rand(2, 5, 2)), (self.rand(4, 3, 5), self.rand(4, 6, 2)),
+                     (self.rand(2, 2, 3, 5), self.rand(2, 5, 2)), (self.rand(4, 3, 5), self.rand(4, 5, 2).double())):
+            with self.subTest(a=tuple(a.shape), b=tuple(b.shape), dtype=b.dtype):
+                with self.assertRaises((ValueError, TypeError)):
+                    op(a, b, "log", "exact", False)
+        a, b, wrong = self.rand(4, 3, 5), self.rand(4, 5, 2), self.rand(4, 3, 3)
+        with self.assertRaisesRegex(ValueError, "out: expected shape"):
+            backward_op(a, b, wrong, torch.empty(0, dtype=torch.int32, device=self.dev), wrong, "log", "exact", True,
+                        True)
         for shape in ((2, 3, 4), (0, 3, 4)):  # an empty product too, which makes no plan
             with self.assertRaisesRegex(ValueError, "precision: fast is for the log semiring only, not max_plus"):
                 jt.semiring_bmm(self.rand(*shape), self.rand(shape[0], 4, 5), "max_plus", precision="fast")
@@ -377,6 +388,78 @@ class TorchTest(unittest.TestCase):
                                     naive(a.double(), b.double(), semiring), rtol=2e-5, atol=2e-5)
                         key = self.jt._key(a, b, semiring, "exact")
                         self.assertEqual(key in self.jt._fast, fast)
+
+    def test_the_per_call_path_under_saved_tensor_hooks_and_checkpointing(self):
+        """A saved-tensor hook that gives the operands back in another layout (save_on_cpu returns them contiguous)
+        does not meet the per-call path's kernels reading them in the first call's; and a non-reentrant checkpoint,
+        whose forward takes the general path and whose recomputation the per-call path, saves alike in both."""
+        from torch.utils.checkpoint import checkpoint
+        torch.manual_seed(9)
+        for semiring in ("log", "max_plus", "plus_times"):
+            for name, make_a in (("transposed", lambda: self.rand(4, 5, 3).transpose(1, 2)),
+                                 ("row-sliced", lambda: self.rand(4, 6, 5)[:, ::2])):
+                with self.subTest(semiring=semiring, a=name):
+                    b = self.rand(4, 5, 2).requires_grad_(True)
+                    for step in range(3):  # the first call takes the general path, the others the per-call one
+                        a = make_a().detach().requires_grad_(True)
+                        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                            out = self.jt.semiring_bmm(a, b, semiring)
+                        weights = torch.rand_like(out)
+                        got = torch.autograd.grad((out * weights).sum(), (a, b))
+                        want = torch.autograd.grad((naive(a.double(), b.double(), semiring) * weights).sum(), (a, b))
+                        for g, w in zip(got, want):
+                            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+        for semiring in ("log", "max_plus"):
+            with self.subTest(semiring=semiring, checkpoint=True):
+                a, b = self.rand(2, 2, 3, 5).requires_grad_(True), self.rand(2, 2, 5, 4).requires_grad_(True)
+                for step in range(2):
+                    out = checkpoint(lambda a, b: self.jt.semiring_bmm(a, b, semiring), a, b, use_reentrant=False)
+                    got = torch.autograd.grad(out.sum(), (a, b))
+                    want = torch.autograd.grad(naive(a.double(), b.double(), semiring).sum(), (a, b))
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+
+    def test_an_output_changed_in_place_where_the_backward_does_not_read_it(self):
+        """Only log's backward reads the output: the others' output may be changed in place (out.relu_()), as
+        torch.matmul's may; log's is an error, on either path."""
+        a, b = self.rand(3, 4, 5, requires_grad=True), self.rand(3, 5, 2, requires_grad=True)
+        for semiring in ("plus_times", "max_plus", "log"):
+            for step in range(2):  # the general path, then the per-call path
+                with self.subTest(semiring=semiring, step=step):
+                    out = self.jt.semiring_bmm(a, b, semiring)
+                    out.relu_()
+                    if semiring == "log":
+                        with self.assertRaisesRegex(RuntimeError, "inplace"):
+                            out.sum().backward()
+                    else:
+                        out.sum().backward()
+
+    def test_dispatch_modes_see_the_operator(self):
+        """Under a dispatch mode (make_fx, FlopCounterMode, a logging mode) a product and a chain go through the
+        registered operators, so that the mode sees them: make_fx's graph computes the product, not an empty
+        buffer."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.utils._python_dispatch import TorchDispatchMode
+        a, b = self.rand(3, 4, 5), self.rand(3, 5, 2)
+        graph = make_fx(lambda a, b: self.jt.logbmm(a, b))(a, b)
+        self.assertIn("jitbmm.semiring_bmm", str(graph.code))
+        torch.testing.assert_close(graph(a, b), self.jt.logbmm(a, b))
+
+        class Seen(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        potentials = self.rand(2, 3, 4, 4)
+        with Seen() as seen:
+            self.jt.logbmm(a, b)
+            self.jt.chain_log_partition(potentials)
+        self.assertTrue(any("jitbmm.semiring_bmm" in op for op in seen.ops), seen.ops)
+        self.assertTrue(any("jitbmm.chain" in op for op in seen.ops), seen.ops)
 
     def test_tuned_log_and_precision_fast(self):
         # With tuning on, a product this size runs exp_matmul (tensor cores); fast may use one TF32 product a term.
