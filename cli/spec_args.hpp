@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "generator/arch_features.hpp"
 #include "generator/strategy.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -239,14 +240,21 @@ inline KernelSpec spec_from(const Args& args, const Problem& p) {
   return spec;
 }
 
-// --arch (default sm_90): "sm_" then two to four digits, optionally one letter (sm_90a).
+// --arch (default sm_90): "sm_" and an architecture as the library reads one (parse_sm), its "a" form only from
+// sm_90 on, where architecture-specific targets begin.
 inline std::string arch_from(const Args& args) {
   const std::string arch = args.get("--arch", "sm_90");
-  std::size_t i = 3;
-  while (i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) ++i;
-  const bool ok = arch.rfind("sm_", 0) == 0 && i >= 5 && i <= 7 && arch[3] != '0' &&
-                  (i == arch.size() || (i + 1 == arch.size() && std::islower(static_cast<unsigned char>(arch[i]))));
-  if (!ok) throw std::invalid_argument("--arch: expected sm_XY (e.g. sm_90, sm_90a), got '" + arch + "'");
+  const auto refused = [&] {
+    return std::invalid_argument("--arch: expected sm_XY (e.g. sm_90, sm_90a), got '" + arch + "'");
+  };
+  if (arch.rfind("sm_", 0) != 0) throw refused();
+  int sm = 0;
+  try {
+    sm = parse_sm(arch, "--arch");
+  } catch (const std::invalid_argument&) {
+    throw refused();
+  }
+  if (arch.back() == 'a' && sm < 90) throw refused();
   return arch;
 }
 
