@@ -81,10 +81,12 @@ int run_chain_bench(const Args& args) {
   const bool log = p.semiring == Semiring::log;
   if (p.C <= kMaxSequentialChainStates)
     chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
-  else if (has_variant_flags(args)) // the sequential kernels' variants; only the stepped strategy takes this many
-    for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes"})
+  else // the sequential kernels' variants, and their sweep; only the stepped strategy takes this many
+    for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes", "--sweep"})
       if (args.has(flag))
-        throw std::invalid_argument(std::string(flag) + ": a variant of the sequential kernels, which take at most " +
+        throw std::invalid_argument(std::string(flag) +
+                                    (std::string(flag) == "--sweep" ? ": sweeps the variants" : ": a variant") +
+                                    " of the sequential kernels, which take at most " +
                                     std::to_string(kMaxSequentialChainStates) + " states (--chain " +
                                     std::to_string(p.C) + " runs the stepped strategy)");
   const std::vector<int64_t> chunks = chunks_from(args, p);

@@ -64,8 +64,11 @@ int main(int argc, char** argv) {
       command_usage(*h);
       return 0;
     }
-    if ((help || version) && argc > 2)
-      throw std::invalid_argument("unknown argument '" + std::string(argv[2]) + "' after " + command);
+    if ((help || version) && argc > 2) { // the first argument that is not one: after help <command>, the third
+      const int extra = command == "help" && help_of(argv[2]) ? 3 : 2;
+      throw std::invalid_argument("unknown argument '" + std::string(argv[extra]) + "' after " +
+                                  (extra == 3 ? command + " " + argv[2] : command));
+    }
     if (help) {
       usage(stdout);
       return 0;

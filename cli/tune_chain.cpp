@@ -50,7 +50,7 @@ int run_chain_tune(const Args& args) {
   const int reps = reps_from(args);
   const auto device = current_device();
   if (cluster_sms(*device) == 0)
-    throw std::invalid_argument("tune --chain: its decisions are read from sm_90 on, where a chain's sequences "
+    throw std::runtime_error("tune --chain: its decisions are read from sm_90 on, where a chain's sequences "
                                 "split over clusters of blocks (this device is " +
                                 device->arch() + ")");
   ScopedContext scope(device->context);
