@@ -84,11 +84,10 @@ int run_chain_bench(const Args& args) {
   else // the sequential kernels' variants, and their sweep; only the stepped strategy takes this many
     for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes", "--sweep"})
       if (args.has(flag))
-        throw std::invalid_argument(std::string(flag) +
-                                    (std::string(flag) == "--sweep" ? ": sweeps the variants" : ": a variant") +
-                                    " of the sequential kernels, which take at most " +
-                                    std::to_string(kMaxSequentialChainStates) + " states (--chain " +
-                                    std::to_string(p.C) + " runs the stepped strategy)");
+        throw std::invalid_argument(
+            std::string(flag) + (std::string(flag) == "--sweep" ? ": sweeps the variants" : ": a variant") +
+            " of the sequential kernels, which take at most " + std::to_string(kMaxSequentialChainStates) +
+            " states (--chain " + std::to_string(p.C) + " runs the stepped strategy)");
   const std::vector<int64_t> chunks = chunks_from(args, p);
   const auto device = current_device();
   // Without flags, the variant ChainPlan::get takes: a stored decision's (jitbmm tune --chain) or the rule's.

@@ -51,8 +51,8 @@ int run_chain_tune(const Args& args) {
   const auto device = current_device();
   if (cluster_sms(*device) == 0)
     throw std::runtime_error("tune --chain: its decisions are read from sm_90 on, where a chain's sequences "
-                                "split over clusters of blocks (this device is " +
-                                device->arch() + ")");
+                             "split over clusters of blocks (this device is " +
+                             device->arch() + ")");
   ScopedContext scope(device->context);
   const auto start = std::chrono::steady_clock::now();
   ChainTrial trial(p);
