@@ -156,7 +156,8 @@ def _setup_context(ctx, inputs, output):
 
 def _read_by_backward(out, semiring):
     """out where the backward reads it (log's), else None: saved only there, so that an in-place change of the
-    output (out.relu_()) is an error only where it would change the gradient, as for torch.matmul."""
+    output (out.relu_()) is an error only where it would change the gradient, as for torch.matmul. (The per-call
+    path makes the same choice before it forms a view to save.)"""
     return out if semiring == "log" else None
 
 
@@ -253,7 +254,7 @@ class _FastBMM(torch.autograd.Function):
     def forward(ctx, a, b, semiring, precision, fast):
         out, argmax = fast.kernels.forward(a, b, fast.out_shape)
         ctx.semiring, ctx.precision, ctx.fast = semiring, precision, fast
-        ctx.save_for_backward(a, b, _read_by_backward(out.view(fast.kernel_out_shape), semiring),
+        ctx.save_for_backward(a, b, out.view(fast.kernel_out_shape) if semiring == "log" else None,
                               fast.no_argmax if argmax is None else argmax.view(fast.kernel_out_shape))
         return out
 
