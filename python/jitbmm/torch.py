@@ -156,8 +156,7 @@ def _setup_context(ctx, inputs, output):
 
 def _read_by_backward(out, semiring):
     """out where the backward reads it (log's), else None: saved only there, so that an in-place change of the
-    output (out.relu_()) is an error only where it would change the gradient, as for torch.matmul. (The per-call
-    path makes the same choice before it forms a view to save.)"""
+    output (out.relu_()) is an error only where it would change the gradient, as for torch.matmul."""
     return out if semiring == "log" else None
 
 
@@ -247,15 +246,16 @@ class _Fast:
 
 class _FastBMM(torch.autograd.Function):
     """The per-call path with gradients: the operands are the kernels' own, so are their gradients. It saves what
-    the general path saves (out as [B, M, N], an argmax tensor), so that a recomputation (non-reentrant
-    checkpointing) that takes the other path saves the same."""
+    the general path saves (its output [B, M, N], an argmax tensor), so that a recomputation (non-reentrant
+    checkpointing) that takes the other path saves the same; the caller views the output in its own shape. The
+    saved output is the output itself, not a view made of it here, so that under create_graph=True the log
+    backward differentiates through it."""
 
     @staticmethod
     def forward(ctx, a, b, semiring, precision, fast):
-        out, argmax = fast.kernels.forward(a, b, fast.out_shape)
+        out, argmax = fast.kernels.forward(a, b, fast.kernel_out_shape)
         ctx.semiring, ctx.precision, ctx.fast = semiring, precision, fast
-        ctx.save_for_backward(a, b, out.view(fast.kernel_out_shape) if semiring == "log" else None,
-                              fast.no_argmax if argmax is None else argmax.view(fast.kernel_out_shape))
+        ctx.save_for_backward(a, b, _read_by_backward(out, semiring), fast.no_argmax if argmax is None else argmax)
         return out
 
     @staticmethod
@@ -270,7 +270,7 @@ class _FastBMM(torch.autograd.Function):
                                       semiring, precision, need_a, need_b)
             return fast.kernels.backward(a, b, out, argmax if argmax.numel() else None, g, need_a, need_b)
 
-        return _gradients(ctx, grad_out.reshape(fast.kernel_out_shape), fused)
+        return _gradients(ctx, grad_out, fused)
 
 
 def _key(a, b, semiring, precision):
@@ -302,7 +302,8 @@ def semiring_bmm(a, b, semiring="log", precision="exact"):
     if fast.b_view is not None:
         b = b.view(fast.b_view)
     if key[-1]:
-        return _FastBMM.apply(a, b, semiring, precision, fast)
+        out = _FastBMM.apply(a, b, semiring, precision, fast)
+        return out if fast.out_shape == fast.kernel_out_shape else out.view(fast.out_shape)
     return fast.kernels.forward(a, b, fast.out_shape)[0]
 
 

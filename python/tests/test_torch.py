@@ -407,8 +407,8 @@ class TorchTest(unittest.TestCase):
                         weights = torch.rand_like(out)
                         got = torch.autograd.grad((out * weights).sum(), (a, b))
                         want = torch.autograd.grad((naive(a.double(), b.double(), semiring) * weights).sum(), (a, b))
-                        for g, w in zip(got, want):
-                            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+                        for g, w in zip(got, want):  # want: a's and b's own dtype
+                            torch.testing.assert_close(g.double(), w.double(), rtol=1e-4, atol=1e-4)
         for semiring in ("log", "max_plus"):
             with self.subTest(semiring=semiring, checkpoint=True):
                 a, b = self.rand(2, 2, 3, 5).requires_grad_(True), self.rand(2, 2, 5, 4).requires_grad_(True)
@@ -417,7 +417,7 @@ class TorchTest(unittest.TestCase):
                     got = torch.autograd.grad(out.sum(), (a, b))
                     want = torch.autograd.grad(naive(a.double(), b.double(), semiring).sum(), (a, b))
                     for g, w in zip(got, want):
-                        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+                        torch.testing.assert_close(g.double(), w.double(), rtol=1e-4, atol=1e-4)
 
     def test_an_output_changed_in_place_where_the_backward_does_not_read_it(self):
         """Only log's backward reads the output: the others' output may be changed in place (out.relu_()), as
