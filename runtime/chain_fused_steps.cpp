@@ -5,11 +5,13 @@
 #include <iterator>
 
 #include "generator/chain_source.hpp"
+#include "jitbmm/errors.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/build_ahead.hpp"
 #include "support/checked_size.hpp"
+#include "support/log.hpp"
 
 namespace jitbmm {
 
@@ -109,7 +111,29 @@ int64_t resident_bytes(const ChainProblem& problem) {
 }
 
 bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
-  return !streamed && resident_bytes(problem) <= device.max_shared_per_block_optin;
+  return !streamed && resident_bytes(problem) <= device.max_shared_per_block_optin &&
+         jb::fused_sources(problem.C) <= jb::kFusedResidentSources;
+}
+
+// The log resident passes' blocks of a row of tiles (the sequences whose messages they read) meet at a cluster's
+// barrier where the GPU has clusters and a row is a portable cluster (at most 8 blocks: up to 512 states), and the
+// device holds every row's cluster at once (a row left to a second wave would double the pass); 0 where they meet in
+// global memory, as where the driver cannot say.
+int row_clusters(const ChainProblem& problem, const DeviceInfo& device,
+                 const std::shared_ptr<const LoadedKernel> (&kernels)[2], int threads, unsigned shared) {
+  const int64_t row = fused_column_tiles(problem), tiles = fused_tiles(problem);
+  if (problem.semiring != Semiring::log || !device.features.has(kClusters) || row > 8) return 0;
+  for (const auto& kernel : kernels) {
+    if (!kernel) continue;
+    int held = 0;
+    try {
+      held = max_active_clusters(*kernel, "", unsigned(tiles), unsigned(threads), unsigned(row), shared);
+    } catch (const CudaError&) { // a driver or partition that does not place clusters: the cooperative grid
+      return 0;
+    }
+    if (held < fused_row_tiles(problem)) return 0;
+  }
+  return int(row);
 }
 
 } // namespace
@@ -158,6 +182,10 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
       block_ = threads;
       shared_ = shared;
       grid_ = int(tiles);
+      cluster_ = row_clusters(problem, device, kernels_, threads, shared);
+      log_message(LogLevel::debug, "fused steps " + name() + ": " + std::to_string(grid_) + " blocks, " +
+                                       (cluster_ ? "each row of tiles a cluster of " + std::to_string(cluster_)
+                                                 : std::string("one cooperative grid")));
       return;
     }
     kernels_[0] = kernels_[1] = nullptr;
@@ -182,8 +210,12 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
   }
   check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
         "cuMemsetD8Async");
+  params.cluster_rows = cluster_ > 0;
   void* args[] = {&params};
-  launch_cooperative(kernel, "", unsigned(grid_), unsigned(block_), args, stream, shared_);
+  if (cluster_)
+    launch_clustered(kernel, "", unsigned(grid_), unsigned(block_), unsigned(cluster_), args, stream, shared_);
+  else
+    launch_cooperative(kernel, "", unsigned(grid_), unsigned(block_), args, stream, shared_);
 }
 
 } // namespace jitbmm

@@ -48,6 +48,7 @@ private:
   int block_ = jb::kFusedBlock;                    // their threads a block
   int grid_ = 0;                                   // and blocks
   unsigned shared_ = 0;                            // and dynamic shared memory a block
+  int cluster_ = 0; // the resident log passes: blocks a cluster (a row of tiles each), 0 for a cooperative grid
 };
 
 } // namespace jitbmm

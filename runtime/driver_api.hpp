@@ -92,12 +92,19 @@ struct CUmemPoolProps {
   unsigned char reserved[54];
 };
 
-// cuLaunchKernelEx's launch attributes: jitbmm sets only whether the launch may overlap the previous kernel of its
-// stream (programmatic stream serialization). The value is a 64-byte union, read as an int for that attribute.
-enum CUlaunchAttributeID : int { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+// cuLaunchKernelEx's launch attributes: jitbmm sets whether the launch may overlap the previous kernel of its stream
+// (programmatic stream serialization) and, for a kernel with no cluster of its own, the blocks of a cluster. The
+// value is a 64-byte union.
+enum CUlaunchAttributeID : int {
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+};
 
 union CUlaunchAttributeValue {
   char pad[64];
+  struct {
+    unsigned int x, y, z;
+  } clusterDim;
   int programmaticStreamSerializationAllowed;
 };
 
@@ -192,7 +199,9 @@ constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
   X(cuEventQuery, cuEventQuery, (CUevent event))                                                                       \
   X(cuEventElapsedTime, cuEventElapsedTime_v2, (float* milliseconds, CUevent start, CUevent end))                      \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor,                          \
-    (int* blocks, CUfunction function, int block_size, std::size_t dynamic_shared_bytes))
+    (int* blocks, CUfunction function, int block_size, std::size_t dynamic_shared_bytes))                              \
+  X(cuOccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters,                                                        \
+    (int* clusters, CUfunction function, const CUlaunchConfig* config))
 
 struct DriverApi {
 #define JITBMM_DECLARE_MEMBER(member, symbol, parameters)                                                              \

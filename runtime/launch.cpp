@@ -54,6 +54,41 @@ void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigne
   if (refused) dependent_launches.store(false, std::memory_order_relaxed); // the attribute was what failed
 }
 
+namespace {
+CUlaunchConfig clustered_config(unsigned grid, unsigned block, unsigned dynamic_shared, CUstream stream,
+                                CUlaunchAttribute& cluster_dim, unsigned cluster) {
+  cluster_dim = CUlaunchAttribute{};
+  cluster_dim.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_dim.value.clusterDim.x = cluster, cluster_dim.value.clusterDim.y = 1, cluster_dim.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid, config.gridDimY = 1, config.gridDimZ = 1;
+  config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
+  config.sharedMemBytes = dynamic_shared;
+  config.hStream = stream;
+  config.attrs = &cluster_dim;
+  config.numAttrs = 1;
+  return config;
+}
+} // namespace
+
+void launch_clustered(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                      unsigned cluster, void** args, CUstream stream, unsigned dynamic_shared) {
+  CUlaunchAttribute attribute;
+  const CUlaunchConfig config = clustered_config(grid, block, dynamic_shared, stream, attribute, cluster);
+  const CUresult r = driver().cuLaunchKernelEx(&config, kernel.entry(suffix), args, nullptr);
+  if (r != CUDA_SUCCESS) check(r, ("cuLaunchKernelEx(" + kernel.generated.name + suffix + ", clusters)").c_str());
+}
+
+int max_active_clusters(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                        unsigned cluster, unsigned dynamic_shared) {
+  CUlaunchAttribute attribute;
+  const CUlaunchConfig config = clustered_config(grid, block, dynamic_shared, nullptr, attribute, cluster);
+  int clusters = 0;
+  check(driver().cuOccupancyMaxActiveClusters(&clusters, kernel.entry(suffix), &config),
+        ("cuOccupancyMaxActiveClusters(" + kernel.generated.name + suffix + ")").c_str());
+  return clusters;
+}
+
 void launch_cooperative(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
                         void** args, CUstream stream, unsigned dynamic_shared) {
   const CUresult r = driver().cuLaunchCooperativeKernel(kernel.entry(suffix), grid, 1, 1, block, 1, 1, dynamic_shared,

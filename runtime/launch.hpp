@@ -23,6 +23,15 @@ void launch(const LoadedKernel& kernel, const std::string& suffix, const unsigne
 // std::invalid_argument naming it).
 bool dependent_launch_enabled();
 
+// A launch whose blocks are clusters of `cluster` consecutive blocks (cuLaunchKernelEx's attribute, for a kernel
+// compiled with no cluster of its own; sm_90 on): the caller has raised the function's limit of dynamic shared memory
+// where it takes more than 48 KiB. It never overlaps the kernel before it. max_active_clusters: how many such clusters
+// the device holds at once (0: none fits).
+void launch_clustered(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                      unsigned cluster, void** args, CUstream stream, unsigned dynamic_shared);
+int max_active_clusters(const LoadedKernel& kernel, const std::string& suffix, unsigned grid, unsigned block,
+                        unsigned cluster, unsigned dynamic_shared);
+
 // cuLaunchCooperativeKernel: every block of the grid resident at once (what a grid-wide barrier needs); a grid
 // larger than the device holds is CudaError naming the entry point. Beyond 48 KiB of dynamic shared memory the
 // caller has raised the function's limit (a cooperative kernel's, once: its size may differ by problem). It never

@@ -24,16 +24,13 @@ static_assert(kFusedResidentSplit * kFusedRows * kMmaMeetPitch <=
                   2 * (kFusedResidentSplit - 1) * kFusedRows * kFusedCols,
               "the groups' sums meet inside the space fused_resident_floats keeps for them");
 
-// The resident tile's product (its table's side staged: stage_resident_table): the position's messages of the rows
-// r0 … staged as f(row, value), and each thread's sums of its owned rows' outputs (fused_tiles.cuh's owner: rows
-// ty·4 + r, columns tx·4 + j) in acc.
-template <int SPLIT, class F>
-__device__ __forceinline__ void mma_product(const Position& q, const TileRows& rows, long long r0, F f,
-                                            float (&acc)[4][4]) {
+// The resident tile's product (its table's side staged: stage_resident_table) of the messages' factors staged in
+// res.msg, every thread of the block having staged its part: each thread's sums of its owned rows' outputs
+// (fused_tiles.cuh's owner: rows ty·4 + r, columns tx·4 + j) in acc.
+template <int SPLIT>
+__device__ __forceinline__ void mma_product(const Position& q, const Resident& res, float (&acc)[4][4]) {
   static_assert(SPLIT * kFusedThreads == 512 && SPLIT <= kFusedResidentSplit,
                 "four groups of four warps, each warp 16 rows × 32 columns of the 32 × 64 tile");
-  const Resident res = resident(q.C);
-  stage_resident_messages(q, rows, r0, res, f);
   const int lane = int(threadIdx.x) % 32, w = q.l / 32, gid = lane / 4, tid = lane % 4;
   const int wm0 = (w & 1) * 16, wn0 = (w >> 1) * 32;
   // Fragment rows gid and gid + 8, sources tid and tid + 4 of each 8; the table's rows tid and tid + 4 of each 8,

@@ -11,40 +11,42 @@
 // core/semirings.cuh). NaN on either side gives NaN, and a row or column of −inf alone (no +inf on the other side)
 // −inf.
 //
-// The tiles, the barrier and what is kept of each position are the fused forms' own (templates/chain/
-// fused_tiles.cuh): saved, alpha and the score mean what step_position writes (templates/chain/steps.cuh). The
-// score of each sequence follows a last barrier. S is a storage type whose accumulator is f32.
+// This file holds that arithmetic and the streamed pass, whose blocks take the tiles in turn; the resident pass, a
+// block a tile, is fused_resident.cuh. The tiles, the barrier and what is kept of each position are the fused forms'
+// own (templates/chain/fused_tiles.cuh): saved, alpha and the score mean what step_position writes
+// (templates/chain/steps.cuh). The score of each sequence follows a last barrier. S is a storage type whose
+// accumulator is f32.
 #pragma once
 
-#include "chain/fused_mma.cuh"
 #include "chain/fused_sweep.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 #include "core/semirings.cuh"
 
 namespace jb {
+namespace fused {
 
-// A tile's product with FMA arithmetic (fused_sweep.cuh): each thread's sums of its owned rows' outputs in acc.
-template <bool RESIDENT, int SPLIT, class F>
-__device__ __forceinline__ void fma_product(const ChainParams& p, const fused::Position& q, const fused::TileRows& rows,
-                                            long long r0, long long c0, F factor, float (&acc)[4][4]) {
-  using namespace fused;
-  float* const meet = sweep<RESIDENT, SPLIT>(q, rows, r0, c0, static_cast<const float*>(p.factors), 0.f, factor,
-                                             [&](const float4(&a)[4], const float4(&b)[4], int) {
+// The FMA sweep's body (fused_sweep.cuh): four sources' terms of each of a thread's 4 × 4 outputs added into acc.
+struct FmaTerms {
+  float (&acc)[4][4];
+  __device__ __forceinline__ void operator()(const float4 (&a)[4], const float4 (&b)[4], int) const {
 #pragma unroll
-                                               for (int r = 0; r < 4; ++r) {
-                                                 const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
+    for (int r = 0; r < 4; ++r) {
+      const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
 #pragma unroll
-                                                 for (int u = 0; u < 4; ++u) {
-                                                   acc[r][0] = fmaf(ar[u], b[u].x, acc[r][0]);
-                                                   acc[r][1] = fmaf(ar[u], b[u].y, acc[r][1]);
-                                                   acc[r][2] = fmaf(ar[u], b[u].z, acc[r][2]);
-                                                   acc[r][3] = fmaf(ar[u], b[u].w, acc[r][3]);
-                                                 }
-                                               }
-                                             });
-  // Each thread's sums of the rows other groups own go to them through `meet`; an owner adds them in the writers'
-  // order.
+      for (int u = 0; u < 4; ++u) {
+        acc[r][0] = fmaf(ar[u], b[u].x, acc[r][0]);
+        acc[r][1] = fmaf(ar[u], b[u].y, acc[r][1]);
+        acc[r][2] = fmaf(ar[u], b[u].z, acc[r][2]);
+        acc[r][3] = fmaf(ar[u], b[u].w, acc[r][3]);
+      }
+    }
+  }
+};
+
+// Once an FMA sweep's groups have their sums: each thread's sums of the rows other groups own go to them through
+// `meet` (what the sweep returned); an owner adds them in the writers' order.
+template <int SPLIT> __device__ __forceinline__ void meet_sums(const Position& q, float* meet, float (&acc)[4][4]) {
   float(*const red)[kFusedRows][kFusedCols] = reinterpret_cast<float(*)[kFusedRows][kFusedCols]>(meet);
 #pragma unroll
   for (int r = 0; r < 4; ++r)
@@ -63,59 +65,71 @@ __device__ __forceinline__ void fma_product(const ChainParams& p, const fused::P
         for (int h = 0; h < SPLIT - 1; ++h) acc[r][j] += red[h][q.ty * 4 + r][q.tx * 4 + j];
 }
 
+// Output (b, n) of a product from its sum s of the factors' terms: `clean` its row's previous messages as
+// TileRows::clean says, `shift` theirs, `prev_row` them (unshifted, b's row of the previous position), cm the
+// column's maximum, `table` the widened table.
+__device__ __forceinline__ float log_output(int clean, float cm, float s, float guard, float shift,
+                                            const float* prev_row, const float* table, long long n, long long C) {
+  if (clean == 3 || cm != cm) return Num<float>::nan(); // a NaN term makes the sum NaN, whatever meets it
+  if (clean != 0 && cm < Num<float>::inf() && (clean == 2 || cm == Num<float>::neg_inf()))
+    return Num<float>::neg_inf(); // no +inf: nothing reaches but −inf
+  if (clean == 1 && cm < Num<float>::inf() && s >= guard) return cm + Num<float>::log2(s) * Num<float>::ln2();
+  // +inf on either side (meeting −inf it is NaN), or a sum below the guard: term by term from the log values, the
+  // relative message ⊗ the table's entry.
+  typename LogSemiring<float>::State st = LogSemiring<float>::init();
+  for (long long k = 0; k < C; ++k) LogSemiring<float>::add_term(st, __ldcg(prev_row + k) - shift, table[k * C + n], k);
+  return LogSemiring<float>::finalize(st);
+}
+
+// The smallest sum of C factors' terms taken as it is: a term lost to flushing is below 2^-126 (four times that on
+// tensor cores, fused_mma.cuh), so such a sum has lost less than 2^-29 of itself.
+__device__ __forceinline__ float sum_guard(long long C) { return float(C) * Num<float>::pow2(-94); }
+
+// A message's factor as a block stages it: 2^((v − shift)·log2 e) ≤ 1.
+__device__ __forceinline__ float message_factor(float v, float shift) {
+  return Num<float>::exp2((v - shift) * Num<float>::log2e());
+}
+
+} // namespace fused
+
 // Position i's messages of every tile the block owns, unshifted (position t of the direction), with the tiles' row
 // maxima: the product's log (or its exact repair) ⊗ the position's emission, the first position's messages, −inf
-// past a sequence's length.
-template <class S, bool BETA, bool RESIDENT>
-__device__ __forceinline__ void fused_position(const ChainParams& p, long long i) {
+// past a sequence's length. The table's side is staged a chunk at a time (fused_sweep.cuh), the product in FMA.
+template <class S, bool BETA> __device__ __forceinline__ void fused_position(const ChainParams& p, long long i) {
   using namespace fused;
-  constexpr int SPLIT = fused_groups(true, RESIDENT);
-  constexpr bool kTensorCores = RESIDENT && JB_HAS_MMA_TF32_BF16;
+  constexpr int SPLIT = fused_groups(true, false);
   __shared__ TileRows rows;
   const Position q = position(p, i);
   const long long C = q.C, t = BETA ? p.T - 1 - i : i;
   const float* const col_max = static_cast<const float*>(p.col_max);
   const float* const table = static_cast<const float*>(p.table);
-  const float guard = float(C) * Num<float>::pow2(-94);
+  const float guard = sum_guard(C);
   for (long long tile = blockIdx.x; tile < q.tiles; tile += gridDim.x) {
     const long long r0 = tile / q.tiles_n * kFusedRows, c0 = tile % q.tiles_n * kFusedCols;
     __syncthreads(); // the previous tile's reads of the rows' states are done
     const bool product = stage_rows(p, rows, r0, t, BETA, q.prev_max, q.tiles_n);
-    // Each group's sums of its chunks' terms: the messages' factors 2^((msg − shift)·log2 e), made as they are
-    // staged, times the table's factors.
+    // Each group's sums of its chunks' terms: the messages' factors, made as they are staged, times the table's.
     float acc[4][4] = {};
-    const auto factor = [&](int row, float v) { return Num<float>::exp2((v - rows.shift[row]) * Num<float>::log2e()); };
     if (product) {
-      if constexpr (kTensorCores)
-        mma_product<SPLIT>(q, rows, r0, factor, acc);
-      else
-        fma_product<RESIDENT, SPLIT>(p, q, rows, r0, c0, factor, acc);
+      float* const meet = sweep<false, SPLIT>(
+          q, rows, r0, c0, static_cast<const float*>(p.factors), 0.f,
+          [&](int row, float v) { return message_factor(v, rows.shift[row]); }, FmaTerms{acc});
+      meet_sums<SPLIT>(q, meet, acc);
     }
     store_tile<S, BETA, SPLIT>(p, q, rows, r0, c0, t, tile, [&](int r, int j, int row, long long b, long long n) {
-      const int clean = rows.clean[row];
-      const float cm = col_max[n], s = acc[r][j];
-      if (clean == 3 || cm != cm) return Num<float>::nan(); // a NaN term makes the sum NaN, whatever meets it
-      if (clean != 0 && cm < Num<float>::inf() && (clean == 2 || cm == Num<float>::neg_inf()))
-        return Num<float>::neg_inf(); // no +inf: nothing reaches but −inf
-      if (clean == 1 && cm < Num<float>::inf() && s >= guard) return cm + Num<float>::log2(s) * Num<float>::ln2();
-      // +inf on either side (meeting −inf it is NaN), or a sum below the guard: term by term from
-      // the log values, the relative message ⊗ the table's entry.
-      typename LogSemiring<float>::State st = LogSemiring<float>::init();
-      const float shift = rows.shift[row];
-      for (long long k = 0; k < C; ++k)
-        LogSemiring<float>::add_term(st, __ldcg(q.prev + b * C + k) - shift, table[k * C + n], k);
-      return LogSemiring<float>::finalize(st);
+      return log_output(rows.clean[row], col_max[n], acc[r][j], guard, rows.shift[row], q.prev + b * C, table, n, C);
     });
   }
 }
 
-// The scores from the last positions' sums, a thread per sequence; a sequence whose score is +inf or NaN has its
-// saved messages made −inf (as step_position does: its backward reads none of them).
-__device__ __forceinline__ void fused_scores(const ChainParams& p) {
+// The scores of sequences [first, end) from their last positions' sums, the threads taking them from `index` on,
+// `stride` apart; a sequence whose score is +inf or NaN has its saved messages made −inf (as step_position does: its
+// backward reads none of them).
+__device__ __forceinline__ void fused_scores(const ChainParams& p, long long first, long long end, long long index,
+                                             long long stride) {
   const long long C = p.states;
   const int tiles_n = int((C + kFusedCols - 1) / kFusedCols);
-  for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < p.B;
-       b += (long long)gridDim.x * blockDim.x) {
+  for (long long b = first + index; b < end; b += stride) {
     const float m = __ldcg(static_cast<const float*>(p.ends) + b);
     float v = m;
     double z = double(m);
@@ -135,23 +149,22 @@ __device__ __forceinline__ void fused_scores(const ChainParams& p) {
   }
 }
 
-// Every position of every sequence in one direction: the forward (BETA false) writes the scores, alpha and the
-// forward half of saved; the backward messages' pass (BETA true) the other half. RESIDENT: each block owns at most
-// one tile and keeps its factors in shared memory (fused_resident_floats of dynamic shared memory). p.factors and
+// Every position of every sequence in one direction, the blocks taking the tiles in turn (the resident pass,
+// templates/chain/fused_resident.cuh, is the form where each block owns one): the forward (BETA false) writes the
+// scores, alpha and the forward half of saved; the backward messages' pass (BETA true) the other half. p.factors and
 // p.col_max are this direction's ("_factors"), p.table its widened table [k][n] (k the source state, n the target);
 // scratch: p.msg [2][B][C] (unshifted messages), p.row_maxima [2][B][tiles_n], p.row_sums [B][tiles_n], p.ends [B] (the
 // last position's largest message), p.offsets [2][B] and p.end_offsets [B] in double, p.barrier a slot of 64 words for
 // the grid and one for each row of tiles, zeroed.
-template <class S, bool BETA, bool RESIDENT> __device__ __forceinline__ void fused_steps(const ChainParams& p) {
-  if (RESIDENT) fused::stage_resident_table(p, static_cast<const float*>(p.factors), 0.f);
+template <class S, bool BETA> __device__ __forceinline__ void fused_steps(const ChainParams& p) {
   for (long long i = 0; i < p.T; ++i) {
-    fused_position<S, BETA, RESIDENT>(p, i);
-    position_barrier<RESIDENT>(p);
-    fused_keep<true, BETA, fused_groups(true, RESIDENT)>(p, i);
+    fused_position<S, BETA>(p, i);
+    position_barrier<false>(p);
+    fused_keep<true, BETA, fused_groups(true, false)>(p, i);
   }
   if (BETA) return;
   grid_barrier(p.barrier, p.barrier + 32, gridDim.x);
-  fused_scores(p);
+  fused_scores(p, 0, p.B, blockIdx.x * (long long)blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
 }
 
 } // namespace jb

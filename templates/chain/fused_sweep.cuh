@@ -11,12 +11,11 @@
 namespace jb {
 namespace fused {
 
-// Four of a row's messages from k, unshifted (the staging shifts them), with a 16-byte load where the rows allow it
-// (`vec`: C a multiple of 4): −inf but in rows of clean finite values (the others take no staged value).
-__device__ __forceinline__ void load_message_part(float (&v)[4], const float* prev, const TileRows& rows, long long r0,
-                                                  int row, long long k, long long C, bool vec) {
-  const float* const at = prev + (r0 + row) * C + k;
-  const bool live = rows.kind[row] == kProduct && rows.clean[row] == 1;
+// Four of a row's messages from k (`row_at` the row), unshifted (the staging shifts them), with a 16-byte load where
+// the rows allow it (`vec`: C a multiple of 4): −inf but where `live`.
+__device__ __forceinline__ void load_message_quad(float (&v)[4], const float* row_at, long long k, long long C,
+                                                  bool vec, bool live) {
+  const float* const at = row_at + k;
   if (live && vec && k < C) {
     const float4 w = __ldcg(reinterpret_cast<const float4*>(at));
     v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
@@ -24,6 +23,13 @@ __device__ __forceinline__ void load_message_part(float (&v)[4], const float* pr
 #pragma unroll
     for (int u = 0; u < 4; ++u) v[u] = live && k + u < C ? __ldcg(at + u) : Num<float>::neg_inf();
   }
+}
+
+// The same for row `row` of a tile (TileRows): −inf but in rows of clean finite values (the others take no staged
+// value).
+__device__ __forceinline__ void load_message_part(float (&v)[4], const float* prev, const TileRows& rows, long long r0,
+                                                  int row, long long k, long long C, bool vec) {
+  load_message_quad(v, prev + (r0 + row) * C, k, C, vec, rows.kind[row] == kProduct && rows.clean[row] == 1);
 }
 
 // Four of a table row's columns from n (`row` the row, `in` whether it is inside the table), `fill` outside it.
@@ -150,6 +156,27 @@ __device__ __forceinline__ void stage_resident_messages(const Position& q, const
   __syncthreads();
 }
 
+// The resident tile's product once its rows' messages are staged (res.msg): body(a, b, k) as sweep's, a group's
+// chunks at a time, with no barrier between chunks. Returns where the groups' results may meet, as sweep does.
+template <int SPLIT, class Body>
+__device__ __forceinline__ float* resident_sweep(const Position& q, const Resident& res, Body body) {
+  for (int k0 = q.g * kFusedK; k0 < res.sources; k0 += SPLIT * kFusedK) {
+#pragma unroll
+    for (int kk = 0; kk < kFusedK; kk += 4) {
+      float4 a[4], b[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) // source k0 + kk + u, with k0 + kk a multiple of 4
+        b[u] = *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + resident_column(u, q.tx * 4)]);
+      body(a, b, k0 + kk);
+    }
+  }
+  __syncthreads(); // every read of the messages done: their space is where the results meet
+  return res.msg;
+}
+
 // A tile's product, a group's chunks at a time (every kFusedSplit-th chunk of kFusedK sources): body(a, b, k) for
 // each four sources from k, with the thread's four rows' messages a[r] and the four sources' table rows at its four
 // columns b[u]; messages staged as f(row, value), the table's side from `src` (`fill` outside it). RESIDENT (a block
@@ -165,22 +192,7 @@ __device__ __forceinline__ float* sweep(const Position& q, const TileRows& rows,
   if constexpr (RESIDENT) {
     const Resident res = resident(q.C);
     stage_resident_messages(q, rows, r0, res, f);
-    for (int k0 = q.g * kFusedK; k0 < res.sources; k0 += step) {
-#pragma unroll
-      for (int kk = 0; kk < kFusedK; kk += 4) {
-        float4 a[4], b[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          a[r] = *reinterpret_cast<const float4*>(&res.msg[(q.ty * 4 + r) * res.pitch + k0 + kk]);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) // source k0 + kk + u, with k0 + kk a multiple of 4
-          b[u] =
-              *reinterpret_cast<const float4*>(&res.table[(k0 + kk + u) * kFusedCols + resident_column(u, q.tx * 4)]);
-        body(a, b, k0 + kk);
-      }
-    }
-    __syncthreads(); // every read of the messages done: their space is where the results meet
-    return res.msg;
+    return resident_sweep<SPLIT>(q, res, body);
   } else {
     __shared__ __align__(16) Staged st;
     float ra[2][4], rb[4][4];

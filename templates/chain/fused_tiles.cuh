@@ -1,11 +1,12 @@
-// What the stepped strategy's fused forms share (templates/chain/fused_steps.cuh for log, fused_viterbi.cuh for
-// max_plus; runtime/chain_fused_steps.cpp): a persistent kernel per pass whose blocks own fixed tiles of kFusedRows
-// sequences × kFusedCols states of every position and meet at a barrier between positions, the table's column
-// maxima, what a row of a tile does at a position, its outputs, and what is kept of a position once all its tiles
-// are written (how a block forms a tile's product: fused_sweep.cuh). Every step writes its messages unshifted with
-// each tile's row maxima; after the barrier every block takes a row's largest value from those maxima, so the next
+// What the stepped strategy's fused forms share (templates/chain/fused_steps.cuh and fused_resident.cuh for log,
+// fused_viterbi.cuh for max_plus; runtime/chain_fused_steps.cpp): a persistent kernel per pass whose blocks own fixed
+// tiles of kFusedRows sequences × kFusedCols states of every position and meet at a barrier between positions, the
+// table's column maxima, what a row of a tile does at a position, its outputs, and what is kept of a position once all
+// its tiles are written (how a block forms a tile's product: fused_sweep.cuh). Every step writes its messages unshifted
+// with each tile's row maxima; after the barrier every block takes a row's largest value from those maxima, so the next
 // product shifts as it stages and the tile's owner writes what is kept (the sequential kernels' relative messages
-// and offsets in double: templates/chain/params.cuh).
+// and offsets in double: templates/chain/params.cuh). (The log resident pass, fused_resident.cuh, takes a row's
+// largest value from its messages themselves.)
 #pragma once
 
 #include "chain/lengths.cuh"
@@ -92,12 +93,16 @@ struct RowState {
   long long length; // the sequence's (1 when bad)
 };
 
+// What a row of a sequence of `length` positions does at position t of a direction.
+__device__ __forceinline__ int row_kind(long long length, long long t, bool beta) {
+  return t >= length ? kNone : (beta ? t == length - 1 : t == 0) ? kStart : kProduct;
+}
+
 __device__ __forceinline__ RowState row_state(const ChainParams& p, long long b, long long t, bool beta) {
   RowState r{kNone, false, 0};
   if (b >= p.B) return r;
   r.length = chain_length(p, b, r.bad);
-  if (t >= r.length) return r;
-  r.kind = (beta ? t == r.length - 1 : t == 0) ? kStart : kProduct;
+  r.kind = row_kind(r.length, t, beta);
   return r;
 }
 
@@ -117,6 +122,11 @@ struct TileRows {
   int kind[kFusedRows], clean[kFusedRows];
 };
 
+// How clean a row's messages are from their largest value m (NaN wins, then +inf), as TileRows::clean says.
+__device__ __forceinline__ int cleanness(float m) {
+  return m != m ? 3 : m == Num<float>::neg_inf() ? 2 : m < Num<float>::inf() ? 1 : 0;
+}
+
 // Stages the rows r0 … of position t (`prev_max` the previous position's tile maxima); whether any row forms a
 // product. Every thread of the block calls it, after the previous tile's last read of `rows`.
 __device__ __forceinline__ bool stage_rows(const ChainParams& p, TileRows& rows, long long r0, long long t, bool beta,
@@ -128,7 +138,7 @@ __device__ __forceinline__ bool stage_rows(const ChainParams& p, TileRows& rows,
     if (r.kind == kProduct) {
       const float m = row_max(prev_max, r0 + threadIdx.x, tiles_n);
       shift = finite_or_zero(m);
-      clean = m != m ? 3 : m == Num<float>::neg_inf() ? 2 : m < Num<float>::inf() ? 1 : 0;
+      clean = cleanness(m);
     }
     rows.shift[threadIdx.x] = shift;
     rows.kind[threadIdx.x] = r.kind;
@@ -164,11 +174,16 @@ __device__ __forceinline__ Position position(const ChainParams& p, long long i) 
 // The first messages of a direction at (b, n) given the position's emission e: initial ⊗ e forward, e backward;
 // NaN for a bad length.
 template <class S, bool BETA>
+__device__ __forceinline__ float first_message(const ChainParams& p, long long b, long long n, float e, bool bad) {
+  const float v = BETA ? e : to_acc(static_cast<const S*>(p.initial)[b * p.i_b + n * p.i_c]) + e;
+  return bad ? Num<float>::nan() : v;
+}
+
+template <class S, bool BETA>
 __device__ __forceinline__ float first_message(const ChainParams& p, long long b, long long n, float e) {
   bool bad;
   chain_length(p, b, bad);
-  const float v = BETA ? e : to_acc(static_cast<const S*>(p.initial)[b * p.i_b + n * p.i_c]) + e;
-  return bad ? Num<float>::nan() : v;
+  return first_message<S, BETA>(p, b, n, e, bad);
 }
 
 template <class S>

@@ -85,6 +85,9 @@ struct ChainParams {
   double* end_offsets;
   double* offsets;
   unsigned* barrier;
+  // The resident log pass launched with each row of tiles as one cluster (sm_90 on): its blocks meet at the
+  // cluster's barrier, and each cluster adds its own sequences' scores (no barrier of the whole grid).
+  int cluster_rows;
 };
 
 // The HMM backward's element-wise kernels give a warp of kHmmLanes lanes to each row (b, t) of [B][T][C] ("_nodes",
@@ -109,7 +112,11 @@ enum FusedTiles : int {
   kFusedThreads = 128,
   kFusedSplit = 2,
   kFusedBlock = kFusedThreads * kFusedSplit,
-  kFusedResidentSplit = 4 // the resident form's groups at most (below)
+  kFusedResidentSplit = 4, // the resident form's groups at most (below)
+  // The most sources a resident block's product takes (more than 227 KiB of shared memory holds): its log pass reads
+  // a row's previous messages into registers, sixteen threads a row and at most nine fours a thread
+  // (templates/chain/fused_resident.cuh).
+  kFusedResidentSources = 576
 };
 
 // The resident form of the fused steps (templates/chain/fused_tiles.cuh), for a block that owns one tile for a whole

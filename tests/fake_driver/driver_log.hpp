@@ -17,6 +17,7 @@ struct LoggedLaunch {
   std::string kernel;
   unsigned grid_x = 0;
   bool programmatic = false; // through cuLaunchKernelEx, allowed to overlap the end of the kernel before it
+  unsigned cluster = 0;      // through cuLaunchKernelEx, its blocks clusters of this many
   bool operator==(const LoggedLaunch& o) const { return kernel == o.kernel && grid_x == o.grid_x; }
 };
 
@@ -31,8 +32,10 @@ inline std::vector<LoggedLaunch> logged_launches(const std::string& path, const 
         kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     const bool has_grid = (words >> grid) && grid.rfind("grid=", 0) == 0;
-    const bool programmatic = line.size() >= 13 && line.compare(line.size() - 13, 13, " programmatic") == 0;
-    out.push_back(LoggedLaunch{kernel, has_grid ? unsigned(std::stoul(grid.substr(5))) : 0u, programmatic});
+    const bool programmatic = line.find(" programmatic") != std::string::npos;
+    const std::size_t cluster = line.find(" cluster=");
+    out.push_back(LoggedLaunch{kernel, has_grid ? unsigned(std::stoul(grid.substr(5))) : 0u, programmatic,
+                               cluster == std::string::npos ? 0u : unsigned(std::stoul(line.substr(cluster + 9)))});
   }
   return out;
 }

@@ -23,7 +23,8 @@
 //   jitbmm_fake_cuda_live_streams() the streams created and not destroyed;
 // - cuModuleGetFunction succeeds for any name; cuLaunchKernel checks the launch geometry against the device's limits
 //   (as the driver does), appends "launch <kernel> grid=x,y,z block=x,y,z" to the log and does nothing else;
-//   cuLaunchKernelEx does the same, the line ending in " programmatic" where the launch may overlap the one before;
+//   cuLaunchKernelEx does the same, the line ending in " programmatic" where the launch may overlap the one before
+//   and " cluster=n" where its blocks are clusters of n (from sm_90 on; the grid a multiple of n, n at most 8);
 //   with $JITBMM_FAKE_CUDA_FAIL_LAUNCH=1 every launch returns CUDA_ERROR_LAUNCH_FAILED instead;
 // - cuStreamIsCapturing says every stream is being captured into a graph while $JITBMM_FAKE_CUDA_CAPTURING=1, else
 //   none (nothing else changes: launches still run); cuThreadExchangeStreamCaptureMode keeps a mode a thread and
@@ -32,7 +33,8 @@
 //   is cuCtxSynchronize meanwhile on any thread (CUDA refuses it while a stream of the context is captured);
 // - memory pools hand out host memory like cuMemAlloc and append "pool-alloc <bytes>" to the log; a pool's reserved
 //   size is the most its allocations held at once until cuMemPoolTrimTo ("pool-trim <bytes>") lowers it;
-// - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block.
+// - events: every one has completed (cuEventQuery succeeds), elapsed time is always 0.5 ms; occupancy is always 1 block
+//   an SM, and as many clusters as the SMs hold from sm_90 on (none before).
 //
 // Since no kernel runs, outputs hold whatever was there, and the autotuner (which checks every candidate against the
 // CPU reference) finds no correct candidate: autotune() throws "autotune: no correct candidate", and a plan that tuned
@@ -95,6 +97,7 @@ constexpr int kContextDepth = 64;
 thread_local CUcontext t_contexts[kContextDepth];
 thread_local int t_depth = 0;
 thread_local bool g_programmatic_launch = false; // the launch in progress came through cuLaunchKernelEx's attribute
+thread_local unsigned g_launch_cluster = 0;      // and its blocks a cluster, where they are
 std::mutex g_pool_mutex; // guards the pools and the two below
 std::map<CUdeviceptr, std::size_t> g_pool_allocations;
 std::size_t g_pool_in_use = 0;
@@ -467,24 +470,44 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   const bool failing = fail && std::strcmp(fail, "1") == 0;
   log_line(std::string(failing ? "launch-failed " : "launch ") + f->name + " grid=" + std::to_string(gx) + "," +
            std::to_string(gy) + "," + std::to_string(gz) + " block=" + std::to_string(bx) + "," + std::to_string(by) +
-           "," + std::to_string(bz) + (g_programmatic_launch ? " programmatic" : ""));
+           "," + std::to_string(bz) + (g_programmatic_launch ? " programmatic" : "") +
+           (g_launch_cluster ? " cluster=" + std::to_string(g_launch_cluster) : ""));
   return failing ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
 
+// A cluster of `dim` blocks as the driver takes one for a grid of gx blocks: from sm_90 on, at most 8 blocks (a
+// portable cluster) dividing the grid.
+static bool cluster_fits(const CUlaunchAttributeValue& dim, unsigned gx, unsigned gy, unsigned gz) {
+  const unsigned n = dim.clusterDim.x * dim.clusterDim.y * dim.clusterDim.z;
+  return fake_sm() >= 90 && n >= 1 && n <= 8 && dim.clusterDim.y == 1 && dim.clusterDim.z == 1 && gy == 1 && gz == 1 &&
+         gx % dim.clusterDim.x == 0;
+}
+
 // A launch through cuLaunchKernelEx is checked and logged as cuLaunchKernel's, its line ending in " programmatic"
-// where its one attribute lets it overlap the previous kernel; any other attribute is CUDA_ERROR_INVALID_VALUE.
+// where an attribute lets it overlap the previous kernel and " cluster=n" where its blocks are clusters of n; any
+// other attribute, or a cluster the driver would refuse, is CUDA_ERROR_INVALID_VALUE.
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
   bool programmatic = false;
+  unsigned cluster = 0;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
-    if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) return CUDA_ERROR_INVALID_VALUE;
-    programmatic = config->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+    const CUlaunchAttribute& a = config->attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+      programmatic = a.value.programmaticStreamSerializationAllowed != 0;
+    } else if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      if (!cluster_fits(a.value, config->gridDimX, config->gridDimY, config->gridDimZ)) return CUDA_ERROR_INVALID_VALUE;
+      cluster = a.value.clusterDim.x;
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
   g_programmatic_launch = programmatic;
+  g_launch_cluster = cluster;
   const CUresult r = cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                                     config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
                                     params, extra);
   g_programmatic_launch = false;
+  g_launch_cluster = 0;
   return r;
 }
 
@@ -658,6 +681,16 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int block_size, size_t) {
   if (!blocks || !function || block_size <= 0 || block_size > kMaxThreadsPerBlock) return CUDA_ERROR_INVALID_VALUE;
   *blocks = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction function, const CUlaunchConfig* config) {
+  if (!clusters || !function || !config || config->numAttrs != 1 || !config->attrs ||
+      config->attrs[0].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION || config->blockDimX == 0 ||
+      config->blockDimX > unsigned(kMaxThreadsPerBlock))
+    return CUDA_ERROR_INVALID_VALUE;
+  const CUlaunchAttributeValue& dim = config->attrs[0].value;
+  *clusters = cluster_fits(dim, config->gridDimX, 1, 1) ? kSmCount / int(dim.clusterDim.x) : 0;
   return CUDA_SUCCESS;
 }
 

@@ -777,6 +777,12 @@ TEST_CASE("the stepped strategy's fused forms: a pass is one launch; asked for w
                      "hmm_fused_steps_log_f32_resident_beta_factors", "hmm_fused_steps_log_f32_resident_beta"});
   CHECK(other.size() == 2); // the table copied for each direction, by the step module
   for (const std::string& name : other) CHECK_MESSAGE(name.find("_widen") != std::string::npos, name);
+  // A block a tile, each row of tiles (8 of 64 states) one cluster that meets at its own barrier (sm_90 on).
+  for (const test::LoggedLaunch& l : log.launches())
+    if (l.kernel.rfind("hmm_fused_steps_log_f32_resident", 0) == 0 && l.kernel.find("_factors") == std::string::npos) {
+      CHECK(l.grid_x == 128);
+      CHECK(l.cluster == 8);
+    }
 
   // 128 sequences of 1024 states: 64 tiles, each table side 256 KiB, the streaming entries.
   ChainProblem large = p;

@@ -470,8 +470,8 @@ int64_t terms(int64_t B, int64_t T, int64_t C) { return B * std::max<int64_t>(T 
 void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, Worst& worst) {
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1},   {2, 2, 2},     {3, 5, 33},   {5, 9, 64},  {2, 4, 257},  {64, 3, 256},
-                {70, 3, 512}, {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
+  } shapes[] = {{1, 1, 1},    {2, 2, 2},     {3, 5, 33},    {5, 9, 64},   {2, 4, 257}, {64, 3, 256},
+                {70, 3, 512}, {40, 4, 544}, {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
   const bool fused = form == StepKernel::fused || form == StepKernel::fused_streamed;
   for (const auto& sh : shapes) {
     // Beyond 1024 states in f32 alone: the other dtypes' code is the same at every C, and their products' kernels
