@@ -19,7 +19,7 @@ namespace jitbmm::cli {
 [[noreturn]] inline void throw_for_chain_flag(const std::invalid_argument& e) {
   const std::string message = e.what();
   for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"},
-                                    {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"},
+                                    {"chain spec.C", "--chain"}, {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"},
                                     {"chain spec.saving_threads", "--threads"}, {"chain spec.saving_lanes", "--lanes"},
                                     {"chain spec.beta_lanes", "--beta-lanes"}, {"chain spec.cluster", "--cluster"},
                                     {"chain spec.saving_cluster", "--cluster"}})
