@@ -374,6 +374,12 @@ std::vector<DiskCache::File> DiskCache::files(bool temps_only) const {
   return out;
 }
 
+uint64_t DiskCache::stored_bytes() const {
+  uint64_t total = 0;
+  for (const File& f : files()) total += f.bytes;
+  return total;
+}
+
 std::vector<DiskCache::Entry> DiskCache::list() const {
   std::vector<Entry> out;
   for (const File& f : files())

@@ -115,6 +115,9 @@ public:
     int64_t last_use = 0; // ns since the epoch (file modification time, refreshed on every hit)
   };
   std::vector<Entry> list() const; // the entries (regular files) of this directory, not the fallback's
+  // The bytes of every file this cache wrote in its directory (entries, sources, .bad and temp files): what evict
+  // holds to the cap.
+  uint64_t stored_bytes() const;
   // Checks every entry; damaged or refused ones are moved aside. Returns their number. One the system could not read
   // (open files, memory, I/O) is left as it is, with a warning, and not counted.
   int verify();

@@ -1,6 +1,7 @@
 // jitbmm cache path|list|verify|clear: look after the disk cache (docs/caching-and-tuning.md).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -122,8 +123,14 @@ int run_cache(int argc, char** argv) {
                   static_cast<unsigned long long>(e.bytes), when, describe_entry(cache, e).c_str());
       total += e.bytes;
     }
-    std::printf("%llu bytes in %s (cap %llu)\n", static_cast<unsigned long long>(total), dir.c_str(),
+    // The cap holds every file the cache wrote: the entries' sources, damaged entries and temp files too.
+    const uint64_t stored = std::max(total, cache.stored_bytes());
+    std::printf("%llu bytes in %s (cap %llu)", static_cast<unsigned long long>(total), dir.c_str(),
                 static_cast<unsigned long long>(cache.cap_bytes()));
+    if (stored > total)
+      std::printf("; %llu in all, with the entries' sources, damaged entries and temp files",
+                  static_cast<unsigned long long>(stored));
+    std::printf("\n");
     return 0;
   }
   if (what == "verify") {

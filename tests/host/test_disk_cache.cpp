@@ -288,6 +288,9 @@ TEST_CASE("another program's files in the cache directory are not the cache's: l
   REQUIRE(cache.put(key_of(1), "cubin", std::string(1000, 'e')));
   write_bytes(dir.path + "/" + key_of(3) + ".cubin.bad", "quarantined");
   write_bytes(dir.path + "/" + key_of(3) + ".cu", "source");
+  // What the cap holds: the entry, the source and the damaged entry, not another program's files.
+  CHECK(cache.stored_bytes() ==
+        cache.list()[0].bytes + std::string("quarantined").size() + std::string("source").size());
   cache.clear();
   CHECK(cache.list().empty());
   CHECK_FALSE(fs::exists(dir.path + "/" + key_of(3) + ".cubin.bad")); // the cache's own files go
