@@ -18,10 +18,15 @@ namespace jitbmm::cli {
 // A problem's or spec's error ("chain.dtype: ...") addressed to the flag that set the field.
 [[noreturn]] inline void throw_for_chain_flag(const std::invalid_argument& e) {
   const std::string message = e.what();
-  for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"}, {"chain.dtype", "--dtype"},
-                                    {"chain spec.C", "--chain"}, {"chain spec.threads", "--threads"}, {"chain spec.lanes", "--lanes"},
-                                    {"chain spec.saving_threads", "--threads"}, {"chain spec.saving_lanes", "--lanes"},
-                                    {"chain spec.beta_lanes", "--beta-lanes"}, {"chain spec.cluster", "--cluster"},
+  for (const auto& [field, flag] : {std::pair{"chain.semiring", "--semiring"},
+                                    {"chain.dtype", "--dtype"},
+                                    {"chain spec.C", "--chain"},
+                                    {"chain spec.threads", "--threads"},
+                                    {"chain spec.lanes", "--lanes"},
+                                    {"chain spec.saving_threads", "--threads"},
+                                    {"chain spec.saving_lanes", "--lanes"},
+                                    {"chain spec.beta_lanes", "--beta-lanes"},
+                                    {"chain spec.cluster", "--cluster"},
                                     {"chain spec.saving_cluster", "--cluster"}})
     if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
   throw e;
