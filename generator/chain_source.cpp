@@ -420,6 +420,7 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form,
     if (log) {
       calls.push_back({"_signs", "step_edge_signs<" + s + ">"});
       calls.push_back({"_operand", "step_edge_operand<" + s + ">"});
+      calls.push_back({"_nodes_operand", "step_nodes_operand<" + s + ">"});
       calls.push_back({"_finish", "step_edge_finish<" + s + ">"});
     } else {
       calls.push_back({"_path_edges", "step_path_edges<" + s + ">"});

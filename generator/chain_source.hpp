@@ -109,7 +109,8 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 // finishes a position of every sequence (a block each); "_widen" copies a table into the accumulator type; max_plus
 // "_path" (a thread per sequence). With `backward` ("<name>_backward"): the CRF form's "_marginals"; the HMM form's
 // "_nodes" and "_reduce" (the emissions' and the initial table's gradients), and for the transitions' "_signs",
-// "_operand" and "_finish" (log) or "_path_edges" and "_cast" (max_plus). Blocks of kStepThreads.
+// "_operand" (or "_nodes_operand", with the emissions' gradient) and "_finish" (log) or "_path_edges" and "_cast"
+// (max_plus). Blocks of kStepThreads.
 constexpr int kStepThreads = 256;
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward = false);
 

@@ -42,25 +42,33 @@ template <class T, bool LOG> struct HmmRow {
     k = LOG ? T(p.offset[at] + p.beta_offset[at] - s.z) : T(0);
     state = LOG ? -1 : p.path[at];
   }
+  // A state's value of the row from what it computes there.
+  __device__ __forceinline__ T of(T v) const { return mode == 2 ? Num<T>::nan() : mode == 0 ? T(0) : v; }
 };
 
+// The log state marginal of a position's state from what hmm_node reads there: its emission e and its two relative
+// messages, alpha's a and beta's bt (which carries e, taken out again; a −inf emission's is 0), times grad_score.
+template <class T>
+__device__ __forceinline__ T hmm_log_node(const HmmSequence<T, true>& s, const HmmRow<T, true>& r, T e, T a, T bt) {
+  return e == Num<T>::neg_inf() ? T(0) : s.g * Num<T>::exp2(((a + r.k) + (bt - e)) * Num<T>::log2e());
+}
+
 // d score[b] / d emissions[b][t][c], times grad_score[b]: the state marginal exp(alpha_t[c] + beta_t[c] − score)
-// (log; the saved backward messages carry emissions[t][c], taken out again; a −inf emission's is 0), or the best
-// path's indicator (max_plus). Every value is read before any is tested (each inside its [B][T] or [B][T][C] array,
-// whatever the row's mode), so that a loop over states or sequences keeps several of them in flight.
+// (log: hmm_log_node), or the best path's indicator (max_plus). Every value is read before any is tested (each inside
+// its [B][T] or [B][T][C] array, whatever the row's mode), so that a loop over states or sequences keeps several of
+// them in flight.
 template <class S, bool LOG, class T = typename Acc<S>::type>
 __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T, LOG>& s, const HmmRow<T, LOG>& r,
                                       long long b, long long t, int c, int C) {
   const long long at = b * p.T + t;
   T v = T(0);
-  if (LOG) {
+  if constexpr (LOG) {
     const T e = to_acc(static_cast<const S*>(p.emissions)[b * p.e_b + t * p.e_t + (long long)c * p.e_c]);
-    const T a = static_cast<const T*>(p.rel)[at * C + c], bt = static_cast<const T*>(p.beta_rel)[at * C + c];
-    v = e == Num<T>::neg_inf() ? T(0) : s.g * Num<T>::exp2(((a + r.k) + (bt - e)) * Num<T>::log2e());
+    v = hmm_log_node(s, r, e, static_cast<const T*>(p.rel)[at * C + c], static_cast<const T*>(p.beta_rel)[at * C + c]);
   } else {
     v = r.state == c ? s.g : T(0);
   }
-  return r.mode == 2 ? Num<T>::nan() : r.mode == 0 ? T(0) : v;
+  return r.of(v);
 }
 
 // grad_emissions [B][T][C], a warp a row (b, t) (hmm_row_threads), grid-strided.
@@ -79,24 +87,38 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(c
   }
 }
 
-// grad_initial[j] (j = b·C + c with batched_initial, else c): the state marginals (log) or the best path's states
-// (max_plus) at position 0, summed over the sequences that share the table by the kHmmLanes lanes of a warp,
-// each over every kHmmLanes-th sequence in order, then the lanes' sums in a fixed order.
+// grad_initial[j] (j = b·C + c with batched_initial, else c) for every j < n: the state marginals (log) or the best
+// path's states (max_plus) at position 0, summed over the sequences that share the table. A block takes kHmmLanes
+// consecutive entries at a time (grid-strided), a lane each, so that a warp reads a line of states of a sequence at
+// once: warp w of the block's W sums its lane's entry over the sequences w, w + W, … in order, then the first warp
+// adds the W warps' sums in order, so the result does not depend on the launch's timing. Every thread of the block
+// takes part (its barriers).
 template <class S, bool LOG>
-__device__ __forceinline__ void hmm_initial_grad(const ChainParams& p, long long j, int C, int lane) {
+__device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long long n, int C) {
   using T = typename Acc<S>::type;
-  static_assert(kHmmLanes == 32, "a warp an entry");
-  const int c = int(j % C);
-  T sum = T(0);
-  const long long first = p.batched_initial ? j / C : 0, end = p.batched_initial ? j / C + 1 : p.B;
-#pragma unroll 4
-  for (long long b = first + lane; b < end; b += kHmmLanes) {
-    const HmmSequence<T, LOG> s(p, b);
-    sum += hmm_node<S, LOG>(p, s, HmmRow<T, LOG>(p, s, b, 0), b, 0, c, C);
+  static_assert(kHmmLanes == 32, "a warp's lanes: a line of entries");
+  __shared__ T sums[32][kHmmLanes + 1];
+  const int lane = int(threadIdx.x % kHmmLanes), warp = int(threadIdx.x / kHmmLanes),
+            warps = int(blockDim.x) / kHmmLanes;
+  for (long long tile = blockIdx.x; tile * kHmmLanes < n; tile += gridDim.x) {
+    const long long j = tile * kHmmLanes + lane;
+    const int c = int(j % C);
+    const long long first = p.batched_initial ? j / C : 0, end = j >= n ? first : p.batched_initial ? first + 1 : p.B;
+    T sum = T(0);
+#pragma unroll 8
+    for (long long b = first + warp; b < end; b += warps) {
+      const HmmSequence<T, LOG> s(p, b);
+      sum += hmm_node<S, LOG>(p, s, HmmRow<T, LOG>(p, s, b, 0), b, 0, c, C);
+    }
+    sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && j < n) {
+      T total = sums[0][lane];
+      for (int w = 1; w < warps; ++w) total += sums[w][lane];
+      static_cast<S*>(p.grad_initial)[j] = from_acc<S>(total);
+    }
+    __syncthreads(); // the sums are read before the next tile's are written
   }
-#pragma unroll
-  for (int o = kHmmLanes / 2; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
-  if (lane == 0) static_cast<S*>(p.grad_initial)[j] = from_acc<S>(sum);
 }
 
 // The transitions' gradient over one range of steps: block (x, y) = (group · chunks + chunk, tile) sums the steps
@@ -199,8 +221,8 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
 }
 
 // What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
-// than one chunk), a thread an element, and the initial table's gradient, the state marginals at position 0 (summed
-// over the sequences for a shared table), a warp an entry (hmm_reduce_threads). Grid-strided over both.
+// than one chunk), a thread an element, and the initial table's gradient (hmm_initial_grads), a block to each line of
+// entries (hmm_reduce_threads). Grid-strided over both.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long C = CT > 0 ? CT : p.states; // as hmm_nodes
@@ -215,9 +237,7 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(
     for (long long k = 0; k < p.chunks; ++k) sum += part[k * C * C];
     static_cast<S*>(p.grad)[i] = from_acc<S>(sum);
   }
-  // Whole warps (blockDim.x is a multiple of 32), each taking entries in turn.
-  for (long long j = id / kHmmLanes; j < n_init; j += threads / kHmmLanes)
-    hmm_initial_grad<S, LOG>(p, j, int(C), int(threadIdx.x % kHmmLanes));
+  hmm_initial_grads<S, LOG>(p, n_init, int(C));
 }
 
 } // namespace jb

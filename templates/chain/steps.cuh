@@ -215,24 +215,18 @@ template <class S> __device__ __forceinline__ void step_edge_signs(const ChainPa
   }
 }
 
-// The log backward's left operand of the transitions' gradient, operand [B][T][C]: at (b, t, c), the log of
+// The log backward's left operand of the transitions' gradient, operand [B][T][C], along one row (b, t): the log of
 // sequence b's share of step t → t + 1 without its two messages' relative values and the transition, beta_rel
-// [t + 1][c] + the offsets − score + log of the part of grad_score[b] of the sign signs[edge] (−inf where that part
-// is 0, at t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN), a warp a row
-// (b, t) (hmm_row_threads); nothing where that sign is 0. The product of this with the saved rel over (b, t) sums
-// every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
-template <class S> __device__ __forceinline__ void step_edge_operand(const ChainParams& p) {
-  using T = typename Acc<S>::type;
-  const int sign = p.signs[p.edge];
-  if (sign == 0) return;
-  const long long C = p.states, rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
-  const int lane = int(threadIdx.x % kHmmLanes);
-  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
-    const long long b = row / p.T, t = row % p.T;
-    const HmmSequence<T, true> s(p, b);
-    // The row's value before its state's message: −inf (nothing sent back), NaN, or the offsets and the part.
-    bool nan = s.mode == 2 && t + 1 < p.T, sends = false;
-    T k = 0, log_part = 0;
+// [t + 1][c] + the offsets − score + log of the part of grad_score[b] of the sign `sign` (−inf where that part is 0,
+// at t ≥ the length − 1, and for a sequence sending nothing back; NaN where its gradient is NaN). The product of
+// this with the saved rel over (b, t) sums every step's exp(alpha_t[p] + beta_{t+1}[c] − score) · grad_score.
+template <class T> struct EdgeRow {
+  bool nan = false, sends = false;
+  T k = 0, log_part = 0;
+  __device__ __forceinline__ EdgeRow(const ChainParams& p, const HmmSequence<T, true>& s, long long row, long long t,
+                                     int sign) {
+    if (t < 0) return; // no such row: nothing
+    nan = s.mode == 2 && t + 1 < p.T;
     if (s.mode == 1 && t + 1 < s.L) {
       const T part = sign > 0 ? s.g : -s.g;
       if (part != part) {
@@ -243,11 +237,56 @@ template <class S> __device__ __forceinline__ void step_edge_operand(const Chain
         log_part = Num<T>::log2(part) * Num<T>::ln2();
       }
     }
+  }
+  // The operand at a state whose next position's relative backward message is `next` (read only where it sends).
+  __device__ __forceinline__ T operator()(T next) const {
+    return nan ? Num<T>::nan() : sends ? (next + k) + log_part : Num<T>::neg_inf();
+  }
+};
+
+// The operand of sign signs[p.edge] (EdgeRow), a warp a row (b, t) (hmm_row_threads); nothing where that sign is 0.
+template <class S> __device__ __forceinline__ void step_edge_operand(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const int sign = p.signs[p.edge];
+  if (sign == 0) return;
+  const long long C = p.states, rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
+  const int lane = int(threadIdx.x % kHmmLanes);
+  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
+    const long long b = row / p.T, t = row % p.T;
+    const EdgeRow<T> edge(p, HmmSequence<T, true>(p, b), row, t, sign);
     T* const out = static_cast<T*>(p.operand) + row * C;
-    const T* const r = static_cast<const T*>(p.beta_rel) + (row + 1) * C;
+    const T* const r = static_cast<const T*>(p.beta_rel) + (row + 1) * C; // inside beta_rel wherever it sends
 #pragma unroll 4
-    for (long long c = lane; c < C; c += kHmmLanes)
-      out[c] = nan ? Num<T>::nan() : sends ? (r[c] + k) + log_part : Num<T>::neg_inf();
+    for (long long c = lane; c < C; c += kHmmLanes) out[c] = edge(edge.sends ? r[c] : T(0));
+  }
+}
+
+// The log backward's two passes over [B][T][C] in one where both are asked, reading each backward message once: row
+// (b, t)'s state marginals (grad_emissions, hmm_nodes') and the operand of sign signs[0] (step_edge_operand's, edge
+// 0) of row (b, t − 1), which reads the same messages, and at t = T − 1 of row (b, t) too: −inf, as nothing is sent
+// back from the last position. A warp a row (hmm_row_threads), grid-strided.
+template <class S> __device__ __forceinline__ void step_nodes_operand(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  const int sign = p.signs[0]; // never 0 (step_edge_signs)
+  const long long C = p.states, rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
+  const int lane = int(threadIdx.x % kHmmLanes);
+  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
+    const long long b = row / p.T, t = row % p.T;
+    const HmmSequence<T, true> s(p, b);
+    const HmmRow<T, true> r(p, s, b, t);
+    const EdgeRow<T> before(p, s, row - 1, t - 1, sign);
+    const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b + t * p.e_t;
+    const T* const a = static_cast<const T*>(p.rel) + row * C;
+    const T* const bt = static_cast<const T*>(p.beta_rel) + row * C;
+    S* const grad = static_cast<S*>(p.grad_emissions) + row * C;
+    T* const out = static_cast<T*>(p.operand) + row * C;
+#pragma unroll 4
+    for (long long c = lane; c < C; c += kHmmLanes) {
+      const T e = to_acc(em[c * p.e_c]), beta = bt[c], v = hmm_log_node(s, r, e, a[c], beta);
+      grad[c] = from_acc<S>(r.of(v));
+      if (t > 0) out[c - C] = before(beta);
+      if (t + 1 == p.T) out[c] = Num<T>::neg_inf();
+    }
   }
 }
 
