@@ -342,7 +342,7 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
     entries.push_back(
         {"_edges", s.edge_threads(), 1, call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
-    entries.push_back({"_reduce", kHmmNodeThreads, 1, call("hmm_reduce", {type, log_flag, C})});
+    entries.push_back({"_reduce", jb::kHmmReduceThreads, 1, call("hmm_reduce", {type, log_flag, C})});
     name << "_backward"; // its blocks follow from C
   } else {
     header = "chain/marginals.cuh";
@@ -399,6 +399,8 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C) {
                      "ChunkParams", sizeof(jb::ChunkParams), entries);
 }
 
+int step_entry_threads(const std::string& suffix) { return suffix == "_reduce" ? jb::kHmmReduceThreads : kStepThreads; }
+
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward) {
   const DTypeInfo& d = dtype_info(dtype);
   const bool log = semiring == Semiring::log, hmm = form == ChainForm::hmm;
@@ -428,7 +430,7 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form,
     }
   }
   std::vector<EntryPoint> entries;
-  for (const auto& [suffix, call] : calls) entries.push_back({suffix, kStepThreads, 1, "jb::" + call});
+  for (const auto& [suffix, call] : calls) entries.push_back({suffix, step_entry_threads(suffix), 1, "jb::" + call});
   return finish_unit(std::string(hmm ? "hmm_steps_" : "chain_steps_") + semiring_info(semiring).name + "_" + d.name +
                          (backward ? "_backward" : ""),
                      os.str(), "ChainParams", sizeof(jb::ChainParams), entries);

@@ -110,8 +110,9 @@ GeneratedKernel emit_chunk_kernel(Semiring semiring, DType dtype, int C);
 // "_path" (a thread per sequence). With `backward` ("<name>_backward"): the CRF form's "_marginals"; the HMM form's
 // "_nodes" and "_reduce" (the emissions' and the initial table's gradients), and for the transitions' "_signs",
 // "_operand" (or "_nodes_operand", with the emissions' gradient) and "_finish" (log) or "_path_edges" and "_cast"
-// (max_plus). Blocks of kStepThreads.
+// (max_plus). Blocks of kStepThreads, "_reduce"'s of jb::kHmmReduceThreads (step_entry_threads).
 constexpr int kStepThreads = 256;
+int step_entry_threads(const std::string& suffix);
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward = false);
 
 // The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a pass, a unit a pass:

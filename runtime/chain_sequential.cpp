@@ -146,13 +146,14 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
   params.chunks = split.chunks;
   ScopedContext scope(device_->context);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  // Grid-strided launches: enough blocks to fill the GPU a few times over.
-  auto strided = [&](int64_t items) {
-    const int64_t blocks = (items + kHmmNodeThreads - 1) / kHmmNodeThreads;
-    return unsigned(std::clamp<int64_t>(blocks, 1, 16 * int64_t(std::max(1, device_->sm_count))));
+  // Grid-strided launches of `threads` a block: enough blocks to fill the GPU a few times over.
+  auto strided = [&](int64_t items, int threads) {
+    const int64_t blocks = (items + threads - 1) / threads;
+    return unsigned(std::clamp<int64_t>(blocks, 1, 4096 / threads * int64_t(std::max(1, device_->sm_count))));
   };
   if (params.grad_emissions)
-    launch(*backward_, "", strided(jb::hmm_row_threads(p.B * p.T)), unsigned(kHmmNodeThreads), params, cu_stream);
+    launch(*backward_, "", strided(jb::hmm_row_threads(p.B * p.T), kHmmNodeThreads), unsigned(kHmmNodeThreads), params,
+           cu_stream);
   Scratch scratch(*device_, workspace, need, cu_stream);
   params.partials = scratch.take(need);
   if (params.grad) {
@@ -161,10 +162,11 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
     void* args[] = {&params};
     jitbmm::launch(*backward_, "_edges", grid, block, args, cu_stream);
   }
-  const int64_t reduced =
-      jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0,
-                             params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0, kHmmNodeThreads);
-  if (reduced > 0) launch(*backward_, "_reduce", strided(reduced), unsigned(kHmmNodeThreads), params, cu_stream);
+  const int64_t reduced = jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0,
+                                                 params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
+  if (reduced > 0)
+    launch(*backward_, "_reduce", strided(reduced, jb::kHmmReduceThreads), unsigned(jb::kHmmReduceThreads), params,
+           cu_stream);
 }
 
 } // namespace jitbmm

@@ -256,10 +256,11 @@ Problem SteppedChain::stacked_problem() const {
 void SteppedChain::launch(const char* suffix, int64_t items, bool block_per_item, jb::ChainParams& params,
                           CUstream stream, bool backward_unit) const {
   // A block per item, or a thread per item, grid-strided up to enough blocks to fill the GPU a few times.
-  const int64_t blocks = block_per_item ? items : (items + kStepThreads - 1) / kStepThreads;
+  const int threads = step_entry_threads(suffix);
+  const int64_t blocks = block_per_item ? items : (items + threads - 1) / threads;
   const unsigned grid[3] = {unsigned(std::clamp<int64_t>(blocks, 1, 32 * int64_t(std::max(1, device_->sm_count)))), 1,
                             1},
-                 block[3] = {unsigned(kStepThreads), 1, 1};
+                 block[3] = {unsigned(threads), 1, 1};
   void* args[] = {&params};
   jitbmm::launch(backward_unit ? *backward_kernel_ : *kernel_, suffix, grid, block, args, stream);
 }

@@ -90,25 +90,35 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(c
 // grad_initial[j] (j = b·C + c with batched_initial, else c) for every j < n: the state marginals (log) or the best
 // path's states (max_plus) at position 0, summed over the sequences that share the table. A block takes kHmmLanes
 // consecutive entries at a time (grid-strided), a lane each, so that a warp reads a line of states of a sequence at
-// once: warp w of the block's W sums its lane's entry over the sequences w, w + W, … in order, then the first warp
-// adds the W warps' sums in order, so the result does not depend on the launch's timing. Every thread of the block
-// takes part (its barriers).
+// once: warp w of the block's W sums its lane's entry over the sequences w, w + W, … in order, reading kHmmAhead of
+// them before adding any, then the first warp adds the W warps' sums in order, so the result does not depend on the
+// launch's timing. Every thread of the block takes part (its barriers).
+enum HmmAhead : int { kHmmAhead = 8 };
 template <class S, bool LOG>
 __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long long n, int C) {
   using T = typename Acc<S>::type;
   static_assert(kHmmLanes == 32, "a warp's lanes: a line of entries");
   __shared__ T sums[32][kHmmLanes + 1];
-  const int lane = int(threadIdx.x % kHmmLanes), warp = int(threadIdx.x / kHmmLanes),
-            warps = int(blockDim.x) / kHmmLanes;
+  const int lane = int(threadIdx.x % kHmmLanes), warp = int(threadIdx.x / kHmmLanes);
+  const int warps = int(blockDim.x) / kHmmLanes;
   for (long long tile = blockIdx.x; tile * kHmmLanes < n; tile += gridDim.x) {
     const long long j = tile * kHmmLanes + lane;
     const int c = int(j % C);
     const long long first = p.batched_initial ? j / C : 0, end = j >= n ? first : p.batched_initial ? first + 1 : p.B;
     T sum = T(0);
-#pragma unroll 8
-    for (long long b = first + warp; b < end; b += warps) {
-      const HmmSequence<T, LOG> s(p, b);
-      sum += hmm_node<S, LOG>(p, s, HmmRow<T, LOG>(p, s, b, 0), b, 0, c, C);
+    for (long long b0 = first + warp; b0 < end; b0 += (long long)warps * kHmmAhead) {
+      T v[kHmmAhead];
+#pragma unroll
+      for (int u = 0; u < kHmmAhead; ++u) {
+        const long long b = b0 + (long long)u * warps;
+        v[u] = T(0);
+        if (b < end) {
+          const HmmSequence<T, LOG> s(p, b);
+          v[u] = hmm_node<S, LOG>(p, s, HmmRow<T, LOG>(p, s, b, 0), b, 0, c, C);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kHmmAhead; ++u) sum += v[u];
     }
     sums[warp][lane] = sum;
     __syncthreads();

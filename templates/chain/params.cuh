@@ -92,15 +92,15 @@ struct ChainParams {
 
 // The HMM backward's element-wise kernels give a warp of kHmmLanes lanes to each row (b, t) of [B][T][C] ("_nodes",
 // the stepped strategy's "_operand"): a row's sequence, offsets and index arithmetic are worked out once, and its
-// states are read and written a warp-wide line at a time. "_reduce" (templates/chain/hmm_backward.cuh) gives a
-// thread to each element of the transitions' partial sums, then a block of `block` threads to each kHmmLanes
+// states are read and written a warp-wide line at a time. "_reduce" (templates/chain/hmm_backward.cuh), in blocks of
+// kHmmReduceThreads, gives a thread to each element of the transitions' partial sums, then a block to each kHmmLanes
 // consecutive entries of the initial table's gradient, its warps sharing those entries' sums over the sequences (one
 // thread summing hundreds of sequences in turn would leave the GPU idle for its whole loop, and a warp an entry would
 // read a word of a line a sequence).
-enum HmmLanes : int { kHmmLanes = 32 };
+enum HmmLanes : int { kHmmLanes = 32, kHmmReduceThreads = 1024 };
 JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * rows; }
-JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long initial, long long block) {
-  const long long lines = (initial + kHmmLanes - 1) / kHmmLanes * block;
+JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long initial) {
+  const long long lines = (initial + kHmmLanes - 1) / kHmmLanes * kHmmReduceThreads;
   return transitions > lines ? transitions : lines;
 }
 
