@@ -49,7 +49,7 @@ int64_t default_chain_chunk(const ChainProblem& p) {
   return 0;
 }
 
-bool default_chain_stepped(const ChainProblem& p) {
+bool default_chain_stepped(const ChainProblem& p, int sm_count) {
   if (p.C > kMaxSequentialChainStates) return true;
   // Many sequences sharing a table: each step one product [B × C] · [C × C] wide enough to fill the GPU, against one
   // block (or cluster) per sequence reading the table through one SM. Measured on an H200 (jitbmm bench --chain C
@@ -62,6 +62,16 @@ bool default_chain_stepped(const ChainProblem& p) {
   // stay sequential up to their limit.
   if (p.form != ChainForm::hmm || p.batched_transitions || p.T > kMaxSteppedChainLength) return false;
   if (p.semiring == Semiring::max_plus) return p.C >= 512 && p.B * p.C >= 16384;
+  // Log, where the rule takes the fused form: from 2^23 terms a step its forward is at least as fast as the
+  // sequential kernels', which form each term's exponential on CUDA cores, and its backward several times faster
+  // (the sequential kernels' sums of the transitions' gradient over B · (T − 1) steps). Measured on an H200 (jitbmm
+  // bench --chain C --hmm --stepped, T = 32, forward / forward + backward in ms, fused against sequential): 0.21 /
+  // 0.52 against 0.20 / 0.96 at B = 512, C = 128; 0.22 / 0.78 against 0.78 / 4.0 at B = 2048, C = 128; 0.19 / 0.60
+  // against 0.20 / 1.20 at B = 2048, C = 64; 0.26 / 0.58 against 0.29 / 1.89 at B = 128, C = 256; 0.38 / 0.85
+  // against 1.11 / 4.64 at B = 64, C = 512. At 2^22 terms a step (B = 256, C = 128; B = 1024, C = 64) the sequential
+  // forward took half the fused one's time (0.10 against 0.20) and forward + backward about the same.
+  constexpr int64_t kFusedStepTerms = int64_t(1) << 23;
+  if (default_fused_steps(p, sm_count) && p.B * p.C * p.C >= kFusedStepTerms) return true;
   return (p.C >= 256 && p.B * p.C >= 65536) || (p.C >= 1024 && p.B >= 16);
 }
 
@@ -99,7 +109,7 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
   c.spec = default_chain_spec(problem, cluster_sms(device));
   c.chunk = default_chain_chunk(problem);
   // The sequential variant stays chosen beside the stepped strategy, for what compares them (jitbmm bench --chain).
-  c.stepped = default_chain_stepped(problem);
+  c.stepped = default_chain_stepped(problem, device.sm_count);
   if (c.stepped) c.chunk = 0;
   c.decision = stored_decision(problem, device);
   if (!c.decision) return c;

@@ -78,20 +78,23 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
   // The fused form computes a block of 32 × 64 outputs an SM: it wins against a product and its launches a position
   // where each SM has at most one such tile of a step and there are enough of them (up to about 576 states its resident
   // entries keep the tile's table side in shared memory and, from sm_80 on, form the terms on tensor cores); with more
-  // tiles than SMs a block forms several one after another in FMA, and the log products win. Fewer than 64 sequences
-  // leave most of a tile's rows empty; not measured, they keep the products. max_plus's fused form takes more
-  // instructions a term than log's one multiply-add (a max, and a source kept a four), so a step of its own is no
-  // faster than the tiled max-plus product; but it keeps the back-pointers at little cost, where the product that keeps
-  // them is much slower. Rated with the path (a Viterbi decode, and the backward, read it), it wins from 128 states up
-  // to two tiles an SM. From kFusedLogStates states log's products in parts win even there: the fused form's streaming
-  // entries stage a tile's table side through shared memory every position, where the products make the table's factors
-  // once a pass (measured at 64 × 4096; at 64 × 1024 the fused form still wins, and between them nothing was measured).
-  // Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32; bench/RESULTS.md).
+  // tiles than SMs a block forms several one after another in FMA, and the log products win. Log's floor of 16 tiles
+  // was measured against the sequential kernels, which the plan takes below it (at B = 64, C = 512 the fused form took
+  // 0.38 ms forward and 0.85 with the backward against their 1.11 and 4.64; the products' form was not measured there).
+  // Fewer than 64 sequences leave most of a tile's rows empty; not measured, they keep the products. max_plus's fused
+  // form takes more instructions a term than log's one multiply-add (a max, and a source kept a four), so a step of its
+  // own is no faster than the tiled max-plus product; but it keeps the back-pointers at little cost, where the product
+  // that keeps them is much slower. Rated with the path (a Viterbi decode, and the backward, read it), it wins from 128
+  // states up to two tiles an SM. From kFusedLogStates states log's products in parts win even there: the fused form's
+  // streaming entries stage a tile's table side through shared memory every position, where the products make the
+  // table's factors once a pass (measured at 64 × 4096; at 64 × 1024 the fused form still wins, and between them
+  // nothing was measured). Fitted on jitbmm bench --chain C --hmm --stepped on an H200 (132 SMs, T = 32;
+  // bench/RESULTS.md).
   const int64_t tiles = fused_tiles(p), sms = std::max(1, sm_count);
   if (p.semiring == Semiring::max_plus)
     return fused_steps_apply(p) && p.B >= 64 && p.C >= 128 && tiles >= 32 && tiles <= 2 * sms;
   constexpr int64_t kFusedLogStates = 4096;
-  return fused_steps_apply(p) && p.B >= 64 && p.C < kFusedLogStates && tiles >= 32 && tiles <= sms;
+  return fused_steps_apply(p) && p.B >= 64 && p.C < kFusedLogStates && tiles >= 16 && tiles <= sms;
 }
 
 namespace {

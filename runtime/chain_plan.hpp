@@ -34,10 +34,10 @@ int cluster_sms(const DeviceInfo& device);
 // was measured faster for such a problem (runtime/chain_chunked.hpp).
 int64_t default_chain_chunk(const ChainProblem& problem);
 
-// Whether ChainPlan::get takes the stepped strategy for `problem` by the rule: always beyond
-// kMaxSequentialChainStates states, and for an HMM's shared table where its products were measured faster than the
-// sequential kernels (many sequences of many states).
-bool default_chain_stepped(const ChainProblem& problem);
+// Whether ChainPlan::get takes the stepped strategy for `problem` by the rule on a GPU of `sm_count` SMs: always
+// beyond kMaxSequentialChainStates states, and for an HMM's shared table where its products or its fused form were
+// measured faster than the sequential kernels (many sequences of many states).
+bool default_chain_stepped(const ChainProblem& problem, int sm_count);
 
 // The variant ChainPlan::get takes: the clusters and the strategy a stored decision names for the problem's bucket on
 // this device (`jitbmm tune --chain`, runtime/tuner/chain_decisions.hpp) where their registers fit and the problem

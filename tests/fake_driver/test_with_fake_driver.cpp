@@ -497,13 +497,15 @@ TEST_CASE("a chain plan takes the stepped strategy by the rule: an HMM's table s
     ChainProblem p;
     bool stepped;
   };
-  // T = 64: buckets no test stores a decision for.
-  const Case cases[] = {{hmm_problem(512, 64, 512), true},        {hmm_problem(8, 64, 64), false},
-                        {hmm_problem(512, 64, 512, true), false}, {hmm_problem(512, 64, 128), false},
-                        {hmm_problem(64, 64, 2048), true},        {hmm_problem(2, 64, 16384), true}};
+  // T = 64: buckets no test stores a decision for. Log's fused form from 2^23 terms a step (512 × 128, 64 × 512),
+  // not below (256 × 128) nor where it does not apply (too many tiles: 8192 × 64).
+  const Case cases[] = {
+      {hmm_problem(512, 64, 512), true},  {hmm_problem(8, 64, 64), false},    {hmm_problem(512, 64, 512, true), false},
+      {hmm_problem(512, 64, 128), true},  {hmm_problem(256, 64, 128), false}, {hmm_problem(64, 64, 512), true},
+      {hmm_problem(8192, 64, 64), false}, {hmm_problem(64, 64, 2048), true},  {hmm_problem(2, 64, 16384), true}};
   for (const Case& k : cases) {
     INFO(chain_bucket_text(k.p) << (k.p.batched_transitions ? " (a table per sequence)" : ""));
-    CHECK(default_chain_stepped(k.p) == k.stepped);
+    CHECK(default_chain_stepped(k.p, device->sm_count) == k.stepped);
     const ChainChoice c = choose_chain_spec(k.p, *device);
     CHECK_FALSE(c.decision);
     CHECK(c.stepped == k.stepped);
@@ -521,7 +523,7 @@ TEST_CASE("a chain plan takes the stepped strategy where a stored decision names
   REQUIRE(disk);
   // The rule keeps the sequential kernels here; the decision measured the stepped strategy faster.
   const ChainProblem few = hmm_problem(8, 32, 64);
-  REQUIRE_FALSE(default_chain_stepped(few));
+  REQUIRE_FALSE(default_chain_stepped(few, device->sm_count));
   const std::string key = chain_tuning_key(few, tuning_device(*device));
   put_chain_decision(*disk, key,
                      choose_chain_clusters(few, {{1, 1.0, 1.0, 1.0}}, 1.0, {}, SteppedTiming{1.0, 0.5, 1.0}));
@@ -532,7 +534,7 @@ TEST_CASE("a chain plan takes the stepped strategy where a stored decision names
   CHECK(std::string(ChainPlan::get(few).strategy()) == "stepped");
   // Measured slower (or not computing the score): the sequential kernels, whatever the rule says.
   const ChainProblem wide = hmm_problem(512, 32, 512);
-  REQUIRE(default_chain_stepped(wide));
+  REQUIRE(default_chain_stepped(wide, device->sm_count));
   const std::string wide_key = chain_tuning_key(wide, tuning_device(*device));
   put_chain_decision(*disk, wide_key,
                      choose_chain_clusters(wide, {{1, 1.0, 1.0, 1.0}}, 1.0, {}, SteppedTiming{1.0, 5.0, 5.0}));
