@@ -22,6 +22,7 @@
 #include "generator/chain_source.hpp"
 #include "generator/distribution_source.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/step_source.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/kernel_spec.hpp"
 #include "runtime/autotune.hpp"

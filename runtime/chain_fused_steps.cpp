@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "generator/chain_source.hpp"
+#include "generator/step_source.hpp"
 #include "jitbmm/errors.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"

@@ -6,15 +6,15 @@
 #include <stdexcept>
 #include <utility>
 
-#include "generator/chain_source.hpp"
+#include "generator/step_source.hpp"
 #include "runtime/chain_step_products.hpp"
-#include "runtime/tuner/build_ahead.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/events.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/product_workspace_bound.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner/build_ahead.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "support/checked_size.hpp"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "generator/chain_source.hpp"
+#include "generator/step_source.hpp"
 #include "runtime/chain_step_products.hpp"
 #include "runtime/chain_stepped.hpp"
 #include "runtime/driver_api.hpp"

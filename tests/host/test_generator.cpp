@@ -7,6 +7,7 @@
 
 #include "generator/chain_source.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/step_source.hpp"
 #include "support/sha256.hpp"
 #include "templates/core/params.cuh"
 #include "variants.hpp"

@@ -18,6 +18,7 @@
 
 #include "generator/chain_source.hpp"
 #include "generator/distribution_source.hpp"
+#include "generator/step_source.hpp"
 #include "jitbmm/types.hpp"
 #include "nvrtc/archs.hpp"
 #include "nvrtc/compile_pool.hpp"

@@ -13,10 +13,11 @@
 #include "generator/arch_features.hpp"
 #include "generator/chain_source.hpp"
 #include "generator/emit_source.hpp"
+#include "generator/step_source.hpp"
 #include "jitbmm/types.hpp"
 #include "nvrtc/compile_pool.hpp"
-#include "runtime/product_stand_in.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/product_stand_in.hpp"
 
 using namespace jitbmm;
 
