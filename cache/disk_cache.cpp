@@ -17,34 +17,11 @@
 #include <stdexcept>
 
 #include "support/env_words.hpp"
-#include "support/sha256.hpp"
 #include "support/parse_number.hpp"
 
 namespace jitbmm {
 
 namespace {
-
-constexpr char kMagic[8] = {'J', 'I', 'T', 'B', 'M', 'M', 'C', '\0'};
-constexpr std::size_t kKeyChars = 64;
-constexpr std::size_t kHeaderBytes = sizeof kMagic + 4 + 4 + kKeyChars + 8 + 64;
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t get_le(std::string_view bytes, std::size_t at, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= uint64_t(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
-  return v;
-}
-
-// Length-prefixed fields, so no two different part lists serialise alike.
-void add_field(std::string& out, std::string_view field) {
-  put_u64(out, field.size());
-  out.append(field);
-}
 
 // A kind is a plain word ("cubin", "tune"), so key + "." + kind always names a file in the cache directory.
 bool is_kind(std::string_view s) {
@@ -60,8 +37,8 @@ bool ends_with(const std::string& s, std::string_view tail) {
 // that a directory shared with other programs keeps their ".tmp-" files.
 bool is_temp(const std::string& name) {
   constexpr std::size_t kPrefix = 5, kRandom = 16;
-  if (name.rfind(".tmp-", 0) != 0 || name.size() < kPrefix + kKeyChars + 2 + kRandom + 2) return false;
-  if (!is_cache_key(std::string_view(name).substr(kPrefix, kKeyChars)) || name[kPrefix + kKeyChars] != '.')
+  if (name.rfind(".tmp-", 0) != 0 || name.size() < kPrefix + kCacheKeyChars + 2 + kRandom + 2) return false;
+  if (!is_cache_key(std::string_view(name).substr(kPrefix, kCacheKeyChars)) || name[kPrefix + kCacheKeyChars] != '.')
     return false;
   const std::string_view random = std::string_view(name).substr(name.size() - kRandom);
   const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
@@ -70,10 +47,10 @@ bool is_temp(const std::string& name) {
 
 // What follows "<key>." in a name the cache writes (its kind, "cu" or "<kind>.bad"), or nothing for another name.
 std::optional<std::string_view> after_key(const std::string& name) {
-  if (name.size() <= kKeyChars + 1 || name[kKeyChars] != '.' ||
-      !is_cache_key(std::string_view(name).substr(0, kKeyChars)))
+  if (name.size() <= kCacheKeyChars + 1 || name[kCacheKeyChars] != '.' ||
+      !is_cache_key(std::string_view(name).substr(0, kCacheKeyChars)))
     return std::nullopt;
-  return std::string_view(name).substr(kKeyChars + 1);
+  return std::string_view(name).substr(kCacheKeyChars + 1);
 }
 
 // A name the cache writes besides its temp files: <key>.<kind> (an entry, or <key>.cu, a kernel's source) or
@@ -92,7 +69,7 @@ bool is_entry_name(const std::string& name) {
 }
 
 uint64_t max_entry_bytes(const std::string& kind) {
-  return kind == "cubin" ? kMaxCubinEntryBytes + kHeaderBytes : kMaxSmallEntryBytes;
+  return kind == "cubin" ? kMaxCubinEntryBytes + kCacheEntryHeaderBytes : kMaxSmallEntryBytes;
 }
 
 int64_t now_ns() {
@@ -101,55 +78,6 @@ int64_t now_ns() {
 }
 
 } // namespace
-
-std::string cubin_key(const CubinKeyParts& p) {
-  std::string text = "jitbmm-cubin-key";
-  put_u32(text, kCacheFormatVersion);
-  add_field(text, p.source);
-  put_u64(text, p.options.size());
-  for (const auto& o : p.options) add_field(text, o);
-  add_field(text, p.nvrtc_version);
-  add_field(text, p.arch);
-  add_field(text, std::to_string(p.driver_version));
-  add_field(text, p.jitbmm_version);
-  return sha256_hex(text);
-}
-
-std::string encode_cache_entry(const std::string& key, std::string_view payload) {
-  std::string out(kMagic, sizeof kMagic);
-  put_u32(out, kCacheFormatVersion);
-  put_u32(out, static_cast<uint32_t>(key.size()));
-  out.append(key);
-  put_u64(out, payload.size());
-  out.append(sha256_hex(payload));
-  out.append(payload);
-  return out;
-}
-
-bool is_cache_key(std::string_view s) {
-  return s.size() == kKeyChars &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-std::optional<std::string> decode_cache_entry(std::string_view bytes, const std::string& key) {
-  if (!is_cache_key(key) || bytes.size() < kHeaderBytes) return std::nullopt;
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return std::nullopt;
-  std::size_t at = sizeof kMagic;
-  if (get_le(bytes, at, 4) != kCacheFormatVersion) return std::nullopt;
-  at += 4;
-  if (get_le(bytes, at, 4) != kKeyChars) return std::nullopt;
-  at += 4;
-  if (bytes.substr(at, kKeyChars) != key) return std::nullopt; // a foreign entry under this name
-  at += kKeyChars;
-  const uint64_t length = get_le(bytes, at, 8);
-  at += 8;
-  const std::string_view checksum = bytes.substr(at, 64);
-  at += 64;
-  if (length != bytes.size() - at) return std::nullopt; // truncated or padded
-  const std::string_view payload = bytes.substr(at);
-  if (sha256_hex(payload) != checksum) return std::nullopt;
-  return std::string(payload);
-}
 
 std::string DiskCache::default_dir() {
   if (const char* d = std::getenv("JITBMM_CACHE_DIR"); d && *d) return d;
@@ -273,7 +201,7 @@ std::optional<std::string> DiskCache::read_entry(const std::string& key, const s
   }
   std::optional<std::string> payload = decode_cache_entry(r.bytes, key);
   if (!payload) {
-    quarantine(name, r.bytes.size() < kHeaderBytes ? "truncated" : "header, key or checksum mismatch", r);
+    quarantine(name, r.bytes.size() < kCacheEntryHeaderBytes ? "truncated" : "header, key or checksum mismatch", r);
     return std::nullopt;
   }
   if (!read_only()) ::utimensat(dir_fd_.get(), name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW); // last use, for eviction
@@ -384,8 +312,8 @@ std::vector<DiskCache::Entry> DiskCache::list() const {
   std::vector<Entry> out;
   for (const File& f : files())
     if (f.regular && is_entry_name(f.name))
-      out.push_back(
-          {dir_ + "/" + f.name, f.name.substr(0, kKeyChars), f.name.substr(kKeyChars + 1), f.bytes, f.mtime_ns});
+      out.push_back({dir_ + "/" + f.name, f.name.substr(0, kCacheKeyChars), f.name.substr(kCacheKeyChars + 1), f.bytes,
+                     f.mtime_ns});
   return out;
 }
 
@@ -394,7 +322,7 @@ int DiskCache::verify() {
   int damaged = 0;
   for (const File& f : files()) {
     if (!is_entry_name(f.name)) continue;
-    const std::string key = f.name.substr(0, kKeyChars), kind = f.name.substr(kKeyChars + 1);
+    const std::string key = f.name.substr(0, kCacheKeyChars), kind = f.name.substr(kCacheKeyChars + 1);
     const ReadResult r = read_regular_file(dir_fd_.get(), f.name, max_entry_bytes(kind), trust());
     if (r.status == ReadResult::absent) continue; // removed meanwhile
     if (r.status == ReadResult::unreadable) { // not checked, so not counted as damaged
@@ -441,7 +369,7 @@ void DiskCache::evict(uint64_t cap_bytes) {
       victims.push_back({0, f.mtime_ns, {{f.name, f.bytes}}});
       continue;
     }
-    Victim& v = by_key[f.name.substr(0, kKeyChars)];
+    Victim& v = by_key[f.name.substr(0, kCacheKeyChars)];
     v.last_use = std::max(v.last_use, f.mtime_ns);
     v.files.emplace_back(f.name, f.bytes);
   }

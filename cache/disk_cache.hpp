@@ -1,8 +1,8 @@
 // The disk cache: compiled cubins and tuning decisions kept across processes.
 //
 // Location: $JITBMM_CACHE_DIR, else $XDG_CACHE_HOME/jitbmm, else ~/.cache/jitbmm (created 0700). Each entry is one
-// self-describing file, <key>.<kind>: magic, format version, the key, payload length, SHA-256 of the payload, then
-// the payload (<key>.cu beside a cubin is its plain source, for reading only). It is written to a unique temp file in
+// self-describing file, <key>.<kind> (cache/cache_entry.hpp: its header and payload; <key>.cu beside a cubin is its
+// plain source, for reading only). It is written to a unique temp file in
 // the same directory, flushed, and renamed into place, so a reader sees a whole entry or none and concurrent writers
 // are safe. A truncated, corrupted or foreign entry is a miss: it is moved aside (<file>.bad), with one warning. An
 // unusable directory turns the cache off for the process, with one warning: results never depend on the cache. One
@@ -29,23 +29,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/cache_entry.hpp"
 #include "cache/key_lock.hpp"
 #include "cache/safe_file.hpp"
 
 namespace jitbmm {
 
-// Everything that changes a compiled binary. The key is the SHA-256 of all of it.
-struct CubinKeyParts {
-  std::string source;
-  std::vector<std::string> options;
-  std::string nvrtc_version; // the build: nvrtc_build()
-  std::string arch;       // "sm_90"
-  int driver_version = 0; // CUDA driver version (e.g. 13000)
-  std::string jitbmm_version;
-};
-std::string cubin_key(const CubinKeyParts& parts); // 64 hex digits
-
-constexpr uint32_t kCacheFormatVersion = 1;
 constexpr uint64_t kDefaultCacheCapBytes = uint64_t(1) << 30;
 // The smallest cap $JITBMM_CACHE_MAX_BYTES may set: a cubin with its source takes up to about 1 MiB, and a cap that
 // holds none would evict each entry as it is written, turning the cache off without a word.
@@ -161,12 +150,5 @@ private:
   std::mutex mutex_;
   std::set<std::string> warned_;
 };
-
-// A cache key: 64 lower-case hexadecimal digits (a SHA-256), as every entry's file name starts.
-bool is_cache_key(std::string_view s);
-
-// Parses an entry's bytes; returns the payload when the header, key, length and checksum all hold.
-std::optional<std::string> decode_cache_entry(std::string_view bytes, const std::string& key);
-std::string encode_cache_entry(const std::string& key, std::string_view payload);
 
 } // namespace jitbmm
