@@ -114,9 +114,9 @@ def model(target, results, *args, vmap_method=None, **attrs):
             return (log_partition(p, L).reshape(results[0].shape), jnp.zeros(results[1].shape, results[1].dtype),
                     jnp.zeros(results[2].shape, results[2].dtype))
         saved, grad_score = args[2], args[4]
-        import jitbmm.jax as jj
-        if saved.size != jj._saved_bytes("log", "f64", "crf", B, p.shape[1] + 1, p.shape[-1], lengths.shape != (0,),
-                                         False, False):
+        import jitbmm._jax_chains as chains
+        if saved.size != chains._saved_bytes("log", "f64", "crf", B, p.shape[1] + 1, p.shape[-1], lengths.shape != (0,),
+                                             False, False):
             return jnp.full(results.shape, jnp.nan, results.dtype)  # another problem's messages, as above
         marginals = jax.grad(lambda p: log_partition(p, L).sum())(p)
         return (marginals * grad_score.reshape(B, 1, 1, 1)).reshape(pot.shape)
@@ -125,10 +125,11 @@ def model(target, results, *args, vmap_method=None, **attrs):
 
 class ContractTest(unittest.TestCase):
     def setUp(self):
+        import jitbmm._jax_chains as chains
         import jitbmm._jax_distributions as distributions
         import jitbmm.jax as jj
         self.jj = jj
-        for module in (jj, distributions):
+        for module in (jj, chains, distributions):
             for name, value in (("call", model), ("check_on_gpu", lambda **arrays: None)):
                 patch = mock.patch.object(module, name, value)
                 patch.start()
