@@ -64,12 +64,10 @@ bool default_chain_stepped(const ChainProblem& p, int sm_count) {
   if (p.semiring == Semiring::max_plus) return p.C >= 512 && p.B * p.C >= 16384;
   // Log, where the rule takes the fused form: from 2^23 terms a step its forward is at least as fast as the
   // sequential kernels', which form each term's exponential on CUDA cores, and its backward several times faster
-  // (the sequential kernels' sums of the transitions' gradient over B · (T − 1) steps). Measured on an H200 (jitbmm
-  // bench --chain C --hmm --stepped, T = 32, forward / forward + backward in ms, fused against sequential): 0.21 /
-  // 0.52 against 0.20 / 0.96 at B = 512, C = 128; 0.22 / 0.78 against 0.78 / 4.0 at B = 2048, C = 128; 0.19 / 0.60
-  // against 0.20 / 1.20 at B = 2048, C = 64; 0.26 / 0.58 against 0.29 / 1.89 at B = 128, C = 256; 0.38 / 0.85
-  // against 1.11 / 4.64 at B = 64, C = 512. At 2^22 terms a step (B = 256, C = 128; B = 1024, C = 64) the sequential
-  // forward took half the fused one's time (0.10 against 0.20) and forward + backward about the same.
+  // (the sequential kernels sum the transitions' gradient over B · (T − 1) steps on CUDA cores too). At 2^22 terms a
+  // step the sequential forward is the faster and forward + backward even. Fitted on jitbmm bench --chain C --hmm
+  // --stepped on an H200, T = 32, from 64 to 4096 sequences and 64 to 512 states (bench/RESULTS.md, "Where the rule
+  // takes the fused form").
   constexpr int64_t kFusedStepTerms = int64_t(1) << 23;
   if (default_fused_steps(p, sm_count) && p.B * p.C * p.C >= kFusedStepTerms) return true;
   return (p.C >= 256 && p.B * p.C >= 65536) || (p.C >= 1024 && p.B >= 16);
