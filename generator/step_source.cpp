@@ -10,7 +10,7 @@
 
 namespace jitbmm {
 
-int step_entry_threads(const std::string& suffix) { return suffix == "_reduce" ? jb::kHmmReduceThreads : kStepThreads; }
+int step_entry_threads(std::string_view suffix) { return suffix == "_reduce" ? jb::kHmmReduceThreads : kStepThreads; }
 
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward) {
   const DTypeInfo& d = dtype_info(dtype);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "generator/emit_source.hpp"
 #include "jitbmm/chain_problem.hpp"
@@ -17,7 +18,7 @@ namespace jitbmm {
 // "_operand" (or "_nodes_operand", with the emissions' gradient) and "_finish" (log) or "_path_edges" and "_cast"
 // (max_plus). Blocks of kStepThreads, "_reduce"'s of jb::kHmmReduceThreads (step_entry_threads).
 constexpr int kStepThreads = 256;
-int step_entry_threads(const std::string& suffix);
+int step_entry_threads(std::string_view suffix);
 GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form, bool backward = false);
 
 // The stepped strategy's fused forms for an HMM with one shared table, one persistent launch a pass, a unit a pass:
