@@ -85,8 +85,8 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
          saving == o.saving && beta_lanes == o.beta_lanes && backward_threads == o.backward_threads;
 }
 
-// An "_edges" block holds about 2048 elements of the table, eight a thread, with the transitions in registers:
-// enough exponentials a step to amortise staging the step's messages.
+// An "_edges" block holds about 2048 elements of the table, eight a thread, their sums and transitions in registers
+// (templates/chain/hmm_edges.cuh): enough of a step's terms to amortise staging its messages.
 int ChainSpec::edge_rows() const { return std::clamp(2048 / C, 1, C); }
 int ChainSpec::edge_threads() const { return std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256); }
 
@@ -338,10 +338,13 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     fields = " saving=" + loop_text(s.saving) + " beta_lanes=" + std::to_string(s.beta_lanes);
     if (s.saving.cluster > 1) name << 'x' << s.saving.cluster;
   } else if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
-    header = "chain/hmm_backward.cuh";
+    header = "chain/hmm_edges.cuh";
     entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
-    entries.push_back(
-        {"_edges", s.edge_threads(), 1, call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
+    // The edges' blocks hold their entries' sums and transitions in registers: two an SM where the accumulator is
+    // f32, one in f64 (whose registers would spill in fewer than about 180 a thread).
+    const int edge_blocks = dtype_info(s.dtype).wide_acc() ? 1 : 2;
+    entries.push_back({"_edges", s.edge_threads(), edge_blocks,
+                       call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
     entries.push_back({"_reduce", jb::kHmmReduceThreads, 1, call("hmm_reduce", {type, log_flag, C})});
     name << "_backward"; // its blocks follow from C
   } else {

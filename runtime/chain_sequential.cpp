@@ -162,8 +162,9 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
     void* args[] = {&params};
     jitbmm::launch(*backward_, "_edges", grid, block, args, cu_stream);
   }
-  const int64_t reduced = jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0,
-                                                 params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
+  const int64_t reduced =
+      jb::hmm_reduce_threads(params.grad && split.chunks > 1 ? split.groups * p.C * p.C : 0, split.chunks,
+                             params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
   if (reduced > 0)
     launch(*backward_, "_reduce", strided(reduced, jb::kHmmReduceThreads), unsigned(jb::kHmmReduceThreads), params,
            cu_stream);

@@ -84,7 +84,8 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   if (params.grad_emissions && !operand_pass)
     launch("", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
   if (params.grad_initial)
-    launch("_reduce", jb::hmm_reduce_threads(0, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream, true);
+    launch("_reduce", jb::hmm_reduce_threads(0, 1, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream,
+           true);
   if (!transitions) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;

@@ -93,14 +93,20 @@ struct ChainParams {
 // The HMM backward's element-wise kernels give a warp of kHmmLanes lanes to each row (b, t) of [B][T][C] ("_nodes",
 // the stepped strategy's "_operand"): a row's sequence, offsets and index arithmetic are worked out once, and its
 // states are read and written a warp-wide line at a time. "_reduce" (templates/chain/hmm_backward.cuh), in blocks of
-// kHmmReduceThreads, gives a thread to each element of the transitions' partial sums, then a block to each kHmmLanes
-// consecutive entries of the initial table's gradient, its warps sharing those entries' sums over the sequences (one
-// thread summing hundreds of sequences in turn would leave the GPU idle for its whole loop, and a warp an entry would
-// read a word of a line a sequence).
-enum HmmLanes : int { kHmmLanes = 32, kHmmReduceThreads = 1024 };
+// kHmmReduceThreads, adds the transitions' partial sums, then the initial table's gradient over the sequences: a
+// block to each kHmmLanes consecutive entries, its warps sharing those entries' sums (one thread summing hundreds of
+// items in turn would leave the GPU idle for its whole loop, and a warp an entry would read a word of a line an
+// item), except for partial sums of fewer than kHmmLineChunks chunks, a thread an entry.
+enum HmmLanes : int { kHmmLanes = 32, kHmmReduceThreads = 512, kHmmLineChunks = 32 };
 JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * rows; }
-JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long initial) {
-  const long long lines = (initial + kHmmLanes - 1) / kHmmLanes * kHmmReduceThreads;
+JB_HD constexpr long long hmm_line_threads(long long entries) {
+  return (entries + kHmmLanes - 1) / kHmmLanes * kHmmReduceThreads;
+}
+// The threads "_reduce" takes for `transitions` entries of partial sums over `chunks` chunks and `initial` entries:
+// the lines of both apart, or the transitions' threads an entry beside the initial table's lines.
+JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long chunks, long long initial) {
+  const long long lines = hmm_line_threads(initial);
+  if (chunks >= kHmmLineChunks) return hmm_line_threads(transitions) + lines;
   return transitions > lines ? transitions : lines;
 }
 

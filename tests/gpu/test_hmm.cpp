@@ -381,6 +381,13 @@ void run_semiring(Semiring s, std::mt19937_64& rng, const std::vector<DType>& dt
       ties.integers = true;
       run_case(ties, rng, worst);
     }
+    // A NaN grad_score among finite ones: the transitions' sums of factors go on term by term from its steps.
+    for (bool batched : {false, true}) {
+      Case k{s, d, 5, 40, 64};
+      k.nan_grad = true;
+      k.batched = batched;
+      run_case(k, rng, worst);
+    }
     MESSAGE(std::string(semiring_info(s).name) << " " << std::string(dtype_info(d).name)
                                                << ": worst relative error of the score " << worst.score
                                                << ", of alpha " << worst.alpha

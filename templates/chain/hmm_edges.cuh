@@ -1,0 +1,332 @@
+// The HMM form's transitions' gradient (the sequential kernels' "_edges"): a sum over steps, as partial sums over
+// ranges of steps, one block per range and tile of rows, which "_reduce" (templates/chain/hmm_backward.cuh) adds.
+//
+// A step's share of entry (c, p) is grad_score · 2^(x_p + y_c + a_cp) in log2 units: x_p = (alpha_t[p] + k)·log2 e,
+// y_c = beta_{t+1}[c]·log2 e (the backward messages carry emissions[t + 1][c]), a_cp = transitions[c][p]·log2 e and
+// k the messages' offsets less the score. Formed term by term, that is an exponential a term. But a_cp is the same
+// at every step, so a block sums the factors instead: S[c][p] = Σ_steps X_p·Y_c, X_p = 2^(x_p − max_p x) and Y_c =
+// ±2^(max_p x + y_c + log2 |grad_score| − M_c), a multiply-add a term, and the entry is 2^(a_cp + M_c)·S[c][p] at the
+// end. M_c, row c's scale, is the largest exponent of its factors so far: a batch of steps that raises it first
+// scales the row's sums down (as an online softmax does), so no factor exceeds 1 and no sum overflows.
+//
+// What that may lose: a factor below 2^-126 (f32; 2^-1022 f64) flushes to 0. A term it held is below 2^(a_cp + M_c
+// − 126), and row c's largest entry is at least 2^(min a + M_c) (the step that set M_c, at the source of its largest
+// x), so a lost term is below 2^(max a − min a − 126) of the row's largest entry. A block sums factors only where its
+// finite a span at most EdgeSpan (64 in f32: every term lost is below 2^-62 of the row's largest entry, a range of
+// 2^20 steps below 2^-42) and none is NaN or +inf, and otherwise forms each term. From a step whose exponents are NaN
+// or +inf (a NaN or infinite grad_score, a +inf message: its terms are themselves NaN or infinite), a block turns
+// its sums so far into entries and forms each term from there.
+#pragma once
+
+#include "chain/hmm_backward.cuh"
+#include "chain/params.cuh"
+#include "chain/reductions.cuh"
+#include "core/dtypes.cuh"
+#include "core/numbers.cuh"
+
+namespace jb {
+
+// The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages.
+enum EdgeLoads : int { kEdgeLoads = 4 };
+
+// The widest span of a block's finite transitions, in log2 units, over which it sums factors (above).
+template <class T> struct EdgeSpan {
+  enum : int { value = sizeof(T) == 8 ? 900 : 64 };
+};
+
+// A step as staged: its mode (HmmSequence's, 0 past the length), whether its exponents leave the factors' range
+// (log: `odd`), and its move's states (max_plus).
+struct EdgeStep {
+  int mode, odd, to, from;
+};
+
+// Entry v of row scale m and transition a (log2 units) of the factors' sums, as a term-by-term sum's value. In f32 the
+// exp unit's log2 (absolute error below 2^-22: the entry's relative error below 2^-21; a sum below 2^-126 of its row's
+// scale is one of the lost terms above).
+__device__ __forceinline__ float edge_log2(float x) { return lg2_approx(x); }
+__device__ __forceinline__ double edge_log2(double x) { return ::log2(x); }
+template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
+  const T e = Num<T>::exp2(a + m + edge_log2(v < T(0) ? -v : v));
+  return v > T(0) ? e : v < T(0) ? (e > T(0) ? -e : T(0)) : v; // 0 stays +0; NaN stays NaN
+}
+
+// How a block's NT threads hold its tile of ROWS rows × C sources: a warp's lanes as LQ sources by LR rows, the
+// warps as WQ blocks of sources by WR blocks of rows, so that a thread holds NR rows × NQ sources whose indices are
+// its lane's and warp's plus constants. A step's factors are then NQ + NR reads of shared memory for NQ · NR
+// multiply-adds, and a warp writes lines of consecutive sources.
+JB_HD constexpr int edge_pow2_at_most(int x) { return x >= 16 ? 16 : x >= 8 ? 8 : x >= 4 ? 4 : x >= 2 ? 2 : 1; }
+template <int C, int NT, int ROWS> struct EdgeTile {
+  enum : int {
+    WARPS = NT / 32,
+    LQ = C > 16  ? 32
+         : C > 8 ? 16
+         : C > 4 ? 8
+         : C > 2 ? 4
+         : C > 1 ? 2
+                 : 1,
+    LR = 32 / LQ,
+    WR = edge_pow2_at_most(WARPS < (ROWS + LR - 1) / LR ? WARPS : (ROWS + LR - 1) / LR),
+    WQ = WARPS / WR,
+    NQ = (C + LQ * WQ - 1) / (LQ * WQ),
+    NR = (ROWS + LR * WR - 1) / (LR * WR)
+  };
+  int lq, lr, wq, wr;
+  __device__ __forceinline__ EdgeTile(int tid)
+      : lq(tid % 32 % LQ), lr(tid % 32 / LQ), wq(tid / 32 % WQ), wr(tid / 32 / WQ) {}
+  __device__ __forceinline__ int q(int jq) const { return lq + LQ * (wq + WQ * jq); }
+  __device__ __forceinline__ int r(int jr) const { return lr + LR * (wr + WR * jr); }
+};
+
+// Block (x, y) = (group · chunks + chunk, tile) sums the steps [chunk · p.chunk, (chunk + 1) · p.chunk) of its group
+// into rows [y · ROWS, (y + 1) · ROWS) of the table, its entries held in registers (EdgeTile). EB steps are staged
+// in shared memory at a time. With one chunk the sums are the gradient; otherwise partial sums for hmm_reduce.
+template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
+  using T = typename Acc<S>::type;
+  using Tile = EdgeTile<C, NT, ROWS>;
+  // The tile's sources and rows as the threads hold them (CQ ≥ C, RR ≥ ROWS): the staged values' rows are that
+  // long, so that a thread reads its NQ (NR) of a step at its own index plus constants; the padding holds 0.
+  constexpr int NQ = Tile::NQ, NR = Tile::NR, WARPS = NT / 32, CQ = NQ * Tile::LQ * Tile::WQ,
+                RR = NR * Tile::LR * Tile::WR;
+  constexpr int STAGED = 32768 / ((CQ + RR) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
+  static_assert(NT % 32 == 0 && ROWS <= NT, "whole warps; a thread a row's scale");
+  __shared__ T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RR : 1]; // x and y, then (factors) X and Y
+  __shared__ T sx[EB], g_s[EB], lg[EB], k_s[EB];
+  __shared__ EdgeStep step_s[EB];
+  __shared__ long long seq_s[EB], row_s[EB]; // a step's sequence and its row b·T + t
+  __shared__ T row_scale[RR], row_rescale[RR];
+  __shared__ T warp_lo[WARPS], warp_hi[WARPS];
+  __shared__ int warp_bad[WARPS];
+  const Tile tile(threadIdx.x);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, c0 = blockIdx.y * ROWS;
+  const long long group = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
+  const long long steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
+  const long long i0 = chunk * p.chunk, i1 = i0 + p.chunk < steps ? i0 + p.chunk : steps;
+  auto row_in = [&](int jr) { return tile.r(jr) < ROWS && c0 + tile.r(jr) < C; };
+  constexpr int QSTEP = Tile::LQ * Tile::WQ, RSTEP = Tile::LR * Tile::WR; // a thread's sources' and rows' spacing
+  const int q0 = tile.q(0), r0 = tile.r(0);
+
+  T a[NR][NQ], acc[NR][NQ]; // a: log's transitions in log2 units
+  bool factored = false;
+  if constexpr (LOG) {
+    const S* trans = static_cast<const S*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
+    T lo = Num<T>::inf(), hi = Num<T>::neg_inf();
+    int bad = 0;
+#pragma unroll
+    for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+      for (int jq = 0; jq < NQ; ++jq) {
+        const bool in = i0 < i1 && row_in(jr) && tile.q(jq) < C;
+        const T v =
+            in ? to_acc(trans[(long long)(c0 + tile.r(jr)) * p.s_c + (long long)tile.q(jq) * p.s_p]) * Num<T>::log2e()
+               : Num<T>::neg_inf();
+        a[jr][jq] = v;
+        if (v != v || v == Num<T>::inf())
+          bad = 1;
+        else if (v > Num<T>::neg_inf())
+          lo = lo < v ? lo : v, hi = hi > v ? hi : v;
+      }
+    lo = group_reduce<32>(lo, [](T x, T y) { return x < y ? x : y; });
+    hi = group_reduce<32>(hi, [](T x, T y) { return x > y ? x : y; });
+    bad = __any_sync(0xffffffffu, bad);
+    if (lane == 0) warp_lo[warp] = lo, warp_hi[warp] = hi, warp_bad[warp] = bad;
+    for (int x = tid; x < RR; x += NT) row_scale[x] = Num<T>::neg_inf(), row_rescale[x] = T(1);
+    if constexpr (CQ > C)
+      for (int x = tid; x < EB * (CQ - C); x += NT) xs[x / (CQ - C)][C + x % (CQ - C)] = T(0);
+    if constexpr (RR > ROWS)
+      for (int x = tid; x < EB * (RR - ROWS); x += NT) ys[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = T(0);
+    __syncthreads();
+    for (int w = 0; w < WARPS; ++w)
+      lo = lo < warp_lo[w] ? lo : warp_lo[w], hi = hi > warp_hi[w] ? hi : warp_hi[w], bad |= warp_bad[w];
+    factored = !bad && (hi < lo || hi - lo <= T(EdgeSpan<T>::value));
+  }
+#pragma unroll
+  for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+    for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = T(0);
+  // The sums so far as a term-by-term sum's entries (factored: from here on term by term).
+  auto to_entries = [&] {
+#pragma unroll
+    for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+      for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = edge_entry(acc[jr][jq], a[jr][jq], row_scale[r0 + RSTEP * jr]);
+  };
+
+  for (long long i = i0; i < i1; i += EB) {
+    const int n = i1 - i < EB ? int(i1 - i) : EB;
+    __syncthreads(); // the previous batch's staged values are read
+    // The batch's rows of the messages (their first element's index), then every value it reads at once: a
+    // thread a step's scalars, all threads the messages.
+    if (tid < n) {
+      const long long b = p.batched_transitions ? group : (i + tid) / (p.T - 1),
+                      t = p.batched_transitions ? i + tid : (i + tid) % (p.T - 1);
+      seq_s[tid] = b;
+      row_s[tid] = b * p.T + t;
+    }
+    __syncthreads();
+    if (tid < n) {
+      const long long b = seq_s[tid], at = row_s[tid];
+      const HmmSequence<T, LOG> s(p, b);
+      EdgeStep st{s.mode == 1 && at - b * p.T + 1 >= s.L ? 0 : s.mode, 0, -1, -1};
+      if constexpr (LOG) {
+        k_s[tid] = T(p.offset[at] + p.beta_offset[at + 1] - s.z);
+      } else if (st.mode == 1) {
+        st.to = p.path[at + 1];
+        st.from = p.path[at];
+        if (st.to < 0 || st.from < 0 || st.to >= C || st.from >= C) st.mode = 0;
+      }
+      step_s[tid] = st;
+      g_s[tid] = s.g;
+    }
+    if constexpr (LOG) {
+      // kEdgeLoads loads a thread in flight before any is stored (a store waits for its load; a clamped index keeps
+      // the loads unconditional and inside the batch's rows).
+      const T* rel = static_cast<const T*>(p.rel);
+      const T* beta = static_cast<const T*>(p.beta_rel);
+      for (int x0 = tid; x0 < n * C; x0 += kEdgeLoads * NT) {
+        T v[kEdgeLoads];
+#pragma unroll
+        for (int k = 0; k < kEdgeLoads; ++k) {
+          const int x = x0 + k * NT < n * C ? x0 + k * NT : n * C - 1;
+          v[k] = rel[row_s[x / C] * C + x % C];
+        }
+#pragma unroll
+        for (int k = 0; k < kEdgeLoads; ++k)
+          if (x0 + k * NT < n * C) xs[(x0 + k * NT) / C][(x0 + k * NT) % C] = v[k];
+      }
+      for (int x0 = tid; x0 < n * ROWS; x0 += kEdgeLoads * NT) {
+        T v[kEdgeLoads];
+#pragma unroll
+        for (int k = 0; k < kEdgeLoads; ++k) {
+          const int x = x0 + k * NT < n * ROWS ? x0 + k * NT : n * ROWS - 1, r = x % ROWS;
+          v[k] = beta[(row_s[x / ROWS] + 1) * C + (c0 + r < C ? c0 + r : C - 1)];
+        }
+#pragma unroll
+        for (int k = 0; k < kEdgeLoads; ++k) {
+          const int x = x0 + k * NT, r = x % ROWS;
+          if (x < n * ROWS) ys[x / ROWS][r] = c0 + r < C ? v[k] * Num<T>::log2e() : Num<T>::neg_inf();
+        }
+      }
+    }
+    __syncthreads();
+    if constexpr (LOG) {
+      // A warp a step: its x, their maximum, and whether its exponents leave the factors' range.
+      for (int u = warp; u < n; u += WARPS) {
+        const T k = k_s[u];
+        T top = Num<T>::neg_inf();
+        for (int q = lane; q < C; q += 32) {
+          const T x = (xs[u][q] + k) * Num<T>::log2e();
+          xs[u][q] = x;
+          top = Num<T>::max(top, x);
+        }
+        int odd = 0;
+        for (int r = lane; r < ROWS; r += 32) odd |= ys[u][r] != ys[u][r] || ys[u][r] == Num<T>::inf();
+        top = group_reduce<32>(top, [](T x, T y) { return Num<T>::max(x, y); });
+        odd = __any_sync(0xffffffffu, odd);
+        const T g_abs = g_s[u] < T(0) ? -g_s[u] : g_s[u];
+        if (lane == 0) {
+          sx[u] = top;
+          lg[u] = Num<T>::log2(g_abs);
+          step_s[u].odd =
+              step_s[u].mode == 1 && (odd || top != top || top == Num<T>::inf() || !(g_abs < Num<T>::inf()));
+        }
+      }
+      __syncthreads();
+      if (factored) {
+        bool odd = false;
+        for (int u = 0; u < n; ++u) odd |= step_s[u].odd != 0;
+        if (odd) {
+          to_entries();
+          factored = false;
+        }
+      }
+      if (factored) {
+        // The rows' scales: raised to the batch's largest exponent where it is larger.
+        if (tid < ROWS) {
+          const T m = row_scale[tid];
+          T top = Num<T>::neg_inf();
+          for (int u = 0; u < n; ++u)
+            if (step_s[u].mode == 1) top = Num<T>::max(top, sx[u] + ys[u][tid] + lg[u]);
+          row_rescale[tid] = top > m ? Num<T>::exp2(m - top) : T(1);
+          if (top > m) row_scale[tid] = top;
+        }
+        __syncthreads();
+        // The factors, in place: a step that adds nothing has X = Y = 0, a NaN step X = NaN and Y = 0, so that
+        // every step is a multiply-add of each entry.
+        for (int x = tid; x < n * C; x += NT) {
+          const int u = x / C, q = x % C, mode = step_s[u].mode;
+          xs[u][q] = mode == 1 && sx[u] > Num<T>::neg_inf() ? Num<T>::exp2(xs[u][q] - sx[u])
+                     : mode == 2                            ? Num<T>::nan()
+                                                            : T(0);
+        }
+        for (int x = tid; x < n * ROWS; x += NT) {
+          const int u = x / ROWS, r = x % ROWS;
+          const T y = sx[u] + ys[u][r] + lg[u];
+          const T f = step_s[u].mode == 1 && y > Num<T>::neg_inf() ? Num<T>::exp2(y - row_scale[r]) : T(0);
+          ys[u][r] = g_s[u] < T(0) ? -f : f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int jr = 0; jr < NR; ++jr) {
+          const T scale = row_rescale[r0 + RSTEP * jr];
+#pragma unroll
+          for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] *= scale;
+        }
+        const T* xp = &xs[0][q0];
+        const T* yp = &ys[0][r0];
+#pragma unroll 2
+        for (int u = 0; u < n; ++u, xp += CQ, yp += RR) {
+          T x[NQ], y[NR];
+#pragma unroll
+          for (int jq = 0; jq < NQ; ++jq) x[jq] = xp[QSTEP * jq];
+#pragma unroll
+          for (int jr = 0; jr < NR; ++jr) y[jr] = yp[RSTEP * jr];
+#pragma unroll
+          for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+            for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += x[jq] * y[jr];
+        }
+        continue;
+      }
+    }
+#pragma unroll 1
+    for (int u = 0; u < n; ++u) {
+      const EdgeStep st = step_s[u];
+      if (st.mode == 0) continue;
+      const T g = st.mode == 2 ? Num<T>::nan() : g_s[u];
+      if constexpr (LOG) {
+        T x[NQ], y[NR];
+#pragma unroll
+        for (int jq = 0; jq < NQ; ++jq) x[jq] = xs[u][q0 + QSTEP * jq];
+#pragma unroll
+        for (int jr = 0; jr < NR; ++jr) y[jr] = ys[u][r0 + RSTEP * jr];
+#pragma unroll
+        for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+          for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += g * Num<T>::exp2(x[jq] + (a[jr][jq] + y[jr]));
+      } else {
+#pragma unroll
+        for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+          for (int jq = 0; jq < NQ; ++jq)
+            if (st.mode == 2 || (c0 + tile.r(jr) == st.to && tile.q(jq) == st.from)) acc[jr][jq] += g;
+      }
+    }
+  }
+  // The partial sums in T, the gradient itself in S.
+  const long long at = (p.chunks > 1 ? blockIdx.x : group) * (long long)(C * C) + (long long)c0 * C;
+#pragma unroll
+  for (int jr = 0; jr < NR; ++jr)
+#pragma unroll
+    for (int jq = 0; jq < NQ; ++jq) {
+      if (!row_in(jr) || tile.q(jq) >= C) continue;
+      const int e = tile.r(jr) * C + tile.q(jq);
+      T v = acc[jr][jq];
+      if (LOG && factored) v = edge_entry(v, a[jr][jq], row_scale[tile.r(jr)]);
+      if (p.chunks > 1)
+        static_cast<T*>(p.partials)[at + e] = v;
+      else
+        static_cast<S*>(p.grad)[at + e] = from_acc<S>(v);
+    }
+}
+
+} // namespace jb
