@@ -93,8 +93,9 @@ int ChainSpec::edge_threads() const { return std::clamp(ceil_pow2((edge_rows() *
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
 
 bool ChainSpec::registers_fit() const {
-  return fits(*this, forward, false) &&
-         (semiring != Semiring::log || (fits(*this, saving, false) && fits(*this, beta(), false)));
+  // A loop runs with its step in registers where that fits (prefetch), else through the ring.
+  auto runs = [&](const ChainLoop& l) { return fits(*this, l, true) || fits(*this, l, false); };
+  return runs(forward) && (semiring != Semiring::log || (runs(saving) && runs(beta())));
 }
 
 int default_beta_lanes(const ChainSpec& spec) {
@@ -129,6 +130,15 @@ ChainLoop loop_with_lanes(const ChainSpec& s, int lanes, int cluster) {
   return l;
 }
 
+// As loop_with_lanes, for a loop that keeps a step's terms in registers (prefetch): its block whole, or none (0
+// threads) where that would not fit.
+ChainLoop held_loop(const ChainSpec& s, int lanes, int cluster) {
+  ChainLoop l{0, lanes, cluster};
+  l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
+  if (!fits(s, l, true)) l.threads = 0;
+  return l;
+}
+
 // The rule's spec with the forward's loop over a cluster of `forward_cluster` blocks and the saving forward's over
 // `saving_cluster`.
 ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving_cluster) {
@@ -155,20 +165,42 @@ ChainSpec spec_with(const ChainProblem& problem, int forward_cluster, int saving
   // 2) and 2.48 against 2.79 at 4, 2048, 128 (clusters of 8); at 32 states two lanes lost to the rule's four.
   const bool hmm_f32 = s.form == ChainForm::hmm && !dtype_info(s.dtype).wide_acc();
   s.forward = hmm_f32 && s.C >= 64 ? block_for(16, forward_cluster) : base;
-  // The saving forward runs both recursions in one block size, the backward messages with their own lanes
-  // (default_beta_lanes): the largest block, starting from the base rule's forward block, in which both loops keep
-  // a step in registers; failing that, that block.
+  // The HMM form's log forward from 128 states: sixty-four terms a lane where that loop still keeps its step in
+  // registers. A step's terms are then summed mostly in each lane's own registers, with fewer shuffles between lanes
+  // and fewer threads a block, so more of the batch's blocks share an SM (bench/RESULTS.md, the sequential kernels'
+  // loops: at 128 and 256 states it was the fastest forward swept at every batch measured).
+  const bool hmm_log = hmm_f32 && s.semiring == Semiring::log;
+  if (hmm_log && s.C >= 128)
+    if (const ChainLoop wide = held_loop(s, default_lanes(s.C, s.C, 1, 64), forward_cluster); wide.threads > 0)
+      s.forward = wide;
   s.saving = s.forward;
   s.beta_lanes = s.forward.lanes;
   if (s.semiring == Semiring::log) {
-    const ChainLoop start = block_for(per_lane, saving_cluster);
-    auto at = [&](int threads) {
-      s.saving = {threads, default_lanes(s.C, block_states(s.C, start), threads, 16), start.cluster};
-      s.beta_lanes = default_beta_lanes(s);
-    };
-    int threads = start.threads;
-    for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
-    if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(start.threads);
+    // The HMM form's saving forward (f32): the forward's own lanes over the saving forward's clusters, the backward
+    // messages with their own lanes (default_beta_lanes), where both keep a step in registers. Its 2B blocks then
+    // run each recursion as the forward runs its one (a launch of many sequences takes about twice the forward's
+    // time, one of few about the forward's), where the block of the rule below spends a step's terms on more lanes.
+    bool chosen = false;
+    if (hmm_log && s.C >= 64) {
+      s.saving = saving_cluster == s.forward.cluster ? s.forward : held_loop(s, s.forward.lanes, saving_cluster);
+      if (s.saving.threads > 0 && s.prefetch(s.saving)) {
+        s.beta_lanes = default_beta_lanes(s);
+        chosen = s.prefetch(s.beta());
+      }
+    }
+    // Otherwise both recursions in one block size, the backward messages with their own lanes: the largest block,
+    // starting from the base rule's forward block, in which both loops keep a step in registers; failing that, that
+    // block.
+    if (!chosen) {
+      const ChainLoop start = block_for(per_lane, saving_cluster);
+      auto at = [&](int threads) {
+        s.saving = {threads, default_lanes(s.C, block_states(s.C, start), threads, 16), start.cluster};
+        s.beta_lanes = default_beta_lanes(s);
+      };
+      int threads = start.threads;
+      for (at(threads); threads > 32 && !(s.prefetch(s.saving) && s.prefetch(s.beta()));) at(threads /= 2);
+      if (!(s.prefetch(s.saving) && s.prefetch(s.beta()))) at(start.threads);
+    }
   }
   // The backward's block writes one step's C² gradients: a step's worth of threads, up to 256.
   s.backward_threads = std::clamp(ceil_pow2(s.C * s.C), 32, 256);

@@ -49,8 +49,8 @@ struct ChainSpec {
   // dynamic_bytes(loop): the loop's dynamic shared memory, the ring's and, for the HMM form without prefetch, two
   // steps' emissions; with the kernel's own (static) shared memory within shared_limit.
   bool prefetch(const ChainLoop& loop) const;
-  // Whether every loop's registers fit its block without prefetch (what the rule makes sure of before it splits a
-  // sequence over a cluster).
+  // Whether every loop's registers fit its block, its step held in registers (prefetch) or read through the ring
+  // (what the rule makes sure of before it splits a sequence over a cluster).
   bool registers_fit() const;
   // What a tuned decision may choose: one block per sequence always; clusters where every loop's registers fit.
   bool clusters_fit() const { return (forward.cluster == 1 && saving.cluster == 1) || registers_fit(); }

@@ -73,8 +73,9 @@ TEST_CASE("chain specs: the rule's clusters at the shapes they were measured on 
 }
 
 TEST_CASE("chain specs: the forward's lanes at the shapes they were measured on (132 SMs)") {
-  // Sixteen terms a lane where the HMM form's transitions stay in registers (from 64 states), eight where a step's
-  // terms are read (the CRF form) or at 32 states; Viterbi measured at each HMM shape below (generator/chain_source.cpp).
+  // Sixteen terms a lane where the HMM form's transitions stay in registers (from 64 states; sixty-four for log from
+  // 128 states where the step still fits in them), eight where a step's terms are read (the CRF form) or at 32
+  // states; Viterbi measured at each HMM shape below (generator/chain_source.cpp).
   struct Expect {
     Semiring semiring;
     int64_t B, C;
@@ -82,15 +83,29 @@ TEST_CASE("chain specs: the forward's lanes at the shapes they were measured on 
     int lanes;
   };
   const Expect expect[] = {
-      {Semiring::max_plus, 16, 64, ChainForm::hmm, 4},  {Semiring::max_plus, 512, 64, ChainForm::hmm, 4},
+      {Semiring::max_plus, 16, 64, ChainForm::hmm, 4},   {Semiring::max_plus, 512, 64, ChainForm::hmm, 4},
       {Semiring::max_plus, 128, 128, ChainForm::hmm, 8}, {Semiring::max_plus, 64, 128, ChainForm::hmm, 8},
-      {Semiring::max_plus, 4, 128, ChainForm::hmm, 8},  {Semiring::max_plus, 32, 32, ChainForm::hmm, 4},
-      {Semiring::log, 32, 128, ChainForm::hmm, 8},      {Semiring::max_plus, 32, 128, ChainForm::crf, 16},
+      {Semiring::max_plus, 4, 128, ChainForm::hmm, 8},   {Semiring::max_plus, 32, 32, ChainForm::hmm, 4},
+      {Semiring::log, 32, 128, ChainForm::hmm, 2},       {Semiring::max_plus, 32, 128, ChainForm::crf, 16},
+      {Semiring::log, 512, 64, ChainForm::hmm, 4},
   };
   for (const Expect& e : expect) {
     const ChainSpec spec = default_chain_spec(chain(e.semiring, e.B, e.C, e.form), kSms);
     CAPTURE(to_string(spec));
     CHECK(spec.forward.lanes == e.lanes);
+  }
+}
+
+// The HMM form's log saving forward in f32 runs the forward's loop (its lanes and block), the backward messages with
+// lanes of their own, where both keep a step in registers (generator/chain_source.cpp); f64 keeps the older rule.
+TEST_CASE("chain specs: the HMM form's saving forward takes the forward's loop (f32 log, one block a sequence)") {
+  for (const int64_t C : {64, 100, 128}) {
+    const ChainSpec spec = default_chain_spec(chain(Semiring::log, 512, C, ChainForm::hmm), kSms);
+    CAPTURE(to_string(spec));
+    CHECK(spec.forward.cluster == 1);
+    CHECK(spec.saving == spec.forward);
+    CHECK(spec.prefetch(spec.saving));
+    CHECK(spec.prefetch(spec.beta()));
   }
 }
 
