@@ -10,12 +10,15 @@
 // scales the row's sums down (as an online softmax does), so no factor exceeds 1 and no sum overflows.
 //
 // What that may lose: a factor below 2^-126 (f32; 2^-1022 f64) flushes to 0. A term it held is below 2^(a_cp + M_c
-// − 126), and row c's largest entry is at least 2^(min a + M_c) (the step that set M_c, at the source of its largest
-// x), so a lost term is below 2^(max a − min a − 126) of the row's largest entry. A block sums factors only where its
-// finite a span at most EdgeSpan (64 in f32: every term lost is below 2^-62 of the row's largest entry, a range of
-// 2^20 steps below 2^-42) and none is NaN or +inf, and otherwise forms each term. From a step whose exponents are NaN
-// or +inf (a NaN or infinite grad_score, a +inf message: its terms are themselves NaN or infinite), a block turns
-// its sums so far into entries and forms each term from there.
+// − 126). The step that set M_c gave row c a term of 2^(M_c + a_cp*) at the source p* of its largest x, so where
+// a_cp* is finite the row's largest term is at least 2^(min a + M_c) and a lost term is below 2^(max a − min a −
+// 126) of it. A block therefore sums factors only where each of its rows' transitions is finite, or −inf throughout
+// (a row that adds nothing), none is NaN or +inf, and the finite ones span at most EdgeSpan (64 in f32: a lost term
+// is below 2^-62 of its row's largest term, far below the rounding of a sum). A row of both finite and −inf
+// transitions (a banded or left-to-right table) could lose every term it takes: its sources may all lie far below
+// p*, which it cannot move from. Otherwise the block forms each term. From a step whose exponents are NaN or +inf (a
+// NaN or infinite grad_score, a +inf message: its terms are themselves NaN or infinite), a block turns its sums so
+// far into entries and forms each term from there.
 #pragma once
 
 #include "chain/hmm_backward.cuh"
@@ -40,9 +43,9 @@ struct EdgeStep {
   int mode, odd, to, from;
 };
 
-// Entry v of row scale m and transition a (log2 units) of the factors' sums, as a term-by-term sum's value. In f32 the
-// exp unit's log2 (absolute error below 2^-22: the entry's relative error below 2^-21; a sum below 2^-126 of its row's
-// scale is one of the lost terms above).
+// Entry v of row scale m and transition a (log2 units) of the factors' sums, as a term-by-term sum's value: its
+// exponent rounded as a term's own is (a + m of the size of a term's exponent), and in f32 the exp unit's log2
+// (absolute error below 2^-22; a sum below 2^-126 of its row's scale, flushed, is one of the lost terms above).
 __device__ __forceinline__ float edge_log2(float x) { return lg2_approx(x); }
 __device__ __forceinline__ double edge_log2(double x) { return ::log2(x); }
 template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
@@ -94,6 +97,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   __shared__ EdgeStep step_s[EB];
   __shared__ long long seq_s[EB], row_s[EB]; // a step's sequence and its row b·T + t
   __shared__ T row_scale[RR], row_rescale[RR];
+  __shared__ int row_kinds[RR]; // a row's transitions: 1 some finite, 2 some −inf
   __shared__ T warp_lo[WARPS], warp_hi[WARPS];
   __shared__ int warp_bad[WARPS];
   const Tile tile(threadIdx.x);
@@ -108,6 +112,12 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   T a[NR][NQ], acc[NR][NQ]; // a: log's transitions in log2 units
   bool factored = false;
   if constexpr (LOG) {
+    for (int x = tid; x < RR; x += NT) row_scale[x] = Num<T>::neg_inf(), row_rescale[x] = T(1), row_kinds[x] = 0;
+    if constexpr (CQ > C)
+      for (int x = tid; x < EB * (CQ - C); x += NT) xs[x / (CQ - C)][C + x % (CQ - C)] = T(0);
+    if constexpr (RR > ROWS)
+      for (int x = tid; x < EB * (RR - ROWS); x += NT) ys[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = T(0);
+    __syncthreads();
     const S* trans = static_cast<const S*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
     T lo = Num<T>::inf(), hi = Num<T>::neg_inf();
     int bad = 0;
@@ -120,24 +130,24 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
             in ? to_acc(trans[(long long)(c0 + tile.r(jr)) * p.s_c + (long long)tile.q(jq) * p.s_p]) * Num<T>::log2e()
                : Num<T>::neg_inf();
         a[jr][jq] = v;
-        if (v != v || v == Num<T>::inf())
+        if (v != v || v == Num<T>::inf()) {
           bad = 1;
-        else if (v > Num<T>::neg_inf())
-          lo = lo < v ? lo : v, hi = hi > v ? hi : v;
+        } else if (in) {
+          atomicOr(&row_kinds[tile.r(jr)], v > Num<T>::neg_inf() ? 1 : 2);
+          if (v > Num<T>::neg_inf()) lo = lo < v ? lo : v, hi = hi > v ? hi : v;
+        }
       }
     lo = group_reduce<32>(lo, [](T x, T y) { return x < y ? x : y; });
     hi = group_reduce<32>(hi, [](T x, T y) { return x > y ? x : y; });
     bad = __any_sync(0xffffffffu, bad);
     if (lane == 0) warp_lo[warp] = lo, warp_hi[warp] = hi, warp_bad[warp] = bad;
-    for (int x = tid; x < RR; x += NT) row_scale[x] = Num<T>::neg_inf(), row_rescale[x] = T(1);
-    if constexpr (CQ > C)
-      for (int x = tid; x < EB * (CQ - C); x += NT) xs[x / (CQ - C)][C + x % (CQ - C)] = T(0);
-    if constexpr (RR > ROWS)
-      for (int x = tid; x < EB * (RR - ROWS); x += NT) ys[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = T(0);
     __syncthreads();
     for (int w = 0; w < WARPS; ++w)
       lo = lo < warp_lo[w] ? lo : warp_lo[w], hi = hi > warp_hi[w] ? hi : warp_hi[w], bad |= warp_bad[w];
-    factored = !bad && (hi < lo || hi - lo <= T(EdgeSpan<T>::value));
+    int mixed = 0; // a row of both finite and −inf transitions
+#pragma unroll
+    for (int jr = 0; jr < NR; ++jr) mixed |= row_in(jr) && row_kinds[tile.r(jr)] == 3;
+    factored = !__syncthreads_or(mixed) && !bad && (hi < lo || hi - lo <= T(EdgeSpan<T>::value));
   }
 #pragma unroll
   for (int jr = 0; jr < NR; ++jr)

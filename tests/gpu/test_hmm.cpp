@@ -54,6 +54,11 @@ struct Case {
   // runs a second product of the transitions' gradient only where grad_score has both.
   enum class Signs { mixed, positive, negative, zero } signs = Signs::mixed;
   bool dead_state = false;  // no transition into or out of state 0 (−inf): a table's row and column of −inf alone
+  // Left to right (no move to a smaller state) with the first position's lower half of the states `far` below the
+  // rest and the last position's upper half 3·far below: the paths run through states whose every source lies far
+  // below the first messages' largest (2^-126 of it in f32 at far = 100, 2^-1022 in f64 at 1000).
+  bool far_sources = false;
+  double far = 0;
   bool quick = false;       // every kernel a quick build (runtime/jit.hpp), as a stand-in's
 };
 
@@ -72,7 +77,10 @@ std::string describe(const Case& k) {
                 dtype_info(k.dtype).name, (long long)k.B, (long long)k.T, (long long)k.C, k.spread,
                 k.ragged ? " ragged" : "", k.banded ? " banded" : "", k.batched ? " batched" : "",
                 k.padded ? " padded" : "", k.p_special > 0 ? (k.minus_inf ? " -inf" : " specials") : "",
-                k.integers ? " integers" : "", k.dead_state ? " dead_state" : "");
+                k.integers ? " integers" : "",
+                k.dead_state    ? " dead_state"
+                : k.far_sources ? " far_sources"
+                                : "");
   const char* form = k.steps == StepKernel::fused            ? " fused"
                      : k.steps == StepKernel::fused_streamed ? " fused streamed"
                      : k.steps == StepKernel::products       ? " products"
@@ -139,6 +147,7 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
           const double r = k.minus_inf ? 0 : u(rng);
           v = r < 0.6 ? -INFINITY : r < 0.8 ? INFINITY : NAN;
         }
+        if (k.far_sources) v -= t == 0 && 2 * c < C ? k.far : t == T - 1 && 2 * c >= C ? 3 * k.far : 0;
         store_element(k.dtype, em.bytes.data(), em.at({b, t, c}), v);
       }
   for (int64_t b = 0; b < TB; ++b) {
@@ -146,7 +155,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
       store_element(k.dtype, in.bytes.data(), in.at({b, c}), draw());
       for (int64_t q = 0; q < C; ++q)
         store_element(k.dtype, tr.bytes.data(), tr.at({b, c, q}),
-                      (k.banded && std::abs(c - q) > 2) || (k.dead_state && (c == 0 || q == 0)) ? -INFINITY : draw());
+                      (k.banded && std::abs(c - q) > 2) || (k.dead_state && (c == 0 || q == 0)) ||
+                              (k.far_sources && q > c)
+                          ? -INFINITY
+                          : draw());
     }
   }
   std::vector<int64_t> lengths;
@@ -405,6 +417,26 @@ TEST_CASE("hmm: log against the float64 reference, shared and batched tables, od
 TEST_CASE("hmm: max_plus against the float64 reference, shared and batched tables, odd sizes, f32 and f64") {
   std::mt19937_64 rng(20261129);
   run_semiring(Semiring::max_plus, rng);
+}
+
+// A left-to-right table whose states' sources lie far below a step's largest message (Case::far_sources): the
+// sequential kernels' transitions' gradient, which sums factors scaled by that message only where no row mixes
+// finite and −inf transitions, must still take every term of such rows.
+TEST_CASE("hmm: a left-to-right table whose sources lie far below a step's largest message, log") {
+  std::mt19937_64 rng(20261206);
+  Worst worst;
+  for (DType d : {DType::f32, DType::f64})
+    for (int64_t C : {2, 33, 64, 200})
+      for (int64_t T : {2, 5})
+        for (bool batched : {false, true}) {
+          // A marginal keeps about 2^-24 of its score's size in f32, and every path scores about -far here: far =
+          // 100 flushes f32's factors and stays within the tolerance of tables of spread 2; f64 needs 1000.
+          Case k{Semiring::log, d, 6, T, C, d == DType::f32 ? 2.0 : 1.0};
+          k.far_sources = true;
+          k.far = d == DType::f32 ? 100 : 1000;
+          k.batched = batched;
+          run_case(k, rng, worst);
+        }
 }
 
 // Quick builds, the kernels a stand-in runs while its plan's optimised ones are built (NVRTC's --Ofast-compile): the
