@@ -122,10 +122,14 @@ unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
 namespace {
 
 // A loop of groups of `lanes` lanes over a cluster of `cluster` blocks: as many threads as a block's share of the
-// step has groups for, fewer where their registers would spill.
-ChainLoop loop_with_lanes(const ChainSpec& s, int lanes, int cluster) {
+// step has groups for (whole_loop), fewer where their registers would spill (loop_with_lanes).
+ChainLoop whole_loop(const ChainSpec& s, int lanes, int cluster) {
   ChainLoop l{0, lanes, cluster};
   l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
+  return l;
+}
+ChainLoop loop_with_lanes(const ChainSpec& s, int lanes, int cluster) {
+  ChainLoop l = whole_loop(s, lanes, cluster);
   while (l.threads > 32 && !fits(s, l, false)) l.threads /= 2;
   return l;
 }
@@ -133,8 +137,7 @@ ChainLoop loop_with_lanes(const ChainSpec& s, int lanes, int cluster) {
 // As loop_with_lanes, for a loop that keeps a step's terms in registers (prefetch): its block whole, or none (0
 // threads) where that would not fit.
 ChainLoop held_loop(const ChainSpec& s, int lanes, int cluster) {
-  ChainLoop l{0, lanes, cluster};
-  l.threads = std::min(1024, ceil_pow2(std::max(32, l.lanes * block_states(s.C, l))));
+  ChainLoop l = whole_loop(s, lanes, cluster);
   if (!fits(s, l, true)) l.threads = 0;
   return l;
 }

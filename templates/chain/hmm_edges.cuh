@@ -32,6 +32,21 @@ namespace jb {
 // The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages.
 enum EdgeLoads : int { kEdgeLoads = 4 };
 
+// Values 0 to count − 1 into shared memory, store(x, load(x)), by a block of NT threads with kEdgeLoads loads a thread
+// in flight before any is stored (a store waits for its load); a clamped index keeps the loads unconditional and in
+// range.
+template <int NT, class T, class Load, class Store>
+__device__ __forceinline__ void edge_stage(int count, Load load, Store store) {
+  for (int x0 = threadIdx.x; x0 < count; x0 += kEdgeLoads * NT) {
+    T v[kEdgeLoads];
+#pragma unroll
+    for (int k = 0; k < kEdgeLoads; ++k) v[k] = load(x0 + k * NT < count ? x0 + k * NT : count - 1);
+#pragma unroll
+    for (int k = 0; k < kEdgeLoads; ++k)
+      if (x0 + k * NT < count) store(x0 + k * NT, v[k]);
+  }
+}
+
 // The widest span of a block's finite transitions, in log2 units, over which it sums factors (above).
 template <class T> struct EdgeSpan {
   enum : int { value = sizeof(T) == 8 ? 900 : 64 };
@@ -188,34 +203,14 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       g_s[tid] = s.g;
     }
     if constexpr (LOG) {
-      // kEdgeLoads loads a thread in flight before any is stored (a store waits for its load; a clamped index keeps
-      // the loads unconditional and inside the batch's rows).
       const T* rel = static_cast<const T*>(p.rel);
       const T* beta = static_cast<const T*>(p.beta_rel);
-      for (int x0 = tid; x0 < n * C; x0 += kEdgeLoads * NT) {
-        T v[kEdgeLoads];
-#pragma unroll
-        for (int k = 0; k < kEdgeLoads; ++k) {
-          const int x = x0 + k * NT < n * C ? x0 + k * NT : n * C - 1;
-          v[k] = rel[row_s[x / C] * C + x % C];
-        }
-#pragma unroll
-        for (int k = 0; k < kEdgeLoads; ++k)
-          if (x0 + k * NT < n * C) xs[(x0 + k * NT) / C][(x0 + k * NT) % C] = v[k];
-      }
-      for (int x0 = tid; x0 < n * ROWS; x0 += kEdgeLoads * NT) {
-        T v[kEdgeLoads];
-#pragma unroll
-        for (int k = 0; k < kEdgeLoads; ++k) {
-          const int x = x0 + k * NT < n * ROWS ? x0 + k * NT : n * ROWS - 1, r = x % ROWS;
-          v[k] = beta[(row_s[x / ROWS] + 1) * C + (c0 + r < C ? c0 + r : C - 1)];
-        }
-#pragma unroll
-        for (int k = 0; k < kEdgeLoads; ++k) {
-          const int x = x0 + k * NT, r = x % ROWS;
-          if (x < n * ROWS) ys[x / ROWS][r] = c0 + r < C ? v[k] * Num<T>::log2e() : Num<T>::neg_inf();
-        }
-      }
+      edge_stage<NT, T>(
+          n * C, [&](int x) { return rel[row_s[x / C] * C + x % C]; }, [&](int x, T v) { xs[x / C][x % C] = v; });
+      edge_stage<NT, T>(
+          n * ROWS,
+          [&](int x) { return beta[(row_s[x / ROWS] + 1) * C + (c0 + x % ROWS < C ? c0 + x % ROWS : C - 1)]; },
+          [&](int x, T v) { ys[x / ROWS][x % ROWS] = c0 + x % ROWS < C ? v * Num<T>::log2e() : Num<T>::neg_inf(); });
     }
     __syncthreads();
     if constexpr (LOG) {
