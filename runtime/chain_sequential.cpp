@@ -121,7 +121,9 @@ SequentialChain::EdgeSplit SequentialChain::edge_split() const {
   e.groups = p.batched_transitions ? p.B : 1;
   e.steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
   e.tiles = (p.C + spec_.edge_rows() - 1) / spec_.edge_rows();
-  const int64_t blocks = 4 * int64_t(std::max(1, device_->sm_count));
+  // About one wave of blocks where three fit an SM (the f32 kernel at 64 states does): a second, partial wave's
+  // ranges of steps would each stage and set up as much as a whole range for a fraction of its sums.
+  const int64_t blocks = 3 * int64_t(std::max(1, device_->sm_count));
   const int64_t per_chunk = std::max<int64_t>(1, e.groups * e.tiles); // blocks per range of steps (B may be 0)
   const int64_t wanted = std::max<int64_t>(1, (blocks + per_chunk - 1) / per_chunk);
   // A range of fewer than 8 steps would stage more than it sums. Each table holds at most 2^62 bytes

@@ -17,7 +17,9 @@ template <class T, int C, int NT, int K, bool BETA> struct ChainOutputs {
   T* rel;              // saved: the relative messages (forward's or backward's), or null
   double* offsets;     // saved: their offsets
 
-  // Position t's messages, now m − shift with the offset `offset`, to saved and alpha.
+  // Position t's messages, now m − shift with the offset `offset`, to saved and alpha. shift is the messages'
+  // largest where that is finite: the HMM form's transitions' gradient (templates/chain/hmm_edges.cuh) takes a
+  // position's largest saved message to be 0 there.
   __device__ __forceinline__ void position(long long t, const T* m, T shift, double offset) const {
     const long long at = b * T_ + (BETA ? L - 1 - t : t);
     if (rel && tid == 0 && rank == 0) offsets[at] = offset;

@@ -98,23 +98,31 @@ template <int C, int NT, int ROWS> struct EdgeTile {
 // Block (x, y) = (group · chunks + chunk, tile) sums the steps [chunk · p.chunk, (chunk + 1) · p.chunk) of its group
 // into rows [y · ROWS, (y + 1) · ROWS) of the table, its entries held in registers (EdgeTile). EB steps are staged
 // in shared memory at a time. With one chunk the sums are the gradient; otherwise partial sums for hmm_reduce.
+//
+// A step's largest x is its offsets' part alone, k·log2 e: the saving forward keeps each position's messages
+// relative to their largest (ChainOutputs::position), so a step's largest relative message is 0 wherever its score
+// is finite (mode 1). Any x above that (a NaN or infinite message) takes the step term by term, as an odd one.
 template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
   using T = typename Acc<S>::type;
   using Tile = EdgeTile<C, NT, ROWS>;
   // The tile's sources and rows as the threads hold them (CQ ≥ C, RR ≥ ROWS): the staged values' rows are that
   // long, so that a thread reads its NQ (NR) of a step at its own index plus constants; the padding holds 0.
-  constexpr int NQ = Tile::NQ, NR = Tile::NR, WARPS = NT / 32, CQ = NQ * Tile::LQ * Tile::WQ,
-                RR = NR * Tile::LR * Tile::WR;
-  constexpr int STAGED = 32768 / ((CQ + RR) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
-  static_assert(NT % 32 == 0 && ROWS <= NT, "whole warps; a thread a row's scale");
-  __shared__ T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RR : 1]; // x and y, then (factors) X and Y
+  constexpr int NQ = Tile::NQ, NR = Tile::NR, CQ = NQ * Tile::LQ * Tile::WQ, RR = NR * Tile::LR * Tile::WR;
+  // The staged values and their factors take at most 40 KiB.
+  constexpr int STAGED = 20480 / ((CQ + RR) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
+  // The rows' scales and factors: RG lanes a row (a power of two, at most 16), each a share of the batch's steps.
+  constexpr int RG = edge_pow2_at_most(NT / ROWS);
+  static_assert(NT % 32 == 0 && ROWS <= NT, "whole warps; a row's lanes");
+  // Staged as loaded: x (the forward's relative messages) and y (the backward's, in log2 units).
+  __shared__ T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RR : 1];
+  __shared__ T xf[LOG ? EB : 1][LOG ? CQ : 1], yf[LOG ? EB : 1][LOG ? RR : 1]; // their factors X and Y
   __shared__ T sx[EB], g_s[EB], lg[EB], k_s[EB];
   __shared__ EdgeStep step_s[EB];
-  __shared__ long long seq_s[EB], row_s[EB]; // a step's sequence and its row b·T + t
-  __shared__ T row_scale[RR], row_rescale[RR];
+  __shared__ long long seq_s[2][EB], row_s[2][EB]; // a batch's steps' sequences and rows b·T + t, two batches apart
+  __shared__ T row_scale[RR], row_next[RR], row_rescale[RR];
   __shared__ int row_kinds[RR]; // a row's transitions: 1 some finite, 2 some −inf
-  __shared__ T warp_lo[WARPS], warp_hi[WARPS];
-  __shared__ int warp_bad[WARPS];
+  __shared__ T warp_lo[NT / 32], warp_hi[NT / 32];
+  __shared__ int warp_bad[NT / 32];
   const Tile tile(threadIdx.x);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, c0 = blockIdx.y * ROWS;
   const long long group = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
@@ -123,15 +131,27 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   auto row_in = [&](int jr) { return tile.r(jr) < ROWS && c0 + tile.r(jr) < C; };
   constexpr int QSTEP = Tile::LQ * Tile::WQ, RSTEP = Tile::LR * Tile::WR; // a thread's sources' and rows' spacing
   const int q0 = tile.q(0), r0 = tile.r(0);
+  // The sequences and rows of the batch from step i, into slot `slot`.
+  auto rows_of = [&](long long i, int slot) {
+    if (tid < EB && i + tid < i1) {
+      const long long b = p.batched_transitions ? group : (i + tid) / (p.T - 1),
+                      t = p.batched_transitions ? i + tid : (i + tid) % (p.T - 1);
+      seq_s[slot][tid] = b;
+      row_s[slot][tid] = b * p.T + t;
+    }
+  };
+  rows_of(i0, 0);
 
   T a[NR][NQ], acc[NR][NQ]; // a: log's transitions in log2 units
   bool factored = false;
   if constexpr (LOG) {
     for (int x = tid; x < RR; x += NT) row_scale[x] = Num<T>::neg_inf(), row_rescale[x] = T(1), row_kinds[x] = 0;
     if constexpr (CQ > C)
-      for (int x = tid; x < EB * (CQ - C); x += NT) xs[x / (CQ - C)][C + x % (CQ - C)] = T(0);
+      for (int x = tid; x < EB * (CQ - C); x += NT)
+        xs[x / (CQ - C)][C + x % (CQ - C)] = xf[x / (CQ - C)][C + x % (CQ - C)] = T(0);
     if constexpr (RR > ROWS)
-      for (int x = tid; x < EB * (RR - ROWS); x += NT) ys[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = T(0);
+      for (int x = tid; x < EB * (RR - ROWS); x += NT)
+        ys[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = yf[x / (RR - ROWS)][ROWS + x % (RR - ROWS)] = T(0);
     __syncthreads();
     const S* trans = static_cast<const S*>(p.potentials) + (p.batched_transitions ? group * p.s_b : 0);
     T lo = Num<T>::inf(), hi = Num<T>::neg_inf();
@@ -157,12 +177,14 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
     bad = __any_sync(0xffffffffu, bad);
     if (lane == 0) warp_lo[warp] = lo, warp_hi[warp] = hi, warp_bad[warp] = bad;
     __syncthreads();
-    for (int w = 0; w < WARPS; ++w)
+    for (int w = 0; w < NT / 32; ++w)
       lo = lo < warp_lo[w] ? lo : warp_lo[w], hi = hi > warp_hi[w] ? hi : warp_hi[w], bad |= warp_bad[w];
     int mixed = 0; // a row of both finite and −inf transitions
 #pragma unroll
     for (int jr = 0; jr < NR; ++jr) mixed |= row_in(jr) && row_kinds[tile.r(jr)] == 3;
     factored = !__syncthreads_or(mixed) && !bad && (hi < lo || hi - lo <= T(EdgeSpan<T>::value));
+  } else {
+    __syncthreads();
   }
 #pragma unroll
   for (int jr = 0; jr < NR; ++jr)
@@ -176,24 +198,23 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = edge_entry(acc[jr][jq], a[jr][jq], row_scale[r0 + RSTEP * jr]);
   };
 
-  for (long long i = i0; i < i1; i += EB) {
+  int slot = 0;
+  for (long long i = i0; i < i1; i += EB, slot ^= 1) {
     const int n = i1 - i < EB ? int(i1 - i) : EB;
-    __syncthreads(); // the previous batch's staged values are read
-    // The batch's rows of the messages (their first element's index), then every value it reads at once: a
-    // thread a step's scalars, all threads the messages.
+    // Term by term, the previous batch read what this one stages; factored, it read only the factors, which this
+    // batch writes after the barrier below.
+    if (!factored) __syncthreads();
+    // A thread a step's scalars, all threads its messages, every load issued at once.
     if (tid < n) {
-      const long long b = p.batched_transitions ? group : (i + tid) / (p.T - 1),
-                      t = p.batched_transitions ? i + tid : (i + tid) % (p.T - 1);
-      seq_s[tid] = b;
-      row_s[tid] = b * p.T + t;
-    }
-    __syncthreads();
-    if (tid < n) {
-      const long long b = seq_s[tid], at = row_s[tid];
+      const long long b = seq_s[slot][tid], at = row_s[slot][tid];
       const HmmSequence<T, LOG> s(p, b);
       EdgeStep st{s.mode == 1 && at - b * p.T + 1 >= s.L ? 0 : s.mode, 0, -1, -1};
       if constexpr (LOG) {
-        k_s[tid] = T(p.offset[at] + p.beta_offset[at + 1] - s.z);
+        const T k = T(p.offset[at] + p.beta_offset[at + 1] - s.z), g_abs = s.g < T(0) ? -s.g : s.g;
+        k_s[tid] = k;
+        sx[tid] = k * Num<T>::log2e();
+        lg[tid] = Num<T>::log2(g_abs);
+        st.odd = st.mode == 1 && !(g_abs < Num<T>::inf() && k * Num<T>::log2e() < Num<T>::inf());
       } else if (st.mode == 1) {
         st.to = p.path[at + 1];
         st.from = p.path[at];
@@ -205,92 +226,86 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
     if constexpr (LOG) {
       const T* rel = static_cast<const T*>(p.rel);
       const T* beta = static_cast<const T*>(p.beta_rel);
+      const long long* rows = row_s[slot];
       edge_stage<NT, T>(
-          n * C, [&](int x) { return rel[row_s[x / C] * C + x % C]; }, [&](int x, T v) { xs[x / C][x % C] = v; });
-      edge_stage<NT, T>(
-          n * ROWS,
-          [&](int x) { return beta[(row_s[x / ROWS] + 1) * C + (c0 + x % ROWS < C ? c0 + x % ROWS : C - 1)]; },
-          [&](int x, T v) { ys[x / ROWS][x % ROWS] = c0 + x % ROWS < C ? v * Num<T>::log2e() : Num<T>::neg_inf(); });
+          n * (C + ROWS),
+          [&](int x) {
+            if (x < n * C) return rel[rows[x / C] * C + x % C];
+            const int u = (x - n * C) / ROWS, r = (x - n * C) % ROWS;
+            return beta[(rows[u] + 1) * C + (c0 + r < C ? c0 + r : C - 1)];
+          },
+          [&](int x, T v) {
+            if (x < n * C) {
+              xs[x / C][x % C] = v;
+            } else {
+              const int u = (x - n * C) / ROWS, r = (x - n * C) % ROWS;
+              ys[u][r] = c0 + r < C ? v * Num<T>::log2e() : Num<T>::neg_inf();
+            }
+          });
     }
     __syncthreads();
+    // The next batch's rows: this batch's were read above.
+    rows_of(i + EB, slot ^ 1);
     if constexpr (LOG) {
-      // A warp a step: its x, their maximum, and whether its exponents leave the factors' range.
-      for (int u = warp; u < n; u += WARPS) {
-        const T k = k_s[u];
-        T top = Num<T>::neg_inf();
-        for (int q = lane; q < C; q += 32) {
-          const T x = (xs[u][q] + k) * Num<T>::log2e();
-          xs[u][q] = x;
-          top = Num<T>::max(top, x);
-        }
+      if (factored) {
+        // Each row's scale, raised to the batch's largest exponent where it is larger (its G lanes a share of the
+        // steps each), and its factors Y; a step that adds nothing has Y = 0.
         int odd = 0;
-        for (int r = lane; r < ROWS; r += 32) odd |= ys[u][r] != ys[u][r] || ys[u][r] == Num<T>::inf();
-        top = group_reduce<32>(top, [](T x, T y) { return Num<T>::max(x, y); });
-        odd = __any_sync(0xffffffffu, odd);
-        const T g_abs = g_s[u] < T(0) ? -g_s[u] : g_s[u];
-        if (lane == 0) {
-          sx[u] = top;
-          lg[u] = Num<T>::log2(g_abs);
-          step_s[u].odd =
-              step_s[u].mode == 1 && (odd || top != top || top == Num<T>::inf() || !(g_abs < Num<T>::inf()));
-        }
-      }
-      __syncthreads();
-      if (factored) {
-        bool odd = false;
-        for (int u = 0; u < n; ++u) odd |= step_s[u].odd != 0;
-        if (odd) {
-          to_entries();
-          factored = false;
-        }
-      }
-      if (factored) {
-        // The rows' scales: raised to the batch's largest exponent where it is larger.
-        if (tid < ROWS) {
-          const T m = row_scale[tid];
+        {
+          const int r = tid / RG, j = tid % RG;
+          const bool in = r < ROWS;
+          const T m = in ? row_scale[r] : T(0);
           T top = Num<T>::neg_inf();
-          for (int u = 0; u < n; ++u)
-            if (step_s[u].mode == 1) top = Num<T>::max(top, sx[u] + ys[u][tid] + lg[u]);
-          row_rescale[tid] = top > m ? Num<T>::exp2(m - top) : T(1);
-          if (top > m) row_scale[tid] = top;
+          for (int u = j; in && u < n; u += RG)
+            if (step_s[u].mode == 1) {
+              const T y = ys[u][r];
+              odd |= y != y || y == Num<T>::inf();
+              top = Num<T>::max(top, sx[u] + y + lg[u]);
+            }
+          top = group_reduce<RG>(top, [](T x, T y) { return Num<T>::max(x, y); });
+          const T next = top > m ? top : m;
+          if (in && j == 0) row_rescale[r] = top > m ? Num<T>::exp2(m - top) : T(1), row_next[r] = next;
+          for (int u = j; in && u < n; u += RG) {
+            const T y = sx[u] + ys[u][r] + lg[u];
+            const T f = step_s[u].mode == 1 && y > Num<T>::neg_inf() ? Num<T>::exp2(y - next) : T(0);
+            yf[u][r] = g_s[u] < T(0) ? -f : f;
+          }
         }
-        __syncthreads();
-        // The factors, in place: a step that adds nothing has X = Y = 0, a NaN step X = NaN and Y = 0, so that
-        // every step is a multiply-add of each entry.
+        // X: a NaN step (mode 2) has X = NaN, so that every step is a multiply-add of each entry.
         for (int x = tid; x < n * C; x += NT) {
           const int u = x / C, q = x % C, mode = step_s[u].mode;
-          xs[u][q] = mode == 1 && sx[u] > Num<T>::neg_inf() ? Num<T>::exp2(xs[u][q] - sx[u])
-                     : mode == 2                            ? Num<T>::nan()
-                                                            : T(0);
+          const T v = (xs[u][q] + k_s[u]) * Num<T>::log2e(), top = sx[u];
+          odd |= mode == 1 && !(v <= top);
+          xf[u][q] = mode == 1 && top > Num<T>::neg_inf() ? Num<T>::exp2(v - top) : mode == 2 ? Num<T>::nan() : T(0);
         }
-        for (int x = tid; x < n * ROWS; x += NT) {
-          const int u = x / ROWS, r = x % ROWS;
-          const T y = sx[u] + ys[u][r] + lg[u];
-          const T f = step_s[u].mode == 1 && y > Num<T>::neg_inf() ? Num<T>::exp2(y - row_scale[r]) : T(0);
-          ys[u][r] = g_s[u] < T(0) ? -f : f;
-        }
-        __syncthreads();
+        if (tid < n) odd |= step_s[tid].odd;
+        if (__syncthreads_or(odd)) {
+          to_entries();
+          factored = false;
+        } else {
+          if (tid % RG == 0 && tid / RG < ROWS) row_scale[tid / RG] = row_next[tid / RG];
 #pragma unroll
-        for (int jr = 0; jr < NR; ++jr) {
-          const T scale = row_rescale[r0 + RSTEP * jr];
+          for (int jr = 0; jr < NR; ++jr) {
+            const T scale = row_rescale[r0 + RSTEP * jr];
 #pragma unroll
-          for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] *= scale;
-        }
-        const T* xp = &xs[0][q0];
-        const T* yp = &ys[0][r0];
+            for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] *= scale;
+          }
+          const T* xp = &xf[0][q0];
+          const T* yp = &yf[0][r0];
 #pragma unroll 2
-        for (int u = 0; u < n; ++u, xp += CQ, yp += RR) {
-          T x[NQ], y[NR];
+          for (int u = 0; u < n; ++u, xp += CQ, yp += RR) {
+            T x[NQ], y[NR];
 #pragma unroll
-          for (int jq = 0; jq < NQ; ++jq) x[jq] = xp[QSTEP * jq];
+            for (int jq = 0; jq < NQ; ++jq) x[jq] = xp[QSTEP * jq];
 #pragma unroll
-          for (int jr = 0; jr < NR; ++jr) y[jr] = yp[RSTEP * jr];
+            for (int jr = 0; jr < NR; ++jr) y[jr] = yp[RSTEP * jr];
 #pragma unroll
-          for (int jr = 0; jr < NR; ++jr)
+            for (int jr = 0; jr < NR; ++jr)
 #pragma unroll
-            for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += x[jq] * y[jr];
+              for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += x[jq] * y[jr];
+          }
+          continue;
         }
-        continue;
       }
     }
 #pragma unroll 1
@@ -299,9 +314,10 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       if (st.mode == 0) continue;
       const T g = st.mode == 2 ? Num<T>::nan() : g_s[u];
       if constexpr (LOG) {
+        const T k = k_s[u];
         T x[NQ], y[NR];
 #pragma unroll
-        for (int jq = 0; jq < NQ; ++jq) x[jq] = xs[u][q0 + QSTEP * jq];
+        for (int jq = 0; jq < NQ; ++jq) x[jq] = (xs[u][q0 + QSTEP * jq] + k) * Num<T>::log2e();
 #pragma unroll
         for (int jr = 0; jr < NR; ++jr) y[jr] = ys[u][r0 + RSTEP * jr];
 #pragma unroll
@@ -317,6 +333,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       }
     }
   }
+  if (LOG && factored) __syncthreads(); // the rows' last scales are written
   // The partial sums in T, the gradient itself in S.
   const long long at = (p.chunks > 1 ? blockIdx.x : group) * (long long)(C * C) + (long long)c0 * C;
 #pragma unroll
