@@ -1,6 +1,7 @@
 """jitbmm.jax against what JAX users write, and against the same kernels through jitbmm.torch, in one process:
-medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) after warm-up calls, and for the
-products also the time a call of calls issued back to back (one wait at the end: the runtimes' latency a call apart),
+medians of synchronised wall times (block_until_ready; torch.cuda.synchronize) after warm-up calls, and for every
+JAX call (and the products' torch calls) also the time a call of calls issued back to back (one wait at the end: the
+runtimes' latency a call apart),
 float32 inputs ~ N(0, 1), everything under jax.jit. Each JAX peer is compiled before it is timed; a peer that runs
 out of memory or takes longer than its budget to compile says so instead of a figure.
 
@@ -122,19 +123,30 @@ def scan_hmm(emissions, transitions, initial):
     return jax.nn.logsumexp(alpha, -1)
 
 
+def wall_and_back_to_back(fn, reps):
+    """A JAX call's synchronised wall time and, in brackets, its time issued back to back, as text."""
+    return f"{guarded(fn, reps)} ({guarded(fn, reps, jax.block_until_ready)})"
+
+
 def hmm(reps):
-    print("HMM value_and_grad of the log-likelihood (ms): jitbmm.jax | lax.scan + logsumexp")
+    print("HMM value_and_grad of the log-likelihood (ms, a synchronised call (calls issued back to back: ms a call)):"
+          " jitbmm.jax | lax.scan + logsumexp")
     for B, T, C in ((32, 512, 64), (512, 32, 512)):
         e, t, i = normal(3, (B, T, C)), normal(4, (C, C)), normal(5, (C,))
         ours = jax.jit(jax.value_and_grad(lambda *x: jj.hmm_log_partition(*x).sum(), argnums=(0, 1, 2)))
         theirs = jax.jit(jax.value_and_grad(lambda *x: scan_hmm(*x).sum(), argnums=(0, 1, 2)))
         # The scan's [B, C, C] terms a step at B = 512, C = 512 (128 Mi a step, 32 steps): run with --scan-all only.
         peer = timed_compile(lambda: theirs(e, t, i), reps) if B * C * C <= 2**24 or SCAN_ALL else "not run"
-        print(f"  {B}x{T}x{C} | {guarded(lambda: ours(e, t, i), reps)} | {peer}", flush=True)
+        print(f"  {B}x{T}x{C} | {wall_and_back_to_back(lambda: ours(e, t, i), reps)} | {peer}", flush=True)
+    # What a synchronised call waits beyond its kernels, for a program of XLA's own about as long on the GPU.
+    x = normal(10, (4096, 4096))
+    own = jax.jit(lambda x: (x @ x).sum())
+    print(f"  runtime alone, XLA's own 4096^2 matmul: {wall_and_back_to_back(lambda: own(x), reps)}", flush=True)
 
 
 def timed_compile(fn, reps, budget_s=120):
-    """A peer's figure, or how long its compile took where that passed the budget (it then is not timed)."""
+    """A peer's figures (wall_and_back_to_back), or how long its compile took where that passed the budget (it then
+    is not timed)."""
     t = time.perf_counter()
     try:
         jax.block_until_ready(fn())
@@ -143,7 +155,7 @@ def timed_compile(fn, reps, budget_s=120):
     first = time.perf_counter() - t
     if first > budget_s:
         return f"first call {first:.0f} s"
-    return guarded(fn, reps)
+    return wall_and_back_to_back(fn, reps)
 
 
 def scan_crf(potentials, lengths):
@@ -158,13 +170,14 @@ def scan_crf(potentials, lengths):
 
 
 def crf(reps):
-    print("CRF log-partition value_and_grad, ragged lengths (ms): jitbmm.jax | masked lax.scan")
+    print("CRF log-partition value_and_grad, ragged lengths (ms, a synchronised call (back to back)): jitbmm.jax | "
+          "masked lax.scan")
     B, T, C = 32, 512, 64
     p = normal(6, (B, T - 1, C, C))
     lengths = jnp.asarray([T - (7 * b) % (T // 2) for b in range(B)])
     ours = jax.jit(jax.value_and_grad(lambda p: jj.chain_log_partition(p, lengths).sum()))
     theirs = jax.jit(jax.value_and_grad(lambda p: scan_crf(p, lengths).sum()))
-    print(f"  {B}x{T}x{C} | {guarded(lambda: ours(p), reps)} | {timed_compile(lambda: theirs(p), reps)}",
+    print(f"  {B}x{T}x{C} | {wall_and_back_to_back(lambda: ours(p), reps)} | {timed_compile(lambda: theirs(p), reps)}",
           flush=True)
 
 
@@ -184,14 +197,15 @@ def scan_viterbi(potentials):
 
 
 def viterbi(reps):
-    print("Viterbi with its path (ms): jitbmm.jax | lax.scan max-plus with backtracking")
+    print("Viterbi with its path (ms, a synchronised call (back to back)): jitbmm.jax | lax.scan max-plus with "
+          "backtracking")
     B, T, C = 32, 512, 64
     p = normal(7, (B, T - 1, C, C))
     ours = jax.jit(jj.chain_viterbi)
     theirs = jax.jit(scan_viterbi)
     same = bool((ours(p)[1] == theirs(p)[1]).all())
-    print(f"  {B}x{T}x{C} | {guarded(lambda: ours(p), reps)} | {timed_compile(lambda: theirs(p), reps)} | "
-          f"paths {'the same' if same else 'differ'}", flush=True)
+    print(f"  {B}x{T}x{C} | {wall_and_back_to_back(lambda: ours(p), reps)} | "
+          f"{timed_compile(lambda: theirs(p), reps)} | paths {'the same' if same else 'differ'}", flush=True)
 
 
 def scan_divergence(p, q, lengths):
@@ -208,8 +222,8 @@ def scan_divergence(p, q, lengths):
 def distributions(reps):
     import torch
     import jitbmm.torch as jt
-    print("CRF entropy and KL, forward + backward, ragged lengths; the 4 best paths' scores and paths (ms): "
-          "jitbmm.jax | jitbmm.torch | autodiff of the masked lax.scan")
+    print("CRF entropy and KL, forward + backward, ragged lengths; the 4 best paths' scores and paths (ms; JAX's: a "
+          "synchronised call (back to back)): jitbmm.jax | jitbmm.torch | autodiff of the masked lax.scan")
     B, T, C = 32, 512, 64
     p, q = normal(8, (B, T - 1, C, C)), normal(9, (B, T - 1, C, C))
     lengths = jnp.asarray([T - (7 * b) % (T // 2) for b in range(B)])
@@ -227,7 +241,8 @@ def distributions(reps):
             torch.autograd.grad(torch_f(tp, tq).sum(), (tp, tq), allow_unused=True)  # the entropy reads p alone
             torch.cuda.synchronize()
 
-        print(f"  {name} {B}x{T}x{C} | {guarded(lambda: step(p, q), reps)} | {guarded(torch_step, reps)} | "
+        print(f"  {name} {B}x{T}x{C} | {wall_and_back_to_back(lambda: step(p, q), reps)} | "
+              f"{guarded(torch_step, reps)} | "
               f"{timed_compile(lambda: peer(p, q), reps)}", flush=True)
     kbest = jax.jit(lambda p: jj.chain_kbest(p, 4, lengths))
 
