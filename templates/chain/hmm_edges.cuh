@@ -248,7 +248,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
     rows_of(i + EB, slot ^ 1);
     if constexpr (LOG) {
       if (factored) {
-        // Each row's scale, raised to the batch's largest exponent where it is larger (its G lanes a share of the
+        // Each row's scale, raised to the batch's largest exponent where it is larger (its RG lanes a share of the
         // steps each), and its factors Y; a step that adds nothing has Y = 0.
         int odd = 0;
         {
