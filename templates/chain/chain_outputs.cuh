@@ -33,6 +33,7 @@ template <class T, int C, int NT, int K, bool BETA> struct ChainOutputs {
   // The score and the path, from the last position's messages m − shift (offset `offset`): the cluster's first
   // block (the others' back-pointers are seen after the last step's barrier). `bad`: a length outside [1, T].
   template <class Op> __device__ __forceinline__ void score(const T* m, T shift, double offset, bool bad) const {
+    __shared__ int last_state;
     if (tid < 32 && !BETA && rank == 0) {
       constexpr int N32 = (C + 31) / 32;
       T x[N32];
@@ -46,14 +47,34 @@ template <class T, int C, int NT, int K, bool BETA> struct ChainOutputs {
         if (p.rel) p.logz[b] = z;
         if (p.path) {
           // A sequence without a path (score −inf) gets −1 throughout; otherwise the back-pointers from its end.
-          int state = v == Num<T>::neg_inf() || bad ? -1 : arg;
-          p.path[b * T_ + L - 1] = state;
-          for (long long t = L - 1; t > 0; --t) {
-            if (state >= 0) state = p.back[(b * T_ + t) * C + state];
-            p.path[b * T_ + t - 1] = state;
-          }
+          last_state = v == Num<T>::neg_inf() || bad ? -1 : arg;
+          p.path[b * T_ + L - 1] = last_state;
         }
       }
+    }
+    if constexpr (Op::kPaths)
+      if (!BETA && rank == 0 && p.path) walk_back(last_state);
+  }
+
+  // The best path before its last state, from the back-pointers: each state is read from the one after it, so one
+  // thread walks them, from shared memory, where the block stages them kPathRows steps at a time (one load each
+  // instead of a dependent load from global memory a step).
+  __device__ __forceinline__ void walk_back(const int& end_state) const {
+    constexpr int kPathRows = (4096 + C - 1) / C;
+    __shared__ unsigned short rows[kPathRows * C];
+    __syncthreads(); // end_state, and the last step's back-pointers
+    int state = end_state;
+    for (long long hi = L - 1; hi > 0; hi -= kPathRows) {
+      const long long lo = hi - kPathRows + 1 > 1 ? hi - kPathRows + 1 : 1, n = (hi - lo + 1) * C;
+      const unsigned short* from = p.back + (b * T_ + lo) * C;
+      for (long long i = tid; i < n; i += NT) rows[i] = from[i];
+      __syncthreads();
+      if (tid == 0)
+        for (long long t = hi; t >= lo; --t) {
+          if (state >= 0) state = rows[(t - lo) * C + state];
+          p.path[b * T_ + t - 1] = state;
+        }
+      __syncthreads(); // the rows read before the next are staged
     }
   }
 
