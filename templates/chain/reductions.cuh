@@ -16,6 +16,14 @@ template <int G, class T, class Op> __device__ __forceinline__ T group_reduce(T 
   return x;
 }
 
+// The ⊕ over a warp of a value that every lane of each group of G lanes holds alike (a group_reduce's result):
+// only the shuffles between groups.
+template <int G, class T, class Op> __device__ __forceinline__ T across_groups(T x, Op op) {
+#pragma unroll
+  for (int o = G; o < 32; o <<= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
 // Each step's reduction of one target state's C terms, N per lane over a group of G lanes: lane l holds the terms
 // of states first, first + G, ... (first = l's index in the group; states ≥ C hold −inf). The result reaches every
 // lane of the group, with the state that won (selecting reductions) in `arg`.

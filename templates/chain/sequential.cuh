@@ -27,13 +27,26 @@
 
 namespace jb {
 
+// The largest of n values in shared memory (NaN wins). Every warp of a block reads them after the step's barrier, so
+// the depth of the comparisons is on each step's path: up to 16 (a block's warps) by a tree, more (a cluster's) in
+// turn, as a tree of them would hold them all in registers at once.
+template <class T, int n> __device__ __forceinline__ T largest(const T* x) {
+  if constexpr (n == 1) {
+    return x[0];
+  } else if constexpr (n > 16) {
+    T o = x[0];
+#pragma unroll
+    for (int i = 1; i < n; ++i) o = Num<T>::max(o, x[i]);
+    return o;
+  } else {
+    return Num<T>::max(largest<T, n / 2>(x), largest<T, n - n / 2>(x + n / 2));
+  }
+}
+
 // The largest of the per-warp maxima a step left (its shift; 0 where it is not finite: all −inf, +inf or NaN keep
 // their values unshifted).
 template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* warp_max) {
-  T o = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < WARPS; ++w) o = Num<T>::max(o, warp_max[w]);
-  return finite_or_zero(o);
+  return finite_or_zero(largest<T, WARPS>(warp_max));
 }
 
 // The forward: score[b], and what the caller asked for of saved (rel, offset, logz), alpha and the best path.
@@ -170,7 +183,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
         best = Num<T>::max(best, v);
       }
     }
-    best = group_reduce<32>(best, [](T x, T y) { return Num<T>::max(x, y); });
+    best = across_groups<G>(best, [](T x, T y) { return Num<T>::max(x, y); });
     if (tid % 32 == 0) {
       T* slot = &warp_max[to][rank * WARPS + tid / 32];
       *slot = best;
