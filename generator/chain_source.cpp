@@ -27,7 +27,8 @@ bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 int block_states(int C, const ChainLoop& l) { return (C + l.cluster - 1) / l.cluster; }
 
 // A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round, or
-// with `prefetch` every round's terms twice (this step's and the next's), in 32-bit words, plus the loop's own
+// with `prefetch` every round's terms twice (this step's and the next's; three times where jb::chain_loads_deep;
+// the HMM form's transitions once, and a step's emissions), in 32-bit words, plus the loop's own
 // (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors; max_plus's winning
 // states; a cluster's rank, bounds and remote addresses: found by compiling every state count the tests use).
 int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
@@ -36,9 +37,10 @@ int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
   const int words = dtype_info(s.dtype).acc_bytes / 4;
   // The HMM form's transitions stay the same along the chain: one buffer of them, and a step's emissions.
   const bool hmm = s.form == ChainForm::hmm;
-  return words * (n + (prefetch ? (hmm ? 1 : 2) * rounds * n + (hmm ? rounds : 0) : n)) + n +
-         (words == 2 ? 64 : 40) + (prefetch ? 0 : hmm ? 40 : 24) + (s.semiring == Semiring::max_plus ? 12 : 0) +
-         (l.cluster > 1 ? 12 : 0);
+  const int steps = hmm ? 1 : jb::chain_loads_deep(s.semiring == Semiring::log, hmm, s.C, l.cluster) ? 3 : 2;
+  const int ring = prefetch ? 0 : hmm ? 40 : 24;
+  return words * (n + (prefetch ? steps * rounds * n + (hmm ? rounds : 0) : n)) + n + (words == 2 ? 64 : 40) + ring +
+         (s.semiring == Semiring::max_plus ? 12 : 0) + (l.cluster > 1 ? 12 : 0);
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }

@@ -110,6 +110,15 @@ JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long ch
   return transitions > lines ? transitions : lines;
 }
 
+// Whether a sequential loop that holds its steps' potentials in registers (templates/chain/sequential.cuh) loads them
+// two steps ahead, three steps' in registers, and asks L2 for them further ahead: the CRF form's log in one block per
+// sequence of 64 to 128 states, where a step's reads on one SM wait for memory (measured on an H100: at 32 states
+// and in clusters it was slower, and Viterbi's forward did not gain). Elsewhere a step ahead, two steps' in
+// registers.
+JB_HD constexpr bool chain_loads_deep(bool log, bool hmm, int states, int cluster) {
+  return log && !hmm && cluster == 1 && states >= 64 && states <= 128;
+}
+
 // The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at
 // a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources. Enumerators, not
 // constexpr variables: NVRTC would emit those as globals in every chain module.

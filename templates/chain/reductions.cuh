@@ -30,6 +30,7 @@ template <int G, class T, class Op> __device__ __forceinline__ T across_groups(T
 //
 // log: log Σ exp, exact to the dtype: NaN anywhere gives NaN, a +inf term (without NaN) +inf, all −inf −inf.
 template <class T> struct ChainLog {
+  static constexpr bool kLog = true;
   static constexpr bool kPaths = false; // whether a forward may write the best path from its back-pointers
   template <int G, int N> static __device__ __forceinline__ T reduce(const T (&x)[N], int, int& arg) {
     T m = x[0];
@@ -50,6 +51,7 @@ template <class T> struct ChainLog {
 // max_plus: the maximum and the smallest state reaching it; NaN wins (the smallest state holding NaN): the bmm
 // argmax's order, select_beats.
 template <class T> struct ChainMax {
+  static constexpr bool kLog = false;
   static constexpr bool kPaths = true;
   static __device__ __forceinline__ bool beats(T a, int i, T b, int j) { return select_beats<MaxPlusOp<T>>(a, i, b, j); }
   template <int G, int N> static __device__ __forceinline__ T reduce(const T (&x)[N], int first, int& arg) {

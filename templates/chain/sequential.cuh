@@ -139,8 +139,12 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   terms.prime();
 
   // Step t (positions t → t + 1) reduces the potentials in `use` (with PREFETCH; else the loader brings them round
-  // by round) and loads step t + 1's into `fill`. The loop runs two steps an iteration with the buffers swapped, so
-  // no copy waits for the loads: they land while the block synchronises and the next step starts.
+  // by round) and loads a later step's into `fill`: step t + 1's, the loop running two steps an iteration with the
+  // buffers swapped, so no copy waits for the loads (the HMM form's transitions stay in one buffer); or, where
+  // chain_loads_deep, step t + 2's, the loop running three steps an iteration with the buffers rotated, and step t +
+  // kL2Steps's asked of L2, so that those loads find their lines there.
+  constexpr bool DEEP = PREFETCH && !HMM && chain_loads_deep(Op::kLog, HMM, C, K);
+  constexpr long long kL2Steps = 4;
   using Buffer = typename Terms::Buffer;
   double offset = 0;
   auto step = [&](long long t, Buffer& use, Buffer& fill) {
@@ -158,7 +162,9 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     if (HMM && PREFETCH)
 #pragma unroll
       for (int r = 0; r < ROUNDS; ++r) e[r] = target(r) < C ? emission(reached, target(r)) : T(0);
-    if (PREFETCH && !HMM && t + 2 < L) terms.ahead(t + 1, fill);
+    if (PREFETCH && !HMM && !DEEP && t + 2 < L) terms.ahead(t + 1, fill);
+    if (DEEP && t + 3 < L) terms.ahead(t + 2, fill);
+    if (DEEP && t + kL2Steps + 1 < L) terms.to_l2(t + kL2Steps, tid);
     T best = Num<T>::neg_inf();
     // Without PREFETCH every round loads its own terms: two at a time overlap their loads without the registers
     // of every round at once (one at a time for HMM's widest rounds of doubles, which two would spill).
@@ -193,11 +199,21 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     if (EMIT_SHARED) copy_wait<(STAGES > 1 ? (ROUNDS < STAGES - 1 ? ROUNDS : STAGES - 1) : 0)>();
     share.sync();
   };
-  Buffer even, odd;
-  if (PREFETCH && L > 1) terms.ahead(0, even);
-  for (long long t = 0; t + 1 < L; t += 2) {
-    step(t, even, odd);
-    if (t + 2 < L) step(t + 1, HMM ? even : odd, even);
+  Buffer b0, b1, b2;
+  if (PREFETCH && L > 1) terms.ahead(0, b0);
+  if constexpr (DEEP) {
+    if (L > 2) terms.ahead(1, b1);
+    for (long long s = 2; s < kL2Steps && s + 1 < L; ++s) terms.to_l2(s, tid); // the steps before the loop's first
+    for (long long t = 0; t + 1 < L; t += 3) {
+      step(t, b0, b2);
+      if (t + 2 < L) step(t + 1, b1, b0);
+      if (t + 3 < L) step(t + 2, b2, b1);
+    }
+  } else {
+    for (long long t = 0; t + 1 < L; t += 2) {
+      step(t, b0, b1);
+      if (t + 2 < L) step(t + 1, HMM ? b0 : b1, b0);
+    }
   }
 
   const int last = int((L - 1) & 1);

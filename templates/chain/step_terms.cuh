@@ -63,6 +63,21 @@ template <class S, int C, int NT, int G, int GROUPS, int ROUNDS, bool PREFETCH, 
       w[k] = c < C && q < C ? at[(long long)q * s_from] : none;
     }
   }
+  // Step t's C × C potentials into L2, where one of their two axes is contiguous (nothing otherwise): a line of 128
+  // bytes per thread, each row's lines and its last byte's. Issued some steps ahead, so that the loads of ahead()
+  // wait for L2 rather than for memory.
+  __device__ __forceinline__ void to_l2(long long t, int tid) const {
+    constexpr int kParts = (C * int(sizeof(S)) + 127) / 128 + 1;
+    const bool by_from = s_from == 1;
+    if (!by_from && s_to != 1) return;
+    const char* const step = reinterpret_cast<const char*>(pot + (BETA ? L - 2 - t : t) * s_t);
+    for (int i = tid; i < C * kParts; i += NT) {
+      const int line = i / kParts, part = i % kParts;
+      const long long at = (long long)line * (by_from ? s_to : s_from) * (long long)sizeof(S);
+      const int offset = part + 1 < kParts ? part * 128 : C * int(sizeof(S)) - 1;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(step + at + offset));
+    }
+  }
   __device__ __forceinline__ void fetch() {
     if (fetch_t + 1 < L) {
       const int c = target(fetch_r);
