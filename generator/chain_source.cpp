@@ -61,10 +61,11 @@ constexpr unsigned kDefaultSharedLimit = 227 * 1024;
 
 // A bound of the static shared memory of a loop's kernel (templates/chain/sequential.cuh: a step's messages and every
 // warp's maxima, [2][C] and [2][cluster · warps]; twice in the saving forward, whose blocks of both kinds are one
-// kernel), with room for what the compiler adds.
+// kernel; max_plus's staged back-pointers), with room for what the compiler adds.
 unsigned static_shared_bound(const ChainSpec& s, const ChainLoop& l) {
   const unsigned acc = unsigned(dtype_info(s.dtype).acc_bytes);
-  return 2 * (2 * unsigned(s.C) * acc + 2 * unsigned(l.cluster) * unsigned(l.threads / 32) * acc) + 1024;
+  const unsigned path = s.semiring == Semiring::max_plus ? jb::chain_path_bytes(s.C) : 0;
+  return 2 * (2 * unsigned(s.C) * acc + 2 * unsigned(l.cluster) * unsigned(l.threads / 32) * acc) + path + 1024;
 }
 
 // The HMM form's two steps' emissions in dynamic shared memory, where the loop does not keep its terms in registers.

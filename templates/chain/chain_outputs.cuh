@@ -57,10 +57,10 @@ template <class T, int C, int NT, int K, bool BETA> struct ChainOutputs {
   }
 
   // The best path before its last state, from the back-pointers: each state is read from the one after it, so one
-  // thread walks them, from shared memory, where the block stages them kPathRows steps at a time (one load each
-  // instead of a dependent load from global memory a step).
+  // thread walks them, from shared memory, where the block stages them chain_path_rows steps at a time (one load
+  // each instead of a dependent load from global memory a step).
   __device__ __forceinline__ void walk_back(const int& end_state) const {
-    constexpr int kPathRows = (4096 + C - 1) / C;
+    constexpr int kPathRows = chain_path_rows(C);
     __shared__ unsigned short rows[kPathRows * C];
     __syncthreads(); // end_state, and the last step's back-pointers
     int state = end_state;

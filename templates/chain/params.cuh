@@ -110,6 +110,11 @@ JB_HD constexpr long long hmm_reduce_threads(long long transitions, long long ch
   return transitions > lines ? transitions : lines;
 }
 
+// Viterbi's back-pointers a sequential forward stages in shared memory at a time to walk its best path
+// (templates/chain/chain_outputs.cuh): whole steps of C states, about 4096; and their bytes (16-bit each).
+JB_HD constexpr int chain_path_rows(int states) { return (4096 + states - 1) / states; }
+JB_HD constexpr unsigned chain_path_bytes(int states) { return 2u * unsigned(chain_path_rows(states) * states); }
+
 // Whether a sequential loop that holds its steps' potentials in registers (templates/chain/sequential.cuh) loads them
 // two steps ahead, three steps' in registers, and asks L2 for them further ahead: the CRF form's log in one block per
 // sequence of 64 to 128 states, where a step's reads on one SM wait for memory (measured on an H100: at 32 states
