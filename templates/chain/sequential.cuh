@@ -203,7 +203,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   if (PREFETCH && L > 1) terms.ahead(0, b0);
   if constexpr (DEEP) {
     if (L > 2) terms.ahead(1, b1);
-    for (long long s = 2; s < kL2Steps && s + 1 < L; ++s) terms.to_l2(s, tid); // the steps before the loop's first
+    for (long long s = 2; s < kL2Steps && s + 1 < L; ++s) terms.to_l2(s, tid); // the loop asks from step kL2Steps
     for (long long t = 0; t + 1 < L; t += 3) {
       step(t, b0, b2);
       if (t + 2 < L) step(t + 1, b1, b0);
