@@ -133,7 +133,7 @@ __device__ __forceinline__ void hmm_line_sums(long long n, long long first_line,
 // sequences' reads in flight a lane: each is a row's messages, emission and offsets). With NODES_FIRST (the sequential
 // kernels, whose main entry has written grad_emissions by hmm_node before this launch) and grad_emissions asked for
 // in the accumulator's own type, each value is read back from grad_emissions' first position instead: the same
-// value, one load, eight in flight.
+// value, one load, sixteen in flight (a block's line of sums waits for memory once per round of them).
 template <class S, bool LOG, bool NODES_FIRST>
 __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long long n, int C, long long first_line) {
   using T = typename Acc<S>::type;
@@ -144,7 +144,7 @@ __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long lon
   auto write = [&](long long j, T v) { static_cast<S*>(p.grad_initial)[j] = from_acc<S>(v); };
   if (NODES_FIRST && sizeof(S) == sizeof(T) && p.grad_emissions) {
     const S* nodes = static_cast<const S*>(p.grad_emissions);
-    hmm_line_sums<T, 8>(
+    hmm_line_sums<T, 16>(
         n, first_line, items, [&](long long j, long long b) { return to_acc(nodes[b * p.T * C + j % C]); }, write);
     return;
   }
@@ -158,10 +158,10 @@ __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long lon
 }
 
 // What the edges left to finish: the transitions' gradient as the sum of each group's chunks in order (with more
-// than one chunk): from kHmmLineChunks chunks a block to each line of entries (hmm_line_sums), a thread an element
-// below that; and the initial table's gradient (hmm_initial_grads) in the lines after the transitions' (their blocks
-// apart where the launch has blocks for both: hmm_reduce_threads). CT > 0: the sequential kernels' (C = CT), whose
-// main entry runs first; 0: the stepped strategy's one module (C = p.states).
+// than one chunk): from kHmmLineChunks chunks a block to each line of entries (hmm_line_sums, eight chunks' reads in
+// flight a lane), a thread an element below that; and the initial table's gradient (hmm_initial_grads) in the lines
+// after the transitions' (their blocks apart where the launch has blocks for both: hmm_reduce_threads). CT > 0: the
+// sequential kernels' (C = CT), whose main entry runs first; 0: the stepped strategy's one module (C = p.states).
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long C = CT > 0 ? CT : p.states; // as hmm_nodes
@@ -176,7 +176,7 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(
   auto write = [&](long long i, T v) { static_cast<S*>(p.grad)[i] = from_acc<S>(v); };
   long long lines = 0; // the transitions' lines before the initial table's
   if (p.chunks >= kHmmLineChunks) {
-    hmm_line_sums<T, 4>(
+    hmm_line_sums<T, 8>(
         n_trans, blockIdx.x, [&](long long, long long& first, long long& end) { first = 0, end = p.chunks; }, partial,
         write);
     lines = (n_trans + kHmmLanes - 1) / kHmmLanes;

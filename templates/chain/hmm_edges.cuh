@@ -32,13 +32,64 @@ namespace jb {
 // The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages.
 enum EdgeLoads : int { kEdgeLoads = 4 };
 
-// Values 0 to count − 1 into shared memory, store(x, load(x)), by a block of NT threads with kEdgeLoads loads a thread
+// V consecutive values of T, moved as one load or store of V · sizeof(T) bytes (at most 16): a step's messages are
+// staged, and its factors read, a vector at a time rather than a value at a time, which would spend more instructions
+// on addresses than on the sums.
+template <class T, int V> struct EdgeVec { T v[V]; };
+template <class T, int V> struct EdgeWord;
+template <> struct EdgeWord<float, 1> { using type = float; };
+template <> struct EdgeWord<float, 2> { using type = float2; };
+template <> struct EdgeWord<float, 4> { using type = float4; };
+template <> struct EdgeWord<double, 1> { using type = double; };
+template <> struct EdgeWord<double, 2> { using type = double2; };
+// The widest such vector of T whose length divides n.
+template <class T> JB_HD constexpr int edge_width(int n) {
+  return sizeof(T) == 4 && n % 4 == 0 ? 4 : sizeof(T) <= 8 && n % 2 == 0 ? 2 : 1;
+}
+// The V values at `at` (aligned to V · sizeof(T) bytes).
+template <class T, int V> __device__ __forceinline__ EdgeVec<T, V> edge_load(const T* at) {
+  using W = typename EdgeWord<T, V>::type;
+  const W w = *reinterpret_cast<const W*>(at);
+  EdgeVec<T, V> r;
+  if constexpr (V == 1) {
+    r.v[0] = w;
+  } else if constexpr (V == 2) {
+    r.v[0] = w.x, r.v[1] = w.y;
+  } else {
+    r.v[0] = w.x, r.v[1] = w.y, r.v[2] = w.z, r.v[3] = w.w;
+  }
+  return r;
+}
+template <class T, int V> __device__ __forceinline__ void edge_store(T* at, const EdgeVec<T, V>& r) {
+  using W = typename EdgeWord<T, V>::type;
+  W w;
+  if constexpr (V == 1) {
+    w = r.v[0];
+  } else if constexpr (V == 2) {
+    w.x = r.v[0], w.y = r.v[1];
+  } else {
+    w.x = r.v[0], w.y = r.v[1], w.z = r.v[2], w.w = r.v[3];
+  }
+  *reinterpret_cast<W*>(at) = w;
+}
+// N consecutive values at `at` (aligned to the widest vector whose length divides N) into v.
+template <class T, int N> __device__ __forceinline__ void edge_read(const T* at, T (&v)[N]) {
+  constexpr int V = edge_width<T>(N);
+#pragma unroll
+  for (int k = 0; k < N; k += V) {
+    const EdgeVec<T, V> w = edge_load<T, V>(at + k);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[k + j] = w.v[j];
+  }
+}
+
+// Items 0 to count − 1 into shared memory, store(x, load(x)), by a block of NT threads with kEdgeLoads loads a thread
 // in flight before any is stored (a store waits for its load); a clamped index keeps the loads unconditional and in
 // range.
-template <int NT, class T, class Load, class Store>
+template <int NT, class Load, class Store>
 __device__ __forceinline__ void edge_stage(int count, Load load, Store store) {
   for (int x0 = threadIdx.x; x0 < count; x0 += kEdgeLoads * NT) {
-    T v[kEdgeLoads];
+    decltype(load(0)) v[kEdgeLoads];
 #pragma unroll
     for (int k = 0; k < kEdgeLoads; ++k) v[k] = load(x0 + k * NT < count ? x0 + k * NT : count - 1);
 #pragma unroll
@@ -69,9 +120,9 @@ template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
 }
 
 // How a block's NT threads hold its tile of ROWS rows × C sources: a warp's lanes as LQ sources by LR rows, the
-// warps as WQ blocks of sources by WR blocks of rows, so that a thread holds NR rows × NQ sources whose indices are
-// its lane's and warp's plus constants. A step's factors are then NQ + NR reads of shared memory for NQ · NR
-// multiply-adds, and a warp writes lines of consecutive sources.
+// warps as WQ blocks of sources by WR blocks of rows, so that a thread holds NR consecutive rows × NQ consecutive
+// sources. A step's factors are then a thread's vector reads of shared memory (edge_read) for NQ · NR multiply-adds,
+// and the lanes of a warp read consecutive sources, with the same rows where LR is 1.
 JB_HD constexpr int edge_pow2_at_most(int x) { return x >= 16 ? 16 : x >= 8 ? 8 : x >= 4 ? 4 : x >= 2 ? 2 : 1; }
 template <int C, int NT, int ROWS> struct EdgeTile {
   enum : int {
@@ -88,11 +139,11 @@ template <int C, int NT, int ROWS> struct EdgeTile {
     NQ = (C + LQ * WQ - 1) / (LQ * WQ),
     NR = (ROWS + LR * WR - 1) / (LR * WR)
   };
-  int lq, lr, wq, wr;
+  int q0, r0; // the thread's first source and row
   __device__ __forceinline__ EdgeTile(int tid)
-      : lq(tid % 32 % LQ), lr(tid % 32 / LQ), wq(tid / 32 % WQ), wr(tid / 32 / WQ) {}
-  __device__ __forceinline__ int q(int jq) const { return lq + LQ * (wq + WQ * jq); }
-  __device__ __forceinline__ int r(int jr) const { return lr + LR * (wr + WR * jr); }
+      : q0((tid % 32 % LQ + LQ * (tid / 32 % WQ)) * NQ), r0((tid % 32 / LQ + LR * (tid / 32 / WQ)) * NR) {}
+  __device__ __forceinline__ int q(int jq) const { return q0 + jq; }
+  __device__ __forceinline__ int r(int jr) const { return r0 + jr; }
 };
 
 // Block (x, y) = (group · chunks + chunk, tile) sums the steps [chunk · p.chunk, (chunk + 1) · p.chunk) of its group
@@ -108,15 +159,26 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   // The tile's sources and rows as the threads hold them (CQ ≥ C, RR ≥ ROWS): the staged values' rows are that
   // long, so that a thread reads its NQ (NR) of a step at its own index plus constants; the padding holds 0.
   constexpr int NQ = Tile::NQ, NR = Tile::NR, CQ = NQ * Tile::LQ * Tile::WQ, RR = NR * Tile::LR * Tile::WR;
+  // The backward's staged rows lie RP apart, a 16-byte vector past RR: the lanes that form a row's scale and factors
+  // read one row of several steps at once, which RR apart (a multiple of 32 banks) would all fall on one bank.
+  constexpr int RP = RR + 16 / int(sizeof(T));
   // The staged values and their factors take at most 40 KiB.
-  constexpr int STAGED = 20480 / ((CQ + RR) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
+  constexpr int STAGED = 20480 / ((CQ + RP) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
   // The rows' scales and factors: RG lanes a row (a power of two, at most 16), each a share of the batch's steps.
   constexpr int RG = edge_pow2_at_most(NT / ROWS);
+  // A step's messages are staged, and their factors formed, VS at a time: a vector's length that divides both C and
+  // ROWS, so that every vector of a step's messages, the forward's and its tile's share of the backward's, starts
+  // aligned to its size (the saved messages start so: chain_plan's kSavedAlignment).
+  constexpr int VS = edge_width<T>(C) < edge_width<T>(ROWS) ? edge_width<T>(C) : edge_width<T>(ROWS);
+  constexpr int XV = C / VS, YV = ROWS / VS; // a step's vectors of each
   static_assert(NT % 32 == 0 && ROWS <= NT, "whole warps; a row's lanes");
+  static_assert(CQ % VS == 0 && RR % VS == 0 && CQ % NQ == 0 && RR % NR == 0, "rows of whole vectors");
   // Staged as loaded: x (the forward's relative messages) and y (the backward's, in log2 units).
-  __shared__ T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RR : 1];
-  __shared__ T xf[LOG ? EB : 1][LOG ? CQ : 1], yf[LOG ? EB : 1][LOG ? RR : 1]; // their factors X and Y
-  __shared__ T sx[EB], g_s[EB], lg[EB], k_s[EB];
+  __shared__ __align__(16) T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RP : 1];
+  __shared__ __align__(16) T xf[LOG ? EB : 1][LOG ? CQ : 1], yf[LOG ? EB : 1][LOG ? RP : 1]; // their factors X and Y
+  // A step's scalars: k·log2 e, grad_score, k, and w = k·log2 e + log2 |grad_score| where the step is summed (mode
+  // 1), NaN where it adds nothing (a NaN w of a summed step makes it odd, which leaves the factors' sums anyway).
+  __shared__ T sx[EB], g_s[EB], w_s[EB], k_s[EB];
   __shared__ EdgeStep step_s[EB];
   __shared__ long long seq_s[2][EB], row_s[2][EB]; // a batch's steps' sequences and rows b·T + t, two batches apart
   __shared__ T row_scale[RR], row_next[RR], row_rescale[RR];
@@ -129,8 +191,6 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   const long long steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
   const long long i0 = chunk * p.chunk, i1 = i0 + p.chunk < steps ? i0 + p.chunk : steps;
   auto row_in = [&](int jr) { return tile.r(jr) < ROWS && c0 + tile.r(jr) < C; };
-  constexpr int QSTEP = Tile::LQ * Tile::WQ, RSTEP = Tile::LR * Tile::WR; // a thread's sources' and rows' spacing
-  const int q0 = tile.q(0), r0 = tile.r(0);
   // The sequences and rows of the batch from step i, into slot `slot`.
   auto rows_of = [&](long long i, int slot) {
     if (tid < EB && i + tid < i1) {
@@ -195,7 +255,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
 #pragma unroll
     for (int jr = 0; jr < NR; ++jr)
 #pragma unroll
-      for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = edge_entry(acc[jr][jq], a[jr][jq], row_scale[r0 + RSTEP * jr]);
+      for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = edge_entry(acc[jr][jq], a[jr][jq], row_scale[tile.r(jr)]);
   };
 
   int slot = 0;
@@ -213,7 +273,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
         const T k = T(p.offset[at] + p.beta_offset[at + 1] - s.z), g_abs = s.g < T(0) ? -s.g : s.g;
         k_s[tid] = k;
         sx[tid] = k * Num<T>::log2e();
-        lg[tid] = Num<T>::log2(g_abs);
+        w_s[tid] = st.mode == 1 ? k * Num<T>::log2e() + Num<T>::log2(g_abs) : Num<T>::nan();
         st.odd = st.mode == 1 && !(g_abs < Num<T>::inf() && k * Num<T>::log2e() < Num<T>::inf());
       } else if (st.mode == 1) {
         st.to = p.path[at + 1];
@@ -227,19 +287,22 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       const T* rel = static_cast<const T*>(p.rel);
       const T* beta = static_cast<const T*>(p.beta_rel);
       const long long* rows = row_s[slot];
-      edge_stage<NT, T>(
-          n * (C + ROWS),
+      // A step's C forward messages as XV vectors, then its tile's ROWS backward ones as YV (rows past C: −inf).
+      edge_stage<NT>(
+          n * (XV + YV),
           [&](int x) {
-            if (x < n * C) return rel[rows[x / C] * C + x % C];
-            const int u = (x - n * C) / ROWS, r = (x - n * C) % ROWS;
-            return beta[(rows[u] + 1) * C + (c0 + r < C ? c0 + r : C - 1)];
+            if (x < n * XV) return edge_load<T, VS>(rel + rows[x / XV] * C + x % XV * VS);
+            const int u = (x - n * XV) / YV, r = c0 + (x - n * XV) % YV * VS;
+            return edge_load<T, VS>(beta + (rows[u] + 1) * C + (r < C ? r : C - VS));
           },
-          [&](int x, T v) {
-            if (x < n * C) {
-              xs[x / C][x % C] = v;
+          [&](int x, EdgeVec<T, VS> v) {
+            if (x < n * XV) {
+              edge_store<T, VS>(&xs[x / XV][x % XV * VS], v);
             } else {
-              const int u = (x - n * C) / ROWS, r = (x - n * C) % ROWS;
-              ys[u][r] = c0 + r < C ? v * Num<T>::log2e() : Num<T>::neg_inf();
+              const int u = (x - n * XV) / YV, r = (x - n * XV) % YV * VS;
+#pragma unroll
+              for (int j = 0; j < VS; ++j) v.v[j] = c0 + r < C ? v.v[j] * Num<T>::log2e() : Num<T>::neg_inf();
+              edge_store<T, VS>(&ys[u][r], v);
             }
           });
     }
@@ -256,27 +319,36 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
           const bool in = r < ROWS;
           const T m = in ? row_scale[r] : T(0);
           T top = Num<T>::neg_inf();
-          for (int u = j; in && u < n; u += RG)
-            if (step_s[u].mode == 1) {
+          for (int u = j; in && u < n; u += RG) {
+            const T w = w_s[u];
+            if (w == w) {
               const T y = ys[u][r];
               odd |= y != y || y == Num<T>::inf();
-              top = Num<T>::max(top, sx[u] + y + lg[u]);
+              top = Num<T>::max(top, w + y);
             }
+          }
           top = group_reduce<RG>(top, [](T x, T y) { return Num<T>::max(x, y); });
           const T next = top > m ? top : m;
           if (in && j == 0) row_rescale[r] = top > m ? Num<T>::exp2(m - top) : T(1), row_next[r] = next;
           for (int u = j; in && u < n; u += RG) {
-            const T y = sx[u] + ys[u][r] + lg[u];
-            const T f = step_s[u].mode == 1 && y > Num<T>::neg_inf() ? Num<T>::exp2(y - next) : T(0);
+            const T w = w_s[u], y = w + ys[u][r];
+            const T f = w == w && y > Num<T>::neg_inf() ? Num<T>::exp2(y - next) : T(0);
             yf[u][r] = g_s[u] < T(0) ? -f : f;
           }
         }
-        // X: a NaN step (mode 2) has X = NaN, so that every step is a multiply-add of each entry.
-        for (int x = tid; x < n * C; x += NT) {
-          const int u = x / C, q = x % C, mode = step_s[u].mode;
-          const T v = (xs[u][q] + k_s[u]) * Num<T>::log2e(), top = sx[u];
-          odd |= mode == 1 && !(v <= top);
-          xf[u][q] = mode == 1 && top > Num<T>::neg_inf() ? Num<T>::exp2(v - top) : mode == 2 ? Num<T>::nan() : T(0);
+        // X, VS at a time: a NaN step (mode 2) has X = NaN, so that every step is a multiply-add of each entry.
+        for (int x = tid; x < n * XV; x += NT) {
+          const int u = x / XV, q = x % XV * VS, mode = step_s[u].mode;
+          const T top = sx[u], k = k_s[u];
+          const EdgeVec<T, VS> v = edge_load<T, VS>(&xs[u][q]);
+          EdgeVec<T, VS> f;
+#pragma unroll
+          for (int j = 0; j < VS; ++j) {
+            const T e = (v.v[j] + k) * Num<T>::log2e();
+            odd |= mode == 1 && !(e <= top);
+            f.v[j] = mode == 1 && top > Num<T>::neg_inf() ? Num<T>::exp2(e - top) : mode == 2 ? Num<T>::nan() : T(0);
+          }
+          edge_store<T, VS>(&xf[u][q], f);
         }
         if (tid < n) odd |= step_s[tid].odd;
         if (__syncthreads_or(odd)) {
@@ -286,19 +358,17 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
           if (tid % RG == 0 && tid / RG < ROWS) row_scale[tid / RG] = row_next[tid / RG];
 #pragma unroll
           for (int jr = 0; jr < NR; ++jr) {
-            const T scale = row_rescale[r0 + RSTEP * jr];
+            const T scale = row_rescale[tile.r(jr)];
 #pragma unroll
             for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] *= scale;
           }
-          const T* xp = &xf[0][q0];
-          const T* yp = &yf[0][r0];
+          const T* xp = &xf[0][tile.q0];
+          const T* yp = &yf[0][tile.r0];
 #pragma unroll 2
-          for (int u = 0; u < n; ++u, xp += CQ, yp += RR) {
+          for (int u = 0; u < n; ++u, xp += CQ, yp += RP) {
             T x[NQ], y[NR];
-#pragma unroll
-            for (int jq = 0; jq < NQ; ++jq) x[jq] = xp[QSTEP * jq];
-#pragma unroll
-            for (int jr = 0; jr < NR; ++jr) y[jr] = yp[RSTEP * jr];
+            edge_read(xp, x);
+            edge_read(yp, y);
 #pragma unroll
             for (int jr = 0; jr < NR; ++jr)
 #pragma unroll
@@ -316,10 +386,10 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       if constexpr (LOG) {
         const T k = k_s[u];
         T x[NQ], y[NR];
+        edge_read(&xs[u][tile.q0], x);
+        edge_read(&ys[u][tile.r0], y);
 #pragma unroll
-        for (int jq = 0; jq < NQ; ++jq) x[jq] = (xs[u][q0 + QSTEP * jq] + k) * Num<T>::log2e();
-#pragma unroll
-        for (int jr = 0; jr < NR; ++jr) y[jr] = ys[u][r0 + RSTEP * jr];
+        for (int jq = 0; jq < NQ; ++jq) x[jq] = (x[jq] + k) * Num<T>::log2e();
 #pragma unroll
         for (int jr = 0; jr < NR; ++jr)
 #pragma unroll
