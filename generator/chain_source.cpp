@@ -9,6 +9,7 @@
 
 #include "jitbmm/version.hpp"
 #include "templates/chain/chunk_params.cuh"
+#include "templates/chain/edge_params.cuh"
 #include "templates/chain/params.cuh"
 
 namespace jitbmm {
@@ -378,10 +379,9 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
   } else if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
     header = "chain/hmm_edges.cuh";
     entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
-    // The edges' blocks hold their entries' sums and transitions in registers: three an SM where the accumulator is
-    // f32, as SequentialChain::edge_split sizes their grid, one in f64 (whose registers would spill in fewer than
-    // about 180 a thread).
-    const int edge_blocks = dtype_info(s.dtype).wide_acc() ? 1 : 3;
+    // The edges' blocks hold their entries' sums and transitions in registers, compiled for as many an SM as
+    // SequentialChain::edge_split sizes their grid for (edge_blocks_per_sm).
+    const int edge_blocks = jb::edge_blocks_per_sm(s.edge_threads(), dtype_info(s.dtype).acc_bytes);
     entries.push_back({"_edges", s.edge_threads(), edge_blocks,
                        call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
     entries.push_back({"_reduce", jb::kHmmReduceThreads, 1, call("hmm_reduce", {type, log_flag, C})});

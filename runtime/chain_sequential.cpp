@@ -13,6 +13,7 @@
 #include "runtime/scratch.hpp"
 #include "runtime/tuner/build_ahead.hpp"
 #include "support/checked_size.hpp"
+#include "templates/chain/edge_params.cuh"
 
 namespace jitbmm {
 
@@ -121,9 +122,14 @@ SequentialChain::EdgeSplit SequentialChain::edge_split() const {
   e.groups = p.batched_transitions ? p.B : 1;
   e.steps = p.batched_transitions ? p.T - 1 : p.B * (p.T - 1);
   e.tiles = (p.C + spec_.edge_rows() - 1) / spec_.edge_rows();
-  // About one wave of blocks where three fit an SM (the f32 kernel at 64 states does): a second, partial wave's
-  // ranges of steps would each stage and set up as much as a whole range for a fraction of its sums.
-  const int64_t blocks = 3 * int64_t(std::max(1, device_->sm_count));
+  // One wave of blocks, as many an SM as the entry is compiled for and its shared memory lets the SM hold: a second,
+  // partial wave's ranges of steps would each stage and set up as much as a whole range for a fraction of its sums.
+  const int acc = dtype_info(p.dtype).acc_bytes, threads = spec_.edge_threads();
+  const unsigned shared = jb::edge_shape(int(p.C), threads, spec_.edge_rows(), acc).shared;
+  int per_sm = jb::edge_blocks_per_sm(threads, acc);
+  // The driver reserves 1 KiB of each block's shared memory; an unknown size (0) leaves the count as compiled.
+  if (device_->max_shared_per_sm > 0) per_sm = std::min<int>(per_sm, device_->max_shared_per_sm / (shared + 1024));
+  const int64_t blocks = int64_t(std::max(1, per_sm)) * std::max(1, device_->sm_count);
   const int64_t per_chunk = std::max<int64_t>(1, e.groups * e.tiles); // blocks per range of steps (B may be 0)
   const int64_t wanted = std::max<int64_t>(1, (blocks + per_chunk - 1) / per_chunk);
   // A range of fewer than 8 steps would stage more than it sums. Each table holds at most 2^62 bytes

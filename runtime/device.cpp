@@ -39,6 +39,8 @@ std::shared_ptr<DeviceInfo> describe_device(CUdevice dev, CUcontext ctx, unsigne
   info->max_threads_per_block = attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block");
   info->max_shared_per_block_optin =
       attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "max shared memory per block");
+  info->max_shared_per_sm =
+      attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "max shared memory per multiprocessor");
   check(d.cuDriverGetVersion(&info->driver_version), "cuDriverGetVersion");
   check(d.cuDeviceTotalMem(&info->total_memory, dev), "cuDeviceTotalMem");
   info->features = features_in_use(info->sm());

@@ -23,6 +23,7 @@ struct DeviceInfo {
   int clock_khz = 0;
   int max_threads_per_block = 0;
   int max_shared_per_block_optin = 0;
+  int max_shared_per_sm = 0; // what an SM's resident blocks share
   int driver_version = 0; // e.g. 13000
   std::size_t total_memory = 0; // bytes of device memory (cuDeviceTotalMem)
   // What its kernels may use: the architecture's features, or those of the older level $JITBMM_FEATURES names.

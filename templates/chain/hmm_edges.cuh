@@ -21,6 +21,7 @@
 // far into entries and forms each term from there.
 #pragma once
 
+#include "chain/edge_params.cuh"
 #include "chain/hmm_backward.cuh"
 #include "chain/params.cuh"
 #include "chain/reductions.cuh"
@@ -119,26 +120,12 @@ template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
   return v > T(0) ? e : v < T(0) ? (e > T(0) ? -e : T(0)) : v; // 0 stays +0; NaN stays NaN
 }
 
-// How a block's NT threads hold its tile of ROWS rows × C sources: a warp's lanes as LQ sources by LR rows, the
-// warps as WQ blocks of sources by WR blocks of rows, so that a thread holds NR consecutive rows × NQ consecutive
-// sources. A step's factors are then a thread's vector reads of shared memory (edge_read) for NQ · NR multiply-adds,
-// and the lanes of a warp read consecutive sources, with the same rows where LR is 1.
-JB_HD constexpr int edge_pow2_at_most(int x) { return x >= 16 ? 16 : x >= 8 ? 8 : x >= 4 ? 4 : x >= 2 ? 2 : 1; }
-template <int C, int NT, int ROWS> struct EdgeTile {
-  enum : int {
-    WARPS = NT / 32,
-    LQ = C > 16  ? 32
-         : C > 8 ? 16
-         : C > 4 ? 8
-         : C > 2 ? 4
-         : C > 1 ? 2
-                 : 1,
-    LR = 32 / LQ,
-    WR = edge_pow2_at_most(WARPS < (ROWS + LR - 1) / LR ? WARPS : (ROWS + LR - 1) / LR),
-    WQ = WARPS / WR,
-    NQ = (C + LQ * WQ - 1) / (LQ * WQ),
-    NR = (ROWS + LR * WR - 1) / (LR * WR)
-  };
+// How a block's NT threads hold its tile of ROWS rows × C sources (edge_shape): a thread's NR consecutive rows × NQ
+// consecutive sources, so that a step's factors are its vector reads of shared memory (edge_read) for NQ · NR
+// multiply-adds, and the lanes of a warp read consecutive sources, with the same rows where LR is 1.
+template <int C, int NT, int ROWS, class T> struct EdgeTile {
+  static constexpr EdgeShape shape = edge_shape(C, NT, ROWS, int(sizeof(T)));
+  enum : int { LQ = shape.LQ, LR = shape.LR, WR = shape.WR, WQ = shape.WQ, NQ = shape.NQ, NR = shape.NR };
   int q0, r0; // the thread's first source and row
   __device__ __forceinline__ EdgeTile(int tid)
       : q0((tid % 32 % LQ + LQ * (tid / 32 % WQ)) * NQ), r0((tid % 32 / LQ + LR * (tid / 32 / WQ)) * NR) {}
@@ -155,15 +142,10 @@ template <int C, int NT, int ROWS> struct EdgeTile {
 // is finite (mode 1). Any x above that (a NaN or infinite message) takes the step term by term, as an odd one.
 template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
   using T = typename Acc<S>::type;
-  using Tile = EdgeTile<C, NT, ROWS>;
-  // The tile's sources and rows as the threads hold them (CQ ≥ C, RR ≥ ROWS): the staged values' rows are that
-  // long, so that a thread reads its NQ (NR) of a step at its own index plus constants; the padding holds 0.
-  constexpr int NQ = Tile::NQ, NR = Tile::NR, CQ = NQ * Tile::LQ * Tile::WQ, RR = NR * Tile::LR * Tile::WR;
-  // The backward's staged rows lie RP apart, a 16-byte vector past RR: the lanes that form a row's scale and factors
-  // read one row of several steps at once, which RR apart (a multiple of 32 banks) would all fall on one bank.
-  constexpr int RP = RR + 16 / int(sizeof(T));
-  // The staged values and their factors take at most 40 KiB.
-  constexpr int STAGED = 20480 / ((CQ + RP) * int(sizeof(T))), EB = STAGED < 1 ? 1 : STAGED > 32 ? 32 : STAGED;
+  using Tile = EdgeTile<C, NT, ROWS, T>;
+  // The staged rows' lengths and the steps staged at a time (edge_shape); the padding holds 0.
+  constexpr int NQ = Tile::NQ, NR = Tile::NR, CQ = Tile::shape.CQ, RR = Tile::shape.RR, RP = Tile::shape.RP;
+  constexpr int EB = Tile::shape.EB;
   // The rows' scales and factors: RG lanes a row (a power of two, at most 16), each a share of the batch's steps.
   constexpr int RG = edge_pow2_at_most(NT / ROWS);
   // A step's messages are staged, and their factors formed, VS at a time: a vector's length that divides both C and

@@ -25,6 +25,7 @@
 #include "nvrtc/sweep.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "templates/chain/edge_params.cuh"
 
 using namespace jitbmm;
 
@@ -199,6 +200,11 @@ TEST_CASE("every chain unit compiles for sm_90 without spills (a few words in th
       CHECK(r.registers > 0);
       CHECK(r.spill_store_bytes <= allowed);
       CHECK(r.spill_load_bytes <= allowed);
+      if (entry == "_edges") { // the shared memory SequentialChain::edge_split counts on an SM
+        const ChainSpec& s = specs[u.spec];
+        CHECK(unsigned(r.shared_bytes) <=
+              jb::edge_shape(int(s.C), s.edge_threads(), s.edge_rows(), dtype_info(s.dtype).acc_bytes).shared);
+      }
     }
   }
 }

@@ -1,0 +1,54 @@
+// The shape of an "_edges" block (templates/chain/hmm_edges.cuh): how its threads hold their tile of the transitions'
+// gradient, how many steps it stages at a time, and the shared memory that takes. Plain C++ with no device code, so
+// the host (generator/chain_source.cpp, runtime/chain_sequential.cpp) sizes the blocks and their grid from this same
+// file.
+#pragma once
+
+#include "core/host_device.cuh"
+
+namespace jb {
+
+JB_HD constexpr int edge_pow2_at_most(int x) { return x >= 16 ? 16 : x >= 8 ? 8 : x >= 4 ? 4 : x >= 2 ? 2 : 1; }
+
+// A block of NT threads and its tile of ROWS rows × C sources, in an accumulator of `bytes` bytes: a warp's lanes as
+// LQ sources by LR rows, the warps as WQ blocks of sources by WR blocks of rows, so that a thread holds NR
+// consecutive rows × NQ consecutive sources. The staged rows are CQ ≥ C sources and RR ≥ ROWS rows long (so that a
+// thread reads its own at its index plus constants), the backward's RP apart (a 16-byte vector past RR: the lanes
+// that form a row's scale read one row of several steps at once, which RR apart, a multiple of 32 banks, would all
+// fall on one bank); EB steps are staged at a time, their values and factors in at most about 40 KiB. `shared`: the
+// block's static shared memory, each array of hmm_edges in turn.
+struct EdgeShape {
+  int LQ, LR, WR, WQ, NQ, NR, CQ, RR, RP, EB;
+  unsigned shared;
+};
+JB_HD constexpr EdgeShape edge_shape(int C, int NT, int ROWS, int bytes) {
+  EdgeShape s{};
+  const int warps = NT / 32;
+  s.LQ = C > 16 ? 32 : C > 8 ? 16 : C > 4 ? 8 : C > 2 ? 4 : C > 1 ? 2 : 1;
+  s.LR = 32 / s.LQ;
+  const int row_blocks = (ROWS + s.LR - 1) / s.LR;
+  s.WR = edge_pow2_at_most(warps < row_blocks ? warps : row_blocks);
+  s.WQ = warps / s.WR;
+  s.NQ = (C + s.LQ * s.WQ - 1) / (s.LQ * s.WQ);
+  s.NR = (ROWS + s.LR * s.WR - 1) / (s.LR * s.WR);
+  s.CQ = s.NQ * s.LQ * s.WQ;
+  s.RR = s.NR * s.LR * s.WR;
+  s.RP = s.RR + 16 / bytes;
+  const int staged = 20480 / ((s.CQ + s.RP) * bytes);
+  s.EB = staged < 1 ? 1 : staged > 32 ? 32 : staged;
+  const unsigned eb = unsigned(s.EB), b = unsigned(bytes);
+  s.shared = 2 * eb * unsigned(s.CQ + s.RP) * b            // xs, xf; ys, yf
+             + 4 * eb * b + 16 * eb + 32 * eb              // a step's scalars, its EdgeStep, its sequence and row twice
+             + 3 * unsigned(s.RR) * b + 4 * unsigned(s.RR) // the rows' scales, their kinds
+             + 2 * unsigned(warps) * b + 4 * unsigned(warps); // the warps' spans
+  return s;
+}
+
+// The blocks of NT threads an SM should hold at once: 24 warps' worth (at most 16 blocks, as many as the oldest
+// supported architectures hold) where the accumulator is f32, whose entry is compiled for that many (about 85
+// registers a thread); one in f64, whose registers would spill in fewer than about 180 a thread.
+JB_HD constexpr int edge_blocks_per_sm(int NT, int bytes) {
+  return bytes > 4 ? 1 : 768 / NT > 16 ? 16 : 768 / NT < 1 ? 1 : 768 / NT;
+}
+
+} // namespace jb
