@@ -160,8 +160,8 @@ void SequentialChain::hmm_backward(jb::ChainParams params, Stream stream, const 
     return unsigned(std::clamp<int64_t>(blocks, 1, 4096 / threads * int64_t(std::max(1, device_->sm_count))));
   };
   if (params.grad_emissions)
-    launch(*backward_, "", strided(jb::hmm_row_threads(p.B * p.T), kHmmNodeThreads), unsigned(kHmmNodeThreads), params,
-           cu_stream);
+    launch(*backward_, "", strided(jb::hmm_node_threads(p.B, p.T, int(p.C)), kHmmNodeThreads),
+           unsigned(kHmmNodeThreads), params, cu_stream);
   Scratch scratch(*device_, workspace, need, cu_stream);
   params.partials = scratch.take(need);
   if (params.grad) {

@@ -1,8 +1,8 @@
 // The HMM form's backward: the gradients of its three tables from the messages the saving forward kept (log) or
 // from the best path (max_plus). Every position's and every step's share is independent of the others, so these
-// spread over the whole GPU: state marginals a warp a row (b, t); the transitions' gradient, a sum over steps, as
-// partial sums over ranges of steps (templates/chain/hmm_edges.cuh), then a fixed-order sum of the partials, so the
-// result does not depend on the launch's timing. S is the tables' storage type, T = Acc<S> the
+// spread over the whole GPU: state marginals a warp a few positions (b, t); the transitions' gradient, a sum over
+// steps, as partial sums over ranges of steps (templates/chain/hmm_edges.cuh), then a fixed-order sum of the
+// partials, so the result does not depend on the launch's timing. S is the tables' storage type, T = Acc<S> the
 // accumulator's (the messages', grad_score's and the partial sums'); the gradients are written in S.
 #pragma once
 
@@ -71,19 +71,55 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
   return r.of(v);
 }
 
-// grad_emissions [B][T][C], a warp a row (b, t) (hmm_row_threads), grid-strided.
-// CT = 0: the states are p.states (the stepped strategy's one module for every C), else CT.
+// grad_emissions [B][T][C], grid-strided (hmm_node_threads). CT = 0 (the stepped strategy's one module for every C,
+// p.states) or above kHmmGroupedStates: a warp a row (b, t). Otherwise a warp a group of GROUP consecutive positions
+// of a sequence: SIDE = 32 / LANES positions side by side (lane / LANES), NR times over, NC states a lane (c = lane %
+// LANES + j · LANES). A position past the last reads the last and writes nothing.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
   using T = typename Acc<S>::type;
-  const int C = CT > 0 ? CT : int(p.states), lane = int(threadIdx.x % kHmmLanes);
-  const long long rows = p.B * p.T, warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
-  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes; row < rows; row += warps) {
-    const long long b = row / p.T, t = row % p.T;
-    const HmmSequence<T, LOG> s(p, b);
-    const HmmRow<T, LOG> r(p, s, b, t);
+  const long long warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
+  const long long first = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kHmmLanes;
+  const int lane = int(threadIdx.x % kHmmLanes);
+  if constexpr (CT == 0 || CT > kHmmGroupedStates) {
+    const int C = CT > 0 ? CT : int(p.states);
+    const long long rows = p.B * p.T;
+    for (long long row = first; row < rows; row += warps) {
+      const long long b = row / p.T, t = row % p.T;
+      const HmmSequence<T, LOG> s(p, b);
+      const HmmRow<T, LOG> r(p, s, b, t);
 #pragma unroll 4
-    for (int c = lane; c < C; c += kHmmLanes)
-      static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, r, b, t, c, C));
+      for (int c = lane; c < C; c += kHmmLanes)
+        static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, r, b, t, c, C));
+    }
+  } else {
+    constexpr int LANES = hmm_node_lanes(CT), SIDE = kHmmLanes / LANES, NR = hmm_node_rows(CT);
+    constexpr int NC = hmm_node_values(CT), GROUP = hmm_node_group(CT);
+    const int c0 = lane % LANES, side = lane / LANES;
+    const long long per_sequence = (p.T + GROUP - 1) / GROUP, groups = p.B * per_sequence;
+    for (long long group = first; group < groups; group += warps) {
+      const long long b = group / per_sequence, t0 = group % per_sequence * GROUP;
+      const HmmSequence<T, LOG> s(p, b);
+      T v[NR][NC];
+#pragma unroll
+      for (int jr = 0; jr < NR; ++jr) {
+        const long long t = t0 + jr * SIDE + side;
+        const HmmRow<T, LOG> r(p, s, b, t < p.T ? t : p.T - 1);
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+          const int c = c0 + j * LANES;
+          v[jr][j] = hmm_node<S, LOG>(p, s, r, b, t < p.T ? t : p.T - 1, c < CT ? c : CT - 1, CT);
+        }
+      }
+#pragma unroll
+      for (int jr = 0; jr < NR; ++jr) {
+        const long long t = t0 + jr * SIDE + side;
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+          const int c = c0 + j * LANES;
+          if (t < p.T && c < CT) static_cast<S*>(p.grad_emissions)[(b * p.T + t) * CT + c] = from_acc<S>(v[jr][j]);
+        }
+      }
+    }
   }
 }
 

@@ -99,6 +99,31 @@ struct ChainParams {
 // item), except for partial sums of fewer than kHmmLineChunks chunks, a thread an entry.
 enum HmmLanes : int { kHmmLanes = 32, kHmmReduceThreads = 512, kHmmLineChunks = 32 };
 JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * rows; }
+// The sequential kernels' state marginals ("_nodes" of C states, 1 to kHmmGroupedStates) take a group of
+// consecutive positions of one sequence a warp: hmm_node_lanes(C) lanes a position (a power of two: a row of fewer
+// than 32 states shares the warp with others), hmm_node_rows(C) positions a lane, every value of the group read
+// before any is written. So a warp works out its sequence once for several positions and keeps several lines of each
+// array in flight, where a warp a row would spend more instructions on finding its sequence and position than on its
+// few states. About four to eight values a lane: at 32 states eight positions a lane held more registers than four
+// and were slower.
+enum HmmNodes : int { kHmmGroupedStates = 128 };
+JB_HD constexpr int hmm_node_lanes(int states) {
+  return states > 16 ? 32 : states > 8 ? 16 : states > 4 ? 8 : states > 2 ? 4 : states > 1 ? 2 : 1;
+}
+JB_HD constexpr int hmm_node_values(int states) { // a lane's states of a position
+  return (states + hmm_node_lanes(states) - 1) / hmm_node_lanes(states);
+}
+JB_HD constexpr int hmm_node_rows(int states) {
+  const int lanes = hmm_node_lanes(states);
+  return states > 32 ? 8 / hmm_node_values(states) : lanes >= 16 ? 4 : lanes == 8 ? 2 : 1;
+}
+JB_HD constexpr int hmm_node_group(int states) { return 32 / hmm_node_lanes(states) * hmm_node_rows(states); }
+// The threads "_nodes" takes: a warp a group, or a row (hmm_row_threads) where C is not in [1, kHmmGroupedStates].
+JB_HD constexpr long long hmm_node_threads(long long B, long long T, int states) {
+  return states < 1 || states > kHmmGroupedStates
+             ? hmm_row_threads(B * T)
+             : kHmmLanes * B * ((T + hmm_node_group(states) - 1) / hmm_node_group(states));
+}
 JB_HD constexpr long long hmm_line_threads(long long entries) {
   return (entries + kHmmLanes - 1) / kHmmLanes * kHmmReduceThreads;
 }
