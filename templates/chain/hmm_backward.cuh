@@ -142,7 +142,16 @@ __device__ __forceinline__ void hmm_line_sums(long long n, long long first_line,
     long long first = 0, end = 0;
     if (j < n) items(j, first, end);
     T sum = T(0);
-    for (long long i0 = first + warp; i0 < end; i0 += (long long)warps * AHEAD) {
+    long long i0 = first + warp;
+    // Whole rounds of AHEAD items as they are, then the last, part of which may lie past the end.
+    for (; i0 + (long long)(AHEAD - 1) * warps < end; i0 += (long long)warps * AHEAD) {
+      T v[AHEAD];
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) v[u] = value(j, i0 + (long long)u * warps);
+#pragma unroll
+      for (int u = 0; u < AHEAD; ++u) sum += v[u];
+    }
+    if (i0 < end) {
       T v[AHEAD];
 #pragma unroll
       for (int u = 0; u < AHEAD; ++u) { // every load issued: an item past the end reads the last, then counts 0
