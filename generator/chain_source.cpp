@@ -379,8 +379,9 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
   } else if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
     header = "chain/hmm_edges.cuh";
     entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
-    // The edges' blocks hold their entries' sums and transitions in registers, compiled for as many an SM as
-    // SequentialChain::edge_split sizes their grid for (edge_blocks_per_sm).
+    // The edges' blocks hold their entries' sums and transitions in registers, compiled for edge_blocks_per_sm an
+    // SM: SequentialChain::edge_split sizes their grid for that many, or fewer where the SM's shared memory holds
+    // fewer.
     const int edge_blocks = jb::edge_blocks_per_sm(s.edge_threads(), dtype_info(s.dtype).acc_bytes);
     entries.push_back({"_edges", s.edge_threads(), edge_blocks,
                        call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});

@@ -125,7 +125,7 @@ SequentialChain::EdgeSplit SequentialChain::edge_split() const {
   // One wave of blocks, as many an SM as the entry is compiled for and its shared memory lets the SM hold: a second,
   // partial wave's ranges of steps would each stage and set up as much as a whole range for a fraction of its sums.
   const int acc = dtype_info(p.dtype).acc_bytes, threads = spec_.edge_threads();
-  const unsigned shared = jb::edge_shape(int(p.C), threads, spec_.edge_rows(), acc).shared;
+  const unsigned shared = jb::edge_shape(int(p.C), threads, spec_.edge_rows(), acc, p.semiring == Semiring::log).shared;
   int per_sm = jb::edge_blocks_per_sm(threads, acc);
   // The driver reserves 1 KiB of each block's shared memory; an unknown size (0) leaves the count as compiled.
   if (device_->max_shared_per_sm > 0) per_sm = std::min<int>(per_sm, device_->max_shared_per_sm / (shared + 1024));

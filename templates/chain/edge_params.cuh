@@ -15,13 +15,13 @@ JB_HD constexpr int edge_pow2_at_most(int x) { return x >= 16 ? 16 : x >= 8 ? 8 
 // consecutive rows × NQ consecutive sources. The staged rows are CQ ≥ C sources and RR ≥ ROWS rows long (so that a
 // thread reads its own at its index plus constants), the backward's RP apart (a 16-byte vector past RR: the lanes
 // that form a row's scale read one row of several steps at once, which RR apart, a multiple of 32 banks, would all
-// fall on one bank); EB steps are staged at a time, their values and factors in at most about 40 KiB. `shared`: the
-// block's static shared memory, each array of hmm_edges in turn.
+// fall on one bank); EB steps are staged at a time, their values and factors in at most about 40 KiB (log; max_plus
+// stages none). `shared`: the block's static shared memory, each array of hmm_edges in turn.
 struct EdgeShape {
   int LQ, LR, WR, WQ, NQ, NR, CQ, RR, RP, EB;
   unsigned shared;
 };
-JB_HD constexpr EdgeShape edge_shape(int C, int NT, int ROWS, int bytes) {
+JB_HD constexpr EdgeShape edge_shape(int C, int NT, int ROWS, int bytes, bool log) {
   EdgeShape s{};
   const int warps = NT / 32;
   s.LQ = C > 16 ? 32 : C > 8 ? 16 : C > 4 ? 8 : C > 2 ? 4 : C > 1 ? 2 : 1;
@@ -37,16 +37,21 @@ JB_HD constexpr EdgeShape edge_shape(int C, int NT, int ROWS, int bytes) {
   const int staged = 20480 / ((s.CQ + s.RP) * bytes);
   s.EB = staged < 1 ? 1 : staged > 32 ? 32 : staged;
   const unsigned eb = unsigned(s.EB), b = unsigned(bytes);
-  s.shared = 2 * eb * unsigned(s.CQ + s.RP) * b            // xs, xf; ys, yf
-             + 4 * eb * b + 16 * eb + 32 * eb              // a step's scalars, its EdgeStep, its sequence and row twice
-             + 3 * unsigned(s.RR) * b + 4 * unsigned(s.RR) // the rows' scales, their kinds
-             + 2 * unsigned(warps) * b + 4 * unsigned(warps); // the warps' spans
+  // A step's scalars (log's four, max_plus's grad_score alone; aligned to 16 bytes for what follows), its EdgeStep
+  // and its sequence and row twice; log's staged values and factors, its rows' scales and kinds and its warps' spans
+  // (max_plus reads none of them, and none is allocated).
+  const unsigned scalars = ((log ? 4 : 1) * eb * b + 15) / 16 * 16;
+  s.shared = scalars + 16 * eb + 32 * eb +
+             (log ? 2 * eb * unsigned(s.CQ + s.RP) * b + 3 * unsigned(s.RR) * b + 4 * unsigned(s.RR) +
+                        2 * unsigned(warps) * b + 4 * unsigned(warps)
+                  : 0);
   return s;
 }
 
-// The blocks of NT threads an SM should hold at once: 24 warps' worth (at most 16 blocks, as many as the oldest
-// supported architectures hold) where the accumulator is f32, whose entry is compiled for that many (about 85
-// registers a thread); one in f64, whose registers would spill in fewer than about 180 a thread.
+// The blocks of NT threads an SM should hold at once where the accumulator is f32, the entry compiled for that many:
+// 24 warps' worth (80 registers a thread), at most 16 blocks (what sm_75 and sm_86 hold). One in f64, whose entry at
+// 256 threads would spill in fewer than about 180 registers a thread (smaller f64 blocks are left at one too: their
+// registers are not bounded at compile time, so no count fits every one).
 JB_HD constexpr int edge_blocks_per_sm(int NT, int bytes) {
   return bytes > 4 ? 1 : 768 / NT > 16 ? 16 : 768 / NT < 1 ? 1 : 768 / NT;
 }

@@ -123,8 +123,8 @@ template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
 // How a block's NT threads hold its tile of ROWS rows × C sources (edge_shape): a thread's NR consecutive rows × NQ
 // consecutive sources, so that a step's factors are its vector reads of shared memory (edge_read) for NQ · NR
 // multiply-adds, and the lanes of a warp read consecutive sources, with the same rows where LR is 1.
-template <int C, int NT, int ROWS, class T> struct EdgeTile {
-  static constexpr EdgeShape shape = edge_shape(C, NT, ROWS, int(sizeof(T)));
+template <int C, int NT, int ROWS, class T, bool LOG> struct EdgeTile {
+  static constexpr EdgeShape shape = edge_shape(C, NT, ROWS, int(sizeof(T)), LOG);
   enum : int { LQ = shape.LQ, LR = shape.LR, WR = shape.WR, WQ = shape.WQ, NQ = shape.NQ, NR = shape.NR };
   int q0, r0; // the thread's first source and row
   __device__ __forceinline__ EdgeTile(int tid)
@@ -142,7 +142,7 @@ template <int C, int NT, int ROWS, class T> struct EdgeTile {
 // is finite (mode 1). Any x above that (a NaN or infinite message) takes the step term by term, as an odd one.
 template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__ void hmm_edges(const ChainParams& p) {
   using T = typename Acc<S>::type;
-  using Tile = EdgeTile<C, NT, ROWS, T>;
+  using Tile = EdgeTile<C, NT, ROWS, T, LOG>;
   // The staged rows' lengths and the steps staged at a time (edge_shape); the padding holds 0.
   constexpr int NQ = Tile::NQ, NR = Tile::NR, CQ = Tile::shape.CQ, RR = Tile::shape.RR, RP = Tile::shape.RP;
   constexpr int EB = Tile::shape.EB;

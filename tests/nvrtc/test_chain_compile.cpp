@@ -103,9 +103,9 @@ TEST_CASE("every chain unit compiles for sm_90 without spills (a few words in th
   for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
     for (Semiring semiring : {Semiring::log, Semiring::max_plus})
       for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-        for (int64_t C : {1, 2, 33, 64, 128, 129, 256, 257, 1024}) {
+        for (int64_t C : {1, 2, 32, 33, 64, 128, 129, 256, 257, 1024}) {
           // Half inputs change what a load reads, not the kernels' shapes: fewer state counts for them.
-          if (dtype_info(dtype).half && (C == 2 || C == 64 || C == 129 || C == 256)) continue;
+          if (dtype_info(dtype).half && (C == 2 || C == 32 || C == 64 || C == 129 || C == 256)) continue;
           ChainProblem problem;
           problem.form = form;
           problem.semiring = semiring;
@@ -202,8 +202,11 @@ TEST_CASE("every chain unit compiles for sm_90 without spills (a few words in th
       CHECK(r.spill_load_bytes <= allowed);
       if (entry == "_edges") { // the shared memory SequentialChain::edge_split counts on an SM
         const ChainSpec& s = specs[u.spec];
-        CHECK(unsigned(r.shared_bytes) <=
-              jb::edge_shape(int(s.C), s.edge_threads(), s.edge_rows(), dtype_info(s.dtype).acc_bytes).shared);
+        const unsigned shared = jb::edge_shape(int(s.C), s.edge_threads(), s.edge_rows(), dtype_info(s.dtype).acc_bytes,
+                                               s.semiring == Semiring::log)
+                                    .shared;
+        CHECK(unsigned(r.shared_bytes) <= shared);
+        CHECK(unsigned(r.shared_bytes) + 64 >= shared); // not so far above that it wastes the SM's blocks
       }
     }
   }
