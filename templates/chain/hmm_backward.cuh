@@ -74,7 +74,7 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
 // grad_emissions [B][T][C], grid-strided (hmm_node_threads). CT = 0 (the stepped strategy's one module for every C,
 // p.states) or above kHmmGroupedStates: a warp a row (b, t). Otherwise a warp a group of GROUP consecutive positions
 // of a sequence: SIDE = 32 / LANES positions side by side (lane / LANES), NR times over, NC states a lane (c = lane %
-// LANES + j · LANES). A position past the last reads the last and writes nothing.
+// LANES + j · LANES). A position or state past the last reads the last and writes nothing.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long warps = (long long)gridDim.x * blockDim.x / kHmmLanes;

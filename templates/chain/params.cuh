@@ -104,8 +104,8 @@ JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * r
 // than 32 states shares the warp with others), hmm_node_rows(C) positions a lane, every value of the group read
 // before any is written. So a warp works out its sequence once for several positions and keeps several lines of each
 // array in flight, where a warp a row would spend more instructions on finding its sequence and position than on its
-// few states. About four to eight values a lane: at 32 states eight positions a lane held more registers than four
-// and were slower.
+// few states. At most four positions a lane below 33 states (eight held more registers than they saved latency) and
+// eight values a lane above.
 enum HmmNodes : int { kHmmGroupedStates = 128 };
 JB_HD constexpr int hmm_node_lanes(int states) {
   return states > 16 ? 32 : states > 8 ? 16 : states > 4 ? 8 : states > 2 ? 4 : states > 1 ? 2 : 1;
