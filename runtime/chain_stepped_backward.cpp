@@ -79,13 +79,18 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   }
   const bool transitions = params.grad != nullptr;
   Scratch scratch(*device_, workspace, backward_workspace_bytes(transitions), cu_stream); // plans the product first
-  // The state marginals; with log's transitions' gradient, in the pass that forms its first operand (below).
+  // The state marginals; with log's transitions' gradient, in the pass that forms its first operand (below). The
+  // initial table's gradient follows them (hmm_initial_grads reads their first position back).
   const bool operand_pass = log && transitions && p.T >= 2;
-  if (params.grad_emissions && !operand_pass)
-    launch("", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
-  if (params.grad_initial)
-    launch("_reduce", jb::hmm_reduce_threads(0, 1, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream,
-           true);
+  auto initial = [&] {
+    if (params.grad_initial)
+      launch("_reduce", jb::hmm_reduce_threads(0, 1, (p.batched_initial ? p.B : 1) * p.C), false, params, cu_stream,
+             true);
+  };
+  if (!operand_pass) {
+    if (params.grad_emissions) launch("", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
+    initial();
+  }
   if (!transitions) return;
   const int acc = dtype_info(p.dtype).acc_bytes;
   const int64_t groups = p.batched_transitions ? p.B : 1;
@@ -116,6 +121,7 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
     params.edge = edge;
     const bool nodes = edge == 0 && params.grad_emissions; // one read of the backward messages for both
     launch(nodes ? "_nodes_operand" : "_operand", jb::hmm_row_threads(p.B * p.T), false, params, cu_stream, true);
+    if (edge == 0) initial();
     void* const out = products + (edge == 0 ? 0 : part);
     if (edge == 0)
       edges(params.operand, params.rel, out, nullptr, stream, edge_scratch);

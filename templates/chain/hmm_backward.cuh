@@ -175,11 +175,12 @@ __device__ __forceinline__ void hmm_line_sums(long long n, long long first_line,
 
 // grad_initial[j] (j = b·C + c with batched_initial, else c) for every j < n: the state marginals (log) or the best
 // path's states (max_plus) at position 0, summed over the sequences that share the table (hmm_line_sums, four
-// sequences' reads in flight a lane: each is a row's messages, emission and offsets). With NODES_FIRST (the sequential
-// kernels, whose main entry has written grad_emissions by hmm_node before this launch) and grad_emissions asked for
-// in the accumulator's own type, each value is read back from grad_emissions' first position instead: the same
-// value, one load, sixteen in flight (a block's line of sums waits for memory once per round of them).
-template <class S, bool LOG, bool NODES_FIRST>
+// sequences' reads in flight a lane: each is a row's messages, emission and offsets). Where grad_emissions is asked
+// for in the accumulator's own type, each value is read back from its first position instead (both strategies launch
+// this after the pass that writes it with hmm_node): the same value, one load, sixteen in flight. A block's line of
+// sums then waits for memory once per sixteen sequences rather than once per four, which matters where the table is
+// shared by thousands of sequences and its C / 32 lines are the launch's only blocks.
+template <class S, bool LOG>
 __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long long n, int C, long long first_line) {
   using T = typename Acc<S>::type;
   auto items = [&](long long j, long long& first, long long& end) {
@@ -187,7 +188,7 @@ __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long lon
     end = p.batched_initial ? first + 1 : p.B;
   };
   auto write = [&](long long j, T v) { static_cast<S*>(p.grad_initial)[j] = from_acc<S>(v); };
-  if (NODES_FIRST && sizeof(S) == sizeof(T) && p.grad_emissions) {
+  if (sizeof(S) == sizeof(T) && p.grad_emissions) {
     const S* nodes = static_cast<const S*>(p.grad_emissions);
     hmm_line_sums<T, 16>(
         n, first_line, items, [&](long long j, long long b) { return to_acc(nodes[b * p.T * C + j % C]); }, write);
@@ -206,7 +207,8 @@ __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long lon
 // than one chunk): from kHmmLineChunks chunks a block to each line of entries (hmm_line_sums, eight chunks' reads in
 // flight a lane), a thread an element below that; and the initial table's gradient (hmm_initial_grads) in the lines
 // after the transitions' (their blocks apart where the launch has blocks for both: hmm_reduce_threads). CT > 0: the
-// sequential kernels' (C = CT), whose main entry runs first; 0: the stepped strategy's one module (C = p.states).
+// sequential kernels' (C = CT); 0: the stepped strategy's one module (C = p.states). Both launch it after the state
+// marginals' pass, whose grad_emissions it may read.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long C = CT > 0 ? CT : p.states; // as hmm_nodes
@@ -235,7 +237,7 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_reduce(
   }
   // Line `lines + t` of the launch's is the block's where it is blockIdx.x modulo the grid.
   const long long grid = gridDim.x, first = ((blockIdx.x - lines) % grid + grid) % grid;
-  hmm_initial_grads<S, LOG, (CT > 0)>(p, n_init, int(C), first);
+  hmm_initial_grads<S, LOG>(p, n_init, int(C), first);
 }
 
 } // namespace jb
