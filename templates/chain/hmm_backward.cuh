@@ -72,9 +72,10 @@ __device__ __forceinline__ T hmm_node(const ChainParams& p, const HmmSequence<T,
 }
 
 // grad_emissions [B][T][C], grid-strided (hmm_node_threads). CT = 0 (the stepped strategy's one module for every C,
-// p.states) or above kHmmGroupedStates: a warp a row (b, t). Otherwise a warp a group of GROUP consecutive positions
-// of a sequence: SIDE = 32 / LANES positions side by side (lane / LANES), NR times over, NC states a lane (c = lane %
-// LANES + j · LANES). A position or state past the last reads the last and writes nothing.
+// p.states) or above kHmmGroupedStates: a warp a row (b, t), its states in rounds (kHmmRowRound). Otherwise a warp a
+// group of GROUP consecutive positions of a sequence: SIDE = 32 / LANES positions side by side (lane / LANES), NR times
+// over, NC states a lane (c = lane % LANES + j · LANES). A position or state past the last reads the last and writes
+// nothing.
 template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const long long warps = (long long)gridDim.x * blockDim.x / kHmmLanes;
@@ -87,9 +88,16 @@ template <class S, bool LOG, int CT> __device__ __forceinline__ void hmm_nodes(c
       const long long b = row / p.T, t = row % p.T;
       const HmmSequence<T, LOG> s(p, b);
       const HmmRow<T, LOG> r(p, s, b, t);
-#pragma unroll 4
-      for (int c = lane; c < C; c += kHmmLanes)
-        static_cast<S*>(p.grad_emissions)[row * C + c] = from_acc<S>(hmm_node<S, LOG>(p, s, r, b, t, c, C));
+      for (int c0 = lane; c0 < C; c0 += kHmmRowRound * kHmmLanes) {
+        T v[kHmmRowRound];
+#pragma unroll
+        for (int j = 0; j < kHmmRowRound; ++j)
+          v[j] = hmm_node<S, LOG>(p, s, r, b, t, c0 + j * kHmmLanes < C ? c0 + j * kHmmLanes : C - 1, C);
+#pragma unroll
+        for (int j = 0; j < kHmmRowRound; ++j)
+          if (c0 + j * kHmmLanes < C)
+            static_cast<S*>(p.grad_emissions)[row * C + c0 + j * kHmmLanes] = from_acc<S>(v[j]);
+      }
     }
   } else {
     constexpr int LANES = hmm_node_lanes(CT), SIDE = kHmmLanes / LANES, NR = hmm_node_rows(CT);

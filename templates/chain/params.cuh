@@ -98,6 +98,10 @@ struct ChainParams {
 // items in turn would leave the GPU idle for its whole loop, and a warp an entry would read a word of a line an
 // item), except for partial sums of fewer than kHmmLineChunks chunks, a thread an entry.
 enum HmmLanes : int { kHmmLanes = 32, kHmmReduceThreads = 512, kHmmLineChunks = 32 };
+// Where a warp takes a row, its lanes take its states in rounds of kHmmRowRound each: every value of a round is read
+// before any is written (a state past the last reads the last and writes nothing), so that the row's loads wait for
+// memory once a round, beside its sequence's and position's own, rather than once per 32 states.
+enum HmmRowRound : int { kHmmRowRound = 4 };
 JB_HD constexpr long long hmm_row_threads(long long rows) { return kHmmLanes * rows; }
 // The sequential kernels' state marginals ("_nodes" of C states, 1 to kHmmGroupedStates) take a group of
 // consecutive positions of one sequence a warp: hmm_node_lanes(C) lanes a position (a power of two: a row of fewer

@@ -264,7 +264,7 @@ template <class S> __device__ __forceinline__ void step_edge_operand(const Chain
 // The log backward's two passes over [B][T][C] in one where both are asked, reading each backward message once: row
 // (b, t)'s state marginals (grad_emissions, hmm_nodes') and the operand of sign signs[0] (step_edge_operand's, edge
 // 0) of row (b, t − 1), which reads the same messages, and at t = T − 1 of row (b, t) too: −inf, as nothing is sent
-// back from the last position. A warp a row (hmm_row_threads), grid-strided.
+// back from the last position. A warp a row (hmm_row_threads), grid-strided, in rounds of kHmmRowRound states a lane.
 template <class S> __device__ __forceinline__ void step_nodes_operand(const ChainParams& p) {
   using T = typename Acc<S>::type;
   const int sign = p.signs[0]; // never 0 (step_edge_signs)
@@ -280,12 +280,21 @@ template <class S> __device__ __forceinline__ void step_nodes_operand(const Chai
     const T* const bt = static_cast<const T*>(p.beta_rel) + row * C;
     S* const grad = static_cast<S*>(p.grad_emissions) + row * C;
     T* const out = static_cast<T*>(p.operand) + row * C;
-#pragma unroll 4
-    for (long long c = lane; c < C; c += kHmmLanes) {
-      const T e = to_acc(em[c * p.e_c]), beta = bt[c], v = hmm_log_node(s, r, e, a[c], beta);
-      grad[c] = from_acc<S>(r.of(v));
-      if (t > 0) out[c - C] = before(beta);
-      if (t + 1 == p.T) out[c] = Num<T>::neg_inf();
+    for (long long c0 = lane; c0 < C; c0 += kHmmRowRound * kHmmLanes) {
+      T e[kHmmRowRound], x[kHmmRowRound], beta[kHmmRowRound];
+#pragma unroll
+      for (int j = 0; j < kHmmRowRound; ++j) {
+        const long long c = c0 + j * kHmmLanes < C ? c0 + j * kHmmLanes : C - 1;
+        e[j] = to_acc(em[c * p.e_c]), x[j] = a[c], beta[j] = bt[c];
+      }
+#pragma unroll
+      for (int j = 0; j < kHmmRowRound; ++j) {
+        const long long c = c0 + j * kHmmLanes;
+        if (c >= C) break;
+        grad[c] = from_acc<S>(r.of(hmm_log_node(s, r, e[j], x[j], beta[j])));
+        if (t > 0) out[c - C] = before(beta[j]);
+        if (t + 1 == p.T) out[c] = Num<T>::neg_inf();
+      }
     }
   }
 }
