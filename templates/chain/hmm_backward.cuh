@@ -184,10 +184,12 @@ __device__ __forceinline__ void hmm_line_sums(long long n, long long first_line,
 // grad_initial[j] (j = b·C + c with batched_initial, else c) for every j < n: the state marginals (log) or the best
 // path's states (max_plus) at position 0, summed over the sequences that share the table (hmm_line_sums, four
 // sequences' reads in flight a lane: each is a row's messages, emission and offsets). Where grad_emissions is asked
-// for in the accumulator's own type, each value is read back from its first position instead (both strategies launch
-// this after the pass that writes it with hmm_node): the same value, one load, sixteen in flight. A block's line of
-// sums then waits for memory once per sixteen sequences rather than once per four, which matters where the table is
-// shared by thousands of sequences and its C / 32 lines are the launch's only blocks.
+// for in the accumulator's own type, each value is read back from its first position instead (the sequential and the
+// stepped strategies launch this after the pass that writes it: hmm_node's value, or in the stepped strategy's
+// step_nodes_operand the same hmm_log_node and HmmRow::of, which must stay so for the gradients asked for alone to
+// equal those asked for together, bit for bit): one load, sixteen in flight. A block's line of sums then waits for
+// memory once per sixteen sequences rather than once per four, which matters where the table is shared by thousands
+// of sequences and its C / 32 lines are the launch's only blocks.
 template <class S, bool LOG>
 __device__ __forceinline__ void hmm_initial_grads(const ChainParams& p, long long n, int C, long long first_line) {
   using T = typename Acc<S>::type;
