@@ -99,12 +99,15 @@ int run_chain_bench(const Args& args) {
   std::printf("device: %s; chain%s %s %s B=%lld T=%lld C=%lld (terms/s: B*(T-1)*C^2 per second of the forward)\n",
               device->name.c_str(), p.form == ChainForm::hmm ? " (hmm form)" : "", semiring_info(p.semiring).name,
               dtype_info(p.dtype).name, (long long)B, (long long)T, (long long)p.C);
-  // A loop as threads x lanes (x cluster blocks), and where its potentials wait: registers, a ring of N stages, or
-  // plain loads.
-  auto loop = [](const ChainSpec& s, const ChainLoop& l) {
+  // A loop as threads x lanes (x cluster blocks), and where its potentials wait: registers, a ring of N stages, a
+  // slab the block stages (the saving forward's backward messages), or plain loads.
+  auto loop = [](const ChainSpec& s, const ChainLoop& l, bool staged = false) {
     return std::to_string(l.threads) + "x" + std::to_string(l.lanes) +
            (l.cluster > 1 ? "x" + std::to_string(l.cluster) : std::string()) + ":" +
-           (s.prefetch(l) ? std::string("regs") : s.stages(l) ? "ring" + std::to_string(s.stages(l)) : "loads");
+           (staged          ? std::string("slab")
+            : s.prefetch(l) ? std::string("regs")
+            : s.stages(l)   ? "ring" + std::to_string(s.stages(l))
+                            : "loads");
   };
   std::printf("%-16s %-16s %-16s %6s %10s %10s %12s %10s %10s %s\n", "forward", log ? "saving" : "",
               log ? "beta" : "", "chunk", "fwd ms", "terms/s", log ? "fwd+saved" : "fwd+path", "backward", "fwd+bwd",
@@ -124,7 +127,7 @@ int run_chain_bench(const Args& args) {
     all_checked = all_checked && m.checked;
     const std::string forward = stepped ? "" : loop(spec, spec.forward),
                       saving = log && !stepped ? loop(spec, spec.saving) : "",
-                      beta = log && !stepped ? loop(spec, spec.beta()) : "",
+                      beta = log && !stepped ? loop(spec, spec.beta(), spec.beta_staged()) : "",
                       strategy = !stepped                              ? (chunk ? std::to_string(chunk) : "-")
                                  : steps == StepKernel::fused          ? "fused"
                                  : steps == StepKernel::fused_streamed ? "streamed"

@@ -69,6 +69,17 @@ unsigned static_shared_bound(const ChainSpec& s, const ChainLoop& l) {
   return 2 * (2 * unsigned(s.C) * acc + 2 * unsigned(l.cluster) * unsigned(l.threads / 32) * acc) + path + 1024;
 }
 
+// A staged loop's two slabs (jb::chain_slab_bytes), and whether its registers fit: its share of a step's slab held
+// from its loads to its stores, beside a round's terms and the loop's own, as loop_registers counts them.
+unsigned staged_bytes(const ChainSpec& s, const ChainLoop& l) {
+  return jb::chain_slab_bytes(s.C, block_states(s.C, l), l.lanes, dtype_info(s.dtype).acc_bytes);
+}
+bool staged_fits(const ChainSpec& s, const ChainLoop& l) {
+  const int n = (s.C + l.lanes - 1) / l.lanes, share = (s.C * block_states(s.C, l) + l.threads - 1) / l.threads;
+  const int words = dtype_info(s.dtype).acc_bytes / 4;
+  return words * (n + share) + n + (words == 2 ? 64 : 40) + (l.cluster > 1 ? 12 : 0) <= register_budget(l.threads);
+}
+
 // The HMM form's two steps' emissions in dynamic shared memory, where the loop does not keep its terms in registers.
 unsigned emission_bytes(const ChainSpec& s, const ChainLoop& l) {
   return s.form == ChainForm::hmm && !s.prefetch(l) ? 2u * unsigned(s.C) * unsigned(dtype_info(s.dtype).acc_bytes) : 0;
@@ -121,6 +132,23 @@ int ChainSpec::stages(const ChainLoop& loop) const {
 
 unsigned ChainSpec::dynamic_bytes(const ChainLoop& loop) const {
   return unsigned(stages(loop)) * slot_bytes(*this, loop) + emission_bytes(*this, loop);
+}
+
+bool ChainSpec::beta_staged() const {
+  // The CRF form's backward messages read each step's rows along their targets, a line of memory a lane
+  // (templates/chain/step_terms.cuh): where a block's few targets leave sixteen lanes or more a group (clusters, wide
+  // rows) the saving forward took several times the forward, at eight about a tenth more (bench/RESULTS.md). There
+  // the block stages each step instead, where its two slabs fit the block's shared memory. The HMM form's transitions
+  // are the same every step.
+  constexpr int kStagedLanes = 16;
+  if (semiring != Semiring::log || form != ChainForm::crf || beta_lanes < kStagedLanes) return false;
+  const ChainLoop l = beta();
+  const unsigned limit = shared_limit > 0 ? unsigned(shared_limit) : kDefaultSharedLimit;
+  return staged_bytes(*this, l) + static_shared_bound(*this, l) <= limit && staged_fits(*this, l);
+}
+
+unsigned ChainSpec::saving_dynamic_bytes() const {
+  return std::max(dynamic_bytes(saving), beta_staged() ? staged_bytes(*this, beta()) : dynamic_bytes(beta()));
 }
 
 namespace {
@@ -340,9 +368,11 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
   // The kernels take the inputs' storage type; the reductions work in its accumulator type.
   const std::string type = dtype_info(s.dtype).device_type;
   const std::string op = std::string("jb::") + (log ? "ChainLog<" : "ChainMax<") + dtype_info(s.dtype).acc_type + ">";
-  // A loop's template arguments after its block size: lanes, prefetch, stages.
-  auto loop = [&](const ChainLoop& l) {
-    return std::to_string(l.lanes) + ", " + (s.prefetch(l) ? "true" : "false") + ", " + std::to_string(s.stages(l));
+  // A loop's template arguments after its block size: lanes, prefetch, stages, staged (the saving forward's backward
+  // messages alone).
+  auto loop = [&](const ChainLoop& l, bool staged = false) {
+    return std::to_string(l.lanes) + ", " + (!staged && s.prefetch(l) ? "true" : "false") + ", " +
+           std::to_string(staged ? 0 : s.stages(l)) + ", " + (staged ? "true" : "false");
   };
   // A device function's call with its template arguments.
   auto call = [](const char* function, std::initializer_list<std::string> args) {
@@ -370,8 +400,8 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     if (f.cluster > 1) name << "_k" << f.cluster;
   } else if (unit == ChainUnit::saving) {
     entries.push_back({"", s.saving.threads, 1,
-                       call("chain_saving", {type, op, C, n(s.saving.threads), loop(s.saving), loop(s.beta()),
-                                             hmm_flag, n(s.saving.cluster)}),
+                       call("chain_saving", {type, op, C, n(s.saving.threads), loop(s.saving),
+                                             loop(s.beta(), s.beta_staged()), hmm_flag, n(s.saving.cluster)}),
                        s.saving.cluster});
     name << "_saving_s" << s.saving.threads << 'x' << s.saving.lanes << 'x' << s.beta_lanes;
     fields = " saving=" + loop_text(s.saving) + " beta_lanes=" + std::to_string(s.beta_lanes);

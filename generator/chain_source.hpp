@@ -56,6 +56,10 @@ struct ChainSpec {
   bool clusters_fit() const { return (forward.cluster == 1 && saving.cluster == 1) || registers_fit(); }
   int stages(const ChainLoop& loop) const;
   unsigned dynamic_bytes(const ChainLoop& loop) const;
+  // log's saving forward: whether its backward messages' blocks stage each step's potentials through shared memory
+  // (the CRF form's, whose rows they read along the targets), and the launch's dynamic shared memory.
+  bool beta_staged() const;
+  unsigned saving_dynamic_bytes() const;
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
   // The HMM form's "_edges" block: rows of the transitions' table per block, and its threads.
   int edge_rows() const;

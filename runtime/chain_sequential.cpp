@@ -97,7 +97,7 @@ void SequentialChain::forward(jb::ChainParams params, void* saved, Stream stream
   const ChainSpec& sp = spec_;
   if (saved)
     launch(*saving_, "", unsigned(2 * p.B * sp.saving.cluster), unsigned(sp.saving.threads), params, cu_stream,
-           std::max(sp.dynamic_bytes(sp.saving), sp.dynamic_bytes(sp.beta())));
+           sp.saving_dynamic_bytes());
   else
     launch(*forward_, "", unsigned(p.B * sp.forward.cluster), unsigned(sp.forward.threads), params, cu_stream,
            sp.dynamic_bytes(sp.forward));

@@ -153,6 +153,18 @@ JB_HD constexpr bool chain_loads_deep(bool log, bool hmm, int states, int cluste
   return log && !hmm && cluster == 1 && states >= 64 && states <= 128;
 }
 
+// A staged loop's slab (templates/chain/step_terms.cuh): a step's terms of the block's `targets` target states from
+// all `states` sources, copied by the whole block a step ahead into shared memory, [source][target] with a row's
+// pitch in elements such that the `lanes` lanes of a group (one target, sources lane, lane + lanes, …) and the warp's
+// other groups (the next targets) read 32 different banks: the pitch is 32 / lanes modulo 32. Two steps' slabs, one
+// filled while the other is read; their bytes in the accumulator type.
+JB_HD constexpr int chain_slab_pitch(int targets, int lanes) {
+  return targets + ((32 / lanes - targets) % 32 + 32) % 32;
+}
+JB_HD constexpr unsigned chain_slab_bytes(int states, int targets, int lanes, int acc_bytes) {
+  return 2u * unsigned(states) * unsigned(chain_slab_pitch(targets, lanes)) * unsigned(acc_bytes);
+}
+
 // The fused steps' tiles: a block computes kFusedRows sequences × kFusedCols states of a position, kFusedK sources at
 // a time, in kFusedSplit groups of kFusedThreads threads that sum alternate chunks of the sources. Enumerators, not
 // constexpr variables: NVRTC would emit those as globals in every chain module.

@@ -64,15 +64,16 @@ template <class T, int WARPS> __device__ __forceinline__ T step_shift(const T* w
 // emissions[0][p]. Its backward messages carry their position's emissions as well (beta_{L−1}[c] = emissions[L −
 // 1][c], and each step ⊗-es emissions[t][p] onto its result), which is what makes them the same recursion. The
 // transitions do not change along the chain, so with PREFETCH they are loaded once and stay in registers.
-template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool BETA = false, bool HMM = false,
-          int K = 1>
+template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool STAGED, bool BETA = false,
+          bool HMM = false, int K = 1>
 __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   using T = typename Acc<S>::type;
   constexpr int CK = (C + K - 1) / K, GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS, N = (C + G - 1) / G,
                 WARPS = NT / 32;
   static_assert(NT % 32 == 0 && G <= 32 && 32 % G == 0, "a group is a power-of-two part of a warp");
   static_assert(K >= 1 && K <= 16, "a cluster has 1 to 16 blocks");
-  using Terms = StepTerms<S, C, NT, G, GROUPS, ROUNDS, PREFETCH, STAGES, BETA>;
+  static_assert(!(STAGED && HMM), "the HMM form's transitions are the same every step: nothing to stage");
+  using Terms = StepTerms<S, C, NT, G, GROUPS, ROUNDS, PREFETCH, STAGES, STAGED, BETA, CK>;
   __shared__ T msg[2][C];
   // Every warp's maximum of a step's results, of all the cluster's blocks: [rank · WARPS + warp].
   __shared__ T warp_max[2][K * WARPS];
@@ -85,7 +86,7 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
   const long long b = (long long)(blockIdx.x / K) - (beta ? p.B : 0), T_ = p.T;
   bool bad;
   const long long L = chain_length(p, b, bad);
-  // The dynamic shared memory: the step loader's ring, then with EMIT_SHARED the emissions.
+  // The dynamic shared memory: the step loader's ring or slabs, then with EMIT_SHARED the emissions.
   extern __shared__ __align__(16) unsigned char dynamic_bytes[];
   // A step's target states run along s_to, its sources along s_from.
   Terms terms{static_cast<const S*>(p.potentials) + b * p.s_b,
@@ -95,7 +96,9 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
               L,
               lane,
               target,
-              reinterpret_cast<T*>(dynamic_bytes) + tid};
+              reinterpret_cast<T*>(dynamic_bytes) + tid,
+              reinterpret_cast<T*>(dynamic_bytes),
+              tid};
   const ChainOutputs<T, C, NT, K, BETA> out{
       p, b, T_, L, tid, first, end, rank, static_cast<T*>(beta ? p.beta_rel : p.rel), beta ? p.beta_offset : p.offset};
   const S* const em = static_cast<const S*>(p.emissions) + b * p.e_b;
@@ -134,6 +137,11 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     fetch_emissions(0);
     copy_wait_all();
   }
+  if (STAGED && L > 1) {
+    typename Terms::Share w;
+    terms.gather(0, w);
+    terms.place(0, w);
+  }
   share.sync(); // with a cluster, also: no block writes into another's shared memory before that block has started
 
   terms.prime();
@@ -163,6 +171,8 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
 #pragma unroll
       for (int r = 0; r < ROUNDS; ++r) e[r] = target(r) < C ? emission(reached, target(r)) : T(0);
     if (PREFETCH && !HMM && !DEEP && t + 2 < L) terms.ahead(t + 1, fill);
+    typename Terms::Share staged;
+    if (STAGED && t + 2 < L) terms.gather(t + 1, staged);
     if (DEEP && t + 3 < L) terms.ahead(t + 2, fill);
     if (DEEP && t + kL2Steps + 1 < L) terms.to_l2(t + kL2Steps, tid);
     T best = Num<T>::neg_inf();
@@ -197,6 +207,8 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
     }
     // The next step's emissions: the groups committed after theirs are this step's rounds of the ring.
     if (EMIT_SHARED) copy_wait<(STAGES > 1 ? (ROUNDS < STAGES - 1 ? ROUNDS : STAGES - 1) : 0)>();
+    // The next step's slab, into the one the step before read.
+    if (STAGED && t + 2 < L) terms.place(t + 1, staged);
     share.sync();
   };
   Buffer b0, b1, b2;
@@ -226,14 +238,14 @@ __device__ __forceinline__ void chain_forward(const ChainParams& p) {
 
 // The forward that saves its messages for the backward (log): clusters of K blocks, 0 to B − 1 run the forward
 // messages with G lanes per state, B to 2B − 1 the backward messages with GB lanes (their potentials are read
-// transposed, and fewer lanes per state read more of each row at once).
-template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, int GB, bool PREFETCH_B, int STAGES_B,
-          bool HMM = false, int K = 1>
+// transposed, and fewer lanes per state read more of each row at once; STAGED_B: through a slab, StepTerms).
+template <class S, class Op, int C, int NT, int G, bool PREFETCH, int STAGES, bool STAGED, int GB, bool PREFETCH_B,
+          int STAGES_B, bool STAGED_B, bool HMM = false, int K = 1>
 __device__ __forceinline__ void chain_saving(const ChainParams& p) {
   if (blockIdx.x / K >= p.B)
-    chain_forward<S, Op, C, NT, GB, PREFETCH_B, STAGES_B, true, HMM, K>(p);
+    chain_forward<S, Op, C, NT, GB, PREFETCH_B, STAGES_B, STAGED_B, true, HMM, K>(p);
   else
-    chain_forward<S, Op, C, NT, G, PREFETCH, STAGES, false, HMM, K>(p);
+    chain_forward<S, Op, C, NT, G, PREFETCH, STAGES, STAGED, false, HMM, K>(p);
 }
 
 } // namespace jb

@@ -4,8 +4,16 @@
 // the step before (PREFETCH) where they fit there, else round by round through a ring of STAGES slots of shared
 // memory that cp.async fills (each thread copies the terms it reduces itself, so no barrier guards the ring), else
 // (STAGES ≤ 1) by the round itself. BETA reads the chain reversed: step t is the potentials of step L − 2 − t.
+//
+// A group's lanes read one target state's row of sources, so where a step's rows run along the sources (the
+// forward's) a warp's loads take few lines of memory; where they run along the targets (the backward messages' of the
+// CRF form) each lane's source is a line of its own, up to 32 a load. STAGED instead has the whole block load a
+// step's slab (chain_slab_pitch) a step ahead, each thread its share along the targets (whole lines a warp), into
+// registers, and store it into shared memory before the barrier that ends the step; a round then reads its terms
+// there.
 #pragma once
 
+#include "chain/params.cuh"
 #include "core/async_copy.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
@@ -31,11 +39,18 @@ template <int C, int GROUPS> struct ChainTargets {
   }
 };
 
-template <class S, int C, int NT, int G, int GROUPS, int ROUNDS, bool PREFETCH, int STAGES, bool BETA> struct StepTerms {
+template <class S, int C, int NT, int G, int GROUPS, int ROUNDS, bool PREFETCH, int STAGES, bool STAGED, bool BETA,
+          int CK>
+struct StepTerms {
   using T = typename Acc<S>::type;
-  enum : int { N = (C + G - 1) / G }; // a thread's terms of a round (an enumerator: NVRTC emits constexpr members)
+  static_assert(!STAGED || (!PREFETCH && STAGES == 0), "a staged loop's terms come from its slab alone");
+  // N: a thread's terms of a round; P, SHARE: a staged slab's pitch and a thread's share of its C × CK elements
+  // (enumerators: NVRTC emits constexpr members).
+  enum : int { N = (C + G - 1) / G, P = chain_slab_pitch(CK, G), SHARE = (C * CK + NT - 1) / NT };
   // The stored terms of a step (PREFETCH: every round's, held a step ahead; else unused).
   using Buffer = S[PREFETCH ? ROUNDS : 1][N];
+  // STAGED: a thread's share of a step's slab, from its loads to its stores.
+  using Share = S[STAGED ? SHARE : 1];
 
   const S* pot;                   // the sequence's potentials
   long long s_t, s_to, s_from, L; // a step's stride, its target states' and its sources', the sequence's length
@@ -45,6 +60,9 @@ template <class S, int C, int NT, int G, int GROUPS, int ROUNDS, bool PREFETCH, 
   // [s][k][tid]. Rounds are numbered along the chain (step t's round r is t · ROUNDS + r); fetch() copies the next
   // unfetched one, STAGES − 1 rounds ahead of the one reduced, as one group (empty past the last step).
   T* ring;
+  // STAGED: two steps' slabs (dynamic shared memory), step t's at slab + (t & 1) · C · P; the thread's index.
+  T* slab;
+  int tid;
   long long fetch_t = 0;
   int fetch_r = 0, fetch_slot = 0, use_slot = 0;
 
@@ -106,9 +124,37 @@ template <class S, int C, int NT, int G, int GROUPS, int ROUNDS, bool PREFETCH, 
 #pragma unroll
     for (int r = 0; r < ROUNDS; ++r) load(t, r, fill[r]);
   }
-  // Round r of step t, widened: from `use` (PREFETCH), the ring, or loaded now.
+  // STAGED: the thread's share of step t's slab, element i = tid + m · NT being source i / CK, target first + i % CK
+  // (the targets run along consecutive threads); −inf past the block's last target.
+  __device__ __forceinline__ void gather(long long t, Share& w) const {
+    const S none = from_acc<S>(Num<T>::neg_inf());
+    const S* const step = pot + (BETA ? L - 2 - t : t) * s_t;
+#pragma unroll
+    for (int m = 0; m < SHARE; ++m) {
+      const int i = tid + m * NT, q = i / CK, c = target.first + i % CK;
+      w[m] = i < C * CK && c < target.end ? step[(long long)c * s_to + (long long)q * s_from] : none;
+    }
+  }
+  // STAGED: the share into step t's slab; seen by the block after the barrier that ends the step before step t.
+  __device__ __forceinline__ void place(long long t, const Share& w) const {
+    T* const at = slab + (t & 1) * (C * P);
+#pragma unroll
+    for (int m = 0; m < SHARE; ++m) {
+      const int i = tid + m * NT;
+      if (i < C * CK) at[(i / CK) * P + i % CK] = to_acc(w[m]);
+    }
+  }
+  // Round r of step t, widened: from `use` (PREFETCH), the slab, the ring, or loaded now.
   __device__ __forceinline__ void take(long long t, int r, const Buffer& use, T (&x)[N]) {
-    if (PREFETCH) {
+    if (STAGED) {
+      const int c = target(r);
+      const T* const at = slab + (t & 1) * (C * P) + (c < C ? c - target.first : 0);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int q = lane + k * G;
+        x[k] = c < C && q < C ? at[q * P] : Num<T>::neg_inf();
+      }
+    } else if (PREFETCH) {
 #pragma unroll
       for (int k = 0; k < N; ++k) x[k] = to_acc(use[r][k]);
     } else if (STAGES > 1) {

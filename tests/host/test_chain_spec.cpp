@@ -3,12 +3,14 @@
 // its registers, the spec checks naming the field, and the generated text of a clustered module. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "expect.hpp"
 #include "generator/chain_source.hpp"
 #include "generator/distribution_source.hpp"
 #include "runtime/chain_stepped.hpp"
+#include "templates/chain/params.cuh"
 
 using namespace jitbmm;
 using test::expect_invalid;
@@ -107,6 +109,35 @@ TEST_CASE("chain specs: the HMM form's saving forward takes the forward's loop (
     CHECK(spec.prefetch(spec.saving));
     CHECK(spec.prefetch(spec.beta()));
   }
+}
+
+// The CRF form's log saving forward stages its backward messages' steps through shared memory where their groups
+// have sixteen lanes or more and two slabs fit the block's shared memory (generator/chain_source.cpp); the HMM form,
+// max_plus and fewer lanes read as before. A slab row's pitch lets a warp's groups read 32 banks.
+TEST_CASE("chain specs: the backward messages' staged steps, where the rule takes them, and their slabs' size") {
+  ChainSpec eight = clustered_chain_spec(chain(Semiring::log, 8, 128), 8);
+  CAPTURE(to_string(eight));
+  REQUIRE(eight.beta_lanes >= 16);
+  CHECK(eight.beta_staged());
+  CHECK(eight.saving_dynamic_bytes() == jb::chain_slab_bytes(128, 16, eight.beta_lanes, 4));
+  CHECK(emit_chain_kernel(eight, ChainUnit::saving).source.find(", 0, true, false, 8>") != std::string::npos);
+  eight.beta_lanes = 8;
+  CHECK_FALSE(eight.beta_staged());
+  ChainSpec tight = clustered_chain_spec(chain(Semiring::log, 8, 128), 8);
+  tight.shared_limit = 16 * 1024; // two slabs of 128 × 34 floats and the kernel's own do not fit
+  CHECK_FALSE(tight.beta_staged());
+  CHECK(tight.saving_dynamic_bytes() == std::max(tight.dynamic_bytes(tight.saving), tight.dynamic_bytes(tight.beta())));
+  CHECK_FALSE(clustered_chain_spec(chain(Semiring::log, 8, 128, ChainForm::hmm), 8).beta_staged());
+  CHECK_FALSE(clustered_chain_spec(chain(Semiring::max_plus, 8, 128), 8).beta_staged());
+  CHECK_FALSE(default_chain_spec(chain(Semiring::log, 32, 64), kSms).beta_staged()); // eight lanes
+  CHECK_FALSE(default_chain_spec(chain(Semiring::log, 4, 512), kSms).beta_staged()); // 266 KiB of slabs
+  for (int lanes : {1, 2, 4, 8, 16, 32})
+    for (int targets : {1, 5, 16, 17, 64, 128}) {
+      const int pitch = jb::chain_slab_pitch(targets, lanes);
+      CHECK(pitch >= targets);
+      CHECK(pitch < targets + 32);
+      CHECK(pitch % 32 == 32 / lanes % 32);
+    }
 }
 
 // The stepped strategy's fused forms (runtime/chain_stepped.hpp): log and max_plus HMMs with one shared table of at

@@ -64,6 +64,7 @@ std::vector<std::string> unit_features(const ChainSpec& s, ChainUnit unit) {
     features.push_back(at + "lanes>1=" + std::to_string(loop->lanes > 1));
     features.push_back(at + "states>threads=" + std::to_string(s.C > loop->threads));
   }
+  if (unit == ChainUnit::saving) features.push_back("beta staged=" + std::to_string(s.beta_staged()));
   for (std::string& t : test::inlined_templates(emit_chain_kernel(s, unit).source)) features.push_back(std::move(t));
   return features;
 }
@@ -400,10 +401,9 @@ TEST_CASE("the default chain units compile for every supported architecture: clu
       // Its static shared memory and the dynamic shared memory its launches ask for fit such a GPU's block.
       if (job.chunk) continue;
       const ChainSpec& s = job.spec;
-      const unsigned dynamic = job.unit == ChainUnit::forward ? s.dynamic_bytes(s.forward)
-                               : job.unit == ChainUnit::saving
-                                   ? std::max(s.dynamic_bytes(s.saving), s.dynamic_bytes(s.beta()))
-                                   : 0u;
+      const unsigned dynamic = job.unit == ChainUnit::forward  ? s.dynamic_bytes(s.forward)
+                               : job.unit == ChainUnit::saving ? s.saving_dynamic_bytes()
+                                                               : 0u;
       CHECK(r.shared_bytes >= 0);
       CHECK(unsigned(r.shared_bytes) + dynamic <= unsigned(s.shared_limit));
     }
