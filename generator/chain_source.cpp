@@ -27,21 +27,25 @@ bool pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 // The target states each block of a loop's cluster reduces.
 int block_states(int C, const ChainLoop& l) { return (C + l.cluster - 1) / l.cluster; }
 
-// A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms of one round, or
-// with `prefetch` every round's terms twice (this step's and the next's; three times where jb::chain_loads_deep;
-// the HMM form's transitions once, and a step's emissions), in 32-bit words, plus the loop's own
-// (addresses, counters, the reduction's temporaries; without prefetch also the ring's cursors; max_plus's winning
-// states; a cluster's rank, bounds and remote addresses: found by compiling every state count the tests use).
+// A loop's registers per thread, roughly: the step's shifted messages (N per lane) and the terms it holds (held
+// words, in the accumulator type), plus the loop's own (addresses, counters, the reduction's temporaries; max_plus's
+// winning states; a cluster's rank, bounds and remote addresses: found by compiling every state count the tests use).
+int held_registers(const ChainSpec& s, const ChainLoop& l, int held) {
+  const int n = (s.C + l.lanes - 1) / l.lanes, words = dtype_info(s.dtype).acc_bytes / 4;
+  return words * (n + held) + n + (words == 2 ? 64 : 40) + (s.semiring == Semiring::max_plus ? 12 : 0) +
+         (l.cluster > 1 ? 12 : 0);
+}
+// The terms held: one round's, or with `prefetch` every round's twice (this step's and the next's; three times where
+// jb::chain_loads_deep; the HMM form's transitions once, and a step's emissions); without prefetch also the ring's
+// cursors.
 int loop_registers(const ChainSpec& s, const ChainLoop& l, bool prefetch) {
   const int groups = l.threads / l.lanes, rounds = (block_states(s.C, l) + groups - 1) / groups,
             n = (s.C + l.lanes - 1) / l.lanes;
-  const int words = dtype_info(s.dtype).acc_bytes / 4;
   // The HMM form's transitions stay the same along the chain: one buffer of them, and a step's emissions.
   const bool hmm = s.form == ChainForm::hmm;
   const int steps = hmm ? 1 : jb::chain_loads_deep(s.semiring == Semiring::log, hmm, s.C, l.cluster) ? 3 : 2;
   const int ring = prefetch ? 0 : hmm ? 40 : 24;
-  return words * (n + (prefetch ? steps * rounds * n + (hmm ? rounds : 0) : n)) + n + (words == 2 ? 64 : 40) + ring +
-         (s.semiring == Semiring::max_plus ? 12 : 0) + (l.cluster > 1 ? 12 : 0);
+  return held_registers(s, l, prefetch ? steps * rounds * n + (hmm ? rounds : 0) : n) + ring;
 }
 // What __launch_bounds__(threads, 1) leaves each thread of the register file (64 Ki registers, at most 255 each).
 int register_budget(int threads) { return std::min(255, 65536 / threads); }
@@ -70,14 +74,13 @@ unsigned static_shared_bound(const ChainSpec& s, const ChainLoop& l) {
 }
 
 // A staged loop's two slabs (jb::chain_slab_bytes), and whether its registers fit: its share of a step's slab held
-// from its loads to its stores, beside a round's terms and the loop's own, as loop_registers counts them.
+// from its loads to its stores (a round's terms come from the slab as they are reduced).
 unsigned staged_bytes(const ChainSpec& s, const ChainLoop& l) {
   return jb::chain_slab_bytes(s.C, block_states(s.C, l), l.lanes, dtype_info(s.dtype).acc_bytes);
 }
 bool staged_fits(const ChainSpec& s, const ChainLoop& l) {
-  const int n = (s.C + l.lanes - 1) / l.lanes, share = (s.C * block_states(s.C, l) + l.threads - 1) / l.threads;
-  const int words = dtype_info(s.dtype).acc_bytes / 4;
-  return words * (n + share) + n + (words == 2 ? 64 : 40) + (l.cluster > 1 ? 12 : 0) <= register_budget(l.threads);
+  const int share = (s.C * block_states(s.C, l) + l.threads - 1) / l.threads;
+  return held_registers(s, l, share) <= register_budget(l.threads);
 }
 
 // The HMM form's two steps' emissions in dynamic shared memory, where the loop does not keep its terms in registers.
