@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -34,12 +35,14 @@ std::string describe(const ChainProblem& p) {
          std::to_string(p.C);
 }
 
-// The stand-ins of the process, one a problem and context (by its id, DeviceInfo::context_id). Never destroyed, as the
-// modules they hold are not (runtime/jit.hpp): a strategy destroyed at the process's end would call a driver already
-// going.
+// The stand-ins of the process, one a problem and context (by its id, DeviceInfo::context_id), each for as long as a
+// plan holds it: a problem whose plans are all dropped frees its stand-in and its chosen strategy (their side streams
+// and buffers) as a plan that never stood in is freed, so that problems that come and go (lengths that vary) leave
+// nothing behind. A plan of the problem made after starts anew, its kernels found in memory. The table itself is
+// never destroyed: a build may reach it at the process's end.
 struct Registry {
   std::mutex mutex;
-  std::map<std::pair<unsigned long long, std::string>, std::shared_ptr<const StandInChain>> stand_ins;
+  std::map<std::pair<unsigned long long, std::string>, std::weak_ptr<const StandInChain>> stand_ins;
 };
 
 Registry& registry() {
@@ -152,7 +155,7 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
   const auto registered = [&]() -> std::shared_ptr<const ChainStrategy> {
     std::lock_guard<std::mutex> lock(r.mutex);
     const auto it = r.stand_ins.find(key);
-    return it != r.stand_ins.end() ? it->second : nullptr;
+    return it != r.stand_ins.end() ? it->second.lock() : nullptr;
   };
   if (auto s = registered()) return s;
   auto chosen_sizes = std::make_shared<ChosenSizes>();
@@ -193,9 +196,13 @@ chosen_or_stand_in(const ChainProblem& problem, const std::shared_ptr<const Devi
   auto made = std::make_shared<const StandInChain>(std::move(stand_in), std::move(chosen), std::move(chosen_sizes),
                                                    announced, describe(problem), saved_alike);
   std::lock_guard<std::mutex> lock(r.mutex);
-  const auto [at, added] = r.stand_ins.emplace(key, std::move(made)); // another thread's, where it made one first
-  if (added) wait_for_builds_at_exit();
-  return at->second;
+  if (const auto it = r.stand_ins.find(key); it != r.stand_ins.end())
+    if (auto first = it->second.lock()) return first;           // another thread's, where it made one first
+  for (auto it = r.stand_ins.begin(); it != r.stand_ins.end();) // those of problems whose plans are gone
+    it = it->second.expired() ? r.stand_ins.erase(it) : std::next(it);
+  r.stand_ins[key] = made;
+  wait_for_builds_at_exit();
+  return made;
 }
 
 } // namespace jitbmm

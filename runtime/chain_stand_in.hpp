@@ -17,9 +17,9 @@
 // wrote runs the stand-in's backward, whenever it comes, known by the buffer's address. Where they do not (the
 // chunked strategy's log, whose stand-in is the sequential kernels), a forward that saves waits for the chosen
 // strategy: a copy of `saved` (offloaded to the host and back, say) has another address, and its backward would read
-// one layout as the other. The plans of one problem on one device share their stand-in, so that this holds between
-// them too. Work captured into a CUDA graph waits for the chosen strategy too: a graph replays what it captured for
-// good.
+// one layout as the other. The plans of one problem on one device that live at once share their stand-in, so that
+// this holds between them too; it goes with the last of them. Work captured into a CUDA graph waits for the chosen
+// strategy too: a graph replays what it captured for good.
 #pragma once
 
 #include <atomic>
