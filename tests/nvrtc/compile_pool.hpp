@@ -54,14 +54,44 @@ inline std::vector<ArchCompile> compile_on_archs(const std::vector<std::pair<Gen
   return out;
 }
 
-// Kernels, each for its architecture: `add` them, then `check` compiles them on every core and finds, on the test's
-// thread, registers and no spill in every entry of each.
+// The features a kernel of a fixed set stands for in a sweep (sweep.hpp): the words of its name (its family,
+// semiring, dtype, form, pass, state count, shape: "name:f64", "name:c33"; the name's hash left out) and the templates
+// it inlines, each on the architecture it is compiled for.
+inline SweepItem kernel_features(const GeneratedKernel& kernel, int sm) {
+  std::vector<std::string> features;
+  std::string name = kernel.name;
+  if (const std::size_t last = name.rfind('_');
+      last != std::string::npos && name.size() - last == 9 &&
+      name.find_first_not_of("0123456789abcdef", last + 1) == std::string::npos)
+    name.erase(last);
+  for (std::size_t from = 0; from <= name.size();) {
+    const std::size_t to = std::min(name.find('_', from), name.size());
+    if (to > from) features.push_back("name:" + name.substr(from, to - from));
+    from = to + 1;
+  }
+  for (std::string& t : inlined_templates(kernel.source)) features.push_back(std::move(t));
+  return on_arch(features, sm_name(sm), {"name:", "template:"});
+}
+
+// A fixed set of kernels, each for its architecture: `add` them, then `check` compiles the sweep's subset of them
+// (sweep.hpp; every one with JITBMM_NVRTC_SWEEP=full) on every core and finds, on the test's thread, registers and
+// no spill in every entry of each. The subset reaches every word of the names and every template on each
+// architecture, and takes those added as `largest` (the most registers a thread: the first to spill) always.
 class NoSpills {
 public:
   explicit NoSpills(std::string name) : name_(std::move(name)) {}
-  void add(GeneratedKernel kernel, int sm) { jobs_.emplace_back(std::move(kernel), sm); }
+  void add(GeneratedKernel kernel, int sm, bool largest = false) {
+    items_.push_back(kernel_features(kernel, sm));
+    items_.back().largest = largest;
+    jobs_.emplace_back(std::move(kernel), sm);
+  }
   void check() const {
-    for (const test::ArchCompile& c : test::compile_on_archs(jobs_, name_)) {
+    const SweepPlan plan = sweep_plan_from_env();
+    const SweepChoice choice = select_sweep(items_, plan);
+    MESSAGE(describe(choice, plan, items_.size(), name_.c_str()));
+    std::vector<std::pair<GeneratedKernel, int>> chosen;
+    for (std::size_t i : choice.chosen) chosen.push_back(jobs_[i]);
+    for (const test::ArchCompile& c : test::compile_on_archs(chosen, name_)) {
       CAPTURE(c.kernel->name);
       CAPTURE(c.sm);
       CHECK_MESSAGE(c.error.empty(), c.error);
@@ -79,6 +109,7 @@ public:
 private:
   std::string name_;
   std::vector<std::pair<GeneratedKernel, int>> jobs_;
+  std::vector<SweepItem> items_;
 };
 
 } // namespace jitbmm::test

@@ -217,7 +217,8 @@ TEST_CASE("the chunked strategy's modules compile for sm_90 without spills, ever
   test::NoSpills spills("chunked modules");
   for (Semiring semiring : {Semiring::log, Semiring::max_plus})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 33, 64, 1024}) spills.add(emit_chunk_kernel(semiring, dtype, C), 90);
+      for (int C : {1, 33, 64, 1024})
+        spills.add(emit_chunk_kernel(semiring, dtype, C), 90, C == 1024 && dtype == DType::f64);
   spills.check();
 }
 
@@ -228,7 +229,8 @@ TEST_CASE("the stepped strategy's modules compile for the oldest and the newest 
     for (ChainForm form : {ChainForm::crf, ChainForm::hmm})
       for (Semiring semiring : {Semiring::log, Semiring::max_plus})
         for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-          for (bool backward : {false, true}) spills.add(emit_step_kernel(semiring, dtype, form, backward), sm);
+          for (bool backward : {false, true})
+            spills.add(emit_step_kernel(semiring, dtype, form, backward), sm, dtype == DType::f64);
   spills.check();
 }
 
@@ -239,8 +241,8 @@ TEST_CASE("the stepped strategy's fused units compile for the oldest and the new
       for (DType dtype : {DType::f32, DType::f16, DType::bf16})
         for (bool resident : {false, true})
           for (bool beta : {false, true})
-            if (!beta || semiring == Semiring::log)
-              spills.add(emit_fused_step_kernel(semiring, dtype, beta, resident), sm);
+            if (!beta || semiring == Semiring::log) // the resident entries hold the most
+              spills.add(emit_fused_step_kernel(semiring, dtype, beta, resident), sm, resident && dtype == DType::f32);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64, false, true), doctest::Contains("dtype"),
                        std::invalid_argument);
@@ -258,7 +260,8 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
   // at 33 and 600.
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 16, 33, 128, 600, 1024}) spills.add(emit_expect_kernel(dtype, C), sm);
+      for (int C : {1, 16, 33, 128, 600, 1024})
+        spills.add(emit_expect_kernel(dtype, C), sm, C == 1024 && !dtype_info(dtype).half);
   // A sequence a cluster of blocks (sm_90), each a share of the target states: 16 of 128 in 8 blocks, 33 of 129 in 4
   // (the last 30).
   for (DType dtype : {DType::f32, DType::f64})
@@ -268,7 +271,7 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
   for (int field : {1, 2})
     for (auto [C, cluster] : {std::pair{128, 1}, {128, 8}, {1024, 1}})
       spills.add(emit_expect_kernel(DType::f32, C, cluster, field), 90);
-  spills.add(emit_expect_kernel(DType::f64, 1024, 1, 1), 90); // its warps' sums in a message buffer
+  spills.add(emit_expect_kernel(DType::f64, 1024, 1, 1), 90, true); // its warps' sums in a message buffer
   spills.add(emit_expect_kernel(DType::bf16, 128, 1, 2), 75);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 1, 3), doctest::Contains("field:"), std::invalid_argument);
@@ -282,7 +285,8 @@ TEST_CASE("the sampling modules compile for the oldest and the newest architectu
   test::NoSpills spills("sampling modules");
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int C : {1, 33, 1024, 16384}) spills.add(emit_sample_kernel(dtype, C), sm);
+      for (int C : {1, 33, 1024, 16384})
+        spills.add(emit_sample_kernel(dtype, C), sm, C == 16384 && dtype == DType::f64);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_sample_kernel(DType::f32, 16385), doctest::Contains("C:"), std::invalid_argument);
 }
@@ -294,7 +298,7 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
   for (int sm : {75, 90}) {
     for (DType dtype : {DType::f32, DType::f64})
       for (int C : {1, 33, 600, 1024})
-        for (int k : {1, 16}) spills.add(emit_kbest_kernel(dtype, C, k), sm);
+        for (int k : {1, 16}) spills.add(emit_kbest_kernel(dtype, C, k), sm, C == 1024 && k == 16);
     for (DType dtype : {DType::f16, DType::bf16}) spills.add(emit_kbest_kernel(dtype, 64, 4), sm);
   }
   // A sequence a cluster of blocks (sm_90), each choosing for a share of the target states.
@@ -320,7 +324,7 @@ TEST_CASE("the k-max semiring's product compiles for the oldest and the newest a
   // k = 16 holds 16 values and their origins in registers, and two vectors' entries a step.
   for (int sm : {75, 90})
     for (DType dtype : {DType::f32, DType::f64})
-      for (int k : {1, 4, 16}) spills.add(emit_kmax_product_kernel(dtype, k), sm);
+      for (int k : {1, 4, 16}) spills.add(emit_kmax_product_kernel(dtype, k), sm, k == 16);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f32, 17), doctest::Contains("k:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kmax_product_kernel(DType::f16, 4), doctest::Contains("dtype"), std::invalid_argument);

@@ -1,13 +1,15 @@
 // The compile sweeps' subset (sweep.hpp): what it must reach whatever the seed, that it is a function of the seed,
-// and the progress it reports.
+// the progress it reports, and what a fixed set's kernel stands for in it (compile_pool.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "nvrtc/compile_pool.hpp"
 #include "nvrtc/sweep.hpp"
 #include "temp_dir.hpp"
 
@@ -125,4 +127,19 @@ TEST_CASE("sweep: the cover takes the cheapest item that adds a feature") {
   const SweepChoice c = select_sweep(items, SweepPlan{false, 0, 0});
   CHECK(c.chosen == std::vector<std::size_t>{1, 2});
   CHECK(c.cover == 2);
+}
+
+TEST_CASE("sweep: a fixed set's kernel stands for the words of its name and its templates, on its architecture") {
+  jitbmm::GeneratedKernel kernel;
+  kernel.name = "chain_log_f64_c33_saving_s256x8x8_0123abcd";
+  kernel.source = "// ---- templates/chain/step_terms.cuh ----\nint x;\n";
+  const SweepItem item = kernel_features(kernel, 90);
+  const std::set<std::string> features(item.features.begin(), item.features.end());
+  for (const char* f : {"arch=sm_90", "sm_90 name:chain", "sm_90 name:log", "sm_90 name:f64", "sm_90 name:c33",
+                        "sm_90 name:saving", "sm_90 name:s256x8x8", "sm_90 template:chain/step_terms.cuh"})
+    CHECK(features.count(f) == 1);
+  for (const std::string& f : features) CHECK(f.find("0123abcd") == std::string::npos); // the hash is no feature
+  kernel.name = "hmm_steps_log_f32_backward"; // a last word that is no hash is a word
+  const SweepItem plain = kernel_features(kernel, 75);
+  CHECK(std::count(plain.features.begin(), plain.features.end(), "sm_75 name:backward") == 1);
 }
