@@ -233,12 +233,27 @@ std::optional<std::string> DiskCache::get_source(const std::string& key) const {
   return std::move(r.bytes);
 }
 
-KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeout,
-                        const std::function<void(const std::string&)>& on_wait) {
+KeyLock DiskCache::keyed_lock(const std::string& prefix, const std::string& key, std::chrono::milliseconds timeout,
+                              const std::function<void(const std::string&)>& on_wait) {
   if (!usable()) return KeyLock::unavailable("the cache directory is " + refused_);
   if (read_only()) return KeyLock::unavailable("the cache directory is read-only");
   if (!is_cache_key(key)) return KeyLock::unavailable("not a cache key");
-  return KeyLock::acquire(dir_fd_.get(), "lock-" + key, timeout, on_wait);
+  return KeyLock::acquire(dir_fd_.get(), prefix + key, timeout, on_wait);
+}
+
+KeyLock DiskCache::lock(const std::string& key, std::chrono::milliseconds timeout,
+                        const std::function<void(const std::string&)>& on_wait) {
+  return keyed_lock("lock-", key, timeout, on_wait);
+}
+
+KeyLock DiskCache::compile_lock(const std::string& key, std::chrono::milliseconds timeout,
+                                const std::function<void(const std::string&)>& on_wait) {
+  return keyed_lock("lock-compile-", key, timeout, on_wait);
+}
+
+void DiskCache::end_compile(KeyLock& lock, const std::string& key) {
+  if (usable() && is_cache_key(key)) lock.release_and_remove(dir_fd_.get(), "lock-compile-" + key);
+  lock.release();
 }
 
 KeyLock DiskCache::try_cpu_token(unsigned index) {

@@ -91,6 +91,12 @@ public:
   // cache is read-only or unusable, or the key is malformed.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout,
                const std::function<void(const std::string& holder)>& on_wait = {});
+  // The machine-wide lock on compiling the cubin stored under `key` (lock-compile-<key>), as lock() takes one, so
+  // that processes sharing this directory (a job's ranks, started together) compile a kernel once, the others reading
+  // the cubin it stored; end_compile() lets it go and removes its file, which would otherwise stay a kernel.
+  KeyLock compile_lock(const std::string& key, std::chrono::milliseconds timeout,
+                       const std::function<void(const std::string& holder)>& on_wait = {});
+  void end_compile(KeyLock& lock, const std::string& key);
   // One of the machine's CPU tokens, lock-cpu-<index> (a KeyLock), taken now or not at all (then not held()). The
   // processes sharing this directory hold one per extra worker thread (runtime/tuner/cpu_pool.hpp).
   KeyLock try_cpu_token(unsigned index);
@@ -123,6 +129,9 @@ public:
   bool read_only() const { return !writable_; } // a trusted cache, or a private one the user cannot write
 
 private:
+  // The lock on <prefix><key> (lock(), compile_lock()).
+  KeyLock keyed_lock(const std::string& prefix, const std::string& key, std::chrono::milliseconds timeout,
+                     const std::function<void(const std::string& holder)>& on_wait);
   struct File {
     std::string name;
     uint64_t bytes = 0;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,16 @@ std::string KeyLock::holder_words(const std::string& holder) {
 void KeyLock::release() {
   if (fd_.valid() && held() && owner_ == ::getpid()) ::flock(fd_.get(), LOCK_UN);
   fd_ = FileDescriptor();
+}
+
+void KeyLock::release_and_remove(int dir_fd, const std::string& name) {
+  struct stat held_file {
+  }, named{};
+  if (fd_.valid() && held() && owner_ == ::getpid() && ::fstat(fd_.get(), &held_file) == 0 &&
+      ::fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && held_file.st_dev == named.st_dev &&
+      held_file.st_ino == named.st_ino)
+    ::unlinkat(dir_fd, name.c_str(), 0);
+  release();
 }
 
 KeyLock::KeyLock(KeyLock&& other) noexcept

@@ -42,6 +42,11 @@ public:
   // would leave the lock held for as long as the child lives; the unlock frees it for every copy. A copy of a
   // KeyLock in a forked child only closes its descriptor: the lock stays the parent's.
   void release();
+  // Lets go as release() does, and first removes the lock's file where it is still the one at `name` in `dir_fd`,
+  // for locks whose exclusion only saves work (a compile another process would repeat), whose files would otherwise
+  // gather one a key. A waiter that opened the file before it went gets the lock after, on the removed file, while a
+  // newcomer makes a new one: two holders at once, which such a lock allows.
+  void release_and_remove(int dir_fd, const std::string& name);
 
   KeyLock() = default;
   ~KeyLock() { release(); }

@@ -2,6 +2,7 @@
 
 #include "support/log.hpp"
 
+#include <chrono>
 #include <future>
 #include <map>
 #include <mutex>
@@ -10,9 +11,10 @@
 #include <utility>
 
 #include "cache/disk_cache.hpp"
-#include "runtime/kernel_files.hpp"
+#include "cache/key_lock.hpp"
 #include "jitbmm/errors.hpp"
 #include "jitbmm/version.hpp"
+#include "runtime/kernel_files.hpp"
 
 namespace jitbmm {
 
@@ -24,28 +26,51 @@ using Key = std::tuple<unsigned long long, std::string, bool>;
 thread_local bool t_quick = false;
 using Entry = std::shared_future<std::shared_ptr<const LoadedKernel>>;
 
+// How long a process waits for another that compiles the same kernel into the same cache directory before it
+// compiles the kernel itself: longer than the longest compile, so that a holder that hangs costs no more than this.
+constexpr auto kCompileWait = std::chrono::seconds(60);
+
 // The cubin from the disk cache when a valid entry exists for everything that shapes it, else from NVRTC (and
-// then stored, with its source beside it).
+// then stored, with its source beside it). A process that misses takes the directory's lock on compiling the
+// kernel first and looks again, so that processes started together (a job's ranks) compile it once.
 CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& kernel) {
   DiskCache* disk = DiskCache::process_cache();
   const std::vector<std::string> options =
       compile_options(kernel_target(kernel, device.arch(), device.features), device.features, kernel.quick);
   const std::string key =
       cubin_key({kernel.source, options, nvrtc_build(), device.arch(), device.driver_version, kVersion});
+  const auto cached = [&]() -> std::optional<CompiledKernel> {
+    std::optional<std::string> cubin = disk->get(key, "cubin");
+    if (!cubin) return std::nullopt;
+    log_message(LogLevel::debug, "disk cache hit: " + kernel.name + " (" + key.substr(0, 16) + "...)");
+    return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")", options};
+  };
+  KeyLock compiling;
   if (disk) {
-    if (std::optional<std::string> cubin = disk->get(key, "cubin")) {
-      log_message(LogLevel::debug, "disk cache hit: " + kernel.name + " (" + key.substr(0, 16) + "...)");
-      return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")",
-                            options};
-    }
+    if (std::optional<CompiledKernel> hit = cached()) return std::move(*hit);
     log_message(LogLevel::debug, "disk cache miss: " + kernel.name);
+    compiling = disk->compile_lock(key, kCompileWait, [&](const std::string& holder) {
+      log_message(LogLevel::debug, "waiting for " + KeyLock::holder_words(holder) + ", which compiles " + kernel.name);
+    });
+    if (compiling.held()) {
+      if (std::optional<CompiledKernel> hit = cached()) {
+        disk->end_compile(compiling, key);
+        return std::move(*hit);
+      }
+    }
   }
-  CompiledKernel compiled = compile_to_cubin(kernel, device.arch(), device.features);
-  if (disk && disk->put(key, "cubin", compiled.binary)) {
-    disk->put_source(key, kernel.source);
-    disk->evict(disk->cap_bytes());
+  try {
+    CompiledKernel compiled = compile_to_cubin(kernel, device.arch(), device.features);
+    if (disk && disk->put(key, "cubin", compiled.binary)) {
+      disk->put_source(key, kernel.source);
+      disk->evict(disk->cap_bytes());
+    }
+    if (disk) disk->end_compile(compiling, key);
+    return compiled;
+  } catch (...) {
+    if (disk) disk->end_compile(compiling, key);
+    throw;
   }
-  return compiled;
 }
 
 std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const GeneratedKernel& kernel) {

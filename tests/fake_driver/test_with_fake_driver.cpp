@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -974,6 +975,27 @@ TEST_CASE("the disk cache across processes: the second process loads the first o
   const std::vector<LoadedImage> loads = loaded_images(log);
   REQUIRE(loads.size() == 2);
   CHECK(loads[0] == loads[1]); // the very bytes NVRTC produced, back from disk
+}
+
+// Processes started together (a job's ranks) that share a cache directory compile a kernel once: the first to miss
+// takes the directory's lock on compiling it, and the others wait and load what it stored. Without the lock both
+// helpers, started at once, miss and compile.
+TEST_CASE("the disk cache across processes: two processes that want the same kernels at once compile each once") {
+  TempDir alone_dir, dir;
+  const ChildResult alone = plan_in_child(alone_dir.path + "/cache", alone_dir.path + "/driver.log");
+  REQUIRE(alone.status == 0);
+  REQUIRE(alone.compiles >= 1);
+  const std::string cache = dir.path + "/cache";
+  auto first = std::async(std::launch::async, [&] { return plan_in_child(cache, dir.path + "/first.log"); });
+  auto second = std::async(std::launch::async, [&] { return plan_in_child(cache, dir.path + "/second.log"); });
+  const ChildResult a = first.get(), b = second.get();
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  CHECK(a.compiles + b.compiles == alone.compiles);
+  CHECK(a.kernel == alone.kernel);
+  CHECK(b.kernel == alone.kernel);
+  for (const auto& entry : std::filesystem::directory_iterator(cache)) // the locks' files go with their compiles
+    CHECK(entry.path().filename().string().rfind("lock-compile-", 0) != 0);
 }
 
 // One tuning per machine: a process that finds the problem's tuning lock held waits, then plans with the decision its

@@ -1,7 +1,8 @@
 // The machine-wide tuning lock (cache/key_lock.hpp): one holder at a time per key across threads and processes, a
 // waiter told who holds it, a bounded wait, no stale lock after its holder is killed, and lock files that are no
-// cache entries. And this process's share of the machine (support/process_share.hpp) under a launcher's variables,
-// and the tuner's CPU pool (runtime/tuner/cpu_pool.hpp), whose extra threads each need one of the machine's tokens.
+// cache entries (the compile lock's go with their holders). And this process's share of the machine
+// (support/process_share.hpp) under a launcher's variables, and the tuner's CPU pool (runtime/tuner/cpu_pool.hpp),
+// whose extra threads each need one of the machine's tokens.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -10,14 +11,15 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
-#include <mutex>
-#include <set>
-#include <stdexcept>
+#include <condition_variable>
+#include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -255,6 +257,35 @@ TEST_CASE("the disk cache's locks: none in a read-only cache, and lock files are
   const KeyLock none = shared.lock(kKey, 0ms);
   CHECK(none.state() == KeyLock::State::failed);
   CHECK(none.why() == "the cache directory is read-only");
+}
+
+TEST_CASE("a compile lock: one holder at a time, and its file goes with it, unless another file took its name") {
+  TempDir dir;
+  DiskCache cache(dir.path);
+  REQUIRE(cache.usable());
+  const std::string file = dir.path + "/lock-compile-" + kKey;
+  KeyLock lock = cache.compile_lock(kKey, 0ms);
+  REQUIRE(lock.held());
+  CHECK(std::ifstream(file).good());
+  CHECK(cache.compile_lock(kKey, 0ms).state() == KeyLock::State::timed_out); // held meanwhile
+  CHECK(cache.compile_lock("not-a-key", 0ms).state() == KeyLock::State::failed);
+  cache.end_compile(lock, kKey);
+  CHECK_FALSE(std::ifstream(file).good());
+  // A waiter that opened the file before it went holds the removed file; a newcomer's file, made meanwhile under the
+  // name, stays when that waiter lets go.
+  KeyLock first = cache.compile_lock(kKey, 0ms);
+  REQUIRE(first.held());
+  REQUIRE(std::remove(file.c_str()) == 0);
+  KeyLock newcomer = cache.compile_lock(kKey, 0ms);
+  REQUIRE(newcomer.held());
+  cache.end_compile(first, kKey);
+  CHECK(std::ifstream(file).good());
+  cache.end_compile(newcomer, kKey);
+  CHECK_FALSE(std::ifstream(file).good());
+  DiskCache shared(dir.path, kDefaultCacheCapBytes, CacheAccess::trusted_read_only);
+  KeyLock none = shared.compile_lock(kKey, 0ms);
+  CHECK(none.why() == "the cache directory is read-only");
+  shared.end_compile(none, kKey); // nothing held: nothing to do
 }
 
 TEST_CASE("a launcher's variables: the rank in every message, progress from local rank 0, CPUs shared") {
