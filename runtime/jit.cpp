@@ -46,31 +46,30 @@ CompiledKernel compiled_cubin(const DeviceInfo& device, const GeneratedKernel& k
     return CompiledKernel{kernel.name, std::move(*cubin), "(loaded from the disk cache: " + disk->dir() + ")", options};
   };
   KeyLock compiling;
+  // Let go, its file removed, however the compile ends.
+  struct EndCompile {
+    DiskCache* disk;
+    KeyLock& lock;
+    const std::string& key;
+    ~EndCompile() {
+      if (disk) disk->end_compile(lock, key);
+    }
+  } end_compile{disk, compiling, key};
   if (disk) {
     if (std::optional<CompiledKernel> hit = cached()) return std::move(*hit);
     log_message(LogLevel::debug, "disk cache miss: " + kernel.name);
     compiling = disk->compile_lock(key, kCompileWait, [&](const std::string& holder) {
       log_message(LogLevel::debug, "waiting for " + KeyLock::holder_words(holder) + ", which compiles " + kernel.name);
     });
-    if (compiling.held()) {
-      if (std::optional<CompiledKernel> hit = cached()) {
-        disk->end_compile(compiling, key);
-        return std::move(*hit);
-      }
-    }
+    if (compiling.held())
+      if (std::optional<CompiledKernel> hit = cached()) return std::move(*hit);
   }
-  try {
-    CompiledKernel compiled = compile_to_cubin(kernel, device.arch(), device.features);
-    if (disk && disk->put(key, "cubin", compiled.binary)) {
-      disk->put_source(key, kernel.source);
-      disk->evict(disk->cap_bytes());
-    }
-    if (disk) disk->end_compile(compiling, key);
-    return compiled;
-  } catch (...) {
-    if (disk) disk->end_compile(compiling, key);
-    throw;
+  CompiledKernel compiled = compile_to_cubin(kernel, device.arch(), device.features);
+  if (disk && disk->put(key, "cubin", compiled.binary)) {
+    disk->put_source(key, kernel.source);
+    disk->evict(disk->cap_bytes());
   }
+  return compiled;
 }
 
 std::shared_ptr<const LoadedKernel> build(const DeviceInfo& device, const GeneratedKernel& kernel) {
