@@ -93,7 +93,8 @@ public:
                const std::function<void(const std::string& holder)>& on_wait = {});
   // The machine-wide lock on compiling the cubin stored under `key` (lock-compile-<key>), as lock() takes one, so
   // that processes sharing this directory (a job's ranks, started together) compile a kernel once, the others reading
-  // the cubin it stored; end_compile() lets it go and removes its file, which would otherwise stay a kernel.
+  // the cubin it stored; end_compile() lets it go and removes its file, which would otherwise stay behind, one a
+  // kernel.
   KeyLock compile_lock(const std::string& key, std::chrono::milliseconds timeout,
                        const std::function<void(const std::string& holder)>& on_wait = {});
   void end_compile(KeyLock& lock, const std::string& key);

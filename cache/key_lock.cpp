@@ -38,8 +38,8 @@ void KeyLock::release() {
 }
 
 void KeyLock::release_and_remove(int dir_fd, const std::string& name) {
-  struct stat held_file {
-  }, named{};
+  struct stat held_file = {};
+  struct stat named = {};
   if (fd_.valid() && held() && owner_ == ::getpid() && ::fstat(fd_.get(), &held_file) == 0 &&
       ::fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && held_file.st_dev == named.st_dev &&
       held_file.st_ino == named.st_ino)
