@@ -1,9 +1,11 @@
-"""How bench/chain.py's sections time a call: the median of CUDA-event times after three warm-up calls, the peak
+"""How bench/chain.py's sections time a call: the median of CUDA-event times after warm-up calls, the peak
 device memory the call adds, and, where a call gives no figure, why (out of memory, or refused). And the median of
 CUDA-synchronised wall times, what a caller waits (bench/torch_struct_crf.py, bench/divergence.py,
 bench/torch_percall.py). Both time jitbmm's chain and product plans once they run their chosen strategies and
 variants: a plan whose kernels were not in the caches runs a stand-in of quick builds until then
-(docs/caching-and-tuning.md, "First calls")."""
+(docs/caching-and-tuning.md, "First calls"). The warm-up ends with calls for at least WARM_SECONDS once the plans
+have settled: a GPU (and a CPU) left idle while builds ended runs its first calls at lower clocks, which a small
+problem's few milliseconds of timed calls would otherwise measure."""
 
 import gc
 import statistics
@@ -14,6 +16,7 @@ import torch
 import jitbmm
 
 FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
+WARM_SECONDS = 0.2
 
 
 def settled():
@@ -36,14 +39,24 @@ def settled():
         time.sleep(1.0)
 
 
-def measure(fn, reps):
-    """(median ms, peak MiB added) of fn() by CUDA events after three warm-up calls; None where memory runs out."""
-    try:
-        for _ in range(3):
-            fn()
-        settled()
+def warm_up(fn, calls):
+    """`calls` calls of fn(), then, once every plan has settled, calls until WARM_SECONDS have passed (at least one),
+    the device synchronised."""
+    for _ in range(calls):
+        fn()
+    settled()
+    start = time.perf_counter()
+    while True:
         fn()
         torch.cuda.synchronize()
+        if time.perf_counter() - start >= WARM_SECONDS:
+            return
+
+
+def measure(fn, reps):
+    """(median ms, peak MiB added) of fn() by CUDA events after warm_up; None where memory runs out."""
+    try:
+        warm_up(fn, 3)
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         times = []
@@ -65,12 +78,8 @@ def measure(fn, reps):
 
 
 def wall_ms(fn, reps, warmups=3):
-    """The median wall time of fn() in ms, the device synchronised after each call, after `warmups` calls."""
-    for _ in range(warmups):
-        fn()
-    settled()
-    fn()
-    torch.cuda.synchronize()
+    """The median wall time of fn() in ms, the device synchronised after each call, after warm_up(fn, warmups)."""
+    warm_up(fn, warmups)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
