@@ -1162,13 +1162,15 @@ TEST_CASE("under memory pressure, or when tuning fails, plans and first backward
 // Data matter: a plan the tuner gave an exp_matmul variant watches its repair count (copied asynchronously after a
 // call, read by a later call once landed) and moves to the wide-data variant when an observed call repaired a
 // quarter of its outputs or more; below that, or while the stream is being captured, it stays.
+// The helpers share one cache directory, so that only the first compiles the two variants: each stores the same two
+// decisions before it plans, and a move to the wide-data variant is the plan's alone, stored nowhere.
 TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its next call; otherwise it stays") {
   TempDir dir;
+  const std::string cache = dir.path + "/cache";
   int exit_status = -1;
   const auto run = [&](const std::string& percent, bool capturing) {
-    const test::HelperRun r = test::run_helper({"--watch", percent},
-                                     {{"JITBMM_CACHE_DIR", dir.path + "/cache-" + percent + (capturing ? "c" : "")},
-                                      {"JITBMM_FAKE_CUDA_CAPTURING", capturing ? "1" : "0"}});
+    const test::HelperRun r = test::run_helper(
+        {"--watch", percent}, {{"JITBMM_CACHE_DIR", cache}, {"JITBMM_FAKE_CUDA_CAPTURING", capturing ? "1" : "0"}});
     exit_status = r.status;
     return r.output;
   };
@@ -1179,8 +1181,7 @@ TEST_CASE("a plan whose repairs dominate moves to the wide-data variant at its n
   CHECK(run("10", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   CHECK(run("60", true) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   // Calls under UnwatchedCalls (an XLA handler's) neither count nor move.
-  const test::HelperRun held =
-      test::run_helper({"--watch", "60", "unwatched"}, {{"JITBMM_CACHE_DIR", dir.path + "/held"}});
+  const test::HelperRun held = test::run_helper({"--watch", "60", "unwatched"}, {{"JITBMM_CACHE_DIR", cache}});
   CHECK(held.output == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
   ::setenv("JITBMM_REPAIR_WATCH", "off", 1);
   CHECK(run("60", false) == "call 1 exp_matmul\ncall 2 exp_matmul\ncall 3 exp_matmul\n");
