@@ -19,7 +19,7 @@ log-partition's forward (under torch.no_grad) and forward + backward (the margin
 [B, T, C], transitions [C, C], initial [C], standard normal): jitbmm's HMM form, which never forms the potentials,
 against forming them (differentiably) and running jitbmm's CRF form or torch-struct on them (Viterbi: torch-struct's
 argmax on them); forward + backward gives the gradients of all three tables. The other sections run f32 (torbi takes
-nothing else). Each figure is the median of --reps CUDA-event times after warm-up calls (chain_timing.warm_up),
+nothing else). Each figure is the median of --reps CUDA-event times after warm-up calls (bench/warm_up.py),
 and the peak device memory the call adds (torch.cuda.max_memory_allocated over what was allocated before it); a peer
 that runs out of memory shows OOM, a shape a peer refuses its error's first line, a peer that is not installed the
 reason it is left out. terms/s = B·(T − 1)·C² / time. --json writes every row of every section."""

@@ -3,9 +3,7 @@ device memory the call adds, and, where a call gives no figure, why (out of memo
 CUDA-synchronised wall times, what a caller waits (bench/torch_struct_crf.py, bench/divergence.py,
 bench/torch_percall.py). Both time jitbmm's chain and product plans once they run their chosen strategies and
 variants: a plan whose kernels were not in the caches runs a stand-in of quick builds until then
-(docs/caching-and-tuning.md, "First calls"). The warm-up ends with calls for at least WARM_SECONDS once the plans
-have settled: a GPU (and a CPU) left idle while builds ended runs its first calls at lower clocks, which a small
-problem's few milliseconds of timed calls would otherwise measure."""
+(docs/caching-and-tuning.md, "First calls"): the warm-up (bench/warm_up.py) waits for them before its last calls."""
 
 import gc
 import statistics
@@ -14,9 +12,9 @@ import time
 import torch
 
 import jitbmm
+from warm_up import warm_up
 
 FUSED = "jitbmm chain"  # the row of jitbmm's fused chain kernels, in either form, in every section
-WARM_SECONDS = 0.2
 
 
 def settled():
@@ -39,24 +37,20 @@ def settled():
         time.sleep(1.0)
 
 
-def warm_up(fn, calls):
-    """`calls` calls of fn(), then, once every plan has settled, calls until WARM_SECONDS have passed (at least one),
-    the device synchronised."""
-    for _ in range(calls):
-        fn()
-    settled()
-    start = time.perf_counter()
-    while True:
+def warm(fn, calls):
+    """warm_up's calls of fn(), the device synchronised after each, the plans settled before the last ones."""
+
+    def call():
         fn()
         torch.cuda.synchronize()
-        if time.perf_counter() - start >= WARM_SECONDS:
-            return
+
+    warm_up(call, calls, settled)
 
 
 def measure(fn, reps):
-    """(median ms, peak MiB added) of fn() by CUDA events after warm_up; None where memory runs out."""
+    """(median ms, peak MiB added) of fn() by CUDA events after warm(fn, 3); None where memory runs out."""
     try:
-        warm_up(fn, 3)
+        warm(fn, 3)
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         times = []
@@ -78,8 +72,8 @@ def measure(fn, reps):
 
 
 def wall_ms(fn, reps, warmups=3):
-    """The median wall time of fn() in ms, the device synchronised after each call, after warm_up(fn, warmups)."""
-    warm_up(fn, warmups)
+    """The median wall time of fn() in ms, the device synchronised after each call, after warm(fn, warmups)."""
+    warm(fn, warmups)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()

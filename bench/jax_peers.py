@@ -35,12 +35,12 @@ import jax.numpy as jnp  # noqa: E402
 
 import jitbmm.jax as jj  # noqa: E402
 from fresh_process import fresh_env  # noqa: E402
+from warm_up import warm_up  # noqa: E402
 
 
 def wall_ms(fn, reps, warm=2):
-    """Median ms of fn() (its outputs blocked on) after `warm` calls."""
-    for _ in range(warm):
-        jax.block_until_ready(fn())
+    """Median ms of fn() (its outputs blocked on) after warm_up(..., warm)."""
+    warm_up(lambda: jax.block_until_ready(fn()), warm)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
