@@ -100,12 +100,12 @@ TEST_CASE("jitbmm_chain_plan_strategy names the plan's strategy; a null argument
     jitbmm_chain_problem p;
     const char* strategy;
   };
-  jitbmm_chain_problem batched = chain_problem("hmm", 512, 64, 512);
+  jitbmm_chain_problem batched = chain_problem("hmm", 512, 64, 128); // stepped with its table shared
   batched.batched_transitions = 1;
   jitbmm_chain_problem viterbi = chain_problem("hmm", 1, 4096, 64);
   viterbi.semiring = "max_plus";
   const Case cases[] = {{chain_problem("crf", 2, 5, 3), "sequential"},
-                        {chain_problem("hmm", 8, 64, 1024), "sequential"},
+                        {chain_problem("hmm", 8, 64, 128), "sequential"},
                         {batched, "sequential"},
                         {chain_problem("crf", 1, 1024, 32), "chunked"},
                         {viterbi, "chunked"},
