@@ -20,15 +20,99 @@
 
 namespace jb {
 
+// A candidate of a selection: its score and index s · K + rank, or (−inf, kNoCandidate) for none, which beats no
+// candidate (a candidate's score is never −inf) and which none beats (ChainMax::beats).
+template <class T> struct KCandidate {
+  T v;
+  int i;
+};
+constexpr int kNoCandidate = 0x7fffffff;
+
+// Where kbest_select merges sorted lists instead of taking K rounds of the group's best head: few ranks (2 to 4), few
+// sources a lane and groups of 4 lanes (up to 16 states), where a branch-free network of compare-and-swaps is shorter
+// than K rounds of shuffles and rescans, whose branches serialise the group's lanes. With groups of 16 and 32 lanes
+// (64 and 128 states) it was slower, each further round of shuffles merging whole lists; with groups of 8 faster, but
+// not yet checked against the reference there (bench/RESULTS.md, "Structured distributions of chains").
+JB_HD constexpr int kbest_padded(int k) { return k <= 1 ? 1 : 2 * kbest_padded((k + 1) / 2); }
+JB_HD constexpr bool kbest_merges(int k, int lanes, int sources) {
+  return k >= 2 && k <= 4 && lanes <= 4 && sources <= 4;
+}
+
+// a := the better (ChainMax::beats) of a and b first, the other second.
+template <class T> __device__ __forceinline__ void kbest_order(KCandidate<T>& a, KCandidate<T>& b) {
+  const bool swap = ChainMax<T>::beats_flat(b.v, b.i, a.v, a.i);
+  const KCandidate<T> first{swap ? b.v : a.v, swap ? b.i : a.i}, second{swap ? a.v : b.v, swap ? a.i : b.i};
+  a = first, b = second;
+}
+
+// a := the KP best of a and b, both in order (best first), in order: the better of a[j] and b[KP − 1 − j] for each j
+// are the KP best as a bitonic sequence, which half-cleaners put in order.
+template <class T, int KP>
+__device__ __forceinline__ void kbest_merge(KCandidate<T> (&a)[KP], const KCandidate<T> (&b)[KP]) {
+#pragma unroll
+  for (int j = 0; j < KP; ++j) {
+    const KCandidate<T>& o = b[KP - 1 - j];
+    const bool take = ChainMax<T>::beats_flat(o.v, o.i, a[j].v, a[j].i);
+    a[j] = {take ? o.v : a[j].v, take ? o.i : a[j].i};
+  }
+#pragma unroll
+  for (int d = KP / 2; d > 0; d /= 2)
+#pragma unroll
+    for (int j = 0; j < KP; ++j)
+      if ((j & d) == 0) kbest_order(a[j], a[j + d]);
+}
+
+// kbest_select where kbest_merges: each lane merges its sources' lists (each in order: adding a source's w keeps it
+// so), then the group's lanes merge theirs pairwise over log2 G rounds of shuffles, each lane ending with the K best.
+template <class T, int C, int K, int G, int N, class Out>
+__device__ __forceinline__ void kbest_merge_select(const T* lists, int lane, const T (&w)[N], Out out) {
+  constexpr int KP = kbest_padded(K);
+  auto list = [&](int j, KCandidate<T>(&c)[KP]) {
+    const int s = lane + j * G;
+#pragma unroll
+    for (int r = 0; r < KP; ++r) {
+      c[r] = {Num<T>::neg_inf(), kNoCandidate};
+      if (r < K && s < C) {
+        const T entry = lists[r * C + s], x = entry + w[j];
+        if (entry != Num<T>::neg_inf() && x != Num<T>::neg_inf()) c[r] = {x, s * K + r};
+      }
+    }
+  };
+  KCandidate<T> best[KP], other[KP];
+  list(0, best);
+#pragma unroll
+  for (int j = 1; j < N; ++j) {
+    list(j, other);
+    kbest_merge(best, other);
+  }
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) {
+#pragma unroll
+    for (int r = 0; r < KP; ++r)
+      other[r] = {__shfl_xor_sync(0xffffffffu, best[r].v, o), __shfl_xor_sync(0xffffffffu, best[r].i, o)};
+    kbest_merge(best, other);
+  }
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    const bool found = best[r].i != kNoCandidate;
+    out(r, found ? best[r].v : Num<T>::neg_inf(), found ? best[r].i : -1);
+  }
+}
+
 // The K best of the candidates lists[r][s] + w(s) over the C sources s (rank-major, so that the lanes' first reads,
 // of consecutive sources at rank 0, are of consecutive words), chosen by a group of G lanes (lane l holds the sources
 // l, l + G, ... and their w, −inf past C), every lane of the warp taking part: out(r, score, index) for r < K in order,
 // index = s · K + rank, or −inf and −1 where fewer are left. Each list is in order, so a source's next candidate is
-// its next rank: K rounds of the group's best head, the winning lane then reading its own sources' heads again.
+// its next rank: K rounds of the group's best head, the winning lane then reading its own sources' heads again (or,
+// where kbest_merges, kbest_merge_select: the same K in the same order).
 template <class T, int C, int K, int G, int N, class Out>
 __device__ __forceinline__ void kbest_select(const T* lists, int lane, const T (&w)[N], Out out) {
   static_assert(N == (C + G - 1) / G, "a lane's sources");
-  constexpr int kNone = 0x7fffffff;
+  if constexpr (kbest_merges(K, G, N)) {
+    kbest_merge_select<T, C, K, G>(lists, lane, w, out);
+    return;
+  }
+  constexpr int kNone = kNoCandidate;
   int head[N];
 #pragma unroll
   for (int j = 0; j < N; ++j) head[j] = 0;
@@ -108,8 +192,9 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
     // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
     // shuffles stay whole (a group past the block's states chooses among no candidates and writes nothing). A
     // round's row of potentials is loaded AHEAD rounds before it, into a ring of registers, so no round waits for
-    // memory: a round of few sources takes less time than a load from memory, so those look further ahead.
-    constexpr int AHEAD = N <= 4 ? 4 : N <= 8 ? 3 : 2;
+    // memory: a round of few sources takes less time than a load from memory, so those look further ahead, unless
+    // the round merges (kbest_merges), whose network is long enough that two rounds cover a load.
+    constexpr int AHEAD = kbest_merges(K, G, N) || N > 8 ? 2 : N <= 4 ? 4 : 3;
     auto target = [&](long long round) { return first + int(round % PASSES) * GROUPS + group; };
     auto load_row = [&](long long round, T(&w)[N]) {
       const long long t = round / PASSES;

@@ -72,6 +72,12 @@ template <class Op, class T> __device__ __forceinline__ bool select_beats(T v, i
   if (is_nan(v) || Op::better(v, cur)) return true;
   return v == cur && k < cur_k;
 }
+// The same order without branches, for sorting networks, whose compare-and-swaps would otherwise each take a branch
+// and its reconvergence: every test made, and combined bitwise.
+template <class Op, class T> __device__ __forceinline__ bool select_beats_flat(T v, int k, T cur, int cur_k) {
+  const bool nv = is_nan(v), nc = is_nan(cur), before = k < cur_k;
+  return (nc & nv & before) | (!nc & (nv | Op::better(v, cur) | ((v == cur) & before)));
+}
 
 // Selecting semirings: ⊕ picks one term, so the accumulator remembers which k won. Ties keep the smallest k;
 // the first NaN term wins over every number and stays (select_beats); with no term (K = 0) the output is the

@@ -102,7 +102,7 @@ TEST_CASE("chain k best: the reference's paths and scores, ties, masks, ragged l
   int cases = 0, bad = 0;
   for (const auto& s : shapes)
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int k : {1, 3, 16})
+      for (int k : {1, 3, 4, 16}) // 3 and 4 merge sorted lists up to 16 states (kbest_merges), 1 and 16 do not
         for (int variant = 0; variant < 3; ++variant) { // plain, ties, masked and ragged
           if ((dtype == DType::f16 || dtype == DType::bf16) && s.C > 64 && k != 3) continue; // loads alone differ
           const ChainProblem p = problem(dtype, s.B, s.T, s.C, variant == 2);
@@ -155,15 +155,16 @@ TEST_CASE("chain k best: NaN wins, infinities, bad lengths give NaN and -1, one 
   // NaN and +inf at a few edges, −inf at others: the reference's order (NaN first), each as the kernel reads it.
   std::mt19937_64 rng(3);
   int bad = 0;
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
-    const ChainProblem p = problem(dtype, 4, 6, 5, true);
-    std::vector<double> pot = potentials(rng, p, 0.2, true);
-    std::uniform_int_distribution<std::size_t> at(0, pot.size() - 1);
-    for (int i = 0; i < 3; ++i) pot[at(rng)] = NAN, pot[at(rng)] = INFINITY;
-    const std::vector<int64_t> lengths = random_lengths(rng, p);
-    compare_best(std::string(dtype_info(dtype).name) + " special values", on_gpu(p, pot, lengths, 6),
-                 on_cpu(p, pot, lengths, 6), 0.0, bad);
-  }
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16})
+    for (int k : {3, 6}) { // with kbest_merges' network and without
+      const ChainProblem p = problem(dtype, 4, 6, 5, true);
+      std::vector<double> pot = potentials(rng, p, 0.2, true);
+      std::uniform_int_distribution<std::size_t> at(0, pot.size() - 1);
+      for (int i = 0; i < 3; ++i) pot[at(rng)] = NAN, pot[at(rng)] = INFINITY;
+      const std::vector<int64_t> lengths = random_lengths(rng, p);
+      compare_best(std::string(dtype_info(dtype).name) + " special values, k = " + std::to_string(k),
+                   on_gpu(p, pot, lengths, k), on_cpu(p, pot, lengths, k), 0.0, bad);
+    }
   CHECK(bad == 0);
   // Lengths outside [1, T]: NaN scores and paths of −1 for those sequences, the others untouched by them.
   const ChainProblem p = problem(DType::f32, 4, 5, 3, true);
