@@ -1,4 +1,4 @@
-// What the chain references share: the checks of a CRF-form problem and its lengths.
+// What the chain references share: the checks of a problem of either form and its lengths.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +11,7 @@ namespace jitbmm::reference {
 // kMaxReferenceOutputs messages a sequence), and its lengths given exactly where the problem says, each in [1, T];
 // std::invalid_argument naming what is not.
 void check_chain_inputs(const ChainProblem& problem, const int64_t* lengths);
+// The same for the HMM form, its tables given (transitions may be null where T = 1).
+void check_hmm_inputs(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths);
 
 } // namespace jitbmm::reference

@@ -16,14 +16,13 @@
 #include <vector>
 
 #include "jitbmm/reference.hpp"
+#include "reference/chain_inputs.hpp"
 #include "reference/log_sum_exp.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm::reference {
 
-namespace {
-
-void check_hmm(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths) {
+void check_hmm_inputs(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths) {
   check_chain_problem(p);
   if (p.form != ChainForm::hmm) throw std::invalid_argument("hmm: the problem has the crf form (pass the potentials)");
   // The work, B·T·C² terms, and what one sequence holds: its messages and emissions (T·C each) and transitions.
@@ -43,6 +42,8 @@ void check_hmm(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengt
       throw std::invalid_argument("lengths[" + std::to_string(b) + "]: " + std::to_string(lengths[b]) +
                                   " is outside [1, T = " + std::to_string(p.T) + "]");
 }
+
+namespace {
 
 template <class Real> Real table(const ChainProblem& p, const void* data, int64_t at) {
   return static_cast<Real>(load_element(p.dtype, data, at));
@@ -184,7 +185,7 @@ void backward_in(const ChainProblem& p, const HmmInputs& hmm, const int64_t* len
 
 void chain_forward(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths, double* score, double* alpha,
                    int32_t* path) {
-  check_hmm(p, hmm, lengths);
+  check_hmm_inputs(p, hmm, lengths);
   if (p.B > 0 && !score) throw std::invalid_argument("score: null");
   if (path && p.semiring != Semiring::max_plus)
     throw std::invalid_argument("path: only max_plus has a best path (the semiring is " +
@@ -197,7 +198,7 @@ void chain_forward(const ChainProblem& p, const HmmInputs& hmm, const int64_t* l
 
 void chain_backward(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths, const double* grad_score,
                     double* grad_emissions, double* grad_transitions, double* grad_initial) {
-  check_hmm(p, hmm, lengths);
+  check_hmm_inputs(p, hmm, lengths);
   if (p.B > 0 && !grad_score) throw std::invalid_argument("grad_score: null");
   const int64_t T = p.T, C = p.C;
   if (grad_emissions) std::fill(grad_emissions, grad_emissions + p.B * T * C, 0.0);

@@ -151,6 +151,9 @@ void chain_log_prob(const ChainProblem& problem, const void* potentials, const i
 // (std::invalid_argument naming n).
 void chain_sample(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int64_t n,
                   uint64_t seed, int32_t* paths);
+// The same in the HMM form, from its tables (its length-1 sequences draw their state from initial ⊗ emissions[0]).
+void chain_sample(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths, int64_t n, uint64_t seed,
+                  int32_t* paths);
 
 // The k best paths (the problem's semiring must be max_plus; the CRF form's potentials): scores[B][k] in
 // non-increasing order, NaN first as Viterbi's winner; paths[B][k][T] (may be null), each path's states. Paths of
@@ -162,7 +165,11 @@ void chain_sample(const ChainProblem& problem, const void* potentials, const int
 constexpr int kMaxReferenceBestPaths = 1024;
 void chain_kbest(const ChainProblem& problem, const void* potentials, const int64_t* lengths, int k, double* scores,
                  int32_t* paths);
-
+// The same in the HMM form, from its tables: the first position's paths start at initial ⊗ emissions[0], and a
+// step's candidates are chosen by the lists ⊗ transitions, the emission of the state they go to ⊗-ed on after
+// (the HMM form's Viterbi, chain_forward's path, is the first).
+void chain_kbest(const ChainProblem& problem, const HmmInputs& hmm, const int64_t* lengths, int k, double* scores,
+                 int32_t* paths);
 
 // The expectation (entropy) semiring's product (torch-struct's EntropySemiring.matmul) of pairs a [2][B][M][K] and b
 // [2][B][K][N], contiguous in `dtype` (f32 or f64): with x0_k = a0[i][k] + b0[k][j] and x1_k = a1[i][k] + b1[k][j],

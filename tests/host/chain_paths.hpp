@@ -1,5 +1,5 @@
-// What the chain distributions' host tests share: every path of a small chain with its score, and random
-// potentials and lengths.
+// What the chain distributions' tests share: every path of a small chain with its score, random potentials, HMM
+// tables and lengths, and an HMM's potentials in the CRF form.
 #pragma once
 
 #include <algorithm>
@@ -62,14 +62,56 @@ inline std::vector<double> path_probabilities(const ChainProblem& p, const std::
   return probs;
 }
 
-inline std::vector<double> random_potentials(std::mt19937_64& rng, const ChainProblem& p, double p_mask,
-                                             bool integers) {
+// n values: normal (σ 1.5) or integers 0 to 2 (which tie everywhere), a fraction p_mask of them −inf.
+inline std::vector<double> random_values(std::mt19937_64& rng, int64_t n, double p_mask, bool integers) {
   std::normal_distribution<double> normal(0.0, 1.5);
   std::uniform_int_distribution<int> integer(0, 2);
   std::bernoulli_distribution mask(p_mask);
-  std::vector<double> v(std::size_t(p.B * (p.T - 1) * p.C * p.C));
+  std::vector<double> v(static_cast<std::size_t>(n));
   for (double& x : v) x = mask(rng) ? -kInf : integers ? integer(rng) : normal(rng);
   return v;
+}
+
+inline std::vector<double> random_potentials(std::mt19937_64& rng, const ChainProblem& p, double p_mask,
+                                             bool integers) {
+  return random_values(rng, p.B * (p.T - 1) * p.C * p.C, p_mask, integers);
+}
+
+// An HMM problem's tables, contiguous (transitions [B][C][C] and initial [B][C] where the problem has them per
+// sequence), as random_values makes them.
+struct HmmTables {
+  std::vector<double> emissions, transitions, initial;
+};
+inline HmmTables random_hmm_tables(std::mt19937_64& rng, const ChainProblem& p, double p_mask, bool integers) {
+  return {random_values(rng, p.B * p.T * p.C, p_mask, integers),
+          random_values(rng, (p.batched_transitions ? p.B : 1) * p.C * p.C, p_mask, integers),
+          random_values(rng, (p.batched_initial ? p.B : 1) * p.C, p_mask, integers)};
+}
+
+// The CRF form of the same chain where every length is at least 2 (T ≥ 2), and its potentials:
+// transitions[c][q] + emissions[t + 1][c], the first step adding initial[q] + emissions[0][q].
+inline ChainProblem crf_of(const ChainProblem& hmm) {
+  ChainProblem p;
+  p.semiring = hmm.semiring, p.dtype = hmm.dtype;
+  p.B = hmm.B, p.T = hmm.T, p.C = hmm.C;
+  p.with_lengths = hmm.with_lengths;
+  return p;
+}
+inline std::vector<double> formed_potentials(const ChainProblem& hmm, const HmmTables& h) {
+  const int64_t B = hmm.B, T = hmm.T, C = hmm.C;
+  std::vector<double> pot(std::size_t(B * (T - 1) * C * C));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < T; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t q = 0; q < C; ++q) {
+          double x = h.transitions[std::size_t(((hmm.batched_transitions ? b : 0) * C + c) * C + q)] +
+                     h.emissions[std::size_t((b * T + t + 1) * C + c)];
+          if (t == 0)
+            x +=
+                h.initial[std::size_t((hmm.batched_initial ? b : 0) * C + q)] + h.emissions[std::size_t(b * T * C + q)];
+          pot[std::size_t(((b * (T - 1) + t) * C + c) * C + q)] = x;
+        }
+  return pot;
 }
 
 inline std::vector<int64_t> random_lengths(std::mt19937_64& rng, const ChainProblem& p) {
