@@ -53,22 +53,25 @@ bool distribution_module(const Args& args, const std::string& arch, GeneratedKer
     threads = jb::expect_threads(int(problem.C), dtype_info(problem.dtype).wide_acc(), cluster);
     return true;
   }
-  if (args.has("--kbest")) { // the dtype, C, k and the cluster
-    args.require_only({"--chain", "--kbest", "--dtype", "--cluster", "--emit", "--arch"}, "inspect --chain --kbest");
+  if (args.has("--kbest")) { // the form, the dtype, C, k and the cluster
+    args.require_only({"--chain", "--kbest", "--hmm", "--dtype", "--cluster", "--emit", "--arch"},
+                      "inspect --chain --kbest");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const std::string k = args.get("--kbest", "");
     if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos)
       throw std::invalid_argument("--kbest: the best paths kept, an integer from 1 to 16, got '" + k + "'");
     const int cluster = distribution_cluster_from(args, arch);
     try {
-      kernel = with_override(emit_kbest_kernel(problem.dtype, int(problem.C), std::stoi(k), cluster));
+      kernel = with_override(
+          emit_kbest_kernel(problem.dtype, int(problem.C), std::stoi(k), cluster, problem.form == ChainForm::hmm));
     } catch (const std::invalid_argument& e) {
       refused(e);
     }
     threads = jb::kbest_threads(int(problem.C), cluster);
     return true;
   }
-  if (args.has("--samples")) { // the dtype and C (the chain's forward messages come from a chain plan's forward)
+  if (args.has("--samples")) { // the dtype and C (the chain's forward messages come from a chain plan's forward; the
+                               // module reads either form's rows at their strides)
     args.require_only({"--chain", "--samples", "--dtype", "--emit", "--arch"}, "inspect --chain --samples");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     try {

@@ -78,7 +78,7 @@ GeneratedKernel emit_sample_kernel(DType dtype, int C) {
                      sizeof(jb::SampleParams), entries);
 }
 
-GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k, int cluster) {
+GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k, int cluster, bool hmm) {
   if (C < 1 || C > jb::kMaxKBestStates)
     throw std::invalid_argument("C: the k-best kernel takes 1 to " + std::to_string(jb::kMaxKBestStates) +
                                 " states, got " + std::to_string(C));
@@ -95,9 +95,10 @@ GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k, int cluster) {
   const std::vector<EntryPoint> entries = {{"", threads, 1,
                                             "jb::chain_kbest<" + std::string(d.device_type) + ", " + c + ", " + kk +
                                                 ", " + std::to_string(jb::kbest_lanes(C)) + ", " +
-                                                std::to_string(threads) + ", " + cl + ">",
+                                                std::to_string(threads) + ", " + cl + (hmm ? ", true>" : ">"),
                                             cluster}};
-  return finish_unit(std::string("chain_kbest_") + d.name + "_c" + c + "_k" + kk + (cluster > 1 ? "_cl" + cl : ""),
+  return finish_unit(std::string("chain_kbest_") + d.name + "_c" + c + "_k" + kk + (cluster > 1 ? "_cl" + cl : "") +
+                         (hmm ? "_hmm" : ""),
                      os.str(), "KBestParams", sizeof(jb::KBestParams), entries);
 }
 

@@ -16,15 +16,16 @@ namespace jitbmm {
 // `field`: what the field is (jb::ExpectField: given, a second chain q, or q read as the difference p − q).
 GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster = 1, int field = 0);
 
-// The sampling module for chains of C states in the CRF form whose inputs are `dtype` (templates/chain/samples.cuh):
-// its main entry draws paths backward from the chain plan's forward messages, a warp a path.
+// The sampling module for chains of C states whose inputs are `dtype` (templates/chain/samples.cuh), of either form
+// (the rows it reads are given with their strides): its main entry draws paths backward from the chain plan's forward
+// messages, a warp a path.
 GeneratedKernel emit_sample_kernel(DType dtype, int C);
 
-// The k-best module for chains of C states (at most jb::kMaxKBestStates) in the CRF form whose inputs are
-// `dtype`, keeping k paths (1 to jb::kMaxKBest) a state (templates/chain/kbest.cuh): its main entry, a cluster of
-// `cluster` blocks a sequence (as emit_expect_kernel's) of jb::kbest_threads(C, cluster) threads with
-// jb::kbest_shared_bytes of dynamic shared memory each, writes the k best scores and paths.
-GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k, int cluster = 1);
+// The k-best module for chains of C states (at most jb::kMaxKBestStates) in the CRF form, or with `hmm` the HMM
+// form, whose inputs are `dtype`, keeping k paths (1 to jb::kMaxKBest) a state (templates/chain/kbest.cuh): its main
+// entry, a cluster of `cluster` blocks a sequence (as emit_expect_kernel's) of jb::kbest_threads(C, cluster) threads
+// with jb::kbest_shared_bytes of dynamic shared memory each, writes the k best scores and paths.
+GeneratedKernel emit_kbest_kernel(DType dtype, int C, int k, int cluster = 1, bool hmm = false);
 
 // The blocks of a sequence's cluster in the expectation sweeps and the k best paths, for B chains of C states on a
 // device whose clusters may take `cluster_sms` SMs (0: no clusters): 1 below 128 states, else doubling while the

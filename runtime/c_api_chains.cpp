@@ -273,6 +273,29 @@ jitbmm_status jitbmm_chain_sampler_run_device_seed(const jitbmm_chain_sampler* p
   });
 }
 
+jitbmm_status jitbmm_chain_sampler_run_hmm(const jitbmm_chain_sampler* plan, const void* emissions,
+                                           const void* transitions, const void* initial, const int64_t* lengths,
+                                           int64_t n, uint64_t seed, int32_t* paths, void* workspace,
+                                           size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, n, seed, paths,
+               static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_sampler_run_hmm_device_seed(const jitbmm_chain_sampler* plan, const void* emissions,
+                                                       const void* transitions, const void* initial,
+                                                       const int64_t* lengths, int64_t n, const uint64_t* seed,
+                                                       int32_t* paths, void* workspace, size_t workspace_bytes,
+                                                       void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan.with_device_seed(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, n, seed, paths,
+                                static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
 void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan) { destroy(plan); }
 
 jitbmm_status jitbmm_chain_kbest_create(const jitbmm_chain_problem* problem, int k, jitbmm_chain_kbest** plan) {
@@ -298,6 +321,16 @@ jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void*
     require(plan, "plan");
     plan->plan(potentials, lengths, scores, paths, static_cast<jitbmm::Stream>(stream),
                jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+jitbmm_status jitbmm_chain_kbest_run_hmm(const jitbmm_chain_kbest* plan, const void* emissions, const void* transitions,
+                                         const void* initial, const int64_t* lengths, void* scores, int32_t* paths,
+                                         void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    plan->plan(jitbmm::HmmInputs{emissions, transitions, initial}, lengths, scores, paths,
+               static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
   });
 }
 

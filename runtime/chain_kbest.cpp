@@ -30,8 +30,40 @@ struct ChainKBest::Impl {
   int cluster = 1;                            // blocks of a sequence (distribution_cluster)
 };
 
+namespace {
+
+// The scratch a call takes: the back-pointers.
+std::size_t scratch_bytes(const ChainKBest::Impl& im) { return ScratchSize().add(im.back, "workspace").bytes(); }
+
+// A call of either form, its inputs in params: the outputs checked, the back-pointers taken, the kernel launched.
+void run_kbest(const ChainKBest::Impl& im, jb::KBestParams& params, const int64_t* lengths, void* scores,
+               int32_t* paths, Stream stream, const Workspace& workspace) {
+  const ChainProblem& p = im.problem;
+  const bool empty = p.B == 0;
+  check_pointer(scores, "scores", empty);
+  check_alignment(scores, "scores", dtype_info(chain_output_dtype(p)).size_bytes);
+  check_alignment(paths, "paths", 4);
+  check_workspace(workspace, scratch_bytes(im));
+  if (empty) return;
+  ScopedContext scope(im.device->context);
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(*im.device, workspace, scratch_bytes(im), cu);
+  params.lengths = reinterpret_cast<const long long*>(lengths);
+  params.scores = scores;
+  params.back = static_cast<int*>(scratch.take(im.back));
+  params.B = p.B, params.T = p.T;
+  params.paths = paths; // null: scores alone
+  const int cluster = im.cluster;
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(p.B, (int64_t(1) << 30) / cluster) * cluster), 1, 1},
+                 block[3] = {unsigned(jb::kbest_threads(int(p.C), cluster)), 1, 1};
+  void* args[] = {&params};
+  launch(*im.kernel, "", grid, block, args, cu, im.shared);
+}
+
+} // namespace
+
 ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
-  check_distribution_problem(problem, Semiring::max_plus, kMaxKBestStates, "the best paths");
+  check_distribution_problem(problem, Semiring::max_plus, kMaxKBestStates, "the best paths", true);
   if (k < 1 || k > kMaxKBest)
     throw std::invalid_argument("k: the best paths, 1 to " + std::to_string(kMaxKBest) + ", got " + std::to_string(k));
   auto impl = std::make_shared<Impl>();
@@ -49,37 +81,35 @@ ChainKBest ChainKBest::get(const ChainProblem& problem, int k) {
   impl->back = std::size_t(checked_product({problem.B, problem.T - 1, problem.C, k, 4}, "chain: B*(T-1)*C*k*4"));
   impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
   if (problem.B > 0)
-    impl->kernel = load_generated(*impl->device, emit_kbest_kernel(problem.dtype, int(problem.C), k, impl->cluster));
+    impl->kernel = load_generated(*impl->device, emit_kbest_kernel(problem.dtype, int(problem.C), k, impl->cluster,
+                                                                   problem.form == ChainForm::hmm));
   return ChainKBest(std::move(impl));
 }
 
-std::size_t ChainKBest::workspace_bytes() const { return ScratchSize().add(impl_->back, "workspace").bytes(); }
+std::size_t ChainKBest::workspace_bytes() const { return scratch_bytes(*impl_); }
 
 void ChainKBest::operator()(const void* potentials, const int64_t* lengths, void* scores, int32_t* paths,
                             Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = impl_->problem;
-  const bool empty = p.B == 0;
-  check_distribution_inputs(p, potentials, lengths, empty, empty || p.T == 1);
-  check_pointer(scores, "scores", empty);
-  check_alignment(scores, "scores", dtype_info(chain_output_dtype(p)).size_bytes);
-  check_alignment(paths, "paths", 4);
-  check_workspace(workspace, workspace_bytes());
-  if (empty) return;
-  ScopedContext scope(impl_->device->context);
-  const CUstream cu = reinterpret_cast<CUstream>(stream);
-  Scratch scratch(*impl_->device, workspace, workspace_bytes(), cu);
+  check_distribution_inputs(p, potentials, lengths, p.B == 0, p.B == 0 || p.T == 1);
   jb::KBestParams params{};
   params.potentials = potentials;
-  params.lengths = reinterpret_cast<const long long*>(lengths);
-  params.scores = scores;
-  params.back = static_cast<int*>(scratch.take(impl_->back));
-  params.B = p.B, params.T = p.T;
-  params.paths = paths; // null: scores alone
-  const int cluster = impl_->cluster;
-  const unsigned grid[3] = {unsigned(std::min<int64_t>(p.B, (int64_t(1) << 30) / cluster) * cluster), 1, 1},
-                 block[3] = {unsigned(jb::kbest_threads(int(p.C), cluster)), 1, 1};
-  void* args[] = {&params};
-  launch(*impl_->kernel, "", grid, block, args, cu, impl_->shared);
+  run_kbest(*impl_, params, lengths, scores, paths, stream, workspace);
+}
+
+void ChainKBest::operator()(const HmmInputs& hmm, const int64_t* lengths, void* scores, int32_t* paths, Stream stream,
+                            const Workspace& workspace) const {
+  const ChainProblem& p = impl_->problem;
+  check_distribution_inputs(p, hmm, lengths, p.B == 0);
+  jb::KBestParams params{};
+  params.potentials = hmm.transitions;
+  params.emissions = hmm.emissions;
+  params.initial = hmm.initial;
+  const HmmStrides st = hmm_strides(p);
+  std::copy(st.emissions, st.emissions + 3, params.emission_strides);
+  std::copy(st.transitions, st.transitions + 3, params.transition_strides);
+  std::copy(st.initial, st.initial + 2, params.initial_strides);
+  run_kbest(*impl_, params, lengths, scores, paths, stream, workspace);
 }
 
 const ChainProblem& ChainKBest::problem() const { return impl_->problem; }

@@ -13,6 +13,7 @@
 #include "runtime/chain_stand_in.hpp"
 #include "runtime/chain_stepped.hpp"
 #include "runtime/device.hpp"
+#include "runtime/distribution_checks.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
 #include "runtime/scratch.hpp"
@@ -133,14 +134,7 @@ void check_form(const ChainProblem& p, ChainForm form) {
 
 // The HMM form's tables as the kernels read them: the transitions in the potentials' place.
 jb::ChainParams hmm_params(const ChainPlan::Impl& im, const HmmInputs& hmm, bool empty) {
-  const ChainProblem& p = im.problem;
-  const int bytes = dtype_info(p.dtype).size_bytes;
-  check_pointer(hmm.emissions, "hmm.emissions", empty);
-  check_pointer(hmm.transitions, "hmm.transitions", empty || p.T == 1);
-  check_pointer(hmm.initial, "hmm.initial", empty);
-  check_alignment(hmm.emissions, "hmm.emissions", bytes);
-  check_alignment(hmm.transitions, "hmm.transitions", bytes);
-  check_alignment(hmm.initial, "hmm.initial", bytes);
+  check_hmm_tables(im.problem, hmm, empty);
   jb::ChainParams params = chain_params(im);
   params.potentials = hmm.transitions;
   params.emissions = hmm.emissions;

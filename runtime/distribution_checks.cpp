@@ -8,12 +8,26 @@
 
 namespace jitbmm {
 
-void check_distribution_problem(const ChainProblem& p, Semiring semiring, int64_t max_states, const char* what) {
+namespace {
+
+void check_lengths_pointer(const ChainProblem& p, const int64_t* lengths, bool empty) {
+  if (p.with_lengths)
+    check_pointer(lengths, "lengths", empty);
+  else if (lengths)
+    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
+  check_alignment(lengths, "lengths", 8);
+}
+
+} // namespace
+
+void check_distribution_problem(const ChainProblem& p, Semiring semiring, int64_t max_states, const char* what,
+                                bool hmm_form) {
   check_chain_problem(p);
   if (p.semiring != semiring)
     throw std::invalid_argument(std::string("chain.semiring: ") + what + " are " + semiring_info(semiring).name +
                                 "'s (got " + semiring_info(p.semiring).name + ")");
-  if (p.form != ChainForm::crf) throw std::invalid_argument(std::string("chain.form: ") + what + " take the crf form");
+  if (p.form != ChainForm::crf && !hmm_form)
+    throw std::invalid_argument(std::string("chain.form: ") + what + " take the crf form");
   if (std::any_of(std::begin(p.strides), std::end(p.strides), [](int64_t s) { return s != 0; }))
     throw std::invalid_argument(std::string("chain.strides: ") + what + " take contiguous potentials (strides all 0)");
   if (p.C > max_states)
@@ -23,13 +37,28 @@ void check_distribution_problem(const ChainProblem& p, Semiring semiring, int64_
 
 void check_distribution_inputs(const ChainProblem& p, const void* potentials, const int64_t* lengths, bool empty,
                                bool no_edges) {
+  if (p.form != ChainForm::crf)
+    throw std::invalid_argument("potentials: the plan's problem has the hmm form (pass HmmInputs)");
   check_pointer(potentials, "potentials", no_edges);
-  if (p.with_lengths)
-    check_pointer(lengths, "lengths", empty);
-  else if (lengths)
-    throw std::invalid_argument("lengths: given, but the problem was made without with_lengths");
   check_alignment(potentials, "potentials", dtype_info(p.dtype).size_bytes);
-  check_alignment(lengths, "lengths", 8);
+  check_lengths_pointer(p, lengths, empty);
+}
+
+void check_hmm_tables(const ChainProblem& p, const HmmInputs& hmm, bool empty) {
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  check_pointer(hmm.emissions, "hmm.emissions", empty);
+  check_pointer(hmm.transitions, "hmm.transitions", empty || p.T == 1);
+  check_pointer(hmm.initial, "hmm.initial", empty);
+  check_alignment(hmm.emissions, "hmm.emissions", bytes);
+  check_alignment(hmm.transitions, "hmm.transitions", bytes);
+  check_alignment(hmm.initial, "hmm.initial", bytes);
+}
+
+void check_distribution_inputs(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths, bool empty) {
+  if (p.form != ChainForm::hmm)
+    throw std::invalid_argument("hmm: the plan's problem has the crf form (pass the potentials)");
+  check_hmm_tables(p, hmm, empty);
+  check_lengths_pointer(p, lengths, empty);
 }
 
 } // namespace jitbmm

@@ -224,9 +224,9 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
 void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan);
 
 /* Chain samples (ChainSampler in chain_samples.hpp): n exact paths of each of B chains in the CRF form (the log
- * semiring, contiguous potentials), paths[B][n][T] int32 on the device (-1 past a length, and throughout for a
- * sequence without a distribution); the same seed draws the same paths. workspace_bytes of scratch (NULL with 0
- * bytes: jitbmm's own pool). */
+ * semiring, contiguous potentials) or the HMM form (its tables laid out as the problem says: the _hmm calls),
+ * paths[B][n][T] int32 on the device (-1 past a length, and throughout for a sequence without a distribution); the
+ * same seed draws the same paths. workspace_bytes of scratch (NULL with 0 bytes: jitbmm's own pool). */
 typedef struct jitbmm_chain_sampler jitbmm_chain_sampler;
 jitbmm_status jitbmm_chain_sampler_create(const jitbmm_chain_problem* problem, jitbmm_chain_sampler** plan);
 jitbmm_status jitbmm_chain_sampler_workspace_bytes(const jitbmm_chain_sampler* plan, size_t* bytes);
@@ -239,10 +239,20 @@ jitbmm_status jitbmm_chain_sampler_run_device_seed(const jitbmm_chain_sampler* p
                                                    const int64_t* lengths, int64_t n, const uint64_t* seed,
                                                    int32_t* paths, void* workspace, size_t workspace_bytes,
                                                    void* stream);
+jitbmm_status jitbmm_chain_sampler_run_hmm(const jitbmm_chain_sampler* plan, const void* emissions,
+                                           const void* transitions, const void* initial, const int64_t* lengths,
+                                           int64_t n, uint64_t seed, int32_t* paths, void* workspace,
+                                           size_t workspace_bytes, void* stream);
+jitbmm_status jitbmm_chain_sampler_run_hmm_device_seed(const jitbmm_chain_sampler* plan, const void* emissions,
+                                                       const void* transitions, const void* initial,
+                                                       const int64_t* lengths, int64_t n, const uint64_t* seed,
+                                                       int32_t* paths, void* workspace, size_t workspace_bytes,
+                                                       void* stream);
 void jitbmm_chain_sampler_destroy(jitbmm_chain_sampler* plan);
 
-/* The k best paths of chains (ChainKBest in chain_kbest.hpp): the max_plus semiring, the CRF form, contiguous
- * potentials, C <= 1024, 1 <= k <= 16. scores[B][k] in the output dtype (f32 for half inputs) and paths[B][k][T]
+/* The k best paths of chains (ChainKBest in chain_kbest.hpp): the max_plus semiring, the CRF form with contiguous
+ * potentials or the HMM form (its tables laid out as the problem says: jitbmm_chain_kbest_run_hmm), C <= 1024,
+ * 1 <= k <= 16. scores[B][k] in the output dtype (f32 for half inputs) and paths[B][k][T]
  * int32 (may be NULL) on the device, in order; -inf and -1 past the paths a sequence has. workspace_bytes of scratch
  * (NULL with 0 bytes: jitbmm's own pool). */
 typedef struct jitbmm_chain_kbest jitbmm_chain_kbest;
@@ -251,6 +261,9 @@ jitbmm_status jitbmm_chain_kbest_workspace_bytes(const jitbmm_chain_kbest* plan,
 jitbmm_status jitbmm_chain_kbest_run(const jitbmm_chain_kbest* plan, const void* potentials, const int64_t* lengths,
                                      void* scores, int32_t* paths, void* workspace, size_t workspace_bytes,
                                      void* stream);
+jitbmm_status jitbmm_chain_kbest_run_hmm(const jitbmm_chain_kbest* plan, const void* emissions, const void* transitions,
+                                         const void* initial, const int64_t* lengths, void* scores, int32_t* paths,
+                                         void* workspace, size_t workspace_bytes, void* stream);
 void jitbmm_chain_kbest_destroy(jitbmm_chain_kbest* plan);
 
 /* The expectation (entropy) semiring's product (EntropyProduct in entropy_product.hpp): pairs a [2][B][M][K] and b

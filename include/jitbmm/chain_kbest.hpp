@@ -11,13 +11,14 @@
 
 namespace jitbmm {
 
-// For B chains in the CRF form, the k best paths of each and their scores: Viterbi that keeps the k best paths
-// ending in every state, in the order reference::chain_kbest defines (the larger score first, NaN before every
+// For B chains in the CRF or the HMM form, the k best paths of each and their scores: Viterbi that keeps the k best
+// paths ending in every state, in the order reference::chain_kbest defines (the larger score first, NaN before every
 // number; ties by the states read from the last position back, smaller first, so the first is Viterbi's path). One
 // block a sequence along the chain.
 class ChainKBest {
 public:
-  // The max_plus semiring, the CRF form, contiguous potentials (strides all 0), any dtype and C ≤ kMaxKBestStates;
+  // The max_plus semiring, the CRF form with contiguous potentials (strides all 0) or the HMM form (its tables at
+  // the problem's strides), any dtype and C ≤ kMaxKBestStates;
   // 1 ≤ k ≤ kMaxKBest, and two positions' lists of k scores a state within the device's shared memory a block
   // (k·C·16 bytes for f64, k·C·8 otherwise). std::invalid_argument naming the field otherwise. For the device current
   // on this thread; the kernel is compiled once a process.
@@ -32,6 +33,11 @@ public:
   // bytes) from `workspace` or jitbmm's pool.
   void operator()(const void* potentials, const int64_t* lengths, void* scores, int32_t* paths,
                   Stream stream = nullptr, const Workspace& workspace = {}) const;
+  // The same in the HMM form, from its tables (the best paths of the HMM form's Viterbi, chain.hpp; an HMM problem's
+  // plan takes only this call, a CRF one's only the one above: the other is refused, naming `hmm` or `potentials`).
+  // The gradients of score i are path i's states (emissions and initial) and moves (transitions).
+  void operator()(const HmmInputs& hmm, const int64_t* lengths, void* scores, int32_t* paths, Stream stream = nullptr,
+                  const Workspace& workspace = {}) const;
   std::size_t workspace_bytes() const;
 
   const ChainProblem& problem() const;

@@ -1,14 +1,16 @@
-// The k best paths of a chain (max_plus, the CRF form), a block a sequence (runtime/chain_kbest.cpp): Viterbi that
-// keeps for every state the K best paths ending there, in order (a path's best continuation keeps its prefix among
-// the K best of the prefix's end, so nothing better is dropped), then the K best over the last position's states,
-// each followed back through the back-pointers.
+// The k best paths of a chain (max_plus), a block a sequence (runtime/chain_kbest.cpp): Viterbi that keeps for every
+// state the K best paths ending there, in order (a path's best continuation keeps its prefix among the K best of the
+// prefix's end, so nothing better is dropped), then the K best over the last position's states, each followed back
+// through the back-pointers. In the HMM form the first position's lists start from initial ⊗ emissions[0] and a step
+// chooses among the lists ⊗ transitions, then ⊗-es the emission of the state it goes to onto the K chosen, as the HMM
+// form's Viterbi does: the same for each of a state's candidates, it changes none of their order.
 //
 // The order is reference::chain_kbest's: the larger score first, NaN before every number, then the source state,
 // then its rank there (ChainMax::beats on the index source · K + rank), so the first path is Viterbi's. A list's
 // entry of −inf is no path, and a candidate from it is none whatever the potential (−inf + inf would be NaN).
 //
-// S is the storage type, T its accumulator type (Acc<S>); C states, K paths, G lanes a target state and NT threads a
-// block are compile-time.
+// S is the storage type, T its accumulator type (Acc<S>); C states, K paths, G lanes a target state, NT threads a
+// block and the form are compile-time.
 #pragma once
 
 #include "chain/kbest_params.cuh"
@@ -159,7 +161,7 @@ __device__ __forceinline__ void kbest_select(const T* lists, int lane, const T (
 // step's target states and storing their lists into every block's, so that a step's potentials are read through CL
 // SMs; the cluster's barrier ends the step where the block's would, and the first block chooses the K best at the
 // end and follows them back.
-template <class S, int C, int K, int G, int NT, int CL = 1>
+template <class S, int C, int K, int G, int NT, int CL = 1, bool HMM = false>
 __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
   using T = typename Acc<S>::type;
   static_assert(NT % 32 == 0 && NT % G == 0 && G <= 32 && (G & (G - 1)) == 0, "groups of lanes within warps");
@@ -184,10 +186,22 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
       if (tid < K && rank == 0) scores[tid] = Num<T>::nan();
       continue;
     }
-    for (int i = tid; i < C * K; i += NT) lists[i] = i < C ? T(0) : Num<T>::neg_inf();
+    const S* emissions = HMM ? static_cast<const S*>(p.emissions) + b * p.emission_strides[0] : nullptr;
+    auto emission = [&](long long t, int s) {
+      return to_acc(emissions[t * p.emission_strides[1] + s * p.emission_strides[2]]);
+    };
+    for (int i = tid; i < C * K; i += NT) {
+      T first = T(0);
+      if constexpr (HMM)
+        if (i < C)
+          first = to_acc(static_cast<const S*>(p.initial)[b * p.initial_strides[0] + i * p.initial_strides[1]]) +
+                  emission(0, i);
+      lists[i] = i < C ? first : Num<T>::neg_inf();
+    }
     // With a cluster, also: no block writes into another's lists before that one has left the sequence before.
     share.sync();
-    const S* potentials = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
+    const S* potentials =
+        static_cast<const S*>(p.potentials) + (HMM ? b * p.transition_strides[0] : b * (p.T - 1) * C * C);
     int* back = p.back + b * (p.T - 1) * C * K;
     // Each step's target states in PASSES rounds of GROUPS; every group runs every round, so that the warps'
     // shuffles stay whole (a group past the block's states chooses among no candidates and writes nothing). A
@@ -196,36 +210,48 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
     // the round merges (kbest_merges), whose network is long enough that two rounds cover a load.
     constexpr int AHEAD = kbest_merges(K, G, N) || N > 8 ? 2 : N <= 4 ? 4 : 3;
     auto target = [&](long long round) { return first + int(round % PASSES) * GROUPS + group; };
-    auto load_row = [&](long long round, T(&w)[N]) {
+    // A round's row, and in the HMM form the emission its target state adds (e).
+    auto load_row = [&](long long round, T(&w)[N], T& e) {
       const long long t = round / PASSES;
       const int s = target(round);
       const bool live = s < end && t + 1 < L;
-      const S* row = potentials + (t * C + (live ? s : 0)) * C;
+      if constexpr (HMM) {
+        const S* row = potentials + (live ? s : 0) * p.transition_strides[1];
+        const long long from = p.transition_strides[2];
 #pragma unroll
-      for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
+        for (int j = 0; j < N; ++j)
+          w[j] = live && lane + j * G < C ? to_acc(row[(lane + j * G) * from]) : Num<T>::neg_inf();
+        e = live ? emission(t + 1, s) : T(0);
+      } else {
+        const S* row = potentials + (t * C + (live ? s : 0)) * C;
+#pragma unroll
+        for (int j = 0; j < N; ++j) w[j] = live && lane + j * G < C ? to_acc(row[lane + j * G]) : Num<T>::neg_inf();
+      }
     };
-    T ring[AHEAD][N]; // round r's row in ring[r % AHEAD]
+    T ring[AHEAD][N], ring_e[AHEAD]; // round r's row in ring[r % AHEAD]
 #pragma unroll
-    for (int i = 0; i < AHEAD; ++i) load_row(i, ring[i]);
+    for (int i = 0; i < AHEAD; ++i) load_row(i, ring[i], ring_e[i]);
     const long long rounds = (L - 1) * PASSES;
-    auto run_round = [&](long long round, T(&w)[N]) {
+    auto run_round = [&](long long round, T(&w)[N], T& e) {
       const long long t = round / PASSES;
       const int s = target(round);
       int* from_of = back + (t * C + s) * K;
       T* to = lists + ((t + 1) & 1) * C * K;
       kbest_select<T, C, K, G>(lists + (t & 1) * C * K, lane, w, [&](int r, T score, int at) {
         if (lane == 0 && s < end) {
+          // A chosen path takes its emission; none (−inf) stays none, whatever the emission.
+          if (HMM && score != Num<T>::neg_inf()) score = e + score;
           to[r * C + s] = score, from_of[r] = at;
           for (int k = 1; k < CL; ++k) cluster_store(&to[r * C + s], (rank + k) % CL, score);
         }
       });
-      load_row(round + AHEAD, w); // its registers are free again
+      load_row(round + AHEAD, w, e); // its registers are free again
       if (round % PASSES == PASSES - 1) share.sync();
     };
     for (long long round = 0; round < rounds; round += AHEAD) {
 #pragma unroll
       for (int i = 0; i < AHEAD; ++i)
-        if (round + i < rounds) run_round(round + i, ring[i]);
+        if (round + i < rounds) run_round(round + i, ring[i], ring_e[i]);
     }
     // The K best over the last position's lists, by the same order with the last state in the source's place: the
     // first block's first warp (each of its groups the same choice; the first writes it).

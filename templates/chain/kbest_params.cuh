@@ -6,16 +6,21 @@
 
 namespace jb {
 
-// The k best paths of B chains of T positions over C states in the CRF form: potentials contiguous [B][T − 1][C][C]
-// in the storage type, index order (to, from). scores [B][k] in the accumulator type, paths [B][k][T] (int32);
-// back [B][T − 1][C][k] (int32), scratch: where each kept path of each (position, state) came from.
+// The k best paths of B chains of T positions over C states: in the CRF form, potentials contiguous [B][T − 1][C][C]
+// in the storage type, index order (to, from); in the HMM form (the kernel's HMM instance), its tables in the storage
+// type at element strides (b, t, c) for emissions, (b, to, from) for transitions and (b, c) for initial, a shared
+// table's b stride 0. scores [B][k] in the accumulator type, paths [B][k][T] (int32); back [B][T − 1][C][k] (int32),
+// scratch: where each kept path of each (position, state) came from.
 struct KBestParams {
-  const void* potentials;
+  const void* potentials;   // the CRF form's potentials, the HMM form's transitions
   const long long* lengths; // [B], each in [1, T], or null
   void* scores;
   int* paths;
   int* back;
   long long B, T;
+  const void* emissions; // the HMM form's
+  const void* initial;
+  long long emission_strides[3], transition_strides[3], initial_strides[2];
 };
 
 // The most paths a kernel keeps per (position, state), and the most states: a lane holds its sources' potentials and

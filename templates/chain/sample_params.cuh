@@ -4,11 +4,15 @@
 
 namespace jb {
 
-// n paths of each of B chains in the CRF form (potentials contiguous [B][T − 1][C][C] in the storage type, index order
-// (to, from)), drawn backward from the chain's forward messages: alpha [B][T][C] and score [B] (log Z) in the
-// accumulator type, as the chain plan's forward writes them. paths [B][n][T], int32.
+// n paths of each of B chains, drawn backward from the chain's forward messages: alpha [B][T][C] and score [B] (log Z)
+// in the accumulator type, as the chain plan's forward writes them, and each step's rows of scores, the (to, from)
+// element of step t of sequence b at rows + b·row_strides[0] + t·row_strides[1] + to·row_strides[2] +
+// from·row_strides[3] in the storage type: in the CRF form the potentials, contiguous [B][T − 1][C][C]; in the HMM
+// form the transitions, the same at every step (its stride 0), whose step also adds the emission of the state it
+// goes to, which is the same for every state it comes from and so changes no draw. paths [B][n][T], int32.
 struct SampleParams {
-  const void* potentials;
+  const void* rows;
+  long long row_strides[4];
   const long long* lengths; // [B], each in [1, T], or null
   const void* alpha;
   const void* score;

@@ -1,8 +1,8 @@
 // Exact samples of a chain's paths by backward sampling from its forward messages: the last state drawn with
 // probability e^{alpha[L − 1][c] − log Z}, then each earlier one given the next, z_t ∝ e^{alpha[t][p] +
-// potentials[t][z_{t+1}][p]}, a warp a path (runtime/chain_samples.cpp). Each draw takes its uniform number from a
-// hash of (seed, sequence, path, position), so a path depends on the seed, its place and its own chain alone, and a
-// run repeats exactly.
+// potentials[t][z_{t+1}][p]} (in the HMM form transitions[z_{t+1}][p]), a warp a path (runtime/chain_samples.cpp).
+// Each draw takes its uniform number from a hash of (seed, sequence, path, position), so a path depends on the seed,
+// its place and its own chain alone, and a run repeats exactly.
 //
 // S is the storage type, T its accumulator type (Acc<S>); C states are compile-time.
 #pragma once
@@ -90,9 +90,11 @@ template <class S, int C> __device__ __forceinline__ void chain_sample(const Sam
                                   [&](int s) { return alpha[(L - 1) * C + s]; });
     if (lane == 0) path[L - 1] = next;
     for (long long t = L - 2; t >= 0 && next >= 0; --t) {
-      const S* row = static_cast<const S*>(p.potentials) + ((b * (p.T - 1) + t) * C + next) * C;
+      const S* row =
+          static_cast<const S*>(p.rows) + b * p.row_strides[0] + t * p.row_strides[1] + next * p.row_strides[2];
+      const long long from = p.row_strides[3];
       next = sample_state<T, C>(sample_uniform(seed, b, i, t),
-                                [&](int s) { return alpha[t * C + s] + to_acc(row[s]); });
+                                [&](int s) { return alpha[t * C + s] + to_acc(row[s * from]); });
       if (lane == 0) path[t] = next;
     }
     if (next < 0) // no state of weight where one must be (rounding at the edge of the range): no path, not a wrong one

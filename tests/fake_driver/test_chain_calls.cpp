@@ -1100,6 +1100,84 @@ TEST_CASE("chain k best: one launch; none for B = 0 or a short workspace; the li
   CHECK_NOTHROW(ChainKBest::get(wide, 8));
 }
 
+// The HMM form's k best paths and samples: the same launches as the CRF form's (the HMM form's own k-best module; the
+// sampler after the HMM plan's forward), through C++ and the C ABI; the other form's call is refused naming it.
+TEST_CASE("chain k best and samples, the HMM form: their launches through C++ and the C ABI; the other form named") {
+  ChainProblem p;
+  p.semiring = Semiring::max_plus;
+  p.form = ChainForm::hmm;
+  p.B = 3, p.T = 6, p.C = 7;
+  p.batched_transitions = true;
+  p.transition_strides[0] = 49, p.transition_strides[1] = 1, p.transition_strides[2] = 7; // read transposed
+  DeviceBuffer e(4 * 3 * 6 * 7), t(4 * 3 * 49), i(4 * 7), scores(4 * 3 * 4), paths(4 * 3 * 10 * 6);
+  const HmmInputs hmm{e.get(), t.get(), i.get()};
+  const ChainKBest best = ChainKBest::get(p, 4);
+  const std::string module = best.kernel_name();
+  REQUIRE(module.rfind("chain_kbest_f32_c7_k4", 0) == 0);
+  CHECK(module.find("_hmm") != std::string::npos);
+  DeviceBuffer work(best.workspace_bytes());
+  {
+    const DriverLog log;
+    best(hmm, nullptr, scores.get(), static_cast<int32_t*>(paths.get()), nullptr,
+         Workspace{work.get(), best.workspace_bytes()});
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  CHECK_THROWS_WITH_AS(best(e.get(), nullptr, scores.get(), nullptr), doctest::Contains("potentials"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(best(HmmInputs{e.get(), t.get(), nullptr}, nullptr, scores.get(), nullptr),
+                       doctest::Contains("hmm.initial"), std::invalid_argument);
+  ChainProblem crf;
+  crf.semiring = Semiring::max_plus;
+  crf.B = 3, crf.T = 6, crf.C = 7;
+  CHECK_THROWS_WITH_AS(ChainKBest::get(crf, 4)(hmm, nullptr, scores.get(), nullptr), doctest::Contains("hmm"),
+                       std::invalid_argument);
+
+  ChainProblem lp = p;
+  lp.semiring = Semiring::log;
+  const ChainSampler sampler = ChainSampler::get(lp);
+  {
+    const DriverLog log;
+    sampler(hmm, nullptr, 10, 1, static_cast<int32_t*>(paths.get()));
+    const std::vector<std::string> launched = log.launched();
+    REQUIRE(launched.size() == 2);
+    CHECK(launched[0] == ChainPlan::get(lp).kernel_name());
+    CHECK(launched[1] == sampler.kernel_name());
+  }
+  CHECK_THROWS_WITH_AS(sampler(e.get(), nullptr, 10, 1, static_cast<int32_t*>(paths.get())),
+                       doctest::Contains("potentials"), std::invalid_argument);
+
+  // The C ABI's calls of the same plans.
+  jitbmm_chain_problem c{};
+  c.semiring = "max_plus", c.dtype = "f32", c.B = 3, c.T = 6, c.C = 7;
+  c.form = "hmm", c.batched_transitions = 1;
+  c.transition_strides[0] = 49, c.transition_strides[1] = 1, c.transition_strides[2] = 7;
+  jitbmm_chain_kbest* kb = nullptr;
+  REQUIRE(jitbmm_chain_kbest_create(&c, 4, &kb) == JITBMM_OK);
+  {
+    const DriverLog log;
+    CHECK(jitbmm_chain_kbest_run_hmm(kb, e.get(), t.get(), i.get(), nullptr, scores.get(),
+                                     static_cast<int32_t*>(paths.get()), nullptr, 0, nullptr) == JITBMM_OK);
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  CHECK(jitbmm_chain_kbest_run(kb, e.get(), nullptr, scores.get(), nullptr, nullptr, 0, nullptr) ==
+        JITBMM_INVALID_ARGUMENT);
+  jitbmm_chain_kbest_destroy(kb);
+  c.semiring = "log";
+  jitbmm_chain_sampler* sp = nullptr;
+  REQUIRE(jitbmm_chain_sampler_create(&c, &sp) == JITBMM_OK);
+  DeviceBuffer seed(8);
+  {
+    const DriverLog log;
+    CHECK(jitbmm_chain_sampler_run_hmm(sp, e.get(), t.get(), i.get(), nullptr, 10, 3,
+                                       static_cast<int32_t*>(paths.get()), nullptr, 0, nullptr) == JITBMM_OK);
+    CHECK(jitbmm_chain_sampler_run_hmm_device_seed(
+              sp, e.get(), t.get(), i.get(), nullptr, 10, static_cast<const uint64_t*>(seed.get()),
+              static_cast<int32_t*>(paths.get()), nullptr, 0, nullptr) == JITBMM_OK);
+    CHECK(log.launched().size() == 4);
+  }
+  jitbmm_chain_sampler_destroy(sp);
+}
+
 // The expectation semiring's product: one launch forward, one a gradient asked for; nothing for an empty product.
 TEST_CASE("entropy product: one launch forward, one per gradient asked for, none when empty") {
   const EntropyProduct product = EntropyProduct::get(DType::f32, 2, 3, 4, 5);

@@ -1,9 +1,11 @@
 // Samples of chains' paths on the GPU (ChainSampler) held to the test the CPU reference sampler passes
 // (tests/samples_fit.hpp): every path of small chains drawn as often as its probability says, each step's edges of
 // longer chains as often as the exact marginals say, and the power to reject a nearby distribution; −1 where there is
-// no path to draw; the same seed the same paths, given on the host or read on the device.
+// no path to draw; the same seed the same paths, given on the host or read on the device. The HMM form's from its
+// tables against the marginals of the formed potentials, and its one-position sequences' first state.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -189,4 +191,140 @@ TEST_CASE("chain samples: a seed draws the same paths, a sequence's are its own;
   bad = p;
   bad.strides[0] = 1;
   expect_invalid([&] { ChainSampler::get(bad); }, "chain.strides");
+}
+
+namespace {
+
+// The HMM form's paths[B][n][T] drawn on the device from its tables (held as double, stored in the problem's dtype).
+std::vector<int32_t> draw_hmm(const ChainProblem& p, const HmmTables& h, const std::vector<int64_t>& lengths, int64_t n,
+                              uint64_t seed, bool seed_on_device = false) {
+  auto stored = [&](const std::vector<double>& v) {
+    std::vector<unsigned char> host(v.size() * dtype_info(p.dtype).size_bytes + 1);
+    for (std::size_t i = 0; i < v.size(); ++i) store_element(p.dtype, host.data(), int64_t(i), v[i]);
+    DeviceBuffer d(host.size());
+    d.upload(host.data(), host.size());
+    return d;
+  };
+  const DeviceBuffer e = stored(h.emissions), t = stored(h.transitions), i = stored(h.initial), d_len = upload(lengths);
+  DeviceBuffer d_paths(std::size_t(p.B * n * p.T) * 4 + 1);
+  d_paths.fill_bytes(0x7f);
+  const ChainSampler sampler = ChainSampler::get(p);
+  const HmmInputs in{e.get(), t.get(), i.get()};
+  const auto* len = static_cast<const int64_t*>(d_len.get());
+  if (seed_on_device) {
+    const DeviceBuffer d_seed = upload(std::vector<uint64_t>{seed});
+    sampler.with_device_seed(in, len, n, static_cast<const uint64_t*>(d_seed.get()),
+                             static_cast<int32_t*>(d_paths.get()));
+  } else {
+    sampler(in, len, n, seed, static_cast<int32_t*>(d_paths.get()));
+  }
+  std::vector<int32_t> paths(std::size_t(p.B * n * p.T));
+  if (!paths.empty()) d_paths.download(paths.data(), paths.size() * 4);
+  return paths;
+}
+
+// The tables as the kernels read them: rounded to the problem's dtype.
+HmmTables rounded(const ChainProblem& p, HmmTables h) {
+  std::vector<unsigned char> bytes(16);
+  for (std::vector<double>* v : {&h.emissions, &h.transitions, &h.initial})
+    for (double& x : *v) {
+      store_element(p.dtype, bytes.data(), 0, x);
+      x = load_element(p.dtype, bytes.data(), 0);
+    }
+  return h;
+}
+
+ChainProblem hmm_problem(DType dtype, int64_t B, int64_t T, int64_t C, bool batched) {
+  ChainProblem p;
+  p.dtype = dtype;
+  p.B = B, p.T = T, p.C = C;
+  p.with_lengths = true;
+  p.form = ChainForm::hmm;
+  p.batched_transitions = p.batched_initial = batched;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("chain samples, the HMM form: each step's moves as often as the formed chain's marginals say, a "
+          "one-position sequence's state as initial and emissions say; every dtype") {
+  struct Case {
+    DType dtype;
+    int64_t B, T, C, n;
+    bool batched;
+  } cases[] = {{DType::f32, 3, 20, 6, 20000, false},
+               {DType::f64, 2, 10, 33, 60000, true},
+               {DType::bf16, 2, 8, 40, 100000, false}};
+  std::mt19937_64 rng(20261207);
+  for (const Case& k : cases) {
+    const ChainProblem p = hmm_problem(k.dtype, k.B, k.T, k.C, k.batched);
+    const HmmTables h = random_hmm_tables(rng, p, 0.1, false);
+    std::vector<int64_t> lengths = random_lengths(rng, p);
+    lengths[0] = p.T, lengths[1] = 1;
+    const std::vector<int32_t> paths = draw_hmm(p, h, lengths, k.n, 9);
+    // Each step: the CRF form's marginals of the formed potentials (from the values the kernels read).
+    const std::vector<double> pot = formed_potentials(p, rounded(p, h));
+    ChainProblem crf = crf_of(p);
+    crf.dtype = DType::f64;
+    const auto [fitted, rejected] = fit_steps(crf, pot, lengths, paths, k.n);
+    CHECK(fitted >= p.T - 1);
+    CHECK(rejected >= fitted / 2);
+    // Sequence 1 has one position: its state against softmax(initial + emissions[1][0]).
+    const HmmTables v = rounded(p, h);
+    std::vector<double> first(std::size_t(p.C)), probs;
+    for (int64_t c = 0; c < p.C; ++c)
+      first[std::size_t(c)] =
+          v.initial[std::size_t((p.batched_initial ? p.C : 0) + c)] + v.emissions[std::size_t(p.T * p.C + c)];
+    const double m = *std::max_element(first.begin(), first.end());
+    double total = 0;
+    for (double x : first) total += std::exp(x - m);
+    for (double x : first) probs.push_back(std::exp(x - m) / total);
+    std::vector<int64_t> counts(std::size_t(p.C), 0);
+    for (int64_t i = 0; i < k.n; ++i) {
+      const int32_t* path = paths.data() + (1 * k.n + i) * p.T;
+      REQUIRE((path[0] >= 0 && path[0] < p.C));
+      for (int64_t t = 1; t < p.T; ++t) REQUIRE(path[t] == -1);
+      ++counts[std::size_t(path[0])];
+    }
+    const SampleFit f = fit_samples(counts, probs);
+    CHECK_MESSAGE(f.ok(), dtype_info(p.dtype).name << " one position: chi2=" << f.chi2 << " dof=" << f.dof);
+  }
+}
+
+TEST_CASE("chain samples, the HMM form: a seed draws the same paths, on the host or the device; no path where none "
+          "can be drawn; the other form's call is named") {
+  const ChainProblem p = hmm_problem(DType::f32, 3, 9, 5, true);
+  std::mt19937_64 rng(3);
+  HmmTables h = random_hmm_tables(rng, p, 0.0, false);
+  const std::vector<int64_t> lengths = {9, 4, 11}; // the last outside [1, T]: no path
+  const int64_t n = 64, per = n * p.T;
+  const std::vector<int32_t> first = draw_hmm(p, h, lengths, n, 42);
+  CHECK(first == draw_hmm(p, h, lengths, n, 42));
+  CHECK(first != draw_hmm(p, h, lengths, n, 43));
+  CHECK(draw_hmm(p, h, lengths, n, 42, true) == first);
+  for (int64_t i = 2 * per; i < 3 * per; ++i) REQUIRE(first[i] == -1);
+  for (int64_t c = 0; c < p.C; ++c) h.emissions[std::size_t(p.T * p.C + 2 * p.C + c)] = -kInf; // sequence 1, t = 2
+  const std::vector<int32_t> none = draw_hmm(p, h, lengths, n, 42);
+  for (int64_t i = per; i < 2 * per; ++i) REQUIRE(none[i] == -1);
+  CHECK(std::equal(none.begin(), none.begin() + per, first.begin())); // sequence 0's paths are its own
+
+  const ChainSampler sampler = ChainSampler::get(p);
+  DeviceBuffer buf(4096), out(std::size_t(per * p.B) * 4);
+  expect_invalid([&] { sampler(buf.get(), nullptr, n, 1, static_cast<int32_t*>(out.get())); }, "potentials");
+  expect_invalid(
+      [&] {
+        sampler(HmmInputs{buf.get(), buf.get(), nullptr}, static_cast<const int64_t*>(buf.get()), n, 1,
+                static_cast<int32_t*>(out.get()));
+      },
+      "hmm.initial");
+  ChainProblem crf = crf_of(p);
+  expect_invalid(
+      [&] {
+        ChainSampler::get(crf)(HmmInputs{buf.get(), buf.get(), buf.get()}, nullptr, n, 1,
+                               static_cast<int32_t*>(out.get()));
+      },
+      "hmm");
+  ChainProblem empty = p;
+  empty.B = 0;
+  CHECK_NOTHROW(ChainSampler::get(empty)(HmmInputs{}, nullptr, 5, 1, nullptr));
 }

@@ -304,6 +304,12 @@ TEST_CASE("the k-best modules compile for the oldest and the newest architecture
   // A sequence a cluster of blocks (sm_90), each choosing for a share of the target states.
   for (auto [C, cluster] : {std::pair{128, 8}, {129, 4}, {1024, 8}})
     spills.add(emit_kbest_kernel(DType::f32, C, 4, cluster), 90);
+  // The HMM form, which also loads each round's emission ahead: its most registers a lane, uneven rounds, a cluster.
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [C, k] : {std::pair{33, 4}, {600, 16}, {1024, 16}})
+      spills.add(emit_kbest_kernel(dtype, C, k, 1, true), 90, C == 1024);
+  spills.add(emit_kbest_kernel(DType::bf16, 16, 3, 1, true), 75);
+  spills.add(emit_kbest_kernel(DType::f32, 129, 4, 4, true), 90);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 128, 4, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_kbest_kernel(DType::f32, 1025, 4), doctest::Contains("C:"), std::invalid_argument);
