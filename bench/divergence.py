@@ -7,7 +7,10 @@ torch-struct's kmax(k) and topk(k)) beside the fused Viterbi with its path. The 
 row's own reference above it. Medians of CUDA-synchronised wall times of one step each, float32,
 potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it does not.
 
-    python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]"""
+    python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]
+
+With --hmm: the HMM form's samples and k best paths from its tables (jitbmm.torch.hmm_sample, hmm_kbest) against
+the CRF form's on the potentials formed from them, beside the HMM form's log-likelihood forward and Viterbi."""
 
 import argparse
 import sys
@@ -68,7 +71,10 @@ def main():
     ap.add_argument("--shapes", default="16x64x16,32x128x32,32x512x64,8x1024x128")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
+    ap.add_argument("--hmm", action="store_true", help="the HMM form's samples and k best paths instead")
     args = ap.parse_args()
+    if args.hmm:
+        return hmm_section(args)
     if not args.no_peer:
         try:
             import torch_struct  # noqa: F401
@@ -126,6 +132,55 @@ def main():
                 row(f"kmax {k}", own, viterbi, (lambda: their_kbest(p, k, False)) if k == 4 else None)
                 if k == 4:
                     row(f"topk {k}", own, viterbi, lambda: their_kbest(p, k, True))
+
+def formed(emissions, transitions, initial):
+    """An HMM's potentials [B, T - 1, C, C], as a user forms them for the CRF form: transitions[c, p] +
+    emissions[:, t + 1, c], the first step adding initial[p] + emissions[:, 0, p]."""
+    pot = transitions + emissions[:, 1:, :, None]
+    return torch.cat((pot[:, :1] + (initial + emissions[:, 0])[:, None, None, :], pot[:, 1:]), 1)
+
+
+def hmm_section(args):
+    """--hmm: the HMM form's samples and k best paths from its tables (emissions [B, T, C], transitions [C, C],
+    initial [C], ~ N(0, 1)), against the CRF form's on the potentials formed from them (forming included), each beside
+    the HMM form's own reference: its log-likelihood's forward, its Viterbi with the path."""
+    print(f"\nthe HMM form's samples and k best paths; ms, medians of {args.reps}; the peer: forming the potentials "
+          f"and the CRF form's kernels")
+    print(f"{'B×T×C':>12} {'quantity':>14} {'HMM form':>9} {'÷ own':>8} {'formed + CRF':>13} {'speed-up':>9} "
+          f"{'its peak GB':>12}")
+    for shape in args.shapes.split(","):
+        B, T, C = map(int, shape.split("x"))
+        g = torch.Generator(device="cuda").manual_seed(0)
+        tables = [torch.randn(*s, device="cuda", generator=g) for s in ((B, T, C), (C, C), (C,))]
+
+        def peer(fn):
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            try:
+                return wall_ms(fn, args.reps), (torch.cuda.max_memory_allocated() - base) / 1e9
+            except torch.OutOfMemoryError:
+                return "oom", None
+            finally:
+                torch.cuda.empty_cache()
+
+        def row(name, own, reference, theirs):
+            ms, gb = peer(theirs)
+            text = f"{ms:13.3f} {ms / own:8.1f}× {gb:12.2f}" if gb is not None else f"{ms:>13} {'-':>9} {'-':>12}"
+            print(f"{shape:>12} {name:>14} {own:9.3f} {own / reference:7.2f}× {text}")
+
+        with torch.no_grad():
+            forward = wall_ms(lambda: jt.hmm_log_partition(*tables), args.reps)
+            print(f"{shape:>12} {'log Z forward':>14} {forward:9.3f}")
+            for n in (16, 1024):
+                row(f"sample {n}", wall_ms(lambda: jt.hmm_sample(*tables, n), args.reps), forward,
+                    lambda: jt.chain_sample(formed(*tables), n))
+            viterbi = wall_ms(lambda: jt.hmm_viterbi(*tables), args.reps)
+            print(f"{shape:>12} {'Viterbi':>14} {viterbi:9.3f}")
+            for k in (4, 16):
+                row(f"k best {k}", wall_ms(lambda: jt.hmm_kbest(*tables, k), args.reps), viterbi,
+                    lambda: jt.chain_kbest(formed(*tables), k))
+
 
 if __name__ == "__main__":
     main()

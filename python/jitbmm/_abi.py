@@ -106,7 +106,7 @@ def _declare(lib):
     lib.jitbmm_chain_expectation_backward.restype = status
     lib.jitbmm_chain_expectation_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_expectation_destroy.restype = None
-    # Chain samples (jitbmm.torch.chain_sample).
+    # Chain samples (jitbmm.torch.chain_sample, hmm_sample).
     lib.jitbmm_chain_sampler_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_chain_sampler_create.restype = status
     lib.jitbmm_chain_sampler_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
@@ -115,9 +115,12 @@ def _declare(lib):
                                              ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                              ctypes.c_void_p]
     lib.jitbmm_chain_sampler_run.restype = status
+    lib.jitbmm_chain_sampler_run_hmm.argtypes = [ctypes.c_void_p] * 5 + [
+        ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.jitbmm_chain_sampler_run_hmm.restype = status
     lib.jitbmm_chain_sampler_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_sampler_destroy.restype = None
-    # The k best paths of chains (jitbmm.torch.chain_kbest).
+    # The k best paths of chains (jitbmm.torch.chain_kbest, hmm_kbest).
     lib.jitbmm_chain_kbest_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.c_int,
                                               ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_chain_kbest_create.restype = status
@@ -125,6 +128,9 @@ def _declare(lib):
     lib.jitbmm_chain_kbest_workspace_bytes.restype = status
     lib.jitbmm_chain_kbest_run.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     lib.jitbmm_chain_kbest_run.restype = status
+    lib.jitbmm_chain_kbest_run_hmm.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_void_p, ctypes.c_size_t,
+                                                                        ctypes.c_void_p]
+    lib.jitbmm_chain_kbest_run_hmm.restype = status
     lib.jitbmm_chain_kbest_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_kbest_destroy.restype = None
     # The expectation semiring's product (jitbmm.torch.entropy_semiring_bmm).

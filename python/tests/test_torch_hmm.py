@@ -15,7 +15,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import HALF_ROUNDING, HAVE_CUDA, GpuCase, gpu_main, torch  # noqa: E402
+from torch_cases import HALF_ROUNDING, HAVE_CUDA, GpuCase, formed, gpu_main, torch  # noqa: E402
 
 # (B, T, C), with whether transitions and initial are per sequence. Odd sizes, each of 1, 2, 31, 33, 129 in every
 # role; 257 and 1000 states stream the transitions through shared memory instead of registers.
@@ -182,9 +182,7 @@ class HmmTest(GpuCase):
             for (B, T, C), batched_t, batched_i in CASES[1:5]:
                 with self.subTest(dtype=dtype, B=B, T=T, C=C):
                     e, t, i = self.tables(B, T, C, batched_t, batched_i, dtype, 10.0)
-                    trans, init = expanded(e, t, i)
-                    pot = trans[:, None] + e[:, 1:, :, None]
-                    pot[:, 0] += (init + e[:, 0])[:, None, :]
+                    pot = formed(e, t, i)
                     lengths = self.lengths(B, T, True)
                     lengths = lengths.clamp(min=2) if lengths is not None else None
                     tol = self.tolerance(dtype, 10.0, T)

@@ -2,7 +2,8 @@
 float64 (scores, and paths in the tie order: states read from the last position back, smaller first), the first
 against chain_viterbi, fewer paths than k, ragged lengths, half inputs, the scores' gradient (each path's edge
 indicator, by gradcheck), torch-struct's kmax and topk routed by patch(chains=True) against its own, and bad
-arguments.
+arguments. hmm_kbest, the HMM form's, against chain_kbest on the formed potentials, hmm_viterbi, its gradient (the
+paths' states and moves, by gradcheck), strides, half tables and its registered operator.
 
 Run as a program (the python_torch_kbest CTest entry): it exits 77 ("skipped") where torch or a CUDA GPU is missing,
 and fails if any test is skipped where both exist."""
@@ -16,7 +17,7 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from torch_cases import GpuCase, gpu_main, torch  # noqa: E402
+from torch_cases import GpuCase, formed, gpu_main, torch  # noqa: E402
 
 try:
     import torch_struct
@@ -137,6 +138,101 @@ class KBestTest(GpuCase):
         torch.testing.assert_close(got_topk, want_topk.to(got_topk.dtype))
         self.assertNotIn("kmax", crf.__dict__)
         self.assertNotIn("topk", crf.__dict__)
+
+
+class HmmKBestTest(GpuCase):
+    def tables(self, g, B, T, C, batched, integers, dtype=torch.float64):
+        def make(*shape):
+            x = torch.randint(0, 3, shape, generator=g).double() if integers else \
+                torch.randn(*shape, generator=g, dtype=torch.float64)
+            x[torch.rand(*shape, generator=g) < 0.1] = -math.inf  # a few states and moves gone
+            return x.to(dtype).to(self.dev)
+        return make(B, T, C), make(*((B, C, C) if batched else (C, C))), make(*((B, C) if batched else (C,)))
+
+    def test_the_crf_forms_paths_on_formed_potentials(self):
+        """At lengths of 2 or more, the HMM form's k best are the CRF form's on the formed potentials (the same
+        scores, exactly where the tables are integers, and the same paths in the same tie order); a length-1
+        sequence's are its best states by initial + emissions[:, 0], ties to the smaller."""
+        jt = self.jt
+        g = torch.Generator().manual_seed(11)
+        for (B, T, C), batched, integers, k in (((4, 6, 3), False, True, 4), ((3, 9, 5), True, True, 16),
+                                                ((5, 7, 20), False, False, 3), ((2, 12, 70), True, False, 5),
+                                                ((3, 4, 130), False, True, 2), ((2, 1, 6), True, True, 8)):
+            e, t, i = self.tables(g, B, T, C, batched, integers)
+            lengths = torch.randint(2 if T > 1 else 1, T + 1, (B,), generator=g).to(self.dev)
+            scores, paths = jt.hmm_kbest(e, t, i, k, lengths)
+            self.assertEqual((scores.shape, paths.shape), ((k, B), (k, B, T)))
+            if T > 1:
+                want_scores, want_paths = jt.chain_kbest(formed(e, t, i), k, lengths)
+                self.assertTrue(torch.equal(paths, want_paths), (B, T, C, batched, k))
+                if integers:
+                    self.assertTrue(torch.equal(scores, want_scores))
+                else:
+                    torch.testing.assert_close(scores, want_scores, rtol=1e-12, atol=1e-12)
+            else:  # one position: the best states
+                first = i.expand(B, C) + e[:, 0]
+                for b in range(B):
+                    order = sorted((x for x in range(C) if first[b, x] != -math.inf),
+                                   key=lambda x: (-first[b, x].item(), x))[:k]
+                    self.assertEqual(paths[:len(order), b, 0].tolist(), order)
+                    self.assertTrue((paths[len(order):, b] == -1).all())
+                    self.assertTrue((scores[len(order):, b] == -math.inf).all())
+            best, path = jt.hmm_viterbi(e, t, i, lengths)
+            has = best != -math.inf
+            self.assertTrue(torch.equal(scores[0][has], best[has]))
+            self.assertTrue(torch.equal(paths[0][has], path[has]))
+
+    def test_gradient_strides_half_and_operator(self):
+        jt = self.jt
+        g = torch.Generator().manual_seed(12)
+        # The gradient of score i: path i's states, moves and first state (gradcheck, tables shared and per sequence).
+        for batched in (False, True):
+            tables = [x.clone().requires_grad_(True) for x in self.tables(g, 3, 5, 4, batched, False)]
+            with torch.no_grad():
+                for x in tables:
+                    x.nan_to_num_(neginf=-3.0)  # finite differences need every path finite
+            lengths = torch.tensor([5, 1, 3], device=self.dev)
+            self.assertTrue(torch.autograd.gradcheck(lambda *x: jt.hmm_kbest(*x, 3, lengths)[0], tables))
+        # Any strides: a transposed [from, to] table and broadcast tables read in place.
+        e = torch.randn(4, 8, 6, device=self.dev)
+        frm_to = torch.randn(6, 6, device=self.dev)
+        init = torch.zeros((), device=self.dev).expand(6)
+        got = jt.hmm_kbest(e, frm_to.t(), init, 4)
+        want = jt.hmm_kbest(e, frm_to.t().contiguous(), init.contiguous(), 4)
+        self.assertTrue(torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]))
+        for dtype in (torch.float16, torch.bfloat16):
+            half = [x.to(dtype) for x in (e, frm_to.t(), init)]
+            s, p = jt.hmm_kbest(*half, 4)
+            s32, p32 = jt.hmm_kbest(*(x.float() for x in half), 4)
+            self.assertEqual(s.dtype, torch.float32)
+            self.assertTrue(torch.equal(s, s32) and torch.equal(p, p32))
+        # The registered operator, and its autograd against the eager path's.
+        from jitbmm import _torch_kbest
+        tables = [x.detach().requires_grad_(True) for x in self.tables(g, 3, 6, 4, True, False)]
+        lengths = torch.tensor([6, 2, 4], device=self.dev)
+        torch.library.opcheck(torch.ops.jitbmm.hmm_kbest.default, (*tables, lengths, 3))
+        r = torch.randn(3, 3, dtype=torch.float64, device=self.dev)
+        scores, paths = torch.ops.jitbmm.hmm_kbest(*tables, lengths, 3)
+        want = torch.autograd.grad((scores.nan_to_num(neginf=0) * r).sum(), tables, allow_unused=True)
+        eager, eager_paths = _torch_kbest._kbest_hmm_op(*tables, lengths, 3)
+        self.assertTrue(torch.equal(eager, scores) and torch.equal(eager_paths, paths))
+        got = torch.autograd.grad((eager.nan_to_num(neginf=0) * r).sum(), tables, allow_unused=True)
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_arguments(self):
+        jt = self.jt
+        e, t, i = (torch.randn(*shape, device=self.dev) for shape in ((2, 3, 4), (4, 4), (4,)))
+        for k in (0, 17, 2.0, True):
+            with self.assertRaisesRegex(ValueError, "k:"):
+                jt.hmm_kbest(e, t, i, k)
+        with self.assertRaisesRegex(ValueError, "transitions"):
+            jt.hmm_kbest(e, t[:3], i, 2)
+        scores, paths = jt.hmm_kbest(e[:0], t, i, 3)
+        self.assertEqual((scores.shape, paths.shape), ((3, 0), (3, 0, 3)))
+        bad = jt.hmm_kbest(e, t, i, 2, torch.tensor([0, 3], device=self.dev))
+        self.assertTrue(torch.isnan(bad[0][:, 0]).all() and (bad[1][:, 0] == -1).all())
+        self.assertFalse(torch.isnan(bad[0][:, 1]).any())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What the jitbmm.torch GPU test programs share: their main, a test case with jitbmm.torch at hand on the GPU, and
-the CUDA-graph check; torch (None where it is missing), whether it sees a CUDA GPU, and what rounding to a half
-type may change. Imports without torch (the
-programs then report themselves skipped)."""
+the CUDA-graph check; torch (None where it is missing), whether it sees a CUDA GPU, what rounding to a half type may
+change, and an HMM's tables as the CRF form's potentials. Imports without torch (the programs then report themselves
+skipped)."""
 
 import unittest
 
@@ -23,6 +23,16 @@ def gpu_main():
     missing = ("torch is not installed here" if torch is None else
                None if torch.cuda.is_available() else "torch sees no CUDA GPU here")
     return program_main.run(missing)
+
+
+def formed(emissions, transitions, initial):
+    """An HMM's potentials [B, T - 1, C, C]: transitions[c, p] + emissions[:, t + 1, c], the first step adding
+    initial[p] + emissions[:, 0, p] (transitions [C, C] or [B, C, C], initial [C] or [B, C]): the CRF form of the same
+    chain where every length is at least 2 and the tables are finite."""
+    B, T, C = emissions.shape
+    pot = transitions.expand(B, C, C)[:, None] + emissions[:, 1:, :, None]
+    first = (initial.expand(B, C) + emissions[:, 0])[:, None, None, :]
+    return torch.cat((pot[:, :1] + first, pot[:, 1:]), 1)
 
 
 class GpuCase(unittest.TestCase):
