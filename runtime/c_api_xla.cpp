@@ -101,6 +101,35 @@ ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potenti
   return c;
 }
 
+ffi::ErrorOr<Chain> hmm(std::string_view semiring, const ffi::AnyBuffer& emissions, const ffi::AnyBuffer& transitions,
+                        const ffi::AnyBuffer& initial, const ffi::AnyBuffer& lengths) {
+  Chain c;
+  c.semiring = std::string(semiring);
+  const char* dtype = dtype_name(emissions.element_type());
+  if (!dtype)
+    return ffi::Unexpected(invalid("emissions: unsupported dtype (expected float32, float64, float16 or bfloat16)"));
+  if (transitions.element_type() != emissions.element_type() || initial.element_type() != emissions.element_type())
+    return ffi::Unexpected(invalid("transitions, initial: their dtype differs from the emissions'"));
+  const int64_t B = leading(emissions, 2);
+  if (B < 0) return ffi::Unexpected(invalid("emissions: expected [..., T, C]"));
+  const int64_t C = dim(emissions, 1);
+  const bool batched_transitions = transitions.dimensions().size() > 2,
+             batched_initial = initial.dimensions().size() > 1;
+  if (leading(transitions, 2) < 0 || dim(transitions, 1) != C || dim(transitions, 2) != C ||
+      (batched_transitions && leading(transitions, 2) != B))
+    return ffi::Unexpected(invalid("transitions: expected [C, C] or [..., C, C] of the emissions' batch and states"));
+  if (dim(initial, 1) != C || (batched_initial && leading(initial, 1) != B))
+    return ffi::Unexpected(invalid("initial: expected [C] or [..., C] of the emissions' batch and states"));
+  auto l = lengths_of(lengths, B);
+  if (l.has_error()) return ffi::Unexpected(l.error());
+  c.lengths = *l;
+  c.problem.semiring = c.semiring.c_str(), c.problem.dtype = dtype, c.problem.form = "hmm";
+  c.problem.B = B, c.problem.T = dim(emissions, 2), c.problem.C = C;
+  c.problem.with_lengths = c.lengths != nullptr;
+  c.problem.batched_transitions = batched_transitions, c.problem.batched_initial = batched_initial;
+  return c;
+}
+
 jitbmm_chain_problem contiguous(const jitbmm_chain_problem& problem) {
   jitbmm_chain_problem q{};
   q.semiring = problem.semiring, q.dtype = problem.dtype, q.form = problem.form;

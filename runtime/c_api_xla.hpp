@@ -113,6 +113,9 @@ jitbmm_status checked(const jitbmm_chain_problem& problem);
 ffi::ErrorOr<const int64_t*> lengths_of(const ffi::AnyBuffer& lengths, int64_t B);
 // The CRF form: potentials [..., T - 1, C, C] and their lengths.
 ffi::ErrorOr<Chain> crf(std::string_view semiring, const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& lengths);
+// The HMM form: emissions [..., T, C], transitions [C, C] or [..., C, C], initial [C] or [..., C], and their lengths.
+ffi::ErrorOr<Chain> hmm(std::string_view semiring, const ffi::AnyBuffer& emissions, const ffi::AnyBuffer& transitions,
+                        const ffi::AnyBuffer& initial, const ffi::AnyBuffer& lengths);
 // The dtype of a chain's scores: f32 for half potentials, else theirs.
 ffi::DataType score_type(ffi::DataType potentials);
 

@@ -1,10 +1,10 @@
-// The XLA FFI handlers of the chains' distributions (runtime/c_api_xla.hpp; docs/jax.md), CRF form, with ragged
-// lengths: jitbmm_xla_chain_expectation and its backward (log-partitions and one expectation E_p[F], of which
-// jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them), and
-// jitbmm_xla_chain_kbest (the k best paths' scores and states), and jitbmm_xla_chain_sample (exact samples, their seed
-// read on the device: a traced key's). jitbmm.jax gave every result its shape when it traced
-// the call; each is checked against the plan here, so that a wrong guess is an error, not memory written out of
-// bounds.
+// The XLA FFI handlers of the chains' distributions (runtime/c_api_xla.hpp; docs/jax.md), with ragged lengths:
+// jitbmm_xla_chain_expectation and its backward (the CRF form's log-partitions and one expectation E_p[F], of which
+// jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them), and in either form
+// jitbmm_xla_chain_kbest and jitbmm_xla_hmm_kbest (the k best paths' scores and states), jitbmm_xla_chain_sample and
+// jitbmm_xla_hmm_sample (exact samples, their seed read on the device: a traced key's). jitbmm.jax gave every result
+// its shape when it traced the call; each is checked against the plan here, so that a wrong guess is an error, not
+// memory written out of bounds.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,8 +18,9 @@ namespace {
 
 std::string chain_key(const Chain& c, CUcontext ctx) {
   const jitbmm_chain_problem& q = c.problem;
-  return std::string(q.dtype) + "|" + std::to_string(q.B) + "|" + std::to_string(q.T) + "|" + std::to_string(q.C) +
-         "|" + std::to_string(q.with_lengths) + "|" + context_key(ctx);
+  return std::string(q.dtype) + "|" + (q.form ? q.form : "crf") + "|" + std::to_string(q.B) + "|" +
+         std::to_string(q.T) + "|" + std::to_string(q.C) + "|" + std::to_string(q.with_lengths) + "|" +
+         std::to_string(q.batched_transitions) + "|" + std::to_string(q.batched_initial) + "|" + context_key(ctx);
 }
 
 PlanTable<jitbmm_chain_expectation>& expectation_plans() {
@@ -159,13 +160,15 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
   return s ? failed(s) : ffi::Error::Success();
 }
 
-ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
+// The k best paths' scores [B][k] and states [B][k][T] of chain c (either form), which run(plan, lengths, scores,
+// paths, workspace, bytes) computes from its operands; `like` the operand whose dtype the scores follow.
+template <class Run>
+ffi::Error kbest(ffi::ErrorOr<Chain> c, const ffi::AnyBuffer& like, void* stream, ffi::ScratchAllocator& allocator,
                  ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths,
-                 ffi::Result<ffi::AnyBuffer> declared, int32_t k) {
-  auto c = crf("max_plus", potentials, lengths);
+                 ffi::Result<ffi::AnyBuffer> declared, int32_t k, Run run) {
   if (c.has_error()) return c.error();
   const int64_t B = c->problem.B, T = c->problem.T;
-  if (ffi::Error e = expected(*scores, "scores", score_type(potentials.element_type()), B * k); !e.success()) return e;
+  if (ffi::Error e = expected(*scores, "scores", score_type(like.element_type()), B * k); !e.success()) return e;
   if (ffi::Error e = expected(*paths, "paths", ffi::DataType::S32, B * k * T); !e.success()) return e;
   if (B == 0) return ffi::Error::Success();
   StreamContext context(stream);
@@ -175,17 +178,16 @@ ffi::Error kbest(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer 
   if (const jitbmm_status s = jitbmm_chain_kbest_workspace_bytes(plan.get(), &bytes)) return failed(s);
   auto ws = workspace(*declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
-  const jitbmm_status s =
-      jitbmm_chain_kbest_run(plan.get(), potentials.untyped_data(), c->lengths, scores->untyped_data(),
-                             static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes, stream);
+  const jitbmm_status s = run(plan.get(), c->lengths, scores->untyped_data(),
+                              static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 
-// n paths of each sequence, [B][n][T] int32, their seed the 8 bytes of `seed` on the device.
-ffi::Error sample(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
-                  ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> declared,
-                  int64_t n) {
-  auto c = crf("log", potentials, lengths);
+// n paths of each sequence of chain c (either form), [B][n][T] int32, their seed the 8 bytes of `seed` on the device,
+// which run(plan, lengths, seed, paths, workspace, bytes) draws from its operands.
+template <class Run>
+ffi::Error sample(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer seed,
+                  ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> declared, int64_t n, Run run) {
   if (c.has_error()) return c.error();
   if (n < 0) return invalid("n: the paths to draw, at least 0 (got " + std::to_string(n) + ")");
   if (seed.size_bytes() != 8)
@@ -200,9 +202,8 @@ ffi::Error sample(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer
   if (const jitbmm_status s = jitbmm_chain_sampler_workspace_bytes(plan.get(), &bytes)) return failed(s);
   auto ws = workspace(*declared, allocator, bytes, stream);
   if (ws.has_error()) return ws.error();
-  const jitbmm_status s = jitbmm_chain_sampler_run_device_seed(
-      plan.get(), potentials.untyped_data(), c->lengths, n, static_cast<const uint64_t*>(seed.untyped_data()),
-      static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes, stream);
+  const jitbmm_status s = run(plan.get(), c->lengths, static_cast<const uint64_t*>(seed.untyped_data()),
+                              static_cast<int32_t*>(paths->untyped_data()), ws->data, ws->bytes);
   return s ? failed(s) : ffi::Error::Success();
 }
 
@@ -212,10 +213,33 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_sample,
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace, int64_t n) {
-      return guarded("chain_sample", stream,
-                     [&] { return sample(stream, scratch, potentials, lengths, seed, paths, workspace, n); });
+      return guarded("chain_sample", stream, [&] {
+        return sample(crf("log", potentials, lengths), stream, scratch, seed, paths, workspace, n,
+                      [&](jitbmm_chain_sampler* plan, const int64_t* len, const uint64_t* at, int32_t* out, void* ws,
+                          std::size_t bytes) {
+                        return jitbmm_chain_sampler_run_device_seed(plan, potentials.untyped_data(), len, n, at, out,
+                                                                    ws, bytes, stream);
+                      });
+      });
     },
     JITBMM_XLA_BUFFERS(3, 2).Attr<int64_t>("n"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_hmm_sample,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
+       ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::AnyBuffer seed, ffi::Result<ffi::AnyBuffer> paths,
+       ffi::Result<ffi::AnyBuffer> workspace, int64_t n) {
+      return guarded("hmm_sample", stream, [&] {
+        return sample(hmm("log", emissions, transitions, initial, lengths), stream, scratch, seed, paths, workspace, n,
+                      [&](jitbmm_chain_sampler* plan, const int64_t* len, const uint64_t* at, int32_t* out, void* ws,
+                          std::size_t bytes) {
+                        return jitbmm_chain_sampler_run_hmm_device_seed(
+                            plan, emissions.untyped_data(), transitions.untyped_data(), initial.untyped_data(), len, n,
+                            at, out, ws, bytes, stream);
+                      });
+      });
+    },
+    JITBMM_XLA_BUFFERS(5, 2).Attr<int64_t>("n"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_expectation,
@@ -245,16 +269,39 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer potentials, ffi::AnyBuffer lengths,
        ffi::Result<ffi::AnyBuffer> scores, ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace,
        int32_t k) {
-      return guarded("chain_kbest", stream,
-                     [&] { return kbest(stream, scratch, potentials, lengths, scores, paths, workspace, k); });
+      return guarded("chain_kbest", stream, [&] {
+        return kbest(
+            crf("max_plus", potentials, lengths), potentials, stream, scratch, scores, paths, workspace, k,
+            [&](jitbmm_chain_kbest* plan, const int64_t* len, void* s, int32_t* out, void* ws, std::size_t bytes) {
+              return jitbmm_chain_kbest_run(plan, potentials.untyped_data(), len, s, out, ws, bytes, stream);
+            });
+      });
     },
     JITBMM_XLA_BUFFERS(2, 3).Attr<int32_t>("k"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jitbmm_xla_hmm_kbest,
+    [](void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer emissions, ffi::AnyBuffer transitions,
+       ffi::AnyBuffer initial, ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> scores,
+       ffi::Result<ffi::AnyBuffer> paths, ffi::Result<ffi::AnyBuffer> workspace, int32_t k) {
+      return guarded("hmm_kbest", stream, [&] {
+        return kbest(
+            hmm("max_plus", emissions, transitions, initial, lengths), emissions, stream, scratch, scores, paths,
+            workspace, k,
+            [&](jitbmm_chain_kbest* plan, const int64_t* len, void* s, int32_t* out, void* ws, std::size_t bytes) {
+              return jitbmm_chain_kbest_run_hmm(plan, emissions.untyped_data(), transitions.untyped_data(),
+                                                initial.untyped_data(), len, s, out, ws, bytes, stream);
+            });
+      });
+    },
+    JITBMM_XLA_BUFFERS(4, 3).Attr<int32_t>("k"));
 
 } // namespace jitbmm::xla_ffi
 
 namespace {
 // What each jitbmm_xla_chain_*_workspace function below does: its arguments checked, then for a problem of sequences
-// (its dtype, B, T, C and lengths read; the semiring `semiring`) the plan made or found in the primary context of
+// (its dtype, form, B, T, C, lengths and batched_* flags read; the semiring `semiring`) the plan made or found in the
+// primary context of
 // CUDA device `device`, and the bytes to declare for what `need(chain, context, bytes)` says the plan takes.
 template <class Need>
 jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char* semiring, size_t* bytes, Need need) {
@@ -265,9 +312,7 @@ jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char*
   return jitbmm::c_api::guarded_status([&] {
     Chain c;
     c.semiring = semiring;
-    c.problem = jitbmm_chain_problem{};
-    c.problem.dtype = problem->dtype, c.problem.B = problem->B, c.problem.T = problem->T, c.problem.C = problem->C;
-    c.problem.with_lengths = problem->with_lengths;
+    c.problem = contiguous(*problem);
     c.problem.semiring = c.semiring.c_str();
     if (problem->B == 0) return checked(c.problem); // the calls launch nothing
     return in_device_context(device, [&](jitbmm::CUcontext ctx) {
@@ -281,9 +326,10 @@ jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char*
 } // namespace
 
 // The bytes of the workspace result of jitbmm_xla_chain_expectation_backward (the forward takes none) for an
-// expectation of `kind`, of jitbmm_xla_chain_kbest for the k best paths, and of jitbmm_xla_chain_sample (`n`, the
-// samples, unused: its scratch holds the chain's forward messages), of a CRF `problem` on CUDA device `device`: by its
-// plan, made now and kept for the calls.
+// expectation of `kind` of a CRF `problem`, of jitbmm_xla_chain_kbest and jitbmm_xla_hmm_kbest for the k best paths,
+// and of jitbmm_xla_chain_sample and jitbmm_xla_hmm_sample (`n`, the samples, unused: its scratch holds the chain's
+// forward messages), of a `problem` of either form, on CUDA device `device`: by its plan, made now and kept for the
+// calls.
 extern "C" jitbmm_status jitbmm_xla_chain_expectation_workspace(int device, const jitbmm_chain_problem* problem,
                                                                 int kind, size_t* bytes) {
   using namespace jitbmm::xla_ffi;

@@ -1,10 +1,11 @@
-"""jitbmm.jax's distributions of linear-chain CRFs (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL",
+"""jitbmm.jax's distributions of linear chains (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL",
 "Samples" and "The k best paths"), the same kernels as jitbmm.torch's: the entropy, cross-entropy and KL, each
 log-partitions and one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with
 a fused backward; the k best paths, Viterbi keeping k paths a state; and exact samples, their seed drawn from a JAX
 key and read by the kernel on the device. Each takes potentials [..., T - 1, C, C] with any leading dimensions, which
-the handlers fold into the batch, under jit, grad, vmap (a rule that folds the vmapped axis in, as the chains' do; the
-samples a call per vmapped instance) and jax.checkpoint."""
+the handlers fold into the batch (the k best paths and the samples also an HMM's tables, as hmm_viterbi takes them),
+under jit, grad, vmap (a rule that folds the vmapped axis in, as the chains' do; the samples a call per vmapped
+instance) and jax.checkpoint."""
 
 import functools
 
@@ -12,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._jax_chains import _check_hmm, _hmm_lead, _hmm_problem
 from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, custom_vmap, folded, lead,
                            lengths_operand, per_row, saved_batched_apart, score_dtype, workspace_bytes)
 
@@ -268,6 +270,16 @@ def _sample_call(potentials, lengths, seed, n):
                 workspace=size, vmap_method="sequential", n=np.int64(n))
 
 
+def _seed_bits(n, key):
+    """The kernel's seed, 64 random bits of `key` as two uint32, once n is checked."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n: the number of samples, an int >= 0, got {n!r}")
+    try:
+        return jax.random.bits(key, (2,), jnp.uint32)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"key: expected a JAX PRNG key (jax.random.key or jax.random.PRNGKey): {e}") from None
+
+
 def chain_sample(potentials, n, key, lengths=None):
     """n exact samples of each sequence's state path from the linear-chain CRF of `potentials`, p(z) ∝ exp Σ_t
     potentials[..., t, z[t + 1], z[t]], by forward filtering and backward sampling: paths [..., n, T] int32 (batch
@@ -278,12 +290,105 @@ def chain_sample(potentials, n, key, lengths=None):
     potentials and lengths as chain_log_partition takes them; n >= 0. Not differentiable (the paths are integers: the
     potentials' gradient through them is none)."""
     potentials = check_crf(potentials)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n: the number of samples, an int >= 0, got {n!r}")
-    try:
-        seed = jax.random.bits(key, (2,), jnp.uint32)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"key: expected a JAX PRNG key (jax.random.key or jax.random.PRNGKey): {e}") from None
+    seed = _seed_bits(n, key)
     pairs = lengths_operand(lengths, potentials.shape[:-3])
     check_on_gpu(potentials=potentials, lengths=lengths)
     return _sample_call(jax.lax.stop_gradient(potentials), pairs, seed, int(n))
+
+
+# ---- The HMM form's k best paths and samples, from its tables -----------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _hmm_kbest_call(k):
+    @custom_vmap
+    def kbest(emissions, transitions, initial, lengths):
+        batch, T = emissions.shape[:-2], emissions.shape[-2]
+        results = (jax.ShapeDtypeStruct((*batch, k), score_dtype(emissions.dtype)),
+                   jax.ShapeDtypeStruct((*batch, k, T), jnp.int32))
+        size = workspace_bytes("chain_kbest", *_hmm_problem(emissions, transitions, initial, lengths, "max_plus"), k)
+        return call("hmm_kbest", results, emissions, transitions, initial, lengths, workspace=size, k=np.int32(k))
+
+    @kbest.def_vmap
+    def rule(size, batched, emissions, transitions, initial, lengths):
+        return kbest(*_hmm_lead(size, batched, emissions, transitions, initial, lengths, share=True)), (True, True)
+
+    return kbest
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _hmm_kbest(emissions, transitions, initial, lengths, k):
+    return _hmm_kbest_call(k)(emissions, transitions, initial, lengths)
+
+
+def _hmm_kbest_fwd(emissions, transitions, initial, lengths, k):
+    scores, paths = _hmm_kbest_call(k)(emissions, transitions, initial, lengths)
+    return (scores, paths), (emissions, transitions, initial, paths)
+
+
+def _hmm_kbest_bwd(k, residuals, cotangents):
+    """The gradient of the i-th score is the i-th path's states (emissions, and initial at its first), and its moves
+    (transitions), each summed over the sequences where the table is shared; none where a path is -1."""
+    emissions, transitions, initial, paths = residuals
+    *batch, T, C = emissions.shape
+    B = folded(batch)
+    acc = jnp.float32 if emissions.dtype in (jnp.float16, jnp.bfloat16) else emissions.dtype
+    g = cotangents[0].reshape(B, k, 1).astype(acc)
+    paths = paths.reshape(B, k, T)
+    b = jnp.broadcast_to(jnp.arange(B)[:, None, None], paths.shape)
+    t = jnp.broadcast_to(jnp.arange(T)[None, None, :], paths.shape)
+    state = jnp.maximum(paths, 0)
+    grad_e = jnp.zeros((B, T, C), acc).at[b, t, state].add(jnp.where(paths >= 0, g, 0))
+    frm, to = state[..., :-1], state[..., 1:]
+    moved = jnp.where((paths[..., :-1] >= 0) & (paths[..., 1:] >= 0), g, 0)
+    if transitions.ndim > 2:
+        grad_t = jnp.zeros((B, C, C), acc).at[b[..., 1:], to, frm].add(moved)
+    else:
+        grad_t = jnp.zeros((C, C), acc).at[to, frm].add(moved)
+    first = jnp.where(paths[..., 0] >= 0, g[..., 0], 0)
+    if initial.ndim > 1:
+        grad_i = jnp.zeros((B, C), acc).at[b[..., 0], state[..., 0]].add(first)
+    else:
+        grad_i = jnp.zeros((C,), acc).at[state[..., 0]].add(first)
+    return (grad_e.reshape(emissions.shape).astype(emissions.dtype),
+            grad_t.reshape(transitions.shape).astype(transitions.dtype),
+            grad_i.reshape(initial.shape).astype(initial.dtype), None)
+
+
+_hmm_kbest.defvjp(_hmm_kbest_fwd, _hmm_kbest_bwd)
+
+
+def hmm_kbest(emissions, transitions, initial, k, lengths=None):
+    """The k best state paths of each sequence under an HMM's tables (max-plus over paths z of initial[z[0]] +
+    emissions[..., 0, z[0]] + Σ_{t ≥ 1} (transitions[z[t], z[t - 1]] + emissions[..., t, z[t]])), in order, without
+    forming the potentials: (scores [..., k], paths [..., k, T] int32), as chain_kbest's; paths[..., 0, :] is
+    hmm_viterbi's path, and a length-1 sequence's paths are its k best states by initial + emissions[..., 0, :].
+    Arguments as hmm_viterbi's (at most 1,024 states); 1 <= k <= 16. Differentiable in the scores: the gradient of
+    scores[..., i] is path i's states (emissions), moves (transitions, summed over the sequences for a shared table)
+    and first state (initial)."""
+    emissions, transitions, initial = _check_hmm(emissions, transitions, initial)
+    _check_states(emissions, "hmm_kbest")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+        raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")
+    pairs = lengths_operand(lengths, emissions.shape[:-2])
+    check_on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
+    return _hmm_kbest(emissions, transitions, initial, pairs, int(k))
+
+
+def _hmm_sample_call(emissions, transitions, initial, lengths, seed, n):
+    batch, T = emissions.shape[:-2], emissions.shape[-2]
+    size = workspace_bytes("chain_sample", *_hmm_problem(emissions, transitions, initial, lengths, "log"), n)
+    return call("hmm_sample", jax.ShapeDtypeStruct((*batch, n, T), jnp.int32), emissions, transitions, initial,
+                lengths, seed, workspace=size, vmap_method="sequential", n=np.int64(n))
+
+
+def hmm_sample(emissions, transitions, initial, n, key, lengths=None):
+    """n exact samples of each sequence's state path from an HMM's posterior over paths given its tables, without
+    forming the potentials: paths [..., n, T] int32 as chain_sample's (-1 past a length, and throughout for a sequence
+    without a distribution; a length-1 sequence's state drawn from initial + emissions[..., 0, :]). Arguments as
+    hmm_log_partition's; n >= 0; key as chain_sample's. Not differentiable."""
+    emissions, transitions, initial = _check_hmm(emissions, transitions, initial)
+    seed = _seed_bits(n, key)
+    pairs = lengths_operand(lengths, emissions.shape[:-2])
+    check_on_gpu(emissions=emissions, transitions=transitions, initial=initial, lengths=lengths)
+    tables = (jax.lax.stop_gradient(x) for x in (emissions, transitions, initial))
+    return _hmm_sample_call(*tables, pairs, seed, int(n))

@@ -156,6 +156,16 @@ class TraceTest(unittest.TestCase):
         jac = jax.eval_shape(jax.jacrev(jj.hmm_log_partition, argnums=(0, 1)), spec((3, 10, 7)), spec((7, 7)),
                              spec((7,)))
         self.assertEqual([j.shape for j in jac], [(3, 3, 10, 7), (3, 7, 7)])
+        # The HMM form's k best paths and samples, from its tables (shared, and one per sequence under vmap).
+        e, t, i = spec((2, 3, 10, 7)), spec((7, 7)), spec((7,))
+        scores, paths = jax.eval_shape(lambda e, t, i: jj.hmm_kbest(e, t, i, 4, jnp.full((2, 3), 5)), e, t, i)
+        self.assertEqual((scores.shape, scores.dtype, paths.shape, paths.dtype),
+                         ((2, 3, 4), jnp.float32, (2, 3, 4, 10), jnp.int32))
+        g = jax.eval_shape(jax.vmap(jax.grad(lambda e, t, i: jj.hmm_kbest(e, t, i, 2)[0].sum(), (0, 1, 2))),
+                           spec((4, 3, 10, 7)), spec((4, 7, 7)), spec((4, 7)))
+        self.assertEqual([x.shape for x in g], [(4, 3, 10, 7), (4, 7, 7), (4, 7)])
+        paths = jax.eval_shape(lambda e, t, i, l: jj.hmm_sample(e, t, i, 5, key, l), e, t, i, lengths)
+        self.assertEqual((paths.shape, paths.dtype), ((2, 3, 5, 10), jnp.int32))
         # Sequences of one position: potentials of no elements are operands, not absent ones.
         one = jax.eval_shape(jax.vmap(jj.chain_kl, (0, None)), spec((2, 3, 0, 4, 4)), spec((3, 0, 4, 4)))
         self.assertEqual(one.shape, (2, 3))
@@ -190,7 +200,9 @@ class TraceTest(unittest.TestCase):
                   jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum())).trace(e, t, i),
                   jax.jit(jax.grad(lambda p: jj.chain_kl(p, p).sum())).trace(p),
                   jax.jit(lambda p: jj.chain_kbest(p, 3)).trace(p),
-                  jax.jit(lambda p: jj.chain_sample(p, 3, jax.random.key(0))).trace(p)]
+                  jax.jit(lambda p: jj.chain_sample(p, 3, jax.random.key(0))).trace(p),
+                  jax.jit(lambda e, t, i: jj.hmm_kbest(e, t, i, 3)).trace(e, t, i),
+                  jax.jit(lambda e, t, i: jj.hmm_sample(e, t, i, 3, jax.random.key(0))).trace(e, t, i)]
         for each in traced:
             text = each.lower(lowering_platforms=("cuda",)).as_text()
             calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_" in line]
@@ -242,6 +254,10 @@ class TraceTest(unittest.TestCase):
              {"chain_kbest": ("chain_kbest", "max_plus", "f32", "crf", 6, 10, 7, True, 3)}),
             (jax.jit(lambda p, l: jj.chain_sample(p, 5, jax.random.key(0), l)).trace(p, lengths),
              {"chain_sample": ("chain_sample", "log", "f32", "crf", 3, 10, 7, True, 5)}),
+            (jax.jit(lambda e, t, i, l: jj.hmm_kbest(e, t, i, 3, l)).trace(e, spec((3, 7, 7)), i, lengths),
+             {"hmm_kbest": ("chain_kbest", "max_plus", "f32", "hmm", 3, 10, 7, True, True, False, 3)}),
+            (jax.jit(lambda e, t, i: jj.hmm_sample(e, t, i, 5, jax.random.key(0))).trace(e, t, i),
+             {"hmm_sample": ("chain_sample", "log", "f32", "hmm", 3, 10, 7, False, False, False, 5)}),
             (jax.jit(jax.grad(lambda p, l: jj.chain_kl(p, p, l).sum())).trace(p, lengths),
              {"chain_expectation_backward": ("chain_expectation", "log", "f32", "crf", 3, 10, 7, True, 2)}),
             (jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
@@ -266,7 +282,8 @@ class TraceTest(unittest.TestCase):
                 target, declared = found.group(1), int(found.group(2))
                 with self.subTest(call=target):
                     self.assertEqual(declared, _jax_support.workspace_bytes(*wanted.pop(target)))
-                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward", "chain_sample"):
+                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward", "chain_sample",
+                                  "hmm_kbest", "hmm_sample"):
                         self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
             self.assertEqual(wanted, {}, "a call without its workspace result")
 

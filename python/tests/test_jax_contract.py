@@ -3,8 +3,8 @@ jnp model of the contract they keep (the C ABI's, include/jitbmm/c_api.h: the ba
 the saved messages' size, the upstream gradients of log Z and E_p[F]), so that what the module adds around the
 kernels runs on the CPU: the entropy's, cross-entropy's and KL's upstream gradients, the k best paths' gradient, the
 vmap rules under vmap, nested vmap, vmap of grad and jacrev (which runs a backward a row at a time), and the count and
-log-probability of paths, against the enumeration of every path. The handlers themselves are python_jax_gpu's. Exits
-77 ("skipped") without jax."""
+log-probability of paths, against the enumeration of every path; the HMM form's k best paths' gradient and vmap. The
+handlers themselves are python_jax_gpu's. Exits 77 ("skipped") without jax."""
 
 import sys
 import unittest
@@ -16,7 +16,8 @@ import package_under_test  # noqa: E402
 
 package_under_test.import_path()
 
-from jax_cases import jax, jnp, main, path_scores, reference_divergence, reference_kbest  # noqa: E402
+from jax_cases import (hmm_potentials, jax, jnp, main, path_scores, reference_divergence,  # noqa: E402
+                       reference_kbest)
 
 
 def log_partition(p, L):
@@ -107,6 +108,20 @@ def model(target, results, *args, vmap_method=None, **attrs):
                 results[1].shape)
 
         return jax.pure_callback(host, results, pot, lengths)
+    if target == "hmm_kbest":  # the CRF form's on the formed potentials (the tests' lengths are at least 2)
+        e, t, i, lengths = args
+        k, (T, C) = int(attrs["k"]), e.shape[-2:]
+        B = int(np.prod(e.shape[:-2], dtype=np.int64))
+
+        def host(e, t, i, l):
+            t, i = np.asarray(t), np.asarray(i)
+            pot = hmm_potentials(np.asarray(e).reshape(B, T, C), t.reshape(B, C, C) if t.ndim > 2 else t,
+                                 i.reshape(B, C) if i.ndim > 1 else i)
+            scores, paths = reference_kbest(pot, None if l.shape == (0,) else np.asarray(l).reshape(B, 2)[:, 0], k)
+            return scores.astype(results[0].dtype).reshape(results[0].shape), paths.astype(np.int32).reshape(
+                results[1].shape)
+
+        return jax.pure_callback(host, results, e, t, i, lengths)
     if target in ("chain", "chain_backward"):  # the log-partition's, for the chains' vmap rules
         pot, lengths = args[:2]
         p, L, B = unfold(pot, lengths)
@@ -332,6 +347,49 @@ class ContractTest(unittest.TestCase):
             s, q = jj.chain_kbest(self.p[i], 2)
             self.close(vs[i], s)
             np.testing.assert_array_equal(np.asarray(vp[i]), np.asarray(q))
+
+
+    def test_hmm_kbest_gradient_and_vmap(self):
+        """hmm_kbest's gradient: each path's states, moves and first state (the transitions' and the initial table's
+        summed over the sequences where shared, each sequence's own where not); its vmap rule, which makes a shared
+        table every instance's."""
+        jj = self.jj
+        key = jax.random.split(jax.random.PRNGKey(3), 3)
+        e = jax.random.normal(key[0], (2, 3, 4, 3), jnp.float64)
+        L = jnp.asarray([[4, 2, 3], [3, 4, 2]])
+        k = 4
+        for batched in (False, True):
+            t = jax.random.normal(key[1], (2, 3, 3, 3) if batched else (3, 3), jnp.float64)
+            i = jax.random.normal(key[2], (2, 3, 3) if batched else (3,), jnp.float64)
+            scores, paths = jj.hmm_kbest(e, t, i, k, L)
+            self.assertEqual((scores.shape, paths.shape), ((2, 3, k), (2, 3, k, 4)))
+            weights = jnp.arange(1.0, 6 * k + 1).reshape(2, 3, k)
+
+            def weighted(e, t, i):
+                s = jj.hmm_kbest(e, t, i, k, L)[0]
+                return (jnp.where(jnp.isfinite(s), s, 0) * weights).sum()
+
+            got = jax.grad(weighted, argnums=(0, 1, 2))(e, t, i)
+            want = [np.zeros(x.shape) for x in (e, t, i)]
+            for a in range(2):
+                for b in range(3):
+                    for r in range(k):
+                        z, w = np.asarray(paths[a, b, r]), float(weights[a, b, r])
+                        if z[0] < 0:
+                            continue
+                        (want[2][a, b] if batched else want[2])[z[0]] += w
+                        for s in range(int(L[a, b])):
+                            want[0][a, b, s, z[s]] += w
+                            if s > 0:
+                                (want[1][a, b] if batched else want[1])[z[s], z[s - 1]] += w
+            for g, w in zip(got, want):
+                self.close(g, w)
+            axis = 0 if batched else None
+            vs, vp = jax.vmap(lambda e, t, i: jj.hmm_kbest(e, t, i, 2), in_axes=(0, axis, axis))(e, t, i)
+            for a in range(2):
+                s, q = jj.hmm_kbest(e[a], t[a] if batched else t, i[a] if batched else i, 2)
+                self.close(vs[a], s)
+                np.testing.assert_array_equal(np.asarray(vp[a]), np.asarray(q))
 
 
 if __name__ == "__main__":

@@ -405,6 +405,65 @@ class JaxGpuTest(unittest.TestCase):
         self.assertEqual(jj.chain_sample(pot[:0], 4, key).shape, (0, 4, T))
         self.assertEqual(jj.chain_sample(pot, 0, key).shape, (B, 0, T))
 
+    def test_hmm_kbest_and_samples(self):
+        """The HMM form from its tables: hmm_kbest is chain_kbest of the formed potentials (lengths of 2 or more),
+        hmm_viterbi's path first, its gradient the paths' states, moves and first states (against jax.grad of those
+        paths' scores), its vmap the loop; hmm_sample's paths of small chains as often as their exact probabilities
+        say (a length-1 sequence's state too), a key repeats its paths, vmap over keys is the loop of calls."""
+        jj = self.jj
+        B, T, C, k = 4, 6, 3, 5
+        e, t, i = normal(70, (B, T, C)), normal(71, (C, C)), normal(72, (C,))
+        lengths = jnp.asarray([6, 2, 4, 5])
+        scores, paths = jj.hmm_kbest(e, t, i, k, lengths)
+        want_scores, want_paths = jj.chain_kbest(jnp.asarray(hmm_potentials(e, t, i), jnp.float32), k, lengths)
+        self.assert_close(scores, want_scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(paths), np.asarray(want_paths))
+        np.testing.assert_array_equal(np.asarray(paths[:, 0]), np.asarray(jj.hmm_viterbi(e, t, i, lengths)[1]))
+        weights = normal(73, (B, k))
+
+        def weighted(e, t, i):
+            s = jj.hmm_kbest(e, t, i, k, lengths)[0]
+            return (jnp.where(jnp.isfinite(s), s, 0) * weights).sum()
+
+        def scored(e, t, i):  # the same paths' scores as functions of the tables
+            z, taken = jnp.maximum(paths, 0), paths >= 0
+            em = jnp.take_along_axis(jnp.broadcast_to(e[:, None], (B, k, T, C)), z[..., None], -1)[..., 0]
+            moves = t[z[..., 1:], z[..., :-1]]
+            total = (jnp.where(taken, em, 0).sum(-1) + jnp.where(taken[..., 1:], moves, 0).sum(-1) +
+                     jnp.where(taken[..., 0], i[z[..., 0]], 0))
+            return (jnp.where(jnp.isfinite(scores), total, 0) * weights).sum()
+
+        for got, want in zip(jax.grad(weighted, (0, 1, 2))(e, t, i), jax.grad(scored, (0, 1, 2))(e, t, i)):
+            self.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        vs, vp = jax.vmap(lambda e: jj.hmm_kbest(e, t, i, 2))(e.reshape(2, 2, T, C))
+        ls, lp = jj.hmm_kbest(e, t, i, 2)
+        self.assert_close(vs.reshape(B, 2), ls)
+        np.testing.assert_array_equal(np.asarray(vp).reshape(B, 2, T), np.asarray(lp))
+        # Samples of chains of 3 positions and of 1, against every path's probability.
+        n, short = 40000, jnp.asarray([3, 1])
+        e2, t2, i2 = normal(74, (2, 3, C)), normal(75, (2, C, C)), normal(76, (2, C))
+        key = jax.random.key(8)
+        drawn = np.asarray(jax.jit(lambda e, t, i, key: jj.hmm_sample(e, t, i, n, key, short))(e2, t2, i2, key))
+        self.assertEqual(drawn.shape, (2, n, 3))
+        np.testing.assert_array_equal(drawn[1, :, 1:], -1)
+        scores3, canonical = path_scores(hmm_potentials(e2, t2, i2)[:1], np.asarray([3]))
+        first = np.asarray(i2[1] + e2[1, 0], np.float64)
+        for b, logits in ((0, np.where(canonical[0], np.asarray(scores3[0]), -np.inf)), (1, first)):
+            L = int(short[b])
+            probability = np.exp(logits - np.logaddexp.reduce(logits))
+            index = (drawn[b, :, :L] * C ** np.arange(L - 1, -1, -1)).sum(-1)
+            frequency = np.bincount(index, minlength=len(probability)) / n
+            bound = 5 * np.sqrt(probability * (1 - probability) / n) + 3 / n
+            with self.subTest(sequence=b):
+                self.assertTrue((np.abs(frequency - probability) <= bound).all(), np.abs(frequency - probability))
+        again = np.asarray(jj.hmm_sample(e2, t2, i2, 64, key, short))
+        np.testing.assert_array_equal(again, np.asarray(jj.hmm_sample(e2, t2, i2, 64, key, short)))
+        keys = jax.random.split(jax.random.key(9), 3)
+        looped = np.stack([np.asarray(jj.hmm_sample(e2, t2, i2, 8, k, short)) for k in keys])
+        np.testing.assert_array_equal(np.asarray(jax.vmap(lambda k: jj.hmm_sample(e2, t2, i2, 8, k, short))(keys)),
+                                      looped)
+        self.assertEqual(jj.hmm_sample(e2[:0], t2[:0], i2[:0], 4, key).shape, (0, 4, 3))
+
     def test_inside_xla_cuda_graphs(self):
         """A jitted step calling every handler, with XLA recording custom calls into command buffers down to one
         command (its CUDA graphs, replayed on later calls): XLA must put the jitbmm calls in them, and each call's
@@ -536,7 +595,7 @@ assert not failed, failed
 
 # Every handler the step of test_inside_xla_cuda_graphs calls.
 GRAPH_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
-                 "chain_expectation_backward", "chain_kbest", "chain_sample")
+                 "chain_expectation_backward", "chain_kbest", "chain_sample", "hmm_kbest", "hmm_sample")
 
 # That step, in a process of its own (XLA reads XLA_FLAGS once): three draws of inputs through one jitted function,
 # its results saved to argv[1].
@@ -557,8 +616,11 @@ def step(a, p, e, t, i, lengths, key):
     kl, g_kl = jax.value_and_grad(lambda p: jj.chain_kl(p, 0.5 * p, lengths).sum())(p)
     scores, paths = jj.chain_kbest(p, 3, lengths)
     samples = jj.chain_sample(p, 5, key, lengths)  # its seed read on the device: the key of each draw
+    hmm_scores, hmm_paths = jj.hmm_kbest(e, t, i, 3, lengths)
+    hmm_samples = jj.hmm_sample(e, t, i, 5, key, lengths)
     return dict(out=out, g_a=g_a, best=best, g_best=g_best, z=z, g_p=g_p, score=score, path=path, h=h,
-                g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths, samples=samples)
+                g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths, samples=samples,
+                hmm_scores=hmm_scores, hmm_paths=hmm_paths, hmm_samples=hmm_samples)
 
 f = jax.jit(step)
 saved = {}
