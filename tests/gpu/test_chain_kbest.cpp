@@ -287,7 +287,7 @@ TEST_CASE("chain k best, the HMM form: the reference's paths and scores from the
   int cases = 0, bad = 0;
   for (const auto& s : shapes)
     for (DType dtype : {DType::f32, DType::f64, DType::bf16})
-      for (int k : {1, 3, 4, 16})
+      for (int k : {1, 3, 16})                          // 3 through the merging network up to 16 states
         for (int variant = 0; variant < 3; ++variant) { // plain, ties, masked
           if (dtype == DType::bf16 && s.C > 64 && k != 3) continue;
           const bool batched = variant != 1, strided = (cases % 3) == 1;
