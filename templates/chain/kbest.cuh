@@ -191,12 +191,12 @@ __device__ __forceinline__ void chain_kbest(const KBestParams& p) {
       return to_acc(emissions[t * p.emission_strides[1] + s * p.emission_strides[2]]);
     };
     for (int i = tid; i < C * K; i += NT) {
-      T first = T(0);
+      T start = T(0); // a path of one position at state i
       if constexpr (HMM)
         if (i < C)
-          first = to_acc(static_cast<const S*>(p.initial)[b * p.initial_strides[0] + i * p.initial_strides[1]]) +
+          start = to_acc(static_cast<const S*>(p.initial)[b * p.initial_strides[0] + i * p.initial_strides[1]]) +
                   emission(0, i);
-      lists[i] = i < C ? first : Num<T>::neg_inf();
+      lists[i] = i < C ? start : Num<T>::neg_inf();
     }
     // With a cluster, also: no block writes into another's lists before that one has left the sequence before.
     share.sync();
