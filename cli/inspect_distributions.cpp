@@ -40,13 +40,14 @@ int distribution_cluster_from(const Args& args, const std::string& arch) {
 
 bool distribution_module(const Args& args, const std::string& arch, GeneratedKernel& kernel, int& threads) {
   if (!args.has("--chain")) return false;
-  if (args.has("--expectation")) { // the dtype, C and the cluster
-    args.require_only({"--chain", "--expectation", "--dtype", "--cluster", "--emit", "--arch"},
+  if (args.has("--expectation")) { // the form, the dtype, C and the cluster
+    args.require_only({"--chain", "--expectation", "--hmm", "--dtype", "--cluster", "--emit", "--arch"},
                       "inspect --chain --expectation");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
     const int cluster = distribution_cluster_from(args, arch);
     try {
-      kernel = with_override(emit_expect_kernel(problem.dtype, int(problem.C), cluster));
+      kernel =
+          with_override(emit_expect_kernel(problem.dtype, int(problem.C), cluster, 0, problem.form == ChainForm::hmm));
     } catch (const std::invalid_argument& e) {
       refused(e);
     }

@@ -8,13 +8,15 @@
 
 namespace jitbmm {
 
-// The expectation module for chains of C states (at most jb::kMaxExpectStates) in the CRF form whose inputs are
+// The expectation module for chains of C states (at most jb::kMaxExpectStates) whose inputs are
 // `dtype` (templates/chain/expectation.cuh): the main entry the forward (log Z and E_p[F], saving the messages),
 // "_beta" the backward messages, "_edges" the gradients. What entropy, cross-entropy and KL are computed from. Its
 // forward and backward messages take a sequence a cluster of `cluster` blocks (a power of two up to
 // jb::kMaxExpectCluster; more than 1 needs clusters, sm_90), jb::expect_threads(C, wide, cluster) threads each.
-// `field`: what the field is (jb::ExpectField: given, a second chain q, or q read as the difference p − q).
-GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster = 1, int field = 0);
+// `field`: what the field is (jb::ExpectField: given, a second chain q, or q read as the difference p − q). `hmm`:
+// the HMM form's module (templates/chain/expect_hmm.cuh; its name ends "_hmm"), whose messages read the tables and
+// whose gradients are "_nodes" (emissions and initial), "_transitions" and "_reduce" instead of "_edges".
+GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster = 1, int field = 0, bool hmm = false);
 
 // The sampling module for chains of C states whose inputs are `dtype` (templates/chain/samples.cuh), of either form
 // (the rows it reads are given with their strides): its main entry draws paths backward from the chain plan's forward

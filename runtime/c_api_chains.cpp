@@ -40,8 +40,8 @@ template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_expectation> : std::true
 template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_sampler> : std::true_type {};
 template <> struct jitbmm::c_api::IsHandle<jitbmm_chain_kbest> : std::true_type {};
 
-using jitbmm::c_api::guarded;
 using jitbmm::c_api::destroy;
+using jitbmm::c_api::guarded;
 using jitbmm::c_api::hand_out;
 using jitbmm::c_api::require;
 
@@ -197,8 +197,9 @@ jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* proble
   return guarded([&] {
     require(plan, "plan");
     *plan = nullptr;
-    hand_out(new jitbmm_chain_expectation{
-        jitbmm::ChainExpectation::get(to_chain_problem(problem), static_cast<jitbmm::ExpectationField>(field))}, plan);
+    hand_out(new jitbmm_chain_expectation{jitbmm::ChainExpectation::get(to_chain_problem(problem),
+                                                                        static_cast<jitbmm::ExpectationField>(field))},
+             plan);
   });
 }
 
@@ -231,6 +232,45 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
     require(plan, "plan");
     plan->plan.backward(potentials, field, lengths, saved, log_z, mean, grad_log_z, grad_mean, grad_potentials,
                         grad_field, static_cast<jitbmm::Stream>(stream), jitbmm::Workspace{workspace, workspace_bytes});
+  });
+}
+
+namespace {
+
+jitbmm::HmmInputs tables_of(const jitbmm_hmm_tables* t, const char* name) {
+  require(t, name);
+  return {t->emissions, t->transitions, t->initial};
+}
+
+jitbmm::HmmGradients gradients_of(const jitbmm_hmm_gradients* g) {
+  return g ? jitbmm::HmmGradients{g->emissions, g->transitions, g->initial} : jitbmm::HmmGradients{};
+}
+
+} // namespace
+
+jitbmm_status jitbmm_chain_expectation_run_hmm(const jitbmm_chain_expectation* plan, const jitbmm_hmm_tables* hmm,
+                                               const jitbmm_hmm_tables* field, const int64_t* lengths, void* log_z,
+                                               void* mean, void* saved, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    const jitbmm::HmmInputs p = tables_of(hmm, "hmm"), f = tables_of(field, "field"); // named in this order
+    plan->plan(p, f, lengths, log_z, mean, saved, static_cast<jitbmm::Stream>(stream));
+  });
+}
+
+jitbmm_status jitbmm_chain_expectation_backward_hmm(const jitbmm_chain_expectation* plan, const jitbmm_hmm_tables* hmm,
+                                                    const jitbmm_hmm_tables* field, const int64_t* lengths,
+                                                    const void* saved, const void* log_z, const void* mean,
+                                                    const void* grad_log_z, const void* grad_mean,
+                                                    const jitbmm_hmm_gradients* grad_hmm,
+                                                    const jitbmm_hmm_gradients* grad_field, void* workspace,
+                                                    size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    require(plan, "plan");
+    const jitbmm::HmmInputs p = tables_of(hmm, "hmm"), f = tables_of(field, "field"); // named in this order
+    plan->plan.backward(p, f, lengths, saved, log_z, mean, grad_log_z, grad_mean, gradients_of(grad_hmm),
+                        gradients_of(grad_field), static_cast<jitbmm::Stream>(stream),
+                        jitbmm::Workspace{workspace, workspace_bytes});
   });
 }
 

@@ -1,7 +1,8 @@
 // The C library's face for JAX: XLA FFI handlers (docs/jax.md) over the C ABI, built where XLA's FFI headers were
 // found (they come with jaxlib; CMake's JITBMM_XLA_FFI_INCLUDE): the products' in c_api_xla_products.cpp, the chains'
-// in c_api_xla_chains.cpp, their distributions' in c_api_xla_distributions.cpp, what they share here (c_api_xla.hpp)
-// with the FFI API version they were compiled against.
+// in c_api_xla_chains.cpp, their distributions' in c_api_xla_distributions.cpp and (the HMM form's expectations)
+// c_api_xla_hmm_distributions.cpp, what they share here (c_api_xla.hpp) with the FFI API version they were compiled
+// against.
 // Each handler folds its operands' leading dimensions into the batch and takes its plan from a process-wide table:
 // the plan jitbmm.jax made on the device's primary context as it traced the call, asking for the bytes of the call's
 // workspace result (the jitbmm_xla_*_workspace functions). A call takes its workspace from that result and launches

@@ -1,6 +1,7 @@
 // The XLA FFI handlers of the chains' distributions (runtime/c_api_xla.hpp; docs/jax.md), with ragged lengths:
 // jitbmm_xla_chain_expectation and its backward (the CRF form's log-partitions and one expectation E_p[F], of which
-// jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them), and in either form
+// jitbmm.jax makes the entropy, cross-entropy and KL, as jitbmm_chain_expectation computes them; the HMM form's are
+// in c_api_xla_hmm_distributions.cpp, what both share in c_api_xla_expectation.hpp), and in either form
 // jitbmm_xla_chain_kbest and jitbmm_xla_hmm_kbest (the k best paths' scores and states), jitbmm_xla_chain_sample and
 // jitbmm_xla_hmm_sample (exact samples, their seed read on the device: a traced key's). jitbmm.jax gave every result
 // its shape when it traced the call; each is checked against the plan here, so that a wrong guess is an error, not
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "runtime/c_api_xla.hpp"
+#include "runtime/c_api_xla_expectation.hpp"
 
 namespace jitbmm::xla_ffi {
 namespace {
@@ -38,22 +40,14 @@ PlanTable<jitbmm_chain_sampler>& sampler_plans() {
   return *table;
 }
 
-// What the field of an expectation is (ExpectationField): p's own potentials (the entropy), a second chain q (the
-// cross-entropy: log Z_q beside), or q read as the difference p - q (KL).
-constexpr int32_t kGiven = 0, kDifference = 2;
-
 // The field's data: p's potentials for the entropy (which takes no field operand), else q's of p's shape and dtype.
 ffi::ErrorOr<const void*> field_of(const ffi::AnyBuffer& potentials, const ffi::AnyBuffer& field, int32_t kind) {
-  if (kind < kGiven || kind > kDifference)
-    return ffi::Unexpected(invalid("kind: " + std::to_string(kind) + " (expected 0, 1 or 2)"));
+  if (ffi::Error e = check_kind(kind); !e.success()) return ffi::Unexpected(e);
   if (kind == kGiven) {
     if (field.element_count() != 0) return ffi::Unexpected(invalid("other: the entropy takes no second chain"));
     return static_cast<const void*>(potentials.untyped_data());
   }
-  const auto p = potentials.dimensions(), q = field.dimensions();
-  bool same = field.element_type() == potentials.element_type() && p.size() == q.size();
-  for (std::size_t i = 0; same && i < p.size(); ++i) same = p[i] == q[i];
-  if (!same) return ffi::Unexpected(invalid("other: expected the potentials' shape and dtype"));
+  if (!alike(potentials, field)) return ffi::Unexpected(invalid("other: expected the potentials' shape and dtype"));
   return static_cast<const void*>(field.untyped_data());
 }
 
@@ -72,14 +66,6 @@ ffi::ErrorOr<Expectation> expectation_of(const ffi::AnyBuffer& potentials, const
   return Expectation{std::move(*c), *f};
 }
 
-jitbmm_status expectation_plan(Chain& c, int32_t kind, CUcontext ctx, std::shared_ptr<jitbmm_chain_expectation>& plan) {
-  c.problem.semiring = c.semiring.c_str();
-  return expectation_plans().get(
-      chain_key(c, ctx) + "|" + std::to_string(kind),
-      [&](jitbmm_chain_expectation** made) { return jitbmm_chain_expectation_create(&c.problem, kind, made); },
-      jitbmm_chain_expectation_destroy, plan);
-}
-
 jitbmm_status kbest_plan(Chain& c, int32_t k, CUcontext ctx, std::shared_ptr<jitbmm_chain_kbest>& plan) {
   c.problem.semiring = c.semiring.c_str();
   return kbest_plans().get(
@@ -95,34 +81,17 @@ jitbmm_status sampler_plan(Chain& c, CUcontext ctx, std::shared_ptr<jitbmm_chain
       jitbmm_chain_sampler_destroy, plan);
 }
 
-// The saved operand (the forward's messages) must be the plan's size where it is wanted.
-ffi::Error check_saved(const jitbmm_chain_expectation* plan, const ffi::AnyBuffer& saved, std::size_t* workspace) {
-  std::size_t bytes = 0;
-  if (const jitbmm_status s = jitbmm_chain_expectation_bytes(plan, &bytes, workspace)) return failed(s);
-  if (saved.element_count() != 0 && saved.size_bytes() != bytes)
-    return invalid("saved: " + std::to_string(saved.size_bytes()) + " bytes, the plan keeps " + std::to_string(bytes));
-  return ffi::Error::Success();
-}
-
 ffi::Error expectation(void* stream, ffi::AnyBuffer potentials, ffi::AnyBuffer field, ffi::AnyBuffer lengths,
                        ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> mean,
                        ffi::Result<ffi::AnyBuffer> saved, int32_t kind) {
   auto c = expectation_of(potentials, field, lengths, kind);
   if (c.has_error()) return c.error();
-  const int64_t B = c->chain.problem.B;
-  const ffi::DataType score = score_type(potentials.element_type());
-  if (ffi::Error e = expected(*log_z, "log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
-  if (ffi::Error e = expected(*mean, "mean", score, B); !e.success()) return e;
-  if (B == 0) return ffi::Error::Success();
-  StreamContext context(stream);
-  std::shared_ptr<jitbmm_chain_expectation> plan;
-  if (const jitbmm_status s = expectation_plan(c->chain, kind, context.context, plan)) return failed(s);
-  std::size_t workspace = 0;
-  if (ffi::Error e = check_saved(plan.get(), *saved, &workspace); !e.success()) return e;
-  const jitbmm_status s =
-      jitbmm_chain_expectation_run(plan.get(), potentials.untyped_data(), c->field, c->chain.lengths,
-                                   log_z->untyped_data(), mean->untyped_data(), data_or_null(*saved), stream);
-  return s ? failed(s) : ffi::Error::Success();
+  return expectation_forward(c->chain, kind, score_type(potentials.element_type()), stream, *log_z, *mean, *saved,
+                             [&](jitbmm_chain_expectation* plan, void* keep) {
+                               return jitbmm_chain_expectation_run(plan, potentials.untyped_data(), c->field,
+                                                                   c->chain.lengths, log_z->untyped_data(),
+                                                                   mean->untyped_data(), keep, stream);
+                             });
 }
 
 ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi::AnyBuffer potentials,
@@ -132,32 +101,19 @@ ffi::Error expectation_grad(void* stream, ffi::ScratchAllocator& allocator, ffi:
                             ffi::Result<ffi::AnyBuffer> declared, int32_t kind) {
   auto c = expectation_of(potentials, field, lengths, kind);
   if (c.has_error()) return c.error();
-  const int64_t B = c->chain.problem.B;
-  const ffi::DataType score = score_type(potentials.element_type());
-  if (saved.element_count() == 0 && B != 0) return invalid("saved: the forward kept no messages");
-  if (ffi::Error e = expected(log_z, "log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
-  if (ffi::Error e = expected(mean, "mean", score, B); !e.success()) return e;
-  if (grad_log_z.element_count() != 0)
-    if (ffi::Error e = expected(grad_log_z, "grad_log_z", score, (kind == kGiven ? 1 : 2) * B); !e.success()) return e;
-  if (ffi::Error e = expected(grad_mean, "grad_mean", score, B); !e.success()) return e;
   if (ffi::Error e = expected_like(*grad_potentials, "grad_potentials", potentials); !e.success()) return e;
   if (ffi::Error e = expected(*grad_field, "grad_field", field.element_type(),
                               kind == kGiven ? 0 : static_cast<int64_t>(field.element_count()));
       !e.success())
     return e;
-  if (B == 0) return ffi::Error::Success();
-  StreamContext context(stream);
-  std::shared_ptr<jitbmm_chain_expectation> plan;
-  if (const jitbmm_status s = expectation_plan(c->chain, kind, context.context, plan)) return failed(s);
-  std::size_t bytes = 0;
-  if (ffi::Error e = check_saved(plan.get(), saved, &bytes); !e.success()) return e;
-  auto ws = workspace(*declared, allocator, bytes, stream);
-  if (ws.has_error()) return ws.error();
-  const jitbmm_status s = jitbmm_chain_expectation_backward(
-      plan.get(), potentials.untyped_data(), c->field, c->chain.lengths, saved.untyped_data(), log_z.untyped_data(),
-      mean.untyped_data(), data_or_null(grad_log_z), grad_mean.untyped_data(), grad_potentials->untyped_data(),
-      data_or_null(*grad_field), ws->data, ws->bytes, stream);
-  return s ? failed(s) : ffi::Error::Success();
+  return expectation_backward(
+      c->chain, kind, score_type(potentials.element_type()), stream, allocator, saved, log_z, mean, grad_log_z,
+      grad_mean, *declared, [&](jitbmm_chain_expectation* plan, void* ws, std::size_t bytes) {
+        return jitbmm_chain_expectation_backward(
+            plan, potentials.untyped_data(), c->field, c->chain.lengths, saved.untyped_data(), log_z.untyped_data(),
+            mean.untyped_data(), data_or_null(grad_log_z), grad_mean.untyped_data(), grad_potentials->untyped_data(),
+            data_or_null(*grad_field), ws, bytes, stream);
+      });
 }
 
 // The k best paths' scores [B][k] and states [B][k][T] of chain c (either form), which run(plan, lengths, scores,
@@ -208,6 +164,42 @@ ffi::Error sample(ffi::ErrorOr<Chain> c, void* stream, ffi::ScratchAllocator& al
 }
 
 } // namespace
+
+ffi::Error check_kind(int32_t kind) {
+  if (kind < kGiven || kind > kDifference) return invalid("kind: " + std::to_string(kind) + " (expected 0, 1 or 2)");
+  return ffi::Error::Success();
+}
+
+bool alike(const ffi::AnyBuffer& p, const ffi::AnyBuffer& q) {
+  const auto a = p.dimensions(), b = q.dimensions();
+  bool same = p.element_type() == q.element_type() && a.size() == b.size();
+  for (std::size_t i = 0; same && i < a.size(); ++i) same = a[i] == b[i];
+  return same;
+}
+
+jitbmm_status expectation_plan(Chain& c, int32_t kind, CUcontext ctx, std::shared_ptr<jitbmm_chain_expectation>& plan) {
+  c.problem.semiring = c.semiring.c_str();
+  return expectation_plans().get(
+      chain_key(c, ctx) + "|" + std::to_string(kind),
+      [&](jitbmm_chain_expectation** made) { return jitbmm_chain_expectation_create(&c.problem, kind, made); },
+      jitbmm_chain_expectation_destroy, plan);
+}
+
+ffi::Error check_expectation_scores(int32_t kind, int64_t B, ffi::DataType score, const ffi::AnyBuffer& log_z,
+                                    const ffi::AnyBuffer& mean, bool upstream) {
+  const int64_t rows = kind == kGiven ? 1 : 2;
+  if (!upstream || log_z.element_count() != 0)
+    if (ffi::Error e = expected(log_z, upstream ? "grad_log_z" : "log_z", score, rows * B); !e.success()) return e;
+  return expected(mean, upstream ? "grad_mean" : "mean", score, B);
+}
+
+ffi::Error check_saved(const jitbmm_chain_expectation* plan, const ffi::AnyBuffer& saved, std::size_t* workspace) {
+  std::size_t bytes = 0;
+  if (const jitbmm_status s = jitbmm_chain_expectation_bytes(plan, &bytes, workspace)) return failed(s);
+  if (saved.element_count() != 0 && saved.size_bytes() != bytes)
+    return invalid("saved: " + std::to_string(saved.size_bytes()) + " bytes, the plan keeps " + std::to_string(bytes));
+  return ffi::Error::Success();
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jitbmm_xla_chain_sample,
@@ -325,11 +317,11 @@ jitbmm_status sized(int device, const jitbmm_chain_problem* problem, const char*
 }
 } // namespace
 
-// The bytes of the workspace result of jitbmm_xla_chain_expectation_backward (the forward takes none) for an
-// expectation of `kind` of a CRF `problem`, of jitbmm_xla_chain_kbest and jitbmm_xla_hmm_kbest for the k best paths,
-// and of jitbmm_xla_chain_sample and jitbmm_xla_hmm_sample (`n`, the samples, unused: its scratch holds the chain's
-// forward messages), of a `problem` of either form, on CUDA device `device`: by its plan, made now and kept for the
-// calls.
+// The bytes of the workspace result of jitbmm_xla_chain_expectation_backward and jitbmm_xla_hmm_expectation_backward
+// (the forwards take none) for an expectation of `kind`, of jitbmm_xla_chain_kbest and jitbmm_xla_hmm_kbest for the k
+// best paths, and of jitbmm_xla_chain_sample and jitbmm_xla_hmm_sample (`n`, the samples, unused: its scratch holds
+// the chain's forward messages), of a `problem` of either form, on CUDA device `device`: by its plan, made now and
+// kept for the calls.
 extern "C" jitbmm_status jitbmm_xla_chain_expectation_workspace(int device, const jitbmm_chain_problem* problem,
                                                                 int kind, size_t* bytes) {
   using namespace jitbmm::xla_ffi;

@@ -1,6 +1,8 @@
 #include "jitbmm/chain_expectation.hpp"
 
 #include <algorithm>
+#include <initializer_list>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "runtime/chain_plan.hpp" // cluster_sms
 #include "runtime/device.hpp"
 #include "runtime/distribution_checks.hpp"
+#include "runtime/hmm_gradients.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/plan_impl.hpp" // check_pointer, check_alignment
@@ -24,26 +27,39 @@ struct ChainExpectation::Impl {
   std::size_t messages = 0;                   // bytes of one [B][T][C] of messages in the output dtype
   int cluster = 1;                            // blocks of a sequence's sweeps (distribution_cluster)
   ExpectationField field = ExpectationField::given;
+  // The HMM form's shared tables: the parts a shared transition table's steps are summed in (jb::expect_parts), and
+  // the scratch of those partial sums and of the sequences' first positions ([2][B][C], for a shared initial table).
+  int64_t parts = 1;
+  std::size_t partials = 0, firsts = 0;
   // Message arrays a pass keeps ([B][T][C] each): p's and F's, and q's where the field is a chain.
   int kept() const { return field == ExpectationField::given ? 2 : 3; }
+  bool hmm() const { return problem.form == ChainForm::hmm; }
+  std::size_t workspace_bytes() const; // the backward's scratch
 };
 
 namespace {
 
-// One of the module's entries: a cluster of blocks a sequence ("", "_beta") or a block a step ("_edges"), the kernels
-// striding past the grid's limit.
-void run(const ChainExpectation::Impl& im, const char* suffix, jb::ExpectParams params, CUstream stream) {
-  const bool edges = std::string(suffix) == "_edges";
-  const DTypeInfo& d = dtype_info(im.problem.dtype);
-  const int per_item = edges ? 1 : im.cluster;
-  const unsigned threads = edges ? unsigned(jb::kExpectEdgeThreads)
-                                 : unsigned(jb::expect_threads(int(im.problem.C), d.wide_acc(), im.cluster));
-  const int64_t items = edges ? im.problem.B * (im.problem.T - 1) : im.problem.B; // a block (or cluster) each
+// One of the module's entries: a cluster of blocks a sequence ("", "_beta"), a block a step ("_edges"), or blocks
+// over the states ("_nodes"), a table's tiles and parts ("_transitions") or its entries ("_reduce"); the kernels
+// stride past the grid's limit.
+void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectParams params, CUstream stream) {
+  const ChainProblem& p = im.problem;
+  const bool sweep = entry.empty() || entry == "_beta";
+  const int per_item = sweep ? im.cluster : 1;
+  const unsigned threads = sweep ? unsigned(jb::expect_threads(int(p.C), dtype_info(p.dtype).wide_acc(), im.cluster))
+                                 : unsigned(jb::kExpectEdgeThreads);
+  const auto blocks_of = [&](int64_t n) { return (n + threads - 1) / threads; };
+  const int64_t items = sweep               ? p.B // a block (or cluster) each
+                        : entry == "_edges" ? p.B * (p.T - 1)
+                        : entry == "_nodes" ? blocks_of(p.B * p.T * p.C)
+                        : entry == "_transitions"
+                            ? jb::expect_tiles(int(p.C)) * (p.batched_transitions ? p.B : im.parts)
+                            : blocks_of(p.C * p.C + p.C); // "_reduce"
   if (items == 0) return;
   const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
                  block[3] = {threads, 1, 1};
   void* args[] = {&params};
-  launch(*im.kernel, suffix, grid, block, args, stream);
+  launch(*im.kernel, entry.c_str(), grid, block, args, stream);
 }
 
 jb::ExpectParams params_of(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {
@@ -56,6 +72,23 @@ jb::ExpectParams params_of(const ChainProblem& p, const void* potentials, const 
   return params;
 }
 
+// The HMM form's: p's tables and the field's, both at the problem's strides.
+jb::ExpectParams params_of(const ChainProblem& p, const HmmInputs& hmm, const HmmInputs& field,
+                           const int64_t* lengths) {
+  jb::ExpectParams params = params_of(p, hmm.transitions, field.transitions, lengths);
+  params.emissions = hmm.emissions;
+  params.initial = hmm.initial;
+  params.field_emissions = field.emissions;
+  params.field_initial = field.initial;
+  const HmmStrides strides = hmm_strides(p);
+  std::copy(std::begin(strides.emissions), std::end(strides.emissions), params.emission_strides);
+  std::copy(std::begin(strides.transitions), std::end(strides.transitions), params.transition_strides);
+  std::copy(std::begin(strides.initial), std::end(strides.initial), params.initial_strides);
+  params.batched_transitions = p.batched_transitions;
+  params.batched_initial = p.batched_initial;
+  return params;
+}
+
 // The inputs' pointers, lengths and alignments, for both calls; whether there is anything to compute.
 bool check_inputs(const ChainProblem& p, const void* potentials, const void* field, const int64_t* lengths) {
   const bool empty = p.B == 0, no_edges = empty || p.T == 1;
@@ -65,14 +98,92 @@ bool check_inputs(const ChainProblem& p, const void* potentials, const void* fie
   return !empty;
 }
 
+bool check_inputs(const ChainProblem& p, const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths) {
+  const bool empty = p.B == 0;
+  check_distribution_inputs(p, hmm, lengths, empty);
+  check_hmm_tables(p, field, empty, "field");
+  return !empty;
+}
+
+// The forward of either form, its inputs checked: log Z and E_p[F], and the messages into `saved`.
+void run_forward(const ChainExpectation::Impl& im, jb::ExpectParams params, void* log_z, void* mean, void* saved,
+                 Stream stream) {
+  const ChainProblem& p = im.problem;
+  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
+  check_alignment(log_z, "log_z", bytes);
+  check_alignment(mean, "mean", bytes);
+  check_alignment(saved, "saved", bytes);
+  ScopedContext scope(im.device->context);
+  params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
+  params.before = saved ? static_cast<char*>(saved) + im.messages : nullptr;
+  params.log_z = log_z;
+  if (im.kept() == 3) { // a chain field: q's messages after p's and F's, log Z_q after log Z_p
+    params.alpha_q = saved ? static_cast<char*>(saved) + 2 * im.messages : nullptr;
+    params.log_z_q = static_cast<char*>(log_z) + p.B * bytes;
+  }
+  params.mean = mean;
+  run(im, "", params, reinterpret_cast<CUstream>(stream));
+}
+
+// The checks of a backward's reads of either form, before its inputs'.
+void check_backward_reads(const ChainExpectation::Impl& im, const void* saved, const void* log_z, const void* mean,
+                          const void* grad_log_z, const void* grad_mean) {
+  const bool empty = im.problem.B == 0;
+  check_pointer(saved, "saved", empty);
+  check_pointer(log_z, "log_z", empty);
+  check_pointer(mean, "mean", empty);
+  const int bytes = dtype_info(chain_output_dtype(im.problem)).size_bytes;
+  check_alignment(saved, "saved", bytes);
+  check_alignment(log_z, "log_z", bytes);
+  check_alignment(mean, "mean", bytes);
+  check_alignment(grad_log_z, "grad_log_z", bytes);
+  check_alignment(grad_mean, "grad_mean", bytes);
+}
+
+// The backward of either form, its arguments checked: the backward messages into scratch, then `entries`, the
+// gradients' passes, with the forward's saved messages and results.
+void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, const void* saved, const void* log_z,
+                  const void* mean, const void* grad_log_z, const void* grad_mean, Stream stream,
+                  const Workspace& workspace, std::initializer_list<const char*> entries) {
+  const ChainProblem& p = im.problem;
+  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
+  ScopedContext scope(im.device->context);
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
+  Scratch scratch(*im.device, workspace, im.workspace_bytes(), cu);
+  char* const kept = static_cast<char*>(const_cast<void*>(saved));
+  params.alpha = kept;
+  params.before = kept + im.messages;
+  params.beta = scratch.take(im.kept() * im.messages);
+  params.after = static_cast<char*>(params.beta) + im.messages;
+  params.partials = scratch.take(im.partials);
+  params.first = scratch.take(im.firsts);
+  params.parts = im.parts;
+  params.log_z = const_cast<void*>(log_z);
+  params.mean = const_cast<void*>(mean);
+  params.grad_log_z = grad_log_z;
+  if (im.kept() == 3) { // a chain field, laid out as the forward's
+    params.alpha_q = kept + 2 * im.messages;
+    params.beta_q = static_cast<char*>(params.beta) + 2 * im.messages;
+    params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
+    params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
+  }
+  params.grad_mean = grad_mean;
+  run(im, "_beta", params, cu);
+  for (const char* entry : entries) run(im, entry, params, cu);
+}
+
 } // namespace
+
+std::size_t ChainExpectation::Impl::workspace_bytes() const {
+  return ScratchSize().add(kept() * messages, "workspace").add(partials, "workspace").add(firsts, "workspace").bytes();
+}
 
 static_assert(int(ExpectationField::given) == jb::kExpectGiven && int(ExpectationField::chain) == jb::kExpectChain &&
                   int(ExpectationField::difference) == jb::kExpectDifference,
               "the library's fields are the kernels'");
 
 ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationField field) {
-  check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations");
+  check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations", true);
   if (field != ExpectationField::given && field != ExpectationField::chain && field != ExpectationField::difference)
     throw std::invalid_argument("field: given, chain or difference, got " + std::to_string(int(field)));
   auto impl = std::make_shared<Impl>();
@@ -83,43 +194,41 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationF
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
   impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
+  if (impl->hmm()) {
+    impl->parts = jb::expect_parts(int(problem.C), problem.B * (problem.T - 1), impl->device->sm_count);
+    if (!problem.batched_transitions)
+      impl->partials = std::size_t(checked_product({2, impl->parts, problem.C, problem.C}, "chain: parts*C*C")) * acc;
+    if (!problem.batched_initial)
+      impl->firsts = std::size_t(checked_product({2, problem.B, problem.C}, "chain: B*C")) * acc;
+  }
   if (problem.B > 0)
-    impl->kernel = load_generated(*impl->device,
-                                  emit_expect_kernel(problem.dtype, int(problem.C), impl->cluster, int(field)));
+    impl->kernel = load_generated(
+        *impl->device, emit_expect_kernel(problem.dtype, int(problem.C), impl->cluster, int(field), impl->hmm()));
   return ChainExpectation(std::move(impl));
 }
 
 std::size_t ChainExpectation::saved_bytes() const { return impl_->kept() * impl_->messages; }
 
-std::size_t ChainExpectation::backward_workspace_bytes() const {
-  return ScratchSize().add(impl_->kept() * impl_->messages, "workspace").bytes();
-}
+std::size_t ChainExpectation::backward_workspace_bytes() const { return impl_->workspace_bytes(); }
 
 ExpectationField ChainExpectation::field() const { return impl_->field; }
 
 void ChainExpectation::operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z,
                                   void* mean, void* saved, Stream stream) const {
   const ChainProblem& p = impl_->problem;
-  const bool empty = p.B == 0;
-  check_pointer(log_z, "log_z", empty);
-  check_pointer(mean, "mean", empty);
-  if (!check_inputs(p, potentials, field, lengths)) return;
-  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
-  check_alignment(log_z, "log_z", bytes);
-  check_alignment(mean, "mean", bytes);
-  check_alignment(saved, "saved", bytes);
-  ScopedContext scope(impl_->device->context);
-  const CUstream cu = reinterpret_cast<CUstream>(stream);
-  jb::ExpectParams params = params_of(p, potentials, field, lengths);
-  params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
-  params.before = saved ? static_cast<char*>(saved) + impl_->messages : nullptr;
-  params.log_z = log_z;
-  if (impl_->kept() == 3) { // a chain field: q's messages after p's and F's, log Z_q after log Z_p
-    params.alpha_q = saved ? static_cast<char*>(saved) + 2 * impl_->messages : nullptr;
-    params.log_z_q = static_cast<char*>(log_z) + p.B * bytes;
-  }
-  params.mean = mean;
-  run(*impl_, "", params, cu);
+  check_pointer(log_z, "log_z", p.B == 0);
+  check_pointer(mean, "mean", p.B == 0);
+  if (check_inputs(p, potentials, field, lengths))
+    run_forward(*impl_, params_of(p, potentials, field, lengths), log_z, mean, saved, stream);
+}
+
+void ChainExpectation::operator()(const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths, void* log_z,
+                                  void* mean, void* saved, Stream stream) const {
+  const ChainProblem& p = impl_->problem;
+  check_pointer(log_z, "log_z", p.B == 0);
+  check_pointer(mean, "mean", p.B == 0);
+  if (check_inputs(p, hmm, field, lengths))
+    run_forward(*impl_, params_of(p, hmm, field, lengths), log_z, mean, saved, stream);
 }
 
 void ChainExpectation::backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved,
@@ -127,44 +236,50 @@ void ChainExpectation::backward(const void* potentials, const void* field, const
                                 void* grad_potentials, void* grad_field, Stream stream,
                                 const Workspace& workspace) const {
   const ChainProblem& p = impl_->problem;
-  const bool empty = p.B == 0;
-  check_pointer(saved, "saved", empty);
-  check_pointer(log_z, "log_z", empty);
-  check_pointer(mean, "mean", empty);
+  check_backward_reads(*impl_, saved, log_z, mean, grad_log_z, grad_mean);
   if (!check_inputs(p, potentials, field, lengths)) return;
-  const int bytes = dtype_info(chain_output_dtype(p)).size_bytes, in_bytes = dtype_info(p.dtype).size_bytes;
-  check_alignment(saved, "saved", bytes);
-  check_alignment(log_z, "log_z", bytes);
-  check_alignment(mean, "mean", bytes);
-  check_alignment(grad_log_z, "grad_log_z", bytes);
-  check_alignment(grad_mean, "grad_mean", bytes);
+  const int in_bytes = dtype_info(p.dtype).size_bytes;
   check_alignment(grad_potentials, "grad_potentials", in_bytes);
   check_alignment(grad_field, "grad_field", in_bytes);
   check_workspace(workspace, backward_workspace_bytes());
   if ((!grad_potentials && !grad_field) || p.T == 1) return;
-  ScopedContext scope(impl_->device->context);
-  const CUstream cu = reinterpret_cast<CUstream>(stream);
-  Scratch scratch(*impl_->device, workspace, backward_workspace_bytes(), cu);
   jb::ExpectParams params = params_of(p, potentials, field, lengths);
-  char* const kept = static_cast<char*>(const_cast<void*>(saved));
-  params.alpha = kept;
-  params.before = kept + impl_->messages;
-  params.beta = scratch.take(impl_->kept() * impl_->messages);
-  params.after = static_cast<char*>(params.beta) + impl_->messages;
-  params.log_z = const_cast<void*>(log_z);
-  params.mean = const_cast<void*>(mean);
-  params.grad_log_z = grad_log_z;
-  if (impl_->kept() == 3) { // a chain field, laid out as the forward's
-    params.alpha_q = kept + 2 * impl_->messages;
-    params.beta_q = static_cast<char*>(params.beta) + 2 * impl_->messages;
-    params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
-    params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
-  }
-  params.grad_mean = grad_mean;
   params.grad_potentials = grad_potentials;
   params.grad_field = grad_field;
-  run(*impl_, "_beta", params, cu);
-  run(*impl_, "_edges", params, cu);
+  run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace, {"_edges"});
+}
+
+void ChainExpectation::backward(const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths, const void* saved,
+                                const void* log_z, const void* mean, const void* grad_log_z, const void* grad_mean,
+                                const HmmGradients& grad_hmm, const HmmGradients& grad_field, Stream stream,
+                                const Workspace& workspace) const {
+  const ChainProblem& p = impl_->problem;
+  check_backward_reads(*impl_, saved, log_z, mean, grad_log_z, grad_mean);
+  const bool any = check_inputs(p, hmm, field, lengths);
+  check_hmm_gradients(p, grad_hmm, "grad_hmm");
+  check_hmm_gradients(p, grad_field, "grad_field");
+  check_workspace(workspace, backward_workspace_bytes());
+  if (!any) { // no sequence: a shared table's gradient is a sum of nothing
+    ScopedContext scope(impl_->device->context);
+    clear_shared_hmm_gradients(p, grad_hmm, reinterpret_cast<CUstream>(stream));
+    clear_shared_hmm_gradients(p, grad_field, reinterpret_cast<CUstream>(stream));
+    return;
+  }
+  const auto none = [](const HmmGradients& g) { return !g.emissions && !g.transitions && !g.initial; };
+  if (none(grad_hmm) && none(grad_field)) return;
+  jb::ExpectParams params = params_of(p, hmm, field, lengths);
+  params.grad_emissions = grad_hmm.emissions;
+  params.grad_transitions = grad_hmm.transitions;
+  params.grad_initial = grad_hmm.initial;
+  params.grad_field_emissions = grad_field.emissions;
+  params.grad_field_transitions = grad_field.transitions;
+  params.grad_field_initial = grad_field.initial;
+  if (p.batched_transitions && p.batched_initial) // "_reduce" adds shared tables' sums only
+    run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace,
+                 {"_nodes", "_transitions"});
+  else
+    run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace,
+                 {"_nodes", "_transitions", "_reduce"});
 }
 
 const ChainProblem& ChainExpectation::problem() const { return impl_->problem; }

@@ -44,14 +44,23 @@ void check_distribution_inputs(const ChainProblem& p, const void* potentials, co
   check_lengths_pointer(p, lengths, empty);
 }
 
-void check_hmm_tables(const ChainProblem& p, const HmmInputs& hmm, bool empty) {
+void check_hmm_tables(const ChainProblem& p, const HmmInputs& hmm, bool empty, const char* name) {
   const int bytes = dtype_info(p.dtype).size_bytes;
-  check_pointer(hmm.emissions, "hmm.emissions", empty);
-  check_pointer(hmm.transitions, "hmm.transitions", empty || p.T == 1);
-  check_pointer(hmm.initial, "hmm.initial", empty);
-  check_alignment(hmm.emissions, "hmm.emissions", bytes);
-  check_alignment(hmm.transitions, "hmm.transitions", bytes);
-  check_alignment(hmm.initial, "hmm.initial", bytes);
+  const std::string n = name, emissions = n + ".emissions", transitions = n + ".transitions", initial = n + ".initial";
+  check_pointer(hmm.emissions, emissions.c_str(), empty);
+  check_pointer(hmm.transitions, transitions.c_str(), empty || p.T == 1);
+  check_pointer(hmm.initial, initial.c_str(), empty);
+  check_alignment(hmm.emissions, emissions.c_str(), bytes);
+  check_alignment(hmm.transitions, transitions.c_str(), bytes);
+  check_alignment(hmm.initial, initial.c_str(), bytes);
+}
+
+void check_hmm_gradients(const ChainProblem& p, const HmmGradients& grads, const char* name) {
+  const int bytes = dtype_info(p.dtype).size_bytes;
+  const std::string n = name;
+  check_alignment(grads.emissions, (n + ".emissions").c_str(), bytes);
+  check_alignment(grads.transitions, (n + ".transitions").c_str(), bytes);
+  check_alignment(grads.initial, (n + ".initial").c_str(), bytes);
 }
 
 void check_distribution_inputs(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths, bool empty) {

@@ -23,7 +23,12 @@ void check_distribution_inputs(const ChainProblem& p, const void* potentials, co
 void check_distribution_inputs(const ChainProblem& p, const HmmInputs& hmm, const int64_t* lengths, bool empty);
 
 // The HMM form's tables of a call, as every HMM call takes them: emissions and initial (null only where `empty`),
-// transitions (also where T is 1, which reads none), each aligned to its dtype; std::invalid_argument naming it.
-void check_hmm_tables(const ChainProblem& p, const HmmInputs& hmm, bool empty);
+// transitions (also where T is 1, which reads none), each aligned to its dtype; std::invalid_argument naming it as
+// `name`.emissions and so on.
+void check_hmm_tables(const ChainProblem& p, const HmmInputs& hmm, bool empty, const char* name = "hmm");
+
+// The HMM form's gradients of a call, each aligned to its dtype (null: not asked for); std::invalid_argument naming it
+// as `name`.emissions and so on.
+void check_hmm_gradients(const ChainProblem& p, const HmmGradients& grads, const char* name = "grads");
 
 } // namespace jitbmm

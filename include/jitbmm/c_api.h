@@ -198,9 +198,9 @@ jitbmm_status jitbmm_chain_plan_settled(const jitbmm_chain_plan* plan, int* sett
 void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 
 /* Chain expectations (ChainExpectation in chain_expectation.hpp): of chains p in the CRF form (the log semiring,
- * contiguous potentials, C <= 1024) and a field f of the potentials' shape, log Z_p and E_p[F] (F a path's sum of f):
- * what entropy (f = p's potentials: log Z - E), cross-entropy (f = q's: log Z_q - E) and KL (f = p's - q's:
- * E - log Z_p + log Z_q) are. `field` (ExpectationField): 0 the field as given; 1 the field is a chain q's potentials,
+ * contiguous potentials, C <= 1024; the HMM form below) and a field f of the potentials' shape, log Z_p and E_p[F]
+ * (F a path's sum of f): what entropy (f = p's potentials: log Z - E), cross-entropy (f = q's: log Z_q - E) and KL
+ * (f = p's - q's: E - log Z_p + log Z_q) are. `field` (ExpectationField): 0 the field as given; 1 the field is a chain q's potentials,
  * whose log Z_q comes beside; 2 the field is q's potentials read as the difference p - q, log Z_q beside. The run
  * writes log_z ([B]; [2][B] for fields 1 and 2: log Z_p, then log Z_q) and mean[B] in the output dtype and, if not
  * NULL, saved (saved_bytes: [2][B][T][C] in the output dtype, [3][B][T][C] for fields 1 and 2) for the backward:
@@ -221,6 +221,30 @@ jitbmm_status jitbmm_chain_expectation_backward(const jitbmm_chain_expectation* 
                                                 const void* log_z, const void* mean, const void* grad_log_z,
                                                 const void* grad_mean, void* grad_potentials, void* grad_field,
                                                 void* workspace, size_t workspace_bytes, void* stream);
+/* The HMM form's (a problem of form "hmm"; C++: the HmmInputs calls): p's tables and the field's, a second set of
+ * the same shapes laid out as p's (the problem's strides and batched_* flags); F is a path's score under the field's
+ * tables, its first position's included. The gradients contiguous in the problem's dtype (grad_hmm, grad_field: NULL,
+ * or any of their pointers NULL, to skip); a shared table's gradient sums its sequences'. */
+typedef struct {
+  const void* emissions;   /* [B][T][C] */
+  const void* transitions; /* [C][C] (to, from), or [B][C][C] with batched_transitions */
+  const void* initial;     /* [C], or [B][C] with batched_initial */
+} jitbmm_hmm_tables;
+typedef struct {
+  void* emissions;
+  void* transitions;
+  void* initial;
+} jitbmm_hmm_gradients;
+jitbmm_status jitbmm_chain_expectation_run_hmm(const jitbmm_chain_expectation* plan, const jitbmm_hmm_tables* hmm,
+                                               const jitbmm_hmm_tables* field, const int64_t* lengths, void* log_z,
+                                               void* mean, void* saved, void* stream);
+jitbmm_status jitbmm_chain_expectation_backward_hmm(const jitbmm_chain_expectation* plan, const jitbmm_hmm_tables* hmm,
+                                                    const jitbmm_hmm_tables* field, const int64_t* lengths,
+                                                    const void* saved, const void* log_z, const void* mean,
+                                                    const void* grad_log_z, const void* grad_mean,
+                                                    const jitbmm_hmm_gradients* grad_hmm,
+                                                    const jitbmm_hmm_gradients* grad_field, void* workspace,
+                                                    size_t workspace_bytes, void* stream);
 void jitbmm_chain_expectation_destroy(jitbmm_chain_expectation* plan);
 
 /* Chain samples (ChainSampler in chain_samples.hpp): n exact paths of each of B chains in the CRF form (the log

@@ -1,5 +1,5 @@
 // A chain's distribution and the expectation of an additive score under it: what entropy, cross-entropy and KL of
-// linear-chain CRFs are (docs/chains.md, "Entropy, cross-entropy and KL").
+// linear-chain CRFs and HMMs are (docs/chains.md, "Entropy, cross-entropy and KL").
 #pragma once
 
 #include <cstddef>
@@ -21,11 +21,17 @@ enum class ExpectationField { given = 0, chain = 1, difference = 2 };
 // length. With f = r (given), log Z − E_p[F] is p's entropy; with f = q's potentials (chain), log Z_q − E_p[F] is the
 // cross-entropy H(p, q); with the difference, E_p[F] − log Z_p + log Z_q is KL(p ‖ q). A block (or, from 128 states
 // on sm_90, a cluster of blocks) a sequence along the chain.
+//
+// In the HMM form (a problem of form hmm) p is given by its tables and the field by a second set of tables of the
+// same shapes, laid out as p's (the problem's strides and batched_* flags): F is a path's score under the field's
+// tables, its first position's initial + emissions[0] included. No potential of size B·T·C² is formed, and a length-1
+// sequence is a distribution over its first state.
 class ChainExpectation {
 public:
-  // The problem: the log semiring, the CRF form, contiguous potentials (strides all 0), C ≤ 1024 states; any dtype
-  // (half types computed in f32). std::invalid_argument naming the field otherwise. For the device current on this
-  // thread; the kernels are compiled once a process. `field` says what the field is.
+  // The problem: the log semiring, the CRF form with contiguous potentials (strides all 0) or the HMM form with its
+  // tables at any strides, C ≤ 1024 states; any dtype (half types computed in f32). std::invalid_argument naming the
+  // field otherwise. For the device current on this thread; the kernels are compiled once a process. `field` says
+  // what the field is.
   static ChainExpectation get(const ChainProblem& problem, ExpectationField field = ExpectationField::given);
 
   // log_z[B] (with a chain field [2][B]: log Z_p, then log Z_q) and mean[B] (E_p[F]) in chain_output_dtype,
@@ -38,6 +44,11 @@ public:
   // every element written; null when no backward follows.
   void operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z, void* mean,
                   void* saved = nullptr, Stream stream = nullptr) const;
+  // The same in the HMM form, from p's tables and the field's (an HMM problem takes only this call, a CRF one only the
+  // one above: the other is refused, naming `hmm` or `potentials`). With the field p's own tables (the same three
+  // pointers) p's are read once.
+  void operator()(const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths, void* log_z, void* mean,
+                  void* saved = nullptr, Stream stream = nullptr) const;
   std::size_t saved_bytes() const;
 
   // grad_potentials = grad_log_z·μ + grad_mean·Cov_p(1_e, F) and grad_field = grad_mean·μ, [B][T − 1][C][C]
@@ -46,16 +57,24 @@ public:
   // second) and grad_field is q's: grad_mean·μ (chain) or −grad_mean·μ (difference, where grad_potentials gains
   // grad_mean·μ, F moving with p) plus grad_log_z_q·μ_q. Reads the forward's saved, log_z and mean. 0 past a
   // sequence's length and where both upstream gradients are 0; NaN at every edge of a sequence whose log Z (or, for
-  // a nonzero grad_mean, whose mean; for a nonzero grad_log_z_q, whose log Z_q) is not finite. Takes backward_workspace_bytes() of scratch (the backward
-  // messages) from `workspace` or jitbmm's pool.
+  // a nonzero grad_mean, whose mean; for a nonzero grad_log_z_q, whose log Z_q) is not finite. Takes
+  // backward_workspace_bytes() of scratch (the backward messages) from `workspace` or jitbmm's pool.
   void backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved, const void* log_z,
                 const void* mean, const void* grad_log_z, const void* grad_mean, void* grad_potentials,
                 void* grad_field, Stream stream = nullptr, const Workspace& workspace = {}) const;
+  // The same in the HMM form: the gradients of p's tables and of the field's (HmmGradients: contiguous, any of them
+  // null), the sums of the gradients of the potentials formed from them, which are never formed themselves. A shared
+  // table's gradient sums its sequences': a sequence whose gradients are NaN (above) makes it NaN.
+  void backward(const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths, const void* saved,
+                const void* log_z, const void* mean, const void* grad_log_z, const void* grad_mean,
+                const HmmGradients& grad_hmm, const HmmGradients& grad_field, Stream stream = nullptr,
+                const Workspace& workspace = {}) const;
   std::size_t backward_workspace_bytes() const;
 
   const ChainProblem& problem() const;
   ExpectationField field() const;
-  // The generated module's name (its forward's entry point; "_beta" and "_edges" the backward's). Empty when B = 0.
+  // The generated module's name (its forward's entry point; "_beta" and "_edges" the backward's, in the HMM form
+  // "_beta", "_nodes", "_transitions" and "_reduce"). Empty when B = 0.
   std::string kernel_name() const;
 
   struct Impl;

@@ -107,7 +107,7 @@ class CApiTest(unittest.TestCase):
         lib = jitbmm._library()
         plan = jitbmm.ctypes.c_void_p()
         for semiring, C, form, field in ((b"max_plus", 4, b"crf", "chain.semiring"), (b"log", 1025, b"crf", "chain.C"),
-                                         (b"log", 4, b"hmm", "chain.form")):
+                                         (b"log", 1025, b"hmm", "chain.C")):
             problem = jitbmm._CChainProblem(semiring, b"f32", 2, 3, C, (0, 0, 0, 0), 0, form)
             with self.assertRaisesRegex(ValueError, field):
                 jitbmm._check(lib.jitbmm_chain_expectation_create(jitbmm.ctypes.byref(problem), 0,

@@ -39,6 +39,29 @@ struct ExpectParams {
   void* grad_potentials;
   void* grad_field;
   long long B, T;
+  // The HMM form (the kernels' HMM instances): potentials and field are p's and the field's transitions, beside
+  // their emissions and initial tables, both sets at the element strides below (emissions (b, t, c), transitions (b,
+  // to, from), initial (b, c); a shared table's b stride 0). The gradients, contiguous in the storage type (null:
+  // not asked for): of the emissions [B][T][C] ("_nodes"), the transitions ([C][C], or [B][C][C] where
+  // batched_transitions; "_transitions", then "_reduce" for a shared table) and initial ([C] or [B][C]).
+  const void* emissions;
+  const void* initial;
+  const void* field_emissions;
+  const void* field_initial;
+  long long emission_strides[3], transition_strides[3], initial_strides[2];
+  int batched_transitions, batched_initial;
+  void* grad_emissions;
+  void* grad_transitions;
+  void* grad_initial;
+  void* grad_field_emissions;
+  void* grad_field_transitions;
+  void* grad_field_initial;
+  // Scratch of the HMM form's shared tables' gradients, the accumulator type: the transitions' partial sums
+  // [parts][2][C][C] (p's, then the field's), a part a range of the flattened (b, t) steps; and the gradients of
+  // every sequence's first position [2][B][C], which a shared initial table sums.
+  void* partials;
+  void* first;
+  long long parts;
 };
 
 // Lanes a target state's sum is split over in the forward and backward messages (templates/chain/expectation.cuh), a
@@ -62,5 +85,20 @@ JB_HD constexpr int expect_threads(int states, bool wide, int cluster = 1) {
 // memory); kMaxExpectCluster: the most blocks a sequence's cluster takes. Enumerators, which a unit that reads
 // neither does not warn of.
 enum ExpectLimits : int { kExpectEdgeThreads = 256, kMaxExpectStates = 1024, kMaxExpectCluster = 8 };
+
+// The HMM form's "_transitions": a block a tile of kExpectTileEntries entries of the table (kExpectEdgeThreads threads,
+// kExpectEntriesPerThread each) and a part of the steps, so that every thread sums its entries over many steps.
+enum ExpectTiles : int {
+  kExpectEntriesPerThread = 4,
+  kExpectTileEntries = kExpectEdgeThreads * kExpectEntriesPerThread
+};
+JB_HD constexpr long long expect_tiles(int states) {
+  return ((long long)states * states + kExpectTileEntries - 1) / kExpectTileEntries;
+}
+// The parts a shared transition table's steps are split into: about eight blocks an SM in all, at most one step a part.
+JB_HD constexpr long long expect_parts(int states, long long steps, int sms) {
+  const long long tiles = expect_tiles(states), want = (8LL * sms + tiles - 1) / tiles;
+  return steps < 1 ? 1 : want < 1 ? 1 : want > steps ? steps : want;
+}
 
 } // namespace jb

@@ -24,6 +24,20 @@ namespace jb {
 
 template <class T> __device__ __forceinline__ bool finite(T x) { return x - x == T(0); }
 
+// The type a step's terms are held in: the storage type as read, or in the HMM form the accumulator type, where each
+// term is a transition and an emission added.
+template <class S, bool HMM> struct ExpectTerm { using type = S; };
+template <class S> struct ExpectTerm<S, true> { using type = typename Acc<S>::type; };
+
+// The HMM form's score of state c at a sequence's first position, initial[c] + emissions[0][c], from the tables at
+// `emissions` and `initial` (p's or the field's) laid out as p says.
+template <class S>
+__device__ __forceinline__ typename Acc<S>::type expect_first_node(const ExpectParams& p, const void* emissions,
+                                                                   const void* initial, long long b, int c) {
+  return to_acc(static_cast<const S*>(initial)[b * p.initial_strides[0] + c * p.initial_strides[1]]) +
+         to_acc(static_cast<const S*>(emissions)[b * p.emission_strides[0] + c * p.emission_strides[2]]);
+}
+
 // One sweep along a chain: the forward messages (alpha, before) from the start, or with BETA the backward messages
 // (beta, after) from the end, beta_t(s) = log Σ_c e^{r_t[c][s] + beta_{t+1}(c)} and after_t(s) the mean of
 // after_{t+1}(c) + f_t[c][s] under those weights. A sequence is a cluster of K blocks (K = 1: a block), each reducing
@@ -37,14 +51,20 @@ template <class T> __device__ __forceinline__ bool finite(T x) { return x - x ==
 // and log_z and mean (NaN for a length outside [1, T]; mean NaN where p has no distribution); the backward writes
 // beta and after likewise. Where the field is a chain q (FIELD, ExpectField) its own messages run beside p's, from the
 // same loads, into alpha_q (beta_q) and log_z_q.
-template <class S, int C, int NT, bool BETA, int K = 1, int FIELD = kExpectGiven>
+//
+// The HMM instance reads the tables instead: a step's term from source state q to target c is transitions[c][q] +
+// emissions[t + 1][c], the same as the potentials formed from them, added in the accumulator type; the forward
+// starts from the first position's scores initial + emissions[0] (its means from the field's, q's log-sums from q's),
+// so that a length-1 sequence is a distribution over its first state. The backward starts from 0, as the CRF form's.
+template <class S, int C, int NT, bool BETA, int K = 1, int FIELD = kExpectGiven, bool HMM = false>
 __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   using T = typename Acc<S>::type;
   constexpr int CK = (C + K - 1) / K, G = expect_lanes(C), GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS,
                 N = (C + G - 1) / G;
   // The registers of a step's terms, both inputs, in 32-bit words: 64 of them leave the rest of a 512-thread block's
   // share for the reduction; half types, a register each too, widen in more temporaries, and take 32.
-  constexpr bool PREFETCH = ROUNDS * N * 2 * (sizeof(S) > 4 ? 2 : 1) <= (sizeof(S) < 4 ? 32 : 64);
+  using V = typename ExpectTerm<S, HMM>::type;
+  constexpr bool PREFETCH = ROUNDS * N * 2 * (sizeof(V) > 4 ? 2 : 1) <= (sizeof(V) < 4 ? 32 : 64);
   constexpr int R = PREFETCH ? ROUNDS : 1, kUnroll = PREFETCH ? ROUNDS : 1;
   constexpr bool FULL = C % G == 0;                           // every lane's sources are states
   constexpr long long STRIDE = (long long)G * (BETA ? C : 1); // from one of a lane's sources to its next
@@ -61,7 +81,11 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   const ClusterShare<C, K> share;
   const unsigned rank = share.rank;
   const int first = share.first, end = share.end; // this block's target states
-  const bool same = !Q && p.field == p.potentials; // entropy: the field is p's own potentials, read once
+  // Entropy: the field is p's own potentials (or tables), read once.
+  const bool same =
+      !Q && p.field == p.potentials && (!HMM || (p.field_emissions == p.emissions && p.field_initial == p.initial));
+  const long long* const es = p.emission_strides;
+  const long long* const ts = p.transition_strides;
   for (long long b = blockIdx.x / K; b < p.B; b += gridDim.x / K) {
     bool bad;
     const long long L = chain_length(p, b, bad);
@@ -69,24 +93,51 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     T* keep_mean = static_cast<T*>(BETA ? p.after : p.before);
     T* keep_q = static_cast<T*>(BETA ? p.beta_q : p.alpha_q);
     if (keep) keep += b * p.T * C, keep_mean += b * p.T * C, keep_q += Q ? b * p.T * C : 0;
-    const S* const pot = static_cast<const S*>(p.potentials) + b * (p.T - 1) * C * C;
-    const S* const fld = static_cast<const S*>(p.field) + b * (p.T - 1) * C * C;
+    const long long shift = HMM ? b * ts[0] : b * (p.T - 1) * C * C;
+    const S* const pot = static_cast<const S*>(p.potentials) + shift;
+    const S* const fld = static_cast<const S*>(p.field) + shift;
     // Round r of sweep step s: target state c's N sources of this lane, as stored [to][from] (none: −inf and 0).
-    S rb[R][N], fb[R][N];
-    auto load = [&](long long s, int r, S(&rw)[N], S(&fw)[N]) {
-      const int c = first + group + r * GROUPS;
-      const long long at =
-          (BETA ? L - 2 - s : s) * C * C + (c < end ? c : 0) * (BETA ? 1LL : C) + (long long)lane * (BETA ? C : 1);
+    V rb[R][N], fb[R][N];
+    auto load = [&](long long s, int r, V(&rw)[N], V(&fw)[N]) {
+      const int c = first + group + r * GROUPS, cc = c < end ? c : 0;
+      if constexpr (HMM) {
+        // The emission of the step's later position: the target's (forward), the same for all of its sources, or
+        // each source's (backward, whose sources are the later states).
+        const long long row = b * es[0] + (BETA ? L - 1 - s : s + 1) * es[1];
+        const S* const em = static_cast<const S*>(p.emissions) + row;
+        const S* const fem = static_cast<const S*>(p.field_emissions) + row;
+        const long long at = cc * (BETA ? ts[2] : ts[1]) + (long long)lane * (BETA ? ts[1] : ts[2]),
+                        stride = (long long)G * (BETA ? ts[1] : ts[2]), emission = (long long)G * es[2];
+        T e = T(0), fe = T(0);
+        if (!BETA && c < end) e = to_acc(em[cc * es[2]]), fe = same ? e : to_acc(fem[cc * es[2]]);
+        // Pointers moved a source at a time, not addresses formed for every source at once.
+        const S *tr = pot + at, *ftr = fld + at, *er = em + lane * es[2], *fer = fem + lane * es[2];
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const bool real = c < end && (FULL || lane + k * G < C);
-        rw[k] = real ? pot[at + k * STRIDE] : from_acc<S>(Num<T>::neg_inf());
-        if (!same) fw[k] = real ? fld[at + k * STRIDE] : from_acc<S>(T(0));
+        for (int k = 0; k < N; ++k) {
+          const bool real = c < end && (FULL || lane + k * G < C);
+          if (BETA && real) e = to_acc(*er), fe = same ? e : to_acc(*fer);
+          rw[k] = real ? to_acc(*tr) + e : Num<T>::neg_inf();
+          if (!same) fw[k] = real ? to_acc(*ftr) + fe : T(0);
+          tr += stride, ftr += stride, er += emission, fer += emission;
+        }
+      } else {
+        const long long at = (BETA ? L - 2 - s : s) * C * C + cc * (BETA ? 1LL : C) + (long long)lane * (BETA ? C : 1);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const bool real = c < end && (FULL || lane + k * G < C);
+          rw[k] = real ? pot[at + k * STRIDE] : from_acc<S>(Num<T>::neg_inf());
+          if (!same) fw[k] = real ? fld[at + k * STRIDE] : from_acc<S>(T(0));
+        }
       }
     };
     for (int c = tid; c < C; c += NT) {
-      msg[0][0][c] = msg[0][1][c] = T(0);
-      if constexpr (Q) msg[0][2][c] = T(0);
+      T n = T(0), f = T(0); // the first position's scores (the HMM form's forward), p's and the field's
+      if constexpr (HMM && !BETA) {
+        n = expect_first_node<S>(p, p.emissions, p.initial, b, c);
+        f = same ? n : expect_first_node<S>(p, p.field_emissions, p.field_initial, b, c);
+      }
+      msg[0][0][c] = n, msg[0][1][c] = FIELD == kExpectDifference ? n - f : f;
+      if constexpr (Q) msg[0][2][c] = f;
     }
     // With a cluster, also: no block writes into another's messages before that one has left the sequence before.
     share.sync();
@@ -210,27 +261,70 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   }
 }
 
+// A sequence's upstream gradients and the values the gradient passes read beside them: g_z, g_mean and g_zq (0 where
+// not given), log Z, E_p[F] and log Z_q, its length.
+template <class T, bool Q> struct ExpectSequence {
+  T gz, gm, gzq, z, mean, zq;
+  long long L;
+  bool bad, undefined, undefined_q;
+  __device__ __forceinline__ ExpectSequence(const ExpectParams& p, long long b) {
+    L = chain_length(p, b, bad);
+    gz = p.grad_log_z ? static_cast<const T*>(p.grad_log_z)[b] : T(0);
+    gm = p.grad_mean ? static_cast<const T*>(p.grad_mean)[b] : T(0);
+    gzq = Q && p.grad_log_z_q ? static_cast<const T*>(p.grad_log_z_q)[b] : T(0);
+    z = static_cast<const T*>(p.log_z)[b], mean = static_cast<const T*>(p.mean)[b];
+    zq = Q ? static_cast<const T*>(p.log_z_q)[b] : T(0);
+    undefined = bad || !finite(z) || (gm != T(0) && !finite(mean));
+    undefined_q = bad || !finite(zq);
+  }
+  // Whether a term inside the sequence (`inside`: before its length, or anywhere in one whose length is bad) takes
+  // p's gradients, and q's.
+  __device__ __forceinline__ bool asked(bool inside) const { return inside && (gz != T(0) || gm != T(0)); }
+  __device__ __forceinline__ bool asked_q(bool inside) const { return Q && inside && gzq != T(0); }
+};
+
+// The gradients of one term of p's score (an edge's potential, or in the HMM form a state's score at a position),
+// added into dp, and of its field value, into df: g_z μ + g_mean Cov_p(1_e, F) and g_mean μ, where the field is a
+// chain q also g_zq μ_q (see "_edges" below). log_mu() is log μ, cond() E_p[F | the term] − E_p[F] and log_mu_q()
+// log μ_q, each called only where it is needed.
+template <class T, int FIELD, class LogMu, class Cond, class LogMuQ>
+__device__ __forceinline__ void expect_term_grads(const ExpectSequence<T, FIELD != kExpectGiven>& s, bool inside,
+                                                  LogMu log_mu, Cond cond, LogMuQ log_mu_q, T& dp, T& df) {
+  if (s.asked(inside) && s.undefined) {
+    dp = Num<T>::nan();
+    df = s.gm != T(0) ? Num<T>::nan() : df;
+  } else if (s.asked(inside)) {
+    const T x = log_mu(), mu = x == Num<T>::neg_inf() ? T(0) : Expect<T>::ex(x);
+    if (s.gz != T(0)) dp += s.gz * mu;
+    if (s.gm != T(0) && mu > T(0)) {
+      dp += s.gm * mu * (cond() + (FIELD == kExpectDifference ? T(1) : T(0)));
+      df += FIELD == kExpectDifference ? -s.gm * mu : s.gm * mu;
+    }
+  }
+  if (s.asked_q(inside)) {
+    if (s.undefined_q) {
+      df = Num<T>::nan();
+    } else {
+      const T x = log_mu_q();
+      if (x != Num<T>::neg_inf()) df += s.gzq * Expect<T>::ex(x);
+    }
+  }
+}
+
 // The gradients ("_edges"), a block per step (b, t) and a thread per edge of it: grad_potentials = g_z μ + g_mean
 // Cov_p(1_e, F) and grad_field = g_mean μ; where the field is a chain q, grad_field is q's, g_mean μ (kExpectChain) or
 // −g_mean μ (kExpectDifference, whose F also moves with p: grad_potentials gains g_mean μ) plus g_zq μ_q, μ_q q's edge
 // marginal. 0 past a sequence's length and where the upstream gradients are 0; NaN where a sequence's log Z (or, for
 // g_mean, its mean; for g_zq, its log Z_q) is not finite, and at every edge of a sequence whose length is bad.
-template <class S, int C, int FIELD = kExpectGiven> __device__ __forceinline__ void expect_edges(const ExpectParams& p) {
+template <class S, int C, int FIELD = kExpectGiven>
+__device__ __forceinline__ void expect_edges(const ExpectParams& p) {
   using T = typename Acc<S>::type;
   constexpr bool Q = FIELD != kExpectGiven;
   const long long steps = p.T - 1, rows = p.B * steps;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long b = row / steps, t = row % steps;
-    bool bad;
-    const long long L = chain_length(p, b, bad);
-    const T gz = p.grad_log_z ? static_cast<const T*>(p.grad_log_z)[b] : T(0);
-    const T gm = p.grad_mean ? static_cast<const T*>(p.grad_mean)[b] : T(0);
-    const T gzq = Q && p.grad_log_z_q ? static_cast<const T*>(p.grad_log_z_q)[b] : T(0);
-    const T z = static_cast<const T*>(p.log_z)[b], mean = static_cast<const T*>(p.mean)[b];
-    const T zq = Q ? static_cast<const T*>(p.log_z_q)[b] : T(0);
-    const bool inside = bad || t + 1 < L;
-    const bool asked = inside && (gz != T(0) || gm != T(0)), asked_q = Q && inside && gzq != T(0);
-    const bool undefined = bad || !finite(z) || (gm != T(0) && !finite(mean)), undefined_q = bad || !finite(zq);
+    const ExpectSequence<T, Q> seq(p, b);
+    const bool inside = seq.bad || t + 1 < seq.L;
     const long long at = (b * p.T + t) * C, next = (b * p.T + t + 1) * C;
     const T* alpha = static_cast<const T*>(p.alpha) + at;
     const T* before = static_cast<const T*>(p.before) + at;
@@ -242,28 +336,15 @@ template <class S, int C, int FIELD = kExpectGiven> __device__ __forceinline__ v
     const S* fld = static_cast<const S*>(p.field) + row * C * C;
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
       const int c = e / C, q = e % C;
+      const T r = to_acc(pot[e]);
       T dp = T(0), df = T(0);
-      if (asked && undefined) {
-        dp = Num<T>::nan();
-        df = gm != T(0) ? Num<T>::nan() : T(0);
-      } else if (asked) {
-        const T r = to_acc(pot[e]), x = alpha[q] + r + beta[c] - z;
-        const T mu = x == Num<T>::neg_inf() ? T(0) : Expect<T>::ex(x);
-        if (gz != T(0)) dp = gz * mu;
-        if (gm != T(0) && mu > T(0)) {
-          const T f = to_acc(fld[e]), v = FIELD == kExpectDifference ? r - f : f;
-          dp += gm * mu * (before[q] + v + after[c] - mean + (FIELD == kExpectDifference ? T(1) : T(0)));
-          df = FIELD == kExpectDifference ? -gm * mu : gm * mu;
-        }
-      }
-      if (asked_q) {
-        if (undefined_q) {
-          df = Num<T>::nan();
-        } else {
-          const T x = alpha_q[q] + to_acc(fld[e]) + beta_q[c] - zq;
-          if (x != Num<T>::neg_inf()) df += gzq * Expect<T>::ex(x);
-        }
-      }
+      expect_term_grads<T, FIELD>(
+          seq, inside, [&] { return alpha[q] + r + beta[c] - seq.z; },
+          [&] {
+            const T f = to_acc(fld[e]);
+            return before[q] + (FIELD == kExpectDifference ? r - f : f) + after[c] - seq.mean;
+          },
+          [&] { return alpha_q[q] + to_acc(fld[e]) + beta_q[c] - seq.zq; }, dp, df);
       if (p.grad_potentials) static_cast<S*>(p.grad_potentials)[row * C * C + e] = from_acc<S>(dp);
       if (p.grad_field) static_cast<S*>(p.grad_field)[row * C * C + e] = from_acc<S>(df);
     }

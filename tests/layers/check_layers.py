@@ -79,9 +79,11 @@ RUNTIME_STAGES = {
              "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
-           "c_api_xla_products", "c_api_xla_chains", "c_api_xla_distributions",
+           "c_api_xla_products", "c_api_xla_chains", "c_api_xla_distributions", "c_api_xla_expectation",
+           "c_api_xla_hmm_distributions",
            "chain_candidate",
-           "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "chain_plan", "chain_plan_impl",
+           "chain_chunked", "chain_chunked_backward", "chain_choice", "chain_hmm_backward", "hmm_gradients", "chain_plan",
+           "chain_plan_impl",
            "chain_fused_steps", "chain_step_products", "chain_stepped", "chain_stepped_backward", "chain_expectation",
            "chain_samples", "chain_sequential", "chain_stand_in", "chain_strategy", "product_stand_in",
            "product_workspace_bound",

@@ -273,7 +273,16 @@ TEST_CASE("the expectation modules compile for the oldest and the newest archite
       spills.add(emit_expect_kernel(DType::f32, C, cluster, field), 90);
   spills.add(emit_expect_kernel(DType::f64, 1024, 1, 1), 90, true); // its warps' sums in a message buffer
   spills.add(emit_expect_kernel(DType::bf16, 128, 1, 2), 75);
+  // The HMM form's: its terms formed from the tables in the accumulator type, and its gradients' passes over the
+  // states, the transitions' tiles and their sums.
+  for (int field : {0, 1, 2}) {
+    for (int C : {1, 33, 600, 1024}) spills.add(emit_expect_kernel(DType::f32, C, 1, field, true), 90);
+    spills.add(emit_expect_kernel(DType::f64, 1024, 1, field, true), 90, true);
+    spills.add(emit_expect_kernel(DType::f32, 129, 4, field, true), 90);
+  }
+  for (DType dtype : {DType::f64, DType::f16, DType::bf16}) spills.add(emit_expect_kernel(dtype, 64, 1, 2, true), 75);
   spills.check();
+  CHECK(emit_expect_kernel(DType::f32, 64, 1, 0, true).name.find("_hmm") != std::string::npos);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 1, 3), doctest::Contains("field:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 3), doctest::Contains("cluster:"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_expect_kernel(DType::f32, 128, 16), doctest::Contains("cluster:"), std::invalid_argument);
