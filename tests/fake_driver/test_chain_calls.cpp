@@ -1027,6 +1027,145 @@ TEST_CASE("chain expectations: a launch forward, two backward, none for a refuse
   CHECK(log.launched() == std::vector<std::string>{module + "_beta", module + "_edges"});
 }
 
+// The HMM form's expectation: a module of its own (its name ends "_hmm"), one launch forward; backward the backward
+// messages, then the gradients of the states (emissions, initial), of the transitions and their sums, and nothing
+// where no gradient is asked for or a workspace is short; the same through the C ABI, which names a missing table
+// set. No sequence launches nothing and clears the shared tables' gradients alone.
+TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _transitions and _reduce backward, "
+          "through C++ and the C ABI; none for B = 0, whose shared gradients are cleared") {
+  ChainProblem p;
+  p.form = ChainForm::hmm;
+  p.B = 3, p.T = 6, p.C = 7;
+  p.batched_transitions = true;
+  p.transition_strides[0] = 49, p.transition_strides[1] = 1, p.transition_strides[2] = 7; // read transposed
+  const ChainExpectation plan = ChainExpectation::get(p);
+  const std::string module = plan.kernel_name();
+  CHECK(without_hash(module) == "chain_expect_f32_c7_hmm");
+  CHECK(without_hash(ChainExpectation::get(p, ExpectationField::chain).kernel_name()) ==
+        "chain_expect_f32_c7_chain_hmm");
+  DeviceBuffer e(4 * 3 * 6 * 7), t(4 * 3 * 49), i(4 * 7), out(64), saved(plan.saved_bytes()), g_e(4 * 3 * 6 * 7),
+      g_t(4 * 3 * 49), g_i(4 * 7), work(plan.backward_workspace_bytes());
+  const HmmInputs hmm{e.get(), t.get(), i.get()};
+  const HmmGradients grads{g_e.get(), g_t.get(), g_i.get()};
+  const std::vector<std::string> backward_entries{module + "_beta", module + "_nodes", module + "_transitions",
+                                                  module + "_reduce"};
+  {
+    const DriverLog log;
+    plan(hmm, hmm, nullptr, out.get(), out.get(), saved.get());
+    CHECK(log.launched() == std::vector<std::string>{module});
+  }
+  auto backward = [&](const HmmGradients& gp, const HmmGradients& gf, std::size_t given) {
+    plan.backward(hmm, hmm, nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr, gp, gf, nullptr,
+                  Workspace{work.get(), given});
+  };
+  {
+    const DriverLog log;
+    CHECK_THROWS_WITH_AS(backward(grads, HmmGradients{}, plan.backward_workspace_bytes() - 1),
+                         doctest::Contains("workspace"), std::invalid_argument);
+    backward(HmmGradients{}, HmmGradients{}, plan.backward_workspace_bytes());
+    CHECK(log.launched().empty());
+  }
+  for (const HmmGradients& gf : {HmmGradients{}, grads}) {
+    const DriverLog log;
+    backward(gf.emissions ? HmmGradients{} : grads, gf, plan.backward_workspace_bytes());
+    CHECK(log.launched() == backward_entries);
+  }
+  CHECK_THROWS_WITH_AS(plan(e.get(), e.get(), nullptr, out.get(), out.get()), doctest::Contains("potentials"),
+                       std::invalid_argument);
+
+  // The C ABI's calls of the same plan.
+  jitbmm_chain_problem c = chain_problem("hmm", 3, 6, 7);
+  c.batched_transitions = 1;
+  c.transition_strides[0] = 49, c.transition_strides[1] = 1, c.transition_strides[2] = 7;
+  jitbmm_chain_expectation* ex = nullptr;
+  REQUIRE(jitbmm_chain_expectation_create(&c, 0, &ex) == JITBMM_OK);
+  std::size_t saved_bytes = 0, work_bytes = 0;
+  REQUIRE(jitbmm_chain_expectation_bytes(ex, &saved_bytes, &work_bytes) == JITBMM_OK);
+  CHECK(saved_bytes == plan.saved_bytes());
+  CHECK(work_bytes == plan.backward_workspace_bytes());
+  const jitbmm_hmm_tables tables{e.get(), t.get(), i.get()};
+  const jitbmm_hmm_gradients c_grads{g_e.get(), g_t.get(), g_i.get()};
+  auto run = [&](const jitbmm_hmm_tables* h, const jitbmm_hmm_tables* f) {
+    return jitbmm_chain_expectation_run_hmm(ex, h, f, nullptr, out.get(), out.get(), saved.get(), nullptr);
+  };
+  auto run_backward = [&](const jitbmm_hmm_tables* h, const jitbmm_hmm_tables* f, const jitbmm_hmm_gradients* gp,
+                          const jitbmm_hmm_gradients* gf) {
+    return jitbmm_chain_expectation_backward_hmm(ex, h, f, nullptr, saved.get(), out.get(), out.get(), out.get(),
+                                                 nullptr, gp, gf, work.get(), work_bytes, nullptr);
+  };
+  {
+    const DriverLog log;
+    CHECK(run(&tables, &tables) == JITBMM_OK);
+    CHECK(run_backward(&tables, &tables, &c_grads, nullptr) == JITBMM_OK);
+    CHECK(run_backward(&tables, &tables, nullptr, nullptr) == JITBMM_OK); // no gradient asked: nothing launched
+    std::vector<std::string> want{module};
+    want.insert(want.end(), backward_entries.begin(), backward_entries.end());
+    CHECK(log.launched() == want);
+  }
+  {
+    const DriverLog log;
+    for (const char* name : {"hmm", "field"}) {
+      const bool h = name[0] == 'h';
+      CHECK(run(h ? nullptr : &tables, h ? &tables : nullptr) == JITBMM_INVALID_ARGUMENT);
+      CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind(std::string(name) + ": ", 0) == 0, jitbmm_last_error());
+      CHECK(run_backward(h ? nullptr : &tables, h ? &tables : nullptr, &c_grads, nullptr) == JITBMM_INVALID_ARGUMENT);
+      CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind(std::string(name) + ": ", 0) == 0, jitbmm_last_error());
+    }
+    const jitbmm_hmm_tables no_initial{e.get(), t.get(), nullptr};
+    CHECK(run(&tables, &no_initial) == JITBMM_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind("field.initial: ", 0) == 0, jitbmm_last_error());
+    const jitbmm_hmm_gradients odd{static_cast<char*>(g_e.get()) + 1, nullptr, nullptr};
+    CHECK(run_backward(&tables, &tables, nullptr, &odd) == JITBMM_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind("grad_field.emissions: ", 0) == 0, jitbmm_last_error());
+    CHECK(jitbmm_chain_expectation_run(ex, e.get(), e.get(), nullptr, out.get(), out.get(), nullptr, nullptr) ==
+          JITBMM_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind("potentials: ", 0) == 0, jitbmm_last_error());
+    CHECK(log.launched().empty());
+  }
+  jitbmm_chain_expectation_destroy(ex);
+
+  // No sequence: no module and no launch; the shared transitions' gradients zeros, the per-sequence initial's left.
+  ChainProblem none = p;
+  none.B = 0;
+  none.batched_transitions = false, none.batched_initial = true;
+  none.transition_strides[0] = 0;
+  const ChainExpectation empty = ChainExpectation::get(none);
+  CHECK(empty.kernel_name().empty());
+  c.B = 0, c.batched_transitions = 0, c.batched_initial = 1, c.transition_strides[0] = 0;
+  jitbmm_chain_expectation* c_empty = nullptr;
+  REQUIRE(jitbmm_chain_expectation_create(&c, 0, &c_empty) == JITBMM_OK);
+  const jitbmm_hmm_tables nothing{};
+  for (int through_c = 0; through_c < 2; ++through_c) {
+    CAPTURE(through_c);
+    for (DeviceBuffer* d : {&g_t, &g_i, &g_e}) d->fill_bytes(0x7f);
+    const DriverLog log;
+    if (through_c) {
+      const jitbmm_hmm_gradients gp{nullptr, g_t.get(), g_i.get()}, gf{nullptr, g_e.get(), nullptr};
+      CHECK(jitbmm_chain_expectation_run_hmm(c_empty, &nothing, &nothing, nullptr, nullptr, nullptr, nullptr,
+                                             nullptr) == JITBMM_OK);
+      CHECK(jitbmm_chain_expectation_backward_hmm(c_empty, &nothing, &nothing, nullptr, nullptr, nullptr, nullptr,
+                                                  nullptr, nullptr, &gp, &gf, nullptr, 0, nullptr) == JITBMM_OK);
+    } else {
+      empty(HmmInputs{}, HmmInputs{}, nullptr, nullptr, nullptr);
+      empty.backward(HmmInputs{}, HmmInputs{}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                     HmmGradients{nullptr, g_t.get(), g_i.get()}, HmmGradients{nullptr, g_e.get(), nullptr});
+    }
+    CHECK(log.launched().empty());
+    std::vector<unsigned char> table(49 * 4), field_table(49 * 4), initial(7 * 4);
+    g_t.download(table.data(), table.size());
+    g_e.download(field_table.data(), field_table.size());
+    g_i.download(initial.data(), initial.size());
+    CHECK(std::all_of(table.begin(), table.end(), [](unsigned char x) { return x == 0; }));
+    CHECK(std::all_of(field_table.begin(), field_table.end(), [](unsigned char x) { return x == 0; }));
+    CHECK(std::all_of(initial.begin(), initial.end(), [](unsigned char x) { return x == 0x7f; }));
+    // Nothing past the shared table: its gradient is [C][C], not a batch of them.
+    std::vector<unsigned char> after(4);
+    g_t.download(after.data(), after.size(), table.size());
+    CHECK(after == std::vector<unsigned char>(4, 0x7f));
+  }
+  jitbmm_chain_expectation_destroy(c_empty);
+}
+
 // A chain sampler's call is the chain plan's forward, then one launch of the sampling kernel; n = 0 launches nothing,
 // and a workspace one byte short is refused before any launch.
 TEST_CASE("chain samples: the chain's forward, then a launch of the sampler; none for n = 0 or a short workspace") {

@@ -32,6 +32,25 @@ template <class V> DeviceBuffer upload(const std::vector<V>& host) {
 constexpr std::size_t kSavedAt = 16;
 inline void* saved_at(const DeviceBuffer& d) { return static_cast<char*>(d.get()) + kSavedAt; }
 
+// Values held as double, stored in `dtype` on the device (one byte more, so that none is an empty allocation).
+inline DeviceBuffer stored(DType dtype, const std::vector<double>& v) {
+  std::vector<unsigned char> host(v.size() * dtype_info(dtype).size_bytes + 1);
+  for (std::size_t i = 0; i < v.size(); ++i) store_element(dtype, host.data(), int64_t(i), v[i]);
+  DeviceBuffer d(host.size());
+  d.upload(host.data(), host.size());
+  return d;
+}
+
+// The values the kernels read: rounded to `dtype`.
+inline std::vector<double> rounded(DType dtype, std::vector<double> v) {
+  unsigned char bytes[8];
+  for (double& x : v) {
+    store_element(dtype, bytes, 0, x);
+    x = load_element(dtype, bytes, 0);
+  }
+  return v;
+}
+
 inline std::vector<double> download_as_double(const DeviceBuffer& d, DType dtype, int64_t n) {
   std::vector<unsigned char> bytes(std::size_t(n) * dtype_info(dtype).size_bytes);
   if (n) d.download(bytes.data(), bytes.size());
@@ -61,13 +80,15 @@ struct Worst {
 
 // Each got[i] against ref[i] (close(), tol, floor) as name[i]: the first misses of a case (counted in bad) reported;
 // the largest error where the reference is finite, relative to max(floor, |ref|), kept in worst (when given).
-inline void compare(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref,
-                    double tol, int& bad, double* worst = nullptr, double floor = 1.0) {
+// floors: one for each element (a sum's, the size of its terms), or empty: `floor` for every one.
+inline void compare(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref, double tol,
+                    int& bad, double* worst = nullptr, double floor = 1.0, const std::vector<double>& floors = {}) {
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!close(got[i], ref[i], tol, floor) && bad++ < 5)
+    const double f = floors.empty() ? floor : floors[i];
+    if (!close(got[i], ref[i], tol, f) && bad++ < 5)
       FAIL_CHECK(name << "[" << i << "] = " << got[i] << ", reference " << ref[i]);
     if (worst && std::isfinite(ref[i]))
-      *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(floor, std::fabs(ref[i])));
+      *worst = std::max(*worst, std::fabs(got[i] - ref[i]) / std::max(f, std::fabs(ref[i])));
   }
 }
 

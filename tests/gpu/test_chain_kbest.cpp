@@ -12,8 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "chain_arrays.hpp"
-#include "host/chain_paths.hpp"
+#include "hmm_arrays.hpp"
 #include "jitbmm/chain.hpp"
 #include "jitbmm/chain_kbest.hpp"
 #include "jitbmm/reference.hpp"
@@ -31,19 +30,10 @@ struct Best {
   std::vector<int32_t> paths;  // [B][k][T]
 };
 
-// The potentials (double on the host) stored in the problem's dtype.
-DeviceBuffer stored(const ChainProblem& p, const std::vector<double>& pot) {
-  std::vector<unsigned char> host(pot.size() * dtype_info(p.dtype).size_bytes + 1);
-  for (std::size_t i = 0; i < pot.size(); ++i) store_element(p.dtype, host.data(), int64_t(i), pot[i]);
-  DeviceBuffer d(host.size());
-  d.upload(host.data(), host.size());
-  return d;
-}
-
 Best on_gpu(const ChainProblem& p, const std::vector<double>& pot, const std::vector<int64_t>& lengths, int k,
             bool with_paths = true) {
   const DType out = chain_output_dtype(p);
-  DeviceBuffer d_pot = stored(p, pot), d_len = upload(lengths),
+  DeviceBuffer d_pot = stored(p.dtype, pot), d_len = upload(lengths),
                d_scores(std::size_t(p.B * k) * dtype_info(out).size_bytes + 1),
                d_paths(std::size_t(p.B * k * p.T) * 4 + 1);
   d_scores.fill_bytes(0x7f); // a large finite number in every dtype: an unwritten score shows
@@ -152,7 +142,7 @@ TEST_CASE("chain k best: the first path is the chain plan's Viterbi path, and th
     const std::vector<int64_t> lengths = random_lengths(rng, p);
     const Best best = on_gpu(p, pot, lengths, 4), alone = on_gpu(p, pot, lengths, 4, false);
     CHECK(best.scores == alone.scores);
-    const DeviceBuffer d_pot = stored(p, pot), d_len = upload(lengths);
+    const DeviceBuffer d_pot = stored(p.dtype, pot), d_len = upload(lengths);
     check_first_is_viterbi(p, best, [&](const ChainPlan& plan, void* score, int32_t* path, const Workspace& work) {
       plan(d_pot.get(), static_cast<const int64_t*>(d_len.get()), score, nullptr, nullptr, path, nullptr, work);
     });
@@ -211,20 +201,10 @@ namespace {
 struct HmmOnGpu {
   DeviceBuffer emissions, transitions, initial, lengths;
   HmmOnGpu(const ChainProblem& p, const HmmTables& h, const std::vector<int64_t>& len)
-      : emissions(stored(p, h.emissions)), transitions(stored(p, h.transitions)), initial(stored(p, h.initial)),
-        lengths(upload(len)) {}
+      : emissions(stored(p.dtype, h.emissions)), transitions(stored(p.dtype, h.transitions)),
+        initial(stored(p.dtype, h.initial)), lengths(upload(len)) {}
   HmmInputs inputs() const { return {emissions.get(), transitions.get(), initial.get()}; }
 };
-
-std::vector<double> rounded(const ChainProblem& p, const std::vector<double>& v) {
-  std::vector<unsigned char> host(v.size() * dtype_info(p.dtype).size_bytes + 1);
-  std::vector<double> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    store_element(p.dtype, host.data(), int64_t(i), v[i]);
-    out[i] = load_element(p.dtype, host.data(), int64_t(i));
-  }
-  return out;
-}
 
 Best hmm_on_gpu(const ChainProblem& p, const HmmTables& h, const std::vector<int64_t>& lengths, int k) {
   const DType out = chain_output_dtype(p);
@@ -244,7 +224,7 @@ Best hmm_on_cpu(const ChainProblem& p, const HmmTables& h, const std::vector<int
   Best r{std::vector<double>(std::size_t(p.B * k)), std::vector<int32_t>(std::size_t(p.B * k * p.T))};
   ChainProblem wide = p; // the values the kernel reads, held as double
   wide.dtype = DType::f64;
-  const HmmTables v{rounded(p, h.emissions), rounded(p, h.transitions), rounded(p, h.initial)};
+  const HmmTables v = rounded(p.dtype, h);
   reference::chain_kbest(wide, {v.emissions.data(), v.transitions.data(), v.initial.data()},
                          p.with_lengths ? lengths.data() : nullptr, k, r.scores.data(), r.paths.data());
   return r;

@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "chain_arrays.hpp"
 #include "expect.hpp"
-#include "host/chain_paths.hpp"
+#include "hmm_arrays.hpp"
 #include "jitbmm/chain_samples.hpp"
 #include "jitbmm/reference.hpp"
 #include "runtime/device_memory.hpp"
@@ -54,18 +53,14 @@ std::vector<int32_t> draw(const ChainProblem& p, const std::vector<double>& pot,
 // reject them); (fitted, rejected).
 std::pair<int, int> fit_steps(const ChainProblem& p, const std::vector<double>& pot,
                               const std::vector<int64_t>& lengths, const std::vector<int32_t>& paths, int64_t n) {
-  std::vector<double> stored(pot.size()), hotter(pot.size());
-  std::vector<unsigned char> bytes(pot.size() * dtype_info(p.dtype).size_bytes + 1);
-  for (std::size_t i = 0; i < pot.size(); ++i) { // the values the kernels read: rounded to the dtype
-    store_element(p.dtype, bytes.data(), int64_t(i), pot[i]);
-    stored[i] = load_element(p.dtype, bytes.data(), int64_t(i));
-    hotter[i] = 1.5 * stored[i];
-  }
+  const std::vector<double> read = rounded(p.dtype, pot); // the values the kernels read
+  std::vector<double> hotter(read);
+  for (double& x : hotter) x *= 1.5;
   ChainProblem wide = p;
   wide.dtype = DType::f64;
   const std::vector<double> ones(p.B, 1.0);
   std::vector<double> mu(pot.size()), mu_hot(pot.size());
-  reference::chain_backward(wide, stored.data(), lengths.data(), ones.data(), mu.data());
+  reference::chain_backward(wide, read.data(), lengths.data(), ones.data(), mu.data());
   reference::chain_backward(wide, hotter.data(), lengths.data(), ones.data(), mu_hot.data());
   const int64_t C = p.C, steps = p.T - 1;
   int fitted = 0, rejected = 0;
@@ -198,14 +193,8 @@ namespace {
 // The HMM form's paths[B][n][T] drawn on the device from its tables (held as double, stored in the problem's dtype).
 std::vector<int32_t> draw_hmm(const ChainProblem& p, const HmmTables& h, const std::vector<int64_t>& lengths, int64_t n,
                               uint64_t seed, bool seed_on_device = false) {
-  auto stored = [&](const std::vector<double>& v) {
-    std::vector<unsigned char> host(v.size() * dtype_info(p.dtype).size_bytes + 1);
-    for (std::size_t i = 0; i < v.size(); ++i) store_element(p.dtype, host.data(), int64_t(i), v[i]);
-    DeviceBuffer d(host.size());
-    d.upload(host.data(), host.size());
-    return d;
-  };
-  const DeviceBuffer e = stored(h.emissions), t = stored(h.transitions), i = stored(h.initial), d_len = upload(lengths);
+  const DeviceBuffer e = stored(p.dtype, h.emissions), t = stored(p.dtype, h.transitions),
+                     i = stored(p.dtype, h.initial), d_len = upload(lengths);
   DeviceBuffer d_paths(std::size_t(p.B * n * p.T) * 4 + 1);
   d_paths.fill_bytes(0x7f);
   const ChainSampler sampler = ChainSampler::get(p);
@@ -221,17 +210,6 @@ std::vector<int32_t> draw_hmm(const ChainProblem& p, const HmmTables& h, const s
   std::vector<int32_t> paths(std::size_t(p.B * n * p.T));
   if (!paths.empty()) d_paths.download(paths.data(), paths.size() * 4);
   return paths;
-}
-
-// The tables as the kernels read them: rounded to the problem's dtype.
-HmmTables rounded(const ChainProblem& p, HmmTables h) {
-  std::vector<unsigned char> bytes(16);
-  for (std::vector<double>* v : {&h.emissions, &h.transitions, &h.initial})
-    for (double& x : *v) {
-      store_element(p.dtype, bytes.data(), 0, x);
-      x = load_element(p.dtype, bytes.data(), 0);
-    }
-  return h;
 }
 
 ChainProblem hmm_problem(DType dtype, int64_t B, int64_t T, int64_t C, bool batched) {
@@ -263,14 +241,14 @@ TEST_CASE("chain samples, the HMM form: each step's moves as often as the formed
     lengths[0] = p.T, lengths[1] = 1;
     const std::vector<int32_t> paths = draw_hmm(p, h, lengths, k.n, 9);
     // Each step: the CRF form's marginals of the formed potentials (from the values the kernels read).
-    const std::vector<double> pot = formed_potentials(p, rounded(p, h));
+    const std::vector<double> pot = formed_potentials(p, rounded(p.dtype, h));
     ChainProblem crf = crf_of(p);
     crf.dtype = DType::f64;
     const auto [fitted, rejected] = fit_steps(crf, pot, lengths, paths, k.n);
     CHECK(fitted >= p.T - 1);
     CHECK(rejected >= fitted / 2);
     // Sequence 1 has one position: its state against softmax(initial + emissions[1][0]).
-    const HmmTables v = rounded(p, h);
+    const HmmTables v = rounded(p.dtype, h);
     std::vector<double> first(std::size_t(p.C)), probs;
     for (int64_t c = 0; c < p.C; ++c)
       first[std::size_t(c)] =

@@ -19,25 +19,6 @@ using namespace jitbmm::test;
 
 namespace {
 
-DeviceBuffer stored(DType dtype, const std::vector<double>& v) {
-  std::vector<unsigned char> host(v.size() * dtype_info(dtype).size_bytes + 1);
-  for (std::size_t i = 0; i < v.size(); ++i) store_element(dtype, host.data(), int64_t(i), v[i]);
-  DeviceBuffer d(host.size());
-  d.upload(host.data(), host.size());
-  return d;
-}
-
-// The values the kernels read: rounded to the dtype.
-std::vector<double> rounded(DType dtype, const std::vector<double>& v) {
-  std::vector<unsigned char> host(v.size() * dtype_info(dtype).size_bytes + 1);
-  std::vector<double> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    store_element(dtype, host.data(), int64_t(i), v[i]);
-    out[i] = load_element(dtype, host.data(), int64_t(i));
-  }
-  return out;
-}
-
 // Log weights masked with −inf, and for f64 also with torch-struct's −1e5 zero (in f32, sums near −1e5 keep only
 // about two decimals, as torch-struct's own product in f32 does).
 std::vector<double> random_pairs(std::mt19937_64& rng, int64_t n, double mask, double special, bool zeros) {

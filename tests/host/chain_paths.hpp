@@ -1,5 +1,5 @@
 // What the chain distributions' tests share: every path of a small chain with its score, random potentials, HMM
-// tables and lengths, and an HMM's potentials in the CRF form.
+// tables and lengths, and an HMM's potentials in the CRF form (of T positions, or of T + 1 with a start edge).
 #pragma once
 
 #include <algorithm>
@@ -78,14 +78,38 @@ inline std::vector<double> random_potentials(std::mt19937_64& rng, const ChainPr
 }
 
 // An HMM problem's tables, contiguous (transitions [B][C][C] and initial [B][C] where the problem has them per
-// sequence), as random_values makes them.
+// sequence), as random_values makes them; their sizes, which their gradients share.
 struct HmmTables {
   std::vector<double> emissions, transitions, initial;
 };
+struct HmmSizes {
+  int64_t emissions, transitions, initial;
+};
+inline HmmSizes hmm_sizes(const ChainProblem& p) {
+  return {p.B * p.T * p.C, (p.batched_transitions ? p.B : 1) * p.C * p.C, (p.batched_initial ? p.B : 1) * p.C};
+}
 inline HmmTables random_hmm_tables(std::mt19937_64& rng, const ChainProblem& p, double p_mask, bool integers) {
-  return {random_values(rng, p.B * p.T * p.C, p_mask, integers),
-          random_values(rng, (p.batched_transitions ? p.B : 1) * p.C * p.C, p_mask, integers),
-          random_values(rng, (p.batched_initial ? p.B : 1) * p.C, p_mask, integers)};
+  const HmmSizes n = hmm_sizes(p);
+  return {random_values(rng, n.emissions, p_mask, integers), random_values(rng, n.transitions, p_mask, integers),
+          random_values(rng, n.initial, p_mask, integers)};
+}
+// The three tables one after another (emissions, transitions, initial): what a test compares at once.
+inline std::vector<double> flattened(const HmmTables& h) {
+  std::vector<double> v(h.emissions);
+  v.insert(v.end(), h.transitions.begin(), h.transitions.end());
+  v.insert(v.end(), h.initial.begin(), h.initial.end());
+  return v;
+}
+
+// Sequence b's score of state c at the first position, initial[c] + emissions[0][c], and of the step from state q at
+// position t to state c at t + 1, transitions[c][q] + emissions[t + 1][c].
+inline double first_score(const ChainProblem& hmm, const HmmTables& h, int64_t b, int64_t c) {
+  return h.initial[std::size_t((hmm.batched_initial ? b : 0) * hmm.C + c)] +
+         h.emissions[std::size_t(b * hmm.T * hmm.C + c)];
+}
+inline double step_score(const ChainProblem& hmm, const HmmTables& h, int64_t b, int64_t t, int64_t c, int64_t q) {
+  return h.transitions[std::size_t(((hmm.batched_transitions ? b : 0) * hmm.C + c) * hmm.C + q)] +
+         h.emissions[std::size_t((b * hmm.T + t + 1) * hmm.C + c)];
 }
 
 // The CRF form of the same chain where every length is at least 2 (T ≥ 2), and its potentials:
@@ -103,15 +127,60 @@ inline std::vector<double> formed_potentials(const ChainProblem& hmm, const HmmT
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t + 1 < T; ++t)
       for (int64_t c = 0; c < C; ++c)
-        for (int64_t q = 0; q < C; ++q) {
-          double x = h.transitions[std::size_t(((hmm.batched_transitions ? b : 0) * C + c) * C + q)] +
-                     h.emissions[std::size_t((b * T + t + 1) * C + c)];
-          if (t == 0)
-            x +=
-                h.initial[std::size_t((hmm.batched_initial ? b : 0) * C + q)] + h.emissions[std::size_t(b * T * C + q)];
-          pot[std::size_t(((b * (T - 1) + t) * C + c) * C + q)] = x;
-        }
+        for (int64_t q = 0; q < C; ++q)
+          pot[std::size_t(((b * (T - 1) + t) * C + c) * C + q)] =
+              step_score(hmm, h, b, t, c, q) + (t == 0 ? first_score(hmm, h, b, q) : 0.0);
   return pot;
+}
+
+// The same chain at every length, one position included, as a CRF of T + 1 positions that starts in state 0 of an
+// extra position: its first edge scores first_score(c) into each state c from state 0 (−inf from the others), its
+// later edges the steps, and each length is one more. Its distribution over paths is the HMM's, so its entropy,
+// cross-entropy and KL (the CRF form's reference) are the HMM's: the oracle of the HMM form's expectations.
+inline ChainProblem crf_with_start(const ChainProblem& hmm) {
+  ChainProblem p = crf_of(hmm);
+  p.T = hmm.T + 1;
+  p.with_lengths = true;
+  return p;
+}
+inline std::vector<int64_t> lengths_with_start(std::vector<int64_t> lengths) {
+  for (int64_t& n : lengths) ++n;
+  return lengths;
+}
+inline std::vector<double> potentials_with_start(const ChainProblem& hmm, const HmmTables& h) {
+  const int64_t B = hmm.B, T = hmm.T, C = hmm.C;
+  std::vector<double> pot(std::size_t(B * T * C * C), -kInf);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      pot[std::size_t(b * T * C * C + c * C)] = first_score(hmm, h, b, c);
+      for (int64_t t = 0; t + 1 < T; ++t)
+        for (int64_t q = 0; q < C; ++q)
+          pot[std::size_t(((b * T + t + 1) * C + c) * C + q)] = step_score(hmm, h, b, t, c, q);
+    }
+  return pot;
+}
+// A gradient of those potentials ([B][T][C][C]) as the tables' (contiguous): the first edge's into state c from
+// state 0 is emissions[0][c]'s and initial[c]'s, each later edge's its transition's and its target's emission's, a
+// shared table's summed over the sequences. (The first edges from the other states, of potential −inf, are no
+// table's.)
+inline HmmTables table_gradients(const ChainProblem& hmm, const std::vector<double>& grad) {
+  const int64_t B = hmm.B, T = hmm.T, C = hmm.C;
+  const HmmSizes n = hmm_sizes(hmm);
+  HmmTables g{std::vector<double>(std::size_t(n.emissions)), std::vector<double>(std::size_t(n.transitions)),
+              std::vector<double>(std::size_t(n.initial))};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      const double first = grad[std::size_t(b * T * C * C + c * C)];
+      g.emissions[std::size_t(b * T * C + c)] = first;
+      g.initial[std::size_t((hmm.batched_initial ? b : 0) * C + c)] += first;
+      for (int64_t t = 1; t < T; ++t)
+        for (int64_t q = 0; q < C; ++q) {
+          const double x = grad[std::size_t(((b * T + t) * C + c) * C + q)];
+          g.emissions[std::size_t((b * T + t) * C + c)] += x;
+          g.transitions[std::size_t(((hmm.batched_transitions ? b : 0) * C + c) * C + q)] += x;
+        }
+    }
+  return g;
 }
 
 inline std::vector<int64_t> random_lengths(std::mt19937_64& rng, const ChainProblem& p) {
