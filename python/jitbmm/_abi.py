@@ -19,6 +19,16 @@ class _CChainProblem(ctypes.Structure):
                 ("transition_strides", ctypes.c_int64 * 3), ("initial_strides", ctypes.c_int64 * 2)]
 
 
+class _CHmmTables(ctypes.Structure):
+    """jitbmm_hmm_tables: an HMM's three tables (the field's too) as a call of the HMM form reads them."""
+    _fields_ = [("emissions", ctypes.c_void_p), ("transitions", ctypes.c_void_p), ("initial", ctypes.c_void_p)]
+
+
+class _CHmmGradients(ctypes.Structure):
+    """jitbmm_hmm_gradients: where a backward of the HMM form writes its tables' gradients (None: not asked for)."""
+    _fields_ = [("emissions", ctypes.c_void_p), ("transitions", ctypes.c_void_p), ("initial", ctypes.c_void_p)]
+
+
 def _chain_problem(semiring, dtype, B, T, C, with_lengths, form=None, batched_transitions=False,
                    batched_initial=False):
     """A jitbmm_chain_problem of contiguous operands (every stride 0); form None is the CRF form."""
@@ -93,7 +103,8 @@ def _declare(lib):
     lib.jitbmm_chain_plan_settled.restype = status
     lib.jitbmm_chain_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_plan_destroy.restype = None
-    # Chain expectations (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl).
+    # Chain expectations (jitbmm.torch.chain_entropy, chain_cross_entropy, chain_kl, hmm_entropy,
+    # hmm_cross_entropy, hmm_kl).
     lib.jitbmm_chain_expectation_create.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.c_int,
                                                     ctypes.POINTER(ctypes.c_void_p)]
     lib.jitbmm_chain_expectation_create.restype = status
@@ -104,6 +115,13 @@ def _declare(lib):
     lib.jitbmm_chain_expectation_run.restype = status
     lib.jitbmm_chain_expectation_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_size_t, ctypes.c_void_p]
     lib.jitbmm_chain_expectation_backward.restype = status
+    lib.jitbmm_chain_expectation_run_hmm.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(_CHmmTables)] * 2 + [
+        ctypes.c_void_p] * 5
+    lib.jitbmm_chain_expectation_run_hmm.restype = status
+    lib.jitbmm_chain_expectation_backward_hmm.argtypes = (
+        [ctypes.c_void_p] + [ctypes.POINTER(_CHmmTables)] * 2 + [ctypes.c_void_p] * 6 +
+        [ctypes.POINTER(_CHmmGradients)] * 2 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+    lib.jitbmm_chain_expectation_backward_hmm.restype = status
     lib.jitbmm_chain_expectation_destroy.argtypes = [ctypes.c_void_p]
     lib.jitbmm_chain_expectation_destroy.restype = None
     # Chain samples (jitbmm.torch.chain_sample, hmm_sample).

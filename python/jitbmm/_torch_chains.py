@@ -330,21 +330,24 @@ def _check_crf(potentials, lengths):
     _check_lengths(lengths, potentials)
 
 
-def _check_hmm(emissions, transitions, initial, lengths):
-    _check_tensor(emissions, "emissions")
-    if emissions.dim() != 3:
-        raise ValueError(f"emissions: expected [B, T, C], got shape {tuple(emissions.shape)}")
+def _check_hmm(emissions, transitions, initial, lengths, prefix="", like=None):
+    """An HMM's tables, named with `prefix` (q_ for a second HMM's, which takes the first's emissions `like`: their
+    shape, dtype and device)."""
+    _check_tensor(emissions, prefix + "emissions", like)
+    if emissions.dim() != 3 or (like is not None and emissions.shape != like.shape):
+        want = "[B, T, C]" if like is None else f"the emissions' shape {tuple(like.shape)}"
+        raise ValueError(f"{prefix}emissions: expected {want}, got shape {tuple(emissions.shape)}")
     B, T, C = emissions.shape
     if T < 1 or C < 1:
-        raise ValueError(f"emissions: T and C (its last two dimensions) must be at least 1, got shape "
+        raise ValueError(f"{prefix}emissions: T and C (its last two dimensions) must be at least 1, got shape "
                          f"{tuple(emissions.shape)}")
-    _check_tensor(transitions, "transitions", emissions)
+    _check_tensor(transitions, prefix + "transitions", emissions)
     if transitions.shape not in ((C, C), (B, C, C)):
-        raise ValueError(f"transitions: expected [C, C] or [B, C, C] with B, C = {B}, {C} (the emissions'), got "
-                         f"shape {tuple(transitions.shape)}")
-    _check_tensor(initial, "initial", emissions)
+        raise ValueError(f"{prefix}transitions: expected [C, C] or [B, C, C] with B, C = {B}, {C} (the emissions'), "
+                         f"got shape {tuple(transitions.shape)}")
+    _check_tensor(initial, prefix + "initial", emissions)
     if initial.shape not in ((C,), (B, C)):
-        raise ValueError(f"initial: expected [C] or [B, C] with B, C = {B}, {C} (the emissions'), got shape "
+        raise ValueError(f"{prefix}initial: expected [C] or [B, C] with B, C = {B}, {C} (the emissions'), got shape "
                          f"{tuple(initial.shape)}")
     _check_lengths(lengths, emissions)
 

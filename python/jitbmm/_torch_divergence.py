@@ -6,7 +6,8 @@ chain q itself, whose log-partition the same kernels compute beside.
 
 The operators are jitbmm::chain_divergence (potentials, field or None for p itself, lengths, kind, keep → the
 quantity, log Z, E_p[F], saved messages) and jitbmm::chain_divergence_backward; torch.compile and torch.export trace
-them as single nodes."""
+them as single nodes. The HMM form's (_torch_hmm_divergence) shares the field kinds, plans, outputs, upstream gradients
+and the quantities in torch operations with them."""
 
 import ctypes
 from typing import Optional
@@ -27,30 +28,38 @@ _plans = {}
 GIVEN, CHAIN, DIFFERENCE = 0, 1, 2
 
 
+def expectation_plan(device, problem, kind):
+    """The C library's ChainExpectation plan of `problem` (a jitbmm_chain_problem, either form) and field `kind` on
+    `device`, with the bytes of its backward's scratch."""
+    plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem), kind)
+    saved, workspace = ctypes.c_size_t(), ctypes.c_size_t()
+    jitbmm._check(jitbmm._lib.jitbmm_chain_expectation_bytes(plan.handle, ctypes.byref(saved),
+                                                             ctypes.byref(workspace)))
+    plan.workspace = workspace.value
+    return plan
+
+
 def _planned(potentials, lengths, kind):
     def make(dtype, device, B, T, C, with_lengths, kind):
-        problem = chain_problem("log", dtype, B, T, C, with_lengths)
-        plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem), kind)
-        saved, workspace = ctypes.c_size_t(), ctypes.c_size_t()
-        jitbmm._check(jitbmm._lib.jitbmm_chain_expectation_bytes(plan.handle, ctypes.byref(saved),
-                                                                 ctypes.byref(workspace)))
-        plan.workspace = workspace.value
-        return plan
+        return expectation_plan(device, chain_problem("log", dtype, B, T, C, with_lengths), kind)
 
     key = chain_key(potentials, lengths) + (kind,)
     return cached(_plans, key, lambda: make(*key))
 
 
-def _log_z_shape(potentials, kind):
-    """log Z_p [B], or with a chain as the field [2, B]: log Z_p, then log Z_q."""
-    return potentials.shape[:1] if kind == GIVEN else (2,) + tuple(potentials.shape[:1])
+def _outputs(like, B, T, C, kind, keep):
+    """The library's outputs for B sequences of T positions and C states, uninitialised, in like's score_dtype:
+    log Z_p [B] (with a chain as the field [2, B]: log Z_p, then log Z_q), E_p[F] [B], and saved: p's forward messages
+    and F's expectations before each position, [2, B, T, C], with a chain as the field q's forward messages too
+    ([3, B, T, C]); empty where nothing is kept."""
+    dtype = score_dtype(like)
+    return (like.new_empty((B,) if kind == GIVEN else (2, B), dtype=dtype), like.new_empty((B,), dtype=dtype),
+            like.new_empty((2 if kind == GIVEN else 3, B, T, C) if keep else (0,), dtype=dtype))
 
 
-def _saved_shape(potentials, kind, keep):
-    """saved: p's forward messages and F's expectations before each position, [2, B, T, C] in the output dtype, and
-    with a chain as the field q's forward messages ([3, B, T, C])."""
-    B, T, C = potentials.shape[0], potentials.shape[1] + 1, potentials.shape[-1]
-    return (2 if kind == GIVEN else 3, B, T, C) if keep else (0,)
+def _crf_sizes(potentials):
+    """(B, T, C) of CRF potentials [B, T - 1, C, C]."""
+    return potentials.shape[0], potentials.shape[1] + 1, potentials.shape[-1]
 
 
 def _value(kind, log_z, mean):
@@ -89,10 +98,7 @@ def _upstream(kind, grad_value):
 def _forward(potentials: torch.Tensor, field: Optional[torch.Tensor], lengths: Optional[torch.Tensor], kind: int,
              keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _planned(potentials, lengths, kind)
-    dtype = score_dtype(potentials)
-    log_z = potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype)
-    mean = potentials.new_empty(potentials.shape[:1], dtype=dtype)
-    saved = potentials.new_empty(_saved_shape(potentials, kind, keep), dtype=dtype)
+    log_z, mean, saved = _outputs(potentials, *_crf_sizes(potentials), kind, keep)
     status = jitbmm._lib.jitbmm_chain_expectation_run(
         plan.handle, potentials.data_ptr(), (potentials if field is None else field).data_ptr(), address(lengths),
         log_z.data_ptr(), mean.data_ptr(), saved.data_ptr() if keep else None, stream(plan.device))
@@ -128,11 +134,8 @@ _backward_op = torch.library.custom_op("jitbmm::chain_divergence_backward", _bac
 
 @_op.register_fake
 def _(potentials, field, lengths, kind, keep):
-    dtype = score_dtype(potentials)
-    B = potentials.shape[:1]
-    return (potentials.new_empty(B, dtype=dtype), potentials.new_empty(_log_z_shape(potentials, kind), dtype=dtype),
-            potentials.new_empty(B, dtype=dtype), potentials.new_empty(_saved_shape(potentials, kind, keep),
-                                                                      dtype=dtype))
+    log_z, mean, saved = _outputs(potentials, *_crf_sizes(potentials), kind, keep)
+    return mean.new_empty(mean.shape), log_z, mean, saved
 
 
 @_backward_op.register_fake
@@ -149,29 +152,41 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(potentials, field, lengths, saved, log_z, mean)
 
 
+def expected(mu, field):
+    """μ·f, the terms of E_p[F] = Σ μ f over marginals μ: a marginal of 0 reads nothing of f, so that what p forbids
+    adds nothing whatever the field holds there (-inf, NaN), as in the kernels."""
+    return mu * torch.where(mu != 0, field, torch.zeros_like(field))
+
+
+def combined(kind, log_partition, expectation):
+    """The kind's quantity [B] in torch operations, as a function of p's inputs and q's (tuples; q None for the
+    entropy), from log_partition(*inputs) and expectation(p, f) = (log Z_p, E_p[F]) of a field f given as inputs of
+    p's shapes: for KL, p's minus q's, input by input (a path's score is linear in them)."""
+    def quantity(p, q=None):
+        if kind == GIVEN:
+            log_z, mean = expectation(p, p)
+            return log_z - mean
+        if kind == CHAIN:
+            return log_partition(*q) - expectation(p, q)[1]
+        log_z, mean = expectation(p, tuple(a - b for a, b in zip(p, q)))
+        return mean - log_z + log_partition(*q)
+
+    return quantity
+
+
 def _quantity(kind, lengths):
     """The kind's quantity [B] of (potentials[, field]) in torch operations, differentiable to any order: the forward
     algorithm's log-partitions (crf_score) and the expectation E_p[F] = Σ μ F over its marginals μ, the gradient of log
-    Z_p taken with create_graph. What a backward with create_graph=True differentiates (second_order); a marginal of 0
-    reads nothing of F, so that an edge p forbids (-inf) adds nothing, as in the kernels."""
+    Z_p taken with create_graph. What a backward with create_graph=True differentiates (second_order)."""
     log_partition = crf_score("log", lengths)
 
-    def expectation(potentials, field):
-        log_z = log_partition(potentials)
-        (mu,) = torch.autograd.grad(log_z.sum(), potentials, create_graph=True)
-        read = mu != 0
-        return log_z, (mu * torch.where(read, field, torch.zeros_like(field))).sum((1, 2, 3))
+    def expectation(p, f):
+        log_z = log_partition(*p)
+        (mu,) = torch.autograd.grad(log_z.sum(), p, create_graph=True)
+        return log_z, expected(mu, f[0]).sum((1, 2, 3))
 
-    def quantity(potentials, field=None):
-        if kind == GIVEN:
-            log_z, mean = expectation(potentials, potentials)
-            return log_z - mean
-        if kind == CHAIN:
-            return log_partition(field) - expectation(potentials, field)[1]
-        log_z, mean = expectation(potentials, potentials - field)
-        return mean - log_z + log_partition(field)
-
-    return quantity
+    quantity = combined(kind, log_partition, expectation)
+    return lambda potentials, field=None: quantity((potentials,), None if field is None else (field,))
 
 
 def _gradients(ctx, grads, needs, backward):

@@ -10,9 +10,10 @@ product a step: ``chain_log_partition(potentials, lengths=None)`` and ``chain_vi
 LinearChainCRF potentials ``[B, T - 1, C, C]``; ``hmm_log_partition(emissions, transitions, initial, lengths=None)``
 and ``hmm_viterbi`` take an HMM's tables and never form the potentials. ``chain_entropy(potentials, lengths=None)``,
 ``chain_cross_entropy(potentials, other, lengths=None)`` and ``chain_kl`` give a CRF's distribution's entropy and its
-cross-entropy and KL against another's, with fused backward kernels; ``chain_sample(potentials, n)`` draws exact paths,
-``chain_kbest(potentials, k)`` gives the k best paths and their scores (``hmm_sample`` and ``hmm_kbest`` the same
-from an HMM's tables), ``chain_log_count`` and ``chain_log_prob`` count paths and score given ones.
+cross-entropy and KL against another's, with fused backward kernels (``hmm_entropy``, ``hmm_cross_entropy`` and
+``hmm_kl`` an HMM's, from its tables); ``chain_sample(potentials, n)`` draws exact paths, ``chain_kbest(potentials,
+k)`` gives the k best paths and their scores (``hmm_sample`` and ``hmm_kbest`` the same from an HMM's tables),
+``chain_log_count`` and ``chain_log_prob`` count paths and score given ones.
 """
 
 import math
@@ -34,6 +35,7 @@ from ._torch_support import lock as _kernels_lock, PLAIN_TENSORS as _PLAIN_TENSO
 from ._torch_support import refuse_tangents, through_dispatcher
 from ._torch_chains import chain_log_partition, chain_viterbi, hmm_log_partition, hmm_viterbi
 from ._torch_divergence import chain_entropy, chain_cross_entropy, chain_kl
+from ._torch_hmm_divergence import hmm_entropy, hmm_cross_entropy, hmm_kl
 from ._torch_samples import chain_sample, hmm_sample
 from ._torch_kbest import chain_kbest, hmm_kbest
 from ._torch_structured import entropy_semiring_bmm, kmax_semiring_bmm
@@ -41,8 +43,8 @@ from ._torch_counts import chain_log_count, chain_log_prob
 
 __all__ = ["logbmm", "maxbmm", "minbmm", "prodmaxbmm", "semiring_bmm", "share_choices", "chain_log_partition",
            "chain_viterbi", "hmm_log_partition", "hmm_viterbi", "chain_entropy", "chain_cross_entropy", "chain_kl",
-           "chain_sample", "chain_kbest", "hmm_sample", "hmm_kbest", "chain_log_count", "chain_log_prob",
-           "entropy_semiring_bmm", "kmax_semiring_bmm"]
+           "hmm_entropy", "hmm_cross_entropy", "hmm_kl", "chain_sample", "chain_kbest", "hmm_sample", "hmm_kbest",
+           "chain_log_count", "chain_log_prob", "entropy_semiring_bmm", "kmax_semiring_bmm"]
 
 # The selecting semirings: their backward reads the forward's argmax, so a forward that will be differentiated
 # saves it.

@@ -1,8 +1,9 @@
 """What the jitbmm.torch GPU test programs share: their main, a test case with jitbmm.torch at hand on the GPU, and
 the CUDA-graph check; torch (None where it is missing), whether it sees a CUDA GPU, what rounding to a half type may
-change, and an HMM's tables as the CRF form's potentials. Imports without torch (the programs then report themselves
-skipped)."""
+change, and an HMM's tables as the CRF form's potentials (formed, formed_with_start). Imports without torch (the
+programs then report themselves skipped)."""
 
+import math
 import unittest
 
 import program_main
@@ -33,6 +34,19 @@ def formed(emissions, transitions, initial):
     pot = transitions.expand(B, C, C)[:, None] + emissions[:, 1:, :, None]
     first = (initial.expand(B, C) + emissions[:, 0])[:, None, None, :]
     return torch.cat((pot[:, :1] + first, pot[:, 1:]), 1)
+
+
+def formed_with_start(emissions, transitions, initial):
+    """An HMM's chain as CRF potentials of one more position [B, T, C, C], for lengths one more: a first edge from
+    state 0 of a start position into each state c, initial[c] + emissions[:, 0, c] (-inf from the other states), then
+    transitions[c, p] + emissions[:, t + 1, c]. The same distribution over the HMM's paths for every length, 1 included,
+    formed by torch operations, so that a gradient with respect to the potentials reaches the tables."""
+    B, T, C = emissions.shape
+    first = (initial.expand(B, C) + emissions[:, 0])[:, :, None]
+    from_start = torch.arange(C, device=emissions.device) == 0
+    first = torch.where(from_start, first, torch.full((), -math.inf, dtype=emissions.dtype, device=emissions.device))
+    steps = transitions.expand(B, C, C)[:, None] + emissions[:, 1:, :, None]
+    return torch.cat((first[:, None], steps), 1)
 
 
 class GpuCase(unittest.TestCase):
