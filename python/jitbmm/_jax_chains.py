@@ -274,20 +274,22 @@ def _hmm_bwd(semiring, residuals, cotangents):
 _hmm.defvjp(_hmm_fwd, _hmm_bwd)
 
 
-def _check_hmm(emissions, transitions, initial):
-    emissions, transitions, initial = (check_array(x, n) for x, n in ((emissions, "emissions"),
-                                                                 (transitions, "transitions"), (initial, "initial")))
+def _check_hmm(emissions, transitions, initial, prefix=""):
+    """An HMM's tables, checked, each error naming the argument (prefix + "emissions" and so on)."""
+    e, t, i = (prefix + name for name in ("emissions", "transitions", "initial"))
+    emissions, transitions, initial = (check_array(x, n) for x, n in ((emissions, e), (transitions, t),
+                                                                      (initial, i)))
     if emissions.ndim < 2 or emissions.shape[-1] == 0 or emissions.shape[-2] == 0:
-        raise ValueError(f"emissions: expected [..., T, C] with T, C >= 1, got shape {emissions.shape}")
+        raise ValueError(f"{e}: expected [..., T, C] with T, C >= 1, got shape {emissions.shape}")
     batch, C = emissions.shape[:-2], emissions.shape[-1]
-    for x, name in ((transitions, "transitions"), (initial, "initial")):
+    for x, name in ((transitions, t), (initial, i)):
         if x.dtype != emissions.dtype:
-            raise TypeError(f"{name}: dtype {x.dtype} differs from the emissions' {emissions.dtype}")
+            raise TypeError(f"{name}: dtype {x.dtype} differs from the {e}' {emissions.dtype}")
     if transitions.shape != (C, C) and transitions.shape != (*batch, C, C):
-        raise ValueError(f"transitions: expected [{C}, {C}] (shared) or {(*batch, C, C)} (one per sequence), got "
+        raise ValueError(f"{t}: expected [{C}, {C}] (shared) or {(*batch, C, C)} (one per sequence), got "
                          f"shape {transitions.shape}")
     if initial.shape != (C,) and initial.shape != (*batch, C):
-        raise ValueError(f"initial: expected [{C}] (shared) or {(*batch, C)} (one per sequence), got shape "
+        raise ValueError(f"{i}: expected [{C}] (shared) or {(*batch, C)} (one per sequence), got shape "
                          f"{initial.shape}")
     return emissions, transitions, initial
 

@@ -3,9 +3,9 @@
 log-partitions and one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with
 a fused backward; the k best paths, Viterbi keeping k paths a state; and exact samples, their seed drawn from a JAX
 key and read by the kernel on the device. Each takes potentials [..., T - 1, C, C] with any leading dimensions, which
-the handlers fold into the batch (the k best paths and the samples also an HMM's tables, as hmm_viterbi takes them),
-under jit, grad, vmap (a rule that folds the vmapped axis in, as the chains' do; the samples a call per vmapped
-instance) and jax.checkpoint."""
+the handlers fold into the batch (the k best paths and the samples also an HMM's tables, as hmm_viterbi takes them;
+the entropy, cross-entropy and KL of HMMs are _jax_hmm_divergence's), under jit, grad, vmap (a rule that folds the
+vmapped axis in, as the chains' do; the samples a call per vmapped instance) and jax.checkpoint."""
 
 import functools
 
@@ -30,19 +30,20 @@ def _problem(potentials, lengths, semiring):
             potentials.shape[-1], lengths.size > 0)
 
 
-def _check_states(potentials, what):
-    if potentials.shape[-1] > MAX_STATES:
-        raise ValueError(f"potentials: {potentials.shape[-1]} states; {what} takes at most {MAX_STATES}")
+def _check_states(x, what, name="potentials"):
+    """The states of x (its last dimension: potentials', or an HMM's emissions') within the distributions' limit."""
+    if x.shape[-1] > MAX_STATES:
+        raise ValueError(f"{name}: {x.shape[-1]} states; {what} takes at most {MAX_STATES}")
 
 
 # ---- Entropy, cross-entropy, KL -----------------------------------------------------------------------------------
 
-def _expectation_results(potentials, kind, keep):
+def _expectation_results(batch, T, C, dtype, kind, keep):
     """log Z [...] (with a chain as the field [2, ...]: log Z_p, then log Z_q), E_p[F] [...], and the forward's
     messages for the backward (p's forward messages and F's expectations before each position, [2, B, T, C] in the
-    score dtype, and q's messages beside with a chain as the field: [3, B, T, C]) as one flat operand, or none."""
-    batch, T, C = potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1]
-    dtype = score_dtype(potentials.dtype)
+    score dtype, and q's messages beside with a chain as the field: [3, B, T, C]) as one flat operand, or none; of
+    chains of T positions and C states over `batch`, their inputs in `dtype`. Either form's."""
+    dtype = score_dtype(dtype)
     rows = 2 if kind == GIVEN else 3
     return (jax.ShapeDtypeStruct(batch if kind == GIVEN else (2, *batch), dtype), jax.ShapeDtypeStruct(batch, dtype),
             jax.ShapeDtypeStruct((rows * folded(batch) * T * C,) if keep else (0,), dtype))
@@ -64,8 +65,9 @@ def _expectation(kind, keep):
     def forward(potentials, field, lengths):
         # The forward takes no scratch; asking the backward's makes the plan both run, now, as every handler's is.
         workspace_bytes("chain_expectation", *_problem(potentials, lengths, "log"), kind)
-        return call("chain_expectation", _expectation_results(potentials, kind, keep), potentials, field, lengths,
-                    kind=np.int32(kind))
+        results = _expectation_results(potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1],
+                                       potentials.dtype, kind, keep)
+        return call("chain_expectation", results, potentials, field, lengths, kind=np.int32(kind))
 
     @forward.def_vmap
     def rule(size, batched, potentials, field, lengths):
@@ -125,21 +127,24 @@ def _divergence_fwd(potentials, field, lengths, kind):
     return _value(kind, log_z, mean), (potentials, field, lengths, saved, log_z, mean)
 
 
-def _divergence_bwd(kind, residuals, grad):
-    """The upstream gradients of log Z and E_p[F] from the quantity's: for the entropy only E_p[F]'s (its field
-    being p itself, the gradients through log Z_p and through the field cancel, which leaves -Cov_p(edge, F));
-    for the cross-entropy log Z_q's and E_p[F]'s beside a row of zeros for log Z_p (zeros, not the gradient times
-    0, which would make NaN of an infinite gradient); for KL all three."""
-    potentials, field, lengths, saved, log_z, mean = residuals
-    g = grad.astype(mean.dtype)
+def _upstream(kind, grad, dtype):
+    """The upstream gradients of log Z and E_p[F] (in `dtype`) from the quantity's: for the entropy only E_p[F]'s
+    (its field being p itself, the gradients through log Z_p and through the field cancel, which leaves
+    -Cov_p(edge, F), and the field's gradient is not asked for); for the cross-entropy log Z_q's and E_p[F]'s beside
+    a row of zeros for log Z_p (zeros, not the gradient times 0, which would make NaN of an infinite gradient); for KL
+    all three."""
+    g = grad.astype(dtype)
     if kind == GIVEN:
-        grad_log_z, grad_mean = jnp.zeros((0,), g.dtype), -g
-    elif kind == CHAIN:
-        grad_log_z, grad_mean = jnp.stack([jnp.zeros_like(g), g]), -g
-    else:
-        grad_log_z, grad_mean = jnp.stack([-g, g]), g
-    grad_p, grad_q = _expectation_backward(kind)(potentials, field, lengths, saved, log_z, mean, grad_log_z,
-                                                 grad_mean)
+        return jnp.zeros((0,), g.dtype), -g
+    if kind == CHAIN:
+        return jnp.stack([jnp.zeros_like(g), g]), -g
+    return jnp.stack([-g, g]), g
+
+
+def _divergence_bwd(kind, residuals, grad):
+    potentials, field, lengths, saved, log_z, mean = residuals
+    grad_p, grad_q = _expectation_backward(kind)(potentials, field, lengths, saved, log_z, mean,
+                                                 *_upstream(kind, grad, mean.dtype))
     return grad_p, (None if kind == GIVEN else grad_q), None
 
 
@@ -366,7 +371,7 @@ def hmm_kbest(emissions, transitions, initial, k, lengths=None):
     scores[..., i] is path i's states (emissions), moves (transitions, summed over the sequences for a shared table)
     and first state (initial)."""
     emissions, transitions, initial = _check_hmm(emissions, transitions, initial)
-    _check_states(emissions, "hmm_kbest")
+    _check_states(emissions, "hmm_kbest", "emissions")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
         raise ValueError(f"k: the number of best paths, an int from 1 to {MAX_K}, got {k!r}")
     pairs = lengths_operand(lengths, emissions.shape[:-2])

@@ -18,7 +18,8 @@ import jitbmm
 DTYPES = {jnp.dtype(jnp.float32): "f32", jnp.dtype(jnp.float64): "f64", jnp.dtype(jnp.float16): "f16",
            jnp.dtype(jnp.bfloat16): "bf16"}
 _TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
-            "chain_expectation_backward", "chain_kbest", "chain_sample", "hmm_kbest", "hmm_sample")
+            "chain_expectation_backward", "hmm_expectation", "hmm_expectation_backward", "chain_kbest",
+            "chain_sample", "hmm_kbest", "hmm_sample")
 
 
 # ---- Registration -------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ argument. Arrays must live on a CUDA device: jitbmm has no CPU kernels.
     ll = jj.hmm_log_partition(emissions, transitions, initial, lengths)
     grads = jax.grad(lambda e: jj.hmm_log_partition(e, transitions, initial).sum())(emissions)
     h = jj.chain_entropy(potentials, lengths)          # also chain_cross_entropy, chain_kl, chain_kbest
+    kl = jj.hmm_kl(e, t, i, q_e, q_t, q_i, lengths)    # also hmm_entropy, hmm_cross_entropy, from HMMs' tables
     paths = jj.chain_sample(potentials, 16, jax.random.key(0), lengths)   # hmm_sample, hmm_kbest from an HMM's tables
 """
 
@@ -25,13 +26,14 @@ from ._jax_chains import (chain_log_count, chain_log_partition, chain_log_prob, 
                           hmm_viterbi)
 from ._jax_distributions import (chain_cross_entropy, chain_entropy, chain_kbest, chain_kl, chain_sample, hmm_kbest,
                                  hmm_sample)
+from ._jax_hmm_divergence import hmm_cross_entropy, hmm_entropy, hmm_kl
 from ._jax_support import (DTYPES, absent, call, check_array, check_on_gpu, custom_vmap, ffi_api_version, folded, lead,
                            workspace_bytes)
 
 __all__ = ["semiring_bmm", "logbmm", "maxbmm", "minbmm", "prodmaxbmm", "chain_log_partition", "chain_viterbi",
            "chain_log_count", "chain_log_prob", "hmm_log_partition", "hmm_viterbi", "chain_entropy",
-           "chain_cross_entropy", "chain_kl", "chain_kbest", "chain_sample", "hmm_kbest", "hmm_sample",
-           "ffi_api_version"]
+           "chain_cross_entropy", "chain_kl", "chain_kbest", "chain_sample", "hmm_kbest", "hmm_sample", "hmm_entropy",
+           "hmm_cross_entropy", "hmm_kl", "ffi_api_version"]
 
 _SEMIRINGS = ("log", "max_plus", "min_plus", "max_times", "plus_times")
 _SELECTING = ("max_plus", "min_plus", "max_times")  # their backward reads the forward's argmax

@@ -107,15 +107,41 @@ def path_scores(potentials, lengths):
     return scores, canonical
 
 
+def hmm_path_scores(emissions, transitions, initial, lengths):
+    """(scores [B, P], canonical [B, P]) of every path of all_paths under an HMM's tables in jnp (float64 for
+    gradients): emissions [B, T, C], transitions [C, C] or [B, C, C] (to, from), initial [C] or [B, C]. A path's
+    score is its first state's initial and emission, then each later position's transition and emission before its
+    sequence's length; canonical as path_scores'."""
+    B, T, C = emissions.shape
+    paths = all_paths(T, C)
+    L = np.full(B, T) if lengths is None else np.asarray(lengths)
+    t, i = jnp.broadcast_to(transitions, (B, C, C)), jnp.broadcast_to(initial, (B, C))
+    inside = np.arange(T)[None, :] < L[:, None]  # [B, T]
+    states = jnp.where(inside[:, None, :], emissions[:, np.arange(T)[None, :], paths], 0).sum(-1)
+    moves = jnp.where(inside[:, None, 1:], t[:, paths[:, 1:], paths[:, :-1]], 0).sum(-1)
+    canonical = np.all((paths[None, :, :] == 0) | (np.arange(T)[None, None, :] < L[:, None, None]), -1)
+    return i[:, paths[:, 0]] + states + moves, canonical
+
+
 def reference_divergence(kind, potentials, other, lengths):
     """The entropy of p, the cross-entropy H(p, q) or KL(p ‖ q) [B] by enumerating every path, in jnp (float64, with
     gradients): kind "entropy", "cross_entropy" or "kl"."""
     sp, canonical = path_scores(potentials, lengths)
+    return _divergence_of_scores(kind, sp, None if other is None else path_scores(other, lengths)[0], canonical)
+
+
+def reference_hmm_divergence(kind, tables, other, lengths):
+    """The same of HMMs p and q given by their tables (emissions, transitions, initial), as hmm_path_scores reads
+    them (other None for the entropy)."""
+    sp, canonical = hmm_path_scores(*tables, lengths)
+    return _divergence_of_scores(kind, sp, None if other is None else hmm_path_scores(*other, lengths)[0], canonical)
+
+
+def _divergence_of_scores(kind, sp, sq, canonical):
     log_z = jax.nn.logsumexp(jnp.where(canonical, sp, -jnp.inf), -1)
     weight = jnp.where(canonical, jnp.exp(sp - log_z[:, None]), 0)
     if kind == "entropy":
         return log_z - (weight * sp).sum(-1)
-    sq, _ = path_scores(other, lengths)
     log_zq = jax.nn.logsumexp(jnp.where(canonical, sq, -jnp.inf), -1)
     if kind == "cross_entropy":
         return log_zq - (weight * sq).sum(-1)

@@ -170,6 +170,37 @@ class TraceTest(unittest.TestCase):
         one = jax.eval_shape(jax.vmap(jj.chain_kl, (0, None)), spec((2, 3, 0, 4, 4)), spec((3, 0, 4, 4)))
         self.assertEqual(one.shape, (2, 3))
 
+    def test_hmm_divergences_trace(self):
+        """The HMM form's entropy, cross-entropy and KL from the tables: values of the batch's shape, every table's
+        gradient of its table's shape (a table p shares and q does not is broadcast for the call, its gradient summed
+        back), vmap of grad (each instance's gradient of a shared table its own), jacrev and sequences of one
+        position."""
+        jj = self.jj
+        e, t, i, bt, bi = spec((2, 3, 10, 7)), spec((7, 7)), spec((7,)), spec((2, 3, 7, 7)), spec((2, 3, 7))
+        lengths = spec((2, 3), jnp.int32)
+        for value in (jax.eval_shape(jj.hmm_entropy, e, t, i, lengths),
+                      jax.eval_shape(jj.hmm_cross_entropy, e, t, i, e, bt, i),
+                      jax.eval_shape(jj.hmm_kl, e, bt, bi, e, t, bi, lengths)):
+            self.assertEqual((value.shape, value.dtype), ((2, 3), jnp.float32))
+        self.assertEqual(jax.eval_shape(jj.hmm_kl, *(spec(x.shape, jnp.bfloat16) for x in (e, t, i, e, t, i))).dtype,
+                         jnp.float32)
+        six = tuple(range(6))
+        grads = jax.eval_shape(jax.grad(lambda *x: jax.checkpoint(jj.hmm_kl)(*x).sum(), six), e, t, bi, e, bt, i)
+        self.assertEqual([g.shape for g in grads], [e.shape, t.shape, bi.shape, e.shape, bt.shape, i.shape])
+        grads = jax.eval_shape(jax.grad(lambda *x: jj.hmm_entropy(*x).sum(), (0, 1, 2)), e, t, i)
+        self.assertEqual([g.shape for g in grads], [e.shape, t.shape, i.shape])
+        per = jax.eval_shape(jax.vmap(jax.grad(lambda *x: jj.hmm_cross_entropy(*x).sum(), six),
+                                      (0, None, None, None, None, 0)), spec((4, 3, 10, 7)), t, i, spec((3, 10, 7)), t,
+                             spec((4, 7)))
+        self.assertEqual([g.shape for g in per], [(4, 3, 10, 7), (4, 7, 7), (4, 7), (4, 3, 10, 7), (4, 7, 7), (4, 7)])
+        nested = jax.eval_shape(jax.vmap(jax.vmap(jax.grad(lambda *x: jj.hmm_entropy(*x).sum(), (0, 1, 2)))),
+                                spec((2, 4, 3, 10, 7)), spec((2, 4, 7, 7)), spec((2, 4, 7)))
+        self.assertEqual([g.shape for g in nested], [(2, 4, 3, 10, 7), (2, 4, 7, 7), (2, 4, 7)])
+        jac = jax.eval_shape(jax.jacrev(jj.hmm_kl, argnums=(0, 1, 5)), spec((3, 10, 7)), t, i, spec((3, 10, 7)), t, i)
+        self.assertEqual([j.shape for j in jac], [(3, 3, 10, 7), (3, 7, 7), (3, 7)])
+        one = jax.eval_shape(jax.vmap(jj.hmm_entropy, (0, None, None)), spec((2, 3, 1, 4)), spec((4, 4)), spec((4,)))
+        self.assertEqual(one.shape, (2, 3))
+
     def test_lowers_for_cuda(self):
         """Lowered for CUDA (no GPU needed): each distribution's custom calls carry the int32 attribute its handler
         binds."""
@@ -179,6 +210,8 @@ class TraceTest(unittest.TestCase):
             "kind = 0": jax.jit(jax.grad(lambda p: jj.chain_entropy(p).sum())).trace(p),
             "kind = 2": jax.jit(jax.grad(lambda p, q: jj.chain_kl(p, q).sum(), argnums=(0, 1))).trace(p, p),
             "k = 4": jax.jit(jax.grad(lambda p: jj.chain_kbest(p, 4)[0].sum())).trace(p),
+            "kind = 1": jax.jit(jax.grad(lambda e, t, i: jj.hmm_cross_entropy(e, t, i, e, t, i).sum(),
+                                         (0, 1, 2))).trace(spec((3, 10, 7)), spec((7, 7)), spec((7,))),
         }
         for attribute, traced in lowered.items():
             text = traced.lower(lowering_platforms=("cuda",)).as_text()
@@ -202,7 +235,8 @@ class TraceTest(unittest.TestCase):
                   jax.jit(lambda p: jj.chain_kbest(p, 3)).trace(p),
                   jax.jit(lambda p: jj.chain_sample(p, 3, jax.random.key(0))).trace(p),
                   jax.jit(lambda e, t, i: jj.hmm_kbest(e, t, i, 3)).trace(e, t, i),
-                  jax.jit(lambda e, t, i: jj.hmm_sample(e, t, i, 3, jax.random.key(0))).trace(e, t, i)]
+                  jax.jit(lambda e, t, i: jj.hmm_sample(e, t, i, 3, jax.random.key(0))).trace(e, t, i),
+                  jax.jit(jax.grad(lambda e, t, i: jj.hmm_kl(e, t, i, e, t, i).sum(), (0, 1, 2))).trace(e, t, i)]
         for each in traced:
             text = each.lower(lowering_platforms=("cuda",)).as_text()
             calls = [line for line in text.splitlines() if "stablehlo.custom_call @jitbmm_" in line]
@@ -210,7 +244,7 @@ class TraceTest(unittest.TestCase):
             for line in calls:
                 target = line.split("@")[1].split("(")[0]
                 with self.subTest(call=target):
-                    if target == "jitbmm_chain_expectation":
+                    if target in ("jitbmm_chain_expectation", "jitbmm_hmm_expectation"):
                         self.assertNotIn("xui8>", line)
                     else:
                         self.assertRegex(line, r"tensor<0xui8>\)?$")
@@ -260,6 +294,12 @@ class TraceTest(unittest.TestCase):
              {"hmm_sample": ("chain_sample", "log", "f32", "hmm", 3, 10, 7, False, False, False, 5)}),
             (jax.jit(jax.grad(lambda p, l: jj.chain_kl(p, p, l).sum())).trace(p, lengths),
              {"chain_expectation_backward": ("chain_expectation", "log", "f32", "crf", 3, 10, 7, True, 2)}),
+            (jax.jit(jax.grad(lambda e, t, i, l: jj.hmm_entropy(e, t, i, l).sum())).trace(e, spec((3, 7, 7)), i,
+                                                                                          lengths),
+             {"hmm_expectation_backward": ("chain_expectation", "log", "f32", "hmm", 3, 10, 7, True, True, False, 0)}),
+            (jax.jit(jax.grad(lambda e, t, i: jj.hmm_kl(e, t, i, e, t, i).sum(), (0, 1, 2))).trace(e, t, i),
+             {"hmm_expectation_backward": ("chain_expectation", "log", "f32", "hmm", 3, 10, 7, False, False, False,
+                                           2)}),
             (jax.jit(lambda p: jj.chain_viterbi(p)).trace(p),
              {"chain": ("chain", "max_plus", "f32", "crf", 3, 10, 7, False, False, False, 1)}),
             (jax.jit(jax.grad(lambda e, t, i: jj.hmm_log_partition(e, t, i).sum(), (0, 1, 2))).trace(e, t, i),
@@ -283,7 +323,7 @@ class TraceTest(unittest.TestCase):
                 with self.subTest(call=target):
                     self.assertEqual(declared, _jax_support.workspace_bytes(*wanted.pop(target)))
                     if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward", "chain_sample",
-                                  "hmm_kbest", "hmm_sample"):
+                                  "hmm_kbest", "hmm_sample", "hmm_expectation_backward"):
                         self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
             self.assertEqual(wanted, {}, "a call without its workspace result")
 
@@ -303,7 +343,9 @@ class TraceTest(unittest.TestCase):
                  ("hmm, grad in vmap", jax.vmap(hmm, (0, None, None)), (e, t, i), {12}),
                  ("product", jax.vmap(jj.logbmm, (0, None)), (spec((6, 64, 8, 16)), spec((16, 5))), {384}),
                  ("kl, grad of vmap", jax.grad(lambda p: jax.vmap(jj.chain_kl)(p, p).sum()), (p,), {12}),
-                 ("k best", jax.vmap(lambda p: jj.chain_kbest(p, 2)), (p,), {12}))
+                 ("k best", jax.vmap(lambda p: jj.chain_kbest(p, 2)), (p,), {12}),
+                 ("hmm kl, grad in vmap", jax.vmap(jax.grad(lambda e, t, i: jj.hmm_kl(e, t, i, e, t, i).sum(), (0, 1)),
+                                                   (0, None, None)), (e, t, i), {12}))
         real = _jax_support._workspace_bytes
         for name, f, args, batches in cases:
             asked = []
@@ -319,13 +361,17 @@ class TraceTest(unittest.TestCase):
     def test_a_forward_alone_plans_when_traced(self):
         """An entropy, cross-entropy or KL traced without its gradient (so with no workspace to declare) still has its
         plan made then, as every handler's is, and not in its first call."""
-        from jitbmm import _jax_distributions
+        from jitbmm import _jax_distributions, _jax_hmm_divergence
         asked, real = [], _jax_distributions.workspace_bytes
-        p = spec((3, 9, 7, 7))
-        with mock.patch.object(_jax_distributions, "workspace_bytes", lambda *a: asked.append(a) or real(*a)):
+        p, e, t, i = spec((3, 9, 7, 7)), spec((3, 10, 7)), spec((7, 7)), spec((7,))
+        with mock.patch.object(_jax_distributions, "workspace_bytes", lambda *a: asked.append(a) or real(*a)), \
+                mock.patch.object(_jax_hmm_divergence, "workspace_bytes", lambda *a: asked.append(a) or real(*a)):
             for f in (lambda p: self.jj.chain_entropy(p), lambda p: self.jj.chain_kl(p, p * 2)):
                 jax.jit(f).trace(p)
-        self.assertEqual([(a[0], a[-1]) for a in asked], [("chain_expectation", 0), ("chain_expectation", 2)])
+            jax.jit(lambda e, t, i: self.jj.hmm_cross_entropy(e, t, i, e, t, i * 2)).trace(e, t, i)
+        self.assertEqual([(a[0], a[3], a[-1]) for a in asked], [("chain_expectation", "crf", 0),
+                                                                 ("chain_expectation", "crf", 2),
+                                                                 ("chain_expectation", "hmm", 1)])
 
     def test_plans_asked_again_once_a_table_starts_again(self):
         """A table of the handlers' plans starts again past its bound; what tracing learnt of the plans is then asked
@@ -415,6 +461,23 @@ class TraceTest(unittest.TestCase):
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 17), ValueError, "k: the number"),
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), True), ValueError, "k: the number"),
             (lambda: jj.chain_kbest(ones((2, 3, 4, 4)), 2, ones(3, jnp.int32)), ValueError, "lengths"),
+            (lambda: jj.hmm_kl(ones((2, 3, 4)), ones((4, 4)), ones(4), ones((2, 3, 5)), ones((5, 5)), ones(5)),
+             ValueError, "q_emissions: expected the emissions' shape"),
+            (lambda: jj.hmm_kl(ones((2, 3, 4)), ones((4, 4)), ones(4), ones((2, 3, 4)), ones((4, 5)), ones(4)),
+             ValueError, "q_transitions: expected"),
+            (lambda: jj.hmm_cross_entropy(ones((2, 3, 4)), ones((4, 4)), ones(4), ones((2, 3, 4)), ones((4, 4)),
+                                          ones(3)), ValueError, "q_initial: expected"),
+            (lambda: jj.hmm_cross_entropy(ones((2, 3, 4)), ones((4, 4)), ones(4), ones((2, 3, 4), jnp.float16),
+                                          ones((4, 4), jnp.float16), ones(4, jnp.float16)), TypeError, "q_emissions"),
+            (lambda: jj.hmm_kl(ones((2, 3, 4)), ones((4, 4)), ones(4), ones((2, 3, 4)), ones((4, 4), jnp.float16),
+                               ones(4)), TypeError, "q_transitions: dtype"),
+            (lambda: jj.hmm_kl(ones((2, 3, 4)), ones((4, 4)), ones(4), None, ones((4, 4)), ones(4)), TypeError,
+             "q_emissions: expected a JAX array"),
+            (lambda: jj.hmm_entropy(ones((2, 3, 4)), ones((4, 4)), ones(5)), ValueError, "initial"),
+            (lambda: jj.hmm_entropy(ones((2, 3, 4)), ones((4, 4)), ones(4), ones(3, jnp.int32)), ValueError,
+             "lengths"),
+            (lambda: jax.eval_shape(jj.hmm_entropy, spec((2, 3, 1025)), spec((1025, 1025)), spec((1025,))),
+             ValueError, "emissions: 1025 states"),
         ]
         for call, error, words in cases:
             with self.subTest(words=words), self.assertRaisesRegex(error, words):
@@ -427,6 +490,9 @@ class TraceTest(unittest.TestCase):
             self.jj.logbmm(a, a.T)
         with self.assertRaisesRegex(ValueError, "potentials: on cpu"):
             self.jj.chain_log_partition(jax.device_put(jnp.ones((2, 3, 4, 4)), cpu))
+        q = jax.device_put(jnp.ones((2, 3, 4), jnp.float32), cpu)  # p's traced, q's a concrete array on the CPU
+        with self.assertRaisesRegex(ValueError, "q_emissions: on cpu"):
+            jax.jit(lambda e, t, i: self.jj.hmm_kl(e, t, i, q, t, i)).trace(spec((2, 3, 4)), spec((4, 4)), spec((4,)))
 
 
 if __name__ == "__main__":

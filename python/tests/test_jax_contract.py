@@ -17,7 +17,7 @@ import package_under_test  # noqa: E402
 package_under_test.import_path()
 
 from jax_cases import (hmm_potentials, jax, jnp, main, path_scores, reference_divergence,  # noqa: E402
-                       reference_kbest)
+                       reference_hmm_divergence, reference_kbest)
 
 
 def log_partition(p, L):
@@ -35,6 +35,66 @@ def expectation(kind, p, f, L):
         return log_partition(p, L), (marginals * jax.lax.stop_gradient(p)).sum((1, 2, 3))
     field = f if kind == 1 else p - f
     return jnp.stack([log_partition(p, L), log_partition(f, L)]), (marginals * field).sum((1, 2, 3))
+
+
+def hmm_log_partition(e, t, i, L):
+    """log Z [B] of HMMs whose tables are one per sequence (e [B, T, C], t [B, C, C], i [B, C]) read to lengths L."""
+    alpha = i + e[:, 0]
+    for s in range(1, e.shape[1]):
+        alpha = jnp.where((s < L)[:, None], jax.nn.logsumexp(alpha[:, None, :] + t, -1) + e[:, s], alpha)
+    return jax.nn.logsumexp(alpha, -1)
+
+
+def hmm_expectation(kind, p, f, L):
+    """(log Z [B] or [2, B], E_p[F] [B]) of HMMs p and a field f (three tables each, one per sequence) as the library
+    computes them: F a path's score under the field's tables (p's own, q's, or p's minus q's), whose expectation is the
+    tables' expected counts (log Z's gradients) times the field's entries."""
+    counts = jax.grad(lambda *x: hmm_log_partition(*x, L).sum(), (0, 1, 2))(*p)
+
+    def expected(field):
+        return sum((c * x).sum(tuple(range(1, x.ndim))) for c, x in zip(counts, field))
+
+    if kind == 0:
+        return hmm_log_partition(*p, L), expected(jax.lax.stop_gradient(p))
+    field = f if kind == 1 else tuple(a - b for a, b in zip(p, f))
+    return jnp.stack([hmm_log_partition(*p, L), hmm_log_partition(*f, L)]), expected(field)
+
+
+def hmm_model(target, results, *args, **attrs):
+    """The contract of jitbmm_xla_hmm_expectation and its backward, as model's below of the CRF form's: the tables
+    folded into the batch (a shared one read for every sequence), q's absent for the entropy."""
+    kind, (tables, lengths) = int(attrs["kind"]), (args[:6], args[6])
+    *batch, T, C = tables[0].shape
+    B = int(np.prod(batch, dtype=np.int64))
+    L = jnp.full((B,), T) if lengths.shape == (0,) else lengths.reshape(B, 2)[:, 0]
+    assert (kind == 0) == all(x.shape == (0,) for x in tables[3:]), "the entropy alone takes no second chain"
+    assert kind == 0 or all(p.shape == q.shape for p, q in zip(tables[:3], tables[3:])), "q's tables laid out as p's"
+
+    def unfold(e, t, i):
+        return (e.reshape(B, T, C), t.reshape(B, C, C) if t.ndim > 2 else jnp.broadcast_to(t, (B, C, C)),
+                i.reshape(B, C) if i.ndim > 1 else jnp.broadcast_to(i, (B, C)))
+
+    def forward(*x):  # p's tables, then q's but for the entropy
+        p = unfold(*x[:3])
+        return hmm_expectation(kind, p, p if kind == 0 else unfold(*x[3:]), L)
+
+    saved_size = (2 if kind == 0 else 3) * B * T * C
+    differentiated = tables[:3] if kind == 0 else tables
+    if target == "hmm_expectation":
+        assert results[2].shape in ((0,), (saved_size,)), (results[2].shape, saved_size)
+        log_z, mean = forward(*differentiated)
+        return (log_z.reshape(results[0].shape), mean.reshape(results[1].shape),
+                jnp.zeros(results[2].shape, results[2].dtype))
+    saved, log_z, mean, grad_log_z, grad_mean = args[7:]
+    if not (saved.shape == (saved_size,) and log_z.size == (1 if kind == 0 else 2) * B and mean.size == B and
+            (grad_log_z.shape == (0,) or grad_log_z.size == log_z.size)):
+        return tuple(jnp.full(r.shape, jnp.nan, r.dtype) for r in results)  # another problem's, as model's below
+    cotangent = (jnp.zeros(log_z.shape) if grad_log_z.shape == (0,) else grad_log_z).reshape(-1, B)
+    cotangent = (cotangent[0] if kind == 0 else cotangent, grad_mean.reshape(B))
+    want, pullback = jax.vjp(forward, *differentiated)
+    same = jnp.allclose(log_z.reshape(-1), want[0].reshape(-1)) & jnp.allclose(mean.reshape(-1), want[1])
+    grads = [jnp.where(same, g, jnp.nan) for g in pullback(cotangent)]
+    return (*grads, *[jnp.zeros((0,), x.dtype) for x in tables[len(grads):]])
 
 
 def unfold(pot, lengths):
@@ -58,6 +118,8 @@ operand_shapes = []  # of every product call: (target, a's shape, b's shape)
 def model(target, results, *args, vmap_method=None, **attrs):
     """The handlers' contract in jnp; a result or operand of the wrong size fails when the call is traced."""
     del vmap_method
+    if target in ("hmm_expectation", "hmm_expectation_backward"):
+        return hmm_model(target, results, *args, **attrs)
     if target in ("bmm", "bmm_backward"):
         a, b, semiring = args[0], args[1], attrs["semiring"]
         operand_shapes.append((target, a.shape, b.shape))
@@ -142,9 +204,10 @@ class ContractTest(unittest.TestCase):
     def setUp(self):
         import jitbmm._jax_chains as chains
         import jitbmm._jax_distributions as distributions
+        import jitbmm._jax_hmm_divergence as hmm_divergence
         import jitbmm.jax as jj
         self.jj = jj
-        for module in (jj, chains, distributions):
+        for module in (jj, chains, distributions, hmm_divergence):
             for name, value in (("call", model), ("check_on_gpu", lambda **arrays: None)):
                 patch = mock.patch.object(module, name, value)
                 patch.start()
@@ -179,6 +242,66 @@ class ContractTest(unittest.TestCase):
                 self.close(grads[0], want_grads[0])
                 if kind != "entropy":
                     self.close(grads[1], want_grads[1])
+
+    def test_hmm_divergences(self):
+        """hmm_entropy, hmm_cross_entropy and hmm_kl against the enumeration of every path: values and every table's
+        gradient, the tables shared, one per sequence, or mixed (a table p shares and q has one of per sequence: the
+        shared one broadcast, its gradient summed back), ragged lengths with one of 1; then the vmap rules: vmap of
+        grad with shared tables (each instance's gradient its own), a vmapped forward where only some tables are
+        vmapped, jacrev (the backward a row at a time) and nested vmap."""
+        jj, L = self.jj, self.lengths
+        B, T, C = 3, 4, 3
+        key = jax.random.split(jax.random.PRNGKey(11), 10)
+        normal = [jax.random.normal(k, shape, jnp.float64) for k, shape in zip(key, [(B, T, C), (B, T, C), (C, C),
+                  (C, C), (C,), (C,), (B, C, C), (B, C, C), (B, C), (B, C)])]
+        e, qe, (t, qt), (i, qi), (bt, bqt), (bi, bqi) = normal[0] * 2, normal[1], normal[2:4], normal[4:6], \
+            normal[6:8], normal[8:10]
+        kinds = (("entropy", lambda *x: jj.hmm_entropy(*x[:3], L)),
+                 ("cross_entropy", lambda *x: jj.hmm_cross_entropy(*x, L)), ("kl", lambda *x: jj.hmm_kl(*x, L)))
+
+        def reference(kind):
+            return lambda *x: reference_hmm_divergence(kind, x[:3], None if kind == "entropy" else x[3:], L)
+
+        def each(divergence, tables):  # every kind's value and gradients, in one compile
+            return [(divergence(kind, f)(*tables), jax.grad(lambda *x: divergence(kind, f)(*x).sum(),
+                                                            argnums=tuple(range(6)))(*tables)) for kind, f in kinds]
+
+        for layout, tables in (("shared", (e, t, i, qe, qt, qi)), ("one per sequence", (e, bt, bi, qe, bqt, bqi)),
+                               ("mixed", (e, t, bi, qe, bqt, qi))):
+            got = jax.jit(lambda *x: each(lambda kind, f: f, x))(*tables)
+            want = jax.jit(lambda *x: each(lambda kind, f: reference(kind), x))(*tables)
+            for (kind, _), (value, grads), (want_value, want_grads) in zip(kinds, got, want):
+                with self.subTest(layout=layout, kind=kind):
+                    self.close(value, want_value)
+                    for g, w in zip(grads[:3] if kind == "entropy" else grads, want_grads):
+                        self.close(g, w)
+        # vmap of grad, the tables shared: each vmapped instance's gradients its own.
+        es, qes = jnp.stack([e, e * 0.5]), jnp.stack([qe, -qe])
+        axes = (0, None, None, 0, None, None)
+        cross = jax.grad(lambda *x: jj.hmm_cross_entropy(*x, L).sum(), argnums=tuple(range(6)))
+        want = jax.grad(lambda *x: reference("cross_entropy")(*x).sum(), argnums=tuple(range(6)))
+        for g, w in zip(jax.jit(jax.vmap(cross, axes))(es, t, i, qes, qt, qi),
+                        jax.jit(jax.vmap(want, axes))(es, t, i, qes, qt, qi)):
+            self.close(g, w)
+        # Vmapped forwards: p's transitions alone vmapped (q's then one per sequence too), and the emissions alone
+        # (each pair of shared tables stays one).
+        ts = jnp.stack([t, t.T])
+        kl = jax.jit(jax.vmap(lambda t: jj.hmm_kl(e, t, i, qe, qt, qi, L)))(ts)
+        self.close(kl, jnp.stack([reference("kl")(e, x, i, qe, qt, qi) for x in ts]))
+        kl = jax.jit(jax.vmap(lambda e: jj.hmm_kl(e, t, i, qe, qt, qi, L)))(es)
+        self.close(kl, jnp.stack([reference("kl")(x, t, i, qe, qt, qi) for x in es]))
+        for f in (lambda e, t: jj.hmm_kl(e, t, i, qe, qt, qi, L), lambda e, t: jj.hmm_entropy(e, t, i, L)):
+            jac = jax.jit(jax.jacrev(f, argnums=(0, 1)))(e, t)
+            row = jax.jit(lambda e, t, b: jax.grad(lambda e, t: f(e, t)[b], argnums=(0, 1))(e, t))
+            for b in range(B):
+                for j, r in zip(jac, row(e, t, b)):
+                    self.close(j[b], r)
+        nested = jax.jit(jax.vmap(jax.vmap(jax.grad(lambda *x: jj.hmm_entropy(*x).sum(), argnums=(0, 1, 2)))))(
+            e[:, None], bt[:, None], bi[:, None])  # one sequence an instance, of T positions
+        want = jax.grad(lambda *x: reference_hmm_divergence("entropy", x, None, None).sum(), argnums=(0, 1, 2))(
+            e, bt, bi)
+        for g, w in zip(nested, want):
+            self.close(g[:, 0], w)
 
     def test_lengths_of_every_integer_dtype(self):
         """Lengths of any integer dtype reach the handlers as the same int64 values (int32 pairs); one outside int32's

@@ -21,7 +21,7 @@ import package_under_test  # noqa: E402
 package_under_test.import_path()
 
 from jax_cases import (all_paths, hmm_potentials, jax, jnp, main, path_scores, reference_bmm,  # noqa: E402
-                       reference_crf, reference_divergence, reference_kbest)
+                       reference_crf, reference_divergence, reference_hmm_divergence, reference_kbest)
 
 try:
     from jax.test_util import check_grads
@@ -64,6 +64,17 @@ def jnp_hmm(emissions, transitions, initial, lengths=None):
     return scores[:, -1] if lengths is None else scores[jnp.arange(B), lengths - 1]
 
 
+def crf_of_hmm(emissions, transitions, initial):
+    """The CRF potentials [B, T, C, C] of T + 1 positions that carry an HMM's distribution over paths, in jnp (so that
+    jax.grad through them gives the tables' gradients): a first edge from state 0 of a position before the first,
+    scoring initial + emissions[:, 0] (-inf from any other state), then transitions + emissions[:, t + 1]. Read to each
+    length + 1."""
+    B, T, C = emissions.shape
+    t, i = jnp.broadcast_to(transitions, (B, C, C)), jnp.broadcast_to(initial, (B, C))
+    first = jnp.where(jnp.arange(C) == 0, (i + emissions[:, 0])[:, :, None], -jnp.inf)
+    return jnp.concatenate([first[:, None], t[:, None] + emissions[:, 1:, :, None]], 1)
+
+
 class JaxGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -94,6 +105,7 @@ class JaxGpuTest(unittest.TestCase):
         f32, s32 = jnp.float32, jnp.int32
         a, b = normal(1, (2, 8, 8)), normal(2, (2, 8, 8))
         p = normal(3, (2, 4, 3, 3))
+        hmm = (normal(4, (2, 5, 3)), normal(5, (3, 3)), normal(6, (3,)))
         none = jnp.zeros((0,), s32)
         cases = [
             ("bmm", "out", (jax.ShapeDtypeStruct((1,), f32), jax.ShapeDtypeStruct((0,), s32),
@@ -110,6 +122,12 @@ class JaxGpuTest(unittest.TestCase):
             ("chain", "lengths", (jax.ShapeDtypeStruct((2,), f32), jax.ShapeDtypeStruct((0,), jnp.uint8),
                                   jax.ShapeDtypeStruct((0,), s32), jax.ShapeDtypeStruct((0,), jnp.uint8)),
              (p, jnp.int32(3)), dict(semiring="log")),
+            ("hmm_expectation", "log_z", (jax.ShapeDtypeStruct((2,), f32), jax.ShapeDtypeStruct((2,), f32),
+                                          jax.ShapeDtypeStruct((0,), f32)),
+             (*hmm, *hmm, none), dict(kind=np.int32(2))),
+            ("hmm_expectation", "q_transitions", (jax.ShapeDtypeStruct((2, 2), f32), jax.ShapeDtypeStruct((2,), f32),
+                                                  jax.ShapeDtypeStruct((0,), f32)),
+             (*hmm, hmm[0], hmm[1][0], hmm[2], none), dict(kind=np.int32(1))),
         ]
         for target, name, results, operands, attrs in cases:
             with self.subTest(target=target, name=name):
@@ -315,6 +333,69 @@ class JaxGpuTest(unittest.TestCase):
         # Sequences of one position: C equally likely paths, vmapped beside an unbatched second chain.
         self.assert_close(jax.vmap(jj.chain_kl, (0, None))(p[:, :, :0], q[0, :, :0]), np.zeros((2, 3)))
         self.assertEqual(jj.chain_entropy(jnp.zeros((0, 4, 3, 3), jnp.float32)).shape, (0,))
+
+    def test_hmm_divergences_against_crf(self):
+        """hmm_entropy, hmm_cross_entropy and hmm_kl against chain_entropy, chain_cross_entropy and chain_kl of the
+        same distributions as CRF potentials (crf_of_hmm): values and all six tables' gradients, with ragged lengths
+        (one of 1), the tables shared, one per sequence, or mixed (p's shared where q's are not), in float32 and
+        float64, and 130 states (a cluster of blocks a sequence from 128 states on sm_90); half inputs against the
+        enumeration of every path; vmap and vmap of grad against the loop; the gradients of no sequence."""
+        jj = self.jj
+        kinds = (("entropy", lambda *x: jj.hmm_entropy(*x[:3], x[-1]), lambda p, q, n: jj.chain_entropy(p, n)),
+                 ("cross_entropy", jj.hmm_cross_entropy, jj.chain_cross_entropy), ("kl", jj.hmm_kl, jj.chain_kl))
+
+        def oracle(crf):  # the CRF form's of the formed potentials, a function of the six tables
+            return lambda e, t, i, qe, qt, qi, n: crf(crf_of_hmm(e, t, i), crf_of_hmm(qe, qt, qi), n + 1)
+
+        cases = []
+        for dtype, tol in ((jnp.float32, dict(rtol=1e-4, atol=1e-4)), (jnp.float64, dict(rtol=1e-9, atol=1e-9))):
+            B, T, C = 4, 6, 5
+            e, qe = normal(90, (B, T, C), dtype) * 2, normal(91, (B, T, C), dtype)
+            t, qt, bt, bqt = (normal(92 + j, shape, dtype) for j, shape in enumerate([(C, C), (C, C), (B, C, C),
+                                                                                     (B, C, C)]))
+            i, qi, bi, bqi = (normal(96 + j, shape, dtype) for j, shape in enumerate([(C,), (C,), (B, C), (B, C)]))
+            lengths = jnp.asarray([6, 1, 3, 5])
+            cases += [(f"shared, {dtype.__name__}", (e, t, i, qe, qt, qi), lengths, tol),
+                      (f"one per sequence, {dtype.__name__}", (e, bt, bi, qe, bqt, bqi), lengths, tol),
+                      (f"mixed, {dtype.__name__}", (e, t, bi, qe, bqt, qi), lengths, tol)]
+        B, T, C = 3, 5, 130
+        wide = (normal(100, (B, T, C)), normal(101, (C, C)), normal(102, (C,)), normal(103, (B, T, C)),
+                normal(104, (C, C)), normal(105, (C,)))
+        cases.append(("130 states", wide, jnp.asarray([5, 1, 4]), dict(rtol=1e-4, atol=1e-4)))
+        for name, tables, lengths, tol in cases:
+            for kind, ours, crf in kinds:
+                with self.subTest(name, kind=kind):
+                    self.assert_close(ours(*tables, lengths), oracle(crf)(*tables, lengths), **tol)
+                    argnums = (0, 1, 2) if kind == "entropy" else tuple(range(6))
+                    got = jax.grad(lambda *x: ours(*x, lengths).sum(), argnums)(*tables)
+                    want = jax.grad(lambda *x: oracle(crf)(*x, lengths).sum(), argnums)(*tables)
+                    for g, w in zip(got, want):
+                        self.assertEqual(g.shape, w.shape)
+                        self.assert_close(g, w, **tol)
+        # Half tables: float32 results, against the enumeration of the rounded tables.
+        e, t, i = (x.astype(jnp.bfloat16) for x in cases[0][1][:3])
+        got = jj.hmm_entropy(e, t, i, cases[0][2])
+        self.assertEqual(got.dtype, jnp.float32)
+        want = reference_hmm_divergence("entropy", [x.astype(jnp.float64) for x in (e, t, i)], None, cases[0][2])
+        self.assert_close(got, want, rtol=1e-5, atol=1e-4)
+        # vmap against the loop, and vmap of grad with shared tables: each instance's gradients its own.
+        e, t, i, qe, qt, qi = (x.astype(jnp.float32) for x in cases[0][1])
+        es, qes = jnp.stack([e, e * 0.5]), jnp.stack([qe, qe + 1])
+        axes = (0, None, None, 0, None, None)
+        loop = jnp.stack([jj.hmm_kl(es[v], t, i, qes[v], qt, qi) for v in range(2)])
+        self.assert_close(jax.vmap(jj.hmm_kl, axes)(es, t, i, qes, qt, qi), loop)
+        self.assert_close(jax.jit(jax.vmap(jj.hmm_kl, axes))(es, t, i, qes, qt, qi), loop)
+        cross = jax.grad(lambda *x: jj.hmm_cross_entropy(*x).sum(), tuple(range(6)))
+        grads = jax.vmap(cross, axes)(es, t, i, qes, qt, qi)
+        for v in range(2):
+            for g, w in zip(grads, cross(es[v], t, i, qes[v], qt, qi)):
+                self.assert_close(g[v], w)
+        # No sequence: the shared tables' gradients are zeros (written, not left as XLA's buffers held them).
+        none = jnp.zeros((0, T, 4), jnp.float32)
+        t4, i4 = normal(106, (4, 4)), normal(107, (4,))
+        for g in jax.grad(lambda *x: jj.hmm_kl(none, x[0], x[1], none, x[2], x[3]).sum(), (0, 1, 2, 3))(t4, i4, t4, i4):
+            np.testing.assert_array_equal(np.asarray(g), 0)
+        self.assertEqual(jj.hmm_entropy(none, t4, i4).shape, (0,))
 
     def test_count_and_log_prob(self):
         jj = self.jj
@@ -595,7 +676,8 @@ assert not failed, failed
 
 # Every handler the step of test_inside_xla_cuda_graphs calls.
 GRAPH_TARGETS = ("bmm", "bmm_backward", "chain", "chain_backward", "hmm", "hmm_backward", "chain_expectation",
-                 "chain_expectation_backward", "chain_kbest", "chain_sample", "hmm_kbest", "hmm_sample")
+                 "chain_expectation_backward", "hmm_expectation", "hmm_expectation_backward", "chain_kbest",
+                 "chain_sample", "hmm_kbest", "hmm_sample")
 
 # That step, in a process of its own (XLA reads XLA_FLAGS once): three draws of inputs through one jitted function,
 # its results saved to argv[1].
@@ -618,9 +700,12 @@ def step(a, p, e, t, i, lengths, key):
     samples = jj.chain_sample(p, 5, key, lengths)  # its seed read on the device: the key of each draw
     hmm_scores, hmm_paths = jj.hmm_kbest(e, t, i, 3, lengths)
     hmm_samples = jj.hmm_sample(e, t, i, 5, key, lengths)
+    hmm_kl, g_hmm_kl = jax.value_and_grad(lambda e, t, i: jj.hmm_kl(e, t, i, 0.5 * e, t, 0.5 * i, lengths).sum(),
+                                          (0, 1, 2))(e, t, i)
     return dict(out=out, g_a=g_a, best=best, g_best=g_best, z=z, g_p=g_p, score=score, path=path, h=h,
                 g_e=g_h[0], g_t=g_h[1], g_i=g_h[2], kl=kl, g_kl=g_kl, scores=scores, paths=paths, samples=samples,
-                hmm_scores=hmm_scores, hmm_paths=hmm_paths, hmm_samples=hmm_samples)
+                hmm_scores=hmm_scores, hmm_paths=hmm_paths, hmm_samples=hmm_samples, hmm_kl=hmm_kl,
+                g_hmm_kl_e=g_hmm_kl[0], g_hmm_kl_t=g_hmm_kl[1], g_hmm_kl_i=g_hmm_kl[2])
 
 f = jax.jit(step)
 saved = {}
