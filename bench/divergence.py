@@ -9,8 +9,9 @@ potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it d
 
     python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]
 
-With --hmm: the HMM form's samples and k best paths from its tables (jitbmm.torch.hmm_sample, hmm_kbest) against
-the CRF form's on the potentials formed from them, beside the HMM form's log-likelihood forward and Viterbi."""
+With --hmm: the HMM form's entropy, cross-entropy and KL forward + backward, samples and k best paths from its tables
+(jitbmm.torch.hmm_entropy, hmm_cross_entropy, hmm_kl, hmm_sample, hmm_kbest) against the CRF form's on the potentials
+formed from them, beside the HMM form's log-likelihood forward + backward, forward alone and Viterbi."""
 
 import argparse
 import sys
@@ -71,7 +72,7 @@ def main():
     ap.add_argument("--shapes", default="16x64x16,32x128x32,32x512x64,8x1024x128")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
-    ap.add_argument("--hmm", action="store_true", help="the HMM form's samples and k best paths instead")
+    ap.add_argument("--hmm", action="store_true", help="the HMM form's distributions instead")
     args = ap.parse_args()
     if args.hmm:
         return hmm_section(args)
@@ -140,18 +141,39 @@ def formed(emissions, transitions, initial):
     return torch.cat((pot[:, :1] + (initial + emissions[:, 0])[:, None, None, :], pot[:, 1:]), 1)
 
 
+def hmm_losses():
+    """The HMM form's entropy, cross-entropy and KL as functions of p's and q's tables, and the CRF form's on the
+    potentials formed from them."""
+    return {
+        "entropy": (lambda p, q: jt.hmm_entropy(*p), lambda p, q: jt.chain_entropy(formed(*p))),
+        "cross-entropy": (lambda p, q: jt.hmm_cross_entropy(*p, *q),
+                          lambda p, q: jt.chain_cross_entropy(formed(*p), formed(*q))),
+        "KL": (lambda p, q: jt.hmm_kl(*p, *q), lambda p, q: jt.chain_kl(formed(*p), formed(*q))),
+    }
+
+
+def tables_step(fn, p, q):
+    """A training step of fn over p's and q's tables: leaves made afresh, forward and backward."""
+    def step():
+        a, b = ([t.detach().requires_grad_(True) for t in x] for x in (p, q))
+        fn(a, b).sum().backward()
+
+    return step
+
+
 def hmm_section(args):
-    """--hmm: the HMM form's samples and k best paths from its tables (emissions [B, T, C], transitions [C, C],
-    initial [C], ~ N(0, 1)), against the CRF form's on the potentials formed from them (forming included), each beside
-    the HMM form's own reference: its log-likelihood's forward, its Viterbi with the path."""
-    print(f"\nthe HMM form's samples and k best paths; ms, medians of {args.reps}; the peer: forming the potentials "
-          f"and the CRF form's kernels")
+    """--hmm: the HMM form's distributions from its tables (emissions [B, T, C], transitions [C, C], initial [C],
+    ~ N(0, 1)), against the CRF form's on the potentials formed from them (forming included), each beside the HMM
+    form's own reference: its log-likelihood's forward + backward, its forward alone, its Viterbi with the path."""
+    print(f"\nthe HMM form's distributions; ms, medians of {args.reps}; the peer: forming the potentials and the CRF "
+          f"form's kernels")
     print(f"{'B×T×C':>12} {'quantity':>14} {'HMM form':>9} {'÷ own':>8} {'formed + CRF':>13} {'speed-up':>9} "
           f"{'its peak GB':>12}")
     for shape in args.shapes.split(","):
         B, T, C = map(int, shape.split("x"))
         g = torch.Generator(device="cuda").manual_seed(0)
-        tables = [torch.randn(*s, device="cuda", generator=g) for s in ((B, T, C), (C, C), (C,))]
+        tables, other = ([torch.randn(*s, device="cuda", generator=g) for s in ((B, T, C), (C, C), (C,))]
+                         for _ in range(2))
 
         def peer(fn):
             torch.cuda.empty_cache()
@@ -169,6 +191,11 @@ def hmm_section(args):
             text = f"{ms:13.3f} {ms / own:8.1f}× {gb:12.2f}" if gb is not None else f"{ms:>13} {'-':>9} {'-':>12}"
             print(f"{shape:>12} {name:>14} {own:9.3f} {own / reference:7.2f}× {text}")
 
+        likelihood = wall_ms(tables_step(lambda p, q: jt.hmm_log_partition(*p), tables, other), args.reps)
+        print(f"{shape:>12} {'log Z':>14} {likelihood:9.3f}")
+        for name, (ours, theirs) in hmm_losses().items():
+            row(name, wall_ms(tables_step(ours, tables, other), args.reps), likelihood,
+                tables_step(theirs, tables, other))
         with torch.no_grad():
             forward = wall_ms(lambda: jt.hmm_log_partition(*tables), args.reps)
             print(f"{shape:>12} {'log Z forward':>14} {forward:9.3f}")
