@@ -1,10 +1,10 @@
 #include "jitbmm/chain_expectation.hpp"
 
 #include <algorithm>
-#include <initializer_list>
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "generator/distribution_source.hpp"
 #include "runtime/chain_plan.hpp" // cluster_sms
@@ -54,7 +54,7 @@ void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectP
                         : entry == "_nodes" ? blocks_of(p.B * p.T * p.C)
                         : entry == "_transitions"
                             ? jb::expect_tiles(int(p.C)) * (p.batched_transitions ? p.B : im.parts)
-                            : blocks_of(p.C * p.C + p.C); // "_reduce"
+                            : blocks_of(jb::expect_reduce_items(int(p.C))); // "_reduce"
   if (items == 0) return;
   const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
                  block[3] = {threads, 1, 1};
@@ -144,7 +144,7 @@ void check_backward_reads(const ChainExpectation::Impl& im, const void* saved, c
 // gradients' passes, with the forward's saved messages and results.
 void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, const void* saved, const void* log_z,
                   const void* mean, const void* grad_log_z, const void* grad_mean, Stream stream,
-                  const Workspace& workspace, std::initializer_list<const char*> entries) {
+                  const Workspace& workspace, const std::vector<const char*>& entries) {
   const ChainProblem& p = im.problem;
   const int bytes = dtype_info(chain_output_dtype(p)).size_bytes;
   ScopedContext scope(im.device->context);
@@ -194,7 +194,7 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationF
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
   impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
   impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
-  if (impl->hmm()) {
+  if (impl->hmm() && problem.B > 0) {
     impl->parts = jb::expect_parts(int(problem.C), problem.B * (problem.T - 1), impl->device->sm_count);
     if (!problem.batched_transitions)
       impl->partials = std::size_t(checked_product({2, impl->parts, problem.C, problem.C}, "chain: parts*C*C")) * acc;
@@ -274,12 +274,14 @@ void ChainExpectation::backward(const HmmInputs& hmm, const HmmInputs& field, co
   params.grad_field_emissions = grad_field.emissions;
   params.grad_field_transitions = grad_field.transitions;
   params.grad_field_initial = grad_field.initial;
-  if (p.batched_transitions && p.batched_initial) // "_reduce" adds shared tables' sums only
-    run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace,
-                 {"_nodes", "_transitions"});
-  else
-    run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace,
-                 {"_nodes", "_transitions", "_reduce"});
+  // The transitions' pass where their gradients are asked for; "_reduce" where a shared table's are.
+  const bool transitions = grad_hmm.transitions || grad_field.transitions;
+  const bool shared =
+      (transitions && !p.batched_transitions) || ((grad_hmm.initial || grad_field.initial) && !p.batched_initial);
+  std::vector<const char*> entries = {"_nodes"};
+  if (transitions) entries.push_back("_transitions");
+  if (shared) entries.push_back("_reduce");
+  run_backward(*impl_, params, saved, log_z, mean, grad_log_z, grad_mean, stream, workspace, entries);
 }
 
 const ChainProblem& ChainExpectation::problem() const { return impl_->problem; }

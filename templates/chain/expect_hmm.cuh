@@ -74,7 +74,9 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
       f[j] = same || steps == 0 ? r[j] : to_acc(static_cast<const S*>(p.field)[at]);
       dp[j] = df[j] = T(0);
     }
-    for (long long row = from; row < to; ++row) {
+    // A thread whose entries are all past the table's (the last tile's) sums nothing.
+    const bool entries = tile * kExpectTileEntries + threadIdx.x < E;
+    for (long long row = entries ? from : to; row < to; ++row) {
       const long long b = row / steps, t = row % steps;
       const ExpectSequence<T, Q> seq(p, b);
       const bool inside = seq.bad || t + 1 < seq.L;
@@ -116,26 +118,32 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
   }
 }
 
-// "_reduce": a shared transition table's gradients, its parts added in order, and a shared initial table's, the
-// sequences' first positions added in order (each only where shared).
+// "_reduce": a shared transition table's gradients, a thread an entry adding its parts in order, and a shared
+// initial table's, a warp a state adding the sequences' first positions: each lane every 32nd sequence, then the
+// lanes in a fixed tree, so that the sum over many sequences takes B / 32 steps and the same order every time.
 template <class S, int C> __device__ __forceinline__ void expect_hmm_reduce(const ExpectParams& p) {
   using T = typename Acc<S>::type;
-  constexpr long long E = (long long)C * C;
+  constexpr long long E = (long long)C * C, E32 = (E + 31) / 32 * 32;
   const T* const partials = static_cast<const T*>(p.partials);
   const T* const firsts = static_cast<const T*>(p.first);
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < E + C;
-       i += (long long)gridDim.x * blockDim.x) {
+  const long long n = expect_reduce_items(C);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     T sp = T(0), sf = T(0);
-    if (i < E) {
-      if (p.batched_transitions) continue;
+    if (i < E32) {
+      if (i >= E || p.batched_transitions || (!p.grad_transitions && !p.grad_field_transitions)) continue;
       for (long long part = 0; part < p.parts; ++part)
         sp += partials[2 * part * E + i], sf += partials[(2 * part + 1) * E + i];
       if (p.grad_transitions) static_cast<S*>(p.grad_transitions)[i] = from_acc<S>(sp);
       if (p.grad_field_transitions) static_cast<S*>(p.grad_field_transitions)[i] = from_acc<S>(sf);
-    } else {
-      if (p.batched_initial) continue;
-      const long long c = i - E;
-      for (long long b = 0; b < p.B; ++b) sp += firsts[b * C + c], sf += firsts[(p.B + b) * C + c];
+    } else { // a whole warp of one state: the same branch for all of its lanes
+      if (p.batched_initial || (!p.grad_initial && !p.grad_field_initial)) continue;
+      const long long c = (i - E32) / 32;
+      const int lane = int((i - E32) % 32);
+      for (long long b = lane; b < p.B; b += 32) sp += firsts[b * C + c], sf += firsts[(p.B + b) * C + c];
+#pragma unroll
+      for (int d = 16; d > 0; d /= 2)
+        sp += __shfl_down_sync(0xffffffffu, sp, d), sf += __shfl_down_sync(0xffffffffu, sf, d);
+      if (lane != 0) continue;
       if (p.grad_initial) static_cast<S*>(p.grad_initial)[c] = from_acc<S>(sp);
       if (p.grad_field_initial) static_cast<S*>(p.grad_field_initial)[c] = from_acc<S>(sf);
     }

@@ -95,6 +95,10 @@ enum ExpectTiles : int {
 JB_HD constexpr long long expect_tiles(int states) {
   return ((long long)states * states + kExpectTileEntries - 1) / kExpectTileEntries;
 }
+// The threads of "_reduce": the table's entries, rounded up to whole warps, then a warp an initial state.
+JB_HD constexpr long long expect_reduce_items(int states) {
+  return ((long long)states * states + 31) / 32 * 32 + 32LL * states;
+}
 // The parts a shared transition table's steps are split into: about eight blocks an SM in all, at most one step a part.
 JB_HD constexpr long long expect_parts(int states, long long steps, int sms) {
   const long long tiles = expect_tiles(states), want = (8LL * sms + tiles - 1) / tiles;

@@ -93,7 +93,8 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     T* keep_mean = static_cast<T*>(BETA ? p.after : p.before);
     T* keep_q = static_cast<T*>(BETA ? p.beta_q : p.alpha_q);
     if (keep) keep += b * p.T * C, keep_mean += b * p.T * C, keep_q += Q ? b * p.T * C : 0;
-    const long long shift = HMM ? b * ts[0] : b * (p.T - 1) * C * C;
+    // A chain of one position reads no transitions, which may then be null: no offset from null either.
+    const long long shift = HMM ? (p.T > 1 ? b * ts[0] : 0) : b * (p.T - 1) * C * C;
     const S* const pot = static_cast<const S*>(p.potentials) + shift;
     const S* const fld = static_cast<const S*>(p.field) + shift;
     // Round r of sweep step s: target state c's N sources of this lane, as stored [to][from] (none: −inf and 0).
@@ -336,12 +337,12 @@ __device__ __forceinline__ void expect_edges(const ExpectParams& p) {
     const S* fld = static_cast<const S*>(p.field) + row * C * C;
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
       const int c = e / C, q = e % C;
-      const T r = to_acc(pot[e]);
       T dp = T(0), df = T(0);
+      // The potential is read only where the gradients need it: never past a sequence's length.
       expect_term_grads<T, FIELD>(
-          seq, inside, [&] { return alpha[q] + r + beta[c] - seq.z; },
+          seq, inside, [&] { return alpha[q] + to_acc(pot[e]) + beta[c] - seq.z; },
           [&] {
-            const T f = to_acc(fld[e]);
+            const T r = to_acc(pot[e]), f = to_acc(fld[e]);
             return before[q] + (FIELD == kExpectDifference ? r - f : f) + after[c] - seq.mean;
           },
           [&] { return alpha_q[q] + to_acc(fld[e]) + beta_q[c] - seq.zq; }, dp, df);
