@@ -229,6 +229,20 @@ void run_case(const Case& k, std::mt19937_64& rng) {
   CHECK(bad == 0);
 }
 
+// The problems ChainExpectation refuses beside `p` (which it takes): another semiring, more than 1024 states, strides
+// of the potentials (`stride`, which the HMM form never has).
+void expect_refused_beside(const ChainProblem& p, int stride) {
+  ChainProblem bad = p;
+  bad.semiring = Semiring::max_plus;
+  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.semiring");
+  bad = p;
+  bad.C = 1025;
+  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.C");
+  bad = p;
+  bad.strides[stride] = 1;
+  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.strides");
+}
+
 } // namespace
 
 TEST_CASE("chain expectations: entropy, cross-entropy and KL against the float64 reference, values and gradients") {
@@ -311,15 +325,7 @@ TEST_CASE("chain expectations: B = 0 launches nothing; a bad length gives NaN; b
   CHECK(std::none_of(gr.begin(), gr.begin() + 75, [](float x) { return std::isnan(x); }));
   CHECK(std::all_of(gr.begin() + 75, gr.end(), [](float x) { return std::isnan(x); }));
 
-  ChainProblem bad = p;
-  bad.semiring = Semiring::max_plus;
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.semiring");
-  bad = p;
-  bad.C = 1025;
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.C");
-  bad = p;
-  bad.strides[3] = 1;
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.strides");
+  expect_refused_beside(p, 3);
   expect_invalid([&] { ChainExpectation::get(p, static_cast<ExpectationField>(3)); }, "field");
 }
 
@@ -638,13 +644,5 @@ TEST_CASE("chain expectations, the HMM form: B = 0 clears shared tables' gradien
                       HmmGradients{});
       },
       "saved");
-  ChainProblem bad = p;
-  bad.semiring = Semiring::max_plus;
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.semiring");
-  bad = p;
-  bad.C = 1025;
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.C");
-  bad = p;
-  bad.strides[0] = 1; // the potentials' strides: the HMM form has its tables'
-  expect_invalid([&] { ChainExpectation::get(bad); }, "chain.strides");
+  expect_refused_beside(p, 0);
 }
