@@ -33,7 +33,7 @@ int block_states(int C, const ChainLoop& l) { return (C + l.cluster - 1) / l.clu
 // winning states; a cluster's rank, bounds and remote addresses: found by compiling every state count the tests use).
 int held_registers(const ChainSpec& s, const ChainLoop& l, int held) {
   const int n = (s.C + l.lanes - 1) / l.lanes, words = dtype_info(s.dtype).acc_bytes / 4;
-  return words * (n + held) + n + (words == 2 ? 64 : 40) + (s.semiring == Semiring::max_plus ? 12 : 0) +
+  return words * (n + held) + n + (words == 2 ? 68 : 40) + (s.semiring == Semiring::max_plus ? 12 : 0) +
          (l.cluster > 1 ? 12 : 0);
 }
 // The terms held: one round's, or with `prefetch` every round's twice (this step's and the next's; three times where
