@@ -180,7 +180,10 @@ class HmmKBestTest(GpuCase):
                     self.assertTrue((scores[len(order):, b] == -math.inf).all())
             best, path = jt.hmm_viterbi(e, t, i, lengths)
             has = best != -math.inf
-            self.assertTrue(torch.equal(scores[0][has], best[has]))
+            if integers:
+                self.assertTrue(torch.equal(scores[0][has], best[has]))
+            else:  # Viterbi sums with shifts of its own: rounding apart
+                torch.testing.assert_close(scores[0][has], best[has], rtol=1e-12, atol=1e-12)
             self.assertTrue(torch.equal(paths[0][has], path[has]))
 
     def test_gradient_strides_half_and_operator(self):
@@ -218,8 +221,8 @@ class HmmKBestTest(GpuCase):
         eager, eager_paths = _torch_kbest._kbest_hmm_op(*tables, lengths, 3)
         self.assertTrue(torch.equal(eager, scores) and torch.equal(eager_paths, paths))
         got = torch.autograd.grad((eager.nan_to_num(neginf=0) * r).sum(), tables, allow_unused=True)
-        for a, b in zip(got, want):
-            self.assertTrue(torch.equal(a, b))
+        for a, b in zip(got, want):  # a move taken twice is counted by CUDA's scatter_add_, in no fixed order
+            torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)
 
     def test_arguments(self):
         jt = self.jt
