@@ -62,6 +62,9 @@ struct ExpectParams {
   void* partials;
   void* first;
   long long parts;
+  // Scratch of "_transpose" (null: not made): p's transition tables, then the field's where it has its own, each
+  // [tables][from][to] contiguous in the storage type (tables: B where batched_transitions, else 1).
+  void* transposed;
 };
 
 // Lanes a target state's sum is split over in the forward and backward messages (templates/chain/expectation.cuh), a
@@ -86,23 +89,36 @@ JB_HD constexpr int expect_threads(int states, bool wide, int cluster = 1) {
 // neither does not warn of.
 enum ExpectLimits : int { kExpectEdgeThreads = 256, kMaxExpectStates = 1024, kMaxExpectCluster = 8 };
 
-// The HMM form's "_transitions": a block a tile of kExpectTileEntries entries of the table (kExpectEdgeThreads threads,
-// kExpectEntriesPerThread each) and a part of the steps, so that every thread sums its entries over many steps.
+// The HMM form's "_transitions": a block a tile of kExpectTileRows target states × kExpectTileSources sources of the
+// table (kExpectEdgeThreads threads, kExpectEntriesPerThread sources of one row each, interleaved with the row's
+// other threads', so that a warp's lanes read distinct banks) and a part of the steps, staged kExpectTileSteps at a
+// time (a warp a step), so that every thread sums its entries over many steps.
 enum ExpectTiles : int {
+  kExpectTileRows = 32,
+  kExpectTileSources = 32,
   kExpectEntriesPerThread = 4,
-  kExpectTileEntries = kExpectEdgeThreads * kExpectEntriesPerThread
+  kExpectTileSteps = kExpectEdgeThreads / 32
 };
+static_assert(kExpectTileRows * kExpectTileSources == kExpectEdgeThreads * kExpectEntriesPerThread,
+              "a tile's entries, kExpectEntriesPerThread a thread");
+// A step's terms are formed from factors where no factor of a row exceeds e^expect_factor_bound (accumulators of
+// `bytes` bytes; templates/chain/expect_hmm.cuh): a term the factors flush is then below e^(bound − 87) in 4 bytes,
+// e^(bound − 708) in 8, of a step whose marginals sum to 1.
+JB_HD constexpr int expect_factor_bound(int bytes) { return bytes > 4 ? 300 : 40; }
 JB_HD constexpr long long expect_tiles(int states) {
-  return ((long long)states * states + kExpectTileEntries - 1) / kExpectTileEntries;
+  const long long side = (states + kExpectTileRows - 1) / kExpectTileRows;
+  return side * side;
 }
 // The threads of "_reduce": the table's entries, rounded up to whole warps, then a warp an initial state.
 JB_HD constexpr long long expect_reduce_items(int states) {
   return ((long long)states * states + 31) / 32 * 32 + 32LL * states;
 }
-// The parts a shared transition table's steps are split into: about eight blocks an SM in all, at most one step a part.
+// The parts a shared transition table's steps are split into: about eight blocks an SM in all, but at least
+// kExpectTileSteps steps a part (a batch's worth; staged in batches of up to that many).
 JB_HD constexpr long long expect_parts(int states, long long steps, int sms) {
-  const long long tiles = expect_tiles(states), want = (8LL * sms + tiles - 1) / tiles;
-  return steps < 1 ? 1 : want < 1 ? 1 : want > steps ? steps : want;
+  const long long tiles = expect_tiles(states), want = (8LL * sms + tiles - 1) / tiles,
+                  most = steps / kExpectTileSteps < 1 ? 1 : steps / kExpectTileSteps;
+  return want < 1 ? 1 : want > most ? most : want;
 }
 
 } // namespace jb

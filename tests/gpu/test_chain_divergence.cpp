@@ -114,16 +114,18 @@ std::vector<double> plus(const std::vector<double>& a, const std::vector<double>
 }
 
 // Entropy, cross-entropy and KL composed from a form's expectations as jitbmm.torch composes them, against `ref`;
-// expect(field, p's input, the field's input, gz, gm) runs one on the device.
+// expect(field, p's input, the field's input, gz, gm) runs one on the device. `magnitude`: the scores' scale, by which
+// every rounding of their sums grows (the tolerances with it).
 template <class Expect>
 void check_divergences(const ChainProblem& p, const Divergences& ref, const std::vector<double>& g, Expect expect,
-                       int& bad) {
+                       int& bad, double magnitude = 1) {
   const int64_t B = p.B;
   const std::vector<double> neg = plus(std::vector<double>(g.size(), 0.0), g, -1), zero(g.size(), 0.0);
   const bool wide = p.dtype == DType::f64, half = dtype_info(p.dtype).size_bytes == 2;
   // A sum of two gradients written in a half type carries both roundings.
-  const double value_tol = wide ? 1e-11 : 2e-5, grad_tol = wide ? 1e-10 : 1e-4 + half_rounding(p.dtype),
-               sum_tol = grad_tol + half_rounding(p.dtype);
+  const double value_tol = magnitude * (wide ? 1e-11 : 2e-5),
+               grad_tol = magnitude * (wide ? 1e-10 : 1e-4 + half_rounding(p.dtype)),
+               sum_tol = grad_tol + magnitude * half_rounding(p.dtype);
   auto grads = [&](const std::string& name, const std::vector<double>& got, const std::vector<double>& want,
                    double tol) { compare(name, got, want, tol, bad, nullptr, 1.0, ref.floors); };
   std::vector<double> got(static_cast<std::size_t>(B));
@@ -412,6 +414,8 @@ Divergences hmm_divergences(const ChainProblem& p, const HmmTables& hp, const Hm
   return d;
 }
 
+constexpr double kWideScale = 25;
+
 struct HmmCase {
   enum : unsigned {
     kRagged = 1,             // lengths drawn in [1, T], the second sequence's 1
@@ -420,6 +424,7 @@ struct HmmCase {
     kStrided = 8,            // emissions stored [T][C][B], each transition table transposed, initial with gaps
     kPBanded = 16,           // p's transitions −inf where |c − from| > 1
     kQBanded = 32,           // q's likewise: where p gives weight q gives none, the cross-entropy and KL are +inf
+    kWide = 64, // both chains' transitions ×kWideScale: rows whose large transitions lie far from α's peak
   };
   DType dtype;
   int64_t B, T, C;
@@ -430,12 +435,12 @@ struct HmmCase {
 
 std::string describe(const HmmCase& k) {
   char text[200];
-  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s", dtype_info(k.dtype).name, (long long)k.B,
+  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s%s", dtype_info(k.dtype).name, (long long)k.B,
                 (long long)k.T, (long long)k.C, k.has(HmmCase::kRagged) ? " ragged" : "",
                 k.has(HmmCase::kBatchedTransitions) ? " batched transitions" : "",
                 k.has(HmmCase::kBatchedInitial) ? " batched initial" : "", k.has(HmmCase::kStrided) ? " strided" : "",
                 k.has(HmmCase::kPBanded) ? " p banded" : "", k.has(HmmCase::kQBanded) ? " q banded" : "",
-                k.p_special > 0 ? " specials" : "");
+                k.has(HmmCase::kWide) ? " wide" : "", k.p_special > 0 ? " specials" : "");
   return text;
 }
 
@@ -463,6 +468,7 @@ void run_hmm_case(const HmmCase& k, std::mt19937_64& rng) {
   HmmTables hp = random_hmm_tables(rng, p, 0.0, false), hq = random_hmm_tables(rng, p, 0.0, false);
   for (std::size_t i = 0; i < hp.transitions.size(); ++i) {
     const int64_t c = int64_t(i) / p.C % p.C, from = int64_t(i) % p.C;
+    if (k.has(HmmCase::kWide)) hp.transitions[i] *= kWideScale, hq.transitions[i] *= kWideScale;
     if (std::llabs(c - from) <= 1) continue;
     if (k.has(HmmCase::kPBanded)) hp.transitions[i] = -kInf;
     if (k.has(HmmCase::kQBanded)) hq.transitions[i] = -kInf;
@@ -488,7 +494,7 @@ void run_hmm_case(const HmmCase& k, std::mt19937_64& rng) {
       [&](ExpectationField field, Input a, Input f, const std::vector<double>& gz, const std::vector<double>& gm) {
         return expect_hmm_on_gpu(ChainExpectation::get(p, field), *inputs[int(a)], *inputs[int(f)], len, gz, gm);
       },
-      bad);
+      bad, k.has(HmmCase::kWide) ? kWideScale : 1.0);
   CHECK(bad == 0);
 }
 
@@ -512,6 +518,13 @@ TEST_CASE("chain expectations, the HMM form: entropy, cross-entropy and KL from 
       {DType::f32, 3, 6, 130, K::kRagged | K::kQBanded},
       {DType::f32, 3, 6, 1, K::kRagged},
       {DType::f32, 70, 5, 4, K::kRagged}, // shared tables summed over more sequences than a warp has lanes
+      // The transitions' sums: parts of several batches of steps, tiles cut by C, and (wide) rows whose steps take
+      // their terms one by one beside factored ones.
+      {DType::f32, 16, 50, 100, K::kRagged},
+      {DType::f32, 6, 12, 100, K::kWide | K::kStrided},
+      {DType::f32, 9, 12, 37, K::kRagged | K::kWide | K::kPBanded},
+      {DType::f32, 4, 12, 70, K::kRagged | K::kWide | K::kBatchedTransitions},
+      {DType::f64, 3, 20, 40, K::kRagged | K::kWide},
       {DType::f64, 3, 12, 33, K::kRagged | K::kBatchedTransitions | K::kBatchedInitial | K::kStrided},
       {DType::f64, 2, 6, 130, K::kRagged},
       {DType::f16, 3, 10, 8, K::kRagged | K::kStrided},
