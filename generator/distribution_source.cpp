@@ -57,6 +57,7 @@ GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster, int field, b
   std::vector<EntryPoint> entries = {{"", threads, 1, "jb::expect_sweep" + args + "false" + tail, cluster},
                                      {"_beta", threads, 1, "jb::expect_sweep" + args + "true" + tail, cluster}};
   if (hmm) {
+    entries.push_back({"_transpose", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_transpose<" + s + ", " + c + ">"});
     entries.push_back({"_nodes", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_nodes" + fields});
     entries.push_back({"_transitions", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_transitions" + fields});
     entries.push_back({"_reduce", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_reduce<" + s + ", " + c + ">"});

@@ -31,6 +31,8 @@ struct ChainExpectation::Impl {
   // the scratch of those partial sums and of the sequences' first positions ([2][B][C], for a shared initial table).
   int64_t parts = 1;
   std::size_t partials = 0, firsts = 0;
+  // The backward messages' copies of the transition tables ("_transpose"; 0: their stored layout is read directly).
+  std::size_t transposed = 0;
   // Message arrays a pass keeps ([B][T][C] each): p's and F's, and q's where the field is a chain.
   int kept() const { return field == ExpectationField::given ? 2 : 3; }
   bool hmm() const { return problem.form == ChainForm::hmm; }
@@ -40,8 +42,8 @@ struct ChainExpectation::Impl {
 namespace {
 
 // One of the module's entries: a cluster of blocks a sequence ("", "_beta"), a block a step ("_edges"), or blocks
-// over the states ("_nodes"), a table's tiles and parts ("_transitions") or its entries ("_reduce"); the kernels
-// stride past the grid's limit.
+// over the states ("_nodes"), a table's tiles and parts ("_transitions"), its entries ("_reduce") or the tiles of its
+// copies ("_transpose"); the kernels stride past the grid's limit.
 void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectParams params, CUstream stream) {
   const ChainProblem& p = im.problem;
   const bool sweep = entry.empty() || entry == "_beta";
@@ -54,7 +56,8 @@ void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectP
                         : entry == "_nodes" ? blocks_of(p.B * p.T * p.C)
                         : entry == "_transitions"
                             ? jb::expect_tiles(int(p.C)) * (p.batched_transitions ? p.B : im.parts)
-                            : blocks_of(jb::expect_reduce_items(int(p.C))); // "_reduce"
+                        : entry == "_transpose" ? 2 * (p.batched_transitions ? p.B : 1) * jb::expect_tiles(int(p.C))
+                                                : blocks_of(jb::expect_reduce_items(int(p.C))); // "_reduce"
   if (items == 0) return;
   const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
                  block[3] = {threads, 1, 1};
@@ -157,6 +160,7 @@ void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, con
   params.after = static_cast<char*>(params.beta) + im.messages;
   params.partials = scratch.take(im.partials);
   params.first = scratch.take(im.firsts);
+  params.transposed = scratch.take(im.transposed);
   params.parts = im.parts;
   params.log_z = const_cast<void*>(log_z);
   params.mean = const_cast<void*>(mean);
@@ -168,14 +172,29 @@ void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, con
     params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
   }
   params.grad_mean = grad_mean;
-  run(im, "_beta", params, cu);
+  jb::ExpectParams beta = params;
+  if (params.transposed) { // the backward messages read the copies, [tables][from][to]
+    run(im, "_transpose", params, cu);
+    const std::size_t table = std::size_t(p.batched_transitions ? p.B : 1) * std::size_t(p.C * p.C) *
+                              std::size_t(dtype_info(p.dtype).size_bytes);
+    beta.potentials = params.transposed;
+    beta.field = params.field == params.potentials ? params.transposed : static_cast<char*>(params.transposed) + table;
+    const long long strides[3] = {p.batched_transitions ? p.C * p.C : 0, 1, p.C};
+    std::copy(std::begin(strides), std::end(strides), beta.transition_strides);
+  }
+  run(im, "_beta", beta, cu);
   for (const char* entry : entries) run(im, entry, params, cu);
 }
 
 } // namespace
 
 std::size_t ChainExpectation::Impl::workspace_bytes() const {
-  return ScratchSize().add(kept() * messages, "workspace").add(partials, "workspace").add(firsts, "workspace").bytes();
+  return ScratchSize()
+      .add(kept() * messages, "workspace")
+      .add(partials, "workspace")
+      .add(firsts, "workspace")
+      .add(transposed, "workspace")
+      .bytes();
 }
 
 static_assert(int(ExpectationField::given) == jb::kExpectGiven && int(ExpectationField::chain) == jb::kExpectChain &&
@@ -200,6 +219,12 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationF
       impl->partials = std::size_t(checked_product({2, impl->parts, problem.C, problem.C}, "chain: parts*C*C")) * acc;
     if (!problem.batched_initial)
       impl->firsts = std::size_t(checked_product({2, problem.B, problem.C}, "chain: B*C")) * acc;
+    // Tables whose successors of a state are not consecutive (a [to][from] layout), where there are steps.
+    if (problem.T > 1 && hmm_strides(problem).transitions[1] != 1)
+      impl->transposed =
+          std::size_t(checked_product({2, problem.batched_transitions ? problem.B : 1, problem.C, problem.C},
+                                      "chain: 2*B*C*C")) *
+          std::size_t(dtype_info(problem.dtype).size_bytes);
   }
   if (problem.B > 0)
     impl->kernel = load_generated(

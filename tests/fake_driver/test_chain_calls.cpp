@@ -1031,8 +1031,9 @@ TEST_CASE("chain expectations: a launch forward, two backward, none for a refuse
 // messages, then the gradients of the states (emissions, initial), of the transitions and their sums, and nothing
 // where no gradient is asked for or a workspace is short; the same through the C ABI, which names a missing table
 // set. No sequence launches nothing and clears the shared tables' gradients alone.
-TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _transitions and _reduce backward, "
-          "through C++ and the C ABI; none for B = 0, whose shared gradients are cleared") {
+TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _transitions and _reduce backward "
+          "(_transpose first for tables stored [to][from]), through C++ and the C ABI; none for B = 0, whose shared "
+          "gradients are cleared") {
   ChainProblem p;
   p.form = ChainForm::hmm;
   p.B = 3, p.T = 6, p.C = 7;
@@ -1069,6 +1070,19 @@ TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _t
     const DriverLog log;
     backward(gf.emissions ? HmmGradients{} : grads, gf, plan.backward_workspace_bytes());
     CHECK(log.launched() == backward_entries);
+  }
+  { // tables stored [to][from]: the backward messages read copies of them, made first and counted in the workspace
+    ChainProblem rows = p;
+    rows.transition_strides[0] = rows.transition_strides[1] = rows.transition_strides[2] = 0; // contiguous
+    const ChainExpectation by_rows = ChainExpectation::get(rows);
+    CHECK(by_rows.backward_workspace_bytes() >= plan.backward_workspace_bytes() + 2 * 3 * 49 * 4);
+    DeviceBuffer more(by_rows.backward_workspace_bytes());
+    const DriverLog log;
+    by_rows.backward(hmm, hmm, nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr, grads, HmmGradients{},
+                     nullptr, Workspace{more.get(), by_rows.backward_workspace_bytes()});
+    std::vector<std::string> copied{module + "_transpose"};
+    copied.insert(copied.end(), backward_entries.begin(), backward_entries.end());
+    CHECK(log.launched() == copied);
   }
   CHECK_THROWS_WITH_AS(plan(e.get(), e.get(), nullptr, out.get(), out.get()), doctest::Contains("potentials"),
                        std::invalid_argument);
