@@ -55,7 +55,10 @@ __device__ __forceinline__ typename Acc<S>::type expect_first_node(const ExpectP
 // The HMM instance reads the tables instead: a step's term from source state q to target c is transitions[c][q] +
 // emissions[t + 1][c], the same as the potentials formed from them, added in the accumulator type; the forward
 // starts from the first position's scores initial + emissions[0] (its means from the field's, q's log-sums from q's),
-// so that a length-1 sequence is a distribution over its first state. The backward starts from 0, as the CRF form's.
+// so that a length-1 sequence is a distribution over its first state. The backward starts from 0, as the CRF form's;
+// its terms' emissions are the sources' own (the later states'), the same for every target, so at each step the
+// messages are kept and then given their states' emissions (p's, the field's share of F's, q's: FOLD) once, and a
+// step's terms read the transitions alone.
 template <class S, int C, int NT, bool BETA, int K = 1, int FIELD = kExpectGiven, bool HMM = false>
 __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   using T = typename Acc<S>::type;
@@ -70,7 +73,7 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   constexpr long long STRIDE = (long long)G * (BETA ? C : 1); // from one of a lane's sources to its next
   static_assert(NT % 32 == 0 && 32 % G == 0 && NT % G == 0, "a group is a power-of-two part of a warp");
   static_assert(K >= 1 && K <= kMaxExpectCluster, "a cluster of 1 to kMaxExpectCluster blocks");
-  constexpr bool Q = FIELD != kExpectGiven;
+  constexpr bool Q = FIELD != kExpectGiven, FOLD = HMM && BETA;
   __shared__ T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
   // The warps' sums of the last messages: in the message buffer no step reads any more where it is large enough
   // (8-byte messages of 1,024 states and q's leave no room beside them in 48 KiB), else an array of their own.
@@ -102,24 +105,24 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     auto load = [&](long long s, int r, V(&rw)[N], V(&fw)[N]) {
       const int c = first + group + r * GROUPS, cc = c < end ? c : 0;
       if constexpr (HMM) {
-        // The emission of the step's later position: the target's (forward), the same for all of its sources, or
-        // each source's (backward, whose sources are the later states).
-        const long long row = b * es[0] + (BETA ? L - 1 - s : s + 1) * es[1];
-        const S* const em = static_cast<const S*>(p.emissions) + row;
-        const S* const fem = static_cast<const S*>(p.field_emissions) + row;
+        // The emission of the step's later position: in the forward the target's, the same for all of its sources;
+        // the backward's sources are the later states, whose messages carry theirs (FOLD).
         const long long at = cc * (BETA ? ts[2] : ts[1]) + (long long)lane * (BETA ? ts[1] : ts[2]),
-                        stride = (long long)G * (BETA ? ts[1] : ts[2]), emission = (long long)G * es[2];
+                        stride = (long long)G * (BETA ? ts[1] : ts[2]);
         T e = T(0), fe = T(0);
-        if (!BETA && c < end) e = to_acc(em[cc * es[2]]), fe = same ? e : to_acc(fem[cc * es[2]]);
+        if (!BETA && c < end) {
+          const long long em = b * es[0] + (s + 1) * es[1] + cc * es[2];
+          e = to_acc(static_cast<const S*>(p.emissions)[em]);
+          fe = same ? e : to_acc(static_cast<const S*>(p.field_emissions)[em]);
+        }
         // Pointers moved a source at a time, not addresses formed for every source at once.
-        const S *tr = pot + at, *ftr = fld + at, *er = em + lane * es[2], *fer = fem + lane * es[2];
+        const S *tr = pot + at, *ftr = fld + at;
 #pragma unroll
         for (int k = 0; k < N; ++k) {
           const bool real = c < end && (FULL || lane + k * G < C);
-          if (BETA && real) e = to_acc(*er), fe = same ? e : to_acc(*fer);
           rw[k] = real ? to_acc(*tr) + e : Num<T>::neg_inf();
           if (!same) fw[k] = real ? to_acc(*ftr) + fe : T(0);
-          tr += stride, ftr += stride, er += emission, fer += emission;
+          tr += stride, ftr += stride;
         }
       } else {
         const long long at = (BETA ? L - 2 - s : s) * C * C + cc * (BETA ? 1LL : C) + (long long)lane * (BETA ? C : 1);
@@ -149,11 +152,29 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     for (long long s = 0; s + 1 < L; ++s) {
       const T(&in)[Q ? 3 : 2][C] = msg[cur];
       const long long at = (BETA ? L - 1 - s : s) * C; // the position whose messages `in` holds
-      if (keep)
+      if constexpr (FOLD) {
+        // Each state's messages kept as made, then given its emissions at this position to pass on: every block
+        // holds all C of them, and a thread keeps and folds the same states.
+        T(&held)[Q ? 3 : 2][C] = msg[cur];
+        const long long row = b * es[0] + (L - 1 - s) * es[1];
+#pragma unroll 1
+        for (int c = tid; c < C; c += NT) {
+          if (keep && c >= first && c < end) {
+            keep[at + c] = held[0][c], keep_mean[at + c] = held[1][c];
+            if constexpr (Q) keep_q[at + c] = held[2][c];
+          }
+          const T e = to_acc(static_cast<const S*>(p.emissions)[row + c * es[2]]),
+                  fe = same ? e : to_acc(static_cast<const S*>(p.field_emissions)[row + c * es[2]]);
+          held[0][c] += e, held[1][c] += FIELD == kExpectDifference ? e - fe : fe;
+          if constexpr (Q) held[2][c] += fe;
+        }
+        __syncthreads();
+      } else if (keep) {
         for (int c = first + tid; c < end; c += NT) {
           keep[at + c] = in[0][c], keep_mean[at + c] = in[1][c];
           if constexpr (Q) keep_q[at + c] = in[2][c];
         }
+      }
 #pragma unroll kUnroll
       for (int r = 0; r < ROUNDS; ++r) {
         const int c = first + group + r * GROUPS, u = PREFETCH ? r : 0;
