@@ -59,7 +59,9 @@ GeneratedKernel emit_expect_kernel(DType dtype, int C, int cluster, int field, b
   if (hmm) {
     entries.push_back({"_transpose", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_transpose<" + s + ", " + c + ">"});
     entries.push_back({"_nodes", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_nodes" + fields});
-    entries.push_back({"_transitions", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_transitions" + fields});
+    // Two blocks an SM where 4-byte sums leave the registers, so that one's staging overlaps the other's sums.
+    entries.push_back(
+        {"_transitions", jb::kExpectEdgeThreads, d.wide_acc() ? 1 : 2, "jb::expect_hmm_transitions" + fields});
     entries.push_back({"_reduce", jb::kExpectEdgeThreads, 1, "jb::expect_hmm_reduce<" + s + ", " + c + ">"});
   } else {
     entries.push_back({"_edges", jb::kExpectEdgeThreads, 1, "jb::expect_edges" + fields});

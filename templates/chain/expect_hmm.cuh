@@ -68,9 +68,10 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
   using T = typename Acc<S>::type;
   constexpr bool Q = FIELD != kExpectGiven;
   constexpr long long E = (long long)C * C;
-  constexpr int RW = kExpectTileRows, K = kExpectTileSources, J = kExpectEntriesPerThread, U = kExpectTileSteps;
+  constexpr int RW = kExpectTileRows, K = kExpectTileSources, J = kExpectEntriesPerThread, U = kExpectTileSteps,
+                WARPS = kExpectEdgeThreads / 32, PER = U / WARPS;
   constexpr int SIDE = (C + RW - 1) / RW;
-  static_assert(RW == 32 && K == 32 && K % J == 0 && U * 32 == kExpectEdgeThreads, "a lane a source or row");
+  static_assert(RW == 32 && K == 32 && K % J == 0 && U % WARPS == 0, "a lane a source or row, whole warps a step");
   const long long steps = p.T - 1, parts = p.batched_transitions ? p.B : p.parts, tiles = (long long)SIDE * SIDE;
   const long long* const es = p.emission_strides;
   const long long* const ts = p.transition_strides;
@@ -158,57 +159,74 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
     } else {
       for (long long i0 = from; i0 < to; i0 += U) {
         const int n = to - i0 < U ? int(to - i0) : U;
-        // Warp u stages step i0 + u: its sources' factors by lane, then its rows'.
-        if (warp < n) {
-          const int u = warp;
+        // Warp w stages steps w, w + WARPS, ... of the batch: all of their loads first, so that they are in flight
+        // together, then their factors.
+        ExpectSequence<T, Q> seq[PER];
+        T av[PER], aqv[PER], bv[PER], ev[PER], fev[PER], bev[PER], afv[PER], bqv[PER];
+        const int q = s0 + lane, cr = c0 + lane;
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+          const int u = warp + k * WARPS;
+          if (u >= n) continue;
           const long long i = i0 + u, b = i / steps, t = i % steps;
-          const ExpectSequence<T, Q> seq(p, b);
-          const bool inside = seq.bad || t + 1 < seq.L;
-          const bool ap = seq.asked(inside), aq = seq.asked_q(inside);
-          const long long at = (b * p.T + t) * C, next = at + C, em = b * es[0] + (t + 1) * es[1];
-          const int q = s0 + lane, cr = c0 + lane;
-          int odd = (ap && (seq.undefined || !finite(seq.gz) || !finite(seq.gm))) || (aq && !finite(seq.gzq)) ||
-                    (aq && seq.undefined_q);
-          const T a = ap && q < C ? static_cast<const T*>(p.alpha)[at + q] : neg_inf;
-          const T aqv = aq && q < C ? static_cast<const T*>(p.alpha_q)[at + q] : neg_inf;
-          odd |= a != a || a == Num<T>::inf() || aqv != aqv || aqv == Num<T>::inf();
+          const long long at = (b * p.T + t) * C, next = at + C, em = b * es[0] + (t + 1) * es[1] + cr * es[2];
+          seq[k] = ExpectSequence<T, Q>(p, b);
+          av[k] = q < C ? static_cast<const T*>(p.alpha)[at + q] : neg_inf;
+          aqv[k] = Q && q < C ? static_cast<const T*>(p.alpha_q)[at + q] : neg_inf;
+          bv[k] = q < C ? static_cast<const T*>(p.before)[at + q] : T(0);
+          ev[k] = cr < C ? to_acc(static_cast<const S*>(p.emissions)[em]) : T(0);
+          fev[k] = same || cr >= C ? ev[k] : to_acc(static_cast<const S*>(p.field_emissions)[em]);
+          bev[k] = cr < C ? static_cast<const T*>(p.beta)[next + cr] : T(0);
+          afv[k] = cr < C ? static_cast<const T*>(p.after)[next + cr] : T(0);
+          bqv[k] = Q && cr < C ? static_cast<const T*>(p.beta_q)[next + cr] : T(0);
+        }
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+          const int u = warp + k * WARPS;
+          if (u >= n) continue; // the same for the whole warp
+          const long long i = i0 + u, t = i % steps;
+          const ExpectSequence<T, Q>& sk = seq[k];
+          const bool inside = sk.bad || t + 1 < sk.L;
+          const bool ap = sk.asked(inside), aq = sk.asked_q(inside);
+          int odd = (ap && (sk.undefined || !finite(sk.gz) || !finite(sk.gm))) || (aq && !finite(sk.gzq)) ||
+                    (aq && sk.undefined_q);
+          const T a = ap ? av[k] : neg_inf, aqa = aq ? aqv[k] : neg_inf;
+          odd |= a != a || a == Num<T>::inf() || aqa != aqa || aqa == Num<T>::inf();
           odd = __any_sync(0xffffffffu, odd);
           const T m = group_reduce<32>(a, [](T x, T y) { return Num<T>::max(x, y); });
-          const T mq = group_reduce<32>(aqv, [](T x, T y) { return Num<T>::max(x, y); });
+          const T mq = group_reduce<32>(aqa, [](T x, T y) { return Num<T>::max(x, y); });
           const T x = !odd && a > neg_inf ? Expect<T>::ex(a - m) : T(0);
           // before less its value at the step's first largest α (bref), so that the sums hold F's deviations rather
           // than its running totals, which would cancel.
-          const T bv = seq.gm != T(0) && a > neg_inf ? static_cast<const T*>(p.before)[at + q] : T(0);
+          const T bk = sk.gm != T(0) && a > neg_inf ? bv[k] : T(0);
           const unsigned tops = __ballot_sync(0xffffffffu, !odd && a == m && a > neg_inf);
-          const T bref = tops ? __shfl_sync(0xffffffffu, bv, __ffs(tops) - 1) : T(0);
-          const T xb = x > T(0) && seq.gm != T(0) ? x * (bv - bref) : T(0);
-          odd = __any_sync(0xffffffffu, odd || !finite(xb) || !finite(bv));
+          const T bref = tops ? __shfl_sync(0xffffffffu, bk, __ffs(tops) - 1) : T(0);
+          const T xb = x > T(0) && sk.gm != T(0) ? x * (bk - bref) : T(0);
+          odd = __any_sync(0xffffffffu, odd || !finite(xb) || !finite(bk));
           xs[u][lane] = odd ? T(0) : x, xbs[u][lane] = odd ? T(0) : xb;
-          if constexpr (Q) xqs[u][lane] = !odd && aqv > neg_inf ? Expect<T>::ex(aqv - mq) : T(0);
+          if constexpr (Q) xqs[u][lane] = !odd && aqa > neg_inf ? Expect<T>::ex(aqa - mq) : T(0);
           T y1 = T(0), y2 = T(0), yq = T(0);
           int row_odd = odd;
           if (!odd && cr < C && (ap || aq)) {
-            const T e = to_acc(static_cast<const S*>(p.emissions)[em + cr * es[2]]);
-            const T fe = same ? e : to_acc(static_cast<const S*>(p.field_emissions)[em + cr * es[2]]);
+            const T e = ev[k], fe = fev[k];
             if (ap) {
-              const T ey = m + w_s[lane] + (e + static_cast<const T*>(p.beta)[next + cr] - seq.z);
+              const T ey = m + w_s[lane] + (e + bev[k] - sk.z);
               if (ey != ey || ey > bound) {
                 row_odd = 1;
               } else if (ey > neg_inf) {
                 const T y = Expect<T>::ex(ey);
-                const T cond = seq.gm != T(0) ? static_cast<const T*>(p.after)[next + cr] +
-                                                    (FIELD == kExpectDifference ? e - fe + T(1) : fe) - seq.mean + bref
-                                              : T(0);
-                y1 = y * (seq.gz + seq.gm * cond), y2 = seq.gm * y;
+                const T cond =
+                    sk.gm != T(0) ? afv[k] + (FIELD == kExpectDifference ? e - fe + T(1) : fe) - sk.mean + bref : T(0);
+                y1 = y * (sk.gz + sk.gm * cond), y2 = sk.gm * y;
                 row_odd |= !finite(y1) || !finite(y2);
               }
             }
             if (aq) {
-              const T ey = mq + wq_s[lane] + (fe + static_cast<const T*>(p.beta_q)[next + cr] - seq.zq);
+              const T ey = mq + wq_s[lane] + (fe + bqv[k] - sk.zq);
               if (ey != ey || ey > bound) {
                 row_odd = 1;
               } else if (ey > neg_inf) {
-                yq = seq.gzq * Expect<T>::ex(ey);
+                yq = sk.gzq * Expect<T>::ex(ey);
                 row_odd |= !finite(yq);
               }
             }

@@ -92,12 +92,12 @@ enum ExpectLimits : int { kExpectEdgeThreads = 256, kMaxExpectStates = 1024, kMa
 // The HMM form's "_transitions": a block a tile of kExpectTileRows target states × kExpectTileSources sources of the
 // table (kExpectEdgeThreads threads, kExpectEntriesPerThread sources of one row each, interleaved with the row's
 // other threads', so that a warp's lanes read distinct banks) and a part of the steps, staged kExpectTileSteps at a
-// time (a warp a step), so that every thread sums its entries over many steps.
+// time (two a warp, their loads in flight together), so that every thread sums its entries over many steps.
 enum ExpectTiles : int {
   kExpectTileRows = 32,
   kExpectTileSources = 32,
   kExpectEntriesPerThread = 4,
-  kExpectTileSteps = kExpectEdgeThreads / 32
+  kExpectTileSteps = 2 * kExpectEdgeThreads / 32
 };
 static_assert(kExpectTileRows * kExpectTileSources == kExpectEdgeThreads * kExpectEntriesPerThread,
               "a tile's entries, kExpectEntriesPerThread a thread");

@@ -289,6 +289,7 @@ template <class T, bool Q> struct ExpectSequence {
   T gz, gm, gzq, z, mean, zq;
   long long L;
   bool bad, undefined, undefined_q;
+  ExpectSequence() = default;
   __device__ __forceinline__ ExpectSequence(const ExpectParams& p, long long b) {
     L = chain_length(p, b, bad);
     gz = p.grad_log_z ? static_cast<const T*>(p.grad_log_z)[b] : T(0);
