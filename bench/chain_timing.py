@@ -83,6 +83,23 @@ def wall_ms(fn, reps, warmups=3):
     return statistics.median(times)
 
 
+def kernel_ms(fn, calls=5):
+    """The GPU time of each kernel fn() launches, ms a call, largest first: torch.profiler's CUDA activity over `calls`
+    calls after warm(fn, 3), a kernel's launches within a call summed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    warm(fn, 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.events():
+        if event.device_type.name == "CUDA":
+            times[event.name] = times.get(event.name, 0.0) + event.device_time / 1000 / calls
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
 def first_line(error):
     return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
 

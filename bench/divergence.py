@@ -8,10 +8,13 @@ row's own reference above it. Medians of CUDA-synchronised wall times of one ste
 potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it does not.
 
     python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]
+                                [--hmm [--kernels]]
 
 With --hmm: the HMM form's entropy, cross-entropy and KL forward + backward, samples and k best paths from its tables
 (jitbmm.torch.hmm_entropy, hmm_cross_entropy, hmm_kl, hmm_sample, hmm_kbest) against the CRF form's on the potentials
-formed from them, beside the HMM form's log-likelihood forward + backward, forward alone and Viterbi."""
+formed from them, beside the HMM form's log-likelihood forward + backward, forward alone and Viterbi; --kernels adds
+each loss's and the log-likelihood's forward + backward GPU time by kernel (torch.profiler, ms a call), their entries
+(the expectations' forward sweep, _beta, _transitions, _nodes; the log-likelihood's passes) named as launched."""
 
 import argparse
 import sys
@@ -23,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jitbmm.torch as jt  # noqa: E402
-from chain_timing import wall_ms  # noqa: E402
+from chain_timing import kernel_ms, wall_ms  # noqa: E402
 
 
 def crf(p):
@@ -73,6 +76,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
     ap.add_argument("--hmm", action="store_true", help="the HMM form's distributions instead")
+    ap.add_argument("--kernels", action="store_true", help="with --hmm: the losses' GPU time by kernel too")
     args = ap.parse_args()
     if args.hmm:
         return hmm_section(args)
@@ -207,6 +211,13 @@ def hmm_section(args):
             for k in (4, 16):
                 row(f"k best {k}", wall_ms(lambda: jt.hmm_kbest(*tables, k), args.reps), viterbi,
                     lambda: jt.chain_kbest(formed(*tables), k))
+        if args.kernels:
+            steps = {"log Z": lambda p, q: jt.hmm_log_partition(*p)}
+            steps.update({name: ours for name, (ours, _) in hmm_losses().items()})
+            for name, fn in steps.items():
+                times = kernel_ms(tables_step(fn, tables, other))
+                parts = "; ".join(f"{kernel[:64]} {ms:.3f}" for kernel, ms in list(times.items())[:5])
+                print(f"{shape:>12} {name:>14} GPU {sum(times.values()):.3f} ms: {parts}")
 
 
 if __name__ == "__main__":
