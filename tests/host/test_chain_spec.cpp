@@ -10,6 +10,7 @@
 #include "generator/chain_source.hpp"
 #include "generator/distribution_source.hpp"
 #include "runtime/chain_stepped.hpp"
+#include "templates/chain/expect_params.cuh"
 #include "templates/chain/params.cuh"
 
 using namespace jitbmm;
@@ -281,4 +282,33 @@ TEST_CASE("the distributions' clusters: from 128 states, doubling while the laun
   const GeneratedKernel kb = emit_kbest_kernel(DType::f32, 128, 4, 8);
   CHECK(kb.name.rfind("chain_kbest_f32_c128_k4_cl8", 0) == 0);
   CHECK(kb.source.find("__cluster_dims__(8, 1, 1)") != std::string::npos);
+}
+
+// The HMM form's expectations sum a transition table's gradients in 32 × 32 tiles over parts of the steps: about
+// eight blocks an SM in all, but never a part of fewer steps than a staged batch (or of none); the shared table's
+// partial sums are 2 × parts × C² values. The transitions' entry's launch bounds keep two blocks an SM of 4-byte
+// sums, one of 8-byte ones.
+TEST_CASE("the HMM expectations' transitions: tiles, parts of whole batches of steps, and their launch bounds") {
+  CHECK(jb::expect_tiles(1) == 1);
+  CHECK(jb::expect_tiles(32) == 1);
+  CHECK(jb::expect_tiles(33) == 4);
+  CHECK(jb::expect_tiles(256) == 64);
+  CHECK(jb::expect_tiles(1024) == 1024);
+  CHECK(jb::expect_parts(256, 512 * 31, kSms) == 17); // 64 tiles: 1,088 blocks of 933 or 934 steps
+  CHECK(jb::expect_parts(16, 512 * 31, kSms) == 992); // 1 tile: eight blocks an SM would be parts of 15 steps
+  CHECK(jb::expect_parts(16, 16 * 3, kSms) == 3);
+  CHECK(jb::expect_parts(16, 5, kSms) == 1); // fewer steps than a batch: one part
+  CHECK(jb::expect_parts(16, 0, kSms) == 1); // no steps (T = 1, or B = 0)
+  CHECK(jb::expect_parts(1024, 1 << 20, kSms) == 2);
+  for (const long long steps : {1LL, 15LL, 16LL, 17LL, 1000LL, 123457LL})
+    for (const int states : {1, 31, 64, 129, 1024}) {
+      const long long parts = jb::expect_parts(states, steps, kSms);
+      CHECK(parts >= 1);
+      CHECK((parts == 1 || steps / parts >= jb::kExpectTileSteps));
+    }
+  CHECK(jb::expect_factor_bound(4) == 40);
+  CHECK(jb::expect_factor_bound(8) == 300);
+  const std::string two = "__launch_bounds__(256, 2)";
+  CHECK(emit_expect_kernel(DType::f32, 256, 1, 0, true).source.find(two) != std::string::npos);
+  CHECK(emit_expect_kernel(DType::f64, 256, 1, 0, true).source.find(two) == std::string::npos);
 }
