@@ -1,4 +1,4 @@
-// jitbmm inspect --chain C --expectation | --kbest K | --samples (cli/inspect_distributions.hpp).
+// jitbmm inspect --chain C --expectation [--field F] | --kbest K | --samples (cli/inspect_distributions.hpp).
 #include "cli/inspect_distributions.hpp"
 
 #include <stdexcept>
@@ -27,6 +27,16 @@ int distribution_cluster_from(const Args& args, const std::string& arch) {
   return cluster;
 }
 
+// --field: the expectation's field kind, the given field (entropy), a chain q (cross-entropy) or the difference p − q
+// (KL), as jitbmm.torch's fused forms take them.
+int expectation_field_from(const Args& args) {
+  const std::string field = args.get("--field", "given");
+  if (field == "given") return jb::kExpectGiven;
+  if (field == "chain") return jb::kExpectChain;
+  if (field == "difference") return jb::kExpectDifference;
+  throw std::invalid_argument("--field: given, chain or difference, got '" + field + "'");
+}
+
 // The generator's refusal, named by the flag that gave the value it names (C: --chain; k: --kbest; the cluster).
 [[noreturn]] void refused(const std::invalid_argument& e) {
   const std::string why = e.what();
@@ -40,14 +50,15 @@ int distribution_cluster_from(const Args& args, const std::string& arch) {
 
 bool distribution_module(const Args& args, const std::string& arch, GeneratedKernel& kernel, int& threads) {
   if (!args.has("--chain")) return false;
-  if (args.has("--expectation")) { // the form, the dtype, C and the cluster
-    args.require_only({"--chain", "--expectation", "--hmm", "--dtype", "--cluster", "--emit", "--arch"},
+  if (args.has("--expectation")) { // the form, the dtype, C, the field and the cluster
+    args.require_only({"--chain", "--expectation", "--hmm", "--field", "--dtype", "--cluster", "--emit", "--arch"},
                       "inspect --chain --expectation");
     const ChainProblem problem = chain_problem_from(args, 1, 2);
+    const int field = expectation_field_from(args);
     const int cluster = distribution_cluster_from(args, arch);
     try {
-      kernel =
-          with_override(emit_expect_kernel(problem.dtype, int(problem.C), cluster, 0, problem.form == ChainForm::hmm));
+      kernel = with_override(
+          emit_expect_kernel(problem.dtype, int(problem.C), cluster, field, problem.form == ChainForm::hmm));
     } catch (const std::invalid_argument& e) {
       refused(e);
     }
