@@ -72,7 +72,7 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
                 WARPS = kExpectEdgeThreads / 32, PER = U / WARPS;
   constexpr int SIDE = (C + RW - 1) / RW;
   static_assert(RW == 32 && K == 32 && K % J == 0 && U % WARPS == 0, "a lane a source or row, whole warps a step");
-  const long long steps = p.T - 1, parts = p.batched_transitions ? p.B : p.parts, tiles = (long long)SIDE * SIDE;
+  const long long steps = p.T - 1, parts = p.batched_transitions ? p.B : p.parts, tiles = expect_tiles(C);
   const long long* const es = p.emission_strides;
   const long long* const ts = p.transition_strides;
   const bool same = !Q && p.field == p.potentials && p.field_emissions == p.emissions && p.field_initial == p.initial;
@@ -287,8 +287,10 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
 // holds a row apart: read from the copy, a warp's loads are consecutive. A block a 32 × 32 tile through shared memory,
 // read along the stored rows and written along the copy's.
 template <class S, int C> __device__ __forceinline__ void expect_hmm_transpose(const ExpectParams& p) {
-  constexpr int W = 32, SIDE = (C + W - 1) / W, ROWS = kExpectEdgeThreads / W;
-  constexpr long long E = (long long)C * C, TILES = (long long)SIDE * SIDE;
+  // The transitions' tiles (expect_tiles), square: the runtime launches a block a tile of each copy.
+  constexpr int W = kExpectTileRows, SIDE = (C + W - 1) / W, ROWS = kExpectEdgeThreads / W;
+  constexpr long long E = (long long)C * C, TILES = expect_tiles(C);
+  static_assert(kExpectTileRows == kExpectTileSources && kExpectEdgeThreads % W == 0, "square tiles, whole rows");
   const long long tables = p.batched_transitions ? p.B : 1;
   const long long* const ts = p.transition_strides;
   const int copies = p.field != p.potentials ? 2 : 1;
