@@ -425,6 +425,7 @@ struct HmmCase {
     kPBanded = 16,           // p's transitions −inf where |c − from| > 1
     kQBanded = 32,           // q's likewise: where p gives weight q gives none, the cross-entropy and KL are +inf
     kWide = 64, // both chains' transitions ×kWideScale: rows whose large transitions lie far from α's peak
+    kTableSpecials = 128, // p's first table holds a NaN and a +inf, q's last a NaN: bad tiles beside good ones
   };
   DType dtype;
   int64_t B, T, C;
@@ -435,12 +436,13 @@ struct HmmCase {
 
 std::string describe(const HmmCase& k) {
   char text[200];
-  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s%s", dtype_info(k.dtype).name, (long long)k.B,
+  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s%s%s", dtype_info(k.dtype).name, (long long)k.B,
                 (long long)k.T, (long long)k.C, k.has(HmmCase::kRagged) ? " ragged" : "",
                 k.has(HmmCase::kBatchedTransitions) ? " batched transitions" : "",
                 k.has(HmmCase::kBatchedInitial) ? " batched initial" : "", k.has(HmmCase::kStrided) ? " strided" : "",
                 k.has(HmmCase::kPBanded) ? " p banded" : "", k.has(HmmCase::kQBanded) ? " q banded" : "",
-                k.has(HmmCase::kWide) ? " wide" : "", k.p_special > 0 ? " specials" : "");
+                k.has(HmmCase::kWide) ? " wide" : "", k.p_special > 0 ? " specials" : "",
+                k.has(HmmCase::kTableSpecials) ? " table specials" : "");
   return text;
 }
 
@@ -472,6 +474,11 @@ void run_hmm_case(const HmmCase& k, std::mt19937_64& rng) {
     if (std::llabs(c - from) <= 1) continue;
     if (k.has(HmmCase::kPBanded)) hp.transitions[i] = -kInf;
     if (k.has(HmmCase::kQBanded)) hq.transitions[i] = -kInf;
+  }
+  if (k.has(HmmCase::kTableSpecials)) { // [b][c][from]: p's in the first and last rows of tiles, q's in the last
+    const int64_t C = p.C, q_table = p.batched_transitions ? p.B - 1 : 0;
+    hp.transitions[(C - 1) * C] = NAN, hp.transitions[C + 1] = kInf;
+    hq.transitions[(q_table * C + C / 2) * C + C - 1] = NAN;
   }
   std::uniform_real_distribution<double> unit(0, 1);
   for (double& x : hp.emissions)
@@ -525,6 +532,12 @@ TEST_CASE("chain expectations, the HMM form: entropy, cross-entropy and KL from 
       {DType::f32, 9, 12, 37, K::kRagged | K::kWide | K::kPBanded},
       {DType::f32, 4, 12, 70, K::kRagged | K::kWide | K::kBatchedTransitions},
       {DType::f64, 3, 20, 40, K::kRagged | K::kWide},
+      // NaN and +inf inside the transition tables: the sequences (or the shared sum) they reach are NaN, the others'
+      // tiles are summed as before.
+      {DType::f32, 4, 12, 70, K::kRagged | K::kBatchedTransitions | K::kTableSpecials},
+      {DType::f32, 4, 12, 70, K::kWide | K::kBatchedTransitions | K::kStrided | K::kTableSpecials},
+      {DType::f32, 3, 9, 40, K::kRagged | K::kTableSpecials},
+      {DType::f64, 3, 10, 37, K::kBatchedTransitions | K::kTableSpecials},
       {DType::f64, 3, 12, 33, K::kRagged | K::kBatchedTransitions | K::kBatchedInitial | K::kStrided},
       {DType::f64, 2, 6, 130, K::kRagged},
       {DType::f16, 3, 10, 8, K::kRagged | K::kStrided},
