@@ -124,18 +124,38 @@ def _vmapped(args):
                for x in jax.tree_util.tree_leaves(args))
 
 
+def _traced_with(fun, vmapped_body):
+    """fun, run with _VMAPPED_BODY set to vmapped_body while it runs (while JAX traces it)."""
+    @functools.wraps(fun)
+    def body(*args, **kwargs):
+        token = _VMAPPED_BODY.set(vmapped_body)
+        try:
+            return fun(*args, **kwargs)
+        finally:
+            _VMAPPED_BODY.reset(token)
+    return body
+
+
 class custom_vmap(custom_batching.custom_vmap):
     """jax.custom_batching.custom_vmap whose body sizes no workspace (workspace_bytes gives 0 and makes no plan) in a
     call whose arguments are vmapped. custom_vmap traces the body at the unbatched shapes on every call, but a
     vmapped call is then taken over by its rule, which calls again with the batch's shapes: only that problem runs,
-    and only its plan is made and tuned."""
+    and only its plan is made and tuned. The two bodies are two functions, each tracing as it always does, since JAX
+    may keep a body's trace by its function and shapes and use it again: a vmapped call's body of 0 bytes must never
+    be the one a plain call of the same shapes runs (jax.jacrev's rows, a call in a scan of a rule)."""
+
+    def __init__(self, fun):
+        super().__init__(_traced_with(fun, False))
+        self._unplanned = custom_batching.custom_vmap(_traced_with(fun, True))
+
+    def def_vmap(self, rule):
+        self._unplanned.def_vmap(rule)
+        return super().def_vmap(rule)
 
     def __call__(self, *args, **kwargs):
-        token = _VMAPPED_BODY.set(_vmapped((args, kwargs)))
-        try:
-            return super().__call__(*args, **kwargs)
-        finally:
-            _VMAPPED_BODY.reset(token)
+        if _vmapped((args, kwargs)):
+            return self._unplanned(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
 
 def workspace_bytes(target, *problem):
