@@ -68,6 +68,8 @@ inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, 
     if (args.has("--threads"))
       spec.forward.threads = spec.saving.threads = parse_int(args.get("--threads", ""), "--threads", 1, 1024);
     if (args.has("--lanes")) spec.forward.lanes = spec.saving.lanes = parse_int(args.get("--lanes", ""), "--lanes", 1, 32);
+    // A loop given its threads or lanes is compiled for one block an SM, the rule's two being for its own loop.
+    if (args.has("--threads") || args.has("--lanes")) spec.forward.blocks = spec.saving.blocks = 1;
     if (args.has("--beta-lanes")) spec.beta_lanes = parse_int(args.get("--beta-lanes", ""), "--beta-lanes", 1, 32);
     check_chain_spec(spec, problem);
     return spec;

@@ -86,7 +86,7 @@ int run_chain_tune(const Args& args) {
                 (long long)kMaxSequentialChainStates);
   } else {
     for (int k = 1; k <= kMaxChainCluster; k *= 2) {
-      const ChainSpec spec = clustered_chain_spec(p, k);
+      const ChainSpec spec = with_rule_saving_blocks(clustered_chain_spec(p, k), p.B, cluster_sms(*device));
       if (!spec.clusters_fit()) {
         std::printf("%8d  [skipped: its registers do not fit]\n", k);
         continue;
@@ -101,7 +101,8 @@ int run_chain_tune(const Args& args) {
     }
     // The chunked strategy, its chain of chunks in its own plan's variant, beside the clusters' best saving forward.
     const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
-    const ChainSpec best = clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster);
+    const ChainSpec best = with_rule_saving_blocks(
+        clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster), p.B, cluster_sms(*device));
     for (const int64_t chunk : chunk_candidates(p)) {
       const std::string variant = "chunk " + std::to_string(chunk);
       const std::optional<ChainMeasure> row = measure(variant, best, chunk);
@@ -112,7 +113,9 @@ int run_chain_tune(const Args& args) {
     // shuffles of a reduction; fewer, more parallel terms): a group of lanes takes at most twice the states.
     for (int lanes = 1; lanes <= 32 && lanes <= 2 * p.C; lanes *= 2) {
       if (lanes == best.forward.lanes) continue;
-      const ChainSpec spec = chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes);
+      const ChainSpec spec = with_rule_saving_blocks(
+          chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes), p.B,
+          cluster_sms(*device));
       if (!spec.registers_fit()) {
         std::printf("%8s  [skipped: its registers do not fit]\n", ("lanes " + std::to_string(lanes)).c_str());
         continue;

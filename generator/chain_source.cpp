@@ -15,10 +15,11 @@ namespace jitbmm {
 
 namespace {
 
-// "512x8", or split over a cluster "512x8x4".
+// "512x8", or split over a cluster "512x8x4"; compiled for two blocks an SM "512x8m2".
 std::string loop_text(const ChainLoop& l) {
   return std::to_string(l.threads) + 'x' + std::to_string(l.lanes) +
-         (l.cluster > 1 ? 'x' + std::to_string(l.cluster) : std::string());
+         (l.cluster > 1 ? 'x' + std::to_string(l.cluster) : std::string()) +
+         (l.blocks > 1 ? 'm' + std::to_string(l.blocks) : std::string());
 }
 
 // The fields every unit's text depends on.
@@ -65,20 +66,22 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
   std::string fields; // the spec's fields the unit reads, for its header line
   if (unit == ChainUnit::forward) {
     const ChainLoop& f = s.forward;
-    entries.push_back({"", f.threads, 1,
+    entries.push_back({"", f.threads, f.blocks,
                        call("chain_forward", {type, op, C, n(f.threads), loop(f), "false", hmm_flag, n(f.cluster)}),
                        f.cluster});
     name << "_b" << f.threads << "_l" << f.lanes;
     fields = " forward=" + loop_text(f);
     if (f.cluster > 1) name << "_k" << f.cluster;
+    if (f.blocks > 1) name << "_m" << f.blocks;
   } else if (unit == ChainUnit::saving) {
-    entries.push_back({"", s.saving.threads, 1,
+    entries.push_back({"", s.saving.threads, s.saving.blocks,
                        call("chain_saving", {type, op, C, n(s.saving.threads), loop(s.saving),
                                              loop(s.beta(), s.beta_staged()), hmm_flag, n(s.saving.cluster)}),
                        s.saving.cluster});
     name << "_saving_s" << s.saving.threads << 'x' << s.saving.lanes << 'x' << s.beta_lanes;
     fields = " saving=" + loop_text(s.saving) + " beta_lanes=" + std::to_string(s.beta_lanes);
     if (s.saving.cluster > 1) name << 'x' << s.saving.cluster;
+    if (s.saving.blocks > 1) name << "_m" << s.saving.blocks;
   } else if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
     header = "chain/hmm_edges.cuh";
     entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});

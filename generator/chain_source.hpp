@@ -11,13 +11,16 @@ namespace jitbmm {
 
 // One sequence's recursion along the chain (templates/chain/sequential.cuh: chain_forward): `threads` per block,
 // `lanes` per target state (a power of two ≤ 32), and `cluster` blocks (a power of two ≤ 8; more than one needs
-// sm_90) that split the target states.
+// sm_90) that split the target states. `blocks`: the blocks an SM its kernel is compiled for (__launch_bounds__),
+// which bounds its registers; the loop's code (its step in registers or not) is what one block an SM allows, so
+// more than one may spill.
 struct ChainLoop {
   int threads = 32;
   int lanes = 1;
   int cluster = 1;
+  int blocks = 1;
   bool operator==(const ChainLoop& o) const {
-    return threads == o.threads && lanes == o.lanes && cluster == o.cluster;
+    return threads == o.threads && lanes == o.lanes && cluster == o.cluster && blocks == o.blocks;
   }
 };
 constexpr int kMaxChainCluster = 8;
@@ -77,6 +80,12 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms = 0);
 // the forward over `forward_cluster` and the saving forward over `saving_cluster` (what a tuned decision names).
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int cluster);
 ChainSpec clustered_chain_spec(const ChainProblem& problem, int forward_cluster, int saving_cluster);
+// `spec` with the saving forward compiled for the blocks an SM the rule gives a batch of B sequences on a device
+// lending `cluster_sms` SMs (0: none known, one block): two for the HMM form's log f32 loop of 64 terms a lane (its
+// block takes more than half an SM's registers) where its launch, two blocks a sequence, outnumbers the SMs, so
+// that a sequence's two recursions run at once rather than in turns. default_chain_spec applies it; so does a plan
+// taking a stored decision, and `jitbmm tune --chain` for what it times.
+ChainSpec with_rule_saving_blocks(ChainSpec spec, int64_t B, int cluster_sms);
 // clustered_chain_spec with the forward's groups of `lanes` lanes (a power of two ≤ 32) in place of the rule's, and
 // as many threads as the rule gives such groups (max_plus's forward with the path is that loop too): what `jitbmm
 // tune --chain` times beside the rule's lanes, and a decision may name.

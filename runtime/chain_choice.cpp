@@ -142,7 +142,7 @@ ChainChoice choose_chain_spec(const ChainProblem& problem, const DeviceInfo& dev
                     (d.forward_lanes ? ", the forward in groups of " + std::to_string(*d.forward_lanes) + " lanes"
                                      : std::string()) +
                     ", from the stored decision");
-  c.spec = tuned;
+  c.spec = with_rule_saving_blocks(tuned, problem.B, cluster_sms(device));
   c.from_decision = true;
   return c;
 }

@@ -106,10 +106,50 @@ TEST_CASE("chain specs: the HMM form's saving forward takes the forward's loop (
     const ChainSpec spec = default_chain_spec(chain(Semiring::log, 512, C, ChainForm::hmm), kSms);
     CAPTURE(to_string(spec));
     CHECK(spec.forward.cluster == 1);
-    CHECK(spec.saving == spec.forward);
+    CHECK(spec.saving.threads == spec.forward.threads);
+    CHECK(spec.saving.lanes == spec.forward.lanes);
+    CHECK(spec.saving.cluster == spec.forward.cluster);
     CHECK(spec.prefetch(spec.saving));
     CHECK(spec.prefetch(spec.beta()));
   }
+}
+
+// That loop takes more than half an SM's registers at 128 states: where the saving forward's launch (two blocks a
+// sequence) outnumbers the SMs it is compiled for two blocks an SM, so that a sequence's two recursions run at once.
+TEST_CASE("chain specs: the HMM form's saving forward for two blocks an SM where its launch outnumbers the SMs") {
+  auto blocks = [](int64_t B, int64_t C, int sms = kSms, ChainForm form = ChainForm::hmm, DType dtype = DType::f32) {
+    return default_chain_spec(chain(Semiring::log, B, C, form, dtype), sms).saving.blocks;
+  };
+  CHECK(blocks(256, 128) == 2);
+  CHECK(blocks(128, 128) == 2);
+  CHECK(blocks(67, 128) == 2);
+  CHECK(blocks(66, 128) == 1); // 132 blocks: one an SM holds them all
+  CHECK(blocks(8, 128) == 1);
+  CHECK(blocks(256, 128, 0) == 1); // no SMs known
+  CHECK(blocks(256, 64) == 1);     // its block already leaves room for a second
+  CHECK(blocks(256, 256) == 1);    // 512 threads: two would leave 64 registers a thread
+  CHECK(blocks(256, 128, kSms, ChainForm::crf) == 1);
+  CHECK(blocks(256, 128, kSms, ChainForm::hmm, DType::f64) == 1);
+  const ChainProblem p = chain(Semiring::log, 256, 128, ChainForm::hmm);
+  const ChainSpec spec = default_chain_spec(p, kSms);
+  CAPTURE(to_string(spec));
+  CHECK(spec.forward.blocks == 1);
+  check_chain_spec(spec, p);
+  // A stored decision's spec takes it too, and only the saving forward's unit is built for it.
+  CHECK(with_rule_saving_blocks(clustered_chain_spec(p, 1, 1), p.B, kSms) == spec);
+  const GeneratedKernel saving = emit_chain_kernel(spec, ChainUnit::saving);
+  CHECK(saving.name.find("_m2_") != std::string::npos);
+  CHECK(saving.source.find("__launch_bounds__(" + std::to_string(spec.saving.threads) + ", 2) " + saving.name + "(") !=
+        std::string::npos);
+  CHECK(saving.source.find("saving=" + std::to_string(spec.saving.threads) + "x" + std::to_string(spec.saving.lanes) +
+                           "m2") != std::string::npos);
+  CHECK(emit_chain_kernel(spec).name.find("_m") == std::string::npos);
+  CHECK(emit_chain_kernel(spec, ChainUnit::backward).source ==
+        emit_chain_kernel(default_chain_spec(chain(Semiring::log, 8, 128, ChainForm::hmm), kSms), ChainUnit::backward)
+            .source);
+  ChainSpec bad = spec;
+  bad.saving.blocks = 16;
+  expect_invalid([&] { check_chain_spec(bad, p); }, "chain spec.saving_blocks");
 }
 
 // The CRF form's log saving forward stages its backward messages' steps through shared memory where their groups
