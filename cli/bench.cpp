@@ -122,7 +122,7 @@ std::vector<std::pair<Problem, std::vector<KernelSpec>>> default_suite() {
 int run_bench(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--reps", "--arch", "--chain", "--batch", "--length", "--cluster", "--threads", "--lanes",
-                "--beta-lanes", "--chunk"});
+                "--beta-lanes", "--saving-blocks", "--chunk"});
   std::set<std::string> switches = spec_switches();
   const std::vector<std::string> modes = {"--first-call", "--compile-times", "--backward", "--exp-matmul", "--chain"};
   switches.insert(modes.begin(), modes.end());
@@ -163,7 +163,7 @@ int run_bench(int argc, char** argv) {
   }
   if (mode == "--chain") {
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length", "--cluster", "--threads",
-                       "--lanes", "--beta-lanes", "--sweep", "--chunk", "--stepped", "--reps"},
+                       "--lanes", "--beta-lanes", "--saving-blocks", "--sweep", "--chunk", "--stepped", "--reps"},
                       "bench --chain");
     return run_chain_bench(args);
   }

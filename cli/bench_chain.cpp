@@ -52,7 +52,7 @@ std::vector<ChainSpec> sweep_specs(const ChainProblem& problem, const ChainSpec&
 
 // Whether flags name a variant of the module (then the plan's own strategy is not the default row).
 bool has_variant_flags(const Args& args) {
-  for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes"})
+  for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes", "--saving-blocks"})
     if (args.has(flag)) return true;
   return false;
 }
@@ -82,7 +82,7 @@ int run_chain_bench(const Args& args) {
   if (p.C <= kMaxSequentialChainStates)
     chain_spec_from(args, p, default_chain_spec(p)); // a bad flag's error before the device's
   else // the sequential kernels' variants, and their sweep; only the stepped strategy takes this many
-    for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes", "--sweep"})
+    for (const char* flag : {"--cluster", "--threads", "--lanes", "--beta-lanes", "--saving-blocks", "--sweep"})
       if (args.has(flag))
         throw std::invalid_argument(
             std::string(flag) + (std::string(flag) == "--sweep" ? ": sweeps the variants" : ": a variant") +

@@ -1,6 +1,6 @@
 // The flags that describe a chain module and its problem (inspect --chain, bench --chain): --chain C, --hmm (the
 // HMM form), --semiring, --dtype, and for bench the batch and length; the spec's own fields by --cluster, --threads,
-// --lanes and --beta-lanes.
+// --lanes, --beta-lanes and --saving-blocks.
 #pragma once
 
 #include <cstring>
@@ -26,6 +26,7 @@ namespace jitbmm::cli {
                                     {"chain spec.saving_threads", "--threads"},
                                     {"chain spec.saving_lanes", "--lanes"},
                                     {"chain spec.beta_lanes", "--beta-lanes"},
+                                    {"chain spec.saving_blocks", "--saving-blocks"},
                                     {"chain spec.cluster", "--cluster"},
                                     {"chain spec.saving_cluster", "--cluster"}})
     if (message.rfind(field, 0) == 0) throw std::invalid_argument(flag + message.substr(std::strlen(field)));
@@ -58,7 +59,7 @@ inline ChainProblem sized_chain_problem_from(const Args& args) {
 }
 
 // `base` (the spec a plan takes, or the rule's without a device), or with --cluster K the rule's blocks for clusters
-// of K; then --threads, --lanes and --beta-lanes override its fields.
+// of K; then --threads, --lanes, --beta-lanes and --saving-blocks override its fields.
 inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, const ChainSpec& base) {
   try {
     ChainSpec spec = base;
@@ -71,6 +72,8 @@ inline ChainSpec chain_spec_from(const Args& args, const ChainProblem& problem, 
     // A loop given its threads or lanes is compiled for one block an SM, the rule's two being for its own loop.
     if (args.has("--threads") || args.has("--lanes")) spec.forward.blocks = spec.saving.blocks = 1;
     if (args.has("--beta-lanes")) spec.beta_lanes = parse_int(args.get("--beta-lanes", ""), "--beta-lanes", 1, 32);
+    if (args.has("--saving-blocks"))
+      spec.saving.blocks = parse_int(args.get("--saving-blocks", ""), "--saving-blocks", 1, 64);
     check_chain_spec(spec, problem);
     return spec;
   } catch (const std::invalid_argument& e) {

@@ -319,7 +319,8 @@ int print_chain_tuned(const ChainProblem& p) {
 
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
-  flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--batch",
+  flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--saving-blocks",
+                "--batch",
                 "--length", "--kbest", "--field"});
   std::set<std::string> switches = spec_switches();
   switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward",
@@ -388,7 +389,7 @@ int run_inspect(int argc, char** argv) {
                                        : jb::fused_resident_threads(problem.semiring == Semiring::log);
   } else if (args.has("--chain")) { // the sequential kernels: the forward's unit, or --saving's or --backward's
     args.require_only({"--chain", "--hmm", "--semiring", "--dtype", "--cluster", "--threads", "--lanes", "--beta-lanes",
-                       "--saving", "--backward", "--emit", "--arch"},
+                       "--saving-blocks", "--saving", "--backward", "--emit", "--arch"},
                       "inspect --chain");
     if (args.has("--saving") && args.has("--backward"))
       throw std::invalid_argument("--saving: one unit at a time (--saving or --backward)");
