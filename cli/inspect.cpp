@@ -320,8 +320,7 @@ int print_chain_tuned(const ChainProblem& p) {
 int run_inspect(int argc, char** argv) {
   std::set<std::string> flags = spec_flags();
   flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--saving-blocks",
-                "--batch",
-                "--length", "--kbest", "--field"});
+                "--batch", "--length", "--kbest", "--field"});
   std::set<std::string> switches = spec_switches();
   switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward",
                    "--saving", "--expectation", "--samples"});
