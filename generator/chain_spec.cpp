@@ -287,11 +287,10 @@ ChainSpec with_rule_saving_blocks(ChainSpec s, int64_t B, int cluster_sms) {
   // The HMM form's log saving forward in the forward's loop of 64 terms a lane (128 states and a few more, f32)
   // takes 180-200 registers a thread: one block an SM, so where the launch's 2B blocks outnumber the SMs the
   // sequences' forward and backward messages run in turns, about twice the forward's time. Compiled for two blocks
-  // an SM, ptxas holds the same loop in 128 registers, spilling a few, and both run at once: measured on an H100
-  // (jitbmm bench --chain 128 --hmm --length 32), the saving forward took 0.148 ms against 0.180 at B = 256 and
-  // 0.084 against 0.093 at B = 128; where the batch leaves SMs idle the spills only cost (the forward compiled so
-  // took 1.36 against 1.22 at B, T = 8, 1024), so the rule takes it only where the blocks outnumber the SMs. Blocks
-  // of more than 256 threads would be left under 128 registers a thread.
+  // an SM, ptxas holds the same loop in 128 registers, spilling a few, and both run at once, which measured faster
+  // at 80 to 256 sequences (bench/RESULTS.md, the HMM form's loops); where the batch leaves SMs idle the spills only
+  // cost, so the rule takes it only where the blocks outnumber the SMs. Blocks of more than 256 threads would be
+  // left under 128 registers a thread.
   const ChainLoop& l = s.saving;
   const bool wide = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32 && s.C >= 128 &&
                     l.cluster == 1 && l.threads <= 256 && s.prefetch(l) &&
