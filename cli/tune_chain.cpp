@@ -77,6 +77,8 @@ int run_chain_tune(const Args& args) {
     return row.checked;
   };
   std::printf("device: %s; chain %s\n", device->name.c_str(), chain_bucket_text(p).c_str());
+  // Each candidate as a plan would run it: with the saving forward's blocks an SM the rule gives this device.
+  auto ruled = [&](const ChainSpec& s) { return with_rule_saving_blocks(s, p.B, cluster_sms(*device)); };
   std::printf("%8s %10s %12s %10s %10s %s\n", "variant", "fwd ms", "fwd+kept ms", "backward", "kept+bwd", "check");
   std::vector<ChainTiming> timed;
   std::vector<ChunkTiming> chunked;
@@ -86,7 +88,7 @@ int run_chain_tune(const Args& args) {
                 (long long)kMaxSequentialChainStates);
   } else {
     for (int k = 1; k <= kMaxChainCluster; k *= 2) {
-      const ChainSpec spec = with_rule_saving_blocks(clustered_chain_spec(p, k), p.B, cluster_sms(*device));
+      const ChainSpec spec = ruled(clustered_chain_spec(p, k));
       if (!spec.clusters_fit()) {
         std::printf("%8d  [skipped: its registers do not fit]\n", k);
         continue;
@@ -101,8 +103,7 @@ int run_chain_tune(const Args& args) {
     }
     // The chunked strategy, its chain of chunks in its own plan's variant, beside the clusters' best saving forward.
     const ChainDecision clusters = choose_chain_clusters(p, timed, 0);
-    const ChainSpec best = with_rule_saving_blocks(
-        clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster), p.B, cluster_sms(*device));
+    const ChainSpec best = ruled(clustered_chain_spec(p, clusters.forward_cluster, clusters.saving_cluster));
     for (const int64_t chunk : chunk_candidates(p)) {
       const std::string variant = "chunk " + std::to_string(chunk);
       const std::optional<ChainMeasure> row = measure(variant, best, chunk);
@@ -113,9 +114,8 @@ int run_chain_tune(const Args& args) {
     // shuffles of a reduction; fewer, more parallel terms): a group of lanes takes at most twice the states.
     for (int lanes = 1; lanes <= 32 && lanes <= 2 * p.C; lanes *= 2) {
       if (lanes == best.forward.lanes) continue;
-      const ChainSpec spec = with_rule_saving_blocks(
-          chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes), p.B,
-          cluster_sms(*device));
+      const ChainSpec spec =
+          ruled(chain_spec_with_forward_lanes(p, clusters.forward_cluster, clusters.saving_cluster, lanes));
       if (!spec.registers_fit()) {
         std::printf("%8s  [skipped: its registers do not fit]\n", ("lanes " + std::to_string(lanes)).c_str());
         continue;

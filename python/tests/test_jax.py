@@ -348,7 +348,8 @@ class TraceTest(unittest.TestCase):
                                                    (0, None, None)), (e, t, i), {12}),
                  # jacrev's rows: the rule runs the backward a row at a time at the very shapes of the vmapped
                  # body it took over, and each of those calls must be sized
-                 ("kl, jacrev", jax.jacrev(lambda p: jj.chain_kl(p, jnp.zeros((3, 9, 7, 7), p.dtype), jnp.asarray([10, 2, 5]))),
+                 ("kl, jacrev",
+                  jax.jacrev(lambda p: jj.chain_kl(p, jnp.zeros((3, 9, 7, 7), p.dtype), jnp.asarray([10, 2, 5]))),
                   (spec((3, 9, 7, 7)),), {3}))
         real = _jax_support._workspace_bytes
         for name, f, args, batches in cases:

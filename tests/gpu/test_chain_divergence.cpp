@@ -424,7 +424,7 @@ struct HmmCase {
     kStrided = 8,            // emissions stored [T][C][B], each transition table transposed, initial with gaps
     kPBanded = 16,           // p's transitions −inf where |c − from| > 1
     kQBanded = 32,           // q's likewise: where p gives weight q gives none, the cross-entropy and KL are +inf
-    kWide = 64, // both chains' transitions ×kWideScale: rows whose large transitions lie far from α's peak
+    kWide = 64,           // both chains' transitions ×kWideScale: rows whose large transitions lie far from α's peak
     kTableSpecials = 128, // p's first table holds a NaN and a +inf, q's last a NaN: bad tiles beside good ones
   };
   DType dtype;
@@ -436,8 +436,8 @@ struct HmmCase {
 
 std::string describe(const HmmCase& k) {
   char text[200];
-  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s%s%s", dtype_info(k.dtype).name, (long long)k.B,
-                (long long)k.T, (long long)k.C, k.has(HmmCase::kRagged) ? " ragged" : "",
+  std::snprintf(text, sizeof text, "%s B=%lld T=%lld C=%lld%s%s%s%s%s%s%s%s%s", dtype_info(k.dtype).name,
+                (long long)k.B, (long long)k.T, (long long)k.C, k.has(HmmCase::kRagged) ? " ragged" : "",
                 k.has(HmmCase::kBatchedTransitions) ? " batched transitions" : "",
                 k.has(HmmCase::kBatchedInitial) ? " batched initial" : "", k.has(HmmCase::kStrided) ? " strided" : "",
                 k.has(HmmCase::kPBanded) ? " p banded" : "", k.has(HmmCase::kQBanded) ? " q banded" : "",
