@@ -14,7 +14,7 @@ With --hmm: the HMM form's entropy, cross-entropy and KL forward + backward, sam
 (jitbmm.torch.hmm_entropy, hmm_cross_entropy, hmm_kl, hmm_sample, hmm_kbest) against the CRF form's on the potentials
 formed from them, beside the HMM form's log-likelihood forward + backward, forward alone and Viterbi; --kernels adds
 each loss's and the log-likelihood's forward + backward GPU time by kernel (torch.profiler, ms a call), their entries
-(the expectations' forward sweep, _beta, _transitions, _nodes; the log-likelihood's passes) named as launched."""
+(the expectations' sweeps, _saving, _transitions, _nodes; the log-likelihood's passes) named as launched."""
 
 import argparse
 import sys

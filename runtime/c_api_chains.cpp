@@ -214,6 +214,14 @@ jitbmm_status jitbmm_chain_expectation_bytes(const jitbmm_chain_expectation* pla
   });
 }
 
+jitbmm_status jitbmm_chain_expectation_saved_bytes(const jitbmm_chain_problem* problem, int field, size_t* bytes) {
+  return guarded([&] {
+    require(bytes, "bytes");
+    *bytes =
+        jitbmm::ChainExpectation::saved_bytes(to_chain_problem(problem), static_cast<jitbmm::ExpectationField>(field));
+  });
+}
+
 jitbmm_status jitbmm_chain_expectation_run(const jitbmm_chain_expectation* plan, const void* potentials,
                                            const void* field, const int64_t* lengths, void* log_z, void* mean,
                                            void* saved, void* stream) {

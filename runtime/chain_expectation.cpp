@@ -25,15 +25,17 @@ struct ChainExpectation::Impl {
   std::shared_ptr<const DeviceInfo> device;
   std::shared_ptr<const LoadedKernel> kernel; // null when B = 0
   std::size_t messages = 0;                   // bytes of one [B][T][C] of messages in the output dtype
+  std::size_t saved = 0;                      // bytes of the saving forward's `saved` (saved_layout)
   int cluster = 1;                            // blocks of a sequence's sweeps (distribution_cluster)
   ExpectationField field = ExpectationField::given;
   // The HMM form's shared tables: the parts a shared transition table's steps are summed in (jb::expect_parts), and
   // the scratch of those partial sums and of the sequences' first positions ([2][B][C], for a shared initial table).
   int64_t parts = 1;
   std::size_t partials = 0, firsts = 0;
-  // The backward messages' copies of the transition tables ("_transpose"; 0: their stored layout is read directly).
+  // The backward messages' copies of the transition tables ("_transpose", in `saved`; 0: their stored layout is
+  // read directly).
   std::size_t transposed = 0;
-  // Message arrays a pass keeps ([B][T][C] each): p's and F's, and q's where the field is a chain.
+  // Message arrays a sweep keeps ([B][T][C] each): p's and F's, and q's where the field is a chain.
   int kept() const { return field == ExpectationField::given ? 2 : 3; }
   bool hmm() const { return problem.form == ChainForm::hmm; }
   std::size_t workspace_bytes() const; // the backward's scratch
@@ -41,13 +43,42 @@ struct ChainExpectation::Impl {
 
 namespace {
 
-// One of the module's entries: a cluster of blocks a sequence ("", "_beta"), a block a step ("_edges"), or blocks
+// The parts of a saving forward's `saved`: the forward sweep's kept message arrays, then the backward sweep's, each
+// `messages` bytes, then in the HMM form the copies of transition tables stored [to][from] that the backward sweep
+// reads ("_transpose": p's and the field's, [tables][from][to] in the storage type), where there are steps.
+struct SavedLayout {
+  std::size_t messages = 0, transposed = 0, bytes = 0;
+};
+
+SavedLayout saved_layout(const ChainProblem& problem, ExpectationField field) {
+  SavedLayout l;
+  const int64_t kept = field == ExpectationField::given ? 2 : 3,
+                acc = dtype_info(chain_output_dtype(problem)).size_bytes;
+  const int64_t messages = checked_product({problem.B, problem.T, problem.C, acc}, "chain: B*T*C");
+  int64_t transposed = 0;
+  if (problem.form == ChainForm::hmm && problem.B > 0 && problem.T > 1 && hmm_strides(problem).transitions[1] != 1)
+    transposed = checked_product({2, problem.batched_transitions ? problem.B : 1, problem.C, problem.C,
+                                  int64_t(dtype_info(problem.dtype).size_bytes)},
+                                 "chain: 2*B*C*C");
+  l.messages = std::size_t(messages), l.transposed = std::size_t(transposed);
+  l.bytes = std::size_t(checked_add(checked_mul(2 * kept, messages, "chain: saved"), transposed, "chain: saved"));
+  return l;
+}
+
+void check_expectation(const ChainProblem& problem, ExpectationField field) {
+  check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations", true);
+  if (field != ExpectationField::given && field != ExpectationField::chain && field != ExpectationField::difference)
+    throw std::invalid_argument("field: given, chain or difference, got " + std::to_string(int(field)));
+}
+
+// One of the module's entries: a cluster of blocks a sequence ("", and "_saving" twice, its two sweeps), a block a
+// step ("_edges"), or blocks
 // over the states ("_nodes"), a table's tiles and parts ("_transitions"), its entries ("_reduce") or the tiles of its
 // copies ("_transpose"); the kernels stride past the grid's limit.
 void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectParams params, CUstream stream) {
   const ChainProblem& p = im.problem;
-  const bool sweep = entry.empty() || entry == "_beta";
-  const int per_item = sweep ? im.cluster : 1;
+  const bool sweep = entry.empty() || entry == "_saving";
+  const int per_item = sweep ? im.cluster : 1, halves = entry == "_saving" ? 2 : 1;
   const unsigned threads = sweep ? unsigned(jb::expect_threads(int(p.C), dtype_info(p.dtype).wide_acc(), im.cluster))
                                  : unsigned(jb::kExpectEdgeThreads);
   const auto blocks_of = [&](int64_t n) { return (n + threads - 1) / threads; };
@@ -59,7 +90,8 @@ void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectP
                         : entry == "_transpose" ? 2 * (p.batched_transitions ? p.B : 1) * jb::expect_tiles(int(p.C))
                                                 : blocks_of(jb::expect_reduce_items(int(p.C))); // "_reduce"
   if (items == 0) return;
-  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item), 1, 1},
+  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item * halves), 1,
+                            1},
                  block[3] = {threads, 1, 1};
   void* args[] = {&params};
   launch(*im.kernel, entry.c_str(), grid, block, args, stream);
@@ -108,7 +140,16 @@ bool check_inputs(const ChainProblem& p, const HmmInputs& hmm, const HmmInputs& 
   return !empty;
 }
 
-// The forward of either form, its inputs checked: log Z and E_p[F], and the messages into `saved`.
+// Both sweeps' messages at `saved` (saved_layout), p's, F's and where the field is a chain q's.
+void point_at_saved(const ChainExpectation::Impl& im, char* saved, jb::ExpectParams& params) {
+  char* const back = saved + im.kept() * im.messages;
+  params.alpha = saved, params.before = saved + im.messages;
+  params.beta = back, params.after = back + im.messages;
+  if (im.kept() == 3) params.alpha_q = saved + 2 * im.messages, params.beta_q = back + 2 * im.messages;
+}
+
+// The forward of either form, its inputs checked: log Z and E_p[F] and, where `saved` is given, both sweeps'
+// messages into it, in one launch.
 void run_forward(const ChainExpectation::Impl& im, jb::ExpectParams params, void* log_z, void* mean, void* saved,
                  Stream stream) {
   const ChainProblem& p = im.problem;
@@ -117,15 +158,20 @@ void run_forward(const ChainExpectation::Impl& im, jb::ExpectParams params, void
   check_alignment(mean, "mean", bytes);
   check_alignment(saved, "saved", bytes);
   ScopedContext scope(im.device->context);
-  params.alpha = saved; // null: the messages stay in the blocks, nothing is kept
-  params.before = saved ? static_cast<char*>(saved) + im.messages : nullptr;
+  const CUstream cu = reinterpret_cast<CUstream>(stream);
   params.log_z = log_z;
-  if (im.kept() == 3) { // a chain field: q's messages after p's and F's, log Z_q after log Z_p
-    params.alpha_q = saved ? static_cast<char*>(saved) + 2 * im.messages : nullptr;
-    params.log_z_q = static_cast<char*>(log_z) + p.B * bytes;
-  }
+  if (im.kept() == 3) params.log_z_q = static_cast<char*>(log_z) + p.B * bytes; // log Z_q after log Z_p
   params.mean = mean;
-  run(im, "", params, reinterpret_cast<CUstream>(stream));
+  if (!saved) { // the messages stay in the blocks, nothing is kept
+    run(im, "", params, cu);
+    return;
+  }
+  point_at_saved(im, static_cast<char*>(saved), params);
+  if (im.transposed) { // the backward sweep reads the copies, made first
+    params.transposed = static_cast<char*>(saved) + 2 * im.kept() * im.messages;
+    run(im, "_transpose", params, cu);
+  }
+  run(im, "_saving", params, cu);
 }
 
 // The checks of a backward's reads of either form, before its inputs'.
@@ -143,8 +189,8 @@ void check_backward_reads(const ChainExpectation::Impl& im, const void* saved, c
   check_alignment(grad_mean, "grad_mean", bytes);
 }
 
-// The backward of either form, its arguments checked: the backward messages into scratch, then `entries`, the
-// gradients' passes, with the forward's saved messages and results.
+// The backward of either form, its arguments checked: `entries`, the gradients' passes, with the forward's saved
+// messages and results.
 void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, const void* saved, const void* log_z,
                   const void* mean, const void* grad_log_z, const void* grad_mean, Stream stream,
                   const Workspace& workspace, const std::vector<const char*>& entries) {
@@ -153,48 +199,25 @@ void run_backward(const ChainExpectation::Impl& im, jb::ExpectParams params, con
   ScopedContext scope(im.device->context);
   const CUstream cu = reinterpret_cast<CUstream>(stream);
   Scratch scratch(*im.device, workspace, im.workspace_bytes(), cu);
-  char* const kept = static_cast<char*>(const_cast<void*>(saved));
-  params.alpha = kept;
-  params.before = kept + im.messages;
-  params.beta = scratch.take(im.kept() * im.messages);
-  params.after = static_cast<char*>(params.beta) + im.messages;
+  point_at_saved(im, static_cast<char*>(const_cast<void*>(saved)), params);
   params.partials = scratch.take(im.partials);
   params.first = scratch.take(im.firsts);
-  params.transposed = scratch.take(im.transposed);
   params.parts = im.parts;
   params.log_z = const_cast<void*>(log_z);
   params.mean = const_cast<void*>(mean);
   params.grad_log_z = grad_log_z;
   if (im.kept() == 3) { // a chain field, laid out as the forward's
-    params.alpha_q = kept + 2 * im.messages;
-    params.beta_q = static_cast<char*>(params.beta) + 2 * im.messages;
     params.log_z_q = static_cast<char*>(params.log_z) + p.B * bytes;
     params.grad_log_z_q = grad_log_z ? static_cast<const char*>(grad_log_z) + p.B * bytes : nullptr;
   }
   params.grad_mean = grad_mean;
-  jb::ExpectParams beta = params;
-  if (params.transposed) { // the backward messages read the copies, [tables][from][to]
-    run(im, "_transpose", params, cu);
-    const std::size_t table = std::size_t(p.batched_transitions ? p.B : 1) * std::size_t(p.C * p.C) *
-                              std::size_t(dtype_info(p.dtype).size_bytes);
-    beta.potentials = params.transposed;
-    beta.field = params.field == params.potentials ? params.transposed : static_cast<char*>(params.transposed) + table;
-    const long long strides[3] = {p.batched_transitions ? p.C * p.C : 0, 1, p.C};
-    std::copy(std::begin(strides), std::end(strides), beta.transition_strides);
-  }
-  run(im, "_beta", beta, cu);
   for (const char* entry : entries) run(im, entry, params, cu);
 }
 
 } // namespace
 
 std::size_t ChainExpectation::Impl::workspace_bytes() const {
-  return ScratchSize()
-      .add(kept() * messages, "workspace")
-      .add(partials, "workspace")
-      .add(firsts, "workspace")
-      .add(transposed, "workspace")
-      .bytes();
+  return ScratchSize().add(partials, "workspace").add(firsts, "workspace").bytes();
 }
 
 static_assert(int(ExpectationField::given) == jb::kExpectGiven && int(ExpectationField::chain) == jb::kExpectChain &&
@@ -202,16 +225,15 @@ static_assert(int(ExpectationField::given) == jb::kExpectGiven && int(Expectatio
               "the library's fields are the kernels'");
 
 ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationField field) {
-  check_distribution_problem(problem, Semiring::log, jb::kMaxExpectStates, "expectations", true);
-  if (field != ExpectationField::given && field != ExpectationField::chain && field != ExpectationField::difference)
-    throw std::invalid_argument("field: given, chain or difference, got " + std::to_string(int(field)));
+  check_expectation(problem, field);
   auto impl = std::make_shared<Impl>();
   impl->problem = problem;
   impl->field = field;
   impl->device = current_device();
   check_supported(*impl->device);
   const std::size_t acc = std::size_t(dtype_info(chain_output_dtype(problem)).size_bytes);
-  impl->messages = std::size_t(checked_product({problem.B, problem.T, problem.C}, "chain: B*T*C")) * acc;
+  const SavedLayout layout = saved_layout(problem, field);
+  impl->messages = layout.messages, impl->transposed = layout.transposed, impl->saved = layout.bytes;
   impl->cluster = distribution_cluster(problem.B, int(problem.C), cluster_sms(*impl->device));
   if (impl->hmm() && problem.B > 0) {
     impl->parts = jb::expect_parts(int(problem.C), problem.B * (problem.T - 1), impl->device->sm_count);
@@ -219,12 +241,6 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationF
       impl->partials = std::size_t(checked_product({2, impl->parts, problem.C, problem.C}, "chain: parts*C*C")) * acc;
     if (!problem.batched_initial)
       impl->firsts = std::size_t(checked_product({2, problem.B, problem.C}, "chain: B*C")) * acc;
-    // Tables whose successors of a state are not consecutive (a [to][from] layout), where there are steps.
-    if (problem.T > 1 && hmm_strides(problem).transitions[1] != 1)
-      impl->transposed =
-          std::size_t(checked_product({2, problem.batched_transitions ? problem.B : 1, problem.C, problem.C},
-                                      "chain: 2*B*C*C")) *
-          std::size_t(dtype_info(problem.dtype).size_bytes);
   }
   if (problem.B > 0)
     impl->kernel = load_generated(
@@ -232,7 +248,12 @@ ChainExpectation ChainExpectation::get(const ChainProblem& problem, ExpectationF
   return ChainExpectation(std::move(impl));
 }
 
-std::size_t ChainExpectation::saved_bytes() const { return impl_->kept() * impl_->messages; }
+std::size_t ChainExpectation::saved_bytes() const { return impl_->saved; }
+
+std::size_t ChainExpectation::saved_bytes(const ChainProblem& problem, ExpectationField field) {
+  check_expectation(problem, field);
+  return saved_layout(problem, field).bytes;
+}
 
 std::size_t ChainExpectation::backward_workspace_bytes() const { return impl_->workspace_bytes(); }
 

@@ -200,10 +200,11 @@ void jitbmm_chain_plan_destroy(jitbmm_chain_plan* plan);
 /* Chain expectations (ChainExpectation in chain_expectation.hpp): of chains p in the CRF form (the log semiring,
  * contiguous potentials, C <= 1024; the HMM form below) and a field f of the potentials' shape, log Z_p and E_p[F]
  * (F a path's sum of f): what entropy (f = p's potentials: log Z - E), cross-entropy (f = q's: log Z_q - E) and KL
- * (f = p's - q's: E - log Z_p + log Z_q) are. `field` (ExpectationField): 0 the field as given; 1 the field is a chain q's potentials,
- * whose log Z_q comes beside; 2 the field is q's potentials read as the difference p - q, log Z_q beside. The run
- * writes log_z ([B]; [2][B] for fields 1 and 2: log Z_p, then log Z_q) and mean[B] in the output dtype and, if not
- * NULL, saved (saved_bytes: [2][B][T][C] in the output dtype, [3][B][T][C] for fields 1 and 2) for the backward:
+ * (f = p's - q's: E - log Z_p + log Z_q) are. `field` (ExpectationField): 0 the field as given; 1 the field is a chain
+ * q's potentials, whose log Z_q comes beside; 2 the field is q's potentials read as the difference p - q, log Z_q
+ * beside. The run writes log_z ([B]; [2][B] for fields 1 and 2: log Z_p, then log Z_q) and mean[B] in the output dtype
+ * and, if not NULL, saved (saved_bytes: both sweeps' messages, 2 x [2][B][T][C] in the output dtype, 2 x [3][B][T][C]
+ * for fields 1 and 2, then in the HMM form copies of transition tables stored [to][from]) for the backward:
  * grad_potentials = grad_log_z mu + grad_mean Cov_p(edge, F) and grad_field = grad_mean mu (fields 1 and 2: q's
  * gradient, as chain_expectation.hpp says; grad_log_z then [2][B]) (contiguous, the problem's dtype; each NULL to
  * skip; grad_log_z, grad_mean NULL: 0), with backward_workspace_bytes of scratch (NULL with 0 bytes: jitbmm's own
@@ -213,6 +214,8 @@ jitbmm_status jitbmm_chain_expectation_create(const jitbmm_chain_problem* proble
                                               jitbmm_chain_expectation** plan);
 jitbmm_status jitbmm_chain_expectation_bytes(const jitbmm_chain_expectation* plan, size_t* saved_bytes,
                                              size_t* backward_workspace_bytes);
+/* The same saved bytes for a problem and field, without a plan (no GPU, no compiling). */
+jitbmm_status jitbmm_chain_expectation_saved_bytes(const jitbmm_chain_problem* problem, int field, size_t* bytes);
 jitbmm_status jitbmm_chain_expectation_run(const jitbmm_chain_expectation* plan, const void* potentials,
                                            const void* field, const int64_t* lengths, void* log_z, void* mean,
                                            void* saved, void* stream);

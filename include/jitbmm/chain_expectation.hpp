@@ -39,9 +39,12 @@ public:
   // [B][T − 1][C][C] in the problem's dtype; lengths as the problem says (else null). A length-1 sequence gives
   // log C and 0; one of length outside [1, T] NaN and NaN; a sequence without a distribution (log Z −inf, +inf or
   // NaN) a NaN mean. An edge p gives no weight adds nothing to the mean, whatever its f (−inf and NaN included).
-  // saved: what backward() reads, [2][B][T][C] in the output dtype (saved_bytes() bytes; p's forward messages and
-  // F's expectation before each position given its state; a chain field's [3][B][T][C] adds q's forward messages),
-  // every element written; null when no backward follows.
+  // saved: what backward() reads (saved_bytes() bytes; null when no backward follows, which leaves the backward
+  // sweep out): the forward sweep's messages, every position's written, [2][B][T][C] in the output dtype (p's log-sums
+  // and F's expectation before each position given its state; a chain field's [3][B][T][C] adds q's log-sums), then the
+  // backward sweep's of the same shape (after each position), and in the HMM form with tables stored [to][from]
+  // copies of p's and the field's transition tables. Where it is given both sweeps run in one launch, so that
+  // sequences too few to fill the GPU take both at once.
   void operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z, void* mean,
                   void* saved = nullptr, Stream stream = nullptr) const;
   // The same in the HMM form, from p's tables and the field's (an HMM problem takes only this call, a CRF one only the
@@ -50,6 +53,8 @@ public:
   void operator()(const HmmInputs& hmm, const HmmInputs& field, const int64_t* lengths, void* log_z, void* mean,
                   void* saved = nullptr, Stream stream = nullptr) const;
   std::size_t saved_bytes() const;
+  // The same bytes for a problem and field, without a plan (no GPU, no compiling); std::invalid_argument as get().
+  static std::size_t saved_bytes(const ChainProblem& problem, ExpectationField field = ExpectationField::given);
 
   // grad_potentials = grad_log_z·μ + grad_mean·Cov_p(1_e, F) and grad_field = grad_mean·μ, [B][T − 1][C][C]
   // contiguous in the problem's dtype (either may be null: not computed), μ p's edge marginals; grad_log_z and
@@ -58,7 +63,8 @@ public:
   // grad_mean·μ, F moving with p) plus grad_log_z_q·μ_q. Reads the forward's saved, log_z and mean. 0 past a
   // sequence's length and where both upstream gradients are 0; NaN at every edge of a sequence whose log Z (or, for
   // a nonzero grad_mean, whose mean; for a nonzero grad_log_z_q, whose log Z_q) is not finite. Takes
-  // backward_workspace_bytes() of scratch (the backward messages) from `workspace` or jitbmm's pool.
+  // backward_workspace_bytes() of scratch (0 in the CRF form; the HMM form's partial sums of shared tables) from
+  // `workspace` or jitbmm's pool.
   void backward(const void* potentials, const void* field, const int64_t* lengths, const void* saved, const void* log_z,
                 const void* mean, const void* grad_log_z, const void* grad_mean, void* grad_potentials,
                 void* grad_field, Stream stream = nullptr, const Workspace& workspace = {}) const;
@@ -73,8 +79,9 @@ public:
 
   const ChainProblem& problem() const;
   ExpectationField field() const;
-  // The generated module's name (its forward's entry point; "_beta" and "_edges" the backward's, in the HMM form
-  // "_beta", "_nodes", "_transitions" and "_reduce"). Empty when B = 0.
+  // The generated module's name (its forward's entry point; "_saving" the forward that fills `saved`, after
+  // "_transpose" in the HMM form where it copies tables; "_edges" the backward's, in the HMM form "_nodes",
+  // "_transitions" and "_reduce"). Empty when B = 0.
   std::string kernel_name() const;
 
   struct Impl;

@@ -111,6 +111,9 @@ def _declare(lib):
     lib.jitbmm_chain_expectation_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                                    ctypes.POINTER(ctypes.c_size_t)]
     lib.jitbmm_chain_expectation_bytes.restype = status
+    lib.jitbmm_chain_expectation_saved_bytes.argtypes = [ctypes.POINTER(_CChainProblem), ctypes.c_int,
+                                                         ctypes.POINTER(ctypes.c_size_t)]
+    lib.jitbmm_chain_expectation_saved_bytes.restype = status
     lib.jitbmm_chain_expectation_run.argtypes = [ctypes.c_void_p] * 8
     lib.jitbmm_chain_expectation_run.restype = status
     lib.jitbmm_chain_expectation_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_size_t, ctypes.c_void_p]

@@ -7,11 +7,14 @@ the handlers fold into the batch (the k best paths and the samples also an HMM's
 the entropy, cross-entropy and KL of HMMs are _jax_hmm_divergence's), under jit, grad, vmap (a rule that folds the
 vmapped axis in, as the chains' do; the samples a call per vmapped instance) and jax.checkpoint."""
 
+import ctypes
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import jitbmm
 
 from ._jax_chains import _check_hmm, _hmm_lead, _hmm_problem
 from ._jax_support import (DTYPES, absent, call, check_array, check_crf, check_on_gpu, custom_vmap, folded, lead,
@@ -38,15 +41,25 @@ def _check_states(x, what, name="potentials"):
 
 # ---- Entropy, cross-entropy, KL -----------------------------------------------------------------------------------
 
-def _expectation_results(batch, T, C, dtype, kind, keep):
-    """log Z [...] (with a chain as the field [2, ...]: log Z_p, then log Z_q), E_p[F] [...], and the forward's
-    messages for the backward (p's forward messages and F's expectations before each position, [2, B, T, C] in the
-    score dtype, and q's messages beside with a chain as the field: [3, B, T, C]) as one flat operand, or none; of
-    chains of T positions and C states over `batch`, their inputs in `dtype`. Either form's."""
+@functools.lru_cache(maxsize=4096)
+def _saved_bytes(kind, semiring, dtype, form, B, T, C, with_lengths, batched_transitions=False, batched_initial=False):
+    """The library's bytes of a saving forward's messages (both sweeps', and the HMM form's copies of its tables) of a
+    problem as workspace_bytes takes it, and field `kind`, without a plan (nothing compiled, no GPU needed)."""
+    problem = jitbmm._chain_problem(semiring, dtype, B, T, C, with_lengths, form, batched_transitions,
+                                    batched_initial)
+    n = ctypes.c_size_t()
+    jitbmm._check(jitbmm._library().jitbmm_chain_expectation_saved_bytes(ctypes.byref(problem), kind,
+                                                                         ctypes.byref(n)))
+    return n.value
+
+
+def _expectation_results(batch, dtype, kind, keep, problem):
+    """log Z [...] (with a chain as the field [2, ...]: log Z_p, then log Z_q), E_p[F] [...], and what the backward
+    reads (the library's saved bytes of `problem`, as workspace_bytes takes it) as one uint8 operand, or none; of
+    chains over `batch`, their inputs in `dtype`. Either form's."""
     dtype = score_dtype(dtype)
-    rows = 2 if kind == GIVEN else 3
     return (jax.ShapeDtypeStruct(batch if kind == GIVEN else (2, *batch), dtype), jax.ShapeDtypeStruct(batch, dtype),
-            jax.ShapeDtypeStruct((rows * folded(batch) * T * C,) if keep else (0,), dtype))
+            jax.ShapeDtypeStruct((_saved_bytes(kind, *problem),) if keep else (0,), jnp.uint8))
 
 
 def _log_z_in_front(log_z, kind):
@@ -64,9 +77,9 @@ def _expectation(kind, keep):
     @custom_vmap
     def forward(potentials, field, lengths):
         # The forward takes no scratch; asking the backward's makes the plan both run, now, as every handler's is.
-        workspace_bytes("chain_expectation", *_problem(potentials, lengths, "log"), kind)
-        results = _expectation_results(potentials.shape[:-3], potentials.shape[-3] + 1, potentials.shape[-1],
-                                       potentials.dtype, kind, keep)
+        problem = _problem(potentials, lengths, "log")
+        workspace_bytes("chain_expectation", *problem, kind)
+        results = _expectation_results(potentials.shape[:-3], potentials.dtype, kind, keep, problem)
         return call("chain_expectation", results, potentials, field, lengths, kind=np.int32(kind))
 
     @forward.def_vmap

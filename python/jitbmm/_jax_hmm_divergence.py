@@ -41,8 +41,9 @@ def _expectation(kind, keep):
     @custom_vmap
     def forward(emissions, transitions, initial, q_emissions, q_transitions, q_initial, lengths):
         # The forward takes no scratch; asking the backward's makes the plan both run, now, as every handler's is.
-        workspace_bytes("chain_expectation", *_hmm_problem(emissions, transitions, initial, lengths, "log"), kind)
-        results = _expectation_results(emissions.shape[:-2], *emissions.shape[-2:], emissions.dtype, kind, keep)
+        problem = _hmm_problem(emissions, transitions, initial, lengths, "log")
+        workspace_bytes("chain_expectation", *problem, kind)
+        results = _expectation_results(emissions.shape[:-2], emissions.dtype, kind, keep, problem)
         return call("hmm_expectation", results, emissions, transitions, initial, q_emissions, q_transitions,
                     q_initial, lengths, kind=np.int32(kind))
 

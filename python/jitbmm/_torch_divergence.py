@@ -30,36 +30,47 @@ GIVEN, CHAIN, DIFFERENCE = 0, 1, 2
 
 def expectation_plan(device, problem, kind):
     """The C library's ChainExpectation plan of `problem` (a jitbmm_chain_problem, either form) and field `kind` on
-    `device`, with the bytes of its backward's scratch."""
+    `device`, with the bytes of its saving forward's `saved` and of its backward's scratch."""
     plan = LibraryPlan("chain_expectation", device, ctypes.byref(problem), kind)
     saved, workspace = ctypes.c_size_t(), ctypes.c_size_t()
     jitbmm._check(jitbmm._lib.jitbmm_chain_expectation_bytes(plan.handle, ctypes.byref(saved),
                                                              ctypes.byref(workspace)))
-    plan.workspace = workspace.value
+    plan.saved, plan.workspace = saved.value, workspace.value
     return plan
 
 
+def fake_saved(inputs, kind, keep, problem):
+    """The bytes of `saved` a fake (traced) forward gives: none unless `keep`; where the inputs' sizes and strides
+    are known, the library's for problem() and field `kind` without a plan (tracing compiles nothing and needs no
+    GPU); else a size known when it runs."""
+    if not keep:
+        return 0
+    if not all(isinstance(x, int) for t in inputs if t is not None for x in (*t.shape, *t.stride())):
+        return torch.library.get_ctx().new_dynamic_size()
+    n = ctypes.c_size_t()
+    jitbmm._check(jitbmm._library().jitbmm_chain_expectation_saved_bytes(ctypes.byref(problem()), kind,
+                                                                         ctypes.byref(n)))
+    return n.value
+
+
+def _problem(potentials, lengths):
+    """The CRF form's jitbmm_chain_problem of potentials and lengths."""
+    dtype, _device, B, T, C, with_lengths = chain_key(potentials, lengths)
+    return chain_problem("log", dtype, B, T, C, with_lengths)
+
+
 def _planned(potentials, lengths, kind):
-    def make(dtype, device, B, T, C, with_lengths, kind):
-        return expectation_plan(device, chain_problem("log", dtype, B, T, C, with_lengths), kind)
-
     key = chain_key(potentials, lengths) + (kind,)
-    return cached(_plans, key, lambda: make(*key))
+    return cached(_plans, key, lambda: expectation_plan(key[1], _problem(potentials, lengths), kind))
 
 
-def _outputs(like, B, T, C, kind, keep):
-    """The library's outputs for B sequences of T positions and C states, uninitialised, in like's score_dtype:
-    log Z_p [B] (with a chain as the field [2, B]: log Z_p, then log Z_q), E_p[F] [B], and saved: p's forward messages
-    and F's expectations before each position, [2, B, T, C], with a chain as the field q's forward messages too
-    ([3, B, T, C]); empty where nothing is kept."""
+def _outputs(like, B, kind, saved):
+    """The library's outputs for B sequences, uninitialised: log Z_p [B] (with a chain as the field [2, B]: log Z_p,
+    then log Z_q) and E_p[F] [B] in like's score_dtype, and `saved` bytes of what the backward reads (both sweeps'
+    messages; none where nothing is kept)."""
     dtype = score_dtype(like)
     return (like.new_empty((B,) if kind == GIVEN else (2, B), dtype=dtype), like.new_empty((B,), dtype=dtype),
-            like.new_empty((2 if kind == GIVEN else 3, B, T, C) if keep else (0,), dtype=dtype))
-
-
-def _crf_sizes(potentials):
-    """(B, T, C) of CRF potentials [B, T - 1, C, C]."""
-    return potentials.shape[0], potentials.shape[1] + 1, potentials.shape[-1]
+            like.new_empty((saved,), dtype=torch.uint8))
 
 
 def _value(kind, log_z, mean):
@@ -98,7 +109,7 @@ def _upstream(kind, grad_value):
 def _forward(potentials: torch.Tensor, field: Optional[torch.Tensor], lengths: Optional[torch.Tensor], kind: int,
              keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _planned(potentials, lengths, kind)
-    log_z, mean, saved = _outputs(potentials, *_crf_sizes(potentials), kind, keep)
+    log_z, mean, saved = _outputs(potentials, potentials.shape[0], kind, plan.saved if keep else 0)
     status = jitbmm._lib.jitbmm_chain_expectation_run(
         plan.handle, potentials.data_ptr(), (potentials if field is None else field).data_ptr(), address(lengths),
         log_z.data_ptr(), mean.data_ptr(), saved.data_ptr() if keep else None, stream(plan.device))
@@ -134,7 +145,8 @@ _backward_op = torch.library.custom_op("jitbmm::chain_divergence_backward", _bac
 
 @_op.register_fake
 def _(potentials, field, lengths, kind, keep):
-    log_z, mean, saved = _outputs(potentials, *_crf_sizes(potentials), kind, keep)
+    saved = fake_saved((potentials, field), kind, keep, lambda: _problem(potentials, lengths))
+    log_z, mean, saved = _outputs(potentials, potentials.shape[0], kind, saved)
     return mean.new_empty(mean.shape), log_z, mean, saved
 
 

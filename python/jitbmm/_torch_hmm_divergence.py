@@ -19,7 +19,7 @@ from ._abi import _CHmmGradients, _CHmmTables
 from ._torch_chain_second_order import hmm_score, second_order
 from ._torch_chains import _check_hmm, _hmm_layout, _layout
 from ._torch_divergence import (CHAIN, DIFFERENCE, GIVEN, _outputs, _upstream, _value, combined, expectation_plan,
-                                expected)
+                                expected, fake_saved)
 from ._torch_operator import Operator
 from ._torch_support import address, cached, stream
 
@@ -66,13 +66,19 @@ def _matched(tables, fields):
     return tables, fields
 
 
-def _planned(tables, fields, lengths, kind):
-    """(plan, p's tables, the field's, lengths) as the library reads them; the field p's own tables where `fields`
-    is None."""
+def _laid_out(tables, fields, lengths):
+    """(the plans' key, a thunk of the problem, p's tables, the field's, lengths) as the library reads them; the
+    field p's own tables where `fields` is None."""
     tables, fields = _alike(tables, fields)
     key, problem, tables, lengths = _hmm_layout("log", *tables, lengths)
+    return key, problem, tables, (tables if fields is None else fields), lengths
+
+
+def _planned(tables, fields, lengths, kind):
+    """(plan, p's tables, the field's, lengths) as the library reads them."""
+    key, problem, tables, fields, lengths = _laid_out(tables, fields, lengths)
     plan = cached(_plans, (*key, kind), lambda: expectation_plan(tables[0].device.index, problem(), kind))
-    return plan, tables, (tables if fields is None else fields), lengths
+    return plan, tables, fields, lengths
 
 
 def _c_tables(tables):
@@ -86,7 +92,7 @@ def _forward(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.
              keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     plan, tables, fields, lengths = _planned((emissions, transitions, initial),
                                              _field(q_emissions, q_transitions, q_initial), lengths, kind)
-    log_z, mean, saved = _outputs(emissions, *emissions.shape, kind, keep)
+    log_z, mean, saved = _outputs(emissions, emissions.shape[0], kind, plan.saved if keep else 0)
     status = jitbmm._lib.jitbmm_chain_expectation_run_hmm(
         plan.handle, ctypes.byref(_c_tables(tables)), ctypes.byref(_c_tables(fields)), address(lengths),
         log_z.data_ptr(), mean.data_ptr(), saved.data_ptr() if keep else None, stream(plan.device))
@@ -132,8 +138,9 @@ _backward_op = torch.library.custom_op("jitbmm::hmm_divergence_backward", _backw
 
 @_op.register_fake
 def _(emissions, transitions, initial, q_emissions, q_transitions, q_initial, lengths, kind, keep):
-    _field(q_emissions, q_transitions, q_initial)
-    log_z, mean, saved = _outputs(emissions, *emissions.shape, kind, keep)
+    tables, fields = (emissions, transitions, initial), _field(q_emissions, q_transitions, q_initial)
+    saved = fake_saved((*tables, *(fields or ())), kind, keep, lambda: _laid_out(tables, fields, lengths)[1]())
+    log_z, mean, saved = _outputs(emissions, emissions.shape[0], kind, saved)
     return mean.new_empty(mean.shape), log_z, mean, saved
 
 

@@ -223,7 +223,8 @@ class TraceTest(unittest.TestCase):
 
     def test_workspace_results(self):
         """Each call of a handler that takes scratch (all but the expectations' forward) has its workspace as its
-        last result, uint8, which XLA allocates: sized by the library's plan where JAX has a GPU, none here."""
+        last result, uint8, which XLA allocates: sized by the library's plan where JAX has a GPU, none here. The
+        expectations' forward's last result is what its backward reads, uint8 too, sized without a plan."""
         jj, a, p = self.jj, spec((2, 5, 6)), spec((3, 9, 7, 7))
         e, t, i = spec((3, 8, 5)), spec((5, 5)), spec((5,))
         traced = [jax.jit(jax.grad(lambda a: jj.logbmm(a, a.swapaxes(-1, -2)).sum())).trace(a),
@@ -245,7 +246,7 @@ class TraceTest(unittest.TestCase):
                 target = line.split("@")[1].split("(")[0]
                 with self.subTest(call=target):
                     if target in ("jitbmm_chain_expectation", "jitbmm_hmm_expectation"):
-                        self.assertNotIn("xui8>", line)
+                        self.assertRegex(line, r"tensor<[1-9]\d*xui8>\)?$")
                     else:
                         self.assertRegex(line, r"tensor<0xui8>\)?$")
 
@@ -322,9 +323,10 @@ class TraceTest(unittest.TestCase):
                 target, declared = found.group(1), int(found.group(2))
                 with self.subTest(call=target):
                     self.assertEqual(declared, _jax_support.workspace_bytes(*wanted.pop(target)))
-                    if target in ("chain_kbest", "chain_expectation_backward", "hmm_backward", "chain_sample",
-                                  "hmm_kbest", "hmm_sample", "hmm_expectation_backward"):
+                    if target in ("chain_kbest", "hmm_backward", "chain_sample", "hmm_kbest", "hmm_sample"):
                         self.assertGreater(declared, 255)  # back-pointers, messages, sums, forward messages
+                    if target == "hmm_expectation_backward":
+                        self.assertGreater(declared, 0)  # the first positions' gradients of a shared initial table
             self.assertEqual(wanted, {}, "a call without its workspace result")
 
     def test_vmapped_calls_plan_only_their_batch(self):

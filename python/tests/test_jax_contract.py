@@ -60,6 +60,11 @@ def hmm_expectation(kind, p, f, L):
     return jnp.stack([hmm_log_partition(*p, L), hmm_log_partition(*f, L)]), expected(field)
 
 
+def score_bytes(dtype):
+    """The bytes of a score (and of a saved message) of inputs of `dtype`: float32 for half inputs."""
+    return 4 if dtype in (jnp.float16, jnp.bfloat16) else jnp.dtype(dtype).itemsize
+
+
 def hmm_model(target, results, *args, **attrs):
     """The contract of jitbmm_xla_hmm_expectation and its backward, as model's below of the CRF form's: the tables
     folded into the batch (a shared one read for every sequence), q's absent for the entropy."""
@@ -78,7 +83,10 @@ def hmm_model(target, results, *args, **attrs):
         p = unfold(*x[:3])
         return hmm_expectation(kind, p, p if kind == 0 else unfold(*x[3:]), L)
 
-    saved_size = (2 if kind == 0 else 3) * B * T * C
+    # Both sweeps' messages in the score dtype, then copies of p's and q's transition tables (stored [to][from]).
+    copies = 0 if B == 0 or T == 1 or C == 1 else 2 * (B if tables[1].ndim > 2 else 1)
+    tables_kept = copies * C * C * tables[0].dtype.itemsize
+    saved_size = 2 * (2 if kind == 0 else 3) * B * T * C * score_bytes(tables[0].dtype) + tables_kept
     differentiated = tables[:3] if kind == 0 else tables
     if target == "hmm_expectation":
         assert results[2].shape in ((0,), (saved_size,)), (results[2].shape, saved_size)
@@ -136,7 +144,7 @@ def model(target, results, *args, vmap_method=None, **attrs):
         p, L, B = unfold(pot, lengths)
         f = p if kind == 0 else field.reshape(p.shape)
         assert (kind == 0) == (field.shape == (0,)), "the entropy alone takes no second chain"
-        saved_size = (2 if kind == 0 else 3) * B * (p.shape[1] + 1) * p.shape[-1]
+        saved_size = 2 * (2 if kind == 0 else 3) * B * (p.shape[1] + 1) * p.shape[-1] * score_bytes(pot.dtype)
         if target == "chain_expectation":
             assert results[2].shape in ((0,), (saved_size,)), (results[2].shape, saved_size)
             log_z, mean = expectation(kind, p, f, L)

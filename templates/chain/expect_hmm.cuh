@@ -283,7 +283,7 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
 }
 
 // "_transpose": the transition tables the backward messages read (p's, and the field's where it has its own), copied
-// [from][to] into p.transposed. "_beta"'s lanes each take a source state's successors, which a table stored [to][from]
+// [from][to] into p.transposed. Their lanes each take a source state's successors, which a table stored [to][from]
 // holds a row apart: read from the copy, a warp's loads are consecutive. A block a 32 × 32 tile through shared memory,
 // read along the stored rows and written along the copy's.
 template <class S, int C> __device__ __forceinline__ void expect_hmm_transpose(const ExpectParams& p) {

@@ -38,6 +38,26 @@ __device__ __forceinline__ typename Acc<S>::type expect_first_node(const ExpectP
          to_acc(static_cast<const S*>(emissions)[b * p.emission_strides[0] + c * p.emission_strides[2]]);
 }
 
+// A block's shared memory of a sweep: the messages of the step it reads and of the one it writes, and the warps'
+// sums of the last messages, in the message buffer no step reads any more where it is large enough (8-byte messages
+// of 1,024 states and q's leave no room beside them in 48 KiB), else an array of their own. Declared by the entry, so
+// that a launch of both sweeps holds one.
+template <class W, bool OWN> struct ExpectOwnSums { W own_sums; };
+template <class W> struct ExpectOwnSums<W, false> {};
+template <class T, int C, int NT, bool Q>
+struct ExpectSweepShared
+    : ExpectOwnSums<Expect<T>[Q ? 2 : 1][NT / 32], (sizeof(Expect<T>[Q ? 2 : 1][NT / 32]) > sizeof(T[Q ? 3 : 2][C]))> {
+      using WarpSums = Expect<T>[Q ? 2 : 1][NT / 32];
+      T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
+      // The warps' sums, beside buffer `spare` of the messages.
+      __device__ __forceinline__ WarpSums& sums(int spare) {
+        if constexpr (sizeof(WarpSums) <= sizeof(msg[0]))
+          return *reinterpret_cast<WarpSums*>(&msg[spare]);
+        else
+          return this->own_sums;
+      }
+    };
+
 // One sweep along a chain: the forward messages (alpha, before) from the start, or with BETA the backward messages
 // (beta, after) from the end, beta_t(s) = log Σ_c e^{r_t[c][s] + beta_{t+1}(c)} and after_t(s) the mean of
 // after_{t+1}(c) + f_t[c][s] under those weights. A sequence is a cluster of K blocks (K = 1: a block), each reducing
@@ -59,8 +79,12 @@ __device__ __forceinline__ typename Acc<S>::type expect_first_node(const ExpectP
 // its terms' emissions are the sources' own (the later states'), the same for every target, so at each step the
 // messages are kept and then given their states' emissions (p's, the field's share of F's, q's: FOLD) once, and a
 // step's terms read the transitions alone.
+//
+// The sweep takes the sequences unit / K, unit / K + units / K, ... of the launch's blocks (clusters) it is given.
 template <class S, int C, int NT, bool BETA, int K = 1, int FIELD = kExpectGiven, bool HMM = false>
-__device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
+__device__ __forceinline__ void expect_sweep(const ExpectParams& p,
+                                             ExpectSweepShared<typename Acc<S>::type, C, NT, FIELD != kExpectGiven>& sh,
+                                             unsigned unit, unsigned units) {
   using T = typename Acc<S>::type;
   constexpr int CK = (C + K - 1) / K, G = expect_lanes(C), GROUPS = NT / G, ROUNDS = (CK + GROUPS - 1) / GROUPS,
                 N = (C + G - 1) / G;
@@ -74,12 +98,7 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   static_assert(NT % 32 == 0 && 32 % G == 0 && NT % G == 0, "a group is a power-of-two part of a warp");
   static_assert(K >= 1 && K <= kMaxExpectCluster, "a cluster of 1 to kMaxExpectCluster blocks");
   constexpr bool Q = FIELD != kExpectGiven, FOLD = HMM && BETA;
-  __shared__ T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
-  // The warps' sums of the last messages: in the message buffer no step reads any more where it is large enough
-  // (8-byte messages of 1,024 states and q's leave no room beside them in 48 KiB), else an array of their own.
-  using WarpSums = Expect<T>[Q ? 2 : 1][NT / 32];
-  constexpr bool ALIASED = sizeof(WarpSums) <= sizeof(msg[0]);
-  __shared__ Expect<T> own_sums[ALIASED ? 1 : Q ? 2 : 1][ALIASED ? 1 : NT / 32];
+  auto& msg = sh.msg;
   const int tid = threadIdx.x, lane = tid % G, group = tid / G;
   const ClusterShare<C, K> share;
   const unsigned rank = share.rank;
@@ -88,8 +107,17 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
   const bool same =
       !Q && p.field == p.potentials && (!HMM || (p.field_emissions == p.emissions && p.field_initial == p.initial));
   const long long* const es = p.emission_strides;
-  const long long* const ts = p.transition_strides;
-  for (long long b = blockIdx.x / K; b < p.B; b += gridDim.x / K) {
+  // The HMM form's backward messages read the copies of tables stored [to][from] where the runtime made them
+  // ("_transpose"), [tables][from][to]: a lane's successors of a source state are then consecutive.
+  const bool copied = HMM && BETA && p.transposed;
+  const long long tables = p.batched_transitions ? p.B : 1,
+                  copy_strides[3] = {p.batched_transitions ? (long long)C * C : 0, 1, C};
+  const long long* const ts = copied ? copy_strides : p.transition_strides;
+  const void* const table = copied ? p.transposed : p.potentials;
+  const void* const field_table = !copied                   ? p.field
+                                  : p.field == p.potentials ? p.transposed
+                                                            : static_cast<const S*>(p.transposed) + tables * C * C;
+  for (long long b = unit / K; b < p.B; b += units / K) {
     bool bad;
     const long long L = chain_length(p, b, bad);
     T* keep = static_cast<T*>(BETA ? p.beta : p.alpha); // null: nothing kept
@@ -98,8 +126,8 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     if (keep) keep += b * p.T * C, keep_mean += b * p.T * C, keep_q += Q ? b * p.T * C : 0;
     // A chain of one position reads no transitions, which may then be null: no offset from null either.
     const long long shift = HMM ? (p.T > 1 ? b * ts[0] : 0) : b * (p.T - 1) * C * C;
-    const S* const pot = static_cast<const S*>(p.potentials) + shift;
-    const S* const fld = static_cast<const S*>(p.field) + shift;
+    const S* const pot = static_cast<const S*>(table) + shift;
+    const S* const fld = static_cast<const S*>(field_table) + shift;
     // Round r of sweep step s: target state c's N sources of this lane, as stored [to][from] (none: −inf and 0).
     V rb[R][N], fb[R][N];
     auto load = [&](long long s, int r, V(&rw)[N], V(&fw)[N]) {
@@ -260,7 +288,7 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
       }
       e.merge_warp();
       if constexpr (Q) eq.merge_warp();
-      auto& warps = *reinterpret_cast<WarpSums*>(ALIASED ? static_cast<void*>(&msg[cur ^ 1]) : &own_sums);
+      auto& warps = sh.sums(cur ^ 1);
       if (tid % 32 == 0) {
         warps[0][tid / 32] = e;
         if constexpr (Q) warps[Q ? 1 : 0][tid / 32] = eq;
@@ -281,6 +309,26 @@ __device__ __forceinline__ void expect_sweep(const ExpectParams& p) {
     }
     __syncthreads(); // the messages are the next sequence's
   }
+}
+
+// The forward alone (""): the forward messages of every sequence, a block (or cluster) each.
+template <class S, int C, int NT, int K = 1, int FIELD = kExpectGiven, bool HMM = false>
+__device__ __forceinline__ void expect_forward(const ExpectParams& p) {
+  __shared__ ExpectSweepShared<typename Acc<S>::type, C, NT, FIELD != kExpectGiven> sh;
+  expect_sweep<S, C, NT, false, K, FIELD, HMM>(p, sh, blockIdx.x, gridDim.x);
+}
+
+// The forward that saves what the backward reads ("_saving"): both sweeps in one launch, the forward messages in the
+// grid's first half and the backward messages in its second, so that where the sequences leave SMs idle the two run
+// at once (the backward's gradients read both).
+template <class S, int C, int NT, int K = 1, int FIELD = kExpectGiven, bool HMM = false>
+__device__ __forceinline__ void expect_saving(const ExpectParams& p) {
+  __shared__ ExpectSweepShared<typename Acc<S>::type, C, NT, FIELD != kExpectGiven> sh;
+  const unsigned half = gridDim.x / 2; // a whole number of clusters each
+  if (blockIdx.x < half)
+    expect_sweep<S, C, NT, false, K, FIELD, HMM>(p, sh, blockIdx.x, half);
+  else
+    expect_sweep<S, C, NT, true, K, FIELD, HMM>(p, sh, blockIdx.x - half, half);
 }
 
 // A sequence's upstream gradients and the values the gradient passes read beside them: g_z, g_mean and g_zq (0 where

@@ -995,44 +995,50 @@ TEST_CASE("a chunked chain's products take their scratch from its workspace, whi
   CHECK(calls.find("pool-alloc") == std::string::npos);
 }
 
-// A chain expectation's forward is one launch; its backward the backward messages, then the gradients, and nothing
-// where no gradient is asked for; a workspace one byte short is refused before any launch.
-TEST_CASE("chain expectations: a launch forward, two backward, none for a refused call or no gradient asked") {
+// A chain expectation's forward is one launch: the forward messages alone, or where it saves for a backward both
+// sweeps ("_saving", whose messages `saved` holds: four arrays, six with q's); its backward the gradients alone, with
+// no scratch, and nothing where no gradient is asked for.
+TEST_CASE("chain expectations: a launch forward (_saving where it saves), one backward, none for no gradient asked") {
   ChainProblem p;
   p.B = 3, p.T = 6, p.C = 7;
   const ChainExpectation plan = ChainExpectation::get(p);
   const std::string module = plan.kernel_name();
   REQUIRE(module.rfind("chain_expect_f32_c7", 0) == 0);
-  CHECK(plan.saved_bytes() == 2 * 3 * 6 * 7 * sizeof(float));
-  DeviceBuffer pot(4 * 3 * 5 * 49), out(64), saved(plan.saved_bytes()), grad(4 * 3 * 5 * 49),
-      work(plan.backward_workspace_bytes());
+  CHECK(plan.saved_bytes() == 2 * 2 * 3 * 6 * 7 * sizeof(float));
+  CHECK(ChainExpectation::saved_bytes(p) == plan.saved_bytes());
+  CHECK(ChainExpectation::saved_bytes(p, ExpectationField::chain) == 2 * 3 * 3 * 6 * 7 * sizeof(float));
+  CHECK(ChainExpectation::get(p, ExpectationField::difference).saved_bytes() ==
+        ChainExpectation::saved_bytes(p, ExpectationField::difference));
+  CHECK(plan.backward_workspace_bytes() == 0);
+  DeviceBuffer pot(4 * 3 * 5 * 49), out(64), saved(plan.saved_bytes()), grad(4 * 3 * 5 * 49);
   {
     const DriverLog log;
+    plan(pot.get(), pot.get(), nullptr, out.get(), out.get());
     plan(pot.get(), pot.get(), nullptr, out.get(), out.get(), saved.get());
-    CHECK(log.launched() == std::vector<std::string>{module});
+    CHECK(log.launched() == std::vector<std::string>{module, module + "_saving"});
   }
-  auto backward = [&](void* grad_potentials, void* grad_field, std::size_t given) {
-    plan.backward(pot.get(), pot.get(), nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr,
-                  grad_potentials, grad_field, nullptr, Workspace{work.get(), given});
+  auto backward = [&](void* grad_potentials, void* grad_field) {
+    plan.backward(pot.get(), pot.get(), nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr, grad_potentials,
+                  grad_field, nullptr);
   };
   {
     const DriverLog log;
-    CHECK_THROWS_WITH_AS(backward(grad.get(), nullptr, plan.backward_workspace_bytes() - 1),
-                         doctest::Contains("workspace"), std::invalid_argument);
-    backward(nullptr, nullptr, plan.backward_workspace_bytes());
+    backward(nullptr, nullptr);
     CHECK(log.launched().empty());
   }
   const DriverLog log;
-  backward(grad.get(), nullptr, plan.backward_workspace_bytes());
-  CHECK(log.launched() == std::vector<std::string>{module + "_beta", module + "_edges"});
+  backward(grad.get(), nullptr);
+  CHECK(log.launched() == std::vector<std::string>{module + "_edges"});
+  CHECK(text_of(log.path).find("pool-alloc") == std::string::npos);
 }
 
-// The HMM form's expectation: a module of its own (its name ends "_hmm"), one launch forward; backward the backward
-// messages, then the gradients of the states (emissions, initial), of the transitions and their sums, and nothing
-// where no gradient is asked for or a workspace is short; the same through the C ABI, which names a missing table
-// set. No sequence launches nothing and clears the shared tables' gradients alone.
-TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _transitions and _reduce backward "
-          "(_transpose first for tables stored [to][from]), through C++ and the C ABI; none for B = 0, whose shared "
+// The HMM form's expectation: a module of its own (its name ends "_hmm"), one launch forward (both sweeps where it
+// saves, after copies of tables stored [to][from] into `saved`); backward the gradients of the states (emissions,
+// initial), of the transitions and their sums, and nothing where no gradient is asked for or a workspace is short;
+// the same through the C ABI, which names a missing table set. No sequence launches nothing and clears the shared
+// tables' gradients alone.
+TEST_CASE("chain expectations, the HMM form: a launch forward (_transpose first for tables stored [to][from]), "
+          "_nodes, _transitions and _reduce backward, through C++ and the C ABI; none for B = 0, whose shared "
           "gradients are cleared") {
   ChainProblem p;
   p.form = ChainForm::hmm;
@@ -1048,12 +1054,12 @@ TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _t
       g_t(4 * 3 * 49), g_i(4 * 7), work(plan.backward_workspace_bytes());
   const HmmInputs hmm{e.get(), t.get(), i.get()};
   const HmmGradients grads{g_e.get(), g_t.get(), g_i.get()};
-  const std::vector<std::string> backward_entries{module + "_beta", module + "_nodes", module + "_transitions",
-                                                  module + "_reduce"};
+  const std::vector<std::string> backward_entries{module + "_nodes", module + "_transitions", module + "_reduce"};
+  CHECK(plan.saved_bytes() == 2 * 2 * 3 * 6 * 7 * sizeof(float)); // stored [from][to]: no copies
   {
     const DriverLog log;
     plan(hmm, hmm, nullptr, out.get(), out.get(), saved.get());
-    CHECK(log.launched() == std::vector<std::string>{module});
+    CHECK(log.launched() == std::vector<std::string>{module + "_saving"});
   }
   auto backward = [&](const HmmGradients& gp, const HmmGradients& gf, std::size_t given) {
     plan.backward(hmm, hmm, nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr, gp, gf, nullptr,
@@ -1071,16 +1077,22 @@ TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _t
     backward(gf.emissions ? HmmGradients{} : grads, gf, plan.backward_workspace_bytes());
     CHECK(log.launched() == backward_entries);
   }
-  { // tables stored [to][from]: the backward messages read copies of them, made first and counted in the workspace
+  { // tables stored [to][from]: the backward messages read copies of them, which the saving forward makes first, at
+    // the end of `saved`; the backward reads them no more
     ChainProblem rows = p;
     rows.transition_strides[0] = rows.transition_strides[1] = rows.transition_strides[2] = 0; // contiguous
     const ChainExpectation by_rows = ChainExpectation::get(rows);
-    CHECK(by_rows.backward_workspace_bytes() >= plan.backward_workspace_bytes() + 2 * 3 * 49 * 4);
-    DeviceBuffer more(by_rows.backward_workspace_bytes());
+    CHECK(by_rows.saved_bytes() == plan.saved_bytes() + 2 * 3 * 49 * 4);
+    CHECK(ChainExpectation::saved_bytes(rows) == by_rows.saved_bytes());
+    CHECK(by_rows.backward_workspace_bytes() == plan.backward_workspace_bytes());
+    rows.T = 1; // no steps, no copies
+    CHECK(ChainExpectation::saved_bytes(rows) == 2 * 2 * 3 * 1 * 7 * sizeof(float));
+    DeviceBuffer more(by_rows.saved_bytes());
     const DriverLog log;
-    by_rows.backward(hmm, hmm, nullptr, saved.get(), out.get(), out.get(), out.get(), nullptr, grads, HmmGradients{},
-                     nullptr, Workspace{more.get(), by_rows.backward_workspace_bytes()});
-    std::vector<std::string> copied{module + "_transpose"};
+    by_rows(hmm, hmm, nullptr, out.get(), out.get(), more.get());
+    by_rows.backward(hmm, hmm, nullptr, more.get(), out.get(), out.get(), out.get(), nullptr, grads, HmmGradients{},
+                     nullptr, Workspace{work.get(), by_rows.backward_workspace_bytes()});
+    std::vector<std::string> copied{module + "_transpose", module + "_saving"};
     copied.insert(copied.end(), backward_entries.begin(), backward_entries.end());
     CHECK(log.launched() == copied);
   }
@@ -1097,6 +1109,12 @@ TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _t
   REQUIRE(jitbmm_chain_expectation_bytes(ex, &saved_bytes, &work_bytes) == JITBMM_OK);
   CHECK(saved_bytes == plan.saved_bytes());
   CHECK(work_bytes == plan.backward_workspace_bytes());
+  std::size_t planless = 0;
+  REQUIRE(jitbmm_chain_expectation_saved_bytes(&c, 0, &planless) == JITBMM_OK);
+  CHECK(planless == saved_bytes);
+  CHECK(jitbmm_chain_expectation_saved_bytes(&c, 3, &planless) == JITBMM_INVALID_ARGUMENT);
+  CHECK_MESSAGE(std::string(jitbmm_last_error()).rfind("field: ", 0) == 0, jitbmm_last_error());
+  CHECK(jitbmm_chain_expectation_saved_bytes(&c, 0, nullptr) == JITBMM_INVALID_ARGUMENT);
   const jitbmm_hmm_tables tables{e.get(), t.get(), i.get()};
   const jitbmm_hmm_gradients c_grads{g_e.get(), g_t.get(), g_i.get()};
   auto run = [&](const jitbmm_hmm_tables* h, const jitbmm_hmm_tables* f) {
@@ -1112,7 +1130,7 @@ TEST_CASE("chain expectations, the HMM form: a launch forward, _beta, _nodes, _t
     CHECK(run(&tables, &tables) == JITBMM_OK);
     CHECK(run_backward(&tables, &tables, &c_grads, nullptr) == JITBMM_OK);
     CHECK(run_backward(&tables, &tables, nullptr, nullptr) == JITBMM_OK); // no gradient asked: nothing launched
-    std::vector<std::string> want{module};
+    std::vector<std::string> want{module + "_saving"};
     want.insert(want.end(), backward_entries.begin(), backward_entries.end());
     CHECK(log.launched() == want);
   }
