@@ -8,7 +8,7 @@ row's own reference above it. Medians of CUDA-synchronised wall times of one ste
 potentials ~ N(0, 1); torch-struct's peak memory where it runs, "oom" where it does not.
 
     python3 bench/divergence.py [--shapes 16x64x16,32x128x32,32x512x64,8x1024x128] [--reps 10] [--no-peer]
-                                [--hmm [--kernels]]
+                                [--hmm [--kernels]] [--losses]
 
 With --hmm: the HMM form's entropy, cross-entropy and KL forward + backward, samples and k best paths from its tables
 (jitbmm.torch.hmm_entropy, hmm_cross_entropy, hmm_kl, hmm_sample, hmm_kbest) against the CRF form's on the potentials
@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--no-peer", action="store_true", help="leave torch-struct out")
     ap.add_argument("--hmm", action="store_true", help="the HMM form's distributions instead")
     ap.add_argument("--kernels", action="store_true", help="with --hmm: the losses' GPU time by kernel too")
+    ap.add_argument("--losses", action="store_true", help="the losses alone, not the samples and k best paths")
     args = ap.parse_args()
     if args.hmm:
         return hmm_section(args)
@@ -119,6 +120,8 @@ def main():
         print(f"{shape:>12} {'log Z':>14} {partition:9.3f}")
         for name, (ours, theirs) in losses(p, q).items():
             row(name, wall_ms(step_of(ours, p, q), args.reps), partition, step_of(theirs, p, q))
+        if args.losses:
+            continue
         # Samples against the log-partition's forward alone; torch-struct draws ten a pass of its own, so a thousand
         # would take it minutes: its figure for 16 alone.
         with torch.no_grad():
@@ -200,17 +203,18 @@ def hmm_section(args):
         for name, (ours, theirs) in hmm_losses().items():
             row(name, wall_ms(tables_step(ours, tables, other), args.reps), likelihood,
                 tables_step(theirs, tables, other))
-        with torch.no_grad():
-            forward = wall_ms(lambda: jt.hmm_log_partition(*tables), args.reps)
-            print(f"{shape:>12} {'log Z forward':>14} {forward:9.3f}")
-            for n in (16, 1024):
-                row(f"sample {n}", wall_ms(lambda: jt.hmm_sample(*tables, n), args.reps), forward,
-                    lambda: jt.chain_sample(formed(*tables), n))
-            viterbi = wall_ms(lambda: jt.hmm_viterbi(*tables), args.reps)
-            print(f"{shape:>12} {'Viterbi':>14} {viterbi:9.3f}")
-            for k in (4, 16):
-                row(f"k best {k}", wall_ms(lambda: jt.hmm_kbest(*tables, k), args.reps), viterbi,
-                    lambda: jt.chain_kbest(formed(*tables), k))
+        if not args.losses:
+            with torch.no_grad():
+                forward = wall_ms(lambda: jt.hmm_log_partition(*tables), args.reps)
+                print(f"{shape:>12} {'log Z forward':>14} {forward:9.3f}")
+                for n in (16, 1024):
+                    row(f"sample {n}", wall_ms(lambda: jt.hmm_sample(*tables, n), args.reps), forward,
+                        lambda: jt.chain_sample(formed(*tables), n))
+                viterbi = wall_ms(lambda: jt.hmm_viterbi(*tables), args.reps)
+                print(f"{shape:>12} {'Viterbi':>14} {viterbi:9.3f}")
+                for k in (4, 16):
+                    row(f"k best {k}", wall_ms(lambda: jt.hmm_kbest(*tables, k), args.reps), viterbi,
+                        lambda: jt.chain_kbest(formed(*tables), k))
         if args.kernels:
             steps = {"log Z": lambda p, q: jt.hmm_log_partition(*p)}
             steps.update({name: ours for name, (ours, _) in hmm_losses().items()})
