@@ -398,6 +398,12 @@ void run_chain_case(uint64_t seed, Findings& f) {
   std::snprintf(g_case_text, sizeof g_case_text, "%s", desc.c_str());
   if (std::getenv("JITBMM_FUZZ_TRACE")) std::fprintf(stderr, "chain case %" PRIu64 ": %s\n", seed, desc.c_str());
 
+  // The expectations' saved bytes without a plan, of every field kind and one that is none: any problem is sized or
+  // refused naming what is wrong (no draw from the fuzzer, so every seed's case stays what it was).
+  std::size_t expectation_bytes = 0;
+  check_status(f, seed, "jitbmm_chain_expectation_saved_bytes",
+               jitbmm_chain_expectation_saved_bytes(&p, static_cast<int>(seed % 4), &expectation_bytes), p);
+
   void* const device = reinterpret_cast<void*>(uintptr_t(1) << 40);
   auto maybe = [&](double p_null) -> void* { return z.chance(p_null) ? nullptr : device; };
   jitbmm_chain_plan* plan = nullptr;
