@@ -39,12 +39,12 @@ public:
   // [B][T − 1][C][C] in the problem's dtype; lengths as the problem says (else null). A length-1 sequence gives
   // log C and 0; one of length outside [1, T] NaN and NaN; a sequence without a distribution (log Z −inf, +inf or
   // NaN) a NaN mean. An edge p gives no weight adds nothing to the mean, whatever its f (−inf and NaN included).
-  // saved: what backward() reads (saved_bytes() bytes; null when no backward follows, which leaves the backward
-  // sweep out): the forward sweep's messages, every position's written, [2][B][T][C] in the output dtype (p's log-sums
-  // and F's expectation before each position given its state; a chain field's [3][B][T][C] adds q's log-sums), then the
-  // backward sweep's of the same shape (after each position), and in the HMM form with tables stored [to][from]
-  // copies of p's and the field's transition tables. Where it is given both sweeps run in one launch, so that
-  // sequences too few to fill the GPU take both at once.
+  // saved: what backward() reads (saved_bytes() bytes, every one written; null when no backward follows, which
+  // leaves the backward sweep out): the forward sweep's messages, [2][B][T][C] in the output dtype (p's log-sums
+  // and F's expectation before each position given its state; a chain field's [3][B][T][C] adds q's log-sums),
+  // then the backward sweep's of the same shape (after each position), and in the HMM form with tables stored
+  // [to][from] copies of p's and the field's transition tables. Where it is given both sweeps run in one launch,
+  // so that sequences too few to fill the GPU take both at once.
   void operator()(const void* potentials, const void* field, const int64_t* lengths, void* log_z, void* mean,
                   void* saved = nullptr, Stream stream = nullptr) const;
   // The same in the HMM form, from p's tables and the field's (an HMM problem takes only this call, a CRF one only the

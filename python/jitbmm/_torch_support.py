@@ -60,16 +60,17 @@ chain_problem = jitbmm._chain_problem
 
 class LibraryPlan:
     """A plan of the C library, jitbmm_<kind>_create(*args, &handle) on `device` and jitbmm_<kind>_destroy when it
-    goes: its handle, its device and the scratch bytes each run takes (set by the caller)."""
+    goes: its handle, its device and the scratch bytes each run takes, and where a forward keeps what its backward
+    reads the bytes of that (both set by the caller)."""
 
-    __slots__ = ("handle", "device", "workspace", "kind")
+    __slots__ = ("handle", "device", "workspace", "saved", "kind")
 
     def __init__(self, kind, device, *args):
         lib = jitbmm._library()
         handle = ctypes.c_void_p()
         with torch.cuda.device(device):
             jitbmm._check(getattr(lib, f"jitbmm_{kind}_create")(*args, ctypes.byref(handle)))
-        self.handle, self.device, self.kind, self.workspace = handle, device, kind, 0
+        self.handle, self.device, self.kind, self.workspace, self.saved = handle, device, kind, 0, 0
 
     def __del__(self):
         handle = getattr(self, "handle", None)

@@ -282,9 +282,10 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
   }
 }
 
-// "_transpose": the transition tables the backward messages read (p's, and the field's where it has its own), copied
-// [from][to] into p.transposed. Their lanes each take a source state's successors, which a table stored [to][from]
-// holds a row apart: read from the copy, a warp's loads are consecutive. A block a 32 × 32 tile through shared memory,
+// "_transpose": the transition tables the backward messages read, p's and the field's, copied [from][to] into
+// p.transposed (a field of p's own tables is copied twice, so that every byte of `saved` is written). Their lanes
+// each take a source state's successors, which a table stored [to][from] holds a row apart: read from the copy, a
+// warp's loads are consecutive. A block a 32 × 32 tile through shared memory,
 // read along the stored rows and written along the copy's.
 template <class S, int C> __device__ __forceinline__ void expect_hmm_transpose(const ExpectParams& p) {
   // The transitions' tiles (expect_tiles), square: the runtime launches a block a tile of each copy.
@@ -293,10 +294,9 @@ template <class S, int C> __device__ __forceinline__ void expect_hmm_transpose(c
   static_assert(kExpectTileRows == kExpectTileSources && kExpectEdgeThreads % W == 0, "square tiles, whole rows");
   const long long tables = p.batched_transitions ? p.B : 1;
   const long long* const ts = p.transition_strides;
-  const int copies = p.field != p.potentials ? 2 : 1;
   __shared__ S tile[W][W + 1];
   const int x = threadIdx.x % W, y = threadIdx.x / W;
-  for (long long block = blockIdx.x; block < copies * tables * TILES; block += gridDim.x) {
+  for (long long block = blockIdx.x; block < 2 * tables * TILES; block += gridDim.x) {
     const long long which = block / (tables * TILES), b = block / TILES % tables, at = block % TILES;
     const int to0 = int(at / SIDE) * W, from0 = int(at % SIDE) * W;
     const S* const in = static_cast<const S*>(which ? p.field : p.potentials) + b * ts[0];
