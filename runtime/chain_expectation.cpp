@@ -72,9 +72,8 @@ void check_expectation(const ChainProblem& problem, ExpectationField field) {
 }
 
 // One of the module's entries: a cluster of blocks a sequence ("", and "_saving" twice, its two sweeps), a block a
-// step ("_edges"), or blocks
-// over the states ("_nodes"), a table's tiles and parts ("_transitions"), its entries ("_reduce") or the tiles of its
-// copies ("_transpose"); the kernels stride past the grid's limit.
+// step ("_edges"), or blocks over the states ("_nodes"), a table's tiles and parts ("_transitions"), its entries
+// ("_reduce") or the tiles of its copies ("_transpose"); the kernels stride past the grid's limit.
 void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectParams params, CUstream stream) {
   const ChainProblem& p = im.problem;
   const bool sweep = entry.empty() || entry == "_saving";
@@ -90,9 +89,8 @@ void run(const ChainExpectation::Impl& im, const std::string& entry, jb::ExpectP
                         : entry == "_transpose" ? 2 * (p.batched_transitions ? p.B : 1) * jb::expect_tiles(int(p.C))
                                                 : blocks_of(jb::expect_reduce_items(int(p.C))); // "_reduce"
   if (items == 0) return;
-  const unsigned grid[3] = {unsigned(std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item * halves), 1,
-                            1},
-                 block[3] = {threads, 1, 1};
+  const int64_t blocks = std::min<int64_t>(items, (int64_t(1) << 30) / per_item) * per_item * halves;
+  const unsigned grid[3] = {unsigned(blocks), 1, 1}, block[3] = {threads, 1, 1};
   void* args[] = {&params};
   launch(*im.kernel, entry.c_str(), grid, block, args, stream);
 }

@@ -285,8 +285,8 @@ __device__ __forceinline__ void expect_hmm_transitions(const ExpectParams& p) {
 // "_transpose": the transition tables the backward messages read, p's and the field's, copied [from][to] into
 // p.transposed (a field of p's own tables is copied twice, so that every byte of `saved` is written). Their lanes
 // each take a source state's successors, which a table stored [to][from] holds a row apart: read from the copy, a
-// warp's loads are consecutive. A block a 32 × 32 tile through shared memory,
-// read along the stored rows and written along the copy's.
+// warp's loads are consecutive. A block a 32 × 32 tile through shared memory, read along the stored rows and written
+// along the copy's.
 template <class S, int C> __device__ __forceinline__ void expect_hmm_transpose(const ExpectParams& p) {
   // The transitions' tiles (expect_tiles), square: the runtime launches a block a tile of each copy.
   constexpr int W = kExpectTileRows, SIDE = (C + W - 1) / W, ROWS = kExpectEdgeThreads / W;

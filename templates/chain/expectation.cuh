@@ -44,19 +44,21 @@ __device__ __forceinline__ typename Acc<S>::type expect_first_node(const ExpectP
 // that a launch of both sweeps holds one.
 template <class W, bool OWN> struct ExpectOwnSums { W own_sums; };
 template <class W> struct ExpectOwnSums<W, false> {};
+template <class T, int NT, bool Q> using ExpectWarpSums = Expect<T>[Q ? 2 : 1][NT / 32];
 template <class T, int C, int NT, bool Q>
-struct ExpectSweepShared
-    : ExpectOwnSums<Expect<T>[Q ? 2 : 1][NT / 32], (sizeof(Expect<T>[Q ? 2 : 1][NT / 32]) > sizeof(T[Q ? 3 : 2][C]))> {
-      using WarpSums = Expect<T>[Q ? 2 : 1][NT / 32];
-      T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
-      // The warps' sums, beside buffer `spare` of the messages.
-      __device__ __forceinline__ WarpSums& sums(int spare) {
-        if constexpr (sizeof(WarpSums) <= sizeof(msg[0]))
-          return *reinterpret_cast<WarpSums*>(&msg[spare]);
-        else
-          return this->own_sums;
-      }
-    };
+constexpr bool kExpectOwnSums = sizeof(ExpectWarpSums<T, NT, Q>) > sizeof(T[Q ? 3 : 2][C]);
+template <class T, int C, int NT, bool Q>
+struct ExpectSweepShared : ExpectOwnSums<ExpectWarpSums<T, NT, Q>, kExpectOwnSums<T, C, NT, Q>> {
+  using WarpSums = ExpectWarpSums<T, NT, Q>;
+  T msg[2][Q ? 3 : 2][C]; // [buffer][log-sum, mean, q's log-sum][state]
+  // The warps' sums, beside buffer `spare` of the messages.
+  __device__ __forceinline__ WarpSums& sums(int spare) {
+    if constexpr (kExpectOwnSums<T, C, NT, Q>)
+      return this->own_sums;
+    else
+      return *reinterpret_cast<WarpSums*>(&msg[spare]);
+  }
+};
 
 // One sweep along a chain: the forward messages (alpha, before) from the start, or with BETA the backward messages
 // (beta, after) from the end, beta_t(s) = log Σ_c e^{r_t[c][s] + beta_{t+1}(c)} and after_t(s) the mean of
