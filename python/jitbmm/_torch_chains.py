@@ -15,7 +15,7 @@ import jitbmm
 
 from ._torch_chain_second_order import crf_score, hmm_score, second_order
 from ._torch_operator import Operator
-from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stored, stream
+from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stored, stream, traced_bytes
 
 
 _plans = {}
@@ -187,11 +187,7 @@ def _fake_aux(inputs, semiring, keep, B, T, saved):
     like = inputs[0]
     if semiring == "max_plus":
         return like.new_empty((B, T) if keep else (0,), dtype=torch.int32)
-    if not keep:
-        return like.new_empty((0,), dtype=torch.uint8)
-    if all(isinstance(x, int) for t in inputs for x in (*t.shape, *t.stride())):
-        return like.new_empty((saved(),), dtype=torch.uint8)
-    return like.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)  # known when it runs
+    return like.new_empty((traced_bytes(inputs, saved) if keep else 0,), dtype=torch.uint8)
 
 
 # The CRF form: potentials [B, T - 1, C, C].

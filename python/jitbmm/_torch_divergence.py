@@ -20,7 +20,7 @@ from ._torch_chain_second_order import crf_score, second_order
 from ._torch_chains import _check_crf, _check_tensor
 from ._torch_operator import Operator
 from ._torch_support import (LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stored,
-                             stream)
+                             stream, traced_bytes)
 
 _plans = {}
 
@@ -40,17 +40,15 @@ def expectation_plan(device, problem, kind):
 
 
 def fake_saved(inputs, kind, keep, problem):
-    """The bytes of `saved` a fake (traced) forward gives: none unless `keep`; where the inputs' sizes and strides
-    are known, the library's for problem() and field `kind` without a plan (tracing compiles nothing and needs no
-    GPU); else a size known when it runs."""
-    if not keep:
-        return 0
-    if not all(isinstance(x, int) for t in inputs if t is not None for x in (*t.shape, *t.stride())):
-        return torch.library.get_ctx().new_dynamic_size()
-    n = ctypes.c_size_t()
-    jitbmm._check(jitbmm._library().jitbmm_chain_expectation_saved_bytes(ctypes.byref(problem()), kind,
-                                                                         ctypes.byref(n)))
-    return n.value
+    """The bytes of `saved` a fake (traced) forward gives: none unless `keep`, else the library's for problem() and
+    field `kind` (traced_bytes)."""
+    def size():
+        n = ctypes.c_size_t()
+        jitbmm._check(jitbmm._library().jitbmm_chain_expectation_saved_bytes(ctypes.byref(problem()), kind,
+                                                                             ctypes.byref(n)))
+        return n.value
+
+    return traced_bytes(inputs, size) if keep else 0
 
 
 def _problem(potentials, lengths):

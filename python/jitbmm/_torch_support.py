@@ -43,6 +43,15 @@ def refuse_tangents(*tensors):
                                       "differentiate in reverse mode (backward, torch.autograd.grad)")
 
 
+def traced_bytes(inputs, size):
+    """The bytes a fake (traced) call gives a buffer the library sizes: size() where every input's sizes and strides
+    are known (None inputs skipped; without a plan: tracing compiles nothing and needs no GPU), else a size known when
+    it runs."""
+    if all(isinstance(x, int) for t in inputs if t is not None for x in (*t.shape, *t.stride())):
+        return size()
+    return torch.library.get_ctx().new_dynamic_size()
+
+
 def stored(t):
     """t with its values in memory as the kernels read them: a view with the negative bit set (a complex tensor's
     conj().imag, say), whose memory holds the values' negatives, is resolved into a copy; any other tensor is itself."""
