@@ -21,8 +21,9 @@ namespace jb {
 // [C][C]) and grad_initial ([B][C] with batched_initial, else [C]), all contiguous; the transitions' partial sums
 // go through `partials` ([groups][chunks][C][C] in the accumulator type) when one block does not see every step.
 // The most parts a stepped log step sums its sources in (ChainParams::parts): the position's kernel keeps a
-// state's parts in registers.
-constexpr int kMaxStepParts = 8;
+// state's parts in registers. An enumerator, as a constant of every chain unit that most of them do not read: NVRTC
+// warns of an unused constexpr variable.
+enum StepParts : int { kMaxStepParts = 8 };
 
 struct ChainParams {
   const void* potentials;   // storage dtype, laid out by the strides below
