@@ -1,5 +1,5 @@
-// jitbmm inspect's modules of the chains' structured distributions (docs/chains.md): --chain C with --expectation
-// (entropy, cross-entropy and KL), --kbest K (the k best paths) or --samples (exact samples).
+// jitbmm inspect's modules of the chains' structured distributions (docs/distributions.md): --chain C with
+// --expectation (entropy, cross-entropy and KL), --kbest K (the k best paths) or --samples (exact samples).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // A chain's distribution and the expectation of an additive score under it: what entropy, cross-entropy and KL of
-// linear-chain CRFs and HMMs are (docs/chains.md, "Entropy, cross-entropy and KL").
+// linear-chain CRFs and HMMs are (docs/distributions.md, "Entropy, cross-entropy and KL").
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The k best paths of a chain, in order (docs/chains.md, "The k best paths").
+// The k best paths of a chain, in order (docs/distributions.md, "The k best paths").
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Exact samples of a chain's paths from its distribution (docs/chains.md, "Samples").
+// Exact samples of a chain's paths from its distribution (docs/distributions.md, "Samples").
 #pragma once
 
 #include <cstddef>

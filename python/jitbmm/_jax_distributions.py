@@ -1,4 +1,4 @@
-"""jitbmm.jax's distributions of linear chains (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL",
+"""jitbmm.jax's distributions of linear chains (docs/jax.md; docs/distributions.md, "Entropy, cross-entropy and KL",
 "Samples" and "The k best paths"), the same kernels as jitbmm.torch's: the entropy, cross-entropy and KL, each
 log-partitions and one expectation E_p[F] of a path's sum of a field f, from fused passes of conditional messages with
 a fused backward; the k best paths, Viterbi keeping k paths a state; and exact samples, their seed drawn from a JAX
@@ -265,7 +265,7 @@ def chain_kbest(potentials, k, lengths=None):
     T] int32). Batch first, as JAX's vmap reads arrays; jitbmm.torch's chain_kbest returns torch-struct's [k, ...]
     instead. Scores in non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their
     states read from the last position back, smaller first, so paths[..., 0, :] is chain_viterbi's path (but after an
-    edge of +inf or NaN out of a state no finite path reaches: docs/chains.md). A sequence
+    edge of +inf or NaN out of a state no finite path reaches: docs/distributions.md). A sequence
     with fewer than k paths of score other than -inf gives -inf and a path of -1 for the rest; -1 past its length.
     potentials and lengths as chain_viterbi takes them (at most 1,024 states); 1 <= k <= 16. Differentiable in the
     scores: the gradient of scores[..., i] is path i's edge indicator."""

@@ -1,9 +1,8 @@
-"""jitbmm.jax's entropy, cross-entropy and KL of HMMs (docs/jax.md; docs/chains.md, "Entropy, cross-entropy and KL")
-from their tables, as hmm_log_partition takes them, without forming the potentials: the same kernels as the CRF
+"""jitbmm.jax's entropy, cross-entropy and KL of HMMs (docs/jax.md; docs/distributions.md, "Entropy, cross-entropy and
+KL") from their tables, as hmm_log_partition takes them, without forming the potentials: the same kernels as the CRF
 form's in _jax_distributions, log-partitions and one expectation E_p[F] of a path's score under a field's tables (p's
-own, or a second HMM q's of the same shapes) from fused passes, with a fused backward that gives every table's
-gradient. Under jit, grad, vmap (a rule that folds the vmapped axis into the batch, as the chains' do) and
-jax.checkpoint."""
+own, or a second HMM q's of the same shapes) from fused passes, with a fused backward that gives every table's gradient.
+Under jit, grad, vmap (a rule that folds the vmapped axis into the batch, as the chains' do) and jax.checkpoint."""
 
 import functools
 

@@ -1,6 +1,6 @@
 """jitbmm.torch's count of a CRF's paths and the log-probability of given paths, from the fused log-partition
-(docs/chains.md, "Counts and log-probabilities"): a log-partition of the chain's structure, and a gather beside the
-chain's own."""
+(docs/distributions.md, "Counts and log-probabilities"): a log-partition of the chain's structure, and a gather beside
+the chain's own."""
 
 import math
 

@@ -1,8 +1,8 @@
 """jitbmm.torch's entropy, cross-entropy and KL of linear-chain CRFs (include/jitbmm/chain_expectation.hpp,
-docs/chains.md "Entropy, cross-entropy and KL"): each is log-partitions and one expectation E_p[F] of a path's sum of
-a field f under the chain p, computed with its conditional messages in fused kernels, a block (or a cluster of
-blocks) a sequence, and differentiated by a fused backward. For the cross-entropy and KL the field is the second
-chain q itself, whose log-partition the same kernels compute beside.
+docs/distributions.md "Entropy, cross-entropy and KL"): each is log-partitions and one expectation E_p[F] of a path's
+sum of a field f under the chain p, computed with its conditional messages in fused kernels, a block (or a cluster of
+blocks) a sequence, and differentiated by a fused backward. For the cross-entropy and KL the field is the second chain q
+itself, whose log-partition the same kernels compute beside.
 
 The operators are jitbmm::chain_divergence (potentials, field or None for p itself, lengths, kind, keep → the
 quantity, log Z, E_p[F], saved messages) and jitbmm::chain_divergence_backward; torch.compile and torch.export trace

@@ -1,8 +1,8 @@
 """jitbmm.torch's entropy, cross-entropy and KL of HMMs from their tables (include/jitbmm/chain_expectation.hpp,
-docs/chains.md "Entropy, cross-entropy and KL"): the CRF form's quantities (_torch_divergence), whose field kinds,
-outputs and upstream gradients they share, computed without forming the potentials [B, T - 1, C, C]. The library
-reads p's tables and the field's (q's) at one layout, so where the two are laid out differently they are brought to
-one first.
+docs/distributions.md "Entropy, cross-entropy and KL"): the CRF form's quantities (_torch_divergence), whose field
+kinds, outputs and upstream gradients they share, computed without forming the potentials [B, T - 1, C, C]. The library
+reads p's tables and the field's (q's) at one layout, so where the two are laid out differently they are brought to one
+first.
 
 The operators are jitbmm::hmm_divergence (p's three tables, q's or None for p itself, lengths, kind, keep → the
 quantity, log Z, E_p[F], saved messages) and jitbmm::hmm_divergence_backward; torch.compile and torch.export trace

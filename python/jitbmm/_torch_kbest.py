@@ -1,7 +1,7 @@
 """jitbmm.torch's k best paths of linear chains, in the CRF and the HMM form (include/jitbmm/chain_kbest.hpp,
-docs/chains.md "The k best paths"): Viterbi that keeps the k best paths ending in every state, one fused kernel a
-call. The operators are jitbmm::chain_kbest and jitbmm::hmm_kbest; their scores' gradient is each path's indicator
-(its edges; the HMM form's states and moves), a scatter of the paths they returned."""
+docs/distributions.md "The k best paths"): Viterbi that keeps the k best paths ending in every state, one fused kernel a
+call. The operators are jitbmm::chain_kbest and jitbmm::hmm_kbest; their scores' gradient is each path's indicator (its
+edges; the HMM form's states and moves), a scatter of the paths they returned."""
 
 import ctypes
 import math
@@ -97,10 +97,10 @@ def chain_kbest(potentials, k, lengths=None):
     potentials and lengths as chain_viterbi takes them (copied if not contiguous); 1 <= k <= 16, up to 1,024 states.
     Returns (scores [k, B] in the potentials' dtype, float32 for half inputs; paths [k, B, T], int64): scores in
     non-increasing order, NaN first as Viterbi's winner; paths of equal score ordered by their states read from the
-    last position back, smaller first, so paths[0] is chain_viterbi's path (but where an edge of +inf or NaN leaves a
-    state no finite path reaches: a prefix of -inf is no path here, docs/chains.md). A sequence with fewer than k paths
-    of score other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b]. Differentiable in the
-    scores: the gradient of scores[i, b] is path i's edge indicator."""
+    last position back, smaller first, so paths[0] is chain_viterbi's path (but where an edge of +inf or NaN leaves
+    a state no finite path reaches: a prefix of -inf is no path here, docs/distributions.md). A sequence with fewer
+    than k paths of score other than -inf gives -inf and a path of -1 for the rest; -1 past lengths[b].
+    Differentiable in the scores: the gradient of scores[i, b] is path i's edge indicator."""
     _check_crf(potentials, lengths)
     _check_k(k)
     lengths = None if lengths is None else lengths.contiguous()

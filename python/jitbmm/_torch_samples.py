@@ -1,6 +1,6 @@
 """jitbmm.torch's exact samples of linear-chain paths, in the CRF and the HMM form (include/jitbmm/chain_samples.hpp,
-docs/chains.md "Samples"): the chain's forward messages from its fused forward, then each path drawn from the last
-position back, a warp a path. The operators are jitbmm::chain_sample and jitbmm::hmm_sample; torch.compile traces
+docs/distributions.md "Samples"): the chain's forward messages from its fused forward, then each path drawn from the
+last position back, a warp a path. The operators are jitbmm::chain_sample and jitbmm::hmm_sample; torch.compile traces
 each as one node (torch.export cannot: the seed is drawn from the generator on the host)."""
 
 import ctypes
