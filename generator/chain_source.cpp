@@ -1,5 +1,6 @@
 #include "generator/chain_source.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 #include <sstream>
 #include <stdexcept>
@@ -14,6 +15,10 @@
 namespace jitbmm {
 
 namespace {
+
+// Half the threads an SM holds from sm_80 on (all of them on sm_75): a unit compiled for that many threads an SM
+// leaves each of them 64 registers.
+constexpr int kHalfSmThreads = 1024;
 
 // "512x8", or split over a cluster "512x8x4"; compiled for two blocks an SM "512x8m2".
 std::string loop_text(const ChainLoop& l) {
@@ -84,7 +89,10 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     if (s.saving.blocks > 1) name << "_m" << s.saving.blocks;
   } else if (hmm) { // the HMM backward's template arguments: the type, the semiring, C
     header = "chain/hmm_edges.cuh";
-    entries.push_back({"", kHmmNodeThreads, 1, call("hmm_nodes", {type, log_flag, C})});
+    // The nodes, mostly a wait on memory, compiled for half an SM's threads (three blocks in f64, whose values take
+    // two registers each): left free, ptxas took 70 to 90 registers, two blocks an SM.
+    const int node_blocks = dtype_info(s.dtype).acc_bytes == 8 ? 3 : kHalfSmThreads / kHmmNodeThreads;
+    entries.push_back({"", kHmmNodeThreads, node_blocks, call("hmm_nodes", {type, log_flag, C})});
     // The edges' blocks hold their entries' sums and transitions in registers, compiled for edge_blocks_per_sm an
     // SM: SequentialChain::edge_split sizes their grid for that many, or fewer where the SM's shared memory holds
     // fewer.
@@ -95,7 +103,10 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     name << "_backward"; // its blocks follow from C
   } else {
     header = "chain/marginals.cuh";
-    entries.push_back({"", s.backward_threads, 1,
+    // A block a step, whose time is mostly its wait on memory: compiled for half an SM's threads (64 registers a
+    // thread), so that an SM holds several steps' waits at once. Left free, ptxas took 70 to 114 registers, two or
+    // three blocks of 256 threads an SM.
+    entries.push_back({"", s.backward_threads, std::max(1, kHalfSmThreads / s.backward_threads),
                        call(log ? "chain_marginals" : "chain_path_backward", {type, C, n(s.backward_threads)})});
     name << "_backward_g" << s.backward_threads;
     fields = " backward_threads=" + std::to_string(s.backward_threads);
