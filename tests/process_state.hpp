@@ -5,8 +5,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace jitbmm::test {
@@ -40,6 +43,9 @@ private:
 class CapturedStderr {
 public:
   CapturedStderr() : file_(std::tmpfile()), saved_(::dup(2)) {
+    // Where the temporary directory refuses the process (a child that became another user, say), say so here
+    // rather than crash on the missing file.
+    if (!file_) throw std::runtime_error(std::string("CapturedStderr: tmpfile(): ") + std::strerror(errno));
     std::fflush(stderr);
     ::dup2(::fileno(file_), 2);
   }
