@@ -45,7 +45,11 @@ public:
   CapturedStderr() : file_(std::tmpfile()), saved_(::dup(2)) {
     // Where the temporary directory refuses the process (a child that became another user, say), say so here
     // rather than crash on the missing file.
-    if (!file_) throw std::runtime_error(std::string("CapturedStderr: tmpfile(): ") + std::strerror(errno));
+    if (!file_) {
+      const std::string why = std::strerror(errno);
+      ::close(saved_);
+      throw std::runtime_error("CapturedStderr: tmpfile(): " + why);
+    }
     std::fflush(stderr);
     ::dup2(::fileno(file_), 2);
   }
