@@ -94,11 +94,15 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     const int node_blocks = dtype_info(s.dtype).acc_bytes == 8 ? 3 : kHalfSmThreads / kHmmNodeThreads;
     entries.push_back({"", kHmmNodeThreads, node_blocks, call("hmm_nodes", {type, log_flag, C})});
     // The edges' blocks hold their entries' sums and transitions in registers, compiled for edge_blocks_per_sm an
-    // SM: SequentialChain::edge_split sizes their grid for that many, or fewer where the SM's shared memory holds
-    // fewer.
-    const int edge_blocks = jb::edge_blocks_per_sm(s.edge_threads(), dtype_info(s.dtype).acc_bytes);
-    entries.push_back({"_edges", s.edge_threads(), edge_blocks,
-                       call("hmm_edges", {type, log_flag, C, n(s.edge_threads()), n(s.edge_rows())})});
+    // SM: HmmSums::split (runtime/hmm_sums.cpp) sizes their grid for that many, or fewer where the SM's shared memory
+    // holds fewer.
+    for (const bool wide : {false, true}) {
+      if (wide && !s.wide_edges()) continue;
+      const int threads = s.edge_threads(wide);
+      entries.push_back({wide ? "_edges_wide" : "_edges", threads,
+                         jb::edge_blocks_per_sm(threads, dtype_info(s.dtype).acc_bytes, wide),
+                         call("hmm_edges", {type, log_flag, C, n(threads), n(s.edge_rows(wide))})});
+    }
     entries.push_back({"_reduce", jb::kHmmReduceThreads, 1, call("hmm_reduce", {type, log_flag, C})});
     name << "_backward"; // its blocks follow from C
   } else {

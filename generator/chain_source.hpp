@@ -64,9 +64,11 @@ struct ChainSpec {
   bool beta_staged() const;
   unsigned saving_dynamic_bytes() const;
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
-  // The HMM form's "_edges" block: rows of the transitions' table per block, and its threads.
-  int edge_rows() const;
-  int edge_threads() const;
+  // The HMM form's "_edges" block (with `wide`, "_edges_wide"'s): rows of the transitions' table per block, and its
+  // threads; whether the unit has the wide block (log, an f32 accumulator, 64 to 256 states).
+  int edge_rows(bool wide = false) const;
+  int edge_threads(bool wide = false) const;
+  bool wide_edges() const;
 };
 // The threads of the HMM form's "_nodes" and "_reduce" blocks.
 constexpr int kHmmNodeThreads = 256;

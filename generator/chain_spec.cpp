@@ -102,9 +102,19 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 }
 
 // An "_edges" block holds about 2048 elements of the table, eight a thread, their sums and transitions in registers
-// (templates/chain/hmm_edges.cuh): enough of a step's terms to amortise staging its messages.
-int ChainSpec::edge_rows() const { return std::clamp(2048 / C, 1, C); }
-int ChainSpec::edge_threads() const { return std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256); }
+// (templates/chain/hmm_edges.cuh): enough of a step's terms to amortise staging its messages. The wide block holds
+// about 16384, 32 a thread, so that a step's factors are formed once for four times the sums (a step's X factors once
+// per block: the whole table up to 128 states), where there are steps enough to fill the GPU with such blocks. From
+// 64 states: below, a wide block is one or two warps, and an SM holds too few of them.
+int ChainSpec::edge_rows(bool wide) const { return std::clamp((wide ? 16384 : 2048) / C, 1, C); }
+int ChainSpec::edge_threads(bool wide) const {
+  return wide ? std::clamp(ceil_pow2((edge_rows(true) * C + 31) / 32), 32, 512)
+              : std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256);
+}
+bool ChainSpec::wide_edges() const {
+  return form == ChainForm::hmm && semiring == Semiring::log && dtype_info(dtype).acc_bytes == 4 && C >= 64 &&
+         C <= 256;
+}
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
 

@@ -1,6 +1,6 @@
 // The shape of an "_edges" block (templates/chain/hmm_edges.cuh): how its threads hold their tile of the transitions'
 // gradient, how many steps it stages at a time, and the shared memory that takes. Plain C++ with no device code, so
-// the host (generator/chain_source.cpp, runtime/chain_sequential.cpp) sizes the blocks and their grid from this same
+// the host (generator/chain_source.cpp, runtime/hmm_sums.cpp) sizes the blocks and their grid from this same
 // file.
 #pragma once
 
@@ -38,22 +38,24 @@ JB_HD constexpr EdgeShape edge_shape(int C, int NT, int ROWS, int bytes, bool lo
   s.EB = staged < 1 ? 1 : staged > 32 ? 32 : staged;
   const unsigned eb = unsigned(s.EB), b = unsigned(bytes);
   // A step's scalars (log's four, max_plus's grad_score alone; aligned to 16 bytes for what follows), its EdgeStep
-  // and its sequence and row twice; log's staged values and factors, its rows' scales and kinds and its warps' spans
-  // (max_plus reads none of them, and none is allocated).
+  // and its sequence and row twice; log's staged values and factors, its rows' scales and kinds, its warps' spans and
+  // the step's scalars as copied (max_plus reads none of them, and none is allocated).
   const unsigned scalars = ((log ? 4 : 1) * eb * b + 15) / 16 * 16;
   s.shared = scalars + 16 * eb + 32 * eb +
              (log ? 2 * eb * unsigned(s.CQ + s.RP) * b + 3 * unsigned(s.RR) * b + 4 * unsigned(s.RR) +
-                        2 * unsigned(warps) * b + 4 * unsigned(warps)
+                        2 * unsigned(warps) * b + 4 * unsigned(warps) + 32 * eb + (eb * b + 7) / 8 * 8
                   : 0);
   return s;
 }
 
 // The blocks of NT threads an SM should hold at once where the accumulator is f32, the entry compiled for that many:
-// 24 warps' worth (80 registers a thread), at most 16 blocks (what sm_75 and sm_86 hold). One in f64, whose entry at
-// 256 threads would spill in fewer than about 180 registers a thread (smaller f64 blocks are left at one too: their
-// registers are not bounded at compile time, so no count fits every one).
-JB_HD constexpr int edge_blocks_per_sm(int NT, int bytes) {
-  return bytes > 4 ? 1 : 768 / NT > 16 ? 16 : 768 / NT < 1 ? 1 : 768 / NT;
+// 24 warps' worth (80 registers a thread), at most 16 blocks (what sm_75 and sm_86 hold); the wide blocks, 32 sums
+// and transitions a thread, 16 warps' worth (128 registers). One in f64, whose entry at 256 threads would spill in
+// fewer than about 180 registers a thread (smaller f64 blocks are left at one too: their registers are not bounded
+// at compile time, so no count fits every one).
+JB_HD constexpr int edge_blocks_per_sm(int NT, int bytes, bool wide = false) {
+  const int n = (wide ? 512 : 768) / NT;
+  return bytes > 4 ? 1 : n > 16 ? 16 : n < 1 ? 1 : n;
 }
 
 } // namespace jb

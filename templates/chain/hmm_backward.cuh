@@ -20,11 +20,13 @@ template <class T, bool LOG> struct HmmSequence {
   T g = 0;
   double z = 0;
   int mode = 0;
-  __device__ __forceinline__ HmmSequence(const ChainParams& p, long long b) {
+  __device__ __forceinline__ HmmSequence(const ChainParams& p, long long b)
+      : HmmSequence(p, p.lengths ? p.lengths[b] : p.T, static_cast<const T*>(p.grad_score)[b], LOG ? p.logz[b] : 0.0) {}
+  // From its values as loaded: its length as read (lengths[b], or T without lengths), grad_score[b] and logz[b].
+  __device__ __forceinline__ HmmSequence(const ChainParams& p, long long n, T grad_score, double logz)
+      : g(grad_score), z(LOG ? logz : 0.0) {
     bool bad;
-    L = chain_length(p, b, bad);
-    g = static_cast<const T*>(p.grad_score)[b];
-    if (LOG) z = p.logz[b];
+    L = chain_length_of(n, p.T, bad);
     mode = g == T(0) ? 0 : bad ? 2 : !LOG ? 1 : z == double(Num<T>::neg_inf()) ? 0 : z < double(Num<T>::inf()) ? 1 : 2;
   }
 };

@@ -25,12 +25,13 @@
 #include "chain/hmm_backward.cuh"
 #include "chain/params.cuh"
 #include "chain/reductions.cuh"
+#include "core/async_copy.cuh"
 #include "core/dtypes.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
 
-// The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages.
+// The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages without cp.async.
 enum EdgeLoads : int { kEdgeLoads = 4 };
 
 // V consecutive values of T, moved as one load or store of V · sizeof(T) bytes (at most 16): a step's messages are
@@ -104,6 +105,14 @@ template <class T> struct EdgeSpan {
   enum : int { value = sizeof(T) == 8 ? 900 : 64 };
 };
 
+// A batch's scalars as loaded, a step each: its sequence's length as read (with lengths), grad_score and score, and
+// its offsets (the forward messages' at the step's position, the backward's at the next).
+template <class T, int N> struct EdgeLoaded {
+  long long length[N];
+  double z[N], offset[N], beta_offset[N];
+  T g[N];
+};
+
 // A step as staged: its mode (HmmSequence's, 0 past the length), whether its exponents leave the factors' range
 // (log: `odd`), and its move's states (max_plus).
 struct EdgeStep {
@@ -155,7 +164,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   constexpr int XV = C / VS, YV = ROWS / VS; // a step's vectors of each
   static_assert(NT % 32 == 0 && ROWS <= NT, "whole warps; a row's lanes");
   static_assert(CQ % VS == 0 && RR % VS == 0 && CQ % NQ == 0 && RR % NR == 0, "rows of whole vectors");
-  // Staged as loaded: x (the forward's relative messages) and y (the backward's, in log2 units).
+  // Staged as loaded: x and y (the forward's and the backward's relative messages).
   __shared__ __align__(16) T xs[LOG ? EB : 1][LOG ? CQ : 1], ys[LOG ? EB : 1][LOG ? RP : 1];
   __shared__ __align__(16) T xf[LOG ? EB : 1][LOG ? CQ : 1], yf[LOG ? EB : 1][LOG ? RP : 1]; // their factors X and Y
   // A step's scalars: k·log2 e, grad_score, k, and w = k·log2 e + log2 |grad_score| where the step is summed (mode
@@ -163,6 +172,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
   __shared__ T sx[EB], g_s[EB], w_s[EB], k_s[EB];
   __shared__ EdgeStep step_s[EB];
   __shared__ long long seq_s[2][EB], row_s[2][EB]; // a batch's steps' sequences and rows b·T + t, two batches apart
+  __shared__ EdgeLoaded<T, LOG ? EB : 1> raw_s;      // log: a batch's scalars as copied
   __shared__ T row_scale[RR], row_next[RR], row_rescale[RR];
   __shared__ int row_kinds[RR]; // a row's transitions: 1 some finite, 2 some −inf
   __shared__ T warp_lo[NT / 32], warp_hi[NT / 32];
@@ -240,24 +250,79 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] = edge_entry(acc[jr][jq], a[jr][jq], row_scale[tile.r(jr)]);
   };
 
+  // Log: batch i's values (slot's rows) into shared memory as loaded, by copies that hold no registers (cp.async;
+  // without it loads, kEdgeLoads a thread in flight, and stores): a thread a step's scalars (raw_s), and a step's C
+  // forward messages as XV vectors, then its tile's ROWS backward ones as YV (rows past C read row C − VS's, which
+  // the factors take as −inf). Where the factors are summed, the next batch's copies are issued before the sums,
+  // which read the factors alone, so that its loads fly meanwhile (measured as fast or faster, the more so for the
+  // wide blocks, fewer an SM).
+#if JB_HAS_ASYNC_COPY
+  constexpr bool kCopies = true;
+#else
+  constexpr bool kCopies = false;
+#endif
+  auto stage = [&](long long i, int slot) {
+    if constexpr (LOG) {
+      const int n = i1 - i < EB ? int(i1 - i) : EB;
+      if (tid < n) {
+        const long long b = seq_s[slot][tid], at = row_s[slot][tid];
+        if (p.lengths) copy_async<8>(&raw_s.length[tid], p.lengths + b);
+        copy_async<int(sizeof(T))>(&raw_s.g[tid], static_cast<const T*>(p.grad_score) + b);
+        copy_async<8>(&raw_s.z[tid], p.logz + b);
+        copy_async<8>(&raw_s.offset[tid], p.offset + at);
+        copy_async<8>(&raw_s.beta_offset[tid], p.beta_offset + at + 1);
+      }
+      const T* rel = static_cast<const T*>(p.rel);
+      const T* beta = static_cast<const T*>(p.beta_rel);
+      const long long* rows = row_s[slot];
+      auto from = [&](int x) {
+        if (x < n * XV) return rel + rows[x / XV] * C + x % XV * VS;
+        const int u = (x - n * XV) / YV, r = c0 + (x - n * XV) % YV * VS;
+        return beta + (rows[u] + 1) * C + (r < C ? r : C - VS);
+      };
+      auto to = [&](int x) {
+        if (x < n * XV) return &xs[x / XV][x % XV * VS];
+        return &ys[(x - n * XV) / YV][(x - n * XV) % YV * VS];
+      };
+      if constexpr (kCopies) {
+        for (int x = tid; x < n * (XV + YV); x += NT) copy_async<VS * int(sizeof(T))>(to(x), from(x));
+        copy_commit();
+      } else {
+        edge_stage<NT>(
+            n * (XV + YV), [&](int x) { return edge_load<T, VS>(from(x)); },
+            [&](int x, EdgeVec<T, VS> v) { edge_store<T, VS>(to(x), v); });
+      }
+    }
+  };
+
   int slot = 0;
+  bool ahead = false; // log: this batch's copies were issued during the batch before
   for (long long i = i0; i < i1; i += EB, slot ^= 1) {
     const int n = i1 - i < EB ? int(i1 - i) : EB;
-    // Term by term, the previous batch read what this one stages; factored, it read only the factors, which this
-    // batch writes after the barrier below.
+    // Term by term, the previous batch read what this one stages; factored, it read only the factors.
     if (!factored) __syncthreads();
-    // A thread a step's scalars, all threads its messages, every load issued at once.
-    if (tid < n) {
-      const long long b = seq_s[slot][tid], at = row_s[slot][tid];
-      const HmmSequence<T, LOG> s(p, b);
-      EdgeStep st{s.mode == 1 && at - b * p.T + 1 >= s.L ? 0 : s.mode, 0, -1, -1};
-      if constexpr (LOG) {
-        const T k = T(p.offset[at] + p.beta_offset[at + 1] - s.z), g_abs = s.g < T(0) ? -s.g : s.g;
+    // A thread a step's scalars: log's from its copies, once they have landed; max_plus's loaded, with its path.
+    if constexpr (LOG) {
+      if (!ahead) stage(i, slot);
+      copy_wait_all();
+      __syncthreads();
+      if (tid < n) {
+        const long long b = seq_s[slot][tid], at = row_s[slot][tid];
+        const HmmSequence<T, LOG> s(p, p.lengths ? raw_s.length[tid] : p.T, raw_s.g[tid], raw_s.z[tid]);
+        EdgeStep st{s.mode == 1 && at - b * p.T + 1 >= s.L ? 0 : s.mode, 0, -1, -1};
+        const T k = T(raw_s.offset[tid] + raw_s.beta_offset[tid] - s.z), g_abs = s.g < T(0) ? -s.g : s.g;
         k_s[tid] = k;
         sx[tid] = k * Num<T>::log2e();
         w_s[tid] = st.mode == 1 ? k * Num<T>::log2e() + Num<T>::log2(g_abs) : Num<T>::nan();
         st.odd = st.mode == 1 && !(g_abs < Num<T>::inf() && k * Num<T>::log2e() < Num<T>::inf());
-      } else if (st.mode == 1) {
+        step_s[tid] = st;
+        g_s[tid] = s.g;
+      }
+    } else if (tid < n) {
+      const long long b = seq_s[slot][tid], at = row_s[slot][tid];
+      const HmmSequence<T, LOG> s(p, b);
+      EdgeStep st{s.mode == 1 && at - b * p.T + 1 >= s.L ? 0 : s.mode, 0, -1, -1};
+      if (st.mode == 1) {
         st.to = p.path[at + 1];
         st.from = p.path[at];
         if (st.to < 0 || st.from < 0 || st.to >= C || st.from >= C) st.mode = 0;
@@ -265,46 +330,25 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
       step_s[tid] = st;
       g_s[tid] = s.g;
     }
-    if constexpr (LOG) {
-      const T* rel = static_cast<const T*>(p.rel);
-      const T* beta = static_cast<const T*>(p.beta_rel);
-      const long long* rows = row_s[slot];
-      // A step's C forward messages as XV vectors, then its tile's ROWS backward ones as YV (rows past C: −inf).
-      edge_stage<NT>(
-          n * (XV + YV),
-          [&](int x) {
-            if (x < n * XV) return edge_load<T, VS>(rel + rows[x / XV] * C + x % XV * VS);
-            const int u = (x - n * XV) / YV, r = c0 + (x - n * XV) % YV * VS;
-            return edge_load<T, VS>(beta + (rows[u] + 1) * C + (r < C ? r : C - VS));
-          },
-          [&](int x, EdgeVec<T, VS> v) {
-            if (x < n * XV) {
-              edge_store<T, VS>(&xs[x / XV][x % XV * VS], v);
-            } else {
-              const int u = (x - n * XV) / YV, r = (x - n * XV) % YV * VS;
-#pragma unroll
-              for (int j = 0; j < VS; ++j) v.v[j] = c0 + r < C ? v.v[j] * Num<T>::log2e() : Num<T>::neg_inf();
-              edge_store<T, VS>(&ys[u][r], v);
-            }
-          });
-    }
     __syncthreads();
     // The next batch's rows: this batch's were read above.
     rows_of(i + EB, slot ^ 1);
+    ahead = false;
     if constexpr (LOG) {
       if (factored) {
         // Each row's scale, raised to the batch's largest exponent where it is larger (its RG lanes a share of the
-        // steps each), and its factors Y; a step that adds nothing has Y = 0.
+        // steps each), and its factors Y; a step that adds nothing has Y = 0. Rows past C are −inf.
         int odd = 0;
         {
           const int r = tid / RG, j = tid % RG;
           const bool in = r < ROWS;
           const T m = in ? row_scale[r] : T(0);
+          auto y_of = [&](int u) { return c0 + r < C ? ys[u][r] * Num<T>::log2e() : Num<T>::neg_inf(); };
           T top = Num<T>::neg_inf();
           for (int u = j; in && u < n; u += RG) {
             const T w = w_s[u];
             if (w == w) {
-              const T y = ys[u][r];
+              const T y = y_of(u);
               odd |= y != y || y == Num<T>::inf();
               top = Num<T>::max(top, w + y);
             }
@@ -313,7 +357,7 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
           const T next = top > m ? top : m;
           if (in && j == 0) row_rescale[r] = top > m ? Num<T>::exp2(m - top) : T(1), row_next[r] = next;
           for (int u = j; in && u < n; u += RG) {
-            const T w = w_s[u], y = w + ys[u][r];
+            const T w = w_s[u], y = w + y_of(u);
             const T f = w == w && y > Num<T>::neg_inf() ? Num<T>::exp2(y - next) : T(0);
             yf[u][r] = g_s[u] < T(0) ? -f : f;
           }
@@ -337,6 +381,8 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
           to_entries();
           factored = false;
         } else {
+          // The values staged are read: the next batch's copies fly while the factors are summed.
+          if (i + EB < i1) stage(i + EB, slot ^ 1), ahead = true;
           if (tid % RG == 0 && tid / RG < ROWS) row_scale[tid / RG] = row_next[tid / RG];
 #pragma unroll
           for (int jr = 0; jr < NR; ++jr) {
@@ -372,6 +418,8 @@ template <class S, bool LOG, int C, int NT, int ROWS> __device__ __forceinline__
         edge_read(&ys[u][tile.r0], y);
 #pragma unroll
         for (int jq = 0; jq < NQ; ++jq) x[jq] = (x[jq] + k) * Num<T>::log2e();
+#pragma unroll
+        for (int jr = 0; jr < NR; ++jr) y[jr] *= Num<T>::log2e(); // rows past C are never written
 #pragma unroll
         for (int jr = 0; jr < NR; ++jr)
 #pragma unroll

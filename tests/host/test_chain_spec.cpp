@@ -280,10 +280,20 @@ TEST_CASE("chain units: each unit's text depends on its own fields, so specs tha
     CHECK(backward.source.find("chain_forward") == std::string::npos);
     CHECK(emit_chain_kernel(one).source.find(form == ChainForm::hmm ? "hmm_nodes" : "chain_marginals") ==
           std::string::npos);
-    const std::vector<std::string> entries =
-        form == ChainForm::hmm ? std::vector<std::string>{"", "_edges", "_reduce"} : std::vector<std::string>{""};
+    const std::vector<std::string> entries = form == ChainForm::hmm
+                                                 ? std::vector<std::string>{"", "_edges", "_edges_wide", "_reduce"}
+                                                 : std::vector<std::string>{""};
     CHECK(backward.entries == entries);
   }
+  // The HMM log backward's wide blocks: with an f32 accumulator from 64 to 256 states; max_plus sums no factors.
+  for (const int64_t C : {32, 64, 256, 257})
+    for (const DType d : {DType::f32, DType::bf16, DType::f64})
+      for (const Semiring s : {Semiring::log, Semiring::max_plus}) {
+        const GeneratedKernel unit =
+            emit_chain_kernel(default_chain_spec(chain(s, 2, C, ChainForm::hmm, d)), ChainUnit::backward);
+        const bool wide = s == Semiring::log && d != DType::f64 && C >= 64 && C <= 256;
+        CHECK(std::count(unit.entries.begin(), unit.entries.end(), "_edges_wide") == int(wide));
+      }
   // max_plus: the forward (with the path, where asked) and the backward; no saving forward.
   const ChainSpec best = default_chain_spec(chain(Semiring::max_plus, 2, 64));
   CHECK(emit_chain_units(best).size() == 2);
