@@ -1,6 +1,6 @@
 // The sequential strategy (docs/chains-design.md): the chain units' kernels (generator/chain_source.hpp), a block or
 // a cluster per sequence along its whole chain for the forward, a block per step for the CRF form's backward, and for
-// the HMM form's the state marginals, the transitions' gradient in ranges of steps and their sums.
+// the HMM form's the sums over the steps (runtime/hmm_sums.hpp).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,7 @@
 #include "jitbmm/chain.hpp"
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
+#include "runtime/hmm_sums.hpp"
 #include "runtime/jit.hpp"
 
 namespace jitbmm {
@@ -32,10 +33,6 @@ public:
   std::string kernel_name() const override;
 
 private:
-  // How the HMM backward sums the transitions' gradient (chain_sequential.cpp).
-  struct EdgeSplit;
-  EdgeSplit edge_split() const;
-  void hmm_backward(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
   // One of a unit's entries, `blocks` blocks of `threads`.
   void launch(const LoadedKernel& unit, const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams params,
               CUstream stream, unsigned dynamic_shared = 0) const;
@@ -45,6 +42,7 @@ private:
   std::shared_ptr<const DeviceInfo> device_;
   // The units (generator/chain_source.hpp); null when B = 0, and the saving forward for max_plus.
   std::shared_ptr<const LoadedKernel> forward_, saving_, backward_;
+  std::unique_ptr<const HmmSums> sums_; // the HMM form's backward, in the backward unit
 };
 
 } // namespace jitbmm

@@ -119,9 +119,14 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     parts_ = form.parts;
     stacked_parts_ = form.saving_parts;
   }
+  const bool log = problem.semiring == Semiring::log;
+  // The log HMM's backward: the sums over the steps where they apply, else the step module's with the transitions'
+  // gradient's product.
+  const bool sums = log && hmm_sums_apply(problem, device_);
+  if (sums) sums_ = std::make_unique<const HmmSums>(problem, device_, nullptr);
   if (sizes_only_) return;
   // Every kernel a first forward and backward load, built at once: the step module, the fused form's passes or the
-  // step products, and the log HMM's transitions' gradient's product.
+  // step products, and the log HMM's backward.
   const GeneratedKernel steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form),
                         backward_steps = emit_step_kernel(problem.semiring, problem.dtype, problem.form, true);
   std::vector<GeneratedKernel> units{steps, backward_steps};
@@ -130,7 +135,6 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     for (const KernelSpec& spec : step_product_kernels(q, *device_, tune_products_, quick_))
       specs.push_back(spec);
   };
-  const bool log = problem.semiring == Semiring::log;
   if (form.fused) {
     for (GeneratedKernel& unit : FusedSteps::units(problem, *device_, streamed)) units.push_back(std::move(unit));
   } else if (problem.T > 1) {
@@ -139,10 +143,14 @@ SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const De
     add(product_problem(false, !log));
     add(!log ? product_problem(false, false) : stacked_parts_ > 0 ? stacked_problem() : product_problem(true, false));
   }
-  if (log && problem.form == ChainForm::hmm && problem.T > 1) add(edge_problem());
+  if (sums)
+    units.push_back(HmmSums::unit(problem));
+  else if (log && problem.form == ChainForm::hmm && problem.T > 1)
+    add(edge_problem());
   build_ahead(*device_, units, specs);
   kernel_ = load_generated(*device_, steps);
   backward_kernel_ = load_generated(*device_, backward_steps);
+  if (sums) sums_ = std::make_unique<const HmmSums>(problem, device_, load_generated(*device_, units.back()));
   if (form.fused) fused_ = std::make_unique<FusedSteps>(problem, *device_, streamed);
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/chain_fused_steps.hpp"
 #include "runtime/chain_strategy.hpp"
 #include "runtime/device.hpp"
+#include "runtime/hmm_sums.hpp"
 #include "runtime/jit.hpp"
 #include "support/built_once.hpp"
 #include "templates/chain/params.cuh"
@@ -137,6 +138,7 @@ private:
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_, backward_kernel_; // the step module's units
   std::unique_ptr<const FusedSteps> fused_; // where the passes are fused
+  std::unique_ptr<const HmmSums> sums_;     // the log HMM's backward where hmm_sums_apply (its kernel null: sizes)
   int64_t strides_[4] = {}; // the step table's (b, t, c, p): the potentials', or the transitions' with t 0
   int64_t parts_ = 1;       // the parts a log step product of a shared table sums the sources in (step_parts)
   int64_t stacked_parts_ = 0; // the stacked product's parts a pass (SteppedForm::saving_parts)

@@ -29,6 +29,7 @@ int64_t SteppedChain::edge_slices() const {
 }
 
 std::size_t SteppedChain::backward_workspace_bytes(bool transitions) const {
+  if (sums_) return sums_->workspace_bytes(transitions);
   const ChainProblem& p = problem_;
   if (p.B == 0 || p.form != ChainForm::hmm || !transitions || p.T < 2) return 0;
   ScopedContext scope(device_->context); // the products are planned on the plan's device
@@ -75,6 +76,10 @@ void SteppedChain::backward(jb::ChainParams params, const void*, Stream stream, 
   params.chunks = 1; // "_reduce" adds no partial sums of the transitions' gradient
   if (p.form == ChainForm::crf) {
     launch("", p.B * (p.T - 1) * p.C * p.C, false, params, cu_stream, true); // the marginals
+    return;
+  }
+  if (sums_) {
+    sums_->run(params, stream, workspace);
     return;
   }
   const bool transitions = params.grad != nullptr;

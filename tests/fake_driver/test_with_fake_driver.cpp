@@ -308,7 +308,8 @@ TEST_CASE("prepare loads a first training step's kernels at once: the plan and i
   CHECK(std::string(jitbmm_last_error()).find("problem") != std::string::npos);
 }
 
-TEST_CASE("an HMM backward's scratch (the transitions' partial sums) takes at most half the tables' bytes") {
+TEST_CASE("an HMM backward's scratch (the transitions' partial sums) keeps a forward + backward within four times the "
+          "tables, or takes at most half their bytes") {
   struct Case {
     int64_t B, T, C;
     DType dtype;
@@ -331,7 +332,9 @@ TEST_CASE("an HMM backward's scratch (the transitions' partial sums) takes at mo
     const std::size_t tables = (std::size_t(c.B * c.T * c.C) + std::size_t((c.batched ? c.B : 1) * c.C * c.C) +
                                 std::size_t(c.C)) * size;
     const std::size_t scratch = ChainPlan::get(p).backward_workspace_bytes();
-    CHECK(scratch <= tables / 2 + 256); // rounded up to the workspace's alignment
+    // Beside the saved messages and the tables' gradients (the tables' size), which a backward holds at its peak.
+    const std::size_t saved = chain_saved_bytes(p), rest = 3 * tables > saved ? 3 * tables - saved : 0;
+    CHECK(scratch <= std::max(tables / 2, rest) + 256); // rounded up to the workspace's alignment
     // Every chain long enough splits its steps over several blocks (sums to add), within the bound.
     CHECK((scratch > 0) == (c.T > 5));
   }

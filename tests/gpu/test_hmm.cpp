@@ -19,6 +19,7 @@
 #include "runtime/chain_chunked.hpp"
 #include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/hmm_sums.hpp"
 #include "runtime/jit.hpp"
 
 using namespace jitbmm;
@@ -654,6 +655,38 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
 TEST_CASE("hmm: the stepped strategy against the float64 reference and the sequential kernels: max_plus") {
   std::mt19937_64 rng(20261203);
   stepped_against_reference(Semiring::max_plus, rng);
+}
+
+// The transitions' gradient in the wide blocks ("_edges_wide", runtime/hmm_sums.hpp), which the sums take where a
+// whole wave of them fits the partial sums' room: the narrowest batch of four positions that does on this GPU, 64 and
+// 128 states, ragged lengths, in the sequential kernels (with a NaN grad_score) and in the stepped strategy, whose
+// backward they are there. f32 tables alone: half tables' batches would be four times as wide (their room is half
+// their bytes), and their reads and writes are the narrow blocks' (hmm: f16 and bf16 ...).
+TEST_CASE("hmm: the transitions' gradient in the wide blocks against the float64 reference") {
+  std::mt19937_64 rng(20261207);
+  for (DType d : {DType::f32}) {
+    Worst worst;
+    for (int64_t C : {64, 128}) {
+      ChainProblem p;
+      p.dtype = d;
+      p.form = ChainForm::hmm;
+      p.T = 4;
+      p.C = C;
+      p.with_lengths = true;
+      for (p.B = 1024; p.B < (int64_t(1) << 17) && !HmmSums(p, current_device(), nullptr).wide(); p.B *= 2) {
+      }
+      CAPTURE(p.B);
+      REQUIRE_MESSAGE(HmmSums(p, current_device(), nullptr).wide(), "no batch below 2^17 takes the wide blocks");
+      for (const bool stepped : {false, true}) {
+        Case k{Semiring::log, d, p.B, p.T, C};
+        k.ragged = true;
+        k.stepped = stepped;
+        k.nan_grad = !stepped;
+        run_case(k, rng, worst);
+      }
+    }
+    report("wide blocks", Semiring::log, d, worst);
+  }
 }
 
 // The fused forms (templates/chain/fused_steps.cuh, fused_viterbi.cuh): one shared table, f32 accumulators; the
