@@ -65,7 +65,7 @@ struct ChainSpec {
   unsigned saving_dynamic_bytes() const;
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
   // The HMM form's "_edges" block (with `wide`, "_edges_wide"'s): rows of the transitions' table per block, and its
-  // threads; whether the unit has the wide block (log, an f32 accumulator, 64 to 256 states).
+  // threads; whether the unit has the wide block (log, an f32 accumulator, 64 to 256 states in multiples of 32).
   int edge_rows(bool wide = false) const;
   int edge_threads(bool wide = false) const;
   bool wide_edges() const;

@@ -105,15 +105,19 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 // (templates/chain/hmm_edges.cuh): enough of a step's terms to amortise staging its messages. The wide block holds
 // about 16384, 32 a thread, so that a step's factors are formed once for four times the sums (a step's X factors once
 // per block: the whole table up to 128 states), where there are steps enough to fill the GPU with such blocks. From
-// 64 states: below, a wide block is one or two warps, and an SM holds too few of them.
-int ChainSpec::edge_rows(bool wide) const { return std::clamp((wide ? 16384 : 2048) / C, 1, C); }
+// 64 states (below, a wide block is one or two warps, and an SM holds too few of them) to 256, in multiples of 32.
+int ChainSpec::edge_rows(bool wide) const {
+  // Wide: as many rows as leave each of 16 warps' lanes 32 entries, a warp's lanes along the sources.
+  return wide ? std::clamp(16 * (32 / ((C + 31) / 32)), 1, C) : std::clamp(2048 / C, 1, C);
+}
 int ChainSpec::edge_threads(bool wide) const {
   return wide ? std::clamp(ceil_pow2((edge_rows(true) * C + 31) / 32), 32, 512)
               : std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256);
 }
 bool ChainSpec::wide_edges() const {
+  // Whole warps of sources: at other C ptxas spilled a few words in the 128 registers (127, 161, 255 states).
   return form == ChainForm::hmm && semiring == Semiring::log && dtype_info(dtype).acc_bytes == 4 && C >= 64 &&
-         C <= 256;
+         C <= 256 && C % 32 == 0;
 }
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }
@@ -294,15 +298,16 @@ ChainSpec default_chain_spec(const ChainProblem& problem, int cluster_sms) {
 }
 
 ChainSpec with_rule_saving_blocks(ChainSpec s, int64_t B, int cluster_sms) {
-  // The HMM form's log saving forward in the forward's loop of 64 terms a lane (128 states and a few more, f32)
-  // takes 180-200 registers a thread: one block an SM, so where the launch's 2B blocks outnumber the SMs the
-  // sequences' forward and backward messages run in turns, about twice the forward's time. Compiled for two blocks
-  // an SM, ptxas holds the same loop in 128 registers, spilling a few, and both run at once, which measured faster
-  // at 80 to 256 sequences (bench/RESULTS.md, the HMM form's loops); where the batch leaves SMs idle the spills only
-  // cost, so the rule takes it only where the blocks outnumber the SMs. Blocks of more than 256 threads would be
-  // left under 128 registers a thread.
+  // The HMM form's log saving forward in the forward's loop of 64 terms a lane (128 states, f32) takes 180-200
+  // registers a thread: one block an SM, so where the launch's 2B blocks outnumber the SMs the sequences' forward and
+  // backward messages run in turns, about twice the forward's time. Compiled for two blocks an SM, ptxas holds the
+  // same loop in 128 registers, spilling a few (164 bytes), and both run at once, which measured faster at 80 to 256
+  // sequences (bench/RESULTS.md, the HMM form's loops); where the batch leaves SMs idle the spills only cost, so the
+  // rule takes it only where the blocks outnumber the SMs. From 129 states the loop has eight lanes a state, and two
+  // blocks an SM spilled 624 to 976 bytes (sm_90) where 128 states spilled 164: one block there. Blocks of more than
+  // 256 threads would be left under 128 registers a thread.
   const ChainLoop& l = s.saving;
-  const bool wide = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32 && s.C >= 128 &&
+  const bool wide = s.form == ChainForm::hmm && s.semiring == Semiring::log && s.dtype == DType::f32 && s.C == 128 &&
                     l.cluster == 1 && l.threads <= 256 && s.prefetch(l) &&
                     2 * loop_registers(s, l, true) * l.threads > 65536;
   s.saving.blocks = wide && cluster_sms > 0 && 2 * B > cluster_sms ? 2 : 1;
