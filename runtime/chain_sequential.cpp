@@ -37,6 +37,7 @@ std::shared_ptr<const std::vector<GeneratedKernel>> units_of(const ChainSpec& sp
 SequentialChain::SequentialChain(const ChainProblem& problem, const ChainSpec& spec,
                                  std::shared_ptr<const DeviceInfo> device, StrategyBuild build)
     : problem_(problem), spec_(spec), device_(std::move(device)) {
+  if (problem.form == ChainForm::hmm) sums_ = std::make_unique<const HmmSums>(problem, device_, nullptr); // sizes
   if (problem.B == 0 || build == StrategyBuild::sizes) return;
   // Every unit a first forward and backward load, built at once.
   const QuickBuild quick_build(build == StrategyBuild::quick);
@@ -58,7 +59,7 @@ std::size_t SequentialChain::workspace_bytes(bool, bool with_path) const {
 }
 
 std::size_t SequentialChain::backward_workspace_bytes(bool transitions) const {
-  return problem_.form == ChainForm::hmm ? HmmSums(problem_, device_, nullptr).workspace_bytes(transitions) : 0;
+  return sums_ ? sums_->workspace_bytes(transitions) : 0;
 }
 
 void SequentialChain::launch(const LoadedKernel& unit, const char* suffix, unsigned blocks, unsigned threads,

@@ -42,7 +42,7 @@ private:
   std::shared_ptr<const DeviceInfo> device_;
   // The units (generator/chain_source.hpp); null when B = 0, and the saving forward for max_plus.
   std::shared_ptr<const LoadedKernel> forward_, saving_, backward_;
-  std::unique_ptr<const HmmSums> sums_; // the HMM form's backward, in the backward unit
+  std::unique_ptr<const HmmSums> sums_; // the HMM form's backward, in the backward unit (its kernel null: sizes)
 };
 
 } // namespace jitbmm

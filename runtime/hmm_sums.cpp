@@ -38,7 +38,7 @@ GeneratedKernel HmmSums::unit(const ChainProblem& problem) {
 
 HmmSums::HmmSums(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device,
                  std::shared_ptr<const LoadedKernel> kernel)
-    : problem_(problem), device_(std::move(device)), kernel_(std::move(kernel)) {}
+    : problem_(problem), device_(std::move(device)), kernel_(std::move(kernel)), split_(split()) {}
 
 std::size_t HmmSums::Split::partial_bytes(const ChainProblem& p) const {
   if (chunks == 1) return 0;
@@ -100,11 +100,11 @@ HmmSums::Split HmmSums::split() const {
   return split_for(false);
 }
 
-bool HmmSums::wide() const { return split().wide; }
+bool HmmSums::wide() const { return split_.wide; }
 
 std::size_t HmmSums::workspace_bytes(bool transitions) const {
   if (problem_.form != ChainForm::hmm || !transitions) return 0;
-  return split().partial_bytes(problem_);
+  return split_.partial_bytes(problem_);
 }
 
 void HmmSums::launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams& params,
@@ -116,7 +116,7 @@ void HmmSums::launch(const char* suffix, unsigned blocks, unsigned threads, jb::
 
 void HmmSums::run(jb::ChainParams params, Stream stream, const Workspace& workspace) const {
   const ChainProblem& p = problem_;
-  const Split e = split();
+  const Split& e = split_;
   const std::size_t need = workspace_bytes(params.grad != nullptr);
   params.chunk = e.chunk;
   params.chunks = e.chunks;

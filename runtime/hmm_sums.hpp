@@ -42,7 +42,7 @@ public:
   bool wide() const;
 
 private:
-  // How the transitions' gradient is summed: `groups` tables (one per sequence when batched), each over `steps`
+  // How the transitions' gradient is summed (split(), once per plan): `groups` tables (one per sequence when batched), each over `steps`
   // steps cut into `chunks` ranges of `chunk` steps, one "_edges" block (or "_edges_wide" block of `threads`) per
   // range and tile of rows.
   struct Split {
@@ -58,6 +58,7 @@ private:
   ChainProblem problem_;
   std::shared_ptr<const DeviceInfo> device_;
   std::shared_ptr<const LoadedKernel> kernel_;
+  Split split_;
 };
 
 } // namespace jitbmm
