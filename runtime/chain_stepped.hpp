@@ -4,7 +4,8 @@
 // the products' kernels (for log, exp_matmul's tensor cores with its guard and exact repair) and C has no bound of
 // the sequential kernels' (templates/chain/steps.cuh has the rest). The backward messages are the same products with
 // the table transposed; the HMM log backward's transitions' gradient is one product of the saved messages over
-// every (b, t), so nothing of size B·T·C² is formed. It pays where many sequences share a step's table: T dependent
+// every (b, t), or where they take less time the sequential kernels' sums over the steps (runtime/hmm_sums.hpp), so
+// nothing of size B·T·C² is formed. It pays where many sequences share a step's table: T dependent
 // steps, each a product wide enough to fill the GPU.
 #pragma once
 
