@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 #include "generator/step_source.hpp"
 #include "jitbmm/errors.hpp"
@@ -118,25 +119,24 @@ bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool s
          jb::fused_sources(problem.C) <= jb::kFusedResidentSources;
 }
 
-// The log resident passes' blocks of a row of tiles (the sequences whose messages they read) meet at a cluster's
-// barrier where the GPU has clusters and a row is a portable cluster (at most 8 blocks: up to 512 states), and the
-// device holds every row's cluster at once (a row left to a second wave would double the pass); 0 where they meet in
-// global memory, as where the driver cannot say.
-int row_clusters(const ChainProblem& problem, const DeviceInfo& device,
-                 const std::shared_ptr<const LoadedKernel> (&kernels)[2], int threads, unsigned shared) {
+// How many clusters of a row of tiles each the device holds at once of the log resident passes (the fewer of the
+// two passes' units): 0 where the GPU has no clusters, a row is not a portable cluster (at most 8 blocks: up to 512
+// states), or the driver cannot say.
+int64_t held_row_clusters(const ChainProblem& problem, const DeviceInfo& device,
+                          const std::shared_ptr<const LoadedKernel> (&kernels)[2], int threads, unsigned shared) {
   const int64_t row = fused_column_tiles(problem), tiles = fused_tiles(problem);
   if (problem.semiring != Semiring::log || !device.features.has(kClusters) || row > 8) return 0;
+  int64_t fewest = std::numeric_limits<int64_t>::max();
   for (const auto& kernel : kernels) {
     if (!kernel) continue;
-    int held = 0;
     try {
-      held = max_active_clusters(*kernel, "", unsigned(tiles), unsigned(threads), unsigned(row), shared);
-    } catch (const CudaError&) { // a driver or partition that does not place clusters: the cooperative grid
+      fewest = std::min<int64_t>(
+          fewest, max_active_clusters(*kernel, "", unsigned(tiles), unsigned(threads), unsigned(row), shared));
+    } catch (const CudaError&) { // a driver or partition that does not place clusters
       return 0;
     }
-    if (held < fused_row_tiles(problem)) return 0;
   }
-  return int(row);
+  return fewest == std::numeric_limits<int64_t>::max() ? 0 : fewest;
 }
 
 } // namespace
@@ -185,10 +185,18 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
       block_ = threads;
       shared_ = shared;
       grid_ = int(tiles);
-      cluster_ = row_clusters(problem, device, kernels_, threads, shared);
+      // The blocks of a row of tiles (the sequences whose messages they read) meet at a cluster's barrier where the
+      // device holds every row's cluster at once (a row left to a second wave would double the pass), else in global
+      // memory. Log's two passes run side by side where both passes' clusters fit at once: a pass's time is mostly
+      // its positions' waits, which the other pass's blocks fill.
+      const int64_t rows = fused_row_tiles(problem),
+                    held = held_row_clusters(problem, device, kernels_, threads, shared);
+      cluster_ = held >= rows ? int(fused_column_tiles(problem)) : 0;
+      side_by_side_ = cluster_ > 0 && kernels_[1] && held >= 2 * rows;
       log_message(LogLevel::debug, "fused steps " + name() + ": " + std::to_string(grid_) + " blocks, " +
                                        (cluster_ ? "each row of tiles a cluster of " + std::to_string(cluster_)
-                                                 : std::string("one cooperative grid")));
+                                                 : std::string("one cooperative grid")) +
+                                       (side_by_side_ ? ", the two passes side by side" : ""));
       return;
     }
     kernels_[0] = kernels_[1] = nullptr;

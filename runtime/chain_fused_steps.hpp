@@ -33,7 +33,7 @@ public:
   // streaming ones, as many blocks as are resident at once.
   FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed);
 
-  // A pass's scratch (the pieces templates/chain/fused_steps.cuh names), which both passes of a call may share as
+  // A pass's scratch (the pieces templates/chain/fused_steps.cuh names), which both passes of a call may share where
   // they run one after the other: the same for either set of entries.
   static std::size_t workspace_bytes(const ChainProblem& problem);
   // One direction's pass on `stream`: `table` the direction's widened table ([k][n], k the source state; null where
@@ -41,6 +41,10 @@ public:
   void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const;
   // The forward's unit's name.
   const std::string& name() const { return kernels_[0]->generated.name; }
+  // Whether log's two passes may run side by side, each on a stream of its own with its own scratch: each row of
+  // tiles is a cluster that waits on no other (no grid barrier), and the device holds both passes' clusters at once,
+  // so that neither waits for the other's blocks to leave.
+  bool side_by_side() const { return side_by_side_; }
 
 private:
   ChainProblem problem_;
@@ -49,6 +53,7 @@ private:
   int grid_ = 0;                                   // and blocks
   unsigned shared_ = 0;                            // and dynamic shared memory a block
   int cluster_ = 0; // the resident log passes: blocks a cluster (a row of tiles each), 0 for a cooperative grid
+  bool side_by_side_ = false;
 };
 
 } // namespace jitbmm

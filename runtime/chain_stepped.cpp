@@ -45,8 +45,8 @@ std::size_t SteppedChain::bytes_of(std::initializer_list<int64_t> sizes) {
 // offsets so far, the widened table and its products' own scratch (exp_matmul's factors: the caller's workspace holds
 // it too); then max_plus's winning sources ([T][B][C] int32, with a path). Stacked passes (one product a position for
 // both) take one set, each piece the two passes' side by side: messages [B][2][C], reached [2][parts][B][C], offsets
-// [2][B], tables [2][C][C]. Fused passes, which run one after the other on one stream, share one table and one
-// FusedSteps scratch.
+// [2][B], tables [2][C][C]. Fused passes take a table and a FusedSteps scratch each, which they share where they run
+// one after the other on one stream.
 struct SteppedChain::ForwardPieces {
   int passes;
   bool stacked;
@@ -55,12 +55,12 @@ struct SteppedChain::ForwardPieces {
   ForwardPieces(const ChainProblem& p, int64_t parts, bool with_saved, bool with_path, bool stacked,
                 std::size_t table_bytes, std::size_t forward_products, std::size_t backward_products,
                 std::size_t fused_bytes)
-      : passes(with_saved && !fused_bytes && !stacked ? 2 : 1), stacked(stacked),
+      : passes(with_saved && !stacked ? 2 : 1), stacked(stacked),
         messages(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
         reached(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, parts, p.B, p.C, dtype_info(p.dtype).acc_bytes})),
         offsets(fused_bytes ? 0 : bytes_of({stacked ? 2 : 1, p.B, 8})), table((stacked ? 2 : 1) * table_bytes),
-        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0), fused(fused_bytes),
-        products{forward_products, backward_products} {}
+        argmax(with_path && p.semiring == Semiring::max_plus ? bytes_of({p.T, p.B, p.C, 4}) : 0),
+        fused(fused_bytes), products{forward_products, backward_products} {}
   std::size_t bytes() const {
     ScratchSize size;
     for (int i = 0; i < passes; ++i)
@@ -430,29 +430,36 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
     fused[i] = scratch.take(sizes.fused);
   }
   at[0].argmax = static_cast<int*>(scratch.take(sizes.argmax));
-  if (fused_) {
-    // One pass after the other, on the caller's stream: each keeps every block of the GPU resident.
-    params.argmax = at[0].argmax;
-    for (int i = 0; i < (with_saved ? 2 : 1); ++i) fused_pass(params, i == 1, tables[0], fused[0], cu_stream);
-    return;
-  }
+  params.argmax = at[0].argmax;
   if (!with_saved) {
-    pass(at[0], false, with_path, tables[0], products[0], stream);
+    if (fused_)
+      fused_pass(params, false, tables[0], fused[0], cu_stream);
+    else
+      pass(at[0], false, with_path, tables[0], products[0], stream);
     return;
   }
   // The backward messages depend on the tables alone: on a stream of their own they run beside the forward's, whose
-  // products alone leave SMs idle at moderate sizes (not while `stream` is captured into a graph, where the
-  // capture's one stream keeps the order, nor past side_stream's caller streams).
-  const CUstream side = stream_is_capturing(cu_stream) ? nullptr : side_stream(cu_stream);
+  // products alone leave SMs idle at moderate sizes, as do the fused passes where both fit the GPU at once
+  // (FusedSteps::side_by_side); not while `stream` is captured into a graph, where the capture's one stream keeps the
+  // order, nor past side_stream's caller streams. Fused passes one after the other share one scratch.
+  const bool beside = (!fused_ || fused_->side_by_side()) && !stream_is_capturing(cu_stream);
+  const CUstream side = beside ? side_stream(cu_stream) : nullptr;
+  const int second = fused_ && !side ? 0 : 1;
+  const auto run = [&](int i, CUstream on) {
+    if (fused_)
+      fused_pass(params, i == 1, tables[i == 1 ? second : 0], fused[i == 1 ? second : 0], on);
+    else
+      pass(at[i], i == 1, i == 0 && with_path, tables[i], products[i], reinterpret_cast<Stream>(on));
+  };
   if (!side) {
-    pass(at[0], false, with_path, tables[0], products[0], stream);
-    pass(at[1], true, false, tables[1], products[1], stream);
+    run(0, cu_stream);
+    run(1, cu_stream);
     return;
   }
   wait_for(side, cu_stream);
   const JoinOnExit join{cu_stream, side}; // before the scratch is given back, on every way out
-  pass(at[1], true, false, tables[1], products[1], reinterpret_cast<Stream>(side));
-  pass(at[0], false, with_path, tables[0], products[0], stream);
+  run(1, side);
+  run(0, cu_stream);
 }
 
 } // namespace jitbmm

@@ -878,6 +878,36 @@ TEST_CASE("a stepped plan's backward messages run on a side stream of its own fo
   for (CUstream s : callers) driver().cuStreamDestroy(s);
 }
 
+// The fused form's two passes of a saving forward run side by side, the backward messages' on the plan's side stream
+// with a table and scratch of their own, where every row of tiles is a cluster and the GPU holds both passes'
+// clusters at once (the fake GPU: 132 SMs, a block each): 256 sequences of 256 states make 8 rows of 4 tiles, 16
+// clusters of 33. 512 sequences of 512 states make 16 rows of 8 tiles, as many as it holds of one pass: one after
+// the other there, on the caller's stream, sharing one scratch.
+TEST_CASE("a fused saving forward runs its passes side by side where the GPU holds both at once") {
+  void* fake = ::dlopen(std::getenv("JITBMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  auto* live = fake ? reinterpret_cast<long (*)()>(::dlsym(fake, "jitbmm_fake_cuda_live_streams")) : nullptr;
+  const bool exported = live != nullptr;
+  REQUIRE(exported);
+  for (const int64_t C : {256, 512}) {
+    CAPTURE(C);
+    ChainProblem p;
+    p.form = ChainForm::hmm;
+    p.B = C, p.T = 5, p.C = C;
+    const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
+    REQUIRE(plan.kernel_name().rfind("hmm_fused_steps_log_f32_resident_", 0) == 0);
+    const SharedHmmTables tables(p);
+    const SavingForward forward(plan);
+    const long before = live();
+    const DriverLog log;
+    forward(plan, tables.inputs());
+    CHECK(live() - before == (C == 256 ? 1 : 0));
+    std::size_t passes = 0;
+    for (const std::string& name : log.launched())
+      passes += name.rfind("hmm_fused_steps_", 0) == 0 && name.find("_factors") == std::string::npos;
+    CHECK(passes == 2);
+  }
+}
+
 namespace {
 
 // A strategy of a problem made for its sizes alone (runtime/chain_strategy.hpp) or built: each as chain_plan_for
