@@ -14,27 +14,12 @@
 #include "runtime/launch.hpp"
 #include "runtime/product_workspace_bound.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/side_streams.hpp"
 #include "runtime/tuner/build_ahead.hpp"
 #include "runtime/tuner/policy.hpp"
 #include "support/checked_size.hpp"
 
 namespace jitbmm {
-
-namespace {
-
-// Makes the caller's stream wait for the side stream when it leaves scope, however it leaves: the scratch the side
-// stream's pass uses is given back on the caller's stream after that.
-struct JoinOnExit {
-  CUstream stream, side;
-  ~JoinOnExit() {
-    try {
-      wait_for(stream, side);
-    } catch (...) { // a failed wait leaves the error of the call that failed first to its caller
-    }
-  }
-};
-
-} // namespace
 
 std::size_t SteppedChain::bytes_of(std::initializer_list<int64_t> sizes) {
   return std::size_t(checked_product(sizes, "chain: workspace"));
@@ -95,7 +80,7 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 SteppedChain::SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products,
                            StepKernel kernel, StrategyBuild build)
     : problem_(problem), tune_products_(tune_products), quick_(build == StrategyBuild::quick),
-      sizes_only_(build == StrategyBuild::sizes), device_(std::move(device)) {
+      sizes_only_(build == StrategyBuild::sizes), device_(std::move(device)), sides_(device_->context) {
   const bool quick = quick_;
   if (quick && (tune_products || kernel != StepKernel::products))
     throw std::logic_error("SteppedChain: a quick stand-in's products are untuned, in the products' form");
@@ -362,27 +347,6 @@ void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scr
   fused_->pass(params, beta, tab, scratch, stream);
 }
 
-CUstream SteppedChain::side_stream(CUstream caller) const {
-  std::lock_guard<std::mutex> lock(sides_mutex_);
-  if (const auto it = sides_.find(caller); it != sides_.end()) return it->second;
-  if (sides_.size() >= kMaxSideStreams) return nullptr;
-  CUstream side = nullptr;
-  check(driver().cuStreamCreate(&side, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  sides_.emplace(caller, side);
-  return side;
-}
-
-SteppedChain::~SteppedChain() {
-  if (sides_.empty()) return;
-  // Work still queued on them completes first: the driver releases the streams then. A plan may live until the
-  // process ends (a stand-in's, runtime/chain_stand_in.hpp): a driver already gone leaves nothing to release.
-  try {
-    ScopedContext scope(device_->context);
-    for (const auto& entry : sides_) driver().cuStreamDestroy(entry.second);
-  } catch (...) {
-  }
-}
-
 void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
   const bool with_saved = saved != nullptr;
   const ChainProblem& p = problem_;
@@ -441,9 +405,9 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
   // The backward messages depend on the tables alone: on a stream of their own they run beside the forward's, whose
   // products alone leave SMs idle at moderate sizes, as do the fused passes where both fit the GPU at once
   // (FusedSteps::side_by_side); not while `stream` is captured into a graph, where the capture's one stream keeps the
-  // order, nor past side_stream's caller streams. Fused passes one after the other share one scratch.
+  // order, nor past SideStreams::kMax caller streams. Fused passes one after the other share one scratch.
   const bool beside = (!fused_ || fused_->side_by_side()) && !stream_is_capturing(cu_stream);
-  const CUstream side = beside ? side_stream(cu_stream) : nullptr;
+  const CUstream side = beside ? sides_.of(cu_stream) : nullptr;
   const int second = fused_ && !side ? 0 : 1;
   const auto run = [&](int i, CUstream on) {
     if (fused_)

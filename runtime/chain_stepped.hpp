@@ -26,6 +26,7 @@
 #include "runtime/device.hpp"
 #include "runtime/hmm_sums.hpp"
 #include "runtime/jit.hpp"
+#include "runtime/side_streams.hpp"
 #include "support/built_once.hpp"
 #include "templates/chain/params.cuh"
 
@@ -53,8 +54,6 @@ SteppedForm stepped_form(const ChainProblem& problem, const DeviceInfo& device, 
 
 class SteppedChain final : public ChainStrategy {
 public:
-  // The caller streams whose calls get a side stream of their own (side_stream).
-  static constexpr std::size_t kMaxSideStreams = 8;
   // Compiles the step module (and the fused one where `kernel` takes it; asking for it where it does not apply is
   // std::invalid_argument naming "steps"). The products tune only with `tune_products` (what `jitbmm tune --chain`
   // asks for); otherwise they take stored decisions or the default, as every chain plan's. `build` quick: a
@@ -63,7 +62,6 @@ public:
   // built (runtime/chain_strategy.hpp).
   SteppedChain(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device, bool tune_products = false,
                StepKernel kernel = StepKernel::rule, StrategyBuild build = StrategyBuild::kernels);
-  ~SteppedChain();
   SteppedChain(const SteppedChain&) = delete;
   SteppedChain& operator=(const SteppedChain&) = delete;
 
@@ -101,10 +99,6 @@ private:
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
   struct ForwardPieces;
   ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;
-  // The stream the backward messages' pass runs on beside `caller`: one of the plan's for each caller stream (made on
-  // first use), so that calls on different streams never wait for each other's work; null past kMaxSideStreams
-  // caller streams, whose calls then run both passes on their own stream, one after the other.
-  CUstream side_stream(CUstream caller) const;
   // Direction: the forward's products (the table transposed: from p to c) or the backward messages' (from c to p).
   SemiringBMM product(bool beta, bool argmax, Stream stream) const;
   SemiringBMM stacked_product(Stream stream) const;
@@ -145,8 +139,7 @@ private:
   int64_t stacked_parts_ = 0; // the stacked product's parts a pass (SteppedForm::saving_parts)
   mutable std::mutex products_mutex_; // guards products_' entries (each builds on its own)
   mutable std::map<std::tuple<int, bool, bool>, BuiltOnce<SemiringBMM>> products_; // by (kind, beta, argmax)
-  mutable std::mutex sides_mutex_;
-  mutable std::map<CUstream, CUstream> sides_; // by caller stream
+  SideStreams sides_; // where the backward messages' pass runs beside a caller's stream
 };
 
 } // namespace jitbmm

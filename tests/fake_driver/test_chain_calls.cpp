@@ -851,7 +851,7 @@ TEST_CASE("chains of more than 1024 states plan the stepped strategy; beyond 2^2
 
 // A forward that saves for a backward runs the backward messages on a stream of the plan's beside the caller's: one
 // for each caller stream, so that calls on two streams never wait for each other's work (one shared side stream made
-// each caller wait for the other's queued passes); past SteppedChain::kMaxSideStreams caller streams, none more.
+// each caller wait for the other's queued passes); past SideStreams::kMax caller streams, none more.
 TEST_CASE("a stepped plan's backward messages run on a side stream of its own for each caller stream") {
   void* fake = ::dlopen(std::getenv("JITBMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL); // the library's own handle
   auto* live = fake ? reinterpret_cast<long (*)()>(::dlsym(fake, "jitbmm_fake_cuda_live_streams")) : nullptr;
@@ -866,7 +866,7 @@ TEST_CASE("a stepped plan's backward messages run on a side stream of its own fo
   DeviceBuffer emissions(std::size_t(p.B * p.T) * C * 4), table(C * C * 4), initial(C * 4), score(8),
       saved(plan.saved_bytes());
   const HmmInputs in{emissions.get(), table.get(), initial.get()};
-  std::vector<CUstream> callers(SteppedChain::kMaxSideStreams + 2);
+  std::vector<CUstream> callers(SideStreams::kMax + 2);
   for (CUstream& s : callers) check(driver().cuStreamCreate(&s, 0), "cuStreamCreate");
   const long before = live();
   for (int twice = 0; twice < 2; ++twice)
@@ -874,7 +874,7 @@ TEST_CASE("a stepped plan's backward messages run on a side stream of its own fo
       plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, reinterpret_cast<Stream>(callers[i]));
   CHECK(live() - before == 2); // one for each of the two caller streams, made once
   for (CUstream s : callers) plan(in, nullptr, score.get(), saved.get(), nullptr, nullptr, reinterpret_cast<Stream>(s));
-  CHECK(live() - before == long(SteppedChain::kMaxSideStreams)); // the rest run both passes on their own stream
+  CHECK(live() - before == long(SideStreams::kMax)); // the rest run both passes on their own stream
   for (CUstream s : callers) driver().cuStreamDestroy(s);
 }
 

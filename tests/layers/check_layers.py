@@ -76,7 +76,7 @@ ALLOWED = {
 RUNTIME_STAGES = {
     ENGINE: {"background_build", "device", "device_memory", "device_pool", "driver_api", "grad_launch", "jit",
              "kernel_files", "launch",
-             "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events"},
+             "nvrtc_api", "nvrtc_compiler", "probes", "scratch", "timing", "events", "side_streams"},
     TUNER: {"autotune"},  # the tuner's one header for the plan stage
     PLAN: {"backward", "c_api_chains", "c_api_library", "c_api_products", "c_api_status", "c_api_xla",
            "c_api_xla_products", "c_api_xla_chains", "c_api_xla_distributions", "c_api_xla_expectation",
