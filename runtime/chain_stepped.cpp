@@ -408,10 +408,10 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
   // order, nor past SideStreams::kMax caller streams. Fused passes one after the other share one scratch.
   const bool beside = (!fused_ || fused_->side_by_side()) && !stream_is_capturing(cu_stream);
   const CUstream side = beside ? sides_.of(cu_stream) : nullptr;
-  const int second = fused_ && !side ? 0 : 1;
   const auto run = [&](int i, CUstream on) {
+    const int own = fused_ && !side ? 0 : i; // the pass's table and fused scratch
     if (fused_)
-      fused_pass(params, i == 1, tables[i == 1 ? second : 0], fused[i == 1 ? second : 0], on);
+      fused_pass(params, i == 1, tables[own], fused[own], on);
     else
       pass(at[i], i == 1, i == 0 && with_path, tables[i], products[i], reinterpret_cast<Stream>(on));
   };
