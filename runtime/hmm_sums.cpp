@@ -107,9 +107,9 @@ std::size_t HmmSums::workspace_bytes(bool transitions) const {
   return split_.partial_bytes(problem_);
 }
 
-void HmmSums::launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams& params,
-                     CUstream stream) const {
-  const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
+void HmmSums::launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams& params, CUstream stream,
+                     unsigned blocks_y) const {
+  const unsigned grid[3] = {blocks, blocks_y, 1}, block[3] = {threads, 1, 1};
   void* args[] = {&params};
   jitbmm::launch(*kernel_, suffix, grid, block, args, stream);
 }
@@ -132,12 +132,9 @@ void HmmSums::run(jb::ChainParams params, Stream stream, const Workspace& worksp
            cu_stream);
   Scratch scratch(*device_, workspace, need, cu_stream);
   params.partials = scratch.take(need);
-  if (params.grad) {
-    const unsigned grid[3] = {unsigned(e.groups * e.chunks), unsigned(e.tiles), 1};
-    const unsigned block[3] = {unsigned(e.threads), 1, 1};
-    void* args[] = {&params};
-    jitbmm::launch(*kernel_, e.wide ? "_edges_wide" : "_edges", grid, block, args, cu_stream);
-  }
+  if (params.grad) // a block a range of steps (of each table) and tile of rows
+    launch(e.wide ? "_edges_wide" : "_edges", unsigned(e.groups * e.chunks), unsigned(e.threads), params, cu_stream,
+           unsigned(e.tiles));
   const int64_t reduced = jb::hmm_reduce_threads(params.grad && e.chunks > 1 ? e.groups * p.C * p.C : 0, e.chunks,
                                                  params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);
   if (reduced > 0)

@@ -42,9 +42,9 @@ public:
   bool wide() const;
 
 private:
-  // How the transitions' gradient is summed (split(), once per plan): `groups` tables (one per sequence when batched), each over `steps`
-  // steps cut into `chunks` ranges of `chunk` steps, one "_edges" block (or "_edges_wide" block of `threads`) per
-  // range and tile of rows.
+  // How the transitions' gradient is summed (split(), once per plan): `groups` tables (one per sequence when
+  // batched), each over `steps` steps cut into `chunks` ranges of `chunk` steps, one "_edges" block (or "_edges_wide"
+  // block of `threads`) per range and tile of rows.
   struct Split {
     int64_t groups = 1, steps = 0, chunks = 1, chunk = 1, tiles = 1;
     int threads = 32;
@@ -53,7 +53,9 @@ private:
     std::size_t partial_bytes(const ChainProblem& p) const;
   };
   Split split() const;
-  void launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams& params, CUstream stream) const;
+  // An entry of the unit: `blocks` × `blocks_y` blocks of `threads`.
+  void launch(const char* suffix, unsigned blocks, unsigned threads, jb::ChainParams& params, CUstream stream,
+              unsigned blocks_y = 1) const;
 
   ChainProblem problem_;
   std::shared_ptr<const DeviceInfo> device_;
