@@ -322,8 +322,8 @@ int run_inspect(int argc, char** argv) {
   flags.insert({"--arch", "--emit", "--chain", "--cluster", "--threads", "--lanes", "--beta-lanes", "--saving-blocks",
                 "--batch", "--length", "--kbest", "--field"});
   std::set<std::string> switches = spec_switches();
-  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--beta", "--backward",
-                   "--saving", "--expectation", "--samples"});
+  switches.insert({"--tuned", "--hmm", "--chunks", "--stepped", "--fused", "--streamed", "--paired", "--beta",
+                   "--backward", "--saving", "--expectation", "--samples"});
   const Args args(argc, argv, 2, flags, switches);
   if (args.has("--tuned") && args.has("--chain")) {
     args.require_only({"--tuned", "--chain", "--hmm", "--semiring", "--dtype", "--batch", "--length"},
@@ -360,11 +360,11 @@ int run_inspect(int argc, char** argv) {
   } else if (args.has("--chain") && (args.has("--stepped") || args.has("--fused"))) {
     // The stepped strategy's own module (every C), or its fused form's (the HMM form with one shared table): the
     // semiring and the dtype alone, and the form for the former.
-    args.require_only({"--chain", "--hmm", "--stepped", "--fused", "--streamed", "--beta", "--backward", "--semiring",
-                       "--dtype", "--emit", "--arch"},
+    args.require_only({"--chain", "--hmm", "--stepped", "--fused", "--streamed", "--paired", "--beta", "--backward",
+                       "--semiring", "--dtype", "--emit", "--arch"},
                       "inspect --chain --stepped");
     if (!args.has("--stepped")) throw std::invalid_argument("--fused: a form of the stepped strategy (with --stepped)");
-    for (const char* pass : {"--streamed", "--beta"})
+    for (const char* pass : {"--streamed", "--paired", "--beta"})
       if (args.has(pass) && !args.has("--fused"))
         throw std::invalid_argument(std::string(pass) + ": a pass of the fused form (with --fused)");
     if (args.has("--backward") && args.has("--fused"))
@@ -373,13 +373,15 @@ int run_inspect(int argc, char** argv) {
     if (args.has("--fused") && problem.form != ChainForm::hmm)
       throw std::invalid_argument("--fused: the fused steps compute the HMM form (with --hmm)");
     try {
-      kernel = with_override(
-          args.has("--fused")
-              ? emit_fused_step_kernel(problem.semiring, problem.dtype, args.has("--beta"), !args.has("--streamed"))
-              : emit_step_kernel(problem.semiring, problem.dtype, problem.form, args.has("--backward")));
+      kernel =
+          with_override(args.has("--fused")
+                            ? emit_fused_step_kernel(problem.semiring, problem.dtype, args.has("--beta"),
+                                                     !args.has("--streamed"), args.has("--paired"))
+                            : emit_step_kernel(problem.semiring, problem.dtype, problem.form, args.has("--backward")));
     } catch (const std::invalid_argument& e) { // the generator names its argument; the flag that gave it
       const std::string why = e.what();
-      if (why.rfind("dtype: ", 0) == 0 || why.rfind("beta: ", 0) == 0) throw std::invalid_argument("--" + why);
+      if (why.rfind("dtype: ", 0) == 0 || why.rfind("beta: ", 0) == 0 || why.rfind("paired: ", 0) == 0)
+        throw std::invalid_argument("--" + why);
       throw;
     }
     // The occupancy reported is the main entry's.

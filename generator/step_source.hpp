@@ -27,8 +27,12 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form,
 // "_factors" the table's factors too; max_plus (templates/chain/fused_viterbi.cuh, no `beta`): the forward with its
 // best path. The streaming entries run blocks of jb::kFusedBlock threads; `resident` ones a block of
 // jb::fused_resident_threads threads per tile that keeps its tile's table side in jb::fused_resident_floats of
-// dynamic shared memory. A unit a pass, so that a plan compiles only the passes it takes, all at once
-// (runtime/tuner/build_ahead.hpp). Inputs of f32, f16 or bf16 (f32 accumulators).
-GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype, bool beta, bool resident);
+// dynamic shared memory; with `paired` (log's resident entries alone, "_paired") for at most
+// jb::kFusedPairedSources sources, compiled for two blocks an SM. A unit a pass, so that a plan compiles only the
+// passes it takes, all at once (runtime/tuner/build_ahead.hpp). Inputs of f32, f16 or bf16 (f32 accumulators).
+GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype, bool beta, bool resident, bool paired = false);
+// Whether a plan of chains of `states` states takes the paired entries where it takes the resident ones
+// (jb::fused_paired, log alone).
+bool fused_step_paired(Semiring semiring, int64_t states);
 
 } // namespace jitbmm

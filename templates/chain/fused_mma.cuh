@@ -25,11 +25,11 @@ static_assert(kFusedResidentSplit * kFusedRows * kMmaMeetPitch <=
               "the groups' sums meet inside the space fused_resident_floats keeps for them");
 
 // The resident tile's product (its table's side staged: stage_resident_table) of the messages' factors staged in
-// res.msg, every thread of the block having staged its part: each thread's sums of its owned rows' outputs
-// (fused_tiles.cuh's owner: rows ty·4 + r, columns tx·4 + j) in acc.
+// res.msg, every thread of the block having staged its part: each thread's sums of its owned row's four outputs
+// (fused_tiles.cuh's owner: row ty·4 + g of its group g, columns tx·4 + j) in own.
 template <int SPLIT>
-__device__ __forceinline__ void mma_product(const Position& q, const Resident& res, float (&acc)[4][4]) {
-  static_assert(SPLIT * kFusedThreads == 512 && SPLIT <= kFusedResidentSplit,
+__device__ __forceinline__ void mma_product(const Position& q, const Resident& res, float (&own)[4]) {
+  static_assert(SPLIT * kFusedThreads == 512 && SPLIT == kFusedResidentSplit,
                 "four groups of four warps, each warp 16 rows × 32 columns of the 32 × 64 tile");
   const int lane = int(threadIdx.x) % 32, w = q.l / 32, gid = lane / 4, tid = lane % 4;
   const int wm0 = (w & 1) * 16, wn0 = (w >> 1) * 32;
@@ -72,17 +72,13 @@ __device__ __forceinline__ void mma_product(const Position& q, const Resident& r
     *reinterpret_cast<float2*>(at + 8 * kMmaMeetPitch) = make_float2(sum[n][2], sum[n][3]);
   }
   __syncthreads();
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    if (owner<SPLIT>(r) != q.g) continue;
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int h = 0; h < SPLIT; ++h) {
-      const float4 v = *reinterpret_cast<const float4*>(&meet[h][q.ty * 4 + r][q.tx * 4]);
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
-    acc[r][0] = s.x, acc[r][1] = s.y, acc[r][2] = s.z, acc[r][3] = s.w;
+  for (int h = 0; h < SPLIT; ++h) {
+    const float4 v = *reinterpret_cast<const float4*>(&meet[h][q.ty * 4 + q.g][q.tx * 4]);
+    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
   }
+  own[0] = s.x, own[1] = s.y, own[2] = s.z, own[3] = s.w;
 }
 
 } // namespace fused

@@ -17,12 +17,14 @@ namespace jb {
 namespace fused {
 
 // Sixteen threads read a row's messages; each thread owns one row of the tile's outputs (owner: its group's).
-enum ResidentLayout : int {
-  kResidentRowThreads = 16,
-  kResidentQuads = kFusedResidentSources / 4 / kResidentRowThreads
-};
+enum ResidentLayout : int { kResidentRowThreads = 16 };
 static_assert(kResidentRowThreads * kFusedRows == 512 && fused_groups(true, true) == 4,
               "a resident log block's 512 threads: sixteen a row when reading, one owned row each when writing");
+// The fours of a row's messages a thread reads: of all the sources a resident block takes, or of the paired
+// entries' (kFusedPairedSources), whose fewer registers let two blocks share an SM.
+template <bool PAIRED> __device__ constexpr int resident_quads() {
+  return (PAIRED ? kFusedPairedSources : kFusedResidentSources) / 4 / kResidentRowThreads;
+}
 
 // The block's rows: their lengths (read once a pass; 0 past B, 1 where bad) and, at a position, what each does there,
 // its previous messages' largest value (−inf where it had none) and how clean they are (TileRows::clean).
@@ -80,7 +82,8 @@ __device__ __forceinline__ void load_emissions(const ChainParams& p, const Posit
 // otherwise) whole, and stages the factors of this position t's product (`has_next`; none past the last):
 // message_factor(v, shift) in a row that forms a product from clean messages, else 0 (such a row's outputs are NaN,
 // −inf or repaired term by term from the messages in global memory: none reads a factor). Sets `rows` for t; returns
-// whether any row forms a product, once every thread has staged its part.
+// whether any row forms a product, once every thread has staged its part. QUADS: resident_quads.
+template <int QUADS>
 __device__ __forceinline__ bool stage_previous(const Position& q, ResidentRows& rows, const Resident& res, long long r0,
                                                long long t, long long t_prev, bool has_prev, bool has_next, bool beta) {
   const int row = int(threadIdx.x) / kResidentRowThreads, lane = int(threadIdx.x) % kResidentRowThreads;
@@ -89,15 +92,15 @@ __device__ __forceinline__ bool stage_previous(const Position& q, ResidentRows& 
   const int kind = has_next ? row_kind(length, t, beta) : int(kNone);
   const bool vec = (q.C & 3) == 0;
   const float* const from = q.prev + (r0 + row) * q.C;
-  float v[kResidentQuads][4];
+  float v[QUADS][4];
 #pragma unroll
-  for (int u = 0; u < kResidentQuads; ++u) {
+  for (int u = 0; u < QUADS; ++u) {
     const int k = (lane + u * kResidentRowThreads) * 4;
     if (k < res.sources) load_message_quad(v[u], from, k, q.C, vec, had);
   }
   float top = Num<float>::neg_inf();
 #pragma unroll
-  for (int u = 0; u < kResidentQuads; ++u)
+  for (int u = 0; u < QUADS; ++u)
     if ((lane + u * kResidentRowThreads) * 4 < res.sources)
 #pragma unroll
       for (int x = 0; x < 4; ++x) top = Num<float>::max(top, v[u][x]);
@@ -108,7 +111,7 @@ __device__ __forceinline__ bool stage_previous(const Position& q, ResidentRows& 
   const float shift = finite_or_zero(top);
   float* const at = res.msg + row * res.pitch;
 #pragma unroll
-  for (int u = 0; u < kResidentQuads; ++u) {
+  for (int u = 0; u < QUADS; ++u) {
     const int k = (lane + u * kResidentRowThreads) * 4;
     if (k >= res.sources) continue;
     float f[4];
@@ -190,16 +193,17 @@ __device__ __forceinline__ void store_resident(const ChainParams& p, const Posit
 // The product of position i's tile, each thread's sums of its owned row's four outputs.
 __device__ __forceinline__ void resident_product(const Position& q, const Resident& res, float (&own)[4]) {
   constexpr int SPLIT = fused_groups(true, true);
-  float acc[4][4] = {};
-  if constexpr (JB_HAS_MMA_TF32_BF16)
-    mma_product<SPLIT>(q, res, acc);
-  else
+  if constexpr (JB_HAS_MMA_TF32_BF16) {
+    mma_product<SPLIT>(q, res, own);
+  } else {
+    float acc[4][4] = {};
     meet_sums<SPLIT>(q, resident_sweep<SPLIT>(q, res, FmaTerms{acc}), acc);
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
-    if (owner<SPLIT>(r) == q.g)
+    for (int r = 0; r < 4; ++r)
+      if (owner<SPLIT>(r) == q.g)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) own[j] = acc[r][j];
+        for (int j = 0; j < 4; ++j) own[j] = acc[r][j];
+  }
 }
 
 // Where the blocks of a row of tiles meet between positions: the cluster's barrier where each row is a cluster
@@ -220,9 +224,11 @@ __device__ __forceinline__ void row_barrier(const ChainParams& p) {
 // owning one tile (the grid has a block a tile) and its table side in fused_resident_floats of dynamic shared memory;
 // p.msg, p.row_sums, p.ends, p.end_offsets and p.barrier as there (p.row_maxima and p.offsets are not read). With
 // p.cluster_rows each row of tiles is a cluster, which meets at its own barrier and adds its sequences' scores: no
-// block waits on another cluster, so the grid need not be resident at once.
-template <class S, bool BETA> __device__ __forceinline__ void fused_resident_steps(const ChainParams& p) {
+// block waits on another cluster, so the grid need not be resident at once. PAIRED: the entries for at most
+// kFusedPairedSources sources, compiled for two blocks an SM.
+template <class S, bool BETA, bool PAIRED> __device__ __forceinline__ void fused_resident_steps(const ChainParams& p) {
   using namespace fused;
+  constexpr int QUADS = resident_quads<PAIRED>();
   __shared__ ResidentRows rows;
   const long long Tn = p.T;
   stage_resident_table(p, static_cast<const float*>(p.factors), 0.f);
@@ -235,7 +241,7 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_resident_ste
     const Position q = position(p, i);
     const Resident res = resident(q.C);
     const long long t = BETA ? Tn - 1 - i : i, t_prev = BETA ? t + 1 : t - 1;
-    const bool product = stage_previous(q, rows, res, r0, t, t_prev, i > 0, true, BETA);
+    const bool product = stage_previous<QUADS>(q, rows, res, r0, t, t_prev, i > 0, true, BETA);
     if (i > 0) keep_resident<BETA>(p, q, rows, r0, c0, t_prev, c);
     float sum[4] = {};
     if (product) resident_product(q, res, sum);
@@ -246,7 +252,7 @@ template <class S, bool BETA> __device__ __forceinline__ void fused_resident_ste
   if (Tn > 0) { // what is kept of the last position, once every tile of it is written
     const Position q = position(p, Tn);
     const long long last = BETA ? 0 : Tn - 1;
-    stage_previous(q, rows, resident(q.C), r0, 0, last, true, false, BETA);
+    stage_previous<QUADS>(q, rows, resident(q.C), r0, 0, last, true, false, BETA);
     keep_resident<BETA>(p, q, rows, r0, c0, last, c);
   }
   if (BETA) return;

@@ -180,7 +180,12 @@ enum FusedTiles : int {
   // The most sources a resident block's product takes (more than 227 KiB of shared memory holds): its log pass reads
   // a row's previous messages into registers, sixteen threads a row and at most nine fours a thread
   // (templates/chain/fused_resident.cuh).
-  kFusedResidentSources = 576
+  kFusedResidentSources = 576,
+  // The most sources of the resident log entries compiled for two blocks an SM (64 registers a thread), which read a
+  // row's messages in at most two fours a thread: a block's shared memory is then at most 80 KiB, so that two blocks
+  // share an SM and both passes of a saving forward can be resident at once where one pass's tiles take more than
+  // half the SMs.
+  kFusedPairedSources = 128
 };
 
 // The resident form of the fused steps (templates/chain/fused_tiles.cuh), for a block that owns one tile for a whole
@@ -194,6 +199,8 @@ enum FusedTiles : int {
 JB_HD constexpr int fused_groups(bool log, bool resident) { return log && resident ? kFusedResidentSplit : kFusedSplit; }
 JB_HD constexpr int fused_resident_threads(bool log) { return kFusedThreads * fused_groups(log, true); }
 JB_HD long long fused_sources(long long states) { return (states + kFusedK - 1) / kFusedK * kFusedK; }
+// Whether a plan's resident log passes of `states` states take the entries compiled for two blocks an SM.
+JB_HD bool fused_paired(long long states) { return fused_sources(states) <= kFusedPairedSources; }
 JB_HD long long fused_resident_floats(long long states) {
   const long long messages = kFusedRows * (fused_sources(states) + 4),
                   meet = 2 * (kFusedResidentSplit - 1) * kFusedRows * kFusedCols;

@@ -255,6 +255,13 @@ TEST_CASE("the stepped strategy's fused units compile for the oldest and the new
           for (bool beta : {false, true})
             if (!beta || semiring == Semiring::log) // the resident entries hold the most
               spills.add(emit_fused_step_kernel(semiring, dtype, beta, resident), sm, resident && dtype == DType::f32);
+  // The paired entries have 64 registers a thread, where the others have 128: what they keep across a position (the
+  // rows' pointers and lengths, the carried outputs) spills to local memory, read once a position, which costs less
+  // than running the saving forward's two passes one after the other (bench/RESULTS.md).
+  for (int sm : {75, 90})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+      for (bool beta : {false, true})
+        spills.add(emit_fused_step_kernel(Semiring::log, dtype, beta, true, true), sm, false, {""}, 320);
   spills.check();
   CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f64, false, true), doctest::Contains("dtype"),
                        std::invalid_argument);
@@ -262,6 +269,10 @@ TEST_CASE("the stepped strategy's fused units compile for the oldest and the new
                        doctest::Contains("semiring"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::max_plus, DType::f32, true, true), doctest::Contains("beta"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::max_plus, DType::f32, false, true, true),
+                       doctest::Contains("paired"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emit_fused_step_kernel(Semiring::log, DType::f32, false, false, true),
+                       doctest::Contains("paired"), std::invalid_argument);
 }
 
 TEST_CASE("the expectation modules compile for the oldest and the newest architecture without spills (a few words in "
