@@ -100,12 +100,13 @@ bool default_fused_steps(const ChainProblem& p, int sm_count) {
 
 namespace {
 
-// The units of the passes a plan of `problem` runs: the forward's, and log's backward messages'.
-std::vector<GeneratedKernel> pass_units(const ChainProblem& problem, bool resident) {
+// The units of the passes a plan of `problem` runs: the forward's, and log's backward messages'; `paired`: log's
+// resident entries compiled for two blocks an SM.
+std::vector<GeneratedKernel> pass_units(const ChainProblem& problem, bool resident, bool paired = false) {
   std::vector<GeneratedKernel> out;
   for (const bool beta : {false, true})
     if (!beta || problem.semiring == Semiring::log)
-      out.push_back(emit_fused_step_kernel(problem.semiring, problem.dtype, beta, resident));
+      out.push_back(emit_fused_step_kernel(problem.semiring, problem.dtype, beta, resident, paired));
   return out;
 }
 
@@ -117,6 +118,15 @@ int64_t resident_bytes(const ChainProblem& problem) {
 bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
   return !streamed && resident_bytes(problem) <= device.max_shared_per_block_optin &&
          jb::fused_sources(problem.C) <= jb::kFusedResidentSources;
+}
+
+// Whether a saving forward of `problem` may run its passes side by side in the paired entries: log's resident passes
+// of few states whose tiles take more than half the SMs, where blocks of the others, each a whole SM's registers,
+// cannot hold both passes at once. The paired entries form a pass more slowly alone (a few words a thread kept in
+// local memory), so the forward alone, and a saving forward whose passes run one after the other, keep the others.
+bool paired_saving(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
+  return resident_fits(problem, device, streamed) && fused_step_paired(problem.semiring, problem.C) &&
+         2 * fused_tiles(problem) > std::max(1, device.sm_count);
 }
 
 // How many clusters of a row of tiles each the device holds at once of the log resident passes (the fewer of the
@@ -142,24 +152,27 @@ int64_t held_row_clusters(const ChainProblem& problem, const DeviceInfo& device,
 } // namespace
 
 std::vector<GeneratedKernel> FusedSteps::units(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
-  return pass_units(problem, resident_fits(problem, device, streamed));
+  std::vector<GeneratedKernel> out = pass_units(problem, resident_fits(problem, device, streamed));
+  if (paired_saving(problem, device, streamed))
+    for (GeneratedKernel& unit : pass_units(problem, true, true)) out.push_back(std::move(unit));
+  return out;
 }
 
 FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bool streamed) : problem_(problem) {
   ScopedContext scope(device.context);
   const int64_t tiles = fused_tiles(problem), sms = std::max(1, device.sm_count);
-  const auto load = [&](bool resident) {
-    const std::vector<GeneratedKernel> units = pass_units(problem, resident);
+  const auto load = [&](bool resident, bool paired, std::shared_ptr<const LoadedKernel>(&into)[2]) {
+    const std::vector<GeneratedKernel> units = pass_units(problem, resident, paired);
     build_ahead(device, units);
-    for (std::size_t i = 0; i < units.size(); ++i) kernels_[i] = load_generated(device, units[i]);
+    for (std::size_t i = 0; i < units.size(); ++i) into[i] = load_generated(device, units[i]);
   };
   // Every block resident at once (the grid barrier), each owning its tiles for the whole pass: `threads` and
   // `shared` bytes of dynamic shared memory a block. The passes' dynamic shared memory's limit is raised once, to
   // all the device allows: plans of other sizes share the units and take other amounts, so that no plan's launch
   // depends on another's setting.
-  const auto blocks = [&](int threads, unsigned shared) {
+  const auto blocks = [&](int threads, unsigned shared, const std::shared_ptr<const LoadedKernel>(&kernels)[2]) {
     int per_sm = 1 << 30;
-    for (const auto& kernel : kernels_) {
+    for (const auto& kernel : kernels) {
       if (!kernel) continue; // max_plus has no backward messages
       const CUfunction f = kernel->function;
       int n = 0, fixed = 0;
@@ -178,10 +191,10 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
   // The resident passes where every tile can have a block to itself with its table's side in shared memory: the
   // sources of a product are then read from shared memory alone.
   if (resident_fits(problem, device, streamed)) {
-    load(true);
+    load(true, false, kernels_);
     const int threads = jb::fused_resident_threads(problem.semiring == Semiring::log);
     const unsigned shared = unsigned(resident_bytes(problem));
-    if (blocks(threads, shared) >= tiles) {
+    if (blocks(threads, shared, kernels_) >= tiles) {
       block_ = threads;
       shared_ = shared;
       grid_ = int(tiles);
@@ -193,26 +206,35 @@ FusedSteps::FusedSteps(const ChainProblem& problem, const DeviceInfo& device, bo
                     held = held_row_clusters(problem, device, kernels_, threads, shared);
       cluster_ = held >= rows ? int(fused_column_tiles(problem)) : 0;
       side_by_side_ = cluster_ > 0 && kernels_[1] && held >= 2 * rows;
+      if (!side_by_side_ && paired_saving(problem, device, streamed)) {
+        load(true, true, paired_);
+        side_by_side_ = blocks(threads, shared, paired_) >= 2 * tiles &&
+                        held_row_clusters(problem, device, paired_, threads, shared) >= 2 * rows;
+        if (!side_by_side_) paired_[0] = paired_[1] = nullptr;
+      }
       log_message(LogLevel::debug, "fused steps " + name() + ": " + std::to_string(grid_) + " blocks, " +
                                        (cluster_ ? "each row of tiles a cluster of " + std::to_string(cluster_)
                                                  : std::string("one cooperative grid")) +
-                                       (side_by_side_ ? ", the two passes side by side" : ""));
+                                       (side_by_side_ ? ", the two passes side by side" : "") +
+                                       (paired_[0] ? " in the paired entries" : ""));
       return;
     }
     kernels_[0] = kernels_[1] = nullptr;
   }
-  load(false);
-  grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks(jb::kFusedBlock, 0))));
+  load(false, false, kernels_);
+  grid_ = int(std::clamp<int64_t>(tiles, 1, std::max<int64_t>(1, blocks(jb::kFusedBlock, 0, kernels_))));
 }
 
 std::size_t FusedSteps::workspace_bytes(const ChainProblem& problem) { return FusedPieces(problem).bytes(); }
 
-void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const {
+void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream,
+                      bool beside) const {
   const ChainProblem& p = problem_;
   const FusedPieces pieces(p);
   params.beta = beta;
   pieces.carve(static_cast<char*>(scratch), params);
-  const LoadedKernel& kernel = *kernels_[beta ? 1 : 0];
+  const auto& kernels = beside && paired_[0] ? paired_ : kernels_;
+  const LoadedKernel& kernel = *kernels[beta ? 1 : 0];
   if (p.T > 1) {
     params.table = table;
     const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
@@ -221,10 +243,12 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
   }
   check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
         "cuMemsetD8Async");
-  params.cluster_rows = cluster_ > 0;
+  // The paired entries' clusters: a row of tiles each, as the others' where they are clusters (held_row_clusters).
+  const int cluster = beside && paired_[0] ? int(fused_column_tiles(p)) : cluster_;
+  params.cluster_rows = cluster > 0;
   void* args[] = {&params};
-  if (cluster_)
-    launch_clustered(kernel, "", unsigned(grid_), unsigned(block_), unsigned(cluster_), args, stream, shared_);
+  if (cluster)
+    launch_clustered(kernel, "", unsigned(grid_), unsigned(block_), unsigned(cluster), args, stream, shared_);
   else
     launch_cooperative(kernel, "", unsigned(grid_), unsigned(block_), args, stream, shared_);
 }

@@ -38,17 +38,22 @@ public:
   static std::size_t workspace_bytes(const ChainProblem& problem);
   // One direction's pass on `stream`: `table` the direction's widened table ([k][n], k the source state; null where
   // T = 1), `scratch` workspace_bytes() of it; params' inputs and outputs as SteppedChain::forward takes them.
-  void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream) const;
+  // `beside`: a saving forward's pass that runs beside the other direction's (side_by_side), in the paired entries
+  // where the plan took them for that.
+  void pass(jb::ChainParams params, bool beta, const void* table, void* scratch, CUstream stream,
+            bool beside = false) const;
   // The forward's unit's name.
   const std::string& name() const { return kernels_[0]->generated.name; }
   // Whether log's two passes may run side by side, each on a stream of its own with its own scratch: each row of
   // tiles is a cluster that waits on no other (no grid barrier), and the device holds both passes' clusters at once,
-  // so that neither waits for the other's blocks to leave.
+  // so that neither waits for the other's blocks to leave; where one pass's tiles take more than half the SMs, in
+  // the entries compiled for two blocks an SM (jb::kFusedPairedSources states at most).
   bool side_by_side() const { return side_by_side_; }
 
 private:
   ChainProblem problem_;
   std::shared_ptr<const LoadedKernel> kernels_[2]; // the forward's unit, and log's backward messages'
+  std::shared_ptr<const LoadedKernel> paired_[2];  // their paired entries, where a saving forward's passes take them
   int block_ = jb::kFusedBlock;                    // their threads a block
   int grid_ = 0;                                   // and blocks
   unsigned shared_ = 0;                            // and dynamic shared memory a block

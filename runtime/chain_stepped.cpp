@@ -339,12 +339,12 @@ void SteppedChain::stacked_passes(jb::ChainParams forward, jb::ChainParams backw
   }
 }
 
-void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch,
-                              CUstream stream) const {
+void SteppedChain::fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream,
+                              bool beside) const {
   const ChainProblem& p = problem_;
   params.beta = beta;
   const void* tab = p.T > 1 ? table(params, beta ? p.T - 2 : 0, beta, table_scratch, stream) : nullptr;
-  fused_->pass(params, beta, tab, scratch, stream);
+  fused_->pass(params, beta, tab, scratch, stream, beside);
 }
 
 void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, const Workspace& workspace) const {
@@ -411,7 +411,7 @@ void SteppedChain::forward(jb::ChainParams params, void* saved, Stream stream, c
   const auto run = [&](int i, CUstream on) {
     const int own = fused_ && !side ? 0 : i; // the pass's table and fused scratch
     if (fused_)
-      fused_pass(params, i == 1, tables[own], fused[own], on);
+      fused_pass(params, i == 1, tables[own], fused[own], on, side != nullptr);
     else
       pass(at[i], i == 1, i == 0 && with_path, tables[i], products[i], reinterpret_cast<Stream>(on));
   };

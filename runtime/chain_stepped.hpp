@@ -94,8 +94,9 @@ private:
   // `tables` (the forward's transposed first) and their parts' results one after the other in prod.
   void stacked_passes(jb::ChainParams forward, jb::ChainParams backward, void* tables, const Workspace& products,
                       Stream stream) const;
-  // The same pass in the fused form: `scratch` holds the fused form's after the table.
-  void fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream) const;
+  // The same pass in the fused form: `scratch` holds the fused form's after the table; `beside` as FusedSteps::pass's.
+  void fused_pass(jb::ChainParams params, bool beta, void* table_scratch, void* scratch, CUstream stream,
+                  bool beside = false) const;
   // The forward's scratch pieces (the products planned on the way: before a call's first launch).
   struct ForwardPieces;
   ForwardPieces pieces(bool with_saved, bool with_path, Stream stream) const;

@@ -678,9 +678,12 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   return CUDA_SUCCESS;
 }
 
+// Blocks an SM of a function: two of the fused form's entries compiled for two (jitbmm's "_paired" units), else one.
+static int blocks_per_sm(CUfunction function) { return function->name.find("_paired") != std::string::npos ? 2 : 1; }
+
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int block_size, size_t) {
   if (!blocks || !function || block_size <= 0 || block_size > kMaxThreadsPerBlock) return CUDA_ERROR_INVALID_VALUE;
-  *blocks = 1;
+  *blocks = blocks_per_sm(function);
   return CUDA_SUCCESS;
 }
 
@@ -690,7 +693,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction function
       config->blockDimX > unsigned(kMaxThreadsPerBlock))
     return CUDA_ERROR_INVALID_VALUE;
   const CUlaunchAttributeValue& dim = config->attrs[0].value;
-  *clusters = cluster_fits(dim, config->gridDimX, 1, 1) ? kSmCount / int(dim.clusterDim.x) : 0;
+  *clusters =
+      cluster_fits(dim, config->gridDimX, 1, 1) ? blocks_per_sm(function) * kSmCount / int(dim.clusterDim.x) : 0;
   return CUDA_SUCCESS;
 }
 

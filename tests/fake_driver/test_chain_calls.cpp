@@ -882,29 +882,48 @@ TEST_CASE("a stepped plan's backward messages run on a side stream of its own fo
 // with a table and scratch of their own, where every row of tiles is a cluster and the GPU holds both passes'
 // clusters at once (the fake GPU: 132 SMs, a block each): 256 sequences of 256 states make 8 rows of 4 tiles, 16
 // clusters of 33. 512 sequences of 512 states make 16 rows of 8 tiles, as many as it holds of one pass: one after
-// the other there, on the caller's stream, sharing one scratch.
+// the other there, on the caller's stream, sharing one scratch. 4096 sequences of 64 states make 128 rows of one tile
+// and 2048 of 128 states 64 rows of two: more than half the SMs a pass, so side by side in the paired entries, of which
+// it holds two blocks an SM; the forward alone takes the others.
 TEST_CASE("a fused saving forward runs its passes side by side where the GPU holds both at once") {
   void* fake = ::dlopen(std::getenv("JITBMM_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
   auto* live = fake ? reinterpret_cast<long (*)()>(::dlsym(fake, "jitbmm_fake_cuda_live_streams")) : nullptr;
   const bool exported = live != nullptr;
   REQUIRE(exported);
-  for (const int64_t C : {256, 512}) {
-    CAPTURE(C);
+  const struct {
+    int64_t B, C;
+    bool beside, paired;
+  } shapes[] = {{256, 256, true, false}, {512, 512, false, false}, {4096, 64, true, true}, {2048, 128, true, true}};
+  for (const auto& s : shapes) {
+    CAPTURE(s.B);
+    CAPTURE(s.C);
     ChainProblem p;
     p.form = ChainForm::hmm;
-    p.B = C, p.T = 5, p.C = C;
+    p.B = s.B, p.T = 5, p.C = s.C;
     const ChainPlan plan = chain_plan_for(p, ChainSpec{}, 0, false, true);
     REQUIRE(plan.kernel_name().rfind("hmm_fused_steps_log_f32_resident_", 0) == 0);
+    CHECK(plan.kernel_name().find("_paired") == std::string::npos);
     const SharedHmmTables tables(p);
     const SavingForward forward(plan);
-    const long before = live();
+    const auto passes = [](const DriverLog& log, bool paired) {
+      std::size_t n = 0;
+      for (const std::string& name : log.launched())
+        n += name.rfind("hmm_fused_steps_", 0) == 0 && name.find("_factors") == std::string::npos &&
+             (name.find("_paired") != std::string::npos) == paired;
+      return n;
+    };
+    {
+      const long before = live();
+      const DriverLog log;
+      forward(plan, tables.inputs());
+      CHECK(live() - before == (s.beside ? 1 : 0));
+      CHECK(passes(log, s.paired) == 2);
+    }
+    DeviceBuffer score(4 * p.B), work(plan.workspace_bytes(false));
     const DriverLog log;
-    forward(plan, tables.inputs());
-    CHECK(live() - before == (C == 256 ? 1 : 0));
-    std::size_t passes = 0;
-    for (const std::string& name : log.launched())
-      passes += name.rfind("hmm_fused_steps_", 0) == 0 && name.find("_factors") == std::string::npos;
-    CHECK(passes == 2);
+    plan(tables.inputs(), nullptr, score.get(), nullptr, nullptr, nullptr, nullptr,
+         Workspace{work.get(), plan.workspace_bytes(false)});
+    CHECK(passes(log, false) == 1); // the forward alone
   }
 }
 

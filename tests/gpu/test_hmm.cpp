@@ -710,6 +710,21 @@ TEST_CASE("hmm: the stepped strategy's fused form against the float64 reference"
     }
 }
 
+// The fused form's paired entries (two blocks an SM, jb::kFusedPairedSources) where one pass's tiles take more than
+// half of an H100's or H200's SMs, so that the saving forward's passes run side by side only because two blocks share
+// an SM: 4096 sequences of 64 states (128 tiles, clusters of one) and 2048 of 128 (clusters of two), ragged lengths.
+TEST_CASE("hmm: the fused form's paired entries at wide batches against the float64 reference") {
+  std::mt19937_64 rng(20261208);
+  Worst worst;
+  for (const int64_t C : {64, 128}) {
+    Case k{Semiring::log, DType::f32, C == 64 ? 4096 : 2048, 4, C};
+    k.stepped = k.ragged = true;
+    k.steps = StepKernel::fused;
+    run_case(k, rng, worst);
+  }
+  report("fused paired", Semiring::log, DType::f32, worst);
+}
+
 // The chunked strategy (runtime/chain_chunked.hpp) in the HMM form, whose steps it forms from the tables: log in the
 // shortest chunks whose products fit in saved and in one of the whole chain (its backward sums the steps' gradients
 // into the three tables), the best path in chunks of 2 and 8 steps and in one; shared and batched tables, odd sizes,
