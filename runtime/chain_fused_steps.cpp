@@ -121,12 +121,12 @@ bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool s
 }
 
 // Whether a saving forward of `problem` may run its passes side by side in the paired entries: log's resident passes
-// of few states whose tiles take more than half the SMs, where blocks of the others, each a whole SM's registers,
-// cannot hold both passes at once. The paired entries form a pass more slowly alone (a few words a thread kept in
+// of few states whose tiles take more than half the SMs (and at most all of them, a block each), where blocks of the
+// others, each a whole SM's registers, cannot hold both passes at once. The paired entries form a pass more slowly alone (a few words a thread kept in
 // local memory), so the forward alone, and a saving forward whose passes run one after the other, keep the others.
 bool paired_saving(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
   return resident_fits(problem, device, streamed) && fused_step_paired(problem.semiring, problem.C) &&
-         2 * fused_tiles(problem) > std::max(1, device.sm_count);
+         2 * fused_tiles(problem) > std::max(1, device.sm_count) && fused_tiles(problem) <= device.sm_count;
 }
 
 // How many clusters of a row of tiles each the device holds at once of the log resident passes (the fewer of the
