@@ -31,8 +31,8 @@ GeneratedKernel emit_step_kernel(Semiring semiring, DType dtype, ChainForm form,
 // jb::kFusedPairedSources sources, compiled for two blocks an SM. A unit a pass, so that a plan compiles only the
 // passes it takes, all at once (runtime/tuner/build_ahead.hpp). Inputs of f32, f16 or bf16 (f32 accumulators).
 GeneratedKernel emit_fused_step_kernel(Semiring semiring, DType dtype, bool beta, bool resident, bool paired = false);
-// Whether a plan of chains of `states` states takes the paired entries where it takes the resident ones
-// (jb::fused_paired, log alone).
+// Whether chains of `states` states have paired entries (jb::fused_paired, log alone), which a plan that takes the
+// resident ones may take for a saving forward's passes side by side (runtime/chain_fused_steps.hpp).
 bool fused_step_paired(Semiring semiring, int64_t states);
 
 } // namespace jitbmm

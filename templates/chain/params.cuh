@@ -199,7 +199,8 @@ enum FusedTiles : int {
 JB_HD constexpr int fused_groups(bool log, bool resident) { return log && resident ? kFusedResidentSplit : kFusedSplit; }
 JB_HD constexpr int fused_resident_threads(bool log) { return kFusedThreads * fused_groups(log, true); }
 JB_HD long long fused_sources(long long states) { return (states + kFusedK - 1) / kFusedK * kFusedK; }
-// Whether a plan's resident log passes of `states` states take the entries compiled for two blocks an SM.
+// Whether resident log passes of `states` states have entries compiled for two blocks an SM (which a saving forward
+// takes to run its passes side by side: runtime/chain_fused_steps.cpp).
 JB_HD bool fused_paired(long long states) { return fused_sources(states) <= kFusedPairedSources; }
 JB_HD long long fused_resident_floats(long long states) {
   const long long messages = kFusedRows * (fused_sources(states) + 4),
