@@ -122,8 +122,9 @@ bool resident_fits(const ChainProblem& problem, const DeviceInfo& device, bool s
 
 // Whether a saving forward of `problem` may run its passes side by side in the paired entries: log's resident passes
 // of few states whose tiles take more than half the SMs (and at most all of them, a block each), where blocks of the
-// others, each a whole SM's registers, cannot hold both passes at once. The paired entries form a pass more slowly alone (a few words a thread kept in
-// local memory), so the forward alone, and a saving forward whose passes run one after the other, keep the others.
+// others, each a whole SM's registers, cannot hold both passes at once. The paired entries form a pass more slowly
+// alone (a few words a thread kept in local memory), so the forward alone, and a saving forward whose passes run one
+// after the other, keep the others.
 bool paired_saving(const ChainProblem& problem, const DeviceInfo& device, bool streamed) {
   return resident_fits(problem, device, streamed) && fused_step_paired(problem.semiring, problem.C) &&
          2 * fused_tiles(problem) > std::max(1, device.sm_count) && fused_tiles(problem) <= device.sm_count;
@@ -233,8 +234,8 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
   const FusedPieces pieces(p);
   params.beta = beta;
   pieces.carve(static_cast<char*>(scratch), params);
-  const auto& kernels = beside && paired_[0] ? paired_ : kernels_;
-  const LoadedKernel& kernel = *kernels[beta ? 1 : 0];
+  const bool paired = beside && paired_[0];
+  const LoadedKernel& kernel = *(paired ? paired_ : kernels_)[beta ? 1 : 0];
   if (p.T > 1) {
     params.table = table;
     const unsigned grid[3] = {unsigned((p.C + 31) / 32), 1, 1}, block[3] = {256, 1, 1};
@@ -244,7 +245,7 @@ void FusedSteps::pass(jb::ChainParams params, bool beta, const void* table, void
   check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(params.barrier), 0, pieces.sizes[9], stream),
         "cuMemsetD8Async");
   // The paired entries' clusters: a row of tiles each, as the others' where they are clusters (held_row_clusters).
-  const int cluster = beside && paired_[0] ? int(fused_column_tiles(p)) : cluster_;
+  const int cluster = paired ? int(fused_column_tiles(p)) : cluster_;
   params.cluster_rows = cluster > 0;
   void* args[] = {&params};
   if (cluster)
