@@ -96,12 +96,12 @@ GeneratedKernel emit_chain_kernel(const ChainSpec& s, ChainUnit unit) {
     // The edges' blocks hold their entries' sums and transitions in registers, compiled for edge_blocks_per_sm an
     // SM: HmmSums::split (runtime/hmm_sums.cpp) sizes their grid for that many, or fewer where the SM's shared memory
     // holds fewer.
-    for (const bool wide : {false, true}) {
-      if (wide && !s.wide_edges()) continue;
-      const int threads = s.edge_threads(wide);
-      entries.push_back({wide ? "_edges_wide" : "_edges", threads,
-                         jb::edge_blocks_per_sm(threads, dtype_info(s.dtype).acc_bytes, wide),
-                         call("hmm_edges", {type, log_flag, C, n(threads), n(s.edge_rows(wide))})});
+    for (const int kind : {jb::kEdgeNarrow, jb::kEdgeWide, jb::kEdgeMma}) {
+      if ((kind == jb::kEdgeWide && !s.wide_edges()) || (kind == jb::kEdgeMma && !s.mma_edges())) continue;
+      const int threads = s.edge_threads(kind);
+      entries.push_back({ChainSpec::edge_entry(kind), threads,
+                         jb::edge_blocks_per_sm(threads, dtype_info(s.dtype).acc_bytes, kind),
+                         call("hmm_edges", {type, log_flag, C, n(threads), n(s.edge_rows(kind)), n(kind)})});
     }
     entries.push_back({"_reduce", jb::kHmmReduceThreads, 1, call("hmm_reduce", {type, log_flag, C})});
     name << "_backward"; // its blocks follow from C

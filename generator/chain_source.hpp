@@ -6,6 +6,7 @@
 
 #include "generator/emit_source.hpp"
 #include "jitbmm/chain_problem.hpp"
+#include "templates/chain/edge_params.cuh"
 
 namespace jitbmm {
 
@@ -64,11 +65,15 @@ struct ChainSpec {
   bool beta_staged() const;
   unsigned saving_dynamic_bytes() const;
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
-  // The HMM form's "_edges" block (with `wide`, "_edges_wide"'s): rows of the transitions' table per block, and its
-  // threads; whether the unit has the wide block (log, an f32 accumulator, 64 to 256 states in multiples of 32).
-  int edge_rows(bool wide = false) const;
-  int edge_threads(bool wide = false) const;
+  // The HMM form's "_edges" block of a kind (jb::EdgeKind: "_edges", "_edges_wide", "_edges_mma"): rows of the
+  // transitions' table per block, and its threads; whether the unit has the wide block (log, an f32 accumulator, 64
+  // to 256 states in multiples of 32) and the mma block (log, an f32 accumulator, 32 to 256 states in multiples of
+  // 32); the entry's name.
+  int edge_rows(int kind = jb::kEdgeNarrow) const;
+  int edge_threads(int kind = jb::kEdgeNarrow) const;
   bool wide_edges() const;
+  bool mma_edges() const;
+  static const char* edge_entry(int kind);
 };
 // The threads of the HMM form's "_nodes" and "_reduce" blocks.
 constexpr int kHmmNodeThreads = 256;

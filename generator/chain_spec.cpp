@@ -106,18 +106,30 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 // about 16384, 32 a thread, so that a step's factors are formed once for four times the sums (a step's X factors once
 // per block: the whole table up to 128 states), where there are steps enough to fill the GPU with such blocks. From
 // 64 states (below, a wide block is one or two warps, and an SM holds too few of them) to 256, in multiples of 32.
-int ChainSpec::edge_rows(bool wide) const {
+// The mma block holds 32 a thread too, as tensor-core fragments of warps of 32 rows × 32 sources, about 8192 a block
+// (8 warps: two blocks an SM, of 128 registers a thread): on the tensor cores a term costs little beside forming and
+// staging the factors, so fewer rows a block and more blocks an SM serve better than the wide block's one.
+int ChainSpec::edge_rows(int kind) const {
+  if (kind == jb::kEdgeMma) return std::clamp(8192 / std::max(C, 1) / 32 * 32, 32, std::max(C, 32));
   // Wide: as many rows as leave each of 16 warps' lanes 32 entries, a warp's lanes along the sources.
-  return wide ? std::clamp(16 * (32 / ((C + 31) / 32)), 1, C) : std::clamp(2048 / C, 1, C);
+  return kind == jb::kEdgeWide ? std::clamp(16 * (32 / ((C + 31) / 32)), 1, C) : std::clamp(2048 / C, 1, C);
 }
-int ChainSpec::edge_threads(bool wide) const {
-  return wide ? std::clamp(ceil_pow2((edge_rows(true) * C + 31) / 32), 32, 512)
-              : std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256);
+int ChainSpec::edge_threads(int kind) const {
+  if (kind == jb::kEdgeMma) return edge_rows(kind) * C / 32;
+  return kind == jb::kEdgeWide ? std::clamp(ceil_pow2((edge_rows(kind) * C + 31) / 32), 32, 512)
+                               : std::clamp(ceil_pow2((edge_rows() * C + 7) / 8), 32, 256);
 }
 bool ChainSpec::wide_edges() const {
   // Whole warps of sources: at other C ptxas spilled a few words in the 128 registers (127, 161, 255 states).
   return form == ChainForm::hmm && semiring == Semiring::log && dtype_info(dtype).acc_bytes == 4 && C >= 64 &&
          C <= 256 && C % 32 == 0;
+}
+bool ChainSpec::mma_edges() const {
+  return form == ChainForm::hmm && semiring == Semiring::log && dtype_info(dtype).acc_bytes == 4 && C >= 32 &&
+         C <= 256 && C % 32 == 0;
+}
+const char* ChainSpec::edge_entry(int kind) {
+  return kind == jb::kEdgeMma ? "_edges_mma" : kind == jb::kEdgeWide ? "_edges_wide" : "_edges";
 }
 
 bool ChainSpec::prefetch(const ChainLoop& loop) const { return fits(*this, loop, true); }

@@ -15,7 +15,7 @@ namespace jitbmm {
 namespace {
 
 // The spec whose backward unit the sums are: the fields that unit's text depends on (the HMM form, the semiring, the
-// dtype, C); its "_edges" blocks follow from C (ChainSpec::edge_rows, edge_threads, wide_edges).
+// dtype, C); its "_edges" blocks follow from C (ChainSpec::edge_rows, edge_threads, wide_edges, mma_edges).
 ChainSpec backward_spec(const ChainProblem& p) {
   ChainSpec s;
   s.semiring = p.semiring;
@@ -29,7 +29,7 @@ ChainSpec backward_spec(const ChainProblem& p) {
 
 bool hmm_sums_apply(const ChainProblem& p, std::shared_ptr<const DeviceInfo> device) {
   if (p.form != ChainForm::hmm || p.semiring != Semiring::log || p.C > 128) return false;
-  return p.C <= 64 || HmmSums(p, std::move(device), nullptr).wide();
+  return p.C <= 64 || HmmSums(p, std::move(device), nullptr).wide_whole();
 }
 
 GeneratedKernel HmmSums::unit(const ChainProblem& problem) {
@@ -54,7 +54,8 @@ std::size_t HmmSums::Split::partial_bytes(const ChainProblem& p) const {
 // emissions). More blocks an SM than one or two wait on each other more than they gain. With one range a block's
 // sums are the gradient itself, otherwise partial sums that "_reduce" adds in order. The wide blocks where the unit
 // has them and their wave is whole within the latter bound: fewer blocks, each forming its steps' factors for more
-// sums.
+// sums. From 128 states the mma blocks instead where the device has TF32 mma.sync (below), their ranges bounded as
+// the wide ones': their terms cost little beside staging and forming the factors.
 HmmSums::Split HmmSums::split() const {
   const ChainProblem& p = problem_;
   const ChainSpec spec = backward_spec(p);
@@ -71,17 +72,18 @@ HmmSums::Split HmmSums::split() const {
   const int64_t most = std::clamp<int64_t>(std::min(steps / 8, half_tables / partial), 1, int64_t(1) << 20),
                 most_at_peak = std::clamp<int64_t>(std::min(steps / 8, peak / partial), 1, int64_t(1) << 20);
   const int64_t sms = std::max(1, device_->sm_count);
-  auto split_for = [&](bool wide) {
+  auto split_for = [&](int kind) {
+    const bool wide = kind != jb::kEdgeNarrow;
     Split e;
-    e.wide = wide;
+    e.kind = kind;
     e.groups = groups;
     e.steps = steps;
-    e.tiles = (p.C + spec.edge_rows(wide) - 1) / spec.edge_rows(wide);
-    e.threads = spec.edge_threads(wide);
+    e.tiles = (p.C + spec.edge_rows(kind) - 1) / spec.edge_rows(kind);
+    e.threads = spec.edge_threads(kind);
     // The driver reserves 1 KiB of each block's shared memory; an unknown size (0) leaves the count as compiled.
     const unsigned shared =
-        jb::edge_shape(int(p.C), e.threads, spec.edge_rows(wide), int(acc), p.semiring == Semiring::log).shared;
-    int per_sm = jb::edge_blocks_per_sm(e.threads, int(acc), wide);
+        jb::edge_shape(int(p.C), e.threads, spec.edge_rows(kind), int(acc), p.semiring == Semiring::log, kind).shared;
+    int per_sm = jb::edge_blocks_per_sm(e.threads, int(acc), kind);
     if (device_->max_shared_per_sm > 0) per_sm = std::min<int>(per_sm, device_->max_shared_per_sm / (shared + 1024));
     const int64_t per_chunk = std::max<int64_t>(1, groups * e.tiles); // blocks per range of steps (B may be 0)
     const int64_t wave = std::max<int64_t>(1, std::max(1, per_sm) * sms / per_chunk); // whole ranges in the wave
@@ -93,14 +95,25 @@ HmmSums::Split HmmSums::split() const {
     e.chunks = std::max<int64_t>(1, (steps + e.chunk - 1) / e.chunk);
     return e;
   };
+  bool wide_whole = false;
+  Split e = split_for(jb::kEdgeNarrow);
   if (spec.wide_edges()) {
-    const Split wide = split_for(true);
-    if (wide.whole) return wide;
+    const Split wide = split_for(jb::kEdgeWide);
+    if ((wide_whole = wide.whole)) e = wide;
   }
-  return split_for(false);
+  if (spec.mma_edges() && p.C >= 128 && device_->features.has(kMmaTf32Bf16)) {
+    // Measured faster than the wide blocks where a whole wave of those fits (128 states), and than the narrow ones at
+    // 256 states where the mma blocks fill the SMs; slower below 128 states, whose steps' factors cost more than
+    // their terms, and at 128 states without such a wave (there the partial sums' room left fewer mma blocks than SMs).
+    const Split mma = split_for(jb::kEdgeMma);
+    if (wide_whole || (p.C >= 256 && mma.chunks * mma.tiles >= sms)) e = mma;
+  }
+  e.wide_whole = wide_whole;
+  return e;
 }
 
-bool HmmSums::wide() const { return split_.wide; }
+int HmmSums::kind() const { return split_.kind; }
+bool HmmSums::wide_whole() const { return split_.wide_whole; }
 
 std::size_t HmmSums::workspace_bytes(bool transitions) const {
   if (problem_.form != ChainForm::hmm || !transitions) return 0;
@@ -133,7 +146,7 @@ void HmmSums::run(jb::ChainParams params, Stream stream, const Workspace& worksp
   Scratch scratch(*device_, workspace, need, cu_stream);
   params.partials = scratch.take(need);
   if (params.grad) // a block a range of steps (of each table) and tile of rows
-    launch(e.wide ? "_edges_wide" : "_edges", unsigned(e.groups * e.chunks), unsigned(e.threads), params, cu_stream,
+    launch(ChainSpec::edge_entry(e.kind), unsigned(e.groups * e.chunks), unsigned(e.threads), params, cu_stream,
            unsigned(e.tiles));
   const int64_t reduced = jb::hmm_reduce_threads(params.grad && e.chunks > 1 ? e.groups * p.C * p.C : 0, e.chunks,
                                                  params.grad_initial ? (p.batched_initial ? p.B : 1) * p.C : 0);

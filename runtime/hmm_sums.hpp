@@ -21,8 +21,9 @@ namespace jitbmm {
 
 // Whether the stepped strategy's log backward of `problem` (the HMM form) on `device` takes the sums: where they were
 // measured faster than its transitions' product (its operand, the product's prepare and the product over every (b,
-// t)): up to 64 states, and up to 128 where the wide blocks fill the GPU. Beyond, each of a step's tiles of rows forms
-// the same factors of its C sources, and the tiles grow with C.
+// t)): up to 64 states, and up to 128 where a whole wave of the wide blocks fits (on GPUs with TF32 mma.sync the mma
+// blocks run there instead, faster still). Beyond, each of a step's tiles of rows forms the same factors of its C
+// sources, and the tiles grow with C: at 256 states the product was faster than the mma blocks too.
 bool hmm_sums_apply(const ChainProblem& problem, std::shared_ptr<const DeviceInfo> device);
 
 class HmmSums {
@@ -38,18 +39,21 @@ public:
   std::size_t workspace_bytes(bool transitions) const;
   // The gradients `params` asks for (grad_emissions, grad, grad_initial), from the pieces of `saved` in params.
   void run(jb::ChainParams params, Stream stream, const Workspace& workspace) const;
-  // Whether the transitions' gradient takes the wide blocks ("_edges_wide").
-  bool wide() const;
+  // The kind of blocks the transitions' gradient takes (jb::EdgeKind: "_edges", "_edges_wide", "_edges_mma"), and
+  // whether a whole wave of the wide blocks fits, whichever kind it takes.
+  int kind() const;
+  bool wide_whole() const;
 
 private:
   // How the transitions' gradient is summed (split(), once per plan): `groups` tables (one per sequence when
-  // batched), each over `steps` steps cut into `chunks` ranges of `chunk` steps, one "_edges" block (or "_edges_wide"
-  // block of `threads`) per range and tile of rows.
+  // batched), each over `steps` steps cut into `chunks` ranges of `chunk` steps, one block of the kind's entry, of
+  // `threads`, per range and tile of rows.
   struct Split {
     int64_t groups = 1, steps = 0, chunks = 1, chunk = 1, tiles = 1;
     int threads = 32;
-    bool wide = false;
-    bool whole = false; // a whole wave of blocks
+    int kind = 0;            // jb::EdgeKind
+    bool wide_whole = false; // a whole wave of wide blocks fits (whichever kind is taken)
+    bool whole = false;      // a whole wave of blocks
     std::size_t partial_bytes(const ChainProblem& p) const;
   };
   Split split() const;

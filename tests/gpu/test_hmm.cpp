@@ -20,6 +20,7 @@
 #include "runtime/chain_plan.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/hmm_sums.hpp"
+#include "templates/chain/edge_params.cuh"
 #include "runtime/jit.hpp"
 
 using namespace jitbmm;
@@ -657,35 +658,50 @@ TEST_CASE("hmm: the stepped strategy against the float64 reference and the seque
   stepped_against_reference(Semiring::max_plus, rng);
 }
 
-// The transitions' gradient in the wide blocks ("_edges_wide", runtime/hmm_sums.hpp), which the sums take where a
-// whole wave of them fits the partial sums' room: the narrowest batch of four positions that does on this GPU, 64 and
-// 128 states, ragged lengths, in the sequential kernels (with a NaN grad_score) and in the stepped strategy, whose
-// backward they are there. f32 tables alone: half tables' batches would be four times as wide (their room is half
-// their bytes), and their reads and writes are the narrow blocks' (hmm: f16 and bf16 ...).
-TEST_CASE("hmm: the transitions' gradient in the wide blocks against the float64 reference") {
+// The transitions' gradient in the wide and mma blocks ("_edges_wide", "_edges_mma", runtime/hmm_sums.hpp): the wide
+// blocks where a whole wave of them fits the partial sums' room, the mma blocks instead from 128 states on a device
+// with TF32 mma.sync (scripts/gpu-levels runs this at the sm_75 level too, where the wide blocks serve): the narrowest
+// batch of four positions that takes them on this GPU, 64, 128 and 256 states, ragged lengths, in the sequential
+// kernels (with a NaN grad_score) and in the stepped strategy, whose backward they are there up to 128 states. f32
+// tables alone: half tables' batches would be four times as wide (their room is half their bytes), and their reads
+// and writes are the narrow blocks' (hmm: f16 and bf16 ...). In the sequential kernels also a banded table (rows of
+// finite and −inf transitions: term by term from the start) and ±inf and NaN values.
+TEST_CASE("hmm: the transitions' gradient in the wide and mma blocks against the float64 reference") {
   std::mt19937_64 rng(20261207);
+  const bool mma = current_device()->features.has(kMmaTf32Bf16);
   for (DType d : {DType::f32}) {
     Worst worst;
-    for (int64_t C : {64, 128}) {
+    for (const int64_t C : {64, 128, 256}) {
+      if (C == 256 && !mma) continue;
       ChainProblem p;
       p.dtype = d;
       p.form = ChainForm::hmm;
       p.T = 4;
       p.C = C;
       p.with_lengths = true;
-      for (p.B = 1024; p.B < (int64_t(1) << 17) && !HmmSums(p, current_device(), nullptr).wide(); p.B *= 2) {
+      const int want = mma && C >= 128 ? jb::kEdgeMma : jb::kEdgeWide;
+      for (p.B = 1024; p.B < (int64_t(1) << 17) && HmmSums(p, current_device(), nullptr).kind() != want; p.B *= 2) {
       }
+      CAPTURE(C);
       CAPTURE(p.B);
-      REQUIRE_MESSAGE(HmmSums(p, current_device(), nullptr).wide(), "no batch below 2^17 takes the wide blocks");
+      REQUIRE_MESSAGE(HmmSums(p, current_device(), nullptr).kind() == want, "no batch below 2^17 takes the blocks");
       for (const bool stepped : {false, true}) {
+        if (stepped && C > 128) continue; // the stepped strategy's product serves there
         Case k{Semiring::log, d, p.B, p.T, C};
         k.ragged = true;
         k.stepped = stepped;
         k.nan_grad = !stepped;
         run_case(k, rng, worst);
+        if (stepped) continue;
+        k.nan_grad = false;
+        k.banded = true;
+        run_case(k, rng, worst);
+        k.banded = false;
+        k.p_special = 0.01;
+        run_case(k, rng, worst);
       }
     }
-    report("wide blocks", Semiring::log, d, worst);
+    report(mma ? "wide and mma blocks" : "wide blocks", Semiring::log, d, worst);
   }
 }
 
