@@ -67,7 +67,7 @@ struct ChainSpec {
   ChainLoop beta() const { return {saving.threads, beta_lanes, saving.cluster}; }
   // The HMM form's "_edges" block of a kind (jb::EdgeKind: "_edges", "_edges_wide", "_edges_mma"): rows of the
   // transitions' table per block, and its threads; whether the unit has the wide block (log, an f32 accumulator, 64
-  // to 256 states in multiples of 32) and the mma block (log, an f32 accumulator, 32 to 256 states in multiples of
+  // to 256 states in multiples of 32) and the mma block (log, an f32 accumulator, 128 to 256 states in multiples of
   // 32); the entry's name.
   int edge_rows(int kind = jb::kEdgeNarrow) const;
   int edge_threads(int kind = jb::kEdgeNarrow) const;

@@ -101,12 +101,12 @@ HmmSums::Split HmmSums::split() const {
     const Split wide = split_for(jb::kEdgeWide);
     if ((wide_whole = wide.whole)) e = wide;
   }
-  if (spec.mma_edges() && p.C >= 128 && device_->features.has(kMmaTf32Bf16)) {
+  if (spec.mma_edges() && device_->features.has(kMmaTf32Bf16)) {
     // Measured faster than the wide blocks where a whole wave of those fits (128 states), and than the narrow ones at
     // 256 states where the mma blocks fill the SMs; slower below 128 states, whose steps' factors cost more than
     // their terms, and at 128 states without such a wave (there the partial sums' room left fewer mma blocks than SMs).
     const Split mma = split_for(jb::kEdgeMma);
-    if (wide_whole || (p.C >= 256 && mma.chunks * mma.tiles >= sms)) e = mma;
+    if (wide_whole || (p.C >= 256 && mma.groups * mma.chunks * mma.tiles >= sms)) e = mma;
   }
   e.wide_whole = wide_whole;
   return e;

@@ -288,15 +288,15 @@ TEST_CASE("chain units: each unit's text depends on its own fields, so specs tha
     CHECK(backward.entries == entries);
   }
   // The HMM log backward's wide blocks: with an f32 accumulator from 64 to 256 states in multiples of 32; its mma
-  // blocks from 32; max_plus sums no factors.
-  for (const int64_t C : {16, 32, 64, 127, 160, 256, 257, 288})
+  // blocks from 128; max_plus sums no factors.
+  for (const int64_t C : {16, 32, 64, 96, 127, 128, 160, 256, 257, 288})
     for (const DType d : {DType::f32, DType::bf16, DType::f64})
       for (const Semiring s : {Semiring::log, Semiring::max_plus}) {
         const GeneratedKernel unit =
             emit_chain_kernel(default_chain_spec(chain(s, 2, C, ChainForm::hmm, d)), ChainUnit::backward);
         const bool f32_sums = s == Semiring::log && d != DType::f64 && C <= 256 && C % 32 == 0;
         CHECK(std::count(unit.entries.begin(), unit.entries.end(), "_edges_wide") == int(f32_sums && C >= 64));
-        CHECK(std::count(unit.entries.begin(), unit.entries.end(), "_edges_mma") == int(f32_sums && C >= 32));
+        CHECK(std::count(unit.entries.begin(), unit.entries.end(), "_edges_mma") == int(f32_sums && C >= 128));
       }
   // max_plus: the forward (with the path, where asked) and the backward; no saving forward.
   const ChainSpec best = default_chain_spec(chain(Semiring::max_plus, 2, 64));
