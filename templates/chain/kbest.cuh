@@ -42,7 +42,7 @@ JB_HD constexpr bool kbest_merges(int k, int lanes, int sources) {
 
 // a := the better (ChainMax::beats) of a and b first, the other second.
 template <class T> __device__ __forceinline__ void kbest_order(KCandidate<T>& a, KCandidate<T>& b) {
-  const bool swap = ChainMax<T>::beats_flat(b.v, b.i, a.v, a.i);
+  const bool swap = ChainMax<T>::beats(b.v, b.i, a.v, a.i);
   const KCandidate<T> first{swap ? b.v : a.v, swap ? b.i : a.i}, second{swap ? a.v : b.v, swap ? a.i : b.i};
   a = first, b = second;
 }
@@ -54,7 +54,7 @@ __device__ __forceinline__ void kbest_merge(KCandidate<T> (&a)[KP], const KCandi
 #pragma unroll
   for (int j = 0; j < KP; ++j) {
     const KCandidate<T>& o = b[KP - 1 - j];
-    const bool take = ChainMax<T>::beats_flat(o.v, o.i, a[j].v, a[j].i);
+    const bool take = ChainMax<T>::beats(o.v, o.i, a[j].v, a[j].i);
     a[j] = {take ? o.v : a[j].v, take ? o.i : a[j].i};
   }
 #pragma unroll
