@@ -107,8 +107,8 @@ bool ChainSpec::operator==(const ChainSpec& o) const {
 // per block: the whole table up to 128 states), where there are steps enough to fill the GPU with such blocks. From
 // 64 states (below, a wide block is one or two warps, and an SM holds too few of them) to 256, in multiples of 32.
 // The mma block holds 32 a thread too, as tensor-core fragments of warps of 32 rows × 32 sources, about 8192 a block
-// (8 warps: two blocks an SM, of 128 registers a thread): on the tensor cores a term costs little beside forming and
-// staging the factors, so fewer rows a block and more blocks an SM serve better than the wide block's one.
+// (at most 8 warps: two blocks an SM, of 128 registers a thread), half the wide block's rows, so that an SM holds
+// two blocks' staging and factors at once where the wide block's one waits on its own.
 int ChainSpec::edge_rows(int kind) const {
   if (kind == jb::kEdgeMma) return std::clamp(8192 / std::max(C, 1) / 32 * 32, 32, std::max(C, 32));
   // Wide: as many rows as leave each of 16 warps' lanes 32 entries, a warp's lanes along the sources.
