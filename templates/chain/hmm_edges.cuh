@@ -22,84 +22,16 @@
 #pragma once
 
 #include "chain/edge_params.cuh"
+#include "chain/edge_tiles.cuh"
+#include "chain/edge_vectors.cuh"
 #include "chain/hmm_backward.cuh"
 #include "chain/params.cuh"
 #include "chain/reductions.cuh"
 #include "core/async_copy.cuh"
 #include "core/dtypes.cuh"
-#include "core/mma.cuh"
 #include "core/numbers.cuh"
 
 namespace jb {
-
-// The loads a thread of "_edges" keeps in flight while staging a batch of steps' messages without cp.async.
-enum EdgeLoads : int { kEdgeLoads = 4 };
-
-// V consecutive values of T, moved as one load or store of V · sizeof(T) bytes (at most 16): a step's messages are
-// staged, and its factors read, a vector at a time rather than a value at a time, which would spend more instructions
-// on addresses than on the sums.
-template <class T, int V> struct EdgeVec { T v[V]; };
-template <class T, int V> struct EdgeWord;
-template <> struct EdgeWord<float, 1> { using type = float; };
-template <> struct EdgeWord<float, 2> { using type = float2; };
-template <> struct EdgeWord<float, 4> { using type = float4; };
-template <> struct EdgeWord<double, 1> { using type = double; };
-template <> struct EdgeWord<double, 2> { using type = double2; };
-// The widest such vector of T whose length divides n.
-template <class T> JB_HD constexpr int edge_width(int n) {
-  return sizeof(T) == 4 && n % 4 == 0 ? 4 : sizeof(T) <= 8 && n % 2 == 0 ? 2 : 1;
-}
-// The V values at `at` (aligned to V · sizeof(T) bytes).
-template <class T, int V> __device__ __forceinline__ EdgeVec<T, V> edge_load(const T* at) {
-  using W = typename EdgeWord<T, V>::type;
-  const W w = *reinterpret_cast<const W*>(at);
-  EdgeVec<T, V> r;
-  if constexpr (V == 1) {
-    r.v[0] = w;
-  } else if constexpr (V == 2) {
-    r.v[0] = w.x, r.v[1] = w.y;
-  } else {
-    r.v[0] = w.x, r.v[1] = w.y, r.v[2] = w.z, r.v[3] = w.w;
-  }
-  return r;
-}
-template <class T, int V> __device__ __forceinline__ void edge_store(T* at, const EdgeVec<T, V>& r) {
-  using W = typename EdgeWord<T, V>::type;
-  W w;
-  if constexpr (V == 1) {
-    w = r.v[0];
-  } else if constexpr (V == 2) {
-    w.x = r.v[0], w.y = r.v[1];
-  } else {
-    w.x = r.v[0], w.y = r.v[1], w.z = r.v[2], w.w = r.v[3];
-  }
-  *reinterpret_cast<W*>(at) = w;
-}
-// N consecutive values at `at` (aligned to the widest vector whose length divides N) into v.
-template <class T, int N> __device__ __forceinline__ void edge_read(const T* at, T (&v)[N]) {
-  constexpr int V = edge_width<T>(N);
-#pragma unroll
-  for (int k = 0; k < N; k += V) {
-    const EdgeVec<T, V> w = edge_load<T, V>(at + k);
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[k + j] = w.v[j];
-  }
-}
-
-// Items 0 to count − 1 into shared memory, store(x, load(x)), by a block of NT threads with kEdgeLoads loads a thread
-// in flight before any is stored (a store waits for its load); a clamped index keeps the loads unconditional and in
-// range.
-template <int NT, class Load, class Store>
-__device__ __forceinline__ void edge_stage(int count, Load load, Store store) {
-  for (int x0 = threadIdx.x; x0 < count; x0 += kEdgeLoads * NT) {
-    decltype(load(0)) v[kEdgeLoads];
-#pragma unroll
-    for (int k = 0; k < kEdgeLoads; ++k) v[k] = load(x0 + k * NT < count ? x0 + k * NT : count - 1);
-#pragma unroll
-    for (int k = 0; k < kEdgeLoads; ++k)
-      if (x0 + k * NT < count) store(x0 + k * NT, v[k]);
-  }
-}
 
 // The widest span of a block's finite transitions, in log2 units, over which it sums factors (above).
 template <class T> struct EdgeSpan {
@@ -129,129 +61,6 @@ template <class T> __device__ __forceinline__ T edge_entry(T v, T a, T m) {
   const T e = Num<T>::exp2(a + m + edge_log2(v < T(0) ? -v : v));
   return v > T(0) ? e : v < T(0) ? (e > T(0) ? -e : T(0)) : v; // 0 stays +0; NaN stays NaN
 }
-
-// How a block's NT threads hold its tile of ROWS rows × C sources (edge_shape): a thread's NR consecutive rows × NQ
-// consecutive sources, so that a step's factors are its vector reads of shared memory (edge_read) for NQ · NR
-// multiply-adds, and the lanes of a warp read consecutive sources, with the same rows where LR is 1.
-template <int C, int NT, int ROWS, class T, bool LOG> struct EdgeTile {
-  static constexpr EdgeShape shape = edge_shape(C, NT, ROWS, int(sizeof(T)), LOG);
-  enum : int { LQ = shape.LQ, LR = shape.LR, WR = shape.WR, WQ = shape.WQ, NQ = shape.NQ, NR = shape.NR };
-  int q0, r0; // the thread's first source and row
-  __device__ __forceinline__ EdgeTile(int tid)
-      : q0((tid % 32 % LQ + LQ * (tid / 32 % WQ)) * NQ), r0((tid % 32 / LQ + LR * (tid / 32 / WQ)) * NR) {}
-  static constexpr bool kNanFactors = true; // a NaN step's X factors (NaN) are summed as any others
-  __device__ __forceinline__ int q(int jq) const { return q0 + jq; }
-  __device__ __forceinline__ int r(int jr) const { return r0 + jr; }
-  // The steps of a batch of n whose factors are formed: n.
-  static __device__ __forceinline__ int padded(int n) { return n; }
-  // The thread's sources of a staged row of CQ, its rows of a staged row of RP.
-  __device__ __forceinline__ void read_sources(const T* row, T (&x)[NQ]) const { edge_read(row + q0, x); }
-  __device__ __forceinline__ void read_rows(const T* row, T (&y)[NR]) const { edge_read(row + r0, y); }
-  // acc[jr][jq] += Σ_u X_u[q(jq)]·Y_u[r(jr)] over the n steps of factors staged in xf (rows CQ apart) and yf (RP).
-  __device__ __forceinline__ void sum(T (&acc)[NR][NQ], const T* xf, const T* yf, int n) const {
-    const T* xp = xf + q0;
-    const T* yp = yf + r0;
-#pragma unroll 2
-    for (int u = 0; u < n; ++u, xp += CQ, yp += RP) {
-      T x[NQ], y[NR];
-      edge_read(xp, x);
-      edge_read(yp, y);
-#pragma unroll
-      for (int jr = 0; jr < NR; ++jr)
-#pragma unroll
-        for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += x[jq] * y[jr];
-    }
-  }
-
-private:
-  enum : int { CQ = shape.CQ, RP = shape.RP };
-};
-
-// The mma kind's tile (edge_shape): warp w holds rows [32·(w / WQ), +32) × sources [32·(w % WQ), +32) as the
-// accumulators of two m16 × four n8 fragments of mma.sync m16n8k8 (rows the fragments' M, sources their N, steps
-// their K): lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8 of each m16 and sources 2t and 2t + 1 of each
-// n8, the pairs jr = 2·m + half and jq = 2·n + column. A batch's factors, each in [−1, 1] and finite, are split into
-// two TF32 parts and a term is three products (core/mma.cuh: within a few 2^-22 of it); the tensor cores add with
-// truncation, so each 8 steps' products are summed from zero and added to the f32 sums with a rounded add, and the
-// truncation never compounds over the steps. Flushing loses less than 2^-126 of a product and of an 8-step sum, as
-// it does of the narrow blocks' factors (above). Without TF32 mma.sync the same layout sums by multiply-adds.
-template <int C, int NT, int ROWS, class T> struct EdgeMmaTile {
-  static constexpr EdgeShape shape = edge_shape(C, NT, ROWS, int(sizeof(T)), true, kEdgeMma);
-  enum : int { NQ = 8, NR = 4, WQ = shape.WQ, CQ = shape.CQ, RP = shape.RP };
-  static_assert(sizeof(T) == 4 && C % 32 == 0 && ROWS % 32 == 0 && NT == ROWS * C / 32 && shape.EB % 8 == 0,
-                "f32 sums; whole warps of 32 rows × 32 sources; batches of whole mma steps");
-  // A NaN's TF32 split may not be a NaN (core/mma.cuh): a batch with a NaN step (mode 2) is summed term by term.
-  static constexpr bool kNanFactors = false;
-  // The warp's first source and row; the lane's group and index in it: from the thread's index at each use, which
-  // costs less than the registers that would hold them.
-  __device__ __forceinline__ EdgeMmaTile(int) {}
-  static __device__ __forceinline__ int tid() { return int(threadIdx.x); }
-  static __device__ __forceinline__ int q0() { return tid() / 32 % WQ * 32; }
-  static __device__ __forceinline__ int r0() { return tid() / 32 / WQ * 32; }
-  static __device__ __forceinline__ int g() { return tid() % 32 / 4; }
-  static __device__ __forceinline__ int t() { return tid() % 4; }
-  __device__ __forceinline__ int q(int jq) const { return q0() + (jq >> 1) * 8 + 2 * t() + (jq & 1); }
-  __device__ __forceinline__ int r(int jr) const { return r0() + (jr >> 1) * 16 + g() + (jr & 1) * 8; }
-  // A batch's factors are formed for whole mma steps, those past its n steps 0.
-  static __device__ __forceinline__ int padded(int n) { return (n + 7) / 8 * 8; }
-  __device__ __forceinline__ void read_sources(const T* row, T (&x)[NQ]) const {
-#pragma unroll
-    for (int n = 0; n < NQ / 2; ++n) {
-      const float2 v = *reinterpret_cast<const float2*>(row + q(2 * n));
-      x[2 * n] = v.x, x[2 * n + 1] = v.y;
-    }
-  }
-  __device__ __forceinline__ void read_rows(const T* row, T (&y)[NR]) const {
-#pragma unroll
-    for (int jr = 0; jr < NR; ++jr) y[jr] = row[r(jr)];
-  }
-  __device__ __forceinline__ void sum(T (&acc)[NR][NQ], const T* xf, const T* yf, int n) const {
-    if constexpr (JB_HAS_MMA_TF32_BF16) {
-#pragma unroll 1
-      for (int k = 0; k < n; k += 8) {
-        // A (m16 × k8, the Y factors): a0 (row g, step t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B (k8 ×
-        // n8, the X factors): b0 (step t, source g), b1 (t + 4, g).
-        const T* ya = yf + (k + t()) * RP + r0() + g();
-        const T* xb = xf + (k + t()) * CQ + q0() + g();
-        // One m16 at a time, each n8's X split again for the second: fewer registers held across the products.
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          const Tf32Pair a0 = finite_tf32_split(ya[m * 16]), a1 = finite_tf32_split(ya[m * 16 + 8]),
-                         a2 = finite_tf32_split(ya[4 * RP + m * 16]), a3 = finite_tf32_split(ya[4 * RP + m * 16 + 8]);
-          const unsigned ah[4] = {a0.hi, a1.hi, a2.hi, a3.hi}, al[4] = {a0.lo, a1.lo, a2.lo, a3.lo};
-#pragma unroll
-          for (int nn = 0; nn < 4; ++nn) {
-            const Tf32Pair x = finite_tf32_split(xb[nn * 8]), y = finite_tf32_split(xb[4 * CQ + nn * 8]);
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-            mma_tf32(d, al, x.hi, y.hi);
-            mma_tf32(d, ah, x.lo, y.lo);
-            mma_tf32(d, ah, x.hi, y.hi);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[2 * m + e / 2][2 * nn + e % 2] += d[e];
-          }
-        }
-      }
-    } else {
-      for (int u = 0; u < n; ++u) {
-        T x[NQ], y[NR];
-        read_sources(xf + u * CQ, x);
-        read_rows(yf + u * RP, y);
-#pragma unroll
-        for (int jr = 0; jr < NR; ++jr)
-#pragma unroll
-          for (int jq = 0; jq < NQ; ++jq) acc[jr][jq] += x[jq] * y[jr];
-      }
-    }
-  }
-};
-
-// The tile of a kind of block: the mma kind's, or the narrow and wide kinds' (which differ in C, NT and ROWS alone).
-template <int KIND, int C, int NT, int ROWS, class T, bool LOG> struct EdgeTileOf {
-  using type = EdgeTile<C, NT, ROWS, T, LOG>;
-};
-template <int C, int NT, int ROWS, class T, bool LOG> struct EdgeTileOf<kEdgeMma, C, NT, ROWS, T, LOG> {
-  using type = EdgeMmaTile<C, NT, ROWS, T>;
-};
 
 // Block (x, y) = (group · chunks + chunk, tile) sums the steps [chunk · p.chunk, (chunk + 1) · p.chunk) of its group
 // into rows [y · ROWS, (y + 1) · ROWS) of the table, its entries held in registers (the kind's tile). EB steps are
