@@ -130,6 +130,35 @@ inline bool valid_path(const int32_t* path, int64_t L, int64_t T, int64_t C) {
   return true;
 }
 
+// Where a strategy's Viterbi must be the sequential kernels' bit for bit: a failed check for each sequence whose score
+// or path differs from theirs (seq_score, seq_path: the sequential plan's on the same inputs), counted in `bad`.
+inline void check_same_as_sequential(const std::string& strategy, const std::vector<double>& score,
+                                     const std::vector<int32_t>& path, const std::vector<double>& seq_score,
+                                     const std::vector<int32_t>& seq_path, int64_t B, int64_t T, int& bad) {
+  for (int64_t b = 0; b < B; ++b) {
+    const bool same_score = seq_score[b] == score[b] || (std::isnan(seq_score[b]) && std::isnan(score[b]));
+    const bool same =
+        same_score && std::equal(seq_path.begin() + b * T, seq_path.begin() + (b + 1) * T, path.begin() + b * T);
+    if (!same && bad++ < 5)
+      FAIL_CHECK("sequence " << b << ": the " << strategy << " strategy's score " << score[b]
+                             << " or path differs from the sequential kernels' (" << seq_score[b] << ")");
+  }
+}
+
+// Where the sums are exact (small integers, no ±inf or NaN) and a sequence's best score finite, its best path is the
+// reference's itself: ties, among a state's sources and among the last states, go to the smallest state in both.
+inline void check_smallest_ties(const std::vector<int32_t>& path, const std::vector<int32_t>& ref_path,
+                                const std::vector<double>& ref_score, int64_t B, int64_t T, int& bad) {
+  for (int64_t b = 0; b < B; ++b) {
+    if (!std::isfinite(ref_score[b])) continue;
+    const auto first = ref_path.begin() + b * T;
+    const auto differs = std::mismatch(first, first + T, path.begin() + b * T);
+    if (differs.first != first + T && bad++ < 5)
+      FAIL_CHECK("sequence " << b << ": at position " << (differs.first - first) << " the path takes state "
+                             << *differs.second << " where the smallest of the best ties is " << *differs.first);
+  }
+}
+
 // The chunk lengths the chunked strategy's tests take for `p`, each once: the shortest that fits (log's products must
 // fit in saved; max_plus takes any), 8 for max_plus (many short chunks), and one chunk of the whole chain.
 inline std::vector<int64_t> tested_chunks(const ChainProblem& p) {

@@ -163,25 +163,19 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
   int bad = 0;
   compare("score", score, ref_score, score_tol, bad, &worst.score);
   compare("alpha", alpha, ref_alpha, alpha_tol, bad, &worst.alpha, alpha_floor);
-  if (viterbi && k.chunk && k.integers) {
-    // The chunks' first messages come from their products, which sum the steps in another order than the
-    // recursion; where the arithmetic is exact (integers, and their many ties) the score and the path are the
-    // sequential kernels' bit for bit.
+  if (viterbi && ((k.stepped && C <= kMaxSequentialChainStates) || (k.chunk && k.integers))) {
+    // The stepped strategy's products form the sequential kernels' terms and keep their winners: the same scores and
+    // paths, bit for bit. So do the chunks where the arithmetic is exact (integers, and their many ties): their first
+    // messages come from products that sum the steps in another order than the recursion.
     const ChainPlan sequential = chain_plan_for(p, chosen_chain_spec(p, *current_device()));
     DeviceBuffer s_score(std::size_t(k.B) * out_bytes + 1), s_path(ref_path.size() * 4 + 1);
     sequential(d_pot.get(), d_len, s_score.get(), nullptr, nullptr, static_cast<int32_t*>(s_path.get()));
     std::vector<int32_t> seq_path(ref_path.size());
     if (!seq_path.empty()) s_path.download(seq_path.data(), seq_path.size() * 4);
-    const std::vector<double> seq_score = download_as_double(s_score, out, k.B);
-    for (int64_t b = 0; b < k.B; ++b) {
-      const bool same_score = seq_score[b] == score[b] || (std::isnan(seq_score[b]) && std::isnan(score[b]));
-      const bool same = same_score && std::equal(seq_path.begin() + b * k.T, seq_path.begin() + (b + 1) * k.T,
-                                                 path.begin() + b * k.T);
-      if (!same && bad++ < 5)
-        FAIL_CHECK("sequence " << b << ": the chunks' score " << score[b] << " or path differs from the sequential "
-                               << "kernels' (" << seq_score[b] << ")");
-    }
+    test::check_same_as_sequential(plan.strategy(), score, path, download_as_double(s_score, out, k.B), seq_path, k.B,
+                                   k.T, bad);
   }
+  if (viterbi && k.integers && k.p_special == 0) test::check_smallest_ties(path, ref_path, ref_score, k.B, k.T, bad);
   if (!viterbi) { // the forward without saved is another entry point with its own block: the same contract
     d_score.fill_bytes(test::poison_byte(out));
     d_alpha.fill_bytes(test::poison_byte(out));
@@ -297,8 +291,8 @@ TEST_CASE("chains: every semiring and dtype against the float64 reference, odd s
   std::mt19937_64 rng(20261127);
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 31}, {2, 7, 33}, {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
-                {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}};
+  } shapes[] = {{1, 1, 1},   {2, 5, 1},    {2, 2, 2},   {3, 5, 31},   {2, 7, 33},  {1, 4, 129},
+                {2, 3, 257}, {1, 2, 1000}, {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}};
   const int64_t special_states[] = {3, 31, 64};
   std::vector<int64_t> states(std::begin(special_states), std::end(special_states));
   for (const auto& sh : shapes) states.push_back(sh.C);
@@ -325,7 +319,7 @@ TEST_CASE("chains: the stepped strategy against the float64 reference") {
   std::mt19937_64 rng(20261203);
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1}, {2, 2, 2}, {3, 5, 33}, {2, 4, 257}, {2, 3, 1025}, {1, 2, 2048}};
+  } shapes[] = {{1, 1, 1}, {2, 5, 1}, {2, 2, 2}, {3, 5, 33}, {2, 4, 257}, {2, 3, 1025}, {1, 2, 2048}};
   for (Semiring s : {Semiring::log, Semiring::max_plus})
     for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       Worst worst;
@@ -349,6 +343,9 @@ TEST_CASE("chains: the stepped strategy against the float64 reference") {
           run_case(*k, rng, worst);
         }
       }
+      Case ties{s, d, 3, 5, 1025, 1, true}; // beyond the sequential kernels' states: the smallest state wins
+      ties.integers = ties.stepped = true;
+      run_case(ties, rng, worst);
       report(s, d, worst);
     }
 }
@@ -635,9 +632,14 @@ TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, 
   p.T = 5;
   p.C = 4;
   p.with_lengths = true;
-  for (int64_t chunk : {0, 4}) { // the sequential kernels, and the chunked strategy
+  // The sequential kernels (chunk 0), the chunked strategy, and the stepped one (−1).
+  auto plan_for = [](const ChainProblem& q, int64_t chunk) {
+    return chunk < 0 ? chain_plan_for(q, ChainSpec{}, 0, false, true, StepKernel::products)
+                     : chain_plan_for(q, chosen_chain_spec(q, *current_device()), chunk);
+  };
+  for (int64_t chunk : {0, 4, -1}) {
     CAPTURE(chunk);
-    const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
+    const ChainPlan plan = plan_for(p, chunk);
     const std::size_t steps = 2 * 4 * 16;
     std::vector<float> pot(steps, 0.5f);
     DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{5, 7}), score(8),
@@ -654,12 +656,12 @@ TEST_CASE("chains: a length outside [1, T] gives a NaN score and NaN gradients, 
     CHECK(std::all_of(gr.begin() + steps / 2, gr.end(), [](float x) { return std::isnan(x); }));
     CHECK(std::none_of(gr.begin(), gr.begin() + steps / 2, [](float x) { return std::isnan(x); }));
   }
-  // The best path, by the sequential kernels and in chunks: a NaN score and no state (−1) for the bad length.
+  // The best path, in each strategy: a NaN score and no state (−1) for the bad length.
   ChainProblem viterbi = p;
   viterbi.semiring = Semiring::max_plus;
-  for (int64_t chunk : {0, 2, 4}) {
+  for (int64_t chunk : {0, 2, 4, -1}) {
     CAPTURE(chunk);
-    const ChainPlan plan = chain_plan_for(viterbi, chosen_chain_spec(viterbi, *current_device()), chunk);
+    const ChainPlan plan = plan_for(viterbi, chunk);
     std::vector<float> pot(2 * 4 * 16, 0.5f);
     DeviceBuffer d_pot = upload(pot), d_len = upload(std::vector<int64_t>{5, 7}), score(8), path(2 * 5 * 4);
     path.fill_bytes(0x7f);

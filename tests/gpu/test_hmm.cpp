@@ -261,17 +261,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
     sequential(dev, d_len, s_score.get(), nullptr, nullptr, static_cast<int32_t*>(s_path.get()));
     std::vector<int32_t> seq_path(ref_path.size());
     if (!seq_path.empty()) s_path.download(seq_path.data(), seq_path.size() * 4);
-    const std::vector<double> seq_score = download_as_double(s_score, out, B);
-    int differ = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const bool same_score = seq_score[b] == score[b] || (std::isnan(seq_score[b]) && std::isnan(score[b]));
-      const bool same = same_score && std::equal(seq_path.begin() + b * T, seq_path.begin() + (b + 1) * T,
-                                                 path.begin() + b * T);
-      if (!same && differ++ < 5)
-        FAIL_CHECK("sequence " << b << ": the " << plan.strategy() << " strategy's score " << score[b]
-                               << " or path differs from the sequential kernels' (" << seq_score[b] << ")");
-    }
+    test::check_same_as_sequential(plan.strategy(), score, path, download_as_double(s_score, out, B), seq_path, B, T,
+                                   bad);
   }
+  if (viterbi && k.integers && k.p_special == 0) test::check_smallest_ties(path, ref_path, ref_score, B, T, bad);
   bool same_path = true;
   for (std::size_t i = 0; i < path.size(); ++i) same_path = same_path && path[i] == ref_path[i];
   if (viterbi && !same_path) {
@@ -363,9 +356,10 @@ void run_case(const Case& k, std::mt19937_64& rng, Worst& worst) {
 void run_semiring(Semiring s, std::mt19937_64& rng, const std::vector<DType>& dtypes = {DType::f32, DType::f64}) {
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1},   {2, 2, 2},    {3, 5, 31},   {2, 7, 33},   {1, 4, 129}, {2, 3, 257}, {1, 2, 1000},
-                {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}, {8, 200, 64}, {70, 3, 5},  {3, 7, 100},
-                {80, 4, 128}}; // log's saving forward compiled for two blocks an SM (more blocks than SMs)
+  } shapes[] = {{1, 1, 1},   {2, 5, 1},    {2, 2, 2},   {3, 5, 31},   {2, 7, 33},   {1, 4, 129},
+                {2, 3, 257}, {1, 2, 1000}, {3, 40, 64}, {2, 300, 32}, {1, 3, 1024}, {8, 200, 64},
+                {70, 3, 5},  {3, 7, 100},  {80, 4, 128}}; // log's saving forward compiled for two blocks an SM (more
+                                                          // blocks than SMs)
   const int64_t special_states[] = {3, 31, 64};
   std::vector<int64_t> states(std::begin(special_states), std::end(special_states));
   for (const auto& sh : shapes) states.push_back(sh.C);
@@ -529,7 +523,7 @@ int64_t terms(int64_t B, int64_t T, int64_t C) { return B * std::max<int64_t>(T 
 void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, Worst& worst) {
   const struct {
     int64_t B, T, C;
-  } shapes[] = {{1, 1, 1},    {2, 2, 2},     {3, 5, 33},    {5, 9, 64},   {2, 4, 257}, {64, 3, 256},
+  } shapes[] = {{1, 1, 1},    {2, 5, 1},    {2, 2, 2},    {3, 5, 33},    {5, 9, 64},   {2, 4, 257}, {64, 3, 256},
                 {70, 3, 512}, {40, 4, 544}, {2, 3, 1025}, {20, 3, 1024}, {1, 2, 4096}, {70, 6, 40}};
   const bool fused = form == StepKernel::fused || form == StepKernel::fused_streamed;
   for (const auto& sh : shapes) {
@@ -603,6 +597,12 @@ void stepped_cases(Semiring s, DType d, StepKernel form, std::mt19937_64& rng, W
       one_sign.nan_grad = true; // the NaN in the one product that runs
       run_case(one_sign, rng, worst);
     }
+  }
+  if (d == DType::f32) { // ties beyond the sequential kernels' states: the smallest state wins, as the reference's
+    Case ties{s, d, 3, 5, 1025};
+    ties.integers = ties.stepped = ties.ragged = true;
+    ties.steps = form;
+    run_case(ties, rng, worst);
   }
   if (!fused) { // grad_score of one sign where the steps' products sum their sources in parts
     for (const Case::Signs signs : {Case::Signs::positive, Case::Signs::negative}) {
@@ -826,13 +826,15 @@ TEST_CASE("hmm: a length outside [1, T] gives a NaN score, NaN gradients and no 
   const HmmInputs hmm{d_em.get(), d_tr.get(), d_in.get()};
   const auto* lengths = static_cast<const int64_t*>(d_len.get());
   for (Semiring s : {Semiring::log, Semiring::max_plus})
-    for (int64_t chunk : {0, 2, 4}) {
+    for (int64_t chunk : {0, 2, 4, -1, -2}) { // −1: the stepped strategy's products, −2 its fused form
       ChainProblem p;
       p.semiring = s, p.form = ChainForm::hmm, p.B = B, p.T = T, p.C = C, p.with_lengths = true;
-      if (chunk && !chunk_unfit(p, chunk).empty()) continue; // log in chunks of 2: its products outgrow saved
+      if (chunk > 0 && !chunk_unfit(p, chunk).empty()) continue; // log in chunks of 2: its products outgrow saved
       CAPTURE(semiring_info(s).name);
       CAPTURE(chunk);
-      const ChainPlan plan = chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
+      const ChainPlan plan = chunk < 0 ? chain_plan_for(p, ChainSpec{}, 0, false, true,
+                                                        chunk == -1 ? StepKernel::products : StepKernel::fused)
+                                       : chain_plan_for(p, chosen_chain_spec(p, *current_device()), chunk);
       const bool log = s == Semiring::log;
       DeviceBuffer score(8), saved(plan.saved_bytes() + 1), path(std::size_t(B * T) * 4), g_em(emissions.size() * 4),
           g_tr(transitions.size() * 4), g_in(initial.size() * 4);
