@@ -13,6 +13,7 @@ import torch
 
 import jitbmm
 
+from ._torch_chain_checks import _check_backward_operands, _check_crf, _check_hmm
 from ._torch_chain_second_order import crf_score, hmm_score, second_order
 from ._torch_operator import Operator
 from ._torch_support import DTYPE_NAMES, TABLE_ENTRIES, address, lock, score_dtype, stored, stream, traced_bytes
@@ -203,13 +204,30 @@ def _crf_backward(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux
     return chain.backward(inputs, lengths, aux, grad_score, semiring, (True,))[0]
 
 
-_crf_op = torch.library.custom_op("jitbmm::chain", _crf_forward, mutates_args=(), device_types="cuda")
-_crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backward, mutates_args=(),
+# The operators, for callers of torch.ops.jitbmm.* too: the public functions' checks first, and a backward's own
+# operands (in eager mode those functions check once and call the implementations above directly).
+def _crf_checked(potentials: torch.Tensor, lengths: Optional[torch.Tensor], semiring: str,
+                 keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_crf(potentials, lengths)
+    return _crf_forward(potentials, lengths, semiring, keep)
+
+
+def _crf_backward_checked(potentials: torch.Tensor, lengths: Optional[torch.Tensor], aux: torch.Tensor,
+                          grad_score: torch.Tensor, semiring: str) -> torch.Tensor:
+    _check_crf(potentials, lengths)
+    layout = _crf_layout(semiring, potentials, lengths)
+    _check_backward_operands(potentials, aux, grad_score, semiring, _planned(layout)[0])
+    return _crf_backward(potentials, lengths, aux, grad_score, semiring)
+
+
+_crf_op = torch.library.custom_op("jitbmm::chain", _crf_checked, mutates_args=(), device_types="cuda")
+_crf_backward_op = torch.library.custom_op("jitbmm::chain_backward", _crf_backward_checked, mutates_args=(),
                                            device_types="cuda")
 
 
 @_crf_op.register_fake
 def _(potentials, lengths, semiring, keep):
+    _check_crf(potentials, lengths)
     B, T = potentials.shape[0], potentials.shape[1] + 1
     return potentials.new_empty((B,), dtype=score_dtype(potentials)), _fake_aux(
         (potentials,), semiring, keep, B, T, lambda: _saved_bytes(_crf_layout(semiring, potentials, lengths)[1]()))
@@ -217,6 +235,8 @@ def _(potentials, lengths, semiring, keep):
 
 @_crf_backward_op.register_fake
 def _(potentials, lengths, aux, grad_score, semiring):
+    _check_crf(potentials, lengths)
+    _check_backward_operands(potentials, aux, grad_score, semiring, None)
     return potentials.new_empty(potentials.shape)
 
 
@@ -246,13 +266,31 @@ def _hmm_backward(emissions: torch.Tensor, transitions: torch.Tensor, initial: t
                                 (need_emissions, need_transitions, need_initial)))
 
 
-_hmm_op = torch.library.custom_op("jitbmm::hmm", _hmm_forward, mutates_args=(), device_types="cuda")
-_hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward, mutates_args=(),
+def _hmm_checked(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
+                 lengths: Optional[torch.Tensor], semiring: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_hmm(emissions, transitions, initial, lengths)
+    return _hmm_forward(emissions, transitions, initial, lengths, semiring, keep)
+
+
+def _hmm_backward_checked(emissions: torch.Tensor, transitions: torch.Tensor, initial: torch.Tensor,
+                          lengths: Optional[torch.Tensor], aux: torch.Tensor, grad_score: torch.Tensor, semiring: str,
+                          need_emissions: bool, need_transitions: bool,
+                          need_initial: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_hmm(emissions, transitions, initial, lengths)
+    layout = _hmm_layout(semiring, emissions, transitions, initial, lengths)
+    _check_backward_operands(emissions, aux, grad_score, semiring, _planned(layout)[0])
+    return _hmm_backward(emissions, transitions, initial, lengths, aux, grad_score, semiring, need_emissions,
+                         need_transitions, need_initial)
+
+
+_hmm_op = torch.library.custom_op("jitbmm::hmm", _hmm_checked, mutates_args=(), device_types="cuda")
+_hmm_backward_op = torch.library.custom_op("jitbmm::hmm_backward", _hmm_backward_checked, mutates_args=(),
                                            device_types="cuda")
 
 
 @_hmm_op.register_fake
 def _(emissions, transitions, initial, lengths, semiring, keep):
+    _check_hmm(emissions, transitions, initial, lengths)
     B, T = emissions.shape[0], emissions.shape[1]
     return emissions.new_empty((B,), dtype=score_dtype(emissions)), _fake_aux(
         (emissions, transitions, initial), semiring, keep, B, T,
@@ -262,6 +300,8 @@ def _(emissions, transitions, initial, lengths, semiring, keep):
 @_hmm_backward_op.register_fake
 def _(emissions, transitions, initial, lengths, aux, grad_score, semiring, need_emissions, need_transitions,
       need_initial):
+    _check_hmm(emissions, transitions, initial, lengths)
+    _check_backward_operands(emissions, aux, grad_score, semiring, None)
     needs = (need_emissions, need_transitions, need_initial)
     return tuple(t.new_empty(t.shape if need else (0,)) for t, need in zip((emissions, transitions, initial), needs))
 
@@ -289,63 +329,6 @@ _CRF = Operator(_crf_op, _crf_forward, _setup_context, _crf_gradients, _crf_back
                 non_differentiable=(1,))
 _HMM = Operator(_hmm_op, _hmm_forward, _setup_context, _hmm_gradients, _hmm_backward_op, _hmm_backward,
                 non_differentiable=(1,))
-
-
-# The checks, naming the argument.
-def _check_tensor(t, name, like=None):
-    """t: a CUDA tensor of a chain dtype, on like's device and of like's dtype."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if like is None and t.device.type != "cuda":
-        raise ValueError(f"{name}: jitbmm runs on CUDA tensors; this one is on {t.device}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name}: on {t.device}, expected the emissions' device {like.device}")
-    if t.dtype not in DTYPE_NAMES:
-        raise TypeError(f"{name}: unsupported dtype {t.dtype} (expected float32, float64, float16 or bfloat16)")
-    if like is not None and t.dtype != like.dtype:
-        raise TypeError(f"{name}: dtype {t.dtype} differs from the emissions' {like.dtype}")
-
-
-def _check_lengths(lengths, like):
-    if lengths is None:
-        return
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(f"lengths: expected a torch.Tensor or None, got {type(lengths).__name__}")
-    if lengths.device != like.device:
-        raise ValueError(f"lengths: on {lengths.device}, expected the inputs' device {like.device}")
-    if lengths.dtype != torch.int64:
-        raise TypeError(f"lengths: expected dtype int64, got {lengths.dtype}")
-    if lengths.shape != like.shape[:1]:
-        raise ValueError(f"lengths: expected shape ({like.shape[0]},), got {tuple(lengths.shape)}")
-
-
-def _check_crf(potentials, lengths):
-    _check_tensor(potentials, "potentials")
-    if potentials.dim() != 4 or potentials.shape[2] != potentials.shape[3]:
-        raise ValueError(f"potentials: expected [B, T - 1, C, C], got shape {tuple(potentials.shape)}")
-    _check_lengths(lengths, potentials)
-
-
-def _check_hmm(emissions, transitions, initial, lengths, prefix="", like=None):
-    """An HMM's tables, named with `prefix` (q_ for a second HMM's, which takes the first's emissions `like`: their
-    shape, dtype and device)."""
-    _check_tensor(emissions, prefix + "emissions", like)
-    if emissions.dim() != 3 or (like is not None and emissions.shape != like.shape):
-        want = "[B, T, C]" if like is None else f"the emissions' shape {tuple(like.shape)}"
-        raise ValueError(f"{prefix}emissions: expected {want}, got shape {tuple(emissions.shape)}")
-    B, T, C = emissions.shape
-    if T < 1 or C < 1:
-        raise ValueError(f"{prefix}emissions: T and C (its last two dimensions) must be at least 1, got shape "
-                         f"{tuple(emissions.shape)}")
-    _check_tensor(transitions, prefix + "transitions", emissions)
-    if transitions.shape not in ((C, C), (B, C, C)):
-        raise ValueError(f"{prefix}transitions: expected [C, C] or [B, C, C] with B, C = {B}, {C} (the emissions'), "
-                         f"got shape {tuple(transitions.shape)}")
-    _check_tensor(initial, prefix + "initial", emissions)
-    if initial.shape not in ((C,), (B, C)):
-        raise ValueError(f"{prefix}initial: expected [C] or [B, C] with B, C = {B}, {C} (the emissions'), got shape "
-                         f"{tuple(initial.shape)}")
-    _check_lengths(lengths, emissions)
 
 
 # The public functions (jitbmm.torch re-exports them).

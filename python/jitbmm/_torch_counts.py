@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from ._torch_chains import _check_crf, chain_log_partition
+from ._torch_chain_checks import _check_crf
+from ._torch_chains import chain_log_partition
 from ._torch_support import score_dtype
 
 

@@ -17,7 +17,7 @@ import torch
 import jitbmm
 
 from ._torch_chain_second_order import crf_score, second_order
-from ._torch_chains import _check_crf, _check_tensor
+from ._torch_chain_checks import _check_crf, _check_tensor
 from ._torch_operator import Operator
 from ._torch_support import (LibraryPlan, address, cached, chain_key, chain_problem, score_dtype, stored,
                              stream, traced_bytes)

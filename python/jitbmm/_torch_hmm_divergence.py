@@ -17,7 +17,8 @@ import jitbmm
 
 from ._abi import _CHmmGradients, _CHmmTables
 from ._torch_chain_second_order import hmm_score, second_order
-from ._torch_chains import _check_hmm, _hmm_layout, _layout
+from ._torch_chain_checks import _check_hmm
+from ._torch_chains import _hmm_layout, _layout
 from ._torch_divergence import (CHAIN, DIFFERENCE, GIVEN, _outputs, _upstream, _value, combined, expectation_plan,
                                 expected, fake_saved)
 from ._torch_operator import Operator

@@ -10,7 +10,8 @@ import torch
 
 import jitbmm
 
-from ._torch_chains import _check_crf, _check_hmm, _hmm_layout
+from ._torch_chain_checks import _check_crf, _check_hmm
+from ._torch_chains import _hmm_layout
 from ._torch_operator import Operator
 from ._torch_support import LibraryPlan, address, cached, chain_key, chain_problem, stored, stream
 

@@ -393,6 +393,29 @@ class ChainOperatorTest(GpuCase):
                     torch.library.opcheck(torch.ops.jitbmm.chain_backward.default,
                                           (pot.detach(), lengths, aux, torch.randn_like(score), semiring))
 
+    def test_called_directly_the_operators_check_their_operands(self):
+        ops, dev = torch.ops.jitbmm, self.dev
+        pot = torch.randn(2, 3, 4, 4, device=dev)
+        score, aux = ops.chain(pot, None, "log", True)
+        _, path = ops.chain(pot, None, "max_plus", True)
+        em, tr, init = torch.randn(2, 5, 3, device=dev), torch.randn(3, 3, device=dev), torch.randn(3, device=dev)
+        h_score, h_aux = ops.hmm(em, tr, init, None, "log", True)
+        cases = [
+            ("potentials", lambda: ops.chain(torch.randn(4, 3, 3, device=dev), None, "log", False)),
+            ("potentials", lambda: ops.chain(torch.randn(2, 4, 3, 100, device=dev), None, "log", False)),
+            ("lengths", lambda: ops.chain(pot, torch.ones(2, dtype=torch.int32, device=dev), "log", False)),
+            ("grad_score", lambda: ops.chain_backward(pot, None, aux, torch.randn(3, device=dev), "log")),
+            ("aux", lambda: ops.chain_backward(pot, None, aux[:-1], score, "log")),
+            ("aux", lambda: ops.chain_backward(pot, None, path[:, :-1].contiguous(), score, "max_plus")),
+            ("transitions", lambda: ops.hmm(em, torch.randn(5, 5, device=dev), init, None, "log", True)),
+            ("grad_score", lambda: ops.hmm_backward(em, tr, init, None, h_aux, h_score.double(), "log", True, True,
+                                                    True)),
+            ("aux", lambda: ops.hmm_backward(em, tr, init, None, h_aux[:1], h_score, "log", True, True, True)),
+        ]
+        for name, call in cases:
+            with self.subTest(name=name), self.assertRaisesRegex((ValueError, TypeError), f"^{name}:"):
+                call()
+
     def test_compile_fullgraph(self):
         torch.manual_seed(21)
         pot = torch.randn(4, 12, 7, 7, device=self.dev, requires_grad=True)
