@@ -59,11 +59,12 @@ def _forward_impl(a: torch.Tensor, b: torch.Tensor, semiring: str, precision: st
     return _forward(a, b, semiring, precision, with_argmax)
 
 
-def _check_operator(a, b, semiring, out=None, grad_out=None):
+def _check_operator(a, b, semiring, out=None, grad_out=None, argmax=None):
     """The registered operators' own checks, for a caller of torch.ops.jitbmm.* (semiring_bmm checks more, and
-    reshapes before it calls them), kept to comparisons: a [B, M, K] or [M, K] and b [B, K, N] or [K, N] of one
-    batch, dtype and device (the dispatcher routes only CUDA tensors here); out and grad_out [B, M, N]."""
-    if (a.dtype != b.dtype or a.dtype not in _DTYPES or a.device != b.device
+    reshapes before it calls them), kept to comparisons: a known semiring; a [B, M, K] or [M, K] and b [B, K, N] or
+    [K, N] of one batch, dtype and device (the dispatcher routes only CUDA tensors here); out and grad_out [B, M, N]
+    of theirs; argmax the forward's, int32 [B, M, N] or empty."""
+    if (semiring not in SEMIRINGS or a.dtype != b.dtype or a.dtype not in _DTYPES or a.device != b.device
             or not 2 <= a.dim() <= 3 or not 2 <= b.dim() <= 3 or a.shape[-1] != b.shape[-2]
             or (a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0])):
         _check(a, b, semiring)  # names what is wrong, where it can
@@ -71,8 +72,13 @@ def _check_operator(a, b, semiring, out=None, grad_out=None):
                          f"device, got {tuple(a.shape)} and {tuple(b.shape)}")
     shape = (_batches(a, b), a.shape[-2], b.shape[-1])
     for name, t in (("out", out), ("grad_out", grad_out)):
-        if t is not None and tuple(t.shape) != shape:
-            raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+        if t is not None and (tuple(t.shape) != shape or t.dtype != a.dtype or t.device != a.device):
+            raise ValueError(f"{name}: expected {shape} of {a.dtype} on {a.device}, got {tuple(t.shape)} of {t.dtype} "
+                             f"on {t.device}")
+    if argmax is not None and (argmax.dtype != torch.int32 or argmax.device != a.device
+                               or (argmax.numel() and tuple(argmax.shape) != shape)):
+        raise ValueError(f"argmax: expected the forward's int32 {shape} (or an empty tensor), got "
+                         f"{tuple(argmax.shape)} of {argmax.dtype} on {argmax.device}")
 
 
 def _forward(a, b, semiring, precision, with_argmax, grads=None):
@@ -105,7 +111,7 @@ def _(a, b, semiring, precision, with_argmax):
 def _backward_impl(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor], argmax: torch.Tensor,
                    grad_out: torch.Tensor, semiring: str, precision: str, need_a: bool,
                    need_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_operator(a, b, semiring, out, grad_out)
+    _check_operator(a, b, semiring, out, grad_out, argmax)
     batches, M, K, N = _sizes(a, b)
     if 0 in (batches, M, K, N):
         # No term reaches a or b (K = 0 leaves them empty; no output, none is summed): the gradients are zero in
@@ -128,6 +134,7 @@ _bmm_backward_op = torch.library.custom_op("jitbmm::semiring_bmm_backward", _bac
 
 @_bmm_backward_op.register_fake
 def _(a, b, out, argmax, grad_out, semiring, precision, need_a, need_b):
+    _check_operator(a, b, semiring, out, grad_out, argmax)
     return (_empty_grad(a) if need_a else a.new_empty((0,)), _empty_grad(b) if need_b else b.new_empty((0,)))
 
 

@@ -315,9 +315,16 @@ class TorchTest(unittest.TestCase):
                 with self.assertRaises((ValueError, TypeError)):
                     op(a, b, "log", "exact", False)
         a, b, wrong = self.rand(4, 3, 5), self.rand(4, 5, 2), self.rand(4, 3, 3)
-        with self.assertRaisesRegex(ValueError, "out: expected shape"):
-            backward_op(a, b, wrong, torch.empty(0, dtype=torch.int32, device=self.dev), wrong, "log", "exact", True,
-                        True)
+        none = torch.empty(0, dtype=torch.int32, device=self.dev)
+        with self.assertRaisesRegex(ValueError, "out: expected"):
+            backward_op(a, b, wrong, none, wrong, "log", "exact", True, True)
+        out, argmax = op(a, b, "max_plus", "exact", True)
+        for name, args in (("grad_out", (out, argmax, out.double())), ("out", (out.half(), argmax, out)),
+                           ("argmax", (out, argmax.long(), out)), ("argmax", (out, argmax[:1], out))):
+            with self.subTest(name=name), self.assertRaisesRegex(ValueError, f"^{name}: expected"):
+                backward_op(a, b, *args, "max_plus", "exact", True, True)
+        with self.assertRaisesRegex(ValueError, "^semiring: unsupported"):
+            op(a, b, "bogus", "exact", False)
         for shape in ((2, 3, 4), (0, 3, 4)):  # an empty product too, which makes no plan
             with self.assertRaisesRegex(ValueError, "precision: fast is for the log semiring only, not max_plus"):
                 jt.semiring_bmm(self.rand(*shape), self.rand(shape[0], 4, 5), "max_plus", precision="fast")
