@@ -48,6 +48,8 @@ def log_prob(potentials, value, lengths, every_step=False):
                          f"shape), got shape {tuple(value.shape)}")
     if value.device != potentials.device:
         raise ValueError(f"value: on {value.device}, expected the potentials' device {potentials.device}")
+    if value.is_complex():  # its cast to the score's dtype would drop the imaginary part
+        raise TypeError(f"value: unsupported dtype {value.dtype} (expected a real or boolean tensor)")
     dtype = score_dtype(potentials)
     pot, value = potentials.to(dtype), value.to(dtype)
     within = torch.ones((), dtype=torch.bool, device=pot.device)

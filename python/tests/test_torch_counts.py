@@ -74,6 +74,8 @@ class CountTest(GpuCase):
             jt.chain_log_prob(p, value[:, :3])
         with self.assertRaisesRegex(TypeError, "value"):
             jt.chain_log_prob(p, [1.0])
+        with self.assertRaisesRegex(TypeError, "^value: unsupported dtype"):
+            jt.chain_log_prob(p, value.to(torch.complex64))
 
     def test_gradient_of_relaxed_events(self):
         """The gradient with respect to value (relaxed events, e.g. Gumbel-softmax paths, or straight-through one-hot
